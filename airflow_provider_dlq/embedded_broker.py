@@ -1,0 +1,131 @@
+"""Start and stop the embedded ``pulsar-lite`` broker used by the demo, the tests and the benchmark.
+
+The broker is an alpha Pulsar-compatible server (extra ``embedded``). Each instance gets a private
+data directory and a ``pulsar-lite.toml`` with its own loopback metrics port, so several brokers can
+run side by side. :meth:`EmbeddedBroker.stop` stops the process by PID, so nothing is left behind
+even when the caller failed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class EmbeddedBrokerError(RuntimeError):
+    """The embedded broker could not be started or reached."""
+
+
+def free_port() -> int:
+    """Return a TCP port on 127.0.0.1 that is free right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class EmbeddedBroker:
+    """A running pulsar-lite broker."""
+
+    service_url: str
+    metrics_url: str
+    pid: int
+    data_dir: Path
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the broker by PID (SIGTERM, then SIGKILL). Safe to call twice."""
+        from pulsar_lite import process_manager as pm
+
+        with contextlib.suppress(Exception):
+            pm.process_manager._processes.pop(str((self.data_dir / "data.db").absolute()), None)
+        try:
+            os.kill(self.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not _alive(self.pid):
+                return
+            time.sleep(0.05)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGKILL)
+
+    def __enter__(self) -> EmbeddedBroker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        waited, _ = os.waitpid(pid, os.WNOHANG)
+        if waited == pid:
+            return False
+    except ChildProcessError:
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def start_embedded_broker(
+    data_dir: str | os.PathLike[str],
+    *,
+    default_partitions: int | None = None,
+    log_level: str = "warn",
+    wait_metrics: bool = True,
+) -> EmbeddedBroker:
+    """Start a pulsar-lite broker in ``data_dir`` with a private metrics port.
+
+    Raises :class:`EmbeddedBrokerError` with the fix when ``pulsar-lite`` is missing or the broker
+    does not come up.
+    """
+    try:
+        from pulsar_lite import process_manager as pm
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise EmbeddedBrokerError(
+            "pulsar-lite is not installed; install the extra: `pip install 'airflow-provider-dlq[embedded]'`"
+        ) from exc
+
+    directory = Path(data_dir).absolute()
+    directory.mkdir(parents=True, exist_ok=True)
+    metrics_port = free_port()
+    lines = [f'log_level = "{log_level}"']
+    if default_partitions is not None:
+        lines.append(f"default_partitions = {int(default_partitions)}")
+    lines += ["", "[metrics]", "enabled = true", f'addr = "127.0.0.1:{metrics_port}"', ""]
+    (directory / "pulsar-lite.toml").write_text("\n".join(lines))
+
+    db_path = str(directory / "data.db")
+    handle = pm.start_broker(db_path)
+    process = pm.process_manager._processes[handle.db_path][0]
+    broker = EmbeddedBroker(
+        service_url=f"pulsar://127.0.0.1:{handle.port}",
+        metrics_url=f"http://127.0.0.1:{metrics_port}/metrics",
+        pid=process.pid,
+        data_dir=directory,
+    )
+    if wait_metrics:
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                with urllib.request.urlopen(broker.metrics_url, timeout=1):
+                    break
+            except OSError as exc:
+                if time.monotonic() > deadline:
+                    broker.stop()
+                    raise EmbeddedBrokerError(
+                        f"embedded broker metrics did not come up at {broker.metrics_url}: {exc}; "
+                        f"check {directory / 'pulsar-lite.toml'}"
+                    ) from exc
+                time.sleep(0.1)
+    return broker
