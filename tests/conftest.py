@@ -124,6 +124,8 @@ def spark() -> Iterator[SparkSession]:
         yield session
     finally:
         session.stop()
+        # py4j logs "Closing down clientserver connection" from __del__ after pytest closed its streams.
+        logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
 # --------------------------------------------------------------------------- airflow

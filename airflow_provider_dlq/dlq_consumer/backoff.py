@@ -1,0 +1,109 @@
+"""Negative-acknowledge redelivery backoff (PIP-106): ``next(redelivery_count) -> delay in seconds``."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from airflow_provider_dlq.dlq_consumer.delays import MAX_DELAY_SECONDS
+from airflow_provider_dlq.dlq_consumer.errors import ConfigurationError, InvalidDelayError
+
+
+@runtime_checkable
+class RedeliveryBackoff(Protocol):
+    """A redelivery backoff policy: the delay before redelivering after the n-th negative ack.
+
+    ``redelivery_count`` is the broker's count for the message (0 on its first delivery).
+    Implement ``next`` to plug in your own policy.
+    """
+
+    def next(self, redelivery_count: int) -> float:
+        """Seconds to wait before the message is redelivered."""
+        ...
+
+
+def _check_seconds(name: str, value: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        raise ConfigurationError(f"{name} must be a finite number of seconds >= 0; got {value!r}")
+    if value > MAX_DELAY_SECONDS:
+        raise ConfigurationError(f"{name} must be at most {MAX_DELAY_SECONDS:g} s; got {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class ExponentialBackoff:
+    """``min_delay * multiplier ** redelivery_count``, capped at ``max_delay`` (Java's multiplier backoff).
+
+    The defaults (1 s, 60 s, x2) match Java's ``MultiplierRedeliveryBackoff``: 1 s, 2 s, 4 s, ... 60 s.
+    """
+
+    min_delay: float = 1.0
+    max_delay: float = 60.0
+    multiplier: float = 2.0
+
+    def __post_init__(self) -> None:
+        _check_seconds("min_delay", self.min_delay)
+        _check_seconds("max_delay", self.max_delay)
+        if self.min_delay > self.max_delay:
+            raise ConfigurationError(
+                f"min_delay ({self.min_delay!r} s) must not exceed max_delay ({self.max_delay!r} s)"
+            )
+        m = self.multiplier
+        if isinstance(m, bool) or not isinstance(m, int | float) or not math.isfinite(m) or m < 1:
+            raise ConfigurationError(f"multiplier must be a finite number >= 1; got {m!r}")
+
+    def next(self, redelivery_count: int) -> float:
+        """Delay after the ``redelivery_count``-th delivery failed."""
+        count = max(0, int(redelivery_count))
+        if self.min_delay == 0:
+            return 0.0
+        # Compare in log space so large counts never overflow.
+        if count * math.log(self.multiplier) >= math.log(self.max_delay / self.min_delay):
+            return float(self.max_delay)
+        return float(min(self.max_delay, self.min_delay * self.multiplier**count))
+
+
+@dataclass(frozen=True)
+class ConstantBackoff:
+    """The same delay after every failure (what a fixed ``negative_ack_redelivery_delay_ms`` gives)."""
+
+    delay: float = 60.0
+
+    def __post_init__(self) -> None:
+        _check_seconds("delay", self.delay)
+
+    def next(self, redelivery_count: int) -> float:
+        """Always ``delay``."""
+        return float(self.delay)
+
+
+def checked_delay(backoff: RedeliveryBackoff, redelivery_count: int) -> float:
+    """Call ``backoff.next`` and check its answer.
+
+    Raises
+    ------
+    InvalidDelayError
+        If the policy raised or returned something other than a finite number of seconds in
+        ``[0, 864000]``.
+    """
+    try:
+        value = backoff.next(redelivery_count)
+    except Exception as exc:
+        raise InvalidDelayError(
+            f"backoff policy {type(backoff).__name__}.next({redelivery_count}) raised {exc!r}"
+        ) from exc
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or not 0 <= value <= MAX_DELAY_SECONDS
+    ):
+        raise InvalidDelayError(
+            f"backoff policy {type(backoff).__name__}.next({redelivery_count}) must return seconds in "
+            f"[0, {MAX_DELAY_SECONDS:g}]; got {value!r}"
+        )
+    return float(value)
+
+
+__all__ = ["ConstantBackoff", "ExponentialBackoff", "RedeliveryBackoff", "checked_delay"]

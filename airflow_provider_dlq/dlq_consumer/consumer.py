@@ -1,0 +1,766 @@
+"""A Pulsar consumer wrapper with Term, retry topics, delay levels, nack backoff and DLQ error context.
+
+The wrapper owns one ``pulsar.Consumer`` on a Shared or Key_Shared subscription of the topic and,
+when retry is enabled, of its retry topic. Failed messages are copied to the retry or DLQ topic
+*before* the original is acknowledged, so a crash in between duplicates a message, never loses it.
+
+Negative acknowledgements honour a backoff policy client-side, as PIP-106 does in Java: the wrapper
+keeps a heap of ``(due, message)`` and a timer thread hands each message to the underlying
+``negative_acknowledge`` when it is due. The underlying consumer is created with a short fixed nack
+delay (``nack_precision_ms``), so redelivery happens about ``backoff.next(n) + nack_precision`` after
+the call. As in Java, a consumer crash or close redelivers held messages at once.
+
+With retry enabled the wrapper subscribes the topic and the retry topic with two single-topic
+consumers whose message listeners feed one bounded inbox (full inbox = backpressure), instead of a
+multi-topic consumer: pulsar-client 3.13's multi-topic consumer logs every payload at DEBUG, and
+prints non-UTF-8 payloads to stdout, which would break the rule that payloads are never logged.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeoutError
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Literal
+
+from airflow_provider_dlq.dlq_consumer.backoff import ExponentialBackoff, RedeliveryBackoff, checked_delay
+from airflow_provider_dlq.dlq_consumer.context import (
+    CONTEXT_PREFIX,
+    DELAY_TIME,
+    ORIGIN_MESSAGE_ID,
+    PULSAR_STANDARD_KEYS,
+    REAL_TOPIC,
+    REASON_MAX_RECONSUMES,
+    REASON_MAX_REDELIVERIES,
+    REASON_TERM,
+    RECONSUMETIMES,
+    RETRY_TOPIC,
+    base_topic,
+    build_context_properties,
+)
+from airflow_provider_dlq.dlq_consumer.errors import (
+    ConfigurationError,
+    ConsumerClosedError,
+    DlqNotConfiguredError,
+    InvalidDelayError,
+    PublishError,
+    RetryNotConfiguredError,
+    UnsupportedSubscriptionTypeError,
+)
+from airflow_provider_dlq.dlq_consumer.metrics import ConsumerMetrics, topic_attributes
+from airflow_provider_dlq.dlq_consumer.policy import (
+    DeadLetterPolicy,
+    RetryPolicy,
+    resolve_topics,
+)
+
+if TYPE_CHECKING:
+    import pulsar
+
+log = logging.getLogger(__name__)
+
+#: ``subscribe`` options the wrapper manages itself.
+_MANAGED_OPTIONS = frozenset(
+    {
+        "consumer_type",
+        "consumer_name",
+        "dead_letter_policy",
+        "negative_ack_redelivery_delay_ms",
+        "message_listener",
+    }
+)
+
+
+class _Scheduler:
+    """One daemon thread that runs actions when due: delayed nacks, and acks after async sends."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._heap: list[tuple[float, int, Callable[[], None]]] = []
+        self._cond = threading.Condition()
+        self._seq = itertools.count()
+        self._thread: threading.Thread | None = None
+        self._closing = False
+
+    def schedule(self, due: float, action: Callable[[], None]) -> None:
+        with self._cond:
+            if self._closing:
+                raise ConsumerClosedError("the consumer is closing; no new actions are accepted")
+            heapq.heappush(self._heap, (due, next(self._seq), action))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+                self._thread.start()
+            self._cond.notify()
+
+    def pending(self) -> int:
+        with self._cond:
+            return len(self._heap)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while True:
+                    now = time.monotonic()
+                    if self._heap and (self._closing or self._heap[0][0] <= now):
+                        break
+                    if self._closing:
+                        return
+                    self._cond.wait(self._heap[0][0] - now if self._heap else None)
+                _, _, action = heapq.heappop(self._heap)
+            try:
+                action()
+            except Exception:
+                log.exception("dlq_consumer: a scheduled ack/nack failed; the broker will redeliver")
+
+    def close(self, timeout: float) -> None:
+        """Run everything still scheduled at once, then stop the thread."""
+        with self._cond:
+            self._closing = True
+            self._cond.notify()
+            thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
+
+
+class _Inbox:
+    """A bounded queue fed by the message listeners of the topic and retry-topic consumers."""
+
+    def __init__(self, capacity: int) -> None:
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=capacity)
+        self._closed = threading.Event()
+
+    def listener(self, consumer: Any, msg: Any) -> None:
+        """Called on the client's listener thread; blocks while the inbox is full (backpressure)."""
+        while not self._closed.is_set():
+            try:
+                self._queue.put(msg, timeout=0.2)
+                return
+            except queue.Full:
+                continue
+        # Closing: leave the message unacknowledged, the broker redelivers it.
+
+    def get(self, timeout_millis: int | None) -> Any:
+        import pulsar
+
+        try:
+            if timeout_millis is None:
+                while True:
+                    try:
+                        return self._queue.get(timeout=0.5)
+                    except queue.Empty:
+                        if self._closed.is_set():
+                            raise
+            return self._queue.get(timeout=max(0, timeout_millis) / 1000)
+        except queue.Empty:
+            raise pulsar.Timeout(f"no message within {timeout_millis} ms") from None
+
+    def close(self) -> None:
+        self._closed.set()
+
+
+class DlqConsumer:
+    """Consume a topic with Term, retry topics, nack backoff and DLQ error context.
+
+    Parameters
+    ----------
+    client
+        A ``pulsar.Client`` (create it with a Python ``logger=``; see :func:`create_client`).
+    topic
+        The topic to consume (a short name or ``persistent://tenant/ns/name``).
+    subscription
+        Subscription name; also used in the default DLQ and retry topic names.
+    dead_letter
+        Dead-letter policy; ``None`` disables the DLQ (then ``term`` raises and nacks retry forever).
+    retry
+        Retry-topic policy; ``None`` disables ``reconsume_later``. Needs ``dead_letter``.
+    backoff
+        Nack redelivery backoff (default :class:`ExponentialBackoff`: 1 s, 2 s, 4 s, ... 60 s).
+    consumer_type
+        ``pulsar.ConsumerType.Shared`` (default) or ``KeyShared``; others raise
+        :class:`UnsupportedSubscriptionTypeError`.
+    consumer_name
+        Name of the underlying consumer, also written as ``__dlq.errors.consumer``.
+    metrics
+        Metric counters (default: the global OpenTelemetry meter provider).
+    producer_options
+        Extra ``create_producer`` options for the DLQ/retry producers (batching and
+        ``block_if_queue_full=True`` are always on).
+    nack_precision_ms
+        Fixed nack delay of the underlying consumer, added to every backoff delay (default 10 ms;
+        the C++ client's nack timer rounds up to about 100 ms).
+    send_timeout_s
+        How long ``term``/``reconsume_later`` wait for the broker to confirm the copy.
+    subscribe_options
+        Further ``client.subscribe`` options (``initial_position``, ``receiver_queue_size``, ...).
+    """
+
+    def __init__(
+        self,
+        client: pulsar.Client,
+        topic: str,
+        subscription: str,
+        *,
+        dead_letter: DeadLetterPolicy | None = None,
+        retry: RetryPolicy | None = None,
+        backoff: RedeliveryBackoff | None = None,
+        consumer_type: pulsar.ConsumerType | None = None,
+        consumer_name: str | None = None,
+        metrics: ConsumerMetrics | None = None,
+        producer_options: Mapping[str, Any] | None = None,
+        nack_precision_ms: int = 10,
+        send_timeout_s: float = 30.0,
+        **subscribe_options: Any,
+    ) -> None:
+        import pulsar
+
+        if consumer_type is None:
+            consumer_type = pulsar.ConsumerType.Shared
+        if consumer_type not in (pulsar.ConsumerType.Shared, pulsar.ConsumerType.KeyShared):
+            raise UnsupportedSubscriptionTypeError(
+                f"consumer_type must be ConsumerType.Shared or ConsumerType.KeyShared: retry topics, "
+                f"nack backoff and dead-lettering need individual acks; got {consumer_type!r}"
+            )
+        if dead_letter is not None and not isinstance(dead_letter, DeadLetterPolicy):
+            raise ConfigurationError(f"dead_letter must be a DeadLetterPolicy or None; got {dead_letter!r}")
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            raise ConfigurationError(f"retry must be a RetryPolicy or None; got {retry!r}")
+        backoff = backoff if backoff is not None else ExponentialBackoff()
+        if not callable(getattr(backoff, "next", None)):
+            raise ConfigurationError(f"backoff must have a next(redelivery_count) method; got {backoff!r}")
+        managed = _MANAGED_OPTIONS & subscribe_options.keys()
+        if managed:
+            raise ConfigurationError(
+                f"{sorted(managed)} are managed by DlqConsumer: use consumer_type=, dead_letter=, backoff= "
+                "instead (message listeners are not supported; call receive())"
+            )
+        if (
+            isinstance(nack_precision_ms, bool)
+            or not isinstance(nack_precision_ms, int)
+            or nack_precision_ms < 1
+        ):
+            raise ConfigurationError(f"nack_precision_ms must be an int >= 1; got {nack_precision_ms!r}")
+        if not isinstance(send_timeout_s, int | float) or send_timeout_s <= 0:
+            raise ConfigurationError(f"send_timeout_s must be > 0; got {send_timeout_s!r}")
+        names = resolve_topics(topic, subscription, dead_letter, retry)
+
+        self._pulsar = pulsar
+        self._client = client
+        self.topic = names.topic
+        self.subscription = names.subscription
+        self.dead_letter_topic = names.dead_letter_topic
+        self.retry_topic = names.retry_topic
+        self.dead_letter_policy = dead_letter
+        self.retry_policy = retry
+        self.backoff = backoff
+        self._metrics = metrics if metrics is not None else ConsumerMetrics()
+        self._attributes = topic_attributes(self.topic, self.subscription)
+        self._producer_options = dict(producer_options or {})
+        self._send_timeout_s = float(send_timeout_s)
+        self._lock = threading.Lock()
+        self._producers: dict[str, Any] = {}
+        self._inflight: set[Future[Any]] = set()
+        self._closed = False
+        options: dict[str, Any] = {
+            "consumer_type": consumer_type,
+            "consumer_name": consumer_name,
+            "negative_ack_redelivery_delay_ms": nack_precision_ms,
+            **subscribe_options,
+        }
+        self._inbox: _Inbox | None = None
+        self._retry_consumer: Any = None
+        if self.retry_topic is None:
+            self._consumer = client.subscribe(self.topic, self.subscription, **options)
+        else:
+            self._inbox = _Inbox(int(subscribe_options.get("receiver_queue_size", 1000)))
+            options["message_listener"] = self._inbox.listener
+            self._consumer = client.subscribe(self.topic, self.subscription, **options)
+            try:
+                self._retry_consumer = client.subscribe(self.retry_topic, self.subscription, **options)
+            except Exception:
+                self._inbox.close()
+                self._consumer.close()
+                raise
+        self._scheduler = _Scheduler(f"dlq-consumer-{self.subscription}")
+
+    # ------------------------------------------------------------------ basics
+
+    @property
+    def consumer(self) -> pulsar.Consumer:
+        """The underlying ``pulsar.Consumer`` of the topic (fed to :meth:`receive` by a listener when
+        retry is enabled: do not call its ``receive`` then)."""
+        return self._consumer
+
+    @property
+    def retry_consumer(self) -> pulsar.Consumer | None:
+        """The underlying ``pulsar.Consumer`` of the retry topic, if retry is enabled."""
+        return self._retry_consumer
+
+    def _owner(self, msg: pulsar.Message) -> Any:
+        """The underlying consumer that received ``msg``: the only one that may ack or nack it."""
+        if self._retry_consumer is not None and self.is_retry_message(msg):
+            return self._retry_consumer
+        return self._consumer
+
+    @property
+    def consumer_name(self) -> str:
+        """Name of the underlying consumer."""
+        return str(self._consumer.consumer_name())
+
+    @property
+    def pending_nacks(self) -> int:
+        """Messages waiting for their backoff delay (and acks waiting for an async send)."""
+        return self._scheduler.pending()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ConsumerClosedError("this DlqConsumer is closed; create a new one")
+
+    def is_retry_message(self, msg: pulsar.Message) -> bool:
+        """True if ``msg`` was received from this consumer's retry topic."""
+        return self.retry_topic is not None and base_topic(msg.topic_name()) == self.retry_topic
+
+    def receive(self, timeout_millis: int | None = None) -> pulsar.Message:
+        """Receive the next message (``pulsar.Timeout`` when none arrives in time).
+
+        A message redelivered more than ``max_redeliveries`` times (e.g. after a crash) goes to the
+        DLQ with reason ``max-redeliveries`` instead of being returned.
+        """
+        self._check_open()
+        deadline = None if timeout_millis is None else time.monotonic() + timeout_millis / 1000
+        while True:
+            remaining = None if deadline is None else max(0, int((deadline - time.monotonic()) * 1000))
+            if self._inbox is not None:
+                msg = self._inbox.get(remaining)
+            elif remaining is None:
+                msg = self._consumer.receive()
+            else:
+                msg = self._consumer.receive(remaining)
+            policy = self.dead_letter_policy
+            if policy is not None and msg.redelivery_count() > policy.max_redeliveries:
+                self._dead_letter(msg, REASON_MAX_REDELIVERIES, None, wait=True)
+                continue
+            return msg
+
+    def acknowledge(self, msg: pulsar.Message) -> None:
+        """Acknowledge ``msg`` (processed)."""
+        self._check_open()
+        self._owner(msg).acknowledge(msg)
+
+    def negative_acknowledge(self, msg: pulsar.Message, error: BaseException | str | None = None) -> None:
+        """Redeliver ``msg`` after ``backoff.next(redelivery_count)`` seconds.
+
+        If it has already been redelivered ``max_redeliveries`` times and a DLQ is configured, it goes
+        to the DLQ with reason ``max-redeliveries`` and the context of ``error`` instead.
+
+        Raises
+        ------
+        InvalidDelayError
+            If the backoff policy misbehaves; the message is nacked at once before raising.
+        PublishError
+            If writing to the DLQ failed; the message is nacked at once before raising.
+        """
+        self._check_open()
+        count = msg.redelivery_count()
+        policy = self.dead_letter_policy
+        if policy is not None and count >= policy.max_redeliveries:
+            self._dead_letter(msg, REASON_MAX_REDELIVERIES, error, wait=True)
+            return
+        try:
+            delay = checked_delay(self.backoff, count)
+        except InvalidDelayError:
+            self._owner(msg).negative_acknowledge(msg)
+            raise
+        self._metrics.nack(self._attributes)
+        owner = self._owner(msg)
+        self._scheduler.schedule(time.monotonic() + delay, lambda: owner.negative_acknowledge(msg))
+
+    # ------------------------------------------------------------------ term / retry
+
+    def term(self, msg: pulsar.Message, error: BaseException | str | None = None) -> pulsar.MessageId:
+        """Send ``msg`` straight to the DLQ with reason ``term`` (PIP-372), then acknowledge it.
+
+        Returns the DLQ message id.
+
+        Raises
+        ------
+        DlqNotConfiguredError
+            If the consumer has no dead-letter policy (the message is left unacknowledged).
+        PublishError
+            If the DLQ write failed (the message is nacked at once, so it is redelivered).
+        """
+        self._require_dlq("term()")
+        result: pulsar.MessageId = self._dead_letter(msg, REASON_TERM, error, wait=True).result()
+        return result
+
+    def term_async(self, msg: pulsar.Message, error: BaseException | str | None = None) -> Future[Any]:
+        """Like :meth:`term` without waiting: the future completes after the DLQ write and the ack.
+
+        Sends are batched; a failed send nacks the original and fails the future with
+        :class:`PublishError`. :meth:`close` waits for all of them.
+        """
+        self._require_dlq("term_async()")
+        return self._dead_letter(msg, REASON_TERM, error, wait=False)
+
+    def reconsume_later(
+        self,
+        msg: pulsar.Message,
+        delay: float | timedelta | None = None,
+        *,
+        level: int | Literal["increment"] | None = None,
+        properties: Mapping[str, str] | None = None,
+        error: BaseException | str | None = None,
+    ) -> pulsar.MessageId:
+        """Redeliver ``msg`` later through the retry topic, then acknowledge the original.
+
+        Give ``delay`` (1 s to 864,000 s), or ``level`` (1-based index into the delay ladder, or
+        ``"increment"`` for retry ``n`` -> level ``n``), or neither for the retry policy's default.
+        ``properties`` are added to the retried message (the standard keys always win). Past
+        ``max_reconsumes`` the message goes to the DLQ with reason ``max-reconsumes``.
+        Returns the id of the message written (retry or DLQ).
+
+        Raises
+        ------
+        RetryNotConfiguredError
+            If the consumer has no retry policy.
+        InvalidDelayError
+            For an invalid ``delay`` or ``level`` (checked before anything is sent).
+        PublishError
+            If the write failed (the message is nacked at once, so it is redelivered).
+        """
+        result: pulsar.MessageId = self._reconsume(msg, delay, level, properties, error, wait=True).result()
+        return result
+
+    def reconsume_later_async(
+        self,
+        msg: pulsar.Message,
+        delay: float | timedelta | None = None,
+        *,
+        level: int | Literal["increment"] | None = None,
+        properties: Mapping[str, str] | None = None,
+        error: BaseException | str | None = None,
+    ) -> Future[Any]:
+        """Like :meth:`reconsume_later` without waiting for the broker (see :meth:`term_async`)."""
+        return self._reconsume(msg, delay, level, properties, error, wait=False)
+
+    def _require_dlq(self, what: str) -> None:
+        self._check_open()
+        if self.dead_letter_policy is None or self.dead_letter_topic is None:
+            raise DlqNotConfiguredError(
+                f"{what} needs a dead-letter topic: create the consumer with "
+                "dead_letter=DeadLetterPolicy(...) (the message was left unacknowledged)"
+            )
+
+    def _reconsume(
+        self,
+        msg: pulsar.Message,
+        delay: float | timedelta | None,
+        level: int | Literal["increment"] | None,
+        properties: Mapping[str, str] | None,
+        error: BaseException | str | None,
+        *,
+        wait: bool,
+    ) -> Future[Any]:
+        self._check_open()
+        retry = self.retry_policy
+        if retry is None or self.retry_topic is None:
+            raise RetryNotConfiguredError(
+                "reconsume_later() needs a retry topic: create the consumer with retry=RetryPolicy(...) "
+                "and dead_letter=DeadLetterPolicy(...) (the message was left unacknowledged)"
+            )
+        custom = _check_properties(properties)
+        previous = _reconsume_times(msg)
+        attempt = previous + 1
+        if attempt > retry.max_reconsumes:
+            return self._dead_letter(msg, REASON_MAX_RECONSUMES, error, wait=wait, reconsume_times=previous)
+        seconds = retry.resolve_delay(attempt, delay=delay, level=level)
+        props = self._copy_properties(msg, reason=None, error=error, reconsume_times=attempt)
+        props = {**custom, **props}
+        props[RECONSUMETIMES] = str(attempt)
+        props[DELAY_TIME] = str(round(seconds * 1000))
+        props[RETRY_TOPIC] = self.retry_topic
+        sent = self._send(self.retry_topic, msg, msg.data(), props, timedelta(seconds=seconds))
+        return self._complete(msg, sent, wait, lambda: self._metrics.retry(self._attributes))
+
+    # ------------------------------------------------------------------ internals
+
+    def _dead_letter(
+        self,
+        msg: pulsar.Message,
+        reason: str,
+        error: BaseException | str | None,
+        *,
+        wait: bool,
+        reconsume_times: int | None = None,
+    ) -> Future[Any]:
+        policy = self.dead_letter_policy
+        assert policy is not None
+        assert self.dead_letter_topic is not None
+        if reconsume_times is None:
+            reconsume_times = _reconsume_times(msg)
+        payload = msg.data()
+        props = self._copy_properties(msg, reason=reason, error=error, reconsume_times=reconsume_times)
+        if not policy.copy_payload:
+            payload = b""
+
+        def done() -> None:
+            self._metrics.dead_lettered(self._attributes, reason)
+            if reason == REASON_TERM:
+                self._metrics.term(self._attributes)
+
+        sent = self._send(self.dead_letter_topic, msg, payload, props, None)
+        return self._complete(msg, sent, wait, done)
+
+    def _copy_properties(
+        self,
+        msg: pulsar.Message,
+        *,
+        reason: str | None,
+        error: BaseException | str | None,
+        reconsume_times: int,
+    ) -> dict[str, str]:
+        """Original properties without old bookkeeping, plus fresh context."""
+        original = msg.properties()
+        if self.is_retry_message(msg):
+            origin_topic = _str_or(original.get(REAL_TOPIC), self.topic)
+            origin_id = _str_or(original.get(ORIGIN_MESSAGE_ID), str(msg.message_id()))
+        else:
+            origin_topic = msg.topic_name() or self.topic
+            origin_id = str(msg.message_id())
+        kept = {
+            k: v
+            for k, v in original.items()
+            if k not in PULSAR_STANDARD_KEYS and not k.startswith(CONTEXT_PREFIX)
+        }
+        policy = self.dead_letter_policy
+        context = build_context_properties(
+            origin_topic=origin_topic,
+            origin_message_id=origin_id,
+            subscription=self.subscription,
+            reason=reason,
+            delivery_count=msg.redelivery_count() + 1,
+            reconsume_times=reconsume_times,
+            error=error,
+            include_stacktrace=policy.include_stacktrace if policy else True,
+            consumer=self.consumer_name,
+            failed_at=int(time.time() * 1000),
+            payload=msg.data(),
+            payload_copied=policy.copy_payload if (policy and reason is not None) else True,
+            **(
+                {
+                    "max_message_bytes": policy.max_error_message_bytes,
+                    "max_stack_bytes": policy.max_stacktrace_bytes,
+                }
+                if policy
+                else {}
+            ),
+        )
+        return {**kept, **context}
+
+    def _producer_for(self, topic: str) -> Any:
+        with self._lock:
+            producer = self._producers.get(topic)
+            if producer is not None:
+                return producer
+            policy = self.dead_letter_policy
+            if topic == self.dead_letter_topic and policy is not None and policy.initial_subscription:
+                # A durable subscription retains DLQ messages until someone reads them.
+                self._client.subscribe(
+                    topic,
+                    policy.initial_subscription,
+                    consumer_type=self._pulsar.ConsumerType.Shared,
+                    initial_position=self._pulsar.InitialPosition.Earliest,
+                ).close()
+            options: dict[str, Any] = {
+                "batching_enabled": True,
+                "batching_max_publish_delay_ms": 5,
+                **self._producer_options,
+                "block_if_queue_full": True,
+            }
+            producer = self._client.create_producer(topic, **options)
+            self._producers[topic] = producer
+            return producer
+
+    def _send(
+        self,
+        topic: str,
+        original: pulsar.Message,
+        payload: bytes,
+        properties: dict[str, str],
+        deliver_after: timedelta | None,
+    ) -> Future[Any]:
+        """Send asynchronously; the returned future holds the message id or a :class:`PublishError`."""
+        future: Future[Any] = Future()
+        ok = self._pulsar.Result.Ok
+
+        def callback(result: Any, message_id: Any) -> None:
+            if result == ok:
+                future.set_result(message_id)
+            else:
+                future.set_exception(
+                    PublishError(
+                        f"writing message {original.message_id()} to {topic} failed: {result}; the original "
+                        "was not acknowledged and is redelivered (if the message is too big, use "
+                        "copy_payload=False or smaller properties)"
+                    )
+                )
+
+        kwargs: dict[str, Any] = {"properties": properties}
+        if original.partition_key():
+            kwargs["partition_key"] = original.partition_key()
+        if original.ordering_key():
+            kwargs["ordering_key"] = original.ordering_key()
+        if original.event_timestamp():
+            kwargs["event_timestamp"] = original.event_timestamp()
+        if deliver_after is not None:
+            kwargs["deliver_after"] = deliver_after
+        with self._lock:
+            self._inflight.add(future)
+        future.add_done_callback(self._forget)
+        try:
+            self._producer_for(topic).send_async(payload, callback, **kwargs)
+        except Exception as exc:
+            if not future.done():
+                future.set_exception(
+                    PublishError(f"writing message {original.message_id()} to {topic} failed: {exc!r}")
+                )
+        return future
+
+    def _forget(self, future: Future[Any]) -> None:
+        with self._lock:
+            self._inflight.discard(future)
+
+    def _complete(
+        self, original: pulsar.Message, sent: Future[Any], wait: bool, on_done: Callable[[], None]
+    ) -> Future[Any]:
+        """Ack ``original`` once ``sent`` succeeded, or nack it at once if the send failed."""
+        if wait:
+            try:
+                message_id = sent.result(timeout=self._send_timeout_s)
+            except FutureTimeoutError:
+                self._owner(original).negative_acknowledge(original)
+                raise PublishError(
+                    f"no confirmation within {self._send_timeout_s:g} s for message {original.message_id()}; "
+                    "the original was nacked (it may arrive twice, never zero times)"
+                ) from None
+            except PublishError:
+                self._owner(original).negative_acknowledge(original)
+                raise
+            self._owner(original).acknowledge(original)
+            on_done()
+            result: Future[Any] = Future()
+            result.set_result(message_id)
+            return result
+
+        done: Future[Any] = Future()
+
+        def finish(f: Future[Any]) -> None:
+            # Runs on the client's I/O thread: only hand the ack/nack to the scheduler thread.
+            exc = f.exception()
+            if exc is not None:
+
+                def nack() -> None:
+                    self._owner(original).negative_acknowledge(original)
+                    done.set_exception(exc)
+
+                self._scheduler_now(nack)
+            else:
+
+                def ack() -> None:
+                    self._owner(original).acknowledge(original)
+                    on_done()
+                    done.set_result(f.result())
+
+                self._scheduler_now(ack)
+
+        sent.add_done_callback(finish)
+        return done
+
+    def _scheduler_now(self, action: Callable[[], None]) -> None:
+        try:
+            self._scheduler.schedule(time.monotonic(), action)
+        except ConsumerClosedError:
+            action()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Flush the DLQ/retry producers and wait until every async send has been confirmed."""
+        with self._lock:
+            producers = list(self._producers.values())
+        for producer in producers:
+            producer.flush()
+        deadline = time.monotonic() + (timeout if timeout is not None else self._send_timeout_s)
+        while True:
+            with self._lock:
+                pending = list(self._inflight)
+            if not pending:
+                return
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise PublishError(f"{len(pending)} DLQ/retry sends still unconfirmed after flush timeout")
+            try:
+                pending[0].exception(timeout=remaining)
+            except FutureTimeoutError:
+                continue
+
+    def close(self) -> None:
+        """Flush and close the producers, hand back held nacks, and close the consumer. Idempotent."""
+        if self._closed:
+            return
+        try:
+            self.flush()
+        except PublishError:
+            log.warning("dlq_consumer: closing with unconfirmed sends; their originals stay unacknowledged")
+        self._scheduler.close(timeout=self._send_timeout_s)
+        self._closed = True
+        with self._lock:
+            producers = list(self._producers.values())
+            self._producers.clear()
+        for producer in producers:
+            try:
+                producer.close()
+            except Exception:
+                log.warning("dlq_consumer: closing a DLQ/retry producer failed", exc_info=True)
+        if self._inbox is not None:
+            self._inbox.close()  # messages still in the inbox stay unacked: the broker redelivers them
+        if self._retry_consumer is not None:
+            self._retry_consumer.close()
+        self._consumer.close()
+
+    def __enter__(self) -> DlqConsumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _str_or(value: object, default: str) -> str:
+    return value if isinstance(value, str) and value else default
+
+
+def _reconsume_times(msg: pulsar.Message) -> int:
+    """``RECONSUMETIMES`` of ``msg`` (untrusted: junk counts as 0)."""
+    value = msg.properties().get(RECONSUMETIMES)
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 9:
+        return int(value)
+    return 0
+
+
+def _check_properties(properties: Mapping[str, str] | None) -> dict[str, str]:
+    if properties is None:
+        return {}
+    if not isinstance(properties, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in properties.items()
+    ):
+        raise ConfigurationError(f"properties must map str to str; got {properties!r}")
+    return dict(properties)
+
+
+__all__ = ["DlqConsumer"]

@@ -1,0 +1,294 @@
+"""Dead-letter and retry policies, validated eagerly, and the DLQ/retry topic name guard (KIP-1191 style)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
+
+from airflow_provider_dlq.dlq_consumer.context import MAX_ERROR_MESSAGE_BYTES, MAX_ERROR_STACK_BYTES
+from airflow_provider_dlq.dlq_consumer.delays import DEFAULT_LEVELS, DelayLevels, validate_delay
+from airflow_provider_dlq.dlq_consumer.errors import (
+    ConfigurationError,
+    InvalidDelayError,
+    TopicNameGuardError,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from datetime import timedelta
+
+DEFAULT_MAX_REDELIVERIES = 16
+DEFAULT_MAX_RECONSUMES = 16
+LEVEL_INCREMENT: Literal["increment"] = "increment"
+
+
+def normalize_topic(topic: str) -> str:
+    """Return the fully qualified name: ``orders`` -> ``persistent://public/default/orders``.
+
+    Raises
+    ------
+    ConfigurationError
+        If ``topic`` is empty or not ``name``, ``tenant/namespace/name`` or ``<domain>://tenant/ns/name``.
+    """
+    if not isinstance(topic, str) or not topic.strip() or topic != topic.strip():
+        raise ConfigurationError(f"topic must be a non-empty name without surrounding spaces; got {topic!r}")
+    if "://" in topic:
+        domain, rest = topic.split("://", 1)
+        if (
+            domain not in ("persistent", "non-persistent")
+            or len(rest.split("/")) != 3
+            or "" in rest.split("/")
+        ):
+            raise ConfigurationError(
+                f"topic {topic!r} must look like 'persistent://tenant/namespace/name' or a short name"
+            )
+        return topic
+    parts = topic.split("/")
+    if len(parts) == 1:
+        return f"persistent://public/default/{topic}"
+    if len(parts) == 3 and "" not in parts:
+        return f"persistent://{topic}"
+    raise ConfigurationError(f"topic {topic!r} must be 'name', 'tenant/namespace/name' or a full topic URL")
+
+
+def local_name(topic: str) -> str:
+    """The last path element of a topic name (``orders`` for ``persistent://public/default/orders``)."""
+    return topic.rsplit("/", 1)[-1]
+
+
+@dataclass(frozen=True)
+class TopicNameGuard:
+    """Refuse unsafe DLQ and retry topic names, in the spirit of KIP-1191.
+
+    Parameters
+    ----------
+    required_prefix
+        If set, the local topic name (after the namespace) must start with it, e.g. ``"dlq."``.
+    pattern
+        If set, a regular expression the fully qualified topic name must match entirely.
+    allow_internal
+        Names whose local part starts with ``__`` are system topics and are refused unless this is true.
+    """
+
+    required_prefix: str | None = None
+    pattern: str | None = None
+    allow_internal: bool = False
+
+    def __post_init__(self) -> None:
+        if self.required_prefix is not None and (
+            not isinstance(self.required_prefix, str) or not self.required_prefix
+        ):
+            raise ConfigurationError(
+                f"required_prefix must be a non-empty string or None; got {self.required_prefix!r}"
+            )
+        if self.pattern is not None:
+            try:
+                re.compile(self.pattern)
+            except (re.error, TypeError) as exc:
+                raise ConfigurationError(
+                    f"pattern {self.pattern!r} is not a valid regular expression: {exc}"
+                ) from None
+
+    def check(self, topic: str, *, role: str) -> None:
+        """Raise :class:`TopicNameGuardError` naming ``role`` (``DLQ``/``retry``) if ``topic`` is refused."""
+        name = local_name(topic)
+        if name.startswith("__") and not self.allow_internal:
+            raise TopicNameGuardError(
+                f"{role} topic {topic!r} is an internal name (starts with '__'); choose another name"
+            )
+        if self.required_prefix is not None and not name.startswith(self.required_prefix):
+            raise TopicNameGuardError(
+                f"{role} topic {topic!r} must have a local name starting with {self.required_prefix!r} "
+                f"(name guard); set the topic explicitly, e.g. '{topic.rsplit('/', 1)[0]}/"
+                f"{self.required_prefix}{name}'"
+            )
+        if self.pattern is not None and re.fullmatch(self.pattern, topic) is None:
+            raise TopicNameGuardError(
+                f"{role} topic {topic!r} does not match the required pattern {self.pattern!r}"
+            )
+
+
+def _check_count(name: str, value: int, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigurationError(f"{name} must be an int >= {minimum}; got {value!r}")
+
+
+@dataclass(frozen=True)
+class DeadLetterPolicy:
+    """Where and how failed messages are dead-lettered.
+
+    Parameters
+    ----------
+    max_redeliveries
+        Negative acks allowed before a message goes to the DLQ with reason ``max-redeliveries``: the
+        handler sees a message at most ``max_redeliveries + 1`` times (default 16).
+    topic
+        DLQ topic; default ``<topic>-<subscription>-DLQ``.
+    initial_subscription
+        Durable subscription created on the DLQ before the first message is written, so DLQ messages
+        are retained until someone reads them (e.g. the replay's subscription).
+    name_guard
+        Checks the DLQ and retry topic names.
+    copy_payload
+        Copy the payload to the DLQ (default; replay needs it). If false, the DLQ message has an empty
+        payload and ``__dlq.errors.payload.sha256``.
+    include_stacktrace
+        Write the (bounded) stack trace of the error.
+    max_error_message_bytes, max_stacktrace_bytes
+        Bounds for the exception message and stack trace properties (UTF-8 bytes).
+    """
+
+    max_redeliveries: int = DEFAULT_MAX_REDELIVERIES
+    topic: str | None = None
+    initial_subscription: str | None = None
+    name_guard: TopicNameGuard = field(default_factory=TopicNameGuard)
+    copy_payload: bool = True
+    include_stacktrace: bool = True
+    max_error_message_bytes: int = MAX_ERROR_MESSAGE_BYTES
+    max_stacktrace_bytes: int = MAX_ERROR_STACK_BYTES
+
+    def __post_init__(self) -> None:
+        _check_count("max_redeliveries", self.max_redeliveries, 0)
+        if self.topic is not None:
+            normalize_topic(self.topic)
+        if self.initial_subscription is not None and (
+            not isinstance(self.initial_subscription, str) or not self.initial_subscription.strip()
+        ):
+            raise ConfigurationError(
+                f"initial_subscription must be a non-empty string or None; got {self.initial_subscription!r}"
+            )
+        if not isinstance(self.name_guard, TopicNameGuard):
+            raise ConfigurationError(f"name_guard must be a TopicNameGuard; got {self.name_guard!r}")
+        _check_count("max_error_message_bytes", self.max_error_message_bytes, 64)
+        _check_count("max_stacktrace_bytes", self.max_stacktrace_bytes, 64)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Retry through a retry topic with delayed delivery (Java ``enableRetry``/TDMQ ``reconsumeLater``).
+
+    Parameters
+    ----------
+    max_reconsumes
+        Trips through the retry topic before ``reconsume_later`` dead-letters with reason
+        ``max-reconsumes`` (default 16: the 17th call goes to the DLQ).
+    topic
+        Retry topic; default ``<topic>-<subscription>-RETRY``.
+    delay_levels
+        The ladder for ``level=`` and level-increment mode (default
+        ``1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h``). A string or sequence is parsed.
+    level_increment
+        When ``reconsume_later`` gets neither ``delay`` nor ``level``: if true (default) retry ``n``
+        uses level ``n`` of the ladder; if false ``default_delay`` is used.
+    default_delay
+        Seconds (or timedelta) used when ``level_increment`` is false.
+    """
+
+    max_reconsumes: int = DEFAULT_MAX_RECONSUMES
+    topic: str | None = None
+    delay_levels: DelayLevels | str | Sequence[str | float | timedelta] = DEFAULT_LEVELS
+    level_increment: bool = True
+    default_delay: float | timedelta = 60.0
+
+    def __post_init__(self) -> None:
+        _check_count("max_reconsumes", self.max_reconsumes, 1)
+        if self.topic is not None:
+            normalize_topic(self.topic)
+        if not isinstance(self.delay_levels, DelayLevels):
+            object.__setattr__(self, "delay_levels", DelayLevels.parse(self.delay_levels))
+        try:
+            validate_delay(self.default_delay, what="default_delay")
+        except InvalidDelayError as exc:
+            raise ConfigurationError(str(exc)) from None
+
+    @property
+    def levels(self) -> DelayLevels:
+        """The delay ladder (always a :class:`DelayLevels` after validation)."""
+        assert isinstance(self.delay_levels, DelayLevels)
+        return self.delay_levels
+
+    def resolve_delay(
+        self,
+        reconsume_times: int,
+        *,
+        delay: float | timedelta | None = None,
+        level: int | Literal["increment"] | None = None,
+    ) -> float:
+        """Seconds to delay the ``reconsume_times``-th retry (1-based).
+
+        Raises
+        ------
+        InvalidDelayError
+            If both ``delay`` and ``level`` are given, or either is out of range.
+        """
+        if delay is not None and level is not None:
+            raise InvalidDelayError("give reconsume_later either delay= or level=, not both")
+        if delay is not None:
+            return validate_delay(delay)
+        if level == LEVEL_INCREMENT or (level is None and self.level_increment):
+            return self.levels.delay_for_level(self.levels.level_for_retry(reconsume_times))
+        if level is not None:
+            return self.levels.delay_for_level(level)
+        return validate_delay(self.default_delay, what="default_delay")
+
+
+@dataclass(frozen=True)
+class ResolvedTopics:
+    """The topic names a consumer wrapper uses, after defaults and the name guard."""
+
+    topic: str
+    subscription: str
+    dead_letter_topic: str | None
+    retry_topic: str | None
+
+
+def resolve_topics(
+    topic: str, subscription: str, dead_letter: DeadLetterPolicy | None, retry: RetryPolicy | None
+) -> ResolvedTopics:
+    """Apply the naming defaults and the name guard.
+
+    Raises
+    ------
+    ConfigurationError
+        For a bad topic or subscription, retry without a DLQ, or colliding names.
+    TopicNameGuardError
+        If the DLQ or retry topic is refused by the guard.
+    """
+    full = normalize_topic(topic)
+    if not isinstance(subscription, str) or not subscription.strip():
+        raise ConfigurationError(f"subscription must be a non-empty string; got {subscription!r}")
+    if retry is not None and dead_letter is None:
+        raise ConfigurationError(
+            "a retry policy needs a dead-letter policy (past max_reconsumes the message goes to the DLQ): "
+            "pass dead_letter=DeadLetterPolicy(...)"
+        )
+    dlq = retry_topic = None
+    if dead_letter is not None:
+        dlq = normalize_topic(dead_letter.topic) if dead_letter.topic else f"{full}-{subscription}-DLQ"
+        dead_letter.name_guard.check(dlq, role="DLQ")
+    if retry is not None:
+        assert dead_letter is not None
+        retry_topic = normalize_topic(retry.topic) if retry.topic else f"{full}-{subscription}-RETRY"
+        dead_letter.name_guard.check(retry_topic, role="retry")
+    names = [n for n in (full, dlq, retry_topic) if n is not None]
+    if len(set(names)) != len(names):
+        raise ConfigurationError(
+            "topic, DLQ topic and retry topic must all differ; "
+            f"got topic={full!r}, dlq={dlq!r}, retry={retry_topic!r}"
+        )
+    return ResolvedTopics(full, subscription, dlq, retry_topic)
+
+
+__all__ = [
+    "DEFAULT_MAX_RECONSUMES",
+    "DEFAULT_MAX_REDELIVERIES",
+    "LEVEL_INCREMENT",
+    "DeadLetterPolicy",
+    "ResolvedTopics",
+    "RetryPolicy",
+    "TopicNameGuard",
+    "local_name",
+    "normalize_topic",
+    "resolve_topics",
+]

@@ -1,0 +1,235 @@
+"""A processing loop: run a handler per message and turn its outcome into ack, nack, retry or term.
+
+Classification of an exception raised by the handler, first match wins:
+
+1. :class:`TerminalError` or a registered terminal class -> ``term`` (straight to the DLQ).
+2. :class:`RetryableError` (may carry ``delay``/``level``) or a registered retryable class ->
+   ``reconsume_later``.
+3. Any other ``Exception`` -> the configured default (``nack`` with backoff unless changed).
+
+A ``BaseException`` that is not an ``Exception`` (``KeyboardInterrupt``, ``SystemExit``, ...) is not a
+processing failure: the message is left unacknowledged (the broker redelivers it) and the exception
+propagates. Misuse found while handling a failure (``term`` without a DLQ, a retry without a retry
+topic, an invalid delay) nacks the message, so it is never lost, and raises the clear error.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+from airflow_provider_dlq.dlq_consumer.errors import (
+    ConfigurationError,
+    DlqNotConfiguredError,
+    InvalidDelayError,
+    PublishError,
+    RetryableError,
+    RetryNotConfiguredError,
+    TerminalError,
+)
+
+if TYPE_CHECKING:
+    import threading
+    from collections.abc import Callable, Iterable
+
+    import pulsar
+
+    from airflow_provider_dlq.dlq_consumer.consumer import DlqConsumer
+
+log = logging.getLogger(__name__)
+
+
+class Outcome(StrEnum):
+    """What happened to a message."""
+
+    ACK = "ack"
+    NACK = "nack"
+    RETRY = "retry"
+    TERM = "term"
+    FAILED = "failed"  # the retry/DLQ write failed; the message was nacked and will be redelivered
+
+
+@dataclass
+class ProcessingStats:
+    """Counts per outcome for one :meth:`MessageProcessor.run`."""
+
+    received: int = 0
+    acked: int = 0
+    nacked: int = 0
+    retried: int = 0
+    termed: int = 0
+    failed: int = 0
+
+    def add(self, outcome: Outcome) -> None:
+        """Count one message with ``outcome``."""
+        self.received += 1
+        field = {
+            Outcome.ACK: "acked",
+            Outcome.NACK: "nacked",
+            Outcome.RETRY: "retried",
+            Outcome.TERM: "termed",
+            Outcome.FAILED: "failed",
+        }[outcome]
+        setattr(self, field, getattr(self, field) + 1)
+
+
+def _check_classes(name: str, classes: Iterable[type[BaseException]]) -> tuple[type[BaseException], ...]:
+    result = tuple(classes)
+    for cls in result:
+        if not (isinstance(cls, type) and issubclass(cls, Exception)):
+            raise ConfigurationError(
+                f"{name} must be Exception subclasses (BaseException-only types such as KeyboardInterrupt "
+                f"always propagate); got {cls!r}"
+            )
+    return result
+
+
+class MessageProcessor:
+    """Run ``handler(msg)`` for each message of a :class:`DlqConsumer` and settle the message.
+
+    Parameters
+    ----------
+    consumer
+        The consumer wrapper.
+    handler
+        Called with each ``pulsar.Message``; returning normally acknowledges the message.
+    terminal, retryable
+        Extra exception classes (subclasses included) that mean ``term`` / ``reconsume_later``.
+    default
+        Outcome for other exceptions: ``Outcome.NACK`` (default, with backoff), ``Outcome.RETRY`` or
+        ``Outcome.TERM``.
+    """
+
+    def __init__(
+        self,
+        consumer: DlqConsumer,
+        handler: Callable[[pulsar.Message], Any],
+        *,
+        terminal: Iterable[type[BaseException]] = (),
+        retryable: Iterable[type[BaseException]] = (),
+        default: Outcome | str = Outcome.NACK,
+    ) -> None:
+        if not callable(handler):
+            raise ConfigurationError(f"handler must be callable; got {handler!r}")
+        try:
+            default = Outcome(default)
+        except ValueError:
+            raise ConfigurationError(f"default must be 'nack', 'retry' or 'term'; got {default!r}") from None
+        if default not in (Outcome.NACK, Outcome.RETRY, Outcome.TERM):
+            raise ConfigurationError(f"default must be 'nack', 'retry' or 'term'; got {default!r}")
+        if default is Outcome.RETRY and consumer.retry_policy is None:
+            raise ConfigurationError("default='retry' needs a consumer created with retry=RetryPolicy(...)")
+        if default is Outcome.TERM and consumer.dead_letter_policy is None:
+            raise ConfigurationError(
+                "default='term' needs a consumer created with dead_letter=DeadLetterPolicy(...)"
+            )
+        self.consumer = consumer
+        self.handler = handler
+        self.default = default
+        self._terminal: tuple[type[BaseException], ...] = (
+            TerminalError,
+            *_check_classes("terminal", terminal),
+        )
+        self._retryable: tuple[type[BaseException], ...] = (
+            RetryableError,
+            *_check_classes("retryable", retryable),
+        )
+
+    def register_terminal(self, *classes: type[BaseException]) -> None:
+        """Treat ``classes`` (and subclasses) as terminal: ``term``."""
+        self._terminal += _check_classes("terminal", classes)
+
+    def register_retryable(self, *classes: type[BaseException]) -> None:
+        """Treat ``classes`` (and subclasses) as retryable: ``reconsume_later``."""
+        self._retryable += _check_classes("retryable", classes)
+
+    def classify(self, error: Exception) -> Outcome:
+        """The outcome for ``error`` (terminal before retryable before the default)."""
+        if isinstance(error, self._terminal):
+            return Outcome.TERM
+        if isinstance(error, self._retryable):
+            return Outcome.RETRY
+        return self.default
+
+    def process(self, msg: pulsar.Message) -> Outcome:
+        """Run the handler on ``msg`` and settle it; return the outcome.
+
+        Raises
+        ------
+        BaseException
+            Non-``Exception`` errors from the handler propagate; the message stays unacknowledged.
+        DlqNotConfiguredError, RetryNotConfiguredError, InvalidDelayError
+            Misuse while settling a failure; the message was nacked first.
+        """
+        try:
+            self.handler(msg)
+        except Exception as error:
+            return self._settle_failure(msg, error)
+        self.consumer.acknowledge(msg)
+        return Outcome.ACK
+
+    def _settle_failure(self, msg: pulsar.Message, error: Exception) -> Outcome:
+        outcome = self.classify(error)
+        log.info(
+            "dlq_consumer: message %s from %s failed with %s: %s",
+            msg.message_id(),
+            msg.topic_name(),
+            type(error).__name__,
+            outcome.value,
+        )
+        try:
+            if outcome is Outcome.TERM:
+                self.consumer.term(msg, error)
+            elif outcome is Outcome.RETRY:
+                delay = getattr(error, "delay", None) if isinstance(error, RetryableError) else None
+                level = getattr(error, "level", None) if isinstance(error, RetryableError) else None
+                self.consumer.reconsume_later(msg, delay, level=level, error=error)
+            else:
+                self.consumer.negative_acknowledge(msg, error)
+        except PublishError:
+            log.warning(
+                "dlq_consumer: message %s could not be moved; it will be redelivered", msg.message_id()
+            )
+            return Outcome.FAILED
+        except (DlqNotConfiguredError, RetryNotConfiguredError, InvalidDelayError) as misuse:
+            self.consumer.negative_acknowledge(msg, error)
+            raise misuse from error
+        return outcome
+
+    def run(
+        self,
+        *,
+        max_messages: int | None = None,
+        idle_timeout_s: float | None = None,
+        receive_timeout_ms: int = 500,
+        stop: threading.Event | None = None,
+    ) -> ProcessingStats:
+        """Receive and process messages until ``max_messages``, ``idle_timeout_s`` without a message, or
+        ``stop`` is set. Returns the counts per outcome."""
+        import pulsar
+
+        stats = ProcessingStats()
+        last = time.monotonic()
+        while not (stop is not None and stop.is_set()):
+            if max_messages is not None and stats.received >= max_messages:
+                break
+            try:
+                msg = self.consumer.receive(timeout_millis=receive_timeout_ms)
+            except pulsar.Timeout:
+                if idle_timeout_s is not None and time.monotonic() - last >= idle_timeout_s:
+                    break
+                continue
+            except PublishError:
+                # dead-lettering a message redelivered past the maximum failed; it was nacked
+                log.warning("dlq_consumer: a message past max_redeliveries could not be dead-lettered yet")
+                stats.failed += 1
+                continue
+            last = time.monotonic()
+            stats.add(self.process(msg))
+        return stats
+
+
+__all__ = ["MessageProcessor", "Outcome", "ProcessingStats"]
