@@ -1,0 +1,3 @@
+"""Hooks of the provider: the ``pulsar`` connection, Pulsar clients and DLQ backlog reads."""
+
+from __future__ import annotations

@@ -1,0 +1,295 @@
+"""Read a subscription's backlog per topic, from the admin REST API or the Prometheus metrics.
+
+Sources, in order of preference:
+
+* **admin** (``admin_url`` set): ``GET /admin/v2/persistent/<t>/<ns>/<topic>/stats`` (or
+  ``partitioned-stats``) gives ``subscriptions.<sub>.msgBacklog`` and, with
+  ``getEarliestTimeInBacklog=true``, ``earliestMsgPublishTimeInBacklog`` (the oldest message's age).
+  Namespace listing expands topic patterns.
+* **metrics** (``metrics_url`` set): the Prometheus gauge
+  ``pulsar_subscription_back_log{topic,subscription}``. It carries no message age, and some brokers
+  refresh it only every few seconds (pulsar-lite: about 10 s).
+
+The reading logic is written once as *plans*: generators that yield the URL to GET and receive an
+:class:`HttpResult`. :mod:`airflow_provider_dlq.hooks.pulsar` drives a plan with a blocking client (hook,
+poke mode) or an async one (trigger), so both paths behave identically and the logic is unit-testable
+without a network.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import re
+from collections.abc import Generator, Iterable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+from urllib.parse import quote
+
+BACKLOG_METRIC = "pulsar_subscription_back_log"
+_PARTITION_SUFFIX = re.compile(r"-partition-\d+$")
+_SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>.*)\})?\s+(?P<value>\S+)")
+_LABEL = re.compile(r'(?P<key>[a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"(?P<value>(?:[^"\\]|\\.)*)"')
+_GLOB_CHARS = set("*?[")
+
+
+class BacklogReadError(RuntimeError):
+    """The backlog could not be read (source unreachable, refused or answered nonsense)."""
+
+
+class BacklogConfigError(ValueError):
+    """The backlog request cannot work with this connection (e.g. a pattern without a topic listing)."""
+
+
+@dataclass(frozen=True)
+class HttpResult:
+    """What a plan needs from one HTTP GET."""
+
+    status: int
+    text: str
+
+
+@dataclass(frozen=True)
+class TopicBacklog:
+    """Backlog of one subscription on one topic (partitions summed). JSON-safe via :meth:`to_dict`."""
+
+    topic: str
+    subscription: str
+    backlog: int
+    source: str  # "admin" | "metrics"
+    found: bool  # False: the topic or the subscription does not exist (yet) at the source
+    oldest_age_seconds: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TopicBacklog:
+        return cls(**data)
+
+
+BacklogPlan = Generator[str, HttpResult, dict[str, TopicBacklog]]
+
+
+# --------------------------------------------------------------------------- topic names
+
+
+def normalize_topic(topic: str) -> str:
+    """Return the fully qualified persistent topic name.
+
+    ``orders-DLQ`` -> ``persistent://public/default/orders-DLQ``; ``acme/ns/t`` ->
+    ``persistent://acme/ns/t``. Only persistent topics are accepted: DLQs must be durable.
+    """
+    name = topic.strip()
+    if not name:
+        raise BacklogConfigError("Empty topic name; give names like persistent://tenant/namespace/topic.")
+    if "://" in name:
+        scheme, rest = name.split("://", 1)
+        if scheme != "persistent":
+            raise BacklogConfigError(
+                f"Topic {topic!r} is not persistent; DLQ topics must be persistent://tenant/namespace/topic."
+            )
+    else:
+        rest = name
+    parts = rest.split("/")
+    if len(parts) == 1:
+        parts = ["public", "default", parts[0]]
+    if len(parts) != 3 or not all(parts):
+        raise BacklogConfigError(
+            f"Topic {topic!r} is not a valid topic name; use persistent://tenant/namespace/topic, "
+            "tenant/namespace/topic or a bare name (public/default)."
+        )
+    return "persistent://" + "/".join(parts)
+
+
+def is_pattern(topic: str) -> bool:
+    """True when ``topic`` is a glob over topic names (``*``, ``?`` or ``[``)."""
+    return any(ch in _GLOB_CHARS for ch in topic)
+
+
+def split_topic(topic: str) -> tuple[str, str, str]:
+    """``persistent://t/ns/name`` -> ``(t, ns, name)``."""
+    tenant, namespace, name = topic.split("://", 1)[1].split("/", 2)
+    return tenant, namespace, name
+
+
+def base_topic(topic: str) -> str:
+    """Strip a ``-partition-N`` suffix so partitions are summed under their topic."""
+    return _PARTITION_SUFFIX.sub("", topic)
+
+
+def normalize_pattern(pattern: str) -> str:
+    """Normalise a topic glob; wildcards are allowed in the topic part only (not tenant/namespace)."""
+    full = normalize_topic(pattern)
+    tenant, namespace, _ = split_topic(full)
+    if is_pattern(tenant) or is_pattern(namespace):
+        raise BacklogConfigError(
+            f"Topic pattern {pattern!r}: wildcards are allowed only in the topic name, e.g. "
+            "persistent://acme/orders/*-DLQ."
+        )
+    return full
+
+
+def prepare_topics(topics: Iterable[str]) -> list[str]:
+    """Normalise names and patterns, keep order, drop duplicates."""
+    seen: dict[str, None] = {}
+    for topic in topics:
+        seen[normalize_pattern(topic) if is_pattern(topic) else normalize_topic(topic)] = None
+    if not seen:
+        raise BacklogConfigError("No topics given; pass at least one DLQ topic or topic pattern.")
+    return list(seen)
+
+
+def _expand(requested: Sequence[str], available: Iterable[str]) -> list[str]:
+    """Requested names as-is, patterns replaced by the matching available topics (sorted)."""
+    available = sorted(set(available))
+    out: dict[str, None] = {}
+    for item in requested:
+        if is_pattern(item):
+            for topic in available:
+                if fnmatch.fnmatchcase(topic, item):
+                    out[topic] = None
+        else:
+            out[item] = None
+    return list(out)
+
+
+# --------------------------------------------------------------------------- prometheus
+
+
+def _unescape(value: str) -> str:
+    return value.replace('\\"', '"').replace("\\n", "\n").replace("\\\\", "\\")
+
+
+def parse_prometheus_backlog(text: str, subscription: str) -> dict[str, int]:
+    """Sum ``pulsar_subscription_back_log`` per (partition-collapsed) topic for one subscription.
+
+    Accepts both label styles: Apache Pulsar (``topic="persistent://t/ns/x-partition-0"``) and
+    pulsar-lite (``namespace="t/ns", topic="x"``).
+    """
+    totals: dict[str, int] = {}
+    for line in text.splitlines():
+        if not line.startswith(BACKLOG_METRIC):
+            continue
+        match = _SAMPLE.match(line)
+        if not match or match.group("name") != BACKLOG_METRIC:
+            continue
+        labels = {m.group("key"): _unescape(m.group("value")) for m in _LABEL.finditer(match["labels"] or "")}
+        if labels.get("subscription") != subscription or not labels.get("topic"):
+            continue
+        topic = labels["topic"]
+        if "://" not in topic:
+            namespace = labels.get("namespace", "public/default")
+            topic = f"persistent://{namespace}/{topic}"
+        if not topic.startswith("persistent://"):
+            continue
+        try:
+            value = float(match.group("value"))
+        except ValueError:
+            continue
+        key = base_topic(topic)
+        totals[key] = totals.get(key, 0) + int(value)
+    return totals
+
+
+def metrics_plan(metrics_url: str, topics: Sequence[str], subscription: str) -> BacklogPlan:
+    """Plan: one GET of the metrics page; topics absent from it have backlog 0 and ``found=False``."""
+    result = yield metrics_url
+    if result.status != 200:
+        raise BacklogReadError(
+            f"GET {metrics_url} returned HTTP {result.status}; check the extra 'metrics_url' "
+            "(the broker's Prometheus endpoint, e.g. http://broker:8080/metrics)."
+        )
+    if "# TYPE" not in result.text and BACKLOG_METRIC not in result.text:
+        raise BacklogReadError(
+            f"{metrics_url} does not look like a Prometheus metrics page; check the extra 'metrics_url'."
+        )
+    counts = parse_prometheus_backlog(result.text, subscription)
+    return {
+        topic: TopicBacklog(
+            topic=topic,
+            subscription=subscription,
+            backlog=counts.get(topic, 0),
+            source="metrics",
+            found=topic in counts,
+        )
+        for topic in _expand(topics, counts)
+    }
+
+
+# --------------------------------------------------------------------------- admin REST
+
+
+def _admin_topic_path(admin_url: str, topic: str) -> str:
+    tenant, namespace, name = split_topic(topic)
+    return f"{admin_url}/admin/v2/persistent/{quote(tenant, safe='')}/{quote(namespace, safe='')}/" + quote(
+        name, safe=""
+    )
+
+
+def _json(url: str, result: HttpResult) -> Any:
+    try:
+        return json.loads(result.text)
+    except ValueError as exc:
+        raise BacklogReadError(f"GET {url} did not return JSON; check the extra 'admin_url'.") from exc
+
+
+def _check_admin(url: str, result: HttpResult, *, allow_404: bool) -> bool:
+    """True if the resource exists. Raises with the fix for auth and server errors."""
+    if result.status == 200:
+        return True
+    if result.status == 404 and allow_404:
+        return False
+    if result.status in (401, 403):
+        raise BacklogConfigError(
+            f"GET {url} was refused (HTTP {result.status}); the connection's token (Password) lacks "
+            "permission to read topic stats. Grant it, or use a token with admin rights."
+        )
+    raise BacklogReadError(
+        f"GET {url} returned HTTP {result.status}; check the extra 'admin_url' (e.g. http://broker:8080)."
+    )
+
+
+def parse_admin_stats(stats: Any, topic: str, subscription: str, now_ms: float) -> TopicBacklog:
+    """Build a :class:`TopicBacklog` from a topic (or partitioned topic) stats document."""
+    subs = stats.get("subscriptions") if isinstance(stats, dict) else None
+    sub = subs.get(subscription) if isinstance(subs, dict) else None
+    if not isinstance(sub, dict):
+        return TopicBacklog(topic, subscription, backlog=0, source="admin", found=False)
+    backlog = int(sub.get("msgBacklog") or 0)
+    earliest = sub.get("earliestMsgPublishTimeInBacklog")
+    age: float | None = None
+    if isinstance(earliest, (int, float)) and earliest > 0 and backlog > 0:
+        age = max(0.0, (now_ms - float(earliest)) / 1000.0)
+    return TopicBacklog(topic, subscription, backlog, source="admin", found=True, oldest_age_seconds=age)
+
+
+def admin_plan(admin_url: str, topics: Sequence[str], subscription: str, now_ms: float) -> BacklogPlan:
+    """Plan: expand patterns by listing namespaces, then read each topic's stats."""
+    namespaces = sorted({split_topic(t)[:2] for t in topics if is_pattern(t)})
+    listed: set[str] = set()
+    for tenant, namespace in namespaces:
+        url = f"{admin_url}/admin/v2/persistent/{quote(tenant, safe='')}/{quote(namespace, safe='')}"
+        result = yield url
+        if _check_admin(url, result, allow_404=True):
+            names = _json(url, result)
+            if not isinstance(names, list):
+                raise BacklogReadError(f"GET {url} did not return a list of topics.")
+            listed.update(base_topic(str(n)) for n in names if str(n).startswith("persistent://"))
+    backlogs: dict[str, TopicBacklog] = {}
+    for topic in _expand(topics, listed):
+        base = _admin_topic_path(admin_url, topic)
+        url = f"{base}/partitions"
+        result = yield url
+        partitions = 0
+        if _check_admin(url, result, allow_404=True):
+            meta = _json(url, result)
+            partitions = int(meta.get("partitions", 0)) if isinstance(meta, dict) else 0
+        suffix = "partitioned-stats?perPartition=false&" if partitions > 0 else "stats?"
+        url = f"{base}/{suffix}getEarliestTimeInBacklog=true"
+        result = yield url
+        if _check_admin(url, result, allow_404=True):
+            backlogs[topic] = parse_admin_stats(_json(url, result), topic, subscription, now_ms)
+        else:
+            backlogs[topic] = TopicBacklog(topic, subscription, backlog=0, source="admin", found=False)
+    return backlogs

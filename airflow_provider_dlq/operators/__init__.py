@@ -1,0 +1,3 @@
+"""Operators of the provider."""
+
+from __future__ import annotations

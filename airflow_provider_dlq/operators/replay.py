@@ -1,0 +1,402 @@
+"""``DlqReplayOperator``: submit the Spark DLQ replay app through ``SparkSubmitHook``."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+from airflow.sdk import Asset, BaseOperator
+
+from airflow_provider_dlq.hooks.pulsar import PulsarHook
+from airflow_provider_dlq.operators.replay_cli import (
+    DEFAULT_MAX_REPLAYS,
+    DEFAULT_SUBSCRIPTION,
+    MODES,
+    SUMMARY_PREFIX,
+    ReplayArgs,
+    ReplayArgumentError,
+    archive_flag,
+    build_replay_args,
+    compact_summary,
+    default_run_id,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Mapping, Sequence
+
+    from airflow.sdk import Context
+
+    from airflow_provider_dlq.hooks.connection import PulsarConnectionConfig
+
+TOKEN_ENV = "PULSAR_AUTH_TOKEN"
+#: Spark settings the app relies on (user ``conf`` wins).
+DEFAULT_CONF: dict[str, str] = {
+    "spark.sql.session.timeZone": "UTC",
+    # Task logs show the app's own progress lines, not Spark's INFO chatter or progress bars.
+    "spark.log.level": "WARN",
+    "spark.ui.showConsoleProgress": "false",
+}
+
+
+def output_asset(output_dir: str) -> Asset:
+    """The asset a replay run updates: its output root (reports under runs/, archive/, ledger/)."""
+    uri = output_dir if "://" in output_dir else Path(output_dir).absolute().as_uri()
+    return Asset(name=f"dlq-replay:{uri}", uri=uri)
+
+
+class _ReplaySubmitHook(SparkSubmitHook):
+    """``SparkSubmitHook`` that also remembers the app's ``DLQ_REPLAY_SUMMARY`` stdout line."""
+
+    summary_line: str | None = None
+
+    def _process_spark_submit_log(self, itr: Iterator[Any]) -> None:
+        def tee() -> Iterator[Any]:
+            for line in itr:
+                if isinstance(line, str) and line.strip().startswith(SUMMARY_PREFIX):
+                    self.summary_line = line.strip()
+                yield line
+
+        super()._process_spark_submit_log(tee())
+
+
+class DlqReplayOperator(BaseOperator):
+    """Replay (or dry-run, or archive) Pulsar DLQ topics with the Spark replay app.
+
+    The task builds the app bundle (or uses ``bundle_path``), submits
+    ``spark-submit --py-files <bundle.zip> dlq_replay_main.py --run-id ... --topics ...`` through the
+    ``SparkSubmitHook`` of ``spark_conn_id``, then reads ``<output_dir>/runs/<run_id>/report.json`` and
+    returns its summary (XCom ``return_value``) and records it as the ``extra`` of an asset event on
+    every outlet (by default the asset of ``output_dir``).
+
+    The run id defaults to ``<dag_id>.<task_id>.<run_id>`` of the DAG run (sanitised), identical on every
+    try, so a retried task **resumes** the same replay run: nothing already recorded in the ledger is
+    republished again. The Pulsar token of ``pulsar_conn_id`` reaches spark-submit only through the
+    ``PULSAR_AUTH_TOKEN`` environment variable (or ``auth_token_file``), never the command line.
+
+    :param topics: DLQ topics to replay: list or comma-separated string. (templated)
+    :param output_dir: Root of ``runs/``, ``archive/`` and ``ledger/``: local path, file:// or a Hadoop
+        URI (s3a://, hdfs://). (templated)
+    :param mode: ``dry-run`` (default; decide and report only), ``replay`` or ``archive-only``. (templated)
+    :param run_id: Replay run id; default derived from the DAG run (see above). (templated)
+    :param subscription: The replayer's durable subscription (default ``dlq-replayer``). (templated)
+    :param playbook: Playbook YAML path readable by the Spark driver; none means skip everything.
+        (templated)
+    :param origin_allowlist: Globs (or ``re:`` regexes) of topics messages may be republished to;
+        required for ``replay``. (templated)
+    :param signatures: Only act on these error signatures. (templated)
+    :param error_class: Only act on this error class. (templated)
+    :param since: Only messages published at/after this ISO 8601 time. (templated)
+    :param until: Only messages published before this ISO 8601 time. (templated)
+    :param max_messages: Act on at most this many messages. (templated)
+    :param max_replays: Loop guard; messages replayed this often are archived instead (default 3).
+    :param rate_limit: Republished messages per second, at most.
+    :param parallelism: Consumers per DLQ partition / producers per origin topic.
+    :param archive_payload: Archive payloads (True/"on", default) or only their hash (False/"off").
+    :param pulsar_conn_id: The ``pulsar`` connection (service URL, token, TLS trust file).
+    :param spark_conn_id: The Spark connection (``spark_default``; e.g. master ``local[2]``).
+    :param auth_token_file: Path of a token file readable by the driver and executors; when set the
+        token is not passed by environment (required on YARN/Kubernetes, where spark-submit would put
+        environment values on its command line). (templated)
+    :param bundle_path: A prebuilt ``dlq_replay.zip`` (``python -m spark_apps.dlq_replay.bundle``);
+        default: built per run from the installed ``spark_apps``. (templated)
+    :param application: The app's main file; default the one next to the built bundle or the installed
+        ``spark_apps/dlq_replay_main.py``. (templated)
+    :param conf: Extra Spark configuration (merged over :data:`DEFAULT_CONF`). (templated)
+    :param env_vars: Extra environment for spark-submit (never put secrets here: it is rendered and
+        stored). (templated)
+    :param spark_submit_kwargs: Further ``SparkSubmitHook`` arguments (``driver_memory``,
+        ``executor_memory``, ``num_executors``, ``archives``, ``deploy_mode``, ``spark_binary``, ...).
+    """
+
+    template_fields: Sequence[str] = (
+        "topics",
+        "output_dir",
+        "mode",
+        "run_id",
+        "subscription",
+        "playbook",
+        "origin_allowlist",
+        "signatures",
+        "error_class",
+        "since",
+        "until",
+        "max_messages",
+        "auth_token_file",
+        "bundle_path",
+        "application",
+        "conf",
+        "env_vars",
+    )
+    template_fields_renderers = {"conf": "json", "env_vars": "json"}
+    ui_color = "#fdebd0"
+
+    def __init__(
+        self,
+        *,
+        topics: str | Sequence[str],
+        output_dir: str,
+        mode: str = "dry-run",
+        run_id: str | None = None,
+        subscription: str = DEFAULT_SUBSCRIPTION,
+        playbook: str | None = None,
+        origin_allowlist: str | Sequence[str] | None = None,
+        signatures: str | Sequence[str] | None = None,
+        error_class: str | None = None,
+        since: str | None = None,
+        until: str | None = None,
+        max_messages: int | str | None = None,
+        max_replays: int = DEFAULT_MAX_REPLAYS,
+        rate_limit: float | None = None,
+        parallelism: int | None = None,
+        archive_payload: bool | str = True,
+        pulsar_conn_id: str = PulsarHook.default_conn_name,
+        spark_conn_id: str = "spark_default",
+        auth_token_file: str | None = None,
+        bundle_path: str | None = None,
+        application: str | None = None,
+        conf: dict[str, Any] | None = None,
+        env_vars: dict[str, Any] | None = None,
+        spark_submit_kwargs: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if (
+            "outlets" not in kwargs
+            and isinstance(output_dir, str)
+            and "{{" not in output_dir
+            and output_dir.strip()
+        ):
+            kwargs["outlets"] = [output_asset(output_dir.strip())]
+        super().__init__(**kwargs)
+        if isinstance(mode, str) and "{{" not in mode and mode not in MODES:
+            raise ReplayArgumentError(f"mode must be one of {', '.join(MODES)}; got {mode!r}.")
+        if isinstance(max_replays, bool) or not isinstance(max_replays, int) or max_replays < 1:
+            raise ReplayArgumentError(f"max_replays must be an integer >= 1; got {max_replays!r}.")
+        archive_flag(archive_payload)
+        forbidden = {"application_args", "py_files", "conn_id", "env_vars", "conf", "application"}
+        clash = sorted(forbidden & set(spark_submit_kwargs or {}))
+        if clash:
+            raise ReplayArgumentError(
+                f"spark_submit_kwargs must not set {clash}: the operator builds them (use the operator's "
+                "own conf/env_vars/bundle_path/application arguments)."
+            )
+        self.topics = topics
+        self.output_dir = output_dir
+        self.mode = mode
+        self.run_id = run_id
+        self.subscription = subscription
+        self.playbook = playbook
+        self.origin_allowlist = origin_allowlist
+        self.signatures = signatures
+        self.error_class = error_class
+        self.since = since
+        self.until = until
+        self.max_messages = max_messages
+        self.max_replays = max_replays
+        self.rate_limit = rate_limit
+        self.parallelism = parallelism
+        self.archive_payload = archive_payload
+        self.pulsar_conn_id = pulsar_conn_id
+        self.spark_conn_id = spark_conn_id
+        self.auth_token_file = auth_token_file
+        self.bundle_path = bundle_path
+        self.application = application
+        self.conf = conf
+        self.env_vars = env_vars
+        self.spark_submit_kwargs = dict(spark_submit_kwargs or {})
+        self._hook: _ReplaySubmitHook | None = None
+
+    # ----------------------------------------------------------------------- pieces
+
+    @cached_property
+    def pulsar_hook(self) -> PulsarHook:
+        return PulsarHook(self.pulsar_conn_id)
+
+    def resolve_run_id(self, context: Context) -> str:
+        """The explicit ``run_id`` or one derived from the DAG run (stable across retries)."""
+        if self.run_id:
+            return str(self.run_id)
+        ti = context["ti"]
+        map_index = getattr(ti, "map_index", -1)
+        return default_run_id(ti.dag_id, ti.task_id, ti.run_id, -1 if map_index is None else map_index)
+
+    def replay_args(self, run_id: str, pulsar: PulsarConnectionConfig) -> ReplayArgs:
+        """Validate the rendered fields into the app's arguments."""
+        return build_replay_args(
+            {
+                "run_id": run_id,
+                "mode": self.mode,
+                "service_url": pulsar.service_url,
+                "topics": self.topics,
+                "output_dir": self.output_dir,
+                "subscription": self.subscription,
+                "auth_token_file": self.auth_token_file,
+                "tls_trust_certs_file": pulsar.tls_trust_certs_file_path,
+                "playbook": self.playbook,
+                "origin_allowlist": self.origin_allowlist,
+                "signatures": self.signatures,
+                "error_class": self.error_class,
+                "since": self.since,
+                "until": self.until,
+                "max_messages": self.max_messages,
+                "max_replays": self.max_replays,
+                "rate_limit": self.rate_limit,
+                "parallelism": self.parallelism,
+                "archive_payload": self.archive_payload,
+            }
+        )
+
+    def spark_env(self, pulsar: PulsarConnectionConfig, master: str) -> dict[str, str]:
+        """spark-submit's extra environment: user ``env_vars``, the token (unless a token file is used)."""
+        env = {str(k): str(v) for k, v in (self.env_vars or {}).items()}
+        if TOKEN_ENV in env:
+            raise ReplayArgumentError(
+                f"env_vars must not carry {TOKEN_ENV} (rendered fields are stored); put the token in the "
+                f"Password of connection {self.pulsar_conn_id!r} or use auth_token_file."
+            )
+        if pulsar.token and not self.auth_token_file:
+            env[TOKEN_ENV] = pulsar.token
+        if master.startswith("local") and "PYSPARK_PYTHON" not in os.environ:
+            # Local Spark runs Python workers with this interpreter, which has pulsar-client installed.
+            env.setdefault("PYSPARK_PYTHON", sys.executable)
+        return env
+
+    def make_hook(self, args: ReplayArgs, env: Mapping[str, str], py_files: str) -> _ReplaySubmitHook:
+        conf = {**DEFAULT_CONF, **{str(k): v for k, v in (self.conf or {}).items()}}
+        return _ReplaySubmitHook(
+            conf=conf,
+            conn_id=self.spark_conn_id,
+            py_files=py_files,
+            name=f"dlq-replay-{args.run_id}"[:200],
+            application_args=args.to_argv(),
+            env_vars=dict(env) or None,
+            **self.spark_submit_kwargs,
+        )
+
+    def _check_env_stays_off_argv(self, hook: SparkSubmitHook, env: Mapping[str, str]) -> None:
+        connection = hook._connection
+        on_argv = "yarn" in connection["master"] or "k8s" in connection["master"]
+        if TOKEN_ENV in env and (on_argv or connection.get("deploy_mode") == "cluster"):
+            raise ReplayArgumentError(
+                f"Spark master {connection['master']!r} (deploy mode {connection.get('deploy_mode')!r}) "
+                f"would put {TOKEN_ENV} on the spark-submit command line; set auth_token_file to a token "
+                "file mounted on the driver and executors (e.g. a Kubernetes secret) instead."
+            )
+
+    def _locate_bundle(self, workdir: str) -> tuple[str, str]:
+        """(zip path, main path): the given ones, or a fresh build from the installed ``spark_apps``."""
+        if self.bundle_path:
+            application = self.application
+            if not application:
+                import spark_apps
+
+                application = str(Path(spark_apps.__file__).parent / "dlq_replay_main.py")
+            return str(self.bundle_path), str(application)
+        from spark_apps.dlq_replay.bundle import build_bundle
+
+        paths = build_bundle(workdir)
+        return str(paths.zip_path), str(self.application or paths.main_path)
+
+    # ----------------------------------------------------------------------- report
+
+    def read_report(self, args: ReplayArgs, summary_line: str | None) -> dict[str, Any]:
+        """The run's report.json; falls back to the app's summary line when the file is not local."""
+        path = args.report_json
+        parts = urlsplit(path)
+        if parts.scheme in ("", "file"):
+            local = Path(parts.path if parts.scheme == "file" else path)
+            if local.is_file():
+                report: dict[str, Any] = json.loads(local.read_text(encoding="utf-8"))
+                return report
+        if summary_line:
+            self.log.info("report.json at %s is not readable from the worker; using the app's summary", path)
+            summary: dict[str, Any] = json.loads(summary_line[len(SUMMARY_PREFIX) :])
+            return summary
+        raise RuntimeError(
+            f"spark-submit finished but no report was found at {path} and the app printed no "
+            f"{SUMMARY_PREFIX.strip()} line; check the Spark driver log of run {args.run_id!r}."
+        )
+
+    # ----------------------------------------------------------------------- execute / kill
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        pulsar = self.pulsar_hook.config
+        run_id = self.resolve_run_id(context)
+        args = self.replay_args(run_id, pulsar)
+        if pulsar.tls_allow_insecure_connection:
+            self.log.warning(
+                "Connection %r allows insecure TLS; the replay app does not support that setting and will "
+                "verify certificates (give tls_trust_certs_file_path instead).",
+                self.pulsar_conn_id,
+            )
+        workdir = tempfile.mkdtemp(prefix="dlq-replay-bundle-")
+        try:
+            zip_path, main_path = self._locate_bundle(workdir)
+            probe = SparkSubmitHook(conn_id=self.spark_conn_id)
+            master = str(probe._connection["master"])
+            env = self.spark_env(pulsar, master)
+            hook = self.make_hook(args, env, zip_path)
+            self._check_env_stays_off_argv(hook, env)
+            self._hook = hook
+            self.log.info(
+                "Replay run %s (%s) of %s on Spark %s; output %s",
+                args.run_id,
+                args.mode,
+                ",".join(args.topics),
+                master,
+                args.output_dir,
+            )
+            hook.submit(main_path)
+            report = self.read_report(args, hook.summary_line)
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+        summary = compact_summary(report)
+        self.log.info(
+            "Replay run %s: status %s, totals %s; report %s",
+            summary["run_id"],
+            summary["status"],
+            json.dumps(summary["totals"], sort_keys=True),
+            summary["paths"].get("report_json", args.report_json),
+        )
+        extra = {k: summary[k] for k in ("run_id", "mode", "status", "totals", "paths", "group_count")}
+        outlet_events = context.get("outlet_events")
+        if outlet_events is not None:
+            for outlet in self.outlets:
+                if isinstance(outlet, Asset):
+                    outlet_events[outlet].extra = extra
+        return summary
+
+    def on_kill(self) -> None:
+        """Stop spark-submit and everything it started (the Python driver, local workers)."""
+        hook = self._hook
+        if hook is None:
+            return
+        process = hook._submit_sp
+        if process is not None and process.poll() is None:
+            import psutil
+
+            try:
+                parent = psutil.Process(process.pid)
+                procs = [parent, *parent.children(recursive=True)]
+            except psutil.NoSuchProcess:
+                procs = []
+            for proc in procs:
+                try:
+                    proc.terminate()
+                except psutil.NoSuchProcess:
+                    continue
+            _, alive = psutil.wait_procs(procs, timeout=10)
+            for proc in alive:
+                try:
+                    proc.kill()
+                except psutil.NoSuchProcess:
+                    continue
+            self.log.info("Stopped spark-submit (pid %s) and %d child processes", process.pid, len(procs) - 1)
+        hook.on_kill()

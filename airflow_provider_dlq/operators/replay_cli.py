@@ -1,0 +1,273 @@
+"""Pure helpers of ``DlqReplayOperator``: validate rendered arguments and build the app's command line.
+
+The command line is the contract of ``spark_apps/dlq_replay_main.py`` (its ``--help`` documents every
+option). Tokens never appear here: the app reads ``PULSAR_AUTH_TOKEN`` from its environment or a token
+file given by ``--auth-token-file``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+MODES = ("dry-run", "replay", "archive-only")
+DEFAULT_SUBSCRIPTION = "dlq-replayer"
+DEFAULT_MAX_REPLAYS = 3
+SUMMARY_PREFIX = "DLQ_REPLAY_SUMMARY "
+_SAFE_RUN_ID = re.compile(r"[A-Za-z0-9._-]{1,120}")
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+class ReplayArgumentError(ValueError):
+    """An argument of ``DlqReplayOperator`` is invalid; the message names it, the value and the fix."""
+
+
+def default_run_id(dag_id: str, task_id: str, run_id: str, map_index: int = -1) -> str:
+    """A replay run id derived from the Airflow task's DAG run: the same on every try, so a retry resumes.
+
+    ``dag_id.task_id.run_id`` (plus ``.map_index`` for mapped tasks) with every character outside
+    ``[A-Za-z0-9._-]`` replaced by ``_``; longer than 120 characters it is cut and a hash keeps it unique.
+    """
+    raw = f"{dag_id}.{task_id}.{run_id}" + (f".{map_index}" if map_index >= 0 else "")
+    safe = _UNSAFE.sub("_", raw).strip("._-") or "run"
+    if len(safe) > 120:
+        safe = f"{safe[:103]}-{hashlib.sha256(raw.encode()).hexdigest()[:16]}"
+    return safe
+
+
+def check_run_id(run_id: str) -> str:
+    if not isinstance(run_id, str) or not _SAFE_RUN_ID.fullmatch(run_id) or run_id in (".", ".."):
+        raise ReplayArgumentError(
+            f"run_id must be 1-120 characters of [A-Za-z0-9._-] (it names runs/<run_id>/); got {run_id!r}. "
+            "Leave it unset to derive it from the DAG run."
+        )
+    return run_id
+
+
+def as_list(name: str, value: str | Sequence[str] | None) -> list[str]:
+    """A list of strings from a list or a comma-separated string (the shape templates render)."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        items = value.split(",")
+    elif isinstance(value, Sequence):
+        items = [str(v) for v in value]
+    else:
+        raise ReplayArgumentError(f"{name} must be a list or a comma-separated string; got {value!r}.")
+    return [item.strip() for item in items if item.strip()]
+
+
+def _blank(value: Any) -> bool:
+    return value is None or (isinstance(value, str) and value.strip() in ("", "None", "null"))
+
+
+def opt_int(name: str, value: Any, minimum: int = 0) -> int | None:
+    """``None``/blank -> ``None``; an int or integer string >= minimum; else a clear error."""
+    if _blank(value):
+        return None
+    try:
+        if isinstance(value, bool):
+            raise ValueError(value)
+        number = int(str(value).strip())
+    except ValueError:
+        raise ReplayArgumentError(f"{name} must be an integer >= {minimum}; got {value!r}.") from None
+    if number < minimum:
+        raise ReplayArgumentError(f"{name} must be an integer >= {minimum}; got {value!r}.")
+    return number
+
+
+def opt_float(name: str, value: Any) -> float | None:
+    if _blank(value):
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = -1.0
+    if isinstance(value, bool) or number <= 0:
+        raise ReplayArgumentError(f"{name} must be a positive number; got {value!r}.")
+    return number
+
+
+def opt_time(name: str, value: Any) -> str | None:
+    """ISO 8601 date or date-time (a ``datetime`` is formatted); checked here so typos fail before Spark."""
+    if _blank(value):
+        return None
+    if isinstance(value, datetime):
+        return value.isoformat()
+    text = str(value).strip()
+    try:
+        datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise ReplayArgumentError(
+            f"{name} must be ISO 8601, e.g. 2024-05-01 or 2024-05-01T12:00:00+00:00; got {value!r}."
+        ) from exc
+    return text
+
+
+def _utc(text: str) -> datetime:
+    parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def opt_str(value: Any) -> str | None:
+    return None if _blank(value) else str(value).strip()
+
+
+def archive_flag(value: Any) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    text = str(value).strip().lower()
+    if text in ("on", "true", "1", "yes"):
+        return "on"
+    if text in ("off", "false", "0", "no"):
+        return "off"
+    raise ReplayArgumentError(f"archive_payload must be on/off (or a bool); got {value!r}.")
+
+
+def qualify_output_dir(output_dir: Any) -> str:
+    """Local relative paths become absolute (the driver, executors and this task must agree)."""
+    text = opt_str(output_dir)
+    if not text:
+        raise ReplayArgumentError(
+            "output_dir is required: the root of runs/, archive/ and ledger/ (a local path, file:// or a "
+            "Hadoop URI such as s3a://bucket/dlq)."
+        )
+    if "://" in text:
+        return text.rstrip("/")
+    return os.path.abspath(text)
+
+
+@dataclass(frozen=True)
+class ReplayArgs:
+    """The validated, rendered arguments of one replay run."""
+
+    run_id: str
+    mode: str
+    service_url: str
+    topics: tuple[str, ...]
+    output_dir: str
+    subscription: str = DEFAULT_SUBSCRIPTION
+    auth_token_file: str | None = None
+    tls_trust_certs_file: str | None = None
+    playbook: str | None = None
+    origin_allowlist: tuple[str, ...] = ()
+    signatures: tuple[str, ...] = ()
+    error_class: str | None = None
+    since: str | None = None
+    until: str | None = None
+    max_messages: int | None = None
+    max_replays: int = DEFAULT_MAX_REPLAYS
+    rate_limit: float | None = None
+    parallelism: int | None = None
+    archive_payload: str = "on"
+
+    @property
+    def report_json(self) -> str:
+        """Where the app writes its report (``<output-dir>/runs/<run_id>/report.json``)."""
+        return f"{self.output_dir}/runs/{self.run_id}/report.json"
+
+    def to_argv(self) -> list[str]:
+        """The app's arguments, in a stable order (see the app's ``--help``)."""
+        argv = [
+            "--run-id", self.run_id,
+            "--mode", self.mode,
+            "--service-url", self.service_url,
+            "--topics", ",".join(self.topics),
+            "--subscription", self.subscription,
+            "--output-dir", self.output_dir,
+        ]  # fmt: skip
+        optional: list[tuple[str, Any]] = [
+            ("--auth-token-file", self.auth_token_file),
+            ("--tls-trust-certs-file", self.tls_trust_certs_file),
+            ("--playbook", self.playbook),
+            ("--origin-allowlist", ",".join(self.origin_allowlist)),
+            ("--signatures", ",".join(self.signatures)),
+            ("--error-class", self.error_class),
+            ("--since", self.since),
+            ("--until", self.until),
+            ("--max-messages", self.max_messages),
+            ("--max-replays", self.max_replays),
+            ("--rate-limit", self.rate_limit),
+            ("--parallelism", self.parallelism),
+            ("--archive-payload", self.archive_payload),
+        ]
+        for flag, value in optional:
+            if value is not None and value != "":
+                argv += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
+        return argv
+
+
+def build_replay_args(values: Mapping[str, Any]) -> ReplayArgs:
+    """Validate the operator's rendered values and build :class:`ReplayArgs` (errors name the fix)."""
+    mode = str(values.get("mode") or "dry-run").strip()
+    if mode not in MODES:
+        raise ReplayArgumentError(f"mode must be one of {', '.join(MODES)}; got {values.get('mode')!r}.")
+    topics = tuple(as_list("topics", values.get("topics")))
+    if not topics:
+        raise ReplayArgumentError(
+            f"topics is empty (got {values.get('topics')!r}); give the DLQ topics to replay as a list or "
+            "comma-separated string, e.g. persistent://public/default/orders-DLQ."
+        )
+    allowlist = tuple(as_list("origin_allowlist", values.get("origin_allowlist")))
+    if mode == "replay" and not allowlist:
+        raise ReplayArgumentError(
+            "mode='replay' republishes to origin topics taken from untrusted message properties, so it "
+            "needs origin_allowlist (globs such as persistent://public/default/orders*, or re:<regex>)."
+        )
+    subscription = opt_str(values.get("subscription")) or DEFAULT_SUBSCRIPTION
+    since, until = opt_time("since", values.get("since")), opt_time("until", values.get("until"))
+    if since and until and _utc(since) >= _utc(until):
+        raise ReplayArgumentError(f"since ({since}) must be before until ({until}).")
+    max_replays = opt_int("max_replays", values.get("max_replays"), minimum=1)
+    return ReplayArgs(
+        run_id=check_run_id(str(values["run_id"])),
+        mode=mode,
+        service_url=str(values["service_url"]),
+        topics=topics,
+        output_dir=qualify_output_dir(values.get("output_dir")),
+        subscription=subscription,
+        auth_token_file=opt_str(values.get("auth_token_file")),
+        tls_trust_certs_file=opt_str(values.get("tls_trust_certs_file")),
+        playbook=opt_str(values.get("playbook")),
+        origin_allowlist=allowlist,
+        signatures=tuple(as_list("signatures", values.get("signatures"))),
+        error_class=opt_str(values.get("error_class")),
+        since=since,
+        until=until,
+        max_messages=opt_int("max_messages", values.get("max_messages"), minimum=1),
+        max_replays=DEFAULT_MAX_REPLAYS if max_replays is None else max_replays,
+        rate_limit=opt_float("rate_limit", values.get("rate_limit")),
+        parallelism=opt_int("parallelism", values.get("parallelism"), minimum=1),
+        archive_payload=archive_flag(values.get("archive_payload", "on")),
+    )
+
+
+def compact_summary(report: Mapping[str, Any], max_groups: int = 20) -> dict[str, Any]:
+    """The XCom/asset-event summary of a report: run, mode, status, totals, paths and the top groups."""
+    groups = [
+        {
+            "signature": g.get("signature"),
+            "count": g.get("count"),
+            "error_class": g.get("error_class"),
+            "origin_topic": g.get("origin_topic"),
+            "template": str(g.get("template") or "")[:160],
+            "action": g.get("action"),
+            "outcomes": g.get("outcomes", {}),
+        }
+        for g in (report.get("groups") or [])[:max_groups]
+    ]
+    total_groups = len(report.get("groups") or []) + int((report.get("other_groups") or {}).get("groups", 0))
+    return {
+        "run_id": report.get("run_id"),
+        "mode": report.get("mode"),
+        "status": report.get("status"),
+        "totals": dict(report.get("totals") or {}),
+        "paths": dict(report.get("paths") or {}),
+        "group_count": total_groups,
+        "groups": groups,
+    }

@@ -1,0 +1,3 @@
+"""Sensors of the provider."""
+
+from __future__ import annotations

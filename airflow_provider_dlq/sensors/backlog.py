@@ -1,0 +1,188 @@
+"""``DlqBacklogSensor``: succeed when DLQ topics hold pending messages; skip cleanly when they do not."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseSensorOperator, PokeReturnValue
+from airflow.sdk.exceptions import AirflowSensorTimeout, AirflowSkipException
+
+from airflow_provider_dlq.hooks.backlog import BacklogReadError, TopicBacklog
+from airflow_provider_dlq.hooks.pulsar import PulsarHook
+from airflow_provider_dlq.triggers.backlog import (
+    STATUS_ERROR,
+    STATUS_SUCCESS,
+    STATUS_TIMEOUT,
+    DlqBacklogTrigger,
+    ready_topics,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from airflow.sdk import Context
+
+DEFAULT_SUBSCRIPTION = "dlq-replayer"
+
+
+def split_topics(topics: str | Sequence[str]) -> list[str]:
+    """Accept a list of topics or one comma-separated string; strip blanks."""
+    items = topics.split(",") if isinstance(topics, str) else list(topics)
+    return [str(t).strip() for t in items if str(t).strip()]
+
+
+class DlqBacklogSensor(BaseSensorOperator):
+    """Wait until the replayer subscription has a backlog on one or more DLQ topics.
+
+    The backlog comes from the Pulsar admin REST API (``msgBacklog`` and the oldest message's age) when the
+    connection has an ``admin_url``, else from the Prometheus gauge ``pulsar_subscription_back_log`` at
+    ``metrics_url``. A topic is *ready* when its backlog is at least ``min_backlog`` (and, with
+    ``min_age``, its oldest pending message is at least that old); the sensor succeeds as soon as one
+    topic is ready and returns the backlog of every watched topic as XCom::
+
+        {"persistent://public/default/orders-DLQ": {"backlog": 12, "oldest_age_seconds": null,
+         "source": "metrics", "found": true, "topic": "...", "subscription": "dlq-replayer"}}
+
+    With ``soft_fail=True`` a run that finds nothing to do before ``timeout`` ends *skipped*. A backlog
+    that could not be read is never taken for an empty DLQ: if the last read failed, the task fails.
+
+    :param topics: DLQ topics: a list or a comma-separated string; names or globs over a namespace such
+        as ``persistent://acme/orders/*-DLQ`` (expanded through the admin API, or among the topics the
+        metrics report for the subscription). (templated)
+    :param subscription: The subscription whose backlog counts (default ``dlq-replayer``). (templated)
+    :param pulsar_conn_id: The ``pulsar`` connection (default ``pulsar_default``).
+    :param min_backlog: Pending messages a topic needs to be ready (default 1).
+    :param min_age: Optional minimum age of the oldest pending message (seconds or timedelta); needs
+        an admin URL.
+    :param poll_interval: Seconds between backlog reads (default 60).
+    :param deferrable: Wait in the triggerer (default) instead of holding a worker slot.
+    :param timeout: Give up after this many seconds (inherited); with ``soft_fail`` the task is skipped.
+    """
+
+    template_fields: Sequence[str] = ("topics", "subscription")
+    ui_color = "#e8f4e8"
+
+    def __init__(
+        self,
+        *,
+        topics: str | Sequence[str],
+        subscription: str = DEFAULT_SUBSCRIPTION,
+        pulsar_conn_id: str = PulsarHook.default_conn_name,
+        min_backlog: int = 1,
+        min_age: timedelta | float | None = None,
+        poll_interval: timedelta | float = 60.0,
+        deferrable: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        if "poke_interval" in kwargs:
+            raise TypeError("DlqBacklogSensor uses poll_interval (for both modes); drop poke_interval.")
+        interval = poll_interval.total_seconds() if isinstance(poll_interval, timedelta) else poll_interval
+        if not isinstance(interval, (int, float)) or interval <= 0:
+            raise ValueError(f"poll_interval must be a positive number of seconds; got {poll_interval!r}.")
+        super().__init__(poke_interval=float(interval), **kwargs)
+        if isinstance(min_backlog, bool) or not isinstance(min_backlog, int) or min_backlog < 1:
+            raise ValueError(f"min_backlog must be an integer >= 1; got {min_backlog!r}.")
+        age = min_age.total_seconds() if isinstance(min_age, timedelta) else min_age
+        if age is not None and (not isinstance(age, (int, float)) or age < 0):
+            raise ValueError(
+                f"min_age must be a non-negative number of seconds or a timedelta; got {min_age!r}."
+            )
+        self.topics = topics
+        self.subscription = subscription
+        self.pulsar_conn_id = pulsar_conn_id
+        self.min_backlog = min_backlog
+        self.min_age_seconds: float | None = None if age is None else float(age)
+        self.poll_interval = float(interval)
+        self.deferrable = deferrable
+        self._last_read_error: str | None = None
+
+    @property
+    def topic_list(self) -> list[str]:
+        topics = split_topics(self.topics)
+        if not topics:
+            raise ValueError(
+                f"{self.task_id}: no DLQ topics given (topics={self.topics!r}); pass a list or a "
+                "comma-separated string such as 'persistent://public/default/orders-DLQ'."
+            )
+        return topics
+
+    def _trigger(self) -> DlqBacklogTrigger:
+        return DlqBacklogTrigger(
+            topics=self.topic_list,
+            subscription=self.subscription,
+            pulsar_conn_id=self.pulsar_conn_id,
+            min_backlog=self.min_backlog,
+            min_age_seconds=self.min_age_seconds,
+            poll_interval=self.poll_interval,
+            deadline=time.time() + self.timeout,
+        )
+
+    def execute(self, context: Context) -> Any:
+        if self.deferrable:
+            # The trigger enforces the deadline itself (and reports the last reading); the defer timeout
+            # is only a backstop in case the triggerer loses the trigger.
+            self.defer(
+                trigger=self._trigger(),
+                method_name="execute_complete",
+                timeout=timedelta(seconds=self.timeout + 2 * self.poll_interval + 60),
+            )
+        try:
+            return super().execute(context)
+        except (AirflowSkipException, AirflowSensorTimeout):
+            if self._last_read_error:
+                raise BacklogReadError(
+                    f"{self.task_id}: timed out and the last backlog read failed: {self._last_read_error}"
+                ) from None
+            raise
+
+    def poke(self, context: Context) -> PokeReturnValue:
+        hook = PulsarHook(self.pulsar_conn_id)
+        try:
+            backlogs = hook.get_backlog(self.topic_list, self.subscription)
+        except BacklogReadError as exc:
+            self._last_read_error = str(exc)
+            self.log.warning("Reading the DLQ backlog failed (will retry): %s", exc)
+            return PokeReturnValue(is_done=False)
+        self._last_read_error = None
+        ready = ready_topics(backlogs, self.min_backlog, self.min_age_seconds)
+        self._log_backlog(backlogs, ready)
+        return PokeReturnValue(is_done=bool(ready), xcom_value={t: b.to_dict() for t, b in backlogs.items()})
+
+    def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> Any:
+        if not event:
+            raise AirflowSensorTimeout(f"{self.task_id}: the backlog trigger ended without an event.")
+        status = event.get("status")
+        if status == STATUS_SUCCESS:
+            backlogs = {t: TopicBacklog.from_dict(b) for t, b in event["backlog"].items()}
+            self._log_backlog(backlogs, event.get("ready", []))
+            return event["backlog"]
+        if status == STATUS_ERROR:
+            # A configuration error: fail (never soft-fail), the message names the fix.
+            raise ValueError(f"{self.task_id}: {event.get('message')}")
+        if status == STATUS_TIMEOUT:
+            if event.get("last_error"):
+                raise BacklogReadError(
+                    f"{self.task_id}: timed out and the last backlog read failed: {event['last_error']}"
+                )
+            seen = {t: b.get("backlog") for t, b in (event.get("backlog") or {}).items()}
+            raise AirflowSensorTimeout(
+                f"{self.task_id}: no DLQ topic reached a backlog of {self.min_backlog}"
+                f"{f' aged {self.min_age_seconds:g}s' if self.min_age_seconds is not None else ''} "
+                f"within {self.timeout:g}s on subscription {self.subscription!r}; last backlog: {seen}"
+            )
+        raise ValueError(f"{self.task_id}: unexpected trigger event {event!r}")
+
+    def _log_backlog(self, backlogs: dict[str, TopicBacklog], ready: Sequence[str]) -> None:
+        for topic, item in sorted(backlogs.items()):
+            age = "" if item.oldest_age_seconds is None else f", oldest {item.oldest_age_seconds:.0f}s"
+            self.log.info(
+                "%s %s: backlog %d%s (%s%s)",
+                "READY  " if topic in ready else "waiting",
+                topic,
+                item.backlog,
+                age,
+                item.source,
+                "" if item.found else ", subscription not found yet",
+            )

@@ -1,0 +1,3 @@
+"""Triggers of the provider (run in the Airflow triggerer)."""
+
+from __future__ import annotations

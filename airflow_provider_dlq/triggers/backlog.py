@@ -1,0 +1,150 @@
+"""``DlqBacklogTrigger``: wait, asynchronously, until DLQ topics hold enough pending messages."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from airflow_provider_dlq.hooks.backlog import BacklogConfigError, BacklogReadError, TopicBacklog
+from airflow_provider_dlq.hooks.connection import PulsarConnectionError
+from airflow_provider_dlq.hooks.pulsar import PulsarHook
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Mapping, Sequence
+
+STATUS_SUCCESS = "success"
+STATUS_TIMEOUT = "timeout"
+STATUS_ERROR = "error"
+
+
+def ready_topics(
+    backlogs: Mapping[str, TopicBacklog], min_backlog: int, min_age_seconds: float | None
+) -> list[str]:
+    """Topics whose backlog is at least ``min_backlog`` and, if set, whose oldest message is old enough.
+
+    Raises :class:`BacklogConfigError` when ``min_age_seconds`` is set but the source has no ages.
+    """
+    ready = []
+    for topic, item in backlogs.items():
+        if item.backlog < min_backlog:
+            continue
+        if min_age_seconds is not None:
+            if item.source != "admin":
+                raise BacklogConfigError(
+                    "min_age needs the age of the oldest message, which only the Pulsar admin REST API "
+                    "reports; set the extra 'admin_url' on the connection, or drop min_age."
+                )
+            if item.oldest_age_seconds is None or item.oldest_age_seconds < min_age_seconds:
+                continue
+        ready.append(topic)
+    return ready
+
+
+def topics_from_backlog(value: Mapping[str, Mapping[str, Any]] | None, min_backlog: int = 0) -> str:
+    """Comma-separated topics of a backlog sensor's XCom with at least ``min_backlog`` pending.
+
+    The default (0) returns every watched topic, patterns expanded, which stays the same when a task
+    is retried. Registered as a Jinja filter by the example DAGs:
+    ``{{ ti.xcom_pull(task_ids="wait_for_dlq_backlog") | topics_from_backlog }}``.
+    """
+    if not value:
+        return ""
+    return ",".join(t for t, item in sorted(value.items()) if int(item.get("backlog", 0)) >= min_backlog)
+
+
+class DlqBacklogTrigger(BaseTrigger):
+    """Poll the backlog of ``subscription`` on ``topics`` until it is ready or ``deadline`` passes.
+
+    Read-only and side-effect free, so the triggerer may run it more than once. Fires one event:
+    ``{"status": "success", "backlog": {...}, "ready": [...]}``, ``{"status": "timeout", "backlog": {...},
+    "last_error": str | None}`` or ``{"status": "error", "message": ...}`` (configuration errors).
+
+    :param topics: DLQ topic names or globs (``persistent://t/ns/*-DLQ``).
+    :param subscription: Subscription whose backlog counts (the replayer's).
+    :param pulsar_conn_id: The ``pulsar`` connection.
+    :param min_backlog: Pending messages a topic needs to be ready.
+    :param min_age_seconds: Optional minimum age of the oldest pending message (needs an admin URL).
+    :param poll_interval: Seconds between reads.
+    :param deadline: Unix time after which a ``timeout`` event fires (absolute, so a restarted
+        triggerer keeps the original deadline); ``None`` waits forever.
+    """
+
+    def __init__(
+        self,
+        *,
+        topics: Sequence[str],
+        subscription: str,
+        pulsar_conn_id: str = PulsarHook.default_conn_name,
+        min_backlog: int = 1,
+        min_age_seconds: float | None = None,
+        poll_interval: float = 60.0,
+        deadline: float | None = None,
+    ) -> None:
+        super().__init__()
+        self.topics = list(topics)
+        self.subscription = subscription
+        self.pulsar_conn_id = pulsar_conn_id
+        self.min_backlog = int(min_backlog)
+        self.min_age_seconds = None if min_age_seconds is None else float(min_age_seconds)
+        self.poll_interval = float(poll_interval)
+        self.deadline = None if deadline is None else float(deadline)
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "topics": list(self.topics),
+                "subscription": self.subscription,
+                "pulsar_conn_id": self.pulsar_conn_id,
+                "min_backlog": self.min_backlog,
+                "min_age_seconds": self.min_age_seconds,
+                "poll_interval": self.poll_interval,
+                "deadline": self.deadline,
+            },
+        )
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        hook = PulsarHook(self.pulsar_conn_id)
+        last: dict[str, TopicBacklog] = {}
+        while True:
+            last_error: str | None = None
+            try:
+                last = await hook.aget_backlog(self.topics, self.subscription)
+                ready = ready_topics(last, self.min_backlog, self.min_age_seconds)
+                if ready:
+                    yield TriggerEvent(
+                        {
+                            "status": STATUS_SUCCESS,
+                            "backlog": {t: b.to_dict() for t, b in last.items()},
+                            "ready": ready,
+                        }
+                    )
+                    return
+                self.log.info(
+                    "DLQ backlog not ready (need >= %s): %s",
+                    self.min_backlog,
+                    {t: b.backlog for t, b in last.items()},
+                )
+            except (PulsarConnectionError, BacklogConfigError) as exc:
+                yield TriggerEvent({"status": STATUS_ERROR, "message": str(exc)})
+                return
+            except BacklogReadError as exc:
+                last_error = str(exc)
+                self.log.warning("Reading the DLQ backlog failed (will retry): %s", last_error)
+            now = time.time()
+            if self.deadline is not None and now >= self.deadline:
+                yield TriggerEvent(
+                    {
+                        "status": STATUS_TIMEOUT,
+                        "backlog": {t: b.to_dict() for t, b in last.items()},
+                        "last_error": last_error,
+                    }
+                )
+                return
+            wait = self.poll_interval
+            if self.deadline is not None:
+                wait = min(wait, self.deadline - now)
+            await asyncio.sleep(max(wait, 0.0))

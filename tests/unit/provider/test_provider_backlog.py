@@ -1,0 +1,224 @@
+"""Backlog reading logic (pure): Prometheus parsing, admin stats, pattern expansion, error mapping."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from airflow_provider_dlq.hooks.backlog import (
+    BacklogConfigError,
+    BacklogReadError,
+    HttpResult,
+    TopicBacklog,
+    admin_plan,
+    metrics_plan,
+    normalize_topic,
+    parse_prometheus_backlog,
+    prepare_topics,
+)
+from airflow_provider_dlq.hooks.pulsar import _drive
+
+SUB = "dlq-replayer"
+
+
+def sample(value, **labels):
+    """One Prometheus sample line of the backlog gauge."""
+    body = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    return f"pulsar_subscription_back_log{{{body}}} {value}"
+
+
+LITE = {"cluster": "pulsar-lite", "partition": "-1"}
+PULSAR_LITE = "\n".join(
+    [
+        "# HELP pulsar_subscription_back_log Unacknowledged stored entries",
+        "# TYPE pulsar_subscription_back_log gauge",
+        sample(5, **LITE, namespace="public/default", subscription="dlq-replayer", topic="orders-DLQ"),
+        sample(99, **LITE, namespace="public/default", subscription="other", topic="orders-DLQ"),
+        sample(0, **LITE, namespace="acme/pay", subscription="dlq-replayer", topic="pay-DLQ"),
+        "pulsar_broker_msg_backlog 104",
+    ]
+)
+
+APACHE_NS = {"cluster": "standalone", "namespace": "acme/orders"}
+APACHE = "\n".join(
+    [
+        "# TYPE pulsar_subscription_back_log gauge",
+        sample(
+            "3 1700000000000",
+            **APACHE_NS,
+            topic="persistent://acme/orders/a-DLQ-partition-0",
+            subscription=SUB,
+        ),
+        sample(
+            "4.0 1700000000000",
+            **APACHE_NS,
+            topic="persistent://acme/orders/a-DLQ-partition-1",
+            subscription=SUB,
+        ),
+        sample(1, **APACHE_NS, topic="persistent://acme/orders/b-DLQ", subscription=SUB),
+        sample(8, **APACHE_NS, topic="non-persistent://acme/orders/x", subscription=SUB),
+        sample(2, **APACHE_NS, topic='persistent://acme/orders/q\\"x', subscription=SUB),
+    ]
+)
+
+
+def fake_get(responses):
+    """A transport serving canned responses by URL, recording the calls."""
+    calls = []
+
+    def get(url):
+        calls.append(url)
+        if url not in responses:
+            return HttpResult(404, "not found")
+        status, body = responses[url]
+        return HttpResult(status, body if isinstance(body, str) else json.dumps(body))
+
+    return get, calls
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        ("orders-DLQ", "persistent://public/default/orders-DLQ"),
+        ("acme/orders/x-DLQ", "persistent://acme/orders/x-DLQ"),
+        (" persistent://acme/orders/x ", "persistent://acme/orders/x"),
+    ],
+)
+def test_normalize_topic(given, expected):
+    assert normalize_topic(given) == expected
+
+
+@pytest.mark.parametrize(
+    ("given", "fragment"),
+    [
+        ("non-persistent://a/b/c", "must be persistent"),
+        ("a/b", "not a valid topic name"),
+        ("", "Empty topic name"),
+    ],
+)
+def test_bad_topic_names_say_how_to_write_them(given, fragment):
+    with pytest.raises(BacklogConfigError, match=fragment):
+        normalize_topic(given)
+
+
+def test_patterns_allow_wildcards_only_in_the_topic_part():
+    assert prepare_topics(["acme/orders/*-DLQ", "x", "x"]) == [
+        "persistent://acme/orders/*-DLQ",
+        "persistent://public/default/x",
+    ]
+    with pytest.raises(BacklogConfigError, match="only in the topic name"):
+        prepare_topics(["persistent://acme/*/x"])
+    with pytest.raises(BacklogConfigError, match="No topics given"):
+        prepare_topics([])
+
+
+def test_prometheus_pulsar_lite_labels():
+    assert parse_prometheus_backlog(PULSAR_LITE, SUB) == {
+        "persistent://public/default/orders-DLQ": 5,
+        "persistent://acme/pay/pay-DLQ": 0,
+    }
+
+
+def test_prometheus_apache_labels_sum_partitions_and_skip_non_persistent():
+    assert parse_prometheus_backlog(APACHE, SUB) == {
+        "persistent://acme/orders/a-DLQ": 7,
+        "persistent://acme/orders/b-DLQ": 1,
+        'persistent://acme/orders/q"x': 2,
+    }
+
+
+def test_metrics_plan_reports_missing_topics_and_expands_patterns():
+    get, calls = fake_get({"http://m/metrics": (200, APACHE)})
+    topics = prepare_topics(["persistent://acme/orders/*-DLQ", "acme/orders/missing-DLQ"])
+    result = _drive(metrics_plan("http://m/metrics", topics, SUB), get)
+    assert calls == ["http://m/metrics"]
+    a_dlq, b_dlq = "persistent://acme/orders/a-DLQ", "persistent://acme/orders/b-DLQ"
+    assert result == {
+        a_dlq: TopicBacklog(a_dlq, SUB, 7, "metrics", True),
+        b_dlq: TopicBacklog(b_dlq, SUB, 1, "metrics", True),
+        "persistent://acme/orders/missing-DLQ": TopicBacklog(
+            "persistent://acme/orders/missing-DLQ", SUB, 0, "metrics", False
+        ),
+    }
+
+
+def test_metrics_plan_errors_name_the_extra():
+    get, _ = fake_get({"http://m/metrics": (503, "down")})
+    with pytest.raises(BacklogReadError, match="HTTP 503; check the extra 'metrics_url'"):
+        _drive(metrics_plan("http://m/metrics", ["persistent://public/default/x"], SUB), get)
+    get, _ = fake_get({"http://m/metrics": (200, "<html>login</html>")})
+    with pytest.raises(BacklogReadError, match="does not look like a Prometheus metrics page"):
+        _drive(metrics_plan("http://m/metrics", ["persistent://public/default/x"], SUB), get)
+
+
+ADMIN = "http://admin:8080"
+NOW_MS = 1_700_000_100_000
+
+
+def test_admin_plan_reads_stats_partitioned_stats_and_ages():
+    base = f"{ADMIN}/admin/v2/persistent/acme/orders"
+    get, calls = fake_get(
+        {
+            base: (
+                200,
+                [
+                    "persistent://acme/orders/a-DLQ-partition-0",
+                    "persistent://acme/orders/a-DLQ-partition-1",
+                    "persistent://acme/orders/b-DLQ",
+                    "persistent://acme/orders/live",
+                ],
+            ),
+            f"{base}/a-DLQ/partitions": (200, {"partitions": 2}),
+            f"{base}/a-DLQ/partitioned-stats?perPartition=false&getEarliestTimeInBacklog=true": (
+                200,
+                {"subscriptions": {SUB: {"msgBacklog": 7, "earliestMsgPublishTimeInBacklog": NOW_MS - 90e3}}},
+            ),
+            f"{base}/b-DLQ/partitions": (200, {"partitions": 0}),
+            f"{base}/b-DLQ/stats?getEarliestTimeInBacklog=true": (
+                200,
+                {"subscriptions": {"someone-else": {"msgBacklog": 3}}},
+            ),
+            f"{base}/c%20DLQ/partitions": (200, {"partitions": 0}),
+            f"{base}/c%20DLQ/stats?getEarliestTimeInBacklog=true": (
+                200,
+                {"subscriptions": {SUB: {"msgBacklog": 0, "earliestMsgPublishTimeInBacklog": 0}}},
+            ),
+        }
+    )
+    topics = prepare_topics(["persistent://acme/orders/*-DLQ", "acme/orders/c DLQ"])
+    result = _drive(admin_plan(ADMIN, topics, SUB, now_ms=NOW_MS), get)
+    assert calls[0] == base
+    assert result["persistent://acme/orders/a-DLQ"] == TopicBacklog(
+        "persistent://acme/orders/a-DLQ", SUB, 7, "admin", True, oldest_age_seconds=90.0
+    )
+    assert result["persistent://acme/orders/b-DLQ"] == TopicBacklog(
+        "persistent://acme/orders/b-DLQ", SUB, 0, "admin", False
+    )
+    assert result["persistent://acme/orders/c DLQ"] == TopicBacklog(
+        "persistent://acme/orders/c DLQ", SUB, 0, "admin", True, oldest_age_seconds=None
+    )
+    assert "persistent://acme/orders/live" not in result
+
+
+def test_admin_plan_missing_topic_is_not_found_and_auth_errors_say_how_to_fix():
+    get, _ = fake_get({})
+    result = _drive(admin_plan(ADMIN, ["persistent://a/b/gone"], SUB, now_ms=NOW_MS), get)
+    assert result == {"persistent://a/b/gone": TopicBacklog("persistent://a/b/gone", SUB, 0, "admin", False)}
+
+    get, _ = fake_get({f"{ADMIN}/admin/v2/persistent/a/b/t/partitions": (401, "")})
+    with pytest.raises(BacklogConfigError, match=r"HTTP 401\); the connection's token"):
+        _drive(admin_plan(ADMIN, ["persistent://a/b/t"], SUB, now_ms=NOW_MS), get)
+
+    get, _ = fake_get({f"{ADMIN}/admin/v2/persistent/a/b/t/partitions": (500, "boom")})
+    with pytest.raises(BacklogReadError, match="HTTP 500; check the extra 'admin_url'"):
+        _drive(admin_plan(ADMIN, ["persistent://a/b/t"], SUB, now_ms=NOW_MS), get)
+
+    get, _ = fake_get({f"{ADMIN}/admin/v2/persistent/a/b/t/partitions": (200, "<html/>")})
+    with pytest.raises(BacklogReadError, match="did not return JSON"):
+        _drive(admin_plan(ADMIN, ["persistent://a/b/t"], SUB, now_ms=NOW_MS), get)
+
+
+def test_topic_backlog_round_trips_through_json():
+    item = TopicBacklog("persistent://a/b/c", SUB, 4, "admin", True, 12.5)
+    assert TopicBacklog.from_dict(json.loads(json.dumps(item.to_dict()))) == item

@@ -1,0 +1,168 @@
+"""The ``pulsar`` connection: parsing, errors that name the connection and the fix, secret hygiene."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+
+from airflow_provider_dlq.get_provider_info import get_provider_info
+from airflow_provider_dlq.hooks.connection import PulsarConnectionError, parse_pulsar_connection
+from airflow_provider_dlq.hooks.pulsar import PulsarHook
+
+TOKEN = "eyJhbGciOiJIUzI1NiJ9.c2VjcmV0LXRva2Vu.sig-never-print-me"
+
+
+def parse(**fields):
+    fields.setdefault("conn_type", "pulsar")
+    return parse_pulsar_connection("my_pulsar", **fields)
+
+
+@pytest.mark.parametrize(
+    ("fields", "url"),
+    [
+        ({"host": "pulsar://localhost:6650"}, "pulsar://localhost:6650"),
+        ({"host": "pulsar+ssl://broker:6651/"}, "pulsar+ssl://broker:6651"),
+        ({"host": "pulsar://b1:6650,b2:6650"}, "pulsar://b1:6650,b2:6650"),
+        ({"host": "broker"}, "pulsar://broker:6650"),
+        ({"host": "broker", "port": 7000}, "pulsar://broker:7000"),
+        ({"host": "broker", "extra": {"use_tls": True}}, "pulsar+ssl://broker:6651"),
+        ({"host": "broker", "extra": {"use_tls": "true"}, "port": 9443}, "pulsar+ssl://broker:9443"),
+        ({"host": "broker", "conn_type": "pulsar+ssl"}, "pulsar+ssl://broker:6651"),
+    ],
+)
+def test_service_url_from_host_port_and_tls(fields, url):
+    assert parse(**fields).service_url == url
+
+
+def test_extras_are_parsed_and_normalised():
+    cfg = parse(
+        host="pulsar://localhost:6650",
+        password=TOKEN,
+        extra={
+            "admin_url": "http://localhost:8080/",
+            "metrics_url": "http://127.0.0.1:8080/metrics",
+            "tls_trust_certs_file_path": "/etc/pulsar/ca.pem",
+            "tls_allow_insecure_connection": "false",
+            "something_else": 1,
+        },
+    )
+    assert cfg.admin_url == "http://localhost:8080"
+    assert cfg.metrics_url == "http://127.0.0.1:8080/metrics"
+    assert cfg.tls_trust_certs_file_path == "/etc/pulsar/ca.pem"
+    assert cfg.tls_allow_insecure_connection is False
+    assert cfg.token == TOKEN
+    assert cfg.ignored_extras == ("something_else",)
+
+
+@pytest.mark.parametrize(
+    ("fields", "fragment"),
+    [
+        ({"host": ""}, "has no Host; set Host to a service URL"),
+        ({"host": None}, "has no Host"),
+        ({"host": "http://broker:8080"}, "http:// URLs belong in the extras"),
+        ({"host": "pulsar://"}, "names no broker"),
+        ({"host": "broker/path"}, "neither a service URL nor a bare host name"),
+        ({"host": "broker", "port": 70000}, "Port must be 1-65535"),
+        ({"host": "pulsar://b:6650", "extra": {"use_tls": True}}, "use a pulsar+ssl:// URL"),
+        ({"host": "b", "extra": {"use_tls": "maybe"}}, "'use_tls' must be true or false"),
+        ({"host": "b", "extra": {"admin_url": "localhost:8080"}}, "'admin_url' must be an http(s) URL"),
+        ({"host": "b", "extra": {"metrics_url": 8080}}, "'metrics_url' must be a string URL"),
+        ({"host": "b", "conn_type": "kafka"}, "needs conn_type 'pulsar'"),
+    ],
+)
+def test_bad_connections_name_the_connection_and_the_fix(fields, fragment):
+    with pytest.raises(PulsarConnectionError) as err:
+        parse(**fields)
+    assert "'my_pulsar'" in str(err.value)
+    assert fragment in str(err.value)
+
+
+def test_token_is_not_in_repr_of_config_or_hook(monkeypatch):
+    cfg = parse(host="pulsar://localhost:6650", password=TOKEN)
+    assert TOKEN not in repr(cfg)
+    assert cfg.has_token
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_MY_PULSAR",
+        json.dumps({"conn_type": "pulsar", "host": "pulsar://localhost:6650", "password": TOKEN}),
+    )
+    hook = PulsarHook("my_pulsar")
+    assert hook.config.token == TOKEN
+    assert TOKEN not in repr(hook)
+    assert TOKEN not in repr(hook.config)
+
+
+def test_hook_reads_the_env_connection(monkeypatch):
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_PULSAR_DEFAULT",
+        json.dumps(
+            {
+                "conn_type": "pulsar",
+                "host": "pulsar://localhost:6650",
+                "extra": {"metrics_url": "http://m:1/metrics"},
+            }
+        ),
+    )
+    hook = PulsarHook()
+    assert hook.pulsar_conn_id == "pulsar_default"
+    assert hook.config.service_url == "pulsar://localhost:6650"
+    assert hook.backlog_source(hook.config) == "metrics"
+
+
+def test_missing_connection_error_names_the_env_var():
+    hook = PulsarHook("no_such_pulsar_conn")
+    with pytest.raises(PulsarConnectionError) as err:
+        _ = hook.config
+    assert "'no_such_pulsar_conn' is not defined" in str(err.value)
+    assert "AIRFLOW_CONN_NO_SUCH_PULSAR_CONN" in str(err.value)
+    ok, message = hook.test_connection()
+    assert ok is False
+    assert "AIRFLOW_CONN_NO_SUCH_PULSAR_CONN" in message
+
+
+def test_backlog_needs_admin_or_metrics_url(monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_BARE", json.dumps({"conn_type": "pulsar", "host": "pulsar://h:6650"}))
+    hook = PulsarHook("bare")
+    with pytest.raises(ValueError, match="neither extra 'admin_url' nor 'metrics_url'") as err:
+        hook.get_backlog(["orders-DLQ"], "dlq-replayer")
+    assert "'bare'" in str(err.value)
+
+
+def test_backlog_read_error_never_contains_the_token(monkeypatch, caplog):
+    # Nothing listens on port 9 of 127.0.0.1: the read fails; neither the error nor the logs carry the token.
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_TOK",
+        json.dumps(
+            {
+                "conn_type": "pulsar",
+                "host": "pulsar://127.0.0.1:6650",
+                "password": TOKEN,
+                "extra": {"metrics_url": "http://127.0.0.1:9/metrics"},
+            }
+        ),
+    )
+    caplog.set_level(logging.DEBUG)
+    hook = PulsarHook("tok", http_timeout=2)
+    with pytest.raises(RuntimeError, match=r"GET http://127\.0\.0\.1:9/metrics failed") as err:
+        hook.get_backlog(["orders-DLQ"], "dlq-replayer")
+    assert TOKEN not in str(err.value)
+    assert TOKEN not in caplog.text
+
+
+def test_ui_behaviour_matches_provider_info():
+    info = get_provider_info()["connection-types"][0]
+    behaviour = PulsarHook.get_ui_field_behaviour()
+    assert info["connection-type"] == PulsarHook.conn_type == "pulsar"
+    assert info["hook-class-name"] == "airflow_provider_dlq.hooks.pulsar.PulsarHook"
+    ui = info["ui-field-behaviour"]
+    assert behaviour["hidden_fields"] == ui["hidden-fields"]
+    assert behaviour["relabeling"] == ui["relabeling"]
+    assert behaviour["placeholders"] == ui["placeholders"]
+    assert set(info["conn-fields"]) == {
+        "admin_url",
+        "metrics_url",
+        "use_tls",
+        "tls_trust_certs_file_path",
+        "tls_allow_insecure_connection",
+    }

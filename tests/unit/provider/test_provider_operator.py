@@ -1,0 +1,280 @@
+"""DlqReplayOperator: the exact spark-submit command (no secret in it), run ids, validation, report."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+from collections import defaultdict
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from airflow_provider_dlq.operators.replay import TOKEN_ENV, DlqReplayOperator, output_asset
+from airflow_provider_dlq.operators.replay_cli import (
+    ReplayArgumentError,
+    build_replay_args,
+    compact_summary,
+    default_run_id,
+)
+
+TOKEN = "eyJhbGciOiJIUzI1NiJ9.dG9wLXNlY3JldA.never-on-argv"
+DLQ = "persistent://public/default/orders-DLQ"
+
+
+@pytest.fixture
+def conns(monkeypatch):
+    pulsar = {
+        "conn_type": "pulsar",
+        "host": "pulsar+ssl://broker:6651",
+        "password": TOKEN,
+        "extra": {"metrics_url": "http://broker:8080/metrics", "tls_trust_certs_file_path": "/etc/ca.pem"},
+    }
+    monkeypatch.setenv("AIRFLOW_CONN_PULSAR_DEFAULT", json.dumps(pulsar))
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[2]"}))
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_YARN", json.dumps({"conn_type": "spark", "host": "yarn"}))
+
+
+def make_operator(tmp_path, **kwargs):
+    defaults = {
+        "task_id": "replay",
+        "topics": [DLQ, "persistent://public/default/pay-DLQ"],
+        "output_dir": str(tmp_path / "out"),
+        "mode": "replay",
+        "origin_allowlist": "persistent://public/default/orders,persistent://public/default/pay",
+        "playbook": "/opt/dlq/playbook.yaml",
+        "since": "2024-05-01",
+        "until": "2024-05-02T00:00:00Z",
+        "max_messages": "500",
+        "rate_limit": 250,
+        "parallelism": 2,
+        "archive_payload": False,
+        "conf": {"spark.executor.memory": "1g"},
+        "env_vars": {"FOO": "bar"},
+    }
+    defaults.update(kwargs)
+    return DlqReplayOperator(**defaults)
+
+
+def test_exact_spark_submit_command_and_token_only_in_env(conns, tmp_path):
+    op = make_operator(tmp_path)
+    pulsar = op.pulsar_hook.config
+    args = op.replay_args("dlq_nightly.replay.manual__2024-05-02T00_00_00_00_00", pulsar)
+    env = op.spark_env(pulsar, "local[2]")
+    hook = op.make_hook(args, env, "/tmp/b/dlq_replay.zip")
+    cmd = hook._build_spark_submit_command("/tmp/b/dlq_replay_main.py")
+    out = str(tmp_path / "out")
+    assert cmd == [
+        "spark-submit",
+        "--master", "local[2]",
+        "--conf", "spark.sql.session.timeZone=UTC",
+        "--conf", "spark.log.level=WARN",
+        "--conf", "spark.ui.showConsoleProgress=false",
+        "--conf", "spark.executor.memory=1g",
+        "--py-files", "/tmp/b/dlq_replay.zip",
+        "--name", "dlq-replay-dlq_nightly.replay.manual__2024-05-02T00_00_00_00_00",
+        "/tmp/b/dlq_replay_main.py",
+        "--run-id", "dlq_nightly.replay.manual__2024-05-02T00_00_00_00_00",
+        "--mode", "replay",
+        "--service-url", "pulsar+ssl://broker:6651",
+        "--topics", f"{DLQ},persistent://public/default/pay-DLQ",
+        "--subscription", "dlq-replayer",
+        "--output-dir", out,
+        "--tls-trust-certs-file", "/etc/ca.pem",
+        "--playbook", "/opt/dlq/playbook.yaml",
+        "--origin-allowlist", "persistent://public/default/orders,persistent://public/default/pay",
+        "--since", "2024-05-01",
+        "--until", "2024-05-02T00:00:00Z",
+        "--max-messages", "500",
+        "--max-replays", "3",
+        "--rate-limit", "250",
+        "--parallelism", "2",
+        "--archive-payload", "off",
+    ]  # fmt: skip
+    assert TOKEN not in " ".join(cmd)
+    assert env[TOKEN_ENV] == TOKEN
+    assert env["FOO"] == "bar"
+    assert TOKEN not in json.dumps(op.env_vars)
+
+
+def test_token_file_replaces_the_env_token(conns, tmp_path):
+    op = make_operator(tmp_path, auth_token_file="/run/secrets/pulsar-token")
+    pulsar = op.pulsar_hook.config
+    args = op.replay_args("r1", pulsar)
+    assert args.to_argv()[args.to_argv().index("--auth-token-file") + 1] == "/run/secrets/pulsar-token"
+    assert TOKEN_ENV not in op.spark_env(pulsar, "yarn")
+
+
+def test_yarn_without_token_file_refuses_to_put_the_token_on_argv(conns, tmp_path):
+    op = make_operator(tmp_path, spark_conn_id="spark_yarn")
+    pulsar = op.pulsar_hook.config
+    env = op.spark_env(pulsar, "yarn")
+    hook = op.make_hook(op.replay_args("r1", pulsar), env, "/b.zip")
+    with pytest.raises(ReplayArgumentError, match="set auth_token_file"):
+        op._check_env_stays_off_argv(hook, env)
+
+
+def test_token_in_env_vars_is_refused(conns, tmp_path):
+    op = make_operator(tmp_path, env_vars={TOKEN_ENV: "x"})
+    with pytest.raises(ReplayArgumentError, match="must not carry PULSAR_AUTH_TOKEN"):
+        op.spark_env(op.pulsar_hook.config, "local[2]")
+
+
+def test_default_run_id_is_stable_and_path_safe():
+    rid = default_run_id("dlq_nightly_replay", "replay", "scheduled__2024-05-02T02:00:00+00:00")
+    assert rid == "dlq_nightly_replay.replay.scheduled__2024-05-02T02_00_00_00_00"
+    assert rid == default_run_id("dlq_nightly_replay", "replay", "scheduled__2024-05-02T02:00:00+00:00")
+    assert default_run_id("d", "t", "r", map_index=3) == "d.t.r.3"
+    long = default_run_id("d" * 100, "t", "manual__x" * 10)
+    assert len(long) == 120
+    assert long != default_run_id("d" * 100, "t", "manual__y" * 10)
+
+
+def test_run_id_from_context_survives_retries(conns, tmp_path):
+    op = make_operator(tmp_path)
+    ti = SimpleNamespace(
+        dag_id="dag", task_id="replay", run_id="manual__2024-01-01T00:00:00+00:00", map_index=-1
+    )
+    first = op.resolve_run_id({"ti": ti})
+    ti.try_number = 2
+    assert op.resolve_run_id({"ti": ti}) == first == "dag.replay.manual__2024-01-01T00_00_00_00_00"
+    assert make_operator(tmp_path, run_id="fixed-run").resolve_run_id({"ti": ti}) == "fixed-run"
+
+
+@pytest.mark.parametrize(
+    ("change", "fragment"),
+    [
+        ({"mode": "wipe"}, "mode must be one of dry-run, replay, archive-only"),
+        ({"topics": " , "}, "topics is empty"),
+        ({"mode": "replay", "origin_allowlist": None}, "needs origin_allowlist"),
+        ({"since": "yesterday"}, "since must be ISO 8601"),
+        ({"since": "2024-05-03", "until": "2024-05-02"}, "must be before until"),
+        ({"max_messages": "ten"}, "max_messages must be an integer >= 1"),
+        ({"max_messages": 0}, "max_messages must be an integer >= 1"),
+        ({"rate_limit": -5}, "rate_limit must be a positive number"),
+        ({"run_id": "a/b"}, "run_id must be 1-120 characters"),
+        ({"output_dir": ""}, "output_dir is required"),
+        ({"archive_payload": "maybe"}, "archive_payload must be on/off"),
+    ],
+)
+def test_rendered_values_are_validated_with_the_fix(change, fragment):
+    values = {
+        "run_id": "r1",
+        "mode": "replay",
+        "service_url": "pulsar://h:6650",
+        "topics": DLQ,
+        "output_dir": "/data/dlq",
+        "origin_allowlist": "persistent://public/default/*",
+    }
+    values.update(change)
+    with pytest.raises(ReplayArgumentError, match=fragment):
+        build_replay_args(values)
+
+
+def test_templated_blanks_become_absent_options():
+    args = build_replay_args(
+        {
+            "run_id": "r1",
+            "mode": "dry-run",
+            "service_url": "pulsar://h:6650",
+            "topics": [DLQ],
+            "output_dir": "relative/out",
+            "max_messages": "None",
+            "since": "",
+            "playbook": None,
+        }
+    )
+    argv = args.to_argv()
+    for flag in ("--max-messages", "--since", "--playbook", "--origin-allowlist", "--auth-token-file"):
+        assert flag not in argv
+    assert args.output_dir == os.path.abspath("relative/out")
+    assert args.report_json == os.path.abspath("relative/out") + "/runs/r1/report.json"
+
+
+def test_operator_rejects_bad_static_arguments(tmp_path):
+    with pytest.raises(ReplayArgumentError, match="mode must be one of"):
+        make_operator(tmp_path, mode="everything")
+    with pytest.raises(ReplayArgumentError, match="max_replays must be an integer >= 1"):
+        make_operator(tmp_path, max_replays=0)
+    with pytest.raises(ReplayArgumentError, match=r"must not set \['application_args'\]"):
+        make_operator(tmp_path, spark_submit_kwargs={"application_args": ["--x"]})
+
+
+def test_template_fields_and_default_outlet(tmp_path):
+    op = make_operator(tmp_path)
+    assert {"topics", "mode", "run_id", "playbook", "since", "until", "signatures", "error_class"} <= set(
+        op.template_fields
+    )
+    assert all(isinstance(f, str) for f in op.template_fields)
+    assert op.outlets == [output_asset(str(tmp_path / "out"))]
+    assert op.outlets[0].uri == (tmp_path / "out").as_uri()
+    templated = make_operator(tmp_path, output_dir="{{ var.value.dlq_output_dir }}")
+    assert templated.outlets == []
+
+
+def test_compact_summary_keeps_totals_paths_and_top_groups():
+    report = {
+        "run_id": "r1",
+        "mode": "replay",
+        "status": "succeeded",
+        "totals": {"snapshot": 3, "republished": 2},
+        "paths": {"report_json": "/o/runs/r1/report.json"},
+        "groups": [
+            {"signature": f"s{i}", "count": 1, "template": "x" * 500, "outcomes": {}} for i in range(25)
+        ],
+        "other_groups": {"groups": 5, "count": 5},
+        "timings": {"plan": 1.0},
+    }
+    summary = compact_summary(report)
+    assert summary["group_count"] == 30
+    assert len(summary["groups"]) == 20
+    assert len(summary["groups"][0]["template"]) == 160
+    assert summary["totals"] == {"snapshot": 3, "republished": 2}
+
+
+FAKE_SPARK_SUBMIT = """#!{python}
+import json, os, sys
+argv = sys.argv[1:]
+app = argv.index("--run-id")
+opts = dict(zip(argv[app::2], argv[app + 1 :: 2]))
+run = os.path.join(opts["--output-dir"], "runs", opts["--run-id"])
+os.makedirs(run, exist_ok=True)
+with open(os.path.join(os.environ["FAKE_LOG"]), "w") as log:
+    json.dump({{"argv": argv, "token": os.environ.get("PULSAR_AUTH_TOKEN")}}, log)
+report = {{"run_id": opts["--run-id"], "mode": opts["--mode"], "status": "succeeded",
+          "totals": {{"snapshot": 2, "republished": 2}}, "groups": [], "other_groups": {{"groups": 0}},
+          "paths": {{"report_json": os.path.join(run, "report.json")}}}}
+with open(os.path.join(run, "report.json"), "w") as f:
+    json.dump(report, f)
+print("DLQ_REPLAY_SUMMARY " + json.dumps(report))
+"""
+
+
+def test_execute_with_a_stand_in_spark_submit(conns, tmp_path, monkeypatch):
+    """execute(): token via env only, report read, summary returned and set as the asset event extra."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    fake = bindir / "spark-submit"
+    fake.write_text(FAKE_SPARK_SUBMIT.format(python=sys.executable))
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_LOG", str(tmp_path / "fake.json"))
+    bundle = tmp_path / "dlq_replay.zip"
+    bundle.write_bytes(b"")
+    op = make_operator(tmp_path, bundle_path=str(bundle), application=str(tmp_path / "main.py"))
+    ti = SimpleNamespace(dag_id="d", task_id="replay", run_id="manual__1", map_index=-1)
+    events: defaultdict[object, SimpleNamespace] = defaultdict(lambda: SimpleNamespace(extra={}))
+    summary = op.execute({"ti": ti, "outlet_events": events})
+    seen = json.loads((tmp_path / "fake.json").read_text())
+    assert seen["token"] == TOKEN
+    assert TOKEN not in " ".join(seen["argv"])
+    assert summary["run_id"] == "d.replay.manual__1"
+    assert summary["status"] == "succeeded"
+    assert summary["totals"] == {"snapshot": 2, "republished": 2}
+    assert TOKEN not in json.dumps(summary)
+    extra = events[op.outlets[0]].extra
+    assert extra["run_id"] == "d.replay.manual__1"
+    assert extra["totals"]["republished"] == 2
+    assert Path(summary["paths"]["report_json"]).is_file()
