@@ -1,0 +1,64 @@
+"""Readable Pulsar message ids and their total order.
+
+A DLQ message is named everywhere (snapshot, ledger, commit) by the string
+``"<ledger>:<entry>:<partition>:<batch_index>"``; ``partition`` is -1 for a non-partitioned topic and
+``batch_index`` is -1 for a message that was not batched. Within one topic partition the tuple from
+:func:`message_id_key` orders messages the way the broker does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+MessageIdKey = tuple[int, int, int, int]
+
+
+def message_id_str(msg_id: Any, partition: int | None = None) -> str:
+    """Return the readable id of a ``pulsar.MessageId``.
+
+    ``partition`` overrides the id's own partition index: a consumer subscribed directly to one
+    partition may report -1, so readers pass the partition they know.
+    """
+    part = msg_id.partition() if partition is None else partition
+    return f"{msg_id.ledger_id()}:{msg_id.entry_id()}:{part}:{msg_id.batch_index()}"
+
+
+def message_id_key(text: str) -> MessageIdKey:
+    """Parse a readable id into ``(ledger, entry, partition, batch_index)`` for ordering."""
+    parts = text.split(":") if isinstance(text, str) else []
+    if len(parts) != 4:
+        raise ValueError(
+            f"invalid message id {text!r}: expected '<ledger>:<entry>:<partition>:<batch_index>', "
+            "e.g. '12:345:-1:-1' (use message_id_str() to produce it)"
+        )
+    try:
+        ledger, entry, partition, batch = (int(p) for p in parts)
+    except ValueError:
+        raise ValueError(
+            f"invalid message id {text!r}: all four fields must be integers "
+            "('<ledger>:<entry>:<partition>:<batch_index>')"
+        ) from None
+    return ledger, entry, partition, batch
+
+
+def in_window(ledger: int, entry: int, batch_index: int, end: MessageIdKey | None) -> bool:
+    """True when a message of the same partition is at or before ``end`` (``None``: empty window).
+
+    An end with ``batch_index`` -1 names a whole entry, so every message of a batch stored in that
+    entry is inside the window.
+    """
+    if end is None:
+        return False
+    end_ledger, end_entry, _, end_batch = end
+    if (ledger, entry) != (end_ledger, end_entry):
+        return (ledger, entry) < (end_ledger, end_entry)
+    return end_batch < 0 or batch_index <= end_batch
+
+
+def reached_end(ledger: int, entry: int, end: MessageIdKey | None) -> bool:
+    """True once a message from the window's last entry, or a later one, has been received.
+
+    Entries are delivered whole and in order (redeliveries aside), so after such a message everything
+    up to the end of the window has been dispatched.
+    """
+    return end is None or (ledger, entry) >= (end[0], end[1])

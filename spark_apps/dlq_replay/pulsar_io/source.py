@@ -1,0 +1,319 @@
+"""``spark.read.format("pulsar")``: a PySpark Python Data Source over a frozen Pulsar window.
+
+Each topic partition of the window is read by ``parallelism`` Shared consumers on the given durable
+subscription. Nothing is acked, so reading twice returns the same rows (and the messages stay pending
+for the replay's commit). Only messages at or before the window end are returned, each message id once
+per consumer; with ``parallelism`` > 1 a message can reach two consumers of a partition (redelivery when
+one closes), so de-duplicate on ``message_id_str`` across the DataFrame. Clients are opened inside
+:meth:`PulsarDataSourceReader.read` on the executor, one per process.
+
+Options: ``service.url``, ``topics``, ``subscription``, ``window``, ``parallelism``,
+``idle.timeout.ms``, ``receiver.queue.size``, ``max.batch.rows``, ``auth.token.env``,
+``auth.token.file``, ``tls.trust.certs.file``, ``tls.allow.insecure``, ``client.log.file``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import weakref
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf, get_client
+from spark_apps.dlq_replay.pulsar_io.errors import PulsarConfigError, WindowError
+from spark_apps.dlq_replay.pulsar_io.window import (
+    PartitionWindow,
+    freeze_window,
+    parse_topics,
+    windows_from_json,
+)
+from spark_apps.dlq_replay.pulsar_io.window_consumer import (
+    DEFAULT_IDLE_TIMEOUT_MS,
+    DEFAULT_RECEIVER_QUEUE_SIZE,
+    WindowConsumer,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Mapping
+
+    import pyarrow as pa
+    from pyspark.sql import SparkSession
+    from pyspark.sql.types import StructType
+
+log = logging.getLogger(__name__)
+
+SOURCE_NAME = "pulsar"
+SOURCE_SCHEMA = (
+    "topic string, partition int, message_id binary, message_id_str string, key string, "
+    "ordering_key string, value binary, properties map<string,string>, publish_time timestamp, "
+    "event_time timestamp, redelivery_count int, producer_name string"
+)
+SOURCE_COLUMNS = [part.split()[0] for part in SOURCE_SCHEMA.split(", ")]
+DEFAULT_MAX_BATCH_ROWS = 10_000
+# Set on a row whose properties or key could not be decoded as UTF-8 (the message is kept, never dropped).
+UNDECODABLE_PROPERTY = "__dlq.replay.undecodable"
+
+
+def source_struct() -> StructType:
+    """:data:`SOURCE_SCHEMA` as a ``StructType``, built without a SparkSession."""
+    from pyspark.sql import types as T
+
+    text, ts = T.StringType(), T.TimestampType()
+    return T.StructType(
+        [
+            T.StructField("topic", text),
+            T.StructField("partition", T.IntegerType()),
+            T.StructField("message_id", T.BinaryType()),
+            T.StructField("message_id_str", text),
+            T.StructField("key", text),
+            T.StructField("ordering_key", text),
+            T.StructField("value", T.BinaryType()),
+            T.StructField("properties", T.MapType(text, text)),
+            T.StructField("publish_time", ts),
+            T.StructField("event_time", ts),
+            T.StructField("redelivery_count", T.IntegerType()),
+            T.StructField("producer_name", text),
+        ]
+    )
+
+
+def _int_option(opts: Mapping[str, str], name: str, default: int, minimum: int) -> int:
+    raw = opts.get(name)
+    if raw is None or str(raw).strip() == "":
+        return default
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        raise PulsarConfigError(f"option {name!r} must be an integer >= {minimum}; got {raw!r}") from None
+    if value < minimum:
+        raise PulsarConfigError(f"option {name!r} must be >= {minimum}; got {value}")
+    return value
+
+
+class PulsarInputPartition(InputPartition):
+    """One consumer's share of a topic partition's window (picklable: plain values only)."""
+
+    def __init__(self, topic: str, partition: int, end_message_id: str | None, slot: int) -> None:
+        super().__init__((topic, partition, end_message_id, slot))
+        self.topic = topic
+        self.partition = partition
+        self.end_message_id = end_message_id
+        self.slot = slot
+
+    @property
+    def window(self) -> PartitionWindow:
+        return PartitionWindow(self.topic, self.partition, self.end_message_id)
+
+
+class PulsarDataSourceReader(DataSourceReader):
+    """Plans one input partition per (topic partition, consumer slot) and reads it."""
+
+    def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
+        opts = {str(k).lower(): str(v) for k, v in options.items()}
+        self.conf = PulsarConf.from_options(opts)
+        self.subscription = (opts.get("subscription") or "").strip()
+        if not self.subscription:
+            raise PulsarConfigError(
+                "option 'subscription' is required: the durable Shared subscription to read through, "
+                "e.g. .option('subscription', 'dlq-replayer'); messages are never acked by this source"
+            )
+        topics_text = opts.get("topics", "").strip()
+        self.topics = parse_topics(topics_text) if topics_text else []
+        self.window_json = opts.get("window") or None
+        if not self.topics and not self.window_json:
+            raise PulsarConfigError(
+                "option 'topics' is required unless 'window' is given, e.g. .option('topics', 'orders-DLQ')"
+            )
+        if self.window_json:
+            windows_from_json(self.window_json)  # fail at load time on a bad window
+        self.parallelism = _int_option(opts, "parallelism", 1, 1)
+        self.idle_timeout_ms = _int_option(opts, "idle.timeout.ms", DEFAULT_IDLE_TIMEOUT_MS, 1)
+        self.receiver_queue_size = _int_option(opts, "receiver.queue.size", DEFAULT_RECEIVER_QUEUE_SIZE, 1)
+        self.max_batch_rows = _int_option(opts, "max.batch.rows", DEFAULT_MAX_BATCH_ROWS, 1)
+        self.schema = schema
+
+    def _windows(self) -> list[PartitionWindow]:
+        if not self.window_json:
+            return freeze_window(self.conf, self.topics, self.subscription)
+        windows = windows_from_json(self.window_json)
+        if not self.topics:
+            return windows
+        chosen = [w for w in windows if w.parent_topic in self.topics or w.topic in self.topics]
+        missing = [t for t in self.topics if not any(t in (w.parent_topic, w.topic) for w in windows)]
+        if missing:
+            raise WindowError(
+                f"topics {missing} have no entry in the 'window' option; freeze a window that covers "
+                "them (freeze_window) or drop the 'topics' option"
+            )
+        return chosen
+
+    def partitions(self) -> list[PulsarInputPartition]:
+        parts = [
+            PulsarInputPartition(w.topic, w.partition, w.end_message_id, slot)
+            for w in self._windows()
+            if w.end_message_id is not None
+            for slot in range(self.parallelism)
+        ]
+        # Spark needs at least one partition; an empty window reads nothing.
+        return parts or [PulsarInputPartition("persistent://public/default/-", -1, None, 0)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, PulsarInputPartition)
+        window = partition.window
+        if window.end_message_id is None:
+            return
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        arrow_schema = to_arrow_schema(self.schema, timezone="UTC")
+        started = time.monotonic()
+        builder = _BatchBuilder(window, arrow_schema)
+        with WindowConsumer(
+            get_client(self.conf),
+            window,
+            self.subscription,
+            role="read",
+            idle_timeout_ms=self.idle_timeout_ms,
+            receiver_queue_size=self.receiver_queue_size,
+        ) as consumer:
+            add = builder.add
+            limit = self.max_batch_rows
+            for id_str, msg, mid in consumer.messages():
+                if add(id_str, msg, mid) >= limit:
+                    yield builder.flush()
+            if builder.rows:
+                yield builder.flush()
+            stats = consumer.stats
+        log.info(
+            "read %s slot %d: %d messages, %d duplicates skipped, %d beyond the window, stopped by %s "
+            "in %.2fs",
+            window.topic,
+            partition.slot,
+            stats.in_window,
+            stats.duplicates,
+            stats.beyond_window,
+            stats.stopped_by,
+            time.monotonic() - started,
+        )
+
+
+class _BatchBuilder:
+    """Accumulates messages column by column and emits one Arrow record batch at a time."""
+
+    def __init__(self, window: PartitionWindow, arrow_schema: pa.Schema) -> None:
+        self.window = window
+        self.arrow_schema = arrow_schema
+        self._reset()
+
+    def _reset(self) -> None:
+        self.rows = 0
+        self.ids: list[bytes] = []
+        self.id_strs: list[str] = []
+        self.keys: list[str | None] = []
+        self.ordering_keys: list[str | None] = []
+        self.values: list[bytes] = []
+        self.prop_offsets: list[int] = [0]
+        self.prop_keys: list[str] = []
+        self.prop_values: list[str] = []
+        self.publish: list[int] = []
+        self.event: list[int | None] = []
+        self.redelivery: list[int] = []
+        self.producers: list[str] = []
+
+    def add(self, id_str: str, msg: Any, mid: Any) -> int:
+        """Append one message; returns the number of rows buffered."""
+        self.ids.append(mid.serialize())
+        self.id_strs.append(id_str)
+        bad_text = False
+        try:
+            key = msg.partition_key() or None
+        except UnicodeDecodeError:
+            key, bad_text = None, True
+        self.keys.append(key)
+        ordering = msg.ordering_key()
+        if isinstance(ordering, bytes):
+            ordering = ordering.decode("utf-8", "replace")
+        self.ordering_keys.append(ordering or None)
+        self.values.append(msg.data())
+        try:
+            props = msg.properties()
+        except UnicodeDecodeError:
+            props, bad_text = {}, True
+        if bad_text:
+            # Never drop a malformed DLQ message: keep it, flagged, so it is reported and stays pending.
+            props = {**props, UNDECODABLE_PROPERTY: "properties or key are not valid UTF-8"}
+        if props:
+            self.prop_keys.extend(props.keys())
+            self.prop_values.extend(props.values())
+        self.prop_offsets.append(len(self.prop_keys))
+        self.publish.append(msg.publish_timestamp())
+        self.event.append(msg.event_timestamp() or None)
+        self.redelivery.append(msg.redelivery_count())
+        self.producers.append(msg.producer_name())
+        self.rows += 1
+        return self.rows
+
+    def flush(self) -> pa.RecordBatch:
+        import pyarrow as pa
+
+        schema = self.arrow_schema
+        n = self.rows
+        ts_type = schema.field("publish_time").type
+
+        def ms_to_ts(values: list[Any]) -> pa.Array:
+            return pa.array(values, pa.int64()).cast(pa.timestamp("ms", tz="UTC")).cast(ts_type)
+
+        arrays = [
+            pa.array([self.window.topic] * n, pa.string()),
+            pa.array([self.window.partition] * n, pa.int32()),
+            pa.array(self.ids, pa.binary()),
+            pa.array(self.id_strs, pa.string()),
+            pa.array(self.keys, pa.string()),
+            pa.array(self.ordering_keys, pa.string()),
+            pa.array(self.values, pa.binary()),
+            pa.MapArray.from_arrays(
+                pa.array(self.prop_offsets, pa.int32()),
+                pa.array(self.prop_keys, pa.string()),
+                pa.array(self.prop_values, pa.string()),
+                type=schema.field("properties").type,
+            ),
+            ms_to_ts(self.publish),
+            ms_to_ts(self.event),
+            pa.array(self.redelivery, pa.int32()),
+            pa.array(self.producers, pa.string()),
+        ]
+        batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
+        self._reset()
+        return batch
+
+
+class PulsarDataSource(DataSource):
+    """Batch source ``pulsar``: the pending messages of a frozen window, read without acking."""
+
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def schema(self) -> str:
+        return SOURCE_SCHEMA
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        names = [f.name for f in schema.fields]
+        if names != SOURCE_COLUMNS:
+            raise PulsarConfigError(
+                f"the pulsar source has a fixed schema ({SOURCE_SCHEMA}); got columns {names}. "
+                "Drop .schema(...) and select the columns you need after load()."
+            )
+        return PulsarDataSourceReader(self.options, schema)
+
+
+_registered: weakref.WeakSet[SparkSession] = weakref.WeakSet()
+
+
+def register(spark: SparkSession) -> None:
+    """Register the ``pulsar`` format on ``spark``; calling it again for the same session does nothing."""
+    if spark in _registered:
+        return
+    spark.dataSource.register(PulsarDataSource)
+    _registered.add(spark)

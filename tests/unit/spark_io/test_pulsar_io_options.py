@@ -1,0 +1,167 @@
+"""Option validation of the data source, republish input helpers and commit input checks (pure logic)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pyarrow as pa
+import pytest
+
+from spark_apps.dlq_replay.pulsar_io.commit import make_commit_fn
+from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf
+from spark_apps.dlq_replay.pulsar_io.errors import PublishError, PulsarConfigError, WindowError
+from spark_apps.dlq_replay.pulsar_io.republish import _epoch_ms, _properties, _RateLimiter
+from spark_apps.dlq_replay.pulsar_io.source import PulsarDataSourceReader, PulsarInputPartition
+from spark_apps.dlq_replay.pulsar_io.window import PartitionWindow, windows_to_json
+
+BASE = {"service.url": "pulsar://127.0.0.1:6650", "subscription": "dlq-replayer", "topics": "a-DLQ"}
+
+
+def reader(**overrides: str) -> PulsarDataSourceReader:
+    options = {**BASE, **overrides}
+    return PulsarDataSourceReader({k: v for k, v in options.items() if v is not None}, None)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"subscription": ""}, "'subscription' is required"),
+        ({"topics": ""}, "'topics' is required unless 'window'"),
+        ({"parallelism": "0"}, "'parallelism' must be >= 1"),
+        ({"parallelism": "two"}, "'parallelism' must be an integer"),
+        ({"idle.timeout.ms": "-5"}, "'idle.timeout.ms' must be >= 1"),
+        ({"window": "[1, 2]"}, "windows_to_json"),
+        ({"service.url": "localhost:6650"}, "pulsar://"),
+    ],
+)
+def test_reader_options_fail_early_with_the_fix(overrides, message):
+    with pytest.raises((PulsarConfigError, WindowError), match=message):
+        reader(**overrides)
+
+
+def test_reader_plans_parallelism_slots_per_partition_and_skips_empty_windows():
+    windows = [
+        PartitionWindow("persistent://public/default/a-DLQ", -1, "3:9:-1:-1"),
+        PartitionWindow("persistent://public/default/b-DLQ-partition-0", 0, "4:1:0:-1"),
+        PartitionWindow("persistent://public/default/b-DLQ-partition-1", 1, None),
+    ]
+    r = reader(topics="", window=windows_to_json(windows), parallelism="2")
+    parts = r.partitions()
+    assert [(p.topic, p.slot) for p in parts] == [
+        ("persistent://public/default/a-DLQ", 0),
+        ("persistent://public/default/a-DLQ", 1),
+        ("persistent://public/default/b-DLQ-partition-0", 0),
+        ("persistent://public/default/b-DLQ-partition-0", 1),
+    ]
+    import pickle
+
+    clone = pickle.loads(pickle.dumps(parts[2]))
+    assert isinstance(clone, PulsarInputPartition)
+    assert clone.window == windows[1]
+    # A topic filter keeps its partitions; a topic missing from the window is an error.
+    only_b = reader(topics="b-DLQ", window=windows_to_json(windows)).partitions()
+    assert [p.topic for p in only_b] == ["persistent://public/default/b-DLQ-partition-0"]
+    with pytest.raises(WindowError, match="no entry in the 'window' option"):
+        reader(topics="c-DLQ", window=windows_to_json(windows)).partitions()
+    # Nothing to read still plans one (empty) partition, as Spark needs one.
+    empty = reader(topics="", window=windows_to_json(windows[2:])).partitions()
+    assert len(empty) == 1
+    assert empty[0].end_message_id is None
+
+
+def test_epoch_ms_handles_units_and_nulls():
+    ts = dt.datetime(2024, 5, 1, 12, 0, 0, 123000, tzinfo=dt.UTC)
+    ms = int(ts.timestamp() * 1000)
+    for unit in ("s", "ms", "us", "ns"):
+        col = pa.array([ts, None], pa.timestamp(unit, tz="UTC"))
+        expected = ms - ms % 1000 if unit == "s" else ms
+        assert _epoch_ms(col) == [expected, None]
+    assert _epoch_ms(pa.nulls(2)) == [None, None]
+    with pytest.raises(PublishError, match="event_time must be a timestamp"):
+        _epoch_ms(pa.array([1, 2]))
+
+
+def test_properties_from_map_column():
+    col = pa.array([[("a", "1"), ("b", "2")], [], None], pa.map_(pa.string(), pa.string()))
+    assert _properties(col) == [{"a": "1", "b": "2"}, {}, None]
+
+
+def test_rate_limiter_rejects_non_positive_rates():
+    with pytest.raises(PublishError, match="rate_limit_per_s must be > 0"):
+        _RateLimiter(0)
+
+
+def test_commit_fn_rejects_foreign_topics_and_bad_input():
+    conf = PulsarConf("pulsar://127.0.0.1:1", token_env=None)
+    fn = make_commit_fn(conf, [PartitionWindow("persistent://t/n/a", -1, "1:1:-1:-1")], "sub", 100)
+    with pytest.raises(WindowError, match="not in the run's frozen window"):
+        fn(pa.table({"dlq_topic": ["persistent://t/n/zzz"], "dlq_message_id": ["1:1:-1:-1"]}))
+    with pytest.raises(PulsarConfigError, match="lacks columns"):
+        fn(pa.table({"dlq_topic": ["persistent://t/n/a"]}))
+    with pytest.raises(PulsarConfigError, match="null dlq_topic or dlq_message_id"):
+        fn(pa.table({"dlq_topic": ["persistent://t/n/a"], "dlq_message_id": pa.array([None], pa.string())}))
+    # Ids beyond the window end are ignored without touching the broker.
+    out = fn(pa.table({"dlq_topic": ["persistent://t/n/a"], "dlq_message_id": ["5:0:-1:-1"]}))
+    assert out.to_pylist() == [
+        {"dlq_topic": "persistent://t/n/a", "acked": 0, "left_pending": 0, "beyond_window": 0}
+    ]
+    with pytest.raises(PulsarConfigError, match="subscription is required"):
+        make_commit_fn(conf, [], "", 100)
+
+
+def test_properties_of_a_sliced_map_column_and_of_a_null_column():
+    col = pa.array([[("a", "1")], [("b", "2"), ("c", "3")], [("d", "4")]], pa.map_(pa.string(), pa.string()))
+    assert _properties(col.slice(1, 2)) == [{"b": "2", "c": "3"}, {"d": "4"}]
+    assert _properties(pa.nulls(2)) == [None, None]
+    with pytest.raises(PublishError, match="map<string,string>"):
+        _properties(pa.array(["x"]))
+
+
+class _UndecodableMessage:
+    """A DLQ message whose key and properties are not valid UTF-8 (the client raises on access)."""
+
+    def partition_key(self):
+        raise UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte")
+
+    def properties(self):
+        raise UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte")
+
+    def ordering_key(self):
+        return b"\xffok"
+
+    def data(self):
+        return b"payload"
+
+    def publish_timestamp(self):
+        return 1_700_000_000_000
+
+    def event_timestamp(self):
+        return 0
+
+    def redelivery_count(self):
+        return 3
+
+    def producer_name(self):
+        return "legacy"
+
+
+class _Id:
+    def serialize(self):
+        return b"\x08\x01"
+
+
+def test_undecodable_text_keeps_the_message_flagged():
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from spark_apps.dlq_replay.pulsar_io.source import UNDECODABLE_PROPERTY, _BatchBuilder, source_struct
+
+    schema = to_arrow_schema(source_struct(), timezone="UTC")
+    builder = _BatchBuilder(PartitionWindow("persistent://t/n/dlq", -1, "1:1:-1:-1"), schema)
+    assert builder.add("1:1:-1:-1", _UndecodableMessage(), _Id()) == 1
+    row = builder.flush().to_pylist()[0]
+    assert row["value"] == b"payload"
+    assert row["key"] is None
+    assert row["ordering_key"] == "\ufffdok"
+    assert dict(row["properties"]) == {UNDECODABLE_PROPERTY: "properties or key are not valid UTF-8"}
+    assert row["event_time"] is None
+    assert row["redelivery_count"] == 3
