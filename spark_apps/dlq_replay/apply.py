@@ -1,0 +1,165 @@
+"""Apply step: republish the fixed messages and archive the archive group (pure DataFrame functions).
+
+Republish hands rows to the Pulsar I/O layer's ``republish_batches`` (``mapInArrow``), one task per
+group of producers, rows sorted by (producer, sequence id). The archive is a Parquet dataset partitioned
+by DLQ topic, date and run id, written with dynamic partition overwrite so a redone apply replaces this
+run's partitions instead of adding to them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from spark_apps.dlq_replay import outcomes as oc
+from spark_apps.dlq_replay.schemas import CONTEXT_COLUMNS
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from datetime import datetime
+
+    import pyarrow as pa
+    from pyspark.sql import DataFrame
+
+    from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf
+
+REPUBLISH_INPUT_COLUMNS: tuple[str, ...] = (
+    "replay_id",
+    "target_topic",
+    "producer_name",
+    "sequence_id",
+    "value",
+    "key",
+    "ordering_key",
+    "event_time",
+    "properties",
+)
+
+
+def republish_input(
+    decisions: DataFrame, partitions: int, sequence_range: tuple[int, int] | None = None
+) -> DataFrame:
+    """The rows to send, in the layout ``republish_batches`` expects.
+
+    One producer's rows land in one partition, sorted by sequence id. ``sequence_range`` (``[lo, hi)``)
+    selects one wave.
+    """
+    from pyspark.sql import functions as F
+
+    sending = decisions.filter(F.col("outcome") == oc.TO_REPUBLISH)
+    if sequence_range is not None:
+        lo, hi = sequence_range
+        sending = sending.filter((F.col("sequence_id") >= lo) & (F.col("sequence_id") < hi))
+    rows = sending.select(
+        "replay_id",
+        "target_topic",
+        F.col("replay_producer").alias("producer_name"),
+        "sequence_id",
+        F.col("out_value").alias("value"),
+        "key",
+        "ordering_key",
+        "event_time",
+        F.col("out_properties").alias("properties"),
+    )
+    return rows.repartition(max(1, partitions), "producer_name").sortWithinPartitions(
+        "producer_name", "sequence_id"
+    )
+
+
+def republish(
+    decisions: DataFrame,
+    conf: PulsarConf,
+    *,
+    partitions: int,
+    rate_limit_per_s: float | None = None,
+    sequence_range: tuple[int, int] | None = None,
+) -> DataFrame:
+    """Send every ``to_republish`` row; one result row per message (``REPUBLISH_RESULT_SCHEMA``).
+
+    ``rate_limit_per_s`` is the total for the run, shared evenly by the ``partitions`` tasks.
+    """
+    from spark_apps.dlq_replay.pulsar_io.republish import REPUBLISH_RESULT_SCHEMA
+
+    per_task = rate_limit_per_s / max(1, partitions) if rate_limit_per_s else None
+
+    def send(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from spark_apps.dlq_replay.pulsar_io.republish import republish_batches
+
+        yield from republish_batches(batches, conf=conf, rate_limit_per_s=per_task)
+
+    from spark_apps.dlq_replay.arrow_compat import map_in_arrow
+
+    return map_in_arrow(republish_input(decisions, partitions, sequence_range), send, REPUBLISH_RESULT_SCHEMA)
+
+
+def with_publish_results(decisions: DataFrame, results: DataFrame | None) -> DataFrame:
+    """Turn ``to_republish`` into ``republished`` or ``publish_failed`` using the republish results."""
+    from pyspark.sql import functions as F
+
+    if results is None:
+        return decisions.withColumn("published_message_id", F.lit(None).cast("string"))
+    res = results.select(
+        "replay_id",
+        F.col("published").alias("_published"),
+        "published_message_id",
+        F.col("error").alias("_publish_error"),
+    )
+    joined = decisions.join(res, on="replay_id", how="left")
+    sending = F.col("outcome") == oc.TO_REPUBLISH
+    ok = sending & F.coalesce(F.col("_published"), F.lit(False))
+    return (
+        joined.withColumn(
+            "outcome",
+            F.when(ok, F.lit(oc.REPUBLISHED))
+            .when(sending, F.lit(oc.PUBLISH_FAILED))
+            .otherwise(F.col("outcome")),
+        )
+        .withColumn(
+            "outcome_reason",
+            F.when(
+                sending & ~ok,
+                F.concat(
+                    F.lit("publish failed: "), F.coalesce(F.col("_publish_error"), F.lit("no send result"))
+                ),
+            ).otherwise(F.col("outcome_reason")),
+        )
+        .drop("_published", "_publish_error")
+    )
+
+
+def archive_rows(decisions: DataFrame, run_id: str, archived_at: datetime) -> DataFrame:
+    """The archive records of this run: payload (or null when payload-off), its SHA-256, full context."""
+    from pyspark.sql import functions as F
+
+    context = [F.col(name) for name, _ in CONTEXT_COLUMNS]
+    return decisions.filter(F.col("outcome").isin(*sorted(oc.ARCHIVE_OUTCOMES))).select(
+        *context,
+        "replay_id",
+        "signature",
+        "error_template",
+        "rule",
+        "outcome",
+        F.col("outcome_reason").alias("archive_reason"),
+        "fix",
+        "fix_error",
+        "key",
+        "ordering_key",
+        "properties",
+        F.when(F.col("archive_payload"), F.col("value")).alias("payload"),
+        F.sha2(F.col("value"), 256).alias("payload_sha256"),
+        F.col("archive_payload").alias("payload_archived"),
+        "publish_time",
+        "event_time",
+        F.lit(archived_at).cast("timestamp").alias("archived_at"),
+        F.lit(archived_at.strftime("%Y-%m-%d")).alias("date"),
+        F.lit(run_id).alias("run_id"),
+    )
+
+
+def write_archive(rows: DataFrame, archive_root: str) -> None:
+    """Write this run's archive partitions (dlq_topic / date / run_id), replacing them if redone."""
+    (
+        rows.write.mode("overwrite")
+        .option("partitionOverwriteMode", "dynamic")
+        .partitionBy("dlq_topic", "date", "run_id")
+        .parquet(archive_root)
+    )

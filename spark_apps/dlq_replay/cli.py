@@ -1,0 +1,265 @@
+"""Command line of the replay app: ``spark-submit --py-files <bundle.zip> dlq_replay_main.py --help``.
+
+Tokens are never accepted as arguments: the Pulsar token comes from the ``PULSAR_AUTH_TOKEN`` environment
+variable or from ``--auth-token-file``. Exit codes: 0 success (messages may be left pending), 2 invalid
+options, 1 run failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from typing import TYPE_CHECKING
+
+from spark_apps.dlq_replay import outcomes as oc
+from spark_apps.dlq_replay.errors import FixLoadError, PlaybookError, ReplayConfigError, ReplayError
+from spark_apps.dlq_replay.options import (
+    DEFAULT_IDLE_TIMEOUT_MS,
+    DEFAULT_MAX_REPLAYS,
+    DEFAULT_SUBSCRIPTION,
+    DEFAULT_WAVE_SIZE,
+    ReplayOptions,
+    parse_time,
+    split_list,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+log = logging.getLogger("spark_apps.dlq_replay")
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+_FORBIDDEN = ("--auth-token", "--token", "--pulsar-token", "--auth-params")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that never echoes argument values in its errors (one of them could be a secret)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        if "unrecognized arguments" in message:
+            message = "unrecognized arguments (values not shown); see --help"
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="dlq_replay_main.py",
+        description=(
+            "Replay Apache Pulsar dead-letter queues with Spark: plan (freeze the window), snapshot, decide "
+            "(playbook), apply (republish/archive), record (ledger), commit (ack final messages), report. "
+            "Re-running a run id resumes it. The Pulsar token is read from the PULSAR_AUTH_TOKEN environment "
+            "variable or --auth-token-file, never from the command line."
+        ),
+    )
+    add = parser.add_argument
+    add(
+        "--run-id", required=True, help="Id of this run (e.g. the Airflow run id); re-use it to resume a run."
+    )
+    add(
+        "--mode",
+        choices=oc.MODES,
+        default=oc.DRY_RUN,
+        help="dry-run: decide and report only, change nothing (default). replay: republish, archive, drop, "
+        "record and ack. archive-only: like replay but never republish (republish rules are skipped).",
+    )
+    add("--service-url", required=True, help="Pulsar binary service URL, e.g. pulsar://localhost:6650.")
+    add(
+        "--auth-token-file",
+        metavar="PATH",
+        help="File holding the Pulsar JWT token (else env PULSAR_AUTH_TOKEN; unset means no auth).",
+    )
+    add("--tls-trust-certs-file", metavar="PATH", help="CA bundle for pulsar+ssl:// service URLs.")
+    add("--topics", required=True, metavar="T1,T2", help="DLQ topics to replay, comma-separated.")
+    add(
+        "--subscription",
+        default=DEFAULT_SUBSCRIPTION,
+        help=f"Durable Shared subscription to read and ack through (default {DEFAULT_SUBSCRIPTION}).",
+    )
+    add(
+        "--playbook",
+        metavar="PATH",
+        help="Playbook YAML (docs/playbook.md). Without it every message is skipped.",
+    )
+    add(
+        "--output-dir",
+        required=True,
+        metavar="URI",
+        help="Root for runs/<run_id>/, archive/ and ledger/: a local path or a Hadoop URI (s3a://, hdfs://).",
+    )
+    add(
+        "--origin-allowlist",
+        metavar="GLOB[,GLOB]",
+        help="Topics a message may be republished to (its origin must match): globs on full topic names "
+        "(* within a path part, ** across), or re:<regex>. Required for --mode replay.",
+    )
+    add("--signatures", metavar="S1,S2", help="Only act on these error signatures (from a report).")
+    add("--error-class", metavar="NAME", help="Only act on this error class (full or simple class name).")
+    add(
+        "--since",
+        metavar="ISO8601",
+        help="Only act on DLQ messages published at or after this time (UTC if no offset).",
+    )
+    add(
+        "--until",
+        metavar="ISO8601",
+        help="Only act on DLQ messages published before this time (UTC if no offset).",
+    )
+    add(
+        "--max-messages",
+        type=int,
+        metavar="N",
+        help="Act on at most N messages (oldest first); the rest wait.",
+    )
+    add(
+        "--max-replays",
+        type=int,
+        default=DEFAULT_MAX_REPLAYS,
+        metavar="N",
+        help="Loop guard: a message with REPLAY_COUNT >= N is archived instead of republished "
+        f"(default {DEFAULT_MAX_REPLAYS}).",
+    )
+    add(
+        "--rate-limit",
+        type=float,
+        metavar="MSGS_PER_S",
+        help="Cap on republished messages per second (whole run).",
+    )
+    add(
+        "--parallelism",
+        type=int,
+        metavar="N",
+        help="Consumers per DLQ partition for the snapshot (default 1) and producers per origin topic "
+        "(default: Spark's default parallelism).",
+    )
+    add(
+        "--archive-payload",
+        choices=("on", "off"),
+        default="on",
+        help="Archive payloads (on, default) or only their SHA-256 (off); playbooks can say off per rule.",
+    )
+    add(
+        "--idle-timeout-ms",
+        type=int,
+        default=DEFAULT_IDLE_TIMEOUT_MS,
+        metavar="MS",
+        help=f"Stop reading a partition after this long idle (default {DEFAULT_IDLE_TIMEOUT_MS}).",
+    )
+    add(
+        "--wave-size",
+        type=int,
+        default=DEFAULT_WAVE_SIZE,
+        metavar="N",
+        help="Republish in waves of N messages per producer, each saved before the next; a resumed run "
+        f"re-sends at most the wave that was in flight (default {DEFAULT_WAVE_SIZE}).",
+    )
+    return parser
+
+
+def parse_options(argv: Sequence[str] | None = None) -> ReplayOptions:
+    """Parse and validate the command line. Raises :class:`ReplayConfigError` or exits on usage errors."""
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    for arg in args_list:
+        if arg.split("=", 1)[0] in _FORBIDDEN:
+            raise ReplayConfigError(
+                f"{arg.split('=', 1)[0]} is not accepted: tokens never go on the command line. Set the "
+                "PULSAR_AUTH_TOKEN environment variable or pass --auth-token-file PATH"
+            )
+    args = build_parser().parse_args(args_list)
+    topics = split_list(args.topics)
+    return ReplayOptions(
+        run_id=args.run_id,
+        mode=args.mode,
+        service_url=args.service_url,
+        auth_token_file=args.auth_token_file,
+        tls_trust_certs_file=args.tls_trust_certs_file,
+        topics=topics or (),
+        subscription=args.subscription,
+        playbook=args.playbook,
+        output_dir=args.output_dir,
+        origin_allowlist=split_list(args.origin_allowlist),
+        signatures=split_list(args.signatures),
+        error_class=args.error_class.strip() if args.error_class else None,
+        since=parse_time(args.since, "--since") if args.since else None,
+        until=parse_time(args.until, "--until") if args.until else None,
+        max_messages=args.max_messages,
+        max_replays=args.max_replays,
+        rate_limit=args.rate_limit,
+        parallelism=args.parallelism,
+        archive_payload=args.archive_payload == "on",
+        idle_timeout_ms=args.idle_timeout_ms,
+        wave_size=args.wave_size,
+    )
+
+
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is at the time of the record (safe when it is swapped)."""
+
+    @property
+    def stream(self) -> object:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: object) -> None:
+        pass
+
+
+def configure_logging() -> None:
+    """Progress logs to stderr; stdout carries only the summary. Idempotent."""
+    root = logging.getLogger("spark_apps")
+    if not any(isinstance(h, _StderrHandler) for h in root.handlers):
+        handler = _StderrHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    root.propagate = False
+    logging.getLogger("spark_apps.dlq_replay.pulsar_client").setLevel(logging.WARNING)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the app; returns the process exit code."""
+    configure_logging()
+    try:
+        options = parse_options(argv)
+    except ReplayConfigError as exc:
+        print(f"dlq-replay: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    from pyspark.sql import SparkSession
+
+    from spark_apps.dlq_replay.pulsar_io.errors import PulsarConfigError
+    from spark_apps.dlq_replay.report import summary_line, summary_text
+    from spark_apps.dlq_replay.runner import run_replay
+
+    spark = (
+        SparkSession.builder.appName(f"dlq-replay {options.run_id}")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("WARN")  # our progress lines stay readable in the task log
+    try:
+        report = run_replay(spark, options)
+    except (ReplayConfigError, PlaybookError, FixLoadError, PulsarConfigError) as exc:
+        print(f"dlq-replay: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except ReplayError as exc:
+        log.error("run %s failed: %s", options.run_id, exc)
+        return EXIT_FAILED
+    except Exception:
+        log.exception("run %s failed; re-run the same --run-id to resume", options.run_id)
+        return EXIT_FAILED
+    finally:
+        close_pulsar_clients()
+    print(summary_text(report), flush=True)
+    print(summary_line(report), flush=True)
+    spark.stop()
+    return EXIT_OK
+
+
+def close_pulsar_clients() -> None:
+    """Close this process's Pulsar clients now, not in an atexit hook: closing a client that has a
+    Python logger during interpreter shutdown can abort the process (apache/pulsar-client-python#256)."""
+    from spark_apps.dlq_replay.pulsar_io import conf
+
+    close = getattr(conf, "_close_own_clients", None)
+    if close is not None:
+        close()

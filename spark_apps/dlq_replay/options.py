@@ -1,0 +1,118 @@
+"""The replay run's options: one validated, immutable object built by the CLI (or by tests directly)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from spark_apps.dlq_replay import outcomes as oc
+from spark_apps.dlq_replay.errors import ReplayConfigError
+from spark_apps.dlq_replay.state import validate_run_id
+
+DEFAULT_SUBSCRIPTION = "dlq-replayer"
+DEFAULT_MAX_REPLAYS = 3
+DEFAULT_IDLE_TIMEOUT_MS = 3000
+DEFAULT_WAVE_SIZE = 50_000
+
+
+def parse_time(value: str, option: str) -> datetime:
+    """ISO 8601 date or date-time; without an offset it is taken as UTC."""
+    try:
+        parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise ReplayConfigError(
+            f"{option} {value!r} is not ISO 8601; use e.g. 2024-05-01 or 2024-05-01T12:00:00+00:00"
+        ) from exc
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def split_list(value: str | None) -> tuple[str, ...] | None:
+    """``"a, b,,c"`` -> ``("a", "b", "c")``; ``None``/empty -> ``None``."""
+    if value is None:
+        return None
+    items = tuple(p.strip() for p in value.split(",") if p.strip())
+    return items or None
+
+
+@dataclass(frozen=True)
+class ReplayOptions:
+    """Everything a replay run needs (see ``--help`` of the CLI for each option)."""
+
+    run_id: str
+    output_dir: str
+    service_url: str
+    topics: tuple[str, ...]
+    mode: str = oc.DRY_RUN
+    subscription: str = DEFAULT_SUBSCRIPTION
+    auth_token_file: str | None = None
+    tls_trust_certs_file: str | None = None
+    playbook: str | None = None
+    origin_allowlist: tuple[str, ...] | None = None
+    signatures: tuple[str, ...] | None = None
+    error_class: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    max_messages: int | None = None
+    max_replays: int = DEFAULT_MAX_REPLAYS
+    rate_limit: float | None = None
+    parallelism: int | None = None
+    archive_payload: bool = True
+    idle_timeout_ms: int = DEFAULT_IDLE_TIMEOUT_MS
+    wave_size: int = DEFAULT_WAVE_SIZE
+
+    def __post_init__(self) -> None:
+        try:
+            validate_run_id(self.run_id)
+        except ValueError as exc:
+            raise ReplayConfigError(f"--run-id: {exc}") from exc
+        if self.mode not in oc.MODES:
+            raise ReplayConfigError(f"--mode must be one of {', '.join(oc.MODES)}; got {self.mode!r}")
+        if not self.output_dir or not self.output_dir.strip():
+            raise ReplayConfigError(
+                "--output-dir is required (a local path or a Hadoop URI such as s3a://bucket/dlq)"
+            )
+        if not self.service_url:
+            raise ReplayConfigError("--service-url is required, e.g. pulsar://localhost:6650")
+        if not self.topics:
+            raise ReplayConfigError("--topics is required: the DLQ topics to replay, comma-separated")
+        if not self.subscription or not self.subscription.strip():
+            raise ReplayConfigError("--subscription must not be empty (default dlq-replayer)")
+        if self.mode == oc.REPLAY and not self.origin_allowlist:
+            raise ReplayConfigError(
+                "--origin-allowlist is required in replay mode: the topics a message may be republished to, "
+                "as globs (persistent://public/default/orders*) or regexes (re:...), comma-separated"
+            )
+        if self.since and self.until and self.since >= self.until:
+            raise ReplayConfigError(
+                f"--since ({self.since.isoformat()}) must be before --until ({self.until.isoformat()})"
+            )
+        for name, value, minimum in (
+            ("--max-messages", self.max_messages, 1),
+            ("--max-replays", self.max_replays, 1),
+            ("--parallelism", self.parallelism, 1),
+            ("--idle-timeout-ms", self.idle_timeout_ms, 100),
+            ("--wave-size", self.wave_size, 1),
+        ):
+            if value is not None and value < minimum:
+                raise ReplayConfigError(f"{name} must be >= {minimum}; got {value}")
+        if self.rate_limit is not None and self.rate_limit <= 0:
+            raise ReplayConfigError(f"--rate-limit must be > 0 messages/s; got {self.rate_limit}")
+
+    def fingerprint_options(self, playbook_digest: str) -> dict[str, Any]:
+        """The options that shape results: a run id must be resumed with the same ones."""
+        return {
+            "mode": self.mode,
+            "topics": list(self.topics),
+            "subscription": self.subscription,
+            "playbook_sha256": playbook_digest,
+            "origin_allowlist": list(self.origin_allowlist or []),
+            "signatures": list(self.signatures) if self.signatures else None,
+            "error_class": self.error_class,
+            "since": self.since.isoformat() if self.since else None,
+            "until": self.until.isoformat() if self.until else None,
+            "max_messages": self.max_messages,
+            "max_replays": self.max_replays,
+            "archive_payload": self.archive_payload,
+            "wave_size": self.wave_size,
+        }

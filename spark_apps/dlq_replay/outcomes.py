@@ -1,0 +1,57 @@
+"""Actions a playbook can choose and outcomes a DLQ message can end a run with."""
+
+from __future__ import annotations
+
+# --------------------------------------------------------------------------- actions (playbook)
+REPUBLISH = "republish"
+ARCHIVE = "archive"
+DROP = "drop"
+SKIP = "skip"
+ACTIONS: tuple[str, ...] = (REPUBLISH, ARCHIVE, DROP, SKIP)
+
+ON_FIX_ERROR_PENDING = "pending"
+ON_FIX_ERROR_ARCHIVE = "archive"
+ON_FIX_ERROR_CHOICES: tuple[str, ...] = (ON_FIX_ERROR_PENDING, ON_FIX_ERROR_ARCHIVE)
+
+# --------------------------------------------------------------------------- outcomes (ledger, report)
+REPUBLISHED = "republished"
+ARCHIVED = "archived"
+DROPPED = "dropped"
+SKIPPED = "skipped"
+FIX_FAILED = "fix_failed"
+ORIGIN_REFUSED = "origin_refused"
+MALFORMED = "malformed"
+LOOP_GUARDED = "loop_guarded"
+ALREADY_FINAL = "already_final"
+FILTERED = "filtered"
+PUBLISH_FAILED = "publish_failed"
+
+#: Decided in the decide step; becomes ``republished`` or ``publish_failed`` in the apply step.
+TO_REPUBLISH = "to_republish"
+
+#: Outcomes whose DLQ message is done with: recorded final in the ledger and acked by the commit.
+FINAL_OUTCOMES: frozenset[str] = frozenset({REPUBLISHED, ARCHIVED, DROPPED, LOOP_GUARDED, ALREADY_FINAL})
+
+#: Outcomes that are written to the archive dataset in the apply step.
+ARCHIVE_OUTCOMES: frozenset[str] = frozenset({ARCHIVED, LOOP_GUARDED})
+
+#: Every outcome a message can end a run with, in report order.
+OUTCOMES: tuple[str, ...] = (
+    REPUBLISHED,
+    ARCHIVED,
+    DROPPED,
+    SKIPPED,
+    FIX_FAILED,
+    ORIGIN_REFUSED,
+    MALFORMED,
+    LOOP_GUARDED,
+    ALREADY_FINAL,
+    FILTERED,
+    PUBLISH_FAILED,
+)
+
+# --------------------------------------------------------------------------- modes
+DRY_RUN = "dry-run"
+REPLAY = "replay"
+ARCHIVE_ONLY = "archive-only"
+MODES: tuple[str, ...] = (DRY_RUN, REPLAY, ARCHIVE_ONLY)

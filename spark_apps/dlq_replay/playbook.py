@@ -1,0 +1,438 @@
+"""The playbook: ordered YAML rules from match conditions to an action (default: skip).
+
+Loading validates the whole file and every error names the file and the line of the bad value. The
+schema is documented in ``docs/playbook.md``. Matching is pure Python and runs on executors.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from spark_apps.dlq_replay import outcomes
+from spark_apps.dlq_replay.errors import PlaybookError, ReplayConfigError
+from spark_apps.dlq_replay.topics import TopicMatcher, qualify_topic
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+PLAYBOOK_VERSION = 1
+_FIX_REF = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*")
+_TOP_KEYS = ("version", "fix_files", "payload_off_topics", "rules")
+_MATCH_KEYS = ("signature", "error_class", "error_message", "origin_topic", "context_format", "properties")
+_ACTION_KEYS: dict[str, tuple[str, ...]] = {
+    outcomes.REPUBLISH: ("fix", "fix_version", "on_fix_error"),
+    outcomes.ARCHIVE: ("archive_payload",),
+    outcomes.DROP: (),
+    outcomes.SKIP: (),
+}
+_RULE_KEYS = (
+    "name",
+    "description",
+    "match",
+    "action",
+    "reason",
+    "fix",
+    "fix_version",
+    "on_fix_error",
+    "archive_payload",
+)
+_CONTEXT_FORMATS = (
+    "ours",
+    "pulsar_dlq_policy",
+    "java_retry",
+    "tdmq",
+    "kip1191",
+    "kafka_connect",
+    "spring",
+)  # not "none": messages without a parseable context are always malformed, no rule applies
+
+
+@dataclass(frozen=True)
+class MatchInput:
+    """What a rule can look at for one DLQ message (all values come from the message: untrusted)."""
+
+    signature: str
+    error_class: str | None
+    error_message: str | None
+    origin_topic: str | None
+    context_format: str
+    properties: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class PropertyCondition:
+    key: str
+    exact: str | None
+    regex: re.Pattern[str] | None
+
+    def matches(self, properties: Mapping[str, str]) -> bool:
+        value = properties.get(self.key)
+        if value is None:
+            return False
+        if self.regex is not None:
+            return self.regex.fullmatch(value) is not None
+        return value == self.exact
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One playbook rule. All given conditions must hold; a list inside a condition means "any of"."""
+
+    name: str
+    action: str
+    line: int
+    signatures: frozenset[str] | None = None
+    error_class: re.Pattern[str] | None = None
+    error_message: re.Pattern[str] | None = None
+    origin_topic: TopicMatcher | None = None
+    context_formats: frozenset[str] | None = None
+    properties: tuple[PropertyCondition, ...] = ()
+    reason: str | None = None
+    fix: str | None = None
+    fix_version: str | None = None
+    on_fix_error: str = outcomes.ON_FIX_ERROR_PENDING
+    archive_payload: bool | None = None
+
+    def matches(self, record: MatchInput) -> bool:
+        if self.signatures is not None and record.signature not in self.signatures:
+            return False
+        if self.context_formats is not None and record.context_format not in self.context_formats:
+            return False
+        if self.error_class is not None and not self.error_class.search(record.error_class or ""):
+            return False
+        if self.error_message is not None and not self.error_message.search(record.error_message or ""):
+            return False
+        if self.origin_topic is not None:
+            qualified = qualify_topic(record.origin_topic) if record.origin_topic else None
+            if not self.origin_topic.matches(qualified):
+                return False
+        return all(cond.matches(record.properties) for cond in self.properties)
+
+    @property
+    def fix_label(self) -> str:
+        """``module:function@version`` (the ``REPLAY_FIX`` property), or ``""`` without a fix."""
+        return f"{self.fix}@{self.fix_version}" if self.fix else ""
+
+
+@dataclass(frozen=True)
+class Playbook:
+    """Ordered rules; the first rule that matches decides. No match means ``skip``."""
+
+    rules: tuple[Rule, ...] = ()
+    fix_files: tuple[str, ...] = ()
+    path: str | None = None
+    digest: str = field(default_factory=lambda: hashlib.sha256(b"").hexdigest())
+    payload_off_topics: TopicMatcher | None = None
+
+    def payload_off(self, dlq_topic: str | None, origin_topic: str | None) -> bool:
+        """True when the DLQ topic or the origin topic is listed under ``payload_off_topics``."""
+        if self.payload_off_topics is None:
+            return False
+        candidates = (qualify_topic(t) if t else None for t in (dlq_topic, origin_topic))
+        return any(self.payload_off_topics.matches(c) for c in candidates if c)
+
+    def first_match(self, record: MatchInput) -> Rule | None:
+        for rule in self.rules:
+            if rule.matches(record):
+                return rule
+        return None
+
+    @property
+    def fixes(self) -> tuple[str, ...]:
+        """The distinct fix references used by republish rules, in rule order."""
+        seen: dict[str, None] = {}
+        for rule in self.rules:
+            if rule.fix:
+                seen[rule.fix] = None
+        return tuple(seen)
+
+
+def empty_playbook() -> Playbook:
+    """The playbook used without ``--playbook``: no rules, so everything is skipped."""
+    return Playbook()
+
+
+def load_playbook(path: str) -> Playbook:
+    """Read and validate a playbook file (local path). Raises :class:`PlaybookError` naming file:line."""
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read()
+    except OSError as exc:
+        raise PlaybookError(f"cannot read the playbook: {exc}; check --playbook", path=path) from exc
+    playbook = parse_playbook(raw.decode("utf-8", "replace"), path=path)
+    base = os.path.dirname(os.path.abspath(path))
+    fix_files = tuple(
+        p if os.path.isabs(p) else os.path.normpath(os.path.join(base, p)) for p in playbook.fix_files
+    )
+    for fix_file in fix_files:
+        if not os.path.isfile(fix_file):
+            raise PlaybookError(
+                f"fix_files entry {fix_file!r} does not exist; paths are relative to the playbook file",
+                path=path,
+            )
+    return Playbook(playbook.rules, fix_files, path, playbook.digest, playbook.payload_off_topics)
+
+
+def parse_playbook(text: str, *, path: str | None = None) -> Playbook:
+    """Validate playbook YAML text. Raises :class:`PlaybookError` naming the line of the problem."""
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else None
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise PlaybookError(f"invalid YAML: {problem}", path=path, line=line) from exc
+    if root is None:
+        raise PlaybookError("the playbook is empty; it needs at least `rules:`", path=path, line=1)
+    top = _mapping(root, "the playbook", path, _TOP_KEYS)
+    version_node = top.get("version")
+    if version_node is not None:
+        version = _scalar(version_node, path)
+        if str(version) != str(PLAYBOOK_VERSION):
+            raise PlaybookError(
+                f"unsupported version {version!r}; this app reads version {PLAYBOOK_VERSION}",
+                path=path,
+                line=_line(version_node),
+            )
+    fix_files: list[str] = []
+    if "fix_files" in top:
+        for node in _sequence(top["fix_files"], "fix_files", path):
+            fix_files.append(_string(node, "fix_files entry", path))
+    payload_off: TopicMatcher | None = None
+    if "payload_off_topics" in top:
+        node = top["payload_off_topics"]
+        globs = _strings(node, "payload_off_topics", path)
+        try:
+            payload_off = TopicMatcher.parse(globs, what="payload_off_topics")
+        except ReplayConfigError as exc:
+            raise PlaybookError(str(exc), path=path, line=_line(node)) from exc
+    if "rules" not in top:
+        raise PlaybookError(
+            "missing `rules:` (a list of rules; an empty list skips everything)", path=path, line=_line(root)
+        )
+    rules: list[Rule] = []
+    names: dict[str, int] = {}
+    for index, node in enumerate(_sequence(top["rules"], "rules", path), start=1):
+        rule = _parse_rule(node, index, path)
+        if rule.name in names:
+            raise PlaybookError(
+                f"duplicate rule name {rule.name!r} (first at line {names[rule.name]}); names must be unique",
+                path=path,
+                line=rule.line,
+            )
+        names[rule.name] = rule.line
+        rules.append(rule)
+    return Playbook(tuple(rules), tuple(fix_files), path, digest, payload_off)
+
+
+# --------------------------------------------------------------------------- YAML node helpers
+
+
+def _line(node: yaml.Node) -> int:
+    return int(node.start_mark.line) + 1
+
+
+def _mapping(node: yaml.Node, what: str, path: str | None, allowed: tuple[str, ...]) -> dict[str, yaml.Node]:
+    if not isinstance(node, yaml.MappingNode):
+        raise PlaybookError(f"{what} must be a mapping (key: value)", path=path, line=_line(node))
+    out: dict[str, yaml.Node] = {}
+    for key_node, value_node in node.value:
+        key = _scalar(key_node, path)
+        if not isinstance(key, str):
+            raise PlaybookError(f"{what}: keys must be strings, got {key!r}", path=path, line=_line(key_node))
+        if key not in allowed:
+            raise PlaybookError(
+                f"unknown key {key!r} in {what}; allowed: {', '.join(allowed)}",
+                path=path,
+                line=_line(key_node),
+            )
+        if key in out:
+            raise PlaybookError(f"duplicate key {key!r} in {what}", path=path, line=_line(key_node))
+        out[key] = value_node
+    return out
+
+
+def _sequence(node: yaml.Node, what: str, path: str | None) -> list[yaml.Node]:
+    if not isinstance(node, yaml.SequenceNode):
+        raise PlaybookError(f"`{what}` must be a list", path=path, line=_line(node))
+    return list(node.value)
+
+
+def _scalar(node: yaml.Node, path: str | None) -> Any:
+    if not isinstance(node, yaml.ScalarNode):
+        raise PlaybookError(
+            "expected a single value here, not a list or mapping", path=path, line=_line(node)
+        )
+    return _construct(node)
+
+
+def _construct(node: yaml.ScalarNode) -> Any:
+    loader = yaml.SafeLoader("")
+    try:
+        return loader.construct_object(node, deep=True)
+    finally:
+        loader.dispose()
+
+
+def _string(node: yaml.Node, what: str, path: str | None) -> str:
+    value = _scalar(node, path)
+    if isinstance(value, bool) or value is None or isinstance(value, (list, dict)):
+        raise PlaybookError(f"{what} must be a string, got {value!r}", path=path, line=_line(node))
+    text = str(value)
+    if not text.strip():
+        raise PlaybookError(f"{what} must not be empty", path=path, line=_line(node))
+    return text
+
+
+def _strings(node: yaml.Node, what: str, path: str | None) -> list[str]:
+    if isinstance(node, yaml.SequenceNode):
+        values = [_string(item, what, path) for item in node.value]
+        if not values:
+            raise PlaybookError(f"{what} must not be an empty list", path=path, line=_line(node))
+        return values
+    return [_string(node, what, path)]
+
+
+def _regex(node: yaml.Node, what: str, path: str | None) -> re.Pattern[str]:
+    patterns = _strings(node, what, path)
+    joined = "|".join(f"(?:{p})" for p in patterns)
+    try:
+        return re.compile(joined)
+    except re.error as exc:
+        raise PlaybookError(
+            f"{what}: invalid regular expression: {exc}", path=path, line=_line(node)
+        ) from exc
+
+
+def _bool(node: yaml.Node, what: str, path: str | None) -> bool:
+    value = _scalar(node, path)
+    if not isinstance(value, bool):
+        raise PlaybookError(f"{what} must be true or false, got {value!r}", path=path, line=_line(node))
+    return value
+
+
+def _parse_rule(node: yaml.Node, index: int, path: str | None) -> Rule:
+    what = f"rule #{index}"
+    fields = _mapping(node, what, path, _RULE_KEYS)
+    line = _line(node)
+    name = _string(fields["name"], f"{what} name", path) if "name" in fields else f"rule-{index}"
+    what = f"rule {name!r}"
+    if "action" not in fields:
+        raise PlaybookError(
+            f"{what} has no `action`; use one of {', '.join(outcomes.ACTIONS)}", path=path, line=line
+        )
+    action = _string(fields["action"], f"{what} action", path)
+    if action not in outcomes.ACTIONS:
+        raise PlaybookError(
+            f"{what}: unknown action {action!r}; use one of {', '.join(outcomes.ACTIONS)}",
+            path=path,
+            line=_line(fields["action"]),
+        )
+    for key in ("fix", "fix_version", "on_fix_error", "archive_payload"):
+        if key in fields and key not in _ACTION_KEYS[action]:
+            raise PlaybookError(
+                f"{what}: `{key}` does not apply to action {action!r}", path=path, line=_line(fields[key])
+            )
+    kwargs: dict[str, Any] = {"name": name, "action": action, "line": line}
+    if "reason" in fields:
+        kwargs["reason"] = _string(fields["reason"], f"{what} reason", path)
+    if "fix" in fields:
+        fix = _string(fields["fix"], f"{what} fix", path)
+        if not _FIX_REF.fullmatch(fix):
+            raise PlaybookError(
+                f"{what}: fix {fix!r} must be `module:function` (e.g. orders_fixes:add_currency)",
+                path=path,
+                line=_line(fields["fix"]),
+            )
+        if "fix_version" not in fields:
+            raise PlaybookError(
+                f"{what}: a fix needs `fix_version` (recorded in REPLAY_FIX and the ledger)",
+                path=path,
+                line=line,
+            )
+        kwargs["fix"] = fix
+        kwargs["fix_version"] = _string(fields["fix_version"], f"{what} fix_version", path)
+    elif "fix_version" in fields:
+        raise PlaybookError(
+            f"{what}: `fix_version` without `fix`", path=path, line=_line(fields["fix_version"])
+        )
+    if "on_fix_error" in fields:
+        on_error = _string(fields["on_fix_error"], f"{what} on_fix_error", path)
+        if on_error not in outcomes.ON_FIX_ERROR_CHOICES:
+            raise PlaybookError(
+                f"{what}: on_fix_error must be one of "
+                f"{', '.join(outcomes.ON_FIX_ERROR_CHOICES)}, got {on_error!r}",
+                path=path,
+                line=_line(fields["on_fix_error"]),
+            )
+        kwargs["on_fix_error"] = on_error
+    if "archive_payload" in fields:
+        kwargs["archive_payload"] = _bool(fields["archive_payload"], f"{what} archive_payload", path)
+    if "match" in fields:
+        kwargs.update(_parse_match(fields["match"], what, path))
+    return Rule(**kwargs)
+
+
+def _parse_match(node: yaml.Node, what: str, path: str | None) -> dict[str, Any]:
+    if isinstance(node, yaml.ScalarNode) and _scalar(node, path) is None:
+        return {}
+    conditions = _mapping(node, f"{what} match", path, _MATCH_KEYS)
+    out: dict[str, Any] = {}
+    if "signature" in conditions:
+        out["signatures"] = frozenset(_strings(conditions["signature"], f"{what} match.signature", path))
+    if "error_class" in conditions:
+        out["error_class"] = _regex(conditions["error_class"], f"{what} match.error_class", path)
+    if "error_message" in conditions:
+        out["error_message"] = _regex(conditions["error_message"], f"{what} match.error_message", path)
+    if "origin_topic" in conditions:
+        globs = _strings(conditions["origin_topic"], f"{what} match.origin_topic", path)
+        try:
+            out["origin_topic"] = TopicMatcher.parse(globs, what=f"{what} match.origin_topic")
+        except ReplayConfigError as exc:
+            raise PlaybookError(str(exc), path=path, line=_line(conditions["origin_topic"])) from exc
+    if "context_format" in conditions:
+        formats = _strings(conditions["context_format"], f"{what} match.context_format", path)
+        for fmt in formats:
+            if fmt not in _CONTEXT_FORMATS:
+                raise PlaybookError(
+                    f"{what}: unknown context_format {fmt!r}; use one of {', '.join(_CONTEXT_FORMATS)}",
+                    path=path,
+                    line=_line(conditions["context_format"]),
+                )
+        out["context_formats"] = frozenset(formats)
+    if "properties" in conditions:
+        props = _mapping_any(conditions["properties"], f"{what} match.properties", path)
+        conds: list[PropertyCondition] = []
+        for key, value_node in props:
+            value = _string(value_node, f"{what} match.properties.{key}", path)
+            if value.startswith("re:"):
+                try:
+                    conds.append(PropertyCondition(key, None, re.compile(value[3:])))
+                except re.error as exc:
+                    raise PlaybookError(
+                        f"{what}: match.properties.{key}: invalid regular expression: {exc}",
+                        path=path,
+                        line=_line(value_node),
+                    ) from exc
+            else:
+                conds.append(PropertyCondition(key, value, None))
+        out["properties"] = tuple(conds)
+    return out
+
+
+def _mapping_any(node: yaml.Node, what: str, path: str | None) -> list[tuple[str, yaml.Node]]:
+    if not isinstance(node, yaml.MappingNode) or not node.value:
+        raise PlaybookError(
+            f"{what} must be a non-empty mapping of property: value", path=path, line=_line(node)
+        )
+    out: list[tuple[str, yaml.Node]] = []
+    for key_node, value_node in node.value:
+        out.append((_string(key_node, f"{what} key", path), value_node))
+    return out

@@ -1,0 +1,229 @@
+"""Report step: per-signature groups, run totals and timings as JSON; the printed summary.
+
+Only aggregates reach the driver (one row per group x outcome x action, and at most
+``SAMPLE_IDS`` message ids per group), never anything proportional to the number of messages.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from spark_apps.dlq_replay import outcomes as oc
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+REPORT_FORMAT = 1
+SAMPLE_IDS = 5
+MAX_GROUPS = 200
+SUMMARY_PREFIX = "DLQ_REPLAY_SUMMARY "
+#: ISO 8601 with the session time zone's offset (the app runs with spark.sql.session.timeZone=UTC).
+ISO_FORMAT = "yyyy-MM-dd'T'HH:mm:ss.SSSXXX"
+TOTAL_KEYS: tuple[str, ...] = (
+    "snapshot",
+    oc.REPUBLISHED,
+    oc.ARCHIVED,
+    oc.DROPPED,
+    oc.SKIPPED,
+    oc.FIX_FAILED,
+    oc.ORIGIN_REFUSED,
+    oc.MALFORMED,
+    oc.LOOP_GUARDED,
+    oc.ALREADY_FINAL,
+    "acked",
+    "left_pending",
+    oc.FILTERED,
+    oc.PUBLISH_FAILED,
+)
+
+
+@dataclass(frozen=True)
+class CommitTotals:
+    """What the commit step did (zero in dry-run)."""
+
+    acked: int = 0
+    left_pending_seen: int = 0
+    beyond_window: int = 0
+
+
+def _label(outcome: str | None, mode: str) -> str:
+    """Outcome as reported: a dry-run reports what it would do (``to_republish`` -> ``republished``)."""
+    if outcome == oc.TO_REPUBLISH:
+        return oc.REPUBLISHED if mode == oc.DRY_RUN else oc.PUBLISH_FAILED
+    return outcome or "unknown"
+
+
+def aggregate(outcomes: DataFrame) -> tuple[list[dict[str, Any]], dict[str, list[str]]]:
+    """Collect (signature x outcome x action x rule) aggregates and sample message ids per signature."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    combos = (
+        outcomes.groupBy("signature", "outcome", "action", "rule")
+        .agg(
+            F.count(F.lit(1)).alias("n"),
+            F.min("error_template").alias("template"),
+            F.min("error_class").alias("error_class"),
+            F.min("origin_topic").alias("origin_topic"),
+            F.min("context_format").alias("context_format"),
+            F.date_format(F.min("publish_time"), ISO_FORMAT).alias("first_seen"),
+            F.date_format(F.max("publish_time"), ISO_FORMAT).alias("last_seen"),
+        )
+        .collect()
+    )
+    window = Window.partitionBy("signature").orderBy("publish_time", "dlq_topic", "dlq_message_id")
+    samples_rows = (
+        outcomes.select("signature", "publish_time", "dlq_topic", "dlq_message_id")
+        .withColumn("_n", F.row_number().over(window))
+        .filter(F.col("_n") <= SAMPLE_IDS)
+        .groupBy("signature")
+        .agg(F.sort_array(F.collect_list(F.struct("_n", "dlq_message_id"))).alias("ids"))
+        .collect()
+    )
+    samples = {r["signature"]: [item["dlq_message_id"] for item in r["ids"]] for r in samples_rows}
+    return [r.asDict() for r in combos], samples
+
+
+def build_groups(
+    combos: list[dict[str, Any]], samples: dict[str, list[str]], mode: str, max_groups: int = MAX_GROUPS
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Merge aggregates into report groups (largest first); groups past ``max_groups`` are summed."""
+    groups: dict[str, dict[str, Any]] = {}
+    for combo in combos:
+        sig = combo["signature"]
+        group = groups.setdefault(
+            sig,
+            {
+                "signature": sig,
+                "template": combo["template"] or "",
+                "error_class": combo["error_class"],
+                "origin_topic": combo["origin_topic"],
+                "context_format": combo["context_format"],
+                "count": 0,
+                "first_seen": None,
+                "last_seen": None,
+                "sample_message_ids": samples.get(sig, []),
+                "action": None,
+                "actions": {},
+                "rules": [],
+                "outcomes": {},
+            },
+        )
+        n = int(combo["n"])
+        group["count"] += n
+        for key, pick in (("first_seen", min), ("last_seen", max)):
+            value = combo[key]
+            if value is not None:
+                group[key] = value if group[key] is None else pick(group[key], value)
+        if combo["action"]:
+            group["actions"][combo["action"]] = group["actions"].get(combo["action"], 0) + n
+        if combo["rule"] and combo["rule"] not in group["rules"]:
+            group["rules"].append(combo["rule"])
+        label = _label(combo["outcome"], mode)
+        group["outcomes"][label] = group["outcomes"].get(label, 0) + n
+    ordered = sorted(groups.values(), key=lambda g: (-g["count"], g["signature"]))
+    for group in ordered:
+        group["action"] = (
+            max(group["actions"], key=lambda a: (group["actions"][a], a)) if group["actions"] else None
+        )
+        group["rules"].sort()
+        group["outcomes"] = {k: group["outcomes"][k] for k in sorted(group["outcomes"], key=_outcome_order)}
+    kept, rest = ordered[:max_groups], ordered[max_groups:]
+    other = {"groups": len(rest), "count": sum(g["count"] for g in rest)}
+    return kept, other
+
+
+def _outcome_order(name: str) -> tuple[int, str]:
+    return (oc.OUTCOMES.index(name) if name in oc.OUTCOMES else len(oc.OUTCOMES), name)
+
+
+def build_totals(counts: dict[str, int], commit: CommitTotals, mode: str) -> dict[str, int]:
+    """Run totals from the outcome counts of all messages (groups past the cap included)."""
+    totals = dict.fromkeys(TOTAL_KEYS, 0)
+    for name, n in counts.items():
+        if name in totals:
+            totals[name] += n
+    snapshot = sum(counts.values())
+    totals["snapshot"] = snapshot
+    totals["acked"] = commit.acked
+    final = sum(n for name, n in counts.items() if name in oc.FINAL_OUTCOMES)
+    totals["left_pending"] = snapshot if mode == oc.DRY_RUN else snapshot - final
+    return totals
+
+
+def outcome_counts(combos: list[dict[str, Any]], mode: str) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for combo in combos:
+        label = _label(combo["outcome"], mode)
+        counts[label] = counts.get(label, 0) + int(combo["n"])
+    return counts
+
+
+def build_report(
+    outcomes: DataFrame,
+    *,
+    run_id: str,
+    mode: str,
+    status: str,
+    started_at: str,
+    finished_at: str,
+    commit: CommitTotals,
+    timings: dict[str, float],
+    paths: dict[str, str],
+    max_groups: int = MAX_GROUPS,
+) -> dict[str, Any]:
+    """The machine-readable report (stable schema, ``format`` 1); see ``docs/replay-app.md``."""
+    combos, samples = aggregate(outcomes)
+    groups, other = build_groups(combos, samples, mode, max_groups)
+    counts = outcome_counts(combos, mode)
+    totals = build_totals(counts, commit, mode)
+    return {
+        "format": REPORT_FORMAT,
+        "run_id": run_id,
+        "mode": mode,
+        "dry_run": mode == oc.DRY_RUN,
+        "status": status,
+        "started_at": started_at,
+        "finished_at": finished_at,
+        "totals": totals,
+        "commit": {
+            "acked": commit.acked,
+            "left_pending_seen": commit.left_pending_seen,
+            "beyond_window": commit.beyond_window,
+        },
+        "groups": groups,
+        "other_groups": other,
+        "timings": timings,
+        "paths": paths,
+    }
+
+
+def summary(report: dict[str, Any]) -> dict[str, Any]:
+    """The summary pushed to XCom and printed last: run_id, mode, status, totals, paths."""
+    return {k: report[k] for k in ("run_id", "mode", "status", "totals", "paths")}
+
+
+def summary_line(report: dict[str, Any]) -> str:
+    """The last stdout line of a run: ``DLQ_REPLAY_SUMMARY <json>``."""
+    return SUMMARY_PREFIX + json.dumps(summary(report), sort_keys=True, separators=(",", ":"))
+
+
+def summary_text(report: dict[str, Any]) -> str:
+    """A human-readable summary: totals, then the largest groups."""
+    totals = report["totals"]
+    lines = [
+        f"DLQ replay run {report['run_id']} ({report['mode']}): {report['status']}",
+        "  " + "  ".join(f"{k}={totals[k]}" for k in TOTAL_KEYS if k in totals),
+    ]
+    for group in report["groups"][:10]:
+        outs = ", ".join(f"{k}={v}" for k, v in group["outcomes"].items())
+        lines.append(f"  [{group['signature']}] x{group['count']} {group['template'][:80]!r} -> {outs}")
+    if report["other_groups"]["groups"]:
+        lines.append(
+            f"  ... and {report['other_groups']['groups']} smaller groups "
+            f"({report['other_groups']['count']} messages)"
+        )
+    lines.append(f"  report: {report['paths'].get('report_html', '')}")
+    return "\n".join(lines)

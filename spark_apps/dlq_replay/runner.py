@@ -1,0 +1,403 @@
+"""Run orchestration: the steps of a replay run under a run id, resumable, with progress logs.
+
+plan -> snapshot -> decide -> [dry-run stops] -> apply -> record -> commit -> report. Each step reads
+the previous step's durable output, writes its own, and is recorded complete in ``state.json`` only
+after that; a re-run of the run id skips complete steps. See ``docs/replay-app.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from spark_apps.dlq_replay import outcomes as oc
+from spark_apps.dlq_replay.storage import RunStorage, join, qualify_root
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame, SparkSession
+
+    from spark_apps.dlq_replay.options import ReplayOptions
+    from spark_apps.dlq_replay.playbook import Playbook
+    from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf
+    from spark_apps.dlq_replay.pulsar_io.window import PartitionWindow
+    from spark_apps.dlq_replay.state import RunState
+
+log = logging.getLogger("spark_apps.dlq_replay")
+
+
+class RunPaths:
+    """Where a run writes (see ``docs/replay-app.md``)."""
+
+    def __init__(self, output_dir: str, run_id: str) -> None:
+        from spark_apps.dlq_replay.state import run_dir_name
+
+        self.root = qualify_root(output_dir)
+        self.run = join(self.root, "runs", run_dir_name(run_id))
+        self.plan = join(self.run, "plan.json")
+        self.state = join(self.run, "state.json")
+        self.snapshot = join(self.run, "snapshot")
+        self.decisions = join(self.run, "decisions")
+        self.republish_results = join(self.run, "apply", "republish")
+        self.report_json = join(self.run, "report.json")
+        self.report_html = join(self.run, "report.html")
+        self.archive = join(self.root, "archive")
+        self.ledger = join(self.root, "ledger")
+
+    def public(self) -> dict[str, str]:
+        return {
+            "report_json": self.report_json,
+            "report_html": self.report_html,
+            "archive": self.archive,
+            "ledger": self.ledger,
+            "snapshot": self.snapshot,
+        }
+
+
+class _Run:
+    """One invocation of a run id: options, state and the step helpers."""
+
+    def __init__(
+        self, spark: SparkSession, options: ReplayOptions, playbook: Playbook, conf: PulsarConf
+    ) -> None:
+        from spark_apps.dlq_replay.state import RunState, resume_or_start
+
+        self.spark = spark
+        self.options = options
+        self.playbook = playbook
+        self.conf = conf
+        self.paths = RunPaths(options.output_dir, options.run_id)
+        self.storage = RunStorage(spark)
+        text = self.storage.read_text(self.paths.state)
+        existing = RunState.from_json(text, where=self.paths.state) if text else None
+        self.state: RunState = resume_or_start(
+            existing, options.run_id, options.mode, options.fingerprint_options(playbook.digest)
+        )
+        self.save()
+
+    def save(self) -> None:
+        self.storage.write_text(self.paths.state, self.state.to_json())
+
+    def step(self, name: str) -> bool:
+        """True when ``name`` must run now (logs the skip otherwise)."""
+        if self.state.is_complete(name):
+            log.info("step %s: already complete in an earlier attempt, skipped", name)
+            return False
+        self.state.progress(name)["status"] = "running"
+        self.state.progress(name)["started_at"] = datetime.now(UTC).isoformat(timespec="milliseconds")
+        self.save()
+        log.info("step %s: started", name)
+        return True
+
+    def done(self, name: str, started: float, **info: Any) -> None:
+        seconds = time.monotonic() - started
+        self.state.mark_complete(name, seconds, **info)
+        self.save()
+        details = " ".join(f"{k}={v}" for k, v in info.items() if not isinstance(v, (dict, list)))
+        log.info("step %s: complete in %.1fs %s", name, seconds, details)
+
+    @property
+    def buckets(self) -> int:
+        return max(1, self.options.parallelism or self.spark.sparkContext.defaultParallelism)
+
+
+def _load_playbook(spark: SparkSession, options: ReplayOptions) -> Playbook:
+    from spark_apps.dlq_replay.fixes import load_fix
+    from spark_apps.dlq_replay.playbook import empty_playbook, load_playbook
+
+    if not options.playbook:
+        log.info("no --playbook: every message will be skipped (left pending)")
+        return empty_playbook()
+    playbook = load_playbook(options.playbook)
+    shipped = set(getattr(spark.sparkContext, "_python_includes", None) or [])
+    for fix_file in playbook.fix_files:
+        if os.path.basename(fix_file) not in shipped:
+            spark.sparkContext.addPyFile(fix_file)
+    for ref in playbook.fixes:
+        load_fix(ref)  # fail fast on the driver, naming the fix
+    log.info(
+        "playbook %s: %d rules, fixes: %s",
+        options.playbook,
+        len(playbook.rules),
+        ", ".join(playbook.fixes) or "none",
+    )
+    return playbook
+
+
+def _plan(run: _Run) -> tuple[list[PartitionWindow], datetime]:
+    from spark_apps.dlq_replay.pulsar_io.window import freeze_window, windows_from_json, windows_to_json
+
+    if run.step("plan"):
+        started = time.monotonic()
+        windows = freeze_window(run.conf, list(run.options.topics), run.options.subscription)
+        planned_at = datetime.now(UTC)
+        plan = {
+            "run_id": run.options.run_id,
+            "mode": run.options.mode,
+            "planned_at": planned_at.isoformat(timespec="milliseconds"),
+            "topics": list(run.options.topics),
+            "subscription": run.options.subscription,
+            "window": windows_to_json(windows),
+            "options": run.state.options,
+        }
+        run.storage.write_text(run.paths.plan, json.dumps(plan, indent=2, sort_keys=True))
+        run.done(
+            "plan",
+            started,
+            partitions=len(windows),
+            empty_partitions=sum(w.end_message_id is None for w in windows),
+        )
+    text = run.storage.read_text(run.paths.plan)
+    if text is None:
+        from spark_apps.dlq_replay.errors import RunStateError
+
+        raise RunStateError(
+            f"{run.paths.plan} is missing although the plan step is complete; use a new --run-id"
+        )
+    plan = json.loads(text)
+    return windows_from_json(plan["window"]), datetime.fromisoformat(plan["planned_at"])
+
+
+def _snapshot(run: _Run, windows: list[PartitionWindow]) -> DataFrame:
+    from spark_apps.dlq_replay.pulsar_io.window import windows_to_json
+    from spark_apps.dlq_replay.schemas import SNAPSHOT_SCHEMA
+
+    if run.step("snapshot"):
+        from spark_apps.dlq_replay.pulsar_io.source import register
+
+        started = time.monotonic()
+        register(run.spark)
+        reader = run.spark.read.format("pulsar").options(**run.conf.to_options())
+        reader = reader.options(
+            topics=",".join(run.options.topics),
+            subscription=run.options.subscription,
+            window=windows_to_json(windows),
+            parallelism=str(run.options.parallelism or 1),
+        ).option("idle.timeout.ms", str(run.options.idle_timeout_ms))
+        snapshot_df = reader.load()
+        if (run.options.parallelism or 1) > 1:
+            # Shared consumers of one partition can both receive a message (redelivery when one closes);
+            # one consumer per partition already de-duplicates by id. The snapshot holds each message once.
+            snapshot_df = snapshot_df.dropDuplicates(["topic", "message_id_str"])
+        snapshot_df.write.mode("overwrite").parquet(run.paths.snapshot)
+        count = run.spark.read.parquet(run.paths.snapshot).count()
+        run.done("snapshot", started, messages=count)
+    return run.spark.read.schema(SNAPSHOT_SCHEMA).parquet(run.paths.snapshot)
+
+
+def _decide(run: _Run, snapshot: DataFrame) -> DataFrame:
+    from spark_apps.dlq_replay.decide import DecideSettings, Filters, apply_scope, assign_producers, decide
+    from spark_apps.dlq_replay.ledger import final_ids, read_ledger
+    from spark_apps.dlq_replay.normalize import normalize
+    from spark_apps.dlq_replay.topics import TopicMatcher
+
+    opts = run.options
+    if run.step("decide"):
+        started = time.monotonic()
+        ledger = read_ledger(run.spark, run.storage, run.paths.ledger)
+        filters = Filters(opts.signatures, opts.error_class, opts.since, opts.until, opts.max_messages)
+        settings = DecideSettings(
+            run_id=opts.run_id,
+            mode=opts.mode,
+            max_replays=opts.max_replays,
+            allowlist=TopicMatcher.parse(list(opts.origin_allowlist)) if opts.origin_allowlist else None,
+            archive_payload=opts.archive_payload,
+        )
+        scoped = apply_scope(normalize(snapshot), filters, final_ids(ledger, exclude_run_id=opts.run_id))
+        decided = assign_producers(decide(scoped, run.playbook, settings), opts.run_id, run.buckets)
+        decided.write.mode("overwrite").parquet(run.paths.decisions)
+        sending = run.spark.read.parquet(run.paths.decisions).filter(f"outcome = '{oc.TO_REPUBLISH}'")
+        row = sending.selectExpr("count(1) AS n", "max(sequence_id) AS last").first()
+        run.done(
+            "decide",
+            started,
+            to_republish=int(row["n"]) if row else 0,
+            max_sequence_id=int(row["last"]) if row and row["last"] is not None else -1,
+            producers_per_target=run.buckets,
+        )
+    return run.spark.read.parquet(run.paths.decisions)
+
+
+def _apply(run: _Run, decisions: DataFrame, planned_at: datetime) -> DataFrame | None:
+    from spark_apps.dlq_replay.apply import archive_rows, write_archive
+
+    to_send = int(run.state.info("decide").get("to_republish", 0))
+    if run.step("apply"):
+        started = time.monotonic()
+        progress = run.state.progress("apply")
+        if not progress.get("archive_written"):
+            write_archive(archive_rows(decisions, run.options.run_id, planned_at), run.paths.archive)
+            progress["archive_written"] = True
+            run.save()
+            log.info("step apply: archive written to %s", run.paths.archive)
+        published = failed = 0
+        if to_send:
+            _republish_in_waves(run, decisions, to_send)
+            saved = run.spark.read.parquet(run.paths.republish_results)
+            published = saved.filter("published").count()
+            failed = to_send - published
+            if failed:
+                log.warning("step apply: %d messages could not be published; they stay pending", failed)
+        run.done("apply", started, published=published, publish_failed=failed)
+    if to_send and run.storage.has_data(run.paths.republish_results):
+        return run.spark.read.parquet(run.paths.republish_results)
+    return None
+
+
+def _republish_in_waves(run: _Run, decisions: DataFrame, to_send: int) -> None:
+    """Send in waves of ``--wave-size`` sequence ids per producer, each saved before the next starts.
+
+    A wave whose results are saved (``_SUCCESS``) is never sent again, so a resumed apply re-sends at
+    most the wave that was in flight (exactly nothing more under broker deduplication).
+    """
+    from spark_apps.dlq_replay.apply import republish
+
+    last = int(run.state.info("decide").get("max_sequence_id", -1))
+    if last < 0:  # decided by an attempt that did not record it
+        row = decisions.selectExpr("max(sequence_id) AS last").first()
+        last = int(row["last"]) if row and row["last"] is not None else -1
+    size = run.options.wave_size
+    waves = last // size + 1
+    for wave in range(waves):
+        path = join(run.paths.republish_results, f"wave={wave}")
+        if run.storage.exists(join(path, "_SUCCESS")):
+            log.info(
+                "step apply: wave %d/%d was sent by an earlier attempt, not sending again", wave + 1, waves
+            )
+            continue
+        lo, hi = wave * size, (wave + 1) * size
+        log.info(
+            "step apply: republishing wave %d/%d (sequence ids %d-%d of %d messages)",
+            wave + 1,
+            waves,
+            lo,
+            hi - 1,
+            to_send,
+        )
+        results = republish(
+            decisions,
+            run.conf,
+            partitions=run.buckets,
+            rate_limit_per_s=run.options.rate_limit,
+            sequence_range=(lo, hi),
+        )
+        results.write.mode("overwrite").parquet(path)
+        run.state.progress("apply")["waves_done"] = wave + 1
+        run.save()
+
+
+def _record(run: _Run, outcomes_df: DataFrame) -> None:
+    from spark_apps.dlq_replay.ledger import ledger_rows, write_ledger
+
+    if run.step("record"):
+        started = time.monotonic()
+        rows = ledger_rows(outcomes_df, run.options.run_id, run.options.mode, datetime.now(UTC))
+        write_ledger(rows, run.paths.ledger)
+        run.done("record", started)
+
+
+def _commit(run: _Run, windows: list[PartitionWindow]) -> None:
+    from pyspark.sql import functions as F
+
+    from spark_apps.dlq_replay.arrow_compat import apply_in_arrow
+    from spark_apps.dlq_replay.ledger import read_ledger
+    from spark_apps.dlq_replay.pulsar_io.commit import COMMIT_RESULT_SCHEMA, make_commit_fn
+
+    if not run.step("commit"):
+        return
+    started = time.monotonic()
+    ledger = read_ledger(run.spark, run.storage, run.paths.ledger)
+    acked = left = beyond = 0
+    if ledger is not None:
+        final = ledger.filter(F.col("final") & (F.col("run_id") == F.lit(run.options.run_id))).select(
+            "dlq_topic", "dlq_message_id"
+        )
+        fn = make_commit_fn(run.conf, windows, run.options.subscription, run.options.idle_timeout_ms)
+        partitions = max(1, len(windows))
+        grouped = final.repartition(partitions, "dlq_topic").groupBy("dlq_topic")
+
+        def commit_group(table: pa.Table) -> pa.Table:
+            # A plain one-argument function: Spark passes (key, table) to callables it counts 2 args in.
+            return fn(table)
+
+        rows = apply_in_arrow(grouped, commit_group, COMMIT_RESULT_SCHEMA)
+        for row in rows.collect():  # one row per DLQ partition
+            acked += int(row["acked"] or 0)
+            left += int(row["left_pending"] or 0)
+            beyond += int(row["beyond_window"] or 0)
+    run.done("commit", started, acked=acked, left_pending_seen=left, beyond_window=beyond)
+
+
+def run_replay(spark: SparkSession, options: ReplayOptions) -> dict[str, Any]:
+    """Run (or resume) the replay run ``options.run_id``; returns the report (also written as JSON/HTML)."""
+    from spark_apps.dlq_replay.apply import with_publish_results
+    from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf
+    from spark_apps.dlq_replay.report import CommitTotals, build_report
+    from spark_apps.dlq_replay.report_html import render_html
+
+    started_wall = datetime.now(UTC)
+    playbook = _load_playbook(spark, options)
+    conf = PulsarConf(
+        service_url=options.service_url,
+        token_file=options.auth_token_file,
+        tls_trust_certs_file=options.tls_trust_certs_file,
+    )
+    run = _Run(spark, options, playbook, conf)
+    log.info(
+        "run %s (%s, attempt %d): topics=%s output=%s",
+        options.run_id,
+        options.mode,
+        run.state.attempts,
+        ",".join(options.topics),
+        run.paths.run,
+    )
+    if run.state.is_complete("report"):
+        text = run.storage.read_text(run.paths.report_json)
+        if text:
+            log.info("run %s is already complete; nothing to do", options.run_id)
+            report: dict[str, Any] = json.loads(text)
+            return report
+    windows, planned_at = _plan(run)
+    snapshot = _snapshot(run, windows)
+    decisions = _decide(run, snapshot)
+    if options.mode == oc.DRY_RUN:
+        outcomes_df = with_publish_results(decisions, None)
+    else:
+        results = _apply(run, decisions, planned_at)
+        outcomes_df = with_publish_results(decisions, results)
+        _record(run, outcomes_df)
+        _commit(run, windows)
+    started = time.monotonic()
+    run.step("report")
+    commit_info = run.state.info("commit")
+    failed = int(run.state.info("apply").get("publish_failed", 0))
+    report = build_report(
+        outcomes_df,
+        run_id=options.run_id,
+        mode=options.mode,
+        status="partial" if failed else "succeeded",
+        started_at=run.state.started_at,
+        finished_at=datetime.now(UTC).isoformat(timespec="milliseconds"),
+        commit=CommitTotals(
+            acked=int(commit_info.get("acked", 0)),
+            left_pending_seen=int(commit_info.get("left_pending_seen", 0)),
+            beyond_window=int(commit_info.get("beyond_window", 0)),
+        ),
+        timings={**run.state.timings, "report": round(time.monotonic() - started, 3)},
+        paths=run.paths.public(),
+    )
+    run.storage.write_text(run.paths.report_json, json.dumps(report, indent=2, sort_keys=True))
+    run.storage.write_text(run.paths.report_html, render_html(report))
+    run.done("report", started, status=report["status"])
+    log.info(
+        "run %s %s in %.1fs: %s",
+        options.run_id,
+        report["status"],
+        (datetime.now(UTC) - started_wall).total_seconds(),
+        " ".join(f"{k}={v}" for k, v in report["totals"].items()),
+    )
+    return report

@@ -1,0 +1,81 @@
+"""Error signatures: a stable id per kind of failure, from error class + message template + origin topic.
+
+The template masks what varies between two failures of the same kind: quoted values, e-mails, UUIDs,
+hex strings, identifiers containing digits and numbers. Masking is deterministic, so the same failure
+always gets the same signature, run after run and machine after machine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+from airflow_provider_dlq.dlq_consumer.context import base_topic
+
+MAX_TEMPLATE_CHARS = 512
+
+# Order matters: earlier masks protect their matches from later ones.
+_MASKS: tuple[tuple[re.Pattern[str], str], ...] = (
+    # Quoted values: '...', "...", `...` (no newlines inside).
+    (re.compile(r"'[^'\n]*'|\"[^\"\n]*\"|`[^`\n]*`"), "<str>"),
+    (re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+"), "<email>"),
+    (
+        re.compile(r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b"),
+        "<uuid>",
+    ),
+    # 0x-prefixed hex, or 8+ hex characters with at least one digit and one letter a-f (hashes, ids).
+    (re.compile(r"\b0[xX][0-9a-fA-F]+\b"), "<hex>"),
+    (re.compile(r"\b(?=[0-9a-fA-F]*[0-9])(?=[0-9a-fA-F]*[a-fA-F])[0-9a-fA-F]{8,}\b"), "<hex>"),
+    # Identifiers with a run of 2+ digits: ORD-000123, user_42, cust:17, A12345 (not utf-8).
+    (re.compile(r"\b[A-Za-z][A-Za-z0-9]*(?:[-_:#/.][A-Za-z0-9]+)*?[-_:#/.]?[0-9]{2,}[A-Za-z0-9]*\b"), "<id>"),
+    (re.compile(r"(?<![A-Za-z0-9])[-+]?[0-9]+(?:[.,][0-9]+)*"), "<num>"),
+)
+_SPACES = re.compile(r"\s+")
+
+
+def message_template(message: str | None) -> str:
+    """Return ``message`` with its variable parts masked (bounded to 512 characters).
+
+    ``None`` or an empty message gives ``""``.
+    """
+    if not message:
+        return ""
+    text = message[: MAX_TEMPLATE_CHARS * 4]
+    for pattern, mask in _MASKS:
+        text = pattern.sub(mask, text)
+    text = _SPACES.sub(" ", text).strip()
+    return text[:MAX_TEMPLATE_CHARS]
+
+
+def signature_topic(origin_topic: str | None) -> str:
+    """The origin topic as used in signatures: partitions of one topic share a signature."""
+    return base_topic(origin_topic) if origin_topic else ""
+
+
+def error_signature(error_class: str | None, template: str, origin_topic: str | None) -> str:
+    """Stable 16-hex-digit id of (error class, template, origin topic without partition suffix)."""
+    material = "\x1f".join((error_class or "", template, signature_topic(origin_topic)))
+    return hashlib.sha256(material.encode("utf-8", "replace")).hexdigest()[:16]
+
+
+def replay_id(dlq_topic: str, dlq_message_id: str) -> str:
+    """Stable id of one DLQ message (``REPLAY_ID``): the same in every run that sees the message."""
+    return hashlib.sha256(f"{dlq_topic}\x1f{dlq_message_id}".encode("utf-8", "replace")).hexdigest()[:32]
+
+
+class TemplateCache:
+    """Memoise :func:`message_template` within one Arrow batch (failures repeat a lot)."""
+
+    def __init__(self, max_entries: int = 10_000) -> None:
+        self._cache: dict[str, str] = {}
+        self._max = max_entries
+
+    def template(self, message: str | None) -> str:
+        if not message:
+            return ""
+        found = self._cache.get(message)
+        if found is None:
+            found = message_template(message)
+            if len(self._cache) < self._max:
+                self._cache[message] = found
+        return found

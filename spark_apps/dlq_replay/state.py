@@ -1,0 +1,143 @@
+"""Run state (``runs/<run>/state.json``): which steps of a run id are complete, so a re-run resumes.
+
+A step is recorded complete only after its output is durable; a re-run with the same run id skips the
+complete steps and redoes the first incomplete one from scratch (each step's output is written so that
+redoing it is safe). A re-run must use the same options: the state keeps a fingerprint of them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from spark_apps.dlq_replay.errors import RunStateError
+
+STEPS: tuple[str, ...] = ("plan", "snapshot", "decide", "apply", "record", "commit", "report")
+STATE_FORMAT = 1
+_SAFE = re.compile(r"[A-Za-z0-9._-]{1,120}")
+_RUN_ID = re.compile(r"[^\x00-\x1f/\\]{1,250}")
+
+
+def validate_run_id(run_id: str) -> str:
+    """Check a run id (e.g. an Airflow run id). Raises :class:`ValueError` naming the fix."""
+    if not isinstance(run_id, str) or not _RUN_ID.fullmatch(run_id) or run_id.strip() != run_id:
+        raise ValueError(
+            f"invalid run id {run_id!r}: use 1-250 printable characters without '/', '\\' or "
+            "surrounding spaces (e.g. an Airflow run id such as manual__2024-05-01T00:00:00+00:00)"
+        )
+    return run_id
+
+
+def run_dir_name(run_id: str) -> str:
+    """Directory name of a run: the id itself when it is path-safe, else a safe form + a short hash."""
+    if _SAFE.fullmatch(run_id) and run_id not in (".", ".."):
+        return run_id
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", run_id)[:80].strip(".") or "run"
+    return f"{safe}-{hashlib.sha256(run_id.encode('utf-8')).hexdigest()[:10]}"
+
+
+def utc_now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+def fingerprint(options: dict[str, Any]) -> str:
+    """Stable hash of the options that shape a run's results."""
+    return hashlib.sha256(json.dumps(options, sort_keys=True, default=str).encode("utf-8")).hexdigest()
+
+
+@dataclass
+class RunState:
+    """The progress of one run id."""
+
+    run_id: str
+    mode: str
+    fingerprint: str
+    options: dict[str, Any]
+    started_at: str = field(default_factory=utc_now)
+    steps: dict[str, dict[str, Any]] = field(default_factory=dict)
+    attempts: int = 1
+
+    def is_complete(self, step: str) -> bool:
+        return self.steps.get(step, {}).get("status") == "complete"
+
+    def mark_complete(self, step: str, seconds: float, **info: Any) -> None:
+        if step not in STEPS:
+            raise ValueError(f"unknown step {step!r}; steps are {', '.join(STEPS)}")
+        entry = self.steps.setdefault(step, {})
+        entry.update(info)
+        entry.update(status="complete", finished_at=utc_now(), seconds=round(seconds, 3))
+
+    def progress(self, step: str) -> dict[str, Any]:
+        """Mutable per-step progress (e.g. the DLQ topics already committed)."""
+        return self.steps.setdefault(step, {"status": "running"})
+
+    def info(self, step: str) -> dict[str, Any]:
+        return dict(self.steps.get(step, {}))
+
+    @property
+    def timings(self) -> dict[str, float]:
+        return {s: float(self.steps[s].get("seconds", 0.0)) for s in STEPS if self.is_complete(s)}
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "format": STATE_FORMAT,
+                "run_id": self.run_id,
+                "mode": self.mode,
+                "fingerprint": self.fingerprint,
+                "options": self.options,
+                "started_at": self.started_at,
+                "attempts": self.attempts,
+                "steps": self.steps,
+            },
+            indent=2,
+            sort_keys=True,
+            default=str,
+        )
+
+    @classmethod
+    def from_json(cls, text: str, *, where: str) -> RunState:
+        try:
+            data = json.loads(text)
+            if data.get("format") != STATE_FORMAT:
+                raise ValueError(f"format {data.get('format')!r}")
+            return cls(
+                run_id=str(data["run_id"]),
+                mode=str(data["mode"]),
+                fingerprint=str(data["fingerprint"]),
+                options=dict(data.get("options") or {}),
+                started_at=str(data["started_at"]),
+                steps={str(k): dict(v) for k, v in (data.get("steps") or {}).items()},
+                attempts=int(data.get("attempts", 1)),
+            )
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise RunStateError(
+                f"{where} is not a valid run state ({exc}); delete the run directory or use a new run id"
+            ) from exc
+
+
+def resume_or_start(existing: RunState | None, run_id: str, mode: str, options: dict[str, Any]) -> RunState:
+    """Return the state to continue with; refuse a run id reused with different options."""
+    digest = fingerprint(options)
+    if existing is None:
+        return RunState(run_id=run_id, mode=mode, fingerprint=digest, options=options)
+    if existing.run_id != run_id:
+        raise RunStateError(
+            f"the run directory belongs to run id {existing.run_id!r}, not {run_id!r}; "
+            "use another --output-dir"
+        )
+    if existing.fingerprint != digest:
+        changed = sorted(
+            k for k in set(options) | set(existing.options) if options.get(k) != existing.options.get(k)
+        )
+        raise RunStateError(
+            f"run id {run_id!r} was started with different options "
+            f"(changed: {', '.join(changed) or 'unknown'}); "
+            "re-run it with the same options to resume, or use a new --run-id"
+        )
+    existing.attempts += 1
+    return existing

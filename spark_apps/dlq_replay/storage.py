@@ -1,0 +1,109 @@
+"""Small text files of a run (plan, state, report) on any Hadoop-compatible file system.
+
+The output root may be a local path or a URI (``hdfs://``, ``s3a://``, ``file:///``...); everything goes
+through Spark's Hadoop ``FileSystem`` on the driver, so whatever Spark can write to works here too.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import uuid
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+def join(root: str, *parts: str) -> str:
+    """Join path parts onto a local path or URI with ``/``."""
+    out = root.rstrip("/") if root not in ("/",) else root
+    for part in parts:
+        out = posixpath.join(out, part.strip("/"))
+    return out
+
+
+def qualify_root(root: str) -> str:
+    """A local relative path becomes absolute (executors and the driver then agree on it)."""
+    if "://" in root or root.startswith("/"):
+        return root.rstrip("/") or "/"
+    import os
+
+    return os.path.abspath(root)
+
+
+class RunStorage:
+    """Read and write small UTF-8 files through the JVM's Hadoop ``FileSystem``."""
+
+    def __init__(self, spark: SparkSession) -> None:
+        self._spark = spark
+        jvm: Any = spark.sparkContext._jvm
+        self._jvm = jvm
+        self._conf = spark.sparkContext._jsc.hadoopConfiguration()
+
+    def _fs(self, path: str) -> tuple[Any, Any]:
+        jpath = self._jvm.org.apache.hadoop.fs.Path(path)
+        fs = jpath.getFileSystem(self._conf)
+        fs.setWriteChecksum(False)
+        return fs, jpath
+
+    def exists(self, path: str) -> bool:
+        fs, jpath = self._fs(path)
+        return bool(fs.exists(jpath))
+
+    def read_text(self, path: str) -> str | None:
+        """The file's text, or ``None`` when it does not exist."""
+        fs, jpath = self._fs(path)
+        if not fs.exists(jpath):
+            return None
+        stream = fs.open(jpath)
+        try:
+            text = self._jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
+        finally:
+            stream.close()
+        return str(text)
+
+    def write_text(self, path: str, text: str) -> None:
+        """Write ``text`` atomically where the file system can: a temporary file, then a rename."""
+        fs, jpath = self._fs(path)
+        parent = jpath.getParent()
+        if parent is not None and not fs.exists(parent):
+            fs.mkdirs(parent)
+        tmp = self._jvm.org.apache.hadoop.fs.Path(f"{path}.tmp-{uuid.uuid4().hex}")
+        out = fs.create(tmp, True)
+        try:
+            out.write(bytearray(text.encode("utf-8")))
+        finally:
+            out.close()
+        if self._rename_over(tmp, jpath):
+            return
+        # File systems without an atomic overwriting rename: replace in two steps.
+        if fs.exists(jpath):
+            fs.delete(jpath, False)
+        if not fs.rename(tmp, jpath):
+            fs.delete(tmp, False)
+            raise OSError(f"could not rename {tmp} to {path}; check the output directory is writable")
+
+    def _rename_over(self, src: Any, dst: Any) -> bool:
+        """Atomic rename replacing ``dst`` (``FileContext`` with ``Rename.OVERWRITE``) where supported."""
+        hadoop_fs = self._jvm.org.apache.hadoop.fs
+        gateway: Any = self._spark.sparkContext._gateway
+        try:
+            context = hadoop_fs.FileContext.getFileContext(dst.toUri(), self._conf)
+            options = gateway.new_array(hadoop_fs.Options.Rename, 1)
+            options[0] = hadoop_fs.Options.Rename.OVERWRITE
+            context.rename(src, dst, options)
+        except Exception:  # e.g. no AbstractFileSystem for the scheme: fall back
+            return False
+        return True
+
+    def delete(self, path: str) -> None:
+        fs, jpath = self._fs(path)
+        if fs.exists(jpath):
+            fs.delete(jpath, True)
+
+    def has_data(self, path: str) -> bool:
+        """True when ``path`` is a directory holding a Spark ``_SUCCESS`` marker or any file."""
+        fs, jpath = self._fs(path)
+        if not fs.exists(jpath):
+            return False
+        return bool(fs.listStatus(jpath))

@@ -1,0 +1,117 @@
+"""Topic names and the origin allowlist (I5: origin topics come from untrusted message properties)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from airflow_provider_dlq.dlq_consumer.context import base_topic
+from spark_apps.dlq_replay.errors import ReplayConfigError
+
+_TOPIC_CHARS = re.compile(r"[A-Za-z0-9._\-=:]+")
+
+
+def qualify_topic(topic: str) -> str | None:
+    """Return the fully qualified name ``persistent://tenant/namespace/topic`` or ``None`` if invalid.
+
+    ``orders`` becomes ``persistent://public/default/orders`` and ``acme/ns/orders`` becomes
+    ``persistent://acme/ns/orders``, as the Pulsar clients do. Anything with whitespace, control
+    characters, empty parts or the wrong number of parts is invalid.
+    """
+    if not isinstance(topic, str) or not topic or len(topic) > 1024:
+        return None
+    scheme = "persistent"
+    rest = topic
+    if "://" in topic:
+        scheme, rest = topic.split("://", 1)
+        if scheme not in ("persistent", "non-persistent"):
+            return None
+    parts = rest.split("/")
+    if len(parts) == 1:
+        parts = ["public", "default", parts[0]]
+    if len(parts) != 3 or not all(_TOPIC_CHARS.fullmatch(p) for p in parts):
+        return None
+    return f"{scheme}://{'/'.join(parts)}"
+
+
+def republish_target(origin_topic: str | None) -> str | None:
+    """The topic a replayed message is sent to: the qualified origin without a ``-partition-N`` suffix.
+
+    Publishing to the partitioned topic (not one partition) lets the producer route by key again.
+    """
+    if not origin_topic:
+        return None
+    qualified = qualify_topic(origin_topic)
+    return base_topic(qualified) if qualified else None
+
+
+def glob_to_regex(glob: str) -> str:
+    """Translate a topic glob: ``*`` = any characters except ``/``, ``**`` = any characters, ``?`` = one."""
+    out: list[str] = []
+    i = 0
+    while i < len(glob):
+        ch = glob[i]
+        if glob.startswith("**", i):
+            out.append(".*")
+            i += 2
+            continue
+        if ch == "*":
+            out.append("[^/]*")
+        elif ch == "?":
+            out.append("[^/]")
+        else:
+            out.append(re.escape(ch))
+        i += 1
+    return "".join(out)
+
+
+def _qualify_glob(glob: str, what: str) -> str:
+    """Qualify a glob like a topic name; one starting with ``**`` is used as it is."""
+    if "://" in glob or glob.startswith("**"):
+        return glob
+    slashes = glob.count("/")
+    if slashes == 0:
+        return f"persistent://public/default/{glob}"
+    if slashes == 2:
+        return f"persistent://{glob}"
+    raise ReplayConfigError(
+        f"{what}: pattern {glob!r} must look like a topic name: <topic>, <tenant>/<namespace>/<topic>, "
+        "persistent://<tenant>/<namespace>/<topic>, or start with ** (any prefix)"
+    )
+
+
+@dataclass(frozen=True)
+class TopicMatcher:
+    """A list of globs (``re:`` prefix for a regex) matched against fully qualified topic names."""
+
+    patterns: tuple[str, ...]
+    compiled: tuple[re.Pattern[str], ...]
+
+    @classmethod
+    def parse(
+        cls, patterns: list[str] | tuple[str, ...], *, what: str = "--origin-allowlist"
+    ) -> TopicMatcher:
+        """Compile ``patterns``; globs without ``://`` are qualified like topic names."""
+        compiled: list[re.Pattern[str]] = []
+        for raw in patterns:
+            pattern = raw.strip()
+            if not pattern:
+                raise ReplayConfigError(
+                    f"{what}: empty pattern in {list(patterns)!r}; remove the extra comma"
+                )
+            if pattern.startswith("re:"):
+                try:
+                    compiled.append(re.compile(pattern[3:]))
+                except re.error as exc:
+                    raise ReplayConfigError(
+                        f"{what}: invalid regular expression {pattern[3:]!r}: {exc}; fix the pattern"
+                    ) from exc
+                continue
+            compiled.append(re.compile(glob_to_regex(_qualify_glob(pattern, what))))
+        return cls(tuple(p.strip() for p in patterns), tuple(compiled))
+
+    def matches(self, topic: str | None) -> bool:
+        """True if the qualified ``topic`` fully matches one of the patterns."""
+        if not topic:
+            return False
+        return any(p.fullmatch(topic) for p in self.compiled)

@@ -1,0 +1,216 @@
+"""End to end on the embedded broker and local Spark, runner in-process (the spark-submit runs are in
+test_replay_submit.py): dry-run, replay, re-runs, late arrivals, forged origin, loop guard."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from replay_e2e_support import (
+    PLAYBOOK,
+    build_mixed_dlq,
+    close_driver_clients,
+    drain,
+    expected_totals,
+    pending_keys,
+    produce_late,
+)
+
+from spark_apps.dlq_replay import outcomes as oc
+from spark_apps.dlq_replay.options import ReplayOptions
+from spark_apps.dlq_replay.runner import run_replay
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _close_clients_after_module():
+    yield
+    close_driver_clients()
+
+
+PENDING = (oc.SKIPPED, oc.FIX_FAILED, oc.MALFORMED, oc.ORIGIN_REFUSED)
+FINAL = (oc.REPUBLISHED, oc.ARCHIVED, oc.DROPPED, oc.LOOP_GUARDED)
+
+
+def options(mixed, out: Path, run_id: str, mode: str, service_url: str, **kw) -> ReplayOptions:
+    return ReplayOptions(
+        run_id=run_id,
+        mode=mode,
+        service_url=service_url,
+        topics=(mixed.dlq_a, mixed.dlq_b),
+        output_dir=str(out),
+        playbook=PLAYBOOK,
+        origin_allowlist=("orders-*",),
+        idle_timeout_ms=1500,
+        **kw,
+    )
+
+
+def totals_of(report, *names):
+    return {n: report["totals"][n] for n in names if report["totals"][n]}
+
+
+def test_mixed_dlq_dry_run_then_replay_then_reruns(spark, pulsar_client, pulsar_service_url, tmp_path):
+    mixed = build_mixed_dlq(pulsar_client, per_kind=4)
+    everything = sorted(mixed.expected)
+    out = tmp_path / "out"
+
+    # ---- dry-run: decides and reports, changes nothing.
+    dry = run_replay(spark, options(mixed, out, "dry-1", oc.DRY_RUN, pulsar_service_url))
+    want = expected_totals(mixed)
+    assert dry["status"] == "succeeded"
+    assert dry["dry_run"] is True
+    assert totals_of(dry, *FINAL, *PENDING) == want
+    assert dry["totals"]["snapshot"] == len(everything)
+    assert dry["totals"]["acked"] == 0
+    assert pending_keys(pulsar_client, mixed) == everything
+    assert drain(pulsar_client, [mixed.orders, mixed.admin], "verify-dry", idle_ms=800) == []
+    assert not (out / "ledger").exists()
+    assert not (out / "archive").exists()
+    assert (out / "runs" / "dry-1" / "report.html").read_text().startswith("<!DOCTYPE html>")
+
+    # ---- replay, with late messages arriving after the window was frozen (I3).
+    late: list[str] = []
+
+    def produce_after_plan() -> None:
+        state = out / "runs" / "run-1" / "state.json"
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if state.exists() and '"plan"' in state.read_text() and "complete" in state.read_text():
+                late.extend(produce_late(pulsar_client, mixed, 3))
+                return
+            time.sleep(0.05)
+
+    producer_thread = threading.Thread(target=produce_after_plan)
+    producer_thread.start()
+    report = run_replay(spark, options(mixed, out, "run-1", oc.REPLAY, pulsar_service_url))
+    producer_thread.join()
+    assert len(late) == 3
+    assert report["status"] == "succeeded"
+    assert totals_of(report, *FINAL, *PENDING) == want
+    assert report["totals"]["snapshot"] == len(everything)  # late ones are beyond the window
+    final = mixed.keys(*FINAL)
+    assert report["totals"]["acked"] == len(final)
+    assert report["totals"]["left_pending"] == len(everything) - len(final)
+    # Groups add up, and every group has a template and samples.
+    assert sum(g["count"] for g in report["groups"]) == len(everything)
+    assert all(g["sample_message_ids"] for g in report["groups"])
+    on_disk = json.loads((out / "runs" / "run-1" / "report.json").read_text())
+    assert on_disk["totals"] == report["totals"]
+
+    # Republished: exactly the fixed and as-is ones, once each, with lineage; nothing to the forged origin.
+    replayed = drain(pulsar_client, mixed.orders, "verify-1")
+    assert sorted(m.partition_key() for m in replayed) == sorted(mixed.keys(oc.REPUBLISHED))
+    for msg in replayed:
+        props = msg.properties()
+        assert props["REPLAY_RUN_ID"] == "run-1"
+        assert props["REPLAY_COUNT"] == "1"
+        assert props["REPLAYED_FROM"] in (mixed.dlq_a, mixed.dlq_b)
+        assert len(props["REPLAY_ID"]) == 32
+        assert not any(
+            k.startswith(("__dlq.errors.", "__connect.errors.")) or k == "REAL_TOPIC" for k in props
+        )
+        key = msg.partition_key()
+        if key.startswith("fix-"):
+            body = json.loads(msg.data())
+            assert body["currency"] == "EUR"
+            assert props["orders.currency-defaulted"] == "true"
+            assert props["REPLAY_FIX"] == "orders_fixes:add_default_currency@1"
+        else:
+            assert msg.data() == mixed.payloads[key]
+            assert props["REPLAY_FIX"] == ""
+    assert len({m.properties()["REPLAY_ID"] for m in replayed}) == len(replayed)
+    assert drain(pulsar_client, mixed.admin, "verify-1", idle_ms=800) == []
+
+    # Pending: skipped, fix_failed, malformed, refused (I4) and the late arrivals (I3).
+    assert pending_keys(pulsar_client, mixed) == sorted(mixed.keys(*PENDING) | set(late))
+
+    # Archive and ledger.
+    archived = spark.read.parquet(str(out / "archive"))
+    assert sorted(r["key"] for r in archived.select("key").collect()) == sorted(
+        mixed.keys(oc.ARCHIVED, oc.LOOP_GUARDED)
+    )
+    assert archived.filter("outcome = 'loop_guarded'").count() == len(mixed.keys(oc.LOOP_GUARDED))
+    ledger = spark.read.parquet(str(out / "ledger"))
+    assert ledger.count() == len(everything)
+    assert ledger.filter("final").count() == len(final)
+
+    # ---- the same run id again: complete, nothing redone.
+    again = run_replay(spark, options(mixed, out, "run-1", oc.REPLAY, pulsar_service_url))
+    assert again["totals"] == report["totals"]
+    assert len(drain(pulsar_client, mixed.orders, "verify-1b")) == len(replayed)
+
+    # ---- a new run: picks up the late ones, re-decides the pending ones, doubles nothing (I2).
+    second = run_replay(spark, options(mixed, out, "run-2", oc.REPLAY, pulsar_service_url))
+    assert second["totals"]["snapshot"] == len(mixed.keys(*PENDING)) + len(late)
+    assert second["totals"][oc.REPUBLISHED] == len(late)
+    assert second["totals"][oc.ALREADY_FINAL] == 0
+    replayed2 = drain(pulsar_client, mixed.orders, "verify-2")
+    keys2 = sorted(m.partition_key() for m in replayed2)
+    assert keys2 == sorted(mixed.keys(oc.REPUBLISHED) | set(late))
+    assert pending_keys(pulsar_client, mixed) == sorted(mixed.keys(*PENDING))
+    ledger = spark.read.parquet(str(out / "ledger"))  # one row per message per run
+    assert ledger.count() == len(everything) + len(mixed.keys(*PENDING)) + len(late)
+    finals = ledger.filter("final").select("replay_id")
+    assert finals.count() == finals.distinct().count() == len(final) + len(late)
+
+
+def test_archive_only_and_filters(spark, pulsar_client, pulsar_service_url, tmp_path):
+    mixed = build_mixed_dlq(pulsar_client, per_kind=2)
+    out = tmp_path / "out"
+    # Two consumers per DLQ partition: a message one of them releases may reach the other; the snapshot
+    # still holds every message once.
+    report = run_replay(
+        spark,
+        options(
+            mixed,
+            out,
+            "ao-1",
+            oc.ARCHIVE_ONLY,
+            pulsar_service_url,
+            error_class="JSONDecodeError",
+            parallelism=2,
+        ),
+    )
+    assert report["totals"]["snapshot"] == len(mixed.expected)
+    assert report["totals"][oc.ARCHIVED] == len(mixed.keys(oc.ARCHIVED))
+    assert report["totals"][oc.REPUBLISHED] == 0
+    assert report["totals"][oc.DROPPED] == 0
+    assert report["totals"][oc.FILTERED] == len(mixed.expected) - len(mixed.keys(oc.ARCHIVED))
+    assert drain(pulsar_client, mixed.orders, "verify-ao", idle_ms=800) == []
+    assert pending_keys(pulsar_client, mixed) == sorted(set(mixed.expected) - mixed.keys(oc.ARCHIVED))
+
+
+def test_reusing_a_run_id_with_other_options_is_refused(spark, pulsar_client, pulsar_service_url, tmp_path):
+    from spark_apps.dlq_replay.errors import RunStateError
+
+    mixed = build_mixed_dlq(pulsar_client, per_kind=1)
+    out = tmp_path / "out"
+    run_replay(spark, options(mixed, out, "r", oc.DRY_RUN, pulsar_service_url))
+    with pytest.raises(RunStateError, match="changed: max_replays"):
+        run_replay(spark, options(mixed, out, "r", oc.DRY_RUN, pulsar_service_url, max_replays=5))
+
+
+def test_empty_dlq_reports_nothing_and_succeeds(
+    spark, pulsar_client, pulsar_service_url, topic_factory, tmp_path
+):
+    topic = topic_factory("empty-DLQ")
+    pulsar_client.create_producer(topic).close()  # the topic exists, with no message
+    opts = ReplayOptions(
+        run_id="empty-1",
+        mode=oc.REPLAY,
+        service_url=pulsar_service_url,
+        topics=(topic,),
+        output_dir=str(tmp_path / "out"),
+        origin_allowlist=("orders*",),
+        idle_timeout_ms=1000,
+    )
+    report = run_replay(spark, opts)
+    assert report["status"] == "succeeded"
+    assert report["totals"]["snapshot"] == 0
+    assert report["groups"] == []
+    assert "No messages in this run" in (tmp_path / "out" / "runs" / "empty-1" / "report.html").read_text()

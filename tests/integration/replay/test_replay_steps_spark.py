@@ -1,0 +1,200 @@
+"""The DataFrame steps on local Spark: normalise, scope, decide, producers, archive, ledger, report."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from spark_apps.dlq_replay import outcomes as oc
+from spark_apps.dlq_replay.apply import archive_rows, republish_input, with_publish_results, write_archive
+from spark_apps.dlq_replay.decide import DecideSettings, Filters, apply_scope, assign_producers, decide
+from spark_apps.dlq_replay.ledger import final_ids, ledger_rows, read_ledger, write_ledger
+from spark_apps.dlq_replay.normalize import normalize
+from spark_apps.dlq_replay.playbook import parse_playbook
+from spark_apps.dlq_replay.report import CommitTotals, build_report
+from spark_apps.dlq_replay.schemas import LEDGER_SCHEMA, SNAPSHOT_SCHEMA
+from spark_apps.dlq_replay.storage import RunStorage
+from spark_apps.dlq_replay.topics import TopicMatcher
+
+pytestmark = pytest.mark.integration
+
+DLQ = "persistent://public/default/orders-sub-DLQ"
+T0 = datetime(2024, 5, 1, tzinfo=UTC)
+PLAYBOOK = parse_playbook(
+    """
+rules:
+  - {name: replay-timeouts, match: {error_class: Timeout}, action: republish}
+  - {name: archive-poison, match: {error_class: Poison}, action: archive, archive_payload: false}
+"""
+)
+
+
+def props(cls: str, origin: str = "persistent://public/default/orders") -> dict[str, str]:
+    return {
+        "REAL_TOPIC": origin,
+        "__dlq.errors.reason": "term",
+        "__dlq.errors.exception.class": cls,
+        "__dlq.errors.exception.message": "failed 42",
+    }
+
+
+def snapshot_df(spark, n_timeout: int = 40, n_poison: int = 6, n_junk: int = 3):
+    rows = []
+    kinds = [("Timeout", n_timeout), ("Poison", n_poison)]
+    i = 0
+    for cls, count in kinds:
+        for _ in range(count):
+            rows.append(
+                (DLQ, -1, str(i).encode(), f"1:{i}:-1:-1", f"k{i}", None, f"payload-{i}".encode(), props(cls),
+                 T0 + timedelta(minutes=i), None, 0, "p")
+            )  # fmt: skip
+            i += 1
+    for _ in range(n_junk):
+        rows.append((DLQ, -1, b"x", f"1:{i}:-1:-1", f"k{i}", None, b"?", {"x": "y"}, T0, None, 0, "p"))
+        i += 1
+    return spark.createDataFrame(rows, SNAPSHOT_SCHEMA).repartition(3)
+
+
+def settings(mode=oc.REPLAY):
+    return DecideSettings(run_id="run-1", mode=mode, allowlist=TopicMatcher.parse(["orders"]))
+
+
+def counts(df, column="outcome"):
+    return {r[column]: r["count"] for r in df.groupBy(column).count().collect()}
+
+
+def test_decide_pipeline_counts_and_producers(spark):
+    snap = snapshot_df(spark)
+    scoped = apply_scope(normalize(snap), Filters(), None)
+    decided = assign_producers(decide(scoped, PLAYBOOK, settings()), "run-1", buckets=3).cache()
+    assert decided.count() == 49
+    assert counts(decided) == {oc.TO_REPUBLISH: 40, oc.ARCHIVED: 6, oc.MALFORMED: 3}
+    sending = decided.filter("outcome = 'to_republish'").select("replay_producer", "sequence_id").collect()
+    by_producer: dict[str, list[int]] = {}
+    for row in sending:
+        by_producer.setdefault(row["replay_producer"], []).append(row["sequence_id"])
+    assert 1 <= len(by_producer) <= 3
+    for name, seqs in by_producer.items():
+        assert name.startswith("dlq-replay-")
+        assert sorted(seqs) == list(range(len(seqs)))
+    # Deterministic: deciding again gives the same producer and sequence per message.
+    again = assign_producers(decide(scoped, PLAYBOOK, settings()), "run-1", buckets=3)
+    key = ["replay_id", "replay_producer", "sequence_id"]
+    assert sorted(map(tuple, again.select(key).collect())) == sorted(
+        map(tuple, decided.select(key).collect())
+    )
+    layout = republish_input(decided, 2)
+    assert layout.columns == [
+        "replay_id", "target_topic", "producer_name", "sequence_id", "value", "key", "ordering_key",
+        "event_time",
+        "properties",
+    ]  # fmt: skip
+    for part in layout.rdd.glom().collect():
+        names = [r["producer_name"] for r in part]
+        assert names == sorted(names)
+        for name in set(names):
+            seqs = [r["sequence_id"] for r in part if r["producer_name"] == name]
+            assert seqs == sorted(seqs)
+
+
+def test_filters_and_max_messages(spark):
+    snap = snapshot_df(spark)
+    norm = normalize(snap)
+    sig = norm.filter("error_class = 'Poison'").first()["signature"]
+    scoped = apply_scope(norm, Filters(signatures=(sig,)), None)
+    assert counts(scoped, "scope") == {"in": 6, "filtered": 43}
+    scoped = apply_scope(norm, Filters(error_class="Timeout", since=T0 + timedelta(minutes=10)), None)
+    assert counts(scoped, "scope") == {"in": 30, "filtered": 19}
+    scoped = apply_scope(norm, Filters(until=T0 + timedelta(minutes=5)), None)
+    assert counts(scoped, "scope")["in"] == 5 + 3  # junk rows are published at T0
+    scoped = apply_scope(norm, Filters(error_class="Timeout", max_messages=7), None)
+    chosen = scoped.filter("scope = 'in'").select("dlq_message_id").collect()
+    assert sorted(int(r[0].split(":")[1]) for r in chosen) == list(range(7))  # oldest first
+    reasons = counts(scoped, "scope_reason")
+    assert reasons["beyond --max-messages"] == 33
+    assert reasons["not selected by --error-class"] == 9
+
+
+def test_archive_ledger_and_already_final(spark, tmp_path):
+    snap = snapshot_df(spark)
+    decided = assign_producers(
+        decide(apply_scope(normalize(snap), Filters(), None), PLAYBOOK, settings()), "run-1", 2
+    )
+    archive_root = str(tmp_path / "archive")
+    rows = archive_rows(decided, "run-1", T0)
+    write_archive(rows, archive_root)
+    write_archive(rows, archive_root)  # a redone apply replaces this run's partitions
+    archived = spark.read.parquet(archive_root)
+    assert archived.count() == 6
+    first = archived.first()
+    assert first["payload"] is None
+    assert first["payload_archived"] is False
+    assert len(first["payload_sha256"]) == 64
+    assert first["dlq_topic"] == DLQ
+    assert first["run_id"] == "run-1"
+    assert str(first["date"]) == "2024-05-01"
+    assert first["error_class"] == "Poison"
+    assert first["archive_reason"] == "rule 'archive-poison' says archive"
+
+    published = spark.createDataFrame(
+        [
+            (r["replay_id"], True, "9:9:-1:-1", None)
+            for r in decided.filter("outcome='to_republish'").collect()
+        ],
+        "replay_id string, published boolean, published_message_id string, error string",
+    )
+    outcomes_df = with_publish_results(decided, published.limit(39))  # one send has no result
+    assert counts(outcomes_df) == {oc.REPUBLISHED: 39, oc.PUBLISH_FAILED: 1, oc.ARCHIVED: 6, oc.MALFORMED: 3}
+    ledger_root = str(tmp_path / "ledger")
+    for _ in range(2):  # a redone record step rewrites, never duplicates
+        write_ledger(
+            ledger_rows(outcomes_df, "manual__2024-05-01T00:00:00+00:00", oc.REPLAY, T0), ledger_root
+        )
+    ledger = read_ledger(spark, RunStorage(spark), ledger_root)
+    assert ledger.schema == LEDGER_SCHEMA
+    assert ledger.count() == 49
+    assert ledger.filter("final").count() == 45
+    assert {r["run_id"] for r in ledger.select("run_id").distinct().collect()} == {
+        "manual__2024-05-01T00:00:00+00:00"
+    }
+    # A later run sees those 45 as already final, whatever its filters.
+    ids = final_ids(ledger, exclude_run_id="run-2")
+    scoped = apply_scope(normalize(snap), Filters(signatures=("none",)), ids)
+    assert counts(scoped, "scope") == {"already_final": 45, "filtered": 4}
+    assert final_ids(ledger, exclude_run_id="manual__2024-05-01T00:00:00+00:00").count() == 0
+    assert read_ledger(spark, RunStorage(spark), str(tmp_path / "none")) is None
+
+
+def test_report_from_outcomes(spark):
+    snap = snapshot_df(spark, n_timeout=12, n_poison=2, n_junk=1)
+    decided = decide(apply_scope(normalize(snap), Filters(), None), PLAYBOOK, settings(oc.DRY_RUN))
+    report = build_report(
+        with_publish_results(decided, None), run_id="r", mode=oc.DRY_RUN, status="succeeded", started_at="a",
+        finished_at="b", commit=CommitTotals(), timings={}, paths={},
+    )  # fmt: skip
+    t = report["totals"]
+    assert (t["snapshot"], t[oc.REPUBLISHED], t[oc.ARCHIVED], t[oc.MALFORMED], t["left_pending"]) == (
+        15,
+        12,
+        2,
+        1,
+        15,
+    )
+    big = report["groups"][0]
+    assert big["count"] == 12
+    assert big["template"] == "failed <num>"
+    assert big["action"] == "republish"
+    assert big["sample_message_ids"] == [f"1:{i}:-1:-1" for i in range(5)]
+    assert big["first_seen"] == "2024-05-01T00:00:00.000Z"
+    assert sum(g["count"] for g in report["groups"]) == 15
+
+
+def test_storage_round_trip(spark, tmp_path):
+    storage = RunStorage(spark)
+    path = str(tmp_path / "runs" / "r" / "state.json")
+    assert storage.read_text(path) is None
+    storage.write_text(path, "héllo")
+    storage.write_text(path, "again")
+    assert storage.read_text(path) == "again"
+    assert sorted(p.name for p in (tmp_path / "runs" / "r").iterdir()) == ["state.json"]

@@ -1,0 +1,369 @@
+"""The replay app through real ``spark-submit`` of the bundle: --help, kill -9 mid-apply and mid-commit
+then resume (same end state), and a 100k-message replay with exact counts and measured figures."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from replay_e2e_support import PLAYBOOK, close_driver_clients, drain, order, ours
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _close_clients_after_module():
+    yield
+    close_driver_clients()
+
+
+LOG = logging.getLogger("tests.replay.submit")
+SPARK_CONF = [
+    "--master", "local[2]", "--driver-memory", "2g",
+    "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=4",
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory):
+    from spark_apps.dlq_replay.bundle import build_bundle
+
+    return build_bundle(tmp_path_factory.mktemp("bundle"))
+
+
+def spark_submit() -> str:
+    return str(Path(sys.executable).parent / "spark-submit")
+
+
+def start(bundle, args: list[str], workdir: Path, name: str) -> subprocess.Popen[bytes]:
+    cmd = [spark_submit(), *SPARK_CONF, "--py-files", str(bundle.zip_path), str(bundle.main_path), *args]
+    out = open(workdir / f"{name}.out", "wb")  # noqa: SIM115 - closed with the process
+    err = open(workdir / f"{name}.err", "wb")  # noqa: SIM115
+    return subprocess.Popen(cmd, cwd=workdir, stdout=out, stderr=err, start_new_session=True)
+
+
+def finish(proc: subprocess.Popen[bytes], workdir: Path, name: str, timeout: float = 600) -> dict[str, Any]:
+    code = proc.wait(timeout=timeout)
+    out = (workdir / f"{name}.out").read_text()
+    assert code == 0, f"{name} exited {code}:\n{(workdir / f'{name}.err').read_text()[-4000:]}\n{out[-2000:]}"
+    last = out.strip().splitlines()[-1]
+    assert last.startswith("DLQ_REPLAY_SUMMARY ")
+    return json.loads(last[len("DLQ_REPLAY_SUMMARY ") :])
+
+
+def kill_tree(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL spark-submit and every process it started (JVM, Python driver, daemon, workers)."""
+    try:
+        tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        tree = []
+    for p in tree:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    psutil.wait_procs(tree, timeout=30)
+
+
+def state_of(out: Path, run_id: str) -> dict[str, Any]:
+    path = out / "runs" / run_id / "state.json"
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
+def wait_for(predicate, proc: subprocess.Popen[bytes], what: str, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        assert proc.poll() is None, f"the app exited (code {proc.returncode}) before {what}"
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def args_for(service_url: str, dlq: str, out: Path, run_id: str, *extra: str) -> list[str]:
+    return [
+        "--run-id", run_id, "--mode", "replay", "--service-url", service_url, "--topics", dlq,
+        "--output-dir", str(out), "--playbook", PLAYBOOK, "--origin-allowlist", "orders-*",
+        "--idle-timeout-ms", "1500", *extra,
+    ]  # fmt: skip
+
+
+def produce(client, topic: str, items: list[tuple[str, bytes, dict[str, str]]], batching: bool) -> None:
+    """Async sends (batched or not), every result checked."""
+    producer = client.create_producer(
+        topic,
+        batching_enabled=batching,
+        batching_max_messages=1000,
+        block_if_queue_full=True,
+        max_pending_messages=5000,
+    )
+    import pulsar
+
+    failures: list[Any] = []
+    lock = threading.Lock()
+
+    def done(res, _msg_id):
+        if res != pulsar.Result.Ok:
+            with lock:
+                failures.append(res)
+
+    for key, payload, props in items:
+        producer.send_async(payload, done, properties=props, partition_key=key)
+    producer.flush()
+    producer.close()
+    assert not failures, f"{len(failures)} sends failed: {failures[:3]}"
+
+
+def small_dlq(client, n_replay: int, n_archive: int, n_skip: int) -> tuple[str, str, dict[str, str]]:
+    u = uuid.uuid4().hex[:8]
+    orders = f"persistent://public/default/orders-{u}"
+    dlq = f"persistent://public/default/orders-{u}-sub-DLQ"
+    items, expected = [], {}
+    for i in range(n_replay):
+        items.append((f"t-{i}", order(i), ours(orders, "TimeoutError", f"timed out after {i}s")))
+        expected[f"t-{i}"] = "republished"
+    for i in range(n_archive):
+        items.append((f"a-{i}", b"<xml/>", ours(orders, "json.decoder.JSONDecodeError", "Expecting value")))
+        expected[f"a-{i}"] = "archived"
+    for i in range(n_skip):
+        items.append((f"s-{i}", order(i), ours(orders, "RuntimeError", "unknown")))
+        expected[f"s-{i}"] = "skipped"
+    # Not batched: every DLQ message is its own entry, so acks are exact per message (see the 100k test).
+    produce(client, dlq, items, batching=False)
+    return orders, dlq, expected
+
+
+def check_end_state(spark, client, orders: str, dlq: str, out: Path, run_id: str, expected: dict[str, str]):
+    """Every message has its one outcome: republished (maybe twice without broker dedup), archived once,
+    skipped ones pending, everything final acked, one ledger row per message."""
+    republished = drain(client, orders, f"verify-{uuid.uuid4().hex[:6]}")
+    keys = [m.partition_key() for m in republished]
+    want = {k for k, v in expected.items() if v == "republished"}
+    assert set(keys) == want
+    assert {m.properties()["REPLAY_RUN_ID"] for m in republished} == {run_id}
+    pending = sorted(m.partition_key() for m in drain(client, dlq, "dlq-replayer"))
+    assert pending == sorted(k for k, v in expected.items() if v == "skipped")
+    archived = spark.read.parquet(str(out / "archive")).select("key").collect()
+    assert sorted(r["key"] for r in archived) == sorted(k for k, v in expected.items() if v == "archived")
+    ledger = spark.read.parquet(str(out / "ledger"))
+    assert ledger.count() == len(expected)
+    assert {r["outcome"]: r["count"] for r in ledger.groupBy("outcome").count().collect()} == {
+        o: list(expected.values()).count(o) for o in set(expected.values())
+    }
+    return len(keys) - len(want)  # duplicates (pulsar-lite has no broker dedup)
+
+
+def test_spark_submit_help_documents_every_option(bundle, tmp_path):
+    out = subprocess.run(
+        [spark_submit(), "--master", "local[1]", "--py-files", str(bundle.zip_path), str(bundle.main_path),
+         "--help"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    for option in (
+        "--run-id",
+        "--mode",
+        "--origin-allowlist",
+        "--archive-payload",
+        "--max-replays",
+        "--rate-limit",
+    ):
+        assert option in out.stdout
+
+
+def test_kill_during_apply_then_resume(spark, pulsar_client, pulsar_service_url, bundle, tmp_path):
+    orders, dlq, expected = small_dlq(pulsar_client, n_replay=2000, n_archive=50, n_skip=30)
+    out = tmp_path / "out"
+    # Two producers, waves of 150 sequence ids each (300 messages), slowed down to 400 msg/s.
+    waves = ("--parallelism", "2", "--wave-size", "150")
+    proc = start(
+        bundle,
+        args_for(pulsar_service_url, dlq, out, "kill-apply", *waves, "--rate-limit", "400"),
+        tmp_path,
+        "a1",
+    )
+    try:
+        wait_for(
+            lambda: state_of(out, "kill-apply").get("steps", {}).get("apply", {}).get("waves_done", 0) >= 2,
+            proc,
+            "two republish waves",
+        )
+        time.sleep(1.0)  # into the third wave
+        assert proc.poll() is None
+    finally:
+        kill_tree(proc)
+    state = state_of(out, "kill-apply")["steps"]
+    assert state["apply"]["status"] == "running"
+    assert "record" not in state
+    # Saved waves (results durable); the state may lag one wave behind if the kill fell in between.
+    waves_done = len(list((out / "runs" / "kill-apply" / "apply" / "republish").glob("wave=*/_SUCCESS")))
+    assert waves_done >= state["apply"]["waves_done"] >= 2
+    sent_before = len(drain(pulsar_client, orders, "peek-apply", idle_ms=1000))
+    assert 300 * waves_done <= sent_before < 2000
+    assert len(drain(pulsar_client, dlq, "dlq-replayer")) == len(expected)  # nothing acked yet (I1)
+
+    summary = finish(
+        start(bundle, args_for(pulsar_service_url, dlq, out, "kill-apply", *waves), tmp_path, "a2"),
+        tmp_path,
+        "a2",
+    )
+    assert summary["status"] == "succeeded"
+    assert summary["totals"]["republished"] == 2000
+    assert summary["totals"]["archived"] == 50
+    duplicates = check_end_state(spark, pulsar_client, orders, dlq, out, "kill-apply", expected)
+    # Without broker dedup only the wave in flight at the kill is sent again (saved waves never are).
+    assert duplicates <= 300
+    assert duplicates == sent_before - 300 * waves_done
+    print(
+        "REPLAY_KILL_APPLY",
+        json.dumps({"sent_before_kill": sent_before, "waves_saved": waves_done, "duplicates": duplicates}),
+    )
+
+
+def test_kill_during_commit_then_resume(spark, pulsar_client, pulsar_service_url, bundle, tmp_path):
+    orders, dlq, expected = small_dlq(pulsar_client, n_replay=1500, n_archive=40, n_skip=20)
+    out = tmp_path / "out"
+    proc = start(bundle, args_for(pulsar_service_url, dlq, out, "kill-commit"), tmp_path, "c1")
+    try:
+        wait_for(
+            lambda: (
+                state_of(out, "kill-commit").get("steps", {}).get("commit", {}).get("status") == "running"
+            ),
+            proc,
+            "commit",
+        )
+        time.sleep(0.5)
+    finally:
+        kill_tree(proc)
+    state = state_of(out, "kill-commit")["steps"]
+    assert state["record"]["status"] == "complete"
+    assert state["commit"]["status"] != "complete"
+    summary = finish(
+        start(bundle, args_for(pulsar_service_url, dlq, out, "kill-commit"), tmp_path, "c2"), tmp_path, "c2"
+    )
+    assert summary["status"] == "succeeded"
+    assert summary["totals"]["left_pending"] == 20
+    # Apply and record were complete: the resume redoes only the commit, so nothing is sent twice.
+    assert check_end_state(spark, pulsar_client, orders, dlq, out, "kill-commit", expected) == 0
+
+
+@pytest.mark.slow
+def test_100k_messages_exact_counts_and_figures(spark, pulsar_client, pulsar_service_url, bundle, tmp_path):
+    u = uuid.uuid4().hex[:8]
+    orders = f"persistent://public/default/orders-{u}"
+    dlq = f"persistent://public/default/orders-{u}-sub-DLQ"
+    kinds = [  # (count, key prefix, payload, properties, outcome)
+        (70_000, "t", order(1), ours(orders, "TimeoutError", "inventory timed out after 30s"), "republished"),
+        (
+            10_000,
+            "f",
+            order(2),
+            ours(orders, "ValueError", "missing currency in order ORD-000002"),
+            "republished",
+        ),
+        (
+            5_000,
+            "x",
+            order(3, amount=-1),
+            ours(orders, "ValueError", "missing currency in order ORD-3"),
+            "fix_failed",
+        ),
+        (5_000, "a", b"<xml/>", ours(orders, "json.decoder.JSONDecodeError", "Expecting value"), "archived"),
+        (5_000, "s", order(4), {"REAL_TOPIC": orders, "ORIGIN_MESSAGE_ID": "1:1:-1:-1"}, "skipped"),
+        (5_000, "m", order(5), {"junk": "1"}, "malformed"),
+    ]
+    items = [(f"{prefix}-{i}", payload, props) for n, prefix, payload, props, _ in kinds for i in range(n)]
+    produce(pulsar_client, dlq, items, batching=True)
+    out = tmp_path / "out"
+    peaks = {"jvm": 0, "python_driver": 0}
+    stop = threading.Event()
+    proc = start(bundle, args_for(pulsar_service_url, dlq, out, "big-1"), tmp_path, "big")
+
+    def sample() -> None:
+        root = psutil.Process(proc.pid)
+        while not stop.is_set():
+            try:
+                peaks["jvm"] = max(peaks["jvm"], root.memory_info().rss)
+                for child in root.children():
+                    if child.name().startswith("python") and "dlq_replay_main" in " ".join(child.cmdline()):
+                        peaks["python_driver"] = max(peaks["python_driver"], child.memory_info().rss)
+            except psutil.Error:
+                pass
+            stop.wait(0.25)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    started = time.monotonic()
+    sampler.start()
+    try:
+        summary = finish(proc, tmp_path, "big", timeout=900)
+    finally:
+        wall = time.monotonic() - started
+        stop.set()
+        sampler.join()
+    totals = summary["totals"]
+    assert totals["snapshot"] == 100_000
+    assert totals["republished"] == 80_000
+    assert totals["fix_failed"] == 5_000
+    assert totals["archived"] == 5_000
+    assert totals["skipped"] == 5_000
+    assert totals["malformed"] == 5_000
+    assert totals["acked"] == 85_000
+    assert totals["left_pending"] == 15_000
+    assert totals["publish_failed"] == 0
+    report = json.loads((out / "runs" / "big-1" / "report.json").read_text())
+    figures = {
+        "messages": 100_000,
+        "wall_s": round(wall, 1),
+        "msg_per_s": round(100_000 / wall),
+        "jvm_peak_rss_mb": round(peaks["jvm"] / 2**20),
+        "python_driver_peak_rss_mb": round(peaks["python_driver"] / 2**20),
+        "timings": report["timings"],
+    }
+    (tmp_path / "figures.json").write_text(json.dumps(figures))
+    LOG.warning("100k replay figures: %s", json.dumps(figures))
+    print("REPLAY_100K_FIGURES", json.dumps(figures))
+    replayed = drain(pulsar_client, orders, "verify-big", idle_ms=2000)
+    assert len(replayed) == 80_000
+    assert len({m.properties()["REPLAY_ID"] for m in replayed}) == 80_000
+    assert os.path.exists(out / "runs" / "big-1" / "report.html")
+    # The DLQ was written in batches. Without batch-index acks a broker deletes a batch only once all of
+    # its messages are acked, so a batch mixing final and pending messages is delivered again, whole.
+    pending = drain(pulsar_client, dlq, "dlq-replayer", idle_ms=2000)
+    outcome_of = {
+        key: outcome for n, prefix, _, _, outcome in kinds for key in (f"{prefix}-{i}" for i in range(n))
+    }
+    still = [m.partition_key() for m in pending]
+    assert len(still) == len(set(still))
+    pending_kinds = {"fix_failed", "skipped", "malformed"}
+    assert {k for k, o in outcome_of.items() if o in pending_kinds} <= set(still)
+    extra = [k for k in still if outcome_of[k] not in pending_kinds]
+    assert len(extra) < 6 * 1000  # at most the batches at the 5 boundaries between final and pending kinds
+    # A second run treats those as already final (acks them again), acts on nothing twice.
+    from spark_apps.dlq_replay.options import ReplayOptions
+    from spark_apps.dlq_replay.runner import run_replay
+
+    again = run_replay(
+        spark,
+        ReplayOptions(
+            run_id="big-2", mode="replay", service_url=pulsar_service_url, topics=(dlq,), output_dir=str(out),
+            playbook=PLAYBOOK, origin_allowlist=("orders-*",), idle_timeout_ms=1500,
+        ),
+    )  # fmt: skip
+    assert again["totals"]["snapshot"] == len(still)
+    assert again["totals"]["already_final"] == len(extra)
+    assert again["totals"]["republished"] == 0
+    assert len(drain(pulsar_client, orders, "verify-big-2", idle_ms=2000)) == 80_000

@@ -1,0 +1,244 @@
+"""Normalise and decide on Arrow batches (pure functions, no Spark)."""
+
+from __future__ import annotations
+
+import sys
+from datetime import UTC, datetime
+
+import pyarrow as pa
+import pytest
+
+from spark_apps.dlq_replay import outcomes as oc
+from spark_apps.dlq_replay.decide import DecideSettings, decide_batch
+from spark_apps.dlq_replay.normalize import normalize_batch
+from spark_apps.dlq_replay.playbook import parse_playbook
+from spark_apps.dlq_replay.schemas import SNAPSHOT_SCHEMA, arrow_schema
+from spark_apps.dlq_replay.topics import TopicMatcher
+
+DLQ = "persistent://public/default/orders-sub-DLQ"
+ORDERS = "persistent://public/default/orders"
+T0 = datetime(2024, 5, 1, tzinfo=UTC)
+
+
+def ours(cls: str, message: str, origin: str = ORDERS, **extra: str) -> dict[str, str]:
+    return {
+        "REAL_TOPIC": origin,
+        "ORIGIN_MESSAGE_ID": "5:6:-1:-1",
+        "__dlq.errors.topic": origin,
+        "__dlq.errors.reason": "term",
+        "__dlq.errors.exception.class": cls,
+        "__dlq.errors.exception.message": message,
+        **extra,
+    }
+
+
+def snapshot_batch(rows: list[tuple[bytes, dict[str, str]]]) -> pa.RecordBatch:
+    schema = arrow_schema(SNAPSHOT_SCHEMA)
+    n = len(rows)
+    data = {
+        "topic": [DLQ] * n,
+        "partition": [-1] * n,
+        "message_id": [f"{i}".encode() for i in range(n)],
+        "message_id_str": [f"1:{i}:-1:-1" for i in range(n)],
+        "key": [f"k{i}" for i in range(n)],
+        "ordering_key": [None] * n,
+        "value": [r[0] for r in rows],
+        "properties": [list(r[1].items()) for r in rows],
+        "publish_time": [T0] * n,
+        "event_time": [None] * n,
+        "redelivery_count": [0] * n,
+        "producer_name": ["p"] * n,
+    }
+    return pa.RecordBatch.from_arrays([pa.array(data[f.name], type=f.type) for f in schema], schema=schema)
+
+
+def scoped(batch: pa.RecordBatch, scopes: list[str] | None = None) -> pa.RecordBatch:
+    n = batch.num_rows
+    scopes = scopes or ["in"] * n
+    reasons = ["not selected by --signatures" if s == "filtered" else None for s in scopes]
+    return batch.append_column("scope", pa.array(scopes, pa.string())).append_column(
+        "scope_reason", pa.array(reasons, pa.string())
+    )
+
+
+def by_key(batch: pa.RecordBatch) -> dict[str, dict]:
+    return {row["key"]: row for row in batch.to_pylist()}
+
+
+def test_normalize_every_row_kept_with_context_signature_and_ids():
+    batch = snapshot_batch(
+        [
+            (b"{}", ours("ValueError", "bad order 1")),
+            (b"{}", ours("ValueError", "bad order 2")),
+            (b"{}", {"REAL_TOPIC": ORDERS, "ORIGIN_MESSAGE_ID": "1:2:-1:-1"}),
+            (b"{}", {"__connect.errors.topic": "orders", "__connect.errors.exception.class.name": "E"}),
+            (b"{}", {"foo": "bar"}),
+            (b"{}", {}),
+            (b"{}", {"REPLAY_COUNT": "nope", **ours("E", "m")}),
+        ]
+    )
+    out = normalize_batch(batch)
+    rows = out.to_pylist()
+    assert out.num_rows == 7
+    assert [r["context_format"] for r in rows] == [
+        "ours",
+        "ours",
+        "pulsar_dlq_policy",
+        "kafka_connect",
+        "none",
+        "none",
+        "ours",
+    ]
+    assert rows[0]["signature"] == rows[1]["signature"]
+    assert rows[0]["error_template"] == "bad order <num>"
+    assert rows[4]["signature"] == rows[5]["signature"]  # unparseable context groups together
+    assert rows[0]["dlq_topic"] == DLQ
+    assert rows[0]["dlq_message_id"] == "1:0:-1:-1"
+    assert len({r["replay_id"] for r in rows}) == 7
+    assert rows[0]["replay_count"] == 0
+    assert rows[6]["replay_count"] is None
+    assert rows[0]["value"] == b"{}"
+    assert rows[0]["key"] == "k0"
+
+
+@pytest.fixture
+def fix_module(tmp_path, monkeypatch):
+    (tmp_path / "unit_orders_fix.py").write_text(
+        "import json\n"
+        "def add_currency(r):\n"
+        "    order = json.loads(r.payload)\n"
+        "    if order.get('amount', 0) < 0:\n"
+        "        raise ValueError('negative amount')\n"
+        "    order.setdefault('currency', 'EUR')\n"
+        "    props = dict(r.properties)\n"
+        "    props['fixed'] = 'yes'\n"
+        "    return json.dumps(order).encode(), props\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield "unit_orders_fix"
+    sys.modules.pop("unit_orders_fix", None)
+
+
+PLAYBOOK = """
+rules:
+  - name: fix-currency
+    match: {error_message: currency}
+    action: republish
+    fix: unit_orders_fix:add_currency
+    fix_version: "1"
+  - name: fix-or-archive
+    match: {error_message: amount}
+    action: republish
+    fix: unit_orders_fix:add_currency
+    fix_version: "1"
+    on_fix_error: archive
+  - name: as-is
+    match: {error_class: Timeout}
+    action: republish
+  - name: poison
+    match: {error_class: Poison}
+    action: archive
+  - name: junk
+    match: {error_class: Junk}
+    action: drop
+"""
+
+
+def test_decide_outcomes_fixes_guards_and_lineage(fix_module):
+    rows = [
+        (b'{"id": 1}', ours("ValueError", "missing currency", **{"tenant": "acme"})),  # k0 republish fixed
+        (b'{"amount": -1}', ours("ValueError", "missing currency")),  # k1 fix_failed
+        (b"not json", ours("ValueError", "missing currency")),  # k2 malformed (fix)
+        (b'{"amount": -5}', ours("ValueError", "bad amount")),  # k3 archived on fix error
+        (b"raw", ours("Timeout", "slow")),  # k4 republished as-is
+        (b"raw", ours("Poison", "x")),  # k5 archived
+        (b"raw", ours("Junk", "x")),  # k6 dropped
+        (b"raw", ours("Other", "x")),  # k7 skipped (no rule)
+        (b"raw", {"foo": "bar"}),  # k8 malformed (no context)
+        (b"raw", ours("Timeout", "slow", REPLAY_COUNT="3")),  # k9 loop guard
+        (b"raw", ours("Timeout", "slow", origin="persistent://public/default/admin")),  # k10 refused
+        (b"raw", ours("Timeout", "slow", origin="bad topic name")),  # k11 refused (invalid)
+        (b"raw", ours("Timeout", "slow", REPLAY_COUNT="x")),  # k12 malformed count
+        (b"raw", ours("Timeout", "slow")),  # k13 filtered
+        (b"raw", ours("Timeout", "slow")),  # k14 already final
+        (b"raw", ours("Timeout", "slow", origin="persistent://public/default/orders-partition-1")),  # k15
+        (b"raw", ours("Timeout", "slow", REPLAY_COUNT="2")),  # k16 just below the loop guard
+    ]
+    scopes = ["in"] * 13 + ["filtered", "already_final", "in", "in"]
+    batch = scoped(normalize_batch(snapshot_batch(rows)), scopes)
+    settings = DecideSettings(
+        run_id="run-7",
+        mode=oc.REPLAY,
+        max_replays=3,
+        allowlist=TopicMatcher.parse(["orders"]),
+        archive_payload=True,
+    )
+    out = by_key(decide_batch(batch, parse_playbook(PLAYBOOK), settings))
+    outcome = {k: v["outcome"] for k, v in out.items()}
+    assert outcome == {
+        "k0": oc.TO_REPUBLISH, "k1": oc.FIX_FAILED, "k2": oc.MALFORMED, "k3": oc.ARCHIVED,
+        "k4": oc.TO_REPUBLISH, "k5": oc.ARCHIVED, "k6": oc.DROPPED, "k7": oc.SKIPPED, "k8": oc.MALFORMED,
+        "k9": oc.LOOP_GUARDED, "k10": oc.ORIGIN_REFUSED, "k11": oc.ORIGIN_REFUSED, "k12": oc.MALFORMED,
+        "k13": oc.FILTERED, "k14": oc.ALREADY_FINAL, "k15": oc.TO_REPUBLISH, "k16": oc.TO_REPUBLISH,
+    }  # fmt: skip
+    assert dict(out["k16"]["out_properties"])["REPLAY_COUNT"] == "3"
+    k0 = out["k0"]
+    assert k0["out_value"] == b'{"id": 1, "currency": "EUR"}'
+    props = dict(k0["out_properties"])
+    assert props["REPLAY_COUNT"] == "1"
+    assert props["REPLAY_RUN_ID"] == "run-7"
+    assert props["REPLAY_FIX"] == "unit_orders_fix:add_currency@1"
+    assert props["REPLAYED_FROM"] == DLQ
+    assert props["REPLAY_ID"] == k0["replay_id"]
+    assert props["tenant"] == "acme"
+    assert props["fixed"] == "yes"
+    assert not any(k.startswith("__dlq.errors.") or k in ("REAL_TOPIC", "ORIGIN_MESSAGE_ID") for k in props)
+    assert k0["target_topic"] == ORDERS
+    assert k0["rule"] == "fix-currency"
+    assert k0["action"] == "republish"
+    assert k0["value"] is None  # the original payload is kept only for the archive
+    assert out["k1"]["fix_error"] == "ValueError: negative amount"
+    assert out["k2"]["fix_error"].startswith("json.decoder.JSONDecodeError")
+    assert out["k3"]["value"] == b'{"amount": -5}'
+    assert out["k3"]["archive_payload"] is True
+    assert dict(out["k4"]["out_properties"])["REPLAY_FIX"] == ""
+    assert out["k4"]["out_value"] == b"raw"
+    assert "REPLAY_COUNT 3 >= --max-replays 3" in out["k9"]["outcome_reason"]
+    assert out["k9"]["value"] == b"raw"
+    assert out["k10"]["target_topic"] == "persistent://public/default/admin"
+    assert "not in --origin-allowlist" in out["k10"]["outcome_reason"]
+    assert out["k13"]["outcome_reason"] == "not selected by --signatures"
+    assert out["k15"]["target_topic"] == ORDERS
+    assert out["k7"]["outcome_reason"] == "no playbook rule matched"
+
+
+def test_archive_only_and_dry_run_without_allowlist():
+    batch = scoped(
+        normalize_batch(snapshot_batch([(b"r", ours("Timeout", "x")), (b"r", ours("Poison", "x"))]))
+    )
+    pb = parse_playbook(PLAYBOOK)
+    out = by_key(decide_batch(batch, pb, DecideSettings("r", oc.ARCHIVE_ONLY, allowlist=None)))
+    assert out["k0"]["outcome"] == oc.SKIPPED
+    assert "archive-only" in out["k0"]["outcome_reason"]
+    assert out["k1"]["outcome"] == oc.ARCHIVED
+    out = by_key(decide_batch(batch, pb, DecideSettings("r", oc.DRY_RUN, allowlist=None)))
+    assert out["k0"]["outcome"] == oc.ORIGIN_REFUSED
+    assert "no --origin-allowlist" in out["k0"]["outcome_reason"]
+
+
+def test_payload_off_by_rule_topic_and_run_default():
+    pb = parse_playbook(
+        "payload_off_topics: [orders]\nrules:\n"
+        "  - {name: a, match: {error_class: A}, action: archive, archive_payload: false}\n"
+        "  - {name: b, match: {error_class: B}, action: archive}\n"
+    )
+    rows = [
+        (b"r", ours("A", "x", origin="persistent://public/default/other")),
+        (b"r", ours("B", "x", origin="persistent://public/default/other")),
+        (b"r", ours("B", "x")),
+    ]
+    batch = scoped(normalize_batch(snapshot_batch(rows)))
+    out = by_key(decide_batch(batch, pb, DecideSettings("r", oc.REPLAY)))
+    assert [out[k]["archive_payload"] for k in ("k0", "k1", "k2")] == [False, True, False]
+    out = by_key(decide_batch(batch, pb, DecideSettings("r", oc.REPLAY, archive_payload=False)))
+    assert out["k1"]["archive_payload"] is False

@@ -1,0 +1,120 @@
+"""Fix execution: results, errors, malformed records, batch fixes, loading."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from spark_apps.dlq_replay.errors import FixLoadError
+from spark_apps.dlq_replay.fixes import FixRecord, FixResult, MalformedRecord, batch_fix, load_fix, run_fix
+
+
+def rec(payload: bytes = b'{"id": 1}', **props: str) -> FixRecord:
+    return FixRecord(
+        payload=payload,
+        key="k",
+        ordering_key=None,
+        properties=dict(props),
+        event_time=None,
+        context={"error_class": "ValueError"},
+        signature="s",
+        dlq_topic="persistent://p/d/dlq",
+        dlq_message_id="1:1:-1:-1",
+    )
+
+
+def test_return_types():
+    out = run_fix(lambda r: b"x", [rec(a="1")])[0]
+    assert (out.ok, out.payload, out.properties) == (True, b"x", {"a": "1"})
+    assert run_fix(lambda r: "é", [rec()])[0].payload == "é".encode()
+    out = run_fix(lambda r: (b"y", {"b": "2"}), [rec(a="1")])[0]
+    assert (out.payload, out.properties) == (b"y", {"b": "2"})
+    out = run_fix(lambda r: FixResult("z"), [rec(a="1")])[0]
+    assert (out.payload, out.properties) == (b"z", {"a": "1"})
+
+
+def test_none_republishes_unchanged():
+    out = run_fix(None, [rec(b"raw", a="1")])[0]
+    assert (out.ok, out.payload, out.properties) == (True, b"raw", {"a": "1"})
+
+
+def test_exceptions_become_fix_failed_with_class_and_message():
+    def boom(r):
+        raise KeyError("customer")
+
+    out = run_fix(boom, [rec()])[0]
+    assert not out.ok
+    assert not out.malformed
+    assert out.error == "KeyError: 'customer'"
+
+
+def test_bad_return_values_fail_with_a_type_error():
+    assert run_fix(lambda r: 42, [rec()])[0].error_class == "TypeError"
+    assert run_fix(lambda r: (b"x", {"a": 1}), [rec()])[0].error_class == "TypeError"
+
+
+@pytest.mark.parametrize(
+    "fix",
+    [
+        lambda r: json.loads(r.payload),
+        lambda r: r.payload.decode("utf-8"),
+        lambda r: r.json(),
+    ],
+)
+def test_malformed_records(fix):
+    out = run_fix(fix, [rec(b"\xff{not json")])[0]
+    assert not out.ok
+    assert out.malformed
+
+
+def test_explicit_malformed_record():
+    def fix(r):
+        raise MalformedRecord("no order id")
+
+    out = run_fix(fix, [rec()])[0]
+    assert out.malformed
+    assert "no order id" in out.error
+
+
+def test_base_exceptions_propagate():
+    def fix(r):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_fix(fix, [rec()])
+
+
+def test_batch_fix_runs_once_per_batch():
+    calls = []
+
+    @batch_fix
+    def fix(records):
+        calls.append(len(records))
+        return [r.payload.upper() if i % 2 == 0 else ValueError("odd") for i, r in enumerate(records)]
+
+    outs = run_fix(fix, [rec(b"a"), rec(b"b"), rec(b"c")])
+    assert calls == [3]
+    assert [o.ok for o in outs] == [True, False, True]
+    assert outs[2].payload == b"C"
+    assert outs[1].error == "ValueError: odd"
+
+
+def test_batch_fix_wrong_length_fails_every_record():
+    @batch_fix
+    def fix(records):
+        return []
+
+    assert [o.ok for o in run_fix(fix, [rec(), rec()])] == [False, False]
+
+
+def test_load_fix(tmp_path, monkeypatch):
+    (tmp_path / "my_fix_mod.py").write_text("def f(r):\n    return r.payload\nx = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert callable(load_fix("my_fix_mod:f"))
+    with pytest.raises(FixLoadError, match="has no function 'x'"):
+        load_fix("my_fix_mod:x")
+    with pytest.raises(FixLoadError, match=r"cannot import module 'no_such_mod_xyz'.*fix_files"):
+        load_fix("no_such_mod_xyz:f")
+    sys.modules.pop("my_fix_mod", None)

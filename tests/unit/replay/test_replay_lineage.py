@@ -1,0 +1,53 @@
+"""Lineage properties of replayed messages."""
+
+from __future__ import annotations
+
+import pytest
+
+from spark_apps.dlq_replay.lineage import previous_replay_count, republish_properties
+
+
+@pytest.mark.parametrize(
+    ("props", "count"),
+    [
+        (None, 0),
+        ({}, 0),
+        ({"REPLAY_COUNT": "2"}, 2),
+        ({"REPLAY_COUNT": " 7 "}, 7),
+        ({"REPLAY_COUNT": "x"}, None),
+        ({"REPLAY_COUNT": "-1"}, None),
+        ({"REPLAY_COUNT": "99999999999"}, None),
+    ],
+)
+def test_previous_replay_count(props, count):
+    assert previous_replay_count(props) == count
+
+
+def test_bookkeeping_stripped_lineage_set_and_forged_lineage_overridden():
+    props = {
+        "tenant": "acme",
+        "REAL_TOPIC": "persistent://public/default/orders",
+        "ORIGIN_MESSAGE_ID": "1:2:-1:-1",
+        "RECONSUMETIMES": "3",
+        "__dlq.errors.exception.class": "ValueError",
+        "__connect.errors.topic": "x",
+        "kafka_dlt-exception-message": "boom",
+        "REPLAY_ID": "forged",
+        "REPLAY_COUNT": "1",
+    }
+    out = republish_properties(
+        props,
+        replay_id="rid",
+        run_id="run-1",
+        previous_count=1,
+        dlq_topic="persistent://p/d/dlq",
+        fix_label="m:f@2",
+    )
+    assert out == {
+        "tenant": "acme",
+        "REPLAY_ID": "rid",
+        "REPLAY_RUN_ID": "run-1",
+        "REPLAY_COUNT": "2",
+        "REPLAYED_FROM": "persistent://p/d/dlq",
+        "REPLAY_FIX": "m:f@2",
+    }

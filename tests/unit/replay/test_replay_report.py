@@ -1,0 +1,109 @@
+"""Report groups, totals, summary line and the HTML page (pure functions)."""
+
+from __future__ import annotations
+
+import json
+
+from spark_apps.dlq_replay import outcomes as oc
+from spark_apps.dlq_replay.report import (
+    SUMMARY_PREFIX,
+    TOTAL_KEYS,
+    CommitTotals,
+    build_groups,
+    build_totals,
+    outcome_counts,
+    summary_line,
+)
+from spark_apps.dlq_replay.report_html import render_html
+
+T1 = "2024-05-01T00:00:00.000Z"
+T2 = "2024-05-02T00:00:00.000Z"
+
+
+def combo(sig, outcome, n, action="republish", rule="r1", t=T1, template="bad <num>"):
+    return {
+        "signature": sig, "outcome": outcome, "action": action, "rule": rule, "n": n, "template": template,
+        "error_class": "E", "origin_topic": "persistent://p/d/orders", "context_format": "ours",
+        "first_seen": t, "last_seen": t,
+    }  # fmt: skip
+
+
+COMBOS = [
+    combo("a", oc.REPUBLISHED, 5),
+    combo("a", oc.FIX_FAILED, 2, t=T2),
+    combo("b", oc.ARCHIVED, 3, action="archive", rule="r2"),
+    combo("c", oc.MALFORMED, 1, action=None, rule=None, template="<script>alert(1)</script>"),
+    combo("d", oc.ALREADY_FINAL, 4, action=None, rule=None),
+]
+
+
+def test_groups_merge_outcomes_sorted_by_count():
+    groups, other = build_groups(COMBOS, {"a": ["1:1:-1:-1"]}, oc.REPLAY)
+    assert [g["signature"] for g in groups] == ["a", "d", "b", "c"]
+    a = groups[0]
+    assert a["count"] == 7
+    assert a["outcomes"] == {oc.REPUBLISHED: 5, oc.FIX_FAILED: 2}
+    assert a["first_seen"] == T1
+    assert a["last_seen"] == T2
+    assert a["action"] == "republish"
+    assert a["actions"] == {"republish": 7}
+    assert a["rules"] == ["r1"]
+    assert a["sample_message_ids"] == ["1:1:-1:-1"]
+    assert other == {"groups": 0, "count": 0}
+    capped, other = build_groups(COMBOS, {}, oc.REPLAY, max_groups=2)
+    assert len(capped) == 2
+    assert other == {"groups": 2, "count": 4}
+
+
+def test_totals_sum_up_and_pending_is_what_is_not_final():
+    counts = outcome_counts(COMBOS, oc.REPLAY)
+    totals = build_totals(counts, CommitTotals(acked=12), oc.REPLAY)
+    assert list(totals) == list(TOTAL_KEYS)
+    assert totals["snapshot"] == 15
+    assert totals[oc.REPUBLISHED] == 5
+    assert totals[oc.ALREADY_FINAL] == 4
+    assert totals["acked"] == 12
+    assert totals["left_pending"] == 15 - 5 - 3 - 4
+
+
+def test_dry_run_reports_planned_republish_and_nothing_acked():
+    combos = [combo("a", oc.TO_REPUBLISH, 5)]
+    totals = build_totals(outcome_counts(combos, oc.DRY_RUN), CommitTotals(), oc.DRY_RUN)
+    assert totals[oc.REPUBLISHED] == 5
+    assert totals["left_pending"] == 5
+    assert totals["acked"] == 0
+    groups, _ = build_groups(combos, {}, oc.DRY_RUN)
+    assert groups[0]["outcomes"] == {oc.REPUBLISHED: 5}
+
+
+def report_dict():
+    groups, other = build_groups(COMBOS, {"c": ["<b>id</b>"]}, oc.REPLAY)
+    return {
+        "run_id": "r<1>", "mode": oc.REPLAY, "dry_run": False, "status": "succeeded",
+        "started_at": "s", "finished_at": "f",
+        "totals": build_totals(outcome_counts(COMBOS, oc.REPLAY), CommitTotals(), oc.REPLAY),
+        "groups": groups, "other_groups": other, "timings": {"plan": 0.5},
+        "paths": {"report_html": "x/report.html"},
+    }  # fmt: skip
+
+
+def test_summary_line_is_one_json_line():
+    line = summary_line(report_dict())
+    assert line.startswith(SUMMARY_PREFIX)
+    assert "\n" not in line
+    data = json.loads(line[len(SUMMARY_PREFIX) :])
+    assert set(data) == {"run_id", "mode", "status", "totals", "paths"}
+
+
+def test_html_is_self_contained_escaped_and_has_a_bar_per_group():
+    page = render_html(report_dict())
+    assert page.startswith("<!DOCTYPE html>")
+    assert "<script>" not in page
+    assert "&lt;script&gt;" in page
+    assert "<b>id</b>" not in page
+    assert "r&lt;1&gt;" in page
+    assert "<svg" in page
+    assert page.count("<rect") == 5
+    assert "http://" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "")
+    assert "src=" not in page
+    assert "<link" not in page
