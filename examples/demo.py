@@ -108,7 +108,11 @@ def main() -> int:
             "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
             "AIRFLOW__LOGGING__LOGGING_LEVEL": "WARNING",
             "AIRFLOW_CONN_PULSAR_DEFAULT": json.dumps(
-                {"conn_type": "pulsar", "host": broker.service_url, "extra": {"metrics_url": broker.metrics_url}}
+                {
+                    "conn_type": "pulsar",
+                    "host": broker.service_url,
+                    "extra": {"metrics_url": broker.metrics_url},
+                }
             ),
             "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
             "AIRFLOW_VAR_DLQ_TOPICS": orders_service.DLQ_TOPIC,
@@ -173,9 +177,10 @@ def main() -> int:
                 f"expected {expected} republished orders on the origin topic and in the service; "
                 f"found {replayed} on the topic and {counts['processed_replayed']} processed"
             )
+        archived, dropped = totals.get("archived", 0), totals.get("dropped", 0)
         print(
-            f"\nDemo complete: {expected} fixed orders replayed exactly once, {totals.get('archived', 0)} archived, "
-            f"{totals.get('dropped', 0)} dropped (audited), {totals.get('left_pending', 0)} left pending in the DLQ "
+            f"\nDemo complete: {expected} fixed orders replayed exactly once, {archived} archived, "
+            f"{dropped} dropped (audited), {totals.get('left_pending', 0)} left pending in the DLQ "
             "for a human (see the report)."
         )
         return 0

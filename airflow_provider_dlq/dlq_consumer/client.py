@@ -11,6 +11,8 @@ def create_client(
     *,
     logger: logging.Logger | None = None,
     token: str | None = None,
+    tls_trust_certs_file_path: str | None = None,
+    tls_allow_insecure_connection: bool = False,
     **client_options: Any,
 ) -> Any:
     """Return a ``pulsar.Client`` for ``service_url`` that logs through ``logger``.
@@ -23,6 +25,8 @@ def create_client(
         Python logger for the client's logs (default ``logging.getLogger("pulsar")``).
     token
         Optional JWT for token authentication. It is never logged.
+    tls_trust_certs_file_path, tls_allow_insecure_connection
+        TLS settings for ``pulsar+ssl://`` URLs.
     client_options
         Further ``pulsar.Client`` keyword arguments (TLS, timeouts, ...).
     """
@@ -30,8 +34,12 @@ def create_client(
 
     if "authentication" in client_options and token is not None:
         raise ValueError("give either token= or authentication=, not both")
-    if token is not None:
+    if token:
         client_options["authentication"] = pulsar.AuthenticationToken(token)
+    if tls_trust_certs_file_path:
+        client_options["tls_trust_certs_file_path"] = tls_trust_certs_file_path
+    if tls_allow_insecure_connection:
+        client_options["tls_allow_insecure_connection"] = True
     return pulsar.Client(service_url, logger=logger or logging.getLogger("pulsar"), **client_options)
 
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 
+from airflow_provider_dlq.dlq_consumer.client import create_client
 from airflow_provider_dlq.hooks.backlog import (
     BacklogConfigError,
     BacklogPlan,
@@ -146,22 +147,19 @@ class PulsarHook(BaseHook):
 
         Extra keyword arguments go to ``pulsar.Client`` (e.g. ``operation_timeout_seconds``).
         """
-        import pulsar
-
         config = self.config
         logger = logging.getLogger(CLIENT_LOGGER_NAME)
         if logger.level == logging.NOTSET:
             # The C++ client is chatty at INFO (every connect/lookup); configure this logger to see it.
             logger.setLevel(logging.WARNING)
-        kwargs: dict[str, Any] = {"logger": logger}
-        if config.token:
-            kwargs["authentication"] = pulsar.AuthenticationToken(config.token)
-        if config.tls_trust_certs_file_path:
-            kwargs["tls_trust_certs_file_path"] = config.tls_trust_certs_file_path
-        if config.tls_allow_insecure_connection:
-            kwargs["tls_allow_insecure_connection"] = True
-        kwargs.update(client_kwargs)
-        return pulsar.Client(config.service_url, **kwargs)
+        return create_client(
+            config.service_url,
+            logger=logger,
+            token=config.token,
+            tls_trust_certs_file_path=config.tls_trust_certs_file_path,
+            tls_allow_insecure_connection=config.tls_allow_insecure_connection,
+            **client_kwargs,
+        )
 
     def get_conn(self) -> pulsar.Client:
         """Same as :meth:`get_client`."""

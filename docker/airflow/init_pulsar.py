@@ -36,6 +36,7 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
+from airflow_provider_dlq.dlq_consumer.client import create_client
 from airflow_provider_dlq.dlq_consumer.errors import ConfigurationError
 from airflow_provider_dlq.dlq_consumer.policy import normalize_topic
 from airflow_provider_dlq.hooks.connection import (
@@ -227,17 +228,14 @@ def ensure_subscriptions(target: PulsarConnectionConfig, topics: list[TopicName]
     """Create the durable Shared subscription on every topic at the earliest position (idempotent)."""
     import pulsar  # lazy: the parsing helpers above stay importable without the C++ client
 
-    kwargs: dict[str, Any] = {
-        "logger": logging.getLogger("airflow-init.pulsar.client"),
-        "operation_timeout_seconds": 30,
-    }
-    if target.token:
-        kwargs["authentication"] = pulsar.AuthenticationToken(target.token)
-    if target.tls_trust_certs_file_path:
-        kwargs["tls_trust_certs_file_path"] = target.tls_trust_certs_file_path
-    if target.tls_allow_insecure_connection:
-        kwargs["tls_allow_insecure_connection"] = True
-    client = pulsar.Client(target.service_url, **kwargs)
+    client = create_client(
+        target.service_url,
+        logger=logging.getLogger("airflow-init.pulsar.client"),
+        token=target.token,
+        tls_trust_certs_file_path=target.tls_trust_certs_file_path,
+        tls_allow_insecure_connection=target.tls_allow_insecure_connection,
+        operation_timeout_seconds=30,
+    )
     try:
         for topic in topics:
             try:

@@ -22,18 +22,6 @@ if TYPE_CHECKING:
 
     from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf
 
-REPUBLISH_INPUT_COLUMNS: tuple[str, ...] = (
-    "replay_id",
-    "target_topic",
-    "producer_name",
-    "sequence_id",
-    "value",
-    "key",
-    "ordering_key",
-    "event_time",
-    "properties",
-)
-
 
 def republish_input(
     decisions: DataFrame, partitions: int, sequence_range: tuple[int, int] | None = None

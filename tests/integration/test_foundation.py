@@ -20,7 +20,10 @@ def test_broker_round_trip_keeps_properties_and_key(pulsar_client, topic_factory
 
     topic = topic_factory("roundtrip")
     consumer = pulsar_client.subscribe(
-        topic, "rt", consumer_type=pulsar.ConsumerType.Shared, initial_position=pulsar.InitialPosition.Earliest
+        topic,
+        "rt",
+        consumer_type=pulsar.ConsumerType.Shared,
+        initial_position=pulsar.InitialPosition.Earliest,
     )
     producer = pulsar_client.create_producer(topic)
     sent = {f"k{i}": f"v{i}".encode() for i in range(20)}

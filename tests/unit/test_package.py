@@ -22,7 +22,12 @@ def test_provider_info_lists_modules_that_import():
 
     info = get_provider_info()
     assert info["package-name"] == "airflow-provider-dlq"
-    modules = [m for kind in ("hooks", "operators", "sensors", "triggers") for e in info[kind] for m in e["python-modules"]]
+    modules = [
+        m
+        for kind in ("hooks", "operators", "sensors", "triggers")
+        for e in info[kind]
+        for m in e["python-modules"]
+    ]
     for module in modules:
         importlib.import_module(module)
     for conn in info["connection-types"]:

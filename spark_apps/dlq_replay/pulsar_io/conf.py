@@ -15,6 +15,7 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from airflow_provider_dlq.dlq_consumer.client import create_client
 from spark_apps.dlq_replay.pulsar_io.errors import PulsarConfigError
 
 if TYPE_CHECKING:
@@ -187,16 +188,15 @@ def get_client(conf: PulsarConf) -> Any:
         if conf.client_log_file:
             path = conf.client_log_file.replace("{pid}", str(key[0]))
             logger = pulsar.FileLogger(pulsar.LoggerLevel.Warn, path)
-        kwargs: dict[str, Any] = {"logger": logger, "operation_timeout_seconds": 30}
-        token = conf.read_token()
-        if token:
-            kwargs["authentication"] = pulsar.AuthenticationToken(token)
-        if conf.service_url.startswith("pulsar+ssl://"):
-            kwargs["use_tls"] = True
-            kwargs["tls_allow_insecure_connection"] = conf.tls_allow_insecure
-            if conf.tls_trust_certs_file:
-                kwargs["tls_trust_certs_file_path"] = conf.tls_trust_certs_file
-        client = pulsar.Client(conf.service_url, **kwargs)
+        tls = conf.service_url.startswith("pulsar+ssl://")
+        client = create_client(
+            conf.service_url,
+            logger=logger,
+            token=conf.read_token(),
+            tls_trust_certs_file_path=conf.tls_trust_certs_file if tls else None,
+            tls_allow_insecure_connection=tls and conf.tls_allow_insecure,
+            operation_timeout_seconds=30,
+        )
         # Clients inherited from a parent process stay referenced and untouched: closing or destroying a
         # client across fork() hangs.
         _clients[key] = client
