@@ -38,6 +38,26 @@ if _venv_bin not in os.environ.get("PATH", "").split(os.pathsep):
     os.environ["PATH"] = _venv_bin + os.pathsep + os.environ.get("PATH", "")
 
 
+_EXIT_STATUS: list[int] = []
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    _EXIT_STATUS.append(int(exitstatus))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Leave with pytest's own exit status once everything is reported.
+
+    pulsar-client can abort the interpreter during shutdown when a Python logger is attached
+    (apache/pulsar-client-python#256), which would turn a green run into exit code 134.
+    """
+    if _EXIT_STATUS:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(_EXIT_STATUS[-1])
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Skip ``real_pulsar`` tests, with the reason, unless a full Apache Pulsar is configured."""
     if os.environ.get("PULSAR_SERVICE_URL"):

@@ -53,6 +53,10 @@ NO_AIRFLOW_SCRIPT = textwrap.dedent(
     print(json.dumps({"airflow_loaded": any(m == "airflow" or m.startswith("airflow.") for m in sys.modules),
                       "reason": ctx.reason, "payload": dead.data().decode(), "key": KEY_REASON}))
     client.close()
+    sys.stdout.flush()
+    # pulsar-client may abort during interpreter shutdown (apache/pulsar-client-python#256): exit now.
+    import os
+    os._exit(0)
     """
 )
 
