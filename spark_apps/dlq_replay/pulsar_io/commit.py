@@ -33,6 +33,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: Reads of the window a commit makes at most while idle stops keep yielding more final messages.
+MAX_COMMIT_PASSES = 3
+
 COMMIT_INPUT_SCHEMA = "dlq_topic string, dlq_message_id string"
 COMMIT_RESULT_SCHEMA = "dlq_topic string, acked long, left_pending long, beyond_window long"
 
@@ -103,34 +106,44 @@ class CommitFn:
         todo = ids - outside
         if not todo:
             return topic, 0, 0, 0
-        acked = left = 0
-        with WindowConsumer(
-            get_client(self.conf),
-            window,
-            self.subscription,
-            role="commit",
-            idle_timeout_ms=self.idle_timeout_ms,
-            receiver_queue_size=self.receiver_queue_size,
-            batch_index_ack=self.batch_index_ack,
-        ) as consumer:
-            for id_str, msg, _ in consumer.messages():
-                if id_str in todo:
-                    consumer.acknowledge(msg)
-                    acked += 1
-                else:
-                    left += 1
-            stats = consumer.stats
+        acked = left = beyond = passes = 0
+        remaining = set(todo)
+        while remaining and passes < MAX_COMMIT_PASSES:
+            passes += 1
+            acked_before, left = acked, 0
+            with WindowConsumer(
+                get_client(self.conf),
+                window,
+                self.subscription,
+                role="commit",
+                idle_timeout_ms=self.idle_timeout_ms,
+                receiver_queue_size=self.receiver_queue_size,
+                batch_index_ack=self.batch_index_ack,
+            ) as consumer:
+                for id_str, msg, _ in consumer.messages():
+                    if id_str in remaining:
+                        consumer.acknowledge(msg)
+                        remaining.discard(id_str)
+                        acked += 1
+                    else:
+                        left += 1
+                stats = consumer.stats
+            beyond = max(beyond, stats.beyond_window)
+            # Reaching the window end means every pending message was delivered: final ids not seen were
+            # acked by an earlier commit. An idle stop may be a stall: read again while that makes progress.
+            if stats.stopped_by != "idle-timeout" or acked == acked_before:
+                break
         log.info(
             "commit %s: acked %d, left pending %d, beyond window %d, %d final ids not received "
-            "(already acked), stopped by %s",
+            "(already acked), %d pass(es)",
             topic,
             acked,
             left,
-            stats.beyond_window,
-            len(todo) - acked,
-            stats.stopped_by,
+            beyond,
+            len(remaining),
+            passes,
         )
-        return topic, acked, left, stats.beyond_window
+        return topic, acked, left, beyond
 
 
 def _entry(msg_id: str) -> tuple[int, int, int]:
