@@ -46,6 +46,7 @@ class CommitTotals:
     acked: int = 0
     left_pending_seen: int = 0
     beyond_window: int = 0
+    unacked_final: int = 0  # final messages a first commit attempt could not ack (status "partial")
 
 
 def _label(outcome: str | None, mode: str) -> str:
@@ -192,6 +193,7 @@ def build_report(
             "acked": commit.acked,
             "left_pending_seen": commit.left_pending_seen,
             "beyond_window": commit.beyond_window,
+            "unacked_final": commit.unacked_final,
         },
         "groups": groups,
         "other_groups": other,

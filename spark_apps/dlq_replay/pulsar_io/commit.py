@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 #: Reads of the window a commit makes at most while idle stops keep yielding more final messages.
-MAX_COMMIT_PASSES = 3
+MAX_COMMIT_PASSES = 20
 
 COMMIT_INPUT_SCHEMA = "dlq_topic string, dlq_message_id string"
 COMMIT_RESULT_SCHEMA = "dlq_topic string, acked long, left_pending long, beyond_window long"

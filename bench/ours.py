@@ -1,0 +1,189 @@
+"""Run "ours": the replay app through ``spark-submit`` on ``local[2]``, end to end, then verify it."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from bench import verify, workload
+from bench.playbook import write_playbook
+from bench.procmon import TreeMemorySampler
+from bench.pulsar_io import BenchError
+from bench.results_model import RunResult
+
+SUMMARY_MARKER = "DLQ_REPLAY_SUMMARY "
+
+
+def spark_submit_path() -> str:
+    """``spark-submit`` from PATH, else next to this Python (the venv's ``bin``)."""
+    found = shutil.which("spark-submit") or str(Path(sys.executable).parent / "spark-submit")
+    if not Path(found).exists():
+        raise BenchError(
+            "spark-submit not found; run `source scripts/env.sh` first (it puts the venv on PATH)"
+        )
+    return found
+
+
+def spark_env() -> dict[str, str]:
+    """The environment spark-submit needs here: the venv's Python for driver and workers, loopback."""
+    env = dict(os.environ)
+    env["PYSPARK_PYTHON"] = env.get("PYSPARK_PYTHON", sys.executable)
+    env["PYSPARK_DRIVER_PYTHON"] = env.get("PYSPARK_DRIVER_PYTHON", sys.executable)
+    env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    env.pop("PYTHONPATH", None)  # the app must run from its bundle alone
+    return env
+
+
+def build_command(
+    *,
+    service_url: str,
+    run_id: str,
+    zip_path: Path,
+    main_path: Path,
+    playbook: Path,
+    output_dir: Path,
+    master: str,
+    spark_conf: list[str],
+    app_args: list[str],
+) -> list[str]:
+    """The spark-submit command line, exactly as the Airflow operator builds it (plus bench options)."""
+    confs: list[str] = ["--conf", "spark.ui.enabled=false"]
+    for item in spark_conf:
+        if "=" not in item:
+            raise BenchError(f"--spark-conf {item!r} must be KEY=VALUE")
+        confs += ["--conf", item]
+    return [
+        spark_submit_path(),
+        "--master",
+        master,
+        *confs,
+        "--py-files",
+        str(zip_path),
+        str(main_path),
+        "--run-id",
+        run_id,
+        "--mode",
+        "replay",
+        "--service-url",
+        service_url,
+        "--topics",
+        ",".join(workload.DLQ_TOPICS),
+        "--subscription",
+        workload.DLQ_SUBSCRIPTION,
+        "--playbook",
+        str(playbook),
+        "--output-dir",
+        str(output_dir),
+        "--origin-allowlist",
+        workload.ORIGIN_ALLOWLIST,
+        *app_args,
+    ]
+
+
+def run_ours(
+    *,
+    service_url: str,
+    n: int,
+    workdir: Path,
+    log_path: Path,
+    master: str = "local[2]",
+    spark_conf: list[str] | None = None,
+    app_args: list[str] | None = None,
+    timeout_s: float | None = None,
+) -> RunResult:
+    """Submit the replay app against a broker holding ``n`` DLQ messages; time, sample and verify it."""
+    from spark_apps.dlq_replay.bundle import build_bundle
+
+    bundle = build_bundle(workdir / "bundle")
+    playbook = write_playbook(workdir / "playbook.yaml")
+    run_id = f"bench-{n}"
+    cmd = build_command(
+        service_url=service_url,
+        run_id=run_id,
+        zip_path=bundle.zip_path,
+        main_path=bundle.main_path,
+        playbook=playbook,
+        output_dir=workdir / "out",
+        master=master,
+        spark_conf=spark_conf or [],
+        app_args=app_args or [],
+    )
+    with log_path.open("w", encoding="utf-8") as log:
+        log.write("$ " + " ".join(cmd) + "\n")
+        log.flush()
+        started = time.perf_counter()
+        proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=log, text=True, env=spark_env(), cwd=workdir
+        )
+        sampler = TreeMemorySampler(proc.pid).start()
+        try:
+            stdout, _ = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired as exc:
+            proc.kill()
+            proc.communicate()
+            raise BenchError(
+                f"the replay app did not finish within {timeout_s:.0f} s; see {log_path}"
+            ) from exc
+        finally:
+            peaks = sampler.stop()
+        wall = time.perf_counter() - started
+        log.write("\n--- stdout ---\n" + stdout)
+    if proc.returncode != 0:
+        raise BenchError(f"the replay app exited with {proc.returncode}; see {log_path}")
+    report = _load_report(stdout, log_path)
+    timings = {k: float(v) for k, v in report.get("timings", {}).items()}
+
+    check = verify.Verification()
+    verify.verify_app_outputs(report, n, check)
+    check.expect("report.groups", len(list(verify.groups_of(report))), workload.SIGNATURE_COUNT)
+    verify.verify_origins(service_url, n, mode="replay", lineage=True, result=check)
+    verify.verify_pending(service_url, check)
+    return RunResult(
+        contender="ours",
+        n=n,
+        measured_n=n,
+        wall_s=wall,
+        work_s=app_seconds(report, timings),
+        ok=check.ok,
+        memory_mib=peaks.as_mib(),
+        checks=check.checks,
+        errors=check.errors,
+        details={
+            "timings": timings,
+            "steps_s": round(sum(timings.values()), 3),
+            "totals": report.get("totals"),
+            "memory_samples": peaks.samples,
+        },
+    )
+
+
+def app_seconds(report: dict[str, Any], timings: dict[str, float]) -> float:
+    """The app's own run time, JVM and session start-up excluded: ``finished_at - started_at`` of the
+    report (falls back to the sum of the step timings)."""
+    try:
+        started = datetime.fromisoformat(str(report["started_at"]))
+        finished = datetime.fromisoformat(str(report["finished_at"]))
+    except (KeyError, ValueError):
+        return sum(timings.values())
+    seconds = (finished - started).total_seconds()
+    return seconds if seconds > 0 else sum(timings.values())
+
+
+def _load_report(stdout: str, log_path: Path) -> dict[str, Any]:
+    lines = [line for line in stdout.splitlines() if line.startswith(SUMMARY_MARKER)]
+    if not lines:
+        raise BenchError(f"the replay app printed no {SUMMARY_MARKER.strip()} line; see {log_path}")
+    summary = json.loads(lines[-1][len(SUMMARY_MARKER) :])
+    location = str(summary.get("paths", {}).get("report_json", ""))
+    path = Path(verify.local_path(location))
+    if not path.is_file():
+        raise BenchError(f"report.json not found at {location!r}; see {log_path}")
+    report: dict[str, Any] = json.loads(path.read_text())
+    return report

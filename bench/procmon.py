@@ -1,0 +1,92 @@
+"""Peak resident memory of a process tree, sampled with psutil while it runs.
+
+Each process is put in a role: ``jvm`` (the Spark driver JVM, which in ``local[2]`` also hosts the
+executors), ``py_driver`` (the Python driver of a PySpark app, or a single-process contender),
+``py_workers`` (``pyspark.daemon`` and its forked workers, summed per sample) and ``other`` (shell
+wrappers). The peak of each role and of the whole tree is kept.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+import psutil
+
+ROLES = ("jvm", "py_driver", "py_workers", "other")
+
+
+def role_of(name: str, cmdline: list[str]) -> str:
+    """Classify one process of the tree by its name and command line."""
+    joined = " ".join(cmdline)
+    if name == "java" or (cmdline and cmdline[0].endswith("/java")):
+        return "jvm"
+    if "pyspark.daemon" in joined or "pyspark.worker" in joined or "pyspark/daemon.py" in joined:
+        return "py_workers"
+    if "python" in name or (cmdline and "python" in cmdline[0].rsplit("/", 1)[-1]):
+        return "py_driver"
+    return "other"
+
+
+@dataclass
+class MemoryPeaks:
+    """Peak RSS in bytes, per role and for the whole tree; ``samples`` says how often it was seen."""
+
+    peak: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ROLES, 0))
+    tree_peak: int = 0
+    samples: int = 0
+
+    def as_mib(self) -> dict[str, float]:
+        out = {f"{role}_mib": round(value / 2**20, 1) for role, value in self.peak.items()}
+        out["tree_mib"] = round(self.tree_peak / 2**20, 1)
+        out["driver_mib"] = round((self.peak["jvm"] + self.peak["py_driver"]) / 2**20, 1)
+        return out
+
+
+class TreeMemorySampler:
+    """Samples the tree rooted at ``pid`` every ``interval_s`` seconds in a daemon thread."""
+
+    def __init__(self, pid: int, interval_s: float = 0.1) -> None:
+        self._root = psutil.Process(pid)
+        self._interval = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="bench-rss-sampler", daemon=True)
+        self._roles: dict[tuple[int, str], str] = {}
+        self.peaks = MemoryPeaks()
+
+    def start(self) -> TreeMemorySampler:
+        self._thread.start()
+        return self
+
+    def stop(self) -> MemoryPeaks:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        return self.peaks
+
+    def sample(self) -> None:
+        """Take one sample now (also called by the thread)."""
+        try:
+            procs = [self._root, *self._root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return
+        per_role = dict.fromkeys(ROLES, 0)
+        for proc in procs:
+            try:
+                rss = proc.memory_info().rss
+                name = proc.name()  # re-read every time: spark-submit's shell execs into java
+                role = self._roles.get((proc.pid, name))
+                if role is None:
+                    role = role_of(name, proc.cmdline())
+                    self._roles[(proc.pid, name)] = role
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                continue
+            per_role[role] += rss
+        for role, value in per_role.items():
+            self.peaks.peak[role] = max(self.peaks.peak[role], value)
+        self.peaks.tree_peak = max(self.peaks.tree_peak, sum(per_role.values()))
+        self.peaks.samples += 1
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.sample()
+            self._stop.wait(self._interval)

@@ -1,0 +1,344 @@
+"""``python -m bench``: replay throughput of every contender on N = 10k, 100k and 1M DLQ messages.
+
+For each size and contender: start a fresh embedded broker, create the subscriptions and produce the
+N DLQ messages (not timed), run the contender (timed, peak RSS sampled over its process tree), verify
+the end state (origin topics, archive, ledger, nothing left pending), stop the broker and delete its
+data. Prints a table and the ratios, and writes ``results.json`` and ``results.md`` into a new folder
+under ``--results-dir``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import os
+import platform
+import re
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from bench import produce
+from bench.pulsar_io import BenchError
+from bench.results_model import CONTENDERS, RunResult, comparisons, result_from_json
+from bench.table import comparison_table, ours_steps_table, results_table
+
+LOG = logging.getLogger("bench")
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_SIZES = "10k,100k,1m"
+
+
+def parse_count(text: str) -> int:
+    """``10k`` -> 10_000, ``1m`` -> 1_000_000, ``2500`` -> 2_500, ``0`` -> 0."""
+    match = re.fullmatch(r"\s*(\d+)\s*([kKmM]?)\s*", text)
+    if not match:
+        raise argparse.ArgumentTypeError(
+            f"size {text!r} must be a number with an optional k or m suffix (e.g. 100k)"
+        )
+    return int(match.group(1)) * {"": 1, "k": 1_000, "m": 1_000_000}[match.group(2).lower()]
+
+
+def parse_size(text: str) -> int:
+    """A data-set size: :func:`parse_count`, and positive."""
+    value = parse_count(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"size {text!r} must be positive")
+    return value
+
+
+def parse_sizes(text: str) -> list[int]:
+    return [parse_size(part) for part in text.split(",") if part.strip()]
+
+
+def parse_contenders(text: str) -> list[str]:
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    unknown = [n for n in names if n not in CONTENDERS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown contender(s) {unknown}; choose from {', '.join(CONTENDERS)}"
+        )
+    return names
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--sizes", type=parse_sizes, default=parse_sizes(DEFAULT_SIZES), help=f"default {DEFAULT_SIZES}"
+    )
+    parser.add_argument(
+        "--contenders",
+        type=parse_contenders,
+        default=list(CONTENDERS),
+        help=f"comma-separated subset of {','.join(CONTENDERS)} (default: all)",
+    )
+    parser.add_argument(
+        "--handwritten-max",
+        type=parse_count,
+        default=parse_size("100k"),
+        help="run the hand-written baseline on at most this many messages and extrapolate linearly to "
+        "larger sizes, marked 'extrapolated' in the output (default 100k; 0 = never extrapolate)",
+    )
+    parser.add_argument(
+        "--results-dir",
+        type=Path,
+        default=REPO_ROOT / "bench" / "results",
+        help="a new <UTC time> folder is made here for results.json, results.md and logs/ "
+        "(default bench/results, git-ignored)",
+    )
+    parser.add_argument(
+        "--scratch-dir",
+        type=Path,
+        default=None,
+        help="where brokers and app outputs live during a run (default: the system temp dir); "
+        "a few GB per million messages",
+    )
+    parser.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep each run's outputs (app snapshot, archive, ledger, report; JSON-lines archives) in the "
+        "scratch folder; brokers are always deleted",
+    )
+    parser.add_argument(
+        "--retries",
+        type=int,
+        default=1,
+        help="re-run a contender that crashed or stalled, on a fresh broker, up to this many times "
+        "(default 1; recorded in the results). A wrong answer is never retried",
+    )
+    parser.add_argument(
+        "--idle-timeout", type=float, default=120.0, help="seconds without progress = failure"
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=7200.0, help="seconds one contender may take at most"
+    )
+    parser.add_argument("--master", default="local[2]", help="Spark master for 'ours' (default local[2])")
+    parser.add_argument(
+        "--spark-conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra --conf for spark-submit of 'ours' (repeatable)",
+    )
+    parser.add_argument(
+        "--app-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="extra argument for the replay app, e.g. --app-arg=--parallelism=4 (repeatable)",
+    )
+    parser.add_argument(
+        "--render",
+        type=Path,
+        metavar="RESULTS_JSON",
+        help="run nothing: recompute the comparisons of an earlier results.json, rewrite its results.md "
+        "and print it",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true")
+    return parser
+
+
+@contextlib.contextmanager
+def fresh_broker(scratch: Path) -> Iterator[Any]:
+    """A new embedded broker with an empty data directory, deleted afterwards."""
+    from airflow_provider_dlq.embedded_broker import start_embedded_broker
+
+    data = Path(tempfile.mkdtemp(prefix="broker-", dir=scratch))
+    broker = start_embedded_broker(data)
+    try:
+        yield broker
+    finally:
+        broker.stop()
+        shutil.rmtree(data, ignore_errors=True)
+
+
+def run_one(
+    contender: str, n: int, args: argparse.Namespace, out_dir: Path, scratch: Path, *, attempt: int = 1
+) -> RunResult:
+    """Fresh broker, produce ``n`` (untimed), run ``contender``, verify."""
+    measured = n
+    if contender == "handwritten" and args.handwritten_max and n > args.handwritten_max:
+        measured = args.handwritten_max
+    workdir = Path(tempfile.mkdtemp(prefix=f"{contender}-{n}-", dir=scratch))
+    suffix = "" if attempt == 1 else f"-attempt{attempt}"
+    log_path = out_dir / "logs" / f"{n}-{contender}{suffix}.log"
+    try:
+        with fresh_broker(scratch) as broker:
+            LOG.info("[%s n=%d] producing %d DLQ messages (not timed)", contender, n, measured)
+            produced = produce.prepare_and_produce(broker.service_url, measured)
+            LOG.info("[%s n=%d] produced in %.1f s; running", contender, n, produced.seconds)
+            if contender == "ours":
+                from bench.ours import run_ours
+
+                result = run_ours(
+                    service_url=broker.service_url,
+                    n=measured,
+                    workdir=workdir,
+                    log_path=log_path,
+                    master=args.master,
+                    spark_conf=args.spark_conf,
+                    app_args=args.app_arg,
+                    timeout_s=args.timeout,
+                )
+            else:
+                from bench.single_process import run_single_process
+
+                result = run_single_process(
+                    contender,
+                    service_url=broker.service_url,
+                    n=measured,
+                    workdir=workdir,
+                    log_path=log_path,
+                    idle_timeout_s=args.idle_timeout,
+                    timeout_s=args.timeout,
+                )
+            result.produce_s = produced.seconds
+    finally:
+        if not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+    if measured != n:
+        scale = n / measured
+        result.details["measured_wall_s"] = result.wall_s
+        result.details["measured_work_s"] = result.work_s
+        result.n, result.measured_n, result.extrapolated = n, measured, True
+        result.wall_s *= scale
+        result.work_s *= scale
+    return result
+
+
+def run_with_retries(
+    contender: str, n: int, args: argparse.Namespace, out_dir: Path, scratch: Path
+) -> RunResult:
+    """:func:`run_one`, again on a fresh broker when the contender crashed or stalled (up to
+    ``--retries`` times). A run that finished but failed verification is a wrong answer: never retried.
+    Earlier attempts' errors are kept in ``details.failed_attempts``."""
+    failed: list[str] = []
+    for attempt in range(1, args.retries + 2):
+        try:
+            result = run_one(contender, n, args, out_dir, scratch, attempt=attempt)
+        except BenchError as exc:
+            LOG.error("[%s n=%d] attempt %d failed: %s", contender, n, attempt, exc)
+            failed.append(str(exc))
+            continue
+        if failed:
+            result.details["failed_attempts"] = failed
+        return result
+    return RunResult(contender, n, n, 0.0, 0.0, ok=False, errors=failed)
+
+
+def machine_info() -> dict[str, Any]:
+    import psutil
+
+    load = os.getloadavg() if hasattr(os, "getloadavg") else None
+    return {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
+        "load_average_at_start": load,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.render is not None:
+        return render(args.render)
+    logging.basicConfig(
+        level=logging.INFO if not args.verbose else logging.DEBUG,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    logging.getLogger("bench.pulsar").setLevel(logging.WARNING)
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    out_dir = args.results_dir / stamp
+    (out_dir / "logs").mkdir(parents=True, exist_ok=True)
+    scratch_root = args.scratch_dir or Path(tempfile.gettempdir())
+    scratch_root.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix="dlq-bench-", dir=scratch_root))
+    command = "python -m bench " + " ".join(argv if argv is not None else sys.argv[1:])
+    info = {"command": command.strip(), "started_at": stamp, "machine": machine_info()}
+    LOG.info("results go to %s", out_dir)
+
+    results: list[RunResult] = []
+    failures: list[str] = []
+    try:
+        for n in args.sizes:
+            for contender in args.contenders:
+                started = time.perf_counter()
+                result = run_with_retries(contender, n, args, out_dir, scratch)
+                if not result.ok:
+                    failures.append(f"{contender} n={n}: {'; '.join(result.errors)}")
+                results.append(result)
+                LOG.info(
+                    "[%s n=%d] %s: wall %.2f s, %.0f msgs/s (%.1f s incl. produce and verify)",
+                    contender,
+                    n,
+                    "verified" if result.ok else "FAILED",
+                    result.wall_s,
+                    result.msgs_per_s,
+                    time.perf_counter() - started,
+                )
+                _write(out_dir, info, results)
+    finally:
+        if args.keep:
+            LOG.info("run outputs kept in %s", scratch)
+        else:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+    text = _write(out_dir, info, results)
+    print(text)
+    print(f"\nresults: {out_dir / 'results.json'}")
+    wrong = [r for r in results if not r.ok]
+    if wrong:
+        print("\nFAILED: " + "; ".join(failures or [f"{r.contender} n={r.n}: {r.errors}" for r in wrong]))
+        return 1
+    return 0
+
+
+def render(path: Path) -> int:
+    """Re-render the tables of an earlier run from its ``results.json``."""
+    try:
+        data = json.loads(path.read_text())
+        info = {k: data[k] for k in ("command", "started_at", "machine")}
+        results = [result_from_json(r) for r in data["results"]]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        print(f"error: cannot read {path} as a benchmark results.json: {exc}", file=sys.stderr)
+        return 2
+    print(_write(path.parent, info, results))
+    return 0
+
+
+def _write(out_dir: Path, info: dict[str, Any], results: list[RunResult]) -> str:
+    comp = comparisons(results)
+    payload = {**info, "results": [r.to_json() for r in results], "comparisons": comp}
+    (out_dir / "results.json").write_text(json.dumps(payload, indent=2) + "\n")
+    parts = [
+        f"# Benchmark {info['started_at']}",
+        f"`{info['command']}` on {info['machine']['cpus']} CPUs, load at start "
+        f"{info['machine']['load_average_at_start']}",
+        "",
+        results_table(results),
+        "",
+        comparison_table(comp),
+    ]
+    steps = ours_steps_table(results)
+    if steps:
+        parts += ["", "Replay app steps (seconds):", "", steps]
+    text = "\n".join(parts) + "\n"
+    (out_dir / "results.md").write_text(text)
+    return text
+
+
+if __name__ == "__main__":
+    from bench.exit import hard_exit
+
+    hard_exit(main())

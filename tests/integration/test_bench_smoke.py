@@ -1,0 +1,225 @@
+"""The benchmark harness: its workload is exact, its checks catch wrong answers, and a small run of every
+contender (including spark-submit of the replay app) verifies. No timing assertions."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench import workload
+from bench.bench_fixes import fix_payload, is_fixed
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+# --------------------------------------------------------------------------- workload (pure)
+
+
+def test_workload_has_20_signatures_split_80_20_over_4_origins():
+    assert workload.SIGNATURE_COUNT == 20
+    assert len({(s.error_class, s.template) for s in workload.SIGNATURES}) == 20
+    assert sum(s.action == workload.ARCHIVE for s in workload.SIGNATURES) == 4
+    assert {s.origin for s in workload.SIGNATURES} == set(workload.ORIGIN_TOPICS)
+    expected = workload.expected_counts(1_000_000)
+    assert (expected.republish, expected.archive) == (800_000, 200_000)
+    assert sum(workload.backlog_per_dlq(1_000_000).values()) == 1_000_000
+
+
+@pytest.mark.parametrize("n", [0, 1, 19, 21, 399, 1000])
+def test_expected_counts_match_the_generated_messages_exactly(n):
+    messages = list(workload.generate(n))
+    decided = [workload.decide(m.properties) for m in messages]
+    expected = workload.expected_counts(n)
+    assert decided.count(workload.REPUBLISH) == expected.republish
+    assert decided.count(workload.ARCHIVE) == expected.archive
+    per_dlq: dict[str, int] = {}
+    for m in messages:
+        per_dlq[m.dlq_topic] = per_dlq.get(m.dlq_topic, 0) + 1
+    assert {t: c for t, c in workload.backlog_per_dlq(n).items() if c} == per_dlq
+
+
+def test_payloads_are_1_kib_json_and_the_fix_repairs_them():
+    for i in (0, 7, 99_999, 999_999):
+        payload = workload.make_payload(i)
+        assert len(payload) == workload.PAYLOAD_BYTES
+        doc = json.loads(payload)
+        assert doc["event_id"] == i
+        assert not is_fixed(doc)
+        fixed = json.loads(fix_payload(payload))
+        assert is_fixed(fixed)
+        assert fixed["event_id"] == i
+        assert fixed["amount"] == float(doc["amount"].replace(",", "."))
+
+
+def test_properties_are_written_by_the_consumer_library_and_parse_back():
+    from airflow_provider_dlq.dlq_consumer.context import parse_error_context
+
+    for i in (0, 16, 39):
+        sig = workload.signature_of(i)
+        ctx = parse_error_context(workload.make_properties(i), dlq_topic=sig.dlq)
+        assert ctx.context_format == "ours"
+        assert ctx.origin_topic == sig.origin
+        assert ctx.error_class == sig.error_class
+        assert ctx.error_message == sig.template.format(**workload._fields(i))
+
+
+def test_playbook_is_valid_for_the_replay_app(tmp_path):
+    from bench.playbook import write_playbook
+    from spark_apps.dlq_replay.playbook import MatchInput, load_playbook
+
+    playbook = load_playbook(str(write_playbook(tmp_path / "playbook.yaml")))
+    for sig in workload.SIGNATURES:
+        record = MatchInput("sig", sig.error_class, sig.template, sig.origin, "ours", {})
+        rule = playbook.first_match(record)
+        assert rule is not None
+        assert rule.action == sig.action
+
+
+def test_memory_roles_of_a_spark_process_tree():
+    from bench.procmon import role_of
+
+    assert (
+        role_of("java", ["/usr/lib/jvm/bin/java", "-cp", "x", "org.apache.spark.deploy.SparkSubmit"]) == "jvm"
+    )
+    assert role_of("python", ["/venv/bin/python", "-m", "pyspark.daemon", "pyspark.worker"]) == "py_workers"
+    assert (
+        role_of("python3.11", ["/venv/bin/python3.11", "/b/dlq_replay_main.py", "--run-id", "r"])
+        == "py_driver"
+    )
+    assert role_of("bash", ["bash", "/venv/bin/spark-submit"]) == "other"
+
+
+def test_tree_sampler_sees_children_memory():
+    from bench.procmon import TreeMemorySampler
+
+    child = "b = bytearray(64 * 2**20); import time; time.sleep(2)"
+    code = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {child!r}], check=True)"
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    sampler = TreeMemorySampler(proc.pid, interval_s=0.05).start()
+    proc.wait(timeout=30)
+    peaks = sampler.stop()
+    assert peaks.samples > 5
+    # the child alone holds 64 MiB: only a sampler that walks the tree sees more than that
+    assert peaks.tree_peak > 64 * 2**20
+    assert peaks.peak["py_driver"] == peaks.tree_peak
+
+
+# --------------------------------------------------------------------------- checks catch wrong answers
+
+
+@pytest.mark.integration
+def test_verification_rejects_a_duplicate_and_a_missing_message(tmp_path):
+    """A contender that republishes one message twice and drops another must not pass."""
+    from airflow_provider_dlq.embedded_broker import start_embedded_broker
+    from bench import verify
+    from bench.contenders import ContenderSpec
+    from bench.contenders.tuned import run
+    from bench.produce import prepare_and_produce
+    from bench.pulsar_io import ConfirmedProducers, make_client
+
+    n = 60
+    with start_embedded_broker(tmp_path / "broker") as broker:
+        prepare_and_produce(broker.service_url, n)
+        backlog = workload.backlog_per_dlq(n)
+        spec = ContenderSpec(
+            service_url=broker.service_url,
+            dlq_topics=workload.DLQ_TOPICS,
+            backlog=tuple(backlog[t] for t in workload.DLQ_TOPICS),
+            subscription=workload.DLQ_SUBSCRIPTION,
+            archive_path=str(tmp_path / "archive.jsonl"),
+            idle_timeout_s=30,
+        )
+        result = run(spec)
+        assert result["republished"] == workload.expected_counts(n).republish
+
+        good = verify.Verification()
+        verify.verify_origins(broker.service_url, n, mode="replay", lineage=False, result=good)
+        verify.verify_jsonl_archive(tmp_path / "archive.jsonl", n, good)
+        verify.verify_pending(broker.service_url, good)
+        assert good.ok, good.errors
+
+        # Now spoil it: a second copy of message 0 on its origin.
+        client = make_client(broker.service_url)
+        try:
+            producers = ConfirmedProducers(client)
+            duplicate = fix_payload(workload.make_payload(0))
+            producers.send(workload.signature_of(0).origin, duplicate, {"tenant": "acme"})
+            producers.close()
+        finally:
+            client.close()
+        bad = verify.Verification()
+        verify.verify_origins(broker.service_url, n, mode="replay", lineage=False, result=bad)
+        assert not bad.ok
+        assert bad.checks["origin.duplicates"] == 1
+        with pytest.raises(verify.BenchError, match=r"origin\.duplicates"):
+            bad.raise_if_failed("spoilt")
+
+    lines = (tmp_path / "archive.jsonl").read_text().splitlines()
+    (tmp_path / "archive.jsonl").write_text("\n".join(lines[1:]) + "\n")
+    short = verify.Verification()
+    verify.verify_jsonl_archive(tmp_path / "archive.jsonl", n, short)
+    assert short.errors
+    assert "archive.rows" in short.errors[0]
+
+
+# --------------------------------------------------------------------------- the smoke run
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_smoke_run_of_every_contender_verifies(tmp_path):
+    """`python -m bench` at a small N: every contender runs, its end state is verified, JSON is written."""
+    n = 400
+    cmd = [
+        sys.executable,
+        "-m",
+        "bench",
+        "--sizes",
+        str(n),
+        "--handwritten-max",
+        "200",
+        "--results-dir",
+        str(tmp_path / "results"),
+        "--scratch-dir",
+        str(tmp_path / "scratch"),
+        "--idle-timeout",
+        "60",
+        "--timeout",
+        "600",
+    ]
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=900, check=False)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    (out_dir,) = (tmp_path / "results").iterdir()
+    data = json.loads((out_dir / "results.json").read_text())
+    by_name = {r["contender"]: r for r in data["results"]}
+    assert set(by_name) == {"ceiling", "handwritten", "tuned", "ours"}
+    expected = workload.expected_counts(n)
+    for name, r in by_name.items():
+        assert r["ok"], (name, r["errors"])
+        assert r["wall_s"] > 0
+        assert r["msgs_per_s"] > 0
+        assert r["checks"]["dlq.left_pending"] == 0
+        assert r["checks"]["origin.duplicates"] == 0
+        assert r["checks"]["origin.missing"] == 0
+    assert by_name["ceiling"]["checks"]["origin.messages"] == n
+    assert by_name["tuned"]["checks"]["origin.messages"] == expected.republish
+    assert by_name["tuned"]["checks"]["archive.rows"] == expected.archive
+    # the hand-written baseline ran on 200 messages and was extrapolated, and says so
+    hand = by_name["handwritten"]
+    assert (hand["extrapolated"], hand["measured_n"], hand["n"]) == (True, 200, n)
+    assert hand["checks"]["origin.messages"] == workload.expected_counts(200).republish
+    ours = by_name["ours"]
+    assert ours["checks"]["report.republished"] == expected.republish
+    assert ours["checks"]["archive.rows"] == expected.archive
+    assert ours["checks"]["ledger.rows"] == n
+    assert ours["checks"]["report.groups"] == 20
+    assert ours["memory_mib"]["jvm_mib"] > 0
+    assert ours["memory_mib"]["py_workers_mib"] > 0
+    assert ours["details"]["timings"]
+    assert 0 < ours["work_s"] < ours["wall_s"]
+    assert set(data["comparisons"]["ratios"][str(n)]) >= {"ours/ceiling", "ours/handwritten", "ours/tuned"}
+    assert "extrapolated from 200" in (out_dir / "results.md").read_text()
