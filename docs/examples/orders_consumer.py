@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import tempfile
 import uuid
@@ -125,12 +126,16 @@ def main(service_url: str) -> int:
 
 if __name__ == "__main__":
     if len(sys.argv) > 1:
-        sys.exit(main(sys.argv[1]))
-    from airflow_provider_dlq.embedded_broker import start_embedded_broker
+        code = main(sys.argv[1])
+    else:
+        from airflow_provider_dlq.embedded_broker import start_embedded_broker
 
-    broker = start_embedded_broker(tempfile.mkdtemp(prefix="orders-consumer-"))
-    try:
-        code = main(broker.service_url)
-    finally:
-        broker.stop()
-    sys.exit(code)
+        broker = start_embedded_broker(tempfile.mkdtemp(prefix="orders-consumer-"))
+        try:
+            code = main(broker.service_url)
+        finally:
+            broker.stop()
+    sys.stdout.flush()
+    # pulsar-client 3.13 can abort during interpreter shutdown when a Python logger is attached
+    # (apache/pulsar-client-python#256); everything is closed and flushed, so exit right away.
+    os._exit(code)

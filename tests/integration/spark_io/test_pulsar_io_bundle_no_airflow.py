@@ -44,6 +44,7 @@ sys.meta_path.insert(0, _NoAirflow())
 
 _APP = """
 import json
+import os
 import sys
 from functools import partial
 
@@ -122,6 +123,9 @@ def main():
 
 if __name__ == "__main__":
     main()
+    sys.stdout.flush()
+    # pulsar-client may abort during interpreter shutdown (apache/pulsar-client-python#256): exit now.
+    os._exit(0)
 """
 
 
