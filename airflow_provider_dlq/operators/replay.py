@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.sdk import Asset, BaseOperator
+from airflow.sdk.exceptions import AirflowException
 
 from airflow_provider_dlq.hooks.pulsar import PulsarHook
 from airflow_provider_dlq.operators.replay_cli import (
@@ -212,6 +213,7 @@ class DlqReplayOperator(BaseOperator):
         self.env_vars = env_vars
         self.spark_submit_kwargs = dict(spark_submit_kwargs or {})
         self._hook: _ReplaySubmitHook | None = None
+        self._killed = False
 
     # ----------------------------------------------------------------------- pieces
 
@@ -354,6 +356,12 @@ class DlqReplayOperator(BaseOperator):
                 args.output_dir,
             )
             hook.submit(main_path)
+            if self._killed:
+                # spark-submit may exit 0 after SIGTERM; a killed run is never reported as done.
+                raise AirflowException(
+                    f"Replay run {args.run_id!r} was killed before it finished; re-running the task "
+                    "resumes the same run id."
+                )
             report = self.read_report(args, hook.summary_line)
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
@@ -375,6 +383,7 @@ class DlqReplayOperator(BaseOperator):
 
     def on_kill(self) -> None:
         """Stop spark-submit and everything it started (the Python driver, local workers)."""
+        self._killed = True
         hook = self._hook
         if hook is None:
             return
