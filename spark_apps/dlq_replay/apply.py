@@ -79,6 +79,27 @@ def republish(
     return map_in_arrow(republish_input(decisions, partitions, sequence_range), send, REPUBLISH_RESULT_SCHEMA)
 
 
+#: Decision columns the record and report steps read (outcome, context summary and ids; no payloads).
+OUTCOME_COLUMNS: tuple[str, ...] = (
+    "dlq_topic",
+    "dlq_message_id",
+    "replay_id",
+    "signature",
+    "error_template",
+    "error_class",
+    "origin_topic",
+    "context_format",
+    "publish_time",
+    "rule",
+    "action",
+    "outcome",
+    "outcome_reason",
+    "target_topic",
+    "fix",
+    "fix_error",
+)
+
+
 def with_publish_results(decisions: DataFrame, results: DataFrame | None) -> DataFrame:
     """Turn ``to_republish`` into ``republished`` or ``publish_failed`` using the republish results."""
     from pyspark.sql import functions as F

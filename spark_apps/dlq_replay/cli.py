@@ -30,6 +30,12 @@ if TYPE_CHECKING:
 log = logging.getLogger("spark_apps.dlq_replay")
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 _FORBIDDEN = ("--auth-token", "--token", "--pulsar-token", "--auth-params")
+#: Session settings for the partitioned writes (ledger, archive), unless given with --conf: concurrent
+#: writers per partition value instead of sorting every row by the partition columns first.
+WRITE_DEFAULTS = {
+    "spark.sql.optimizer.plannedWrite.enabled": "false",
+    "spark.sql.maxConcurrentOutputFiles": "64",
+}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -236,6 +242,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("WARN")  # our progress lines stay readable in the task log
+    given = spark.sparkContext.getConf()
+    for key, value in WRITE_DEFAULTS.items():
+        if not given.contains(key):
+            spark.conf.set(key, value)
     try:
         report = run_replay(spark, options)
     except (ReplayConfigError, PlaybookError, FixLoadError, PulsarConfigError) as exc:

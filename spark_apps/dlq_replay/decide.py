@@ -1,7 +1,9 @@
 """Decide step: scope (filters, already-final ids), playbook match, guards, fixes, producer assignment.
 
-``apply_scope`` and ``assign_producers`` are Spark SQL; ``decide`` runs :func:`decide_batch` on executors
-through ``mapInArrow`` (playbook matching and fixes are Python, vectorised per Arrow batch).
+``decide`` joins the ledger's final ids and the ``--max-messages`` choice onto the snapshot in Spark SQL
+(:func:`with_scope_flags`), then makes one Python pass per row on executors through ``mapInArrow``:
+normalise, scope, match the playbook, run fixes (vectorised per Arrow batch) and number each task's
+sends (:class:`ProducerSequencer`). No step shuffles the messages themselves.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ SCOPE_IN = "in"
 SCOPE_FILTERED = "filtered"
 SCOPE_ALREADY_FINAL = "already_final"
 SCOPE_REASON_COLUMN = "scope_reason"
+_RID, _FINAL, _CHOSEN = "_rid", "_final", "_chosen"  # columns added by with_scope_flags
 
 
 @dataclass(frozen=True)
@@ -53,72 +56,114 @@ class DecideSettings:
     archive_payload: bool = True
 
 
-# --------------------------------------------------------------------------- scope (Spark SQL)
+# --------------------------------------------------------------------------- scope
 
 
-def _filter_reason(filters: Filters) -> Column:
-    """A column naming the first filter a row fails, or null when it passes them all."""
-    from pyspark.sql import functions as F
-
-    reason: Column = F.lit(None).cast("string")
-    checks: list[tuple[Column, str]] = []
-    if filters.signatures is not None:
-        checks.append((F.col("signature").isin(list(filters.signatures)), "not selected by --signatures"))
+def filter_reason(
+    filters: Filters, signature: str | None, error_class: str | None, publish_time: datetime | None
+) -> str | None:
+    """The first filter a message fails, or ``None`` when it passes them all."""
+    if filters.signatures is not None and signature not in filters.signatures:
+        return "not selected by --signatures"
     if filters.error_class is not None:
         name = filters.error_class
-        cond = (F.col("error_class") == F.lit(name)) | F.col("error_class").endswith("." + name)
-        checks.append((F.coalesce(cond, F.lit(False)), "not selected by --error-class"))
-    if filters.since is not None:
-        checks.append((F.col("publish_time") >= F.lit(filters.since), "published before --since"))
-    if filters.until is not None:
-        checks.append((F.col("publish_time") < F.lit(filters.until), "published at or after --until"))
-    for cond, text in reversed(checks):
-        reason = F.when(~F.coalesce(cond, F.lit(False)), F.lit(text)).otherwise(reason)
-    return reason
+        if error_class is None or not (error_class == name or error_class.endswith("." + name)):
+            return "not selected by --error-class"
+    if filters.since is not None and (publish_time is None or publish_time < filters.since):
+        return "published before --since"
+    if filters.until is not None and (publish_time is None or publish_time >= filters.until):
+        return "published at or after --until"
+    return None
 
 
-def apply_scope(normalized: DataFrame, filters: Filters, final_ids: DataFrame | None) -> DataFrame:
-    """Add ``scope`` (in / filtered / already_final) and ``scope_reason`` to normalised rows.
+def replay_id_column() -> Column:
+    """:func:`~spark_apps.dlq_replay.signatures.replay_id` of a snapshot row, in Spark SQL."""
+    from pyspark.sql import functions as F
 
-    ``final_ids`` holds one column ``replay_id`` of messages already final in the ledger of any earlier
-    run: they are ``already_final`` whatever the filters say. ``max_messages`` keeps the first N in-scope
-    rows by (publish_time, dlq_topic, replay_id) and marks the rest ``filtered``.
+    material = F.concat(F.col("topic"), F.lit("\x1f"), F.col("message_id_str"))
+    return F.substring(F.sha2(material, 256), 1, 32)
+
+
+def with_scope_flags(snapshot: DataFrame, filters: Filters, final_ids: DataFrame | None) -> DataFrame:
+    """Snapshot rows plus ``_final`` (final in the ledger of an earlier run) and ``_chosen`` (among the
+    first ``max_messages`` in scope) flags, joined by replay id; no payload passes through Python here.
+
+    ``final_ids`` holds one column ``replay_id``. ``max_messages`` keeps the first N rows that are not
+    final and pass the filters, by (publish_time, dlq_topic, replay_id).
     """
     from pyspark.sql import functions as F
 
-    df = normalized
+    df = snapshot.withColumn(_RID, replay_id_column())
     if final_ids is not None:
-        marked = final_ids.select("replay_id").distinct().withColumn("_final", F.lit(True))
-        df = df.join(marked, on="replay_id", how="left")
+        marked = final_ids.select(F.col("replay_id").alias(_RID)).distinct().withColumn(_FINAL, F.lit(True))
+        df = df.join(marked, on=_RID, how="left")
     else:
-        df = df.withColumn("_final", F.lit(None).cast("boolean"))
-    reason = _filter_reason(filters)
-    df = df.withColumn(SCOPE_REASON_COLUMN, F.when(F.col("_final").isNull(), reason)).withColumn(
-        SCOPE_COLUMN,
-        F.when(F.col("_final"), F.lit(SCOPE_ALREADY_FINAL))
-        .when(F.col(SCOPE_REASON_COLUMN).isNotNull(), F.lit(SCOPE_FILTERED))
-        .otherwise(F.lit(SCOPE_IN)),
-    )
-    df = df.drop("_final")
+        df = df.withColumn(_FINAL, F.lit(None).cast("boolean"))
     if filters.max_messages is not None:
-        chosen = (
-            df.filter(F.col(SCOPE_COLUMN) == SCOPE_IN)
-            .select("replay_id", "publish_time", "dlq_topic")
-            .orderBy("publish_time", "dlq_topic", "replay_id")
-            .limit(filters.max_messages)
-            .select("replay_id", F.lit(True).alias("_chosen"))
-        )
-        df = df.join(chosen, on="replay_id", how="left")
-        over = (F.col(SCOPE_COLUMN) == SCOPE_IN) & F.col("_chosen").isNull()
-        df = (
-            df.withColumn(
-                SCOPE_REASON_COLUMN,
-                F.when(over, F.lit("beyond --max-messages")).otherwise(F.col(SCOPE_REASON_COLUMN)),
+        df = df.join(_chosen_ids(df.filter(F.col(_FINAL).isNull()), filters), on=_RID, how="left")
+    else:
+        df = df.withColumn(_CHOSEN, F.lit(None).cast("boolean"))
+    return df.drop(_RID)
+
+
+def _chosen_ids(candidates: DataFrame, filters: Filters) -> DataFrame:
+    """``_rid`` and ``_chosen`` of the first ``max_messages`` candidates passing the filters."""
+    from pyspark.sql import functions as F
+
+    from spark_apps.dlq_replay.arrow_compat import map_in_arrow
+
+    def selected(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from spark_apps.dlq_replay.normalize import normalize_batch
+
+        for batch in batches:
+            norm = normalize_batch(batch)
+            cols = _Columns(norm)
+            passes = [
+                filter_reason(filters, sig, cls, ts) is None
+                for sig, cls, ts in zip(
+                    cols["signature"], cols["error_class"], cols["publish_time"], strict=True
+                )
+            ]
+            yield pa.RecordBatch.from_arrays(
+                [batch.column(_RID), norm.column("publish_time"), batch.column("topic"), pa.array(passes)],
+                names=[_RID, "publish_time", "topic", "selected"],
             )
-            .withColumn(SCOPE_COLUMN, F.when(over, F.lit(SCOPE_FILTERED)).otherwise(F.col(SCOPE_COLUMN)))
-            .drop("_chosen")
-        )
-    return df
+
+    light = candidates.withColumn("value", F.lit(None).cast("binary"))  # payloads are not needed
+    schema = f"{_RID} string, publish_time timestamp, topic string, selected boolean"
+    return (
+        map_in_arrow(light, selected, schema)
+        .filter(F.col("selected"))
+        .orderBy("publish_time", "topic", _RID)
+        .limit(int(filters.max_messages or 0))
+        .select(_RID, F.lit(True).alias(_CHOSEN))
+    )
+
+
+def scope_batch(batch: pa.RecordBatch, normalized: pa.RecordBatch, filters: Filters) -> pa.RecordBatch:
+    """``normalized`` plus ``scope`` and ``scope_reason`` from the flags of :func:`with_scope_flags`."""
+    cols = _Columns(normalized)
+    finals = batch.column(_FINAL).to_pylist()
+    chosen = batch.column(_CHOSEN).to_pylist()
+    limited = filters.max_messages is not None
+    scopes: list[str] = []
+    reasons: list[str | None] = []
+    for i, (final, picked) in enumerate(zip(finals, chosen, strict=True)):
+        reason = None
+        if final:
+            scope = SCOPE_ALREADY_FINAL
+        else:
+            reason = filter_reason(
+                filters, cols["signature"][i], cols["error_class"][i], cols["publish_time"][i]
+            )
+            if reason is None and limited and not picked:
+                reason = "beyond --max-messages"
+            scope = SCOPE_FILTERED if reason else SCOPE_IN
+        scopes.append(scope)
+        reasons.append(reason)
+    return normalized.append_column(SCOPE_COLUMN, pa.array(scopes, pa.string())).append_column(
+        SCOPE_REASON_COLUMN, pa.array(reasons, pa.string())
+    )
 
 
 # --------------------------------------------------------------------------- decide (executors)
@@ -153,43 +198,103 @@ class _Columns(dict[str, list[Any]]):
         return values
 
 
-def decide_batch(batch: pa.RecordBatch, playbook: Playbook, settings: DecideSettings) -> pa.RecordBatch:
-    """Decide every row of one Arrow batch of scoped rows (pure function; see :data:`DECIDED_SCHEMA`)."""
+class _Memo:
+    """Per-batch memos of what repeats across the rows of one batch (topics, rules)."""
+
+    def __init__(self, playbook: Playbook, settings: DecideSettings) -> None:
+        self.playbook = playbook
+        self.settings = settings
+        rules = playbook.rules
+        # A rule that looks at properties sees per-message values: no memo then.
+        self.cache_rules = not any(rule.properties for rule in rules)
+        self.match_on_message = any(rule.error_message is not None for rule in rules)
+        self.rules: dict[tuple[Any, ...], Any] = {}
+        self.targets: dict[str | None, tuple[str | None, str | None]] = {}
+        self.payload_off: dict[tuple[str | None, str | None], bool] = {}
+
+    def rule(self, cols: _Columns, i: int) -> Any:
+        from spark_apps.dlq_replay.playbook import MatchInput
+
+        message = cols["error_message"][i]
+        if self.cache_rules:
+            key = (
+                cols["signature"][i],
+                cols["error_class"][i],
+                message if self.match_on_message else None,
+                cols["origin_topic"][i],
+                cols["context_format"][i],
+            )
+            if key in self.rules:
+                return self.rules[key]
+        found = self.playbook.first_match(
+            MatchInput(
+                signature=cols["signature"][i],
+                error_class=cols["error_class"][i],
+                error_message=message,
+                origin_topic=cols["origin_topic"][i],
+                context_format=cols["context_format"][i],
+                properties=dict(cols["properties"][i] or []),
+            )
+        )
+        if self.cache_rules:
+            self.rules[key] = found
+        return found
+
+    def target(self, origin: str | None) -> tuple[str | None, str | None]:
+        """``(target topic, refusal reason or None)`` for republishing to ``origin``."""
+        found = self.targets.get(origin)
+        if found is None:
+            found = self.targets[origin] = _republish_target(origin, self.settings)
+        return found
+
+    def archive_payload(self, rule_says: bool | None, cols: _Columns, i: int) -> bool:
+        """Archive the payload? Not when the topic is payload-off, else the rule, else the run default."""
+        key = (cols["dlq_topic"][i], cols["origin_topic"][i])
+        off = self.payload_off.get(key)
+        if off is None:
+            off = self.payload_off[key] = self.playbook.payload_off(*key)
+        if off:
+            return False
+        return self.settings.archive_payload if rule_says is None else rule_says
+
+
+def decide_batch(
+    batch: pa.RecordBatch,
+    playbook: Playbook,
+    settings: DecideSettings,
+    sequencer: ProducerSequencer | None = None,
+) -> pa.RecordBatch:
+    """Decide every row of one Arrow batch of scoped rows (pure function; see :data:`DECIDED_SCHEMA`).
+
+    Without a ``sequencer`` the producer columns stay null.
+    """
     from spark_apps.dlq_replay.fixes import load_fix, run_fix
-    from spark_apps.dlq_replay.playbook import MatchInput
-    from spark_apps.dlq_replay.topics import republish_target
 
     cols = _Columns(batch)
+    memo = _Memo(playbook, settings)
     rows = [_Row(i) for i in range(batch.num_rows)]
     pending_fixes: dict[str | None, list[tuple[_Row, Any]]] = {}
+    scopes = cols[SCOPE_COLUMN]
+    formats = cols["context_format"]
+    counts = cols["replay_count"]
     for row in rows:
         i = row.index
-        scope = cols[SCOPE_COLUMN][i]
+        scope = scopes[i]
         if scope == SCOPE_ALREADY_FINAL:
             row.outcome, row.reason = oc.ALREADY_FINAL, "final in the ledger of an earlier run"
             continue
         if scope == SCOPE_FILTERED:
             row.outcome, row.reason = oc.FILTERED, cols[SCOPE_REASON_COLUMN][i]
             continue
-        if cols["context_format"][i] == "none":
+        if formats[i] == "none":
             row.outcome = oc.MALFORMED
             row.reason = "error context could not be parsed (no known DLQ property convention)"
             continue
-        count = cols["replay_count"][i]
+        count = counts[i]
         if count is None:
             row.outcome, row.reason = oc.MALFORMED, "REPLAY_COUNT property is not a non-negative integer"
             continue
-        properties = dict(cols["properties"][i] or [])
-        rule = playbook.first_match(
-            MatchInput(
-                signature=cols["signature"][i],
-                error_class=cols["error_class"][i],
-                error_message=cols["error_message"][i],
-                origin_topic=cols["origin_topic"][i],
-                context_format=cols["context_format"][i],
-                properties=properties,
-            )
-        )
+        rule = memo.rule(cols, i)
         if rule is None:
             row.action, row.outcome, row.reason = oc.SKIP, oc.SKIPPED, "no playbook rule matched"
             continue
@@ -200,14 +305,14 @@ def decide_batch(batch: pa.RecordBatch, playbook: Playbook, settings: DecideSett
             row.outcome, row.reason = oc.DROPPED, rule.reason or f"rule {rule.name!r} says drop"
         elif rule.action == oc.ARCHIVE:
             row.outcome, row.reason = oc.ARCHIVED, rule.reason or f"rule {rule.name!r} says archive"
-            row.archive_payload = _archive_payload(rule.archive_payload, playbook, cols, i, settings)
+            row.archive_payload = memo.archive_payload(rule.archive_payload, cols, i)
         else:
-            _decide_republish(row, rule, count, cols["origin_topic"][i], settings, republish_target)
+            _decide_republish(row, rule, count, cols["origin_topic"][i], settings, memo)
             if row.outcome is None:
                 pending_fixes.setdefault(rule.fix, []).append((row, rule))
     for row in rows:
         if row.outcome == oc.LOOP_GUARDED:
-            row.archive_payload = _archive_payload(None, playbook, cols, row.index, settings)
+            row.archive_payload = memo.archive_payload(None, cols, row.index)
     for row, rule in pending_fixes.pop(None, []):
         row.outcome, row.reason = oc.TO_REPUBLISH, f"rule {rule.name!r} says republish"
         row.send_original = True
@@ -218,8 +323,8 @@ def decide_batch(batch: pa.RecordBatch, playbook: Playbook, settings: DecideSett
         for (row, rule), record, result in zip(entries, records, results, strict=True):
             _apply_fix_outcome(row, rule, record, result, cols, settings)
             if row.outcome == oc.ARCHIVED:
-                row.archive_payload = _archive_payload(None, playbook, cols, row.index, settings)
-    return _to_batch(batch, rows)
+                row.archive_payload = memo.archive_payload(None, cols, row.index)
+    return _to_batch(batch, rows, sequencer)
 
 
 def _lineage(
@@ -238,17 +343,21 @@ def _lineage(
     )
 
 
-def _archive_payload(
-    rule_says: bool | None, playbook: Playbook, cols: _Columns, i: int, settings: DecideSettings
-) -> bool:
-    """Archive the payload itself? No when the topic is payload-off, else the rule, else the run default."""
-    if playbook.payload_off(cols["dlq_topic"][i], cols["origin_topic"][i]):
-        return False
-    return settings.archive_payload if rule_says is None else rule_says
+def _republish_target(origin: str | None, settings: DecideSettings) -> tuple[str | None, str | None]:
+    from spark_apps.dlq_replay.topics import republish_target
+
+    target = republish_target(origin)
+    if target is None:
+        return None, "the error context names no valid origin topic"
+    if settings.allowlist is None:
+        return target, "no --origin-allowlist given: nothing may be republished"
+    if not settings.allowlist.matches(target):
+        return target, "origin topic is not in --origin-allowlist"
+    return target, None
 
 
 def _decide_republish(
-    row: _Row, rule: Any, count: int, origin: str | None, settings: DecideSettings, republish_target: Any
+    row: _Row, rule: Any, count: int, origin: str | None, settings: DecideSettings, memo: _Memo
 ) -> None:
     row.fix = rule.fix_label or None
     if count >= settings.max_replays:
@@ -258,16 +367,9 @@ def _decide_republish(
     if settings.mode == oc.ARCHIVE_ONLY:
         row.outcome, row.reason = oc.SKIPPED, "republish is disabled in archive-only mode"
         return
-    target = republish_target(origin)
-    row.target = target
-    if target is None:
-        row.outcome, row.reason = oc.ORIGIN_REFUSED, "the error context names no valid origin topic"
-        return
-    if settings.allowlist is None:
-        row.outcome, row.reason = oc.ORIGIN_REFUSED, "no --origin-allowlist given: nothing may be republished"
-        return
-    if not settings.allowlist.matches(target):
-        row.outcome, row.reason = oc.ORIGIN_REFUSED, "origin topic is not in --origin-allowlist"
+    row.target, refused = memo.target(origin)
+    if refused is not None:
+        row.outcome, row.reason = oc.ORIGIN_REFUSED, refused
 
 
 def _fix_record(cols: _Columns, i: int) -> FixRecord:
@@ -309,7 +411,7 @@ def _apply_fix_outcome(
         row.outcome, row.reason = oc.FIX_FAILED, f"fix {rule.fix} failed"
 
 
-def _to_batch(batch: pa.RecordBatch, rows: list[_Row]) -> pa.RecordBatch:
+def _to_batch(batch: pa.RecordBatch, rows: list[_Row], sequencer: ProducerSequencer | None) -> pa.RecordBatch:
     import pyarrow.compute as pc
 
     schema = arrow_schema(DECIDED_SCHEMA)
@@ -322,21 +424,30 @@ def _to_batch(batch: pa.RecordBatch, rows: list[_Row]) -> pa.RecordBatch:
         "out_value": pc.if_else(
             send_original, original, pa.array([r.out_value for r in rows], original.type)
         ),
-        # The original payload is kept only where the archive needs it.
+        # The original payload, properties and stack are kept only where the archive needs them.
         "value": pc.if_else(archive, original, no_value),
     }
+    for name in ("properties", "error_stack"):
+        column = batch.column(name)
+        computed[name] = pc.if_else(archive, column, pa.nulls(len(rows), column.type))
+    outcomes = [r.outcome for r in rows]
+    targets = [r.target for r in rows]
+    if sequencer is not None:
+        computed["replay_producer"], computed["sequence_id"] = sequencer.assign(outcomes, targets)
     decided: dict[str, list[Any]] = {
         "rule": [r.rule for r in rows],
         "action": [r.action for r in rows],
-        "outcome": [r.outcome for r in rows],
+        "outcome": outcomes,
         "outcome_reason": [r.reason for r in rows],
-        "target_topic": [r.target for r in rows],
+        "target_topic": targets,
         "fix": [r.fix for r in rows],
         "fix_error": [r.fix_error for r in rows],
         "archive_payload": [r.archive_payload for r in rows],
         "out_properties": [
             list(r.out_properties.items()) if r.out_properties is not None else None for r in rows
         ],
+        "replay_producer": [None] * len(rows),
+        "sequence_id": [None] * len(rows),
     }
     arrays = []
     for field in schema:
@@ -349,52 +460,81 @@ def _to_batch(batch: pa.RecordBatch, rows: list[_Row]) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
-def decide(scoped: DataFrame, playbook: Playbook, settings: DecideSettings) -> DataFrame:
-    """Scoped rows -> decided rows (:data:`DECIDED_SCHEMA`): one outcome per row, fixes applied."""
+def decide(
+    snapshot: DataFrame,
+    playbook: Playbook,
+    settings: DecideSettings,
+    producers_per_target: int,
+    filters: Filters | None = None,
+    final_ids: DataFrame | None = None,
+) -> DataFrame:
+    """Snapshot rows -> decided rows (:data:`DECIDED_SCHEMA`): one outcome per row, fixes applied.
+
+    One Python pass per row: normalise, scope (``filters``; ``final_ids`` as in
+    :func:`with_scope_flags`), decide. Runs in at most ``producers_per_target`` tasks; task ``b`` sends
+    to each target through producer bucket ``b`` (see :class:`ProducerSequencer`).
+    """
+    chosen_filters = filters or Filters()
+    flagged = with_scope_flags(snapshot, chosen_filters, final_ids)
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        from spark_apps.dlq_replay.normalize import normalize_batch
+
+        context = TaskContext.get()
+        sequencer = ProducerSequencer(settings.run_id, context.partitionId() if context else 0)
         for batch in batches:
-            yield decide_batch(batch, playbook, settings)
+            scoped = scope_batch(batch, normalize_batch(batch), chosen_filters)
+            yield decide_batch(scoped, playbook, settings, sequencer)
 
     from spark_apps.dlq_replay.arrow_compat import map_in_arrow
 
-    return map_in_arrow(scoped, run, DECIDED_SCHEMA)
+    return map_in_arrow(_buckets(flagged, max(1, producers_per_target)), run, DECIDED_SCHEMA)
 
 
-# --------------------------------------------------------------------------- producers (Spark SQL)
+def _buckets(df: DataFrame, n: int) -> DataFrame:
+    """``df`` in exactly ``n`` partitions, one per producer bucket: merged without a shuffle when there
+    are more (a large snapshot), spread round-robin when there are fewer (a small one)."""
+    return df.coalesce(n) if df.rdd.getNumPartitions() >= n else df.repartition(n)
+
+
+# --------------------------------------------------------------------------- producers (executors)
 
 
 def run_hash(run_id: str) -> str:
     return hashlib.sha256(run_id.encode("utf-8")).hexdigest()[:12]
 
 
-def assign_producers(decided: DataFrame, run_id: str, buckets: int) -> DataFrame:
-    """Give each ``to_republish`` row a deterministic ``producer_name`` and ``sequence_id``.
+class ProducerSequencer:
+    """Names the producer of each ``to_republish`` row of one decide task and numbers its sends.
 
-    ``dlq-replay-<hash(run_id)>-<hash(target)>-<bucket>`` with bucket = replay_id mod ``buckets``, and
-    sequence ids 0, 1, 2 ... per producer ordered by replay_id. The decisions are persisted, so a retried
-    apply sends the same (producer, sequence) pairs: exact under Pulsar broker deduplication.
+    ``dlq-replay-<hash(run_id)>-<hash(target)>-<bucket>``, where ``bucket`` is the decide task, with
+    sequence ids 0, 1, 2 ... per producer in the task's row order. The decisions are persisted before
+    anything is sent, so a retried apply sends the same (producer, sequence) pairs: exact under Pulsar
+    broker deduplication. One task per bucket means one producer name is never numbered twice.
     """
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
 
-    if buckets < 1:
-        raise ValueError(f"buckets must be >= 1, got {buckets}")
-    to_send = F.col("outcome") == oc.TO_REPUBLISH
-    bucket = F.pmod(F.conv(F.substring("replay_id", 1, 8), 16, 10).cast("long"), F.lit(buckets))
-    name = F.concat_ws(
-        "-",
-        F.lit("dlq-replay"),
-        F.lit(run_hash(run_id)),
-        F.substring(F.sha2(F.col("target_topic"), 256), 1, 8),
-        bucket.cast("string"),
-    )
-    # One pass (the decided rows are computed once): rows that are not sent each form their own
-    # window partition (keyed by their unique replay_id), so only producers' rows are numbered together.
-    window = Window.partitionBy("_producer_key").orderBy("replay_id")
-    return (
-        decided.withColumn("replay_producer", F.when(to_send, name))
-        .withColumn("_producer_key", F.coalesce(F.col("replay_producer"), F.col("replay_id")))
-        .withColumn("sequence_id", F.when(to_send, F.row_number().over(window) - 1).cast("long"))
-        .drop("_producer_key")
-    )
+    def __init__(self, run_id: str, bucket: int) -> None:
+        self.prefix = f"dlq-replay-{run_hash(run_id)}-"
+        self.suffix = f"-{bucket}"
+        self.names: dict[str, str] = {}
+        self.next_seq: dict[str, int] = {}
+
+    def assign(self, outcomes: list[str | None], targets: list[str | None]) -> tuple[pa.Array, pa.Array]:
+        names: list[str | None] = []
+        seqs: list[int | None] = []
+        for outcome, target in zip(outcomes, targets, strict=True):
+            if outcome != oc.TO_REPUBLISH or target is None:
+                names.append(None)
+                seqs.append(None)
+                continue
+            name = self.names.get(target)
+            if name is None:
+                digest = hashlib.sha256(target.encode("utf-8")).hexdigest()[:8]
+                name = self.names[target] = f"{self.prefix}{digest}{self.suffix}"
+            seq = self.next_seq.get(name, 0)
+            self.next_seq[name] = seq + 1
+            names.append(name)
+            seqs.append(seq)
+        return pa.array(names, pa.string()), pa.array(seqs, pa.int64())

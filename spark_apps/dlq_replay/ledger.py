@@ -42,6 +42,8 @@ def ledger_rows(outcomes: DataFrame, run_id: str, mode: str, recorded_at: dateti
         "publish_time",
         F.lit(mode).alias("mode"),
         F.lit(recorded_at).cast("timestamp").alias("recorded_at"),
+        "error_template",
+        "context_format",
         F.lit(run_id).alias("run_id"),
     )
 
@@ -60,6 +62,13 @@ def read_ledger(spark: SparkSession, storage: RunStorage, ledger_root: str) -> D
     from spark_apps.dlq_replay.schemas import LEDGER_SCHEMA
 
     return spark.read.schema(LEDGER_SCHEMA).parquet(ledger_root)
+
+
+def run_outcomes(ledger: DataFrame, run_id: str) -> DataFrame:
+    """The ledger rows of one run: the outcomes the report aggregates (read back, not recomputed)."""
+    from pyspark.sql import functions as F
+
+    return ledger.filter(F.col("run_id") == F.lit(run_id))
 
 
 def final_ids(ledger: DataFrame | None, *, exclude_run_id: str) -> DataFrame | None:

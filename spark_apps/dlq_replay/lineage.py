@@ -18,6 +18,18 @@ REPLAY_FIX = "REPLAY_FIX"
 LINEAGE_KEYS: tuple[str, ...] = (REPLAY_ID, REPLAY_RUN_ID, REPLAY_COUNT, REPLAYED_FROM, REPLAY_FIX)
 
 _COUNT = re.compile(r"[0-9]{1,9}")
+_STRIPPED: dict[str, bool] = {}  # property keys repeat from message to message
+_STRIPPED_MAX = 10_000
+
+
+def _stripped(key: str) -> bool:
+    """Is ``key`` removed from a replayed message (DLQ bookkeeping or a lineage key set anew)?"""
+    found = _STRIPPED.get(key)
+    if found is None:
+        found = is_bookkeeping_property(key) or key in LINEAGE_KEYS
+        if len(_STRIPPED) < _STRIPPED_MAX:
+            _STRIPPED[key] = found
+    return found
 
 
 def previous_replay_count(properties: Mapping[str, str] | None) -> int | None:
@@ -42,7 +54,7 @@ def republish_properties(
     fix_label: str,
 ) -> dict[str, str]:
     """Properties of the replayed message: DLQ bookkeeping stripped, lineage set (overriding any copy)."""
-    out = {k: v for k, v in properties.items() if not is_bookkeeping_property(k) and k not in LINEAGE_KEYS}
+    out = {k: v for k, v in properties.items() if not _stripped(k)}
     out[REPLAY_ID] = replay_id
     out[REPLAY_RUN_ID] = run_id
     out[REPLAY_COUNT] = str(previous_count + 1)

@@ -190,9 +190,8 @@ def _snapshot(run: _Run, windows: list[PartitionWindow]) -> DataFrame:
 
 
 def _decide(run: _Run, snapshot: DataFrame) -> DataFrame:
-    from spark_apps.dlq_replay.decide import DecideSettings, Filters, apply_scope, assign_producers, decide
+    from spark_apps.dlq_replay.decide import DecideSettings, Filters, decide
     from spark_apps.dlq_replay.ledger import final_ids, read_ledger
-    from spark_apps.dlq_replay.normalize import normalize
     from spark_apps.dlq_replay.topics import TopicMatcher
 
     opts = run.options
@@ -207,8 +206,14 @@ def _decide(run: _Run, snapshot: DataFrame) -> DataFrame:
             allowlist=TopicMatcher.parse(list(opts.origin_allowlist)) if opts.origin_allowlist else None,
             archive_payload=opts.archive_payload,
         )
-        scoped = apply_scope(normalize(snapshot), filters, final_ids(ledger, exclude_run_id=opts.run_id))
-        decided = assign_producers(decide(scoped, run.playbook, settings), opts.run_id, run.buckets)
+        decided = decide(
+            snapshot,
+            run.playbook,
+            settings,
+            run.buckets,
+            filters=filters,
+            final_ids=final_ids(ledger, exclude_run_id=opts.run_id),
+        )
         decided.write.mode("overwrite").parquet(run.paths.decisions)
         sending = run.spark.read.parquet(run.paths.decisions).filter(f"outcome = '{oc.TO_REPUBLISH}'")
         row = sending.selectExpr("count(1) AS n", "max(sequence_id) AS last").first()
@@ -348,7 +353,8 @@ def _commit(run: _Run, windows: list[PartitionWindow]) -> None:
 
 def run_replay(spark: SparkSession, options: ReplayOptions) -> dict[str, Any]:
     """Run (or resume) the replay run ``options.run_id``; returns the report (also written as JSON/HTML)."""
-    from spark_apps.dlq_replay.apply import with_publish_results
+    from spark_apps.dlq_replay.apply import OUTCOME_COLUMNS, with_publish_results
+    from spark_apps.dlq_replay.ledger import read_ledger, run_outcomes
     from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf
     from spark_apps.dlq_replay.report import CommitTotals, build_report
     from spark_apps.dlq_replay.report_html import render_html
@@ -379,12 +385,16 @@ def run_replay(spark: SparkSession, options: ReplayOptions) -> dict[str, Any]:
     snapshot = _snapshot(run, windows)
     decisions = _decide(run, snapshot)
     if options.mode == oc.DRY_RUN:
-        outcomes_df = with_publish_results(decisions, None)
+        outcomes_df = with_publish_results(decisions.select(*OUTCOME_COLUMNS), None)
     else:
         results = _apply(run, decisions, planned_at)
-        outcomes_df = with_publish_results(decisions, results)
+        outcomes_df = with_publish_results(decisions.select(*OUTCOME_COLUMNS), results)
         _record(run, outcomes_df)
         _commit(run, windows)
+        # The ledger holds this run's outcomes (none for an empty window): the report reads them back.
+        ledger = read_ledger(run.spark, run.storage, run.paths.ledger)
+        if ledger is not None:
+            outcomes_df = run_outcomes(ledger, options.run_id)
     started = time.monotonic()
     run.step("report")
     commit_info = run.state.info("commit")
@@ -402,9 +412,10 @@ def run_replay(spark: SparkSession, options: ReplayOptions) -> dict[str, Any]:
             beyond_window=int(commit_info.get("beyond_window", 0)),
             unacked_final=int(commit_info.get("unacked_final", 0)),
         ),
-        timings={**run.state.timings, "report": round(time.monotonic() - started, 3)},
+        timings=dict(run.state.timings),
         paths=run.paths.public(),
     )
+    report["timings"]["report"] = round(time.monotonic() - started, 3)  # the aggregation included
     run.storage.write_text(run.paths.report_json, json.dumps(report, indent=2, sort_keys=True))
     run.storage.write_text(run.paths.report_html, render_html(report))
     run.done("report", started, status=report["status"])

@@ -101,6 +101,8 @@ DECISION_COLUMNS: tuple[tuple[str, object], ...] = (
     ("archive_payload", BooleanType()),
     ("out_value", BinaryType()),
     ("out_properties", _PROPS),
+    ("replay_producer", StringType()),  # producer name of a to_republish row (see ProducerSequencer)
+    ("sequence_id", LongType()),  # its sequence id for that producer
 )
 
 DECIDED_SCHEMA = StructType(NORMALIZED_SCHEMA.fields + _fields(DECISION_COLUMNS))
@@ -129,6 +131,8 @@ LEDGER_SCHEMA = StructType(
         StructField("publish_time", TimestampType()),
         StructField("mode", StringType()),
         StructField("recorded_at", TimestampType()),
+        StructField("error_template", StringType()),  # null in rows written before 0.2.0
+        StructField("context_format", StringType()),  # null in rows written before 0.2.0
         StructField("run_id", StringType()),
     ]
 )

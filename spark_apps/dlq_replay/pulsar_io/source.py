@@ -52,6 +52,8 @@ SOURCE_SCHEMA = (
 )
 SOURCE_COLUMNS = [part.split()[0] for part in SOURCE_SCHEMA.split(", ")]
 DEFAULT_MAX_BATCH_ROWS = 10_000
+#: Reads of a partition's window at most while idle stops keep finding new messages (one consumer only).
+MAX_READ_PASSES = 20
 # Set on a row whose properties or key could not be decoded as UTF-8 (the message is kept, never dropped).
 UNDECODABLE_PROPERTY = "__dlq.replay.undecodable"
 
@@ -169,31 +171,48 @@ class PulsarDataSourceReader(DataSourceReader):
         arrow_schema = to_arrow_schema(self.schema, timezone="UTC")
         started = time.monotonic()
         builder = _BatchBuilder(window, arrow_schema)
-        with WindowConsumer(
-            get_client(self.conf),
-            window,
-            self.subscription,
-            role="read",
-            idle_timeout_ms=self.idle_timeout_ms,
-            receiver_queue_size=self.receiver_queue_size,
-        ) as consumer:
-            add = builder.add
-            limit = self.max_batch_rows
-            for id_str, msg, mid in consumer.messages():
-                if add(id_str, msg, mid) >= limit:
-                    yield builder.flush()
-            if builder.rows:
-                yield builder.flush()
-            stats = consumer.stats
+        seen: set[str] = set()
+        add = builder.add
+        limit = self.max_batch_rows
+        read = duplicates = beyond = passes = 0
+        stopped_by = "not-started"
+        while passes < MAX_READ_PASSES:
+            passes += 1
+            with WindowConsumer(
+                get_client(self.conf),
+                window,
+                self.subscription,
+                role="read",
+                idle_timeout_ms=self.idle_timeout_ms,
+                receiver_queue_size=self.receiver_queue_size,
+                seen=seen,
+            ) as consumer:
+                for id_str, msg, mid in consumer.messages():
+                    if add(id_str, msg, mid) >= limit:
+                        yield builder.flush()
+                stats = consumer.stats
+            read += stats.in_window
+            duplicates += stats.duplicates
+            beyond = max(beyond, stats.beyond_window)
+            stopped_by = stats.stopped_by
+            # An idle stop before the window end is a broker stall or an acked tail. The only consumer of
+            # the partition reads again (from the first pending message) while that finds new messages;
+            # with several consumers per partition the others' messages would come back too, so not then.
+            if stopped_by != "idle-timeout" or stats.in_window == 0 or self.parallelism > 1:
+                break
+            log.info("read %s: idle stop after %d new messages, reading again", window.topic, stats.in_window)
+        if builder.rows:
+            yield builder.flush()
         log.info(
             "read %s slot %d: %d messages, %d duplicates skipped, %d beyond the window, stopped by %s "
-            "in %.2fs",
+            "after %d pass(es) in %.2fs",
             window.topic,
             partition.slot,
-            stats.in_window,
-            stats.duplicates,
-            stats.beyond_window,
-            stats.stopped_by,
+            read,
+            duplicates,
+            beyond,
+            stopped_by,
+            passes,
             time.monotonic() - started,
         )
 

@@ -43,7 +43,8 @@ class WindowConsumer:
     """Context manager over a Shared consumer bounded by a :class:`PartitionWindow`.
 
     Use :meth:`messages` to iterate ``(message_id_str, message, message_id)`` of the window, each id once,
-    and :meth:`acknowledge` to ack one of them (commit only).
+    and :meth:`acknowledge` to ack one of them (commit only). Ids already in ``seen`` count as duplicates,
+    so a read that resumes with a new consumer returns only what it had not returned yet.
     """
 
     def __init__(
@@ -56,6 +57,7 @@ class WindowConsumer:
         idle_timeout_ms: int = DEFAULT_IDLE_TIMEOUT_MS,
         receiver_queue_size: int = DEFAULT_RECEIVER_QUEUE_SIZE,
         batch_index_ack: bool = False,
+        seen: set[str] | None = None,
     ) -> None:
         self.client = client
         self.window = window
@@ -65,6 +67,7 @@ class WindowConsumer:
         self.receiver_queue_size = int(receiver_queue_size)
         self.batch_index_ack = batch_index_ack
         self.stats = ConsumeStats()
+        self.seen: set[str] = set() if seen is None else seen  # pass one set to several reads to resume
         self._consumer: Any = None
 
     def __enter__(self) -> WindowConsumer:
@@ -106,7 +109,7 @@ class WindowConsumer:
         receive = getattr(self._consumer, "_consumer", self._consumer).receive
         timeout = self.idle_timeout_ms
         part = self.window.partition
-        seen: set[str] = set()
+        seen = self.seen
         stats = self.stats
         while True:
             try:

@@ -8,12 +8,13 @@ import pytest
 
 from spark_apps.dlq_replay import outcomes as oc
 from spark_apps.dlq_replay.apply import archive_rows, republish_input, with_publish_results, write_archive
-from spark_apps.dlq_replay.decide import DecideSettings, Filters, apply_scope, assign_producers, decide
+from spark_apps.dlq_replay.decide import DecideSettings, Filters, decide, replay_id_column
 from spark_apps.dlq_replay.ledger import final_ids, ledger_rows, read_ledger, write_ledger
 from spark_apps.dlq_replay.normalize import normalize
 from spark_apps.dlq_replay.playbook import parse_playbook
 from spark_apps.dlq_replay.report import CommitTotals, build_report
 from spark_apps.dlq_replay.schemas import LEDGER_SCHEMA, SNAPSHOT_SCHEMA
+from spark_apps.dlq_replay.signatures import replay_id
 from spark_apps.dlq_replay.storage import RunStorage
 from spark_apps.dlq_replay.topics import TopicMatcher
 
@@ -66,8 +67,7 @@ def counts(df, column="outcome"):
 
 def test_decide_pipeline_counts_and_producers(spark):
     snap = snapshot_df(spark)
-    scoped = apply_scope(normalize(snap), Filters(), None)
-    decided = assign_producers(decide(scoped, PLAYBOOK, settings()), "run-1", buckets=3).cache()
+    decided = decide(snap, PLAYBOOK, settings(), producers_per_target=3).cache()
     assert decided.count() == 49
     assert counts(decided) == {oc.TO_REPUBLISH: 40, oc.ARCHIVED: 6, oc.MALFORMED: 3}
     sending = decided.filter("outcome = 'to_republish'").select("replay_producer", "sequence_id").collect()
@@ -79,7 +79,7 @@ def test_decide_pipeline_counts_and_producers(spark):
         assert name.startswith("dlq-replay-")
         assert sorted(seqs) == list(range(len(seqs)))
     # Deterministic: deciding again gives the same producer and sequence per message.
-    again = assign_producers(decide(scoped, PLAYBOOK, settings()), "run-1", buckets=3)
+    again = decide(snap, PLAYBOOK, settings(), producers_per_target=3)
     key = ["replay_id", "replay_producer", "sequence_id"]
     assert sorted(map(tuple, again.select(key).collect())) == sorted(
         map(tuple, decided.select(key).collect())
@@ -98,29 +98,35 @@ def test_decide_pipeline_counts_and_producers(spark):
             assert seqs == sorted(seqs)
 
 
+def scope_counts(snap, filters, final=None, column="outcome"):
+    return counts(decide(snap, PLAYBOOK, settings(), 2, filters=filters, final_ids=final), column)
+
+
 def test_filters_and_max_messages(spark):
     snap = snapshot_df(spark)
-    norm = normalize(snap)
-    sig = norm.filter("error_class = 'Poison'").first()["signature"]
-    scoped = apply_scope(norm, Filters(signatures=(sig,)), None)
-    assert counts(scoped, "scope") == {"in": 6, "filtered": 43}
-    scoped = apply_scope(norm, Filters(error_class="Timeout", since=T0 + timedelta(minutes=10)), None)
-    assert counts(scoped, "scope") == {"in": 30, "filtered": 19}
-    scoped = apply_scope(norm, Filters(until=T0 + timedelta(minutes=5)), None)
-    assert counts(scoped, "scope")["in"] == 5 + 3  # junk rows are published at T0
-    scoped = apply_scope(norm, Filters(error_class="Timeout", max_messages=7), None)
-    chosen = scoped.filter("scope = 'in'").select("dlq_message_id").collect()
+    sig = normalize(snap).filter("error_class = 'Poison'").first()["signature"]
+    assert scope_counts(snap, Filters(signatures=(sig,))) == {oc.ARCHIVED: 6, oc.FILTERED: 43}
+    both = Filters(error_class="Timeout", since=T0 + timedelta(minutes=10))
+    assert scope_counts(snap, both) == {oc.TO_REPUBLISH: 30, oc.FILTERED: 19}
+    early = scope_counts(snap, Filters(until=T0 + timedelta(minutes=5)))
+    assert early[oc.TO_REPUBLISH] + early[oc.MALFORMED] == 5 + 3  # junk rows are published at T0
+    limited = decide(snap, PLAYBOOK, settings(), 2, filters=Filters(error_class="Timeout", max_messages=7))
+    chosen = limited.filter("outcome != 'filtered'").select("dlq_message_id").collect()
     assert sorted(int(r[0].split(":")[1]) for r in chosen) == list(range(7))  # oldest first
-    reasons = counts(scoped, "scope_reason")
+    reasons = counts(limited, "outcome_reason")
     assert reasons["beyond --max-messages"] == 33
     assert reasons["not selected by --error-class"] == 9
 
 
+def test_replay_id_column_matches_python(spark):
+    snap = snapshot_df(spark, n_timeout=3, n_poison=0, n_junk=0)
+    rows = snap.select("topic", "message_id_str", replay_id_column().alias("rid")).collect()
+    assert [r["rid"] for r in rows] == [replay_id(r["topic"], r["message_id_str"]) for r in rows]
+
+
 def test_archive_ledger_and_already_final(spark, tmp_path):
     snap = snapshot_df(spark)
-    decided = assign_producers(
-        decide(apply_scope(normalize(snap), Filters(), None), PLAYBOOK, settings()), "run-1", 2
-    )
+    decided = decide(snap, PLAYBOOK, settings(), 2)
     archive_root = str(tmp_path / "archive")
     rows = archive_rows(decided, "run-1", T0)
     write_archive(rows, archive_root)
@@ -160,15 +166,14 @@ def test_archive_ledger_and_already_final(spark, tmp_path):
     }
     # A later run sees those 45 as already final, whatever its filters.
     ids = final_ids(ledger, exclude_run_id="run-2")
-    scoped = apply_scope(normalize(snap), Filters(signatures=("none",)), ids)
-    assert counts(scoped, "scope") == {"already_final": 45, "filtered": 4}
+    assert scope_counts(snap, Filters(signatures=("none",)), ids) == {oc.ALREADY_FINAL: 45, oc.FILTERED: 4}
     assert final_ids(ledger, exclude_run_id="manual__2024-05-01T00:00:00+00:00").count() == 0
     assert read_ledger(spark, RunStorage(spark), str(tmp_path / "none")) is None
 
 
 def test_report_from_outcomes(spark):
     snap = snapshot_df(spark, n_timeout=12, n_poison=2, n_junk=1)
-    decided = decide(apply_scope(normalize(snap), Filters(), None), PLAYBOOK, settings(oc.DRY_RUN))
+    decided = decide(snap, PLAYBOOK, settings(oc.DRY_RUN), 2)
     report = build_report(
         with_publish_results(decided, None), run_id="r", mode=oc.DRY_RUN, status="succeeded", started_at="a",
         finished_at="b", commit=CommitTotals(), timings={}, paths={},

@@ -242,3 +242,33 @@ def test_payload_off_by_rule_topic_and_run_default():
     assert [out[k]["archive_payload"] for k in ("k0", "k1", "k2")] == [False, True, False]
     out = by_key(decide_batch(batch, pb, DecideSettings("r", oc.REPLAY, archive_payload=False)))
     assert out["k1"]["archive_payload"] is False
+
+
+def test_sequencer_numbers_sends_per_target_across_batches():
+    from spark_apps.dlq_replay.decide import ProducerSequencer, run_hash
+
+    pb = parse_playbook(PLAYBOOK)
+    settings = DecideSettings("run-9", oc.REPLAY, allowlist=TopicMatcher.parse(["orders", "payments"]))
+    payments = "persistent://public/default/payments"
+    rows = [
+        (b"r", ours("Timeout", "x")),
+        (b"r", ours("Poison", "x")),  # archived: no producer
+        (b"r", ours("Timeout", "x", origin=payments)),
+        (b"r", ours("Timeout", "x")),
+    ]
+    batch = scoped(normalize_batch(snapshot_batch(rows)))
+    sequencer = ProducerSequencer("run-9", bucket=1)
+    first = by_key(decide_batch(batch, pb, settings, sequencer))
+    second = by_key(decide_batch(batch, pb, settings, sequencer))  # the task's next batch
+    names = {k: first[k]["replay_producer"] for k in first}
+    assert names["k1"] is None
+    assert first["k1"]["sequence_id"] is None
+    assert names["k0"] == names["k3"] != names["k2"]
+    assert names["k0"].startswith(f"dlq-replay-{run_hash('run-9')}-")
+    assert names["k0"].endswith("-1")
+    assert [first[k]["sequence_id"] for k in ("k0", "k3", "k2")] == [0, 1, 0]
+    assert [second[k]["sequence_id"] for k in ("k0", "k3", "k2")] == [2, 3, 1]
+    # Without a sequencer (dry-run tools, tests) the producer columns stay null.
+    plain = by_key(decide_batch(batch, pb, settings))
+    assert plain["k0"]["replay_producer"] is None
+    assert plain["k0"]["sequence_id"] is None
