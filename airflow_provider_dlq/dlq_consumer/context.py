@@ -200,6 +200,8 @@ _SURROGATES = re.compile("[\ud800-\udfff]")
 
 def safe_str(value: str) -> str:
     """Return ``value`` as a string that encodes to UTF-8 (lone surrogates become U+FFFD)."""
+    if value.isascii():
+        return value
     try:
         value.encode("utf-8")
         return value

@@ -188,9 +188,17 @@ class _Row:
 class _Columns(dict[str, list[Any]]):
     """Columns of one Arrow batch as Python lists, each converted on first use."""
 
-    def __init__(self, batch: pa.RecordBatch) -> None:
-        super().__init__()
+    def __init__(self, batch: pa.RecordBatch, known: dict[str, list[Any]] | None = None) -> None:
+        super().__init__(known or {})
         self.batch = batch
+
+    def properties(self, i: int) -> dict[str, str]:
+        """Row ``i``'s properties as a new dict."""
+        from spark_apps.dlq_replay.normalize import PROPERTY_DICTS
+
+        if PROPERTY_DICTS in self:
+            return dict(self[PROPERTY_DICTS][i])
+        return dict(self["properties"][i] or [])
 
     def __missing__(self, name: str) -> list[Any]:
         values: list[Any] = self.batch.column(name).to_pylist()
@@ -233,7 +241,7 @@ class _Memo:
                 error_message=message,
                 origin_topic=cols["origin_topic"][i],
                 context_format=cols["context_format"][i],
-                properties=dict(cols["properties"][i] or []),
+                properties=cols.properties(i),
             )
         )
         if self.cache_rules:
@@ -263,14 +271,16 @@ def decide_batch(
     playbook: Playbook,
     settings: DecideSettings,
     sequencer: ProducerSequencer | None = None,
+    columns: dict[str, list[Any]] | None = None,
 ) -> pa.RecordBatch:
     """Decide every row of one Arrow batch of scoped rows (pure function; see :data:`DECIDED_SCHEMA`).
 
-    Without a ``sequencer`` the producer columns stay null.
+    Without a ``sequencer`` the producer columns stay null. ``columns``: this batch's
+    :func:`~spark_apps.dlq_replay.normalize.normalize_columns`, reused instead of converted again.
     """
     from spark_apps.dlq_replay.fixes import load_fix, run_fix
 
-    cols = _Columns(batch)
+    cols = _Columns(batch, columns)
     memo = _Memo(playbook, settings)
     rows = [_Row(i) for i in range(batch.num_rows)]
     pending_fixes: dict[str | None, list[tuple[_Row, Any]]] = {}
@@ -316,7 +326,7 @@ def decide_batch(
     for row, rule in pending_fixes.pop(None, []):
         row.outcome, row.reason = oc.TO_REPUBLISH, f"rule {rule.name!r} says republish"
         row.send_original = True
-        row.out_properties = _lineage(dict(cols["properties"][row.index] or []), row, rule, cols, settings)
+        row.out_properties = _lineage(cols.properties(row.index), row, rule, cols, settings)
     for fix_ref, entries in pending_fixes.items():
         records = [_fix_record(cols, row.index) for row, _ in entries]
         results: list[FixOutcome] = run_fix(load_fix(fix_ref) if fix_ref else None, records)
@@ -377,10 +387,10 @@ def _fix_record(cols: _Columns, i: int) -> FixRecord:
 
     context = {name: cols[name][i] for name, _ in CONTEXT_COLUMNS}
     return FixRecord(
-        payload=cols.batch.column("value")[i].as_py() or b"",
+        payload=cols["value"][i] or b"",
         key=cols["key"][i],
         ordering_key=cols["ordering_key"][i],
-        properties=dict(cols["properties"][i] or []),
+        properties=cols.properties(i),
         event_time=cols["event_time"][i],
         context=context,
         signature=cols["signature"][i],
@@ -480,13 +490,14 @@ def decide(
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
 
-        from spark_apps.dlq_replay.normalize import normalize_batch
+        from spark_apps.dlq_replay.normalize import normalize_batch, normalize_columns
 
         context = TaskContext.get()
         sequencer = ProducerSequencer(settings.run_id, context.partitionId() if context else 0)
         for batch in batches:
-            scoped = scope_batch(batch, normalize_batch(batch), chosen_filters)
-            yield decide_batch(scoped, playbook, settings, sequencer)
+            columns = normalize_columns(batch)
+            scoped = scope_batch(batch, normalize_batch(batch, columns), chosen_filters)
+            yield decide_batch(scoped, playbook, settings, sequencer, columns)
 
     from spark_apps.dlq_replay.arrow_compat import map_in_arrow
 

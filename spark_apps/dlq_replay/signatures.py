@@ -14,21 +14,27 @@ from airflow_provider_dlq.dlq_consumer.context import base_topic
 
 MAX_TEMPLATE_CHARS = 512
 
-# Order matters: earlier masks protect their matches from later ones.
-_MASKS: tuple[tuple[re.Pattern[str], str], ...] = (
+# Order matters: earlier masks protect their matches from later ones. The first element is a cheap
+# test (characters one of which any match contains; None = always run): most messages skip most masks.
+_MASKS: tuple[tuple[str | None, re.Pattern[str], str], ...] = (
     # Quoted values: '...', "...", `...` (no newlines inside).
-    (re.compile(r"'[^'\n]*'|\"[^\"\n]*\"|`[^`\n]*`"), "<str>"),
-    (re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+"), "<email>"),
+    ("'\"`", re.compile(r"'[^'\n]*'|\"[^\"\n]*\"|`[^`\n]*`"), "<str>"),
+    ("@", re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+"), "<email>"),
     (
+        "-",
         re.compile(r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b"),
         "<uuid>",
     ),
     # 0x-prefixed hex, or 8+ hex characters with at least one digit and one letter a-f (hashes, ids).
-    (re.compile(r"\b0[xX][0-9a-fA-F]+\b"), "<hex>"),
-    (re.compile(r"\b(?=[0-9a-fA-F]*[0-9])(?=[0-9a-fA-F]*[a-fA-F])[0-9a-fA-F]{8,}\b"), "<hex>"),
+    ("xX", re.compile(r"\b0[xX][0-9a-fA-F]+\b"), "<hex>"),
+    (None, re.compile(r"\b(?=[0-9a-fA-F]*[0-9])(?=[0-9a-fA-F]*[a-fA-F])[0-9a-fA-F]{8,}\b"), "<hex>"),
     # Identifiers with a run of 2+ digits: ORD-000123, user_42, cust:17, A12345 (not utf-8).
-    (re.compile(r"\b[A-Za-z][A-Za-z0-9]*(?:[-_:#/.][A-Za-z0-9]+)*?[-_:#/.]?[0-9]{2,}[A-Za-z0-9]*\b"), "<id>"),
-    (re.compile(r"(?<![A-Za-z0-9])[-+]?[0-9]+(?:[.,][0-9]+)*"), "<num>"),
+    (
+        None,
+        re.compile(r"\b[A-Za-z][A-Za-z0-9]*(?:[-_:#/.][A-Za-z0-9]+)*?[-_:#/.]?[0-9]{2,}[A-Za-z0-9]*\b"),
+        "<id>",
+    ),
+    (None, re.compile(r"(?<![A-Za-z0-9])[-+]?[0-9]+(?:[.,][0-9]+)*"), "<num>"),
 )
 _SPACES = re.compile(r"\s+")
 
@@ -41,8 +47,9 @@ def message_template(message: str | None) -> str:
     if not message:
         return ""
     text = message[: MAX_TEMPLATE_CHARS * 4]
-    for pattern, mask in _MASKS:
-        text = pattern.sub(mask, text)
+    for needs, pattern, mask in _MASKS:
+        if needs is None or any(ch in text for ch in needs):
+            text = pattern.sub(mask, text)
     text = _SPACES.sub(" ", text).strip()
     return text[:MAX_TEMPLATE_CHARS]
 
