@@ -5,16 +5,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
-import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from bench import verify, workload
 from bench.playbook import write_playbook
-from bench.procmon import TreeMemorySampler
+from bench.procmon import run_sampled
 from bench.pulsar_io import BenchError
 from bench.results_model import RunResult
 
@@ -118,26 +116,11 @@ def run_ours(
     with log_path.open("w", encoding="utf-8") as log:
         log.write("$ " + " ".join(cmd) + "\n")
         log.flush()
-        started = time.perf_counter()
-        proc = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=log, text=True, env=spark_env(), cwd=workdir
-        )
-        sampler = TreeMemorySampler(proc.pid).start()
-        try:
-            stdout, _ = proc.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired as exc:
-            proc.kill()
-            proc.communicate()
-            raise BenchError(
-                f"the replay app did not finish within {timeout_s:.0f} s; see {log_path}"
-            ) from exc
-        finally:
-            peaks = sampler.stop()
-        wall = time.perf_counter() - started
-        log.write("\n--- stdout ---\n" + stdout)
-    if proc.returncode != 0:
-        raise BenchError(f"the replay app exited with {proc.returncode}; see {log_path}")
-    report = _load_report(stdout, log_path)
+        run = run_sampled(cmd, log, what="the replay app", timeout_s=timeout_s, env=spark_env(), cwd=workdir)
+        log.write("\n--- stdout ---\n" + run.stdout)
+    if run.returncode != 0:
+        raise BenchError(f"the replay app exited with {run.returncode}; see {log_path}")
+    report = _load_report(run.stdout, log_path)
     timings = {k: float(v) for k, v in report.get("timings", {}).items()}
 
     check = verify.Verification()
@@ -149,17 +132,17 @@ def run_ours(
         contender="ours",
         n=n,
         measured_n=n,
-        wall_s=wall,
+        wall_s=run.wall_s,
         work_s=app_seconds(report, timings),
         ok=check.ok,
-        memory_mib=peaks.as_mib(),
+        memory_mib=run.peaks.as_mib(),
         checks=check.checks,
         errors=check.errors,
         details={
             "timings": timings,
             "steps_s": round(sum(timings.values()), 3),
             "totals": report.get("totals"),
-            "memory_samples": peaks.samples,
+            "memory_samples": run.peaks.samples,
         },
     )
 

@@ -3,15 +3,22 @@
 Each process is put in a role: ``jvm`` (the Spark driver JVM, which in ``local[2]`` also hosts the
 executors), ``py_driver`` (the Python driver of a PySpark app, or a single-process contender),
 ``py_workers`` (``pyspark.daemon`` and its forked workers, summed per sample) and ``other`` (shell
-wrappers). The peak of each role and of the whole tree is kept.
+wrappers). The peak of each role and of the whole tree is kept. :func:`run_sampled` runs a contender's
+process under a sampler.
 """
 
 from __future__ import annotations
 
+import subprocess
 import threading
+import time
 from dataclasses import dataclass, field
+from typing import IO, TYPE_CHECKING
 
 import psutil
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 ROLES = ("jvm", "py_driver", "py_workers", "other")
 
@@ -90,3 +97,42 @@ class TreeMemorySampler:
         while not self._stop.is_set():
             self.sample()
             self._stop.wait(self._interval)
+
+
+@dataclass
+class SampledRun:
+    """A finished process: its stdout, exit code, wall time and the peak memory of its tree."""
+
+    stdout: str
+    returncode: int
+    wall_s: float
+    peaks: MemoryPeaks
+
+
+def run_sampled(
+    cmd: list[str],
+    log: IO[str],
+    *,
+    what: str,
+    timeout_s: float | None,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+) -> SampledRun:
+    """Run ``cmd`` (stderr to ``log``), timed from start to exit, sampling its tree's memory meanwhile.
+
+    Raises :class:`~bench.pulsar_io.BenchError` naming ``what`` and the log when it outlives ``timeout_s``.
+    """
+    from bench.pulsar_io import BenchError
+
+    started = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, env=env, cwd=cwd)
+    sampler = TreeMemorySampler(proc.pid).start()
+    try:
+        stdout, _ = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired as exc:
+        proc.kill()
+        proc.communicate()
+        raise BenchError(f"{what} did not finish within {timeout_s:.0f} s; see {log.name}") from exc
+    finally:
+        peaks = sampler.stop()
+    return SampledRun(stdout, proc.returncode, time.perf_counter() - started, peaks)

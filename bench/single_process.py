@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 from bench import verify, workload
 from bench.contenders import RESULT_MARKER, ContenderSpec
-from bench.procmon import TreeMemorySampler
+from bench.procmon import run_sampled
 from bench.pulsar_io import BenchError
 from bench.results_model import RunResult
 
@@ -37,21 +35,10 @@ def run_single_process(
     )
     cmd = [sys.executable, "-m", "bench.contenders", name, json.dumps(spec.to_json())]
     with log_path.open("w", encoding="utf-8") as log:
-        started = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True)
-        sampler = TreeMemorySampler(proc.pid).start()
-        try:
-            stdout, _ = proc.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired as exc:
-            proc.kill()
-            proc.communicate()
-            raise BenchError(f"{name} did not finish within {timeout_s:.0f} s; see {log_path}") from exc
-        finally:
-            peaks = sampler.stop()
-        wall = time.perf_counter() - started
-    if proc.returncode != 0:
-        raise BenchError(f"{name} exited with {proc.returncode}; see {log_path}")
-    lines = [line for line in stdout.splitlines() if line.startswith(RESULT_MARKER)]
+        run = run_sampled(cmd, log, what=name, timeout_s=timeout_s)
+    if run.returncode != 0:
+        raise BenchError(f"{name} exited with {run.returncode}; see {log_path}")
+    lines = [line for line in run.stdout.splitlines() if line.startswith(RESULT_MARKER)]
     if not lines:
         raise BenchError(f"{name} printed no {RESULT_MARKER.strip()} line; see {log_path}")
     reported = json.loads(lines[-1][len(RESULT_MARKER) :])
@@ -71,11 +58,11 @@ def run_single_process(
         contender=name,
         n=n,
         measured_n=n,
-        wall_s=wall,
+        wall_s=run.wall_s,
         work_s=float(reported["loop_s"]),
         ok=check.ok,
-        memory_mib=peaks.as_mib(),
+        memory_mib=run.peaks.as_mib(),
         checks=check.checks,
         errors=check.errors,
-        details={"reported": reported, "memory_samples": peaks.samples},
+        details={"reported": reported, "memory_samples": run.peaks.samples},
     )

@@ -21,7 +21,7 @@ from spark_apps.dlq_replay.pulsar_io.ids import in_window, message_id_key
 from spark_apps.dlq_replay.pulsar_io.window_consumer import (
     DEFAULT_IDLE_TIMEOUT_MS,
     DEFAULT_RECEIVER_QUEUE_SIZE,
-    WindowConsumer,
+    WindowPasses,
 )
 
 if TYPE_CHECKING:
@@ -32,9 +32,6 @@ if TYPE_CHECKING:
     from spark_apps.dlq_replay.pulsar_io.window import PartitionWindow
 
 log = logging.getLogger(__name__)
-
-#: Reads of the window a commit makes at most while idle stops keep yielding more final messages.
-MAX_COMMIT_PASSES = 20
 
 COMMIT_INPUT_SCHEMA = "dlq_topic string, dlq_message_id string"
 COMMIT_RESULT_SCHEMA = "dlq_topic string, acked long, left_pending long, beyond_window long"
@@ -103,36 +100,29 @@ class CommitFn:
         outside = {i for i in ids if not in_window(*_entry(i), end)}
         if outside:
             log.warning("commit %s: %d ids lie beyond the window end and are not acked", topic, len(outside))
-        todo = ids - outside
-        if not todo:
+        remaining = ids - outside
+        if not remaining:
             return topic, 0, 0, 0
-        acked = left = beyond = passes = 0
-        remaining = set(todo)
-        while remaining and passes < MAX_COMMIT_PASSES:
-            passes += 1
-            acked_before, left = acked, 0
-            with WindowConsumer(
-                get_client(self.conf),
-                window,
-                self.subscription,
-                role="commit",
-                idle_timeout_ms=self.idle_timeout_ms,
-                receiver_queue_size=self.receiver_queue_size,
-                batch_index_ack=self.batch_index_ack,
-            ) as consumer:
-                for id_str, msg, _ in consumer.messages():
-                    if id_str in remaining:
-                        consumer.acknowledge(msg)
-                        remaining.discard(id_str)
-                        acked += 1
-                    else:
-                        left += 1
-                stats = consumer.stats
-            beyond = max(beyond, stats.beyond_window)
-            # Reaching the window end means every pending message was delivered: final ids not seen were
-            # acked by an earlier commit. An idle stop may be a stall: read again while that makes progress.
-            if stats.stopped_by != "idle-timeout" or acked == acked_before:
-                break
+        # Reaching the window end means every pending message was delivered: final ids not seen were
+        # acked by an earlier commit. An idle stop may be a stall: read again while that finds more.
+        reader = WindowPasses(
+            get_client(self.conf),
+            window,
+            self.subscription,
+            role="commit",
+            idle_timeout_ms=self.idle_timeout_ms,
+            receiver_queue_size=self.receiver_queue_size,
+            batch_index_ack=self.batch_index_ack,
+        )
+        acked = left = 0
+        for id_str, msg, _, consumer in reader.messages():
+            if id_str in remaining:
+                consumer.acknowledge(msg)
+                remaining.discard(id_str)
+                acked += 1
+            else:
+                left += 1
+        beyond, passes = reader.stats.beyond_window, reader.passes
         log.info(
             "commit %s: acked %d, left pending %d, beyond window %d, %d final ids not received "
             "(already acked), %d pass(es)",

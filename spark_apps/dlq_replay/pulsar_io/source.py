@@ -32,7 +32,7 @@ from spark_apps.dlq_replay.pulsar_io.window import (
 from spark_apps.dlq_replay.pulsar_io.window_consumer import (
     DEFAULT_IDLE_TIMEOUT_MS,
     DEFAULT_RECEIVER_QUEUE_SIZE,
-    WindowConsumer,
+    WindowPasses,
 )
 
 if TYPE_CHECKING:
@@ -52,8 +52,6 @@ SOURCE_SCHEMA = (
 )
 SOURCE_COLUMNS = [part.split()[0] for part in SOURCE_SCHEMA.split(", ")]
 DEFAULT_MAX_BATCH_ROWS = 10_000
-#: Reads of a partition's window at most while idle stops keep finding new messages (one consumer only).
-MAX_READ_PASSES = 20
 # Set on a row whose properties or key could not be decoded as UTF-8 (the message is kept, never dropped).
 UNDECODABLE_PROPERTY = "__dlq.replay.undecodable"
 
@@ -171,36 +169,22 @@ class PulsarDataSourceReader(DataSourceReader):
         arrow_schema = to_arrow_schema(self.schema, timezone="UTC")
         started = time.monotonic()
         builder = _BatchBuilder(window, arrow_schema)
-        seen: set[str] = set()
         add = builder.add
         limit = self.max_batch_rows
-        read = duplicates = beyond = passes = 0
-        stopped_by = "not-started"
-        while passes < MAX_READ_PASSES:
-            passes += 1
-            with WindowConsumer(
-                get_client(self.conf),
-                window,
-                self.subscription,
-                role="read",
-                idle_timeout_ms=self.idle_timeout_ms,
-                receiver_queue_size=self.receiver_queue_size,
-                seen=seen,
-            ) as consumer:
-                for id_str, msg, mid in consumer.messages():
-                    if add(id_str, msg, mid) >= limit:
-                        yield builder.flush()
-                stats = consumer.stats
-            read += stats.in_window
-            duplicates += stats.duplicates
-            beyond = max(beyond, stats.beyond_window)
-            stopped_by = stats.stopped_by
-            # An idle stop before the window end is a broker stall or an acked tail. The only consumer of
-            # the partition reads again (from the first pending message) while that finds new messages;
-            # with several consumers per partition the others' messages would come back too, so not then.
-            if stopped_by != "idle-timeout" or stats.in_window == 0 or self.parallelism > 1:
-                break
-            log.info("read %s: idle stop after %d new messages, reading again", window.topic, stats.in_window)
+        # With several consumers per partition an idle stop is normal (the others hold the rest): the
+        # only consumer of a partition resumes after one, which may be a broker stall.
+        reader = WindowPasses(
+            get_client(self.conf),
+            window,
+            self.subscription,
+            role="read",
+            idle_timeout_ms=self.idle_timeout_ms,
+            receiver_queue_size=self.receiver_queue_size,
+            resume=self.parallelism == 1,
+        )
+        for id_str, msg, mid, _ in reader.messages():
+            if add(id_str, msg, mid) >= limit:
+                yield builder.flush()
         if builder.rows:
             yield builder.flush()
         log.info(
@@ -208,11 +192,11 @@ class PulsarDataSourceReader(DataSourceReader):
             "after %d pass(es) in %.2fs",
             window.topic,
             partition.slot,
-            read,
-            duplicates,
-            beyond,
-            stopped_by,
-            passes,
+            reader.stats.in_window,
+            reader.stats.duplicates,
+            reader.stats.beyond_window,
+            reader.stats.stopped_by,
+            reader.passes,
             time.monotonic() - started,
         )
 

@@ -8,6 +8,10 @@ consumer that received them). The consumer stops when
 * nothing arrived for ``idle_timeout_ms`` (the last message of the window may already be acked, or the
   backlog may be empty).
 
+An idle stop can also be a broker stall. :class:`WindowPasses` then reads the window again with a new
+consumer (every pending message comes back, ids already returned are skipped) while passes keep
+finding new messages.
+
 Messages beyond the end are neither returned nor acked: closing the consumer hands them back to the
 broker for the next run. Redeliveries can repeat a message, so ids are de-duplicated.
 """
@@ -25,6 +29,8 @@ if TYPE_CHECKING:
     from types import TracebackType
 
 DEFAULT_IDLE_TIMEOUT_MS = 5000
+#: Reads of a window at most while idle stops keep finding new messages.
+MAX_PASSES = 20
 DEFAULT_RECEIVER_QUEUE_SIZE = 1000
 _BATCH_DRAIN_MS = 200
 
@@ -142,3 +148,54 @@ class WindowConsumer:
     def acknowledge(self, msg: Any) -> None:
         """Ack one message received by this consumer."""
         self._consumer.acknowledge(msg)
+
+
+class WindowPasses:
+    """Reads a window through one :class:`WindowConsumer` after another, resuming after idle stops.
+
+    :meth:`messages` yields ``(message_id_str, message, message_id, consumer)``, each id once over all
+    passes; ack a message through the ``consumer`` it came with, while iterating. Another pass starts
+    only when ``resume`` is set and a pass stopped idle after finding new messages. ``stats`` sums the
+    passes (``beyond_window`` is the largest pass's; ``stopped_by`` is the last pass's).
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        window: PartitionWindow,
+        subscription: str,
+        *,
+        role: str,
+        idle_timeout_ms: int = DEFAULT_IDLE_TIMEOUT_MS,
+        receiver_queue_size: int = DEFAULT_RECEIVER_QUEUE_SIZE,
+        batch_index_ack: bool = False,
+        resume: bool = True,
+        max_passes: int = MAX_PASSES,
+    ) -> None:
+        self._consumer_args = (client, window, subscription)
+        self._consumer_kwargs: dict[str, Any] = {
+            "role": role,
+            "idle_timeout_ms": idle_timeout_ms,
+            "receiver_queue_size": receiver_queue_size,
+            "batch_index_ack": batch_index_ack,
+        }
+        self.resume = resume
+        self.max_passes = max_passes
+        self.passes = 0
+        self.stats = ConsumeStats()
+
+    def messages(self) -> Iterator[tuple[str, Any, Any, WindowConsumer]]:
+        seen: set[str] = set()
+        stats = self.stats
+        while self.passes < self.max_passes:
+            self.passes += 1
+            with WindowConsumer(*self._consumer_args, **self._consumer_kwargs, seen=seen) as consumer:
+                for id_str, msg, mid in consumer.messages():
+                    yield id_str, msg, mid, consumer
+                found = consumer.stats
+            stats.in_window += found.in_window
+            stats.duplicates += found.duplicates
+            stats.beyond_window = max(stats.beyond_window, found.beyond_window)
+            stats.stopped_by = found.stopped_by
+            if not self.resume or found.stopped_by != "idle-timeout" or found.in_window == 0:
+                return
