@@ -113,19 +113,17 @@ def _chosen_ids(candidates: DataFrame, filters: Filters) -> DataFrame:
     from spark_apps.dlq_replay.arrow_compat import map_in_arrow
 
     def selected(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from spark_apps.dlq_replay.normalize import normalize_batch
+        from spark_apps.dlq_replay.normalize import normalize_columns
 
         for batch in batches:
-            norm = normalize_batch(batch)
-            cols = _Columns(norm)
+            columns = normalize_columns(batch)
+            times = _publish_times(batch, filters)
             passes = [
                 filter_reason(filters, sig, cls, ts) is None
-                for sig, cls, ts in zip(
-                    cols["signature"], cols["error_class"], cols["publish_time"], strict=True
-                )
+                for sig, cls, ts in zip(columns["signature"], columns["error_class"], times, strict=True)
             ]
             yield pa.RecordBatch.from_arrays(
-                [batch.column(_RID), norm.column("publish_time"), batch.column("topic"), pa.array(passes)],
+                [batch.column(_RID), batch.column("publish_time"), batch.column("topic"), pa.array(passes)],
                 names=[_RID, "publish_time", "topic", "selected"],
             )
 
@@ -140,11 +138,13 @@ def _chosen_ids(candidates: DataFrame, filters: Filters) -> DataFrame:
     )
 
 
-def scope_batch(batch: pa.RecordBatch, normalized: pa.RecordBatch, filters: Filters) -> pa.RecordBatch:
-    """``normalized`` plus ``scope`` and ``scope_reason`` from the flags of :func:`with_scope_flags`."""
-    cols = _Columns(normalized)
+def add_scope_columns(batch: pa.RecordBatch, columns: dict[str, list[Any]], filters: Filters) -> None:
+    """Add ``scope`` and ``scope_reason`` to ``columns``, the batch's
+    :func:`~spark_apps.dlq_replay.normalize.normalize_columns`, from the flags of
+    :func:`with_scope_flags` and the filters."""
     finals = batch.column(_FINAL).to_pylist()
     chosen = batch.column(_CHOSEN).to_pylist()
+    times = _publish_times(batch, filters)
     limited = filters.max_messages is not None
     scopes: list[str] = []
     reasons: list[str | None] = []
@@ -153,17 +153,20 @@ def scope_batch(batch: pa.RecordBatch, normalized: pa.RecordBatch, filters: Filt
         if final:
             scope = SCOPE_ALREADY_FINAL
         else:
-            reason = filter_reason(
-                filters, cols["signature"][i], cols["error_class"][i], cols["publish_time"][i]
-            )
+            reason = filter_reason(filters, columns["signature"][i], columns["error_class"][i], times[i])
             if reason is None and limited and not picked:
                 reason = "beyond --max-messages"
             scope = SCOPE_FILTERED if reason else SCOPE_IN
         scopes.append(scope)
         reasons.append(reason)
-    return normalized.append_column(SCOPE_COLUMN, pa.array(scopes, pa.string())).append_column(
-        SCOPE_REASON_COLUMN, pa.array(reasons, pa.string())
-    )
+    columns[SCOPE_COLUMN], columns[SCOPE_REASON_COLUMN] = scopes, reasons
+
+
+def _publish_times(batch: pa.RecordBatch, filters: Filters) -> list[Any]:
+    """Publish times as Python values, converted only when a time filter needs them."""
+    if filters.since is None and filters.until is None:
+        return [None] * batch.num_rows
+    return batch.column("publish_time").to_pylist()
 
 
 # --------------------------------------------------------------------------- decide (executors)
@@ -276,7 +279,8 @@ def decide_batch(
     """Decide every row of one Arrow batch of scoped rows (pure function; see :data:`DECIDED_SCHEMA`).
 
     Without a ``sequencer`` the producer columns stay null. ``columns``: this batch's
-    :func:`~spark_apps.dlq_replay.normalize.normalize_columns`, reused instead of converted again.
+    :func:`~spark_apps.dlq_replay.normalize.normalize_columns` (and :func:`add_scope_columns`), reused
+    instead of converted again; the scope then need not be in ``batch``.
     """
     from spark_apps.dlq_replay.fixes import load_fix, run_fix
 
@@ -496,8 +500,8 @@ def decide(
         sequencer = ProducerSequencer(settings.run_id, context.partitionId() if context else 0)
         for batch in batches:
             columns = normalize_columns(batch)
-            scoped = scope_batch(batch, normalize_batch(batch, columns), chosen_filters)
-            yield decide_batch(scoped, playbook, settings, sequencer, columns)
+            add_scope_columns(batch, columns, chosen_filters)
+            yield decide_batch(normalize_batch(batch, columns), playbook, settings, sequencer, columns)
 
     from spark_apps.dlq_replay.arrow_compat import map_in_arrow
 
