@@ -1,11 +1,14 @@
 """Small text files of a run (plan, state, report) on any Hadoop-compatible file system.
 
-The output root may be a local path or a URI (``hdfs://``, ``s3a://``, ``file:///``...); everything goes
-through Spark's Hadoop ``FileSystem`` on the driver, so whatever Spark can write to works here too.
+The output root may be a local path or a URI (``hdfs://``, ``s3a://``, ``file:///``...). Local files are
+read and written with Python (a write is a temporary file and ``os.replace``, atomic even if the driver
+is killed mid-write); anything else goes through Spark's Hadoop ``FileSystem`` on the driver, so
+whatever Spark can write to works here too.
 """
 
 from __future__ import annotations
 
+import os
 import posixpath
 import uuid
 from typing import TYPE_CHECKING, Any
@@ -22,12 +25,21 @@ def join(root: str, *parts: str) -> str:
     return out
 
 
+def local_path(path: str) -> str | None:
+    """The local file system path of ``path`` (a plain path or a ``file:`` URI), else ``None``."""
+    if path.startswith("/"):
+        return path
+    if path.startswith("file:"):
+        from urllib.parse import unquote, urlparse
+
+        return unquote(urlparse(path).path) or None
+    return None
+
+
 def qualify_root(root: str) -> str:
     """A local relative path becomes absolute (executors and the driver then agree on it)."""
     if "://" in root or root.startswith("/"):
         return root.rstrip("/") or "/"
-    import os
-
     return os.path.abspath(root)
 
 
@@ -52,6 +64,13 @@ class RunStorage:
 
     def read_text(self, path: str) -> str | None:
         """The file's text, or ``None`` when it does not exist."""
+        local = local_path(path)
+        if local is not None:
+            try:
+                with open(local, encoding="utf-8") as handle:
+                    return handle.read()
+            except FileNotFoundError:
+                return None
         fs, jpath = self._fs(path)
         if not fs.exists(jpath):
             return None
@@ -64,6 +83,14 @@ class RunStorage:
 
     def write_text(self, path: str, text: str) -> None:
         """Write ``text`` atomically where the file system can: a temporary file, then a rename."""
+        local = local_path(path)
+        if local is not None:
+            os.makedirs(os.path.dirname(local) or ".", exist_ok=True)
+            tmp = f"{local}.tmp-{uuid.uuid4().hex}"
+            with open(tmp, "w", encoding="utf-8") as handle:
+                handle.write(text)
+            os.replace(tmp, local)  # atomic: a killed driver leaves the old file or the new one
+            return
         fs, jpath = self._fs(path)
         parent = jpath.getParent()
         if parent is not None and not fs.exists(parent):
@@ -84,7 +111,7 @@ class RunStorage:
             raise OSError(f"could not rename {tmp} to {path}; check the output directory is writable")
 
     def _rename_over(self, src: Any, dst: Any) -> bool:
-        """Atomic rename replacing ``dst`` (``FileContext`` with ``Rename.OVERWRITE``) where supported."""
+        """Rename replacing ``dst`` (``FileContext`` with ``Rename.OVERWRITE``; atomic on HDFS)."""
         hadoop_fs = self._jvm.org.apache.hadoop.fs
         gateway: Any = self._spark.sparkContext._gateway
         try:
