@@ -147,7 +147,7 @@ def test_crash_between_produce_and_ack_duplicates_never_loses(
 
 LEAK_SCRIPT = textwrap.dedent(
     """
-    import logging, sys
+    import logging, os, sys
     import pulsar
     from airflow_provider_dlq.dlq_consumer import DeadLetterPolicy, DlqConsumer, RetryPolicy
 
@@ -164,6 +164,10 @@ LEAK_SCRIPT = textwrap.dedent(
         consumer.term(msg, "done")
     client.close()
     print("finished")
+    # pulsar-client with a Python logger can abort at interpreter exit (apache/pulsar-client-python#256).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
     """
 )
 
