@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from spark_apps.dlq_replay import outcomes as oc
 from spark_apps.dlq_replay.errors import FixLoadError, PlaybookError, ReplayConfigError, ReplayError
+from spark_apps.dlq_replay.group_actions import parse_group_actions
 from spark_apps.dlq_replay.options import (
     DEFAULT_IDLE_TIMEOUT_MS,
     DEFAULT_MAX_REPLAYS,
@@ -100,6 +101,18 @@ def build_parser() -> argparse.ArgumentParser:
         "(* within a path part, ** across), or re:<regex>. Required for --mode replay.",
     )
     add("--signatures", metavar="S1,S2", help="Only act on these error signatures (from a report).")
+    add(
+        "--group-actions",
+        metavar="JSON|@FILE",
+        help="Approved action per error signature, overriding the playbook for this run: a JSON object "
+        '{"<signature>": "replay"|"archive"|"leave"} or @path of a file holding it (docs/approval.md).',
+    )
+    add(
+        "--window-from",
+        metavar="RUN_ID",
+        help="Read the window frozen by this earlier run (e.g. the reviewed dry-run) instead of freezing a "
+        "new one; same --output-dir, --topics and --subscription.",
+    )
     add("--error-class", metavar="NAME", help="Only act on this error class (full or simple class name).")
     add(
         "--since",
@@ -195,6 +208,8 @@ def parse_options(argv: Sequence[str] | None = None) -> ReplayOptions:
         archive_payload=args.archive_payload == "on",
         idle_timeout_ms=args.idle_timeout_ms,
         wave_size=args.wave_size,
+        group_actions=parse_group_actions(args.group_actions) if args.group_actions else None,
+        window_from=args.window_from.strip() if args.window_from else None,
     )
 
 

@@ -60,6 +60,10 @@ class ReplayOptions:
     archive_payload: bool = True
     idle_timeout_ms: int = DEFAULT_IDLE_TIMEOUT_MS
     wave_size: int = DEFAULT_WAVE_SIZE
+    #: Approved action per error signature (``--group-actions``), overriding the playbook for this run.
+    group_actions: dict[str, str] | None = None
+    #: Read the window frozen by this earlier run (``--window-from``), e.g. the reviewed dry-run.
+    window_from: str | None = None
 
     def __post_init__(self) -> None:
         try:
@@ -98,6 +102,13 @@ class ReplayOptions:
                 raise ReplayConfigError(f"{name} must be >= {minimum}; got {value}")
         if self.rate_limit is not None and self.rate_limit <= 0:
             raise ReplayConfigError(f"--rate-limit must be > 0 messages/s; got {self.rate_limit}")
+        if self.window_from is not None:
+            try:
+                validate_run_id(self.window_from)
+            except ValueError as exc:
+                raise ReplayConfigError(f"--window-from: {exc}") from exc
+            if self.window_from == self.run_id:
+                raise ReplayConfigError("--window-from must name an earlier run, not this --run-id")
 
     def fingerprint_options(self, playbook_digest: str) -> dict[str, Any]:
         """The options that shape results: a run id must be resumed with the same ones."""
@@ -115,4 +126,7 @@ class ReplayOptions:
             "max_replays": self.max_replays,
             "archive_payload": self.archive_payload,
             "wave_size": self.wave_size,
+            # Only when given, so runs started without them keep their fingerprint.
+            **({"group_actions": dict(sorted(self.group_actions.items()))} if self.group_actions else {}),
+            **({"window_from": self.window_from} if self.window_from else {}),
         }

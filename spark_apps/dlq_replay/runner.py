@@ -133,7 +133,15 @@ def _plan(run: _Run) -> tuple[list[PartitionWindow], datetime]:
 
     if run.step("plan"):
         started = time.monotonic()
-        windows = freeze_window(run.conf, list(run.options.topics), run.options.subscription)
+        if run.options.window_from:  # the window a reviewer saw (docs/approval.md)
+            from spark_apps.dlq_replay.group_actions import reuse_window
+
+            earlier = RunPaths(run.options.output_dir, run.options.window_from).plan
+            windows = reuse_window(
+                run.storage, earlier, run.options.window_from, run.options.topics, run.options.subscription
+            )
+        else:
+            windows = freeze_window(run.conf, list(run.options.topics), run.options.subscription)
         planned_at = datetime.now(UTC)
         plan = {
             "run_id": run.options.run_id,
@@ -205,6 +213,7 @@ def _decide(run: _Run, snapshot: DataFrame) -> DataFrame:
             max_replays=opts.max_replays,
             allowlist=TopicMatcher.parse(list(opts.origin_allowlist)) if opts.origin_allowlist else None,
             archive_payload=opts.archive_payload,
+            group_actions=opts.group_actions,
         )
         decided = decide(
             snapshot,
@@ -213,6 +222,7 @@ def _decide(run: _Run, snapshot: DataFrame) -> DataFrame:
             run.buckets,
             filters=filters,
             final_ids=final_ids(ledger, exclude_run_id=opts.run_id),
+            reviewed_ids=_reviewed_ids(run),
         )
         decided.write.mode("overwrite").parquet(run.paths.decisions)
         sending = run.spark.read.parquet(run.paths.decisions).filter(f"outcome = '{oc.TO_REPUBLISH}'")
@@ -225,6 +235,15 @@ def _decide(run: _Run, snapshot: DataFrame) -> DataFrame:
             producers_per_target=run.buckets,
         )
     return run.spark.read.parquet(run.paths.decisions)
+
+
+def _reviewed_ids(run: _Run) -> DataFrame | None:
+    """With ``--window-from``: the replay ids the reviewed run had in scope (it acts on nothing else)."""
+    if not run.options.window_from:
+        return None
+    from spark_apps.dlq_replay.group_actions import reviewed_ids
+
+    return reviewed_ids(run.spark, RunPaths(run.options.output_dir, run.options.window_from).decisions)
 
 
 def _apply(run: _Run, decisions: DataFrame, planned_at: datetime) -> DataFrame | None:
