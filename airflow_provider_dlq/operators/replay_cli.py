@@ -8,6 +8,7 @@ file given by ``--auth-token-file``.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -165,6 +166,8 @@ class ReplayArgs:
     rate_limit: float | None = None
     parallelism: int | None = None
     archive_payload: str = "on"
+    group_actions: tuple[tuple[str, str], ...] | None = None
+    window_from: str | None = None
 
     @property
     def report_json(self) -> str:
@@ -195,11 +198,42 @@ class ReplayArgs:
             ("--rate-limit", self.rate_limit),
             ("--parallelism", self.parallelism),
             ("--archive-payload", self.archive_payload),
+            ("--group-actions", group_actions_json(self.group_actions)),
+            ("--window-from", self.window_from),
         ]
         for flag, value in optional:
             if value is not None and value != "":
                 argv += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
         return argv
+
+
+GROUP_ACTIONS = ("replay", "archive", "leave")
+
+
+def parse_group_actions(value: Any) -> tuple[tuple[str, str], ...] | None:
+    """``{signature: replay|archive|leave}`` (a mapping or its JSON text, as templates render it) as
+    sorted pairs; ``None``/blank -> ``None``. The app's ``--group-actions`` (docs/approval.md)."""
+    if _blank(value):
+        return None
+    data = value
+    if isinstance(value, str):
+        try:
+            data = json.loads(value)
+        except ValueError:
+            data = None
+    if not isinstance(data, Mapping):
+        raise ReplayArgumentError(
+            f"group_actions must be a mapping (or its JSON) of error signature to one of "
+            f"{', '.join(GROUP_ACTIONS)}; got {value!r}."
+        )
+    bad = {str(k): v for k, v in data.items() if v not in GROUP_ACTIONS}
+    if bad:
+        raise ReplayArgumentError(f"group_actions: {bad} must each be one of {', '.join(GROUP_ACTIONS)}.")
+    return tuple(sorted((str(k), str(v)) for k, v in data.items()))
+
+
+def group_actions_json(pairs: tuple[tuple[str, str], ...] | None) -> str | None:
+    return None if pairs is None else json.dumps(dict(pairs), sort_keys=True, separators=(",", ":"))
 
 
 def build_replay_args(values: Mapping[str, Any]) -> ReplayArgs:
@@ -224,6 +258,18 @@ def build_replay_args(values: Mapping[str, Any]) -> ReplayArgs:
     if since and until and _utc(since) >= _utc(until):
         raise ReplayArgumentError(f"since ({since}) must be before until ({until}).")
     max_replays = opt_int("max_replays", values.get("max_replays"), minimum=1)
+    group_actions = parse_group_actions(values.get("group_actions"))
+    signatures = tuple(as_list("signatures", values.get("signatures")))
+    if group_actions is not None and not signatures:
+        # An approval acts on the approved groups only; never on everything for want of a filter.
+        signatures = tuple(sig for sig, action in group_actions if action != "leave")
+        if not signatures:
+            raise ReplayArgumentError(
+                "group_actions approves no group (every action is 'leave'); there is nothing to replay."
+            )
+    window_from = opt_str(values.get("window_from"))
+    if window_from is not None:
+        check_run_id(window_from)
     return ReplayArgs(
         run_id=check_run_id(str(values["run_id"])),
         mode=mode,
@@ -235,7 +281,7 @@ def build_replay_args(values: Mapping[str, Any]) -> ReplayArgs:
         tls_trust_certs_file=opt_str(values.get("tls_trust_certs_file")),
         playbook=opt_str(values.get("playbook")),
         origin_allowlist=allowlist,
-        signatures=tuple(as_list("signatures", values.get("signatures"))),
+        signatures=signatures,
         error_class=opt_str(values.get("error_class")),
         since=since,
         until=until,
@@ -244,6 +290,8 @@ def build_replay_args(values: Mapping[str, Any]) -> ReplayArgs:
         rate_limit=opt_float("rate_limit", values.get("rate_limit")),
         parallelism=opt_int("parallelism", values.get("parallelism"), minimum=1),
         archive_payload=archive_flag(values.get("archive_payload", "on")),
+        group_actions=group_actions,
+        window_from=window_from,
     )
 
 
