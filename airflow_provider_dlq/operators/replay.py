@@ -122,6 +122,9 @@ class DlqReplayOperator(BaseOperator):
         (``docs/approval.md``). (templated)
     :param window_from: Read the window frozen by this earlier replay run id (the reviewed dry-run)
         instead of freezing a new one. (templated)
+    :param canary: Replay ``N`` messages (or ``"P%"``) of each error group first, watch them for
+        ``canary_wait_seconds`` and halt groups whose canaries fail again more often than
+        ``canary_max_failure_rate`` (left pending as ``canary_failed``; ``docs/canary.md``). (templated)
     """
 
     template_fields: Sequence[str] = (
@@ -139,6 +142,7 @@ class DlqReplayOperator(BaseOperator):
         "max_messages",
         "group_actions",
         "window_from",
+        "canary",
         "auth_token_file",
         "bundle_path",
         "application",
@@ -177,6 +181,9 @@ class DlqReplayOperator(BaseOperator):
         spark_submit_kwargs: dict[str, Any] | None = None,
         group_actions: str | Mapping[str, str] | None = None,
         window_from: str | None = None,
+        canary: str | int | None = None,
+        canary_wait_seconds: float = 60.0,
+        canary_max_failure_rate: float = 0.0,
         **kwargs: Any,
     ) -> None:
         if (
@@ -225,6 +232,9 @@ class DlqReplayOperator(BaseOperator):
         self.spark_submit_kwargs = dict(spark_submit_kwargs or {})
         self.group_actions = group_actions
         self.window_from = window_from
+        self.canary = canary
+        self.canary_wait_seconds = canary_wait_seconds
+        self.canary_max_failure_rate = canary_max_failure_rate
         self._hook: _ReplaySubmitHook | None = None
         self._killed = False
 
@@ -267,6 +277,9 @@ class DlqReplayOperator(BaseOperator):
                 "archive_payload": self.archive_payload,
                 "group_actions": self.group_actions,
                 "window_from": self.window_from,
+                "canary": self.canary,
+                "canary_wait_seconds": self.canary_wait_seconds,
+                "canary_max_failure_rate": self.canary_max_failure_rate,
             }
         )
 

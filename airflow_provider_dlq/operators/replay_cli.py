@@ -168,6 +168,9 @@ class ReplayArgs:
     archive_payload: str = "on"
     group_actions: tuple[tuple[str, str], ...] | None = None
     window_from: str | None = None
+    canary: str | None = None
+    canary_wait_seconds: float | None = None
+    canary_max_failure_rate: float | None = None
 
     @property
     def report_json(self) -> str:
@@ -200,6 +203,9 @@ class ReplayArgs:
             ("--archive-payload", self.archive_payload),
             ("--group-actions", group_actions_json(self.group_actions)),
             ("--window-from", self.window_from),
+            ("--canary", self.canary),
+            ("--canary-wait-seconds", self.canary_wait_seconds),
+            ("--canary-max-failure-rate", self.canary_max_failure_rate),
         ]
         for flag, value in optional:
             if value is not None and value != "":
@@ -234,6 +240,34 @@ def parse_group_actions(value: Any) -> tuple[tuple[str, str], ...] | None:
 
 def group_actions_json(pairs: tuple[tuple[str, str], ...] | None) -> str | None:
     return None if pairs is None else json.dumps(dict(pairs), sort_keys=True, separators=(",", ":"))
+
+
+_CANARY_SIZE = re.compile(r"[0-9]+(\.[0-9]+)?%|[1-9][0-9]*")
+
+
+def canary_args(values: Mapping[str, Any]) -> dict[str, Any]:
+    """``canary`` (N or P%), its wait and its halt threshold, validated (docs/canary.md)."""
+    size = opt_str(values.get("canary"))
+    if size is None:
+        return {}
+    if not _CANARY_SIZE.fullmatch(size):
+        raise ReplayArgumentError(
+            f"canary must be a count such as 5 or a percentage such as 10%; got {size!r}."
+        )
+    wait: Any = values.get("canary_wait_seconds")
+    rate: Any = values.get("canary_max_failure_rate")
+    try:
+        wait_s = 60.0 if _blank(wait) else float(wait)
+        max_rate = 0.0 if _blank(rate) else float(rate)
+    except (TypeError, ValueError):
+        raise ReplayArgumentError(
+            f"canary_wait_seconds and canary_max_failure_rate must be numbers; got {wait!r}, {rate!r}."
+        ) from None
+    if wait_s < 0 or not 0 <= max_rate < 1:
+        raise ReplayArgumentError(
+            f"canary_wait_seconds must be >= 0 and canary_max_failure_rate in [0, 1); got {wait!r}, {rate!r}."
+        )
+    return {"canary": size, "canary_wait_seconds": wait_s, "canary_max_failure_rate": max_rate}
 
 
 def build_replay_args(values: Mapping[str, Any]) -> ReplayArgs:
@@ -292,6 +326,7 @@ def build_replay_args(values: Mapping[str, Any]) -> ReplayArgs:
         archive_payload=archive_flag(values.get("archive_payload", "on")),
         group_actions=group_actions,
         window_from=window_from,
+        **canary_args(values),
     )
 
 

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spark_apps.dlq_replay import outcomes as oc
 from spark_apps.dlq_replay.errors import ReplayConfigError
 from spark_apps.dlq_replay.state import validate_run_id
+
+if TYPE_CHECKING:
+    from spark_apps.dlq_replay.canary import CanarySpec
 
 DEFAULT_SUBSCRIPTION = "dlq-replayer"
 DEFAULT_MAX_REPLAYS = 3
@@ -64,6 +67,8 @@ class ReplayOptions:
     group_actions: dict[str, str] | None = None
     #: Read the window frozen by this earlier run (``--window-from``), e.g. the reviewed dry-run.
     window_from: str | None = None
+    #: Replay a canary of each group first and halt groups that fail again (``--canary``).
+    canary: CanarySpec | None = None
 
     def __post_init__(self) -> None:
         try:
@@ -129,4 +134,5 @@ class ReplayOptions:
             # Only when given, so runs started without them keep their fingerprint.
             **({"group_actions": dict(sorted(self.group_actions.items()))} if self.group_actions else {}),
             **({"window_from": self.window_from} if self.window_from else {}),
+            **({"canary": self.canary.fingerprint()} if self.canary else {}),
         }

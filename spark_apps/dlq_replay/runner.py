@@ -260,16 +260,35 @@ def _apply(run: _Run, decisions: DataFrame, planned_at: datetime) -> DataFrame |
             log.info("step apply: archive written to %s", run.paths.archive)
         published = failed = 0
         if to_send:
-            _republish_in_waves(run, decisions, to_send)
+            sending: DataFrame = decisions
+            halted: list[str] = []
+            unsent_halted = _no_halted
+            if run.options.canary:  # canary first; halted groups are not sent (docs/canary.md)
+                from spark_apps.dlq_replay.canary import run_canary, unsent_halted
+
+                sending, halted = run_canary(run, decisions, lambda df, path: _send(run, df, path))
+            _republish_in_waves(run, sending, to_send)
             saved = run.spark.read.parquet(run.paths.republish_results)
             published = saved.filter("published").count()
-            failed = to_send - published
+            failed = to_send - published - unsent_halted(run, decisions, halted)
             if failed:
                 log.warning("step apply: %d messages could not be published; they stay pending", failed)
         run.done("apply", started, published=published, publish_failed=failed)
     if to_send and run.storage.has_data(run.paths.republish_results):
         return run.spark.read.parquet(run.paths.republish_results)
     return None
+
+
+def _send(run: _Run, decisions: DataFrame, path: str) -> None:
+    """Republish the ``to_republish`` rows of ``decisions`` and save the results at ``path``."""
+    from spark_apps.dlq_replay.apply import republish
+
+    results = republish(decisions, run.conf, partitions=run.buckets, rate_limit_per_s=run.options.rate_limit)
+    results.write.mode("overwrite").parquet(path)
+
+
+def _no_halted(run: _Run, decisions: DataFrame, halted: list[str]) -> int:
+    return 0
 
 
 def _republish_in_waves(run: _Run, decisions: DataFrame, to_send: int) -> None:
@@ -407,7 +426,12 @@ def run_replay(spark: SparkSession, options: ReplayOptions) -> dict[str, Any]:
         outcomes_df = with_publish_results(decisions.select(*OUTCOME_COLUMNS), None)
     else:
         results = _apply(run, decisions, planned_at)
-        outcomes_df = with_publish_results(decisions.select(*OUTCOME_COLUMNS), results)
+        outcomes_df = decisions.select(*OUTCOME_COLUMNS)
+        if options.canary:
+            from spark_apps.dlq_replay.canary import halted_groups, mark_halted
+
+            outcomes_df = mark_halted(outcomes_df, halted_groups(run), results)
+        outcomes_df = with_publish_results(outcomes_df, results)
         _record(run, outcomes_df)
         _commit(run, windows)
         # The ledger holds this run's outcomes (none for an empty window): the report reads them back.
@@ -435,6 +459,8 @@ def run_replay(spark: SparkSession, options: ReplayOptions) -> dict[str, Any]:
         paths=run.paths.public(),
     )
     report["timings"]["report"] = round(time.monotonic() - started, 3)  # the aggregation included
+    if options.canary:
+        report["canary"] = {"size": options.canary.label, **(run.state.info("apply").get("canary") or {})}
     run.storage.write_text(run.paths.report_json, json.dumps(report, indent=2, sort_keys=True))
     run.storage.write_text(run.paths.report_html, render_html(report))
     run.done("report", started, status=report["status"])

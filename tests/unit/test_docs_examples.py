@@ -33,6 +33,7 @@ def test_pages_of_the_three_capabilities_show_their_dags():
     assert ("event-driven.md", "howto_pulsar_dlq_asset_watcher") in shown
     assert ("event-driven.md", "howto_dlq_event_driven_replay") in shown
     assert ("approval.md", "howto_dlq_backfill") in shown
+    assert ("canary.md", "howto_dlq_canary_replay") in shown
 
 
 @pytest.mark.parametrize(("page", "file", "marker", "code"), examples(), ids=lambda v: str(v)[:40])
