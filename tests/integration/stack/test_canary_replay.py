@@ -19,7 +19,7 @@ import pulsar
 import pytest
 from stack_helpers import OrdersService, add_dag_file, pending, stack_connections, wait_for
 
-pytestmark = [pytest.mark.integration, pytest.mark.real_pulsar, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.real_pulsar, pytest.mark.slow, pytest.mark.timeout(2400)]
 
 PER_GROUP = 10
 CANARY = 3
@@ -137,7 +137,7 @@ def test_canary_halts_the_group_that_fails_again_and_replays_the_other(
     procs = wait_for("the canary wait", in_canary_wait, timeout_s=600)
     sent_at = run_state(out)["steps"]["apply"]["canary"]["sent_at"]
     kill_trees(procs)
-    run = stack.wait_for_run(dag_id, run_id, timeout_s=900)
+    run = stack.wait_for_run(dag_id, run_id, timeout_s=1500)
     ti = stack.task_instances(dag_id, run_id)["replay"]
     assert run["state"] == "success", ti
     assert ti["try_number"] == 2

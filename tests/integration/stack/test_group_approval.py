@@ -19,7 +19,7 @@ from stack_helpers import (
     wait_for,
 )
 
-pytestmark = [pytest.mark.integration, pytest.mark.real_pulsar, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.real_pulsar, pytest.mark.slow, pytest.mark.timeout(2400)]
 
 DAG_ID = "dlq_backfill"
 PLAYBOOK = """\
@@ -117,7 +117,7 @@ def test_replay_acts_only_on_the_groups_a_person_approved(
     stack.api(
         "PATCH", hitl_path(run_id), {"chosen_options": ["Apply the chosen actions"], "params_input": answer}
     )
-    run = stack.wait_for_run(DAG_ID, run_id, timeout_s=900)
+    run = stack.wait_for_run(DAG_ID, run_id, timeout_s=1500)
     states = {t: ti["state"] for t, ti in stack.task_instances(DAG_ID, run_id).items()}
     assert run["state"] == "success", states
     assert states == {
@@ -143,7 +143,7 @@ def test_replay_acts_only_on_the_groups_a_person_approved(
     # A request nobody answers times out to "nothing approved": the replay is skipped, nothing changes.
     put_variable(stack, "dlq_approval_timeout_seconds", "3")
     timeout_run = stack.trigger(DAG_ID, conf)
-    finished = stack.wait_for_run(DAG_ID, timeout_run, timeout_s=900)
+    finished = stack.wait_for_run(DAG_ID, timeout_run, timeout_s=1500)
     states = {t: ti["state"] for t, ti in stack.task_instances(DAG_ID, timeout_run).items()}
     assert finished["state"] == "success", states
     assert states["approve"] == "success"
