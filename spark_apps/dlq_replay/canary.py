@@ -192,9 +192,18 @@ def watched_topics(dlq_topics: tuple[str, ...], spec: CanarySpec) -> list[str]:
 
 
 def failed_again(
-    conf: PulsarConf, topics: list[str], since_ms: int, run_id: str, canary_ids: set[str]
+    conf: PulsarConf,
+    topics: list[str],
+    since_ms: int,
+    run_id: str,
+    canary_ids: set[str],
+    optional: frozenset[str] = frozenset(),
 ) -> set[str]:
-    """The canary replay ids that reappeared on ``topics`` (published at/after ``since_ms``)."""
+    """The canary replay ids that reappeared on ``topics`` (published from ``since_ms`` until now).
+
+    Non-durable Readers, positioned by publish time: nothing is consumed or acked. A topic in
+    ``optional`` (a derived ``-RETRY`` name) that cannot be read is skipped with a warning.
+    """
     import pulsar
 
     from spark_apps.dlq_replay.lineage import REPLAY_ID, REPLAY_RUN_ID
@@ -202,27 +211,41 @@ def failed_again(
     from spark_apps.dlq_replay.pulsar_io.window import expand_partitions
 
     client = get_client(conf)
+    until_ms = int(time.time() * 1000)
     seen: set[str] = set()
     read = 0
     for topic in topics:
-        for name, _ in expand_partitions(client, topic):
-            reader = client.create_reader(name, pulsar.MessageId.latest)
+        try:
+            partitions = expand_partitions(client, topic)
+        except Exception as exc:
+            if topic not in optional:
+                raise
+            log.warning("canary: %s is not watched (%s)", topic, type(exc).__name__)
+            continue
+        for name, _ in partitions:
+            try:
+                reader = client.create_reader(name, pulsar.MessageId.latest)
+            except Exception as exc:
+                if topic not in optional:
+                    raise
+                log.warning("canary: %s is not watched (%s)", name, type(exc).__name__)
+                continue
             try:
                 reader.seek(int(since_ms))
-                while reader.has_message_available():
-                    msg = reader.read_next(timeout_millis=10_000)
+                while True:
+                    try:
+                        msg = reader.read_next(timeout_millis=3000)
+                    except pulsar.Timeout:
+                        break
                     read += 1
                     props = msg.properties()
                     if props.get(REPLAY_RUN_ID) == run_id and props.get(REPLAY_ID) in canary_ids:
                         seen.add(props[REPLAY_ID])
+                    if msg.publish_timestamp() > until_ms:
+                        break
             finally:
                 reader.close()
-    log.info(
-        "canary: read %d messages on %d watched topics; %d canaries failed again",
-        read,
-        len(topics),
-        len(seen),
-    )
+    log.info("canary: read %d messages on %d watched topics; %d failed again", read, len(topics), len(seen))
     return seen
 
 
@@ -291,7 +314,9 @@ def run_canary(run: Any, decisions: DataFrame, send: Any) -> tuple[DataFrame, li
             sent.setdefault(row["signature"], [])
         topics = watched_topics(tuple(run.options.topics), spec)
         canary_ids = {i for ids in sent.values() for i in ids}
-        seen = failed_again(run.conf, topics, int(state["watch_from_ms"]), run.options.run_id, canary_ids)
+        derived = frozenset(t for t in topics if t.endswith("-RETRY") and t not in spec.watch_topics)
+        since = int(state["watch_from_ms"])
+        seen = failed_again(run.conf, topics, since, run.options.run_id, canary_ids, derived)
         state["watched_topics"] = topics
         state["verdicts"] = verdicts(sent, seen, spec)
         run.save()
