@@ -195,8 +195,9 @@ class DlqGroupApprovalOperator(HITLOperator, SkipMixin):
         shown = groups[: self.max_groups]
         if not shown:
             self.log.info("Dry-run %s found no pending messages: nothing to approve.", summary["run_id"])
-            self._skip_downstream(context)
-            return self._result(summary, {}, {}, responded_by=None, timed_out=False)
+            return self._skip_downstream(
+                context, self._result(summary, {}, {}, responded_by=None, timed_out=False)
+            )
         self.params = ParamsDict(group_params(shown))
         self.body = approval_body(summary, groups, len(shown))
         self.log.info(
@@ -245,7 +246,7 @@ class DlqGroupApprovalOperator(HITLOperator, SkipMixin):
             sum(1 for a in actions.values() if a == LEAVE),
         )
         if result["decision"] != "approved":
-            self._skip_downstream(context)
+            return self._skip_downstream(context, result)
         return result
 
     @staticmethod
@@ -269,8 +270,11 @@ class DlqGroupApprovalOperator(HITLOperator, SkipMixin):
             "timed_out": timed_out,
         }
 
-    def _skip_downstream(self, context: Context) -> None:
+    def _skip_downstream(self, context: Context, result: dict[str, Any]) -> dict[str, Any]:
+        """Skip the replay; the decision is pushed first (the SDK's ``skip`` ends the task by raising)."""
         tasks = [t for t in context["task"].get_direct_relatives(upstream=False) if not t.is_teardown]
         if tasks:
+            context["ti"].xcom_push(key="return_value", value=result)
             self.log.info("Nothing approved: skipping %s", [t.task_id for t in tasks])
             self.skip(ti=context["ti"], tasks=tasks)
+        return result

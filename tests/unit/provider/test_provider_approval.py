@@ -78,10 +78,23 @@ def make_op(**kwargs) -> DlqGroupApprovalOperator:
     return DlqGroupApprovalOperator(task_id="approve", dry_run_summary=SUMMARY, **kwargs)
 
 
-def context(skipped: list) -> dict:
+class _Skipped(Exception):
+    """What the Task SDK's ``skip`` does: end the task by raising (DownstreamTasksSkipped)."""
+
+
+def context(skipped: list, xcoms: dict | None = None) -> dict:
     downstream = [SimpleNamespace(task_id="replay", is_teardown=False)]
     task = SimpleNamespace(get_direct_relatives=lambda upstream: downstream)
-    return {"task": task, "ti": SimpleNamespace(skipped=skipped)}
+    pushed = xcoms if xcoms is not None else {}
+    return {"task": task, "ti": SimpleNamespace(xcom_push=lambda key, value: pushed.__setitem__(key, value))}
+
+
+def raising_skip(skipped: list):
+    def skip(ti, tasks):
+        skipped.extend(tasks)
+        raise _Skipped
+
+    return skip
 
 
 def event(options, params_input, timedout=False, user="alice"):
@@ -127,15 +140,20 @@ def test_apply_returns_the_approved_actions_and_counts(monkeypatch):
 def test_timeout_or_approve_nothing_leaves_everything_and_skips_the_replay(monkeypatch):
     op = make_op()
     skipped: list = []
-    monkeypatch.setattr(op, "skip", lambda ti, tasks: skipped.extend(tasks))
+    xcoms: dict = {}
+    monkeypatch.setattr(op, "skip", raising_skip(skipped))
     defaults = {"aaaa000011112222": "leave", "bbbb000011112222": "leave"}
-    result = op.execute_complete(context(skipped), event([op.NOTHING], defaults, timedout=True, user=None))
+    with pytest.raises(_Skipped):
+        op.execute_complete(context(skipped, xcoms), event([op.NOTHING], defaults, timedout=True, user=None))
+    result = xcoms["return_value"]  # pushed before the skip ends the task
     assert result["decision"] == "nothing approved"
     assert result["timed_out"] is True
     assert [t.task_id for t in skipped] == ["replay"]
     # "Approve nothing" wins over answers given in the form.
     skipped.clear()
-    result = op.execute_complete(context(skipped), event([op.NOTHING], {"aaaa000011112222": "replay"}))
+    with pytest.raises(_Skipped):
+        op.execute_complete(context(skipped, xcoms), event([op.NOTHING], {"aaaa000011112222": "replay"}))
+    result = xcoms["return_value"]
     assert set(result["actions"].values()) == {"leave"}
     with pytest.raises(ReplayArgumentError, match="approves no group"):
         build_replay_args(
