@@ -49,6 +49,7 @@ from spark_apps.dlq_replay.pulsar_io.window_consumer import (
     DEFAULT_RECEIVER_QUEUE_SIZE,
     WindowPasses,
 )
+from spark_apps.dlq_replay.pulsar_io.window_reader import DEFAULT_READER_QUEUE_SIZE, ShareReader
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
@@ -163,6 +164,8 @@ class PulsarDataSourceReader(DataSourceReader):
         self.parallelism = _int_option(opts, "parallelism", 1, 1)
         self.idle_timeout_ms = _int_option(opts, "idle.timeout.ms", DEFAULT_IDLE_TIMEOUT_MS, 1)
         self.receiver_queue_size = _int_option(opts, "receiver.queue.size", DEFAULT_RECEIVER_QUEUE_SIZE, 1)
+        # Readers prefetch more by default (fewer flow round trips); consumers keep 1000 (pulsar-lite).
+        self.reader_queue_size = _int_option(opts, "receiver.queue.size", DEFAULT_READER_QUEUE_SIZE, 1)
         self.max_batch_rows = _int_option(opts, "max.batch.rows", DEFAULT_MAX_BATCH_ROWS, 1)
         self.reader_min_entries = _int_option(opts, "reader.min.entries", DEFAULT_MIN_ENTRIES_PER_READER, 1)
         self.schema = schema
@@ -218,7 +221,6 @@ class PulsarDataSourceReader(DataSourceReader):
         self, partition: PulsarInputPartition, builder: _BatchBuilder
     ) -> Iterator[pa.RecordBatch]:
         """Reader mode: the share's pending entries, each message once."""
-        from spark_apps.dlq_replay.pulsar_io.window_reader import ShareReader
 
         started = time.monotonic()
         reader = ShareReader(
@@ -226,7 +228,7 @@ class PulsarDataSourceReader(DataSourceReader):
             partition.window,
             partition.ranges,
             idle_timeout_ms=self.idle_timeout_ms,
-            receiver_queue_size=max(self.receiver_queue_size, 1000),
+            receiver_queue_size=self.reader_queue_size,
         )
         limit = self.max_batch_rows
         for entry in reader.entries():
