@@ -205,9 +205,7 @@ def test_reusing_a_run_id_with_other_options_is_refused(spark, pulsar_client, pu
         run_replay(spark, options(mixed, out, "r", oc.DRY_RUN, pulsar_broker, max_replays=5))
 
 
-def test_empty_dlq_reports_nothing_and_succeeds(
-    spark, pulsar_client, pulsar_broker, topic_factory, tmp_path
-):
+def test_empty_dlq_reports_nothing_and_succeeds(spark, pulsar_client, pulsar_broker, topic_factory, tmp_path):
     topic = topic_factory("empty-DLQ")
     pulsar_client.create_producer(topic).close()  # the topic exists, with no message
     opts = ReplayOptions(
