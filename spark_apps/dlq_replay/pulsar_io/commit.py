@@ -264,12 +264,12 @@ class EntryCommitFn:
             attempts = 1
         cursor, stats = self._cursor(admin, topic)
         beyond = 0
-        if end is not None:
-            last = stats.get("lastConfirmedEntry")
-            if last:
-                beyond = count_entries(
-                    pending_ranges(ledger_sizes(stats), cursor, parse_position(last), after=end[:2])
-                )
+        last = stats.get("lastConfirmedEntry")
+        if last:  # pending entries that reached the partition after its window end (all, if it was empty)
+            after = None if end is None else end[:2]
+            beyond = count_entries(
+                pending_ranges(ledger_sizes(stats), cursor, parse_position(last), after=after)
+            )
         unacked = sum(ackable[p] for p in todo)
         missing = set(todo)
         done = [p for p in ackable if p not in missing]
