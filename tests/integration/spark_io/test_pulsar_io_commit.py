@@ -19,7 +19,7 @@ from spark_apps.dlq_replay.pulsar_io.ids import message_id_key
 from spark_apps.dlq_replay.pulsar_io.source import register
 from spark_apps.dlq_replay.pulsar_io.window import freeze_window, windows_to_json
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.embedded]
 
 SUB = "dlq-replayer"
 

@@ -134,6 +134,7 @@ def partitioned_broker(tmp_path_factory):
         broker.stop()
 
 
+@pytest.mark.embedded
 def test_partitioned_topic_expands_and_a_broker_that_cannot_address_partitions_is_refused(
     partitioned_broker, topic_factory
 ):
@@ -174,6 +175,7 @@ def test_partitioned_topic_reads_every_partition_on_apache_pulsar_in_the_consume
     assert {r.partition for r in rows} == {w.partition for w in windows if w.end_message_id}
 
 
+@pytest.mark.embedded
 def test_an_admin_url_that_is_not_pulsar_admin_rest_falls_back_to_the_consumer_mode(
     spark, lite_broker, topic_factory
 ):
