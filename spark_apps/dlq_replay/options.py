@@ -60,6 +60,7 @@ class ReplayOptions:
     archive_payload: bool = True
     idle_timeout_ms: int = DEFAULT_IDLE_TIMEOUT_MS
     wave_size: int = DEFAULT_WAVE_SIZE
+    admin_url: str | None = None
 
     def __post_init__(self) -> None:
         try:
@@ -74,6 +75,11 @@ class ReplayOptions:
             )
         if not self.service_url:
             raise ReplayConfigError("--service-url is required, e.g. pulsar://localhost:6650")
+        if self.admin_url is not None and not self.admin_url.startswith(("http://", "https://")):
+            raise ReplayConfigError(
+                f"--admin-url must start with http:// or https://; got {self.admin_url!r} "
+                "(Apache Pulsar's admin REST, e.g. http://broker:8080)"
+            )
         if not self.topics:
             raise ReplayConfigError("--topics is required: the DLQ topics to replay, comma-separated")
         if not self.subscription or not self.subscription.strip():
