@@ -46,6 +46,9 @@ _EXIT_STATUS: list[int] = []
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     _EXIT_STATUS.append(int(exitstatus))
+    import shutil
+
+    shutil.rmtree(_AIRFLOW_HOME, ignore_errors=True)  # the session's throwaway Airflow home
 
 
 @pytest.hookimpl(trylast=True)
@@ -149,7 +152,7 @@ def pulsar_client(pulsar_broker: StandaloneBroker) -> Iterator[Any]:
     import pulsar
 
     client = pulsar.Client(
-        pulsar_broker.service_url, logger=logging.getLogger("pulsar.test"), operation_timeout_seconds=10
+        pulsar_broker.service_url, logger=logging.getLogger("pulsar.test"), operation_timeout_seconds=30
     )
     try:
         yield client

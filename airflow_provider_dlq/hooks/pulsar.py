@@ -16,6 +16,7 @@ from airflow_provider_dlq.hooks.backlog import (
     BacklogConfigError,
     BacklogPlan,
     BacklogReadError,
+    HttpRequest,
     HttpResult,
     TopicBacklog,
     admin_plan,
@@ -40,20 +41,34 @@ CLIENT_LOGGER_NAME = "airflow_provider_dlq.pulsar_client"
 CONNECTION_CHECK_TOPIC = "persistent://public/default/__airflow_dlq_connection_check"
 
 
-def _drive(plan: BacklogPlan, get: Callable[[str], HttpResult]) -> dict[str, TopicBacklog]:
+def _drive(plan: BacklogPlan, send: Callable[[HttpRequest], HttpResult]) -> dict[str, TopicBacklog]:
+    """Run a plan: send each request it yields; a failed request is thrown back into the plan."""
     try:
-        url = next(plan)
+        request = next(plan)
         while True:
-            url = plan.send(get(url))
+            try:
+                result = send(request)
+            except BacklogReadError as exc:
+                request = plan.throw(exc)
+            else:
+                request = plan.send(result)
     except StopIteration as stop:
         return stop.value
 
 
-async def _adrive(plan: BacklogPlan, get: Callable[[str], Awaitable[HttpResult]]) -> dict[str, TopicBacklog]:
+async def _adrive(
+    plan: BacklogPlan, send: Callable[[HttpRequest], Awaitable[HttpResult]]
+) -> dict[str, TopicBacklog]:
+    """Async twin of :func:`_drive`."""
     try:
-        url = next(plan)
+        request = next(plan)
         while True:
-            url = plan.send(await get(url))
+            try:
+                result = await send(request)
+            except BacklogReadError as exc:
+                request = plan.throw(exc)
+            else:
+                request = plan.send(result)
     except StopIteration as stop:
         return stop.value
 
@@ -201,8 +216,8 @@ class PulsarHook(BaseHook):
         return metrics_plan(config.metrics_url, prepared, subscription)
 
     @staticmethod
-    def _failed(url: str, exc: Exception) -> BacklogReadError:
-        return BacklogReadError(f"GET {url} failed: {type(exc).__name__}: {exc}")
+    def _failed(request: HttpRequest, exc: Exception) -> BacklogReadError:
+        return BacklogReadError(f"{request.method} {request.url} failed: {type(exc).__name__}: {exc}")
 
     def get_backlog(self, topics: Sequence[str], subscription: str) -> dict[str, TopicBacklog]:
         """Backlog of ``subscription`` per topic; topic globs (``persistent://t/ns/*-DLQ``) are expanded."""
@@ -212,11 +227,11 @@ class PulsarHook(BaseHook):
         plan = self._plan(config, topics, subscription)
         with httpx.Client(**self._http_options(config)) as client:
 
-            def get(url: str) -> HttpResult:
+            def get(request: HttpRequest) -> HttpResult:
                 try:
-                    response = client.get(url)
+                    response = client.request(request.method, request.url)
                 except httpx.HTTPError as exc:
-                    raise self._failed(url, exc) from exc
+                    raise self._failed(request, exc) from exc
                 return HttpResult(response.status_code, response.text)
 
             return _drive(plan, get)
@@ -229,11 +244,11 @@ class PulsarHook(BaseHook):
         plan = self._plan(config, topics, subscription)
         async with httpx.AsyncClient(**self._http_options(config)) as client:
 
-            async def get(url: str) -> HttpResult:
+            async def get(request: HttpRequest) -> HttpResult:
                 try:
-                    response = await client.get(url)
+                    response = await client.request(request.method, request.url)
                 except httpx.HTTPError as exc:
-                    raise self._failed(url, exc) from exc
+                    raise self._failed(request, exc) from exc
                 return HttpResult(response.status_code, response.text)
 
             return await _adrive(plan, get)

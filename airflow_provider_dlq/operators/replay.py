@@ -264,6 +264,7 @@ class DlqReplayOperator(BaseOperator):
                 "subscription": self.subscription,
                 "auth_token_file": self.auth_token_file,
                 "tls_trust_certs_file": pulsar.tls_trust_certs_file_path,
+                "admin_url": pulsar.admin_url,
                 "playbook": self.playbook,
                 "origin_allowlist": self.origin_allowlist,
                 "signatures": self.signatures,

@@ -155,6 +155,7 @@ class ReplayArgs:
     subscription: str = DEFAULT_SUBSCRIPTION
     auth_token_file: str | None = None
     tls_trust_certs_file: str | None = None
+    admin_url: str | None = None
     playbook: str | None = None
     origin_allowlist: tuple[str, ...] = ()
     signatures: tuple[str, ...] = ()
@@ -190,6 +191,7 @@ class ReplayArgs:
         optional: list[tuple[str, Any]] = [
             ("--auth-token-file", self.auth_token_file),
             ("--tls-trust-certs-file", self.tls_trust_certs_file),
+            ("--admin-url", self.admin_url),
             ("--playbook", self.playbook),
             ("--origin-allowlist", ",".join(self.origin_allowlist)),
             ("--signatures", ",".join(self.signatures)),
@@ -313,6 +315,7 @@ def build_replay_args(values: Mapping[str, Any]) -> ReplayArgs:
         subscription=subscription,
         auth_token_file=opt_str(values.get("auth_token_file")),
         tls_trust_certs_file=opt_str(values.get("tls_trust_certs_file")),
+        admin_url=opt_str(values.get("admin_url")),
         playbook=opt_str(values.get("playbook")),
         origin_allowlist=allowlist,
         signatures=signatures,

@@ -78,6 +78,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="File holding the Pulsar JWT token (else env PULSAR_AUTH_TOKEN; unset means no auth).",
     )
     add("--tls-trust-certs-file", metavar="PATH", help="CA bundle for pulsar+ssl:// service URLs.")
+    add(
+        "--admin-url",
+        metavar="URL",
+        help="Apache Pulsar admin REST, e.g. http://broker:8080 (same token and CA as the service URL). "
+        "When it answers, each DLQ message is read once (Readers) and commit acks ids from the ledger; "
+        "without it the DLQ is read twice through Shared consumers (the embedded broker's mode).",
+    )
     add("--topics", required=True, metavar="T1,T2", help="DLQ topics to replay, comma-separated.")
     add(
         "--subscription",
@@ -218,6 +225,7 @@ def parse_options(argv: Sequence[str] | None = None) -> ReplayOptions:
         service_url=args.service_url,
         auth_token_file=args.auth_token_file,
         tls_trust_certs_file=args.tls_trust_certs_file,
+        admin_url=args.admin_url.strip().rstrip("/") if args.admin_url else None,
         topics=topics or (),
         subscription=args.subscription,
         playbook=args.playbook,

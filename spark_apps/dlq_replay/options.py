@@ -69,6 +69,7 @@ class ReplayOptions:
     window_from: str | None = None
     #: Replay a canary of each group first and halt groups that fail again (``--canary``).
     canary: CanarySpec | None = None
+    admin_url: str | None = None
 
     def __post_init__(self) -> None:
         try:
@@ -83,6 +84,11 @@ class ReplayOptions:
             )
         if not self.service_url:
             raise ReplayConfigError("--service-url is required, e.g. pulsar://localhost:6650")
+        if self.admin_url is not None and not self.admin_url.startswith(("http://", "https://")):
+            raise ReplayConfigError(
+                f"--admin-url must start with http:// or https://; got {self.admin_url!r} "
+                "(Apache Pulsar's admin REST, e.g. http://broker:8080)"
+            )
         if not self.topics:
             raise ReplayConfigError("--topics is required: the DLQ topics to replay, comma-separated")
         if not self.subscription or not self.subscription.strip():

@@ -48,6 +48,9 @@ class CommitTotals:
     left_pending_seen: int = 0
     beyond_window: int = 0
     unacked_final: int = 0  # final messages a first commit attempt could not ack (status "partial")
+    final_in_partial_entries: int = 0  # reader mode: final, but their batched entry holds a pending one
+    read_mode: str = ""  # reader (one DLQ read per message) or consumer (two); empty in a dry-run
+    reads_per_message: float = 0.0  # DLQ reads of the run (snapshot + commit) per snapshot message
 
 
 def _label(outcome: str | None, mode: str) -> str:
@@ -195,6 +198,9 @@ def build_report(
             "left_pending_seen": commit.left_pending_seen,
             "beyond_window": commit.beyond_window,
             "unacked_final": commit.unacked_final,
+            "final_in_partial_entries": commit.final_in_partial_entries,
+            "read_mode": commit.read_mode,
+            "reads_per_message": commit.reads_per_message,
         },
         "groups": groups,
         "other_groups": other,

@@ -12,7 +12,7 @@ import atexit
 import logging
 import os
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_dlq.dlq_consumer.client import create_client
@@ -33,6 +33,8 @@ OPT_TOKEN_FILE = "auth.token.file"
 OPT_TLS_TRUST = "tls.trust.certs.file"
 OPT_TLS_INSECURE = "tls.allow.insecure"
 OPT_CLIENT_LOG_FILE = "client.log.file"
+OPT_ADMIN_URL = "admin.url"
+_ADMIN_SCHEMES = ("http://", "https://")
 
 CLIENT_LOGGER_NAME = "spark_apps.dlq_replay.pulsar_client"
 
@@ -60,6 +62,10 @@ class PulsarConf:
         each, which costs 10-20 % of the CPU of a bulk read or republish. A path makes the client log
         WARN and above natively to that file instead (never to stdout); ``{pid}`` in it is replaced
         by the process id.
+    admin_url:
+        Apache Pulsar admin REST, e.g. ``http://broker:8080``. When it answers, a replay reads each DLQ
+        message once (Readers) and acks ids from its ledger; without it the two-read consumer mode is
+        used. See ``docs/pulsar-data-source.md``.
     """
 
     service_url: str
@@ -68,12 +74,20 @@ class PulsarConf:
     tls_trust_certs_file: str | None = None
     tls_allow_insecure: bool = False
     client_log_file: str | None = None
+    admin_url: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.service_url, str) or not self.service_url.startswith(_SCHEMES):
             raise PulsarConfigError(
                 f"service_url must start with pulsar:// or pulsar+ssl://; got {self.service_url!r}. "
                 "Pass the broker's binary-protocol URL, e.g. pulsar://localhost:6650."
+            )
+        if self.admin_url is not None and (
+            not isinstance(self.admin_url, str) or not self.admin_url.startswith(_ADMIN_SCHEMES)
+        ):
+            raise PulsarConfigError(
+                f"admin_url must start with http:// or https://; got {self.admin_url!r}. Pass the broker's "
+                "admin REST URL, e.g. http://localhost:8080, or leave it unset."
             )
 
     def to_options(self) -> dict[str, str]:
@@ -89,6 +103,8 @@ class PulsarConf:
             options[OPT_TLS_TRUST] = self.tls_trust_certs_file
         if self.client_log_file:
             options[OPT_CLIENT_LOG_FILE] = self.client_log_file
+        if self.admin_url:
+            options[OPT_ADMIN_URL] = self.admin_url
         return options
 
     @classmethod
@@ -116,6 +132,7 @@ class PulsarConf:
             tls_trust_certs_file=opts.get(OPT_TLS_TRUST) or None,
             tls_allow_insecure=insecure_text in _TRUE,
             client_log_file=opts.get(OPT_CLIENT_LOG_FILE) or None,
+            admin_url=(opts.get(OPT_ADMIN_URL) or "").strip().rstrip("/") or None,
         )
 
     def read_token(self) -> str | None:
@@ -177,7 +194,7 @@ def get_client(conf: PulsarConf) -> Any:
     Clients are cached per ``(os.getpid(), conf)`` and never shared across ``fork()``; a forked child
     gets its own. The client is kept open for the life of the process (Spark reuses Python workers).
     """
-    key = (os.getpid(), conf)
+    key = (os.getpid(), replace(conf, admin_url=None))  # the admin URL does not shape the client
     with _lock:
         client = _clients.get(key)
         if client is not None:

@@ -30,7 +30,11 @@ def conns(monkeypatch):
         "conn_type": "pulsar",
         "host": "pulsar+ssl://broker:6651",
         "password": TOKEN,
-        "extra": {"metrics_url": "http://broker:8080/metrics", "tls_trust_certs_file_path": "/etc/ca.pem"},
+        "extra": {
+            "metrics_url": "http://broker:8080/metrics",
+            "admin_url": "https://broker:8443",
+            "tls_trust_certs_file_path": "/etc/ca.pem",
+        },
     }
     monkeypatch.setenv("AIRFLOW_CONN_PULSAR_DEFAULT", json.dumps(pulsar))
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[2]"}))
@@ -83,6 +87,7 @@ def test_exact_spark_submit_command_and_token_only_in_env(conns, tmp_path):
         "--subscription", "dlq-replayer",
         "--output-dir", out,
         "--tls-trust-certs-file", "/etc/ca.pem",
+        "--admin-url", "https://broker:8443",
         "--playbook", "/opt/dlq/playbook.yaml",
         "--origin-allowlist", "persistent://public/default/orders,persistent://public/default/pay",
         "--since", "2024-05-01",

@@ -22,7 +22,7 @@ CONTRACT_OPTIONS = [
     "--run-id", "--mode", "--service-url", "--auth-token-file", "--tls-trust-certs-file", "--topics",
     "--subscription", "--playbook", "--output-dir", "--origin-allowlist", "--signatures", "--error-class",
     "--since", "--until", "--max-messages", "--max-replays", "--rate-limit", "--parallelism",
-    "--archive-payload",
+    "--archive-payload", "--admin-url",
 ]  # fmt: skip
 
 
@@ -52,7 +52,8 @@ def test_all_options_parse():
         [*BASE, "--mode", "replay", "--origin-allowlist", "orders*,re:.*x", "--signatures", "s1,s2",
          "--error-class", "ValueError", "--since", "2024-05-01", "--until", "2024-05-02T00:00:00Z",
          "--max-messages", "10", "--max-replays", "5", "--rate-limit", "100", "--parallelism", "2",
-         "--archive-payload", "off", "--auth-token-file", "/t", "--tls-trust-certs-file", "/ca"]
+         "--archive-payload", "off", "--auth-token-file", "/t", "--tls-trust-certs-file", "/ca",
+         "--admin-url", "https://broker:8443/"]
     )  # fmt: skip
     assert opts.origin_allowlist == ("orders*", "re:.*x")
     assert opts.signatures == ("s1", "s2")
@@ -61,6 +62,7 @@ def test_all_options_parse():
     assert (opts.max_messages, opts.max_replays, opts.rate_limit, opts.parallelism) == (10, 5, 100.0, 2)
     assert opts.archive_payload is False
     assert opts.auth_token_file == "/t"
+    assert opts.admin_url == "https://broker:8443"
 
 
 @pytest.mark.parametrize(
@@ -72,6 +74,7 @@ def test_all_options_parse():
         (["--max-messages", "0"], "--max-messages must be >= 1"),
         (["--rate-limit", "-1"], "--rate-limit must be > 0"),
         (["--run-id", "a/b"], "--run-id: invalid run id"),
+        (["--admin-url", "broker:8080"], "--admin-url must start with http:// or https://"),
     ],
 )
 def test_invalid_options_name_the_fix(extra, message):
