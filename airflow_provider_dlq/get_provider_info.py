@@ -26,14 +26,28 @@ def get_provider_info() -> dict[str, Any]:
         ],
         "hooks": [{"integration-name": INTEGRATION, "python-modules": ["airflow_provider_dlq.hooks.pulsar"]}],
         "triggers": [
-            {"integration-name": INTEGRATION, "python-modules": ["airflow_provider_dlq.triggers.backlog"]}
+            {
+                "integration-name": INTEGRATION,
+                "python-modules": [
+                    "airflow_provider_dlq.triggers.backlog",
+                    "airflow_provider_dlq.triggers.backlog_event",
+                ],
+            }
         ],
         "sensors": [
             {"integration-name": INTEGRATION, "python-modules": ["airflow_provider_dlq.sensors.backlog"]}
         ],
         "operators": [
-            {"integration-name": INTEGRATION, "python-modules": ["airflow_provider_dlq.operators.replay"]}
+            {
+                "integration-name": INTEGRATION,
+                "python-modules": [
+                    "airflow_provider_dlq.operators.replay",
+                    "airflow_provider_dlq.operators.approval",
+                    "airflow_provider_dlq.operators.backlog_watch",
+                ],
+            }
         ],
+        "queues": ["airflow_provider_dlq.queues.pulsar.PulsarMessageQueueProvider"],
         "connection-types": [
             {
                 "hook-class-name": "airflow_provider_dlq.hooks.pulsar.PulsarHook",

@@ -19,6 +19,7 @@ from pathlib import Path
 import pendulum
 from airflow.sdk import DAG, Asset, Param, task
 
+from airflow_provider_dlq.operators.approval import DlqGroupApprovalOperator
 from airflow_provider_dlq.operators.replay import DlqReplayOperator
 from airflow_provider_dlq.operators.report import format_summary
 
@@ -36,6 +37,11 @@ def _param_or_var(param: str, var: str, default: str) -> str:
     """A Jinja expression: the run's param, else Variable ``var``, else ``default``."""
     return f"{{{{ params.{param} or var.value.get('{var}', '') or '{default}' }}}}"
 
+
+TOPICS = "{{ (params.topics | join(',')) or var.value.get('dlq_topics', '') or '" + DEFAULT_TOPICS + "' }}"
+SUBSCRIPTION = "{{ var.value.get('dlq_subscription', '') or 'dlq-replayer' }}"
+PLAYBOOK = "{{ params.playbook or var.value.get('dlq_playbook', '') }}"
+OUTPUT_DIR = "{{ var.value.get('dlq_output_dir', '') or '" + DEFAULT_OUTPUT_DIR + "' }}"
 
 # [START howto_dlq_backfill]
 with DAG(
@@ -102,15 +108,13 @@ with DAG(
         "error_class": Param(None, type=["null", "string"], title="Error class"),
     },
 ) as dag:
-    replay = DlqReplayOperator(
-        task_id="replay",
-        topics="{{ (params.topics | join(',')) or var.value.get('dlq_topics', '') or '"
-        + DEFAULT_TOPICS
-        + "' }}",
-        subscription="{{ var.value.get('dlq_subscription', '') or 'dlq-replayer' }}",
-        mode="{{ params.mode }}",
-        playbook="{{ params.playbook or var.value.get('dlq_playbook', '') }}",
-        output_dir="{{ var.value.get('dlq_output_dir', '') or '" + DEFAULT_OUTPUT_DIR + "' }}",
+    dry_run = DlqReplayOperator(
+        task_id="dry_run",
+        topics=TOPICS,
+        subscription=SUBSCRIPTION,
+        mode="dry-run",
+        playbook=PLAYBOOK,
+        output_dir=OUTPUT_DIR,
         origin_allowlist=_param_or_var("origin_allowlist", "dlq_origin_allowlist", DEFAULT_ALLOWLIST),
         since="{{ params.since or '' }}",
         until="{{ params.until or '' }}",
@@ -127,5 +131,31 @@ with DAG(
         print(text)
         return text
 
-    report(replay.output)  # type: ignore[arg-type]  # an XComArg resolves to the summary at run time
+    @task.short_circuit
+    def wants_replay(params: dict[str, object] | None = None) -> bool:
+        """Stop after the report in dry-run mode; otherwise ask for approval."""
+        return params is not None and params.get("mode") != "dry-run"
+
+    # A person approves, per error group, what the replay may do (Airflow's human-in-the-loop form).
+    approve = DlqGroupApprovalOperator(
+        task_id="approve",
+        dry_run_summary=dry_run.output,
+        response_timeout_seconds="{{ var.value.get('dlq_approval_timeout_seconds', '') or 86400 }}",
+    )
+    # Acts only on the approved groups, on the messages the dry-run showed (its window and scope).
+    replay = DlqReplayOperator(
+        task_id="replay",
+        topics=TOPICS,
+        subscription=SUBSCRIPTION,
+        mode="{{ params.mode }}",
+        playbook=PLAYBOOK,
+        output_dir=OUTPUT_DIR,
+        origin_allowlist=_param_or_var("origin_allowlist", "dlq_origin_allowlist", DEFAULT_ALLOWLIST),
+        group_actions="{{ ti.xcom_pull(task_ids='approve')['actions'] | tojson }}",
+        window_from="{{ ti.xcom_pull(task_ids='dry_run')['run_id'] }}",
+        outlets=[REPORT_ASSET],
+    )
+
+    report(dry_run.output) >> wants_replay() >> approve >> replay  # type: ignore[arg-type]
+    report.override(task_id="replay_report")(replay.output)  # type: ignore[arg-type]
 # [END howto_dlq_backfill]

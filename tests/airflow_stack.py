@@ -179,6 +179,24 @@ class AirflowStack:
                 out.append(f"--- {name}.log\n" + "\n".join(text))
         return "\n".join(out)
 
+    def restart(self, name: str, *, kill: bool = False, timeout_s: float = 20.0) -> None:
+        """Stop one component by PID (SIGTERM, or SIGKILL with ``kill``, with its children) and start
+        it again with the same environment; e.g. ``restart("triggerer", kill=True)`` for a crash."""
+        process = self.processes[name]
+        pids = _descendants(process.pid)
+        if process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                process.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
+            try:
+                process.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=10)
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        self.processes[name] = _start_component(self, name)
+
     def stop(self, timeout_s: float = 20.0) -> None:
         """Stop every component and its children by PID (SIGTERM, then SIGKILL); delete the home."""
         pids: list[int] = []
@@ -244,6 +262,24 @@ def stack_env(
     return env
 
 
+def _start_component(stack: AirflowStack, name: str) -> subprocess.Popen[bytes]:
+    """Start one component (its log appended to ``<home>/<name>.log``)."""
+    args = [AIRFLOW, name]
+    if name == "api-server":
+        args += ["--host", "127.0.0.1", "--port", str(stack.port), "--workers", "1"]
+    with (stack.home / f"{name}.log").open("ab") as log:
+        return subprocess.Popen(  # fixed argv, no shell
+            args,
+            env=stack.env,
+            cwd=stack.home,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
+
+
 def start_airflow_stack(
     dags_folder: Path, *, extra_env: dict[str, str] | None = None, timeout_s: float = 240.0
 ) -> AirflowStack:
@@ -255,21 +291,7 @@ def start_airflow_stack(
     try:
         subprocess.run([AIRFLOW, "db", "migrate"], env=env, check=True, capture_output=True, timeout=300)
         for name in COMPONENTS:
-            args = [AIRFLOW, name]
-            if name == "api-server":
-                args += ["--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
-            log = (home / f"{name}.log").open("wb")
-            stack.processes[name] = subprocess.Popen(  # fixed argv, no shell
-                args,
-                env=env,
-                cwd=home,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=_die_with_parent,
-            )
-            log.close()
+            stack.processes[name] = _start_component(stack, name)
         stack.wait_healthy(timeout_s)
     except BaseException:
         stack.stop()

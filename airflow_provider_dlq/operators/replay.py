@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.sdk import Asset, BaseOperator
-from airflow.sdk.exceptions import AirflowException
+from airflow.sdk.exceptions import AirflowException, AirflowSkipException
 
 from airflow_provider_dlq.hooks.pulsar import PulsarHook
 from airflow_provider_dlq.operators.replay_cli import (
@@ -28,6 +28,7 @@ from airflow_provider_dlq.operators.replay_cli import (
     build_replay_args,
     compact_summary,
     default_run_id,
+    parse_group_actions,
 )
 
 if TYPE_CHECKING:
@@ -115,6 +116,15 @@ class DlqReplayOperator(BaseOperator):
         stored). (templated)
     :param spark_submit_kwargs: Further ``SparkSubmitHook`` arguments (``driver_memory``,
         ``executor_memory``, ``num_executors``, ``archives``, ``deploy_mode``, ``spark_binary``, ...).
+    :param group_actions: Approved action per error signature (``replay``, ``archive`` or ``leave``), a
+        mapping or its JSON, overriding the playbook for those groups; without ``signatures`` the run acts
+        on the approved groups only, and a mapping that approves none skips the task
+        (``docs/approval.md``). (templated)
+    :param window_from: Read the window frozen by this earlier replay run id (the reviewed dry-run)
+        instead of freezing a new one. (templated)
+    :param canary: Replay ``N`` messages (or ``"P%"``) of each error group first, watch them for
+        ``canary_wait_seconds`` and halt groups whose canaries fail again more often than
+        ``canary_max_failure_rate`` (left pending as ``canary_failed``; ``docs/canary.md``). (templated)
     """
 
     template_fields: Sequence[str] = (
@@ -130,6 +140,9 @@ class DlqReplayOperator(BaseOperator):
         "since",
         "until",
         "max_messages",
+        "group_actions",
+        "window_from",
+        "canary",
         "auth_token_file",
         "bundle_path",
         "application",
@@ -166,6 +179,11 @@ class DlqReplayOperator(BaseOperator):
         conf: dict[str, Any] | None = None,
         env_vars: dict[str, Any] | None = None,
         spark_submit_kwargs: dict[str, Any] | None = None,
+        group_actions: str | Mapping[str, str] | None = None,
+        window_from: str | None = None,
+        canary: str | int | None = None,
+        canary_wait_seconds: float = 60.0,
+        canary_max_failure_rate: float = 0.0,
         **kwargs: Any,
     ) -> None:
         if (
@@ -212,6 +230,11 @@ class DlqReplayOperator(BaseOperator):
         self.conf = conf
         self.env_vars = env_vars
         self.spark_submit_kwargs = dict(spark_submit_kwargs or {})
+        self.group_actions = group_actions
+        self.window_from = window_from
+        self.canary = canary
+        self.canary_wait_seconds = canary_wait_seconds
+        self.canary_max_failure_rate = canary_max_failure_rate
         self._hook: _ReplaySubmitHook | None = None
         self._killed = False
 
@@ -253,6 +276,11 @@ class DlqReplayOperator(BaseOperator):
                 "rate_limit": self.rate_limit,
                 "parallelism": self.parallelism,
                 "archive_payload": self.archive_payload,
+                "group_actions": self.group_actions,
+                "window_from": self.window_from,
+                "canary": self.canary,
+                "canary_wait_seconds": self.canary_wait_seconds,
+                "canary_max_failure_rate": self.canary_max_failure_rate,
             }
         )
 
@@ -330,6 +358,9 @@ class DlqReplayOperator(BaseOperator):
     # ----------------------------------------------------------------------- execute / kill
 
     def execute(self, context: Context) -> dict[str, Any]:
+        actions = parse_group_actions(self.group_actions)
+        if actions is not None and all(action == "leave" for _, action in actions):
+            raise AirflowSkipException("The approval left every group pending; nothing to replay.")
         pulsar = self.pulsar_hook.config
         run_id = self.resolve_run_id(context)
         args = self.replay_args(run_id, pulsar)

@@ -8,6 +8,7 @@ file given by ``--auth-token-file``.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -166,6 +167,11 @@ class ReplayArgs:
     rate_limit: float | None = None
     parallelism: int | None = None
     archive_payload: str = "on"
+    group_actions: tuple[tuple[str, str], ...] | None = None
+    window_from: str | None = None
+    canary: str | None = None
+    canary_wait_seconds: float | None = None
+    canary_max_failure_rate: float | None = None
 
     @property
     def report_json(self) -> str:
@@ -197,11 +203,73 @@ class ReplayArgs:
             ("--rate-limit", self.rate_limit),
             ("--parallelism", self.parallelism),
             ("--archive-payload", self.archive_payload),
+            ("--group-actions", group_actions_json(self.group_actions)),
+            ("--window-from", self.window_from),
+            ("--canary", self.canary),
+            ("--canary-wait-seconds", self.canary_wait_seconds),
+            ("--canary-max-failure-rate", self.canary_max_failure_rate),
         ]
         for flag, value in optional:
             if value is not None and value != "":
                 argv += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
         return argv
+
+
+GROUP_ACTIONS = ("replay", "archive", "leave")
+
+
+def parse_group_actions(value: Any) -> tuple[tuple[str, str], ...] | None:
+    """``{signature: replay|archive|leave}`` (a mapping or its JSON text, as templates render it) as
+    sorted pairs; ``None``/blank -> ``None``. The app's ``--group-actions`` (docs/approval.md)."""
+    if _blank(value):
+        return None
+    data = value
+    if isinstance(value, str):
+        try:
+            data = json.loads(value)
+        except ValueError:
+            data = None
+    if not isinstance(data, Mapping):
+        raise ReplayArgumentError(
+            f"group_actions must be a mapping (or its JSON) of error signature to one of "
+            f"{', '.join(GROUP_ACTIONS)}; got {value!r}."
+        )
+    bad = {str(k): v for k, v in data.items() if v not in GROUP_ACTIONS}
+    if bad:
+        raise ReplayArgumentError(f"group_actions: {bad} must each be one of {', '.join(GROUP_ACTIONS)}.")
+    return tuple(sorted((str(k), str(v)) for k, v in data.items()))
+
+
+def group_actions_json(pairs: tuple[tuple[str, str], ...] | None) -> str | None:
+    return None if pairs is None else json.dumps(dict(pairs), sort_keys=True, separators=(",", ":"))
+
+
+_CANARY_SIZE = re.compile(r"[0-9]+(\.[0-9]+)?%|[1-9][0-9]*")
+
+
+def canary_args(values: Mapping[str, Any]) -> dict[str, Any]:
+    """``canary`` (N or P%), its wait and its halt threshold, validated (docs/canary.md)."""
+    size = opt_str(values.get("canary"))
+    if size is None:
+        return {}
+    if not _CANARY_SIZE.fullmatch(size):
+        raise ReplayArgumentError(
+            f"canary must be a count such as 5 or a percentage such as 10%; got {size!r}."
+        )
+    wait: Any = values.get("canary_wait_seconds")
+    rate: Any = values.get("canary_max_failure_rate")
+    try:
+        wait_s = 60.0 if _blank(wait) else float(wait)
+        max_rate = 0.0 if _blank(rate) else float(rate)
+    except (TypeError, ValueError):
+        raise ReplayArgumentError(
+            f"canary_wait_seconds and canary_max_failure_rate must be numbers; got {wait!r}, {rate!r}."
+        ) from None
+    if wait_s < 0 or not 0 <= max_rate < 1:
+        raise ReplayArgumentError(
+            f"canary_wait_seconds must be >= 0 and canary_max_failure_rate in [0, 1); got {wait!r}, {rate!r}."
+        )
+    return {"canary": size, "canary_wait_seconds": wait_s, "canary_max_failure_rate": max_rate}
 
 
 def build_replay_args(values: Mapping[str, Any]) -> ReplayArgs:
@@ -226,6 +294,18 @@ def build_replay_args(values: Mapping[str, Any]) -> ReplayArgs:
     if since and until and _utc(since) >= _utc(until):
         raise ReplayArgumentError(f"since ({since}) must be before until ({until}).")
     max_replays = opt_int("max_replays", values.get("max_replays"), minimum=1)
+    group_actions = parse_group_actions(values.get("group_actions"))
+    signatures = tuple(as_list("signatures", values.get("signatures")))
+    if group_actions is not None and not signatures:
+        # An approval acts on the approved groups only; never on everything for want of a filter.
+        signatures = tuple(sig for sig, action in group_actions if action != "leave")
+        if not signatures:
+            raise ReplayArgumentError(
+                "group_actions approves no group (every action is 'leave'); there is nothing to replay."
+            )
+    window_from = opt_str(values.get("window_from"))
+    if window_from is not None:
+        check_run_id(window_from)
     return ReplayArgs(
         run_id=check_run_id(str(values["run_id"])),
         mode=mode,
@@ -238,7 +318,7 @@ def build_replay_args(values: Mapping[str, Any]) -> ReplayArgs:
         admin_url=opt_str(values.get("admin_url")),
         playbook=opt_str(values.get("playbook")),
         origin_allowlist=allowlist,
-        signatures=tuple(as_list("signatures", values.get("signatures"))),
+        signatures=signatures,
         error_class=opt_str(values.get("error_class")),
         since=since,
         until=until,
@@ -247,6 +327,9 @@ def build_replay_args(values: Mapping[str, Any]) -> ReplayArgs:
         rate_limit=opt_float("rate_limit", values.get("rate_limit")),
         parallelism=opt_int("parallelism", values.get("parallelism"), minimum=1),
         archive_payload=archive_flag(values.get("archive_payload", "on")),
+        group_actions=group_actions,
+        window_from=window_from,
+        **canary_args(values),
     )
 
 

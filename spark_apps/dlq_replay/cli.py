@@ -13,7 +13,9 @@ import sys
 from typing import TYPE_CHECKING
 
 from spark_apps.dlq_replay import outcomes as oc
+from spark_apps.dlq_replay.canary import CanarySpec
 from spark_apps.dlq_replay.errors import FixLoadError, PlaybookError, ReplayConfigError, ReplayError
+from spark_apps.dlq_replay.group_actions import parse_group_actions
 from spark_apps.dlq_replay.options import (
     DEFAULT_IDLE_TIMEOUT_MS,
     DEFAULT_MAX_REPLAYS,
@@ -107,6 +109,43 @@ def build_parser() -> argparse.ArgumentParser:
         "(* within a path part, ** across), or re:<regex>. Required for --mode replay.",
     )
     add("--signatures", metavar="S1,S2", help="Only act on these error signatures (from a report).")
+    add(
+        "--group-actions",
+        metavar="JSON|@FILE",
+        help="Approved action per error signature, overriding the playbook for this run: a JSON object "
+        '{"<signature>": "replay"|"archive"|"leave"} or @path of a file holding it (docs/approval.md).',
+    )
+    add(
+        "--canary",
+        metavar="N|P%",
+        help="Republish N messages (or P%%) of each error group first, watch them for --canary-wait-seconds "
+        "and halt groups whose canaries fail again (left pending as canary_failed); docs/canary.md.",
+    )
+    add(
+        "--canary-wait-seconds",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="How long the canary is watched before the rest is sent (default 60).",
+    )
+    add(
+        "--canary-max-failure-rate",
+        type=float,
+        default=0.0,
+        metavar="RATE",
+        help="Halt a group when more than this share of its canaries fail again (default 0: any).",
+    )
+    add(
+        "--canary-watch-topics",
+        metavar="T1,T2",
+        help="Topics watched for failed canaries besides the DLQ topics and their -RETRY siblings.",
+    )
+    add(
+        "--window-from",
+        metavar="RUN_ID",
+        help="Read the window frozen by this earlier run (e.g. the reviewed dry-run) instead of freezing a "
+        "new one; same --output-dir, --topics and --subscription.",
+    )
     add("--error-class", metavar="NAME", help="Only act on this error class (full or simple class name).")
     add(
         "--since",
@@ -203,6 +242,16 @@ def parse_options(argv: Sequence[str] | None = None) -> ReplayOptions:
         archive_payload=args.archive_payload == "on",
         idle_timeout_ms=args.idle_timeout_ms,
         wave_size=args.wave_size,
+        group_actions=parse_group_actions(args.group_actions) if args.group_actions else None,
+        window_from=args.window_from.strip() if args.window_from else None,
+        canary=CanarySpec.parse(
+            args.canary,
+            args.canary_wait_seconds,
+            args.canary_max_failure_rate,
+            split_list(args.canary_watch_topics) or (),
+        )
+        if args.canary
+        else None,
     )
 
 

@@ -32,6 +32,7 @@ SCOPE_FILTERED = "filtered"
 SCOPE_ALREADY_FINAL = "already_final"
 SCOPE_REASON_COLUMN = "scope_reason"
 _RID, _FINAL, _CHOSEN = "_rid", "_final", "_chosen"  # columns added by with_scope_flags
+_REVIEWED = "_reviewed"  # added only for a run that acts on a reviewed run's scope (--window-from)
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,8 @@ class DecideSettings:
     max_replays: int = 3
     allowlist: TopicMatcher | None = None
     archive_payload: bool = True
+    #: Approved action per signature (``--group-actions``): overrides the playbook for those groups.
+    group_actions: dict[str, str] | None = None
 
 
 # --------------------------------------------------------------------------- scope
@@ -84,12 +87,18 @@ def replay_id_column() -> Column:
     return F.substring(F.sha2(material, 256), 1, 32)
 
 
-def with_scope_flags(snapshot: DataFrame, filters: Filters, final_ids: DataFrame | None) -> DataFrame:
+def with_scope_flags(
+    snapshot: DataFrame,
+    filters: Filters,
+    final_ids: DataFrame | None,
+    reviewed_ids: DataFrame | None = None,
+) -> DataFrame:
     """Snapshot rows plus ``_final`` (final in the ledger of an earlier run) and ``_chosen`` (among the
     first ``max_messages`` in scope) flags, joined by replay id; no payload passes through Python here.
 
     ``final_ids`` holds one column ``replay_id``. ``max_messages`` keeps the first N rows that are not
-    final and pass the filters, by (publish_time, dlq_topic, replay_id).
+    final and pass the filters, by (publish_time, dlq_topic, replay_id). ``reviewed_ids`` (one column
+    ``replay_id``): only these are in scope, the rest is ``filtered`` (``_reviewed`` flag).
     """
     from pyspark.sql import functions as F
 
@@ -99,6 +108,9 @@ def with_scope_flags(snapshot: DataFrame, filters: Filters, final_ids: DataFrame
         df = df.join(marked, on=_RID, how="left")
     else:
         df = df.withColumn(_FINAL, F.lit(None).cast("boolean"))
+    if reviewed_ids is not None:
+        marked = reviewed_ids.select(F.col("replay_id").alias(_RID)).distinct()
+        df = df.join(marked.withColumn(_REVIEWED, F.lit(True)), on=_RID, how="left")
     if filters.max_messages is not None:
         df = df.join(_chosen_ids(df.filter(F.col(_FINAL).isNull()), filters), on=_RID, how="left")
     else:
@@ -144,6 +156,8 @@ def add_scope_columns(batch: pa.RecordBatch, columns: dict[str, list[Any]], filt
     :func:`with_scope_flags` and the filters."""
     finals = batch.column(_FINAL).to_pylist()
     chosen = batch.column(_CHOSEN).to_pylist()
+    names = batch.schema.names
+    reviewed = batch.column(_REVIEWED).to_pylist() if _REVIEWED in names else None
     times = _publish_times(batch, filters)
     limited = filters.max_messages is not None
     scopes: list[str] = []
@@ -152,6 +166,8 @@ def add_scope_columns(batch: pa.RecordBatch, columns: dict[str, list[Any]], filt
         reason = None
         if final:
             scope = SCOPE_ALREADY_FINAL
+        elif reviewed is not None and not reviewed[i]:
+            scope, reason = SCOPE_FILTERED, "not in the scope of the reviewed run (--window-from)"
         else:
             reason = filter_reason(filters, columns["signature"][i], columns["error_class"][i], times[i])
             if reason is None and limited and not picked:
@@ -222,6 +238,7 @@ class _Memo:
         self.rules: dict[tuple[Any, ...], Any] = {}
         self.targets: dict[str | None, tuple[str | None, str | None]] = {}
         self.payload_off: dict[tuple[str | None, str | None], bool] = {}
+        self.approvals: dict[tuple[str, str | None], Any] = {}
 
     def rule(self, cols: _Columns, i: int) -> Any:
         from spark_apps.dlq_replay.playbook import MatchInput
@@ -249,6 +266,20 @@ class _Memo:
         )
         if self.cache_rules:
             self.rules[key] = found
+        return found
+
+    def approved_rule(self, cols: _Columns, i: int, rule: Any) -> Any:
+        """``rule``, or the rule of the group's approved action when ``--group-actions`` names it."""
+        actions = self.settings.group_actions
+        action = actions.get(cols["signature"][i]) if actions else None
+        if action is None:
+            return rule
+        key = (action, None if rule is None else rule.name)
+        found = self.approvals.get(key)
+        if found is None:
+            from spark_apps.dlq_replay.group_actions import override_rule
+
+            found = self.approvals[key] = override_rule(action, rule)
         return found
 
     def target(self, origin: str | None) -> tuple[str | None, str | None]:
@@ -308,7 +339,7 @@ def decide_batch(
         if count is None:
             row.outcome, row.reason = oc.MALFORMED, "REPLAY_COUNT property is not a non-negative integer"
             continue
-        rule = memo.rule(cols, i)
+        rule = memo.approved_rule(cols, i, memo.rule(cols, i))
         if rule is None:
             row.action, row.outcome, row.reason = oc.SKIP, oc.SKIPPED, "no playbook rule matched"
             continue
@@ -481,6 +512,7 @@ def decide(
     producers_per_target: int,
     filters: Filters | None = None,
     final_ids: DataFrame | None = None,
+    reviewed_ids: DataFrame | None = None,
 ) -> DataFrame:
     """Snapshot rows -> decided rows (:data:`DECIDED_SCHEMA`): one outcome per row, fixes applied.
 
@@ -489,7 +521,7 @@ def decide(
     to each target through producer bucket ``b`` (see :class:`ProducerSequencer`).
     """
     chosen_filters = filters or Filters()
-    flagged = with_scope_flags(snapshot, chosen_filters, final_ids)
+    flagged = with_scope_flags(snapshot, chosen_filters, final_ids, reviewed_ids)
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spark_apps.dlq_replay import outcomes as oc
 from spark_apps.dlq_replay.errors import ReplayConfigError
 from spark_apps.dlq_replay.state import validate_run_id
+
+if TYPE_CHECKING:
+    from spark_apps.dlq_replay.canary import CanarySpec
 
 DEFAULT_SUBSCRIPTION = "dlq-replayer"
 DEFAULT_MAX_REPLAYS = 3
@@ -60,6 +63,12 @@ class ReplayOptions:
     archive_payload: bool = True
     idle_timeout_ms: int = DEFAULT_IDLE_TIMEOUT_MS
     wave_size: int = DEFAULT_WAVE_SIZE
+    #: Approved action per error signature (``--group-actions``), overriding the playbook for this run.
+    group_actions: dict[str, str] | None = None
+    #: Read the window frozen by this earlier run (``--window-from``), e.g. the reviewed dry-run.
+    window_from: str | None = None
+    #: Replay a canary of each group first and halt groups that fail again (``--canary``).
+    canary: CanarySpec | None = None
     admin_url: str | None = None
 
     def __post_init__(self) -> None:
@@ -104,6 +113,13 @@ class ReplayOptions:
                 raise ReplayConfigError(f"{name} must be >= {minimum}; got {value}")
         if self.rate_limit is not None and self.rate_limit <= 0:
             raise ReplayConfigError(f"--rate-limit must be > 0 messages/s; got {self.rate_limit}")
+        if self.window_from is not None:
+            try:
+                validate_run_id(self.window_from)
+            except ValueError as exc:
+                raise ReplayConfigError(f"--window-from: {exc}") from exc
+            if self.window_from == self.run_id:
+                raise ReplayConfigError("--window-from must name an earlier run, not this --run-id")
 
     def fingerprint_options(self, playbook_digest: str) -> dict[str, Any]:
         """The options that shape results: a run id must be resumed with the same ones."""
@@ -121,4 +137,8 @@ class ReplayOptions:
             "max_replays": self.max_replays,
             "archive_payload": self.archive_payload,
             "wave_size": self.wave_size,
+            # Only when given, so runs started without them keep their fingerprint.
+            **({"group_actions": dict(sorted(self.group_actions.items()))} if self.group_actions else {}),
+            **({"window_from": self.window_from} if self.window_from else {}),
+            **({"canary": self.canary.fingerprint()} if self.canary else {}),
         }

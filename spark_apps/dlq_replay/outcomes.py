@@ -25,6 +25,8 @@ LOOP_GUARDED = "loop_guarded"
 ALREADY_FINAL = "already_final"
 FILTERED = "filtered"
 PUBLISH_FAILED = "publish_failed"
+#: Not sent: the group's canary failed again in the consumer (``--canary``); the message stays pending.
+CANARY_FAILED = "canary_failed"
 
 #: Decided in the decide step; becomes ``republished`` or ``publish_failed`` in the apply step.
 TO_REPUBLISH = "to_republish"
@@ -48,6 +50,7 @@ OUTCOMES: tuple[str, ...] = (
     ALREADY_FINAL,
     FILTERED,
     PUBLISH_FAILED,
+    CANARY_FAILED,
 )
 
 # --------------------------------------------------------------------------- modes

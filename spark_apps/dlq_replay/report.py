@@ -36,6 +36,7 @@ TOTAL_KEYS: tuple[str, ...] = (
     "left_pending",
     oc.FILTERED,
     oc.PUBLISH_FAILED,
+    oc.CANARY_FAILED,
 )
 
 

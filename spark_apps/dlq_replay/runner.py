@@ -133,7 +133,18 @@ def _plan(run: _Run) -> tuple[list[PartitionWindow], datetime]:
 
     if run.step("plan"):
         started = time.monotonic()
-        frozen = freeze(run.conf, list(run.options.topics), run.options.subscription)
+        if run.options.window_from:  # the window a reviewer saw (docs/approval.md)
+            from spark_apps.dlq_replay.group_actions import reuse_window
+            from spark_apps.dlq_replay.pulsar_io.window import FrozenWindows, read_mode_of
+
+            earlier = RunPaths(run.options.output_dir, run.options.window_from).plan
+            reused = reuse_window(
+                run.storage, earlier, run.options.window_from, run.options.topics, run.options.subscription
+            )
+            reason = f"the window of the reviewed run {run.options.window_from}"
+            frozen = FrozenWindows(reused, read_mode_of(reused), reason)
+        else:
+            frozen = freeze(run.conf, list(run.options.topics), run.options.subscription)
         windows = frozen.windows
         planned_at = datetime.now(UTC)
         plan = {
@@ -240,6 +251,7 @@ def _decide(run: _Run, snapshot: DataFrame) -> DataFrame:
             max_replays=opts.max_replays,
             allowlist=TopicMatcher.parse(list(opts.origin_allowlist)) if opts.origin_allowlist else None,
             archive_payload=opts.archive_payload,
+            group_actions=opts.group_actions,
         )
         decided = decide(
             snapshot,
@@ -248,6 +260,7 @@ def _decide(run: _Run, snapshot: DataFrame) -> DataFrame:
             run.buckets,
             filters=filters,
             final_ids=final_ids(ledger, exclude_run_id=opts.run_id),
+            reviewed_ids=_reviewed_ids(run),
         )
         decided.write.mode("overwrite").parquet(run.paths.decisions)
         sending = run.spark.read.parquet(run.paths.decisions).filter(f"outcome = '{oc.TO_REPUBLISH}'")
@@ -260,6 +273,15 @@ def _decide(run: _Run, snapshot: DataFrame) -> DataFrame:
             producers_per_target=run.buckets,
         )
     return run.spark.read.parquet(run.paths.decisions)
+
+
+def _reviewed_ids(run: _Run) -> DataFrame | None:
+    """With ``--window-from``: the replay ids the reviewed run had in scope (it acts on nothing else)."""
+    if not run.options.window_from:
+        return None
+    from spark_apps.dlq_replay.group_actions import reviewed_ids
+
+    return reviewed_ids(run.spark, RunPaths(run.options.output_dir, run.options.window_from).decisions)
 
 
 def _apply(run: _Run, decisions: DataFrame, planned_at: datetime) -> DataFrame | None:
@@ -276,16 +298,35 @@ def _apply(run: _Run, decisions: DataFrame, planned_at: datetime) -> DataFrame |
             log.info("step apply: archive written to %s", run.paths.archive)
         published = failed = 0
         if to_send:
-            _republish_in_waves(run, decisions, to_send)
+            sending: DataFrame = decisions
+            halted: list[str] = []
+            unsent_halted = _no_halted
+            if run.options.canary:  # canary first; halted groups are not sent (docs/canary.md)
+                from spark_apps.dlq_replay.canary import run_canary, unsent_halted
+
+                sending, halted = run_canary(run, decisions, lambda df, path: _send(run, df, path))
+            _republish_in_waves(run, sending, to_send)
             saved = run.spark.read.parquet(run.paths.republish_results)
             published = saved.filter("published").count()
-            failed = to_send - published
+            failed = to_send - published - unsent_halted(run, decisions, halted)
             if failed:
                 log.warning("step apply: %d messages could not be published; they stay pending", failed)
         run.done("apply", started, published=published, publish_failed=failed)
     if to_send and run.storage.has_data(run.paths.republish_results):
         return run.spark.read.parquet(run.paths.republish_results)
     return None
+
+
+def _send(run: _Run, decisions: DataFrame, path: str) -> None:
+    """Republish the ``to_republish`` rows of ``decisions`` and save the results at ``path``."""
+    from spark_apps.dlq_replay.apply import republish
+
+    results = republish(decisions, run.conf, partitions=run.buckets, rate_limit_per_s=run.options.rate_limit)
+    results.write.mode("overwrite").parquet(path)
+
+
+def _no_halted(run: _Run, decisions: DataFrame, halted: list[str]) -> int:
+    return 0
 
 
 def _republish_in_waves(run: _Run, decisions: DataFrame, to_send: int) -> None:
@@ -512,7 +553,12 @@ def run_replay(spark: SparkSession, options: ReplayOptions) -> dict[str, Any]:
         outcomes_df = with_publish_results(decisions.select(*OUTCOME_COLUMNS), None)
     else:
         results = _apply(run, decisions, planned_at)
-        outcomes_df = with_publish_results(decisions.select(*OUTCOME_COLUMNS), results)
+        outcomes_df = decisions.select(*OUTCOME_COLUMNS)
+        if options.canary:
+            from spark_apps.dlq_replay.canary import halted_groups, mark_halted
+
+            outcomes_df = mark_halted(outcomes_df, halted_groups(run), results)
+        outcomes_df = with_publish_results(outcomes_df, results)
         _record(run, outcomes_df)
         _commit(run, windows)
         # The ledger holds this run's outcomes (none for an empty window): the report reads them back.
@@ -544,6 +590,8 @@ def run_replay(spark: SparkSession, options: ReplayOptions) -> dict[str, Any]:
         paths=run.paths.public(),
     )
     report["timings"]["report"] = round(time.monotonic() - started, 3)  # the aggregation included
+    if options.canary:
+        report["canary"] = {"size": options.canary.label, **(run.state.info("apply").get("canary") or {})}
     run.storage.write_text(run.paths.report_json, json.dumps(report, indent=2, sort_keys=True))
     run.storage.write_text(run.paths.report_html, render_html(report))
     run.done("report", started, status=report["status"])

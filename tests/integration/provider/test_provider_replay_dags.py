@@ -3,7 +3,7 @@
 * ``dlq_nightly_replay``: the sensor sees the backlog, the first replay try is killed mid-run, the retry
   resumes the same run id; fixed messages reach the origin exactly once, poison ones are archived, the
   DLQ is drained, the summary is in XCom and in an asset event.
-* ``dlq_backfill`` in dry-run: a report and nothing else; the DLQ keeps every message.
+* ``dlq_backfill`` in dry-run: a report and nothing else (no approval asked); the DLQ keeps every message.
 * ``on_kill`` stops spark-submit and its whole process tree.
 """
 
@@ -257,9 +257,17 @@ def test_backfill_dry_run_reports_and_changes_nothing(run_dag, dag_env, pulsar_c
     conf = {"topics": [dlq], "playbook": str(dag_env.playbook), "origin_allowlist": origin}
     result = run_dag(dag, run_conf=conf)
 
-    assert result.states == {"replay": "success", "report": "success"}, result
-    assert result.try_numbers["replay"] == 1
-    summary = result.xcoms["replay"]
+    # dry-run mode stops after the report: no approval is asked, no replay runs.
+    assert result.states == {
+        "dry_run": "success",
+        "report": "success",
+        "wants_replay": "success",
+        "approve": "skipped",
+        "replay": "skipped",
+        "replay_report": "skipped",
+    }, result
+    assert result.try_numbers["dry_run"] == 1
+    summary = result.xcoms["dry_run"]
     assert summary["mode"] == "dry-run"
     assert summary["totals"]["snapshot"] == 4
     assert summary["totals"]["acked"] == 0

@@ -20,13 +20,13 @@ def dagbag():
 
 def test_dagbag_has_no_import_errors(dagbag):
     assert dagbag.import_errors == {}
-    assert {"dlq_nightly_replay", "dlq_backfill"} <= set(dagbag.dag_ids)
+    assert {"dlq_nightly_replay", "dlq_backfill", "dlq_event_driven_replay"} <= set(dagbag.dag_ids)
 
 
 def test_parsing_does_no_heavy_work():
     code = (
         "import runpy, sys\n"
-        "for name in ('dlq_nightly_replay.py', 'dlq_backfill.py'):\n"
+        "for name in ('dlq_nightly_replay.py', 'dlq_backfill.py', 'dlq_event_driven_replay.py'):\n"
         f"    runpy.run_path({str(DAGS)!r} + '/' + name)\n"
         "heavy = [m for m in ('pyspark', 'pulsar', 'spark_apps') if m in sys.modules]\n"
         "print(','.join(heavy)); sys.exit(1 if heavy else 0)\n"
@@ -81,3 +81,41 @@ def test_backfill_params_default_to_dry_run_and_validate(dagbag):
     ):
         with pytest.raises(ParamValidationError):
             check(**bad)
+
+
+def test_backfill_flow_is_dry_run_report_approval_replay_report(dagbag):
+    dag = dagbag.dags["dlq_backfill"]
+    upstream = {t.task_id: t.upstream_task_ids for t in dag.tasks}
+    assert upstream == {
+        "dry_run": set(),
+        "report": {"dry_run"},
+        "wants_replay": {"report"},
+        "approve": {"wants_replay", "dry_run"},
+        "replay": {"approve"},
+        "replay_report": {"replay"},
+    }
+    assert dag.get_task("dry_run").mode == "dry-run"
+    replay = dag.get_task("replay")
+    assert "xcom_pull(task_ids='approve')" in replay.group_actions
+    assert "xcom_pull(task_ids='dry_run')" in replay.window_from
+    approve = dag.get_task("approve")
+    assert approve.options == ["Apply the chosen actions", "Approve nothing"]
+    assert approve.defaults == ["Approve nothing"]
+
+
+def test_event_driven_dag_is_scheduled_on_the_pulsar_backlog_asset(dagbag):
+    from airflow_provider_dlq.operators.backlog_watch import DlqBacklogRearmOperator
+
+    dag = dagbag.dags["dlq_event_driven_replay"]
+    assert dag.max_active_runs == 1
+    assets = list(dag.timetable.asset_condition.objects)
+    assert [a.name for a in assets] == ["pulsar_dlq_backlog"]
+    (watcher,) = assets[0].watchers
+    classpath, kwargs = watcher.trigger.serialize()
+    assert classpath == "airflow_provider_dlq.triggers.backlog_event.DlqBacklogEventTrigger"
+    assert kwargs["topics"] == ["persistent://public/default/orders-order-service-DLQ"]
+    assert kwargs["min_backlog"] == 100
+    rearm = dag.get_task("rearm_backlog_watch")
+    assert isinstance(rearm, DlqBacklogRearmOperator)
+    assert rearm.upstream_task_ids == {"replay"}
+    assert [a.name for a in rearm.inlets] == ["pulsar_dlq_backlog"]
