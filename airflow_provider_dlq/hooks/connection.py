@@ -4,8 +4,8 @@ Connection model (conn_type ``pulsar``):
 
 * **Host** (labelled *Service URL*): a full service URL (``pulsar://host:6650``,
   ``pulsar+ssl://host:6651``, several hosts separated by commas), or ``host:port``, or a bare host name
-  (port 6650, or 6651 with TLS). **Port** is hidden in the UI; when a connection carries one (URI form)
-  it applies to a bare host name. Port 0 means "not set" (what a form posts for an empty field).
+  (port 6650, or 6651 with TLS). **Port**, when set, is added to brokers that name no port and must equal
+  the port of those that do. Port 0 means "not set" (what the UI posts for an empty field).
 * **Authentication**, one of: a JWT token (**Password**); OAuth2 client credentials (extra
   ``oauth2_issuer_url`` plus **Login**/**Password** as client ID/secret, or ``oauth2_credentials_file``);
   a TLS client certificate alone (``tls_cert_file_path`` + ``tls_key_file_path``:
@@ -172,7 +172,7 @@ def _service_url(conn_id: str, conn_type: str | None, host: str, port: int | Non
                 f"Connection {conn_id!r}: Service URL {host!r} names no broker; use e.g. "
                 "pulsar://localhost:6650."
             )
-        return f"{scheme}://{rest}"
+        return f"{scheme}://{_with_port(conn_id, host, rest, port)}"
     name, _, given_port = host.partition(":")
     if "/" in host or not name or (given_port and not given_port.isdigit()):
         raise PulsarConnectionError(
@@ -184,6 +184,26 @@ def _service_url(conn_id: str, conn_type: str | None, host: str, port: int | Non
     tls = use_tls or conn_type == "pulsar+ssl"
     scheme = "pulsar+ssl" if tls else "pulsar"
     return f"{scheme}://{name}:{port or (DEFAULT_TLS_PORT if tls else DEFAULT_PORT)}"
+
+
+def _with_port(conn_id: str, host: str, brokers: str, port: int | None) -> str:
+    """``host1:p1,host2:p2`` of a service URL, with Port added to brokers that name none; a Port that
+    contradicts a broker's own port is an error."""
+    if port is None:
+        return brokers
+    parts = []
+    for broker in brokers.split(","):
+        name, sep, own = broker.strip().rpartition(":")
+        if sep and own.isdigit() and not name.endswith("]"):
+            if int(own) != port:
+                raise PulsarConnectionError(
+                    f"Connection {conn_id!r}: Port {port} contradicts the port {own} in Service URL "
+                    f"{host!r}; make them equal (or clear Port)."
+                )
+            parts.append(broker.strip())
+        else:
+            parts.append(f"{broker.strip()}:{port}")
+    return ",".join(parts)
 
 
 def _port(conn_id: str, port: Any) -> int | None:

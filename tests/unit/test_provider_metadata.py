@@ -59,5 +59,5 @@ def test_airflow_discovers_links_plugin_and_form_behaviour():
     assert "airflow_provider_dlq.operators.links.DlqReplayReportLink" in manager.extra_links_class_names
     assert any(p.plugin_class.endswith("DlqReplayPlugin") for p in manager.plugins)
     behaviour = manager.field_behaviours["pulsar"]
-    assert "port" in behaviour["hidden_fields"]
+    assert behaviour["relabeling"]["host"] == "Service URL"
     assert "extra__pulsar__test_topic" in manager.connection_form_widgets

@@ -29,6 +29,9 @@ def parse(**fields):
         ({"host": "broker", "port": 7000}, "pulsar://broker:7000"),
         ({"host": "broker:7001"}, "pulsar://broker:7001"),
         ({"host": "pulsar://broker:6650", "port": 0}, "pulsar://broker:6650"),  # what a form posts
+        ({"host": "pulsar://broker:6650", "port": 6650}, "pulsar://broker:6650"),  # the UI form: both filled
+        ({"host": "pulsar://broker", "port": 7000}, "pulsar://broker:7000"),
+        ({"host": "pulsar://b1,b2:6650", "port": 6650}, "pulsar://b1:6650,b2:6650"),
         ({"host": "broker", "port": 0}, "pulsar://broker:6650"),
         ({"host": "broker", "extra": {"use_tls": True}}, "pulsar+ssl://broker:6651"),
         ({"host": "broker", "extra": {"use_tls": "true"}, "port": 9443}, "pulsar+ssl://broker:9443"),
@@ -69,6 +72,7 @@ def test_extras_are_parsed_and_normalised():
         ({"host": "broker/path"}, "neither a service URL nor host[:port]"),
         ({"host": "broker:http"}, "neither a service URL nor host[:port]"),
         ({"host": "broker", "port": 70000}, "Port must be 1-65535"),
+        ({"host": "pulsar://broker:6650", "port": 6651}, "contradicts the port 6650"),
         ({"host": "pulsar://b:6650", "extra": {"use_tls": True}}, "use a pulsar+ssl:// URL"),
         ({"host": "b", "extra": {"use_tls": "maybe"}}, "'use_tls' must be true or false"),
         ({"host": "b", "extra": {"admin_url": "localhost:8080"}}, "'admin_url' must be an http(s) URL"),
@@ -181,8 +185,9 @@ def test_ui_behaviour_matches_provider_info_and_hides_port():
     assert behaviour["hidden_fields"] == ui["hidden-fields"]
     assert behaviour["relabeling"] == ui["relabeling"]
     assert behaviour["placeholders"] == ui["placeholders"]
-    # The UI posts port 0 for an empty Port field; the service URL carries the port instead.
-    assert "port" in behaviour["hidden_fields"]
+    # Airflow 3.3's UI posts port 0 for an empty Port when testing: Port stays visible and says so.
+    assert "port" not in behaviour["hidden_fields"]
+    assert "Test button" in behaviour["relabeling"]["port"]
     assert behaviour["relabeling"]["host"] == "Service URL"
     assert set(info["conn-fields"]) == set(KNOWN_EXTRAS)
 
