@@ -61,6 +61,8 @@ summary{cursor:pointer;font-weight:600;overflow-wrap:anywhere}
 .yes{color:#2e7d32;font-weight:600}.no{color:#59636e}.skip{color:#8c959f}
 dl.config{display:grid;grid-template-columns:max-content 1fr;gap:4px 16px;font-size:13px}
 dl.config dt{font-weight:600}dl.config dd{margin:0;overflow-wrap:anywhere}
+th.run{min-width:110px;max-width:180px;overflow-wrap:anywhere;font-weight:600}
+table.trend th:first-child{min-width:260px;max-width:420px;overflow-wrap:anywhere}
 """
 
 
@@ -275,8 +277,8 @@ def _trend(trend: dict[str, Any] | None, groups: list[dict[str, Any]]) -> str:
     runs = trend["runs"]
     templates = {g["signature"]: g["template"] for g in groups}
     head = "".join(
-        f"<th class='small'>{_e(r['run_id'])}<br><span class='muted'>{_e((r.get('at') or '')[:16])} "
-        f"{_e(r.get('mode') or '')}</span></th>"
+        f"<th class='small run' title='{_e(r['run_id'])}'>{_e((r.get('at') or '')[:16].replace('T', ' '))}"
+        f"<br><span class='muted'>{_e(_short(r['run_id'], 28))} · {_e(r.get('mode') or '')}</span></th>"
         for r in runs
     )
     rows = [
@@ -286,14 +288,25 @@ def _trend(trend: dict[str, Any] | None, groups: list[dict[str, Any]]) -> str:
     ]
     for g in trend["groups"]:
         cells = "".join(f"<td class='num'>{_fmt(c)}</td>" for c in g["counts"])
-        template = _e(templates.get(g["signature"], ""))
-        label = f"<code>{_e(g['signature'])}</code> <span class='small'>{template}</span>"
+        full = templates.get(g["signature"], "")
+        label = (
+            f"<code>{_e(g['signature'])}</code> <span class='small' title='{_e(full)}'>"
+            f"{_e(_short(full, 60))}</span>"
+        )
         rows.append(f"<tr><th>{label}</th>{cells}<td>{sparkline(g['counts'])}</td></tr>")
     return (
         '<h2 id="trend">Trend over the last runs</h2><p class="muted small">Messages per group in each run '
         "recorded in the ledger (dry-runs are not recorded; this run is the last column).</p>"
-        f"<table><tr><th>group</th>{head}<th>trend</th></tr>{''.join(rows)}</table>"
+        f"<table class='trend'><tr><th>group</th>{head}<th>trend</th></tr>{''.join(rows)}</table>"
     )
+
+
+def _short(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters: the start and the end, which tell runs apart."""
+    if len(text) <= limit:
+        return text
+    half = (limit - 1) // 2
+    return f"{text[:half]}…{text[-(limit - 1 - half) :]}"
 
 
 def _config(config: dict[str, Any] | None, spark: dict[str, Any] | None) -> str:
@@ -316,7 +329,7 @@ def _config(config: dict[str, Any] | None, spark: dict[str, Any] | None) -> str:
     ]
     if spark:
         entries.append(("Spark application", f"{spark.get('application_id')} on {spark.get('master')}"))
-    body = "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in entries)
+    body = "".join(f"<dt>{_e(k)}</dt><dd>{_e('-' if v in (None, '') else v)}</dd>" for k, v in entries)
     rules = playbook.get("rules") or []
     table = ""
     if rules:
