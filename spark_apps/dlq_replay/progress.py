@@ -67,7 +67,7 @@ def progress_line(
             parts.append(f"{done:,}/{total:,} {unit} ({100 * done / total:.0f}%)")
         else:
             parts.append(f"{done:,} {unit} so far")
-        parts.append(f"{rate:,.0f}/s")
+        parts.append(f"{rate:,.0f}/s" if rate >= 10 else f"{rate:.1f}/s")
         if total is not None and rate > 0:
             eta = (total - done) / rate
     if eta is None and sample.tasks_total and sample.tasks_done:

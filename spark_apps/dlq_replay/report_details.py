@@ -55,6 +55,10 @@ def _read(spark: SparkSession, path: str | None, schema: Any = None) -> DataFram
     if not path:
         return None
     try:
+        from spark_apps.dlq_replay.storage import RunStorage
+
+        if not RunStorage(spark).has_data(path):  # e.g. no ledger before the first recorded run
+            return None
         reader = spark.read.schema(schema) if schema is not None else spark.read
         return reader.parquet(path)
     except Exception as exc:  # absent (empty run, older layout): explanations are optional
