@@ -117,14 +117,15 @@ def check_broker(hook: PulsarHook, config: PulsarConnectionConfig) -> str:
 
 
 def _admin_check_url(config: PulsarConnectionConfig) -> str:
-    """A read every authorised role can make when ``test_topic`` is set (its stats), else ``clusters``."""
+    """With ``test_topic``: list its namespace's topics (what the sensor does for globs; any role that
+    may consume there may list); else ``clusters``."""
     assert config.admin_url is not None
     if config.test_topic and "://" in config.test_topic:
         domain, _, path = config.test_topic.partition("://")
         parts = path.split("/")
         if len(parts) == 3:
-            tenant, namespace, name = (quote(p, safe="") for p in parts)
-            return f"{config.admin_url}/admin/v2/{domain}/{tenant}/{namespace}/{name}/partitioned-metadata"
+            tenant, namespace = (quote(p, safe="") for p in parts[:2])
+            return f"{config.admin_url}/admin/v2/{domain}/{tenant}/{namespace}"
     return f"{config.admin_url}/admin/v2/clusters"
 
 
