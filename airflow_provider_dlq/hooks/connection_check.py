@@ -23,6 +23,14 @@ TCP_TIMEOUT = 5.0
 OPERATION_TIMEOUT = 10
 
 
+AUTH_LABELS = {
+    "none": "no authentication",
+    "token": "token auth",
+    "oauth2": "OAuth2 auth",
+    "tls": "TLS client certificate auth",
+}
+
+
 class CheckFailed(Exception):
     """One check failed; the message is shown to the user as is."""
 
@@ -113,7 +121,7 @@ def check_broker(hook: PulsarHook, config: PulsarConnectionConfig) -> str:
         raise CheckFailed(f"{url}: looking up {topic} failed: {type(exc).__name__}: {exc}") from exc
     finally:
         client.close()
-    return f"broker {url} ok ({config.auth_method} auth, looked up {topic})"
+    return f"broker {url} ok ({AUTH_LABELS.get(config.auth_method, config.auth_method)}, looked up {topic})"
 
 
 def _admin_check_url(config: PulsarConnectionConfig) -> str:

@@ -281,7 +281,7 @@ def test_tls_client_certificate_auth_hook_backlog_and_test_button(secure_broker,
     assert hook.config.auth_method == "tls"
     ok, message = hook.test_connection()
     assert ok, message
-    assert "tls auth" in message
+    assert "TLS client certificate auth" in message
     assert hook.get_backlog([dlq], "dlq-replayer")[dlq].backlog == 3
     client = hook.get_client(operation_timeout_seconds=15)
     try:
