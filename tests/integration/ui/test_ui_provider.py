@@ -112,6 +112,7 @@ def test_backfill_from_the_ui_form_then_the_report_link(
 
     # 1. The trigger form: nothing required, Trigger enabled, every field says what empty means.
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.set_default_timeout(120_000)  # the UI is slow while Spark runs on the same two cores
     page.goto(f"{airflow_stack.base_url}/dags/dlq_backfill", wait_until="networkidle")
     page.get_by_role("button", name="Trigger").first.click()
     dialog = page.get_by_role("dialog")
@@ -205,6 +206,7 @@ def test_connection_form_and_test_button(airflow_stack, browser, tmp_path, pulsa
 
     shots = screenshot_dir(tmp_path)
     page = browser.new_page(viewport={"width": 1400, "height": 900})
+    page.set_default_timeout(120_000)
     port = pulsar_broker.service_url.rsplit(":", 1)[1]
     add_pulsar_connection_in_the_ui(
         page, airflow_stack.base_url, "pulsar_ui_live", pulsar_broker.service_url, int(port)
