@@ -145,7 +145,7 @@ def test_backfill_from_the_ui_form_then_the_report_link(
     links = airflow_stack.api(
         "GET", f"/dags/dlq_backfill/dagRuns/{quote(run_id, safe='')}/taskInstances/replay/links"
     )
-    report_link = links["DLQ replay report"]
+    report_link = links["extra_links"]["DLQ replay report"]
     assert report_link.startswith(f"{airflow_stack.base_url}/dlq-replay/reports/dlq_backfill/")
     task_page = f"{airflow_stack.base_url}/dags/dlq_backfill/runs/{quote(run_id, safe='')}/tasks/replay"
     page.goto(task_page, wait_until="networkidle")
