@@ -149,10 +149,16 @@ def test_backfill_from_the_ui_form_then_the_report_link(
     assert report_link.startswith(f"{airflow_stack.base_url}/dlq-replay/reports/dlq_backfill/")
     task_page = f"{airflow_stack.base_url}/dags/dlq_backfill/runs/{quote(run_id, safe='')}/tasks/replay"
     page.goto(task_page, wait_until="networkidle")
-    link = page.get_by_role("link", name="DLQ replay report")
-    link.first.wait_for(timeout=30_000)
+    button = page.get_by_text("DLQ replay report", exact=True).first
+    button.wait_for(timeout=120_000)
     page.screenshot(path=str(shots / "task-extra-link.png"))
-    assert link.first.get_attribute("href") == report_link
+    anchor = page.locator("a", has_text="DLQ replay report").first
+    if anchor.count() and anchor.get_attribute("href"):
+        assert anchor.get_attribute("href") == report_link
+    else:  # rendered as a button that opens the link in a new window
+        with page.expect_popup() as popup:
+            button.click()
+        assert popup.value.url == report_link
 
     # 3. The report, served by the plugin to the logged-in user: it explains, and runs no script.
     response = page.goto(report_link, wait_until="load")
