@@ -233,7 +233,8 @@ def airflow_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     dags = tmp_path_factory.mktemp("stack-dags")
     for path in (REPO_ROOT / "dags").glob("*.py"):
         shutil.copy(path, dags / path.name)
-    stack = start_airflow_stack(dags)
+    # The connection form's Test button is off by default in Airflow 3.
+    stack = start_airflow_stack(dags, extra_env={"AIRFLOW__CORE__TEST_CONNECTION": "Enabled"})
     try:
         yield stack
     finally:

@@ -1,8 +1,9 @@
 """Pure helpers of ``DlqReplayOperator``: validate rendered arguments and build the app's command line.
 
 The command line is the contract of ``spark_apps/dlq_replay_main.py`` (its ``--help`` documents every
-option). Tokens never appear here: the app reads ``PULSAR_AUTH_TOKEN`` from its environment or a token
-file given by ``--auth-token-file``.
+option). Secrets never appear here: the app reads the token from ``PULSAR_AUTH_TOKEN`` (or the file of
+``--auth-token-file``) and OAuth2 client credentials from ``PULSAR_OAUTH2_CREDENTIALS`` (or the file of
+``--oauth2-credentials-file``); certificates and keys are passed as file paths.
 """
 
 from __future__ import annotations
@@ -156,6 +157,12 @@ class ReplayArgs:
     auth_token_file: str | None = None
     tls_trust_certs_file: str | None = None
     admin_url: str | None = None
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
+    oauth2_issuer_url: str | None = None
+    oauth2_audience: str | None = None
+    oauth2_scope: str | None = None
+    oauth2_credentials_file: str | None = None
     playbook: str | None = None
     origin_allowlist: tuple[str, ...] = ()
     signatures: tuple[str, ...] = ()
@@ -192,6 +199,12 @@ class ReplayArgs:
             ("--auth-token-file", self.auth_token_file),
             ("--tls-trust-certs-file", self.tls_trust_certs_file),
             ("--admin-url", self.admin_url),
+            ("--tls-cert-file", self.tls_cert_file),
+            ("--tls-key-file", self.tls_key_file),
+            ("--oauth2-issuer-url", self.oauth2_issuer_url),
+            ("--oauth2-audience", self.oauth2_audience),
+            ("--oauth2-scope", self.oauth2_scope),
+            ("--oauth2-credentials-file", self.oauth2_credentials_file),
             ("--playbook", self.playbook),
             ("--origin-allowlist", ",".join(self.origin_allowlist)),
             ("--signatures", ",".join(self.signatures)),
@@ -316,6 +329,12 @@ def build_replay_args(values: Mapping[str, Any]) -> ReplayArgs:
         auth_token_file=opt_str(values.get("auth_token_file")),
         tls_trust_certs_file=opt_str(values.get("tls_trust_certs_file")),
         admin_url=opt_str(values.get("admin_url")),
+        tls_cert_file=opt_str(values.get("tls_cert_file")),
+        tls_key_file=opt_str(values.get("tls_key_file")),
+        oauth2_issuer_url=opt_str(values.get("oauth2_issuer_url")),
+        oauth2_audience=opt_str(values.get("oauth2_audience")),
+        oauth2_scope=opt_str(values.get("oauth2_scope")),
+        oauth2_credentials_file=opt_str(values.get("oauth2_credentials_file")),
         playbook=opt_str(values.get("playbook")),
         origin_allowlist=allowlist,
         signatures=signatures,
@@ -348,7 +367,7 @@ def compact_summary(report: Mapping[str, Any], max_groups: int = 20) -> dict[str
         for g in (report.get("groups") or [])[:max_groups]
     ]
     total_groups = len(report.get("groups") or []) + int((report.get("other_groups") or {}).get("groups", 0))
-    return {
+    summary = {
         "run_id": report.get("run_id"),
         "mode": report.get("mode"),
         "status": report.get("status"),
@@ -357,3 +376,6 @@ def compact_summary(report: Mapping[str, Any], max_groups: int = 20) -> dict[str
         "group_count": total_groups,
         "groups": groups,
     }
+    if report.get("spark"):
+        summary["spark"] = dict(report["spark"])
+    return summary

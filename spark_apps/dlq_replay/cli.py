@@ -31,7 +31,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("spark_apps.dlq_replay")
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-_FORBIDDEN = ("--auth-token", "--token", "--pulsar-token", "--auth-params")
+_FORBIDDEN = (
+    "--auth-token",
+    "--token",
+    "--pulsar-token",
+    "--auth-params",
+    "--oauth2-client-secret",
+    "--client-secret",
+)
 #: Session settings for the partitioned writes (ledger, archive), unless given with --conf: concurrent
 #: writers per partition value instead of sorting every row by the partition columns first.
 WRITE_DEFAULTS = {
@@ -81,9 +88,25 @@ def build_parser() -> argparse.ArgumentParser:
     add(
         "--admin-url",
         metavar="URL",
-        help="Apache Pulsar admin REST, e.g. http://broker:8080 (same token and CA as the service URL). "
+        help="Apache Pulsar admin REST, e.g. http://broker:8080 (same credentials and CA as the service). "
         "When it answers, each DLQ message is read once (Readers) and commit acks ids from the ledger; "
         "without it the DLQ is read twice through Shared consumers (the embedded broker's mode).",
+    )
+    add(
+        "--tls-cert-file",
+        metavar="PATH",
+        help="Client certificate (PEM) for pulsar+ssl://: the authentication without a token or OAuth2 "
+        "(AuthenticationTls), else mutual TLS. Needs --tls-key-file.",
+    )
+    add("--tls-key-file", metavar="PATH", help="Private key (PEM) of --tls-cert-file.")
+    add("--oauth2-issuer-url", metavar="URL", help="OAuth2 client credentials: the issuer URL.")
+    add("--oauth2-audience", metavar="AUDIENCE", help="OAuth2 audience (optional).")
+    add("--oauth2-scope", metavar="SCOPE", help="OAuth2 scope (optional).")
+    add(
+        "--oauth2-credentials-file",
+        metavar="PATH",
+        help='OAuth2 key file {"client_id": ..., "client_secret": ...} (else env PULSAR_OAUTH2_CREDENTIALS '
+        "with the same JSON).",
     )
     add("--topics", required=True, metavar="T1,T2", help="DLQ topics to replay, comma-separated.")
     add(
@@ -214,8 +237,9 @@ def parse_options(argv: Sequence[str] | None = None) -> ReplayOptions:
     for arg in args_list:
         if arg.split("=", 1)[0] in _FORBIDDEN:
             raise ReplayConfigError(
-                f"{arg.split('=', 1)[0]} is not accepted: tokens never go on the command line. Set the "
-                "PULSAR_AUTH_TOKEN environment variable or pass --auth-token-file PATH"
+                f"{arg.split('=', 1)[0]} is not accepted: secrets never go on the command line. Set the "
+                "PULSAR_AUTH_TOKEN (or PULSAR_OAUTH2_CREDENTIALS) environment variable, or pass "
+                "--auth-token-file PATH (or --oauth2-credentials-file PATH)"
             )
     args = build_parser().parse_args(args_list)
     topics = split_list(args.topics)
@@ -226,6 +250,12 @@ def parse_options(argv: Sequence[str] | None = None) -> ReplayOptions:
         auth_token_file=args.auth_token_file,
         tls_trust_certs_file=args.tls_trust_certs_file,
         admin_url=args.admin_url.strip().rstrip("/") if args.admin_url else None,
+        tls_cert_file=args.tls_cert_file,
+        tls_key_file=args.tls_key_file,
+        oauth2_issuer_url=args.oauth2_issuer_url,
+        oauth2_audience=args.oauth2_audience,
+        oauth2_scope=args.oauth2_scope,
+        oauth2_credentials_file=args.oauth2_credentials_file,
         topics=topics or (),
         subscription=args.subscription,
         playbook=args.playbook,

@@ -50,6 +50,12 @@ class ReplayOptions:
     subscription: str = DEFAULT_SUBSCRIPTION
     auth_token_file: str | None = None
     tls_trust_certs_file: str | None = None
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
+    oauth2_issuer_url: str | None = None
+    oauth2_audience: str | None = None
+    oauth2_scope: str | None = None
+    oauth2_credentials_file: str | None = None
     playbook: str | None = None
     origin_allowlist: tuple[str, ...] | None = None
     signatures: tuple[str, ...] | None = None

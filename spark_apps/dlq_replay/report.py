@@ -15,6 +15,8 @@ from spark_apps.dlq_replay import outcomes as oc
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
+    from spark_apps.dlq_replay.report_details import ReportContext
+
 REPORT_FORMAT = 1
 SAMPLE_IDS = 5
 MAX_GROUPS = 200
@@ -114,6 +116,7 @@ def build_groups(
                 "actions": {},
                 "rules": [],
                 "outcomes": {},
+                "no_rule": 0,
             },
         )
         n = int(combo["n"])
@@ -128,6 +131,8 @@ def build_groups(
             group["rules"].append(combo["rule"])
         label = _label(combo["outcome"], mode)
         group["outcomes"][label] = group["outcomes"].get(label, 0) + n
+        if combo["outcome"] == oc.SKIPPED and not combo["rule"]:
+            group["no_rule"] += n  # no playbook rule matched (skip is the default)
     ordered = sorted(groups.values(), key=lambda g: (-g["count"], g["signature"]))
     for group in ordered:
         group["action"] = (
@@ -178,13 +183,19 @@ def build_report(
     timings: dict[str, float],
     paths: dict[str, str],
     max_groups: int = MAX_GROUPS,
+    context: ReportContext | None = None,
 ) -> dict[str, Any]:
-    """The machine-readable report (stable schema, ``format`` 1); see ``docs/replay-app.md``."""
+    """The machine-readable report (stable schema, ``format`` 1); see ``docs/report.md``.
+
+    With a ``context`` the report also explains itself (configuration, per-group rule evaluation, fix
+    and sample errors, refused origins, trend over the ledger, next steps; see
+    :mod:`spark_apps.dlq_replay.report_details`).
+    """
     combos, samples = aggregate(outcomes)
     groups, other = build_groups(combos, samples, mode, max_groups)
     counts = outcome_counts(combos, mode)
     totals = build_totals(counts, commit, mode)
-    return {
+    report = {
         "format": REPORT_FORMAT,
         "run_id": run_id,
         "mode": mode,
@@ -207,11 +218,18 @@ def build_report(
         "timings": timings,
         "paths": paths,
     }
+    if context is not None:
+        from spark_apps.dlq_replay.report_details import add_details
+
+        add_details(report, outcomes.sparkSession, context)
+    return report
 
 
 def summary(report: dict[str, Any]) -> dict[str, Any]:
-    """The summary pushed to XCom and printed last: run_id, mode, status, totals, paths."""
-    return {k: report[k] for k in ("run_id", "mode", "status", "totals", "paths")}
+    """The summary pushed to XCom and printed last: run_id, mode, status, totals, paths (and the Spark
+    application when known)."""
+    keys = ("run_id", "mode", "status", "totals", "paths", "spark")
+    return {k: report[k] for k in keys if k in report}
 
 
 def summary_line(report: dict[str, Any]) -> str:

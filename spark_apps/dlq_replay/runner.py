@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from spark_apps.dlq_replay import outcomes as oc
+from spark_apps.dlq_replay.progress import MESSAGE_STEPS, StepProgress
 from spark_apps.dlq_replay.storage import RunStorage, join, qualify_root
 
 if TYPE_CHECKING:
@@ -67,6 +68,7 @@ class _Run:
         from spark_apps.dlq_replay.state import RunState, resume_or_start
 
         self.spark = spark
+        self.progress = StepProgress(spark)
         self.options = options
         self.playbook = playbook
         self.conf = conf
@@ -91,9 +93,17 @@ class _Run:
         self.state.progress(name)["started_at"] = datetime.now(UTC).isoformat(timespec="milliseconds")
         self.save()
         log.info("step %s: started", name)
+        self.progress.start(name, self.expected(name), count_rows=name in MESSAGE_STEPS)
         return True
 
+    def expected(self, name: str) -> int | None:
+        """Messages step ``name`` handles, for its progress lines."""
+        from spark_apps.dlq_replay.progress import expected_total
+
+        return expected_total(self.state, name, self.progress.expected_snapshot())
+
     def done(self, name: str, started: float, **info: Any) -> None:
+        self.progress.stop()
         seconds = time.monotonic() - started
         self.state.mark_complete(name, seconds, **info)
         self.save()
@@ -521,16 +531,12 @@ def run_replay(spark: SparkSession, options: ReplayOptions) -> dict[str, Any]:
     from spark_apps.dlq_replay.ledger import read_ledger, run_outcomes
     from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf
     from spark_apps.dlq_replay.report import CommitTotals, build_report
+    from spark_apps.dlq_replay.report_details import ReportContext
     from spark_apps.dlq_replay.report_html import render_html
 
     started_wall = datetime.now(UTC)
     playbook = _load_playbook(spark, options)
-    conf = PulsarConf(
-        service_url=options.service_url,
-        token_file=options.auth_token_file,
-        tls_trust_certs_file=options.tls_trust_certs_file,
-        admin_url=options.admin_url,
-    )
+    conf = PulsarConf.from_app_options(options)
     run = _Run(spark, options, playbook, conf)
     log.info(
         "run %s (%s, attempt %d): topics=%s output=%s",
@@ -588,6 +594,7 @@ def run_replay(spark: SparkSession, options: ReplayOptions) -> dict[str, Any]:
         ),
         timings=dict(run.state.timings),
         paths=run.paths.public(),
+        context=ReportContext(options, playbook, run.paths.decisions, run.paths.snapshot, run.paths.ledger),
     )
     report["timings"]["report"] = round(time.monotonic() - started, 3)  # the aggregation included
     if options.canary:

@@ -42,6 +42,38 @@ def topic_path(topic: str) -> str:
     return f"/admin/v2/{scheme}/" + "/".join(quote(p, safe="") for p in parts)
 
 
+def _oauth2_token(settings: dict[str, str | None], context: ssl.SSLContext | None, timeout_s: float) -> str:
+    """An access token by the client-credentials flow (issuer discovery, then the token endpoint)."""
+    from urllib.parse import urlencode
+
+    issuer = str(settings["issuer_url"]).rstrip("/")
+    if settings.get("credentials_file"):
+        with open(str(settings["credentials_file"]), encoding="utf-8") as handle:
+            creds = json.load(handle)
+    else:
+        creds = {"client_id": settings.get("client_id"), "client_secret": settings.get("client_secret")}
+    form = {
+        "grant_type": "client_credentials",
+        "client_id": creds["client_id"],
+        "client_secret": creds["client_secret"],
+    }
+    form.update({k: str(settings[k]) for k in ("audience", "scope") if settings.get(k)})
+    try:
+        with urllib.request.urlopen(
+            f"{issuer}/.well-known/openid-configuration", timeout=timeout_s, context=context
+        ) as resp:
+            endpoint = json.loads(resp.read())["token_endpoint"]
+        request = urllib.request.Request(endpoint, data=urlencode(form).encode(), method="POST")
+        with urllib.request.urlopen(request, timeout=timeout_s, context=context) as resp:
+            return str(json.loads(resp.read())["access_token"])
+    except (urllib.error.URLError, OSError, ValueError, KeyError) as exc:
+        reason = getattr(exc, "code", None) or type(exc).__name__
+        raise PulsarConfigError(
+            f"no OAuth2 access token from the issuer {issuer} ({reason}); check the issuer URL, client "
+            "credentials, audience and scope"
+        ) from None
+
+
 class PulsarAdmin:
     """Read-only admin REST calls for one :class:`~.conf.PulsarConf` (its ``admin_url`` must be set)."""
 
@@ -50,13 +82,16 @@ class PulsarAdmin:
             raise PulsarConfigError("no admin URL: set PulsarConf(admin_url=...) or the 'admin.url' option")
         self.base = conf.admin_url.rstrip("/")
         self.timeout_s = timeout_s
-        self._token = conf.read_token()
         self._context: ssl.SSLContext | None = None
-        if self.base.startswith("https://"):
+        if self.base.startswith("https://") or conf.oauth2_issuer_url:
             if conf.tls_allow_insecure:
                 self._context = ssl._create_unverified_context()  # tests only, as documented
             else:
                 self._context = ssl.create_default_context(cafile=conf.tls_trust_certs_file)
+            if conf.tls_cert_file and conf.tls_key_file:
+                self._context.load_cert_chain(conf.tls_cert_file, conf.tls_key_file)
+        oauth2 = conf.read_oauth2()
+        self._token = _oauth2_token(oauth2, self._context, timeout_s) if oauth2 else conf.read_token()
 
     def get(self, path: str) -> Any:
         """GET ``path`` and decode its JSON; server errors are retried twice."""

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import runpy
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -42,26 +44,86 @@ def test_nightly_shape(dagbag):
     assert dag.catchup is False
     assert dag.max_active_runs == 1
     assert dag.timetable.expression == "0 2 * * *"
-    sensor, replay, report = (dag.get_task(t) for t in ("wait_for_dlq_backlog", "replay", "report"))
+    check, sensor, replay, report = (
+        dag.get_task(t) for t in ("check_configuration", "wait_for_dlq_backlog", "replay", "report")
+    )
+    assert check.retries == 0
+    assert sensor.upstream_task_ids == {"check_configuration"}
     assert sensor.soft_fail is True
     assert sensor.deferrable is True
     assert replay.upstream_task_ids == {"wait_for_dlq_backlog"}
     assert report.upstream_task_ids == {"replay"}
     assert [a.name for a in replay.outlets] == ["dlq_replay_reports"]
     assert "topics_from_backlog" in replay.topics
+    assert [link.name for link in replay.operator_extra_links] == ["DLQ replay report", "Spark application"]
 
 
-def test_backfill_params_default_to_dry_run_and_validate(dagbag):
+def render(dag, template, params=None, variables=None):
+    """Render one templated field as Airflow would, with ``params`` and Variables (unset ones absent)."""
+    variables = variables or {}
+    var = SimpleNamespace(value=SimpleNamespace(get=lambda key, default="": variables.get(key, default)))
+    return dag.get_template_env().from_string(template).render(params=params or {}, var=var)
+
+
+def test_unpausing_the_nightly_dag_unconfigured_republishes_nothing(dagbag):
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    dag = dagbag.dags["dlq_nightly_replay"]
+    replay = dag.get_task("replay")
+    assert render(dag, replay.mode) == "dry-run"  # no Variable: dry-run
+    assert render(dag, replay.origin_allowlist) == ""  # no built-in allowlist
+    assert render(dag, dag.get_task("wait_for_dlq_backlog").topics) == ""  # no built-in topics
+    readiness = dagbag.dags["dlq_nightly_replay"].fileloc
+    module = runpy.run_path(readiness)
+    with pytest.raises(AirflowSkipException, match="dlq_topics is not set"):
+        module["readiness"]("", "", "")
+    plan = module["readiness"]("persistent://t/ns/a-DLQ", "", "")
+    assert plan.startswith("dry-run on persistent://t/ns/a-DLQ")
+    assert "dlq_nightly_mode=replay" in plan
+    with pytest.raises(ValueError, match="dlq_origin_allowlist is empty"):
+        module["readiness"]("persistent://t/ns/a-DLQ", "replay", "")
+    with pytest.raises(ValueError, match="must be one of"):
+        module["readiness"]("persistent://t/ns/a-DLQ", "republish-everything", "x")
+    assert module["readiness"]("t", "replay", "persistent://t/ns/orders").startswith("replay on t")
+    live = {"dlq_nightly_mode": "replay", "dlq_origin_allowlist": "persistent://t/ns/orders"}
+    assert render(dag, replay.mode, variables=live) == "replay"
+    assert render(dag, replay.origin_allowlist, variables=live) == "persistent://t/ns/orders"
+
+
+def test_backfill_form_can_be_triggered_with_its_defaults(dagbag):
+    """Every optional field is nullable with a None default (the UI then does not mark it required)
+    and says what empty means; the defaults render to the Variables."""
+    dag = dagbag.dags["dlq_backfill"]
+    assert dag.schedule is None
+    assert dag.max_active_runs == 1
+    resolved = dag.params.validate()
+    assert resolved["mode"] == "dry-run"
+    for name in dag.params:
+        if name == "mode":
+            continue
+        schema = dag.params.get_param(name).schema
+        assert "null" in schema["type"], f"{name} would be required in the trigger form"
+        assert resolved[name] is None, name
+        description = dag.params.get_param(name).description or ""
+        assert "Empty" in description, f"the form does not say what an empty {name} means"
+    replay = dag.get_task("replay")
+    variables = {"dlq_topics": "persistent://t/ns/a-DLQ", "dlq_origin_allowlist": "persistent://t/ns/a"}
+    params = dict(resolved)
+    assert render(dag, replay.topics, params, variables) == "persistent://t/ns/a-DLQ"
+    assert render(dag, replay.origin_allowlist, params, variables) == "persistent://t/ns/a"
+    assert render(dag, replay.playbook, params, variables) == ""
+    assert render(dag, replay.signatures, params, variables) == ""
+    assert render(dag, replay.max_messages, params, variables) == ""
+    given = {**params, "topics": ["persistent://t/ns/b-DLQ", "c-DLQ"], "signatures": ["s1", "s2"]}
+    assert render(dag, replay.topics, given, variables) == "persistent://t/ns/b-DLQ,c-DLQ"
+    assert render(dag, replay.signatures, given, variables) == "s1,s2"
+
+
+def test_backfill_params_validate(dagbag):
     from airflow.sdk import ParamsDict
     from airflow.sdk.exceptions import ParamValidationError
 
     dag = dagbag.dags["dlq_backfill"]
-    assert dag.schedule is None
-    assert dag.max_active_runs == 1
-    assert dag.params["mode"] == "dry-run"
-    resolved = dag.params.validate()
-    assert resolved["topics"] == []
-    assert resolved["max_messages"] is None
 
     def check(**conf):
         params = ParamsDict(dag.params)
