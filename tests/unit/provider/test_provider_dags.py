@@ -106,17 +106,19 @@ def test_backfill_form_can_be_triggered_with_its_defaults(dagbag):
         assert resolved[name] is None, name
         description = dag.params.get_param(name).description or ""
         assert "Empty" in description, f"the form does not say what an empty {name} means"
-    replay = dag.get_task("replay")
+    # The dry run takes the filters; the approved replay acts on the dry run's window and scope.
+    dry_run, replay = dag.get_task("dry_run"), dag.get_task("replay")
     variables = {"dlq_topics": "persistent://t/ns/a-DLQ", "dlq_origin_allowlist": "persistent://t/ns/a"}
     params = dict(resolved)
-    assert render(dag, replay.topics, params, variables) == "persistent://t/ns/a-DLQ"
-    assert render(dag, replay.origin_allowlist, params, variables) == "persistent://t/ns/a"
-    assert render(dag, replay.playbook, params, variables) == ""
-    assert render(dag, replay.signatures, params, variables) == ""
-    assert render(dag, replay.max_messages, params, variables) == ""
+    for task in (dry_run, replay):
+        assert render(dag, task.topics, params, variables) == "persistent://t/ns/a-DLQ"
+        assert render(dag, task.origin_allowlist, params, variables) == "persistent://t/ns/a"
+        assert render(dag, task.playbook, params, variables) == ""
+    assert render(dag, dry_run.signatures, params, variables) == ""
+    assert render(dag, dry_run.max_messages, params, variables) == ""
     given = {**params, "topics": ["persistent://t/ns/b-DLQ", "c-DLQ"], "signatures": ["s1", "s2"]}
     assert render(dag, replay.topics, given, variables) == "persistent://t/ns/b-DLQ,c-DLQ"
-    assert render(dag, replay.signatures, given, variables) == "s1,s2"
+    assert render(dag, dry_run.signatures, given, variables) == "s1,s2"
 
 
 def test_backfill_params_validate(dagbag):
