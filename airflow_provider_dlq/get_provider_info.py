@@ -68,9 +68,6 @@ def get_provider_info() -> dict[str, Any]:
             "airflow_provider_dlq.operators.links.DlqReplayReportLink",
             "airflow_provider_dlq.operators.links.SparkApplicationLink",
         ],
-        "plugins": [
-            {"name": "dlq_replay", "plugin-class": "airflow_provider_dlq.plugins.reports.DlqReplayPlugin"}
-        ],
         "connection-types": [
             {
                 "hook-class-name": "airflow_provider_dlq.hooks.pulsar.PulsarHook",

@@ -44,12 +44,25 @@ def test_version_and_docs_paths_are_true():
         assert (ROOT / guide.lstrip("/")).is_file(), f"{guide} named in provider.yaml does not exist"
 
 
-@pytest.mark.parametrize("kind", ["extra-links", "plugins"])
-def test_links_and_plugin_classes_import(kind):
-    for entry in get_provider_info()[kind]:
-        path = entry if isinstance(entry, str) else entry["plugin-class"]
+def test_link_classes_import():
+    for path in get_provider_info()["extra-links"]:
         module, _, name = path.rpartition(".")
         assert getattr(importlib.import_module(module), name)
+
+
+def test_report_plugin_loads_with_lazy_provider_discovery():
+    """The plugin is an entry-point plugin: Airflow loads it with its default lazy provider discovery
+    (provider-info plugins load only with lazy_discover_providers off), and it is listed once."""
+    from airflow import plugins_manager, settings
+
+    assert settings.LAZY_LOAD_PROVIDERS
+    assert "plugins" not in get_provider_info()
+    plugins_manager._get_plugins.cache_clear()
+    plugins, errors = plugins_manager._get_plugins()
+    names = [p.name for p in plugins]
+    assert names.count("dlq_replay") == 1, (names, errors)
+    (plugin,) = [p for p in plugins if p.name == "dlq_replay"]
+    assert plugin.fastapi_apps[0]["url_prefix"] == "/dlq-replay"
 
 
 def test_airflow_discovers_links_plugin_and_form_behaviour():
@@ -57,7 +70,6 @@ def test_airflow_discovers_links_plugin_and_form_behaviour():
 
     manager = ProvidersManager()
     assert "airflow_provider_dlq.operators.links.DlqReplayReportLink" in manager.extra_links_class_names
-    assert any(p.plugin_class.endswith("DlqReplayPlugin") for p in manager.plugins)
     behaviour = manager.field_behaviours["pulsar"]
     assert behaviour["relabeling"]["host"] == "Service URL"
     assert "extra__pulsar__test_topic" in manager.connection_form_widgets
