@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 import jsonschema
-import pytest
 
 import airflow_provider_dlq
 from airflow_provider_dlq import provider_metadata
