@@ -1,4 +1,4 @@
-"""The demo "orders" service: a Pulsar consumer built on ``airflow_provider_dlq.dlq_consumer``.
+"""The demo "orders" service: a Pulsar consumer built on ``pulsar_dlq_consumer``.
 
 It fills real DLQs the way production services do. Orders that break a rule are termed straight to
 the DLQ (PIP-372), orders that hit a down inventory service are retried through the retry topic until
@@ -21,7 +21,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_provider_dlq.dlq_consumer import (
+from pulsar_dlq_consumer import (
     DeadLetterPolicy,
     DlqConsumer,
     ExponentialBackoff,

@@ -21,7 +21,7 @@ import uuid
 
 import pulsar
 
-from airflow_provider_dlq.dlq_consumer import (
+from pulsar_dlq_consumer import (
     DeadLetterPolicy,
     DlqConsumer,
     ExponentialBackoff,

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 def normalize_columns(batch: pa.RecordBatch) -> dict[str, list[Any]]:
     """The computed columns of :func:`normalize_batch` as Python lists, plus ``properties`` (as dicts),
     ``topic`` and ``message_id_str``: later Python steps of the same pass reuse them."""
-    from airflow_provider_dlq.dlq_consumer.context import parse_error_context
+    from pulsar_dlq_consumer.context import parse_error_context
     from spark_apps.dlq_replay.lineage import previous_replay_count
     from spark_apps.dlq_replay.signatures import TemplateCache, error_signature, replay_id
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import re
 
-from airflow_provider_dlq.dlq_consumer.context import base_topic
+from pulsar_dlq_consumer.context import base_topic
 
 MAX_TEMPLATE_CHARS = 512
 

@@ -13,7 +13,7 @@ import pulsar
 import pytest
 from dlq_consumer_helpers import drain, subscribe_earliest
 
-from airflow_provider_dlq.dlq_consumer import DeadLetterPolicy, DlqConsumer, RetryPolicy, parse_error_context
+from pulsar_dlq_consumer import DeadLetterPolicy, DlqConsumer, RetryPolicy, parse_error_context
 
 pytestmark = [pytest.mark.integration, pytest.mark.embedded]
 

@@ -13,7 +13,7 @@ import pulsar
 import pytest
 from dlq_consumer_helpers import RecordingMeterProvider, drain, nothing_pending, read_all, subscribe_earliest
 
-from airflow_provider_dlq.dlq_consumer import (
+from pulsar_dlq_consumer import (
     ConsumerMetrics,
     DeadLetterPolicy,
     DlqConsumer,

@@ -12,7 +12,7 @@ import pulsar
 import pytest
 from dlq_consumer_helpers import drain, read_all
 
-from airflow_provider_dlq.dlq_consumer import parse_error_context
+from pulsar_dlq_consumer import parse_error_context
 
 pytestmark = pytest.mark.integration
 
@@ -35,8 +35,8 @@ NO_AIRFLOW_SCRIPT = textwrap.dedent(
         raise SystemExit("the import blocker does not work")
 
     import pulsar
-    from airflow_provider_dlq.dlq_consumer import DeadLetterPolicy, DlqConsumer, parse_error_context
-    from airflow_provider_dlq.dlq_consumer.context import KEY_REASON
+    from pulsar_dlq_consumer import DeadLetterPolicy, DlqConsumer, parse_error_context
+    from pulsar_dlq_consumer.context import KEY_REASON
 
     url, topic = sys.argv[1], sys.argv[2]
     client = pulsar.Client(url, logger=logging.getLogger("pulsar"))
@@ -84,7 +84,7 @@ CRASH_SCRIPT = textwrap.dedent(
     """
     import logging, os, signal, sys
     import pulsar
-    from airflow_provider_dlq.dlq_consumer import DeadLetterPolicy, DlqConsumer, RetryPolicy
+    from pulsar_dlq_consumer import DeadLetterPolicy, DlqConsumer, RetryPolicy
 
     url, topic, action = sys.argv[1], sys.argv[2], sys.argv[3]
     client = pulsar.Client(url, logger=logging.getLogger("pulsar"))
@@ -146,7 +146,7 @@ LEAK_SCRIPT = textwrap.dedent(
     """
     import logging, os, sys
     import pulsar
-    from airflow_provider_dlq.dlq_consumer import DeadLetterPolicy, DlqConsumer, RetryPolicy
+    from pulsar_dlq_consumer import DeadLetterPolicy, DlqConsumer, RetryPolicy
 
     logging.basicConfig(level=logging.DEBUG)  # even with DEBUG on, payloads must not be logged
     url, topic = sys.argv[1], sys.argv[2]

@@ -6,7 +6,7 @@ import pulsar
 import pytest
 from dlq_consumer_helpers import drain, nothing_pending, subscribe_earliest
 
-from airflow_provider_dlq.dlq_consumer import (
+from pulsar_dlq_consumer import (
     ConfigurationError,
     ConsumerClosedError,
     DeadLetterPolicy,

@@ -8,7 +8,7 @@ import pulsar
 import pytest
 from dlq_consumer_helpers import drain, subscribe_earliest
 
-from airflow_provider_dlq.dlq_consumer import (
+from pulsar_dlq_consumer import (
     DeadLetterPolicy,
     DlqConsumer,
     DlqNotConfiguredError,
@@ -80,7 +80,7 @@ def test_loop_classifies_every_outcome(pulsar_client, topic_factory):
         ("throttled", "1000"),
     ]
     assert sorted(parse_error_context(m.properties()).error_class or "" for m in dead) == [
-        "airflow_provider_dlq.dlq_consumer.errors.TerminalError",
+        "pulsar_dlq_consumer.errors.TerminalError",
         f"{InvalidOrder.__module__}.InvalidOrder",
     ]
     dlq.close()

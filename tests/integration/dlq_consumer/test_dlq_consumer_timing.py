@@ -28,7 +28,7 @@ import pytest
 from dlq_consumer_helpers import subscribe_earliest
 
 import pulsar_standalone
-from airflow_provider_dlq.dlq_consumer import (
+from pulsar_dlq_consumer import (
     DeadLetterPolicy,
     DlqConsumer,
     ExponentialBackoff,

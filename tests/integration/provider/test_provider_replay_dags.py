@@ -19,7 +19,7 @@ import pulsar
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_provider_dlq.dlq_consumer import DeadLetterPolicy, DlqConsumer
+from pulsar_dlq_consumer import DeadLetterPolicy, DlqConsumer
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -159,7 +159,7 @@ def admin_client(secure) -> pulsar.Client:
 
 def fill(secure, count: int = 4) -> str:
     """``count`` DLQ messages (our error context) on a fresh topic of the secured namespace."""
-    from airflow_provider_dlq.dlq_consumer import DeadLetterPolicy, DlqConsumer
+    from pulsar_dlq_consumer import DeadLetterPolicy, DlqConsumer
 
     origin = f"persistent://{TENANT_NS}/orders-{secrets.token_hex(4)}"
     client = admin_client(secure)

@@ -14,7 +14,7 @@ from urllib.parse import quote
 
 import pulsar
 
-from airflow_provider_dlq.dlq_consumer import DeadLetterPolicy, DlqConsumer
+from pulsar_dlq_consumer import DeadLetterPolicy, DlqConsumer
 
 SUB = "dlq-replayer"
 

@@ -16,7 +16,7 @@ from urllib.parse import quote
 import pulsar
 import pytest
 
-from airflow_provider_dlq.dlq_consumer import DeadLetterPolicy, DlqConsumer
+from pulsar_dlq_consumer import DeadLetterPolicy, DlqConsumer
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -6,9 +6,9 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-from airflow_provider_dlq.dlq_consumer.context import MAX_ERROR_MESSAGE_BYTES, MAX_ERROR_STACK_BYTES
-from airflow_provider_dlq.dlq_consumer.delays import DEFAULT_LEVELS, DelayLevels, validate_delay
-from airflow_provider_dlq.dlq_consumer.errors import (
+from pulsar_dlq_consumer.context import MAX_ERROR_MESSAGE_BYTES, MAX_ERROR_STACK_BYTES
+from pulsar_dlq_consumer.delays import DEFAULT_LEVELS, DelayLevels, validate_delay
+from pulsar_dlq_consumer.errors import (
     ConfigurationError,
     InvalidDelayError,
     TopicNameGuardError,

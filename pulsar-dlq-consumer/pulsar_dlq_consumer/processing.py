@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_dlq.dlq_consumer.errors import (
+from pulsar_dlq_consumer.errors import (
     ConfigurationError,
     DlqNotConfiguredError,
     InvalidDelayError,
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
     import pulsar
 
-    from airflow_provider_dlq.dlq_consumer.consumer import DlqConsumer
+    from pulsar_dlq_consumer.consumer import DlqConsumer
 
 log = logging.getLogger(__name__)
 

@@ -30,8 +30,8 @@ from concurrent.futures import TimeoutError as FutureTimeoutError
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
-from airflow_provider_dlq.dlq_consumer.backoff import ExponentialBackoff, RedeliveryBackoff, checked_delay
-from airflow_provider_dlq.dlq_consumer.context import (
+from pulsar_dlq_consumer.backoff import ExponentialBackoff, RedeliveryBackoff, checked_delay
+from pulsar_dlq_consumer.context import (
     CONTEXT_PREFIX,
     DELAY_TIME,
     ORIGIN_MESSAGE_ID,
@@ -45,7 +45,7 @@ from airflow_provider_dlq.dlq_consumer.context import (
     base_topic,
     build_context_properties,
 )
-from airflow_provider_dlq.dlq_consumer.errors import (
+from pulsar_dlq_consumer.errors import (
     ConfigurationError,
     ConsumerClosedError,
     DlqNotConfiguredError,
@@ -54,8 +54,8 @@ from airflow_provider_dlq.dlq_consumer.errors import (
     RetryNotConfiguredError,
     UnsupportedSubscriptionTypeError,
 )
-from airflow_provider_dlq.dlq_consumer.metrics import ConsumerMetrics, topic_attributes
-from airflow_provider_dlq.dlq_consumer.policy import (
+from pulsar_dlq_consumer.metrics import ConsumerMetrics, topic_attributes
+from pulsar_dlq_consumer.policy import (
     DeadLetterPolicy,
     RetryPolicy,
     resolve_topics,
