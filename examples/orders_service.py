@@ -141,8 +141,10 @@ def consume(service_url: str, *, inventory_up: bool, idle_timeout_s: float) -> d
             client,
             ORDERS_TOPIC,
             SUBSCRIPTION,
-            dead_letter=DeadLetterPolicy(max_redeliveries=2, initial_subscription=REPLAY_SUBSCRIPTION),
-            retry=RetryPolicy(max_reconsumes=3),  # delay levels 1s, 5s, 10s (level increment)
+            dead_letter_policy=DeadLetterPolicy(
+                max_redeliver_count=2, initial_subscription_name=REPLAY_SUBSCRIPTION
+            ),
+            retry_policy=RetryPolicy(max_reconsumes=3),  # delay levels 1s, 5s, 10s (level increment)
             backoff=ExponentialBackoff(min_delay=0.2, max_delay=1.0),
             consumer_name="order-service-1",
             initial_position=pulsar.InitialPosition.Earliest,

@@ -42,7 +42,7 @@ NO_AIRFLOW_SCRIPT = textwrap.dedent(
     client = pulsar.Client(url, logger=logging.getLogger("pulsar"))
     producer = client.create_producer(topic)
     producer.send(b"no-airflow", properties={"x": "1"})
-    with DlqConsumer(client, topic, "s", dead_letter=DeadLetterPolicy(),
+    with DlqConsumer(client, topic, "s", dead_letter_policy=DeadLetterPolicy(),
                      initial_position=pulsar.InitialPosition.Earliest) as consumer:
         dlq = client.subscribe(consumer.dead_letter_topic, "check", consumer_type=pulsar.ConsumerType.Shared,
                                initial_position=pulsar.InitialPosition.Earliest)
@@ -88,8 +88,8 @@ CRASH_SCRIPT = textwrap.dedent(
 
     url, topic, action = sys.argv[1], sys.argv[2], sys.argv[3]
     client = pulsar.Client(url, logger=logging.getLogger("pulsar"))
-    consumer = DlqConsumer(client, topic, "s", dead_letter=DeadLetterPolicy(), retry=RetryPolicy(),
-                           initial_position=pulsar.InitialPosition.Earliest)
+    consumer = DlqConsumer(client, topic, "s", dead_letter_policy=DeadLetterPolicy(),
+                           retry_policy=RetryPolicy(), initial_position=pulsar.InitialPosition.Earliest)
     msg = consumer.receive(timeout_millis=5000)
 
     def die(*args, **kwargs):  # the copy is confirmed by the broker; crash before the ack leaves
@@ -152,7 +152,7 @@ LEAK_SCRIPT = textwrap.dedent(
     url, topic = sys.argv[1], sys.argv[2]
     client = pulsar.Client(url, logger=logging.getLogger("pulsar"))
     producer = client.create_producer(topic)
-    with DlqConsumer(client, topic, "s", dead_letter=DeadLetterPolicy(), retry=RetryPolicy(),
+    with DlqConsumer(client, topic, "s", dead_letter_policy=DeadLetterPolicy(), retry_policy=RetryPolicy(),
                      initial_position=pulsar.InitialPosition.Earliest) as consumer:
         producer.send(b"\\xff\\x00SECRET-PAYLOAD-1")
         msg = consumer.receive(timeout_millis=5000)

@@ -60,8 +60,8 @@ def test_loop_classifies_every_outcome(pulsar_client, topic_factory):
         pulsar_client,
         topic,
         "s",
-        dead_letter=DeadLetterPolicy(),
-        retry=RetryPolicy(delay_levels="1s 1.5s 2s"),  # real delays: level 3 is 2 s, level 1 is 1 s
+        dead_letter_policy=DeadLetterPolicy(),
+        retry_policy=RetryPolicy(delay_levels="1s 1.5s 2s"),  # real delays: level 3 is 2 s, level 1 is 1 s
         backoff=ExponentialBackoff(min_delay=0.05, max_delay=0.1),
         initial_position=pulsar.InitialPosition.Earliest,
     ) as consumer:
@@ -101,7 +101,7 @@ def test_base_exceptions_propagate_and_leave_the_message_unacked(pulsar_client, 
         pulsar_client,
         topic,
         "s",
-        dead_letter=DeadLetterPolicy(),
+        dead_letter_policy=DeadLetterPolicy(),
         initial_position=pulsar.InitialPosition.Earliest,
     )
     dlq = subscribe_earliest(pulsar_client, consumer.dead_letter_topic, "check")

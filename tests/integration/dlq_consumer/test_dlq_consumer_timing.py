@@ -109,8 +109,8 @@ def test_retry_delays_arrive_no_earlier_than_asked_and_within_tolerance(pulsar_c
         pulsar_client,
         topic,
         "s",
-        dead_letter=DeadLetterPolicy(),
-        retry=RetryPolicy(delay_levels=ladder, max_reconsumes=5),
+        dead_letter_policy=DeadLetterPolicy(),
+        retry_policy=RetryPolicy(delay_levels=ladder, max_reconsumes=5),
         initial_position=pulsar.InitialPosition.Earliest,
     ) as consumer:
         for key in plans:
@@ -172,8 +172,8 @@ def test_nack_backoff_gaps_follow_the_policy_then_dead_letter_and_term_goes_stra
         pulsar_client,
         topic,
         "s",
-        dead_letter=DeadLetterPolicy(max_redeliveries=max_redeliveries),
-        retry=RetryPolicy(delay_levels="1s"),  # configured, and term must not use it
+        dead_letter_policy=DeadLetterPolicy(max_redeliver_count=max_redeliveries),
+        retry_policy=RetryPolicy(delay_levels="1s"),  # configured, and term must not use it
         backoff=backoff,
         consumer_name="backoff-1",
         initial_position=pulsar.InitialPosition.Earliest,

@@ -168,7 +168,7 @@ def fill(secure, count: int = 4) -> str:
             client,
             origin,
             "orders-service",
-            dead_letter=DeadLetterPolicy(initial_subscription="dlq-replayer"),
+            dead_letter_policy=DeadLetterPolicy(initial_subscription_name="dlq-replayer"),
             initial_position=pulsar.InitialPosition.Earliest,
         )
         producer = client.create_producer(origin)

@@ -39,7 +39,7 @@ def fill_dlq(client, origin: str, timeouts: int, bad: int, unknown: int) -> str:
         client,
         origin,
         "orders-service",
-        dead_letter=DeadLetterPolicy(initial_subscription=SUB),
+        dead_letter_policy=DeadLetterPolicy(initial_subscription_name=SUB),
         initial_position=pulsar.InitialPosition.Earliest,
     )
     producer = client.create_producer(origin)

@@ -123,12 +123,12 @@ def test_retry_policy_validation(kwargs: dict[str, object], match: str) -> None:
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"max_redeliveries": -1}, "max_redeliveries must be an int >= 0"),
-        ({"max_redeliveries": True}, "max_redeliveries"),
-        ({"initial_subscription": " "}, "initial_subscription"),
+        ({"max_redeliver_count": -1}, "max_redeliver_count must be an int >= 0"),
+        ({"max_redeliver_count": True}, "max_redeliver_count"),
+        ({"initial_subscription_name": " "}, "initial_subscription_name"),
         ({"name_guard": "dlq."}, "TopicNameGuard"),
         ({"max_error_message_bytes": 10}, "max_error_message_bytes"),
-        ({"topic": "http://x/y/z"}, "persistent://tenant/namespace/name"),
+        ({"dead_letter_topic": "http://x/y/z"}, "persistent://tenant/namespace/name"),
     ],
 )
 def test_dead_letter_policy_validation(kwargs: dict[str, object], match: str) -> None:
