@@ -225,11 +225,11 @@ def _pending(client, topic: str) -> int:
 def test_provider_wheel_installs_cleanly_and_runs_a_dry_run(
     wheels, tmp_path, pulsar_broker, pulsar_client, topic_factory, record_figure
 ):
-    provider = f"airflow-provider-dlq[spark] @ {wheels['airflow_provider_dlq'].as_uri()}"
+    provider = f"airflow-provider-dlq[pyspark] @ {wheels['airflow_provider_dlq'].as_uri()}"
     python = _fresh_venv_with(
         tmp_path / "venv",
         [provider, str(wheels["pulsar_dlq_consumer"])],
-        "provider venv (extra spark)",
+        "provider venv (extra pyspark)",
         record_figure,
     )
     venv_bin = python.parent
