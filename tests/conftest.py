@@ -112,6 +112,17 @@ class _ExternalBroker:
     def metrics_url(self) -> str:
         return f"{self.admin_url}/metrics/"
 
+    def admin(self) -> _ExternalBroker:
+        """Read-only admin REST access (``get``), as ``StandaloneBroker.admin()`` offers (no auth)."""
+        return self
+
+    def get(self, path: str, *, timeout: float = 10.0) -> Any:
+        import json
+        import urllib.request
+
+        with urllib.request.urlopen(f"{self.admin_url}{path}", timeout=timeout) as response:
+            return json.loads(response.read())
+
 
 @pytest.fixture(scope="session")
 def apache_pulsar() -> Iterator[StandaloneBroker]:
