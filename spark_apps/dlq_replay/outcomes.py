@@ -23,6 +23,8 @@ ORIGIN_REFUSED = "origin_refused"
 MALFORMED = "malformed"
 LOOP_GUARDED = "loop_guarded"
 ALREADY_FINAL = "already_final"
+DUPLICATE = "duplicate"
+ORIGIN_CONFLICT = "origin_conflict"
 FILTERED = "filtered"
 PUBLISH_FAILED = "publish_failed"
 
@@ -30,7 +32,9 @@ PUBLISH_FAILED = "publish_failed"
 TO_REPUBLISH = "to_republish"
 
 #: Outcomes whose DLQ message is done with: recorded final in the ledger and acked by the commit.
-FINAL_OUTCOMES: frozenset[str] = frozenset({REPUBLISHED, ARCHIVED, DROPPED, LOOP_GUARDED, ALREADY_FINAL})
+FINAL_OUTCOMES: frozenset[str] = frozenset(
+    {REPUBLISHED, ARCHIVED, DROPPED, LOOP_GUARDED, ALREADY_FINAL, DUPLICATE}
+)
 
 #: Outcomes that are written to the archive dataset in the apply step.
 ARCHIVE_OUTCOMES: frozenset[str] = frozenset({ARCHIVED, LOOP_GUARDED})
@@ -43,9 +47,11 @@ OUTCOMES: tuple[str, ...] = (
     SKIPPED,
     FIX_FAILED,
     ORIGIN_REFUSED,
+    ORIGIN_CONFLICT,
     MALFORMED,
     LOOP_GUARDED,
     ALREADY_FINAL,
+    DUPLICATE,
     FILTERED,
     PUBLISH_FAILED,
 )

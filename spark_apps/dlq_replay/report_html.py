@@ -22,6 +22,8 @@ COLORS: dict[str, str] = {
     oc.MALFORMED: "#ef6c00",
     oc.LOOP_GUARDED: "#6a1b9a",
     oc.ALREADY_FINAL: "#00838f",
+    oc.DUPLICATE: "#4dd0e1",
+    oc.ORIGIN_CONFLICT: "#f06292",
     oc.FILTERED: "#cfd8dc",
     oc.PUBLISH_FAILED: "#b71c1c",
 }
@@ -108,7 +110,8 @@ def render_html(report: dict[str, Any]) -> str:
             f"<td>{escape(g['template'] or '')}</td>"
             f"<td>{escape(g['error_class'] or '')}</td>"
             f"<td>{escape(g['origin_topic'] or '')}</td>"
-            f"<td>{escape(g['context_format'] or '')}</td>"
+            f"<td>{escape(', '.join(g.get('context_formats') or [g.get('context_format') or '']))}"
+            f"<br>{escape(g.get('reason') or '')}</td>"
             f"<td class='num'>{g['count']}</td>"
             f"<td>{escape(g['first_seen'] or '')}<br>{escape(g['last_seen'] or '')}</td>"
             f"<td>{escape(g['action'] or '')}</td>"
@@ -133,7 +136,7 @@ def render_html(report: dict[str, Any]) -> str:
         f"{_legend(used)}{bar_chart_svg(groups)}"
         f"<h2>Totals</h2><table>{total_rows}</table>"
         "<h2>Groups</h2><table><tr><th>signature</th><th>template</th><th>error class</th>"
-        "<th>origin topic</th><th>format</th><th>count</th><th>first / last seen</th><th>action</th>"
+        "<th>origin topic</th><th>format / reason</th><th>count</th><th>first / last seen</th><th>action</th>"
         "<th>rules</th><th>outcomes</th>"
         f"<th>sample message ids</th></tr>{''.join(group_rows)}</table>{other_note}"
         f"<h2>Timings</h2><table>{timing_rows}</table>"

@@ -286,7 +286,16 @@ def test_100k_messages_exact_counts_and_figures(spark, pulsar_client, pulsar_ser
         (5_000, "s", order(4), {"REAL_TOPIC": orders, "ORIGIN_MESSAGE_ID": "1:1:-1:-1"}, "skipped"),
         (5_000, "m", order(5), {"junk": "1"}, "malformed"),
     ]
-    items = [(f"{prefix}-{i}", payload, props) for n, prefix, payload, props, _ in kinds for i in range(n)]
+    # Every message is its own original: a distinct origin message id where the convention has one.
+    items = [
+        (
+            f"{prefix}-{i}",
+            payload,
+            {**props, "ORIGIN_MESSAGE_ID": f"{k}:{i}:-1:-1"} if "ORIGIN_MESSAGE_ID" in props else props,
+        )
+        for k, (n, prefix, payload, props, _) in enumerate(kinds)
+        for i in range(n)
+    ]
     produce(pulsar_client, dlq, items, batching=True)
     out = tmp_path / "out"
     peaks = {"jvm": 0, "python_driver": 0}
