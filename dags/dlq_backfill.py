@@ -7,7 +7,9 @@ combination (``replay`` needs an origin allowlist, ``since`` before ``until``).
 Defaults come from the same Airflow Variables as ``dlq_nightly_replay`` (``dlq_topics``, ``dlq_playbook``,
 ``dlq_output_dir``, ``dlq_origin_allowlist``, ``dlq_subscription``) when a field is left empty; retries
 from ``DLQ_REPLAY_RETRIES`` / ``DLQ_REPLAY_RETRY_DELAY_SECONDS`` (environment, read at parse time). A
-retried ``replay`` task keeps its run id, so it resumes the same replay.
+retried ``replay`` task keeps its run id, so it resumes the same replay. The ``replay`` task runs in the
+one-slot pool ``dlq_replay`` shared with ``dlq_nightly_replay``: a backfill waits for a nightly replay
+and the other way round.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ DEFAULT_OUTPUT_DIR = os.environ.get("DLQ_DATA_DIR") or str(
     Path(os.environ.get("AIRFLOW_HOME", str(Path.home() / "airflow"))) / "dlq"
 )
 REPORT_ASSET = Asset(name="dlq_replay_reports")
+#: The one-slot pool shared with ``dlq_nightly_replay`` (see its docstring).
+REPLAY_POOL = os.environ.get("DLQ_REPLAY_POOL", "dlq_replay")
 _ISO = r"^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?)?$"
 _TOPIC = r"^((persistent://)?[^/\s]+/[^/\s]+/)?[^/\s]+$"
 
@@ -118,6 +122,8 @@ with DAG(
         signatures="{{ params.signatures | join(',') }}",
         error_class="{{ params.error_class or '' }}",
         outlets=[REPORT_ASSET],
+        pool=REPLAY_POOL,
+        pool_slots=1,
     )
 
     @task

@@ -51,6 +51,16 @@ def test_nightly_shape(dagbag):
     assert "topics_from_backlog" in replay.topics
 
 
+def test_nightly_and_backfill_replays_share_one_pool_slot(dagbag):
+    """The two DAGs cannot replay at the same time: one Airflow pool, one slot each, one run per DAG."""
+    replays = [dagbag.dags[d].get_task("replay") for d in ("dlq_nightly_replay", "dlq_backfill")]
+    assert {t.pool for t in replays} == {"dlq_replay"}
+    assert [t.pool_slots for t in replays] == [1, 1]
+    assert [dagbag.dags[d].max_active_runs for d in ("dlq_nightly_replay", "dlq_backfill")] == [1, 1]
+    init = (DAGS.parent / "docker" / "airflow" / "init-stack.sh").read_text()
+    assert 'airflow pools set "${DLQ_REPLAY_POOL:-dlq_replay}" 1 ' in init
+
+
 def test_backfill_params_default_to_dry_run_and_validate(dagbag):
     from airflow.sdk import ParamsDict
     from airflow.sdk.exceptions import ParamValidationError
