@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from spark_apps.dlq_replay import outcomes as oc
+from spark_apps.dlq_replay.normalize import ORIGIN_CONFLICT, PROPERTY_DICTS
+from spark_apps.dlq_replay.pulsar_io.source import UNDECODABLE_PROPERTY
 from spark_apps.dlq_replay.schemas import CONTEXT_COLUMNS, DECIDED_SCHEMA, SCOPE_COLUMN, arrow_schema
 
 if TYPE_CHECKING:
@@ -378,9 +380,6 @@ def _parked(cols: _Columns, i: int) -> tuple[str, str | None] | None:
     """``(outcome, reason)`` of a row that is not matched against the playbook, else ``None``: out of
     scope (already final, duplicate, filtered), or parked with a precise reason (malformed context,
     conflicting origins)."""
-    from spark_apps.dlq_replay.normalize import ORIGIN_CONFLICT, PROPERTY_DICTS
-    from spark_apps.dlq_replay.pulsar_io.source import UNDECODABLE_PROPERTY
-
     scope = cols[SCOPE_COLUMN][i]
     if scope == SCOPE_ALREADY_FINAL:
         return oc.ALREADY_FINAL, cols[SCOPE_REASON_COLUMN][i] or "final in the ledger of an earlier run"

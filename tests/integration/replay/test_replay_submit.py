@@ -185,6 +185,44 @@ def test_spark_submit_help_documents_every_option(bundle, tmp_path):
         assert option in out.stdout
 
 
+def test_cli_contract_exit_codes_and_streams(spark, pulsar_client, pulsar_service_url, bundle, tmp_path):
+    """Under spark-submit: progress on stderr, stdout only the summary (last line), exit codes 0 and 2."""
+    _, dlq, _ = small_dlq(pulsar_client, n_replay=5, n_archive=0, n_skip=3)
+    out = tmp_path / "out"
+    ok = start(
+        bundle, args_for(pulsar_service_url, dlq, out, "contract", "--mode", "dry-run"), tmp_path, "ok"
+    )
+    summary = finish(ok, tmp_path, "ok")
+    assert summary["totals"]["snapshot"] == 8
+    stdout = (tmp_path / "ok.out").read_text()
+    stderr = (tmp_path / "ok.err").read_text()
+    assert "step plan: started" in stderr
+    assert "step report: complete" in stderr
+    assert "step " not in stdout
+    assert " INFO " not in stdout
+    assert stdout.strip().splitlines()[-1].startswith("DLQ_REPLAY_SUMMARY ")
+    # Invalid input: exit 2, the problem on stderr, nothing written for the new run id.
+    bad = start(
+        bundle,
+        args_for(pulsar_service_url, dlq, out, "contract-bad", "--origin-allowlist", "re:orders(["),
+        tmp_path,
+        "bad",
+    )
+    assert bad.wait(timeout=600) == 2
+    assert "invalid regular expression" in (tmp_path / "bad.err").read_text()
+    assert "DLQ_REPLAY_SUMMARY" not in (tmp_path / "bad.out").read_text()
+    assert not (out / "runs" / "contract-bad").exists()
+    # A resume with changed options: exit 2, not the resumable 1.
+    changed = start(
+        bundle,
+        args_for(pulsar_service_url, dlq, out, "contract", "--mode", "dry-run", "--max-replays", "5"),
+        tmp_path,
+        "changed",
+    )
+    assert changed.wait(timeout=600) == 2
+    assert "changed: max_replays" in (tmp_path / "changed.err").read_text()
+
+
 def test_kill_during_apply_then_resume(spark, pulsar_client, pulsar_service_url, bundle, tmp_path):
     orders, dlq, expected = small_dlq(pulsar_client, n_replay=2000, n_archive=50, n_skip=30)
     out = tmp_path / "out"
@@ -225,9 +263,12 @@ def test_kill_during_apply_then_resume(spark, pulsar_client, pulsar_service_url,
     assert summary["totals"]["republished"] == 2000
     assert summary["totals"]["archived"] == 50
     duplicates = check_end_state(spark, pulsar_client, orders, dlq, out, "kill-apply", expected)
-    # Without broker dedup only the wave in flight at the kill is sent again (saved waves never are).
+    # Without broker dedup only the wave in flight at the kill is sent again (saved waves never are),
+    # and the resumed run's report counts what it sent again.
     assert duplicates <= 300
     assert duplicates == sent_before - 300 * waves_done
+    assert summary["totals"]["resent"] == 300
+    assert duplicates <= summary["totals"]["resent"]
     print(
         "REPLAY_KILL_APPLY",
         json.dumps({"sent_before_kill": sent_before, "waves_saved": waves_done, "duplicates": duplicates}),
@@ -257,6 +298,10 @@ def test_kill_during_commit_then_resume(spark, pulsar_client, pulsar_service_url
     )
     assert summary["status"] == "succeeded"
     assert summary["totals"]["left_pending"] == 20
+    # The acks of the killed attempt count: every final message is acked once, in one of the attempts.
+    assert summary["totals"]["acked"] == 1540
+    commit = state_of(out, "kill-commit")["steps"]["commit"]
+    assert commit["acked_this_attempt"] + commit["acked_by_earlier_attempts"] == 1540
     # Apply and record were complete: the resume redoes only the commit, so nothing is sent twice.
     assert check_end_state(spark, pulsar_client, orders, dlq, out, "kill-commit", expected) == 0
 

@@ -187,3 +187,14 @@ def test_every_argument_parser_in_the_repository_refuses_abbreviations():
                 offenders.append(f"{path.relative_to(REPO)}:{node.lineno}")
     assert offenders == []
     assert build_parser().allow_abbrev is False
+
+
+def test_the_client_side_token_file_error_does_not_echo_the_path():
+    """The same holds where executors read the token file (it may be missing on one of them)."""
+    from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf
+    from spark_apps.dlq_replay.pulsar_io.errors import PulsarConfigError
+
+    with pytest.raises(PulsarConfigError) as info:
+        PulsarConf("pulsar://localhost:6650", token_file=TOKEN).read_token()
+    assert TOKEN not in str(info.value)
+    assert "path not shown" in str(info.value)
