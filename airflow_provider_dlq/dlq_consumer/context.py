@@ -546,6 +546,22 @@ def parse_error_context(
 
 #: Property keys that name the origin topic, one per convention family, in the parser's precedence.
 ORIGIN_TOPIC_KEYS: tuple[str, ...] = (KEY_TOPIC, CONNECT_TOPIC, SPRING_ORIGINAL_TOPIC, REAL_TOPIC)
+#: Every property :func:`origin_claims` reads: a message's origin identity depends on these alone.
+ORIGIN_PROPERTY_KEYS: tuple[str, ...] = (
+    KEY_TOPIC,
+    KEY_MESSAGE_ID,
+    KIP1191_PARTITION,
+    KIP1191_OFFSET,
+    CONNECT_TOPIC,
+    CONNECT_PARTITION,
+    CONNECT_OFFSET,
+    SPRING_ORIGINAL_TOPIC,
+    SPRING_ORIGINAL_PARTITION,
+    SPRING_ORIGINAL_OFFSET,
+    REAL_TOPIC,
+    ORIGIN_MESSAGE_ID,
+    LEGACY_ORIGIN_MESSAGE_ID,
+)
 #: Longest origin topic value kept in an :class:`OriginClaim` (a longer one is cut, marked, never valid).
 MAX_CLAIM_CHARS = 300
 _MESSAGE_ID = re.compile(r"\(?\s*(-?\d{1,20})\s*(?:[:,]\s*(-?\d{1,20})\s*){1,3}\)?")
@@ -683,6 +699,7 @@ __all__ = [
     "MAX_ERROR_MESSAGE_BYTES",
     "MAX_ERROR_STACK_BYTES",
     "ORIGIN_MESSAGE_ID",
+    "ORIGIN_PROPERTY_KEYS",
     "ORIGIN_TOPIC_KEYS",
     "REAL_TOPIC",
     "REASONS",

@@ -132,9 +132,14 @@ def _identities(snapshot: DataFrame, filters: Filters, origin_precedence: tuple[
                 arrays, names=["topic", "message_id_str", "publish_time", _RID, "selected"][: len(arrays)]
             )
 
-    light = snapshot.select(
-        "topic", "message_id_str", "publish_time", "properties", F.lit(None).cast("binary").alias("value")
-    )
+    if limited:
+        light = snapshot.select(
+            "topic", "message_id_str", "publish_time", "properties", F.lit(None).cast("binary").alias("value")
+        )
+    else:
+        from spark_apps.dlq_replay.normalize import origin_columns
+
+        light = snapshot.select(*origin_columns(), "publish_time")
     schema = f"topic string, message_id_str string, publish_time timestamp, {_RID} string"
     return map_in_arrow(light, ids, schema + (", selected boolean" if limited else ""))
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from airflow_provider_dlq.dlq_consumer.context import (
+    ORIGIN_PROPERTY_KEYS,
     OriginClaim,
     canonical_topic,
     conflicting_claims,
@@ -35,7 +36,7 @@ from spark_apps.dlq_replay.signatures import replay_id
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
 
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
 
 #: Key of the per-row property dicts in :func:`normalize_columns` (not a column of any schema).
 PROPERTY_DICTS = "_property_dicts"
@@ -69,13 +70,32 @@ def row_replay_id(topic: str | None, message_id: str | None, claim: OriginClaim 
     return replay_id(topic or "", message_id or "", identity)
 
 
+def origin_columns() -> list[Column]:
+    """The snapshot's ``topic`` and ``message_id_str`` and the value of each property in
+    :data:`~airflow_provider_dlq.dlq_consumer.context.ORIGIN_PROPERTY_KEYS`: all :func:`replay_ids` needs,
+    without the payload and the other properties."""
+    from pyspark.sql import functions as F
+
+    keys = [
+        F.col("properties").getItem(key).alias(f"_origin{i}") for i, key in enumerate(ORIGIN_PROPERTY_KEYS)
+    ]
+    return [F.col("topic"), F.col("message_id_str"), *keys]
+
+
 def replay_ids(batch: pa.RecordBatch, origin_precedence: Sequence[str] = ()) -> list[str]:
-    """:func:`row_replay_id` of every row of a snapshot batch, without parsing the rest of the context."""
+    """:func:`row_replay_id` of every row of a batch of :func:`origin_columns` (the same ids
+    :func:`normalize_columns` computes from the whole properties)."""
     topics = batch.column("topic").to_pylist()
     ids = batch.column("message_id_str").to_pylist()
+    values = [batch.column(f"_origin{i}").to_pylist() for i in range(len(ORIGIN_PROPERTY_KEYS))]
     out = []
-    for topic, message_id, pairs in zip(topics, ids, batch.column("properties").to_pylist(), strict=True):
-        claim, _ = origin_of(dict(pairs) if pairs else {}, origin_precedence)
+    for row, (topic, message_id) in enumerate(zip(topics, ids, strict=True)):
+        properties = {
+            key: column[row]
+            for key, column in zip(ORIGIN_PROPERTY_KEYS, values, strict=True)
+            if column[row] is not None
+        }
+        claim, _ = origin_of(properties, origin_precedence)
         out.append(row_replay_id(topic, message_id, claim))
     return out
 

@@ -178,3 +178,39 @@ def test_failure_reason_separates_signatures_of_retry_and_redelivery_dlqs():
     assert [r["reason"] for r in rows] == ["max-reconsumes", "max-redeliveries", "max-reconsumes"]
     assert rows[0]["signature"] != rows[1]["signature"]
     assert rows[0]["signature"] == rows[2]["signature"]
+
+
+def test_replay_ids_from_the_origin_properties_alone_equal_those_of_the_whole_context():
+    """decide computes replay ids on the origin properties only (no payload, no stack traces): they
+    must be exactly the ids normalise computes from every property."""
+    import pyarrow as pa
+
+    from airflow_provider_dlq.dlq_consumer.context import ORIGIN_PROPERTY_KEYS
+    from spark_apps.dlq_replay.normalize import replay_ids
+
+    shapes = [
+        ours("E", "m"),
+        ours("E", "m", origin=ORDERS + "-partition-1", ORIGIN_MESSAGE_ID="(5,6,1,-1)"),
+        {"REAL_TOPIC": ORDERS, "ORIGIN_MESSAGE_ID": "5:6:-1"},
+        {"REAL_TOPIC": ORDERS, "ORIGIN_MESSAGE_IDY_TIME": "5:7:-1"},
+        {"__dlq.errors.topic": "orders", "__dlq.errors.partition": "2", "__dlq.errors.offset": "9"},
+        {"__connect.errors.topic": "orders", "__connect.errors.partition": "1",
+         "__connect.errors.offset": "3"},
+        {"kafka_dlt-original-topic": "orders", "kafka_dlt-original-partition": "\x00\x00\x00\x01",
+         "kafka_dlt-original-offset": "\x00\x00\x00\x00\x00\x00\x00\x07"},
+        {"REAL_TOPIC": ORDERS, "__dlq.errors.topic": "payments", "ORIGIN_MESSAGE_ID": "1:1:-1"},
+        {"REAL_TOPIC": "not a topic", "ORIGIN_MESSAGE_ID": "1:1:-1"},
+        {"app": "x"},
+        {},
+    ]  # fmt: skip
+    batch = snapshot_batch([(b"x", props) for props in shapes])
+    expected = normalize_columns(batch)["replay_id"]
+    columns = {"topic": batch.column("topic"), "message_id_str": batch.column("message_id_str")}
+    for i, key in enumerate(ORIGIN_PROPERTY_KEYS):
+        columns[f"_origin{i}"] = pa.array([props.get(key) for props in shapes], pa.string())
+    assert replay_ids(pa.RecordBatch.from_pydict(columns)) == expected
+    precedence = ("__dlq.errors.topic",)
+    assert (
+        replay_ids(pa.RecordBatch.from_pydict(columns), precedence)
+        == normalize_columns(batch, precedence)["replay_id"]
+    )
