@@ -2,10 +2,15 @@
 
 Run by ``scripts/demo.sh`` (which sets up the environment). Everything it starts, it stops. It exits
 non-zero, without claiming success, as soon as a step does not do what it should.
+
+The broker is the embedded ``pulsar-lite`` by default (zero setup); ``--broker apache-pulsar`` (or
+``DLQ_DEMO_BROKER=apache-pulsar``) runs the same demo on Apache Pulsar standalone (``pulsar_standalone``),
+where retry delays are real and the backlog comes from admin REST.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import os
@@ -23,6 +28,8 @@ sys.path.insert(0, str(ROOT / "examples"))
 import orders_service  # noqa: E402  (the example service next to this file)
 
 from airflow_provider_dlq.embedded_broker import start_embedded_broker  # noqa: E402
+
+BROKERS = ("embedded", "apache-pulsar")
 
 RUN_ID = "demo-nightly"
 
@@ -90,16 +97,44 @@ def print_groups(report: dict[str, Any]) -> None:
         print(f"    {label:<66} {group.get('count', 0):>5}  {group.get('action') or '-':<9} {outcomes}")
 
 
-def main() -> int:
+def start_broker(kind: str) -> Any:
+    """Start the chosen broker; the returned object has service_url, metrics_url and stop()."""
+    if kind == "apache-pulsar":
+        from pulsar_standalone import start_standalone
+
+        step("1/6 Start Apache Pulsar standalone (pulsar_standalone: Maven Central jars, Java 21)")
+        broker = start_standalone(DEMO_DIR / "broker")
+        print(f"    {broker.describe()}")
+        return broker
+    step("1/6 Start the embedded Pulsar broker (pulsar-lite)")
+    broker = start_embedded_broker(DEMO_DIR / "broker")
+    print(f"    service URL {broker.service_url}, metrics {broker.metrics_url}, pid {broker.pid}")
+    return broker
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False
+    )
+    parser.add_argument(
+        "--broker",
+        choices=BROKERS,
+        default=os.environ.get("DLQ_DEMO_BROKER", "embedded"),
+        help="embedded (pulsar-lite, default) or apache-pulsar (Apache Pulsar standalone)",
+    )
+    args = parser.parse_args(argv)
     if DEMO_DIR.exists():
         shutil.rmtree(DEMO_DIR)
     DEMO_DIR.mkdir(parents=True)
     output_dir = DEMO_DIR / "dlq-data"
     airflow_home = DEMO_DIR / "airflow"
 
-    step("1/6 Start the embedded Pulsar broker (pulsar-lite)")
-    broker = start_embedded_broker(DEMO_DIR / "broker")
-    print(f"    service URL {broker.service_url}, metrics {broker.metrics_url}, pid {broker.pid}")
+    broker = start_broker(args.broker)
+    extra = {"metrics_url": broker.metrics_url}
+    if args.broker == "apache-pulsar":
+        extra["admin_url"] = broker.admin_url
+    # Real retry delays (1 s, 5 s, 10 s) on Apache Pulsar: the service waits longer before it calls it a day.
+    idle = ["--idle-timeout", "15" if args.broker == "apache-pulsar" else "3"]
     try:
         env = {
             **os.environ,
@@ -111,7 +146,7 @@ def main() -> int:
                 {
                     "conn_type": "pulsar",
                     "host": broker.service_url,
-                    "extra": {"metrics_url": broker.metrics_url},
+                    "extra": extra,
                 }
             ),
             "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
@@ -132,7 +167,7 @@ def main() -> int:
         step("2/6 The orders service fails on some orders (inventory service down)")
         produced = json.loads(run([*service, "produce", *url], env=env))
         print(f"    published {produced['produced']} orders to {produced['topic']}")
-        counts = json.loads(run([*service, "consume", *url, "--inventory", "down"], env=env))
+        counts = json.loads(run([*service, "consume", *url, *idle, "--inventory", "down"], env=env))
         print(
             f"    deliveries {counts['received']}: processed {counts['processed']}, termed to the DLQ "
             f"{counts['termed']} (rule violations, bad JSON), retried {counts['retried']} via the retry "
@@ -164,7 +199,7 @@ def main() -> int:
                 print(f"      {name:<12} {paths[name]}")
 
         step("5/6 The orders service runs again (inventory back up) and receives the replayed orders")
-        counts = json.loads(run([*service, "consume", *url, "--inventory", "up"], env=env))
+        counts = json.loads(run([*service, "consume", *url, *idle, "--inventory", "up"], env=env))
         print(f"    processed {counts['processed_replayed']} replayed orders (carrying REPLAY_ID lineage)")
 
         step("6/6 Proof on the origin topic")
@@ -188,8 +223,11 @@ def main() -> int:
         print(f"\nDEMO FAILED: {exc}", file=sys.stderr)
         return 1
     finally:
-        broker.stop()
-        print("\n(embedded broker stopped)")
+        if args.broker == "apache-pulsar":
+            broker.stop(remove_data=True)
+        else:
+            broker.stop()
+        print(f"\n({args.broker} broker stopped)")
 
 
 if __name__ == "__main__":

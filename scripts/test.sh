@@ -3,6 +3,9 @@
 # Usage: scripts/test.sh [pytest args...]
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+source "$PROJECT_ROOT/scripts/system-deps.sh"
+echo "[test] Apache Pulsar classpath (Maven Central once, then the cache) and Java 21" >&2
+python -m pulsar_standalone classpath
 
 echo "[test] ruff check" >&2
 ruff check .

@@ -1,4 +1,6 @@
-"""Session-scoped real parts: the embedded Pulsar broker, one local[2] SparkSession, Airflow on SQLite.
+"""Session-scoped real parts: Apache Pulsar standalone, one local[2] SparkSession, Airflow on SQLite.
+
+The embedded pulsar-lite broker is a separate fixture (``lite_broker``) for its own smoke suite.
 
 Environment defaults are set here, before anything imports Airflow or Spark, so ``pytest`` works the
 same whether started by ``scripts/test.sh`` or by hand from the venv.
@@ -21,6 +23,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from airflow_provider_dlq.embedded_broker import EmbeddedBroker
+    from pulsar_standalone import StandaloneBroker
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -43,6 +46,9 @@ _EXIT_STATUS: list[int] = []
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     _EXIT_STATUS.append(int(exitstatus))
+    import shutil
+
+    shutil.rmtree(_AIRFLOW_HOME, ignore_errors=True)  # the session's throwaway Airflow home
 
 
 @pytest.hookimpl(trylast=True)
@@ -58,25 +64,69 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         os._exit(_EXIT_STATUS[-1])
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip ``real_pulsar`` tests, with the reason, unless a full Apache Pulsar is configured."""
-    if os.environ.get("PULSAR_SERVICE_URL"):
-        return
-    reason = (
-        "needs a full Apache Pulsar (delayed delivery, admin REST, broker dedup): "
-        "set PULSAR_SERVICE_URL and PULSAR_ADMIN_URL, e.g. against docker/compose.yaml"
-    )
-    for item in items:
-        if "real_pulsar" in item.keywords:
-            item.add_marker(pytest.mark.skip(reason=reason))
+#: Tenants/namespaces the integration tests use besides public/default (Apache Pulsar, unlike the
+#: embedded broker, creates no tenant or namespace on first use).
+TEST_NAMESPACES = (
+    "acme/orders",
+    "acme/sales",
+    "acme/eu",
+    "acme/pay",
+    "acme/dlq",
+    "acme/payments",
+    "acme/ns",
+    "acme/shop",
+    "acme/a",
+    "bench/orders",
+    "other/a",
+)
+
+_BROKERS: list[Any] = []
 
 
-# --------------------------------------------------------------------------- broker
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    from pulsar_standalone import PULSAR_VERSION
+
+    return [
+        f"broker: Apache Pulsar {PULSAR_VERSION} standalone (session fixture); pulsar-lite in its smoke suite"
+    ]
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    """State which broker the session ran on: version, JDK, start time and memory."""
+    for line in _BROKERS:
+        terminalreporter.write_line(line)
+
+
+# --------------------------------------------------------------------------- brokers
 
 
 @pytest.fixture(scope="session")
-def pulsar_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:
-    """One embedded pulsar-lite broker for the session, stopped by PID at teardown."""
+def apache_pulsar() -> Iterator[StandaloneBroker]:
+    """Apache Pulsar standalone for the whole session (free loopback ports, stopped by PID, data deleted)."""
+    from pulsar_standalone import start_standalone
+
+    broker = start_standalone(namespaces=TEST_NAMESPACES)
+    _BROKERS.append(f"session broker at start: {broker.describe()}")
+    try:
+        yield broker
+    finally:
+        rss = broker.rss_bytes()
+        _BROKERS.append(
+            f"session broker at end: RSS {rss / 2**20 if rss else 0:.0f} MiB; stopped pid {broker.pid}, "
+            f"data dir removed"
+        )
+        broker.stop()
+
+
+@pytest.fixture(scope="session")
+def pulsar_broker(apache_pulsar: StandaloneBroker) -> StandaloneBroker:
+    """The broker integration tests run on: Apache Pulsar itself."""
+    return apache_pulsar
+
+
+@pytest.fixture(scope="session")
+def lite_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:
+    """The embedded pulsar-lite broker (the demo's zero-setup default), for its smoke suite only."""
     from airflow_provider_dlq.embedded_broker import start_embedded_broker
 
     broker = start_embedded_broker(tmp_path_factory.mktemp("pulsar-lite"))
@@ -87,17 +137,22 @@ def pulsar_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Embedded
 
 
 @pytest.fixture(scope="session")
-def pulsar_service_url(pulsar_broker: EmbeddedBroker) -> str:
+def pulsar_service_url(pulsar_broker: StandaloneBroker) -> str:
     return pulsar_broker.service_url
 
 
 @pytest.fixture(scope="session")
-def pulsar_client(pulsar_broker: EmbeddedBroker) -> Iterator[Any]:
+def pulsar_admin_url(pulsar_broker: StandaloneBroker) -> str:
+    return pulsar_broker.admin_url
+
+
+@pytest.fixture(scope="session")
+def pulsar_client(pulsar_broker: StandaloneBroker) -> Iterator[Any]:
     """A ``pulsar.Client`` on the session broker, logging to Python logging."""
     import pulsar
 
     client = pulsar.Client(
-        pulsar_broker.service_url, logger=logging.getLogger("pulsar.test"), operation_timeout_seconds=10
+        pulsar_broker.service_url, logger=logging.getLogger("pulsar.test"), operation_timeout_seconds=30
     )
     try:
         yield client
@@ -116,9 +171,9 @@ def topic_factory() -> Callable[[str], str]:
 
 
 @pytest.fixture
-def real_pulsar_url() -> str:
-    """Service URL of a full Apache Pulsar (tests using it carry the ``real_pulsar`` marker)."""
-    return os.environ["PULSAR_SERVICE_URL"]
+def real_pulsar_url(pulsar_broker: StandaloneBroker) -> str:
+    """Service URL of Apache Pulsar (tests using it carry the ``real_pulsar`` marker; they always run)."""
+    return pulsar_broker.service_url
 
 
 # --------------------------------------------------------------------------- spark
@@ -158,3 +213,38 @@ def airflow_db() -> Path:
 
     db.initdb()
     return _AIRFLOW_HOME
+
+
+# --------------------------------------------------------------------------- real Airflow stack + browser
+
+
+@pytest.fixture(scope="session")
+def airflow_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A real Airflow (api-server, scheduler, dag-processor, triggerer) on loopback for the session.
+
+    Its DAGs folder starts with the repository's ``dags/``; a test may add DAG files to
+    ``airflow_stack.env["AIRFLOW__CORE__DAGS_FOLDER"]`` (parsed within seconds). Create connections and
+    Variables through its REST API (``airflow_stack.api``), as a user would.
+    """
+    import shutil
+
+    from airflow_stack import start_airflow_stack
+
+    dags = tmp_path_factory.mktemp("stack-dags")
+    for path in (REPO_ROOT / "dags").glob("*.py"):
+        shutil.copy(path, dags / path.name)
+    # The connection form's Test button is off by default in Airflow 3.
+    stack = start_airflow_stack(dags, extra_env={"AIRFLOW__CORE__TEST_CONNECTION": "Enabled"})
+    try:
+        yield stack
+    finally:
+        stack.stop()
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    """A headless Chromium (Playwright ``Browser``), closed after the test."""
+    from browser import open_browser
+
+    with open_browser() as launched:
+        yield launched

@@ -1,9 +1,52 @@
-"""Create a ``pulsar.Client`` whose C++ logs go to Python ``logging`` (never stdout)."""
+"""Create a ``pulsar.Client`` whose C++ logs go to Python ``logging`` (never stdout), with its auth.
+
+Authentication, one of: a JWT token; OAuth2 client credentials; a TLS client certificate alone
+(``AuthenticationTls``). A client certificate given together with a token or OAuth2 is presented at the
+TLS layer (mutual TLS) while the token or OAuth2 authenticates.
+"""
 
 from __future__ import annotations
 
+import base64
+import json
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+#: Keys of the ``oauth2`` mapping :func:`create_client` accepts.
+OAUTH2_KEYS = frozenset({"issuer_url", "audience", "scope", "client_id", "client_secret", "credentials_file"})
+
+
+def oauth2_params(oauth2: Mapping[str, str | None]) -> str:
+    """The JSON parameters of ``pulsar.AuthenticationOauth2`` (client credentials flow).
+
+    ``oauth2`` holds ``issuer_url`` and either ``credentials_file`` (a JSON key file with ``client_id``
+    and ``client_secret``) or ``client_id`` and ``client_secret`` (then passed in memory as a ``data:``
+    URL, never written to disk); ``audience`` and ``scope`` are optional. The result holds the secret:
+    never log it.
+    """
+    unknown = sorted(set(oauth2) - OAUTH2_KEYS)
+    if unknown:
+        raise ValueError(f"unknown OAuth2 settings {unknown}; use {sorted(OAUTH2_KEYS)}")
+    issuer = oauth2.get("issuer_url")
+    if not issuer:
+        raise ValueError("OAuth2 needs issuer_url, e.g. https://auth.example.com/")
+    params: dict[str, str] = {"issuer_url": str(issuer)}
+    for key in ("audience", "scope"):
+        if oauth2.get(key):
+            params[key] = str(oauth2[key])
+    if oauth2.get("credentials_file"):
+        params["private_key"] = str(oauth2["credentials_file"])
+    elif oauth2.get("client_id") and oauth2.get("client_secret"):
+        material = json.dumps({"client_id": oauth2["client_id"], "client_secret": oauth2["client_secret"]})
+        params["private_key"] = "data:application/json;base64," + base64.b64encode(material.encode()).decode()
+    else:
+        raise ValueError(
+            "OAuth2 needs client_id and client_secret, or credentials_file (a JSON key file with both)"
+        )
+    return json.dumps(params)
 
 
 def create_client(
@@ -13,6 +56,9 @@ def create_client(
     token: str | None = None,
     tls_trust_certs_file_path: str | None = None,
     tls_allow_insecure_connection: bool = False,
+    tls_cert_file_path: str | None = None,
+    tls_key_file_path: str | None = None,
+    oauth2: Mapping[str, str | None] | None = None,
     **client_options: Any,
 ) -> Any:
     """Return a ``pulsar.Client`` for ``service_url`` that logs through ``logger``.
@@ -27,15 +73,32 @@ def create_client(
         Optional JWT for token authentication. It is never logged.
     tls_trust_certs_file_path, tls_allow_insecure_connection
         TLS settings for ``pulsar+ssl://`` URLs.
+    tls_cert_file_path, tls_key_file_path
+        A client certificate and its key (PEM files): the authentication when no token or OAuth2 is
+        given (``AuthenticationTls``), else presented at the TLS layer (mutual TLS).
+    oauth2
+        OAuth2 client credentials (see :func:`oauth2_params`).
     client_options
-        Further ``pulsar.Client`` keyword arguments (TLS, timeouts, ...).
+        Further ``pulsar.Client`` keyword arguments (timeouts, ...).
     """
     import pulsar
 
-    if "authentication" in client_options and token is not None:
-        raise ValueError("give either token= or authentication=, not both")
+    given = [name for name, value in (("token", token), ("oauth2", oauth2)) if value]
+    if "authentication" in client_options and given:
+        raise ValueError(f"give either {given[0]}= or authentication=, not both")
+    if len(given) > 1:
+        raise ValueError("give either token= or oauth2=, not both")
+    if bool(tls_cert_file_path) != bool(tls_key_file_path):
+        raise ValueError("a TLS client certificate needs both tls_cert_file_path and tls_key_file_path")
     if token:
         client_options["authentication"] = pulsar.AuthenticationToken(token)
+    elif oauth2:
+        client_options["authentication"] = pulsar.AuthenticationOauth2(oauth2_params(oauth2))
+    elif tls_cert_file_path and "authentication" not in client_options:
+        client_options["authentication"] = pulsar.AuthenticationTLS(tls_cert_file_path, tls_key_file_path)
+    if tls_cert_file_path and (token or oauth2):
+        client_options["tls_certificate_file_path"] = tls_cert_file_path
+        client_options["tls_private_key_file_path"] = tls_key_file_path
     if tls_trust_certs_file_path:
         client_options["tls_trust_certs_file_path"] = tls_trust_certs_file_path
     if tls_allow_insecure_connection:
@@ -43,4 +106,4 @@ def create_client(
     return pulsar.Client(service_url, logger=logger or logging.getLogger("pulsar"), **client_options)
 
 
-__all__ = ["create_client"]
+__all__ = ["OAUTH2_KEYS", "create_client", "oauth2_params"]

@@ -5,15 +5,21 @@ Sources, in order of preference:
 * **admin** (``admin_url`` set): ``GET /admin/v2/persistent/<t>/<ns>/<topic>/stats`` (or
   ``partitioned-stats``) gives ``subscriptions.<sub>.msgBacklog`` and, with
   ``getEarliestTimeInBacklog=true``, ``earliestMsgPublishTimeInBacklog`` (the oldest message's age).
-  Namespace listing expands topic patterns.
+  ``msgBacklog`` counts **entries**: a batch of 100 messages is one entry. So when the backlog is at
+  most :data:`COUNT_MAX_ENTRIES` entries, the plan asks the broker to count the messages
+  (``POST .../subscription/<sub>/analyzeBacklog``, read-only, Pulsar 3.0+; per partition) and
+  ``backlog`` is that exact message count (``exact=True``). Otherwise, or when the broker cannot or
+  may not count, ``backlog`` is the entry count, a lower bound (``exact=False``). Namespace listing
+  expands topic patterns.
 * **metrics** (``metrics_url`` set): the Prometheus gauge
-  ``pulsar_subscription_back_log{topic,subscription}``. It carries no message age, and some brokers
-  refresh it only every few seconds (pulsar-lite: about 10 s).
+  ``pulsar_subscription_back_log{topic,subscription}``. On Apache Pulsar it counts entries too
+  (``exact=False``); it carries no message age, and some brokers refresh it only every few seconds
+  (pulsar-lite: about 10 s).
 
-The reading logic is written once as *plans*: generators that yield the URL to GET and receive an
-:class:`HttpResult`. :mod:`airflow_provider_dlq.hooks.pulsar` drives a plan with a blocking client (hook,
-poke mode) or an async one (trigger), so both paths behave identically and the logic is unit-testable
-without a network.
+The reading logic is written once as *plans*: generators that yield the :class:`HttpRequest` to send and
+receive an :class:`HttpResult` (or, thrown in, the :class:`BacklogReadError` of a request that failed).
+:mod:`airflow_provider_dlq.hooks.pulsar` drives a plan with a blocking client (hook, poke mode) or an
+async one (trigger), so both paths behave identically and the logic is unit-testable without a network.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ import fnmatch
 import json
 import re
 from collections.abc import Generator, Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 from urllib.parse import quote
 
@@ -31,6 +37,10 @@ _PARTITION_SUFFIX = re.compile(r"-partition-\d+$")
 _SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>.*)\})?\s+(?P<value>\S+)")
 _LABEL = re.compile(r'(?P<key>[a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"(?P<value>(?:[^"\\]|\\.)*)"')
 _GLOB_CHARS = set("*?[")
+
+#: Largest entry backlog (per topic or partition) whose messages are counted with ``analyzeBacklog``;
+#: the broker reads every entry it counts (Apache Pulsar's own scan limit defaults to 10,000 entries).
+COUNT_MAX_ENTRIES = 10_000
 
 
 class BacklogReadError(RuntimeError):
@@ -42,8 +52,16 @@ class BacklogConfigError(ValueError):
 
 
 @dataclass(frozen=True)
+class HttpRequest:
+    """One HTTP request of a plan: a GET, or the read-only ``analyzeBacklog`` POST."""
+
+    url: str
+    method: str = "GET"
+
+
+@dataclass(frozen=True)
 class HttpResult:
-    """What a plan needs from one HTTP GET."""
+    """What a plan needs from one HTTP response."""
 
     status: int
     text: str
@@ -51,7 +69,12 @@ class HttpResult:
 
 @dataclass(frozen=True)
 class TopicBacklog:
-    """Backlog of one subscription on one topic (partitions summed). JSON-safe via :meth:`to_dict`."""
+    """Backlog of one subscription on one topic (partitions summed). JSON-safe via :meth:`to_dict`.
+
+    ``backlog`` is the number of pending messages when ``exact`` is true; otherwise it is the broker's
+    count of pending *entries*, which is lower when producers batch (one entry per batch). ``entries``
+    is the entry count the admin API reported (``None`` from the metrics source).
+    """
 
     topic: str
     subscription: str
@@ -59,6 +82,8 @@ class TopicBacklog:
     source: str  # "admin" | "metrics"
     found: bool  # False: the topic or the subscription does not exist (yet) at the source
     oldest_age_seconds: float | None = None
+    entries: int | None = None
+    exact: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -68,7 +93,7 @@ class TopicBacklog:
         return cls(**data)
 
 
-BacklogPlan = Generator[str, HttpResult, dict[str, TopicBacklog]]
+BacklogPlan = Generator[HttpRequest, HttpResult, dict[str, TopicBacklog]]
 
 
 # --------------------------------------------------------------------------- topic names
@@ -194,7 +219,7 @@ def parse_prometheus_backlog(text: str, subscription: str) -> dict[str, int]:
 
 def metrics_plan(metrics_url: str, topics: Sequence[str], subscription: str) -> BacklogPlan:
     """Plan: one GET of the metrics page; topics absent from it have backlog 0 and ``found=False``."""
-    result = yield metrics_url
+    result = yield HttpRequest(metrics_url)
     if result.status != 200:
         raise BacklogReadError(
             f"GET {metrics_url} returned HTTP {result.status}; check the extra 'metrics_url' "
@@ -251,26 +276,103 @@ def _check_admin(url: str, result: HttpResult, *, allow_404: bool) -> bool:
 
 
 def parse_admin_stats(stats: Any, topic: str, subscription: str, now_ms: float) -> TopicBacklog:
-    """Build a :class:`TopicBacklog` from a topic (or partitioned topic) stats document."""
+    """Build a :class:`TopicBacklog` from a topic (or partitioned topic) stats document.
+
+    ``backlog`` is ``msgBacklog``, the entry count (``exact`` only when it is 0); :func:`admin_plan`
+    replaces it with the message count when it can.
+    """
     subs = stats.get("subscriptions") if isinstance(stats, dict) else None
     sub = subs.get(subscription) if isinstance(subs, dict) else None
     if not isinstance(sub, dict):
         return TopicBacklog(topic, subscription, backlog=0, source="admin", found=False)
-    backlog = int(sub.get("msgBacklog") or 0)
+    entries = _count(sub.get("msgBacklog")) or 0
     earliest = sub.get("earliestMsgPublishTimeInBacklog")
     age: float | None = None
-    if isinstance(earliest, (int, float)) and earliest > 0 and backlog > 0:
+    if isinstance(earliest, (int, float)) and earliest > 0 and entries > 0:
         age = max(0.0, (now_ms - float(earliest)) / 1000.0)
-    return TopicBacklog(topic, subscription, backlog, source="admin", found=True, oldest_age_seconds=age)
+    return TopicBacklog(
+        topic,
+        subscription,
+        entries,
+        source="admin",
+        found=True,
+        oldest_age_seconds=age,
+        entries=entries,
+        exact=entries == 0,
+    )
 
 
-def admin_plan(admin_url: str, topics: Sequence[str], subscription: str, now_ms: float) -> BacklogPlan:
-    """Plan: expand patterns by listing namespaces, then read each topic's stats."""
+def _count(value: Any) -> int | None:
+    """A non-negative int from JSON, else ``None``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        return None
+    return int(value)
+
+
+def _partition_entries(stats: Any, topic: str, partitions: int, subscription: str) -> dict[str, int]:
+    """Entry backlog of ``subscription`` per partition topic, from ``partitioned-stats?perPartition=true``."""
+    per = stats.get("partitions") if isinstance(stats, dict) else None
+    out: dict[str, int] = {}
+    for index in range(partitions):
+        name = f"{topic}-partition-{index}"
+        part = per.get(name) if isinstance(per, dict) else None
+        subs = part.get("subscriptions") if isinstance(part, dict) else None
+        sub = subs.get(subscription) if isinstance(subs, dict) else None
+        entries = _count(sub.get("msgBacklog")) if isinstance(sub, dict) else None
+        if entries:
+            out[name] = entries
+    return out
+
+
+def count_messages_plan(
+    admin_url: str, topic: str, subscription: str, entries: int, max_entries: int = COUNT_MAX_ENTRIES
+) -> Generator[HttpRequest, HttpResult, tuple[int, bool]]:
+    """Sub-plan: ``(messages, exact)`` for ``entries`` pending entries of one (partition) topic.
+
+    Asks the broker to count them (``analyzeBacklog`` reads the entries, so only up to ``max_entries``).
+    Any refusal (older broker, no permission, timeout) falls back to ``(entries, False)``: the count is
+    then a lower bound, never a failed read.
+    """
+    if entries <= 0:
+        return 0, True
+    if entries > max_entries:
+        return entries, False
+    url = f"{_admin_topic_path(admin_url, topic)}/subscription/{quote(subscription, safe='')}/analyzeBacklog"
+    try:
+        result = yield HttpRequest(url, method="POST")
+    except BacklogReadError:
+        return entries, False
+    if result.status != 200:
+        return entries, False
+    try:
+        doc = json.loads(result.text)
+    except ValueError:
+        return entries, False
+    if not isinstance(doc, dict):
+        return entries, False
+    messages, scanned = _count(doc.get("messages")), _count(doc.get("entries"))
+    if messages is None or scanned is None:
+        return entries, False
+    if doc.get("aborted"):
+        # The broker stopped early: count the entries it did not read as one message each.
+        return max(entries, messages + max(0, entries - scanned)), False
+    return messages, True
+
+
+def admin_plan(
+    admin_url: str,
+    topics: Sequence[str],
+    subscription: str,
+    now_ms: float,
+    *,
+    count_max_entries: int = COUNT_MAX_ENTRIES,
+) -> BacklogPlan:
+    """Plan: expand patterns by listing namespaces, read each topic's stats, count batched messages."""
     namespaces = sorted({split_topic(t)[:2] for t in topics if is_pattern(t)})
     listed: set[str] = set()
     for tenant, namespace in namespaces:
         url = f"{admin_url}/admin/v2/persistent/{quote(tenant, safe='')}/{quote(namespace, safe='')}"
-        result = yield url
+        result = yield HttpRequest(url)
         if _check_admin(url, result, allow_404=True):
             names = _json(url, result)
             if not isinstance(names, list):
@@ -280,16 +382,35 @@ def admin_plan(admin_url: str, topics: Sequence[str], subscription: str, now_ms:
     for topic in _expand(topics, listed):
         base = _admin_topic_path(admin_url, topic)
         url = f"{base}/partitions"
-        result = yield url
+        result = yield HttpRequest(url)
         partitions = 0
         if _check_admin(url, result, allow_404=True):
             meta = _json(url, result)
             partitions = int(meta.get("partitions", 0)) if isinstance(meta, dict) else 0
-        suffix = "partitioned-stats?perPartition=false&" if partitions > 0 else "stats?"
+        suffix = "partitioned-stats?perPartition=true&" if partitions > 0 else "stats?"
         url = f"{base}/{suffix}getEarliestTimeInBacklog=true"
-        result = yield url
-        if _check_admin(url, result, allow_404=True):
-            backlogs[topic] = parse_admin_stats(_json(url, result), topic, subscription, now_ms)
-        else:
+        result = yield HttpRequest(url)
+        if not _check_admin(url, result, allow_404=True):
             backlogs[topic] = TopicBacklog(topic, subscription, backlog=0, source="admin", found=False)
+            continue
+        stats = _json(url, result)
+        item = parse_admin_stats(stats, topic, subscription, now_ms)
+        if item.found and not item.exact:
+            parts = (
+                _partition_entries(stats, topic, partitions, subscription)
+                if partitions > 0
+                else {topic: item.backlog}
+            )
+            messages, exact = 0, True
+            for part, entries in parts.items():
+                counted, part_exact = yield from count_messages_plan(
+                    admin_url, part, subscription, entries, count_max_entries
+                )
+                messages += counted
+                exact = exact and part_exact
+            # Partition stats that do not add up to the total (a race, or an odd broker): keep the total.
+            if sum(parts.values()) != item.backlog:
+                messages, exact = max(messages, item.backlog), False
+            item = replace(item, backlog=messages, exact=exact)
+        backlogs[topic] = item
     return backlogs

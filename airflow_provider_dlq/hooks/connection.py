@@ -2,14 +2,21 @@
 
 Connection model (conn_type ``pulsar``):
 
-* **Host**: a full service URL (``pulsar://host:6650``, ``pulsar+ssl://host:6651``, several hosts
-  separated by commas) *or* a bare host name; then **Port** (default 6650, or 6651 with TLS) and the extra
-  ``use_tls`` build the URL.
-* **Password**: an optional JWT token.
-* **Extras**: ``admin_url``, ``metrics_url``, ``use_tls``, ``tls_trust_certs_file_path``,
-  ``tls_allow_insecure_connection``.
+* **Host** (labelled *Service URL*): a full service URL (``pulsar://host:6650``,
+  ``pulsar+ssl://host:6651``, several hosts separated by commas), or ``host:port``, or a bare host name
+  (port 6650, or 6651 with TLS). **Port**, when set, is added to brokers that name no port and must equal
+  the port of those that do. Port 0 means "not set" (what the UI posts for an empty field).
+* **Authentication**, one of: a JWT token (**Password**); OAuth2 client credentials (extra
+  ``oauth2_issuer_url`` plus **Login**/**Password** as client ID/secret, or ``oauth2_credentials_file``);
+  a TLS client certificate alone (``tls_cert_file_path`` + ``tls_key_file_path``:
+  ``AuthenticationTls``). A client certificate next to a token or OAuth2 is presented at the TLS layer
+  (mutual TLS) and the token/OAuth2 authenticates.
+* **Extras**: ``admin_url``, ``metrics_url``, ``test_topic``, ``use_tls``, ``tls_trust_certs_file_path``,
+  ``tls_cert_file_path``, ``tls_key_file_path``, ``tls_allow_insecure_connection``, ``oauth2_issuer_url``,
+  ``oauth2_audience``, ``oauth2_scope``, ``oauth2_credentials_file``.
 
-Pure functions only: nothing here talks to the network or imports Airflow.
+Secrets (token, client secret) never appear in ``repr``; key and credentials *files* are referenced by
+path only. Pure functions: nothing here talks to the network or imports Airflow.
 """
 
 from __future__ import annotations
@@ -25,8 +32,22 @@ DEFAULT_PORT = 6650
 DEFAULT_TLS_PORT = 6651
 SERVICE_SCHEMES = ("pulsar", "pulsar+ssl")
 KNOWN_EXTRAS = frozenset(
-    {"admin_url", "metrics_url", "use_tls", "tls_trust_certs_file_path", "tls_allow_insecure_connection"}
+    {
+        "admin_url",
+        "metrics_url",
+        "test_topic",
+        "use_tls",
+        "tls_trust_certs_file_path",
+        "tls_cert_file_path",
+        "tls_key_file_path",
+        "tls_allow_insecure_connection",
+        "oauth2_issuer_url",
+        "oauth2_audience",
+        "oauth2_scope",
+        "oauth2_credentials_file",
+    }
 )
+AUTH_NONE, AUTH_TOKEN, AUTH_OAUTH2, AUTH_TLS = "none", "token", "oauth2", "tls"
 
 _EXAMPLE = (
     'AIRFLOW_CONN_PULSAR_DEFAULT=\'{"conn_type":"pulsar","host":"pulsar://localhost:6650",'
@@ -39,8 +60,33 @@ class PulsarConnectionError(ValueError):
 
 
 @dataclass(frozen=True)
+class OAuth2Settings:
+    """OAuth2 client-credentials settings. ``client_secret`` never appears in ``repr``.
+
+    Either ``client_id``/``client_secret`` (connection Login/Password) or ``credentials_file`` (a JSON
+    key file ``{"client_id": ..., "client_secret": ...}``) is set, never both.
+    """
+
+    issuer_url: str
+    client_id: str | None = None
+    client_secret: str | None = field(default=None, repr=False)
+    credentials_file: str | None = None
+    audience: str | None = None
+    scope: str | None = None
+
+    def client_params(self) -> dict[str, str]:
+        """The non-secret part of ``pulsar.AuthenticationOauth2``'s parameters."""
+        params = {"issuer_url": self.issuer_url}
+        if self.audience:
+            params["audience"] = self.audience
+        if self.scope:
+            params["scope"] = self.scope
+        return params
+
+
+@dataclass(frozen=True)
 class PulsarConnectionConfig:
-    """Everything needed to reach one Pulsar cluster. ``token`` never appears in ``repr``."""
+    """Everything needed to reach one Pulsar cluster. Secrets never appear in ``repr``."""
 
     conn_id: str
     service_url: str
@@ -49,7 +95,12 @@ class PulsarConnectionConfig:
     token: str | None = field(default=None, repr=False)
     tls_trust_certs_file_path: str | None = None
     tls_allow_insecure_connection: bool = False
+    tls_cert_file_path: str | None = None
+    tls_key_file_path: str | None = None
+    oauth2: OAuth2Settings | None = None
+    test_topic: str | None = None
     ignored_extras: tuple[str, ...] = ()
+    ignored_login: bool = False
 
     @property
     def has_token(self) -> bool:
@@ -58,6 +109,23 @@ class PulsarConnectionConfig:
     @property
     def uses_tls(self) -> bool:
         return self.service_url.startswith("pulsar+ssl://")
+
+    @property
+    def auth_method(self) -> str:
+        """``oauth2``, ``token``, ``tls`` (client certificate alone) or ``none``."""
+        if self.oauth2 is not None:
+            return AUTH_OAUTH2
+        if self.token:
+            return AUTH_TOKEN
+        if self.tls_cert_file_path:
+            return AUTH_TLS
+        return AUTH_NONE
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """Secret values to mask in logs (token, OAuth2 client secret)."""
+        values = [self.token, self.oauth2.client_secret if self.oauth2 else None]
+        return tuple(v for v in values if v)
 
 
 def _as_bool(conn_id: str, name: str, value: Any) -> bool:
@@ -95,23 +163,115 @@ def _service_url(conn_id: str, conn_type: str | None, host: str, port: int | Non
         scheme = host.split("://", 1)[0].lower()
         if scheme not in SERVICE_SCHEMES:
             raise PulsarConnectionError(
-                f"Connection {conn_id!r}: Host {host!r} has scheme {scheme!r}; use pulsar://host:6650 "
+                f"Connection {conn_id!r}: Service URL {host!r} has scheme {scheme!r}; use pulsar://host:6650 "
                 "or pulsar+ssl://host:6651 (http:// URLs belong in the extras admin_url / metrics_url)."
             )
         rest = host.split("://", 1)[1].strip("/")
         if not rest:
             raise PulsarConnectionError(
-                f"Connection {conn_id!r}: Host {host!r} names no broker; use e.g. pulsar://localhost:6650."
+                f"Connection {conn_id!r}: Service URL {host!r} names no broker; use e.g. "
+                "pulsar://localhost:6650."
             )
-        return f"{scheme}://{rest}"
-    if "/" in host or ":" in host:
+        return f"{scheme}://{_with_port(conn_id, host, rest, port)}"
+    name, _, given_port = host.partition(":")
+    if "/" in host or not name or (given_port and not given_port.isdigit()):
         raise PulsarConnectionError(
-            f"Connection {conn_id!r}: Host {host!r} is neither a service URL nor a bare host name; "
-            "give pulsar://host:6650, or the host alone and the port in Port."
+            f"Connection {conn_id!r}: Service URL {host!r} is neither a service URL nor host[:port]; "
+            "give pulsar://host:6650 (or pulsar+ssl://host:6651), or host:6650."
         )
+    if given_port:
+        port = _port(conn_id, int(given_port))
     tls = use_tls or conn_type == "pulsar+ssl"
     scheme = "pulsar+ssl" if tls else "pulsar"
-    return f"{scheme}://{host}:{port or (DEFAULT_TLS_PORT if tls else DEFAULT_PORT)}"
+    return f"{scheme}://{name}:{port or (DEFAULT_TLS_PORT if tls else DEFAULT_PORT)}"
+
+
+def _with_port(conn_id: str, host: str, brokers: str, port: int | None) -> str:
+    """``host1:p1,host2:p2`` of a service URL, with Port added to brokers that name none; a Port that
+    contradicts a broker's own port is an error."""
+    if port is None:
+        return brokers
+    parts = []
+    for broker in brokers.split(","):
+        name, sep, own = broker.strip().rpartition(":")
+        if sep and own.isdigit() and not name.endswith("]"):
+            if int(own) != port:
+                raise PulsarConnectionError(
+                    f"Connection {conn_id!r}: Port {port} contradicts the port {own} in Service URL "
+                    f"{host!r}; make them equal (or clear Port)."
+                )
+            parts.append(broker.strip())
+        else:
+            parts.append(f"{broker.strip()}:{port}")
+    return ",".join(parts)
+
+
+def _port(conn_id: str, port: Any) -> int | None:
+    """A port of 1-65535, or ``None`` for no port (``None``, ``""`` or 0, what an empty form field posts)."""
+    if port is None or port == "" or port == 0:
+        return None
+    try:
+        number = int(port)
+    except (TypeError, ValueError):
+        number = -1
+    if not 0 < number < 65536:
+        raise PulsarConnectionError(f"Connection {conn_id!r}: Port must be 1-65535; got {port!r}.")
+    return number
+
+
+def _path(conn_id: str, name: str, value: Any) -> str | None:
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    if not isinstance(value, str):
+        raise PulsarConnectionError(
+            f"Connection {conn_id!r}: extra {name!r} must be a file path; got {value!r}."
+        )
+    return value.strip()
+
+
+def _text(conn_id: str, name: str, value: Any) -> str | None:
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    if not isinstance(value, str):
+        raise PulsarConnectionError(
+            f"Connection {conn_id!r}: extra {name!r} must be a string; got {value!r}."
+        )
+    return value.strip()
+
+
+def _oauth2(
+    conn_id: str, extra: Mapping[str, Any], login: str | None, password: str | None
+) -> OAuth2Settings | None:
+    issuer = _http_url(
+        conn_id, "oauth2_issuer_url", extra.get("oauth2_issuer_url"), "https://auth.example.com/"
+    )
+    credentials_file = _path(conn_id, "oauth2_credentials_file", extra.get("oauth2_credentials_file"))
+    others = [k for k in ("oauth2_audience", "oauth2_scope", "oauth2_credentials_file") if extra.get(k)]
+    if issuer is None:
+        if others:
+            raise PulsarConnectionError(
+                f"Connection {conn_id!r}: extras {others} configure OAuth2 but 'oauth2_issuer_url' is "
+                "not set; set it to the OAuth2 issuer (e.g. https://auth.example.com/) or remove them."
+            )
+        return None
+    if credentials_file and (login or password):
+        raise PulsarConnectionError(
+            f"Connection {conn_id!r}: OAuth2 credentials are given twice (Login/Password and extra "
+            "'oauth2_credentials_file'); keep one of them."
+        )
+    if not credentials_file and not (login and password):
+        raise PulsarConnectionError(
+            f"Connection {conn_id!r}: OAuth2 needs the client ID in Login and the client secret in Password, "
+            "or extra 'oauth2_credentials_file' naming a JSON key file with client_id and client_secret."
+        )
+    return OAuth2Settings(
+        issuer_url=issuer,
+        client_id=login or None,
+        client_secret=password or None,
+        credentials_file=credentials_file,
+        audience=_text(conn_id, "oauth2_audience", extra.get("oauth2_audience")),
+        scope=_text(conn_id, "oauth2_scope", extra.get("oauth2_scope")),
+    )
 
 
 def parse_pulsar_connection(
@@ -120,12 +280,13 @@ def parse_pulsar_connection(
     conn_type: str | None,
     host: str | None,
     port: int | None = None,
+    login: str | None = None,
     password: str | None = None,
     extra: Mapping[str, Any] | None = None,
 ) -> PulsarConnectionConfig:
     """Validate the fields of a ``pulsar`` connection and build its configuration.
 
-    Raises :class:`PulsarConnectionError` naming ``conn_id``, the bad value and the fix.
+    Raises :class:`PulsarConnectionError` naming ``conn_id``, the bad value and the fix (never a secret).
     """
     if conn_type not in (None, "", "pulsar", "pulsar+ssl"):
         raise PulsarConnectionError(
@@ -135,24 +296,32 @@ def parse_pulsar_connection(
     host = (host or "").strip()
     if not host:
         raise PulsarConnectionError(
-            f"Connection {conn_id!r} has no Host; set Host to a service URL like pulsar://localhost:6650, "
-            f"e.g. {_EXAMPLE}"
+            f"Connection {conn_id!r} has no Host; set Host (Service URL) to a service URL like "
+            f"pulsar://localhost:6650, e.g. {_EXAMPLE}"
         )
     extra = dict(extra or {})
     use_tls = _as_bool(conn_id, "use_tls", extra.get("use_tls"))
-    if port is not None and not (0 < int(port) < 65536):
-        raise PulsarConnectionError(f"Connection {conn_id!r}: Port must be 1-65535; got {port!r}.")
-    service_url = _service_url(conn_id, conn_type, host, port, use_tls)
+    service_url = _service_url(conn_id, conn_type, host, _port(conn_id, port), use_tls)
     if use_tls and service_url.startswith("pulsar://"):
         raise PulsarConnectionError(
-            f"Connection {conn_id!r}: extra use_tls is true but Host is {host!r}; "
+            f"Connection {conn_id!r}: extra use_tls is true but Service URL is {host!r}; "
             "use a pulsar+ssl:// URL or give only the host name."
         )
-    trust = extra.get("tls_trust_certs_file_path") or None
-    if trust is not None and not isinstance(trust, str):
+    cert = _path(conn_id, "tls_cert_file_path", extra.get("tls_cert_file_path"))
+    key = _path(conn_id, "tls_key_file_path", extra.get("tls_key_file_path"))
+    if bool(cert) != bool(key):
         raise PulsarConnectionError(
-            f"Connection {conn_id!r}: extra 'tls_trust_certs_file_path' must be a file path; got {trust!r}."
+            f"Connection {conn_id!r}: a TLS client certificate needs both extras 'tls_cert_file_path' and "
+            "'tls_key_file_path' (PEM files readable by the workers)."
         )
+    if cert and not service_url.startswith("pulsar+ssl://"):
+        raise PulsarConnectionError(
+            f"Connection {conn_id!r}: a TLS client certificate needs a pulsar+ssl:// Service URL; "
+            f"got {service_url!r}."
+        )
+    login = (login or "").strip() or None
+    oauth2 = _oauth2(conn_id, extra, login, password or None)
+    test_topic = _text(conn_id, "test_topic", extra.get("test_topic"))
     return PulsarConnectionConfig(
         conn_id=conn_id,
         service_url=service_url,
@@ -160,10 +329,17 @@ def parse_pulsar_connection(
         metrics_url=_http_url(
             conn_id, "metrics_url", extra.get("metrics_url"), "http://localhost:8080/metrics"
         ),
-        token=(password or None),
-        tls_trust_certs_file_path=trust,
+        token=None if oauth2 is not None else (password or None),
+        tls_trust_certs_file_path=_path(
+            conn_id, "tls_trust_certs_file_path", extra.get("tls_trust_certs_file_path")
+        ),
         tls_allow_insecure_connection=_as_bool(
             conn_id, "tls_allow_insecure_connection", extra.get("tls_allow_insecure_connection")
         ),
+        tls_cert_file_path=cert,
+        tls_key_file_path=key,
+        oauth2=oauth2,
+        test_topic=test_topic,
         ignored_extras=tuple(sorted(set(extra) - KNOWN_EXTRAS)),
+        ignored_login=bool(login) and oauth2 is None,
     )

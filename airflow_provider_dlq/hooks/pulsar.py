@@ -16,6 +16,7 @@ from airflow_provider_dlq.hooks.backlog import (
     BacklogConfigError,
     BacklogPlan,
     BacklogReadError,
+    HttpRequest,
     HttpResult,
     TopicBacklog,
     admin_plan,
@@ -27,6 +28,7 @@ from airflow_provider_dlq.hooks.connection import (
     PulsarConnectionError,
     parse_pulsar_connection,
 )
+from airflow_provider_dlq.hooks.oauth2 import ClientCredentials, OAuth2Error
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Sequence
@@ -37,23 +39,36 @@ if TYPE_CHECKING:
 
 #: Logger handed to every ``pulsar.Client`` (the C++ client otherwise writes INFO lines to stdout).
 CLIENT_LOGGER_NAME = "airflow_provider_dlq.pulsar_client"
-CONNECTION_CHECK_TOPIC = "persistent://public/default/__airflow_dlq_connection_check"
 
 
-def _drive(plan: BacklogPlan, get: Callable[[str], HttpResult]) -> dict[str, TopicBacklog]:
+def _drive(plan: BacklogPlan, send: Callable[[HttpRequest], HttpResult]) -> dict[str, TopicBacklog]:
+    """Run a plan: send each request it yields; a failed request is thrown back into the plan."""
     try:
-        url = next(plan)
+        request = next(plan)
         while True:
-            url = plan.send(get(url))
+            try:
+                result = send(request)
+            except BacklogReadError as exc:
+                request = plan.throw(exc)
+            else:
+                request = plan.send(result)
     except StopIteration as stop:
         return stop.value
 
 
-async def _adrive(plan: BacklogPlan, get: Callable[[str], Awaitable[HttpResult]]) -> dict[str, TopicBacklog]:
+async def _adrive(
+    plan: BacklogPlan, send: Callable[[HttpRequest], Awaitable[HttpResult]]
+) -> dict[str, TopicBacklog]:
+    """Async twin of :func:`_drive`."""
     try:
-        url = next(plan)
+        request = next(plan)
         while True:
-            url = plan.send(await get(url))
+            try:
+                result = await send(request)
+            except BacklogReadError as exc:
+                request = plan.throw(exc)
+            else:
+                request = plan.send(result)
     except StopIteration as stop:
         return stop.value
 
@@ -61,8 +76,13 @@ async def _adrive(plan: BacklogPlan, get: Callable[[str], Awaitable[HttpResult]]
 class PulsarHook(BaseHook):
     """Interact with Apache Pulsar through an Airflow ``pulsar`` connection.
 
+    Authentication (token, OAuth2 client credentials, TLS client certificate) applies to the broker
+    client and to the admin/metrics HTTP calls alike; see ``docs/connection.md``.
+
     :param pulsar_conn_id: The ``pulsar`` connection to use (default ``pulsar_default``).
     :param http_timeout: Seconds allowed for each admin/metrics HTTP request.
+
+    .. seealso:: ``docs/connection.md``
     """
 
     conn_name_attr = "pulsar_conn_id"
@@ -74,21 +94,22 @@ class PulsarHook(BaseHook):
         super().__init__()
         self.pulsar_conn_id = pulsar_conn_id
         self.http_timeout = http_timeout
+        self._oauth2: ClientCredentials | None = None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(pulsar_conn_id={self.pulsar_conn_id!r})"
 
     @classmethod
     def get_ui_field_behaviour(cls) -> dict[str, Any]:
-        """Field labels and placeholders of the connection form (mirrors get_provider_info)."""
+        """Field labels and placeholders of the connection form (from ``provider.yaml``)."""
+        from airflow_provider_dlq.get_provider_info import get_provider_info
+
+        types = get_provider_info()["connection-types"]
+        ui = next(c for c in types if c["connection-type"] == cls.conn_type)["ui-field-behaviour"]
         return {
-            "hidden_fields": ["schema", "login"],
-            "relabeling": {"host": "Service URL or host", "password": "Token"},
-            "placeholders": {
-                "host": "pulsar://localhost:6650 (or pulsar+ssl://broker:6651)",
-                "port": "6650",
-                "password": "JWT token (optional)",
-            },
+            "hidden_fields": list(ui["hidden-fields"]),
+            "relabeling": dict(ui["relabeling"]),
+            "placeholders": dict(ui["placeholders"]),
         }
 
     # ----------------------------------------------------------------------- configuration
@@ -99,16 +120,24 @@ class PulsarHook(BaseHook):
             conn_type=conn.conn_type,
             host=conn.host,
             port=conn.port,
+            login=conn.login,
             password=conn.password,
             extra=conn.extra_dejson,
         )
-        if config.token:
+        if config.secrets:
             from airflow.sdk.log import mask_secret
 
-            mask_secret(config.token)
+            for secret in config.secrets:
+                mask_secret(secret)
         if config.ignored_extras:
             self.log.warning(
                 "Connection %r: ignoring unknown extras %s", self.pulsar_conn_id, list(config.ignored_extras)
+            )
+        if config.ignored_login:
+            self.log.warning(
+                "Connection %r: Login is used only as the OAuth2 client ID (with extra oauth2_issuer_url); "
+                "ignoring it",
+                self.pulsar_conn_id,
             )
         return config
 
@@ -142,23 +171,38 @@ class PulsarHook(BaseHook):
 
     # ----------------------------------------------------------------------- client
 
+    @staticmethod
+    def client_auth_kwargs(config: PulsarConnectionConfig) -> dict[str, Any]:
+        """Keyword arguments of :func:`~airflow_provider_dlq.dlq_consumer.client.create_client` for the
+        connection's TLS and authentication (they hold secrets: never log them)."""
+        kwargs: dict[str, Any] = {
+            "token": config.token,
+            "tls_trust_certs_file_path": config.tls_trust_certs_file_path,
+            "tls_allow_insecure_connection": config.tls_allow_insecure_connection,
+            "tls_cert_file_path": config.tls_cert_file_path,
+            "tls_key_file_path": config.tls_key_file_path,
+        }
+        if config.oauth2 is not None:
+            oauth2 = config.oauth2
+            kwargs["oauth2"] = {
+                **oauth2.client_params(),
+                "client_id": oauth2.client_id,
+                "client_secret": oauth2.client_secret,
+                "credentials_file": oauth2.credentials_file,
+            }
+        return kwargs
+
     def get_client(self, **client_kwargs: Any) -> pulsar.Client:
         """Return a ``pulsar.Client`` for the connection, logging through Python logging.
 
         Extra keyword arguments go to ``pulsar.Client`` (e.g. ``operation_timeout_seconds``).
         """
-        config = self.config
         logger = logging.getLogger(CLIENT_LOGGER_NAME)
         if logger.level == logging.NOTSET:
             # The C++ client is chatty at INFO (every connect/lookup); configure this logger to see it.
             logger.setLevel(logging.WARNING)
         return create_client(
-            config.service_url,
-            logger=logger,
-            token=config.token,
-            tls_trust_certs_file_path=config.tls_trust_certs_file_path,
-            tls_allow_insecure_connection=config.tls_allow_insecure_connection,
-            **client_kwargs,
+            self.config.service_url, logger=logger, **self.client_auth_kwargs(self.config), **client_kwargs
         )
 
     def get_conn(self) -> pulsar.Client:
@@ -171,12 +215,53 @@ class PulsarHook(BaseHook):
         verify: ssl.SSLContext | bool = True
         if config.tls_allow_insecure_connection:
             verify = False
-        elif config.tls_trust_certs_file_path:
+        elif config.tls_trust_certs_file_path or config.tls_cert_file_path:
             verify = ssl.create_default_context(cafile=config.tls_trust_certs_file_path)
+            if config.tls_cert_file_path and config.tls_key_file_path:
+                verify.load_cert_chain(config.tls_cert_file_path, config.tls_key_file_path)
         headers = {"Accept": "application/json, text/plain"}
         if config.token:
             headers["Authorization"] = f"Bearer {config.token}"
         return {"timeout": self.http_timeout, "verify": verify, "headers": headers, "follow_redirects": True}
+
+    def _oauth2_client(self, config: PulsarConnectionConfig) -> ClientCredentials | None:
+        if config.oauth2 is None:
+            return None
+        if self._oauth2 is None or self._oauth2.settings != config.oauth2:
+            self._oauth2 = ClientCredentials(config.oauth2)
+        return self._oauth2
+
+    def _issuer_options(self, config: PulsarConnectionConfig) -> dict[str, Any]:
+        return {"timeout": self.http_timeout, "verify": not config.tls_allow_insecure_connection}
+
+    def _http_client(self, config: PulsarConnectionConfig) -> httpx.Client:
+        """An ``httpx.Client`` carrying the connection's TLS settings and credentials."""
+        import httpx
+
+        client = httpx.Client(**self._http_options(config))
+        oauth2 = self._oauth2_client(config)
+        if oauth2 is not None:
+            try:
+                with httpx.Client(**self._issuer_options(config)) as issuer:
+                    client.headers["Authorization"] = f"Bearer {oauth2.token(issuer)}"
+            except OAuth2Error as exc:
+                client.close()
+                raise BacklogReadError(str(exc)) from exc
+        return client
+
+    async def _ahttp_client(self, config: PulsarConnectionConfig) -> httpx.AsyncClient:
+        import httpx
+
+        client = httpx.AsyncClient(**self._http_options(config))
+        oauth2 = self._oauth2_client(config)
+        if oauth2 is not None:
+            try:
+                async with httpx.AsyncClient(**self._issuer_options(config)) as issuer:
+                    client.headers["Authorization"] = f"Bearer {await oauth2.atoken(issuer)}"
+            except OAuth2Error as exc:
+                await client.aclose()
+                raise BacklogReadError(str(exc)) from exc
+        return client
 
     def backlog_source(self, config: PulsarConnectionConfig) -> str:
         """``"admin"`` when an admin URL is set, else ``"metrics"``; raises if neither is configured."""
@@ -201,8 +286,8 @@ class PulsarHook(BaseHook):
         return metrics_plan(config.metrics_url, prepared, subscription)
 
     @staticmethod
-    def _failed(url: str, exc: Exception) -> BacklogReadError:
-        return BacklogReadError(f"GET {url} failed: {type(exc).__name__}: {exc}")
+    def _failed(request: HttpRequest, exc: Exception) -> BacklogReadError:
+        return BacklogReadError(f"{request.method} {request.url} failed: {type(exc).__name__}: {exc}")
 
     def get_backlog(self, topics: Sequence[str], subscription: str) -> dict[str, TopicBacklog]:
         """Backlog of ``subscription`` per topic; topic globs (``persistent://t/ns/*-DLQ``) are expanded."""
@@ -210,13 +295,13 @@ class PulsarHook(BaseHook):
 
         config = self.config
         plan = self._plan(config, topics, subscription)
-        with httpx.Client(**self._http_options(config)) as client:
+        with self._http_client(config) as client:
 
-            def get(url: str) -> HttpResult:
+            def get(request: HttpRequest) -> HttpResult:
                 try:
-                    response = client.get(url)
+                    response = client.request(request.method, request.url)
                 except httpx.HTTPError as exc:
-                    raise self._failed(url, exc) from exc
+                    raise self._failed(request, exc) from exc
                 return HttpResult(response.status_code, response.text)
 
             return _drive(plan, get)
@@ -227,57 +312,30 @@ class PulsarHook(BaseHook):
 
         config = await self.aget_config()
         plan = self._plan(config, topics, subscription)
-        async with httpx.AsyncClient(**self._http_options(config)) as client:
+        async with await self._ahttp_client(config) as client:
 
-            async def get(url: str) -> HttpResult:
+            async def get(request: HttpRequest) -> HttpResult:
                 try:
-                    response = await client.get(url)
+                    response = await client.request(request.method, request.url)
                 except httpx.HTTPError as exc:
-                    raise self._failed(url, exc) from exc
+                    raise self._failed(request, exc) from exc
                 return HttpResult(response.status_code, response.text)
 
             return await _adrive(plan, get)
 
     # ----------------------------------------------------------------------- connection test
 
-    def _check_http(self, client: httpx.Client, url: str, what: str) -> str:
-        import httpx
-
-        try:
-            response = client.get(url)
-        except httpx.HTTPError as exc:
-            raise BacklogReadError(f"{what} {url} unreachable: {type(exc).__name__}: {exc}") from exc
-        if response.status_code != 200:
-            raise BacklogReadError(f"{what} {url} returned HTTP {response.status_code}")
-        return f"{what} ok"
-
     def test_connection(self) -> tuple[bool, str]:
-        """Check the broker (a topic metadata lookup) and the admin/metrics URLs when configured."""
-        import httpx
+        """Check the broker and, when configured, the admin and metrics URLs; ``(ok, message)``.
+
+        The broker check connects (which authenticates) and looks up extra ``test_topic``, or, without
+        it, a topic in ``public/default``, where an authorisation refusal still proves the broker took
+        the credentials. Failure messages name the URL and the cause.
+        """
+        from airflow_provider_dlq.hooks.connection_check import check_connection
 
         try:
             config = self.config
         except (PulsarConnectionError, AirflowNotFoundException) as exc:
             return False, str(exc)
-        notes: list[str] = []
-        try:
-            client = self.get_client(operation_timeout_seconds=10)
-            try:
-                client.get_topic_partitions(CONNECTION_CHECK_TOPIC)
-            finally:
-                client.close()
-            notes.append(f"broker {config.service_url} ok")
-            if config.admin_url or config.metrics_url:
-                with httpx.Client(**self._http_options(config)) as http:
-                    if config.admin_url:
-                        notes.append(
-                            self._check_http(http, f"{config.admin_url}/admin/v2/clusters", "admin API")
-                        )
-                    if config.metrics_url:
-                        notes.append(self._check_http(http, config.metrics_url, "metrics"))
-            else:
-                notes.append("no admin_url or metrics_url: backlog sensing is unavailable")
-        except Exception as exc:
-            done = "; ".join(notes)
-            return False, f"{done + '; ' if done else ''}failed: {type(exc).__name__}: {exc}"
-        return True, "; ".join(notes)
+        return check_connection(self, config)

@@ -14,9 +14,10 @@ from urllib.parse import urlsplit
 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.sdk import Asset, BaseOperator
-from airflow.sdk.exceptions import AirflowException
+from airflow.sdk.exceptions import AirflowException, AirflowSkipException
 
 from airflow_provider_dlq.hooks.pulsar import PulsarHook
+from airflow_provider_dlq.operators.links import DlqReplayReportLink, SparkApplicationLink
 from airflow_provider_dlq.operators.replay_cli import (
     DEFAULT_MAX_REPLAYS,
     DEFAULT_SUBSCRIPTION,
@@ -28,6 +29,7 @@ from airflow_provider_dlq.operators.replay_cli import (
     build_replay_args,
     compact_summary,
     default_run_id,
+    parse_group_actions,
 )
 
 if TYPE_CHECKING:
@@ -38,13 +40,22 @@ if TYPE_CHECKING:
     from airflow_provider_dlq.hooks.connection import PulsarConnectionConfig
 
 TOKEN_ENV = "PULSAR_AUTH_TOKEN"
+#: Environment variable carrying OAuth2 client credentials (JSON) to the app, like the token.
+OAUTH2_CREDENTIALS_ENV = "PULSAR_OAUTH2_CREDENTIALS"
+SECRET_ENVS = (TOKEN_ENV, OAUTH2_CREDENTIALS_ENV)
+#: Spark setting read by the app's report step (opt-in masked payload snippets).
+CONF_PAYLOAD_SNIPPETS = "spark.dlq.report.payloadSnippets"
 #: Spark settings the app relies on (user ``conf`` wins).
 DEFAULT_CONF: dict[str, str] = {
     "spark.sql.session.timeZone": "UTC",
     # Task logs show the app's own progress lines, not Spark's INFO chatter or progress bars.
     "spark.log.level": "WARN",
     "spark.ui.showConsoleProgress": "false",
+    # Executors report live metrics with each heartbeat; the app's progress lines (every 10 s) read them.
+    "spark.executor.heartbeatInterval": "5s",
 }
+#: Spark setting the app reads for the snapshot's expected size (its progress lines' total).
+CONF_EXPECTED_MESSAGES = "spark.dlq.progress.expectedMessages"
 
 
 def output_asset(output_dir: str) -> Asset:
@@ -79,8 +90,12 @@ class DlqReplayOperator(BaseOperator):
 
     The run id defaults to ``<dag_id>.<task_id>.<run_id>`` of the DAG run (sanitised), identical on every
     try, so a retried task **resumes** the same replay run: nothing already recorded in the ledger is
-    republished again. The Pulsar token of ``pulsar_conn_id`` reaches spark-submit only through the
-    ``PULSAR_AUTH_TOKEN`` environment variable (or ``auth_token_file``), never the command line.
+    republished again. The Pulsar credentials of ``pulsar_conn_id`` reach spark-submit only through the
+    environment (``PULSAR_AUTH_TOKEN``, ``PULSAR_OAUTH2_CREDENTIALS``) or files (``auth_token_file``,
+    ``oauth2_credentials_file``, the connection's client certificate and key), never the command line.
+
+    The task has two extra links: *DLQ replay report* (the run's HTML report, served by the provider's
+    API-server endpoint or ``report_url``) and *Spark application* (``spark_history_url``).
 
     :param topics: DLQ topics to replay: list or comma-separated string. (templated)
     :param output_dir: Root of ``runs/``, ``archive/`` and ``ledger/``: local path, file:// or a Hadoop
@@ -106,6 +121,15 @@ class DlqReplayOperator(BaseOperator):
     :param auth_token_file: Path of a token file readable by the driver and executors; when set the
         token is not passed by environment (required on YARN/Kubernetes, where spark-submit would put
         environment values on its command line). (templated)
+    :param oauth2_credentials_file: Path of an OAuth2 key file (``{"client_id", "client_secret"}``)
+        readable by the driver and executors, instead of passing the connection's client secret by
+        environment (the same rule as ``auth_token_file``). (templated)
+    :param report_url: Link the *DLQ replay report* button to this URL instead of the API server's
+        endpoint; ``{report_html}`` is replaced by the report's URI (e.g. a storage console). (templated)
+    :param spark_history_url: Spark history server base URL for the *Spark application* link, e.g.
+        ``http://spark-history:18080``. (templated)
+    :param report_payload_snippets: Show masked payload snippets (shape only) per group in the report;
+        off by default.
     :param bundle_path: A prebuilt ``dlq_replay.zip`` (``python -m spark_apps.dlq_replay.bundle``);
         default: built per run from the installed ``spark_apps``. (templated)
     :param application: The app's main file; default the one next to the built bundle or the installed
@@ -115,8 +139,18 @@ class DlqReplayOperator(BaseOperator):
         stored). (templated)
     :param spark_submit_kwargs: Further ``SparkSubmitHook`` arguments (``driver_memory``,
         ``executor_memory``, ``num_executors``, ``archives``, ``deploy_mode``, ``spark_binary``, ...).
+    :param group_actions: Approved action per error signature (``replay``, ``archive`` or ``leave``), a
+        mapping or its JSON, overriding the playbook for those groups; without ``signatures`` the run acts
+        on the approved groups only, and a mapping that approves none skips the task
+        (``docs/approval.md``). (templated)
+    :param window_from: Read the window frozen by this earlier replay run id (the reviewed dry-run)
+        instead of freezing a new one. (templated)
+    :param canary: Replay ``N`` messages (or ``"P%"``) of each error group first, watch them for
+        ``canary_wait_seconds`` and halt groups whose canaries fail again more often than
+        ``canary_max_failure_rate`` (left pending as ``canary_failed``; ``docs/canary.md``). (templated)
     """
 
+    operator_extra_links = (DlqReplayReportLink(), SparkApplicationLink())
     template_fields: Sequence[str] = (
         "topics",
         "output_dir",
@@ -130,7 +164,13 @@ class DlqReplayOperator(BaseOperator):
         "since",
         "until",
         "max_messages",
+        "group_actions",
+        "window_from",
+        "canary",
         "auth_token_file",
+        "oauth2_credentials_file",
+        "report_url",
+        "spark_history_url",
         "bundle_path",
         "application",
         "conf",
@@ -161,11 +201,20 @@ class DlqReplayOperator(BaseOperator):
         pulsar_conn_id: str = PulsarHook.default_conn_name,
         spark_conn_id: str = "spark_default",
         auth_token_file: str | None = None,
+        oauth2_credentials_file: str | None = None,
+        report_url: str | None = None,
+        spark_history_url: str | None = None,
+        report_payload_snippets: bool = False,
         bundle_path: str | None = None,
         application: str | None = None,
         conf: dict[str, Any] | None = None,
         env_vars: dict[str, Any] | None = None,
         spark_submit_kwargs: dict[str, Any] | None = None,
+        group_actions: str | Mapping[str, str] | None = None,
+        window_from: str | None = None,
+        canary: str | int | None = None,
+        canary_wait_seconds: float = 60.0,
+        canary_max_failure_rate: float = 0.0,
         **kwargs: Any,
     ) -> None:
         if (
@@ -207,11 +256,23 @@ class DlqReplayOperator(BaseOperator):
         self.pulsar_conn_id = pulsar_conn_id
         self.spark_conn_id = spark_conn_id
         self.auth_token_file = auth_token_file
+        self.oauth2_credentials_file = oauth2_credentials_file
+        self.report_url = report_url
+        self.spark_history_url = spark_history_url
+        self.report_payload_snippets = bool(report_payload_snippets)
+        #: Set by ``execute`` for the extra links: where the report is, which Spark application ran.
+        self.report_html_uri: str | None = None
+        self.spark_application: dict[str, Any] | None = None
         self.bundle_path = bundle_path
         self.application = application
         self.conf = conf
         self.env_vars = env_vars
         self.spark_submit_kwargs = dict(spark_submit_kwargs or {})
+        self.group_actions = group_actions
+        self.window_from = window_from
+        self.canary = canary
+        self.canary_wait_seconds = canary_wait_seconds
+        self.canary_max_failure_rate = canary_max_failure_rate
         self._hook: _ReplaySubmitHook | None = None
         self._killed = False
 
@@ -230,7 +291,8 @@ class DlqReplayOperator(BaseOperator):
         return default_run_id(ti.dag_id, ti.task_id, ti.run_id, -1 if map_index is None else map_index)
 
     def replay_args(self, run_id: str, pulsar: PulsarConnectionConfig) -> ReplayArgs:
-        """Validate the rendered fields into the app's arguments."""
+        """Validate the rendered fields into the app's arguments (file paths only, never a secret)."""
+        oauth2 = pulsar.oauth2
         return build_replay_args(
             {
                 "run_id": run_id,
@@ -241,6 +303,15 @@ class DlqReplayOperator(BaseOperator):
                 "subscription": self.subscription,
                 "auth_token_file": self.auth_token_file,
                 "tls_trust_certs_file": pulsar.tls_trust_certs_file_path,
+                "admin_url": pulsar.admin_url,
+                "tls_cert_file": pulsar.tls_cert_file_path,
+                "tls_key_file": pulsar.tls_key_file_path,
+                "oauth2_issuer_url": oauth2.issuer_url if oauth2 else None,
+                "oauth2_audience": oauth2.audience if oauth2 else None,
+                "oauth2_scope": oauth2.scope if oauth2 else None,
+                "oauth2_credentials_file": (
+                    (self.oauth2_credentials_file or oauth2.credentials_file) if oauth2 else None
+                ),
                 "playbook": self.playbook,
                 "origin_allowlist": self.origin_allowlist,
                 "signatures": self.signatures,
@@ -252,26 +323,57 @@ class DlqReplayOperator(BaseOperator):
                 "rate_limit": self.rate_limit,
                 "parallelism": self.parallelism,
                 "archive_payload": self.archive_payload,
+                "group_actions": self.group_actions,
+                "window_from": self.window_from,
+                "canary": self.canary,
+                "canary_wait_seconds": self.canary_wait_seconds,
+                "canary_max_failure_rate": self.canary_max_failure_rate,
             }
         )
 
     def spark_env(self, pulsar: PulsarConnectionConfig, master: str) -> dict[str, str]:
-        """spark-submit's extra environment: user ``env_vars``, the token (unless a token file is used)."""
+        """spark-submit's extra environment: user ``env_vars`` and the secrets not given as files."""
         env = {str(k): str(v) for k, v in (self.env_vars or {}).items()}
-        if TOKEN_ENV in env:
-            raise ReplayArgumentError(
-                f"env_vars must not carry {TOKEN_ENV} (rendered fields are stored); put the token in the "
-                f"Password of connection {self.pulsar_conn_id!r} or use auth_token_file."
-            )
+        for name in SECRET_ENVS:
+            if name in env:
+                raise ReplayArgumentError(
+                    f"env_vars must not carry {name} (rendered fields are stored); put the secret in "
+                    f"connection {self.pulsar_conn_id!r} (Password) or use auth_token_file / "
+                    "oauth2_credentials_file."
+                )
         if pulsar.token and not self.auth_token_file:
             env[TOKEN_ENV] = pulsar.token
+        oauth2 = pulsar.oauth2
+        if oauth2 and oauth2.client_secret and not self.oauth2_credentials_file:
+            env[OAUTH2_CREDENTIALS_ENV] = json.dumps(
+                {"client_id": oauth2.client_id, "client_secret": oauth2.client_secret}
+            )
         if master.startswith("local") and "PYSPARK_PYTHON" not in os.environ:
             # Local Spark runs Python workers with this interpreter, which has pulsar-client installed.
             env.setdefault("PYSPARK_PYTHON", sys.executable)
         return env
 
-    def make_hook(self, args: ReplayArgs, env: Mapping[str, str], py_files: str) -> _ReplaySubmitHook:
+    def expected_messages(self, args: ReplayArgs) -> int | None:
+        """The subscription's backlog on the run's topics (the snapshot's progress total), when the
+        connection has an admin or metrics URL; ``None`` when it cannot be read (progress then counts)."""
+        config = self.pulsar_hook.config
+        if not (config.admin_url or config.metrics_url):
+            return None
+        try:
+            backlog = self.pulsar_hook.get_backlog(list(args.topics), args.subscription)
+        except Exception as exc:  # only a progress estimate: never fail the run for it
+            self.log.info("Backlog not read for the progress estimate (%s)", type(exc).__name__)
+            return None
+        return sum(item.backlog for item in backlog.values())
+
+    def make_hook(
+        self, args: ReplayArgs, env: Mapping[str, str], py_files: str, expected: int | None = None
+    ) -> _ReplaySubmitHook:
         conf = {**DEFAULT_CONF, **{str(k): v for k, v in (self.conf or {}).items()}}
+        if expected is not None:
+            conf.setdefault(CONF_EXPECTED_MESSAGES, str(expected))
+        if self.report_payload_snippets:
+            conf[CONF_PAYLOAD_SNIPPETS] = "true"
         return _ReplaySubmitHook(
             conf=conf,
             conn_id=self.spark_conn_id,
@@ -285,11 +387,13 @@ class DlqReplayOperator(BaseOperator):
     def _check_env_stays_off_argv(self, hook: SparkSubmitHook, env: Mapping[str, str]) -> None:
         connection = hook._connection
         on_argv = "yarn" in connection["master"] or "k8s" in connection["master"]
-        if TOKEN_ENV in env and (on_argv or connection.get("deploy_mode") == "cluster"):
+        secrets = [name for name in SECRET_ENVS if name in env]
+        if secrets and (on_argv or connection.get("deploy_mode") == "cluster"):
             raise ReplayArgumentError(
                 f"Spark master {connection['master']!r} (deploy mode {connection.get('deploy_mode')!r}) "
-                f"would put {TOKEN_ENV} on the spark-submit command line; set auth_token_file to a token "
-                "file mounted on the driver and executors (e.g. a Kubernetes secret) instead."
+                f"would put {', '.join(secrets)} on the spark-submit command line; set auth_token_file "
+                "(token) or oauth2_credentials_file (OAuth2) to a file mounted on the driver and executors "
+                "(e.g. a Kubernetes secret) instead."
             )
 
     def _locate_bundle(self, workdir: str) -> tuple[str, str]:
@@ -329,6 +433,9 @@ class DlqReplayOperator(BaseOperator):
     # ----------------------------------------------------------------------- execute / kill
 
     def execute(self, context: Context) -> dict[str, Any]:
+        actions = parse_group_actions(self.group_actions)
+        if actions is not None and all(action == "leave" for _, action in actions):
+            raise AirflowSkipException("The approval left every group pending; nothing to replay.")
         pulsar = self.pulsar_hook.config
         run_id = self.resolve_run_id(context)
         args = self.replay_args(run_id, pulsar)
@@ -344,7 +451,7 @@ class DlqReplayOperator(BaseOperator):
             probe = SparkSubmitHook(conn_id=self.spark_conn_id)
             master = str(probe._connection["master"])
             env = self.spark_env(pulsar, master)
-            hook = self.make_hook(args, env, zip_path)
+            hook = self.make_hook(args, env, zip_path, self.expected_messages(args))
             self._check_env_stays_off_argv(hook, env)
             self._hook = hook
             self.log.info(
@@ -366,6 +473,8 @@ class DlqReplayOperator(BaseOperator):
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
         summary = compact_summary(report)
+        self.report_html_uri = summary["paths"].get("report_html")
+        self.spark_application = summary.get("spark")
         self.log.info(
             "Replay run %s: status %s, totals %s; report %s",
             summary["run_id"],

@@ -1,13 +1,15 @@
 """Pure helpers of ``DlqReplayOperator``: validate rendered arguments and build the app's command line.
 
 The command line is the contract of ``spark_apps/dlq_replay_main.py`` (its ``--help`` documents every
-option). Tokens never appear here: the app reads ``PULSAR_AUTH_TOKEN`` from its environment or a token
-file given by ``--auth-token-file``.
+option). Secrets never appear here: the app reads the token from ``PULSAR_AUTH_TOKEN`` (or the file of
+``--auth-token-file``) and OAuth2 client credentials from ``PULSAR_OAUTH2_CREDENTIALS`` (or the file of
+``--oauth2-credentials-file``); certificates and keys are passed as file paths.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -154,6 +156,13 @@ class ReplayArgs:
     subscription: str = DEFAULT_SUBSCRIPTION
     auth_token_file: str | None = None
     tls_trust_certs_file: str | None = None
+    admin_url: str | None = None
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
+    oauth2_issuer_url: str | None = None
+    oauth2_audience: str | None = None
+    oauth2_scope: str | None = None
+    oauth2_credentials_file: str | None = None
     playbook: str | None = None
     origin_allowlist: tuple[str, ...] = ()
     signatures: tuple[str, ...] = ()
@@ -165,6 +174,11 @@ class ReplayArgs:
     rate_limit: float | None = None
     parallelism: int | None = None
     archive_payload: str = "on"
+    group_actions: tuple[tuple[str, str], ...] | None = None
+    window_from: str | None = None
+    canary: str | None = None
+    canary_wait_seconds: float | None = None
+    canary_max_failure_rate: float | None = None
 
     @property
     def report_json(self) -> str:
@@ -184,6 +198,13 @@ class ReplayArgs:
         optional: list[tuple[str, Any]] = [
             ("--auth-token-file", self.auth_token_file),
             ("--tls-trust-certs-file", self.tls_trust_certs_file),
+            ("--admin-url", self.admin_url),
+            ("--tls-cert-file", self.tls_cert_file),
+            ("--tls-key-file", self.tls_key_file),
+            ("--oauth2-issuer-url", self.oauth2_issuer_url),
+            ("--oauth2-audience", self.oauth2_audience),
+            ("--oauth2-scope", self.oauth2_scope),
+            ("--oauth2-credentials-file", self.oauth2_credentials_file),
             ("--playbook", self.playbook),
             ("--origin-allowlist", ",".join(self.origin_allowlist)),
             ("--signatures", ",".join(self.signatures)),
@@ -195,11 +216,73 @@ class ReplayArgs:
             ("--rate-limit", self.rate_limit),
             ("--parallelism", self.parallelism),
             ("--archive-payload", self.archive_payload),
+            ("--group-actions", group_actions_json(self.group_actions)),
+            ("--window-from", self.window_from),
+            ("--canary", self.canary),
+            ("--canary-wait-seconds", self.canary_wait_seconds),
+            ("--canary-max-failure-rate", self.canary_max_failure_rate),
         ]
         for flag, value in optional:
             if value is not None and value != "":
                 argv += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
         return argv
+
+
+GROUP_ACTIONS = ("replay", "archive", "leave")
+
+
+def parse_group_actions(value: Any) -> tuple[tuple[str, str], ...] | None:
+    """``{signature: replay|archive|leave}`` (a mapping or its JSON text, as templates render it) as
+    sorted pairs; ``None``/blank -> ``None``. The app's ``--group-actions`` (docs/approval.md)."""
+    if _blank(value):
+        return None
+    data = value
+    if isinstance(value, str):
+        try:
+            data = json.loads(value)
+        except ValueError:
+            data = None
+    if not isinstance(data, Mapping):
+        raise ReplayArgumentError(
+            f"group_actions must be a mapping (or its JSON) of error signature to one of "
+            f"{', '.join(GROUP_ACTIONS)}; got {value!r}."
+        )
+    bad = {str(k): v for k, v in data.items() if v not in GROUP_ACTIONS}
+    if bad:
+        raise ReplayArgumentError(f"group_actions: {bad} must each be one of {', '.join(GROUP_ACTIONS)}.")
+    return tuple(sorted((str(k), str(v)) for k, v in data.items()))
+
+
+def group_actions_json(pairs: tuple[tuple[str, str], ...] | None) -> str | None:
+    return None if pairs is None else json.dumps(dict(pairs), sort_keys=True, separators=(",", ":"))
+
+
+_CANARY_SIZE = re.compile(r"[0-9]+(\.[0-9]+)?%|[1-9][0-9]*")
+
+
+def canary_args(values: Mapping[str, Any]) -> dict[str, Any]:
+    """``canary`` (N or P%), its wait and its halt threshold, validated (docs/canary.md)."""
+    size = opt_str(values.get("canary"))
+    if size is None:
+        return {}
+    if not _CANARY_SIZE.fullmatch(size):
+        raise ReplayArgumentError(
+            f"canary must be a count such as 5 or a percentage such as 10%; got {size!r}."
+        )
+    wait: Any = values.get("canary_wait_seconds")
+    rate: Any = values.get("canary_max_failure_rate")
+    try:
+        wait_s = 60.0 if _blank(wait) else float(wait)
+        max_rate = 0.0 if _blank(rate) else float(rate)
+    except (TypeError, ValueError):
+        raise ReplayArgumentError(
+            f"canary_wait_seconds and canary_max_failure_rate must be numbers; got {wait!r}, {rate!r}."
+        ) from None
+    if wait_s < 0 or not 0 <= max_rate < 1:
+        raise ReplayArgumentError(
+            f"canary_wait_seconds must be >= 0 and canary_max_failure_rate in [0, 1); got {wait!r}, {rate!r}."
+        )
+    return {"canary": size, "canary_wait_seconds": wait_s, "canary_max_failure_rate": max_rate}
 
 
 def build_replay_args(values: Mapping[str, Any]) -> ReplayArgs:
@@ -224,6 +307,18 @@ def build_replay_args(values: Mapping[str, Any]) -> ReplayArgs:
     if since and until and _utc(since) >= _utc(until):
         raise ReplayArgumentError(f"since ({since}) must be before until ({until}).")
     max_replays = opt_int("max_replays", values.get("max_replays"), minimum=1)
+    group_actions = parse_group_actions(values.get("group_actions"))
+    signatures = tuple(as_list("signatures", values.get("signatures")))
+    if group_actions is not None and not signatures:
+        # An approval acts on the approved groups only; never on everything for want of a filter.
+        signatures = tuple(sig for sig, action in group_actions if action != "leave")
+        if not signatures:
+            raise ReplayArgumentError(
+                "group_actions approves no group (every action is 'leave'); there is nothing to replay."
+            )
+    window_from = opt_str(values.get("window_from"))
+    if window_from is not None:
+        check_run_id(window_from)
     return ReplayArgs(
         run_id=check_run_id(str(values["run_id"])),
         mode=mode,
@@ -233,9 +328,16 @@ def build_replay_args(values: Mapping[str, Any]) -> ReplayArgs:
         subscription=subscription,
         auth_token_file=opt_str(values.get("auth_token_file")),
         tls_trust_certs_file=opt_str(values.get("tls_trust_certs_file")),
+        admin_url=opt_str(values.get("admin_url")),
+        tls_cert_file=opt_str(values.get("tls_cert_file")),
+        tls_key_file=opt_str(values.get("tls_key_file")),
+        oauth2_issuer_url=opt_str(values.get("oauth2_issuer_url")),
+        oauth2_audience=opt_str(values.get("oauth2_audience")),
+        oauth2_scope=opt_str(values.get("oauth2_scope")),
+        oauth2_credentials_file=opt_str(values.get("oauth2_credentials_file")),
         playbook=opt_str(values.get("playbook")),
         origin_allowlist=allowlist,
-        signatures=tuple(as_list("signatures", values.get("signatures"))),
+        signatures=signatures,
         error_class=opt_str(values.get("error_class")),
         since=since,
         until=until,
@@ -244,6 +346,9 @@ def build_replay_args(values: Mapping[str, Any]) -> ReplayArgs:
         rate_limit=opt_float("rate_limit", values.get("rate_limit")),
         parallelism=opt_int("parallelism", values.get("parallelism"), minimum=1),
         archive_payload=archive_flag(values.get("archive_payload", "on")),
+        group_actions=group_actions,
+        window_from=window_from,
+        **canary_args(values),
     )
 
 
@@ -262,7 +367,7 @@ def compact_summary(report: Mapping[str, Any], max_groups: int = 20) -> dict[str
         for g in (report.get("groups") or [])[:max_groups]
     ]
     total_groups = len(report.get("groups") or []) + int((report.get("other_groups") or {}).get("groups", 0))
-    return {
+    summary = {
         "run_id": report.get("run_id"),
         "mode": report.get("mode"),
         "status": report.get("status"),
@@ -271,3 +376,6 @@ def compact_summary(report: Mapping[str, Any], max_groups: int = 20) -> dict[str
         "group_count": total_groups,
         "groups": groups,
     }
+    if report.get("spark"):
+        summary["spark"] = dict(report["spark"])
+    return summary

@@ -42,8 +42,12 @@ class DlqBacklogSensor(BaseSensorOperator):
     ``min_age``, its oldest pending message is at least that old); the sensor succeeds as soon as one
     topic is ready and returns the backlog of every watched topic as XCom::
 
-        {"persistent://public/default/orders-DLQ": {"backlog": 12, "oldest_age_seconds": null,
-         "source": "metrics", "found": true, "topic": "...", "subscription": "dlq-replayer"}}
+        {"persistent://public/default/orders-DLQ": {"backlog": 12, "oldest_age_seconds": 95.2,
+         "source": "admin", "found": true, "entries": 3, "exact": true, "topic": "...",
+         "subscription": "dlq-replayer"}}
+
+    ``backlog`` counts messages when ``exact`` is true (admin API; batched messages counted one by one);
+    otherwise it is the broker's entry count, where a batch counts once (see ``docs/sensor.md``).
 
     With ``soft_fail=True`` a run that finds nothing to do before ``timeout`` ends *skipped*. A backlog
     that could not be read is never taken for an empty DLQ: if the last read failed, the task fails.
@@ -178,10 +182,11 @@ class DlqBacklogSensor(BaseSensorOperator):
         for topic, item in sorted(backlogs.items()):
             age = "" if item.oldest_age_seconds is None else f", oldest {item.oldest_age_seconds:.0f}s"
             self.log.info(
-                "%s %s: backlog %d%s (%s%s)",
+                "%s %s: backlog %d %s%s (%s%s)",
                 "READY  " if topic in ready else "waiting",
                 topic,
                 item.backlog,
+                "messages" if item.exact else "entries",
                 age,
                 item.source,
                 "" if item.found else ", subscription not found yet",

@@ -24,7 +24,9 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from spark_apps.dlq_replay import outcomes as oc
+from spark_apps.dlq_replay.canary import CanarySpec
 from spark_apps.dlq_replay.errors import ReplayConfigError, ReplayError, RunLockedError
+from spark_apps.dlq_replay.group_actions import parse_group_actions
 from spark_apps.dlq_replay.options import (
     DEFAULT_IDLE_TIMEOUT_MS,
     DEFAULT_MAX_REPLAYS,
@@ -41,11 +43,20 @@ if TYPE_CHECKING:
 log = logging.getLogger("spark_apps.dlq_replay")
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 #: Words that make a command-line option look like it carries a secret (compared without case, ``_`` as
-#: ``-``); ``--auth-token-file`` is the one such option we accept (it names a file).
+#: ``-``); the options naming a file that holds a secret are the ones we accept.
 _SECRET_WORDS = ("token", "auth-param", "password", "passwd", "secret", "jwt", "credential")
 _TOKEN_FILE_OPTION = "--auth-token-file"
+_SECRET_FILE_OPTIONS = (_TOKEN_FILE_OPTION, "--oauth2-credentials-file")
 #: Options other tools take a token with: a prefix of one of these (``--auth-tok``) is refused as well.
-_SECRET_OPTIONS = ("--auth-token", "--token", "--pulsar-token", "--auth-params", "--password")
+_SECRET_OPTIONS = (
+    "--auth-token",
+    "--token",
+    "--pulsar-token",
+    "--auth-params",
+    "--password",
+    "--oauth2-client-secret",
+    "--client-secret",
+)
 #: Session settings for the partitioned writes (ledger, archive), unless given with --conf: concurrent
 #: writers per partition value instead of sorting every row by the partition columns first.
 WRITE_DEFAULTS = {
@@ -109,6 +120,29 @@ def build_parser() -> argparse.ArgumentParser:
         help="File holding the Pulsar JWT token (else env PULSAR_AUTH_TOKEN; unset means no auth).",
     )
     add("--tls-trust-certs-file", metavar="PATH", help="CA bundle for pulsar+ssl:// service URLs.")
+    add(
+        "--admin-url",
+        metavar="URL",
+        help="Apache Pulsar admin REST, e.g. http://broker:8080 (same credentials and CA as the service). "
+        "When it answers, each DLQ message is read once (Readers) and commit acks ids from the ledger; "
+        "without it the DLQ is read twice through Shared consumers (the embedded broker's mode).",
+    )
+    add(
+        "--tls-cert-file",
+        metavar="PATH",
+        help="Client certificate (PEM) for pulsar+ssl://: the authentication without a token or OAuth2 "
+        "(AuthenticationTls), else mutual TLS. Needs --tls-key-file.",
+    )
+    add("--tls-key-file", metavar="PATH", help="Private key (PEM) of --tls-cert-file.")
+    add("--oauth2-issuer-url", metavar="URL", help="OAuth2 client credentials: the issuer URL.")
+    add("--oauth2-audience", metavar="AUDIENCE", help="OAuth2 audience (optional).")
+    add("--oauth2-scope", metavar="SCOPE", help="OAuth2 scope (optional).")
+    add(
+        "--oauth2-credentials-file",
+        metavar="PATH",
+        help='OAuth2 key file {"client_id": ..., "client_secret": ...} (else env PULSAR_OAUTH2_CREDENTIALS '
+        "with the same JSON).",
+    )
     add("--topics", required=True, metavar="T1,T2", help="DLQ topics to replay, comma-separated.")
     add(
         "--subscription",
@@ -133,6 +167,43 @@ def build_parser() -> argparse.ArgumentParser:
         "(* within a path part, ** across), or re:<regex>. Required for --mode replay.",
     )
     add("--signatures", metavar="S1,S2", help="Only act on these error signatures (from a report).")
+    add(
+        "--group-actions",
+        metavar="JSON|@FILE",
+        help="Approved action per error signature, overriding the playbook for this run: a JSON object "
+        '{"<signature>": "replay"|"archive"|"leave"} or @path of a file holding it (docs/approval.md).',
+    )
+    add(
+        "--canary",
+        metavar="N|P%",
+        help="Republish N messages (or P%%) of each error group first, watch them for --canary-wait-seconds "
+        "and halt groups whose canaries fail again (left pending as canary_failed); docs/canary.md.",
+    )
+    add(
+        "--canary-wait-seconds",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="How long the canary is watched before the rest is sent (default 60).",
+    )
+    add(
+        "--canary-max-failure-rate",
+        type=float,
+        default=0.0,
+        metavar="RATE",
+        help="Halt a group when more than this share of its canaries fail again (default 0: any).",
+    )
+    add(
+        "--canary-watch-topics",
+        metavar="T1,T2",
+        help="Topics watched for failed canaries besides the DLQ topics and their -RETRY siblings.",
+    )
+    add(
+        "--window-from",
+        metavar="RUN_ID",
+        help="Read the window frozen by this earlier run (e.g. the reviewed dry-run) instead of freezing a "
+        "new one; same --output-dir, --topics and --subscription.",
+    )
     add("--error-class", metavar="NAME", help="Only act on this error class (full or simple class name).")
     add(
         "--since",
@@ -212,7 +283,7 @@ def secret_option_given(args: Sequence[str]) -> bool:
         if not arg.startswith("-"):
             continue
         name = arg.split("=", 1)[0].lower().replace("_", "-")
-        if name == _TOKEN_FILE_OPTION:
+        if name in _SECRET_FILE_OPTIONS:
             continue
         if any(word in name for word in _SECRET_WORDS):
             return True
@@ -227,9 +298,10 @@ def parse_options(argv: Sequence[str] | None = None) -> ReplayOptions:
     args_list = list(sys.argv[1:] if argv is None else argv)
     if secret_option_given(args_list):
         raise ReplayConfigError(
-            "an option that looks like it carries a token was given (value not shown): tokens never go on "
-            "the command line. Set the PULSAR_AUTH_TOKEN environment variable or pass --auth-token-file "
-            "PATH, and rotate the token if it was typed in a shell (it may be in the shell history)"
+            "an option that looks like it carries a secret was given (value not shown): secrets never go "
+            "on the command line. Set the PULSAR_AUTH_TOKEN (or PULSAR_OAUTH2_CREDENTIALS) environment "
+            "variable, or pass --auth-token-file PATH (or --oauth2-credentials-file PATH), and rotate the "
+            "secret if it was typed in a shell (it may be in the shell history)"
         )
     args = build_parser().parse_args(args_list)
     topics = split_list(args.topics)
@@ -239,6 +311,13 @@ def parse_options(argv: Sequence[str] | None = None) -> ReplayOptions:
         service_url=args.service_url,
         auth_token_file=args.auth_token_file,
         tls_trust_certs_file=args.tls_trust_certs_file,
+        admin_url=args.admin_url.strip().rstrip("/") if args.admin_url else None,
+        tls_cert_file=args.tls_cert_file,
+        tls_key_file=args.tls_key_file,
+        oauth2_issuer_url=args.oauth2_issuer_url,
+        oauth2_audience=args.oauth2_audience,
+        oauth2_scope=args.oauth2_scope,
+        oauth2_credentials_file=args.oauth2_credentials_file,
         topics=topics or (),
         subscription=args.subscription,
         playbook=args.playbook,
@@ -256,6 +335,16 @@ def parse_options(argv: Sequence[str] | None = None) -> ReplayOptions:
         idle_timeout_ms=args.idle_timeout_ms,
         wave_size=args.wave_size,
         subscription_lease=args.subscription_lease == "on",
+        group_actions=parse_group_actions(args.group_actions) if args.group_actions else None,
+        window_from=args.window_from.strip() if args.window_from else None,
+        canary=CanarySpec.parse(
+            args.canary,
+            args.canary_wait_seconds,
+            args.canary_max_failure_rate,
+            split_list(args.canary_watch_topics) or (),
+        )
+        if args.canary
+        else None,
     )
 
 

@@ -63,6 +63,8 @@ class DecideSettings:
     max_replays: int = 3
     allowlist: TopicMatcher | None = None
     archive_payload: bool = True
+    #: Approved action per signature (``--group-actions``): overrides the playbook for those groups.
+    group_actions: dict[str, str] | None = None
 
 
 # --------------------------------------------------------------------------- scope
@@ -149,6 +151,7 @@ def with_scope_flags(
     filters: Filters,
     final_ids: DataFrame | None,
     origin_precedence: tuple[str, ...] = (),
+    reviewed_ids: DataFrame | None = None,
 ) -> DataFrame:
     """Snapshot rows plus the mark columns of the rows the decide step must not treat as new.
 
@@ -158,6 +161,8 @@ def with_scope_flags(
       :func:`~spark_apps.dlq_replay.signatures.replay_id`) is final in an earlier run, or is in this
       snapshot and wins: the oldest publish time, then DLQ topic, then message id. The choice depends
       only on the snapshot, so it is the same when a run is resumed;
+    * ``filtered``: with ``reviewed_ids`` (one column ``replay_id``, the scope of the run a reviewer
+      approved, ``--window-from``), every row whose replay id is not among them;
     * ``chosen``: among the first ``max_messages`` rows that are neither and pass the filters, by
       (publish time, DLQ topic, replay id).
 
@@ -180,6 +185,11 @@ def with_scope_flags(
         ids = ids.withColumn("_self_run", F.lit(None).cast("string")).withColumn(
             "_other", F.lit(None).cast("struct<run_id:string,dlq_topic:string,dlq_message_id:string>")
         )
+    if reviewed_ids is not None:
+        reviewed = reviewed_ids.select(F.col("replay_id").alias(_RID)).distinct()
+        ids = ids.join(reviewed.withColumn("_reviewed", F.lit(True)), _RID, "left")
+    else:
+        ids = ids.withColumn("_reviewed", F.lit(True))
     order = Window.partitionBy(_RID).orderBy("publish_time", "topic", "message_id_str")
     ids = ids.withColumn("_rank", F.row_number().over(order)).withColumn(
         "_first", F.first(F.struct("topic", "message_id_str")).over(order)
@@ -187,14 +197,19 @@ def with_scope_flags(
     already = F.col("_self_run").isNotNull()
     other = F.col("_other").isNotNull()
     beaten = F.col("_rank") > 1
+    unreviewed = F.col("_reviewed").isNull()
     marks = ids.select(
         "topic",
         "message_id_str",
         "publish_time",
         _RID,
         *(["selected"] if filters.max_messages is not None else []),
-        F.when(already, F.lit(SCOPE_ALREADY_FINAL)).when(other | beaten, F.lit(SCOPE_DUPLICATE)).alias(_MARK),
+        F.when(already, F.lit(SCOPE_ALREADY_FINAL))
+        .when(unreviewed, F.lit(SCOPE_FILTERED))
+        .when(other | beaten, F.lit(SCOPE_DUPLICATE))
+        .alias(_MARK),
         F.when(already, F.concat(F.lit("final in the ledger of run "), F.col("_self_run")))
+        .when(unreviewed, F.lit("not in the scope of the reviewed run (--window-from)"))
         .when(
             other,
             F.concat(
@@ -247,7 +262,7 @@ def add_scope_columns(batch: pa.RecordBatch, columns: dict[str, list[Any]], filt
     reasons: list[str | None] = []
     for i, mark in enumerate(marks):
         reason = None
-        if mark in (SCOPE_ALREADY_FINAL, SCOPE_DUPLICATE):
+        if mark in (SCOPE_ALREADY_FINAL, SCOPE_DUPLICATE, SCOPE_FILTERED):
             scope, reason = mark, mark_reasons[i]
         else:
             reason = filter_reason(filters, columns["signature"][i], columns["error_class"][i], times[i])
@@ -319,6 +334,7 @@ class _Memo:
         self.rules: dict[tuple[Any, ...], Any] = {}
         self.targets: dict[str | None, tuple[str | None, str | None]] = {}
         self.payload_off: dict[tuple[str | None, str | None], bool] = {}
+        self.approvals: dict[tuple[str, str | None], Any] = {}
 
     def rule(self, cols: _Columns, i: int) -> Any:
         from spark_apps.dlq_replay.playbook import MatchInput
@@ -346,6 +362,20 @@ class _Memo:
         )
         if self.cache_rules:
             self.rules[key] = found
+        return found
+
+    def approved_rule(self, cols: _Columns, i: int, rule: Any) -> Any:
+        """``rule``, or the rule of the group's approved action when ``--group-actions`` names it."""
+        actions = self.settings.group_actions
+        action = actions.get(cols["signature"][i]) if actions else None
+        if action is None:
+            return rule
+        key = (action, None if rule is None else rule.name)
+        found = self.approvals.get(key)
+        if found is None:
+            from spark_apps.dlq_replay.group_actions import override_rule
+
+            found = self.approvals[key] = override_rule(action, rule)
         return found
 
     def target(self, origin: str | None) -> tuple[str | None, str | None]:
@@ -438,7 +468,7 @@ def decide_batch(
         if parked is not None:
             row.outcome, row.reason = parked
             continue
-        rule = memo.rule(cols, i)
+        rule = memo.approved_rule(cols, i, memo.rule(cols, i))
         if rule is None:
             row.action, row.outcome, row.reason = oc.SKIP, oc.SKIPPED, "no playbook rule matched"
             continue
@@ -613,6 +643,7 @@ def decide(
     producers_per_target: int,
     filters: Filters | None = None,
     final_ids: DataFrame | None = None,
+    reviewed_ids: DataFrame | None = None,
 ) -> DataFrame:
     """Snapshot rows -> decided rows (:data:`DECIDED_SCHEMA`): one outcome per row, fixes applied.
 
@@ -624,7 +655,7 @@ def decide(
     """
     chosen_filters = filters or Filters()
     precedence = playbook.origin_precedence
-    flagged = with_scope_flags(snapshot, chosen_filters, final_ids, precedence)
+    flagged = with_scope_flags(snapshot, chosen_filters, final_ids, precedence, reviewed_ids)
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext

@@ -12,6 +12,7 @@ from spark_apps.dlq_replay.errors import ReplayConfigError
 from spark_apps.dlq_replay.state import validate_run_id
 
 if TYPE_CHECKING:
+    from spark_apps.dlq_replay.canary import CanarySpec
     from spark_apps.dlq_replay.topics import TopicMatcher
 
 DEFAULT_SUBSCRIPTION = "dlq-replayer"
@@ -57,6 +58,12 @@ class ReplayOptions:
     subscription: str = DEFAULT_SUBSCRIPTION
     auth_token_file: str | None = None
     tls_trust_certs_file: str | None = None
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
+    oauth2_issuer_url: str | None = None
+    oauth2_audience: str | None = None
+    oauth2_scope: str | None = None
+    oauth2_credentials_file: str | None = None
     playbook: str | None = None
     origin_allowlist: tuple[str, ...] | None = None
     signatures: tuple[str, ...] | None = None
@@ -71,6 +78,13 @@ class ReplayOptions:
     idle_timeout_ms: int = DEFAULT_IDLE_TIMEOUT_MS
     wave_size: int = DEFAULT_WAVE_SIZE
     subscription_lease: bool = True
+    #: Approved action per error signature (``--group-actions``), overriding the playbook for this run.
+    group_actions: dict[str, str] | None = None
+    #: Read the window frozen by this earlier run (``--window-from``), e.g. the reviewed dry-run.
+    window_from: str | None = None
+    #: Replay a canary of each group first and halt groups that fail again (``--canary``).
+    canary: CanarySpec | None = None
+    admin_url: str | None = None
 
     def __post_init__(self) -> None:
         try:
@@ -87,6 +101,11 @@ class ReplayOptions:
             raise ReplayConfigError(
                 "--service-url must be the broker's binary-protocol URL, pulsar://host:6650 or "
                 "pulsar+ssl://host:6651 (value not shown)"
+            )
+        if self.admin_url is not None and not self.admin_url.startswith(("http://", "https://")):
+            raise ReplayConfigError(
+                "--admin-url must start with http:// or https:// (Apache Pulsar's admin REST, e.g. "
+                "http://broker:8080; value not shown)"
             )
         if not self.topics:
             raise ReplayConfigError("--topics is required: the DLQ topics to replay, comma-separated")
@@ -125,6 +144,13 @@ class ReplayOptions:
                 raise ReplayConfigError(f"{name} must be >= {minimum}; got {value}")
         if self.rate_limit is not None and self.rate_limit <= 0:
             raise ReplayConfigError(f"--rate-limit must be > 0 messages/s; got {self.rate_limit}")
+        if self.window_from is not None:
+            try:
+                validate_run_id(self.window_from)
+            except ValueError as exc:
+                raise ReplayConfigError(f"--window-from: {exc}") from exc
+            if self.window_from == self.run_id:
+                raise ReplayConfigError("--window-from must name an earlier run, not this --run-id")
 
     def _check_topics(self) -> None:
         from spark_apps.dlq_replay.pulsar_io.errors import PulsarConfigError
@@ -159,4 +185,8 @@ class ReplayOptions:
             "max_replays": self.max_replays,
             "archive_payload": self.archive_payload,
             "wave_size": self.wave_size,
+            # Only when given, so runs started without them keep their fingerprint.
+            **({"group_actions": dict(sorted(self.group_actions.items()))} if self.group_actions else {}),
+            **({"window_from": self.window_from} if self.window_from else {}),
+            **({"canary": self.canary.fingerprint()} if self.canary else {}),
         }

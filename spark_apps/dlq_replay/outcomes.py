@@ -27,6 +27,8 @@ DUPLICATE = "duplicate"
 ORIGIN_CONFLICT = "origin_conflict"
 FILTERED = "filtered"
 PUBLISH_FAILED = "publish_failed"
+#: Not sent: the group's canary failed again in the consumer (``--canary``); the message stays pending.
+CANARY_FAILED = "canary_failed"
 
 #: Decided in the decide step; becomes ``republished`` or ``publish_failed`` in the apply step.
 TO_REPUBLISH = "to_republish"
@@ -54,6 +56,7 @@ OUTCOMES: tuple[str, ...] = (
     DUPLICATE,
     FILTERED,
     PUBLISH_FAILED,
+    CANARY_FAILED,
 )
 
 # --------------------------------------------------------------------------- modes

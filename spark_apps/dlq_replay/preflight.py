@@ -69,6 +69,57 @@ def check_trust_file(path: str) -> None:
         )
 
 
+def check_client_cert_files(cert_file: str, key_file: str | None) -> None:
+    """The client certificate (mutual TLS) and its key exist, are readable and are PEM."""
+    if b"-----BEGIN CERTIFICATE-----" not in _read_head(cert_file, "--tls-cert-file", 4 * 1024 * 1024):
+        raise ReplayConfigError(
+            "the file given as --tls-cert-file holds no PEM certificate (-----BEGIN CERTIFICATE-----); "
+            "give the client certificate in PEM format"
+        )
+    if not key_file:
+        raise ReplayConfigError("--tls-cert-file needs --tls-key-file: give the certificate's private key")
+    if b"PRIVATE KEY-----" not in _read_head(key_file, "--tls-key-file", 1024 * 1024):
+        raise ReplayConfigError(
+            "the file given as --tls-key-file holds no PEM private key (-----BEGIN ... PRIVATE KEY-----); "
+            "give the key in PEM format"
+        )
+
+
+def check_oauth2_credentials_file(path: str) -> None:
+    """The OAuth2 credentials file exists, is readable and holds a JSON object (never echoed)."""
+    import json
+
+    data = _read_head(path, "--oauth2-credentials-file", MAX_TOKEN_FILE_BYTES + 1)
+    try:
+        parsed = json.loads(data.decode("utf-8")) if len(data) <= MAX_TOKEN_FILE_BYTES else None
+    except (UnicodeDecodeError, ValueError):
+        parsed = None
+    if not isinstance(parsed, dict) or not parsed.get("client_id") or not parsed.get("client_secret"):
+        raise ReplayConfigError(
+            "the file given as --oauth2-credentials-file is not a JSON object with client_id and "
+            f"client_secret of at most {MAX_TOKEN_FILE_BYTES // 1024} KiB (content not shown); write the "
+            'client credentials JSON ({"client_id": ..., "client_secret": ...}) into it'
+        )
+
+
+def check_window_from(options: ReplayOptions) -> None:
+    """``--window-from`` names a run whose plan exists under a local output root (a Hadoop URI root is
+    checked when the plan step reads it, before anything is read or sent)."""
+    from spark_apps.dlq_replay.state import run_dir_name
+
+    if not options.window_from:
+        return
+    local = local_path(qualify_root(options.output_dir))
+    if local is None:
+        return
+    plan = Path(local) / "runs" / run_dir_name(options.window_from) / "plan.json"
+    if not plan.is_file():
+        raise ReplayConfigError(
+            f"--window-from {options.window_from!r}: {plan} does not exist; give the run id of a dry-run "
+            "that wrote its plan under the same --output-dir"
+        )
+
+
 def _probe_dir(directory: Path, output_dir: str) -> None:
     """Create and remove a file in ``directory``: the only check that holds for every user (root too)."""
     try:
@@ -125,6 +176,11 @@ def check_local(options: ReplayOptions) -> Playbook:
         check_token_file(options.auth_token_file)
     if options.tls_trust_certs_file:
         check_trust_file(options.tls_trust_certs_file)
+    if options.tls_cert_file:
+        check_client_cert_files(options.tls_cert_file, options.tls_key_file)
+    if options.oauth2_credentials_file:
+        check_oauth2_credentials_file(options.oauth2_credentials_file)
+    check_window_from(options)
     playbook = load_playbook(options.playbook) if options.playbook else empty_playbook()
     check_output_dir_local(options.output_dir, join("runs", run_dir_name(options.run_id)))
     return playbook

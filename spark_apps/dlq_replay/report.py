@@ -15,6 +15,8 @@ from spark_apps.dlq_replay import outcomes as oc
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
+    from spark_apps.dlq_replay.report_details import ReportContext
+
 REPORT_FORMAT = 1
 SAMPLE_IDS = 5
 MAX_GROUPS = 200
@@ -39,6 +41,7 @@ TOTAL_KEYS: tuple[str, ...] = (
     oc.FILTERED,
     oc.PUBLISH_FAILED,
     "resent",
+    oc.CANARY_FAILED,
 )
 
 
@@ -50,6 +53,9 @@ class CommitTotals:
     left_pending_seen: int = 0
     beyond_window: int = 0
     unacked_final: int = 0  # final messages a first commit attempt could not ack (status "partial")
+    final_in_partial_entries: int = 0  # reader mode: final, but their batched entry holds a pending one
+    read_mode: str = ""  # reader (one DLQ read per message) or consumer (two); empty in a dry-run
+    reads_per_message: float = 0.0  # DLQ reads of the run (snapshot + commit) per snapshot message
 
 
 def _label(outcome: str | None, mode: str) -> str:
@@ -115,6 +121,7 @@ def build_groups(
                 "actions": {},
                 "rules": [],
                 "outcomes": {},
+                "no_rule": 0,
             },
         )
         n = int(combo["n"])
@@ -132,6 +139,8 @@ def build_groups(
             group["rules"].append(combo["rule"])
         label = _label(combo["outcome"], mode)
         group["outcomes"][label] = group["outcomes"].get(label, 0) + n
+        if combo["outcome"] == oc.SKIPPED and not combo["rule"]:
+            group["no_rule"] += n  # no playbook rule matched (skip is the default)
     ordered = sorted(groups.values(), key=lambda g: (-g["count"], g["signature"]))
     for group in ordered:
         group["action"] = (
@@ -187,17 +196,21 @@ def build_report(
     paths: dict[str, str],
     max_groups: int = MAX_GROUPS,
     resent: int = 0,
+    context: ReportContext | None = None,
 ) -> dict[str, Any]:
-    """The machine-readable report (stable schema, ``format`` 1); see ``docs/replay-app.md``.
+    """The machine-readable report (stable schema, ``format`` 1); see ``docs/report.md``.
 
     ``resent``: messages a resumed apply sent again because a killed attempt had started their wave.
+    With a ``context`` the report also explains itself (configuration, per-group rule evaluation, fix
+    and sample errors, refused origins, trend over the ledger, next steps; see
+    :mod:`spark_apps.dlq_replay.report_details`).
     """
     combos, samples = aggregate(outcomes)
     groups, other = build_groups(combos, samples, mode, max_groups)
     counts = outcome_counts(combos, mode)
     totals = build_totals(counts, commit, mode)
     totals["resent"] = resent
-    return {
+    report = {
         "format": REPORT_FORMAT,
         "run_id": run_id,
         "mode": mode,
@@ -211,17 +224,27 @@ def build_report(
             "left_pending_seen": commit.left_pending_seen,
             "beyond_window": commit.beyond_window,
             "unacked_final": commit.unacked_final,
+            "final_in_partial_entries": commit.final_in_partial_entries,
+            "read_mode": commit.read_mode,
+            "reads_per_message": commit.reads_per_message,
         },
         "groups": groups,
         "other_groups": other,
         "timings": timings,
         "paths": paths,
     }
+    if context is not None:
+        from spark_apps.dlq_replay.report_details import add_details
+
+        add_details(report, outcomes.sparkSession, context)
+    return report
 
 
 def summary(report: dict[str, Any]) -> dict[str, Any]:
-    """The summary pushed to XCom and printed last: run_id, mode, status, totals, paths."""
-    return {k: report[k] for k in ("run_id", "mode", "status", "totals", "paths")}
+    """The summary pushed to XCom and printed last: run_id, mode, status, totals, paths (and the Spark
+    application when known)."""
+    keys = ("run_id", "mode", "status", "totals", "paths", "spark")
+    return {k: report[k] for k in keys if k in report}
 
 
 def summary_line(report: dict[str, Any]) -> str:

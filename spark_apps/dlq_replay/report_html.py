@@ -1,7 +1,9 @@
-"""Self-contained HTML page of a run report: totals, an inline SVG bar chart of groups by outcome, a table.
+"""The report as one self-contained HTML page: what to do next, totals, a chart of the groups by
+outcome, per-group explanations, the trend over earlier runs and the run's configuration.
 
-No scripts, no external assets. Every value that came from a message (templates, classes, topics, ids)
-is HTML-escaped.
+No scripts, no external assets (inline CSS only; collapsible parts use ``<details>``). Every value that
+came from a message or a file (templates, classes, topics, ids, errors, snippets) is HTML-escaped.
+Chart labels are HTML text beside CSS bars, so long labels wrap instead of being cut or overlapping.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Any
 from spark_apps.dlq_replay import outcomes as oc
 
 CHART_GROUPS = 30
+OPEN_DETAILS = 3
 COLORS: dict[str, str] = {
     oc.REPUBLISHED: "#2e7d32",
     oc.ARCHIVED: "#1565c0",
@@ -24,17 +27,44 @@ COLORS: dict[str, str] = {
     oc.ALREADY_FINAL: "#00838f",
     oc.DUPLICATE: "#4dd0e1",
     oc.ORIGIN_CONFLICT: "#f06292",
-    oc.FILTERED: "#cfd8dc",
+    oc.FILTERED: "#b0bec5",
     oc.PUBLISH_FAILED: "#b71c1c",
 }
+SEVERITY_COLORS = {"action": "#c62828", "info": "#1565c0", "ok": "#2e7d32"}
 _STYLE = """
-body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#222}
-h1{font-size:20px}h2{font-size:16px;margin-top:28px}
-table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ddd;padding:4px 8px;vertical-align:top}
-th{background:#f5f5f5;text-align:left}code{font-size:12px}.num{text-align:right}
-.legend span{display:inline-block;margin-right:14px;font-size:12px}
-.legend i{display:inline-block;width:10px;height:10px;margin-right:4px;vertical-align:middle}
-.note{color:#555;font-size:13px}
+*{box-sizing:border-box}
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0 auto;padding:24px;
+max-width:1200px;color:#1f2328;line-height:1.45}
+h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:32px 0 10px;border-bottom:1px solid #d8dee4;
+padding-bottom:4px}h3{font-size:14px;margin:14px 0 6px}
+table{border-collapse:collapse;font-size:13px;margin:4px 0}td,th{border:1px solid #d8dee4;padding:4px 8px;
+vertical-align:top;text-align:left}th{background:#f6f8fa}
+code,pre{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:12px}
+pre{background:#f6f8fa;border:1px solid #d8dee4;padding:8px;overflow-x:auto;white-space:pre-wrap;margin:6px 0}
+.num{text-align:right;font-variant-numeric:tabular-nums}.muted{color:#59636e}.small{font-size:12px}
+.meta span{margin-right:14px}
+.badge{display:inline-block;font-style:normal;padding:1px 8px;border-radius:10px;font-size:12px;
+color:#fff;background:#59636e}
+.steps{list-style:none;padding:0;margin:0}.steps li{border-left:4px solid #59636e;background:#f6f8fa;
+padding:8px 12px;margin:8px 0}.steps b{display:block}
+.chips{display:flex;flex-wrap:wrap;gap:8px}.chip{border:1px solid #d8dee4;border-radius:6px;padding:6px 10px;
+min-width:110px}.chip b{display:block;font-size:18px;font-variant-numeric:tabular-nums}
+.chip span{font-size:12px;color:#59636e}
+.legend{margin:6px 0 10px}.legend span{display:inline-block;margin-right:14px;font-size:12px}
+.legend i{display:inline-block;width:10px;height:10px;margin-right:4px;vertical-align:middle;
+border-radius:2px}
+.bars{display:grid;grid-template-columns:minmax(220px,38%) 1fr 64px;gap:6px 12px;align-items:center}
+.bar-label{font-size:12px;overflow-wrap:anywhere}.bar-label code{font-weight:600}
+.bar-track{display:flex;height:18px;background:#f6f8fa;border-radius:3px;overflow:hidden}
+.bar-track span{display:block;height:100%}
+.bar-count{font-size:12px;text-align:right;font-variant-numeric:tabular-nums}
+details{border:1px solid #d8dee4;border-radius:6px;padding:6px 12px;margin:10px 0}
+summary{cursor:pointer;font-weight:600;overflow-wrap:anywhere}
+.yes{color:#2e7d32;font-weight:600}.no{color:#59636e}.skip{color:#8c959f}
+dl.config{display:grid;grid-template-columns:max-content 1fr;gap:4px 16px;font-size:13px}
+dl.config dt{font-weight:600}dl.config dd{margin:0;overflow-wrap:anywhere}
+th.run{min-width:110px;max-width:180px;overflow-wrap:anywhere;font-weight:600}
+table.trend th:first-child{min-width:260px;max-width:420px;overflow-wrap:anywhere}
 """
 
 
@@ -42,38 +72,49 @@ def _color(outcome: str) -> str:
     return COLORS.get(outcome, "#757575")
 
 
-def bar_chart_svg(groups: list[dict[str, Any]], *, width: int = 900, bar_height: int = 18) -> str:
-    """A horizontal stacked bar per group (count split by outcome), largest groups first."""
+def _outcome_order(outcome: str) -> tuple[int, str]:
+    return (oc.OUTCOMES.index(outcome) if outcome in oc.OUTCOMES else 99, outcome)
+
+
+def _e(value: Any) -> str:
+    return escape("" if value is None else str(value))
+
+
+def _fmt(n: Any) -> str:
+    return f"{int(n):,}" if isinstance(n, (int, float)) else _e(n)
+
+
+# --------------------------------------------------------------------------- chart
+
+
+def bar_chart(groups: list[dict[str, Any]]) -> str:
+    """One row per group: a wrapping label (signature, template, class, origin), a stacked bar split by
+    outcome (widths relative to the largest group) and the count."""
     shown = groups[:CHART_GROUPS]
     if not shown:
-        return '<p class="note">No messages in this run.</p>'
-    label_width, gap = 260, 6
-    plot_width = width - label_width - 70
+        return '<p class="muted">No messages in this run.</p>'
     biggest = max(g["count"] for g in shown) or 1
-    height = len(shown) * (bar_height + gap) + 10
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" '
-        f'aria-label="groups by count and outcome">'
-    ]
-    for row, group in enumerate(shown):
-        y = 5 + row * (bar_height + gap)
-        label = f"{group['signature']} {group['template']}"
-        short = label if len(label) <= 42 else label[:41] + "\u2026"
-        parts.append(
-            f'<text x="0" y="{y + bar_height - 5}" font-size="11" font-family="monospace">'
-            f"<title>{escape(label)}</title>{escape(short)}</text>"
+    rows = []
+    for group in shown:
+        segments = "".join(
+            f'<span style="width:{100 * n / biggest:.2f}%;background:{_color(o)}" '
+            f'title="{_e(o)}: {n}"></span>'
+            for o, n in group["outcomes"].items()
         )
-        x = float(label_width)
-        for outcome, n in group["outcomes"].items():
-            w = plot_width * n / biggest
-            parts.append(
-                f'<rect x="{x:.1f}" y="{y}" width="{max(w, 0.5):.1f}" height="{bar_height}" '
-                f'fill="{_color(outcome)}"><title>{escape(outcome)}: {n}</title></rect>'
-            )
-            x += w
-        parts.append(f'<text x="{x + 4:.1f}" y="{y + bar_height - 5}" font-size="11">{group["count"]}</text>')
-    parts.append("</svg>")
-    return "".join(parts)
+        where = " · ".join(_e(v) for v in (group.get("error_class"), group.get("origin_topic")) if v)
+        rows.append(
+            f'<div class="bar-label"><code>{_e(group["signature"])}</code> {_e(group["template"])}'
+            f'<br><span class="muted">{where}</span></div>'
+            f'<div class="bar-track" role="img" aria-label="{_e(_outcome_text(group))}">{segments}</div>'
+            f'<div class="bar-count">{_fmt(group["count"])}</div>'
+        )
+    more = len(groups) - len(shown)
+    note = f'<p class="muted small">{more} smaller groups are not charted.</p>' if more > 0 else ""
+    return f'<div class="bars">{"".join(rows)}</div>{note}'
+
+
+def _outcome_text(group: dict[str, Any]) -> str:
+    return ", ".join(f"{o}: {n}" for o, n in group["outcomes"].items())
 
 
 def _legend(outcomes: list[str]) -> str:
@@ -81,64 +122,272 @@ def _legend(outcomes: list[str]) -> str:
     return f'<div class="legend">{items}</div>'
 
 
-def render_html(report: dict[str, Any]) -> str:
-    """The report page (one self-contained HTML document)."""
-    totals = report["totals"]
-    groups = report["groups"]
-    used = sorted(
-        {o for g in groups for o in g["outcomes"]},
-        key=lambda o: (oc.OUTCOMES.index(o) if o in oc.OUTCOMES else 99, o),
+def sparkline(counts: list[int], *, width: int = 120, height: int = 24) -> str:
+    """A tiny inline SVG line of ``counts`` (oldest left), the last point marked."""
+    if not counts:
+        return ""
+    top = max(counts) or 1
+    step = width / max(1, len(counts) - 1)
+    points = [
+        (i * step if len(counts) > 1 else width / 2, height - 3 - (height - 6) * c / top)
+        for i, c in enumerate(counts)
+    ]
+    path = " ".join(f"{x:.1f},{y:.1f}" for x, y in points)
+    x, y = points[-1]
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" '
+        f'aria-label="counts {" ".join(str(c) for c in counts)}"><polyline points="{path}" fill="none" '
+        f'stroke="#1565c0" stroke-width="1.5"/>'
+        f'<circle cx="{x:.1f}" cy="{y:.1f}" r="2.5" fill="#1565c0"/></svg>'
     )
-    title = f"DLQ replay {report['run_id']}"
-    dry = (
-        '<p class="note"><b>Dry-run:</b> the outcomes are what a replay would do; nothing was published, '
-        "archived, recorded or acknowledged.</p>"
-        if report.get("dry_run")
-        else ""
+
+
+# --------------------------------------------------------------------------- sections
+
+
+def _next_steps(steps: list[dict[str, Any]]) -> str:
+    if not steps:
+        return ""
+    items = []
+    for step in steps:
+        color = SEVERITY_COLORS.get(step.get("severity", ""), "#59636e")
+        code = f"<pre>{_e(step['code'])}</pre>" if step.get("code") else ""
+        detail = f"<span>{_e(step.get('detail'))}</span>" if step.get("detail") else ""
+        items.append(f'<li style="border-left-color:{color}"><b>{_e(step["title"])}</b>{detail}{code}</li>')
+    return f'<h2 id="next">What to do next</h2><ul class="steps">{"".join(items)}</ul>'
+
+
+def _totals(totals: dict[str, Any]) -> str:
+    chips = "".join(
+        f'<div class="chip"><b>{_fmt(v)}</b><span>{_e(k.replace("_", " "))}</span></div>'
+        for k, v in totals.items()
+        if v or k in ("snapshot", "left_pending")
     )
-    total_rows = "".join(f"<tr><th>{escape(k)}</th><td class='num'>{v}</td></tr>" for k, v in totals.items())
-    timing_rows = "".join(
-        f"<tr><th>{escape(k)}</th><td class='num'>{v:.2f} s</td></tr>" for k, v in report["timings"].items()
-    )
-    group_rows = []
-    for g in groups:
+    return f'<h2 id="totals">Totals</h2><div class="chips">{chips}</div>'
+
+
+def _group_table(groups: list[dict[str, Any]], other: dict[str, Any]) -> str:
+    rows = []
+    for index, g in enumerate(groups):
         outs = ", ".join(f"{escape(k)}: {v}" for k, v in g["outcomes"].items())
-        samples = "<br>".join(f"<code>{escape(s)}</code>" for s in g["sample_message_ids"])
-        group_rows.append(
-            "<tr>"
-            f"<td><code>{escape(g['signature'])}</code></td>"
-            f"<td>{escape(g['template'] or '')}</td>"
-            f"<td>{escape(g['error_class'] or '')}</td>"
-            f"<td>{escape(g['origin_topic'] or '')}</td>"
-            f"<td>{escape(', '.join(g.get('context_formats') or [g.get('context_format') or '']))}"
-            f"<br>{escape(g.get('reason') or '')}</td>"
-            f"<td class='num'>{g['count']}</td>"
-            f"<td>{escape(g['first_seen'] or '')}<br>{escape(g['last_seen'] or '')}</td>"
-            f"<td>{escape(g['action'] or '')}</td>"
-            f"<td>{escape(', '.join(g['rules']))}</td>"
-            f"<td>{outs}</td>"
-            f"<td>{samples}</td>"
-            "</tr>"
+        samples = "<br>".join(f"<code>{_e(s)}</code>" for s in g["sample_message_ids"])
+        name = (
+            f'<a href="#g{index}"><code>{_e(g["signature"])}</code></a>'
+            if "explanation" in g
+            else (f"<code>{_e(g['signature'])}</code>")
         )
-    other = report.get("other_groups", {})
-    other_note = (
-        f'<p class="note">{other["groups"]} smaller groups ({other["count"]} messages) are not listed.</p>'
+        rows.append(
+            "<tr>"
+            f"<td>{name}</td><td>{_e(g['template'])}</td><td>{_e(g['error_class'])}</td>"
+            f"<td>{_e(g['origin_topic'])}</td><td>{_e(_formats(g))}<br>{_e(g.get('reason') or '')}</td>"
+            f"<td class='num'>{_fmt(g['count'])}</td>"
+            f"<td class='small'>{_e(g['first_seen'])}<br>{_e(g['last_seen'])}</td>"
+            f"<td>{_e(g['action'])}</td><td>{_e(', '.join(g['rules']))}</td><td>{outs}</td>"
+            f"<td class='small'>{samples}</td></tr>"
+        )
+    note = (
+        f'<p class="muted">{other["groups"]} smaller groups ({other["count"]} messages) are not listed.</p>'
         if other.get("groups")
         else ""
     )
     return (
-        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
-        f"<title>{escape(title)}</title><style>{_STYLE}</style></head><body>"
-        f"<h1>{escape(title)}</h1>"
-        f"<p>mode <b>{escape(report['mode'])}</b> &middot; status <b>{escape(report['status'])}</b> &middot; "
-        f"{escape(report['started_at'])} &rarr; {escape(report['finished_at'])}</p>{dry}"
-        "<h2>Groups by count and outcome</h2>"
-        f"{_legend(used)}{bar_chart_svg(groups)}"
-        f"<h2>Totals</h2><table>{total_rows}</table>"
-        "<h2>Groups</h2><table><tr><th>signature</th><th>template</th><th>error class</th>"
+        '<h2 id="groups">Groups</h2><table><tr><th>signature</th><th>template</th><th>error class</th>'
         "<th>origin topic</th><th>format / reason</th><th>count</th><th>first / last seen</th><th>action</th>"
-        "<th>rules</th><th>outcomes</th>"
-        f"<th>sample message ids</th></tr>{''.join(group_rows)}</table>{other_note}"
-        f"<h2>Timings</h2><table>{timing_rows}</table>"
+        f"<th>rules</th><th>outcomes</th><th>sample message ids</th></tr>{''.join(rows)}</table>{note}"
+    )
+
+
+def _formats(group: dict[str, Any]) -> str:
+    """The group's context formats: all of them for a group that mixes several."""
+    return ", ".join(group.get("context_formats") or [group.get("context_format") or ""])
+
+
+def _rules_table(explanation: dict[str, Any]) -> str:
+    rules = explanation.get("rules") or []
+    head = (
+        f"<p class='small'>Message <code>{_e(explanation.get('message_id'))}</code>: outcome "
+        f"<b>{_e(explanation.get('outcome'))}</b>"
+        + (f" ({_e(explanation.get('outcome_reason'))})" if explanation.get("outcome_reason") else "")
+        + "</p>"
+    )
+    note = f"<p class='muted small'>{_e(explanation['note'])}</p>" if explanation.get("note") else ""
+    if not rules:
+        return (
+            head
+            + note
+            + (
+                "<p class='muted small'>The playbook has no rules: everything is skipped.</p>"
+                if not explanation.get("note")
+                else ""
+            )
+        )
+    rows = []
+    for r in rules:
+        css = {"matched": "yes", "no match": "no"}.get(r["verdict"], "skip")
+        why = "<br>".join(_e(x) for x in r.get("reasons") or []) or "all conditions hold"
+        rows.append(
+            f"<tr><td><code>{_e(r['rule'])}</code> <span class='muted small'>line {_e(r['line'])}</span></td>"
+            f"<td>{_e(r['action'])}</td><td class='{css}'>{_e(r['verdict'])}</td>"
+            f"<td class='small'>{why}</td></tr>"
+        )
+    return (
+        head
+        + "<table><tr><th>rule (in order)</th><th>action</th><th>verdict</th><th>why</th></tr>"
+        + "".join(rows)
+        + "</table>"
+        + note
+    )
+
+
+def _group_detail(index: int, g: dict[str, Any]) -> str:
+    parts = [
+        f"<p class='small'>{_fmt(g['count'])} messages · error class "
+        f"<code>{_e(g['error_class'] or '-')}</code>"
+        f" · origin <code>{_e(g['origin_topic'] or '-')}</code> · format {_e(_formats(g))} · "
+        f"{_e(_outcome_text(g))}</p>"
+    ]
+    if g.get("fix_errors"):
+        items = "".join(
+            f"<li><code>{_e(f['error'])}</code> &times;{_fmt(f['count'])}</li>" for f in g["fix_errors"]
+        )
+        parts.append(f"<h3>Fix errors</h3><ul>{items}</ul>")
+    if g.get("sample_errors"):
+        items = "".join(
+            f"<li><code>{_e(s['message'])}</code> &times;{_fmt(s['count'])}</li>" for s in g["sample_errors"]
+        )
+        parts.append(f"<h3>Sample error messages</h3><ul>{items}</ul>")
+    if g.get("explanation"):
+        parts.append("<h3>Playbook rules for one message of this group</h3>" + _rules_table(g["explanation"]))
+    if "payload_samples" in g:
+        items = "".join(
+            f"<li><code>{_e(p['message_id'])}</code><pre>{_e(p['snippet'])}</pre></li>"
+            for p in g["payload_samples"]
+        )
+        parts.append(f"<h3>Payload snippets (masked)</h3><ul>{items or '<li>none available</li>'}</ul>")
+    opened = " open" if index < OPEN_DETAILS else ""
+    return (
+        f'<details id="g{index}"{opened}><summary><code>{_e(g["signature"])}</code> {_e(g["template"])} '
+        f"({_fmt(g['count'])})</summary>{''.join(parts)}</details>"
+    )
+
+
+def _details(groups: list[dict[str, Any]]) -> str:
+    shown = [(i, g) for i, g in enumerate(groups) if "explanation" in g or g.get("sample_errors")]
+    if not shown:
+        return ""
+    return '<h2 id="details">Why, per group</h2>' + "".join(_group_detail(i, g) for i, g in shown)
+
+
+def _trend(trend: dict[str, Any] | None, groups: list[dict[str, Any]]) -> str:
+    if not trend:
+        return ""
+    runs = trend["runs"]
+    templates = {g["signature"]: g["template"] for g in groups}
+    head = "".join(
+        f"<th class='small run' title='{_e(r['run_id'])}'>{_e((r.get('at') or '')[:16].replace('T', ' '))}"
+        f"<br><span class='muted'>{_e(_short(r['run_id'], 28))} · {_e(r.get('mode') or '')}</span></th>"
+        for r in runs
+    )
+    rows = [
+        "<tr><th>all messages</th>"
+        + "".join(f"<td class='num'>{_fmt(r['messages'])}</td>" for r in runs)
+        + f"<td>{sparkline([int(r['messages']) for r in runs])}</td></tr>"
+    ]
+    for g in trend["groups"]:
+        cells = "".join(f"<td class='num'>{_fmt(c)}</td>" for c in g["counts"])
+        full = templates.get(g["signature"], "")
+        label = (
+            f"<code>{_e(g['signature'])}</code> <span class='small' title='{_e(full)}'>"
+            f"{_e(_short(full, 60))}</span>"
+        )
+        rows.append(f"<tr><th>{label}</th>{cells}<td>{sparkline(g['counts'])}</td></tr>")
+    return (
+        '<h2 id="trend">Trend over the last runs</h2><p class="muted small">Messages per group in each run '
+        "recorded in the ledger (dry-runs are not recorded; this run is the last column).</p>"
+        f"<table class='trend'><tr><th>group</th>{head}<th>trend</th></tr>{''.join(rows)}</table>"
+    )
+
+
+def _short(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters: the start and the end, which tell runs apart."""
+    if len(text) <= limit:
+        return text
+    half = (limit - 1) // 2
+    return f"{text[:half]}…{text[-(limit - 1 - half) :]}"
+
+
+def _config(config: dict[str, Any] | None, spark: dict[str, Any] | None) -> str:
+    if not config:
+        return ""
+    playbook = config.get("playbook") or {}
+    filters = {k: v for k, v in (config.get("filters") or {}).items() if v not in (None, [], "")}
+    allow = config.get("origin_allowlist")
+    entries = [
+        ("mode", config.get("mode")),
+        ("DLQ topics", ", ".join(config.get("topics") or [])),
+        ("subscription", config.get("subscription")),
+        ("service URL", config.get("service_url")),
+        ("origin allowlist", ", ".join(allow) if allow else "not set: nothing may be republished"),
+        ("filters", ", ".join(f"{k}={v}" for k, v in filters.items()) or "none"),
+        ("max replays (loop guard)", config.get("max_replays")),
+        ("archive payloads", config.get("archive_payload")),
+        ("playbook", playbook.get("path") or "none: every message is skipped"),
+        ("playbook sha256", playbook.get("sha256")),
+    ]
+    if spark:
+        entries.append(("Spark application", f"{spark.get('application_id')} on {spark.get('master')}"))
+    body = "".join(f"<dt>{_e(k)}</dt><dd>{_e('-' if v in (None, '') else v)}</dd>" for k, v in entries)
+    rules = playbook.get("rules") or []
+    table = ""
+    if rules:
+        rows = "".join(
+            f"<tr><td><code>{_e(r['name'])}</code></td><td class='num'>{_e(r['line'])}</td>"
+            f"<td>{_e(r['action'])}</td><td class='small'>{_e(_match_text(r['match']))}</td>"
+            f"<td class='small'>{_e(r.get('fix') or '')}</td></tr>"
+            for r in rules
+        )
+        table = (
+            "<h3>Playbook rules (first match wins)</h3><table><tr><th>rule</th><th>line</th><th>action</th>"
+            f"<th>match</th><th>fix</th></tr>{rows}</table>"
+        )
+    return f'<h2 id="config">Run configuration</h2><dl class="config">{body}</dl>{table}'
+
+
+def _match_text(match: dict[str, Any]) -> str:
+    return ", ".join(f"{k}: {v}" for k, v in match.items()) or "everything"
+
+
+def render_html(report: dict[str, Any]) -> str:
+    """The report page (one self-contained HTML document)."""
+    totals = report["totals"]
+    groups = report["groups"]
+    used = sorted({o for g in groups for o in g["outcomes"]}, key=_outcome_order)
+    title = f"DLQ replay {report['run_id']}"
+    dry = (
+        '<p class="muted"><b>Dry-run:</b> the outcomes are what a replay would do; nothing was published, '
+        "archived, recorded or acknowledged.</p>"
+        if report.get("dry_run")
+        else ""
+    )
+    status_color = {"succeeded": "#2e7d32", "partial": "#ef6c00"}.get(report["status"], "#c62828")
+    timing_rows = "".join(
+        f"<tr><th>{escape(k)}</th><td class='num'>{v:.2f} s</td></tr>" for k, v in report["timings"].items()
+    )
+    return (
+        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+        "<meta name='viewport' content='width=device-width,initial-scale=1'>"
+        f"<title>{_e(title)}</title><style>{_STYLE}</style></head><body>"
+        f"<h1>{_e(title)}</h1>"
+        f"<p class='meta'><span>mode <b>{_e(report['mode'])}</b></span>"
+        f"<span><i class='badge' style='background:{status_color}'>{_e(report['status'])}</i></span>"
+        f"<span class='muted'>{_e(report['started_at'])} &rarr; {_e(report['finished_at'])}</span></p>{dry}"
+        f"{_next_steps(report.get('next_steps') or [])}"
+        f"{_totals(totals)}"
+        f"<h2 id='chart'>Groups by count and outcome</h2>{_legend(used)}{bar_chart(groups)}"
+        f"{_details(groups)}"
+        f"{_group_table(groups, report.get('other_groups', {}))}"
+        f"{_trend(report.get('trend'), groups)}"
+        f"{_config(report.get('config'), report.get('spark'))}"
+        f"<h2 id='timings'>Timings</h2><table>{timing_rows}</table>"
         "</body></html>"
     )

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from spark_apps.dlq_replay import outcomes as oc
+from spark_apps.dlq_replay.progress import MESSAGE_STEPS, StepProgress
 from spark_apps.dlq_replay.storage import RunStorage, join, qualify_root
 
 if TYPE_CHECKING:
@@ -82,6 +83,7 @@ class _Run:
         lock: RunLock | None = None,
     ) -> None:
         self.spark = spark
+        self.progress = StepProgress(spark)
         self.options = options
         self.playbook = playbook
         self.conf = conf
@@ -109,9 +111,17 @@ class _Run:
         self.state.progress(name)["started_at"] = datetime.now(UTC).isoformat(timespec="milliseconds")
         self.save()
         log.info("step %s: started", name)
+        self.progress.start(name, self.expected(name), count_rows=name in MESSAGE_STEPS)
         return True
 
+    def expected(self, name: str) -> int | None:
+        """Messages step ``name`` handles, for its progress lines."""
+        from spark_apps.dlq_replay.progress import expected_total
+
+        return expected_total(self.state, name, self.progress.expected_snapshot())
+
     def done(self, name: str, started: float, **info: Any) -> None:
+        self.progress.stop()
         self.check_lock()  # a step whose jobs were cancelled must not be recorded complete
         seconds = time.monotonic() - started
         self.state.mark_complete(name, seconds, **info)
@@ -125,12 +135,32 @@ class _Run:
 
 
 def _plan(run: _Run) -> tuple[list[PartitionWindow], datetime]:
-    from spark_apps.dlq_replay.pulsar_io.window import freeze_window, windows_from_json, windows_to_json
+    from spark_apps.dlq_replay.pulsar_io.window import (
+        CONSUMER_MODE,
+        freeze,
+        windows_from_json,
+        windows_to_json,
+    )
 
     if run.step("plan"):
         started = time.monotonic()
-        frozen = freeze_window(run.conf, list(run.options.topics), run.options.subscription)
-        windows, settled = _settle_windows(run, frozen)
+        settled: list[dict[str, Any]] = []
+        if run.options.window_from:  # the window a reviewer saw (docs/approval.md)
+            from spark_apps.dlq_replay.group_actions import reuse_window
+            from spark_apps.dlq_replay.pulsar_io.window import FrozenWindows, read_mode_of
+
+            earlier = RunPaths(run.options.output_dir, run.options.window_from).plan
+            reused = reuse_window(
+                run.storage, earlier, run.options.window_from, run.options.topics, run.options.subscription
+            )
+            reason = f"the window of the reviewed run {run.options.window_from}"
+            frozen = FrozenWindows(reused, read_mode_of(reused), reason)
+            windows = frozen.windows
+        else:
+            frozen = freeze(run.conf, list(run.options.topics), run.options.subscription)
+            windows = frozen.windows
+            if frozen.read_mode == CONSUMER_MODE:  # reader mode reads the cursor's pending entries only
+                windows, settled = _settle_windows(run, frozen.windows)
         planned_at = datetime.now(UTC)
         plan = {
             "run_id": run.options.run_id,
@@ -138,18 +168,23 @@ def _plan(run: _Run) -> tuple[list[PartitionWindow], datetime]:
             "planned_at": planned_at.isoformat(timespec="milliseconds"),
             "topics": list(run.options.topics),
             "subscription": run.options.subscription,
+            "read_mode": frozen.read_mode,
+            "read_mode_reason": frozen.reason,
             "window": windows_to_json(windows),
-            "frozen_window": windows_to_json(frozen),
+            "frozen_window": windows_to_json(frozen.windows),
             "settled": settled,
             "options": run.state.options,
         }
         run.storage.write_text(run.paths.plan, json.dumps(plan, indent=2, sort_keys=True))
+        log.info("step plan: read mode %s (%s)", frozen.read_mode, frozen.reason)
         run.done(
             "plan",
             started,
             partitions=len(windows),
             empty_partitions=sum(w.end_message_id is None for w in windows),
             settled_partitions=len(settled),
+            read_mode=frozen.read_mode,
+            pending_entries=sum(w.pending_entries for w in windows),
         )
     text = run.storage.read_text(run.paths.plan)
     if text is None:
@@ -201,29 +236,58 @@ def _settle_windows(
 
 
 def _snapshot(run: _Run, windows: list[PartitionWindow]) -> DataFrame:
-    from spark_apps.dlq_replay.pulsar_io.window import windows_to_json
+    from spark_apps.dlq_replay.pulsar_io.window import READER_MODE, read_mode_of, windows_to_json
     from spark_apps.dlq_replay.schemas import SNAPSHOT_SCHEMA
 
     if run.step("snapshot"):
+        from pyspark.sql import functions as F
+
         from spark_apps.dlq_replay.pulsar_io.source import register
 
         started = time.monotonic()
+        mode = read_mode_of(windows)
+        parallelism = run.options.parallelism or 1
+        if mode == READER_MODE and not run.options.parallelism:
+            # Readers split a partition's pending entries into contiguous shares: by default enough of
+            # them to keep every core busy (the source gives each share a minimum of entries).
+            busy = max(1, sum(1 for w in windows if w.pending))
+            parallelism = max(1, -(-run.buckets // busy))
         register(run.spark)
         reader = run.spark.read.format("pulsar").options(**run.conf.to_options())
         reader = reader.options(
             topics=",".join(run.options.topics),
             subscription=run.options.subscription,
             window=windows_to_json(windows),
-            parallelism=str(run.options.parallelism or 1),
+            parallelism=str(parallelism),
         ).option("idle.timeout.ms", str(run.options.idle_timeout_ms))
         snapshot_df = reader.load()
-        if (run.options.parallelism or 1) > 1:
+        if mode != READER_MODE and parallelism > 1:
             # Shared consumers of one partition can both receive a message (redelivery when one closes);
             # one consumer per partition already de-duplicates by id. The snapshot holds each message once.
+            # Reader shares are disjoint entry ranges, each read once: nothing to de-duplicate.
             snapshot_df = snapshot_df.dropDuplicates(["topic", "message_id_str"])
         snapshot_df.write.mode("overwrite").parquet(run.paths.snapshot)
-        count = run.spark.read.parquet(run.paths.snapshot).count()
-        run.done("snapshot", started, messages=count)
+        saved = run.spark.read.parquet(run.paths.snapshot)
+        info: dict[str, Any] = {"read_mode": mode, "readers_per_partition": parallelism}
+        if mode == READER_MODE:
+            ids = F.split(F.col("message_id_str"), ":")
+            row = saved.select(
+                F.count(F.lit(1)).alias("n"),
+                F.count_distinct(F.col("topic"), ids[0], ids[1]).alias("entries"),
+            ).first()
+            count, entries = (int(row["n"]), int(row["entries"])) if row else (0, 0)
+            planned = sum(w.pending_entries for w in windows)
+            info.update(pending_entries=planned, entries_read=entries, unread_entries=planned - entries)
+            if planned != entries:
+                log.warning(
+                    "step snapshot: %d of %d pending entries were not read; they stay pending for the next "
+                    "run",
+                    planned - entries,
+                    planned,
+                )
+        else:
+            count = saved.count()
+        run.done("snapshot", started, messages=count, dlq_reads=count, **info)
     return run.spark.read.schema(SNAPSHOT_SCHEMA).parquet(run.paths.snapshot)
 
 
@@ -242,6 +306,7 @@ def _decide(run: _Run, snapshot: DataFrame) -> DataFrame:
             max_replays=opts.max_replays,
             allowlist=opts.allowlist_matcher(),
             archive_payload=opts.archive_payload,
+            group_actions=opts.group_actions,
         )
         decided = decide(
             snapshot,
@@ -250,6 +315,7 @@ def _decide(run: _Run, snapshot: DataFrame) -> DataFrame:
             run.buckets,
             filters=filters,
             final_ids=final_ids(ledger, exclude_run_id=opts.run_id),
+            reviewed_ids=_reviewed_ids(run),
         )
         decided.write.mode("overwrite").parquet(run.paths.decisions)
         sending = run.spark.read.parquet(run.paths.decisions).filter(f"outcome = '{oc.TO_REPUBLISH}'")
@@ -262,6 +328,15 @@ def _decide(run: _Run, snapshot: DataFrame) -> DataFrame:
             producers_per_target=run.buckets,
         )
     return run.spark.read.parquet(run.paths.decisions)
+
+
+def _reviewed_ids(run: _Run) -> DataFrame | None:
+    """With ``--window-from``: the replay ids the reviewed run had in scope (it acts on nothing else)."""
+    if not run.options.window_from:
+        return None
+    from spark_apps.dlq_replay.group_actions import reviewed_ids
+
+    return reviewed_ids(run.spark, RunPaths(run.options.output_dir, run.options.window_from).decisions)
 
 
 def _apply(run: _Run, decisions: DataFrame, planned_at: datetime) -> DataFrame | None:
@@ -278,10 +353,17 @@ def _apply(run: _Run, decisions: DataFrame, planned_at: datetime) -> DataFrame |
             log.info("step apply: archive written to %s", run.paths.archive)
         published = failed = 0
         if to_send:
-            _republish_in_waves(run, decisions, to_send)
+            sending: DataFrame = decisions
+            halted: list[str] = []
+            unsent_halted = _no_halted
+            if run.options.canary:  # canary first; halted groups are not sent (docs/canary.md)
+                from spark_apps.dlq_replay.canary import run_canary, unsent_halted
+
+                sending, halted = run_canary(run, decisions, lambda df, path: _send(run, df, path))
+            _republish_in_waves(run, sending, to_send)
             saved = run.spark.read.parquet(run.paths.republish_results)
             published = saved.filter("published").count()
-            failed = to_send - published
+            failed = to_send - published - unsent_halted(run, decisions, halted)
             if failed:
                 log.warning("step apply: %d messages could not be published; they stay pending", failed)
         run.done(
@@ -294,6 +376,18 @@ def _apply(run: _Run, decisions: DataFrame, planned_at: datetime) -> DataFrame |
     if to_send and run.storage.has_data(run.paths.republish_results):
         return run.spark.read.parquet(run.paths.republish_results)
     return None
+
+
+def _send(run: _Run, decisions: DataFrame, path: str) -> None:
+    """Republish the ``to_republish`` rows of ``decisions`` and save the results at ``path``."""
+    from spark_apps.dlq_replay.apply import republish
+
+    results = republish(decisions, run.conf, partitions=run.buckets, rate_limit_per_s=run.options.rate_limit)
+    results.write.mode("overwrite").parquet(path)
+
+
+def _no_halted(run: _Run, decisions: DataFrame, halted: list[str]) -> int:
+    return 0
 
 
 def _republish_in_waves(run: _Run, decisions: DataFrame, to_send: int) -> None:
@@ -366,18 +460,121 @@ def _record(run: _Run, outcomes_df: DataFrame) -> None:
 
 
 def _commit(run: _Run, windows: list[PartitionWindow]) -> None:
+    from spark_apps.dlq_replay.pulsar_io.window import READER_MODE, read_mode_of
+
+    resumed = "commit" in run.state.steps  # an earlier attempt may already have acked some of them
+    if not run.step("commit"):
+        return
+    started = time.monotonic()
+    mode = read_mode_of(windows)
+    if mode == READER_MODE:
+        totals = _commit_entries(run, windows)
+    else:
+        totals = _commit_by_consumers(run, windows, resumed)
+    if totals["unacked_final"]:
+        log.warning(
+            "commit: %d final messages could not be acked; they stay pending", totals["unacked_final"]
+        )
+    snapshot_reads = int(run.state.info("snapshot").get("dlq_reads", 0))
+    reads = snapshot_reads + totals["messages_read"]
+    run.done(
+        "commit",
+        started,
+        read_mode=mode,
+        acked=totals["acked"],
+        acked_by_earlier_attempts=totals.get("acked_by_earlier_attempts", 0),
+        left_pending_seen=totals["left_pending"],
+        beyond_window=totals["beyond_window"],
+        unacked_final=totals["unacked_final"],
+        final_in_partial_entries=totals["final_in_partial_entries"],
+        entries_acked=totals["entries_acked"],
+        dlq_reads_snapshot=snapshot_reads,
+        dlq_reads_commit=totals["messages_read"],
+        reads_per_message=round(reads / snapshot_reads, 3) if snapshot_reads else 0.0,
+    )
+
+
+_TOTAL_COLUMNS = (
+    "acked",
+    "left_pending",
+    "beyond_window",
+    "final_in_partial_entries",
+    "unacked_final",
+    "entries_acked",
+    "messages_read",
+)
+
+
+def _sum_rows(rows: DataFrame) -> dict[str, int]:
+    totals = dict.fromkeys(_TOTAL_COLUMNS, 0)
+    for row in rows.collect():  # one row per DLQ partition
+        for name in _TOTAL_COLUMNS:
+            totals[name] += int(row[name] or 0)
+    return totals
+
+
+def _commit_entries(run: _Run, windows: list[PartitionWindow]) -> dict[str, int]:
+    """Reader mode: ack the snapshot's fully final entries by id, verified on the cursor; no DLQ read."""
+    from pyspark.sql import functions as F
+
+    from spark_apps.dlq_replay.arrow_compat import apply_in_arrow
+    from spark_apps.dlq_replay.ledger import read_ledger
+    from spark_apps.dlq_replay.pulsar_io.commit import (
+        COMMIT_RESULT_SCHEMA,
+        ENTRY_COMMIT_INPUT_SCHEMA,
+        make_entry_commit_fn,
+    )
+    from spark_apps.dlq_replay.schemas import SNAPSHOT_SCHEMA
+
+    # One row per partition of the window, so each reports its figures even without a final message.
+    entries = run.spark.createDataFrame(
+        [(w.topic, None, None, 0, 0, None) for w in windows], ENTRY_COMMIT_INPUT_SCHEMA
+    )
+    ledger = read_ledger(run.spark, run.storage, run.paths.ledger)
+    if ledger is not None and run.storage.has_data(run.paths.snapshot):
+        final = ledger.filter(F.col("run_id") == F.lit(run.options.run_id)).select(
+            "dlq_topic", "dlq_message_id", "final"
+        )
+        snapshot = run.spark.read.schema(SNAPSHOT_SCHEMA).parquet(run.paths.snapshot)
+        ids = F.split(F.col("dlq_message_id"), ":")
+        per_entry = (
+            snapshot.select(
+                F.col("topic").alias("dlq_topic"),
+                F.col("message_id_str").alias("dlq_message_id"),
+                "batch_size",
+            )
+            .join(final, ["dlq_topic", "dlq_message_id"], "left")
+            .groupBy(
+                "dlq_topic", ids[0].cast("long").alias("ledger_id"), ids[1].cast("long").alias("entry_id")
+            )
+            .agg(
+                F.count(F.lit(1)).alias("messages"),
+                F.sum(F.when(F.col("final"), 1).otherwise(0)).cast("long").alias("final_messages"),
+                F.max("batch_size").cast("long").alias("batch_size"),
+            )
+        )
+        entries = entries.unionByName(per_entry)
+    fn = make_entry_commit_fn(run.conf, windows, run.options.subscription)
+    grouped = entries.repartition(max(1, len(windows)), "dlq_topic").groupBy("dlq_topic")
+
+    def commit_group(table: pa.Table) -> pa.Table:
+        # A plain one-argument function: Spark passes (key, table) to callables it counts 2 args in.
+        return fn(table)
+
+    return _sum_rows(apply_in_arrow(grouped, commit_group, COMMIT_RESULT_SCHEMA))
+
+
+def _commit_by_consumers(run: _Run, windows: list[PartitionWindow], resumed: bool) -> dict[str, int]:
+    """Consumer mode: read the window again and ack the final messages from the receiving consumer."""
     from pyspark.sql import functions as F
 
     from spark_apps.dlq_replay.arrow_compat import apply_in_arrow
     from spark_apps.dlq_replay.ledger import read_ledger
     from spark_apps.dlq_replay.pulsar_io.commit import COMMIT_RESULT_SCHEMA, make_commit_fn
 
-    resumed = "commit" in run.state.steps  # an earlier attempt may already have acked some of them
-    if not run.step("commit"):
-        return
-    started = time.monotonic()
     ledger = read_ledger(run.spark, run.storage, run.paths.ledger)
-    acked = left = beyond = expected = unread = 0
+    totals = dict.fromkeys(_TOTAL_COLUMNS, 0)
+    expected = unread = 0
     if ledger is not None:
         mine = ledger.filter(F.col("run_id") == F.lit(run.options.run_id))
         per_topic = mine.groupBy("dlq_topic").agg(
@@ -393,32 +590,20 @@ def _commit(run: _Run, windows: list[PartitionWindow]) -> None:
         grouped = final.repartition(partitions, "dlq_topic").groupBy("dlq_topic")
 
         def commit_group(table: pa.Table) -> pa.Table:
-            # A plain one-argument function: Spark passes (key, table) to callables it counts 2 args in.
             return fn(table)
 
-        rows = apply_in_arrow(grouped, commit_group, COMMIT_RESULT_SCHEMA)
-        for row in rows.collect():  # one row per DLQ partition
-            acked += int(row["acked"] or 0)
-            left += int(row["left_pending"] or 0)
-            beyond += int(row["beyond_window"] or 0)
+        totals = _sum_rows(apply_in_arrow(grouped, commit_group, COMMIT_RESULT_SCHEMA))
     # Every final message of a first commit attempt was pending (the snapshot read it unacked): any not
     # acked now was missed (e.g. a broker stall) and stays pending until the next run acks it. In a
     # resumed commit, final messages not received were acked by the killed attempt (one run at a time
     # holds the subscription): they count as acked too, so the total is exact across attempts.
-    acked_earlier = max(0, expected - acked) if resumed else 0
-    unacked_final = 0 if resumed else max(0, expected - acked)
-    if unacked_final:
-        log.warning("commit: %d final messages could not be acked; they stay pending", unacked_final)
-    run.done(
-        "commit",
-        started,
-        acked=acked + acked_earlier,
-        acked_this_attempt=acked,
-        acked_by_earlier_attempts=acked_earlier,
-        left_pending_seen=left + unread,
-        beyond_window=beyond,
-        unacked_final=unacked_final,
-    )
+    # Partitions without a final message are not read: all their messages of this run stay pending.
+    acked_this_attempt = totals["acked"]
+    totals["acked_by_earlier_attempts"] = max(0, expected - acked_this_attempt) if resumed else 0
+    totals["acked"] = acked_this_attempt + totals["acked_by_earlier_attempts"]
+    totals["left_pending"] += unread
+    totals["unacked_final"] = 0 if resumed else max(0, expected - acked_this_attempt)
+    return totals
 
 
 def run_replay(spark: SparkSession, options: ReplayOptions) -> dict[str, Any]:
@@ -433,11 +618,7 @@ def run_replay(spark: SparkSession, options: ReplayOptions) -> dict[str, Any]:
     from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf
 
     playbook = check_with_spark(spark, options)
-    conf = PulsarConf(
-        service_url=options.service_url,
-        token_file=options.auth_token_file,
-        tls_trust_certs_file=options.tls_trust_certs_file,
-    )
+    conf = PulsarConf.from_app_options(options)
     paths = RunPaths(options.output_dir, options.run_id)
     storage = RunStorage(spark)
     state = _load_state(storage, paths, options, playbook)  # a resume with changed options stops here
@@ -463,9 +644,11 @@ def _run_steps(run: _Run) -> dict[str, Any]:
     from spark_apps.dlq_replay.apply import OUTCOME_COLUMNS, with_publish_results
     from spark_apps.dlq_replay.ledger import read_ledger, run_outcomes
     from spark_apps.dlq_replay.report import CommitTotals, build_report
+    from spark_apps.dlq_replay.report_details import ReportContext
     from spark_apps.dlq_replay.report_html import render_html
 
     options = run.options
+    playbook = run.playbook
     started_wall = datetime.now(UTC)
     log.info(
         "run %s (%s, attempt %d): topics=%s output=%s",
@@ -488,7 +671,12 @@ def _run_steps(run: _Run) -> dict[str, Any]:
         outcomes_df = with_publish_results(decisions.select(*OUTCOME_COLUMNS), None)
     else:
         results = _apply(run, decisions, planned_at)
-        outcomes_df = with_publish_results(decisions.select(*OUTCOME_COLUMNS), results)
+        outcomes_df = decisions.select(*OUTCOME_COLUMNS)
+        if options.canary:
+            from spark_apps.dlq_replay.canary import halted_groups, mark_halted
+
+            outcomes_df = mark_halted(outcomes_df, halted_groups(run), results)
+        outcomes_df = with_publish_results(outcomes_df, results)
         _record(run, outcomes_df)
         _commit(run, windows)
         # The ledger holds this run's outcomes (none for an empty window): the report reads them back.
@@ -498,6 +686,7 @@ def _run_steps(run: _Run) -> dict[str, Any]:
     started = time.monotonic()
     run.step("report")
     commit_info = run.state.info("commit")
+    snapshot_reads = int(run.state.info("snapshot").get("dlq_reads", 0))
     failed = int(run.state.info("apply").get("publish_failed", 0))
     report = build_report(
         outcomes_df,
@@ -511,12 +700,18 @@ def _run_steps(run: _Run) -> dict[str, Any]:
             left_pending_seen=int(commit_info.get("left_pending_seen", 0)),
             beyond_window=int(commit_info.get("beyond_window", 0)),
             unacked_final=int(commit_info.get("unacked_final", 0)),
+            final_in_partial_entries=int(commit_info.get("final_in_partial_entries", 0)),
+            read_mode=str(run.state.info("plan").get("read_mode", "consumer")),
+            reads_per_message=float(commit_info.get("reads_per_message", 1.0 if snapshot_reads else 0.0)),
         ),
         timings=dict(run.state.timings),
         paths=run.paths.public(),
         resent=int(run.state.info("apply").get("resent", 0)),
+        context=ReportContext(options, playbook, run.paths.decisions, run.paths.snapshot, run.paths.ledger),
     )
     report["timings"]["report"] = round(time.monotonic() - started, 3)  # the aggregation included
+    if options.canary:
+        report["canary"] = {"size": options.canary.label, **(run.state.info("apply").get("canary") or {})}
     run.storage.write_text(run.paths.report_json, json.dumps(report, indent=2, sort_keys=True))
     run.storage.write_text(run.paths.report_html, render_html(report))
     run.done("report", started, status=report["status"])

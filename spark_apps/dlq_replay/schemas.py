@@ -36,6 +36,7 @@ SNAPSHOT_SCHEMA = StructType(
         StructField("event_time", TimestampType()),
         StructField("redelivery_count", IntegerType()),
         StructField("producer_name", StringType()),
+        StructField("batch_size", IntegerType()),  # messages in the message's entry (1 when not batched)
     ]
 )
 

@@ -345,10 +345,42 @@ def test_init_runs_the_scripts_copied_into_the_image(services):
     assert _repo_path_for_image_path(dags).is_dir(), f"DAGS_FOLDER {dags} is not a folder of this repository"
 
 
-def test_pulsar_is_configured_for_exact_replays_and_both_networks(services):
+def test_pulsar_runs_the_tested_version_and_settings(services):
+    """docker/ runs the Apache Pulsar version and the standalone.conf the test suite runs on."""
+    from pulsar_standalone import PULSAR_VERSION
+    from pulsar_standalone.broker import CONF_TEMPLATE, read_conf
+
+    pulsar = services["pulsar"]
+    assert pulsar["image"] == f"apachepulsar/pulsar:{PULSAR_VERSION}"
+    pom = (REPO / "pulsar_standalone" / "pom.xml").read_text(encoding="utf-8")
+    assert f"<pulsar.version>{PULSAR_VERSION}</pulsar.version>" in pom
+    mounts = {m.split(":")[1]: m.split(":")[0] for m in pulsar["volumes"] if m.startswith("../")}
+    source = mounts["/opt/airflow-provider-dlq/standalone.conf"]
+    assert (DOCKER / source).resolve() == CONF_TEMPLATE
+    command = " ".join(pulsar["command"])
+    assert "cp /opt/airflow-provider-dlq/standalone.conf /pulsar/conf/standalone.conf" in command
+    conf = read_conf(CONF_TEMPLATE)
+    assert conf["brokerDeduplicationEnabled"] == "true"
+    assert conf["brokerDeleteInactiveTopicsEnabled"] == "false"
+    assert conf["exposeTopicLevelMetricsInPrometheus"] == "true"
+    # Only networking is overridden in the container.
+    overrides = {
+        k.removeprefix("PULSAR_PREFIX_") for k in _service_env(pulsar) if k.startswith("PULSAR_PREFIX_")
+    }
+    assert overrides <= {
+        "bindAddress",
+        "advertisedAddress",
+        "brokerServicePort",
+        "webServicePort",
+        "advertisedListeners",
+        "bindAddresses",
+        "internalListenerName",
+    }
+
+
+def test_pulsar_is_configured_for_both_networks(services):
     pulsar = services["pulsar"]
     env = _service_env(pulsar)
-    assert env["PULSAR_PREFIX_brokerDeduplicationEnabled"] == "true"
     assert "apply-config-from-env.py" in " ".join(pulsar["command"]), (
         "the image applies env only via this script"
     )

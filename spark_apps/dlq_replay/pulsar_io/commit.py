@@ -1,23 +1,41 @@
 """Commit: ack exactly the DLQ messages whose disposition is final, nothing else.
 
-For each DLQ topic partition a Shared consumer on the replayer subscription receives the frozen window
-again and acks (from the consumer that received them, correct on every broker) exactly the given ids.
-Other messages of the window stay pending; messages beyond the window end are neither counted as
-pending nor acked.
+Two modes, the run's read mode (see :mod:`.window`):
 
-Without batch-index acks (the default), the broker removes a batched entry only when every message
-of the batch is acked; a batch with some messages still pending is redelivered whole by the next run,
-whose ledger marks the acked ones as already final.
+* **reader** (:class:`EntryCommitFn`, Apache Pulsar): no second read. The input names every entry of
+  the snapshot with its message count and how many of those are final. An entry is acked only when
+  every one of its messages is final, by a constructed entry id (``MessageId(partition, ledger, entry,
+  -1)``, which acks the whole entry, batched or not) from a Shared consumer that receives nothing
+  (``receiver_queue_size=0``); Apache Pulsar accepts acks of ids the consumer never received. The acks
+  are then verified on the cursor through admin REST ``internalStats`` and the missing ones sent again
+  (bounded), so the counts are exact: a batched entry with a pending message is never acked whole.
+* **consumer** (:class:`CommitFn`, the embedded broker): a Shared consumer on the replayer subscription
+  receives the frozen window again and acks, from the consumer that received them (the only acks the
+  embedded broker takes), exactly the given ids. Without batch-index acks the broker removes a batched
+  entry only when every message of the batch is acked; a batch with some messages still pending is
+  redelivered whole by the next run, whose ledger marks the acked ones as already final.
+
+In both, other messages of the window stay pending, and messages beyond the window end are never acked.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from typing import TYPE_CHECKING, Any
 
 from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf, get_client
+from spark_apps.dlq_replay.pulsar_io.cursor import (
+    CursorState,
+    Position,
+    count_entries,
+    ledger_sizes,
+    parse_position,
+    pending_ranges,
+)
 from spark_apps.dlq_replay.pulsar_io.errors import PulsarConfigError, WindowError
 from spark_apps.dlq_replay.pulsar_io.ids import in_window, message_id_key
+from spark_apps.dlq_replay.pulsar_io.window import unique_consumer_name
 from spark_apps.dlq_replay.pulsar_io.window_consumer import (
     DEFAULT_IDLE_TIMEOUT_MS,
     DEFAULT_RECEIVER_QUEUE_SIZE,
@@ -34,7 +52,37 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 COMMIT_INPUT_SCHEMA = "dlq_topic string, dlq_message_id string"
-COMMIT_RESULT_SCHEMA = "dlq_topic string, acked long, left_pending long, beyond_window long"
+#: Reader mode input: one row per snapshot entry; a row with a null ``ledger_id`` only names a partition.
+ENTRY_COMMIT_INPUT_SCHEMA = (
+    "dlq_topic string, ledger_id long, entry_id long, messages long, final_messages long, batch_size long"
+)
+#: One row per DLQ partition. ``acked``: messages acked (reader mode: of entries verified acked on the
+#: cursor). ``left_pending``: messages left pending because they are not final. ``beyond_window``:
+#: consumer mode, messages received past the window end; reader mode, pending entries past it.
+#: ``final_in_partial_entries`` (reader mode): final messages left pending because their entry holds a
+#: pending one. ``unacked_final`` (reader mode): final messages whose ack could not be verified.
+#: ``messages_read``: DLQ messages the commit received (0 in the reader mode).
+COMMIT_RESULT_SCHEMA = (
+    "dlq_topic string, acked long, left_pending long, beyond_window long, final_in_partial_entries long, "
+    "unacked_final long, entries_acked long, messages_read long"
+)
+#: ``(position, messages, final_messages, batch_size)`` of one snapshot entry.
+_EntryRow = tuple[Position, int, int, "int | None"]
+_RESULT_COLUMNS = [part.split()[0] for part in COMMIT_RESULT_SCHEMA.split(", ")]
+#: Times the acks of an entry are sent before it is reported as unacked.
+MAX_ACK_ATTEMPTS = 3
+DEFAULT_VERIFY_TIMEOUT_S = 10.0
+
+
+def _result_table(rows: list[dict[str, Any]]) -> Any:
+    import pyarrow as pa
+
+    return pa.table(
+        {
+            name: pa.array([r.get(name, 0) for r in rows], pa.string() if name == "dlq_topic" else pa.int64())
+            for name in _RESULT_COLUMNS
+        }
+    )
 
 
 class CommitFn:
@@ -64,10 +112,9 @@ class CommitFn:
         self.idle_timeout_ms = int(idle_timeout_ms)
         self.batch_index_ack = batch_index_ack
         self.receiver_queue_size = int(receiver_queue_size)
+        self.last_read = 0
 
     def __call__(self, table: Any) -> Any:
-        import pyarrow as pa
-
         missing = [c for c in ("dlq_topic", "dlq_message_id") if c not in table.column_names]
         if missing:
             raise PulsarConfigError(f"commit input lacks columns {missing}; select {COMMIT_INPUT_SCHEMA}")
@@ -78,18 +125,23 @@ class CommitFn:
             if topic is None or msg_id is None:
                 raise PulsarConfigError("commit input has a null dlq_topic or dlq_message_id; drop such rows")
             wanted.setdefault(topic, set()).add(msg_id)
-        rows = [self.commit_topic(topic, ids) for topic, ids in wanted.items()]
-        return pa.table(
-            {
-                "dlq_topic": pa.array([r[0] for r in rows], pa.string()),
-                "acked": pa.array([r[1] for r in rows], pa.int64()),
-                "left_pending": pa.array([r[2] for r in rows], pa.int64()),
-                "beyond_window": pa.array([r[3] for r in rows], pa.int64()),
-            }
-        )
+        rows = []
+        for topic, ids in wanted.items():
+            name, acked, left, beyond = self.commit_topic(topic, ids)
+            rows.append(
+                {
+                    "dlq_topic": name,
+                    "acked": acked,
+                    "left_pending": left,
+                    "beyond_window": beyond,
+                    "messages_read": self.last_read,
+                }
+            )
+        return _result_table(rows)
 
     def commit_topic(self, topic: str, ids: set[str]) -> tuple[str, int, int, int]:
         """Ack ``ids`` of one topic partition; returns ``(topic, acked, left_pending, beyond_window)``."""
+        self.last_read = 0
         window = self.windows.get(topic)
         if window is None:
             raise WindowError(
@@ -123,6 +175,7 @@ class CommitFn:
             else:
                 left += 1
         beyond, passes = reader.stats.beyond_window, reader.passes
+        self.last_read = reader.stats.in_window + reader.stats.duplicates + beyond
         log.info(
             "commit %s: acked %d, left pending %d, beyond window %d, %d final ids not received "
             "(already acked), %d pass(es)",
@@ -134,6 +187,185 @@ class CommitFn:
             passes,
         )
         return topic, acked, left, beyond
+
+
+class EntryCommitFn:
+    """Reader-mode commit of the entries in a ``pyarrow.Table`` (:data:`ENTRY_COMMIT_INPUT_SCHEMA`).
+
+    An entry is ackable when ``final_messages == messages == batch_size``: every message of the entry is
+    in the snapshot and final. One output row per ``dlq_topic`` (see :data:`COMMIT_RESULT_SCHEMA`).
+    """
+
+    def __init__(
+        self,
+        conf: PulsarConf,
+        windows: Sequence[PartitionWindow],
+        subscription: str,
+        *,
+        verify_timeout_s: float = DEFAULT_VERIFY_TIMEOUT_S,
+        max_attempts: int = MAX_ACK_ATTEMPTS,
+    ) -> None:
+        if not subscription:
+            raise PulsarConfigError("subscription is required, e.g. 'dlq-replayer'")
+        if not conf.admin_url:
+            raise PulsarConfigError("the reader-mode commit verifies acks through admin REST: set admin_url")
+        self.conf = conf
+        self.windows = {w.topic: w for w in windows}
+        self.subscription = subscription
+        self.verify_timeout_s = float(verify_timeout_s)
+        self.max_attempts = int(max_attempts)
+
+    def __call__(self, table: Any) -> Any:
+        names = ("dlq_topic", "ledger_id", "entry_id", "messages", "final_messages", "batch_size")
+        missing = [c for c in names if c not in table.column_names]
+        if missing:
+            raise PulsarConfigError(
+                f"commit input lacks columns {missing}; select {ENTRY_COMMIT_INPUT_SCHEMA}"
+            )
+        by_topic: dict[str, list[_EntryRow]] = {}
+        columns = [table.column(c).to_pylist() for c in names]
+        for topic, ledger, entry, messages, final, size in zip(*columns, strict=True):
+            if topic is None:
+                raise PulsarConfigError("commit input has a null dlq_topic; drop such rows")
+            entries = by_topic.setdefault(topic, [])
+            if ledger is not None and entry is not None:
+                entries.append(((int(ledger), int(entry)), int(messages or 0), int(final or 0), size))
+        return _result_table([self.commit_topic(topic, entries) for topic, entries in by_topic.items()])
+
+    def commit_topic(self, topic: str, entries: list[_EntryRow]) -> dict[str, Any]:
+        """Ack the fully final entries of one partition and verify them; returns its result row."""
+        from spark_apps.dlq_replay.pulsar_io.admin import PulsarAdmin
+
+        window = self.windows.get(topic)
+        if window is None or window.pending is None:
+            raise WindowError(
+                f"dlq_topic {topic!r} has no reader-mode window in this run (known: {sorted(self.windows)}); "
+                "commit only entries read from the run's frozen window"
+            )
+        end = window.end_key
+        ackable: dict[Position, int] = {}
+        left = partial = 0
+        for position, messages, final, size in entries:
+            if end is None or position > end[:2]:
+                raise WindowError(
+                    f"entry {position} of {topic} lies beyond the window end {window.end_message_id}"
+                )
+            if messages > 0 and final == messages and size == messages:
+                ackable[position] = ackable.get(position, 0) + messages
+            else:
+                left += messages - final
+                partial += final
+        admin = PulsarAdmin(self.conf)
+        before, _ = self._cursor(admin, topic)
+        todo = [p for p in ackable if not before.is_acked(p)]  # a resumed commit may have acked some
+        attempts = 0
+        if todo:
+            todo = self._ack(admin, window, todo)
+            attempts = 1
+        cursor, stats = self._cursor(admin, topic)
+        beyond = 0
+        last = stats.get("lastConfirmedEntry")
+        if last:  # pending entries that reached the partition after its window end (all, if it was empty)
+            after = None if end is None else end[:2]
+            beyond = count_entries(
+                pending_ranges(ledger_sizes(stats), cursor, parse_position(last), after=after)
+            )
+        unacked = sum(ackable[p] for p in todo)
+        missing = set(todo)
+        done = [p for p in ackable if p not in missing]
+        if unacked:
+            log.warning(
+                "commit %s: %d entries (%d final messages) could not be verified acked; they stay pending",
+                topic,
+                len(todo),
+                unacked,
+            )
+        log.info(
+            "commit %s (reader): acked %d messages in %d entries, %d final messages held by partly pending "
+            "entries, %d left pending, %d pending entries beyond the window%s",
+            topic,
+            sum(ackable[p] for p in done),
+            len(done),
+            partial,
+            left,
+            beyond,
+            "" if attempts else " (nothing to send: already acked)",
+        )
+        return {
+            "dlq_topic": topic,
+            "acked": sum(ackable[p] for p in done),
+            "left_pending": left,
+            "beyond_window": beyond,
+            "final_in_partial_entries": partial,
+            "unacked_final": unacked,
+            "entries_acked": len(done),
+            "messages_read": 0,
+        }
+
+    def _cursor(self, admin: Any, topic: str) -> tuple[CursorState, dict[str, Any]]:
+        stats = admin.internal_stats(topic)
+        return CursorState.from_internal_stats(stats, self.subscription, topic=topic), stats
+
+    def _ack(self, admin: Any, window: PartitionWindow, todo: list[Position]) -> list[Position]:
+        """Ack ``todo`` entries and verify them on the cursor; returns those still not acked."""
+        import pulsar
+
+        consumer = get_client(self.conf).subscribe(
+            window.topic,
+            self.subscription,
+            consumer_type=pulsar.ConsumerType.Shared,
+            initial_position=pulsar.InitialPosition.Earliest,
+            receiver_queue_size=0,  # acks only: nothing is dispatched to this consumer
+            consumer_name=unique_consumer_name("ack"),
+        )
+        part = max(window.partition, -1)
+        try:
+            for attempt in range(1, self.max_attempts + 1):
+                ack = consumer.acknowledge
+                for ledger, entry in todo:
+                    ack(pulsar.MessageId(part, ledger, entry, -1))
+                todo = self._wait_acked(admin, window.topic, todo)
+                if not todo:
+                    break
+                log.warning(
+                    "commit %s: %d acked entries not on the cursor after attempt %d/%d%s",
+                    window.topic,
+                    len(todo),
+                    attempt,
+                    self.max_attempts,
+                    ", sending them again" if attempt < self.max_attempts else "",
+                )
+        finally:
+            consumer.close()
+        return todo
+
+    def _wait_acked(self, admin: Any, topic: str, todo: list[Position]) -> list[Position]:
+        """Poll the cursor until every entry of ``todo`` is acked or the verify timeout passes."""
+        deadline = time.monotonic() + self.verify_timeout_s
+        delay = 0.1
+        while True:
+            time.sleep(delay)  # the client sends grouped acks every 100 ms
+            cursor, _ = self._cursor(admin, topic)
+            todo = [p for p in todo if not cursor.is_acked(p)]
+            if not todo or time.monotonic() >= deadline:
+                return todo
+            delay = min(1.0, delay * 2)
+
+
+def make_entry_commit_fn(
+    conf: PulsarConf,
+    windows: Sequence[PartitionWindow],
+    subscription: str,
+    *,
+    verify_timeout_s: float = DEFAULT_VERIFY_TIMEOUT_S,
+) -> Callable[[Any], Any]:
+    """The function for ``entries_df.groupBy("dlq_topic").applyInArrow(fn, COMMIT_RESULT_SCHEMA)``."""
+    committer = EntryCommitFn(conf, windows, subscription, verify_timeout_s=verify_timeout_s)
+
+    def commit(table: Any) -> Any:
+        return committer(table)
+
+    return commit
 
 
 def _entry(msg_id: str) -> tuple[int, int, int]:

@@ -1,15 +1,25 @@
 """``spark.read.format("pulsar")``: a PySpark Python Data Source over a frozen Pulsar window.
 
-Each topic partition of the window is read by ``parallelism`` Shared consumers on the given durable
-subscription. Nothing is acked, so reading twice returns the same rows (and the messages stay pending
-for the replay's commit). Only messages at or before the window end are returned, each message id once
-per consumer; with ``parallelism`` > 1 a message can reach two consumers of a partition (redelivery when
-one closes), so de-duplicate on ``message_id_str`` across the DataFrame. Clients are opened inside
-:meth:`PulsarDataSourceReader.read` on the executor, one per process.
+It returns the messages of the window the durable subscription has not acked, and acks nothing, so
+reading twice returns the same rows (and the messages stay pending for the replay's commit). Only
+messages at or before the window end are returned. Two read modes, chosen by the window (see
+:mod:`.window`):
 
-Options: ``service.url``, ``topics``, ``subscription``, ``window``, ``parallelism``,
-``idle.timeout.ms``, ``receiver.queue.size``, ``max.batch.rows``, ``auth.token.env``,
-``auth.token.file``, ``tls.trust.certs.file``, ``tls.allow.insecure``, ``client.log.file``.
+* **reader** (Apache Pulsar with ``admin.url``): each partition's pending entries, frozen from the
+  subscription's cursor, are split into up to ``parallelism`` contiguous shares, each read by Readers
+  (:mod:`.window_reader`). Every message is returned exactly once, and the unacked-message limits of
+  Shared subscriptions do not apply.
+* **consumer** (no admin REST, e.g. the embedded broker): each partition is read by ``parallelism``
+  Shared consumers on the subscription. Each returns a message id once; with ``parallelism`` > 1 a
+  message can reach two consumers of a partition (redelivery when one closes), so de-duplicate on
+  ``message_id_str`` across the DataFrame.
+
+Clients are opened inside :meth:`PulsarDataSourceReader.read` on the executor, one per process.
+
+Options: ``service.url``, ``admin.url``, ``topics``, ``subscription``, ``window``, ``parallelism``,
+``idle.timeout.ms``, ``receiver.queue.size``, ``max.batch.rows``, ``reader.min.entries``,
+``auth.token.env``, ``auth.token.file``, ``tls.trust.certs.file``, ``tls.allow.insecure``,
+``client.log.file``.
 """
 
 from __future__ import annotations
@@ -22,6 +32,11 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf, get_client
+from spark_apps.dlq_replay.pulsar_io.cursor import (
+    DEFAULT_MIN_ENTRIES_PER_READER,
+    EntryRange,
+    split_for_readers,
+)
 from spark_apps.dlq_replay.pulsar_io.errors import PulsarConfigError, WindowError
 from spark_apps.dlq_replay.pulsar_io.window import (
     PartitionWindow,
@@ -34,6 +49,7 @@ from spark_apps.dlq_replay.pulsar_io.window_consumer import (
     DEFAULT_RECEIVER_QUEUE_SIZE,
     WindowPasses,
 )
+from spark_apps.dlq_replay.pulsar_io.window_reader import DEFAULT_READER_QUEUE_SIZE, ShareReader
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
@@ -48,7 +64,7 @@ SOURCE_NAME = "pulsar"
 SOURCE_SCHEMA = (
     "topic string, partition int, message_id binary, message_id_str string, key string, "
     "ordering_key string, value binary, properties map<string,string>, publish_time timestamp, "
-    "event_time timestamp, redelivery_count int, producer_name string"
+    "event_time timestamp, redelivery_count int, producer_name string, batch_size int"
 )
 SOURCE_COLUMNS = [part.split()[0] for part in SOURCE_SCHEMA.split(", ")]
 DEFAULT_MAX_BATCH_ROWS = 10_000
@@ -75,6 +91,7 @@ def source_struct() -> StructType:
             T.StructField("event_time", ts),
             T.StructField("redelivery_count", T.IntegerType()),
             T.StructField("producer_name", text),
+            T.StructField("batch_size", T.IntegerType()),
         ]
     )
 
@@ -93,18 +110,34 @@ def _int_option(opts: Mapping[str, str], name: str, default: int, minimum: int) 
 
 
 class PulsarInputPartition(InputPartition):
-    """One consumer's share of a topic partition's window (picklable: plain values only)."""
+    """One task's share of a topic partition's window (picklable: plain values only).
 
-    def __init__(self, topic: str, partition: int, end_message_id: str | None, slot: int) -> None:
+    Consumer mode: ``slot`` numbers the Shared consumers of the partition and ``share`` is ``None``.
+    Reader mode: ``share`` holds the ``[ledger, first, last, skipped_before]`` entry ranges to read.
+    """
+
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        end_message_id: str | None,
+        slot: int,
+        share: list[list[int]] | None = None,
+    ) -> None:
         super().__init__((topic, partition, end_message_id, slot))
         self.topic = topic
         self.partition = partition
         self.end_message_id = end_message_id
         self.slot = slot
+        self.share = share
 
     @property
     def window(self) -> PartitionWindow:
         return PartitionWindow(self.topic, self.partition, self.end_message_id)
+
+    @property
+    def ranges(self) -> list[EntryRange]:
+        return [EntryRange.from_list(r) for r in self.share or ()]
 
 
 class PulsarDataSourceReader(DataSourceReader):
@@ -131,7 +164,10 @@ class PulsarDataSourceReader(DataSourceReader):
         self.parallelism = _int_option(opts, "parallelism", 1, 1)
         self.idle_timeout_ms = _int_option(opts, "idle.timeout.ms", DEFAULT_IDLE_TIMEOUT_MS, 1)
         self.receiver_queue_size = _int_option(opts, "receiver.queue.size", DEFAULT_RECEIVER_QUEUE_SIZE, 1)
+        # Readers prefetch more by default (fewer flow round trips); consumers keep 1000 (pulsar-lite).
+        self.reader_queue_size = _int_option(opts, "receiver.queue.size", DEFAULT_READER_QUEUE_SIZE, 1)
         self.max_batch_rows = _int_option(opts, "max.batch.rows", DEFAULT_MAX_BATCH_ROWS, 1)
+        self.reader_min_entries = _int_option(opts, "reader.min.entries", DEFAULT_MIN_ENTRIES_PER_READER, 1)
         self.schema = schema
 
     def _windows(self) -> list[PartitionWindow]:
@@ -150,12 +186,20 @@ class PulsarDataSourceReader(DataSourceReader):
         return chosen
 
     def partitions(self) -> list[PulsarInputPartition]:
-        parts = [
-            PulsarInputPartition(w.topic, w.partition, w.end_message_id, slot)
-            for w in self._windows()
-            if w.end_message_id is not None
-            for slot in range(self.parallelism)
-        ]
+        parts: list[PulsarInputPartition] = []
+        for w in self._windows():
+            if w.end_message_id is None:
+                continue
+            if w.pending is None:
+                parts.extend(
+                    PulsarInputPartition(w.topic, w.partition, w.end_message_id, slot)
+                    for slot in range(self.parallelism)
+                )
+                continue
+            shares = split_for_readers(w.pending, self.parallelism, self.reader_min_entries)
+            for slot, share in enumerate(shares):
+                ranges = [r.to_list() for r in share]
+                parts.append(PulsarInputPartition(w.topic, w.partition, w.end_message_id, slot, ranges))
         # Spark needs at least one partition; an empty window reads nothing.
         return parts or [PulsarInputPartition("persistent://public/default/-", -1, None, 0)]
 
@@ -167,9 +211,56 @@ class PulsarDataSourceReader(DataSourceReader):
         from pyspark.sql.pandas.types import to_arrow_schema
 
         arrow_schema = to_arrow_schema(self.schema, timezone="UTC")
-        started = time.monotonic()
         builder = _BatchBuilder(window, arrow_schema)
-        add = builder.add
+        if partition.share is not None:
+            yield from self._read_share(partition, builder)
+        else:
+            yield from self._read_consumer(partition, builder)
+
+    def _read_share(
+        self, partition: PulsarInputPartition, builder: _BatchBuilder
+    ) -> Iterator[pa.RecordBatch]:
+        """Reader mode: the share's pending entries, each message once."""
+
+        started = time.monotonic()
+        reader = ShareReader(
+            get_client(self.conf),
+            partition.window,
+            partition.ranges,
+            idle_timeout_ms=self.idle_timeout_ms,
+            receiver_queue_size=self.reader_queue_size,
+        )
+        limit = self.max_batch_rows
+        for entry in reader.entries():
+            for id_str, msg, mid in entry.messages:
+                builder.add(id_str, msg, mid, entry.size)
+            if builder.rows >= limit:
+                yield builder.flush()
+        if builder.rows:
+            yield builder.flush()
+        s = reader.stats
+        log.info(
+            "read %s share %d (reader): %d messages in %d entries, %d acked entries skipped, %d duplicates, "
+            "%d readers, %d resumes, %d entries unread, stopped by %s in %.2fs",
+            partition.topic,
+            partition.slot,
+            s.messages,
+            s.entries,
+            s.skipped_entries,
+            s.duplicates,
+            s.readers,
+            s.resumes,
+            s.unread_entries,
+            s.stopped_by,
+            time.monotonic() - started,
+        )
+
+    def _read_consumer(
+        self, partition: PulsarInputPartition, builder: _BatchBuilder
+    ) -> Iterator[pa.RecordBatch]:
+        """Consumer mode: a Shared consumer on the subscription, never acking."""
+        window = partition.window
+        started = time.monotonic()
         limit = self.max_batch_rows
         # With several consumers per partition an idle stop is normal (the others hold the rest): the
         # only consumer of a partition resumes after one, which may be a broker stall.
@@ -182,8 +273,11 @@ class PulsarDataSourceReader(DataSourceReader):
             receiver_queue_size=self.receiver_queue_size,
             resume=self.parallelism == 1,
         )
-        for id_str, msg, mid, _ in reader.messages():
-            if add(id_str, msg, mid) >= limit:
+        for group in _by_entry(reader.messages()):
+            size = _batch_size(group)
+            for id_str, msg, mid in group:
+                builder.add(id_str, msg, mid, size)
+            if builder.rows >= limit:
                 yield builder.flush()
         if builder.rows:
             yield builder.flush()
@@ -199,6 +293,26 @@ class PulsarDataSourceReader(DataSourceReader):
             reader.passes,
             time.monotonic() - started,
         )
+
+
+def _by_entry(messages: Iterator[tuple[str, Any, Any, Any]]) -> Iterator[list[tuple[str, Any, Any]]]:
+    """Group consecutive messages of one entry (a batch is unpacked on arrival, so they come together)."""
+    group: list[tuple[str, Any, Any]] = []
+    entry: tuple[int, int] | None = None
+    for id_str, msg, mid, _ in messages:
+        key = (mid.ledger_id(), mid.entry_id())
+        if key != entry and group:
+            yield group
+            group = []
+        entry = key
+        group.append((id_str, msg, mid))
+    if group:
+        yield group
+
+
+def _batch_size(group: list[tuple[str, Any, Any]]) -> int:
+    """Messages of the entry a group came from: 1 unless batched, else the highest batch index + 1."""
+    return max(1, max(mid.batch_index() for _, _, mid in group) + 1)
 
 
 class _BatchBuilder:
@@ -223,9 +337,10 @@ class _BatchBuilder:
         self.event: list[int | None] = []
         self.redelivery: list[int] = []
         self.producers: list[str] = []
+        self.batch_sizes: list[int] = []
 
-    def add(self, id_str: str, msg: Any, mid: Any) -> int:
-        """Append one message; returns the number of rows buffered."""
+    def add(self, id_str: str, msg: Any, mid: Any, batch_size: int = 1) -> int:
+        """Append one message of an entry holding ``batch_size`` messages; returns the rows buffered."""
         self.ids.append(mid.serialize())
         self.id_strs.append(id_str)
         bad_text = False
@@ -254,6 +369,7 @@ class _BatchBuilder:
         self.event.append(msg.event_timestamp() or None)
         self.redelivery.append(msg.redelivery_count())
         self.producers.append(msg.producer_name())
+        self.batch_sizes.append(batch_size)
         self.rows += 1
         return self.rows
 
@@ -285,6 +401,7 @@ class _BatchBuilder:
             ms_to_ts(self.event),
             pa.array(self.redelivery, pa.int32()),
             pa.array(self.producers, pa.string()),
+            pa.array(self.batch_sizes, pa.int32()),
         ]
         batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
         self._reset()

@@ -1,9 +1,19 @@
 """Frozen read windows: the last message id of every DLQ partition at the start of a run.
 
 A run reads and acks only messages at or before its window end, so messages reaching the DLQ after the
-run started wait for the next run (invariant I3). :func:`freeze_window` expands partitioned topics,
-makes sure the durable replayer subscription exists (Shared, from the earliest message) and records each
+run started wait for the next run (invariant I3). :func:`freeze` expands partitioned topics, makes sure
+the durable replayer subscription exists (Shared, from the earliest message) and records each
 partition's last message id.
+
+The broker's capabilities choose the read mode, recorded with the windows:
+
+* ``reader`` (Apache Pulsar with its admin REST reachable): the subscription's cursor is frozen too,
+  as the partition's *pending entry ranges* (entries after the mark-delete position up to the window
+  end that are not individually acked). The snapshot reads exactly those with Readers, and the commit
+  acks entry ids from the ledger: one read per message, no unacked limits.
+* ``consumer`` (no admin URL, or one that is not Apache Pulsar's admin REST, e.g. the embedded broker):
+  Shared consumers read the window without acking, and the commit reads it again to ack from the
+  receiving consumer.
 """
 
 from __future__ import annotations
@@ -14,10 +24,11 @@ import os
 import re
 import time
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf, get_client
+from spark_apps.dlq_replay.pulsar_io.cursor import CursorState, EntryRange, ledger_sizes, pending_ranges
 from spark_apps.dlq_replay.pulsar_io.errors import PulsarConfigError, WindowError
 from spark_apps.dlq_replay.pulsar_io.ids import MessageIdKey, message_id_key, message_id_str
 
@@ -26,7 +37,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-WINDOW_FORMAT = 1
+WINDOW_FORMAT = 2
+_READABLE_FORMATS = (1, 2)
+#: Read modes (see the module docstring).
+READER_MODE = "reader"
+CONSUMER_MODE = "consumer"
 _PARTITION_SUFFIX = re.compile(r"^(?P<parent>.+)-partition-(?P<index>\d+)$")
 
 
@@ -37,17 +52,34 @@ class PartitionWindow:
     ``topic`` is the partition's full name (``persistent://t/ns/name-partition-3``), ``partition`` its
     index or -1 for a non-partitioned topic, and ``end_message_id`` the readable id of its last
     message when the window was frozen, or ``None`` when it was empty.
+
+    In the reader mode ``pending`` holds the entries of the window the subscription had not acked when
+    the window was frozen (see :mod:`.cursor`) and ``mark_delete`` the cursor's mark-delete position
+    (``"ledger:entry"``); both are ``None`` in the consumer mode.
     """
 
     topic: str
     partition: int
     end_message_id: str | None
+    pending: tuple[EntryRange, ...] | None = None
+    mark_delete: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.topic, str) or "://" not in self.topic:
             raise WindowError(f"window topic must be a full topic name; got {self.topic!r}")
         if self.end_message_id is not None:
             message_id_key(self.end_message_id)  # raises with the expected format
+        if self.pending is not None:
+            object.__setattr__(self, "pending", tuple(self.pending))
+
+    @property
+    def read_mode(self) -> str:
+        return CONSUMER_MODE if self.pending is None else READER_MODE
+
+    @property
+    def pending_entries(self) -> int:
+        """Entries the reader mode reads (0 in the consumer mode, where it is not known)."""
+        return sum(r.entries for r in self.pending or ())
 
     @property
     def end_key(self) -> MessageIdKey | None:
@@ -126,6 +158,7 @@ def expand_partitions(client: Any, topic: str) -> list[tuple[str, int]]:
 
 
 def _last_message_id(client: Any, topic: str, partition: int, subscription: str) -> str | None:
+    """Create the subscription if missing and return the partition's last message id (``None``: empty)."""
     import pulsar
 
     consumer = client.subscribe(
@@ -150,12 +183,42 @@ def _last_message_id(client: Any, topic: str, partition: int, subscription: str)
     return message_id_str(last, partition=partition)
 
 
-def freeze_window(conf: PulsarConf, topics: str | Sequence[str], subscription: str) -> list[PartitionWindow]:
-    """Freeze the read window of ``topics`` for ``subscription``.
+@dataclass(frozen=True)
+class FrozenWindows:
+    """The windows of a run and the read mode the broker allows (with the reason for it)."""
+
+    windows: list[PartitionWindow]
+    read_mode: str
+    reason: str
+
+
+def read_mode_of(windows: Sequence[PartitionWindow]) -> str:
+    """``reader`` when every window carries its pending entries, else ``consumer``."""
+    if windows and all(w.pending is not None for w in windows):
+        return READER_MODE
+    return CONSUMER_MODE
+
+
+def freeze_pending(admin: Any, window: PartitionWindow, subscription: str) -> PartitionWindow:
+    """``window`` with the subscription's pending entries up to its end, from ``internalStats``."""
+    stats = admin.internal_stats(window.topic)
+    cursor = CursorState.from_internal_stats(stats, subscription, topic=window.topic)
+    mark_delete = f"{cursor.mark_delete[0]}:{cursor.mark_delete[1]}"
+    end = window.end_key
+    pending = () if end is None else tuple(pending_ranges(ledger_sizes(stats), cursor, end[:2]))
+    return PartitionWindow(window.topic, window.partition, window.end_message_id, pending, mark_delete)
+
+
+def freeze(conf: PulsarConf, topics: str | Sequence[str], subscription: str) -> FrozenWindows:
+    """Freeze the read window of ``topics`` for ``subscription`` and choose the read mode.
 
     Partitioned topics expand to their partitions. The durable subscription is created when missing
-    (Shared, from the earliest message); nothing is received or acked.
+    (Shared, from the earliest message); nothing is received or acked. With ``conf.admin_url`` set and
+    answering as Apache Pulsar's admin REST, each partition's cursor is frozen as its pending entries
+    (reader mode); otherwise the windows are for the consumer mode.
     """
+    from spark_apps.dlq_replay.pulsar_io.admin import AdminUnavailable, PulsarAdmin
+
     if not subscription or not subscription.strip():
         raise PulsarConfigError("subscription is required, e.g. 'dlq-replayer'")
     client = get_client(conf)
@@ -163,12 +226,39 @@ def freeze_window(conf: PulsarConf, topics: str | Sequence[str], subscription: s
     for topic in parse_topics(topics):
         for name, index in expand_partitions(client, topic):
             windows.append(PartitionWindow(name, index, _last_message_id(client, name, index, subscription)))
-    return windows
+    if not conf.admin_url:
+        reason = "no admin URL: Shared consumers read the window, and the commit reads it again to ack"
+        return FrozenWindows(windows, CONSUMER_MODE, reason)
+    admin = PulsarAdmin(conf)
+    try:
+        frozen = [freeze_pending(admin, w, subscription) for w in windows]
+    except AdminUnavailable as exc:
+        reason = (
+            f"the admin URL {conf.admin_url} is not Apache Pulsar's admin REST ({exc}): Shared consumers "
+            "read the window, and the commit reads it again to ack"
+        )
+        log.warning("read mode consumer: %s", reason)
+        return FrozenWindows(windows, CONSUMER_MODE, reason)
+    reason = "admin REST answers internalStats: Readers read each pending entry once; commit acks ledger ids"
+    return FrozenWindows(frozen, READER_MODE, reason)
+
+
+def freeze_window(conf: PulsarConf, topics: str | Sequence[str], subscription: str) -> list[PartitionWindow]:
+    """The windows of :func:`freeze` (reader mode when ``conf.admin_url`` answers, else consumer mode)."""
+    return freeze(conf, topics, subscription).windows
 
 
 def windows_to_json(windows: Sequence[PartitionWindow]) -> str:
     """Serialise windows for the ``window`` data-source option and ``plan.json``."""
-    return json.dumps({"format": WINDOW_FORMAT, "windows": [asdict(w) for w in windows]}, sort_keys=True)
+    items = []
+    for w in windows:
+        item: dict[str, Any] = {"topic": w.topic, "partition": w.partition}
+        item["end_message_id"] = w.end_message_id
+        if w.pending is not None:
+            item["pending"] = [r.to_list() for r in w.pending]
+            item["mark_delete"] = w.mark_delete
+        items.append(item)
+    return json.dumps({"format": WINDOW_FORMAT, "windows": items}, sort_keys=True)
 
 
 def windows_from_json(text: str) -> list[PartitionWindow]:
@@ -179,7 +269,7 @@ def windows_from_json(text: str) -> list[PartitionWindow]:
         raise WindowError(f"window is not valid JSON ({exc}); pass the output of windows_to_json()") from exc
     if (
         not isinstance(data, dict)
-        or data.get("format") != WINDOW_FORMAT
+        or data.get("format") not in _READABLE_FORMATS
         or not isinstance(data.get("windows"), list)
     ):
         raise WindowError(
@@ -187,10 +277,23 @@ def windows_from_json(text: str) -> list[PartitionWindow]:
             "as written by windows_to_json()"
         )
     windows = []
+    base = {"topic", "partition", "end_message_id"}
     for i, item in enumerate(data["windows"]):
-        if not isinstance(item, dict) or set(item) != {"topic", "partition", "end_message_id"}:
+        if not isinstance(item, dict) or set(item) not in (base, base | {"pending", "mark_delete"}):
             raise WindowError(
-                f"window entry {i} must have exactly topic, partition, end_message_id; got {item!r}"
+                f"window entry {i} must have exactly topic, partition, end_message_id (and pending, "
+                f"mark_delete in the reader mode); got {str(item)[:300]}"
             )
-        windows.append(PartitionWindow(str(item["topic"]), int(item["partition"]), item["end_message_id"]))
+        pending = item.get("pending")
+        if pending is not None and not isinstance(pending, list):
+            raise WindowError(f"window entry {i}: pending must be a list of [ledger, first, last, skipped]")
+        windows.append(
+            PartitionWindow(
+                str(item["topic"]),
+                int(item["partition"]),
+                item["end_message_id"],
+                None if pending is None else tuple(EntryRange.from_list(r) for r in pending),
+                item.get("mark_delete"),
+            )
+        )
     return windows

@@ -1,7 +1,8 @@
 """Consume one partition's frozen window through a Shared consumer on the replayer subscription.
 
-Shared by the data source (read, never ack) and the commit (ack exactly the final messages, from the
-consumer that received them). The consumer stops when
+The consumer mode (brokers without Apache Pulsar's admin REST, e.g. the embedded one): shared by the
+data source (read, never ack) and the commit (ack exactly the final messages, from the consumer that
+received them). The consumer stops when
 
 * it has received a message from the window's last entry or a later one (entries are dispatched in
   order, so everything up to the end has been dispatched), or

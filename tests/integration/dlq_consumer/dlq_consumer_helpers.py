@@ -71,3 +71,26 @@ class RecordingMeterProvider:
         return sum(
             a for n, a, at in self.points if n == name and all(at.get(k) == v for k, v in attrs.items())
         )
+
+
+def read_all(client: Any, topic: str, *, expected: int, timeout_s: float = 10.0) -> list[Any]:
+    """Read ``topic`` from the start with a Reader until ``expected`` messages arrived.
+
+    A Reader is an Exclusive, non-durable subscription: Apache Pulsar hands it delayed messages at
+    once (delayed delivery applies to Shared and Key_Shared subscriptions only), so a test can look at
+    a retry copy that a Shared consumer will get only after its delay.
+    """
+    import pulsar
+
+    reader = client.create_reader(topic, pulsar.MessageId.earliest)
+    messages: list[Any] = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(messages) < expected and time.monotonic() < deadline:
+            try:
+                messages.append(reader.read_next(timeout_millis=500))
+            except pulsar.Timeout:
+                continue
+    finally:
+        reader.close()
+    return messages

@@ -1,22 +1,22 @@
-"""The consumer library against the embedded broker: term, nack backoff, retry chain, official DLQ policy."""
+"""The consumer library on Apache Pulsar: term, redelivery past the maximum, retry chain, official DLQ policy.
+
+Measured timings (retry delays, nack backoff) are in ``test_dlq_consumer_timing.py``.
+"""
 
 from __future__ import annotations
 
 import contextlib
-import itertools
-import logging
 import time
 from datetime import timedelta
 
 import pulsar
 import pytest
-from dlq_consumer_helpers import RecordingMeterProvider, drain, nothing_pending, subscribe_earliest
+from dlq_consumer_helpers import RecordingMeterProvider, drain, nothing_pending, read_all, subscribe_earliest
 
 from airflow_provider_dlq.dlq_consumer import (
     ConsumerMetrics,
     DeadLetterPolicy,
     DlqConsumer,
-    ExponentialBackoff,
     RetryPolicy,
     parse_error_context,
 )
@@ -94,48 +94,6 @@ def test_term_lands_in_dlq_after_one_delivery_with_full_context(pulsar_client, t
     producer.close()
 
 
-def test_nack_backoff_gaps_grow_then_max_redeliveries(pulsar_client, topic_factory):
-    topic = topic_factory("nack")
-    producer = pulsar_client.create_producer(topic)
-    backoff = ExponentialBackoff(min_delay=0.3, max_delay=1.2, multiplier=2.0)
-    meters = RecordingMeterProvider()
-    with DlqConsumer(
-        pulsar_client,
-        topic,
-        "s",
-        dead_letter=DeadLetterPolicy(max_redeliveries=3),
-        backoff=backoff,
-        metrics=ConsumerMetrics(meters),
-        initial_position=pulsar.InitialPosition.Earliest,
-    ) as consumer:
-        dlq = subscribe_earliest(pulsar_client, consumer.dead_letter_topic, "check")
-        producer.send(b"poison", properties={"p": "1"})
-        counts, times = [], []
-        for _ in range(4):
-            msg = consumer.receive(timeout_millis=5000)
-            times.append(time.monotonic())
-            counts.append(msg.redelivery_count())
-            consumer.negative_acknowledge(msg, _raise(TimeoutError("db down")))
-        assert counts == [0, 1, 2, 3]
-        gaps = [b - a for a, b in itertools.pairwise(times)]
-        expected = [backoff.next(n) for n in (0, 1, 2)]  # 0.3, 0.6, 1.2
-        logging.getLogger(__name__).info("nack gaps measured %s, policy %s", gaps, expected)
-        for gap, want in zip(gaps, expected, strict=True):
-            assert want <= gap < want + 0.6, (gaps, expected)
-        assert gaps[0] < gaps[1] < gaps[2]
-        # the 4th nack (redelivery_count 3 == max) dead-letters instead of redelivering
-        (dead,) = drain(dlq, expected=1)
-        assert nothing_pending(consumer, wait_ms=1500)
-    ctx = parse_error_context(dead.properties())
-    assert (ctx.reason, ctx.delivery_count, ctx.error_class) == ("max-redeliveries", 4, "TimeoutError")
-    assert dead.data() == b"poison"
-    assert dead.properties()["p"] == "1"
-    assert meters.total("pulsar_client_consumer_nacks") == 3
-    assert meters.total("pulsar_client_consumer_dlq_messages", reason="max-redeliveries") == 1
-    dlq.close()
-    producer.close()
-
-
 def test_redelivery_beyond_max_is_dead_lettered_on_receive(pulsar_client, topic_factory):
     """A message redelivered past the maximum without our nack (e.g. after crashes) is intercepted."""
     topic = topic_factory("crashloop")
@@ -173,7 +131,9 @@ def test_reconsume_chain_level_increment_then_max_reconsumes(pulsar_client, topi
         topic,
         "s",
         dead_letter=DeadLetterPolicy(),
-        retry=RetryPolicy(max_reconsumes=5),
+        # Real delays on Apache Pulsar: a short ladder with a distinct delay per level (the default
+        # ladder's values are checked in the unit tests).
+        retry=RetryPolicy(max_reconsumes=5, delay_levels="1s 1.2s 1.4s 1.6s 1.8s"),
         metrics=ConsumerMetrics(meters),
         initial_position=pulsar.InitialPosition.Earliest,
     ) as consumer:
@@ -196,9 +156,9 @@ def test_reconsume_chain_level_increment_then_max_reconsumes(pulsar_client, topi
             consumer.reconsume_later(msg, error=_raise(ConnectionError(f"attempt {attempt}")))
         (dead,) = drain(dlq, expected=1)
         assert nothing_pending(consumer)
-    # RECONSUMETIMES 1..5 through the retry topic; requested delay follows the default ladder 1s 5s 10s 30s 1m
+    # RECONSUMETIMES 1..5 through the retry topic; retry n asks for level n of the ladder
     assert [s[0] for s in seen] == [None, "1", "2", "3", "4", "5"]
-    assert [s[1] for s in seen] == [None, "1000", "5000", "10000", "30000", "60000"]
+    assert [s[1] for s in seen] == [None, "1000", "1200", "1400", "1600", "1800"]
     assert seen[0][2] == topic
     assert all(s[2] == f"{topic}-s-RETRY" for s in seen[1:])
     ctx = parse_error_context(dead.properties())
@@ -221,17 +181,16 @@ def test_reconsume_custom_ladder_explicit_level_delay_and_custom_properties(puls
         topic,
         "s",
         dead_letter=DeadLetterPolicy(),
-        retry=RetryPolicy(delay_levels="2s 4s 8s", max_reconsumes=10),
+        retry=RetryPolicy(delay_levels="1s 1.5s 2s", max_reconsumes=10),
         initial_position=pulsar.InitialPosition.Earliest,
     ) as consumer:
         producer.send(b"m")
         requested = []
         calls = [
             {"level": 2},
-            {"delay": timedelta(seconds=90)},
-            {"delay": 864_000},
-            {"level": "increment"},  # 4th retry -> level 4 capped at the last level (8s)
-            {},  # default: level increment
+            {"delay": timedelta(seconds=1)},
+            {"level": "increment"},  # 3rd retry -> level 3
+            {},  # default: level increment; 4th retry -> level 4, capped at the last level (2s)
             {"properties": {"why": "custom", "RECONSUMETIMES": "999"}},
         ]
         for kwargs in calls:
@@ -241,9 +200,38 @@ def test_reconsume_custom_ladder_explicit_level_delay_and_custom_properties(puls
         last = consumer.receive(timeout_millis=5000)
         requested.append(last.properties().get("DELAY_TIME"))
         assert last.properties()["why"] == "custom"
-        assert last.properties()["RECONSUMETIMES"] == "6"  # standard keys win over custom ones
+        assert last.properties()["RECONSUMETIMES"] == "5"  # standard keys win over custom ones
         consumer.acknowledge(last)
-    assert requested == [None, "4000", "90000", "864000000", "8000", "8000", "8000"]
+    assert requested == [None, "1500", "1000", "2000", "2000", "2000"]
+    producer.close()
+
+
+def test_long_delays_are_written_and_held_by_the_broker(pulsar_broker, pulsar_client, topic_factory):
+    """90 s and the 10-day maximum: the copies are on the retry topic at once, and Apache Pulsar holds
+    them back from the Shared subscription (a Reader, being Exclusive, sees them immediately)."""
+    topic = topic_factory("longdelay")
+    producer = pulsar_client.create_producer(topic)
+    with DlqConsumer(
+        pulsar_client,
+        topic,
+        "s",
+        dead_letter=DeadLetterPolicy(),
+        retry=RetryPolicy(),
+        initial_position=pulsar.InitialPosition.Earliest,
+    ) as consumer:
+        producer.send(b"in-90s", partition_key="a")
+        producer.send(b"in-10d", partition_key="b")
+        consumer.reconsume_later(consumer.receive(timeout_millis=5000), timedelta(seconds=90))
+        consumer.reconsume_later(consumer.receive(timeout_millis=5000), 864_000)
+        copies = read_all(pulsar_client, consumer.retry_topic, expected=2)
+        assert sorted((m.data(), m.properties()["DELAY_TIME"]) for m in copies) == [
+            (b"in-10d", "864000000"),
+            (b"in-90s", "90000"),
+        ]
+        assert nothing_pending(consumer, wait_ms=3000)  # held by the broker, not delivered early
+        path = consumer.retry_topic.replace("persistent://", "/admin/v2/persistent/", 1)
+        stats = pulsar_broker.admin().get(f"{path}/stats")["subscriptions"]["s"]
+        assert (stats["msgBacklog"], stats["msgDelayed"]) == (2, 2)
     producer.close()
 
 

@@ -1,4 +1,4 @@
-"""The processing loop against the embedded broker: classification, BaseException, registered classes."""
+"""The processing loop on Apache Pulsar: classification, BaseException, registered classes."""
 
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ def test_loop_classifies_every_outcome(pulsar_client, topic_factory):
         topic,
         "s",
         dead_letter=DeadLetterPolicy(),
-        retry=RetryPolicy(),
+        retry=RetryPolicy(delay_levels="1s 1.5s 2s"),  # real delays: level 3 is 2 s, level 1 is 1 s
         backoff=ExponentialBackoff(min_delay=0.05, max_delay=0.1),
         initial_position=pulsar.InitialPosition.Earliest,
     ) as consumer:
@@ -74,15 +74,15 @@ def test_loop_classifies_every_outcome(pulsar_client, topic_factory):
         retried = drain(retry_reader, expected=2)
     # 6 first deliveries + 2 retried copies + 1 redelivery after the nack
     assert (stats.received, stats.acked, stats.termed, stats.retried, stats.nacked) == (9, 4, 2, 2, 1)
+    # RetryableError(level=3) asked for level 3; the registered retryable class for the default (level 1)
+    assert sorted((m.properties()["kind"], m.properties()["DELAY_TIME"]) for m in retried) == [
+        ("retry-level", "2000"),
+        ("throttled", "1000"),
+    ]
     assert sorted(parse_error_context(m.properties()).error_class or "" for m in dead) == [
         "airflow_provider_dlq.dlq_consumer.errors.TerminalError",
         f"{InvalidOrder.__module__}.InvalidOrder",
     ]
-    delays = {m.properties()["kind"]: m.properties()["DELAY_TIME"] for m in retried}
-    assert delays == {
-        "retry-level": "10000",
-        "throttled": "1000",
-    }  # level 3 = 10s; default increment: level 1
     dlq.close()
     retry_reader.close()
     producer.close()

@@ -3,7 +3,7 @@
 * ``dlq_nightly_replay``: the sensor sees the backlog, the first replay try is killed mid-run, the retry
   resumes the same run id; fixed messages reach the origin exactly once, poison ones are archived, the
   DLQ is drained, the summary is in XCom and in an asset event.
-* ``dlq_backfill`` in dry-run: a report and nothing else; the DLQ keeps every message.
+* ``dlq_backfill`` in dry-run: a report and nothing else (no approval asked); the DLQ keeps every message.
 * ``on_kill`` stops spark-submit and its whole process tree.
 """
 
@@ -198,6 +198,7 @@ def test_nightly_replay_end_to_end_with_a_killed_first_try(run_dag, dag_env, pul
     dlq = service.dead_letter_topic
     dag_env.monkeypatch.setenv("AIRFLOW_VAR_DLQ_TOPICS", dlq)
     dag_env.monkeypatch.setenv("AIRFLOW_VAR_DLQ_ORIGIN_ALLOWLIST", origin)
+    dag_env.monkeypatch.setenv("AIRFLOW_VAR_DLQ_NIGHTLY_MODE", "replay")  # going live (dry-run by default)
     dag = load_dag("dlq_nightly_replay")
 
     stop, killed = threading.Event(), []
@@ -208,9 +209,12 @@ def test_nightly_replay_end_to_end_with_a_killed_first_try(run_dag, dag_env, pul
         stop.set()
         watcher.join(timeout=5)
 
-    assert result.states == {"wait_for_dlq_backlog": "success", "replay": "success", "report": "success"}, (
-        result
-    )
+    assert result.states == {
+        "check_configuration": "success",
+        "wait_for_dlq_backlog": "success",
+        "replay": "success",
+        "report": "success",
+    }, result
     run_id = default_run_id("dlq_nightly_replay", "replay", result.run_id)
     assert killed == [run_id], "the first try was not killed mid-run"
     assert result.try_numbers["replay"] == 2
@@ -246,7 +250,43 @@ def test_nightly_replay_end_to_end_with_a_killed_first_try(run_dag, dag_env, pul
     events = [e for e in asset_events("dlq_replay_reports") if e.get("run_id") == run_id]
     assert events
     assert events[-1]["totals"]["republished"] == 5
+
+    # The task's extra link leads to the provider's report endpoint for this task instance.
+    from airflow_provider_dlq.operators.links import report_endpoint
+
+    assert link_xcom(result.run_id, "dlq_nightly_replay", "replay", "DlqReplayReportLink") == report_endpoint(
+        "dlq_nightly_replay", result.run_id, "replay"
+    )
     service.close()
+
+
+def test_unconfigured_nightly_run_is_skipped_and_touches_nothing(
+    run_dag, dag_env, pulsar_client, topic_factory
+):
+    """Unpausing the scheduled DAG with no Variables set: the run is skipped before it waits or replays."""
+    origin = topic_factory("orders")
+    service = fill_dlq(pulsar_client, origin, timeouts=2, bad=0)
+    result = run_dag(load_dag("dlq_nightly_replay"))
+    assert result.states == {
+        "check_configuration": "skipped",
+        "wait_for_dlq_backlog": "skipped",
+        "replay": "skipped",
+        "report": "skipped",
+    }, result
+    assert not dag_env.out.exists()
+    assert pending_on(pulsar_client, service.dead_letter_topic) == 2
+    service.close()
+
+
+def link_xcom(run_id: str, dag_id: str, task_id: str, link_class: str):
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        row = session.scalars(
+            XComModel.get_many(run_id=run_id, dag_ids=dag_id, task_ids=task_id, key=f"_link_{link_class}")
+        ).first()
+        return None if row is None else XComModel.deserialize_value(row)
 
 
 def test_backfill_dry_run_reports_and_changes_nothing(run_dag, dag_env, pulsar_client, topic_factory):
@@ -257,9 +297,17 @@ def test_backfill_dry_run_reports_and_changes_nothing(run_dag, dag_env, pulsar_c
     conf = {"topics": [dlq], "playbook": str(dag_env.playbook), "origin_allowlist": origin}
     result = run_dag(dag, run_conf=conf)
 
-    assert result.states == {"replay": "success", "report": "success"}, result
-    assert result.try_numbers["replay"] == 1
-    summary = result.xcoms["replay"]
+    # dry-run mode stops after the report: no approval is asked, no replay runs.
+    assert result.states == {
+        "dry_run": "success",
+        "report": "success",
+        "wants_replay": "success",
+        "approve": "skipped",
+        "replay": "skipped",
+        "replay_report": "skipped",
+    }, result
+    assert result.try_numbers["dry_run"] == 1
+    summary = result.xcoms["dry_run"]
     assert summary["mode"] == "dry-run"
     assert summary["totals"]["snapshot"] == 4
     assert summary["totals"]["acked"] == 0

@@ -218,6 +218,37 @@ def drain(client: Any, topics: str | list[str], subscription: str, idle_ms: int 
     return list(got.values())
 
 
+def read_all(client: Any, topic: str) -> list[Any]:
+    """Every stored message of a non-partitioned topic, read with a Reader (exact on Apache Pulsar, acks
+    nothing, and not stopped by the 50,000 unacked-message limit a Shared consumer has)."""
+    import pulsar
+
+    reader = client.create_reader(topic, pulsar.MessageId.earliest, receiver_queue_size=2000)
+    out: list[Any] = []
+    try:
+        while reader.has_message_available():
+            out.append(reader.read_next(30_000))
+    finally:
+        reader.close()
+    return out
+
+
+def pending_on(client: Any, admin_url: str, topic: str, subscription: str = "dlq-replayer") -> list[Any]:
+    """The messages ``subscription`` has not acked on a non-partitioned topic: a Reader's messages whose
+    entry is not acked on the cursor (admin REST ``internalStats``). Exact, whatever the count."""
+    from spark_apps.dlq_replay.pulsar_io.admin import PulsarAdmin
+    from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf
+    from spark_apps.dlq_replay.pulsar_io.cursor import CursorState
+
+    admin = PulsarAdmin(PulsarConf("pulsar://unused:6650", admin_url=admin_url))
+    cursor = CursorState.from_internal_stats(admin.internal_stats(topic), subscription, topic=topic)
+    return [
+        m
+        for m in read_all(client, topic)
+        if not cursor.is_acked((m.message_id().ledger_id(), m.message_id().entry_id()))
+    ]
+
+
 def pending_keys(client: Any, mixed: MixedDlq, subscription: str = "dlq-replayer") -> list[str]:
     return sorted(m.partition_key() for m in drain(client, [mixed.dlq_a, mixed.dlq_b], subscription))
 

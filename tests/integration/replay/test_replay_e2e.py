@@ -1,4 +1,4 @@
-"""End to end on the embedded broker and local Spark, runner in-process (the spark-submit runs are in
+"""End to end on Apache Pulsar and local Spark, runner in-process (the spark-submit runs are in
 test_replay_submit.py): dry-run, replay, re-runs, late arrivals, forged origin, loop guard."""
 
 from __future__ import annotations
@@ -36,11 +36,14 @@ PENDING = (oc.SKIPPED, oc.FIX_FAILED, oc.MALFORMED, oc.ORIGIN_REFUSED)
 FINAL = (oc.REPUBLISHED, oc.ARCHIVED, oc.DROPPED, oc.LOOP_GUARDED)
 
 
-def options(mixed, out: Path, run_id: str, mode: str, service_url: str, **kw) -> ReplayOptions:
+def options(mixed, out: Path, run_id: str, mode: str, broker, *, reader: bool = True, **kw) -> ReplayOptions:
+    """Options of a run on ``broker``: its admin URL selects the reader mode (``reader=False``: the
+    consumer mode Apache Pulsar falls back to without an admin URL)."""
     return ReplayOptions(
         run_id=run_id,
         mode=mode,
-        service_url=service_url,
+        service_url=broker.service_url,
+        admin_url=broker.admin_url if reader else None,
         topics=(mixed.dlq_a, mixed.dlq_b),
         output_dir=str(out),
         playbook=PLAYBOOK,
@@ -54,13 +57,13 @@ def totals_of(report, *names):
     return {n: report["totals"][n] for n in names if report["totals"][n]}
 
 
-def test_mixed_dlq_dry_run_then_replay_then_reruns(spark, pulsar_client, pulsar_service_url, tmp_path):
+def test_mixed_dlq_dry_run_then_replay_then_reruns(spark, pulsar_client, pulsar_broker, tmp_path):
     mixed = build_mixed_dlq(pulsar_client, per_kind=4)
     everything = sorted(mixed.expected)
     out = tmp_path / "out"
 
     # ---- dry-run: decides and reports, changes nothing.
-    dry = run_replay(spark, options(mixed, out, "dry-1", oc.DRY_RUN, pulsar_service_url))
+    dry = run_replay(spark, options(mixed, out, "dry-1", oc.DRY_RUN, pulsar_broker))
     want = expected_totals(mixed)
     assert dry["status"] == "succeeded"
     assert dry["dry_run"] is True
@@ -87,10 +90,14 @@ def test_mixed_dlq_dry_run_then_replay_then_reruns(spark, pulsar_client, pulsar_
 
     producer_thread = threading.Thread(target=produce_after_plan)
     producer_thread.start()
-    report = run_replay(spark, options(mixed, out, "run-1", oc.REPLAY, pulsar_service_url))
+    report = run_replay(spark, options(mixed, out, "run-1", oc.REPLAY, pulsar_broker))
     producer_thread.join()
     assert len(late) == 3
     assert report["status"] == "succeeded"
+    # Apache Pulsar with its admin REST: each DLQ message read once (snapshot), acked by id (commit).
+    assert report["commit"]["read_mode"] == "reader"
+    assert report["commit"]["reads_per_message"] == 1.0
+    assert report["commit"]["beyond_window"] == 3  # the late arrivals (one entry each)
     assert totals_of(report, *FINAL, *PENDING) == want
     assert report["totals"]["snapshot"] == len(everything)  # late ones are beyond the window
     final = mixed.keys(*FINAL)
@@ -140,12 +147,12 @@ def test_mixed_dlq_dry_run_then_replay_then_reruns(spark, pulsar_client, pulsar_
     assert ledger.filter("final").count() == len(final)
 
     # ---- the same run id again: complete, nothing redone.
-    again = run_replay(spark, options(mixed, out, "run-1", oc.REPLAY, pulsar_service_url))
+    again = run_replay(spark, options(mixed, out, "run-1", oc.REPLAY, pulsar_broker))
     assert again["totals"] == report["totals"]
     assert len(drain(pulsar_client, mixed.orders, "verify-1b")) == len(replayed)
 
     # ---- a new run: picks up the late ones, re-decides the pending ones, doubles nothing (I2).
-    second = run_replay(spark, options(mixed, out, "run-2", oc.REPLAY, pulsar_service_url))
+    second = run_replay(spark, options(mixed, out, "run-2", oc.REPLAY, pulsar_broker))
     assert second["totals"]["snapshot"] == len(mixed.keys(*PENDING)) + len(late)
     assert second["totals"][oc.REPUBLISHED] == len(late)
     assert second["totals"][oc.ALREADY_FINAL] == 0
@@ -159,11 +166,11 @@ def test_mixed_dlq_dry_run_then_replay_then_reruns(spark, pulsar_client, pulsar_
     assert finals.count() == finals.distinct().count() == len(final) + len(late)
 
 
-def test_archive_only_and_filters(spark, pulsar_client, pulsar_service_url, tmp_path):
+def test_archive_only_and_filters(spark, pulsar_client, pulsar_broker, tmp_path):
     mixed = build_mixed_dlq(pulsar_client, per_kind=2)
     out = tmp_path / "out"
-    # Two consumers per DLQ partition: a message one of them releases may reach the other; the snapshot
-    # still holds every message once.
+    # The consumer mode (no admin URL), two consumers per DLQ partition: a message one of them releases
+    # may reach the other; the snapshot still holds every message once.
     report = run_replay(
         spark,
         options(
@@ -171,11 +178,14 @@ def test_archive_only_and_filters(spark, pulsar_client, pulsar_service_url, tmp_
             out,
             "ao-1",
             oc.ARCHIVE_ONLY,
-            pulsar_service_url,
+            pulsar_broker,
+            reader=False,
             error_class="JSONDecodeError",
             parallelism=2,
         ),
     )
+    assert report["commit"]["read_mode"] == "consumer"
+    assert report["commit"]["reads_per_message"] > 1.0  # the commit reads the topics it acks on again
     assert report["totals"]["snapshot"] == len(mixed.expected)
     assert report["totals"][oc.ARCHIVED] == len(mixed.keys(oc.ARCHIVED))
     assert report["totals"][oc.REPUBLISHED] == 0
@@ -185,25 +195,24 @@ def test_archive_only_and_filters(spark, pulsar_client, pulsar_service_url, tmp_
     assert pending_keys(pulsar_client, mixed) == sorted(set(mixed.expected) - mixed.keys(oc.ARCHIVED))
 
 
-def test_reusing_a_run_id_with_other_options_is_refused(spark, pulsar_client, pulsar_service_url, tmp_path):
+def test_reusing_a_run_id_with_other_options_is_refused(spark, pulsar_client, pulsar_broker, tmp_path):
     from spark_apps.dlq_replay.errors import RunStateError
 
     mixed = build_mixed_dlq(pulsar_client, per_kind=1)
     out = tmp_path / "out"
-    run_replay(spark, options(mixed, out, "r", oc.DRY_RUN, pulsar_service_url))
+    run_replay(spark, options(mixed, out, "r", oc.DRY_RUN, pulsar_broker))
     with pytest.raises(RunStateError, match="changed: max_replays"):
-        run_replay(spark, options(mixed, out, "r", oc.DRY_RUN, pulsar_service_url, max_replays=5))
+        run_replay(spark, options(mixed, out, "r", oc.DRY_RUN, pulsar_broker, max_replays=5))
 
 
-def test_empty_dlq_reports_nothing_and_succeeds(
-    spark, pulsar_client, pulsar_service_url, topic_factory, tmp_path
-):
+def test_empty_dlq_reports_nothing_and_succeeds(spark, pulsar_client, pulsar_broker, topic_factory, tmp_path):
     topic = topic_factory("empty-DLQ")
     pulsar_client.create_producer(topic).close()  # the topic exists, with no message
     opts = ReplayOptions(
         run_id="empty-1",
         mode=oc.REPLAY,
-        service_url=pulsar_service_url,
+        service_url=pulsar_broker.service_url,
+        admin_url=pulsar_broker.admin_url,
         topics=(topic,),
         output_dir=str(tmp_path / "out"),
         origin_allowlist=("orders*",),
@@ -212,6 +221,7 @@ def test_empty_dlq_reports_nothing_and_succeeds(
     report = run_replay(spark, opts)
     assert report["status"] == "succeeded"
     assert report["totals"]["snapshot"] == 0
+    assert report["commit"]["read_mode"] == "reader"
     assert report["groups"] == []
     assert "No messages in this run" in (tmp_path / "out" / "runs" / "empty-1" / "report.html").read_text()
 

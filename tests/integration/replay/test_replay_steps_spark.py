@@ -48,11 +48,11 @@ def snapshot_df(spark, n_timeout: int = 40, n_poison: int = 6, n_junk: int = 3):
         for _ in range(count):
             rows.append(
                 (DLQ, -1, str(i).encode(), f"1:{i}:-1:-1", f"k{i}", None, f"payload-{i}".encode(), props(cls),
-                 T0 + timedelta(minutes=i), None, 0, "p")
+                 T0 + timedelta(minutes=i), None, 0, "p", 1)
             )  # fmt: skip
             i += 1
     for _ in range(n_junk):
-        rows.append((DLQ, -1, b"x", f"1:{i}:-1:-1", f"k{i}", None, b"?", {"x": "y"}, T0, None, 0, "p"))
+        rows.append((DLQ, -1, b"x", f"1:{i}:-1:-1", f"k{i}", None, b"?", {"x": "y"}, T0, None, 0, "p", 1))
         i += 1
     return spark.createDataFrame(rows, SNAPSHOT_SCHEMA).repartition(3)
 

@@ -1,4 +1,6 @@
-"""Commit acks exactly the final messages of the frozen window (embedded broker + local Spark)."""
+"""The consumer-mode commit acks exactly the final messages of the frozen window: the embedded broker's
+path (it takes acks only from the consumer that received a message), on pulsar-lite and local Spark.
+The reader-mode commit on Apache Pulsar is tested in test_pulsar_io_reader_mode.py."""
 
 from __future__ import annotations
 
@@ -17,9 +19,22 @@ from spark_apps.dlq_replay.pulsar_io.ids import message_id_key
 from spark_apps.dlq_replay.pulsar_io.source import register
 from spark_apps.dlq_replay.pulsar_io.window import freeze_window, windows_to_json
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.embedded]
 
 SUB = "dlq-replayer"
+
+
+@pytest.fixture(scope="module")
+def lite_client(lite_broker):
+    import logging
+
+    import pulsar
+
+    client = pulsar.Client(lite_broker.service_url, logger=logging.getLogger("pulsar.test"))
+    try:
+        yield client
+    finally:
+        client.close()
 
 
 def snapshot_ids(spark, conf, windows) -> dict[str, set[str]]:
@@ -34,14 +49,14 @@ def snapshot_ids(spark, conf, windows) -> dict[str, set[str]]:
 
 
 def test_commit_acks_exactly_the_final_ids_and_leaves_the_rest(
-    spark, pulsar_broker, pulsar_client, topic_factory
+    spark, lite_broker, lite_client, topic_factory
 ):
-    conf = PulsarConf(pulsar_broker.service_url)
+    conf = PulsarConf(lite_broker.service_url)
     topic = topic_factory("commit-DLQ")
     freeze_window(conf, topic, SUB)
-    produce(pulsar_client, topic, 300, batched=False)
+    produce(lite_client, topic, 300, batched=False)
     windows = freeze_window(conf, topic, SUB)
-    produce(pulsar_client, topic, 20, batched=False, start=300, late=True)  # beyond the window
+    produce(lite_client, topic, 20, batched=False, start=300, late=True)  # beyond the window
 
     before = snapshot_ids(spark, conf, windows)[topic]
     assert len(before) == 300
@@ -56,7 +71,7 @@ def test_commit_acks_exactly_the_final_ids_and_leaves_the_rest(
     after = snapshot_ids(spark, conf, windows)[topic]
     assert after == before - final
     # The late messages are untouched and wait for the next window.
-    pending = drain(pulsar_client, topic, SUB)
+    pending = drain(lite_client, topic, SUB)
     assert len(pending) == 199 + 20
     assert sum(m.data().startswith(b"late|") for m in pending) == 20
 
@@ -67,12 +82,12 @@ def test_commit_acks_exactly_the_final_ids_and_leaves_the_rest(
     assert snapshot_ids(spark, conf, windows)[topic] == before - final
 
 
-def test_commit_final_messages_over_two_topics(spark, pulsar_broker, pulsar_client, topic_factory):
-    conf = PulsarConf(pulsar_broker.service_url)
+def test_commit_final_messages_over_two_topics(spark, lite_broker, lite_client, topic_factory):
+    conf = PulsarConf(lite_broker.service_url)
     a, b = topic_factory("commit-a-DLQ"), topic_factory("commit-b-DLQ")
     freeze_window(conf, [a, b], SUB)
-    produce(pulsar_client, a, 50, batched=False)
-    produce(pulsar_client, b, 40, batched=False)
+    produce(lite_client, a, 50, batched=False)
+    produce(lite_client, b, 40, batched=False)
     windows = freeze_window(conf, [a, b], SUB)
     ids = snapshot_ids(spark, conf, windows)
     final = [(a, i) for i in sorted(ids[a])[:10]] + [(b, i) for i in sorted(ids[b])]
@@ -89,12 +104,12 @@ def test_commit_final_messages_over_two_topics(spark, pulsar_broker, pulsar_clie
     assert b not in left
 
 
-def test_partially_final_batch_is_never_lost(spark, pulsar_broker, pulsar_client, topic_factory):
+def test_partially_final_batch_is_never_lost(spark, lite_broker, lite_client, topic_factory):
     """Without batch-index acks a batch leaves the backlog only when all its messages are acked."""
-    conf = PulsarConf(pulsar_broker.service_url)
+    conf = PulsarConf(lite_broker.service_url)
     topic = topic_factory("commit-batched-DLQ")
     freeze_window(conf, topic, SUB)
-    produce(pulsar_client, topic, 200, batched=True)
+    produce(lite_client, topic, 200, batched=True)
     windows = freeze_window(conf, topic, SUB)
     ids = snapshot_ids(spark, conf, windows)[topic]
     assert len(ids) == 200

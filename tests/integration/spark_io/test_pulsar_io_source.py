@@ -1,4 +1,5 @@
-"""``spark.read.format("pulsar")`` against the embedded broker and local Spark."""
+"""``spark.read.format("pulsar")`` on Apache Pulsar (reader and consumer modes), the embedded broker
+(consumer mode, chosen by its missing admin REST) and local Spark."""
 
 from __future__ import annotations
 
@@ -9,9 +10,16 @@ import pytest
 from pulsar_io_helpers import EVENT_BASE_MS, expected_message, produce
 
 from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf
-from spark_apps.dlq_replay.pulsar_io.errors import WindowError
+from spark_apps.dlq_replay.pulsar_io.errors import PulsarConfigError, WindowError
 from spark_apps.dlq_replay.pulsar_io.source import SOURCE_SCHEMA, register, source_struct
-from spark_apps.dlq_replay.pulsar_io.window import freeze_window, windows_to_json
+from spark_apps.dlq_replay.pulsar_io.window import (
+    CONSUMER_MODE,
+    READER_MODE,
+    freeze,
+    freeze_window,
+    read_mode_of,
+    windows_to_json,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -23,16 +31,19 @@ def load(spark, conf, **options):
     return spark.read.format("pulsar").options(**conf.to_options(), subscription=SUB, **options).load()
 
 
+@pytest.mark.parametrize("mode", [READER_MODE, CONSUMER_MODE])
 def test_reads_20k_messages_of_two_topics_exactly_without_acking(
-    spark, pulsar_broker, pulsar_client, topic_factory
+    spark, pulsar_broker, pulsar_client, topic_factory, mode
 ):
-    conf = PulsarConf(pulsar_broker.service_url)
+    admin_url = pulsar_broker.admin_url if mode == READER_MODE else None
+    conf = PulsarConf(pulsar_broker.service_url, admin_url=admin_url)
     batched, single = topic_factory("src-batched-DLQ"), topic_factory("src-single-DLQ")
     freeze_window(conf, [batched, single], SUB)  # creates the subscription before anything is produced
     produce(pulsar_client, batched, 12_000, batched=True)
     produce(pulsar_client, single, 8_000, batched=False)
     windows = freeze_window(conf, f"{batched},{single}", SUB)
     assert [(w.topic, w.partition) for w in windows] == [(batched, -1), (single, -1)]
+    assert read_mode_of(windows) == mode
     produce(pulsar_client, batched, 50, late=True, start=12_000)  # after the freeze: must not be read
     produce(pulsar_client, single, 50, late=True, start=8_000)
 
@@ -72,7 +83,9 @@ def test_reads_20k_messages_of_two_topics_exactly_without_acking(
     assert any(r.message_id_str.endswith(":-1") for r in rows if r.topic == single)
     assert all(not r.message_id_str.endswith(":-1") for r in rows if r.topic == batched)
 
-    # Nothing was acked: a second read (two consumers per partition this time) gives the same rows.
+    assert {r.batch_size for r in rows if r.topic == single} == {1}
+    assert all(r.batch_size > int(r.message_id_str.split(":")[3]) for r in rows if r.topic == batched)
+    # Nothing was acked: a second read (two consumers or shares per partition) gives the same rows.
     again = load(spark, conf, window=windows_to_json(windows), parallelism="2")
     ids_again = {
         (r.topic, r.message_id_str) for r in again.select("topic", "message_id_str").distinct().collect()
@@ -121,6 +134,7 @@ def partitioned_broker(tmp_path_factory):
         broker.stop()
 
 
+@pytest.mark.embedded
 def test_partitioned_topic_expands_and_a_broker_that_cannot_address_partitions_is_refused(
     partitioned_broker, topic_factory
 ):
@@ -138,30 +152,20 @@ def test_partitioned_topic_expands_and_a_broker_that_cannot_address_partitions_i
         freeze_window(conf, topic, SUB)
 
 
-@pytest.mark.real_pulsar
-def test_partitioned_topic_reads_every_partition_on_apache_pulsar(spark, real_pulsar_url, topic_factory):
-    """Creates a 3-partition topic through the admin REST API (PULSAR_ADMIN_URL) and reads it whole."""
-    import logging
-    import os
-    import urllib.request
-
+def test_partitioned_topic_reads_every_partition_on_apache_pulsar_in_the_consumer_mode(
+    spark, pulsar_broker, pulsar_client, topic_factory
+):
+    """Without an admin URL Apache Pulsar is read through Shared consumers, each partition on its own."""
     topic = topic_factory("src-partitioned-DLQ")
-    admin = os.environ["PULSAR_ADMIN_URL"].rstrip("/")
-    path = topic.replace("persistent://", "persistent/")
-    request = urllib.request.Request(f"{admin}/admin/v2/{path}/partitions", data=b"3", method="PUT")
-    request.add_header("Content-Type", "application/json")
-    urllib.request.urlopen(request, timeout=30).close()
-    conf = PulsarConf(real_pulsar_url)
+    pulsar_broker.admin().create_partitioned_topic(topic, 3)
+    conf = PulsarConf(pulsar_broker.service_url)
     sub = f"dlq-replayer-{time.time_ns()}"
     freeze_window(conf, topic, sub)
-    client = pulsar.Client(real_pulsar_url, logger=logging.getLogger("pulsar.test"))
-    try:
-        produce(client, topic, 2_000)
-    finally:
-        client.close()
+    produce(pulsar_client, topic, 2_000)
     windows = freeze_window(conf, topic, sub)
     assert len(windows) == 3
     assert all(w.partition >= 0 for w in windows)
+    assert read_mode_of(windows) == CONSUMER_MODE
     register(spark)
     df = spark.read.format("pulsar").options(
         **conf.to_options(), subscription=sub, window=windows_to_json(windows)
@@ -169,6 +173,32 @@ def test_partitioned_topic_reads_every_partition_on_apache_pulsar(spark, real_pu
     rows = df.load().collect()
     assert len(rows) == 2_000
     assert {r.partition for r in rows} == {w.partition for w in windows if w.end_message_id}
+
+
+@pytest.mark.embedded
+def test_an_admin_url_that_is_not_pulsar_admin_rest_falls_back_to_the_consumer_mode(
+    spark, lite_broker, topic_factory
+):
+    """The embedded broker answers HTTP, but not the admin REST: its capability picks the consumer mode."""
+    import logging
+
+    topic = topic_factory("src-lite-DLQ")
+    conf = PulsarConf(lite_broker.service_url, admin_url=lite_broker.metrics_url.rsplit("/", 1)[0])
+    assert freeze(conf, topic, SUB).read_mode == CONSUMER_MODE
+    client = pulsar.Client(lite_broker.service_url, logger=logging.getLogger("pulsar.test"))
+    try:
+        produce(client, topic, 300, batched=True)
+    finally:
+        client.close()
+    frozen = freeze(conf, topic, SUB)
+    assert frozen.read_mode == CONSUMER_MODE
+    assert "not Apache Pulsar's admin REST" in frozen.reason
+    rows = load(spark, conf, window=windows_to_json(frozen.windows)).collect()
+    assert sorted(int(r.properties["i"]) for r in rows) == list(range(300))
+    # An admin URL nobody answers on is a configuration error, found before anything is read.
+    dead = PulsarConf(lite_broker.service_url, admin_url="http://127.0.0.1:9")
+    with pytest.raises(PulsarConfigError, match="cannot reach the Pulsar admin REST"):
+        freeze(dead, topic, SUB)
 
 
 def test_a_user_schema_and_missing_options_fail_with_the_fix(spark, pulsar_broker):

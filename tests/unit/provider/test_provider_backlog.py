@@ -64,14 +64,20 @@ APACHE = "\n".join(
 
 
 def fake_get(responses):
-    """A transport serving canned responses by URL, recording the calls."""
+    """A transport serving canned responses by URL (``"POST <url>"`` for posts), recording the calls.
+
+    A response that is an exception is raised, as the hook raises a failed request.
+    """
     calls = []
 
-    def get(url):
-        calls.append(url)
-        if url not in responses:
+    def get(request):
+        key = request.url if request.method == "GET" else f"{request.method} {request.url}"
+        calls.append(key)
+        if key not in responses:
             return HttpResult(404, "not found")
-        status, body = responses[url]
+        if isinstance(responses[key], Exception):
+            raise responses[key]
+        status, body = responses[key]
         return HttpResult(status, body if isinstance(body, str) else json.dumps(body))
 
     return get, calls
@@ -158,6 +164,10 @@ NOW_MS = 1_700_000_100_000
 
 def test_admin_plan_reads_stats_partitioned_stats_and_ages():
     base = f"{ADMIN}/admin/v2/persistent/acme/orders"
+
+    def part(i, entries):
+        return {"subscriptions": {SUB: {"msgBacklog": entries}}}
+
     get, calls = fake_get(
         {
             base: (
@@ -165,14 +175,33 @@ def test_admin_plan_reads_stats_partitioned_stats_and_ages():
                 [
                     "persistent://acme/orders/a-DLQ-partition-0",
                     "persistent://acme/orders/a-DLQ-partition-1",
+                    "persistent://acme/orders/a-DLQ-partition-2",
                     "persistent://acme/orders/b-DLQ",
                     "persistent://acme/orders/live",
                 ],
             ),
-            f"{base}/a-DLQ/partitions": (200, {"partitions": 2}),
-            f"{base}/a-DLQ/partitioned-stats?perPartition=false&getEarliestTimeInBacklog=true": (
+            f"{base}/a-DLQ/partitions": (200, {"partitions": 3}),
+            f"{base}/a-DLQ/partitioned-stats?perPartition=true&getEarliestTimeInBacklog=true": (
                 200,
-                {"subscriptions": {SUB: {"msgBacklog": 7, "earliestMsgPublishTimeInBacklog": NOW_MS - 90e3}}},
+                {
+                    "subscriptions": {
+                        SUB: {"msgBacklog": 7, "earliestMsgPublishTimeInBacklog": NOW_MS - 90e3}
+                    },
+                    "partitions": {
+                        "persistent://acme/orders/a-DLQ-partition-0": part(0, 3),
+                        "persistent://acme/orders/a-DLQ-partition-1": part(1, 4),
+                        "persistent://acme/orders/a-DLQ-partition-2": part(2, 0),
+                    },
+                },
+            ),
+            # batched: 3 entries hold 30 messages, 4 entries hold 4 (partition 2 is empty: not asked)
+            f"POST {base}/a-DLQ-partition-0/subscription/{SUB}/analyzeBacklog": (
+                200,
+                {"entries": 3, "messages": 30, "aborted": False},
+            ),
+            f"POST {base}/a-DLQ-partition-1/subscription/{SUB}/analyzeBacklog": (
+                200,
+                {"entries": 4, "messages": 4, "aborted": False},
             ),
             f"{base}/b-DLQ/partitions": (200, {"partitions": 0}),
             f"{base}/b-DLQ/stats?getEarliestTimeInBacklog=true": (
@@ -189,16 +218,77 @@ def test_admin_plan_reads_stats_partitioned_stats_and_ages():
     topics = prepare_topics(["persistent://acme/orders/*-DLQ", "acme/orders/c DLQ"])
     result = _drive(admin_plan(ADMIN, topics, SUB, now_ms=NOW_MS), get)
     assert calls[0] == base
+    assert f"POST {base}/a-DLQ-partition-2/subscription/{SUB}/analyzeBacklog" not in calls
     assert result["persistent://acme/orders/a-DLQ"] == TopicBacklog(
-        "persistent://acme/orders/a-DLQ", SUB, 7, "admin", True, oldest_age_seconds=90.0
+        "persistent://acme/orders/a-DLQ", SUB, 34, "admin", True, 90.0, entries=7, exact=True
     )
     assert result["persistent://acme/orders/b-DLQ"] == TopicBacklog(
         "persistent://acme/orders/b-DLQ", SUB, 0, "admin", False
     )
     assert result["persistent://acme/orders/c DLQ"] == TopicBacklog(
-        "persistent://acme/orders/c DLQ", SUB, 0, "admin", True, oldest_age_seconds=None
+        "persistent://acme/orders/c DLQ", SUB, 0, "admin", True, None, entries=0, exact=True
     )
     assert "persistent://acme/orders/live" not in result
+    assert not any(c.startswith("POST") and "c%20DLQ" in c for c in calls)  # nothing to count
+
+
+T = "persistent://a/b/t"
+T_BASE = f"{ADMIN}/admin/v2/persistent/a/b/t"
+T_STATS = f"{T_BASE}/stats?getEarliestTimeInBacklog=true"
+T_COUNT = f"POST {T_BASE}/subscription/{SUB}/analyzeBacklog"
+
+
+@pytest.mark.parametrize(
+    ("count_response", "expected"),
+    [
+        ((200, {"entries": 5, "messages": 50, "aborted": False}), (50, True)),
+        # the broker stopped early: unread entries count as one message each (a lower bound)
+        ((200, {"entries": 2, "messages": 20, "aborted": True}), (23, False)),
+        ((405, "Method Not Allowed"), (5, False)),  # a broker without analyzeBacklog
+        ((403, ""), (5, False)),  # a token that may read stats but not scan
+        ((200, "<html/>"), (5, False)),
+        ((200, {"messages": "many"}), (5, False)),
+        (BacklogReadError("POST timed out"), (5, False)),  # a slow scan never fails the read
+    ],
+)
+def test_admin_plan_counts_batched_messages_or_falls_back_to_entries(count_response, expected):
+    get, calls = fake_get(
+        {
+            f"{T_BASE}/partitions": (200, {"partitions": 0}),
+            T_STATS: (200, {"subscriptions": {SUB: {"msgBacklog": 5}}}),
+            T_COUNT: count_response,
+        }
+    )
+    result = _drive(admin_plan(ADMIN, [T], SUB, now_ms=NOW_MS), get)
+    assert (result[T].backlog, result[T].exact, result[T].entries) == (*expected, 5)
+    assert calls[-1] == T_COUNT
+
+
+def test_admin_plan_does_not_scan_a_large_backlog():
+    get, calls = fake_get(
+        {
+            f"{T_BASE}/partitions": (200, {"partitions": 0}),
+            T_STATS: (200, {"subscriptions": {SUB: {"msgBacklog": 10_001}}}),
+        }
+    )
+    result = _drive(admin_plan(ADMIN, [T], SUB, now_ms=NOW_MS), get)
+    assert (result[T].backlog, result[T].exact) == (10_001, False)
+    assert T_COUNT not in calls
+    get, calls = fake_get(
+        {
+            f"{T_BASE}/partitions": (200, {"partitions": 0}),
+            T_STATS: (200, {"subscriptions": {SUB: {"msgBacklog": 3}}}),
+        }
+    )
+    result = _drive(admin_plan(ADMIN, [T], SUB, now_ms=NOW_MS, count_max_entries=2), get)
+    assert (result[T].backlog, result[T].exact) == (3, False)
+    assert T_COUNT not in calls
+
+
+def test_a_failed_stats_read_still_fails():
+    get, _ = fake_get({f"{T_BASE}/partitions": BacklogReadError("GET refused")})
+    with pytest.raises(BacklogReadError, match="GET refused"):
+        _drive(admin_plan(ADMIN, [T], SUB, now_ms=NOW_MS), get)
 
 
 def test_admin_plan_missing_topic_is_not_found_and_auth_errors_say_how_to_fix():
@@ -220,5 +310,5 @@ def test_admin_plan_missing_topic_is_not_found_and_auth_errors_say_how_to_fix():
 
 
 def test_topic_backlog_round_trips_through_json():
-    item = TopicBacklog("persistent://a/b/c", SUB, 4, "admin", True, 12.5)
+    item = TopicBacklog("persistent://a/b/c", SUB, 40, "admin", True, 12.5, entries=4, exact=True)
     assert TopicBacklog.from_dict(json.loads(json.dumps(item.to_dict()))) == item

@@ -30,7 +30,11 @@ def conns(monkeypatch):
         "conn_type": "pulsar",
         "host": "pulsar+ssl://broker:6651",
         "password": TOKEN,
-        "extra": {"metrics_url": "http://broker:8080/metrics", "tls_trust_certs_file_path": "/etc/ca.pem"},
+        "extra": {
+            "metrics_url": "http://broker:8080/metrics",
+            "admin_url": "https://broker:8443",
+            "tls_trust_certs_file_path": "/etc/ca.pem",
+        },
     }
     monkeypatch.setenv("AIRFLOW_CONN_PULSAR_DEFAULT", json.dumps(pulsar))
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[2]"}))
@@ -72,6 +76,7 @@ def test_exact_spark_submit_command_and_token_only_in_env(conns, tmp_path):
         "--conf", "spark.sql.session.timeZone=UTC",
         "--conf", "spark.log.level=WARN",
         "--conf", "spark.ui.showConsoleProgress=false",
+        "--conf", "spark.executor.heartbeatInterval=5s",
         "--conf", "spark.executor.memory=1g",
         "--py-files", "/tmp/b/dlq_replay.zip",
         "--name", "dlq-replay-dlq_nightly.replay.manual__2024-05-02T00_00_00_00_00",
@@ -83,6 +88,7 @@ def test_exact_spark_submit_command_and_token_only_in_env(conns, tmp_path):
         "--subscription", "dlq-replayer",
         "--output-dir", out,
         "--tls-trust-certs-file", "/etc/ca.pem",
+        "--admin-url", "https://broker:8443",
         "--playbook", "/opt/dlq/playbook.yaml",
         "--origin-allowlist", "persistent://public/default/orders,persistent://public/default/pay",
         "--since", "2024-05-01",
@@ -114,6 +120,103 @@ def test_yarn_without_token_file_refuses_to_put_the_token_on_argv(conns, tmp_pat
     hook = op.make_hook(op.replay_args("r1", pulsar), env, "/b.zip")
     with pytest.raises(ReplayArgumentError, match="set auth_token_file"):
         op._check_env_stays_off_argv(hook, env)
+
+
+OAUTH_SECRET = "oauth-client-secret-never-on-argv"
+
+
+@pytest.fixture
+def oauth_mtls_conn(monkeypatch):
+    """OAuth2 client credentials (Login/Password) over mutual TLS (client certificate and key files)."""
+    pulsar = {
+        "conn_type": "pulsar",
+        "host": "pulsar+ssl://broker:6651",
+        "login": "replayer",
+        "password": OAUTH_SECRET,
+        "extra": {
+            "tls_trust_certs_file_path": "/etc/ca.pem",
+            "tls_cert_file_path": "/etc/pulsar/client.pem",
+            "tls_key_file_path": "/etc/pulsar/client.key",
+            "oauth2_issuer_url": "https://auth.example.com/",
+            "oauth2_audience": "urn:pulsar:prod",
+        },
+    }
+    monkeypatch.setenv("AIRFLOW_CONN_PULSAR_OAUTH", json.dumps(pulsar))
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[2]"}))
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_YARN", json.dumps({"conn_type": "spark", "host": "yarn"}))
+
+
+def test_oauth2_secret_goes_by_env_and_certificates_by_path(oauth_mtls_conn, tmp_path):
+    from airflow_provider_dlq.operators.replay import OAUTH2_CREDENTIALS_ENV
+
+    op = make_operator(tmp_path, pulsar_conn_id="pulsar_oauth")
+    pulsar = op.pulsar_hook.config
+    args = op.replay_args("r1", pulsar)
+    argv = args.to_argv()
+    env = op.spark_env(pulsar, "local[2]")
+    assert argv[argv.index("--tls-cert-file") + 1] == "/etc/pulsar/client.pem"
+    assert argv[argv.index("--tls-key-file") + 1] == "/etc/pulsar/client.key"
+    assert argv[argv.index("--oauth2-issuer-url") + 1] == "https://auth.example.com"
+    assert argv[argv.index("--oauth2-audience") + 1] == "urn:pulsar:prod"
+    assert OAUTH_SECRET not in " ".join(argv)
+    assert json.loads(env[OAUTH2_CREDENTIALS_ENV]) == {"client_id": "replayer", "client_secret": OAUTH_SECRET}
+    assert TOKEN_ENV not in env  # the Password is the OAuth2 client secret, not a token
+    hook = op.make_hook(args, env, "/b.zip")
+    assert OAUTH_SECRET not in " ".join(hook._build_spark_submit_command("/b/main.py"))
+    with_file = make_operator(
+        tmp_path, pulsar_conn_id="pulsar_oauth", oauth2_credentials_file="/run/oauth.json"
+    )
+    assert OAUTH2_CREDENTIALS_ENV not in with_file.spark_env(pulsar, "yarn")
+    file_argv = with_file.replay_args("r1", pulsar).to_argv()
+    assert file_argv[file_argv.index("--oauth2-credentials-file") + 1] == "/run/oauth.json"
+    yarn = make_operator(tmp_path, pulsar_conn_id="pulsar_oauth", spark_conn_id="spark_yarn")
+    yarn_env = yarn.spark_env(pulsar, "yarn")
+    with pytest.raises(ReplayArgumentError, match="oauth2_credentials_file"):
+        yarn._check_env_stays_off_argv(
+            yarn.make_hook(yarn.replay_args("r1", pulsar), yarn_env, "/b.zip"), yarn_env
+        )
+    with pytest.raises(ReplayArgumentError, match="must not carry PULSAR_OAUTH2_CREDENTIALS"):
+        make_operator(tmp_path, env_vars={OAUTH2_CREDENTIALS_ENV: "x"}).spark_env(pulsar, "local[2]")
+
+
+def test_report_settings_reach_spark_conf(conns, tmp_path):
+    op = make_operator(tmp_path, report_payload_snippets=True)
+    pulsar = op.pulsar_hook.config
+    hook = op.make_hook(op.replay_args("r1", pulsar), {}, "/b.zip", expected=1234)
+    cmd = " ".join(hook._build_spark_submit_command("/b/main.py"))
+    assert "spark.dlq.report.payloadSnippets=true" in cmd
+    assert "spark.dlq.progress.expectedMessages=1234" in cmd
+    plain = make_operator(tmp_path).make_hook(op.replay_args("r1", pulsar), {}, "/b.zip")
+    assert "payloadSnippets" not in " ".join(plain._build_spark_submit_command("/b/main.py"))
+
+
+def test_extra_links_point_at_the_report_endpoint_storage_or_spark_history(conns, tmp_path):
+    from airflow_provider_dlq.operators.links import (
+        DlqReplayReportLink,
+        SparkApplicationLink,
+        report_endpoint,
+    )
+
+    ti = SimpleNamespace(dag_id="dlq backfill", run_id="manual__2024-05-01T00:00:00+00:00", task_id="replay",
+                         map_index=-1)  # fmt: skip
+    op = make_operator(tmp_path)
+    assert DlqReplayReportLink().get_link(op, ti_key=ti) == ""  # no report yet: no link
+    assert SparkApplicationLink().get_link(op, ti_key=ti) == ""
+    op.report_html_uri = "s3a://bucket/dlq/runs/r1/report.html"
+    op.spark_application = {"application_id": "app-20240501-0001", "ui_url": "http://driver:4040"}
+    assert DlqReplayReportLink().get_link(op, ti_key=ti) == (
+        "/dlq-replay/reports/dlq%20backfill/manual__2024-05-01T00%3A00%3A00%2B00%3A00/replay/-1"
+    )
+    assert report_endpoint("d", "r", "t", 2, base="https://airflow.example.com") == (
+        "https://airflow.example.com/dlq-replay/reports/d/r/t/2"
+    )
+    assert SparkApplicationLink().get_link(op, ti_key=ti) == "http://driver:4040"
+    op.spark_history_url = "http://history:18080/"
+    assert SparkApplicationLink().get_link(op, ti_key=ti) == "http://history:18080/history/app-20240501-0001/"
+    op.report_url = "https://console.example.com/browse?path={report_html}"
+    assert DlqReplayReportLink().get_link(op, ti_key=ti) == (
+        "https://console.example.com/browse?path=s3a://bucket/dlq/runs/r1/report.html"
+    )
 
 
 def test_token_in_env_vars_is_refused(conns, tmp_path):

@@ -26,7 +26,7 @@ CONTRACT_OPTIONS = [
     "--run-id", "--mode", "--service-url", "--auth-token-file", "--tls-trust-certs-file", "--topics",
     "--subscription", "--playbook", "--output-dir", "--origin-allowlist", "--signatures", "--error-class",
     "--since", "--until", "--max-messages", "--max-replays", "--rate-limit", "--parallelism",
-    "--archive-payload", "--idle-timeout-ms", "--wave-size", "--subscription-lease",
+    "--archive-payload", "--idle-timeout-ms", "--wave-size", "--subscription-lease", "--admin-url",
 ]  # fmt: skip
 SIG = "3f1c9a0b2d4e6f81"
 
@@ -63,7 +63,7 @@ def test_all_options_parse():
          "--until", "2024-05-02T00:00:00Z",
          "--max-messages", "10", "--max-replays", "5", "--rate-limit", "100", "--parallelism", "2",
          "--archive-payload", "off", "--auth-token-file", "/t", "--tls-trust-certs-file", "/ca",
-         "--subscription-lease", "off", "--wave-size", "10"]
+         "--subscription-lease", "off", "--wave-size", "10", "--admin-url", "https://broker:8443/"]
     )  # fmt: skip
     assert opts.origin_allowlist == ("orders*", "re:.*x")
     assert opts.signatures == (SIG, SIG[::-1])
@@ -74,6 +74,7 @@ def test_all_options_parse():
     assert opts.auth_token_file == "/t"
     assert opts.subscription_lease is False
     assert opts.wave_size == 10
+    assert opts.admin_url == "https://broker:8443"
 
 
 @pytest.mark.parametrize(
@@ -92,6 +93,7 @@ def test_all_options_parse():
         (["--service-url", "http://localhost:8080"], "binary-protocol URL"),
         (["--subscription", "bad\nname"], "without control characters"),
         (["--wave-size", "0"], "--wave-size must be >= 1"),
+        (["--admin-url", "broker:8080"], "--admin-url must start with http:// or https://"),
     ],
 )
 def test_invalid_options_name_the_fix(extra, message):

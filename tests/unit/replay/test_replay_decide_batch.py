@@ -49,6 +49,7 @@ def snapshot_batch(rows: list[tuple[bytes, dict[str, str]]]) -> pa.RecordBatch:
         "event_time": [None] * n,
         "redelivery_count": [0] * n,
         "producer_name": ["p"] * n,
+        "batch_size": [1] * n,
     }
     return pa.RecordBatch.from_arrays([pa.array(data[f.name], type=f.type) for f in schema], schema=schema)
 

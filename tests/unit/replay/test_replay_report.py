@@ -49,6 +49,9 @@ def test_groups_merge_outcomes_sorted_by_count():
     assert a["actions"] == {"republish": 7}
     assert a["rules"] == ["r1"]
     assert a["sample_message_ids"] == ["1:1:-1:-1"]
+    assert a["no_rule"] == 0
+    unmatched, _ = build_groups([combo("u", oc.SKIPPED, 4, action="skip", rule=None)], {}, oc.REPLAY)
+    assert unmatched[0]["no_rule"] == 4
     assert other == {"groups": 0, "count": 0}
     capped, other = build_groups(COMBOS, {}, oc.REPLAY, max_groups=2)
     assert len(capped) == 2
@@ -115,6 +118,12 @@ def test_summary_line_is_one_json_line():
     assert "\n" not in line
     data = json.loads(line[len(SUMMARY_PREFIX) :])
     assert set(data) == {"run_id", "mode", "status", "totals", "paths"}
+    with_spark = {
+        **report_dict(),
+        "spark": {"application_id": "local-1", "master": "local[2]", "ui_url": None},
+    }
+    data = json.loads(summary_line(with_spark)[len(SUMMARY_PREFIX) :])
+    assert data["spark"]["application_id"] == "local-1"
 
 
 def test_html_is_self_contained_escaped_and_has_a_bar_per_group():
@@ -124,8 +133,7 @@ def test_html_is_self_contained_escaped_and_has_a_bar_per_group():
     assert "&lt;script&gt;" in page
     assert "<b>id</b>" not in page
     assert "r&lt;1&gt;" in page
-    assert "<svg" in page
-    assert page.count("<rect") == 5
+    assert page.count('class="bar-track"') == 4  # one bar per group, labels are wrapping HTML text
     assert "http://" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "")
     assert "src=" not in page
     assert "<link" not in page

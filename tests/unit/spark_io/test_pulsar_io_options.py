@@ -103,7 +103,16 @@ def test_commit_fn_rejects_foreign_topics_and_bad_input():
     # Ids beyond the window end are ignored without touching the broker.
     out = fn(pa.table({"dlq_topic": ["persistent://t/n/a"], "dlq_message_id": ["5:0:-1:-1"]}))
     assert out.to_pylist() == [
-        {"dlq_topic": "persistent://t/n/a", "acked": 0, "left_pending": 0, "beyond_window": 0}
+        {
+            "dlq_topic": "persistent://t/n/a",
+            "acked": 0,
+            "left_pending": 0,
+            "beyond_window": 0,
+            "final_in_partial_entries": 0,
+            "unacked_final": 0,
+            "entries_acked": 0,
+            "messages_read": 0,
+        }
     ]
     with pytest.raises(PulsarConfigError, match="subscription is required"):
         make_commit_fn(conf, [], "", 100)
@@ -165,3 +174,47 @@ def test_undecodable_text_keeps_the_message_flagged():
     assert dict(row["properties"]) == {UNDECODABLE_PROPERTY: "properties or key are not valid UTF-8"}
     assert row["event_time"] is None
     assert row["redelivery_count"] == 3
+
+
+def test_reader_mode_windows_plan_disjoint_shares_of_the_pending_entries():
+    from spark_apps.dlq_replay.pulsar_io.cursor import EntryRange
+
+    pending = (EntryRange(3, 0, 5999, 0), EntryRange(3, 6100, 9999, 100))
+    windows = [
+        PartitionWindow("persistent://public/default/a-DLQ-partition-0", 0, "3:9999:0:-1", pending, "2:7"),
+        PartitionWindow("persistent://public/default/a-DLQ-partition-1", 1, "4:0:1:-1", (), "4:0"),
+    ]
+    r = reader(topics="", window=windows_to_json(windows), parallelism="3", **{"reader.min.entries": "1000"})
+    parts = r.partitions()
+    # The fully acked partition-1 gets no task; partition-0's 9,900 pending entries get 3 shares.
+    assert [(p.topic, p.slot) for p in parts] == [(windows[0].topic, s) for s in range(3)]
+    assert [sum(x.entries for x in p.ranges) for p in parts] == [3300, 3300, 3300]
+    assert parts[0].ranges[0].start == (3, 0)
+    assert parts[-1].ranges[-1].stop == (3, 9999)
+
+
+def test_admin_url_option_and_conf_validation():
+    conf = PulsarConf.from_options({**BASE, "admin.url": "http://127.0.0.1:8080/"})
+    assert conf.admin_url == "http://127.0.0.1:8080"
+    assert conf.to_options()["admin.url"] == "http://127.0.0.1:8080"
+    assert PulsarConf.from_options(BASE).admin_url is None
+    with pytest.raises(PulsarConfigError, match="admin_url must start with http"):
+        PulsarConf("pulsar://127.0.0.1:6650", admin_url="127.0.0.1:8080")
+
+
+def test_entry_commit_fn_checks_its_input_before_touching_the_broker():
+    from spark_apps.dlq_replay.pulsar_io.commit import EntryCommitFn
+    from spark_apps.dlq_replay.pulsar_io.cursor import EntryRange
+
+    conf = PulsarConf("pulsar://127.0.0.1:1", token_env=None, admin_url="http://127.0.0.1:1")
+    window = PartitionWindow("persistent://t/n/a", -1, "1:9:-1:-1", (EntryRange(1, 0, 9, 0),), "1:-1")
+    fn = EntryCommitFn(conf, [window], "sub")
+    row = {"ledger_id": [1], "entry_id": [3], "messages": [1], "final_messages": [1], "batch_size": [1]}
+    with pytest.raises(WindowError, match="no reader-mode window"):
+        fn(pa.table({"dlq_topic": ["persistent://t/n/zzz"], **row}))
+    with pytest.raises(WindowError, match="beyond the window end"):
+        fn(pa.table({"dlq_topic": ["persistent://t/n/a"], **row, "entry_id": [10]}))
+    with pytest.raises(PulsarConfigError, match="lacks columns"):
+        fn(pa.table({"dlq_topic": ["persistent://t/n/a"]}))
+    with pytest.raises(PulsarConfigError, match="verifies acks through admin REST"):
+        EntryCommitFn(PulsarConf("pulsar://127.0.0.1:1"), [window], "sub")

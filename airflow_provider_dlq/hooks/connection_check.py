@@ -1,0 +1,186 @@
+"""The connection form's Test button: reach the broker, authenticate, and check the admin/metrics URLs.
+
+Every failure names the URL and the cause (``cannot reach pulsar://127.0.0.1:1234: connection
+refused ...``) and never a secret. The broker check does not assume access to ``public/default``: it
+looks up the connection's extra ``test_topic`` when set; otherwise an authorisation refusal on
+``public/default`` still counts as success, because the broker authenticated the client to answer it.
+"""
+
+from __future__ import annotations
+
+import socket
+from typing import TYPE_CHECKING
+from urllib.parse import quote
+
+if TYPE_CHECKING:
+    import httpx
+
+    from airflow_provider_dlq.hooks.connection import PulsarConnectionConfig
+    from airflow_provider_dlq.hooks.pulsar import PulsarHook
+
+FALLBACK_TOPIC = "persistent://public/default/__airflow_dlq_connection_check"
+TCP_TIMEOUT = 5.0
+OPERATION_TIMEOUT = 10
+
+
+AUTH_LABELS = {
+    "none": "no authentication",
+    "token": "token auth",
+    "oauth2": "OAuth2 auth",
+    "tls": "TLS client certificate auth",
+}
+
+
+class CheckFailed(Exception):
+    """One check failed; the message is shown to the user as is."""
+
+
+def broker_addresses(service_url: str) -> list[tuple[str, int]]:
+    """``[(host, port)]`` of a service URL (``pulsar://b1:6650,b2:6650`` gives two)."""
+    scheme, _, rest = service_url.partition("://")
+    default = 6651 if scheme == "pulsar+ssl" else 6650
+    addresses = []
+    for part in rest.split("/")[0].split(","):
+        part = part.strip()
+        host, sep, port = part.rpartition(":")
+        if not sep or not port.isdigit():
+            host, port = part, ""
+        addresses.append((host.strip("[]"), int(port) if port else default))
+    return addresses
+
+
+def _socket_cause(exc: OSError, host: str, port: int) -> str:
+    if isinstance(exc, ConnectionRefusedError):
+        return f"connection refused (nothing listens on {host}:{port}; is the broker running on that port?)"
+    if isinstance(exc, socket.gaierror):
+        return f"unknown host {host!r} ({exc.strerror or exc})"
+    if isinstance(exc, TimeoutError):
+        return f"no answer within {TCP_TIMEOUT:g} s (wrong host, or a firewall drops the connection)"
+    return f"{type(exc).__name__}: {exc.strerror or exc}"
+
+
+def check_reachable(service_url: str) -> list[str]:
+    """Open a TCP connection to every broker of ``service_url``; raise when none answers.
+
+    Returns notes about brokers that did not answer when at least one did.
+    """
+    failures = []
+    addresses = broker_addresses(service_url)
+    for host, port in addresses:
+        try:
+            socket.create_connection((host, port), timeout=TCP_TIMEOUT).close()
+        except OSError as exc:
+            failures.append(f"{host}:{port}: {_socket_cause(exc, host, port)}")
+    if len(failures) == len(addresses):
+        detail = failures[0] if len(failures) == 1 else "; ".join(failures)
+        if len(failures) == 1:
+            detail = detail.split(": ", 1)[1]
+        raise CheckFailed(f"cannot reach {service_url}: {detail}")
+    return [f"unreachable broker {failure}" for failure in failures]
+
+
+def check_broker(hook: PulsarHook, config: PulsarConnectionConfig) -> str:
+    """Look up the test topic through a real client; returns a note, raises :class:`CheckFailed`."""
+    import pulsar
+
+    url = config.service_url
+    topic = config.test_topic or FALLBACK_TOPIC
+    try:
+        client = hook.get_client(operation_timeout_seconds=OPERATION_TIMEOUT)
+    except Exception as exc:  # bad client options (e.g. an unreadable key file)
+        raise CheckFailed(f"cannot create a Pulsar client for {url}: {type(exc).__name__}: {exc}") from exc
+    try:
+        client.get_topic_partitions(topic)
+    except pulsar.AuthenticationError as exc:
+        raise CheckFailed(
+            f"{url} refused the credentials ({config.auth_method} authentication): {exc}; check the "
+            "token, OAuth2 client or client certificate of the connection"
+        ) from exc
+    except pulsar.AuthorizationError as exc:
+        if config.test_topic:
+            raise CheckFailed(
+                f"{url} accepted the credentials ({config.auth_method}) but they may not look up {topic}: "
+                f"{exc}; grant the role access to its namespace, or set extra test_topic to a topic it "
+                "may read"
+            ) from exc
+        return (
+            f"broker {url} ok: credentials accepted ({config.auth_method}); not authorised on "
+            "public/default, which is fine (set extra test_topic to check a topic of yours)"
+        )
+    except pulsar.Timeout as exc:
+        hint = (
+            "is the TLS setup right (pulsar+ssl:// URL, trust certs file, client certificate)?"
+            if config.uses_tls
+            else "is this a Pulsar broker port, and does the broker need TLS (pulsar+ssl://)?"
+        )
+        raise CheckFailed(f"{url} did not answer within {OPERATION_TIMEOUT} s: {hint}") from exc
+    except pulsar.ConnectError as exc:
+        hint = " (TLS handshake failed? check tls_trust_certs_file_path)" if config.uses_tls else ""
+        raise CheckFailed(f"cannot connect to {url}: {exc}{hint}") from exc
+    except Exception as exc:
+        raise CheckFailed(f"{url}: looking up {topic} failed: {type(exc).__name__}: {exc}") from exc
+    finally:
+        client.close()
+    return f"broker {url} ok ({AUTH_LABELS.get(config.auth_method, config.auth_method)}, looked up {topic})"
+
+
+def _admin_check_url(config: PulsarConnectionConfig) -> str:
+    """With ``test_topic``: list its namespace's topics (what the sensor does for globs; any role that
+    may consume there may list); else ``clusters``."""
+    assert config.admin_url is not None
+    if config.test_topic and "://" in config.test_topic:
+        domain, _, path = config.test_topic.partition("://")
+        parts = path.split("/")
+        if len(parts) == 3:
+            tenant, namespace = (quote(p, safe="") for p in parts[:2])
+            return f"{config.admin_url}/admin/v2/{domain}/{tenant}/{namespace}"
+    return f"{config.admin_url}/admin/v2/clusters"
+
+
+def check_http(client: httpx.Client, url: str, what: str, *, forbidden_ok: bool) -> str:
+    """GET ``url``; 2xx is ok, 403 is ok when ``forbidden_ok`` (authenticated, not authorised)."""
+    import httpx
+
+    try:
+        response = client.get(url)
+    except httpx.HTTPError as exc:
+        raise CheckFailed(f"cannot reach the {what} {url}: {type(exc).__name__}: {exc}") from exc
+    if response.status_code == 401:
+        raise CheckFailed(f"the {what} {url} refused the credentials (HTTP 401)")
+    if response.status_code == 403 and forbidden_ok:
+        return f"{what} ok (credentials accepted; HTTP 403 on {url}, set extra test_topic to check yours)"
+    if response.status_code >= 400:
+        raise CheckFailed(f"the {what} {url} returned HTTP {response.status_code}")
+    return f"{what} ok"
+
+
+def check_connection(hook: PulsarHook, config: PulsarConnectionConfig) -> tuple[bool, str]:
+    """Run every check; ``(True, notes)`` or ``(False, "<what failed>")`` with the checks done so far."""
+    from airflow_provider_dlq.hooks.backlog import BacklogReadError
+
+    notes: list[str] = []
+    try:
+        notes += check_reachable(config.service_url)
+        notes.append(check_broker(hook, config))
+        if config.admin_url or config.metrics_url:
+            try:
+                http = hook._http_client(config)
+            except BacklogReadError as exc:
+                raise CheckFailed(str(exc)) from exc
+            with http:
+                if config.admin_url:
+                    url = _admin_check_url(config)
+                    notes.append(check_http(http, url, "admin API", forbidden_ok=not config.test_topic))
+                if config.metrics_url:
+                    notes.append(check_http(http, config.metrics_url, "metrics endpoint", forbidden_ok=False))
+        else:
+            notes.append("no admin_url or metrics_url: backlog sensing is unavailable")
+    except CheckFailed as exc:
+        done = "; ".join(notes)
+        return False, f"{exc}" + (f" (passed: {done})" if done else "")
+    except Exception as exc:
+        return False, f"connection test failed: {type(exc).__name__}: {exc}"
+    return True, "; ".join(notes)
+
+
+__all__ = ["CheckFailed", "broker_addresses", "check_connection"]

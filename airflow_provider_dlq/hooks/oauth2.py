@@ -1,0 +1,134 @@
+"""OAuth2 client credentials for the admin/metrics HTTP calls (the broker client does its own).
+
+The flow is the one Pulsar's clients use: discover the token endpoint at
+``<issuer_url>/.well-known/openid-configuration``, then ``POST`` ``grant_type=client_credentials`` with
+the client ID and secret (and ``audience``/``scope`` when set). Access tokens are cached until shortly
+before they expire. Nothing here logs a secret or a token; errors name the URL and the HTTP status only.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import httpx
+
+    from airflow_provider_dlq.hooks.connection import OAuth2Settings
+
+DISCOVERY_PATH = "/.well-known/openid-configuration"
+#: Seconds before expiry at which a cached token is renewed.
+EXPIRY_MARGIN = 30.0
+
+
+class OAuth2Error(RuntimeError):
+    """No access token could be obtained; the message names the URL and the cause, never a secret."""
+
+
+def load_credentials(settings: OAuth2Settings) -> tuple[str, str]:
+    """``(client_id, client_secret)`` from the settings or their credentials file."""
+    if settings.client_id and settings.client_secret:
+        return settings.client_id, settings.client_secret
+    path = settings.credentials_file
+    if not path:
+        raise OAuth2Error("OAuth2 needs client_id and client_secret, or a credentials file")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except OSError as exc:
+        raise OAuth2Error(f"cannot read the OAuth2 credentials file {path!r}: {exc.strerror}") from exc
+    except ValueError as exc:
+        raise OAuth2Error(f"the OAuth2 credentials file {path!r} is not JSON") from exc
+    if not isinstance(data, dict) or not data.get("client_id") or not data.get("client_secret"):
+        raise OAuth2Error(f"the OAuth2 credentials file {path!r} needs client_id and client_secret")
+    return str(data["client_id"]), str(data["client_secret"])
+
+
+def _token_from(response: httpx.Response, url: str) -> tuple[str, float]:
+    if response.status_code != 200:
+        raise OAuth2Error(
+            f"OAuth2 token request to {url} returned HTTP {response.status_code}; check the client ID, "
+            "secret, audience and scope"
+        )
+    try:
+        body = response.json()
+        token = str(body["access_token"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise OAuth2Error(f"OAuth2 token endpoint {url} answered without an access_token") from exc
+    expires_in = float(body.get("expires_in") or 3600)
+    return token, time.monotonic() + max(0.0, expires_in - EXPIRY_MARGIN)
+
+
+def _endpoint_from(response: httpx.Response, url: str) -> str:
+    if response.status_code != 200:
+        raise OAuth2Error(
+            f"OAuth2 discovery {url} returned HTTP {response.status_code}; check oauth2_issuer_url"
+        )
+    try:
+        return str(response.json()["token_endpoint"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise OAuth2Error(f"OAuth2 discovery {url} names no token_endpoint; check oauth2_issuer_url") from exc
+
+
+@dataclass
+class ClientCredentials:
+    """Access tokens for one OAuth2 client (sync and async), cached until near expiry."""
+
+    settings: OAuth2Settings
+    _token: str | None = field(default=None, repr=False)
+    _expires: float = 0.0
+
+    @property
+    def discovery_url(self) -> str:
+        return self.settings.issuer_url.rstrip("/") + DISCOVERY_PATH
+
+    def _form(self) -> dict[str, str]:
+        client_id, client_secret = load_credentials(self.settings)
+        form = {"grant_type": "client_credentials", "client_id": client_id, "client_secret": client_secret}
+        if self.settings.audience:
+            form["audience"] = self.settings.audience
+        if self.settings.scope:
+            form["scope"] = self.settings.scope
+        return form
+
+    def _unreachable(self, exc: Exception) -> OAuth2Error:
+        issuer = self.settings.issuer_url
+        return OAuth2Error(f"OAuth2 issuer {issuer} unreachable: {type(exc).__name__}: {exc}")
+
+    def _cached(self) -> str | None:
+        return self._token if self._token and time.monotonic() < self._expires else None
+
+    def token(self, client: httpx.Client) -> str:
+        """An access token, fetched through ``client`` when none is cached."""
+        import httpx
+
+        cached = self._cached()
+        if cached:
+            return cached
+        try:
+            endpoint = _endpoint_from(client.get(self.discovery_url), self.discovery_url)
+            self._token, self._expires = _token_from(client.post(endpoint, data=self._form()), endpoint)
+        except httpx.HTTPError as exc:
+            raise self._unreachable(exc) from exc
+        return self._token
+
+    async def atoken(self, client: httpx.AsyncClient) -> str:
+        """Async variant of :meth:`token`."""
+        import httpx
+
+        cached = self._cached()
+        if cached:
+            return cached
+        try:
+            response = await client.get(self.discovery_url)
+            endpoint = _endpoint_from(response, self.discovery_url)
+            self._token, self._expires = _token_from(await client.post(endpoint, data=self._form()), endpoint)
+        except httpx.HTTPError as exc:
+            raise self._unreachable(exc) from exc
+        return self._token
+
+
+def bearer(token: str) -> dict[str, Any]:
+    return {"Authorization": f"Bearer {token}"}

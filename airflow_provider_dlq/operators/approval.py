@@ -1,0 +1,280 @@
+"""``DlqGroupApprovalOperator``: a person chooses, per error group, what a replay may do (Airflow HITL).
+
+Built on Airflow 3's human-in-the-loop ``HITLOperator``: the task shows a dry-run's error groups (count,
+template, origin, first/last seen, sample message ids, the playbook's proposal) in the UI's *Required
+actions* form, with one field per group: ``replay``, ``archive`` or ``leave``. Every field defaults to
+``leave`` and the default option is "Approve nothing", so a request that times out approves nothing.
+See ``docs/approval.md``.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from airflow.providers.common.compat.sdk import SkipMixin
+from airflow.providers.standard.operators.hitl import HITLOperator
+from airflow.sdk import Param
+from airflow.sdk.definitions.param import ParamsDict
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from airflow.sdk import Context
+
+REPLAY, ARCHIVE, LEAVE = "replay", "archive", "leave"
+GROUP_ACTIONS: tuple[str, ...] = (REPLAY, ARCHIVE, LEAVE)
+DEFAULT_MAX_GROUPS = 50
+#: What the playbook proposed for a group (the report's action), as a suggestion for the reviewer.
+_SUGGESTION = {"republish": REPLAY, "archive": ARCHIVE, "drop": ARCHIVE, "skip": LEAVE}
+
+
+def load_groups(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The dry-run's groups: from its ``report.json`` when this worker can read it, else the summary's
+    (top) groups."""
+    path = str((summary.get("paths") or {}).get("report_json") or "")
+    parts = urlsplit(path)
+    if path and parts.scheme in ("", "file"):
+        local = Path(parts.path if parts.scheme == "file" else path)
+        if local.is_file():
+            report = json.loads(local.read_text(encoding="utf-8"))
+            return list(report.get("groups") or [])
+    return list(summary.get("groups") or [])
+
+
+def _plain(value: Any, limit: int = 120) -> str:
+    """One line of at most ``limit`` characters."""
+    return " ".join(str(value if value is not None else "-").split())[:limit]
+
+
+def _cell(value: Any, limit: int = 120) -> str:
+    """Text safe inside a Markdown table cell (values come from DLQ messages: untrusted)."""
+    text = _plain(value, limit)
+    for char in "\\|[]*_":
+        text = text.replace(char, "\\" + char)
+    return text.replace("`", "'").replace("<", "&lt;")
+
+
+def approval_body(summary: Mapping[str, Any], groups: Sequence[Mapping[str, Any]], shown: int) -> str:
+    """The Markdown shown above the form: the dry-run, and one table row per group."""
+    totals = summary.get("totals") or {}
+    lines = [
+        f"Dry-run **{_cell(summary.get('run_id'))}** found **{totals.get('snapshot', 0)}** pending DLQ "
+        f"messages in **{len(groups)}** error groups. Choose per group: **replay** (republish to its "
+        "origin; the playbook's fix applies), **archive** (archive and ack) or **leave** (stays pending). "
+        "Only the groups you approve are touched, and only the messages this dry-run saw.",
+        "",
+        "| # | signature | messages | error | template | origin | first / last seen | sample ids | "
+        "playbook |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for n, group in enumerate(groups[:shown], start=1):
+        samples = ", ".join(str(s) for s in (group.get("sample_message_ids") or [])[:3])
+        lines.append(
+            f"| {n} | `{_cell(group.get('signature'))}` | {int(group.get('count') or 0)} | "
+            f"{_cell(group.get('error_class'))} | {_cell(group.get('template'))} | "
+            f"{_cell(group.get('origin_topic'))} | {_cell(group.get('first_seen'))} / "
+            f"{_cell(group.get('last_seen'))} | {_cell(samples)} | {_cell(group.get('action') or 'skip')} |"
+        )
+    if len(groups) > shown:
+        rest = sum(int(g.get("count") or 0) for g in groups[shown:])
+        lines.append("")
+        lines.append(f"{len(groups) - shown} smaller groups ({rest} messages) are not shown, stay pending.")
+    report = (summary.get("paths") or {}).get("report_html")
+    if report:
+        lines += ["", f"Full report: `{_cell(report, 400)}`"]
+    return "\n".join(lines)
+
+
+def group_params(groups: Sequence[Mapping[str, Any]]) -> dict[str, Param]:
+    """One form field per group, keyed by signature, defaulting to ``leave``."""
+    params: dict[str, Param] = {}
+    for group in groups:
+        signature = str(group.get("signature"))
+        proposal = _SUGGESTION.get(str(group.get("action") or "skip"), LEAVE)
+        params[signature] = Param(
+            LEAVE,
+            type="string",
+            enum=list(GROUP_ACTIONS),
+            title=f"{int(group.get('count') or 0)} x {_plain(group.get('error_class'), 60)}: "
+            f"{_plain(group.get('template'), 80)}",
+            description=f"Signature {signature}, origin {_plain(group.get('origin_topic'))}; "
+            f"the playbook proposes '{proposal}'.",
+        )
+    return params
+
+
+class DlqGroupApprovalOperator(HITLOperator, SkipMixin):
+    """Ask a person which error groups of a dry-run to replay, archive or leave pending.
+
+    The task returns (XCom) ``{"decision", "actions", "approved", "approved_messages", "counts",
+    "dry_run_id", "responded_by", "timed_out"}``; give ``actions`` to ``DlqReplayOperator(group_actions=
+    ...)`` and ``dry_run_id`` to its ``window_from``, so the replay acts on exactly what was approved.
+    When nothing is approved (the "Approve nothing" option, every group left, or the timeout), the
+    downstream tasks are skipped.
+
+    :param dry_run_summary: The dry-run's summary, i.e. the ``DlqReplayOperator`` XCom (``dry_run.output``).
+    :param response_timeout_seconds: How long the request waits; then nothing is approved. A number or a
+        template rendering to one (e.g. from a Variable). (templated)
+    :param max_groups: Groups shown in the form, largest first; the rest stay pending.
+    :param subject: Headline of the request. (templated)
+    :param kwargs: Further ``HITLOperator`` arguments (``notifiers``, ``assigned_users``, ...).
+
+    .. seealso:: ``docs/approval.md``
+    """
+
+    APPLY = "Apply the chosen actions"
+    NOTHING = "Approve nothing"
+    inherits_from_skipmixin = True
+    template_fields: Sequence[str] = ("subject", "body", "dry_run_summary", "response_timeout_seconds")
+
+    def __init__(
+        self,
+        *,
+        dry_run_summary: Any,
+        response_timeout_seconds: float | str = 86400.0,
+        max_groups: int = DEFAULT_MAX_GROUPS,
+        subject: str = "Approve the DLQ replay, group by group",
+        **kwargs: Any,
+    ) -> None:
+        for fixed in ("options", "defaults", "multiple", "response_timeout"):
+            if fixed in kwargs:
+                raise ValueError(
+                    f"DlqGroupApprovalOperator sets {fixed!r} itself (one field per error group, "
+                    "'Approve nothing' on timeout); use response_timeout_seconds for the timeout."
+                )
+        if isinstance(max_groups, bool) or not isinstance(max_groups, int) or max_groups < 1:
+            raise ValueError(f"max_groups must be an integer >= 1; got {max_groups!r}.")
+        super().__init__(
+            subject=subject,
+            options=[self.APPLY, self.NOTHING],
+            defaults=[self.NOTHING],
+            multiple=False,
+            **kwargs,
+        )
+        self.dry_run_summary = dry_run_summary
+        self.response_timeout_seconds = response_timeout_seconds
+        self.max_groups = max_groups
+
+    # ----------------------------------------------------------------------- request
+
+    def _summary(self) -> dict[str, Any]:
+        summary = self.dry_run_summary
+        if isinstance(summary, str):
+            summary = json.loads(summary) if summary.strip() else {}
+        if not isinstance(summary, dict) or "run_id" not in summary:
+            raise ValueError(
+                "dry_run_summary must be the dry-run's summary (the DlqReplayOperator XCom, e.g. "
+                f"dry_run.output); got {type(self.dry_run_summary).__name__}."
+            )
+        if summary.get("mode") != "dry-run":
+            raise ValueError(
+                f"dry_run_summary must come from a dry-run; run {summary.get('run_id')!r} was mode "
+                f"{summary.get('mode')!r}. Review a dry-run, then replay what was approved."
+            )
+        return summary
+
+    def _timeout(self) -> timedelta:
+        try:
+            seconds = float(self.response_timeout_seconds)
+        except (TypeError, ValueError):
+            seconds = -1.0
+        if seconds <= 0:
+            raise ValueError(
+                f"response_timeout_seconds must be a positive number; got {self.response_timeout_seconds!r}."
+            )
+        return timedelta(seconds=seconds)
+
+    def execute(self, context: Context) -> Any:
+        summary = self._summary()
+        self.response_timeout = self._timeout()
+        groups = load_groups(summary)
+        shown = groups[: self.max_groups]
+        if not shown:
+            self.log.info("Dry-run %s found no pending messages: nothing to approve.", summary["run_id"])
+            return self._skip_downstream(
+                context, self._result(summary, {}, {}, responded_by=None, timed_out=False)
+            )
+        self.params = ParamsDict(group_params(shown))
+        self.body = approval_body(summary, groups, len(shown))
+        self.log.info(
+            "Asking for approval of %d error groups (%d messages) of dry-run %s; timeout %s",
+            len(shown),
+            sum(int(g.get("count") or 0) for g in shown),
+            summary["run_id"],
+            self.response_timeout,
+        )
+        return super().execute(context)
+
+    # ----------------------------------------------------------------------- response
+
+    def validate_params_input(self, params_input: Mapping[str, Any]) -> None:
+        """Each answered group must hold one of the actions (groups left out count as ``leave``)."""
+        bad = {k: v for k, v in params_input.items() if v not in GROUP_ACTIONS}
+        if bad:
+            raise ValueError(f"Group actions {bad} must each be one of {', '.join(GROUP_ACTIONS)}.")
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
+        response = super().execute_complete(context, event)
+        summary = self._summary()
+        counts = {
+            str(g.get("signature")): int(g.get("count") or 0) for g in load_groups(summary)[: self.max_groups]
+        }
+        answered = dict(response.get("params_input") or {})
+        apply = self.NOTHING not in response["chosen_options"]
+        actions = {sig: (answered.get(sig, LEAVE) if apply else LEAVE) for sig in counts}
+        unknown = sorted(set(answered) - set(counts))
+        if unknown:
+            self.log.warning("Ignoring answers for groups the dry-run did not show: %s", unknown)
+        user = response.get("responded_by_user")
+        result = self._result(
+            summary,
+            actions,
+            counts,
+            responded_by=user.get("name") if isinstance(user, dict) else None,
+            timed_out=bool(event.get("timedout")),
+        )
+        self.log.info(
+            "Approval %s (%s): replay %s, archive %s; the other %d groups stay pending",
+            result["decision"],
+            "timed out" if result["timed_out"] else f"by {result['responded_by']}",
+            result["approved"][REPLAY],
+            result["approved"][ARCHIVE],
+            sum(1 for a in actions.values() if a == LEAVE),
+        )
+        if result["decision"] != "approved":
+            return self._skip_downstream(context, result)
+        return result
+
+    @staticmethod
+    def _result(
+        summary: Mapping[str, Any],
+        actions: dict[str, str],
+        counts: dict[str, int],
+        *,
+        responded_by: str | None,
+        timed_out: bool,
+    ) -> dict[str, Any]:
+        approved = {a: sorted(s for s, act in actions.items() if act == a) for a in (REPLAY, ARCHIVE)}
+        return {
+            "decision": "approved" if approved[REPLAY] or approved[ARCHIVE] else "nothing approved",
+            "dry_run_id": summary.get("run_id"),
+            "actions": actions,
+            "approved": approved,
+            "approved_messages": {a: sum(counts[s] for s in sigs) for a, sigs in approved.items()},
+            "counts": counts,
+            "responded_by": responded_by,
+            "timed_out": timed_out,
+        }
+
+    def _skip_downstream(self, context: Context, result: dict[str, Any]) -> dict[str, Any]:
+        """Skip the replay; the decision is pushed first (the SDK's ``skip`` ends the task by raising)."""
+        tasks = [t for t in context["task"].get_direct_relatives(upstream=False) if not t.is_teardown]
+        if tasks:
+            context["ti"].xcom_push(key="return_value", value=result)
+            self.log.info("Nothing approved: skipping %s", [t.task_id for t in tasks])
+            self.skip(ti=context["ti"], tasks=tasks)
+        return result

@@ -1,0 +1,144 @@
+"""Find and read a replay run's ``report.html`` for the API server, wherever the Spark driver wrote it.
+
+The location comes from the replay task's XCom summary (``paths.report_html``): a local path or
+``file://`` URI is read from the API server's file system (a volume shared with the Spark driver, e.g.
+``/data/dlq`` in ``docker/``); any other scheme (``s3a://``, ``gs://``, ``abfs://``, ``hdfs://`` ...) is
+read through Airflow's object storage filesystems (``airflow.sdk.io``: the fsspec filesystem a provider
+registers for that scheme, with ``[dlq_replay] report_storage_conn_id``).
+
+Only files named ``report.html`` inside a ``runs/<run id>/`` folder are ever served, and, when
+``[dlq_replay] report_roots`` is set, only under one of those roots: an XCom value cannot turn the
+endpoint into a file reader.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+REPORT_NAME = "report.html"
+DEFAULT_MAX_BYTES = 20_000_000
+
+
+class ReportUnavailable(Exception):
+    """The report cannot be served; ``status`` is the HTTP status, the message says why and what to do."""
+
+    def __init__(self, message: str, status: int = 404) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class StoreSettings:
+    """``[dlq_replay]`` settings of the endpoint."""
+
+    roots: tuple[str, ...] = ()
+    conn_id: str | None = None
+    max_bytes: int = DEFAULT_MAX_BYTES
+
+
+def report_location(summary: Any) -> str:
+    """``paths.report_html`` of a replay task's XCom summary, or :class:`ReportUnavailable`."""
+    paths = summary.get("paths") if isinstance(summary, dict) else None
+    location = paths.get("report_html") if isinstance(paths, dict) else None
+    if not isinstance(location, str) or not location.strip():
+        raise ReportUnavailable(
+            "this task instance has no replay report: the task did not finish a replay run (its XCom "
+            "return_value has no paths.report_html); see the task log"
+        )
+    return location.strip()
+
+
+def _split(location: str) -> tuple[str, str]:
+    """``(scheme, path)``; local paths and ``file://`` URIs give scheme ``""``."""
+    parts = urlsplit(location)
+    if parts.scheme in ("", "file") or (len(parts.scheme) == 1 and location[1:3] in (":/", ":\\")):
+        return "", parts.path if parts.scheme == "file" else location
+    return parts.scheme, location
+
+
+def check_shape(location: str) -> None:
+    """Refuse anything but ``.../runs/<run id>/report.html`` (no ``..``)."""
+    _, path = _split(location)
+    normalised = posixpath.normpath(urlsplit(path).path if "://" in path else path)
+    parts = normalised.split("/")
+    if parts[-1:] != [REPORT_NAME] or len(parts) < 3 or parts[-3] != "runs" or ".." in path.split("/"):
+        raise ReportUnavailable(
+            f"refusing to serve {location!r}: only <output dir>/runs/<run id>/{REPORT_NAME} files are served",
+            status=403,
+        )
+
+
+def _under(location: str, root: str) -> bool:
+    scheme, path = _split(location)
+    root_scheme, root_path = _split(root.strip())
+    if scheme != root_scheme:
+        return False
+    if not scheme:
+        return Path(path).resolve().is_relative_to(Path(root_path).resolve())
+    return path.rstrip("/").startswith(root_path.rstrip("/") + "/")
+
+
+def check_roots(location: str, roots: tuple[str, ...]) -> None:
+    if roots and not any(_under(location, root) for root in roots if root.strip()):
+        raise ReportUnavailable(
+            f"refusing to serve {location!r}: it is under none of [dlq_replay] report_roots "
+            f"({', '.join(roots)}); add its output dir there",
+            status=403,
+        )
+
+
+def read_report(location: str, settings: StoreSettings) -> bytes:
+    """The bytes of the report at ``location`` (checked), or :class:`ReportUnavailable` with the fix."""
+    check_shape(location)
+    check_roots(location, settings.roots)
+    scheme, path = _split(location)
+    if not scheme:
+        file = Path(path)
+        if not file.is_file():
+            raise ReportUnavailable(
+                f"the report {location} is not on the API server's file system; the Spark driver wrote it "
+                "on its own machine. Share the output dir with the API server at the same path (a volume "
+                "or network file system), or use an object store (s3a://...) as output_dir"
+            )
+        if file.stat().st_size > settings.max_bytes:
+            raise ReportUnavailable(
+                f"the report {location} is larger than [dlq_replay] report_max_bytes", 413
+            )
+        return file.read_bytes()
+    return _read_remote(scheme, location, settings)
+
+
+def _read_remote(scheme: str, location: str, settings: StoreSettings) -> bytes:
+    from airflow.sdk.io.fs import get_fs, has_fs
+
+    if not has_fs(scheme):
+        raise ReportUnavailable(
+            f"the API server cannot read {scheme}:// (no Airflow filesystem is registered for it); install "
+            f"the provider that registers it (e.g. apache-airflow-providers-amazon with s3fs for s3a://), or "
+            f"open the report from the storage: {location}",
+            status=501,
+        )
+    try:
+        fs = get_fs(scheme, settings.conn_id)
+        size = fs.size(location)
+        if size is not None and size > settings.max_bytes:
+            raise ReportUnavailable(
+                f"the report {location} is larger than [dlq_replay] report_max_bytes", 413
+            )
+        with fs.open(location, "rb") as handle:
+            data: bytes = handle.read(settings.max_bytes + 1)
+    except ReportUnavailable:
+        raise
+    except FileNotFoundError as exc:
+        raise ReportUnavailable(f"the report {location} does not exist (yet)") from exc
+    except Exception as exc:
+        raise ReportUnavailable(
+            f"reading {location} failed: {type(exc).__name__}: {exc}; check [dlq_replay] "
+            "report_storage_conn_id",
+            status=502,
+        ) from exc
+    return data

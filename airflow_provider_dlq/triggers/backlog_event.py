@@ -1,0 +1,186 @@
+"""``DlqBacklogEventTrigger``: an event trigger for ``AssetWatcher`` that fires when a DLQ fills up.
+
+Used through Airflow's common-messaging ``MessageQueueTrigger(scheme="pulsar", ...)`` (see
+:mod:`airflow_provider_dlq.queues.pulsar`) or directly. It only reads the subscription's backlog (the
+admin REST stats, or the Prometheus metrics): it never subscribes, receives or acks, so the DLQ is left
+exactly as it was. When and how often it fires is :mod:`airflow_provider_dlq.triggers.backlog_watch`;
+the watch state is kept in the watched asset's state store, so a restarted triggerer neither fires
+again for the same backlog nor forgets a half-observed one. See ``docs/event-driven.md``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, Any
+
+from airflow.triggers.base import BaseEventTrigger, TriggerEvent
+
+from airflow_provider_dlq.hooks.backlog import BacklogConfigError, BacklogReadError
+from airflow_provider_dlq.hooks.connection import PulsarConnectionError
+from airflow_provider_dlq.hooks.pulsar import PulsarHook
+from airflow_provider_dlq.triggers.backlog_watch import (
+    STATE_KEY,
+    Thresholds,
+    WatchState,
+    evaluate,
+    event_payload,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Sequence
+
+DEFAULT_SUBSCRIPTION = "dlq-replayer"
+
+
+class DlqBacklogEventTrigger(BaseEventTrigger):
+    """Fire an asset event when the backlog of ``subscription`` on ``topics`` crosses a threshold.
+
+    The backlog is summed over ``topics``. An armed watch fires when the backlog above what the last
+    replay left pending reaches ``min_backlog``, or when the oldest such message is older than
+    ``max_age_seconds``; then it stays quiet until the replay DAG re-arms it
+    (:class:`~airflow_provider_dlq.operators.backlog_watch.DlqBacklogRearmOperator`), or, with
+    ``refire_after_seconds``, until that long has passed without a re-arm. Connection and read errors
+    are logged and retried at the next poll; they never fire an event.
+
+    :param topics: DLQ topics (full names, or globs over one namespace such as
+        ``persistent://acme/orders/*-DLQ``).
+    :param subscription: The subscription whose backlog counts (the replayer's, default ``dlq-replayer``).
+    :param pulsar_conn_id: The ``pulsar`` connection; ``max_age_seconds`` needs its ``admin_url``.
+    :param min_backlog: New pending messages that fire the watch (``None``: age only).
+    :param max_age_seconds: Fire when the oldest new message is at least this old (``None``: count only).
+    :param refire_after_seconds: Fire again when no replay re-armed the watch this long after it fired
+        and the backlog is still there (``None``, the default: never).
+    :param poll_interval: Seconds between backlog reads.
+    """
+
+    def __init__(
+        self,
+        *,
+        topics: Sequence[str] | str,
+        subscription: str = DEFAULT_SUBSCRIPTION,
+        pulsar_conn_id: str = PulsarHook.default_conn_name,
+        min_backlog: int | None = 1,
+        max_age_seconds: float | None = None,
+        refire_after_seconds: float | None = None,
+        poll_interval: float = 30.0,
+    ) -> None:
+        super().__init__()
+        names = topics.split(",") if isinstance(topics, str) else list(topics)
+        self.topics = [str(t).strip() for t in names if str(t).strip()]
+        if not self.topics:
+            raise ValueError(
+                "topics is empty; give the DLQ topics to watch, e.g. ['persistent://t/ns/x-DLQ']."
+            )
+        if not subscription or not str(subscription).strip():
+            raise ValueError("subscription must be a non-empty name, e.g. 'dlq-replayer'.")
+        if isinstance(poll_interval, bool) or not float(poll_interval) > 0:
+            raise ValueError(f"poll_interval must be a positive number of seconds; got {poll_interval!r}.")
+        self.thresholds = Thresholds(
+            min_backlog=min_backlog,
+            max_age_seconds=None if max_age_seconds is None else float(max_age_seconds),
+            refire_after_seconds=None if refire_after_seconds is None else float(refire_after_seconds),
+        )
+        self.subscription = str(subscription)
+        self.pulsar_conn_id = pulsar_conn_id
+        self.poll_interval = float(poll_interval)
+        self._memory: WatchState | None = None  # used only when no asset state store is available
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "topics": list(self.topics),
+                "subscription": self.subscription,
+                "pulsar_conn_id": self.pulsar_conn_id,
+                "min_backlog": self.thresholds.min_backlog,
+                "max_age_seconds": self.thresholds.max_age_seconds,
+                "refire_after_seconds": self.thresholds.refire_after_seconds,
+                "poll_interval": self.poll_interval,
+            },
+        )
+
+    # ----------------------------------------------------------------------- state
+
+    def _store(self) -> Any:
+        """The watched asset's state store accessor, or ``None`` (outside an asset watcher)."""
+        store = getattr(self, "asset_state_store", None)
+        if store is None:
+            return None
+        try:
+            store._single_accessor()  # one watched asset; shared by several assets there is no one state
+        except (AttributeError, ValueError):
+            return None
+        return store
+
+    async def _load(self) -> WatchState:
+        store = self._store()
+        if store is None:
+            return self._memory or WatchState()
+        return WatchState.from_json(await store.aget(STATE_KEY))
+
+    async def _save(self, state: WatchState, read: WatchState) -> bool:
+        """Store ``state`` unless someone (the re-arm task) changed the stored state since it was
+        ``read``; returns whether it was stored."""
+        store = self._store()
+        if store is None:
+            self._memory = state
+            return True
+        current = WatchState.from_json(await store.aget(STATE_KEY))
+        if current != read:
+            self.log.info("The watch state changed meanwhile (re-armed at %s); re-read", current.rearmed_at)
+            return False
+        await store.aset(STATE_KEY, state.to_json())
+        return True
+
+    # ----------------------------------------------------------------------- loop
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        hook = PulsarHook(self.pulsar_conn_id)
+        if self._store() is None:
+            self.log.warning(
+                "No asset state store (not run by one AssetWatcher of one asset): the watch state is kept in "
+                "memory, so a triggerer restart forgets whether it fired."
+            )
+        first = True
+        while True:
+            try:
+                state = await self._load()
+                if first:
+                    self.log.info(
+                        "Watching the backlog of %s on %s (%s, baseline %d, fired %d times)",
+                        self.subscription,
+                        ",".join(self.topics),
+                        "armed" if state.armed else "disarmed until a replay re-arms it",
+                        state.baseline,
+                        state.fires,
+                    )
+                    first = False
+                backlogs = await hook.aget_backlog(self.topics, self.subscription)
+                now = time.time()
+                decision = evaluate(state, backlogs, now, self.thresholds)
+                obs = decision.observation
+                if decision.fire:
+                    # Stored before the event is handed over: a restart after this never fires twice.
+                    if await self._save(decision.state, state):
+                        self.log.info(
+                            "DLQ backlog %d (new %d, baseline %d) fires the watch (%s)",
+                            obs.total,
+                            obs.new,
+                            obs.baseline,
+                            decision.reason,
+                        )
+                        yield TriggerEvent(event_payload(decision, backlogs, self.subscription, now))
+                elif state.armed and decision.state != state:
+                    await self._save(decision.state, state)
+                else:
+                    armed = "armed" if state.armed else "disarmed"
+                    self.log.debug("DLQ backlog %d (new %d): %s", obs.total, obs.new, armed)
+            except (PulsarConnectionError, BacklogConfigError) as exc:
+                self.log.error("The DLQ backlog cannot be watched (retrying each poll): %s", exc)
+            except BacklogReadError as exc:
+                self.log.warning("Reading the DLQ backlog failed (will retry): %s", exc)
+            except Exception:
+                # A watcher outlives passing faults (e.g. the metadata DB behind the state store).
+                self.log.exception("The DLQ backlog watch failed this poll (will retry)")
+            await asyncio.sleep(self.poll_interval)

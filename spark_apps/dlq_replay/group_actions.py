@@ -1,0 +1,136 @@
+"""Per-group actions a reviewer approved (``--group-actions``) and the window of the run they reviewed.
+
+A reviewed replay acts only on what a person approved: each error signature maps to ``replay``,
+``archive`` or ``leave``, overriding the playbook for that group in this run, and the run reads the
+window that the reviewed dry-run froze (``--window-from``), so messages that reached the DLQ after the
+review wait for the next one. See ``docs/approval.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import TYPE_CHECKING, Any
+
+from spark_apps.dlq_replay import outcomes as oc
+from spark_apps.dlq_replay.errors import ReplayConfigError
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from pyspark.sql import DataFrame, SparkSession
+
+    from spark_apps.dlq_replay.playbook import Rule
+    from spark_apps.dlq_replay.pulsar_io.window import PartitionWindow
+    from spark_apps.dlq_replay.storage import RunStorage
+
+REPLAY = "replay"
+ARCHIVE = "archive"
+LEAVE = "leave"
+GROUP_ACTIONS: tuple[str, ...] = (REPLAY, ARCHIVE, LEAVE)
+#: The rule name the report and the ledger show for a message decided by an approval.
+APPROVAL_RULE = "approval"
+_SIGNATURE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+
+
+def parse_group_actions(value: str) -> dict[str, str]:
+    """``--group-actions``: a JSON object ``{"<signature>": "replay" | "archive" | "leave"}``, inline or
+    ``@path`` of a file holding it. Raises :class:`ReplayConfigError` naming the bad entry."""
+    text = value.strip()
+    where = "--group-actions"
+    if text.startswith("@"):
+        path = text[1:]
+        where = f"--group-actions file {path!r}"
+        try:
+            with open(path, encoding="utf-8") as handle:
+                text = handle.read()
+        except OSError as exc:
+            raise ReplayConfigError(f"{where} cannot be read ({exc}); give a readable JSON file") from exc
+    try:
+        data: Any = json.loads(text)
+    except ValueError as exc:
+        raise ReplayConfigError(
+            f"{where} is not valid JSON ({exc}); give an object such as "
+            '{"3f2a9c1d0b7e4a55": "replay", "9d1e...": "leave"}'
+        ) from exc
+    if not isinstance(data, dict):
+        kind = type(data).__name__
+        raise ReplayConfigError(f"{where} must be a JSON object of signature -> action; got {kind}")
+    actions: dict[str, str] = {}
+    for signature, action in data.items():
+        if not _SIGNATURE.fullmatch(str(signature)):
+            raise ReplayConfigError(
+                f"{where}: {signature!r} is not an error signature (copy them from a report's groups)"
+            )
+        if action not in GROUP_ACTIONS:
+            raise ReplayConfigError(
+                f"{where}: action {action!r} of signature {signature!r} must be one of "
+                f"{', '.join(GROUP_ACTIONS)}"
+            )
+        actions[str(signature)] = str(action)
+    return actions
+
+
+def approved_signatures(actions: Mapping[str, str]) -> tuple[str, ...]:
+    """The signatures a run acts on: every group approved for ``replay`` or ``archive`` (sorted)."""
+    return tuple(sorted(sig for sig, action in actions.items() if action != LEAVE))
+
+
+def override_rule(action: str, playbook_rule: Rule | None) -> Rule:
+    """The rule that decides a message of a group with an approved ``action``.
+
+    ``replay`` keeps a matching playbook ``republish`` rule (its fix still applies) and otherwise
+    republishes the original; ``archive`` archives; ``leave`` skips (the message stays pending).
+    """
+    from spark_apps.dlq_replay.playbook import Rule
+
+    if action == REPLAY:
+        if playbook_rule is not None and playbook_rule.action == oc.REPUBLISH:
+            return playbook_rule
+        return Rule(name=APPROVAL_RULE, action=oc.REPUBLISH, line=0, reason="approved for replay")
+    if action == ARCHIVE:
+        return Rule(name=APPROVAL_RULE, action=oc.ARCHIVE, line=0, reason="approved for archive")
+    if action == LEAVE:
+        return Rule(name=APPROVAL_RULE, action=oc.SKIP, line=0, reason="left pending by the approval")
+    raise ReplayConfigError(f"unknown group action {action!r}; use one of {', '.join(GROUP_ACTIONS)}")
+
+
+def reuse_window(
+    storage: RunStorage, plan_path: str, run_id: str, topics: tuple[str, ...], subscription: str
+) -> list[PartitionWindow]:
+    """The frozen window of the earlier run ``run_id`` (``--window-from``), read from its ``plan.json``.
+
+    The earlier run must have read the same topics through the same subscription; anything else is a
+    :class:`ReplayConfigError` raised before this run reads or sends anything.
+    """
+    from spark_apps.dlq_replay.pulsar_io.window import normalize_topic, windows_from_json
+
+    text = storage.read_text(plan_path)
+    if text is None:
+        raise ReplayConfigError(
+            f"--window-from {run_id!r}: {plan_path} does not exist; give the run id of a dry-run that "
+            "wrote its plan under the same --output-dir"
+        )
+    plan = json.loads(text)
+    reviewed = [normalize_topic(t) for t in plan.get("topics") or []]
+    if reviewed != [normalize_topic(t) for t in topics] or plan.get("subscription") != subscription:
+        raise ReplayConfigError(
+            f"--window-from {run_id!r} read topics {plan.get('topics')} through subscription "
+            f"{plan.get('subscription')!r}; this run reads {list(topics)} through {subscription!r}. "
+            "Use the same --topics and --subscription as the reviewed run"
+        )
+    return windows_from_json(plan["window"])
+
+
+def reviewed_ids(spark: SparkSession, decisions_path: str) -> DataFrame:
+    """``replay_id`` of every message the reviewed run had in scope (its decisions, minus ``filtered``)."""
+    from pyspark.sql import functions as F
+
+    try:
+        decisions = spark.read.parquet(decisions_path)
+    except Exception as exc:  # AnalysisException: no such path
+        raise ReplayConfigError(
+            f"--window-from: the reviewed run's decisions {decisions_path} cannot be read ({exc}); the "
+            "reviewed run must have completed its decide step under the same --output-dir"
+        ) from exc
+    return decisions.filter(F.col("outcome") != F.lit(oc.FILTERED)).select("replay_id")

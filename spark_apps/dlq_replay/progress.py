@@ -1,0 +1,279 @@
+"""Progress of a running step, logged every few seconds: messages done / total, rate, ETA, tasks.
+
+A driver thread samples Spark's status while a step runs. The step's jobs are tagged with a job group
+(``dlq-replay:<step>``), so the sample covers exactly that step's stages, whatever they do: tasks come
+from ``SparkContext.statusTracker()``, and records from the stages' live metrics (records read, plus
+shuffle records read), which executors report with every heartbeat. The step's total is what the run
+already knows (the snapshot's size for decide and record, the messages to send for apply) or, for the
+snapshot, the backlog the caller expects (``spark.dlq.progress.expectedMessages``); without a total the
+line says how many were done and the ETA comes from the share of tasks done.
+
+Nothing here touches the data plane: any step, however it reads or writes, gets the same lines.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger("spark_apps.dlq_replay")
+
+CONF_INTERVAL = "spark.dlq.progress.intervalSeconds"
+CONF_EXPECTED = "spark.dlq.progress.expectedMessages"
+#: Steps whose row counts are messages (the others log tasks only).
+MESSAGE_STEPS = frozenset({"snapshot", "decide", "apply", "record"})
+DEFAULT_INTERVAL = 10.0
+JOB_GROUP_PREFIX = "dlq-replay:"
+
+
+@dataclass(frozen=True)
+class Sample:
+    """What Spark reports for one step at one moment."""
+
+    tasks_total: int = 0
+    tasks_done: int = 0
+    tasks_running: int = 0
+    records: int | None = None  # None: the metrics could not be read
+
+
+def _duration(value: float) -> str:
+    seconds = max(0, round(value))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+def progress_line(
+    step: str, sample: Sample, total: int | None, elapsed: float, unit: str = "messages"
+) -> str:
+    """``step decide: 12,000/50,000 messages (24%), 4,000/s, ETA 10s; tasks 1/4 done, 2 running``."""
+    parts: list[str] = []
+    done = sample.records
+    eta: float | None = None
+    if done is not None:
+        done = min(done, total) if total is not None else done
+        rate = done / elapsed if elapsed > 0 else 0.0
+        if total:
+            parts.append(f"{done:,}/{total:,} {unit} ({100 * done / total:.0f}%)")
+        else:
+            parts.append(f"{done:,} {unit} so far")
+        parts.append(f"{rate:,.0f}/s" if rate >= 10 else f"{rate:.1f}/s")
+        if total is not None and rate > 0:
+            eta = (total - done) / rate
+    if eta is None and sample.tasks_total and sample.tasks_done:
+        eta = elapsed * (sample.tasks_total - sample.tasks_done) / sample.tasks_done
+    if eta is not None:
+        parts.append(f"ETA {_duration(eta)}")
+    tasks = f"tasks {sample.tasks_done}/{sample.tasks_total} done, {sample.tasks_running} running"
+    return f"step {step}: {', '.join(parts) + '; ' if parts else ''}{tasks}, {_duration(elapsed)} elapsed"
+
+
+def expected_total(state: Any, step: str, expected_snapshot: int | None = None) -> int | None:
+    """The messages a step handles, from what earlier steps recorded in the run state."""
+
+    def info(name: str) -> dict[str, Any]:
+        try:
+            return dict(state.info(name) or {})
+        except Exception:  # a state without that step
+            return {}
+
+    if step == "snapshot":
+        return expected_snapshot
+    if step in ("decide", "record"):
+        value = info("snapshot").get("messages")
+    elif step == "apply":
+        value = info("decide").get("to_republish")
+    else:
+        value = None
+    return int(value) if isinstance(value, int) else None
+
+
+#: A plan node runs Python (a Python data source, mapInArrow, applyInArrow ...) when it has this metric.
+_PYTHON_METRIC = "data returned from Python workers"
+_ROWS_METRIC = "number of output rows"
+
+
+def _count(text: str | None) -> int | None:
+    """``"151,552"`` -> 151552; ``None`` for anything else (timings, sizes, summaries)."""
+    if not text:
+        return None
+    digits = text.strip().replace(",", "")
+    return int(digits) if digits.isdigit() else None
+
+
+def rows_from_plan(nodes: list[tuple[str, dict[str, str | None]]]) -> int | None:
+    """Rows the step's work has produced so far, from one query's plan nodes (top-down order).
+
+    The step's work is its last Python node (reading Pulsar, deciding, sending); a query without one
+    counts the rows of its topmost node that reports them, scans included. The write command at the top
+    is skipped: it reports only when it finishes.
+    """
+    python = [metrics for name, metrics in nodes if _PYTHON_METRIC in metrics]
+    others = [metrics for name, metrics in nodes if not name.startswith("Execute")]
+    for metrics in python or others:
+        rows = _count(metrics.get(_ROWS_METRIC))
+        if rows is not None:
+            return rows
+    return None
+
+
+class SparkStatus:
+    """Reads tasks (status tracker) and live row counts (SQL metrics, updated by executor heartbeats) of
+    the queries a step runs."""
+
+    def __init__(self, spark: SparkSession) -> None:
+        self.spark = spark
+        self.context = spark.sparkContext
+        self.first_execution = self.last_execution_id() + 1
+
+    def _store(self) -> Any:
+        return self.spark._jsparkSession.sharedState().statusStore()
+
+    def last_execution_id(self) -> int:
+        try:
+            executions = self._store().executionsList()
+            size = executions.size()
+            return max((int(executions.apply(i).executionId()) for i in range(size)), default=-1)
+        except Exception:
+            return -1
+
+    def mark(self) -> None:
+        """Count only the queries that start from now on (call when a step starts)."""
+        self.first_execution = self.last_execution_id() + 1
+
+    def sample(self, group: str) -> Sample:
+        tracker = self.context.statusTracker()
+        stage_ids: set[int] = set()
+        for job_id in tracker.getJobIdsForGroup(group):
+            job = tracker.getJobInfo(job_id)
+            if job is not None:
+                stage_ids.update(job.stageIds)
+        total = done = running = 0
+        for stage_id in stage_ids:
+            stage = tracker.getStageInfo(stage_id)
+            if stage is None:
+                continue
+            total += stage.numTasks
+            done += stage.numCompletedTasks
+            running += stage.numActiveTasks
+        return Sample(total, done, running, self.rows())
+
+    def rows(self) -> int | None:
+        """The most rows any of the step's queries has produced so far (its main pass), or ``None``."""
+        try:
+            store = self._store()
+            executions = store.executionsList()
+            best: int | None = None
+            for i in range(executions.size()):
+                execution_id = int(executions.apply(i).executionId())
+                if execution_id < self.first_execution:
+                    continue
+                values = store.executionMetrics(execution_id)
+                graph = store.planGraph(execution_id).allNodes()
+                nodes = []
+                for j in range(graph.size()):
+                    node = graph.apply(j)
+                    metrics: dict[str, str | None] = {}
+                    declared = node.metrics()
+                    for k in range(declared.size()):
+                        metric = declared.apply(k)
+                        value = values.get(metric.accumulatorId())
+                        metrics[str(metric.name())] = str(value.get()) if value.isDefined() else None
+                    nodes.append((str(node.name()), metrics))
+                rows = rows_from_plan(nodes)
+                if rows is not None:
+                    best = rows if best is None else max(best, rows)
+            return best
+        except Exception:
+            return None
+
+
+class StepProgress:
+    """Logs a progress line every ``interval`` seconds while a step runs (``start``/``stop``).
+
+    ``sampler`` and ``clock`` are injectable for tests; by default the sample comes from
+    :class:`SparkStatus` for the step's job group.
+    """
+
+    def __init__(
+        self,
+        spark: SparkSession | None,
+        *,
+        interval: float | None = None,
+        sampler: Callable[[str], Sample] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        logger: logging.Logger = log,
+    ) -> None:
+        self.spark = spark
+        if interval is None:
+            interval = DEFAULT_INTERVAL
+            if spark is not None:
+                interval = float(spark.conf.get(CONF_INTERVAL, None) or DEFAULT_INTERVAL)
+        self.interval = max(0.05, float(interval))
+        self._status = SparkStatus(spark) if spark is not None and sampler is None else None
+        self._sampler = sampler or (self._status.sample if self._status is not None else (lambda _: Sample()))
+        self.clock = clock
+        self.log = logger
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self.lines: list[str] = []
+
+    def expected_snapshot(self) -> int | None:
+        """The backlog the caller expects the snapshot to read (``spark.dlq.progress.expectedMessages``)."""
+        if self.spark is None:
+            return None
+        text = str(self.spark.conf.get(CONF_EXPECTED, "") or "").strip()
+        return int(text) if text.isdigit() else None
+
+    def start(self, step: str, total: int | None, *, count_rows: bool = True) -> None:
+        """Tag the step's jobs and log its progress until :meth:`stop` (tasks only without
+        ``count_rows``: for steps whose rows are not messages)."""
+        self.stop()
+        group = JOB_GROUP_PREFIX + step
+        if self._status is not None:
+            self._status.mark()
+        if self.spark is not None:
+            self.spark.sparkContext.setJobGroup(group, f"DLQ replay step {step}", interruptOnCancel=False)
+        self._stop = threading.Event()
+        started = self.clock()
+        stop = self._stop
+
+        def run() -> None:
+            failures = 0
+            while failures < 3 and not stop.wait(self.interval):
+                try:
+                    sample = self._sampler(group)
+                    if not count_rows:
+                        sample = Sample(sample.tasks_total, sample.tasks_done, sample.tasks_running, None)
+                    line = progress_line(step, sample, total, self.clock() - started)
+                except Exception as exc:  # progress must never break a run; give up when Spark is gone
+                    failures += 1
+                    self.log.debug("progress of step %s unavailable: %s", step, exc)
+                    continue
+                failures = 0
+                self.lines.append(line)
+                self.log.info("%s", line)
+
+        self._thread = threading.Thread(target=run, name=f"dlq-progress-{step}", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop logging and untag the jobs (safe to call more than once)."""
+        thread, self._thread = self._thread, None
+        if thread is None:
+            return
+        self._stop.set()
+        thread.join(timeout=5)
+        if self.spark is not None:
+            self.spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+            self.spark.sparkContext.setLocalProperty("spark.job.description", None)  # type: ignore[arg-type]

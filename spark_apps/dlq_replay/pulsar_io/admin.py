@@ -1,0 +1,144 @@
+"""The two Apache Pulsar admin REST calls the replay's data plane needs: ``internalStats`` and ``stats``.
+
+:class:`PulsarAdmin` uses the :class:`~.conf.PulsarConf` token (``Authorization: Bearer``) and TLS trust
+file, so it works where the binary protocol does. An admin URL that answers but is not Apache Pulsar's
+admin REST (HTTP 404 or a body that is not JSON, e.g. the embedded broker's metrics port) raises
+:class:`AdminUnavailable`, which the plan takes as "this broker cannot serve the Reader mode". An admin
+URL that cannot be reached, or refuses the token, is a configuration error naming the fix.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import ssl
+import time
+import urllib.error
+import urllib.request
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+from spark_apps.dlq_replay.pulsar_io.errors import PulsarConfigError, PulsarIOError
+
+if TYPE_CHECKING:
+    from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TIMEOUT_S = 30.0
+_ATTEMPTS = 3
+
+
+class AdminUnavailable(PulsarIOError):
+    """The admin URL answers, but not with Apache Pulsar's admin REST (HTTP 404 or a non-JSON body)."""
+
+
+def topic_path(topic: str) -> str:
+    """``persistent://t/ns/name`` -> ``/admin/v2/persistent/t/ns/name`` (each part URL-quoted)."""
+    scheme, sep, rest = topic.partition("://")
+    parts = rest.split("/")
+    if not sep or scheme not in ("persistent", "non-persistent") or len(parts) != 3 or not all(parts):
+        raise PulsarConfigError(f"invalid topic {topic!r}: expected persistent://<tenant>/<namespace>/<name>")
+    return f"/admin/v2/{scheme}/" + "/".join(quote(p, safe="") for p in parts)
+
+
+def _oauth2_token(settings: dict[str, str | None], context: ssl.SSLContext | None, timeout_s: float) -> str:
+    """An access token by the client-credentials flow (issuer discovery, then the token endpoint)."""
+    from urllib.parse import urlencode
+
+    issuer = str(settings["issuer_url"]).rstrip("/")
+    if settings.get("credentials_file"):
+        with open(str(settings["credentials_file"]), encoding="utf-8") as handle:
+            creds = json.load(handle)
+    else:
+        creds = {"client_id": settings.get("client_id"), "client_secret": settings.get("client_secret")}
+    form = {
+        "grant_type": "client_credentials",
+        "client_id": creds["client_id"],
+        "client_secret": creds["client_secret"],
+    }
+    form.update({k: str(settings[k]) for k in ("audience", "scope") if settings.get(k)})
+    try:
+        with urllib.request.urlopen(
+            f"{issuer}/.well-known/openid-configuration", timeout=timeout_s, context=context
+        ) as resp:
+            endpoint = json.loads(resp.read())["token_endpoint"]
+        request = urllib.request.Request(endpoint, data=urlencode(form).encode(), method="POST")
+        with urllib.request.urlopen(request, timeout=timeout_s, context=context) as resp:
+            return str(json.loads(resp.read())["access_token"])
+    except (urllib.error.URLError, OSError, ValueError, KeyError) as exc:
+        reason = getattr(exc, "code", None) or type(exc).__name__
+        raise PulsarConfigError(
+            f"no OAuth2 access token from the issuer {issuer} ({reason}); check the issuer URL, client "
+            "credentials, audience and scope"
+        ) from None
+
+
+class PulsarAdmin:
+    """Read-only admin REST calls for one :class:`~.conf.PulsarConf` (its ``admin_url`` must be set)."""
+
+    def __init__(self, conf: PulsarConf, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+        if not conf.admin_url:
+            raise PulsarConfigError("no admin URL: set PulsarConf(admin_url=...) or the 'admin.url' option")
+        self.base = conf.admin_url.rstrip("/")
+        self.timeout_s = timeout_s
+        self._context: ssl.SSLContext | None = None
+        if self.base.startswith("https://") or conf.oauth2_issuer_url:
+            if conf.tls_allow_insecure:
+                self._context = ssl._create_unverified_context()  # tests only, as documented
+            else:
+                self._context = ssl.create_default_context(cafile=conf.tls_trust_certs_file)
+            if conf.tls_cert_file and conf.tls_key_file:
+                self._context.load_cert_chain(conf.tls_cert_file, conf.tls_key_file)
+        oauth2 = conf.read_oauth2()
+        self._token = _oauth2_token(oauth2, self._context, timeout_s) if oauth2 else conf.read_token()
+
+    def get(self, path: str) -> Any:
+        """GET ``path`` and decode its JSON; server errors are retried twice."""
+        url = f"{self.base}{path}"
+        for attempt in range(1, _ATTEMPTS + 1):
+            request = urllib.request.Request(url, headers={"Accept": "application/json"})
+            if self._token:
+                request.add_header("Authorization", f"Bearer {self._token}")
+            try:
+                with urllib.request.urlopen(request, timeout=self.timeout_s, context=self._context) as resp:
+                    raw = resp.read()
+            except urllib.error.HTTPError as exc:
+                if exc.code == 404:
+                    raise AdminUnavailable(f"GET {url}: HTTP 404") from exc
+                if exc.code in (401, 403):
+                    raise PulsarConfigError(
+                        f"GET {url}: HTTP {exc.code}; the admin REST refused the token. Give the replay's "
+                        "role permission to read topic stats (consume permission on the DLQ namespace), "
+                        "or remove the admin URL to use the two-read consumer mode"
+                    ) from exc
+                if exc.code >= 500 and attempt < _ATTEMPTS:
+                    log.warning("GET %s: HTTP %d, retrying", url, exc.code)
+                    time.sleep(0.5 * attempt)
+                    continue
+                raise PulsarIOError(f"GET {url}: HTTP {exc.code} {exc.reason}") from exc
+            except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
+                reason = getattr(exc, "reason", exc)
+                raise PulsarConfigError(
+                    f"cannot reach the Pulsar admin REST at {self.base} ({reason}); check the admin URL "
+                    "(e.g. http://broker:8080), or remove it to use the two-read consumer mode"
+                ) from exc
+            try:
+                return json.loads(raw)
+            except ValueError as exc:
+                raise AdminUnavailable(f"GET {url} did not answer JSON") from exc
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def internal_stats(self, topic: str) -> dict[str, Any]:
+        """``internalStats`` of one (non-partitioned or partition) topic: ledgers and cursors."""
+        data = self.get(topic_path(topic) + "/internalStats")
+        if not isinstance(data, dict) or "cursors" not in data or "ledgers" not in data:
+            raise AdminUnavailable(f"internalStats of {topic} lacks 'ledgers'/'cursors'")
+        return data
+
+    def stats(self, topic: str) -> dict[str, Any]:
+        """``stats`` of one topic: per-subscription ``msgBacklog`` and more."""
+        data = self.get(topic_path(topic) + "/stats")
+        if not isinstance(data, dict):
+            raise AdminUnavailable(f"stats of {topic} is not a JSON object")
+        return data

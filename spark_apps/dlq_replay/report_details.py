@@ -1,0 +1,333 @@
+"""Collect the report's explanations with Spark: per group the fix errors, sample error messages, the
+rule evaluation of a representative message and (opt-in) masked payload snippets; the refused origins;
+the trend of each group over the ledger's last runs.
+
+Only small aggregates reach the driver: at most a few rows per shown group and per recent run. A part
+that cannot be computed (e.g. a dataset that an earlier version did not write) is logged and left out:
+the counts of the report never depend on it.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from spark_apps.dlq_replay import outcomes as oc
+from spark_apps.dlq_replay.report_explain import explain_rules, mask_payload, next_steps, run_config
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from pyspark.sql import DataFrame, SparkSession
+
+    from spark_apps.dlq_replay.playbook import Playbook
+
+log = logging.getLogger("spark_apps.dlq_replay")
+
+#: Groups that get explanations (the largest first); the rest are listed with counts only.
+DETAIL_GROUPS = 50
+SAMPLE_ERRORS = 3
+FIX_ERRORS = 3
+PAYLOAD_SAMPLES = 2
+TREND_RUNS = 8
+TREND_GROUPS = 20
+REFUSED_ORIGINS = 10
+ERROR_CHARS = 500
+#: Spark setting that opts a run in to masked payload snippets in its report (default false).
+CONF_PAYLOAD_SNIPPETS = "spark.dlq.report.payloadSnippets"
+_UNSCOPED = (oc.FILTERED, oc.ALREADY_FINAL)
+
+
+@dataclass(frozen=True)
+class ReportContext:
+    """Where a run's datasets are and what configured it (what the explanations are computed from)."""
+
+    options: Any
+    playbook: Playbook
+    decisions_path: str | None = None
+    snapshot_path: str | None = None
+    ledger_path: str | None = None
+    payload_snippets: bool | None = None  # None: read CONF_PAYLOAD_SNIPPETS
+
+
+def _read(spark: SparkSession, path: str | None, schema: Any = None) -> DataFrame | None:
+    if not path:
+        return None
+    try:
+        from spark_apps.dlq_replay.storage import RunStorage
+
+        if not RunStorage(spark).has_data(path):  # e.g. no ledger before the first recorded run
+            return None
+        reader = spark.read.schema(schema) if schema is not None else spark.read
+        return reader.parquet(path)
+    except Exception as exc:  # absent (empty run, older layout): explanations are optional
+        log.info("report: %s not readable (%s); its explanations are left out", path, type(exc).__name__)
+        return None
+
+
+def _guarded(what: str, compute: Callable[[], Any], default: Any) -> Any:
+    try:
+        return compute()
+    except Exception as exc:
+        log.warning("report: could not compute %s (%s: %s); left out", what, type(exc).__name__, exc)
+        return default
+
+
+def spark_info(spark: SparkSession) -> dict[str, Any]:
+    """The application id, master and live UI URL (what the operator's Spark link points at)."""
+    context = spark.sparkContext
+    return {"application_id": context.applicationId, "master": context.master, "ui_url": context.uiWebUrl}
+
+
+def payload_snippets_enabled(spark: SparkSession, ctx: ReportContext) -> bool:
+    if ctx.payload_snippets is not None:
+        return ctx.payload_snippets
+    return str(spark.conf.get(CONF_PAYLOAD_SNIPPETS, "false")).strip().lower() in ("true", "1", "yes", "on")
+
+
+# --------------------------------------------------------------------------- per group
+
+
+def _top_per_signature(df: DataFrame, order: list[Any], limit: int) -> list[Any]:
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    window = Window.partitionBy("signature").orderBy(*order)
+    return df.withColumn("_n", F.row_number().over(window)).filter(F.col("_n") <= limit).collect()
+
+
+def fix_errors(decisions: DataFrame, signatures: list[str]) -> dict[str, list[dict[str, Any]]]:
+    """The most frequent fix errors (``Class: message``) per group, with counts."""
+    from pyspark.sql import functions as F
+
+    counted = (
+        decisions.filter(F.col("fix_error").isNotNull() & F.col("signature").isin(signatures))
+        .groupBy("signature", F.substring("fix_error", 1, ERROR_CHARS).alias("error"))
+        .agg(F.count(F.lit(1)).alias("count"))
+    )
+    out: dict[str, list[dict[str, Any]]] = {}
+    for row in _top_per_signature(counted, [F.desc("count"), "error"], FIX_ERRORS):
+        out.setdefault(row["signature"], []).append({"error": row["error"], "count": int(row["count"])})
+    return out
+
+
+def sample_errors(decisions: DataFrame, signatures: list[str]) -> dict[str, list[dict[str, Any]]]:
+    """A few distinct error messages per group (oldest first), with how often each occurs."""
+    from pyspark.sql import functions as F
+
+    counted = (
+        decisions.filter(F.col("error_message").isNotNull() & F.col("signature").isin(signatures))
+        .groupBy("signature", F.substring("error_message", 1, ERROR_CHARS).alias("message"))
+        .agg(F.min("publish_time").alias("first"), F.count(F.lit(1)).alias("count"))
+    )
+    out: dict[str, list[dict[str, Any]]] = {}
+    for row in _top_per_signature(counted, ["first", "message"], SAMPLE_ERRORS):
+        out.setdefault(row["signature"], []).append({"message": row["message"], "count": int(row["count"])})
+    return out
+
+
+def representatives(decisions: DataFrame, signatures: list[str], per_group: int) -> list[Any]:
+    """The first ``per_group`` messages of each group, preferring ones the playbook was applied to."""
+    from pyspark.sql import functions as F
+
+    rows = decisions.filter(F.col("signature").isin(signatures)).select(
+        "signature",
+        "dlq_topic",
+        "dlq_message_id",
+        "error_class",
+        F.substring("error_message", 1, ERROR_CHARS).alias("error_message"),
+        "origin_topic",
+        "context_format",
+        "outcome",
+        "outcome_reason",
+        "rule",
+        "publish_time",
+    )
+    unscoped = F.col("outcome").isin(*_UNSCOPED).cast("int")
+    return _top_per_signature(rows, [unscoped, "publish_time", "dlq_topic", "dlq_message_id"], per_group)
+
+
+def snapshot_rows(
+    spark: SparkSession, snapshot: DataFrame, keys: list[tuple[str, str]], with_payload: bool
+) -> dict[tuple[str, str], Any]:
+    """Properties (and payloads) of a few snapshot messages, by (topic, message id)."""
+    from pyspark.sql import functions as F
+
+    if not keys:
+        return {}
+    wanted = spark.createDataFrame(keys, "topic string, message_id_str string")
+    columns = ["topic", "message_id_str", "properties"] + (["value"] if with_payload else [])
+    rows = snapshot.join(F.broadcast(wanted), ["topic", "message_id_str"]).select(*columns).collect()
+    return {(r["topic"], r["message_id_str"]): r for r in rows}
+
+
+def _explanation(playbook: Playbook, rep: Any, properties: dict[str, str] | None) -> dict[str, Any]:
+    from spark_apps.dlq_replay.playbook import MatchInput
+
+    outcome = rep["outcome"]
+    base = {
+        "message_id": rep["dlq_message_id"],
+        "outcome": outcome,
+        "outcome_reason": rep["outcome_reason"],
+        "matched_rule": rep["rule"],
+    }
+    if outcome in _UNSCOPED or rep["context_format"] == "none":
+        return {**base, "rules": [], "note": rep["outcome_reason"] or "the playbook was not applied"}
+    record = MatchInput(
+        signature=rep["signature"],
+        error_class=rep["error_class"],
+        error_message=rep["error_message"],
+        origin_topic=rep["origin_topic"],
+        context_format=rep["context_format"],
+        properties=properties or {},
+    )
+    note = None
+    if properties is None and any(rule.properties for rule in playbook.rules):
+        note = "the message's properties were not available: property conditions show as missing"
+    return {**base, "rules": explain_rules(playbook, record), "note": note}
+
+
+def group_details(
+    spark: SparkSession, ctx: ReportContext, decisions: DataFrame, groups: list[dict[str, Any]]
+) -> None:
+    """Add ``fix_errors``, ``sample_errors``, ``explanation`` and (opt-in) ``payload_samples`` to the
+    first :data:`DETAIL_GROUPS` groups, in place."""
+    shown = groups[:DETAIL_GROUPS]
+    signatures = [g["signature"] for g in shown]
+    if not signatures:
+        return
+    fixes = _guarded("fix errors", lambda: fix_errors(decisions, signatures), {})
+    errors = _guarded("sample errors", lambda: sample_errors(decisions, signatures), {})
+    snippets = payload_snippets_enabled(spark, ctx)
+    per_group = max(1, PAYLOAD_SAMPLES) if snippets else 1
+    reps = _guarded("representative messages", lambda: representatives(decisions, signatures, per_group), [])
+    snapshot = _read(spark, ctx.snapshot_path)
+    found: dict[tuple[str, str], Any] = {}
+    if snapshot is not None and reps:
+        keys = sorted({(r["dlq_topic"], r["dlq_message_id"]) for r in reps})
+        found = _guarded("snapshot samples", lambda: snapshot_rows(spark, snapshot, keys, snippets), {})
+    by_sig: dict[str, list[Any]] = {}
+    for rep in reps:
+        by_sig.setdefault(rep["signature"], []).append(rep)
+    archive_default = bool(getattr(ctx.options, "archive_payload", True))
+    for group in shown:
+        sig = group["signature"]
+        group["fix_errors"] = fixes.get(sig, [])
+        group["sample_errors"] = errors.get(sig, [])
+        mine = by_sig.get(sig, [])
+        if mine:
+            first = mine[0]
+            snap = found.get((first["dlq_topic"], first["dlq_message_id"]))
+            props = dict(snap["properties"] or {}) if snap is not None else None
+            group["explanation"] = _explanation(ctx.playbook, first, props)
+        if snippets:
+            samples = []
+            for rep in mine[:PAYLOAD_SAMPLES]:
+                snap = found.get((rep["dlq_topic"], rep["dlq_message_id"]))
+                if snap is None:
+                    continue
+                if not archive_default or ctx.playbook.payload_off(rep["dlq_topic"], rep["origin_topic"]):
+                    samples.append(
+                        {"message_id": rep["dlq_message_id"], "snippet": "(payload off for this topic)"}
+                    )
+                    continue
+                value = snap["value"]
+                samples.append({"message_id": rep["dlq_message_id"], "snippet": mask_payload(value)})
+            group["payload_samples"] = samples
+
+
+def refused_origins(decisions: DataFrame) -> list[dict[str, Any]]:
+    """Origin topics the allowlist refused, with counts (largest first)."""
+    from pyspark.sql import functions as F
+
+    rows = (
+        decisions.filter(F.col("outcome") == oc.ORIGIN_REFUSED)
+        .groupBy(F.coalesce("target_topic", "origin_topic").alias("topic"), "outcome_reason")
+        .agg(F.count(F.lit(1)).alias("count"))
+        .orderBy(F.desc("count"), "topic")
+        .limit(REFUSED_ORIGINS)
+        .collect()
+    )
+    return [{"topic": r["topic"], "reason": r["outcome_reason"], "count": int(r["count"])} for r in rows]
+
+
+# --------------------------------------------------------------------------- trend
+
+
+def trend(spark: SparkSession, ledger_path: str | None, report: dict[str, Any]) -> dict[str, Any] | None:
+    """Count per group over the ledger's last :data:`TREND_RUNS` runs, this run last.
+
+    A dry-run is not in the ledger: its counts come from the report itself.
+    """
+    from pyspark.sql import functions as F
+
+    from spark_apps.dlq_replay.schemas import LEDGER_SCHEMA
+
+    run_id = report["run_id"]
+    signatures = [g["signature"] for g in report["groups"][:TREND_GROUPS]]
+    ledger = _read(spark, ledger_path, LEDGER_SCHEMA)
+    runs: list[dict[str, Any]] = []
+    counts: dict[tuple[str, str], int] = {}
+    if ledger is not None:
+        recent = (
+            ledger.groupBy("run_id")
+            .agg(
+                F.max("recorded_at").alias("at"), F.count(F.lit(1)).alias("n"), F.first("mode").alias("mode")
+            )
+            .orderBy(F.desc("at"), F.desc("run_id"))
+            .limit(TREND_RUNS)
+            .collect()
+        )
+        runs = [
+            {"run_id": r["run_id"], "at": r["at"].isoformat() if r["at"] else None, "messages": int(r["n"]),
+             "mode": r["mode"]}
+            for r in reversed(recent)
+        ]  # fmt: skip
+        ids = [r["run_id"] for r in runs]
+        if ids and signatures:
+            for row in (
+                ledger.filter(F.col("run_id").isin(ids) & F.col("signature").isin(signatures))
+                .groupBy("run_id", "signature")
+                .agg(F.count(F.lit(1)).alias("n"))
+                .collect()
+            ):
+                counts[(row["run_id"], row["signature"])] = int(row["n"])
+    if run_id not in {r["run_id"] for r in runs}:
+        runs = runs[-(TREND_RUNS - 1) :] if len(runs) >= TREND_RUNS else runs
+        runs.append(
+            {
+                "run_id": run_id,
+                "at": report.get("finished_at"),
+                "messages": report["totals"].get("snapshot", 0),
+                "mode": report.get("mode"),
+            }
+        )
+        for group in report["groups"][:TREND_GROUPS]:
+            counts[(run_id, group["signature"])] = int(group["count"])
+    if len(runs) < 2:
+        return None
+    return {
+        "runs": runs,
+        "groups": [
+            {"signature": sig, "counts": [counts.get((r["run_id"], sig), 0) for r in runs]}
+            for sig in signatures
+        ],
+    }
+
+
+# --------------------------------------------------------------------------- all of it
+
+
+def add_details(report: dict[str, Any], spark: SparkSession, ctx: ReportContext) -> None:
+    """Add ``config``, ``spark``, per-group explanations, ``refused_origins``, ``trend`` and
+    ``next_steps`` to ``report`` (in place)."""
+    report["config"] = run_config(ctx.options, ctx.playbook)
+    report["spark"] = _guarded("the Spark application", lambda: spark_info(spark), None)
+    decisions = _read(spark, ctx.decisions_path)
+    if decisions is not None:
+        group_details(spark, ctx, decisions, report["groups"])
+        if report["totals"].get(oc.ORIGIN_REFUSED):
+            report["refused_origins"] = _guarded("refused origins", lambda: refused_origins(decisions), [])
+    report["trend"] = _guarded("the trend", lambda: trend(spark, ctx.ledger_path, report), None)
+    report["next_steps"] = next_steps(report)

@@ -1,0 +1,358 @@
+"""What a report says besides counts (pure functions): why a rule matched and the others did not,
+masked payload snippets, a suggested rule for unmatched groups, the run's configuration and what to do
+next.
+
+Everything that comes from a message is untrusted: it is only ever shown HTML-escaped, property values
+are never shown (only whether they matched), and payloads appear only masked and only when the run
+opted in (see ``docs/report.md``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import TYPE_CHECKING, Any
+
+from spark_apps.dlq_replay import outcomes as oc
+from spark_apps.dlq_replay.topics import qualify_topic
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from spark_apps.dlq_replay.playbook import MatchInput, Playbook, Rule
+
+SNIPPET_CHARS = 240
+MAX_LISTED = 3
+#: Error words that suggest a transient failure (a republish may then succeed as is).
+_TRANSIENT = re.compile(
+    r"timeout|timed out|unavailable|temporar|connection|refused|throttl|too many requests|"
+    r"\b503\b|\b429\b|retry",
+    re.IGNORECASE,
+)
+_SLUG = re.compile(r"[^a-z0-9]+")
+
+MATCHED, NO_MATCH, NOT_REACHED = "matched", "no match", "not reached"
+
+
+# --------------------------------------------------------------------------- rule explanation
+
+
+def _listed(values: Sequence[str]) -> str:
+    shown = ", ".join(sorted(values)[:MAX_LISTED])
+    return shown + (f" (+{len(values) - MAX_LISTED} more)" if len(values) > MAX_LISTED else "")
+
+
+def pattern_text(regex: re.Pattern[str]) -> str:
+    """The playbook's pattern(s) of a compiled rule regex (``(?:a)|(?:b)`` shows as ``/a/ or /b/``)."""
+    text = regex.pattern
+    if text.startswith("(?:") and text.endswith(")"):
+        return " or ".join(f"/{part}/" for part in text[3:-1].split(")|(?:"))
+    return f"/{text}/"
+
+
+def rule_misses(rule: Rule, record: MatchInput) -> list[str]:
+    """Why ``rule`` does not match ``record``: one phrase per failed condition (empty: it matches).
+
+    Property values of the message are never quoted, only the property names and the rule's patterns.
+    """
+    misses = []
+    if rule.signatures is not None and record.signature not in rule.signatures:
+        misses.append(f"signature {record.signature} is not in [{_listed(list(rule.signatures))}]")
+    if rule.context_formats is not None and record.context_format not in rule.context_formats:
+        misses.append(
+            f"context format {record.context_format!r} is not {_listed(list(rule.context_formats))}"
+        )
+    if rule.error_class is not None and not rule.error_class.search(record.error_class or ""):
+        misses.append(
+            f"error class {record.error_class or '(none)'!r} does not match {pattern_text(rule.error_class)}"
+        )
+    if rule.error_message is not None and not rule.error_message.search(record.error_message or ""):
+        misses.append(f"error message does not match {pattern_text(rule.error_message)}")
+    if rule.origin_topic is not None:
+        qualified = qualify_topic(record.origin_topic) if record.origin_topic else None
+        if not rule.origin_topic.matches(qualified):
+            misses.append(
+                f"origin topic {record.origin_topic or '(none)'!r} does not match "
+                f"{_listed(list(rule.origin_topic.patterns))}"
+            )
+    for cond in rule.properties:
+        value = record.properties.get(cond.key)
+        if value is None:
+            misses.append(f"property {cond.key!r} is missing")
+        elif not cond.matches(record.properties):
+            wanted = f"/{cond.regex.pattern}/" if cond.regex is not None else repr(cond.exact)
+            misses.append(f"property {cond.key!r} does not match {wanted}")
+    return misses
+
+
+def explain_rules(playbook: Playbook, record: MatchInput) -> list[dict[str, Any]]:
+    """Each rule in order with its verdict for ``record``: the first match wins, later rules are not
+    reached; a rule that does not match lists why."""
+    explained: list[dict[str, Any]] = []
+    matched = False
+    for rule in playbook.rules:
+        entry: dict[str, Any] = {"rule": rule.name, "action": rule.action, "line": rule.line}
+        if matched:
+            entry.update(verdict=NOT_REACHED, reasons=["an earlier rule matched first"])
+        else:
+            misses = rule_misses(rule, record)
+            entry.update(verdict=NO_MATCH if misses else MATCHED, reasons=misses)
+            matched = not misses
+        explained.append(entry)
+    return explained
+
+
+# --------------------------------------------------------------------------- payload snippets
+
+
+def _mask_json(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _mask_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_mask_json(v) for v in value[:5]] + (["…"] if len(value) > 5 else [])
+    if isinstance(value, bool):
+        return "<bool>"
+    if isinstance(value, (int, float)):
+        return "<number>"
+    if isinstance(value, str):
+        return f"<string {len(value)}>"
+    return value
+
+
+def mask_payload(payload: bytes | None, limit: int = SNIPPET_CHARS) -> str:
+    """A masked snippet that shows a payload's shape, not its content.
+
+    JSON keeps its keys and structure, with every value replaced by its type (``<string 12>``); other
+    text keeps punctuation and spacing with letters as ``x`` and digits as ``9``; binary data shows only
+    its size. At most ``limit`` characters.
+    """
+    if payload is None:
+        return "(no payload)"
+    try:
+        text = payload.decode("utf-8")
+    except UnicodeDecodeError:
+        return f"<{len(payload)} bytes, not UTF-8>"
+    try:
+        masked = json.dumps(_mask_json(json.loads(text)), ensure_ascii=False)
+    except ValueError:
+        masked = re.sub(r"[0-9]", "9", re.sub(r"[^\W\d_]", "x", text))
+    return masked if len(masked) <= limit else masked[: limit - 1] + "…"
+
+
+# --------------------------------------------------------------------------- suggestions
+
+
+def suggested_rule(group: Mapping[str, Any]) -> str:
+    """A playbook rule (YAML) for a group that no rule matched, to paste and adjust."""
+    error_class = str(group.get("error_class") or "")
+    simple = error_class.rsplit(".", 1)[-1] or "unknown"
+    name = _SLUG.sub("-", f"{simple}-{str(group.get('signature', ''))[:8]}".lower()).strip("-")
+    text = f"{error_class} {group.get('template') or ''}"
+    transient = bool(_TRANSIENT.search(text))
+    lines = [
+        f"  - name: {name}",
+        f"    # {len_text(group)} like: {json.dumps(str(group.get('template') or '')[:100])}",
+        "    match:",
+        f"      signature: {group.get('signature')}",
+    ]
+    if error_class:
+        lines.append(f"      error_class: {json.dumps('^' + re.escape(error_class) + '$')}")
+    if transient:
+        lines += ["    action: republish    # the error looks transient: replay as is (or add a fix:)"]
+    else:
+        lines += ["    action: archive      # or republish with a fix: module:function and fix_version"]
+    return "\n".join(lines)
+
+
+def len_text(group: Mapping[str, Any]) -> str:
+    count = int(group.get("count") or 0)
+    return f"{count} message{'s' if count != 1 else ''}"
+
+
+# --------------------------------------------------------------------------- configuration
+
+
+def _match_summary(rule: Rule) -> dict[str, Any]:
+    summary: dict[str, Any] = {}
+    if rule.signatures is not None:
+        summary["signature"] = sorted(rule.signatures)
+    if rule.error_class is not None:
+        summary["error_class"] = pattern_text(rule.error_class)
+    if rule.error_message is not None:
+        summary["error_message"] = pattern_text(rule.error_message)
+    if rule.origin_topic is not None:
+        summary["origin_topic"] = list(rule.origin_topic.patterns)
+    if rule.context_formats is not None:
+        summary["context_format"] = sorted(rule.context_formats)
+    if rule.properties:
+        summary["properties"] = {
+            c.key: (f"re:{c.regex.pattern}" if c.regex is not None else c.exact) for c in rule.properties
+        }
+    return summary
+
+
+def run_config(options: Any, playbook: Playbook) -> dict[str, Any]:
+    """The settings that shaped the run (no secret: service URL, topics, playbook digest, filters)."""
+
+    def opt(name: str, default: Any = None) -> Any:
+        return getattr(options, name, default)
+
+    def when(value: Any) -> Any:
+        return value.isoformat() if hasattr(value, "isoformat") else value
+
+    allowlist = opt("origin_allowlist")
+    return {
+        "mode": opt("mode"),
+        "service_url": opt("service_url"),
+        "topics": list(opt("topics") or []),
+        "subscription": opt("subscription"),
+        "origin_allowlist": list(allowlist) if allowlist else None,
+        "filters": {
+            "signatures": list(opt("signatures") or []) or None,
+            "error_class": opt("error_class"),
+            "since": when(opt("since")),
+            "until": when(opt("until")),
+            "max_messages": opt("max_messages"),
+        },
+        "max_replays": opt("max_replays"),
+        "archive_payload": opt("archive_payload"),
+        "rate_limit": opt("rate_limit"),
+        "parallelism": opt("parallelism"),
+        "playbook": {
+            "path": playbook.path,
+            "sha256": playbook.digest,
+            "fix_files": list(playbook.fix_files),
+            "rules": [
+                {
+                    "name": r.name,
+                    "line": r.line,
+                    "action": r.action,
+                    "match": _match_summary(r),
+                    "fix": r.fix_label or None,
+                }
+                for r in playbook.rules
+            ],
+        },
+    }
+
+
+# --------------------------------------------------------------------------- next steps
+
+
+def _step(severity: str, title: str, detail: str = "", code: str | None = None) -> dict[str, Any]:
+    step: dict[str, Any] = {"severity": severity, "title": title, "detail": detail}
+    if code:
+        step["code"] = code
+    return step
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def next_steps(report: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """What to do about this run, most urgent first (``severity``: action, info or ok)."""
+    totals = report.get("totals") or {}
+    groups = list(report.get("groups") or [])
+    config = report.get("config") or {}
+    dry = bool(report.get("dry_run"))
+    steps: list[dict[str, Any]] = []
+    n = int(totals.get(oc.PUBLISH_FAILED, 0))
+    if n:
+        steps.append(
+            _step(
+                "action",
+                f"{_plural(n, 'message')} could not be published and stay pending",
+                "Clear the task (the same run id resumes) once the origin topics accept messages again; "
+                "broker deduplication keeps the retry exact.",
+            )
+        )
+    commit = report.get("commit") or {}
+    if int(commit.get("unacked_final", 0)):
+        steps.append(
+            _step(
+                "info",
+                f"{_plural(int(commit['unacked_final']), 'final message')} could not be acknowledged",
+                "They are recorded in the ledger; the next run acknowledges them without acting again.",
+            )
+        )
+    fix_failed = [g for g in groups if g.get("outcomes", {}).get(oc.FIX_FAILED)]
+    for group in fix_failed[:5]:
+        errors = group.get("fix_errors") or []
+        first = errors[0]["error"] if errors else "see the ledger's fix_error"
+        count = group["outcomes"][oc.FIX_FAILED]
+        rules = ", ".join(group.get("rules") or []) or "?"
+        steps.append(
+            _step(
+                "action",
+                f"{_plural(count, 'message')} of group {group['signature']}: the fix of rule {rules} failed",
+                f"{first}. Correct the fix function, raise its fix_version and run again; these "
+                "messages stay pending until then.",
+            )
+        )
+    n = int(totals.get(oc.ORIGIN_REFUSED, 0))
+    if n:
+        refused = report.get("refused_origins") or []
+        where = ", ".join(f"{r['topic'] or '(none)'} ({r['count']})" for r in refused[:5]) or "see the groups"
+        allow = config.get("origin_allowlist")
+        allowed = ", ".join(allow) if allow else "not set, so nothing may be republished"
+        steps.append(
+            _step(
+                "action",
+                f"{_plural(n, 'message')} refused: their origin is not in the allowlist",
+                f"Origins: {where}. The allowlist is {allowed}. Add an origin to the allowlist only if it "
+                "is a topic replays may write to; refused messages stay pending.",
+            )
+        )
+    unmatched = [g for g in groups if int(g.get("no_rule", 0))]
+    if unmatched:
+        total = sum(int(g["no_rule"]) for g in unmatched)
+        steps.append(
+            _step(
+                "action",
+                f"{_plural(total, 'message')} in {_plural(len(unmatched), 'group')} match no playbook rule",
+                "They stay pending. A rule for the largest group, to adapt and add under rules: in the "
+                "playbook:",
+                suggested_rule(unmatched[0]),
+            )
+        )
+    n = int(totals.get(oc.MALFORMED, 0))
+    if n:
+        steps.append(
+            _step(
+                "info",
+                f"{_plural(n, 'message')} are malformed and stay pending",
+                "No known DLQ property convention (or a fix found the record unreadable). Inspect them "
+                "in the run's snapshot; they show up in every run until someone handles them.",
+            )
+        )
+    n = int(totals.get(oc.LOOP_GUARDED, 0))
+    if n:
+        steps.append(
+            _step(
+                "info",
+                f"{_plural(n, 'message')} hit the loop guard and were archived",
+                f"They had been replayed {config.get('max_replays')} times already: the consumer keeps "
+                "failing them, so the fix does not address the cause.",
+            )
+        )
+    n = int(totals.get(oc.FILTERED, 0))
+    if n:
+        steps.append(
+            _step("info", f"{_plural(n, 'message')} were outside this run's filters", "They wait for a run.")
+        )
+    if dry and int(totals.get("snapshot", 0)):
+        steps.append(
+            _step(
+                "info",
+                "Dry run: nothing was published, archived, recorded or acknowledged",
+                "Check the outcomes above, then run with mode replay (it needs the origin allowlist) to "
+                "apply them.",
+            )
+        )
+    if not steps:
+        if int(totals.get("snapshot", 0)):
+            steps.append(_step("ok", "Nothing to do: every message reached a final outcome"))
+        else:
+            steps.append(_step("ok", "Nothing to do: the DLQ window was empty"))
+    return steps

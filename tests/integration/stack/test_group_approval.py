@@ -1,0 +1,157 @@
+"""Human approval per error group in the real Airflow stack, on Apache Pulsar: ``dlq_backfill`` runs a
+dry-run, shows its groups in the human-in-the-loop form, a person answers through the REST API, and the
+replay republishes exactly the groups approved for replay (count per group); a request that times out
+approves nothing and the DLQ is left as it was.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from stack_helpers import (
+    OrdersService,
+    delete_variable,
+    pending,
+    put_connection,
+    put_variable,
+    replayed_groups,
+    wait_for,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.real_pulsar, pytest.mark.slow, pytest.mark.timeout(2400)]
+
+DAG_ID = "dlq_backfill"
+PLAYBOOK = """\
+version: 1
+rules:
+  - name: retry-timeouts
+    match: {error_class: TimeoutError}
+    action: republish
+  - name: archive-bad-orders
+    match: {error_class: ValueError}
+    action: archive
+"""  # KeyErrors match no rule (the playbook would skip them)
+
+
+def ti_state(stack, run_id: str, task_id: str) -> str | None:
+    return stack.task_instances(DAG_ID, run_id).get(task_id, {}).get("state")
+
+
+def xcom(stack, run_id: str, task_id: str) -> dict:
+    path = f"/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/{task_id}/xcomEntries/return_value"
+    value = stack.api("GET", path)["value"]
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def hitl_path(run_id: str) -> str:
+    return f"/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/approve/-1/hitlDetails"
+
+
+@pytest.fixture
+def backfill_env(airflow_stack, pulsar_broker, tmp_path):
+    stack = airflow_stack
+    put_connection(stack, "spark_default", "spark", "local[2]")
+    put_connection(
+        stack, "pulsar_default", "pulsar", pulsar_broker.service_url, {"admin_url": pulsar_broker.admin_url}
+    )
+    put_variable(stack, "dlq_output_dir", str(tmp_path / "out"))
+    playbook = tmp_path / "playbook.yaml"
+    playbook.write_text(PLAYBOOK)
+    stack.wait_for_dag(DAG_ID)
+    stack.unpause(DAG_ID)
+    yield playbook
+    delete_variable(stack, "dlq_output_dir")
+    delete_variable(stack, "dlq_approval_timeout_seconds")
+
+
+def test_replay_acts_only_on_the_groups_a_person_approved(
+    airflow_stack, backfill_env, pulsar_client, topic_factory, browser, tmp_path, record_property
+):
+    stack = airflow_stack
+    service = OrdersService(pulsar_client, topic_factory("orders"))
+    service.fail(
+        [TimeoutError(f"payment timed out after {n}s") for n in range(4)]
+        + [ValueError(f"order {n} has no customer id") for n in range(3)]
+        + [KeyError("coupon")] * 2
+    )
+    conf = {
+        "topics": [service.dlq],
+        "mode": "replay",
+        "playbook": str(backfill_env),
+        "origin_allowlist": service.origin,
+    }
+    run_id = stack.trigger(DAG_ID, conf)
+    wait_for("the approval request", lambda: ti_state(stack, run_id, "approve") == "awaiting_input", 600, 2)
+
+    # The form shows each group: count, template, origin, samples, the playbook's proposal.
+    detail = stack.api("GET", hitl_path(run_id))
+    assert detail["options"] == ["Apply the chosen actions", "Approve nothing"]
+    assert detail["defaults"] == ["Approve nothing"]
+    fields = detail["params"]
+    by_class = {}
+    for signature, field in fields.items():
+        assert field["value"] == "leave"
+        assert field["schema"]["enum"] == ["replay", "archive", "leave"]
+        by_class[field["schema"]["title"].split(": ")[0]] = signature
+    assert set(by_class) == {"4 x TimeoutError", "3 x ValueError", "2 x KeyError"}
+    body = detail["body"]
+    assert "payment timed out after &lt;num>s" in body
+    assert "order &lt;num> has no customer id" in body
+    assert all(sig in body for sig in fields)
+
+    page = browser.new_page()
+    page.goto(f"{stack.base_url}/dags/{DAG_ID}/runs/{run_id}/tasks/approve/required_actions")
+    page.get_by_text("Approve the DLQ replay, group by group").first.wait_for(timeout=90_000)
+    page.get_by_text("4 x TimeoutError").first.wait_for(timeout=30_000)
+    shot = tmp_path / "approval-form.png"
+    page.screenshot(path=str(shot), full_page=True)
+    assert shot.stat().st_size > 10_000
+
+    # Approve: replay the timeouts and the keys (which the playbook would skip); leave the bad orders.
+    answer = {
+        by_class["4 x TimeoutError"]: "replay",
+        by_class["2 x KeyError"]: "replay",
+        by_class["3 x ValueError"]: "leave",
+    }
+    stack.api(
+        "PATCH", hitl_path(run_id), {"chosen_options": ["Apply the chosen actions"], "params_input": answer}
+    )
+    run = stack.wait_for_run(DAG_ID, run_id, timeout_s=1500)
+    states = {t: ti["state"] for t, ti in stack.task_instances(DAG_ID, run_id).items()}
+    assert run["state"] == "success", states
+    assert states == {
+        t: "success" for t in ("dry_run", "report", "wants_replay", "approve", "replay", "replay_report")
+    }
+
+    approval = xcom(stack, run_id, "approve")
+    assert approval["decision"] == "approved"
+    assert approval["responded_by"]
+    replay = xcom(stack, run_id, "replay")
+    assert replay["totals"]["republished"] == 6
+    assert replay["totals"]["archived"] == 0
+    replayed = replayed_groups(pulsar_client, service.origin, "verify", expect=6)
+    assert replayed == {"TimeoutError": 4, "KeyError": 2}
+    assert pending(pulsar_client, service.dlq) == 3  # the left ValueErrors, untouched
+    approved_counts = {
+        cls: approval["counts"][sig] for cls, sig in by_class.items() if answer[sig] == "replay"
+    }
+    figures = {"approved": approved_counts, "replayed_per_group": replayed, "left_pending": 3}
+    record_property("approval", figures)
+    print(f"APPROVAL FIGURES {figures}")
+
+    # A request nobody answers times out to "nothing approved": the replay is skipped, nothing changes.
+    put_variable(stack, "dlq_approval_timeout_seconds", "3")
+    timeout_run = stack.trigger(DAG_ID, conf)
+    finished = stack.wait_for_run(DAG_ID, timeout_run, timeout_s=1500)
+    states = {t: ti["state"] for t, ti in stack.task_instances(DAG_ID, timeout_run).items()}
+    assert finished["state"] == "success", states
+    assert states["approve"] == "success"
+    assert states["replay"] == "skipped"
+    timed_out = xcom(stack, timeout_run, "approve")
+    assert timed_out["decision"] == "nothing approved"
+    assert timed_out["timed_out"] is True
+    assert set(timed_out["actions"].values()) == {"leave"}
+    assert replayed_groups(pulsar_client, service.origin, "verify", expect=0, timeout_s=5) == {}
+    assert pending(pulsar_client, service.dlq) == 3
+    service.close()

@@ -1,0 +1,70 @@
+"""Progress lines of long steps (pure parts: formatting, totals, plan metrics, the logging thread)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from types import SimpleNamespace
+
+from spark_apps.dlq_replay.progress import Sample, StepProgress, expected_total, progress_line, rows_from_plan
+
+
+def test_line_has_done_total_rate_eta_and_tasks():
+    line = progress_line("decide", Sample(4, 1, 2, 12_000), 50_000, 3.0)
+    assert line == (
+        "step decide: 12,000/50,000 messages (24%), 4,000/s, ETA 10s; tasks 1/4 done, 2 running, 3s elapsed"
+    )
+    unknown = progress_line("snapshot", Sample(4, 2, 2, 30_000), None, 75.0)
+    assert unknown.startswith("step snapshot: 30,000 messages so far, 400/s, ETA 1m15s;")  # ETA from tasks
+    no_rows = progress_line("commit", Sample(2, 0, 2, None), None, 12.0)
+    assert no_rows == "step commit: tasks 0/2 done, 2 running, 12s elapsed"
+    capped = progress_line("apply", Sample(1, 0, 1, 70), 50, 1.0)
+    assert "50/50 messages (100%)" in capped
+
+
+def test_totals_come_from_earlier_steps():
+    infos = {"snapshot": {"messages": 1000}, "decide": {"to_republish": 250}}
+    state = SimpleNamespace(info=lambda name: infos.get(name, {}))
+    assert expected_total(state, "snapshot", 900) == 900
+    assert expected_total(state, "decide") == 1000
+    assert expected_total(state, "record") == 1000
+    assert expected_total(state, "apply") == 250
+    assert expected_total(state, "commit") is None
+
+
+def test_rows_come_from_the_last_python_node_not_the_read_ahead_scan():
+    nodes = [
+        ("Execute InsertIntoHadoopFsRelationCommand", {"number of output rows": None}),
+        ("MapInArrow", {"data returned from Python workers": "4 MiB", "number of output rows": "190,000"}),
+        ("Scan parquet", {"number of output rows": "400,000"}),
+    ]
+    assert rows_from_plan(nodes) == 190_000
+    assert rows_from_plan([nodes[0], nodes[2]]) == 400_000  # no Python node: the scan
+    assert rows_from_plan([nodes[0]]) is None
+
+
+def test_thread_logs_every_interval_and_stops(caplog):
+    samples = iter([Sample(2, 0, 2, 10), Sample(2, 1, 1, 20)] + [Sample(2, 2, 0, 30)] * 100)
+    seen = threading.Event()
+    progress = StepProgress(None, interval=0.05, sampler=lambda group: next(samples))
+    with caplog.at_level(logging.INFO, logger="spark_apps.dlq_replay"):
+        progress.start("decide", 30)
+        while len(progress.lines) < 3:
+            seen.wait(0.05)
+        progress.stop()
+    count = len(progress.lines)
+    seen.wait(0.2)
+    assert len(progress.lines) == count  # stopped
+    assert progress.lines[0].startswith("step decide: 10/30 messages (33%)")
+    assert any("step decide: 20/30" in r.getMessage() for r in caplog.records)
+
+
+def test_a_failing_sampler_never_breaks_the_step():
+    def broken(group):
+        raise RuntimeError("spark is gone")
+
+    progress = StepProgress(None, interval=0.01, sampler=broken)
+    progress.start("snapshot", None)
+    threading.Event().wait(0.1)
+    progress.stop()
+    assert progress.lines == []

@@ -1,0 +1,74 @@
+"""provider.yaml is the one metadata source: get_provider_info.py is generated from it and agrees."""
+
+from __future__ import annotations
+
+import importlib
+import json
+from pathlib import Path
+
+import jsonschema
+
+import airflow_provider_dlq
+from airflow_provider_dlq import provider_metadata
+from airflow_provider_dlq.get_provider_info import get_provider_info
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_generated_module_matches_provider_yaml():
+    data = provider_metadata.load_provider_yaml()
+    assert get_provider_info() == provider_metadata.provider_info(data)
+    wanted = provider_metadata.render(provider_metadata.provider_info(data))
+    assert provider_metadata.GENERATED.read_text(encoding="utf-8") == wanted, (
+        "get_provider_info.py is stale: run python -m airflow_provider_dlq.provider_metadata"
+    )
+    assert provider_metadata.main(["--check"]) == 0
+
+
+def test_provider_info_validates_against_airflows_schema():
+    import airflow
+
+    schema = json.loads((Path(airflow.__file__).parent / "provider_info.schema.json").read_text())
+    jsonschema.validate(get_provider_info(), schema)
+
+
+def test_version_and_docs_paths_are_true():
+    info = get_provider_info()
+    assert info["versions"][0] == airflow_provider_dlq.__version__
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert f'version = "{airflow_provider_dlq.__version__}"' in pyproject
+    guides = info["integrations"][0]["how-to-guide"]
+    assert guides
+    for guide in guides:
+        assert (ROOT / guide.lstrip("/")).is_file(), f"{guide} named in provider.yaml does not exist"
+
+
+def test_link_classes_import():
+    for path in get_provider_info()["extra-links"]:
+        module, _, name = path.rpartition(".")
+        assert getattr(importlib.import_module(module), name)
+
+
+def test_report_plugin_loads_with_lazy_provider_discovery():
+    """The plugin is an entry-point plugin: Airflow loads it with its default lazy provider discovery
+    (provider-info plugins load only with lazy_discover_providers off), and it is listed once."""
+    from airflow import plugins_manager, settings
+
+    assert settings.LAZY_LOAD_PROVIDERS
+    assert "plugins" not in get_provider_info()
+    plugins_manager._get_plugins.cache_clear()
+    plugins, errors = plugins_manager._get_plugins()
+    names = [p.name for p in plugins]
+    assert names.count("dlq_replay") == 1, (names, errors)
+    (plugin,) = [p for p in plugins if p.name == "dlq_replay"]
+    assert plugin.fastapi_apps[0]["url_prefix"] == "/dlq-replay"
+
+
+def test_airflow_discovers_links_plugin_and_form_behaviour():
+    from airflow.providers_manager import ProvidersManager
+
+    manager = ProvidersManager()
+    assert "airflow_provider_dlq.operators.links.DlqReplayReportLink" in manager.extra_links_class_names
+    behaviour = manager.field_behaviours["pulsar"]
+    assert behaviour["relabeling"]["host"] == "Service URL"
+    assert "extra__pulsar__test_topic" in manager.connection_form_widgets
