@@ -199,3 +199,20 @@ def test_event_driven_dag_is_scheduled_on_the_pulsar_backlog_asset(dagbag):
     assert isinstance(rearm, DlqBacklogRearmOperator)
     assert rearm.upstream_task_ids == {"replay"}
     assert [a.name for a in rearm.inlets] == ["pulsar_dlq_backlog"]
+
+
+@pytest.mark.parametrize("dag_id", ["dlq_canary_replay", "dlq_event_driven_replay"])
+def test_other_replay_dags_have_no_built_in_allowlist(dagbag, dag_id):
+    """Unconfigured, the canary and event-driven DAGs republish nothing: no allowlist of their own, so
+    the operator refuses replay mode before anything runs."""
+    from airflow_provider_dlq.operators.replay_cli import ReplayArgumentError, build_replay_args
+
+    dag = dagbag.dags[dag_id]
+    replay = dag.get_task("replay")
+    allowlist = render(dag, replay.origin_allowlist)
+    assert allowlist == ""
+    topics = render(dag, replay.topics) if isinstance(replay.topics, str) else replay.topics
+    with pytest.raises(ReplayArgumentError, match="needs origin_allowlist|topics is empty"):
+        build_replay_args({"mode": "replay", "topics": topics, "origin_allowlist": allowlist})
+    configured = {"dlq_origin_allowlist": "persistent://t/ns/orders"}
+    assert render(dag, replay.origin_allowlist, variables=configured) == "persistent://t/ns/orders"
