@@ -212,7 +212,7 @@ def test_other_replay_dags_have_no_built_in_allowlist(dagbag, dag_id):
     allowlist = render(dag, replay.origin_allowlist)
     assert allowlist == ""
     topics = render(dag, replay.topics) if isinstance(replay.topics, str) else replay.topics
-    with pytest.raises(ReplayArgumentError, match="needs origin_allowlist|topics is empty"):
+    with pytest.raises(ReplayArgumentError, match=r"needs origin_allowlist|topics is empty"):
         build_replay_args({"mode": "replay", "topics": topics, "origin_allowlist": allowlist})
     configured = {"dlq_origin_allowlist": "persistent://t/ns/orders"}
     assert render(dag, replay.origin_allowlist, variables=configured) == "persistent://t/ns/orders"
