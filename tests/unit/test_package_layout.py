@@ -69,8 +69,14 @@ def _exception_classes(folder: Path, package: str) -> list[type[BaseException]]:
             {"TerminalError", "RetryableError"},
         ),
         (PROVIDER, "airflow_provider_dlq", "airflow_provider_dlq.errors.DlqProviderError", set()),
-        # MalformedRecord is what a playbook fix raises to park a message, not an error of the app.
-        (SPARK_APP, "spark_apps", "spark_apps.dlq_replay.errors.ReplayError", {"MalformedRecord"}),
+        # MalformedRecord (raised by a playbook fix to park a message) and FixTimeoutError (raised inside
+        # an overrunning fix call) become a message's outcome, not errors of the app.
+        (
+            SPARK_APP,
+            "spark_apps",
+            "spark_apps.dlq_replay.errors.ReplayError",
+            {"MalformedRecord", "FixTimeoutError"},
+        ),
     ],
 )
 def test_one_error_root_per_distribution(folder, package, root, outcomes):
