@@ -38,6 +38,8 @@ HEADER = (
 #: Every case of the suite, in table order, by category (each category is one test module).
 CASES: dict[str, tuple[str, ...]] = {
     "kill": ("plan", "snapshot", "decide", "apply", "record", "commit", "report"),
+    "broker": ("snapshot", "apply", "commit"),
+    "cluster": ("end-to-end", "worker-killed-mid-apply"),
     "concurrency": ("same-output-dir", "same-subscription-other-output-dir"),
     "bad-message": (
         "non-utf8-property",
@@ -166,8 +168,11 @@ def spark_submit() -> str:
     return str(Path(sys.executable).parent / "spark-submit")
 
 
-def start(bundle: Any, args: list[str], workdir: Path, name: str) -> subprocess.Popen[bytes]:
-    cmd = [spark_submit(), *SPARK_CONF, "--py-files", str(bundle.zip_path), str(bundle.main_path), *args]
+def start(
+    bundle: Any, args: list[str], workdir: Path, name: str, spark_conf: list[str] = SPARK_CONF
+) -> subprocess.Popen[bytes]:
+    """spark-submit of the bundle with ``--py-files``, as in production; ``spark_conf`` sets the master."""
+    cmd = [spark_submit(), *spark_conf, "--py-files", str(bundle.zip_path), str(bundle.main_path), *args]
     out = open(workdir / f"{name}.out", "wb")  # noqa: SIM115 - closed with the process
     err = open(workdir / f"{name}.err", "wb")  # noqa: SIM115
     return subprocess.Popen(cmd, cwd=workdir, stdout=out, stderr=err, start_new_session=True)
@@ -359,3 +364,11 @@ def end_state(
         pending_keys=frozenset(k for k in pending if k is not None),
         copies=on_origin,
     )
+
+
+def parquet_values(path: Path, column: str) -> list[Any]:
+    """Every value of ``column`` in the Parquet dataset the app wrote at ``path`` (read with pyarrow, so a
+    test needs no Spark session of its own to check the archive or the ledger)."""
+    import pyarrow.dataset as ds
+
+    return list(ds.dataset(str(path), format="parquet").to_table(columns=[column]).column(column).to_pylist())
