@@ -10,9 +10,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from airflow_provider_dlq.dlq_consumer.context import REAL_TOPIC
 from bench.contenders import ContenderSpec
 from bench.pulsar_io import ConfirmedProducers, drain, make_client, subscribe
+from pulsar_dlq_consumer.context import REAL_TOPIC
 
 
 def _copy_topic(

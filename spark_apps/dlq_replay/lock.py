@@ -298,7 +298,7 @@ class OutputLock:
 def lease_topic(dlq_topic: str) -> str:
     """The lease topic of a DLQ topic: same tenant and namespace, named by a hash of the full name (of
     the partitioned topic, so runs naming one partition and the whole topic share one lease)."""
-    from airflow_provider_dlq.dlq_consumer.context import base_topic
+    from pulsar_dlq_consumer.context import base_topic
     from spark_apps.dlq_replay.pulsar_io.window import normalize_topic
 
     full = base_topic(normalize_topic(dlq_topic))
@@ -322,7 +322,7 @@ class SubscriptionLease:
     def acquire(self) -> None:
         import pulsar
 
-        from airflow_provider_dlq.dlq_consumer.client import create_client
+        from pulsar_dlq_consumer.client import create_client
         from spark_apps.dlq_replay.pulsar_io.conf import client_logger
 
         tls = self.conf.service_url.startswith("pulsar+ssl://")

@@ -18,7 +18,7 @@ import threading
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_dlq.dlq_consumer.client import create_client
+from pulsar_dlq_consumer.client import create_client
 from spark_apps.dlq_replay.pulsar_io.errors import PulsarConfigError
 
 if TYPE_CHECKING:

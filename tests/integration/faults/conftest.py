@@ -31,7 +31,7 @@ def fault_table() -> Iterator[FaultTable]:
 
 @pytest.fixture(scope="session")
 def fault_bundle(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    from spark_apps.dlq_replay.bundle import build_bundle
+    from airflow_provider_dlq.bundle import build_bundle
 
     return build_bundle(tmp_path_factory.mktemp("fault-bundle"))
 

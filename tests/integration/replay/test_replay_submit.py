@@ -38,7 +38,7 @@ SPARK_CONF = [
 
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory):
-    from spark_apps.dlq_replay.bundle import build_bundle
+    from airflow_provider_dlq.bundle import build_bundle
 
     return build_bundle(tmp_path_factory.mktemp("bundle"))
 
