@@ -18,7 +18,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[3]
 
 
-@pytest.mark.parametrize("mode", ["lowest", "highest", "highest-no-spark"])
+# The lowest and the newest allowed versions (issue 16); `scripts/test-bounds.sh highest-no-spark` (the
+# Spark provider 6.x line without local Spark) is run by hand when those bounds move.
+@pytest.mark.parametrize("mode", ["lowest", "highest"])
 def test_unit_tests_pass_at_the_bounds(mode, record_figure):
     venv_bin = str(Path(sys.executable).parent)
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
