@@ -19,6 +19,7 @@ class FaultTable:
     def record(self, row: FaultRow) -> None:
         assert row.case in CASES[row.category], f"declare case {row.case!r} in fault_support.CASES"
         self.rows.append(row)
+        merge_into_doc([row])  # at once: a session cut short keeps the rows of the cases it finished
 
 
 @pytest.fixture(scope="session")
