@@ -225,6 +225,23 @@ def step_status(out: Path, run_id: str, step: str) -> str | None:
     return state_of(out, run_id).get("steps", {}).get(step, {}).get("status")
 
 
+def wait_for_step(
+    proc: Any, out: Path, run_id: str, step: str, ready: Any = None, timeout: float = 600
+) -> None:
+    """Poll ``state.json`` until ``step`` runs (and ``ready(step's progress)`` holds, e.g. a wave is in
+    flight); fails when the run exits first or ``timeout`` passes."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        progress = state_of(out, run_id).get("steps", {}).get(step, {})
+        if progress.get("status") == "running" and (ready is None or ready(progress)):
+            break
+        if proc.poll() is not None:
+            raise AssertionError(f"the run exited (code {proc.returncode}) before step {step} started")
+        time.sleep(0.01)
+    else:
+        raise AssertionError(f"timed out waiting for step {step}")
+
+
 def kill_in_step(
     proc: subprocess.Popen[bytes],
     out: Path,
@@ -240,16 +257,7 @@ def kill_in_step(
     kills it. A status other than ``running`` means the step ended before the freeze (the caller fails
     the case: the kill did not land where it was meant to).
     """
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        progress = state_of(out, run_id).get("steps", {}).get(step, {})
-        if progress.get("status") == "running" and (ready is None or ready(progress)):
-            break
-        if proc.poll() is not None:
-            raise AssertionError(f"the run exited (code {proc.returncode}) before step {step} started")
-        time.sleep(0.01)
-    else:
-        raise AssertionError(f"timed out waiting for step {step}")
+    wait_for_step(proc, out, run_id, step, ready, timeout)
     procs = tree(proc)
     signal_tree(procs, signal.SIGSTOP)
     status = step_status(out, run_id, step) or "missing"

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import signal
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ from fault_support import (
     state_of,
     step_status,
     tree,
+    wait_for_step,
 )
 from test_fault_kills import ARCHIVE, PLAYBOOK, REPLAY, SKIP, TOPICS, build_dlqs
 
@@ -78,16 +78,7 @@ def kill_broker_in_step(
     The app is frozen (SIGSTOP) while its state is read and the broker is killed, then let go: the kill
     lands inside the step, never in a gap the poll missed.
     """
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        progress = state_of(out, run_id).get("steps", {}).get(step, {})
-        if progress.get("status") == "running" and (ready is None or ready(progress)):
-            break
-        if proc.poll() is not None:
-            raise AssertionError(f"the run exited (code {proc.returncode}) before step {step} started")
-        time.sleep(0.01)
-    else:
-        raise AssertionError(f"timed out waiting for step {step}")
+    wait_for_step(proc, out, run_id, step, ready, timeout)
     procs = tree(proc)
     signal_tree(procs, signal.SIGSTOP)
     try:
