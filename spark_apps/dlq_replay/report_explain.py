@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 
 SNIPPET_CHARS = 240
 MAX_LISTED = 3
+#: Longest topic quoted in the next steps (a refused origin is untrusted input): start and end are kept.
+MAX_TOPIC_CHARS = 120
 #: Error words that suggest a transient failure (a republish may then succeed as is).
 _TRANSIENT = re.compile(
     r"timeout|timed out|unavailable|temporar|connection|refused|throttl|too many requests|"
@@ -40,6 +42,14 @@ MATCHED, NO_MATCH, NOT_REACHED = "matched", "no match", "not reached"
 def _listed(values: Sequence[str]) -> str:
     shown = ", ".join(sorted(values)[:MAX_LISTED])
     return shown + (f" (+{len(values) - MAX_LISTED} more)" if len(values) > MAX_LISTED else "")
+
+
+def clipped(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, keeping its start and end."""
+    if len(text) <= limit:
+        return text
+    half = (limit - 1) // 2
+    return f"{text[:half]}…{text[-(limit - 1 - half) :]}"
 
 
 def pattern_text(regex: re.Pattern[str]) -> str:
@@ -293,7 +303,12 @@ def next_steps(report: Mapping[str, Any]) -> list[dict[str, Any]]:
     n = int(totals.get(oc.ORIGIN_REFUSED, 0))
     if n:
         refused = report.get("refused_origins") or []
-        where = ", ".join(f"{r['topic'] or '(none)'} ({r['count']})" for r in refused[:5]) or "see the groups"
+        where = (
+            ", ".join(
+                f"{clipped(r['topic'] or '(none)', MAX_TOPIC_CHARS)} ({r['count']})" for r in refused[:5]
+            )
+            or "see the groups"
+        )
         allow = config.get("origin_allowlist")
         allowed = ", ".join(allow) if allow else "not set, so nothing may be republished"
         steps.append(

@@ -12,8 +12,13 @@ from html import escape
 from typing import Any
 
 from spark_apps.dlq_replay import outcomes as oc
+from spark_apps.dlq_replay.report_explain import clipped
 
 CHART_GROUPS = 30
+#: Chart labels stay a few lines high: the template, error class and origin topic are cut to these
+#: lengths (start and end kept; the whole template is the label's tooltip and in the group's details).
+LABEL_TEMPLATE_CHARS = 160
+LABEL_PART_CHARS = 100
 OPEN_DETAILS = 3
 COLORS: dict[str, str] = {
     oc.REPUBLISHED: "#2e7d32",
@@ -46,7 +51,7 @@ pre{background:#f6f8fa;border:1px solid #d8dee4;padding:8px;overflow-x:auto;whit
 .badge{display:inline-block;font-style:normal;padding:1px 8px;border-radius:10px;font-size:12px;
 color:#fff;background:#59636e}
 .steps{list-style:none;padding:0;margin:0}.steps li{border-left:4px solid #59636e;background:#f6f8fa;
-padding:8px 12px;margin:8px 0}.steps b{display:block}
+padding:8px 12px;margin:8px 0;overflow-wrap:anywhere}.steps b{display:block}
 .chips{display:flex;flex-wrap:wrap;gap:8px}.chip{border:1px solid #d8dee4;border-radius:6px;padding:6px 10px;
 min-width:110px}.chip b{display:block;font-size:18px;font-variant-numeric:tabular-nums}
 .chip span{font-size:12px;color:#59636e}
@@ -101,10 +106,15 @@ def bar_chart(groups: list[dict[str, Any]]) -> str:
             f'title="{_e(o)}: {n}"></span>'
             for o, n in group["outcomes"].items()
         )
-        where = " · ".join(_e(v) for v in (group.get("error_class"), group.get("origin_topic")) if v)
+        where = " · ".join(
+            _e(clipped(v, LABEL_PART_CHARS))
+            for v in (group.get("error_class"), group.get("origin_topic"))
+            if v
+        )
+        template = group["template"] or ""
         rows.append(
-            f'<div class="bar-label"><code>{_e(group["signature"])}</code> {_e(group["template"])}'
-            f'<br><span class="muted">{where}</span></div>'
+            f'<div class="bar-label" title="{_e(template)}"><code>{_e(group["signature"])}</code> '
+            f'{_e(clipped(template, LABEL_TEMPLATE_CHARS))}<br><span class="muted">{where}</span></div>'
             f'<div class="bar-track" role="img" aria-label="{_e(_outcome_text(group))}">{segments}</div>'
             f'<div class="bar-count">{_fmt(group["count"])}</div>'
         )
@@ -285,7 +295,7 @@ def _trend(trend: dict[str, Any] | None, groups: list[dict[str, Any]]) -> str:
     templates = {g["signature"]: g["template"] for g in groups}
     head = "".join(
         f"<th class='small run' title='{_e(r['run_id'])}'>{_e((r.get('at') or '')[:16].replace('T', ' '))}"
-        f"<br><span class='muted'>{_e(_short(r['run_id'], 28))} · {_e(r.get('mode') or '')}</span></th>"
+        f"<br><span class='muted'>{_e(clipped(r['run_id'], 28))} · {_e(r.get('mode') or '')}</span></th>"
         for r in runs
     )
     rows = [
@@ -298,7 +308,7 @@ def _trend(trend: dict[str, Any] | None, groups: list[dict[str, Any]]) -> str:
         full = templates.get(g["signature"], "")
         label = (
             f"<code>{_e(g['signature'])}</code> <span class='small' title='{_e(full)}'>"
-            f"{_e(_short(full, 60))}</span>"
+            f"{_e(clipped(full, 60))}</span>"
         )
         rows.append(f"<tr><th>{label}</th>{cells}<td>{sparkline(g['counts'])}</td></tr>")
     return (
@@ -306,14 +316,6 @@ def _trend(trend: dict[str, Any] | None, groups: list[dict[str, Any]]) -> str:
         "recorded in the ledger (dry-runs are not recorded; this run is the last column).</p>"
         f"<table class='trend'><tr><th>group</th>{head}<th>trend</th></tr>{''.join(rows)}</table>"
     )
-
-
-def _short(text: str, limit: int) -> str:
-    """``text`` cut to ``limit`` characters: the start and the end, which tell runs apart."""
-    if len(text) <= limit:
-        return text
-    half = (limit - 1) // 2
-    return f"{text[:half]}…{text[-(limit - 1 - half) :]}"
 
 
 def _config(config: dict[str, Any] | None, spark: dict[str, Any] | None) -> str:

@@ -199,3 +199,23 @@ def test_html_shows_explanations_escaped_and_without_scripts():
     assert PLAYBOOK.digest in page
     assert "Payload snippets (masked)" in page
     assert "src=" not in page.replace("&lt;img src=x", "")
+
+
+def test_chart_labels_of_huge_templates_and_topics_stay_short():
+    """A 2,000-character template or a 400-character origin topic (untrusted input) does not turn a chart
+    label into a wall of text: both are cut (start and end kept), the whole template is the tooltip."""
+    from spark_apps.dlq_replay.report_html import LABEL_PART_CHARS, LABEL_TEMPLATE_CHARS, bar_chart
+
+    template = "slow " * 400
+    topic = "persistent://public/default/orders-" + "x" * 400
+    html = bar_chart(
+        [{"signature": "s1", "template": template, "error_class": "TimeoutError", "origin_topic": topic,
+          "count": 3, "outcomes": {oc.REPUBLISHED: 3}}]
+    )  # fmt: skip
+    label = html.split('<div class="bar-label"', 1)[1].split("</div>", 1)[0]
+    visible = label.split(">", 1)[1]  # after the tooltip attribute
+    assert f'title="{template}"' in label
+    assert template not in visible
+    assert topic not in visible
+    assert "…" in visible
+    assert len(visible) < LABEL_TEMPLATE_CHARS + LABEL_PART_CHARS + 200
