@@ -316,8 +316,20 @@ def machine_info() -> dict[str, Any]:
     }
 
 
+def stop_cleanly_on_sigterm() -> None:
+    """SIGTERM ends the harness through its ``finally`` blocks: brokers and clusters stopped by PID,
+    scratch data deleted (the default action would leave them to die with their parent)."""
+    import signal
+
+    def _exit(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, _exit)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    stop_cleanly_on_sigterm()
     if args.render is not None:
         return render(args.render)
     logging.basicConfig(
