@@ -71,7 +71,9 @@ def render(info: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0] if __doc__ else None, allow_abbrev=False
+    )
     parser.add_argument("--check", action="store_true", help="exit 1 if get_provider_info.py is stale")
     args = parser.parse_args(argv)
     wanted = render(provider_info(load_provider_yaml()))

@@ -10,7 +10,9 @@ An empty field falls back to the Airflow Variable of ``dlq_nightly_replay`` (``d
 ``dlq_playbook``, ``dlq_origin_allowlist``; also ``dlq_output_dir`` and ``dlq_subscription``); retries
 come from ``DLQ_REPLAY_RETRIES`` / ``DLQ_REPLAY_RETRY_DELAY_SECONDS`` (environment, read at parse time).
 A retried ``replay`` task keeps its run id, so it resumes the same replay. The task's *DLQ replay report*
-link opens the run's report.
+link opens the run's report. The ``dry_run`` and ``replay`` tasks run in the one-slot pool
+``dlq_replay`` shared with the other replay DAGs: a backfill waits for a nightly replay and the other way
+round.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ DEFAULT_OUTPUT_DIR = os.environ.get("DLQ_DATA_DIR") or str(
     Path(os.environ.get("AIRFLOW_HOME", str(Path.home() / "airflow"))) / "dlq"
 )
 REPORT_ASSET = Asset(name="dlq_replay_reports")
+#: The one-slot pool shared with ``dlq_nightly_replay`` (see its docstring).
+REPLAY_POOL = os.environ.get("DLQ_REPLAY_POOL", "dlq_replay")
 _ISO = r"^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?)?$"
 _TOPIC = r"^((persistent://)?[^/\s]+/[^/\s]+/)?[^/\s]+$"
 
@@ -137,6 +141,8 @@ with DAG(
         error_class="{{ params.error_class or '' }}",
         spark_history_url="{{ var.value.get('spark_history_url', '') }}",
         outlets=[REPORT_ASSET],
+        pool=REPLAY_POOL,
+        pool_slots=1,
     )
 
     @task
@@ -170,6 +176,8 @@ with DAG(
         group_actions="{{ ti.xcom_pull(task_ids='approve')['actions'] | tojson }}",
         window_from="{{ ti.xcom_pull(task_ids='dry_run')['run_id'] }}",
         outlets=[REPORT_ASSET],
+        pool=REPLAY_POOL,
+        pool_slots=1,
     )
 
     report(dry_run.output) >> wants_replay() >> approve >> replay  # type: ignore[arg-type]

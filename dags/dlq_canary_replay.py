@@ -25,12 +25,12 @@ from airflow.sdk import DAG, Asset, task
 from airflow_provider_dlq.operators.replay import DlqReplayOperator
 from airflow_provider_dlq.operators.report import format_summary
 
-DEFAULT_TOPICS = "persistent://public/default/orders-order-service-DLQ"
-DEFAULT_ALLOWLIST = "persistent://public/default/orders"
 DEFAULT_OUTPUT_DIR = os.environ.get("DLQ_DATA_DIR") or str(
     Path(os.environ.get("AIRFLOW_HOME", str(Path.home() / "airflow"))) / "dlq"
 )
 REPORT_ASSET = Asset(name="dlq_replay_reports")
+#: The one-slot pool shared with the other replay DAGs: never two replays at once (``dlq_nightly_replay``).
+REPLAY_POOL = os.environ.get("DLQ_REPLAY_POOL", "dlq_replay")
 
 
 def _var(name: str, default: str) -> str:
@@ -48,11 +48,12 @@ def canary_replay(
 ) -> DAG:
     """The canary replay DAG; ``overrides`` replace ``DlqReplayOperator`` arguments (topics, ...)."""
     arguments: dict[str, Any] = {
-        "topics": _var("dlq_topics", DEFAULT_TOPICS),
+        # No built-in topics or allowlist: unconfigured, the run stops before reading anything.
+        "topics": "{{ var.value.get('dlq_topics', '') }}",
         "subscription": _var("dlq_subscription", "dlq-replayer"),
         "playbook": "{{ var.value.get('dlq_playbook', '') }}",
         "output_dir": _var("dlq_output_dir", DEFAULT_OUTPUT_DIR),
-        "origin_allowlist": _var("dlq_origin_allowlist", DEFAULT_ALLOWLIST),
+        "origin_allowlist": "{{ var.value.get('dlq_origin_allowlist', '') }}",
         **overrides,
     }
     # [START howto_dlq_canary_replay]
@@ -74,6 +75,8 @@ def canary_replay(
             canary_wait_seconds=canary_wait_seconds,  # time the consumers get to fail them again
             canary_max_failure_rate=canary_max_failure_rate,  # halt above this share of re-failures
             outlets=[REPORT_ASSET],
+            pool=REPLAY_POOL,
+            pool_slots=1,
             **arguments,
         )
 

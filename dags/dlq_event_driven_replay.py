@@ -33,11 +33,12 @@ from airflow_provider_dlq.operators.replay import DlqReplayOperator
 from airflow_provider_dlq.operators.report import format_summary
 
 DEFAULT_TOPICS = "persistent://public/default/orders-order-service-DLQ"
-DEFAULT_ALLOWLIST = "persistent://public/default/orders"
 DEFAULT_OUTPUT_DIR = os.environ.get("DLQ_DATA_DIR") or str(
     Path(os.environ.get("AIRFLOW_HOME", str(Path.home() / "airflow"))) / "dlq"
 )
 REPORT_ASSET = Asset(name="dlq_replay_reports")
+#: The one-slot pool shared with the other replay DAGs: never two replays at once (``dlq_nightly_replay``).
+REPLAY_POOL = os.environ.get("DLQ_REPLAY_POOL", "dlq_replay")
 
 
 def _env_float(name: str) -> float | None:
@@ -111,8 +112,11 @@ def event_driven_replay(
             mode=mode,
             playbook=playbook or "{{ var.value.get('dlq_playbook', '') }}",
             output_dir=output_dir or _var("dlq_output_dir", DEFAULT_OUTPUT_DIR),
-            origin_allowlist=origin_allowlist or _var("dlq_origin_allowlist", DEFAULT_ALLOWLIST),
+            # No built-in allowlist: unset, the replay refuses to start (nothing is republished).
+            origin_allowlist=origin_allowlist or "{{ var.value.get('dlq_origin_allowlist', '') }}",
             outlets=[REPORT_ASSET],
+            pool=REPLAY_POOL,
+            pool_slots=1,
             **(replay_kwargs or {}),
         )
 

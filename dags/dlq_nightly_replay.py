@@ -21,7 +21,10 @@ Configuration (no addresses in this file):
 * Environment, read when the DAG file is parsed (scheduling knobs only): ``DLQ_NIGHTLY_SCHEDULE`` (cron,
   default ``0 2 * * *``), ``DLQ_SENSOR_POLL_SECONDS`` (60), ``DLQ_SENSOR_TIMEOUT_SECONDS`` (900),
   ``DLQ_REPLAY_RETRIES`` (2), ``DLQ_REPLAY_RETRY_DELAY_SECONDS`` (120), ``DLQ_DATA_DIR`` (default output
-  root when the variable is unset).
+  root when the variable is unset), ``DLQ_REPLAY_POOL`` (``dlq_replay``).
+* The Airflow pool ``dlq_replay`` with **one** slot, shared with ``dlq_backfill``, so the two DAGs never
+  replay at the same time (the replay app also refuses a second run on the same output directory or
+  DLQ subscription): ``airflow pools set dlq_replay 1 "one DLQ replay at a time"``.
 
 A retried ``replay`` task keeps its run id (derived from the DAG run), so it resumes the same replay.
 """
@@ -51,6 +54,9 @@ DEFAULT_OUTPUT_DIR = os.environ.get("DLQ_DATA_DIR") or str(
 )
 #: Updated by every replay run; the event's ``extra`` holds the run summary and the report paths.
 REPORT_ASSET = Asset(name="dlq_replay_reports")
+#: One slot, shared with ``dlq_backfill``: never two replays at once (create it with
+#: ``airflow pools set dlq_replay 1 "one DLQ replay at a time"``; the docker stack's init does).
+REPLAY_POOL = os.environ.get("DLQ_REPLAY_POOL", "dlq_replay")
 
 
 def _var(name: str, default: str = "") -> str:
@@ -130,6 +136,8 @@ with DAG(
         origin_allowlist=_var("dlq_origin_allowlist"),
         spark_history_url=_var("spark_history_url"),
         outlets=[REPORT_ASSET],
+        pool=REPLAY_POOL,
+        pool_slots=1,
     )
 
     @task

@@ -170,7 +170,7 @@ def consume(service_url: str, *, inventory_up: bool, idle_timeout_s: float) -> d
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False
     )
     parser.add_argument("command", choices=["produce", "consume"])
     parser.add_argument("--service-url", required=True, help="pulsar://host:port of the broker")

@@ -26,9 +26,10 @@ from __future__ import annotations
 import hashlib
 import re
 import traceback
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from enum import StrEnum
+from functools import lru_cache
 
 # --------------------------------------------------------------------------- Pulsar standard keys
 
@@ -541,6 +542,141 @@ def parse_error_context(
     )
 
 
+# --------------------------------------------------------------------------- origin identity
+
+#: Property keys that name the origin topic, one per convention family, in the parser's precedence.
+ORIGIN_TOPIC_KEYS: tuple[str, ...] = (KEY_TOPIC, CONNECT_TOPIC, SPRING_ORIGINAL_TOPIC, REAL_TOPIC)
+#: Every property :func:`origin_claims` reads: a message's origin identity depends on these alone.
+ORIGIN_PROPERTY_KEYS: tuple[str, ...] = (
+    KEY_TOPIC,
+    KEY_MESSAGE_ID,
+    KIP1191_PARTITION,
+    KIP1191_OFFSET,
+    CONNECT_TOPIC,
+    CONNECT_PARTITION,
+    CONNECT_OFFSET,
+    SPRING_ORIGINAL_TOPIC,
+    SPRING_ORIGINAL_PARTITION,
+    SPRING_ORIGINAL_OFFSET,
+    REAL_TOPIC,
+    ORIGIN_MESSAGE_ID,
+    LEGACY_ORIGIN_MESSAGE_ID,
+)
+#: Longest origin topic value kept in an :class:`OriginClaim` (a longer one is cut, marked, never valid).
+MAX_CLAIM_CHARS = 300
+_MESSAGE_ID = re.compile(r"\(?\s*(-?\d{1,20})\s*(?:[:,]\s*(-?\d{1,20})\s*){1,3}\)?")
+_ID_PART = re.compile(r"-?\d{1,20}")
+
+
+@dataclass(frozen=True)
+class OriginClaim:
+    """What one convention's properties say the origin of a DLQ message was.
+
+    ``key`` is the property that names the topic (one of :data:`ORIGIN_TOPIC_KEYS`), ``topic`` its
+    value (bounded to :data:`MAX_CLAIM_CHARS`) and ``message_id`` the origin message id the same
+    convention gives (``None`` when it gives none or junk).
+    """
+
+    key: str
+    topic: str
+    message_id: str | None
+
+
+def _origin_message_id(props: Mapping[str, str], key: str) -> str | None:
+    if key == REAL_TOPIC:
+        return _text(props, ORIGIN_MESSAGE_ID) or _text(props, LEGACY_ORIGIN_MESSAGE_ID)
+    if key == KEY_TOPIC:
+        return _text(props, KEY_MESSAGE_ID) or _position(
+            _int(props, KIP1191_PARTITION), _int(props, KIP1191_OFFSET)
+        )
+    if key == CONNECT_TOPIC:
+        return _position(_int(props, CONNECT_PARTITION), _int(props, CONNECT_OFFSET))
+    return _position(
+        _big_endian_or_decimal(props, SPRING_ORIGINAL_PARTITION),
+        _big_endian_or_decimal(props, SPRING_ORIGINAL_OFFSET),
+    )
+
+
+def origin_claims(properties: Mapping[str, str] | None) -> tuple[OriginClaim, ...]:
+    """Every convention's claim about the origin, in :data:`ORIGIN_TOPIC_KEYS` order (never raises)."""
+    if not isinstance(properties, Mapping):
+        return ()
+    claims = []
+    for key in ORIGIN_TOPIC_KEYS:
+        if key not in properties:
+            continue
+        value = _text(properties, key)
+        if value is None:
+            continue
+        if len(value) > MAX_CLAIM_CHARS:
+            value = value[:MAX_CLAIM_CHARS] + TRUNCATION_MARKER
+        claims.append(OriginClaim(key, value, _origin_message_id(properties, key)))
+    return tuple(claims)
+
+
+@lru_cache(maxsize=4096)
+def canonical_topic(topic: str | None) -> str | None:
+    """The topic a claim names, for comparing claims: fully qualified, without a ``-partition-N`` suffix
+    (a partition and its topic are the same origin). ``None`` for anything that is not a topic name."""
+    if not topic or TRUNCATION_MARKER in topic:
+        return None
+    from airflow_provider_dlq.dlq_consumer.errors import ConfigurationError
+    from airflow_provider_dlq.dlq_consumer.policy import normalize_topic
+
+    try:
+        qualified = normalize_topic(topic)
+    except ConfigurationError:
+        return None
+    if any(ch.isspace() or ord(ch) < 0x20 for ch in qualified):
+        return None
+    return base_topic(qualified)
+
+
+def conflicting_claims(claims: tuple[OriginClaim, ...]) -> tuple[OriginClaim, ...]:
+    """The claims when they name different origin topics (one claim per distinct topic), else ``()``.
+
+    Two claims agree when they name the same topic, qualified or short, partition or whole topic
+    (``REAL_TOPIC=persistent://public/default/orders-partition-0`` agrees with
+    ``__dlq.errors.topic=orders``). A value that is no topic name disagrees with every other value.
+    """
+    seen: dict[str, OriginClaim] = {}
+    for claim in claims:
+        seen.setdefault(canonical_topic(claim.topic) or f"\x00{claim.topic}", claim)
+    return tuple(seen.values()) if len(seen) > 1 else ()
+
+
+def resolve_claims(claims: tuple[OriginClaim, ...], precedence: Sequence[str]) -> OriginClaim | None:
+    """The claim of the first property key in ``precedence`` that the message carries, else ``None``."""
+    by_key = {claim.key: claim for claim in claims}
+    return next((by_key[key] for key in precedence if key in by_key), None)
+
+
+def canonical_message_id(message_id: str | None) -> str | None:
+    """A message id in one spelling, so copies written by different clients compare equal.
+
+    Pulsar ids: Python ``(ledger,entry,partition,batch)``, Java ``ledger:entry:partition`` or
+    ``ledger:entry:partition:batch`` all become ``ledger:entry:partition:batch`` (batch -1 when absent).
+    Kafka positions ``partition:offset`` stay as they are. Anything else gives ``None``.
+    """
+    if not message_id or not _MESSAGE_ID.fullmatch(message_id.strip()):
+        return None
+    parts = _ID_PART.findall(message_id)
+    if len(parts) == 3:
+        parts.append("-1")
+    return ":".join(str(int(p)) for p in parts)
+
+
+def origin_identity(origin_topic: str | None, origin_message_id: str | None) -> str | None:
+    """``<qualified origin topic without partition suffix>|<canonical message id>``: the same for every
+    DLQ copy of one original message, whichever convention or client wrote it; ``None`` when either part
+    is missing or not valid (callers then fall back to the DLQ message's own identity)."""
+    topic = canonical_topic(origin_topic)
+    message_id = canonical_message_id(origin_message_id)
+    if topic is None or message_id is None:
+        return None
+    return f"{topic}|{message_id}"
+
+
 __all__ = [
     "CONTEXT_FIELDS",
     "CONTEXT_PREFIX",
@@ -563,6 +699,8 @@ __all__ = [
     "MAX_ERROR_MESSAGE_BYTES",
     "MAX_ERROR_STACK_BYTES",
     "ORIGIN_MESSAGE_ID",
+    "ORIGIN_PROPERTY_KEYS",
+    "ORIGIN_TOPIC_KEYS",
     "REAL_TOPIC",
     "REASONS",
     "REASON_MAX_RECONSUMES",
@@ -573,14 +711,21 @@ __all__ = [
     "RETRY_TOPIC",
     "ContextFormat",
     "ErrorContext",
+    "OriginClaim",
     "base_topic",
     "build_context_properties",
+    "canonical_message_id",
+    "canonical_topic",
+    "conflicting_claims",
     "detect_format",
     "exception_class_name",
     "is_bookkeeping_property",
+    "origin_claims",
+    "origin_identity",
     "parse_error_context",
     "partition_index",
     "payload_sha256",
+    "resolve_claims",
     "safe_str",
     "strip_bookkeeping_properties",
     "truncate_utf8",

@@ -11,7 +11,9 @@ from bench.contenders import RESULT_MARKER, SINGLE_PROCESS, ContenderSpec
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.contenders", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.contenders", description=__doc__, allow_abbrev=False
+    )
     parser.add_argument("name", choices=SINGLE_PROCESS)
     parser.add_argument("spec", help="the ContenderSpec as JSON")
     args = parser.parse_args(argv)

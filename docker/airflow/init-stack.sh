@@ -4,7 +4,8 @@
 #   2. migrate the Airflow metadata DB
 #   3. set the login of the API server (SimpleAuthManager passwords file)
 #   4. create the Airflow connections pulsar_default and spark_default if they do not exist yet
-#   5. Pulsar: DLQ and origin namespaces with deduplication on, the durable replayer subscription on each DLQ
+#   5. the Airflow pool dlq_replay with one slot (the replay tasks of both DAGs run in it)
+#   6. Pulsar: DLQ and origin namespaces with deduplication on, the durable replayer subscription on each DLQ
 # Every step is idempotent: re-running `docker compose up` keeps existing connections and data.
 set -euo pipefail
 
@@ -23,16 +24,16 @@ AUTH_FILE="${AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE:?not set (docker/
 LOGS_DIR="${AIRFLOW__LOGGING__BASE_LOG_FOLDER:-/opt/airflow/logs}"
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
-log "1/5 shared volumes: ${DLQ_DATA_DIR}, ${LOGS_DIR}, $(dirname "${AUTH_FILE}")"
+log "1/6 shared volumes: ${DLQ_DATA_DIR}, ${LOGS_DIR}, $(dirname "${AUTH_FILE}")"
 mkdir -p "${DLQ_DATA_DIR}" "${LOGS_DIR}" "$(dirname "${AUTH_FILE}")"
 chown "${AIRFLOW_UID}:${AIRFLOW_GID}" "${DLQ_DATA_DIR}" "$(dirname "${AUTH_FILE}")"
 chmod g+rwx "${DLQ_DATA_DIR}"
 chown -R "${AIRFLOW_UID}:${AIRFLOW_GID}" "${LOGS_DIR}"
 
-log "2/5 airflow db migrate"
+log "2/6 airflow db migrate"
 airflow db migrate
 
-log "3/5 API server login for user '${AIRFLOW_ADMIN_USER}' (password from docker/.env, not logged)"
+log "3/6 API server login for user '${AIRFLOW_ADMIN_USER}' (password from docker/.env, not logged)"
 python - "${AUTH_FILE}" <<'PY'
 import json, os, sys
 path = sys.argv[1]
@@ -42,7 +43,7 @@ PY
 chown "${AIRFLOW_UID}:${AIRFLOW_GID}" "${AUTH_FILE}"
 chmod 0640 "${AUTH_FILE}"
 
-log "4/5 Airflow connections pulsar_default, spark_default (created if missing, existing ones kept)"
+log "4/6 Airflow connections pulsar_default, spark_default (created if missing, existing ones kept)"
 # One `airflow connections import` (one CLI start) instead of get/add per connection. The file can
 # hold a token: private to root, removed on exit.
 CONN_FILE="$(mktemp --suffix=.json)"
@@ -65,7 +66,11 @@ PY
 airflow connections import "${CONN_FILE}" | sed 's/^/[airflow-init] /' \
     || die "could not import the connections: check DLQ_CONN_* in docker/compose.yaml"
 
-log "5/5 Pulsar DLQ namespaces, deduplication and replayer subscriptions"
+log "5/6 Airflow pool dlq_replay (one slot: nightly replay and backfill never run at once)"
+airflow pools set "${DLQ_REPLAY_POOL:-dlq_replay}" 1 "one DLQ replay at a time (dlq_nightly_replay, dlq_backfill)" \
+    | sed 's/^/[airflow-init] /' || die "could not create the Airflow pool dlq_replay"
+
+log "6/6 Pulsar DLQ namespaces, deduplication and replayer subscriptions"
 python "${SCRIPT_DIR}/init_pulsar.py"
 
 # Files written as root above (logs of the CLI calls) must stay writable for UID 50000.

@@ -53,6 +53,52 @@ def republish_input(
     )
 
 
+#: Column of :func:`prepare_sends` naming the wave a row is sent in.
+WAVE_COLUMN = "wave"
+
+
+def prepare_sends(decisions: DataFrame, wave_size: int) -> DataFrame:
+    """The rows to send with their wave (``sequence_id // wave_size``): written once, partitioned by
+    wave, so each wave reads only its own rows."""
+    from pyspark.sql import functions as F
+
+    sending = decisions.filter(F.col("outcome") == oc.TO_REPUBLISH)
+    return sending.select(
+        "replay_id",
+        "target_topic",
+        F.col("replay_producer").alias("producer_name"),
+        "sequence_id",
+        F.col("out_value").alias("value"),
+        "key",
+        "ordering_key",
+        "event_time",
+        F.col("out_properties").alias("properties"),
+        F.floor(F.col("sequence_id") / F.lit(int(wave_size))).cast("long").alias(WAVE_COLUMN),
+    )
+
+
+def send_rows(
+    rows: DataFrame, conf: PulsarConf, *, partitions: int, rate_limit_per_s: float | None = None
+) -> DataFrame:
+    """Send rows laid out as :func:`republish_input` selects them (one wave of :func:`prepare_sends`);
+    one result row per message (``REPUBLISH_RESULT_SCHEMA``)."""
+    from spark_apps.dlq_replay.pulsar_io.republish import REPUBLISH_RESULT_SCHEMA
+
+    per_task = rate_limit_per_s / max(1, partitions) if rate_limit_per_s else None
+
+    def send(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from spark_apps.dlq_replay.pulsar_io.republish import republish_batches
+
+        yield from republish_batches(batches, conf=conf, rate_limit_per_s=per_task)
+
+    from spark_apps.dlq_replay.arrow_compat import map_in_arrow
+
+    laid_out = rows.drop(WAVE_COLUMN).repartition(max(1, partitions), "producer_name")
+    return map_in_arrow(
+        laid_out.sortWithinPartitions("producer_name", "sequence_id"), send, REPUBLISH_RESULT_SCHEMA
+    )
+
+
 def republish(
     decisions: DataFrame,
     conf: PulsarConf,
@@ -89,6 +135,7 @@ OUTCOME_COLUMNS: tuple[str, ...] = (
     "error_class",
     "origin_topic",
     "context_format",
+    "reason",
     "publish_time",
     "rule",
     "action",

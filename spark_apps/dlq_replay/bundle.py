@@ -111,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m spark_apps.dlq_replay.bundle --dest DIR``: print the zip and main paths."""
     parser = argparse.ArgumentParser(
         prog="python -m spark_apps.dlq_replay.bundle",
+        allow_abbrev=False,
         description="Build the --py-files zip of the DLQ replay app with the vendored consumer library.",
     )
     parser.add_argument("--dest", required=True, help="output folder (created when missing)")

@@ -1,20 +1,31 @@
 """Command line of the replay app: ``spark-submit --py-files <bundle.zip> dlq_replay_main.py --help``.
 
-Tokens are never accepted as arguments: the Pulsar token comes from the ``PULSAR_AUTH_TOKEN`` environment
-variable or from ``--auth-token-file``. Exit codes: 0 success (messages may be left pending), 2 invalid
-options, 1 run failure.
+The contract (``docs/replay-app.md``):
+
+* exit code 0: the run finished (messages may be left pending; status ``partial`` when sends failed);
+  2: invalid input, found before anything is written (options, files, permissions, playbook, fixes, or
+  a resume with changed options); 1: the run failed or another run holds the lock; re-run the same
+  ``--run-id`` to resume;
+* progress and errors on stderr (under ``spark-submit``, the JVM's stderr: the Python driver's own
+  stderr is merged into stdout by Spark's ``PythonRunner``);
+* stdout: a human summary, then as its last line ``DLQ_REPLAY_SUMMARY {json}``.
+
+Tokens are never accepted as arguments and no value that could be one is ever printed: the Pulsar
+token comes from the ``PULSAR_AUTH_TOKEN`` environment variable or from ``--auth-token-file``.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
+import re
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from spark_apps.dlq_replay import outcomes as oc
 from spark_apps.dlq_replay.canary import CanarySpec
-from spark_apps.dlq_replay.errors import FixLoadError, PlaybookError, ReplayConfigError, ReplayError
+from spark_apps.dlq_replay.errors import ReplayConfigError, ReplayError, RunLockedError
 from spark_apps.dlq_replay.group_actions import parse_group_actions
 from spark_apps.dlq_replay.options import (
     DEFAULT_IDLE_TIMEOUT_MS,
@@ -31,11 +42,18 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("spark_apps.dlq_replay")
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-_FORBIDDEN = (
+#: Words that make a command-line option look like it carries a secret (compared without case, ``_`` as
+#: ``-``); the options naming a file that holds a secret are the ones we accept.
+_SECRET_WORDS = ("token", "auth-param", "password", "passwd", "secret", "jwt", "credential")
+_TOKEN_FILE_OPTION = "--auth-token-file"
+_SECRET_FILE_OPTIONS = (_TOKEN_FILE_OPTION, "--oauth2-credentials-file")
+#: Options other tools take a token with: a prefix of one of these (``--auth-tok``) is refused as well.
+_SECRET_OPTIONS = (
     "--auth-token",
     "--token",
     "--pulsar-token",
     "--auth-params",
+    "--password",
     "--oauth2-client-secret",
     "--client-secret",
 )
@@ -45,16 +63,31 @@ WRITE_DEFAULTS = {
     "spark.sql.optimizer.plannedWrite.enabled": "false",
     "spark.sql.maxConcurrentOutputFiles": "64",
 }
+_QUOTED_VALUE = re.compile(r"(invalid [a-z ]*?(?:value|choice)): '.*?'(?=$| \()", re.DOTALL)
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse that never echoes argument values in its errors (one of them could be a secret)."""
+    """argparse without abbreviations that never echoes argument values in its errors (one of them
+    could be a secret typed in the wrong place)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(allow_abbrev=False, **kwargs)
 
     def error(self, message: str) -> None:  # type: ignore[override]
         if "unrecognized arguments" in message:
-            message = "unrecognized arguments (values not shown); see --help"
-        self.print_usage(sys.stderr)
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+            message = "unrecognized arguments (values not shown); see --help for the options"
+        else:
+            message = _QUOTED_VALUE.sub(r"\1 (value not shown)", message)
+        self.print_usage(err_stream())
+        err_stream().write(f"{self.prog}: error: {message}\n")
+        err_stream().flush()
+        raise SystemExit(EXIT_USAGE)
+
+    def exit(self, status: int = 0, message: str | None = None) -> None:  # type: ignore[override]
+        if message:
+            err_stream().write(message)
+            err_stream().flush()
+        raise SystemExit(status)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -64,7 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
             "Replay Apache Pulsar dead-letter queues with Spark: plan (freeze the window), snapshot, decide "
             "(playbook), apply (republish/archive), record (ledger), commit (ack final messages), report. "
             "Re-running a run id resumes it. The Pulsar token is read from the PULSAR_AUTH_TOKEN environment "
-            "variable or --auth-token-file, never from the command line."
+            "variable or --auth-token-file, never from the command line. Exit codes: 0 done, 1 failed or "
+            "locked by another run (re-run the same --run-id to resume), 2 invalid input (nothing written). "
+            "Progress goes to stderr; the last stdout line is DLQ_REPLAY_SUMMARY <json>."
         ),
     )
     add = parser.add_argument
@@ -80,7 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add("--service-url", required=True, help="Pulsar binary service URL, e.g. pulsar://localhost:6650.")
     add(
-        "--auth-token-file",
+        _TOKEN_FILE_OPTION,
         metavar="PATH",
         help="File holding the Pulsar JWT token (else env PULSAR_AUTH_TOKEN; unset means no auth).",
     )
@@ -225,22 +260,49 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=DEFAULT_WAVE_SIZE,
         metavar="N",
-        help="Republish in waves of N messages per producer, each saved before the next; a resumed run "
-        f"re-sends at most the wave that was in flight (default {DEFAULT_WAVE_SIZE}).",
+        help="Republish in waves of N messages per producer, each saved before the next; after a kill a "
+        "resumed run re-sends at most the wave in flight: N x producers messages, which reach the origin "
+        f"twice on a broker without deduplication (default {DEFAULT_WAVE_SIZE}).",
+    )
+    add(
+        "--subscription-lease",
+        choices=("on", "off"),
+        default="on",
+        help="Hold a broker lease per DLQ topic and subscription for the whole run, so no other replay "
+        "(whatever its output dir) reads the same subscription at the same time (default on). It needs "
+        "permission to consume a small lease topic in the DLQ's namespace; 'off' relies on the output "
+        "directory lock alone.",
     )
     return parser
 
 
+def secret_option_given(args: Sequence[str]) -> bool:
+    """True when an argument looks like an option carrying a secret (``--auth-token``, ``--token=...``,
+    ``--auth_tok``, ``--password``...); ``--auth-token-file`` is fine."""
+    for arg in args:
+        if not arg.startswith("-"):
+            continue
+        name = arg.split("=", 1)[0].lower().replace("_", "-")
+        if name in _SECRET_FILE_OPTIONS:
+            continue
+        if any(word in name for word in _SECRET_WORDS):
+            return True
+        if len(name) >= 5 and any(option.startswith(name) for option in _SECRET_OPTIONS):
+            return True
+    return False
+
+
 def parse_options(argv: Sequence[str] | None = None) -> ReplayOptions:
-    """Parse and validate the command line. Raises :class:`ReplayConfigError` or exits on usage errors."""
+    """Parse and validate the command line. Raises :class:`ReplayConfigError`, or ``SystemExit(2)`` on
+    usage errors (never echoing a value)."""
     args_list = list(sys.argv[1:] if argv is None else argv)
-    for arg in args_list:
-        if arg.split("=", 1)[0] in _FORBIDDEN:
-            raise ReplayConfigError(
-                f"{arg.split('=', 1)[0]} is not accepted: secrets never go on the command line. Set the "
-                "PULSAR_AUTH_TOKEN (or PULSAR_OAUTH2_CREDENTIALS) environment variable, or pass "
-                "--auth-token-file PATH (or --oauth2-credentials-file PATH)"
-            )
+    if secret_option_given(args_list):
+        raise ReplayConfigError(
+            "an option that looks like it carries a secret was given (value not shown): secrets never go "
+            "on the command line. Set the PULSAR_AUTH_TOKEN (or PULSAR_OAUTH2_CREDENTIALS) environment "
+            "variable, or pass --auth-token-file PATH (or --oauth2-credentials-file PATH), and rotate the "
+            "secret if it was typed in a shell (it may be in the shell history)"
+        )
     args = build_parser().parse_args(args_list)
     topics = split_list(args.topics)
     return ReplayOptions(
@@ -272,6 +334,7 @@ def parse_options(argv: Sequence[str] | None = None) -> ReplayOptions:
         archive_payload=args.archive_payload == "on",
         idle_timeout_ms=args.idle_timeout_ms,
         wave_size=args.wave_size,
+        subscription_lease=args.subscription_lease == "on",
         group_actions=parse_group_actions(args.group_actions) if args.group_actions else None,
         window_from=args.window_from.strip() if args.window_from else None,
         canary=CanarySpec.parse(
@@ -285,12 +348,55 @@ def parse_options(argv: Sequence[str] | None = None) -> ReplayOptions:
     )
 
 
+# --------------------------------------------------------------------------- stderr
+
+
+class _JvmErr:
+    """A text stream over the JVM's ``System.err`` (the real stderr of ``spark-submit``)."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        self._stream.print(text)
+        return len(text)
+
+    def flush(self) -> None:
+        self._stream.flush()
+
+
+_ERR: list[Any] = []
+
+
+def err_stream() -> Any:
+    """Where progress and errors go: the JVM's stderr once :func:`use_jvm_stderr` found it, else
+    ``sys.stderr`` (looked up at each call, so a swapped ``sys.stderr`` is honoured)."""
+    return _ERR[0] if _ERR else sys.stderr
+
+
+def use_jvm_stderr() -> bool:
+    """Under ``spark-submit`` write progress to the JVM's stderr: Spark's ``PythonRunner`` merges the
+    Python driver's stderr into stdout, which must carry only the summary. No-op elsewhere."""
+    if _ERR or not os.environ.get("PYSPARK_GATEWAY_PORT"):
+        return bool(_ERR)
+    try:
+        from pyspark import SparkContext
+
+        SparkContext._ensure_initialized()  # connects to the gateway spark-submit started; no context yet
+        jvm: Any = SparkContext._jvm
+        _ERR.append(_JvmErr(jvm.java.lang.System.err))
+    except Exception as exc:  # keep going on Python's stderr rather than fail the run
+        sys.stderr.write(f"dlq-replay: progress stays on the Python stderr ({type(exc).__name__})\n")
+        return False
+    return True
+
+
 class _StderrHandler(logging.StreamHandler):
-    """Writes to whatever ``sys.stderr`` is at the time of the record (safe when it is swapped)."""
+    """Writes to :func:`err_stream` at the time of each record."""
 
     @property
-    def stream(self) -> object:
-        return sys.stderr
+    def stream(self) -> Any:
+        return err_stream()
 
     @stream.setter
     def stream(self, value: object) -> None:
@@ -309,13 +415,32 @@ def configure_logging() -> None:
     logging.getLogger("spark_apps.dlq_replay.pulsar_client").setLevel(logging.WARNING)
 
 
+def _fail(message: str) -> None:
+    stream = err_stream()
+    stream.write(f"dlq-replay: error: {message}\n")
+    stream.flush()
+
+
+# --------------------------------------------------------------------------- main
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the app; returns the process exit code."""
+    """Run the app; returns the process exit code (see the module docstring)."""
+    use_jvm_stderr()
     configure_logging()
     try:
         options = parse_options(argv)
+    except SystemExit as exc:  # argparse: --help (0) or a usage error (2), already printed
+        return int(exc.code or 0)
     except ReplayConfigError as exc:
-        print(f"dlq-replay: error: {exc}", file=sys.stderr)
+        _fail(str(exc))
+        return EXIT_USAGE
+    from spark_apps.dlq_replay.preflight import check_local
+
+    try:
+        check_local(options)  # files, permissions, playbook: before Spark starts, nothing written
+    except ReplayConfigError as exc:
+        _fail(str(exc))
         return EXIT_USAGE
     from pyspark.sql import SparkSession
 
@@ -335,11 +460,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             spark.conf.set(key, value)
     try:
         report = run_replay(spark, options)
-    except (ReplayConfigError, PlaybookError, FixLoadError, PulsarConfigError) as exc:
-        print(f"dlq-replay: error: {exc}", file=sys.stderr)
+    except (ReplayConfigError, PulsarConfigError) as exc:
+        _fail(str(exc))
         return EXIT_USAGE
+    except RunLockedError as exc:
+        _fail(str(exc))
+        return EXIT_FAILED
     except ReplayError as exc:
-        log.error("run %s failed: %s", options.run_id, exc)
+        log.error("run %s failed: %s; re-run the same --run-id to resume", options.run_id, exc)
         return EXIT_FAILED
     except Exception:
         log.exception("run %s failed; re-run the same --run-id to resume", options.run_id)

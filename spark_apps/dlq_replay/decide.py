@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from spark_apps.dlq_replay import outcomes as oc
+from spark_apps.dlq_replay.normalize import ORIGIN_CONFLICT, PROPERTY_DICTS
+from spark_apps.dlq_replay.pulsar_io.source import UNDECODABLE_PROPERTY
 from spark_apps.dlq_replay.schemas import CONTEXT_COLUMNS, DECIDED_SCHEMA, SCOPE_COLUMN, arrow_schema
 
 if TYPE_CHECKING:
@@ -30,9 +32,15 @@ if TYPE_CHECKING:
 SCOPE_IN = "in"
 SCOPE_FILTERED = "filtered"
 SCOPE_ALREADY_FINAL = "already_final"
+SCOPE_DUPLICATE = "duplicate"
 SCOPE_REASON_COLUMN = "scope_reason"
-_RID, _FINAL, _CHOSEN = "_rid", "_final", "_chosen"  # columns added by with_scope_flags
-_REVIEWED = "_reviewed"  # added only for a run that acts on a reviewed run's scope (--window-from)
+#: Columns added by :func:`with_scope_flags`: a mark (``already_final``, ``duplicate`` or ``chosen``, null
+#: for the rest) and its reason.
+_MARK, _MARK_REASON = "_mark", "_mark_reason"
+_CHOSEN = "chosen"
+_RID = "_rid"
+#: Marked rows up to this many are broadcast to the join with the snapshot (no shuffle of payloads).
+BROADCAST_MARKS = 200_000
 
 
 @dataclass(frozen=True)
@@ -80,97 +88,185 @@ def filter_reason(
 
 
 def replay_id_column() -> Column:
-    """:func:`~spark_apps.dlq_replay.signatures.replay_id` of a snapshot row, in Spark SQL."""
+    """The DLQ-identity :func:`~spark_apps.dlq_replay.signatures.replay_id` of a snapshot row (no origin
+    identity), in Spark SQL."""
     from pyspark.sql import functions as F
 
     material = F.concat(F.col("topic"), F.lit("\x1f"), F.col("message_id_str"))
     return F.substring(F.sha2(material, 256), 1, 32)
 
 
-def with_scope_flags(
-    snapshot: DataFrame,
-    filters: Filters,
-    final_ids: DataFrame | None,
-    reviewed_ids: DataFrame | None = None,
-) -> DataFrame:
-    """Snapshot rows plus ``_final`` (final in the ledger of an earlier run) and ``_chosen`` (among the
-    first ``max_messages`` in scope) flags, joined by replay id; no payload passes through Python here.
-
-    ``final_ids`` holds one column ``replay_id``. ``max_messages`` keeps the first N rows that are not
-    final and pass the filters, by (publish_time, dlq_topic, replay_id). ``reviewed_ids`` (one column
-    ``replay_id``): only these are in scope, the rest is ``filtered`` (``_reviewed`` flag).
-    """
-    from pyspark.sql import functions as F
-
-    df = snapshot.withColumn(_RID, replay_id_column())
-    if final_ids is not None:
-        marked = final_ids.select(F.col("replay_id").alias(_RID)).distinct().withColumn(_FINAL, F.lit(True))
-        df = df.join(marked, on=_RID, how="left")
-    else:
-        df = df.withColumn(_FINAL, F.lit(None).cast("boolean"))
-    if reviewed_ids is not None:
-        marked = reviewed_ids.select(F.col("replay_id").alias(_RID)).distinct()
-        df = df.join(marked.withColumn(_REVIEWED, F.lit(True)), on=_RID, how="left")
-    if filters.max_messages is not None:
-        df = df.join(_chosen_ids(df.filter(F.col(_FINAL).isNull()), filters), on=_RID, how="left")
-    else:
-        df = df.withColumn(_CHOSEN, F.lit(None).cast("boolean"))
-    return df.drop(_RID)
-
-
-def _chosen_ids(candidates: DataFrame, filters: Filters) -> DataFrame:
-    """``_rid`` and ``_chosen`` of the first ``max_messages`` candidates passing the filters."""
+def _identities(snapshot: DataFrame, filters: Filters, origin_precedence: tuple[str, ...]) -> DataFrame:
+    """One light row per snapshot row (no payload): ``topic, message_id_str, publish_time, _rid`` and,
+    with ``--max-messages``, ``selected`` (passes the other filters)."""
     from pyspark.sql import functions as F
 
     from spark_apps.dlq_replay.arrow_compat import map_in_arrow
 
-    def selected(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from spark_apps.dlq_replay.normalize import normalize_columns
+    limited = filters.max_messages is not None
+
+    def ids(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from spark_apps.dlq_replay.normalize import normalize_columns, replay_ids
 
         for batch in batches:
-            columns = normalize_columns(batch)
-            times = _publish_times(batch, filters)
-            passes = [
-                filter_reason(filters, sig, cls, ts) is None
-                for sig, cls, ts in zip(columns["signature"], columns["error_class"], times, strict=True)
+            # The filters of --max-messages need the whole context; the replay ids only the origin.
+            columns = normalize_columns(batch, origin_precedence) if limited else {}
+            rids = columns["replay_id"] if limited else replay_ids(batch, origin_precedence)
+            arrays = [
+                batch.column("topic"),
+                batch.column("message_id_str"),
+                batch.column("publish_time"),
+                pa.array(rids, pa.string()),
             ]
+            if limited:
+                times = _publish_times(batch, filters)
+                arrays.append(
+                    pa.array(
+                        [
+                            filter_reason(filters, sig, cls, ts) is None
+                            for sig, cls, ts in zip(
+                                columns["signature"], columns["error_class"], times, strict=True
+                            )
+                        ]
+                    )
+                )
             yield pa.RecordBatch.from_arrays(
-                [batch.column(_RID), batch.column("publish_time"), batch.column("topic"), pa.array(passes)],
-                names=[_RID, "publish_time", "topic", "selected"],
+                arrays, names=["topic", "message_id_str", "publish_time", _RID, "selected"][: len(arrays)]
             )
 
-    light = candidates.withColumn("value", F.lit(None).cast("binary"))  # payloads are not needed
-    schema = f"{_RID} string, publish_time timestamp, topic string, selected boolean"
-    return (
-        map_in_arrow(light, selected, schema)
-        .filter(F.col("selected"))
-        .orderBy("publish_time", "topic", _RID)
-        .limit(int(filters.max_messages or 0))
-        .select(_RID, F.lit(True).alias(_CHOSEN))
+    if limited:
+        light = snapshot.select(
+            "topic", "message_id_str", "publish_time", "properties", F.lit(None).cast("binary").alias("value")
+        )
+    else:
+        from spark_apps.dlq_replay.normalize import origin_columns
+
+        light = snapshot.select(*origin_columns(), "publish_time")
+    schema = f"topic string, message_id_str string, publish_time timestamp, {_RID} string"
+    return map_in_arrow(light, ids, schema + (", selected boolean" if limited else ""))
+
+
+def with_scope_flags(
+    snapshot: DataFrame,
+    filters: Filters,
+    final_ids: DataFrame | None,
+    origin_precedence: tuple[str, ...] = (),
+    reviewed_ids: DataFrame | None = None,
+) -> DataFrame:
+    """Snapshot rows plus the mark columns of the rows the decide step must not treat as new.
+
+    * ``already_final``: this DLQ message is final in the ledger of an earlier run (``final_ids``:
+      ``replay_id, dlq_topic, dlq_message_id, run_id`` of earlier runs' final rows);
+    * ``duplicate``: another copy of the same original (same replay id, see
+      :func:`~spark_apps.dlq_replay.signatures.replay_id`) is final in an earlier run, or is in this
+      snapshot and wins: the oldest publish time, then DLQ topic, then message id. The choice depends
+      only on the snapshot, so it is the same when a run is resumed;
+    * ``filtered``: with ``reviewed_ids`` (one column ``replay_id``, the scope of the run a reviewer
+      approved, ``--window-from``), every row whose replay id is not among them;
+    * ``chosen``: among the first ``max_messages`` rows that are neither and pass the filters, by
+      (publish time, DLQ topic, replay id).
+
+    The marks are computed on payload-free rows; only the marked rows are joined back to the snapshot.
+    """
+    from pyspark import StorageLevel
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    ids = _identities(snapshot, filters, origin_precedence)
+    if final_ids is not None:
+        self_final = final_ids.groupBy(
+            F.col("dlq_topic").alias("topic"), F.col("dlq_message_id").alias("message_id_str")
+        ).agg(F.min("run_id").alias("_self_run"))
+        other_final = final_ids.groupBy(F.col("replay_id").alias(_RID)).agg(
+            F.min(F.struct("run_id", "dlq_topic", "dlq_message_id")).alias("_other")
+        )
+        ids = ids.join(self_final, ["topic", "message_id_str"], "left").join(other_final, _RID, "left")
+    else:
+        ids = ids.withColumn("_self_run", F.lit(None).cast("string")).withColumn(
+            "_other", F.lit(None).cast("struct<run_id:string,dlq_topic:string,dlq_message_id:string>")
+        )
+    if reviewed_ids is not None:
+        reviewed = reviewed_ids.select(F.col("replay_id").alias(_RID)).distinct()
+        ids = ids.join(reviewed.withColumn("_reviewed", F.lit(True)), _RID, "left")
+    else:
+        ids = ids.withColumn("_reviewed", F.lit(True))
+    order = Window.partitionBy(_RID).orderBy("publish_time", "topic", "message_id_str")
+    ids = ids.withColumn("_rank", F.row_number().over(order)).withColumn(
+        "_first", F.first(F.struct("topic", "message_id_str")).over(order)
     )
+    already = F.col("_self_run").isNotNull()
+    other = F.col("_other").isNotNull()
+    beaten = F.col("_rank") > 1
+    unreviewed = F.col("_reviewed").isNull()
+    marks = ids.select(
+        "topic",
+        "message_id_str",
+        "publish_time",
+        _RID,
+        *(["selected"] if filters.max_messages is not None else []),
+        F.when(already, F.lit(SCOPE_ALREADY_FINAL))
+        .when(unreviewed, F.lit(SCOPE_FILTERED))
+        .when(other | beaten, F.lit(SCOPE_DUPLICATE))
+        .alias(_MARK),
+        F.when(already, F.concat(F.lit("final in the ledger of run "), F.col("_self_run")))
+        .when(unreviewed, F.lit("not in the scope of the reviewed run (--window-from)"))
+        .when(
+            other,
+            F.concat(
+                F.lit("another copy of the same original ("),
+                F.col("_other.dlq_topic"),
+                F.lit(" "),
+                F.col("_other.dlq_message_id"),
+                F.lit(") is final in the ledger of run "),
+                F.col("_other.run_id"),
+            ),
+        )
+        .when(
+            beaten,
+            F.concat(
+                F.lit("another copy of the same original ("),
+                F.col("_first.topic"),
+                F.lit(" "),
+                F.col("_first.message_id_str"),
+                F.lit(") is in this run and was published first"),
+            ),
+        )
+        .alias(_MARK_REASON),
+    )
+    if filters.max_messages is not None:
+        chosen = (
+            marks.filter(F.col(_MARK).isNull() & F.col("selected"))
+            .orderBy("publish_time", "topic", _RID)
+            .limit(int(filters.max_messages))
+            .select("topic", "message_id_str", F.lit(_CHOSEN).alias("_chosen"))
+        )
+        marks = marks.join(chosen, ["topic", "message_id_str"], "left").withColumn(
+            _MARK, F.coalesce(F.col(_MARK), F.col("_chosen"))
+        )
+    marked = marks.filter(F.col(_MARK).isNotNull()).select("topic", "message_id_str", _MARK, _MARK_REASON)
+    marked = marked.persist(StorageLevel.MEMORY_AND_DISK)  # computed once, counted, joined
+    if marked.count() <= BROADCAST_MARKS:
+        marked = F.broadcast(marked)
+    return snapshot.join(marked, ["topic", "message_id_str"], "left")
 
 
 def add_scope_columns(batch: pa.RecordBatch, columns: dict[str, list[Any]], filters: Filters) -> None:
     """Add ``scope`` and ``scope_reason`` to ``columns``, the batch's
-    :func:`~spark_apps.dlq_replay.normalize.normalize_columns`, from the flags of
+    :func:`~spark_apps.dlq_replay.normalize.normalize_columns`, from the marks of
     :func:`with_scope_flags` and the filters."""
-    finals = batch.column(_FINAL).to_pylist()
-    chosen = batch.column(_CHOSEN).to_pylist()
-    names = batch.schema.names
-    reviewed = batch.column(_REVIEWED).to_pylist() if _REVIEWED in names else None
+    marks = batch.column(_MARK).to_pylist()
+    mark_reasons = batch.column(_MARK_REASON).to_pylist()
     times = _publish_times(batch, filters)
     limited = filters.max_messages is not None
     scopes: list[str] = []
     reasons: list[str | None] = []
-    for i, (final, picked) in enumerate(zip(finals, chosen, strict=True)):
+    for i, mark in enumerate(marks):
         reason = None
-        if final:
-            scope = SCOPE_ALREADY_FINAL
-        elif reviewed is not None and not reviewed[i]:
-            scope, reason = SCOPE_FILTERED, "not in the scope of the reviewed run (--window-from)"
+        if mark in (SCOPE_ALREADY_FINAL, SCOPE_DUPLICATE, SCOPE_FILTERED):
+            scope, reason = mark, mark_reasons[i]
         else:
             reason = filter_reason(filters, columns["signature"][i], columns["error_class"][i], times[i])
-            if reason is None and limited and not picked:
+            if reason is None and limited and mark != _CHOSEN:
                 reason = "beyond --max-messages"
             scope = SCOPE_FILTERED if reason else SCOPE_IN
         scopes.append(scope)
@@ -300,6 +396,53 @@ class _Memo:
         return self.settings.archive_payload if rule_says is None else rule_says
 
 
+#: Outcome of a rule's action (republish is decided by :func:`_decide_republish`).
+_RULE_OUTCOMES = {oc.SKIP: oc.SKIPPED, oc.DROP: oc.DROPPED, oc.ARCHIVE: oc.ARCHIVED}
+#: Longest piece of a message (a topic, a property value) quoted in an outcome reason.
+_QUOTE_CHARS = 120
+_NO_CONVENTION = (
+    "no known DLQ property convention: none of REAL_TOPIC, ORIGIN_MESSAGE_ID, RECONSUMETIMES, "
+    "RETRY_TOPIC, __dlq.errors.*, __connect.errors.*, kafka_dlt-* is set"
+)
+
+
+def _quote(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= _QUOTE_CHARS else text[: _QUOTE_CHARS - 4] + "...'"
+
+
+def _parked(cols: _Columns, i: int) -> tuple[str, str | None] | None:
+    """``(outcome, reason)`` of a row that is not matched against the playbook, else ``None``: out of
+    scope (already final, duplicate, filtered), or parked with a precise reason (malformed context,
+    conflicting origins)."""
+    scope = cols[SCOPE_COLUMN][i]
+    if scope == SCOPE_ALREADY_FINAL:
+        return oc.ALREADY_FINAL, cols[SCOPE_REASON_COLUMN][i] or "final in the ledger of an earlier run"
+    if scope == SCOPE_DUPLICATE:
+        return oc.DUPLICATE, cols[SCOPE_REASON_COLUMN][i]
+    if scope == SCOPE_FILTERED:
+        return oc.FILTERED, cols[SCOPE_REASON_COLUMN][i]
+    properties = cols[PROPERTY_DICTS][i] if PROPERTY_DICTS in cols else dict(cols["properties"][i] or [])
+    if UNDECODABLE_PROPERTY in properties:
+        return oc.MALFORMED, (
+            "message properties or key are not valid UTF-8, so the error context cannot be read; "
+            "inspect the message with a client that shows raw bytes"
+        )
+    if cols["context_format"][i] == "none":
+        return oc.MALFORMED, _NO_CONVENTION
+    if cols["replay_count"][i] is None:
+        return oc.MALFORMED, (
+            f"REPLAY_COUNT property {_quote(properties.get('REPLAY_COUNT'))} is not a non-negative integer"
+        )
+    conflicts = cols[ORIGIN_CONFLICT][i]
+    if conflicts:
+        return oc.ORIGIN_CONFLICT, (
+            f"the error context names different origin topics: {conflicts}; add `origin_precedence` to "
+            "the playbook to say which property wins"
+        )
+    return None
+
+
 def decide_batch(
     batch: pa.RecordBatch,
     playbook: Playbook,
@@ -319,42 +462,26 @@ def decide_batch(
     memo = _Memo(playbook, settings)
     rows = [_Row(i) for i in range(batch.num_rows)]
     pending_fixes: dict[str | None, list[tuple[_Row, Any]]] = {}
-    scopes = cols[SCOPE_COLUMN]
-    formats = cols["context_format"]
-    counts = cols["replay_count"]
     for row in rows:
         i = row.index
-        scope = scopes[i]
-        if scope == SCOPE_ALREADY_FINAL:
-            row.outcome, row.reason = oc.ALREADY_FINAL, "final in the ledger of an earlier run"
-            continue
-        if scope == SCOPE_FILTERED:
-            row.outcome, row.reason = oc.FILTERED, cols[SCOPE_REASON_COLUMN][i]
-            continue
-        if formats[i] == "none":
-            row.outcome = oc.MALFORMED
-            row.reason = "error context could not be parsed (no known DLQ property convention)"
-            continue
-        count = counts[i]
-        if count is None:
-            row.outcome, row.reason = oc.MALFORMED, "REPLAY_COUNT property is not a non-negative integer"
+        parked = _parked(cols, i)
+        if parked is not None:
+            row.outcome, row.reason = parked
             continue
         rule = memo.approved_rule(cols, i, memo.rule(cols, i))
         if rule is None:
             row.action, row.outcome, row.reason = oc.SKIP, oc.SKIPPED, "no playbook rule matched"
             continue
         row.rule, row.action = rule.name, rule.action
-        if rule.action == oc.SKIP:
-            row.outcome, row.reason = oc.SKIPPED, rule.reason or f"rule {rule.name!r} says skip"
-        elif rule.action == oc.DROP:
-            row.outcome, row.reason = oc.DROPPED, rule.reason or f"rule {rule.name!r} says drop"
-        elif rule.action == oc.ARCHIVE:
-            row.outcome, row.reason = oc.ARCHIVED, rule.reason or f"rule {rule.name!r} says archive"
-            row.archive_payload = memo.archive_payload(rule.archive_payload, cols, i)
-        else:
-            _decide_republish(row, rule, count, cols["origin_topic"][i], settings, memo)
+        if rule.action == oc.REPUBLISH:
+            _decide_republish(row, rule, cols["replay_count"][i], cols["origin_topic"][i], settings, memo)
             if row.outcome is None:
                 pending_fixes.setdefault(rule.fix, []).append((row, rule))
+            continue
+        row.outcome = _RULE_OUTCOMES[rule.action]
+        row.reason = rule.reason or f"rule {rule.name!r} says {rule.action}"
+        if rule.action == oc.ARCHIVE:
+            row.archive_payload = memo.archive_payload(rule.archive_payload, cols, i)
     for row in rows:
         if row.outcome == oc.LOOP_GUARDED:
             row.archive_payload = memo.archive_payload(None, cols, row.index)
@@ -364,7 +491,9 @@ def decide_batch(
         row.out_properties = _lineage(cols.properties(row.index), row, rule, cols, settings)
     for fix_ref, entries in pending_fixes.items():
         records = [_fix_record(cols, row.index) for row, _ in entries]
-        results: list[FixOutcome] = run_fix(load_fix(fix_ref) if fix_ref else None, records)
+        timeout = entries[0][1].fix_timeout_seconds
+        function = load_fix(fix_ref) if fix_ref else None
+        results: list[FixOutcome] = run_fix(function, records, timeout_s=timeout)
         for (row, rule), record, result in zip(entries, records, results, strict=True):
             _apply_fix_outcome(row, rule, record, result, cols, settings)
             if row.outcome == oc.ARCHIVED:
@@ -391,13 +520,15 @@ def _lineage(
 def _republish_target(origin: str | None, settings: DecideSettings) -> tuple[str | None, str | None]:
     from spark_apps.dlq_replay.topics import republish_target
 
+    if not origin:
+        return None, "the error context names no origin topic"
     target = republish_target(origin)
     if target is None:
-        return None, "the error context names no valid origin topic"
+        return None, f"origin topic {_quote(origin)} is not a valid topic name"
     if settings.allowlist is None:
         return target, "no --origin-allowlist given: nothing may be republished"
     if not settings.allowlist.matches(target):
-        return target, "origin topic is not in --origin-allowlist"
+        return target, f"origin topic {_quote(target)} is not in --origin-allowlist"
     return target, None
 
 
@@ -516,12 +647,15 @@ def decide(
 ) -> DataFrame:
     """Snapshot rows -> decided rows (:data:`DECIDED_SCHEMA`): one outcome per row, fixes applied.
 
-    One Python pass per row: normalise, scope (``filters``; ``final_ids`` as in
-    :func:`with_scope_flags`), decide. Runs in at most ``producers_per_target`` tasks; task ``b`` sends
-    to each target through producer bucket ``b`` (see :class:`ProducerSequencer`).
+    A light pass over the payload-free rows finds the replay ids and marks already-final and duplicate
+    messages and the ``--max-messages`` choice (:func:`with_scope_flags`; ``final_ids`` as described
+    there); then one Python pass per row: normalise, scope, decide. Runs in at most
+    ``producers_per_target`` tasks; task ``b`` sends to each target through producer bucket ``b`` (see
+    :class:`ProducerSequencer`).
     """
     chosen_filters = filters or Filters()
-    flagged = with_scope_flags(snapshot, chosen_filters, final_ids, reviewed_ids)
+    precedence = playbook.origin_precedence
+    flagged = with_scope_flags(snapshot, chosen_filters, final_ids, precedence, reviewed_ids)
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
@@ -531,7 +665,7 @@ def decide(
         context = TaskContext.get()
         sequencer = ProducerSequencer(settings.run_id, context.partitionId() if context else 0)
         for batch in batches:
-            columns = normalize_columns(batch)
+            columns = normalize_columns(batch, precedence)
             add_scope_columns(batch, columns, chosen_filters)
             yield decide_batch(normalize_batch(batch, columns), playbook, settings, sequencer, columns)
 

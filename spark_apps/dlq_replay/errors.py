@@ -1,4 +1,8 @@
-"""The replay app's error hierarchy: every error says what is wrong and how to fix it."""
+"""The replay app's error hierarchy: every error says what is wrong and how to fix it.
+
+The command line maps them to exit codes (``docs/replay-app.md``): :class:`ReplayConfigError` and its
+subclasses (bad options, playbook, fixes, files, a resume with changed options) exit 2, anything else 1.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +12,10 @@ class ReplayError(Exception):
 
 
 class ReplayConfigError(ReplayError, ValueError):
-    """A command-line option or option combination is invalid."""
+    """A command-line option, option combination, file or permission is invalid (exit code 2)."""
 
 
-class PlaybookError(ReplayError, ValueError):
+class PlaybookError(ReplayConfigError):
     """The playbook YAML is invalid; the message names the file and the line."""
 
     def __init__(self, message: str, *, path: str | None = None, line: int | None = None) -> None:
@@ -23,9 +27,22 @@ class PlaybookError(ReplayError, ValueError):
         self.line = line
 
 
-class FixLoadError(ReplayError, ValueError):
+class FixLoadError(ReplayConfigError):
     """A fix named in the playbook cannot be imported or is not callable."""
 
 
 class RunStateError(ReplayError):
     """The run directory is inconsistent with the options of this run (e.g. a reused run id)."""
+
+
+class OptionsChangedError(RunStateError, ReplayConfigError):
+    """A run id is resumed with options that differ from the ones it was started with (exit code 2)."""
+
+
+class RunLockedError(ReplayError):
+    """Another replay run holds the output directory lock or a subscription lease (exit code 1: retry
+    when it has finished)."""
+
+
+class LockLostError(ReplayError):
+    """This run lost its lock or lease while running (another run took it over); it stops, resumable."""

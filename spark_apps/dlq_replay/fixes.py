@@ -8,13 +8,19 @@ or :class:`UnicodeDecodeError` means the record itself is malformed: outcome ``m
 
 Fixes run on Spark executors, once per Arrow batch: a function decorated with :func:`batch_fix`
 receives the whole batch as a list and returns one result (or exception instance) per record.
+
+A fix that runs longer than its rule's ``fix_timeout_seconds`` (per call) is interrupted and the record is
+``fix_failed``; a fix that returns more than :data:`MAX_FIX_PAYLOAD_BYTES` fails the record too.
 """
 
 from __future__ import annotations
 
 import importlib
 import json
+import signal
+import threading
 from collections.abc import Callable, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -24,10 +30,17 @@ if TYPE_CHECKING:
     from datetime import datetime
 
 MAX_ERROR_CHARS = 2000
+#: Largest payload a fix may return: Apache Pulsar's default ``maxMessageSize`` (5 MiB, metadata
+#: included), so a fixed message that the broker would refuse fails in the decide step instead.
+MAX_FIX_PAYLOAD_BYTES = 5 * 1024 * 1024 - 16 * 1024
 
 
 class MalformedRecord(ValueError):
     """Raise from a fix when the record cannot be understood (e.g. not the JSON the fix expects)."""
+
+
+class FixTimeoutError(TimeoutError):
+    """A fix call ran longer than its rule's ``fix_timeout_seconds``."""
 
 
 @dataclass(frozen=True)
@@ -138,14 +151,21 @@ def _error_outcome(error: BaseException) -> FixOutcome:
 
 def _as_bytes(payload: Any) -> bytes:
     if isinstance(payload, bytes):
-        return payload
-    if isinstance(payload, (bytearray, memoryview)):
-        return bytes(payload)
-    if isinstance(payload, str):
-        return payload.encode("utf-8")
-    raise TypeError(
-        f"a fix must return bytes, str, (payload, properties) or FixResult; got {type(payload).__name__}"
-    )
+        data = payload
+    elif isinstance(payload, (bytearray, memoryview)):
+        data = bytes(payload)
+    elif isinstance(payload, str):
+        data = payload.encode("utf-8")
+    else:
+        raise TypeError(
+            f"a fix must return bytes, str, (payload, properties) or FixResult; got {type(payload).__name__}"
+        )
+    if len(data) > MAX_FIX_PAYLOAD_BYTES:
+        raise ValueError(
+            f"the fix returned a payload of {len(data)} bytes; a republished message may hold at most "
+            f"{MAX_FIX_PAYLOAD_BYTES} (Pulsar's default maxMessageSize)"
+        )
+    return data
 
 
 def _as_properties(properties: Any, original: dict[str, str]) -> dict[str, str]:
@@ -173,21 +193,50 @@ def to_outcome(result: Any, record: FixRecord) -> FixOutcome:
         if isinstance(result, tuple) and len(result) == 2:
             return FixOutcome(True, _as_bytes(result[0]), _as_properties(result[1], record.properties))
         return FixOutcome(True, _as_bytes(result), dict(record.properties))
-    except TypeError as exc:
+    except (TypeError, ValueError) as exc:
         return _error_outcome(exc)
 
 
-def run_fix(function: FixFunction | None, records: list[FixRecord]) -> list[FixOutcome]:
+@contextmanager
+def _time_limit(seconds: float | None) -> Any:
+    """Raise :class:`FixTimeoutError` in the block after ``seconds`` (SIGALRM; main thread only, where
+    Spark runs Python UDFs; elsewhere, and for ``None``, no limit)."""
+    usable = (
+        seconds is not None
+        and hasattr(signal, "setitimer")
+        and threading.current_thread() is threading.main_thread()
+    )
+    if not usable:
+        yield
+        return
+
+    def expired(signum: int, frame: Any) -> None:
+        raise FixTimeoutError(f"the fix ran longer than fix_timeout_seconds ({seconds:g} s) and was stopped")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, float(seconds))  # type: ignore[arg-type]
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def run_fix(
+    function: FixFunction | None, records: list[FixRecord], *, timeout_s: float | None = None
+) -> list[FixOutcome]:
     """Run ``function`` over ``records`` (one call per record, or one call for a batch fix).
 
     ``None`` republishes the records unchanged. Exceptions become failed outcomes; ``BaseException``
-    that is not an ``Exception`` (``KeyboardInterrupt``, ``SystemExit``) propagates.
+    that is not an ``Exception`` (``KeyboardInterrupt``, ``SystemExit``) propagates. A call that takes
+    longer than ``timeout_s`` fails with :class:`FixTimeoutError`.
     """
     if function is None:
         return [FixOutcome(True, r.payload, dict(r.properties)) for r in records]
     if is_batch_fix(function):
         try:
-            results = list(function(records))
+            with _time_limit(timeout_s):
+                results = list(function(records))
         except Exception as exc:
             return [_error_outcome(exc) for _ in records]
         if len(results) != len(records):
@@ -197,7 +246,8 @@ def run_fix(function: FixFunction | None, records: list[FixRecord]) -> list[FixO
     outcomes: list[FixOutcome] = []
     for record in records:
         try:
-            result = function(record)
+            with _time_limit(timeout_s):
+                result = function(record)
         except Exception as exc:
             outcomes.append(_error_outcome(exc))
             continue

@@ -2,20 +2,24 @@
 
 Partitioned by ``run_id`` and written with dynamic partition overwrite, so redoing the record step of a
 run replaces that run's rows and never duplicates them. A message whose outcome is final in the ledger
-of any run is never acted on again (``already_final``) and is acked by the commit step.
+of any run is never acted on again (``already_final``) and is acked by the commit step; another DLQ copy
+of an original whose replay id is final there is a ``duplicate`` (final, acked, never republished).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from spark_apps.dlq_replay import outcomes as oc
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
     from datetime import datetime
 
     from pyspark.sql import DataFrame, SparkSession
 
+    from spark_apps.dlq_replay.pulsar_io.window import PartitionWindow
     from spark_apps.dlq_replay.storage import RunStorage
 
 
@@ -44,6 +48,7 @@ def ledger_rows(outcomes: DataFrame, run_id: str, mode: str, recorded_at: dateti
         F.lit(recorded_at).cast("timestamp").alias("recorded_at"),
         "error_template",
         "context_format",
+        "reason",
         F.lit(run_id).alias("run_id"),
     )
 
@@ -72,13 +77,95 @@ def run_outcomes(ledger: DataFrame, run_id: str) -> DataFrame:
 
 
 def final_ids(ledger: DataFrame | None, *, exclude_run_id: str) -> DataFrame | None:
-    """``replay_id`` of messages final in the ledger of any run other than ``exclude_run_id``."""
+    """``replay_id, dlq_topic, dlq_message_id, run_id`` of the rows final in the ledger of any run other
+    than ``exclude_run_id`` (the decide step marks those messages ``already_final`` and other copies of
+    their originals ``duplicate``)."""
     if ledger is None:
         return None
     from pyspark.sql import functions as F
 
-    return (
-        ledger.filter(F.col("final") & (F.col("run_id") != F.lit(exclude_run_id)))
-        .select("replay_id")
-        .distinct()
+    return ledger.filter(F.col("final") & (F.col("run_id") != F.lit(exclude_run_id))).select(
+        "replay_id", "dlq_topic", "dlq_message_id", "run_id"
     )
+
+
+@dataclass(frozen=True)
+class SettledEnd:
+    """A partition whose window end an earlier run made final and acked: the run reads it only up to the
+    last entry the ledger knows to be pending (``end_message_id``, ``None``: nothing is pending)."""
+
+    topic: str
+    frozen_end: str
+    end_message_id: str | None
+    settled_by: tuple[str, ...]
+
+
+def settled_ends(
+    ledger: DataFrame, windows: Sequence[PartitionWindow], commit_done: Callable[[str], bool]
+) -> list[SettledEnd]:
+    """The partitions of ``windows`` whose last message is already done with.
+
+    A Shared consumer never receives an acked message, so when the last message of a partition was made
+    final (and acked) by an earlier run, a reader waiting for it would only stop after an idle timeout
+    (twice: it reads again after an idle stop). No message arrived after it (it is still the last), so
+    the messages of the partition still pending are exactly those earlier runs left pending: the window
+    can end at the last of them. ``commit_done(run_id)`` says whether that run's commit acked every
+    final message; otherwise the window is left as frozen. Only small aggregates reach the driver.
+    """
+    from pyspark.sql import functions as F
+
+    from spark_apps.dlq_replay.pulsar_io.ids import message_id_key
+
+    ends = {w.topic: message_id_key(w.end_message_id) for w in windows if w.end_message_id is not None}
+    if not ends:
+        return []
+    parts = F.split(F.col("dlq_message_id"), ":")
+    rows = ledger.filter(F.col("dlq_topic").isin(*sorted(ends))).select(
+        "dlq_topic",
+        "dlq_message_id",
+        F.col("final").cast("int").alias("final"),
+        "run_id",
+        parts.getItem(0).cast("long").alias("_ledger"),
+        parts.getItem(1).cast("long").alias("_entry"),
+    )
+    is_end = F.lit(False)
+    for topic, key in ends.items():
+        is_end = is_end | (
+            (F.col("dlq_topic") == topic) & (F.col("_ledger") == key[0]) & (F.col("_entry") == key[1])
+        )
+    end_rows = (
+        rows.filter(is_end)
+        .groupBy("dlq_topic", "dlq_message_id")
+        .agg(
+            F.max("final").alias("final"),
+            F.collect_set(F.when(F.col("final") == 1, F.col("run_id"))).alias("runs"),
+        )
+    )
+    candidates: dict[str, set[str]] = {}
+    unsettled: set[str] = set()
+    for row in end_rows.collect():  # the messages of at most one entry per partition
+        if not row["final"]:
+            unsettled.add(row["dlq_topic"])
+        candidates.setdefault(row["dlq_topic"], set()).update(row["runs"] or [])
+    settled = {t: runs for t, runs in candidates.items() if t not in unsettled and runs}
+    settled = {t: runs for t, runs in settled.items() if all(commit_done(r) for r in runs)}
+    if not settled:
+        return []
+    last_pending = (
+        rows.filter(F.col("dlq_topic").isin(*sorted(settled)))
+        .groupBy("dlq_topic", "dlq_message_id", "_ledger", "_entry")
+        .agg(F.max("final").alias("final"))
+        .filter(F.col("final") == 0)
+        .groupBy("dlq_topic")
+        .agg(F.max(F.struct("_ledger", "_entry")).alias("last"))
+        .collect()
+    )
+    found = {r["dlq_topic"]: (r["last"]["_ledger"], r["last"]["_entry"]) for r in last_pending}
+    out = []
+    for window in windows:
+        if window.topic not in settled or window.end_message_id is None:
+            continue
+        last = found.get(window.topic)
+        end = None if last is None else f"{last[0]}:{last[1]}:{window.partition}:-1"
+        out.append(SettledEnd(window.topic, window.end_message_id, end, tuple(sorted(settled[window.topic]))))
+    return out

@@ -2,6 +2,11 @@
 
 Runs on executors through ``mapInArrow``; the consumer library's :func:`parse_error_context` never raises
 on untrusted properties, so no message is dropped: unparseable context gives ``context_format = none``.
+
+When the conventions a message carries name *different* origin topics (``REAL_TOPIC`` says one,
+``__dlq.errors.topic`` another), nothing is guessed: unless the playbook's ``origin_precedence`` names
+the property that wins, the row is marked with the conflict (:data:`ORIGIN_CONFLICT`) and the decide
+step parks it as ``origin_conflict``.
 """
 
 from __future__ import annotations
@@ -10,6 +15,15 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from airflow_provider_dlq.dlq_consumer.context import (
+    ORIGIN_PROPERTY_KEYS,
+    OriginClaim,
+    canonical_topic,
+    conflicting_claims,
+    origin_claims,
+    origin_identity,
+    resolve_claims,
+)
 from spark_apps.dlq_replay.schemas import (
     CARRIED_COLUMNS,
     CONTEXT_COLUMNS,
@@ -17,19 +31,82 @@ from spark_apps.dlq_replay.schemas import (
     NORMALIZED_SCHEMA,
     arrow_schema,
 )
+from spark_apps.dlq_replay.signatures import replay_id
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterator, Sequence
 
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
+
+#: Key of the per-row property dicts in :func:`normalize_columns` (not a column of any schema).
+PROPERTY_DICTS = "_property_dicts"
+#: Column of the origin conflict: ``None``, or the conflicting claims as text
+#: (``__dlq.errors.topic='a', REAL_TOPIC='b'``).
+ORIGIN_CONFLICT = "origin_conflict"
 
 
-def normalize_columns(batch: pa.RecordBatch) -> dict[str, list[Any]]:
+def origin_of(
+    properties: dict[str, str], origin_precedence: Sequence[str] = ()
+) -> tuple[OriginClaim | None, str | None]:
+    """``(claim, conflict)``: the origin claim a message's identity and republish target come from, and
+    the conflicting claims as text when its conventions disagree and ``origin_precedence`` does not
+    settle it (the claim is then ``None``). Claims that agree give the first one with a message id."""
+    claims = origin_claims(properties)
+    if not claims:
+        return None, None
+    conflict = conflicting_claims(claims) if len(claims) > 1 else ()
+    if conflict:
+        chosen = resolve_claims(claims, origin_precedence)
+        if chosen is None:
+            return None, ", ".join(f"{c.key}={c.topic!r}" for c in conflict)
+        return chosen, None
+    return next((c for c in claims if c.message_id), claims[0]), None
+
+
+def row_replay_id(topic: str | None, message_id: str | None, claim: OriginClaim | None) -> str:
+    """The replay id of a snapshot row: from the origin claim when it names a topic and a message id,
+    else from the DLQ topic and message id."""
+    identity = origin_identity(claim.topic, claim.message_id) if claim is not None else None
+    return replay_id(topic or "", message_id or "", identity)
+
+
+def origin_columns() -> list[Column]:
+    """The snapshot's ``topic`` and ``message_id_str`` and the value of each property in
+    :data:`~airflow_provider_dlq.dlq_consumer.context.ORIGIN_PROPERTY_KEYS`: all :func:`replay_ids` needs,
+    without the payload and the other properties."""
+    from pyspark.sql import functions as F
+
+    keys = [
+        F.col("properties").getItem(key).alias(f"_origin{i}") for i, key in enumerate(ORIGIN_PROPERTY_KEYS)
+    ]
+    return [F.col("topic"), F.col("message_id_str"), *keys]
+
+
+def replay_ids(batch: pa.RecordBatch, origin_precedence: Sequence[str] = ()) -> list[str]:
+    """:func:`row_replay_id` of every row of a batch of :func:`origin_columns` (the same ids
+    :func:`normalize_columns` computes from the whole properties)."""
+    topics = batch.column("topic").to_pylist()
+    ids = batch.column("message_id_str").to_pylist()
+    values = [batch.column(f"_origin{i}").to_pylist() for i in range(len(ORIGIN_PROPERTY_KEYS))]
+    out = []
+    for row, (topic, message_id) in enumerate(zip(topics, ids, strict=True)):
+        properties = {
+            key: column[row]
+            for key, column in zip(ORIGIN_PROPERTY_KEYS, values, strict=True)
+            if column[row] is not None
+        }
+        claim, _ = origin_of(properties, origin_precedence)
+        out.append(row_replay_id(topic, message_id, claim))
+    return out
+
+
+def normalize_columns(batch: pa.RecordBatch, origin_precedence: Sequence[str] = ()) -> dict[str, list[Any]]:
     """The computed columns of :func:`normalize_batch` as Python lists, plus ``properties`` (as dicts),
-    ``topic`` and ``message_id_str``: later Python steps of the same pass reuse them."""
+    ``topic``, ``message_id_str`` and :data:`ORIGIN_CONFLICT`: later Python steps of the same pass reuse
+    them. ``origin_precedence``: property keys, first wins, that settle conflicting origin claims."""
     from airflow_provider_dlq.dlq_consumer.context import parse_error_context
     from spark_apps.dlq_replay.lineage import previous_replay_count
-    from spark_apps.dlq_replay.signatures import TemplateCache, error_signature, replay_id
+    from spark_apps.dlq_replay.signatures import TemplateCache, error_signature
 
     topics = batch.column("topic").to_pylist()
     ids = batch.column("message_id_str").to_pylist()
@@ -38,33 +115,42 @@ def normalize_columns(batch: pa.RecordBatch) -> dict[str, list[Any]]:
     columns: dict[str, list[Any]] = {name: [] for name in context_names}
     for name, _ in DERIVED_COLUMNS:
         columns[name] = []
+    conflicts: list[str | None] = columns[ORIGIN_CONFLICT]
     appenders = [(columns[name].append, name) for name in context_names]
     templates = TemplateCache()
     add_template, add_signature = columns["error_template"].append, columns["signature"].append
     add_replay_id, add_count = columns["replay_id"].append, columns["replay_count"].append
     for topic, message_id, properties in zip(topics, ids, dicts, strict=True):
         context = parse_error_context(properties, dlq_topic=topic, dlq_message_id=message_id)
+        claim, conflict = origin_of(properties, origin_precedence)
+        conflicts.append(conflict)
+        origin_topic = context.origin_topic
         for append, name in appenders:
             append(getattr(context, name))
+        settled = origin_precedence and claim is not None and claim.topic != origin_topic
+        if settled and canonical_topic(claim.topic) != canonical_topic(origin_topic):  # type: ignore[union-attr]
+            # The playbook's origin_precedence settled a conflict against the parser's precedence.
+            origin_topic = columns["origin_topic"][-1] = claim.topic  # type: ignore[union-attr]
+            columns["origin_message_id"][-1] = claim.message_id  # type: ignore[union-attr]
         template = templates.template(context.error_message)
         add_template(template)
-        add_signature(error_signature(context.error_class, template, context.origin_topic))
-        add_replay_id(replay_id(topic or "", message_id or ""))
+        add_signature(error_signature(context.error_class, template, origin_topic, context.reason))
+        add_replay_id(row_replay_id(topic, message_id, claim))
         add_count(previous_replay_count(properties))
     columns["topic"], columns["message_id_str"], columns[PROPERTY_DICTS] = topics, ids, dicts
     return columns
 
 
-#: Key of the per-row property dicts in :func:`normalize_columns` (not a column of any schema).
-PROPERTY_DICTS = "_property_dicts"
-
-
-def normalize_batch(batch: pa.RecordBatch, columns: dict[str, list[Any]] | None = None) -> pa.RecordBatch:
+def normalize_batch(
+    batch: pa.RecordBatch,
+    columns: dict[str, list[Any]] | None = None,
+    origin_precedence: Sequence[str] = (),
+) -> pa.RecordBatch:
     """Normalise one Arrow batch of snapshot rows (pure function; see :data:`NORMALIZED_SCHEMA`).
 
     ``columns`` are this batch's :func:`normalize_columns`, when the caller already has them.
     """
-    computed = normalize_columns(batch) if columns is None else columns
+    computed = normalize_columns(batch, origin_precedence) if columns is None else columns
     out_schema = arrow_schema(NORMALIZED_SCHEMA)
     arrays: list[pa.Array] = []
     for field in out_schema:
@@ -75,13 +161,14 @@ def normalize_batch(batch: pa.RecordBatch, columns: dict[str, list[Any]] | None 
     return pa.RecordBatch.from_arrays(arrays, schema=out_schema)
 
 
-def _normalize_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    for batch in batches:
-        yield normalize_batch(batch)
-
-
-def normalize(snapshot: DataFrame) -> DataFrame:
+def normalize(snapshot: DataFrame, origin_precedence: Sequence[str] = ()) -> DataFrame:
     """Snapshot rows -> normalised rows (:data:`NORMALIZED_SCHEMA`), one output row per input row."""
     from spark_apps.dlq_replay.arrow_compat import map_in_arrow
 
-    return map_in_arrow(snapshot, _normalize_batches, NORMALIZED_SCHEMA)
+    chosen = tuple(origin_precedence)
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            yield normalize_batch(batch, origin_precedence=chosen)
+
+    return map_in_arrow(snapshot, run, NORMALIZED_SCHEMA)

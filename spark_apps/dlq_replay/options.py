@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -12,11 +13,17 @@ from spark_apps.dlq_replay.state import validate_run_id
 
 if TYPE_CHECKING:
     from spark_apps.dlq_replay.canary import CanarySpec
+    from spark_apps.dlq_replay.topics import TopicMatcher
 
 DEFAULT_SUBSCRIPTION = "dlq-replayer"
 DEFAULT_MAX_REPLAYS = 3
 DEFAULT_IDLE_TIMEOUT_MS = 3000
-DEFAULT_WAVE_SIZE = 50_000
+#: Sequence ids per producer and wave: after a kill mid-apply a resumed run re-sends at most one wave per
+#: producer (see ``docs/reliability.md`` for the bound and the measured cost of smaller waves).
+DEFAULT_WAVE_SIZE = 2_000
+_SIGNATURE = re.compile(r"[0-9a-f]{16}")
+_SERVICE_SCHEMES = ("pulsar://", "pulsar+ssl://")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def parse_time(value: str, option: str) -> datetime:
@@ -25,7 +32,8 @@ def parse_time(value: str, option: str) -> datetime:
         parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
     except ValueError as exc:
         raise ReplayConfigError(
-            f"{option} {value!r} is not ISO 8601; use e.g. 2024-05-01 or 2024-05-01T12:00:00+00:00"
+            f"{option} is not an ISO 8601 date or time (value not shown); use e.g. 2024-05-01 or "
+            "2024-05-01T12:00:00+00:00"
         ) from exc
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
@@ -69,6 +77,7 @@ class ReplayOptions:
     archive_payload: bool = True
     idle_timeout_ms: int = DEFAULT_IDLE_TIMEOUT_MS
     wave_size: int = DEFAULT_WAVE_SIZE
+    subscription_lease: bool = True
     #: Approved action per error signature (``--group-actions``), overriding the playbook for this run.
     group_actions: dict[str, str] | None = None
     #: Read the window frozen by this earlier run (``--window-from``), e.g. the reviewed dry-run.
@@ -88,22 +97,38 @@ class ReplayOptions:
             raise ReplayConfigError(
                 "--output-dir is required (a local path or a Hadoop URI such as s3a://bucket/dlq)"
             )
-        if not self.service_url:
-            raise ReplayConfigError("--service-url is required, e.g. pulsar://localhost:6650")
+        if not self.service_url or not self.service_url.startswith(_SERVICE_SCHEMES):
+            raise ReplayConfigError(
+                "--service-url must be the broker's binary-protocol URL, pulsar://host:6650 or "
+                "pulsar+ssl://host:6651 (value not shown)"
+            )
         if self.admin_url is not None and not self.admin_url.startswith(("http://", "https://")):
             raise ReplayConfigError(
-                f"--admin-url must start with http:// or https://; got {self.admin_url!r} "
-                "(Apache Pulsar's admin REST, e.g. http://broker:8080)"
+                "--admin-url must start with http:// or https:// (Apache Pulsar's admin REST, e.g. "
+                "http://broker:8080; value not shown)"
             )
         if not self.topics:
             raise ReplayConfigError("--topics is required: the DLQ topics to replay, comma-separated")
-        if not self.subscription or not self.subscription.strip():
-            raise ReplayConfigError("--subscription must not be empty (default dlq-replayer)")
+        self._check_topics()
+        if not self.subscription or not self.subscription.strip() or _CONTROL.search(self.subscription):
+            raise ReplayConfigError(
+                "--subscription must be a non-empty name without control characters (default dlq-replayer)"
+            )
         if self.mode == oc.REPLAY and not self.origin_allowlist:
             raise ReplayConfigError(
                 "--origin-allowlist is required in replay mode: the topics a message may be republished to, "
                 "as globs (persistent://public/default/orders*) or regexes (re:...), comma-separated"
             )
+        if self.origin_allowlist:
+            self.allowlist_matcher()  # compiles every glob and regex now, naming a bad one
+        for signature in self.signatures or ():
+            if not _SIGNATURE.fullmatch(signature):
+                raise ReplayConfigError(
+                    f"--signatures: {signature!r} is not a signature; signatures are 16 lower-case hex "
+                    "digits, as in the `signature` of a report group (e.g. 3f1c9a0b2d4e6f81)"
+                )
+        if self.error_class is not None and not self.error_class:
+            raise ReplayConfigError("--error-class must not be empty; give a class name such as ValueError")
         if self.since and self.until and self.since >= self.until:
             raise ReplayConfigError(
                 f"--since ({self.since.isoformat()}) must be before --until ({self.until.isoformat()})"
@@ -126,6 +151,23 @@ class ReplayOptions:
                 raise ReplayConfigError(f"--window-from: {exc}") from exc
             if self.window_from == self.run_id:
                 raise ReplayConfigError("--window-from must name an earlier run, not this --run-id")
+
+    def _check_topics(self) -> None:
+        from spark_apps.dlq_replay.pulsar_io.errors import PulsarConfigError
+        from spark_apps.dlq_replay.pulsar_io.window import parse_topics
+
+        try:
+            parse_topics(list(self.topics))
+        except PulsarConfigError as exc:
+            raise ReplayConfigError(f"--topics: {exc}") from exc
+
+    def allowlist_matcher(self) -> TopicMatcher | None:
+        """The compiled ``--origin-allowlist`` (``None`` when not given)."""
+        if not self.origin_allowlist:
+            return None
+        from spark_apps.dlq_replay.topics import TopicMatcher
+
+        return TopicMatcher.parse(list(self.origin_allowlist))
 
     def fingerprint_options(self, playbook_digest: str) -> dict[str, Any]:
         """The options that shape results: a run id must be resumed with the same ones."""

@@ -23,6 +23,8 @@ ORIGIN_REFUSED = "origin_refused"
 MALFORMED = "malformed"
 LOOP_GUARDED = "loop_guarded"
 ALREADY_FINAL = "already_final"
+DUPLICATE = "duplicate"
+ORIGIN_CONFLICT = "origin_conflict"
 FILTERED = "filtered"
 PUBLISH_FAILED = "publish_failed"
 #: Not sent: the group's canary failed again in the consumer (``--canary``); the message stays pending.
@@ -32,7 +34,9 @@ CANARY_FAILED = "canary_failed"
 TO_REPUBLISH = "to_republish"
 
 #: Outcomes whose DLQ message is done with: recorded final in the ledger and acked by the commit.
-FINAL_OUTCOMES: frozenset[str] = frozenset({REPUBLISHED, ARCHIVED, DROPPED, LOOP_GUARDED, ALREADY_FINAL})
+FINAL_OUTCOMES: frozenset[str] = frozenset(
+    {REPUBLISHED, ARCHIVED, DROPPED, LOOP_GUARDED, ALREADY_FINAL, DUPLICATE}
+)
 
 #: Outcomes that are written to the archive dataset in the apply step.
 ARCHIVE_OUTCOMES: frozenset[str] = frozenset({ARCHIVED, LOOP_GUARDED})
@@ -45,9 +49,11 @@ OUTCOMES: tuple[str, ...] = (
     SKIPPED,
     FIX_FAILED,
     ORIGIN_REFUSED,
+    ORIGIN_CONFLICT,
     MALFORMED,
     LOOP_GUARDED,
     ALREADY_FINAL,
+    DUPLICATE,
     FILTERED,
     PUBLISH_FAILED,
     CANARY_FAILED,

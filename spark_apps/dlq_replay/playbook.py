@@ -22,11 +22,17 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
 PLAYBOOK_VERSION = 1
+#: Limits on a playbook: a playbook is a short, reviewed list of rules, not data.
+MAX_PLAYBOOK_BYTES = 1024 * 1024
+MAX_RULES = 1000
+#: Default and bounds of ``fix_timeout_seconds``: how long one call of a fix may take.
+DEFAULT_FIX_TIMEOUT_S = 60.0
+MAX_FIX_TIMEOUT_S = 3600.0
 _FIX_REF = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*")
-_TOP_KEYS = ("version", "fix_files", "payload_off_topics", "rules")
+_TOP_KEYS = ("version", "fix_files", "payload_off_topics", "origin_precedence", "rules")
 _MATCH_KEYS = ("signature", "error_class", "error_message", "origin_topic", "context_format", "properties")
 _ACTION_KEYS: dict[str, tuple[str, ...]] = {
-    outcomes.REPUBLISH: ("fix", "fix_version", "on_fix_error"),
+    outcomes.REPUBLISH: ("fix", "fix_version", "on_fix_error", "fix_timeout_seconds"),
     outcomes.ARCHIVE: ("archive_payload",),
     outcomes.DROP: (),
     outcomes.SKIP: (),
@@ -40,6 +46,7 @@ _RULE_KEYS = (
     "fix",
     "fix_version",
     "on_fix_error",
+    "fix_timeout_seconds",
     "archive_payload",
 )
 _CONTEXT_FORMATS = (
@@ -98,6 +105,7 @@ class Rule:
     fix_version: str | None = None
     on_fix_error: str = outcomes.ON_FIX_ERROR_PENDING
     archive_payload: bool | None = None
+    fix_timeout_seconds: float = DEFAULT_FIX_TIMEOUT_S
 
     def matches(self, record: MatchInput) -> bool:
         if self.signatures is not None and record.signature not in self.signatures:
@@ -129,6 +137,8 @@ class Playbook:
     path: str | None = None
     digest: str = field(default_factory=lambda: hashlib.sha256(b"").hexdigest())
     payload_off_topics: TopicMatcher | None = None
+    #: Property keys naming the origin topic, first wins, used when a message's conventions disagree.
+    origin_precedence: tuple[str, ...] = ()
 
     def payload_off(self, dlq_topic: str | None, origin_topic: str | None) -> bool:
         """True when the DLQ topic or the origin topic is listed under ``payload_off_topics``."""
@@ -159,13 +169,30 @@ def empty_playbook() -> Playbook:
 
 
 def load_playbook(path: str) -> Playbook:
-    """Read and validate a playbook file (local path). Raises :class:`PlaybookError` naming file:line."""
+    """Read and validate a playbook file (local path). Raises :class:`PlaybookError` naming file:line.
+
+    The file must be UTF-8 YAML of at most :data:`MAX_PLAYBOOK_BYTES` bytes and :data:`MAX_RULES` rules.
+    """
+    if os.path.isdir(path):
+        raise PlaybookError("is a directory; --playbook takes the path of the playbook YAML file", path=path)
     try:
         with open(path, "rb") as handle:
-            raw = handle.read()
+            raw = handle.read(MAX_PLAYBOOK_BYTES + 1)
     except OSError as exc:
-        raise PlaybookError(f"cannot read the playbook: {exc}; check --playbook", path=path) from exc
-    playbook = parse_playbook(raw.decode("utf-8", "replace"), path=path)
+        raise PlaybookError(
+            f"cannot read the playbook ({exc.strerror}); check the --playbook path and its permissions",
+            path=path,
+        ) from exc
+    if len(raw) > MAX_PLAYBOOK_BYTES:
+        raise PlaybookError(_too_big(), path=path)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise PlaybookError(
+            f"not UTF-8 text (byte {exc.start}); save the playbook as UTF-8", path=path, line=line
+        ) from exc
+    playbook = parse_playbook(text, path=path)
     base = os.path.dirname(os.path.abspath(path))
     fix_files = tuple(
         p if os.path.isabs(p) else os.path.normpath(os.path.join(base, p)) for p in playbook.fix_files
@@ -176,14 +203,33 @@ def load_playbook(path: str) -> Playbook:
                 f"fix_files entry {fix_file!r} does not exist; paths are relative to the playbook file",
                 path=path,
             )
-    return Playbook(playbook.rules, fix_files, path, playbook.digest, playbook.payload_off_topics)
+    return Playbook(
+        playbook.rules,
+        fix_files,
+        path,
+        playbook.digest,
+        playbook.payload_off_topics,
+        playbook.origin_precedence,
+    )
+
+
+def _too_big() -> str:
+    return (
+        f"the playbook is larger than {MAX_PLAYBOOK_BYTES // 1024} KiB; a playbook is a short list of rules "
+        "(match many messages with one rule: a list of signatures, a regex), not data"
+    )
 
 
 def parse_playbook(text: str, *, path: str | None = None) -> Playbook:
     """Validate playbook YAML text. Raises :class:`PlaybookError` naming the line of the problem."""
-    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    encoded = text.encode("utf-8", "surrogatepass")
+    if len(encoded) > MAX_PLAYBOOK_BYTES:
+        raise PlaybookError(_too_big(), path=path)
+    digest = hashlib.sha256(encoded).hexdigest()
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except RecursionError as exc:
+        raise PlaybookError("the YAML is nested too deeply to be a playbook", path=path) from exc
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None
@@ -213,13 +259,24 @@ def parse_playbook(text: str, *, path: str | None = None) -> Playbook:
             payload_off = TopicMatcher.parse(globs, what="payload_off_topics")
         except ReplayConfigError as exc:
             raise PlaybookError(str(exc), path=path, line=_line(node)) from exc
+    precedence: tuple[str, ...] = ()
+    if "origin_precedence" in top:
+        precedence = _origin_precedence(top["origin_precedence"], path)
     if "rules" not in top:
         raise PlaybookError(
             "missing `rules:` (a list of rules; an empty list skips everything)", path=path, line=_line(root)
         )
     rules: list[Rule] = []
     names: dict[str, int] = {}
-    for index, node in enumerate(_sequence(top["rules"], "rules", path), start=1):
+    rule_nodes = _sequence(top["rules"], "rules", path)
+    if len(rule_nodes) > MAX_RULES:
+        raise PlaybookError(
+            f"{len(rule_nodes)} rules; a playbook holds at most {MAX_RULES} (one rule can match many "
+            "signatures, classes or topics: give them as a list)",
+            path=path,
+            line=_line(top["rules"]),
+        )
+    for index, node in enumerate(rule_nodes, start=1):
         rule = _parse_rule(node, index, path)
         if rule.name in names:
             raise PlaybookError(
@@ -229,7 +286,24 @@ def parse_playbook(text: str, *, path: str | None = None) -> Playbook:
             )
         names[rule.name] = rule.line
         rules.append(rule)
-    return Playbook(tuple(rules), tuple(fix_files), path, digest, payload_off)
+    return Playbook(tuple(rules), tuple(fix_files), path, digest, payload_off, precedence)
+
+
+def _origin_precedence(node: yaml.Node, path: str | None) -> tuple[str, ...]:
+    from airflow_provider_dlq.dlq_consumer.context import ORIGIN_TOPIC_KEYS
+
+    keys = _strings(node, "origin_precedence", path)
+    for key in keys:
+        if key not in ORIGIN_TOPIC_KEYS:
+            raise PlaybookError(
+                f"origin_precedence: {key!r} is not a property that names an origin topic; use some of "
+                f"{', '.join(ORIGIN_TOPIC_KEYS)}",
+                path=path,
+                line=_line(node),
+            )
+    if len(set(keys)) != len(keys):
+        raise PlaybookError("origin_precedence lists a property twice", path=path, line=_line(node))
+    return tuple(keys)
 
 
 # --------------------------------------------------------------------------- YAML node helpers
@@ -335,7 +409,7 @@ def _parse_rule(node: yaml.Node, index: int, path: str | None) -> Rule:
             path=path,
             line=_line(fields["action"]),
         )
-    for key in ("fix", "fix_version", "on_fix_error", "archive_payload"):
+    for key in ("fix", "fix_version", "on_fix_error", "fix_timeout_seconds", "archive_payload"):
         if key in fields and key not in _ACTION_KEYS[action]:
             raise PlaybookError(
                 f"{what}: `{key}` does not apply to action {action!r}", path=path, line=_line(fields[key])
@@ -375,6 +449,18 @@ def _parse_rule(node: yaml.Node, index: int, path: str | None) -> Rule:
         kwargs["on_fix_error"] = on_error
     if "archive_payload" in fields:
         kwargs["archive_payload"] = _bool(fields["archive_payload"], f"{what} archive_payload", path)
+    if "fix_timeout_seconds" in fields:
+        node = fields["fix_timeout_seconds"]
+        value = _scalar(node, path)
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if not number or not 0 < value <= MAX_FIX_TIMEOUT_S:
+            raise PlaybookError(
+                f"{what}: fix_timeout_seconds must be a number of seconds in (0, {MAX_FIX_TIMEOUT_S:g}]; "
+                f"got {value!r}",
+                path=path,
+                line=_line(node),
+            )
+        kwargs["fix_timeout_seconds"] = float(value)
     if "match" in fields:
         kwargs.update(_parse_match(fields["match"], what, path))
     return Rule(**kwargs)

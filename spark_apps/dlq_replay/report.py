@@ -31,13 +31,16 @@ TOTAL_KEYS: tuple[str, ...] = (
     oc.SKIPPED,
     oc.FIX_FAILED,
     oc.ORIGIN_REFUSED,
+    oc.ORIGIN_CONFLICT,
     oc.MALFORMED,
     oc.LOOP_GUARDED,
     oc.ALREADY_FINAL,
+    oc.DUPLICATE,
     "acked",
     "left_pending",
     oc.FILTERED,
     oc.PUBLISH_FAILED,
+    "resent",
     oc.CANARY_FAILED,
 )
 
@@ -74,7 +77,8 @@ def aggregate(outcomes: DataFrame) -> tuple[list[dict[str, Any]], dict[str, list
             F.min("error_template").alias("template"),
             F.min("error_class").alias("error_class"),
             F.min("origin_topic").alias("origin_topic"),
-            F.min("context_format").alias("context_format"),
+            F.collect_set("context_format").alias("context_formats"),
+            F.min("reason").alias("reason"),
             F.date_format(F.min("publish_time"), ISO_FORMAT).alias("first_seen"),
             F.date_format(F.max("publish_time"), ISO_FORMAT).alias("last_seen"),
         )
@@ -107,7 +111,8 @@ def build_groups(
                 "template": combo["template"] or "",
                 "error_class": combo["error_class"],
                 "origin_topic": combo["origin_topic"],
-                "context_format": combo["context_format"],
+                "reason": combo.get("reason"),
+                "context_formats": [],
                 "count": 0,
                 "first_seen": None,
                 "last_seen": None,
@@ -121,6 +126,9 @@ def build_groups(
         )
         n = int(combo["n"])
         group["count"] += n
+        for fmt in combo.get("context_formats") or []:
+            if fmt not in group["context_formats"]:
+                group["context_formats"].append(fmt)
         for key, pick in (("first_seen", min), ("last_seen", max)):
             value = combo[key]
             if value is not None:
@@ -139,6 +147,10 @@ def build_groups(
             max(group["actions"], key=lambda a: (group["actions"][a], a)) if group["actions"] else None
         )
         group["rules"].sort()
+        # Every format the group's messages came in; one label only when they all agree.
+        group["context_formats"].sort()
+        formats = group["context_formats"]
+        group["context_format"] = formats[0] if len(formats) == 1 else ("mixed" if formats else None)
         group["outcomes"] = {k: group["outcomes"][k] for k in sorted(group["outcomes"], key=_outcome_order)}
     kept, rest = ordered[:max_groups], ordered[max_groups:]
     other = {"groups": len(rest), "count": sum(g["count"] for g in rest)}
@@ -183,10 +195,12 @@ def build_report(
     timings: dict[str, float],
     paths: dict[str, str],
     max_groups: int = MAX_GROUPS,
+    resent: int = 0,
     context: ReportContext | None = None,
 ) -> dict[str, Any]:
     """The machine-readable report (stable schema, ``format`` 1); see ``docs/report.md``.
 
+    ``resent``: messages a resumed apply sent again because a killed attempt had started their wave.
     With a ``context`` the report also explains itself (configuration, per-group rule evaluation, fix
     and sample errors, refused origins, trend over the ledger, next steps; see
     :mod:`spark_apps.dlq_replay.report_details`).
@@ -195,6 +209,7 @@ def build_report(
     groups, other = build_groups(combos, samples, mode, max_groups)
     counts = outcome_counts(combos, mode)
     totals = build_totals(counts, commit, mode)
+    totals["resent"] = resent
     report = {
         "format": REPORT_FORMAT,
         "run_id": run_id,

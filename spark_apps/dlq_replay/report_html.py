@@ -25,6 +25,8 @@ COLORS: dict[str, str] = {
     oc.MALFORMED: "#ef6c00",
     oc.LOOP_GUARDED: "#6a1b9a",
     oc.ALREADY_FINAL: "#00838f",
+    oc.DUPLICATE: "#4dd0e1",
+    oc.ORIGIN_CONFLICT: "#f06292",
     oc.FILTERED: "#b0bec5",
     oc.PUBLISH_FAILED: "#b71c1c",
 }
@@ -177,7 +179,7 @@ def _group_table(groups: list[dict[str, Any]], other: dict[str, Any]) -> str:
         rows.append(
             "<tr>"
             f"<td>{name}</td><td>{_e(g['template'])}</td><td>{_e(g['error_class'])}</td>"
-            f"<td>{_e(g['origin_topic'])}</td><td>{_e(g['context_format'])}</td>"
+            f"<td>{_e(g['origin_topic'])}</td><td>{_e(_formats(g))}<br>{_e(g.get('reason') or '')}</td>"
             f"<td class='num'>{_fmt(g['count'])}</td>"
             f"<td class='small'>{_e(g['first_seen'])}<br>{_e(g['last_seen'])}</td>"
             f"<td>{_e(g['action'])}</td><td>{_e(', '.join(g['rules']))}</td><td>{outs}</td>"
@@ -190,9 +192,14 @@ def _group_table(groups: list[dict[str, Any]], other: dict[str, Any]) -> str:
     )
     return (
         '<h2 id="groups">Groups</h2><table><tr><th>signature</th><th>template</th><th>error class</th>'
-        "<th>origin topic</th><th>format</th><th>count</th><th>first / last seen</th><th>action</th>"
+        "<th>origin topic</th><th>format / reason</th><th>count</th><th>first / last seen</th><th>action</th>"
         f"<th>rules</th><th>outcomes</th><th>sample message ids</th></tr>{''.join(rows)}</table>{note}"
     )
+
+
+def _formats(group: dict[str, Any]) -> str:
+    """The group's context formats: all of them for a group that mixes several."""
+    return ", ".join(group.get("context_formats") or [group.get("context_format") or ""])
 
 
 def _rules_table(explanation: dict[str, Any]) -> str:
@@ -236,7 +243,7 @@ def _group_detail(index: int, g: dict[str, Any]) -> str:
     parts = [
         f"<p class='small'>{_fmt(g['count'])} messages · error class "
         f"<code>{_e(g['error_class'] or '-')}</code>"
-        f" · origin <code>{_e(g['origin_topic'] or '-')}</code> · format {_e(g['context_format'])} · "
+        f" · origin <code>{_e(g['origin_topic'] or '-')}</code> · format {_e(_formats(g))} · "
         f"{_e(_outcome_text(g))}</p>"
     ]
     if g.get("fix_errors"):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -22,6 +21,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
+    from spark_apps.dlq_replay.lock import RunLock
     from spark_apps.dlq_replay.options import ReplayOptions
     from spark_apps.dlq_replay.playbook import Playbook
     from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf
@@ -44,6 +44,7 @@ class RunPaths:
         self.snapshot = join(self.run, "snapshot")
         self.decisions = join(self.run, "decisions")
         self.republish_results = join(self.run, "apply", "republish")
+        self.to_send = join(self.run, "apply", "to_send")
         self.report_json = join(self.run, "report.json")
         self.report_html = join(self.run, "report.html")
         self.archive = join(self.root, "archive")
@@ -59,33 +60,50 @@ class RunPaths:
         }
 
 
+def _load_state(storage: RunStorage, paths: RunPaths, options: ReplayOptions, playbook: Playbook) -> RunState:
+    """The state to continue with (read only): a new one, or the existing one when the options match;
+    raises :class:`~spark_apps.dlq_replay.errors.OptionsChangedError` otherwise."""
+    from spark_apps.dlq_replay.state import RunState, resume_or_start
+
+    text = storage.read_text(paths.state)
+    existing = RunState.from_json(text, where=paths.state) if text else None
+    fingerprint = options.fingerprint_options(playbook.digest)
+    return resume_or_start(existing, options.run_id, options.mode, fingerprint)
+
+
 class _Run:
-    """One invocation of a run id: options, state and the step helpers."""
+    """One invocation of a run id: options, state, the lock it holds and the step helpers."""
 
     def __init__(
-        self, spark: SparkSession, options: ReplayOptions, playbook: Playbook, conf: PulsarConf
+        self,
+        spark: SparkSession,
+        options: ReplayOptions,
+        playbook: Playbook,
+        conf: PulsarConf,
+        lock: RunLock | None = None,
     ) -> None:
-        from spark_apps.dlq_replay.state import RunState, resume_or_start
-
         self.spark = spark
         self.progress = StepProgress(spark)
         self.options = options
         self.playbook = playbook
         self.conf = conf
+        self.lock = lock
         self.paths = RunPaths(options.output_dir, options.run_id)
         self.storage = RunStorage(spark)
-        text = self.storage.read_text(self.paths.state)
-        existing = RunState.from_json(text, where=self.paths.state) if text else None
-        self.state: RunState = resume_or_start(
-            existing, options.run_id, options.mode, options.fingerprint_options(playbook.digest)
-        )
+        self.state: RunState = _load_state(self.storage, self.paths, options, playbook)
         self.save()
 
     def save(self) -> None:
         self.storage.write_text(self.paths.state, self.state.to_json())
 
+    def check_lock(self) -> None:
+        """Stop when another run took the lock or lease over (never interleave two runs)."""
+        if self.lock is not None:
+            self.lock.check()
+
     def step(self, name: str) -> bool:
         """True when ``name`` must run now (logs the skip otherwise)."""
+        self.check_lock()
         if self.state.is_complete(name):
             log.info("step %s: already complete in an earlier attempt, skipped", name)
             return False
@@ -104,6 +122,7 @@ class _Run:
 
     def done(self, name: str, started: float, **info: Any) -> None:
         self.progress.stop()
+        self.check_lock()  # a step whose jobs were cancelled must not be recorded complete
         seconds = time.monotonic() - started
         self.state.mark_complete(name, seconds, **info)
         self.save()
@@ -115,34 +134,17 @@ class _Run:
         return max(1, self.options.parallelism or self.spark.sparkContext.defaultParallelism)
 
 
-def _load_playbook(spark: SparkSession, options: ReplayOptions) -> Playbook:
-    from spark_apps.dlq_replay.fixes import load_fix
-    from spark_apps.dlq_replay.playbook import empty_playbook, load_playbook
-
-    if not options.playbook:
-        log.info("no --playbook: every message will be skipped (left pending)")
-        return empty_playbook()
-    playbook = load_playbook(options.playbook)
-    shipped = set(getattr(spark.sparkContext, "_python_includes", None) or [])
-    for fix_file in playbook.fix_files:
-        if os.path.basename(fix_file) not in shipped:
-            spark.sparkContext.addPyFile(fix_file)
-    for ref in playbook.fixes:
-        load_fix(ref)  # fail fast on the driver, naming the fix
-    log.info(
-        "playbook %s: %d rules, fixes: %s",
-        options.playbook,
-        len(playbook.rules),
-        ", ".join(playbook.fixes) or "none",
-    )
-    return playbook
-
-
 def _plan(run: _Run) -> tuple[list[PartitionWindow], datetime]:
-    from spark_apps.dlq_replay.pulsar_io.window import freeze, windows_from_json, windows_to_json
+    from spark_apps.dlq_replay.pulsar_io.window import (
+        CONSUMER_MODE,
+        freeze,
+        windows_from_json,
+        windows_to_json,
+    )
 
     if run.step("plan"):
         started = time.monotonic()
+        settled: list[dict[str, Any]] = []
         if run.options.window_from:  # the window a reviewer saw (docs/approval.md)
             from spark_apps.dlq_replay.group_actions import reuse_window
             from spark_apps.dlq_replay.pulsar_io.window import FrozenWindows, read_mode_of
@@ -153,9 +155,12 @@ def _plan(run: _Run) -> tuple[list[PartitionWindow], datetime]:
             )
             reason = f"the window of the reviewed run {run.options.window_from}"
             frozen = FrozenWindows(reused, read_mode_of(reused), reason)
+            windows = frozen.windows
         else:
             frozen = freeze(run.conf, list(run.options.topics), run.options.subscription)
-        windows = frozen.windows
+            windows = frozen.windows
+            if frozen.read_mode == CONSUMER_MODE:  # reader mode reads the cursor's pending entries only
+                windows, settled = _settle_windows(run, frozen.windows)
         planned_at = datetime.now(UTC)
         plan = {
             "run_id": run.options.run_id,
@@ -166,6 +171,8 @@ def _plan(run: _Run) -> tuple[list[PartitionWindow], datetime]:
             "read_mode": frozen.read_mode,
             "read_mode_reason": frozen.reason,
             "window": windows_to_json(windows),
+            "frozen_window": windows_to_json(frozen.windows),
+            "settled": settled,
             "options": run.state.options,
         }
         run.storage.write_text(run.paths.plan, json.dumps(plan, indent=2, sort_keys=True))
@@ -175,6 +182,7 @@ def _plan(run: _Run) -> tuple[list[PartitionWindow], datetime]:
             started,
             partitions=len(windows),
             empty_partitions=sum(w.end_message_id is None for w in windows),
+            settled_partitions=len(settled),
             read_mode=frozen.read_mode,
             pending_entries=sum(w.pending_entries for w in windows),
         )
@@ -187,6 +195,44 @@ def _plan(run: _Run) -> tuple[list[PartitionWindow], datetime]:
         )
     plan = json.loads(text)
     return windows_from_json(plan["window"]), datetime.fromisoformat(plan["planned_at"])
+
+
+def _settle_windows(
+    run: _Run, frozen: list[PartitionWindow]
+) -> tuple[list[PartitionWindow], list[dict[str, Any]]]:
+    """End each partition whose last message an earlier run already made final at the last entry the
+    ledger knows pending (see :func:`~spark_apps.dlq_replay.ledger.settled_ends`): without it a read
+    would wait for a message it can never receive, twice the idle timeout per partition."""
+    from dataclasses import asdict, replace
+
+    from spark_apps.dlq_replay.ledger import read_ledger, settled_ends
+
+    ledger = read_ledger(run.spark, run.storage, run.paths.ledger)
+    if ledger is None:
+        return frozen, []
+
+    def commit_done(run_id: str) -> bool:
+        from spark_apps.dlq_replay.state import RunState, run_dir_name
+
+        path = join(run.paths.root, "runs", run_dir_name(run_id), "state.json")
+        text = run.storage.read_text(path)
+        if not text:
+            return False
+        state = RunState.from_json(text, where=path)
+        return state.is_complete("commit") and not int(state.info("commit").get("unacked_final", 0))
+
+    ends = {e.topic: e for e in settled_ends(ledger, frozen, commit_done)}
+    for end in ends.values():
+        log.info(
+            "plan: the last message of %s is final in run(s) %s; reading it up to %s",
+            end.topic,
+            ", ".join(end.settled_by),
+            end.end_message_id or "nothing (no message left pending there)",
+        )
+    windows = [
+        replace(w, end_message_id=ends[w.topic].end_message_id) if w.topic in ends else w for w in frozen
+    ]
+    return windows, [asdict(e) for e in ends.values()]
 
 
 def _snapshot(run: _Run, windows: list[PartitionWindow]) -> DataFrame:
@@ -248,7 +294,6 @@ def _snapshot(run: _Run, windows: list[PartitionWindow]) -> DataFrame:
 def _decide(run: _Run, snapshot: DataFrame) -> DataFrame:
     from spark_apps.dlq_replay.decide import DecideSettings, Filters, decide
     from spark_apps.dlq_replay.ledger import final_ids, read_ledger
-    from spark_apps.dlq_replay.topics import TopicMatcher
 
     opts = run.options
     if run.step("decide"):
@@ -259,7 +304,7 @@ def _decide(run: _Run, snapshot: DataFrame) -> DataFrame:
             run_id=opts.run_id,
             mode=opts.mode,
             max_replays=opts.max_replays,
-            allowlist=TopicMatcher.parse(list(opts.origin_allowlist)) if opts.origin_allowlist else None,
+            allowlist=opts.allowlist_matcher(),
             archive_payload=opts.archive_payload,
             group_actions=opts.group_actions,
         )
@@ -321,7 +366,13 @@ def _apply(run: _Run, decisions: DataFrame, planned_at: datetime) -> DataFrame |
             failed = to_send - published - unsent_halted(run, decisions, halted)
             if failed:
                 log.warning("step apply: %d messages could not be published; they stay pending", failed)
-        run.done("apply", started, published=published, publish_failed=failed)
+        run.done(
+            "apply",
+            started,
+            published=published,
+            publish_failed=failed,
+            resent=int(progress.get("resent", 0)),
+        )
     if to_send and run.storage.has_data(run.paths.republish_results):
         return run.spark.read.parquet(run.paths.republish_results)
     return None
@@ -342,42 +393,59 @@ def _no_halted(run: _Run, decisions: DataFrame, halted: list[str]) -> int:
 def _republish_in_waves(run: _Run, decisions: DataFrame, to_send: int) -> None:
     """Send in waves of ``--wave-size`` sequence ids per producer, each saved before the next starts.
 
-    A wave whose results are saved (``_SUCCESS``) is never sent again, so a resumed apply re-sends at
-    most the wave that was in flight (exactly nothing more under broker deduplication).
+    The rows to send are written once, partitioned by wave, so a wave reads only its own rows. A wave
+    whose results are saved (``_SUCCESS``) is never sent again; a wave an earlier attempt started but did
+    not save is sent again whole, and its size is counted as ``resent``: on a broker without
+    deduplication up to that many messages reach the origin twice (with the same ``REPLAY_ID``); with
+    deduplication the same producer names and sequence ids make the re-send exact.
     """
-    from spark_apps.dlq_replay.apply import republish
+    from spark_apps.dlq_replay.apply import prepare_sends, send_rows
 
+    progress = run.state.progress("apply")
+    size = run.options.wave_size
+    if not progress.get("sends_written"):
+        prepare_sends(decisions, size).write.mode("overwrite").partitionBy("wave").parquet(run.paths.to_send)
+        progress["sends_written"] = True
+        run.save()
     last = int(run.state.info("decide").get("max_sequence_id", -1))
     if last < 0:  # decided by an attempt that did not record it
         row = decisions.selectExpr("max(sequence_id) AS last").first()
         last = int(row["last"]) if row and row["last"] is not None else -1
-    size = run.options.wave_size
     waves = last // size + 1
     for wave in range(waves):
+        run.check_lock()
         path = join(run.paths.republish_results, f"wave={wave}")
         if run.storage.exists(join(path, "_SUCCESS")):
             log.info(
                 "step apply: wave %d/%d was sent by an earlier attempt, not sending again", wave + 1, waves
             )
             continue
-        lo, hi = wave * size, (wave + 1) * size
+        again = progress.get("wave_in_flight") == wave
+        source = join(run.paths.to_send, f"wave={wave}")
+        if not run.storage.exists(source):
+            continue  # no producer has sequence ids in this range
         log.info(
-            "step apply: republishing wave %d/%d (sequence ids %d-%d of %d messages)",
+            "step apply: republishing wave %d/%d (sequence ids %d-%d per producer, %d messages in all)%s",
             wave + 1,
             waves,
-            lo,
-            hi - 1,
+            wave * size,
+            (wave + 1) * size - 1,
             to_send,
+            "; an earlier attempt was killed while sending it, so it is sent again" if again else "",
         )
-        results = republish(
-            decisions,
+        progress["wave_in_flight"] = wave
+        run.save()
+        results = send_rows(
+            run.spark.read.parquet(source),
             run.conf,
             partitions=run.buckets,
             rate_limit_per_s=run.options.rate_limit,
-            sequence_range=(lo, hi),
         )
         results.write.mode("overwrite").parquet(path)
-        run.state.progress("apply")["waves_done"] = wave + 1
+        if again:
+            progress["resent"] = int(progress.get("resent", 0)) + run.spark.read.parquet(path).count()
+        progress["waves_done"] = wave + 1
+        progress.pop("wave_in_flight", None)
         run.save()
 
 
@@ -414,6 +482,7 @@ def _commit(run: _Run, windows: list[PartitionWindow]) -> None:
         started,
         read_mode=mode,
         acked=totals["acked"],
+        acked_by_earlier_attempts=totals.get("acked_by_earlier_attempts", 0),
         left_pending_seen=totals["left_pending"],
         beyond_window=totals["beyond_window"],
         unacked_final=totals["unacked_final"],
@@ -505,12 +574,17 @@ def _commit_by_consumers(run: _Run, windows: list[PartitionWindow], resumed: boo
 
     ledger = read_ledger(run.spark, run.storage, run.paths.ledger)
     totals = dict.fromkeys(_TOTAL_COLUMNS, 0)
-    expected = 0
+    expected = unread = 0
     if ledger is not None:
-        final = ledger.filter(F.col("final") & (F.col("run_id") == F.lit(run.options.run_id))).select(
-            "dlq_topic", "dlq_message_id"
+        mine = ledger.filter(F.col("run_id") == F.lit(run.options.run_id))
+        per_topic = mine.groupBy("dlq_topic").agg(
+            F.sum(F.col("final").cast("long")).alias("final"), F.count(F.lit(1)).alias("rows")
         )
-        expected = final.count()
+        counts = per_topic.collect()  # one row per DLQ partition
+        expected = sum(int(r["final"] or 0) for r in counts)
+        # Partitions without a final message are not read: all their messages of this run stay pending.
+        unread = sum(int(r["rows"]) for r in counts if not r["final"])
+        final = mine.filter(F.col("final")).select("dlq_topic", "dlq_message_id")
         fn = make_commit_fn(run.conf, windows, run.options.subscription, run.options.idle_timeout_ms)
         partitions = max(1, len(windows))
         grouped = final.repartition(partitions, "dlq_topic").groupBy("dlq_topic")
@@ -520,24 +594,62 @@ def _commit_by_consumers(run: _Run, windows: list[PartitionWindow], resumed: boo
 
         totals = _sum_rows(apply_in_arrow(grouped, commit_group, COMMIT_RESULT_SCHEMA))
     # Every final message of a first commit attempt was pending (the snapshot read it unacked): any not
-    # acked now was missed (e.g. a broker stall) and stays pending until the next run acks it.
-    totals["unacked_final"] = 0 if resumed else max(0, expected - totals["acked"])
+    # acked now was missed (e.g. a broker stall) and stays pending until the next run acks it. In a
+    # resumed commit, final messages not received were acked by the killed attempt (one run at a time
+    # holds the subscription): they count as acked too, so the total is exact across attempts.
+    # Partitions without a final message are not read: all their messages of this run stay pending.
+    acked_this_attempt = totals["acked"]
+    totals["acked_by_earlier_attempts"] = max(0, expected - acked_this_attempt) if resumed else 0
+    totals["acked"] = acked_this_attempt + totals["acked_by_earlier_attempts"]
+    totals["left_pending"] += unread
+    totals["unacked_final"] = 0 if resumed else max(0, expected - acked_this_attempt)
     return totals
 
 
 def run_replay(spark: SparkSession, options: ReplayOptions) -> dict[str, Any]:
-    """Run (or resume) the replay run ``options.run_id``; returns the report (also written as JSON/HTML)."""
+    """Run (or resume) the replay run ``options.run_id``; returns the report (also written as JSON/HTML).
+
+    Everything is checked before anything is written (:mod:`~spark_apps.dlq_replay.preflight`); the run
+    then holds the output directory lock and the subscription leases (:mod:`~spark_apps.dlq_replay.lock`)
+    until it ends.
+    """
+    from spark_apps.dlq_replay.lock import run_lock
+    from spark_apps.dlq_replay.preflight import check_with_spark
+    from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf
+
+    playbook = check_with_spark(spark, options)
+    conf = PulsarConf.from_app_options(options)
+    paths = RunPaths(options.output_dir, options.run_id)
+    storage = RunStorage(spark)
+    state = _load_state(storage, paths, options, playbook)  # a resume with changed options stops here
+    if state.is_complete("report"):
+        text = storage.read_text(paths.report_json)
+        if text:
+            log.info("run %s is already complete; nothing to do", options.run_id)
+            report: dict[str, Any] = json.loads(text)
+            return report
+    with run_lock(
+        spark,
+        paths.root,
+        options.run_id,
+        conf=conf if options.subscription_lease else None,
+        topics=options.topics,
+        subscription=options.subscription,
+        storage=storage,
+    ) as lock:
+        return _run_steps(_Run(spark, options, playbook, conf, lock))
+
+
+def _run_steps(run: _Run) -> dict[str, Any]:
     from spark_apps.dlq_replay.apply import OUTCOME_COLUMNS, with_publish_results
     from spark_apps.dlq_replay.ledger import read_ledger, run_outcomes
-    from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf
     from spark_apps.dlq_replay.report import CommitTotals, build_report
     from spark_apps.dlq_replay.report_details import ReportContext
     from spark_apps.dlq_replay.report_html import render_html
 
+    options = run.options
+    playbook = run.playbook
     started_wall = datetime.now(UTC)
-    playbook = _load_playbook(spark, options)
-    conf = PulsarConf.from_app_options(options)
-    run = _Run(spark, options, playbook, conf)
     log.info(
         "run %s (%s, attempt %d): topics=%s output=%s",
         options.run_id,
@@ -594,6 +706,7 @@ def run_replay(spark: SparkSession, options: ReplayOptions) -> dict[str, Any]:
         ),
         timings=dict(run.state.timings),
         paths=run.paths.public(),
+        resent=int(run.state.info("apply").get("resent", 0)),
         context=ReportContext(options, playbook, run.paths.decisions, run.paths.snapshot, run.paths.ledger),
     )
     report["timings"]["report"] = round(time.monotonic() - started, 3)  # the aggregation included

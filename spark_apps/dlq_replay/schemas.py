@@ -77,6 +77,7 @@ DERIVED_COLUMNS: tuple[tuple[str, object], ...] = (
     ("signature", StringType()),
     ("replay_id", StringType()),
     ("replay_count", IntegerType()),  # REPLAY_COUNT the message carries; null when not a number
+    ("origin_conflict", StringType()),  # the origin claims when the conventions disagree, else null
 )
 
 
@@ -134,6 +135,7 @@ LEDGER_SCHEMA = StructType(
         StructField("recorded_at", TimestampType()),
         StructField("error_template", StringType()),  # null in rows written before 0.2.0
         StructField("context_format", StringType()),  # null in rows written before 0.2.0
+        StructField("reason", StringType()),  # failure reason; null in rows written before 0.2.0
         StructField("run_id", StringType()),
     ]
 )

@@ -1,8 +1,14 @@
-"""Error signatures: a stable id per kind of failure, from error class + message template + origin topic.
+"""Error signatures and replay ids.
 
-The template masks what varies between two failures of the same kind: quoted values, e-mails, UUIDs,
-hex strings, identifiers containing digits and numbers. Masking is deterministic, so the same failure
-always gets the same signature, run after run and machine after machine.
+A signature is a stable id per kind of failure, from error class + message template + origin topic +
+failure reason (``term``, ``max-redeliveries``, ``max-reconsumes`` or ``unknown``): messages that
+exhausted a retry topic and messages dead-lettered by a redelivery policy never share a group. The
+template masks what varies between two failures of the same kind: quoted values, e-mails, UUIDs, hex
+strings, identifiers containing digits and numbers. Masking is deterministic, so the same failure always
+gets the same signature, run after run and machine after machine.
+
+A replay id (``REPLAY_ID``) names the *original* message: every DLQ copy of one original gets the same
+one, so a run republishes each original once (see :func:`replay_id`).
 """
 
 from __future__ import annotations
@@ -10,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import re
 
-from airflow_provider_dlq.dlq_consumer.context import base_topic
+from airflow_provider_dlq.dlq_consumer.context import REASON_UNKNOWN, base_topic
 
 MAX_TEMPLATE_CHARS = 512
 
@@ -59,15 +65,27 @@ def signature_topic(origin_topic: str | None) -> str:
     return base_topic(origin_topic) if origin_topic else ""
 
 
-def error_signature(error_class: str | None, template: str, origin_topic: str | None) -> str:
-    """Stable 16-hex-digit id of (error class, template, origin topic without partition suffix)."""
-    material = "\x1f".join((error_class or "", template, signature_topic(origin_topic)))
+def error_signature(
+    error_class: str | None, template: str, origin_topic: str | None, reason: str | None
+) -> str:
+    """Stable 16-hex-digit id of (error class, template, origin topic without partition suffix, failure
+    reason). ``None`` reason counts as ``unknown``."""
+    material = "\x1f".join(
+        (error_class or "", template, signature_topic(origin_topic), reason or REASON_UNKNOWN)
+    )
     return hashlib.sha256(material.encode("utf-8", "replace")).hexdigest()[:16]
 
 
-def replay_id(dlq_topic: str, dlq_message_id: str) -> str:
-    """Stable id of one DLQ message (``REPLAY_ID``): the same in every run that sees the message."""
-    return hashlib.sha256(f"{dlq_topic}\x1f{dlq_message_id}".encode("utf-8", "replace")).hexdigest()[:32]
+def replay_id(dlq_topic: str, dlq_message_id: str, origin: str | None = None) -> str:
+    """Stable id of the original message behind a DLQ message (``REPLAY_ID``), 32 hex digits.
+
+    ``origin`` is the origin identity from the error context
+    (:func:`~airflow_provider_dlq.dlq_consumer.context.origin_identity`): every DLQ copy of one original,
+    in any DLQ topic and any convention, gets the same id. Without it the id is derived from the DLQ
+    topic and message id (as before 0.2.0), so it is stable for that DLQ message only.
+    """
+    material = f"origin\x1f{origin}" if origin else f"{dlq_topic}\x1f{dlq_message_id}"
+    return hashlib.sha256(material.encode("utf-8", "replace")).hexdigest()[:32]
 
 
 class TemplateCache:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from spark_apps.dlq_replay.errors import RunStateError
+from spark_apps.dlq_replay.errors import OptionsChangedError, RunStateError
 
 STEPS: tuple[str, ...] = ("plan", "snapshot", "decide", "apply", "record", "commit", "report")
 STATE_FORMAT = 1
@@ -134,7 +134,7 @@ def resume_or_start(existing: RunState | None, run_id: str, mode: str, options: 
         changed = sorted(
             k for k in set(options) | set(existing.options) if options.get(k) != existing.options.get(k)
         )
-        raise RunStateError(
+        raise OptionsChangedError(
             f"run id {run_id!r} was started with different options "
             f"(changed: {', '.join(changed) or 'unknown'}); "
             "re-run it with the same options to resume, or use a new --run-id"

@@ -128,6 +128,32 @@ class RunStorage:
         if fs.exists(jpath):
             fs.delete(jpath, True)
 
+    def list_names(self, path: str) -> list[str]:
+        """Names of the entries directly under ``path`` (empty when it does not exist)."""
+        fs, jpath = self._fs(path)
+        if not fs.exists(jpath):
+            return []
+        return [str(status.getPath().getName()) for status in fs.listStatus(jpath)]
+
+    def create_exclusive(self, path: str, text: str) -> bool:
+        """Create ``path`` holding ``text`` unless it exists; True when this call created it.
+
+        Atomic where the file system's ``create(overwrite=false)`` is (HDFS, local); object stores
+        without conditional writes can let two callers both succeed.
+        """
+        fs, jpath = self._fs(path)
+        try:
+            out = fs.create(jpath, False)
+        except Exception as exc:  # FileAlreadyExistsException through py4j
+            if "AlreadyExists" in type(exc).__name__ or "AlreadyExists" in str(exc):
+                return False
+            raise
+        try:
+            out.write(bytearray(text.encode("utf-8")))
+        finally:
+            out.close()
+        return True
+
     def has_data(self, path: str) -> bool:
         """True when ``path`` is a directory holding a Spark ``_SUCCESS`` marker or any file."""
         fs, jpath = self._fs(path)

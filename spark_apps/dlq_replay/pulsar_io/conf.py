@@ -219,13 +219,12 @@ class PulsarConf:
                     token = handle.read().strip()
             except OSError as exc:
                 raise PulsarConfigError(
-                    f"cannot read the Pulsar token file {self.token_file!r}: {exc.strerror}; "
-                    "check the path given as auth token file and its permissions"
+                    f"cannot read the Pulsar token file ({exc.strerror}; path not shown, as it could be a "
+                    "token typed in the wrong place): check the path given as auth token file, its "
+                    "permissions, and that it exists on the driver and every executor"
                 ) from exc
             if not token:
-                raise PulsarConfigError(
-                    f"the Pulsar token file {self.token_file!r} is empty; write the JWT token into it"
-                )
+                raise PulsarConfigError("the Pulsar token file is empty; write the JWT token into it")
             return token
         if self.token_env:
             return os.environ.get(self.token_env) or None

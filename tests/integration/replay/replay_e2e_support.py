@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -27,10 +28,14 @@ def close_driver_clients() -> None:
     conf._close_own_clients()
 
 
+_ORIGIN_IDS = itertools.count()
+
+
 def ours(origin: str, cls: str | None, message: str, **extra: str) -> dict[str, str]:
+    """Our library's context for a new original message (each call a distinct origin message id)."""
     props = {
         "REAL_TOPIC": origin,
-        "ORIGIN_MESSAGE_ID": "7:8:-1:-1",
+        "ORIGIN_MESSAGE_ID": f"7:{next(_ORIGIN_IDS)}:-1:-1",
         "__dlq.errors.topic": origin,
         "__dlq.errors.subscription": "orders-sub",
         "__dlq.errors.reason": "term",

@@ -224,3 +224,59 @@ def test_empty_dlq_reports_nothing_and_succeeds(spark, pulsar_client, pulsar_bro
     assert report["commit"]["read_mode"] == "reader"
     assert report["groups"] == []
     assert "No messages in this run" in (tmp_path / "out" / "runs" / "empty-1" / "report.html").read_text()
+
+
+def test_a_small_run_after_an_earlier_one_waits_no_idle_timeout_and_counts_exactly(
+    spark, pulsar_client, pulsar_service_url, tmp_path
+):
+    """8 messages left over by a run whose last message was republished: the next run must not wait for
+    that acked message (twice the idle timeout); left_pending_seen counts the 8."""
+    import json as _json
+    import uuid
+
+    from replay_e2e_support import order, ours
+
+    idle_ms = 20_000
+    u = uuid.uuid4().hex[:8]
+    orders = f"persistent://public/default/orders-{u}"
+    dlq = f"persistent://public/default/orders-{u}-sub-DLQ"
+    fresh = f"persistent://public/default/orders-{u}-fresh-DLQ"
+    producer = pulsar_client.create_producer(dlq, batching_enabled=False)
+    for i in range(8):
+        producer.send(order(i), properties=ours(orders, "RuntimeError", "unknown"), partition_key=f"s-{i}")
+    for i in range(28):  # the partition's last messages: republished, hence acked, by the first run
+        producer.send(order(i), properties=ours(orders, "TimeoutError", "slow"), partition_key=f"t-{i}")
+    producer.close()
+    producer = pulsar_client.create_producer(fresh, batching_enabled=False)
+    for i in range(8):
+        producer.send(order(i), properties=ours(orders, "RuntimeError", "unknown"), partition_key=f"f-{i}")
+    producer.close()
+
+    def run(run_id: str, topic: str, out) -> dict:
+        opts = ReplayOptions(
+            run_id=run_id, mode=oc.REPLAY, service_url=pulsar_service_url, topics=(topic,),
+            output_dir=str(out), playbook=PLAYBOOK, origin_allowlist=("orders-*",), idle_timeout_ms=idle_ms,
+        )  # fmt: skip
+        return run_replay(spark, opts)
+
+    out = tmp_path / "out"
+    first = run("run-1", dlq, out)
+    assert (first["totals"]["republished"], first["totals"]["skipped"]) == (28, 8)
+    assert first["commit"]["left_pending_seen"] == 8
+    baseline = run("fresh-1", fresh, tmp_path / "fresh-out")  # a first run of the same size
+    second = run("run-2", dlq, out)
+    assert second["totals"]["snapshot"] == 8
+    assert second["totals"]["skipped"] == 8
+    assert second["totals"]["acked"] == 0
+    assert second["commit"]["left_pending_seen"] == 8  # was 0: the commit read nothing
+    plan = _json.loads((out / "runs" / "run-2" / "plan.json").read_text())
+    assert [s["settled_by"] for s in plan["settled"]] == [["run-1"]]
+    assert plan["settled"][0]["end_message_id"].split(":")[1] == "7"  # the 8th (last pending) entry
+    # Without the settled window the read waited for the acked last message: 2 x 20 s idle.
+    assert second["timings"]["snapshot"] < idle_ms / 1000
+    assert second["timings"]["snapshot"] < baseline["timings"]["snapshot"] + 10
+    assert pending_keys_of(pulsar_client, dlq) == sorted(f"s-{i}" for i in range(8))
+
+
+def pending_keys_of(client, topic: str) -> list[str]:
+    return sorted(m.partition_key() for m in drain(client, topic, "dlq-replayer"))

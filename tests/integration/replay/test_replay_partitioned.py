@@ -45,19 +45,22 @@ def test_partitioned_dlq_is_replayed_completely(spark, pulsar_broker, pulsar_cli
     orders = f"persistent://public/default/orders-{u}"
     dlq = f"persistent://public/default/orders-{u}-sub-DLQ"
     pulsar_broker.admin().create_partitioned_topic(dlq, PARTITIONS)
-    kinds = {  # key prefix -> (count, payload, properties, outcome)
-        "t": (1_200, order(1), ours(orders, "TimeoutError", "inventory timed out after 30s"), oc.REPUBLISHED),
-        "a": (400, b"<xml/>", ours(orders, "json.decoder.JSONDecodeError", "Expecting value"), oc.ARCHIVED),
-        "s": (400, order(2), ours(orders, "RuntimeError", "unknown"), oc.SKIPPED),
+    kinds = {  # key prefix -> (count, payload, (error class, message), outcome)
+        "t": (1_200, order(1), ("TimeoutError", "inventory timed out after 30s"), oc.REPUBLISHED),
+        "a": (400, b"<xml/>", ("json.decoder.JSONDecodeError", "Expecting value"), oc.ARCHIVED),
+        "s": (400, order(2), ("RuntimeError", "unknown"), oc.SKIPPED),
     }
     producer = pulsar_client.create_producer(
         dlq, batching_enabled=False, block_if_queue_full=True, max_pending_messages=5_000
     )
     results: list[Any] = []
-    for prefix, (count, payload, props, _) in kinds.items():
-        for i in range(count):
+    for prefix, (count, payload, (cls, text), _) in kinds.items():
+        for i in range(count):  # each a distinct original (its own origin message id)
             producer.send_async(
-                payload, lambda r, _m: results.append(r), properties=props, partition_key=f"{prefix}-{i}"
+                payload,
+                lambda r, _m: results.append(r),
+                properties=ours(orders, cls, text),
+                partition_key=f"{prefix}-{i}",
             )
     producer.flush()
     producer.close()

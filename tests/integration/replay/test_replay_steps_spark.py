@@ -195,6 +195,95 @@ def test_report_from_outcomes(spark):
     assert sum(g["count"] for g in report["groups"]) == 15
 
 
+DLQ_B = "persistent://public/default/orders-other-DLQ"
+
+
+def copies_df(spark, copies):
+    """Snapshot rows ``(key, dlq topic, message id, minutes after T0, origin message id)``."""
+    rows = []
+    for key, topic, msg_id, minutes, origin_id in copies:
+        props = {**props_of("Timeout"), "ORIGIN_MESSAGE_ID": origin_id}
+        when = T0 + timedelta(minutes=minutes)
+        rows.append((topic, -1, msg_id.encode(), msg_id, key, None, b"payload", props, when, None, 0, "p"))
+    return spark.createDataFrame(rows, SNAPSHOT_SCHEMA)
+
+
+def props_of(cls):
+    return props(cls)
+
+
+def by_key(df):
+    return {r["key"]: r for r in df.collect()}
+
+
+def test_one_republish_per_original_within_a_run_across_topics_and_across_runs(spark, tmp_path):
+    copies = [
+        # Original A: three copies in two DLQ topics; the oldest (a-old, in DLQ_B) wins.
+        ("a-late", DLQ, "1:1:-1:-1", 5, "(9,1,-1,-1)"),
+        ("a-old", DLQ_B, "2:7:-1:-1", 1, "9:1:-1"),
+        ("a-same-time", DLQ, "1:0:-1:-1", 1, "9:1:-1:-1"),
+        # Original B: two copies published at the same time: the smaller topic, then message id, wins.
+        ("b-1", DLQ, "1:3:-1:-1", 2, "9:2:-1:-1"),
+        ("b-2", DLQ, "1:2:-1:-1", 2, "9:2:-1:-1"),
+        # Original C: one copy.
+        ("c", DLQ, "1:4:-1:-1", 3, "9:3:-1:-1"),
+    ]
+    snap = copies_df(spark, copies)
+    outcomes = {}
+    for partitions in (1, 3, 5):  # the winner never depends on how the snapshot is split (resume)
+        decided = by_key(decide(snap.repartition(partitions), PLAYBOOK, settings(), 2))
+        outcomes[partitions] = {k: r["outcome"] for k, r in decided.items()}
+    assert outcomes[1] == outcomes[3] == outcomes[5]
+    # a-old and a-same-time share the oldest time: DLQ_B ("orders-other-DLQ") sorts before DLQ.
+    assert outcomes[1] == {
+        "a-old": oc.TO_REPUBLISH, "a-same-time": oc.DUPLICATE, "a-late": oc.DUPLICATE,
+        "b-2": oc.TO_REPUBLISH, "b-1": oc.DUPLICATE, "c": oc.TO_REPUBLISH,
+    }  # fmt: skip
+    assert decided["a-late"]["replay_id"] == decided["a-old"]["replay_id"]
+    assert decided["a-late"]["outcome_reason"] == (
+        f"another copy of the same original ({DLQ_B} 2:7:-1:-1) is in this run and was published first"
+    )
+    assert decided["a-late"]["replay_producer"] is None
+    # --max-messages counts originals, not copies.
+    limited = by_key(decide(snap, PLAYBOOK, settings(), 2, filters=Filters(max_messages=2)))
+    assert sorted(k for k, r in limited.items() if r["outcome"] == oc.TO_REPUBLISH) == ["a-old", "b-2"]
+    assert limited["c"]["outcome_reason"] == "beyond --max-messages"
+
+    # Run 1 records its outcomes; run 2 sees one copy again (batch redelivery) and two new copies.
+    sent = spark.createDataFrame(
+        [
+            (r["replay_id"], True, "9:9:-1:-1", None)
+            for r in decided.values()
+            if r["outcome"] == oc.TO_REPUBLISH
+        ],
+        "replay_id string, published boolean, published_message_id string, error string",
+    )
+    first = decide(snap, PLAYBOOK, settings(), 2)
+    ledger_root = str(tmp_path / "ledger")
+    write_ledger(ledger_rows(with_publish_results(first, sent), "run-1", oc.REPLAY, T0), ledger_root)
+    ledger = read_ledger(spark, RunStorage(spark), ledger_root)
+    later = copies_df(
+        spark,
+        [
+            ("a-old", DLQ_B, "2:7:-1:-1", 1, "9:1:-1"),  # the same DLQ message: already final
+            ("a-4th", DLQ_B, "2:9:-1:-1", 9, "9:1:-1"),  # a new copy of A: duplicate
+            ("d", DLQ_B, "2:10:-1:-1", 9, "9:4:-1"),  # a new original
+        ],
+    )
+    second = by_key(
+        decide(later, PLAYBOOK, settings(), 2, final_ids=final_ids(ledger, exclude_run_id="run-2"))
+    )
+    assert {k: r["outcome"] for k, r in second.items()} == {
+        "a-old": oc.ALREADY_FINAL, "a-4th": oc.DUPLICATE, "d": oc.TO_REPUBLISH,
+    }  # fmt: skip
+    assert second["a-old"]["outcome_reason"] == "final in the ledger of run run-1"
+    assert second["a-4th"]["outcome_reason"] == (
+        f"another copy of the same original ({DLQ_B} 2:7:-1:-1) is final in the ledger of run run-1"
+    )
+    recorded = read_ledger(spark, RunStorage(spark), ledger_root)
+    assert recorded.filter("outcome = 'duplicate' AND final").count() == 3
+
+
 def test_storage_round_trip(spark, tmp_path):
     storage = RunStorage(spark)
     path = str(tmp_path / "runs" / "r" / "state.json")

@@ -187,6 +187,42 @@ def test_spark_submit_help_documents_every_option(bundle, tmp_path):
         assert option in out.stdout
 
 
+def test_cli_contract_exit_codes_and_streams(spark, pulsar_client, pulsar_broker, bundle, tmp_path):
+    """Under spark-submit: progress on stderr, stdout only the summary (last line), exit codes 0 and 2."""
+    _, dlq, _ = small_dlq(pulsar_client, n_replay=5, n_archive=0, n_skip=3)
+    out = tmp_path / "out"
+    ok = start(bundle, args_for(pulsar_broker, dlq, out, "contract", "--mode", "dry-run"), tmp_path, "ok")
+    summary = finish(ok, tmp_path, "ok")
+    assert summary["totals"]["snapshot"] == 8
+    stdout = (tmp_path / "ok.out").read_text()
+    stderr = (tmp_path / "ok.err").read_text()
+    assert "step plan: started" in stderr
+    assert "step report: complete" in stderr
+    assert "step " not in stdout
+    assert " INFO " not in stdout
+    assert stdout.strip().splitlines()[-1].startswith("DLQ_REPLAY_SUMMARY ")
+    # Invalid input: exit 2, the problem on stderr, nothing written for the new run id.
+    bad = start(
+        bundle,
+        args_for(pulsar_broker, dlq, out, "contract-bad", "--origin-allowlist", "re:orders(["),
+        tmp_path,
+        "bad",
+    )
+    assert bad.wait(timeout=600) == 2
+    assert "invalid regular expression" in (tmp_path / "bad.err").read_text()
+    assert "DLQ_REPLAY_SUMMARY" not in (tmp_path / "bad.out").read_text()
+    assert not (out / "runs" / "contract-bad").exists()
+    # A resume with changed options: exit 2, not the resumable 1.
+    changed = start(
+        bundle,
+        args_for(pulsar_broker, dlq, out, "contract", "--mode", "dry-run", "--max-replays", "5"),
+        tmp_path,
+        "changed",
+    )
+    assert changed.wait(timeout=600) == 2
+    assert "changed: max_replays" in (tmp_path / "changed.err").read_text()
+
+
 def test_kill_during_apply_then_resume(spark, pulsar_client, pulsar_broker, bundle, tmp_path):
     orders, dlq, expected = small_dlq(pulsar_client, n_replay=2000, n_archive=50, n_skip=30)
     out = tmp_path / "out"
@@ -227,8 +263,10 @@ def test_kill_during_apply_then_resume(spark, pulsar_client, pulsar_broker, bund
     assert summary["totals"]["republished"] == 2000
     assert summary["totals"]["archived"] == 50
     duplicates = check_end_state(spark, pulsar_client, orders, dlq, out, "kill-apply", expected)
-    # Saved waves are never sent again, and the wave in flight at the kill is re-sent with the same
-    # producer names and sequence ids: Apache Pulsar's broker dedup (on in the test broker) drops it.
+    # Saved waves are never sent again; the wave in flight at the kill is re-sent whole (counted as
+    # resent) with the same producer names and sequence ids: Apache Pulsar's broker dedup (on in the
+    # test broker) drops every copy it already has.
+    assert summary["totals"]["resent"] == 300
     assert duplicates == 0
     print(
         "REPLAY_KILL_APPLY",
@@ -259,6 +297,10 @@ def test_kill_during_commit_then_resume(spark, pulsar_client, pulsar_broker, bun
     )
     assert summary["status"] == "succeeded"
     assert summary["totals"]["left_pending"] == 20
+    # The acks of the killed attempt count: every final message is acked once, in one of the attempts.
+    assert summary["totals"]["acked"] == 1540
+    commit = state_of(out, "kill-commit")["steps"]["commit"]
+    assert commit["acked_this_attempt"] + commit["acked_by_earlier_attempts"] == 1540
     # Apply and record were complete: the resume redoes only the commit, so nothing is sent twice.
     assert check_end_state(spark, pulsar_client, orders, dlq, out, "kill-commit", expected) == 0
 
@@ -288,7 +330,16 @@ def test_100k_messages_exact_counts_and_figures(spark, pulsar_client, pulsar_bro
         (5_000, "s", order(4), {"REAL_TOPIC": orders, "ORIGIN_MESSAGE_ID": "1:1:-1:-1"}, "skipped"),
         (5_000, "m", order(5), {"junk": "1"}, "malformed"),
     ]
-    items = [(f"{prefix}-{i}", payload, props) for n, prefix, payload, props, _ in kinds for i in range(n)]
+    # Every message is its own original: a distinct origin message id where the convention has one.
+    items = [
+        (
+            f"{prefix}-{i}",
+            payload,
+            {**props, "ORIGIN_MESSAGE_ID": f"{k}:{i}:-1:-1"} if "ORIGIN_MESSAGE_ID" in props else props,
+        )
+        for k, (n, prefix, payload, props, _) in enumerate(kinds)
+        for i in range(n)
+    ]
     produce(pulsar_client, dlq, items, batching=True)
     out = tmp_path / "out"
     peaks = {"jvm": 0, "python_driver": 0}

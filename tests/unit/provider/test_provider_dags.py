@@ -121,6 +121,22 @@ def test_backfill_form_can_be_triggered_with_its_defaults(dagbag):
     assert render(dag, dry_run.signatures, given, variables) == "s1,s2"
 
 
+def test_replay_dags_share_one_pool_slot(dagbag):
+    """No two replays at the same time: every task that runs the replay app takes the one slot of one
+    Airflow pool, and every replay DAG runs once at a time."""
+    from airflow_provider_dlq.operators.replay import DlqReplayOperator
+
+    replays = [t for d in dagbag.dags.values() for t in d.tasks if isinstance(t, DlqReplayOperator)]
+    dags = {t.dag_id for t in replays}
+    assert {"dlq_nightly_replay", "dlq_backfill", "dlq_canary_replay", "dlq_event_driven_replay"} <= dags
+    assert len(replays) >= 5  # the backfill's dry run and replay included
+    assert {t.pool for t in replays} == {"dlq_replay"}
+    assert {t.pool_slots for t in replays} == {1}
+    assert {dagbag.dags[d].max_active_runs for d in dags} == {1}
+    init = (DAGS.parent / "docker" / "airflow" / "init-stack.sh").read_text()
+    assert 'airflow pools set "${DLQ_REPLAY_POOL:-dlq_replay}" 1 ' in init
+
+
 def test_backfill_params_validate(dagbag):
     from airflow.sdk import ParamsDict
     from airflow.sdk.exceptions import ParamValidationError
@@ -183,3 +199,20 @@ def test_event_driven_dag_is_scheduled_on_the_pulsar_backlog_asset(dagbag):
     assert isinstance(rearm, DlqBacklogRearmOperator)
     assert rearm.upstream_task_ids == {"replay"}
     assert [a.name for a in rearm.inlets] == ["pulsar_dlq_backlog"]
+
+
+@pytest.mark.parametrize("dag_id", ["dlq_canary_replay", "dlq_event_driven_replay"])
+def test_other_replay_dags_have_no_built_in_allowlist(dagbag, dag_id):
+    """Unconfigured, the canary and event-driven DAGs republish nothing: no allowlist of their own, so
+    the operator refuses replay mode before anything runs."""
+    from airflow_provider_dlq.operators.replay_cli import ReplayArgumentError, build_replay_args
+
+    dag = dagbag.dags[dag_id]
+    replay = dag.get_task("replay")
+    allowlist = render(dag, replay.origin_allowlist)
+    assert allowlist == ""
+    topics = render(dag, replay.topics) if isinstance(replay.topics, str) else replay.topics
+    with pytest.raises(ReplayArgumentError, match=r"needs origin_allowlist|topics is empty"):
+        build_replay_args({"mode": "replay", "topics": topics, "origin_allowlist": allowlist})
+    configured = {"dlq_origin_allowlist": "persistent://t/ns/orders"}
+    assert render(dag, replay.origin_allowlist, variables=configured) == "persistent://t/ns/orders"

@@ -1,13 +1,17 @@
-"""Command line: every option documented, validation errors name the fix, tokens refused."""
+"""Command line: every option documented, validation errors name the fix, exit codes, no secret echoed."""
 
 from __future__ import annotations
+
+import ast
+from pathlib import Path
 
 import pytest
 
 from spark_apps.dlq_replay import outcomes as oc
-from spark_apps.dlq_replay.cli import EXIT_USAGE, build_parser, main, parse_options
+from spark_apps.dlq_replay.cli import EXIT_USAGE, build_parser, main, parse_options, secret_option_given
 from spark_apps.dlq_replay.errors import ReplayConfigError
 
+REPO = Path(__file__).resolve().parents[3]
 BASE = [
     "--run-id",
     "r1",
@@ -22,17 +26,20 @@ CONTRACT_OPTIONS = [
     "--run-id", "--mode", "--service-url", "--auth-token-file", "--tls-trust-certs-file", "--topics",
     "--subscription", "--playbook", "--output-dir", "--origin-allowlist", "--signatures", "--error-class",
     "--since", "--until", "--max-messages", "--max-replays", "--rate-limit", "--parallelism",
-    "--archive-payload", "--admin-url",
+    "--archive-payload", "--idle-timeout-ms", "--wave-size", "--subscription-lease", "--admin-url",
 ]  # fmt: skip
+SIG = "3f1c9a0b2d4e6f81"
 
 
-def test_help_documents_every_option(capsys):
+def test_help_documents_every_option_and_the_contract(capsys):
     with pytest.raises(SystemExit) as info:
         build_parser().parse_args(["--help"])
     assert info.value.code == 0
-    text = capsys.readouterr().out
+    text = " ".join(capsys.readouterr().out.split())
     for option in CONTRACT_OPTIONS:
         assert option in text
+    for phrase in ("Exit codes: 0", "2 invalid input", "DLQ_REPLAY_SUMMARY", "stderr"):
+        assert phrase in text
     for action in build_parser()._actions:
         assert action.help, f"{action.option_strings} has no help"
 
@@ -45,23 +52,28 @@ def test_defaults():
     assert opts.topics == ("a-DLQ", "b-DLQ")
     assert opts.archive_payload is True
     assert opts.playbook is None
+    assert opts.wave_size == 2000
+    assert opts.subscription_lease is True
 
 
 def test_all_options_parse():
     opts = parse_options(
-        [*BASE, "--mode", "replay", "--origin-allowlist", "orders*,re:.*x", "--signatures", "s1,s2",
-         "--error-class", "ValueError", "--since", "2024-05-01", "--until", "2024-05-02T00:00:00Z",
+        [*BASE, "--mode", "replay", "--origin-allowlist", "orders*,re:.*x",
+         "--signatures", f"{SIG},{SIG[::-1]}", "--error-class", "ValueError", "--since", "2024-05-01",
+         "--until", "2024-05-02T00:00:00Z",
          "--max-messages", "10", "--max-replays", "5", "--rate-limit", "100", "--parallelism", "2",
          "--archive-payload", "off", "--auth-token-file", "/t", "--tls-trust-certs-file", "/ca",
-         "--admin-url", "https://broker:8443/"]
+         "--subscription-lease", "off", "--wave-size", "10", "--admin-url", "https://broker:8443/"]
     )  # fmt: skip
     assert opts.origin_allowlist == ("orders*", "re:.*x")
-    assert opts.signatures == ("s1", "s2")
+    assert opts.signatures == (SIG, SIG[::-1])
     assert opts.since.isoformat() == "2024-05-01T00:00:00+00:00"
     assert opts.until.isoformat() == "2024-05-02T00:00:00+00:00"
     assert (opts.max_messages, opts.max_replays, opts.rate_limit, opts.parallelism) == (10, 5, 100.0, 2)
     assert opts.archive_payload is False
     assert opts.auth_token_file == "/t"
+    assert opts.subscription_lease is False
+    assert opts.wave_size == 10
     assert opts.admin_url == "https://broker:8443"
 
 
@@ -69,11 +81,18 @@ def test_all_options_parse():
     ("extra", "message"),
     [
         (["--mode", "replay"], "--origin-allowlist is required in replay mode"),
-        (["--since", "yesterday"], "--since 'yesterday' is not ISO 8601"),
+        (["--since", "yesterday"], "--since is not an ISO 8601"),
         (["--since", "2024-05-02", "--until", "2024-05-01"], "must be before --until"),
         (["--max-messages", "0"], "--max-messages must be >= 1"),
         (["--rate-limit", "-1"], "--rate-limit must be > 0"),
         (["--run-id", "a/b"], "--run-id: invalid run id"),
+        (["--origin-allowlist", "re:orders(["], "invalid regular expression"),
+        (["--origin-allowlist", "a/b"], "must look like a topic name"),
+        (["--signatures", "abc123"], "16 lower-case hex digits"),
+        (["--topics", "a/b"], "--topics: invalid topic"),
+        (["--service-url", "http://localhost:8080"], "binary-protocol URL"),
+        (["--subscription", "bad\nname"], "without control characters"),
+        (["--wave-size", "0"], "--wave-size must be >= 1"),
         (["--admin-url", "broker:8080"], "--admin-url must start with http:// or https://"),
     ],
 )
@@ -82,16 +101,102 @@ def test_invalid_options_name_the_fix(extra, message):
         parse_options([*BASE, *extra])
 
 
-@pytest.mark.parametrize("arg", ["--auth-token", "--auth-token=s3cr3t", "--token"])
-def test_tokens_on_the_command_line_are_refused_without_echo(arg, capsys):
-    argv = [*BASE, arg, "s3cr3t"] if "=" not in arg else [*BASE, arg]
+def test_abbreviations_are_refused(capsys):
+    # With abbreviations on, argparse took --run for --run-id and --out for --output-dir.
+    with pytest.raises(SystemExit) as info:
+        parse_options(["--run", "r1", "--service-url", "pulsar://x:1", "--topics", "t", "--out", "/x"])
+    assert info.value.code == EXIT_USAGE
+    assert "the following arguments are required: --run-id, --output-dir" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parse_options([*BASE, "--max-msg", "5"])
+    assert "unrecognized arguments" in capsys.readouterr().err
+
+
+TOKEN = "eyJhbGciOiJIUzI1NiJ9.c2VjcmV0LXBheWxvYWQ.s3cr3tSignature"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [*BASE, "--auth-token", TOKEN],
+        [*BASE, f"--auth-token={TOKEN}"],
+        [*BASE, "--token", TOKEN],
+        [*BASE, "--auth-tok", TOKEN],  # once taken as --auth-token-file, whose error echoed the "path"
+        [*BASE, f"--auth-tok={TOKEN}"],
+        [*BASE, "--auth_token", TOKEN],
+        [*BASE, "--AUTH-TOKEN", TOKEN],
+        [*BASE, "--pulsar-token", TOKEN],
+        [*BASE, "--auth-params", TOKEN],
+        [*BASE, "--password", TOKEN],
+        [*BASE, f"--auth-token{TOKEN}"],
+        [*BASE, "--auth-token-file", TOKEN],  # no such file
+        [*BASE, f"--auth-token-file={TOKEN}"],
+        [*BASE, "--tls-trust-certs-file", TOKEN],
+        [*BASE, TOKEN],  # positional
+        [TOKEN, *BASE],
+        [*BASE[:2], TOKEN, *BASE[2:]],
+        [*BASE, "-t", TOKEN],
+        [*BASE, "--mode", TOKEN],
+        [*BASE, "--max-messages", TOKEN],
+        [*BASE, "--archive-payload", TOKEN],
+        [*BASE, "--since", TOKEN],
+        [*BASE, "--until", TOKEN],
+    ],
+)
+def test_a_token_typed_anywhere_is_refused_and_never_printed(argv, capsys, caplog):
     assert main(argv) == EXIT_USAGE
+    out = capsys.readouterr()
+    assert out.err.strip(), "the refusal must say what is wrong"
+    for text in (out.out, out.err, caplog.text):
+        assert TOKEN not in text
+        assert "s3cr3t" not in text
+
+
+def test_token_option_refusal_names_the_fix(capsys):
+    assert main([*BASE, "--auth-token", TOKEN]) == EXIT_USAGE
     err = capsys.readouterr().err
     assert "PULSAR_AUTH_TOKEN" in err
-    assert "s3cr3t" not in err
+    assert "--auth-token-file" in err
+
+
+def test_secret_like_options_are_detected():
+    assert secret_option_given(["--auth-tok=x"])
+    assert secret_option_given(["--Pulsar_Token", "x"])
+    assert not secret_option_given(["--auth-token-file", "/t", "--topics", "token-DLQ"])
+    assert not secret_option_given(["--auth-token-file=/t"])
 
 
 def test_unknown_arguments_are_not_echoed(capsys):
     with pytest.raises(SystemExit):
         parse_options([*BASE, "--bogus", "s3cr3t"])
     assert "s3cr3t" not in capsys.readouterr().err
+
+
+def test_every_argument_parser_in_the_repository_refuses_abbreviations():
+    """``allow_abbrev=False`` for every ``argparse.ArgumentParser`` (the replay app's ``_Parser`` sets it)."""
+    offenders = []
+    sources = [p for p in REPO.rglob("*.py") if not {".venv", "build", ".airflow"} & set(p.parts)]
+    for path in sources:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            if name != "ArgumentParser":
+                continue
+            flag = [k for k in node.keywords if k.arg == "allow_abbrev"]
+            if not flag or not (isinstance(flag[0].value, ast.Constant) and flag[0].value.value is False):
+                offenders.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert offenders == []
+    assert build_parser().allow_abbrev is False
+
+
+def test_the_client_side_token_file_error_does_not_echo_the_path():
+    """The same holds where executors read the token file (it may be missing on one of them)."""
+    from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf
+    from spark_apps.dlq_replay.pulsar_io.errors import PulsarConfigError
+
+    with pytest.raises(PulsarConfigError) as info:
+        PulsarConf("pulsar://localhost:6650", token_file=TOKEN).read_token()
+    assert TOKEN not in str(info.value)
+    assert "path not shown" in str(info.value)

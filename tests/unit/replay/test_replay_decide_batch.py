@@ -13,6 +13,7 @@ from spark_apps.dlq_replay.decide import DecideSettings, decide_batch
 from spark_apps.dlq_replay.normalize import normalize_batch
 from spark_apps.dlq_replay.playbook import parse_playbook
 from spark_apps.dlq_replay.schemas import SNAPSHOT_SCHEMA, arrow_schema
+from spark_apps.dlq_replay.signatures import replay_id
 from spark_apps.dlq_replay.topics import TopicMatcher
 
 DLQ = "persistent://public/default/orders-sub-DLQ"
@@ -95,7 +96,11 @@ def test_normalize_every_row_kept_with_context_signature_and_ids():
     assert rows[4]["signature"] == rows[5]["signature"]  # unparseable context groups together
     assert rows[0]["dlq_topic"] == DLQ
     assert rows[0]["dlq_message_id"] == "1:0:-1:-1"
-    assert len({r["replay_id"] for r in rows}) == 7
+    # Rows 0, 1 and 6 carry the same origin (topic and ORIGIN_MESSAGE_ID): copies of one original share
+    # one replay id. Rows without an origin message id fall back to the DLQ message's own identity.
+    assert rows[0]["replay_id"] == rows[1]["replay_id"] == rows[6]["replay_id"]
+    assert len({r["replay_id"] for r in rows}) == 5
+    assert rows[4]["replay_id"] == replay_id(DLQ, "1:4:-1:-1")
     assert rows[0]["replay_count"] == 0
     assert rows[6]["replay_count"] is None
     assert rows[0]["value"] == b"{}"

@@ -118,3 +118,38 @@ def test_load_fix(tmp_path, monkeypatch):
     with pytest.raises(FixLoadError, match=r"cannot import module 'no_such_mod_xyz'.*fix_files"):
         load_fix("no_such_mod_xyz:f")
     sys.modules.pop("my_fix_mod", None)
+
+
+def test_a_fix_that_hangs_is_stopped_after_its_timeout():
+    import time
+
+    def hangs(record):
+        time.sleep(30)
+        return b"never"
+
+    started = time.monotonic()
+    out = run_fix(hangs, [rec(), rec()], timeout_s=0.2)
+    assert time.monotonic() - started < 5
+    assert [o.ok for o in out] == [False, False]
+    assert out[0].error_class == "spark_apps.dlq_replay.fixes.FixTimeoutError"
+    assert "fix_timeout_seconds (0.2 s)" in out[0].error_message
+    assert not out[0].malformed
+
+
+def test_a_batch_fix_that_spins_is_stopped_after_its_timeout():
+    @batch_fix
+    def spins(records):
+        while True:
+            pass
+
+    out = run_fix(spins, [rec(), rec(), rec()], timeout_s=0.2)
+    assert [o.error_class for o in out] == ["spark_apps.dlq_replay.fixes.FixTimeoutError"] * 3
+
+
+def test_a_fix_returning_a_payload_too_big_for_pulsar_fails():
+    from spark_apps.dlq_replay.fixes import MAX_FIX_PAYLOAD_BYTES
+
+    out = run_fix(lambda r: b"x" * (MAX_FIX_PAYLOAD_BYTES + 1), [rec()])[0]
+    assert not out.ok
+    assert "maxMessageSize" in out.error_message
+    assert run_fix(lambda r: b"x" * MAX_FIX_PAYLOAD_BYTES, [rec()])[0].ok

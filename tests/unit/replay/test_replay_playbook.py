@@ -141,3 +141,45 @@ def test_load_playbook_resolves_fix_files_relative_to_the_playbook(tmp_path):
         load_playbook(str(path))
     with pytest.raises(PlaybookError, match="cannot read the playbook"):
         load_playbook(str(tmp_path / "nope.yaml"))
+
+
+def test_size_limits_bytes_and_rules(tmp_path):
+    from spark_apps.dlq_replay.playbook import MAX_PLAYBOOK_BYTES, MAX_RULES
+
+    big = tmp_path / "big.yaml"
+    big.write_text("rules:\n" + "# padding\n" * (MAX_PLAYBOOK_BYTES // 10 + 1))
+    with pytest.raises(PlaybookError, match=r"big\.yaml: the playbook is larger than 1024 KiB"):
+        load_playbook(str(big))
+    rules = "rules:\n" + "".join(f"  - {{name: r{i}, action: skip}}\n" for i in range(MAX_RULES + 1))
+    with pytest.raises(PlaybookError, match=r"many\.yaml:2: 1001 rules; a playbook holds at most 1000"):
+        parse_playbook(rules, path="many.yaml")
+    assert len(parse_playbook(rules.rsplit("  - ", 1)[0]).rules) == MAX_RULES
+
+
+def test_unreadable_playbooks_say_why(tmp_path):
+    with pytest.raises(PlaybookError, match="is a directory; --playbook takes the path of the playbook YAML"):
+        load_playbook(str(tmp_path))
+    with pytest.raises(PlaybookError, match=r"cannot read the playbook \(No such file or directory\)"):
+        load_playbook(str(tmp_path / "missing.yaml"))
+    latin = tmp_path / "latin.yaml"
+    latin.write_bytes(b"rules: []\n# caf\xe9\n")
+    with pytest.raises(PlaybookError, match=r"latin\.yaml:2: not UTF-8 text \(byte 15\)"):
+        load_playbook(str(latin))
+    with pytest.raises(PlaybookError, match="nested too deeply"):
+        parse_playbook("rules: " + "[" * 200_000)
+
+
+def test_origin_precedence_and_fix_timeout():
+    pb = parse_playbook(
+        "origin_precedence: [REAL_TOPIC, __dlq.errors.topic]\n"
+        "rules:\n  - {name: r, action: republish, fix: m:f, fix_version: '1', fix_timeout_seconds: 2.5}\n"
+    )
+    assert pb.origin_precedence == ("REAL_TOPIC", "__dlq.errors.topic")
+    assert pb.rules[0].fix_timeout_seconds == 2.5
+    assert parse_playbook("rules: [{name: r, action: republish}]").rules[0].fix_timeout_seconds == 60.0
+    with pytest.raises(PlaybookError, match=":1: origin_precedence: 'topic' is not a property"):
+        parse_playbook("origin_precedence: [topic]\nrules: []")
+    with pytest.raises(PlaybookError, match="fix_timeout_seconds must be a number of seconds"):
+        parse_playbook("rules: [{name: r, action: republish, fix_timeout_seconds: 0}]")
+    with pytest.raises(PlaybookError, match="`fix_timeout_seconds` does not apply to action 'skip'"):
+        parse_playbook("rules: [{name: r, action: skip, fix_timeout_seconds: 1}]")

@@ -20,11 +20,11 @@ T1 = "2024-05-01T00:00:00.000Z"
 T2 = "2024-05-02T00:00:00.000Z"
 
 
-def combo(sig, outcome, n, action="republish", rule="r1", t=T1, template="bad <num>"):
+def combo(sig, outcome, n, action="republish", rule="r1", t=T1, template="bad <num>", formats=("ours",)):
     return {
         "signature": sig, "outcome": outcome, "action": action, "rule": rule, "n": n, "template": template,
-        "error_class": "E", "origin_topic": "persistent://p/d/orders", "context_format": "ours",
-        "first_seen": t, "last_seen": t,
+        "error_class": "E", "origin_topic": "persistent://p/d/orders", "context_formats": list(formats),
+        "reason": "max-reconsumes", "first_seen": t, "last_seen": t,
     }  # fmt: skip
 
 
@@ -56,6 +56,28 @@ def test_groups_merge_outcomes_sorted_by_count():
     capped, other = build_groups(COMBOS, {}, oc.REPLAY, max_groups=2)
     assert len(capped) == 2
     assert other == {"groups": 2, "count": 4}
+
+
+def test_group_labels_are_never_wrong_for_a_mixed_group():
+    combos = [
+        combo("m", oc.SKIPPED, 3, formats=("tdmq",)),
+        combo("m", oc.SKIPPED, 2, formats=("java_retry", "tdmq")),
+        combo("m", oc.ARCHIVED, 1, action="archive", formats=("java_retry",)),
+        combo("o", oc.SKIPPED, 1),
+    ]
+    groups, _ = build_groups(combos, {}, oc.REPLAY)
+    mixed, single = groups
+    assert mixed["context_formats"] == ["java_retry", "tdmq"]
+    assert mixed["context_format"] == "mixed"
+    assert mixed["reason"] == "max-reconsumes"
+    assert single["context_formats"] == ["ours"]
+    assert single["context_format"] == "ours"
+    html = render_html(
+        {"run_id": "r", "mode": oc.REPLAY, "status": "succeeded", "totals": {}, "groups": groups,
+         "other_groups": {"groups": 0, "count": 0}, "timings": {}, "paths": {}, "started_at": "",
+         "finished_at": "", "commit": {}}
+    )  # fmt: skip
+    assert "java_retry, tdmq<br>max-reconsumes" in html
 
 
 def test_totals_sum_up_and_pending_is_what_is_not_final():

@@ -32,18 +32,24 @@ def test_same_kind_of_failure_gets_the_same_signature():
     a = message_template("Order 123 for bob@x.com failed: 'EUR' unknown")
     b = message_template("Order 98765 for alice@y.org failed: 'USD' unknown")
     assert a == b
-    assert error_signature("ValueError", a, "persistent://public/default/orders") == error_signature(
-        "ValueError", b, "persistent://public/default/orders"
+    assert error_signature("ValueError", a, "persistent://public/default/orders", "term") == error_signature(
+        "ValueError", b, "persistent://public/default/orders", "term"
     )
 
 
 def test_partitions_of_one_origin_share_a_signature_and_other_parts_differ():
     t = "bad <num>"
-    base = error_signature("E", t, "persistent://p/d/orders")
-    assert error_signature("E", t, "persistent://p/d/orders-partition-3") == base
-    assert error_signature("F", t, "persistent://p/d/orders") != base
-    assert error_signature("E", "other", "persistent://p/d/orders") != base
-    assert error_signature("E", t, "persistent://p/d/payments") != base
+    base = error_signature("E", t, "persistent://p/d/orders", "term")
+    assert error_signature("E", t, "persistent://p/d/orders-partition-3", "term") == base
+    assert error_signature("F", t, "persistent://p/d/orders", "term") != base
+    assert error_signature("E", "other", "persistent://p/d/orders", "term") != base
+    assert error_signature("E", t, "persistent://p/d/payments", "term") != base
+    # The failure reason separates failure paths: retry topic exhausted vs redelivery policy vs term.
+    assert error_signature("E", t, "persistent://p/d/orders", "max-reconsumes") != base
+    assert error_signature("E", t, "persistent://p/d/orders", "max-redeliveries") != base
+    assert error_signature("E", t, "persistent://p/d/orders", None) == error_signature(
+        "E", t, "persistent://p/d/orders", "unknown"
+    )
     assert len(base) == 16
     assert int(base, 16) >= 0
 
@@ -52,20 +58,32 @@ def test_signature_is_stable_across_processes():
     # A hard-coded value guards against anyone making the hash depend on the process (e.g. hash()).
     import hashlib
 
-    expected = hashlib.sha256(b"E\x1fbad <num>\x1fpersistent://p/d/orders").hexdigest()[:16]
-    assert error_signature("E", "bad <num>", "persistent://p/d/orders") == expected
+    expected = hashlib.sha256(b"E\x1fbad <num>\x1fpersistent://p/d/orders\x1fterm").hexdigest()[:16]
+    assert error_signature("E", "bad <num>", "persistent://p/d/orders", "term") == expected
 
 
 def test_template_is_bounded():
     assert len(message_template("x" * 10_000)) == 512
 
 
-def test_replay_id_depends_on_topic_and_id():
+def test_replay_id_depends_on_topic_and_id_without_an_origin():
     a = replay_id("persistent://p/d/dlq", "1:2:-1:-1")
     assert a == replay_id("persistent://p/d/dlq", "1:2:-1:-1")
     assert a != replay_id("persistent://p/d/dlq", "1:3:-1:-1")
     assert a != replay_id("persistent://p/d/dlq2", "1:2:-1:-1")
     assert len(a) == 32
+    # The fallback is the 0.1.0 formula, so ledgers written before 0.2.0 keep matching.
+    import hashlib
+
+    assert a == hashlib.sha256(b"persistent://p/d/dlq\x1f1:2:-1:-1").hexdigest()[:32]
+
+
+def test_replay_id_from_the_origin_is_the_same_for_every_dlq_copy():
+    origin = "persistent://p/d/orders|7:8:-1:-1"
+    a = replay_id("persistent://p/d/dlq", "1:2:-1:-1", origin)
+    assert a == replay_id("persistent://p/d/other-DLQ", "9:9:-1:-1", origin)
+    assert a != replay_id("persistent://p/d/dlq", "1:2:-1:-1")
+    assert a != replay_id("persistent://p/d/dlq", "1:2:-1:-1", "persistent://p/d/orders|7:9:-1:-1")
 
 
 def test_template_cache_returns_the_same_as_uncached():

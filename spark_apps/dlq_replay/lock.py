@@ -1,0 +1,469 @@
+"""One replay at a time: a lock on the output directory and a broker lease per DLQ topic and subscription.
+
+Two runs at once on the same output directory or on the same DLQ subscription would both read the same
+pending messages and both republish them. A run therefore holds, from before its first step until it
+ends:
+
+* **the output lock**, ``<output>/locks/replay.lock.<generation>``: a JSON file naming its owner (run id,
+  host, pid), refreshed by a heartbeat every :data:`HEARTBEAT_S` seconds and valid for :data:`LOCK_TTL_S`
+  seconds after the last one. A lock whose heartbeat expired, or whose owner process is gone (same
+  host), is stale: the next run takes it over by creating the next generation's file, which only one
+  taker can create (``O_EXCL`` locally, ``create(overwrite=false)`` on HDFS). So a killed run never
+  holds the directory for longer than the expiry, and a run on the same host resumes at once;
+* **a subscription lease** per DLQ topic (``--subscription-lease on``, the default): an Exclusive consumer
+  of the replayer subscription on a message-less lease topic in the DLQ's namespace,
+  ``dlq-replay-lease-<hash of the DLQ topic>``. The broker lets one such consumer in at a time, whatever
+  the output directory of the run, and drops it as soon as the process dies.
+
+The heartbeat thread checks both; when either is lost (another run took the lock over after a long
+stall, the broker refused the lease after a reconnect) it cancels the run's Spark jobs and the run stops
+with a resumable error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from spark_apps.dlq_replay.errors import LockLostError, ReplayConfigError, RunLockedError
+from spark_apps.dlq_replay.storage import join, local_path
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from pyspark.sql import SparkSession
+
+    from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf
+    from spark_apps.dlq_replay.storage import RunStorage
+
+log = logging.getLogger("spark_apps.dlq_replay")
+
+LOCK_FORMAT = 1
+LOCK_PREFIX = "replay.lock."
+#: Seconds between heartbeats, and how long after its last heartbeat a lock is still valid.
+HEARTBEAT_S = 10.0
+LOCK_TTL_S = 60.0
+#: How long to wait for the broker to grant a lease (pulsar-lite answers a busy one only by timing out).
+LEASE_TIMEOUT_S = 10
+#: A lease that stays disconnected this long is treated as lost.
+LEASE_GRACE_S = 30.0
+
+
+def _now() -> float:
+    return time.time()
+
+
+def _iso(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="seconds")
+
+
+def _process_start(pid: int) -> str | None:
+    """The start time of process ``pid`` (Linux ``/proc``), to tell a reused pid from the owner."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _alive(pid: int, start: str | None) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return start is None or _process_start(pid) in (None, start)
+
+
+@dataclass(frozen=True)
+class LockOwner:
+    """Who holds a lock, as written in the lock file."""
+
+    run_id: str
+    host: str
+    pid: int
+    pid_start: str | None
+    acquired_at: float
+    heartbeat_at: float
+    ttl_s: float
+
+    @classmethod
+    def me(cls, run_id: str, ttl_s: float) -> LockOwner:
+        now = _now()
+        pid = os.getpid()
+        return cls(run_id, socket.gethostname(), pid, _process_start(pid), now, now, ttl_s)
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "format": LOCK_FORMAT,
+                "run_id": self.run_id,
+                "host": self.host,
+                "pid": self.pid,
+                "pid_start": self.pid_start,
+                "acquired_at": self.acquired_at,
+                "heartbeat_at": self.heartbeat_at,
+                "expires_at": _iso(self.heartbeat_at + self.ttl_s),
+                "ttl_s": self.ttl_s,
+            },
+            sort_keys=True,
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> LockOwner | None:
+        try:
+            data = json.loads(text)
+            return cls(
+                str(data["run_id"]),
+                str(data["host"]),
+                int(data["pid"]),
+                data.get("pid_start"),
+                float(data["acquired_at"]),
+                float(data["heartbeat_at"]),
+                float(data["ttl_s"]),
+            )
+        except (ValueError, KeyError, TypeError):
+            return None
+
+    def stale_reason(self, now: float) -> str | None:
+        """Why this lock no longer holds (``None`` while it does)."""
+        if now > self.heartbeat_at + self.ttl_s:
+            return f"its last heartbeat was {now - self.heartbeat_at:.0f} s ago (expiry {self.ttl_s:g} s)"
+        if self.host == socket.gethostname() and not _alive(self.pid, self.pid_start):
+            return f"its process {self.pid} on this host is gone"
+        return None
+
+    def describe(self) -> str:
+        return (
+            f"run {self.run_id!r} (host {self.host}, pid {self.pid}, since {_iso(self.acquired_at)}, "
+            f"last heartbeat {_iso(self.heartbeat_at)}, valid until {_iso(self.heartbeat_at + self.ttl_s)})"
+        )
+
+
+class _LockFiles:
+    """The lock directory on the local file system or through Hadoop's ``FileSystem``."""
+
+    def __init__(self, directory: str, storage: RunStorage | None) -> None:
+        self.directory = directory
+        self.local = local_path(directory)
+        self.storage = storage
+        if self.local is None and storage is None:
+            raise ReplayConfigError(f"a Spark session is needed to lock {directory}")
+
+    def names(self) -> list[str]:
+        if self.local is not None:
+            try:
+                return os.listdir(self.local)
+            except FileNotFoundError:
+                return []
+        assert self.storage is not None
+        return self.storage.list_names(self.directory)
+
+    def read(self, name: str) -> str | None:
+        if self.local is not None:
+            try:
+                with open(os.path.join(self.local, name), encoding="utf-8") as handle:
+                    return handle.read()
+            except FileNotFoundError:
+                return None
+        assert self.storage is not None
+        return self.storage.read_text(join(self.directory, name))
+
+    def create(self, name: str, text: str) -> bool:
+        """Create ``name`` with ``text`` unless it exists (atomic); True when this call created it."""
+        if self.local is not None:
+            os.makedirs(self.local, exist_ok=True)
+            try:
+                fd = os.open(os.path.join(self.local, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                return False
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                handle.write(text)
+            return True
+        assert self.storage is not None
+        return self.storage.create_exclusive(join(self.directory, name), text)
+
+    def replace(self, name: str, text: str) -> None:
+        if self.local is not None:
+            path = os.path.join(self.local, name)
+            tmp = f"{path}.tmp-{os.getpid()}"
+            with open(tmp, "w", encoding="utf-8") as handle:
+                handle.write(text)
+            os.replace(tmp, path)
+            return
+        assert self.storage is not None
+        self.storage.write_text(join(self.directory, name), text)
+
+    def delete(self, name: str) -> None:
+        if self.local is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(self.local, name))
+            return
+        assert self.storage is not None
+        self.storage.delete(join(self.directory, name))
+
+
+def _generation(name: str) -> int | None:
+    if not name.startswith(LOCK_PREFIX):
+        return None
+    tail = name[len(LOCK_PREFIX) :]
+    return int(tail) if tail.isdigit() else None
+
+
+class OutputLock:
+    """The lock on one output root (see the module docstring)."""
+
+    def __init__(
+        self, output_root: str, run_id: str, storage: RunStorage | None = None, ttl_s: float = LOCK_TTL_S
+    ) -> None:
+        self.output_root = output_root
+        self.files = _LockFiles(join(output_root, "locks"), storage)
+        self.run_id = run_id
+        self.ttl_s = ttl_s
+        self.owner: LockOwner | None = None
+        self.name: str | None = None
+
+    def _current(self) -> tuple[int, LockOwner | None]:
+        generations = sorted(g for g in map(_generation, self.files.names()) if g is not None)
+        if not generations:
+            return 0, None
+        latest = generations[-1]
+        text = self.files.read(f"{LOCK_PREFIX}{latest}")
+        return latest, LockOwner.from_json(text) if text else None
+
+    def acquire(self) -> None:
+        """Take the lock, or raise :class:`RunLockedError` naming the run that holds it."""
+        generation, holder = self._current()
+        now = _now()
+        if holder is not None:
+            stale = holder.stale_reason(now)
+            if stale is None:
+                raise RunLockedError(
+                    f"another replay run holds the output directory {self.output_root}: {holder.describe()}. "
+                    "Wait for it to finish (a killed run's lock expires by itself), or use another "
+                    "--output-dir; two runs at once would republish the same messages twice"
+                )
+            log.warning("taking over the output lock of %s: %s", holder.describe(), stale)
+        owner = LockOwner.me(self.run_id, self.ttl_s)
+        name = f"{LOCK_PREFIX}{generation + 1}"
+        if not self.files.create(name, owner.to_json()):
+            _, winner = self._current()
+            raise RunLockedError(
+                f"another replay run took the output directory {self.output_root} at the same moment"
+                + (f": {winner.describe()}" if winner else "")
+                + "; wait for it to finish or use another --output-dir"
+            )
+        self.owner, self.name = owner, name
+        for old in self.files.names():
+            gen = _generation(old)
+            if gen is not None and gen <= generation:
+                self.files.delete(old)
+
+    def heartbeat(self) -> str | None:
+        """Refresh the heartbeat; returns why the lock is lost, or ``None`` while it is held."""
+        if self.owner is None or self.name is None:
+            return "the lock is not held"
+        generation, holder = self._current()
+        if holder is None or f"{LOCK_PREFIX}{generation}" != self.name:
+            who = holder.describe() if holder else "another run"
+            return f"the output directory lock was taken over by {who}"
+        now = _now()
+        owner = LockOwner(
+            self.owner.run_id, self.owner.host, self.owner.pid, self.owner.pid_start,
+            self.owner.acquired_at, now, self.owner.ttl_s,
+        )  # fmt: skip
+        self.files.replace(self.name, owner.to_json())
+        self.owner = owner
+        return None
+
+    def release(self) -> None:
+        if self.name is None:
+            return
+        generation, holder = self._current()
+        if f"{LOCK_PREFIX}{generation}" == self.name and holder is not None and holder.pid == os.getpid():
+            self.files.delete(self.name)
+        self.name = self.owner = None
+
+
+def lease_topic(dlq_topic: str) -> str:
+    """The lease topic of a DLQ topic: same tenant and namespace, named by a hash of the full name (of
+    the partitioned topic, so runs naming one partition and the whole topic share one lease)."""
+    from airflow_provider_dlq.dlq_consumer.context import base_topic
+    from spark_apps.dlq_replay.pulsar_io.window import normalize_topic
+
+    full = base_topic(normalize_topic(dlq_topic))
+    namespace = full.rsplit("/", 1)[0]
+    digest = hashlib.sha256(full.encode("utf-8")).hexdigest()[:16]
+    return f"{namespace}/dlq-replay-lease-{digest}"
+
+
+class SubscriptionLease:
+    """Exclusive consumers on the lease topics of the run's DLQ topics (see the module docstring)."""
+
+    def __init__(self, conf: PulsarConf, topics: tuple[str, ...], subscription: str, run_id: str) -> None:
+        self.conf = conf
+        self.topics = tuple(dict.fromkeys(topics))
+        self.subscription = subscription
+        self.run_id = run_id
+        self._client: Any = None
+        self._consumers: list[tuple[str, Any]] = []
+        self._down_since: dict[str, float] = {}
+
+    def acquire(self) -> None:
+        import pulsar
+
+        from airflow_provider_dlq.dlq_consumer.client import create_client
+        from spark_apps.dlq_replay.pulsar_io.conf import client_logger
+
+        tls = self.conf.service_url.startswith("pulsar+ssl://")
+        self._client = create_client(
+            self.conf.service_url,
+            logger=client_logger(),
+            token=self.conf.read_token(),
+            tls_trust_certs_file_path=self.conf.tls_trust_certs_file if tls else None,
+            operation_timeout_seconds=LEASE_TIMEOUT_S,
+        )
+        name = f"dlq-replay-lease-{hashlib.sha256(self.run_id.encode()).hexdigest()[:12]}-{os.getpid()}"
+        try:
+            for topic in self.topics:
+                lease = lease_topic(topic)
+                try:
+                    consumer = self._client.subscribe(
+                        lease,
+                        self.subscription,
+                        consumer_type=pulsar.ConsumerType.Exclusive,
+                        receiver_queue_size=1,
+                        consumer_name=name,
+                    )
+                except (pulsar.ConsumerBusy, pulsar.Timeout) as exc:
+                    raise RunLockedError(
+                        f"another replay run is reading DLQ topic {topic} through subscription "
+                        f"{self.subscription!r}: the broker refused this run's lease on {lease} "
+                        f"({type(exc).__name__}). Wait for that run to finish; two runs at once would "
+                        "republish the same messages twice"
+                    ) from exc
+                except pulsar.PulsarException as exc:
+                    raise ReplayConfigError(
+                        f"cannot take the subscription lease on {lease} for DLQ topic {topic} "
+                        f"({type(exc).__name__}: {exc}); let the replayer consume that topic (topic "
+                        "auto-creation, or create it; consume permission on the namespace), or pass "
+                        "--subscription-lease off to rely on the output directory lock alone"
+                    ) from exc
+                self._consumers.append((lease, consumer))
+        except BaseException:
+            self.release()
+            raise
+
+    def check(self) -> str | None:
+        """Why the lease is lost (disconnected longer than :data:`LEASE_GRACE_S`), else ``None``."""
+        now = _now()
+        for lease, consumer in self._consumers:
+            if consumer.is_connected():
+                self._down_since.pop(lease, None)
+                continue
+            since = self._down_since.setdefault(lease, now)
+            if now - since > LEASE_GRACE_S:
+                return f"the subscription lease on {lease} has been disconnected for {now - since:.0f} s"
+        return None
+
+    def release(self) -> None:
+        consumers, self._consumers = self._consumers, []
+        for _, consumer in consumers:
+            with contextlib.suppress(Exception):
+                consumer.close()
+        client, self._client = self._client, None
+        if client is not None:
+            with contextlib.suppress(Exception):
+                client.close()
+
+
+class RunLock:
+    """The output lock and the subscription leases of one run, with their heartbeat thread."""
+
+    def __init__(
+        self,
+        output: OutputLock,
+        lease: SubscriptionLease | None,
+        spark: SparkSession | None = None,
+        heartbeat_s: float = HEARTBEAT_S,
+    ) -> None:
+        self.output = output
+        self.lease = lease
+        self.spark = spark
+        self.heartbeat_s = heartbeat_s
+        self.lost: str | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def acquire(self) -> None:
+        self.output.acquire()
+        try:
+            if self.lease is not None:
+                self.lease.acquire()
+        except BaseException:
+            self.output.release()
+            raise
+        self._thread = threading.Thread(target=self._beat, name="dlq-replay-lock-heartbeat", daemon=True)
+        self._thread.start()
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.heartbeat_s):
+            try:
+                reason = self.output.heartbeat() or (self.lease.check() if self.lease else None)
+            except Exception as exc:  # a failed heartbeat write: the lock may expire, say so
+                log.warning("lock heartbeat failed: %s: %s", type(exc).__name__, exc)
+                continue
+            if reason is not None:
+                self.lost = reason
+                log.error("run lock lost: %s; cancelling this run's Spark jobs", reason)
+                if self.spark is not None:
+                    with contextlib.suppress(Exception):
+                        self.spark.sparkContext.cancelAllJobs()
+                return
+
+    def check(self) -> None:
+        """Raise :class:`LockLostError` when the lock or a lease was lost."""
+        if self.lost is not None:
+            raise LockLostError(
+                f"{self.lost}; this run stopped so that two runs never interleave. Re-run the same "
+                "--run-id to resume once the other run has finished"
+            )
+
+    def release(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.heartbeat_s + 5)
+        if self.lease is not None:
+            self.lease.release()
+        self.output.release()
+
+
+@contextlib.contextmanager
+def run_lock(
+    spark: SparkSession | None,
+    output_root: str,
+    run_id: str,
+    *,
+    conf: PulsarConf | None = None,
+    topics: tuple[str, ...] = (),
+    subscription: str | None = None,
+    storage: RunStorage | None = None,
+) -> Iterator[RunLock]:
+    """Hold the output lock (and, with ``conf``, the subscription leases of ``topics``) for the block."""
+    lease = SubscriptionLease(conf, topics, subscription or "", run_id) if conf is not None else None
+    lock = RunLock(OutputLock(output_root, run_id, storage), lease, spark)
+    lock.acquire()
+    try:
+        yield lock
+    finally:
+        lock.release()

@@ -1,0 +1,235 @@
+"""Checks that run before a replay writes anything: bad input exits 2 and leaves no run directory.
+
+:func:`check_local` needs no Spark (the command line runs it before starting Spark): the token and trust
+files, the playbook (size, YAML, rules, fix files) and, for a local output directory, that it can be
+written. :func:`check_with_spark` then ships and imports the playbook's fixes and probes a Hadoop output
+URI. Option values that could be a secret typed in the wrong place (the token file path) are never
+echoed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import tempfile
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from spark_apps.dlq_replay.errors import ReplayConfigError
+from spark_apps.dlq_replay.storage import join, local_path, qualify_root
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from spark_apps.dlq_replay.options import ReplayOptions
+    from spark_apps.dlq_replay.playbook import Playbook
+
+log = logging.getLogger("spark_apps.dlq_replay")
+#: A token file larger than this is not a token file.
+MAX_TOKEN_FILE_BYTES = 64 * 1024
+#: Sub-directories of the output root the run writes to.
+OUTPUT_PARTS = ("runs", "ledger", "archive", "locks")
+
+
+def _read_head(path: str, option: str, limit: int) -> bytes:
+    """The first ``limit`` bytes of ``path``; the error never shows the path (it could be a token)."""
+    if os.path.isdir(path):
+        raise ReplayConfigError(f"the path given as {option} is a directory (path not shown); give a file")
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(limit)
+    except OSError as exc:
+        raise ReplayConfigError(
+            f"the file given as {option} cannot be read ({exc.strerror}; path not shown, as it could be a "
+            "token typed in the wrong place); give the path of a readable file"
+        ) from exc
+
+
+def check_token_file(path: str) -> None:
+    """The token file exists, is readable, non-empty and small."""
+    data = _read_head(path, "--auth-token-file", MAX_TOKEN_FILE_BYTES + 1)
+    if not data.strip():
+        raise ReplayConfigError("the file given as --auth-token-file is empty; write the JWT token into it")
+    if len(data) > MAX_TOKEN_FILE_BYTES:
+        raise ReplayConfigError(
+            f"the file given as --auth-token-file is larger than {MAX_TOKEN_FILE_BYTES // 1024} KiB; it "
+            "must hold only the JWT token"
+        )
+
+
+def check_trust_file(path: str) -> None:
+    """The CA bundle exists, is readable and holds a PEM certificate."""
+    data = _read_head(path, "--tls-trust-certs-file", 4 * 1024 * 1024)
+    if b"-----BEGIN CERTIFICATE-----" not in data:
+        raise ReplayConfigError(
+            "the file given as --tls-trust-certs-file holds no PEM certificate "
+            "(-----BEGIN CERTIFICATE-----); give the CA bundle in PEM format"
+        )
+
+
+def check_client_cert_files(cert_file: str, key_file: str | None) -> None:
+    """The client certificate (mutual TLS) and its key exist, are readable and are PEM."""
+    if b"-----BEGIN CERTIFICATE-----" not in _read_head(cert_file, "--tls-cert-file", 4 * 1024 * 1024):
+        raise ReplayConfigError(
+            "the file given as --tls-cert-file holds no PEM certificate (-----BEGIN CERTIFICATE-----); "
+            "give the client certificate in PEM format"
+        )
+    if not key_file:
+        raise ReplayConfigError("--tls-cert-file needs --tls-key-file: give the certificate's private key")
+    if b"PRIVATE KEY-----" not in _read_head(key_file, "--tls-key-file", 1024 * 1024):
+        raise ReplayConfigError(
+            "the file given as --tls-key-file holds no PEM private key (-----BEGIN ... PRIVATE KEY-----); "
+            "give the key in PEM format"
+        )
+
+
+def check_oauth2_credentials_file(path: str) -> None:
+    """The OAuth2 credentials file exists, is readable and holds a JSON object (never echoed)."""
+    import json
+
+    data = _read_head(path, "--oauth2-credentials-file", MAX_TOKEN_FILE_BYTES + 1)
+    try:
+        parsed = json.loads(data.decode("utf-8")) if len(data) <= MAX_TOKEN_FILE_BYTES else None
+    except (UnicodeDecodeError, ValueError):
+        parsed = None
+    if not isinstance(parsed, dict) or not parsed.get("client_id") or not parsed.get("client_secret"):
+        raise ReplayConfigError(
+            "the file given as --oauth2-credentials-file is not a JSON object with client_id and "
+            f"client_secret of at most {MAX_TOKEN_FILE_BYTES // 1024} KiB (content not shown); write the "
+            'client credentials JSON ({"client_id": ..., "client_secret": ...}) into it'
+        )
+
+
+def check_window_from(options: ReplayOptions) -> None:
+    """``--window-from`` names a run whose plan exists under a local output root (a Hadoop URI root is
+    checked when the plan step reads it, before anything is read or sent)."""
+    from spark_apps.dlq_replay.state import run_dir_name
+
+    if not options.window_from:
+        return
+    local = local_path(qualify_root(options.output_dir))
+    if local is None:
+        return
+    plan = Path(local) / "runs" / run_dir_name(options.window_from) / "plan.json"
+    if not plan.is_file():
+        raise ReplayConfigError(
+            f"--window-from {options.window_from!r}: {plan} does not exist; give the run id of a dry-run "
+            "that wrote its plan under the same --output-dir"
+        )
+
+
+def _probe_dir(directory: Path, output_dir: str) -> None:
+    """Create and remove a file in ``directory``: the only check that holds for every user (root too)."""
+    try:
+        handle, name = tempfile.mkstemp(prefix=".dlq-replay-probe-", dir=directory)
+    except OSError as exc:
+        raise ReplayConfigError(
+            f"--output-dir {output_dir}: cannot write in {directory} ({exc.strerror}); give a directory this "
+            "user can write to, or fix its permissions"
+        ) from exc
+    os.close(handle)
+    os.unlink(name)
+
+
+def check_output_dir_local(output_dir: str, run_dir: str | None = None) -> None:
+    """A local output root (existing or not) can be created and written, with its sub-directories."""
+    local = local_path(qualify_root(output_dir))
+    if local is None:
+        return
+    root = Path(local)
+    existing = root
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ReplayConfigError(
+            f"--output-dir {output_dir}: {existing} is not a directory; give a directory path"
+        )
+    if existing != root:
+        # Create and remove a directory where the output root will be created; nothing is left behind.
+        try:
+            probe = Path(tempfile.mkdtemp(prefix=".dlq-replay-probe-", dir=existing))
+        except OSError as exc:
+            raise ReplayConfigError(
+                f"--output-dir {output_dir}: cannot create it in {existing} ({exc.strerror}); give a "
+                "writable location"
+            ) from exc
+        probe.rmdir()
+        return
+    for part in ("", *OUTPUT_PARTS, *([run_dir] if run_dir else [])):
+        directory = root / part if part else root
+        if directory.exists():
+            if not directory.is_dir():
+                raise ReplayConfigError(
+                    f"--output-dir {output_dir}: {directory} is not a directory; move it away"
+                )
+            _probe_dir(directory, output_dir)
+
+
+def check_local(options: ReplayOptions) -> Playbook:
+    """Every check that needs no Spark; returns the validated playbook."""
+    from spark_apps.dlq_replay.playbook import empty_playbook, load_playbook
+    from spark_apps.dlq_replay.state import run_dir_name
+
+    if options.auth_token_file:
+        check_token_file(options.auth_token_file)
+    if options.tls_trust_certs_file:
+        check_trust_file(options.tls_trust_certs_file)
+    if options.tls_cert_file:
+        check_client_cert_files(options.tls_cert_file, options.tls_key_file)
+    if options.oauth2_credentials_file:
+        check_oauth2_credentials_file(options.oauth2_credentials_file)
+    check_window_from(options)
+    playbook = load_playbook(options.playbook) if options.playbook else empty_playbook()
+    check_output_dir_local(options.output_dir, join("runs", run_dir_name(options.run_id)))
+    return playbook
+
+
+def check_output_dir_remote(spark: SparkSession, output_dir: str) -> None:
+    """For a Hadoop URI output root: create and delete a probe file through Spark's ``FileSystem``."""
+    root = qualify_root(output_dir)
+    if local_path(root) is not None:
+        return
+    from spark_apps.dlq_replay.storage import RunStorage
+
+    storage = RunStorage(spark)
+    probe = join(root, f".dlq-replay-probe-{uuid.uuid4().hex}")
+    try:
+        storage.write_text(probe, "probe")
+    except Exception as exc:  # the JVM's error names the cause (permissions, credentials, bucket)
+        raise ReplayConfigError(
+            f"--output-dir {output_dir}: cannot write there ({type(exc).__name__}: {str(exc)[:300]}); check "
+            "the URI, credentials and permissions"
+        ) from exc
+    with contextlib.suppress(Exception):
+        storage.delete(probe)
+
+
+def ship_and_load_fixes(spark: SparkSession, playbook: Playbook) -> None:
+    """Ship the playbook's fix files to the executors and import every fix on the driver."""
+    from spark_apps.dlq_replay.fixes import load_fix
+
+    shipped = set(getattr(spark.sparkContext, "_python_includes", None) or [])
+    for fix_file in playbook.fix_files:
+        if os.path.basename(fix_file) not in shipped:
+            spark.sparkContext.addPyFile(fix_file)
+    for ref in playbook.fixes:
+        load_fix(ref)  # raises FixLoadError (exit 2) naming the fix
+
+
+def check_with_spark(spark: SparkSession, options: ReplayOptions) -> Playbook:
+    """:func:`check_local`, then the checks that need Spark; returns the playbook to run with."""
+    playbook = check_local(options)
+    check_output_dir_remote(spark, options.output_dir)
+    ship_and_load_fixes(spark, playbook)
+    if options.playbook:
+        log.info(
+            "playbook %s: %d rules, fixes: %s",
+            options.playbook,
+            len(playbook.rules),
+            ", ".join(playbook.fixes) or "none",
+        )
+    else:
+        log.info("no --playbook: every message will be skipped (left pending)")
+    return playbook

@@ -1,0 +1,44 @@
+"""Fixtures of the fault suite: the results table (written into docs/reliability.md at the end of the
+session) and the spark-submit bundle."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fault_support import CASES, FaultRow, merge_into_doc
+
+
+class FaultTable:
+    """Rows recorded by the fault tests of this session."""
+
+    def __init__(self) -> None:
+        self.rows: list[FaultRow] = []
+
+    def record(self, row: FaultRow) -> None:
+        assert row.case in CASES[row.category], f"declare case {row.case!r} in fault_support.CASES"
+        self.rows.append(row)
+
+
+@pytest.fixture(scope="session")
+def fault_table() -> Iterator[FaultTable]:
+    table = FaultTable()
+    yield table
+    if table.rows:
+        merge_into_doc(table.rows)
+
+
+@pytest.fixture(scope="session")
+def fault_bundle(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    from spark_apps.dlq_replay.bundle import build_bundle
+
+    return build_bundle(tmp_path_factory.mktemp("fault-bundle"))
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _close_clients_after_module() -> Iterator[None]:
+    yield
+    from spark_apps.dlq_replay.pulsar_io import conf
+
+    conf._close_own_clients()

@@ -1,0 +1,29 @@
+"""Fixes used by the fault suite's playbook: one that works and four that misbehave."""
+
+from __future__ import annotations
+
+import json
+import time
+
+
+def add_currency(record):
+    order = json.loads(record.payload)  # an empty or non-JSON payload: malformed
+    order.setdefault("currency", "EUR")
+    return json.dumps(order).encode()
+
+
+def raises(record):
+    raise RuntimeError("this fix always fails")
+
+
+def hangs(record):
+    time.sleep(300)
+    return record.payload
+
+
+def wrong_type(record):
+    return 42
+
+
+def huge(record):
+    return b"x" * (6 * 1024 * 1024)

@@ -1,0 +1,361 @@
+"""The fault suite's shared parts: the table of results written into docs/reliability.md, spark-submit
+runs of the bundle, and the end-state check (lost / doubled / pending) against the broker.
+
+Every fault test records one row per case through the session fixture ``fault_table``; at the end of the
+session the rows are merged into the table between the markers in ``docs/reliability.md`` (rows of
+cases not run this session are kept). ``CATEGORIES`` fixes the order of the table; a new kind of fault
+(a broker restart, a Spark worker killed on a standalone cluster) is a new category with its own test
+module recording rows the same way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+REPO = Path(__file__).resolve().parents[3]
+DOC = REPO / "docs" / "reliability.md"
+START = "<!-- fault-table:start: written by tests/integration/faults (fault_support.py); do not edit -->"
+END = "<!-- fault-table:end -->"
+HEADER = (
+    "| category | case | fault | expected | result | lost | doubled | pending |\n"
+    "|---|---|---|---|---|---:|---:|---:|"
+)
+#: Every case of the suite, in table order, by category (each category is one test module).
+CASES: dict[str, tuple[str, ...]] = {
+    "kill": ("plan", "snapshot", "decide", "apply", "record", "commit", "report"),
+    "concurrency": ("same-output-dir", "same-subscription-other-output-dir"),
+    "bad-message": (
+        "non-utf8-property",
+        "non-utf8-key",
+        "no-known-convention",
+        "huge-error-message",
+        "huge-origin-topic",
+        "thousands-of-properties",
+        "partition-suffixed-origin",
+        "foreign-tenant-origin",
+        "malformed-origin",
+        "conflicting-origins",
+        "non-numeric-replay-count",
+        "loop-guard-replay-count",
+        "duplicate-copy-other-dlq",
+        "empty-payload",
+        "payload-not-json",
+        "multi-mib-payload",
+        "batched-entries",
+        "fix-raises",
+        "fix-hangs",
+        "fix-wrong-type",
+        "fix-huge-payload",
+    ),
+    "bad-input": (
+        "allowlist-invalid-regex",
+        "allowlist-not-a-topic",
+        "token-file-missing",
+        "token-on-command-line",
+        "trust-file-not-pem",
+        "playbook-malformed-yaml",
+        "playbook-huge",
+        "playbook-too-many-rules",
+        "playbook-is-a-directory",
+        "playbook-not-utf8",
+        "playbook-unknown-action",
+        "fix-module-missing",
+        "output-dir-under-a-file",
+        "output-dir-not-creatable",
+        "since-after-until",
+        "signature-not-hex",
+        "resume-with-changed-options",
+    ),
+}
+CATEGORIES = tuple(CASES)
+SPARK_CONF = [
+    "--master", "local[2]", "--driver-memory", "1g",
+    "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=4",
+]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class FaultRow:
+    """One case of the fault suite and what it did."""
+
+    category: str
+    case: str
+    fault: str
+    expected: str
+    result: str
+    lost: int | str = "-"
+    doubled: int | str = "-"
+    pending: int | str = "-"
+
+    def line(self) -> str:
+        cells = [self.category, f"`{self.case}`", self.fault, self.expected, scrub(self.result)]
+        cells += [str(self.lost), str(self.doubled), str(self.pending)]
+        return "| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in cells) + " |"
+
+
+_TEMP_PATH = re.compile(re.escape(tempfile.gettempdir()) + r"/[^\s'\":;,)]+")
+_RANDOM = re.compile(r"-[0-9a-f]{8}(?=[-/:'\s]|$)")
+
+
+def scrub(text: str) -> str:
+    """The text without what differs from run to run or machine to machine: temporary paths, the
+    repository's location, the random part of test topic names (the table stays stable in git)."""
+    text = _TEMP_PATH.sub(
+        lambda m: "<tmp>/" + m.group(0).rsplit("/", 1)[-1], text.replace(str(REPO), "<repo>")
+    )
+    return _RANDOM.sub("-<id>", text)
+
+
+def _parse_rows(text: str) -> dict[tuple[str, str], str]:
+    rows: dict[tuple[str, str], str] = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+        if len(cells) >= 2 and cells[0] in CATEGORIES:
+            rows[(cells[0], cells[1].strip("`"))] = line.strip()
+    return rows
+
+
+def merge_into_doc(rows: list[FaultRow], doc: Path = DOC) -> None:
+    """Write ``rows`` into the table of ``doc`` (between :data:`START` and :data:`END`), keeping the rows of
+    cases not run now; rows are in :data:`CASES` order."""
+    text = doc.read_text(encoding="utf-8")
+    if START not in text or END not in text:
+        raise AssertionError(f"{doc} lacks the fault table markers {START!r} ... {END!r}")
+    head, rest = text.split(START, 1)
+    body, tail = rest.split(END, 1)
+    merged = _parse_rows(body)
+    for row in rows:
+        merged[(row.category, row.case)] = row.line()
+
+    def key(item: tuple[tuple[str, str], str]) -> tuple[int, int, str]:
+        (category, case), _ = item
+        cases = CASES[category]
+        return (CATEGORIES.index(category), cases.index(case) if case in cases else len(cases), case)
+
+    lines = [line for _, line in sorted(merged.items(), key=key)]
+    new = f"{head}{START}\n{HEADER}\n" + "\n".join(lines) + f"\n{END}{tail}"
+    if new != text:
+        doc.write_text(new, encoding="utf-8")
+
+
+def doc_cases(doc: Path = DOC) -> set[tuple[str, str]]:
+    """The (category, case) pairs the table in ``doc`` lists."""
+    text = doc.read_text(encoding="utf-8")
+    return set(_parse_rows(text.split(START, 1)[1].split(END, 1)[0]))
+
+
+# --------------------------------------------------------------------------- spark-submit
+
+
+def spark_submit() -> str:
+    return str(Path(sys.executable).parent / "spark-submit")
+
+
+def start(bundle: Any, args: list[str], workdir: Path, name: str) -> subprocess.Popen[bytes]:
+    cmd = [spark_submit(), *SPARK_CONF, "--py-files", str(bundle.zip_path), str(bundle.main_path), *args]
+    out = open(workdir / f"{name}.out", "wb")  # noqa: SIM115 - closed with the process
+    err = open(workdir / f"{name}.err", "wb")  # noqa: SIM115
+    return subprocess.Popen(cmd, cwd=workdir, stdout=out, stderr=err, start_new_session=True)
+
+
+def outputs(workdir: Path, name: str) -> tuple[str, str]:
+    return (workdir / f"{name}.out").read_text(), (workdir / f"{name}.err").read_text()
+
+
+def finish(proc: subprocess.Popen[bytes], workdir: Path, name: str, timeout: float = 900) -> dict[str, Any]:
+    """Wait for a run that must succeed; returns its summary line."""
+    code = proc.wait(timeout=timeout)
+    out, err = outputs(workdir, name)
+    assert code == 0, f"{name} exited {code}:\n{err[-4000:]}\n{out[-2000:]}"
+    last = out.strip().splitlines()[-1]
+    assert last.startswith("DLQ_REPLAY_SUMMARY ")
+    return json.loads(last[len("DLQ_REPLAY_SUMMARY ") :])
+
+
+def tree(proc: subprocess.Popen[bytes]) -> list[psutil.Process]:
+    try:
+        root = psutil.Process(proc.pid)
+        return [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def signal_tree(procs: list[psutil.Process], sig: int) -> None:
+    for p in procs:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.send_signal(sig)
+
+
+def kill_tree(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL spark-submit and every process it started (JVM, Python driver, daemon, workers)."""
+    procs = tree(proc)
+    signal_tree(procs, signal.SIGKILL)
+    proc.wait(timeout=60)
+    psutil.wait_procs(procs, timeout=60)
+
+
+def state_of(out: Path, run_id: str) -> dict[str, Any]:
+    try:
+        return json.loads((out / "runs" / run_id / "state.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
+def step_status(out: Path, run_id: str, step: str) -> str | None:
+    return state_of(out, run_id).get("steps", {}).get(step, {}).get("status")
+
+
+def kill_in_step(
+    proc: subprocess.Popen[bytes],
+    out: Path,
+    run_id: str,
+    step: str,
+    ready: Callable[[dict[str, Any]], bool] | None = None,
+    timeout: float = 600,
+) -> str:
+    """SIGKILL the spark-submit tree while ``step`` runs; returns the step's status at the kill.
+
+    Polls ``state.json`` until the step is running (and ``ready(step's progress)`` holds, e.g. a wave is
+    in flight), freezes the whole tree (SIGSTOP) so nothing moves while the state is read again, then
+    kills it. A status other than ``running`` means the step ended before the freeze (the caller fails
+    the case: the kill did not land where it was meant to).
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        progress = state_of(out, run_id).get("steps", {}).get(step, {})
+        if progress.get("status") == "running" and (ready is None or ready(progress)):
+            break
+        if proc.poll() is not None:
+            raise AssertionError(f"the run exited (code {proc.returncode}) before step {step} started")
+        time.sleep(0.01)
+    else:
+        raise AssertionError(f"timed out waiting for step {step}")
+    procs = tree(proc)
+    signal_tree(procs, signal.SIGSTOP)
+    status = step_status(out, run_id, step) or "missing"
+    signal_tree(procs, signal.SIGKILL)
+    proc.wait(timeout=60)
+    psutil.wait_procs(procs, timeout=60)
+    return status
+
+
+# --------------------------------------------------------------------------- broker checks
+
+
+def drain(client: Any, topics: str | list[str], subscription: str, idle_ms: int = 1500) -> list[Any]:
+    """Everything the subscription delivers (no acks), each message id once, until ``idle_ms`` idle."""
+    import pulsar
+
+    consumer = client.subscribe(
+        topics if isinstance(topics, list) else [topics],
+        subscription,
+        consumer_type=pulsar.ConsumerType.Shared,
+        initial_position=pulsar.InitialPosition.Earliest,
+        consumer_name=f"drain-{os.getpid()}-{uuid.uuid4().hex[:6]}",
+    )
+    got: dict[str, Any] = {}
+    deadline = time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline:
+            try:
+                msg = consumer.receive(timeout_millis=idle_ms)
+            except pulsar.Timeout:
+                break
+            got[str(msg.message_id())] = msg
+    finally:
+        consumer.close()
+    return list(got.values())
+
+
+def message_key(msg: Any) -> str | None:
+    """A message's key, or its ``fault-key`` property when the key is not UTF-8."""
+    try:
+        return str(msg.partition_key())
+    except UnicodeDecodeError:
+        return msg.properties().get("fault-key")
+
+
+@dataclass(frozen=True)
+class EndState:
+    """A run's end state against what each DLQ message should have become."""
+
+    lost: int  # neither where its outcome puts it, nor still pending on the DLQ: gone
+    misplaced: int  # not where its outcome puts it (lost ones included)
+    doubled: int  # extra copies on the origin topic
+    pending: int  # DLQ messages still pending on the replayer subscription
+    details: dict[str, Any]
+    lost_keys: frozenset[str] = frozenset()
+    pending_keys: frozenset[str] = frozenset()
+    copies: dict[str, int] = field(default_factory=dict)  # key -> copies on the origin topic
+
+    def of(self, keys: list[str]) -> tuple[int, int, int]:
+        """``(lost, doubled, pending)`` of the messages ``keys``."""
+        return (
+            sum(k in self.lost_keys for k in keys),
+            sum(max(0, self.copies.get(k, 0) - 1) for k in keys),
+            sum(k in self.pending_keys for k in keys),
+        )
+
+
+def end_state(
+    client: Any,
+    *,
+    origin: str,
+    dlqs: list[str],
+    expected: dict[str, str],
+    archived_keys: list[str],
+    subscription: str = "dlq-replayer",
+) -> EndState:
+    """Count, from the broker and the archive, what happened to each DLQ message (by key).
+
+    ``expected`` maps each message key to its outcome: ``republished`` (on the origin, not pending),
+    ``archived`` or ``loop_guarded`` (in the archive, not pending), ``dropped`` or ``duplicate`` (neither
+    pending nor on the origin) or a pending outcome (still pending).
+    """
+    on_origin: dict[str, int] = {}
+    for msg in drain(client, origin, f"verify-{uuid.uuid4().hex[:8]}"):
+        key = message_key(msg)
+        on_origin[key] = on_origin.get(key, 0) + 1
+    pending = {message_key(m) for m in drain(client, dlqs, subscription)}
+    archived = set(archived_keys)
+    misplaced, lost = [], []
+    for key, outcome in expected.items():
+        if outcome == "republished":
+            ok = on_origin.get(key, 0) >= 1 and key not in pending
+        elif outcome in ("archived", "loop_guarded"):
+            ok = key in archived and key not in pending
+        elif outcome in ("dropped", "duplicate"):
+            ok = key not in pending and key not in on_origin
+        else:
+            ok = key in pending
+        if not ok:
+            misplaced.append(key)
+            if key not in pending and key not in on_origin and key not in archived:
+                lost.append(key)
+    doubled = sum(n - 1 for n in on_origin.values() if n > 1)
+    unexpected = sorted(k for k in on_origin if expected.get(k) != "republished")
+    return EndState(
+        lost=len(lost),
+        misplaced=len(misplaced),
+        doubled=doubled,
+        pending=len(pending),
+        details={"misplaced": misplaced[:10], "unexpected_on_origin": unexpected[:10]},
+        lost_keys=frozenset(lost),
+        pending_keys=frozenset(k for k in pending if k is not None),
+        copies=on_origin,
+    )

@@ -1,0 +1,113 @@
+"""The output directory lock: one run at a time, a killed run's lock taken over, never two owners."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from spark_apps.dlq_replay.errors import LockLostError, RunLockedError
+from spark_apps.dlq_replay.lock import LOCK_PREFIX, OutputLock, RunLock, lease_topic
+
+
+def lock_files(root):
+    return sorted(p.name for p in (root / "locks").iterdir())
+
+
+def test_second_run_is_refused_naming_the_holder(tmp_path):
+    first = OutputLock(str(tmp_path), "run-a")
+    first.acquire()
+    with pytest.raises(RunLockedError, match=r"another replay run holds the output directory .*run 'run-a'"):
+        OutputLock(str(tmp_path), "run-b").acquire()
+    # The same run id twice at once (an Airflow retry while the first try still runs) is refused too.
+    with pytest.raises(RunLockedError):
+        OutputLock(str(tmp_path), "run-a").acquire()
+    data = json.loads((tmp_path / "locks" / f"{LOCK_PREFIX}1").read_text())
+    assert {"run_id", "host", "pid", "acquired_at", "heartbeat_at", "expires_at", "ttl_s"} <= set(data)
+    first.release()
+    assert lock_files(tmp_path) == []
+    second = OutputLock(str(tmp_path), "run-b")
+    second.acquire()
+    assert second.name == f"{LOCK_PREFIX}1"
+    second.release()
+
+
+def test_a_killed_owner_on_this_host_is_taken_over_at_once(tmp_path):
+    holder = textwrap.dedent(
+        f"""
+        import sys, time
+        sys.path.insert(0, {os.getcwd()!r})
+        from spark_apps.dlq_replay.lock import OutputLock
+        OutputLock({str(tmp_path)!r}, "killed-run").acquire()
+        print("locked", flush=True)
+        time.sleep(600)
+        """
+    )
+    proc = subprocess.Popen([sys.executable, "-c", holder], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "locked"
+        with pytest.raises(RunLockedError, match="killed-run"):
+            OutputLock(str(tmp_path), "next-run").acquire()
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    taker = OutputLock(str(tmp_path), "next-run")
+    taker.acquire()
+    assert taker.name == f"{LOCK_PREFIX}2"
+    assert lock_files(tmp_path) == [f"{LOCK_PREFIX}2"]  # the stale generation is removed
+    taker.release()
+
+
+def test_an_expired_heartbeat_is_taken_over_and_the_old_owner_learns_it(tmp_path):
+    old = OutputLock(str(tmp_path), "stalled-run", ttl_s=0.2)
+    old.acquire()
+    time.sleep(0.4)  # no heartbeat: the lock expires even though its process is alive
+    new = OutputLock(str(tmp_path), "new-run")
+    new.acquire()
+    assert "taken over by run 'new-run'" in old.heartbeat()
+    old.release()  # never deletes the new owner's lock
+    assert lock_files(tmp_path) == [new.name]
+    assert new.heartbeat() is None
+    new.release()
+
+
+def test_only_one_of_two_takers_wins_a_generation(tmp_path):
+    (tmp_path / "locks").mkdir()
+    (tmp_path / "locks" / f"{LOCK_PREFIX}4").write_text("{}")  # unreadable owner: stale
+    a, b = OutputLock(str(tmp_path), "a"), OutputLock(str(tmp_path), "b")
+    a.acquire()
+    with pytest.raises(RunLockedError):
+        b.acquire()
+    assert a.name == f"{LOCK_PREFIX}5"
+    a.release()
+
+
+def test_run_lock_heartbeat_stops_the_run_when_the_lock_is_taken_over(tmp_path):
+    run = RunLock(OutputLock(str(tmp_path), "slow", ttl_s=0.3), None, heartbeat_s=0.5)
+    run.acquire()
+    try:
+        time.sleep(0.4)
+        other = OutputLock(str(tmp_path), "other")
+        other.acquire()
+        deadline = time.monotonic() + 5
+        while run.lost is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with pytest.raises(LockLostError, match="taken over by run 'other'"):
+            run.check()
+        other.release()
+    finally:
+        run.release()
+
+
+def test_lease_topics_are_per_topic_in_its_namespace():
+    a = lease_topic("persistent://acme/ns/orders-DLQ")
+    assert a.startswith("persistent://acme/ns/dlq-replay-lease-")
+    assert a == lease_topic("acme/ns/orders-DLQ-partition-3")  # one partition shares its topic's lease
+    assert a != lease_topic("persistent://acme/ns/payments-DLQ")
+    assert lease_topic("orders-DLQ").startswith("persistent://public/default/dlq-replay-lease-")
