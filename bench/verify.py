@@ -154,6 +154,8 @@ def count_parquet_rows(path: str, *, run_id: str | None = None) -> int:
     """Rows of a Parquet dataset (optionally of one ``run_id`` column value)."""
     import pyarrow.dataset as ds
 
+    if not Path(path).exists():  # a run with nothing to archive or record writes no dataset
+        return 0
     dataset = ds.dataset(path, format="parquet", partitioning="hive")
     if run_id is not None and "run_id" in dataset.schema.names:
         return int(dataset.count_rows(filter=ds.field("run_id") == run_id))

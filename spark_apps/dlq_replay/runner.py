@@ -662,8 +662,8 @@ def _run_steps(run: _Run) -> dict[str, Any]:
             return report
     windows, planned_at = _plan(run)
     if nothing_to_read(windows) and not any(s in run.state.steps for s in _MESSAGE_STEPS):
-        outcomes_df = _skip_message_steps(run, windows)
-        return _report(run, outcomes_df, started_wall)
+        _skip_message_steps(run, windows)
+        return _report(run, None, started_wall)
     snapshot = _snapshot(run, windows)
     decisions = _decide(run, snapshot)
     if options.mode == oc.DRY_RUN:
@@ -699,11 +699,10 @@ def nothing_to_read(windows: list[PartitionWindow]) -> bool:
     )
 
 
-def _skip_message_steps(run: _Run, windows: list[PartitionWindow]) -> DataFrame:
+def _skip_message_steps(run: _Run, windows: list[PartitionWindow]) -> None:
     """The empty-DLQ fast path: record the message steps complete with zero counts, without a Spark job
-    (no Python worker starts, nothing is read or written), and return the run's (empty) outcomes."""
+    (no Python worker starts, nothing is read or written); the report then has no outcome to aggregate."""
     from spark_apps.dlq_replay.pulsar_io.window import read_mode_of
-    from spark_apps.dlq_replay.schemas import LEDGER_SCHEMA
 
     mode = read_mode_of(windows)
     zero: dict[str, dict[str, Any]] = {
@@ -729,10 +728,9 @@ def _skip_message_steps(run: _Run, windows: list[PartitionWindow]) -> DataFrame:
         if run.step(name):
             run.done(name, time.monotonic(), **zero[name])
     log.info("the window is empty: nothing to read, decide, send, record or ack")
-    return run.spark.createDataFrame([], LEDGER_SCHEMA)
 
 
-def _report(run: _Run, outcomes_df: DataFrame, started_wall: datetime) -> dict[str, Any]:
+def _report(run: _Run, outcomes_df: DataFrame | None, started_wall: datetime) -> dict[str, Any]:
     from spark_apps.dlq_replay.report import CommitTotals, build_report
     from spark_apps.dlq_replay.report_details import ReportContext
     from spark_apps.dlq_replay.report_html import render_html
