@@ -78,7 +78,9 @@ def sweep_table(rows: list[dict[str, Any]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.ceiling_sweep", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.ceiling_sweep", description=__doc__, allow_abbrev=False
+    )
     parser.add_argument("--size", type=parse_size, default=parse_size("100k"))
     parser.add_argument("--brokers", type=parse_brokers, default=list(BROKERS))
     parser.add_argument("--results-dir", type=Path, default=REPO_ROOT / "bench" / "results")
