@@ -17,8 +17,10 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from airflow_provider_dlq.errors import DlqProviderError
 
-class EmbeddedBrokerError(RuntimeError):
+
+class EmbeddedBrokerError(DlqProviderError, RuntimeError):
     """The embedded broker could not be started or reached."""
 
 

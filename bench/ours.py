@@ -102,7 +102,7 @@ def run_ours(
     adopted_parents: tuple[int, ...] = (),
 ) -> RunResult:
     """Submit the replay app against a broker holding ``n`` DLQ messages; time, sample and verify it."""
-    from spark_apps.dlq_replay.bundle import build_bundle
+    from airflow_provider_dlq.bundle import build_bundle
 
     bundle = build_bundle(workdir / "bundle")
     playbook = write_playbook(workdir / "playbook.yaml")

@@ -119,7 +119,7 @@ def _per_origin(indices: set[int]) -> dict[str, int]:
 
 
 def _base(topic: str) -> str:
-    from airflow_provider_dlq.dlq_consumer.context import base_topic
+    from pulsar_dlq_consumer.context import base_topic
 
     return base_topic(topic)
 

@@ -3,7 +3,7 @@
 Everything every contender needs to agree on lives here, once: topic names, the 20 signatures and
 what the playbook does with each (16 republish after a fix, 4 archive: 80% / 20%), the 1 KiB JSON
 payloads, the DLQ context properties (written with the consumer library's own
-:func:`~airflow_provider_dlq.dlq_consumer.context.build_context_properties`) and the counts a correct
+:func:`~pulsar_dlq_consumer.context.build_context_properties`) and the counts a correct
 run must end with. The fix itself is in :mod:`bench.bench_fixes`.
 
 Message ``i`` has signature ``i % 20``; signature ``k`` fails on origin topic ``k % 4``.
@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_provider_dlq.dlq_consumer.context import (
+from pulsar_dlq_consumer.context import (
     KEY_EXCEPTION_CLASS,
     KEY_EXCEPTION_STACKTRACE,
     REAL_TOPIC,

@@ -1,4 +1,4 @@
-"""The demo "orders" service: a Pulsar consumer built on ``airflow_provider_dlq.dlq_consumer``.
+"""The demo "orders" service: a Pulsar consumer built on ``pulsar_dlq_consumer``.
 
 It fills real DLQs the way production services do. Orders that break a rule are termed straight to
 the DLQ (PIP-372), orders that hit a down inventory service are retried through the retry topic until
@@ -21,7 +21,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_provider_dlq.dlq_consumer import (
+from pulsar_dlq_consumer import (
     DeadLetterPolicy,
     DlqConsumer,
     ExponentialBackoff,
@@ -141,8 +141,10 @@ def consume(service_url: str, *, inventory_up: bool, idle_timeout_s: float) -> d
             client,
             ORDERS_TOPIC,
             SUBSCRIPTION,
-            dead_letter=DeadLetterPolicy(max_redeliveries=2, initial_subscription=REPLAY_SUBSCRIPTION),
-            retry=RetryPolicy(max_reconsumes=3),  # delay levels 1s, 5s, 10s (level increment)
+            dead_letter_policy=DeadLetterPolicy(
+                max_redeliver_count=2, initial_subscription_name=REPLAY_SUBSCRIPTION
+            ),
+            retry_policy=RetryPolicy(max_reconsumes=3),  # delay levels 1s, 5s, 10s (level increment)
             backoff=ExponentialBackoff(min_delay=0.2, max_delay=1.0),
             consumer_name="order-service-1",
             initial_position=pulsar.InitialPosition.Earliest,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import logging
 import os
 import shutil
 import signal
@@ -33,6 +34,7 @@ from pulsar_standalone.versions import PULSAR_VERSION
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
+log = logging.getLogger(__name__)
 CONF_TEMPLATE = PACKAGE_DIR / "conf" / "standalone.conf"
 LOG_CONFIG = PACKAGE_DIR / "conf" / "log4j2.yaml"
 DEFAULT_HEAP = "512m"
@@ -308,7 +310,47 @@ def start_standalone(
     REST. Memory: ``heap`` and ``direct_memory`` (JVM sizes such as ``512m``), or the env vars
     ``PULSAR_STANDALONE_HEAP`` and ``PULSAR_STANDALONE_DIRECT_MEMORY``. ``die_with_parent`` kills the
     broker when the calling process dies.
+
+    A free port can be taken by another process between the moment it is picked and the moment the
+    broker binds it: a start that fails to bind is retried on new ports (up to :data:`BIND_ATTEMPTS`).
     """
+    for attempt in range(1, BIND_ATTEMPTS + 1):
+        try:
+            return _start_once(
+                data_dir,
+                conf_overrides=conf_overrides,
+                namespaces=namespaces,
+                heap=heap,
+                direct_memory=direct_memory,
+                timeout_s=timeout_s,
+                die_with_parent=die_with_parent,
+                admin_token=admin_token,
+                tls_trust_certs_file=tls_trust_certs_file,
+            )
+        except StandaloneError as exc:
+            if attempt == BIND_ATTEMPTS or not any(m in str(exc) for m in _BIND_FAILURES):
+                raise
+            log.warning("Apache Pulsar could not bind a port picked as free (attempt %d); new ports", attempt)
+    raise AssertionError("unreachable")
+
+
+#: Starts tried when the broker fails to bind a port that was free when picked.
+BIND_ATTEMPTS = 3
+_BIND_FAILURES = ("Failed to bind", "Address already in use", "BindException")
+
+
+def _start_once(
+    data_dir: str | os.PathLike[str] | None,
+    *,
+    conf_overrides: Mapping[str, object] | None,
+    namespaces: Iterable[str],
+    heap: str | None,
+    direct_memory: str | None,
+    timeout_s: float,
+    die_with_parent: bool,
+    admin_token: str | None,
+    tls_trust_certs_file: str | None,
+) -> StandaloneBroker:
     classpath = resolve_classpath()
     java, major, _ = find_java()
     owns = data_dir is None

@@ -14,6 +14,7 @@ import sys
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -100,9 +101,45 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
 # --------------------------------------------------------------------------- brokers
 
 
+@dataclass(frozen=True)
+class _ExternalBroker:
+    """A broker this session did not start (see :func:`apache_pulsar`)."""
+
+    service_url: str
+    admin_url: str
+
+    @property
+    def metrics_url(self) -> str:
+        return f"{self.admin_url}/metrics/"
+
+    def admin(self) -> _ExternalBroker:
+        """Read-only admin REST access (``get``), as ``StandaloneBroker.admin()`` offers (no auth)."""
+        return self
+
+    def get(self, path: str, *, timeout: float = 10.0) -> Any:
+        import json
+        import urllib.request
+
+        with urllib.request.urlopen(f"{self.admin_url}{path}", timeout=timeout) as response:
+            return json.loads(response.read())
+
+
 @pytest.fixture(scope="session")
 def apache_pulsar() -> Iterator[StandaloneBroker]:
-    """Apache Pulsar standalone for the whole session (free loopback ports, stopped by PID, data deleted)."""
+    """Apache Pulsar standalone for the whole session (free loopback ports, stopped by PID, data deleted).
+
+    With ``DLQ_TEST_PULSAR_SERVICE_URL`` and ``DLQ_TEST_PULSAR_ADMIN_URL`` set, the tests use that broker
+    instead (it is not started or stopped here): the wheel tests run the library's tests in a fresh venv
+    against the calling session's broker.
+    """
+    if os.environ.get("DLQ_TEST_PULSAR_SERVICE_URL"):
+        external = _ExternalBroker(
+            service_url=os.environ["DLQ_TEST_PULSAR_SERVICE_URL"],
+            admin_url=os.environ["DLQ_TEST_PULSAR_ADMIN_URL"],
+        )
+        _BROKERS.append(f"broker of the calling session: {external.service_url}")
+        yield external  # type: ignore[misc]
+        return
     from pulsar_standalone import start_standalone
 
     broker = start_standalone(namespaces=TEST_NAMESPACES)

@@ -1,97 +1,39 @@
-"""Consumer-side term/retry library for Apache Pulsar: Term, retry topics, delay levels, backoff, DLQ context.
+"""Deprecated: the consumer library is now its own distribution, ``pulsar-dlq-consumer``.
 
-Pure Python over ``pulsar-client`` (imported lazily); it never imports Airflow, so it runs in any
-consumer application and is vendored into the Spark replay bundle.
-
->>> from airflow_provider_dlq.dlq_consumer import DlqConsumer, DeadLetterPolicy, RetryPolicy
+Import :mod:`pulsar_dlq_consumer` instead. This alias (and its submodules, e.g.
+``airflow_provider_dlq.dlq_consumer.context``) keeps working for one release and then goes away.
 """
 
 from __future__ import annotations
 
-from airflow_provider_dlq.dlq_consumer.backoff import (
-    ConstantBackoff,
-    ExponentialBackoff,
-    RedeliveryBackoff,
-)
-from airflow_provider_dlq.dlq_consumer.client import create_client
-from airflow_provider_dlq.dlq_consumer.consumer import DlqConsumer
-from airflow_provider_dlq.dlq_consumer.context import (
-    CONTEXT_FIELDS,
-    CONTEXT_PREFIX,
-    ContextFormat,
-    ErrorContext,
-    base_topic,
-    build_context_properties,
-    detect_format,
-    is_bookkeeping_property,
-    parse_error_context,
-    strip_bookkeeping_properties,
-)
-from airflow_provider_dlq.dlq_consumer.delays import (
-    DEFAULT_DELAY_LEVELS,
-    MAX_DELAY_SECONDS,
-    MIN_DELAY_SECONDS,
-    DelayLevels,
-)
-from airflow_provider_dlq.dlq_consumer.errors import (
-    ConfigurationError,
-    ConsumerClosedError,
-    DlqConsumerError,
-    DlqNotConfiguredError,
-    InvalidDelayError,
-    PublishError,
-    RetryableError,
-    RetryNotConfiguredError,
-    TerminalError,
-    TopicNameGuardError,
-    UnsupportedSubscriptionTypeError,
-)
-from airflow_provider_dlq.dlq_consumer.metrics import ConsumerMetrics
-from airflow_provider_dlq.dlq_consumer.policy import (
-    LEVEL_INCREMENT,
-    DeadLetterPolicy,
-    RetryPolicy,
-    TopicNameGuard,
-)
-from airflow_provider_dlq.dlq_consumer.processing import MessageProcessor, Outcome, ProcessingStats
+import importlib
+import sys
+import warnings
 
-__all__ = [
-    "CONTEXT_FIELDS",
-    "CONTEXT_PREFIX",
-    "DEFAULT_DELAY_LEVELS",
-    "LEVEL_INCREMENT",
-    "MAX_DELAY_SECONDS",
-    "MIN_DELAY_SECONDS",
-    "ConfigurationError",
-    "ConstantBackoff",
-    "ConsumerClosedError",
-    "ConsumerMetrics",
-    "ContextFormat",
-    "DeadLetterPolicy",
-    "DelayLevels",
-    "DlqConsumer",
-    "DlqConsumerError",
-    "DlqNotConfiguredError",
-    "ErrorContext",
-    "ExponentialBackoff",
-    "InvalidDelayError",
-    "MessageProcessor",
-    "Outcome",
-    "ProcessingStats",
-    "PublishError",
-    "RedeliveryBackoff",
-    "RetryNotConfiguredError",
-    "RetryPolicy",
-    "RetryableError",
-    "TerminalError",
-    "TopicNameGuard",
-    "TopicNameGuardError",
-    "UnsupportedSubscriptionTypeError",
-    "base_topic",
-    "build_context_properties",
-    "create_client",
-    "detect_format",
-    "is_bookkeeping_property",
-    "parse_error_context",
-    "strip_bookkeeping_properties",
-]
+import pulsar_dlq_consumer
+from pulsar_dlq_consumer import *  # noqa: F403  (the whole public API, re-exported)
+
+warnings.warn(
+    "airflow_provider_dlq.dlq_consumer is deprecated and will be removed in the next release: "
+    "import pulsar_dlq_consumer instead (pip install pulsar-dlq-consumer; the provider depends on it).",
+    DeprecationWarning,
+    stacklevel=2,
+)
+
+_SUBMODULES = (
+    "backoff",
+    "client",
+    "consumer",
+    "context",
+    "delays",
+    "errors",
+    "metrics",
+    "policy",
+    "processing",
+)
+for _name in _SUBMODULES:
+    globals()[_name] = sys.modules[f"{__name__}.{_name}"] = importlib.import_module(
+        f"pulsar_dlq_consumer.{_name}"
+    )
+
+__all__ = list(pulsar_dlq_consumer.__all__)

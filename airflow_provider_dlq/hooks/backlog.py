@@ -32,6 +32,8 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 from urllib.parse import quote
 
+from airflow_provider_dlq.errors import DlqProviderError
+
 BACKLOG_METRIC = "pulsar_subscription_back_log"
 _PARTITION_SUFFIX = re.compile(r"-partition-\d+$")
 _SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>.*)\})?\s+(?P<value>\S+)")
@@ -43,11 +45,11 @@ _GLOB_CHARS = set("*?[")
 COUNT_MAX_ENTRIES = 10_000
 
 
-class BacklogReadError(RuntimeError):
+class BacklogReadError(DlqProviderError, RuntimeError):
     """The backlog could not be read (source unreachable, refused or answered nonsense)."""
 
 
-class BacklogConfigError(ValueError):
+class BacklogConfigError(DlqProviderError, ValueError):
     """The backlog request cannot work with this connection (e.g. a pattern without a topic listing)."""
 
 

@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from airflow_provider_dlq.errors import DlqProviderError
+
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
@@ -55,7 +57,7 @@ _EXAMPLE = (
 )
 
 
-class PulsarConnectionError(ValueError):
+class PulsarConnectionError(DlqProviderError, ValueError):
     """A ``pulsar`` connection is missing or malformed; the message names the connection and the fix."""
 
 

@@ -12,6 +12,8 @@ import socket
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
+from airflow_provider_dlq.errors import DlqProviderError
+
 if TYPE_CHECKING:
     import httpx
 
@@ -31,7 +33,7 @@ AUTH_LABELS = {
 }
 
 
-class CheckFailed(Exception):
+class CheckFailed(DlqProviderError):
     """One check failed; the message is shown to the user as is."""
 
 

@@ -13,6 +13,8 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from airflow_provider_dlq.errors import DlqProviderError
+
 if TYPE_CHECKING:
     import httpx
 
@@ -23,7 +25,7 @@ DISCOVERY_PATH = "/.well-known/openid-configuration"
 EXPIRY_MARGIN = 30.0
 
 
-class OAuth2Error(RuntimeError):
+class OAuth2Error(DlqProviderError, RuntimeError):
     """No access token could be obtained; the message names the URL and the cause, never a secret."""
 
 

@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 
-from airflow_provider_dlq.dlq_consumer.client import create_client
 from airflow_provider_dlq.hooks.backlog import (
     BacklogConfigError,
     BacklogPlan,
@@ -29,6 +28,7 @@ from airflow_provider_dlq.hooks.connection import (
     parse_pulsar_connection,
 )
 from airflow_provider_dlq.hooks.oauth2 import ClientCredentials, OAuth2Error
+from pulsar_dlq_consumer.client import create_client
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Sequence
@@ -173,7 +173,7 @@ class PulsarHook(BaseHook):
 
     @staticmethod
     def client_auth_kwargs(config: PulsarConnectionConfig) -> dict[str, Any]:
-        """Keyword arguments of :func:`~airflow_provider_dlq.dlq_consumer.client.create_client` for the
+        """Keyword arguments of :func:`~pulsar_dlq_consumer.client.create_client` for the
         connection's TLS and authentication (they hold secrets: never log them)."""
         kwargs: dict[str, Any] = {
             "token": config.token,

@@ -130,8 +130,8 @@ class DlqReplayOperator(BaseOperator):
         ``http://spark-history:18080``. (templated)
     :param report_payload_snippets: Show masked payload snippets (shape only) per group in the report;
         off by default.
-    :param bundle_path: A prebuilt ``dlq_replay.zip`` (``python -m spark_apps.dlq_replay.bundle``);
-        default: built per run from the installed ``spark_apps``. (templated)
+    :param bundle_path: A prebuilt ``dlq_replay.zip`` (``python -m airflow_provider_dlq.bundle``);
+        default: built per run from the Spark app installed with the provider. (templated)
     :param application: The app's main file; default the one next to the built bundle or the installed
         ``spark_apps/dlq_replay_main.py``. (templated)
     :param conf: Extra Spark configuration (merged over :data:`DEFAULT_CONF`). (templated)
@@ -397,15 +397,16 @@ class DlqReplayOperator(BaseOperator):
             )
 
     def _locate_bundle(self, workdir: str) -> tuple[str, str]:
-        """(zip path, main path): the given ones, or a fresh build from the installed ``spark_apps``."""
+        """(zip path, main path): the given ones, or a fresh build from the provider's Spark app."""
         if self.bundle_path:
             application = self.application
             if not application:
-                import spark_apps
+                from airflow_provider_dlq.bundle import MAIN_NAME
+                from airflow_provider_dlq.resources import spark_app_dir
 
-                application = str(Path(spark_apps.__file__).parent / "dlq_replay_main.py")
+                application = str(spark_app_dir() / MAIN_NAME)
             return str(self.bundle_path), str(application)
-        from spark_apps.dlq_replay.bundle import build_bundle
+        from airflow_provider_dlq.bundle import build_bundle
 
         paths = build_bundle(workdir)
         return str(paths.zip_path), str(self.application or paths.main_path)

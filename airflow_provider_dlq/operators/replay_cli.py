@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from airflow_provider_dlq.errors import DlqProviderError
+
 MODES = ("dry-run", "replay", "archive-only")
 DEFAULT_SUBSCRIPTION = "dlq-replayer"
 DEFAULT_MAX_REPLAYS = 3
@@ -25,7 +27,7 @@ _SAFE_RUN_ID = re.compile(r"[A-Za-z0-9._-]{1,120}")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
-class ReplayArgumentError(ValueError):
+class ReplayArgumentError(DlqProviderError, ValueError):
     """An argument of ``DlqReplayOperator`` is invalid; the message names it, the value and the fix."""
 
 

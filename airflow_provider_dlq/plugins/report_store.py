@@ -19,11 +19,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from airflow_provider_dlq.errors import DlqProviderError
+
 REPORT_NAME = "report.html"
 DEFAULT_MAX_BYTES = 20_000_000
 
 
-class ReportUnavailable(Exception):
+class ReportUnavailable(DlqProviderError):
     """The report cannot be served; ``status`` is the HTTP status, the message says why and what to do."""
 
     def __init__(self, message: str, status: int = 404) -> None:

@@ -17,9 +17,9 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from airflow_provider_dlq.dlq_consumer.context import REAL_TOPIC
 from bench.contenders import ContenderSpec
 from bench.pulsar_io import BenchError, ConfirmedProducers, drain, make_client
+from pulsar_dlq_consumer.context import REAL_TOPIC
 
 ACK_MODES = ("each", "cumulative")
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 import time
 from typing import IO, Any
 
-from airflow_provider_dlq.dlq_consumer.context import REAL_TOPIC, strip_bookkeeping_properties
 from bench import workload
 from bench.bench_fixes import fix_payload
 from bench.contenders import ContenderSpec
 from bench.contenders.tuned import archive_record
 from bench.pulsar_io import BenchError, make_client
+from pulsar_dlq_consumer.context import REAL_TOPIC, strip_bookkeeping_properties
 
 
 def _drain_topic(

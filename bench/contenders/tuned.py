@@ -10,11 +10,11 @@ import json
 import time
 from typing import IO, Any
 
-from airflow_provider_dlq.dlq_consumer.context import REAL_TOPIC, strip_bookkeeping_properties
 from bench import workload
 from bench.bench_fixes import fix_payload
 from bench.contenders import ContenderSpec
 from bench.pulsar_io import ConfirmedProducers, drain, make_client, subscribe
+from pulsar_dlq_consumer.context import REAL_TOPIC, strip_bookkeeping_properties
 
 
 def archive_record(msg: Any, props: dict[str, str]) -> str:

@@ -36,9 +36,6 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from airflow_provider_dlq.dlq_consumer.client import create_client
-from airflow_provider_dlq.dlq_consumer.errors import ConfigurationError
-from airflow_provider_dlq.dlq_consumer.policy import normalize_topic
 from airflow_provider_dlq.hooks.connection import (
     PulsarConnectionConfig,
     PulsarConnectionError,
@@ -46,6 +43,9 @@ from airflow_provider_dlq.hooks.connection import (
 from airflow_provider_dlq.hooks.connection import (
     parse_pulsar_connection as parse_pulsar_connection_fields,
 )
+from pulsar_dlq_consumer.client import create_client
+from pulsar_dlq_consumer.errors import ConfigurationError
+from pulsar_dlq_consumer.policy import normalize_topic
 
 log = logging.getLogger("airflow-init.pulsar")
 

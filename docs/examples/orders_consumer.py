@@ -21,7 +21,7 @@ import uuid
 
 import pulsar
 
-from airflow_provider_dlq.dlq_consumer import (
+from pulsar_dlq_consumer import (
     DeadLetterPolicy,
     DlqConsumer,
     ExponentialBackoff,
@@ -74,8 +74,10 @@ def main(service_url: str) -> int:
             client,
             topic,
             "order-service",
-            dead_letter=DeadLetterPolicy(max_redeliveries=5, initial_subscription="dlq-replay"),
-            retry=RetryPolicy(max_reconsumes=3),  # delay levels 1s 5s 10s ... (level increment)
+            dead_letter_policy=DeadLetterPolicy(
+                max_redeliver_count=5, initial_subscription_name="dlq-replay"
+            ),
+            retry_policy=RetryPolicy(max_reconsumes=3),  # delay levels 1s 5s 10s ... (level increment)
             backoff=ExponentialBackoff(min_delay=0.5, max_delay=30),
             consumer_name="order-service-1",
             initial_position=pulsar.InitialPosition.Earliest,

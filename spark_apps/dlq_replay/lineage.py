@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from airflow_provider_dlq.dlq_consumer.context import is_bookkeeping_property
+from pulsar_dlq_consumer.context import is_bookkeeping_property
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

@@ -298,7 +298,7 @@ class OutputLock:
 def lease_topic(dlq_topic: str) -> str:
     """The lease topic of a DLQ topic: same tenant and namespace, named by a hash of the full name (of
     the partitioned topic, so runs naming one partition and the whole topic share one lease)."""
-    from airflow_provider_dlq.dlq_consumer.context import base_topic
+    from pulsar_dlq_consumer.context import base_topic
     from spark_apps.dlq_replay.pulsar_io.window import normalize_topic
 
     full = base_topic(normalize_topic(dlq_topic))
@@ -322,16 +322,14 @@ class SubscriptionLease:
     def acquire(self) -> None:
         import pulsar
 
-        from airflow_provider_dlq.dlq_consumer.client import create_client
-        from spark_apps.dlq_replay.pulsar_io.conf import client_logger
+        from pulsar_dlq_consumer.client import create_client
+        from spark_apps.dlq_replay.pulsar_io.conf import client_auth_kwargs, client_logger
 
-        tls = self.conf.service_url.startswith("pulsar+ssl://")
+        # The run's own authentication (token, OAuth2 or client certificate), with the lease's timeout.
         self._client = create_client(
             self.conf.service_url,
             logger=client_logger(),
-            token=self.conf.read_token(),
-            tls_trust_certs_file_path=self.conf.tls_trust_certs_file if tls else None,
-            operation_timeout_seconds=LEASE_TIMEOUT_S,
+            **client_auth_kwargs(self.conf, operation_timeout_seconds=LEASE_TIMEOUT_S),
         )
         name = f"dlq-replay-lease-{hashlib.sha256(self.run_id.encode()).hexdigest()[:12]}-{os.getpid()}"
         try:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from airflow_provider_dlq.dlq_consumer.context import (
+from pulsar_dlq_consumer.context import (
     ORIGIN_PROPERTY_KEYS,
     OriginClaim,
     canonical_topic,
@@ -72,7 +72,7 @@ def row_replay_id(topic: str | None, message_id: str | None, claim: OriginClaim 
 
 def origin_columns() -> list[Column]:
     """The snapshot's ``topic`` and ``message_id_str`` and the value of each property in
-    :data:`~airflow_provider_dlq.dlq_consumer.context.ORIGIN_PROPERTY_KEYS`: all :func:`replay_ids` needs,
+    :data:`~pulsar_dlq_consumer.context.ORIGIN_PROPERTY_KEYS`: all :func:`replay_ids` needs,
     without the payload and the other properties."""
     from pyspark.sql import functions as F
 
@@ -104,7 +104,7 @@ def normalize_columns(batch: pa.RecordBatch, origin_precedence: Sequence[str] = 
     """The computed columns of :func:`normalize_batch` as Python lists, plus ``properties`` (as dicts),
     ``topic``, ``message_id_str`` and :data:`ORIGIN_CONFLICT`: later Python steps of the same pass reuse
     them. ``origin_precedence``: property keys, first wins, that settle conflicting origin claims."""
-    from airflow_provider_dlq.dlq_consumer.context import parse_error_context
+    from pulsar_dlq_consumer.context import parse_error_context
     from spark_apps.dlq_replay.lineage import previous_replay_count
     from spark_apps.dlq_replay.signatures import TemplateCache, error_signature
 

@@ -290,7 +290,7 @@ def parse_playbook(text: str, *, path: str | None = None) -> Playbook:
 
 
 def _origin_precedence(node: yaml.Node, path: str | None) -> tuple[str, ...]:
-    from airflow_provider_dlq.dlq_consumer.context import ORIGIN_TOPIC_KEYS
+    from pulsar_dlq_consumer.context import ORIGIN_TOPIC_KEYS
 
     keys = _strings(node, "origin_precedence", path)
     for key in keys:

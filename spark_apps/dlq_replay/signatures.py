@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import re
 
-from airflow_provider_dlq.dlq_consumer.context import REASON_UNKNOWN, base_topic
+from pulsar_dlq_consumer.context import REASON_UNKNOWN, base_topic
 
 MAX_TEMPLATE_CHARS = 512
 
@@ -80,7 +80,7 @@ def replay_id(dlq_topic: str, dlq_message_id: str, origin: str | None = None) ->
     """Stable id of the original message behind a DLQ message (``REPLAY_ID``), 32 hex digits.
 
     ``origin`` is the origin identity from the error context
-    (:func:`~airflow_provider_dlq.dlq_consumer.context.origin_identity`): every DLQ copy of one original,
+    (:func:`~pulsar_dlq_consumer.context.origin_identity`): every DLQ copy of one original,
     in any DLQ topic and any convention, gets the same id. Without it the id is derived from the DLQ
     topic and message id (as before 0.2.0), so it is stable for that DLQ message only.
     """

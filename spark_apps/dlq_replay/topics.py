@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from airflow_provider_dlq.dlq_consumer.context import base_topic
+from pulsar_dlq_consumer.context import base_topic
 from spark_apps.dlq_replay.errors import ReplayConfigError
 
 _TOPIC_CHARS = re.compile(r"[A-Za-z0-9._\-=:]+")

@@ -56,7 +56,7 @@ def test_payloads_are_1_kib_json_and_the_fix_repairs_them():
 
 
 def test_properties_are_written_by_the_consumer_library_and_parse_back():
-    from airflow_provider_dlq.dlq_consumer.context import parse_error_context
+    from pulsar_dlq_consumer.context import parse_error_context
 
     for i in (0, 16, 39):
         sig = workload.signature_of(i)

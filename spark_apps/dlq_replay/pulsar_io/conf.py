@@ -18,7 +18,7 @@ import threading
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_dlq.dlq_consumer.client import create_client
+from pulsar_dlq_consumer.client import create_client
 from spark_apps.dlq_replay.pulsar_io.errors import PulsarConfigError
 
 if TYPE_CHECKING:
@@ -294,6 +294,21 @@ def client_logger() -> logging.Logger:
     return logging.getLogger(CLIENT_LOGGER_NAME)
 
 
+def client_auth_kwargs(conf: PulsarConf, operation_timeout_seconds: int = 30) -> dict[str, Any]:
+    """``create_client`` keyword arguments for ``conf``: token or OAuth2, TLS trust, client certificate."""
+    tls = conf.service_url.startswith("pulsar+ssl://")
+    oauth2 = conf.read_oauth2()
+    return {
+        "token": None if oauth2 else conf.read_token(),
+        "oauth2": oauth2,
+        "tls_trust_certs_file_path": conf.tls_trust_certs_file if tls else None,
+        "tls_allow_insecure_connection": tls and conf.tls_allow_insecure,
+        "tls_cert_file_path": conf.tls_cert_file if tls else None,
+        "tls_key_file_path": conf.tls_key_file if tls else None,
+        "operation_timeout_seconds": operation_timeout_seconds,
+    }
+
+
 def get_client(conf: PulsarConf) -> Any:
     """Return this process's ``pulsar.Client`` for ``conf``, creating it on first use.
 
@@ -311,19 +326,7 @@ def get_client(conf: PulsarConf) -> Any:
         if conf.client_log_file:
             path = conf.client_log_file.replace("{pid}", str(key[0]))
             logger = pulsar.FileLogger(pulsar.LoggerLevel.Warn, path)
-        tls = conf.service_url.startswith("pulsar+ssl://")
-        oauth2 = conf.read_oauth2()
-        client = create_client(
-            conf.service_url,
-            logger=logger,
-            token=None if oauth2 else conf.read_token(),
-            oauth2=oauth2,
-            tls_trust_certs_file_path=conf.tls_trust_certs_file if tls else None,
-            tls_allow_insecure_connection=tls and conf.tls_allow_insecure,
-            tls_cert_file_path=conf.tls_cert_file if tls else None,
-            tls_key_file_path=conf.tls_key_file if tls else None,
-            operation_timeout_seconds=30,
-        )
+        client = create_client(conf.service_url, logger=logger, **client_auth_kwargs(conf))
         # Clients inherited from a parent process stay referenced and untouched: closing or destroying a
         # client across fork() hangs.
         _clients[key] = client

@@ -1,10 +1,12 @@
-"""Errors of the Pulsar I/O layer: a base class, then configuration and runtime errors."""
+"""Errors of the Pulsar I/O layer: configuration and runtime errors under the app's one root."""
 
 from __future__ import annotations
 
+from spark_apps.dlq_replay.errors import ReplayError
 
-class PulsarIOError(RuntimeError):
-    """Base class of every error raised by ``spark_apps.dlq_replay.pulsar_io``."""
+
+class PulsarIOError(ReplayError, RuntimeError):
+    """Base class of every error raised by ``spark_apps.dlq_replay.pulsar_io`` (a :class:`ReplayError`)."""
 
 
 class PulsarConfigError(PulsarIOError, ValueError):
@@ -15,5 +17,12 @@ class WindowError(PulsarIOError):
     """A frozen window could not be taken or does not match the topics being read."""
 
 
-class PublishError(PulsarIOError):
-    """A republish batch could not be set up (bad input rows, producer creation failed)."""
+class RepublishError(PulsarIOError):
+    """A republish batch could not be set up (bad input rows, producer creation failed).
+
+    Not the consumer library's ``pulsar_dlq_consumer.PublishError`` (a failed term/retry copy).
+    """
+
+
+#: Former name, kept as an alias while modules move to :class:`RepublishError`.
+PublishError = RepublishError

@@ -46,6 +46,23 @@ REPUBLISH_INPUT_SCHEMA = (
 REPUBLISH_RESULT_SCHEMA = "replay_id string, published boolean, published_message_id string, error string"
 
 _CONFIRM_GRACE_S = 10.0
+#: Producer creation is retried this long when the broker is unreachable or not ready (a broker
+#: restart, a topic moving between brokers, the old connection of a killed task still holding the
+#: producer name); other errors (authorisation, invalid topic) fail at once.
+CREATE_RETRY_S = 90.0
+_TRANSIENT_CREATE_ERRORS = frozenset(
+    {
+        "ConnectError",
+        "Timeout",
+        "ServiceUnitNotReady",
+        "BrokerPersistenceError",
+        "BrokerMetadataError",
+        "ProducerBusy",
+        "TooManyLookupRequestException",
+        "LookupError",
+        "NotConnected",
+    }
+)
 _UNKNOWN = 1 << 62
 
 
@@ -163,20 +180,31 @@ class _Publisher:
         import pulsar
 
         state = _ProducerState(name=name, target=target)
-        try:
-            state.producer = self.client.create_producer(
-                target,
-                producer_name=name,
-                send_timeout_millis=self.send_timeout_ms,
-                block_if_queue_full=True,
-                batching_enabled=True,
-                batching_max_messages=1000,
-                batching_max_publish_delay_ms=5,
-                max_pending_messages=5000,
-            )
-        except pulsar.PulsarException as exc:
-            state.error = f"cannot create producer {name!r} on {target!r}: {type(exc).__name__}: {exc}"
-            log.warning("%s", state.error)
+        deadline = time.monotonic() + CREATE_RETRY_S
+        pause = 0.5
+        while True:
+            try:
+                state.producer = self.client.create_producer(
+                    target,
+                    producer_name=name,
+                    send_timeout_millis=self.send_timeout_ms,
+                    block_if_queue_full=True,
+                    batching_enabled=True,
+                    batching_max_messages=1000,
+                    batching_max_publish_delay_ms=5,
+                    max_pending_messages=5000,
+                )
+                break
+            except pulsar.PulsarException as exc:
+                reason = f"{type(exc).__name__}: {exc}"
+                if type(exc).__name__ in _TRANSIENT_CREATE_ERRORS and time.monotonic() + pause < deadline:
+                    log.info("producer %r on %r: %s; retrying in %.1f s", name, target, reason, pause)
+                    time.sleep(pause)
+                    pause = min(pause * 2, 5.0)
+                    continue
+                state.error = f"cannot create producer {name!r} on {target!r}: {reason}"
+                log.warning("%s", state.error)
+                break
         self.producers[name] = state
         return state
 

@@ -13,7 +13,7 @@ import pulsar
 import pytest
 from dlq_consumer_helpers import drain, subscribe_earliest
 
-from airflow_provider_dlq.dlq_consumer import DeadLetterPolicy, DlqConsumer, RetryPolicy, parse_error_context
+from pulsar_dlq_consumer import DeadLetterPolicy, DlqConsumer, RetryPolicy, parse_error_context
 
 pytestmark = [pytest.mark.integration, pytest.mark.embedded]
 
@@ -27,8 +27,8 @@ def test_term_and_retry_on_the_embedded_broker(lite_broker):
             client,
             topic,
             "svc",
-            dead_letter=DeadLetterPolicy(),
-            retry=RetryPolicy(delay_levels="2s 4s", max_reconsumes=1),
+            dead_letter_policy=DeadLetterPolicy(),
+            retry_policy=RetryPolicy(delay_levels="2s 4s", max_reconsumes=1),
             initial_position=pulsar.InitialPosition.Earliest,
         ) as consumer:
             dlq = subscribe_earliest(client, consumer.dead_letter_topic, "check")

@@ -13,7 +13,7 @@ import pulsar
 import pytest
 from dlq_consumer_helpers import RecordingMeterProvider, drain, nothing_pending, read_all, subscribe_earliest
 
-from airflow_provider_dlq.dlq_consumer import (
+from pulsar_dlq_consumer import (
     ConsumerMetrics,
     DeadLetterPolicy,
     DlqConsumer,
@@ -39,7 +39,7 @@ def test_term_lands_in_dlq_after_one_delivery_with_full_context(pulsar_client, t
         pulsar_client,
         topic,
         "billing",
-        dead_letter=DeadLetterPolicy(initial_subscription="audit"),
+        dead_letter_policy=DeadLetterPolicy(initial_subscription_name="audit"),
         consumer_name="billing-1",
         metrics=ConsumerMetrics(meters),
         initial_position=pulsar.InitialPosition.Earliest,
@@ -108,7 +108,9 @@ def test_redelivery_beyond_max_is_dead_lettered_on_receive(pulsar_client, topic_
     producer.send(b"x")
     for _ in range(3):  # redelivery counts 0, 1, 2 consumed by a plain consumer
         raw.negative_acknowledge(raw.receive(timeout_millis=5000))
-    with DlqConsumer(pulsar_client, topic, "s", dead_letter=DeadLetterPolicy(max_redeliveries=1)) as consumer:
+    with DlqConsumer(
+        pulsar_client, topic, "s", dead_letter_policy=DeadLetterPolicy(max_redeliver_count=1)
+    ) as consumer:
         raw.close()
         with pytest.raises(pulsar.Timeout):
             consumer.receive(timeout_millis=1500)  # count 3 > 1: dead-lettered, not returned
@@ -130,10 +132,10 @@ def test_reconsume_chain_level_increment_then_max_reconsumes(pulsar_client, topi
         pulsar_client,
         topic,
         "s",
-        dead_letter=DeadLetterPolicy(),
+        dead_letter_policy=DeadLetterPolicy(),
         # Real delays on Apache Pulsar: a short ladder with a distinct delay per level (the default
         # ladder's values are checked in the unit tests).
-        retry=RetryPolicy(max_reconsumes=5, delay_levels="1s 1.2s 1.4s 1.6s 1.8s"),
+        retry_policy=RetryPolicy(max_reconsumes=5, delay_levels="1s 1.2s 1.4s 1.6s 1.8s"),
         metrics=ConsumerMetrics(meters),
         initial_position=pulsar.InitialPosition.Earliest,
     ) as consumer:
@@ -180,8 +182,8 @@ def test_reconsume_custom_ladder_explicit_level_delay_and_custom_properties(puls
         pulsar_client,
         topic,
         "s",
-        dead_letter=DeadLetterPolicy(),
-        retry=RetryPolicy(delay_levels="1s 1.5s 2s", max_reconsumes=10),
+        dead_letter_policy=DeadLetterPolicy(),
+        retry_policy=RetryPolicy(delay_levels="1s 1.5s 2s", max_reconsumes=10),
         initial_position=pulsar.InitialPosition.Earliest,
     ) as consumer:
         producer.send(b"m")
@@ -215,8 +217,8 @@ def test_long_delays_are_written_and_held_by_the_broker(pulsar_broker, pulsar_cl
         pulsar_client,
         topic,
         "s",
-        dead_letter=DeadLetterPolicy(),
-        retry=RetryPolicy(),
+        dead_letter_policy=DeadLetterPolicy(),
+        retry_policy=RetryPolicy(),
         initial_position=pulsar.InitialPosition.Earliest,
     ) as consumer:
         producer.send(b"in-90s", partition_key="a")

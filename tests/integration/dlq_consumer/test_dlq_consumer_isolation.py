@@ -12,7 +12,7 @@ import pulsar
 import pytest
 from dlq_consumer_helpers import drain, read_all
 
-from airflow_provider_dlq.dlq_consumer import parse_error_context
+from pulsar_dlq_consumer import parse_error_context
 
 pytestmark = pytest.mark.integration
 
@@ -35,14 +35,14 @@ NO_AIRFLOW_SCRIPT = textwrap.dedent(
         raise SystemExit("the import blocker does not work")
 
     import pulsar
-    from airflow_provider_dlq.dlq_consumer import DeadLetterPolicy, DlqConsumer, parse_error_context
-    from airflow_provider_dlq.dlq_consumer.context import KEY_REASON
+    from pulsar_dlq_consumer import DeadLetterPolicy, DlqConsumer, parse_error_context
+    from pulsar_dlq_consumer.context import KEY_REASON
 
     url, topic = sys.argv[1], sys.argv[2]
     client = pulsar.Client(url, logger=logging.getLogger("pulsar"))
     producer = client.create_producer(topic)
     producer.send(b"no-airflow", properties={"x": "1"})
-    with DlqConsumer(client, topic, "s", dead_letter=DeadLetterPolicy(),
+    with DlqConsumer(client, topic, "s", dead_letter_policy=DeadLetterPolicy(),
                      initial_position=pulsar.InitialPosition.Earliest) as consumer:
         dlq = client.subscribe(consumer.dead_letter_topic, "check", consumer_type=pulsar.ConsumerType.Shared,
                                initial_position=pulsar.InitialPosition.Earliest)
@@ -84,12 +84,12 @@ CRASH_SCRIPT = textwrap.dedent(
     """
     import logging, os, signal, sys
     import pulsar
-    from airflow_provider_dlq.dlq_consumer import DeadLetterPolicy, DlqConsumer, RetryPolicy
+    from pulsar_dlq_consumer import DeadLetterPolicy, DlqConsumer, RetryPolicy
 
     url, topic, action = sys.argv[1], sys.argv[2], sys.argv[3]
     client = pulsar.Client(url, logger=logging.getLogger("pulsar"))
-    consumer = DlqConsumer(client, topic, "s", dead_letter=DeadLetterPolicy(), retry=RetryPolicy(),
-                           initial_position=pulsar.InitialPosition.Earliest)
+    consumer = DlqConsumer(client, topic, "s", dead_letter_policy=DeadLetterPolicy(),
+                           retry_policy=RetryPolicy(), initial_position=pulsar.InitialPosition.Earliest)
     msg = consumer.receive(timeout_millis=5000)
 
     def die(*args, **kwargs):  # the copy is confirmed by the broker; crash before the ack leaves
@@ -146,13 +146,13 @@ LEAK_SCRIPT = textwrap.dedent(
     """
     import logging, os, sys
     import pulsar
-    from airflow_provider_dlq.dlq_consumer import DeadLetterPolicy, DlqConsumer, RetryPolicy
+    from pulsar_dlq_consumer import DeadLetterPolicy, DlqConsumer, RetryPolicy
 
     logging.basicConfig(level=logging.DEBUG)  # even with DEBUG on, payloads must not be logged
     url, topic = sys.argv[1], sys.argv[2]
     client = pulsar.Client(url, logger=logging.getLogger("pulsar"))
     producer = client.create_producer(topic)
-    with DlqConsumer(client, topic, "s", dead_letter=DeadLetterPolicy(), retry=RetryPolicy(),
+    with DlqConsumer(client, topic, "s", dead_letter_policy=DeadLetterPolicy(), retry_policy=RetryPolicy(),
                      initial_position=pulsar.InitialPosition.Earliest) as consumer:
         producer.send(b"\\xff\\x00SECRET-PAYLOAD-1")
         msg = consumer.receive(timeout_millis=5000)

@@ -6,7 +6,7 @@ import pulsar
 import pytest
 from dlq_consumer_helpers import drain, nothing_pending, subscribe_earliest
 
-from airflow_provider_dlq.dlq_consumer import (
+from pulsar_dlq_consumer import (
     ConfigurationError,
     ConsumerClosedError,
     DeadLetterPolicy,
@@ -39,9 +39,9 @@ def test_term_without_dlq_is_a_clear_error_and_the_message_survives(pulsar_clien
     producer.send(b"keep me")
     with _consumer(pulsar_client, topic) as consumer:
         msg = consumer.receive(timeout_millis=5000)
-        with pytest.raises(DlqNotConfiguredError, match=r"dead_letter=DeadLetterPolicy"):
+        with pytest.raises(DlqNotConfiguredError, match=r"dead_letter_policy=DeadLetterPolicy"):
             consumer.term(msg, ValueError("x"))
-        with pytest.raises(RetryNotConfiguredError, match=r"retry=RetryPolicy"):
+        with pytest.raises(RetryNotConfiguredError, match=r"retry_policy=RetryPolicy"):
             consumer.reconsume_later(msg, 5)
         consumer.negative_acknowledge(msg)
         again = consumer.receive(timeout_millis=5000)
@@ -68,7 +68,9 @@ def test_invalid_delays_and_levels_send_nothing(pulsar_client, topic_factory, kw
     topic = topic_factory("baddelay")
     producer = pulsar_client.create_producer(topic)
     producer.send(b"m")
-    with _consumer(pulsar_client, topic, dead_letter=DeadLetterPolicy(), retry=RetryPolicy()) as consumer:
+    with _consumer(
+        pulsar_client, topic, dead_letter_policy=DeadLetterPolicy(), retry_policy=RetryPolicy()
+    ) as consumer:
         retry_reader = subscribe_earliest(pulsar_client, consumer.retry_topic, "check")
         msg = consumer.receive(timeout_millis=5000)
         delay = kwargs.pop("delay", None)
@@ -86,32 +88,41 @@ def test_construction_errors_are_precise(pulsar_client, topic_factory):
     topic = topic_factory("cfg")
     with pytest.raises(TopicNameGuardError, match=r"starting with 'dlq\.'"):
         DlqConsumer(
-            pulsar_client, topic, "s", dead_letter=DeadLetterPolicy(name_guard=TopicNameGuard("dlq."))
+            pulsar_client, topic, "s", dead_letter_policy=DeadLetterPolicy(name_guard=TopicNameGuard("dlq."))
         )
     with pytest.raises(TopicNameGuardError, match="internal name"):
-        DlqConsumer(pulsar_client, topic, "s", dead_letter=DeadLetterPolicy(topic="public/default/__dlq"))
+        DlqConsumer(
+            pulsar_client,
+            topic,
+            "s",
+            dead_letter_policy=DeadLetterPolicy(dead_letter_topic="public/default/__dlq"),
+        )
     with pytest.raises(TopicNameGuardError, match="retry topic"):
         DlqConsumer(
             pulsar_client,
             topic,
             "s",
-            dead_letter=DeadLetterPolicy(topic="dlq.orders", name_guard=TopicNameGuard("dlq.")),
-            retry=RetryPolicy(),
+            dead_letter_policy=DeadLetterPolicy(
+                dead_letter_topic="dlq.orders", name_guard=TopicNameGuard("dlq.")
+            ),
+            retry_policy=RetryPolicy(),
         )
     with pytest.raises(UnsupportedSubscriptionTypeError, match=r"Shared or ConsumerType\.KeyShared"):
         DlqConsumer(pulsar_client, topic, "s", consumer_type=pulsar.ConsumerType.Exclusive)
     with pytest.raises(ConfigurationError, match="needs a dead-letter policy"):
-        DlqConsumer(pulsar_client, topic, "s", retry=RetryPolicy())
+        DlqConsumer(pulsar_client, topic, "s", retry_policy=RetryPolicy())
     with pytest.raises(ConfigurationError, match="managed by DlqConsumer"):
         DlqConsumer(pulsar_client, topic, "s", negative_ack_redelivery_delay_ms=5)
     with pytest.raises(ConfigurationError, match="must all differ"):
-        DlqConsumer(pulsar_client, topic, "s", dead_letter=DeadLetterPolicy(topic=topic))
+        DlqConsumer(pulsar_client, topic, "s", dead_letter_policy=DeadLetterPolicy(dead_letter_topic=topic))
     guarded = DlqConsumer(
         pulsar_client,
         topic,
         "s",
-        dead_letter=DeadLetterPolicy(topic="dlq.orders", name_guard=TopicNameGuard("dlq.")),
-        retry=RetryPolicy(topic="dlq.orders-retry"),
+        dead_letter_policy=DeadLetterPolicy(
+            dead_letter_topic="dlq.orders", name_guard=TopicNameGuard("dlq.")
+        ),
+        retry_policy=RetryPolicy(topic="dlq.orders-retry"),
     )
     assert guarded.dead_letter_topic == "persistent://public/default/dlq.orders"
     guarded.close()
@@ -124,7 +135,9 @@ def test_non_utf8_payloads_survive_term_and_retry(pulsar_client, topic_factory):
     payload = bytes(range(256)) + b"\xff\xfe\xc3\x28"
     producer = pulsar_client.create_producer(topic)
     producer.send(payload, properties={"note": "caf\u00e9 \u2603"})
-    with _consumer(pulsar_client, topic, dead_letter=DeadLetterPolicy(), retry=RetryPolicy()) as consumer:
+    with _consumer(
+        pulsar_client, topic, dead_letter_policy=DeadLetterPolicy(), retry_policy=RetryPolicy()
+    ) as consumer:
         dlq = subscribe_earliest(pulsar_client, consumer.dead_letter_topic, "check")
         msg = consumer.receive(timeout_millis=5000)
         consumer.reconsume_later(msg, level=1, error=UnicodeDecodeError("utf-8", payload, 256, 257, "bad"))
@@ -145,7 +158,7 @@ def test_payload_copy_off_writes_hash_only(pulsar_client, topic_factory):
     topic = topic_factory("nopayload")
     producer = pulsar_client.create_producer(topic)
     producer.send(b"card=4111111111111111")
-    with _consumer(pulsar_client, topic, dead_letter=DeadLetterPolicy(copy_payload=False)) as consumer:
+    with _consumer(pulsar_client, topic, dead_letter_policy=DeadLetterPolicy(copy_payload=False)) as consumer:
         dlq = subscribe_earliest(pulsar_client, consumer.dead_letter_topic, "check")
         consumer.term(consumer.receive(timeout_millis=5000), ValueError("bad card"))
         (dead,) = drain(dlq, expected=1)
@@ -180,7 +193,7 @@ def test_property_values_near_the_size_limit(pulsar_client, topic_factory):
         break
     assert near is not None
     policy = DeadLetterPolicy(max_error_message_bytes=4096)
-    with _consumer(pulsar_client, topic, dead_letter=policy) as consumer:
+    with _consumer(pulsar_client, topic, dead_letter_policy=policy) as consumer:
         dlq = subscribe_earliest(pulsar_client, consumer.dead_letter_topic, "check")
         first = consumer.receive(timeout_millis=5000)
         consumer.term(first, ValueError("\u20ac" * 5000))  # 15,000 bytes of message: bounded
@@ -208,7 +221,7 @@ def test_async_terms_are_batched_checked_and_flushed_on_close(pulsar_client, top
     for i in range(n):
         producer.send_async(f"m{i}".encode(), None)
     producer.flush()
-    consumer = _consumer(pulsar_client, topic, dead_letter=DeadLetterPolicy())
+    consumer = _consumer(pulsar_client, topic, dead_letter_policy=DeadLetterPolicy())
     dlq = subscribe_earliest(pulsar_client, consumer.dead_letter_topic, "check")
     futures = [consumer.term_async(consumer.receive(timeout_millis=5000), "bulk") for _ in range(n)]
     consumer.close()  # flushes producers and waits for every send and ack

@@ -8,7 +8,7 @@ import pulsar
 import pytest
 from dlq_consumer_helpers import drain, subscribe_earliest
 
-from airflow_provider_dlq.dlq_consumer import (
+from pulsar_dlq_consumer import (
     DeadLetterPolicy,
     DlqConsumer,
     DlqNotConfiguredError,
@@ -60,8 +60,8 @@ def test_loop_classifies_every_outcome(pulsar_client, topic_factory):
         pulsar_client,
         topic,
         "s",
-        dead_letter=DeadLetterPolicy(),
-        retry=RetryPolicy(delay_levels="1s 1.5s 2s"),  # real delays: level 3 is 2 s, level 1 is 1 s
+        dead_letter_policy=DeadLetterPolicy(),
+        retry_policy=RetryPolicy(delay_levels="1s 1.5s 2s"),  # real delays: level 3 is 2 s, level 1 is 1 s
         backoff=ExponentialBackoff(min_delay=0.05, max_delay=0.1),
         initial_position=pulsar.InitialPosition.Earliest,
     ) as consumer:
@@ -80,7 +80,7 @@ def test_loop_classifies_every_outcome(pulsar_client, topic_factory):
         ("throttled", "1000"),
     ]
     assert sorted(parse_error_context(m.properties()).error_class or "" for m in dead) == [
-        "airflow_provider_dlq.dlq_consumer.errors.TerminalError",
+        "pulsar_dlq_consumer.errors.TerminalError",
         f"{InvalidOrder.__module__}.InvalidOrder",
     ]
     dlq.close()
@@ -101,7 +101,7 @@ def test_base_exceptions_propagate_and_leave_the_message_unacked(pulsar_client, 
         pulsar_client,
         topic,
         "s",
-        dead_letter=DeadLetterPolicy(),
+        dead_letter_policy=DeadLetterPolicy(),
         initial_position=pulsar.InitialPosition.Earliest,
     )
     dlq = subscribe_earliest(pulsar_client, consumer.dead_letter_topic, "check")

@@ -27,8 +27,7 @@ import pulsar
 import pytest
 from dlq_consumer_helpers import subscribe_earliest
 
-import pulsar_standalone
-from airflow_provider_dlq.dlq_consumer import (
+from pulsar_dlq_consumer import (
     DeadLetterPolicy,
     DlqConsumer,
     ExponentialBackoff,
@@ -48,7 +47,8 @@ LATE_TOLERANCE_S = 1.5
 
 def broker_tick_s() -> float:
     """``delayedDeliveryTickTimeMillis`` of the broker the tests run on, in seconds."""
-    conf = Path(pulsar_standalone.__file__).parent / "conf" / "standalone.conf"
+    # Read as a file (not imported): these tests also run where only the library is installed.
+    conf = Path(__file__).resolve().parents[3] / "pulsar_standalone" / "conf" / "standalone.conf"
     match = re.search(r"^delayedDeliveryTickTimeMillis=(\d+)\s*$", conf.read_text(), re.MULTILINE)
     assert match, f"delayedDeliveryTickTimeMillis is not set in {conf}"
     return int(match.group(1)) / 1000
@@ -109,8 +109,8 @@ def test_retry_delays_arrive_no_earlier_than_asked_and_within_tolerance(pulsar_c
         pulsar_client,
         topic,
         "s",
-        dead_letter=DeadLetterPolicy(),
-        retry=RetryPolicy(delay_levels=ladder, max_reconsumes=5),
+        dead_letter_policy=DeadLetterPolicy(),
+        retry_policy=RetryPolicy(delay_levels=ladder, max_reconsumes=5),
         initial_position=pulsar.InitialPosition.Earliest,
     ) as consumer:
         for key in plans:
@@ -172,8 +172,8 @@ def test_nack_backoff_gaps_follow_the_policy_then_dead_letter_and_term_goes_stra
         pulsar_client,
         topic,
         "s",
-        dead_letter=DeadLetterPolicy(max_redeliveries=max_redeliveries),
-        retry=RetryPolicy(delay_levels="1s"),  # configured, and term must not use it
+        dead_letter_policy=DeadLetterPolicy(max_redeliver_count=max_redeliveries),
+        retry_policy=RetryPolicy(delay_levels="1s"),  # configured, and term must not use it
         backoff=backoff,
         consumer_name="backoff-1",
         initial_position=pulsar.InitialPosition.Earliest,

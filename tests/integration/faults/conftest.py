@@ -19,6 +19,7 @@ class FaultTable:
     def record(self, row: FaultRow) -> None:
         assert row.case in CASES[row.category], f"declare case {row.case!r} in fault_support.CASES"
         self.rows.append(row)
+        merge_into_doc([row])  # at once: a session cut short keeps the rows of the cases it finished
 
 
 @pytest.fixture(scope="session")
@@ -31,7 +32,7 @@ def fault_table() -> Iterator[FaultTable]:
 
 @pytest.fixture(scope="session")
 def fault_bundle(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    from spark_apps.dlq_replay.bundle import build_bundle
+    from airflow_provider_dlq.bundle import build_bundle
 
     return build_bundle(tmp_path_factory.mktemp("fault-bundle"))
 

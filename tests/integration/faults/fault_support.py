@@ -38,6 +38,8 @@ HEADER = (
 #: Every case of the suite, in table order, by category (each category is one test module).
 CASES: dict[str, tuple[str, ...]] = {
     "kill": ("plan", "snapshot", "decide", "apply", "record", "commit", "report"),
+    "broker": ("snapshot", "apply", "commit"),
+    "cluster": ("end-to-end", "worker-killed-mid-apply"),
     "concurrency": ("same-output-dir", "same-subscription-other-output-dir"),
     "bad-message": (
         "non-utf8-property",
@@ -166,8 +168,11 @@ def spark_submit() -> str:
     return str(Path(sys.executable).parent / "spark-submit")
 
 
-def start(bundle: Any, args: list[str], workdir: Path, name: str) -> subprocess.Popen[bytes]:
-    cmd = [spark_submit(), *SPARK_CONF, "--py-files", str(bundle.zip_path), str(bundle.main_path), *args]
+def start(
+    bundle: Any, args: list[str], workdir: Path, name: str, spark_conf: list[str] = SPARK_CONF
+) -> subprocess.Popen[bytes]:
+    """spark-submit of the bundle with ``--py-files``, as in production; ``spark_conf`` sets the master."""
+    cmd = [spark_submit(), *spark_conf, "--py-files", str(bundle.zip_path), str(bundle.main_path), *args]
     out = open(workdir / f"{name}.out", "wb")  # noqa: SIM115 - closed with the process
     err = open(workdir / f"{name}.err", "wb")  # noqa: SIM115
     return subprocess.Popen(cmd, cwd=workdir, stdout=out, stderr=err, start_new_session=True)
@@ -220,6 +225,23 @@ def step_status(out: Path, run_id: str, step: str) -> str | None:
     return state_of(out, run_id).get("steps", {}).get(step, {}).get("status")
 
 
+def wait_for_step(
+    proc: Any, out: Path, run_id: str, step: str, ready: Any = None, timeout: float = 600
+) -> None:
+    """Poll ``state.json`` until ``step`` runs (and ``ready(step's progress)`` holds, e.g. a wave is in
+    flight); fails when the run exits first or ``timeout`` passes."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        progress = state_of(out, run_id).get("steps", {}).get(step, {})
+        if progress.get("status") == "running" and (ready is None or ready(progress)):
+            break
+        if proc.poll() is not None:
+            raise AssertionError(f"the run exited (code {proc.returncode}) before step {step} started")
+        time.sleep(0.01)
+    else:
+        raise AssertionError(f"timed out waiting for step {step}")
+
+
 def kill_in_step(
     proc: subprocess.Popen[bytes],
     out: Path,
@@ -235,16 +257,7 @@ def kill_in_step(
     kills it. A status other than ``running`` means the step ended before the freeze (the caller fails
     the case: the kill did not land where it was meant to).
     """
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        progress = state_of(out, run_id).get("steps", {}).get(step, {})
-        if progress.get("status") == "running" and (ready is None or ready(progress)):
-            break
-        if proc.poll() is not None:
-            raise AssertionError(f"the run exited (code {proc.returncode}) before step {step} started")
-        time.sleep(0.01)
-    else:
-        raise AssertionError(f"timed out waiting for step {step}")
+    wait_for_step(proc, out, run_id, step, ready, timeout)
     procs = tree(proc)
     signal_tree(procs, signal.SIGSTOP)
     status = step_status(out, run_id, step) or "missing"
@@ -359,3 +372,11 @@ def end_state(
         pending_keys=frozenset(k for k in pending if k is not None),
         copies=on_origin,
     )
+
+
+def parquet_values(path: Path, column: str) -> list[Any]:
+    """Every value of ``column`` in the Parquet dataset the app wrote at ``path`` (read with pyarrow, so a
+    test needs no Spark session of its own to check the archive or the ledger)."""
+    import pyarrow.dataset as ds
+
+    return list(ds.dataset(str(path), format="parquet").to_table(columns=[column]).column(column).to_pylist())

@@ -19,7 +19,7 @@ import pulsar
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_provider_dlq.dlq_consumer import DeadLetterPolicy, DlqConsumer
+from pulsar_dlq_consumer import DeadLetterPolicy, DlqConsumer
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -46,7 +46,7 @@ def fill_dlq(client, origin: str, timeouts: int, bad: int) -> DlqConsumer:
         client,
         origin,
         "orders-service",
-        dead_letter=DeadLetterPolicy(initial_subscription=SUB),
+        dead_letter_policy=DeadLetterPolicy(initial_subscription_name=SUB),
         initial_position=pulsar.InitialPosition.Earliest,
     )
     producer = client.create_producer(origin)

@@ -43,7 +43,7 @@ def produce_later(client, topic, count, delay):
 def test_hook_test_connection_against_the_broker(pulsar_conn):
     ok, message = PulsarHook().test_connection()
     assert ok, message
-    assert "metrics ok" in message
+    assert "metrics endpoint ok" in message
 
 
 def test_sensor_finishes_when_backlog_appears_deferred_and_poke(

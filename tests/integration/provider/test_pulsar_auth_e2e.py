@@ -159,7 +159,7 @@ def admin_client(secure) -> pulsar.Client:
 
 def fill(secure, count: int = 4) -> str:
     """``count`` DLQ messages (our error context) on a fresh topic of the secured namespace."""
-    from airflow_provider_dlq.dlq_consumer import DeadLetterPolicy, DlqConsumer
+    from pulsar_dlq_consumer import DeadLetterPolicy, DlqConsumer
 
     origin = f"persistent://{TENANT_NS}/orders-{secrets.token_hex(4)}"
     client = admin_client(secure)
@@ -168,7 +168,7 @@ def fill(secure, count: int = 4) -> str:
             client,
             origin,
             "orders-service",
-            dead_letter=DeadLetterPolicy(initial_subscription="dlq-replayer"),
+            dead_letter_policy=DeadLetterPolicy(initial_subscription_name="dlq-replayer"),
             initial_position=pulsar.InitialPosition.Earliest,
         )
         producer = client.create_producer(origin)

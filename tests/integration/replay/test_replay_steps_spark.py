@@ -204,7 +204,7 @@ def copies_df(spark, copies):
     for key, topic, msg_id, minutes, origin_id in copies:
         props = {**props_of("Timeout"), "ORIGIN_MESSAGE_ID": origin_id}
         when = T0 + timedelta(minutes=minutes)
-        rows.append((topic, -1, msg_id.encode(), msg_id, key, None, b"payload", props, when, None, 0, "p"))
+        rows.append((topic, -1, msg_id.encode(), msg_id, key, None, b"payload", props, when, None, 0, "p", 1))
     return spark.createDataFrame(rows, SNAPSHOT_SCHEMA)
 
 

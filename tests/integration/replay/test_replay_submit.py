@@ -38,7 +38,7 @@ SPARK_CONF = [
 
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory):
-    from spark_apps.dlq_replay.bundle import build_bundle
+    from airflow_provider_dlq.bundle import build_bundle
 
     return build_bundle(tmp_path_factory.mktemp("bundle"))
 
@@ -223,86 +223,8 @@ def test_cli_contract_exit_codes_and_streams(spark, pulsar_client, pulsar_broker
     assert "changed: max_replays" in (tmp_path / "changed.err").read_text()
 
 
-def test_kill_during_apply_then_resume(spark, pulsar_client, pulsar_broker, bundle, tmp_path):
-    orders, dlq, expected = small_dlq(pulsar_client, n_replay=2000, n_archive=50, n_skip=30)
-    out = tmp_path / "out"
-    # Two producers, waves of 150 sequence ids each (300 messages), slowed down to 400 msg/s.
-    waves = ("--parallelism", "2", "--wave-size", "150")
-    proc = start(
-        bundle,
-        args_for(pulsar_broker, dlq, out, "kill-apply", *waves, "--rate-limit", "400"),
-        tmp_path,
-        "a1",
-    )
-    try:
-        wait_for(
-            lambda: state_of(out, "kill-apply").get("steps", {}).get("apply", {}).get("waves_done", 0) >= 2,
-            proc,
-            "two republish waves",
-        )
-        time.sleep(1.0)  # into the third wave
-        assert proc.poll() is None
-    finally:
-        kill_tree(proc)
-    state = state_of(out, "kill-apply")["steps"]
-    assert state["apply"]["status"] == "running"
-    assert "record" not in state
-    # Saved waves (results durable); the state may lag one wave behind if the kill fell in between.
-    waves_done = len(list((out / "runs" / "kill-apply" / "apply" / "republish").glob("wave=*/_SUCCESS")))
-    assert waves_done >= state["apply"]["waves_done"] >= 2
-    sent_before = len(drain(pulsar_client, orders, "peek-apply", idle_ms=1000))
-    assert 300 * waves_done <= sent_before < 2000
-    assert len(drain(pulsar_client, dlq, "dlq-replayer")) == len(expected)  # nothing acked yet (I1)
-
-    summary = finish(
-        start(bundle, args_for(pulsar_broker, dlq, out, "kill-apply", *waves), tmp_path, "a2"),
-        tmp_path,
-        "a2",
-    )
-    assert summary["status"] == "succeeded"
-    assert summary["totals"]["republished"] == 2000
-    assert summary["totals"]["archived"] == 50
-    duplicates = check_end_state(spark, pulsar_client, orders, dlq, out, "kill-apply", expected)
-    # Saved waves are never sent again; the wave in flight at the kill is re-sent whole (counted as
-    # resent) with the same producer names and sequence ids: Apache Pulsar's broker dedup (on in the
-    # test broker) drops every copy it already has.
-    assert summary["totals"]["resent"] == 300
-    assert duplicates == 0
-    print(
-        "REPLAY_KILL_APPLY",
-        json.dumps({"sent_before_kill": sent_before, "waves_saved": waves_done, "duplicates": duplicates}),
-    )
-
-
-def test_kill_during_commit_then_resume(spark, pulsar_client, pulsar_broker, bundle, tmp_path):
-    orders, dlq, expected = small_dlq(pulsar_client, n_replay=1500, n_archive=40, n_skip=20)
-    out = tmp_path / "out"
-    proc = start(bundle, args_for(pulsar_broker, dlq, out, "kill-commit"), tmp_path, "c1")
-    try:
-        wait_for(
-            lambda: (
-                state_of(out, "kill-commit").get("steps", {}).get("commit", {}).get("status") == "running"
-            ),
-            proc,
-            "commit",
-        )
-        # Kill at once: on a loaded machine a short commit can finish within a fraction of a second.
-    finally:
-        kill_tree(proc)
-    state = state_of(out, "kill-commit")["steps"]
-    assert state["record"]["status"] == "complete"
-    assert state["commit"]["status"] != "complete"
-    summary = finish(
-        start(bundle, args_for(pulsar_broker, dlq, out, "kill-commit"), tmp_path, "c2"), tmp_path, "c2"
-    )
-    assert summary["status"] == "succeeded"
-    assert summary["totals"]["left_pending"] == 20
-    # The acks of the killed attempt count: every final message is acked once, in one of the attempts.
-    assert summary["totals"]["acked"] == 1540
-    commit = state_of(out, "kill-commit")["steps"]["commit"]
-    assert commit["acked_this_attempt"] + commit["acked_by_earlier_attempts"] == 1540
-    # Apply and record were complete: the resume redoes only the commit, so nothing is sent twice.
-    assert check_end_state(spark, pulsar_client, orders, dlq, out, "kill-commit", expected) == 0
+# A SIGKILL in each of the seven steps, then the resume (lost / doubled / pending / resent counted on
+# Apache Pulsar with broker dedup), is the fault suite's `kill` category: tests/integration/faults.
 
 
 @pytest.mark.slow

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from pulsar_io_helpers import drain, produce
 
-from spark_apps.dlq_replay.bundle import build_bundle
+from airflow_provider_dlq.bundle import build_bundle
 
 pytestmark = pytest.mark.integration
 log = logging.getLogger(__name__)
@@ -70,7 +70,7 @@ def main():
     url, dlq, target = sys.argv[1:4]
     assert not airflow_importable(), "airflow must not be importable"
     import spark_apps
-    from airflow_provider_dlq.dlq_consumer.context import parse_error_context
+    from pulsar_dlq_consumer.context import parse_error_context
     from pyspark.sql import SparkSession
 
     from spark_apps.dlq_replay.arrow_compat import map_in_arrow

@@ -13,7 +13,7 @@ from pulsar_io_helpers import drain
 
 from spark_apps.dlq_replay.arrow_compat import map_in_arrow
 from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf
-from spark_apps.dlq_replay.pulsar_io.errors import PublishError
+from spark_apps.dlq_replay.pulsar_io.errors import RepublishError
 from spark_apps.dlq_replay.pulsar_io.ids import message_id_key
 from spark_apps.dlq_replay.pulsar_io.republish import (
     REPUBLISH_INPUT_SCHEMA,
@@ -195,13 +195,13 @@ def test_one_producer_name_for_two_targets_is_a_pipeline_error(pulsar_broker, to
             },
         ]
     )
-    with pytest.raises(PublishError, match="used for two target topics"):
+    with pytest.raises(RepublishError, match="used for two target topics"):
         list(republish_batches(iter([batch]), conf=conf))
 
 
 def test_missing_columns_and_rate_limit(pulsar_broker, pulsar_client, topic_factory):
     conf = PulsarConf(pulsar_broker.service_url)
-    with pytest.raises(PublishError, match="lacks columns"):
+    with pytest.raises(RepublishError, match="lacks columns"):
         list(republish_batches(iter([pa.RecordBatch.from_pylist([{"replay_id": "x"}])]), conf=conf))
     target = topic_factory("rp-rate")
     drain(pulsar_client, target, "check", timeout_ms=10)

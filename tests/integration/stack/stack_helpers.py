@@ -14,7 +14,7 @@ from urllib.parse import quote
 
 import pulsar
 
-from airflow_provider_dlq.dlq_consumer import DeadLetterPolicy, DlqConsumer
+from pulsar_dlq_consumer import DeadLetterPolicy, DlqConsumer
 
 SUB = "dlq-replayer"
 
@@ -63,7 +63,7 @@ class OrdersService:
             client,
             origin,
             "orders-service",
-            dead_letter=DeadLetterPolicy(initial_subscription=SUB),
+            dead_letter_policy=DeadLetterPolicy(initial_subscription_name=SUB),
             initial_position=pulsar.InitialPosition.Earliest,
         )
         self.dlq = str(self.service.dead_letter_topic)

@@ -16,7 +16,7 @@ from urllib.parse import quote
 import pulsar
 import pytest
 
-from airflow_provider_dlq.dlq_consumer import DeadLetterPolicy, DlqConsumer
+from pulsar_dlq_consumer import DeadLetterPolicy, DlqConsumer
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -39,7 +39,7 @@ def fill_dlq(client, origin: str, timeouts: int, bad: int, unknown: int) -> str:
         client,
         origin,
         "orders-service",
-        dead_letter=DeadLetterPolicy(initial_subscription=SUB),
+        dead_letter_policy=DeadLetterPolicy(initial_subscription_name=SUB),
         initial_position=pulsar.InitialPosition.Earliest,
     )
     producer = client.create_producer(origin)

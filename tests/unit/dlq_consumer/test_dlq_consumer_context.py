@@ -6,8 +6,8 @@ import dataclasses
 
 import pytest
 
-from airflow_provider_dlq.dlq_consumer import context as c
-from airflow_provider_dlq.dlq_consumer.context import (
+from pulsar_dlq_consumer import context as c
+from pulsar_dlq_consumer.context import (
     CONTEXT_FIELDS,
     ContextFormat,
     ErrorContext,

@@ -19,7 +19,7 @@ SCRIPT = textwrap.dedent(
             return None
 
     sys.meta_path.insert(0, Block())
-    from airflow_provider_dlq.dlq_consumer import ConsumerMetrics, RetryPolicy, parse_error_context
+    from pulsar_dlq_consumer import ConsumerMetrics, RetryPolicy, parse_error_context
 
     ctx = parse_error_context({"REAL_TOPIC": "t", "ORIGIN_MESSAGE_ID": "(1,2,-1,-1)"})
     assert ctx.context_format == "pulsar_dlq_policy", ctx

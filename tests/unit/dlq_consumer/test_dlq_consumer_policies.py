@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from airflow_provider_dlq.dlq_consumer import (
+from pulsar_dlq_consumer import (
     ConfigurationError,
     ConstantBackoff,
     ConsumerMetrics,
@@ -23,10 +23,10 @@ from airflow_provider_dlq.dlq_consumer import (
     TopicNameGuard,
     TopicNameGuardError,
 )
-from airflow_provider_dlq.dlq_consumer.backoff import checked_delay
-from airflow_provider_dlq.dlq_consumer.delays import DEFAULT_LEVELS, parse_duration, validate_delay
-from airflow_provider_dlq.dlq_consumer.metrics import topic_attributes
-from airflow_provider_dlq.dlq_consumer.policy import normalize_topic, resolve_topics
+from pulsar_dlq_consumer.backoff import checked_delay
+from pulsar_dlq_consumer.delays import DEFAULT_LEVELS, parse_duration, validate_delay
+from pulsar_dlq_consumer.metrics import topic_attributes
+from pulsar_dlq_consumer.policy import normalize_topic, resolve_topics
 
 # --------------------------------------------------------------------------- delays
 
@@ -123,12 +123,12 @@ def test_retry_policy_validation(kwargs: dict[str, object], match: str) -> None:
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"max_redeliveries": -1}, "max_redeliveries must be an int >= 0"),
-        ({"max_redeliveries": True}, "max_redeliveries"),
-        ({"initial_subscription": " "}, "initial_subscription"),
+        ({"max_redeliver_count": -1}, "max_redeliver_count must be an int >= 0"),
+        ({"max_redeliver_count": True}, "max_redeliver_count"),
+        ({"initial_subscription_name": " "}, "initial_subscription_name"),
         ({"name_guard": "dlq."}, "TopicNameGuard"),
         ({"max_error_message_bytes": 10}, "max_error_message_bytes"),
-        ({"topic": "http://x/y/z"}, "persistent://tenant/namespace/name"),
+        ({"dead_letter_topic": "http://x/y/z"}, "persistent://tenant/namespace/name"),
     ],
 )
 def test_dead_letter_policy_validation(kwargs: dict[str, object], match: str) -> None:
@@ -272,7 +272,7 @@ def test_metrics_names_and_attributes() -> None:
         "pulsar_client_consumer_nacks",
     ]
     assert recorder.points[1][2]["reason"] == "term"
-    assert recorder.meter_name == "airflow_provider_dlq.dlq_consumer"
+    assert recorder.meter_name == "pulsar_dlq_consumer"
     ConsumerMetrics().term(attrs)  # the global (no-op) provider works without an SDK
 
 

@@ -11,9 +11,9 @@ from urllib.parse import parse_qs
 
 import pytest
 
-from airflow_provider_dlq.dlq_consumer.client import create_client, oauth2_params
 from airflow_provider_dlq.hooks.connection import OAuth2Settings
 from airflow_provider_dlq.hooks.oauth2 import ClientCredentials, OAuth2Error
+from pulsar_dlq_consumer.client import create_client, oauth2_params
 
 SECRET = "s3cr3t-client-secret"
 

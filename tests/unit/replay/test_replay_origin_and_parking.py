@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from test_replay_decide_batch import DLQ, ORDERS, by_key, ours, scoped, snapshot_batch
 
-from airflow_provider_dlq.dlq_consumer.context import (
+from pulsar_dlq_consumer.context import (
     canonical_message_id,
     conflicting_claims,
     origin_claims,
@@ -185,7 +185,7 @@ def test_replay_ids_from_the_origin_properties_alone_equal_those_of_the_whole_co
     must be exactly the ids normalise computes from every property."""
     import pyarrow as pa
 
-    from airflow_provider_dlq.dlq_consumer.context import ORIGIN_PROPERTY_KEYS
+    from pulsar_dlq_consumer.context import ORIGIN_PROPERTY_KEYS
     from spark_apps.dlq_replay.normalize import replay_ids
 
     shapes = [

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import zipfile
+from pathlib import Path
 
 import pytest
 
-from spark_apps.dlq_replay.bundle import BundleError, airflow_imports, build_bundle, main
+from airflow_provider_dlq.bundle import BundleError, airflow_imports, build_bundle, library_dir, main
+from airflow_provider_dlq.resources import spark_app_dir
 
 
 def test_bundle_holds_the_app_and_the_vendored_library_only(tmp_path):
@@ -19,20 +21,13 @@ def test_bundle_holds_the_app_and_the_vendored_library_only(tmp_path):
             "spark_apps/__init__.py",
             "spark_apps/dlq_replay/__init__.py",
             "spark_apps/dlq_replay/pulsar_io/source.py",
-            "spark_apps/dlq_replay/bundle.py",
-            "airflow_provider_dlq/__init__.py",
-            "airflow_provider_dlq/dlq_consumer/__init__.py",
-            "airflow_provider_dlq/dlq_consumer/context.py",
+            "pulsar_dlq_consumer/__init__.py",
+            "pulsar_dlq_consumer/context.py",
         ):
             assert required in names
         assert not [n for n in names if "__pycache__" in n or not n.endswith(".py")]
-        assert not [
-            n
-            for n in names
-            if n.startswith("airflow_provider_dlq/")
-            and n.count("/") > 1
-            and not n.startswith("airflow_provider_dlq/dlq_consumer/")
-        ]
+        # Only the app and the vendored library: nothing of the provider (it imports Airflow).
+        assert {n.split("/")[0] for n in names} == {"spark_apps", "pulsar_dlq_consumer"}
         for name in names:
             assert airflow_imports(archive.read(name).decode(), name) == []
     first = paths.zip_path.read_bytes()
@@ -47,17 +42,35 @@ def test_airflow_imports_are_found_anywhere_in_a_module():
 
 
 def test_bundle_refuses_a_module_that_imports_airflow(tmp_path):
-    root = tmp_path / "src"
-    for pkg in ("spark_apps", "airflow_provider_dlq", "airflow_provider_dlq/dlq_consumer"):
-        (root / pkg).mkdir(parents=True)
-        (root / pkg / "__init__.py").write_text("")
-    (root / "spark_apps" / "dlq_replay_main.py").write_text("")
-    (root / "spark_apps" / "bad.py").write_text("from airflow.hooks.base import BaseHook\n")
+    app, lib = tmp_path / "app", tmp_path / "lib"
+    for pkg in (app, lib):
+        pkg.mkdir()
+        (pkg / "__init__.py").write_text("")
+    (app / "dlq_replay_main.py").write_text("")
+    (app / "bad.py").write_text("from airflow.hooks.base import BaseHook\n")
     with pytest.raises(BundleError, match=r"must not import Airflow.*spark_apps/bad\.py:1"):
-        build_bundle(tmp_path / "out", source_root=root)
-    (root / "spark_apps" / "bad.py").write_text("x = 1\n")
-    (root / "airflow_provider_dlq" / "hooks.py").write_text("import airflow\n")  # not bundled: fine
-    assert build_bundle(tmp_path / "out", source_root=root).zip_path.is_file()
+        build_bundle(tmp_path / "out", app_dir=app, lib_dir=lib)
+    (app / "bad.py").write_text("x = 1\n")
+    (lib / "otel.py").write_text("def f():\n    import airflow.sdk\n")
+    with pytest.raises(BundleError, match=r"pulsar_dlq_consumer/otel\.py:2"):
+        build_bundle(tmp_path / "out", app_dir=app, lib_dir=lib)
+    (lib / "otel.py").unlink()
+    paths = build_bundle(tmp_path / "out", app_dir=app, lib_dir=lib)
+    with zipfile.ZipFile(paths.zip_path) as archive:
+        assert sorted(archive.namelist()) == [
+            "pulsar_dlq_consumer/__init__.py",
+            "spark_apps/__init__.py",
+            "spark_apps/bad.py",
+            "spark_apps/dlq_replay_main.py",
+        ]
+
+
+def test_bundle_vendors_the_installed_library_from_its_one_source():
+    import pulsar_dlq_consumer
+
+    assert library_dir() == Path(pulsar_dlq_consumer.__file__).parent
+    assert spark_app_dir().name == "spark_apps"
+    assert (spark_app_dir() / "dlq_replay_main.py").is_file()
 
 
 def test_cli_prints_the_paths(tmp_path, capsys):

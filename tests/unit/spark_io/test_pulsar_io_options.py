@@ -9,7 +9,7 @@ import pytest
 
 from spark_apps.dlq_replay.pulsar_io.commit import make_commit_fn
 from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf
-from spark_apps.dlq_replay.pulsar_io.errors import PublishError, PulsarConfigError, WindowError
+from spark_apps.dlq_replay.pulsar_io.errors import PulsarConfigError, RepublishError, WindowError
 from spark_apps.dlq_replay.pulsar_io.republish import _epoch_ms, _properties, _RateLimiter
 from spark_apps.dlq_replay.pulsar_io.source import PulsarDataSourceReader, PulsarInputPartition
 from spark_apps.dlq_replay.pulsar_io.window import PartitionWindow, windows_to_json
@@ -77,7 +77,7 @@ def test_epoch_ms_handles_units_and_nulls():
         expected = ms - ms % 1000 if unit == "s" else ms
         assert _epoch_ms(col) == [expected, None]
     assert _epoch_ms(pa.nulls(2)) == [None, None]
-    with pytest.raises(PublishError, match="event_time must be a timestamp"):
+    with pytest.raises(RepublishError, match="event_time must be a timestamp"):
         _epoch_ms(pa.array([1, 2]))
 
 
@@ -87,7 +87,7 @@ def test_properties_from_map_column():
 
 
 def test_rate_limiter_rejects_non_positive_rates():
-    with pytest.raises(PublishError, match="rate_limit_per_s must be > 0"):
+    with pytest.raises(RepublishError, match="rate_limit_per_s must be > 0"):
         _RateLimiter(0)
 
 
@@ -122,7 +122,7 @@ def test_properties_of_a_sliced_map_column_and_of_a_null_column():
     col = pa.array([[("a", "1")], [("b", "2"), ("c", "3")], [("d", "4")]], pa.map_(pa.string(), pa.string()))
     assert _properties(col.slice(1, 2)) == [{"b": "2", "c": "3"}, {"d": "4"}]
     assert _properties(pa.nulls(2)) == [None, None]
-    with pytest.raises(PublishError, match="map<string,string>"):
+    with pytest.raises(RepublishError, match="map<string,string>"):
         _properties(pa.array(["x"]))
 
 

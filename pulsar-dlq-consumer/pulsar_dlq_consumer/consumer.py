@@ -24,14 +24,15 @@ import logging
 import queue
 import threading
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
-from airflow_provider_dlq.dlq_consumer.backoff import ExponentialBackoff, RedeliveryBackoff, checked_delay
-from airflow_provider_dlq.dlq_consumer.context import (
+from pulsar_dlq_consumer.backoff import ExponentialBackoff, RedeliveryBackoff, checked_delay
+from pulsar_dlq_consumer.context import (
     CONTEXT_PREFIX,
     DELAY_TIME,
     ORIGIN_MESSAGE_ID,
@@ -45,7 +46,7 @@ from airflow_provider_dlq.dlq_consumer.context import (
     base_topic,
     build_context_properties,
 )
-from airflow_provider_dlq.dlq_consumer.errors import (
+from pulsar_dlq_consumer.errors import (
     ConfigurationError,
     ConsumerClosedError,
     DlqNotConfiguredError,
@@ -54,8 +55,8 @@ from airflow_provider_dlq.dlq_consumer.errors import (
     RetryNotConfiguredError,
     UnsupportedSubscriptionTypeError,
 )
-from airflow_provider_dlq.dlq_consumer.metrics import ConsumerMetrics, topic_attributes
-from airflow_provider_dlq.dlq_consumer.policy import (
+from pulsar_dlq_consumer.metrics import ConsumerMetrics, topic_attributes
+from pulsar_dlq_consumer.policy import (
     DeadLetterPolicy,
     RetryPolicy,
     resolve_topics,
@@ -71,7 +72,6 @@ _MANAGED_OPTIONS = frozenset(
     {
         "consumer_type",
         "consumer_name",
-        "dead_letter_policy",
         "negative_ack_redelivery_delay_ms",
         "message_listener",
     }
@@ -174,12 +174,12 @@ class DlqConsumer:
         A ``pulsar.Client`` (create it with a Python ``logger=``; see :func:`create_client`).
     topic
         The topic to consume (a short name or ``persistent://tenant/ns/name``).
-    subscription
+    subscription_name
         Subscription name; also used in the default DLQ and retry topic names.
-    dead_letter
+    dead_letter_policy
         Dead-letter policy; ``None`` disables the DLQ (then ``term`` raises and nacks retry forever).
-    retry
-        Retry-topic policy; ``None`` disables ``reconsume_later``. Needs ``dead_letter``.
+    retry_policy
+        Retry-topic policy; ``None`` disables ``reconsume_later``. Needs ``dead_letter_policy``.
     backoff
         Nack redelivery backoff (default :class:`ExponentialBackoff`: 1 s, 2 s, 4 s, ... 60 s).
     consumer_type
@@ -199,16 +199,22 @@ class DlqConsumer:
         How long ``term``/``reconsume_later`` wait for the broker to confirm the copy.
     subscribe_options
         Further ``client.subscribe`` options (``initial_position``, ``receiver_queue_size``, ...).
+
+    Arguments and accessors are named as in ``pulsar.Client.subscribe`` and ``pulsar.Consumer``
+    (:meth:`topic`, :meth:`subscription_name`, :meth:`consumer_name`). The former names
+    ``subscription=``, ``dead_letter=``, ``retry=`` and the ``subscription`` attribute still work for one
+    release, with a ``DeprecationWarning``; ``consumer.topic`` and ``consumer.consumer_name`` used as
+    strings (not called) keep working for that release too.
     """
 
     def __init__(
         self,
         client: pulsar.Client,
         topic: str,
-        subscription: str,
+        subscription_name: str | None = None,
         *,
-        dead_letter: DeadLetterPolicy | None = None,
-        retry: RetryPolicy | None = None,
+        dead_letter_policy: DeadLetterPolicy | None = None,
+        retry_policy: RetryPolicy | None = None,
         backoff: RedeliveryBackoff | None = None,
         consumer_type: pulsar.ConsumerType | None = None,
         consumer_name: str | None = None,
@@ -220,6 +226,9 @@ class DlqConsumer:
     ) -> None:
         import pulsar
 
+        subscription_name, dead_letter, retry = _renamed_arguments(
+            subscription_name, dead_letter_policy, retry_policy, subscribe_options
+        )
         if consumer_type is None:
             consumer_type = pulsar.ConsumerType.Shared
         if consumer_type not in (pulsar.ConsumerType.Shared, pulsar.ConsumerType.KeyShared):
@@ -228,16 +237,19 @@ class DlqConsumer:
                 f"nack backoff and dead-lettering need individual acks; got {consumer_type!r}"
             )
         if dead_letter is not None and not isinstance(dead_letter, DeadLetterPolicy):
-            raise ConfigurationError(f"dead_letter must be a DeadLetterPolicy or None; got {dead_letter!r}")
+            raise ConfigurationError(
+                "dead_letter_policy must be a pulsar_dlq_consumer.DeadLetterPolicy (same arguments as "
+                f"pulsar.ConsumerDeadLetterPolicy) or None; got {dead_letter!r}"
+            )
         if retry is not None and not isinstance(retry, RetryPolicy):
-            raise ConfigurationError(f"retry must be a RetryPolicy or None; got {retry!r}")
+            raise ConfigurationError(f"retry_policy must be a RetryPolicy or None; got {retry!r}")
         backoff = backoff if backoff is not None else ExponentialBackoff()
         if not callable(getattr(backoff, "next", None)):
             raise ConfigurationError(f"backoff must have a next(redelivery_count) method; got {backoff!r}")
         managed = _MANAGED_OPTIONS & subscribe_options.keys()
         if managed:
             raise ConfigurationError(
-                f"{sorted(managed)} are managed by DlqConsumer: use consumer_type=, dead_letter=, backoff= "
+                f"{sorted(managed)} are managed by DlqConsumer: use consumer_type=, consumer_name=, backoff= "
                 "instead (message listeners are not supported; call receive())"
             )
         if (
@@ -248,19 +260,19 @@ class DlqConsumer:
             raise ConfigurationError(f"nack_precision_ms must be an int >= 1; got {nack_precision_ms!r}")
         if not isinstance(send_timeout_s, int | float) or send_timeout_s <= 0:
             raise ConfigurationError(f"send_timeout_s must be > 0; got {send_timeout_s!r}")
-        names = resolve_topics(topic, subscription, dead_letter, retry)
+        names = resolve_topics(topic, subscription_name, dead_letter, retry)
 
         self._pulsar = pulsar
         self._client = client
-        self.topic = names.topic
-        self.subscription = names.subscription
+        self._topic = names.topic
+        self._subscription = names.subscription
         self.dead_letter_topic = names.dead_letter_topic
         self.retry_topic = names.retry_topic
         self.dead_letter_policy = dead_letter
         self.retry_policy = retry
         self.backoff = backoff
         self._metrics = metrics if metrics is not None else ConsumerMetrics()
-        self._attributes = topic_attributes(self.topic, self.subscription)
+        self._attributes = topic_attributes(self._topic, self._subscription)
         self._producer_options = dict(producer_options or {})
         self._send_timeout_s = float(send_timeout_s)
         self._lock = threading.Lock()
@@ -276,18 +288,18 @@ class DlqConsumer:
         self._inbox: _Inbox | None = None
         self._retry_consumer: Any = None
         if self.retry_topic is None:
-            self._consumer = client.subscribe(self.topic, self.subscription, **options)
+            self._consumer = client.subscribe(self._topic, self._subscription, **options)
         else:
             self._inbox = _Inbox(int(subscribe_options.get("receiver_queue_size", 1000)))
             options["message_listener"] = self._inbox.listener
-            self._consumer = client.subscribe(self.topic, self.subscription, **options)
+            self._consumer = client.subscribe(self._topic, self._subscription, **options)
             try:
-                self._retry_consumer = client.subscribe(self.retry_topic, self.subscription, **options)
+                self._retry_consumer = client.subscribe(self.retry_topic, self._subscription, **options)
             except Exception:
                 self._inbox.close()
                 self._consumer.close()
                 raise
-        self._scheduler = _Scheduler(f"dlq-consumer-{self.subscription}")
+        self._scheduler = _Scheduler(f"dlq-consumer-{self._subscription}")
 
     # ------------------------------------------------------------------ basics
 
@@ -309,9 +321,29 @@ class DlqConsumer:
         return self._consumer
 
     @property
-    def consumer_name(self) -> str:
-        """Name of the underlying consumer."""
-        return str(self._consumer.consumer_name())
+    def topic(self) -> _Name:
+        """The consumed topic, fully qualified; call it, as ``pulsar.Consumer.topic()``."""
+        return _Name(self._topic)
+
+    def subscription_name(self) -> str:
+        """The subscription name, as ``pulsar.Consumer.subscription_name()``."""
+        return self._subscription
+
+    @property
+    def consumer_name(self) -> _Name:
+        """Name of the underlying consumer; call it, as ``pulsar.Consumer.consumer_name()``."""
+        return _Name(str(self._consumer.consumer_name()))
+
+    @property
+    def subscription(self) -> str:
+        """Deprecated: call :meth:`subscription_name`."""
+        warnings.warn(
+            "DlqConsumer.subscription is deprecated and will be removed in the next release; "
+            "call subscription_name()",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self._subscription
 
     @property
     def pending_nacks(self) -> int:
@@ -329,7 +361,7 @@ class DlqConsumer:
     def receive(self, timeout_millis: int | None = None) -> pulsar.Message:
         """Receive the next message (``pulsar.Timeout`` when none arrives in time).
 
-        A message redelivered more than ``max_redeliveries`` times (e.g. after a crash) goes to the
+        A message redelivered more than ``max_redeliver_count`` times (e.g. after a crash) goes to the
         DLQ with reason ``max-redeliveries`` instead of being returned.
         """
         self._check_open()
@@ -343,7 +375,7 @@ class DlqConsumer:
             else:
                 msg = self._consumer.receive(remaining)
             policy = self.dead_letter_policy
-            if policy is not None and msg.redelivery_count() > policy.max_redeliveries:
+            if policy is not None and msg.redelivery_count() > policy.max_redeliver_count:
                 self._dead_letter(msg, REASON_MAX_REDELIVERIES, None, wait=True)
                 continue
             return msg
@@ -356,7 +388,7 @@ class DlqConsumer:
     def negative_acknowledge(self, msg: pulsar.Message, error: BaseException | str | None = None) -> None:
         """Redeliver ``msg`` after ``backoff.next(redelivery_count)`` seconds.
 
-        If it has already been redelivered ``max_redeliveries`` times and a DLQ is configured, it goes
+        If it has already been redelivered ``max_redeliver_count`` times and a DLQ is configured, it goes
         to the DLQ with reason ``max-redeliveries`` and the context of ``error`` instead.
 
         Raises
@@ -369,7 +401,7 @@ class DlqConsumer:
         self._check_open()
         count = msg.redelivery_count()
         policy = self.dead_letter_policy
-        if policy is not None and count >= policy.max_redeliveries:
+        if policy is not None and count >= policy.max_redeliver_count:
             self._dead_letter(msg, REASON_MAX_REDELIVERIES, error, wait=True)
             return
         try:
@@ -454,7 +486,7 @@ class DlqConsumer:
         if self.dead_letter_policy is None or self.dead_letter_topic is None:
             raise DlqNotConfiguredError(
                 f"{what} needs a dead-letter topic: create the consumer with "
-                "dead_letter=DeadLetterPolicy(...) (the message was left unacknowledged)"
+                "dead_letter_policy=DeadLetterPolicy(...) (the message was left unacknowledged)"
             )
 
     def _reconsume(
@@ -471,8 +503,9 @@ class DlqConsumer:
         retry = self.retry_policy
         if retry is None or self.retry_topic is None:
             raise RetryNotConfiguredError(
-                "reconsume_later() needs a retry topic: create the consumer with retry=RetryPolicy(...) "
-                "and dead_letter=DeadLetterPolicy(...) (the message was left unacknowledged)"
+                "reconsume_later() needs a retry topic: create the consumer with "
+                "retry_policy=RetryPolicy(...) and dead_letter_policy=DeadLetterPolicy(...) "
+                "(the message was left unacknowledged)"
             )
         custom = _check_properties(properties)
         previous = _reconsume_times(msg)
@@ -528,10 +561,10 @@ class DlqConsumer:
         """Original properties without old bookkeeping, plus fresh context."""
         original = msg.properties()
         if self.is_retry_message(msg):
-            origin_topic = _str_or(original.get(REAL_TOPIC), self.topic)
+            origin_topic = _str_or(original.get(REAL_TOPIC), self._topic)
             origin_id = _str_or(original.get(ORIGIN_MESSAGE_ID), str(msg.message_id()))
         else:
-            origin_topic = msg.topic_name() or self.topic
+            origin_topic = msg.topic_name() or self._topic
             origin_id = str(msg.message_id())
         kept = {
             k: v
@@ -542,13 +575,13 @@ class DlqConsumer:
         context = build_context_properties(
             origin_topic=origin_topic,
             origin_message_id=origin_id,
-            subscription=self.subscription,
+            subscription=self._subscription,
             reason=reason,
             delivery_count=msg.redelivery_count() + 1,
             reconsume_times=reconsume_times,
             error=error,
             include_stacktrace=policy.include_stacktrace if policy else True,
-            consumer=self.consumer_name,
+            consumer=self.consumer_name(),
             failed_at=int(time.time() * 1000),
             payload=msg.data(),
             payload_copied=policy.copy_payload if (policy and reason is not None) else True,
@@ -569,11 +602,11 @@ class DlqConsumer:
             if producer is not None:
                 return producer
             policy = self.dead_letter_policy
-            if topic == self.dead_letter_topic and policy is not None and policy.initial_subscription:
+            if topic == self.dead_letter_topic and policy is not None and policy.initial_subscription_name:
                 # A durable subscription retains DLQ messages until someone reads them.
                 self._client.subscribe(
                     topic,
-                    policy.initial_subscription,
+                    policy.initial_subscription_name,
                     consumer_type=self._pulsar.ConsumerType.Shared,
                     initial_position=self._pulsar.InitialPosition.Earliest,
                 ).close()
@@ -739,6 +772,49 @@ class DlqConsumer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class _Name(str):
+    """A name that is also callable, so ``consumer.topic()`` (as on ``pulsar.Consumer``) and the former
+    attribute use ``consumer.topic`` (deprecated) both give the string."""
+
+    __slots__ = ()
+
+    def __call__(self) -> str:
+        return str(self)
+
+
+_RENAMED = {"subscription": "subscription_name", "dead_letter": "dead_letter_policy", "retry": "retry_policy"}
+
+
+def _renamed_arguments(
+    subscription_name: str | None,
+    dead_letter_policy: DeadLetterPolicy | None,
+    retry_policy: RetryPolicy | None,
+    options: dict[str, Any],
+) -> tuple[str, DeadLetterPolicy | None, RetryPolicy | None]:
+    """Take the deprecated ``subscription=``, ``dead_letter=``, ``retry=`` out of ``options``."""
+    given: dict[str, Any] = {
+        "subscription_name": subscription_name,
+        "dead_letter_policy": dead_letter_policy,
+        "retry_policy": retry_policy,
+    }
+    for old, new in _RENAMED.items():
+        if old not in options:
+            continue
+        warnings.warn(
+            f"DlqConsumer({old}=...) is deprecated and will be removed in the next release; use {new}=",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        if given[new] is not None:
+            raise ConfigurationError(f"give {new}= only (not also the deprecated {old}=)")
+        given[new] = options.pop(old)
+    if given["subscription_name"] is None:
+        raise ConfigurationError(
+            "subscription_name is required: DlqConsumer(client, topic, subscription_name)"
+        )
+    return given["subscription_name"], given["dead_letter_policy"], given["retry_policy"]
 
 
 def _str_or(value: object, default: str) -> str:

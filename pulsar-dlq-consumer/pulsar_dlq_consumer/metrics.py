@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from opentelemetry.metrics import MeterProvider
 
-METER_NAME = "airflow_provider_dlq.dlq_consumer"
+METER_NAME = "pulsar_dlq_consumer"
 TERMS = "pulsar_client_consumer_terms"
 DLQ_MESSAGES = "pulsar_client_consumer_dlq_messages"
 RETRIES = "pulsar_client_consumer_retries"

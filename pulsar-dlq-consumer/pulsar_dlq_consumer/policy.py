@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+import warnings
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
 
-from airflow_provider_dlq.dlq_consumer.context import MAX_ERROR_MESSAGE_BYTES, MAX_ERROR_STACK_BYTES
-from airflow_provider_dlq.dlq_consumer.delays import DEFAULT_LEVELS, DelayLevels, validate_delay
-from airflow_provider_dlq.dlq_consumer.errors import (
+from pulsar_dlq_consumer.context import MAX_ERROR_MESSAGE_BYTES, MAX_ERROR_STACK_BYTES
+from pulsar_dlq_consumer.delays import DEFAULT_LEVELS, DelayLevels, validate_delay
+from pulsar_dlq_consumer.errors import (
     ConfigurationError,
     InvalidDelayError,
     TopicNameGuardError,
@@ -114,18 +115,36 @@ def _check_count(name: str, value: int, minimum: int) -> None:
         raise ConfigurationError(f"{name} must be an int >= {minimum}; got {value!r}")
 
 
-@dataclass(frozen=True)
+#: Former (deprecated) argument names of :class:`DeadLetterPolicy` -> the pulsar-client ones.
+_DEPRECATED_DLQ_ARGS = {
+    "max_redeliveries": "max_redeliver_count",
+    "topic": "dead_letter_topic",
+    "initial_subscription": "initial_subscription_name",
+}
+
+
+def _deprecated(old: str, new: str, owner: str) -> None:
+    warnings.warn(
+        f"{owner}.{old} is deprecated and will be removed in the next release; use {new}",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+
+
+@dataclass(frozen=True, init=False)
 class DeadLetterPolicy:
     """Where and how failed messages are dead-lettered.
 
+    The first three arguments are named and ordered as in ``pulsar.ConsumerDeadLetterPolicy``.
+
     Parameters
     ----------
-    max_redeliveries
+    max_redeliver_count
         Negative acks allowed before a message goes to the DLQ with reason ``max-redeliveries``: the
-        handler sees a message at most ``max_redeliveries + 1`` times (default 16).
-    topic
+        handler sees a message at most ``max_redeliver_count + 1`` times (default 16).
+    dead_letter_topic
         DLQ topic; default ``<topic>-<subscription>-DLQ``.
-    initial_subscription
+    initial_subscription_name
         Durable subscription created on the DLQ before the first message is written, so DLQ messages
         are retained until someone reads them (e.g. the replay's subscription).
     name_guard
@@ -137,31 +156,88 @@ class DeadLetterPolicy:
         Write the (bounded) stack trace of the error.
     max_error_message_bytes, max_stacktrace_bytes
         Bounds for the exception message and stack trace properties (UTF-8 bytes).
+
+    The former names ``max_redeliveries``, ``topic`` and ``initial_subscription`` are accepted (as
+    keyword arguments and attributes) with a ``DeprecationWarning`` for one release.
     """
 
-    max_redeliveries: int = DEFAULT_MAX_REDELIVERIES
-    topic: str | None = None
-    initial_subscription: str | None = None
-    name_guard: TopicNameGuard = field(default_factory=TopicNameGuard)
-    copy_payload: bool = True
-    include_stacktrace: bool = True
-    max_error_message_bytes: int = MAX_ERROR_MESSAGE_BYTES
-    max_stacktrace_bytes: int = MAX_ERROR_STACK_BYTES
+    max_redeliver_count: int
+    dead_letter_topic: str | None
+    initial_subscription_name: str | None
+    name_guard: TopicNameGuard
+    copy_payload: bool
+    include_stacktrace: bool
+    max_error_message_bytes: int
+    max_stacktrace_bytes: int
+
+    def __init__(
+        self,
+        max_redeliver_count: int = DEFAULT_MAX_REDELIVERIES,
+        dead_letter_topic: str | None = None,
+        initial_subscription_name: str | None = None,
+        name_guard: TopicNameGuard | None = None,
+        copy_payload: bool = True,
+        include_stacktrace: bool = True,
+        max_error_message_bytes: int = MAX_ERROR_MESSAGE_BYTES,
+        max_stacktrace_bytes: int = MAX_ERROR_STACK_BYTES,
+        **deprecated: Any,
+    ) -> None:
+        given = {
+            "max_redeliver_count": max_redeliver_count,
+            "dead_letter_topic": dead_letter_topic,
+            "initial_subscription_name": initial_subscription_name,
+        }
+        for old, value in deprecated.items():
+            new = _DEPRECATED_DLQ_ARGS.get(old)
+            if new is None:
+                raise TypeError(f"DeadLetterPolicy() got an unexpected keyword argument {old!r}")
+            _deprecated(old, new, "DeadLetterPolicy")
+            given[new] = value
+        values = {
+            **given,
+            "name_guard": name_guard if name_guard is not None else TopicNameGuard(),
+            "copy_payload": copy_payload,
+            "include_stacktrace": include_stacktrace,
+            "max_error_message_bytes": max_error_message_bytes,
+            "max_stacktrace_bytes": max_stacktrace_bytes,
+        }
+        for name, value in values.items():
+            object.__setattr__(self, name, value)
+        self.__post_init__()
 
     def __post_init__(self) -> None:
-        _check_count("max_redeliveries", self.max_redeliveries, 0)
-        if self.topic is not None:
-            normalize_topic(self.topic)
-        if self.initial_subscription is not None and (
-            not isinstance(self.initial_subscription, str) or not self.initial_subscription.strip()
+        _check_count("max_redeliver_count", self.max_redeliver_count, 0)
+        if self.dead_letter_topic is not None:
+            normalize_topic(self.dead_letter_topic)
+        if self.initial_subscription_name is not None and (
+            not isinstance(self.initial_subscription_name, str) or not self.initial_subscription_name.strip()
         ):
             raise ConfigurationError(
-                f"initial_subscription must be a non-empty string or None; got {self.initial_subscription!r}"
+                "initial_subscription_name must be a non-empty string or None; "
+                f"got {self.initial_subscription_name!r}"
             )
         if not isinstance(self.name_guard, TopicNameGuard):
             raise ConfigurationError(f"name_guard must be a TopicNameGuard; got {self.name_guard!r}")
         _check_count("max_error_message_bytes", self.max_error_message_bytes, 64)
         _check_count("max_stacktrace_bytes", self.max_stacktrace_bytes, 64)
+
+    @property
+    def max_redeliveries(self) -> int:
+        """Deprecated: :attr:`max_redeliver_count`."""
+        _deprecated("max_redeliveries", "max_redeliver_count", "DeadLetterPolicy")
+        return self.max_redeliver_count
+
+    @property
+    def topic(self) -> str | None:
+        """Deprecated: :attr:`dead_letter_topic`."""
+        _deprecated("topic", "dead_letter_topic", "DeadLetterPolicy")
+        return self.dead_letter_topic
+
+    @property
+    def initial_subscription(self) -> str | None:
+        """Deprecated: :attr:`initial_subscription_name`."""
+        _deprecated("initial_subscription", "initial_subscription_name", "DeadLetterPolicy")
+        return self.initial_subscription_name
 
 
 @dataclass(frozen=True)
@@ -261,11 +337,15 @@ def resolve_topics(
     if retry is not None and dead_letter is None:
         raise ConfigurationError(
             "a retry policy needs a dead-letter policy (past max_reconsumes the message goes to the DLQ): "
-            "pass dead_letter=DeadLetterPolicy(...)"
+            "pass dead_letter_policy=DeadLetterPolicy(...)"
         )
     dlq = retry_topic = None
     if dead_letter is not None:
-        dlq = normalize_topic(dead_letter.topic) if dead_letter.topic else f"{full}-{subscription}-DLQ"
+        dlq = (
+            normalize_topic(dead_letter.dead_letter_topic)
+            if dead_letter.dead_letter_topic
+            else f"{full}-{subscription}-DLQ"
+        )
         dead_letter.name_guard.check(dlq, role="DLQ")
     if retry is not None:
         assert dead_letter is not None

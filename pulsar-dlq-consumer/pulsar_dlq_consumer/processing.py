@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_dlq.dlq_consumer.errors import (
+from pulsar_dlq_consumer.errors import (
     ConfigurationError,
     DlqNotConfiguredError,
     InvalidDelayError,
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
     import pulsar
 
-    from airflow_provider_dlq.dlq_consumer.consumer import DlqConsumer
+    from pulsar_dlq_consumer.consumer import DlqConsumer
 
 log = logging.getLogger(__name__)
 
@@ -121,10 +121,12 @@ class MessageProcessor:
         if default not in (Outcome.NACK, Outcome.RETRY, Outcome.TERM):
             raise ConfigurationError(f"default must be 'nack', 'retry' or 'term'; got {default!r}")
         if default is Outcome.RETRY and consumer.retry_policy is None:
-            raise ConfigurationError("default='retry' needs a consumer created with retry=RetryPolicy(...)")
+            raise ConfigurationError(
+                "default='retry' needs a consumer created with retry_policy=RetryPolicy(...)"
+            )
         if default is Outcome.TERM and consumer.dead_letter_policy is None:
             raise ConfigurationError(
-                "default='term' needs a consumer created with dead_letter=DeadLetterPolicy(...)"
+                "default='term' needs a consumer created with dead_letter_policy=DeadLetterPolicy(...)"
             )
         self.consumer = consumer
         self.handler = handler
@@ -224,7 +226,7 @@ class MessageProcessor:
                 continue
             except PublishError:
                 # dead-lettering a message redelivered past the maximum failed; it was nacked
-                log.warning("dlq_consumer: a message past max_redeliveries could not be dead-lettered yet")
+                log.warning("dlq_consumer: a message past max_redeliver_count could not be dead-lettered yet")
                 stats.failed += 1
                 continue
             last = time.monotonic()

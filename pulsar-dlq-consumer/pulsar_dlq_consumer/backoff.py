@@ -6,8 +6,8 @@ import math
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from airflow_provider_dlq.dlq_consumer.delays import MAX_DELAY_SECONDS
-from airflow_provider_dlq.dlq_consumer.errors import ConfigurationError, InvalidDelayError
+from pulsar_dlq_consumer.delays import MAX_DELAY_SECONDS
+from pulsar_dlq_consumer.errors import ConfigurationError, InvalidDelayError
 
 
 @runtime_checkable

@@ -620,8 +620,8 @@ def canonical_topic(topic: str | None) -> str | None:
     (a partition and its topic are the same origin). ``None`` for anything that is not a topic name."""
     if not topic or TRUNCATION_MARKER in topic:
         return None
-    from airflow_provider_dlq.dlq_consumer.errors import ConfigurationError
-    from airflow_provider_dlq.dlq_consumer.policy import normalize_topic
+    from pulsar_dlq_consumer.errors import ConfigurationError
+    from pulsar_dlq_consumer.policy import normalize_topic
 
     try:
         qualified = normalize_topic(topic)

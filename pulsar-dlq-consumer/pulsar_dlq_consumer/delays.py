@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from airflow_provider_dlq.dlq_consumer.errors import ConfigurationError, InvalidDelayError
+from pulsar_dlq_consumer.errors import ConfigurationError, InvalidDelayError
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

@@ -1,12 +1,13 @@
 """Build the ``--py-files`` bundle of the replay app.
 
-The zip holds ``spark_apps/**`` and a vendored copy of the consumer library
-(``airflow_provider_dlq/__init__.py`` + ``airflow_provider_dlq/dlq_consumer/**``), copied at build time
-from its single source in this repository. Every bundled module is checked not to import Airflow, so the
-bundle runs on any Python with pyspark, pyarrow and pulsar-client. Native code (pulsar-client) cannot
-travel in ``--py-files``: install it in the Spark Python environment.
+The zip holds the Spark app as ``spark_apps/**`` and a vendored copy of the consumer library as
+``pulsar_dlq_consumer/**``, both copied at build time from their single sources: the installed provider
+(or the source checkout, see :mod:`airflow_provider_dlq.resources`) and the installed
+``pulsar-dlq-consumer``. Every bundled module is checked not to import Airflow, so the bundle runs on any
+Python with pyspark, pyarrow and pulsar-client. Native code (pulsar-client) cannot travel in
+``--py-files``: install it in the Spark Python environment.
 
-    python -m spark_apps.dlq_replay.bundle --dest build/
+    python -m airflow_provider_dlq.bundle --dest build/
     spark-submit --py-files build/dlq_replay.zip build/dlq_replay_main.py --help
 """
 
@@ -14,27 +15,28 @@ from __future__ import annotations
 
 import argparse
 import ast
+import importlib.util
 import shutil
 import sys
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from airflow_provider_dlq.errors import DlqProviderError
+from airflow_provider_dlq.resources import spark_app_dir
+
 ZIP_NAME = "dlq_replay.zip"
 MAIN_NAME = "dlq_replay_main.py"
-_REPO_ROOT = Path(__file__).resolve().parents[2]
-# (source folder relative to the repo root, recurse into it)
-_SOURCES: tuple[tuple[str, bool], ...] = (
-    ("spark_apps", True),
-    ("airflow_provider_dlq", False),  # only its __init__.py: the package shell for the library
-    ("airflow_provider_dlq/dlq_consumer", True),
-)
+#: Package names inside the zip: the app's modules import ``spark_apps.dlq_replay...`` and
+#: ``pulsar_dlq_consumer...``.
+APP_PACKAGE = "spark_apps"
+LIBRARY_PACKAGE = "pulsar_dlq_consumer"
 _FORBIDDEN_TOP_LEVEL = "airflow"
 # Fixed timestamp: the same sources give a byte-identical zip.
 _ZIP_DATE = (2020, 1, 1, 0, 0, 0)
 
 
-class BundleError(RuntimeError):
+class BundleError(DlqProviderError, RuntimeError):
     """The bundle could not be built (missing sources, or a bundled module imports Airflow)."""
 
 
@@ -46,17 +48,27 @@ class BundlePaths:
     main_path: Path
 
 
-def _bundle_files(root: Path) -> list[Path]:
-    files: set[Path] = set()
-    for folder, recurse in _SOURCES:
-        base = root / folder
+def library_dir() -> Path:
+    """The folder of the installed ``pulsar_dlq_consumer`` package (found without importing it)."""
+    spec = importlib.util.find_spec(LIBRARY_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise BundleError(
+            f"the consumer library {LIBRARY_PACKAGE} is not installed; pip install pulsar-dlq-consumer "
+            "(airflow-provider-dlq depends on it)"
+        )
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _bundle_files(app_dir: Path, lib_dir: Path) -> list[tuple[str, Path]]:
+    """``(name in the zip, source file)`` of every module to bundle, sorted by name."""
+    files: dict[str, Path] = {}
+    for package, base in ((APP_PACKAGE, app_dir), (LIBRARY_PACKAGE, lib_dir)):
         if not (base / "__init__.py").is_file():
-            raise BundleError(
-                f"cannot bundle {base}: not a package (no __init__.py); run from a source checkout"
-            )
-        found = base.rglob("*.py") if recurse else base.glob("__init__.py")
-        files.update(p for p in found if "__pycache__" not in p.parts)
-    return sorted(files)
+            raise BundleError(f"cannot bundle {base} as {package}: not a package (no __init__.py)")
+        for path in base.rglob("*.py"):
+            if "__pycache__" not in path.parts:
+                files[f"{package}/{path.relative_to(base).as_posix()}"] = path
+    return sorted(files.items())
 
 
 def airflow_imports(source: str, filename: str) -> list[str]:
@@ -74,15 +86,21 @@ def airflow_imports(source: str, filename: str) -> list[str]:
     return hits
 
 
-def build_bundle(dest_dir: str | Path, *, source_root: str | Path | None = None) -> BundlePaths:
-    """Write ``dlq_replay.zip`` and ``dlq_replay_main.py`` into ``dest_dir`` and return their paths."""
-    root = Path(source_root) if source_root is not None else _REPO_ROOT
+def build_bundle(
+    dest_dir: str | Path, *, app_dir: str | Path | None = None, lib_dir: str | Path | None = None
+) -> BundlePaths:
+    """Write ``dlq_replay.zip`` and ``dlq_replay_main.py`` into ``dest_dir`` and return their paths.
+
+    ``app_dir`` (the ``spark_apps`` package folder) and ``lib_dir`` (the ``pulsar_dlq_consumer`` package
+    folder) default to the installed provider's app and the installed library.
+    """
+    app = Path(app_dir) if app_dir is not None else spark_app_dir()
+    lib = Path(lib_dir) if lib_dir is not None else library_dir()
     dest = Path(dest_dir)
     dest.mkdir(parents=True, exist_ok=True)
-    files = _bundle_files(root)
+    files = _bundle_files(app, lib)
     offending: list[str] = []
-    for path in files:
-        rel = path.relative_to(root).as_posix()
+    for rel, path in files:
         offending += airflow_imports(path.read_text(encoding="utf-8"), rel)
     if offending:
         raise BundleError(
@@ -93,13 +111,13 @@ def build_bundle(dest_dir: str | Path, *, source_root: str | Path | None = None)
     zip_path = dest / ZIP_NAME
     tmp = zip_path.with_suffix(".zip.tmp")
     with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-        for path in files:
-            info = zipfile.ZipInfo(path.relative_to(root).as_posix(), date_time=_ZIP_DATE)
+        for rel, path in files:
+            info = zipfile.ZipInfo(rel, date_time=_ZIP_DATE)
             info.compress_type = zipfile.ZIP_DEFLATED
             info.external_attr = 0o644 << 16
             archive.writestr(info, path.read_bytes())
     tmp.replace(zip_path)
-    main_src = root / "spark_apps" / MAIN_NAME
+    main_src = app / MAIN_NAME
     if not main_src.is_file():
         raise BundleError(f"the app's main file {main_src} is missing")
     main_path = dest / MAIN_NAME
@@ -108,9 +126,9 @@ def build_bundle(dest_dir: str | Path, *, source_root: str | Path | None = None)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m spark_apps.dlq_replay.bundle --dest DIR``: print the zip and main paths."""
+    """``python -m airflow_provider_dlq.bundle --dest DIR``: print the zip and main paths."""
     parser = argparse.ArgumentParser(
-        prog="python -m spark_apps.dlq_replay.bundle",
+        prog="python -m airflow_provider_dlq.bundle",
         allow_abbrev=False,
         description="Build the --py-files zip of the DLQ replay app with the vendored consumer library.",
     )

@@ -1,0 +1,69 @@
+"""The example DAGs, playbook and fix that ship with the provider.
+
+    python -m airflow_provider_dlq.examples                 # print the folder of the example DAGs
+    python -m airflow_provider_dlq.examples --dest dags/    # copy DAGs, playbooks/ and fixes/ there
+
+In the installed provider the folder is ``airflow_provider_dlq/example_dags`` (``playbooks/orders.yaml``
+and ``fixes/orders_fixes.py`` inside it), so it can also be used as a DAGs folder as it is. The copy
+keeps the playbook's relative ``fix_files`` path working.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+
+from airflow_provider_dlq.resources import example_dags_dir, example_playbook_files
+
+
+def example_files() -> dict[str, Path]:
+    """Every example file by its path relative to the example DAGs folder."""
+    dags = {p.name: p for p in sorted(example_dags_dir().glob("dlq_*.py"))}
+    return {**dags, **example_playbook_files()}
+
+
+def copy_examples(dest: str | Path, *, overwrite: bool = False) -> list[Path]:
+    """Copy the example DAGs, playbooks and fixes into ``dest``; refuse to overwrite unless asked."""
+    target = Path(dest)
+    files = example_files()
+    existing = [rel for rel in files if (target / rel).exists()]
+    if existing and not overwrite:
+        raise FileExistsError(
+            f"{target} already has {', '.join(sorted(existing))}; pass --overwrite to replace them"
+        )
+    written = []
+    for rel, src in files.items():
+        out = target / rel
+        out.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, out)
+        written.append(out)
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the example DAGs folder, or copy the examples with ``--dest``."""
+    parser = argparse.ArgumentParser(
+        prog="python -m airflow_provider_dlq.examples",
+        description="Show or copy the provider's example DAGs, playbook and fix.",
+        allow_abbrev=False,
+    )
+    parser.add_argument("--dest", help="copy the examples into this folder (created when missing)")
+    parser.add_argument("--overwrite", action="store_true", help="replace files that already exist")
+    args = parser.parse_args(argv)
+    if not args.dest:
+        print(example_dags_dir())
+        return 0
+    try:
+        written = copy_examples(args.dest, overwrite=args.overwrite)
+    except FileExistsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for path in written:
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

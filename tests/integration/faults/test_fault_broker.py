@@ -1,0 +1,159 @@
+"""Fault suite, broker: Apache Pulsar SIGKILLed while the replay is in snapshot, apply and commit, and
+restarted on the same ports and data (the same cluster, as after a crash and a supervisor's restart).
+
+The replay (reader mode: ``--admin-url``) either rides through the restart or fails cleanly with exit
+code 1 and is resumed with the same command; either way the totals are exact, nothing is lost, nothing
+reaches the origin twice (broker deduplication is on) and exactly the skipped messages stay pending.
+
+The module has a broker of its own: the session broker is never killed (other tests use it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fault_support import (
+    CASES,
+    FaultRow,
+    end_state,
+    finish,
+    outputs,
+    parquet_values,
+    signal_tree,
+    start,
+    state_of,
+    step_status,
+    tree,
+    wait_for_step,
+)
+from test_fault_kills import ARCHIVE, PLAYBOOK, REPLAY, SKIP, TOPICS, build_dlqs
+
+pytestmark = [pytest.mark.integration, pytest.mark.real_pulsar, pytest.mark.slow]
+
+WAVE, PRODUCERS = 40, 2
+
+
+@pytest.fixture(scope="module")
+def broker() -> Iterator[Any]:
+    """Apache Pulsar standalone for this module only (own ports and temp data dir, removed at the end)."""
+    from pulsar_standalone import start_standalone
+
+    broker = start_standalone()  # retries on new ports when a picked port was taken before the bind
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+@pytest.fixture(scope="module")
+def client(broker: Any) -> Iterator[Any]:
+    import pulsar
+
+    client = pulsar.Client(broker.service_url, operation_timeout_seconds=30)
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+def args(broker: Any, dlqs: list[str], out: Path, run_id: str, *extra: str) -> list[str]:
+    return [
+        "--run-id", run_id, "--mode", "replay", "--service-url", broker.service_url,
+        "--admin-url", broker.admin_url, "--topics", ",".join(dlqs), "--output-dir", str(out),
+        "--playbook", PLAYBOOK, "--origin-allowlist", "orders-*", "--idle-timeout-ms", "1500",
+        "--parallelism", str(PRODUCERS), "--wave-size", str(WAVE), *extra,
+    ]  # fmt: skip
+
+
+def kill_broker_in_step(
+    proc: Any, broker: Any, out: Path, run_id: str, step: str, ready: Any = None, timeout: float = 600
+) -> str:
+    """SIGKILL the broker while ``step`` runs; returns the step's status at that moment.
+
+    The app is frozen (SIGSTOP) while its state is read and the broker is killed, then let go: the kill
+    lands inside the step, never in a gap the poll missed.
+    """
+    wait_for_step(proc, out, run_id, step, ready, timeout)
+    procs = tree(proc)
+    signal_tree(procs, signal.SIGSTOP)
+    try:
+        status = step_status(out, run_id, step) or "missing"
+        broker.kill()
+    finally:
+        signal_tree(procs, signal.SIGCONT)
+    return status
+
+
+@pytest.mark.timeout(1800)
+@pytest.mark.parametrize("step", CASES["broker"])
+def test_broker_killed_and_restarted_in_a_step(step, broker, client, fault_bundle, fault_table, tmp_path):
+    origin, dlqs, expected = build_dlqs(client)
+    out = tmp_path / "out"
+    run_id = f"broker-{step}"
+    slow = ("--rate-limit", "150") if step == "apply" else ()
+    first = start(fault_bundle, args(broker, dlqs, out, run_id, *slow), tmp_path, "first")
+    in_flight = (lambda p: p.get("waves_done", 0) >= 1 and "wave_in_flight" in p) if step == "apply" else None
+    try:
+        status = kill_broker_in_step(first, broker, out, run_id, step, in_flight)
+        broker.restart()
+    except BaseException:
+        with contextlib.suppress(Exception):
+            first.kill()
+        raise
+    assert status == "running", f"the broker died after step {step} ended ({status}); nothing was tested"
+
+    code = first.wait(timeout=900)
+    _, first_err = outputs(tmp_path, "first")
+    if code == 0:
+        how = "rode through the restart (exit 0)"
+        summary = finish(first, tmp_path, "first")
+    else:
+        # A clean failure: the resumable exit code, the resume hint, and the step left to redo.
+        assert code == 1, f"the run exited {code} (expected 0 or 1):\n{first_err[-4000:]}"
+        assert "re-run the same --run-id to resume" in first_err, first_err[-4000:]
+        failed_in = next(
+            (s for s, v in state_of(out, run_id).get("steps", {}).items() if v.get("status") != "complete"),
+            "?",
+        )
+        how = f"exit 1 in `{failed_in}`, resumed with the same command: exit 0"
+        resume = start(fault_bundle, args(broker, dlqs, out, run_id), tmp_path, "resume")
+        summary = finish(resume, tmp_path, "resume")
+
+    totals = summary["totals"]
+    assert summary["status"] == "succeeded"
+    assert totals["snapshot"] == len(expected)
+    assert (totals["republished"], totals["archived"], totals["skipped"]) == (
+        TOPICS * REPLAY,
+        TOPICS * ARCHIVE,
+        TOPICS * SKIP,
+    )
+    assert totals["acked"] == TOPICS * (REPLAY + ARCHIVE)
+    assert totals["left_pending"] == TOPICS * SKIP
+    archived = parquet_values(out / "archive", "key")
+    assert len(archived) == len(set(archived)) == TOPICS * ARCHIVE
+    assert len(parquet_values(out / "ledger", "replay_id")) == len(expected)
+    state = end_state(client, origin=origin, dlqs=dlqs, expected=expected, archived_keys=archived)
+    assert state.lost == 0, state.details
+    assert state.misplaced == 0, state.details
+    assert state.doubled == 0, state.details  # broker deduplication drops every re-sent sequence id
+    assert state.pending == TOPICS * SKIP
+    fault_table.record(
+        FaultRow(
+            category="broker",
+            case=step,
+            fault=f"Apache Pulsar SIGKILLed during `{step}` (reader mode), restarted on the same ports and "
+            "data",
+            expected="rides through, or exits 1 and resumes; exact totals; nothing doubled (broker dedup); "
+            "skipped ones pending",
+            result=f"{how}: {len(expected)} messages, republished {totals['republished']}, archived "
+            f"{totals['archived']}, acked {totals['acked']}, resent {totals['resent']}",
+            lost=state.lost,
+            doubled=state.doubled,
+            pending=state.pending,
+        )
+    )
