@@ -223,13 +223,13 @@ def run_one(
             LOG.info("%s produced in %.1f s; running (load average %s)", tag, produced.seconds, load_before)
             if contender in OURS:
                 from bench.ours import run_ours
+                from spark_standalone import SparkCluster
 
-                cluster = None
+                cluster: SparkCluster | None = None
                 if contender == "ours_cluster":  # a fresh cluster per run, started before the clock
-                    from bench.spark_cluster import start_cluster
-
                     logs = out_dir / "logs" / f"{broker_kind}-{n}-cluster{suffix}"
-                    cluster = stack.enter_context(contextlib.closing(start_cluster(scratch, log_dir=logs)))
+                    cluster = stack.enter_context(SparkCluster(log_dir=logs))
+                    cluster.start(workers=2, cores=1, memory="2g")
                     LOG.info(
                         "%s Spark standalone cluster at %s (2 workers x 1 core)", tag, cluster.master_url
                     )
@@ -241,7 +241,7 @@ def run_one(
                     log_path=log_path,
                     master=cluster.master_url if cluster is not None else _master(contender, args),
                     contender=contender,
-                    adopted_parents=tuple(cluster.worker_pids) if cluster is not None else (),
+                    adopted_parents=tuple(cluster.worker_pids()) if cluster is not None else (),
                     spark_conf=args.spark_conf,
                     app_args=args.app_arg,
                     timeout_s=args.timeout,
