@@ -12,7 +12,9 @@ from spark_standalone.cluster import SparkCluster
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m spark_standalone", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m spark_standalone", description=__doc__, allow_abbrev=False
+    )
     parser.add_argument("--workers", type=int, default=2, help="number of workers (default 2)")
     parser.add_argument("--cores", type=int, default=1, help="cores per worker (default 1)")
     parser.add_argument("--memory", default="1g", help="executor memory per worker (default 1g)")
