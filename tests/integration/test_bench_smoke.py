@@ -310,3 +310,16 @@ def test_smoke_run_on_the_embedded_broker_and_an_empty_dlq(tmp_path):
     assert runs[("ours", 0)]["checks"]["report.groups"] == 0
     assert runs[("ours", 200)]["checks"]["ledger.rows"] == 200
     assert any(t["target"] == "wall s, empty DLQ" for t in data["comparisons"]["targets"])
+
+
+def test_decide_profile_times_every_phase(capsys):
+    """`python -m bench.profile_decide` times each phase of a decide task on a real batch of the workload."""
+    from bench import profile_decide
+
+    batch = profile_decide.snapshot_batch(40)
+    assert batch.num_rows == 40
+    figures = profile_decide.measure(batch, repeat=1)
+    assert set(figures) == {"identities", "normalise", "decide", "of which the fix", "normalise + decide"}
+    assert all(value > 0 for value in figures.values()), figures
+    assert profile_decide.main(["--n", "40", "--repeat", "1"]) == 0
+    assert "of which the fix" in capsys.readouterr().out
