@@ -42,6 +42,7 @@ def spark_env() -> dict[str, str]:
 def build_command(
     *,
     service_url: str,
+    admin_url: str | None = None,
     run_id: str,
     zip_path: Path,
     main_path: Path,
@@ -81,6 +82,7 @@ def build_command(
         str(output_dir),
         "--origin-allowlist",
         workload.ORIGIN_ALLOWLIST,
+        *(["--admin-url", admin_url] if admin_url else []),
         *app_args,
     ]
 
@@ -88,6 +90,7 @@ def build_command(
 def run_ours(
     *,
     service_url: str,
+    admin_url: str | None = None,
     n: int,
     workdir: Path,
     log_path: Path,
@@ -95,6 +98,8 @@ def run_ours(
     spark_conf: list[str] | None = None,
     app_args: list[str] | None = None,
     timeout_s: float | None = None,
+    contender: str = "ours",
+    adopted_parents: tuple[int, ...] = (),
 ) -> RunResult:
     """Submit the replay app against a broker holding ``n`` DLQ messages; time, sample and verify it."""
     from airflow_provider_dlq.bundle import build_bundle
@@ -104,6 +109,7 @@ def run_ours(
     run_id = f"bench-{n}"
     cmd = build_command(
         service_url=service_url,
+        admin_url=admin_url,
         run_id=run_id,
         zip_path=bundle.zip_path,
         main_path=bundle.main_path,
@@ -116,7 +122,15 @@ def run_ours(
     with log_path.open("w", encoding="utf-8") as log:
         log.write("$ " + " ".join(cmd) + "\n")
         log.flush()
-        run = run_sampled(cmd, log, what="the replay app", timeout_s=timeout_s, env=spark_env(), cwd=workdir)
+        run = run_sampled(
+            cmd,
+            log,
+            what="the replay app",
+            timeout_s=timeout_s,
+            env=spark_env(),
+            cwd=workdir,
+            adopted_parents=adopted_parents,
+        )
         log.write("\n--- stdout ---\n" + run.stdout)
     if run.returncode != 0:
         raise BenchError(f"the replay app exited with {run.returncode}; see {log_path}")
@@ -125,11 +139,11 @@ def run_ours(
 
     check = verify.Verification()
     verify.verify_app_outputs(report, n, check)
-    check.expect("report.groups", len(list(verify.groups_of(report))), workload.SIGNATURE_COUNT)
+    check.expect("report.groups", len(list(verify.groups_of(report))), min(n, workload.SIGNATURE_COUNT))
     verify.verify_origins(service_url, n, mode="replay", lineage=True, result=check)
     verify.verify_pending(service_url, check)
     return RunResult(
-        contender="ours",
+        contender=contender,
         n=n,
         measured_n=n,
         wall_s=run.wall_s,
@@ -143,20 +157,23 @@ def run_ours(
             "steps_s": round(sum(timings.values()), 3),
             "totals": report.get("totals"),
             "memory_samples": run.peaks.samples,
+            "master": master,
         },
     )
 
 
 def app_seconds(report: dict[str, Any], timings: dict[str, float]) -> float:
-    """The app's own run time, JVM and session start-up excluded: ``finished_at - started_at`` of the
-    report (falls back to the sum of the step timings)."""
+    """The app's own run time, JVM and session start-up and shut-down excluded: the sum of its step
+    timings (the steps run one after the other; ``report`` includes its aggregation, which the report's
+    ``finished_at`` does not). Falls back to ``finished_at - started_at`` without timings."""
+    if timings:
+        return sum(timings.values())
     try:
         started = datetime.fromisoformat(str(report["started_at"]))
         finished = datetime.fromisoformat(str(report["finished_at"]))
     except (KeyError, ValueError):
-        return sum(timings.values())
-    seconds = (finished - started).total_seconds()
-    return seconds if seconds > 0 else sum(timings.values())
+        return 0.0
+    return max(0.0, (finished - started).total_seconds())
 
 
 def _load_report(stdout: str, log_path: Path) -> dict[str, Any]:

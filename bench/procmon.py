@@ -4,11 +4,13 @@ Each process is put in a role: ``jvm`` (the Spark driver JVM, which in ``local[2
 executors), ``py_driver`` (the Python driver of a PySpark app, or a single-process contender),
 ``py_workers`` (``pyspark.daemon`` and its forked workers, summed per sample) and ``other`` (shell
 wrappers). The peak of each role and of the whole tree is kept. :func:`run_sampled` runs a contender's
-process under a sampler.
+process under a sampler; ``adopted_parents`` adds the children of other processes (a Spark standalone
+cluster's executors, children of its workers) to the tree.
 """
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import threading
 import time
@@ -53,8 +55,10 @@ class MemoryPeaks:
 class TreeMemorySampler:
     """Samples the tree rooted at ``pid`` every ``interval_s`` seconds in a daemon thread."""
 
-    def __init__(self, pid: int, interval_s: float = 0.1) -> None:
+    def __init__(self, pid: int, interval_s: float = 0.1, adopted_parents: tuple[int, ...] = ()) -> None:
         self._root = psutil.Process(pid)
+        # Long-lived processes (Spark standalone workers) whose children (executors) belong to the run.
+        self._adopted = [psutil.Process(p) for p in adopted_parents]
         self._interval = interval_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="bench-rss-sampler", daemon=True)
@@ -76,6 +80,9 @@ class TreeMemorySampler:
             procs = [self._root, *self._root.children(recursive=True)]
         except psutil.NoSuchProcess:
             return
+        for parent in self._adopted:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                procs += parent.children(recursive=True)
         per_role = dict.fromkeys(ROLES, 0)
         for proc in procs:
             try:
@@ -117,6 +124,7 @@ def run_sampled(
     timeout_s: float | None,
     env: dict[str, str] | None = None,
     cwd: Path | None = None,
+    adopted_parents: tuple[int, ...] = (),
 ) -> SampledRun:
     """Run ``cmd`` (stderr to ``log``), timed from start to exit, sampling its tree's memory meanwhile.
 
@@ -126,7 +134,7 @@ def run_sampled(
 
     started = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, env=env, cwd=cwd)
-    sampler = TreeMemorySampler(proc.pid).start()
+    sampler = TreeMemorySampler(proc.pid, adopted_parents=adopted_parents).start()
     try:
         stdout, _ = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired as exc:

@@ -80,10 +80,20 @@ class ConfirmedProducers:
     benchmark's end-state verification catch any loss.
     """
 
-    def __init__(self, client: Any, *, name_prefix: str | None = None, batching: bool = True) -> None:
+    def __init__(
+        self,
+        client: Any,
+        *,
+        name_prefix: str | None = None,
+        batching: bool = True,
+        max_pending: int = 10_000,
+        batch: int = BATCH_MESSAGES,
+    ) -> None:
         self._client = client
         self._name_prefix = name_prefix
         self._batching = batching
+        self._max_pending = max_pending
+        self._batch = batch
         self._producers: dict[str, _Tracked] = {}
         self.sent = 0
 
@@ -93,11 +103,11 @@ class ConfirmedProducers:
             kwargs: dict[str, Any] = {
                 "block_if_queue_full": True,
                 "batching_enabled": self._batching,
-                "max_pending_messages": 10_000,
+                "max_pending_messages": self._max_pending,
             }
             if self._batching:
                 kwargs.update(
-                    batching_max_messages=BATCH_MESSAGES,
+                    batching_max_messages=self._batch,
                     batching_max_allowed_size_in_bytes=4 * 1024 * 1024,
                     batching_max_publish_delay_ms=5,
                 )

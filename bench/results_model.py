@@ -5,13 +5,19 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-CONTENDERS = ("ceiling", "handwritten", "tuned", "ours")
+CONTENDERS = ("ceiling", "handwritten", "tuned", "ours", "ours_local1", "ours_cluster")
+#: The replay app's runs: the same app on three Spark masters.
+OURS = ("ours", "ours_local1", "ours_cluster")
 LABELS = {
     "ceiling": "copy ceiling",
     "handwritten": "hand-written baseline",
     "tuned": "tuned single process",
     "ours": "this project (Spark local[2])",
+    "ours_local1": "this project (Spark local[1])",
+    "ours_cluster": "this project (Spark standalone, 2 workers x 1 core)",
 }
+#: Peak RSS of the whole process tree allowed at 1M (issue 12).
+TREE_RSS_LIMIT_MIB = 1536.0
 
 
 @dataclass
@@ -30,6 +36,8 @@ class RunResult:
     wall_s: float
     work_s: float
     ok: bool
+    #: ``apache`` (Apache Pulsar standalone) or ``lite`` (the embedded pulsar-lite).
+    broker: str = "lite"
     extrapolated: bool = False
     produce_s: float = 0.0
     memory_mib: dict[str, float] = field(default_factory=dict)
@@ -72,74 +80,180 @@ def _ratio(num: float, den: float) -> float | None:
     return round(num / den, 3) if num > 0 and den > 0 else None
 
 
+def group_runs(results: list[RunResult]) -> dict[str, dict[int, dict[str, RunResult]]]:
+    """``broker -> n -> contender -> result`` for the runs that produced a time."""
+    out: dict[str, dict[int, dict[str, RunResult]]] = {}
+    for r in results:
+        if r.wall_s > 0:
+            out.setdefault(r.broker, {}).setdefault(r.n, {})[r.contender] = r
+    return out
+
+
 def comparisons(results: list[RunResult]) -> dict[str, Any]:
-    """Ratios per size (ours / ceiling, ours / hand-written, ours / tuned; end to end and without
-    start-up) and the issue's targets, evaluated where the data is there.
+    """Ratios per broker and size (ours / each other contender, end to end and without start-up), the
+    ceiling check (no contender may be faster than the copy ceiling) and the issue's targets.
 
     Runs that finished but failed verification still get ratios (marked ``verified: false``), so the
     cost of a wrong answer is visible, but a target is never met by a run that failed verification.
     """
-    by_size: dict[int, dict[str, RunResult]] = {}
-    for r in results:
-        if r.wall_s > 0:
-            by_size.setdefault(r.n, {})[r.contender] = r
-    per_size: dict[str, Any] = {}
-    for n, runs in sorted(by_size.items()):
-        ours = runs.get("ours")
-        if ours is None:
-            continue
-        entry: dict[str, Any] = {}
-        for other in ("ceiling", "handwritten", "tuned"):
-            if other in runs:
-                entry[f"ours/{other}"] = _ratio(ours.msgs_per_s, runs[other].msgs_per_s)
-                entry[f"ours/{other} (no start-up)"] = _ratio(
-                    ours.work_msgs_per_s, runs[other].work_msgs_per_s
-                )
-        entry["verified"] = all(r.ok for r in runs.values())
-        per_size[str(n)] = entry
-    return {"ratios": per_size, "targets": _targets(by_size)}
+    grouped = group_runs(results)
+    ratios: dict[str, Any] = {}
+    ceiling_beaten: list[dict[str, Any]] = []
+    for broker, by_size in grouped.items():
+        for n, runs in sorted(by_size.items()):
+            ceiling = runs.get("ceiling")
+            if ceiling is not None and n > 0:
+                for name, r in runs.items():
+                    if name != "ceiling" and not r.extrapolated and r.msgs_per_s > ceiling.msgs_per_s:
+                        ceiling_beaten.append(
+                            {
+                                "broker": broker,
+                                "n": n,
+                                "contender": name,
+                                "ratio": _ratio(r.msgs_per_s, ceiling.msgs_per_s),
+                            }
+                        )
+            ours = runs.get("ours")
+            if ours is None or n == 0:
+                continue
+            entry: dict[str, Any] = {}
+            for other in ("ceiling", "handwritten", "tuned"):
+                if other in runs:
+                    entry[f"ours/{other}"] = _ratio(ours.msgs_per_s, runs[other].msgs_per_s)
+                    entry[f"ours/{other} (no start-up)"] = _ratio(
+                        ours.work_msgs_per_s, runs[other].work_msgs_per_s
+                    )
+            for variant in ("ours_local1", "ours_cluster"):
+                if variant in runs:
+                    entry[f"ours/{variant}"] = _ratio(ours.msgs_per_s, runs[variant].msgs_per_s)
+            entry["verified"] = all(r.ok for r in runs.values())
+            ratios[f"{broker}/{n}"] = entry
+    return {
+        "ratios": ratios,
+        "ceiling_beaten": ceiling_beaten,
+        "scaling": scaling(grouped),
+        "targets": targets(grouped),
+    }
 
 
-def _targets(by_size: dict[int, dict[str, RunResult]]) -> list[dict[str, Any]]:
-    """The targets of issue 6, at the largest size measured (1M in a full run) and against 100k."""
+def scaling(grouped: dict[str, dict[int, dict[str, RunResult]]]) -> list[dict[str, Any]]:
+    """local[1] time / local[2] time, per step and end to end, wherever both ran (issue 12 wants >= 1.6)."""
     out: list[dict[str, Any]] = []
-    sizes = sorted(n for n, runs in by_size.items() if "ours" in runs)
-    if not sizes:
-        return out
-    top = sizes[-1]
-    runs = by_size[top]
-    ours = runs["ours"]
-    base = 100_000 if 100_000 in sizes and top > 100_000 else (sizes[0] if len(sizes) > 1 else None)
-    low = by_size[base]["ours"] if base is not None else None
+    for broker, by_size in grouped.items():
+        for n, runs in sorted(by_size.items()):
+            two, one = runs.get("ours"), runs.get("ours_local1")
+            if two is None or one is None or n == 0:
+                continue
+            steps: dict[str, float | None] = {}
+            t2, t1 = two.details.get("timings", {}), one.details.get("timings", {})
+            for step in t2:
+                if step in t1:
+                    steps[step] = _ratio(float(t1[step]), float(t2[step]))
+            out.append(
+                {
+                    "broker": broker,
+                    "n": n,
+                    "end_to_end": _ratio(one.wall_s, two.wall_s),
+                    "no_start_up": _ratio(one.work_s, two.work_s),
+                    "steps": steps,
+                }
+            )
+    return out
 
-    def add(name: str, value: float | None, want: str, ok: bool, *involved: RunResult) -> None:
-        verified = all(r.ok for r in (ours, *involved))
+
+def targets(grouped: dict[str, dict[int, dict[str, RunResult]]]) -> list[dict[str, Any]]:
+    """The targets of issue 12, per broker, at the sizes they name (``met`` None: that size did not run)."""
+    out: list[dict[str, Any]] = []
+
+    def add(
+        broker: str, n: int, name: str, value: float | None, want: str, ok: bool, runs: list[RunResult]
+    ) -> None:
+        verified = all(r.ok for r in runs)
         met = None if value is None else (ok and verified)
         note = "" if verified else "a run failed verification"
-        out.append({"target": name, "n": top, "value": value, "want": want, "met": met, "note": note})
-
-    for other, name, want, test in (
-        ("ceiling", "end-to-end / copy ceiling", ">= 0.5", lambda v: v >= 0.5),
-        ("handwritten", "end-to-end / hand-written baseline", ">= 10", lambda v: v >= 10),
-        ("tuned", "end-to-end / tuned single process", "> 1", lambda v: v > 1),
-    ):
-        if other in runs:
-            v = _ratio(ours.msgs_per_s, runs[other].msgs_per_s)
-            add(name, v, want, v is not None and test(v), runs[other])
-    if low is not None and base is not None:
-        sizes_text = f"{size_label(top)} / {size_label(base)}"
-        mem = _ratio(ours.memory_mib.get("driver_mib", 0.0), low.memory_mib.get("driver_mib", 0.0))
-        add(f"driver peak RSS {sizes_text}", mem, "<= 1.3", mem is not None and mem <= 1.3, low)
-        cost = _ratio(ours.us_per_msg, low.us_per_msg)
-        add(f"cost per message {sizes_text}", cost, "<= 1.2", cost is not None and cost <= 1.2, low)
-        work_cost = _ratio(ours.work_s / ours.n, low.work_s / low.n)
-        add(
-            f"cost per message without start-up {sizes_text}",
-            work_cost,
-            "<= 1.2",
-            work_cost is not None and work_cost <= 1.2,
-            low,
+        out.append(
+            {"broker": broker, "target": name, "n": n, "value": value, "want": want, "met": met, "note": note}
         )
+
+    for broker, by_size in grouped.items():
+        top = by_size.get(1_000_000, {})
+        mid = by_size.get(100_000, {})
+        small = by_size.get(10_000, {})
+        empty = by_size.get(0, {})
+        ours = top.get("ours")
+        for other, want, limit in (("tuned", ">= 1.0", 1.0), ("ceiling", ">= 0.5", 0.5)):
+            if ours is not None and other in top:
+                v = _ratio(ours.msgs_per_s, top[other].msgs_per_s)
+                add(
+                    broker,
+                    1_000_000,
+                    f"end to end / {other}",
+                    v,
+                    want,
+                    v is not None and v >= limit,
+                    [ours, top[other]],
+                )
+        if "ours" in mid and "tuned" in mid:
+            v = _ratio(mid["ours"].msgs_per_s, mid["tuned"].msgs_per_s)
+            add(
+                broker,
+                100_000,
+                "end to end / tuned",
+                v,
+                ">= 0.5",
+                v is not None and v >= 0.5,
+                [mid["ours"], mid["tuned"]],
+            )
+        if ours is not None:
+            rss = ours.memory_mib.get("tree_mib")
+            add(
+                broker,
+                1_000_000,
+                "peak tree RSS MiB",
+                rss,
+                f"<= {TREE_RSS_LIMIT_MIB:.0f}",
+                rss is not None and 0 < rss <= TREE_RSS_LIMIT_MIB,
+                [ours],
+            )
+        if "ours" in small:
+            w = small["ours"].wall_s
+            add(broker, 10_000, "wall s (end to end)", round(w, 2), "< 20", w < 20, [small["ours"]])
+        if "ours" in empty:
+            w = empty["ours"].wall_s
+            add(broker, 0, "wall s, empty DLQ", round(w, 2), "< 10", w < 10, [empty["ours"]])
+        for n, runs in sorted(by_size.items()):
+            if n == 0 or "ours" not in runs or "ours_local1" not in runs:
+                continue
+            v = _ratio(runs["ours_local1"].wall_s, runs["ours"].wall_s)
+            add(
+                broker,
+                n,
+                "local[2] speed-up over local[1], end to end",
+                v,
+                ">= 1.6",
+                v is not None and v >= 1.6,
+                [runs["ours"], runs["ours_local1"]],
+            )
+        for n, runs in sorted(by_size.items()):
+            ceiling = runs.get("ceiling")
+            if ceiling is None or n == 0:
+                continue
+            fastest = max(
+                (r for name, r in runs.items() if name != "ceiling" and not r.extrapolated),
+                key=lambda r: r.msgs_per_s,
+                default=None,
+            )
+            if fastest is not None:
+                v = _ratio(ceiling.msgs_per_s, fastest.msgs_per_s)
+                add(
+                    broker,
+                    n,
+                    f"ceiling / fastest other ({fastest.contender})",
+                    v,
+                    ">= 1.0",
+                    v is not None and v >= 1.0,
+                    [ceiling],
+                )
     return out
 
 

@@ -1,10 +1,11 @@
-"""``python -m bench``: replay throughput of every contender on N = 10k, 100k and 1M DLQ messages.
+"""``python -m bench``: replay throughput of every contender on an empty DLQ and N = 10k, 100k and 1M.
 
-For each size and contender: start a fresh embedded broker, create the subscriptions and produce the
-N DLQ messages (not timed), run the contender (timed, peak RSS sampled over its process tree), verify
-the end state (origin topics, archive, ledger, nothing left pending), stop the broker and delete its
-data. Prints a table and the ratios, and writes ``results.json`` and ``results.md`` into a new folder
-under ``--results-dir``.
+For each size, broker (Apache Pulsar standalone, the embedded pulsar-lite) and contender: start a fresh
+broker, create the subscriptions and produce the N DLQ messages (not timed), run the contender (timed,
+peak RSS sampled over its process tree), verify the end state (origin topics, archive, ledger, nothing
+left pending), stop the broker and delete its data. Prints a table, the ratios, the scaling per step and
+the targets of issue 12 (holds / FAILS), flags in red any contender faster than the copy ceiling, and
+writes ``results.json`` and ``results.md`` into a new folder under ``--results-dir``.
 """
 
 from __future__ import annotations
@@ -20,19 +21,19 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from bench import produce
+from bench.brokers import BROKERS, fresh_broker
 from bench.pulsar_io import BenchError
-from bench.results_model import CONTENDERS, RunResult, comparisons, result_from_json
-from bench.table import comparison_table, ours_steps_table, results_table
+from bench.results_model import CONTENDERS, OURS, RunResult, comparisons, result_from_json
+from bench.table import ceiling_warnings, comparison_table, ours_steps_table, results_table
 
 LOG = logging.getLogger("bench")
 REPO_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_SIZES = "10k,100k,1m"
+DEFAULT_SIZES = "0,10k,100k,1m"
 
 
 def parse_count(text: str) -> int:
@@ -46,11 +47,8 @@ def parse_count(text: str) -> int:
 
 
 def parse_size(text: str) -> int:
-    """A data-set size: :func:`parse_count`, and positive."""
-    value = parse_count(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"size {text!r} must be positive")
-    return value
+    """A data-set size: :func:`parse_count` (0 = an empty DLQ)."""
+    return parse_count(text)
 
 
 def parse_sizes(text: str) -> list[int]:
@@ -65,6 +63,32 @@ def parse_contenders(text: str) -> list[str]:
             f"unknown contender(s) {unknown}; choose from {', '.join(CONTENDERS)}"
         )
     return names
+
+
+def parse_brokers(text: str) -> list[str]:
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    unknown = [n for n in names if n not in BROKERS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown broker(s) {unknown}; choose from {', '.join(BROKERS)}")
+    return names
+
+
+def parse_ceiling(text: str) -> dict[str, Any]:
+    """``workers=2,receiver_queue=2000,ack=each`` -> the ceiling's settings (validated)."""
+    from bench.contenders.ceiling import CeilingSettings
+
+    data: dict[str, Any] = {}
+    for part in text.split(","):
+        if not part.strip():
+            continue
+        key, sep, value = part.partition("=")
+        if not sep:
+            raise argparse.ArgumentTypeError(f"ceiling setting {part!r} must be KEY=VALUE")
+        data[key.strip()] = value.strip() if key.strip() == "ack" else int(value)
+    try:
+        return CeilingSettings.from_json(data).to_json()
+    except (TypeError, ValueError) as exc:
+        raise argparse.ArgumentTypeError(f"ceiling settings {text!r}: {exc}") from exc
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -82,6 +106,27 @@ def build_parser() -> argparse.ArgumentParser:
         type=parse_contenders,
         default=list(CONTENDERS),
         help=f"comma-separated subset of {','.join(CONTENDERS)} (default: all)",
+    )
+    parser.add_argument(
+        "--brokers",
+        type=parse_brokers,
+        default=list(BROKERS),
+        help=f"comma-separated subset of {','.join(BROKERS)} (default: both; every contender runs on each)",
+    )
+    parser.add_argument(
+        "--scaling-max",
+        type=parse_count,
+        default=parse_count("100k"),
+        help="run the local[1] and Spark standalone cluster variants of the replay only up to this size "
+        "(default 100k; 0 = every size)",
+    )
+    parser.add_argument(
+        "--ceiling",
+        type=parse_ceiling,
+        default={},
+        metavar="KEY=VALUE,...",
+        help="copy-ceiling settings (workers, batch, receiver_queue, max_pending, ack=each|cumulative); "
+        "default: the fastest measured (bench/contenders/ceiling.py)",
     )
     parser.add_argument(
         "--handwritten-max",
@@ -149,22 +194,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-@contextlib.contextmanager
-def fresh_broker(scratch: Path) -> Iterator[Any]:
-    """A new embedded broker with an empty data directory, deleted afterwards."""
-    from airflow_provider_dlq.embedded_broker import start_embedded_broker
-
-    data = Path(tempfile.mkdtemp(prefix="broker-", dir=scratch))
-    broker = start_embedded_broker(data)
-    try:
-        yield broker
-    finally:
-        broker.stop()
-        shutil.rmtree(data, ignore_errors=True)
-
-
 def run_one(
-    contender: str, n: int, args: argparse.Namespace, out_dir: Path, scratch: Path, *, attempt: int = 1
+    contender: str,
+    n: int,
+    broker_kind: str,
+    args: argparse.Namespace,
+    out_dir: Path,
+    scratch: Path,
+    *,
+    attempt: int = 1,
 ) -> RunResult:
     """Fresh broker, produce ``n`` (untimed), run ``contender``, verify."""
     measured = n
@@ -172,21 +210,38 @@ def run_one(
         measured = args.handwritten_max
     workdir = Path(tempfile.mkdtemp(prefix=f"{contender}-{n}-", dir=scratch))
     suffix = "" if attempt == 1 else f"-attempt{attempt}"
-    log_path = out_dir / "logs" / f"{n}-{contender}{suffix}.log"
+    log_path = out_dir / "logs" / f"{broker_kind}-{n}-{contender}{suffix}.log"
+    tag = f"[{broker_kind} {contender} n={n}]"
     try:
-        with fresh_broker(scratch) as broker:
-            LOG.info("[%s n=%d] producing %d DLQ messages (not timed)", contender, n, measured)
+        with contextlib.ExitStack() as stack:
+            broker = stack.enter_context(fresh_broker(broker_kind, scratch))
+            LOG.info(
+                "%s broker up in %.1f s; producing %d DLQ messages (not timed)", tag, broker.start_s, measured
+            )
             produced = produce.prepare_and_produce(broker.service_url, measured)
-            LOG.info("[%s n=%d] produced in %.1f s; running", contender, n, produced.seconds)
-            if contender == "ours":
+            load_before = _load()
+            LOG.info("%s produced in %.1f s; running (load average %s)", tag, produced.seconds, load_before)
+            if contender in OURS:
                 from bench.ours import run_ours
+                from spark_standalone import SparkCluster
 
+                cluster: SparkCluster | None = None
+                if contender == "ours_cluster":  # a fresh cluster per run, started before the clock
+                    logs = out_dir / "logs" / f"{broker_kind}-{n}-cluster{suffix}"
+                    cluster = stack.enter_context(SparkCluster(log_dir=logs))
+                    cluster.start(workers=2, cores=1, memory="2g")
+                    LOG.info(
+                        "%s Spark standalone cluster at %s (2 workers x 1 core)", tag, cluster.master_url
+                    )
                 result = run_ours(
                     service_url=broker.service_url,
+                    admin_url=broker.admin_url,
                     n=measured,
                     workdir=workdir,
                     log_path=log_path,
-                    master=args.master,
+                    master=cluster.master_url if cluster is not None else _master(contender, args),
+                    contender=contender,
+                    adopted_parents=tuple(cluster.worker_pids()) if cluster is not None else (),
                     spark_conf=args.spark_conf,
                     app_args=args.app_arg,
                     timeout_s=args.timeout,
@@ -202,8 +257,12 @@ def run_one(
                     log_path=log_path,
                     idle_timeout_s=args.idle_timeout,
                     timeout_s=args.timeout,
+                    settings=args.ceiling if contender == "ceiling" else None,
                 )
             result.produce_s = produced.seconds
+            result.broker = broker_kind
+            result.details["load_average_before"] = load_before
+            result.details["load_average_after"] = _load()
     finally:
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
@@ -217,8 +276,16 @@ def run_one(
     return result
 
 
+def _load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "n/a"
+
+
+def _master(contender: str, args: argparse.Namespace) -> str:
+    return "local[1]" if contender == "ours_local1" else str(args.master)
+
+
 def run_with_retries(
-    contender: str, n: int, args: argparse.Namespace, out_dir: Path, scratch: Path
+    contender: str, n: int, broker_kind: str, args: argparse.Namespace, out_dir: Path, scratch: Path
 ) -> RunResult:
     """:func:`run_one`, again on a fresh broker when the contender crashed or stalled (up to
     ``--retries`` times). A run that finished but failed verification is a wrong answer: never retried.
@@ -226,15 +293,15 @@ def run_with_retries(
     failed: list[str] = []
     for attempt in range(1, args.retries + 2):
         try:
-            result = run_one(contender, n, args, out_dir, scratch, attempt=attempt)
+            result = run_one(contender, n, broker_kind, args, out_dir, scratch, attempt=attempt)
         except BenchError as exc:
-            LOG.error("[%s n=%d] attempt %d failed: %s", contender, n, attempt, exc)
+            LOG.error("[%s %s n=%d] attempt %d failed: %s", broker_kind, contender, n, attempt, exc)
             failed.append(str(exc))
             continue
         if failed:
             result.details["failed_attempts"] = failed
         return result
-    return RunResult(contender, n, n, 0.0, 0.0, ok=False, errors=failed)
+    return RunResult(contender, n, n, 0.0, 0.0, ok=False, broker=broker_kind, errors=failed)
 
 
 def machine_info() -> dict[str, Any]:
@@ -250,8 +317,20 @@ def machine_info() -> dict[str, Any]:
     }
 
 
+def stop_cleanly_on_sigterm() -> None:
+    """SIGTERM ends the harness through its ``finally`` blocks: brokers and clusters stopped by PID,
+    scratch data deleted (the default action would leave them to die with their parent)."""
+    import signal
+
+    def _exit(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, _exit)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    stop_cleanly_on_sigterm()
     if args.render is not None:
         return render(args.render)
     logging.basicConfig(
@@ -273,22 +352,31 @@ def main(argv: list[str] | None = None) -> int:
     failures: list[str] = []
     try:
         for n in args.sizes:
-            for contender in args.contenders:
-                started = time.perf_counter()
-                result = run_with_retries(contender, n, args, out_dir, scratch)
-                if not result.ok:
-                    failures.append(f"{contender} n={n}: {'; '.join(result.errors)}")
-                results.append(result)
-                LOG.info(
-                    "[%s n=%d] %s: wall %.2f s, %.0f msgs/s (%.1f s incl. produce and verify)",
-                    contender,
-                    n,
-                    "verified" if result.ok else "FAILED",
-                    result.wall_s,
-                    result.msgs_per_s,
-                    time.perf_counter() - started,
-                )
-                _write(out_dir, info, results)
+            for broker_kind in args.brokers:
+                for contender in args.contenders:
+                    if (
+                        contender in ("ours_local1", "ours_cluster")
+                        and args.scaling_max
+                        and n > args.scaling_max
+                    ):
+                        continue
+                    started = time.perf_counter()
+                    result = run_with_retries(contender, n, broker_kind, args, out_dir, scratch)
+                    if not result.ok:
+                        failures.append(f"{broker_kind} {contender} n={n}: {'; '.join(result.errors)}")
+                    results.append(result)
+                    LOG.info(
+                        "[%s %s n=%d] %s: wall %.2f s, %.0f msgs/s (%.1f s with produce and verify; load %s)",
+                        broker_kind,
+                        contender,
+                        n,
+                        "verified" if result.ok else "FAILED",
+                        result.wall_s,
+                        result.msgs_per_s,
+                        time.perf_counter() - started,
+                        _load(),
+                    )
+                    _write(out_dir, info, results)
     finally:
         if args.keep:
             LOG.info("run outputs kept in %s", scratch)
@@ -297,6 +385,10 @@ def main(argv: list[str] | None = None) -> int:
 
     text = _write(out_dir, info, results)
     print(text)
+    for line in ceiling_warnings(
+        comparisons(results), color=sys.stdout.isatty() or bool(os.environ.get("FORCE_COLOR"))
+    ):
+        print(line)
     print(f"\nresults: {out_dir / 'results.json'}")
     wrong = [r for r in results if not r.ok]
     if wrong:
@@ -331,6 +423,9 @@ def _write(out_dir: Path, info: dict[str, Any], results: list[RunResult]) -> str
         "",
         comparison_table(comp),
     ]
+    warnings = ceiling_warnings(comp, color=False)
+    if warnings:
+        parts += ["", *warnings]
     steps = ours_steps_table(results)
     if steps:
         parts += ["", "Replay app steps (seconds):", "", steps]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from bench import verify, workload
 from bench.contenders import RESULT_MARKER, ContenderSpec
@@ -22,6 +23,7 @@ def run_single_process(
     log_path: Path,
     idle_timeout_s: float,
     timeout_s: float | None = None,
+    settings: dict[str, Any] | None = None,
 ) -> RunResult:
     """Run contender ``name`` on a broker holding ``n`` DLQ messages, then verify the end state."""
     archive = workdir / "archive.jsonl"
@@ -32,6 +34,7 @@ def run_single_process(
         subscription=workload.DLQ_SUBSCRIPTION,
         archive_path=str(archive),
         idle_timeout_s=idle_timeout_s,
+        settings=dict(settings or {}),
     )
     cmd = [sys.executable, "-m", "bench.contenders", name, json.dumps(spec.to_json())]
     with log_path.open("w", encoding="utf-8") as log:

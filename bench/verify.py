@@ -106,7 +106,8 @@ def verify_origins(service_url: str, n: int, *, mode: str, lineage: bool, result
     result.expect("origin.unexpected", len(indices - want), 0)
     for problem, count in sorted(problems.items()):
         result.expect(f"origin.{problem}", count, 0)
-    result.expect("origin.per_topic", dict(sorted(per_topic.items())), dict(sorted(want_per_topic.items())))
+    want_nonzero = {topic: count for topic, count in sorted(want_per_topic.items()) if count}
+    result.expect("origin.per_topic", dict(sorted(per_topic.items())), want_nonzero)
 
 
 def _per_origin(indices: set[int]) -> dict[str, int]:
@@ -153,6 +154,8 @@ def count_parquet_rows(path: str, *, run_id: str | None = None) -> int:
     """Rows of a Parquet dataset (optionally of one ``run_id`` column value)."""
     import pyarrow.dataset as ds
 
+    if not Path(path).exists():  # a run with nothing to archive or record writes no dataset
+        return 0
     dataset = ds.dataset(path, format="parquet", partitioning="hive")
     if run_id is not None and "run_id" in dataset.schema.names:
         return int(dataset.count_rows(filter=ds.field("run_id") == run_id))

@@ -7,7 +7,8 @@ state is shared with the harness; ``ours`` submits the Spark replay app with ``s
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -20,6 +21,8 @@ class ContenderSpec:
     subscription: str
     archive_path: str
     idle_timeout_s: float = 60.0
+    #: Contender-specific knobs (the ceiling's :class:`~bench.contenders.ceiling.CeilingSettings`).
+    settings: dict[str, Any] = field(default_factory=dict)
 
     @property
     def expected(self) -> int:
@@ -50,6 +53,7 @@ class ContenderSpec:
             subscription=str(data["subscription"]),
             archive_path=str(data["archive_path"]),
             idle_timeout_s=float(str(data.get("idle_timeout_s", 60.0))),
+            settings=dict(data.get("settings") or {}),  # type: ignore[call-overload]
         )
 
 

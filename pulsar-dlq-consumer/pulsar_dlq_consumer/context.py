@@ -212,6 +212,8 @@ def safe_str(value: str) -> str:
 
 def truncate_utf8(value: str, max_bytes: int) -> str:
     """Bound ``value`` to ``max_bytes`` UTF-8 bytes, ending with a marker when cut (never splits a char)."""
+    if len(value) <= max_bytes and value.isascii():  # one byte per character: nothing to cut
+        return value
     text = safe_str(value)
     raw = text.encode("utf-8")
     if len(raw) <= max_bytes:
@@ -359,7 +361,7 @@ def _text(props: Mapping[str, str], key: str) -> str | None:
     value = props.get(key)
     if not isinstance(value, str) or value == "":
         return None
-    return safe_str(value)
+    return value if value.isascii() else safe_str(value)
 
 
 _ASCII_INT = re.compile(r"-?[0-9]{1,19}")

@@ -489,8 +489,9 @@ def decide_batch(
         row.outcome, row.reason = oc.TO_REPUBLISH, f"rule {rule.name!r} says republish"
         row.send_original = True
         row.out_properties = _lineage(cols.properties(row.index), row, rule, cols, settings)
+    context_columns = [(name, cols[name]) for name, _ in CONTEXT_COLUMNS] if pending_fixes else []
     for fix_ref, entries in pending_fixes.items():
-        records = [_fix_record(cols, row.index) for row, _ in entries]
+        records = [_fix_record(cols, row.index, context_columns) for row, _ in entries]
         timeout = entries[0][1].fix_timeout_seconds
         function = load_fix(fix_ref) if fix_ref else None
         results: list[FixOutcome] = run_fix(function, records, timeout_s=timeout)
@@ -548,17 +549,18 @@ def _decide_republish(
         row.outcome, row.reason = oc.ORIGIN_REFUSED, refused
 
 
-def _fix_record(cols: _Columns, i: int) -> FixRecord:
+def _fix_record(cols: _Columns, i: int, context_columns: list[tuple[str, list[Any]]]) -> FixRecord:
+    """Row ``i`` as the record a fix receives; ``context_columns``: the batch's
+    :data:`~spark_apps.dlq_replay.schemas.CONTEXT_COLUMNS` as ``(name, values)``, looked up once."""
     from spark_apps.dlq_replay.fixes import FixRecord
 
-    context = {name: cols[name][i] for name, _ in CONTEXT_COLUMNS}
     return FixRecord(
         payload=cols["value"][i] or b"",
         key=cols["key"][i],
         ordering_key=cols["ordering_key"][i],
         properties=cols.properties(i),
         event_time=cols["event_time"][i],
-        context=context,
+        context={name: values[i] for name, values in context_columns},
         signature=cols["signature"][i],
         dlq_topic=cols["dlq_topic"][i],
         dlq_message_id=cols["dlq_message_id"][i],

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from spark_apps.dlq_replay.errors import FixLoadError
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
     from datetime import datetime
 
 MAX_ERROR_CHARS = 2000
@@ -197,29 +198,48 @@ def to_outcome(result: Any, record: FixRecord) -> FixOutcome:
         return _error_outcome(exc)
 
 
-@contextmanager
-def _time_limit(seconds: float | None) -> Any:
-    """Raise :class:`FixTimeoutError` in the block after ``seconds`` (SIGALRM; main thread only, where
-    Spark runs Python UDFs; elsewhere, and for ``None``, no limit)."""
-    usable = (
-        seconds is not None
-        and hasattr(signal, "setitimer")
-        and threading.current_thread() is threading.main_thread()
-    )
-    if not usable:
-        yield
-        return
+class _TimeLimit:
+    """Per-call time limit: :meth:`armed` raises :class:`FixTimeoutError` in its block after ``seconds``.
 
-    def expired(signum: int, frame: Any) -> None:
-        raise FixTimeoutError(f"the fix ran longer than fix_timeout_seconds ({seconds:g} s) and was stopped")
+    SIGALRM, main thread only (where Spark runs Python UDFs); elsewhere, and for ``None``, no limit. The
+    handler is installed once for the whole :func:`run_fix` (the ``with`` block), each call only arms
+    and disarms the timer: a signal handler swap per record cost more than many fixes themselves.
+    """
 
-    previous = signal.signal(signal.SIGALRM, expired)
-    signal.setitimer(signal.ITIMER_REAL, float(seconds))  # type: ignore[arg-type]
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+    def __init__(self, seconds: float | None) -> None:
+        self.seconds = seconds
+        self.usable = (
+            seconds is not None
+            and hasattr(signal, "setitimer")
+            and threading.current_thread() is threading.main_thread()
+        )
+        self.previous: Any = None
+
+    def _expired(self, signum: int, frame: Any) -> None:
+        raise FixTimeoutError(
+            f"the fix ran longer than fix_timeout_seconds ({self.seconds:g} s) and was stopped"
+        )
+
+    def __enter__(self) -> _TimeLimit:
+        if self.usable:
+            self.previous = signal.signal(signal.SIGALRM, self._expired)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.usable:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self.previous)
+
+    @contextmanager
+    def armed(self) -> Iterator[None]:
+        if not self.usable:
+            yield
+            return
+        signal.setitimer(signal.ITIMER_REAL, float(self.seconds))  # type: ignore[arg-type]
+        try:
+            yield
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
 
 
 def run_fix(
@@ -235,7 +255,7 @@ def run_fix(
         return [FixOutcome(True, r.payload, dict(r.properties)) for r in records]
     if is_batch_fix(function):
         try:
-            with _time_limit(timeout_s):
+            with _TimeLimit(timeout_s) as limit, limit.armed():
                 results = list(function(records))
         except Exception as exc:
             return [_error_outcome(exc) for _ in records]
@@ -244,14 +264,15 @@ def run_fix(
             return [_error_outcome(error) for _ in records]
         return [to_outcome(res, rec) for res, rec in zip(results, records, strict=True)]
     outcomes: list[FixOutcome] = []
-    for record in records:
-        try:
-            with _time_limit(timeout_s):
-                result = function(record)
-        except Exception as exc:
-            outcomes.append(_error_outcome(exc))
-            continue
-        outcomes.append(to_outcome(result, record))
+    with _TimeLimit(timeout_s) as limit:
+        for record in records:
+            try:
+                with limit.armed():
+                    result = function(record)
+            except Exception as exc:
+                outcomes.append(_error_outcome(exc))
+                continue
+            outcomes.append(to_outcome(result, record))
     return outcomes
 
 

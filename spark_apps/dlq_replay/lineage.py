@@ -54,7 +54,8 @@ def republish_properties(
     fix_label: str,
 ) -> dict[str, str]:
     """Properties of the replayed message: DLQ bookkeeping stripped, lineage set (overriding any copy)."""
-    out = {k: v for k, v in properties.items() if not _stripped(k)}
+    known = _STRIPPED  # keys repeat: a dict lookup per key, the full test only for a new key
+    out = {k: v for k, v in properties.items() if not (known[k] if k in known else _stripped(k))}
     out[REPLAY_ID] = replay_id
     out[REPLAY_RUN_ID] = run_id
     out[REPLAY_COUNT] = str(previous_count + 1)

@@ -184,7 +184,7 @@ def outcome_counts(combos: list[dict[str, Any]], mode: str) -> dict[str, int]:
 
 
 def build_report(
-    outcomes: DataFrame,
+    outcomes: DataFrame | None,
     *,
     run_id: str,
     mode: str,
@@ -203,9 +203,10 @@ def build_report(
     ``resent``: messages a resumed apply sent again because a killed attempt had started their wave.
     With a ``context`` the report also explains itself (configuration, per-group rule evaluation, fix
     and sample errors, refused origins, trend over the ledger, next steps; see
-    :mod:`spark_apps.dlq_replay.report_details`).
+    :mod:`spark_apps.dlq_replay.report_details`). ``outcomes`` None: the run had no message (an empty
+    window), so there is nothing to aggregate and no Spark job runs for it.
     """
-    combos, samples = aggregate(outcomes)
+    combos, samples = aggregate(outcomes) if outcomes is not None else ([], {})
     groups, other = build_groups(combos, samples, mode, max_groups)
     counts = outcome_counts(combos, mode)
     totals = build_totals(counts, commit, mode)
@@ -234,9 +235,13 @@ def build_report(
         "paths": paths,
     }
     if context is not None:
+        from pyspark.sql import SparkSession
+
         from spark_apps.dlq_replay.report_details import add_details
 
-        add_details(report, outcomes.sparkSession, context)
+        session = outcomes.sparkSession if outcomes is not None else SparkSession.getActiveSession()
+        if session is not None:
+            add_details(report, session, context)
     return report
 
 

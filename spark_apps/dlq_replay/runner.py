@@ -643,12 +643,8 @@ def run_replay(spark: SparkSession, options: ReplayOptions) -> dict[str, Any]:
 def _run_steps(run: _Run) -> dict[str, Any]:
     from spark_apps.dlq_replay.apply import OUTCOME_COLUMNS, with_publish_results
     from spark_apps.dlq_replay.ledger import read_ledger, run_outcomes
-    from spark_apps.dlq_replay.report import CommitTotals, build_report
-    from spark_apps.dlq_replay.report_details import ReportContext
-    from spark_apps.dlq_replay.report_html import render_html
 
     options = run.options
-    playbook = run.playbook
     started_wall = datetime.now(UTC)
     log.info(
         "run %s (%s, attempt %d): topics=%s output=%s",
@@ -665,6 +661,9 @@ def _run_steps(run: _Run) -> dict[str, Any]:
             report: dict[str, Any] = json.loads(text)
             return report
     windows, planned_at = _plan(run)
+    if nothing_to_read(windows) and not any(s in run.state.steps for s in _MESSAGE_STEPS):
+        _skip_message_steps(run, windows)
+        return _report(run, None, started_wall)
     snapshot = _snapshot(run, windows)
     decisions = _decide(run, snapshot)
     if options.mode == oc.DRY_RUN:
@@ -683,6 +682,61 @@ def _run_steps(run: _Run) -> dict[str, Any]:
         ledger = read_ledger(run.spark, run.storage, run.paths.ledger)
         if ledger is not None:
             outcomes_df = run_outcomes(ledger, options.run_id)
+    return _report(run, outcomes_df, started_wall)
+
+
+#: The steps that read, decide, send, record or ack messages (skipped whole for an empty window).
+_MESSAGE_STEPS = ("snapshot", "decide", "apply", "record", "commit")
+
+
+def nothing_to_read(windows: list[PartitionWindow]) -> bool:
+    """True when the frozen window holds no message to read: every partition was empty when frozen, or
+    (reader mode) had no pending entry. Then the run has nothing to decide, send, record or ack."""
+    from spark_apps.dlq_replay.pulsar_io.window import READER_MODE
+
+    return all(
+        w.end_message_id is None or (w.read_mode == READER_MODE and w.pending_entries == 0) for w in windows
+    )
+
+
+def _skip_message_steps(run: _Run, windows: list[PartitionWindow]) -> None:
+    """The empty-DLQ fast path: record the message steps complete with zero counts, without a Spark job
+    (no Python worker starts, nothing is read or written); the report then has no outcome to aggregate."""
+    from spark_apps.dlq_replay.pulsar_io.window import read_mode_of
+
+    mode = read_mode_of(windows)
+    zero: dict[str, dict[str, Any]] = {
+        "snapshot": {"messages": 0, "dlq_reads": 0, "read_mode": mode, "empty_window": True},
+        "decide": {"to_republish": 0, "max_sequence_id": -1, "producers_per_target": run.buckets},
+        "apply": {"published": 0, "publish_failed": 0, "resent": 0},
+        "record": {},
+        "commit": {
+            "read_mode": mode,
+            "acked": 0,
+            "left_pending_seen": 0,
+            "beyond_window": 0,
+            "unacked_final": 0,
+            "final_in_partial_entries": 0,
+            "entries_acked": 0,
+            "dlq_reads_snapshot": 0,
+            "dlq_reads_commit": 0,
+            "reads_per_message": 0.0,
+        },
+    }
+    steps = ("snapshot", "decide") if run.options.mode == oc.DRY_RUN else _MESSAGE_STEPS
+    for name in steps:
+        if run.step(name):
+            run.done(name, time.monotonic(), **zero[name])
+    log.info("the window is empty: nothing to read, decide, send, record or ack")
+
+
+def _report(run: _Run, outcomes_df: DataFrame | None, started_wall: datetime) -> dict[str, Any]:
+    from spark_apps.dlq_replay.report import CommitTotals, build_report
+    from spark_apps.dlq_replay.report_details import ReportContext
+    from spark_apps.dlq_replay.report_html import render_html
+
+    options = run.options
+    playbook = run.playbook
     started = time.monotonic()
     run.step("report")
     commit_info = run.state.info("commit")

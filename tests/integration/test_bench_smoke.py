@@ -108,6 +108,62 @@ def test_tree_sampler_sees_children_memory():
     assert peaks.peak["py_driver"] == peaks.tree_peak
 
 
+# --------------------------------------------------------------------------- comparisons (pure)
+
+
+def _result(contender, n, wall, broker="apache", **extra):
+    from bench.results_model import RunResult
+
+    return RunResult(contender, n, n, wall, wall * 0.9, ok=True, broker=broker, **extra)
+
+
+def test_a_contender_faster_than_the_ceiling_is_flagged_in_red():
+    from bench.results_model import comparisons
+    from bench.table import RED, ceiling_warnings
+
+    results = [
+        _result("ceiling", 100_000, 10.0),
+        _result("tuned", 100_000, 8.0),
+        _result("ours", 100_000, 30.0),
+    ]
+    comp = comparisons(results)
+    assert comp["ceiling_beaten"] == [{"broker": "apache", "n": 100_000, "contender": "tuned", "ratio": 1.25}]
+    (line,) = ceiling_warnings(comp, color=True)
+    assert line.startswith(RED)
+    assert "tuned single process ran 1.25x the copy ceiling" in line
+    (plain,) = ceiling_warnings(comp, color=False)
+    assert plain.startswith("**CEILING BEATEN")
+    target = next(t for t in comp["targets"] if t["target"].startswith("ceiling / fastest other"))
+    assert (target["value"], target["met"]) == (0.8, False)
+
+
+def test_issue_12_targets_are_computed_per_broker():
+    from bench.results_model import comparisons
+
+    timings = {"snapshot": 10.0, "decide": 20.0}
+    results = [
+        _result("ceiling", 1_000_000, 40.0),
+        _result("tuned", 1_000_000, 70.0),
+        _result("ours", 1_000_000, 60.0, memory_mib={"tree_mib": 1400.0}, details={"timings": timings}),
+        _result("tuned", 100_000, 7.0),
+        _result("ours", 100_000, 16.0, details={"timings": timings}),
+        _result("ours_local1", 100_000, 24.0, details={"timings": {"snapshot": 18.0, "decide": 36.0}}),
+        _result("ours", 10_000, 21.0, broker="lite"),
+        _result("ours", 0, 9.0, broker="lite"),
+    ]
+    comp = comparisons(results)
+    got = {(t["broker"], t["target"], t["n"]): (t["value"], t["met"]) for t in comp["targets"]}
+    assert got[("apache", "end to end / tuned", 1_000_000)] == (1.167, True)
+    assert got[("apache", "end to end / ceiling", 1_000_000)] == (0.667, True)
+    assert got[("apache", "end to end / tuned", 100_000)] == (0.438, False)
+    assert got[("apache", "peak tree RSS MiB", 1_000_000)] == (1400.0, True)
+    assert got[("apache", "local[2] speed-up over local[1], end to end", 100_000)] == (1.5, False)
+    assert got[("lite", "wall s (end to end)", 10_000)] == (21.0, False)
+    assert got[("lite", "wall s, empty DLQ", 0)] == (9.0, True)
+    (scaling,) = comp["scaling"]
+    assert scaling["steps"] == {"snapshot": 1.8, "decide": 1.8}
+
+
 # --------------------------------------------------------------------------- checks catch wrong answers
 
 
@@ -169,19 +225,11 @@ def test_verification_rejects_a_duplicate_and_a_missing_message(tmp_path):
 # --------------------------------------------------------------------------- the smoke run
 
 
-@pytest.mark.integration
-@pytest.mark.slow
-def test_smoke_run_of_every_contender_verifies(tmp_path):
-    """`python -m bench` at a small N: every contender runs, its end state is verified, JSON is written."""
-    n = 400
+def _run_bench(tmp_path: Path, *extra: str) -> tuple[dict, Path]:
     cmd = [
         sys.executable,
         "-m",
         "bench",
-        "--sizes",
-        str(n),
-        "--handwritten-max",
-        "200",
         "--results-dir",
         str(tmp_path / "results"),
         "--scratch-dir",
@@ -189,14 +237,26 @@ def test_smoke_run_of_every_contender_verifies(tmp_path):
         "--idle-timeout",
         "60",
         "--timeout",
-        "600",
+        "900",
+        *extra,
     ]
-    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=900, check=False)
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=1800, check=False)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     (out_dir,) = (tmp_path / "results").iterdir()
-    data = json.loads((out_dir / "results.json").read_text())
+    assert not list((tmp_path / "scratch").iterdir()), "the harness left run data behind"
+    return json.loads((out_dir / "results.json").read_text()), out_dir
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_smoke_run_of_every_contender_verifies_on_apache_pulsar(tmp_path):
+    """`python -m bench` at a small N on Apache Pulsar: every contender (the replay on local[2], local[1]
+    and a Spark standalone cluster of two workers) runs, its end state is verified, JSON is written."""
+    n = 400
+    data, out_dir = _run_bench(tmp_path, "--sizes", str(n), "--handwritten-max", "200", "--brokers", "apache")
     by_name = {r["contender"]: r for r in data["results"]}
-    assert set(by_name) == {"ceiling", "handwritten", "tuned", "ours"}
+    assert set(by_name) == {"ceiling", "handwritten", "tuned", "ours", "ours_local1", "ours_cluster"}
+    assert {r["broker"] for r in data["results"]} == {"apache"}
     expected = workload.expected_counts(n)
     for name, r in by_name.items():
         assert r["ok"], (name, r["errors"])
@@ -206,20 +266,60 @@ def test_smoke_run_of_every_contender_verifies(tmp_path):
         assert r["checks"]["origin.duplicates"] == 0
         assert r["checks"]["origin.missing"] == 0
     assert by_name["ceiling"]["checks"]["origin.messages"] == n
+    assert by_name["ceiling"]["details"]["reported"]["settings"]["workers"] >= 1
     assert by_name["tuned"]["checks"]["origin.messages"] == expected.republish
     assert by_name["tuned"]["checks"]["archive.rows"] == expected.archive
     # the hand-written baseline ran on 200 messages and was extrapolated, and says so
     hand = by_name["handwritten"]
     assert (hand["extrapolated"], hand["measured_n"], hand["n"]) == (True, 200, n)
     assert hand["checks"]["origin.messages"] == workload.expected_counts(200).republish
-    ours = by_name["ours"]
-    assert ours["checks"]["report.republished"] == expected.republish
-    assert ours["checks"]["archive.rows"] == expected.archive
-    assert ours["checks"]["ledger.rows"] == n
-    assert ours["checks"]["report.groups"] == 20
-    assert ours["memory_mib"]["jvm_mib"] > 0
-    assert ours["memory_mib"]["py_workers_mib"] > 0
-    assert ours["details"]["timings"]
-    assert 0 < ours["work_s"] < ours["wall_s"]
-    assert set(data["comparisons"]["ratios"][str(n)]) >= {"ours/ceiling", "ours/handwritten", "ours/tuned"}
-    assert "extrapolated from 200" in (out_dir / "results.md").read_text()
+    for name in ("ours", "ours_local1", "ours_cluster"):
+        ours = by_name[name]
+        assert ours["checks"]["report.republished"] == expected.republish
+        assert ours["checks"]["archive.rows"] == expected.archive
+        assert ours["checks"]["ledger.rows"] == n
+        assert ours["checks"]["report.groups"] == 20
+        assert ours["details"]["timings"]
+        assert 0 < ours["work_s"] < ours["wall_s"]
+    assert by_name["ours_local1"]["details"]["master"] == "local[1]"
+    assert by_name["ours_cluster"]["details"]["master"].startswith("spark://127.0.0.1:")
+    # the cluster's executors are sampled too (children of its workers)
+    assert by_name["ours_cluster"]["memory_mib"]["py_workers_mib"] > 0
+    assert by_name["ours"]["memory_mib"]["jvm_mib"] > 0
+    ratios = data["comparisons"]["ratios"][f"apache/{n}"]
+    assert set(ratios) >= {"ours/ceiling", "ours/handwritten", "ours/tuned", "ours/ours_local1"}
+    assert data["comparisons"]["scaling"][0]["steps"]
+    targets = {t["target"] for t in data["comparisons"]["targets"]}
+    assert any(t.startswith("ceiling / fastest other") for t in targets)
+    text = (out_dir / "results.md").read_text()
+    assert "extrapolated from 200" in text
+    assert "local[1] time / local[2] time" in text
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_smoke_run_on_the_embedded_broker_and_an_empty_dlq(tmp_path):
+    """The same harness on pulsar-lite, with an empty DLQ beside a small one (the empty-DLQ target)."""
+    data, _ = _run_bench(tmp_path, "--sizes", "0,200", "--brokers", "lite", "--contenders", "ceiling,ours")
+    runs = {(r["contender"], r["n"]): r for r in data["results"]}
+    assert set(runs) == {("ceiling", 0), ("ours", 0), ("ceiling", 200), ("ours", 200)}
+    for key, r in runs.items():
+        assert r["ok"], (key, r["errors"])
+        assert r["broker"] == "lite"
+    assert runs[("ours", 0)]["checks"]["report.snapshot"] == 0
+    assert runs[("ours", 0)]["checks"]["report.groups"] == 0
+    assert runs[("ours", 200)]["checks"]["ledger.rows"] == 200
+    assert any(t["target"] == "wall s, empty DLQ" for t in data["comparisons"]["targets"])
+
+
+def test_decide_profile_times_every_phase(capsys):
+    """`python -m bench.profile_decide` times each phase of a decide task on a real batch of the workload."""
+    from bench import profile_decide
+
+    batch = profile_decide.snapshot_batch(40)
+    assert batch.num_rows == 40
+    figures = profile_decide.measure(batch, repeat=1)
+    assert set(figures) == {"identities", "normalise", "decide", "of which the fix", "normalise + decide"}
+    assert all(value > 0 for value in figures.values()), figures
+    assert profile_decide.main(["--n", "40", "--repeat", "1"]) == 0
+    assert "of which the fix" in capsys.readouterr().out

@@ -1,5 +1,5 @@
 """Fault suite, cluster: the replay on a Spark standalone cluster (a master and two workers started from
-the installed pyspark on loopback, ``tests/spark_cluster.py``), submitted to ``spark://127.0.0.1:<port>``
+the installed pyspark on loopback, ``spark_standalone``), submitted to ``spark://127.0.0.1:<port>``
 with the bundle shipped by ``--py-files`` exactly as in production.
 
 - ``end-to-end``: the replay runs on the cluster's executors with exact counts.
@@ -24,10 +24,10 @@ from typing import Any
 
 import pytest
 from fault_support import FaultRow, end_state, finish, parquet_values, start, state_of
-from spark_cluster import SparkCluster
 from test_fault_kills import ARCHIVE, PLAYBOOK, REPLAY, SKIP, TOPICS, build_dlqs
 
 from pulsar_standalone import free_port
+from spark_standalone import SparkCluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.real_pulsar, pytest.mark.slow]
 

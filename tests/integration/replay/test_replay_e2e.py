@@ -3,6 +3,7 @@ test_replay_submit.py): dry-run, replay, re-runs, late arrivals, forged origin, 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
@@ -15,6 +16,7 @@ from replay_e2e_support import (
     close_driver_clients,
     drain,
     expected_totals,
+    ours,
     pending_keys,
     produce_late,
 )
@@ -223,7 +225,23 @@ def test_empty_dlq_reports_nothing_and_succeeds(spark, pulsar_client, pulsar_bro
     assert report["totals"]["snapshot"] == 0
     assert report["commit"]["read_mode"] == "reader"
     assert report["groups"] == []
-    assert "No messages in this run" in (tmp_path / "out" / "runs" / "empty-1" / "report.html").read_text()
+    run_dir = tmp_path / "out" / "runs" / "empty-1"
+    assert "No messages in this run" in (run_dir / "report.html").read_text()
+    # The empty-window fast path: every step complete, no message step ran a Spark job or wrote data.
+    state = json.loads((run_dir / "state.json").read_text())
+    assert all(
+        state["steps"][s]["status"] == "complete" for s in ("snapshot", "decide", "apply", "record", "commit")
+    )
+    assert state["steps"]["snapshot"]["empty_window"] is True
+    assert not (run_dir / "snapshot").exists()
+    assert not (run_dir / "decisions").exists()
+    assert not (tmp_path / "out" / "ledger").exists()
+    # A message arriving later is replayed by the next run as usual.
+    producer = pulsar_client.create_producer(topic)
+    producer.send(b"{}", properties=ours("persistent://public/default/orders", "ValueError", "bad"))
+    producer.close()
+    later = run_replay(spark, dataclasses.replace(opts, run_id="empty-2", mode=oc.DRY_RUN))
+    assert later["totals"]["snapshot"] == 1
 
 
 def test_a_small_run_after_an_earlier_one_waits_no_idle_timeout_and_counts_exactly(

@@ -6,7 +6,8 @@ the way those scripts would in the foreground: ``spark-class org.apache.spark.de
 private temp dir. Every daemon runs in its own session, is killed if the process that started it dies,
 and is stopped by PID with its children (executors and their Python workers); the temp dir is deleted.
 
-Used by the fault suite (a worker killed mid-apply) and the benchmark::
+Used by the fault suite (a worker killed mid-apply) and the benchmark (its cluster runs), and by
+``python -m spark_standalone`` for a person::
 
     cluster = SparkCluster()
     master_url = cluster.start(workers=2, cores=1, memory="1g")  # spark://127.0.0.1:<port>
@@ -77,6 +78,8 @@ class SparkCluster:
 
     host: str = "127.0.0.1"
     start_timeout_s: float = 180.0
+    #: Where the daemons' logs go and stay after :meth:`stop` (default: the temp dir, deleted with it).
+    log_dir: Path | None = None
     root: Path | None = None
     master_url: str = ""
     webui_url: str = ""
@@ -203,13 +206,13 @@ class SparkCluster:
         env.update(
             SPARK_HOME=str(home),
             SPARK_LOCAL_IP=self.host,
-            SPARK_LOG_DIR=str(self.root / "logs"),
+            SPARK_LOG_DIR=str(self._log_dir()),
             SPARK_PID_DIR=str(self.root),
             SPARK_LOCAL_DIRS=str(self.root / "local"),
             SPARK_DAEMON_MEMORY=DAEMON_MEMORY,
             SPARK_NO_DAEMONIZE="1",
         )
-        log_path = self.root / f"{name}.log"
+        log_path = self._log_dir() / f"{name}.log"
         log = log_path.open("ab")
         process = subprocess.Popen(
             [str(home / "bin" / "spark-class"), main_class, *args],
@@ -222,6 +225,12 @@ class SparkCluster:
             preexec_fn=_die_with_parent,
         )
         return _Daemon(name, process, log, log_path, webui_url)
+
+    def _log_dir(self) -> Path:
+        assert self.root is not None
+        directory = self.log_dir or self.root / "logs"
+        directory.mkdir(parents=True, exist_ok=True)
+        return directory
 
     def _wait(self, ready: Any, what: str) -> None:
         deadline = time.monotonic() + self.start_timeout_s
