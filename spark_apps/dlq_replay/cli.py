@@ -63,6 +63,11 @@ WRITE_DEFAULTS = {
     "spark.sql.optimizer.plannedWrite.enabled": "false",
     "spark.sql.maxConcurrentOutputFiles": "64",
 }
+#: Shuffle partitions per core, unless ``spark.sql.shuffle.partitions`` is given with --conf. Spark's 200
+#: made every shuffle of a small run (the duplicate window, the entry count, the report's aggregates)
+#: 200 tiny tasks; a DLQ run's shuffles carry light rows (ids, counts), so two tasks per core suffice
+#: and adaptive execution still coalesces or splits them.
+SHUFFLE_PARTITIONS_PER_CORE = 2
 _QUOTED_VALUE = re.compile(r"(invalid [a-z ]*?(?:value|choice)): '.*?'(?=$| \()", re.DOTALL)
 
 
@@ -424,6 +429,13 @@ def _fail(message: str) -> None:
 # --------------------------------------------------------------------------- main
 
 
+def session_defaults(cores: int) -> dict[str, str]:
+    """Session settings the app applies unless given with --conf: :data:`WRITE_DEFAULTS` and shuffle
+    partitions sized to the ``cores`` of the application (:data:`SHUFFLE_PARTITIONS_PER_CORE`)."""
+    partitions = max(2, SHUFFLE_PARTITIONS_PER_CORE * max(1, cores))
+    return {**WRITE_DEFAULTS, "spark.sql.shuffle.partitions": str(partitions)}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the app; returns the process exit code (see the module docstring)."""
     use_jvm_stderr()
@@ -455,7 +467,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     spark.sparkContext.setLogLevel("WARN")  # our progress lines stay readable in the task log
     given = spark.sparkContext.getConf()
-    for key, value in WRITE_DEFAULTS.items():
+    for key, value in session_defaults(spark.sparkContext.defaultParallelism).items():
         if not given.contains(key):
             spark.conf.set(key, value)
     try:

@@ -200,3 +200,14 @@ def test_the_client_side_token_file_error_does_not_echo_the_path():
         PulsarConf("pulsar://localhost:6650", token_file=TOKEN).read_token()
     assert TOKEN not in str(info.value)
     assert "path not shown" in str(info.value)
+
+
+def test_session_defaults_size_shuffles_to_the_cores():
+    """Two shuffle partitions per core (not Spark's 200, which made a small run thousands of tiny
+    tasks), at least two; the partitioned-write settings stay."""
+    from spark_apps.dlq_replay.cli import WRITE_DEFAULTS, session_defaults
+
+    assert session_defaults(2)["spark.sql.shuffle.partitions"] == "4"
+    assert session_defaults(64)["spark.sql.shuffle.partitions"] == "128"
+    assert session_defaults(0)["spark.sql.shuffle.partitions"] == "2"
+    assert WRITE_DEFAULTS.items() <= session_defaults(2).items()
