@@ -12,12 +12,13 @@ pytestmark = pytest.mark.integration
 
 def test_progress_lines_show_messages_done_before_the_step_ends(spark, tmp_path):
     rows = 240_000
+    task_s = 25.0  # longer than two executor heartbeats (10 s each by default), whatever the batch size
 
     def slow(batches):  # defined here: Spark pickles it by value, not by this test module's name
         import time
 
         for batch in batches:
-            time.sleep(0.4)
+            time.sleep(task_s * batch.num_rows / rows)  # rows flow at an even pace over the whole task
             yield batch
 
     spark.range(0, rows, numPartitions=1).selectExpr("id", "cast(id as string) AS s").write.parquet(
@@ -27,7 +28,7 @@ def test_progress_lines_show_messages_done_before_the_step_ends(spark, tmp_path)
     progress = StepProgress(spark, interval=1.0)
     progress.start("decide", rows)
     try:
-        # One task that takes ~10 s: executor heartbeats (every 10 s by default) carry its live metrics.
+        # One task of ~25 s: the executor heartbeats at 10 s and 20 s carry its live metrics mid-task.
         map_in_arrow(df, slow, df.schema).write.parquet(str(tmp_path / "out"))
     finally:
         progress.stop()
