@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import sys
 import tempfile
 import uuid
@@ -132,11 +133,13 @@ if __name__ == "__main__":
     else:
         from airflow_provider_dlq.embedded_broker import start_embedded_broker
 
-        broker = start_embedded_broker(tempfile.mkdtemp(prefix="orders-consumer-"))
+        data_dir = tempfile.mkdtemp(prefix="orders-consumer-")
+        broker = start_embedded_broker(data_dir)
         try:
             code = main(broker.service_url)
         finally:
             broker.stop()
+            shutil.rmtree(data_dir, ignore_errors=True)  # the throwaway broker's data
     sys.stdout.flush()
     # pulsar-client 3.13 can abort during interpreter shutdown when a Python logger is attached
     # (apache/pulsar-client-python#256); everything is closed and flushed, so exit right away.
