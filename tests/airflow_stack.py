@@ -57,7 +57,8 @@ class AirflowApiError(RuntimeError):
     """A REST call to the stack's API server failed; the message has the status and body."""
 
     def __init__(self, method: str, url: str, status: int, body: str) -> None:
-        super().__init__(f"{method} {url} -> HTTP {status}: {body[:500]}")
+        shown = body if status >= 500 else body[:500]
+        super().__init__(f"{method} {url} -> HTTP {status}: {shown}")
         self.status = status
         self.body = body
 
@@ -88,7 +89,10 @@ class AirflowStack:
             with urllib.request.urlopen(req, timeout=timeout) as resp:
                 raw = resp.read()
         except urllib.error.HTTPError as exc:
-            raise AirflowApiError(method, url, exc.code, exc.read().decode(errors="replace")) from None
+            body_text = exc.read().decode(errors="replace")
+            if exc.code >= 500:  # the server's traceback is in its log, not in the response
+                body_text += "\n" + self.tail_logs(lines=80, names=("api-server",))
+            raise AirflowApiError(method, url, exc.code, body_text) from None
         return json.loads(raw) if raw.strip() else None
 
     def health(self) -> dict[str, Any]:
@@ -164,9 +168,10 @@ class AirflowStack:
         if dead:
             raise RuntimeError(f"Airflow components exited: {dead}\n{self.tail_logs()}")
 
-    def tail_logs(self, lines: int = 25) -> str:
+    def tail_logs(self, lines: int = 25, names: tuple[str, ...] = ()) -> str:
+        """The last ``lines`` of each component's log (of ``names`` only, when given)."""
         out = []
-        for name in self.processes:
+        for name in names or tuple(self.processes):
             path = self.home / f"{name}.log"
             with contextlib.suppress(OSError):
                 text = path.read_text(errors="replace").splitlines()[-lines:]

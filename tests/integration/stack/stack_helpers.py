@@ -145,9 +145,26 @@ def dag_runs(stack: Any, dag_id: str) -> list[dict[str, Any]]:
     return list(stack.api("GET", f"/dags/{dag_id}/dagRuns?order_by=run_after")["dag_runs"])
 
 
-def asset_events(stack: Any, asset_name: str) -> list[dict[str, Any]]:
-    data = stack.api("GET", f"/assets/events?name_pattern={quote(asset_name)}&order_by=timestamp")
-    return list(data["asset_events"])
+def asset_events(stack: Any, asset_name: str, dag_id: str, timeout_s: float = 120.0) -> list[dict[str, Any]]:
+    """The asset's events, oldest first.
+
+    Airflow 3.3.0-3.3.2 answers HTTP 500 on ``/assets/events`` while a DAG run an event created is still
+    queued: the response model requires the run's ``start_date``, null until the run starts
+    (apache/airflow#71360). Only then, while a run of ``dag_id`` is queued without a start date, this
+    asks again; any other error is raised.
+    """
+    deadline = time.monotonic() + timeout_s
+    path = f"/assets/events?name_pattern={quote(asset_name)}&order_by=timestamp"
+    while True:
+        try:
+            return list(stack.api("GET", path)["asset_events"])
+        except Exception as exc:
+            if getattr(exc, "status", None) != 500 or time.monotonic() > deadline:
+                raise
+            runs = dag_runs(stack, dag_id)
+            if not any(run["state"] == "queued" and not run.get("start_date") for run in runs):
+                raise
+        time.sleep(0.5)
 
 
 def wait_for(what: str, check: Any, timeout_s: float, interval_s: float = 0.5) -> Any:

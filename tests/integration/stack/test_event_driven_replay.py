@@ -81,7 +81,7 @@ def test_backlog_fires_the_watch_once_and_the_scheduled_dag_replays(
     # Below the threshold: nothing fires, and the watch neither consumes nor acks.
     service.fail([TimeoutError("payment timed out after 3s")] * 2 + [ValueError("order 7 has no id")] * 2)
     time.sleep(6 * POLL_SECONDS)
-    assert asset_events(stack, asset) == []
+    assert asset_events(stack, asset, dag_id) == []
     assert dag_runs(stack, dag_id) == []
     stats = topic_stats(pulsar_broker.admin_url, service.dlq)
     sub = stats["subscriptions"]["dlq-replayer"]
@@ -91,7 +91,7 @@ def test_backlog_fires_the_watch_once_and_the_scheduled_dag_replays(
     # The 5th message crosses the threshold: one asset event, one DAG run.
     service.fail([TimeoutError("payment timed out after 9s")])
     crossed = time.time()
-    event = wait_for("the asset event", lambda: asset_events(stack, asset), timeout_s=60)[0]
+    event = wait_for("the asset event", lambda: asset_events(stack, asset, dag_id), timeout_s=60)[0]
     run = wait_for("the DAG run", lambda: dag_runs(stack, dag_id), timeout_s=60)[0]
     event_latency = parse_time(event["timestamp"]) - crossed
     run_latency = parse_time(run["queued_at"]) - crossed
@@ -108,13 +108,13 @@ def test_backlog_fires_the_watch_once_and_the_scheduled_dag_replays(
     assert pending(pulsar_client, service.dlq) == 2  # the ValueErrors, left pending: the new baseline
     wait_for("the restarted triggerer to run the watch again", lambda: watches() >= 2, timeout_s=120)
     time.sleep(6 * POLL_SECONDS)
-    assert len(asset_events(stack, asset)) == 1, "fired again for the backlog the replay left pending"
+    assert len(asset_events(stack, asset, dag_id)) == 1, "fired again for the backlog the replay left pending"
     assert len(dag_runs(stack, dag_id)) == 1
 
     # New messages above the baseline fire it again, after the restart.
     service.fail([TimeoutError("payment timed out after 1s")] * MIN_BACKLOG)
     crossed_again = time.time()
-    events = wait_for("the second asset event", lambda: asset_events(stack, asset)[1:], timeout_s=60)
+    events = wait_for("the second asset event", lambda: asset_events(stack, asset, dag_id)[1:], timeout_s=60)
     second = events[0]["extra"]["payload"]
     assert (second["backlog"], second["baseline"], second["new_backlog"]) == (2 + MIN_BACKLOG, 2, MIN_BACKLOG)
     runs = wait_for("the second DAG run", lambda: dag_runs(stack, dag_id)[1:], timeout_s=60)
