@@ -242,7 +242,7 @@ def _snapshot(run: _Run, windows: list[PartitionWindow]) -> DataFrame:
     if run.step("snapshot"):
         from pyspark.sql import functions as F
 
-        from spark_apps.dlq_replay.pulsar_io.source import register
+        from spark_apps.dlq_replay.pulsar_io.source import read_in_tasks
 
         started = time.monotonic()
         mode = read_mode_of(windows)
@@ -252,15 +252,15 @@ def _snapshot(run: _Run, windows: list[PartitionWindow]) -> DataFrame:
             # them to keep every core busy (the source gives each share a minimum of entries).
             busy = max(1, sum(1 for w in windows if w.pending))
             parallelism = max(1, -(-run.buckets // busy))
-        register(run.spark)
-        reader = run.spark.read.format("pulsar").options(**run.conf.to_options())
-        reader = reader.options(
-            topics=",".join(run.options.topics),
-            subscription=run.options.subscription,
-            window=windows_to_json(windows),
-            parallelism=str(parallelism),
-        ).option("idle.timeout.ms", str(run.options.idle_timeout_ms))
-        snapshot_df = reader.load()
+        source_options = {
+            **run.conf.to_options(),
+            "topics": ",".join(run.options.topics),
+            "subscription": run.options.subscription,
+            "window": windows_to_json(windows),
+            "parallelism": str(parallelism),
+            "idle.timeout.ms": str(run.options.idle_timeout_ms),
+        }
+        snapshot_df = read_in_tasks(run.spark, source_options)
         if mode != READER_MODE and parallelism > 1:
             # Shared consumers of one partition can both receive a message (redelivery when one closes);
             # one consumer per partition already de-duplicates by id. The snapshot holds each message once.
