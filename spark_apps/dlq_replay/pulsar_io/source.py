@@ -438,7 +438,7 @@ def read_in_tasks(spark: SparkSession, options: Mapping[str, str]) -> DataFrame:
     The input partitions are planned here, in the driver, and each task of a ``mapInArrow`` over
     ``spark.range`` reads one of them with the same reader. Unlike the data source, nothing is
     registered and no Python planner process is started (one to create the source, one to plan the
-    read): on 2 cores that is about 8 s less for every snapshot, whatever its size.
+    read): on 2 cores that is about 7 s less for every snapshot, whatever its size.
     """
     reader = PulsarDataSourceReader(options, source_struct())
     parts = reader.partitions()

@@ -13,6 +13,7 @@ from typing import Any
 from urllib.parse import quote
 
 import pulsar
+from airflow_stack import AirflowApiError
 
 from pulsar_dlq_consumer import DeadLetterPolicy, DlqConsumer
 
@@ -158,8 +159,8 @@ def asset_events(stack: Any, asset_name: str, dag_id: str, timeout_s: float = 12
     while True:
         try:
             return list(stack.api("GET", path)["asset_events"])
-        except Exception as exc:
-            if getattr(exc, "status", None) != 500 or time.monotonic() > deadline:
+        except AirflowApiError as exc:
+            if exc.status != 500 or time.monotonic() > deadline:
                 raise
             runs = dag_runs(stack, dag_id)
             if not any(run["state"] == "queued" and not run.get("start_date") for run in runs):
