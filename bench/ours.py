@@ -8,13 +8,16 @@ import shutil
 import sys
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bench import verify, workload
 from bench.playbook import write_playbook
 from bench.procmon import run_sampled
 from bench.pulsar_io import BenchError
 from bench.results_model import RunResult
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 SUMMARY_MARKER = "DLQ_REPLAY_SUMMARY "
 
@@ -87,6 +90,17 @@ def build_command(
     ]
 
 
+def with_conf(items: list[str], change: Callable[[dict[str, str]], dict[str, str]]) -> list[str]:
+    """``KEY=VALUE`` items after ``change`` of their mapping (order kept, new keys last)."""
+    conf: dict[str, str] = {}
+    for item in items:
+        if "=" not in item:
+            raise BenchError(f"--spark-conf {item!r} must be KEY=VALUE")
+        key, value = item.split("=", 1)
+        conf[key] = value
+    return [f"{key}={value}" for key, value in change(conf).items()]
+
+
 def run_ours(
     *,
     service_url: str,
@@ -100,13 +114,23 @@ def run_ours(
     timeout_s: float | None = None,
     contender: str = "ours",
     adopted_parents: tuple[int, ...] = (),
+    class_data_archive: bool = True,
 ) -> RunResult:
-    """Submit the replay app against a broker holding ``n`` DLQ messages; time, sample and verify it."""
+    """Submit the replay app against a broker holding ``n`` DLQ messages; time, sample and verify it.
+
+    With ``class_data_archive`` the driver JVM starts from the operator's managed class-data archive
+    (:mod:`airflow_provider_dlq.class_data`), written by this run when there is none yet.
+    """
     from airflow_provider_dlq.bundle import build_bundle
+    from airflow_provider_dlq.class_data import ClassDataArchive
 
     bundle = build_bundle(workdir / "bundle")
     playbook = write_playbook(workdir / "playbook.yaml")
     run_id = f"bench-{n}"
+    archive = ClassDataArchive().plan(spark_env()) if class_data_archive else None
+    conf = list(spark_conf or [])
+    if archive is not None:
+        conf = with_conf(conf, archive.conf)
     cmd = build_command(
         service_url=service_url,
         admin_url=admin_url,
@@ -116,7 +140,7 @@ def run_ours(
         playbook=playbook,
         output_dir=workdir / "out",
         master=master,
-        spark_conf=spark_conf or [],
+        spark_conf=conf,
         app_args=app_args or [],
     )
     with log_path.open("w", encoding="utf-8") as log:
@@ -132,6 +156,9 @@ def run_ours(
             adopted_parents=adopted_parents,
         )
         log.write("\n--- stdout ---\n" + run.stdout)
+    archive_use = "off" if archive is None else ("used" if archive.writing is None else "written")
+    if archive is not None and archive.writing is not None:
+        archive_use = "written" if archive.finish(run.returncode == 0) else "write failed"
     if run.returncode != 0:
         raise BenchError(f"the replay app exited with {run.returncode}; see {log_path}")
     report = _load_report(run.stdout, log_path)
@@ -158,6 +185,7 @@ def run_ours(
             "totals": report.get("totals"),
             "memory_samples": run.peaks.samples,
             "master": master,
+            "class_data_archive": archive_use,
         },
     )
 

@@ -34,6 +34,8 @@ from bench.table import ceiling_warnings, comparison_table, ours_steps_table, re
 LOG = logging.getLogger("bench")
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_SIZES = "0,10k,100k,1m"
+#: Messages of the untimed replay that writes the class-data archive when there is none.
+WARM_UP_MESSAGES = 2_000
 
 
 def parse_count(text: str) -> int:
@@ -184,6 +186,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="extra argument for the replay app, e.g. --app-arg=--parallelism=4 (repeatable)",
     )
     parser.add_argument(
+        "--class-data-archive",
+        choices=("on", "off"),
+        default="on",
+        help="start the replay's driver JVM from the operator's managed class-data archive (default on, "
+        "as the operator does; a missing archive is written by an untimed warm-up replay of "
+        f"{WARM_UP_MESSAGES} messages first, as on any machine after its first replay)",
+    )
+    parser.add_argument(
         "--render",
         type=Path,
         metavar="RESULTS_JSON",
@@ -242,6 +252,7 @@ def run_one(
                     master=cluster.master_url if cluster is not None else _master(contender, args),
                     contender=contender,
                     adopted_parents=tuple(cluster.worker_pids()) if cluster is not None else (),
+                    class_data_archive=args.class_data_archive == "on",
                     spark_conf=args.spark_conf,
                     app_args=args.app_arg,
                     timeout_s=args.timeout,
@@ -304,6 +315,30 @@ def run_with_retries(
     return RunResult(contender, n, n, 0.0, 0.0, ok=False, broker=broker_kind, errors=failed)
 
 
+def warm_up(args: argparse.Namespace, out_dir: Path, scratch: Path) -> dict[str, Any]:
+    """Write the replay's class-data archive with an untimed replay when a run of this project will
+    use it and there is none yet (the first replay on a machine writes it, as with the operator)."""
+    from airflow_provider_dlq.class_data import ClassDataArchive
+    from bench.ours import spark_env
+
+    if args.class_data_archive == "off" or not any(c in OURS for c in args.contenders):
+        return {"used": False}
+    plan = ClassDataArchive().plan(spark_env())
+    if plan is None:
+        return {"used": False, "reason": "no java or no writable cache folder"}
+    if plan.writing is None:
+        return {"used": True, "path": str(plan.path), "warm_up_s": None}
+    plan.finish(False)  # the warm-up run plans (and writes) its own
+    LOG.info("writing the class-data archive with an untimed %d-message replay", WARM_UP_MESSAGES)
+    started = time.perf_counter()
+    result = run_with_retries("ours", WARM_UP_MESSAGES, args.brokers[0], args, out_dir, scratch)
+    seconds = round(time.perf_counter() - started, 1)
+    written = result.details.get("class_data_archive") == "written"
+    state = "written" if written else "NOT written"
+    LOG.info("class-data archive %s in %.1f s (%s)", state, seconds, plan.path)
+    return {"used": written, "path": str(plan.path), "warm_up_s": seconds, "warm_up_wall_s": result.wall_s}
+
+
 def machine_info() -> dict[str, Any]:
     import psutil
 
@@ -351,6 +386,7 @@ def main(argv: list[str] | None = None) -> int:
     results: list[RunResult] = []
     failures: list[str] = []
     try:
+        info["class_data_archive"] = warm_up(args, out_dir, scratch)
         for n in args.sizes:
             for broker_kind in args.brokers:
                 for contender in args.contenders:
@@ -402,12 +438,23 @@ def render(path: Path) -> int:
     try:
         data = json.loads(path.read_text())
         info = {k: data[k] for k in ("command", "started_at", "machine")}
+        info["class_data_archive"] = data.get("class_data_archive")
         results = [result_from_json(r) for r in data["results"]]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         print(f"error: cannot read {path} as a benchmark results.json: {exc}", file=sys.stderr)
         return 2
     print(_write(path.parent, info, results))
     return 0
+
+
+def archive_line(archive: dict[str, Any] | None) -> str:
+    """How this project's driver JVM started: with the managed class-data archive or without."""
+    if not archive or not archive.get("used"):
+        reason = (archive or {}).get("reason", "off")
+        return f"Class-data archive: not used ({reason}); this project's runs start a cold JVM."
+    warm = archive.get("warm_up_s")
+    how = "it existed already" if warm is None else f"written by an untimed warm-up replay in {warm} s"
+    return f"Class-data archive: used by this project's runs ({how}), as the operator does after a first run."
 
 
 def _write(out_dir: Path, info: dict[str, Any], results: list[RunResult]) -> str:
@@ -418,6 +465,8 @@ def _write(out_dir: Path, info: dict[str, Any], results: list[RunResult]) -> str
         f"# Benchmark {info['started_at']}",
         f"`{info['command']}` on {info['machine']['cpus']} CPUs, load at start "
         f"{info['machine']['load_average_at_start']}",
+        "",
+        archive_line(info.get("class_data_archive")),
         "",
         results_table(results),
         "",

@@ -16,6 +16,7 @@ from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.sdk import Asset, BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowSkipException
 
+from airflow_provider_dlq.class_data import ArchivePlan, ClassDataArchive
 from airflow_provider_dlq.hooks.pulsar import PulsarHook
 from airflow_provider_dlq.operators.links import DlqReplayReportLink, SparkApplicationLink
 from airflow_provider_dlq.operators.replay_cli import (
@@ -148,6 +149,12 @@ class DlqReplayOperator(BaseOperator):
     :param canary: Replay ``N`` messages (or ``"P%"``) of each error group first, watch them for
         ``canary_wait_seconds`` and halt groups whose canaries fail again more often than
         ``canary_max_failure_rate`` (left pending as ``canary_failed``; ``docs/canary.md``). (templated)
+    :param class_data_archive: Start the Spark driver JVM from a class-data archive that the first run on
+        this worker writes (``True``, default: in ``~/.cache/airflow-provider-dlq/jvm-class-data``; a
+        path: that folder; ``False``: off). Not used with ``deploy_mode="cluster"`` or when ``conf``'s
+        ``spark.driver.extraJavaOptions`` already manages class data sharing (``docs/operator.md``).
+
+    .. seealso:: ``docs/operator.md``
     """
 
     operator_extra_links = (DlqReplayReportLink(), SparkApplicationLink())
@@ -215,6 +222,7 @@ class DlqReplayOperator(BaseOperator):
         canary: str | int | None = None,
         canary_wait_seconds: float = 60.0,
         canary_max_failure_rate: float = 0.0,
+        class_data_archive: bool | str = True,
         **kwargs: Any,
     ) -> None:
         if (
@@ -273,6 +281,7 @@ class DlqReplayOperator(BaseOperator):
         self.canary = canary
         self.canary_wait_seconds = canary_wait_seconds
         self.canary_max_failure_rate = canary_max_failure_rate
+        self.class_data_archive = class_data_archive
         self._hook: _ReplaySubmitHook | None = None
         self._killed = False
 
@@ -366,10 +375,25 @@ class DlqReplayOperator(BaseOperator):
             return None
         return sum(item.backlog for item in backlog.values())
 
+    def class_data_plan(self, deploy_mode: str | None, env: Mapping[str, str]) -> ArchivePlan | None:
+        """The driver JVM's class-data archive for this run (``None``: off, cluster deploy mode, or no
+        usable JVM or cache folder)."""
+        if self.class_data_archive is False or deploy_mode == "cluster":
+            return None
+        directory = self.class_data_archive if isinstance(self.class_data_archive, str) else None
+        return ClassDataArchive(directory).plan({**os.environ, **env})
+
     def make_hook(
-        self, args: ReplayArgs, env: Mapping[str, str], py_files: str, expected: int | None = None
+        self,
+        args: ReplayArgs,
+        env: Mapping[str, str],
+        py_files: str,
+        expected: int | None = None,
+        archive: ArchivePlan | None = None,
     ) -> _ReplaySubmitHook:
         conf = {**DEFAULT_CONF, **{str(k): v for k, v in (self.conf or {}).items()}}
+        if archive is not None:
+            conf = {**conf, **archive.conf(conf)}
         if expected is not None:
             conf.setdefault(CONF_EXPECTED_MESSAGES, str(expected))
         if self.report_payload_snippets:
@@ -447,12 +471,16 @@ class DlqReplayOperator(BaseOperator):
                 self.pulsar_conn_id,
             )
         workdir = tempfile.mkdtemp(prefix="dlq-replay-bundle-")
+        archive: ArchivePlan | None = None
+        submitted = False
         try:
             zip_path, main_path = self._locate_bundle(workdir)
             probe = SparkSubmitHook(conn_id=self.spark_conn_id)
             master = str(probe._connection["master"])
             env = self.spark_env(pulsar, master)
-            hook = self.make_hook(args, env, zip_path, self.expected_messages(args))
+            deploy_mode = self.spark_submit_kwargs.get("deploy_mode") or probe._connection.get("deploy_mode")
+            archive = self.class_data_plan(deploy_mode, env)
+            hook = self.make_hook(args, env, zip_path, self.expected_messages(args), archive)
             self._check_env_stays_off_argv(hook, env)
             self._hook = hook
             self.log.info(
@@ -464,6 +492,7 @@ class DlqReplayOperator(BaseOperator):
                 args.output_dir,
             )
             hook.submit(main_path)
+            submitted = not self._killed
             if self._killed:
                 # spark-submit may exit 0 after SIGTERM; a killed run is never reported as done.
                 raise AirflowException(
@@ -472,6 +501,8 @@ class DlqReplayOperator(BaseOperator):
                 )
             report = self.read_report(args, hook.summary_line)
         finally:
+            if archive is not None:
+                archive.finish(submitted)
             shutil.rmtree(workdir, ignore_errors=True)
         summary = compact_summary(report)
         self.report_html_uri = summary["paths"].get("report_html")

@@ -224,6 +224,8 @@ def test_verification_rejects_a_duplicate_and_a_missing_message(tmp_path):
 
 # --------------------------------------------------------------------------- the smoke run
 
+OURS_NAMES = ("ours", "ours_local1", "ours_cluster")
+
 
 def _run_bench(tmp_path: Path, *extra: str) -> tuple[dict, Path]:
     cmd = [
@@ -273,7 +275,7 @@ def test_smoke_run_of_every_contender_verifies_on_apache_pulsar(tmp_path):
     hand = by_name["handwritten"]
     assert (hand["extrapolated"], hand["measured_n"], hand["n"]) == (True, 200, n)
     assert hand["checks"]["origin.messages"] == workload.expected_counts(200).republish
-    for name in ("ours", "ours_local1", "ours_cluster"):
+    for name in OURS_NAMES:
         ours = by_name[name]
         assert ours["checks"]["report.republished"] == expected.republish
         assert ours["checks"]["archive.rows"] == expected.archive
@@ -281,6 +283,11 @@ def test_smoke_run_of_every_contender_verifies_on_apache_pulsar(tmp_path):
         assert ours["checks"]["report.groups"] == 20
         assert ours["details"]["timings"]
         assert 0 < ours["work_s"] < ours["wall_s"]
+    # the driver JVM starts from the managed class-data archive (written by a warm-up when missing)
+    assert data["class_data_archive"]["used"]
+    assert Path(data["class_data_archive"]["path"]).is_file()
+    assert {by_name[name]["details"]["class_data_archive"] for name in OURS_NAMES} == {"used"}
+    assert "Class-data archive: used" in (out_dir / "results.md").read_text()
     assert by_name["ours_local1"]["details"]["master"] == "local[1]"
     assert by_name["ours_cluster"]["details"]["master"].startswith("spark://127.0.0.1:")
     # the cluster's executors are sampled too (children of its workers)

@@ -381,3 +381,62 @@ def test_execute_with_a_stand_in_spark_submit(conns, tmp_path, monkeypatch):
     assert extra["run_id"] == "d.replay.manual__1"
     assert extra["totals"]["republished"] == 2
     assert Path(summary["paths"]["report_json"]).is_file()
+
+
+ARCHIVE_WRITING_SPARK_SUBMIT = (
+    FAKE_SPARK_SUBMIT
+    + """
+for item in argv:
+    if item.startswith("spark.driver.extraJavaOptions="):
+        with open(os.environ["FAKE_LOG"] + ".jvm", "a") as seen:
+            seen.write(item + "\\n")
+        for option in item.split("=", 1)[1].split():
+            if option.startswith("-XX:ArchiveClassesAtExit="):  # what the driver JVM does at exit
+                import subprocess
+                subprocess.run(["java", option, "-version"], check=True, capture_output=True)
+"""
+)
+
+
+def test_the_driver_jvm_gets_a_class_data_archive_written_once_then_mapped(conns, tmp_path, monkeypatch):
+    """First run: the driver JVM writes the archive, installed after exit 0; the next run maps it.
+    Off with class_data_archive=False and with deploy_mode="cluster" (the driver runs elsewhere)."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    fake = bindir / "spark-submit"
+    fake.write_text(ARCHIVE_WRITING_SPARK_SUBMIT.format(python=sys.executable))
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_LOG", str(tmp_path / "fake.json"))
+    bundle = tmp_path / "dlq_replay.zip"
+    bundle.write_bytes(b"")
+    cds = tmp_path / "cds"
+    ti = SimpleNamespace(dag_id="d", task_id="replay", run_id="manual__1", map_index=-1)
+    seen = tmp_path / "fake.json.jvm"
+
+    def run(**kwargs) -> list[str]:
+        seen.unlink(missing_ok=True)
+        op = make_operator(tmp_path, bundle_path=str(bundle), application=str(tmp_path / "main.py"), **kwargs)
+        op.execute({"ti": ti})
+        return seen.read_text().splitlines() if seen.exists() else []
+
+    first = run(class_data_archive=str(cds))
+    assert len(first) == 1
+    assert "-XX:ArchiveClassesAtExit=" in first[0]
+    installed = list(cds.glob("*.jsa"))
+    assert len(installed) == 1
+    assert not list(cds.glob("*.tmp"))
+    assert run(class_data_archive=str(cds)) == [
+        f"spark.driver.extraJavaOptions=-XX:SharedArchiveFile={installed[0]}"
+    ]
+    assert run(class_data_archive=False) == []
+    assert (
+        run(
+            class_data_archive=str(cds),
+            spark_conn_id="spark_yarn",
+            spark_submit_kwargs={"deploy_mode": "cluster"},
+            auth_token_file="/etc/dlq/token",  # cluster mode takes the token from a file, not the env
+            env_vars={},
+        )
+        == []
+    )

@@ -1,0 +1,202 @@
+"""A managed JVM class-data archive (AppCDS) for the replay's Spark driver: a faster start.
+
+A small replay spends much of its time in a cold driver JVM loading Spark's classes (the session, the
+first query of every step). Java can map those classes from an archive that an earlier run wrote. This
+module manages that archive for the operator and the benchmark, per JVM build and set of Spark jars:
+
+* no archive yet: the run's driver JVM writes one when it exits (``-XX:ArchiveClassesAtExit``) to a
+  temporary file; only after spark-submit exited 0 **and** a JVM started on the file (a truncated archive
+  makes Java 17 abort at start) is it moved into place (:meth:`ArchivePlan.finish`);
+* an archive exists: the run maps it (``-XX:SharedArchiveFile``). A JVM or jars that no longer match make
+  Java ignore it with a warning, and the key changes with them, so the next run writes a new one.
+
+See ``docs/operator.md`` ("Faster start-up").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+log = logging.getLogger(__name__)
+
+#: Spark setting that carries the driver JVM's options.
+DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+#: JVM options that show the user manages class data sharing already (then nothing is added).
+_USER_CDS_OPTIONS = ("SharedArchiveFile", "ArchiveClassesAtExit", "-Xshare", "AutoCreateSharedArchive")
+_PREFIX = "dlq-replay-driver-"
+#: A temporary archive older than this was left by a killed run: removed.
+STALE_TEMP_S = 2 * 3600
+#: An archive of another key (an older JVM or Spark) unused this long is removed.
+UNUSED_ARCHIVE_S = 14 * 86400
+_CHECK_TIMEOUT_S = 60.0
+
+
+def default_archive_dir() -> Path:
+    """``$XDG_CACHE_HOME/airflow-provider-dlq/jvm-class-data`` (``~/.cache`` when unset)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "airflow-provider-dlq" / "jvm-class-data"
+
+
+def java_binary(env: Mapping[str, str] | None = None) -> str | None:
+    """The ``java`` spark-submit starts: ``$JAVA_HOME/bin/java``, else ``java`` on ``PATH``."""
+    environ = os.environ if env is None else env
+    home = environ.get("JAVA_HOME")
+    if home:
+        candidate = Path(home) / "bin" / "java"
+        return str(candidate) if candidate.is_file() else None
+    return shutil.which("java", path=environ.get("PATH"))
+
+
+def spark_jars_dir(env: Mapping[str, str] | None = None) -> Path | None:
+    """``$SPARK_HOME/jars``, else the installed PySpark's ``jars`` folder."""
+    environ = os.environ if env is None else env
+    home = environ.get("SPARK_HOME")
+    if home:
+        return Path(home) / "jars"
+    import importlib.util
+
+    spec = importlib.util.find_spec("pyspark")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations))) / "jars"
+
+
+def archive_key(java: str, jars: Path | None) -> str:
+    """A digest of the JVM build (its binary, resolved) and the Spark jars (names and sizes)."""
+    digest = hashlib.sha256()
+    real = Path(java).resolve()
+    stat = real.stat()
+    digest.update(f"{real}\0{stat.st_size}\0{int(stat.st_mtime)}\0".encode())
+    if jars is not None and jars.is_dir():
+        for jar in sorted(jars.glob("*.jar")):
+            digest.update(f"{jar.name}\0{jar.stat().st_size}\0".encode())
+    return digest.hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class ArchivePlan:
+    """What one run does with the archive: map ``path``, or write ``writing`` and install it."""
+
+    java: str
+    path: Path
+    writing: Path | None = None
+
+    @property
+    def java_option(self) -> str:
+        if self.writing is not None:
+            return f"-XX:ArchiveClassesAtExit={self.writing}"
+        return f"-XX:SharedArchiveFile={self.path}"
+
+    def conf(self, conf: Mapping[str, str]) -> dict[str, str]:
+        """``conf`` with the archive option added to the driver's JVM options (theirs kept first);
+        unchanged when they manage class data sharing themselves."""
+        merged = {str(k): str(v) for k, v in conf.items()}
+        current = merged.get(DRIVER_JAVA_OPTIONS, "").strip()
+        if any(option in current for option in _USER_CDS_OPTIONS):
+            return merged
+        merged[DRIVER_JAVA_OPTIONS] = f"{current} {self.java_option}".strip()
+        return merged
+
+    def finish(self, succeeded: bool) -> bool:
+        """After the run: install the archive it wrote when the run ``succeeded`` and a JVM starts on
+        the file; remove it otherwise. True when an archive was installed."""
+        if self.writing is None:
+            return False
+        written = self.writing
+        try:
+            if not succeeded or not written.is_file():
+                return False
+            if not _jvm_starts_on(self.java, written):
+                log.warning(
+                    "The JVM class-data archive %s is incomplete or unreadable; not used (the next run "
+                    "writes a new one)",
+                    written,
+                )
+                return False
+            os.replace(written, self.path)
+            log.info("JVM class-data archive installed: %s (later runs start faster)", self.path)
+            return True
+        except OSError as exc:
+            log.warning("JVM class-data archive not installed (%s: %s)", type(exc).__name__, exc)
+            return False
+        finally:
+            with contextlib.suppress(OSError):
+                written.unlink()
+
+
+def _jvm_starts_on(java: str, archive: Path) -> bool:
+    """True when ``java -XX:SharedArchiveFile=<archive> -version`` exits 0 (Java 17 aborts on a
+    truncated archive; its crash report goes to a scratch folder, not the working directory)."""
+    with tempfile.TemporaryDirectory(prefix="dlq-cds-check-") as scratch:
+        try:
+            done = subprocess.run(
+                [java, f"-XX:SharedArchiveFile={archive}", f"-XX:ErrorFile={scratch}/hs_err.log", "-version"],
+                capture_output=True,
+                timeout=_CHECK_TIMEOUT_S,
+                check=False,
+                cwd=scratch,
+            )
+        except (OSError, subprocess.SubprocessError):
+            return False
+    return done.returncode == 0
+
+
+class ClassDataArchive:
+    """The archives of one cache ``directory`` (see the module docstring)."""
+
+    def __init__(self, directory: str | os.PathLike[str] | None = None) -> None:
+        self.directory = Path(directory) if directory else default_archive_dir()
+
+    def plan(self, env: Mapping[str, str] | None = None) -> ArchivePlan | None:
+        """The plan for a run whose spark-submit gets ``env`` (default: this process's); ``None`` when
+        the JVM cannot be found or the directory cannot be written (the run then starts as usual)."""
+        java = java_binary(env)
+        if java is None:
+            log.info("No java found for spark-submit; starting without a JVM class-data archive")
+            return None
+        try:
+            key = archive_key(java, spark_jars_dir(env))
+            self.directory.mkdir(parents=True, exist_ok=True)
+            self._tidy(key)
+            path = self.directory / f"{_PREFIX}{key}.jsa"
+            if path.is_file():
+                os.utime(path)  # in use: kept by _tidy
+                return ArchivePlan(java, path)
+            writing = self.directory / f"{_PREFIX}{key}.{uuid.uuid4().hex[:12]}.tmp"
+        except OSError as exc:
+            log.info(
+                "JVM class-data archive dir %s not usable (%s: %s); starting without one",
+                self.directory,
+                type(exc).__name__,
+                exc,
+            )
+            return None
+        log.info("No JVM class-data archive for this JVM and Spark yet: this run writes %s", path)
+        return ArchivePlan(java, path, writing)
+
+    def _tidy(self, key: str) -> None:
+        """Remove temporary archives of killed runs and archives of other keys unused for long."""
+        now = time.time()
+        for entry in self.directory.glob(f"{_PREFIX}*"):
+            try:
+                age = now - entry.stat().st_mtime
+                stale = entry.suffix == ".tmp" and age > STALE_TEMP_S
+                unused = entry.suffix == ".jsa" and key not in entry.name and age > UNUSED_ARCHIVE_S
+                if stale or unused:
+                    entry.unlink()
+            except OSError:
+                continue
