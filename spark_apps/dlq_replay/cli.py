@@ -28,6 +28,7 @@ from spark_apps.dlq_replay.canary import CanarySpec
 from spark_apps.dlq_replay.errors import ReplayConfigError, ReplayError, RunLockedError
 from spark_apps.dlq_replay.group_actions import parse_group_actions
 from spark_apps.dlq_replay.options import (
+    DEDUP_WAVE_SIZE,
     DEFAULT_IDLE_TIMEOUT_MS,
     DEFAULT_MAX_REPLAYS,
     DEFAULT_SUBSCRIPTION,
@@ -263,11 +264,12 @@ def build_parser() -> argparse.ArgumentParser:
     add(
         "--wave-size",
         type=int,
-        default=DEFAULT_WAVE_SIZE,
+        default=None,
         metavar="N",
         help="Republish in waves of N messages per producer, each saved before the next; after a kill a "
         "resumed run re-sends at most the wave in flight: N x producers messages, which reach the origin "
-        f"twice on a broker without deduplication (default {DEFAULT_WAVE_SIZE}).",
+        f"twice on a broker without deduplication (default {DEFAULT_WAVE_SIZE}; {DEDUP_WAVE_SIZE} when the "
+        "admin REST shows deduplication on every target topic, where a re-send is dropped by the broker).",
     )
     add(
         "--subscription-lease",

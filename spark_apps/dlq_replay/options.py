@@ -21,6 +21,9 @@ DEFAULT_IDLE_TIMEOUT_MS = 3000
 #: Sequence ids per producer and wave: after a kill mid-apply a resumed run re-sends at most one wave per
 #: producer (see ``docs/reliability.md`` for the bound and the measured cost of smaller waves).
 DEFAULT_WAVE_SIZE = 2_000
+#: The wave size when the admin REST shows broker deduplication on every target topic: a re-sent wave is
+#: dropped by the broker there, so only the time to send it again is at stake, and fewer waves cost less.
+DEDUP_WAVE_SIZE = 50_000
 _SIGNATURE = re.compile(r"[0-9a-f]{16}")
 _SERVICE_SCHEMES = ("pulsar://", "pulsar+ssl://")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -76,7 +79,8 @@ class ReplayOptions:
     parallelism: int | None = None
     archive_payload: bool = True
     idle_timeout_ms: int = DEFAULT_IDLE_TIMEOUT_MS
-    wave_size: int = DEFAULT_WAVE_SIZE
+    #: ``None``: :data:`DEFAULT_WAVE_SIZE`, or :data:`DEDUP_WAVE_SIZE` under broker deduplication.
+    wave_size: int | None = None
     subscription_lease: bool = True
     #: Approved action per error signature (``--group-actions``), overriding the playbook for this run.
     group_actions: dict[str, str] | None = None

@@ -22,7 +22,7 @@ from replay_e2e_support import (
 )
 
 from spark_apps.dlq_replay import outcomes as oc
-from spark_apps.dlq_replay.options import ReplayOptions
+from spark_apps.dlq_replay.options import DEDUP_WAVE_SIZE, ReplayOptions
 from spark_apps.dlq_replay.runner import run_replay
 
 pytestmark = pytest.mark.integration
@@ -298,3 +298,44 @@ def test_a_small_run_after_an_earlier_one_waits_no_idle_timeout_and_counts_exact
 
 def pending_keys_of(client, topic: str) -> list[str]:
     return sorted(m.partition_key() for m in drain(client, topic, "dlq-replayer"))
+
+
+def test_waves_follow_the_brokers_deduplication(spark, pulsar_client, pulsar_broker, tmp_path):
+    """More sequence ids per producer than one small wave: with deduplication on every origin topic (the
+    admin REST says so) the run sends in large waves, since a re-send is dropped by the broker; with it off
+    it keeps the small waves that bound a re-send after a kill. Every message is republished once."""
+    import uuid
+
+    from replay_e2e_support import order, ours
+
+    from pulsar_standalone.admin import AdminClient
+    from spark_apps.dlq_replay.options import DEFAULT_WAVE_SIZE
+
+    n = DEFAULT_WAVE_SIZE + 100  # one producer (parallelism 1): two small waves, or one large one
+    admin = AdminClient(pulsar_broker.admin_url)
+    off = f"acme/nodedup-{uuid.uuid4().hex[:8]}"
+    admin.create_namespace(off)
+    admin.set_deduplication(off, False)
+    for namespace, dedup in (("public/default", True), (off, False)):
+        u = uuid.uuid4().hex[:8]
+        origin = f"persistent://{namespace}/orders-{u}"
+        dlq = f"persistent://{namespace}/orders-{u}-sub-DLQ"
+        pulsar_client.subscribe(origin, "verify").close()  # keep what is republished
+        producer = pulsar_client.create_producer(dlq, batching_enabled=True)
+        for i in range(n):
+            props = ours(origin, "TimeoutError", "slow")
+            producer.send_async(order(i), None, properties=props, partition_key=f"k{i}")
+        producer.flush()
+        producer.close()
+        out = tmp_path / u
+        opts = ReplayOptions(
+            run_id="waves", mode=oc.REPLAY, service_url=pulsar_broker.service_url,
+            admin_url=pulsar_broker.admin_url, topics=(dlq,), output_dir=str(out), playbook=PLAYBOOK,
+            origin_allowlist=(f"persistent://{namespace}/orders-*",), idle_timeout_ms=1500, parallelism=1,
+        )  # fmt: skip
+        report = run_replay(spark, opts)
+        assert report["totals"]["republished"] == n
+        apply = json.loads((out / "runs" / "waves" / "state.json").read_text())["steps"]["apply"]
+        assert apply["wave_size"] == (DEDUP_WAVE_SIZE if dedup else DEFAULT_WAVE_SIZE), namespace
+        assert apply["waves_done"] == (1 if dedup else 2)
+        assert len(drain(pulsar_client, origin, "verify")) == n

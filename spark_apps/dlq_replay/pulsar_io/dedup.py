@@ -1,0 +1,45 @@
+"""Is broker deduplication on for the topics a replay republishes to? (admin REST, read only)
+
+With deduplication the broker drops a producer's repeated sequence ids, so a republish that is sent
+again after a kill reaches the origin once: the apply step can then send in larger waves. Any doubt
+(no admin URL, an error, a refusal, a topic without deduplication) answers *no*.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from spark_apps.dlq_replay.pulsar_io.admin import PulsarAdmin, topic_path
+from spark_apps.dlq_replay.pulsar_io.errors import PulsarConfigError, PulsarIOError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf
+
+
+@dataclass(frozen=True)
+class Deduplication:
+    """Whether deduplication applies to every topic asked about, and why (for the run's log)."""
+
+    on: bool
+    reason: str
+
+
+def deduplication(conf: PulsarConf, topics: Iterable[str]) -> Deduplication:
+    """The effective deduplication of ``topics`` (topic, namespace or broker setting, as the broker
+    applies it: ``GET .../deduplicationEnabled?applied=true``)."""
+    chosen = sorted(set(topics))
+    if not chosen:
+        return Deduplication(False, "no target topic")
+    if not conf.admin_url:
+        return Deduplication(False, "no admin URL to ask the broker")
+    try:
+        admin = PulsarAdmin(conf)
+        for topic in chosen:
+            if admin.get(topic_path(topic) + "/deduplicationEnabled?applied=true") is not True:
+                return Deduplication(False, f"deduplication is off for {topic}")
+    except (PulsarIOError, PulsarConfigError) as exc:
+        return Deduplication(False, f"the admin REST did not say ({type(exc).__name__}: {str(exc)[:200]})")
+    return Deduplication(True, f"the broker deduplicates all {len(chosen)} target topic(s)")
