@@ -112,10 +112,12 @@ def build_bundle(
     tmp = zip_path.with_suffix(".zip.tmp")
     with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as archive:
         for rel, path in files:
-            info = zipfile.ZipInfo(rel, date_time=_ZIP_DATE)
-            info.compress_type = zipfile.ZIP_DEFLATED
-            info.external_attr = 0o644 << 16
-            archive.writestr(info, path.read_bytes())
+            source = path.read_bytes()
+            _add(archive, rel, source)
+            # Compiled next to the source: every Python process of the run (the driver, each worker)
+            # imports the bundle without compiling it. A checked-hash pyc is used only while it matches
+            # the source, and only by the Python version that wrote it (others compile as before).
+            _add(archive, rel + "c", _compiled(source, rel))
     tmp.replace(zip_path)
     main_src = app / MAIN_NAME
     if not main_src.is_file():
@@ -123,6 +125,31 @@ def build_bundle(
     main_path = dest / MAIN_NAME
     shutil.copyfile(main_src, main_path)
     return BundlePaths(zip_path=zip_path, main_path=main_path)
+
+
+def _add(archive: zipfile.ZipFile, name: str, data: bytes) -> None:
+    info = zipfile.ZipInfo(name, date_time=_ZIP_DATE)
+    info.compress_type = zipfile.ZIP_DEFLATED
+    info.external_attr = 0o644 << 16
+    archive.writestr(info, data)
+
+
+def _compiled(source: bytes, name: str) -> bytes:
+    """``source`` as a checked-hash ``.pyc`` of this Python (PEP 552), as ``py_compile`` writes it."""
+    import py_compile
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="dlq-bundle-pyc-") as scratch:
+        src, out = Path(scratch) / "module.py", Path(scratch) / "module.pyc"
+        src.write_bytes(source)
+        py_compile.compile(
+            str(src),
+            cfile=str(out),
+            dfile=name,
+            doraise=True,
+            invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH,
+        )
+        return out.read_bytes()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -25,10 +25,12 @@ def test_bundle_holds_the_app_and_the_vendored_library_only(tmp_path):
             "pulsar_dlq_consumer/context.py",
         ):
             assert required in names
-        assert not [n for n in names if "__pycache__" in n or not n.endswith(".py")]
+        assert not [n for n in names if "__pycache__" in n or not n.endswith((".py", ".pyc"))]
+        sources = {n for n in names if n.endswith(".py")}
+        assert {n + "c" for n in sources} == names - sources  # each module compiled beside its source
         # Only the app and the vendored library: nothing of the provider (it imports Airflow).
         assert {n.split("/")[0] for n in names} == {"spark_apps", "pulsar_dlq_consumer"}
-        for name in names:
+        for name in sources:
             assert airflow_imports(archive.read(name).decode(), name) == []
     first = paths.zip_path.read_bytes()
     assert build_bundle(tmp_path / "again").zip_path.read_bytes() == first  # reproducible
@@ -57,7 +59,7 @@ def test_bundle_refuses_a_module_that_imports_airflow(tmp_path):
     (lib / "otel.py").unlink()
     paths = build_bundle(tmp_path / "out", app_dir=app, lib_dir=lib)
     with zipfile.ZipFile(paths.zip_path) as archive:
-        assert sorted(archive.namelist()) == [
+        assert sorted(n for n in archive.namelist() if n.endswith(".py")) == [
             "pulsar_dlq_consumer/__init__.py",
             "spark_apps/__init__.py",
             "spark_apps/bad.py",
@@ -78,3 +80,39 @@ def test_cli_prints_the_paths(tmp_path, capsys):
     out = capsys.readouterr().out
     assert f"zip={tmp_path / 'dlq_replay.zip'}" in out
     assert f"main={tmp_path / 'dlq_replay_main.py'}" in out
+
+
+IMPORT_FROM_ZIP = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import spark_apps.mod as mod
+print(mod.__file__, mod.VALUE)
+"""
+
+
+def test_modules_import_from_their_compiled_copy_and_only_while_it_matches_the_source(tmp_path):
+    """Every process of a run imports the bundle without compiling it; a pyc that no longer matches
+    its source (a zip edited by hand) is ignored, never run."""
+    import subprocess
+    import sys
+
+    app, lib = tmp_path / "app", tmp_path / "lib"
+    for pkg in (app, lib):
+        pkg.mkdir()
+        (pkg / "__init__.py").write_text("")
+    (app / "dlq_replay_main.py").write_text("")
+    (app / "mod.py").write_text("VALUE = 1\n")
+    zip_path = build_bundle(tmp_path / "out", app_dir=app, lib_dir=lib).zip_path
+
+    def imported(path: Path) -> str:
+        command = [sys.executable, "-c", IMPORT_FROM_ZIP, str(path)]
+        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    assert imported(zip_path) == f"{zip_path}/spark_apps/mod.pyc 1"
+    edited = tmp_path / "edited.zip"
+    with zipfile.ZipFile(zip_path) as old, zipfile.ZipFile(edited, "w") as new:
+        for name in old.namelist():
+            new.writestr(name, b"VALUE = 2\n" if name == "spark_apps/mod.py" else old.read(name))
+    assert imported(edited).endswith(" 2")  # the stale pyc of VALUE = 1 was not used
