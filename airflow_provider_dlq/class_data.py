@@ -96,19 +96,33 @@ class ArchivePlan:
     writing: Path | None = None
 
     @property
-    def java_option(self) -> str:
+    def archive_option(self) -> str:
         if self.writing is not None:
             return f"-XX:ArchiveClassesAtExit={self.writing}"
         return f"-XX:SharedArchiveFile={self.path}"
 
+    def java_options(self, current: str = "") -> str:
+        """The driver's JVM options: ``current`` (the user's, kept first), then the archive option.
+
+        The JVM prints its warnings to stdout, where the app's summary line must come last: they go to
+        stderr instead (unless the user's options configure ``-Xlog`` themselves), and the run that
+        writes the archive keeps only class-data errors (it warns about hundreds of classes it skips)."""
+        options = [current.strip()] if current.strip() else []
+        if "-Xlog" not in current:
+            options += ["-Xlog:disable", "-Xlog:all=warning:stderr:uptime,level,tags"]
+            if self.writing is not None:
+                options.append("-Xlog:cds*=error:stderr")
+        options.append(self.archive_option)
+        return " ".join(options)
+
     def conf(self, conf: Mapping[str, str]) -> dict[str, str]:
-        """``conf`` with the archive option added to the driver's JVM options (theirs kept first);
-        unchanged when they manage class data sharing themselves."""
+        """``conf`` with :meth:`java_options` as the driver's JVM options; unchanged when those manage
+        class data sharing themselves."""
         merged = {str(k): str(v) for k, v in conf.items()}
-        current = merged.get(DRIVER_JAVA_OPTIONS, "").strip()
+        current = merged.get(DRIVER_JAVA_OPTIONS, "")
         if any(option in current for option in _USER_CDS_OPTIONS):
             return merged
-        merged[DRIVER_JAVA_OPTIONS] = f"{current} {self.java_option}".strip()
+        merged[DRIVER_JAVA_OPTIONS] = self.java_options(current)
         return merged
 
     def finish(self, succeeded: bool) -> bool:

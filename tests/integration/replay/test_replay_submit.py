@@ -47,8 +47,18 @@ def spark_submit() -> str:
     return str(Path(sys.executable).parent / "spark-submit")
 
 
-def start(bundle, args: list[str], workdir: Path, name: str) -> subprocess.Popen[bytes]:
-    cmd = [spark_submit(), *SPARK_CONF, "--py-files", str(bundle.zip_path), str(bundle.main_path), *args]
+def start(
+    bundle, args: list[str], workdir: Path, name: str, conf: tuple[str, ...] = ()
+) -> subprocess.Popen[bytes]:
+    cmd = [
+        spark_submit(),
+        *SPARK_CONF,
+        *conf,
+        "--py-files",
+        str(bundle.zip_path),
+        str(bundle.main_path),
+        *args,
+    ]
     out = open(workdir / f"{name}.out", "wb")  # noqa: SIM115 - closed with the process
     err = open(workdir / f"{name}.err", "wb")  # noqa: SIM115
     return subprocess.Popen(cmd, cwd=workdir, stdout=out, stderr=err, start_new_session=True)
@@ -221,6 +231,33 @@ def test_cli_contract_exit_codes_and_streams(spark, pulsar_client, pulsar_broker
     )
     assert changed.wait(timeout=600) == 2
     assert "changed: max_replays" in (tmp_path / "changed.err").read_text()
+
+
+def test_class_data_archive_written_by_a_real_run_then_mapped(pulsar_client, pulsar_broker, bundle, tmp_path):
+    """The operator's JVM class-data archive with a real driver JVM: the first run writes it (stdout still
+    ends with the summary line: the JVM's hundreds of class-data warnings stay off it), it is installed
+    after exit 0, and the next run maps it (both wall times are printed, not asserted)."""
+    from airflow_provider_dlq.class_data import DRIVER_JAVA_OPTIONS, ClassDataArchive
+
+    cache = ClassDataArchive(tmp_path / "cds")
+    seconds = []
+    for run in ("write", "map"):
+        plan = cache.plan()
+        assert plan is not None
+        assert (plan.writing is not None) == (run == "write")
+        _, dlq, _ = small_dlq(pulsar_client, n_replay=5, n_archive=0, n_skip=3)
+        args = args_for(pulsar_broker, dlq, tmp_path / "out", f"cds-{run}", "--mode", "dry-run")
+        conf = ("--conf", f"{DRIVER_JAVA_OPTIONS}={plan.java_options()}")
+        started = time.monotonic()
+        proc = start(bundle, args, tmp_path, run, conf)
+        summary = finish(proc, tmp_path, run)
+        seconds.append(time.monotonic() - started)
+        assert summary["totals"]["snapshot"] == 8
+        assert "[cds]" not in (tmp_path / f"{run}.out").read_text()
+        assert plan.finish(succeeded=True) == (run == "write")
+        assert plan.path.is_file()
+    assert not list((tmp_path / "cds").glob("*.tmp"))
+    print(f"class-data archive: writing run {seconds[0]:.1f} s, mapping run {seconds[1]:.1f} s")
 
 
 # A SIGKILL in each of the seven steps, then the resume (lost / doubled / pending / resent counted on

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -25,7 +26,9 @@ from airflow_provider_dlq.class_data import (
 
 def write_real_archive(java: str, path: os.PathLike[str]) -> None:
     """What the driver JVM does at exit when the plan says ``-XX:ArchiveClassesAtExit``."""
-    subprocess.run([java, f"-XX:ArchiveClassesAtExit={path}", "-version"], check=True, capture_output=True)
+    options = ArchivePlan(java, Path(path), Path(path)).java_options().split()
+    done = subprocess.run([java, *options, "-version"], check=True, capture_output=True)
+    assert done.stdout == b"", "the JVM's class-data messages must stay off stdout"
 
 
 @pytest.fixture
@@ -40,7 +43,7 @@ def test_first_run_writes_the_archive_and_later_runs_map_it(tmp_path, java):
     first = cache.plan()
     assert first is not None
     assert first.writing is not None
-    assert first.java_option == f"-XX:ArchiveClassesAtExit={first.writing}"
+    assert first.archive_option == f"-XX:ArchiveClassesAtExit={first.writing}"
     write_real_archive(java, first.writing)
     assert first.finish(succeeded=True)
     assert first.path.is_file()
@@ -50,9 +53,12 @@ def test_first_run_writes_the_archive_and_later_runs_map_it(tmp_path, java):
     assert later is not None
     assert later.writing is None
     assert later.path == first.path
-    assert later.java_option == f"-XX:SharedArchiveFile={first.path}"
-    started = subprocess.run([java, later.java_option, "-version"], capture_output=True, check=False)
+    assert later.archive_option == f"-XX:SharedArchiveFile={first.path}"
+    started = subprocess.run(
+        [java, *later.java_options().split(), "-version"], capture_output=True, check=False
+    )
     assert started.returncode == 0
+    assert started.stdout == b"", "JVM messages must stay off stdout (the app's summary line comes last)"
     assert not later.finish(succeeded=True)  # nothing to install when mapping
 
 
@@ -83,11 +89,15 @@ def test_a_failed_or_killed_run_installs_nothing(tmp_path, java):
 def test_conf_keeps_the_users_options_and_never_overrides_their_class_data_sharing(tmp_path):
     plan = ArchivePlan("java", tmp_path / "a.jsa")
     option = f"-XX:SharedArchiveFile={tmp_path / 'a.jsa'}"
-    assert plan.conf({}) == {DRIVER_JAVA_OPTIONS: option}
+    quiet = "-Xlog:disable -Xlog:all=warning:stderr:uptime,level,tags"
+    assert plan.conf({}) == {DRIVER_JAVA_OPTIONS: f"{quiet} {option}"}
     assert plan.conf({"spark.x": "1", DRIVER_JAVA_OPTIONS: "-Dfoo=bar"}) == {
         "spark.x": "1",
-        DRIVER_JAVA_OPTIONS: f"-Dfoo=bar {option}",
+        DRIVER_JAVA_OPTIONS: f"-Dfoo=bar {quiet} {option}",
     }
+    # Their own JVM logging stays as they set it.
+    logs = {DRIVER_JAVA_OPTIONS: "-Xlog:gc:file=/tmp/gc.log"}
+    assert plan.conf(logs) == {DRIVER_JAVA_OPTIONS: f"-Xlog:gc:file=/tmp/gc.log {option}"}
     theirs = {DRIVER_JAVA_OPTIONS: "-XX:SharedArchiveFile=/opt/their.jsa"}
     assert plan.conf(theirs) == theirs
 
