@@ -76,12 +76,14 @@ def spark_jars_dir(env: Mapping[str, str] | None = None) -> Path | None:
 
 
 def archive_key(java: str, jars: Path | None) -> str:
-    """A digest of the JVM build (its binary, resolved) and the Spark jars (names and sizes)."""
+    """A digest of the JVM build (its binary, resolved) and the Spark jars (their folder, names and
+    sizes: Java checks an archive against the class path it was written with, folder included)."""
     digest = hashlib.sha256()
     real = Path(java).resolve()
     stat = real.stat()
     digest.update(f"{real}\0{stat.st_size}\0{int(stat.st_mtime)}\0".encode())
     if jars is not None and jars.is_dir():
+        digest.update(f"{jars.resolve()}\0".encode())
         for jar in sorted(jars.glob("*.jar")):
             digest.update(f"{jar.name}\0{jar.stat().st_size}\0".encode())
     return digest.hexdigest()[:16]

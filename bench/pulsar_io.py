@@ -167,6 +167,36 @@ class ConfirmedProducers:
         self._producers.clear()
 
 
+class ReaderBatches:
+    """``batch_receive()`` over a Reader of one topic from its earliest message: unlike a Shared
+    consumer that acks nothing, a Reader is not stopped by Apache Pulsar's 50,000 unacked messages per
+    consumer, and reading again starts from the beginning again."""
+
+    def __init__(self, client: Any, topic: str) -> None:
+        import pulsar
+
+        self._timeout = pulsar.Timeout
+        earliest = pulsar.MessageId.earliest
+        self.reader = client.create_reader(topic, earliest, receiver_queue_size=RECEIVER_QUEUE)
+
+    def batch_receive(self) -> list[Any]:
+        """Up to :data:`BATCH_MESSAGES` messages, waiting at most :data:`BATCH_TIMEOUT_MS` for them."""
+        batch: list[Any] = []
+        deadline = time.monotonic() + BATCH_TIMEOUT_MS / 1000
+        while len(batch) < BATCH_MESSAGES:
+            left_ms = int((deadline - time.monotonic()) * 1000)
+            if left_ms <= 0:
+                break
+            try:
+                batch.append(self.reader.read_next(timeout_millis=left_ms))
+            except self._timeout:
+                break
+        return batch
+
+    def close(self) -> None:
+        self.reader.close()
+
+
 def drain(
     consumer: Any,
     handle: Callable[[list[Any]], None],

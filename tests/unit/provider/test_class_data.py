@@ -7,6 +7,7 @@ These run the machine's real ``java`` (Spark needs it anyway): ``java -XX:Archiv
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -110,6 +111,9 @@ def test_the_key_follows_the_jvm_and_the_spark_jars(tmp_path, java):
     assert archive_key(java, jars) == before
     (jars / "spark-core_2.13-4.3.0.jar").write_bytes(b"x" * 11)
     assert archive_key(java, jars) != before
+    elsewhere = tmp_path / "other-venv" / "jars"  # the same jars installed in another place
+    shutil.copytree(jars, elsewhere)
+    assert archive_key(java, elsewhere) != archive_key(java, jars)
 
 
 def test_stale_temporaries_and_long_unused_archives_are_removed(tmp_path):

@@ -355,17 +355,24 @@ print("DLQ_REPLAY_SUMMARY " + json.dumps(report))
 """
 
 
-def test_execute_with_a_stand_in_spark_submit(conns, tmp_path, monkeypatch):
-    """execute(): token via env only, report read, summary returned and set as the asset event extra."""
+def stand_in_spark_submit(tmp_path: Path, monkeypatch, script: str) -> Path:
+    """Put ``script`` on PATH as ``spark-submit`` (it logs what it got to ``$FAKE_LOG``); returns an
+    empty bundle zip to pass as ``bundle_path``."""
     bindir = tmp_path / "bin"
     bindir.mkdir()
     fake = bindir / "spark-submit"
-    fake.write_text(FAKE_SPARK_SUBMIT.format(python=sys.executable))
+    fake.write_text(script.format(python=sys.executable))
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("FAKE_LOG", str(tmp_path / "fake.json"))
     bundle = tmp_path / "dlq_replay.zip"
     bundle.write_bytes(b"")
+    return bundle
+
+
+def test_execute_with_a_stand_in_spark_submit(conns, tmp_path, monkeypatch):
+    """execute(): token via env only, report read, summary returned and set as the asset event extra."""
+    bundle = stand_in_spark_submit(tmp_path, monkeypatch, FAKE_SPARK_SUBMIT)
     op = make_operator(tmp_path, bundle_path=str(bundle), application=str(tmp_path / "main.py"))
     ti = SimpleNamespace(dag_id="d", task_id="replay", run_id="manual__1", map_index=-1)
     events: defaultdict[object, SimpleNamespace] = defaultdict(lambda: SimpleNamespace(extra={}))
@@ -401,15 +408,7 @@ for item in argv:
 def test_the_driver_jvm_gets_a_class_data_archive_written_once_then_mapped(conns, tmp_path, monkeypatch):
     """First run: the driver JVM writes the archive, installed after exit 0; the next run maps it.
     Off with class_data_archive=False and with deploy_mode="cluster" (the driver runs elsewhere)."""
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    fake = bindir / "spark-submit"
-    fake.write_text(ARCHIVE_WRITING_SPARK_SUBMIT.format(python=sys.executable))
-    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
-    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setenv("FAKE_LOG", str(tmp_path / "fake.json"))
-    bundle = tmp_path / "dlq_replay.zip"
-    bundle.write_bytes(b"")
+    bundle = stand_in_spark_submit(tmp_path, monkeypatch, ARCHIVE_WRITING_SPARK_SUBMIT)
     cds = tmp_path / "cds"
     ti = SimpleNamespace(dag_id="d", task_id="replay", run_id="manual__1", map_index=-1)
     seen = tmp_path / "fake.json.jvm"

@@ -43,12 +43,18 @@ def test_airflow_imports_are_found_anywhere_in_a_module():
     assert airflow_imports("from . import airflow", "rel.py") == []
 
 
-def test_bundle_refuses_a_module_that_imports_airflow(tmp_path):
+def tiny_sources(tmp_path: Path) -> tuple[Path, Path]:
+    """An app package (with its main file) and a library package, both otherwise empty."""
     app, lib = tmp_path / "app", tmp_path / "lib"
     for pkg in (app, lib):
         pkg.mkdir()
         (pkg / "__init__.py").write_text("")
     (app / "dlq_replay_main.py").write_text("")
+    return app, lib
+
+
+def test_bundle_refuses_a_module_that_imports_airflow(tmp_path):
+    app, lib = tiny_sources(tmp_path)
     (app / "bad.py").write_text("from airflow.hooks.base import BaseHook\n")
     with pytest.raises(BundleError, match=r"must not import Airflow.*spark_apps/bad\.py:1"):
         build_bundle(tmp_path / "out", app_dir=app, lib_dir=lib)
@@ -96,11 +102,7 @@ def test_modules_import_from_their_compiled_copy_and_only_while_it_matches_the_s
     import subprocess
     import sys
 
-    app, lib = tmp_path / "app", tmp_path / "lib"
-    for pkg in (app, lib):
-        pkg.mkdir()
-        (pkg / "__init__.py").write_text("")
-    (app / "dlq_replay_main.py").write_text("")
+    app, lib = tiny_sources(tmp_path)
     (app / "mod.py").write_text("VALUE = 1\n")
     zip_path = build_bundle(tmp_path / "out", app_dir=app, lib_dir=lib).zip_path
 
