@@ -321,12 +321,19 @@ def test_waves_follow_the_brokers_deduplication(spark, pulsar_client, pulsar_bro
         origin = f"persistent://{namespace}/orders-{u}"
         dlq = f"persistent://{namespace}/orders-{u}-sub-DLQ"
         pulsar_client.subscribe(origin, "verify").close()  # keep what is republished
-        producer = pulsar_client.create_producer(dlq, batching_enabled=True)
+        # Blocking when the client's queue is full: without it send_async drops what does not fit.
+        producer = pulsar_client.create_producer(dlq, batching_enabled=True, block_if_queue_full=True)
+        results: list[object] = []
+        sent = results.append
         for i in range(n):
             props = ours(origin, "TimeoutError", "slow")
-            producer.send_async(order(i), None, properties=props, partition_key=f"k{i}")
+            producer.send_async(
+                order(i), lambda res, _id, sent=sent: sent(res), properties=props, partition_key=f"k{i}"
+            )
         producer.flush()
         producer.close()
+        assert len(results) == n
+        assert {str(r) for r in results} == {"Result.Ok"}, set(map(str, results))
         out = tmp_path / u
         opts = ReplayOptions(
             run_id="waves", mode=oc.REPLAY, service_url=pulsar_broker.service_url,
