@@ -18,6 +18,7 @@ import ast
 import importlib.util
 import shutil
 import sys
+import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -110,14 +111,16 @@ def build_bundle(
         )
     zip_path = dest / ZIP_NAME
     tmp = zip_path.with_suffix(".zip.tmp")
-    with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+    with (
+        zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as archive,
+        tempfile.TemporaryDirectory(prefix="dlq-bundle-pyc-") as scratch,
+    ):
         for rel, path in files:
-            source = path.read_bytes()
-            _add(archive, rel, source)
+            _add(archive, rel, path.read_bytes())
             # Compiled next to the source: every Python process of the run (the driver, each worker)
             # imports the bundle without compiling it. A checked-hash pyc is used only while it matches
             # the source, and only by the Python version that wrote it (others compile as before).
-            _add(archive, rel + "c", _compiled(source, rel))
+            _add(archive, rel + "c", _compiled(path, rel, Path(scratch)))
     tmp.replace(zip_path)
     main_src = app / MAIN_NAME
     if not main_src.is_file():
@@ -134,22 +137,20 @@ def _add(archive: zipfile.ZipFile, name: str, data: bytes) -> None:
     archive.writestr(info, data)
 
 
-def _compiled(source: bytes, name: str) -> bytes:
-    """``source`` as a checked-hash ``.pyc`` of this Python (PEP 552), as ``py_compile`` writes it."""
+def _compiled(source: Path, name: str, scratch: Path) -> bytes:
+    """``source`` as a checked-hash ``.pyc`` of this Python (PEP 552), as ``py_compile`` writes it
+    (through a file in ``scratch``); ``name`` is the module's path in the zip, for tracebacks."""
     import py_compile
-    import tempfile
 
-    with tempfile.TemporaryDirectory(prefix="dlq-bundle-pyc-") as scratch:
-        src, out = Path(scratch) / "module.py", Path(scratch) / "module.pyc"
-        src.write_bytes(source)
-        py_compile.compile(
-            str(src),
-            cfile=str(out),
-            dfile=name,
-            doraise=True,
-            invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH,
-        )
-        return out.read_bytes()
+    out = scratch / "module.pyc"
+    py_compile.compile(
+        str(source),
+        cfile=str(out),
+        dfile=name,
+        doraise=True,
+        invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH,
+    )
+    return out.read_bytes()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -156,8 +156,11 @@ def run_ours(
             adopted_parents=adopted_parents,
         )
         log.write("\n--- stdout ---\n" + run.stdout)
-    archive_use = "off" if archive is None else ("used" if archive.writing is None else "written")
-    if archive is not None and archive.writing is not None:
+    if archive is None:
+        archive_use = "off"
+    elif archive.writing is None:
+        archive_use = "used"
+    else:
         archive_use = "written" if archive.finish(run.returncode == 0) else "write failed"
     if run.returncode != 0:
         raise BenchError(f"the replay app exited with {run.returncode}; see {log_path}")

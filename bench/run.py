@@ -328,7 +328,7 @@ def warm_up(args: argparse.Namespace, out_dir: Path, scratch: Path) -> dict[str,
         return {"used": False, "reason": "no java or no writable cache folder"}
     if plan.writing is None:
         return {"used": True, "path": str(plan.path), "warm_up_s": None}
-    plan.finish(False)  # the warm-up run plans (and writes) its own
+    # Nothing was written for this plan: the warm-up run makes (and installs) its own.
     LOG.info("writing the class-data archive with an untimed %d-message replay", WARM_UP_MESSAGES)
     started = time.perf_counter()
     result = run_with_retries("ours", WARM_UP_MESSAGES, args.brokers[0], args, out_dir, scratch)

@@ -393,7 +393,7 @@ class DlqReplayOperator(BaseOperator):
     ) -> _ReplaySubmitHook:
         conf = {**DEFAULT_CONF, **{str(k): v for k, v in (self.conf or {}).items()}}
         if archive is not None:
-            conf = {**conf, **archive.conf(conf)}
+            conf = archive.conf(conf)
         if expected is not None:
             conf.setdefault(CONF_EXPECTED_MESSAGES, str(expected))
         if self.report_payload_snippets:

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from spark_apps.dlq_replay import outcomes as oc
-from spark_apps.dlq_replay.options import DEFAULT_WAVE_SIZE
+from spark_apps.dlq_replay.options import DEDUP_WAVE_SIZE, DEFAULT_WAVE_SIZE
 from spark_apps.dlq_replay.progress import MESSAGE_STEPS, StepProgress
 from spark_apps.dlq_replay.storage import RunStorage, join, qualify_root
 
@@ -403,17 +403,17 @@ def _republish_in_waves(run: _Run, decisions: DataFrame, to_send: int) -> None:
     from spark_apps.dlq_replay.apply import prepare_sends, send_rows
 
     progress = run.state.progress("apply")
+    last = int(run.state.info("decide").get("max_sequence_id", -1))
+    if last < 0:  # decided by an attempt that did not record it
+        row = decisions.selectExpr("max(sequence_id) AS last").first()
+        last = int(row["last"]) if row and row["last"] is not None else -1
     if not progress.get("sends_written"):
-        size = _wave_size(run, decisions)
+        size = _wave_size(run, decisions, last)
         prepare_sends(decisions, size).write.mode("overwrite").partitionBy("wave").parquet(run.paths.to_send)
         progress["sends_written"] = True
         progress["wave_size"] = size
         run.save()
     size = int(progress.get("wave_size") or run.options.wave_size or DEFAULT_WAVE_SIZE)
-    last = int(run.state.info("decide").get("max_sequence_id", -1))
-    if last < 0:  # decided by an attempt that did not record it
-        row = decisions.selectExpr("max(sequence_id) AS last").first()
-        last = int(row["last"]) if row and row["last"] is not None else -1
     waves = last // size + 1
     for wave in range(waves):
         run.check_lock()
@@ -452,19 +452,17 @@ def _republish_in_waves(run: _Run, decisions: DataFrame, to_send: int) -> None:
         run.save()
 
 
-def _wave_size(run: _Run, decisions: DataFrame) -> int:
+def _wave_size(run: _Run, decisions: DataFrame, last: int) -> int:
     """``--wave-size``, else :data:`~spark_apps.dlq_replay.options.DEDUP_WAVE_SIZE` when the broker
     deduplicates every target topic (a re-sent wave is dropped there), else the small default that bounds
-    a re-send after a kill (``docs/reliability.md``)."""
+    a re-send after a kill (``docs/reliability.md``). ``last``: the highest sequence id of any producer."""
     from pyspark.sql import functions as F
 
-    from spark_apps.dlq_replay.options import DEDUP_WAVE_SIZE
     from spark_apps.dlq_replay.pulsar_io.dedup import deduplication
 
     if run.options.wave_size is not None:
         return run.options.wave_size
-    last = int(run.state.info("decide").get("max_sequence_id", -1))
-    if -1 < last < DEFAULT_WAVE_SIZE:
+    if last < DEFAULT_WAVE_SIZE:
         return DEFAULT_WAVE_SIZE  # one wave either way: no need to ask the broker
     sending = decisions.filter(F.col("outcome") == oc.TO_REPUBLISH).select("target_topic").distinct()
     targets = [str(row[0]) for row in sending.collect() if row[0]]  # one row per origin topic
