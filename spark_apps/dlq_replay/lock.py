@@ -52,8 +52,11 @@ LOCK_PREFIX = "replay.lock."
 #: Seconds between heartbeats, and how long after its last heartbeat a lock is still valid.
 HEARTBEAT_S = 10.0
 LOCK_TTL_S = 60.0
-#: How long to wait for the broker to grant a lease (pulsar-lite answers a busy one only by timing out).
+#: How long one request for a lease may take (pulsar-lite answers a busy one only by timing out).
 LEASE_TIMEOUT_S = 10
+#: How long to keep asking for a lease the broker does not answer (restarting, loading the lease topic
+#: after a crash, overloaded). Apache Pulsar refuses a held lease at once (``ConsumerBusy``).
+LEASE_WAIT_S = 60.0
 #: A lease that stays disconnected this long is treated as lost.
 LEASE_GRACE_S = 30.0
 
@@ -332,35 +335,66 @@ class SubscriptionLease:
             **client_auth_kwargs(self.conf, operation_timeout_seconds=LEASE_TIMEOUT_S),
         )
         name = f"dlq-replay-lease-{hashlib.sha256(self.run_id.encode()).hexdigest()[:12]}-{os.getpid()}"
+        deadline = time.monotonic() + LEASE_WAIT_S
         try:
             for topic in self.topics:
                 lease = lease_topic(topic)
-                try:
-                    consumer = self._client.subscribe(
-                        lease,
-                        self.subscription,
-                        consumer_type=pulsar.ConsumerType.Exclusive,
-                        receiver_queue_size=1,
-                        consumer_name=name,
-                    )
-                except (pulsar.ConsumerBusy, pulsar.Timeout) as exc:
-                    raise RunLockedError(
-                        f"another replay run is reading DLQ topic {topic} through subscription "
-                        f"{self.subscription!r}: the broker refused this run's lease on {lease} "
-                        f"({type(exc).__name__}). Wait for that run to finish; two runs at once would "
-                        "republish the same messages twice"
-                    ) from exc
-                except pulsar.PulsarException as exc:
-                    raise ReplayConfigError(
-                        f"cannot take the subscription lease on {lease} for DLQ topic {topic} "
-                        f"({type(exc).__name__}: {exc}); let the replayer consume that topic (topic "
-                        "auto-creation, or create it; consume permission on the namespace), or pass "
-                        "--subscription-lease off to rely on the output directory lock alone"
-                    ) from exc
-                self._consumers.append((lease, consumer))
+                self._consumers.append((lease, self._subscribe(pulsar, topic, lease, name, deadline)))
         except BaseException:
             self.release()
             raise
+
+    def _subscribe(self, pulsar: Any, topic: str, lease: str, name: str, deadline: float) -> Any:
+        """The Exclusive lease consumer on ``lease``, asking again while the broker does not answer."""
+        unanswered = (
+            pulsar.Timeout,
+            pulsar.ServiceUnitNotReady,
+            pulsar.TooManyLookupRequestException,
+            pulsar.ConnectError,
+            pulsar.NotConnected,
+        )
+        pause = 1.0
+        while True:
+            try:
+                return self._client.subscribe(
+                    lease,
+                    self.subscription,
+                    consumer_type=pulsar.ConsumerType.Exclusive,
+                    receiver_queue_size=1,
+                    consumer_name=name,
+                )
+            except pulsar.ConsumerBusy as exc:
+                raise RunLockedError(
+                    f"another replay run is reading DLQ topic {topic} through subscription "
+                    f"{self.subscription!r}: the broker refused this run's lease on {lease} (ConsumerBusy). "
+                    "Wait for that run to finish; two runs at once would republish the same messages twice"
+                ) from exc
+            except unanswered as exc:
+                left = deadline - time.monotonic()
+                if left < pause + LEASE_TIMEOUT_S:
+                    raise RunLockedError(
+                        f"the broker did not grant this run's lease on {lease} for DLQ topic {topic} "
+                        f"(subscription {self.subscription!r}) within {LEASE_WAIT_S:.0f} s "
+                        f"({type(exc).__name__}): either another replay run holds it (pulsar-lite answers "
+                        "a held lease only by timing out) or the broker is not serving that topic yet "
+                        "(restarting, overloaded). Wait for the other run to finish or the broker to "
+                        "recover, then re-run; two runs at once would republish the same messages twice"
+                    ) from exc
+                log.warning(
+                    "the broker did not answer for the lease on %s (%s); asking again for up to %.0f s",
+                    lease,
+                    type(exc).__name__,
+                    left,
+                )
+                time.sleep(pause)
+                pause = min(pause * 2, 5.0)
+            except pulsar.PulsarException as exc:
+                raise ReplayConfigError(
+                    f"cannot take the subscription lease on {lease} for DLQ topic {topic} "
+                    f"({type(exc).__name__}: {exc}); let the replayer consume that topic (topic "
+                    "auto-creation, or create it; consume permission on the namespace), or pass "
+                    "--subscription-lease off to rely on the output directory lock alone"
+                ) from exc
 
     def check(self) -> str | None:
         """Why the lease is lost (disconnected longer than :data:`LEASE_GRACE_S`), else ``None``."""
@@ -402,22 +436,28 @@ class RunLock:
         self.lost: str | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._leased = threading.Event()
 
     def acquire(self) -> None:
         self.output.acquire()
+        # The heartbeat runs from here: taking the leases may wait for the broker (LEASE_WAIT_S), and the
+        # output lock must not expire meanwhile.
+        self._thread = threading.Thread(target=self._beat, name="dlq-replay-lock-heartbeat", daemon=True)
+        self._thread.start()
         try:
             if self.lease is not None:
                 self.lease.acquire()
+            self._leased.set()
+            self.check()
         except BaseException:
-            self.output.release()
+            self.release()
             raise
-        self._thread = threading.Thread(target=self._beat, name="dlq-replay-lock-heartbeat", daemon=True)
-        self._thread.start()
 
     def _beat(self) -> None:
         while not self._stop.wait(self.heartbeat_s):
             try:
-                reason = self.output.heartbeat() or (self.lease.check() if self.lease else None)
+                lease = self.lease if self._leased.is_set() else None
+                reason = self.output.heartbeat() or (lease.check() if lease else None)
             except Exception as exc:  # a failed heartbeat write: the lock may expire, say so
                 log.warning("lock heartbeat failed: %s: %s", type(exc).__name__, exc)
                 continue

@@ -11,7 +11,11 @@ The module has a broker of its own: the session broker is never killed (other te
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
+import threading
+import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -157,3 +161,45 @@ def test_broker_killed_and_restarted_in_a_step(step, broker, client, fault_bundl
             pending=state.pending,
         )
     )
+
+
+@pytest.mark.timeout(300)
+def test_a_lease_asked_of_a_broker_that_does_not_answer_is_granted_once_it_does(broker):
+    """The broker frozen (SIGSTOP) for longer than one lease request, as while it restarts after a crash:
+    the run keeps asking and gets its lease; it is not refused as if another run held it. A held lease
+    is still refused at once."""
+    from spark_apps.dlq_replay.errors import RunLockedError
+    from spark_apps.dlq_replay.lock import LEASE_TIMEOUT_S, LEASE_WAIT_S, SubscriptionLease
+    from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf
+
+    conf = PulsarConf(service_url=broker.service_url)
+    dlq = f"persistent://public/default/orders-{uuid.uuid4().hex[:8]}-sub-DLQ"
+    lease = SubscriptionLease(conf, (dlq,), "dlq-replayer", "paused-broker")
+    failed: list[BaseException] = []
+
+    def take() -> None:
+        try:
+            lease.acquire()
+        except BaseException as exc:
+            failed.append(exc)
+
+    taker = threading.Thread(target=take)
+    os.kill(broker.pid, signal.SIGSTOP)
+    try:
+        taker.start()
+        time.sleep(LEASE_TIMEOUT_S + 5)  # the first request times out unanswered
+    finally:
+        os.kill(broker.pid, signal.SIGCONT)
+    taker.join(LEASE_WAIT_S + 30)
+    try:
+        assert not taker.is_alive()
+        assert not failed, failed
+        ((_, consumer),) = lease._consumers
+        assert consumer.is_connected()
+        other = SubscriptionLease(conf, (dlq,), "dlq-replayer", "other-run")
+        began = time.monotonic()
+        with pytest.raises(RunLockedError, match="ConsumerBusy"):
+            other.acquire()
+        assert time.monotonic() - began < LEASE_TIMEOUT_S
+    finally:
+        lease.release()

@@ -111,3 +111,108 @@ def test_lease_topics_are_per_topic_in_its_namespace():
     assert a == lease_topic("acme/ns/orders-DLQ-partition-3")  # one partition shares its topic's lease
     assert a != lease_topic("persistent://acme/ns/payments-DLQ")
     assert lease_topic("orders-DLQ").startswith("persistent://public/default/dlq-replay-lease-")
+
+
+class _LeaseClient:
+    """A stand-in Pulsar client whose ``subscribe`` raises the given errors in turn, then succeeds."""
+
+    def __init__(self, errors):
+        self.errors = list(errors)
+        self.calls = 0
+
+    def subscribe(self, *args, **kwargs):
+        self.calls += 1
+        if self.errors:
+            raise self.errors.pop(0)
+        return self
+
+    def close(self):
+        pass
+
+
+def _lease(monkeypatch, errors, wait_s=60.0):
+    import pulsar_dlq_consumer.client
+    from spark_apps.dlq_replay import lock
+    from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf
+
+    client = _LeaseClient(errors)
+    clock = [0.0]
+
+    def sleep(seconds):
+        clock[0] += seconds
+
+    def subscribe(*args, **kwargs):
+        clock[0] += lock.LEASE_TIMEOUT_S if client.errors else 0  # each unanswered request takes its timeout
+        return _LeaseClient.subscribe(client, *args, **kwargs)
+
+    client.subscribe = subscribe
+    monkeypatch.setattr(pulsar_dlq_consumer.client, "create_client", lambda *a, **k: client)
+    monkeypatch.setattr(lock.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(lock.time, "sleep", sleep)
+    monkeypatch.setattr(lock, "LEASE_WAIT_S", wait_s)
+    lease = lock.SubscriptionLease(PulsarConf(service_url="pulsar://127.0.0.1:1"), ("orders-DLQ",), "s", "r")
+    return lease, client, clock
+
+
+def test_a_lease_the_broker_does_not_answer_is_asked_again_until_it_does(monkeypatch):
+    import pulsar
+
+    lease, client, clock = _lease(monkeypatch, [pulsar.Timeout("t"), pulsar.ServiceUnitNotReady("n")])
+    lease.acquire()
+    assert client.calls == 3
+    assert len(lease._consumers) == 1
+    assert clock[0] == 2 * 10 + 1 + 2  # two timed-out requests, pauses of 1 s and 2 s
+    lease.release()
+
+
+def test_a_held_lease_is_refused_at_once(monkeypatch):
+    import pulsar
+
+    lease, client, _ = _lease(monkeypatch, [pulsar.ConsumerBusy("busy")])
+    with pytest.raises(RunLockedError, match=r"another replay run is reading DLQ topic .*ConsumerBusy"):
+        lease.acquire()
+    assert client.calls == 1
+    assert lease._consumers == []
+
+
+def test_a_lease_never_answered_is_refused_naming_both_causes(monkeypatch):
+    import pulsar
+
+    lease, client, clock = _lease(monkeypatch, [pulsar.Timeout("t")] * 100)
+    with pytest.raises(RunLockedError, match=r"did not grant .* within 60 s \(Timeout\): either another"):
+        lease.acquire()
+    assert 2 < client.calls < 10
+    assert clock[0] <= 60
+
+
+def test_a_lease_refused_for_good_is_a_usage_error(monkeypatch):
+    import pulsar
+
+    from spark_apps.dlq_replay.errors import ReplayConfigError
+
+    lease, client, _ = _lease(monkeypatch, [pulsar.AuthorizationError("no")])
+    with pytest.raises(ReplayConfigError, match="--subscription-lease off"):
+        lease.acquire()
+    assert client.calls == 1
+
+
+def test_the_output_lock_keeps_beating_while_the_lease_is_awaited(tmp_path):
+    class SlowLease:
+        def acquire(self):
+            time.sleep(1.2)  # longer than the lock's time to live: only the heartbeat keeps it
+
+        def check(self):
+            return None
+
+        def release(self):
+            pass
+
+    run = RunLock(OutputLock(str(tmp_path), "waiting", ttl_s=0.6), SlowLease(), heartbeat_s=0.2)
+    run.acquire()
+    try:
+        other = OutputLock(str(tmp_path), "other")
+        with pytest.raises(RunLockedError, match="run 'waiting'"):
+            other.acquire()
+        run.check()
+    finally:
+        run.release()
