@@ -93,6 +93,7 @@ def _cmd_stop(args: argparse.Namespace) -> int:
     print(f"stopped pid {pid}", file=sys.stderr)
     if args.keep_data:
         state.unlink()
+        shutil.rmtree(data_dir / "tmp", ignore_errors=True)  # the JVM's unpacked natives, not data
     else:
         shutil.rmtree(data_dir, ignore_errors=True)
     return 0

@@ -177,13 +177,21 @@ class StandaloneBroker:
             return "(no broker log)"
 
     # ----------------------------------------------------------------- life cycle
+    @property
+    def tmp_dir(self) -> Path:
+        """The JVM's ``java.io.tmpdir``: RocksDB, Netty and the codecs unpack their native libraries
+        there, and a killed JVM leaves them behind; :meth:`stop` removes it with the broker."""
+        return self.data_dir / "tmp"
+
     def _launch(self, *, wipe: bool) -> None:
         classpath = resolve_classpath(offline_only=True)
+        self.tmp_dir.mkdir(parents=True, exist_ok=True)
         cmd = [
             str(self.java),
             f"-Xms{self.heap}",
             f"-Xmx{self.heap}",
             f"-XX:MaxDirectMemorySize={self.direct_memory}",
+            f"-Djava.io.tmpdir={self.tmp_dir}",
             f"-Dlog4j.configurationFile={LOG_CONFIG}",
             f"-Dpulsar.log.level={os.environ.get('PULSAR_STANDALONE_LOG_LEVEL', 'warn')}",
             *_JVM_FLAGS,
@@ -277,6 +285,8 @@ class StandaloneBroker:
         self._close_log()
         if self.owns_data_dir if remove_data is None else remove_data:
             shutil.rmtree(self.data_dir, ignore_errors=True)
+        else:
+            shutil.rmtree(self.tmp_dir, ignore_errors=True)  # the broker's unpacked natives, not its data
 
     def _close_log(self) -> None:
         if self._log is not None:

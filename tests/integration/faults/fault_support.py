@@ -171,8 +171,15 @@ def spark_submit() -> str:
 def start(
     bundle: Any, args: list[str], workdir: Path, name: str, spark_conf: list[str] = SPARK_CONF
 ) -> subprocess.Popen[bytes]:
-    """spark-submit of the bundle with ``--py-files``, as in production; ``spark_conf`` sets the master."""
-    cmd = [spark_submit(), *spark_conf, "--py-files", str(bundle.zip_path), str(bundle.main_path), *args]
+    """spark-submit of the bundle with ``--py-files``, as in production; ``spark_conf`` sets the master.
+
+    The driver's ``java.io.tmpdir`` (and so Spark's local dirs and the unpacked native codecs) is in
+    ``workdir``: a run these tests SIGKILL leaves nothing in the system temp dir."""
+    jvm_tmp = workdir / f"{name}-jvm-tmp"
+    jvm_tmp.mkdir(parents=True, exist_ok=True)
+    tmp_conf = ["--conf", f"spark.driver.extraJavaOptions=-Djava.io.tmpdir={jvm_tmp}"]
+    cmd = [spark_submit(), *spark_conf, *tmp_conf, "--py-files", str(bundle.zip_path), str(bundle.main_path)]
+    cmd += args
     out = open(workdir / f"{name}.out", "wb")  # noqa: SIM115 - closed with the process
     err = open(workdir / f"{name}.err", "wb")  # noqa: SIM115
     return subprocess.Popen(cmd, cwd=workdir, stdout=out, stderr=err, start_new_session=True)

@@ -183,6 +183,8 @@ def test_a_lease_asked_of_a_broker_that_does_not_answer_is_granted_once_it_does(
         except BaseException as exc:
             failed.append(exc)
 
+    # The broker's JVM unpacks its natives into its own temp dir, removed with it (see broker.stop).
+    assert any(broker.tmp_dir.glob("librocksdbjni*")), sorted(broker.tmp_dir.iterdir())
     taker = threading.Thread(target=take)
     os.kill(broker.pid, signal.SIGSTOP)
     try:

@@ -76,6 +76,8 @@ def test_sigkill_in_each_step_then_resume(
     in_flight = (lambda p: p.get("waves_done", 0) >= 1 and "wave_in_flight" in p) if step == "apply" else None
     status = kill_in_step(first, out, run_id, step, in_flight)
     assert status == "running", f"the kill landed after step {step} ended ({status}); nothing was tested"
+    # The killed driver's Spark dirs are in the test's temp dir (see fault_support.start), not in /tmp.
+    assert any((tmp_path / "first-jvm-tmp").glob("spark-*")), sorted((tmp_path / "first-jvm-tmp").iterdir())
 
     summary = finish(
         start(fault_bundle, args(pulsar_broker.service_url, dlqs, out, run_id), tmp_path, "resume"),
