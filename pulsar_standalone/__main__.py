@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from pulsar_standalone.broker import start_standalone
+from pulsar_standalone.broker import jvm_tmp_dir, start_standalone
 from pulsar_standalone.classpath import cache_root, resolve_classpath
 from pulsar_standalone.errors import StandaloneError
 from pulsar_standalone.java import find_java
@@ -93,7 +93,7 @@ def _cmd_stop(args: argparse.Namespace) -> int:
     print(f"stopped pid {pid}", file=sys.stderr)
     if args.keep_data:
         state.unlink()
-        shutil.rmtree(data_dir / "tmp", ignore_errors=True)  # the JVM's unpacked natives, not data
+        shutil.rmtree(jvm_tmp_dir(data_dir), ignore_errors=True)  # the JVM's unpacked natives, not data
     else:
         shutil.rmtree(data_dir, ignore_errors=True)
     return 0

@@ -103,6 +103,12 @@ def _rss_bytes(pid: int) -> int | None:
     return None
 
 
+def jvm_tmp_dir(data_dir: Path) -> Path:
+    """The broker JVM's ``java.io.tmpdir`` in ``data_dir``: RocksDB, Netty and the codecs unpack their
+    native libraries there, and a killed JVM leaves them behind."""
+    return data_dir / "tmp"
+
+
 @dataclass
 class StandaloneBroker:
     """A running Apache Pulsar standalone started by :func:`start_standalone`."""
@@ -179,9 +185,8 @@ class StandaloneBroker:
     # ----------------------------------------------------------------- life cycle
     @property
     def tmp_dir(self) -> Path:
-        """The JVM's ``java.io.tmpdir``: RocksDB, Netty and the codecs unpack their native libraries
-        there, and a killed JVM leaves them behind; :meth:`stop` removes it with the broker."""
-        return self.data_dir / "tmp"
+        """The JVM's ``java.io.tmpdir`` (:func:`jvm_tmp_dir`); :meth:`stop` removes it with the broker."""
+        return jvm_tmp_dir(self.data_dir)
 
     def _launch(self, *, wipe: bool) -> None:
         classpath = resolve_classpath(offline_only=True)

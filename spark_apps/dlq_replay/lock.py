@@ -397,9 +397,10 @@ class SubscriptionLease:
                 ) from exc
 
     def check(self) -> str | None:
-        """Why the lease is lost (disconnected longer than :data:`LEASE_GRACE_S`), else ``None``."""
+        """Why the lease is lost (disconnected longer than :data:`LEASE_GRACE_S`), else ``None``. Called by
+        the heartbeat thread, also while :meth:`acquire` is still taking the other topics' leases."""
         now = _now()
-        for lease, consumer in self._consumers:
+        for lease, consumer in tuple(self._consumers):
             if consumer.is_connected():
                 self._down_since.pop(lease, None)
                 continue
@@ -436,7 +437,6 @@ class RunLock:
         self.lost: str | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._leased = threading.Event()
 
     def acquire(self) -> None:
         self.output.acquire()
@@ -447,7 +447,6 @@ class RunLock:
         try:
             if self.lease is not None:
                 self.lease.acquire()
-            self._leased.set()
             self.check()
         except BaseException:
             self.release()
@@ -456,8 +455,7 @@ class RunLock:
     def _beat(self) -> None:
         while not self._stop.wait(self.heartbeat_s):
             try:
-                lease = self.lease if self._leased.is_set() else None
-                reason = self.output.heartbeat() or (lease.check() if lease else None)
+                reason = self.output.heartbeat() or (self.lease.check() if self.lease else None)
             except Exception as exc:  # a failed heartbeat write: the lock may expire, say so
                 log.warning("lock heartbeat failed: %s: %s", type(exc).__name__, exc)
                 continue

@@ -114,15 +114,20 @@ def test_lease_topics_are_per_topic_in_its_namespace():
 
 
 class _LeaseClient:
-    """A stand-in Pulsar client whose ``subscribe`` raises the given errors in turn, then succeeds."""
+    """A stand-in Pulsar client whose ``subscribe`` raises the given errors in turn, each after the
+    request timeout on ``clock``, then succeeds."""
 
-    def __init__(self, errors):
+    def __init__(self, errors, clock):
         self.errors = list(errors)
+        self.clock = clock
         self.calls = 0
 
     def subscribe(self, *args, **kwargs):
+        from spark_apps.dlq_replay.lock import LEASE_TIMEOUT_S
+
         self.calls += 1
         if self.errors:
+            self.clock[0] += LEASE_TIMEOUT_S  # an unanswered request takes its timeout
             raise self.errors.pop(0)
         return self
 
@@ -135,20 +140,11 @@ def _lease(monkeypatch, errors, wait_s=60.0):
     from spark_apps.dlq_replay import lock
     from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf
 
-    client = _LeaseClient(errors)
     clock = [0.0]
-
-    def sleep(seconds):
-        clock[0] += seconds
-
-    def subscribe(*args, **kwargs):
-        clock[0] += lock.LEASE_TIMEOUT_S if client.errors else 0  # each unanswered request takes its timeout
-        return _LeaseClient.subscribe(client, *args, **kwargs)
-
-    client.subscribe = subscribe
+    client = _LeaseClient(errors, clock)
     monkeypatch.setattr(pulsar_dlq_consumer.client, "create_client", lambda *a, **k: client)
     monkeypatch.setattr(lock.time, "monotonic", lambda: clock[0])
-    monkeypatch.setattr(lock.time, "sleep", sleep)
+    monkeypatch.setattr(lock.time, "sleep", lambda seconds: clock.__setitem__(0, clock[0] + seconds))
     monkeypatch.setattr(lock, "LEASE_WAIT_S", wait_s)
     lease = lock.SubscriptionLease(PulsarConf(service_url="pulsar://127.0.0.1:1"), ("orders-DLQ",), "s", "r")
     return lease, client, clock
