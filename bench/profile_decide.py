@@ -86,7 +86,8 @@ def phases(batch: pa.RecordBatch) -> dict[str, Callable[[], Any]]:
 
     # The playbook's fix module under the top-level name fix_files gives it on Spark.
     sys.modules.setdefault("bench_fixes", bench_fixes)
-    playbook = load_playbook(str(write_playbook(Path(tempfile.mkdtemp()) / "playbook.yaml")))
+    with tempfile.TemporaryDirectory(prefix="profile-decide-") as tmp:
+        playbook = load_playbook(str(write_playbook(Path(tmp) / "playbook.yaml")))
     settings = DecideSettings(
         run_id="profile", mode="replay", allowlist=TopicMatcher.parse([workload.ORIGIN_ALLOWLIST])
     )
