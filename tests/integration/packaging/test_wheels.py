@@ -265,7 +265,8 @@ def test_provider_wheel_installs_cleanly_and_runs_a_dry_run(
 
     origin = topic_factory("orders", "acme/shop")
     service, count = _fill_dlq(pulsar_client, origin)
-    airflow_home, data_dir = tmp_path / "airflow", tmp_path / "dlq"
+    airflow_home, data_dir, jvm_tmp = tmp_path / "airflow", tmp_path / "dlq", tmp_path / "jvm-tmp"
+    jvm_tmp.mkdir()
     env = _clean_env(
         PATH=f"{venv_bin}{os.pathsep}{_clean_env()['PATH']}",
         VIRTUAL_ENV=str(tmp_path / "venv"),
@@ -281,6 +282,10 @@ def test_provider_wheel_installs_cleanly_and_runs_a_dry_run(
         PYSPARK_PYTHON=str(python),
         PYSPARK_DRIVER_PYTHON=str(python),
         SPARK_HOME="",
+        # The driver's Spark dirs and natives, and this venv's class-data archive, stay in the test's
+        # temp dir (the archive is keyed by the venv's path: every run of this test would add one).
+        SPARK_SUBMIT_OPTS=f"-Djava.io.tmpdir={jvm_tmp}",
+        XDG_CACHE_HOME=str(tmp_path / "cache"),
     )
     env.pop("SPARK_HOME")
     _run([str(venv_bin / "airflow"), "db", "migrate"], timeout=600, env=env, cwd=tmp_path)

@@ -199,6 +199,8 @@ def _spark_env(python: Path, extra: dict[str, str], zip_path: Path) -> dict[str,
 
 def _spark_submit(python: Path, env: dict[str, str], zip_path: Path, main: Path, *args: str) -> str:
     spark_submit = Path(env["SPARK_HOME"]) / "bin" / "spark-submit"
+    jvm_tmp = main.parent / "jvm-tmp"
+    jvm_tmp.mkdir(exist_ok=True)
     cmd = [
         str(spark_submit),
         "--master",
@@ -207,6 +209,9 @@ def _spark_submit(python: Path, env: dict[str, str], zip_path: Path, main: Path,
         "spark.ui.enabled=false",
         "--conf",
         "spark.sql.shuffle.partitions=2",
+        # Spark's local dirs and the unpacked native codecs stay in the test's temp dir.
+        "--conf",
+        f"spark.driver.extraJavaOptions=-Djava.io.tmpdir={jvm_tmp}",
         "--py-files",
         str(zip_path),
         str(main),
