@@ -3,11 +3,9 @@ then resume (same end state), and a 100k-message replay with exact counts and me
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -71,37 +69,6 @@ def finish(proc: subprocess.Popen[bytes], workdir: Path, name: str, timeout: flo
     last = out.strip().splitlines()[-1]
     assert last.startswith("DLQ_REPLAY_SUMMARY ")
     return json.loads(last[len("DLQ_REPLAY_SUMMARY ") :])
-
-
-def kill_tree(proc: subprocess.Popen[bytes]) -> None:
-    """SIGKILL spark-submit and every process it started (JVM, Python driver, daemon, workers)."""
-    try:
-        tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
-    except psutil.NoSuchProcess:
-        tree = []
-    for p in tree:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            p.send_signal(signal.SIGKILL)
-    proc.wait(timeout=30)
-    psutil.wait_procs(tree, timeout=30)
-
-
-def state_of(out: Path, run_id: str) -> dict[str, Any]:
-    path = out / "runs" / run_id / "state.json"
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return {}
-
-
-def wait_for(predicate, proc: subprocess.Popen[bytes], what: str, timeout: float = 900) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        assert proc.poll() is None, f"the app exited (code {proc.returncode}) before {what}"
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def args_for(broker: Any, dlq: str, out: Path, run_id: str, *extra: str) -> list[str]:
