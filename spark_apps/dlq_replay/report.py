@@ -70,29 +70,28 @@ def aggregate(outcomes: DataFrame) -> tuple[list[dict[str, Any]], dict[str, list
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    combos = (
-        outcomes.groupBy("signature", "outcome", "action", "rule")
-        .agg(
-            F.count(F.lit(1)).alias("n"),
-            F.min("error_template").alias("template"),
-            F.min("error_class").alias("error_class"),
-            F.min("origin_topic").alias("origin_topic"),
-            F.collect_set("context_format").alias("context_formats"),
-            F.min("reason").alias("reason"),
-            F.date_format(F.min("publish_time"), ISO_FORMAT).alias("first_seen"),
-            F.date_format(F.max("publish_time"), ISO_FORMAT).alias("last_seen"),
-        )
-        .collect()
+    from spark_apps.dlq_replay.concurrent_queries import run_concurrently
+
+    combos_query = outcomes.groupBy("signature", "outcome", "action", "rule").agg(
+        F.count(F.lit(1)).alias("n"),
+        F.min("error_template").alias("template"),
+        F.min("error_class").alias("error_class"),
+        F.min("origin_topic").alias("origin_topic"),
+        F.collect_set("context_format").alias("context_formats"),
+        F.min("reason").alias("reason"),
+        F.date_format(F.min("publish_time"), ISO_FORMAT).alias("first_seen"),
+        F.date_format(F.max("publish_time"), ISO_FORMAT).alias("last_seen"),
     )
     window = Window.partitionBy("signature").orderBy("publish_time", "dlq_topic", "dlq_message_id")
-    samples_rows = (
+    samples_query = (
         outcomes.select("signature", "publish_time", "dlq_topic", "dlq_message_id")
         .withColumn("_n", F.row_number().over(window))
         .filter(F.col("_n") <= SAMPLE_IDS)
         .groupBy("signature")
         .agg(F.sort_array(F.collect_list(F.struct("_n", "dlq_message_id"))).alias("ids"))
-        .collect()
     )
+    spark = outcomes.sparkSession
+    combos, samples_rows = run_concurrently(spark, combos_query.collect, samples_query.collect)
     samples = {r["signature"]: [item["dlq_message_id"] for item in r["ids"]] for r in samples_rows}
     return [r.asDict() for r in combos], samples
 

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from spark_apps.dlq_replay import outcomes as oc
 from spark_apps.dlq_replay.report_explain import explain_rules, mask_payload, next_steps, run_config
+from spark_apps.dlq_replay.schemas import DECIDED_SCHEMA, LEDGER_SCHEMA, SNAPSHOT_SCHEMA
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -188,25 +190,31 @@ def _explanation(playbook: Playbook, rep: Any, properties: dict[str, str] | None
     return {**base, "rules": explain_rules(playbook, record), "note": note}
 
 
-def group_details(
-    spark: SparkSession, ctx: ReportContext, decisions: DataFrame, groups: list[dict[str, Any]]
-) -> None:
-    """Add ``fix_errors``, ``sample_errors``, ``explanation`` and (opt-in) ``payload_samples`` to the
-    first :data:`DETAIL_GROUPS` groups, in place."""
-    shown = groups[:DETAIL_GROUPS]
-    signatures = [g["signature"] for g in shown]
-    if not signatures:
-        return
-    fixes = _guarded("fix errors", lambda: fix_errors(decisions, signatures), {})
-    errors = _guarded("sample errors", lambda: sample_errors(decisions, signatures), {})
-    snippets = payload_snippets_enabled(spark, ctx)
+def representative_rows(
+    spark: SparkSession, ctx: ReportContext, decisions: DataFrame, signatures: list[str], snippets: bool
+) -> tuple[list[Any], dict[tuple[str, str], Any]]:
+    """The representative messages of the shown groups and their snapshot rows (properties, and the
+    payload with ``snippets``), by (topic, message id)."""
     per_group = max(1, PAYLOAD_SAMPLES) if snippets else 1
     reps = _guarded("representative messages", lambda: representatives(decisions, signatures, per_group), [])
-    snapshot = _read(spark, ctx.snapshot_path)
-    found: dict[tuple[str, str], Any] = {}
-    if snapshot is not None and reps:
-        keys = sorted({(r["dlq_topic"], r["dlq_message_id"]) for r in reps})
-        found = _guarded("snapshot samples", lambda: snapshot_rows(spark, snapshot, keys, snippets), {})
+    snapshot = _read(spark, ctx.snapshot_path, SNAPSHOT_SCHEMA)
+    if snapshot is None or not reps:
+        return reps, {}
+    keys = sorted({(r["dlq_topic"], r["dlq_message_id"]) for r in reps})
+    return reps, _guarded("snapshot samples", lambda: snapshot_rows(spark, snapshot, keys, snippets), {})
+
+
+def fill_group_details(
+    ctx: ReportContext,
+    shown: list[dict[str, Any]],
+    fixes: dict[str, list[dict[str, Any]]],
+    errors: dict[str, list[dict[str, Any]]],
+    reps: list[Any],
+    found: dict[tuple[str, str], Any],
+    snippets: bool,
+) -> None:
+    """Add ``fix_errors``, ``sample_errors``, ``explanation`` and (with ``snippets``) ``payload_samples``
+    to the ``shown`` groups, in place, from what the queries collected."""
     by_sig: dict[str, list[Any]] = {}
     for rep in reps:
         by_sig.setdefault(rep["signature"], []).append(rep)
@@ -261,8 +269,6 @@ def trend(spark: SparkSession, ledger_path: str | None, report: dict[str, Any]) 
     A dry-run is not in the ledger: its counts come from the report itself.
     """
     from pyspark.sql import functions as F
-
-    from spark_apps.dlq_replay.schemas import LEDGER_SCHEMA
 
     run_id = report["run_id"]
     signatures = [g["signature"] for g in report["groups"][:TREND_GROUPS]]
@@ -320,14 +326,32 @@ def trend(spark: SparkSession, ledger_path: str | None, report: dict[str, Any]) 
 
 
 def add_details(report: dict[str, Any], spark: SparkSession, ctx: ReportContext) -> None:
-    """Add ``config``, ``spark``, per-group explanations, ``refused_origins``, ``trend`` and
-    ``next_steps`` to ``report`` (in place)."""
+    """Add ``config``, ``spark``, per-group explanations (the first :data:`DETAIL_GROUPS` groups),
+    ``refused_origins``, ``trend`` and ``next_steps`` to ``report`` (in place). The queries behind them
+    are independent and run side by side (:mod:`~spark_apps.dlq_replay.concurrent_queries`)."""
+    from spark_apps.dlq_replay.concurrent_queries import run_concurrently
+
     report["config"] = run_config(ctx.options, ctx.playbook)
     report["spark"] = _guarded("the Spark application", lambda: spark_info(spark), None)
-    decisions = _read(spark, ctx.decisions_path)
-    if decisions is not None:
-        group_details(spark, ctx, decisions, report["groups"])
-        if report["totals"].get(oc.ORIGIN_REFUSED):
-            report["refused_origins"] = _guarded("refused origins", lambda: refused_origins(decisions), [])
-    report["trend"] = _guarded("the trend", lambda: trend(spark, ctx.ledger_path, report), None)
+    decisions = _read(spark, ctx.decisions_path, DECIDED_SCHEMA)
+    shown = report["groups"][:DETAIL_GROUPS]
+    signatures = [g["signature"] for g in shown]
+    snippets = payload_snippets_enabled(spark, ctx)
+    queries: dict[str, Callable[[], Any]] = {
+        "trend": partial(_guarded, "the trend", partial(trend, spark, ctx.ledger_path, report), None)
+    }
+    if decisions is not None and signatures:
+        queries["fixes"] = partial(_guarded, "fix errors", partial(fix_errors, decisions, signatures), {})
+        errors = partial(sample_errors, decisions, signatures)
+        queries["errors"] = partial(_guarded, "sample errors", errors, {})
+        queries["reps"] = partial(representative_rows, spark, ctx, decisions, signatures, snippets)
+    if decisions is not None and report["totals"].get(oc.ORIGIN_REFUSED):
+        queries["refused"] = partial(_guarded, "refused origins", partial(refused_origins, decisions), [])
+    results = dict(zip(queries, run_concurrently(spark, *queries.values()), strict=True))
+    if "reps" in results:
+        reps, found = results["reps"]
+        fill_group_details(ctx, shown, results["fixes"], results["errors"], reps, found, snippets)
+    if "refused" in results:
+        report["refused_origins"] = results["refused"]
+    report["trend"] = results["trend"]
     report["next_steps"] = next_steps(report)
