@@ -268,7 +268,7 @@ def _snapshot(run: _Run, windows: list[PartitionWindow]) -> DataFrame:
             # Reader shares are disjoint entry ranges, each read once: nothing to de-duplicate.
             snapshot_df = snapshot_df.dropDuplicates(["topic", "message_id_str"])
         snapshot_df.write.mode("overwrite").parquet(run.paths.snapshot)
-        saved = run.spark.read.parquet(run.paths.snapshot)
+        saved = run.spark.read.schema(SNAPSHOT_SCHEMA).parquet(run.paths.snapshot)
         info: dict[str, Any] = {"read_mode": mode, "readers_per_partition": parallelism}
         if mode == READER_MODE:
             ids = F.split(F.col("message_id_str"), ":")
@@ -295,6 +295,7 @@ def _snapshot(run: _Run, windows: list[PartitionWindow]) -> DataFrame:
 def _decide(run: _Run, snapshot: DataFrame) -> DataFrame:
     from spark_apps.dlq_replay.decide import DecideSettings, Filters, decide
     from spark_apps.dlq_replay.ledger import final_ids, read_ledger
+    from spark_apps.dlq_replay.schemas import DECIDED_SCHEMA
 
     opts = run.options
     if run.step("decide"):
@@ -319,7 +320,8 @@ def _decide(run: _Run, snapshot: DataFrame) -> DataFrame:
             reviewed_ids=_reviewed_ids(run),
         )
         decided.write.mode("overwrite").parquet(run.paths.decisions)
-        sending = run.spark.read.parquet(run.paths.decisions).filter(f"outcome = '{oc.TO_REPUBLISH}'")
+        sending = run.spark.read.schema(DECIDED_SCHEMA).parquet(run.paths.decisions)
+        sending = sending.filter(f"outcome = '{oc.TO_REPUBLISH}'")
         row = sending.selectExpr("count(1) AS n", "max(sequence_id) AS last").first()
         run.done(
             "decide",
@@ -328,7 +330,7 @@ def _decide(run: _Run, snapshot: DataFrame) -> DataFrame:
             max_sequence_id=int(row["last"]) if row and row["last"] is not None else -1,
             producers_per_target=run.buckets,
         )
-    return run.spark.read.parquet(run.paths.decisions)
+    return run.spark.read.schema(DECIDED_SCHEMA).parquet(run.paths.decisions)
 
 
 def _reviewed_ids(run: _Run) -> DataFrame | None:
@@ -394,11 +396,13 @@ def _no_halted(run: _Run, decisions: DataFrame, halted: list[str]) -> int:
 def _republish_in_waves(run: _Run, decisions: DataFrame, to_send: int) -> None:
     """Send in waves of ``--wave-size`` sequence ids per producer, each saved before the next starts.
 
-    The rows to send are written once, partitioned by wave, so a wave reads only its own rows. A wave
-    whose results are saved (``_SUCCESS``) is never sent again; a wave an earlier attempt started but did
-    not save is sent again whole, and its size is counted as ``resent``: on a broker without
-    deduplication up to that many messages reach the origin twice (with the same ``REPLAY_ID``); with
-    deduplication the same producer names and sequence ids make the re-send exact.
+    With several waves the rows to send are written once, partitioned by wave, so a wave reads only its
+    own rows; one wave (every producer's sequence ids fit in it) is sent straight from the decisions,
+    which hold the same rows. A wave whose results are saved (``_SUCCESS``) is never sent again; a wave
+    an earlier attempt started but did not save is sent again whole, and its size is counted as
+    ``resent``: on a broker without deduplication up to that many messages reach the origin twice (with
+    the same ``REPLAY_ID``); with deduplication the same producer names and sequence ids make the
+    re-send exact.
     """
     from spark_apps.dlq_replay.apply import prepare_sends, send_rows
 
@@ -407,14 +411,18 @@ def _republish_in_waves(run: _Run, decisions: DataFrame, to_send: int) -> None:
     if last < 0:  # decided by an attempt that did not record it
         row = decisions.selectExpr("max(sequence_id) AS last").first()
         last = int(row["last"]) if row and row["last"] is not None else -1
-    if not progress.get("sends_written"):
-        size = _wave_size(run, decisions, last)
+    if not progress.get("wave_size"):
+        if progress.get("sends_written"):  # by a version that did not record the size: default waves
+            progress["wave_size"] = run.options.wave_size or DEFAULT_WAVE_SIZE
+        else:
+            progress["wave_size"] = _wave_size(run, decisions, last)
+        run.save()
+    size = int(progress["wave_size"])
+    waves = last // size + 1
+    if waves > 1 and not progress.get("sends_written"):
         prepare_sends(decisions, size).write.mode("overwrite").partitionBy("wave").parquet(run.paths.to_send)
         progress["sends_written"] = True
-        progress["wave_size"] = size
         run.save()
-    size = int(progress.get("wave_size") or run.options.wave_size or DEFAULT_WAVE_SIZE)
-    waves = last // size + 1
     for wave in range(waves):
         run.check_lock()
         path = join(run.paths.republish_results, f"wave={wave}")
@@ -424,9 +432,13 @@ def _republish_in_waves(run: _Run, decisions: DataFrame, to_send: int) -> None:
             )
             continue
         again = progress.get("wave_in_flight") == wave
-        source = join(run.paths.to_send, f"wave={wave}")
-        if not run.storage.exists(source):
-            continue  # no producer has sequence ids in this range
+        if waves == 1:
+            rows = prepare_sends(decisions, size)
+        else:
+            source = join(run.paths.to_send, f"wave={wave}")
+            if not run.storage.exists(source):
+                continue  # no producer has sequence ids in this range
+            rows = run.spark.read.parquet(source)
         log.info(
             "step apply: republishing wave %d/%d (sequence ids %d-%d per producer, %d messages in all)%s",
             wave + 1,
@@ -438,12 +450,7 @@ def _republish_in_waves(run: _Run, decisions: DataFrame, to_send: int) -> None:
         )
         progress["wave_in_flight"] = wave
         run.save()
-        results = send_rows(
-            run.spark.read.parquet(source),
-            run.conf,
-            partitions=run.buckets,
-            rate_limit_per_s=run.options.rate_limit,
-        )
+        results = send_rows(rows, run.conf, partitions=run.buckets, rate_limit_per_s=run.options.rate_limit)
         results.write.mode("overwrite").parquet(path)
         if again:
             progress["resent"] = int(progress.get("resent", 0)) + run.spark.read.parquet(path).count()

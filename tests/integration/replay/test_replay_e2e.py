@@ -303,7 +303,8 @@ def pending_keys_of(client, topic: str) -> list[str]:
 def test_waves_follow_the_brokers_deduplication(spark, pulsar_client, pulsar_broker, tmp_path):
     """More sequence ids per producer than one small wave: with deduplication on every origin topic (the
     admin REST says so) the run sends in large waves, since a re-send is dropped by the broker; with it off
-    it keeps the small waves that bound a re-send after a kill. Every message is republished once."""
+    it keeps the small waves that bound a re-send after a kill. Every message is republished once.
+    One wave is sent straight from the decisions, without writing the rows to send first."""
     import uuid
 
     from replay_e2e_support import order, ours
@@ -345,4 +346,6 @@ def test_waves_follow_the_brokers_deduplication(spark, pulsar_client, pulsar_bro
         apply = json.loads((out / "runs" / "waves" / "state.json").read_text())["steps"]["apply"]
         assert apply["wave_size"] == (DEDUP_WAVE_SIZE if dedup else DEFAULT_WAVE_SIZE), namespace
         assert apply["waves_done"] == (1 if dedup else 2)
+        # One wave is sent straight from the decisions; several are laid out once, by wave.
+        assert (out / "runs" / "waves" / "apply" / "to_send").exists() is not dedup, namespace
         assert len(drain(pulsar_client, origin, "verify")) == n
