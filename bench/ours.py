@@ -19,6 +19,8 @@ from bench.results_model import RunResult
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from airflow_provider_dlq.driver_jit import QuickJit
+
 SUMMARY_MARKER = "DLQ_REPLAY_SUMMARY "
 
 
@@ -115,20 +117,27 @@ def run_ours(
     contender: str = "ours",
     adopted_parents: tuple[int, ...] = (),
     class_data_archive: bool = True,
+    quick_jit: QuickJit = "auto",
 ) -> RunResult:
     """Submit the replay app against a broker holding ``n`` DLQ messages; time, sample and verify it.
 
     With ``class_data_archive`` the driver JVM starts from the operator's managed class-data archive
-    (:mod:`airflow_provider_dlq.class_data`), written by this run when there is none yet.
+    (:mod:`airflow_provider_dlq.class_data`), written by this run when there is none yet; ``quick_jit``
+    chooses the driver's JIT as the operator does (:mod:`airflow_provider_dlq.driver_jit`), ``n`` being
+    an exact count.
     """
     from airflow_provider_dlq.bundle import build_bundle
     from airflow_provider_dlq.class_data import ClassDataArchive
+    from airflow_provider_dlq.driver_jit import quick_jit_chosen, with_quick_jit
 
     bundle = build_bundle(workdir / "bundle")
     playbook = write_playbook(workdir / "playbook.yaml")
     run_id = f"bench-{n}"
     archive = ClassDataArchive().plan(spark_env()) if class_data_archive else None
     conf = list(spark_conf or [])
+    quick = quick_jit_chosen(quick_jit, master, n, exact=True)
+    if quick:
+        conf = with_conf(conf, with_quick_jit)
     if archive is not None:
         conf = with_conf(conf, archive.conf)
     cmd = build_command(
@@ -189,6 +198,7 @@ def run_ours(
             "memory_samples": run.peaks.samples,
             "master": master,
             "class_data_archive": archive_use,
+            "quick_jit": quick,
         },
     )
 

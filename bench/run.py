@@ -194,6 +194,13 @@ def build_parser() -> argparse.ArgumentParser:
         f"{WARM_UP_MESSAGES} messages first, as on any machine after its first replay)",
     )
     parser.add_argument(
+        "--quick-jit",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="run the replay's driver JVM with the C1-only JIT (-XX:TieredStopAtLevel=1): auto (default, "
+        "as the operator does) for local masters up to 100k messages; see airflow_provider_dlq/driver_jit.py",
+    )
+    parser.add_argument(
         "--render",
         type=Path,
         metavar="RESULTS_JSON",
@@ -253,6 +260,7 @@ def run_one(
                     contender=contender,
                     adopted_parents=tuple(cluster.worker_pids()) if cluster is not None else (),
                     class_data_archive=args.class_data_archive == "on",
+                    quick_jit={"on": True, "off": False}.get(args.quick_jit, "auto"),
                     spark_conf=args.spark_conf,
                     app_args=args.app_arg,
                     timeout_s=args.timeout,

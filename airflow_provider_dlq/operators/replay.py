@@ -17,6 +17,12 @@ from airflow.sdk import Asset, BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowSkipException
 
 from airflow_provider_dlq.class_data import ArchivePlan, ClassDataArchive
+from airflow_provider_dlq.driver_jit import (
+    QUICK_JIT_MAX_MESSAGES,
+    QuickJit,
+    quick_jit_chosen,
+    with_quick_jit,
+)
 from airflow_provider_dlq.hooks.pulsar import PulsarHook
 from airflow_provider_dlq.operators.links import DlqReplayReportLink, SparkApplicationLink
 from airflow_provider_dlq.operators.replay_cli import (
@@ -153,6 +159,11 @@ class DlqReplayOperator(BaseOperator):
         this worker writes (``True``, default: in ``~/.cache/airflow-provider-dlq/jvm-class-data``; a
         path: that folder; ``False``: off). Not used with ``deploy_mode="cluster"`` or when ``conf``'s
         ``spark.driver.extraJavaOptions`` already manages class data sharing (``docs/operator.md``).
+    :param quick_jit: Run the driver JVM with the C1 compiler only (``-XX:TieredStopAtLevel=1``): a
+        small run finishes sooner, a large one later. ``"auto"`` (default): for a local master when the
+        subscription's backlog is counted exactly and is at most 100,000 messages; ``True``/``False``:
+        always/never. Nothing is added when ``conf``'s ``spark.driver.extraJavaOptions`` chooses the JIT
+        (``docs/operator.md``).
 
     .. seealso:: ``docs/operator.md``
     """
@@ -223,6 +234,7 @@ class DlqReplayOperator(BaseOperator):
         canary_wait_seconds: float = 60.0,
         canary_max_failure_rate: float = 0.0,
         class_data_archive: bool | str = True,
+        quick_jit: QuickJit = "auto",
         **kwargs: Any,
     ) -> None:
         if (
@@ -282,6 +294,12 @@ class DlqReplayOperator(BaseOperator):
         self.canary_wait_seconds = canary_wait_seconds
         self.canary_max_failure_rate = canary_max_failure_rate
         self.class_data_archive = class_data_archive
+        if not (quick_jit is True or quick_jit is False or quick_jit == "auto"):
+            raise ReplayArgumentError(
+                f"quick_jit must be True, False or 'auto'; got {quick_jit!r}. 'auto' uses the C1-only JIT "
+                f"for local runs of at most {QUICK_JIT_MAX_MESSAGES:,} messages."
+            )
+        self.quick_jit: QuickJit = quick_jit
         self._hook: _ReplaySubmitHook | None = None
         self._killed = False
 
@@ -362,9 +380,11 @@ class DlqReplayOperator(BaseOperator):
             env.setdefault("PYSPARK_PYTHON", sys.executable)
         return env
 
-    def expected_messages(self, args: ReplayArgs) -> int | None:
-        """The subscription's backlog on the run's topics (the snapshot's progress total), when the
-        connection has an admin or metrics URL; ``None`` when it cannot be read (progress then counts)."""
+    def expected_messages(self, args: ReplayArgs) -> tuple[int, bool] | None:
+        """``(backlog, exact)``: the subscription's backlog on the run's topics (the snapshot's progress
+        total) and whether every topic's is an exact message count (else entries, a lower bound), when
+        the connection has an admin or metrics URL; ``None`` when it cannot be read (progress then
+        counts)."""
         config = self.pulsar_hook.config
         if not (config.admin_url or config.metrics_url):
             return None
@@ -373,7 +393,8 @@ class DlqReplayOperator(BaseOperator):
         except Exception as exc:  # only a progress estimate: never fail the run for it
             self.log.info("Backlog not read for the progress estimate (%s)", type(exc).__name__)
             return None
-        return sum(item.backlog for item in backlog.values())
+        items = backlog.values()
+        return sum(item.backlog for item in items), all(item.exact for item in items)
 
     def class_data_plan(self, deploy_mode: str | None, env: Mapping[str, str]) -> ArchivePlan | None:
         """The driver JVM's class-data archive for this run (``None``: off, cluster deploy mode, or no
@@ -390,8 +411,11 @@ class DlqReplayOperator(BaseOperator):
         py_files: str,
         expected: int | None = None,
         archive: ArchivePlan | None = None,
+        quick_jit: bool = False,
     ) -> _ReplaySubmitHook:
         conf = {**DEFAULT_CONF, **{str(k): v for k, v in (self.conf or {}).items()}}
+        if quick_jit:
+            conf = with_quick_jit(conf)
         if archive is not None:
             conf = archive.conf(conf)
         if expected is not None:
@@ -480,7 +504,12 @@ class DlqReplayOperator(BaseOperator):
             env = self.spark_env(pulsar, master)
             deploy_mode = self.spark_submit_kwargs.get("deploy_mode") or probe._connection.get("deploy_mode")
             archive = self.class_data_plan(deploy_mode, env)
-            hook = self.make_hook(args, env, zip_path, self.expected_messages(args), archive)
+            backlog = self.expected_messages(args)
+            expected, exact = backlog if backlog is not None else (None, False)
+            quick = quick_jit_chosen(self.quick_jit, master, expected, exact)
+            if quick:
+                self.log.info("Driver JVM: C1-only JIT (quick_jit=%r, %s messages)", self.quick_jit, expected)
+            hook = self.make_hook(args, env, zip_path, expected, archive, quick)
             self._check_env_stays_off_argv(hook, env)
             self._hook = hook
             self.log.info(

@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from airflow_provider_dlq.errors import DlqProviderError
 from airflow_provider_dlq.operators.replay import TOKEN_ENV, DlqReplayOperator, output_asset
 from airflow_provider_dlq.operators.replay_cli import (
     ReplayArgumentError,
@@ -188,6 +189,23 @@ def test_report_settings_reach_spark_conf(conns, tmp_path):
     assert "spark.dlq.progress.expectedMessages=1234" in cmd
     plain = make_operator(tmp_path).make_hook(op.replay_args("r1", pulsar), {}, "/b.zip")
     assert "payloadSnippets" not in " ".join(plain._build_spark_submit_command("/b/main.py"))
+
+
+def test_quick_jit_joins_the_driver_jvm_options_before_the_class_data_archive(conns, tmp_path):
+    from airflow_provider_dlq.class_data import ArchivePlan
+    from airflow_provider_dlq.driver_jit import QUICK_JIT_OPTION
+
+    op = make_operator(tmp_path, conf={"spark.driver.extraJavaOptions": "-Dmine=1"})
+    args = op.replay_args("r1", op.pulsar_hook.config)
+    archive = ArchivePlan("java", tmp_path / "a.jsa")
+    hook = op.make_hook(args, {}, "/b.zip", expected=500, archive=archive, quick_jit=True)
+    options = hook._conf["spark.driver.extraJavaOptions"].split()
+    assert options[:2] == ["-Dmine=1", QUICK_JIT_OPTION]
+    assert options[-1] == f"-XX:SharedArchiveFile={tmp_path / 'a.jsa'}"
+    plain = op.make_hook(args, {}, "/b.zip", expected=500)
+    assert QUICK_JIT_OPTION not in plain._conf["spark.driver.extraJavaOptions"]
+    with pytest.raises(DlqProviderError, match=r"quick_jit must be True, False or 'auto'; got 'always'"):
+        make_operator(tmp_path, quick_jit="always")
 
 
 def test_extra_links_point_at_the_report_endpoint_storage_or_spark_history(conns, tmp_path):
