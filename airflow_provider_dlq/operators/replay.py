@@ -380,19 +380,19 @@ class DlqReplayOperator(BaseOperator):
             env.setdefault("PYSPARK_PYTHON", sys.executable)
         return env
 
-    def expected_messages(self, args: ReplayArgs) -> tuple[int, bool] | None:
+    def expected_messages(self, args: ReplayArgs) -> tuple[int | None, bool]:
         """``(backlog, exact)``: the subscription's backlog on the run's topics (the snapshot's progress
         total) and whether every topic's is an exact message count (else entries, a lower bound), when
-        the connection has an admin or metrics URL; ``None`` when it cannot be read (progress then
-        counts)."""
+        the connection has an admin or metrics URL; ``(None, False)`` when it cannot be read (progress
+        then counts)."""
         config = self.pulsar_hook.config
         if not (config.admin_url or config.metrics_url):
-            return None
+            return None, False
         try:
             backlog = self.pulsar_hook.get_backlog(list(args.topics), args.subscription)
         except Exception as exc:  # only a progress estimate: never fail the run for it
             self.log.info("Backlog not read for the progress estimate (%s)", type(exc).__name__)
-            return None
+            return None, False
         items = backlog.values()
         return sum(item.backlog for item in items), all(item.exact for item in items)
 
@@ -504,8 +504,7 @@ class DlqReplayOperator(BaseOperator):
             env = self.spark_env(pulsar, master)
             deploy_mode = self.spark_submit_kwargs.get("deploy_mode") or probe._connection.get("deploy_mode")
             archive = self.class_data_plan(deploy_mode, env)
-            backlog = self.expected_messages(args)
-            expected, exact = backlog if backlog is not None else (None, False)
+            expected, exact = self.expected_messages(args)
             quick = quick_jit_chosen(self.quick_jit, master, expected, exact)
             if quick:
                 self.log.info("Driver JVM: C1-only JIT (quick_jit=%r, %s messages)", self.quick_jit, expected)
