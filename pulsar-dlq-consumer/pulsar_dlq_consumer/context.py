@@ -30,6 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 from functools import lru_cache
+from typing import Any
 
 # --------------------------------------------------------------------------- Pulsar standard keys
 
@@ -371,7 +372,9 @@ def _int(props: Mapping[str, str], key: str, *, minimum: int = 0) -> int | None:
     value = props.get(key)
     if not isinstance(value, str):
         return None
-    if not _ASCII_INT.fullmatch(value.strip()):
+    # Fast path: 1 to 19 ASCII digits (what writers send); anything else is checked by _ASCII_INT.
+    plain = value.isascii() and value.isdigit() and len(value) <= 19
+    if not plain and not _ASCII_INT.fullmatch(value.strip()):
         return None
     number = int(value)
     return number if number >= minimum else None
@@ -409,7 +412,7 @@ def detect_format(properties: Mapping[str, str] | None) -> ContextFormat:
     if not properties:
         return ContextFormat.NONE
     keys = {k for k in properties if isinstance(k, str)}
-    if keys & OURS_ONLY_KEYS:
+    if not keys.isdisjoint(OURS_ONLY_KEYS):
         return ContextFormat.OURS
     if any(k.startswith(CONNECT_PREFIX) for k in keys):
         return ContextFormat.KAFKA_CONNECT
@@ -451,6 +454,26 @@ def parse_error_context(
         ``delivery_count = redelivery_count + 1``. Do not pass the redelivery count seen while
         reading the DLQ topic itself: it says nothing about the origin.
     """
+    return ErrorContext(
+        *error_context_values(
+            properties,
+            dlq_topic=dlq_topic,
+            dlq_message_id=dlq_message_id,
+            redelivery_count=redelivery_count,
+        )
+    )
+
+
+def error_context_values(
+    properties: Mapping[str, str] | None,
+    *,
+    dlq_topic: str | None = None,
+    dlq_message_id: str | None = None,
+    redelivery_count: int | None = None,
+) -> tuple[Any, ...]:
+    """The fields of :func:`parse_error_context` (same arguments) as a tuple in :data:`CONTEXT_FIELDS`
+    order, without building the :class:`ErrorContext`: for callers that parse many messages into
+    columns. Never raises on untrusted input either."""
     props: Mapping[str, str] = properties if isinstance(properties, Mapping) else {}
     fmt = detect_format(props)
     fallback_delivery = (
@@ -460,87 +483,81 @@ def parse_error_context(
         and redelivery_count >= 0
         else None
     )
-    fields: dict[str, object] = {
-        "origin_topic": None,
-        "origin_message_id": None,
-        "subscription": None,
-        "delivery_count": None,
-        "reconsume_times": None,
-        "reason": REASON_UNKNOWN,
-        "error_class": None,
-        "error_message": None,
-        "error_stack": None,
-        "failed_at": None,
-        "consumer": None,
-    }
+    origin_topic: str | None = None
+    origin_message_id: str | None = None
+    subscription: str | None = None
+    delivery_count: int | None = None
+    reconsume_times: int | None = None
+    reason = REASON_UNKNOWN
+    error_class: str | None = None
+    error_message: str | None = None
+    error_stack: str | None = None
+    failed_at: int | None = None
+    consumer: str | None = None
     origin_id_std = _text(props, ORIGIN_MESSAGE_ID) or _text(props, LEGACY_ORIGIN_MESSAGE_ID)
     if fmt is ContextFormat.OURS:
-        reason = _text(props, KEY_REASON)
-        fields.update(
-            origin_topic=_text(props, KEY_TOPIC) or _text(props, REAL_TOPIC),
-            origin_message_id=_text(props, KEY_MESSAGE_ID) or origin_id_std,
-            subscription=_text(props, KEY_SUBSCRIPTION),
-            delivery_count=_int(props, KEY_DELIVERY_COUNT, minimum=1),
-            reconsume_times=_first_int(_int(props, KEY_RECONSUME_COUNT), _int(props, RECONSUMETIMES)),
-            reason=reason if reason in REASONS else REASON_UNKNOWN,
-            error_class=_text(props, KEY_EXCEPTION_CLASS),
-            error_message=_bounded(_text(props, KEY_EXCEPTION_MESSAGE), MAX_ERROR_MESSAGE_BYTES),
-            error_stack=_bounded(_text(props, KEY_EXCEPTION_STACKTRACE), MAX_ERROR_STACK_BYTES),
-            failed_at=_int(props, KEY_FAILED_AT),
-            consumer=_text(props, KEY_CONSUMER),
-        )
+        given_reason = _text(props, KEY_REASON)
+        origin_topic = _text(props, KEY_TOPIC) or _text(props, REAL_TOPIC)
+        origin_message_id = _text(props, KEY_MESSAGE_ID) or origin_id_std
+        subscription = _text(props, KEY_SUBSCRIPTION)
+        delivery_count = _int(props, KEY_DELIVERY_COUNT, minimum=1)
+        reconsume_times = _first_int(_int(props, KEY_RECONSUME_COUNT), _int(props, RECONSUMETIMES))
+        reason = given_reason if given_reason in REASONS else REASON_UNKNOWN
+        error_class = _text(props, KEY_EXCEPTION_CLASS)
+        error_message = _bounded(_text(props, KEY_EXCEPTION_MESSAGE), MAX_ERROR_MESSAGE_BYTES)
+        error_stack = _bounded(_text(props, KEY_EXCEPTION_STACKTRACE), MAX_ERROR_STACK_BYTES)
+        failed_at = _int(props, KEY_FAILED_AT)
+        consumer = _text(props, KEY_CONSUMER)
     elif fmt is ContextFormat.KAFKA_CONNECT:
         connector = _text(props, CONNECT_CONNECTOR)
         task = _text(props, CONNECT_TASK)
-        fields.update(
-            origin_topic=_text(props, CONNECT_TOPIC),
-            origin_message_id=_position(_int(props, CONNECT_PARTITION), _int(props, CONNECT_OFFSET)),
-            subscription=connector,
-            consumer=f"{connector}-{task}" if connector and task else connector,
-            error_class=_text(props, CONNECT_EXCEPTION_CLASS),
-            error_message=_bounded(_text(props, CONNECT_EXCEPTION_MESSAGE), MAX_ERROR_MESSAGE_BYTES),
-            error_stack=_bounded(_text(props, CONNECT_EXCEPTION_STACKTRACE), MAX_ERROR_STACK_BYTES),
-        )
+        origin_topic = _text(props, CONNECT_TOPIC)
+        origin_message_id = _position(_int(props, CONNECT_PARTITION), _int(props, CONNECT_OFFSET))
+        subscription = connector
+        consumer = f"{connector}-{task}" if connector and task else connector
+        error_class = _text(props, CONNECT_EXCEPTION_CLASS)
+        error_message = _bounded(_text(props, CONNECT_EXCEPTION_MESSAGE), MAX_ERROR_MESSAGE_BYTES)
+        error_stack = _bounded(_text(props, CONNECT_EXCEPTION_STACKTRACE), MAX_ERROR_STACK_BYTES)
     elif fmt is ContextFormat.SPRING:
-        fields.update(
-            origin_topic=_text(props, SPRING_ORIGINAL_TOPIC),
-            origin_message_id=_position(
-                _big_endian_or_decimal(props, SPRING_ORIGINAL_PARTITION),
-                _big_endian_or_decimal(props, SPRING_ORIGINAL_OFFSET),
-            ),
-            subscription=_text(props, SPRING_ORIGINAL_GROUP),
-            error_class=_text(props, SPRING_CAUSE_FQCN) or _text(props, SPRING_EXCEPTION_FQCN),
-            error_message=_bounded(_text(props, SPRING_EXCEPTION_MESSAGE), MAX_ERROR_MESSAGE_BYTES),
-            error_stack=_bounded(_text(props, SPRING_EXCEPTION_STACKTRACE), MAX_ERROR_STACK_BYTES),
+        origin_topic = _text(props, SPRING_ORIGINAL_TOPIC)
+        origin_message_id = _position(
+            _big_endian_or_decimal(props, SPRING_ORIGINAL_PARTITION),
+            _big_endian_or_decimal(props, SPRING_ORIGINAL_OFFSET),
         )
+        subscription = _text(props, SPRING_ORIGINAL_GROUP)
+        error_class = _text(props, SPRING_CAUSE_FQCN) or _text(props, SPRING_EXCEPTION_FQCN)
+        error_message = _bounded(_text(props, SPRING_EXCEPTION_MESSAGE), MAX_ERROR_MESSAGE_BYTES)
+        error_stack = _bounded(_text(props, SPRING_EXCEPTION_STACKTRACE), MAX_ERROR_STACK_BYTES)
     elif fmt is ContextFormat.KIP1191:
-        fields.update(
-            origin_topic=_text(props, KIP1191_TOPIC),
-            origin_message_id=_position(_int(props, KIP1191_PARTITION), _int(props, KIP1191_OFFSET)),
-            subscription=_text(props, KIP1191_GROUP),
-            delivery_count=_int(props, KIP1191_DELIVERY_COUNT, minimum=1),
-            error_message=_bounded(_text(props, KIP1191_MESSAGE), MAX_ERROR_MESSAGE_BYTES),
-        )
+        origin_topic = _text(props, KIP1191_TOPIC)
+        origin_message_id = _position(_int(props, KIP1191_PARTITION), _int(props, KIP1191_OFFSET))
+        subscription = _text(props, KIP1191_GROUP)
+        delivery_count = _int(props, KIP1191_DELIVERY_COUNT, minimum=1)
+        error_message = _bounded(_text(props, KIP1191_MESSAGE), MAX_ERROR_MESSAGE_BYTES)
     elif fmt in (ContextFormat.JAVA_RETRY, ContextFormat.TDMQ):
-        fields.update(
-            origin_topic=_text(props, REAL_TOPIC),
-            origin_message_id=origin_id_std,
-            reconsume_times=_int(props, RECONSUMETIMES),
-            reason=REASON_MAX_RECONSUMES,
-        )
+        origin_topic = _text(props, REAL_TOPIC)
+        origin_message_id = origin_id_std
+        reconsume_times = _int(props, RECONSUMETIMES)
+        reason = REASON_MAX_RECONSUMES
     elif fmt is ContextFormat.PULSAR_DLQ_POLICY:
-        fields.update(
-            origin_topic=_text(props, REAL_TOPIC),
-            origin_message_id=origin_id_std,
-            reason=REASON_MAX_REDELIVERIES,
-        )
-    if fields["delivery_count"] is None:
-        fields["delivery_count"] = fallback_delivery
-    return ErrorContext(
-        dlq_topic=dlq_topic if isinstance(dlq_topic, str) else None,
-        dlq_message_id=dlq_message_id if isinstance(dlq_message_id, str) else None,
-        context_format=fmt.value,
-        **fields,  # type: ignore[arg-type]
+        origin_topic = _text(props, REAL_TOPIC)
+        origin_message_id = origin_id_std
+        reason = REASON_MAX_REDELIVERIES
+    return (
+        dlq_topic if isinstance(dlq_topic, str) else None,
+        dlq_message_id if isinstance(dlq_message_id, str) else None,
+        origin_topic,
+        origin_message_id,
+        subscription,
+        fallback_delivery if delivery_count is None else delivery_count,
+        reconsume_times,
+        reason,
+        error_class,
+        error_message,
+        error_stack,
+        failed_at,
+        consumer,
+        fmt.value,
     )
 
 
@@ -568,6 +585,12 @@ ORIGIN_PROPERTY_KEYS: tuple[str, ...] = (
 MAX_CLAIM_CHARS = 300
 _MESSAGE_ID = re.compile(r"\(?\s*(-?\d{1,20})\s*(?:[:,]\s*(-?\d{1,20})\s*){1,3}\)?")
 _ID_PART = re.compile(r"-?\d{1,20}")
+#: A message id whose parts are already spelt as ``str(int(part))`` (ASCII, no spaces, no leading zero):
+#: what clients write. Its canonical form needs no conversion.
+_PLAIN_PART = r"(0|-?[1-9][0-9]{0,19})"
+_PLAIN_MESSAGE_ID = re.compile(
+    rf"\(?{_PLAIN_PART}[:,]{_PLAIN_PART}(?:[:,]{_PLAIN_PART})?(?:[:,]{_PLAIN_PART})?\)?"
+)
 
 
 @dataclass(frozen=True)
@@ -660,7 +683,15 @@ def canonical_message_id(message_id: str | None) -> str | None:
     ``ledger:entry:partition:batch`` all become ``ledger:entry:partition:batch`` (batch -1 when absent).
     Kafka positions ``partition:offset`` stay as they are. Anything else gives ``None``.
     """
-    if not message_id or not _MESSAGE_ID.fullmatch(message_id.strip()):
+    if not message_id:
+        return None
+    plain = _PLAIN_MESSAGE_ID.fullmatch(message_id) if isinstance(message_id, str) else None
+    if plain is not None:
+        ledger, entry, partition, batch = plain.groups()
+        if partition is None:
+            return f"{ledger}:{entry}"
+        return f"{ledger}:{entry}:{partition}:{'-1' if batch is None else batch}"
+    if not _MESSAGE_ID.fullmatch(message_id.strip()):
         return None
     parts = _ID_PART.findall(message_id)
     if len(parts) == 3:
@@ -720,6 +751,7 @@ __all__ = [
     "canonical_topic",
     "conflicting_claims",
     "detect_format",
+    "error_context_values",
     "exception_class_name",
     "is_bookkeeping_property",
     "origin_claims",

@@ -10,17 +10,19 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from spark_apps.dlq_replay import outcomes as oc
+from spark_apps.dlq_replay.lineage import republish_properties
 from spark_apps.dlq_replay.normalize import ORIGIN_CONFLICT, PROPERTY_DICTS
 from spark_apps.dlq_replay.pulsar_io.source import UNDECODABLE_PROPERTY
 from spark_apps.dlq_replay.schemas import CONTEXT_COLUMNS, DECIDED_SCHEMA, SCOPE_COLUMN, arrow_schema
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterator, Sequence
     from datetime import datetime
 
     from pyspark.sql import Column, DataFrame
@@ -284,7 +286,7 @@ def _publish_times(batch: pa.RecordBatch, filters: Filters) -> list[Any]:
 # --------------------------------------------------------------------------- decide (executors)
 
 
-@dataclass
+@dataclass(slots=True)
 class _Row:
     index: int
     outcome: str | None = None
@@ -309,8 +311,6 @@ class _Columns(dict[str, list[Any]]):
 
     def properties(self, i: int) -> dict[str, str]:
         """Row ``i``'s properties as a new dict."""
-        from spark_apps.dlq_replay.normalize import PROPERTY_DICTS
-
         if PROPERTY_DICTS in self:
             return dict(self[PROPERTY_DICTS][i])
         return dict(self["properties"][i] or [])
@@ -337,8 +337,6 @@ class _Memo:
         self.approvals: dict[tuple[str, str | None], Any] = {}
 
     def rule(self, cols: _Columns, i: int) -> Any:
-        from spark_apps.dlq_replay.playbook import MatchInput
-
         message = cols["error_message"][i]
         if self.cache_rules:
             key = (
@@ -350,6 +348,8 @@ class _Memo:
             )
             if key in self.rules:
                 return self.rules[key]
+        from spark_apps.dlq_replay.playbook import MatchInput
+
         found = self.playbook.first_match(
             MatchInput(
                 signature=cols["signature"][i],
@@ -489,9 +489,8 @@ def decide_batch(
         row.outcome, row.reason = oc.TO_REPUBLISH, f"rule {rule.name!r} says republish"
         row.send_original = True
         row.out_properties = _lineage(cols.properties(row.index), row, rule, cols, settings)
-    context_columns = [(name, cols[name]) for name, _ in CONTEXT_COLUMNS] if pending_fixes else []
     for fix_ref, entries in pending_fixes.items():
-        records = [_fix_record(cols, row.index, context_columns) for row, _ in entries]
+        records = _fix_records(cols, [row.index for row, _ in entries])
         timeout = entries[0][1].fix_timeout_seconds
         function = load_fix(fix_ref) if fix_ref else None
         results: list[FixOutcome] = run_fix(function, records, timeout_s=timeout)
@@ -505,8 +504,6 @@ def decide_batch(
 def _lineage(
     properties: dict[str, str], row: _Row, rule: Any, cols: _Columns, settings: DecideSettings
 ) -> dict[str, str]:
-    from spark_apps.dlq_replay.lineage import republish_properties
-
     i = row.index
     return republish_properties(
         properties,
@@ -549,22 +546,29 @@ def _decide_republish(
         row.outcome, row.reason = oc.ORIGIN_REFUSED, refused
 
 
-def _fix_record(cols: _Columns, i: int, context_columns: list[tuple[str, list[Any]]]) -> FixRecord:
-    """Row ``i`` as the record a fix receives; ``context_columns``: the batch's
-    :data:`~spark_apps.dlq_replay.schemas.CONTEXT_COLUMNS` as ``(name, values)``, looked up once."""
+def _fix_records(cols: _Columns, indices: list[int]) -> list[FixRecord]:
+    """Rows ``indices`` as the records a fix receives, in order."""
     from spark_apps.dlq_replay.fixes import FixRecord
 
-    return FixRecord(
-        payload=cols["value"][i] or b"",
-        key=cols["key"][i],
-        ordering_key=cols["ordering_key"][i],
-        properties=cols.properties(i),
-        event_time=cols["event_time"][i],
-        context={name: values[i] for name, values in context_columns},
-        signature=cols["signature"][i],
-        dlq_topic=cols["dlq_topic"][i],
-        dlq_message_id=cols["dlq_message_id"][i],
-    )
+    names = [name for name, _ in CONTEXT_COLUMNS]
+    contexts = zip(*([cols[name][i] for i in indices] for name in names), strict=True)
+    payloads, keys, ordering_keys = cols["value"], cols["key"], cols["ordering_key"]
+    event_times, signatures = cols["event_time"], cols["signature"]
+    dlq_topics, dlq_ids = cols["dlq_topic"], cols["dlq_message_id"]
+    return [
+        FixRecord(
+            payload=payloads[i] or b"",
+            key=keys[i],
+            ordering_key=ordering_keys[i],
+            properties=cols.properties(i),
+            event_time=event_times[i],
+            context=dict(zip(names, context, strict=True)),
+            signature=signatures[i],
+            dlq_topic=dlq_topics[i],
+            dlq_message_id=dlq_ids[i],
+        )
+        for i, context in zip(indices, contexts, strict=True)
+    ]
 
 
 def _apply_fix_outcome(
@@ -589,44 +593,52 @@ def _apply_fix_outcome(
         row.outcome, row.reason = oc.FIX_FAILED, f"fix {rule.fix} failed"
 
 
+#: Decided column -> :class:`_Row` field, for :func:`_to_batch` (which turns ``out_value`` and
+#: ``send_original`` into the ``out_value`` column).
+_ROW_COLUMNS = {
+    "rule": "rule",
+    "action": "action",
+    "outcome": "outcome",
+    "outcome_reason": "reason",
+    "target_topic": "target",
+    "fix": "fix",
+    "fix_error": "fix_error",
+    "archive_payload": "archive_payload",
+    "out_properties": "out_properties",  # dicts: pyarrow builds map arrays from them
+    "out_value": "out_value",
+    "send_original": "send_original",
+}
+_ROW_VALUES = attrgetter(*_ROW_COLUMNS.values())
+
+
 def _to_batch(batch: pa.RecordBatch, rows: list[_Row], sequencer: ProducerSequencer | None) -> pa.RecordBatch:
     import pyarrow.compute as pc
 
     schema = arrow_schema(DECIDED_SCHEMA)
+    n = len(rows)
+    # One pass over the rows: a tuple of values per field.
+    by_row = zip(*map(_ROW_VALUES, rows), strict=True)
+    decided: dict[str, Sequence[Any]] = (
+        dict(zip(_ROW_COLUMNS, by_row, strict=True)) if rows else dict.fromkeys(_ROW_COLUMNS, ())
+    )
+    send_original = pa.array(decided.pop("send_original"), pa.bool_())
+    out_values = decided.pop("out_value")
+    outcomes, targets = decided["outcome"], decided["target_topic"]
     original = batch.column("value")
-    no_value = pa.nulls(len(rows), original.type)
-    send_original = pa.array([r.send_original for r in rows], pa.bool_())
-    archive = pa.array([r.outcome in oc.ARCHIVE_OUTCOMES for r in rows], pa.bool_())
+    no_value = pa.nulls(n, original.type)
+    archive = pa.array([outcome in oc.ARCHIVE_OUTCOMES for outcome in outcomes], pa.bool_())
     computed: dict[str, pa.Array] = {
         # Payloads stay in Arrow: the original where it is sent unchanged, else the fix's output.
-        "out_value": pc.if_else(
-            send_original, original, pa.array([r.out_value for r in rows], original.type)
-        ),
+        "out_value": pc.if_else(send_original, original, pa.array(out_values, original.type)),
         # The original payload, properties and stack are kept only where the archive needs them.
         "value": pc.if_else(archive, original, no_value),
     }
     for name in ("properties", "error_stack"):
         column = batch.column(name)
-        computed[name] = pc.if_else(archive, column, pa.nulls(len(rows), column.type))
-    outcomes = [r.outcome for r in rows]
-    targets = [r.target for r in rows]
+        computed[name] = pc.if_else(archive, column, pa.nulls(n, column.type))
     if sequencer is not None:
         computed["replay_producer"], computed["sequence_id"] = sequencer.assign(outcomes, targets)
-    decided: dict[str, list[Any]] = {
-        "rule": [r.rule for r in rows],
-        "action": [r.action for r in rows],
-        "outcome": outcomes,
-        "outcome_reason": [r.reason for r in rows],
-        "target_topic": targets,
-        "fix": [r.fix for r in rows],
-        "fix_error": [r.fix_error for r in rows],
-        "archive_payload": [r.archive_payload for r in rows],
-        "out_properties": [
-            list(r.out_properties.items()) if r.out_properties is not None else None for r in rows
-        ],
-        "replay_producer": [None] * len(rows),
-        "sequence_id": [None] * len(rows),
-    }
+    decided["replay_producer"] = decided["sequence_id"] = [None] * n
     arrays = []
     for field in schema:
         if field.name in computed:
@@ -704,7 +716,9 @@ class ProducerSequencer:
         self.names: dict[str, str] = {}
         self.next_seq: dict[str, int] = {}
 
-    def assign(self, outcomes: list[str | None], targets: list[str | None]) -> tuple[pa.Array, pa.Array]:
+    def assign(
+        self, outcomes: Sequence[str | None], targets: Sequence[str | None]
+    ) -> tuple[pa.Array, pa.Array]:
         names: list[str | None] = []
         seqs: list[int | None] = []
         for outcome, target in zip(outcomes, targets, strict=True):

@@ -230,16 +230,22 @@ class _TimeLimit:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, self.previous)
 
+    def arm(self) -> None:
+        """Start the time limit of one call (:meth:`disarm` it when the call returns or raises)."""
+        if self.usable:
+            signal.setitimer(signal.ITIMER_REAL, float(self.seconds))  # type: ignore[arg-type]
+
+    def disarm(self) -> None:
+        if self.usable:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+
     @contextmanager
     def armed(self) -> Iterator[None]:
-        if not self.usable:
-            yield
-            return
-        signal.setitimer(signal.ITIMER_REAL, float(self.seconds))  # type: ignore[arg-type]
+        self.arm()
         try:
             yield
         finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
+            self.disarm()
 
 
 def run_fix(
@@ -267,8 +273,11 @@ def run_fix(
     with _TimeLimit(timeout_s) as limit:
         for record in records:
             try:
-                with limit.armed():
+                limit.arm()  # what limit.armed() does, without a generator per record
+                try:
                     result = function(record)
+                finally:
+                    limit.disarm()
             except Exception as exc:
                 outcomes.append(_error_outcome(exc))
                 continue

@@ -11,9 +11,11 @@ step parks it as ``origin_conflict``.
 
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+from pyspark.sql.types import IntegerType, LongType
 
 from pulsar_dlq_consumer.context import (
     ORIGIN_PROPERTY_KEYS,
@@ -27,7 +29,6 @@ from pulsar_dlq_consumer.context import (
 from spark_apps.dlq_replay.schemas import (
     CARRIED_COLUMNS,
     CONTEXT_COLUMNS,
-    DERIVED_COLUMNS,
     NORMALIZED_SCHEMA,
     arrow_schema,
 )
@@ -43,6 +44,13 @@ PROPERTY_DICTS = "_property_dicts"
 #: Column of the origin conflict: ``None``, or the conflicting claims as text
 #: (``__dlq.errors.topic='a', REAL_TOPIC='b'``).
 ORIGIN_CONFLICT = "origin_conflict"
+#: Largest value of each integer context column (its Spark type). The parser takes up to 19 digits; a
+#: larger number than the column holds is no count or time a client wrote: null, like any bad number.
+INT_LIMITS: dict[str, int] = {
+    name: 2**31 - 1 if isinstance(dtype, IntegerType) else 2**63 - 1
+    for name, dtype in CONTEXT_COLUMNS
+    if isinstance(dtype, (IntegerType, LongType))
+}
 
 
 def origin_of(
@@ -87,56 +95,79 @@ def replay_ids(batch: pa.RecordBatch, origin_precedence: Sequence[str] = ()) -> 
     :func:`normalize_columns` computes from the whole properties)."""
     topics = batch.column("topic").to_pylist()
     ids = batch.column("message_id_str").to_pylist()
-    values = [batch.column(f"_origin{i}").to_pylist() for i in range(len(ORIGIN_PROPERTY_KEYS))]
-    out = []
-    for row, (topic, message_id) in enumerate(zip(topics, ids, strict=True)):
-        properties = {
-            key: column[row]
-            for key, column in zip(ORIGIN_PROPERTY_KEYS, values, strict=True)
-            if column[row] is not None
-        }
-        claim, _ = origin_of(properties, origin_precedence)
-        out.append(row_replay_id(topic, message_id, claim))
-    return out
+    dicts: list[dict[str, str]] = [{} for _ in range(batch.num_rows)]
+    for i, key in enumerate(ORIGIN_PROPERTY_KEYS):
+        column = batch.column(f"_origin{i}")
+        if column.null_count == len(column):  # most conventions are absent from a whole batch
+            continue
+        for properties, value in zip(dicts, column.to_pylist(), strict=True):
+            if value is not None:
+                properties[key] = value
+    return [
+        row_replay_id(topic, message_id, origin_of(properties, origin_precedence)[0])
+        for topic, message_id, properties in zip(topics, ids, dicts, strict=True)
+    ]
+
+
+def property_dicts(column: pa.MapArray) -> list[dict[str, Any]]:
+    """Each row's properties as a dict (``{}`` for a null map), built from the flat key and value
+    arrays: no Python tuple per property, as ``to_pylist`` makes."""
+    offsets = column.offsets.to_pylist()
+    keys, values = column.keys.to_pylist(), column.items.to_pylist()
+    dicts = [dict(zip(keys[start:end], values[start:end], strict=True)) for start, end in pairwise(offsets)]
+    if column.null_count:
+        for i, valid in enumerate(column.is_valid().to_pylist()):
+            if not valid:
+                dicts[i] = {}
+    return dicts
 
 
 def normalize_columns(batch: pa.RecordBatch, origin_precedence: Sequence[str] = ()) -> dict[str, list[Any]]:
     """The computed columns of :func:`normalize_batch` as Python lists, plus ``properties`` (as dicts),
     ``topic``, ``message_id_str`` and :data:`ORIGIN_CONFLICT`: later Python steps of the same pass reuse
     them. ``origin_precedence``: property keys, first wins, that settle conflicting origin claims."""
-    from pulsar_dlq_consumer.context import parse_error_context
+    from pulsar_dlq_consumer.context import CONTEXT_FIELDS, error_context_values
     from spark_apps.dlq_replay.lineage import previous_replay_count
-    from spark_apps.dlq_replay.signatures import TemplateCache, error_signature
+    from spark_apps.dlq_replay.signatures import SignatureCache, TemplateCache
 
     topics = batch.column("topic").to_pylist()
     ids = batch.column("message_id_str").to_pylist()
-    dicts = [dict(pairs) if pairs else {} for pairs in batch.column("properties").to_pylist()]
-    context_names = [name for name, _ in CONTEXT_COLUMNS]
-    columns: dict[str, list[Any]] = {name: [] for name in context_names}
-    for name, _ in DERIVED_COLUMNS:
-        columns[name] = []
-    conflicts: list[str | None] = columns[ORIGIN_CONFLICT]
-    appenders = [(columns[name].append, name) for name in context_names]
-    templates = TemplateCache()
-    add_template, add_signature = columns["error_template"].append, columns["signature"].append
-    add_replay_id, add_count = columns["replay_id"].append, columns["replay_count"].append
-    for topic, message_id, properties in zip(topics, ids, dicts, strict=True):
-        context = parse_error_context(properties, dlq_topic=topic, dlq_message_id=message_id)
+    dicts = property_dicts(batch.column("properties"))
+    rows = zip(dicts, topics, ids, strict=True)
+    contexts = [error_context_values(p, dlq_topic=t, dlq_message_id=m) for p, t, m in rows]
+    # The rows' context values transposed: one tuple of values per field of CONTEXT_FIELDS.
+    by_field = dict(zip(CONTEXT_FIELDS, zip(*contexts, strict=True), strict=True)) if contexts else {}
+    columns: dict[str, list[Any]] = {name: list(by_field.get(name, ())) for name, _ in CONTEXT_COLUMNS}
+    origin_topics, origin_ids = columns["origin_topic"], columns["origin_message_id"]
+    replay_ids: list[str] = []
+    conflicts: list[str | None] = []
+    for i, (properties, topic, message_id) in enumerate(zip(dicts, topics, ids, strict=True)):
         claim, conflict = origin_of(properties, origin_precedence)
+        replay_ids.append(row_replay_id(topic, message_id, claim))
         conflicts.append(conflict)
-        origin_topic = context.origin_topic
-        for append, name in appenders:
-            append(getattr(context, name))
-        settled = origin_precedence and claim is not None and claim.topic != origin_topic
-        if settled and canonical_topic(claim.topic) != canonical_topic(origin_topic):  # type: ignore[union-attr]
+        if (
+            origin_precedence
+            and claim is not None
+            and claim.topic != origin_topics[i]
+            and canonical_topic(claim.topic) != canonical_topic(origin_topics[i])
+        ):
             # The playbook's origin_precedence settled a conflict against the parser's precedence.
-            origin_topic = columns["origin_topic"][-1] = claim.topic  # type: ignore[union-attr]
-            columns["origin_message_id"][-1] = claim.message_id  # type: ignore[union-attr]
-        template = templates.template(context.error_message)
-        add_template(template)
-        add_signature(error_signature(context.error_class, template, origin_topic, context.reason))
-        add_replay_id(row_replay_id(topic, message_id, claim))
-        add_count(previous_replay_count(properties))
+            origin_topics[i], origin_ids[i] = claim.topic, claim.message_id
+    template = TemplateCache().template
+    templates = [template(message) for message in columns["error_message"]]
+    signature = SignatureCache().signature
+    columns["error_template"] = templates
+    columns["signature"] = [
+        signature(*material)
+        for material in zip(columns["error_class"], templates, origin_topics, columns["reason"], strict=True)
+    ]
+    columns["replay_id"] = replay_ids
+    columns["replay_count"] = [previous_replay_count(properties) for properties in dicts]
+    columns[ORIGIN_CONFLICT] = conflicts
+    for name, limit in INT_LIMITS.items():
+        values = columns[name]
+        if any(v is not None and not -limit - 1 <= v <= limit for v in values):
+            columns[name] = [None if v is None or not -limit - 1 <= v <= limit else v for v in values]
     columns["topic"], columns["message_id_str"], columns[PROPERTY_DICTS] = topics, ids, dicts
     return columns
 

@@ -15,34 +15,43 @@ from __future__ import annotations
 
 import hashlib
 import re
+from typing import TYPE_CHECKING
 
 from pulsar_dlq_consumer.context import REASON_UNKNOWN, base_topic
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 MAX_TEMPLATE_CHARS = 512
 
 # Order matters: earlier masks protect their matches from later ones. The first element is a cheap
-# test (characters one of which any match contains; None = always run): most messages skip most masks.
-_MASKS: tuple[tuple[str | None, re.Pattern[str], str], ...] = (
+# test for what every match of the mask contains (a quote, "@", "0x", ASCII digits...): where it fails,
+# the mask would change nothing, so it is skipped. Most messages skip most masks.
+_MASKS: tuple[tuple[Callable[[str], object], re.Pattern[str], str], ...] = (
     # Quoted values: '...', "...", `...` (no newlines inside).
-    ("'\"`", re.compile(r"'[^'\n]*'|\"[^\"\n]*\"|`[^`\n]*`"), "<str>"),
-    ("@", re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+"), "<email>"),
+    (re.compile(r"['\"`]").search, re.compile(r"'[^'\n]*'|\"[^\"\n]*\"|`[^`\n]*`"), "<str>"),
+    (re.compile("@").search, re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+"), "<email>"),
     (
-        "-",
+        re.compile("-").search,
         re.compile(r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b"),
         "<uuid>",
     ),
     # 0x-prefixed hex, or 8+ hex characters with at least one digit and one letter a-f (hashes, ids).
-    ("xX", re.compile(r"\b0[xX][0-9a-fA-F]+\b"), "<hex>"),
-    (None, re.compile(r"\b(?=[0-9a-fA-F]*[0-9])(?=[0-9a-fA-F]*[a-fA-F])[0-9a-fA-F]{8,}\b"), "<hex>"),
+    (re.compile(r"0[xX]").search, re.compile(r"\b0[xX][0-9a-fA-F]+\b"), "<hex>"),
+    (
+        re.compile(r"[0-9a-fA-F]{8}").search,
+        re.compile(r"\b(?=[0-9a-fA-F]*[0-9])(?=[0-9a-fA-F]*[a-fA-F])[0-9a-fA-F]{8,}\b"),
+        "<hex>",
+    ),
     # Identifiers with a run of 2+ digits: ORD-000123, user_42, cust:17, A12345 (not utf-8).
     (
-        None,
+        # In a match, the run of digits that holds the 2+ digits follows a letter or a separator.
+        re.compile(r"[A-Za-z_:#/.-][0-9]{2}").search,
         re.compile(r"\b[A-Za-z][A-Za-z0-9]*(?:[-_:#/.][A-Za-z0-9]+)*?[-_:#/.]?[0-9]{2,}[A-Za-z0-9]*\b"),
         "<id>",
     ),
-    (None, re.compile(r"(?<![A-Za-z0-9])[-+]?[0-9]+(?:[.,][0-9]+)*"), "<num>"),
+    (re.compile(r"[0-9]").search, re.compile(r"(?<![A-Za-z0-9])[-+]?[0-9]+(?:[.,][0-9]+)*"), "<num>"),
 )
-_SPACES = re.compile(r"\s+")
 
 
 def message_template(message: str | None) -> str:
@@ -54,10 +63,10 @@ def message_template(message: str | None) -> str:
         return ""
     text = message[: MAX_TEMPLATE_CHARS * 4]
     for needs, pattern, mask in _MASKS:
-        if needs is None or any(ch in text for ch in needs):
+        if needs(text):
             text = pattern.sub(mask, text)
-    text = _SPACES.sub(" ", text).strip()
-    return text[:MAX_TEMPLATE_CHARS]
+    # Runs of whitespace become one space, none at the ends (str.split's whitespace is re's \s).
+    return " ".join(text.split())[:MAX_TEMPLATE_CHARS]
 
 
 def signature_topic(origin_topic: str | None) -> str:
@@ -103,4 +112,23 @@ class TemplateCache:
             found = message_template(message)
             if len(self._cache) < self._max:
                 self._cache[message] = found
+        return found
+
+
+class SignatureCache:
+    """Memoise :func:`error_signature` within one Arrow batch (a batch holds few kinds of failure)."""
+
+    def __init__(self, max_entries: int = 10_000) -> None:
+        self._cache: dict[tuple[str | None, str, str | None, str | None], str] = {}
+        self._max = max_entries
+
+    def signature(
+        self, error_class: str | None, template: str, origin_topic: str | None, reason: str | None
+    ) -> str:
+        key = (error_class, template, origin_topic, reason)
+        found = self._cache.get(key)
+        if found is None:
+            found = error_signature(error_class, template, origin_topic, reason)
+            if len(self._cache) < self._max:
+                self._cache[key] = found
         return found

@@ -214,3 +214,20 @@ def test_replay_ids_from_the_origin_properties_alone_equal_those_of_the_whole_co
         replay_ids(pa.RecordBatch.from_pydict(columns), precedence)
         == normalize_columns(batch, precedence)["replay_id"]
     )
+
+
+def test_numbers_too_large_for_their_column_are_null_and_the_message_is_still_decided():
+    huge = {
+        "__dlq.errors.delivery.count": "99999999999",  # over 2^31 - 1: the column is 32-bit
+        "RECONSUMETIMES": "2147483648",
+        "__dlq.errors.failed.at": "9999999999999999999",  # over 2^63 - 1
+    }
+    rows = [(b"x", ours("E", "m", **huge)), (b"x", ours("E", "m", RECONSUMETIMES="2147483647"))]
+    normalized = normalize_batch(snapshot_batch(rows))
+    context = normalized.select(["delivery_count", "reconsume_times", "failed_at"]).to_pylist()
+    assert context == [
+        {"delivery_count": None, "reconsume_times": None, "failed_at": None},
+        {"delivery_count": None, "reconsume_times": 2147483647, "failed_at": None},
+    ]
+    out = by_key(decide_batch(scoped(normalized), REPLAY_ALL, SETTINGS))
+    assert [out[k]["outcome"] for k in ("k0", "k1")] == [oc.TO_REPUBLISH, oc.TO_REPUBLISH]
