@@ -33,7 +33,7 @@ _USER_JIT_OPTIONS = ("TieredStopAtLevel", "TieredCompilation")
 def quick_jit_chosen(setting: QuickJit, master: str, messages: int | None, exact: bool) -> bool:
     """Whether the driver JVM gets :data:`QUICK_JIT_OPTION`: ``setting`` when it is a bool; for
     ``"auto"``, a local ``master`` and an ``exact`` count of at most :data:`QUICK_JIT_MAX_MESSAGES`."""
-    if setting is True or setting is False:
+    if isinstance(setting, bool):
         return setting
     small = messages is not None and messages <= QUICK_JIT_MAX_MESSAGES
     return master.startswith("local") and exact and small

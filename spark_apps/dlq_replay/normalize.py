@@ -11,6 +11,7 @@ step parks it as ``origin_conflict``.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
@@ -128,7 +129,7 @@ def normalize_columns(batch: pa.RecordBatch, origin_precedence: Sequence[str] = 
     them. ``origin_precedence``: property keys, first wins, that settle conflicting origin claims."""
     from pulsar_dlq_consumer.context import CONTEXT_FIELDS, error_context_values
     from spark_apps.dlq_replay.lineage import previous_replay_count
-    from spark_apps.dlq_replay.signatures import SignatureCache, TemplateCache
+    from spark_apps.dlq_replay.signatures import TemplateCache, error_signature
 
     topics = batch.column("topic").to_pylist()
     ids = batch.column("message_id_str").to_pylist()
@@ -155,7 +156,7 @@ def normalize_columns(batch: pa.RecordBatch, origin_precedence: Sequence[str] = 
             origin_topics[i], origin_ids[i] = claim.topic, claim.message_id
     template = TemplateCache().template
     templates = [template(message) for message in columns["error_message"]]
-    signature = SignatureCache().signature
+    signature = lru_cache(maxsize=10_000)(error_signature)  # per batch: it holds few kinds of failure
     columns["error_template"] = templates
     columns["signature"] = [
         signature(*material)
@@ -166,8 +167,8 @@ def normalize_columns(batch: pa.RecordBatch, origin_precedence: Sequence[str] = 
     columns[ORIGIN_CONFLICT] = conflicts
     for name, limit in INT_LIMITS.items():
         values = columns[name]
-        if any(v is not None and not -limit - 1 <= v <= limit for v in values):
-            columns[name] = [None if v is None or not -limit - 1 <= v <= limit else v for v in values]
+        if any(v is not None and v > limit for v in values):  # the parser gives no negative number
+            columns[name] = [None if v is not None and v > limit else v for v in values]
     columns["topic"], columns["message_id_str"], columns[PROPERTY_DICTS] = topics, ids, dicts
     return columns
 

@@ -113,22 +113,3 @@ class TemplateCache:
             if len(self._cache) < self._max:
                 self._cache[message] = found
         return found
-
-
-class SignatureCache:
-    """Memoise :func:`error_signature` within one Arrow batch (a batch holds few kinds of failure)."""
-
-    def __init__(self, max_entries: int = 10_000) -> None:
-        self._cache: dict[tuple[str | None, str, str | None, str | None], str] = {}
-        self._max = max_entries
-
-    def signature(
-        self, error_class: str | None, template: str, origin_topic: str | None, reason: str | None
-    ) -> str:
-        key = (error_class, template, origin_topic, reason)
-        found = self._cache.get(key)
-        if found is None:
-            found = error_signature(error_class, template, origin_topic, reason)
-            if len(self._cache) < self._max:
-                self._cache[key] = found
-        return found
