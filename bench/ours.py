@@ -124,17 +124,19 @@ def run_ours(
     With ``class_data_archive`` the driver JVM starts from the operator's managed class-data archive
     (:mod:`airflow_provider_dlq.class_data`), written by this run when there is none yet; ``quick_jit``
     chooses the driver's JIT as the operator does (:mod:`airflow_provider_dlq.driver_jit`), ``n`` being
-    an exact count.
+    an exact count; a local ``master`` gets the operator's lean driver
+    (:mod:`airflow_provider_dlq.driver_footprint`).
     """
     from airflow_provider_dlq.bundle import build_bundle
     from airflow_provider_dlq.class_data import ClassDataArchive
+    from airflow_provider_dlq.driver_footprint import lean_driver_conf, lean_driver_env
     from airflow_provider_dlq.driver_jit import quick_jit_chosen, with_quick_jit
 
     bundle = build_bundle(workdir / "bundle")
     playbook = write_playbook(workdir / "playbook.yaml")
     run_id = f"bench-{n}"
     archive = ClassDataArchive().plan(spark_env()) if class_data_archive else None
-    conf = list(spark_conf or [])
+    conf = with_conf(list(spark_conf or []), lambda given: lean_driver_conf(given, master))
     quick = quick_jit_chosen(quick_jit, master, n, exact=True)
     if quick:
         conf = with_conf(conf, with_quick_jit)
@@ -160,7 +162,7 @@ def run_ours(
             log,
             what="the replay app",
             timeout_s=timeout_s,
-            env=spark_env(),
+            env=lean_driver_env(spark_env(), master),
             cwd=workdir,
             adopted_parents=adopted_parents,
         )

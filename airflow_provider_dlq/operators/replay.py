@@ -17,6 +17,7 @@ from airflow.sdk import Asset, BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowSkipException
 
 from airflow_provider_dlq.class_data import ArchivePlan, ClassDataArchive
+from airflow_provider_dlq.driver_footprint import lean_driver_conf, lean_driver_env
 from airflow_provider_dlq.driver_jit import (
     QUICK_JIT_MAX_MESSAGES,
     QuickJit,
@@ -141,7 +142,9 @@ class DlqReplayOperator(BaseOperator):
         default: built per run from the Spark app installed with the provider. (templated)
     :param application: The app's main file; default the one next to the built bundle or the installed
         ``spark_apps/dlq_replay_main.py``. (templated)
-    :param conf: Extra Spark configuration (merged over :data:`DEFAULT_CONF`). (templated)
+    :param conf: Extra Spark configuration (merged over :data:`DEFAULT_CONF`; with a local master the
+        driver also gets a lean heap and the serial collector unless ``conf`` sets them,
+        ``docs/operator.md``). (templated)
     :param env_vars: Extra environment for spark-submit (never put secrets here: it is rendered and
         stored). (templated)
     :param spark_submit_kwargs: Further ``SparkSubmitHook`` arguments (``driver_memory``,
@@ -378,7 +381,7 @@ class DlqReplayOperator(BaseOperator):
         if master.startswith("local") and "PYSPARK_PYTHON" not in os.environ:
             # Local Spark runs Python workers with this interpreter, which has pulsar-client installed.
             env.setdefault("PYSPARK_PYTHON", sys.executable)
-        return env
+        return lean_driver_env(env, master)
 
     def expected_messages(self, args: ReplayArgs) -> tuple[int | None, bool]:
         """``(backlog, exact)``: the subscription's backlog on the run's topics (the snapshot's progress
@@ -412,8 +415,9 @@ class DlqReplayOperator(BaseOperator):
         expected: int | None = None,
         archive: ArchivePlan | None = None,
         quick_jit: bool = False,
+        master: str = "",
     ) -> _ReplaySubmitHook:
-        conf = {**DEFAULT_CONF, **{str(k): v for k, v in (self.conf or {}).items()}}
+        conf = lean_driver_conf({**DEFAULT_CONF, **{str(k): v for k, v in (self.conf or {}).items()}}, master)
         if quick_jit:
             conf = with_quick_jit(conf)
         if archive is not None:
@@ -508,7 +512,7 @@ class DlqReplayOperator(BaseOperator):
             quick = quick_jit_chosen(self.quick_jit, master, expected, exact)
             if quick:
                 self.log.info("Driver JVM: C1-only JIT (quick_jit=%r, %s messages)", self.quick_jit, expected)
-            hook = self.make_hook(args, env, zip_path, expected, archive, quick)
+            hook = self.make_hook(args, env, zip_path, expected, archive, quick, master)
             self._check_env_stays_off_argv(hook, env)
             self._hook = hook
             self.log.info(

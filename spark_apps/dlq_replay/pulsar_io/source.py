@@ -68,7 +68,9 @@ SOURCE_SCHEMA = (
     "event_time timestamp, redelivery_count int, producer_name string, batch_size int"
 )
 SOURCE_COLUMNS = [part.split()[0] for part in SOURCE_SCHEMA.split(", ")]
-DEFAULT_MAX_BATCH_ROWS = 10_000
+#: Rows per Arrow batch a read task hands to Spark: as many as the app's Arrow batches
+#: (``spark_apps.dlq_replay.cli.ARROW_BATCH_ROWS``), so a Python worker holds few messages at a time.
+DEFAULT_MAX_BATCH_ROWS = 2_000
 # Set on a row whose properties or key could not be decoded as UTF-8 (the message is kept, never dropped).
 UNDECODABLE_PROPERTY = "__dlq.replay.undecodable"
 

@@ -444,9 +444,10 @@ def test_the_driver_jvm_gets_a_class_data_archive_written_once_then_mapped(conns
     assert len(installed) == 1
     assert not list(cds.glob("*.tmp"))
     (mapped,) = run(class_data_archive=str(cds))
-    assert mapped.startswith("spark.driver.extraJavaOptions=-Xlog:disable ")
+    # The lean driver's collector (a local master) comes first, the archive's options after it.
+    assert mapped.startswith("spark.driver.extraJavaOptions=-XX:+UseSerialGC -Xlog:disable ")
     assert mapped.endswith(f" -XX:SharedArchiveFile={installed[0]}")
-    assert run(class_data_archive=False) == []
+    assert run(class_data_archive=False) == ["spark.driver.extraJavaOptions=-XX:+UseSerialGC"]
     assert (
         run(
             class_data_archive=str(cds),
@@ -457,3 +458,24 @@ def test_the_driver_jvm_gets_a_class_data_archive_written_once_then_mapped(conns
         )
         == []
     )
+
+
+def test_a_local_master_gets_the_lean_driver_and_a_cluster_master_does_not(conns, tmp_path, monkeypatch):
+    from airflow_provider_dlq.driver_footprint import MALLOC_ARENA_MAX, SERIAL_GC_OPTION
+
+    monkeypatch.delenv(MALLOC_ARENA_MAX, raising=False)
+    op = make_operator(tmp_path, conf={"spark.driver.extraJavaOptions": "-Dmine=1"})
+    pulsar = op.pulsar_hook.config
+    args = op.replay_args("r1", pulsar)
+    env = op.spark_env(pulsar, "local[2]")
+    assert env[MALLOC_ARENA_MAX] == "2"
+    hook = op.make_hook(args, env, "/b.zip", master="local[2]")
+    cmd = hook._build_spark_submit_command("/b/main.py")
+    assert "spark.driver.memory=512m" in cmd
+    assert f"spark.driver.extraJavaOptions=-Dmine=1 {SERIAL_GC_OPTION}" in cmd
+    assert MALLOC_ARENA_MAX not in op.spark_env(pulsar, "yarn")
+    cluster = op.make_hook(args, {}, "/b.zip", master="spark://127.0.0.1:7077")
+    assert "spark.driver.memory" not in cluster._conf
+    assert cluster._conf["spark.driver.extraJavaOptions"] == "-Dmine=1"
+    mine = make_operator(tmp_path, conf={"spark.driver.memory": "2g"})
+    assert mine.make_hook(args, {}, "/b.zip", master="local[2]")._conf["spark.driver.memory"] == "2g"

@@ -211,3 +211,4 @@ def test_session_defaults_size_shuffles_to_the_cores():
     assert session_defaults(64)["spark.sql.shuffle.partitions"] == "128"
     assert session_defaults(0)["spark.sql.shuffle.partitions"] == "2"
     assert WRITE_DEFAULTS.items() <= session_defaults(2).items()
+    assert session_defaults(2)["spark.sql.execution.arrow.maxRecordsPerBatch"] == "2000"
