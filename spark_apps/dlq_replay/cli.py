@@ -58,12 +58,13 @@ _SECRET_OPTIONS = (
     "--oauth2-client-secret",
     "--client-secret",
 )
-#: Session settings for the partitioned writes (ledger, archive), unless given with --conf: concurrent
-#: writers per partition value instead of sorting every row by the partition columns first.
 #: Parquet row groups of at most this many bytes: a writer holds its open row group on the heap, and with
 #: Parquet's 128 MiB a decide task of a 1M run held its whole output (about 100 MiB), which made the lean
 #: driver's heap (``airflow_provider_dlq.driver_footprint``) collect far more often (decide 114 -> 141 s).
 PARQUET_ROW_GROUP_BYTES = 16 * 2**20
+#: Session settings for the writes, unless given with --conf: concurrent writers per partition value for
+#: the partitioned writes (ledger, archive) instead of sorting every row by the partition columns first,
+#: and :data:`PARQUET_ROW_GROUP_BYTES`.
 WRITE_DEFAULTS = {
     "spark.sql.optimizer.plannedWrite.enabled": "false",
     "spark.sql.maxConcurrentOutputFiles": "64",
