@@ -38,6 +38,18 @@ DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 #: JVM options that show the user manages class data sharing already (then nothing is added).
 _USER_CDS_OPTIONS = ("SharedArchiveFile", "ArchiveClassesAtExit", "-Xshare", "AutoCreateSharedArchive")
 _PREFIX = "dlq-replay-driver-"
+
+
+def with_driver_java_option(conf: Mapping[str, str], option: str, unless: tuple[str, ...]) -> dict[str, str]:
+    """A copy of ``conf`` with ``option`` after the driver's JVM options, unless those already hold one of
+    the ``unless`` markers (the user chose that setting themselves)."""
+    merged = {str(k): str(v) for k, v in conf.items()}
+    current = merged.get(DRIVER_JAVA_OPTIONS, "").strip()
+    if not any(marker in current for marker in unless):
+        merged[DRIVER_JAVA_OPTIONS] = f"{current} {option}".strip()
+    return merged
+
+
 #: A temporary archive older than this was left by a killed run: removed.
 STALE_TEMP_S = 2 * 3600
 #: An archive of another key (an older JVM or Spark) unused this long is removed.

@@ -22,7 +22,7 @@ import os
 import re
 from typing import TYPE_CHECKING
 
-from airflow_provider_dlq.class_data import DRIVER_JAVA_OPTIONS
+from airflow_provider_dlq.class_data import with_driver_java_option
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -68,14 +68,11 @@ def lean_heap(cores: int) -> str:
 def lean_driver_conf(conf: Mapping[str, str], master: str) -> dict[str, str]:
     """``conf`` with the lean heap and the serial collector for a local ``master``; what ``conf`` sets
     stays (a copy is returned)."""
-    merged = {str(k): str(v) for k, v in conf.items()}
     cores = local_cores(master)
     if cores is None:
-        return merged
+        return {str(k): str(v) for k, v in conf.items()}
+    merged = with_driver_java_option(conf, SERIAL_GC_OPTION, _USER_GC_OPTIONS)
     merged.setdefault(DRIVER_MEMORY, lean_heap(cores))
-    current = merged.get(DRIVER_JAVA_OPTIONS, "").strip()
-    if not any(option in current for option in _USER_GC_OPTIONS):
-        merged[DRIVER_JAVA_OPTIONS] = f"{current} {SERIAL_GC_OPTION}".strip()
     return merged
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
-from airflow_provider_dlq.class_data import DRIVER_JAVA_OPTIONS
+from airflow_provider_dlq.class_data import with_driver_java_option
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -42,9 +42,4 @@ def quick_jit_chosen(setting: QuickJit, master: str, messages: int | None, exact
 def with_quick_jit(conf: Mapping[str, str]) -> dict[str, str]:
     """``conf`` with :data:`QUICK_JIT_OPTION` after the driver's JVM options; unchanged when those
     choose the JIT themselves."""
-    merged = {str(k): str(v) for k, v in conf.items()}
-    current = merged.get(DRIVER_JAVA_OPTIONS, "").strip()
-    if any(option in current for option in _USER_JIT_OPTIONS):
-        return merged
-    merged[DRIVER_JAVA_OPTIONS] = f"{current} {QUICK_JIT_OPTION}".strip()
-    return merged
+    return with_driver_java_option(conf, QUICK_JIT_OPTION, _USER_JIT_OPTIONS)
