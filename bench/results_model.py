@@ -16,7 +16,7 @@ LABELS = {
     "ours_local1": "this project (Spark local[1])",
     "ours_cluster": "this project (Spark standalone, 2 workers x 1 core)",
 }
-#: Peak RSS of the whole process tree allowed at 1M (issue 12).
+#: Peak RSS of the whole process tree allowed at 1M (issue 12's 1.5 GB, read as 1.5 GiB).
 TREE_RSS_LIMIT_MIB = 1536.0
 
 

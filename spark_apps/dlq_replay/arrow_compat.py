@@ -1,9 +1,14 @@
-"""``mapInArrow`` / ``applyInArrow`` without pandas.
+"""``mapInArrow`` / ``applyInArrow`` without pandas, and small driver-side frames without a Python RDD.
 
 PySpark 4.3 implements both on top of ``pandas_udf``, which refuses to run unless pandas is installed,
 although Arrow-only UDFs never use pandas on the driver or the executors. This project does not need
 pandas, so when it is missing these helpers build the same Arrow UDF without the pandas check (the
 public API is used whenever pandas is importable).
+
+:func:`local_frame` builds a DataFrame from a few driver-side rows through Arrow: from a Python list
+PySpark converts the rows in a Python RDD, whose workers Spark keeps in a pool of their own (an RDD's
+workers lack the SQL workers' environment), so the run would start a second Python daemon and two more
+workers for a handful of rows.
 """
 
 from __future__ import annotations
@@ -12,9 +17,9 @@ import importlib.util
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
-    from pyspark.sql import DataFrame, GroupedData
+    from pyspark.sql import DataFrame, GroupedData, SparkSession
     from pyspark.sql.types import StructType
 
 
@@ -51,3 +56,19 @@ def apply_in_arrow(grouped: GroupedData, func: Callable[..., Any], schema: Struc
     udf = _arrow_udf(func, schema, PythonEvalType.SQL_GROUPED_MAP_ARROW_UDF)
     column = udf(*[df[name] for name in df.columns])
     return SparkDataFrame(grouped._jgd.flatMapGroupsInArrow(column._jc), grouped.session)
+
+
+def local_frame(spark: SparkSession, rows: Sequence[Sequence[Any]], schema: str) -> DataFrame:
+    """``spark.createDataFrame(rows, schema)`` (``schema`` in DDL) through Arrow: no Python worker runs."""
+    import pyarrow as pa
+    from pyspark.sql.types import StructType
+
+    from spark_apps.dlq_replay.schemas import arrow_schema
+
+    struct = StructType.fromDDL(schema)
+    if not isinstance(struct, StructType):  # pragma: no cover - a DDL column list is always a struct
+        raise TypeError(f"local_frame needs a DDL column list, got {schema!r}")
+    table = pa.Table.from_pylist(
+        [dict(zip(struct.names, row, strict=True)) for row in rows], arrow_schema(struct)
+    )
+    return spark.createDataFrame(table, schema=struct)

@@ -156,9 +156,11 @@ def snapshot_rows(
     """Properties (and payloads) of a few snapshot messages, by (topic, message id)."""
     from pyspark.sql import functions as F
 
+    from spark_apps.dlq_replay.arrow_compat import local_frame
+
     if not keys:
         return {}
-    wanted = spark.createDataFrame(keys, "topic string, message_id_str string")
+    wanted = local_frame(spark, keys, "topic string, message_id_str string")
     columns = ["topic", "message_id_str", "properties"] + (["value"] if with_payload else [])
     rows = snapshot.join(F.broadcast(wanted), ["topic", "message_id_str"]).select(*columns).collect()
     return {(r["topic"], r["message_id_str"]): r for r in rows}

@@ -547,7 +547,7 @@ def _commit_entries(run: _Run, windows: list[PartitionWindow]) -> dict[str, int]
     """Reader mode: ack the snapshot's fully final entries by id, verified on the cursor; no DLQ read."""
     from pyspark.sql import functions as F
 
-    from spark_apps.dlq_replay.arrow_compat import apply_in_arrow
+    from spark_apps.dlq_replay.arrow_compat import apply_in_arrow, local_frame
     from spark_apps.dlq_replay.ledger import read_ledger
     from spark_apps.dlq_replay.pulsar_io.commit import (
         COMMIT_RESULT_SCHEMA,
@@ -557,8 +557,8 @@ def _commit_entries(run: _Run, windows: list[PartitionWindow]) -> dict[str, int]
     from spark_apps.dlq_replay.schemas import SNAPSHOT_SCHEMA
 
     # One row per partition of the window, so each reports its figures even without a final message.
-    entries = run.spark.createDataFrame(
-        [(w.topic, None, None, 0, 0, None) for w in windows], ENTRY_COMMIT_INPUT_SCHEMA
+    entries = local_frame(
+        run.spark, [(w.topic, None, None, 0, 0, None) for w in windows], ENTRY_COMMIT_INPUT_SCHEMA
     )
     ledger = read_ledger(run.spark, run.storage, run.paths.ledger)
     if ledger is not None and run.storage.has_data(run.paths.snapshot):
