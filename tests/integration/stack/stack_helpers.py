@@ -20,21 +20,24 @@ from pulsar_dlq_consumer import DeadLetterPolicy, DlqConsumer
 SUB = "dlq-replayer"
 
 
-def put_connection(stack: Any, conn_id: str, conn_type: str, host: str, extra: dict | None = None) -> None:
-    """Create (or replace) a connection through the REST API, as a user would (POST; PATCH if it exists)."""
-    body = {"connection_id": conn_id, "conn_type": conn_type, "host": host, "extra": json.dumps(extra or {})}
+def _create_or_replace(stack: Any, collection: str, key: str, body: dict[str, Any]) -> None:
+    """POST ``body`` to ``/<collection>``; if ``key`` exists (409: an earlier test made it), PATCH it."""
     try:
-        stack.api("POST", "/connections", body)
+        stack.api("POST", f"/{collection}", body)
     except AirflowApiError as exc:
-        if exc.status != 409:  # 409: the connection exists (an earlier test made it); replace its fields
+        if exc.status != 409:
             raise
-        stack.api("PATCH", f"/connections/{quote(conn_id)}", body)
+        stack.api("PATCH", f"/{collection}/{quote(key)}", body)
+
+
+def put_connection(stack: Any, conn_id: str, conn_type: str, host: str, extra: dict | None = None) -> None:
+    """Create (or replace) a connection through the REST API, as a user would."""
+    body = {"connection_id": conn_id, "conn_type": conn_type, "host": host, "extra": json.dumps(extra or {})}
+    _create_or_replace(stack, "connections", conn_id, body)
 
 
 def put_variable(stack: Any, key: str, value: str) -> None:
-    with contextlib.suppress(Exception):
-        stack.api("DELETE", f"/variables/{key}")
-    stack.api("POST", "/variables", {"key": key, "value": value})
+    _create_or_replace(stack, "variables", key, {"key": key, "value": value})
 
 
 def delete_variable(stack: Any, key: str) -> None:
