@@ -57,10 +57,15 @@ UNUSED_ARCHIVE_S = 14 * 86400
 _CHECK_TIMEOUT_S = 60.0
 
 
+def cache_root() -> Path:
+    """``$XDG_CACHE_HOME/airflow-provider-dlq`` (``~/.cache`` when unset): the provider's caches."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "airflow-provider-dlq"
+
+
 def default_archive_dir() -> Path:
     """``$XDG_CACHE_HOME/airflow-provider-dlq/jvm-class-data`` (``~/.cache`` when unset)."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "airflow-provider-dlq" / "jvm-class-data"
+    return cache_root() / "jvm-class-data"
 
 
 def java_binary(env: Mapping[str, str] | None = None) -> str | None:
@@ -73,18 +78,25 @@ def java_binary(env: Mapping[str, str] | None = None) -> str | None:
     return shutil.which("java", path=environ.get("PATH"))
 
 
-def spark_jars_dir(env: Mapping[str, str] | None = None) -> Path | None:
-    """``$SPARK_HOME/jars``, else the installed PySpark's ``jars`` folder."""
+def spark_home(env: Mapping[str, str] | None = None) -> Path | None:
+    """The Spark spark-submit runs: ``$SPARK_HOME``, else the installed PySpark's folder (as PySpark's
+    own ``spark-submit`` finds it)."""
     environ = os.environ if env is None else env
     home = environ.get("SPARK_HOME")
     if home:
-        return Path(home) / "jars"
+        return Path(home)
     import importlib.util
 
     spec = importlib.util.find_spec("pyspark")
     if spec is None or not spec.submodule_search_locations:
         return None
-    return Path(next(iter(spec.submodule_search_locations))) / "jars"
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def spark_jars_dir(env: Mapping[str, str] | None = None) -> Path | None:
+    """``$SPARK_HOME/jars``, else the installed PySpark's ``jars`` folder."""
+    home = spark_home(env)
+    return None if home is None else home / "jars"
 
 
 def archive_key(java: str, jars: Path | None) -> str:

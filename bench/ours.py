@@ -118,6 +118,7 @@ def run_ours(
     adopted_parents: tuple[int, ...] = (),
     class_data_archive: bool = True,
     quick_jit: QuickJit = "auto",
+    compiled_pyspark: bool = True,
 ) -> RunResult:
     """Submit the replay app against a broker holding ``n`` DLQ messages; time, sample and verify it.
 
@@ -125,10 +126,12 @@ def run_ours(
     (:mod:`airflow_provider_dlq.class_data`), written by this run when there is none yet; ``quick_jit``
     chooses the driver's JIT as the operator does (:mod:`airflow_provider_dlq.driver_jit`), ``n`` being
     an exact count; a local ``master`` gets the operator's lean driver
-    (:mod:`airflow_provider_dlq.driver_footprint`).
+    (:mod:`airflow_provider_dlq.driver_footprint`) and, with ``compiled_pyspark``, its compiled PySpark
+    (:mod:`airflow_provider_dlq.compiled_pyspark`, made before the timed run when there is none yet).
     """
     from airflow_provider_dlq.bundle import build_bundle
     from airflow_provider_dlq.class_data import ClassDataArchive
+    from airflow_provider_dlq.compiled_pyspark import CompiledPySpark
     from airflow_provider_dlq.driver_footprint import lean_driver_conf, lean_driver_env
     from airflow_provider_dlq.driver_jit import quick_jit_chosen, with_quick_jit
 
@@ -142,6 +145,15 @@ def run_ours(
         conf = with_conf(conf, with_quick_jit)
     if archive is not None:
         conf = with_conf(conf, archive.conf)
+    env = lean_driver_env(spark_env(), master)
+    compiled = (
+        CompiledPySpark().prepare(master, env, dict(c.split("=", 1) for c in conf))
+        if compiled_pyspark
+        else None
+    )
+    if compiled is not None:
+        conf = with_conf(conf, compiled.conf)
+        env = compiled.env(env)
     cmd = build_command(
         service_url=service_url,
         admin_url=admin_url,
@@ -162,7 +174,7 @@ def run_ours(
             log,
             what="the replay app",
             timeout_s=timeout_s,
-            env=lean_driver_env(spark_env(), master),
+            env=env,
             cwd=workdir,
             adopted_parents=adopted_parents,
         )
@@ -200,6 +212,7 @@ def run_ours(
             "memory_samples": run.peaks.samples,
             "master": master,
             "class_data_archive": archive_use,
+            "compiled_pyspark": "used" if compiled is not None else "off",
             "quick_jit": quick,
         },
     )

@@ -194,6 +194,14 @@ def build_parser() -> argparse.ArgumentParser:
         f"{WARM_UP_MESSAGES} messages first, as on any machine after its first replay)",
     )
     parser.add_argument(
+        "--compiled-pyspark",
+        choices=("on", "off"),
+        default="on",
+        help="import PySpark in the replay's Python driver and workers from the operator's compiled copy "
+        "(default on, as the operator does for local masters; made before the first timed run); see "
+        "airflow_provider_dlq/compiled_pyspark.py",
+    )
+    parser.add_argument(
         "--quick-jit",
         choices=("auto", "on", "off"),
         default="auto",
@@ -260,6 +268,7 @@ def run_one(
                     contender=contender,
                     adopted_parents=tuple(cluster.worker_pids()) if cluster is not None else (),
                     class_data_archive=args.class_data_archive == "on",
+                    compiled_pyspark=args.compiled_pyspark == "on",
                     quick_jit={"on": True, "off": False}.get(args.quick_jit, "auto"),
                     spark_conf=args.spark_conf,
                     app_args=args.app_arg,

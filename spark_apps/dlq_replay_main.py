@@ -8,7 +8,11 @@ from __future__ import annotations
 import os
 import sys
 
-from spark_apps.dlq_replay.cli import main
+from spark_apps.pyspark_imports import prefer_compiled
+
+prefer_compiled()  # before anything imports PySpark: the compiled copy a local run has, if any
+
+from spark_apps.dlq_replay.cli import main  # noqa: E402
 
 if __name__ == "__main__":
     code = main()

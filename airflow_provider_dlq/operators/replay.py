@@ -17,6 +17,7 @@ from airflow.sdk import Asset, BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowSkipException
 
 from airflow_provider_dlq.class_data import ArchivePlan, ClassDataArchive
+from airflow_provider_dlq.compiled_pyspark import CompiledCopy, CompiledPySpark
 from airflow_provider_dlq.driver_footprint import lean_driver_conf, lean_driver_env
 from airflow_provider_dlq.driver_jit import (
     QUICK_JIT_MAX_MESSAGES,
@@ -167,6 +168,11 @@ class DlqReplayOperator(BaseOperator):
         subscription's backlog is counted exactly and is at most 100,000 messages; ``True``/``False``:
         always/never. Nothing is added when ``conf``'s ``spark.driver.extraJavaOptions`` chooses the JIT
         (``docs/operator.md``).
+    :param compiled_pyspark: For a local master, import PySpark in the run's Python driver and workers
+        from a compiled copy of spark-submit's ``pyspark.zip`` and ``py4j`` zip that the first run on this
+        worker makes (``True``, default: in ``~/.cache/airflow-provider-dlq/compiled-pyspark``; a path:
+        that folder; ``False``: off). Not used when ``conf`` sets ``spark.python.daemon.module``
+        (``docs/operator.md``).
 
     .. seealso:: ``docs/operator.md``
     """
@@ -238,6 +244,7 @@ class DlqReplayOperator(BaseOperator):
         canary_max_failure_rate: float = 0.0,
         class_data_archive: bool | str = True,
         quick_jit: QuickJit = "auto",
+        compiled_pyspark: bool | str = True,
         **kwargs: Any,
     ) -> None:
         if (
@@ -297,6 +304,7 @@ class DlqReplayOperator(BaseOperator):
         self.canary_wait_seconds = canary_wait_seconds
         self.canary_max_failure_rate = canary_max_failure_rate
         self.class_data_archive = class_data_archive
+        self.compiled_pyspark = compiled_pyspark
         if not (quick_jit is True or quick_jit is False or quick_jit == "auto"):
             raise ReplayArgumentError(
                 f"quick_jit must be True, False or 'auto'; got {quick_jit!r}. 'auto' uses the C1-only JIT "
@@ -407,6 +415,15 @@ class DlqReplayOperator(BaseOperator):
         directory = self.class_data_archive if isinstance(self.class_data_archive, str) else None
         return ClassDataArchive(directory).plan({**os.environ, **env})
 
+    def compiled_pyspark_copy(self, master: str, env: Mapping[str, str]) -> CompiledCopy | None:
+        """The compiled PySpark this run imports (``None``: off, a cluster master, or none could be
+        made)."""
+        if self.compiled_pyspark is False:
+            return None
+        directory = self.compiled_pyspark if isinstance(self.compiled_pyspark, str) else None
+        user_conf = {str(k): str(v) for k, v in (self.conf or {}).items()}
+        return CompiledPySpark(directory).prepare(master, env, user_conf)
+
     def make_hook(
         self,
         args: ReplayArgs,
@@ -416,12 +433,15 @@ class DlqReplayOperator(BaseOperator):
         archive: ArchivePlan | None = None,
         quick_jit: bool = False,
         master: str = "",
+        compiled: CompiledCopy | None = None,
     ) -> _ReplaySubmitHook:
         conf = lean_driver_conf({**DEFAULT_CONF, **{str(k): v for k, v in (self.conf or {}).items()}}, master)
         if quick_jit:
             conf = with_quick_jit(conf)
         if archive is not None:
             conf = archive.conf(conf)
+        if compiled is not None:
+            conf = compiled.conf(conf)
         if expected is not None:
             conf.setdefault(CONF_EXPECTED_MESSAGES, str(expected))
         if self.report_payload_snippets:
@@ -508,11 +528,14 @@ class DlqReplayOperator(BaseOperator):
             env = self.spark_env(pulsar, master)
             deploy_mode = self.spark_submit_kwargs.get("deploy_mode") or probe._connection.get("deploy_mode")
             archive = self.class_data_plan(deploy_mode, env)
+            compiled = self.compiled_pyspark_copy(master, env)
+            if compiled is not None:
+                env = compiled.env(env, os.environ.get("PYTHONPATH", ""))
             expected, exact = self.expected_messages(args)
             quick = quick_jit_chosen(self.quick_jit, master, expected, exact)
             if quick:
                 self.log.info("Driver JVM: C1-only JIT (quick_jit=%r, %s messages)", self.quick_jit, expected)
-            hook = self.make_hook(args, env, zip_path, expected, archive, quick, master)
+            hook = self.make_hook(args, env, zip_path, expected, archive, quick, master, compiled)
             self._check_env_stays_off_argv(hook, env)
             self._hook = hook
             self.log.info(

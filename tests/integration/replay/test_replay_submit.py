@@ -227,6 +227,48 @@ def test_class_data_archive_written_by_a_real_run_then_mapped(pulsar_client, pul
     print(f"class-data archive: writing run {seconds[0]:.1f} s, mapping run {seconds[1]:.1f} s")
 
 
+def test_compiled_pyspark_imported_by_a_real_runs_driver_and_workers(
+    pulsar_client, pulsar_broker, bundle, tmp_path
+):
+    """The operator's compiled PySpark with real spark-submit: the copy's ``pyspark/__init__.py`` is made
+    to note each process that imports it, and a replay run must list its driver and its workers' daemon
+    (spark-submit's own ``pyspark.zip`` would note nothing). The run's result is unchanged."""
+    from airflow_provider_dlq.compiled_pyspark import DAEMON_MODULE, CompiledPySpark
+
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    env.pop("PYTHONPATH", None)
+    copy = CompiledPySpark(tmp_path / "compiled").prepare("local[2]", env, {})
+    assert copy is not None
+    init = copy.folder / "pyspark" / "__init__.py"
+    noted = tmp_path / "imported-by.txt"
+    with init.open("a", encoding="utf-8") as handle:  # the source changed: Python recompiles it, once
+        handle.write(
+            "\nimport os as _os, sys as _sys\n"
+            "with open(_os.environ['DLQ_TEST_IMPORTS'], 'a') as _f:\n"
+            "    _f.write(_os.path.basename(_sys.argv[0]) + '\\n')\n"
+        )
+    _, dlq, _ = small_dlq(pulsar_client, n_replay=5, n_archive=2, n_skip=3)
+    args = args_for(pulsar_broker, dlq, tmp_path / "out", "compiled", "--mode", "dry-run")
+    cmd = [
+        spark_submit(), *SPARK_CONF,
+        *(arg for key, value in copy.conf({}).items() for arg in ("--conf", f"{key}={value}")),
+        "--py-files", str(bundle.zip_path), str(bundle.main_path), *args,
+    ]  # fmt: skip
+    with (tmp_path / "compiled.out").open("wb") as out, (tmp_path / "compiled.err").open("wb") as err:
+        proc = subprocess.Popen(
+            cmd,
+            cwd=tmp_path,
+            stdout=out,
+            stderr=err,
+            start_new_session=True,
+            env={**copy.env(env), "DLQ_TEST_IMPORTS": str(noted)},
+        )
+    summary = finish(proc, tmp_path, "compiled")
+    assert summary["totals"]["snapshot"] == 10
+    importers = noted.read_text().split()
+    assert sorted(set(importers)) == sorted({bundle.main_path.name, f"{DAEMON_MODULE}.py"}), importers
+
+
 # A SIGKILL in each of the seven steps, then the resume (lost / doubled / pending / resent counted on
 # Apache Pulsar with broker dedup), is the fault suite's `kill` category: tests/integration/faults.
 

@@ -1,0 +1,193 @@
+"""A compiled copy of PySpark for a local replay's Python processes: a faster start.
+
+spark-submit puts ``$SPARK_HOME/python/lib/pyspark.zip`` and ``py4j-*-src.zip`` first on the Python path
+of the Python driver and of every Python worker, and Python caches no bytecode for a zip: each of those
+processes compiles the PySpark modules it imports at every start (Python 3.11's zipimport compiles each
+twice). Measured on 2 cores: importing what the driver imports takes 1.3-1.4 s from the zips and 0.4 s
+compiled, and each Python worker pays the same again before its first task.
+
+For a local master the operator and the benchmark use :class:`CompiledPySpark`: a folder per Spark and
+Python holding those two zips extracted and compiled by the workers' Python, made by the first run that
+finds none (a few seconds, once). The run gets the folder on ``PYTHONPATH`` and its workers' daemon is
+:data:`DAEMON_MODULE`, a copy of ``spark_apps/pyspark_imports.py`` in the
+folder; the driver and the daemon move the folder ahead of the zips before they import PySpark, and only
+while those are the zips it was made from. A cluster master is left alone (its executors have their own
+Python). See ``docs/operator.md`` ("Faster start-up").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import shutil
+import subprocess
+import time
+import uuid
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from airflow_provider_dlq.class_data import STALE_TEMP_S, UNUSED_ARCHIVE_S, cache_root, spark_home
+from airflow_provider_dlq.driver_footprint import local_cores
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+log = logging.getLogger(__name__)
+
+#: Spark setting naming the Python workers' daemon module.
+DAEMON_MODULE_CONF = "spark.python.daemon.module"
+#: Spark setting naming the workers' Python (after ``PYSPARK_PYTHON``).
+PYTHON_CONF = "spark.pyspark.python"
+#: ``spark_apps/pyspark_imports.py``'s ``MARKER`` and ``DAEMON_MODULE`` (the app's files are not imported
+#: here: in the wheel they are data; ``tests/unit/test_compiled_pyspark.py`` checks the two agree).
+MARKER = "dlq-compiled-pyspark.json"
+DAEMON_MODULE = "dlq_pyspark_daemon"
+_PREFIX = "pyspark-"
+_COMPILE_TIMEOUT_S = 600.0
+#: PySpark's own tests are never imported by a run: not compiled (they are a third of the zip).
+_SKIP_COMPILE = r"[/\\]tests[/\\]"
+
+
+def default_compiled_dir() -> Path:
+    """``$XDG_CACHE_HOME/airflow-provider-dlq/compiled-pyspark`` (``~/.cache`` when unset)."""
+    return cache_root() / "compiled-pyspark"
+
+
+def spark_python_zips(env: Mapping[str, str] | None = None) -> list[Path]:
+    """The zips spark-submit puts on the Python path: ``pyspark.zip`` and ``py4j-*-src.zip`` in
+    ``$SPARK_HOME/python/lib`` (empty when either is missing)."""
+    home = spark_home(env)
+    if home is None:
+        return []
+    lib = home / "python" / "lib"
+    pyspark = lib / "pyspark.zip"
+    py4j = sorted(lib.glob("py4j-*-src.zip"))
+    return [pyspark, py4j[-1]] if pyspark.is_file() and py4j else []
+
+
+def workers_python(env: Mapping[str, str], conf: Mapping[str, str]) -> str | None:
+    """The Python the run's workers start, as Spark chooses it: ``PYSPARK_PYTHON``, else the
+    ``spark.pyspark.python`` setting, else ``python3`` on ``PATH``; resolved to a file."""
+    chosen = env.get("PYSPARK_PYTHON") or conf.get(PYTHON_CONF) or "python3"
+    return shutil.which(chosen, path=env.get("PATH"))
+
+
+def compiled_key(python: str, zips: list[Path]) -> str:
+    """A digest of the Python (its binary, resolved) and the zips (path, size, mtime)."""
+    digest = hashlib.sha256()
+    for path in (Path(python).resolve(), *(z.resolve() for z in zips)):
+        stat = path.stat()
+        digest.update(f"{path}\0{stat.st_size}\0{stat.st_mtime_ns}\0".encode())
+    return digest.hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class CompiledCopy:
+    """A ready compiled copy: what a run adds to spark-submit's environment and settings."""
+
+    folder: Path
+
+    def env(self, env: Mapping[str, str], inherited: str = "") -> dict[str, str]:
+        """``env`` with the folder first on ``PYTHONPATH``, ahead of ``env``'s (else ``inherited``: the
+        ``PYTHONPATH`` spark-submit would inherit)."""
+        merged = dict(env)
+        current = merged.get("PYTHONPATH", inherited)
+        merged["PYTHONPATH"] = os.pathsep.join(p for p in (str(self.folder), current) if p)
+        return merged
+
+    def conf(self, conf: Mapping[str, str]) -> dict[str, str]:
+        """``conf`` with the folder's daemon as the workers' daemon; a daemon the user set stays."""
+        merged = {str(k): str(v) for k, v in conf.items()}
+        merged.setdefault(DAEMON_MODULE_CONF, DAEMON_MODULE)
+        return merged
+
+
+class CompiledPySpark:
+    """The compiled copies of one cache ``directory`` (see the module docstring)."""
+
+    def __init__(self, directory: str | os.PathLike[str] | None = None) -> None:
+        self.directory = Path(directory) if directory else default_compiled_dir()
+
+    def prepare(
+        self, master: str, env: Mapping[str, str] | None = None, conf: Mapping[str, str] | None = None
+    ) -> CompiledCopy | None:
+        """The compiled copy for a run on ``master`` whose spark-submit gets ``env`` (default: this
+        process's) and ``conf``, made now when there is none; ``None`` for a cluster master, a daemon the
+        user chose, or when the zips, the Python or the folder are not usable (the run starts as usual)."""
+        settings = conf or {}
+        if local_cores(master) is None or DAEMON_MODULE_CONF in settings:
+            return None
+        environ = {**os.environ, **(env or {})}
+        zips = spark_python_zips(environ)
+        python = workers_python(environ, settings)
+        if not zips or python is None:
+            log.info(
+                "No PySpark zips or worker Python found; the run imports PySpark from spark-submit's zips"
+            )
+            return None
+        try:
+            key = compiled_key(python, zips)
+            self.directory.mkdir(parents=True, exist_ok=True)
+            self._tidy(key)
+            folder = self.directory / f"{_PREFIX}{key}"
+            if not (folder / MARKER).is_file():
+                self._make(folder, python, zips)
+            os.utime(folder)  # in use: kept by _tidy
+        except (OSError, subprocess.SubprocessError, zipfile.BadZipFile) as exc:
+            log.info(
+                "Compiled PySpark not made in %s (%s: %s); the run imports PySpark from spark-submit's zips",
+                self.directory,
+                type(exc).__name__,
+                exc,
+            )
+            return None
+        return CompiledCopy(folder)
+
+    def _make(self, folder: Path, python: str, zips: list[Path]) -> None:
+        """Extract and compile ``zips`` with ``python`` into a temporary folder, then move it into place
+        (a run that made the same copy meanwhile wins; the marker is written last)."""
+        from airflow_provider_dlq.resources import spark_app_dir
+
+        started = time.monotonic()
+        making = self.directory / f"{folder.name}.{uuid.uuid4().hex[:12]}.tmp"
+        try:
+            for path in zips:
+                with zipfile.ZipFile(path) as archive:
+                    archive.extractall(making)
+            shutil.copyfile(spark_app_dir() / "pyspark_imports.py", making / f"{DAEMON_MODULE}.py")
+            subprocess.run(
+                [python, "-m", "compileall", "-q", "-j", "0", "-x", _SKIP_COMPILE, str(making)],
+                check=True,
+                capture_output=True,
+                timeout=_COMPILE_TIMEOUT_S,
+            )
+            made_from = {z.name: {"size": z.stat().st_size, "mtime_ns": z.stat().st_mtime_ns} for z in zips}
+            (making / MARKER).write_text(json.dumps({"zips": made_from}, indent=2), encoding="utf-8")
+            try:
+                making.rename(folder)
+            except OSError:
+                if not (folder / MARKER).is_file():
+                    raise
+        finally:
+            shutil.rmtree(making, ignore_errors=True)
+        log.info(
+            "Compiled PySpark made in %.1f s: %s (later runs start faster)",
+            time.monotonic() - started,
+            folder,
+        )
+
+    def _tidy(self, key: str) -> None:
+        """Remove the temporary folders of killed runs and the copies of other keys unused for long."""
+        now = time.time()
+        for entry in self.directory.glob(f"{_PREFIX}*"):
+            with contextlib.suppress(OSError):
+                age = now - entry.stat().st_mtime
+                stale = entry.suffix == ".tmp" and age > STALE_TEMP_S
+                unused = entry.suffix != ".tmp" and key not in entry.name and age > UNUSED_ARCHIVE_S
+                if stale or unused:
+                    shutil.rmtree(entry)
