@@ -241,9 +241,10 @@ def _snapshot(run: _Run, windows: list[PartitionWindow]) -> DataFrame:
     from spark_apps.dlq_replay.schemas import SNAPSHOT_SCHEMA
 
     if run.step("snapshot"):
+        from pyspark.sql import Observation
         from pyspark.sql import functions as F
 
-        from spark_apps.dlq_replay.pulsar_io.source import read_in_tasks
+        from spark_apps.dlq_replay.pulsar_io.source import ENTRY_FIRST, read_in_tasks
 
         started = time.monotonic()
         mode = read_mode_of(windows)
@@ -261,22 +262,26 @@ def _snapshot(run: _Run, windows: list[PartitionWindow]) -> DataFrame:
             "parallelism": str(parallelism),
             "idle.timeout.ms": str(run.options.idle_timeout_ms),
         }
-        snapshot_df = read_in_tasks(run.spark, source_options)
+        snapshot_df = read_in_tasks(run.spark, source_options, mark_entries=True)
         if mode != READER_MODE and parallelism > 1:
             # Shared consumers of one partition can both receive a message (redelivery when one closes);
             # one consumer per partition already de-duplicates by id. The snapshot holds each message once.
             # Reader shares are disjoint entry ranges, each read once: nothing to de-duplicate.
             snapshot_df = snapshot_df.dropDuplicates(["topic", "message_id_str"])
+        # Counted as the rows are written, not by reading the snapshot again (entries: reader mode only,
+        # where the read tasks hold disjoint entry ranges).
+        written = Observation("snapshot")
+        snapshot_df = snapshot_df.observe(
+            written,
+            F.count(F.lit(1)).alias("n"),
+            F.sum(F.col(ENTRY_FIRST).cast("long")).alias("entries"),
+        ).drop(ENTRY_FIRST)
         snapshot_df.write.mode("overwrite").parquet(run.paths.snapshot)
-        saved = run.spark.read.schema(SNAPSHOT_SCHEMA).parquet(run.paths.snapshot)
+        stats = written.get
+        count = int(stats["n"])
         info: dict[str, Any] = {"read_mode": mode, "readers_per_partition": parallelism}
         if mode == READER_MODE:
-            ids = F.split(F.col("message_id_str"), ":")
-            row = saved.select(
-                F.count(F.lit(1)).alias("n"),
-                F.count_distinct(F.col("topic"), ids[0], ids[1]).alias("entries"),
-            ).first()
-            count, entries = (int(row["n"]), int(row["entries"])) if row else (0, 0)
+            entries = int(stats["entries"] or 0)
             planned = sum(w.pending_entries for w in windows)
             info.update(pending_entries=planned, entries_read=entries, unread_entries=planned - entries)
             if planned != entries:
@@ -286,8 +291,6 @@ def _snapshot(run: _Run, windows: list[PartitionWindow]) -> DataFrame:
                     planned - entries,
                     planned,
                 )
-        else:
-            count = saved.count()
         run.done("snapshot", started, messages=count, dlq_reads=count, **info)
     return run.spark.read.schema(SNAPSHOT_SCHEMA).parquet(run.paths.snapshot)
 
@@ -299,6 +302,9 @@ def _decide(run: _Run, snapshot: DataFrame) -> DataFrame:
 
     opts = run.options
     if run.step("decide"):
+        from pyspark.sql import Observation
+        from pyspark.sql import functions as F
+
         started = time.monotonic()
         ledger = read_ledger(run.spark, run.storage, run.paths.ledger)
         filters = Filters(opts.signatures, opts.error_class, opts.since, opts.until, opts.max_messages)
@@ -319,15 +325,21 @@ def _decide(run: _Run, snapshot: DataFrame) -> DataFrame:
             final_ids=final_ids(ledger, exclude_run_id=opts.run_id),
             reviewed_ids=_reviewed_ids(run),
         )
+        # The rows to republish are counted as the decisions are written, not by reading them again.
+        written = Observation("decide")
+        sending = F.col("outcome") == F.lit(oc.TO_REPUBLISH)
+        decided = decided.observe(
+            written,
+            F.sum(sending.cast("long")).alias("n"),
+            F.max(F.when(sending, F.col("sequence_id"))).alias("last"),
+        )
         decided.write.mode("overwrite").parquet(run.paths.decisions)
-        sending = run.spark.read.schema(DECIDED_SCHEMA).parquet(run.paths.decisions)
-        sending = sending.filter(f"outcome = '{oc.TO_REPUBLISH}'")
-        row = sending.selectExpr("count(1) AS n", "max(sequence_id) AS last").first()
+        stats = written.get
         run.done(
             "decide",
             started,
-            to_republish=int(row["n"]) if row else 0,
-            max_sequence_id=int(row["last"]) if row and row["last"] is not None else -1,
+            to_republish=int(stats["n"] or 0),
+            max_sequence_id=int(stats["last"]) if stats["last"] is not None else -1,
             producers_per_target=run.buckets,
         )
     return run.spark.read.schema(DECIDED_SCHEMA).parquet(run.paths.decisions)

@@ -68,3 +68,40 @@ def test_read_in_tasks_gives_the_data_source_rows(spark, pulsar_broker, pulsar_c
     assert len(in_tasks) == 4_000
     assert in_tasks == by_source
     assert not any(r[SOURCE_COLUMNS.index("value")].startswith(b"late|") for r in in_tasks)
+
+
+def test_entry_marks_count_the_entries_read(spark, pulsar_broker, pulsar_client, topic_factory):
+    """With ``mark_entries`` (reader mode, two readers per partition): the same rows plus ENTRY_FIRST,
+    whose sum is the number of distinct entries read, batched messages sharing their entry."""
+    from pyspark.sql import functions as F
+
+    from spark_apps.dlq_replay.pulsar_io.source import ENTRY_FIRST
+
+    conf = PulsarConf(pulsar_broker.service_url, admin_url=pulsar_broker.admin_url)
+    batched, single = topic_factory("marks-batched-DLQ"), topic_factory("marks-single-DLQ")
+    freeze_window(conf, [batched, single], SUB)
+    produce(pulsar_client, batched, 2_000, batched=True)
+    produce(pulsar_client, single, 300, batched=False)
+    windows = freeze_window(conf, f"{batched},{single}", SUB)
+    assert read_mode_of(windows) == READER_MODE
+    options = {
+        **conf.to_options(),
+        "subscription": SUB,
+        "window": windows_to_json(windows),
+        "parallelism": "2",
+        "idle.timeout.ms": "3000",
+    }
+
+    marked = read_in_tasks(spark, options, mark_entries=True)
+    assert marked.columns == [*SOURCE_COLUMNS, ENTRY_FIRST]
+    assert rows(marked.drop(ENTRY_FIRST)) == rows(read_in_tasks(spark, options))
+    ids = F.split("message_id_str", ":")
+    got = marked.select(
+        F.sum(F.col(ENTRY_FIRST).cast("long")).alias("marked"),
+        F.count_distinct("topic", ids[0], ids[1]).alias("entries"),
+        F.count(F.lit(1)).alias("n"),
+    ).first()
+    assert got is not None
+    assert got["n"] == 2_300
+    assert got["marked"] == got["entries"] == sum(w.pending_entries for w in windows)
+    assert 300 < got["entries"] < 2_300  # the batched topic's 2,000 messages came in fewer entries
