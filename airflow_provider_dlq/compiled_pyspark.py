@@ -8,11 +8,13 @@ compiled, and each Python worker pays the same again before its first task.
 
 For a local master the operator and the benchmark use :class:`CompiledPySpark`: a folder per Spark and
 Python holding those two zips extracted and compiled by the workers' Python, made by the first run that
-finds none (a few seconds, once). The run gets the folder on ``PYTHONPATH`` and its workers' daemon is
-:data:`DAEMON_MODULE`, a copy of ``spark_apps/pyspark_imports.py`` in the
-folder; the driver and the daemon move the folder ahead of the zips before they import PySpark, and only
-while those are the zips it was made from. A cluster master is left alone (its executors have their own
-Python). See ``docs/operator.md`` ("Faster start-up").
+finds none (a few seconds, once). The driver learns the folder from :data:`FOLDER_ENV`, the workers get
+it on their ``PYTHONPATH`` (``spark.executorEnv.PYTHONPATH``), and their daemon is :data:`DAEMON_MODULE`,
+a copy of ``spark_apps/pyspark_imports.py`` in the folder; the driver and the daemon put the folder ahead
+of the zips before they import PySpark, and only while those are the zips it was made from.
+spark-submit's own ``PYTHONPATH`` is left alone: its launcher looks PySpark up to find Spark's home.
+A cluster master is left alone (its executors have their own Python). See ``docs/operator.md``
+("Faster start-up").
 """
 
 from __future__ import annotations
@@ -43,10 +45,14 @@ log = logging.getLogger(__name__)
 DAEMON_MODULE_CONF = "spark.python.daemon.module"
 #: Spark setting naming the workers' Python (after ``PYSPARK_PYTHON``).
 PYTHON_CONF = "spark.pyspark.python"
-#: ``spark_apps/pyspark_imports.py``'s ``MARKER`` and ``DAEMON_MODULE`` (the app's files are not imported
-#: here: in the wheel they are data; ``tests/unit/test_compiled_pyspark.py`` checks the two agree).
+#: ``spark_apps/pyspark_imports.py``'s ``MARKER``, ``DAEMON_MODULE`` and ``FOLDER_ENV`` (the app's files are
+#: not imported here: in the wheel they are data; ``tests/unit/provider/test_compiled_pyspark.py`` checks
+#: they agree).
 MARKER = "dlq-compiled-pyspark.json"
 DAEMON_MODULE = "dlq_pyspark_daemon"
+FOLDER_ENV = "DLQ_COMPILED_PYSPARK"
+#: Spark setting that puts the folder on the Python workers' path.
+WORKERS_PYTHONPATH_CONF = "spark.executorEnv.PYTHONPATH"
 _PREFIX = "pyspark-"
 _COMPILE_TIMEOUT_S = 600.0
 #: PySpark's own tests are never imported by a run: not compiled (they are a third of the zip).
@@ -92,18 +98,17 @@ class CompiledCopy:
 
     folder: Path
 
-    def env(self, env: Mapping[str, str], inherited: str = "") -> dict[str, str]:
-        """``env`` with the folder first on ``PYTHONPATH``, ahead of ``env``'s (else ``inherited``: the
-        ``PYTHONPATH`` spark-submit would inherit)."""
-        merged = dict(env)
-        current = merged.get("PYTHONPATH", inherited)
-        merged["PYTHONPATH"] = os.pathsep.join(p for p in (str(self.folder), current) if p)
-        return merged
+    def env(self, env: Mapping[str, str]) -> dict[str, str]:
+        """spark-submit's environment ``env`` naming the folder to the driver (:data:`FOLDER_ENV`)."""
+        return {**env, FOLDER_ENV: str(self.folder)}
 
     def conf(self, conf: Mapping[str, str]) -> dict[str, str]:
-        """``conf`` with the folder's daemon as the workers' daemon; a daemon the user set stays."""
+        """``conf`` with the folder first on the workers' ``PYTHONPATH`` and its daemon as theirs (a daemon
+        the user set stays)."""
         merged = {str(k): str(v) for k, v in conf.items()}
         merged.setdefault(DAEMON_MODULE_CONF, DAEMON_MODULE)
+        current = merged.get(WORKERS_PYTHONPATH_CONF, "")
+        merged[WORKERS_PYTHONPATH_CONF] = os.pathsep.join(p for p in (str(self.folder), current) if p)
         return merged
 
 

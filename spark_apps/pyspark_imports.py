@@ -4,9 +4,11 @@ spark-submit puts ``$SPARK_HOME/python/lib/pyspark.zip`` and ``py4j-*-src.zip`` 
 of the driver and of every Python worker. Python caches no bytecode for a zip, so each of those processes
 compiles the PySpark modules it imports (Python 3.11's zipimport even compiles each twice): about 1 s
 per process on 2 cores. For a local master the operator and the benchmark keep a compiled copy of the same
-zips and put it on ``PYTHONPATH`` (``airflow_provider_dlq.compiled_pyspark``); :func:`prefer_compiled`
-moves it ahead of the zips. The driver calls it before it imports PySpark, and the Python workers' daemon
-is this module (``spark.python.daemon.module``), run from a copy in the compiled folder.
+zips: the driver finds it in :data:`FOLDER_ENV`, the Python workers on their ``PYTHONPATH``
+(``spark.executorEnv.PYTHONPATH``; see ``airflow_provider_dlq.compiled_pyspark``), and
+:func:`prefer_compiled` puts it ahead of the zips. The driver calls it before it imports PySpark, and the
+Python workers' daemon is this module (``spark.python.daemon.module``), run from a copy in the folder.
+spark-submit's own ``PYTHONPATH`` stays as it is: its launcher scripts look PySpark up to find Spark.
 
 Standard library only, and nothing is imported from PySpark before the path is set. Without a compiled
 copy on the path, or with one made from other zips than the ones on it, nothing changes.
@@ -23,6 +25,8 @@ from typing import Any
 MARKER = "dlq-compiled-pyspark.json"
 #: The name of this module's copy in the compiled folder: the workers' ``spark.python.daemon.module``.
 DAEMON_MODULE = "dlq_pyspark_daemon"
+#: The environment variable that names the compiled folder to the driver.
+FOLDER_ENV = "DLQ_COMPILED_PYSPARK"
 
 
 def _made_from(marker: str) -> dict[str, Any] | None:
@@ -42,17 +46,19 @@ def _same_file(path: str, expected: Any) -> bool:
         return False
 
 
-def prefer_compiled(path: list[str] | None = None) -> str | None:
-    """Move the compiled copy on ``path`` (default ``sys.path``) ahead of the zips it was made from.
+def prefer_compiled(path: list[str] | None = None, folder: str | None = None) -> str | None:
+    """Put the compiled copy ``folder`` (default: :data:`FOLDER_ENV`'s), or the first one on ``path``
+    (default ``sys.path``), ahead of the zips on ``path`` it was made from.
 
-    Returns the copy's folder, or ``None`` when PySpark is imported already, no folder on the path holds a
-    compiled copy, or the zips on the path are not the ones the copy was made from (then ``path`` stays).
+    Returns the copy's folder, or ``None`` when PySpark is imported already, there is no compiled copy,
+    or the zips on the path are not the ones the copy was made from (then ``path`` stays as it is).
     """
     entries = sys.path if path is None else path
     if "pyspark" in sys.modules:
         return None
-    for folder in list(entries):
-        zips = _made_from(os.path.join(folder, MARKER)) if folder else None
+    named = folder if folder is not None else os.environ.get(FOLDER_ENV)
+    for candidate in [*([named] if named else []), *entries]:
+        zips = _made_from(os.path.join(candidate, MARKER)) if candidate else None
         if zips is None:
             continue
         positions = [i for i, entry in enumerate(entries) if os.path.basename(entry) in zips]
@@ -61,10 +67,12 @@ def prefer_compiled(path: list[str] | None = None) -> str | None:
             _same_file(entries[i], zips[os.path.basename(entries[i])]) for i in positions
         ):
             continue
-        if entries.index(folder) > positions[0]:
-            entries.remove(folder)
-            entries.insert(positions[0], folder)
-        return folder
+        if candidate in entries:
+            if entries.index(candidate) < positions[0]:
+                return candidate
+            entries.remove(candidate)  # after the first zip: that zip's position does not move
+        entries.insert(positions[0], candidate)
+        return candidate
     return None
 
 

@@ -530,7 +530,7 @@ class DlqReplayOperator(BaseOperator):
             archive = self.class_data_plan(deploy_mode, env)
             compiled = self.compiled_pyspark_copy(master, env)
             if compiled is not None:
-                env = compiled.env(env, os.environ.get("PYTHONPATH", ""))
+                env = compiled.env(env)
             expected, exact = self.expected_messages(args)
             quick = quick_jit_chosen(self.quick_jit, master, expected, exact)
             if quick:

@@ -237,6 +237,7 @@ def test_compiled_pyspark_imported_by_a_real_runs_driver_and_workers(
 
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
     env.pop("PYTHONPATH", None)
+    env.pop("SPARK_HOME", None)  # as on an Airflow worker: spark-submit's launcher finds Spark itself
     copy = CompiledPySpark(tmp_path / "compiled").prepare("local[2]", env, {})
     assert copy is not None
     init = copy.folder / "pyspark" / "__init__.py"

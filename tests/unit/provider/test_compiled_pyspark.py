@@ -43,7 +43,11 @@ def test_constants_agree_with_the_apps_module():
     assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    assert (module.MARKER, module.DAEMON_MODULE) == (cp.MARKER, cp.DAEMON_MODULE)
+    assert (module.MARKER, module.DAEMON_MODULE, module.FOLDER_ENV) == (
+        cp.MARKER,
+        cp.DAEMON_MODULE,
+        cp.FOLDER_ENV,
+    )
 
 
 def test_first_run_makes_the_copy_later_runs_reuse_it(tmp_path):
@@ -71,12 +75,13 @@ def test_first_run_makes_the_copy_later_runs_reuse_it(tmp_path):
     assert copy.conf({"spark.executor.memory": "1g"}) == {
         "spark.executor.memory": "1g",
         cp.DAEMON_MODULE_CONF: cp.DAEMON_MODULE,
+        cp.WORKERS_PYTHONPATH_CONF: str(folder),
     }
-    assert copy.env({"A": "1"}, inherited="/mine") == {"A": "1", "PYTHONPATH": f"{folder}{os.pathsep}/mine"}
-    assert (
-        copy.env({"PYTHONPATH": "/given"}, inherited="/mine")["PYTHONPATH"] == f"{folder}{os.pathsep}/given"
-    )
-    assert copy.env({})["PYTHONPATH"] == str(folder)
+    theirs = copy.conf({cp.WORKERS_PYTHONPATH_CONF: "/theirs"})[cp.WORKERS_PYTHONPATH_CONF]
+    assert theirs == f"{folder}{os.pathsep}/theirs"
+    # spark-submit's own PYTHONPATH is not touched: its launcher looks PySpark up to find SPARK_HOME.
+    expected_env = {"A": "1", "PYTHONPATH": "/given", cp.FOLDER_ENV: str(folder)}
+    assert copy.env({"A": "1", "PYTHONPATH": "/given"}) == expected_env
 
 
 def test_other_zips_get_their_own_copy(tmp_path):
@@ -135,6 +140,19 @@ def test_prefer_compiled_moves_the_copy_ahead_of_its_zips(tmp_path, monkeypatch)
     assert path == ["/app/bundle.zip", str(folder), *zips, "/usr/lib/python3", "/site-packages"]
     assert pyspark_imports.prefer_compiled(path) == str(folder)  # already ahead: unchanged
     assert path == ["/app/bundle.zip", str(folder), *zips, "/usr/lib/python3", "/site-packages"]
+
+
+def test_prefer_compiled_inserts_the_folder_the_environment_names(tmp_path, monkeypatch):
+    monkeypatch.delitem(sys.modules, "pyspark", raising=False)
+    folder, zips = _zips(tmp_path)
+    path = ["/app/bundle.zip", *zips, "/site-packages"]
+    monkeypatch.setenv(pyspark_imports.FOLDER_ENV, str(folder))
+    assert pyspark_imports.prefer_compiled(path) == str(folder)
+    assert path == ["/app/bundle.zip", str(folder), *zips, "/site-packages"]
+    monkeypatch.setenv(pyspark_imports.FOLDER_ENV, str(tmp_path / "gone"))  # named but missing: path stays
+    other = ["/app/bundle.zip", *zips]
+    assert pyspark_imports.prefer_compiled(other) is None
+    assert other == ["/app/bundle.zip", *zips]
 
 
 def test_prefer_compiled_leaves_the_path_for_other_zips_or_an_imported_pyspark(tmp_path, monkeypatch):
