@@ -230,13 +230,22 @@ class ClassDataArchive:
 
     def _tidy(self, key: str) -> None:
         """Remove temporary archives of killed runs and archives of other keys unused for long."""
-        now = time.time()
-        for entry in self.directory.glob(f"{_PREFIX}*"):
-            try:
-                age = now - entry.stat().st_mtime
-                stale = entry.suffix == ".tmp" and age > STALE_TEMP_S
-                unused = entry.suffix == ".jsa" and key not in entry.name and age > UNUSED_ARCHIVE_S
-                if stale or unused:
+        tidy_cache(self.directory, _PREFIX, key)
+
+
+def tidy_cache(directory: Path, prefix: str, key: str) -> None:
+    """In a cache ``directory``, remove the ``prefix*`` entries (files or folders) that are temporary
+    (``.tmp``) and older than :data:`STALE_TEMP_S`, or of another ``key`` and unused for
+    :data:`UNUSED_ARCHIVE_S`."""
+    now = time.time()
+    for entry in directory.glob(f"{prefix}*"):
+        with contextlib.suppress(OSError):
+            age = now - entry.stat().st_mtime
+            temporary = entry.suffix == ".tmp"
+            stale = temporary and age > STALE_TEMP_S
+            unused = not temporary and key not in entry.name and age > UNUSED_ARCHIVE_S
+            if stale or unused:
+                if entry.is_dir():
+                    shutil.rmtree(entry)
+                else:
                     entry.unlink()
-            except OSError:
-                continue

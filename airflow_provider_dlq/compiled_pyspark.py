@@ -19,7 +19,6 @@ A cluster master is left alone (its executors have their own Python). See ``docs
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
@@ -33,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from airflow_provider_dlq.class_data import STALE_TEMP_S, UNUSED_ARCHIVE_S, cache_root, spark_home
+from airflow_provider_dlq.class_data import cache_root, spark_home, tidy_cache
 from airflow_provider_dlq.driver_footprint import local_cores
 
 if TYPE_CHECKING:
@@ -138,7 +137,7 @@ class CompiledPySpark:
         try:
             key = compiled_key(python, zips)
             self.directory.mkdir(parents=True, exist_ok=True)
-            self._tidy(key)
+            tidy_cache(self.directory, _PREFIX, key)
             folder = self.directory / f"{_PREFIX}{key}"
             if not (folder / MARKER).is_file():
                 self._make(folder, python, zips)
@@ -185,14 +184,3 @@ class CompiledPySpark:
             time.monotonic() - started,
             folder,
         )
-
-    def _tidy(self, key: str) -> None:
-        """Remove the temporary folders of killed runs and the copies of other keys unused for long."""
-        now = time.time()
-        for entry in self.directory.glob(f"{_PREFIX}*"):
-            with contextlib.suppress(OSError):
-                age = now - entry.stat().st_mtime
-                stale = entry.suffix == ".tmp" and age > STALE_TEMP_S
-                unused = entry.suffix != ".tmp" and key not in entry.name and age > UNUSED_ARCHIVE_S
-                if stale or unused:
-                    shutil.rmtree(entry)

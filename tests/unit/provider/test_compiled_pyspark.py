@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_dlq import compiled_pyspark as cp
+from airflow_provider_dlq.class_data import UNUSED_ARCHIVE_S
 from airflow_provider_dlq.resources import spark_app_dir
 from spark_apps import pyspark_imports
 
@@ -112,7 +113,7 @@ def test_a_failed_compile_leaves_nothing_and_the_run_goes_on(tmp_path):
 def test_tidy_removes_stale_temporaries_and_long_unused_copies(tmp_path):
     home = fake_spark_home(tmp_path / "spark")
     cache = tmp_path / "cache"
-    old = time.time() - cp.UNUSED_ARCHIVE_S - 60
+    old = time.time() - UNUSED_ARCHIVE_S - 60
     cache.mkdir()
     for name in ("pyspark-0000000000000000", "pyspark-1111111111111111.abc.tmp", "pyspark-2222222222222222"):
         (cache / name).mkdir()
