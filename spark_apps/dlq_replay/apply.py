@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from spark_apps.dlq_replay import outcomes as oc
+from spark_apps.dlq_replay.parquet_writes import parquet_writer
 from spark_apps.dlq_replay.schemas import CONTEXT_COLUMNS
 
 if TYPE_CHECKING:
@@ -214,7 +215,8 @@ def archive_rows(decisions: DataFrame, run_id: str, archived_at: datetime) -> Da
 def write_archive(rows: DataFrame, archive_root: str) -> None:
     """Write this run's archive partitions (dlq_topic / date / run_id), replacing them if redone."""
     (
-        rows.write.mode("overwrite")
+        parquet_writer(rows)
+        .mode("overwrite")
         .option("partitionOverwriteMode", "dynamic")
         .partitionBy("dlq_topic", "date", "run_id")
         .parquet(archive_root)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from spark_apps.dlq_replay import outcomes as oc
+from spark_apps.dlq_replay.parquet_writes import parquet_writer
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -55,8 +56,12 @@ def ledger_rows(outcomes: DataFrame, run_id: str, mode: str, recorded_at: dateti
 
 def write_ledger(rows: DataFrame, ledger_root: str) -> None:
     """Write (or rewrite) this run's ledger partition."""
-    rows.write.mode("overwrite").option("partitionOverwriteMode", "dynamic").partitionBy("run_id").parquet(
-        ledger_root
+    (
+        parquet_writer(rows)
+        .mode("overwrite")
+        .option("partitionOverwriteMode", "dynamic")
+        .partitionBy("run_id")
+        .parquet(ledger_root)
     )
 
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from spark_apps.dlq_replay import outcomes as oc
 from spark_apps.dlq_replay.options import DEDUP_WAVE_SIZE, DEFAULT_WAVE_SIZE
+from spark_apps.dlq_replay.parquet_writes import parquet_writer
 from spark_apps.dlq_replay.progress import MESSAGE_STEPS, StepProgress
 from spark_apps.dlq_replay.storage import RunStorage, join, qualify_root
 
@@ -276,7 +277,7 @@ def _snapshot(run: _Run, windows: list[PartitionWindow]) -> DataFrame:
             F.count(F.lit(1)).alias("n"),
             F.sum(F.col(ENTRY_FIRST).cast("long")).alias("entries"),
         ).drop(ENTRY_FIRST)
-        snapshot_df.write.mode("overwrite").parquet(run.paths.snapshot)
+        parquet_writer(snapshot_df).mode("overwrite").parquet(run.paths.snapshot)
         stats = written.get
         count = int(stats["n"])
         info: dict[str, Any] = {"read_mode": mode, "readers_per_partition": parallelism}
@@ -333,7 +334,7 @@ def _decide(run: _Run, snapshot: DataFrame) -> DataFrame:
             F.sum(sending.cast("long")).alias("n"),
             F.max(F.when(sending, F.col("sequence_id"))).alias("last"),
         )
-        decided.write.mode("overwrite").parquet(run.paths.decisions)
+        parquet_writer(decided).mode("overwrite").parquet(run.paths.decisions)
         stats = written.get
         run.done(
             "decide",
@@ -398,7 +399,7 @@ def _send(run: _Run, decisions: DataFrame, path: str) -> None:
     from spark_apps.dlq_replay.apply import republish
 
     results = republish(decisions, run.conf, partitions=run.buckets, rate_limit_per_s=run.options.rate_limit)
-    results.write.mode("overwrite").parquet(path)
+    parquet_writer(results).mode("overwrite").parquet(path)
 
 
 def _no_halted(run: _Run, decisions: DataFrame, halted: list[str]) -> int:
@@ -432,7 +433,9 @@ def _republish_in_waves(run: _Run, decisions: DataFrame, to_send: int) -> None:
     size = int(progress["wave_size"])
     waves = last // size + 1
     if waves > 1 and not progress.get("sends_written"):
-        prepare_sends(decisions, size).write.mode("overwrite").partitionBy("wave").parquet(run.paths.to_send)
+        parquet_writer(prepare_sends(decisions, size)).mode("overwrite").partitionBy("wave").parquet(
+            run.paths.to_send
+        )
         progress["sends_written"] = True
         run.save()
     for wave in range(waves):
@@ -463,7 +466,7 @@ def _republish_in_waves(run: _Run, decisions: DataFrame, to_send: int) -> None:
         progress["wave_in_flight"] = wave
         run.save()
         results = send_rows(rows, run.conf, partitions=run.buckets, rate_limit_per_s=run.options.rate_limit)
-        results.write.mode("overwrite").parquet(path)
+        parquet_writer(results).mode("overwrite").parquet(path)
         if again:
             progress["resent"] = int(progress.get("resent", 0)) + run.spark.read.parquet(path).count()
         progress["waves_done"] = wave + 1
