@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import urllib.parse
 from collections import Counter
 from collections.abc import Iterable
@@ -20,6 +21,8 @@ from typing import Any
 from bench import workload
 from bench.bench_fixes import is_fixed
 from bench.pulsar_io import BenchError, ReaderBatches, count_until_idle, drain, make_client, subscribe
+
+LOG = logging.getLogger("bench.verify")
 
 #: Properties the replay app adds to a republished message (lineage).
 LINEAGE_KEYS = ("REPLAY_ID", "REPLAY_RUN_ID", "REPLAY_COUNT", "REPLAYED_FROM")
@@ -99,6 +102,8 @@ def verify_origins(service_url: str, n: int, *, mode: str, lineage: bool, result
             with contextlib.suppress(BenchError):
                 drain(reader, handle, expected=want_per_topic[topic], idle_timeout_s=30.0, extra_wait_s=0.5)
             reader.close()
+            if reader.redelivered:
+                LOG.info("%s: the Reader delivered %d message ids again (dropped)", topic, reader.redelivered)
     finally:
         client.close()
     indices = set(seen)

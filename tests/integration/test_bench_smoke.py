@@ -164,6 +164,67 @@ def test_issue_12_targets_are_computed_per_broker():
     assert scaling["steps"] == {"snapshot": 1.8, "decide": 1.8}
 
 
+class _FakeId:
+    def __init__(self, entry: int, batch_index: int = -1) -> None:
+        self._entry, self._batch = entry, batch_index
+
+    def ledger_id(self) -> int:
+        return 7
+
+    def entry_id(self) -> int:
+        return self._entry
+
+    def batch_index(self) -> int:
+        return self._batch
+
+    def partition(self) -> int:
+        return -1
+
+
+class _FakeMessage:
+    def __init__(self, entry: int, batch_index: int = -1) -> None:
+        self._id = _FakeId(entry, batch_index)
+
+    def message_id(self) -> _FakeId:
+        return self._id
+
+
+class _RedeliveringReader:
+    """Delivers entries 0-2, then 1 and 2 again (pulsar-lite's Reader), then entry 3, then times out."""
+
+    def __init__(self) -> None:
+        self._queue = [_FakeMessage(e) for e in (0, 1, 2, 1, 2)] + [_FakeMessage(3, 0), _FakeMessage(3, 1)]
+
+    def read_next(self, timeout_millis: int) -> _FakeMessage:
+        import pulsar
+
+        if not self._queue:
+            raise pulsar.Timeout()
+        return self._queue.pop(0)
+
+
+def test_reader_batches_drop_a_message_id_delivered_again():
+    """The verification's Reader counts a message once however often the broker delivers its id; two
+    messages of one batched entry are two messages."""
+    from bench.pulsar_io import ReaderBatches
+
+    class _Client:
+        def create_reader(self, topic, start, receiver_queue_size):
+            return _RedeliveringReader()
+
+    batches = ReaderBatches(_Client(), "persistent://t/n/orders-0")
+    got = batches.batch_receive()
+
+    assert [(m.message_id().entry_id(), m.message_id().batch_index()) for m in got] == [
+        (0, -1),
+        (1, -1),
+        (2, -1),
+        (3, 0),
+        (3, 1),
+    ]
+    assert batches.redelivered == 2
+
+
 # --------------------------------------------------------------------------- checks catch wrong answers
 
 
