@@ -3,7 +3,10 @@
 Each process is put in a role: ``jvm`` (the Spark driver JVM, which in ``local[2]`` also hosts the
 executors), ``py_driver`` (the Python driver of a PySpark app, or a single-process contender),
 ``py_workers`` (``pyspark.daemon`` and its forked workers, summed per sample) and ``other`` (shell
-wrappers). The peak of each role and of the whole tree is kept. :func:`run_sampled` runs a contender's
+wrappers). The peak of each role and of the whole tree is kept. A child of a JVM that is still the JVM's
+copy (same command line: forked by ``ProcessBuilder`` and not yet turned into ``chmod``, ``rm`` or
+``python`` by ``exec``) shares the JVM's memory and shows its whole RSS; it is not counted again (see
+:func:`is_unexeced_jvm_child`). :func:`run_sampled` runs a contender's
 process under a sampler; ``adopted_parents`` adds the children of other processes (a Spark standalone
 cluster's executors, children of its workers) to the tree.
 """
@@ -37,6 +40,15 @@ def role_of(name: str, cmdline: list[str]) -> str:
     return "other"
 
 
+def is_unexeced_jvm_child(parent: tuple[str, list[str]] | None, cmdline: list[str]) -> bool:
+    """Whether a process is a JVM's child between its fork and its ``exec``: it runs the JVM's command
+    line and shares (or copies) the JVM's pages, so its RSS is the JVM's own. The Spark driver JVM makes
+    such children for every command it runs (``chmod`` of files it writes, ``rm -rf`` of its temporary
+    folders at shut-down, the Python workers' daemon); counting them doubled the JVM's peak of some runs.
+    ``parent`` is the parent's role and command line, ``None`` when it is not in the sampled tree."""
+    return parent is not None and parent[0] == "jvm" and cmdline == parent[1]
+
+
 @dataclass
 class MemoryPeaks:
     """Peak RSS in bytes, per role and for the whole tree; ``samples`` says how often it was seen."""
@@ -62,7 +74,7 @@ class TreeMemorySampler:
         self._interval = interval_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="bench-rss-sampler", daemon=True)
-        self._roles: dict[tuple[int, str], str] = {}
+        self._roles: dict[tuple[int, str], tuple[str, list[str]]] = {}
         self.peaks = MemoryPeaks()
 
     def start(self) -> TreeMemorySampler:
@@ -84,15 +96,21 @@ class TreeMemorySampler:
             with contextlib.suppress(psutil.NoSuchProcess):
                 procs += parent.children(recursive=True)
         per_role = dict.fromkeys(ROLES, 0)
+        seen: dict[int, tuple[str, list[str]]] = {}
         for proc in procs:
             try:
                 rss = proc.memory_info().rss
                 name = proc.name()  # re-read every time: spark-submit's shell execs into java
-                role = self._roles.get((proc.pid, name))
-                if role is None:
-                    role = role_of(name, proc.cmdline())
-                    self._roles[(proc.pid, name)] = role
+                known = self._roles.get((proc.pid, name))
+                if known is None:
+                    known = (role_of(name, cmdline := proc.cmdline()), cmdline)
+                    self._roles[(proc.pid, name)] = known
+                role, cmdline = known
+                parent = seen.get(proc.ppid())
             except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                continue
+            seen[proc.pid] = (role, cmdline)
+            if is_unexeced_jvm_child(parent, cmdline):
                 continue
             per_role[role] += rss
         for role, value in per_role.items():

@@ -93,6 +93,19 @@ def test_memory_roles_of_a_spark_process_tree():
     assert role_of("bash", ["bash", "/venv/bin/spark-submit"]) == "other"
 
 
+def test_a_jvm_child_before_its_exec_is_not_counted_again():
+    """A child of the JVM still running the JVM's command line (forked, not yet exec'd) shows the JVM's
+    RSS; once it runs its own program, or when it is a forked Python worker, it counts."""
+    from bench.procmon import is_unexeced_jvm_child
+
+    jvm = ["/usr/lib/jvm/bin/java", "-cp", "x", "org.apache.spark.deploy.SparkSubmit"]
+    daemon = ["/venv/bin/python", "-m", "pyspark.daemon", "pyspark.worker"]
+    assert is_unexeced_jvm_child(("jvm", jvm), list(jvm))
+    assert not is_unexeced_jvm_child(("jvm", jvm), ["chmod", "0644", "/tmp/x"])
+    assert not is_unexeced_jvm_child(("py_workers", daemon), list(daemon))
+    assert not is_unexeced_jvm_child(None, list(jvm))
+
+
 def test_tree_sampler_sees_children_memory():
     from bench.procmon import TreeMemorySampler
 
