@@ -101,7 +101,7 @@ def test_a_jvm_child_before_its_exec_is_not_counted_again():
     jvm = ["/usr/lib/jvm/bin/java", "-cp", "x", "org.apache.spark.deploy.SparkSubmit"]
     daemon = ["/venv/bin/python", "-m", "pyspark.daemon", "pyspark.worker"]
     assert is_unexeced_jvm_child(("jvm", jvm), list(jvm))
-    assert not is_unexeced_jvm_child(("jvm", jvm), ["chmod", "0644", "/tmp/x"])
+    assert not is_unexeced_jvm_child(("jvm", jvm), ["chmod", "0644", "part-0.parquet"])
     assert not is_unexeced_jvm_child(("py_workers", daemon), list(daemon))
     assert not is_unexeced_jvm_child(None, list(jvm))
 
