@@ -211,10 +211,10 @@ class ClassDataArchive:
         try:
             key = archive_key(java, spark_jars_dir(env))
             self.directory.mkdir(parents=True, exist_ok=True)
-            self._tidy(key)
+            tidy_cache(self.directory, _PREFIX, key)
             path = self.directory / f"{_PREFIX}{key}.jsa"
             if path.is_file():
-                os.utime(path)  # in use: kept by _tidy
+                os.utime(path)  # in use: kept by tidy_cache
                 return ArchivePlan(java, path)
             writing = self.directory / f"{_PREFIX}{key}.{uuid.uuid4().hex[:12]}.tmp"
         except OSError as exc:
@@ -227,10 +227,6 @@ class ClassDataArchive:
             return None
         log.info("No JVM class-data archive for this JVM and Spark yet: this run writes %s", path)
         return ArchivePlan(java, path, writing)
-
-    def _tidy(self, key: str) -> None:
-        """Remove temporary archives of killed runs and archives of other keys unused for long."""
-        tidy_cache(self.directory, _PREFIX, key)
 
 
 def tidy_cache(directory: Path, prefix: str, key: str) -> None:

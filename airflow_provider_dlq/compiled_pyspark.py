@@ -141,7 +141,7 @@ class CompiledPySpark:
             folder = self.directory / f"{_PREFIX}{key}"
             if not (folder / MARKER).is_file():
                 self._make(folder, python, zips)
-            os.utime(folder)  # in use: kept by _tidy
+            os.utime(folder)  # in use: kept by tidy_cache
         except (OSError, subprocess.SubprocessError, zipfile.BadZipFile) as exc:
             log.info(
                 "Compiled PySpark not made in %s (%s: %s); the run imports PySpark from spark-submit's zips",

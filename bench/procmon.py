@@ -96,7 +96,7 @@ class TreeMemorySampler:
             with contextlib.suppress(psutil.NoSuchProcess):
                 procs += parent.children(recursive=True)
         per_role = dict.fromkeys(ROLES, 0)
-        seen: dict[int, tuple[str, list[str]]] = {}
+        jvms: dict[int, tuple[str, list[str]]] = {}
         for proc in procs:
             try:
                 rss = proc.memory_info().rss
@@ -106,12 +106,14 @@ class TreeMemorySampler:
                     known = (role_of(name, cmdline := proc.cmdline()), cmdline)
                     self._roles[(proc.pid, name)] = known
                 role, cmdline = known
-                parent = seen.get(proc.ppid())
+                # Only a process that looks like a JVM can be a JVM's unexec'd child: ask its parent then.
+                parent = jvms.get(proc.ppid()) if role == "jvm" else None
             except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
                 continue
-            seen[proc.pid] = (role, cmdline)
             if is_unexeced_jvm_child(parent, cmdline):
                 continue
+            if role == "jvm":
+                jvms[proc.pid] = (role, cmdline)
             per_role[role] += rss
         for role, value in per_role.items():
             self.peaks.peak[role] = max(self.peaks.peak[role], value)
