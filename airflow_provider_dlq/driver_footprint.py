@@ -1,4 +1,5 @@
-"""A lean Spark driver for a local replay: a heap sized to its cores, the serial collector, two malloc arenas.
+"""A lean Spark driver for a local replay: a heap sized to its cores, the serial collector, two malloc arenas,
+bounded query-stage thread pools.
 
 With a local master the driver JVM is the executor too, and with the Python workers it is all of a
 run's memory. Spark's and the JVM's defaults are sized for long-lived servers: a 1 GiB heap that G1 fills
@@ -6,14 +7,18 @@ before it collects, G1's own threads and tables, and glibc's up to eight malloc 
 JVM's and the workers' native buffers. A replay streams its data and keeps little on the heap, so for a
 local master :func:`lean_driver_conf` and :func:`lean_driver_env` give the driver
 :data:`LEAN_HEAP_MIB_PER_CORE` MiB of heap per core (at least :data:`LEAN_HEAP_MIN_MIB`), the serial
-collector and :data:`LEAN_MALLOC_ARENAS` malloc arenas. Measured on Apache Pulsar, ``local[2]``
+collector, :data:`LEAN_MALLOC_ARENAS` malloc arenas and at most :data:`LEAN_STAGE_THREADS` threads in each
+of Spark SQL's query-stage pools (:data:`STAGE_THREAD_CONFS`). Those pools add a thread for every stage
+until they hold the threshold (1,024 for shuffle and result stages), and an idle thread lives 60 s: a 1M
+replay on pulsar-lite, which sends in 100 waves of a few jobs each, had 600 driver threads and about
+190 MiB more resident memory by the end of its sends. Measured on Apache Pulsar, ``local[2]``
 (``docs/benchmarks.md``, seventh round, with the app's smaller Arrow batches and row groups): the run's
 peak memory at 1M 2,858 -> 1,606 MiB, at 100k 2,124 -> 1,465 MiB, and the JVM starts and stops 1.5-2.5 s
 sooner with the serial collector.
 
 Whatever the user sets wins: ``spark.driver.memory`` in ``conf`` (or ``driver_memory``), a collector in
-``spark.driver.extraJavaOptions``, ``MALLOC_ARENA_MAX`` in ``env_vars``. A cluster master is left alone:
-there the executors do the work, with their own settings.
+``spark.driver.extraJavaOptions``, ``MALLOC_ARENA_MAX`` in ``env_vars``, a pool's threshold in ``conf``.
+A cluster master is left alone: there the executors do the work, with their own settings.
 """
 
 from __future__ import annotations
@@ -34,6 +39,14 @@ LEAN_HEAP_MIN_MIB = 512
 SERIAL_GC_OPTION = "-XX:+UseSerialGC"
 MALLOC_ARENA_MAX = "MALLOC_ARENA_MAX"
 LEAN_MALLOC_ARENAS = "2"
+#: Spark SQL's query-stage thread pools (static confs, so set at submit): result stages, shuffle stages,
+#: broadcasts. A replay runs at most a few queries at once (``concurrent_queries.MAX_THREADS``).
+STAGE_THREAD_CONFS = (
+    "spark.sql.resultQueryStage.maxThreadThreshold",
+    "spark.sql.shuffleExchange.maxThreadThreshold",
+    "spark.sql.broadcastExchange.maxThreadThreshold",
+)
+LEAN_STAGE_THREADS = "16"
 #: JVM options that show the user chose the collector already (then none is added).
 _USER_GC_OPTIONS = (
     "UseSerialGC",
@@ -66,13 +79,15 @@ def lean_heap(cores: int) -> str:
 
 
 def lean_driver_conf(conf: Mapping[str, str], master: str) -> dict[str, str]:
-    """``conf`` with the lean heap and the serial collector for a local ``master``; what ``conf`` sets
-    stays (a copy is returned)."""
+    """``conf`` with the lean heap, the serial collector and bounded stage pools for a local ``master``;
+    what ``conf`` sets stays (a copy is returned)."""
     cores = local_cores(master)
     if cores is None:
         return {str(k): str(v) for k, v in conf.items()}
     merged = with_driver_java_option(conf, SERIAL_GC_OPTION, _USER_GC_OPTIONS)
     merged.setdefault(DRIVER_MEMORY, lean_heap(cores))
+    for name in STAGE_THREAD_CONFS:
+        merged.setdefault(name, LEAN_STAGE_THREADS)
     return merged
 
 

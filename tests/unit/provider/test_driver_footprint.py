@@ -7,14 +7,17 @@ import os
 import pytest
 
 from airflow_provider_dlq.driver_footprint import (
+    LEAN_STAGE_THREADS,
     MALLOC_ARENA_MAX,
     SERIAL_GC_OPTION,
+    STAGE_THREAD_CONFS,
     lean_driver_conf,
     lean_driver_env,
     local_cores,
 )
 
 OPTIONS = "spark.driver.extraJavaOptions"
+STAGE_POOLS = dict.fromkeys(STAGE_THREAD_CONFS, LEAN_STAGE_THREADS)
 
 
 @pytest.mark.parametrize(
@@ -41,6 +44,7 @@ def test_a_local_master_gets_a_heap_sized_to_its_cores_and_the_serial_collector(
         "spark.sql.shuffle.partitions": "4",
         "spark.driver.memory": "512m",
         OPTIONS: SERIAL_GC_OPTION,
+        **STAGE_POOLS,
     }
     assert lean_driver_conf({}, "local[8]")["spark.driver.memory"] == "2048m"
     assert lean_driver_conf({}, "local")["spark.driver.memory"] == "512m"
@@ -49,10 +53,12 @@ def test_a_local_master_gets_a_heap_sized_to_its_cores_and_the_serial_collector(
 def test_what_the_user_set_wins_and_their_mapping_is_not_changed():
     mine = {"spark.driver.memory": "3g", OPTIONS: "-Dx=1"}
     conf = lean_driver_conf(mine, "local[2]")
-    assert conf == {"spark.driver.memory": "3g", OPTIONS: f"-Dx=1 {SERIAL_GC_OPTION}"}
+    assert conf == {"spark.driver.memory": "3g", OPTIONS: f"-Dx=1 {SERIAL_GC_OPTION}", **STAGE_POOLS}
     assert mine == {"spark.driver.memory": "3g", OPTIONS: "-Dx=1"}
     for chosen in ("-XX:+UseG1GC", "-Xmx2g -XX:+UseParallelGC", "-XX:+UseZGC"):
         assert lean_driver_conf({OPTIONS: chosen}, "local[2]")[OPTIONS] == chosen
+    pool = STAGE_THREAD_CONFS[0]
+    assert lean_driver_conf({pool: "64"}, "local[2]")[pool] == "64"
 
 
 def test_a_cluster_master_is_left_alone():
