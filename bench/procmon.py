@@ -49,6 +49,17 @@ def is_unexeced_jvm_child(parent: tuple[str, list[str]] | None, cmdline: list[st
     return parent is not None and parent[0] == "jvm" and cmdline == parent[1]
 
 
+def rss_of_one_program(proc: psutil.Process) -> tuple[str, int] | None:
+    """``(name, RSS)`` of ``proc``, or ``None`` when it ran ``exec`` while being read. The name is read
+    before and after the RSS (and re-read every sample: spark-submit's shell execs into java). A child of
+    the JVM read just before its ``exec`` shows the JVM's RSS; read just after, its own name and command
+    line, so without this check it counted as a second JVM's worth of memory under "other"."""
+    before = proc.name()
+    rss = int(proc.memory_info().rss)
+    name = proc.name()
+    return (name, rss) if name == before else None
+
+
 @dataclass
 class MemoryPeaks:
     """Peak RSS in bytes, per role and for the whole tree; ``samples`` says how often it was seen."""
@@ -99,8 +110,10 @@ class TreeMemorySampler:
         jvms: dict[int, tuple[str, list[str]]] = {}
         for proc in procs:
             try:
-                rss = proc.memory_info().rss
-                name = proc.name()  # re-read every time: spark-submit's shell execs into java
+                read = rss_of_one_program(proc)
+                if read is None:
+                    continue
+                name, rss = read
                 known = self._roles.get((proc.pid, name))
                 if known is None:
                     known = (role_of(name, cmdline := proc.cmdline()), cmdline)

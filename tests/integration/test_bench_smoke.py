@@ -106,6 +106,24 @@ def test_a_jvm_child_before_its_exec_is_not_counted_again():
     assert not is_unexeced_jvm_child(None, list(jvm))
 
 
+def test_a_process_that_execs_while_read_is_left_out_of_that_sample():
+    """Read before its exec, a JVM's child has the JVM's RSS; read after, another name: not one program."""
+    from bench.procmon import rss_of_one_program
+
+    class Reading:
+        def __init__(self, names: list[str], rss: int) -> None:
+            self.names, self.rss = names, rss
+
+        def name(self) -> str:
+            return self.names.pop(0)
+
+        def memory_info(self):
+            return type("Memory", (), {"rss": self.rss})()
+
+    assert rss_of_one_program(Reading(["java", "chmod"], 900 * 2**20)) is None
+    assert rss_of_one_program(Reading(["python3", "python3"], 64 * 2**20)) == ("python3", 64 * 2**20)
+
+
 def test_tree_sampler_sees_children_memory():
     from bench.procmon import TreeMemorySampler
 
