@@ -18,13 +18,16 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import IO, TYPE_CHECKING
+from functools import partial
+from typing import IO, TYPE_CHECKING, TypeVar
 
 import psutil
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from pathlib import Path
 
+T = TypeVar("T")
 ROLES = ("jvm", "py_driver", "py_workers", "other")
 
 
@@ -49,15 +52,16 @@ def is_unexeced_jvm_child(parent: tuple[str, list[str]] | None, cmdline: list[st
     return parent is not None and parent[0] == "jvm" and cmdline == parent[1]
 
 
-def rss_of_one_program(proc: psutil.Process) -> tuple[str, int] | None:
-    """``(name, RSS)`` of ``proc``, or ``None`` when it ran ``exec`` while being read. The name is read
-    before and after the RSS (and re-read every sample: spark-submit's shell execs into java). A child of
-    the JVM read just before its ``exec`` shows the JVM's RSS; read just after, its own name and command
+def rss_of_one_program(proc: psutil.Process, identify: Callable[[str], T]) -> tuple[T, int] | None:
+    """``(identify(name), RSS)`` of ``proc``, or ``None`` when it ran ``exec`` while being read. The name
+    is read before the RSS and again after ``identify`` (which may read the command line), so all of it
+    belongs to one program; it is re-read every sample, as spark-submit's shell execs into java. A child
+    of the JVM read just before its ``exec`` shows the JVM's RSS; read just after, its own name and command
     line, so without this check it counted as a second JVM's worth of memory under "other"."""
     before = proc.name()
     rss = int(proc.memory_info().rss)
-    name = proc.name()
-    return (name, rss) if name == before else None
+    identity = identify(before)
+    return (identity, rss) if proc.name() == before else None
 
 
 @dataclass
@@ -110,15 +114,10 @@ class TreeMemorySampler:
         jvms: dict[int, tuple[str, list[str]]] = {}
         for proc in procs:
             try:
-                read = rss_of_one_program(proc)
+                read = rss_of_one_program(proc, partial(self._role, proc))
                 if read is None:
                     continue
-                name, rss = read
-                known = self._roles.get((proc.pid, name))
-                if known is None:
-                    known = (role_of(name, cmdline := proc.cmdline()), cmdline)
-                    self._roles[(proc.pid, name)] = known
-                role, cmdline = known
+                (role, cmdline), rss = read
                 # Only a process that looks like a JVM can be a JVM's unexec'd child: ask its parent then.
                 parent = jvms.get(proc.ppid()) if role == "jvm" else None
             except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
@@ -132,6 +131,14 @@ class TreeMemorySampler:
             self.peaks.peak[role] = max(self.peaks.peak[role], value)
         self.peaks.tree_peak = max(self.peaks.tree_peak, sum(per_role.values()))
         self.peaks.samples += 1
+
+    def _role(self, proc: psutil.Process, name: str) -> tuple[str, list[str]]:
+        """The role and command line of ``proc`` running ``name``, read once per pid and name."""
+        known = self._roles.get((proc.pid, name))
+        if known is None:
+            cmdline = proc.cmdline()
+            known = self._roles[(proc.pid, name)] = (role_of(name, cmdline), cmdline)
+        return known
 
     def _loop(self) -> None:
         while not self._stop.is_set():

@@ -120,8 +120,8 @@ def test_a_process_that_execs_while_read_is_left_out_of_that_sample():
         def memory_info(self):
             return type("Memory", (), {"rss": self.rss})()
 
-    assert rss_of_one_program(Reading(["java", "chmod"], 900 * 2**20)) is None
-    assert rss_of_one_program(Reading(["python3", "python3"], 64 * 2**20)) == ("python3", 64 * 2**20)
+    assert rss_of_one_program(Reading(["java", "chmod"], 900 * 2**20), str) is None
+    assert rss_of_one_program(Reading(["python3", "python3"], 64 * 2**20), str) == ("python3", 64 * 2**20)
 
 
 def test_tree_sampler_sees_children_memory():
