@@ -11,9 +11,10 @@ Two modes, the run's read mode (see :mod:`.window`):
   (bounded), so the counts are exact: a batched entry with a pending message is never acked whole.
 * **consumer** (:class:`CommitFn`, the embedded broker): a Shared consumer on the replayer subscription
   receives the frozen window again and acks, from the consumer that received them (the only acks the
-  embedded broker takes), exactly the given ids. Without batch-index acks the broker removes a batched
-  entry only when every message of the batch is acked; a batch with some messages still pending is
-  redelivered whole by the next run, whose ledger marks the acked ones as already final.
+  embedded broker takes), exactly the given ids, looked up in a compact sorted index
+  (:class:`~.final_ids.FinalIds`) rather than a set of strings. Without batch-index acks the broker
+  removes a batched entry only when every message of the batch is acked; a batch with some messages
+  still pending is redelivered whole by the next run, whose ledger marks the acked ones as already final.
 
 In both, other messages of the window stay pending, and messages beyond the window end are never acked.
 """
@@ -34,7 +35,7 @@ from spark_apps.dlq_replay.pulsar_io.cursor import (
     pending_ranges,
 )
 from spark_apps.dlq_replay.pulsar_io.errors import PulsarConfigError, WindowError
-from spark_apps.dlq_replay.pulsar_io.ids import in_window, message_id_key
+from spark_apps.dlq_replay.pulsar_io.final_ids import FinalIds
 from spark_apps.dlq_replay.pulsar_io.window import unique_consumer_name
 from spark_apps.dlq_replay.pulsar_io.window_consumer import (
     DEFAULT_IDLE_TIMEOUT_MS,
@@ -115,19 +116,19 @@ class CommitFn:
         self.last_read = 0
 
     def __call__(self, table: Any) -> Any:
+        import pyarrow.compute as pc
+
         missing = [c for c in ("dlq_topic", "dlq_message_id") if c not in table.column_names]
         if missing:
             raise PulsarConfigError(f"commit input lacks columns {missing}; select {COMMIT_INPUT_SCHEMA}")
-        wanted: dict[str, set[str]] = {}
-        for topic, msg_id in zip(
-            table.column("dlq_topic").to_pylist(), table.column("dlq_message_id").to_pylist(), strict=True
-        ):
-            if topic is None or msg_id is None:
-                raise PulsarConfigError("commit input has a null dlq_topic or dlq_message_id; drop such rows")
-            wanted.setdefault(topic, set()).add(msg_id)
+        topics, ids = table.column("dlq_topic"), table.column("dlq_message_id")
+        if topics.null_count or ids.null_count:
+            raise PulsarConfigError("commit input has a null dlq_topic or dlq_message_id; drop such rows")
+        names = pc.unique(topics).to_pylist()  # one per group of groupBy("dlq_topic"): no Python str per row
         rows = []
-        for topic, ids in wanted.items():
-            name, acked, left, beyond = self.commit_topic(topic, ids)
+        for topic in names:
+            ids_of_topic = ids if len(names) == 1 else ids.filter(pc.equal(topics, topic))
+            name, acked, left, beyond = self.commit_topic(topic, FinalIds.from_arrow(ids_of_topic))
             rows.append(
                 {
                     "dlq_topic": name,
@@ -139,8 +140,11 @@ class CommitFn:
             )
         return _result_table(rows)
 
-    def commit_topic(self, topic: str, ids: set[str]) -> tuple[str, int, int, int]:
-        """Ack ``ids`` of one topic partition; returns ``(topic, acked, left_pending, beyond_window)``."""
+    def commit_topic(self, topic: str, final: FinalIds) -> tuple[str, int, int, int]:
+        """Ack the ``final`` ids of one topic partition.
+
+        Returns ``(topic, acked, left_pending, beyond_window)``.
+        """
         self.last_read = 0
         window = self.windows.get(topic)
         if window is None:
@@ -148,12 +152,10 @@ class CommitFn:
                 f"dlq_topic {topic!r} is not in the run's frozen window; commit only messages read from "
                 f"that window (known: {sorted(self.windows)})"
             )
-        end = window.end_key
-        outside = {i for i in ids if not in_window(*_entry(i), end)}
+        outside = final.drop_beyond(window.end_key)
         if outside:
-            log.warning("commit %s: %d ids lie beyond the window end and are not acked", topic, len(outside))
-        remaining = ids - outside
-        if not remaining:
+            log.warning("commit %s: %d ids lie beyond the window end and are not acked", topic, outside)
+        if not len(final):
             return topic, 0, 0, 0
         # Reaching the window end means every pending message was delivered: final ids not seen were
         # acked by an earlier commit. An idle stop may be a stall: read again while that finds more.
@@ -165,12 +167,12 @@ class CommitFn:
             idle_timeout_ms=self.idle_timeout_ms,
             receiver_queue_size=self.receiver_queue_size,
             batch_index_ack=self.batch_index_ack,
+            seen=final,  # the read skips redeliveries by the final ids' received flags
         )
         acked = left = 0
-        for id_str, msg, _, consumer in reader.messages():
-            if id_str in remaining:
+        for _, msg, _, consumer in reader.messages():
+            if final.last_index >= 0:  # the message just returned is a final one, received once
                 consumer.acknowledge(msg)
-                remaining.discard(id_str)
                 acked += 1
             else:
                 left += 1
@@ -183,7 +185,7 @@ class CommitFn:
             acked,
             left,
             beyond,
-            len(remaining),
+            len(final) - acked,
             passes,
         )
         return topic, acked, left, beyond
@@ -366,11 +368,6 @@ def make_entry_commit_fn(
         return committer(table)
 
     return commit
-
-
-def _entry(msg_id: str) -> tuple[int, int, int]:
-    ledger, entry, _, batch = message_id_key(msg_id)
-    return ledger, entry, batch
 
 
 def make_commit_fn(

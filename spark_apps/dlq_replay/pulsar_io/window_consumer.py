@@ -20,7 +20,7 @@ broker for the next run. Redeliveries can repeat a message, so ids are de-duplic
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from spark_apps.dlq_replay.pulsar_io.ids import in_window, reached_end
 from spark_apps.dlq_replay.pulsar_io.window import PartitionWindow, unique_consumer_name
@@ -46,12 +46,33 @@ class ConsumeStats:
     stopped_by: str = "not-started"  # end-reached | idle-timeout | empty-window
 
 
+class SeenIds(Protocol):
+    """The ids a read has returned: how it skips redeliveries, over one consumer or several."""
+
+    def first(self, ledger: int, entry: int, batch: int, id_str: str) -> bool:
+        """Whether the id is returned for the first time (and remember it)."""
+        ...
+
+
+class SeenIdSet:
+    """:class:`SeenIds` as a set of readable ids (the data source's read)."""
+
+    def __init__(self) -> None:
+        self.ids: set[str] = set()
+
+    def first(self, ledger: int, entry: int, batch: int, id_str: str) -> bool:
+        if id_str in self.ids:
+            return False
+        self.ids.add(id_str)
+        return True
+
+
 class WindowConsumer:
     """Context manager over a Shared consumer bounded by a :class:`PartitionWindow`.
 
     Use :meth:`messages` to iterate ``(message_id_str, message, message_id)`` of the window, each id once,
-    and :meth:`acknowledge` to ack one of them (commit only). Ids already in ``seen`` count as duplicates,
-    so a read that resumes with a new consumer returns only what it had not returned yet.
+    and :meth:`acknowledge` to ack one of them (commit only). Ids ``seen`` already returned count as
+    duplicates, so a read that resumes with a new consumer returns only what it had not returned yet.
     """
 
     def __init__(
@@ -64,7 +85,7 @@ class WindowConsumer:
         idle_timeout_ms: int = DEFAULT_IDLE_TIMEOUT_MS,
         receiver_queue_size: int = DEFAULT_RECEIVER_QUEUE_SIZE,
         batch_index_ack: bool = False,
-        seen: set[str] | None = None,
+        seen: SeenIds | None = None,
     ) -> None:
         self.client = client
         self.window = window
@@ -74,7 +95,7 @@ class WindowConsumer:
         self.receiver_queue_size = int(receiver_queue_size)
         self.batch_index_ack = batch_index_ack
         self.stats = ConsumeStats()
-        self.seen: set[str] = set() if seen is None else seen  # pass one set to several reads to resume
+        self.seen: SeenIds = SeenIdSet() if seen is None else seen  # pass one to several reads to resume
         self._consumer: Any = None
 
     def __enter__(self) -> WindowConsumer:
@@ -116,7 +137,7 @@ class WindowConsumer:
         receive = getattr(self._consumer, "_consumer", self._consumer).receive
         timeout = self.idle_timeout_ms
         part = self.window.partition
-        seen = self.seen
+        first = self.seen.first
         stats = self.stats
         while True:
             try:
@@ -128,12 +149,11 @@ class WindowConsumer:
             ledger, entry, batch = mid.ledger_id(), mid.entry_id(), mid.batch_index()
             if in_window(ledger, entry, batch, end):
                 id_str = f"{ledger}:{entry}:{part}:{batch}"
-                if id_str in seen:
-                    stats.duplicates += 1
-                else:
-                    seen.add(id_str)
+                if first(ledger, entry, batch, id_str):
                     stats.in_window += 1
                     yield id_str, msg, mid
+                else:
+                    stats.duplicates += 1
             else:
                 stats.beyond_window += 1
             if not reached_end(ledger, entry, end):
@@ -157,7 +177,8 @@ class WindowPasses:
     :meth:`messages` yields ``(message_id_str, message, message_id, consumer)``, each id once over all
     passes; ack a message through the ``consumer`` it came with, while iterating. Another pass starts
     only when ``resume`` is set and a pass stopped idle after finding new messages. ``stats`` sums the
-    passes (``beyond_window`` is the largest pass's; ``stopped_by`` is the last pass's).
+    passes (``beyond_window`` is the largest pass's; ``stopped_by`` is the last pass's). ``seen`` is
+    the de-duplication over all passes (default: a :class:`SeenIdSet` per :meth:`messages` call).
     """
 
     def __init__(
@@ -172,7 +193,9 @@ class WindowPasses:
         batch_index_ack: bool = False,
         resume: bool = True,
         max_passes: int = MAX_PASSES,
+        seen: SeenIds | None = None,
     ) -> None:
+        self._seen = seen
         self._consumer_args = (client, window, subscription)
         self._consumer_kwargs: dict[str, Any] = {
             "role": role,
@@ -186,7 +209,7 @@ class WindowPasses:
         self.stats = ConsumeStats()
 
     def messages(self) -> Iterator[tuple[str, Any, Any, WindowConsumer]]:
-        seen: set[str] = set()
+        seen = SeenIdSet() if self._seen is None else self._seen
         stats = self.stats
         while self.passes < self.max_passes:
             self.passes += 1

@@ -1,0 +1,133 @@
+"""The final message ids of one partition, compact: what the consumer-mode commit looks messages up in.
+
+A set of 250k readable id strings takes about 30 MiB in a Python worker, and the commit needed two (the
+ids to ack, and the ids received so far to skip redeliveries). :class:`FinalIds` keeps the ids sorted by
+``(ledger, entry, batch_index)`` in three ``array('q')`` columns and one received flag each: 25 bytes an
+id. It is also the read's de-duplication (:class:`~.window_consumer.SeenIds`): a message that is not final
+is remembered in a set of its own, so only messages left pending cost a string each.
+
+Messages arrive in id order (redeliveries aside), so a lookup first tries the id after the last one
+found, then three binary searches.
+"""
+
+from __future__ import annotations
+
+from array import array
+from bisect import bisect_left, bisect_right
+from typing import Any
+
+from spark_apps.dlq_replay.pulsar_io.ids import MessageIdKey, in_window, message_id_key
+
+
+def _parse(ids: Any) -> tuple[Any, Any, Any]:
+    """``(ledger, entry, batch_index)`` int64 arrays of a string array of readable ids.
+
+    Raises ``ValueError`` naming the first malformed id, as :func:`~.ids.message_id_key` words it.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    parts = pc.split_pattern(ids, ":")
+    if pc.all(pc.equal(pc.list_value_length(parts), 4)).as_py() is not False:  # None: no ids
+        try:
+            ledger, entry, _, batch = (pc.cast(pc.list_element(parts, i), pa.int64()) for i in range(4))
+            return ledger, entry, batch
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            pass  # a field Arrow does not read as an integer: let message_id_key judge each id
+    keys = [message_id_key(text) for text in ids.to_pylist()]
+    return tuple(pa.array([k[i] for k in keys], pa.int64()) for i in (0, 1, 3))
+
+
+def _int64s(column: Any) -> array[int]:
+    """An ``array('q')`` copy of a null-free ``pyarrow`` int64 array."""
+    out = array("q")
+    start = column.offset * out.itemsize
+    out.frombytes(memoryview(column.buffers()[1])[start : start + len(column) * out.itemsize])
+    return out
+
+
+class FinalIds:
+    """Sorted, distinct ``(ledger, entry, batch_index)`` of the messages to ack in one partition."""
+
+    def __init__(self, ledgers: array[int], entries: array[int], batches: array[int]) -> None:
+        self._ledgers, self._entries, self._batches = ledgers, entries, batches
+        self._received = bytearray(len(ledgers))
+        self._others: set[str] = set()
+        self._hint = 0
+        #: Index of the id the last :meth:`first` call looked up, -1 when it was not a final id.
+        self.last_index = -1
+
+    @classmethod
+    def from_arrow(cls, ids: Any) -> FinalIds:
+        """From a ``pyarrow`` string array (or chunked array) of readable ids, without nulls; duplicates
+        count once. Raises ``ValueError`` naming the first malformed id.
+
+        Sorted and de-duplicated in Arrow (a sort, then a compare with the previous row: no hash table),
+        then copied buffer by buffer; the pool's freed memory goes back to the system afterwards.
+        """
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        try:
+            keys = pa.table(dict(zip("leb", _parse(ids), strict=True)))
+            keys = keys.take(pc.sort_indices(keys, [(c, "ascending") for c in "leb"]))
+            columns = [keys.column(c).combine_chunks() for c in "leb"]
+            del keys
+            if len(columns[0]) > 1:
+                repeated = [pc.equal(c[1:], c[:-1]) for c in columns]
+                first = pc.invert(pc.and_(pc.and_(repeated[0], repeated[1]), repeated[2]))
+                keep = pa.concat_arrays([pa.array([True]), first])
+                columns = [c.filter(keep) for c in columns]
+            return cls(*(_int64s(c) for c in columns))
+        finally:
+            pa.default_memory_pool().release_unused()
+
+    def __len__(self) -> int:
+        return len(self._ledgers)
+
+    def drop_beyond(self, end: MessageIdKey | None) -> int:
+        """Forget the ids past the window ``end`` (all of them when it is ``None``); returns how many."""
+        n = len(self)
+        lo, hi = 0, n  # in_window holds for a prefix of the sorted ids: find where it stops
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if in_window(self._ledgers[mid], self._entries[mid], self._batches[mid], end):
+                lo = mid + 1
+            else:
+                hi = mid
+        for column in (self._ledgers, self._entries, self._batches):
+            del column[lo:]
+        del self._received[lo:]
+        return n - lo
+
+    def index(self, ledger: int, entry: int, batch: int) -> int:
+        """Position of a final id, or -1 when the id is not one of them."""
+        i, n = self._hint, len(self._ledgers)
+        ledgers, entries, batches = self._ledgers, self._entries, self._batches
+        if i < n and batches[i] == batch and entries[i] == entry and ledgers[i] == ledger:
+            return i
+        lo = bisect_left(ledgers, ledger)
+        hi = bisect_right(ledgers, ledger, lo)
+        lo = bisect_left(entries, entry, lo, hi)
+        hi = bisect_right(entries, entry, lo, hi)
+        i = bisect_left(batches, batch, lo, hi)
+        return i if i < hi and batches[i] == batch else -1
+
+    def first(self, ledger: int, entry: int, batch: int, id_str: str) -> bool:
+        """Whether this is the first time the read returns the id; sets :attr:`last_index`."""
+        i = self.last_index = self.index(ledger, entry, batch)
+        if i < 0:
+            if id_str in self._others:
+                return False
+            self._others.add(id_str)
+            return True
+        self._hint = i + 1
+        if self._received[i]:
+            return False
+        self._received[i] = 1
+        return True
+
+    @property
+    def received(self) -> int:
+        """How many final ids the read returned."""
+        return len(self._received) - self._received.count(0)

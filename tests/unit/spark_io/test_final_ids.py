@@ -1,0 +1,95 @@
+"""The consumer-mode commit's compact index of final ids (pure logic)."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+from test_pulsar_io_window_consumer import FakeClient, FakeMessage
+
+from spark_apps.dlq_replay.pulsar_io.final_ids import FinalIds
+from spark_apps.dlq_replay.pulsar_io.window import PartitionWindow
+from spark_apps.dlq_replay.pulsar_io.window_consumer import WindowConsumer
+
+
+def ids(*texts: str) -> FinalIds:
+    return FinalIds.from_arrow(pa.array(texts, pa.string()))
+
+
+def test_ids_are_sorted_by_id_order_and_counted_once():
+    final = ids("1:10:-1:-1", "1:9:-1:-1", "0:5:-1:3", "1:9:-1:-1", "0:5:-1:1", "2:0:-1:-1")
+    assert len(final) == 5
+    assert final.index(0, 5, 1) == 0
+    assert final.index(0, 5, 3) == 1
+    assert final.index(1, 9, -1) == 2  # numeric order: 9 before 10, although "10" < "9" as text
+    assert final.index(1, 10, -1) == 3
+    assert final.index(2, 0, -1) == 4
+    assert final.index(0, 5, 2) == -1
+    assert final.index(1, 11, -1) == -1
+    assert final.index(3, 0, -1) == -1
+
+
+def test_a_chunked_array_and_an_empty_one():
+    chunked = pa.chunked_array([["1:1:0:-1", "1:2:0:-1"], ["1:0:0:-1"]])
+    final = FinalIds.from_arrow(chunked)
+    assert [final.index(1, e, -1) for e in (0, 1, 2)] == [0, 1, 2]
+    assert len(FinalIds.from_arrow(pa.array([], pa.string()))) == 0
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        ("1:2:3", "expected '<ledger>:<entry>:<partition>:<batch_index>'"),
+        ("1:2:a:-1", "all four fields must be integers"),
+        ("1:2:-1:x", "all four fields must be integers"),
+    ],
+)
+def test_a_malformed_id_is_named(bad, message):
+    with pytest.raises(ValueError, match=f"invalid message id '{bad}'.*{message}"):
+        ids("1:1:-1:-1", bad)
+
+
+def test_drop_beyond_keeps_exactly_the_window():
+    texts = ["1:1:-1:-1", "1:2:-1:0", "1:2:-1:1", "1:2:-1:2", "1:3:-1:-1", "2:0:-1:-1"]
+    whole_entry = ids(*texts)
+    assert whole_entry.drop_beyond((1, 2, -1, -1)) == 2  # the end names the whole batched entry 1:2
+    assert len(whole_entry) == 4
+    assert whole_entry.index(1, 2, 2) == 3
+    assert whole_entry.index(1, 3, -1) == -1
+    inside_batch = ids(*texts)
+    assert inside_batch.drop_beyond((1, 2, -1, 1)) == 3
+    assert inside_batch.index(1, 2, 1) == 2
+    assert inside_batch.index(1, 2, 2) == -1
+    empty_window = ids(*texts)
+    assert empty_window.drop_beyond(None) == 6
+    assert len(empty_window) == 0
+    assert ids(*texts).drop_beyond((9, 0, -1, -1)) == 0
+
+
+def test_first_returns_each_id_once_and_tells_final_from_pending():
+    final = ids("1:1:-1:-1", "1:3:-1:-1")
+    seen = [
+        (final.first(1, 1, -1, "1:1:-1:-1"), final.last_index),
+        (final.first(1, 2, -1, "1:2:-1:-1"), final.last_index),  # pending: not a final id
+        (final.first(1, 3, -1, "1:3:-1:-1"), final.last_index),
+        (final.first(1, 1, -1, "1:1:-1:-1"), final.last_index),  # a redelivery, out of order
+        (final.first(1, 2, -1, "1:2:-1:-1"), final.last_index),
+    ]
+    assert seen == [(True, 0), (True, -1), (True, 1), (False, 0), (False, -1)]
+    assert final.received == 2
+
+
+def test_the_window_read_skips_redeliveries_through_final_ids():
+    script = [FakeMessage(1, 0), FakeMessage(1, 1), FakeMessage(1, 0), FakeMessage(1, 2), FakeMessage(1, 1)]
+    final = ids("1:0:-1:-1", "1:2:-1:-1")
+    window = PartitionWindow("persistent://t/n/dlq", -1, "1:2:-1:-1")
+    with WindowConsumer(FakeClient(script), window, "replayer", role="commit", seen=final) as consumer:
+        got = [(i, final.last_index) for i, _, _ in consumer.messages()]
+    assert got == [("1:0:-1:-1", 0), ("1:1:-1:-1", -1), ("1:2:-1:-1", 1)]
+    assert consumer.stats.duplicates == 1  # 1:0 again; the read stopped at the end, before 1:1's repeat
+    assert final.received == 2
+
+
+def test_int64_copy_of_a_sliced_array():
+    from spark_apps.dlq_replay.pulsar_io.final_ids import _int64s
+
+    assert list(_int64s(pa.array([5, -1, 7, 9], pa.int64()).slice(1, 2))) == [-1, 7]
