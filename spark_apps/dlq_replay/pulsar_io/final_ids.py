@@ -1,6 +1,6 @@
 """The final message ids of one partition, compact: what the consumer-mode commit looks messages up in.
 
-A set of 250k readable id strings takes about 30 MiB in a Python worker, and the commit needed two (the
+A set of 250k readable id strings takes about 23 MiB in a Python worker, and the commit needed two (the
 ids to ack, and the ids received so far to skip redeliveries). :class:`FinalIds` keeps the ids sorted by
 ``(ledger, entry, batch_index)`` in three ``array('q')`` columns and one received flag each: 25 bytes an
 id. It is also the read's de-duplication (:class:`~.window_consumer.SeenIds`): a message that is not final
