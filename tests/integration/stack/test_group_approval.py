@@ -7,6 +7,7 @@ approves nothing and the DLQ is left as it was.
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from stack_helpers import (
@@ -46,6 +47,29 @@ def xcom(stack, run_id: str, task_id: str) -> dict:
 
 def hitl_path(run_id: str) -> str:
     return f"/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/approve/-1/hitlDetails"
+
+
+def answer_until_the_run_ends(stack, run_id: str, response: dict, timeout_s: float) -> tuple[dict, list[int]]:
+    """Answer the approval request, and the request of any later try of the task, until the run ends.
+
+    Airflow's scheduler can fail the resumed task when the answer lands before it has handled the exit of
+    the process that paused the task (it logs "finished with state success, but the task instance's state
+    attribute is queued" and marks the try up for retry). The next try asks again, as it would ask a
+    person, who answers again. Returns the finished run and the tries answered.
+    """
+    answered: list[int] = []
+    deadline = time.monotonic() + timeout_s
+    run: dict = {}
+    while time.monotonic() < deadline:
+        run = stack.api("GET", f"/dags/{DAG_ID}/dagRuns/{run_id}")
+        if run["state"] in ("success", "failed"):
+            return run, answered
+        approve = stack.task_instances(DAG_ID, run_id).get("approve", {})
+        if approve.get("state") == "awaiting_input" and approve["try_number"] not in answered:
+            stack.api("PATCH", hitl_path(run_id), response)
+            answered.append(approve["try_number"])
+        time.sleep(2)
+    raise AssertionError(f"run {run_id} not finished in {timeout_s:.0f} s; tries answered {answered}: {run}")
 
 
 @pytest.fixture
@@ -114,15 +138,15 @@ def test_replay_acts_only_on_the_groups_a_person_approved(
         by_class["2 x KeyError"]: "replay",
         by_class["3 x ValueError"]: "leave",
     }
-    stack.api(
-        "PATCH", hitl_path(run_id), {"chosen_options": ["Apply the chosen actions"], "params_input": answer}
-    )
-    run = stack.wait_for_run(DAG_ID, run_id, timeout_s=1500)
-    states = {t: ti["state"] for t, ti in stack.task_instances(DAG_ID, run_id).items()}
+    response = {"chosen_options": ["Apply the chosen actions"], "params_input": answer}
+    run, tries = answer_until_the_run_ends(stack, run_id, response, timeout_s=1500)
+    instances = stack.task_instances(DAG_ID, run_id)
+    states = {t: ti["state"] for t, ti in instances.items()}
     assert run["state"] == "success", states
     assert states == {
         t: "success" for t in ("dry_run", "report", "wants_replay", "approve", "replay", "replay_report")
     }
+    assert tries[-1] == instances["approve"]["try_number"]  # the try that succeeded had our answer
 
     approval = xcom(stack, run_id, "approve")
     assert approval["decision"] == "approved"
@@ -136,7 +160,7 @@ def test_replay_acts_only_on_the_groups_a_person_approved(
     approved_counts = {
         cls: approval["counts"][sig] for cls, sig in by_class.items() if answer[sig] == "replay"
     }
-    figures = {"approved": approved_counts, "replayed_per_group": replayed, "left_pending": 3}
+    figures = {"approved": approved_counts, "replayed_per_group": replayed, "left_pending": 3, "tries": tries}
     record_property("approval", figures)
     print(f"APPROVAL FIGURES {figures}")
 
