@@ -25,9 +25,12 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pulsar_standalone import free_port, kill_when_parent_dies
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 AIRFLOW = str(Path(sys.executable).parent / "airflow")
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
@@ -135,8 +138,11 @@ class AirflowStack:
         body = {"logical_date": datetime.now(UTC).isoformat(), "conf": conf or {}}
         return str(self.api("POST", f"/dags/{dag_id}/dagRuns", body)["dag_run_id"])
 
-    def wait_for_run(self, dag_id: str, run_id: str, timeout_s: float = 600.0) -> dict[str, Any]:
-        """Wait until the run is finished (success or failed); returns the run."""
+    def wait_for_run(
+        self, dag_id: str, run_id: str, timeout_s: float = 600.0, on_poll: Callable[[], None] | None = None
+    ) -> dict[str, Any]:
+        """Wait until the run is finished (success or failed); returns the run. ``on_poll`` is called
+        at every poll of an unfinished run (e.g. to answer a request the run makes)."""
         deadline = time.monotonic() + timeout_s
         run: dict[str, Any] = {}
         while time.monotonic() < deadline:
@@ -144,6 +150,8 @@ class AirflowStack:
             run = dict(self.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}"))
             if run.get("state") in ("success", "failed"):
                 return run
+            if on_poll is not None:
+                on_poll()
             time.sleep(2)
         raise RuntimeError(f"run {dag_id}/{run_id} not finished within {timeout_s:.0f} s: {run}")
 

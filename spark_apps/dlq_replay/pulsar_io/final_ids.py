@@ -28,14 +28,23 @@ def _parse(ids: Any) -> tuple[Any, Any, Any]:
     import pyarrow.compute as pc
 
     parts = pc.split_pattern(ids, ":")
-    if pc.all(pc.equal(pc.list_value_length(parts), 4)).as_py() is not False:  # None: no ids
-        try:
-            ledger, entry, _, batch = (pc.cast(pc.list_element(parts, i), pa.int64()) for i in range(4))
-            return ledger, entry, batch
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-            pass  # a field Arrow does not read as an integer: let message_id_key judge each id
+    if pc.all(pc.equal(pc.list_value_length(parts), 4)).as_py() is False:  # None: no ids
+        return _parse_each(ids)
+    try:
+        ledger, entry, _, batch = (pc.cast(pc.list_element(parts, i), pa.int64()) for i in range(4))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):  # a field Arrow does not read as an integer
+        return _parse_each(ids)
+    return ledger, entry, batch
+
+
+def _parse_each(ids: Any) -> tuple[Any, Any, Any]:
+    """:func:`_parse` one id at a time with :func:`~.ids.message_id_key`, which names a malformed id (or
+    accepts what Python's ``int`` reads and Arrow does not, such as ``+1``)."""
+    import pyarrow as pa
+
     keys = [message_id_key(text) for text in ids.to_pylist()]
-    return tuple(pa.array([k[i] for k in keys], pa.int64()) for i in (0, 1, 3))
+    ledger, entry, batch = (pa.array([k[i] for k in keys], pa.int64()) for i in (0, 1, 3))
+    return ledger, entry, batch
 
 
 def _int64s(column: Any) -> array[int]:
@@ -88,13 +97,9 @@ class FinalIds:
     def drop_beyond(self, end: MessageIdKey | None) -> int:
         """Forget the ids past the window ``end`` (all of them when it is ``None``); returns how many."""
         n = len(self)
-        lo, hi = 0, n  # in_window holds for a prefix of the sorted ids: find where it stops
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if in_window(self._ledgers[mid], self._entries[mid], self._batches[mid], end):
-                lo = mid + 1
-            else:
-                hi = mid
+        ledgers, entries, batches = self._ledgers, self._entries, self._batches
+        # in_window holds for a prefix of the sorted ids: find where it stops
+        lo = bisect_left(range(n), True, key=lambda i: not in_window(ledgers[i], entries[i], batches[i], end))
         for column in (self._ledgers, self._entries, self._batches):
             del column[lo:]
         del self._received[lo:]

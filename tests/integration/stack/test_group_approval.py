@@ -7,7 +7,6 @@ approves nothing and the DLQ is left as it was.
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 from stack_helpers import (
@@ -58,18 +57,14 @@ def answer_until_the_run_ends(stack, run_id: str, response: dict, timeout_s: flo
     person, who answers again. Returns the finished run and the tries answered.
     """
     answered: list[int] = []
-    deadline = time.monotonic() + timeout_s
-    run: dict = {}
-    while time.monotonic() < deadline:
-        run = stack.api("GET", f"/dags/{DAG_ID}/dagRuns/{run_id}")
-        if run["state"] in ("success", "failed"):
-            return run, answered
+
+    def answer_a_new_request() -> None:
         approve = stack.task_instances(DAG_ID, run_id).get("approve", {})
         if approve.get("state") == "awaiting_input" and approve["try_number"] not in answered:
             stack.api("PATCH", hitl_path(run_id), response)
             answered.append(approve["try_number"])
-        time.sleep(2)
-    raise AssertionError(f"run {run_id} not finished in {timeout_s:.0f} s; tries answered {answered}: {run}")
+
+    return stack.wait_for_run(DAG_ID, run_id, timeout_s, on_poll=answer_a_new_request), answered
 
 
 @pytest.fixture
