@@ -22,7 +22,7 @@ from spark_apps.dlq_replay.pulsar_io.source import UNDECODABLE_PROPERTY
 from spark_apps.dlq_replay.schemas import CONTEXT_COLUMNS, DECIDED_SCHEMA, SCOPE_COLUMN, arrow_schema
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
+    from collections.abc import Callable, Iterator, Sequence
     from datetime import datetime
 
     from pyspark.sql import Column, DataFrame
@@ -667,6 +667,26 @@ def decide(
     ``producers_per_target`` tasks; task ``b`` sends to each target through producer bucket ``b`` (see
     :class:`ProducerSequencer`).
     """
+    from spark_apps.dlq_replay.arrow_compat import map_in_arrow
+
+    return map_in_arrow(
+        *decide_tasks(snapshot, playbook, settings, producers_per_target, filters, final_ids, reviewed_ids),
+        DECIDED_SCHEMA,
+    )
+
+
+def decide_tasks(
+    snapshot: DataFrame,
+    playbook: Playbook,
+    settings: DecideSettings,
+    producers_per_target: int,
+    filters: Filters | None = None,
+    final_ids: DataFrame | None = None,
+    reviewed_ids: DataFrame | None = None,
+) -> tuple[DataFrame, Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]]:
+    """:func:`decide` as its input frame (the marked snapshot in one partition per producer bucket) and
+    the function each task runs over its Arrow batches, giving :data:`DECIDED_SCHEMA` batches: for a
+    caller that writes the decisions from the tasks (:mod:`~spark_apps.dlq_replay.task_parquet`)."""
     chosen_filters = filters or Filters()
     precedence = playbook.origin_precedence
     flagged = with_scope_flags(snapshot, chosen_filters, final_ids, precedence, reviewed_ids)
@@ -683,9 +703,7 @@ def decide(
             add_scope_columns(batch, columns, chosen_filters)
             yield decide_batch(normalize_batch(batch, columns), playbook, settings, sequencer, columns)
 
-    from spark_apps.dlq_replay.arrow_compat import map_in_arrow
-
-    return map_in_arrow(_buckets(flagged, max(1, producers_per_target)), run, DECIDED_SCHEMA)
+    return _buckets(flagged, max(1, producers_per_target)), run
 
 
 def _buckets(df: DataFrame, n: int) -> DataFrame:

@@ -245,7 +245,9 @@ def _snapshot(run: _Run, windows: list[PartitionWindow]) -> DataFrame:
         from pyspark.sql import Observation
         from pyspark.sql import functions as F
 
-        from spark_apps.dlq_replay.pulsar_io.source import ENTRY_FIRST, read_in_tasks
+        from spark_apps.dlq_replay import task_parquet
+        from spark_apps.dlq_replay.arrow_compat import map_in_arrow
+        from spark_apps.dlq_replay.pulsar_io.source import ENTRY_FIRST, read_tasks
 
         started = time.monotonic()
         mode = read_mode_of(windows)
@@ -263,22 +265,30 @@ def _snapshot(run: _Run, windows: list[PartitionWindow]) -> DataFrame:
             "parallelism": str(parallelism),
             "idle.timeout.ms": str(run.options.idle_timeout_ms),
         }
-        snapshot_df = read_in_tasks(run.spark, source_options, mark_entries=True)
-        if mode != READER_MODE and parallelism > 1:
-            # Shared consumers of one partition can both receive a message (redelivery when one closes);
-            # one consumer per partition already de-duplicates by id. The snapshot holds each message once.
-            # Reader shares are disjoint entry ranges, each read once: nothing to de-duplicate.
-            snapshot_df = snapshot_df.dropDuplicates(["topic", "message_id_str"])
         # Counted as the rows are written, not by reading the snapshot again (entries: reader mode only,
         # where the read tasks hold disjoint entry ranges).
-        written = Observation("snapshot")
-        snapshot_df = snapshot_df.observe(
-            written,
-            F.count(F.lit(1)).alias("n"),
-            F.sum(F.col(ENTRY_FIRST).cast("long")).alias("entries"),
-        ).drop(ENTRY_FIRST)
-        parquet_writer(snapshot_df).mode("overwrite").parquet(run.paths.snapshot)
-        stats = written.get
+        # Shared consumers of one partition can both receive a message (redelivery when one closes); one
+        # consumer per partition already de-duplicates by id, and reader shares are disjoint entry ranges
+        # read once. Only several consumers per partition need Spark to de-duplicate (a shuffle).
+        deduplicate = mode != READER_MODE and parallelism > 1
+        frame, read_task, schema = read_tasks(run.spark, source_options, mark_entries=True)
+        if task_parquet.supported(run.paths.snapshot) and not deduplicate:  # the read tasks write it
+            tallies = task_parquet.write_in_tasks(
+                frame, read_task, SNAPSHOT_SCHEMA, run.paths.snapshot, _entries_tally, ("n", "entries")
+            )
+            stats = {"n": sum(t[0] or 0 for t in tallies), "entries": sum(t[1] or 0 for t in tallies)}
+        else:
+            snapshot_df = map_in_arrow(frame, read_task, schema)
+            if deduplicate:
+                snapshot_df = snapshot_df.dropDuplicates(["topic", "message_id_str"])
+            written = Observation("snapshot")
+            snapshot_df = snapshot_df.observe(
+                written,
+                F.count(F.lit(1)).alias("n"),
+                F.sum(F.col(ENTRY_FIRST).cast("long")).alias("entries"),
+            ).drop(ENTRY_FIRST)
+            parquet_writer(snapshot_df).mode("overwrite").parquet(run.paths.snapshot)
+            stats = written.get
         count = int(stats["n"])
         info: dict[str, Any] = {"read_mode": mode, "readers_per_partition": parallelism}
         if mode == READER_MODE:
@@ -296,8 +306,17 @@ def _snapshot(run: _Run, windows: list[PartitionWindow]) -> DataFrame:
     return run.spark.read.schema(SNAPSHOT_SCHEMA).parquet(run.paths.snapshot)
 
 
+def _entries_tally(batch: pa.RecordBatch) -> tuple[int, int]:
+    """``(rows, entries)`` of a batch of snapshot rows marked with their entries' first rows."""
+    from spark_apps.dlq_replay.pulsar_io.source import ENTRY_FIRST
+
+    return batch.num_rows, batch.column(ENTRY_FIRST).true_count
+
+
 def _decide(run: _Run, snapshot: DataFrame) -> DataFrame:
-    from spark_apps.dlq_replay.decide import DecideSettings, Filters, decide
+    from spark_apps.dlq_replay import task_parquet
+    from spark_apps.dlq_replay.arrow_compat import map_in_arrow
+    from spark_apps.dlq_replay.decide import DecideSettings, Filters, decide_tasks
     from spark_apps.dlq_replay.ledger import final_ids, read_ledger
     from spark_apps.dlq_replay.schemas import DECIDED_SCHEMA
 
@@ -317,7 +336,7 @@ def _decide(run: _Run, snapshot: DataFrame) -> DataFrame:
             archive_payload=opts.archive_payload,
             group_actions=opts.group_actions,
         )
-        decided = decide(
+        frame, decide_task = decide_tasks(
             snapshot,
             run.playbook,
             settings,
@@ -327,15 +346,22 @@ def _decide(run: _Run, snapshot: DataFrame) -> DataFrame:
             reviewed_ids=_reviewed_ids(run),
         )
         # The rows to republish are counted as the decisions are written, not by reading them again.
-        written = Observation("decide")
-        sending = F.col("outcome") == F.lit(oc.TO_REPUBLISH)
-        decided = decided.observe(
-            written,
-            F.sum(sending.cast("long")).alias("n"),
-            F.max(F.when(sending, F.col("sequence_id"))).alias("last"),
-        )
-        parquet_writer(decided).mode("overwrite").parquet(run.paths.decisions)
-        stats = written.get
+        if task_parquet.supported(run.paths.decisions):  # the tasks write their decisions themselves
+            tallies = task_parquet.write_in_tasks(
+                frame, decide_task, DECIDED_SCHEMA, run.paths.decisions, _sending_tally, ("n", "last")
+            )
+            lasts = [t[1] for t in tallies if t[1] is not None]
+            stats = {"n": sum(t[0] or 0 for t in tallies), "last": max(lasts, default=None)}
+        else:
+            written = Observation("decide")
+            sending = F.col("outcome") == F.lit(oc.TO_REPUBLISH)
+            decided = map_in_arrow(frame, decide_task, DECIDED_SCHEMA).observe(
+                written,
+                F.sum(sending.cast("long")).alias("n"),
+                F.max(F.when(sending, F.col("sequence_id"))).alias("last"),
+            )
+            parquet_writer(decided).mode("overwrite").parquet(run.paths.decisions)
+            stats = written.get
         run.done(
             "decide",
             started,
@@ -344,6 +370,16 @@ def _decide(run: _Run, snapshot: DataFrame) -> DataFrame:
             producers_per_target=run.buckets,
         )
     return run.spark.read.schema(DECIDED_SCHEMA).parquet(run.paths.decisions)
+
+
+def _sending_tally(batch: pa.RecordBatch) -> tuple[int, int | None]:
+    """``(rows to republish, their highest sequence id or None)`` of a batch of decisions."""
+    import pyarrow.compute as pc
+
+    sending = pc.equal(batch.column("outcome"), oc.TO_REPUBLISH)
+    n = int(pc.sum(sending.cast("int64")).as_py() or 0)
+    last = pc.max(pc.filter(batch.column("sequence_id"), sending)).as_py() if n else None
+    return n, last
 
 
 def _reviewed_ids(run: _Run) -> DataFrame | None:

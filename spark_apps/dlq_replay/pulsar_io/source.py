@@ -53,7 +53,7 @@ from spark_apps.dlq_replay.pulsar_io.window_consumer import (
 from spark_apps.dlq_replay.pulsar_io.window_reader import DEFAULT_READER_QUEUE_SIZE, ShareReader
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping
+    from collections.abc import Callable, Iterator, Mapping
 
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
@@ -437,7 +437,15 @@ _registered: weakref.WeakSet[SparkSession] = weakref.WeakSet()
 
 
 def read_in_tasks(spark: SparkSession, options: Mapping[str, str], mark_entries: bool = False) -> DataFrame:
-    """The rows ``spark.read.format("pulsar").options(**options).load()`` gives, read by Spark tasks.
+    """The rows ``spark.read.format("pulsar").options(**options).load()`` gives, read by Spark tasks
+    (:func:`read_tasks` as a ``mapInArrow``)."""
+    return map_in_arrow(*read_tasks(spark, options, mark_entries))
+
+
+def read_tasks(
+    spark: SparkSession, options: Mapping[str, str], mark_entries: bool = False
+) -> tuple[DataFrame, Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]], str]:
+    """The read of :func:`read_in_tasks` as ``(input frame, task function, output schema DDL)``.
 
     The input partitions are planned here, in the driver, and each task of a ``mapInArrow`` over
     ``spark.range`` reads one of them with the same reader. Unlike the data source, nothing is
@@ -463,7 +471,7 @@ def read_in_tasks(spark: SparkSession, options: Mapping[str, str], mark_entries:
 
     # One id per Spark partition: task i reads input partition i.
     schema = SOURCE_SCHEMA + (f", {ENTRY_FIRST} boolean" if mark_entries else "")
-    return map_in_arrow(spark.range(len(parts), numPartitions=len(parts)), read, schema)
+    return spark.range(len(parts), numPartitions=len(parts)), read, schema
 
 
 def _with_entry_marks(batch: pa.RecordBatch, last: list[str | None]) -> pa.RecordBatch:

@@ -1,0 +1,176 @@
+"""task_parquet: the Python tasks write the dataset themselves; Spark reads back exactly the rows the
+tasks made, with the tallies of every batch, the run's dictionary policy, and an atomic commit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from pyspark.sql.types import (
+    BinaryType,
+    BooleanType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from spark_apps.dlq_replay import task_parquet
+from spark_apps.dlq_replay.arrow_compat import map_in_arrow
+
+ROWS = 6_000
+EPOCH_US = 1_700_000_000_000_000
+SCHEMA = StructType(
+    [
+        StructField("topic", StringType()),
+        StructField("message_id_str", StringType()),
+        StructField("value", BinaryType()),
+        StructField("properties", MapType(StringType(), StringType())),
+        StructField("publish_time", TimestampType()),
+        StructField("sequence_id", LongType()),
+    ]
+)
+
+
+def _functions():
+    """``(rows, tally)``, defined in a function so Spark's workers get them by value (a test module
+    cannot be imported there)."""
+
+    def rows(batches):
+        """Per input id: a row of SCHEMA plus an ``even`` column that is tallied but not written."""
+        for batch in batches:
+            ids = batch.column(0).to_pylist()
+            yield pa.RecordBatch.from_pydict(
+                {
+                    "topic": [f"persistent://t/n/orders-{i % 2}" for i in ids],
+                    "message_id_str": [f"{i}:0:-1:0" for i in ids],
+                    "value": [f'{{"order": {i}}}'.encode() for i in ids],
+                    "properties": pa.array(
+                        [[("ORIGIN_MESSAGE_ID", f"1:{i}"), ("__dlq.errors.class", "E")] for i in ids],
+                        pa.map_(pa.string(), pa.string()),
+                    ),
+                    "publish_time": pa.array([EPOCH_US + i for i in ids], pa.timestamp("us", "UTC")),
+                    "sequence_id": pa.array([None if i % 3 == 0 else i for i in ids], pa.int64()),
+                    "even": [i % 2 == 0 for i in ids],
+                }
+            )
+
+    def tally(batch: pa.RecordBatch) -> tuple[int, int]:
+        return batch.num_rows, batch.column("even").true_count
+
+    return rows, tally
+
+
+def _write(spark, rows: int, partitions: int, out: Path | str, transform=None) -> list[tuple[int, int]]:
+    make_rows, tally = _functions()
+    frame = spark.range(rows, numPartitions=partitions)
+    return task_parquet.write_in_tasks(frame, transform or make_rows, SCHEMA, str(out), tally, ("n", "even"))
+
+
+def test_spark_reads_back_the_rows_the_tasks_wrote(spark, tmp_path):
+    out = tmp_path / "decisions"
+    frame = spark.range(ROWS, numPartitions=3)
+
+    rows, tally = _functions()
+    tallies = task_parquet.write_in_tasks(frame, rows, SCHEMA, str(out), tally, ("n", "even"))
+
+    assert sum(t[0] for t in tallies) == ROWS
+    assert sum(t[1] for t in tallies) == ROWS // 2
+    assert sorted(p.name for p in out.iterdir()) == [
+        "_SUCCESS",
+        "part-00000.parquet",
+        "part-00001.parquet",
+        "part-00002.parquet",
+    ]
+    back = spark.read.schema(SCHEMA).parquet(str(out))
+    assert back.columns == SCHEMA.names  # the tally-only column is not written
+    expected = map_in_arrow(frame, rows, StructType([*SCHEMA.fields, StructField("even", BooleanType())]))
+    # Maps cannot be compared by Spark's set operations: compare the rows as Python values.
+    assert sorted(back.collect()) == sorted(expected.drop("even").collect())
+    row = back.filter("message_id_str = '43:0:-1:0'").first()
+    assert row is not None
+    assert row["properties"] == {"ORIGIN_MESSAGE_ID": "1:43", "__dlq.errors.class": "E"}
+    assert row["publish_time"].timestamp() == pytest.approx(1_700_000_000.000043)
+    assert row["sequence_id"] == 43
+
+
+def test_the_files_follow_the_runs_dictionary_policy(spark, tmp_path):
+    out = tmp_path / "snapshot"
+    _write(spark, ROWS, 1, out)
+
+    meta = pq.ParquetFile(out / "part-00000.parquet").metadata
+    pages = {
+        meta.row_group(0).column(i).path_in_schema: meta.row_group(0).column(i).has_dictionary_page
+        for i in range(meta.num_columns)
+    }
+
+    assert pages["topic"] is True
+    assert pages["properties.key_value.key"] is True
+    for column in ("message_id_str", "value", "properties.key_value.value", "publish_time", "sequence_id"):
+        assert pages[column] is False, column
+    assert meta.row_group(0).column(0).compression == "SNAPPY"
+
+
+def test_an_empty_partition_writes_an_empty_file_that_reads_back(spark, tmp_path):
+    out = tmp_path / "empty"
+    tallies = _write(spark, 0, 2, out)
+
+    assert tallies == []
+    assert (out / "_SUCCESS").exists()
+    assert spark.read.schema(SCHEMA).parquet(str(out)).count() == 0
+
+
+def test_the_folder_is_replaced_not_added_to(spark, tmp_path):
+    out = tmp_path / "again"
+    out.mkdir()
+    (out / "part-00007.parquet").write_bytes(b"left by an earlier attempt")
+
+    _write(spark, 10, 1, out)
+
+    assert sorted(p.name for p in out.iterdir()) == ["_SUCCESS", "part-00000.parquet"]
+
+
+def test_a_failing_task_fails_the_job_and_leaves_no_file_and_no_success(spark, tmp_path):
+    out = tmp_path / "failed"
+
+    rows, _ = _functions()
+
+    def broken(batches):
+        yield from rows(batches)
+        raise RuntimeError("the fix blew up")
+
+    with pytest.raises(Exception, match="the fix blew up"):
+        _write(spark, 10, 1, out, broken)
+
+    assert list(out.iterdir()) == []
+
+
+def test_a_retried_attempt_replaces_its_partitions_file(tmp_path):
+    schema = pa.schema([("message_id_str", pa.string())])
+    first = task_parquet.TaskFile(str(tmp_path), 3, 0, schema)
+    first.write(pa.RecordBatch.from_pydict({"message_id_str": ["a", "b"]}, schema=schema))
+    first.commit()
+    killed = task_parquet.TaskFile(str(tmp_path), 3, 1, schema)
+    killed.write(pa.RecordBatch.from_pydict({"message_id_str": ["x"]}, schema=schema))
+    killed.discard()
+    second = task_parquet.TaskFile(str(tmp_path), 3, 2, schema)
+    second.write(pa.RecordBatch.from_pydict({"message_id_str": ["a", "b", "c"]}, schema=schema))
+
+    assert pq.read_table(tmp_path / "part-00003.parquet").num_rows == 2  # until the retry commits
+    second.commit()
+
+    assert [p.name for p in Path(tmp_path).iterdir()] == ["part-00003.parquet"]
+    assert pq.read_table(tmp_path / "part-00003.parquet").column(0).to_pylist() == ["a", "b", "c"]
+
+
+def test_only_local_folders_are_written_by_tasks(spark, tmp_path):
+    assert task_parquet.supported(str(tmp_path))
+    assert task_parquet.supported(f"file://{tmp_path}")
+    assert not task_parquet.supported("s3a://bucket/dlq/runs/r1/decisions")
+    assert not task_parquet.supported("hdfs://namenode/dlq/runs/r1/decisions")
+    with pytest.raises(ValueError, match="use Spark's writer"):
+        _write(spark, 1, 1, "s3a://bucket/x")
