@@ -155,7 +155,27 @@ def with_scope_flags(
     origin_precedence: tuple[str, ...] = (),
     reviewed_ids: DataFrame | None = None,
 ) -> DataFrame:
-    """Snapshot rows plus the mark columns of the rows the decide step must not treat as new.
+    """Snapshot rows plus the mark columns of :func:`scope_marks`."""
+    return _join_marks(snapshot, *scope_marks(snapshot, filters, final_ids, origin_precedence, reviewed_ids))
+
+
+def _join_marks(snapshot: DataFrame, marked: DataFrame, count: int) -> DataFrame:
+    """The snapshot joined with its marked rows (broadcast when at most :data:`BROADCAST_MARKS`)."""
+    from pyspark.sql import functions as F
+
+    marks = F.broadcast(marked) if count <= BROADCAST_MARKS else marked
+    return snapshot.join(marks, ["topic", "message_id_str"], "left")
+
+
+def scope_marks(
+    snapshot: DataFrame,
+    filters: Filters,
+    final_ids: DataFrame | None,
+    origin_precedence: tuple[str, ...] = (),
+    reviewed_ids: DataFrame | None = None,
+) -> tuple[DataFrame, int]:
+    """``(rows, count)``: ``topic, message_id_str`` and the mark columns of the snapshot rows the decide
+    step must not treat as new (persisted, so computed once):
 
     * ``already_final``: this DLQ message is final in the ledger of an earlier run (``final_ids``:
       ``replay_id, dlq_topic, dlq_message_id, run_id`` of earlier runs' final rows);
@@ -247,9 +267,7 @@ def with_scope_flags(
         )
     marked = marks.filter(F.col(_MARK).isNotNull()).select("topic", "message_id_str", _MARK, _MARK_REASON)
     marked = marked.persist(StorageLevel.MEMORY_AND_DISK)  # computed once, counted, joined
-    if marked.count() <= BROADCAST_MARKS:
-        marked = F.broadcast(marked)
-    return snapshot.join(marked, ["topic", "message_id_str"], "left")
+    return marked, marked.count()
 
 
 def add_scope_columns(batch: pa.RecordBatch, columns: dict[str, list[Any]], filters: Filters) -> None:
@@ -683,13 +701,32 @@ def decide_tasks(
     filters: Filters | None = None,
     final_ids: DataFrame | None = None,
     reviewed_ids: DataFrame | None = None,
+    snapshot_dir: str | None = None,
+    batch_rows: int = 10_000,
 ) -> tuple[DataFrame, Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]]:
-    """:func:`decide` as its input frame (the marked snapshot in one partition per producer bucket) and
-    the function each task runs over its Arrow batches, giving :data:`DECIDED_SCHEMA` batches: for a
-    caller that writes the decisions from the tasks (:mod:`~spark_apps.dlq_replay.task_parquet`)."""
+    """:func:`decide` as its input frame (one partition per producer bucket) and the function each task
+    runs over its Arrow batches, giving :data:`DECIDED_SCHEMA` batches: for a caller that writes the
+    decisions from the tasks (:mod:`~spark_apps.dlq_replay.task_parquet`).
+
+    ``snapshot_dir``: the local folder of a snapshot its read tasks wrote. With at most
+    :data:`~spark_apps.dlq_replay.snapshot_files.DRIVER_MARKS` marked rows, the tasks then read their
+    share of its row groups themselves, in batches of ``batch_rows`` (:mod:`~spark_apps.dlq_replay.
+    snapshot_files`); otherwise Spark reads the snapshot and joins the marks."""
+    from spark_apps.dlq_replay.snapshot_files import DRIVER_MARKS, bucket_batches, row_group_units
+
     chosen_filters = filters or Filters()
     precedence = playbook.origin_precedence
-    flagged = with_scope_flags(snapshot, chosen_filters, final_ids, precedence, reviewed_ids)
+    n = max(1, producers_per_target)
+    marked, count = scope_marks(snapshot, chosen_filters, final_ids, precedence, reviewed_ids)
+    units: list[tuple[str, int]] | None = None
+    marks: dict[tuple[str, str], tuple[str, str | None]] = {}
+    if snapshot_dir is not None and count <= DRIVER_MARKS:
+        units = row_group_units(snapshot_dir)
+        marks = {(r[0], r[1]): (r[2], r[3]) for r in marked.collect()} if count else {}
+        frame = snapshot.sparkSession.range(n, numPartitions=n)
+    else:
+        frame = _buckets(_join_marks(snapshot, marked, count), n)
+    snapshot_columns = [field.name for field in snapshot.schema.fields]
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
@@ -697,13 +734,18 @@ def decide_tasks(
         from spark_apps.dlq_replay.normalize import normalize_batch, normalize_columns
 
         context = TaskContext.get()
-        sequencer = ProducerSequencer(settings.run_id, context.partitionId() if context else 0)
+        bucket = context.partitionId() if context else 0
+        sequencer = ProducerSequencer(settings.run_id, bucket)
+        if units is not None:  # the input is this bucket's id: read its share of the snapshot's files
+            batches = bucket_batches(
+                units, bucket, n, snapshot_columns, marks, (_MARK, _MARK_REASON), batch_rows
+            )
         for batch in batches:
             columns = normalize_columns(batch, precedence)
             add_scope_columns(batch, columns, chosen_filters)
             yield decide_batch(normalize_batch(batch, columns), playbook, settings, sequencer, columns)
 
-    return _buckets(flagged, max(1, producers_per_target)), run
+    return frame, run
 
 
 def _buckets(df: DataFrame, n: int) -> DataFrame:

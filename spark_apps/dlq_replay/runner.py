@@ -17,7 +17,7 @@ from spark_apps.dlq_replay import outcomes as oc
 from spark_apps.dlq_replay.options import DEDUP_WAVE_SIZE, DEFAULT_WAVE_SIZE
 from spark_apps.dlq_replay.parquet_writes import parquet_writer
 from spark_apps.dlq_replay.progress import MESSAGE_STEPS, StepProgress
-from spark_apps.dlq_replay.storage import RunStorage, join, qualify_root
+from spark_apps.dlq_replay.storage import RunStorage, join, local_path, qualify_root
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -271,12 +271,14 @@ def _snapshot(run: _Run, windows: list[PartitionWindow]) -> DataFrame:
         # consumer per partition already de-duplicates by id, and reader shares are disjoint entry ranges
         # read once. Only several consumers per partition need Spark to de-duplicate (a shuffle).
         deduplicate = mode != READER_MODE and parallelism > 1
+        by_tasks = False
         frame, read_task, schema = read_tasks(run.spark, source_options, mark_entries=True)
-        if task_parquet.supported(run.paths.snapshot) and not deduplicate:  # the read tasks write it
+        if task_parquet.enabled(run.spark, run.paths.snapshot) and not deduplicate:  # read tasks write it
             tallies = task_parquet.write_in_tasks(
                 frame, read_task, SNAPSHOT_SCHEMA, run.paths.snapshot, _entries_tally, ("n", "entries")
             )
             stats = {"n": sum(t[0] or 0 for t in tallies), "entries": sum(t[1] or 0 for t in tallies)}
+            by_tasks = True
         else:
             snapshot_df = map_in_arrow(frame, read_task, schema)
             if deduplicate:
@@ -290,7 +292,11 @@ def _snapshot(run: _Run, windows: list[PartitionWindow]) -> DataFrame:
             parquet_writer(snapshot_df).mode("overwrite").parquet(run.paths.snapshot)
             stats = written.get
         count = int(stats["n"])
-        info: dict[str, Any] = {"read_mode": mode, "readers_per_partition": parallelism}
+        info: dict[str, Any] = {
+            "read_mode": mode,
+            "readers_per_partition": parallelism,
+            "written_by_tasks": by_tasks,  # one file per read task: the decide tasks read them
+        }
         if mode == READER_MODE:
             entries = int(stats["entries"] or 0)
             planned = sum(w.pending_entries for w in windows)
@@ -304,6 +310,11 @@ def _snapshot(run: _Run, windows: list[PartitionWindow]) -> DataFrame:
                 )
         run.done("snapshot", started, messages=count, dlq_reads=count, **info)
     return run.spark.read.schema(SNAPSHOT_SCHEMA).parquet(run.paths.snapshot)
+
+
+def _arrow_batch_rows(run: _Run) -> int:
+    """Rows per Arrow batch of the run's Python tasks (Spark's ``maxRecordsPerBatch``)."""
+    return int(run.spark.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch") or 10_000)
 
 
 def _entries_tally(batch: pa.RecordBatch) -> tuple[int, int]:
@@ -336,6 +347,11 @@ def _decide(run: _Run, snapshot: DataFrame) -> DataFrame:
             archive_payload=opts.archive_payload,
             group_actions=opts.group_actions,
         )
+        # A snapshot its read tasks wrote is read by the decide tasks themselves (not on a resume of a
+        # run whose snapshot an older version wrote).
+        by_read_tasks = run.state.info("snapshot").get("written_by_tasks") and task_parquet.enabled(
+            run.spark, run.paths.snapshot
+        )
         frame, decide_task = decide_tasks(
             snapshot,
             run.playbook,
@@ -344,14 +360,18 @@ def _decide(run: _Run, snapshot: DataFrame) -> DataFrame:
             filters=filters,
             final_ids=final_ids(ledger, exclude_run_id=opts.run_id),
             reviewed_ids=_reviewed_ids(run),
+            snapshot_dir=local_path(run.paths.snapshot) if by_read_tasks else None,
+            batch_rows=_arrow_batch_rows(run),
         )
         # The rows to republish are counted as the decisions are written, not by reading them again.
-        if task_parquet.supported(run.paths.decisions):  # the tasks write their decisions themselves
+        by_tasks = False
+        if task_parquet.enabled(run.spark, run.paths.decisions):  # the tasks write their decisions
             tallies = task_parquet.write_in_tasks(
                 frame, decide_task, DECIDED_SCHEMA, run.paths.decisions, _sending_tally, ("n", "last")
             )
             lasts = [t[1] for t in tallies if t[1] is not None]
             stats = {"n": sum(t[0] or 0 for t in tallies), "last": max(lasts, default=None)}
+            by_tasks = True
         else:
             written = Observation("decide")
             sending = F.col("outcome") == F.lit(oc.TO_REPUBLISH)
@@ -368,6 +388,7 @@ def _decide(run: _Run, snapshot: DataFrame) -> DataFrame:
             to_republish=int(stats["n"] or 0),
             max_sequence_id=int(stats["last"]) if stats["last"] is not None else -1,
             producers_per_target=run.buckets,
+            written_by_tasks=by_tasks,  # one file per producer bucket: apply sends from them
         )
     return run.spark.read.schema(DECIDED_SCHEMA).parquet(run.paths.decisions)
 
@@ -412,7 +433,7 @@ def _apply(run: _Run, decisions: DataFrame, planned_at: datetime) -> DataFrame |
                 from spark_apps.dlq_replay.canary import run_canary, unsent_halted
 
                 sending, halted = run_canary(run, decisions, lambda df, path: _send(run, df, path))
-            _republish_in_waves(run, sending, to_send)
+            _republish_in_waves(run, sending, to_send, from_files=not run.options.canary)
             saved = run.spark.read.parquet(run.paths.republish_results)
             published = saved.filter("published").count()
             failed = to_send - published - unsent_halted(run, decisions, halted)
@@ -442,21 +463,32 @@ def _no_halted(run: _Run, decisions: DataFrame, halted: list[str]) -> int:
     return 0
 
 
-def _republish_in_waves(run: _Run, decisions: DataFrame, to_send: int) -> None:
+def _republish_in_waves(run: _Run, decisions: DataFrame, to_send: int, from_files: bool) -> None:
     """Send in waves of ``--wave-size`` sequence ids per producer, each saved before the next starts.
 
-    With several waves the rows to send are written once, partitioned by wave, so a wave reads only its
-    own rows; one wave (every producer's sequence ids fit in it) is sent straight from the decisions,
-    which hold the same rows. A wave whose results are saved (``_SUCCESS``) is never sent again; a wave
-    an earlier attempt started but did not save is sent again whole, and its size is counted as
-    ``resent``: on a broker without deduplication up to that many messages reach the origin twice (with
-    the same ``REPLAY_ID``); with deduplication the same producer names and sequence ids make the
-    re-send exact.
+    When the decide tasks wrote one file per producer bucket (a local output root) and ``from_files``
+    (all of ``decisions`` is to be sent: no canary), each wave's tasks read their bucket's file
+    themselves (:mod:`~spark_apps.dlq_replay.task_sends`). Otherwise, with several waves the rows to
+    send are written once, partitioned by wave, so a wave reads only its own rows; one wave (every
+    producer's sequence ids fit in it) is sent straight from the decisions, which hold the same rows,
+    through a shuffle by producer and a sort. A wave whose results are saved (``_SUCCESS``) is never
+    sent again; a wave an earlier attempt started but did not save is sent again whole, and its size is
+    counted as ``resent``: on a broker without deduplication up to that many messages reach the origin
+    twice (with the same ``REPLAY_ID``); with deduplication the same producer names and sequence ids
+    make the re-send exact.
     """
+    from spark_apps.dlq_replay import task_parquet
     from spark_apps.dlq_replay.apply import prepare_sends, send_rows
+    from spark_apps.dlq_replay.task_sends import send_wave
 
     progress = run.state.progress("apply")
-    last = int(run.state.info("decide").get("max_sequence_id", -1))
+    decided = run.state.info("decide")
+    from_files = (
+        from_files
+        and bool(decided.get("written_by_tasks"))
+        and task_parquet.enabled(run.spark, run.paths.decisions)
+    )
+    last = int(decided.get("max_sequence_id", -1))
     if last < 0:  # decided by an attempt that did not record it
         row = decisions.selectExpr("max(sequence_id) AS last").first()
         last = int(row["last"]) if row and row["last"] is not None else -1
@@ -468,7 +500,7 @@ def _republish_in_waves(run: _Run, decisions: DataFrame, to_send: int) -> None:
         run.save()
     size = int(progress["wave_size"])
     waves = last // size + 1
-    if waves > 1 and not progress.get("sends_written"):
+    if waves > 1 and not from_files and not progress.get("sends_written"):
         parquet_writer(prepare_sends(decisions, size)).mode("overwrite").partitionBy("wave").parquet(
             run.paths.to_send
         )
@@ -483,9 +515,10 @@ def _republish_in_waves(run: _Run, decisions: DataFrame, to_send: int) -> None:
             )
             continue
         again = progress.get("wave_in_flight") == wave
-        if waves == 1:
+        rows = None
+        if waves == 1 and not from_files:
             rows = prepare_sends(decisions, size)
-        else:
+        elif not from_files:
             source = join(run.paths.to_send, f"wave={wave}")
             if not run.storage.exists(source):
                 continue  # no producer has sequence ids in this range
@@ -501,8 +534,22 @@ def _republish_in_waves(run: _Run, decisions: DataFrame, to_send: int) -> None:
         )
         progress["wave_in_flight"] = wave
         run.save()
-        results = send_rows(rows, run.conf, partitions=run.buckets, rate_limit_per_s=run.options.rate_limit)
-        parquet_writer(results).mode("overwrite").parquet(path)
+        if rows is None:
+            send_wave(
+                run.spark,
+                run.paths.decisions,
+                int(decided.get("producers_per_target") or run.buckets),
+                (wave * size, (wave + 1) * size),
+                run.conf,
+                path,
+                batch_rows=_arrow_batch_rows(run),
+                rate_limit_per_s=run.options.rate_limit,
+            )
+        else:
+            results = send_rows(
+                rows, run.conf, partitions=run.buckets, rate_limit_per_s=run.options.rate_limit
+            )
+            parquet_writer(results).mode("overwrite").parquet(path)
         if again:
             progress["resent"] = int(progress.get("resent", 0)) + run.spark.read.parquet(path).count()
         progress["waves_done"] = wave + 1

@@ -7,7 +7,8 @@ messages of the benchmark, the decide job took 20.0 s writing through Spark, 16.
 thirteenth round). So where the dataset's folder is on a local file system (a local path or ``file:``
 URI: ``local[N]``, or a cluster whose workers share the mount), each task writes its own file with
 pyarrow and sends back one small row of tallies. Other file systems (``s3a://``, ``hdfs://``) keep
-Spark's writer: :func:`supported` says which.
+Spark's writer: :func:`enabled` says which. The Spark setting ``spark.dlq.replay.taskWrites=false``
+(:data:`CONF_TASK_WRITES`) keeps Spark's reads and writes everywhere.
 
 Files match what Spark writes: snappy, no dictionary for the per-message columns
 (:data:`~spark_apps.dlq_replay.parquet_writes.PER_MESSAGE_COLUMNS`), row groups of about
@@ -31,12 +32,12 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
 
     import pyarrow as pa
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
 #: Buffered output per task before it is written as one row group (Spark's writer uses 128 MiB; the
 #: Python workers' memory counts toward the run's peak, so less here).
-ROW_GROUP_BYTES = 16 * 1024 * 1024
+ROW_GROUP_BYTES = 8 * 1024 * 1024
 _TEMP_PREFIX = "_tmp-"
 SUCCESS = "_SUCCESS"
 
@@ -44,9 +45,19 @@ SUCCESS = "_SUCCESS"
 Tally = tuple[int | None, ...]
 
 
+#: Spark setting: ``false`` makes Spark read and write every dataset of the run (default ``true``).
+CONF_TASK_WRITES = "spark.dlq.replay.taskWrites"
+
+
 def supported(path: str) -> bool:
     """True when tasks can write ``path`` themselves: a local path or a ``file:`` URI."""
     return local_path(path) is not None
+
+
+def enabled(spark: SparkSession, path: str) -> bool:
+    """True when the run's tasks write (and read) ``path`` themselves: :func:`supported` and not turned
+    off with :data:`CONF_TASK_WRITES`."""
+    return supported(path) and str(spark.conf.get(CONF_TASK_WRITES, "true")).strip().lower() != "false"
 
 
 def dictionary_columns(schema: pa.Schema) -> list[str]:
@@ -151,6 +162,10 @@ def write_in_tasks(
         except BaseException:
             out.discard()
             raise
+        finally:
+            # Python workers are reused by later steps: hand the freed Arrow buffers back to the system,
+            # or the workers keep them until the run ends (they count toward its peak memory).
+            pa.default_memory_pool().release_unused()
         columns = list(zip(*tallies, strict=True)) if tallies else [() for _ in names]
         yield pa.RecordBatch.from_arrays([pa.array(c, pa.int64()) for c in columns], names=names)
 

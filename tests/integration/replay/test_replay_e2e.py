@@ -300,11 +300,26 @@ def pending_keys_of(client, topic: str) -> list[str]:
     return sorted(m.partition_key() for m in drain(client, topic, "dlq-replayer"))
 
 
-def test_waves_follow_the_brokers_deduplication(spark, pulsar_client, pulsar_broker, tmp_path):
+@pytest.fixture(params=["task-writes", "spark-writes"])
+def task_writes(request, spark):
+    """Both ways the run reads and writes its datasets: by its Python tasks (a local output root, the
+    default) and by Spark (as on ``s3a://``; turned off with ``spark.dlq.replay.taskWrites``)."""
+    from spark_apps.dlq_replay.task_parquet import CONF_TASK_WRITES
+
+    on = request.param == "task-writes"
+    spark.conf.set(CONF_TASK_WRITES, str(on).lower())
+    try:
+        yield on
+    finally:
+        spark.conf.unset(CONF_TASK_WRITES)
+
+
+def test_waves_follow_the_brokers_deduplication(spark, pulsar_client, pulsar_broker, tmp_path, task_writes):
     """More sequence ids per producer than one small wave: with deduplication on every origin topic (the
     admin REST says so) the run sends in large waves, since a re-send is dropped by the broker; with it off
     it keeps the small waves that bound a re-send after a kill. Every message is republished once.
-    One wave is sent straight from the decisions, without writing the rows to send first."""
+    Task writes: every wave's tasks read the decide tasks' files, nothing is copied. Spark writes: one
+    wave is sent straight from the decisions, several from the rows to send, written once by wave."""
     import uuid
 
     from replay_e2e_support import order, ours
@@ -346,6 +361,9 @@ def test_waves_follow_the_brokers_deduplication(spark, pulsar_client, pulsar_bro
         apply = json.loads((out / "runs" / "waves" / "state.json").read_text())["steps"]["apply"]
         assert apply["wave_size"] == (DEDUP_WAVE_SIZE if dedup else DEFAULT_WAVE_SIZE), namespace
         assert apply["waves_done"] == (1 if dedup else 2)
-        # One wave is sent straight from the decisions; several are laid out once, by wave.
-        assert (out / "runs" / "waves" / "apply" / "to_send").exists() is not dedup, namespace
+        steps = json.loads((out / "runs" / "waves" / "state.json").read_text())["steps"]
+        assert steps["snapshot"]["written_by_tasks"] is task_writes
+        assert steps["decide"]["written_by_tasks"] is task_writes
+        to_send = (out / "runs" / "waves" / "apply" / "to_send").exists()
+        assert to_send is (not dedup and not task_writes), namespace
         assert len(drain(pulsar_client, origin, "verify")) == n

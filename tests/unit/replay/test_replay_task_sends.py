@@ -1,0 +1,104 @@
+"""task_sends.wave_rows: one wave's rows to republish from a decide task's file, in file order, with
+row groups outside the wave skipped by their statistics."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from spark_apps.dlq_replay import outcomes as oc
+from spark_apps.dlq_replay.pulsar_io.republish import REPUBLISH_INPUT_COLUMNS
+from spark_apps.dlq_replay.task_sends import _row_groups, bucket_file, wave_rows
+
+PRODUCERS = ("dlq-replay-abc-t0-1", "dlq-replay-abc-t1-1")
+
+
+def _decisions(rows: int) -> pa.Table:
+    """A decide task's rows: every 5th archived (no producer), the others alternate two producers,
+    each numbered 0, 1, 2 ... in row order."""
+    next_seq = dict.fromkeys(PRODUCERS, 0)
+    names = ("replay_id", "target_topic", "replay_producer", "sequence_id")
+    columns: dict[str, list] = {name: [] for name in names}
+    outcomes = []
+    for i in range(rows):
+        columns["replay_id"].append(f"r{i}")
+        if i % 5 == 4:
+            outcomes.append(oc.ARCHIVED)
+            columns["target_topic"].append(None)
+            columns["replay_producer"].append(None)
+            columns["sequence_id"].append(None)
+            continue
+        producer = PRODUCERS[i % 2]
+        outcomes.append(oc.TO_REPUBLISH)
+        columns["target_topic"].append(f"persistent://t/n/{producer[-4:-2]}")
+        columns["replay_producer"].append(producer)
+        columns["sequence_id"].append(next_seq[producer])
+        next_seq[producer] += 1
+    return pa.table(
+        {
+            **columns,
+            "sequence_id": pa.array(columns["sequence_id"], pa.int64()),
+            "out_value": [f"v{i}".encode() for i in range(rows)],
+            "key": [None] * rows,
+            "ordering_key": [None] * rows,
+            "event_time": pa.array([None] * rows, pa.timestamp("us", "UTC")),
+            "out_properties": pa.array(
+                [[("REPLAY_ID", f"r{i}")] for i in range(rows)], pa.map_(pa.string(), pa.string())
+            ),
+            "outcome": outcomes,
+            "value": [b"original"] * rows,  # not read
+        }
+    )
+
+
+def _write(tmp_path, table: pa.Table, row_group_rows: int) -> str:
+    path = bucket_file(str(tmp_path), 1)
+    pq.write_table(table, path, row_group_size=row_group_rows)
+    return path
+
+
+def test_the_waves_rows_in_file_order_with_the_republish_columns(tmp_path):
+    table = _decisions(1_000)
+    path = _write(tmp_path, table, 100)
+
+    batches = list(wave_rows(path, 100, 200, batch_rows=64))
+    sent = pa.Table.from_batches(batches)
+
+    assert sent.column_names == list(REPUBLISH_INPUT_COLUMNS)
+    sending = [row for row in table.to_pylist() if row["outcome"] == oc.TO_REPUBLISH]
+    expected = [row for row in sending if 100 <= row["sequence_id"] < 200]
+    assert sent.column("replay_id").to_pylist() == [row["replay_id"] for row in expected]
+    assert sent.num_rows == 200  # 100 sequence ids of each of the two producers
+    for producer in PRODUCERS:  # each producer's sequence ids ascend, as the broker's deduplication needs
+        pairs = zip(sent["producer_name"].to_pylist(), sent["sequence_id"].to_pylist(), strict=True)
+        seqs = [seq for name, seq in pairs if name == producer]
+        assert seqs == list(range(100, 200))
+    assert sent.column("value").to_pylist()[0] == expected[0]["out_value"]
+    assert sent.column("properties").to_pylist()[0] == [("REPLAY_ID", expected[0]["replay_id"])]
+
+
+def test_small_filtered_slices_are_merged_into_batches_of_about_batch_rows(tmp_path):
+    path = _write(tmp_path, _decisions(2_000), 2_000)
+
+    sizes = [batch.num_rows for batch in wave_rows(path, 0, 10_000, batch_rows=500)]
+
+    assert sum(sizes) == 1_600
+    assert all(size >= 500 for size in sizes[:-1])
+
+
+def test_row_groups_outside_the_wave_are_not_read(tmp_path):
+    path = _write(tmp_path, _decisions(1_000), 100)  # 40 sequence ids per producer per row group
+    meta = pq.ParquetFile(path).metadata
+
+    assert _row_groups(meta, 0, 40) == [0]
+    assert _row_groups(meta, 40, 120) == [1, 2]
+    assert _row_groups(meta, 400, 500) == []
+
+
+def test_a_group_with_only_archived_rows_is_skipped_and_an_empty_file_yields_nothing(tmp_path):
+    archived = pa.table({"sequence_id": pa.array([None, None], pa.int64()), "outcome": [oc.ARCHIVED] * 2})
+    pq.write_table(archived, tmp_path / "archived.parquet")
+    assert _row_groups(pq.ParquetFile(tmp_path / "archived.parquet").metadata, 0, 10) == []
+
+    path = _write(tmp_path, _decisions(0), 100)
+    assert list(wave_rows(path, 0, 2_000, batch_rows=10)) == []
