@@ -60,6 +60,11 @@ def enabled(spark: SparkSession, path: str) -> bool:
     return supported(path) and str(spark.conf.get(CONF_TASK_WRITES, "true")).strip().lower() != "false"
 
 
+def part_file(folder: str, partition: int) -> str:
+    """The file task ``partition`` of :func:`write_in_tasks` writes in ``folder``."""
+    return os.path.join(folder, f"part-{partition:05d}.parquet")
+
+
 def dictionary_columns(schema: pa.Schema) -> list[str]:
     """The Parquet leaf paths of ``schema`` that keep dictionary encoding (all but the per-message
     columns); a map's leaves are ``<name>.key_value.key`` and ``<name>.key_value.value``."""
@@ -82,7 +87,7 @@ class TaskFile:
         import pyarrow.parquet as pq
 
         self.schema = schema
-        self.final = os.path.join(folder, f"part-{partition:05d}.parquet")
+        self.final = part_file(folder, partition)
         temp = f"{_TEMP_PREFIX}{partition:05d}-{attempt}-{uuid.uuid4().hex}.parquet"
         self.temp = os.path.join(folder, temp)
         self._writer = pq.ParquetWriter(

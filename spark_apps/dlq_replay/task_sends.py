@@ -13,7 +13,6 @@ shuffle by producer and a sort, and with several waves a copy of the rows partit
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING
 
 from spark_apps.dlq_replay import outcomes as oc
@@ -40,12 +39,6 @@ SEND_COLUMNS = {
     "out_properties": "properties",
 }
 _READ = [*SEND_COLUMNS, "outcome"]
-
-
-def bucket_file(decisions_dir: str, bucket: int) -> str:
-    """The file the decide task of ``bucket`` wrote (see :class:`~spark_apps.dlq_replay.task_parquet.
-    TaskFile`)."""
-    return os.path.join(decisions_dir, f"part-{bucket:05d}.parquet")
 
 
 def wave_rows(path: str, lo: int, hi: int, batch_rows: int) -> Iterator[pa.RecordBatch]:
@@ -134,7 +127,7 @@ def send_wave(
 
         for batch in batches:
             for bucket in batch.column(0).to_pylist():
-                rows = wave_rows(bucket_file(folder, bucket), lo, hi, batch_rows)
+                rows = wave_rows(task_parquet.part_file(folder, bucket), lo, hi, batch_rows)
                 yield from republish_batches(rows, conf=conf, rate_limit_per_s=per_task)
 
     schema = StructType.fromDDL(REPUBLISH_RESULT_SCHEMA)

@@ -8,7 +8,8 @@ import pyarrow.parquet as pq
 
 from spark_apps.dlq_replay import outcomes as oc
 from spark_apps.dlq_replay.pulsar_io.republish import REPUBLISH_INPUT_COLUMNS
-from spark_apps.dlq_replay.task_sends import _row_groups, bucket_file, wave_rows
+from spark_apps.dlq_replay.task_parquet import part_file
+from spark_apps.dlq_replay.task_sends import _row_groups, wave_rows
 
 PRODUCERS = ("dlq-replay-abc-t0-1", "dlq-replay-abc-t1-1")
 
@@ -52,7 +53,7 @@ def _decisions(rows: int) -> pa.Table:
 
 
 def _write(tmp_path, table: pa.Table, row_group_rows: int) -> str:
-    path = bucket_file(str(tmp_path), 1)
+    path = part_file(str(tmp_path), 1)
     pq.write_table(table, path, row_group_size=row_group_rows)
     return path
 
