@@ -1,7 +1,7 @@
 """Decide step: scope (filters, already-final ids), playbook match, guards, fixes, producer assignment.
 
-``decide`` joins the ledger's final ids and the ``--max-messages`` choice onto the snapshot in Spark SQL
-(:func:`with_scope_flags`), then makes one Python pass per row on executors through ``mapInArrow``:
+``decide`` marks the ledger's final ids, duplicates and the ``--max-messages`` choice in Spark SQL
+(:func:`scope_marks`), then makes one Python pass per row on executors through ``mapInArrow``:
 normalise, scope, match the playbook, run fixes (vectorised per Arrow batch) and number each task's
 sends (:class:`ProducerSequencer`). No step shuffles the messages themselves.
 """
@@ -36,7 +36,7 @@ SCOPE_FILTERED = "filtered"
 SCOPE_ALREADY_FINAL = "already_final"
 SCOPE_DUPLICATE = "duplicate"
 SCOPE_REASON_COLUMN = "scope_reason"
-#: Columns added by :func:`with_scope_flags`: a mark (``already_final``, ``duplicate`` or ``chosen``, null
+#: Columns added by :func:`scope_marks`: a mark (``already_final``, ``duplicate`` or ``chosen``, null
 #: for the rest) and its reason.
 _MARK, _MARK_REASON = "_mark", "_mark_reason"
 _CHOSEN = "chosen"
@@ -146,17 +146,6 @@ def _identities(snapshot: DataFrame, filters: Filters, origin_precedence: tuple[
         light = snapshot.select(*origin_columns(), "publish_time")
     schema = f"topic string, message_id_str string, publish_time timestamp, {_RID} string"
     return map_in_arrow(light, ids, schema + (", selected boolean" if limited else ""))
-
-
-def with_scope_flags(
-    snapshot: DataFrame,
-    filters: Filters,
-    final_ids: DataFrame | None,
-    origin_precedence: tuple[str, ...] = (),
-    reviewed_ids: DataFrame | None = None,
-) -> DataFrame:
-    """Snapshot rows plus the mark columns of :func:`scope_marks`."""
-    return _join_marks(snapshot, *scope_marks(snapshot, filters, final_ids, origin_precedence, reviewed_ids))
 
 
 def _join_marks(snapshot: DataFrame, marked: DataFrame, count: int) -> DataFrame:
@@ -273,7 +262,7 @@ def scope_marks(
 def add_scope_columns(batch: pa.RecordBatch, columns: dict[str, list[Any]], filters: Filters) -> None:
     """Add ``scope`` and ``scope_reason`` to ``columns``, the batch's
     :func:`~spark_apps.dlq_replay.normalize.normalize_columns`, from the marks of
-    :func:`with_scope_flags` and the filters."""
+    :func:`scope_marks` and the filters."""
     marks = batch.column(_MARK).to_pylist()
     mark_reasons = batch.column(_MARK_REASON).to_pylist()
     times = _publish_times(batch, filters)
@@ -680,7 +669,7 @@ def decide(
     """Snapshot rows -> decided rows (:data:`DECIDED_SCHEMA`): one outcome per row, fixes applied.
 
     A light pass over the payload-free rows finds the replay ids and marks already-final and duplicate
-    messages and the ``--max-messages`` choice (:func:`with_scope_flags`; ``final_ids`` as described
+    messages and the ``--max-messages`` choice (:func:`scope_marks`; ``final_ids`` as described
     there); then one Python pass per row: normalise, scope, decide. Runs in at most
     ``producers_per_target`` tasks; task ``b`` sends to each target through producer bucket ``b`` (see
     :class:`ProducerSequencer`).

@@ -75,10 +75,9 @@ def wave_rows(path: str, lo: int, hi: int, batch_rows: int) -> Iterator[pa.Recor
 def _row_groups(meta: pq.FileMetaData, lo: int, hi: int) -> list[int]:
     """The row groups whose ``sequence_id`` statistics may hold a value in ``[lo, hi)``."""
     groups: list[int] = []
+    leaf = [meta.schema.column(i).path for i in range(meta.num_columns)].index("sequence_id")
     for group in range(meta.num_row_groups):
         columns = meta.row_group(group)
-        paths = [columns.column(i).path_in_schema for i in range(columns.num_columns)]
-        leaf = paths.index("sequence_id")
         stats = columns.column(leaf).statistics
         if stats is not None:
             if stats.has_min_max and (stats.max < lo or stats.min >= hi):

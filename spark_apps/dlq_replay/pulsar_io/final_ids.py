@@ -18,6 +18,9 @@ from typing import Any
 
 from spark_apps.dlq_replay.pulsar_io.ids import MessageIdKey, in_window, message_id_key
 
+#: A readable id Arrow can cast field by field: ``<ledger>:<entry>:<partition>:<batch_index>``.
+_PLAIN_ID = "^" + ":".join(["-?[0-9]{1,18}"] * 4) + "$"
+
 
 def _parse(ids: Any) -> tuple[Any, Any, Any]:
     """``(ledger, entry, batch_index)`` int64 arrays of a string array of readable ids.
@@ -27,13 +30,12 @@ def _parse(ids: Any) -> tuple[Any, Any, Any]:
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    # Four plain integers of at most 18 digits each always cast to int64; anything else (a malformed id,
+    # or a form Python's int reads and Arrow does not) is parsed one id at a time.
+    if pc.all(pc.match_substring_regex(ids, _PLAIN_ID)).as_py() is False:  # None: no ids
+        return _parse_each(ids)
     parts = pc.split_pattern(ids, ":")
-    if pc.all(pc.equal(pc.list_value_length(parts), 4)).as_py() is False:  # None: no ids
-        return _parse_each(ids)
-    try:
-        ledger, entry, _, batch = (pc.cast(pc.list_element(parts, i), pa.int64()) for i in range(4))
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):  # a field Arrow does not read as an integer
-        return _parse_each(ids)
+    ledger, entry, _, batch = (pc.cast(pc.list_element(parts, i), pa.int64()) for i in range(4))
     return ledger, entry, batch
 
 
