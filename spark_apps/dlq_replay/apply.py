@@ -160,7 +160,9 @@ def with_publish_results(decisions: DataFrame, results: DataFrame | None) -> Dat
         "published_message_id",
         F.col("error").alias("_publish_error"),
     )
-    joined = decisions.join(res, on="replay_id", how="left")
+    # Hashed, not sorted: the record step's join of every decision took 5.2-5.4 s at 1M sorting both
+    # sides, 4.3-4.4 s building a hash table of the (smaller) results (docs/benchmarks.md).
+    joined = decisions.join(res.hint("shuffle_hash"), on="replay_id", how="left")
     sending = F.col("outcome") == oc.TO_REPUBLISH
     ok = sending & F.coalesce(F.col("_published"), F.lit(False))
     return (

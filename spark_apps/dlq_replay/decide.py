@@ -19,7 +19,14 @@ from spark_apps.dlq_replay import outcomes as oc
 from spark_apps.dlq_replay.lineage import republish_properties
 from spark_apps.dlq_replay.normalize import ORIGIN_CONFLICT, PROPERTY_DICTS
 from spark_apps.dlq_replay.pulsar_io.source import UNDECODABLE_PROPERTY
-from spark_apps.dlq_replay.schemas import CONTEXT_COLUMNS, DECIDED_SCHEMA, SCOPE_COLUMN, arrow_schema
+from spark_apps.dlq_replay.schemas import (
+    CONTEXT_COLUMNS,
+    DECIDED_SCHEMA,
+    IDENTITIES_SCHEMA,
+    REPLAY_ID_MARK,
+    SCOPE_COLUMN,
+    arrow_schema,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
@@ -40,7 +47,7 @@ SCOPE_REASON_COLUMN = "scope_reason"
 #: for the rest) and its reason.
 _MARK, _MARK_REASON = "_mark", "_mark_reason"
 _CHOSEN = "chosen"
-_RID = "_rid"
+_RID = REPLAY_ID_MARK
 #: Marked rows up to this many are broadcast to the join with the snapshot (no shuffle of payloads).
 BROADCAST_MARKS = 200_000
 
@@ -98,6 +105,44 @@ def replay_id_column() -> Column:
     return F.substring(F.sha2(material, 256), 1, 32)
 
 
+def identity_rows(
+    batch: pa.RecordBatch, origin_precedence: Sequence[str] = (), replay_ids: Sequence[str] | None = None
+) -> pa.RecordBatch:
+    """:data:`~spark_apps.dlq_replay.schemas.IDENTITIES_SCHEMA` of a batch of snapshot rows (or of their
+    :func:`~spark_apps.dlq_replay.normalize.origin_columns`): what :func:`scope_marks` needs of every
+    row. ``replay_ids``: already computed, else computed from the origin properties."""
+    if replay_ids is None:
+        from spark_apps.dlq_replay.normalize import replay_ids as origin_replay_ids
+
+        replay_ids = origin_replay_ids(_origin_batch(batch), origin_precedence)
+    return pa.RecordBatch.from_arrays(
+        [
+            batch.column("topic"),
+            batch.column("message_id_str"),
+            batch.column("publish_time"),
+            pa.array(replay_ids, pa.string()),
+        ],
+        names=["topic", "message_id_str", "publish_time", _RID],
+    )
+
+
+def _origin_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """``batch`` itself when it has the origin columns, else with them taken from its ``properties``."""
+    from pulsar_dlq_consumer.context import ORIGIN_PROPERTY_KEYS
+
+    if "properties" not in batch.schema.names:
+        return batch
+    import pyarrow.compute as pc
+
+    properties = batch.column("properties")
+    # The last value of a repeated key, as the per-row property dicts have it.
+    origins = [pc.map_lookup(properties, key, "last") for key in ORIGIN_PROPERTY_KEYS]
+    return pa.RecordBatch.from_arrays(
+        [batch.column("topic"), batch.column("message_id_str"), *origins],
+        names=["topic", "message_id_str", *(f"_origin{i}" for i in range(len(origins)))],
+    )
+
+
 def _identities(snapshot: DataFrame, filters: Filters, origin_precedence: tuple[str, ...]) -> DataFrame:
     """One light row per snapshot row (no payload): ``topic, message_id_str, publish_time, _rid`` and,
     with ``--max-messages``, ``selected`` (passes the other filters)."""
@@ -108,33 +153,21 @@ def _identities(snapshot: DataFrame, filters: Filters, origin_precedence: tuple[
     limited = filters.max_messages is not None
 
     def ids(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from spark_apps.dlq_replay.normalize import normalize_columns, replay_ids
+        from spark_apps.dlq_replay.normalize import normalize_columns
 
         for batch in batches:
-            # The filters of --max-messages need the whole context; the replay ids only the origin.
-            columns = normalize_columns(batch, origin_precedence) if limited else {}
-            rids = columns["replay_id"] if limited else replay_ids(batch, origin_precedence)
-            arrays = [
-                batch.column("topic"),
-                batch.column("message_id_str"),
-                batch.column("publish_time"),
-                pa.array(rids, pa.string()),
+            if not limited:  # the replay ids only need the origin
+                yield identity_rows(batch, origin_precedence)
+                continue
+            # The filters of --max-messages need the whole context.
+            columns = normalize_columns(batch, origin_precedence)
+            rows = identity_rows(batch, replay_ids=columns["replay_id"])
+            times = _publish_times(batch, filters)
+            selected = [
+                filter_reason(filters, sig, cls, ts) is None
+                for sig, cls, ts in zip(columns["signature"], columns["error_class"], times, strict=True)
             ]
-            if limited:
-                times = _publish_times(batch, filters)
-                arrays.append(
-                    pa.array(
-                        [
-                            filter_reason(filters, sig, cls, ts) is None
-                            for sig, cls, ts in zip(
-                                columns["signature"], columns["error_class"], times, strict=True
-                            )
-                        ]
-                    )
-                )
-            yield pa.RecordBatch.from_arrays(
-                arrays, names=["topic", "message_id_str", "publish_time", _RID, "selected"][: len(arrays)]
-            )
+            yield rows.append_column("selected", pa.array(selected, pa.bool_()))
 
     if limited:
         light = snapshot.select(
@@ -144,8 +177,10 @@ def _identities(snapshot: DataFrame, filters: Filters, origin_precedence: tuple[
         from spark_apps.dlq_replay.normalize import origin_columns
 
         light = snapshot.select(*origin_columns(), "publish_time")
-    schema = f"topic string, message_id_str string, publish_time timestamp, {_RID} string"
-    return map_in_arrow(light, ids, schema + (", selected boolean" if limited else ""))
+    from pyspark.sql.types import BooleanType, StructField, StructType
+
+    selected = [StructField("selected", BooleanType())] if limited else []
+    return map_in_arrow(light, ids, StructType(IDENTITIES_SCHEMA.fields + selected))
 
 
 def _join_marks(snapshot: DataFrame, marked: DataFrame, count: int) -> DataFrame:
@@ -162,6 +197,7 @@ def scope_marks(
     final_ids: DataFrame | None,
     origin_precedence: tuple[str, ...] = (),
     reviewed_ids: DataFrame | None = None,
+    identities: DataFrame | None = None,
 ) -> tuple[DataFrame, int]:
     """``(rows, count)``: ``topic, message_id_str`` and the mark columns of the snapshot rows the decide
     step must not treat as new (persisted, so computed once):
@@ -177,13 +213,18 @@ def scope_marks(
     * ``chosen``: among the first ``max_messages`` rows that are neither and pass the filters, by
       (publish time, DLQ topic, replay id).
 
-    The marks are computed on payload-free rows; only the marked rows are joined back to the snapshot.
+    The marks are computed on payload-free rows (:func:`identity_rows`: ``identities`` when the
+    snapshot's read tasks wrote them, else computed here from the snapshot); only the marked rows are
+    joined back to the snapshot.
     """
     from pyspark import StorageLevel
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    ids = _identities(snapshot, filters, origin_precedence)
+    if identities is not None and filters.max_messages is None:
+        ids = identities
+    else:
+        ids = _identities(snapshot, filters, origin_precedence)
     if final_ids is not None:
         self_final = final_ids.groupBy(
             F.col("dlq_topic").alias("topic"), F.col("dlq_message_id").alias("message_id_str")
@@ -665,19 +706,30 @@ def decide(
     filters: Filters | None = None,
     final_ids: DataFrame | None = None,
     reviewed_ids: DataFrame | None = None,
+    identities: DataFrame | None = None,
 ) -> DataFrame:
     """Snapshot rows -> decided rows (:data:`DECIDED_SCHEMA`): one outcome per row, fixes applied.
 
     A light pass over the payload-free rows finds the replay ids and marks already-final and duplicate
     messages and the ``--max-messages`` choice (:func:`scope_marks`; ``final_ids`` as described
-    there); then one Python pass per row: normalise, scope, decide. Runs in at most
+    there; ``identities``: its rows, when the snapshot's read tasks wrote them); then one Python pass per
+    row: normalise, scope, decide. Runs in at most
     ``producers_per_target`` tasks; task ``b`` sends to each target through producer bucket ``b`` (see
     :class:`ProducerSequencer`).
     """
     from spark_apps.dlq_replay.arrow_compat import map_in_arrow
 
     return map_in_arrow(
-        *decide_tasks(snapshot, playbook, settings, producers_per_target, filters, final_ids, reviewed_ids),
+        *decide_tasks(
+            snapshot,
+            playbook,
+            settings,
+            producers_per_target,
+            filters,
+            final_ids,
+            reviewed_ids,
+            identities=identities,
+        ),
         DECIDED_SCHEMA,
     )
 
@@ -692,6 +744,7 @@ def decide_tasks(
     reviewed_ids: DataFrame | None = None,
     snapshot_dir: str | None = None,
     batch_rows: int = 10_000,
+    identities: DataFrame | None = None,
 ) -> tuple[DataFrame, Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]]:
     """:func:`decide` as its input frame (one partition per producer bucket) and the function each task
     runs over its Arrow batches, giving :data:`DECIDED_SCHEMA` batches: for a caller that writes the
@@ -700,13 +753,14 @@ def decide_tasks(
     ``snapshot_dir``: the local folder of a snapshot its read tasks wrote. With at most
     :data:`~spark_apps.dlq_replay.snapshot_files.DRIVER_MARKS` marked rows, the tasks then read their
     share of its row groups themselves, in batches of ``batch_rows`` (:mod:`~spark_apps.dlq_replay.
-    snapshot_files`); otherwise Spark reads the snapshot and joins the marks."""
+    snapshot_files`); otherwise Spark reads the snapshot and joins the marks. ``identities``: the
+    snapshot's :func:`identity_rows`, when its read tasks wrote them (see :func:`scope_marks`)."""
     from spark_apps.dlq_replay.snapshot_files import DRIVER_MARKS, bucket_batches, row_group_units
 
     chosen_filters = filters or Filters()
     precedence = playbook.origin_precedence
     n = max(1, producers_per_target)
-    marked, count = scope_marks(snapshot, chosen_filters, final_ids, precedence, reviewed_ids)
+    marked, count = scope_marks(snapshot, chosen_filters, final_ids, precedence, reviewed_ids, identities)
     units: list[tuple[str, int]] | None = None
     marks: dict[tuple[str, str], tuple[str, str | None]] = {}
     if snapshot_dir is not None and count <= DRIVER_MARKS:

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf
     from spark_apps.dlq_replay.pulsar_io.window import PartitionWindow
     from spark_apps.dlq_replay.state import RunState
+    from spark_apps.dlq_replay.task_parquet import SideOutput
 
 log = logging.getLogger("spark_apps.dlq_replay")
 
@@ -44,6 +45,7 @@ class RunPaths:
         self.plan = join(self.run, "plan.json")
         self.state = join(self.run, "state.json")
         self.snapshot = join(self.run, "snapshot")
+        self.identities = join(self.run, "snapshot_identities")
         self.decisions = join(self.run, "decisions")
         self.republish_results = join(self.run, "apply", "republish")
         self.to_send = join(self.run, "apply", "to_send")
@@ -273,9 +275,19 @@ def _snapshot(run: _Run, windows: list[PartitionWindow]) -> DataFrame:
         deduplicate = mode != READER_MODE and parallelism > 1
         by_tasks = False
         frame, read_task, schema = read_tasks(run.spark, source_options, mark_entries=True)
+        with_identities = False
         if task_parquet.enabled(run.spark, run.paths.snapshot) and not deduplicate:  # read tasks write it
+            # ... and, unless --max-messages needs the whole context, the rows' replay ids beside it: the
+            # decide step's duplicate marks then read those few columns, not the snapshot.
+            with_identities = run.options.max_messages is None
             tallies = task_parquet.write_in_tasks(
-                frame, read_task, SNAPSHOT_SCHEMA, run.paths.snapshot, _entries_tally, ("n", "entries")
+                frame,
+                read_task,
+                SNAPSHOT_SCHEMA,
+                run.paths.snapshot,
+                _entries_tally,
+                ("n", "entries"),
+                sides=[_identities_output(run)] if with_identities else [],
             )
             stats = {"n": sum(t[0] or 0 for t in tallies), "entries": sum(t[1] or 0 for t in tallies)}
             by_tasks = True
@@ -296,6 +308,7 @@ def _snapshot(run: _Run, windows: list[PartitionWindow]) -> DataFrame:
             "read_mode": mode,
             "readers_per_partition": parallelism,
             "written_by_tasks": by_tasks,  # one file per read task: the decide tasks read them
+            "identities_written": with_identities,
         }
         if mode == READER_MODE:
             entries = int(stats["entries"] or 0)
@@ -310,6 +323,18 @@ def _snapshot(run: _Run, windows: list[PartitionWindow]) -> DataFrame:
                 )
         run.done("snapshot", started, messages=count, dlq_reads=count, **info)
     return run.spark.read.schema(SNAPSHOT_SCHEMA).parquet(run.paths.snapshot)
+
+
+def _identities_output(run: _Run) -> SideOutput:
+    """The snapshot rows' :func:`~spark_apps.dlq_replay.decide.identity_rows`, written by the read tasks."""
+    from spark_apps.dlq_replay import task_parquet
+    from spark_apps.dlq_replay.decide import identity_rows
+    from spark_apps.dlq_replay.schemas import IDENTITIES_SCHEMA
+
+    precedence = run.playbook.origin_precedence
+    return task_parquet.SideOutput(
+        run.paths.identities, IDENTITIES_SCHEMA, lambda batch: identity_rows(batch, precedence)
+    )
 
 
 def _arrow_batch_rows(run: _Run) -> int:
@@ -362,6 +387,7 @@ def _decide(run: _Run, snapshot: DataFrame) -> DataFrame:
             reviewed_ids=_reviewed_ids(run),
             snapshot_dir=local_path(run.paths.snapshot) if by_read_tasks else None,
             batch_rows=_arrow_batch_rows(run),
+            identities=_snapshot_identities(run) if by_read_tasks else None,
         )
         # The rows to republish are counted as the decisions are written, not by reading them again.
         by_tasks = False
@@ -391,6 +417,15 @@ def _decide(run: _Run, snapshot: DataFrame) -> DataFrame:
             written_by_tasks=by_tasks,  # one file per producer bucket: apply sends from them
         )
     return run.spark.read.schema(DECIDED_SCHEMA).parquet(run.paths.decisions)
+
+
+def _snapshot_identities(run: _Run) -> DataFrame | None:
+    """The identities the snapshot's read tasks wrote beside it, or ``None`` (not written)."""
+    if not run.state.info("snapshot").get("identities_written"):
+        return None
+    from spark_apps.dlq_replay.schemas import IDENTITIES_SCHEMA
+
+    return run.spark.read.schema(IDENTITIES_SCHEMA).parquet(run.paths.identities)
 
 
 def _sending_tally(batch: pa.RecordBatch) -> tuple[int, int | None]:

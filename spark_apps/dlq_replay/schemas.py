@@ -109,6 +109,20 @@ DECISION_COLUMNS: tuple[tuple[str, object], ...] = (
 
 DECIDED_SCHEMA = StructType(NORMALIZED_SCHEMA.fields + _fields(DECISION_COLUMNS))
 
+#: Replay id of a snapshot row in the decide step's scope marks (not a column of any dataset but this).
+REPLAY_ID_MARK = "_rid"
+
+#: What the decide step's scope marks need of every snapshot row (written beside the snapshot by its
+#: read tasks on a local output root: ``snapshot_identities/``).
+IDENTITIES_SCHEMA = StructType(
+    [
+        StructField("topic", StringType()),
+        StructField("message_id_str", StringType()),
+        StructField("publish_time", TimestampType()),
+        StructField(REPLAY_ID_MARK, StringType()),
+    ]
+)
+
 #: Scope flag column added by the scope step before decide (``in``, ``filtered``, ``already_final``).
 SCOPE_COLUMN = "scope"
 

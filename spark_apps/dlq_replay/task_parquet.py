@@ -16,6 +16,10 @@ Files match what Spark writes: snappy, no dictionary for the per-message columns
 skip names starting with ``_``) and renames it to ``part-<partition>.parquet`` once closed, so a retried
 task replaces its partition's file and a failed one leaves no visible file. The driver empties the folder
 before the job, then removes leftover temporary files and writes ``_SUCCESS``.
+
+A task can also write side datasets from the same batches (:class:`SideOutput`: a few columns derived
+from each batch, in a folder of their own, committed with the main file), so a later step reads those
+few columns without another pass over the messages.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from spark_apps.dlq_replay.parquet_writes import PER_MESSAGE_COLUMNS
@@ -129,6 +134,33 @@ class TaskFile:
                 os.remove(self.temp)
 
 
+@dataclass(frozen=True)
+class SideOutput:
+    """A second dataset the tasks of :func:`write_in_tasks` write at ``path``: ``rows`` of every output
+    batch, with ``schema``'s columns."""
+
+    path: str
+    schema: StructType
+    rows: Callable[[pa.RecordBatch], pa.RecordBatch]
+
+
+def _empty_folder(path: str) -> str:
+    folder = local_path(path)
+    if folder is None:
+        raise ValueError(f"write_in_tasks needs a local path or file: URI, got {path!r}; use Spark's writer")
+    shutil.rmtree(folder, ignore_errors=True)
+    os.makedirs(folder)
+    return folder
+
+
+def _seal(folder: str) -> None:
+    for name in os.listdir(folder):
+        if name.startswith(_TEMP_PREFIX):  # a failed attempt's file, if its task could not remove it
+            os.remove(os.path.join(folder, name))
+    with open(os.path.join(folder, SUCCESS), "w"):
+        pass
+
+
 def write_in_tasks(
     frame: DataFrame,
     transform: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]],
@@ -136,19 +168,18 @@ def write_in_tasks(
     path: str,
     tally: Callable[[pa.RecordBatch], Tally],
     tally_names: Sequence[str],
+    sides: Sequence[SideOutput] = (),
 ) -> list[Tally]:
     """Run ``transform`` over ``frame``'s partitions as ``mapInArrow`` would and write its output rows
-    (``schema``'s columns; others are tallied but not written) to the Parquet dataset ``path``, which
-    must be :func:`supported`. Returns ``tally`` of every written batch; nothing else reaches the JVM."""
+    (``schema``'s columns; others are tallied but not written) to the Parquet dataset ``path``, and each
+    of ``sides`` to its own, all of which must be :func:`supported`. Returns ``tally`` of every written
+    batch; nothing else reaches the JVM."""
     from spark_apps.dlq_replay.arrow_compat import map_in_arrow
     from spark_apps.dlq_replay.schemas import arrow_schema
 
-    folder = local_path(path)
-    if folder is None:
-        raise ValueError(f"write_in_tasks needs a local path or file: URI, got {path!r}; use Spark's writer")
-    shutil.rmtree(folder, ignore_errors=True)
-    os.makedirs(folder)
-    file_schema = arrow_schema(schema)
+    folders = [_empty_folder(path), *(_empty_folder(side.path) for side in sides)]
+    schemas = [arrow_schema(schema), *(arrow_schema(side.schema) for side in sides)]
+    derive = [lambda batch: batch, *(side.rows for side in sides)]
     names = list(tally_names)
 
     def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -157,15 +188,20 @@ def write_in_tasks(
 
         context = TaskContext.get()
         partition, attempt = (context.partitionId(), context.attemptNumber()) if context else (0, 0)
-        out = TaskFile(folder, partition, attempt, file_schema)
+        outs: list[TaskFile] = []
         tallies: list[Tally] = []
         try:
+            for folder, file_schema in zip(folders, schemas, strict=True):
+                outs.append(TaskFile(folder, partition, attempt, file_schema))
             for batch in transform(batches):
                 tallies.append(tally(batch))
-                out.write(batch)
-            out.commit()
+                for out, rows in zip(outs, derive, strict=True):
+                    out.write(rows(batch))
+            for out in outs:
+                out.commit()
         except BaseException:
-            out.discard()
+            for out in outs:
+                out.discard()
             raise
         finally:
             # Python workers are reused by later steps: hand the freed Arrow buffers back to the system,
@@ -175,9 +211,6 @@ def write_in_tasks(
         yield pa.RecordBatch.from_arrays([pa.array(c, pa.int64()) for c in columns], names=names)
 
     rows = map_in_arrow(frame, task, ", ".join(f"{name} long" for name in names)).collect()
-    for name in os.listdir(folder):
-        if name.startswith(_TEMP_PREFIX):  # a failed attempt's file, if its task could not remove it
-            os.remove(os.path.join(folder, name))
-    with open(os.path.join(folder, SUCCESS), "w"):
-        pass
+    for folder in folders:
+        _seal(folder)
     return [tuple(row) for row in rows]

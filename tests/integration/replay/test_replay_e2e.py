@@ -364,6 +364,9 @@ def test_waves_follow_the_brokers_deduplication(spark, pulsar_client, pulsar_bro
         steps = json.loads((out / "runs" / "waves" / "state.json").read_text())["steps"]
         assert steps["snapshot"]["written_by_tasks"] is task_writes
         assert steps["decide"]["written_by_tasks"] is task_writes
+        # The read tasks wrote the replay ids beside the snapshot; decide's marks read them.
+        assert steps["snapshot"]["identities_written"] is task_writes
+        assert (out / "runs" / "waves" / "snapshot_identities" / "_SUCCESS").exists() is task_writes
         to_send = (out / "runs" / "waves" / "apply" / "to_send").exists()
         assert to_send is (not dedup and not task_writes), namespace
         assert len(drain(pulsar_client, origin, "verify")) == n

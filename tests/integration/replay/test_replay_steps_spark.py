@@ -7,13 +7,14 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from spark_apps.dlq_replay import outcomes as oc
+from spark_apps.dlq_replay import task_parquet
 from spark_apps.dlq_replay.apply import archive_rows, republish_input, with_publish_results, write_archive
-from spark_apps.dlq_replay.decide import DecideSettings, Filters, decide, replay_id_column
+from spark_apps.dlq_replay.decide import DecideSettings, Filters, decide, identity_rows, replay_id_column
 from spark_apps.dlq_replay.ledger import final_ids, ledger_rows, read_ledger, write_ledger
 from spark_apps.dlq_replay.normalize import normalize
 from spark_apps.dlq_replay.playbook import parse_playbook
 from spark_apps.dlq_replay.report import CommitTotals, build_report
-from spark_apps.dlq_replay.schemas import LEDGER_SCHEMA, SNAPSHOT_SCHEMA
+from spark_apps.dlq_replay.schemas import IDENTITIES_SCHEMA, LEDGER_SCHEMA, REPLAY_ID_MARK, SNAPSHOT_SCHEMA
 from spark_apps.dlq_replay.signatures import replay_id
 from spark_apps.dlq_replay.storage import RunStorage
 from spark_apps.dlq_replay.topics import TopicMatcher
@@ -216,19 +217,21 @@ def by_key(df):
     return {r["key"]: r for r in df.collect()}
 
 
+COPIES = [
+    # Original A: three copies in two DLQ topics; the oldest (a-old, in DLQ_B) wins.
+    ("a-late", DLQ, "1:1:-1:-1", 5, "(9,1,-1,-1)"),
+    ("a-old", DLQ_B, "2:7:-1:-1", 1, "9:1:-1"),
+    ("a-same-time", DLQ, "1:0:-1:-1", 1, "9:1:-1:-1"),
+    # Original B: two copies published at the same time: the smaller topic, then message id, wins.
+    ("b-1", DLQ, "1:3:-1:-1", 2, "9:2:-1:-1"),
+    ("b-2", DLQ, "1:2:-1:-1", 2, "9:2:-1:-1"),
+    # Original C: one copy.
+    ("c", DLQ, "1:4:-1:-1", 3, "9:3:-1:-1"),
+]
+
+
 def test_one_republish_per_original_within_a_run_across_topics_and_across_runs(spark, tmp_path):
-    copies = [
-        # Original A: three copies in two DLQ topics; the oldest (a-old, in DLQ_B) wins.
-        ("a-late", DLQ, "1:1:-1:-1", 5, "(9,1,-1,-1)"),
-        ("a-old", DLQ_B, "2:7:-1:-1", 1, "9:1:-1"),
-        ("a-same-time", DLQ, "1:0:-1:-1", 1, "9:1:-1:-1"),
-        # Original B: two copies published at the same time: the smaller topic, then message id, wins.
-        ("b-1", DLQ, "1:3:-1:-1", 2, "9:2:-1:-1"),
-        ("b-2", DLQ, "1:2:-1:-1", 2, "9:2:-1:-1"),
-        # Original C: one copy.
-        ("c", DLQ, "1:4:-1:-1", 3, "9:3:-1:-1"),
-    ]
-    snap = copies_df(spark, copies)
+    snap = copies_df(spark, COPIES)
     outcomes = {}
     for partitions in (1, 3, 5):  # the winner never depends on how the snapshot is split (resume)
         decided = by_key(decide(snap.repartition(partitions), PLAYBOOK, settings(), 2))
@@ -282,6 +285,37 @@ def test_one_republish_per_original_within_a_run_across_topics_and_across_runs(s
     )
     recorded = read_ledger(spark, RunStorage(spark), ledger_root)
     assert recorded.filter("outcome = 'duplicate' AND final").count() == 3
+
+
+def test_identities_written_beside_the_snapshot_give_the_same_decisions(spark, tmp_path):
+    snapshot, side = str(tmp_path / "snapshot"), str(tmp_path / "snapshot_identities")
+
+    def through(batches):
+        yield from batches
+
+    # As the read tasks write them: the snapshot and, from the same batches, its rows' identities.
+    tallies = task_parquet.write_in_tasks(
+        copies_df(spark, COPIES).repartition(3),
+        through,
+        SNAPSHOT_SCHEMA,
+        snapshot,
+        lambda batch: (batch.num_rows,),
+        ("n",),
+        sides=[task_parquet.SideOutput(side, IDENTITIES_SCHEMA, identity_rows)],
+    )
+    snap = spark.read.schema(SNAPSHOT_SCHEMA).parquet(snapshot)
+    identities = spark.read.schema(IDENTITIES_SCHEMA).parquet(side)
+
+    assert sum(t[0] for t in tallies) == identities.count() == len(COPIES)
+    assert sorted(r[REPLAY_ID_MARK] for r in identities.collect()) == sorted(
+        r["replay_id"] for r in decide(snap, PLAYBOOK, settings(), 2).collect()
+    )
+    computed = by_key(decide(snap, PLAYBOOK, settings(), 2))
+    read = by_key(decide(snap, PLAYBOOK, settings(), 2, identities=identities))
+    assert {k: (r["outcome"], r["outcome_reason"]) for k, r in read.items()} == {
+        k: (r["outcome"], r["outcome_reason"]) for k, r in computed.items()
+    }
+    assert sorted(r["outcome"] for r in read.values()).count(oc.DUPLICATE) == 3
 
 
 def test_storage_round_trip(spark, tmp_path):

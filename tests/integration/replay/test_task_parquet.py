@@ -149,6 +149,35 @@ def test_a_failing_task_fails_the_job_and_leaves_no_file_and_no_success(spark, t
     assert list(out.iterdir()) == []
 
 
+def test_side_outputs_are_written_and_committed_with_the_main_file(spark, tmp_path):
+    out, side = tmp_path / "snapshot", tmp_path / "ids"
+    side_schema = StructType([StructField("message_id_str", StringType())])
+    rows, tally = _functions()
+
+    def ids(batch):
+        return batch.select(["message_id_str"])
+
+    sides = [task_parquet.SideOutput(str(side), side_schema, ids)]
+    frame = spark.range(ROWS, numPartitions=2)
+    task_parquet.write_in_tasks(frame, rows, SCHEMA, str(out), tally, ("n", "even"), sides=sides)
+
+    assert sorted(p.name for p in side.iterdir()) == ["_SUCCESS", "part-00000.parquet", "part-00001.parquet"]
+    main_ids = [r[0] for r in spark.read.schema(SCHEMA).parquet(str(out)).select("message_id_str").collect()]
+    side_ids = [r[0] for r in spark.read.schema(side_schema).parquet(str(side)).collect()]
+    assert sorted(side_ids) == sorted(main_ids)
+    assert len(side_ids) == ROWS
+
+    def broken(batches):
+        yield from rows(batches)
+        raise RuntimeError("the read failed")
+
+    # One task, so no other task of the failed job is still writing when the job fails.
+    one = spark.range(ROWS, numPartitions=1)
+    with pytest.raises(Exception, match="the read failed"):
+        task_parquet.write_in_tasks(one, broken, SCHEMA, str(out), tally, ("n", "even"), sides=sides)
+    assert list(out.iterdir()) == list(side.iterdir()) == []
+
+
 def test_a_retried_attempt_replaces_its_partitions_file(tmp_path):
     schema = pa.schema([("message_id_str", pa.string())])
     first = task_parquet.TaskFile(str(tmp_path), 3, 0, schema)
