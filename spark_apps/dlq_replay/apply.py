@@ -160,9 +160,10 @@ def with_publish_results(decisions: DataFrame, results: DataFrame | None) -> Dat
         "published_message_id",
         F.col("error").alias("_publish_error"),
     )
-    # Hashed, not sorted: the record step's join of every decision took 5.2-5.4 s at 1M sorting both
-    # sides, 4.3-4.4 s building a hash table of the (smaller) results (docs/benchmarks.md).
-    joined = decisions.join(res.hint("shuffle_hash"), on="replay_id", how="left")
+    # A sort-merge join (Spark's choice), not a hashed one: it spills where the driver's heap is small.
+    # A shuffle_hash hint ran 1 s faster at 1M with a 1 GiB heap but could not build its hash map in
+    # the app's 512 MiB (docs/benchmarks.md, fourteenth round).
+    joined = decisions.join(res, on="replay_id", how="left")
     sending = F.col("outcome") == oc.TO_REPUBLISH
     ok = sending & F.coalesce(F.col("_published"), F.lit(False))
     return (
