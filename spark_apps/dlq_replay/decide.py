@@ -114,7 +114,7 @@ def identity_rows(
     if replay_ids is None:
         from spark_apps.dlq_replay.normalize import replay_ids as origin_replay_ids
 
-        replay_ids = origin_replay_ids(_origin_batch(batch), origin_precedence)
+        replay_ids = origin_replay_ids(batch, origin_precedence)
     return pa.RecordBatch.from_arrays(
         [
             batch.column("topic"),
@@ -123,23 +123,6 @@ def identity_rows(
             pa.array(replay_ids, pa.string()),
         ],
         names=["topic", "message_id_str", "publish_time", _RID],
-    )
-
-
-def _origin_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
-    """``batch`` itself when it has the origin columns, else with them taken from its ``properties``."""
-    from pulsar_dlq_consumer.context import ORIGIN_PROPERTY_KEYS
-
-    if "properties" not in batch.schema.names:
-        return batch
-    import pyarrow.compute as pc
-
-    properties = batch.column("properties")
-    # The last value of a repeated key, as the per-row property dicts have it.
-    origins = [pc.map_lookup(properties, key, "last") for key in ORIGIN_PROPERTY_KEYS]
-    return pa.RecordBatch.from_arrays(
-        [batch.column("topic"), batch.column("message_id_str"), *origins],
-        names=["topic", "message_id_str", *(f"_origin{i}" for i in range(len(origins)))],
     )
 
 

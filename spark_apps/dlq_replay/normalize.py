@@ -85,20 +85,37 @@ def origin_columns() -> list[Column]:
     without the payload and the other properties."""
     from pyspark.sql import functions as F
 
-    keys = [
-        F.col("properties").getItem(key).alias(f"_origin{i}") for i, key in enumerate(ORIGIN_PROPERTY_KEYS)
-    ]
+    keys = [F.col("properties").getItem(key).alias(_origin(i)) for i, key in enumerate(ORIGIN_PROPERTY_KEYS)]
     return [F.col("topic"), F.col("message_id_str"), *keys]
 
 
+def _origin(i: int) -> str:
+    """Name of the column of the ``i``-th of :data:`~pulsar_dlq_consumer.context.ORIGIN_PROPERTY_KEYS`."""
+    return f"_origin{i}"
+
+
+def _with_origin_columns(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """``batch`` with the :func:`origin_columns` looked up in its ``properties`` (when it has them)."""
+    if "properties" not in batch.schema.names:
+        return batch
+    import pyarrow.compute as pc
+
+    properties = batch.column("properties")
+    # The last value of a repeated key, as the per-row property dicts have it.
+    origins = [pc.map_lookup(properties, key, "last") for key in ORIGIN_PROPERTY_KEYS]
+    names = [_origin(i) for i in range(len(origins))]
+    return pa.RecordBatch.from_arrays([*batch.columns, *origins], names=[*batch.schema.names, *names])
+
+
 def replay_ids(batch: pa.RecordBatch, origin_precedence: Sequence[str] = ()) -> list[str]:
-    """:func:`row_replay_id` of every row of a batch of :func:`origin_columns` (the same ids
-    :func:`normalize_columns` computes from the whole properties)."""
+    """:func:`row_replay_id` of every row of a batch of :func:`origin_columns`, or of snapshot rows (the
+    same ids :func:`normalize_columns` computes from the whole properties)."""
+    batch = _with_origin_columns(batch)
     topics = batch.column("topic").to_pylist()
     ids = batch.column("message_id_str").to_pylist()
     dicts: list[dict[str, str]] = [{} for _ in range(batch.num_rows)]
     for i, key in enumerate(ORIGIN_PROPERTY_KEYS):
-        column = batch.column(f"_origin{i}")
+        column = batch.column(_origin(i))
         if column.null_count == len(column):  # most conventions are absent from a whole batch
             continue
         for properties, value in zip(dicts, column.to_pylist(), strict=True):
