@@ -42,6 +42,14 @@ DEFAULT_HEAP = "512m"
 DEFAULT_DIRECT_MEMORY = "512m"
 DEFAULT_START_TIMEOUT_S = 180.0
 
+#: The bookie stops taking writes (turns read-only) when less than this is free on its data dir's disk,
+#: and warns below :data:`BOOKIE_WARN_FREE_BYTES`. BookKeeper takes these limits as fractions of the
+#: disk (``diskUsageThreshold``), so the launcher works them out per disk: a fixed 0.99 leaves 2.5 GB
+#: unused on a 250 GB disk, and the broker then fails every write with "Not enough non-faulty bookies".
+BOOKIE_MIN_FREE_BYTES = 256 * 2**20
+BOOKIE_WARN_FREE_BYTES = 2**30
+_MAX_DISK_FRACTION = 0.9999  # BookKeeper requires a threshold below 1
+
 #: Flags the distribution's ``bin/pulsar`` passes to the JVM (module opens for BookKeeper and Netty,
 #: and the metadata drivers that let the bookie keep its metadata in the broker's RocksDB store).
 _JVM_FLAGS = (
@@ -107,6 +115,33 @@ def _rss_bytes(pid: int) -> int | None:
 #: Starts tried by :meth:`StandaloneBroker.restart` while the bookie registration loops.
 RESTART_ATTEMPTS = 3
 _REGISTRATION_LOOP = re.compile(r"Lock on resource /ledgers/available/\S+ was invalidated")
+
+
+def disk_thresholds(directory: Path) -> dict[str, str]:
+    """BookKeeper's disk thresholds for ``directory``'s disk: read-only below :data:`BOOKIE_MIN_FREE_BYTES`.
+
+    Raises :class:`StandaloneError` when the disk has less than that free already: the bookie would start
+    read-only and the broker would fail every write.
+    """
+    usage = shutil.disk_usage(directory)
+    if usage.free < BOOKIE_MIN_FREE_BYTES:
+        raise StandaloneError(
+            f"only {usage.free / 2**20:.0f} MiB are free on the disk of {directory}; Apache Pulsar's bookie "
+            f"needs at least {BOOKIE_MIN_FREE_BYTES / 2**20:.0f} MiB to take writes. Free disk space, or "
+            f"give start_standalone a data_dir on a disk with room"
+        )
+    full = min(_MAX_DISK_FRACTION, 1 - BOOKIE_MIN_FREE_BYTES / usage.total)
+    warn = min(full, max(0.01, 1 - BOOKIE_WARN_FREE_BYTES / usage.total))
+    return {"diskUsageThreshold": f"{full:.6f}", "diskUsageWarnThreshold": f"{warn:.6f}"}
+
+
+_DISK_FULL = re.compile(r"DiskChecker - Space left on device .* > threshold .*")  # not "> WarnThreshold"
+
+
+def bookie_disk_full(broker_log: str) -> str | None:
+    """The last line of a broker log where the bookie found its disk full (and turned read-only), if any."""
+    found = _DISK_FULL.findall(broker_log)
+    return found[-1] if found else None
 
 
 def bookie_registration_loops(broker_log: str) -> bool:
@@ -191,6 +226,13 @@ class StandaloneBroker:
             f"{self.service_url}, admin {self.admin_url}, pid {self.pid}, "
             f"started in {fetched}{self.started_in_s:.1f} s, RSS {rss / 2**20 if rss else 0:.0f} MiB"
         )
+
+    def disk_full(self) -> str | None:
+        """Where the broker log says the bookie found its disk full, if it did (:func:`bookie_disk_full`)."""
+        try:
+            return bookie_disk_full(self.log_path.read_text(errors="replace"))
+        except OSError:
+            return None
 
     def tail_log(self, lines: int = 30) -> str:
         try:
@@ -419,6 +461,12 @@ def _start_once(
     directory = Path(tempfile.mkdtemp(prefix="pulsar-standalone-") if owns else data_dir).absolute()  # type: ignore[arg-type]
     directory.mkdir(parents=True, exist_ok=True)
     conf = read_conf(CONF_TEMPLATE)
+    try:
+        conf.update(disk_thresholds(directory))
+    except StandaloneError:
+        if owns:
+            shutil.rmtree(directory, ignore_errors=True)
+        raise
     conf.update(
         {
             "brokerServicePort": str(free_port()),

@@ -152,6 +152,8 @@ def apache_pulsar() -> Iterator[StandaloneBroker]:
             f"session broker at end: RSS {rss / 2**20 if rss else 0:.0f} MiB; stopped pid {broker.pid}, "
             f"data dir removed"
         )
+        if disk_full := broker.disk_full():  # why writes failed with "Not enough non-faulty bookies"
+            _BROKERS.append(f"session broker's bookie turned read-only, its disk full: {disk_full}")
         broker.stop()
 
 
