@@ -229,10 +229,7 @@ class StandaloneBroker:
 
     def disk_full(self) -> str | None:
         """Where the broker log says the bookie found its disk full, if it did (:func:`bookie_disk_full`)."""
-        try:
-            return bookie_disk_full(self.log_path.read_text(errors="replace"))
-        except OSError:
-            return None
+        return bookie_disk_full(self._log_since(0))
 
     def tail_log(self, lines: int = 30) -> str:
         try:
