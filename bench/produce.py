@@ -26,16 +26,11 @@ def prepare_and_produce(service_url: str, n: int, *, confirm_every: int = 20_000
         ensure_subscriptions(client, workload.ORIGIN_TOPICS, workload.VERIFY_SUBSCRIPTION)
         producers = ConfirmedProducers(client, name_prefix="bench-dlq-writer")
         started = time.perf_counter()
-        for msg in workload.generate(n):
-            producers.send(
-                msg.dlq_topic,
-                msg.payload,
-                properties=msg.properties,
-                partition_key=msg.partition_key,
-                event_timestamp=msg.event_timestamp,
-            )
-            if (msg.index + 1) % confirm_every == 0:
-                producers.confirm()
+        messages = workload.generate(n)
+        producers.send_all(
+            ((m.dlq_topic, m.payload, m.properties, m.partition_key, m.event_timestamp) for m in messages),
+            confirm_every=confirm_every,
+        )
         producers.close()
         return Produced(messages=n, seconds=time.perf_counter() - started)
     finally:

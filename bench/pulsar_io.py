@@ -137,6 +137,19 @@ class ConfirmedProducers:
         tracked.sent += 1
         self.sent += 1
 
+    def send_all(
+        self, messages: Iterable[tuple[str, bytes, dict[str, str], str, int]], *, confirm_every: int
+    ) -> None:
+        """:meth:`send` each ``(topic, payload, properties, partition key, event timestamp)``, with a
+        :meth:`confirm` after every ``confirm_every`` messages and at the end."""
+        for count, (topic, payload, properties, key, event_timestamp) in enumerate(messages, 1):
+            self.send(
+                topic, payload, properties=properties, partition_key=key, event_timestamp=event_timestamp
+            )
+            if count % confirm_every == 0:
+                self.confirm()
+        self.confirm()
+
     def confirm(self) -> int:
         """Flush every producer with unconfirmed sends and verify them; returns how many were confirmed.
 

@@ -422,3 +422,48 @@ def test_decide_profile_times_every_phase(capsys):
     assert all(value > 0 for value in figures.values()), figures
     assert profile_decide.main(["--n", "40", "--repeat", "1"]) == 0
     assert "of which the fix" in capsys.readouterr().out
+
+
+def test_broker_floors_move_every_message_on_both_brokers(tmp_path):
+    """`python -m bench.floors` times the read, read+ack and send phases on a fresh broker filled with
+    the workload; every phase moves exactly the messages it must (400 read, 320 republished)."""
+    from bench import floors
+
+    apache = floors.measure("apache", 400, 2, tmp_path)
+    assert [(f.phase, f.processes, f.messages) for f in apache] == [
+        ("read", 2, 400),
+        ("read+ack", 2, 400),
+        ("send", 2, 320),
+    ]
+    assert all(f.seconds > 0 for f in apache)
+    out = tmp_path / "results"
+    cmd = [sys.executable, "-m", "bench.floors", "--sizes", "400", "--brokers", "lite"]
+    cmd += ["--processes", "1,2", "--results-dir", str(out), "--scratch-dir", str(tmp_path)]
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (run_dir,) = out.iterdir()
+    lite = json.loads((run_dir / "floors.json").read_text())
+    assert sorted((f["phase"], f["processes"], f["messages"]) for f in lite) == [
+        ("read", 1, 400),
+        ("read", 2, 400),
+        ("read+ack", 1, 400),
+        ("read+ack", 2, 400),
+        ("send", 1, 320),
+        ("send", 2, 320),
+    ]
+    assert "| pulsar-lite | 400 | send |" in proc.stdout
+    assert "2 over 1" in (run_dir / "floors.md").read_text()
+    assert list(tmp_path.glob("dlq-bench-floors-*")) == []  # the scratch data is deleted
+
+
+def test_floors_table_gives_the_speed_up_of_more_processes():
+    from bench.floors import Floor, floors_table
+
+    table = floors_table(
+        [Floor("apache", 1000, "read", 1, 1000, 2.0), Floor("apache", 1000, "read", 2, 1000, 1.6)]
+    )
+    assert "| Apache Pulsar | 1,000 | read | 2.00 (500) | 1.60 (625) | 1.25 |" in table
+    failed = floors_table(
+        [Floor("lite", 1000, "read+ack", 1, 1000, 2.0), Floor("lite", 1000, "read+ack", 2, 0, 0.0, "stalled")]
+    )
+    assert "| pulsar-lite | 1,000 | read+ack | 2.00 (500) | FAILED | |" in failed
