@@ -128,7 +128,8 @@ def disk_thresholds(directory: Path) -> dict[str, str]:
         raise StandaloneError(
             f"only {usage.free / 2**20:.0f} MiB are free on the disk of {directory}; Apache Pulsar's bookie "
             f"needs at least {BOOKIE_MIN_FREE_BYTES / 2**20:.0f} MiB to take writes. Free disk space, or "
-            f"give start_standalone a data_dir on a disk with room"
+            f"put the broker's data on a disk with room (start_standalone(data_dir=...), or "
+            f"--data-dir of python -m pulsar_standalone start)"
         )
     full = min(_MAX_DISK_FRACTION, 1 - BOOKIE_MIN_FREE_BYTES / usage.total)
     warn = min(full, max(0.01, 1 - BOOKIE_WARN_FREE_BYTES / usage.total))
