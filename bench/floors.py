@@ -22,6 +22,7 @@ import argparse
 import json
 import logging
 import multiprocessing
+import queue
 import shutil
 import sys
 import tempfile
@@ -198,6 +199,8 @@ def time_phase(phase: str, service_url: str, n: int, processes: int, attempt: in
         go.set()
         answers = [out.get(timeout=3600) for _ in procs]
         seconds = time.perf_counter() - started
+    except queue.Empty:
+        raise BenchError(f"{phase} with {processes} processes: a process did not answer in time") from None
     finally:
         for proc in procs:
             proc.join(timeout=60)
