@@ -75,15 +75,21 @@ def shares(processes: int) -> list[list[str]]:
     return [s for s in (topics[i::processes] for i in range(processes)) if s]
 
 
-def _read(client: Any, topics: list[str], n: int, subscription: str) -> int:
-    """Read every message of ``topics`` with Readers; returns how many (each once)."""
+def _receive(client: Any, topics: list[str], n: int, subscription: str, ack: bool) -> int:
+    """Receive every message of ``topics``: with Readers (``ack`` False), or on ``subscription`` (created
+    here, from the earliest) acking each one. Returns how many (each once)."""
     backlog = workload.backlog_per_dlq(n)
     received = 0
     for topic in topics:
-        reader = ReaderBatches(client, topic)
-        received += drain(reader, lambda batch: None, expected=backlog[topic], idle_timeout_s=IDLE_TIMEOUT_S)
-        reader.close()
+        source = subscribe(client, topic, subscription) if ack else ReaderBatches(client, topic)
+        handle = _acker(source) if ack else _ignore
+        received += drain(source, handle, expected=backlog[topic], idle_timeout_s=IDLE_TIMEOUT_S)
+        source.close()
     return received
+
+
+def _ignore(batch: list[Any]) -> None:
+    """A read floor does nothing with what it reads."""
 
 
 def _acker(consumer: Any) -> Callable[[list[Any]], None]:
@@ -94,17 +100,6 @@ def _acker(consumer: Any) -> Callable[[list[Any]], None]:
             ack(msg)
 
     return handle
-
-
-def _read_ack(client: Any, topics: list[str], n: int, subscription: str) -> int:
-    """Receive and ack every message of ``topics`` on ``subscription`` (created here, from the earliest)."""
-    backlog = workload.backlog_per_dlq(n)
-    received = 0
-    for topic in topics:
-        consumer = subscribe(client, topic, subscription)
-        received += drain(consumer, _acker(consumer), expected=backlog[topic], idle_timeout_s=IDLE_TIMEOUT_S)
-        consumer.close()
-    return received
 
 
 class _Send(NamedTuple):
@@ -141,16 +136,12 @@ def republished(topics: list[str], n: int) -> list[_Send]:
     return out
 
 
-def _sender(topics: list[str], n: int) -> Callable[[Any, list[str], int, str], int]:
-    messages = republished(topics, n)
-
-    def send(client: Any, _topics: list[str], _n: int, _subscription: str) -> int:
-        producers = ConfirmedProducers(client, batch=CONFIRM_EVERY)
-        producers.send_all(messages, confirm_every=CONFIRM_EVERY)
-        producers.close()
-        return producers.sent
-
-    return send
+def _send(client: Any, messages: list[_Send]) -> int:
+    """Send ``messages`` confirmed every :data:`CONFIRM_EVERY`; returns how many the broker confirmed."""
+    producers = ConfirmedProducers(client, batch=CONFIRM_EVERY)
+    producers.send_all(messages, confirm_every=CONFIRM_EVERY)
+    producers.close()
+    return producers.sent
 
 
 def _worker(
@@ -158,12 +149,16 @@ def _worker(
 ) -> None:
     """One process of a phase: connect and prepare, say ready, wait for go, run, answer its count."""
     try:
-        run = {"read": _read, "read+ack": _read_ack}.get(phase) or _sender(topics, n)
+        messages = republished(topics, n) if phase == "send" else []
         client = make_client(service_url)
         try:
             ready.put(True)
             go.wait()
-            out.put(("ok", run(client, topics, n, subscription)))
+            if phase == "send":
+                moved = _send(client, messages)
+            else:
+                moved = _receive(client, topics, n, subscription, ack=phase == "read+ack")
+            out.put(("ok", moved))
         finally:
             client.close()
     except BaseException as exc:  # reported to the parent, which fails the phase
@@ -171,9 +166,9 @@ def _worker(
         out.put(("error", f"{type(exc).__name__}: {exc}"))
     finally:
         # The answers reach the parent first; then leave without finalisers (bench.exit.hard_exit).
-        for queue in (ready, out):
-            queue.close()
-            queue.join_thread()
+        for channel in (ready, out):
+            channel.close()
+            channel.join_thread()
         from bench.exit import hard_exit
 
         hard_exit(0)
@@ -242,8 +237,9 @@ def floors_table(floors: list[Floor]) -> str:
     """Markdown: seconds and msgs/s per phase and process count, and the speed-up of the most processes
     over one."""
     counts = sorted({f.processes for f in floors})
+    speed_up = len(counts) > 1 and counts[0] == 1
     head = "| broker | N | phase | " + " | ".join(f"{p} proc s (msgs/s)" for p in counts)
-    lines = [head + (f" | {counts[-1]} over 1 |" if len(counts) > 1 and counts[0] == 1 else " |")]
+    lines = [head + (f" | {counts[-1]} over 1 |" if speed_up else " |")]
     lines.append("|" + "---|" * (lines[0].count("|") - 1))
     keys = sorted(
         {(f.broker, f.size, f.phase) for f in floors},
@@ -257,7 +253,7 @@ def floors_table(floors: list[Floor]) -> str:
             cells.append(("FAILED" if f.error else f"{f.seconds:.2f} ({f.msgs_per_s:,.0f})") if f else "")
         row = f"| {BROKER_LABELS[broker]} | {size:,} | {phase} | " + " | ".join(cells)
         one, most = by_key.get((broker, size, phase, 1)), by_key.get((broker, size, phase, counts[-1]))
-        if len(counts) > 1 and counts[0] == 1:
+        if speed_up:
             if one and most and not one.error and not most.error:
                 row += f" | {one.seconds / most.seconds:.2f} |"
             else:
