@@ -6,7 +6,9 @@ from ``SparkContext.statusTracker()``, and records from the stages' live metrics
 shuffle records read), which executors report with every heartbeat. The step's total is what the run
 already knows (the snapshot's size for decide and record, the messages to send for apply) or, for the
 snapshot, the backlog the caller expects (``spark.dlq.progress.expectedMessages``); without a total the
-line says how many were done and the ETA comes from the share of tasks done.
+line says how many were done and the ETA comes from the share of tasks done. Steps whose Python tasks
+write their own files (:mod:`~spark_apps.dlq_replay.task_parquet`) send Spark only a tally row per
+batch, so there the rows come from the tasks' progress files instead (:meth:`StepProgress.count_files`).
 
 Nothing here touches the data plane: any step, however it reads or writes, gets the same lines.
 """
@@ -226,7 +228,18 @@ class StepProgress:
         self.log = logger
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
+        self._folders: list[str] = []
         self.lines: list[str] = []
+
+    def count_files(self, path: str) -> None:
+        """Count the running step's messages from the rows its tasks have written to ``path`` (task
+        writes; more than one path: their sum), not from Spark's metrics."""
+        self._folders.append(path)
+
+    def _file_rows(self) -> int:
+        from spark_apps.dlq_replay.task_parquet import rows_written
+
+        return sum(rows_written(path) or 0 for path in list(self._folders))
 
     def expected_snapshot(self) -> int | None:
         """The backlog the caller expects the snapshot to read (``spark.dlq.progress.expectedMessages``)."""
@@ -239,6 +252,7 @@ class StepProgress:
         """Tag the step's jobs and log its progress until :meth:`stop` (tasks only without
         ``count_rows``: for steps whose rows are not messages)."""
         self.stop()
+        self._folders = []
         group = JOB_GROUP_PREFIX + step
         if self._status is not None:
             self._status.mark()
@@ -253,8 +267,10 @@ class StepProgress:
             while failures < 3 and not stop.wait(self.interval):
                 try:
                     sample = self._sampler(group)
+                    records = sample.records if not self._folders else self._file_rows()
                     if not count_rows:
-                        sample = Sample(sample.tasks_total, sample.tasks_done, sample.tasks_running, None)
+                        records = None
+                    sample = Sample(sample.tasks_total, sample.tasks_done, sample.tasks_running, records)
                     line = progress_line(step, sample, total, self.clock() - started)
                 except Exception as exc:  # progress must never break a run; give up when Spark is gone
                     failures += 1

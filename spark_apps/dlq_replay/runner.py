@@ -52,6 +52,7 @@ class RunPaths:
         self.report_json = join(self.run, "report.json")
         self.report_html = join(self.run, "report.html")
         self.archive = join(self.root, "archive")
+        self.archive_staged = join(self.run, "archive_staged")
         self.ledger = join(self.root, "ledger")
 
     def public(self) -> dict[str, str]:
@@ -280,6 +281,7 @@ def _snapshot(run: _Run, windows: list[PartitionWindow]) -> DataFrame:
             # ... and, unless --max-messages needs the whole context, the rows' replay ids beside it: the
             # decide step's duplicate marks then read those few columns, not the snapshot.
             with_identities = run.options.max_messages is None
+            run.progress.count_files(run.paths.snapshot)
             tallies = task_parquet.write_in_tasks(
                 frame,
                 read_task,
@@ -349,8 +351,9 @@ def _entries_tally(batch: pa.RecordBatch) -> tuple[int, int]:
     return batch.num_rows, batch.column(ENTRY_FIRST).true_count
 
 
-def _decide(run: _Run, snapshot: DataFrame) -> DataFrame:
+def _decide(run: _Run, snapshot: DataFrame, planned_at: datetime) -> DataFrame:
     from spark_apps.dlq_replay import task_parquet
+    from spark_apps.dlq_replay.archive_files import staged_output
     from spark_apps.dlq_replay.arrow_compat import map_in_arrow
     from spark_apps.dlq_replay.decide import DecideSettings, Filters, decide_tasks
     from spark_apps.dlq_replay.ledger import final_ids, read_ledger
@@ -390,10 +393,14 @@ def _decide(run: _Run, snapshot: DataFrame) -> DataFrame:
             identities=_snapshot_identities(run) if by_read_tasks else None,
         )
         # The rows to republish are counted as the decisions are written, not by reading them again.
-        by_tasks = False
+        by_tasks = staged = False
         if task_parquet.enabled(run.spark, run.paths.decisions):  # the tasks write their decisions
+            # ... and the archived rows, which apply moves into the archive (archive_files).
+            staged = opts.mode != oc.DRY_RUN and local_path(run.paths.archive) is not None
+            sides = [staged_output(run.paths.archive_staged, planned_at)] if staged else []
+            run.progress.count_files(run.paths.decisions)
             tallies = task_parquet.write_in_tasks(
-                frame, decide_task, DECIDED_SCHEMA, run.paths.decisions, _sending_tally, ("n", "last")
+                frame, decide_task, DECIDED_SCHEMA, run.paths.decisions, _sending_tally, ("n", "last"), sides
             )
             lasts = [t[1] for t in tallies if t[1] is not None]
             stats = {"n": sum(t[0] or 0 for t in tallies), "last": max(lasts, default=None)}
@@ -415,6 +422,7 @@ def _decide(run: _Run, snapshot: DataFrame) -> DataFrame:
             max_sequence_id=int(stats["last"]) if stats["last"] is not None else -1,
             producers_per_target=run.buckets,
             written_by_tasks=by_tasks,  # one file per producer bucket: apply sends from them
+            archive_staged=staged,
         )
     return run.spark.read.schema(DECIDED_SCHEMA).parquet(run.paths.decisions)
 
@@ -448,14 +456,12 @@ def _reviewed_ids(run: _Run) -> DataFrame | None:
 
 
 def _apply(run: _Run, decisions: DataFrame, planned_at: datetime) -> DataFrame | None:
-    from spark_apps.dlq_replay.apply import archive_rows, write_archive
-
     to_send = int(run.state.info("decide").get("to_republish", 0))
     if run.step("apply"):
         started = time.monotonic()
         progress = run.state.progress("apply")
         if not progress.get("archive_written"):
-            write_archive(archive_rows(decisions, run.options.run_id, planned_at), run.paths.archive)
+            _archive(run, decisions, planned_at)
             progress["archive_written"] = True
             run.save()
             log.info("step apply: archive written to %s", run.paths.archive)
@@ -484,6 +490,18 @@ def _apply(run: _Run, decisions: DataFrame, planned_at: datetime) -> DataFrame |
     if to_send and run.storage.has_data(run.paths.republish_results):
         return run.spark.read.parquet(run.paths.republish_results)
     return None
+
+
+def _archive(run: _Run, decisions: DataFrame, planned_at: datetime) -> None:
+    """Write this run's archive partitions: move the decide tasks' staged files, or let Spark write them."""
+    from spark_apps.dlq_replay.apply import archive_rows, write_archive
+    from spark_apps.dlq_replay.archive_files import publish_staged
+
+    staged, root = local_path(run.paths.archive_staged), local_path(run.paths.archive)
+    if run.state.info("decide").get("archive_staged") and staged is not None and root is not None:
+        publish_staged(staged, root, planned_at.strftime("%Y-%m-%d"), run.options.run_id)
+    else:
+        write_archive(archive_rows(decisions, run.options.run_id, planned_at), run.paths.archive)
 
 
 def _send(run: _Run, decisions: DataFrame, path: str) -> None:
@@ -545,6 +563,8 @@ def _republish_in_waves(run: _Run, decisions: DataFrame, to_send: int, from_file
         run.check_lock()
         path = join(run.paths.republish_results, f"wave={wave}")
         if run.storage.exists(join(path, "_SUCCESS")):
+            if from_files:
+                run.progress.count_files(path)  # its messages count as done
             log.info(
                 "step apply: wave %d/%d was sent by an earlier attempt, not sending again", wave + 1, waves
             )
@@ -570,6 +590,7 @@ def _republish_in_waves(run: _Run, decisions: DataFrame, to_send: int, from_file
         progress["wave_in_flight"] = wave
         run.save()
         if rows is None:
+            run.progress.count_files(path)
             send_wave(
                 run.spark,
                 run.paths.decisions,
@@ -828,7 +849,7 @@ def _run_steps(run: _Run) -> dict[str, Any]:
         _skip_message_steps(run, windows)
         return _report(run, None, started_wall)
     snapshot = _snapshot(run, windows)
-    decisions = _decide(run, snapshot)
+    decisions = _decide(run, snapshot, planned_at)
     if options.mode == oc.DRY_RUN:
         outcomes_df = with_publish_results(decisions.select(*OUTCOME_COLUMNS), None)
     else:

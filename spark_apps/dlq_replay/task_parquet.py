@@ -19,13 +19,21 @@ before the job, then removes leftover temporary files and writes ``_SUCCESS``.
 
 A task can also write side datasets from the same batches (:class:`SideOutput`: a few columns derived
 from each batch, in a folder of their own, committed with the main file), so a later step reads those
-few columns without another pass over the messages.
+few columns without another pass over the messages. A side dataset can be partitioned by a column, in
+folders named as Spark names them (:func:`partition_folder`).
+
+Progress: Spark's live metrics count the tally rows these tasks send back, not the messages they write,
+so every task also keeps ``_progress-<partition>`` in the main folder up to date (the rows it has written,
+every :data:`PROGRESS_EVERY_S` and when it ends); :func:`rows_written` sums them for the step's progress
+lines. Readers skip them like every name starting with ``_``; once the job ends their sum goes into
+``_SUCCESS`` (``rows=<n>``) and they are removed, so the folder holds what Spark's writer leaves.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import time
 import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -45,6 +53,9 @@ if TYPE_CHECKING:
 ROW_GROUP_BYTES = 8 * 1024 * 1024
 _TEMP_PREFIX = "_tmp-"
 SUCCESS = "_SUCCESS"
+_PROGRESS_PREFIX = "_progress-"
+#: How often a task records the rows it has written so far.
+PROGRESS_EVERY_S = 2.0
 
 #: One task's tallies: a tuple of integers (or ``None``) per written batch, named by the caller.
 Tally = tuple[int | None, ...]
@@ -88,7 +99,9 @@ class TaskFile:
     """One task's Parquet file in ``folder``: batches buffered into row groups, renamed into place by
     :meth:`commit` (see the module docstring)."""
 
-    def __init__(self, folder: str, partition: int, attempt: int, schema: pa.Schema) -> None:
+    def __init__(
+        self, folder: str, partition: int, attempt: int, schema: pa.Schema, *, int96_timestamps: bool = False
+    ) -> None:
         import pyarrow.parquet as pq
 
         self.schema = schema
@@ -96,7 +109,11 @@ class TaskFile:
         temp = f"{_TEMP_PREFIX}{partition:05d}-{attempt}-{uuid.uuid4().hex}.parquet"
         self.temp = os.path.join(folder, temp)
         self._writer = pq.ParquetWriter(
-            self.temp, schema, compression="snappy", use_dictionary=dictionary_columns(schema)
+            self.temp,
+            schema,
+            compression="snappy",
+            use_dictionary=dictionary_columns(schema),
+            use_deprecated_int96_timestamps=int96_timestamps,
         )
         self._pending: list[pa.RecordBatch] = []
         self._pending_bytes = 0
@@ -134,14 +151,113 @@ class TaskFile:
                 os.remove(self.temp)
 
 
+#: The folder name Spark gives a null or empty partition value.
+DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
+#: The characters Spark escapes in a partition folder name (besides the control characters): ``%XX``.
+_ESCAPED = frozenset("\"#%'*/:=?\\\x7f{[]^")
+
+
+def partition_folder(column: str, value: str | None) -> str:
+    """``<column>=<value>`` as Spark's partitioned writer names the folder (and its reader decodes it)."""
+    if not value:
+        return f"{column}={DEFAULT_PARTITION}"
+    escaped = "".join(f"%{ord(c):02X}" if c in _ESCAPED or "\x01" <= c <= "\x1f" else c for c in value)
+    return f"{column}={escaped}"
+
+
 @dataclass(frozen=True)
 class SideOutput:
     """A second dataset the tasks of :func:`write_in_tasks` write at ``path``: ``rows`` of every output
-    batch, with ``schema``'s columns."""
+    batch, with ``schema``'s columns. With ``partition_by`` (a string column of ``rows`` that is not in
+    ``schema``), each task writes one file per value of that column, in :func:`partition_folder`.
+    ``int96_timestamps`` stores timestamps as Spark's own writer does by default."""
 
     path: str
     schema: StructType
     rows: Callable[[pa.RecordBatch], pa.RecordBatch]
+    partition_by: str | None = None
+    int96_timestamps: bool = False
+
+
+class PartitionedTaskFiles:
+    """One task's files of a side dataset partitioned by a column: a :class:`TaskFile` per value."""
+
+    def __init__(
+        self, folder: str, column: str, partition: int, attempt: int, schema: pa.Schema, int96: bool
+    ) -> None:
+        self.folder, self.column = folder, column
+        self.partition, self.attempt = partition, attempt
+        self.schema, self.int96 = schema, int96
+        self.files: dict[str | None, TaskFile] = {}
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        import pyarrow.compute as pc
+
+        if batch.num_rows == 0:
+            return
+        values = batch.column(self.column)
+        for value in pc.unique(values).to_pylist():
+            rows = batch.filter(pc.is_null(values) if value is None else pc.equal(values, value))
+            self._file(value).write(rows)
+
+    def _file(self, value: str | None) -> TaskFile:
+        out = self.files.get(value)
+        if out is None:
+            folder = os.path.join(self.folder, partition_folder(self.column, value))
+            os.makedirs(folder, exist_ok=True)
+            out = TaskFile(folder, self.partition, self.attempt, self.schema, int96_timestamps=self.int96)
+            self.files[value] = out
+        return out
+
+    def commit(self) -> None:
+        for out in self.files.values():
+            out.commit()
+
+    def discard(self) -> None:
+        for out in self.files.values():
+            out.discard()
+
+
+def _record_rows(folder: str, partition: int, rows: int) -> None:
+    """Replace task ``partition``'s progress file in ``folder`` with ``rows`` (never fails the task)."""
+    path = os.path.join(folder, f"{_PROGRESS_PREFIX}{partition:05d}")
+    temp = f"{path}.{uuid.uuid4().hex}"
+    try:
+        with open(temp, "w") as out:
+            out.write(str(rows))
+        os.replace(temp, path)
+    except OSError:
+        pass
+
+
+def rows_written(path: str) -> int | None:
+    """The rows the tasks of :func:`write_in_tasks` have written to ``path`` so far (a retried task counts
+    from its new start; a finished job's total), or ``None`` when none has recorded any yet."""
+    folder = local_path(path)
+    try:
+        names = os.listdir(folder) if folder else []
+    except OSError:
+        return None
+    total: int | None = None
+    for name in names:
+        if name.startswith(_PROGRESS_PREFIX) and "." not in name:
+            rows = _read_int(os.path.join(folder or "", name), "")
+            if rows is not None:
+                total = rows + (total or 0)
+    if total is None and SUCCESS in names:
+        total = _read_int(os.path.join(folder or "", SUCCESS), "rows=")
+    return total
+
+
+def _read_int(path: str, prefix: str) -> int | None:
+    try:
+        with open(path) as source:
+            text = source.read().strip()
+    except OSError:
+        return None
+    if not text.startswith(prefix) or not text[len(prefix) :].isdigit():
+        return None
+    return int(text[len(prefix) :])
 
 
 def _empty_folder(path: str) -> str:
@@ -154,11 +270,15 @@ def _empty_folder(path: str) -> str:
 
 
 def _seal(folder: str) -> None:
-    for name in os.listdir(folder):
-        if name.startswith(_TEMP_PREFIX):  # a failed attempt's file, if its task could not remove it
-            os.remove(os.path.join(folder, name))
-    with open(os.path.join(folder, SUCCESS), "w"):
-        pass
+    rows = rows_written(folder)
+    for parent, _, names in os.walk(folder):  # partition folders of a partitioned side dataset too
+        for name in names:
+            # a failed attempt's file, if its task could not remove it; the tasks' progress records
+            if name.startswith((_TEMP_PREFIX, _PROGRESS_PREFIX)):
+                os.remove(os.path.join(parent, name))
+    with open(os.path.join(folder, SUCCESS), "w") as marker:
+        if rows is not None:
+            marker.write(f"rows={rows}\n")
 
 
 def write_in_tasks(
@@ -180,6 +300,7 @@ def write_in_tasks(
     folders = [_empty_folder(path), *(_empty_folder(side.path) for side in sides)]
     schemas = [arrow_schema(schema), *(arrow_schema(side.schema) for side in sides)]
     derive = [lambda batch: batch, *(side.rows for side in sides)]
+    layouts = [(None, False), *((side.partition_by, side.int96_timestamps) for side in sides)]
     names = list(tally_names)
 
     def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -188,17 +309,26 @@ def write_in_tasks(
 
         context = TaskContext.get()
         partition, attempt = (context.partitionId(), context.attemptNumber()) if context else (0, 0)
-        outs: list[TaskFile] = []
+        outs: list[TaskFile | PartitionedTaskFiles] = []
         tallies: list[Tally] = []
         try:
-            for folder, file_schema in zip(folders, schemas, strict=True):
-                outs.append(TaskFile(folder, partition, attempt, file_schema))
+            for folder, file_schema, (column, int96) in zip(folders, schemas, layouts, strict=True):
+                if column is None:
+                    outs.append(TaskFile(folder, partition, attempt, file_schema, int96_timestamps=int96))
+                else:
+                    outs.append(PartitionedTaskFiles(folder, column, partition, attempt, file_schema, int96))
+            written, recorded = 0, time.monotonic()
             for batch in transform(batches):
                 tallies.append(tally(batch))
                 for out, rows in zip(outs, derive, strict=True):
                     out.write(rows(batch))
+                written += batch.num_rows
+                if time.monotonic() - recorded >= PROGRESS_EVERY_S:
+                    _record_rows(folders[0], partition, written)
+                    recorded = time.monotonic()
             for out in outs:
                 out.commit()
+            _record_rows(folders[0], partition, written)
         except BaseException:
             for out in outs:
                 out.discard()

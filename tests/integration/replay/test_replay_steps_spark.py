@@ -326,3 +326,57 @@ def test_storage_round_trip(spark, tmp_path):
     storage.write_text(path, "again")
     assert storage.read_text(path) == "again"
     assert sorted(p.name for p in (tmp_path / "runs" / "r").iterdir()) == ["state.json"]
+
+
+def test_archive_staged_by_tasks_reads_as_sparks_archive(spark, tmp_path):
+    """The decide tasks' archive files, moved into place by apply, read back exactly as Spark's own
+    archive of the same decisions: rows, schema, partition folders and Parquet types (INT96 timestamps)."""
+    import pyarrow.parquet as pq
+
+    from spark_apps.dlq_replay.archive_files import publish_staged, staged_output
+    from spark_apps.dlq_replay.schemas import DECIDED_SCHEMA
+
+    both_archived = parse_playbook(
+        """
+rules:
+  - {name: keep-timeouts, match: {error_class: Timeout}, action: archive}
+  - {name: archive-poison, match: {error_class: Poison}, action: archive, archive_payload: false}
+"""
+    )
+    decided = decide(snapshot_df(spark, n_timeout=5), both_archived, settings(), 2).cache()
+    run_id = "manual__2024-05-01T00:00:00+00:00"  # ':' and '+' as Airflow run ids have them
+    by_spark, by_tasks = tmp_path / "spark", tmp_path / "tasks"
+    write_archive(archive_rows(decided, run_id, T0), str(by_spark))
+    for _ in range(2):  # a redone decide and apply replace this run's partition
+        task_parquet.write_in_tasks(
+            decided,
+            lambda batches: batches,
+            DECIDED_SCHEMA,
+            str(tmp_path / "decisions"),
+            lambda batch: (batch.num_rows,),
+            ("n",),
+            [staged_output(str(tmp_path / "staged"), T0)],
+        )
+        assert publish_staged(str(tmp_path / "staged"), str(by_tasks), "2024-05-01", run_id) == 1
+    assert publish_staged(str(tmp_path / "staged"), str(by_tasks), "2024-05-01", run_id) == 0
+
+    def folders(root):
+        return sorted(str(p.parent.relative_to(root)) for p in root.rglob("*.parquet"))
+
+    assert set(folders(by_tasks)) == set(folders(by_spark))
+    assert folders(by_tasks)[0] == (
+        "dlq_topic=persistent%3A%2F%2Fpublic%2Fdefault%2Forders-sub-DLQ/date=2024-05-01/"
+        "run_id=manual__2024-05-01T00%3A00%3A00+00%3A00"
+    )
+    expected, actual = spark.read.parquet(str(by_spark)), spark.read.parquet(str(by_tasks))
+    assert actual.schema == expected.schema
+    assert sorted(actual.collect()) == sorted(expected.collect())
+    assert actual.count() == 11
+    assert actual.filter("payload IS NOT NULL").count() == 5
+    assert {r["run_id"] for r in actual.select("run_id").collect()} == {run_id}
+
+    def parquet_types(root):
+        schema = pq.ParquetFile(next(root.rglob("*.parquet"))).schema
+        return [(c.path, c.physical_type, str(c.logical_type)) for c in schema]
+
+    assert parquet_types(by_tasks) == parquet_types(by_spark)

@@ -68,3 +68,36 @@ def test_a_failing_sampler_never_breaks_the_step():
     threading.Event().wait(0.1)
     progress.stop()
     assert progress.lines == []
+
+
+def test_rows_written_sums_the_tasks_progress_files(tmp_path):
+    from spark_apps.dlq_replay.task_parquet import rows_written
+
+    assert rows_written(str(tmp_path)) is None  # no task has recorded anything yet
+    assert rows_written(str(tmp_path / "missing")) is None
+    (tmp_path / "_progress-00000").write_text("1200")
+    (tmp_path / "_progress-00001").write_text("800")
+    (tmp_path / "_progress-00001.5f3a").write_text("999")  # a record being replaced
+    (tmp_path / "part-00000.parquet").write_text("not counted")
+    assert rows_written(str(tmp_path)) == 2000
+    assert rows_written(f"file://{tmp_path}") == 2000
+    for name in ("_progress-00000", "_progress-00001", "_progress-00001.5f3a"):
+        (tmp_path / name).unlink()
+    (tmp_path / "_SUCCESS").write_text("rows=2000\n")  # the job ended: its total
+    assert rows_written(str(tmp_path)) == 2000
+    (tmp_path / "_SUCCESS").write_text("")  # written by Spark: no count
+    assert rows_written(str(tmp_path)) is None
+
+
+def test_lines_count_the_files_rows_when_the_step_has_any():
+    files = {"rows": 0}
+    progress = StepProgress(None, interval=0.05, sampler=lambda group: Sample(2, 0, 2, 3))
+    progress.start("decide", 10_000)
+    progress._file_rows = lambda: files["rows"]  # type: ignore[method-assign]
+    progress.count_files("/nowhere")
+    files["rows"] = 4_000
+    deadline = threading.Event()
+    deadline.wait(0.5)
+    progress.stop()
+    assert progress.lines
+    assert progress.lines[-1].startswith("step decide: 4,000/10,000 messages (40%)")  # not Spark's 3
