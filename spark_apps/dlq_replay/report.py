@@ -66,34 +66,45 @@ def _label(outcome: str | None, mode: str) -> str:
 
 
 def aggregate(outcomes: DataFrame) -> tuple[list[dict[str, Any]], dict[str, list[str]]]:
-    """Collect (signature x outcome x action x rule) aggregates and sample message ids per signature."""
-    from pyspark.sql import Window
+    """Collect (signature x outcome x action x rule) aggregates and sample message ids per signature.
+
+    One hash aggregation: each combination keeps its first :data:`SAMPLE_IDS` messages by (publish
+    time, topic, message id) (``min_by`` with ``k``), and a signature's samples are the first of its
+    combinations' (no window sort of the messages)."""
     from pyspark.sql import functions as F
 
-    from spark_apps.dlq_replay.concurrent_queries import run_concurrently
+    first = F.struct("publish_time", "dlq_topic", "dlq_message_id")
+    rows = (
+        outcomes.groupBy("signature", "outcome", "action", "rule")
+        .agg(
+            F.count(F.lit(1)).alias("n"),
+            F.min("error_template").alias("template"),
+            F.min("error_class").alias("error_class"),
+            F.min("origin_topic").alias("origin_topic"),
+            F.collect_set("context_format").alias("context_formats"),
+            F.min("reason").alias("reason"),
+            F.date_format(F.min("publish_time"), ISO_FORMAT).alias("first_seen"),
+            F.date_format(F.max("publish_time"), ISO_FORMAT).alias("last_seen"),
+            F.min_by(first, first, SAMPLE_IDS).alias("first_ids"),
+        )
+        .collect()
+    )
+    firsts: dict[str, list[Any]] = {}
+    combos: list[dict[str, Any]] = []
+    for row in rows:
+        combo = row.asDict()
+        firsts.setdefault(combo["signature"], []).extend(combo.pop("first_ids") or [])
+        combos.append(combo)
+    samples = {
+        sig: [item["dlq_message_id"] for item in sorted(items, key=_first_key)[:SAMPLE_IDS]]
+        for sig, items in firsts.items()
+    }
+    return combos, samples
 
-    combos_query = outcomes.groupBy("signature", "outcome", "action", "rule").agg(
-        F.count(F.lit(1)).alias("n"),
-        F.min("error_template").alias("template"),
-        F.min("error_class").alias("error_class"),
-        F.min("origin_topic").alias("origin_topic"),
-        F.collect_set("context_format").alias("context_formats"),
-        F.min("reason").alias("reason"),
-        F.date_format(F.min("publish_time"), ISO_FORMAT).alias("first_seen"),
-        F.date_format(F.max("publish_time"), ISO_FORMAT).alias("last_seen"),
-    )
-    window = Window.partitionBy("signature").orderBy("publish_time", "dlq_topic", "dlq_message_id")
-    samples_query = (
-        outcomes.select("signature", "publish_time", "dlq_topic", "dlq_message_id")
-        .withColumn("_n", F.row_number().over(window))
-        .filter(F.col("_n") <= SAMPLE_IDS)
-        .groupBy("signature")
-        .agg(F.sort_array(F.collect_list(F.struct("_n", "dlq_message_id"))).alias("ids"))
-    )
-    spark = outcomes.sparkSession
-    combos, samples_rows = run_concurrently(spark, combos_query.collect, samples_query.collect)
-    samples = {r["signature"]: [item["dlq_message_id"] for item in r["ids"]] for r in samples_rows}
-    return [r.asDict() for r in combos], samples
+
+def _first_key(item: Any) -> tuple[tuple[int, Any], ...]:
+    """Sort key of a sample (publish time, topic, message id): nulls first, as Spark orders them."""
+    return tuple((0, "") if value is None else (1, value) for value in item)
 
 
 def build_groups(

@@ -196,6 +196,37 @@ def test_report_from_outcomes(spark):
     assert sum(g["count"] for g in report["groups"]) == 15
 
 
+def test_report_samples_are_a_signatures_first_messages_across_its_outcomes(spark):
+    """A group's sample ids are its first messages by (publish time, topic, id), nulls first, wherever
+    they fall among its (outcome, action, rule) combinations."""
+    from spark_apps.dlq_replay.report import SAMPLE_IDS, aggregate
+
+    columns = (
+        "signature string, outcome string, action string, rule string, error_template string, "
+        "error_class string, origin_topic string, context_format string, reason string, "
+        "publish_time timestamp, dlq_topic string, dlq_message_id string"
+    )
+    rows = []
+    for i in range(9):  # outcomes alternate; two topics tie on every other publish time
+        outcome = oc.REPUBLISHED if i % 2 else oc.PUBLISH_FAILED
+        at = None if i == 7 else T0 + timedelta(seconds=i // 2)
+        topic = DLQ if i % 3 else DLQ_B
+        rows.append(("s", outcome, "republish", "r", "t", "E", "o", "f", "term", at, topic, f"1:{i}:-1:-1"))
+    rows.append(("other", oc.ARCHIVED, "archive", "a", "t", "E", "o", "f", "term", T0, DLQ, "2:0:-1:-1"))
+    combos, samples = aggregate(spark.createDataFrame(rows, columns).repartition(3))
+    assert sorted((c["signature"], c["outcome"], c["n"]) for c in combos) == [
+        ("other", oc.ARCHIVED, 1), ("s", oc.PUBLISH_FAILED, 5), ("s", oc.REPUBLISHED, 4)
+    ]  # fmt: skip
+    assert "first_ids" not in combos[0]
+
+    def first(row):
+        return (row[9] is not None, row[9] or T0, row[10], row[11])
+
+    expected = [r[11] for r in sorted((r for r in rows if r[0] == "s"), key=first)][:SAMPLE_IDS]
+    assert expected[0] == "1:7:-1:-1"  # the message without a publish time comes first
+    assert samples == {"s": expected, "other": ["2:0:-1:-1"]}
+
+
 DLQ_B = "persistent://public/default/orders-other-DLQ"
 
 
