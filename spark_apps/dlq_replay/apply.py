@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING
 
 from spark_apps.dlq_replay import outcomes as oc
 from spark_apps.dlq_replay.parquet_writes import parquet_writer
-from spark_apps.dlq_replay.schemas import CONTEXT_COLUMNS
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -190,20 +189,11 @@ def archive_rows(decisions: DataFrame, run_id: str, archived_at: datetime) -> Da
     """The archive records of this run: payload (or null when payload-off), its SHA-256, full context."""
     from pyspark.sql import functions as F
 
-    context = [F.col(name) for name, _ in CONTEXT_COLUMNS]
+    from spark_apps.dlq_replay.archive_files import COPIED_COLUMNS
+
     return decisions.filter(F.col("outcome").isin(*sorted(oc.ARCHIVE_OUTCOMES))).select(
-        *context,
-        "replay_id",
-        "signature",
-        "error_template",
-        "rule",
-        "outcome",
-        F.col("outcome_reason").alias("archive_reason"),
-        "fix",
-        "fix_error",
-        "key",
-        "ordering_key",
-        "properties",
+        "dlq_topic",
+        *[F.col(source).alias(name) for name, source in COPIED_COLUMNS.items()],
         F.when(F.col("archive_payload"), F.col("value")).alias("payload"),
         F.sha2(F.col("value"), 256).alias("payload_sha256"),
         F.col("archive_payload").alias("payload_archived"),

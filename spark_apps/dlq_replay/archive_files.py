@@ -12,6 +12,7 @@ column order and with its INT96 timestamps, so the archive reads the same whiche
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import shutil
@@ -31,12 +32,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("spark_apps.dlq_replay")
 
-#: The archive's partition columns, in folder order.
-ARCHIVE_PARTITIONS = ("dlq_topic", "date", "run_id")
-
-#: Archive column -> the decided column it is copied from (``payload`` and ``payload_sha256`` are
-#: derived from ``value``; ``archived_at`` is the run's plan time).
-_COPIED = {
+#: Archive file column -> the decided column it is copied from, in the archive's order (``payload`` and
+#: ``payload_sha256`` are derived from ``value``; ``archived_at`` is the run's plan time). Both ways of
+#: writing the archive select these (:func:`~spark_apps.dlq_replay.apply.archive_rows` too).
+COPIED_COLUMNS = {
     **{name: name for name, _ in CONTEXT_COLUMNS if name != "dlq_topic"},
     "replay_id": "replay_id",
     "signature": "signature",
@@ -54,7 +53,7 @@ _DECIDED = {field.name: field.dataType for field in DECIDED_SCHEMA.fields}
 
 #: The columns of an archive file (the partition columns are its folders), as Spark's writer stores them.
 ARCHIVE_FILE_SCHEMA = StructType(
-    [StructField(name, _DECIDED[source]) for name, source in _COPIED.items()]
+    [StructField(name, _DECIDED[source]) for name, source in COPIED_COLUMNS.items()]
     + [
         StructField("payload", BinaryType()),
         StructField("payload_sha256", StringType()),
@@ -64,6 +63,14 @@ ARCHIVE_FILE_SCHEMA = StructType(
         StructField("archived_at", TimestampType(), nullable=False),
     ]
 )
+
+
+@functools.cache
+def _batch_schema() -> pa.Schema:
+    """:data:`ARCHIVE_FILE_SCHEMA` in Arrow, with ``dlq_topic`` (the folder it is written to) last."""
+    import pyarrow as pa
+
+    return arrow_schema(ARCHIVE_FILE_SCHEMA).append(pa.field("dlq_topic", pa.string()))
 
 
 def archive_batch(batch: pa.RecordBatch, archived_at: datetime) -> pa.RecordBatch:
@@ -79,17 +86,16 @@ def archive_batch(batch: pa.RecordBatch, archived_at: datetime) -> pa.RecordBatc
     value = rows.column("value")
     keep = rows.column("archive_payload")
     digests = [None if v is None else hashlib.sha256(v).hexdigest() for v in value.to_pylist()]
-    columns = [rows.column(source) for source in _COPIED.values()] + [
+    columns = [rows.column(source) for source in COPIED_COLUMNS.values()] + [
         pc.if_else(pc.fill_null(keep, False), value, pa.nulls(n, value.type)),
         pa.array(digests, pa.string()),
         keep,
         rows.column("publish_time"),
         rows.column("event_time"),
-        pa.array([archived_at] * n, pa.timestamp("us", tz="UTC")),
+        pa.repeat(pa.scalar(archived_at, pa.timestamp("us", tz="UTC")), n),
         rows.column("dlq_topic"),
     ]
-    schema = arrow_schema(ARCHIVE_FILE_SCHEMA).append(pa.field("dlq_topic", pa.string()))
-    return pa.RecordBatch.from_arrays(columns, schema=schema)
+    return pa.RecordBatch.from_arrays(columns, schema=_batch_schema())
 
 
 def staged_output(path: str, archived_at: datetime) -> SideOutput:

@@ -267,9 +267,11 @@ class StepProgress:
             while failures < 3 and not stop.wait(self.interval):
                 try:
                     sample = self._sampler(group)
-                    records = sample.records if not self._folders else self._file_rows()
+                    records = sample.records
                     if not count_rows:
                         records = None
+                    elif self._folders:  # the tasks write their own files: count their rows
+                        records = self._file_rows()
                     sample = Sample(sample.tasks_total, sample.tasks_done, sample.tasks_running, records)
                     line = progress_line(step, sample, total, self.clock() - started)
                 except Exception as exc:  # progress must never break a run; give up when Spark is gone

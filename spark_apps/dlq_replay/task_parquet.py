@@ -218,6 +218,16 @@ class PartitionedTaskFiles:
             out.discard()
 
 
+def _open(
+    output: SideOutput, folder: str, schema: pa.Schema, partition: int, attempt: int
+) -> TaskFile | PartitionedTaskFiles:
+    """Task ``partition``'s file (or files, one per value of ``partition_by``) of ``output``."""
+    int96, column = output.int96_timestamps, output.partition_by
+    if column is None:
+        return TaskFile(folder, partition, attempt, schema, int96_timestamps=int96)
+    return PartitionedTaskFiles(folder, column, partition, attempt, schema, int96)
+
+
 def _record_rows(folder: str, partition: int, rows: int) -> None:
     """Replace task ``partition``'s progress file in ``folder`` with ``rows`` (never fails the task)."""
     path = os.path.join(folder, f"{_PROGRESS_PREFIX}{partition:05d}")
@@ -234,18 +244,20 @@ def rows_written(path: str) -> int | None:
     """The rows the tasks of :func:`write_in_tasks` have written to ``path`` so far (a retried task counts
     from its new start; a finished job's total), or ``None`` when none has recorded any yet."""
     folder = local_path(path)
+    if folder is None:
+        return None
     try:
-        names = os.listdir(folder) if folder else []
+        names = os.listdir(folder)
     except OSError:
         return None
     total: int | None = None
     for name in names:
         if name.startswith(_PROGRESS_PREFIX) and "." not in name:
-            rows = _read_int(os.path.join(folder or "", name), "")
+            rows = _read_int(os.path.join(folder, name), "")
             if rows is not None:
                 total = rows + (total or 0)
     if total is None and SUCCESS in names:
-        total = _read_int(os.path.join(folder or "", SUCCESS), "rows=")
+        total = _read_int(os.path.join(folder, SUCCESS), "rows=")
     return total
 
 
@@ -297,10 +309,9 @@ def write_in_tasks(
     from spark_apps.dlq_replay.arrow_compat import map_in_arrow
     from spark_apps.dlq_replay.schemas import arrow_schema
 
-    folders = [_empty_folder(path), *(_empty_folder(side.path) for side in sides)]
-    schemas = [arrow_schema(schema), *(arrow_schema(side.schema) for side in sides)]
-    derive = [lambda batch: batch, *(side.rows for side in sides)]
-    layouts = [(None, False), *((side.partition_by, side.int96_timestamps) for side in sides)]
+    outputs = [SideOutput(path, schema, lambda batch: batch), *sides]  # the main dataset first
+    folders = [_empty_folder(output.path) for output in outputs]
+    schemas = [arrow_schema(output.schema) for output in outputs]
     names = list(tally_names)
 
     def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -312,16 +323,13 @@ def write_in_tasks(
         outs: list[TaskFile | PartitionedTaskFiles] = []
         tallies: list[Tally] = []
         try:
-            for folder, file_schema, (column, int96) in zip(folders, schemas, layouts, strict=True):
-                if column is None:
-                    outs.append(TaskFile(folder, partition, attempt, file_schema, int96_timestamps=int96))
-                else:
-                    outs.append(PartitionedTaskFiles(folder, column, partition, attempt, file_schema, int96))
+            for output, folder, file_schema in zip(outputs, folders, schemas, strict=True):
+                outs.append(_open(output, folder, file_schema, partition, attempt))
             written, recorded = 0, time.monotonic()
             for batch in transform(batches):
                 tallies.append(tally(batch))
-                for out, rows in zip(outs, derive, strict=True):
-                    out.write(rows(batch))
+                for out, output in zip(outs, outputs, strict=True):
+                    out.write(output.rows(batch))
                 written += batch.num_rows
                 if time.monotonic() - recorded >= PROGRESS_EVERY_S:
                     _record_rows(folders[0], partition, written)
