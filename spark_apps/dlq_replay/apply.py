@@ -165,24 +165,18 @@ def with_publish_results(decisions: DataFrame, results: DataFrame | None) -> Dat
     joined = decisions.join(res, on="replay_id", how="left")
     sending = F.col("outcome") == oc.TO_REPUBLISH
     ok = sending & F.coalesce(F.col("_published"), F.lit(False))
-    return (
-        joined.withColumn(
-            "outcome",
-            F.when(ok, F.lit(oc.REPUBLISHED))
+    failure = F.concat(F.lit("publish failed: "), F.coalesce("_publish_error", F.lit("no send result")))
+    # One withColumns: every expression reads the decided outcome (not one rewritten before it).
+    return joined.withColumns(
+        {
+            "outcome": F.when(ok, F.lit(oc.REPUBLISHED))
             .when(sending, F.lit(oc.PUBLISH_FAILED))
             .otherwise(F.col("outcome")),
-        )
-        .withColumn(
-            "outcome_reason",
-            F.when(
-                sending & ~ok,
-                F.concat(
-                    F.lit("publish failed: "), F.coalesce(F.col("_publish_error"), F.lit("no send result"))
-                ),
-            ).otherwise(F.col("outcome_reason")),
-        )
-        .drop("_published", "_publish_error")
-    )
+            "outcome_reason": F.when(sending & ~ok, failure).otherwise(F.col("outcome_reason")),
+            # Only the row sent has a message id (not another copy of its original).
+            "published_message_id": F.when(sending, F.col("published_message_id")),
+        }
+    ).drop("_published", "_publish_error")
 
 
 def archive_rows(decisions: DataFrame, run_id: str, archived_at: datetime) -> DataFrame:

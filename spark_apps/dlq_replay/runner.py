@@ -21,7 +21,7 @@ from spark_apps.dlq_replay.storage import RunStorage, join, local_path, qualify_
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
     from spark_apps.dlq_replay.lock import RunLock
     from spark_apps.dlq_replay.options import ReplayOptions
@@ -54,6 +54,7 @@ class RunPaths:
         self.archive = join(self.root, "archive")
         self.archive_staged = join(self.run, "archive_staged")
         self.ledger = join(self.root, "ledger")
+        self.ledger_staged = join(self.run, "ledger_staged")
 
     def public(self) -> dict[str, str]:
         return {
@@ -541,6 +542,11 @@ def _republish_in_waves(run: _Run, decisions: DataFrame, to_send: int, from_file
         and bool(decided.get("written_by_tasks"))
         and task_parquet.enabled(run.spark, run.paths.decisions)
     )
+    # One results file per bucket and wave, for every wave: the record tasks read them (ledger_files).
+    earlier = progress.get(
+        "sent_from_files", "waves_done" not in progress and "wave_in_flight" not in progress
+    )
+    progress["sent_from_files"] = from_files and bool(earlier)
     last = int(decided.get("max_sequence_id", -1))
     if last < 0:  # decided by an attempt that did not record it
         row = decisions.selectExpr("max(sequence_id) AS last").first()
@@ -638,9 +644,48 @@ def _record(run: _Run, outcomes_df: DataFrame) -> None:
 
     if run.step("record"):
         started = time.monotonic()
-        rows = ledger_rows(outcomes_df, run.options.run_id, run.options.mode, datetime.now(UTC))
-        write_ledger(rows, run.paths.ledger)
-        run.done("record", started)
+        recorded_at = datetime.now(UTC)
+        by_tasks = _record_by_tasks(run)
+        if by_tasks:
+            from spark_apps.dlq_replay.ledger_files import publish_staged, record_in_tasks
+
+            staged, root = local_path(run.paths.ledger_staged), local_path(run.paths.ledger)
+            assert staged is not None  # _record_by_tasks checked both
+            assert root is not None
+            run.progress.count_files(run.paths.ledger_staged)
+            record_in_tasks(
+                run.spark,
+                run.paths.decisions,
+                run.paths.republish_results,
+                int(run.state.info("decide").get("producers_per_target") or run.buckets),
+                run.paths.ledger_staged,
+                mode=run.options.mode,
+                recorded_at=recorded_at,
+                batch_rows=_arrow_batch_rows(run),
+            )
+            publish_staged(staged, root, run.options.run_id)
+        else:
+            rows = ledger_rows(outcomes_df, run.options.run_id, run.options.mode, recorded_at)
+            write_ledger(rows, run.paths.ledger)
+        run.done("record", started, written_by_tasks=by_tasks)
+
+
+def _record_by_tasks(run: _Run) -> bool:
+    """True when the record tasks can zip each bucket's decisions file with its send results
+    (:mod:`~spark_apps.dlq_replay.ledger_files`): the decide tasks wrote one file per bucket, apply sent
+    from them (or sent nothing), no canary changed outcomes, and the ledger is on a local root."""
+    from spark_apps.dlq_replay import task_parquet
+
+    sent_from_files = not run.state.info("decide").get("to_republish") or bool(
+        run.state.info("apply").get("sent_from_files")
+    )
+    return (
+        bool(run.state.info("decide").get("written_by_tasks"))
+        and sent_from_files
+        and not run.options.canary
+        and task_parquet.enabled(run.spark, run.paths.decisions)
+        and task_parquet.enabled(run.spark, run.paths.ledger)
+    )
 
 
 def _commit(run: _Run, windows: list[PartitionWindow]) -> None:
@@ -716,26 +761,38 @@ def _commit_entries(run: _Run, windows: list[PartitionWindow]) -> dict[str, int]
     )
     ledger = read_ledger(run.spark, run.storage, run.paths.ledger)
     if ledger is not None and run.storage.has_data(run.paths.snapshot):
-        final = ledger.filter(F.col("run_id") == F.lit(run.options.run_id)).select(
-            "dlq_topic", "dlq_message_id", "final"
+        # Each side is aggregated per entry first (a map-side hash aggregation: about one row per entry
+        # leaves a task), then the two joined: joining per message made Spark broadcast 224 MiB of
+        # ledger rows at 1M (docs/benchmarks.md, seventeenth round). The run's ledger rows are its
+        # snapshot's messages, one each, so an entry's final count is the same either way.
+        ids = F.split(F.col("dlq_message_id"), ":")
+        entry: list[Column | str] = [
+            "dlq_topic",
+            ids[0].cast("long").alias("ledger_id"),
+            ids[1].cast("long").alias("entry_id"),
+        ]
+        final = (
+            ledger.filter(F.col("run_id") == F.lit(run.options.run_id))
+            .groupBy(*entry)
+            .agg(F.sum(F.when(F.col("final"), 1).otherwise(0)).cast("long").alias("final_messages"))
         )
         snapshot = run.spark.read.schema(SNAPSHOT_SCHEMA).parquet(run.paths.snapshot)
-        ids = F.split(F.col("dlq_message_id"), ":")
-        per_entry = (
+        read = (
             snapshot.select(
                 F.col("topic").alias("dlq_topic"),
                 F.col("message_id_str").alias("dlq_message_id"),
                 "batch_size",
             )
-            .join(final, ["dlq_topic", "dlq_message_id"], "left")
-            .groupBy(
-                "dlq_topic", ids[0].cast("long").alias("ledger_id"), ids[1].cast("long").alias("entry_id")
-            )
-            .agg(
-                F.count(F.lit(1)).alias("messages"),
-                F.sum(F.when(F.col("final"), 1).otherwise(0)).cast("long").alias("final_messages"),
-                F.max("batch_size").cast("long").alias("batch_size"),
-            )
+            .groupBy(*entry)
+            .agg(F.count(F.lit(1)).alias("messages"), F.max("batch_size").cast("long").alias("batch_size"))
+        )
+        per_entry = read.join(final, ["dlq_topic", "ledger_id", "entry_id"], "left").select(
+            "dlq_topic",
+            "ledger_id",
+            "entry_id",
+            "messages",
+            F.coalesce("final_messages", F.lit(0)).alias("final_messages"),
+            "batch_size",
         )
         entries = entries.unionByName(per_entry)
     fn = make_entry_commit_fn(run.conf, windows, run.options.subscription)

@@ -301,15 +301,19 @@ def write_in_tasks(
     tally: Callable[[pa.RecordBatch], Tally],
     tally_names: Sequence[str],
     sides: Sequence[SideOutput] = (),
+    *,
+    int96_timestamps: bool = False,
 ) -> list[Tally]:
     """Run ``transform`` over ``frame``'s partitions as ``mapInArrow`` would and write its output rows
     (``schema``'s columns; others are tallied but not written) to the Parquet dataset ``path``, and each
     of ``sides`` to its own, all of which must be :func:`supported`. Returns ``tally`` of every written
-    batch; nothing else reaches the JVM."""
+    batch; nothing else reaches the JVM. ``int96_timestamps``: the main dataset's timestamps as Spark's own
+    writer stores them by default."""
     from spark_apps.dlq_replay.arrow_compat import map_in_arrow
     from spark_apps.dlq_replay.schemas import arrow_schema
 
-    outputs = [SideOutput(path, schema, lambda batch: batch), *sides]  # the main dataset first
+    main = SideOutput(path, schema, lambda batch: batch, int96_timestamps=int96_timestamps)
+    outputs = [main, *sides]  # the main dataset first
     folders = [_empty_folder(output.path) for output in outputs]
     schemas = [arrow_schema(output.schema) for output in outputs]
     names = list(tally_names)

@@ -364,6 +364,10 @@ def test_waves_follow_the_brokers_deduplication(spark, pulsar_client, pulsar_bro
         steps = json.loads((out / "runs" / "waves" / "state.json").read_text())["steps"]
         assert steps["snapshot"]["written_by_tasks"] is task_writes
         assert steps["decide"]["written_by_tasks"] is task_writes
+        # The record tasks zip each bucket's decisions with its results of every wave.
+        assert steps["record"]["written_by_tasks"] is task_writes
+        ledger = spark.read.parquet(str(out / "ledger")).filter("run_id = 'waves'")
+        assert ledger.filter("outcome = 'republished' AND published_message_id IS NOT NULL").count() == n
         # The read tasks wrote the replay ids beside the snapshot; decide's marks read them.
         assert steps["snapshot"]["identities_written"] is task_writes
         assert (out / "runs" / "waves" / "snapshot_identities" / "_SUCCESS").exists() is task_writes

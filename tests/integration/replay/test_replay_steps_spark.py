@@ -10,7 +10,7 @@ from spark_apps.dlq_replay import outcomes as oc
 from spark_apps.dlq_replay import task_parquet
 from spark_apps.dlq_replay.apply import archive_rows, republish_input, with_publish_results, write_archive
 from spark_apps.dlq_replay.decide import DecideSettings, Filters, decide, identity_rows, replay_id_column
-from spark_apps.dlq_replay.ledger import final_ids, ledger_rows, read_ledger, write_ledger
+from spark_apps.dlq_replay.ledger import final_ids, ledger_rows, read_ledger, run_outcomes, write_ledger
 from spark_apps.dlq_replay.normalize import normalize
 from spark_apps.dlq_replay.playbook import parse_playbook
 from spark_apps.dlq_replay.report import CommitTotals, build_report
@@ -411,3 +411,83 @@ rules:
         return [(c.path, c.physical_type, str(c.logical_type)) for c in schema]
 
     assert parquet_types(by_tasks) == parquet_types(by_spark)
+
+
+def test_ledger_recorded_by_tasks_reads_as_sparks_ledger(spark, tmp_path):
+    """The record tasks (each bucket's decisions file zipped with its send results of every wave, moved
+    into the ledger) give the rows, schema, folder and Parquet types of Spark's join and writer: copies of
+    one original in both buckets, a failed send, a send without a result, two waves."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from spark_apps.dlq_replay.apply import OUTCOME_COLUMNS
+    from spark_apps.dlq_replay.ledger_files import publish_staged, record_in_tasks
+    from spark_apps.dlq_replay.schemas import DECIDED_SCHEMA
+
+    snap = copies_df(spark, COPIES).unionByName(snapshot_df(spark, n_timeout=9, n_poison=2, n_junk=1))
+    decided = decide(snap, PLAYBOOK, settings(), 2).cache()
+    decisions, results = tmp_path / "decisions", tmp_path / "republish"
+    task_parquet.write_in_tasks(
+        decided, lambda batches: batches, DECIDED_SCHEMA, str(decisions), lambda b: (b.num_rows,), ("n",)
+    )
+    result_type = pa.schema(
+        [("replay_id", pa.string()), ("published", pa.bool_()), ("published_message_id", pa.string()),
+         ("error", pa.string())]
+    )  # fmt: skip
+    for bucket in (0, 1):  # what the send tasks save: wave 0 is sequence ids 0-2, wave 1 the rest
+        columns = ["replay_id", "outcome", "sequence_id"]
+        rows = pq.read_table(task_parquet.part_file(str(decisions), bucket), columns=columns).to_pylist()
+        sent = [r for r in rows if r["outcome"] == oc.TO_REPUBLISH]
+        assert sent, "each bucket sends something"
+        saved = [(r, (r["replay_id"], True, f"{bucket}:{i}:-1:-1", None)) for i, r in enumerate(sent)]
+        if bucket == 0:
+            saved[0] = (sent[0], (sent[0]["replay_id"], False, None, "topic terminated"))
+        else:
+            saved.pop()  # its wave was cut short: no result
+        for wave in (0, 1):
+            folder = results / f"wave={wave}"
+            folder.mkdir(parents=True, exist_ok=True)
+            mine = [
+                dict(zip(result_type.names, out, strict=True))
+                for r, out in saved
+                if (r["sequence_id"] > 2) == wave
+            ]
+            pq.write_table(
+                pa.Table.from_pylist(mine, result_type), task_parquet.part_file(str(folder), bucket)
+            )
+
+    run_id = "manual__2024-05-01T00:00:00+00:00"
+    by_spark, by_tasks = tmp_path / "spark", tmp_path / "tasks"
+    outcomes_df = with_publish_results(decided.select(*OUTCOME_COLUMNS), spark.read.parquet(str(results)))
+    write_ledger(ledger_rows(outcomes_df, run_id, oc.REPLAY, T0), str(by_spark))
+    write_ledger(ledger_rows(outcomes_df, "run-0", oc.REPLAY, T0), str(by_tasks))  # an earlier run's
+    staged = str(tmp_path / "ledger_staged")
+    for _ in range(2):  # a redone record step replaces this run's partition
+        written = record_in_tasks(
+            spark, str(decisions), str(results), 2, staged, mode=oc.REPLAY, recorded_at=T0, batch_rows=4
+        )
+        assert written == decided.count() == 18
+        assert publish_staged(staged, str(by_tasks), run_id)
+    assert not publish_staged(staged, str(by_tasks), run_id)
+
+    expected = run_outcomes(read_ledger(spark, RunStorage(spark), str(by_spark)), run_id)
+    actual = run_outcomes(read_ledger(spark, RunStorage(spark), str(by_tasks)), run_id)
+    assert sorted(actual.collect()) == sorted(expected.collect())
+    # The Timeout rows 1:0 to 1:4 of snapshot_df are more copies of the originals of COPIES.
+    assert counts(actual) == {
+        oc.REPUBLISHED: 7, oc.PUBLISH_FAILED: 2, oc.DUPLICATE: 6, oc.ARCHIVED: 2, oc.MALFORMED: 1,
+    }  # fmt: skip
+    failed = sorted(r["outcome_reason"] for r in actual.filter("outcome = 'publish_failed'").collect())
+    assert failed == ["publish failed: no send result", "publish failed: topic terminated"]
+    ids = actual.filter("published_message_id IS NOT NULL").select("outcome").distinct().collect()
+    assert [r[0] for r in ids] == [oc.REPUBLISHED]  # not the other copies of a republished original
+    assert read_ledger(spark, RunStorage(spark), str(by_tasks)).filter("run_id = 'run-0'").count() == 18
+    partition = by_tasks / "run_id=manual__2024-05-01T00%3A00%3A00+00%3A00"
+    assert sorted(p.name for p in partition.iterdir()) == ["part-00000.parquet", "part-00001.parquet"]
+    assert (by_tasks / "_SUCCESS").exists()
+
+    def parquet_types(root):
+        schema = pq.ParquetFile(next(root.rglob("*.parquet"))).schema
+        return [(c.path, c.physical_type, str(c.logical_type)) for c in schema]
+
+    assert parquet_types(partition) == parquet_types(by_spark)

@@ -1,0 +1,110 @@
+"""ledger_files: a bucket's send results gathered from every wave, and the ledger rows of its decisions
+with those results applied (the Arrow counterpart of ``with_publish_results`` and ``ledger_rows``)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from spark_apps.dlq_replay import outcomes as oc
+from spark_apps.dlq_replay.ledger_files import (
+    LEDGER_FILE_SCHEMA,
+    bucket_results,
+    decided_columns,
+    ledger_batch,
+    result_positions,
+)
+from spark_apps.dlq_replay.task_parquet import part_file
+
+T0 = datetime(2024, 5, 1, tzinfo=UTC)
+RESULT_TYPES = pa.schema(
+    [("replay_id", pa.string()), ("published", pa.bool_()), ("published_message_id", pa.string()),
+     ("error", pa.string())]
+)  # fmt: skip
+
+
+def _decided(rows: list[tuple[str, str, str | None]]) -> pa.RecordBatch:
+    """Decisions ``(replay_id, outcome, outcome_reason)``; the other copied columns are per-row text."""
+    columns: dict[str, pa.Array] = {}
+    for name in decided_columns():
+        if name == "publish_time":
+            columns[name] = pa.array([T0] * len(rows), pa.timestamp("us", "UTC"))
+        elif name in ("replay_id", "outcome", "outcome_reason"):
+            index = ("replay_id", "outcome", "outcome_reason").index(name)
+            columns[name] = pa.array([row[index] for row in rows], pa.string())
+        else:
+            columns[name] = pa.array([f"{name}-{i}" for i in range(len(rows))], pa.string())
+    return pa.RecordBatch.from_pydict(columns)
+
+
+def _results(rows: list[tuple[str, bool, str | None, str | None]]) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pylist(
+        [dict(zip(RESULT_TYPES.names, r, strict=True)) for r in rows], RESULT_TYPES
+    )
+
+
+def test_ledger_rows_apply_the_buckets_send_results():
+    decided = _decided(
+        [
+            ("a", oc.TO_REPUBLISH, None),  # sent and confirmed
+            ("b", oc.TO_REPUBLISH, None),  # sent, failed
+            ("c", oc.TO_REPUBLISH, None),  # no result (its wave never saved one)
+            ("a", oc.DUPLICATE, "another copy of this original is republished in this run"),
+            ("d", oc.ARCHIVED, "rule 'poison' says archive"),
+            ("e", oc.SKIPPED, "rule says skip"),
+        ]
+    )
+    results = _results([("b", False, None, "topic terminated"), ("a", True, "7:3:-1:0", None)])
+    positions = result_positions(decided, results)
+    assert positions is not None
+    assert positions.to_pylist() == [1, 0, None, None, None, None]  # only rows to republish look up
+    rows = ledger_batch(decided, results, positions, oc.REPLAY, T0).to_pylist()
+    # A batch gets its slice of the bucket's positions.
+    tail = ledger_batch(decided.slice(1), results, positions.slice(1), oc.REPLAY, T0).to_pylist()
+    assert tail == rows[1:]
+
+    assert [r["outcome"] for r in rows] == [
+        oc.REPUBLISHED, oc.PUBLISH_FAILED, oc.PUBLISH_FAILED, oc.DUPLICATE, oc.ARCHIVED, oc.SKIPPED
+    ]  # fmt: skip
+    assert [r["outcome_reason"] for r in rows] == [
+        None,
+        "publish failed: topic terminated",
+        "publish failed: no send result",
+        "another copy of this original is republished in this run",
+        "rule 'poison' says archive",
+        "rule says skip",
+    ]
+    # Only the row sent gets the message id, not the other copy of its original.
+    assert [r["published_message_id"] for r in rows] == ["7:3:-1:0", None, None, None, None, None]
+    assert [r["final"] for r in rows] == [r["outcome"] in oc.FINAL_OUTCOMES for r in rows]
+    assert (rows[0]["final"], rows[1]["final"], rows[5]["final"]) == (True, False, False)
+    assert {r["mode"] for r in rows} == {oc.REPLAY}
+    assert {r["recorded_at"] for r in rows} == {T0}
+    assert [r["signature"] for r in rows] == [f"signature-{i}" for i in range(6)]
+    assert list(rows[0]) == LEDGER_FILE_SCHEMA.names  # Spark's column order, no run_id (its folder)
+
+
+def test_ledger_rows_of_a_bucket_that_sent_nothing():
+    decided = _decided([("a", oc.TO_REPUBLISH, None), ("d", oc.ARCHIVED, "archived")])
+    for results in (None, _results([])):
+        positions = result_positions(decided, results)
+        assert positions is None
+        rows = ledger_batch(decided, results, positions, oc.REPLAY, T0).to_pylist()
+        assert [r["outcome"] for r in rows] == [oc.PUBLISH_FAILED, oc.ARCHIVED]
+        assert rows[0]["outcome_reason"] == "publish failed: no send result"
+        assert [r["published_message_id"] for r in rows] == [None, None]
+
+
+def test_bucket_results_gather_every_wave_of_that_bucket_only(tmp_path):
+    for wave, bucket, ids in ((0, 0, "ab"), (0, 1, "x"), (2, 0, "c"), (3, 1, "y")):
+        folder = tmp_path / "republish [x]" / f"wave={wave}"  # glob characters in the path are literal
+        folder.mkdir(parents=True, exist_ok=True)
+        table = pa.Table.from_batches([_results([(i, True, f"1:{i}", None) for i in ids])])
+        pq.write_table(table, part_file(str(folder), bucket))
+    gathered = bucket_results(str(tmp_path / "republish [x]"), 0)
+    assert gathered is not None
+    assert sorted(gathered.column("replay_id").to_pylist()) == ["a", "b", "c"]
+    assert bucket_results(str(tmp_path / "republish [x]"), 5) is None
+    assert bucket_results(str(tmp_path / "missing"), 0) is None
