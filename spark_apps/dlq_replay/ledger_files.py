@@ -5,9 +5,10 @@ Spark's way (:func:`~spark_apps.dlq_replay.apply.with_publish_results`, then
 on the replay id with a sort-merge join (both sides shuffled and sorted) and writes the rows through
 Spark's writer. Where the decide tasks wrote one decisions file per producer bucket and the send tasks one
 results file per bucket and wave (:mod:`~spark_apps.dlq_replay.task_sends`), the results of bucket ``b``
-are those of the rows of ``part-<b>`` and nothing else. So record task ``b`` reads its bucket's results
-(four small columns), looks each row to republish up in them by replay id, and writes the ledger rows of
-its decisions file: no shuffle, no sort. The rows go to ``runs/<run>/ledger_staged/`` and are moved to
+are those of the rows of ``part-<b>``, in that file's order wave by wave. So record task ``b`` reads its
+bucket's results (four small columns), finds each row's result by counting (:class:`ResultPositions`,
+checked against the replay ids) and writes the ledger rows of its decisions file: no shuffle, no sort,
+no hash table. The rows go to ``runs/<run>/ledger_staged/`` and are moved to
 ``ledger/run_id=<run>/`` (:func:`publish_staged`), replacing an earlier attempt's partition as Spark's
 dynamic overwrite does. The files hold what Spark's writer would write: the same columns in the same order,
 INT96 timestamps, the partition folder named as Spark names it.
@@ -55,27 +56,87 @@ def decided_columns() -> list[str]:
     return [name for name in LEDGER_FILE_SCHEMA.names if name not in _DERIVED]
 
 
-def bucket_results(results_dir: str, bucket: int) -> pa.RecordBatch | None:
-    """The send results of producer bucket ``bucket``: its file in every wave folder of ``results_dir``
-    (``None`` when no wave sent anything from it)."""
+def bucket_results(results_dir: str, bucket: int) -> tuple[pa.RecordBatch, dict[int, tuple[int, int]]] | None:
+    """The send results of producer bucket ``bucket``, its file of every wave folder of ``results_dir``
+    one after another in wave order, and each wave's ``(start, end)`` rows in them (``None`` when no wave
+    sent anything from it)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     from spark_apps.dlq_replay.task_parquet import part_file
 
-    files = sorted(glob.glob(part_file(os.path.join(glob.escape(results_dir), "wave=*"), bucket)))
-    if not files:
+    found = glob.glob(part_file(os.path.join(glob.escape(results_dir), "wave=*"), bucket))
+    waves = sorted((int(os.path.basename(os.path.dirname(path))[len("wave=") :]), path) for path in found)
+    if not waves:
         return None
-    table = pa.concat_tables([pq.read_table(f, columns=_RESULT_COLUMNS, use_threads=False) for f in files])
-    return pa.RecordBatch.from_arrays(
-        [table.column(c).combine_chunks() for c in _RESULT_COLUMNS], _RESULT_COLUMNS
-    )
+    tables = [pq.read_table(path, columns=_RESULT_COLUMNS, use_threads=False) for _, path in waves]
+    ranges: dict[int, tuple[int, int]] = {}
+    start = 0
+    for (wave, _), table in zip(waves, tables, strict=True):
+        ranges[wave] = (start, start + table.num_rows)
+        start += table.num_rows
+    table = pa.concat_tables(tables)
+    columns = [table.column(name).combine_chunks() for name in _RESULT_COLUMNS]
+    return pa.RecordBatch.from_arrays(columns, _RESULT_COLUMNS), ranges
+
+
+class ResultPositions:
+    """Each decision's position in its bucket's send results, found by counting, not hashing.
+
+    Wave ``w``'s results of bucket ``b`` are the rows of decide's file ``b`` to republish whose sequence
+    id is in ``[w * wave_size, (w + 1) * wave_size)``, one each, in file order
+    (:func:`~spark_apps.dlq_replay.task_sends.wave_rows`). So, reading that file in order, the k-th such
+    row of wave ``w`` has the k-th result of that wave. Every position is checked against the replay ids;
+    from the first batch that does not match (a wave without results, or results in another order), the
+    rest of the bucket is looked up by hash (:func:`result_positions`). Nothing but the results is held.
+    """
+
+    def __init__(self, results: pa.RecordBatch, waves: dict[int, tuple[int, int]], wave_size: int) -> None:
+        self.results, self.waves, self.wave_size = results, waves, wave_size
+        self.seen = dict.fromkeys(waves, 0)
+        self.hashed = False
+
+    def of(self, decided: pa.RecordBatch) -> pa.Array:
+        """The positions of a batch of decisions (the next rows of the file); null: no result."""
+        if not self.hashed:
+            positions = self._counted(decided)
+            if positions is not None:
+                return positions
+            self.hashed = True
+        positions = result_positions(decided, self.results)
+        assert positions is not None  # self.results holds rows
+        return positions
+
+    def _counted(self, decided: pa.RecordBatch) -> pa.Array | None:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        n = decided.num_rows
+        sending = pc.fill_null(pc.equal(decided.column("outcome"), oc.TO_REPUBLISH), False)
+        wave = pc.divide(decided.column("sequence_id"), self.wave_size)  # integer division
+        positions = pa.nulls(n, pa.int64())
+        for w in pc.unique(pc.filter(wave, sending)).to_pylist():
+            mine = pc.fill_null(pc.and_(sending, pc.equal(wave, w)), False)
+            count = int(pc.sum(mine.cast(pa.int64())).as_py() or 0)
+            if w not in self.waves:
+                return None
+            start, end = self.waves[w]
+            first = start + self.seen[w]
+            if first + count > end:
+                return None
+            rank = pc.cumulative_sum(mine.cast(pa.int64()))  # 1 for the wave's first row here
+            positions = pc.if_else(mine, pc.add(rank, first - 1), positions)
+            self.seen[w] += count
+        same = pc.equal(self.results.column("replay_id").take(positions), decided.column("replay_id"))
+        if not pc.all(pc.fill_null(pc.or_kleene(pc.invert(sending), same), False)).as_py():
+            return None
+        return positions
 
 
 def result_positions(decided: pa.Table | pa.RecordBatch, results: pa.RecordBatch | None) -> pa.Array | None:
     """For each row of ``decided`` (``replay_id`` and ``outcome``), the position of its send result in
-    ``results``: null for a row not to republish or without a result; ``None`` when there are no
-    results. One hash lookup for a whole bucket (one per batch would hash the results again each time)."""
+    ``results`` by a hash lookup of its replay id: null for a row not to republish or without a result;
+    ``None`` when there are no results."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -148,16 +209,18 @@ def record_in_tasks(
     mode: str,
     recorded_at: datetime,
     batch_rows: int,
+    wave_size: int,
 ) -> int:
     """Write the ledger rows of every decisions file of ``decisions_dir`` (one per producer bucket) to
-    ``staged_path``, one Spark task per bucket; returns the rows written."""
+    ``staged_path``, one Spark task per bucket, with the send results of ``results_dir`` (waves of
+    ``wave_size`` sequence ids per producer) applied; returns the rows written."""
     from spark_apps.dlq_replay import task_parquet
     from spark_apps.dlq_replay.storage import local_path
 
     decisions, results = local_path(decisions_dir), local_path(results_dir)
     if decisions is None or results is None:
         raise ValueError(f"record_in_tasks reads local folders, got {decisions_dir!r} and {results_dir!r}")
-    columns = decided_columns()
+    columns = [*decided_columns(), "sequence_id"]
 
     def record(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow.parquet as pq
@@ -167,14 +230,13 @@ def record_in_tasks(
                 path = task_parquet.part_file(decisions, bucket)
                 if not os.path.exists(path):
                     continue  # no decisions in this bucket
-                sent = bucket_results(results, bucket)
+                found = bucket_results(results, bucket)
+                sent = None if found is None else found[0]
+                positions = None if found is None else ResultPositions(found[0], found[1], wave_size)
                 source = pq.ParquetFile(path)
-                keys = source.read(columns=["replay_id", "outcome"], use_threads=False)
-                positions, offset = result_positions(keys, sent), 0
                 for rows in source.iter_batches(batch_size=batch_rows, columns=columns, use_threads=False):
-                    mine = None if positions is None else positions.slice(offset, rows.num_rows)
+                    mine = None if positions is None else positions.of(rows)
                     yield ledger_batch(rows, sent, mine, mode, recorded_at)
-                    offset += rows.num_rows
 
     frame = spark.range(buckets, numPartitions=buckets)
     tallies = task_parquet.write_in_tasks(

@@ -434,7 +434,7 @@ def test_ledger_recorded_by_tasks_reads_as_sparks_ledger(spark, tmp_path):
         [("replay_id", pa.string()), ("published", pa.bool_()), ("published_message_id", pa.string()),
          ("error", pa.string())]
     )  # fmt: skip
-    for bucket in (0, 1):  # what the send tasks save: wave 0 is sequence ids 0-2, wave 1 the rest
+    for bucket in (0, 1):  # what the send tasks save, in waves of 3 sequence ids per producer
         columns = ["replay_id", "outcome", "sequence_id"]
         rows = pq.read_table(task_parquet.part_file(str(decisions), bucket), columns=columns).to_pylist()
         sent = [r for r in rows if r["outcome"] == oc.TO_REPUBLISH]
@@ -444,13 +444,13 @@ def test_ledger_recorded_by_tasks_reads_as_sparks_ledger(spark, tmp_path):
             saved[0] = (sent[0], (sent[0]["replay_id"], False, None, "topic terminated"))
         else:
             saved.pop()  # its wave was cut short: no result
-        for wave in (0, 1):
+        for wave in sorted({r["sequence_id"] // 3 for r in sent}):
             folder = results / f"wave={wave}"
             folder.mkdir(parents=True, exist_ok=True)
             mine = [
                 dict(zip(result_type.names, out, strict=True))
                 for r, out in saved
-                if (r["sequence_id"] > 2) == wave
+                if r["sequence_id"] // 3 == wave
             ]
             pq.write_table(
                 pa.Table.from_pylist(mine, result_type), task_parquet.part_file(str(folder), bucket)
@@ -464,8 +464,9 @@ def test_ledger_recorded_by_tasks_reads_as_sparks_ledger(spark, tmp_path):
     staged = str(tmp_path / "ledger_staged")
     for _ in range(2):  # a redone record step replaces this run's partition
         written = record_in_tasks(
-            spark, str(decisions), str(results), 2, staged, mode=oc.REPLAY, recorded_at=T0, batch_rows=4
-        )
+            spark, str(decisions), str(results), 2, staged, mode=oc.REPLAY, recorded_at=T0, batch_rows=4,
+            wave_size=3,
+        )  # fmt: skip
         assert written == decided.count() == 18
         assert publish_staged(staged, str(by_tasks), run_id)
     assert not publish_staged(staged, str(by_tasks), run_id)

@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 from spark_apps.dlq_replay import outcomes as oc
 from spark_apps.dlq_replay.ledger_files import (
     LEDGER_FILE_SCHEMA,
+    ResultPositions,
     bucket_results,
     decided_columns,
     ledger_batch,
@@ -105,6 +106,44 @@ def test_bucket_results_gather_every_wave_of_that_bucket_only(tmp_path):
         pq.write_table(table, part_file(str(folder), bucket))
     gathered = bucket_results(str(tmp_path / "republish [x]"), 0)
     assert gathered is not None
-    assert sorted(gathered.column("replay_id").to_pylist()) == ["a", "b", "c"]
+    results, waves = gathered
+    assert results.column("replay_id").to_pylist() == ["a", "b", "c"]  # wave by wave
+    assert waves == {0: (0, 2), 2: (2, 3)}
     assert bucket_results(str(tmp_path / "republish [x]"), 5) is None
     assert bucket_results(str(tmp_path / "missing"), 0) is None
+
+
+def _sending(rows: list[tuple[str, int | None]]) -> pa.RecordBatch:
+    """Decisions ``(replay_id, sequence_id)``; a row with a sequence id is to republish."""
+    return pa.RecordBatch.from_pydict(
+        {
+            "replay_id": [r for r, _ in rows],
+            "outcome": [oc.ARCHIVED if s is None else oc.TO_REPUBLISH for _, s in rows],
+            "sequence_id": pa.array([s for _, s in rows], pa.int64()),
+        }
+    )
+
+
+def test_result_positions_are_counted_wave_by_wave_in_file_order():
+    # Two producers in one file (sequence ids interleaved), waves of 2 sequence ids per producer:
+    # wave 0 holds a0 b0 a1 b1, wave 1 holds a2 b2 (file order within each wave).
+    rows = [("a0", 0), ("b0", 0), ("x", None), ("a1", 1), ("a2", 2), ("b1", 1), ("b2", 2)]
+    results = _results([(r, True, f"m-{r}", None) for r in ("a0", "b0", "a1", "b1", "a2", "b2")])
+    positions = ResultPositions(results, {0: (0, 4), 1: (4, 6)}, 2)
+    first, second = _sending(rows[:4]), _sending(rows[4:])  # a batch ends inside wave 0
+    assert positions.of(first).to_pylist() == [0, 1, None, 2]
+    assert positions.of(second).to_pylist() == [4, 3, 5]
+    assert not positions.hashed
+
+
+def test_result_positions_fall_back_to_the_replay_ids_when_the_order_is_not_the_files():
+    rows = [("a0", 0), ("a1", 1), ("a2", 2)]
+    shuffled = _results([(r, True, None, None) for r in ("a1", "a0", "a2")])
+    positions = ResultPositions(shuffled, {0: (0, 3)}, 10)
+    assert positions.of(_sending(rows[:2])).to_pylist() == [1, 0]
+    assert positions.hashed  # the rest of the bucket too
+    assert positions.of(_sending(rows[2:])).to_pylist() == [2]
+    # A wave without results (cut short): its rows have none, the others keep theirs.
+    partial = ResultPositions(_results([("a0", True, None, None)]), {0: (0, 1)}, 1)
+    assert partial.of(_sending(rows)).to_pylist() == [0, None, None]
+    assert partial.hashed
