@@ -15,7 +15,6 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import shutil
 from typing import TYPE_CHECKING
 
 from pyspark.sql.types import BinaryType, BooleanType, StringType, StructField, StructType, TimestampType
@@ -115,7 +114,7 @@ def publish_staged(staged: str, archive_root: str, date: str, run_id: str) -> in
     """Move each staged topic folder of ``staged`` to its archive partition (replacing an earlier
     attempt's); returns the folders moved. Folders an interrupted call already moved are not staged any
     more, so calling it again finishes the move."""
-    from spark_apps.dlq_replay.task_parquet import partition_folder
+    from spark_apps.dlq_replay.task_parquet import move_into_place, partition_folder
 
     if not os.path.isdir(staged):
         return 0
@@ -125,10 +124,7 @@ def publish_staged(staged: str, archive_root: str, date: str, run_id: str) -> in
         source = os.path.join(staged, name)
         if not (name.startswith("dlq_topic=") and os.path.isdir(source)):
             continue  # _SUCCESS
-        target = os.path.join(archive_root, name, tail)
-        shutil.rmtree(target, ignore_errors=True)  # this run's partition, as Spark's dynamic overwrite
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        shutil.move(source, target)  # a rename on one file system
+        move_into_place(source, os.path.join(archive_root, name, tail))  # this run's partition
         moved += 1
     log.info("step apply: %d archive partition(s) moved from %s", moved, staged)
     return moved

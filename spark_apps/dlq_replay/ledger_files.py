@@ -21,7 +21,6 @@ import functools
 import glob
 import logging
 import os
-import shutil
 from typing import TYPE_CHECKING
 
 from pyspark.sql.types import StructType
@@ -44,6 +43,13 @@ LEDGER_FILE_SCHEMA = StructType([field for field in LEDGER_SCHEMA.fields if fiel
 _RESULT_COLUMNS = ["replay_id", "published", "published_message_id", "error"]
 #: Ledger columns computed here, not copied from the decisions.
 _DERIVED = frozenset({"final", "published_message_id", "mode", "recorded_at"})
+
+
+def _sending(decided: pa.RecordBatch | pa.Table) -> pa.Array:
+    """True for the rows to republish (the ones with a send result)."""
+    import pyarrow.compute as pc
+
+    return pc.fill_null(pc.equal(decided.column("outcome"), oc.TO_REPUBLISH), False)
 
 
 @functools.cache
@@ -111,20 +117,19 @@ class ResultPositions:
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        n = decided.num_rows
-        sending = pc.fill_null(pc.equal(decided.column("outcome"), oc.TO_REPUBLISH), False)
+        sending = _sending(decided)
         wave = pc.divide(decided.column("sequence_id"), self.wave_size)  # integer division
-        positions = pa.nulls(n, pa.int64())
+        positions = pa.nulls(decided.num_rows, pa.int64())
         for w in pc.unique(pc.filter(wave, sending)).to_pylist():
-            mine = pc.fill_null(pc.and_(sending, pc.equal(wave, w)), False)
-            count = int(pc.sum(mine.cast(pa.int64())).as_py() or 0)
             if w not in self.waves:
                 return None
+            mine = pc.fill_null(pc.and_(sending, pc.equal(wave, w)), False)
+            rank = pc.cumulative_sum(mine.cast(pa.int64()))  # 1 for the wave's first row here; last: count
+            count = int(rank[-1].as_py())
             start, end = self.waves[w]
             first = start + self.seen[w]
             if first + count > end:
                 return None
-            rank = pc.cumulative_sum(mine.cast(pa.int64()))  # 1 for the wave's first row here
             positions = pc.if_else(mine, pc.add(rank, first - 1), positions)
             self.seen[w] += count
         same = pc.equal(self.results.column("replay_id").take(positions), decided.column("replay_id"))
@@ -142,9 +147,7 @@ def result_positions(decided: pa.Table | pa.RecordBatch, results: pa.RecordBatch
 
     if results is None or results.num_rows == 0:
         return None
-    n = decided.num_rows
-    sending = pc.fill_null(pc.equal(decided.column("outcome"), oc.TO_REPUBLISH), False)
-    ids = pc.if_else(sending, decided.column("replay_id"), pa.nulls(n, pa.string()))
+    ids = pc.if_else(_sending(decided), decided.column("replay_id"), pa.nulls(decided.num_rows, pa.string()))
     found = pc.index_in(ids, value_set=results.column("replay_id"), skip_nulls=True)
     return found.combine_chunks() if isinstance(found, pa.ChunkedArray) else found
 
@@ -166,7 +169,7 @@ def ledger_batch(
 
     n = decided.num_rows
     outcome = decided.column("outcome")
-    sending = pc.fill_null(pc.equal(outcome, oc.TO_REPUBLISH), False)
+    sending = _sending(decided)
     if results is None or positions is None:
         published = pa.nulls(n, pa.bool_())
         message_id = error = pa.nulls(n, pa.string())
@@ -240,28 +243,21 @@ def record_in_tasks(
 
     frame = spark.range(buckets, numPartitions=buckets)
     tallies = task_parquet.write_in_tasks(
-        frame, record, LEDGER_FILE_SCHEMA, staged_path, _count, ("n",), int96_timestamps=True
+        frame, record, LEDGER_FILE_SCHEMA, staged_path, task_parquet.row_tally, ("n",), int96_timestamps=True
     )
     return sum(t[0] or 0 for t in tallies)
-
-
-def _count(batch: pa.RecordBatch) -> tuple[int]:
-    return (batch.num_rows,)
 
 
 def publish_staged(staged: str, ledger_root: str, run_id: str) -> bool:
     """Move the staged ledger files to this run's partition of ``ledger_root``, replacing an earlier
     attempt's as Spark's dynamic overwrite does; ``False`` when nothing is staged."""
-    from spark_apps.dlq_replay.task_parquet import SUCCESS, partition_folder
+    from spark_apps.dlq_replay.task_parquet import SUCCESS, move_into_place, partition_folder
 
     if not os.path.isdir(staged):
         return False
-    target = os.path.join(ledger_root, partition_folder("run_id", run_id))
-    shutil.rmtree(target, ignore_errors=True)
-    os.makedirs(ledger_root, exist_ok=True)
     with contextlib.suppress(FileNotFoundError):  # the ledger root holds the one marker, as Spark leaves it
         os.remove(os.path.join(staged, SUCCESS))
-    shutil.move(staged, target)  # a rename on one file system
+    move_into_place(staged, os.path.join(ledger_root, partition_folder("run_id", run_id)))
     with open(os.path.join(ledger_root, SUCCESS), "w"):
         pass
     log.info("step record: ledger partition moved from %s", staged)

@@ -228,6 +228,19 @@ def _open(
     return PartitionedTaskFiles(folder, column, partition, attempt, schema, int96)
 
 
+def row_tally(batch: pa.RecordBatch) -> tuple[int]:
+    """The tally of a task that only counts the rows it writes (``tally_names=("n",)``)."""
+    return (batch.num_rows,)
+
+
+def move_into_place(staged: str, target: str) -> None:
+    """Replace the folder ``target`` with ``staged`` (a rename on one file system), as Spark's dynamic
+    partition overwrite replaces a partition."""
+    shutil.rmtree(target, ignore_errors=True)
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    shutil.move(staged, target)
+
+
 def _record_rows(folder: str, partition: int, rows: int) -> None:
     """Replace task ``partition``'s progress file in ``folder`` with ``rows`` (never fails the task)."""
     path = os.path.join(folder, f"{_PROGRESS_PREFIX}{partition:05d}")

@@ -132,9 +132,5 @@ def send_wave(
     schema = StructType.fromDDL(REPUBLISH_RESULT_SCHEMA)
     assert isinstance(schema, StructType)
     frame = spark.range(buckets, numPartitions=buckets)
-    tallies = task_parquet.write_in_tasks(frame, send, schema, results_path, _count, ("n",))
+    tallies = task_parquet.write_in_tasks(frame, send, schema, results_path, task_parquet.row_tally, ("n",))
     return sum(t[0] or 0 for t in tallies)
-
-
-def _count(batch: pa.RecordBatch) -> tuple[int]:
-    return (batch.num_rows,)
