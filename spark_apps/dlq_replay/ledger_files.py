@@ -213,17 +213,24 @@ def record_in_tasks(
     recorded_at: datetime,
     batch_rows: int,
     wave_size: int,
+    parts_dir: str | None = None,
 ) -> int:
     """Write the ledger rows of every decisions file of ``decisions_dir`` (one per producer bucket) to
     ``staged_path``, one Spark task per bucket, with the send results of ``results_dir`` (waves of
-    ``wave_size`` sequence ids per producer) applied; returns the rows written."""
+    ``wave_size`` sequence ids per producer) applied; returns the rows written. With a local
+    ``parts_dir``, each task also writes its bucket's report parts there
+    (:mod:`~spark_apps.dlq_replay.report_parts`)."""
     from spark_apps.dlq_replay import task_parquet
+    from spark_apps.dlq_replay.report_parts import REP_COLUMNS, BucketParts, clear_parts
     from spark_apps.dlq_replay.storage import local_path
 
     decisions, results = local_path(decisions_dir), local_path(results_dir)
     if decisions is None or results is None:
         raise ValueError(f"record_in_tasks reads local folders, got {decisions_dir!r} and {results_dir!r}")
-    columns = [*decided_columns(), "sequence_id"]
+    parts_folder = None if parts_dir is None else local_path(parts_dir)
+    if parts_folder is not None:
+        clear_parts(parts_folder)
+    columns = list(dict.fromkeys([*decided_columns(), "sequence_id", *(REP_COLUMNS if parts_folder else ())]))
 
     def record(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow.parquet as pq
@@ -237,9 +244,15 @@ def record_in_tasks(
                 sent = None if found is None else found[0]
                 positions = None if found is None else ResultPositions(found[0], found[1], wave_size)
                 source = pq.ParquetFile(path)
+                parts = None if parts_folder is None else BucketParts(bucket, parts_folder)
                 for rows in source.iter_batches(batch_size=batch_rows, columns=columns, use_threads=False):
                     mine = None if positions is None else positions.of(rows)
-                    yield ledger_batch(rows, sent, mine, mode, recorded_at)
+                    ledger = ledger_batch(rows, sent, mine, mode, recorded_at)
+                    if parts is not None:
+                        parts.add(ledger, rows)
+                    yield ledger
+                if parts is not None:
+                    parts.write()
 
     frame = spark.range(buckets, numPartitions=buckets)
     tallies = task_parquet.write_in_tasks(

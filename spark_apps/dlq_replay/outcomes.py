@@ -38,6 +38,9 @@ FINAL_OUTCOMES: frozenset[str] = frozenset(
     {REPUBLISHED, ARCHIVED, DROPPED, LOOP_GUARDED, ALREADY_FINAL, DUPLICATE}
 )
 
+#: Outcomes decided before the playbook applies (out of the run's scope): reports explain them without rules.
+UNSCOPED: tuple[str, ...] = (FILTERED, ALREADY_FINAL)
+
 #: Outcomes that are written to the archive dataset in the apply step.
 ARCHIVE_OUTCOMES: frozenset[str] = frozenset({ARCHIVED, LOOP_GUARDED})
 

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
     from spark_apps.dlq_replay.report_details import ReportContext
+    from spark_apps.dlq_replay.report_parts import ReportParts
 
 REPORT_FORMAT = 1
 SAMPLE_IDS = 5
@@ -207,6 +208,7 @@ def build_report(
     max_groups: int = MAX_GROUPS,
     resent: int = 0,
     context: ReportContext | None = None,
+    parts: ReportParts | None = None,
 ) -> dict[str, Any]:
     """The machine-readable report (stable schema, ``format`` 1); see ``docs/report.md``.
 
@@ -214,9 +216,14 @@ def build_report(
     With a ``context`` the report also explains itself (configuration, per-group rule evaluation, fix
     and sample errors, refused origins, trend over the ledger, next steps; see
     :mod:`spark_apps.dlq_replay.report_details`). ``outcomes`` None: the run had no message (an empty
-    window), so there is nothing to aggregate and no Spark job runs for it.
+    window), so there is nothing to aggregate and no Spark job runs for it. ``parts``: the groups and
+    representatives the record tasks gathered (:mod:`~spark_apps.dlq_replay.report_parts`), used instead
+    of aggregating ``outcomes``.
     """
-    combos, samples = aggregate(outcomes) if outcomes is not None else ([], {})
+    if parts is not None:
+        combos, samples = parts.combos, parts.samples
+    else:
+        combos, samples = aggregate(outcomes) if outcomes is not None else ([], {})
     groups, other = build_groups(combos, samples, mode, max_groups)
     counts = outcome_counts(combos, mode)
     totals = build_totals(counts, commit, mode)
@@ -251,7 +258,7 @@ def build_report(
 
         session = outcomes.sparkSession if outcomes is not None else SparkSession.getActiveSession()
         if session is not None:
-            add_details(report, session, context)
+            add_details(report, session, context, parts)
     return report
 
 

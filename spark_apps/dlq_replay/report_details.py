@@ -20,10 +20,12 @@ from spark_apps.dlq_replay.schemas import DECIDED_SCHEMA, LEDGER_SCHEMA, SNAPSHO
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from datetime import datetime
 
     from pyspark.sql import DataFrame, SparkSession
 
     from spark_apps.dlq_replay.playbook import Playbook
+    from spark_apps.dlq_replay.report_parts import ReportParts
 
 log = logging.getLogger("spark_apps.dlq_replay")
 
@@ -38,7 +40,6 @@ REFUSED_ORIGINS = 10
 ERROR_CHARS = 500
 #: Spark setting that opts a run in to masked payload snippets in its report (default false).
 CONF_PAYLOAD_SNIPPETS = "spark.dlq.report.payloadSnippets"
-_UNSCOPED = (oc.FILTERED, oc.ALREADY_FINAL)
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,7 @@ class ReportContext:
     snapshot_path: str | None = None
     ledger_path: str | None = None
     payload_snippets: bool | None = None  # None: read CONF_PAYLOAD_SNIPPETS
+    recorded_at: datetime | None = None  # when the record step wrote this run's ledger rows
 
 
 def _read(spark: SparkSession, path: str | None, schema: Any = None) -> DataFrame | None:
@@ -133,20 +135,14 @@ def representatives(decisions: DataFrame, signatures: list[str], per_group: int)
     """The first ``per_group`` messages of each group, preferring ones the playbook was applied to."""
     from pyspark.sql import functions as F
 
-    rows = decisions.filter(F.col("signature").isin(signatures)).select(
-        "signature",
-        "dlq_topic",
-        "dlq_message_id",
-        "error_class",
-        F.substring("error_message", 1, ERROR_CHARS).alias("error_message"),
-        "origin_topic",
-        "context_format",
-        "outcome",
-        "outcome_reason",
-        "rule",
-        "publish_time",
-    )
-    unscoped = F.col("outcome").isin(*_UNSCOPED).cast("int")
+    from spark_apps.dlq_replay.report_parts import REP_COLUMNS
+
+    columns = [
+        F.substring(name, 1, ERROR_CHARS).alias(name) if name == "error_message" else F.col(name)
+        for name in REP_COLUMNS
+    ]
+    rows = decisions.filter(F.col("signature").isin(signatures)).select(*columns)
+    unscoped = F.col("outcome").isin(*oc.UNSCOPED).cast("int")
     return _top_per_signature(rows, [unscoped, "publish_time", "dlq_topic", "dlq_message_id"], per_group)
 
 
@@ -176,7 +172,7 @@ def _explanation(playbook: Playbook, rep: Any, properties: dict[str, str] | None
         "outcome_reason": rep["outcome_reason"],
         "matched_rule": rep["rule"],
     }
-    if outcome in _UNSCOPED or rep["context_format"] == "none":
+    if outcome in oc.UNSCOPED or rep["context_format"] == "none":
         return {**base, "rules": [], "note": rep["outcome_reason"] or "the playbook was not applied"}
     record = MatchInput(
         signature=rep["signature"],
@@ -204,6 +200,30 @@ def representative_rows(
         return reps, {}
     keys = sorted({(r["dlq_topic"], r["dlq_message_id"]) for r in reps})
     return reps, _guarded("snapshot samples", lambda: snapshot_rows(spark, snapshot, keys, snippets), {})
+
+
+def representatives_from_parts(
+    ctx: ReportContext, parts: ReportParts, signatures: list[str], snippets: bool
+) -> tuple[list[Any], dict[tuple[str, str], Any]]:
+    """:func:`representative_rows` from the record tasks' parts: their representatives of the shown
+    groups, and those messages' snapshot rows read with pyarrow (the snapshot is local when there are
+    parts)."""
+    from spark_apps.dlq_replay.report_parts import snapshot_messages
+    from spark_apps.dlq_replay.storage import local_path
+
+    per_group = max(1, PAYLOAD_SAMPLES) if snippets else 1
+    shown, taken = set(signatures), dict.fromkeys(signatures, 0)
+    reps = []
+    for rep in parts.reps:  # sorted by signature, then order
+        sig = rep["signature"]
+        if sig in shown and taken[sig] < per_group:
+            reps.append(rep)
+            taken[sig] += 1
+    folder = local_path(ctx.snapshot_path) if ctx.snapshot_path else None
+    if folder is None or not reps:
+        return reps, {}
+    keys = sorted({(r["dlq_topic"], r["dlq_message_id"]) for r in reps})
+    return reps, _guarded("snapshot samples", lambda: snapshot_messages(folder, keys, snippets), {})
 
 
 def fill_group_details(
@@ -265,10 +285,15 @@ def refused_origins(decisions: DataFrame) -> list[dict[str, Any]]:
 # --------------------------------------------------------------------------- trend
 
 
-def trend(spark: SparkSession, ledger_path: str | None, report: dict[str, Any]) -> dict[str, Any] | None:
+def trend(
+    spark: SparkSession, ledger_path: str | None, report: dict[str, Any], recorded_at: datetime | None = None
+) -> dict[str, Any] | None:
     """Count per group over the ledger's last :data:`TREND_RUNS` runs, this run last.
 
-    A dry-run is not in the ledger: its counts come from the report itself.
+    This run's column comes from the report itself (its groups are its ledger rows, and a dry-run is
+    not in the ledger), so the queries read only the other runs' partitions. ``recorded_at``: when this
+    run's record step wrote its rows (its time in the trend, as the ledger gives it to later runs);
+    without it, the report's finish.
     """
     from pyspark.sql import functions as F
 
@@ -278,13 +303,14 @@ def trend(spark: SparkSession, ledger_path: str | None, report: dict[str, Any]) 
     runs: list[dict[str, Any]] = []
     counts: dict[tuple[str, str], int] = {}
     if ledger is not None:
+        earlier = ledger.filter(F.col("run_id") != F.lit(run_id))  # a partition filter: this run's not read
         recent = (
-            ledger.groupBy("run_id")
+            earlier.groupBy("run_id")
             .agg(
                 F.max("recorded_at").alias("at"), F.count(F.lit(1)).alias("n"), F.first("mode").alias("mode")
             )
             .orderBy(F.desc("at"), F.desc("run_id"))
-            .limit(TREND_RUNS)
+            .limit(TREND_RUNS - 1)
             .collect()
         )
         runs = [
@@ -295,24 +321,23 @@ def trend(spark: SparkSession, ledger_path: str | None, report: dict[str, Any]) 
         ids = [r["run_id"] for r in runs]
         if ids and signatures:
             for row in (
-                ledger.filter(F.col("run_id").isin(ids) & F.col("signature").isin(signatures))
+                earlier.filter(F.col("run_id").isin(ids) & F.col("signature").isin(signatures))
                 .groupBy("run_id", "signature")
                 .agg(F.count(F.lit(1)).alias("n"))
                 .collect()
             ):
                 counts[(row["run_id"], row["signature"])] = int(row["n"])
-    if run_id not in {r["run_id"] for r in runs}:
-        runs = runs[-(TREND_RUNS - 1) :] if len(runs) >= TREND_RUNS else runs
-        runs.append(
-            {
-                "run_id": run_id,
-                "at": report.get("finished_at"),
-                "messages": report["totals"].get("snapshot", 0),
-                "mode": report.get("mode"),
-            }
-        )
-        for group in report["groups"][:TREND_GROUPS]:
-            counts[(run_id, group["signature"])] = int(group["count"])
+    at = report.get("finished_at") if recorded_at is None else as_collected(recorded_at).isoformat()
+    runs.append(
+        {
+            "run_id": run_id,
+            "at": at,
+            "messages": report["totals"].get("snapshot", 0),
+            "mode": report.get("mode"),
+        }
+    )
+    for group in report["groups"][:TREND_GROUPS]:
+        counts[(run_id, group["signature"])] = int(group["count"])
     if len(runs) < 2:
         return None
     return {
@@ -324,13 +349,24 @@ def trend(spark: SparkSession, ledger_path: str | None, report: dict[str, Any]) 
     }
 
 
+def as_collected(value: datetime) -> datetime:
+    """A timestamp as PySpark's ``collect`` returns a ``TimestampType`` value: naive, in local time."""
+    from datetime import UTC, datetime, timedelta
+
+    micros = (value - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
+    return datetime.fromtimestamp(micros // 1_000_000).replace(microsecond=micros % 1_000_000)
+
+
 # --------------------------------------------------------------------------- all of it
 
 
-def add_details(report: dict[str, Any], spark: SparkSession, ctx: ReportContext) -> None:
+def add_details(
+    report: dict[str, Any], spark: SparkSession, ctx: ReportContext, parts: ReportParts | None = None
+) -> None:
     """Add ``config``, ``spark``, per-group explanations (the first :data:`DETAIL_GROUPS` groups),
     ``refused_origins``, ``trend`` and ``next_steps`` to ``report`` (in place). The queries behind them
-    are independent and run side by side (:mod:`~spark_apps.dlq_replay.concurrent_queries`)."""
+    are independent and run side by side (:mod:`~spark_apps.dlq_replay.concurrent_queries`). With the
+    record tasks' ``parts``, the representatives come from them instead of a query."""
     from spark_apps.dlq_replay.concurrent_queries import run_concurrently
 
     report["config"] = run_config(ctx.options, ctx.playbook)
@@ -339,14 +375,18 @@ def add_details(report: dict[str, Any], spark: SparkSession, ctx: ReportContext)
     shown = report["groups"][:DETAIL_GROUPS]
     signatures = [g["signature"] for g in shown]
     snippets = payload_snippets_enabled(spark, ctx)
+    at = ctx.recorded_at
     queries: dict[str, Callable[[], Any]] = {
-        "trend": partial(_guarded, "the trend", partial(trend, spark, ctx.ledger_path, report), None)
+        "trend": partial(_guarded, "the trend", partial(trend, spark, ctx.ledger_path, report, at), None)
     }
     if decisions is not None and signatures:
         queries["fixes"] = partial(_guarded, "fix errors", partial(fix_errors, decisions, signatures), {})
         errors = partial(sample_errors, decisions, signatures)
         queries["errors"] = partial(_guarded, "sample errors", errors, {})
-        queries["reps"] = partial(representative_rows, spark, ctx, decisions, signatures, snippets)
+        if parts is not None:
+            queries["reps"] = partial(representatives_from_parts, ctx, parts, signatures, snippets)
+        else:
+            queries["reps"] = partial(representative_rows, spark, ctx, decisions, signatures, snippets)
     if decisions is not None and report["totals"].get(oc.ORIGIN_REFUSED):
         queries["refused"] = partial(_guarded, "refused origins", partial(refused_origins, decisions), [])
     results = dict(zip(queries, run_concurrently(spark, *queries.values()), strict=True))

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from spark_apps.dlq_replay.playbook import Playbook
     from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf
     from spark_apps.dlq_replay.pulsar_io.window import PartitionWindow
+    from spark_apps.dlq_replay.report_parts import ReportParts
     from spark_apps.dlq_replay.state import RunState
     from spark_apps.dlq_replay.task_parquet import SideOutput
 
@@ -55,6 +56,7 @@ class RunPaths:
         self.archive_staged = join(self.run, "archive_staged")
         self.ledger = join(self.root, "ledger")
         self.ledger_staged = join(self.run, "ledger_staged")
+        self.report_parts = join(self.run, "report_parts")
 
     def public(self) -> dict[str, str]:
         return {
@@ -663,12 +665,19 @@ def _record(run: _Run, outcomes_df: DataFrame) -> None:
                 recorded_at=recorded_at,
                 batch_rows=_arrow_batch_rows(run),
                 wave_size=int(run.state.info("apply").get("wave_size") or DEFAULT_WAVE_SIZE),
+                parts_dir=run.paths.report_parts,
             )
             publish_staged(staged, root, run.options.run_id)
         else:
             rows = ledger_rows(outcomes_df, run.options.run_id, run.options.mode, recorded_at)
             write_ledger(rows, run.paths.ledger)
-        run.done("record", started, written_by_tasks=by_tasks)
+        run.done(
+            "record",
+            started,
+            written_by_tasks=by_tasks,
+            report_parts=by_tasks,
+            recorded_at=recorded_at.isoformat(),
+        )
 
 
 def _record_by_tasks(run: _Run) -> bool:
@@ -972,6 +981,23 @@ def _skip_message_steps(run: _Run, windows: list[PartitionWindow]) -> None:
     log.info("the window is empty: nothing to read, decide, send, record or ack")
 
 
+def _recorded_at(run: _Run) -> datetime | None:
+    """When this run's record step wrote its ledger rows (``None`` before it, or in a dry-run)."""
+    value = run.state.info("record").get("recorded_at")
+    return datetime.fromisoformat(str(value)) if value else None
+
+
+def _report_parts(run: _Run) -> ReportParts | None:
+    """The record tasks' report parts (:mod:`~spark_apps.dlq_replay.report_parts`), when this run's
+    record step wrote them; else ``None`` (the report aggregates the ledger with Spark)."""
+    if not run.state.info("record").get("report_parts"):
+        return None
+    from spark_apps.dlq_replay.report_parts import read_parts
+
+    folder = local_path(run.paths.report_parts)
+    return None if folder is None else read_parts(folder)
+
+
 def _report(run: _Run, outcomes_df: DataFrame | None, started_wall: datetime) -> dict[str, Any]:
     from spark_apps.dlq_replay.report import CommitTotals, build_report
     from spark_apps.dlq_replay.report_details import ReportContext
@@ -984,6 +1010,7 @@ def _report(run: _Run, outcomes_df: DataFrame | None, started_wall: datetime) ->
     commit_info = run.state.info("commit")
     snapshot_reads = int(run.state.info("snapshot").get("dlq_reads", 0))
     failed = int(run.state.info("apply").get("publish_failed", 0))
+    parts = _report_parts(run)
     report = build_report(
         outcomes_df,
         run_id=options.run_id,
@@ -1003,7 +1030,15 @@ def _report(run: _Run, outcomes_df: DataFrame | None, started_wall: datetime) ->
         timings=dict(run.state.timings),
         paths=run.paths.public(),
         resent=int(run.state.info("apply").get("resent", 0)),
-        context=ReportContext(options, playbook, run.paths.decisions, run.paths.snapshot, run.paths.ledger),
+        context=ReportContext(
+            options,
+            playbook,
+            run.paths.decisions,
+            run.paths.snapshot,
+            run.paths.ledger,
+            recorded_at=_recorded_at(run),
+        ),
+        parts=parts,
     )
     report["timings"]["report"] = round(time.monotonic() - started, 3)  # the aggregation included
     if options.canary:

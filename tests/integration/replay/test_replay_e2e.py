@@ -366,6 +366,15 @@ def test_waves_follow_the_brokers_deduplication(spark, pulsar_client, pulsar_bro
         assert steps["decide"]["written_by_tasks"] is task_writes
         # The record tasks zip each bucket's decisions with its results of every wave.
         assert steps["record"]["written_by_tasks"] is task_writes
+        # ... and keep the report's groups, whichever way the report got them it is the same.
+        assert steps["record"]["report_parts"] is task_writes
+        group = report["groups"][0]
+        assert (group["count"], group["outcomes"], len(group["sample_message_ids"])) == (
+            n,
+            {"republished": n},
+            5,
+        )
+        assert group["explanation"]["matched_rule"] is not None
         ledger = spark.read.parquet(str(out / "ledger")).filter("run_id = 'waves'")
         assert ledger.filter("outcome = 'republished' AND published_message_id IS NOT NULL").count() == n
         # The read tasks wrote the replay ids beside the snapshot; decide's marks read them.

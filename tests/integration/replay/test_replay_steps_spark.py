@@ -413,15 +413,14 @@ rules:
     assert parquet_types(by_tasks) == parquet_types(by_spark)
 
 
-def test_ledger_recorded_by_tasks_reads_as_sparks_ledger(spark, tmp_path):
-    """The record tasks (each bucket's decisions file zipped with its send results of every wave, moved
-    into the ledger) give the rows, schema, folder and Parquet types of Spark's join and writer: copies of
-    one original in both buckets, a failed send, a send without a result, two waves."""
+def recorded_inputs(spark, tmp_path):
+    """Decisions written one file per bucket and the send results of every wave (waves of 3 sequence
+    ids per producer), as the decide and send tasks leave them: copies of one original in both buckets,
+    a failed send in bucket 0, a send without a result in bucket 1. Returns (snapshot, decided, decisions
+    folder, results folder)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from spark_apps.dlq_replay.apply import OUTCOME_COLUMNS
-    from spark_apps.dlq_replay.ledger_files import publish_staged, record_in_tasks
     from spark_apps.dlq_replay.schemas import DECIDED_SCHEMA
 
     snap = copies_df(spark, COPIES).unionByName(snapshot_df(spark, n_timeout=9, n_poison=2, n_junk=1))
@@ -455,7 +454,19 @@ def test_ledger_recorded_by_tasks_reads_as_sparks_ledger(spark, tmp_path):
             pq.write_table(
                 pa.Table.from_pylist(mine, result_type), task_parquet.part_file(str(folder), bucket)
             )
+    return snap, decided, decisions, results
 
+
+def test_ledger_recorded_by_tasks_reads_as_sparks_ledger(spark, tmp_path):
+    """The record tasks (each bucket's decisions file zipped with its send results of every wave, moved
+    into the ledger) give the rows, schema, folder and Parquet types of Spark's join and writer: copies of
+    one original in both buckets, a failed send, a send without a result, two waves."""
+    import pyarrow.parquet as pq
+
+    from spark_apps.dlq_replay.apply import OUTCOME_COLUMNS
+    from spark_apps.dlq_replay.ledger_files import publish_staged, record_in_tasks
+
+    _, decided, decisions, results = recorded_inputs(spark, tmp_path)
     run_id = "manual__2024-05-01T00:00:00+00:00"
     by_spark, by_tasks = tmp_path / "spark", tmp_path / "tasks"
     outcomes_df = with_publish_results(decided.select(*OUTCOME_COLUMNS), spark.read.parquet(str(results)))
@@ -492,3 +503,63 @@ def test_ledger_recorded_by_tasks_reads_as_sparks_ledger(spark, tmp_path):
         return [(c.path, c.physical_type, str(c.logical_type)) for c in schema]
 
     assert parquet_types(partition) == parquet_types(by_spark)
+
+
+@pytest.mark.parametrize("snippets", [False, True])
+def test_report_from_record_parts_is_sparks_report(spark, tmp_path, snippets):
+    """The report built from the record tasks' parts (groups, samples, representatives with their
+    properties and payload snippets) is the one Spark's aggregation of the ledger and its queries build;
+    its trend reads only the earlier run from the ledger and puts this run last, at its ledger time."""
+    from types import SimpleNamespace
+
+    from spark_apps.dlq_replay.apply import OUTCOME_COLUMNS
+    from spark_apps.dlq_replay.ledger_files import publish_staged, record_in_tasks
+    from spark_apps.dlq_replay.report_details import ReportContext
+    from spark_apps.dlq_replay.report_parts import read_parts
+
+    snap, decided, decisions, results = recorded_inputs(spark, tmp_path)
+    snapshot, ledger, parts = (str(tmp_path / name) for name in ("snapshot", "ledger", "report_parts"))
+    snap.write.parquet(snapshot)
+    staged = str(tmp_path / "ledger_staged")
+    record_in_tasks(
+        spark, str(decisions), str(results), 2, staged, mode=oc.REPLAY, recorded_at=T0, batch_rows=4,
+        wave_size=3, parts_dir=parts,
+    )  # fmt: skip
+    publish_staged(staged, ledger, "run-1")
+    earlier = decided.filter("outcome = 'to_republish'").select(*OUTCOME_COLUMNS)
+    write_ledger(
+        ledger_rows(with_publish_results(earlier, None), "run-0", oc.REPLAY, T0 - timedelta(days=1)), ledger
+    )
+    options = SimpleNamespace(archive_payload=True)
+    context = ReportContext(
+        options, PLAYBOOK, str(decisions), snapshot, ledger, payload_snippets=snippets, recorded_at=T0
+    )
+
+    def report(from_parts):
+        outcomes = run_outcomes(read_ledger(spark, RunStorage(spark), ledger), "run-1")
+        return build_report(
+            outcomes, run_id="run-1", mode=oc.REPLAY, status="succeeded", started_at="a", finished_at="b",
+            commit=CommitTotals(), timings={}, paths={}, context=context, parts=from_parts,
+        )  # fmt: skip
+
+    by_spark, by_parts = report(None), report(read_parts(parts))
+    assert by_parts == by_spark
+    groups = by_parts["groups"]
+    assert sum(g["count"] for g in groups) == decided.count() == 18
+    # The trend reads the earlier run from the ledger; this run comes last, at its ledger time.
+    this_run = read_ledger(spark, RunStorage(spark), ledger).filter("run_id = 'run-1'")
+    at = this_run.agg({"recorded_at": "max"}).collect()[0][0].isoformat()
+    assert [(r["run_id"], r["messages"]) for r in by_parts["trend"]["runs"]] == [("run-0", 9), ("run-1", 18)]
+    assert by_parts["trend"]["runs"][-1]["at"] == at
+    trend_counts = {g["signature"]: g["counts"] for g in by_parts["trend"]["groups"]}
+    sent = {
+        g["signature"]: sum(g["outcomes"].get(o, 0) for o in (oc.REPUBLISHED, oc.PUBLISH_FAILED))
+        for g in groups
+    }
+    assert trend_counts == {g["signature"]: [sent[g["signature"]], g["count"]] for g in groups}
+    assert by_parts["totals"][oc.PUBLISH_FAILED] == 2
+    assert all(g["sample_message_ids"] and g["explanation"]["message_id"] for g in groups)
+    with_props = [g for g in groups if g["explanation"].get("rules")]
+    assert with_props, "the playbook was applied to some representative"
+    if snippets:
+        assert all(len(g["payload_samples"]) == min(2, g["count"]) for g in groups)

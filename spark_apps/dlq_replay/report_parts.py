@@ -1,0 +1,370 @@
+"""The report's group aggregates and representative messages, gathered by the record tasks.
+
+Spark's way (:func:`~spark_apps.dlq_replay.report.aggregate` over the ledger,
+:func:`~spark_apps.dlq_replay.report_details.representatives` over the decisions, then a join with the
+snapshot for their properties) reads every message of the run three more times. Where the record tasks
+write the ledger (:mod:`~spark_apps.dlq_replay.ledger_files`), each already holds its bucket's ledger rows
+and decisions, so it keeps what those queries keep of them and writes it to
+``runs/<run>/report_parts/<kind>/part-<bucket>.parquet``:
+
+- ``combos``: per (signature, outcome, action, rule) of the ledger rows, the count, the smallest template,
+  error class, origin topic and reason, and the first and last publish time;
+- ``formats``: the distinct context formats of each such combination;
+- ``samples``: each combination's first :data:`~spark_apps.dlq_replay.report.SAMPLE_IDS` messages by
+  (publish time, DLQ topic, message id);
+- ``reps``: each signature's first :data:`REP_ROWS` decisions by (unscoped, publish time, DLQ topic,
+  message id); the properties (and payloads) of the few shown are read from the snapshot by
+  :func:`snapshot_messages`.
+
+Every part is bounded by the number of groups, not of messages, and merges exactly: a sum, a minimum, a
+maximum, a union, or the first rows of a union (the first k of all are among the first k of each part).
+:func:`read_parts` merges the buckets' parts into what the Spark queries return.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from dataclasses import dataclass
+from datetime import UTC
+from typing import TYPE_CHECKING, Any
+
+from spark_apps.dlq_replay.outcomes import UNSCOPED
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from datetime import datetime
+
+    import pyarrow as pa
+
+#: What a group of the report is counted by.
+COMBO_KEYS = ("signature", "outcome", "action", "rule")
+#: The order of a group's sample message ids.
+SAMPLE_ORDER = ("publish_time", "dlq_topic", "dlq_message_id")
+#: The order of a signature's representatives: messages the playbook was applied to first.
+REP_ORDER = ("unscoped", "publish_time", "dlq_topic", "dlq_message_id")
+#: Representatives kept per signature (enough for the payload samples of a report).
+REP_ROWS = 2
+#: The decisions' columns a representative keeps (its order adds ``unscoped``).
+REP_COLUMNS = (
+    "signature",
+    "dlq_topic",
+    "dlq_message_id",
+    "error_class",
+    "error_message",
+    "origin_topic",
+    "context_format",
+    "outcome",
+    "outcome_reason",
+    "rule",
+    "publish_time",
+)
+#: Rows gathered before a bucket's parts are reduced (bounds a record task's memory).
+REDUCE_ROWS = 16_384
+#: Reduced chunks kept before they are merged into one.
+MERGE_EVERY = 8
+KINDS = ("combos", "formats", "samples", "reps")
+#: A combination's aggregates, from ledger rows (``None``: count the rows) and from earlier aggregates.
+_COMBO_NAMES = ("n", "template", "error_class", "origin_topic", "reason", "first", "last")
+_COMBO_ROWS: tuple[tuple[str | None, str], ...] = (
+    (None, "count_all"),
+    ("error_template", "min"),
+    ("error_class", "min"),
+    ("origin_topic", "min"),
+    ("reason", "min"),
+    ("publish_time", "min"),
+    ("publish_time", "max"),
+)
+_COMBO_PARTS: tuple[tuple[str | None, str], ...] = (
+    ("n", "sum"),
+    ("template", "min"),
+    ("error_class", "min"),
+    ("origin_topic", "min"),
+    ("reason", "min"),
+    ("first", "min"),
+    ("last", "max"),
+)
+_COMBO_COLUMNS = (*COMBO_KEYS, "error_template", "error_class", "origin_topic", "reason", "context_format")
+
+
+def first_k(table: pa.Table, keys: Sequence[str], order: Sequence[str], k: int) -> pa.Table:
+    """The rows of ``table`` among the first ``k`` of their ``keys`` by ``order`` (ascending, nulls
+    first, as Spark orders), sorted by keys then order.
+
+    The rows are ranked by an integer group id and the order columns, and only the rows kept are taken
+    and sorted by their keys: the strings of the keys are compared for a few rows, not for all."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if table.num_rows == 0:
+        return table
+    group = _group_ids(table, keys)
+    ranked = pa.table({"_group": group, **{name: table.column(name) for name in order}})
+    indices = _sort_indices(ranked, ["_group", *order])
+    sorted_group = group.take(indices)
+    n = len(indices)
+    starts_here = pa.concat_arrays(
+        [pa.array([True]), _array(pc.not_equal(sorted_group.slice(1), sorted_group.slice(0, n - 1)))]
+    )
+    run = pc.subtract(pc.cumulative_sum(starts_here.cast(pa.int64())), 1)
+    position = pc.subtract(pc.cumulative_sum(pa.repeat(pa.scalar(1, pa.int64()), n)), 1)
+    start = pc.indices_nonzero(starts_here).take(run).cast(pa.int64())
+    kept = table.take(indices.filter(pc.less(pc.subtract(position, start), k)))
+    return kept.take(_sort_indices(kept, [*keys, *order]))
+
+
+def _sort_indices(table: pa.Table, names: Sequence[str]) -> pa.Array:
+    """Indices sorting ``table`` by ``names`` ascending, nulls first (per key from pyarrow 25, which
+    deprecates the option for all keys)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if int(pa.__version__.split(".")[0]) >= 25:
+        indices = pc.sort_indices(table, sort_keys=[(name, "ascending", "at_start") for name in names])
+    else:
+        ascending = [(name, "ascending") for name in names]
+        indices = pc.sort_indices(table, sort_keys=ascending, null_placement="at_start")
+    return _array(indices)
+
+
+def _group_ids(table: pa.Table, keys: Sequence[str]) -> pa.Array:
+    """An int64 id per row, the same for rows whose ``keys`` are equal (nulls equal to nulls)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    ids: pa.Array | None = None
+    for name in keys:
+        encoded = pc.dictionary_encode(_array(table.column(name)))
+        size = len(encoded.dictionary) + 1  # the last for null
+        codes = pc.fill_null(encoded.indices.cast(pa.int64()), size - 1)
+        if ids is None:
+            ids = codes
+        else:  # renumbered so that the ids stay below the number of rows
+            combined = pc.add(pc.multiply(ids, size), codes)
+            ids = pc.dictionary_encode(combined).indices.cast(pa.int64())
+    assert ids is not None
+    return ids
+
+
+def _array(values: Any) -> pa.Array:
+    import pyarrow as pa
+
+    return values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+
+
+def _reduce_combos(table: pa.Table, counted: bool) -> pa.Table:
+    """Per combination: ``n`` (its rows, or the sum of ``n`` when ``counted``), the smallest template,
+    error class, origin topic and reason, the ``first`` and ``last`` publish time."""
+    sources = _COMBO_PARTS if counted else _COMBO_ROWS
+    aggregations: list[Any] = [(([] if source is None else source), function) for source, function in sources]
+    grouped = table.group_by(list(COMBO_KEYS), use_threads=False).aggregate(aggregations)
+    produced = ["count_all" if source is None else f"{source}_{function}" for source, function in sources]
+    return grouped.select([*produced, *COMBO_KEYS]).rename_columns([*_COMBO_NAMES, *COMBO_KEYS])
+
+
+def _distinct(table: pa.Table) -> pa.Table:
+    keys = list(table.column_names)
+    return table.group_by(keys, use_threads=False).aggregate([])
+
+
+@dataclass
+class BucketParts:
+    """A record task's parts for its bucket, reduced every :data:`REDUCE_ROWS` rows."""
+
+    bucket: int
+    folder: str  # where the parts are written (:func:`write_parts`)
+
+    def __post_init__(self) -> None:
+        self._ledger: list[pa.RecordBatch] = []
+        self._decided: list[pa.RecordBatch] = []
+        self._pending = 0
+        self.parts: dict[str, list[pa.Table]] = {kind: [] for kind in KINDS}
+
+    def add(self, ledger: pa.RecordBatch, decided: pa.RecordBatch) -> None:
+        """Take a batch of ledger rows and the decisions they were made from (the file's next rows)."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        self._ledger.append(ledger.select([*_COMBO_COLUMNS, "dlq_topic", "dlq_message_id", "publish_time"]))
+        outcome = decided.column("outcome")
+        unscoped = pc.if_else(
+            pc.is_null(outcome), pa.scalar(None, pa.bool_()), pc.is_in(outcome, pa.array(sorted(UNSCOPED)))
+        )
+        columns = [decided.column(name) for name in REP_COLUMNS]
+        arrays = [*columns, unscoped.cast(pa.int32())]
+        self._decided.append(pa.RecordBatch.from_arrays(arrays, [*REP_COLUMNS, "unscoped"]))
+        self._pending += decided.num_rows
+        if self._pending >= REDUCE_ROWS:
+            self._reduce()
+
+    def _reduce(self) -> None:
+        import pyarrow as pa
+
+        if not self._pending:
+            return
+        from spark_apps.dlq_replay.report import SAMPLE_IDS
+
+        ledger = pa.Table.from_batches(self._ledger)
+        decided = pa.Table.from_batches(self._decided)
+        self._ledger, self._decided, self._pending = [], [], 0
+        self.parts["combos"].append(_reduce_combos(ledger, counted=False))
+        self.parts["formats"].append(_distinct(ledger.select([*COMBO_KEYS, "context_format"])))
+        samples = ledger.select([*COMBO_KEYS, *SAMPLE_ORDER])
+        self.parts["samples"].append(first_k(samples, COMBO_KEYS, SAMPLE_ORDER, SAMPLE_IDS))
+        self.parts["reps"].append(first_k(decided, ["signature"], REP_ORDER, REP_ROWS))
+        for kind, tables in self.parts.items():
+            if len(tables) >= MERGE_EVERY:  # bounded by the groups, however many rows the bucket has
+                self.parts[kind] = [merge(kind, tables)]
+
+    def tables(self) -> dict[str, pa.Table]:
+        """Each part of the bucket, merged."""
+        self._reduce()
+        return {kind: merge(kind, tables) for kind, tables in self.parts.items() if tables}
+
+    def write(self) -> None:
+        """Write the bucket's parts (once its last rows were added)."""
+        write_parts(self.folder, self.bucket, self.tables())
+
+
+def merge(kind: str, tables: Sequence[pa.Table]) -> pa.Table:
+    """One table of ``kind`` from several (of one bucket's chunks, or of every bucket)."""
+    import pyarrow as pa
+
+    from spark_apps.dlq_replay.report import SAMPLE_IDS
+
+    table = pa.concat_tables(tables, promote_options="permissive")
+    if kind == "combos":
+        return _reduce_combos(table, counted=True)
+    if kind == "formats":
+        return _distinct(table)
+    if kind == "samples":
+        return first_k(table, COMBO_KEYS, SAMPLE_ORDER, SAMPLE_IDS)
+    return first_k(table, ["signature"], REP_ORDER, REP_ROWS)
+
+
+def clear_parts(folder: str) -> None:
+    """Empty ``folder`` of an earlier attempt's parts (every bucket writes its parts again)."""
+    import shutil
+
+    shutil.rmtree(folder, ignore_errors=True)
+    for kind in KINDS:
+        os.makedirs(os.path.join(folder, kind), exist_ok=True)
+
+
+def write_parts(folder: str, bucket: int, tables: dict[str, pa.Table]) -> None:
+    """Write a bucket's parts to ``folder/<kind>/part-<bucket>.parquet`` (each renamed into place)."""
+    import pyarrow.parquet as pq
+
+    from spark_apps.dlq_replay.task_parquet import part_file
+
+    for kind, table in tables.items():
+        target = part_file(os.path.join(folder, kind), bucket)
+        temp = f"{target}.{uuid.uuid4().hex}.tmp"
+        pq.write_table(table, temp)
+        os.replace(temp, target)
+
+
+@dataclass(frozen=True)
+class ReportParts:
+    """The buckets' parts merged: what :func:`~spark_apps.dlq_replay.report.aggregate` and
+    :func:`~spark_apps.dlq_replay.report_details.representatives` return."""
+
+    combos: list[dict[str, Any]]
+    samples: dict[str, list[str]]
+    reps: list[dict[str, Any]]
+
+
+def iso(value: datetime | None) -> str | None:
+    """A publish time as the report's Spark aggregation formats it (UTC, milliseconds, ``Z``)."""
+    if value is None:
+        return None
+    value = value.astimezone(UTC)
+    return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
+
+
+def read_parts(folder: str) -> ReportParts:
+    """Merge every bucket's parts in ``folder`` (written by :func:`write_parts`)."""
+    import glob
+
+    import pyarrow.parquet as pq
+
+    from spark_apps.dlq_replay.report import SAMPLE_IDS
+    from spark_apps.dlq_replay.report_details import ERROR_CHARS
+
+    merged: dict[str, list[dict[str, Any]]] = {}
+    for kind in KINDS:
+        paths = sorted(glob.glob(os.path.join(glob.escape(os.path.join(folder, kind)), "part-*.parquet")))
+        tables = [pq.read_table(path) for path in paths]
+        merged[kind] = merge(kind, tables).to_pylist() if tables else []
+    key = COMBO_KEYS
+    formats: dict[tuple[Any, ...], list[str]] = {}
+    for row in merged["formats"]:
+        if row["context_format"] is not None:
+            formats.setdefault(tuple(row[k] for k in key), []).append(row["context_format"])
+    combos = []
+    for row in merged["combos"]:
+        combo = {k: row[k] for k in (*key, "n", "template", "error_class", "origin_topic", "reason")}
+        combo["context_formats"] = sorted(formats.get(tuple(row[k] for k in key), []))
+        combo["first_seen"], combo["last_seen"] = iso(row["first"]), iso(row["last"])
+        combos.append(combo)
+    firsts: dict[str, list[dict[str, Any]]] = {}
+    for row in merged["samples"]:  # sorted by combination, then order: re-sorted per signature below
+        firsts.setdefault(row["signature"], []).append(row)
+    samples = {
+        sig: [row["dlq_message_id"] for row in sorted(rows, key=_sample_key)[:SAMPLE_IDS]]
+        for sig, rows in firsts.items()
+    }
+    reps = []
+    for row in merged["reps"]:
+        message = row["error_message"]
+        reps.append({**row, "error_message": None if message is None else message[:ERROR_CHARS]})
+    return ReportParts(combos, samples, reps)
+
+
+def _sample_key(row: dict[str, Any]) -> tuple[tuple[int, Any], ...]:
+    return tuple((0, "") if row[name] is None else (1, row[name]) for name in SAMPLE_ORDER)
+
+
+def snapshot_messages(
+    snapshot_dir: str, keys: Sequence[tuple[str, str]], with_payload: bool
+) -> dict[tuple[str, str], Any]:
+    """``topic``, ``message_id_str`` and ``properties`` (and ``value`` with ``with_payload``) of the
+    snapshot messages ``keys`` (topic, message id), read with pyarrow one row group at a time: the ids of
+    each, then the wanted rows' columns. Stops once every key is found (representatives are a group's
+    first messages, near the start of the files)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    wanted = set(keys)
+    if not wanted:
+        return {}
+    topics = pa.array(sorted({topic for topic, _ in wanted}), pa.string())
+    ids = pa.array(sorted({message_id for _, message_id in wanted}), pa.string())
+    columns = ["topic", "message_id_str", "properties"] + (["value"] if with_payload else [])
+    found: dict[tuple[str, str], Any] = {}
+    for path in _parquet_files(snapshot_dir):
+        source = pq.ParquetFile(path)
+        for group in range(source.metadata.num_row_groups):
+            keyed = source.read_row_group(group, columns=["topic", "message_id_str"])
+            hit = pc.and_(pc.is_in(keyed["message_id_str"], ids), pc.is_in(keyed["topic"], topics))
+            rows = pc.indices_nonzero(pc.fill_null(hit, False))
+            if len(rows) == 0:
+                continue
+            for row in source.read_row_group(group, columns=columns).take(rows).to_pylist():
+                key = (row["topic"], row["message_id_str"])
+                if key in wanted:
+                    found[key] = row
+            if len(found) == len(wanted):
+                return found
+    return found
+
+
+def _parquet_files(folder: str) -> list[str]:
+    """The data files of a Parquet dataset folder (written by tasks or by Spark), in name order."""
+    paths = []
+    for parent, dirs, names in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if not d.startswith(("_", ".")))
+        data = [name for name in names if name.endswith(".parquet") and not name.startswith(("_", "."))]
+        paths += [os.path.join(parent, name) for name in data]
+    return sorted(paths)

@@ -1,0 +1,220 @@
+"""report_parts: the report's group aggregates and representatives gathered per bucket with pyarrow and
+merged, against a plain Python computation of what Spark's queries return (``report.aggregate`` and
+``report_details.representatives``)."""
+
+from __future__ import annotations
+
+import random
+from datetime import UTC, datetime, timedelta, timezone
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from spark_apps.dlq_replay import outcomes as oc
+from spark_apps.dlq_replay import report_parts
+from spark_apps.dlq_replay.report import SAMPLE_IDS
+from spark_apps.dlq_replay.report_parts import (
+    COMBO_KEYS,
+    REP_COLUMNS,
+    BucketParts,
+    clear_parts,
+    first_k,
+    iso,
+    read_parts,
+    snapshot_messages,
+)
+
+T0 = datetime(2024, 5, 1, tzinfo=UTC)
+CEST = timezone(timedelta(hours=2))
+LEDGER_COLUMNS = (
+    *COMBO_KEYS, "error_template", "error_class", "origin_topic", "reason", "context_format", "dlq_topic",
+    "dlq_message_id", "publish_time",
+)  # fmt: skip
+
+
+def _batch(rows: list[dict], columns) -> pa.RecordBatch:
+    types = [pa.timestamp("us", "UTC") if name == "publish_time" else pa.string() for name in columns]
+    schema = pa.schema(list(zip(columns, types, strict=True)))
+    return pa.RecordBatch.from_pylist([{k: r[k] for k in columns} for r in rows], schema)
+
+
+def _nulls_first(value):
+    return (0, "") if value is None else (1, value)
+
+
+def test_first_k_keeps_each_groups_first_rows_nulls_first():
+    rows = [
+        {"g": None, "h": "x", "t": 3},
+        {"g": None, "h": "x", "t": None},
+        {"g": None, "h": None, "t": 1},
+        {"g": "a", "h": "x", "t": 2},
+        {"g": "a", "h": "x", "t": 1},
+        {"g": "a", "h": "x", "t": 1},
+        {"g": "a", "h": "x", "t": 5},
+        {"g": "b", "h": "y", "t": 0},
+    ]
+    table = pa.Table.from_pylist(rows, pa.schema([("g", pa.string()), ("h", pa.string()), ("t", pa.int64())]))
+    kept = first_k(table, ["g", "h"], ["t"], 2).to_pylist()
+    assert kept == [
+        {"g": None, "h": None, "t": 1},
+        {"g": None, "h": "x", "t": None},
+        {"g": None, "h": "x", "t": 3},
+        {"g": "a", "h": "x", "t": 1},
+        {"g": "a", "h": "x", "t": 1},
+        {"g": "b", "h": "y", "t": 0},
+    ]
+    assert first_k(table.slice(0, 0), ["g"], ["t"], 2).num_rows == 0
+
+
+def _rows(bucket: int, n: int, rng: random.Random) -> list[dict]:
+    rows = []
+    for i in range(n):
+        sig = rng.choice(["s1", "s2", "s3", None])
+        minute = rng.choice([0, 1, 1, 2, None])
+        rows.append(
+            {
+                "signature": sig,
+                "outcome": rng.choice([oc.TO_REPUBLISH, oc.ARCHIVED, oc.FILTERED, oc.ALREADY_FINAL, None]),
+                "action": rng.choice(["republish", None]),
+                "rule": rng.choice(["r1", "r2", None]),
+                "error_template": rng.choice(["t<num>", "u", None]),
+                "error_class": rng.choice(["E", "F", None]),
+                "origin_topic": rng.choice(["o1", "o2", None]),
+                "reason": rng.choice(["term", None]),
+                "context_format": rng.choice(["ours", "kip-1191", None]),
+                "dlq_topic": rng.choice(["dlq-a", "dlq-b"]),
+                "dlq_message_id": f"{bucket}:{i}:-1:-1",
+                "publish_time": None if minute is None else T0 + timedelta(minutes=minute, microseconds=i),
+                "error_message": rng.choice(["boom " + "x" * 600, "bang", None]),
+                "outcome_reason": "why",
+            }
+        )
+    return rows
+
+
+def _expected_combos(rows: list[dict]) -> dict[tuple, dict]:
+    combos: dict[tuple, dict] = {}
+    for row in rows:
+        key = tuple(row[k] for k in COMBO_KEYS)
+        combo = combos.setdefault(key, {"n": 0, "formats": set(), "times": [], "mins": {}})
+        combo["n"] += 1
+        if row["context_format"] is not None:
+            combo["formats"].add(row["context_format"])
+        if row["publish_time"] is not None:
+            combo["times"].append(row["publish_time"])
+        for column, name in (("error_template", "template"), ("error_class", "error_class"),
+                             ("origin_topic", "origin_topic"), ("reason", "reason")):  # fmt: skip
+            if row[column] is not None:
+                combo["mins"][name] = min(combo["mins"].get(name, row[column]), row[column])
+    return combos
+
+
+def test_parts_of_two_buckets_merge_into_sparks_aggregates(tmp_path, monkeypatch):
+    """Reduced every 7 rows and merged every 3 chunks within a bucket, then merged across two buckets,
+    the parts give the counts, minima, first/last times, formats, samples and representatives of all
+    rows together."""
+    monkeypatch.setattr(report_parts, "REDUCE_ROWS", 7)
+    monkeypatch.setattr(report_parts, "MERGE_EVERY", 3)
+    rng = random.Random(5)
+    folder = str(tmp_path / "parts")
+    clear_parts(folder)
+    everything = []
+    for bucket in (0, 1):
+        rows = _rows(bucket, 60, rng)
+        everything += rows
+        parts = BucketParts(bucket, folder)
+        for start in range(0, len(rows), 4):  # the ledger batches and the decisions they came from
+            chunk = rows[start : start + 4]
+            parts.add(_batch(chunk, LEDGER_COLUMNS), _batch(chunk, REP_COLUMNS))
+        parts.write()
+    merged = read_parts(folder)
+
+    expected = _expected_combos(everything)
+    got = {tuple(c[k] for k in COMBO_KEYS): c for c in merged.combos}
+    assert set(got) == set(expected)
+    for key, want in expected.items():
+        combo = got[key]
+        assert combo["n"] == want["n"]
+        assert combo["context_formats"] == sorted(want["formats"])
+        assert combo["first_seen"] == (iso(min(want["times"])) if want["times"] else None)
+        assert combo["last_seen"] == (iso(max(want["times"])) if want["times"] else None)
+        for name in ("template", "error_class", "origin_topic", "reason"):
+            assert combo[name] == want["mins"].get(name)
+
+    by_sig: dict = {}
+    for row in everything:
+        by_sig.setdefault(row["signature"], []).append(row)
+    order = ("publish_time", "dlq_topic", "dlq_message_id")
+    for sig, rows in by_sig.items():
+        first = sorted(rows, key=lambda r: tuple(_nulls_first(r[k]) for k in order))[:SAMPLE_IDS]
+        assert merged.samples[sig] == [r["dlq_message_id"] for r in first]
+
+    def rep_key(row):
+        unscoped = None if row["outcome"] is None else int(row["outcome"] in oc.UNSCOPED)
+        return (_nulls_first(unscoped), *(_nulls_first(row[k]) for k in order))
+
+    reps: dict = {}
+    for rep in merged.reps:
+        reps.setdefault(rep["signature"], []).append(rep)
+    for sig, rows in by_sig.items():
+        want = sorted(rows, key=rep_key)[: report_parts.REP_ROWS]
+        assert [r["dlq_message_id"] for r in reps[sig]] == [r["dlq_message_id"] for r in want]
+        for rep, row in zip(reps[sig], want, strict=True):
+            message = row["error_message"]
+            assert rep["error_message"] == (None if message is None else message[:500])
+
+
+def test_clear_parts_drops_an_earlier_attempts_parts(tmp_path):
+    folder = str(tmp_path / "parts")
+    clear_parts(folder)
+    parts = BucketParts(3, folder)
+    rows = _rows(3, 5, random.Random(1))
+    parts.add(_batch(rows, LEDGER_COLUMNS), _batch(rows, REP_COLUMNS))
+    parts.write()
+    assert sum(c["n"] for c in read_parts(folder).combos) == 5
+    clear_parts(folder)
+    empty = read_parts(folder)
+    assert (empty.combos, empty.samples, empty.reps) == ([], {}, [])
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (datetime(2024, 5, 1, 12, 0, 1, 999_999, tzinfo=UTC), "2024-05-01T12:00:01.999Z"),
+        (
+            datetime(2024, 5, 1, 14, 0, 0, 5_000, tzinfo=timezone(timedelta(hours=2))),
+            "2024-05-01T12:00:00.005Z",
+        ),
+        (None, None),
+    ],
+)
+def test_iso_is_sparks_millisecond_utc_format(value, text):
+    assert iso(value) == text
+
+
+def test_snapshot_messages_reads_only_the_wanted_rows(tmp_path):
+    """The wanted messages are found across files and row groups; a key in another topic is not."""
+    schema = pa.schema(
+        [("topic", pa.string()), ("message_id_str", pa.string()),
+         ("properties", pa.map_(pa.string(), pa.string())), ("value", pa.binary())]
+    )  # fmt: skip
+    folder = tmp_path / "snapshot"
+    folder.mkdir()
+    for part in (0, 1):
+        rows = [
+            {"topic": f"t{part}", "message_id_str": f"{part}:{i}", "properties": [("k", str(i))],
+             "value": f"v{i}".encode()}
+            for i in range(10)
+        ]  # fmt: skip
+        pq.write_table(
+            pa.Table.from_pylist(rows, schema), folder / f"part-{part:05d}.parquet", row_group_size=3
+        )
+    (folder / "_SUCCESS").write_text("")
+    keys = [("t0", "0:4"), ("t1", "1:9"), ("t0", "1:9")]
+    found = snapshot_messages(str(folder), keys, with_payload=True)
+    assert sorted(found) == [("t0", "0:4"), ("t1", "1:9")]
+    assert found[("t1", "1:9")]["properties"] == [("k", "9")]
+    assert found[("t0", "0:4")]["value"] == b"v4"
+    assert "value" not in snapshot_messages(str(folder), keys[:1], with_payload=False)[("t0", "0:4")]
+    assert snapshot_messages(str(folder), [], with_payload=False) == {}
