@@ -23,6 +23,7 @@ maximum, a union, or the first rows of a union (the first k of all are among the
 
 from __future__ import annotations
 
+import functools
 import os
 import uuid
 from dataclasses import dataclass
@@ -75,14 +76,10 @@ _COMBO_ROWS: tuple[tuple[str | None, str], ...] = (
     ("publish_time", "min"),
     ("publish_time", "max"),
 )
-_COMBO_PARTS: tuple[tuple[str | None, str], ...] = (
-    ("n", "sum"),
-    ("template", "min"),
-    ("error_class", "min"),
-    ("origin_topic", "min"),
-    ("reason", "min"),
-    ("first", "min"),
-    ("last", "max"),
+#: The same aggregates merged: counts summed, minima and maxima taken again, by their names.
+_COMBO_PARTS: tuple[tuple[str | None, str], ...] = tuple(
+    (name, "sum" if function == "count_all" else function)
+    for name, (_, function) in zip(_COMBO_NAMES, _COMBO_ROWS, strict=True)
 )
 _COMBO_COLUMNS = (*COMBO_KEYS, "error_template", "error_class", "origin_topic", "reason", "context_format")
 
@@ -116,15 +113,21 @@ def first_k(table: pa.Table, keys: Sequence[str], order: Sequence[str], k: int) 
 def _sort_indices(table: pa.Table, names: Sequence[str]) -> pa.Array:
     """Indices sorting ``table`` by ``names`` ascending, nulls first (per key from pyarrow 25, which
     deprecates the option for all keys)."""
-    import pyarrow as pa
     import pyarrow.compute as pc
 
-    if int(pa.__version__.split(".")[0]) >= 25:
+    if _nulls_per_key():
         indices = pc.sort_indices(table, sort_keys=[(name, "ascending", "at_start") for name in names])
     else:
         ascending = [(name, "ascending") for name in names]
         indices = pc.sort_indices(table, sort_keys=ascending, null_placement="at_start")
     return _array(indices)
+
+
+@functools.cache
+def _nulls_per_key() -> bool:
+    import pyarrow as pa
+
+    return int(pa.__version__.split(".")[0]) >= 25
 
 
 def _group_ids(table: pa.Table, keys: Sequence[str]) -> pa.Array:
@@ -284,8 +287,6 @@ def iso(value: datetime | None) -> str | None:
 
 def read_parts(folder: str) -> ReportParts:
     """Merge every bucket's parts in ``folder`` (written by :func:`write_parts`)."""
-    import glob
-
     import pyarrow.parquet as pq
 
     from spark_apps.dlq_replay.report import SAMPLE_IDS
@@ -293,8 +294,7 @@ def read_parts(folder: str) -> ReportParts:
 
     merged: dict[str, list[dict[str, Any]]] = {}
     for kind in KINDS:
-        paths = sorted(glob.glob(os.path.join(glob.escape(os.path.join(folder, kind)), "part-*.parquet")))
-        tables = [pq.read_table(path) for path in paths]
+        tables = [pq.read_table(path) for path in _parquet_files(os.path.join(folder, kind))]
         merged[kind] = merge(kind, tables).to_pylist() if tables else []
     key = COMBO_KEYS
     formats: dict[tuple[Any, ...], list[str]] = {}
