@@ -131,6 +131,12 @@ class ShareReader:
             timeout = self.idle_timeout_ms
             index = 0
             current: Entry | None = None
+            # The current entry's position, and what its messages need, in locals: most messages belong
+            # to the entry before them (a batch arrives unpacked), so that path is kept short.
+            current_pos: Position | None = None
+            add: Any = None  # current.messages.append
+            id_prefix = ""  # "ledger:entry:partition:" of the current entry
+            at_end = at_stop_end = False  # the current entry is the window end's (and the share's last)
             skipping: Position | None = None
             progress = False
             done = False
@@ -145,17 +151,18 @@ class ShareReader:
                     mid = msg.message_id()
                     pos = (mid.ledger_id(), mid.entry_id())
                     batch = mid.batch_index()
-                    if current is not None and pos == current.position:
+                    if pos == current_pos:
+                        assert current is not None
                         if batch <= current.last_batch_index:
                             stats.duplicates += 1
                             continue
                         current.size += 1
                         current.last_batch_index = batch
-                        if pos == end_pos and 0 <= end_batch < batch:
+                        if at_end and 0 <= end_batch < batch:
                             stats.beyond_window += 1
                         else:
-                            current.messages.append((f"{pos[0]}:{pos[1]}:{part}:{batch}", msg, mid))
-                        if pos == stop and pos == end_pos and 0 <= end_batch <= batch:
+                            add((f"{id_prefix}{batch}", msg, mid))
+                        if at_stop_end and 0 <= end_batch <= batch:
                             done = True
                             break
                         continue
@@ -163,7 +170,7 @@ class ShareReader:
                         continue
                     if current is not None:
                         yield self._emit(current)
-                        last, current = current.position, None
+                        last, current, current_pos = current_pos, None, None
                     if last is not None and pos <= last:
                         stats.duplicates += 1
                         continue
@@ -177,12 +184,15 @@ class ShareReader:
                         skipping = last = pos
                         continue
                     current = Entry(pos[0], pos[1], size=1, last_batch_index=batch)
-                    if pos == end_pos and 0 <= end_batch < batch:
+                    current_pos, add, id_prefix = pos, current.messages.append, f"{pos[0]}:{pos[1]}:{part}:"
+                    at_end = pos == end_pos
+                    at_stop_end = at_end and pos == stop
+                    if at_end and 0 <= end_batch < batch:
                         stats.beyond_window += 1
                     else:
-                        current.messages.append((f"{pos[0]}:{pos[1]}:{part}:{batch}", msg, mid))
+                        add((f"{id_prefix}{batch}", msg, mid))
                     if pos == stop:
-                        if batch < 0 or (pos == end_pos and 0 <= end_batch <= batch):
+                        if batch < 0 or (at_end and 0 <= end_batch <= batch):
                             done = True
                             break
                         timeout = min(self.idle_timeout_ms, _DRAIN_MS)  # the rest of the batch is queued

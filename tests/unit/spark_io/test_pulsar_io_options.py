@@ -166,7 +166,7 @@ def test_undecodable_text_keeps_the_message_flagged():
 
     schema = to_arrow_schema(source_struct(), timezone="UTC")
     builder = _BatchBuilder(PartitionWindow("persistent://t/n/dlq", -1, "1:1:-1:-1"), schema)
-    assert builder.add("1:1:-1:-1", _UndecodableMessage(), _Id()) == 1
+    assert builder.add_entry([("1:1:-1:-1", _UndecodableMessage(), _Id())], 1) == 1
     row = builder.flush().to_pylist()[0]
     assert row["value"] == b"payload"
     assert row["key"] is None
