@@ -44,7 +44,6 @@ _READ = [*SEND_COLUMNS, "outcome"]
 def wave_rows(path: str, lo: int, hi: int, batch_rows: int) -> Iterator[pa.RecordBatch]:
     """The rows to republish of the decisions file ``path`` whose sequence id is in ``[lo, hi)``, in
     file order, with the republish input columns, in batches of about ``batch_rows``."""
-    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     source = pq.ParquetFile(path)
@@ -56,12 +55,7 @@ def wave_rows(path: str, lo: int, hi: int, batch_rows: int) -> Iterator[pa.Recor
     # One decoding thread, as in snapshot_files.bucket_batches (less memory kept per worker).
     batches = source.iter_batches(batch_size=batch_rows, row_groups=groups, columns=_READ, use_threads=False)
     for batch in batches:
-        seq = batch.column("sequence_id")
-        keep = pc.and_(
-            pc.equal(batch.column("outcome"), oc.TO_REPUBLISH),
-            pc.and_(pc.greater_equal(seq, lo), pc.less(seq, hi)),
-        )
-        rows = batch.filter(keep)
+        rows = _in_wave(batch, lo, hi)
         if rows.num_rows:
             pending.append(rows)
             held += rows.num_rows
@@ -88,12 +82,33 @@ def _row_groups(meta: pq.FileMetaData, lo: int, hi: int) -> list[int]:
     return groups
 
 
+def _in_wave(batch: pa.RecordBatch, lo: int, hi: int) -> pa.RecordBatch:
+    """The rows of ``batch`` to republish whose sequence id is in ``[lo, hi)``; ``batch`` itself when
+    that is every row (no copy)."""
+    import pyarrow.compute as pc
+
+    seq = batch.column("sequence_id")
+    keep = pc.equal(batch.column("outcome"), oc.TO_REPUBLISH)
+    bounds = pc.min_max(seq)
+    lowest, highest = bounds["min"].as_py(), bounds["max"].as_py()
+    if seq.null_count or lowest is None or lowest < lo or highest >= hi:  # not every row in the wave
+        keep = pc.and_(keep, pc.and_(pc.greater_equal(seq, lo), pc.less(seq, hi)))
+    if keep.true_count == batch.num_rows:
+        return batch
+    return batch.filter(keep)
+
+
 def _renamed(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
+    """The republish input columns of ``batches``, merged into one batch (copied only when there are
+    several)."""
     import pyarrow as pa
 
-    table = pa.Table.from_batches(batches).select(list(SEND_COLUMNS)).combine_chunks()
-    merged = table.to_batches()[0] if table.num_rows else pa.RecordBatch.from_pylist([], table.schema)
-    return pa.RecordBatch.from_arrays(merged.columns, names=list(SEND_COLUMNS.values()))
+    if len(batches) == 1:
+        merged = batches[0]
+    else:
+        merged = pa.Table.from_batches(batches).select(list(SEND_COLUMNS)).combine_chunks().to_batches()[0]
+    columns = [merged.column(name) for name in SEND_COLUMNS]
+    return pa.RecordBatch.from_arrays(columns, names=list(SEND_COLUMNS.values()))
 
 
 def send_wave(
@@ -134,3 +149,25 @@ def send_wave(
     frame = spark.range(buckets, numPartitions=buckets)
     tallies = task_parquet.write_in_tasks(frame, send, schema, results_path, task_parquet.row_tally, ("n",))
     return sum(t[0] or 0 for t in tallies)
+
+
+def sending_targets(decisions_dir: str) -> set[str]:
+    """The target topics of the rows to republish in the decide tasks' files of ``decisions_dir`` (two
+    dictionary-encoded columns read in the driver: no Spark job over the decisions)."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from spark_apps.dlq_replay.snapshot_files import part_files
+    from spark_apps.dlq_replay.storage import local_path
+
+    folder = local_path(decisions_dir)
+    if folder is None:
+        raise ValueError(f"sending_targets reads a local decisions folder, got {decisions_dir!r}")
+    targets: set[str] = set()
+    columns = ["outcome", "target_topic"]
+    for path in part_files(folder):
+        source = pq.ParquetFile(path, read_dictionary=columns)
+        for batch in source.iter_batches(batch_size=65_536, columns=columns, use_threads=False):
+            sending = batch.filter(pc.equal(batch.column("outcome"), oc.TO_REPUBLISH))
+            targets.update(t for t in pc.unique(sending.column("target_topic")).to_pylist() if t)
+    return targets

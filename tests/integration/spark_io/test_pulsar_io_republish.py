@@ -16,6 +16,7 @@ from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf
 from spark_apps.dlq_replay.pulsar_io.errors import RepublishError
 from spark_apps.dlq_replay.pulsar_io.ids import message_id_key
 from spark_apps.dlq_replay.pulsar_io.republish import (
+    REPUBLISH_INPUT_COLUMNS,
     REPUBLISH_INPUT_SCHEMA,
     REPUBLISH_RESULT_SCHEMA,
     republish_batches,
@@ -24,6 +25,19 @@ from spark_apps.dlq_replay.pulsar_io.republish import (
 pytestmark = pytest.mark.integration
 
 EVENT0 = dt.datetime(2024, 3, 1, 8, 30, tzinfo=dt.UTC)
+INPUT_SCHEMA = pa.schema(
+    [
+        ("replay_id", pa.string()),
+        ("target_topic", pa.string()),
+        ("producer_name", pa.string()),
+        ("sequence_id", pa.int64()),
+        ("value", pa.binary()),
+        ("key", pa.string()),
+        ("ordering_key", pa.string()),
+        ("event_time", pa.timestamp("us", tz="UTC")),
+        ("properties", pa.map_(pa.string(), pa.string())),
+    ]
+)
 
 
 def rows_for(target: str, producer: str, count: int) -> list[tuple]:
@@ -76,9 +90,14 @@ def test_republish_keeps_metadata_and_order_and_confirms_every_send(
     assert all(message_id_key(r.published_message_id)[0] >= 0 for r in results)
 
     by_replay = {r[0]: r for r in data}
+    published_ids = {r.replay_id: r.published_message_id for r in results}
     for target, expected_count in ((orders, 2_000), (payments, 1_000)):
         got = drain(pulsar_client, target, "check")
         assert len(got) == expected_count
+        for msg in got:  # each row's receipt is its own message's id
+            mid = msg.message_id()
+            stored = f"{mid.ledger_id()}:{mid.entry_id()}:{mid.partition()}:{mid.batch_index()}"
+            assert published_ids[msg.properties()["REPLAY_ID"]] == stored
         last_seq: dict[str, int] = {}
         for msg in sorted(
             got,
@@ -102,6 +121,35 @@ def test_republish_keeps_metadata_and_order_and_confirms_every_send(
             seq = int(props["seq"])
             assert seq > last_seq.get(row[2], -1), "per-producer order must follow sequence ids"
             last_seq[row[2]] = seq
+
+
+def test_a_resent_batch_is_confirmed_and_dropped_by_the_deduplicating_broker(
+    pulsar_broker, pulsar_client, topic_factory
+):
+    conf = PulsarConf(pulsar_broker.service_url)
+    target = topic_factory("rp-resent")
+    drain(pulsar_client, target, "check", timeout_ms=10)  # creates the subscription
+    batch = pa.RecordBatch.from_pylist(
+        [
+            dict(zip(REPUBLISH_INPUT_COLUMNS, row, strict=True))
+            for row in rows_for(target, "dlq-replay-resent-0", 300)
+        ],
+        schema=INPUT_SCHEMA,
+    )
+
+    first = pa.Table.from_batches(
+        list(republish_batches(iter([batch.slice(0, 200), batch.slice(200)]), conf=conf))
+    )
+    again = pa.Table.from_batches(list(republish_batches(iter([batch]), conf=conf)))
+
+    for out in (first, again):
+        assert out.column("replay_id").to_pylist() == batch.column("replay_id").to_pylist()
+        assert out.column("published").to_pylist() == [True] * 300
+        assert out.column("error").null_count == 300
+    assert all(message_id_key(i)[0] >= 0 for i in first.column("published_message_id").to_pylist())
+    # the broker dropped every copy (same producer name and sequence ids): ledger -1
+    assert {message_id_key(i)[0] for i in again.column("published_message_id").to_pylist()} == {-1}
+    assert len(drain(pulsar_client, target, "check")) == 300
 
 
 def test_unsendable_rows_are_reported_not_raised(pulsar_broker, pulsar_client, topic_factory):
@@ -139,19 +187,7 @@ def test_unsendable_rows_are_reported_not_raised(pulsar_broker, pulsar_client, t
                 "value": b"d",
             },
         ],
-        schema=pa.schema(
-            [
-                ("replay_id", pa.string()),
-                ("target_topic", pa.string()),
-                ("producer_name", pa.string()),
-                ("sequence_id", pa.int64()),
-                ("value", pa.binary()),
-                ("key", pa.string()),
-                ("ordering_key", pa.string()),
-                ("event_time", pa.timestamp("us", tz="UTC")),
-                ("properties", pa.map_(pa.string(), pa.string())),
-            ]
-        ),
+        schema=INPUT_SCHEMA,
     )
     out = pa.Table.from_batches(list(republish_batches(iter([batch]), conf=conf))).to_pylist()
     by_id = {r["replay_id"]: r for r in out}
