@@ -5,7 +5,7 @@
 per message (the best of ``repeat`` passes, so other load on the machine matters little), what a decide
 task does to it on an executor:
 
-- ``identities``: the light pass that finds each message's replay id (duplicate marking);
+- ``identities``: each message's replay id (duplicate marking), as the snapshot's read tasks find it;
 - ``normalise``: the error context parsed, template, signature, replay id and replay count;
 - ``decide``: scope, playbook match, guards, lineage and the fix, with ``of which the fix`` (the
   playbook's ``bench_fixes:fix_order`` alone, JSON in and out) to separate our overhead from the user's
@@ -35,8 +35,8 @@ from bench.playbook import write_playbook
 
 def snapshot_batch(n: int) -> pa.RecordBatch:
     """``n`` workload messages as one Arrow batch of the snapshot's schema, with empty scope marks."""
-    from spark_apps.dlq_replay.decide import _MARK, _MARK_REASON
     from spark_apps.dlq_replay.schemas import SNAPSHOT_SCHEMA, arrow_schema
+    from spark_apps.dlq_replay.scope import MARK, MARK_REASON
 
     now = datetime.now(UTC).replace(tzinfo=None)
     rows = [
@@ -57,31 +57,16 @@ def snapshot_batch(n: int) -> pa.RecordBatch:
     ]
     batch = pa.RecordBatch.from_pylist(rows, schema=arrow_schema(SNAPSHOT_SCHEMA))
     marks = pa.nulls(n, pa.string())
-    return batch.append_column(_MARK, marks).append_column(_MARK_REASON, marks)
-
-
-def light_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
-    """The identities pass's input: topic, message id and the origin properties only."""
-    from pulsar_dlq_consumer.context import ORIGIN_PROPERTY_KEYS
-
-    dicts = [dict(pairs) for pairs in batch.column("properties").to_pylist()]
-    origin = [pa.array([d.get(key) for d in dicts], pa.string()) for key in ORIGIN_PROPERTY_KEYS]
-    names = ["topic", "message_id_str", *(f"_origin{i}" for i in range(len(ORIGIN_PROPERTY_KEYS)))]
-    return pa.RecordBatch.from_arrays([batch.column("topic"), batch.column("message_id_str"), *origin], names)
+    return batch.append_column(MARK, marks).append_column(MARK_REASON, marks)
 
 
 def phases(batch: pa.RecordBatch) -> dict[str, Callable[[], Any]]:
     """One callable per timed phase, each doing that phase to the whole batch."""
-    from spark_apps.dlq_replay.decide import (
-        DecideSettings,
-        Filters,
-        ProducerSequencer,
-        add_scope_columns,
-        decide_batch,
-    )
+    from spark_apps.dlq_replay.decide import DecideSettings, ProducerSequencer, decide_batch
     from spark_apps.dlq_replay.fixes import FixRecord, load_fix, run_fix
     from spark_apps.dlq_replay.normalize import normalize_batch, normalize_columns, replay_ids
     from spark_apps.dlq_replay.playbook import load_playbook
+    from spark_apps.dlq_replay.scope import Filters, add_scope_columns
     from spark_apps.dlq_replay.topics import TopicMatcher
 
     # The playbook's fix module under the top-level name fix_files gives it on Spark.
@@ -91,7 +76,6 @@ def phases(batch: pa.RecordBatch) -> dict[str, Callable[[], Any]]:
     settings = DecideSettings(
         run_id="profile", mode="replay", allowlist=TopicMatcher.parse([workload.ORIGIN_ALLOWLIST])
     )
-    light = light_batch(batch)
     normalized = normalize_columns(batch)
     add_scope_columns(batch, normalized, Filters())
     fix_rule = next(rule for rule in playbook.rules if rule.fix)
@@ -122,7 +106,7 @@ def phases(batch: pa.RecordBatch) -> dict[str, Callable[[], Any]]:
         )
 
     return {
-        "identities": lambda: replay_ids(light),
+        "identities": lambda: replay_ids(batch),
         "normalise": lambda: normalize_columns(batch),
         "decide": lambda: decide_batch(
             normalize_batch(batch, dict(normalized)),

@@ -1,66 +1,53 @@
-"""Decide step: scope (filters, already-final ids), playbook match, guards, fixes, producer assignment.
+"""Decide step: playbook match, guards, fixes, producer assignment.
 
 ``decide`` marks the ledger's final ids, duplicates and the ``--max-messages`` choice in Spark SQL
-(:func:`scope_marks`), then makes one Python pass per row on executors through ``mapInArrow``:
-normalise, scope, match the playbook, run fixes (vectorised per Arrow batch) and number each task's
-sends (:class:`ProducerSequencer`). No step shuffles the messages themselves.
+(:func:`~spark_apps.dlq_replay.scope.scope_marks`), then makes one Python pass per Arrow batch on
+executors through ``mapInArrow``: normalise, scope, match the playbook (once per group of equal rows),
+run fixes (vectorised per Arrow batch) and number each task's sends (:class:`ProducerSequencer`). No step
+shuffles the messages themselves.
 """
 
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from spark_apps.dlq_replay import outcomes as oc
-from spark_apps.dlq_replay.lineage import republish_properties
-from spark_apps.dlq_replay.normalize import ORIGIN_CONFLICT, PROPERTY_DICTS
+from spark_apps.dlq_replay.arrow_util import group_ids, row_numbers
+from spark_apps.dlq_replay.context_columns import ORIGIN_CONFLICT, UNDECODABLE
+from spark_apps.dlq_replay.lineage import lineage_maps, republish_properties
 from spark_apps.dlq_replay.pulsar_io.source import UNDECODABLE_PROPERTY
 from spark_apps.dlq_replay.schemas import (
     CONTEXT_COLUMNS,
     DECIDED_SCHEMA,
-    IDENTITIES_SCHEMA,
     REPLAY_ID_MARK,
     SCOPE_COLUMN,
     arrow_schema,
 )
+from spark_apps.dlq_replay.scope import (
+    MARK,
+    MARK_REASON,
+    SCOPE_ALREADY_FINAL,
+    SCOPE_DUPLICATE,
+    SCOPE_FILTERED,
+    SCOPE_REASON_COLUMN,
+    Filters,
+    add_scope_columns,
+    join_marks,
+    scope_marks,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
-    from datetime import datetime
 
-    from pyspark.sql import Column, DataFrame
+    from pyspark.sql import DataFrame
 
     from spark_apps.dlq_replay.fixes import FixOutcome, FixRecord
     from spark_apps.dlq_replay.playbook import Playbook
     from spark_apps.dlq_replay.topics import TopicMatcher
-
-SCOPE_IN = "in"
-SCOPE_FILTERED = "filtered"
-SCOPE_ALREADY_FINAL = "already_final"
-SCOPE_DUPLICATE = "duplicate"
-SCOPE_REASON_COLUMN = "scope_reason"
-#: Columns added by :func:`scope_marks`: a mark (``already_final``, ``duplicate`` or ``chosen``, null
-#: for the rest) and its reason.
-_MARK, _MARK_REASON = "_mark", "_mark_reason"
-_CHOSEN = "chosen"
-_RID = REPLAY_ID_MARK
-#: Marked rows up to this many are broadcast to the join with the snapshot (no shuffle of payloads).
-BROADCAST_MARKS = 200_000
-
-
-@dataclass(frozen=True)
-class Filters:
-    """Selective replay: only matching messages are decided on; the others are ``filtered``."""
-
-    signatures: tuple[str, ...] | None = None
-    error_class: str | None = None
-    since: datetime | None = None
-    until: datetime | None = None
-    max_messages: int | None = None
 
 
 @dataclass(frozen=True)
@@ -74,244 +61,6 @@ class DecideSettings:
     archive_payload: bool = True
     #: Approved action per signature (``--group-actions``): overrides the playbook for those groups.
     group_actions: dict[str, str] | None = None
-
-
-# --------------------------------------------------------------------------- scope
-
-
-def filter_reason(
-    filters: Filters, signature: str | None, error_class: str | None, publish_time: datetime | None
-) -> str | None:
-    """The first filter a message fails, or ``None`` when it passes them all."""
-    if filters.signatures is not None and signature not in filters.signatures:
-        return "not selected by --signatures"
-    if filters.error_class is not None:
-        name = filters.error_class
-        if error_class is None or not (error_class == name or error_class.endswith("." + name)):
-            return "not selected by --error-class"
-    if filters.since is not None and (publish_time is None or publish_time < filters.since):
-        return "published before --since"
-    if filters.until is not None and (publish_time is None or publish_time >= filters.until):
-        return "published at or after --until"
-    return None
-
-
-def replay_id_column() -> Column:
-    """The DLQ-identity :func:`~spark_apps.dlq_replay.signatures.replay_id` of a snapshot row (no origin
-    identity), in Spark SQL."""
-    from pyspark.sql import functions as F
-
-    material = F.concat(F.col("topic"), F.lit("\x1f"), F.col("message_id_str"))
-    return F.substring(F.sha2(material, 256), 1, 32)
-
-
-def identity_rows(
-    batch: pa.RecordBatch, origin_precedence: Sequence[str] = (), replay_ids: Sequence[str] | None = None
-) -> pa.RecordBatch:
-    """:data:`~spark_apps.dlq_replay.schemas.IDENTITIES_SCHEMA` of a batch of snapshot rows (or of their
-    :func:`~spark_apps.dlq_replay.normalize.origin_columns`): what :func:`scope_marks` needs of every
-    row. ``replay_ids``: already computed, else computed from the origin properties."""
-    if replay_ids is None:
-        from spark_apps.dlq_replay.normalize import replay_ids as origin_replay_ids
-
-        replay_ids = origin_replay_ids(batch, origin_precedence)
-    return pa.RecordBatch.from_arrays(
-        [
-            batch.column("topic"),
-            batch.column("message_id_str"),
-            batch.column("publish_time"),
-            pa.array(replay_ids, pa.string()),
-        ],
-        names=["topic", "message_id_str", "publish_time", _RID],
-    )
-
-
-def _identities(snapshot: DataFrame, filters: Filters, origin_precedence: tuple[str, ...]) -> DataFrame:
-    """One light row per snapshot row (no payload): ``topic, message_id_str, publish_time, _rid`` and,
-    with ``--max-messages``, ``selected`` (passes the other filters)."""
-    from pyspark.sql import functions as F
-
-    from spark_apps.dlq_replay.arrow_compat import map_in_arrow
-
-    limited = filters.max_messages is not None
-
-    def ids(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from spark_apps.dlq_replay.normalize import normalize_columns
-
-        for batch in batches:
-            if not limited:  # the replay ids only need the origin
-                yield identity_rows(batch, origin_precedence)
-                continue
-            # The filters of --max-messages need the whole context.
-            columns = normalize_columns(batch, origin_precedence)
-            rows = identity_rows(batch, replay_ids=columns["replay_id"])
-            times = _publish_times(batch, filters)
-            selected = [
-                filter_reason(filters, sig, cls, ts) is None
-                for sig, cls, ts in zip(columns["signature"], columns["error_class"], times, strict=True)
-            ]
-            yield rows.append_column("selected", pa.array(selected, pa.bool_()))
-
-    if limited:
-        light = snapshot.select(
-            "topic", "message_id_str", "publish_time", "properties", F.lit(None).cast("binary").alias("value")
-        )
-    else:
-        from spark_apps.dlq_replay.normalize import origin_columns
-
-        light = snapshot.select(*origin_columns(), "publish_time")
-    from pyspark.sql.types import BooleanType, StructField, StructType
-
-    selected = [StructField("selected", BooleanType())] if limited else []
-    return map_in_arrow(light, ids, StructType(IDENTITIES_SCHEMA.fields + selected))
-
-
-def _join_marks(snapshot: DataFrame, marked: DataFrame, count: int) -> DataFrame:
-    """The snapshot joined with its marked rows (broadcast when at most :data:`BROADCAST_MARKS`)."""
-    from pyspark.sql import functions as F
-
-    marks = F.broadcast(marked) if count <= BROADCAST_MARKS else marked
-    return snapshot.join(marks, ["topic", "message_id_str"], "left")
-
-
-def scope_marks(
-    snapshot: DataFrame,
-    filters: Filters,
-    final_ids: DataFrame | None,
-    origin_precedence: tuple[str, ...] = (),
-    reviewed_ids: DataFrame | None = None,
-    identities: DataFrame | None = None,
-) -> tuple[DataFrame, int]:
-    """``(rows, count)``: ``topic, message_id_str`` and the mark columns of the snapshot rows the decide
-    step must not treat as new (persisted, so computed once):
-
-    * ``already_final``: this DLQ message is final in the ledger of an earlier run (``final_ids``:
-      ``replay_id, dlq_topic, dlq_message_id, run_id`` of earlier runs' final rows);
-    * ``duplicate``: another copy of the same original (same replay id, see
-      :func:`~spark_apps.dlq_replay.signatures.replay_id`) is final in an earlier run, or is in this
-      snapshot and wins: the oldest publish time, then DLQ topic, then message id. The choice depends
-      only on the snapshot, so it is the same when a run is resumed;
-    * ``filtered``: with ``reviewed_ids`` (one column ``replay_id``, the scope of the run a reviewer
-      approved, ``--window-from``), every row whose replay id is not among them;
-    * ``chosen``: among the first ``max_messages`` rows that are neither and pass the filters, by
-      (publish time, DLQ topic, replay id).
-
-    The marks are computed on payload-free rows (:func:`identity_rows`: ``identities`` when the
-    snapshot's read tasks wrote them, else computed here from the snapshot); only the marked rows are
-    joined back to the snapshot.
-    """
-    from pyspark import StorageLevel
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
-    if identities is not None and filters.max_messages is None:
-        ids = identities
-    else:
-        ids = _identities(snapshot, filters, origin_precedence)
-    if final_ids is not None:
-        self_final = final_ids.groupBy(
-            F.col("dlq_topic").alias("topic"), F.col("dlq_message_id").alias("message_id_str")
-        ).agg(F.min("run_id").alias("_self_run"))
-        other_final = final_ids.groupBy(F.col("replay_id").alias(_RID)).agg(
-            F.min(F.struct("run_id", "dlq_topic", "dlq_message_id")).alias("_other")
-        )
-        ids = ids.join(self_final, ["topic", "message_id_str"], "left").join(other_final, _RID, "left")
-    else:
-        ids = ids.withColumn("_self_run", F.lit(None).cast("string")).withColumn(
-            "_other", F.lit(None).cast("struct<run_id:string,dlq_topic:string,dlq_message_id:string>")
-        )
-    if reviewed_ids is not None:
-        reviewed = reviewed_ids.select(F.col("replay_id").alias(_RID)).distinct()
-        ids = ids.join(reviewed.withColumn("_reviewed", F.lit(True)), _RID, "left")
-    else:
-        ids = ids.withColumn("_reviewed", F.lit(True))
-    order = Window.partitionBy(_RID).orderBy("publish_time", "topic", "message_id_str")
-    ids = ids.withColumn("_rank", F.row_number().over(order)).withColumn(
-        "_first", F.first(F.struct("topic", "message_id_str")).over(order)
-    )
-    already = F.col("_self_run").isNotNull()
-    other = F.col("_other").isNotNull()
-    beaten = F.col("_rank") > 1
-    unreviewed = F.col("_reviewed").isNull()
-    marks = ids.select(
-        "topic",
-        "message_id_str",
-        "publish_time",
-        _RID,
-        *(["selected"] if filters.max_messages is not None else []),
-        F.when(already, F.lit(SCOPE_ALREADY_FINAL))
-        .when(unreviewed, F.lit(SCOPE_FILTERED))
-        .when(other | beaten, F.lit(SCOPE_DUPLICATE))
-        .alias(_MARK),
-        F.when(already, F.concat(F.lit("final in the ledger of run "), F.col("_self_run")))
-        .when(unreviewed, F.lit("not in the scope of the reviewed run (--window-from)"))
-        .when(
-            other,
-            F.concat(
-                F.lit("another copy of the same original ("),
-                F.col("_other.dlq_topic"),
-                F.lit(" "),
-                F.col("_other.dlq_message_id"),
-                F.lit(") is final in the ledger of run "),
-                F.col("_other.run_id"),
-            ),
-        )
-        .when(
-            beaten,
-            F.concat(
-                F.lit("another copy of the same original ("),
-                F.col("_first.topic"),
-                F.lit(" "),
-                F.col("_first.message_id_str"),
-                F.lit(") is in this run and was published first"),
-            ),
-        )
-        .alias(_MARK_REASON),
-    )
-    if filters.max_messages is not None:
-        chosen = (
-            marks.filter(F.col(_MARK).isNull() & F.col("selected"))
-            .orderBy("publish_time", "topic", _RID)
-            .limit(int(filters.max_messages))
-            .select("topic", "message_id_str", F.lit(_CHOSEN).alias("_chosen"))
-        )
-        marks = marks.join(chosen, ["topic", "message_id_str"], "left").withColumn(
-            _MARK, F.coalesce(F.col(_MARK), F.col("_chosen"))
-        )
-    marked = marks.filter(F.col(_MARK).isNotNull()).select("topic", "message_id_str", _MARK, _MARK_REASON)
-    marked = marked.persist(StorageLevel.MEMORY_AND_DISK)  # computed once, counted, joined
-    return marked, marked.count()
-
-
-def add_scope_columns(batch: pa.RecordBatch, columns: dict[str, list[Any]], filters: Filters) -> None:
-    """Add ``scope`` and ``scope_reason`` to ``columns``, the batch's
-    :func:`~spark_apps.dlq_replay.normalize.normalize_columns`, from the marks of
-    :func:`scope_marks` and the filters."""
-    marks = batch.column(_MARK).to_pylist()
-    mark_reasons = batch.column(_MARK_REASON).to_pylist()
-    times = _publish_times(batch, filters)
-    limited = filters.max_messages is not None
-    scopes: list[str] = []
-    reasons: list[str | None] = []
-    for i, mark in enumerate(marks):
-        reason = None
-        if mark in (SCOPE_ALREADY_FINAL, SCOPE_DUPLICATE, SCOPE_FILTERED):
-            scope, reason = mark, mark_reasons[i]
-        else:
-            reason = filter_reason(filters, columns["signature"][i], columns["error_class"][i], times[i])
-            if reason is None and limited and mark != _CHOSEN:
-                reason = "beyond --max-messages"
-            scope = SCOPE_FILTERED if reason else SCOPE_IN
-        scopes.append(scope)
-        reasons.append(reason)
-    columns[SCOPE_COLUMN], columns[SCOPE_REASON_COLUMN] = scopes, reasons
-
-
-def _publish_times(batch: pa.RecordBatch, filters: Filters) -> list[Any]:
-    """Publish times as Python values, converted only when a time filter needs them."""
-    if filters.since is None and filters.until is None:
-        return [None] * batch.num_rows
-    return batch.column("publish_time").to_pylist()
 
 
 # --------------------------------------------------------------------------- decide (executors)
@@ -328,26 +77,36 @@ class _Row:
     fix: str | None = None
     fix_error: str | None = None
     archive_payload: bool | None = None
-    out_value: bytes | None = None
-    out_properties: dict[str, str] | None = None
     send_original: bool = False  # republish the original payload (no fix): taken from Arrow, not Python
+    own_properties: bool = False  # republish the row's own properties (lineage set in Arrow)
+    pending: Any = None  # the republish rule whose fix is still to run on the row
+    quotes_row: bool = False  # the reason quotes the row's own values (its mark's, its REPLAY_COUNT)
 
 
 class _Columns(dict[str, list[Any]]):
-    """Columns of one Arrow batch as Python lists, each converted on first use."""
+    """Columns of one Arrow batch, and of the arrays computed beside it, as Python lists, each converted
+    on first use. Also the :class:`~spark_apps.dlq_replay.fixes.RecordSource` of the batch's records."""
 
-    def __init__(self, batch: pa.RecordBatch, known: dict[str, list[Any]] | None = None) -> None:
-        super().__init__(known or {})
+    def __init__(self, batch: pa.RecordBatch, arrays: dict[str, pa.Array] | None = None) -> None:
+        super().__init__()
         self.batch = batch
+        self.arrays = arrays or {}
+
+    def array(self, name: str) -> pa.Array:
+        """Column ``name`` as Arrow."""
+        found = self.arrays.get(name)
+        return self.batch.column(name) if found is None else found
 
     def properties(self, i: int) -> dict[str, str]:
         """Row ``i``'s properties as a new dict."""
-        if PROPERTY_DICTS in self:
-            return dict(self[PROPERTY_DICTS][i])
-        return dict(self["properties"][i] or [])
+        return dict(self.batch.column("properties")[i].as_py() or [])
+
+    def context(self, i: int) -> dict[str, Any]:
+        """Row ``i``'s error context as a dict."""
+        return {name: self[name][i] for name, _ in CONTEXT_COLUMNS}
 
     def __missing__(self, name: str) -> list[Any]:
-        values: list[Any] = self.batch.column(name).to_pylist()
+        values: list[Any] = self.array(name).to_pylist()
         self[name] = values
         return values
 
@@ -431,6 +190,10 @@ class _Memo:
 _RULE_OUTCOMES = {oc.SKIP: oc.SKIPPED, oc.DROP: oc.DROPPED, oc.ARCHIVE: oc.ARCHIVED}
 #: Longest piece of a message (a topic, a property value) quoted in an outcome reason.
 _QUOTE_CHARS = 120
+_UNDECODABLE_REASON = (
+    "message properties or key are not valid UTF-8, so the error context cannot be read; "
+    "inspect the message with a client that shows raw bytes"
+)
 _NO_CONVENTION = (
     "no known DLQ property convention: none of REAL_TOPIC, ORIGIN_MESSAGE_ID, RECONSUMETIMES, "
     "RETRY_TOPIC, __dlq.errors.*, __connect.errors.*, kafka_dlt-* is set"
@@ -442,35 +205,31 @@ def _quote(value: object) -> str:
     return text if len(text) <= _QUOTE_CHARS else text[: _QUOTE_CHARS - 4] + "...'"
 
 
-def _parked(cols: _Columns, i: int) -> tuple[str, str | None] | None:
-    """``(outcome, reason)`` of a row that is not matched against the playbook, else ``None``: out of
-    scope (already final, duplicate, filtered), or parked with a precise reason (malformed context,
-    conflicting origins)."""
+def _parked(cols: _Columns, i: int) -> tuple[str, str | None, bool] | None:
+    """``(outcome, reason, quotes the row)`` of a row that is not matched against the playbook, else
+    ``None``: out of scope (already final, duplicate, filtered: the reason is the row's mark's), or parked
+    with a precise reason (malformed context, conflicting origins)."""
     scope = cols[SCOPE_COLUMN][i]
     if scope == SCOPE_ALREADY_FINAL:
-        return oc.ALREADY_FINAL, cols[SCOPE_REASON_COLUMN][i] or "final in the ledger of an earlier run"
+        return oc.ALREADY_FINAL, cols[SCOPE_REASON_COLUMN][i] or "final in the ledger of an earlier run", True
     if scope == SCOPE_DUPLICATE:
-        return oc.DUPLICATE, cols[SCOPE_REASON_COLUMN][i]
+        return oc.DUPLICATE, cols[SCOPE_REASON_COLUMN][i], True
     if scope == SCOPE_FILTERED:
-        return oc.FILTERED, cols[SCOPE_REASON_COLUMN][i]
-    properties = cols[PROPERTY_DICTS][i] if PROPERTY_DICTS in cols else dict(cols["properties"][i] or [])
-    if UNDECODABLE_PROPERTY in properties:
-        return oc.MALFORMED, (
-            "message properties or key are not valid UTF-8, so the error context cannot be read; "
-            "inspect the message with a client that shows raw bytes"
-        )
+        return oc.FILTERED, cols[SCOPE_REASON_COLUMN][i], True
+    if cols[UNDECODABLE][i]:
+        return oc.MALFORMED, _UNDECODABLE_REASON, False
     if cols["context_format"][i] == "none":
-        return oc.MALFORMED, _NO_CONVENTION
+        return oc.MALFORMED, _NO_CONVENTION, False
     if cols["replay_count"][i] is None:
-        return oc.MALFORMED, (
-            f"REPLAY_COUNT property {_quote(properties.get('REPLAY_COUNT'))} is not a non-negative integer"
-        )
+        raw = cols.properties(i).get("REPLAY_COUNT")
+        return oc.MALFORMED, f"REPLAY_COUNT property {_quote(raw)} is not a non-negative integer", True
     conflicts = cols[ORIGIN_CONFLICT][i]
     if conflicts:
-        return oc.ORIGIN_CONFLICT, (
+        reason = (
             f"the error context names different origin topics: {conflicts}; add `origin_precedence` to "
             "the playbook to say which property wins"
         )
+        return oc.ORIGIN_CONFLICT, reason, False
     return None
 
 
@@ -479,63 +238,194 @@ def decide_batch(
     playbook: Playbook,
     settings: DecideSettings,
     sequencer: ProducerSequencer | None = None,
-    columns: dict[str, list[Any]] | None = None,
+    columns: dict[str, pa.Array] | None = None,
 ) -> pa.RecordBatch:
     """Decide every row of one Arrow batch of scoped rows (pure function; see :data:`DECIDED_SCHEMA`).
 
     Without a ``sequencer`` the producer columns stay null. ``columns``: this batch's
-    :func:`~spark_apps.dlq_replay.normalize.normalize_columns` (and :func:`add_scope_columns`), reused
-    instead of converted again; the scope then need not be in ``batch``.
-    """
-    from spark_apps.dlq_replay.fixes import load_fix, run_fix
+    :func:`~spark_apps.dlq_replay.normalize.normalize_columns` (and
+    :func:`~spark_apps.dlq_replay.scope.add_scope_columns`), reused instead of read from ``batch``; the
+    scope then need not be in ``batch``.
 
-    cols = _Columns(batch, columns)
+    Rows that agree on everything a decision reads (scope, context format, signature, error class,
+    origin and DLQ topic, replay count, origin conflict, and the message when a rule matches on it) are
+    decided once per batch, on their first row (:func:`_decision_groups`); only the fixes and the reasons
+    that quote a row's own values are per row.
+    """
+    arrays = dict(columns or {})
+    if UNDECODABLE not in arrays:
+        import pyarrow.compute as pc
+
+        found = pc.map_lookup(batch.column("properties"), UNDECODABLE_PROPERTY, "first")
+        arrays[UNDECODABLE] = pc.is_valid(found)
+    cols = _Columns(batch, arrays)
     memo = _Memo(playbook, settings)
-    rows = [_Row(i) for i in range(batch.num_rows)]
-    pending_fixes: dict[str | None, list[tuple[_Row, Any]]] = {}
-    for row in rows:
-        i = row.index
-        parked = _parked(cols, i)
-        if parked is not None:
-            row.outcome, row.reason = parked
-            continue
-        rule = memo.approved_rule(cols, i, memo.rule(cols, i))
-        if rule is None:
-            row.action, row.outcome, row.reason = oc.SKIP, oc.SKIPPED, "no playbook rule matched"
-            continue
-        row.rule, row.action = rule.name, rule.action
-        if rule.action == oc.REPUBLISH:
-            _decide_republish(row, rule, cols["replay_count"][i], cols["origin_topic"][i], settings, memo)
-            if row.outcome is None:
-                pending_fixes.setdefault(rule.fix, []).append((row, rule))
-            continue
-        row.outcome = _RULE_OUTCOMES[rule.action]
-        row.reason = rule.reason or f"rule {rule.name!r} says {rule.action}"
-        if rule.action == oc.ARCHIVE:
-            row.archive_payload = memo.archive_payload(rule.archive_payload, cols, i)
-    for row in rows:
+    groups = _decision_groups(cols, memo)
+    grouped = groups is not None
+    codes, firsts = groups if groups is not None else (row_numbers(batch.num_rows), range(batch.num_rows))
+    decided = _Decisions(cols, [_decide_row(cols, memo, i) for i in firsts], codes, grouped)
+    decided.run_fixes(memo)
+    return _to_batch(decided, sequencer, settings)
+
+
+def _decide_row(cols: _Columns, memo: _Memo, i: int) -> _Row:
+    """Row ``i``'s decision, a fix left pending (``outcome`` ``None``, ``pending`` the rule)."""
+    row = _Row(i)
+    parked = _parked(cols, i)
+    if parked is not None:
+        row.outcome, row.reason, row.quotes_row = parked
+        return row
+    rule = memo.approved_rule(cols, i, memo.rule(cols, i))
+    if rule is None:
+        row.action, row.outcome, row.reason = oc.SKIP, oc.SKIPPED, "no playbook rule matched"
+        return row
+    row.rule, row.action = rule.name, rule.action
+    settings = memo.settings
+    if rule.action == oc.REPUBLISH:
+        _decide_republish(row, rule, cols["replay_count"][i], cols["origin_topic"][i], settings, memo)
         if row.outcome == oc.LOOP_GUARDED:
-            row.archive_payload = memo.archive_payload(None, cols, row.index)
-    for row, rule in pending_fixes.pop(None, []):
-        row.outcome, row.reason = oc.TO_REPUBLISH, f"rule {rule.name!r} says republish"
-        row.send_original = True
-        row.out_properties = _lineage(cols.properties(row.index), row, rule, cols, settings)
-    for fix_ref, entries in pending_fixes.items():
-        records = _fix_records(cols, [row.index for row, _ in entries])
-        timeout = entries[0][1].fix_timeout_seconds
-        function = load_fix(fix_ref) if fix_ref else None
-        results: list[FixOutcome] = run_fix(function, records, timeout_s=timeout)
-        for (row, rule), record, result in zip(entries, records, results, strict=True):
-            _apply_fix_outcome(row, rule, record, result, cols, settings)
-            if row.outcome == oc.ARCHIVED:
-                row.archive_payload = memo.archive_payload(None, cols, row.index)
-    return _to_batch(batch, rows, sequencer)
+            row.archive_payload = memo.archive_payload(None, cols, i)
+        elif row.outcome is None and rule.fix is None:
+            row.outcome, row.reason = oc.TO_REPUBLISH, f"rule {rule.name!r} says republish"
+            row.send_original = row.own_properties = True
+        elif row.outcome is None:
+            row.pending = rule
+        return row
+    row.outcome = _RULE_OUTCOMES[rule.action]
+    row.reason = rule.reason or f"rule {rule.name!r} says {rule.action}"
+    if rule.action == oc.ARCHIVE:
+        row.archive_payload = memo.archive_payload(rule.archive_payload, cols, i)
+    return row
+
+
+#: What a decision reads of a row, besides the rule's inputs (see :func:`_decision_groups`).
+_DECISION_INPUTS = (
+    SCOPE_COLUMN,
+    UNDECODABLE,
+    "context_format",
+    "replay_count",
+    ORIGIN_CONFLICT,
+    "signature",
+    "error_class",
+    "origin_topic",
+    "dlq_topic",
+)
+
+
+def _decision_groups(cols: _Columns, memo: _Memo) -> tuple[pa.Array, list[int]] | None:
+    """``(group of each row, first row of each group)``: rows equal in every column a decision reads
+    share a group (:func:`~spark_apps.dlq_replay.arrow_util.group_ids`). ``None`` when a rule reads
+    per-message properties."""
+    if not memo.cache_rules:
+        return None
+    names = [*_DECISION_INPUTS, *(["error_message"] if memo.match_on_message else [])]
+    n = cols.batch.num_rows
+    if not n:
+        return pa.array([], pa.int64()), []
+    codes = group_ids([cols.array(name) for name in names])
+    rows = pa.table({"group": codes, "row": row_numbers(n)})
+    firsts = rows.group_by("group", use_threads=False).aggregate([("row", "min")])
+    groups, rows_min = firsts.column("group").to_pylist(), firsts.column("row_min").to_pylist()
+    first_of = dict(zip(groups, rows_min, strict=True))
+    return codes, [first_of[g] for g in range(len(first_of))]
+
+
+class _Decisions:
+    """The decided columns of one batch: each group's decision spread to its rows, then the per-row
+    parts (the reasons that quote a row's own values, the fixes' outcomes) put in."""
+
+    #: Decided column -> :class:`_Row` field and Arrow type.
+    FIELDS: dict[str, tuple[str, pa.DataType]] = {
+        "rule": ("rule", pa.string()),
+        "action": ("action", pa.string()),
+        "outcome": ("outcome", pa.string()),
+        "outcome_reason": ("reason", pa.string()),
+        "target_topic": ("target", pa.string()),
+        "fix": ("fix", pa.string()),
+        "fix_error": ("fix_error", pa.string()),
+        "archive_payload": ("archive_payload", pa.bool_()),
+        "send_original": ("send_original", pa.bool_()),
+        "own_properties": ("own_properties", pa.bool_()),
+    }
+
+    def __init__(self, cols: _Columns, rows: list[_Row], codes: pa.Array, grouped: bool) -> None:
+        import pyarrow.compute as pc
+
+        self.cols = cols
+        self.rows, self.codes = rows, codes
+        self.columns: dict[str, pa.Array] = {}
+        for name, (attr, dtype) in self.FIELDS.items():
+            self.columns[name] = pa.array([getattr(row, attr) for row in rows], dtype).take(codes)
+        self.out_values: pa.Array = pa.nulls(cols.batch.num_rows, pa.binary())
+        self.out_properties: pa.Array | None = None  # where a fix gave its own properties, lineage set
+        quoting = [g for g, row in enumerate(rows) if row.quotes_row]
+        if grouped and quoting:  # reasons that quote a row's own values (its mark's, its REPLAY_COUNT)
+            mask = pc.is_in(codes, value_set=pa.array(quoting, pa.int64()))
+            reasons = [_parked(cols, i) for i in pc.indices_nonzero(mask).to_pylist()]
+            self._put("outcome_reason", mask, [parked[1] if parked else None for parked in reasons])
+
+    def _put(self, name: str, mask: pa.Array, values: list[Any]) -> None:
+        """Set column ``name`` at the rows of ``mask`` (ascending) to ``values``."""
+        import pyarrow.compute as pc
+
+        column = self.columns[name]
+        self.columns[name] = pc.replace_with_mask(column, mask, pa.array(values, column.type))
+
+    def run_fixes(self, memo: _Memo) -> None:
+        """Run each pending fix on its rows (one call per fix reference, rows in batch order) and put
+        the outcomes in."""
+        import pyarrow.compute as pc
+
+        from spark_apps.dlq_replay.fixes import load_fix, run_fix
+
+        by_fix: dict[str, list[int]] = {}
+        for g, row in enumerate(self.rows):
+            if row.pending is not None:
+                by_fix.setdefault(row.pending.fix, []).append(g)
+        n = self.cols.batch.num_rows
+        given: list[dict[str, str] | None] = [None] * n
+        for fix_ref, groups in by_fix.items():
+            mask = pc.is_in(self.codes, value_set=pa.array(groups, pa.int64()))
+            indices = pc.indices_nonzero(mask)
+            rules = [self.rows[g].pending for g in self.codes.take(indices).to_pylist()]
+            indices = indices.to_pylist()
+            records = _fix_records(self.cols, indices)
+            results = run_fix(load_fix(fix_ref), records, timeout_s=rules[0].fix_timeout_seconds)
+            updates = [_fix_outcome(rule, result) for rule, result in zip(rules, results, strict=True)]
+            outcome, reason, fix_error, own = (list(x) for x in zip(*updates, strict=True))
+            self._put("outcome", mask, outcome)
+            self._put("outcome_reason", mask, reason)
+            self._put("fix_error", mask, fix_error)
+            self._put("own_properties", mask, own)
+            archived = [i for i, o in zip(indices, outcome, strict=True) if o == oc.ARCHIVED]
+            if archived:
+                in_archive = pc.is_in(row_numbers(n), value_set=pa.array(archived, pa.int64()))
+                kept = [memo.archive_payload(None, self.cols, i) for i in archived]
+                self._put("archive_payload", in_archive, kept)
+            payloads = [result.payload if result.ok else None for result in results]
+            self.out_values = pc.replace_with_mask(self.out_values, mask, pa.array(payloads, pa.binary()))
+            for i, result, rule in zip(indices, results, rules, strict=True):
+                if result.ok and result.properties is not None:
+                    given[i] = _lineage(result.properties, self.cols, i, rule, memo.settings)
+        if any(p is not None for p in given):
+            self.out_properties = pa.array(given, self.cols.batch.column("properties").type)
+
+
+def _fix_outcome(rule: Any, result: FixOutcome) -> tuple[str, str, str | None, bool]:
+    """``(outcome, reason, fix error, own properties?)`` of a row whose fix gave ``result``."""
+    if result.ok:
+        return oc.TO_REPUBLISH, f"rule {rule.name!r} says republish", None, result.properties is None
+    if result.malformed:
+        return oc.MALFORMED, f"fix {rule.fix} found the record malformed", result.error, False
+    if rule.on_fix_error == oc.ON_FIX_ERROR_ARCHIVE:
+        reason = f"fix {rule.fix} failed; rule says on_fix_error: archive"
+        return oc.ARCHIVED, reason, result.error, False
+    return oc.FIX_FAILED, f"fix {rule.fix} failed", result.error, False
 
 
 def _lineage(
-    properties: dict[str, str], row: _Row, rule: Any, cols: _Columns, settings: DecideSettings
+    properties: dict[str, str], cols: _Columns, i: int, rule: Any, settings: DecideSettings
 ) -> dict[str, str]:
-    i = row.index
     return republish_properties(
         properties,
         replay_id=cols["replay_id"][i],
@@ -544,6 +434,57 @@ def _lineage(
         dlq_topic=cols["dlq_topic"][i],
         fix_label=rule.fix_label,
     )
+
+
+def _to_batch(
+    decided: _Decisions, sequencer: ProducerSequencer | None, settings: DecideSettings
+) -> pa.RecordBatch:
+    import pyarrow.compute as pc
+
+    cols, columns = decided.cols, decided.columns
+    batch = cols.batch
+    n = batch.num_rows
+    outcomes = columns["outcome"]
+    original, properties = batch.column("value"), batch.column("properties")
+    archive = pc.fill_null(pc.is_in(outcomes, value_set=_ARCHIVE_OUTCOMES), False)
+    own = pc.fill_null(columns.pop("own_properties"), False)
+    send_original = pc.fill_null(columns.pop("send_original"), False)
+    out_properties = lineage_maps(
+        properties,
+        own,
+        cols.array("replay_id"),
+        settings.run_id,
+        cols.array("replay_count"),
+        cols.array("dlq_topic"),
+        pc.fill_null(columns["fix"], ""),
+    )
+    if decided.out_properties is not None:
+        out_properties = pc.if_else(own, out_properties, decided.out_properties)
+    computed: dict[str, pa.Array] = {
+        **columns,
+        # Payloads stay in Arrow: the original where it is sent unchanged, else the fix's output.
+        "out_value": pc.if_else(send_original, original, decided.out_values),
+        "out_properties": out_properties,
+        # The original payload, properties and stack are kept only where the archive needs them.
+        "value": pc.if_else(archive, original, pa.nulls(n, original.type)),
+    }
+    for name in ("properties", "error_stack"):
+        column = batch.column(name)
+        computed[name] = pc.if_else(archive, column, pa.nulls(n, column.type))
+    if sequencer is not None:
+        assigned = sequencer.assign(outcomes.to_pylist(), columns["target_topic"].to_pylist())
+        computed["replay_producer"], computed["sequence_id"] = assigned
+    schema = arrow_schema(DECIDED_SCHEMA)
+    arrays = [
+        (computed[f.name] if f.name in computed else batch.column(f.name)).cast(f.type)
+        if f.name in computed or f.name in batch.schema.names
+        else pa.nulls(n, f.type)
+        for f in schema
+    ]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+_ARCHIVE_OUTCOMES = pa.array(sorted(oc.ARCHIVE_OUTCOMES), pa.string())
 
 
 def _republish_target(origin: str | None, settings: DecideSettings) -> tuple[str | None, str | None]:
@@ -578,107 +519,28 @@ def _decide_republish(
 
 
 def _fix_records(cols: _Columns, indices: list[int]) -> list[FixRecord]:
-    """Rows ``indices`` as the records a fix receives, in order."""
+    """Rows ``indices`` as the records a fix receives, in order (their properties and context are made
+    only for a fix that reads them)."""
     from spark_apps.dlq_replay.fixes import FixRecord
 
-    names = [name for name, _ in CONTEXT_COLUMNS]
-    contexts = zip(*([cols[name][i] for i in indices] for name in names), strict=True)
     payloads, keys, ordering_keys = cols["value"], cols["key"], cols["ordering_key"]
     event_times, signatures = cols["event_time"], cols["signature"]
     dlq_topics, dlq_ids = cols["dlq_topic"], cols["dlq_message_id"]
+    lazy = FixRecord.lazy
     return [
-        FixRecord(
-            payload=payloads[i] or b"",
-            key=keys[i],
-            ordering_key=ordering_keys[i],
-            properties=cols.properties(i),
-            event_time=event_times[i],
-            context=dict(zip(names, context, strict=True)),
-            signature=signatures[i],
-            dlq_topic=dlq_topics[i],
-            dlq_message_id=dlq_ids[i],
+        lazy(
+            cols,
+            i,
+            payloads[i] or b"",
+            keys[i],
+            ordering_keys[i],
+            event_times[i],
+            signatures[i],
+            dlq_topics[i],
+            dlq_ids[i],
         )
-        for i, context in zip(indices, contexts, strict=True)
+        for i in indices
     ]
-
-
-def _apply_fix_outcome(
-    row: _Row,
-    rule: Any,
-    record: FixRecord,
-    result: FixOutcome,
-    cols: _Columns,
-    settings: DecideSettings,
-) -> None:
-    if result.ok:
-        row.outcome, row.reason = oc.TO_REPUBLISH, f"rule {rule.name!r} says republish"
-        row.out_value = result.payload
-        row.out_properties = _lineage(result.properties or {}, row, rule, cols, settings)
-        return
-    row.fix_error = result.error
-    if result.malformed:
-        row.outcome, row.reason = oc.MALFORMED, f"fix {rule.fix} found the record malformed"
-    elif rule.on_fix_error == oc.ON_FIX_ERROR_ARCHIVE:
-        row.outcome, row.reason = oc.ARCHIVED, f"fix {rule.fix} failed; rule says on_fix_error: archive"
-    else:
-        row.outcome, row.reason = oc.FIX_FAILED, f"fix {rule.fix} failed"
-
-
-#: Decided column -> :class:`_Row` field, for :func:`_to_batch` (which turns ``out_value`` and
-#: ``send_original`` into the ``out_value`` column).
-_ROW_COLUMNS = {
-    "rule": "rule",
-    "action": "action",
-    "outcome": "outcome",
-    "outcome_reason": "reason",
-    "target_topic": "target",
-    "fix": "fix",
-    "fix_error": "fix_error",
-    "archive_payload": "archive_payload",
-    "out_properties": "out_properties",  # dicts: pyarrow builds map arrays from them
-    "out_value": "out_value",
-    "send_original": "send_original",
-}
-_ROW_VALUES = attrgetter(*_ROW_COLUMNS.values())
-
-
-def _to_batch(batch: pa.RecordBatch, rows: list[_Row], sequencer: ProducerSequencer | None) -> pa.RecordBatch:
-    import pyarrow.compute as pc
-
-    schema = arrow_schema(DECIDED_SCHEMA)
-    n = len(rows)
-    # One pass over the rows: a tuple of values per field.
-    by_row = zip(*map(_ROW_VALUES, rows), strict=True)
-    decided: dict[str, Sequence[Any]] = (
-        dict(zip(_ROW_COLUMNS, by_row, strict=True)) if rows else dict.fromkeys(_ROW_COLUMNS, ())
-    )
-    send_original = pa.array(decided.pop("send_original"), pa.bool_())
-    out_values = decided.pop("out_value")
-    outcomes, targets = decided["outcome"], decided["target_topic"]
-    original = batch.column("value")
-    no_value = pa.nulls(n, original.type)
-    archive = pa.array([outcome in oc.ARCHIVE_OUTCOMES for outcome in outcomes], pa.bool_())
-    computed: dict[str, pa.Array] = {
-        # Payloads stay in Arrow: the original where it is sent unchanged, else the fix's output.
-        "out_value": pc.if_else(send_original, original, pa.array(out_values, original.type)),
-        # The original payload, properties and stack are kept only where the archive needs them.
-        "value": pc.if_else(archive, original, no_value),
-    }
-    for name in ("properties", "error_stack"):
-        column = batch.column(name)
-        computed[name] = pc.if_else(archive, column, pa.nulls(n, column.type))
-    if sequencer is not None:
-        computed["replay_producer"], computed["sequence_id"] = sequencer.assign(outcomes, targets)
-    decided["replay_producer"] = decided["sequence_id"] = [None] * n
-    arrays = []
-    for field in schema:
-        if field.name in computed:
-            arrays.append(computed[field.name].cast(field.type))
-        elif field.name in decided:
-            arrays.append(pa.array(decided[field.name], type=field.type))
-        else:
-            arrays.append(batch.column(field.name).cast(field.type))
-    return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
 def decide(
@@ -690,13 +552,15 @@ def decide(
     final_ids: DataFrame | None = None,
     reviewed_ids: DataFrame | None = None,
     identities: DataFrame | None = None,
+    identities_dir: str | None = None,
 ) -> DataFrame:
     """Snapshot rows -> decided rows (:data:`DECIDED_SCHEMA`): one outcome per row, fixes applied.
 
     A light pass over the payload-free rows finds the replay ids and marks already-final and duplicate
-    messages and the ``--max-messages`` choice (:func:`scope_marks`; ``final_ids`` as described
-    there; ``identities``: its rows, when the snapshot's read tasks wrote them); then one Python pass per
-    row: normalise, scope, decide. Runs in at most
+    messages and the ``--max-messages`` choice (:func:`~spark_apps.dlq_replay.scope.scope_marks`;
+    ``final_ids`` as described there; ``identities``: its rows, when the snapshot's read tasks wrote
+    them, and ``identities_dir`` their local folder); then one Python pass per Arrow batch: normalise,
+    scope, decide. Runs in at most
     ``producers_per_target`` tasks; task ``b`` sends to each target through producer bucket ``b`` (see
     :class:`ProducerSequencer`).
     """
@@ -712,6 +576,7 @@ def decide(
             final_ids,
             reviewed_ids,
             identities=identities,
+            identities_dir=identities_dir,
         ),
         DECIDED_SCHEMA,
     )
@@ -728,6 +593,7 @@ def decide_tasks(
     snapshot_dir: str | None = None,
     batch_rows: int = 10_000,
     identities: DataFrame | None = None,
+    identities_dir: str | None = None,
 ) -> tuple[DataFrame, Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]]:
     """:func:`decide` as its input frame (one partition per producer bucket) and the function each task
     runs over its Arrow batches, giving :data:`DECIDED_SCHEMA` batches: for a caller that writes the
@@ -737,13 +603,25 @@ def decide_tasks(
     :data:`~spark_apps.dlq_replay.snapshot_files.DRIVER_MARKS` marked rows, the tasks then read their
     share of its row groups themselves, in batches of ``batch_rows`` (:mod:`~spark_apps.dlq_replay.
     snapshot_files`); otherwise Spark reads the snapshot and joins the marks. ``identities``: the
-    snapshot's :func:`identity_rows`, when its read tasks wrote them (see :func:`scope_marks`)."""
-    from spark_apps.dlq_replay.snapshot_files import DRIVER_MARKS, bucket_batches, row_group_units
+    snapshot's :func:`~spark_apps.dlq_replay.scope.identity_rows`, when its read tasks wrote them (see
+    :func:`~spark_apps.dlq_replay.scope.scope_marks`), and
+    ``identities_dir`` their local folder, where the driver finds the replay ids of copies itself."""
+    from spark_apps.dlq_replay.snapshot_files import (
+        DRIVER_MARKS,
+        bucket_batches,
+        repeated_values,
+        row_group_units,
+    )
 
     chosen_filters = filters or Filters()
     precedence = playbook.origin_precedence
     n = max(1, producers_per_target)
-    marked, count = scope_marks(snapshot, chosen_filters, final_ids, precedence, reviewed_ids, identities)
+    repeated = None
+    if identities_dir and identities is not None:
+        repeated = repeated_values(identities_dir, REPLAY_ID_MARK)
+    marked, count = scope_marks(
+        snapshot, chosen_filters, final_ids, precedence, reviewed_ids, identities, repeated
+    )
     units: list[tuple[str, int]] | None = None
     marks: dict[tuple[str, str], tuple[str, str | None]] = {}
     if snapshot_dir is not None and count <= DRIVER_MARKS:
@@ -751,7 +629,7 @@ def decide_tasks(
         marks = {(r[0], r[1]): (r[2], r[3]) for r in marked.collect()} if count else {}
         frame = snapshot.sparkSession.range(n, numPartitions=n)
     else:
-        frame = _buckets(_join_marks(snapshot, marked, count), n)
+        frame = _buckets(join_marks(snapshot, marked, count), n)
     snapshot_columns = [field.name for field in snapshot.schema.fields]
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -764,7 +642,7 @@ def decide_tasks(
         sequencer = ProducerSequencer(settings.run_id, bucket)
         if units is not None:  # the input is this bucket's id: read its share of the snapshot's files
             batches = bucket_batches(
-                units, bucket, n, snapshot_columns, marks, (_MARK, _MARK_REASON), batch_rows
+                units, bucket, n, snapshot_columns, marks, (MARK, MARK_REASON), batch_rows
             )
         for batch in batches:
             columns = normalize_columns(batch, precedence)

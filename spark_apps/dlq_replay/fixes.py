@@ -19,10 +19,12 @@ import importlib
 import json
 import signal
 import threading
+import time
 from collections.abc import Callable, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from operator import attrgetter
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from spark_apps.dlq_replay.errors import FixLoadError
 
@@ -44,19 +46,109 @@ class FixTimeoutError(TimeoutError):
     """A fix call ran longer than its rule's ``fix_timeout_seconds``."""
 
 
-@dataclass(frozen=True)
-class FixRecord:
-    """One DLQ message as a fix sees it. ``properties`` is a copy (bookkeeping keys included)."""
+class RecordSource(Protocol):
+    """Where a :class:`FixRecord` made by :meth:`FixRecord.lazy` finds row ``i``'s properties and context."""
 
-    payload: bytes
-    key: str | None
-    ordering_key: str | None
-    properties: dict[str, str]
-    event_time: datetime | None
-    context: dict[str, Any]
-    signature: str
-    dlq_topic: str
-    dlq_message_id: str
+    def properties(self, i: int) -> dict[str, str]: ...
+
+    def context(self, i: int) -> dict[str, Any]: ...
+
+
+class FixRecord:
+    """One DLQ message as a fix sees it (read-only).
+
+    ``payload`` (bytes), ``key``, ``ordering_key``, ``properties`` (a copy: bookkeeping keys included),
+    ``event_time``, ``context`` (the error context dict), ``signature``, ``dlq_topic`` and
+    ``dlq_message_id``. A record made by :meth:`lazy` builds ``properties`` and ``context`` on first use:
+    most fixes read the payload alone.
+    """
+
+    __slots__ = (
+        "_context",
+        "_dlq_message_id",
+        "_dlq_topic",
+        "_event_time",
+        "_index",
+        "_key",
+        "_ordering_key",
+        "_payload",
+        "_properties",
+        "_signature",
+        "_source",
+    )
+
+    def __init__(
+        self,
+        payload: bytes,
+        key: str | None,
+        ordering_key: str | None,
+        properties: dict[str, str] | None,
+        event_time: datetime | None,
+        context: dict[str, Any] | None,
+        signature: str,
+        dlq_topic: str,
+        dlq_message_id: str,
+        source: RecordSource | None = None,
+        index: int = -1,
+    ) -> None:
+        self._payload = payload
+        self._key = key
+        self._ordering_key = ordering_key
+        self._properties = properties
+        self._event_time = event_time
+        self._context = context
+        self._signature = signature
+        self._dlq_topic = dlq_topic
+        self._dlq_message_id = dlq_message_id
+        self._source = source
+        self._index = index
+
+    @classmethod
+    def lazy(
+        cls,
+        source: RecordSource,
+        index: int,
+        payload: bytes,
+        key: str | None,
+        ordering_key: str | None,
+        event_time: datetime | None,
+        signature: str,
+        dlq_topic: str,
+        dlq_message_id: str,
+    ) -> FixRecord:
+        """A record whose ``properties`` and ``context`` are ``source``'s row ``index``, made on first use."""
+        return cls(payload, key, ordering_key, None, event_time, None, signature, dlq_topic, dlq_message_id,
+                   source, index)  # fmt: skip
+
+    payload = property(attrgetter("_payload"), doc="The message payload (bytes).")
+    key = property(attrgetter("_key"), doc="The message key, or ``None``.")
+    ordering_key = property(attrgetter("_ordering_key"), doc="The ordering key, or ``None``.")
+    event_time = property(attrgetter("_event_time"), doc="The event time, or ``None``.")
+    signature = property(attrgetter("_signature"), doc="The error signature of the message's group.")
+    dlq_topic = property(attrgetter("_dlq_topic"), doc="The DLQ topic the message was read from.")
+    dlq_message_id = property(attrgetter("_dlq_message_id"), doc="Its message id in that topic.")
+
+    @property
+    def properties(self) -> dict[str, str]:
+        """The message's properties (a copy of its own for each record)."""
+        found = self._properties
+        if found is None:
+            assert self._source is not None
+            found = self._properties = self._source.properties(self._index)
+        return found
+
+    @property
+    def context(self) -> dict[str, Any]:
+        """The error context, as :data:`~pulsar_dlq_consumer.context.CONTEXT_FIELDS` names it."""
+        found = self._context
+        if found is None:
+            assert self._source is not None
+            found = self._context = self._source.context(self._index)
+        return found
+
+    def __repr__(self) -> str:  # never the payload: records may reach logs
+        where = f"dlq_topic={self._dlq_topic!r}, dlq_message_id={self._dlq_message_id!r}"
+        return f"FixRecord({where}, signature={self._signature!r})"
 
     def json(self) -> Any:
         """The payload parsed as UTF-8 JSON; raises :class:`MalformedRecord` if it is not."""
@@ -74,9 +166,9 @@ class FixResult:
     properties: Mapping[str, str] | None = None
 
 
-@dataclass(frozen=True)
-class FixOutcome:
-    """The result of running a fix on one record."""
+class FixOutcome(NamedTuple):
+    """The result of running a fix on one record. ``properties``: the ones the fix returned, or
+    ``None`` when it kept the record's own. (A tuple: one is made per record.)"""
 
     ok: bool
     payload: bytes | None = None
@@ -169,9 +261,9 @@ def _as_bytes(payload: Any) -> bytes:
     return data
 
 
-def _as_properties(properties: Any, original: dict[str, str]) -> dict[str, str]:
+def _as_properties(properties: Any) -> dict[str, str] | None:
     if properties is None:
-        return dict(original)
+        return None
     if not isinstance(properties, Mapping):
         raise TypeError(f"fix properties must be a mapping of str to str; got {type(properties).__name__}")
     out: dict[str, str] = {}
@@ -188,22 +280,23 @@ def to_outcome(result: Any, record: FixRecord) -> FixOutcome:
         return _error_outcome(result)
     try:
         if isinstance(result, FixResult):
-            return FixOutcome(
-                True, _as_bytes(result.payload), _as_properties(result.properties, record.properties)
-            )
+            return FixOutcome(True, _as_bytes(result.payload), _as_properties(result.properties))
         if isinstance(result, tuple) and len(result) == 2:
-            return FixOutcome(True, _as_bytes(result[0]), _as_properties(result[1], record.properties))
-        return FixOutcome(True, _as_bytes(result), dict(record.properties))
+            return FixOutcome(True, _as_bytes(result[0]), _as_properties(result[1]))
+        return FixOutcome(True, _as_bytes(result))
     except (TypeError, ValueError) as exc:
         return _error_outcome(exc)
 
 
 class _TimeLimit:
-    """Per-call time limit: :meth:`armed` raises :class:`FixTimeoutError` in its block after ``seconds``.
+    """Per-call time limit: a call between :meth:`arm` and :meth:`disarm` that runs longer than
+    ``seconds`` gets :class:`FixTimeoutError` raised in it.
 
     SIGALRM, main thread only (where Spark runs Python UDFs); elsewhere, and for ``None``, no limit. The
-    handler is installed once for the whole :func:`run_fix` (the ``with`` block), each call only arms
-    and disarms the timer: a signal handler swap per record cost more than many fixes themselves.
+    handler is installed once for the whole :func:`run_fix` (the ``with`` block) and the timer is set
+    once, not per call (two system calls per record cost as much as a small fix): when it fires, the
+    handler raises if the current call started ``seconds`` ago or more, and otherwise sets the timer
+    again for the rest of that call's time (or stops it between calls).
     """
 
     def __init__(self, seconds: float | None) -> None:
@@ -214,11 +307,21 @@ class _TimeLimit:
             and threading.current_thread() is threading.main_thread()
         )
         self.previous: Any = None
+        self.started: float | None = None  # when the current call began (None between calls)
+        self.ticking = False
 
     def _expired(self, signum: int, frame: Any) -> None:
-        raise FixTimeoutError(
-            f"the fix ran longer than fix_timeout_seconds ({self.seconds:g} s) and was stopped"
-        )
+        seconds = float(self.seconds)  # type: ignore[arg-type]
+        started = self.started
+        if started is None:
+            self.ticking = False
+            return
+        left = started + seconds - time.monotonic()
+        if left > 0:
+            signal.setitimer(signal.ITIMER_REAL, left)
+            return
+        self.ticking = False
+        raise FixTimeoutError(f"the fix ran longer than fix_timeout_seconds ({seconds:g} s) and was stopped")
 
     def __enter__(self) -> _TimeLimit:
         if self.usable:
@@ -229,15 +332,18 @@ class _TimeLimit:
         if self.usable:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, self.previous)
+            self.started, self.ticking = None, False
 
     def arm(self) -> None:
         """Start the time limit of one call (:meth:`disarm` it when the call returns or raises)."""
         if self.usable:
-            signal.setitimer(signal.ITIMER_REAL, float(self.seconds))  # type: ignore[arg-type]
+            self.started = time.monotonic()
+            if not self.ticking:
+                self.ticking = True
+                signal.setitimer(signal.ITIMER_REAL, float(self.seconds))  # type: ignore[arg-type]
 
     def disarm(self) -> None:
-        if self.usable:
-            signal.setitimer(signal.ITIMER_REAL, 0)
+        self.started = None
 
     @contextmanager
     def armed(self) -> Iterator[None]:
@@ -258,7 +364,7 @@ def run_fix(
     longer than ``timeout_s`` fails with :class:`FixTimeoutError`.
     """
     if function is None:
-        return [FixOutcome(True, r.payload, dict(r.properties)) for r in records]
+        return [FixOutcome(True, r.payload) for r in records]
     if is_batch_fix(function):
         try:
             with _TimeLimit(timeout_s) as limit, limit.armed():

@@ -10,6 +10,8 @@ from pulsar_dlq_consumer.context import is_bookkeeping_property
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    import pyarrow as pa
+
 REPLAY_ID = "REPLAY_ID"
 REPLAY_RUN_ID = "REPLAY_RUN_ID"
 REPLAY_COUNT = "REPLAY_COUNT"
@@ -62,3 +64,68 @@ def republish_properties(
     out[REPLAYED_FROM] = dlq_topic
     out[REPLAY_FIX] = fix_label
     return out
+
+
+def lineage_maps(
+    properties: pa.Array,
+    rows: pa.Array,
+    replay_ids: pa.Array,
+    run_id: str,
+    previous_counts: pa.Array,
+    dlq_topics: pa.Array,
+    fix_labels: pa.Array,
+) -> pa.Array:
+    """:func:`republish_properties` of every row where the boolean ``rows`` is true, from the row's own
+    ``properties`` (a map column), as a map column (null in the other rows), built with Arrow kernels:
+    each row's kept properties in their order, then the lineage keys in :data:`LINEAGE_KEYS` order.
+    The other arguments are the rows' replay ids, previous ``REPLAY_COUNT`` and DLQ topics, and the
+    ``REPLAY_FIX`` label of each row."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from spark_apps.dlq_replay.arrow_util import map_entries, per_distinct, prefix_counts, row_numbers
+
+    width = len(LINEAGE_KEYS)
+    rows = pc.fill_null(rows, False)
+    keys, items, parents, relative = map_entries(properties)
+    own = pc.and_(rows, properties.is_valid()).take(parents)
+    keep = pc.and_(own, pc.invert(per_distinct(keys, _stripped, pa.bool_())))
+    kept_before = prefix_counts(keep)  # entry e: kept entries before it; [E]: all kept
+    rows_before = prefix_counts(rows)  # row r: chosen rows before it; [n]: all chosen
+    # Each chosen row's map holds its kept entries, then `width` lineage entries: the entries of the
+    # rows before it are all kept entries before it plus `width` per chosen row before it.
+    out_offsets = pc.add(kept_before.take(relative), pc.multiply(rows_before, width))
+    kept = pc.indices_nonzero(keep)
+    kept_slots = pc.add(kept_before.take(kept), pc.multiply(rows_before.take(parents.take(kept)), width))
+    chosen = pc.indices_nonzero(rows)
+    m = len(chosen)
+    lineage_columns = [
+        replay_ids.take(chosen),
+        pa.array([run_id] * m, pa.string()) if m else pa.array([], pa.string()),
+        pc.cast(pc.add(pc.cast(previous_counts.take(chosen), pa.int64()), 1), pa.string()),
+        dlq_topics.take(chosen),
+        fix_labels.take(chosen),
+    ]
+    # Lineage entry t of the chosen rows' entries: row t // width, key t % width (row-major).
+    t = row_numbers(m * width)
+    key_of = pc.subtract(t, pc.multiply(pc.divide(t, width), width))
+    by_column = pc.add(pc.multiply(key_of, m), pc.divide(t, width))
+    lineage_values = pa.concat_arrays([c.cast(pa.string()) for c in lineage_columns]).take(by_column)
+    lineage_keys = pa.array(list(LINEAGE_KEYS), pa.string()).take(key_of)
+    total = len(kept) + m * width
+    is_kept = pc.is_in(row_numbers(total), value_set=kept_slots)
+    before = prefix_counts(is_kept)
+    slots = row_numbers(total)
+    source = pc.if_else(
+        is_kept,
+        before.slice(0, total),
+        pc.add(pc.subtract(slots, before.slice(0, total)), len(kept)),
+    )
+    out_keys = pa.concat_arrays([keys.take(kept), lineage_keys]).take(source)
+    out_items = pa.concat_arrays([items.take(kept), lineage_values]).take(source)
+    valid_offsets = pc.cast(out_offsets, pa.int32())
+    null_rows = pc.invert(rows)
+    if null_rows.true_count:  # a null offset makes that row's map null (the offsets after it hold)
+        mask = pa.concat_arrays([null_rows, pa.array([False])])
+        valid_offsets = pc.if_else(mask, pa.scalar(None, pa.int32()), valid_offsets)
+    return pa.MapArray.from_arrays(valid_offsets, out_keys, out_items, type=properties.type)

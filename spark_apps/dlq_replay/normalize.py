@@ -11,7 +11,6 @@ step parks it as ``origin_conflict``.
 
 from __future__ import annotations
 
-from functools import lru_cache
 from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +26,8 @@ from pulsar_dlq_consumer.context import (
     origin_identity,
     resolve_claims,
 )
+from spark_apps.dlq_replay.context_columns import ORIGIN_CONFLICT
+from spark_apps.dlq_replay.pulsar_io.source import UNDECODABLE_PROPERTY
 from spark_apps.dlq_replay.schemas import (
     CARRIED_COLUMNS,
     CONTEXT_COLUMNS,
@@ -40,11 +41,6 @@ if TYPE_CHECKING:
 
     from pyspark.sql import Column, DataFrame
 
-#: Key of the per-row property dicts in :func:`normalize_columns` (not a column of any schema).
-PROPERTY_DICTS = "_property_dicts"
-#: Column of the origin conflict: ``None``, or the conflicting claims as text
-#: (``__dlq.errors.topic='a', REAL_TOPIC='b'``).
-ORIGIN_CONFLICT = "origin_conflict"
 #: Largest value of each integer context column (its Spark type). The parser takes up to 19 digits; a
 #: larger number than the column holds is no count or time a client wrote: null, like any bad number.
 INT_LIMITS: dict[str, int] = {
@@ -109,7 +105,24 @@ def _with_origin_columns(batch: pa.RecordBatch) -> pa.RecordBatch:
 
 def replay_ids(batch: pa.RecordBatch, origin_precedence: Sequence[str] = ()) -> list[str]:
     """:func:`row_replay_id` of every row of a batch of :func:`origin_columns`, or of snapshot rows (the
-    same ids :func:`normalize_columns` computes from the whole properties)."""
+    same ids :func:`normalize_columns` computes from the whole properties: by kernels where they settle
+    the row's origin claims, see :func:`~spark_apps.dlq_replay.context_columns.origin_replay_ids`)."""
+    if "properties" not in batch.schema.names or origin_precedence:
+        return _scalar_replay_ids(batch, origin_precedence)
+    from spark_apps.dlq_replay.context_columns import origin_replay_ids
+
+    ids, settled = origin_replay_ids(batch, UNDECODABLE_PROPERTY)
+    if settled.false_count:
+        import pyarrow.compute as pc
+
+        rows = pc.invert(settled)
+        parsed = iter(_scalar_replay_ids(batch.filter(rows)))
+        ids = [next(parsed) if scalar else known for known, scalar in zip(ids, rows.to_pylist(), strict=True)]
+    return ids
+
+
+def _scalar_replay_ids(batch: pa.RecordBatch, origin_precedence: Sequence[str] = ()) -> list[str]:
+    """:func:`replay_ids` by the scalar parser, row by row."""
     batch = _with_origin_columns(batch)
     topics = batch.column("topic").to_pylist()
     ids = batch.column("message_id_str").to_pylist()
@@ -140,59 +153,77 @@ def property_dicts(column: pa.MapArray) -> list[dict[str, Any]]:
     return dicts
 
 
-def normalize_columns(batch: pa.RecordBatch, origin_precedence: Sequence[str] = ()) -> dict[str, list[Any]]:
-    """The computed columns of :func:`normalize_batch` as Python lists, plus ``properties`` (as dicts),
-    ``topic``, ``message_id_str`` and :data:`ORIGIN_CONFLICT`: later Python steps of the same pass reuse
-    them. ``origin_precedence``: property keys, first wins, that settle conflicting origin claims."""
-    from pulsar_dlq_consumer.context import CONTEXT_FIELDS, error_context_values
-    from spark_apps.dlq_replay.lineage import previous_replay_count
-    from spark_apps.dlq_replay.signatures import TemplateCache, error_signature
+def normalize_columns(batch: pa.RecordBatch, origin_precedence: Sequence[str] = ()) -> dict[str, pa.Array]:
+    """The computed columns of :func:`normalize_batch` of a batch of snapshot rows as Arrow arrays, plus
+    :data:`ORIGIN_CONFLICT` and :data:`~spark_apps.dlq_replay.context_columns.UNDECODABLE`: later steps
+    of the same pass reuse them. ``origin_precedence``: property keys, first wins, that settle
+    conflicting origin claims.
 
-    topics = batch.column("topic").to_pylist()
-    ids = batch.column("message_id_str").to_pylist()
-    dicts = property_dicts(batch.column("properties"))
-    rows = zip(dicts, topics, ids, strict=True)
-    contexts = [error_context_values(p, dlq_topic=t, dlq_message_id=m) for p, t, m in rows]
-    # The rows' context values transposed: one tuple of values per field of CONTEXT_FIELDS.
-    by_field = dict(zip(CONTEXT_FIELDS, zip(*contexts, strict=True), strict=True)) if contexts else {}
-    columns: dict[str, list[Any]] = {name: list(by_field.get(name, ())) for name, _ in CONTEXT_COLUMNS}
-    origin_topics, origin_ids = columns["origin_topic"], columns["origin_message_id"]
-    replay_ids: list[str] = []
-    conflicts: list[str | None] = []
-    for i, (properties, topic, message_id) in enumerate(zip(dicts, topics, ids, strict=True)):
+    The context comes from pyarrow kernels over the whole batch
+    (:func:`~spark_apps.dlq_replay.context_columns.context_columns`); rows they do not settle, and every
+    row when ``origin_precedence`` is given, are parsed by the consumer library's scalar parser. Either
+    way each row gets the scalar parser's values.
+    """
+    import pyarrow.compute as pc
+
+    from spark_apps.dlq_replay.context_columns import context_columns
+    from spark_apps.dlq_replay.signatures import error_signatures, message_templates
+
+    columns, settled = context_columns(batch, UNDECODABLE_PROPERTY)
+    scalar = pa.array([True] * batch.num_rows) if origin_precedence else pc.invert(settled)
+    if scalar.true_count:
+        _parse_rows(batch, columns, scalar, origin_precedence)
+    columns["error_template"] = message_templates(columns["error_message"])
+    columns["signature"] = error_signatures(
+        columns["error_class"], columns["error_template"], columns["origin_topic"], columns["reason"]
+    )
+    return columns
+
+
+def _parse_rows(
+    batch: pa.RecordBatch, columns: dict[str, pa.Array], rows: pa.Array, origin_precedence: Sequence[str]
+) -> None:
+    """Replace the context values of the ``rows`` (a mask) of ``columns`` with the scalar parser's."""
+    import pyarrow.compute as pc
+
+    from pulsar_dlq_consumer.context import CONTEXT_FIELDS, error_context_values
+    from spark_apps.dlq_replay.context_columns import REPLAY_COUNT, REPLAY_ID, UNDECODABLE
+    from spark_apps.dlq_replay.lineage import previous_replay_count
+
+    chosen = batch.filter(rows)
+    topics = chosen.column("topic").to_pylist()
+    ids = chosen.column("message_id_str").to_pylist()
+    names = [*CONTEXT_FIELDS[2:], REPLAY_ID, REPLAY_COUNT, ORIGIN_CONFLICT, UNDECODABLE]
+    values: dict[str, list[Any]] = {name: [] for name in names}
+    dicts = property_dicts(chosen.column("properties"))
+    for properties, topic, message_id in zip(dicts, topics, ids, strict=True):
+        fields = dict(zip(CONTEXT_FIELDS, error_context_values(properties), strict=True))
         claim, conflict = origin_of(properties, origin_precedence)
-        replay_ids.append(row_replay_id(topic, message_id, claim))
-        conflicts.append(conflict)
         if (
             origin_precedence
             and claim is not None
-            and claim.topic != origin_topics[i]
-            and canonical_topic(claim.topic) != canonical_topic(origin_topics[i])
+            and claim.topic != fields["origin_topic"]
+            and canonical_topic(claim.topic) != canonical_topic(fields["origin_topic"])
         ):
             # The playbook's origin_precedence settled a conflict against the parser's precedence.
-            origin_topics[i], origin_ids[i] = claim.topic, claim.message_id
-    template = TemplateCache().template
-    templates = [template(message) for message in columns["error_message"]]
-    signature = lru_cache(maxsize=10_000)(error_signature)  # per batch: it holds few kinds of failure
-    columns["error_template"] = templates
-    columns["signature"] = [
-        signature(*material)
-        for material in zip(columns["error_class"], templates, origin_topics, columns["reason"], strict=True)
-    ]
-    columns["replay_id"] = replay_ids
-    columns["replay_count"] = [previous_replay_count(properties) for properties in dicts]
-    columns[ORIGIN_CONFLICT] = conflicts
-    for name, limit in INT_LIMITS.items():
-        values = columns[name]
-        if any(v is not None and v > limit for v in values):  # the parser gives no negative number
-            columns[name] = [None if v is not None and v > limit else v for v in values]
-    columns["topic"], columns["message_id_str"], columns[PROPERTY_DICTS] = topics, ids, dicts
-    return columns
+            fields["origin_topic"], fields["origin_message_id"] = claim.topic, claim.message_id
+        for name, limit in INT_LIMITS.items():  # the parser gives no negative number
+            if fields[name] is not None and fields[name] > limit:
+                fields[name] = None
+        fields[REPLAY_ID] = row_replay_id(topic, message_id, claim)
+        fields[REPLAY_COUNT] = previous_replay_count(properties)
+        fields[ORIGIN_CONFLICT] = conflict
+        fields[UNDECODABLE] = UNDECODABLE_PROPERTY in properties
+        for name in names:
+            values[name].append(fields[name])
+    for name in names:
+        column = columns[name]
+        columns[name] = pc.replace_with_mask(column, rows, pa.array(values[name], column.type))
 
 
 def normalize_batch(
     batch: pa.RecordBatch,
-    columns: dict[str, list[Any]] | None = None,
+    columns: dict[str, pa.Array] | None = None,
     origin_precedence: Sequence[str] = (),
 ) -> pa.RecordBatch:
     """Normalise one Arrow batch of snapshot rows (pure function; see :data:`NORMALIZED_SCHEMA`).
@@ -201,12 +232,10 @@ def normalize_batch(
     """
     computed = normalize_columns(batch, origin_precedence) if columns is None else columns
     out_schema = arrow_schema(NORMALIZED_SCHEMA)
-    arrays: list[pa.Array] = []
-    for field in out_schema:
-        if field.name in CARRIED_COLUMNS:
-            arrays.append(batch.column(field.name).cast(field.type))
-        else:
-            arrays.append(pa.array(computed[field.name], type=field.type))
+    arrays = [
+        (batch.column(field.name) if field.name in CARRIED_COLUMNS else computed[field.name]).cast(field.type)
+        for field in out_schema
+    ]
     return pa.RecordBatch.from_arrays(arrays, schema=out_schema)
 
 

@@ -331,10 +331,10 @@ def _snapshot(run: _Run, windows: list[PartitionWindow]) -> DataFrame:
 
 
 def _identities_output(run: _Run) -> SideOutput:
-    """The snapshot rows' :func:`~spark_apps.dlq_replay.decide.identity_rows`, written by the read tasks."""
+    """The snapshot rows' :func:`~spark_apps.dlq_replay.scope.identity_rows`, written by the read tasks."""
     from spark_apps.dlq_replay import task_parquet
-    from spark_apps.dlq_replay.decide import identity_rows
     from spark_apps.dlq_replay.schemas import IDENTITIES_SCHEMA
+    from spark_apps.dlq_replay.scope import identity_rows
 
     precedence = run.playbook.origin_precedence
     return task_parquet.SideOutput(
@@ -358,9 +358,10 @@ def _decide(run: _Run, snapshot: DataFrame, planned_at: datetime) -> DataFrame:
     from spark_apps.dlq_replay import task_parquet
     from spark_apps.dlq_replay.archive_files import staged_output
     from spark_apps.dlq_replay.arrow_compat import map_in_arrow
-    from spark_apps.dlq_replay.decide import DecideSettings, Filters, decide_tasks
+    from spark_apps.dlq_replay.decide import DecideSettings, decide_tasks
     from spark_apps.dlq_replay.ledger import final_ids, read_ledger
     from spark_apps.dlq_replay.schemas import DECIDED_SCHEMA
+    from spark_apps.dlq_replay.scope import Filters
 
     opts = run.options
     if run.step("decide"):
@@ -394,6 +395,7 @@ def _decide(run: _Run, snapshot: DataFrame, planned_at: datetime) -> DataFrame:
             snapshot_dir=local_path(run.paths.snapshot) if by_read_tasks else None,
             batch_rows=_arrow_batch_rows(run),
             identities=_snapshot_identities(run) if by_read_tasks else None,
+            identities_dir=local_path(run.paths.identities) if by_read_tasks else None,
         )
         # The rows to republish are counted as the decisions are written, not by reading them again.
         by_tasks = staged = False

@@ -22,6 +22,8 @@ from pulsar_dlq_consumer.context import REASON_UNKNOWN, base_topic
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    import pyarrow as pa
+
 MAX_TEMPLATE_CHARS = 512
 
 # Order matters: earlier masks protect their matches from later ones. The first element is a cheap
@@ -69,6 +71,62 @@ def message_template(message: str | None) -> str:
     return " ".join(text.split())[:MAX_TEMPLATE_CHARS]
 
 
+#: :data:`_MASKS` as RE2 rewrites for pyarrow's ``replace_substring_regex``, exact for ASCII text (where
+#: ``\w`` and ``\b`` mean the same in both engines) without the sentinels ``\x01``/``\x02``, each group
+#: after the cheap test of :data:`_MASKS` that its matches need (a batch where no message passes it skips
+#: the group). RE2 has no lookaround, so the mixed-hex mask wraps every long hex run in sentinels, masks
+#: the wrapped runs holding a digit and a letter, then unwraps the rest; the number mask keeps the
+#: non-alphanumeric character before a number (its lookbehind) as a group.
+_RE2_MASKS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
+    ("['\"`]", ((r"'[^'\n]*'|\"[^\"\n]*\"|`[^`\n]*`", "<str>"),)),
+    ("@", ((r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+", "<email>"),)),
+    ("-", ((r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b", "<uuid>"),)),
+    ("0[xX]", ((r"\b0[xX][0-9a-fA-F]+\b", "<hex>"),)),
+    (
+        "[0-9a-fA-F]{8}",
+        (
+            (r"\b([0-9a-fA-F]{8,})\b", "\x01\\1\x02"),
+            ("\x01(?:[0-9]+[a-fA-F]|[a-fA-F]+[0-9])[0-9a-fA-F]*\x02", "<hex>"),
+            ("\x01([0-9a-fA-F]*)\x02", r"\1"),
+        ),
+    ),
+    (
+        "[A-Za-z_:#/.-][0-9]{2}",
+        ((r"\b[A-Za-z][A-Za-z0-9]*(?:[-_:#/.][A-Za-z0-9]+)*?[-_:#/.]?[0-9]{2,}[A-Za-z0-9]*\b", "<id>"),),
+    ),
+    ("[0-9]", ((r"(^|[^A-Za-z0-9])[-+]?[0-9]+(?:[.,][0-9]+)*", r"\1<num>"),)),
+    ("[\t\n\x0b\x0c\r\x1c-\x1f]| {2}", (("[\t\n\x0b\x0c\r\x1c-\x1f ]+", " "),)),  # str.split()'s
+)
+
+
+def message_templates(messages: pa.Array) -> pa.Array:
+    """:func:`message_template` of every value (null gives ``""``): RE2 kernels for ASCII messages,
+    :func:`message_template` once per distinct other message."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    text = pc.utf8_slice_codeunits(pc.fill_null(messages, ""), 0, MAX_TEMPLATE_CHARS * 4)
+    for needs, rewrites in _RE2_MASKS:
+        if pc.any(pc.match_substring_regex(text, needs)).as_py():
+            for pattern, mask in rewrites:
+                text = pc.replace_substring_regex(text, pattern, mask)
+    text = pc.utf8_slice_codeunits(pc.utf8_trim(text, " "), 0, MAX_TEMPLATE_CHARS)
+    other = pc.invert(
+        pc.and_(pc.string_is_ascii(pc.fill_null(messages, "")), pc.invert(_has_sentinel(messages)))
+    )
+    if not other.true_count:
+        return text
+    rest = messages.filter(other).dictionary_encode()
+    done = pa.array([message_template(m) for m in rest.dictionary.to_pylist()], pa.string())
+    return pc.replace_with_mask(text, other, done.take(rest.indices))
+
+
+def _has_sentinel(messages: pa.Array) -> pa.Array:
+    import pyarrow.compute as pc
+
+    return pc.fill_null(pc.match_substring_regex(messages, "[\x01\x02]"), False)
+
+
 def signature_topic(origin_topic: str | None) -> str:
     """The origin topic as used in signatures: partitions of one topic share a signature."""
     return base_topic(origin_topic) if origin_topic else ""
@@ -83,6 +141,28 @@ def error_signature(
         (error_class or "", template, signature_topic(origin_topic), reason or REASON_UNKNOWN)
     )
     return hashlib.sha256(material.encode("utf-8", "replace")).hexdigest()[:16]
+
+
+def error_signatures(
+    error_classes: pa.Array, templates: pa.Array, origin_topics: pa.Array, reasons: pa.Array
+) -> pa.Array:
+    """:func:`error_signature` of every row, hashed once per distinct material."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from spark_apps.dlq_replay.arrow_util import per_distinct
+
+    reasons = pc.fill_null(reasons, REASON_UNKNOWN)
+    material = pc.binary_join_element_wise(
+        pc.fill_null(error_classes, ""),
+        pc.fill_null(templates, ""),
+        per_distinct(origin_topics, signature_topic, pa.string()),
+        pc.if_else(pc.equal(reasons, ""), pa.scalar(REASON_UNKNOWN), reasons),
+        "\x1f",
+    )
+    return per_distinct(
+        material, lambda m: hashlib.sha256(m.encode("utf-8", "replace")).hexdigest()[:16], pa.string()
+    )
 
 
 def replay_id(dlq_topic: str, dlq_message_id: str, origin: str | None = None) -> str:

@@ -9,13 +9,15 @@ import pytest
 from spark_apps.dlq_replay import outcomes as oc
 from spark_apps.dlq_replay import task_parquet
 from spark_apps.dlq_replay.apply import archive_rows, republish_input, with_publish_results, write_archive
-from spark_apps.dlq_replay.decide import DecideSettings, Filters, decide, identity_rows, replay_id_column
+from spark_apps.dlq_replay.decide import DecideSettings, decide
 from spark_apps.dlq_replay.ledger import final_ids, ledger_rows, read_ledger, run_outcomes, write_ledger
 from spark_apps.dlq_replay.normalize import normalize
 from spark_apps.dlq_replay.playbook import parse_playbook
 from spark_apps.dlq_replay.report import CommitTotals, build_report
 from spark_apps.dlq_replay.schemas import IDENTITIES_SCHEMA, LEDGER_SCHEMA, REPLAY_ID_MARK, SNAPSHOT_SCHEMA
+from spark_apps.dlq_replay.scope import Filters, identity_rows, replay_id_column, scope_marks
 from spark_apps.dlq_replay.signatures import replay_id
+from spark_apps.dlq_replay.snapshot_files import repeated_values
 from spark_apps.dlq_replay.storage import RunStorage
 from spark_apps.dlq_replay.topics import TopicMatcher
 
@@ -343,10 +345,59 @@ def test_identities_written_beside_the_snapshot_give_the_same_decisions(spark, t
     )
     computed = by_key(decide(snap, PLAYBOOK, settings(), 2))
     read = by_key(decide(snap, PLAYBOOK, settings(), 2, identities=identities))
-    assert {k: (r["outcome"], r["outcome_reason"]) for k, r in read.items()} == {
-        k: (r["outcome"], r["outcome_reason"]) for k, r in computed.items()
-    }
+    # The driver finds the replay ids of copies in the files and ranks only their rows.
+    assert repeated_values(side, REPLAY_ID_MARK) == {computed[k]["replay_id"] for k in ("a-old", "b-1")}
+    ranked = by_key(decide(snap, PLAYBOOK, settings(), 2, identities=identities, identities_dir=side))
+    for decided in (read, ranked):
+        assert {k: (r["outcome"], r["outcome_reason"]) for k, r in decided.items()} == {
+            k: (r["outcome"], r["outcome_reason"]) for k, r in computed.items()
+        }
     assert sorted(r["outcome"] for r in read.values()).count(oc.DUPLICATE) == 3
+
+
+def test_a_snapshot_without_copies_needs_no_marks(spark, tmp_path):
+    """Identities without a repeated replay id: no scope marks and no Spark job for them; with an earlier
+    run's final rows the ledger still marks its messages (already final, or another copy final)."""
+    side = str(tmp_path / "snapshot_identities")
+    single = [c for c in COPIES if c[0] in ("a-old", "b-2", "c")]
+    snap = copies_df(spark, single)
+    task_parquet.write_in_tasks(
+        snap.repartition(2),
+        lambda batches: (identity_rows(b) for b in batches),
+        IDENTITIES_SCHEMA,
+        side,
+        lambda batch: (batch.num_rows,),
+        ("n",),
+    )
+    identities = spark.read.schema(IDENTITIES_SCHEMA).parquet(side)
+    assert repeated_values(side, REPLAY_ID_MARK) == set()
+    jobs = spark.sparkContext.statusTracker()
+    before = len(jobs.getJobIdsForGroup(None))
+    marked, count = scope_marks(snap, Filters(), None, identities=identities, repeated=set())
+    assert len(jobs.getJobIdsForGroup(None)) == before
+    assert count == 0
+    assert marked.collect() == []
+    expected = by_key(decide(snap, PLAYBOOK, settings(), 2))
+    fast = by_key(decide(snap, PLAYBOOK, settings(), 2, identities=identities, identities_dir=side))
+    assert {k: r["outcome"] for k, r in fast.items()} == {k: r["outcome"] for k, r in expected.items()} == {
+        "a-old": oc.TO_REPUBLISH, "b-2": oc.TO_REPUBLISH, "c": oc.TO_REPUBLISH,
+    }  # fmt: skip
+    # An earlier run made a-old final: with the ledger, it is already final and a new copy of it a
+    # duplicate, whether or not the snapshot itself holds copies.
+    sent = spark.createDataFrame(
+        [(r["replay_id"], True, "9:9:-1:-1", None) for k, r in expected.items() if k == "a-old"],
+        "replay_id string, published boolean, published_message_id string, error string",
+    )
+    ledger_root = str(tmp_path / "ledger")
+    first = decide(snap, PLAYBOOK, settings(), 2).filter("key = 'a-old'")
+    write_ledger(ledger_rows(with_publish_results(first, sent), "run-1", oc.REPLAY, T0), ledger_root)
+    earlier = final_ids(read_ledger(spark, RunStorage(spark), ledger_root), exclude_run_id="run-2")
+    second = by_key(
+        decide(snap, PLAYBOOK, settings(), 2, final_ids=earlier, identities=identities, identities_dir=side)
+    )
+    assert {k: r["outcome"] for k, r in second.items()} == {
+        "a-old": oc.ALREADY_FINAL, "b-2": oc.TO_REPUBLISH, "c": oc.TO_REPUBLISH,
+    }  # fmt: skip
 
 
 def test_storage_round_trip(spark, tmp_path):

@@ -278,3 +278,45 @@ def test_sequencer_numbers_sends_per_target_across_batches():
     plain = by_key(decide_batch(batch, pb, settings))
     assert plain["k0"]["replay_producer"] is None
     assert plain["k0"]["sequence_id"] is None
+
+
+def test_rows_decided_once_per_group_get_each_rows_own_decision(fix_module):
+    """A batch is decided once per group of equal rows; every row still gets exactly the decision it gets
+    alone: its own mark reason, REPLAY_COUNT, fix result, payload and properties."""
+    rows = [
+        (b'{"id": 1}', ours("ValueError", "missing currency", tenant="acme")),
+        (b'{"id": 2}', ours("ValueError", "missing currency", tenant="other")),
+        (b'{"amount": -1}', ours("ValueError", "missing currency")),
+        (b"not json", ours("ValueError", "missing currency")),
+        (b'{"amount": -5}', ours("ValueError", "bad amount")),
+        (b"raw-1", ours("Timeout", "slow", tenant="a")),
+        (b"raw-2", ours("Timeout", "slow", tenant="b")),
+        (b"raw", ours("Poison", "x")),
+        (b"raw", ours("Junk", "x")),
+        (b"raw", ours("Timeout", "slow", REPLAY_COUNT="x")),
+        (b"raw", ours("Timeout", "slow", REPLAY_COUNT="y")),
+        (b"raw", ours("Timeout", "slow", REPLAY_COUNT="3")),
+        (b"raw", ours("Timeout", "slow", REPLAY_COUNT="4")),
+        (b"raw", ours("Timeout", "slow")),
+        (b"raw", ours("Timeout", "slow")),
+        (b"raw", ours("Timeout", "slow")),
+    ] * 2
+    scopes = (["in"] * 13 + ["filtered", "duplicate", "already_final"]) * 2
+    batch = scoped(normalize_batch(snapshot_batch(rows)), scopes)
+    reasons = [f"another copy ({i})" if s == "duplicate" else r for i, (s, r) in enumerate(
+        zip(scopes, batch.column("scope_reason").to_pylist(), strict=True)
+    )]  # fmt: skip
+    batch = batch.set_column(batch.schema.get_field_index("scope_reason"), "scope_reason", pa.array(reasons))
+    settings = DecideSettings(run_id="run-8", mode=oc.REPLAY, allowlist=TopicMatcher.parse(["orders"]))
+    by_property = PLAYBOOK + "  - name: by-tenant\n    match: {properties: {tenant: a}}\n    action: drop\n"
+    for playbook in (parse_playbook(PLAYBOOK), parse_playbook(by_property)):  # grouped, then row by row
+        together = decide_batch(batch, playbook, settings).to_pylist()
+        alone = [decide_batch(batch.slice(i, 1), playbook, settings).to_pylist()[0] for i in range(len(rows))]
+        assert together == alone
+    outcomes = [row["outcome"] for row in together]
+    assert outcomes.count(oc.TO_REPUBLISH) == 8
+    assert {together[i]["outcome_reason"] for i in (9, 10)} == {
+        "REPLAY_COUNT property 'x' is not a non-negative integer",
+        "REPLAY_COUNT property 'y' is not a non-negative integer",
+    }
+    assert together[14]["outcome_reason"] == "another copy (14)"

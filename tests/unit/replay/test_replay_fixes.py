@@ -26,18 +26,55 @@ def rec(payload: bytes = b'{"id": 1}', **props: str) -> FixRecord:
 
 
 def test_return_types():
+    # properties None: the record's own are kept (the decide step sets the lineage on them in Arrow).
     out = run_fix(lambda r: b"x", [rec(a="1")])[0]
-    assert (out.ok, out.payload, out.properties) == (True, b"x", {"a": "1"})
+    assert (out.ok, out.payload, out.properties) == (True, b"x", None)
     assert run_fix(lambda r: "é", [rec()])[0].payload == "é".encode()
     out = run_fix(lambda r: (b"y", {"b": "2"}), [rec(a="1")])[0]
     assert (out.payload, out.properties) == (b"y", {"b": "2"})
     out = run_fix(lambda r: FixResult("z"), [rec(a="1")])[0]
-    assert (out.payload, out.properties) == (b"z", {"a": "1"})
+    assert (out.payload, out.properties) == (b"z", None)
+    out = run_fix(lambda r: FixResult("z", {"c": "3"}), [rec(a="1")])[0]
+    assert (out.payload, out.properties) == (b"z", {"c": "3"})
 
 
 def test_none_republishes_unchanged():
     out = run_fix(None, [rec(b"raw", a="1")])[0]
-    assert (out.ok, out.payload, out.properties) == (True, b"raw", {"a": "1"})
+    assert (out.ok, out.payload, out.properties) == (True, b"raw", None)
+
+
+class _Rows:
+    """A record source that counts what it was asked for."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    def properties(self, i: int) -> dict[str, str]:
+        self.asked.append(f"properties {i}")
+        return {"row": str(i)}
+
+    def context(self, i: int) -> dict[str, object]:
+        self.asked.append(f"context {i}")
+        return {"error_class": f"E{i}"}
+
+
+def test_a_lazy_record_makes_properties_and_context_on_first_use_only():
+    rows = _Rows()
+    record = FixRecord.lazy(rows, 3, b"{}", "k", None, None, "sig", "dlq", "1:2:-1:-1")
+    read = (record.payload, record.key, record.signature, record.dlq_message_id)
+    assert read == (b"{}", "k", "sig", "1:2:-1:-1")
+    assert rows.asked == []
+    assert run_fix(lambda r: r.payload, [record])[0].ok
+    assert rows.asked == []  # a payload-only fix never builds them
+    mine = record.properties
+    mine["added"] = "by the fix"  # a copy of its own, kept for later reads of the same record
+    assert record.properties == {"row": "3", "added": "by the fix"}
+    assert record.context == {"error_class": "E3"}
+    assert rows.asked == ["properties 3", "context 3"]
+    with pytest.raises(AttributeError):
+        record.payload = b"other"  # type: ignore[misc]
+    assert "{}" not in repr(record)  # never the payload
+    assert "1:2:-1:-1" in repr(record)
 
 
 def test_exceptions_become_fix_failed_with_class_and_message():
@@ -134,6 +171,23 @@ def test_a_fix_that_hangs_is_stopped_after_its_timeout():
     assert out[0].error_class == "spark_apps.dlq_replay.fixes.FixTimeoutError"
     assert "fix_timeout_seconds (0.2 s)" in out[0].error_message
     assert not out[0].malformed
+
+
+def test_the_time_limit_counts_each_call_on_its_own():
+    """The timer is set once per batch: calls that together run longer than the limit, each within it,
+    all succeed; the one call that runs past it is stopped."""
+    import time
+
+    def slow(record):
+        time.sleep(1.5 if record.payload == b"slow" else 0.15)
+        return record.payload
+
+    records = [rec(b"a"), rec(b"b"), rec(b"c"), rec(b"slow"), rec(b"d")]
+    started = time.monotonic()
+    out = run_fix(slow, records, timeout_s=0.4)
+    assert time.monotonic() - started < 1.5
+    assert [o.ok for o in out] == [True, True, True, False, True]
+    assert out[3].error_class == "spark_apps.dlq_replay.fixes.FixTimeoutError"
 
 
 def test_a_batch_fix_that_spins_is_stopped_after_its_timeout():

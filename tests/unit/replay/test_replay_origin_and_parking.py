@@ -103,7 +103,7 @@ def test_conflicting_origins_are_parked_with_both_names_unless_the_playbook_deci
     }
     batch = snapshot_batch([(b"x", props)])
     columns = normalize_columns(batch)
-    assert columns[ORIGIN_CONFLICT] == [
+    assert columns[ORIGIN_CONFLICT].to_pylist() == [
         f"__dlq.errors.topic={ORDERS!r}, REAL_TOPIC='persistent://public/default/payments'"
     ]
     out = by_key(decide_batch(scoped(normalize_batch(batch)), REPLAY_ALL, SETTINGS))["k0"]
@@ -115,9 +115,9 @@ def test_conflicting_origins_are_parked_with_both_names_unless_the_playbook_deci
     # The playbook says REAL_TOPIC wins: its topic and its message id are the origin.
     pb = parse_playbook("origin_precedence: [REAL_TOPIC]\nrules: [{name: all, action: republish}]")
     columns = normalize_columns(batch, pb.origin_precedence)
-    assert columns[ORIGIN_CONFLICT] == [None]
-    assert columns["origin_topic"] == ["persistent://public/default/payments"]
-    assert columns["origin_message_id"] == ["1:2:-1:-1"]
+    assert columns[ORIGIN_CONFLICT].to_pylist() == [None]
+    assert columns["origin_topic"].to_pylist() == ["persistent://public/default/payments"]
+    assert columns["origin_message_id"].to_pylist() == ["1:2:-1:-1"]
     decided = decide_batch(scoped(normalize_batch(batch, columns)), pb, SETTINGS, columns=columns)
     out = by_key(decided)["k0"]
     assert out["outcome"] == oc.TO_REPUBLISH
@@ -204,7 +204,7 @@ def test_replay_ids_from_the_origin_properties_alone_equal_those_of_the_whole_co
         {},
     ]  # fmt: skip
     batch = snapshot_batch([(b"x", props) for props in shapes])
-    expected = normalize_columns(batch)["replay_id"]
+    expected = normalize_columns(batch)["replay_id"].to_pylist()
     columns = {"topic": batch.column("topic"), "message_id_str": batch.column("message_id_str")}
     for i, key in enumerate(ORIGIN_PROPERTY_KEYS):
         columns[f"_origin{i}"] = pa.array([props.get(key) for props in shapes], pa.string())
@@ -212,7 +212,7 @@ def test_replay_ids_from_the_origin_properties_alone_equal_those_of_the_whole_co
     precedence = ("__dlq.errors.topic",)
     assert (
         replay_ids(pa.RecordBatch.from_pydict(columns), precedence)
-        == normalize_columns(batch, precedence)["replay_id"]
+        == normalize_columns(batch, precedence)["replay_id"].to_pylist()
     )
 
 

@@ -1,0 +1,62 @@
+"""Small pyarrow helpers the batch kernels share (no Python object per value)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+
+def row_numbers(n: int) -> pa.Array:
+    """``0, 1, ... n - 1`` as int64."""
+    if not n:
+        return pa.array([], pa.int64())
+    return pc.subtract(pc.cumulative_sum(pc.cast(pa.nulls(n).is_null(), pa.int64())), 1)
+
+
+def prefix_counts(flags: pa.Array) -> pa.Array:
+    """``[0, f0, f0 + f1, ...]`` of a boolean array: the true values before each position, then all of
+    them (one more value than ``flags``)."""
+    counts = pc.cumulative_sum(pc.cast(flags, pa.int64())) if len(flags) else pa.array([], pa.int64())
+    return pa.concat_arrays([pa.array([0], pa.int64()), counts])
+
+
+def per_distinct(values: pa.Array, function: Callable[[Any], Any], out_type: pa.DataType) -> pa.Array:
+    """``function`` of every value (null included), called once per distinct value."""
+    encoded = values.dictionary_encode(null_encoding="encode")
+    results = pa.array([function(value) for value in encoded.dictionary.to_pylist()], out_type)
+    return results.take(encoded.indices)
+
+
+def map_entries(properties: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array, pa.Array]:
+    """``(keys, items, row of each entry, offsets from 0)`` of the entries of a map column (a sliced one
+    too: its offsets index the whole key and item children)."""
+    offsets = properties.offsets
+    start, end = offsets[0].as_py(), offsets[-1].as_py()
+    keys, items = properties.keys.slice(start, end - start), properties.items.slice(start, end - start)
+    relative = pc.subtract(offsets, pa.scalar(start, offsets.type)) if start else offsets
+    rows = pc.list_parent_indices(pa.ListArray.from_arrays(relative, pa.nulls(end - start)))
+    return keys, items, rows, relative
+
+
+def group_ids(columns: Sequence[pa.Array]) -> pa.Array:
+    """An int64 id per row, the same for rows equal in every one of ``columns`` (nulls equal to nulls),
+    below the number of rows: each column dictionary-encoded and the codes combined, renumbered after
+    each column, so no two different rows can share an id."""
+    ids: pa.Array | None = None
+    for column in columns:
+        values = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+        encoded = values.dictionary_encode(null_encoding="encode")
+        codes = pc.cast(encoded.indices, pa.int64())
+        if ids is None:
+            ids = codes
+        else:
+            combined = pc.add(pc.multiply(ids, len(encoded.dictionary)), codes)
+            ids = pc.cast(combined.dictionary_encode().indices, pa.int64())
+    if ids is None:
+        raise ValueError("group_ids needs at least one column")
+    return ids

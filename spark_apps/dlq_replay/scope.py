@@ -1,0 +1,324 @@
+"""Scope of the decide step: which snapshot rows it decides on, and why the others are out of scope.
+
+:func:`scope_marks` marks, on payload-free rows in Spark SQL, the messages final in an earlier run's
+ledger (``already_final``), the later copies of one original (``duplicate``), the rows outside a
+reviewed run's scope and the ``--max-messages`` choice; :func:`add_scope_columns` turns each decide
+batch's marks and the filters into its ``scope`` and ``scope_reason`` columns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from spark_apps.dlq_replay.schemas import IDENTITIES_SCHEMA, REPLAY_ID_MARK, SCOPE_COLUMN
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Sequence
+    from datetime import datetime
+
+    from pyspark.sql import Column, DataFrame
+
+SCOPE_IN = "in"
+SCOPE_FILTERED = "filtered"
+SCOPE_ALREADY_FINAL = "already_final"
+SCOPE_DUPLICATE = "duplicate"
+SCOPE_REASON_COLUMN = "scope_reason"
+#: Columns added by :func:`scope_marks`: a mark (``already_final``, ``duplicate`` or ``chosen``, null
+#: for the rest) and its reason.
+MARK, MARK_REASON = "_mark", "_mark_reason"
+_CHOSEN = "chosen"
+_OUT_OF_SCOPE = pa.array([SCOPE_ALREADY_FINAL, SCOPE_DUPLICATE, SCOPE_FILTERED], pa.string())
+_RID = REPLAY_ID_MARK
+_FIRST_TYPE = "struct<topic:string,message_id_str:string>"
+#: Marked rows up to this many are broadcast to the join with the snapshot (no shuffle of payloads).
+BROADCAST_MARKS = 200_000
+
+
+@dataclass(frozen=True)
+class Filters:
+    """Selective replay: only matching messages are decided on; the others are ``filtered``."""
+
+    signatures: tuple[str, ...] | None = None
+    error_class: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    max_messages: int | None = None
+
+
+def filter_reason(
+    filters: Filters, signature: str | None, error_class: str | None, publish_time: datetime | None
+) -> str | None:
+    """The first filter a message fails, or ``None`` when it passes them all."""
+    if filters.signatures is not None and signature not in filters.signatures:
+        return "not selected by --signatures"
+    if filters.error_class is not None:
+        name = filters.error_class
+        if error_class is None or not (error_class == name or error_class.endswith("." + name)):
+            return "not selected by --error-class"
+    if filters.since is not None and (publish_time is None or publish_time < filters.since):
+        return "published before --since"
+    if filters.until is not None and (publish_time is None or publish_time >= filters.until):
+        return "published at or after --until"
+    return None
+
+
+def replay_id_column() -> Column:
+    """The DLQ-identity :func:`~spark_apps.dlq_replay.signatures.replay_id` of a snapshot row (no origin
+    identity), in Spark SQL."""
+    from pyspark.sql import functions as F
+
+    material = F.concat(F.col("topic"), F.lit("\x1f"), F.col("message_id_str"))
+    return F.substring(F.sha2(material, 256), 1, 32)
+
+
+def identity_rows(
+    batch: pa.RecordBatch,
+    origin_precedence: Sequence[str] = (),
+    replay_ids: Sequence[str] | pa.Array | None = None,
+) -> pa.RecordBatch:
+    """:data:`~spark_apps.dlq_replay.schemas.IDENTITIES_SCHEMA` of a batch of snapshot rows (or of their
+    :func:`~spark_apps.dlq_replay.normalize.origin_columns`): what :func:`scope_marks` needs of every
+    row. ``replay_ids``: already computed, else computed from the origin properties."""
+    if replay_ids is None:
+        from spark_apps.dlq_replay.normalize import replay_ids as origin_replay_ids
+
+        replay_ids = origin_replay_ids(batch, origin_precedence)
+    return pa.RecordBatch.from_arrays(
+        [
+            batch.column("topic"),
+            batch.column("message_id_str"),
+            batch.column("publish_time"),
+            replay_ids if isinstance(replay_ids, pa.Array) else pa.array(replay_ids, pa.string()),
+        ],
+        names=["topic", "message_id_str", "publish_time", _RID],
+    )
+
+
+def _identities(snapshot: DataFrame, filters: Filters, origin_precedence: tuple[str, ...]) -> DataFrame:
+    """One light row per snapshot row (no payload): ``topic, message_id_str, publish_time, _rid`` and,
+    with ``--max-messages``, ``selected`` (passes the other filters)."""
+    from pyspark.sql import functions as F
+
+    from spark_apps.dlq_replay.arrow_compat import map_in_arrow
+
+    limited = filters.max_messages is not None
+
+    def ids(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from spark_apps.dlq_replay.normalize import normalize_columns
+
+        for batch in batches:
+            if not limited:  # the replay ids only need the origin
+                yield identity_rows(batch, origin_precedence)
+                continue
+            # The filters of --max-messages need the whole context.
+            columns = normalize_columns(batch, origin_precedence)
+            rows = identity_rows(batch, replay_ids=columns["replay_id"])
+            times = _publish_times(batch, filters)
+            signatures, classes = columns["signature"].to_pylist(), columns["error_class"].to_pylist()
+            selected = [
+                filter_reason(filters, sig, cls, ts) is None
+                for sig, cls, ts in zip(signatures, classes, times, strict=True)
+            ]
+            yield rows.append_column("selected", pa.array(selected, pa.bool_()))
+
+    if limited:
+        light = snapshot.select(
+            "topic", "message_id_str", "publish_time", "properties", F.lit(None).cast("binary").alias("value")
+        )
+    else:
+        from spark_apps.dlq_replay.normalize import origin_columns
+
+        light = snapshot.select(*origin_columns(), "publish_time")
+    from pyspark.sql.types import BooleanType, StructField, StructType
+
+    selected = [StructField("selected", BooleanType())] if limited else []
+    return map_in_arrow(light, ids, StructType(IDENTITIES_SCHEMA.fields + selected))
+
+
+def join_marks(snapshot: DataFrame, marked: DataFrame, count: int) -> DataFrame:
+    """The snapshot joined with its marked rows (broadcast when at most :data:`BROADCAST_MARKS`)."""
+    from pyspark.sql import functions as F
+
+    marks = F.broadcast(marked) if count <= BROADCAST_MARKS else marked
+    return snapshot.join(marks, ["topic", "message_id_str"], "left")
+
+
+def scope_marks(
+    snapshot: DataFrame,
+    filters: Filters,
+    final_ids: DataFrame | None,
+    origin_precedence: tuple[str, ...] = (),
+    reviewed_ids: DataFrame | None = None,
+    identities: DataFrame | None = None,
+    repeated: set[str] | None = None,
+) -> tuple[DataFrame, int]:
+    """``(rows, count)``: ``topic, message_id_str`` and the mark columns of the snapshot rows the decide
+    step must not treat as new (persisted, so computed once):
+
+    * ``already_final``: this DLQ message is final in the ledger of an earlier run (``final_ids``:
+      ``replay_id, dlq_topic, dlq_message_id, run_id`` of earlier runs' final rows);
+    * ``duplicate``: another copy of the same original (same replay id, see
+      :func:`~spark_apps.dlq_replay.signatures.replay_id`) is final in an earlier run, or is in this
+      snapshot and wins: the oldest publish time, then DLQ topic, then message id. The choice depends
+      only on the snapshot, so it is the same when a run is resumed;
+    * ``filtered``: with ``reviewed_ids`` (one column ``replay_id``, the scope of the run a reviewer
+      approved, ``--window-from``), every row whose replay id is not among them;
+    * ``chosen``: among the first ``max_messages`` rows that are neither and pass the filters, by
+      (publish time, DLQ topic, replay id).
+
+    The marks are computed on payload-free rows (:func:`identity_rows`: ``identities`` when the
+    snapshot's read tasks wrote them, else computed here from the snapshot); only the marked rows are
+    joined back to the snapshot. ``repeated``: the replay ids that more than one row of ``identities``
+    carries, when known (:func:`~spark_apps.dlq_replay.snapshot_files.repeated_values`): only those
+    rows are ranked, and a snapshot without copies, earlier final rows or a reviewed scope has no marks
+    (no Spark job).
+    """
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    if identities is not None and filters.max_messages is None:
+        ids = identities
+    else:
+        ids, repeated = _identities(snapshot, filters, origin_precedence), None
+    if repeated is not None and not repeated and final_ids is None and reviewed_ids is None:
+        return _no_marks(snapshot), 0
+    if final_ids is not None:
+        self_final = final_ids.groupBy(
+            F.col("dlq_topic").alias("topic"), F.col("dlq_message_id").alias("message_id_str")
+        ).agg(F.min("run_id").alias("_self_run"))
+        other_final = final_ids.groupBy(F.col("replay_id").alias(_RID)).agg(
+            F.min(F.struct("run_id", "dlq_topic", "dlq_message_id")).alias("_other")
+        )
+        ids = ids.join(self_final, ["topic", "message_id_str"], "left").join(other_final, _RID, "left")
+    else:
+        ids = ids.withColumn("_self_run", F.lit(None).cast("string")).withColumn(
+            "_other", F.lit(None).cast("struct<run_id:string,dlq_topic:string,dlq_message_id:string>")
+        )
+    if reviewed_ids is not None:
+        reviewed = reviewed_ids.select(F.col("replay_id").alias(_RID)).distinct()
+        ids = ids.join(reviewed.withColumn("_reviewed", F.lit(True)), _RID, "left")
+    else:
+        ids = ids.withColumn("_reviewed", F.lit(True))
+    ids = _ranked(ids, repeated)
+    already = F.col("_self_run").isNotNull()
+    other = F.col("_other").isNotNull()
+    beaten = F.col("_rank") > 1
+    unreviewed = F.col("_reviewed").isNull()
+    marks = ids.select(
+        "topic",
+        "message_id_str",
+        "publish_time",
+        _RID,
+        *(["selected"] if filters.max_messages is not None else []),
+        F.when(already, F.lit(SCOPE_ALREADY_FINAL))
+        .when(unreviewed, F.lit(SCOPE_FILTERED))
+        .when(other | beaten, F.lit(SCOPE_DUPLICATE))
+        .alias(MARK),
+        F.when(already, F.concat(F.lit("final in the ledger of run "), F.col("_self_run")))
+        .when(unreviewed, F.lit("not in the scope of the reviewed run (--window-from)"))
+        .when(
+            other,
+            F.concat(
+                F.lit("another copy of the same original ("),
+                F.col("_other.dlq_topic"),
+                F.lit(" "),
+                F.col("_other.dlq_message_id"),
+                F.lit(") is final in the ledger of run "),
+                F.col("_other.run_id"),
+            ),
+        )
+        .when(
+            beaten,
+            F.concat(
+                F.lit("another copy of the same original ("),
+                F.col("_first.topic"),
+                F.lit(" "),
+                F.col("_first.message_id_str"),
+                F.lit(") is in this run and was published first"),
+            ),
+        )
+        .alias(MARK_REASON),
+    )
+    if filters.max_messages is not None:
+        chosen = (
+            marks.filter(F.col(MARK).isNull() & F.col("selected"))
+            .orderBy("publish_time", "topic", _RID)
+            .limit(int(filters.max_messages))
+            .select("topic", "message_id_str", F.lit(_CHOSEN).alias("_chosen"))
+        )
+        marks = marks.join(chosen, ["topic", "message_id_str"], "left").withColumn(
+            MARK, F.coalesce(F.col(MARK), F.col("_chosen"))
+        )
+    marked = marks.filter(F.col(MARK).isNotNull()).select("topic", "message_id_str", MARK, MARK_REASON)
+    marked = marked.persist(StorageLevel.MEMORY_AND_DISK)  # computed once, counted, joined
+    return marked, marked.count()
+
+
+def _ranked(ids: DataFrame, repeated: set[str] | None) -> DataFrame:
+    """``ids`` plus ``_rank`` (1 for the first copy of an original: the oldest publish time, then DLQ
+    topic, then message id) and ``_first`` (that copy's ``topic, message_id_str``). With ``repeated``
+    known, only the rows of those replay ids are ranked: every other row is its original's only copy."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    order = Window.partitionBy(_RID).orderBy("publish_time", "topic", "message_id_str")
+    rank, first = F.row_number().over(order), F.first(F.struct("topic", "message_id_str")).over(order)
+    if repeated is None:
+        return ids.withColumn("_rank", rank).withColumn("_first", first)
+    if not repeated:
+        return ids.withColumn("_rank", F.lit(1)).withColumn("_first", F.lit(None).cast(_FIRST_TYPE))
+    copies = ids.filter(F.col(_RID).isin(sorted(repeated)))
+    ranked = copies.select("topic", "message_id_str", rank.alias("_rank"), first.alias("_first"))
+    return ids.join(F.broadcast(ranked), ["topic", "message_id_str"], "left").withColumn(
+        "_rank", F.coalesce(F.col("_rank"), F.lit(1))
+    )
+
+
+def _no_marks(snapshot: DataFrame) -> DataFrame:
+    """An empty frame of the :func:`scope_marks` columns, made in the driver (no job, no Python worker)."""
+    from spark_apps.dlq_replay.arrow_compat import local_frame
+
+    names = ("topic", "message_id_str", MARK, MARK_REASON)
+    return local_frame(snapshot.sparkSession, [], ", ".join(f"{name} string" for name in names))
+
+
+def add_scope_columns(batch: pa.RecordBatch, columns: dict[str, pa.Array], filters: Filters) -> None:
+    """Add ``scope`` and ``scope_reason`` to ``columns``, the batch's
+    :func:`~spark_apps.dlq_replay.normalize.normalize_columns`, from the marks of
+    :func:`scope_marks` and the filters."""
+    import pyarrow.compute as pc
+
+    marks, mark_reasons = batch.column(MARK), batch.column(MARK_REASON)
+    marked = pc.fill_null(pc.is_in(marks, value_set=_OUT_OF_SCOPE), False)
+    if filters == Filters():  # no filter: every unmarked row is in scope
+        columns[SCOPE_COLUMN] = pc.if_else(marked, marks, pa.scalar(SCOPE_IN))
+        columns[SCOPE_REASON_COLUMN] = pc.if_else(marked, mark_reasons, pa.scalar(None, pa.string()))
+        return
+    times = _publish_times(batch, filters)
+    signatures, classes = columns["signature"].to_pylist(), columns["error_class"].to_pylist()
+    limited = filters.max_messages is not None
+    scopes: list[str] = []
+    reasons: list[str | None] = []
+    for i, (mark, mark_reason) in enumerate(zip(marks.to_pylist(), mark_reasons.to_pylist(), strict=True)):
+        reason = None
+        if mark in (SCOPE_ALREADY_FINAL, SCOPE_DUPLICATE, SCOPE_FILTERED):
+            scope, reason = mark, mark_reason
+        else:
+            reason = filter_reason(filters, signatures[i], classes[i], times[i])
+            if reason is None and limited and mark != _CHOSEN:
+                reason = "beyond --max-messages"
+            scope = SCOPE_FILTERED if reason else SCOPE_IN
+        scopes.append(scope)
+        reasons.append(reason)
+    columns[SCOPE_COLUMN] = pa.array(scopes, pa.string())
+    columns[SCOPE_REASON_COLUMN] = pa.array(reasons, pa.string())
+
+
+def _publish_times(batch: pa.RecordBatch, filters: Filters) -> list[Any]:
+    """Publish times as Python values, converted only when a time filter needs them."""
+    if filters.since is None and filters.until is None:
+        return [None] * batch.num_rows
+    return batch.column("publish_time").to_pylist()
