@@ -214,13 +214,15 @@ def record_in_tasks(
     batch_rows: int,
     wave_size: int,
     parts_dir: str | None = None,
+    commit_dir: str | None = None,
 ) -> int:
     """Write the ledger rows of every decisions file of ``decisions_dir`` (one per producer bucket) to
     ``staged_path``, one Spark task per bucket, with the send results of ``results_dir`` (waves of
     ``wave_size`` sequence ids per producer) applied; returns the rows written. With a local
     ``parts_dir``, each task also writes its bucket's report parts there
-    (:mod:`~spark_apps.dlq_replay.report_parts`)."""
-    from spark_apps.dlq_replay import task_parquet
+    (:mod:`~spark_apps.dlq_replay.report_parts`), and with a local ``commit_dir`` its final messages per
+    entry (:mod:`~spark_apps.dlq_replay.commit_parts`)."""
+    from spark_apps.dlq_replay import commit_parts, task_parquet
     from spark_apps.dlq_replay.report_parts import REP_COLUMNS, BucketParts, clear_parts
     from spark_apps.dlq_replay.storage import local_path
 
@@ -230,6 +232,9 @@ def record_in_tasks(
     parts_folder = None if parts_dir is None else local_path(parts_dir)
     if parts_folder is not None:
         clear_parts(parts_folder)
+    commit_folder = None if commit_dir is None else local_path(commit_dir)
+    if commit_folder is not None:
+        commit_parts.clear(commit_folder)
     columns = list(dict.fromkeys([*decided_columns(), "sequence_id", *(REP_COLUMNS if parts_folder else ())]))
 
     def record(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -245,14 +250,19 @@ def record_in_tasks(
                 positions = None if found is None else ResultPositions(found[0], found[1], wave_size)
                 source = pq.ParquetFile(path)
                 parts = None if parts_folder is None else BucketParts(bucket, parts_folder)
+                finals = None if commit_folder is None else commit_parts.EntryFinals()
                 for rows in source.iter_batches(batch_size=batch_rows, columns=columns, use_threads=False):
                     mine = None if positions is None else positions.of(rows)
                     ledger = ledger_batch(rows, sent, mine, mode, recorded_at)
                     if parts is not None:
                         parts.add(ledger, rows)
+                    if finals is not None:
+                        finals.add(ledger)
                     yield ledger
                 if parts is not None:
                     parts.write()
+                if finals is not None and commit_folder is not None:
+                    finals.write(commit_folder, bucket)
 
     frame = spark.range(buckets, numPartitions=buckets)
     tallies = task_parquet.write_in_tasks(

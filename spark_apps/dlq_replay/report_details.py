@@ -202,6 +202,33 @@ def representative_rows(
     return reps, _guarded("snapshot samples", lambda: snapshot_rows(spark, snapshot, keys, snippets), {})
 
 
+def _errors_from_parts(
+    ctx: ReportContext, parts: ReportParts | None, decisions: DataFrame, signatures: list[str]
+) -> Callable[[], tuple[dict[str, Any], dict[str, Any]]] | None:
+    """What :func:`fix_errors` and :func:`sample_errors` give, from the record tasks' parts: the sample
+    messages they kept, counted in one pass over the decisions' files (:func:`~spark_apps.dlq_replay.
+    report_parts.error_counts`), and the fix errors queried only when that pass saw one. ``None`` without
+    such parts or local decisions."""
+    from spark_apps.dlq_replay.report_parts import error_counts
+    from spark_apps.dlq_replay.storage import local_path
+
+    folder = local_path(ctx.decisions_path) if ctx.decisions_path else None
+    if parts is None or parts.errors is None or folder is None:
+        return None
+    found = parts.errors
+    wanted = {sig: found[sig] for sig in signatures if sig in found}
+
+    def compute() -> tuple[dict[str, Any], dict[str, Any]]:
+        counts, fixed = error_counts(folder, wanted)
+        errors = {
+            sig: [{"message": message, "count": counts[(sig, message)]} for message in messages]
+            for sig, messages in wanted.items()
+        }
+        return (fix_errors(decisions, signatures) if fixed else {}), errors
+
+    return compute
+
+
 def representatives_from_parts(
     ctx: ReportContext, parts: ReportParts, signatures: list[str], snippets: bool
 ) -> tuple[list[Any], dict[tuple[str, str], Any]]:
@@ -299,7 +326,7 @@ def trend(
 
     run_id = report["run_id"]
     signatures = [g["signature"] for g in report["groups"][:TREND_GROUPS]]
-    ledger = _read(spark, ledger_path, LEDGER_SCHEMA)
+    ledger = _read(spark, ledger_path, LEDGER_SCHEMA) if _other_runs(ledger_path, run_id) else None
     runs: list[dict[str, Any]] = []
     counts: dict[tuple[str, str], int] = {}
     if ledger is not None:
@@ -349,6 +376,25 @@ def trend(
     }
 
 
+def _other_runs(ledger_path: str | None, run_id: str) -> bool:
+    """Might the ledger hold runs other than ``run_id``? On a local ledger, whether it has another run's
+    partition folder (the first run's report then queries nothing); elsewhere, yes."""
+    import os
+
+    from spark_apps.dlq_replay.storage import local_path
+    from spark_apps.dlq_replay.task_parquet import partition_folder
+
+    folder = local_path(ledger_path) if ledger_path else None
+    if folder is None:
+        return bool(ledger_path)
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return False
+    mine = partition_folder("run_id", run_id)
+    return any(name.startswith("run_id=") and name != mine for name in names)
+
+
 def as_collected(value: datetime) -> datetime:
     """A timestamp as PySpark's ``collect`` returns a ``TimestampType`` value: naive, in local time."""
     from datetime import UTC, datetime, timedelta
@@ -380,9 +426,13 @@ def add_details(
         "trend": partial(_guarded, "the trend", partial(trend, spark, ctx.ledger_path, report, at), None)
     }
     if decisions is not None and signatures:
-        queries["fixes"] = partial(_guarded, "fix errors", partial(fix_errors, decisions, signatures), {})
-        errors = partial(sample_errors, decisions, signatures)
-        queries["errors"] = partial(_guarded, "sample errors", errors, {})
+        from_parts = _errors_from_parts(ctx, parts, decisions, signatures)
+        if from_parts is not None:  # the record tasks' parts and one pass over two columns of decisions
+            queries["errors_and_fixes"] = partial(_guarded, "sample errors", from_parts, ({}, {}))
+        else:
+            queries["fixes"] = partial(_guarded, "fix errors", partial(fix_errors, decisions, signatures), {})
+            errors = partial(sample_errors, decisions, signatures)
+            queries["errors"] = partial(_guarded, "sample errors", errors, {})
         if parts is not None:
             queries["reps"] = partial(representatives_from_parts, ctx, parts, signatures, snippets)
         else:
@@ -390,6 +440,8 @@ def add_details(
     if decisions is not None and report["totals"].get(oc.ORIGIN_REFUSED):
         queries["refused"] = partial(_guarded, "refused origins", partial(refused_origins, decisions), [])
     results = dict(zip(queries, run_concurrently(spark, *queries.values()), strict=True))
+    if "errors_and_fixes" in results:
+        results["fixes"], results["errors"] = results.pop("errors_and_fixes")
     if "reps" in results:
         reps, found = results["reps"]
         fill_group_details(ctx, shown, results["fixes"], results["errors"], reps, found, snippets)

@@ -14,7 +14,12 @@ and decisions, so it keeps what those queries keep of them and writes it to
   (publish time, DLQ topic, message id);
 - ``reps``: each signature's first :data:`REP_ROWS` decisions by (unscoped, publish time, DLQ topic,
   message id); the properties (and payloads) of the few shown are read from the snapshot by
-  :func:`snapshot_messages`.
+  :func:`snapshot_messages`;
+- ``errors``: each signature's first :data:`~spark_apps.dlq_replay.report_details.SAMPLE_ERRORS`
+  distinct error messages (their first 500 characters) by (first publish time, message). How often each
+  occurs is not bounded by the groups: :func:`error_counts` counts the few shown in one pass over the
+  decisions' columns. A bucket with a message without a publish time (which no Pulsar message lacks)
+  writes no such part: Spark's first time ignores nulls, so a part's first rows would not be exact.
 
 Every part is bounded by the number of groups, not of messages, and merges exactly: a sum, a minimum, a
 maximum, a union, or the first rows of a union (the first k of all are among the first k of each part).
@@ -23,6 +28,7 @@ maximum, a union, or the first rows of a union (the first k of all are among the
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import uuid
@@ -30,6 +36,7 @@ from dataclasses import dataclass
 from datetime import UTC
 from typing import TYPE_CHECKING, Any
 
+from spark_apps.dlq_replay.arrow_util import group_ids, row_numbers
 from spark_apps.dlq_replay.outcomes import UNSCOPED
 
 if TYPE_CHECKING:
@@ -64,7 +71,9 @@ REP_COLUMNS = (
 REDUCE_ROWS = 16_384
 #: Reduced chunks kept before they are merged into one.
 MERGE_EVERY = 8
-KINDS = ("combos", "formats", "samples", "reps")
+KINDS = ("combos", "formats", "samples", "reps", "errors")
+#: The order of a signature's sample errors.
+ERROR_ORDER = ("first", "message")
 #: A combination's aggregates, from ledger rows (``None``: count the rows) and from earlier aggregates.
 _COMBO_NAMES = ("n", "template", "error_class", "origin_topic", "reason", "first", "last")
 _COMBO_ROWS: tuple[tuple[str | None, str], ...] = (
@@ -95,7 +104,7 @@ def first_k(table: pa.Table, keys: Sequence[str], order: Sequence[str], k: int) 
 
     if table.num_rows == 0:
         return table
-    group = _group_ids(table, keys)
+    group = group_ids([table.column(name) for name in keys])
     ranked = pa.table({"_group": group, **{name: table.column(name) for name in order}})
     indices = _sort_indices(ranked, ["_group", *order])
     sorted_group = group.take(indices)
@@ -104,7 +113,7 @@ def first_k(table: pa.Table, keys: Sequence[str], order: Sequence[str], k: int) 
         [pa.array([True]), _array(pc.not_equal(sorted_group.slice(1), sorted_group.slice(0, n - 1)))]
     )
     run = pc.subtract(pc.cumulative_sum(starts_here.cast(pa.int64())), 1)
-    position = pc.subtract(pc.cumulative_sum(pa.repeat(pa.scalar(1, pa.int64()), n)), 1)
+    position = row_numbers(n)
     start = pc.indices_nonzero(starts_here).take(run).cast(pa.int64())
     kept = table.take(indices.filter(pc.less(pc.subtract(position, start), k)))
     return kept.take(_sort_indices(kept, [*keys, *order]))
@@ -128,25 +137,6 @@ def _nulls_per_key() -> bool:
     import pyarrow as pa
 
     return int(pa.__version__.split(".")[0]) >= 25
-
-
-def _group_ids(table: pa.Table, keys: Sequence[str]) -> pa.Array:
-    """An int64 id per row, the same for rows whose ``keys`` are equal (nulls equal to nulls)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    ids: pa.Array | None = None
-    for name in keys:
-        encoded = pc.dictionary_encode(_array(table.column(name)))
-        size = len(encoded.dictionary) + 1  # the last for null
-        codes = pc.fill_null(encoded.indices.cast(pa.int64()), size - 1)
-        if ids is None:
-            ids = codes
-        else:  # renumbered so that the ids stay below the number of rows
-            combined = pc.add(pc.multiply(ids, size), codes)
-            ids = pc.dictionary_encode(combined).indices.cast(pa.int64())
-    assert ids is not None
-    return ids
 
 
 def _array(values: Any) -> pa.Array:
@@ -182,6 +172,7 @@ class BucketParts:
         self._decided: list[pa.RecordBatch] = []
         self._pending = 0
         self.parts: dict[str, list[pa.Table]] = {kind: [] for kind in KINDS}
+        self.untimed_errors = False  # a message without a publish time: no errors part (see above)
 
     def add(self, ledger: pa.RecordBatch, decided: pa.RecordBatch) -> None:
         """Take a batch of ledger rows and the decisions they were made from (the file's next rows)."""
@@ -215,6 +206,10 @@ class BucketParts:
         samples = ledger.select([*COMBO_KEYS, *SAMPLE_ORDER])
         self.parts["samples"].append(first_k(samples, COMBO_KEYS, SAMPLE_ORDER, SAMPLE_IDS))
         self.parts["reps"].append(first_k(decided, ["signature"], REP_ORDER, REP_ROWS))
+        messages = _messages(decided)
+        self.untimed_errors = self.untimed_errors or messages.column("first").null_count > 0
+        if not self.untimed_errors:
+            self.parts["errors"].append(_first_errors(messages))
         for kind, tables in self.parts.items():
             if len(tables) >= MERGE_EVERY:  # bounded by the groups, however many rows the bucket has
                 self.parts[kind] = [merge(kind, tables)]
@@ -222,11 +217,19 @@ class BucketParts:
     def tables(self) -> dict[str, pa.Table]:
         """Each part of the bucket, merged."""
         self._reduce()
+        if self.untimed_errors:
+            self.parts["errors"] = []
         return {kind: merge(kind, tables) for kind, tables in self.parts.items() if tables}
 
     def write(self) -> None:
         """Write the bucket's parts (once its last rows were added)."""
-        write_parts(self.folder, self.bucket, self.tables())
+        tables = self.tables()
+        if self.untimed_errors:  # an earlier attempt's errors part of this bucket must not be merged
+            from spark_apps.dlq_replay.task_parquet import part_file
+
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(part_file(os.path.join(self.folder, "errors"), self.bucket))
+        write_parts(self.folder, self.bucket, tables)
 
 
 def merge(kind: str, tables: Sequence[pa.Table]) -> pa.Table:
@@ -242,7 +245,36 @@ def merge(kind: str, tables: Sequence[pa.Table]) -> pa.Table:
         return _distinct(table)
     if kind == "samples":
         return first_k(table, COMBO_KEYS, SAMPLE_ORDER, SAMPLE_IDS)
+    if kind == "errors":
+        return _first_errors(table)
     return first_k(table, ["signature"], REP_ORDER, REP_ROWS)
+
+
+def _messages(decided: pa.Table) -> pa.Table:
+    """``signature, message, first`` of the decisions with an error message (cut as the report cuts
+    it), one row each."""
+    import pyarrow.compute as pc
+
+    from spark_apps.dlq_replay.report_details import ERROR_CHARS
+
+    rows = decided.filter(pc.is_valid(decided.column("error_message")))
+    message = pc.utf8_slice_codeunits(rows.column("error_message"), 0, ERROR_CHARS)
+    return (
+        rows.select(["signature"])
+        .append_column("message", message)
+        .append_column("first", rows.column("publish_time"))
+    )
+
+
+def _first_errors(table: pa.Table) -> pa.Table:
+    """Per signature, its first distinct messages by (first publish time, message): each message's
+    earliest time first, then the first rows. Exact when merged, for rows that all have a time: a
+    message among the first of all is among the first of the part that holds its earliest time."""
+    from spark_apps.dlq_replay.report_details import SAMPLE_ERRORS
+
+    earliest = table.group_by(["signature", "message"], use_threads=False).aggregate([("first", "min")])
+    distinct = earliest.rename_columns(["signature", "message", "first"])
+    return first_k(distinct, ["signature"], ERROR_ORDER, SAMPLE_ERRORS)
 
 
 def clear_parts(folder: str) -> None:
@@ -275,6 +307,9 @@ class ReportParts:
     combos: list[dict[str, Any]]
     samples: dict[str, list[str]]
     reps: list[dict[str, Any]]
+    #: Each signature's sample error messages, in the report's order (``None``: parts of a version that
+    #: did not keep them).
+    errors: dict[str, list[str]] | None = None
 
 
 def iso(value: datetime | None) -> str | None:
@@ -296,6 +331,12 @@ def read_parts(folder: str) -> ReportParts:
     for kind in KINDS:
         tables = [pq.read_table(path) for path in _parquet_files(os.path.join(folder, kind))]
         merged[kind] = merge(kind, tables).to_pylist() if tables else []
+    errors: dict[str, list[str]] | None = None
+    kept = [len(_parquet_files(os.path.join(folder, kind))) for kind in ("errors", "combos")]
+    if os.path.isdir(os.path.join(folder, "errors")) and kept[0] == kept[1]:  # every bucket kept its errors
+        errors = {}
+        for row in merged["errors"]:  # sorted by signature, then order
+            errors.setdefault(row["signature"], []).append(row["message"])
     key = COMBO_KEYS
     formats: dict[tuple[Any, ...], list[str]] = {}
     for row in merged["formats"]:
@@ -318,7 +359,7 @@ def read_parts(folder: str) -> ReportParts:
     for row in merged["reps"]:
         message = row["error_message"]
         reps.append({**row, "error_message": None if message is None else message[:ERROR_CHARS]})
-    return ReportParts(combos, samples, reps)
+    return ReportParts(combos, samples, reps, errors)
 
 
 def _sample_key(row: dict[str, Any]) -> tuple[tuple[int, Any], ...]:
@@ -368,3 +409,32 @@ def _parquet_files(folder: str) -> list[str]:
         data = [name for name in names if name.endswith(".parquet") and not name.startswith(("_", "."))]
         paths += [os.path.join(parent, name) for name in data]
     return sorted(paths)
+
+
+def error_counts(decisions_dir: str, wanted: dict[str, list[str]]) -> tuple[dict[tuple[str, str], int], int]:
+    """``(counts, fix errors)``: how many decisions of each signature in ``wanted`` have each of its
+    messages (their first 500 characters), and how many of those signatures' decisions have a fix error;
+    one pass over the decide tasks' files of ``decisions_dir``, a batch at a time."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from spark_apps.dlq_replay.report_details import ERROR_CHARS
+    from spark_apps.dlq_replay.snapshot_files import part_files
+
+    keys = pa.array([f"{sig}\x1f{message}" for sig, messages in wanted.items() for message in messages])
+    signatures = pa.array(sorted(wanted), pa.string())
+    counts: dict[tuple[str, str], int] = {}
+    fixed = 0
+    columns = ["signature", "error_message", "fix_error"]
+    for path in part_files(decisions_dir):
+        for batch in pq.ParquetFile(path).iter_batches(batch_size=65_536, columns=columns, use_threads=False):
+            shown = pc.fill_null(pc.is_in(batch.column("signature"), value_set=signatures), False)
+            fixed += pc.and_(shown, pc.is_valid(batch.column("fix_error"))).true_count
+            message = pc.utf8_slice_codeunits(batch.column("error_message"), 0, ERROR_CHARS)
+            key = pc.binary_join_element_wise(batch.column("signature"), message, "\x1f")
+            hits = key.filter(pc.fill_null(pc.is_in(key, value_set=keys), False))
+            for row in pc.value_counts(hits).to_pylist():
+                sig, _, text = row["values"].partition("\x1f")
+                counts[(sig, text)] = counts.get((sig, text), 0) + row["counts"]
+    return counts, fixed

@@ -47,6 +47,8 @@ class RunPaths:
         self.state = join(self.run, "state.json")
         self.snapshot = join(self.run, "snapshot")
         self.identities = join(self.run, "snapshot_identities")
+        self.snapshot_entries = join(self.run, "snapshot_entries")
+        self.commit_parts = join(self.run, "commit_parts")
         self.decisions = join(self.run, "decisions")
         self.republish_results = join(self.run, "apply", "republish")
         self.to_send = join(self.run, "apply", "to_send")
@@ -253,6 +255,7 @@ def _snapshot(run: _Run, windows: list[PartitionWindow]) -> DataFrame:
 
         from spark_apps.dlq_replay import task_parquet
         from spark_apps.dlq_replay.arrow_compat import map_in_arrow
+        from spark_apps.dlq_replay.commit_parts import entry_rows, snapshot_entries_schema
         from spark_apps.dlq_replay.pulsar_io.source import ENTRY_FIRST, read_tasks
 
         started = time.monotonic()
@@ -285,6 +288,10 @@ def _snapshot(run: _Run, windows: list[PartitionWindow]) -> DataFrame:
             # decide step's duplicate marks then read those few columns, not the snapshot.
             with_identities = run.options.max_messages is None
             run.progress.count_files(run.paths.snapshot)
+            # ... and each batch's entries, which the reader-mode commit counts (commit_parts).
+            counts = task_parquet.SideOutput(
+                run.paths.snapshot_entries, snapshot_entries_schema(), entry_rows
+            )
             tallies = task_parquet.write_in_tasks(
                 frame,
                 read_task,
@@ -292,7 +299,7 @@ def _snapshot(run: _Run, windows: list[PartitionWindow]) -> DataFrame:
                 run.paths.snapshot,
                 _entries_tally,
                 ("n", "entries"),
-                sides=[_identities_output(run)] if with_identities else [],
+                sides=[counts, *([_identities_output(run)] if with_identities else [])],
             )
             stats = {"n": sum(t[0] or 0 for t in tallies), "entries": sum(t[1] or 0 for t in tallies)}
             by_tasks = True
@@ -314,6 +321,7 @@ def _snapshot(run: _Run, windows: list[PartitionWindow]) -> DataFrame:
             "readers_per_partition": parallelism,
             "written_by_tasks": by_tasks,  # one file per read task: the decide tasks read them
             "identities_written": with_identities,
+            "entries_written": by_tasks,
         }
         if mode == READER_MODE:
             entries = int(stats["entries"] or 0)
@@ -629,14 +637,20 @@ def _wave_size(run: _Run, decisions: DataFrame, last: int) -> int:
     a re-send after a kill (``docs/reliability.md``). ``last``: the highest sequence id of any producer."""
     from pyspark.sql import functions as F
 
+    from spark_apps.dlq_replay import task_parquet
     from spark_apps.dlq_replay.pulsar_io.dedup import deduplication
+    from spark_apps.dlq_replay.task_sends import sending_targets
 
     if run.options.wave_size is not None:
         return run.options.wave_size
     if last < DEFAULT_WAVE_SIZE:
         return DEFAULT_WAVE_SIZE  # one wave either way: no need to ask the broker
-    sending = decisions.filter(F.col("outcome") == oc.TO_REPUBLISH).select("target_topic").distinct()
-    targets = [str(row[0]) for row in sending.collect() if row[0]]  # one row per origin topic
+    by_tasks = run.state.info("decide").get("written_by_tasks")
+    if by_tasks and task_parquet.enabled(run.spark, run.paths.decisions):
+        targets = sorted(sending_targets(run.paths.decisions))  # the decide tasks' files, read in the driver
+    else:
+        sending = decisions.filter(F.col("outcome") == oc.TO_REPUBLISH).select("target_topic").distinct()
+        targets = [str(row[0]) for row in sending.collect() if row[0]]  # one row per origin topic
     dedup = deduplication(run.conf, targets)
     size = DEDUP_WAVE_SIZE if dedup.on else DEFAULT_WAVE_SIZE
     log.info("step apply: waves of %d sequence ids per producer (%s)", size, dedup.reason)
@@ -668,6 +682,7 @@ def _record(run: _Run, outcomes_df: DataFrame) -> None:
                 batch_rows=_arrow_batch_rows(run),
                 wave_size=int(run.state.info("apply").get("wave_size") or DEFAULT_WAVE_SIZE),
                 parts_dir=run.paths.report_parts,
+                commit_dir=run.paths.commit_parts,
             )
             publish_staged(staged, root, run.options.run_id)
         else:
@@ -678,6 +693,7 @@ def _record(run: _Run, outcomes_df: DataFrame) -> None:
             started,
             written_by_tasks=by_tasks,
             report_parts=by_tasks,
+            commit_parts=by_tasks,
             recorded_at=recorded_at.isoformat(),
         )
 
@@ -767,6 +783,16 @@ def _commit_entries(run: _Run, windows: list[PartitionWindow]) -> dict[str, int]
     )
     from spark_apps.dlq_replay.schemas import SNAPSHOT_SCHEMA
 
+    snapshot_entries = local_path(run.paths.snapshot_entries)
+    commit_parts = local_path(run.paths.commit_parts)
+    counted = run.state.info("snapshot").get("entries_written")
+    if counted and run.state.info("record").get("commit_parts") and snapshot_entries and commit_parts:
+        # The read and record tasks counted every entry: no Spark job, the partitions acked side by side.
+        from spark_apps.dlq_replay.commit_parts import commit_entries, entry_table
+
+        table = entry_table(snapshot_entries, commit_parts)
+        results = commit_entries(table, run.conf, windows, run.options.subscription)
+        return {name: sum(int(row[name] or 0) for row in results) for name in _TOTAL_COLUMNS}
     # One row per partition of the window, so each reports its figures even without a final message.
     entries = local_frame(
         run.spark, [(w.topic, None, None, 0, 0, None) for w in windows], ENTRY_COMMIT_INPUT_SCHEMA

@@ -218,13 +218,18 @@ class EntryCommitFn:
         self.max_attempts = int(max_attempts)
 
     def __call__(self, table: Any) -> Any:
+        by_topic = self.entries_by_topic(table)
+        return _result_table([self.commit_topic(topic, entries) for topic, entries in by_topic.items()])
+
+    def entries_by_topic(self, table: Any, topics: Sequence[str] = ()) -> dict[str, list[_EntryRow]]:
+        """The entries of ``table`` per ``dlq_topic`` (each of ``topics`` too, even without one)."""
         names = ("dlq_topic", "ledger_id", "entry_id", "messages", "final_messages", "batch_size")
         missing = [c for c in names if c not in table.column_names]
         if missing:
             raise PulsarConfigError(
                 f"commit input lacks columns {missing}; select {ENTRY_COMMIT_INPUT_SCHEMA}"
             )
-        by_topic: dict[str, list[_EntryRow]] = {}
+        by_topic: dict[str, list[_EntryRow]] = {topic: [] for topic in topics}
         columns = [table.column(c).to_pylist() for c in names]
         for topic, ledger, entry, messages, final, size in zip(*columns, strict=True):
             if topic is None:
@@ -232,7 +237,7 @@ class EntryCommitFn:
             entries = by_topic.setdefault(topic, [])
             if ledger is not None and entry is not None:
                 entries.append(((int(ledger), int(entry)), int(messages or 0), int(final or 0), size))
-        return _result_table([self.commit_topic(topic, entries) for topic, entries in by_topic.items()])
+        return by_topic
 
     def commit_topic(self, topic: str, entries: list[_EntryRow]) -> dict[str, Any]:
         """Ack the fully final entries of one partition and verify them; returns its result row."""

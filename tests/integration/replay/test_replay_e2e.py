@@ -382,4 +382,11 @@ def test_waves_follow_the_brokers_deduplication(spark, pulsar_client, pulsar_bro
         assert (out / "runs" / "waves" / "snapshot_identities" / "_SUCCESS").exists() is task_writes
         to_send = (out / "runs" / "waves" / "apply" / "to_send").exists()
         assert to_send is (not dedup and not task_writes), namespace
+        # The read and record tasks counted each entry: the commit acks from the driver, no Spark job;
+        # the same figures either way, every message acked and verified on the cursor.
+        assert steps["snapshot"]["entries_written"] is task_writes
+        assert steps["record"]["commit_parts"] is task_writes
+        commit = steps["commit"]
+        assert (commit["acked"], commit["unacked_final"], commit["left_pending_seen"]) == (n, 0, 0)
+        assert commit["entries_acked"] == steps["plan"]["pending_entries"]
         assert len(drain(pulsar_client, origin, "verify")) == n

@@ -596,6 +596,9 @@ def test_report_from_record_parts_is_sparks_report(spark, tmp_path, snippets):
     by_spark, by_parts = report(None), report(read_parts(parts))
     assert by_parts == by_spark
     groups = by_parts["groups"]
+    # The sample errors came from the parts and one counting pass (copies of one failure share a message).
+    assert read_parts(parts).errors
+    assert any(error["count"] > 1 for g in groups for error in g["sample_errors"])
     assert sum(g["count"] for g in groups) == decided.count() == 18
     # The trend reads the earlier run from the ledger; this run comes last, at its ledger time.
     this_run = read_ledger(spark, RunStorage(spark), ledger).filter("run_id = 'run-1'")

@@ -218,3 +218,61 @@ def test_snapshot_messages_reads_only_the_wanted_rows(tmp_path):
     assert found[("t0", "0:4")]["value"] == b"v4"
     assert "value" not in snapshot_messages(str(folder), keys[:1], with_payload=False)[("t0", "0:4")]
     assert snapshot_messages(str(folder), [], with_payload=False) == {}
+
+
+def test_sample_errors_from_the_parts_and_one_counting_pass(tmp_path, monkeypatch):
+    """Each signature's first messages by (earliest time, message), kept in 7-row chunks merged every 3
+    chunks in two buckets, are those of all rows together; :func:`error_counts` counts them over the
+    decisions' files (cut to 500 characters, as the report cuts them) and counts the fix errors."""
+    from spark_apps.dlq_replay.report_details import SAMPLE_ERRORS
+    from spark_apps.dlq_replay.report_parts import error_counts
+    from spark_apps.dlq_replay.task_parquet import part_file
+
+    monkeypatch.setattr(report_parts, "REDUCE_ROWS", 7)
+    monkeypatch.setattr(report_parts, "MERGE_EVERY", 3)
+    rng = random.Random(11)
+    folder, decisions = str(tmp_path / "parts"), tmp_path / "decisions"
+    clear_parts(folder)
+    decisions.mkdir()
+    everything = []
+    for bucket in (0, 1):
+        rows = _rows(bucket, 80, rng)
+        for i, row in enumerate(rows):
+            tail = "y" * 600 if rng.random() < 0.2 else ""
+            row["error_message"] = rng.choice([f"m{rng.randint(0, 12)}{tail}", None])
+            row["fix_error"] = rng.choice([None] * 9 + ["ValueError: no"])
+            row["publish_time"] = T0 + timedelta(minutes=rng.randint(0, 5), microseconds=i)
+        everything += rows
+        parts = BucketParts(bucket, folder)
+        for start in range(0, len(rows), 4):
+            chunk = rows[start : start + 4]
+            parts.add(_batch(chunk, LEDGER_COLUMNS), _batch(chunk, REP_COLUMNS))
+        parts.write()
+        columns = ("signature", "error_message", "fix_error")
+        pq.write_table(pa.Table.from_batches([_batch(rows, columns)]), part_file(str(decisions), bucket))
+    merged = read_parts(folder)
+    assert merged.errors is not None
+
+    earliest: dict = {}
+    for row in everything:
+        if row["error_message"] is None:
+            continue
+        key = (row["signature"], row["error_message"][:500])
+        earliest[key] = min(earliest.get(key, row["publish_time"]), row["publish_time"])
+    for sig in {row["signature"] for row in everything}:
+        mine = sorted((t, m) for (s, m), t in earliest.items() if s == sig)
+        assert merged.errors.get(sig, []) == [m for _, m in mine[:SAMPLE_ERRORS]], sig
+    wanted = {sig: messages for sig, messages in merged.errors.items() if sig is not None}
+    counts, fixed = error_counts(str(decisions), wanted)
+    cut = [(r["signature"], r["error_message"] and r["error_message"][:500]) for r in everything]
+    for sig, messages in wanted.items():
+        for message in messages:
+            assert counts[(sig, message)] == cut.count((sig, message))
+    assert fixed == sum(1 for r in everything if r["signature"] in wanted and r["fix_error"] is not None)
+    assert fixed > 0
+    # A message without a publish time in one bucket: no exact first rows from parts (Spark's query then).
+    untimed = BucketParts(0, folder)
+    row = {**everything[0], "error_message": "late", "publish_time": None}
+    untimed.add(_batch([row], LEDGER_COLUMNS), _batch([row], REP_COLUMNS))
+    untimed.write()
+    assert read_parts(folder).errors is None

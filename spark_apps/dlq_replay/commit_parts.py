@@ -1,0 +1,191 @@
+"""The reader-mode commit's per-entry counts, gathered by the tasks that already hold the messages.
+
+The commit acks an entry by id when every message it holds is in the snapshot and final
+(:class:`~spark_apps.dlq_replay.pulsar_io.commit.EntryCommitFn`). Spark's way counts each entry's
+messages in the snapshot and its final rows in this run's ledger: two aggregations over every message and
+a join, then one task per DLQ partition. Where the read and record tasks write their own files (a local
+output root), they count as they go instead:
+
+- the snapshot's read tasks write each batch's entries (:func:`entry_rows`: messages read and the
+  entry's batch size) to ``runs/<run>/snapshot_entries/``;
+- each record task writes its bucket's final messages per entry (:class:`EntryFinals`) to
+  ``runs/<run>/commit_parts/part-<bucket>.parquet``.
+
+Both are about one row per entry. :func:`entry_table` merges them in the driver (counts summed, as an
+entry's rows may be in several batches or buckets) into the table Spark's join gives.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from pyspark.sql.types import StructType
+
+    from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf
+    from spark_apps.dlq_replay.pulsar_io.window import PartitionWindow
+
+#: The entry columns, from a message id ``ledger:entry:partition:batch_index``.
+ENTRY_KEYS = ("dlq_topic", "ledger_id", "entry_id")
+
+
+def snapshot_entries_schema() -> StructType:
+    """What :func:`entry_rows` gives: one row per entry of a batch of snapshot rows."""
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    return StructType(
+        [
+            StructField("dlq_topic", StringType()),
+            StructField("ledger_id", LongType()),
+            StructField("entry_id", LongType()),
+            StructField("messages", LongType()),
+            StructField("batch_size", LongType()),
+        ]
+    )
+
+
+def _entry_columns(topics: pa.Array, message_ids: pa.Array) -> dict[str, pa.Array]:
+    parts = pc.split_pattern(message_ids, ":")
+    return {
+        "dlq_topic": topics,
+        "ledger_id": pc.cast(pc.list_element(parts, 0), pa.int64()),
+        "entry_id": pc.cast(pc.list_element(parts, 1), pa.int64()),
+    }
+
+
+def entry_rows(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """Per entry of a batch of snapshot rows: the messages read of it and its batch size."""
+    columns = _entry_columns(batch.column("topic"), batch.column("message_id_str"))
+    table = pa.table({**columns, "batch_size": pc.cast(batch.column("batch_size"), pa.int64())})
+    grouped = table.group_by(list(ENTRY_KEYS), use_threads=False).aggregate(
+        [([], "count_all"), ("batch_size", "max")]
+    )
+    out = grouped.select([*ENTRY_KEYS, "count_all", "batch_size_max"]).rename_columns(
+        [*ENTRY_KEYS, "messages", "batch_size"]
+    )
+    batches = out.combine_chunks().to_batches()
+    return batches[0] if batches else pa.RecordBatch.from_pylist([], schema=out.schema)
+
+
+class EntryFinals:
+    """A record task's final messages per entry of its bucket, from its ledger rows."""
+
+    def __init__(self) -> None:
+        self._parts: list[pa.Table] = []
+
+    def add(self, ledger: pa.RecordBatch) -> None:
+        """Count the final rows of a batch of ledger rows (``dlq_topic``, ``dlq_message_id``, ``final``)."""
+        columns = _entry_columns(ledger.column("dlq_topic"), ledger.column("dlq_message_id"))
+        final = pc.cast(pc.fill_null(ledger.column("final"), False), pa.int64())
+        self._parts.append(_sum_finals(pa.table({**columns, "final_messages": final})))
+
+    def write(self, folder: str, bucket: int) -> None:
+        """Write the bucket's counts to ``folder/part-<bucket>.parquet`` (renamed into place)."""
+        import pyarrow.parquet as pq
+
+        from spark_apps.dlq_replay.task_parquet import part_file
+
+        table = _sum_finals(pa.concat_tables(self._parts)) if self._parts else _FINALS.empty_table()
+        final = part_file(folder, bucket)
+        temp = os.path.join(folder, f"_tmp-{bucket}-{uuid.uuid4().hex}.parquet")
+        pq.write_table(table.cast(_FINALS), temp)
+        os.replace(temp, final)
+
+
+_FINALS = pa.schema(
+    [
+        ("dlq_topic", pa.string()),
+        ("ledger_id", pa.int64()),
+        ("entry_id", pa.int64()),
+        ("final_messages", pa.int64()),
+    ]
+)
+
+
+def _sum_finals(table: pa.Table) -> pa.Table:
+    grouped = table.group_by(list(ENTRY_KEYS), use_threads=False).aggregate([("final_messages", "sum")])
+    return grouped.select([*ENTRY_KEYS, "final_messages_sum"]).rename_columns(_FINALS.names)
+
+
+def clear(folder: str) -> None:
+    """Empty ``folder`` of an earlier attempt's counts (every bucket writes its counts again)."""
+    import shutil
+
+    shutil.rmtree(folder, ignore_errors=True)
+    os.makedirs(folder)
+
+
+def entry_table(snapshot_entries: str, commit_parts: str) -> pa.Table:
+    """Per entry of the snapshot: ``dlq_topic, ledger_id, entry_id, messages, final_messages, batch_size``
+    (:data:`~spark_apps.dlq_replay.pulsar_io.commit.ENTRY_COMMIT_INPUT_SCHEMA`), from the read tasks'
+    entries and the record tasks' counts."""
+    import pyarrow.parquet as pq
+
+    from spark_apps.dlq_replay.snapshot_files import part_files
+
+    read = [pq.read_table(path) for path in part_files(snapshot_entries)]
+    if not read:
+        return _ENTRY_TABLE.empty_table()
+    entries = (
+        pa.concat_tables(read)
+        .group_by(list(ENTRY_KEYS), use_threads=False)
+        .aggregate([("messages", "sum"), ("batch_size", "max")])
+    )
+    counted = [pq.read_table(path) for path in part_files(commit_parts)]
+    finals = _sum_finals(pa.concat_tables(counted)) if counted else _FINALS.empty_table()
+    joined = entries.join(finals, list(ENTRY_KEYS), join_type="left outer", use_threads=False)
+    return pa.table(
+        {
+            **{name: joined.column(name) for name in ENTRY_KEYS},
+            "messages": joined.column("messages_sum"),
+            "final_messages": pc.fill_null(joined.column("final_messages"), 0),
+            "batch_size": joined.column("batch_size_max"),
+        }
+    ).cast(_ENTRY_TABLE)
+
+
+_ENTRY_TABLE = pa.schema(
+    [
+        ("dlq_topic", pa.string()),
+        ("ledger_id", pa.int64()),
+        ("entry_id", pa.int64()),
+        ("messages", pa.int64()),
+        ("final_messages", pa.int64()),
+        ("batch_size", pa.int64()),
+    ]
+)
+
+
+def commit_entries(
+    table: pa.Table, conf: PulsarConf, windows: Sequence[PartitionWindow], subscription: str
+) -> list[dict[str, Any]]:
+    """Commit the entries of :func:`entry_table` from the driver: every partition of the window acked and
+    verified as :class:`~spark_apps.dlq_replay.pulsar_io.commit.EntryCommitFn` does in a Spark task, the
+    partitions side by side (the work is waiting for the broker). One result row per partition."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from spark_apps.dlq_replay.pulsar_io.commit import EntryCommitFn
+    from spark_apps.dlq_replay.pulsar_io.errors import PulsarConfigError, PulsarIOError
+
+    committer = EntryCommitFn(conf, windows, subscription)
+    by_topic = committer.entries_by_topic(table, [w.topic for w in windows])
+
+    def commit(topic: str, entries: list[Any]) -> dict[str, Any]:
+        try:
+            return committer.commit_topic(topic, entries)
+        except PulsarConfigError as exc:  # it answered for the plan: down now (a restart), not misconfigured
+            raise PulsarIOError(f"the commit of {topic} could not reach the broker: {exc}") from exc
+
+    with ThreadPoolExecutor(max_workers=max(1, min(COMMIT_THREADS, len(by_topic)))) as pool:
+        return list(pool.map(lambda item: commit(*item), by_topic.items()))
+
+
+#: Partitions committed at once from the driver.
+COMMIT_THREADS = 4
