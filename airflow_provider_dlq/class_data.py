@@ -100,8 +100,9 @@ def spark_jars_dir(env: Mapping[str, str] | None = None) -> Path | None:
 
 
 def archive_key(java: str, jars: Path | None) -> str:
-    """A digest of the JVM build (its binary, resolved) and the Spark jars (their folder, names and
-    sizes: Java checks an archive against the class path it was written with, folder included)."""
+    """A digest of the JVM build (its binary, resolved) and the Spark jars (their folder, names, sizes and
+    modification times: Java checks an archive against the class path it was written with, folder and
+    each jar's size and time included, so a reinstalled environment in the same folder needs a new one)."""
     digest = hashlib.sha256()
     real = Path(java).resolve()
     stat = real.stat()
@@ -109,7 +110,8 @@ def archive_key(java: str, jars: Path | None) -> str:
     if jars is not None and jars.is_dir():
         digest.update(f"{jars.resolve()}\0".encode())
         for jar in sorted(jars.glob("*.jar")):
-            digest.update(f"{jar.name}\0{jar.stat().st_size}\0".encode())
+            jar_stat = jar.stat()
+            digest.update(f"{jar.name}\0{jar_stat.st_size}\0{int(jar_stat.st_mtime)}\0".encode())
     return digest.hexdigest()[:16]
 
 

@@ -111,6 +111,12 @@ def test_the_key_follows_the_jvm_and_the_spark_jars(tmp_path, java):
     assert archive_key(java, jars) == before
     (jars / "spark-core_2.13-4.3.0.jar").write_bytes(b"x" * 11)
     assert archive_key(java, jars) != before
+    # The same jars reinstalled in the same folder (a new venv): Java rejects an archive whose jars' times
+    # changed ("The top archive failed to load"), so the key changes with them.
+    resized = archive_key(java, jars)
+    jar = jars / "spark-core_2.13-4.3.0.jar"
+    os.utime(jar, (jar.stat().st_atime, jar.stat().st_mtime - 60))
+    assert archive_key(java, jars) != resized
     elsewhere = tmp_path / "other-venv" / "jars"  # the same jars installed in another place
     shutil.copytree(jars, elsewhere)
     assert archive_key(java, elsewhere) != archive_key(java, jars)
