@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -23,6 +24,19 @@ BATCH_TIMEOUT_MS = 100
 
 class BenchError(RuntimeError):
     """A benchmark run failed or produced a wrong answer."""
+
+
+class Stalled(BenchError):
+    """Nothing new arrived for a while before the expected count; ``received`` were handled by then."""
+
+    def __init__(self, message: str, received: int) -> None:
+        super().__init__(message)
+        self.received = received
+
+
+#: A copy loop with nothing new for this long before its count subscribes again (see
+#: :func:`drain_resubscribing`); a healthy broker never pauses that long mid-backlog.
+RESUBSCRIBE_AFTER_S = 5.0
 
 
 def make_client(service_url: str) -> Any:
@@ -249,9 +263,64 @@ def drain(
             if received >= expected and stop_at is None:
                 stop_at = time.monotonic() + extra_wait_s
         elif stop_at is None and time.monotonic() - last_progress > idle_timeout_s:
-            raise BenchError(
-                f"stalled: received {received} of {expected} messages, nothing new for {idle_timeout_s:.0f} s"
+            raise Stalled(
+                f"stalled: received {received} of {expected} messages, "
+                f"nothing new for {idle_timeout_s:.0f} s",
+                received,
             )
+
+
+def _handle_with(handle: Callable[[list[Any], Any], None], consumer: Any, batch: list[Any]) -> None:
+    handle(batch, consumer)
+
+
+def drain_resubscribing(
+    subscribe: Callable[[], Any],
+    handle: Callable[[list[Any], Any], None],
+    *,
+    expected: int,
+    idle_timeout_s: float,
+    stall_s: float = RESUBSCRIBE_AFTER_S,
+) -> tuple[int, int]:
+    """:func:`drain` through consumers from ``subscribe()``, each closed after its part; ``handle(batch,
+    consumer)`` acks through the consumer it is given. When nothing new arrives for ``stall_s`` before
+    ``expected``, the consumer is closed and a new one subscribed: the broker delivers again what was not
+    acked (the embedded broker's Shared consumers can stop dispatching for good, see
+    ``docs/benchmarks.md``), so a stall costs ``stall_s``, not the run. Raises :class:`Stalled` after
+    ``idle_timeout_s`` without a new message over all consumers. Returns ``(received, resubscribes)``.
+    """
+    received = resubscribes = 0
+    last_progress = time.monotonic()
+    while True:
+        consumer = subscribe()
+        try:
+            part = drain(
+                consumer,
+                functools.partial(_handle_with, handle, consumer),
+                expected=expected - received,
+                idle_timeout_s=min(stall_s, idle_timeout_s),
+            )
+            return received + part, resubscribes
+        except Stalled as stall:
+            received += stall.received
+            now = time.monotonic()
+            if stall.received:
+                last_progress = now - stall_s
+            if now - last_progress >= idle_timeout_s:
+                raise Stalled(
+                    f"stalled: received {received} of {expected} messages, nothing new for "
+                    f"{idle_timeout_s:.0f} s over {resubscribes + 1} consumer(s)",
+                    received,
+                ) from None
+            resubscribes += 1
+            LOG.warning(
+                "nothing new for %.0f s after %d of %d messages: subscribing again",
+                stall_s,
+                received,
+                expected,
+            )
+        finally:
+            consumer.close()
 
 
 def count_until_idle(consumer: Any, idle_s: float) -> int:

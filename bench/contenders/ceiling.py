@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from bench.contenders import ContenderSpec
-from bench.pulsar_io import BenchError, ConfirmedProducers, drain, make_client
+from bench.pulsar_io import BenchError, ConfirmedProducers, drain_resubscribing, make_client
 from pulsar_dlq_consumer.context import REAL_TOPIC
 
 ACK_MODES = ("each", "cumulative")
@@ -69,11 +69,10 @@ def _copy_topic(
     count: int,
     spec: ContenderSpec,
     settings: CeilingSettings,
-) -> int:
-    consumer = _subscribe(client, topic, spec, settings)
+) -> tuple[int, int]:
     cumulative = settings.ack == "cumulative"
 
-    def handle(batch: list[Any]) -> None:
+    def handle(batch: list[Any], consumer: Any) -> None:
         send = producers.send
         for msg in batch:
             props = msg.properties()
@@ -92,9 +91,12 @@ def _copy_topic(
             for msg in batch:
                 ack(msg)
 
-    received = drain(consumer, handle, expected=count, idle_timeout_s=spec.idle_timeout_s)
-    consumer.close()
-    return received
+    return drain_resubscribing(
+        lambda: _subscribe(client, topic, spec, settings),
+        handle,
+        expected=count,
+        idle_timeout_s=spec.idle_timeout_s,
+    )
 
 
 def copy_topics(
@@ -104,9 +106,13 @@ def copy_topics(
     client = make_client(spec.service_url)
     try:
         producers = ConfirmedProducers(client, max_pending=settings.max_pending, batch=settings.batch)
-        received = sum(_copy_topic(client, producers, t, c, spec, settings) for t, c in topics)
+        copied = [_copy_topic(client, producers, t, c, spec, settings) for t, c in topics]
         producers.close()
-        return {"received": received, "republished": producers.sent}
+        return {
+            "received": sum(received for received, _ in copied),
+            "republished": producers.sent,
+            "resubscribes": sum(again for _, again in copied),
+        }
     finally:
         client.close()
 
@@ -147,7 +153,8 @@ def run(spec: ContenderSpec) -> dict[str, Any]:
         errors = [str(body) for status, body in answers if status != "ok"]
         if errors:
             raise BenchError("ceiling worker failed: " + "; ".join(errors))
-        totals = {k: sum(int(body[k]) for _, body in answers) for k in ("received", "republished")}
+        keys = ("received", "republished", "resubscribes")
+        totals = {k: sum(int(body[k]) for _, body in answers) for k in keys}
     done = time.perf_counter()
     return {
         **totals,

@@ -13,7 +13,7 @@ from typing import IO, Any
 from bench import workload
 from bench.bench_fixes import fix_payload
 from bench.contenders import ContenderSpec
-from bench.pulsar_io import ConfirmedProducers, drain, make_client, subscribe
+from bench.pulsar_io import ConfirmedProducers, drain_resubscribing, make_client, subscribe
 from pulsar_dlq_consumer.context import REAL_TOPIC, strip_bookkeeping_properties
 
 
@@ -38,9 +38,7 @@ def _replay_topic(
     count: int,
     spec: ContenderSpec,
 ) -> int:
-    consumer = subscribe(client, topic, spec.subscription)
-
-    def handle(batch: list[Any]) -> None:
+    def handle(batch: list[Any], consumer: Any) -> None:
         lines: list[str] = []
         for msg in batch:
             props = msg.properties()
@@ -62,8 +60,12 @@ def _replay_topic(
         for msg in batch:
             consumer.acknowledge(msg)
 
-    received = drain(consumer, handle, expected=count, idle_timeout_s=spec.idle_timeout_s)
-    consumer.close()
+    received, _ = drain_resubscribing(
+        lambda: subscribe(client, topic, spec.subscription),
+        handle,
+        expected=count,
+        idle_timeout_s=spec.idle_timeout_s,
+    )
     return received
 
 
