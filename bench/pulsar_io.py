@@ -270,20 +270,16 @@ def drain(
             )
 
 
-def _handle_with(handle: Callable[[list[Any], Any], None], consumer: Any, batch: list[Any]) -> None:
-    handle(batch, consumer)
-
-
 def drain_resubscribing(
     subscribe: Callable[[], Any],
-    handle: Callable[[list[Any], Any], None],
+    handle: Callable[[Any, list[Any]], None],
     *,
     expected: int,
     idle_timeout_s: float,
     stall_s: float = RESUBSCRIBE_AFTER_S,
 ) -> tuple[int, int]:
-    """:func:`drain` through consumers from ``subscribe()``, each closed after its part; ``handle(batch,
-    consumer)`` acks through the consumer it is given. When nothing new arrives for ``stall_s`` before
+    """:func:`drain` through consumers from ``subscribe()``, each closed after its part; ``handle(consumer,
+    batch)`` acks through the consumer it is given. When nothing new arrives for ``stall_s`` before
     ``expected``, the consumer is closed and a new one subscribed: the broker delivers again what was not
     acked (the embedded broker's Shared consumers can stop dispatching for good, see
     ``docs/benchmarks.md``), so a stall costs ``stall_s``, not the run. Raises :class:`Stalled` after
@@ -296,7 +292,7 @@ def drain_resubscribing(
         try:
             part = drain(
                 consumer,
-                functools.partial(_handle_with, handle, consumer),
+                functools.partial(handle, consumer),
                 expected=expected - received,
                 idle_timeout_s=min(stall_s, idle_timeout_s),
             )

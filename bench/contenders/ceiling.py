@@ -72,7 +72,7 @@ def _copy_topic(
 ) -> tuple[int, int]:
     cumulative = settings.ack == "cumulative"
 
-    def handle(batch: list[Any], consumer: Any) -> None:
+    def handle(consumer: Any, batch: list[Any]) -> None:
         send = producers.send
         for msg in batch:
             props = msg.properties()

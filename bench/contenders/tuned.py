@@ -38,7 +38,7 @@ def _replay_topic(
     count: int,
     spec: ContenderSpec,
 ) -> int:
-    def handle(batch: list[Any], consumer: Any) -> None:
+    def handle(consumer: Any, batch: list[Any]) -> None:
         lines: list[str] = []
         for msg in batch:
             props = msg.properties()

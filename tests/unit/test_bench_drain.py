@@ -32,7 +32,7 @@ def _copy(consumers: list[FakeConsumer], expected: int, idle_timeout_s: float) -
     handed = iter(consumers)
     copied: list[int] = []
 
-    def handle(batch: list[Any], consumer: Any) -> None:
+    def handle(consumer: Any, batch: list[Any]) -> None:
         copied.extend(batch)
         for msg in batch:
             consumer.acknowledge(msg)
