@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
+    import pyarrow as pa
     from pyspark.sql import DataFrame, GroupedData, SparkSession
     from pyspark.sql.types import StructType
 
@@ -61,14 +62,28 @@ def apply_in_arrow(grouped: GroupedData, func: Callable[..., Any], schema: Struc
 def local_frame(spark: SparkSession, rows: Sequence[Sequence[Any]], schema: str) -> DataFrame:
     """``spark.createDataFrame(rows, schema)`` (``schema`` in DDL) through Arrow: no Python worker runs."""
     import pyarrow as pa
-    from pyspark.sql.types import StructType
 
     from spark_apps.dlq_replay.schemas import arrow_schema
 
-    struct = StructType.fromDDL(schema)
-    if not isinstance(struct, StructType):  # pragma: no cover - a DDL column list is always a struct
-        raise TypeError(f"local_frame needs a DDL column list, got {schema!r}")
+    struct = _struct(schema)
     table = pa.Table.from_pylist(
         [dict(zip(struct.names, row, strict=True)) for row in rows], arrow_schema(struct)
     )
     return spark.createDataFrame(table, schema=struct)
+
+
+def arrow_frame(spark: SparkSession, table: pa.Table, schema: str) -> DataFrame:
+    """A DataFrame of a driver's ``pyarrow.Table``, its columns cast to ``schema`` (DDL)."""
+    from spark_apps.dlq_replay.schemas import arrow_schema
+
+    struct = _struct(schema)
+    return spark.createDataFrame(table.select(struct.names).cast(arrow_schema(struct)), schema=struct)
+
+
+def _struct(schema: str) -> StructType:
+    from pyspark.sql.types import StructType
+
+    struct = StructType.fromDDL(schema)
+    if not isinstance(struct, StructType):  # pragma: no cover - a DDL column list is always a struct
+        raise TypeError(f"a DDL column list is needed, got {schema!r}")
+    return struct

@@ -189,3 +189,69 @@ def commit_entries(
 
 #: Partitions committed at once from the driver.
 COMMIT_THREADS = 4
+
+
+class ConsumerCommit:
+    """What the consumer-mode commit needs of :func:`entry_table`, split in the driver.
+
+    ``whole``: the entries every message of which the snapshot read and the run made final, inside the
+    window, as :data:`~spark_apps.dlq_replay.pulsar_io.commit.ENTRIES_COMMIT_INPUT_SCHEMA` rows: the commit
+    acks any message it receives of them, with no id to look up. ``partial``: the entries holding a final
+    message and one that is not (``dlq_topic, ledger_id, entry_id``): only their final ids come from the
+    ledger. ``expected``: the run's final messages (``in_whole`` of them in whole entries); ``unread``:
+    the messages of partitions without a final one (not read again: they stay pending).
+    """
+
+    def __init__(self, table: pa.Table, windows: Sequence[PartitionWindow]) -> None:
+        from spark_apps.dlq_replay.pulsar_io.errors import WindowError
+
+        ends = {w.topic: w.end_key for w in windows}
+        unknown = set(pc.unique(table.column("dlq_topic")).to_pylist()) - set(ends)
+        if unknown:
+            raise WindowError(
+                f"the snapshot holds partitions {sorted(unknown)} that are not in the run's window "
+                f"(known: {sorted(ends)}); start a new run"
+            )
+        final, messages, size = (table.column(c) for c in ("final_messages", "messages", "batch_size"))
+        counted = pc.and_(
+            pc.and_(pc.equal(final, messages), pc.equal(messages, pc.fill_null(size, -1))),
+            pc.greater(messages, 0),
+        )
+        whole = pc.and_(counted, _inside(table, ends))
+        self.whole = pa.table(
+            {
+                "dlq_topic": table.column("dlq_topic"),
+                "dlq_message_id": pa.nulls(len(table), pa.string()),
+                "ledger_id": table.column("ledger_id"),
+                "entry_id": table.column("entry_id"),
+                "batch_size": size,
+            }
+        ).filter(whole)
+        partial = pc.and_(pc.invert(whole), pc.greater(final, 0))
+        self.partial = table.select(list(ENTRY_KEYS)).filter(partial)
+        self.expected = int(pc.sum(final).as_py() or 0)
+        self.in_whole = int(pc.sum(self.whole.column("batch_size")).as_py() or 0)
+        per_topic = table.group_by("dlq_topic", use_threads=False).aggregate(
+            [("final_messages", "sum"), ("messages", "sum")]
+        )
+        none_final = pc.equal(per_topic.column("final_messages_sum"), 0)
+        self.unread = int(pc.sum(per_topic.column("messages_sum").filter(none_final)).as_py() or 0)
+
+
+def _inside(table: pa.Table, ends: dict[str, Any]) -> Any:
+    """Whether each entry lies entirely inside its partition's window (at or before the end)."""
+    ledger, entry, size = (table.column(c) for c in ("ledger_id", "entry_id", "batch_size"))
+    topics = table.column("dlq_topic")
+    inside: Any = pa.repeat(False, len(table))
+    for topic, end in ends.items():
+        if end is None:
+            continue
+        end_ledger, end_entry, _, end_batch = end
+        before = pc.or_(
+            pc.less(ledger, end_ledger), pc.and_(pc.equal(ledger, end_ledger), pc.less(entry, end_entry))
+        )
+        at_end = pc.and_(pc.equal(ledger, end_ledger), pc.equal(entry, end_entry))
+        if end_batch >= 0:  # the end names a message of a batch: the entry's last one must be inside
+            at_end = pc.and_(at_end, pc.less_equal(pc.subtract(size, 1), end_batch))
+        inside = pc.or_(inside, pc.and_(pc.equal(topics, topic), pc.or_(before, at_end)))
+    return pc.fill_null(inside, False)

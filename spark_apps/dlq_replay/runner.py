@@ -11,7 +11,7 @@ import json
 import logging
 import time
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from spark_apps.dlq_replay import outcomes as oc
 from spark_apps.dlq_replay.options import DEDUP_WAVE_SIZE, DEFAULT_WAVE_SIZE
@@ -745,6 +745,7 @@ def _commit(run: _Run, windows: list[PartitionWindow]) -> None:
         unacked_final=totals["unacked_final"],
         final_in_partial_entries=totals["final_in_partial_entries"],
         entries_acked=totals["entries_acked"],
+        final_in_whole_entries=totals.get("final_in_whole_entries", 0),
         dlq_reads_snapshot=snapshot_reads,
         dlq_reads_commit=totals["messages_read"],
         reads_per_message=round(reads / snapshot_reads, 3) if snapshot_reads else 0.0,
@@ -783,14 +784,11 @@ def _commit_entries(run: _Run, windows: list[PartitionWindow]) -> dict[str, int]
     )
     from spark_apps.dlq_replay.schemas import SNAPSHOT_SCHEMA
 
-    snapshot_entries = local_path(run.paths.snapshot_entries)
-    commit_parts = local_path(run.paths.commit_parts)
-    counted = run.state.info("snapshot").get("entries_written")
-    if counted and run.state.info("record").get("commit_parts") and snapshot_entries and commit_parts:
+    table = _counted_entries(run)
+    if table is not None:
         # The read and record tasks counted every entry: no Spark job, the partitions acked side by side.
-        from spark_apps.dlq_replay.commit_parts import commit_entries, entry_table
+        from spark_apps.dlq_replay.commit_parts import commit_entries
 
-        table = entry_table(snapshot_entries, commit_parts)
         results = commit_entries(table, run.conf, windows, run.options.subscription)
         return {name: sum(int(row[name] or 0) for row in results) for name in _TOTAL_COLUMNS}
     # One row per partition of the window, so each reports its figures even without a final message.
@@ -843,35 +841,38 @@ def _commit_entries(run: _Run, windows: list[PartitionWindow]) -> dict[str, int]
     return _sum_rows(apply_in_arrow(grouped, commit_group, COMMIT_RESULT_SCHEMA))
 
 
+def _counted_entries(run: _Run) -> pa.Table | None:
+    """Per entry of the snapshot, its messages and final messages, when the snapshot's read tasks and the
+    record tasks counted them (:func:`~spark_apps.dlq_replay.commit_parts.entry_table`); else None."""
+    snapshot_entries = local_path(run.paths.snapshot_entries)
+    commit_parts = local_path(run.paths.commit_parts)
+    counted = run.state.info("snapshot").get("entries_written")
+    if counted and run.state.info("record").get("commit_parts") and snapshot_entries and commit_parts:
+        from spark_apps.dlq_replay.commit_parts import entry_table
+
+        return entry_table(snapshot_entries, commit_parts)
+    return None
+
+
 def _commit_by_consumers(run: _Run, windows: list[PartitionWindow], resumed: bool) -> dict[str, int]:
     """Consumer mode: read the window again and ack the final messages from the receiving consumer."""
-    from pyspark.sql import functions as F
-
     from spark_apps.dlq_replay.arrow_compat import apply_in_arrow
-    from spark_apps.dlq_replay.ledger import read_ledger
     from spark_apps.dlq_replay.pulsar_io.commit import COMMIT_RESULT_SCHEMA, make_commit_fn
 
-    ledger = read_ledger(run.spark, run.storage, run.paths.ledger)
+    table = _counted_entries(run)
+    final, expected, unread, in_whole = (
+        _final_by_ledger(run) if table is None else _final_by_entries(run, windows, table)
+    )
     totals = dict.fromkeys(_TOTAL_COLUMNS, 0)
-    expected = unread = 0
-    if ledger is not None:
-        mine = ledger.filter(F.col("run_id") == F.lit(run.options.run_id))
-        per_topic = mine.groupBy("dlq_topic").agg(
-            F.sum(F.col("final").cast("long")).alias("final"), F.count(F.lit(1)).alias("rows")
-        )
-        counts = per_topic.collect()  # one row per DLQ partition
-        expected = sum(int(r["final"] or 0) for r in counts)
-        # Partitions without a final message are not read: all their messages of this run stay pending.
-        unread = sum(int(r["rows"]) for r in counts if not r["final"])
-        final = mine.filter(F.col("final")).select("dlq_topic", "dlq_message_id")
+    totals["final_in_whole_entries"] = in_whole
+    if final is not None:
         fn = make_commit_fn(run.conf, windows, run.options.subscription, run.options.idle_timeout_ms)
-        partitions = max(1, len(windows))
-        grouped = final.repartition(partitions, "dlq_topic").groupBy("dlq_topic")
+        grouped = final.repartition(max(1, len(windows)), "dlq_topic").groupBy("dlq_topic")
 
         def commit_group(table: pa.Table) -> pa.Table:
             return fn(table)
 
-        totals = _sum_rows(apply_in_arrow(grouped, commit_group, COMMIT_RESULT_SCHEMA))
+        totals.update(_sum_rows(apply_in_arrow(grouped, commit_group, COMMIT_RESULT_SCHEMA)))
     # Every final message of a first commit attempt was pending (the snapshot read it unacked): any not
     # acked now was missed (e.g. a broker stall) and stays pending until the next run acks it. In a
     # resumed commit, final messages not received were acked by the killed attempt (one run at a time
@@ -883,6 +884,81 @@ def _commit_by_consumers(run: _Run, windows: list[PartitionWindow], resumed: boo
     totals["left_pending"] += unread
     totals["unacked_final"] = 0 if resumed else max(0, expected - acked_this_attempt)
     return totals
+
+
+class _Finals(NamedTuple):
+    """The consumer-mode commit's input: the final messages (None: there are none), how many, the
+    messages of partitions without a final one, and how many final messages make up whole entries."""
+
+    frame: DataFrame | None
+    expected: int
+    unread: int
+    in_whole_entries: int
+
+
+def _final_by_ledger(run: _Run) -> _Finals:
+    """This run's final messages from its ledger rows (:data:`~.pulsar_io.commit.COMMIT_INPUT_SCHEMA`)."""
+    from pyspark.sql import functions as F
+
+    from spark_apps.dlq_replay.ledger import read_ledger
+
+    ledger = read_ledger(run.spark, run.storage, run.paths.ledger)
+    if ledger is None:
+        return _Finals(None, 0, 0, 0)
+    mine = ledger.filter(F.col("run_id") == F.lit(run.options.run_id))
+    per_topic = mine.groupBy("dlq_topic").agg(
+        F.sum(F.col("final").cast("long")).alias("final"), F.count(F.lit(1)).alias("rows")
+    )
+    counts = per_topic.collect()  # one row per DLQ partition
+    expected = sum(int(r["final"] or 0) for r in counts)
+    unread = sum(int(r["rows"]) for r in counts if not r["final"])
+    return _Finals(mine.filter(F.col("final")).select("dlq_topic", "dlq_message_id"), expected, unread, 0)
+
+
+def _final_by_entries(run: _Run, windows: list[PartitionWindow], table: pa.Table) -> _Finals:
+    """The final messages as whole entries (from the tasks' counts, in the driver) plus the final ids of
+    the entries that also hold a pending message (from the ledger, only when there are such entries), as
+    :data:`~.pulsar_io.commit.ENTRIES_COMMIT_INPUT_SCHEMA` rows."""
+    from pyspark.sql import functions as F
+
+    from spark_apps.dlq_replay.arrow_compat import arrow_frame
+    from spark_apps.dlq_replay.commit_parts import ConsumerCommit
+    from spark_apps.dlq_replay.ledger import read_ledger
+    from spark_apps.dlq_replay.pulsar_io.commit import ENTRIES_COMMIT_INPUT_SCHEMA
+
+    split = ConsumerCommit(table, windows)
+    final: DataFrame | None = None
+    if len(split.whole):
+        final = arrow_frame(run.spark, split.whole, ENTRIES_COMMIT_INPUT_SCHEMA)
+    ledger = read_ledger(run.spark, run.storage, run.paths.ledger) if len(split.partial) else None
+    if ledger is not None:
+        ids = F.split(F.col("dlq_message_id"), ":")
+        partial = arrow_frame(run.spark, split.partial, "dlq_topic string, ledger_id long, entry_id long")
+        singles = (
+            ledger.filter((F.col("run_id") == F.lit(run.options.run_id)) & F.col("final"))
+            .select(
+                "dlq_topic",
+                "dlq_message_id",
+                ids[0].cast("long").alias("ledger_id"),
+                ids[1].cast("long").alias("entry_id"),
+            )
+            .join(F.broadcast(partial), ["dlq_topic", "ledger_id", "entry_id"], "left_semi")
+            .select(
+                "dlq_topic",
+                "dlq_message_id",
+                *(F.lit(None).cast("long").alias(c) for c in ("ledger_id", "entry_id", "batch_size")),
+            )
+        )
+        final = singles if final is None else final.unionByName(singles)
+    log.info(
+        "step commit: %d final messages, %d in %d whole entries, the rest in %d entries with a pending "
+        "message",
+        split.expected,
+        split.in_whole,
+        len(split.whole),
+        len(split.partial),
+    )
+    return _Finals(final, split.expected, split.unread, split.in_whole)
 
 
 def run_replay(spark: SparkSession, options: ReplayOptions) -> dict[str, Any]:

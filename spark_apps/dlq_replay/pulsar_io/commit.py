@@ -35,7 +35,7 @@ from spark_apps.dlq_replay.pulsar_io.cursor import (
     pending_ranges,
 )
 from spark_apps.dlq_replay.pulsar_io.errors import PulsarConfigError, WindowError
-from spark_apps.dlq_replay.pulsar_io.final_ids import FinalIds
+from spark_apps.dlq_replay.pulsar_io.final_ids import FinalEntries, FinalIds
 from spark_apps.dlq_replay.pulsar_io.window import unique_consumer_name
 from spark_apps.dlq_replay.pulsar_io.window_consumer import (
     DEFAULT_IDLE_TIMEOUT_MS,
@@ -53,6 +53,12 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 COMMIT_INPUT_SCHEMA = "dlq_topic string, dlq_message_id string"
+#: Consumer mode input naming whole entries too: a row names either one final message
+#: (``dlq_message_id``) or an entry every message of which is final (``ledger_id``, ``entry_id``, and
+#: ``batch_size``, the messages it holds), with ``dlq_message_id`` null.
+ENTRIES_COMMIT_INPUT_SCHEMA = (
+    "dlq_topic string, dlq_message_id string, ledger_id long, entry_id long, batch_size long"
+)
 #: Reader mode input: one row per snapshot entry; a row with a null ``ledger_id`` only names a partition.
 ENTRY_COMMIT_INPUT_SCHEMA = (
     "dlq_topic string, ledger_id long, entry_id long, messages long, final_messages long, batch_size long"
@@ -121,14 +127,14 @@ class CommitFn:
         missing = [c for c in ("dlq_topic", "dlq_message_id") if c not in table.column_names]
         if missing:
             raise PulsarConfigError(f"commit input lacks columns {missing}; select {COMMIT_INPUT_SCHEMA}")
-        topics, ids = table.column("dlq_topic"), table.column("dlq_message_id")
-        if topics.null_count or ids.null_count:
-            raise PulsarConfigError("commit input has a null dlq_topic or dlq_message_id; drop such rows")
+        topics = table.column("dlq_topic")
+        if topics.null_count:
+            raise PulsarConfigError("commit input has a null dlq_topic; drop such rows")
         names = pc.unique(topics).to_pylist()  # one per group of groupBy("dlq_topic"): no Python str per row
         rows = []
         for topic in names:
-            ids_of_topic = ids if len(names) == 1 else ids.filter(pc.equal(topics, topic))
-            name, acked, left, beyond = self.commit_topic(topic, FinalIds.from_arrow(ids_of_topic))
+            of_topic = table if len(names) == 1 else table.filter(pc.equal(topics, topic))
+            name, acked, left, beyond = self.commit_topic(topic, _final_of(of_topic))
             rows.append(
                 {
                     "dlq_topic": name,
@@ -140,7 +146,7 @@ class CommitFn:
             )
         return _result_table(rows)
 
-    def commit_topic(self, topic: str, final: FinalIds) -> tuple[str, int, int, int]:
+    def commit_topic(self, topic: str, final: FinalIds | FinalEntries) -> tuple[str, int, int, int]:
         """Ack the ``final`` ids of one topic partition.
 
         Returns ``(topic, acked, left_pending, beyond_window)``.
@@ -189,6 +195,31 @@ class CommitFn:
             passes,
         )
         return topic, acked, left, beyond
+
+
+def _final_of(table: Any) -> FinalIds | FinalEntries:
+    """The final messages of one topic's rows (:data:`COMMIT_INPUT_SCHEMA` or
+    :data:`ENTRIES_COMMIT_INPUT_SCHEMA`)."""
+    import pyarrow.compute as pc
+
+    ids = table.column("dlq_message_id")
+    if "ledger_id" not in table.column_names:
+        if ids.null_count:
+            raise PulsarConfigError("commit input has a null dlq_message_id; drop such rows")
+        return FinalIds.from_arrow(ids)
+    missing = [c for c in ("entry_id", "batch_size") if c not in table.column_names]
+    if missing:
+        raise PulsarConfigError(f"commit input lacks columns {missing}; select {ENTRIES_COMMIT_INPUT_SCHEMA}")
+    named = pc.is_valid(ids)
+    whole = table.filter(pc.invert(named))
+    columns = [whole.column(c) for c in ("ledger_id", "entry_id", "batch_size")]
+    if any(c.null_count for c in columns):
+        raise PulsarConfigError(
+            "commit input has a row with neither a dlq_message_id nor a whole entry (ledger_id, entry_id, "
+            "batch_size); drop such rows"
+        )
+    entries = list(zip(*(c.to_pylist() for c in columns), strict=True))
+    return FinalEntries(entries, FinalIds.from_arrow(ids.filter(named)))
 
 
 class EntryCommitFn:

@@ -138,3 +138,70 @@ class FinalIds:
     def received(self) -> int:
         """How many final ids the read returned."""
         return len(self._received) - self._received.count(0)
+
+
+class FinalEntries:
+    """The final messages of one partition as whole entries plus single ids: the consumer-mode commit's
+    index when the snapshot and record tasks counted each entry (:mod:`~spark_apps.dlq_replay.commit_parts`).
+
+    A whole entry is one whose every message (batch indexes ``0 .. size-1``) the snapshot read and the
+    run made final: any message received of it is acked, with no id to look up. The ids of entries that
+    also hold a pending message come as a :class:`FinalIds`. Same interface as :class:`FinalIds` for
+    :class:`~.commit.CommitFn`: :meth:`first` (the read's de-duplication), :attr:`last_index`,
+    :meth:`drop_beyond`, ``len()`` and :attr:`received`.
+    """
+
+    def __init__(self, entries: list[tuple[int, int, int]], ids: FinalIds) -> None:
+        """``entries``: ``(ledger, entry, size)`` of the whole entries, each once."""
+        self._ids = ids
+        self._offset = len(ids)  # slots are numbered after the ids' indexes: last_index names one message
+        self._slots: dict[tuple[int, int], tuple[int, int]] = {}
+        slots = 0
+        for ledger, entry, size in sorted(entries):
+            if size < 1:
+                raise ValueError(f"entry {ledger}:{entry} has size {size}; a whole entry holds >= 1 message")
+            if (ledger, entry) in self._slots:
+                raise ValueError(f"entry {ledger}:{entry} is given twice; give each whole entry once")
+            self._slots[(ledger, entry)] = (self._offset + slots, size)
+            slots += size
+        self._received = bytearray(slots)
+        self._whole = slots
+        self._entry: tuple[int, int] | None = None
+        self._slot: tuple[int, int] | None = None
+        self.last_index = -1
+
+    def __len__(self) -> int:
+        return len(self._ids) + self._whole
+
+    def drop_beyond(self, end: MessageIdKey | None) -> int:
+        """Forget the messages past the window ``end`` (an entry reaching past it whole); returns how many."""
+        dropped = self._ids.drop_beyond(end)
+        for (ledger, entry), (_, size) in list(self._slots.items()):
+            if not in_window(ledger, entry, size - 1, end):
+                del self._slots[(ledger, entry)]
+                self._whole -= size
+                dropped += size
+        self._entry = self._slot = None
+        return dropped
+
+    def first(self, ledger: int, entry: int, batch: int, id_str: str) -> bool:
+        """Whether this is the first time the read returns the message; sets :attr:`last_index`."""
+        if (ledger, entry) != self._entry:
+            self._entry = (ledger, entry)
+            self._slot = self._slots.get(self._entry)
+        slot = self._slot
+        if slot is not None and max(batch, 0) < slot[1]:
+            i = self.last_index = slot[0] + max(batch, 0)
+            at = i - self._offset
+            if self._received[at]:
+                return False
+            self._received[at] = 1
+            return True
+        seen = self._ids.first(ledger, entry, batch, id_str)
+        self.last_index = self._ids.last_index
+        return seen
+
+    @property
+    def received(self) -> int:
+        """How many final messages the read returned."""
+        return self._ids.received + len(self._received) - self._received.count(0)

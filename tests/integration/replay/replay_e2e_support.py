@@ -73,8 +73,9 @@ class MixedDlq:
         return {k for k, v in self.expected.items() if v in outcomes}
 
 
-def build_mixed_dlq(client: Any, per_kind: int = 6) -> MixedDlq:
-    """Produce a DLQ in every context format with every kind of outcome (``per_kind`` of each)."""
+def build_mixed_dlq(client: Any, per_kind: int = 6, batch: int = 0) -> MixedDlq:
+    """Produce a DLQ in every context format with every kind of outcome (``per_kind`` of each), one
+    message an entry, or ``batch`` consecutive messages an entry (batches mixing outcomes)."""
     u = uuid.uuid4().hex[:8]
     orders = f"persistent://public/default/orders-{u}"
     mixed = MixedDlq(
@@ -171,11 +172,18 @@ def build_mixed_dlq(client: Any, per_kind: int = 6) -> MixedDlq:
             )
         )
     for topic, items in ((mixed.dlq_a, a), (mixed.dlq_b, b)):
-        producer = client.create_producer(topic, batching_enabled=False)
+        batching: dict[str, Any] = {}
+        if batch:  # batches close when full (or at the flush)
+            batching = {"batching_max_messages": batch, "batching_max_publish_delay_ms": 60_000}
+        producer = client.create_producer(topic, batching_enabled=batch > 0, **batching)
         for key, payload, props, outcome in items:
-            producer.send(payload, properties=props, partition_key=key)
+            if batch:
+                producer.send_async(payload, None, properties=props, partition_key=key)
+            else:
+                producer.send(payload, properties=props, partition_key=key)
             mixed.expected[key] = outcome
             mixed.payloads[key] = payload
+        producer.flush()
         producer.close()
     return mixed
 

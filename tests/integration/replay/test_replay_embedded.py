@@ -8,6 +8,7 @@ messages, the rest stays pending.
 
 from __future__ import annotations
 
+import json
 import logging
 
 import pytest
@@ -69,3 +70,48 @@ def test_replay_on_the_embedded_broker(spark, lite_broker, lite_client, tmp_path
     replayed = drain(lite_client, mixed.orders, "verify-lite")
     assert sorted(m.partition_key() for m in replayed) == sorted(mixed.keys(oc.REPUBLISHED))
     assert pending_keys(lite_client, mixed) == sorted(mixed.keys(*PENDING))
+
+
+def test_batches_mixing_final_and_pending_messages(spark, lite_broker, lite_client, tmp_path):
+    """Two messages an entry, so entries are whole (both final), partial or pending: the commit acks each
+    final message from the consumer that receives it, whole entries without looking an id up; a batch
+    holding a pending message stays in the backlog whole (no batch-index acks), and the next run
+    republishes nothing again."""
+    mixed = build_mixed_dlq(lite_client, per_kind=3, batch=2)
+    out = tmp_path / "out"
+
+    def options(run_id: str) -> ReplayOptions:
+        return ReplayOptions(
+            run_id=run_id,
+            mode=oc.REPLAY,
+            service_url=lite_broker.service_url,
+            topics=(mixed.dlq_a, mixed.dlq_b),
+            output_dir=str(out),
+            playbook=PLAYBOOK,
+            origin_allowlist=("orders-*",),
+            idle_timeout_ms=1500,
+        )
+
+    report = run_replay(spark, options("lite-batched-1"))
+    assert report["status"] == "succeeded"
+    final, pending = set(mixed.keys(*FINAL)), set(mixed.keys(*PENDING))
+    assert report["totals"]["acked"] == len(final)
+    assert report["commit"]["unacked_final"] == 0
+    state = json.loads((out / "runs" / "lite-batched-1" / "state.json").read_text())
+    in_whole = state["steps"]["commit"]["final_in_whole_entries"]
+    assert 0 < in_whole < len(final)  # some entries whole, the others holding a pending message
+    left = drain(lite_client, [mixed.dlq_a, mixed.dlq_b], "dlq-replayer")
+    by_entry: dict[tuple[str, int, int], set[str]] = {}
+    for m in left:
+        mid = m.message_id()
+        by_entry.setdefault((m.topic_name(), mid.ledger_id(), mid.entry_id()), set()).add(m.partition_key())
+    assert pending <= {key for keys in by_entry.values() for key in keys}
+    assert all(keys & pending for keys in by_entry.values())  # only batches holding a pending message
+    replayed = drain(lite_client, mixed.orders, "verify-lite-batched")
+    assert sorted(m.partition_key() for m in replayed) == sorted(mixed.keys(oc.REPUBLISHED))
+
+    again = run_replay(spark, options("lite-batched-2"))
+    assert again["status"] == "succeeded"
+    again_replayed = drain(lite_client, mixed.orders, "verify-lite-batched")  # drains never ack: once each
+    assert sorted(m.partition_key() for m in again_replayed) == sorted(mixed.keys(oc.REPUBLISHED))
+    assert again["totals"]["acked"] == sum(len(keys & final) for keys in by_entry.values())

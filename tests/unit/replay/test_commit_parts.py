@@ -66,3 +66,48 @@ def test_no_entries_give_an_empty_table_and_a_bucket_without_rows_writes_an_empt
     empty = entry_rows(_snapshot_batch([(T1, "1:1:-1:-1", 1)]).slice(0, 0))
     assert empty.num_rows == 0
     assert empty.schema.names == ["dlq_topic", "ledger_id", "entry_id", "messages", "batch_size"]
+
+
+def _entries(rows: list[tuple[str, int, int, int, int, int | None]]) -> pa.Table:
+    names = ("dlq_topic", "ledger_id", "entry_id", "messages", "final_messages", "batch_size")
+    columns = list(zip(*rows, strict=True))
+    return pa.table(
+        {
+            n: pa.array(c, pa.string() if n == "dlq_topic" else pa.int64())
+            for n, c in zip(names, columns, strict=True)
+        }
+    )
+
+
+def test_consumer_commit_splits_whole_and_partial_entries():
+    from spark_apps.dlq_replay.commit_parts import ConsumerCommit
+    from spark_apps.dlq_replay.pulsar_io.window import PartitionWindow
+
+    table = _entries(
+        [
+            (T1, 5, 0, 3, 3, 3),  # whole
+            (T1, 5, 1, 2, 1, 2),  # one pending: partial
+            (T1, 5, 2, 2, 2, 3),  # the snapshot read 2 of a batch of 3: partial, never acked whole
+            (T1, 5, 3, 1, 0, 1),  # pending
+            (T1, 5, 4, 4, 4, 4),  # reaches past the window end (5:4 batch index 1): partial
+            (T2, 7, 0, 2, 0, 2),  # T2 has no final message: not read again
+        ]
+    )
+    windows = [PartitionWindow(T1, -1, "5:4:-1:1"), PartitionWindow(T2, -1, "7:0:-1:-1")]
+    split = ConsumerCommit(table, windows)
+    assert split.whole.to_pylist() == [
+        {"dlq_topic": T1, "dlq_message_id": None, "ledger_id": 5, "entry_id": 0, "batch_size": 3}
+    ]
+    assert split.partial.to_pylist() == [{"dlq_topic": T1, "ledger_id": 5, "entry_id": e} for e in (1, 2, 4)]
+    assert (split.expected, split.in_whole, split.unread) == (10, 3, 2)
+
+
+def test_consumer_commit_refuses_a_partition_outside_the_window():
+    import pytest
+
+    from spark_apps.dlq_replay.commit_parts import ConsumerCommit
+    from spark_apps.dlq_replay.pulsar_io.errors import WindowError
+    from spark_apps.dlq_replay.pulsar_io.window import PartitionWindow
+
+    with pytest.raises(WindowError, match=r"not in the run's window.*start a new run"):
+        ConsumerCommit(_entries([(T2, 7, 0, 1, 1, 1)]), [PartitionWindow(T1, -1, "5:4:-1:-1")])

@@ -6,7 +6,7 @@ import pyarrow as pa
 import pytest
 from test_pulsar_io_window_consumer import FakeClient, FakeMessage
 
-from spark_apps.dlq_replay.pulsar_io.final_ids import FinalIds
+from spark_apps.dlq_replay.pulsar_io.final_ids import FinalEntries, FinalIds
 from spark_apps.dlq_replay.pulsar_io.window import PartitionWindow
 from spark_apps.dlq_replay.pulsar_io.window_consumer import WindowConsumer
 
@@ -93,3 +93,54 @@ def test_int64_copy_of_a_sliced_array():
     from spark_apps.dlq_replay.pulsar_io.final_ids import _int64s
 
     assert list(_int64s(pa.array([5, -1, 7, 9], pa.int64()).slice(1, 2))) == [-1, 7]
+
+
+def test_whole_entries_take_any_message_of_theirs_and_single_ids_the_rest():
+    # Entry 1:0 holds a batch of 3, all final; 1:1 is not batched and final; 1:2 is a batch of 2 with one
+    # pending message (its final id comes alone); 1:3 is pending.
+    final = FinalEntries([(1, 1, 1), (1, 0, 3)], ids("1:2:-1:0"))
+    assert len(final) == 5
+    seen = [(final.first(1, 0, b, f"1:0:-1:{b}"), final.last_index >= 0) for b in (0, 1, 2, 3)] + [
+        (final.first(1, 1, -1, "1:1:-1:-1"), final.last_index >= 0),
+        (final.first(1, 2, 0, "1:2:-1:0"), final.last_index >= 0),
+        (final.first(1, 2, 1, "1:2:-1:1"), final.last_index >= 0),
+        (final.first(1, 3, -1, "1:3:-1:-1"), final.last_index >= 0),
+        (final.first(1, 0, 1, "1:0:-1:1"), final.last_index >= 0),  # a redelivery of a whole entry's
+    ]
+    # batch index 3 lies past the entry's 3 messages: not final (the snapshot never read it)
+    assert seen == [
+        (True, True),
+        (True, True),
+        (True, True),
+        (True, False),
+        (True, True),
+        (True, True),
+        (True, False),
+        (True, False),
+        (False, True),
+    ]
+    assert final.received == 5
+
+
+def test_whole_entry_indexes_follow_the_single_ids():
+    final = FinalEntries([(2, 0, 2)], ids("1:0:-1:-1", "1:1:-1:-1"))
+    final.first(2, 0, 1, "2:0:-1:1")
+    assert final.last_index == 3
+    final.first(1, 1, -1, "1:1:-1:-1")
+    assert final.last_index == 1
+
+
+def test_whole_entries_beyond_the_window_are_dropped():
+    final = FinalEntries([(1, 0, 2), (1, 1, 3), (1, 2, 1)], ids("1:1:-1:0"))
+    assert final.drop_beyond((1, 1, -1, 1)) == 4  # 1:1 reaches past batch index 1; 1:2 lies beyond
+    assert len(final) == 3  # 1:0's two messages and the single id
+    assert final.first(1, 1, 2, "1:1:-1:2")
+    assert final.last_index == -1
+
+
+@pytest.mark.parametrize(
+    ("entries", "message"), [([(1, 0, 0)], "has size 0"), ([(1, 0, 2), (1, 0, 2)], "given twice")]
+)
+def test_a_bad_whole_entry_is_named(entries, message):
+    with pytest.raises(ValueError, match=message):
+        FinalEntries(entries, ids())

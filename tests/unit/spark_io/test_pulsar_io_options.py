@@ -98,8 +98,25 @@ def test_commit_fn_rejects_foreign_topics_and_bad_input():
         fn(pa.table({"dlq_topic": ["persistent://t/n/zzz"], "dlq_message_id": ["1:1:-1:-1"]}))
     with pytest.raises(PulsarConfigError, match="lacks columns"):
         fn(pa.table({"dlq_topic": ["persistent://t/n/a"]}))
-    with pytest.raises(PulsarConfigError, match="null dlq_topic or dlq_message_id"):
+    with pytest.raises(PulsarConfigError, match="null dlq_message_id"):
         fn(pa.table({"dlq_topic": ["persistent://t/n/a"], "dlq_message_id": pa.array([None], pa.string())}))
+    with pytest.raises(PulsarConfigError, match="null dlq_topic"):
+        fn(pa.table({"dlq_topic": pa.array([None], pa.string()), "dlq_message_id": ["1:1:-1:-1"]}))
+    # Whole entries: a row names a message or an entry, never neither; the entry columns come together.
+    with pytest.raises(PulsarConfigError, match=r"lacks columns.*'batch_size'"):
+        fn(pa.table({"dlq_topic": ["persistent://t/n/a"], "dlq_message_id": ["1:1:-1:-1"], "ledger_id": [1]}))
+    with pytest.raises(PulsarConfigError, match="neither a dlq_message_id nor a whole entry"):
+        fn(
+            pa.table(
+                {
+                    "dlq_topic": ["persistent://t/n/a"],
+                    "dlq_message_id": pa.array([None], pa.string()),
+                    "ledger_id": pa.array([1], pa.int64()),
+                    "entry_id": pa.array([None], pa.int64()),
+                    "batch_size": pa.array([1], pa.int64()),
+                }
+            )
+        )
     # Ids beyond the window end are ignored without touching the broker.
     out = fn(pa.table({"dlq_topic": ["persistent://t/n/a"], "dlq_message_id": ["5:0:-1:-1"]}))
     assert out.to_pylist() == [
