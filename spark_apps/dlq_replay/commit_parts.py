@@ -1,6 +1,6 @@
-"""The reader-mode commit's per-entry counts, gathered by the tasks that already hold the messages.
+"""The commit's per-entry counts, gathered by the tasks that already hold the messages.
 
-The commit acks an entry by id when every message it holds is in the snapshot and final
+The reader-mode commit acks an entry by id when every message it holds is in the snapshot and final
 (:class:`~spark_apps.dlq_replay.pulsar_io.commit.EntryCommitFn`). Spark's way counts each entry's
 messages in the snapshot and its final rows in this run's ledger: two aggregations over every message and
 a join, then one task per DLQ partition. Where the read and record tasks write their own files (a local
@@ -12,7 +12,9 @@ output root), they count as they go instead:
   ``runs/<run>/commit_parts/part-<bucket>.parquet``.
 
 Both are about one row per entry. :func:`entry_table` merges them in the driver (counts summed, as an
-entry's rows may be in several batches or buckets) into the table Spark's join gives.
+entry's rows may be in several batches or buckets) into the table Spark's join gives. The consumer-mode
+commit splits the same table (:class:`ConsumerCommit`) into whole entries, whose every message it acks as
+received, and entries that also hold a pending message, whose final ids alone come from the ledger.
 """
 
 from __future__ import annotations

@@ -12,9 +12,11 @@ Two modes, the run's read mode (see :mod:`.window`):
 * **consumer** (:class:`CommitFn`, the embedded broker): a Shared consumer on the replayer subscription
   receives the frozen window again and acks, from the consumer that received them (the only acks the
   embedded broker takes), exactly the given ids, looked up in a compact sorted index
-  (:class:`~.final_ids.FinalIds`) rather than a set of strings. Without batch-index acks the broker
-  removes a batched entry only when every message of the batch is acked; a batch with some messages
-  still pending is redelivered whole by the next run, whose ledger marks the acked ones as already final.
+  (:class:`~.final_ids.FinalIds`) rather than a set of strings, and any message of the given whole
+  entries (:class:`~.final_ids.FinalEntries`: every message of the entry is final). Without
+  batch-index acks the broker removes a batched entry only when every message of the batch is acked; a
+  batch with some messages still pending is redelivered whole by the next run, whose ledger marks the
+  acked ones as already final.
 
 In both, other messages of the window stay pending, and messages beyond the window end are never acked.
 """
@@ -96,7 +98,8 @@ class CommitFn:
     """Acks the given ids of each ``dlq_topic`` in a ``pyarrow.Table``; see :func:`make_commit_fn`.
 
     Input rows: ``dlq_topic`` (a partition's full topic name, as in the source's ``topic`` column) and
-    ``dlq_message_id`` (readable id) of the messages to ack. One output row per ``dlq_topic``.
+    ``dlq_message_id`` (readable id) of the messages to ack, or also whole entries
+    (:data:`ENTRIES_COMMIT_INPUT_SCHEMA`). One output row per ``dlq_topic``.
     """
 
     def __init__(
