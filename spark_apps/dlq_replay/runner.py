@@ -801,12 +801,7 @@ def _commit_entries(run: _Run, windows: list[PartitionWindow]) -> dict[str, int]
         # leaves a task), then the two joined: joining per message made Spark broadcast 224 MiB of
         # ledger rows at 1M (docs/benchmarks.md, seventeenth round). The run's ledger rows are its
         # snapshot's messages, one each, so an entry's final count is the same either way.
-        ids = F.split(F.col("dlq_message_id"), ":")
-        entry: list[Column | str] = [
-            "dlq_topic",
-            ids[0].cast("long").alias("ledger_id"),
-            ids[1].cast("long").alias("entry_id"),
-        ]
+        entry: list[Column | str] = ["dlq_topic", *_entry_of_id()]
         final = (
             ledger.filter(F.col("run_id") == F.lit(run.options.run_id))
             .groupBy(*entry)
@@ -839,6 +834,14 @@ def _commit_entries(run: _Run, windows: list[PartitionWindow]) -> dict[str, int]
         return fn(table)
 
     return _sum_rows(apply_in_arrow(grouped, commit_group, COMMIT_RESULT_SCHEMA))
+
+
+def _entry_of_id() -> list[Column]:
+    """``ledger_id`` and ``entry_id`` of a row's ``dlq_message_id`` (``ledger:entry:partition:batch``)."""
+    from pyspark.sql import functions as F
+
+    ids = F.split(F.col("dlq_message_id"), ":")
+    return [ids[0].cast("long").alias("ledger_id"), ids[1].cast("long").alias("entry_id")]
 
 
 def _counted_entries(run: _Run) -> pa.Table | None:
@@ -932,16 +935,10 @@ def _final_by_entries(run: _Run, windows: list[PartitionWindow], table: pa.Table
         final = arrow_frame(run.spark, split.whole, ENTRIES_COMMIT_INPUT_SCHEMA)
     ledger = read_ledger(run.spark, run.storage, run.paths.ledger) if len(split.partial) else None
     if ledger is not None:
-        ids = F.split(F.col("dlq_message_id"), ":")
         partial = arrow_frame(run.spark, split.partial, "dlq_topic string, ledger_id long, entry_id long")
         singles = (
             ledger.filter((F.col("run_id") == F.lit(run.options.run_id)) & F.col("final"))
-            .select(
-                "dlq_topic",
-                "dlq_message_id",
-                ids[0].cast("long").alias("ledger_id"),
-                ids[1].cast("long").alias("entry_id"),
-            )
+            .select("dlq_topic", "dlq_message_id", *_entry_of_id())
             .join(F.broadcast(partial), ["dlq_topic", "ledger_id", "entry_id"], "left_semi")
             .select(
                 "dlq_topic",

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import json
 import logging
+from pathlib import Path
+from typing import Any
 
 import pytest
 from replay_e2e_support import (
     PLAYBOOK,
+    MixedDlq,
     build_mixed_dlq,
     close_driver_clients,
     drain,
@@ -41,22 +44,27 @@ def lite_client(lite_broker):
     client.close()
 
 
+def replay_options(broker: Any, mixed: MixedDlq, out: Path, run_id: str, mode: str) -> ReplayOptions:
+    """A run over both DLQs of ``mixed`` on the embedded ``broker``, writing to ``out``."""
+    return ReplayOptions(
+        run_id=run_id,
+        mode=mode,
+        service_url=broker.service_url,
+        topics=(mixed.dlq_a, mixed.dlq_b),
+        output_dir=str(out),
+        playbook=PLAYBOOK,
+        origin_allowlist=("orders-*",),
+        idle_timeout_ms=1500,
+    )
+
+
 def test_replay_on_the_embedded_broker(spark, lite_broker, lite_client, tmp_path):
     mixed = build_mixed_dlq(lite_client, per_kind=2)
     everything = sorted(mixed.expected)
     out = tmp_path / "out"
 
     def options(run_id: str, mode: str) -> ReplayOptions:
-        return ReplayOptions(
-            run_id=run_id,
-            mode=mode,
-            service_url=lite_broker.service_url,
-            topics=(mixed.dlq_a, mixed.dlq_b),
-            output_dir=str(out),
-            playbook=PLAYBOOK,
-            origin_allowlist=("orders-*",),
-            idle_timeout_ms=1500,
-        )
+        return replay_options(lite_broker, mixed, out, run_id, mode)
 
     want = expected_totals(mixed)
     dry = run_replay(spark, options("lite-dry", oc.DRY_RUN))
@@ -81,16 +89,7 @@ def test_batches_mixing_final_and_pending_messages(spark, lite_broker, lite_clie
     out = tmp_path / "out"
 
     def options(run_id: str) -> ReplayOptions:
-        return ReplayOptions(
-            run_id=run_id,
-            mode=oc.REPLAY,
-            service_url=lite_broker.service_url,
-            topics=(mixed.dlq_a, mixed.dlq_b),
-            output_dir=str(out),
-            playbook=PLAYBOOK,
-            origin_allowlist=("orders-*",),
-            idle_timeout_ms=1500,
-        )
+        return replay_options(lite_broker, mixed, out, run_id, oc.REPLAY)
 
     report = run_replay(spark, options("lite-batched-1"))
     assert report["status"] == "succeeded"
