@@ -515,6 +515,4 @@ def close_pulsar_clients() -> None:
     Python logger during interpreter shutdown can abort the process (apache/pulsar-client-python#256)."""
     from spark_apps.dlq_replay.pulsar_io import conf
 
-    close = getattr(conf, "_close_own_clients", None)
-    if close is not None:
-        close()
+    conf.close_own_clients()

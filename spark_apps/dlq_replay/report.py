@@ -54,8 +54,8 @@ class CommitTotals:
     left_pending_seen: int = 0
     beyond_window: int = 0
     unacked_final: int = 0  # final messages a first commit attempt could not ack (status "partial")
-    final_in_partial_entries: int = 0  # reader mode: final, but their batched entry holds a pending one
-    read_mode: str = ""  # reader (one DLQ read per message) or consumer (two); empty in a dry-run
+    final_in_partial_entries: int = 0  # final, but their batched entry holds a pending one (stays pending)
+    read_mode: str = ""  # reader (one DLQ read per message), consumer (two; one held); "" in a dry-run
     reads_per_message: float = 0.0  # DLQ reads of the run (snapshot + commit) per snapshot message
 
 

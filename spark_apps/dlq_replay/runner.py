@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import Column, DataFrame, SparkSession
 
+    from spark_apps.dlq_replay.held_reads import HeldReads
     from spark_apps.dlq_replay.lock import RunLock
     from spark_apps.dlq_replay.options import ReplayOptions
     from spark_apps.dlq_replay.playbook import Playbook
@@ -98,6 +99,8 @@ class _Run:
         self.playbook = playbook
         self.conf = conf
         self.lock = lock
+        #: The snapshot's held reads (consumer mode), until the commit acks through them.
+        self.held: HeldReads | None = None
         self.paths = RunPaths(options.output_dir, options.run_id)
         self.storage = RunStorage(spark)
         self.state: RunState = _load_state(self.storage, self.paths, options, playbook)
@@ -281,7 +284,7 @@ def _snapshot(run: _Run, windows: list[PartitionWindow]) -> DataFrame:
         # read once. Only several consumers per partition need Spark to de-duplicate (a shuffle).
         deduplicate = mode != READER_MODE and parallelism > 1
         by_tasks = False
-        frame, read_task, schema = read_tasks(run.spark, source_options, mark_entries=True)
+        frame, read_task, schema, tasks = read_tasks(run.spark, source_options, mark_entries=True)
         with_identities = False
         if task_parquet.enabled(run.spark, run.paths.snapshot) and not deduplicate:  # read tasks write it
             # ... and, unless --max-messages needs the whole context, the rows' replay ids beside it: the
@@ -292,15 +295,21 @@ def _snapshot(run: _Run, windows: list[PartitionWindow]) -> DataFrame:
             counts = task_parquet.SideOutput(
                 run.paths.snapshot_entries, snapshot_entries_schema(), entry_rows
             )
-            tallies = task_parquet.write_in_tasks(
-                frame,
-                read_task,
-                SNAPSHOT_SCHEMA,
-                run.paths.snapshot,
-                _entries_tally,
-                ("n", "entries"),
-                sides=[counts, *([_identities_output(run)] if with_identities else [])],
-            )
+            main = task_parquet.main_output(run.paths.snapshot, SNAPSHOT_SCHEMA)
+            outputs = [main, counts, *([_identities_output(run)] if with_identities else [])]
+            writes = task_parquet.TaskWrites(read_task, outputs, _entries_tally, ("n", "entries"))
+            if mode != READER_MODE and _holds_reads(run):
+                from spark_apps.dlq_replay.held_reads import HeldReads
+
+                # The read tasks run in processes that keep their consumers for the commit's acks.
+                run.held = HeldReads.start(writes, tasks, run.buckets)
+                tallies = run.held.tallies()
+            else:
+                tallies = [
+                    tuple(row)
+                    for row in map_in_arrow(frame, writes.spark_task, writes.tally_schema()).collect()
+                ]
+            writes.seal()
             stats = {"n": sum(t[0] or 0 for t in tallies), "entries": sum(t[1] or 0 for t in tallies)}
             by_tasks = True
         else:
@@ -322,6 +331,7 @@ def _snapshot(run: _Run, windows: list[PartitionWindow]) -> DataFrame:
             "written_by_tasks": by_tasks,  # one file per read task: the decide tasks read them
             "identities_written": with_identities,
             "entries_written": by_tasks,
+            "held_reads": run.held is not None,
         }
         if mode == READER_MODE:
             entries = int(stats["entries"] or 0)
@@ -336,6 +346,20 @@ def _snapshot(run: _Run, windows: list[PartitionWindow]) -> DataFrame:
                 )
         run.done("snapshot", started, messages=count, dlq_reads=count, **info)
     return run.spark.read.schema(SNAPSHOT_SCHEMA).parquet(run.paths.snapshot)
+
+
+def _holds_reads(run: _Run) -> bool:
+    """Whether the consumer-mode snapshot reads in held processes (:mod:`~spark_apps.dlq_replay.held_reads`):
+    a local master and a run whose commit can ack through them (it commits, with the tasks' entry counts:
+    no dry-run or canary, a local output root). Otherwise the commit reads the window again."""
+    from spark_apps.dlq_replay.held_reads import usable
+
+    return (
+        run.options.mode != oc.DRY_RUN
+        and not run.options.canary
+        and local_path(run.paths.commit_parts) is not None
+        and usable(run.spark)
+    )
 
 
 def _identities_output(run: _Run) -> SideOutput:
@@ -367,6 +391,7 @@ def _decide(run: _Run, snapshot: DataFrame, planned_at: datetime) -> DataFrame:
     from spark_apps.dlq_replay.archive_files import staged_output
     from spark_apps.dlq_replay.arrow_compat import map_in_arrow
     from spark_apps.dlq_replay.decide import DecideSettings, decide_tasks
+    from spark_apps.dlq_replay.free_memory import return_free_memory
     from spark_apps.dlq_replay.ledger import final_ids, read_ledger
     from spark_apps.dlq_replay.schemas import DECIDED_SCHEMA
     from spark_apps.dlq_replay.scope import Filters
@@ -405,6 +430,7 @@ def _decide(run: _Run, snapshot: DataFrame, planned_at: datetime) -> DataFrame:
             identities=_snapshot_identities(run) if by_read_tasks else None,
             identities_dir=local_path(run.paths.identities) if by_read_tasks else None,
         )
+        return_free_memory()  # the marks' working memory, before the driver waits out decide and apply
         # The rows to republish are counted as the decisions are written, not by reading them again.
         by_tasks = staged = False
         if task_parquet.enabled(run.spark, run.paths.decisions):  # the tasks write their decisions
@@ -746,6 +772,7 @@ def _commit(run: _Run, windows: list[PartitionWindow]) -> None:
         final_in_partial_entries=totals["final_in_partial_entries"],
         entries_acked=totals["entries_acked"],
         final_in_whole_entries=totals.get("final_in_whole_entries", 0),
+        acked_from_held_reads=bool(totals.get("acked_from_held_reads")),
         dlq_reads_snapshot=snapshot_reads,
         dlq_reads_commit=totals["messages_read"],
         reads_per_message=round(reads / snapshot_reads, 3) if snapshot_reads else 0.0,
@@ -863,7 +890,13 @@ def _commit_by_consumers(run: _Run, windows: list[PartitionWindow], resumed: boo
     from spark_apps.dlq_replay.pulsar_io.commit import COMMIT_RESULT_SCHEMA, make_commit_fn
 
     table = _counted_entries(run)
-    final, expected, unread, in_whole = (
+    if run.held is not None:
+        held, run.held = run.held, None
+        totals = _commit_held(held, windows, table) if table is not None and not resumed else None
+        if totals is not None:
+            return totals
+        held.release()  # the read below needs the messages the held consumers have back
+    final, expected, unread, in_whole, in_partial = (
         _final_by_ledger(run) if table is None else _final_by_entries(run, windows, table)
     )
     totals = dict.fromkeys(_TOTAL_COLUMNS, 0)
@@ -885,18 +918,68 @@ def _commit_by_consumers(run: _Run, windows: list[PartitionWindow], resumed: boo
     totals["acked_by_earlier_attempts"] = max(0, expected - acked_this_attempt) if resumed else 0
     totals["acked"] = acked_this_attempt + totals["acked_by_earlier_attempts"]
     totals["left_pending"] += unread
+    totals["final_in_partial_entries"] += in_partial
     totals["unacked_final"] = 0 if resumed else max(0, expected - acked_this_attempt)
     return totals
 
 
+def _commit_held(held: HeldReads, windows: list[PartitionWindow], table: pa.Table) -> dict[str, int] | None:
+    """Consumer mode with held reads (:mod:`~spark_apps.dlq_replay.held_reads`): the whole entries acked by
+    id from the snapshot's own consumers, no message received again. Final messages of entries that also
+    hold a pending one stay pending with their entry, as on any broker without batch-index acks. None when
+    a held consumer does not hold every message of its read (acks through it may be dropped): read again."""
+    import pyarrow.compute as pc
+
+    from spark_apps.dlq_replay.commit_parts import ConsumerCommit
+    from spark_apps.dlq_replay.errors import HeldReadError
+
+    split = ConsumerCommit(table, windows)  # checks the table before anything is acked
+    try:
+        unsettled = held.unsettled()
+    except HeldReadError as exc:  # nothing acked yet; its consumers closed, so the messages are pending
+        log.warning("step commit: %s; reading the window again to ack", exc)
+        return None
+    if unsettled:
+        log.warning(
+            "step commit: the snapshot's consumers of %s do not hold every message they read (a read "
+            "resumed after a stall, or the window sent again after a reconnect): reading the window again "
+            "to ack from the consumers that receive them",
+            ", ".join(unsettled),
+        )
+        return None
+    entries, beyond = held.ack(split.whole)
+    read = int(pc.sum(table.column("messages")).as_py() or 0)
+    log.info(
+        "step commit: %d final messages, %d in %d whole entries acked from the snapshot's consumers, %d in "
+        "entries with a pending message left pending",
+        split.expected,
+        split.in_whole,
+        entries,
+        split.expected - split.in_whole,
+    )
+    totals = dict.fromkeys(_TOTAL_COLUMNS, 0)
+    totals.update(
+        acked=split.in_whole,
+        entries_acked=entries,
+        left_pending=read - split.expected,
+        beyond_window=beyond,
+        final_in_partial_entries=split.expected - split.in_whole,
+        final_in_whole_entries=split.in_whole,
+        acked_from_held_reads=1,
+    )
+    return totals
+
+
 class _Finals(NamedTuple):
-    """The consumer-mode commit's input: the final messages (None: there are none), how many, the
-    messages of partitions without a final one, and how many final messages make up whole entries."""
+    """The consumer-mode commit's input: the final messages to ack (None: there are none), how many, the
+    messages of partitions without a final one, how many final messages make up whole entries, and how
+    many are left pending because their entry holds a pending one."""
 
     frame: DataFrame | None
     expected: int
     unread: int
     in_whole_entries: int
+    in_partial_entries: int = 0
 
 
 def _final_by_ledger(run: _Run) -> _Finals:
@@ -919,43 +1002,25 @@ def _final_by_ledger(run: _Run) -> _Finals:
 
 
 def _final_by_entries(run: _Run, windows: list[PartitionWindow], table: pa.Table) -> _Finals:
-    """The final messages as whole entries (from the tasks' counts, in the driver) plus the final ids of
-    the entries that also hold a pending message (from the ledger, only when there are such entries), as
-    :data:`~.pulsar_io.commit.ENTRIES_COMMIT_INPUT_SCHEMA` rows."""
-    from pyspark.sql import functions as F
-
+    """The final messages as whole entries (from the tasks' counts, in the driver), as
+    :data:`~.pulsar_io.commit.ENTRIES_COMMIT_INPUT_SCHEMA` rows. The final messages of entries that also
+    hold a pending one are not sent: without batch-index acks the broker removes a batch only whole, so
+    they stay pending with their entry, counted in ``final_in_partial_entries``."""
     from spark_apps.dlq_replay.arrow_compat import arrow_frame
     from spark_apps.dlq_replay.commit_parts import ConsumerCommit
-    from spark_apps.dlq_replay.ledger import read_ledger
     from spark_apps.dlq_replay.pulsar_io.commit import ENTRIES_COMMIT_INPUT_SCHEMA
 
     split = ConsumerCommit(table, windows)
-    final: DataFrame | None = None
-    if len(split.whole):
-        final = arrow_frame(run.spark, split.whole, ENTRIES_COMMIT_INPUT_SCHEMA)
-    ledger = read_ledger(run.spark, run.storage, run.paths.ledger) if len(split.partial) else None
-    if ledger is not None:
-        partial = arrow_frame(run.spark, split.partial, "dlq_topic string, ledger_id long, entry_id long")
-        singles = (
-            ledger.filter((F.col("run_id") == F.lit(run.options.run_id)) & F.col("final"))
-            .select("dlq_topic", "dlq_message_id", *_entry_of_id())
-            .join(F.broadcast(partial), ["dlq_topic", "ledger_id", "entry_id"], "left_semi")
-            .select(
-                "dlq_topic",
-                "dlq_message_id",
-                *(F.lit(None).cast("long").alias(c) for c in ("ledger_id", "entry_id", "batch_size")),
-            )
-        )
-        final = singles if final is None else final.unionByName(singles)
+    final = arrow_frame(run.spark, split.whole, ENTRIES_COMMIT_INPUT_SCHEMA) if len(split.whole) else None
     log.info(
         "step commit: %d final messages, %d in %d whole entries, the rest in %d entries with a pending "
-        "message",
+        "message (left pending with them)",
         split.expected,
         split.in_whole,
         len(split.whole),
         len(split.partial),
     )
-    return _Finals(final, split.expected, split.unread, split.in_whole)
+    return _Finals(final, split.in_whole, split.unread, split.in_whole, split.expected - split.in_whole)
 
 
 def run_replay(spark: SparkSession, options: ReplayOptions) -> dict[str, Any]:
@@ -989,7 +1054,12 @@ def run_replay(spark: SparkSession, options: ReplayOptions) -> dict[str, Any]:
         subscription=options.subscription,
         storage=storage,
     ) as lock:
-        return _run_steps(_Run(spark, options, playbook, conf, lock))
+        run = _Run(spark, options, playbook, conf, lock)
+        try:
+            return _run_steps(run)
+        finally:
+            if run.held is not None:  # the run stopped before its commit: the messages go back pending
+                run.held.release()
 
 
 def _run_steps(run: _Run) -> dict[str, Any]:

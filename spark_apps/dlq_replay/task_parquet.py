@@ -306,45 +306,40 @@ def _seal(folder: str) -> None:
             marker.write(f"rows={rows}\n")
 
 
-def write_in_tasks(
-    frame: DataFrame,
-    transform: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]],
-    schema: StructType,
-    path: str,
-    tally: Callable[[pa.RecordBatch], Tally],
-    tally_names: Sequence[str],
-    sides: Sequence[SideOutput] = (),
-    *,
-    int96_timestamps: bool = False,
-) -> list[Tally]:
-    """Run ``transform`` over ``frame``'s partitions as ``mapInArrow`` would and write its output rows
-    (``schema``'s columns; others are tallied but not written) to the Parquet dataset ``path``, and each
-    of ``sides`` to its own, all of which must be :func:`supported`. Returns ``tally`` of every written
-    batch; nothing else reaches the JVM. ``int96_timestamps``: the main dataset's timestamps as Spark's own
-    writer stores them by default."""
-    from spark_apps.dlq_replay.arrow_compat import map_in_arrow
-    from spark_apps.dlq_replay.schemas import arrow_schema
+class TaskWrites:
+    """The task of :func:`write_in_tasks`, picklable, so a process of the run's own can run it too
+    (:mod:`~spark_apps.dlq_replay.held_reads`): creating it empties the ``outputs``' folders (the first,
+    :func:`main_output`, gets the rows themselves), :meth:`run` is one task, :meth:`seal` ends the job."""
 
-    main = SideOutput(path, schema, lambda batch: batch, int96_timestamps=int96_timestamps)
-    outputs = [main, *sides]  # the main dataset first
-    folders = [_empty_folder(output.path) for output in outputs]
-    schemas = [arrow_schema(output.schema) for output in outputs]
-    names = list(tally_names)
+    def __init__(
+        self,
+        transform: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]],
+        outputs: Sequence[SideOutput],
+        tally: Callable[[pa.RecordBatch], Tally],
+        tally_names: Sequence[str],
+    ) -> None:
+        from spark_apps.dlq_replay.schemas import arrow_schema
 
-    def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        self.transform = transform
+        self.outputs = list(outputs)  # the main dataset first
+        self.folders = [_empty_folder(output.path) for output in self.outputs]
+        self.schemas = [arrow_schema(output.schema) for output in self.outputs]
+        self.tally = tally
+        self.names = list(tally_names)
+
+    def run(self, batches: Iterator[pa.RecordBatch], partition: int, attempt: int) -> pa.RecordBatch:
+        """Task ``partition``: write ``transform(batches)``; returns its tallies, one row per batch."""
         import pyarrow as pa
-        from pyspark import TaskContext
 
-        context = TaskContext.get()
-        partition, attempt = (context.partitionId(), context.attemptNumber()) if context else (0, 0)
         outs: list[TaskFile | PartitionedTaskFiles] = []
         tallies: list[Tally] = []
+        outputs, folders = self.outputs, self.folders
         try:
-            for output, folder, file_schema in zip(outputs, folders, schemas, strict=True):
+            for output, folder, file_schema in zip(outputs, folders, self.schemas, strict=True):
                 outs.append(_open(output, folder, file_schema, partition, attempt))
             written, recorded = 0, time.monotonic()
-            for batch in transform(batches):
-                tallies.append(tally(batch))
+            for batch in self.transform(batches):
+                tallies.append(self.tally(batch))
                 for out, output in zip(outs, outputs, strict=True):
                     out.write(output.rows(batch))
                 written += batch.num_rows
@@ -362,10 +357,56 @@ def write_in_tasks(
             # Python workers are reused by later steps: hand the freed Arrow buffers back to the system,
             # or the workers keep them until the run ends (they count toward its peak memory).
             pa.default_memory_pool().release_unused()
-        columns = list(zip(*tallies, strict=True)) if tallies else [() for _ in names]
-        yield pa.RecordBatch.from_arrays([pa.array(c, pa.int64()) for c in columns], names=names)
+        columns = list(zip(*tallies, strict=True)) if tallies else [() for _ in self.names]
+        return pa.RecordBatch.from_arrays([pa.array(c, pa.int64()) for c in columns], names=self.names)
 
-    rows = map_in_arrow(frame, task, ", ".join(f"{name} long" for name in names)).collect()
-    for folder in folders:
-        _seal(folder)
+    def spark_task(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """:meth:`run` as a ``mapInArrow`` function (the partition and attempt from the task context)."""
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        partition, attempt = (context.partitionId(), context.attemptNumber()) if context else (0, 0)
+        yield self.run(batches, partition, attempt)
+
+    def tally_schema(self) -> str:
+        return ", ".join(f"{name} long" for name in self.names)
+
+    def seal(self) -> None:
+        """End the job: leftover temporary and progress files removed, ``_SUCCESS`` written."""
+        for folder in self.folders:
+            _seal(folder)
+
+
+def main_output(path: str, schema: StructType, *, int96_timestamps: bool = False) -> SideOutput:
+    """The dataset of :func:`write_in_tasks`'s own output rows, as the first of a :class:`TaskWrites`'s
+    outputs (``schema``'s columns of every batch)."""
+    return SideOutput(path, schema, _whole_batch, int96_timestamps=int96_timestamps)
+
+
+def _whole_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
+    return batch
+
+
+def write_in_tasks(
+    frame: DataFrame,
+    transform: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]],
+    schema: StructType,
+    path: str,
+    tally: Callable[[pa.RecordBatch], Tally],
+    tally_names: Sequence[str],
+    sides: Sequence[SideOutput] = (),
+    *,
+    int96_timestamps: bool = False,
+) -> list[Tally]:
+    """Run ``transform`` over ``frame``'s partitions as ``mapInArrow`` would and write its output rows
+    (``schema``'s columns; others are tallied but not written) to the Parquet dataset ``path``, and each
+    of ``sides`` to its own, all of which must be :func:`supported`. Returns ``tally`` of every written
+    batch; nothing else reaches the JVM. ``int96_timestamps``: the main dataset's timestamps as Spark's own
+    writer stores them by default."""
+    from spark_apps.dlq_replay.arrow_compat import map_in_arrow
+
+    main = main_output(path, schema, int96_timestamps=int96_timestamps)
+    writes = TaskWrites(transform, [main, *sides], tally, tally_names)
+    rows = map_in_arrow(frame, writes.spark_task, writes.tally_schema()).collect()
+    writes.seal()
     return [tuple(row) for row in rows]

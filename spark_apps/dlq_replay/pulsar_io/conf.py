@@ -274,9 +274,9 @@ def _reset_lock_in_child() -> None:
 os.register_at_fork(after_in_child=_reset_lock_in_child)
 
 
-def _close_own_clients() -> None:
-    """At exit, close the clients this process opened: an unclosed client prints to stdout when
-    destroyed at interpreter shutdown (which would corrupt a driver's last stdout line)."""
+def close_own_clients() -> None:
+    """Close the clients this process opened (also run at exit: an unclosed client prints to stdout when
+    destroyed at interpreter shutdown, which would corrupt a driver's last stdout line)."""
     pid = os.getpid()
     for key in [k for k in _clients if k[0] == pid]:
         client = _clients.pop(key)
@@ -286,7 +286,7 @@ def _close_own_clients() -> None:
             client_logger().debug("closing the Pulsar client at exit failed: %s", type(exc).__name__)
 
 
-atexit.register(_close_own_clients)
+atexit.register(close_own_clients)
 
 
 def client_logger() -> logging.Logger:

@@ -495,13 +495,14 @@ _registered: weakref.WeakSet[SparkSession] = weakref.WeakSet()
 def read_in_tasks(spark: SparkSession, options: Mapping[str, str], mark_entries: bool = False) -> DataFrame:
     """The rows ``spark.read.format("pulsar").options(**options).load()`` gives, read by Spark tasks
     (:func:`read_tasks` as a ``mapInArrow``)."""
-    return map_in_arrow(*read_tasks(spark, options, mark_entries))
+    frame, read, schema, _ = read_tasks(spark, options, mark_entries)
+    return map_in_arrow(frame, read, schema)
 
 
 def read_tasks(
     spark: SparkSession, options: Mapping[str, str], mark_entries: bool = False
-) -> tuple[DataFrame, Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]], str]:
-    """The read of :func:`read_in_tasks` as ``(input frame, task function, output schema DDL)``.
+) -> tuple[DataFrame, Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]], str, int]:
+    """The read of :func:`read_in_tasks` as ``(input frame, task function, output schema DDL, tasks)``.
 
     The input partitions are planned here, in the driver, and each task of a ``mapInArrow`` over
     ``spark.range`` reads one of them with the same reader. Unlike the data source, nothing is
@@ -522,7 +523,7 @@ def read_tasks(
 
     # One id per Spark partition: task i reads input partition i.
     schema = SOURCE_SCHEMA + (f", {ENTRY_FIRST} boolean" if mark_entries else "")
-    return spark.range(len(parts), numPartitions=len(parts)), read, schema
+    return spark.range(len(parts), numPartitions=len(parts)), read, schema, len(parts)
 
 
 def register(spark: SparkSession) -> None:

@@ -145,7 +145,7 @@ def test_official_dead_letter_policy_then_replay_end_to_end(
     try:
         report = run_replay(spark, options)
     finally:
-        conf._close_own_clients()
+        conf.close_own_clients()
     totals = report["totals"]
     LOG.info("replay of the official client's DLQ: %s", totals)
     print(f"\nofficial DLQ policy -> replay: totals {json.dumps({k: v for k, v in totals.items() if v})}")

@@ -42,4 +42,4 @@ def _close_clients_after_module() -> Iterator[None]:
     yield
     from spark_apps.dlq_replay.pulsar_io import conf
 
-    conf._close_own_clients()
+    conf.close_own_clients()

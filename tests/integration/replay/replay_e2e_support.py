@@ -25,7 +25,7 @@ def close_driver_clients() -> None:
     """
     from spark_apps.dlq_replay.pulsar_io import conf
 
-    conf._close_own_clients()
+    conf.close_own_clients()
 
 
 _ORIGIN_IDS = itertools.count()

@@ -1,19 +1,21 @@
 """Smoke suite on the embedded pulsar-lite broker (the demo's zero-setup default).
 
 pulsar-lite has no admin REST and accepts acks only from the consumer that received a message, so the
-replay takes its Shared-consumer path there (snapshot, then a second read that acks). One mixed DLQ run
-proves that path end to end: dry-run changes nothing, replay republishes and acks exactly the final
-messages, the rest stays pending.
+replay takes its Shared-consumer path there (a snapshot whose consumers the held reads keep open for the
+commit's acks, or without them a second read that acks). One mixed DLQ run proves that path end to end:
+dry-run changes nothing, replay republishes and acks exactly the final messages, the rest stays pending.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from pyspark.sql import SparkSession
 from replay_e2e_support import (
     PLAYBOOK,
     MixedDlq,
@@ -80,11 +82,24 @@ def test_replay_on_the_embedded_broker(spark, lite_broker, lite_client, tmp_path
     assert pending_keys(lite_client, mixed) == sorted(mixed.keys(*PENDING))
 
 
-def test_batches_mixing_final_and_pending_messages(spark, lite_broker, lite_client, tmp_path):
-    """Two messages an entry, so entries are whole (both final), partial or pending: the commit acks each
-    final message from the consumer that receives it, whole entries without looking an id up; a batch
-    holding a pending message stays in the backlog whole (no batch-index acks), and the next run
-    republishes nothing again."""
+@pytest.fixture(params=[True, False], ids=["held-reads", "commit-reads-again"])
+def held_reads(request: pytest.FixtureRequest, spark: SparkSession) -> Iterator[bool]:
+    """Both consumer-mode commits: from the snapshot's held consumers, and (held reads turned off) by
+    reading the window again."""
+    from spark_apps.dlq_replay.held_reads import CONF_HELD_READS
+
+    spark.conf.set(CONF_HELD_READS, str(request.param).lower())
+    try:
+        yield request.param
+    finally:
+        spark.conf.unset(CONF_HELD_READS)
+
+
+def test_batches_mixing_final_and_pending_messages(spark, lite_broker, lite_client, tmp_path, held_reads):
+    """Two messages an entry, so entries are whole (both final), partial or pending: the commit acks the
+    whole entries (from the snapshot's own consumers with held reads: no DLQ message received twice); a
+    batch holding a pending message stays in the backlog whole (no batch-index acks), its final messages
+    counted, and the next run republishes nothing again."""
     mixed = build_mixed_dlq(lite_client, per_kind=3, batch=2)
     out = tmp_path / "out"
 
@@ -94,11 +109,16 @@ def test_batches_mixing_final_and_pending_messages(spark, lite_broker, lite_clie
     report = run_replay(spark, options("lite-batched-1"))
     assert report["status"] == "succeeded"
     final, pending = set(mixed.keys(*FINAL)), set(mixed.keys(*PENDING))
-    assert report["totals"]["acked"] == len(final)
-    assert report["commit"]["unacked_final"] == 0
+    commit = report["commit"]
+    assert report["totals"]["acked"] + commit["final_in_partial_entries"] == len(final)
+    assert commit["unacked_final"] == 0
+    assert commit["reads_per_message"] == (1.0 if held_reads else 2.0)
     state = json.loads((out / "runs" / "lite-batched-1" / "state.json").read_text())
-    in_whole = state["steps"]["commit"]["final_in_whole_entries"]
+    steps = state["steps"]
+    assert steps["snapshot"]["held_reads"] is steps["commit"]["acked_from_held_reads"] is held_reads
+    in_whole = steps["commit"]["final_in_whole_entries"]
     assert 0 < in_whole < len(final)  # some entries whole, the others holding a pending message
+    assert report["totals"]["acked"] == in_whole
     left = drain(lite_client, [mixed.dlq_a, mixed.dlq_b], "dlq-replayer")
     by_entry: dict[tuple[str, int, int], set[str]] = {}
     for m in left:
@@ -113,4 +133,48 @@ def test_batches_mixing_final_and_pending_messages(spark, lite_broker, lite_clie
     assert again["status"] == "succeeded"
     again_replayed = drain(lite_client, mixed.orders, "verify-lite-batched")  # drains never ack: once each
     assert sorted(m.partition_key() for m in again_replayed) == sorted(mixed.keys(oc.REPUBLISHED))
-    assert again["totals"]["acked"] == sum(len(keys & final) for keys in by_entry.values())
+    # The batches left each still hold a pending message: nothing acked, their final messages counted.
+    assert again["totals"]["acked"] == 0
+    assert again["commit"]["final_in_partial_entries"] == sum(len(keys & final) for keys in by_entry.values())
+    still = drain(lite_client, [mixed.dlq_a, mixed.dlq_b], "dlq-replayer")
+    assert sorted(m.partition_key() for m in still) == sorted(m.partition_key() for m in left)
+
+
+def held_read_processes() -> list[Any]:
+    import psutil
+
+    mine = psutil.Process().children(recursive=True)
+    return [p for p in mine if "spark_apps.dlq_replay.held_reads" in " ".join(p.cmdline())]
+
+
+def test_a_run_stopped_between_snapshot_and_commit_leaves_everything_pending(
+    spark, lite_broker, lite_client, tmp_path, monkeypatch
+):
+    """The held reads keep the snapshot's consumers until the commit. A run that fails after apply (the
+    record step raises here) ends them, acking nothing: every message is pending again, and the resumed
+    run (same run id) acks exactly the final ones by reading the window again, republishing nothing twice
+    (the ledger and the saved send results)."""
+    from spark_apps.dlq_replay import runner
+
+    mixed = build_mixed_dlq(lite_client, per_kind=2)
+    out = tmp_path / "out"
+    record = runner._record
+
+    def broken_record(*args: Any, **kwargs: Any) -> None:
+        assert len(held_read_processes()) == 2  # the consumers are held through decide and apply
+        raise RuntimeError("the ledger's disk is full")
+
+    monkeypatch.setattr(runner, "_record", broken_record)
+    with pytest.raises(RuntimeError, match="disk is full"):
+        run_replay(spark, replay_options(lite_broker, mixed, out, "lite-stopped", oc.REPLAY))
+    assert held_read_processes() == []
+    assert pending_keys(lite_client, mixed) == sorted(mixed.expected)  # nothing acked, nothing lost
+
+    monkeypatch.setattr(runner, "_record", record)
+    report = run_replay(spark, replay_options(lite_broker, mixed, out, "lite-stopped", oc.REPLAY))
+    assert report["status"] == "succeeded"
+    assert report["totals"]["acked"] == len(mixed.keys(*FINAL))
+    assert report["commit"]["reads_per_message"] == 2.0  # the resumed commit read the window again
+    assert pending_keys(lite_client, mixed) == sorted(mixed.keys(*PENDING))
+    replayed = drain(lite_client, mixed.orders, "verify-lite-stopped")
+    assert sorted(m.partition_key() for m in replayed) == sorted(mixed.keys(oc.REPUBLISHED))

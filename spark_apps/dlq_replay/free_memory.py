@@ -1,0 +1,31 @@
+"""Hand the memory a long-lived process freed back to the system.
+
+A run's driver and its held-read processes (:mod:`~spark_apps.dlq_replay.held_reads`) live from the
+first step to the last, and what one step frees stays resident unless given back: Arrow's pool keeps its
+pages, Python's collector has not run, and the C heap keeps freed pages below its top. On pulsar-lite at
+1M messages the driver's decide marks left about 50 MiB resident through the apply step, and each
+held-read process about 20 MiB after its reads, all counted in the run's peak memory.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import gc
+
+
+def return_free_memory() -> None:
+    """Release Arrow's unused pool memory, collect Python's garbage, then ``malloc_trim(0)`` (glibc; a
+    no-op where the C library lacks it)."""
+    import pyarrow as pa
+
+    pa.default_memory_pool().release_unused()
+    gc.collect()
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name) if name else None
+    except OSError:
+        return
+    trim = getattr(libc, "malloc_trim", None)
+    if trim is not None:
+        trim(0)
