@@ -78,14 +78,14 @@ class HeldReads:
         self._processes = processes
 
     @classmethod
-    def start(cls, writes: TaskWrites, tasks: int, processes: int, threads: int = 1) -> HeldReads:
+    def start(cls, writes: TaskWrites, tasks: int, processes: int) -> HeldReads:
         """Run read tasks ``0 .. tasks-1`` of ``writes`` in up to ``processes`` processes (task ``i`` in
-        process ``i % processes``), each running ``threads`` of its tasks at a time."""
+        process ``i % processes``, one task after another: threads of one process lose to its GIL)."""
         count = max(1, min(tasks, processes))
         holders: list[_Holder] = []
         try:
             for slot in range(count):
-                holders.append(_Holder(writes, list(range(slot, tasks, count)), threads))
+                holders.append(_Holder(writes, list(range(slot, tasks, count))))
         except BaseException:
             cls(holders).release()
             raise
@@ -142,7 +142,7 @@ class HeldReads:
 class _Holder:
     """One process of :class:`HeldReads`."""
 
-    def __init__(self, writes: TaskWrites, indexes: list[int], threads: int) -> None:
+    def __init__(self, writes: TaskWrites, indexes: list[int]) -> None:
         from pyspark import cloudpickle
 
         env = dict(os.environ)
@@ -156,7 +156,7 @@ class _Holder:
             env=env,
         )
         assert self.process.stdin is not None
-        job = cloudpickle.dumps((writes, indexes, threads))
+        job = cloudpickle.dumps((writes, indexes))
         try:
             _write_frame(self.process.stdin, job)
         except OSError as exc:
@@ -256,20 +256,15 @@ def _read_frame(source: IO[bytes]) -> bytes | None:
     return payload
 
 
-def _run_tasks(writes: TaskWrites, indexes: list[int], threads: int) -> list[list[int | None]]:
-    """Run the read tasks ``indexes``, ``threads`` at a time; their tally rows, in task order."""
-    from concurrent.futures import ThreadPoolExecutor
+def _run_tasks(writes: TaskWrites, indexes: list[int]) -> list[list[int | None]]:
+    """Run the read tasks ``indexes`` one after another; their tally rows, in task order."""
+    import pyarrow as pa
 
-    def task(index: int) -> list[list[int | None]]:
-        import pyarrow as pa
-
+    rows: list[list[int | None]] = []
+    for index in indexes:
         ids = pa.record_batch([pa.array([index], pa.int64())], names=["id"])
-        return [list(row.values()) for row in writes.run(iter([ids]), index, 0).to_pylist()]
-
-    if threads <= 1 or len(indexes) <= 1:
-        return [row for index in indexes for row in task(index)]
-    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="held-read") as pool:
-        return [row for rows in pool.map(task, indexes) for row in rows]
+        rows += [list(row.values()) for row in writes.run(iter([ids]), index, 0).to_pylist()]
+    return rows
 
 
 def _answer(hold: Any, request: bytes) -> dict[str, Any]:
@@ -302,6 +297,7 @@ def _ack(hold: Any, payload: bytes) -> int:
 def main() -> int:
     """The process: run the read tasks it is sent, hold their consumers, ack what the commit sends."""
     from spark_apps.dlq_replay.free_memory import return_free_memory
+    from spark_apps.dlq_replay.pulsar_io.conf import CLIENT_LOGGER_NAME
     from spark_apps.dlq_replay.pulsar_io.window_consumer import hold_reads
 
     answers = os.fdopen(os.dup(1), "w")  # the protocol; everything printed goes to standard error
@@ -309,6 +305,7 @@ def main() -> int:
     logging.basicConfig(
         level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    logging.getLogger(CLIENT_LOGGER_NAME).setLevel(logging.WARNING)  # as the driver's (cli)
     source = sys.stdin.buffer
     hold = hold_reads()
     try:
@@ -317,9 +314,9 @@ def main() -> int:
             return 0
         import pickle
 
-        writes, indexes, threads = pickle.loads(job)  # sent by the run's own driver, over a pipe
+        writes, indexes = pickle.loads(job)  # sent by the run's own driver, over a pipe
         try:
-            rows = _run_tasks(writes, indexes, threads)
+            rows = _run_tasks(writes, indexes)
         except Exception as exc:  # reported to the driver, which stops the run
             log.exception("held read tasks %s failed", indexes)
             answers.write(json.dumps({"error": f"{type(exc).__name__}: {exc}"}) + "\n")
