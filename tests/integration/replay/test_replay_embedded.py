@@ -112,7 +112,10 @@ def test_batches_mixing_final_and_pending_messages(spark, lite_broker, lite_clie
     commit = report["commit"]
     assert report["totals"]["acked"] + commit["final_in_partial_entries"] == len(final)
     assert commit["unacked_final"] == 0
-    assert commit["reads_per_message"] == (1.0 if held_reads else 2.0)
+    if held_reads:
+        assert commit["reads_per_message"] == 1.0
+    else:
+        assert commit["reads_per_message"] >= 2.0  # the window read again (a stall can add repeats)
     state = json.loads((out / "runs" / "lite-batched-1" / "state.json").read_text())
     steps = state["steps"]
     assert steps["snapshot"]["held_reads"] is steps["commit"]["acked_from_held_reads"] is held_reads
@@ -159,22 +162,27 @@ def test_a_run_stopped_between_snapshot_and_commit_leaves_everything_pending(
     mixed = build_mixed_dlq(lite_client, per_kind=2)
     out = tmp_path / "out"
     record = runner._record
+    earlier = {p.pid for p in held_read_processes()}
+    held: list[Any] = []
 
     def broken_record(*args: Any, **kwargs: Any) -> None:
-        assert len(held_read_processes()) == 2  # the consumers are held through decide and apply
+        held.extend(p for p in held_read_processes() if p.pid not in earlier)
         raise RuntimeError("the ledger's disk is full")
 
     monkeypatch.setattr(runner, "_record", broken_record)
     with pytest.raises(RuntimeError, match="disk is full"):
         run_replay(spark, replay_options(lite_broker, mixed, out, "lite-stopped", oc.REPLAY))
-    assert held_read_processes() == []
+    assert len(held) == 2  # the consumers were held through decide and apply, one process per core ...
+    assert not any(p.is_running() and p.status() != "zombie" for p in held)  # ... and ended with the run
     assert pending_keys(lite_client, mixed) == sorted(mixed.expected)  # nothing acked, nothing lost
 
     monkeypatch.setattr(runner, "_record", record)
     report = run_replay(spark, replay_options(lite_broker, mixed, out, "lite-stopped", oc.REPLAY))
     assert report["status"] == "succeeded"
     assert report["totals"]["acked"] == len(mixed.keys(*FINAL))
-    assert report["commit"]["reads_per_message"] == 2.0  # the resumed commit read the window again
+    assert report["commit"]["reads_per_message"] >= 2.0  # the resumed commit read the window again
+    state = json.loads((out / "runs" / "lite-stopped" / "state.json").read_text())
+    assert state["steps"]["commit"]["acked_from_held_reads"] is False
     assert pending_keys(lite_client, mixed) == sorted(mixed.keys(*PENDING))
     replayed = drain(lite_client, mixed.orders, "verify-lite-stopped")
     assert sorted(m.partition_key() for m in replayed) == sorted(mixed.keys(oc.REPUBLISHED))
