@@ -305,10 +305,7 @@ def _snapshot(run: _Run, windows: list[PartitionWindow]) -> DataFrame:
                 run.held = HeldReads.start(writes, tasks, run.buckets)
                 tallies = run.held.tallies()
             else:
-                tallies = [
-                    tuple(row)
-                    for row in map_in_arrow(frame, writes.spark_task, writes.tally_schema()).collect()
-                ]
+                tallies = writes.in_spark(frame)
             writes.seal()
             stats = {"n": sum(t[0] or 0 for t in tallies), "entries": sum(t[1] or 0 for t in tallies)}
             by_tasks = True

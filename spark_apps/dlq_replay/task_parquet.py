@@ -368,8 +368,12 @@ class TaskWrites:
         partition, attempt = (context.partitionId(), context.attemptNumber()) if context else (0, 0)
         yield self.run(batches, partition, attempt)
 
-    def tally_schema(self) -> str:
-        return ", ".join(f"{name} long" for name in self.names)
+    def in_spark(self, frame: DataFrame) -> list[Tally]:
+        """Run the tasks as a ``mapInArrow`` over ``frame``'s partitions; their tallies."""
+        from spark_apps.dlq_replay.arrow_compat import map_in_arrow
+
+        schema = ", ".join(f"{name} long" for name in self.names)
+        return [tuple(row) for row in map_in_arrow(frame, self.spark_task, schema).collect()]
 
     def seal(self) -> None:
         """End the job: leftover temporary and progress files removed, ``_SUCCESS`` written."""
@@ -403,10 +407,8 @@ def write_in_tasks(
     of ``sides`` to its own, all of which must be :func:`supported`. Returns ``tally`` of every written
     batch; nothing else reaches the JVM. ``int96_timestamps``: the main dataset's timestamps as Spark's own
     writer stores them by default."""
-    from spark_apps.dlq_replay.arrow_compat import map_in_arrow
-
     main = main_output(path, schema, int96_timestamps=int96_timestamps)
     writes = TaskWrites(transform, [main, *sides], tally, tally_names)
-    rows = map_in_arrow(frame, writes.spark_task, writes.tally_schema()).collect()
+    tallies = writes.in_spark(frame)
     writes.seal()
-    return [tuple(row) for row in rows]
+    return tallies
