@@ -105,6 +105,10 @@ class _Columns(dict[str, list[Any]]):
         """Row ``i``'s error context as a dict."""
         return {name: self[name][i] for name, _ in CONTEXT_COLUMNS}
 
+    def field(self, name: str, i: int) -> Any:
+        """Row ``i``'s value of column ``name``."""
+        return self[name][i]
+
     def __missing__(self, name: str) -> list[Any]:
         values: list[Any] = self.array(name).to_pylist()
         self[name] = values
@@ -519,28 +523,13 @@ def _decide_republish(
 
 
 def _fix_records(cols: _Columns, indices: list[int]) -> list[FixRecord]:
-    """Rows ``indices`` as the records a fix receives, in order (their properties and context are made
-    only for a fix that reads them)."""
+    """Rows ``indices`` as the records a fix receives, in order (their other fields are looked up only
+    by a fix that reads them)."""
     from spark_apps.dlq_replay.fixes import FixRecord
 
-    payloads, keys, ordering_keys = cols["value"], cols["key"], cols["ordering_key"]
-    event_times, signatures = cols["event_time"], cols["signature"]
-    dlq_topics, dlq_ids = cols["dlq_topic"], cols["dlq_message_id"]
+    payloads = cols["value"]
     lazy = FixRecord.lazy
-    return [
-        lazy(
-            cols,
-            i,
-            payloads[i] or b"",
-            keys[i],
-            ordering_keys[i],
-            event_times[i],
-            signatures[i],
-            dlq_topics[i],
-            dlq_ids[i],
-        )
-        for i in indices
-    ]
+    return [lazy(cols, i, payloads[i] or b"") for i in indices]
 
 
 def decide(

@@ -53,13 +53,37 @@ class RecordSource(Protocol):
 
     def context(self, i: int) -> dict[str, Any]: ...
 
+    def field(self, name: str, i: int) -> Any:
+        """Row ``i``'s value of column ``name`` (``key``, ``event_time``, ``signature``, ...)."""
+        ...
+
+
+#: A lazy record's field not looked up yet.
+_UNSET: Any = object()
+
+
+def _lazy_field(name: str, doc: str) -> Any:
+    """A read-only :class:`FixRecord` attribute kept in ``_<name>``; a lazy record's is its source's
+    column ``name`` at the record's row, looked up on first use."""
+    slot = f"_{name}"
+
+    def get(self: FixRecord) -> Any:
+        value = getattr(self, slot)
+        if value is _UNSET:
+            assert self._source is not None
+            value = self._source.field(name, self._index)
+            setattr(self, slot, value)
+        return value
+
+    return property(get, doc=doc)
+
 
 class FixRecord:
     """One DLQ message as a fix sees it (read-only).
 
     ``payload`` (bytes), ``key``, ``ordering_key``, ``properties`` (a copy: bookkeeping keys included),
     ``event_time``, ``context`` (the error context dict), ``signature``, ``dlq_topic`` and
-    ``dlq_message_id``. A record made by :meth:`lazy` builds ``properties`` and ``context`` on first use:
+    ``dlq_message_id``. A record made by :meth:`lazy` looks up everything but the payload on first use:
     most fixes read the payload alone.
     """
 
@@ -104,29 +128,18 @@ class FixRecord:
         self._index = index
 
     @classmethod
-    def lazy(
-        cls,
-        source: RecordSource,
-        index: int,
-        payload: bytes,
-        key: str | None,
-        ordering_key: str | None,
-        event_time: datetime | None,
-        signature: str,
-        dlq_topic: str,
-        dlq_message_id: str,
-    ) -> FixRecord:
-        """A record whose ``properties`` and ``context`` are ``source``'s row ``index``, made on first use."""
-        return cls(payload, key, ordering_key, None, event_time, None, signature, dlq_topic, dlq_message_id,
-                   source, index)  # fmt: skip
+    def lazy(cls, source: RecordSource, index: int, payload: bytes) -> FixRecord:
+        """A record of ``source``'s row ``index``: every field but the payload is looked up there on first
+        use (most fixes read the payload alone; an event time costs microseconds to make)."""
+        return cls(payload, _UNSET, _UNSET, None, _UNSET, None, _UNSET, _UNSET, _UNSET, source, index)
 
     payload = property(attrgetter("_payload"), doc="The message payload (bytes).")
-    key = property(attrgetter("_key"), doc="The message key, or ``None``.")
-    ordering_key = property(attrgetter("_ordering_key"), doc="The ordering key, or ``None``.")
-    event_time = property(attrgetter("_event_time"), doc="The event time, or ``None``.")
-    signature = property(attrgetter("_signature"), doc="The error signature of the message's group.")
-    dlq_topic = property(attrgetter("_dlq_topic"), doc="The DLQ topic the message was read from.")
-    dlq_message_id = property(attrgetter("_dlq_message_id"), doc="Its message id in that topic.")
+    key = _lazy_field("key", "The message key, or ``None``.")
+    ordering_key = _lazy_field("ordering_key", "The ordering key, or ``None``.")
+    event_time = _lazy_field("event_time", "The event time, or ``None``.")
+    signature = _lazy_field("signature", "The error signature of the message's group.")
+    dlq_topic = _lazy_field("dlq_topic", "The DLQ topic the message was read from.")
+    dlq_message_id = _lazy_field("dlq_message_id", "Its message id in that topic.")
 
     @property
     def properties(self) -> dict[str, str]:
@@ -147,8 +160,8 @@ class FixRecord:
         return found
 
     def __repr__(self) -> str:  # never the payload: records may reach logs
-        where = f"dlq_topic={self._dlq_topic!r}, dlq_message_id={self._dlq_message_id!r}"
-        return f"FixRecord({where}, signature={self._signature!r})"
+        where = f"dlq_topic={self.dlq_topic!r}, dlq_message_id={self.dlq_message_id!r}"
+        return f"FixRecord({where}, signature={self.signature!r})"
 
     def json(self) -> Any:
         """The payload parsed as UTF-8 JSON; raises :class:`MalformedRecord` if it is not."""
@@ -276,6 +289,8 @@ def _as_properties(properties: Any) -> dict[str, str] | None:
 
 def to_outcome(result: Any, record: FixRecord) -> FixOutcome:
     """Convert what a fix returned (or raised) into a :class:`FixOutcome`."""
+    if type(result) is bytes and len(result) <= MAX_FIX_PAYLOAD_BYTES:  # the common case, checked first
+        return FixOutcome(True, result)
     if isinstance(result, BaseException):
         return _error_outcome(result)
     try:

@@ -390,8 +390,10 @@ def _decide(run: _Run, snapshot: DataFrame, planned_at: datetime) -> DataFrame:
     from spark_apps.dlq_replay.decide import DecideSettings, decide_tasks
     from spark_apps.dlq_replay.free_memory import return_free_memory
     from spark_apps.dlq_replay.ledger import final_ids, read_ledger
+    from spark_apps.dlq_replay.options import DEFAULT_WAVE_SIZE
     from spark_apps.dlq_replay.schemas import DECIDED_SCHEMA
     from spark_apps.dlq_replay.scope import Filters
+    from spark_apps.dlq_replay.task_sends import wave_blocks
 
     opts = run.options
     if run.step("decide"):
@@ -436,7 +438,14 @@ def _decide(run: _Run, snapshot: DataFrame, planned_at: datetime) -> DataFrame:
             sides = [staged_output(run.paths.archive_staged, planned_at)] if staged else []
             run.progress.count_files(run.paths.decisions)
             tallies = task_parquet.write_in_tasks(
-                frame, decide_task, DECIDED_SCHEMA, run.paths.decisions, _sending_tally, ("n", "last"), sides
+                frame,
+                decide_task,
+                DECIDED_SCHEMA,
+                run.paths.decisions,
+                _sending_tally,
+                ("n", "last"),
+                sides,
+                row_groups_by=wave_blocks(opts.wave_size or DEFAULT_WAVE_SIZE),  # each wave's own row groups
             )
             lasts = [t[1] for t in tallies if t[1] is not None]
             stats = {"n": sum(t[0] or 0 for t in tallies), "last": max(lasts, default=None)}

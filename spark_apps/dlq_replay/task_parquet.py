@@ -51,6 +51,9 @@ if TYPE_CHECKING:
 #: Buffered output per task before it is written as one row group (Spark's writer uses 128 MiB; the
 #: Python workers' memory counts toward the run's peak, so less here).
 ROW_GROUP_BYTES = 8 * 1024 * 1024
+#: With a row group key (:class:`SideOutput`), a row group ends where the key changes once it holds
+#: this much; rows whose keys alternate faster still make row groups of at least this size.
+KEYED_GROUP_MIN_BYTES = 1024 * 1024
 _TEMP_PREFIX = "_tmp-"
 SUCCESS = "_SUCCESS"
 _PROGRESS_PREFIX = "_progress-"
@@ -100,11 +103,20 @@ class TaskFile:
     :meth:`commit` (see the module docstring)."""
 
     def __init__(
-        self, folder: str, partition: int, attempt: int, schema: pa.Schema, *, int96_timestamps: bool = False
+        self,
+        folder: str,
+        partition: int,
+        attempt: int,
+        schema: pa.Schema,
+        *,
+        int96_timestamps: bool = False,
+        group_key: Callable[[pa.RecordBatch], pa.Array] | None = None,
     ) -> None:
         import pyarrow.parquet as pq
 
         self.schema = schema
+        self.group_key = group_key
+        self._last_key: object = None
         self.final = part_file(folder, partition)
         temp = f"{_TEMP_PREFIX}{partition:05d}-{attempt}-{uuid.uuid4().hex}.parquet"
         self.temp = os.path.join(folder, temp)
@@ -116,17 +128,52 @@ class TaskFile:
             use_deprecated_int96_timestamps=int96_timestamps,
         )
         self._pending: list[pa.RecordBatch] = []
-        self._pending_bytes = 0
+        self._pending_bytes = 0.0
 
     def write(self, batch: pa.RecordBatch) -> None:
         """Add ``batch`` (its columns in :attr:`schema`'s order; extra columns are left out)."""
-        if batch.num_rows == 0:
+        n = batch.num_rows
+        if n == 0:
             return
+        cuts = self._key_changes(self.group_key(batch)) if self.group_key is not None else []
         batch = batch.select(self.schema.names)
+        if not cuts:
+            self._add(batch, batch.nbytes)
+            return
+        row_bytes = batch.nbytes / n
+        start = 0
+        for cut in cuts:
+            if self._pending_bytes + (cut - start) * row_bytes >= KEYED_GROUP_MIN_BYTES:
+                if cut > start:
+                    self._add(batch.slice(start, cut - start), (cut - start) * row_bytes)
+                self._flush()
+                start = cut
+        if start < n:
+            self._add(batch.slice(start), (n - start) * row_bytes)
+
+    def _add(self, batch: pa.RecordBatch, size: float) -> None:
         self._pending.append(batch)
-        self._pending_bytes += batch.nbytes
+        self._pending_bytes += size
         if self._pending_bytes >= ROW_GROUP_BYTES:
             self._flush()
+
+    def _key_changes(self, keys: pa.Array) -> list[int]:
+        """The rows where the row group key changes (a null key is the row before's), this batch's
+        first row included when it differs from the last written row's."""
+        import pyarrow.compute as pc
+
+        keys = pc.fill_null_forward(keys)
+        valid = keys.is_valid()
+        if not valid.true_count:
+            return []
+        first = pc.index(valid, True).as_py()  # rows before it continue the last written key
+        cuts = [first] if self._last_key is not None and keys[first].as_py() != self._last_key else []
+        tail = keys.slice(first)
+        if len(tail) > 1:
+            changed = pc.not_equal(tail.slice(1), tail.slice(0, len(tail) - 1))
+            cuts += [first + 1 + i for i in pc.indices_nonzero(changed).to_pylist()]
+        self._last_key = keys[len(keys) - 1].as_py()
+        return cuts
 
     def _flush(self) -> None:
         import pyarrow as pa
@@ -134,7 +181,7 @@ class TaskFile:
         if self._pending:
             table = pa.Table.from_batches(self._pending, self.schema)
             self._writer.write_table(table, row_group_size=table.num_rows)
-            self._pending, self._pending_bytes = [], 0
+            self._pending, self._pending_bytes = [], 0.0
 
     def commit(self) -> None:
         """Write what is buffered, close the file and move it to its final name."""
@@ -170,13 +217,17 @@ class SideOutput:
     """A second dataset the tasks of :func:`write_in_tasks` write at ``path``: ``rows`` of every output
     batch, with ``schema``'s columns. With ``partition_by`` (a string column of ``rows`` that is not in
     ``schema``), each task writes one file per value of that column, in :func:`partition_folder`.
-    ``int96_timestamps`` stores timestamps as Spark's own writer does by default."""
+    ``int96_timestamps`` stores timestamps as Spark's own writer does by default. ``row_groups_by``: a
+    key of each of ``rows``' rows (an array; null = the row before's key); a row group then ends where
+    the key changes, once it holds :data:`KEYED_GROUP_MIN_BYTES`, so a reader that wants one key's
+    rows skips the other row groups by their statistics."""
 
     path: str
     schema: StructType
     rows: Callable[[pa.RecordBatch], pa.RecordBatch]
     partition_by: str | None = None
     int96_timestamps: bool = False
+    row_groups_by: Callable[[pa.RecordBatch], pa.Array] | None = None
 
 
 class PartitionedTaskFiles:
@@ -222,9 +273,9 @@ def _open(
     output: SideOutput, folder: str, schema: pa.Schema, partition: int, attempt: int
 ) -> TaskFile | PartitionedTaskFiles:
     """Task ``partition``'s file (or files, one per value of ``partition_by``) of ``output``."""
-    int96, column = output.int96_timestamps, output.partition_by
+    int96, column, key = output.int96_timestamps, output.partition_by, output.row_groups_by
     if column is None:
-        return TaskFile(folder, partition, attempt, schema, int96_timestamps=int96)
+        return TaskFile(folder, partition, attempt, schema, int96_timestamps=int96, group_key=key)
     return PartitionedTaskFiles(folder, column, partition, attempt, schema, int96)
 
 
@@ -381,10 +432,18 @@ class TaskWrites:
             _seal(folder)
 
 
-def main_output(path: str, schema: StructType, *, int96_timestamps: bool = False) -> SideOutput:
+def main_output(
+    path: str,
+    schema: StructType,
+    *,
+    int96_timestamps: bool = False,
+    row_groups_by: Callable[[pa.RecordBatch], pa.Array] | None = None,
+) -> SideOutput:
     """The dataset of :func:`write_in_tasks`'s own output rows, as the first of a :class:`TaskWrites`'s
-    outputs (``schema``'s columns of every batch)."""
-    return SideOutput(path, schema, _whole_batch, int96_timestamps=int96_timestamps)
+    outputs (``schema``'s columns of every batch; ``row_groups_by`` as in :class:`SideOutput`)."""
+    return SideOutput(
+        path, schema, _whole_batch, int96_timestamps=int96_timestamps, row_groups_by=row_groups_by
+    )
 
 
 def _whole_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -401,13 +460,14 @@ def write_in_tasks(
     sides: Sequence[SideOutput] = (),
     *,
     int96_timestamps: bool = False,
+    row_groups_by: Callable[[pa.RecordBatch], pa.Array] | None = None,
 ) -> list[Tally]:
     """Run ``transform`` over ``frame``'s partitions as ``mapInArrow`` would and write its output rows
     (``schema``'s columns; others are tallied but not written) to the Parquet dataset ``path``, and each
     of ``sides`` to its own, all of which must be :func:`supported`. Returns ``tally`` of every written
     batch; nothing else reaches the JVM. ``int96_timestamps``: the main dataset's timestamps as Spark's own
-    writer stores them by default."""
-    main = main_output(path, schema, int96_timestamps=int96_timestamps)
+    writer stores them by default; ``row_groups_by``: its row groups' key (:class:`SideOutput`)."""
+    main = main_output(path, schema, int96_timestamps=int96_timestamps, row_groups_by=row_groups_by)
     writes = TaskWrites(transform, [main, *sides], tally, tally_names)
     tallies = writes.in_spark(frame)
     writes.seal()

@@ -7,18 +7,22 @@ ProducerSequencer`). When those tasks write their decisions themselves
 that order: every producer's rows in one file, sequence ids ascending. So send task ``b`` reads its
 file with pyarrow, keeps the rows to republish of the wave's sequence range (row groups outside it are
 skipped by their statistics), and sends them in file order, which is each producer's sequence order.
+The decide tasks end a row group where a block of :data:`~spark_apps.dlq_replay.options.
+DEFAULT_WAVE_SIZE` sequence ids ends (:func:`wave_blocks`), so a wave decodes only its own row groups
+rather than, for each producer, a row group it shares with the waves before and after.
 Spark's own path (:func:`~spark_apps.dlq_replay.apply.send_rows`) gets the same order with a
 shuffle by producer and a sort, and with several waves a copy of the rows partitioned by wave.
 """
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING
 
 from spark_apps.dlq_replay import outcomes as oc
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -39,6 +43,18 @@ SEND_COLUMNS = {
     "out_properties": "properties",
 }
 _READ = [*SEND_COLUMNS, "outcome"]
+
+
+def wave_blocks(size: int) -> Callable[[pa.RecordBatch], pa.Array]:
+    """The row group key of the decisions (:class:`~spark_apps.dlq_replay.task_parquet.SideOutput`):
+    each row's block of ``size`` sequence ids (null for a row not sent)."""
+    return partial(_sequence_blocks, size=size)
+
+
+def _sequence_blocks(batch: pa.RecordBatch, size: int) -> pa.Array:
+    import pyarrow.compute as pc
+
+    return pc.divide(batch.column("sequence_id"), size)  # integer division: ids are never negative
 
 
 def wave_rows(path: str, lo: int, hi: int, batch_rows: int) -> Iterator[pa.RecordBatch]:

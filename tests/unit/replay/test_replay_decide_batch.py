@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from datetime import UTC, datetime
 
@@ -320,3 +321,39 @@ def test_rows_decided_once_per_group_get_each_rows_own_decision(fix_module):
         "REPLAY_COUNT property 'y' is not a non-negative integer",
     }
     assert together[14]["outcome_reason"] == "another copy (14)"
+
+
+def test_a_fix_sees_each_rows_own_fields(tmp_path, monkeypatch):
+    # The records' fields other than the payload are looked up in the batch on first use.
+    (tmp_path / "unit_fields_fix.py").write_text(
+        "import json\n"
+        "def echo(r):\n"
+        "    seen = [r.key, r.ordering_key, r.event_time and r.event_time.isoformat(), r.signature,\n"
+        "            r.dlq_topic, r.dlq_message_id, r.properties.get('tenant'), r.context['error_class']]\n"
+        "    return json.dumps(seen).encode()\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    playbook = parse_playbook(
+        "rules:\n  - name: echo\n    match: {error_class: E}\n    action: republish\n"
+        "    fix: unit_fields_fix:echo\n    fix_version: '1'\n"
+    )
+    rows = [(b"{}", ours("E", f"m{i}", tenant=f"t{i}")) for i in range(3)]
+    batch = snapshot_batch(rows)
+    later = datetime(2024, 5, 2, tzinfo=UTC)
+    batch = batch.set_column(
+        batch.schema.get_field_index("event_time"),
+        "event_time",
+        pa.array([None, later, None], batch.schema.field("event_time").type),
+    )
+    settings = DecideSettings(run_id="r", mode=oc.REPLAY, allowlist=TopicMatcher.parse(["orders"]))
+    try:
+        out = by_key(decide_batch(scoped(normalize_batch(batch)), playbook, settings))
+    finally:
+        sys.modules.pop("unit_fields_fix", None)
+    for i in range(3):
+        row = out[f"k{i}"]
+        assert row["outcome"] == oc.TO_REPUBLISH
+        key, ordering, event, signature, dlq, dlq_id, tenant, error_class = json.loads(row["out_value"])
+        assert (key, ordering, tenant, error_class) == (f"k{i}", None, f"t{i}", "E")
+        assert event == (later.isoformat() if i == 1 else None)
+        assert (signature, dlq, dlq_id) == (row["signature"], DLQ, row["dlq_message_id"])

@@ -57,15 +57,21 @@ class _Rows:
         self.asked.append(f"context {i}")
         return {"error_class": f"E{i}"}
 
+    def field(self, name: str, i: int) -> object:
+        self.asked.append(f"{name} {i}")
+        return {"key": "k", "signature": "sig", "dlq_message_id": "1:2:-1:-1"}.get(name)
 
-def test_a_lazy_record_makes_properties_and_context_on_first_use_only():
+
+def test_a_lazy_record_looks_up_all_but_the_payload_on_first_use_only():
     rows = _Rows()
-    record = FixRecord.lazy(rows, 3, b"{}", "k", None, None, "sig", "dlq", "1:2:-1:-1")
-    read = (record.payload, record.key, record.signature, record.dlq_message_id)
-    assert read == (b"{}", "k", "sig", "1:2:-1:-1")
-    assert rows.asked == []
+    record = FixRecord.lazy(rows, 3, b"{}")
     assert run_fix(lambda r: r.payload, [record])[0].ok
-    assert rows.asked == []  # a payload-only fix never builds them
+    assert rows.asked == []  # a payload-only fix never looks anything else up
+    read = (record.payload, record.key, record.signature, record.dlq_message_id, record.event_time)
+    assert read == (b"{}", "k", "sig", "1:2:-1:-1", None)
+    assert (record.key, record.event_time) == ("k", None)  # looked up once each, None included
+    assert rows.asked == ["key 3", "signature 3", "dlq_message_id 3", "event_time 3"]
+    rows.asked.clear()
     mine = record.properties
     mine["added"] = "by the fix"  # a copy of its own, kept for later reads of the same record
     assert record.properties == {"row": "3", "added": "by the fix"}

@@ -118,3 +118,66 @@ def test_sending_targets_are_the_targets_of_rows_to_republish_only(tmp_path):
     pq.write_table(table, part_file(str(tmp_path), 0), row_group_size=7)
     pq.write_table(refused, part_file(str(tmp_path), 1))
     assert sending_targets(str(tmp_path)) == {"persistent://t/n/t0", "persistent://t/n/t1"}
+
+
+def _blocked_decisions(per_producer: int) -> pa.Table:
+    """Two producers one after the other, as a decide task writes a bucket whose DLQ topics each have
+    their own origin: ids 0, 1, 2 ... per producer, and an archived row (no id) after every 4th."""
+    table = _decisions(1)
+    columns: dict[str, list] = {name: [] for name in table.column_names}
+    for p, producer in enumerate(PRODUCERS):
+        for seq in range(per_producer):
+            rows = [(producer, seq, oc.TO_REPUBLISH)] + ([(None, None, oc.ARCHIVED)] if seq % 4 == 3 else [])
+            for name, sequence_id, outcome in rows:
+                row = table.slice(0, 1).to_pylist()[0]
+                row.update(replay_producer=name, sequence_id=sequence_id, outcome=outcome)
+                row["replay_id"] = f"r{p}-{seq}-{outcome}"
+                for column, value in row.items():
+                    columns[column].append(value)
+    return pa.table(columns, schema=table.schema)
+
+
+def test_decisions_keyed_by_wave_blocks_give_each_wave_its_own_row_groups(tmp_path, monkeypatch):
+    from spark_apps.dlq_replay import task_parquet
+    from spark_apps.dlq_replay.task_sends import wave_blocks
+
+    monkeypatch.setattr(task_parquet, "KEYED_GROUP_MIN_BYTES", 1)  # test rows are tiny
+    table = _blocked_decisions(60)
+    schema = table.schema
+    out = task_parquet.TaskFile(str(tmp_path), 1, 0, schema, group_key=wave_blocks(20))
+    for batch in table.to_batches(max_chunksize=7):  # blocks end inside batches and between them
+        out.write(batch)
+    out.commit()
+    meta = pq.ParquetFile(part_file(str(tmp_path), 1)).metadata
+    assert meta.num_rows == table.num_rows
+    leaf = [meta.schema.column(i).path for i in range(meta.num_columns)].index("sequence_id")
+    blocks = []
+    for group in range(meta.num_row_groups):
+        stats = meta.row_group(group).column(leaf).statistics
+        blocks.append((stats.min // 20, stats.max // 20))
+    assert all(low == high for low, high in blocks)  # no row group spans two blocks of 20 ids
+    # Each producer's ids 0-59 in blocks 0, 1, 2; the archived rows ride with the ids before them.
+    assert blocks == [(0, 0), (1, 1), (2, 2)] * 2
+    # A wave reads only its row groups: 2 of 6 for the second wave, and its rows are all there.
+    path = part_file(str(tmp_path), 1)
+    assert _row_groups(meta, 20, 40) == [1, 4]
+    rows = pa.Table.from_batches(list(wave_rows(path, 20, 40, 1000)))
+    assert sorted(rows.column("sequence_id").to_pylist()) == sorted([*range(20, 40)] * 2)
+
+
+def test_row_groups_keep_a_minimum_size_when_the_key_changes_on_every_row(tmp_path, monkeypatch):
+    from spark_apps.dlq_replay import task_parquet
+    from spark_apps.dlq_replay.task_sends import wave_blocks
+
+    table = _decisions(400)  # two producers alternating: the block changes between neighbours later on
+    row_bytes = table.nbytes / table.num_rows
+    monkeypatch.setattr(task_parquet, "KEYED_GROUP_MIN_BYTES", int(row_bytes * 100))
+    out = task_parquet.TaskFile(str(tmp_path), 1, 0, table.schema, group_key=wave_blocks(1))
+    for batch in table.to_batches(max_chunksize=50):
+        out.write(batch)
+    out.commit()
+    meta = pq.ParquetFile(part_file(str(tmp_path), 1)).metadata
+    assert meta.num_rows == 400
+    sizes = [meta.row_group(g).num_rows for g in range(meta.num_row_groups)]
+    assert all(size >= 100 for size in sizes[:-1])
+    assert len(sizes) <= 4
