@@ -149,7 +149,12 @@ class TaskFile:
                 self._flush()
                 start = cut
         if start < n:
-            self._add(batch.slice(start), (n - start) * row_bytes)
+            rest = batch.slice(start)
+            if start:  # the rows left pending as a copy: the whole batch is not held until they are written
+                import pyarrow as pa
+
+                rest = rest.take(pa.array(range(n - start), pa.int32()))
+            self._add(rest, (n - start) * row_bytes)
 
     def _add(self, batch: pa.RecordBatch, size: float) -> None:
         self._pending.append(batch)

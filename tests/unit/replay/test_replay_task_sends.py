@@ -181,3 +181,20 @@ def test_row_groups_keep_a_minimum_size_when_the_key_changes_on_every_row(tmp_pa
     sizes = [meta.row_group(g).num_rows for g in range(meta.num_row_groups)]
     assert all(size >= 100 for size in sizes[:-1])
     assert len(sizes) <= 4
+
+
+def test_rows_left_pending_after_a_row_group_ends_do_not_hold_their_whole_batch(tmp_path, monkeypatch):
+    from spark_apps.dlq_replay import task_parquet
+    from spark_apps.dlq_replay.task_sends import wave_blocks
+
+    monkeypatch.setattr(task_parquet, "KEYED_GROUP_MIN_BYTES", 1)
+    table = _blocked_decisions(60).combine_chunks()
+    (batch,) = table.to_batches()
+    out = task_parquet.TaskFile(str(tmp_path), 1, 0, table.schema, group_key=wave_blocks(50))
+    out.write(batch)  # ids 0-49 written as a row group; the rest stays pending
+    pool = pa.default_memory_pool()
+    held = pool.bytes_allocated()
+    del batch, table
+    assert pool.bytes_allocated() < held  # the batch's buffers were freed: the pending rows are a copy
+    out.commit()
+    assert pq.ParquetFile(part_file(str(tmp_path), 1)).metadata.num_rows == 2 * (60 + 15)
