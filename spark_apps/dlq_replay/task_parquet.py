@@ -151,9 +151,9 @@ class TaskFile:
         if start < n:
             rest = batch.slice(start)
             if start:  # the rows left pending as a copy: the whole batch is not held until they are written
-                import pyarrow as pa
+                from spark_apps.dlq_replay.arrow_util import row_numbers
 
-                rest = rest.take(pa.array(range(n - start), pa.int32()))
+                rest = rest.take(row_numbers(n - start))
             self._add(rest, (n - start) * row_bytes)
 
     def _add(self, batch: pa.RecordBatch, size: float) -> None:
