@@ -1,5 +1,5 @@
-"""A lean Spark driver for a local replay: a heap sized to its cores, the serial collector, two malloc arenas,
-bounded query-stage thread pools.
+"""A lean Spark driver for a local replay: a heap sized to its cores, the serial collector with a small young
+generation, two malloc arenas, bounded query-stage thread pools.
 
 With a local master the driver JVM is the executor too, and with the Python workers it is all of a
 run's memory. Spark's and the JVM's defaults are sized for long-lived servers: a 1 GiB heap that G1 fills
@@ -7,8 +7,9 @@ before it collects, G1's own threads and tables, and glibc's up to eight malloc 
 JVM's and the workers' native buffers. A replay streams its data and keeps little on the heap, so for a
 local master :func:`lean_driver_conf` and :func:`lean_driver_env` give the driver
 :data:`LEAN_HEAP_MIB_PER_CORE` MiB of heap per core (at least :data:`LEAN_HEAP_MIN_MIB`), the serial
-collector, :data:`LEAN_MALLOC_ARENAS` malloc arenas and at most :data:`LEAN_STAGE_THREADS` threads in each
-of Spark SQL's query-stage pools (:data:`STAGE_THREAD_CONFS`). Those pools add a thread for every stage
+collector with an eighth of the heap young (:data:`LEAN_YOUNG_OPTION`), :data:`LEAN_MALLOC_ARENAS` malloc
+arenas and at most :data:`LEAN_STAGE_THREADS` threads in each of Spark SQL's query-stage pools
+(:data:`STAGE_THREAD_CONFS`). Those pools add a thread for every stage
 until they hold the threshold (1,024 for shuffle and result stages), and an idle thread lives 60 s: a 1M
 replay on pulsar-lite, which sends in 100 waves of a few jobs each, had 600 driver threads and about
 190 MiB more resident memory by the end of its sends. Measured on Apache Pulsar, ``local[2]``
@@ -16,9 +17,10 @@ replay on pulsar-lite, which sends in 100 waves of a few jobs each, had 600 driv
 peak memory at 1M 2,858 -> 1,606 MiB, at 100k 2,124 -> 1,465 MiB, and the JVM starts and stops 1.5-2.5 s
 sooner with the serial collector.
 
-Whatever the user sets wins: ``spark.driver.memory`` in ``conf`` (or ``driver_memory``), a collector in
-``spark.driver.extraJavaOptions``, ``MALLOC_ARENA_MAX`` in ``env_vars``, a pool's threshold in ``conf``.
-A cluster master is left alone: there the executors do the work, with their own settings.
+Whatever the user sets wins: ``spark.driver.memory`` in ``conf`` (or ``driver_memory``), a collector or
+a young generation's size in ``spark.driver.extraJavaOptions``, ``MALLOC_ARENA_MAX`` in ``env_vars``, a
+pool's threshold in ``conf``. A cluster master is left alone: there the executors do the work, with their
+own settings.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import os
 import re
 from typing import TYPE_CHECKING
 
-from airflow_provider_dlq.class_data import with_driver_java_option
+from airflow_provider_dlq.class_data import DRIVER_JAVA_OPTIONS, with_driver_java_option
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -37,6 +39,10 @@ DRIVER_MEMORY = "spark.driver.memory"
 LEAN_HEAP_MIB_PER_CORE = 256
 LEAN_HEAP_MIN_MIB = 512
 SERIAL_GC_OPTION = "-XX:+UseSerialGC"
+#: The serial collector's young generation: an eighth of the heap (64 MiB of 512), not its default third.
+#: Every young collection touches all of eden, so eden is resident the whole run; a replay's short-lived
+#: objects (Arrow batches pass through as buffers) need no more.
+LEAN_YOUNG_OPTION = "-XX:NewRatio=7"
 MALLOC_ARENA_MAX = "MALLOC_ARENA_MAX"
 LEAN_MALLOC_ARENAS = "2"
 #: Spark SQL's query-stage thread pools (static confs, so set at submit): result stages, shuffle stages,
@@ -47,6 +53,8 @@ STAGE_THREAD_CONFS = (
     "spark.sql.broadcastExchange.maxThreadThreshold",
 )
 LEAN_STAGE_THREADS = "16"
+#: JVM options that show the user sized the young generation (then :data:`LEAN_YOUNG_OPTION` is not added).
+_USER_YOUNG_OPTIONS = ("NewRatio", "NewSize", "-Xmn")
 #: JVM options that show the user chose the collector already (then none is added).
 _USER_GC_OPTIONS = (
     "UseSerialGC",
@@ -79,12 +87,14 @@ def lean_heap(cores: int) -> str:
 
 
 def lean_driver_conf(conf: Mapping[str, str], master: str) -> dict[str, str]:
-    """``conf`` with the lean heap, the serial collector and bounded stage pools for a local ``master``;
-    what ``conf`` sets stays (a copy is returned)."""
+    """``conf`` with the lean heap, the serial collector (with a small young generation) and bounded stage
+    pools for a local ``master``; what ``conf`` sets stays (a copy is returned)."""
     cores = local_cores(master)
     if cores is None:
         return {str(k): str(v) for k, v in conf.items()}
     merged = with_driver_java_option(conf, SERIAL_GC_OPTION, _USER_GC_OPTIONS)
+    if merged.get(DRIVER_JAVA_OPTIONS) != conf.get(DRIVER_JAVA_OPTIONS):  # the serial collector was added
+        merged = with_driver_java_option(merged, LEAN_YOUNG_OPTION, _USER_YOUNG_OPTIONS)
     merged.setdefault(DRIVER_MEMORY, lean_heap(cores))
     for name in STAGE_THREAD_CONFS:
         merged.setdefault(name, LEAN_STAGE_THREADS)

@@ -8,6 +8,7 @@ import pytest
 
 from airflow_provider_dlq.driver_footprint import (
     LEAN_STAGE_THREADS,
+    LEAN_YOUNG_OPTION,
     MALLOC_ARENA_MAX,
     SERIAL_GC_OPTION,
     STAGE_THREAD_CONFS,
@@ -43,7 +44,7 @@ def test_a_local_master_gets_a_heap_sized_to_its_cores_and_the_serial_collector(
     assert conf == {
         "spark.sql.shuffle.partitions": "4",
         "spark.driver.memory": "512m",
-        OPTIONS: SERIAL_GC_OPTION,
+        OPTIONS: f"{SERIAL_GC_OPTION} {LEAN_YOUNG_OPTION}",
         **STAGE_POOLS,
     }
     assert lean_driver_conf({}, "local[8]")["spark.driver.memory"] == "2048m"
@@ -53,10 +54,17 @@ def test_a_local_master_gets_a_heap_sized_to_its_cores_and_the_serial_collector(
 def test_what_the_user_set_wins_and_their_mapping_is_not_changed():
     mine = {"spark.driver.memory": "3g", OPTIONS: "-Dx=1"}
     conf = lean_driver_conf(mine, "local[2]")
-    assert conf == {"spark.driver.memory": "3g", OPTIONS: f"-Dx=1 {SERIAL_GC_OPTION}", **STAGE_POOLS}
+    assert conf == {
+        "spark.driver.memory": "3g",
+        OPTIONS: f"-Dx=1 {SERIAL_GC_OPTION} {LEAN_YOUNG_OPTION}",
+        **STAGE_POOLS,
+    }
     assert mine == {"spark.driver.memory": "3g", OPTIONS: "-Dx=1"}
-    for chosen in ("-XX:+UseG1GC", "-Xmx2g -XX:+UseParallelGC", "-XX:+UseZGC"):
+    # A chosen collector gets no young-generation size of ours either: it sizes its own.
+    for chosen in ("-XX:+UseG1GC", "-Xmx2g -XX:+UseParallelGC", "-XX:+UseZGC", "-XX:+UseSerialGC -Xmn32m"):
         assert lean_driver_conf({OPTIONS: chosen}, "local[2]")[OPTIONS] == chosen
+    for young in ("-Xmn128m", "-XX:NewRatio=2", "-XX:NewSize=64m -XX:MaxNewSize=64m"):
+        assert lean_driver_conf({OPTIONS: young}, "local[2]")[OPTIONS] == f"{young} {SERIAL_GC_OPTION}"
     pool = STAGE_THREAD_CONFS[0]
     assert lean_driver_conf({pool: "64"}, "local[2]")[pool] == "64"
 

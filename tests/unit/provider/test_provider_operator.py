@@ -445,9 +445,9 @@ def test_the_driver_jvm_gets_a_class_data_archive_written_once_then_mapped(conns
     assert not list(cds.glob("*.tmp"))
     (mapped,) = run(class_data_archive=str(cds))
     # The lean driver's collector (a local master) comes first, the archive's options after it.
-    assert mapped.startswith("spark.driver.extraJavaOptions=-XX:+UseSerialGC -Xlog:disable ")
+    assert mapped.startswith("spark.driver.extraJavaOptions=-XX:+UseSerialGC -XX:NewRatio=7 -Xlog:disable ")
     assert mapped.endswith(f" -XX:SharedArchiveFile={installed[0]}")
-    assert run(class_data_archive=False) == ["spark.driver.extraJavaOptions=-XX:+UseSerialGC"]
+    assert run(class_data_archive=False) == ["spark.driver.extraJavaOptions=-XX:+UseSerialGC -XX:NewRatio=7"]
     assert (
         run(
             class_data_archive=str(cds),
@@ -461,7 +461,7 @@ def test_the_driver_jvm_gets_a_class_data_archive_written_once_then_mapped(conns
 
 
 def test_a_local_master_gets_the_lean_driver_and_a_cluster_master_does_not(conns, tmp_path, monkeypatch):
-    from airflow_provider_dlq.driver_footprint import MALLOC_ARENA_MAX, SERIAL_GC_OPTION
+    from airflow_provider_dlq.driver_footprint import LEAN_YOUNG_OPTION, MALLOC_ARENA_MAX, SERIAL_GC_OPTION
 
     monkeypatch.delenv(MALLOC_ARENA_MAX, raising=False)
     op = make_operator(tmp_path, conf={"spark.driver.extraJavaOptions": "-Dmine=1"})
@@ -472,7 +472,7 @@ def test_a_local_master_gets_the_lean_driver_and_a_cluster_master_does_not(conns
     hook = op.make_hook(args, env, "/b.zip", master="local[2]")
     cmd = hook._build_spark_submit_command("/b/main.py")
     assert "spark.driver.memory=512m" in cmd
-    assert f"spark.driver.extraJavaOptions=-Dmine=1 {SERIAL_GC_OPTION}" in cmd
+    assert f"spark.driver.extraJavaOptions=-Dmine=1 {SERIAL_GC_OPTION} {LEAN_YOUNG_OPTION}" in cmd
     assert MALLOC_ARENA_MAX not in op.spark_env(pulsar, "yarn")
     cluster = op.make_hook(args, {}, "/b.zip", master="spark://127.0.0.1:7077")
     assert "spark.driver.memory" not in cluster._conf
