@@ -390,7 +390,6 @@ def _decide(run: _Run, snapshot: DataFrame, planned_at: datetime) -> DataFrame:
     from spark_apps.dlq_replay.decide import DecideSettings, decide_tasks
     from spark_apps.dlq_replay.free_memory import return_free_memory
     from spark_apps.dlq_replay.ledger import final_ids, read_ledger
-    from spark_apps.dlq_replay.options import DEFAULT_WAVE_SIZE
     from spark_apps.dlq_replay.schemas import DECIDED_SCHEMA
     from spark_apps.dlq_replay.scope import Filters
     from spark_apps.dlq_replay.task_sends import wave_blocks
