@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pulsar
@@ -69,3 +70,19 @@ def drain(client: Any, topic: str, subscription: str, *, timeout_ms: int = 1500)
                 return out
     finally:
         consumer.close()
+
+
+def wait_for_deduplication(admin_url: str, topic: str, timeout_s: float = 30.0) -> None:
+    """Wait until Apache Pulsar deduplicates ``topic`` (a ``persistent://`` name, loaded). A topic turns
+    deduplication on asynchronously after it loads (``deduplicationStatus``: Initialized, Enabling,
+    Enabled), and until then its messages are neither checked nor recorded."""
+    from pulsar_standalone.admin import AdminClient
+
+    path = "/admin/v2/persistent/" + topic.removeprefix("persistent://") + "/stats"
+    admin, deadline, status = AdminClient(admin_url), time.monotonic() + timeout_s, None
+    while time.monotonic() < deadline:
+        status = admin.get(path).get("deduplicationStatus")
+        if status == "Enabled":
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"deduplication of {topic} is {status!r} after {timeout_s} s, not Enabled")

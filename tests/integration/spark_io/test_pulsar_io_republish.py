@@ -9,7 +9,7 @@ from functools import partial
 import pulsar
 import pyarrow as pa
 import pytest
-from pulsar_io_helpers import drain
+from pulsar_io_helpers import drain, wait_for_deduplication
 
 from spark_apps.dlq_replay.arrow_compat import map_in_arrow
 from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf
@@ -129,6 +129,7 @@ def test_a_resent_batch_is_confirmed_and_dropped_by_the_deduplicating_broker(
     conf = PulsarConf(pulsar_broker.service_url)
     target = topic_factory("rp-resent")
     drain(pulsar_client, target, "check", timeout_ms=10)  # creates the subscription
+    wait_for_deduplication(pulsar_broker.admin_url, target)  # or the first copies go unrecorded
     batch = pa.RecordBatch.from_pylist(
         [
             dict(zip(REPUBLISH_INPUT_COLUMNS, row, strict=True))
