@@ -3,7 +3,8 @@
 ``start`` runs the broker in the background (data in ``--data-dir``, default ``.pulsar-standalone``)
 and prints its URLs, start time and memory; ``stop`` stops exactly that process (by the PID recorded in
 the data dir) and deletes the data unless ``--keep-data``; ``classpath`` resolves the jars from Maven
-Central into the cache once (later starts are offline).
+Central into the cache once (later starts are offline). ``--version`` picks the Apache Pulsar release
+(default the 4.0 LTS one); ``classpath --all`` resolves every version the test suite runs.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pulsar_standalone.broker import jvm_tmp_dir, start_standalone
 from pulsar_standalone.classpath import cache_root, resolve_classpath
 from pulsar_standalone.errors import StandaloneError
 from pulsar_standalone.java import find_java
-from pulsar_standalone.versions import PULSAR_VERSION
+from pulsar_standalone.versions import PULSAR_VERSION, TESTED_VERSIONS
 
 STATE_FILE = "standalone.json"
 
@@ -51,6 +52,7 @@ def _cmd_start(args: argparse.Namespace) -> int:
         heap=args.heap,
         direct_memory=args.direct_memory,
         die_with_parent=False,
+        version=args.version,
     )
     record = {
         "pid": broker.pid,
@@ -111,15 +113,16 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 
 def _cmd_classpath(args: argparse.Namespace) -> int:
-    started = time.monotonic()
-    classpath = resolve_classpath()
     java, major, source = find_java()
-    fetched = "from the cache (offline)" if classpath.resolved_in_s is None else "from Maven Central"
-    print(
-        f"Apache Pulsar {PULSAR_VERSION}: {len(classpath.jars)} jars {fetched} in "
-        f"{time.monotonic() - started:.1f} s, cache {cache_root()}; Java {major} from {source} ({java})",
-        file=sys.stderr,
-    )
+    for version in TESTED_VERSIONS if args.all else (args.version,):
+        started = time.monotonic()
+        classpath = resolve_classpath(version)
+        fetched = "from the cache (offline)" if classpath.resolved_in_s is None else "from Maven Central"
+        print(
+            f"Apache Pulsar {version}: {len(classpath.jars)} jars {fetched} in "
+            f"{time.monotonic() - started:.1f} s, cache {cache_root()}; Java {major} from {source} ({java})",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -133,13 +136,24 @@ def main(argv: list[str] | None = None) -> int:
     start.add_argument("--namespace", action="append", default=[], metavar="TENANT/NS", help="create it")
     start.add_argument("--heap", help="JVM heap, e.g. 512m (env PULSAR_STANDALONE_HEAP)")
     start.add_argument("--direct-memory", help="JVM direct memory, e.g. 512m")
+    start.add_argument(
+        "--version", default=PULSAR_VERSION, help=f"Apache Pulsar release (default {PULSAR_VERSION})"
+    )
     stop = sub.add_parser("stop", help="stop the broker started with --data-dir", allow_abbrev=False)
     stop.add_argument("--data-dir", default=default_dir)
     stop.add_argument("--keep-data", action="store_true")
     stop.add_argument("--timeout", type=float, default=20.0)
     status = sub.add_parser("status", help="print the running broker's URLs", allow_abbrev=False)
     status.add_argument("--data-dir", default=default_dir)
-    sub.add_parser("classpath", help="fetch the jars once (Maven Central) and check Java", allow_abbrev=False)
+    classpath = sub.add_parser(
+        "classpath", help="fetch the jars once (Maven Central) and check Java", allow_abbrev=False
+    )
+    classpath.add_argument(
+        "--version", default=PULSAR_VERSION, help=f"Apache Pulsar release (default {PULSAR_VERSION})"
+    )
+    classpath.add_argument(
+        "--all", action="store_true", help=f"every version the tests run: {', '.join(TESTED_VERSIONS)}"
+    )
     args = parser.parse_args(argv)
     handlers = {"start": _cmd_start, "stop": _cmd_stop, "status": _cmd_status, "classpath": _cmd_classpath}
     try:

@@ -245,7 +245,7 @@ class StandaloneBroker:
         return jvm_tmp_dir(self.data_dir)
 
     def _launch(self, *, wipe: bool) -> None:
-        classpath = resolve_classpath(offline_only=True)
+        classpath = resolve_classpath(self.version, offline_only=True)
         self.tmp_dir.mkdir(parents=True, exist_ok=True)
         cmd = [
             str(self.java),
@@ -402,9 +402,13 @@ def start_standalone(
     die_with_parent: bool = True,
     admin_token: str | None = None,
     tls_trust_certs_file: str | None = None,
+    version: str = PULSAR_VERSION,
 ) -> StandaloneBroker:
     """Start Apache Pulsar standalone on free loopback ports and wait until admin REST answers.
 
+    ``version`` is the Apache Pulsar release to run (default :data:`~pulsar_standalone.PULSAR_VERSION`;
+    the tests also run :data:`~pulsar_standalone.PULSAR_NEWEST_VERSION`); its jars are resolved from Maven
+    Central on first use.
     ``data_dir`` None: a private temp dir, deleted by :meth:`StandaloneBroker.stop`; a given dir is kept.
     ``conf_overrides`` replace keys of ``conf/standalone.conf`` (e.g. TLS and authentication settings).
     ``namespaces`` (``tenant/ns``) are created once the broker is up. With authentication or TLS-only
@@ -428,6 +432,7 @@ def start_standalone(
                 die_with_parent=die_with_parent,
                 admin_token=admin_token,
                 tls_trust_certs_file=tls_trust_certs_file,
+                version=version,
             )
         except StandaloneError as exc:
             if attempt == BIND_ATTEMPTS or not any(m in str(exc) for m in _BIND_FAILURES):
@@ -452,8 +457,9 @@ def _start_once(
     die_with_parent: bool,
     admin_token: str | None,
     tls_trust_certs_file: str | None,
+    version: str = PULSAR_VERSION,
 ) -> StandaloneBroker:
-    classpath = resolve_classpath()
+    classpath = resolve_classpath(version=version)
     java, major, _ = find_java()
     owns = data_dir is None
     directory = Path(tempfile.mkdtemp(prefix="pulsar-standalone-") if owns else data_dir).absolute()  # type: ignore[arg-type]
@@ -493,6 +499,7 @@ def _start_once(
         die_with_parent=die_with_parent,
         admin_token=admin_token,
         tls_trust_certs_file=tls_trust_certs_file,
+        version=version,
     )
     write_conf(broker.conf_path, conf)
     broker._launch(wipe=True)

@@ -1,8 +1,9 @@
 """Assemble the broker's classpath from Maven Central once, then start offline from the cache.
 
-``mvn dependency:build-classpath`` over our ``pom.xml`` downloads the jars into a private local
-repository under the cache dir and writes ``classpath.txt``. The cache entry is keyed by the pom's
-digest, so a changed pom resolves again; a cache whose jars are all present is used without Maven.
+``mvn dependency:build-classpath`` over our ``pom.xml`` (with ``-Dpulsar.version=<version>``) downloads
+the jars into a private local repository under the cache dir and writes ``classpath.txt``. The cache
+entry is keyed by the Apache Pulsar version and the pom's digest, so a changed pom resolves again; a
+cache whose jars are all present is used without Maven.
 
 Cache dir: ``PULSAR_STANDALONE_CACHE``, else ``$XDG_CACHE_HOME/airflow-provider-dlq``, else
 ``~/.cache/airflow-provider-dlq``.
@@ -51,9 +52,9 @@ def cache_root() -> Path:
     return Path(base) / "airflow-provider-dlq"
 
 
-def _entry_dir() -> Path:
+def _entry_dir(version: str) -> Path:
     digest = hashlib.sha256(POM.read_bytes()).hexdigest()[:12]
-    return cache_root() / f"pulsar-{PULSAR_VERSION}-{digest}"
+    return cache_root() / f"pulsar-{version}-{digest}"
 
 
 def _cached(entry: Path) -> tuple[Path, ...] | None:
@@ -66,19 +67,21 @@ def _cached(entry: Path) -> tuple[Path, ...] | None:
     return jars
 
 
-def resolve_classpath(*, offline_only: bool = False) -> Classpath:
-    """The broker classpath, resolved with Maven on first use (about 250 MB of jars).
+def resolve_classpath(version: str = PULSAR_VERSION, *, offline_only: bool = False) -> Classpath:
+    """The classpath of Apache Pulsar ``version``, resolved with Maven on first use (about 250 MB of jars).
 
-    Raises :class:`StandaloneError` naming the fix when Maven is missing or Maven Central is unreachable.
+    Raises :class:`StandaloneError` naming the fix when Maven is missing, Maven Central is unreachable or
+    does not serve that version's jars.
     """
-    entry = _entry_dir()
+    _check_version(version)
+    entry = _entry_dir(version)
     jars = _cached(entry)
     if jars is not None:
         return Classpath(jars, entry, None)
     if offline_only:
         raise StandaloneError(
-            f"no cached Apache Pulsar {PULSAR_VERSION} classpath in {entry}; run "
-            "`python -m pulsar_standalone classpath` once with access to Maven Central"
+            f"no cached Apache Pulsar {version} classpath in {entry}; run "
+            f"`python -m pulsar_standalone classpath --version {version}` once with access to Maven Central"
         )
     entry.mkdir(parents=True, exist_ok=True)
     with (entry / ".lock").open("w") as lock:
@@ -87,14 +90,22 @@ def resolve_classpath(*, offline_only: bool = False) -> Classpath:
         if jars is not None:
             return Classpath(jars, entry, None)
         started = time.monotonic()
-        _run_maven(entry)
+        _run_maven(entry, version)
         jars = _cached(entry)
         if jars is None:
             raise StandaloneError(f"Maven wrote no usable classpath to {entry / 'classpath.txt'}")
         return Classpath(jars, entry, time.monotonic() - started)
 
 
-def _run_maven(entry: Path) -> None:
+def _check_version(version: str) -> None:
+    parts = version.split(".")
+    if len(parts) != 3 or not all(p.isdigit() for p in parts):
+        raise StandaloneError(
+            f"an Apache Pulsar version is three numbers such as {PULSAR_VERSION!r}; got {version!r}"
+        )
+
+
+def _run_maven(entry: Path, version: str) -> None:
     mvn = shutil.which("mvn")
     if mvn is None:
         raise StandaloneError(
@@ -114,17 +125,19 @@ def _run_maven(entry: Path) -> None:
         "--file",
         str(POM),
         f"-Dmaven.repo.local={cache_root() / 'm2'}",
+        f"-Dpulsar.version={version}",
         "dependency:build-classpath",
         f"-Dmdep.outputFile={partial}",
         "-Dmdep.includeScope=runtime",
     ]
-    log.info("resolving Apache Pulsar %s from Maven Central into %s", PULSAR_VERSION, cache_root())
+    log.info("resolving Apache Pulsar %s from Maven Central into %s", version, cache_root())
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=_MVN_TIMEOUT_S, check=False)
     if proc.returncode != 0 or not partial.is_file():
         tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
         raise StandaloneError(
-            f"Maven could not resolve Apache Pulsar {PULSAR_VERSION} (exit {proc.returncode}). Check access "
-            f"to https://repo.maven.apache.org (or set PULSAR_STANDALONE_MAVEN_SETTINGS to a settings.xml "
+            f"Maven could not resolve Apache Pulsar {version} (exit {proc.returncode}). Check that the "
+            f"repository serves org.apache.pulsar:pulsar-broker:{version} and access to "
+            f"https://repo.maven.apache.org (or set PULSAR_STANDALONE_MAVEN_SETTINGS to a settings.xml "
             f"with your mirror). Maven said:\n{tail}"
         )
     os.replace(partial, entry / "classpath.txt")

@@ -10,8 +10,8 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 source "$PROJECT_ROOT/scripts/system-deps.sh"
-echo "[test] Apache Pulsar classpath (Maven Central once, then the cache) and Java 21" >&2
-python -m pulsar_standalone classpath
+echo "[test] Apache Pulsar classpaths of the tested versions (Maven Central once, then the cache) and Java 21" >&2
+python -m pulsar_standalone classpath --all
 
 echo "[test] ruff check" >&2
 ruff check .
