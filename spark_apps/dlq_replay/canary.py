@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from spark_apps.dlq_replay import outcomes as oc
 from spark_apps.dlq_replay.errors import ReplayConfigError
+from spark_apps.dlq_replay.redaction import shown
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -62,16 +63,16 @@ class CanarySpec:
         match = _SIZE.match(size or "")
         if not match:
             raise ReplayConfigError(
-                f"--canary must be a count (e.g. 5) or a percentage (e.g. 10%); got {size!r}"
+                f"--canary must be a count (e.g. 5) or a percentage (e.g. 10%); got {shown(size)}"
             )
         number = float(match.group("n"))
         if match.group("pct"):
             if not 0 < number <= 100:
-                raise ReplayConfigError(f"--canary percentage must be in (0, 100]; got {size!r}")
+                raise ReplayConfigError(f"--canary percentage must be in (0, 100]; got {shown(size)}")
             spec = cls(percent=number, wait_seconds=wait_seconds, max_failure_rate=max_failure_rate)
         else:
             if number < 1 or number != int(number):
-                raise ReplayConfigError(f"--canary count must be an integer >= 1; got {size!r}")
+                raise ReplayConfigError(f"--canary count must be an integer >= 1; got {shown(size)}")
             spec = cls(count=int(number), wait_seconds=wait_seconds, max_failure_rate=max_failure_rate)
         if not wait_seconds >= 0:
             raise ReplayConfigError(f"--canary-wait-seconds must be >= 0; got {wait_seconds}")

@@ -37,6 +37,7 @@ from spark_apps.dlq_replay.options import (
     parse_time,
     split_list,
 )
+from spark_apps.dlq_replay.redaction import register_argv, scrub
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -421,12 +422,20 @@ class _StderrHandler(logging.StreamHandler):
         pass
 
 
+class _ScrubbingFormatter(logging.Formatter):
+    """Formats a record, tracebacks included, then removes what could be a secret
+    (:func:`~spark_apps.dlq_replay.redaction.scrub`)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return scrub(super().format(record))
+
+
 def configure_logging() -> None:
     """Progress logs to stderr; stdout carries only the summary. Idempotent."""
     root = logging.getLogger("spark_apps")
     if not any(isinstance(h, _StderrHandler) for h in root.handlers):
         handler = _StderrHandler()
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handler.setFormatter(_ScrubbingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         root.addHandler(handler)
     root.setLevel(logging.INFO)
     root.propagate = False
@@ -435,7 +444,7 @@ def configure_logging() -> None:
 
 def _fail(message: str) -> None:
     stream = err_stream()
-    stream.write(f"dlq-replay: error: {message}\n")
+    stream.write(f"dlq-replay: error: {scrub(message)}\n")
     stream.flush()
 
 
@@ -458,6 +467,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the app; returns the process exit code (see the module docstring)."""
     use_jvm_stderr()
     configure_logging()
+    register_argv(sys.argv[1:] if argv is None else argv)  # never printed, whatever option they were in
     try:
         options = parse_options(argv)
     except SystemExit as exc:  # argparse: --help (0) or a usage error (2), already printed

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from spark_apps.dlq_replay import outcomes as oc
 from spark_apps.dlq_replay.errors import ReplayConfigError
+from spark_apps.dlq_replay.redaction import shown
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -40,12 +41,14 @@ def parse_group_actions(value: str) -> dict[str, str]:
     where = "--group-actions"
     if text.startswith("@"):
         path = text[1:]
-        where = f"--group-actions file {path!r}"
+        where = f"--group-actions file {shown(path)}"
         try:
             with open(path, encoding="utf-8") as handle:
                 text = handle.read()
         except OSError as exc:
-            raise ReplayConfigError(f"{where} cannot be read ({exc}); give a readable JSON file") from exc
+            raise ReplayConfigError(
+                f"{where} cannot be read ({exc.strerror}); give a readable JSON file"
+            ) from exc
     try:
         data: Any = json.loads(text)
     except ValueError as exc:
@@ -60,11 +63,11 @@ def parse_group_actions(value: str) -> dict[str, str]:
     for signature, action in data.items():
         if not _SIGNATURE.fullmatch(str(signature)):
             raise ReplayConfigError(
-                f"{where}: {signature!r} is not an error signature (copy them from a report's groups)"
+                f"{where}: {shown(signature)} is not an error signature (copy them from a report's groups)"
             )
         if action not in GROUP_ACTIONS:
             raise ReplayConfigError(
-                f"{where}: action {action!r} of signature {signature!r} must be one of "
+                f"{where}: action {shown(action)} of signature {shown(signature)} must be one of "
                 f"{', '.join(GROUP_ACTIONS)}"
             )
         actions[str(signature)] = str(action)
@@ -92,7 +95,7 @@ def override_rule(action: str, playbook_rule: Rule | None) -> Rule:
         return Rule(name=APPROVAL_RULE, action=oc.ARCHIVE, line=0, reason="approved for archive")
     if action == LEAVE:
         return Rule(name=APPROVAL_RULE, action=oc.SKIP, line=0, reason="left pending by the approval")
-    raise ReplayConfigError(f"unknown group action {action!r}; use one of {', '.join(GROUP_ACTIONS)}")
+    raise ReplayConfigError(f"unknown group action {shown(action)}; use one of {', '.join(GROUP_ACTIONS)}")
 
 
 def reuse_window(
@@ -108,15 +111,16 @@ def reuse_window(
     text = storage.read_text(plan_path)
     if text is None:
         raise ReplayConfigError(
-            f"--window-from {run_id!r}: {plan_path} does not exist; give the run id of a dry-run that "
+            f"--window-from {shown(run_id)}: {plan_path} does not exist; give the run id of a dry-run that "
             "wrote its plan under the same --output-dir"
         )
     plan = json.loads(text)
     reviewed = [normalize_topic(t) for t in plan.get("topics") or []]
     if reviewed != [normalize_topic(t) for t in topics] or plan.get("subscription") != subscription:
         raise ReplayConfigError(
-            f"--window-from {run_id!r} read topics {plan.get('topics')} through subscription "
-            f"{plan.get('subscription')!r}; this run reads {list(topics)} through {subscription!r}. "
+            f"--window-from {shown(run_id)} read topics {plan.get('topics')} through subscription "
+            f"{shown(plan.get('subscription'))}; this run reads {list(topics)} through "
+            f"{shown(subscription)}. "
             "Use the same --topics and --subscription as the reviewed run"
         )
     return windows_from_json(plan["window"])

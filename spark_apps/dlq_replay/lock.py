@@ -1,8 +1,8 @@
-"""One replay at a time: a lock on the output directory and a broker lease per DLQ topic and subscription.
+"""One replay at a time: a lock on the output directory and a broker lease per DLQ topic.
 
-Two runs at once on the same output directory or on the same DLQ subscription would both read the same
-pending messages and both republish them. A run therefore holds, from before its first step until it
-ends:
+Two runs at once on the same output directory or on the same DLQ topic (through the same subscription or
+through two different ones) would both read the same pending messages and both republish them. A run
+therefore holds, from before its first step until it ends:
 
 * **the output lock**, ``<output>/locks/replay.lock.<generation>``: a JSON file naming its owner (run id,
   host, pid), refreshed by a heartbeat every :data:`HEARTBEAT_S` seconds and valid for :data:`LOCK_TTL_S`
@@ -10,10 +10,12 @@ ends:
   host), is stale: the next run takes it over by creating the next generation's file, which only one
   taker can create (``O_EXCL`` locally, ``create(overwrite=false)`` on HDFS). So a killed run never
   holds the directory for longer than the expiry, and a run on the same host resumes at once;
-* **a subscription lease** per DLQ topic (``--subscription-lease on``, the default): an Exclusive consumer
-  of the replayer subscription on a message-less lease topic in the DLQ's namespace,
+* **a lease** per DLQ topic (``--subscription-lease on``, the default): an Exclusive consumer of the
+  fixed subscription :data:`LEASE_SUBSCRIPTION` on a message-less lease topic in the DLQ's namespace,
   ``dlq-replay-lease-<hash of the DLQ topic>``. The broker lets one such consumer in at a time, whatever
-  the output directory of the run, and drops it as soon as the process dies.
+  the run's output directory and ``--subscription``, and drops it as soon as the process dies. The
+  consumer's properties name its run (run id, subscription, host, pid, since), so a refused run names
+  the holder when the admin REST can show it.
 
 The heartbeat thread checks both; when either is lost (another run took the lock over after a long
 stall, the broker refused the lease after a reconnect) it cancels the run's Spark jobs and the run stops
@@ -59,6 +61,9 @@ LEASE_TIMEOUT_S = 10
 LEASE_WAIT_S = 60.0
 #: A lease that stays disconnected this long is treated as lost.
 LEASE_GRACE_S = 30.0
+#: The subscription every run's lease consumer uses: one name for every ``--subscription``, so two runs
+#: on one DLQ topic never run at once whatever subscription each reads through.
+LEASE_SUBSCRIPTION = "dlq-replay-lease"
 
 
 def _now() -> float:
@@ -311,7 +316,8 @@ def lease_topic(dlq_topic: str) -> str:
 
 
 class SubscriptionLease:
-    """Exclusive consumers on the lease topics of the run's DLQ topics (see the module docstring)."""
+    """Exclusive consumers on the lease topics of the run's DLQ topics (see the module docstring);
+    ``subscription`` is the run's replayer subscription, recorded in the lease consumer's properties."""
 
     def __init__(self, conf: PulsarConf, topics: tuple[str, ...], subscription: str, run_id: str) -> None:
         self.conf = conf
@@ -321,6 +327,7 @@ class SubscriptionLease:
         self._client: Any = None
         self._consumers: list[tuple[str, Any]] = []
         self._down_since: dict[str, float] = {}
+        self._properties: dict[str, str] = {}
 
     def acquire(self) -> None:
         import pulsar
@@ -335,6 +342,13 @@ class SubscriptionLease:
             **client_auth_kwargs(self.conf, operation_timeout_seconds=LEASE_TIMEOUT_S),
         )
         name = f"dlq-replay-lease-{hashlib.sha256(self.run_id.encode()).hexdigest()[:12]}-{os.getpid()}"
+        self._properties = {
+            "run_id": self.run_id,
+            "subscription": self.subscription,
+            "host": socket.gethostname(),
+            "pid": str(os.getpid()),
+            "since": _iso(_now()),
+        }
         deadline = time.monotonic() + LEASE_WAIT_S
         try:
             for topic in self.topics:
@@ -358,23 +372,31 @@ class SubscriptionLease:
             try:
                 return self._client.subscribe(
                     lease,
-                    self.subscription,
+                    LEASE_SUBSCRIPTION,
                     consumer_type=pulsar.ConsumerType.Exclusive,
                     receiver_queue_size=1,
                     consumer_name=name,
+                    properties=self._properties,
                 )
             except pulsar.ConsumerBusy as exc:
                 raise RunLockedError(
-                    f"another replay run is reading DLQ topic {topic} through subscription "
-                    f"{self.subscription!r}: the broker refused this run's lease on {lease} (ConsumerBusy). "
-                    "Wait for that run to finish; two runs at once would republish the same messages twice"
+                    f"another replay run is reading DLQ topic {topic}: {self._holder(lease)} holds its lease "
+                    f"on {lease} (the broker refused this run's, ConsumerBusy). Wait for that run to "
+                    "finish; two runs at once on one DLQ, through the same or different --subscription "
+                    "names, would republish the same messages twice"
+                ) from exc
+            except (pulsar.AuthenticationError, pulsar.AuthorizationError) as exc:
+                raise ReplayConfigError(
+                    f"the broker refused this run's credentials for the lease on {lease} "
+                    f"({type(exc).__name__}): check the token or OAuth2/TLS settings and that the role may "
+                    "consume the DLQ's namespace, or pass --subscription-lease off"
                 ) from exc
             except unanswered as exc:
                 left = deadline - time.monotonic()
                 if left < pause + LEASE_TIMEOUT_S:
                     raise RunLockedError(
                         f"the broker did not grant this run's lease on {lease} for DLQ topic {topic} "
-                        f"(subscription {self.subscription!r}) within {LEASE_WAIT_S:.0f} s "
+                        f"within {LEASE_WAIT_S:.0f} s "
                         f"({type(exc).__name__}): either another replay run holds it (pulsar-lite answers "
                         "a held lease only by timing out) or the broker is not serving that topic yet "
                         "(restarting, overloaded). Wait for the other run to finish or the broker to "
@@ -395,6 +417,29 @@ class SubscriptionLease:
                     "auto-creation, or create it; consume permission on the namespace), or pass "
                     "--subscription-lease off to rely on the output directory lock alone"
                 ) from exc
+
+    def _holder(self, lease: str) -> str:
+        """The run holding ``lease``, from its consumer's properties in the admin REST ``stats`` (when
+        ``--admin-url`` answers), else ``another run``."""
+        from spark_apps.dlq_replay.redaction import shown
+
+        if not self.conf.admin_url:
+            return "another run (give --admin-url to see which)"
+        try:
+            from spark_apps.dlq_replay.pulsar_io.admin import PulsarAdmin
+
+            stats = PulsarAdmin(self.conf, timeout_s=5.0).stats(lease)
+            consumers = stats["subscriptions"][LEASE_SUBSCRIPTION]["consumers"]
+            meta = dict(consumers[0].get("metadata") or {})
+        except Exception as exc:  # naming the holder is a courtesy: the refusal stands without it
+            log.info("could not read the lease holder from %s: %s", lease, type(exc).__name__)
+            return "another run"
+        if not meta.get("run_id"):
+            return "another run"
+        return (
+            f"run {shown(meta['run_id'])} (subscription {shown(meta.get('subscription'))}, host "
+            f"{meta.get('host')}, pid {meta.get('pid')}, since {meta.get('since')})"
+        )
 
     def check(self) -> str | None:
         """Why the lease is lost (disconnected longer than :data:`LEASE_GRACE_S`), else ``None``. Called by

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from spark_apps.dlq_replay import outcomes as oc
 from spark_apps.dlq_replay.errors import ReplayConfigError
+from spark_apps.dlq_replay.redaction import check_name, check_url, shown
 from spark_apps.dlq_replay.state import validate_run_id
 
 if TYPE_CHECKING:
@@ -26,6 +27,7 @@ DEFAULT_WAVE_SIZE = 2_000
 DEDUP_WAVE_SIZE = 50_000
 _SIGNATURE = re.compile(r"[0-9a-f]{16}")
 _SERVICE_SCHEMES = ("pulsar://", "pulsar+ssl://")
+_HTTP_SCHEMES = ("http://", "https://")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -95,22 +97,14 @@ class ReplayOptions:
             validate_run_id(self.run_id)
         except ValueError as exc:
             raise ReplayConfigError(f"--run-id: {exc}") from exc
+        check_name("--run-id", self.run_id)
         if self.mode not in oc.MODES:
             raise ReplayConfigError(f"--mode must be one of {', '.join(oc.MODES)}; got {self.mode!r}")
         if not self.output_dir or not self.output_dir.strip():
             raise ReplayConfigError(
                 "--output-dir is required (a local path or a Hadoop URI such as s3a://bucket/dlq)"
             )
-        if not self.service_url or not self.service_url.startswith(_SERVICE_SCHEMES):
-            raise ReplayConfigError(
-                "--service-url must be the broker's binary-protocol URL, pulsar://host:6650 or "
-                "pulsar+ssl://host:6651 (value not shown)"
-            )
-        if self.admin_url is not None and not self.admin_url.startswith(("http://", "https://")):
-            raise ReplayConfigError(
-                "--admin-url must start with http:// or https:// (Apache Pulsar's admin REST, e.g. "
-                "http://broker:8080; value not shown)"
-            )
+        self._check_urls()
         if not self.topics:
             raise ReplayConfigError("--topics is required: the DLQ topics to replay, comma-separated")
         self._check_topics()
@@ -118,6 +112,7 @@ class ReplayOptions:
             raise ReplayConfigError(
                 "--subscription must be a non-empty name without control characters (default dlq-replayer)"
             )
+        check_name("--subscription", self.subscription)
         if self.mode == oc.REPLAY and not self.origin_allowlist:
             raise ReplayConfigError(
                 "--origin-allowlist is required in replay mode: the topics a message may be republished to, "
@@ -128,7 +123,7 @@ class ReplayOptions:
         for signature in self.signatures or ():
             if not _SIGNATURE.fullmatch(signature):
                 raise ReplayConfigError(
-                    f"--signatures: {signature!r} is not a signature; signatures are 16 lower-case hex "
+                    f"--signatures: {shown(signature)} is not a signature; signatures are 16 lower-case hex "
                     "digits, as in the `signature` of a report group (e.g. 3f1c9a0b2d4e6f81)"
                 )
         if self.error_class is not None and not self.error_class:
@@ -153,13 +148,30 @@ class ReplayOptions:
                 validate_run_id(self.window_from)
             except ValueError as exc:
                 raise ReplayConfigError(f"--window-from: {exc}") from exc
+            check_name("--window-from", self.window_from)
             if self.window_from == self.run_id:
                 raise ReplayConfigError("--window-from must name an earlier run, not this --run-id")
+
+    def _check_urls(self) -> None:
+        """The URLs carry no credentials, query or fragment (:func:`~.redaction.check_url`)."""
+        if not self.service_url:
+            raise ReplayConfigError("--service-url is required, e.g. pulsar://broker:6650")
+        check_url(
+            "--service-url", self.service_url, _SERVICE_SCHEMES, "pulsar://broker:6650", "binary-protocol URL"
+        )
+        if self.admin_url is not None:
+            check_url("--admin-url", self.admin_url, _HTTP_SCHEMES, "http://broker:8080", "admin REST URL")
+        if self.oauth2_issuer_url is not None:
+            check_url(
+                "--oauth2-issuer-url", self.oauth2_issuer_url, _HTTP_SCHEMES, "https://auth.example.com"
+            )
 
     def _check_topics(self) -> None:
         from spark_apps.dlq_replay.pulsar_io.errors import PulsarConfigError
         from spark_apps.dlq_replay.pulsar_io.window import parse_topics
 
+        for topic in self.topics:
+            check_name("--topics", topic)
         try:
             parse_topics(list(self.topics))
         except PulsarConfigError as exc:

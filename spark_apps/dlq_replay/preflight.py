@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from spark_apps.dlq_replay.errors import ReplayConfigError
+from spark_apps.dlq_replay.redaction import shown
 from spark_apps.dlq_replay.storage import join, local_path, qualify_root
 
 if TYPE_CHECKING:
@@ -115,8 +116,8 @@ def check_window_from(options: ReplayOptions) -> None:
     plan = Path(local) / "runs" / run_dir_name(options.window_from) / "plan.json"
     if not plan.is_file():
         raise ReplayConfigError(
-            f"--window-from {options.window_from!r}: {plan} does not exist; give the run id of a dry-run "
-            "that wrote its plan under the same --output-dir"
+            f"--window-from {shown(options.window_from)}: {plan} does not exist; give the run id of a "
+            "dry-run that wrote its plan under the same --output-dir"
         )
 
 

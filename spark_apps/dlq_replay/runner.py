@@ -14,9 +14,11 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from spark_apps.dlq_replay import outcomes as oc
+from spark_apps.dlq_replay.errors import ReplayConfigError
 from spark_apps.dlq_replay.options import DEDUP_WAVE_SIZE, DEFAULT_WAVE_SIZE
 from spark_apps.dlq_replay.parquet_writes import parquet_writer
 from spark_apps.dlq_replay.progress import MESSAGE_STEPS, StepProgress
+from spark_apps.dlq_replay.pulsar_io.errors import PulsarConfigError
 from spark_apps.dlq_replay.storage import RunStorage, join, local_path, qualify_root
 
 if TYPE_CHECKING:
@@ -1050,21 +1052,69 @@ def run_replay(spark: SparkSession, options: ReplayOptions) -> dict[str, Any]:
             log.info("run %s is already complete; nothing to do", options.run_id)
             report: dict[str, Any] = json.loads(text)
             return report
-    with run_lock(
-        spark,
-        paths.root,
-        options.run_id,
-        conf=conf if options.subscription_lease else None,
-        topics=options.topics,
-        subscription=options.subscription,
-        storage=storage,
-    ) as lock:
-        run = _Run(spark, options, playbook, conf, lock)
-        try:
-            return _run_steps(run)
-        finally:
-            if run.held is not None:  # the run stopped before its commit: the messages go back pending
-                run.held.release()
+    _check_before_writing(storage, paths, options, conf, resumed="plan" in state.steps)
+    created = _Created(storage, paths)
+    try:
+        with run_lock(
+            spark,
+            paths.root,
+            options.run_id,
+            conf=conf if options.subscription_lease else None,
+            topics=options.topics,
+            subscription=options.subscription,
+            storage=storage,
+        ) as lock:
+            run = _Run(spark, options, playbook, conf, lock)
+            try:
+                return _run_steps(run)
+            finally:
+                if run.held is not None:  # the run stopped before its commit: the messages go back pending
+                    run.held.release()
+    except (ReplayConfigError, PulsarConfigError):
+        created.remove_if_refused(state)
+        raise
+
+
+def _check_before_writing(
+    storage: RunStorage, paths: RunPaths, options: ReplayOptions, conf: PulsarConf, resumed: bool
+) -> None:
+    """The checks that need the broker or an earlier run's files, before any file or lock is created:
+    the broker answers and accepts the credentials, the DLQ topics exist
+    (:func:`~spark_apps.dlq_replay.broker_checks.check_broker`), and ``--window-from`` names a plan of
+    the same topics and subscription."""
+    from spark_apps.dlq_replay.broker_checks import check_broker
+
+    check_broker(conf, options.topics)
+    if options.window_from and not resumed:
+        from spark_apps.dlq_replay.group_actions import reuse_window
+
+        earlier = RunPaths(options.output_dir, options.window_from).plan
+        reuse_window(storage, earlier, options.window_from, options.topics, options.subscription)
+
+
+class _Created:
+    """What a refused first attempt created under the output root, so that exit code 2 leaves nothing:
+    the parts that did not exist before it started and are removed when it is refused."""
+
+    def __init__(self, storage: RunStorage, paths: RunPaths) -> None:
+        self.storage = storage
+        self.paths = paths
+        self.parts = [
+            path
+            for path in (paths.run, join(paths.root, "locks"), join(paths.root, "runs"), paths.root)
+            if not storage.exists(path)
+        ]
+
+    def remove_if_refused(self, state: RunState) -> None:
+        """Remove the run directory if this attempt created it, then the other parts if left empty."""
+        if state.attempts > 1 or not self.parts:  # an earlier attempt's files stay
+            return
+        for path in self.parts:
+            try:
+                if path == self.paths.run or not self.storage.list_names(path):
+                    self.storage.delete(path)
+            except Exception as exc:  # the refusal matters more than the clean-up
+                log.warning("could not remove %s after the refusal: %s", path, type(exc).__name__)
 
 
 def _run_steps(run: _Run) -> dict[str, Any]:

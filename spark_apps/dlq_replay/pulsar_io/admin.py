@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from spark_apps.dlq_replay.pulsar_io.errors import PulsarConfigError, PulsarIOError
+from spark_apps.dlq_replay.redaction import safe_url
 
 if TYPE_CHECKING:
     from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf
@@ -31,6 +32,11 @@ _ATTEMPTS = 3
 
 class AdminUnavailable(PulsarIOError):
     """The admin URL answers, but not with Apache Pulsar's admin REST (HTTP 404 or a non-JSON body)."""
+
+
+class AdminNotFound(AdminUnavailable):
+    """HTTP 404 with Apache Pulsar's JSON error body (``{"reason": "Topic not found"}``): the admin REST
+    answers, and the topic (or its namespace) does not exist."""
 
 
 def topic_path(topic: str) -> str:
@@ -47,6 +53,7 @@ def _oauth2_token(settings: dict[str, str | None], context: ssl.SSLContext | Non
     from urllib.parse import urlencode
 
     issuer = str(settings["issuer_url"]).rstrip("/")
+    shown_issuer = safe_url(issuer)
     if settings.get("credentials_file"):
         with open(str(settings["credentials_file"]), encoding="utf-8") as handle:
             creds = json.load(handle)
@@ -69,9 +76,21 @@ def _oauth2_token(settings: dict[str, str | None], context: ssl.SSLContext | Non
     except (urllib.error.URLError, OSError, ValueError, KeyError) as exc:
         reason = getattr(exc, "code", None) or type(exc).__name__
         raise PulsarConfigError(
-            f"no OAuth2 access token from the issuer {issuer} ({reason}); check the issuer URL, client "
+            f"no OAuth2 access token from the issuer {shown_issuer} ({reason}); check the issuer URL, client "
             "credentials, audience and scope"
         ) from None
+
+
+def _not_found(url: str, exc: urllib.error.HTTPError) -> AdminUnavailable:
+    """:class:`AdminNotFound` when the 404 carries Apache Pulsar's ``{"reason": ...}``, else
+    :class:`AdminUnavailable`."""
+    try:
+        body = json.loads(exc.read() or b"null")
+    except (ValueError, OSError):
+        body = None
+    if isinstance(body, dict) and "reason" in body:
+        return AdminNotFound(f"GET {url}: HTTP 404 ({str(body['reason'])[:200]})")
+    return AdminUnavailable(f"GET {url}: HTTP 404")
 
 
 class PulsarAdmin:
@@ -105,7 +124,7 @@ class PulsarAdmin:
                     raw = resp.read()
             except urllib.error.HTTPError as exc:
                 if exc.code == 404:
-                    raise AdminUnavailable(f"GET {url}: HTTP 404") from exc
+                    raise _not_found(url, exc) from exc
                 if exc.code in (401, 403):
                     raise PulsarConfigError(
                         f"GET {url}: HTTP {exc.code}; the admin REST refused the token. Give the replay's "
@@ -120,8 +139,8 @@ class PulsarAdmin:
             except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
                 reason = getattr(exc, "reason", exc)
                 raise PulsarConfigError(
-                    f"cannot reach the Pulsar admin REST at {self.base} ({reason}); check the admin URL "
-                    "(e.g. http://broker:8080), or remove it to use the two-read consumer mode"
+                    f"cannot reach the Pulsar admin REST at {safe_url(self.base)} ({reason}); check the "
+                    "admin URL (e.g. http://broker:8080), or remove it to use the two-read consumer mode"
                 ) from exc
             try:
                 return json.loads(raw)
@@ -135,6 +154,23 @@ class PulsarAdmin:
         if not isinstance(data, dict) or "cursors" not in data or "ledgers" not in data:
             raise AdminUnavailable(f"internalStats of {topic} lacks 'ledgers'/'cursors'")
         return data
+
+    def topic_exists(self, topic: str) -> bool:
+        """Whether ``topic`` exists: a partitioned topic's metadata, else the topic's ``stats`` (neither
+        creates a topic). Raises :class:`AdminUnavailable` when the URL is not Apache Pulsar's admin REST."""
+        try:  # Apache Pulsar 4 answers 404 for a missing topic here; older releases {"partitions": 0}
+            meta = self.get(topic_path(topic) + "/partitions?checkAllowAutoCreation=false")
+        except AdminNotFound:
+            return False
+        if not isinstance(meta, dict) or "partitions" not in meta:
+            raise AdminUnavailable(f"partitions of {topic} is not a JSON object with 'partitions'")
+        if int(meta["partitions"]) > 0:
+            return True
+        try:
+            self.stats(topic)
+        except AdminNotFound:
+            return False
+        return True
 
     def stats(self, topic: str) -> dict[str, Any]:
         """``stats`` of one topic: per-subscription ``msgBacklog`` and more."""

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from pulsar_dlq_consumer.client import create_client
 from spark_apps.dlq_replay.pulsar_io.errors import PulsarConfigError
+from spark_apps.dlq_replay.redaction import safe_url
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -114,15 +115,17 @@ class PulsarConf:
     def __post_init__(self) -> None:
         if not isinstance(self.service_url, str) or not self.service_url.startswith(_SCHEMES):
             raise PulsarConfigError(
-                f"service_url must start with pulsar:// or pulsar+ssl://; got {self.service_url!r}. "
+                "service_url must start with pulsar:// or pulsar+ssl://; got "
+                f"{safe_url(str(self.service_url))}. "
                 "Pass the broker's binary-protocol URL, e.g. pulsar://localhost:6650."
             )
         if self.admin_url is not None and (
             not isinstance(self.admin_url, str) or not self.admin_url.startswith(_ADMIN_SCHEMES)
         ):
             raise PulsarConfigError(
-                f"admin_url must start with http:// or https://; got {self.admin_url!r}. Pass the broker's "
-                "admin REST URL, e.g. http://localhost:8080, or leave it unset."
+                "admin_url must start with http:// or https://; got "
+                f"{safe_url(str(self.admin_url))}. Pass the broker's admin REST URL, e.g. "
+                "http://localhost:8080, or leave it unset."
             )
         if bool(self.tls_cert_file) != bool(self.tls_key_file):
             raise PulsarConfigError(
@@ -131,7 +134,8 @@ class PulsarConf:
             )
         if self.tls_cert_file and not self.service_url.startswith("pulsar+ssl://"):
             raise PulsarConfigError(
-                f"a TLS client certificate needs a pulsar+ssl:// service URL; got {self.service_url!r}"
+                "a TLS client certificate needs a pulsar+ssl:// service URL; got "
+                f"{safe_url(self.service_url)}"
             )
         if not self.oauth2_issuer_url and (self.oauth2_credentials_file or self.oauth2_audience):
             raise PulsarConfigError(
@@ -255,8 +259,8 @@ class PulsarConf:
             data = None
         if not isinstance(data, dict) or not data.get("client_id") or not data.get("client_secret"):
             raise PulsarConfigError(
-                f"OAuth2 is configured (issuer {self.oauth2_issuer_url}) but no client credentials were "
-                f'found: set {name} to {{"client_id": ..., "client_secret": ...}} or pass '
+                f"OAuth2 is configured (issuer {safe_url(self.oauth2_issuer_url)}) but no client credentials "
+                f'were found: set {name} to {{"client_id": ..., "client_secret": ...}} or pass '
                 "--oauth2-credentials-file"
             )
         return {**settings, "client_id": str(data["client_id"]), "client_secret": str(data["client_secret"])}

@@ -141,6 +141,31 @@ TOKEN = "eyJhbGciOiJIUzI1NiJ9.c2VjcmV0LXBheWxvYWQ.s3cr3tSignature"
         [*BASE, "--archive-payload", TOKEN],
         [*BASE, "--since", TOKEN],
         [*BASE, "--until", TOKEN],
+        # A token typed as the value of another option, or inside a URL (refused before Spark starts).
+        [*BASE, "--oauth2-issuer-url", TOKEN],
+        [*BASE, "--oauth2-issuer-url", f"https://client:{TOKEN}@auth.example.com"],
+        [*BASE, "--oauth2-issuer-url", f"https://auth.example.com/?secret={TOKEN}"],
+        [*BASE, "--playbook", TOKEN],
+        [*BASE, "--group-actions", f"@{TOKEN}"],
+        [*BASE, "--group-actions", TOKEN],
+        [*BASE, "--window-from", TOKEN],
+        [*BASE, "--signatures", TOKEN],
+        [*BASE, "--signatures", f"{SIG},{TOKEN}"],
+        [*BASE, "--canary", TOKEN],
+        [*BASE, "--subscription", TOKEN],
+        [*BASE, "--topics", TOKEN],
+        [*BASE, "--run-id", TOKEN],
+        [*BASE, "--service-url", f"pulsar://user:{TOKEN}@localhost:6650"],
+        [*BASE, "--service-url", f"pulsar://{TOKEN}@localhost:6650"],
+        [*BASE, f"--service-url=pulsar://user:{TOKEN}@localhost:6650"],
+        [*BASE, "--service-url", f"pulsar://localhost:6650?token={TOKEN}"],
+        [*BASE, "--service-url", f"pulsar://localhost:6650/{TOKEN}"],
+        [*BASE, "--service-url", TOKEN],
+        [*BASE, "--admin-url", f"http://user:{TOKEN}@localhost:8080"],
+        [*BASE, "--admin-url", f"http://localhost:8080?token={TOKEN}"],
+        [*BASE, "--admin-url", f"http://localhost:8080/#{TOKEN}"],
+        [*BASE, "--admin-url", f"http://localhost:8080/admin/{TOKEN}"],
+        [*BASE, "--admin-url", TOKEN],
     ],
 )
 def test_a_token_typed_anywhere_is_refused_and_never_printed(argv, capsys, caplog):
@@ -212,3 +237,34 @@ def test_session_defaults_size_shuffles_to_the_cores():
     assert session_defaults(0)["spark.sql.shuffle.partitions"] == "2"
     assert WRITE_DEFAULTS.items() <= session_defaults(2).items()
     assert session_defaults(2)["spark.sql.execution.arrow.maxRecordsPerBatch"] == "2000"
+
+
+@pytest.mark.parametrize(
+    ("option", "url", "message"),
+    [
+        ("--service-url", "pulsar://u:p4ssw0rd@localhost:6650", "must not carry credentials"),
+        ("--service-url", "pulsar+ssl://localhost:6651?x=1", "must not carry a query"),
+        ("--admin-url", "https://localhost:8443/?token=abc", "must not carry a query"),
+        ("--admin-url", "http://user@localhost:8080", "must not carry credentials"),
+        ("--oauth2-issuer-url", "https://auth.example.com#frag", "must not carry a query or fragment"),
+    ],
+)
+def test_urls_with_credentials_or_a_query_are_refused_naming_where_the_token_goes(option, url, message):
+    with pytest.raises(ReplayConfigError, match=message) as info:
+        parse_options([*BASE, option, url])
+    assert "PULSAR_AUTH_TOKEN" in str(info.value)
+    assert url not in str(info.value)
+
+
+def test_plain_urls_are_accepted():
+    opts = parse_options(
+        [
+            *BASE,
+            "--admin-url",
+            "https://broker.example.com:8443/",
+            "--oauth2-issuer-url",
+            "https://auth.example.com/realms/x",
+        ]
+    )
+    assert opts.admin_url == "https://broker.example.com:8443"
+    assert parse_options([*BASE[:2], "--service-url", "pulsar://b1:6650,b2:6650", *BASE[4:]]).service_url

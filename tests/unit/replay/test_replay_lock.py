@@ -126,6 +126,7 @@ class _LeaseClient:
         from spark_apps.dlq_replay.lock import LEASE_TIMEOUT_S
 
         self.calls += 1
+        self.last = (args, kwargs)
         if self.errors:
             self.clock[0] += LEASE_TIMEOUT_S  # an unanswered request takes its timeout
             raise self.errors.pop(0)
@@ -158,6 +159,19 @@ def test_a_lease_the_broker_does_not_answer_is_asked_again_until_it_does(monkeyp
     assert client.calls == 3
     assert len(lease._consumers) == 1
     assert clock[0] == 2 * 10 + 1 + 2  # two timed-out requests, pauses of 1 s and 2 s
+    lease.release()
+
+
+def test_the_lease_is_per_dlq_topic_whatever_the_subscription(monkeypatch):
+    from spark_apps.dlq_replay.lock import LEASE_SUBSCRIPTION
+
+    lease, client, _ = _lease(monkeypatch, [])
+    lease.acquire()
+    (topic, subscription), kwargs = client.last
+    assert topic == lease_topic("orders-DLQ")
+    assert subscription == LEASE_SUBSCRIPTION  # not the run's subscription "s": one run per DLQ topic
+    assert kwargs["properties"]["run_id"] == "r"
+    assert kwargs["properties"]["subscription"] == "s"
     lease.release()
 
 

@@ -1,0 +1,165 @@
+"""Checks against the broker that run before a replay writes anything or takes its lock.
+
+:func:`check_broker` answers, in a few seconds, the questions a run would otherwise answer late and
+wrongly (a closed port or a refused token used to surface a minute later as a lease "held by another
+run"; a misspelt DLQ topic used to become an empty successful run, created on the broker):
+
+1. **something listens at the service URL** (a TCP connection to each ``host:port`` of it), else
+   :class:`BrokerUnreachableError` (exit 1: nothing was written; re-run once the broker is up);
+2. **the broker accepts the credentials** (a partitioned-metadata lookup of the first DLQ topic, which
+   creates nothing), else :class:`~spark_apps.dlq_replay.errors.ReplayConfigError` (exit 2);
+3. **every DLQ topic exists**, asked of the admin REST when ``--admin-url`` is given (a partitioned
+   topic's metadata, else the topic's ``stats``; neither creates a topic), else a ``ReplayConfigError``
+   naming the topic (exit 2). The binary protocol cannot tell a missing topic from an empty one without
+   creating it (a subscribe or a reader creates it where auto-creation is on), so without an admin URL
+   only partitioned topics are known to exist; see ``docs/replay-app.md``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import socket
+from typing import TYPE_CHECKING, Any
+
+from spark_apps.dlq_replay.errors import ReplayConfigError, ReplayError
+from spark_apps.dlq_replay.redaction import register, safe_url, shown
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf
+
+log = logging.getLogger("spark_apps.dlq_replay")
+
+#: Seconds to open a TCP connection to the broker, and for the credentials lookup.
+CONNECT_TIMEOUT_S = 5.0
+LOOKUP_TIMEOUT_S = 10
+#: Seconds for each admin REST request of the checks (a silent admin URL is refused after this).
+ADMIN_TIMEOUT_S = 10.0
+_DEFAULT_PORTS = {"pulsar": 6650, "pulsar+ssl": 6651}
+_ENDPOINT = re.compile(r"(?:\[(?P<v6>[^\]]+)\]|(?P<host>[^:\[\]]+))(?::(?P<port>\d+))?")
+
+
+class BrokerUnreachableError(ReplayError):
+    """Nothing answers at the service URL (exit code 1: nothing was written; re-run when it is up)."""
+
+
+def service_endpoints(service_url: str) -> list[tuple[str, int]]:
+    """``pulsar://h1:6650,h2`` -> ``[("h1", 6650), ("h2", 6650)]`` (the scheme's default port)."""
+    scheme, _, rest = service_url.partition("://")
+    default = _DEFAULT_PORTS.get(scheme, 6650)
+    endpoints = []
+    for item in rest.split("/", 1)[0].split(","):
+        match = _ENDPOINT.fullmatch(item.strip())
+        if match:
+            port = match.group("port")
+            endpoints.append((match.group("v6") or match.group("host"), int(port) if port else default))
+    return endpoints
+
+
+def check_listening(service_url: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+    """Raise :class:`BrokerUnreachableError` unless some ``host:port`` of ``service_url`` accepts a TCP
+    connection."""
+    failures = []
+    for host, port in service_endpoints(service_url):
+        try:
+            with socket.create_connection((host, port), timeout=timeout_s):
+                return
+        except OSError as exc:
+            failures.append(f"{host}:{port} ({exc.strerror or type(exc).__name__})")
+    raise BrokerUnreachableError(
+        f"nothing is listening at {', '.join(failures) or safe_url(service_url)}: no Apache Pulsar broker "
+        "answers at --service-url. Check the host and port (e.g. pulsar://broker:6650, pulsar+ssl://broker:"
+        "6651) and that the broker is running; nothing was written, re-run when it is up"
+    )
+
+
+def lookup_partitions(
+    conf: PulsarConf, topics: Sequence[str], timeout_s: int = LOOKUP_TIMEOUT_S
+) -> dict[str, bool]:
+    """Look up each topic's partitions with the run's credentials (a partitioned-metadata lookup, which
+    creates nothing); returns whether each is a partitioned topic (one that exists).
+
+    A refused token, certificate or OAuth2 grant is a ``ReplayConfigError``; a broker that accepts the
+    connection but does not answer is a :class:`BrokerUnreachableError`."""
+    import pulsar
+
+    from pulsar_dlq_consumer.client import create_client
+    from spark_apps.dlq_replay.pulsar_io.conf import client_auth_kwargs, client_logger
+
+    kwargs = client_auth_kwargs(conf, operation_timeout_seconds=timeout_s)
+    register([kwargs.get("token")])  # never printed, whatever prints the client's errors
+    client: Any = create_client(conf.service_url, logger=client_logger(), **kwargs)
+    topic = ""
+    try:
+        partitioned = {}
+        for topic in topics:
+            names = [str(name) for name in client.get_topic_partitions(topic)]
+            partitioned[topic] = bool(names) and names != [topic]
+        return partitioned
+    except (pulsar.AuthenticationError, pulsar.AuthorizationError) as exc:
+        refused = "authentication" if isinstance(exc, pulsar.AuthenticationError) else "authorization"
+        raise ReplayConfigError(
+            f"the broker at {safe_url(conf.service_url)} refused this run's {refused} "
+            f"({type(exc).__name__}) looking up DLQ topic {_named(topic)}: check the token "
+            "(PULSAR_AUTH_TOKEN or --auth-token-file: not expired, signed for this cluster), the OAuth2 or "
+            "client-certificate "
+            "settings, and that the role may consume the DLQ's namespace"
+        ) from None
+    except (pulsar.Timeout, pulsar.ConnectError, pulsar.NotConnected) as exc:
+        raise BrokerUnreachableError(
+            f"the broker at {safe_url(conf.service_url)} accepted the connection but did not answer a "
+            f"topic lookup within {timeout_s} s ({type(exc).__name__}): check that --service-url is the "
+            "binary-protocol port (6650, or 6651 for pulsar+ssl://; not the admin port 8080) and, for "
+            "pulsar+ssl://, the CA bundle; nothing was written, re-run when the broker answers"
+        ) from None
+    finally:
+        with contextlib.suppress(Exception):
+            client.close()
+
+
+def _named(topic: str) -> str:
+    """A topic name for a message (``(value not shown)`` when it could be a secret)."""
+    return topic if shown(topic)[0] in "'\"" else shown(topic)
+
+
+def check_topics_exist(conf: PulsarConf, topics: Sequence[str], partitioned: dict[str, bool]) -> None:
+    """Refuse (``ReplayConfigError``) a DLQ topic the broker does not have. With ``conf.admin_url``: the
+    admin REST answers; without it only the lookup's answer (``partitioned``: a partitioned topic exists)
+    is known, and a non-partitioned name is taken on trust."""
+    from spark_apps.dlq_replay.pulsar_io.admin import AdminUnavailable, PulsarAdmin
+
+    missing = [t for t in topics if not partitioned.get(t)]
+    if not missing:
+        return
+    if not conf.admin_url:
+        log.info(
+            "no --admin-url: the existence of %s cannot be checked without creating it (a misspelt "
+            "non-partitioned DLQ topic is an empty one to the binary protocol)",
+            ", ".join(missing),
+        )
+        return
+    admin = PulsarAdmin(conf, timeout_s=ADMIN_TIMEOUT_S)
+    try:
+        absent = [t for t in missing if not admin.topic_exists(t)]
+    except AdminUnavailable as exc:
+        log.warning("the admin URL is not Apache Pulsar's admin REST (%s); topic existence not checked", exc)
+        return
+    if absent:
+        names = ", ".join(_named(t) for t in absent)
+        raise ReplayConfigError(
+            f"DLQ topic {names} does not exist on the broker (admin REST at {safe_url(conf.admin_url)}); "
+            "check the spelling, tenant and namespace in --topics (a partitioned topic is named without "
+            "-partition-N). Nothing was created"
+        )
+
+
+def check_broker(conf: PulsarConf, topics: Sequence[str]) -> None:
+    """The checks of the module docstring, in order; each failure names the cause and the fix."""
+    from spark_apps.dlq_replay.pulsar_io.window import parse_topics
+
+    names = parse_topics(list(topics))
+    check_listening(conf.service_url)
+    check_topics_exist(conf, names, lookup_partitions(conf, names))

@@ -1,0 +1,158 @@
+"""The one rule for secrets in the replay app's output: what could be a token is never shown.
+
+A token typed in the wrong place (as the value of ``--playbook``, ``--subscription``, inside a URL...)
+must not reach an error, a log line or a file. Three tools, used everywhere a value is echoed:
+
+* :func:`could_be_secret` says whether a value could be a token: a JWT, a long hex string, or a long run
+  of token characters mixing upper case, lower case and digits (what random secrets look like and
+  topic names, paths and Airflow run ids do not);
+* :func:`shown` is the value to put in a message: quoted when it cannot be a secret, else
+  ``(value not shown)``;
+* :func:`check_url` refuses a URL carrying credentials (``user:password@``) or a query or fragment
+  (``?token=...``): the app takes secrets only from ``PULSAR_AUTH_TOKEN``/``--auth-token-file`` (and
+  the OAuth2 equivalents), so such a URL is a secret in the wrong place. :func:`safe_url` is the form of
+  a URL that may be printed.
+
+As a last line of defence, :func:`scrub` removes every registered secret (:func:`register`: the command
+line's values that could be secrets, the token the run reads) and every JWT or URL credential from a
+text; the command line applies it to its errors and its log lines.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+from spark_apps.dlq_replay.errors import ReplayConfigError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+NOT_SHOWN = "(value not shown)"
+#: How a secret is replaced in a scrubbed text.
+MASK = "***"
+_JWT = re.compile(r"eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}(?:\.[A-Za-z0-9_-]*)?")
+_HEX = re.compile(r"[0-9a-fA-F]{32,}")
+#: Runs of characters tokens are made of (base64, base64url, JWT dots); a '/' or ':' ends a run, so
+#: paths and URLs are judged part by part.
+_TOKEN_RUN = re.compile(r"[A-Za-z0-9_\-+=.~]{20,}")
+_UPPER, _LOWER, _DIGITS = re.compile(r"[A-Z]"), re.compile(r"[a-z]"), re.compile(r"[0-9]")
+#: ``scheme://user:password@`` and ``?query``/``#fragment`` of URLs inside a text.
+_URL_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/\s@'\"]+@")
+_URL_QUERY = re.compile(r"(?P<url>[A-Za-z][A-Za-z0-9+.-]*://[^\s?#'\"]*)[?#][^\s'\"]*")
+_SECRET_WORDS = ("token", "secret", "password", "passwd", "jwt", "credential", "auth-param")
+
+
+def could_be_secret(value: object) -> bool:
+    """True when ``value`` could be a token or another secret (see the module docstring)."""
+    text = str(value)
+    if _JWT.search(text) or _HEX.search(text):
+        return True
+    for match in _TOKEN_RUN.finditer(text):
+        run = match.group()
+        if len(_UPPER.findall(run)) >= 3 and len(_LOWER.findall(run)) >= 3 and len(_DIGITS.findall(run)) >= 2:
+            return True
+    return False
+
+
+def shown(value: object) -> str:
+    """``value`` quoted for a message, or ``(value not shown)`` when it could be a secret."""
+    return NOT_SHOWN if could_be_secret(value) else repr(value)
+
+
+def safe_url(url: str) -> str:
+    """``url`` without credentials, query or fragment (``http://u:p@h:1/x?t=1`` -> ``http://h:1/x``)."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = parts.port
+    except ValueError:
+        return NOT_SHOWN
+    if not parts.scheme or not host:
+        return NOT_SHOWN
+    netloc = f"[{host}]" if ":" in host else host
+    netloc = f"{netloc}:{port}" if port is not None else netloc
+    path = "" if could_be_secret(parts.path) else parts.path
+    return f"{parts.scheme}://{netloc}{path}"
+
+
+def check_url(option: str, url: str, schemes: tuple[str, ...], example: str, what: str = "URL") -> None:
+    """Refuse ``url`` (given as ``option``) unless it is a plain ``scheme://host[:port][/path]`` with one
+    of ``schemes``; the message never shows the value and says where a token goes instead."""
+    fix = (
+        "pass the token by the PULSAR_AUTH_TOKEN environment variable or --auth-token-file PATH (OAuth2: "
+        "--oauth2-credentials-file or PULSAR_OAUTH2_CREDENTIALS), and rotate it if it was typed in a shell"
+    )
+    if not url.startswith(schemes):
+        raise ReplayConfigError(
+            f"{option} must start with {' or '.join(schemes)}: the {what}, e.g. {example} (value not shown)"
+        )
+    hosts = url.split("://", 1)[1].split("/", 1)[0]
+    if "@" in hosts:
+        raise ReplayConfigError(
+            f"{option} must not carry credentials (user:password@ before the host; value not shown): {fix}"
+        )
+    if "?" in url or "#" in url:
+        raise ReplayConfigError(
+            f"{option} must not carry a query or fragment (?...; value not shown), which could hold a token: "
+            f"{fix}"
+        )
+    if could_be_secret(url.split("://", 1)[1]):
+        raise ReplayConfigError(
+            f"{option} holds something that looks like a token {NOT_SHOWN}; give the plain URL, e.g. "
+            f"{example}, and {fix}"
+        )
+
+
+def check_name(option: str, value: str) -> None:
+    """Refuse a name the run writes to files and to the broker (a subscription, a topic, a run id) when
+    it could be a secret typed in the wrong place."""
+    if could_be_secret(value):
+        raise ReplayConfigError(
+            f"{option} looks like a token {NOT_SHOWN}, not a name; the run would write it to its files "
+            "and to the broker. Give the intended name; a Pulsar token goes in the PULSAR_AUTH_TOKEN "
+            "environment variable or --auth-token-file PATH (rotate it if it was typed in a shell)"
+        )
+
+
+# --------------------------------------------------------------------------- scrubbing
+
+_LOCK = threading.Lock()
+_REGISTERED: set[str] = set()
+
+
+def register(values: Iterable[str | None]) -> None:
+    """Remember secrets (or values that could be) so that :func:`scrub` removes them from any text."""
+    with _LOCK:
+        _REGISTERED.update(v for v in values if v and len(v) >= 8)
+
+
+def register_argv(argv: Iterable[str]) -> None:
+    """Register every command-line value that could be a secret, and the value of every option whose
+    name says it carries one (``--x-token=...`` included)."""
+    items = list(argv)
+    found: list[str] = []
+    for i, arg in enumerate(items):
+        name, sep, value = arg.partition("=")
+        if could_be_secret(arg):
+            found.append(value if sep and arg.startswith("-") else arg)
+        if arg.startswith("-") and any(w in name.lower() for w in _SECRET_WORDS):
+            if sep:
+                found.append(value)
+            elif i + 1 < len(items) and not items[i + 1].startswith("--"):
+                found.append(items[i + 1])
+    register(found)
+
+
+def scrub(text: str) -> str:
+    """``text`` with every registered secret, JWT and URL credential or query replaced by ``***``."""
+    with _LOCK:
+        registered = sorted(_REGISTERED, key=len, reverse=True)
+    for secret in registered:
+        if secret in text:
+            text = text.replace(secret, MASK)
+    text = _JWT.sub(MASK, text)
+    text = _URL_USERINFO.sub(lambda m: f"{m.group('scheme')}{MASK}@", text)
+    return _URL_QUERY.sub(lambda m: f"{m.group('url')}?{MASK}", text)
