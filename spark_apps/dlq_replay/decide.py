@@ -421,7 +421,7 @@ def _fix_outcome(rule: Any, result: FixOutcome) -> tuple[str, str, str | None, b
         return oc.TO_REPUBLISH, f"rule {rule.name!r} says republish", None, result.properties is None
     if result.malformed:
         return oc.MALFORMED, f"fix {rule.fix} found the record malformed", result.error, False
-    if rule.on_fix_error == oc.ON_FIX_ERROR_ARCHIVE:
+    if rule.on_fix_error == oc.ON_FIX_ERROR_ARCHIVE and not result.aborted:  # a broken fix: kept pending
         reason = f"fix {rule.fix} failed; rule says on_fix_error: archive"
         return oc.ARCHIVED, reason, result.error, False
     return oc.FIX_FAILED, f"fix {rule.fix} failed", result.error, False

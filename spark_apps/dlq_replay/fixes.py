@@ -11,13 +11,20 @@ receives the whole batch as a list and returns one result (or exception instance
 
 A fix that runs longer than its rule's ``fix_timeout_seconds`` (per call) is interrupted and the record is
 ``fix_failed``; a fix that returns more than :data:`MAX_FIX_PAYLOAD_BYTES` fails the record too.
+
+A fix that tries to end the process (``sys.exit``, ``os._exit``, ``os.abort``) or raises
+``KeyboardInterrupt`` fails its own record (``fix_failed``, whatever ``on_fix_error`` says) and the
+batch goes on: while fixes run, ``os._exit`` and ``os.abort`` raise :class:`FixExit` instead
+(:class:`_ExitGuard`).
 """
 
 from __future__ import annotations
 
 import importlib
 import json
+import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -44,6 +51,15 @@ class MalformedRecord(ValueError):
 
 class FixTimeoutError(TimeoutError):
     """A fix call ran longer than its rule's ``fix_timeout_seconds``."""
+
+
+class FixExit(BaseException):
+    """Raised in place of ending the process when a fix calls ``os._exit`` or ``os.abort`` (a
+    ``BaseException``, like ``SystemExit``, so that a fix's ``except Exception`` does not swallow it)."""
+
+
+class WorkerInterrupt(KeyboardInterrupt):
+    """A SIGINT the Python worker received while a fix ran: the task stops, as it would without a fix."""
 
 
 class RecordSource(Protocol):
@@ -189,6 +205,9 @@ class FixOutcome(NamedTuple):
     malformed: bool = False
     error_class: str | None = None
     error_message: str | None = None
+    #: The fix tried to end the process or raised ``KeyboardInterrupt``: a broken fix, not a bad record,
+    #: so the record is ``fix_failed`` (left pending) whatever the rule's ``on_fix_error`` says.
+    aborted: bool = False
 
     @property
     def error(self) -> str:
@@ -223,11 +242,17 @@ def load_fix(ref: str) -> FixFunction:
     if not module_name or not function_name:
         raise FixLoadError(f"fix {ref!r} must be `module:function`")
     try:
-        module = importlib.import_module(module_name)
+        with _ExitGuard():
+            module = importlib.import_module(module_name)
     except Exception as exc:
         raise FixLoadError(
             f"cannot import module {module_name!r} for fix {ref!r}: {type(exc).__name__}: {exc}; ship the "
             "module to Spark (list its file under `fix_files:` in the playbook, or add it to --py-files)"
+        ) from exc
+    except (SystemExit, FixExit) as exc:
+        raise FixLoadError(
+            f"importing module {module_name!r} for fix {ref!r} called {_exit_call(exc)}; a fix module must "
+            "not exit when imported"
         ) from exc
     function = getattr(module, function_name, None)
     if not callable(function):
@@ -369,40 +394,148 @@ class _TimeLimit:
             self.disarm()
 
 
+#: The end of every message that records a fix trying to end the process.
+_MUST_RETURN = "a fix must return a result or raise an Exception"
+
+
+def _aborted_outcome(error: BaseException) -> FixOutcome:
+    """The outcome of a record whose fix raised a ``BaseException`` that is not an ``Exception``:
+    ``sys.exit`` (``SystemExit``), ``os._exit`` / ``os.abort`` (:class:`FixExit`), ``KeyboardInterrupt``.
+    Re-raises :class:`WorkerInterrupt`: a SIGINT sent to the worker stops the task."""
+    if isinstance(error, WorkerInterrupt):
+        raise error
+    outcome = _error_outcome(error)
+    if isinstance(error, FixExit):
+        message = f"the fix called {_exit_call(error)}, which would end the Spark Python worker"
+    elif isinstance(error, SystemExit):
+        message = f"the fix called {_exit_call(error)}"
+    else:
+        detail = f" ({outcome.error_message[:200]})" if outcome.error_message else ""
+        message = f"the fix raised {outcome.error_class}{detail}"
+    return outcome._replace(malformed=False, error_message=f"{message}; {_MUST_RETURN}", aborted=True)
+
+
+def _exit_call(error: SystemExit | FixExit) -> str:
+    """The call that raised ``error``: ``os._exit(3)``, ``os.abort()``, ``sys.exit(3)``."""
+    if isinstance(error, FixExit):
+        return str(error)
+    return f"sys.exit({'' if error.code is None else repr(error.code)[:200]})"
+
+
+class _ExitGuard:
+    """While fixes run (one ``with`` per :func:`run_fix`, not per record): ``os._exit`` and ``os.abort``
+    raise :class:`FixExit` instead of ending the Spark Python worker, and, on the main thread, a SIGINT
+    raises :class:`WorkerInterrupt`, so that a real interrupt is told from a fix's own
+    ``KeyboardInterrupt``.
+
+    The functions are replaced in the ``os`` module (and ``posix``, where they come from) by the first
+    guard entered and put back by the last one out; a process forked inside a fix (``multiprocessing``)
+    still exits for real. A fix that bound the real function before (``from os import _exit`` at import),
+    signals its own process or crashes in native code is not contained.
+    """
+
+    _lock = threading.Lock()
+    _depth = 0
+    _real: dict[tuple[Any, str], Any] = {}
+    _pid = 0
+    _MODULES = tuple(m for m in (os, sys.modules.get(os.name)) if m is not None)
+
+    def __init__(self) -> None:
+        # A SIGINT is handled on the main thread alone; one that is ignored (or handled outside Python)
+        # stays so, and any KeyboardInterrupt is then the fix's own.
+        on_main = threading.current_thread() is threading.main_thread()
+        self.previous: Any = signal.getsignal(signal.SIGINT) if on_main else None
+        self.handles_sigint = self.previous not in (None, signal.SIG_IGN)
+
+    @staticmethod
+    def _exit(code: int) -> None:
+        if os.getpid() != _ExitGuard._pid:  # a forked child: end it for real
+            _ExitGuard._real[(os, "_exit")](code)
+        raise FixExit(f"os._exit({code!r})")
+
+    @staticmethod
+    def _abort() -> None:
+        if os.getpid() != _ExitGuard._pid:
+            _ExitGuard._real[(os, "abort")]()
+        raise FixExit("os.abort()")
+
+    @staticmethod
+    def _interrupted(signum: int, frame: Any) -> None:
+        raise WorkerInterrupt("SIGINT")
+
+    def __enter__(self) -> _ExitGuard:
+        cls = _ExitGuard
+        with cls._lock:
+            if cls._depth == 0:
+                cls._pid = os.getpid()
+                for module in cls._MODULES:
+                    for name, replacement in (("_exit", cls._exit), ("abort", cls._abort)):
+                        cls._real[(module, name)] = getattr(module, name)
+                        setattr(module, name, replacement)
+            cls._depth += 1
+        if self.handles_sigint:
+            signal.signal(signal.SIGINT, self._interrupted)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        cls = _ExitGuard
+        if self.handles_sigint:
+            signal.signal(signal.SIGINT, self.previous)
+        with cls._lock:
+            cls._depth -= 1
+            if cls._depth == 0:
+                for (module, name), real in cls._real.items():
+                    setattr(module, name, real)
+
+
 def run_fix(
     function: FixFunction | None, records: list[FixRecord], *, timeout_s: float | None = None
 ) -> list[FixOutcome]:
     """Run ``function`` over ``records`` (one call per record, or one call for a batch fix).
 
-    ``None`` republishes the records unchanged. Exceptions become failed outcomes; ``BaseException``
-    that is not an ``Exception`` (``KeyboardInterrupt``, ``SystemExit``) propagates. A call that takes
+    ``None`` republishes the records unchanged. Exceptions become failed outcomes. So do ``sys.exit``,
+    ``os._exit``, ``os.abort`` and ``KeyboardInterrupt`` (see :func:`_aborted_outcome`): the record whose
+    call made them fails (every record of a batch fix's call) and the others go on. A call that takes
     longer than ``timeout_s`` fails with :class:`FixTimeoutError`.
     """
     if function is None:
         return [FixOutcome(True, r.payload) for r in records]
-    if is_batch_fix(function):
-        try:
-            with _TimeLimit(timeout_s) as limit, limit.armed():
-                results = list(function(records))
-        except Exception as exc:
-            return [_error_outcome(exc) for _ in records]
-        if len(results) != len(records):
-            error = ValueError(f"batch fix returned {len(results)} results for {len(records)} records")
-            return [_error_outcome(error) for _ in records]
-        return [to_outcome(res, rec) for res, rec in zip(results, records, strict=True)]
+    with _TimeLimit(timeout_s) as limit, _ExitGuard():
+        if is_batch_fix(function):
+            return _run_batch_fix(function, records, limit)
+        return _run_each(function, records, limit)
+
+
+def _run_batch_fix(function: FixFunction, records: list[FixRecord], limit: _TimeLimit) -> list[FixOutcome]:
+    try:
+        with limit.armed():
+            results = list(function(records))
+    except Exception as exc:
+        return [_error_outcome(exc) for _ in records]
+    except BaseException as exc:
+        return [_aborted_outcome(exc)] * len(records)
+    if len(results) != len(records):
+        error = ValueError(f"batch fix returned {len(results)} results for {len(records)} records")
+        return [_error_outcome(error) for _ in records]
+    return [to_outcome(res, rec) for res, rec in zip(results, records, strict=True)]
+
+
+def _run_each(function: FixFunction, records: list[FixRecord], limit: _TimeLimit) -> list[FixOutcome]:
     outcomes: list[FixOutcome] = []
-    with _TimeLimit(timeout_s) as limit:
-        for record in records:
+    for record in records:
+        try:
+            limit.arm()  # what limit.armed() does, without a generator per record
             try:
-                limit.arm()  # what limit.armed() does, without a generator per record
-                try:
-                    result = function(record)
-                finally:
-                    limit.disarm()
-            except Exception as exc:
-                outcomes.append(_error_outcome(exc))
-                continue
-            outcomes.append(to_outcome(result, record))
+                result = function(record)
+            finally:
+                limit.disarm()
+        except Exception as exc:
+            outcomes.append(_error_outcome(exc))
+            continue
+        except BaseException as exc:
+            outcomes.append(_aborted_outcome(exc))
+            continue
+        outcomes.append(to_outcome(result, record))
     return outcomes
 
 

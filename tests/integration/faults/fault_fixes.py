@@ -1,9 +1,13 @@
-"""Fixes used by the fault suite's playbook: one that works and four that misbehave."""
+"""Fixes used by the fault suite's playbook: one that works and seven that misbehave."""
 
 from __future__ import annotations
 
 import json
+import os
+import sys
 import time
+
+from spark_apps.dlq_replay.fixes import batch_fix
 
 
 def add_currency(record):
@@ -27,3 +31,16 @@ def wrong_type(record):
 
 def huge(record):
     return b"x" * (6 * 1024 * 1024)
+
+
+def exits(record):
+    sys.exit(3)
+
+
+@batch_fix
+def interrupts(records):
+    raise KeyboardInterrupt
+
+
+def os_exits(record):
+    os._exit(3)

@@ -63,6 +63,9 @@ CASES: dict[str, tuple[str, ...]] = {
         "fix-hangs",
         "fix-wrong-type",
         "fix-huge-payload",
+        "fix-calls-sys-exit",
+        "fix-raises-keyboard-interrupt",
+        "fix-calls-os-exit",
     ),
     "bad-input": (
         "allowlist-invalid-regex",

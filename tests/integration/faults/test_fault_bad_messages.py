@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -152,8 +152,31 @@ def cases(orders: str, payments: str) -> dict[str, Case]:
         "a fix that returns 6 MiB", "fix_failed", "maxMessageSize",
         [msg("fix-huge-payload", 0, ORDER, ours(orders, "FixHuge", "x", next(n)))],
     )  # fmt: skip
+    c.update(exiting_fixes(orders, n))
     assert tuple(c) == CASES["bad-message"]
     return c
+
+
+def exiting_fixes(orders: str, n: Iterator[int]) -> dict[str, Case]:
+    """Fixes that try to end the Spark Python worker: their messages are parked and the run goes on. Two
+    messages each, two calls of the scalar fixes."""
+    kinds = {
+        "fix-calls-sys-exit": (
+            "a fix that calls sys.exit(3) (its rule says on_fix_error: archive)", "FixExits", "sys.exit(3)"
+        ),
+        "fix-raises-keyboard-interrupt": (
+            "a batch fix that raises KeyboardInterrupt", "FixInterrupts", "raised KeyboardInterrupt"
+        ),
+        "fix-calls-os-exit": (
+            "a fix that calls os._exit(3)", "FixOsExits", "os._exit(3), which would end the Spark"
+        ),
+    }  # fmt: skip
+    found: dict[str, Case] = {}
+    for name, (fault, cls, reason) in kinds.items():
+        keys = [f"{name}-{i}" for i in range(2)]
+        messages = [("a", key, ORDER, {**ours(orders, cls, "x", next(n)), "fault-key": key}) for key in keys]
+        found[name] = Case(fault, "fix_failed", reason, messages)
+    return found
 
 
 def summarize(outcomes: list[str]) -> str:

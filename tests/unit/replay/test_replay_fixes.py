@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import signal
 import sys
+import time
 
 import pytest
 
 from spark_apps.dlq_replay.errors import FixLoadError
 from spark_apps.dlq_replay.fixes import FixRecord, FixResult, MalformedRecord, batch_fix, load_fix, run_fix
+
+REAL_EXIT, REAL_ABORT = os._exit, os.abort
 
 
 def rec(payload: bytes = b'{"id": 1}', **props: str) -> FixRecord:
@@ -121,12 +127,105 @@ def test_explicit_malformed_record():
     assert "no order id" in out.error
 
 
-def test_base_exceptions_propagate():
-    def fix(r):
-        raise KeyboardInterrupt
+def _exit(record):
+    sys.exit(3)
+
+
+def _interrupt(record):
+    raise KeyboardInterrupt("stop")
+
+
+def _os_exit(record):
+    os._exit(3)
+
+
+def _abort(record):
+    os.abort()
+
+
+#: Fixes that try to end the process, and what the record's error must say.
+EXITS = {
+    "sys.exit": (_exit, "SystemExit: the fix called sys.exit(3); a fix must return a result or raise"),
+    "KeyboardInterrupt": (_interrupt, "KeyboardInterrupt: the fix raised KeyboardInterrupt (stop); a fix"),
+    "os._exit": (_os_exit, "FixExit: the fix called os._exit(3), which would end the Spark Python worker"),
+    "os.abort": (_abort, "FixExit: the fix called os.abort(), which would end the Spark Python worker"),
+}
+
+
+@pytest.mark.parametrize("how", list(EXITS))
+def test_a_fix_that_exits_fails_its_own_record_and_the_others_go_on(how):
+    stops, error = EXITS[how]
+
+    def fix(record):
+        return stops(record) if record.payload == b"stop" else record.payload.upper()
+
+    out = run_fix(fix, [rec(b"a"), rec(b"stop"), rec(b"b")], timeout_s=5)
+    assert [o.payload for o in out] == [b"A", None, b"B"]
+    assert (out[1].ok, out[1].aborted, out[1].malformed) == (False, True, False)
+    assert error in out[1].error
+    assert (os._exit, os.abort) == (REAL_EXIT, REAL_ABORT)  # put back after the run
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+@pytest.mark.parametrize("how", list(EXITS))
+def test_a_batch_fix_that_exits_fails_every_record_of_its_batch(how):
+    stops, error = EXITS[how]
+
+    @batch_fix
+    def fix(records):
+        return [stops(r) for r in records]
+
+    out = run_fix(fix, [rec(b"a"), rec(b"b")], timeout_s=5)
+    assert [(o.ok, o.aborted) for o in out] == [(False, True), (False, True)]
+    assert all(error in o.error for o in out)
+    assert run_fix(batch_fix(lambda rs: [r.payload for r in rs]), [rec(b"c")])[0].payload == b"c"
+    assert (os._exit, os.abort) == (REAL_EXIT, REAL_ABORT)
+
+
+def test_a_fix_that_swallows_exceptions_cannot_swallow_its_exit():
+    def fix(record):
+        try:
+            os._exit(1)
+        except Exception:
+            return b"carried on"
+
+    assert run_fix(fix, [rec()])[0].aborted
+
+
+def test_a_process_forked_by_a_fix_still_exits_for_real():
+    def fix(record):
+        pid = os.fork()
+        if pid == 0:
+            os._exit(7)
+        return str(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])).encode()
+
+    assert run_fix(fix, [rec()])[0].payload == b"7"
+
+
+def test_a_sigint_sent_to_the_worker_still_stops_the_task():
+    """A real interrupt is not the fix's doing: it propagates (the task fails) and records nothing."""
+
+    def fix(record):
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(5)
+        return record.payload
 
     with pytest.raises(KeyboardInterrupt):
-        run_fix(fix, [rec()])
+        run_fix(fix, [rec(), rec()], timeout_s=10)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert os._exit is REAL_EXIT
+
+
+def test_a_fix_that_exits_is_never_archived_by_on_fix_error():
+    from types import SimpleNamespace
+
+    from spark_apps.dlq_replay import outcomes as oc
+    from spark_apps.dlq_replay.decide import _fix_outcome
+
+    rule = SimpleNamespace(name="r", fix="m:f", on_fix_error=oc.ON_FIX_ERROR_ARCHIVE)
+    exited, raised = run_fix(lambda r: sys.exit(3) if r.payload == b"x" else 1 / 0, [rec(b"x"), rec()])
+    assert _fix_outcome(rule, exited)[:3] == (oc.FIX_FAILED, "fix m:f failed", exited.error)
+    assert _fix_outcome(rule, raised)[0] == oc.ARCHIVED
 
 
 def test_batch_fix_runs_once_per_batch():
@@ -161,6 +260,16 @@ def test_load_fix(tmp_path, monkeypatch):
     with pytest.raises(FixLoadError, match=r"cannot import module 'no_such_mod_xyz'.*fix_files"):
         load_fix("no_such_mod_xyz:f")
     sys.modules.pop("my_fix_mod", None)
+
+
+@pytest.mark.parametrize(("code", "called"), [("sys.exit(3)", "sys.exit(3)"), ("os._exit(0)", "os._exit(0)")])
+def test_a_fix_module_that_exits_when_imported_is_refused(tmp_path, monkeypatch, code, called):
+    (tmp_path / "exiting_fix_mod.py").write_text(f"import os, sys\n{code}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(FixLoadError, match=rf"'exiting_fix_mod' .* called {re.escape(called)}; a fix module"):
+        load_fix("exiting_fix_mod:f")
+    sys.modules.pop("exiting_fix_mod", None)
+    assert os._exit is REAL_EXIT
 
 
 def test_a_fix_that_hangs_is_stopped_after_its_timeout():
