@@ -74,16 +74,14 @@ def get_provider_info() -> dict[str, Any]:
                 "hook-name": "Apache Pulsar",
                 "connection-type": "pulsar",
                 "ui-field-behaviour": {
-                    "hidden-fields": ["schema"],
+                    "hidden-fields": ["schema", "port"],
                     "relabeling": {
                         "host": "Service URL",
-                        "port": "Broker port (fill it for the Test button)",
                         "login": "OAuth2 client ID",
                         "password": "Token or OAuth2 client secret",
                     },
                     "placeholders": {
                         "host": "pulsar://broker:6650 (or pulsar+ssl://broker:6651, or broker)",
-                        "port": "6650",
                         "login": "only for OAuth2 client credentials",
                         "password": "JWT (token auth) or the OAuth2 client secret",
                     },

@@ -14,6 +14,10 @@ Configuration, read when the file is parsed (a watcher's trigger arguments are f
 when it runs (``dlq_playbook``, ``dlq_output_dir``, ``dlq_origin_allowlist``). Connections:
 ``pulsar_default`` (with ``admin_url`` for message ages) and ``spark_default``.
 
+**Dry-run until you opt in.** A run started by the backlog only reports what a replay would do until
+Variable ``dlq_event_driven_mode`` is ``replay`` (or ``archive-only``): the shared
+``dlq_origin_allowlist`` alone never lets a backlog republish without a person's say.
+
 :func:`event_driven_replay` builds the same DAG for other DLQs (one asset and DAG per DLQ group).
 """
 
@@ -85,13 +89,16 @@ def event_driven_replay(
     topics: list[str],
     subscription: str = "dlq-replayer",
     pulsar_conn_id: str = "pulsar_default",
-    mode: str = "replay",
+    mode: str | None = None,
     playbook: str | None = None,
     output_dir: str | None = None,
     origin_allowlist: str | None = None,
     replay_kwargs: dict[str, Any] | None = None,
 ) -> DAG:
-    """The replay DAG of one DLQ backlog asset; arguments left ``None`` come from Variables at run time."""
+    """The replay DAG of one DLQ backlog asset; arguments left ``None`` come from Variables at run time.
+
+    ``mode`` left ``None`` is Variable ``dlq_event_driven_mode``, ``dry-run`` when unset: replaying on a
+    backlog is an explicit choice (``mode="replay"`` here, or the Variable)."""
     # [START howto_dlq_event_driven_replay]
     with DAG(
         dag_id=dag_id,
@@ -109,7 +116,8 @@ def event_driven_replay(
             topics=topics,
             subscription=subscription,
             pulsar_conn_id=pulsar_conn_id,
-            mode=mode,
+            # Dry-run unless opted in: mode="replay" here, or Variable dlq_event_driven_mode=replay.
+            mode=mode or _var("dlq_event_driven_mode", "dry-run"),
             playbook=playbook or "{{ var.value.get('dlq_playbook', '') }}",
             output_dir=output_dir or _var("dlq_output_dir", DEFAULT_OUTPUT_DIR),
             # No built-in allowlist: unset, the replay refuses to start (nothing is republished).

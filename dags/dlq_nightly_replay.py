@@ -105,8 +105,17 @@ with DAG(
 
     @task(retries=0)
     def check_configuration(topics: str, mode: str, allowlist: str) -> str:
-        """Skip when dlq_topics is unset; fail early when the mode is unsafe; log what the run will do."""
-        plan = readiness(topics, mode, allowlist)
+        """Skip when dlq_topics is unset; fail early when the mode is unsafe; log what the run will do.
+
+        The reason comes first in the task's log (not only in the collapsed post-execute section)."""
+        try:
+            plan = readiness(topics, mode, allowlist)
+        except AirflowSkipException as skip:
+            print(f"Skipped: {skip}")
+            raise
+        except ValueError as error:
+            print(f"Not started: {error}")
+            raise
         print(plan)
         return plan
 

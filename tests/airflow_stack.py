@@ -297,10 +297,8 @@ def start_airflow_stack(
     stack = AirflowStack(home=home, port=port, env=env)
     try:
         subprocess.run([AIRFLOW, "db", "migrate"], env=env, check=True, capture_output=True, timeout=300)
-        # The one-slot pool every replay task runs in (docs/dags.md): without it the scheduler never
-        # schedules them ("Tasks using non-existent pool").
-        pool = ["pools", "set", env.get("DLQ_REPLAY_POOL", "dlq_replay"), "1", "one DLQ replay at a time"]
-        subprocess.run([AIRFLOW, *pool], env=env, check=True, capture_output=True, timeout=300)
+        # No `airflow pools set dlq_replay`: the provider's plugin creates the replay pool when the
+        # scheduler starts (docs/dags.md), as it does for users.
         for name in COMPONENTS:
             stack.processes[name] = _start_component(stack, name)
         stack.wait_healthy(timeout_s)

@@ -174,6 +174,7 @@ def _service_url(conn_id: str, conn_type: str | None, host: str, port: int | Non
                 f"Connection {conn_id!r}: Service URL {host!r} names no broker; use e.g. "
                 "pulsar://localhost:6650."
             )
+        _check_broker_ports(conn_id, host, rest)
         return f"{scheme}://{_with_port(conn_id, host, rest, port)}"
     name, _, given_port = host.partition(":")
     if "/" in host or not name or (given_port and not given_port.isdigit()):
@@ -188,6 +189,18 @@ def _service_url(conn_id: str, conn_type: str | None, host: str, port: int | Non
     return f"{scheme}://{name}:{port or (DEFAULT_TLS_PORT if tls else DEFAULT_PORT)}"
 
 
+def _check_broker_ports(conn_id: str, host: str, brokers: str) -> None:
+    """Every ``host:port`` of a service URL has a numeric port (``pulsar://broker:abc`` is a bad port,
+    not an unknown host)."""
+    for broker in brokers.split("/")[0].split(","):
+        name, sep, own = broker.strip().rpartition(":")
+        if sep and not name.endswith("]") and "]" not in own and not (own.isdigit() and 0 < int(own) < 65536):
+            raise PulsarConnectionError(
+                f"Connection {conn_id!r}: Service URL {host!r} has port {own!r}; a port is a number "
+                "1-65535, e.g. pulsar://broker:6650."
+            )
+
+
 def _with_port(conn_id: str, host: str, brokers: str, port: int | None) -> str:
     """``host1:p1,host2:p2`` of a service URL, with Port added to brokers that name none; a Port that
     contradicts a broker's own port is an error."""
@@ -200,7 +213,8 @@ def _with_port(conn_id: str, host: str, brokers: str, port: int | None) -> str:
             if int(own) != port:
                 raise PulsarConnectionError(
                     f"Connection {conn_id!r}: Port {port} contradicts the port {own} in Service URL "
-                    f"{host!r}; make them equal (or clear Port)."
+                    f"{host!r}; remove Port from the connection (the form has none: the Service URL's "
+                    "port is used) or make it equal."
                 )
             parts.append(broker.strip())
         else:

@@ -156,6 +156,42 @@ def check_http(client: httpx.Client, url: str, what: str, *, forbidden_ok: bool)
     return f"{what} ok"
 
 
+def check_issuer(hook: PulsarHook, config: PulsarConnectionConfig) -> str:
+    """With OAuth2: get a token from the issuer first, so a dead issuer or refused client is reported as
+    such (the Pulsar client would report either as the broker refusing the credentials)."""
+    import httpx
+
+    from airflow_provider_dlq.hooks.oauth2 import OAuth2Error
+
+    credentials = hook._oauth2_client(config)
+    if credentials is None or config.oauth2 is None:
+        return "no OAuth2 issuer"
+    try:
+        with httpx.Client(**hook._issuer_options(config)) as client:
+            credentials.token(client)
+    except OAuth2Error as exc:
+        raise CheckFailed(f"{exc}; check extra oauth2_issuer_url and the client ID / secret") from exc
+    return f"OAuth2 issuer {config.oauth2.issuer_url} ok (token issued)"
+
+
+def tested_connection_id() -> str | None:
+    """The connection id the user tests with the UI's Test button, or ``None`` outside that request.
+
+    Airflow's ``POST /api/v2/connections/test`` tests a copy of the form under a random id and does not
+    pass the real one on; it is the ``connection_id`` of the request body (``test_body``) in the
+    calling frame of Airflow's route, in this thread."""
+    import sys
+
+    frame = sys._getframe(1)
+    while frame is not None:
+        body = frame.f_locals.get("test_body") if frame.f_code.co_name == "test_connection" else None
+        conn_id = getattr(body, "connection_id", None)
+        if isinstance(conn_id, str) and conn_id:
+            return conn_id
+        frame = frame.f_back  # type: ignore[assignment]
+    return None
+
+
 def check_connection(hook: PulsarHook, config: PulsarConnectionConfig) -> tuple[bool, str]:
     """Run every check; ``(True, notes)`` or ``(False, "<what failed>")`` with the checks done so far."""
     from airflow_provider_dlq.hooks.backlog import BacklogReadError
@@ -163,6 +199,8 @@ def check_connection(hook: PulsarHook, config: PulsarConnectionConfig) -> tuple[
     notes: list[str] = []
     try:
         notes += check_reachable(config.service_url)
+        if config.oauth2 is not None:
+            notes.append(check_issuer(hook, config))
         notes.append(check_broker(hook, config))
         if config.admin_url or config.metrics_url:
             try:

@@ -332,10 +332,15 @@ class PulsarHook(BaseHook):
         it, a topic in ``public/default``, where an authorisation refusal still proves the broker took
         the credentials. Failure messages name the URL and the cause.
         """
-        from airflow_provider_dlq.hooks.connection_check import check_connection
+        from airflow_provider_dlq.hooks.connection_check import check_connection, tested_connection_id
 
         try:
             config = self.config
+            ok, message = check_connection(self, config)
         except (PulsarConnectionError, AirflowNotFoundException) as exc:
-            return False, str(exc)
-        return check_connection(self, config)
+            ok, message = False, str(exc)
+        # The UI's Test button tests a copy under a random id; name the user's connection instead.
+        shown = tested_connection_id()
+        if shown is not None and shown != self.pulsar_conn_id:
+            message = message.replace(f"Connection {self.pulsar_conn_id!r}", f"Connection {shown!r}")
+        return ok, message

@@ -58,34 +58,52 @@ def _cell(value: Any, limit: int = 120) -> str:
     return text.replace("`", "'").replace("<", "&lt;")
 
 
-def approval_body(summary: Mapping[str, Any], groups: Sequence[Mapping[str, Any]], shown: int) -> str:
-    """The Markdown shown above the form: the dry-run, and one table row per group."""
+def proposal(group: Mapping[str, Any]) -> str:
+    """The playbook's action for a group in the form's words (``replay``, ``archive`` or ``leave``)."""
+    return _SUGGESTION.get(str(group.get("action") or "skip"), LEAVE)
+
+
+def fix_failures(group: Mapping[str, Any]) -> int:
+    """Messages of the group whose playbook fix raised in the dry-run (they would stay pending)."""
+    return int((group.get("outcomes") or {}).get("fix_failed", 0) or 0)
+
+
+def approval_body(
+    summary: Mapping[str, Any],
+    groups: Sequence[Mapping[str, Any]],
+    shown: int,
+    report_link: str | None = None,
+) -> str:
+    """The Markdown shown above the form: the dry-run, its report link, and one table row per group."""
     totals = summary.get("totals") or {}
     lines = [
         f"Dry-run **{_cell(summary.get('run_id'))}** found **{totals.get('snapshot', 0)}** pending DLQ "
         f"messages in **{len(groups)}** error groups. Choose per group: **replay** (republish to its "
         "origin; the playbook's fix applies), **archive** (archive and ack) or **leave** (stays pending). "
         "Only the groups you approve are touched, and only the messages this dry-run saw.",
+    ]
+    if report_link:
+        lines += ["", f"[Open the dry-run's report]({report_link}) (every group, its rules and next steps)."]
+    lines += [
         "",
         "| # | signature | messages | error | template | origin | first / last seen | sample ids | "
-        "playbook |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "playbook proposes | fix fails |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for n, group in enumerate(groups[:shown], start=1):
         samples = ", ".join(str(s) for s in (group.get("sample_message_ids") or [])[:3])
+        failing = fix_failures(group)
         lines.append(
             f"| {n} | `{_cell(group.get('signature'))}` | {int(group.get('count') or 0)} | "
             f"{_cell(group.get('error_class'))} | {_cell(group.get('template'))} | "
             f"{_cell(group.get('origin_topic'))} | {_cell(group.get('first_seen'))} / "
-            f"{_cell(group.get('last_seen'))} | {_cell(samples)} | {_cell(group.get('action') or 'skip')} |"
+            f"{_cell(group.get('last_seen'))} | {_cell(samples)} | {proposal(group)} | "
+            f"{f'**{failing}** (stay pending)' if failing else '0'} |"
         )
     if len(groups) > shown:
         rest = sum(int(g.get("count") or 0) for g in groups[shown:])
         lines.append("")
         lines.append(f"{len(groups) - shown} smaller groups ({rest} messages) are not shown, stay pending.")
-    report = (summary.get("paths") or {}).get("report_html")
-    if report:
-        lines += ["", f"Full report: `{_cell(report, 400)}`"]
     return "\n".join(lines)
 
 
@@ -94,7 +112,8 @@ def group_params(groups: Sequence[Mapping[str, Any]]) -> dict[str, Param]:
     params: dict[str, Param] = {}
     for group in groups:
         signature = str(group.get("signature"))
-        proposal = _SUGGESTION.get(str(group.get("action") or "skip"), LEAVE)
+        failing = fix_failures(group)
+        fails = f" {failing} of its messages fail the playbook's fix and stay pending." if failing else ""
         params[signature] = Param(
             LEAVE,
             type="string",
@@ -102,7 +121,7 @@ def group_params(groups: Sequence[Mapping[str, Any]]) -> dict[str, Param]:
             title=f"{int(group.get('count') or 0)} x {_plain(group.get('error_class'), 60)}: "
             f"{_plain(group.get('template'), 80)}",
             description=f"Signature {signature}, origin {_plain(group.get('origin_topic'))}; "
-            f"the playbook proposes '{proposal}'.",
+            f"the playbook proposes '{proposal(group)}'.{fails}",
         )
     return params
 
@@ -156,6 +175,10 @@ class DlqGroupApprovalOperator(HITLOperator, SkipMixin):
             **kwargs,
         )
         self.dry_run_summary = dry_run_summary
+        #: The dry-run's task, whose report the form links to (from ``dry_run.output``).
+        self.dry_run_task_id: str | None = getattr(
+            getattr(dry_run_summary, "operator", None), "task_id", None
+        )
         self.response_timeout_seconds = response_timeout_seconds
         self.max_groups = max_groups
 
@@ -199,7 +222,7 @@ class DlqGroupApprovalOperator(HITLOperator, SkipMixin):
                 context, self._result(summary, {}, {}, responded_by=None, timed_out=False)
             )
         self.params = ParamsDict(group_params(shown))
-        self.body = approval_body(summary, groups, len(shown))
+        self.body = approval_body(summary, groups, len(shown), self._report_link(context))
         self.log.info(
             "Asking for approval of %d error groups (%d messages) of dry-run %s; timeout %s",
             len(shown),
@@ -208,6 +231,15 @@ class DlqGroupApprovalOperator(HITLOperator, SkipMixin):
             self.response_timeout,
         )
         return super().execute(context)
+
+    def _report_link(self, context: Context) -> str | None:
+        """The dry-run's report as the provider's API-server endpoint serves it (the task's extra link)."""
+        if not self.dry_run_task_id or not (self._summary().get("paths") or {}).get("report_html"):
+            return None
+        from airflow_provider_dlq.operators.links import api_base_url, report_endpoint
+
+        ti = context["ti"]
+        return report_endpoint(ti.dag_id, ti.run_id, self.dry_run_task_id, base=api_base_url())
 
     # ----------------------------------------------------------------------- response
 

@@ -9,8 +9,9 @@ links come from what the task learnt while it ran (the report's location, the Sp
   whatever machine the Spark driver ran on. With the operator's ``report_url`` the link goes straight to
   the storage instead (``{report_html}`` in it is replaced by the report's URI).
 * **Spark application** points at the Spark history server
-  (``<spark_history_url>/history/<application id>/``) when the operator has ``spark_history_url``, else
-  at the driver's live UI the application reported (only useful while it runs, e.g. on a cluster).
+  (``<spark_history_url>/history/<application id>/``) when the operator has ``spark_history_url``.
+  Without one there is no link: links are made when the task ends, and the driver's live UI ends with
+  the application.
 
 A task that produced no report (failed before the report step) gets no link.
 """
@@ -63,20 +64,19 @@ class DlqReplayReportLink(BaseOperatorLink):
         return report_endpoint(*_key(ti_key), base=api_base_url())
 
 
-def spark_app_url(history_url: str | None, app_id: str | None, live_ui_url: str | None) -> str:
-    """History server page of ``app_id`` when a history URL is known, else the live UI, else ``""``."""
+def spark_app_url(history_url: str | None, app_id: str | None) -> str:
+    """History server page of ``app_id`` when a history URL is known, else ``""`` (no link: the live UI
+    of a finished application is gone)."""
     if history_url and app_id:
         return f"{history_url.rstrip('/')}/history/{quote(app_id, safe='')}/"
-    return live_ui_url or ""
+    return ""
 
 
 class SparkApplicationLink(BaseOperatorLink):
-    """Opens the replay's Spark application in the history server (or its live UI)."""
+    """Opens the replay's Spark application in the Spark history server (``spark_history_url``)."""
 
     name = "Spark application"
 
     def get_link(self, operator: BaseOperator, *, ti_key: TaskInstanceKey) -> str:
         spark = getattr(operator, "spark_application", None) or {}
-        return spark_app_url(
-            getattr(operator, "spark_history_url", None), spark.get("application_id"), spark.get("ui_url")
-        )
+        return spark_app_url(getattr(operator, "spark_history_url", None), spark.get("application_id"))

@@ -14,7 +14,12 @@ from urllib.parse import urlsplit
 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.sdk import Asset, BaseOperator
-from airflow.sdk.exceptions import AirflowException, AirflowSkipException
+from airflow.sdk.exceptions import (
+    AirflowException,
+    AirflowFailException,
+    AirflowNotFoundException,
+    AirflowSkipException,
+)
 
 from airflow_provider_dlq.class_data import ArchivePlan, ClassDataArchive
 from airflow_provider_dlq.compiled_pyspark import CompiledCopy, CompiledPySpark
@@ -25,6 +30,7 @@ from airflow_provider_dlq.driver_jit import (
     quick_jit_chosen,
     with_quick_jit,
 )
+from airflow_provider_dlq.hooks.connection import PulsarConnectionError
 from airflow_provider_dlq.hooks.pulsar import PulsarHook
 from airflow_provider_dlq.operators.links import DlqReplayReportLink, SparkApplicationLink
 from airflow_provider_dlq.operators.replay_cli import (
@@ -35,6 +41,7 @@ from airflow_provider_dlq.operators.replay_cli import (
     ReplayArgs,
     ReplayArgumentError,
     archive_flag,
+    as_list,
     build_replay_args,
     compact_summary,
     default_run_id,
@@ -71,6 +78,21 @@ def output_asset(output_dir: str) -> Asset:
     """The asset a replay run updates: its output root (reports under runs/, archive/, ledger/)."""
     uri = output_dir if "://" in output_dir else Path(output_dir).absolute().as_uri()
     return Asset(name=f"dlq-replay:{uri}", uri=uri)
+
+
+def canary_halt_message(summary: Mapping[str, Any]) -> str | None:
+    """What to tell the user when the run's canary halted groups (``None`` when it did not)."""
+    canary = summary.get("canary") or {}
+    halted = list(canary.get("halted") or [])
+    if canary.get("verdict") != "halted" or not halted:
+        return None
+    shown = ", ".join(halted[:5]) + (", ..." if len(halted) > 5 else "")
+    return (
+        f"Canary halted {len(halted)} error group(s) of replay run {summary.get('run_id')}: {shown}. Their "
+        f"canaries failed again in the consumer, so {canary.get('held_back', 0)} message(s) stay pending as "
+        "canary_failed; the other groups were replayed in full. Open the task's 'DLQ replay report' link for "
+        "the verdict per group and what to do next; after fixing the consumer, trigger a new run."
+    )
 
 
 class _ReplaySubmitHook(SparkSubmitHook):
@@ -174,6 +196,14 @@ class DlqReplayOperator(BaseOperator):
         that folder; ``False``: off). Not used when ``conf`` sets ``spark.python.daemon.module``
         (``docs/operator.md``).
 
+    :param fail_on_canary_halt: When the canary halts a group (its canaries failed again, its other
+        messages stay pending as ``canary_failed``), fail the task without retrying, after the report
+        and the links are written (default ``True``): a halt needs a person. ``False``: succeed, and log
+        the verdict as a warning.
+
+    Usage errors (no topics, ``replay`` without an allowlist, a missing connection, bad arguments) fail
+    the task at once, without retries: a retry would meet the same configuration.
+
     .. seealso:: ``docs/operator.md``
     """
 
@@ -245,6 +275,7 @@ class DlqReplayOperator(BaseOperator):
         class_data_archive: bool | str = True,
         quick_jit: QuickJit = "auto",
         compiled_pyspark: bool | str = True,
+        fail_on_canary_halt: bool = True,
         **kwargs: Any,
     ) -> None:
         if (
@@ -304,6 +335,7 @@ class DlqReplayOperator(BaseOperator):
         self.canary_wait_seconds = canary_wait_seconds
         self.canary_max_failure_rate = canary_max_failure_rate
         self.class_data_archive = class_data_archive
+        self.fail_on_canary_halt = bool(fail_on_canary_halt)
         self.compiled_pyspark = compiled_pyspark
         if not (quick_jit is True or quick_jit is False or quick_jit == "auto"):
             raise ReplayArgumentError(
@@ -509,9 +541,8 @@ class DlqReplayOperator(BaseOperator):
         actions = parse_group_actions(self.group_actions)
         if actions is not None and all(action == "leave" for _, action in actions):
             raise AirflowSkipException("The approval left every group pending; nothing to replay.")
-        pulsar = self.pulsar_hook.config
         run_id = self.resolve_run_id(context)
-        args = self.replay_args(run_id, pulsar)
+        pulsar, args = self.usage_checked(run_id)
         if pulsar.tls_allow_insecure_connection:
             self.log.warning(
                 "Connection %r allows insecure TLS; the replay app does not support that setting and will "
@@ -569,6 +600,13 @@ class DlqReplayOperator(BaseOperator):
             json.dumps(summary["totals"], sort_keys=True),
             summary["paths"].get("report_json", args.report_json),
         )
+        halt = canary_halt_message(summary)
+        if halt and self.fail_on_canary_halt:
+            context["ti"].xcom_push(key="return_value", value=summary)
+            self.log.error("%s", halt)
+            raise AirflowFailException(halt)
+        if halt:
+            self.log.warning("%s", halt)
         extra = {k: summary[k] for k in ("run_id", "mode", "status", "totals", "paths", "group_count")}
         outlet_events = context.get("outlet_events")
         if outlet_events is not None:
@@ -576,6 +614,19 @@ class DlqReplayOperator(BaseOperator):
                 if isinstance(outlet, Asset):
                     outlet_events[outlet].extra = extra
         return summary
+
+    def usage_checked(self, run_id: str) -> tuple[PulsarConnectionConfig, ReplayArgs]:
+        """The connection and the app's arguments; a usage error fails the task without retries (the
+        same configuration would fail every try). Topics are checked first: the commonest slip."""
+        try:
+            if not as_list("topics", self.topics):
+                build_replay_args({"topics": self.topics, "mode": self.mode})  # raises, naming the fix
+            pulsar = self.pulsar_hook.config
+            return pulsar, self.replay_args(run_id, pulsar)
+        except (ReplayArgumentError, PulsarConnectionError, AirflowNotFoundException) as exc:
+            message = f"{exc} (not retried: fix the configuration, then clear the task)"
+            self.log.error("%s", message)  # a log line of its own, not only the exception's detail
+            raise AirflowFailException(message) from exc
 
     def on_kill(self) -> None:
         """Stop spark-submit and everything it started (the Python driver, local workers)."""

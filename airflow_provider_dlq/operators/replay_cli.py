@@ -295,14 +295,17 @@ def build_replay_args(values: Mapping[str, Any]) -> ReplayArgs:
     topics = tuple(as_list("topics", values.get("topics")))
     if not topics:
         raise ReplayArgumentError(
-            f"topics is empty (got {values.get('topics')!r}); give the DLQ topics to replay as a list or "
-            "comma-separated string, e.g. persistent://public/default/orders-DLQ."
+            f"topics is empty (got {values.get('topics')!r}): there is no DLQ topic to replay. Set Variable "
+            "dlq_topics (Admin > Variables; comma-separated, e.g. persistent://public/default/orders-DLQ), "
+            "which the example DAGs read when the run's Param topics (the trigger form's 'DLQ topics') is "
+            "empty, or give the operator's topics."
         )
     allowlist = tuple(as_list("origin_allowlist", values.get("origin_allowlist")))
     if mode == "replay" and not allowlist:
         raise ReplayArgumentError(
             "mode='replay' republishes to origin topics taken from untrusted message properties, so it "
-            "needs origin_allowlist (globs such as persistent://public/default/orders*, or re:<regex>)."
+            "needs origin_allowlist (globs such as persistent://public/default/orders*, or re:<regex>): set "
+            "Variable dlq_origin_allowlist, or the run's Param origin_allowlist in dlq_backfill."
         )
     subscription = opt_str(values.get("subscription")) or DEFAULT_SUBSCRIPTION
     since, until = opt_time("since", values.get("since")), opt_time("until", values.get("until"))
@@ -380,4 +383,8 @@ def compact_summary(report: Mapping[str, Any], max_groups: int = 20) -> dict[str
     }
     if report.get("spark"):
         summary["spark"] = dict(report["spark"])
+    canary = report.get("canary")
+    if canary:
+        keys = ("size", "verdict", "halted", "held_back", "verdicts")
+        summary["canary"] = {k: canary[k] for k in keys if k in canary}
     return summary

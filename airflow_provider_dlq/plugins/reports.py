@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.plugins_manager import AirflowPlugin
 
 from airflow_provider_dlq.operators.links import PLUGIN_PREFIX
+from airflow_provider_dlq.plugins import replay_pool
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, MutableMapping
@@ -126,7 +127,9 @@ class _LazyApp:
 
 
 class DlqReplayPlugin(AirflowPlugin):
-    """Registers the report endpoint with the API server (listed under ``plugins`` in provider info)."""
+    """Registers the report endpoint with the API server (listed under ``plugins`` in provider info), and
+    the listener that creates the replay pool (:mod:`airflow_provider_dlq.plugins.replay_pool`)."""
 
     name = "dlq_replay"
     fastapi_apps = [{"app": _LazyApp(), "url_prefix": PLUGIN_PREFIX, "name": "DLQ replay reports"}]
+    listeners = [replay_pool]

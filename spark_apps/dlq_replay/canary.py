@@ -300,8 +300,11 @@ def run_canary(run: Any, decisions: DataFrame, send: Any) -> tuple[DataFrame, li
     if "verdicts" not in state:
         remaining = float(state["sent_at"]) + spec.wait_seconds - time.time()
         if remaining > 0:
+            from spark_apps.dlq_replay.progress import waiting
+
             log.info("canary: watching for re-failures for %.0f s", remaining)
-            time.sleep(remaining)
+            with waiting("canary watch", remaining):
+                time.sleep(remaining)
         results = run.spark.read.parquet(path).filter(F.col("published"))
         rows = (
             results.join(decisions.select("replay_id", "signature"), on="replay_id")

@@ -36,6 +36,52 @@ DEFAULT_INTERVAL = 10.0
 JOB_GROUP_PREFIX = "dlq-replay:"
 
 
+class _Waits:
+    """Deliberate waits of the running step (e.g. the canary watch): the progress lines say what the
+    step waits for instead of an ETA, and the rate and ETA leave the waited time out."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.current: tuple[str, float, float] | None = None  # (reason, started, until), monotonic
+        self.done: list[tuple[float, float]] = []  # (started, ended) of finished waits
+
+    def waited_since(self, since: float, now: float) -> float:
+        """Seconds spent waiting between ``since`` and ``now``."""
+        with self.lock:
+            spans = list(self.done) + ([(self.current[1], now)] if self.current else [])
+        return sum(max(0.0, min(end, now) - max(start, since)) for start, end in spans)
+
+
+WAITS = _Waits()
+
+
+class waiting:
+    """Mark a deliberate wait of ``seconds`` for ``reason`` in the running step's progress lines."""
+
+    def __init__(self, reason: str, seconds: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.reason, self.seconds, self.clock = reason, seconds, clock
+
+    def __enter__(self) -> waiting:
+        now = self.clock()
+        with WAITS.lock:
+            WAITS.current = (self.reason, now, now + self.seconds)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with WAITS.lock:
+            if WAITS.current is not None:
+                WAITS.done.append((WAITS.current[1], self.clock()))
+            WAITS.current = None
+
+
+def wait_line(step: str, reason: str, left: float, elapsed: float) -> str:
+    """``step apply: waiting for the canary watch, 40s left (no ETA while waiting), 1m10s elapsed``."""
+    return (
+        f"step {step}: waiting for the {reason}, {_duration(max(0.0, left))} left (no ETA while waiting), "
+        f"{_duration(elapsed)} elapsed"
+    )
+
+
 @dataclass(frozen=True)
 class Sample:
     """What Spark reports for one step at one moment."""
@@ -273,7 +319,13 @@ class StepProgress:
                     elif self._folders:  # the tasks write their own files: count their rows
                         records = self._file_rows()
                     sample = Sample(sample.tasks_total, sample.tasks_done, sample.tasks_running, records)
-                    line = progress_line(step, sample, total, self.clock() - started)
+                    now = self.clock()
+                    current = WAITS.current
+                    if current is not None:
+                        line = wait_line(step, current[0], current[2] - now, now - started)
+                    else:  # the rate and ETA leave deliberate waits out
+                        active = now - started - WAITS.waited_since(started, now)
+                        line = progress_line(step, sample, total, max(active, 0.0))
                 except Exception as exc:  # progress must never break a run; give up when Spark is gone
                     failures += 1
                     self.log.debug("progress of step %s unavailable: %s", step, exc)

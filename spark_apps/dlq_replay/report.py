@@ -108,6 +108,21 @@ def _first_key(item: Any) -> tuple[tuple[int, Any], ...]:
     return tuple((0, "") if value is None else (1, value) for value in item)
 
 
+#: Python errors whose message is only the value that failed (``str(KeyError("coupon"))`` is
+#: ``'coupon'``, masked to ``<str>``): the report says what the value is.
+_BARE_VALUE_ERRORS = {"KeyError": "missing key {}"}
+
+
+def display_template(error_class: str | None, template: str) -> str:
+    """The template as the report shows it: ``missing key <str>`` for a ``KeyError`` whose message is
+    only the key (the signature keeps the plain template)."""
+    simple = str(error_class or "").rsplit(".", 1)[-1]
+    shape = _BARE_VALUE_ERRORS.get(simple)
+    if shape is None or not template or shape.format("") in template:
+        return template
+    return shape.format(template)
+
+
 def build_groups(
     combos: list[dict[str, Any]], samples: dict[str, list[str]], mode: str, max_groups: int = MAX_GROUPS
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -119,7 +134,7 @@ def build_groups(
             sig,
             {
                 "signature": sig,
-                "template": combo["template"] or "",
+                "template": display_template(combo["error_class"], combo["template"] or ""),
                 "error_class": combo["error_class"],
                 "origin_topic": combo["origin_topic"],
                 "reason": combo.get("reason"),
@@ -209,6 +224,7 @@ def build_report(
     resent: int = 0,
     context: ReportContext | None = None,
     parts: ReportParts | None = None,
+    canary: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The machine-readable report (stable schema, ``format`` 1); see ``docs/report.md``.
 
@@ -218,7 +234,8 @@ def build_report(
     :mod:`spark_apps.dlq_replay.report_details`). ``outcomes`` None: the run had no message (an empty
     window), so there is nothing to aggregate and no Spark job runs for it. ``parts``: the groups and
     representatives the record tasks gathered (:mod:`~spark_apps.dlq_replay.report_parts`), used instead
-    of aggregating ``outcomes``.
+    of aggregating ``outcomes``. ``canary``: the canary's size and per-group verdicts (a canary run);
+    the report adds its ``verdict`` (:func:`canary_verdict`), which the next steps explain.
     """
     if parts is not None:
         combos, samples = parts.combos, parts.samples
@@ -251,6 +268,8 @@ def build_report(
         "timings": timings,
         "paths": paths,
     }
+    if canary is not None:
+        report["canary"] = {**canary, **canary_verdict(canary.get("verdicts") or {}, counts)}
     if context is not None:
         from pyspark.sql import SparkSession
 
@@ -262,10 +281,19 @@ def build_report(
     return report
 
 
+def canary_verdict(verdicts: dict[str, dict[str, Any]], counts: dict[str, int]) -> dict[str, Any]:
+    """The run's canary verdict: ``halted`` (some group's canary failed again; its other messages stay
+    pending as ``canary_failed``), ``passed`` (every group's canary held) or ``not judged`` (no verdict
+    yet)."""
+    halted = sorted(s for s, v in verdicts.items() if v.get("decision") == "halted")
+    verdict = "halted" if halted else "passed" if verdicts else "not judged"
+    return {"verdict": verdict, "halted": halted, "held_back": int(counts.get(oc.CANARY_FAILED, 0))}
+
+
 def summary(report: dict[str, Any]) -> dict[str, Any]:
     """The summary pushed to XCom and printed last: run_id, mode, status, totals, paths (and the Spark
     application when known)."""
-    keys = ("run_id", "mode", "status", "totals", "paths", "spark")
+    keys = ("run_id", "mode", "status", "totals", "paths", "spark", "canary")
     return {k: report[k] for k in keys if k in report}
 
 

@@ -223,6 +223,7 @@ def run_config(options: Any, playbook: Playbook) -> dict[str, Any]:
             "since": when(opt("since")),
             "until": when(opt("until")),
             "max_messages": opt("max_messages"),
+            "group_actions": dict(opt("group_actions") or {}) or None,
         },
         "max_replays": opt("max_replays"),
         "archive_payload": opt("archive_payload"),
@@ -351,11 +352,8 @@ def next_steps(report: Mapping[str, Any]) -> list[dict[str, Any]]:
                 "failing them, so the fix does not address the cause.",
             )
         )
-    n = int(totals.get(oc.FILTERED, 0))
-    if n:
-        steps.append(
-            _step("info", f"{_plural(n, 'message')} were outside this run's filters", "They wait for a run.")
-        )
+    steps += canary_steps(report)
+    steps += filtered_steps(report)
     if dry and int(totals.get("snapshot", 0)):
         steps.append(
             _step(
@@ -366,8 +364,82 @@ def next_steps(report: Mapping[str, Any]) -> list[dict[str, Any]]:
             )
         )
     if not steps:
-        if int(totals.get("snapshot", 0)):
-            steps.append(_step("ok", "Nothing to do: every message reached a final outcome"))
-        else:
-            steps.append(_step("ok", "Nothing to do: the DLQ window was empty"))
+        steps.append(_nothing_to_do(totals))
     return steps
+
+
+def _nothing_to_do(totals: Mapping[str, Any]) -> dict[str, Any]:
+    """The closing step of a run that needs nothing from anyone; says so only when it is true."""
+    if not int(totals.get("snapshot", 0)):
+        return _step("ok", "Nothing to do: the DLQ window was empty")
+    pending = int(totals.get("left_pending", 0))
+    if pending:
+        return _step(
+            "info",
+            f"{_plural(pending, 'message')} stay pending",
+            "The groups above say why; the next run reads them again.",
+        )
+    return _step("ok", "Nothing to do: every message reached a final outcome")
+
+
+def canary_steps(report: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The canary's verdict: one action per halted group (what failed, what stays pending, what to do),
+    or one line saying every group's canary held."""
+    canary = report.get("canary") or {}
+    verdicts: Mapping[str, Mapping[str, Any]] = canary.get("verdicts") or {}
+    if not verdicts:
+        return []
+    groups = {str(g.get("signature")): g for g in report.get("groups") or []}
+    halted = [s for s in sorted(verdicts) if verdicts[s].get("decision") == "halted"]
+    if not halted:
+        return [
+            _step(
+                "ok",
+                f"Canary passed: no canary of {_plural(len(verdicts), 'group')} failed again",
+                "Every group was replayed in full after the canary wait.",
+            )
+        ]
+    steps = []
+    for signature in halted[:5]:
+        verdict, group = verdicts[signature], groups.get(signature, {})
+        held = int((group.get("outcomes") or {}).get(oc.CANARY_FAILED, 0))
+        what = group.get("error_class") or "?"
+        steps.append(
+            _step(
+                "action",
+                f"Canary halted group {signature} ({what}): {verdict.get('failed_again', 0)} of "
+                f"{verdict.get('canary_sent', 0)} canaries failed again; {_plural(held, 'message')} stay "
+                "pending as canary_failed",
+                "The consumer still fails these messages, so the rest of the group was not sent. Fix the "
+                "consumer (or the playbook's fix for this group, and raise its fix_version), then run "
+                "again: the next run replays the pending messages and the canaries the consumer "
+                "dead-lettered again.",
+            )
+        )
+    return steps
+
+
+def filtered_steps(report: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Messages this run did not act on: of groups an approval did not approve, or outside its filters."""
+    n = int((report.get("totals") or {}).get(oc.FILTERED, 0))
+    if not n:
+        return []
+    filters = (report.get("config") or {}).get("filters") or {}
+    actions: Mapping[str, str] = filters.get("group_actions") or {}
+    if actions:
+        left = sorted(s for s, a in actions.items() if a == "leave")
+        named = f" ({', '.join(left[:5])}{', ...' if len(left) > 5 else ''})" if left else ""
+        return [
+            _step(
+                "info",
+                f"{_plural(n, 'message')} in groups not approved{named} stay pending",
+                "The approval left these groups alone; approve them in a later run to act on them.",
+            )
+        ]
+    return [
+        _step(
+            "info",
+            f"{_plural(n, 'message')} were outside this run's filters and stay pending",
+            "A run without these filters (or with other ones) acts on them.",
+        )
+    ]

@@ -167,6 +167,34 @@ def _next_steps(steps: list[dict[str, Any]]) -> str:
     return f'<h2 id="next">What to do next</h2><ul class="steps">{"".join(items)}</ul>'
 
 
+def _canary(canary: dict[str, Any] | None, groups: list[dict[str, Any]]) -> str:
+    """The canary's verdict and one row per judged group (sent, failed again, decision)."""
+    verdicts = (canary or {}).get("verdicts") or {}
+    if not canary:
+        return ""
+    verdict = str(canary.get("verdict") or "not judged")
+    color = {"halted": "#c62828", "passed": "#2e7d32"}.get(verdict, "#59636e")
+    classes = {str(g.get("signature")): g.get("error_class") or "-" for g in groups}
+    rows = "".join(
+        f"<tr><td><code>{_e(sig)}</code></td><td>{_e(classes.get(sig, '-'))}</td>"
+        f"<td class='num'>{_fmt(v.get('canary_sent'))}</td><td class='num'>{_fmt(v.get('failed_again'))}</td>"
+        f"<td>{_e(v.get('decision'))}</td></tr>"
+        for sig, v in sorted(verdicts.items())
+    )
+    held = int(canary.get("held_back") or 0)
+    note = f" {held} messages of halted groups stay pending as canary_failed." if held else ""
+    return (
+        f"<h2 id='canary'>Canary verdict: <i class='badge' style='background:{color}'>{_e(verdict)}</i></h2>"
+        f"<p class='muted'>Canary {_e(canary.get('size'))} per group.{_e(note)}</p>"
+        + (
+            "<table><tr><th>group</th><th>error</th><th>canaries sent</th><th>failed again</th>"
+            f"<th>decision</th></tr>{rows}</table>"
+            if rows
+            else ""
+        )
+    )
+
+
 def _totals(totals: dict[str, Any]) -> str:
     chips = "".join(
         f'<div class="chip"><b>{_fmt(v)}</b><span>{_e(k.replace("_", " "))}</span></div>'
@@ -384,6 +412,7 @@ def render_html(report: dict[str, Any]) -> str:
         f"<span><i class='badge' style='background:{status_color}'>{_e(report['status'])}</i></span>"
         f"<span class='muted'>{_e(report['started_at'])} &rarr; {_e(report['finished_at'])}</span></p>{dry}"
         f"{_next_steps(report.get('next_steps') or [])}"
+        f"{_canary(report.get('canary'), groups)}"
         f"{_totals(totals)}"
         f"<h2 id='chart'>Groups by count and outcome</h2>{_legend(used)}{bar_chart(groups)}"
         f"{_details(groups)}"

@@ -1265,10 +1265,13 @@ def _report(run: _Run, outcomes_df: DataFrame | None, started_wall: datetime) ->
             recorded_at=_recorded_at(run),
         ),
         parts=parts,
+        canary=(
+            {"size": options.canary.label, **(run.state.info("apply").get("canary") or {})}
+            if options.canary
+            else None
+        ),
     )
     report["timings"]["report"] = round(time.monotonic() - started, 3)  # the aggregation included
-    if options.canary:
-        report["canary"] = {"size": options.canary.label, **(run.state.info("apply").get("canary") or {})}
     run.storage.write_text(run.paths.report_json, json.dumps(report, indent=2, sort_keys=True))
     run.storage.write_text(run.paths.report_html, render_html(report))
     run.done("report", started, status=report["status"])

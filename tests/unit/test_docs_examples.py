@@ -15,7 +15,7 @@ _EXAMPLE = re.compile(r"<!-- example: (?P<file>\S+) (?P<marker>\S+) -->\n```pyth
 
 def marked_region(path: Path, marker: str) -> str:
     text = path.read_text()
-    match = re.search(rf"^.*\[START {marker}\]\n(?P<body>.*?)^.*\[END {marker}\]", text, re.S | re.M)
+    match = re.search(rf"^[^\n]*\[START {marker}\]\n(?P<body>.*?)^[^\n]*\[END {marker}\]", text, re.S | re.M)
     assert match, f"{path} has no [START {marker}] ... [END {marker}] region"
     return textwrap.dedent(match.group("body"))
 
@@ -38,6 +38,7 @@ def test_pages_of_the_three_capabilities_show_their_dags():
 
 @pytest.mark.parametrize(("page", "file", "marker", "code"), examples(), ids=lambda v: str(v)[:40])
 def test_example_block_matches_the_source(page, file, marker, code):
+    assert code.strip(), f"docs/{page}: the block of {file} [{marker}] is empty"
     assert code == marked_region(ROOT / file, marker), (
         f"docs/{page}: the block of {file} [{marker}] is out of date; copy the region again"
     )

@@ -94,8 +94,31 @@ def run_state(out: Path) -> dict:
     return {}
 
 
+def show_the_halt_in_the_ui(stack, browser, dag_id: str, run_id: str, tmp_path: Path) -> None:
+    """The failed task's page names the halt; its report link opens the canary verdict."""
+    from urllib.parse import quote
+
+    from browser import screenshot_dir
+
+    shots = screenshot_dir(tmp_path)
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.set_default_timeout(120_000)
+    run = quote(run_id, safe="")
+    page.goto(f"{stack.base_url}/dags/{dag_id}/runs/{run}/tasks/replay", wait_until="networkidle")
+    page.get_by_text("Canary halted 1 error group(s)", exact=False).first.wait_for()
+    page.screenshot(path=str(shots / "canary-halt-task-failed.png"))
+    links = stack.api("GET", f"/dags/{dag_id}/dagRuns/{run}/taskInstances/replay/links")["extra_links"]
+    response = page.goto(links["DLQ replay report"], wait_until="load")
+    assert response is not None
+    assert response.status == 200
+    page.get_by_text("Canary verdict", exact=False).first.wait_for()
+    assert page.get_by_text("Canary halted group", exact=False).count() >= 1
+    assert page.get_by_text("Nothing to do", exact=False).count() == 0
+    page.screenshot(path=str(shots / "canary-halt-report.png"), full_page=True)
+
+
 def test_canary_halts_the_group_that_fails_again_and_replays_the_other(
-    airflow_stack, pulsar_broker, pulsar_client, topic_factory, tmp_path, record_property
+    airflow_stack, pulsar_broker, pulsar_client, topic_factory, tmp_path, record_property, browser
 ):
     stack = airflow_stack
     conn_id = stack_connections(stack, pulsar_broker)
@@ -140,8 +163,13 @@ def test_canary_halts_the_group_that_fails_again_and_replays_the_other(
     kill_trees(procs)
     run = stack.wait_for_run(dag_id, run_id, timeout_s=1500)
     ti = stack.task_instances(dag_id, run_id)["replay"]
-    assert run["state"] == "success", ti
+    # A halted canary needs a person: the task fails (no retry: the verdict is final for this run id).
+    assert run["state"] == "failed", ti
+    assert ti["state"] == "failed", ti
     assert ti["try_number"] > killed_try  # a later try resumed the run and finished it
+    log = stack.task_log(dag_id, run_id, "replay", ti["try_number"])
+    assert "Canary halted 1 error group(s)" in log
+    assert f"{PER_GROUP - CANARY} message(s) stay pending as canary_failed" in log
     consumer_deadline = time.monotonic() + 20
     while time.monotonic() < consumer_deadline and len(consumer.received) < CANARY + PER_GROUP:
         time.sleep(0.5)
@@ -166,6 +194,13 @@ def test_canary_halts_the_group_that_fails_again_and_replays_the_other(
     assert timeouts["outcomes"] == {"republished": PER_GROUP}
     assert report["totals"]["canary_failed"] == PER_GROUP - CANARY
     assert report["totals"]["republished"] == CANARY + PER_GROUP
+    # The report's verdict and next steps: the halted group first, never "Nothing to do".
+    assert report["canary"]["verdict"] == "halted"
+    assert report["canary"]["halted"] == [declined["signature"]]
+    titles = [step["title"] for step in report["next_steps"]]
+    assert titles[0].startswith(f"Canary halted group {declined['signature']} (PermissionError)"), titles
+    assert not any(t.startswith("Nothing to do") for t in titles), titles
+    show_the_halt_in_the_ui(stack, browser, dag_id, run_id, tmp_path)
 
     # The consumer saw each replayed message exactly once: nothing doubled.
     replays = [(g, rid) for g, rid, _ in consumer.received if rid]

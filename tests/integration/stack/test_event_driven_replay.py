@@ -62,7 +62,7 @@ def test_backlog_fires_the_watch_once_and_the_scheduled_dag_replays(
             min_backlog={MIN_BACKLOG}, poll_interval={POLL_SECONDS},
         )
         dag = event_driven_replay(
-            {dag_id!r}, BACKLOG, topics=[{service.dlq!r}], pulsar_conn_id={conn_id!r},
+            {dag_id!r}, BACKLOG, topics=[{service.dlq!r}], pulsar_conn_id={conn_id!r}, mode="replay",
             playbook={str(playbook)!r}, output_dir={str(tmp_path / "out")!r},
             origin_allowlist={service.origin!r}, replay_kwargs={{"retries": 0}},
         )

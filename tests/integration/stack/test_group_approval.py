@@ -7,8 +7,11 @@ approves nothing and the DLQ is left as it was.
 from __future__ import annotations
 
 import json
+from pathlib import Path
+from urllib.parse import quote
 
 import pytest
+from browser import screenshot_dir
 from stack_helpers import (
     OrdersService,
     delete_variable,
@@ -115,6 +118,19 @@ def test_replay_acts_only_on_the_groups_a_person_approved(
         by_class[field["schema"]["title"].split(": ")[0]] = signature
     assert set(by_class) == {"4 x TimeoutError", "3 x ValueError", "2 x KeyError"}
     body = detail["body"]
+    # The report is a link (the dry-run task's report endpoint), not a worker path.
+    report_link = f"{stack.base_url}/dlq-replay/reports/{DAG_ID}/{quote(run_id, safe='')}/dry_run/-1"
+    assert f"[Open the dry-run's report]({report_link})" in body, body
+    # The table uses the fields' words, and shows the fix failures per group.
+    assert "| playbook proposes | fix fails |" in body
+    rows = {
+        line.split("|")[4].strip(): line
+        for line in body.splitlines()
+        if line.startswith("| ") and "`" in line
+    }
+    assert rows["TimeoutError"].rstrip(" |").endswith("| replay | 0"), rows
+    assert rows["ValueError"].rstrip(" |").endswith("| archive | 0"), rows
+    assert rows["KeyError"].rstrip(" |").endswith("| leave | 0"), rows
     assert "payment timed out after &lt;num>s" in body
     assert "order &lt;num> has no customer id" in body
     assert all(sig in body for sig in fields)
@@ -123,7 +139,10 @@ def test_replay_acts_only_on_the_groups_a_person_approved(
     page.goto(f"{stack.base_url}/dags/{DAG_ID}/runs/{run_id}/tasks/approve/required_actions")
     page.get_by_text("Approve the DLQ replay, group by group").first.wait_for(timeout=90_000)
     page.get_by_text("4 x TimeoutError").first.wait_for(timeout=30_000)
-    shot = tmp_path / "approval-form.png"
+    link = page.get_by_role("link", name="Open the dry-run's report").first
+    link.wait_for(timeout=30_000)
+    assert link.get_attribute("href") == report_link
+    shot = screenshot_dir(tmp_path) / "approval-form.png"
     page.screenshot(path=str(shot), full_page=True)
     assert shot.stat().st_size > 10_000
 
@@ -152,6 +171,16 @@ def test_replay_acts_only_on_the_groups_a_person_approved(
     replayed = replayed_groups(pulsar_client, service.origin, "verify", expect=6)
     assert replayed == {"TimeoutError": 4, "KeyError": 2}
     assert pending(pulsar_client, service.dlq) == 3  # the left ValueErrors, untouched
+    # The replay's report names the group the approval left as not approved (not "outside filters").
+    replay_report = json.loads(Path(replay["paths"]["report_json"]).read_text())
+    titles = [step["title"] for step in replay_report["next_steps"]]
+    left = by_class["3 x ValueError"]
+    assert f"3 messages in groups not approved ({left}) stay pending" in titles, titles
+    page.goto(
+        f"{stack.base_url}/dlq-replay/reports/{DAG_ID}/{quote(run_id, safe='')}/replay/-1", wait_until="load"
+    )
+    page.get_by_text("in groups not approved", exact=False).first.wait_for(timeout=30_000)
+    page.screenshot(path=str(screenshot_dir(tmp_path) / "replay-report-not-approved.png"), full_page=True)
     approved_counts = {
         cls: approval["counts"][sig] for cls, sig in by_class.items() if answer[sig] == "replay"
     }

@@ -21,6 +21,7 @@ from pulsar_dlq_consumer import DeadLetterPolicy, DlqConsumer
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 SUB = "dlq-replayer"
+SHOTS: list = []  # the screenshot folder of the running test
 PLAYBOOK = """\
 version: 1
 rules:
@@ -130,12 +131,14 @@ def test_backfill_from_the_ui_form_then_the_report_link(
     trigger.scroll_into_view_if_needed()
     page.screenshot(path=str(shots / "backfill-trigger-button.png"))
     assert trigger.is_enabled()
+    before = {r["dag_run_id"] for r in airflow_stack.api("GET", "/dags/dlq_backfill/dagRuns")["dag_runs"]}
     trigger.click()
     run_id = None
     deadline = time.monotonic() + 60
     while run_id is None and time.monotonic() < deadline:
         runs = airflow_stack.api("GET", "/dags/dlq_backfill/dagRuns")["dag_runs"]
-        run_id = runs[0]["dag_run_id"] if runs else None
+        new = [r["dag_run_id"] for r in runs if r["dag_run_id"] not in before]
+        run_id = new[0] if new else None
         time.sleep(1)
     assert run_id, "the form did not start a run"
     run = wait_for_run(airflow_stack, "dlq_backfill", run_id)
@@ -147,6 +150,8 @@ def test_backfill_from_the_ui_form_then_the_report_link(
         "GET", f"/dags/dlq_backfill/dagRuns/{quote(run_id, safe='')}/taskInstances/dry_run/links"
     )
     report_link = links["extra_links"]["DLQ replay report"]
+    # No Spark history server configured: no "Spark application" link (the live UI ended with the run).
+    assert not links["extra_links"].get("Spark application"), links
     assert report_link.startswith(f"{airflow_stack.base_url}/dlq-replay/reports/dlq_backfill/")
     # 2b. The report, served by the plugin to the logged-in user: it explains, and runs no script.
     response = page.goto(report_link, wait_until="load")
@@ -158,6 +163,8 @@ def test_backfill_from_the_ui_form_then_the_report_link(
     assert page.get_by_text("What to do next").count() == 1
     assert page.get_by_text("match no playbook rule", exact=False).count() >= 1
     assert page.get_by_text("Playbook rules for one message of this group").count() >= 1
+    # A KeyError group says what failed: a missing key, not only "<str>".
+    assert page.get_by_text("missing key", exact=False).count() >= 1
     page.screenshot(path=str(shots / "report.png"), full_page=True)
 
     # 3. The task instance's Details tab in the UI lists the link under "Extra Links".
@@ -169,6 +176,7 @@ def test_backfill_from_the_ui_form_then_the_report_link(
     button = page.get_by_role("link", name=named).or_(page.get_by_role("button", name=named)).first
     button.wait_for(timeout=120_000)
     page.screenshot(path=str(shots / "task-extra-link.png"))
+    assert "localhost:4040" not in page.content()  # no dead Spark UI link
     href = button.get_attribute("href")
     if href:
         assert href == report_link
@@ -180,8 +188,8 @@ def test_backfill_from_the_ui_form_then_the_report_link(
     # request without credentials is tested on Airflow's API app in test_report_plugin_auth.py.)
 
 
-def add_pulsar_connection_in_the_ui(page, base_url: str, conn_id: str, service_url: str, port: int) -> None:
-    """Fill the Add Connection form as a user does: id, type, Service URL, Broker port; Save."""
+def add_pulsar_connection_in_the_ui(page, base_url: str, conn_id: str, service_url: str) -> None:
+    """Fill the Add Connection form as a user does: id, type, Service URL (no Port field); Save."""
     page.goto(f"{base_url}/connections", wait_until="networkidle")
     page.get_by_role("button", name="Add Connection").click()
     dialog = page.get_by_role("dialog")
@@ -190,9 +198,11 @@ def add_pulsar_connection_in_the_ui(page, base_url: str, conn_id: str, service_u
     page.keyboard.type("Apache Pulsar")
     page.get_by_role("option", name="Apache Pulsar").first.click()
     dialog.get_by_text("Service URL", exact=True).wait_for()
-    assert dialog.get_by_text("Broker port (fill it for the Test button)").count() == 1
+    # No Port field (the port is part of the Service URL), so no greyed "6650" that looks like a value.
+    assert dialog.locator("input[name=port]").count() == 0
+    assert dialog.get_by_placeholder("6650", exact=True).count() == 0
     dialog.get_by_placeholder("pulsar://broker:6650", exact=False).fill(service_url)
-    dialog.get_by_placeholder("6650", exact=True).fill(str(port))
+    page.screenshot(path=str(SHOTS[0] / f"connection-form-{conn_id}.png"))
     dialog.get_by_role("button", name="Save").click()
     page.get_by_role("row").filter(has_text=conn_id).first.wait_for(timeout=30_000)
 
@@ -212,12 +222,10 @@ def test_connection_form_and_test_button(airflow_stack, browser, tmp_path, pulsa
     from pulsar_standalone import free_port
 
     shots = screenshot_dir(tmp_path)
+    SHOTS[:] = [shots]
     page = browser.new_page(viewport={"width": 1400, "height": 900})
     page.set_default_timeout(120_000)
-    port = pulsar_broker.service_url.rsplit(":", 1)[1]
-    add_pulsar_connection_in_the_ui(
-        page, airflow_stack.base_url, "pulsar_ui_live", pulsar_broker.service_url, int(port)
-    )
+    add_pulsar_connection_in_the_ui(page, airflow_stack.base_url, "pulsar_ui_live", pulsar_broker.service_url)
     live = press_test(page, "pulsar_ui_live")
     assert live["http"] == 200, live
     assert live["status"] is True, live
@@ -227,7 +235,7 @@ def test_connection_form_and_test_button(airflow_stack, browser, tmp_path, pulsa
 
     dead_port = free_port()  # nothing listens there
     dead_url = f"pulsar://127.0.0.1:{dead_port}"
-    add_pulsar_connection_in_the_ui(page, airflow_stack.base_url, "pulsar_ui_dead", dead_url, dead_port)
+    add_pulsar_connection_in_the_ui(page, airflow_stack.base_url, "pulsar_ui_dead", dead_url)
     dead = press_test(page, "pulsar_ui_dead")
     assert dead["http"] == 200, dead  # an answer with a message, not HTTP 400
     assert dead["status"] is False, dead
@@ -237,3 +245,33 @@ def test_connection_form_and_test_button(airflow_stack, browser, tmp_path, pulsa
     ).hover()
     page.wait_for_timeout(1000)
     page.screenshot(path=str(shots / "connection-test-dead-broker.png"))
+
+    # A bad port is a bad port (named with the user's connection id, not the Test button's random one).
+    add_pulsar_connection_in_the_ui(
+        page, airflow_stack.base_url, "pulsar_ui_badport", "pulsar://127.0.0.1:abc"
+    )
+    bad = press_test(page, "pulsar_ui_badport")
+    assert bad["http"] == 200, bad
+    assert bad["status"] is False, bad
+    assert bad["message"].startswith(
+        "Connection 'pulsar_ui_badport': Service URL 'pulsar://127.0.0.1:abc' has port 'abc'"
+    ), bad
+    page.wait_for_timeout(500)
+    page.screenshot(path=str(shots / "connection-test-bad-port.png"))
+
+    # OAuth2 with an issuer nobody answers: reported as the issuer, not as the broker refusing credentials.
+    dead_issuer = f"http://127.0.0.1:{free_port()}"
+    put(airflow_stack, "connections", "pulsar_ui_oauth", {
+        "connection_id": "pulsar_ui_oauth", "conn_type": "pulsar", "host": pulsar_broker.service_url,
+        "login": "orders-client", "password": "not-a-secret",
+        "extra": json.dumps({"oauth2_issuer_url": dead_issuer}),
+    })  # fmt: skip
+    page.reload(wait_until="networkidle")
+    oauth = press_test(page, "pulsar_ui_oauth")
+    assert oauth["http"] == 200, oauth
+    assert oauth["status"] is False, oauth
+    assert oauth["message"].startswith(f"OAuth2 issuer {dead_issuer}"), oauth
+    assert "unreachable" in oauth["message"], oauth
+    assert "refused the credentials" not in oauth["message"], oauth
+    page.wait_for_timeout(500)
+    page.screenshot(path=str(shots / "connection-test-dead-issuer.png"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from types import SimpleNamespace
 
 import pytest
 
@@ -185,9 +186,11 @@ def test_ui_behaviour_matches_provider_info_and_hides_port():
     assert behaviour["hidden_fields"] == ui["hidden-fields"]
     assert behaviour["relabeling"] == ui["relabeling"]
     assert behaviour["placeholders"] == ui["placeholders"]
-    # Airflow 3.3's UI posts port 0 for an empty Port when testing: Port stays visible and says so.
-    assert "port" not in behaviour["hidden_fields"]
-    assert "Test button" in behaviour["relabeling"]["port"]
+    # The port belongs in the Service URL: a visible empty Port made the UI's Test button post port 0
+    # against the stored NULL, which Airflow answers with HTTP 400.
+    assert "port" in behaviour["hidden_fields"]
+    assert "port" not in behaviour["relabeling"]
+    assert "port" not in behaviour["placeholders"]
     assert behaviour["relabeling"]["host"] == "Service URL"
     assert set(info["conn-fields"]) == set(KNOWN_EXTRAS)
 
@@ -230,3 +233,20 @@ def test_login_without_oauth2_is_ignored_with_a_warning():
     cfg = parse(host="pulsar://b:6650", login="someone", password=TOKEN)
     assert cfg.ignored_login
     assert cfg.auth_method == "token"
+
+
+def test_a_service_url_with_a_non_numeric_port_is_a_bad_port():
+    with pytest.raises(PulsarConnectionError, match=r"has port 'abc'; a port is a number 1-65535"):
+        parse(host="pulsar://host:abc")
+    with pytest.raises(PulsarConnectionError, match="remove Port from the connection"):
+        parse(host="pulsar://broker:6650", port=6651)
+
+
+def test_the_test_button_names_the_users_connection_not_the_transient_one():
+    from airflow_provider_dlq.hooks.connection_check import tested_connection_id
+
+    def test_connection(test_body):  # the shape of Airflow's route: a local `test_body`
+        return tested_connection_id()
+
+    assert test_connection(SimpleNamespace(connection_id="pulsar_orders")) == "pulsar_orders"
+    assert tested_connection_id() is None

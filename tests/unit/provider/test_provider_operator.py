@@ -228,7 +228,7 @@ def test_extra_links_point_at_the_report_endpoint_storage_or_spark_history(conns
     assert report_endpoint("d", "r", "t", 2, base="https://airflow.example.com") == (
         "https://airflow.example.com/dlq-replay/reports/d/r/t/2"
     )
-    assert SparkApplicationLink().get_link(op, ti_key=ti) == "http://driver:4040"
+    assert SparkApplicationLink().get_link(op, ti_key=ti) == ""  # the live UI ended with the app: no link
     op.spark_history_url = "http://history:18080/"
     assert SparkApplicationLink().get_link(op, ti_key=ti) == "http://history:18080/history/app-20240501-0001/"
     op.report_url = "https://console.example.com/browse?path={report_html}"
@@ -479,3 +479,27 @@ def test_a_local_master_gets_the_lean_driver_and_a_cluster_master_does_not(conns
     assert cluster._conf["spark.driver.extraJavaOptions"] == "-Dmine=1"
     mine = make_operator(tmp_path, conf={"spark.driver.memory": "2g"})
     assert mine.make_hook(args, {}, "/b.zip", master="local[2]")._conf["spark.driver.memory"] == "2g"
+
+
+def test_usage_errors_fail_at_once_naming_the_variable(conns, tmp_path):
+    from airflow.sdk.exceptions import AirflowFailException
+
+    op = make_operator(tmp_path, topics="")
+    with pytest.raises(AirflowFailException, match="Variable dlq_topics") as err:
+        op.usage_checked("r1")
+    assert "Param topics" in str(err.value)
+    op = make_operator(tmp_path, mode="replay", origin_allowlist="")
+    with pytest.raises(AirflowFailException, match="Variable dlq_origin_allowlist"):
+        op.usage_checked("r1")
+
+
+def test_a_halted_canary_fails_the_task_after_pushing_the_summary():
+    from airflow_provider_dlq.operators.replay import canary_halt_message
+
+    summary = {"run_id": "r1", "canary": {"verdict": "halted", "halted": ["s1"], "held_back": 7}}
+    message = canary_halt_message(summary)
+    assert message is not None
+    assert "Canary halted 1 error group(s) of replay run r1: s1" in message
+    assert "7 message(s) stay pending as canary_failed" in message
+    assert canary_halt_message({"canary": {"verdict": "passed", "halted": []}}) is None
+    assert canary_halt_message({}) is None

@@ -101,3 +101,16 @@ def test_lines_count_the_files_rows_when_the_step_has_any():
     progress.stop()
     assert progress.lines
     assert progress.lines[-1].startswith("step decide: 4,000/10,000 messages (40%)")  # not Spark's 3
+
+
+def test_a_deliberate_wait_shows_no_eta_and_leaves_the_rate_alone():
+    from spark_apps.dlq_replay.progress import WAITS, wait_line, waiting
+
+    now = [100.0]
+    with waiting("canary watch", 60, clock=lambda: now[0]):
+        assert WAITS.current is not None
+        now[0] = 130.0
+        line = wait_line("apply", WAITS.current[0], WAITS.current[2] - now[0], 40.0)
+    assert line == "step apply: waiting for the canary watch, 30s left (no ETA while waiting), 40s elapsed"
+    assert WAITS.current is None
+    assert WAITS.waited_since(90.0, 200.0) >= 30.0  # the 30 s waited are left out of the step's rate

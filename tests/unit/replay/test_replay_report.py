@@ -137,3 +137,13 @@ def test_html_is_self_contained_escaped_and_has_a_bar_per_group():
     assert "http://" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "")
     assert "src=" not in page
     assert "<link" not in page
+
+
+def test_a_key_error_template_says_a_key_is_missing():
+    from spark_apps.dlq_replay.report import display_template
+
+    assert display_template("KeyError", "<str>") == "missing key <str>"
+    assert display_template("builtins.KeyError", "'currency of order <num>'") == (
+        "missing key 'currency of order <num>'"
+    )
+    assert display_template("ValueError", "<str>") == "<str>"

@@ -219,3 +219,33 @@ def test_chart_labels_of_huge_templates_and_topics_stay_short():
     assert topic not in visible
     assert "…" in visible
     assert len(visible) < LABEL_TEMPLATE_CHARS + LABEL_PART_CHARS + 200
+
+
+def test_a_halted_canary_is_the_first_step_and_never_nothing_to_do():
+    report = make_report(
+        totals={"snapshot": 20, oc.REPUBLISHED: 13, oc.CANARY_FAILED: 7, "left_pending": 7},
+        groups=[{"signature": "s1", "error_class": "PermissionError", "count": 10,
+                 "outcomes": {oc.REPUBLISHED: 3, oc.CANARY_FAILED: 7}}],
+    )  # fmt: skip
+    report["canary"] = {"size": "3", "verdicts": {
+        "s1": {"canary_sent": 3, "failed_again": 3, "failure_rate": 1.0, "decision": "halted"},
+        "s2": {"canary_sent": 3, "failed_again": 0, "failure_rate": 0.0, "decision": "replay"},
+    }, "verdict": "halted", "halted": ["s1"], "held_back": 7}  # fmt: skip
+    titles = [s["title"] for s in next_steps(report)]
+    assert titles[0] == (
+        "Canary halted group s1 (PermissionError): 3 of 3 canaries failed again; 7 messages stay pending "
+        "as canary_failed"
+    )
+    assert not any(t.startswith("Nothing to do") for t in titles)
+    page = render_html({**report, "groups": [], "next_steps": next_steps(report)})
+    assert "Canary verdict" in page
+    assert ">halted<" in page
+
+
+def test_pending_messages_are_never_nothing_to_do_and_unapproved_groups_are_named():
+    pending = next_steps(make_report(totals={"snapshot": 3, "left_pending": 2, oc.REPUBLISHED: 1}, groups=[]))
+    assert [s["title"] for s in pending] == ["2 messages stay pending"]
+    report = make_report(totals={"snapshot": 5, oc.FILTERED: 3, oc.REPUBLISHED: 2}, groups=[])
+    report["config"]["filters"] = {"group_actions": {"a1": "replay", "b2": "leave"}}
+    titles = [s["title"] for s in next_steps(report)]
+    assert "3 messages in groups not approved (b2) stay pending" in titles

@@ -1,0 +1,60 @@
+"""The ``dlq_replay`` pool, created by the provider: replay tasks never wait for a pool that is missing.
+
+The example DAGs run their replay tasks in a one-slot pool (``DLQ_REPLAY_POOL``, default ``dlq_replay``),
+so two replays never run at once. Airflow never schedules a task whose pool does not exist (it sits in
+*Scheduled* with an empty log), so this listener of the provider's plugin creates the pool, with one
+slot, when an Airflow component with database access starts (scheduler, DAG processor, triggerer). An
+existing pool is left as it is: its size and description are yours to change.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+from airflow.listeners import hookimpl
+
+log = logging.getLogger(__name__)
+
+#: The pool's default name; ``DLQ_REPLAY_POOL`` renames it (read by the DAGs and by this listener).
+DEFAULT_POOL = "dlq_replay"
+DESCRIPTION = "One DLQ replay at a time (created by airflow-provider-dlq; change the slots as you need)"
+
+
+def replay_pool_name() -> str:
+    return os.environ.get("DLQ_REPLAY_POOL", "").strip() or DEFAULT_POOL
+
+
+def ensure_replay_pool(name: str | None = None) -> bool:
+    """Create the replay pool with one slot unless it exists; ``True`` when it was created."""
+    from airflow.models.pool import Pool
+    from airflow.utils.session import create_session
+
+    pool_name = name or replay_pool_name()
+    with create_session() as session:
+        if Pool.get_pool(pool_name, session=session) is not None:
+            return False
+        session.add(Pool(pool=pool_name, slots=1, description=DESCRIPTION, include_deferred=False))
+    log.info("Created the pool %r (1 slot) for the DLQ replay DAGs", pool_name)
+    return True
+
+
+@hookimpl
+def on_starting(component: Any) -> None:
+    """When a scheduler, DAG processor or triggerer starts: make sure the replay pool exists."""
+    from airflow.jobs.job import Job
+
+    if not isinstance(component, Job):  # e.g. a task runner: no database access
+        return
+    try:
+        ensure_replay_pool()
+    except Exception as exc:  # two components starting at once, a read-only database, ...
+        log.warning(
+            "Could not create the pool %r for the DLQ replay DAGs (%s: %s); create it with "
+            '`airflow pools set %s 1 "one DLQ replay at a time"`',
+            replay_pool_name(),
+            type(exc).__name__,
+            exc,
+            replay_pool_name(),
+        )
