@@ -3,15 +3,25 @@
 Input rows (columns :data:`REPUBLISH_INPUT_COLUMNS`) are already final: lineage properties added and
 DLQ bookkeeping removed by the pipeline. Rows arrive sorted by ``(producer_name, sequence_id)`` and all
 rows of one ``producer_name`` are in the same Spark partition. Each ``producer_name`` gets one producer
-with that name, and every message carries its explicit ``sequence_id``, so Apache Pulsar with broker
-deduplication drops what an earlier attempt already persisted (its receipt then has ledger -1).
+with that name, and every message carries its explicit ``sequence_id``.
 
-Sends are batched and asynchronous (``block_if_queue_full=True``). Each input batch's columns become
-Python values once, its rows are grouped by producer (each group in row order, its sequence order) and
-sent group by group, each with a callback that only records its receipt; then the producers are flushed
-and the receipt of every row is checked before its result is emitted (its message id text is turned
-into ``ledger:entry:partition:batch_index`` for the whole batch at once). After the first failed send of
-a producer, its remaining rows are not sent (reported with an error), so a retry resends them in order.
+**Exact re-sends under broker deduplication.** The C++ client (and so pulsar-client for Python) gives a
+batch the sequence id of its *first* message only, and Apache Pulsar's deduplication drops a batch whose
+first sequence id is at most the highest one it holds for the producer name. A re-sent batch cut at
+other places than the batch the broker holds would be dropped whole with messages it never held, or
+accepted whole with messages it already held. So batches are cut at the same places on every attempt:
+never across a block of :data:`BATCH_BLOCK` sequence ids, never by the client's timer, only by count
+(:data:`BATCH_MAX_MESSAGES`) and size from the start of each block, and by the flush at the end of a
+task's rows (a wave's end, the same on every attempt). A re-sent batch is then exactly one the broker
+holds (dropped: its receipt has ledger -1) or lacks (stored). A dropped receipt is also checked against
+the broker's own word: its batch must start at or below the last sequence id the broker reported for the
+producer name when the producer was created; otherwise the row is not counted as published.
+
+Sends are asynchronous (``block_if_queue_full=True``), each with a callback that records the receipt
+under the row's own slot, so a message the client refuses at once (``MessageTooBig``) is reported for
+that message only and the producer goes on. Any other failed send stops its producer: its later rows are
+not sent (reported with an error), so a retry resends them in order. Results are emitted as the receipts
+arrive, not per input batch: a batch is never cut where an input batch ends.
 """
 
 from __future__ import annotations
@@ -21,7 +31,8 @@ import os
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import partial
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +40,7 @@ from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf, get_client
 from spark_apps.dlq_replay.pulsar_io.errors import PublishError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Iterator
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +61,13 @@ REPUBLISH_INPUT_SCHEMA = (
 )
 REPUBLISH_RESULT_SCHEMA = "replay_id string, published boolean, published_message_id string, error string"
 
+#: A producer's batches never span two blocks of this many sequence ids (see the module docstring).
+BATCH_BLOCK = 2000
+#: Messages per batch at most; a block holds a whole number of full batches.
+BATCH_MAX_MESSAGES = 1000
+#: The client's batch timer, set beyond any run: a timer would cut batches at places that differ
+#: between attempts.
+_NO_BATCH_TIMER_MS = 24 * 3600 * 1000
 _CONFIRM_GRACE_S = 10.0
 #: Producer creation is retried this long when the broker is unreachable or not ready (a broker
 #: restart, a topic moving between brokers, the old connection of a killed task still holding the
@@ -68,6 +86,8 @@ _TRANSIENT_CREATE_ERRORS = frozenset(
         "NotConnected",
     }
 )
+#: Send results that refuse one message only (the client checks before sending): the producer goes on.
+_MESSAGE_REFUSALS = frozenset({"MessageTooBig"})
 _RECEIPT_POLL_S = 0.005
 #: The client's text of a message id, ``(ledger,entry,partition,batch_index)``.
 _ID_TEXT = r"^\(-?[0-9]+,-?[0-9]+,-?[0-9]+,-?[0-9]+\)$"
@@ -75,35 +95,20 @@ _ID_TEXT = r"^\(-?[0-9]+,-?[0-9]+,-?[0-9]+,-?[0-9]+\)$"
 
 @dataclass
 class _ProducerState:
-    """One named producer of this task and the receipts of its sends, in send order."""
+    """One named producer of this task."""
 
     name: str
     target: str
     producer: Any = None
+    #: The broker's last sequence id for this name when the producer was created (-1: none, or no
+    #: deduplication): the first sequence id of the last batch an earlier attempt stored.
+    held: int = -1
     error: str | None = None  # first failure: later rows of this producer are not sent
-    rows: list[int] = field(default_factory=list)  # row indexes sent since the last confirmation
-    receipts: list[tuple[Any, Any]] = field(default_factory=list)  # (result, message id) per send
+    block: int | None = None  # the block of sequence ids of the batch being filled
 
-    def callbacks(self) -> tuple[Callable[[Any, Any], None], Callable[[Any, Any], None]]:
-        """Start a round of sends: fresh receipts, and the send callbacks that fill them (the first
-        send's callback also keeps its thread's Python state, see :func:`_keep_thread_state`).
 
-        Pulsar completes the sends of one producer in send order, on a client thread, so the k-th
-        receipt is the k-th send's. A round gets its own list: a receipt that arrives after its round
-        gave up waiting cannot be taken for a later send's.
-        """
-        receipts: list[tuple[Any, Any]] = []
-        self.receipts = receipts
-        record = receipts.append
-
-        def on_sent(result: Any, msg_id: Any) -> None:
-            record((result, msg_id))
-
-        def on_first_sent(result: Any, msg_id: Any) -> None:
-            record((result, msg_id))
-            _keep_thread_state()
-
-        return on_first_sent, on_sent
+#: A sent row awaiting its receipt: replay id, sequence id, producer.
+_Send = tuple[str, int, _ProducerState]
 
 
 #: ``(pid, thread id)`` of the client threads whose Python thread state is kept.
@@ -130,6 +135,10 @@ def _keep_thread_state() -> None:
 
         if pythonapi.PyGILState_Check():
             pythonapi.PyGILState_Ensure()
+
+
+def _ignore_flush_result(result: Any) -> None:
+    """A block's flush: each message's own receipt carries its outcome."""
 
 
 class _RateLimiter:
@@ -246,7 +255,8 @@ def _id_texts(ids: list[str | None]) -> Any:
 
 
 class _Publisher:
-    """Owns the producers of one task and turns input batches into result batches."""
+    """Owns the producers of one task; takes input batches and gives back the results of the rows
+    whose receipts have arrived (:meth:`publish`), then the rest (:meth:`finish`)."""
 
     def __init__(self, conf: PulsarConf, rate_limit_per_s: float | None, send_timeout_ms: int) -> None:
         if send_timeout_ms <= 0:
@@ -255,6 +265,11 @@ class _Publisher:
         self.limiter = _RateLimiter(rate_limit_per_s)
         self.send_timeout_ms = int(send_timeout_ms)
         self.producers: dict[str, _ProducerState] = {}
+        self.awaiting: dict[int, _Send] = {}  # slot -> sent row without its result yet
+        self.receipts: dict[int, tuple[Any, Any]] = {}  # slot -> (result, message id), from the client
+        self.next_slot = 0
+        # results ready to emit: replay id, message id text (None: not published), error
+        self.ready: tuple[list[str], list[str | None], list[str | None]] = ([], [], [])
         self.sent = 0
         self.failed = 0
 
@@ -267,54 +282,53 @@ class _Publisher:
                     f"{target!r}); give each (target topic, bucket) its own producer name"
                 )
             return state
+        state = _ProducerState(name=name, target=target)
+        self._create(state)
+        self.producers[name] = state
+        return state
+
+    def _create(self, state: _ProducerState) -> None:
         import pulsar
 
-        state = _ProducerState(name=name, target=target)
         deadline = time.monotonic() + CREATE_RETRY_S
         pause = 0.5
         while True:
             try:
                 state.producer = self.client.create_producer(
-                    target,
-                    producer_name=name,
+                    state.target,
+                    producer_name=state.name,
                     send_timeout_millis=self.send_timeout_ms,
                     block_if_queue_full=True,
                     batching_enabled=True,
-                    batching_max_messages=1000,
-                    batching_max_publish_delay_ms=5,
+                    batching_max_messages=BATCH_MAX_MESSAGES,
+                    batching_max_publish_delay_ms=_NO_BATCH_TIMER_MS,
                     max_pending_messages=5000,
                 )
-                break
+                state.held = int(state.producer.last_sequence_id())
+                return
             except pulsar.PulsarException as exc:
                 reason = f"{type(exc).__name__}: {exc}"
                 if type(exc).__name__ in _TRANSIENT_CREATE_ERRORS and time.monotonic() + pause < deadline:
-                    log.info("producer %r on %r: %s; retrying in %.1f s", name, target, reason, pause)
+                    log.info(
+                        "producer %r on %r: %s; retrying in %.1f s", state.name, state.target, reason, pause
+                    )
                     time.sleep(pause)
                     pause = min(pause * 2, 5.0)
                     continue
-                state.error = f"cannot create producer {name!r} on {target!r}: {reason}"
+                state.error = f"cannot create producer {state.name!r} on {state.target!r}: {reason}"
                 log.warning("%s", state.error)
-                break
-        self.producers[name] = state
-        return state
+                return
 
     def publish(self, batch: Any) -> Any:
-        import pyarrow as pa
-
+        """Send the rows of ``batch``; the results of every row whose outcome is known by now."""
         _check_columns(batch.schema.names)
-        n = batch.num_rows
-        message_ids: list[str | None] = [None] * n  # the client's text of each confirmed send's id
-        errors: list[str | None] = [None] * n
+        errors: list[str | None] = [None] * batch.num_rows
         groups = [(self._producer(*key), rows) for key, rows in _by_producer(batch, errors).items()]
-        sending = [(state, rows) for state, rows in groups if state.error is None]
-        for state, rows in groups:
-            if state.error is not None:
-                error = f"not sent: {state.error}"
-                for i in rows:
-                    errors[i] = error
-        if sending:
+        replay_ids = batch.column("replay_id").cast("string").to_pylist()
+        if any(state.error is None for state, _ in groups):
             col = batch.column
             columns = (
+                replay_ids,
                 col("sequence_id").to_pylist(),
                 col("value").to_pylist(),
                 _properties(col("properties")),
@@ -322,23 +336,47 @@ class _Publisher:
                 col("ordering_key").to_pylist(),
                 _epoch_ms(col("event_time")),
             )
-            for state, rows in sending:
-                self._send(state, rows, *columns)
-            ids = self._confirm([state for state, _ in sending], message_ids, errors)
+            for state, rows in groups:
+                self._send(state, rows, errors, *columns)
         else:
-            ids = pa.nulls(n, pa.string())
-        replay_ids = batch.column("replay_id")
-        if replay_ids.type != pa.string():
-            replay_ids = replay_ids.cast(pa.string())
-        return pa.RecordBatch.from_arrays(
-            [replay_ids, ids.is_valid(), ids, pa.array(errors, pa.string())],
-            names=["replay_id", "published", "published_message_id", "error"],
-        )
+            for state, rows in groups:
+                for i in rows:
+                    errors[i] = f"not sent: {state.error}"
+        self._not_sent(replay_ids, errors)
+        self._collect()
+        return self._emit()
+
+    def finish(self) -> Any:
+        """Flush every producer and wait for the outstanding receipts; the results of the remaining rows
+        (a row without a receipt within the send timeout is reported unconfirmed)."""
+        for state in self.producers.values():
+            if state.producer is not None:
+                try:
+                    state.producer.flush()
+                except Exception as exc:  # the per-message receipts carry the cause
+                    log.warning("flush of producer %s failed: %s", state.name, type(exc).__name__)
+        # A flush returns once its producer's earlier sends completed, callbacks included: the receipts
+        # are normally all in by now. Otherwise wait for them, up to the send timeout and a grace.
+        deadline = time.monotonic() + self.send_timeout_ms / 1000 + _CONFIRM_GRACE_S
+        while len(self.receipts) < len(self.awaiting) and time.monotonic() < deadline:
+            time.sleep(_RECEIPT_POLL_S)
+        self._collect()
+        if self.awaiting:
+            log.warning("%d sends unconfirmed", len(self.awaiting))
+            error = f"send not confirmed within {self.send_timeout_ms} ms"
+            for replay_id, _, state in self.awaiting.values():
+                state.error = state.error or error
+                self._result(replay_id, None, error)
+            self.failed += len(self.awaiting)
+            self.awaiting.clear()
+        return self._emit()
 
     def _send(
         self,
         state: _ProducerState,
         rows: list[int],
+        errors: list[str | None],
+        replay_ids: list[str],
         sequences: list[int],
         values: list[bytes],
         props: list[dict[str, str] | None],
@@ -346,20 +384,28 @@ class _Publisher:
         ordering: list[str | None],
         events: list[int | None],
     ) -> None:
-        """Send ``rows`` with ``state``'s producer, in order, each with its callback."""
+        """Send ``rows`` with ``state``'s producer, in order, each with a callback for its own slot."""
         import _pulsar
 
         new_builder = _pulsar.MessageBuilder
-        send = state.producer._producer.send_async
+        raw: Any = state.producer._producer if state.producer is not None else None
         wait = self.limiter.wait if self.limiter.rate is not None else None
-        callback, on_sent = state.callbacks()
-        state.rows = rows
+        on_sent = self._on_first_sent
         for i in rows:
+            if state.error is not None:  # set here or by a failed receipt on a client thread
+                errors[i] = f"not sent: {state.error}"
+                continue
+            seq = sequences[i]
+            block = seq // BATCH_BLOCK
+            if block != state.block:
+                if state.block is not None:
+                    raw.flush_async(_ignore_flush_result)  # the block's last batch ends here
+                state.block = block
             builder = new_builder()
             builder.content(values[i])
             # Raw builder: pulsar.Producer.send_async ignores sequence_id 0, which would let the client
             # pick another id and defeat broker deduplication.
-            builder.sequence_id(sequences[i])
+            builder.sequence_id(seq)
             properties = props[i]
             if properties:
                 builder.properties(properties)
@@ -374,65 +420,64 @@ class _Publisher:
                 builder.event_timestamp(event_ms)
             if wait is not None:
                 wait()
-            send(builder.build(), callback)
-            callback = on_sent
+            slot = self.next_slot
+            self.next_slot = slot + 1
+            self.awaiting[slot] = (replay_ids[i], seq, state)
+            raw.send_async(builder.build(), partial(on_sent, slot))
+            on_sent = self._on_sent
 
-    def _confirm(
-        self, active: list[_ProducerState], message_ids: list[str | None], errors: list[str | None]
-    ) -> Any:
-        """Wait for the receipts of the round's sends and note each row's outcome: the
-        ``published_message_id`` column (null where the row was not published)."""
+    def _on_first_sent(self, slot: int, result: Any, msg_id: Any) -> None:
+        self.receipts[slot] = (result, msg_id)
+        _keep_thread_state()
+
+    def _on_sent(self, slot: int, result: Any, msg_id: Any) -> None:
+        self.receipts[slot] = (result, msg_id)
+
+    def _not_sent(self, replay_ids: list[str], errors: list[str | None]) -> None:
+        for i, error in enumerate(errors):
+            if error is not None:
+                self._result(replay_ids[i], None, error)
+
+    def _collect(self) -> None:
+        """Move the sends whose receipts arrived to the results."""
         import _pulsar
+
+        ok = _pulsar.Result.Ok.value
+        for slot in [slot for slot in self.awaiting if slot in self.receipts]:
+            send = self.awaiting.pop(slot)
+            result, msg_id = self.receipts.pop(slot)
+            if result.value == ok:
+                text = _id_text(msg_id)
+                error = _unheld_drop(send, text)
+                if error is None:
+                    self.sent += 1
+                    self._result(send[0], text, None)
+                    continue
+            elif result.name in _MESSAGE_REFUSALS:
+                error = f"send refused: {result}"
+            else:
+                error = f"send failed: {result}"
+                send[2].error = send[2].error or f"an earlier send failed ({result})"
+            self.failed += 1
+            self._result(send[0], None, error)
+
+    def _result(self, replay_id: str, msg_id: str | None, error: str | None) -> None:
+        ids, msg_ids, errors = self.ready
+        ids.append(replay_id)
+        msg_ids.append(msg_id)
+        errors.append(error)
+
+    def _emit(self) -> Any:
+        """The ready results as one batch (``REPUBLISH_RESULT_SCHEMA``); then none are ready."""
         import pyarrow as pa
 
-        for state in active:
-            try:
-                state.producer.flush()
-            except Exception as exc:  # the per-message receipts below carry the cause
-                log.warning("flush of producer %s failed: %s", state.name, type(exc).__name__)
-        # A flush returns once its producer's earlier sends completed, callbacks included: the receipts
-        # are normally all in by now. Otherwise wait for them, up to the send timeout and a grace.
-        deadline = time.monotonic() + self.send_timeout_ms / 1000 + _CONFIRM_GRACE_S
-        ok = _pulsar.Result.Ok.value
-        confirmed: list[tuple[list[int], list[tuple[Any, Any]]]] = []
-        for state in active:
-            rows = state.rows
-            while len(state.receipts) < len(rows) and time.monotonic() < deadline:
-                time.sleep(_RECEIPT_POLL_S)
-            receipts = state.receipts[: len(rows)]  # a receipt arriving from now on is not counted
-            state.rows, state.receipts = [], []
-            confirmed.append((rows, receipts))
-            if len(receipts) == len(rows) and [result.value for result, _ in receipts].count(ok) == len(rows):
-                for row, (_, msg_id) in zip(rows, receipts, strict=True):
-                    message_ids[row] = str(msg_id)
-                self.sent += len(rows)
-                continue
-            if len(receipts) < len(rows):
-                log.warning("producer %s: %d sends unconfirmed", state.name, len(rows) - len(receipts))
-            for pos, row in enumerate(rows):
-                if pos >= len(receipts):
-                    errors[row] = f"send not confirmed within {self.send_timeout_ms} ms"
-                    state.error = state.error or errors[row]
-                    self.failed += 1
-                    continue
-                result, msg_id = receipts[pos]
-                if result.value == ok:
-                    message_ids[row] = str(msg_id)
-                    self.sent += 1
-                else:
-                    errors[row] = f"send failed: {result}"
-                    state.error = state.error or f"an earlier send failed ({result})"
-                    self.failed += 1
-        texts = _id_texts(message_ids)
-        if texts is not None:
-            return texts
-        for rows, receipts in confirmed:  # not the client's usual text of an id: ask each id its parts
-            for row, (_, msg_id) in zip(rows, receipts, strict=False):
-                if message_ids[row] is not None:
-                    message_ids[row] = (
-                        f"{msg_id.ledger_id()}:{msg_id.entry_id()}:{msg_id.partition()}:{msg_id.batch_index()}"
-                    )
-        return pa.array(message_ids, pa.string())
+        replay_ids, msg_ids, errors = self.ready
+        self.ready = ([], [], [])
+        ids = _id_texts(msg_ids)
+        return pa.RecordBatch.from_arrays(
+            [pa.array(replay_ids, pa.string()), ids.is_valid(), ids, pa.array(errors, pa.string())],
+            names=["replay_id", "published", "published_message_id", "error"],
+        )
 
     def close(self) -> None:
         for state in self.producers.values():
@@ -449,6 +494,31 @@ class _Publisher:
         )
 
 
+def _id_text(msg_id: Any) -> str:
+    """The client's text of a message id, ``(ledger,entry,partition,batch_index)``, also where the
+    client prints it another way."""
+    text = str(msg_id)
+    if text.startswith("("):
+        return text
+    return f"({msg_id.ledger_id()},{msg_id.entry_id()},{msg_id.partition()},{msg_id.batch_index()})"
+
+
+def _unheld_drop(send: _Send, text: str) -> str | None:
+    """Why a receipt of a message the broker dropped as a duplicate (ledger -1) does not prove it
+    stored: its batch starts above the last sequence id the broker reported for the producer name when
+    the producer was created. None otherwise (a stored message, or a drop of a batch the broker holds)."""
+    if not text.startswith("(-1,"):
+        return None
+    _, seq, state = send
+    first = seq - max(0, int(text[text.rindex(",") + 1 : -1]))
+    if first <= state.held:
+        return None
+    return (
+        f"the broker dropped sequence id {seq} as a duplicate, but reported holding sequence ids of "
+        f"producer {state.name!r} only up to {state.held}; not counted as published"
+    )
+
+
 def republish_batches(
     batches: Iterator[Any],
     *,
@@ -456,10 +526,11 @@ def republish_batches(
     rate_limit_per_s: float | None = None,
     send_timeout_ms: int = 30000,
 ) -> Iterator[Any]:
-    """Publish every row and yield one result row per input row (:data:`REPUBLISH_RESULT_SCHEMA`).
+    """Publish every row and yield one result row per input row (:data:`REPUBLISH_RESULT_SCHEMA`), as
+    the receipts arrive (the result batches are not the input batches).
 
     ``published`` is true once the broker confirmed the send; ``published_message_id`` is its
-    readable id (ledger -1 when a deduplicating broker dropped it as already persisted). ``error``
+    readable id (ledger -1 when a deduplicating broker dropped it as already stored). ``error``
     says why a row was not published. ``rate_limit_per_s`` applies per Spark task.
 
     Use with ``functools.partial``::
@@ -470,6 +541,11 @@ def republish_batches(
     try:
         for batch in batches:
             if batch.num_rows:
-                yield publisher.publish(batch)
+                results = publisher.publish(batch)
+                if results.num_rows:
+                    yield results
+        results = publisher.finish()
+        if results.num_rows:
+            yield results
     finally:
         publisher.close()

@@ -11,6 +11,11 @@ from spark_apps.dlq_replay.pulsar_io import republish
 from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf
 
 
+class FakeProducer:
+    def last_sequence_id(self) -> int:
+        return -1
+
+
 class FakeClient:
     """``create_producer`` raises the given errors in turn, then returns a producer."""
 
@@ -22,7 +27,7 @@ class FakeClient:
         self.calls += 1
         if self.errors:
             raise self.errors.pop(0)
-        return object()
+        return FakeProducer()
 
 
 @pytest.fixture

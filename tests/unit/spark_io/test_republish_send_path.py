@@ -1,5 +1,6 @@
 """The republish send path without a broker: rows grouped by producer, each send's receipt taken for its
-own row, a failed or unconfirmed send stopping its producer, and the columns converted once per batch."""
+own row, batches cut at the same places on every attempt, a refused message failing alone, a failed or
+unconfirmed send stopping its producer."""
 
 from __future__ import annotations
 
@@ -59,56 +60,100 @@ class FakeId:
 
 
 class FakeRawProducer:
-    """``_pulsar.Producer``: keeps each sent message and its callback until the flush."""
+    """``_pulsar.Producer`` as the C++ client behaves with the publisher's settings: messages collect in
+    a batch that is sent when it holds ``batching_max_messages`` or on a flush (no timer); a message
+    larger than the broker takes is refused at once; a sent batch completes its callbacks in order on a
+    client thread. The broker deduplicates: a batch whose first sequence id is at most ``held`` is
+    dropped (receipts with ledger -1)."""
 
-    def __init__(self, owner: FakeProducer) -> None:
+    def __init__(self, owner: FakeProducer, max_messages: int) -> None:
         self.owner = owner
+        self.max_messages = max_messages
+        self.open: list[tuple[Any, Any]] = []
 
     def send_async(self, message: Any, callback: Any) -> None:
-        self.owner.pending.append((message, callback))
+        if len(message.data()) > MAX_SIZE:
+            callback(_pulsar.Result.MessageTooBig, FakeId(-1, -1, -1))
+            return
+        self.open.append((message, callback))
+        if len(self.open) >= self.max_messages:
+            self.send_batch()
 
+    def flush_async(self, callback: Any) -> None:
+        self.send_batch()
+        callback(_pulsar.Result.Ok)
 
-class FakeProducer:
-    """``pulsar.Producer``: its flush completes the pending sends in order on another thread, as the
-    client does, with the receipts the test chose (``fail`` -> that result; ``lose`` -> no receipt)."""
-
-    def __init__(self, name: str, ledger: int) -> None:
-        self.name, self.ledger = name, ledger
-        self._producer = FakeRawProducer(self)
-        self.pending: list[tuple[Any, Any]] = []
-        self.sent: list[Any] = []
-        self.fail: dict[int, Any] = {}  # send number -> result
-        self.lose_from: int | None = None  # send number from which no receipt comes
-        self.id_text: str | None = None
-        self.entry = 0
-
-    def flush(self) -> None:
-        pending, self.pending = self.pending, []
+    def send_batch(self) -> None:
+        batch, self.open = self.open, []
+        if not batch:
+            return
+        owner = self.owner
+        owner.batches.append([m.data() for m, _ in batch])
+        number0 = len(owner.sent)
+        owner.sent.extend(m for m, _ in batch)
+        first = int(batch[0][0].data().split(b":")[1])
+        dropped = first <= owner.held
+        if not dropped:
+            owner.held = first
+        entry = owner.entry
+        owner.entry += 1
 
         def complete() -> None:
-            for batch_index, (message, callback) in enumerate(pending):
-                number = len(self.sent)
-                self.sent.append(message)
-                if self.lose_from is not None and number >= self.lose_from:
+            for batch_index, (_, callback) in enumerate(batch):
+                number = number0 + batch_index
+                if owner.lose_from is not None and number >= owner.lose_from:
                     continue
-                result = self.fail.get(number, _pulsar.Result.Ok)
-                callback(result, FakeId(self.ledger, self.entry, batch_index, self.id_text))
-            self.entry += 1
+                result = owner.fail.get(number, _pulsar.Result.Ok)
+                ledger, at = (-1, -1) if dropped else (owner.ledger, entry)
+                callback(result, FakeId(ledger, at, batch_index, owner.id_text))
 
         thread = threading.Thread(target=complete)
         thread.start()
         thread.join()
 
+
+class FakeProducer:
+    """``pulsar.Producer`` over :class:`FakeRawProducer`; ``fail``: send number -> result, ``lose_from``:
+    send number from which no receipt comes."""
+
+    def __init__(self, name: str, ledger: int, held: int, max_messages: int) -> None:
+        self.name, self.ledger, self.held = name, ledger, held
+        self.held_at_creation = held
+        self._producer = FakeRawProducer(self, max_messages)
+        self.sent: list[Any] = []
+        self.batches: list[list[bytes]] = []
+        self.fail: dict[int, Any] = {}
+        self.lose_from: int | None = None
+        self.id_text: str | None = None
+        self.entry = 0
+
+    def last_sequence_id(self) -> int:
+        return self.held_at_creation
+
+    def flush(self) -> None:
+        self._producer.send_batch()
+
     def close(self) -> None:
         pass
 
 
+MAX_SIZE = 1000
+
+
 class FakeClient:
+    """Producers by name; one created again keeps what the broker holds for its name (``held``)."""
+
     def __init__(self) -> None:
         self.producers: dict[str, FakeProducer] = {}
+        self.options: dict[str, Any] = {}
 
-    def create_producer(self, topic: str, *, producer_name: str, **kwargs: Any) -> FakeProducer:
-        producer = self.producers[producer_name] = FakeProducer(producer_name, 10 + len(self.producers))
+    def create_producer(self, topic: str, *, producer_name: str, **options: Any) -> FakeProducer:
+        self.options = options
+        earlier = self.producers.get(producer_name)
+        held = earlier.held if earlier else -1
+        ledger = earlier.ledger if earlier else 10 + len(self.producers)
+        producer = FakeProducer(producer_name, ledger, held, options["batching_max_messages"])
+        self.producers[producer_name] = producer
         return producer
 
 
@@ -123,19 +168,23 @@ def publisher(send_timeout_ms: int = 30_000) -> Any:
     return republish._Publisher(PulsarConf(service_url="pulsar://127.0.0.1:6650"), None, send_timeout_ms)
 
 
-def rows(producers: dict[str, int], start: int = 0) -> pa.RecordBatch:
-    """``producers`` -> rows each (sequence ids from ``start``), interleaved as a decide file holds them."""
+def rows(
+    producers: dict[str, int], start: int = 0, big: frozenset[tuple[str, int]] = frozenset()
+) -> pa.RecordBatch:
+    """``producers`` -> rows each (sequence ids from ``start``), interleaved as a decide file holds them;
+    the rows ``big`` have a payload larger than the broker takes."""
     out = []
     for seq in range(start, start + max(producers.values())):
         for name, count in producers.items():
             if seq < start + count:
+                value = f"{name}:{seq}".encode()
                 out.append(
                     {
                         "replay_id": f"{name}-{seq}",
                         "target_topic": f"persistent://t/n/{name}",
                         "producer_name": name,
                         "sequence_id": seq,
-                        "value": f"{name}:{seq}".encode(),
+                        "value": value.ljust(MAX_SIZE + 1, b".") if (name, seq) in big else value,
                         "key": f"k{seq}" if seq % 2 else None,
                         "ordering_key": "o" if seq % 3 == 0 else None,
                         "event_time": EVENT0 + dt.timedelta(milliseconds=seq) if seq % 4 else None,
@@ -145,51 +194,131 @@ def rows(producers: dict[str, int], start: int = 0) -> pa.RecordBatch:
     return pa.RecordBatch.from_pylist(out, schema=SCHEMA)
 
 
-def test_every_row_gets_its_own_receipt_in_row_order(client: FakeClient) -> None:
-    pub = publisher()
-    out = pub.publish(rows({"a": 3, "b": 2}))
+def send_all(pub: Any, *batches: pa.RecordBatch) -> dict[str, dict[str, Any]]:
+    """Every input batch through the publisher, then its finish: the result row of each replay id."""
+    out = [r for b in batches for r in pub.publish(b).to_pylist()] + pub.finish().to_pylist()
+    by_id = {r["replay_id"]: r for r in out}
+    assert len(by_id) == len(out), "one result per row"
+    return by_id
 
-    assert out.schema.names == ["replay_id", "published", "published_message_id", "error"]
-    assert out.schema.types == [pa.string(), pa.bool_(), pa.string(), pa.string()]
-    assert out.to_pylist() == [
-        {"replay_id": "a-0", "published": True, "published_message_id": "10:0:-1:0", "error": None},
-        {"replay_id": "b-0", "published": True, "published_message_id": "11:0:-1:0", "error": None},
-        {"replay_id": "a-1", "published": True, "published_message_id": "10:0:-1:1", "error": None},
-        {"replay_id": "b-1", "published": True, "published_message_id": "11:0:-1:1", "error": None},
-        {"replay_id": "a-2", "published": True, "published_message_id": "10:0:-1:2", "error": None},
+
+def slices(batch: pa.RecordBatch, size: int) -> list[pa.RecordBatch]:
+    return [batch.slice(i, size) for i in range(0, batch.num_rows, size)]
+
+
+def test_every_row_gets_its_own_receipt(client: FakeClient) -> None:
+    pub = publisher()
+    by_id = send_all(pub, rows({"a": 3, "b": 2}))
+
+    assert pub.publish(rows({"a": 1})).schema.names == [
+        "replay_id",
+        "published",
+        "published_message_id",
+        "error",
     ]
+    assert by_id == {
+        f"{name}-{seq}": {
+            "replay_id": f"{name}-{seq}",
+            "published": True,
+            "published_message_id": f"{ledger}:0:-1:{seq}",
+            "error": None,
+        }
+        for name, ledger, count in (("a", 10, 3), ("b", 11, 2))
+        for seq in range(count)
+    }
     sent = client.producers["a"].sent
-    assert [m.data() for m in sent] == [b"a:0", b"a:1", b"a:2"]  # each producer in sequence order
-    assert [m.properties() for m in sent] == [{"REPLAY_ID": f"a-{i}", "n": str(i)} for i in range(3)]
-    assert [m.partition_key() for m in sent] == ["", "k1", ""]
+    assert [m.data() for m in sent[:3]] == [b"a:0", b"a:1", b"a:2"]  # each producer in sequence order
+    assert [m.properties() for m in sent[:3]] == [{"REPLAY_ID": f"a-{i}", "n": str(i)} for i in range(3)]
+    assert [m.partition_key() for m in sent[:3]] == ["", "k1", ""]
     event0_ms = int(EVENT0.timestamp() * 1000)
-    assert [m.event_timestamp() for m in sent] == [0, event0_ms + 1, event0_ms + 2]
+    assert [m.event_timestamp() for m in sent[:3]] == [0, event0_ms + 1, event0_ms + 2]
     assert (pub.sent, pub.failed) == (5, 0)
+    assert client.options["batching_max_publish_delay_ms"] >= 3600 * 1000  # no timer cuts a batch
+
+
+def test_batches_are_cut_by_blocks_and_counts_never_where_an_input_batch_ends(client: FakeClient) -> None:
+    block, per_batch = republish.BATCH_BLOCK, republish.BATCH_MAX_MESSAGES
+    count = 2 * block + 500
+    for name, size in (("whole", count), ("cut", 333)):
+        send_all(publisher(), *slices(rows({name: count}), size))
+    for name in ("whole", "cut"):
+        firsts = [int(b[0].split(b":")[1]) for b in client.producers[name].batches]
+        assert firsts == list(range(0, count, per_batch)), name
+    # a block that holds fewer rows (a refused one) still ends its batch at the block's end
+    send_all(publisher(), rows({"gap": count}, big=frozenset({("gap", 5)})))
+    assert [int(b[-1].split(b":")[1]) for b in client.producers["gap"].batches] == [
+        per_batch,
+        block - 1,
+        block + per_batch - 1,
+        2 * block - 1,
+        count - 1,
+    ]
+
+
+def test_a_refused_message_fails_alone_wherever_it_is_in_its_batch(client: FakeClient) -> None:
+    big = frozenset({("a", 0), ("a", 7), ("a", 999), ("b", 1500)})
+    pub = publisher()
+    by_id = send_all(pub, *slices(rows({"a": 2500, "b": 2500}, big=big), 700))
+
+    failed = {rid: r["error"] for rid, r in by_id.items() if not r["published"]}
+    assert failed == {f"{n}-{s}": "send refused: Result.MessageTooBig" for n, s in big}
+    sent = {m.data().split(b".")[0].decode() for p in client.producers.values() for m in p.sent}
+    for rid, r in by_id.items():  # every other row was sent, with a receipt of its own
+        name, seq = rid.split("-")
+        if rid not in failed:
+            assert f"{name}:{seq}" in sent
+            assert r["published_message_id"] is not None
+    assert (pub.sent, pub.failed) == (5000 - 4, 4)
+
+
+def test_a_resent_wave_is_dropped_exactly_where_the_broker_holds_it(client: FakeClient) -> None:
+    batch = rows({"a": 4500})
+    first = publisher()
+    first.publish(batch.slice(0, 2600))  # killed here: batches 0-999, 1000-1999 stored, the rest not
+    client.producers["a"]._producer.open = []
+    assert client.producers["a"].held == 1000  # the first id of the last batch stored
+
+    again = send_all(publisher(), *slices(batch, 1234))
+
+    ids = {rid: r["published_message_id"] for rid, r in again.items()}
+    assert all(r["published"] for r in again.values())
+    assert {rid for rid, i in ids.items() if i.startswith("-1:")} == {f"a-{s}" for s in range(2000)}
+    # the same batches as the first attempt: the two it stored dropped whole, the rest stored
+    assert [int(b[0].split(b":")[1]) for b in client.producers["a"].batches] == [0, 1000, 2000, 3000, 4000]
+    assert client.producers["a"].held == 4000
+
+
+def test_a_drop_the_broker_does_not_account_for_is_not_counted_as_published(client: FakeClient) -> None:
+    pub = publisher()
+    state = pub._producer("a", "persistent://t/n/a")
+    state.held = 999  # the broker said it holds batches up to the one starting at 999
+    dropped = ("a-1500", 1500, state)
+    assert republish._unheld_drop(dropped, "(-1,-1,-1,501)") is None  # batch starts at 999: held
+    error = republish._unheld_drop(dropped, "(-1,-1,-1,2)")  # batch starts at 1498: not held
+    assert error is not None
+    assert "not counted as published" in error
+    assert republish._unheld_drop(dropped, "(5,3,-1,2)") is None  # stored
 
 
 def test_a_failed_send_stops_its_producers_later_rows_only(client: FakeClient) -> None:
     pub = publisher()
     pub.publish(rows({"a": 1, "b": 1}))  # creates the producers
-    client.producers["a"].fail = {2: _pulsar.Result.Timeout}  # a's 3rd send (2nd of this batch)
+    client.producers["a"].fail = {2: _pulsar.Result.Timeout}  # a's 3rd send
+    first = send_all(pub, rows({"a": 3, "b": 3}, start=1))
+    second = send_all(pub, rows({"a": 2, "b": 2}, start=4))
 
-    first = pub.publish(rows({"a": 3, "b": 3}, start=1)).to_pylist()
-    second = pub.publish(rows({"a": 2, "b": 2}, start=4)).to_pylist()
-
-    by_id = {r["replay_id"]: r for r in first + second}
-    assert by_id["a-1"]["published_message_id"] == "10:1:-1:0"
-    assert by_id["a-2"] == {
+    assert first["a-1"]["published"] is True
+    assert first["a-2"] == {
         "replay_id": "a-2",
         "published": False,
         "published_message_id": None,
         "error": "send failed: Result.Timeout",
     }
-    assert by_id["a-3"]["published"] is True  # already sent in the same batch: its own receipt
-    assert by_id["a-3"]["published_message_id"] == "10:1:-1:2"
+    assert first["a-3"]["published"] is True  # already sent in the same batch: its own receipt
     for seq in (4, 5):
-        assert by_id[f"a-{seq}"]["error"] == "not sent: an earlier send failed (Result.Timeout)"
-        assert by_id[f"b-{seq}"]["published"] is True
+        assert second[f"a-{seq}"]["error"] == "not sent: an earlier send failed (Result.Timeout)"
+        assert second[f"b-{seq}"]["published"] is True
     assert len(client.producers["a"].sent) == 4
-    assert (pub.sent, pub.failed) == (2 + 2 + 3 + 2, 1)
 
 
 def test_unconfirmed_sends_are_reported_after_the_timeout(
@@ -200,36 +329,44 @@ def test_unconfirmed_sends_are_reported_after_the_timeout(
     pub.publish(rows({"a": 1, "b": 1}))
     client.producers["a"].lose_from = 2
 
-    first = pub.publish(rows({"a": 2, "b": 2}, start=1)).to_pylist()
-    second = pub.publish(rows({"a": 1, "b": 1}, start=3)).to_pylist()
+    first = send_all(pub, rows({"a": 2, "b": 2}, start=1))
+    second = send_all(pub, rows({"a": 1, "b": 1}, start=3))
 
-    by_id = {r["replay_id"]: r for r in first + second}
-    assert by_id["a-1"]["published"] is True
-    assert by_id["a-2"]["error"] == "send not confirmed within 50 ms"
-    assert by_id["a-3"]["error"] == "not sent: send not confirmed within 50 ms"
-    assert all(by_id[f"b-{seq}"]["published"] for seq in range(1, 4))
+    assert first["a-1"]["published"] is True
+    assert first["a-2"]["error"] == "send not confirmed within 50 ms"
+    assert second["a-3"]["error"] == "not sent: send not confirmed within 50 ms"
+    assert all(r["published"] for rid, r in {**first, **second}.items() if rid.startswith("b"))
 
 
 def test_ids_in_another_text_form_are_read_from_their_parts(client: FakeClient) -> None:
     pub = publisher()
     pub.publish(rows({"a": 1}))
     client.producers["a"].id_text = "MessageId(ledger=10)"
-    out = pub.publish(rows({"a": 2}, start=1))
-    assert out.column("published_message_id").to_pylist() == ["10:1:-1:0", "10:1:-1:1"]
+    out = send_all(pub, rows({"a": 2}, start=1))
+    assert {rid: r["published_message_id"] for rid, r in out.items()} == {
+        "a-0": "10:0:-1:0",
+        "a-1": "10:0:-1:1",
+        "a-2": "10:0:-1:2",
+    }
 
 
 def test_rows_lacking_what_a_send_needs_are_reported_and_the_others_sent(client: FakeClient) -> None:
     batch = rows({"a": 3, "b": 1})
     table = pa.Table.from_batches([batch])
-    values = pa.array([b"x", None, b"y", b"z"], pa.binary())  # rows a-0, b-0, a-1, a-2
+    values = pa.array([b"a:0", None, b"a:1", b"a:2"], pa.binary())  # rows a-0, b-0, a-1, a-2
     names = pa.array(["a", "", "a", "a"], pa.string())
     table = table.set_column(table.schema.get_field_index("value"), "value", values)
     table = table.set_column(table.schema.get_field_index("producer_name"), "producer_name", names)
-    out = publisher().publish(table.to_batches()[0]).to_pylist()
+    out = send_all(publisher(), table.to_batches()[0])
 
-    assert [r["published"] for r in out] == [True, False, True, True]
-    assert out[1]["error"] == "row lacks producer_name, target_topic, sequence_id or value; not sent"
-    assert [m.data() for m in client.producers["a"].sent] == [b"x", b"y", b"z"]
+    assert {rid: r["published"] for rid, r in out.items()} == {
+        "a-0": True,
+        "b-0": False,
+        "a-1": True,
+        "a-2": True,
+    }
+    assert out["b-0"]["error"] == "row lacks producer_name, target_topic, sequence_id or value; not sent"
+    assert [m.data() for m in client.producers["a"].sent] == [b"a:0", b"a:1", b"a:2"]
     assert "" not in client.producers
 
 
