@@ -76,14 +76,35 @@ def check_listening(service_url: str, timeout_s: float = CONNECT_TIMEOUT_S) -> N
     )
 
 
+class _ConnectionLog(logging.Handler):
+    """Collects the client's connection events during the checks: the C++ client retries a connection
+    the broker closes during the handshake (a refused token) until the operation times out, and only
+    its log says so."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.opened = self.closed = 0
+        self.tls_failures: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage()
+        if "Connected to broker" in text:
+            self.opened += 1
+        elif "Connection disconnected" in text or "Connection closed" in text:
+            self.closed += 1
+        elif "Handshake failed" in text or ("handshake" in text.lower() and record.levelno >= logging.ERROR):
+            self.tls_failures.append(text[-200:])
+
+
 def lookup_partitions(
     conf: PulsarConf, topics: Sequence[str], timeout_s: int = LOOKUP_TIMEOUT_S
 ) -> dict[str, bool]:
     """Look up each topic's partitions with the run's credentials (a partitioned-metadata lookup, which
     creates nothing); returns whether each is a partitioned topic (one that exists).
 
-    A refused token, certificate or OAuth2 grant is a ``ReplayConfigError``; a broker that accepts the
-    connection but does not answer is a :class:`BrokerUnreachableError`."""
+    A refused token, certificate or OAuth2 grant is a ``ReplayConfigError``: the broker closes every
+    connection during the handshake, which the client retries until ``timeout_s``. A broker that
+    accepts the connection but does not answer is a :class:`BrokerUnreachableError`."""
     import pulsar
 
     from pulsar_dlq_consumer.client import create_client
@@ -91,7 +112,15 @@ def lookup_partitions(
 
     kwargs = client_auth_kwargs(conf, operation_timeout_seconds=timeout_s)
     register([kwargs.get("token")])  # never printed, whatever prints the client's errors
-    client: Any = create_client(conf.service_url, logger=client_logger(), **kwargs)
+    # The C++ client takes the Python logger of the first client of the process for every client: this
+    # one uses the app's client logger like the others, listened to (and kept quiet) during the check.
+    logger = client_logger()
+    level, propagate = logger.level, logger.propagate
+    events = _ConnectionLog()
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    logger.addHandler(events)
+    client: Any = create_client(conf.service_url, logger=logger, **kwargs)
     topic = ""
     try:
         partitioned = {}
@@ -100,24 +129,38 @@ def lookup_partitions(
             partitioned[topic] = bool(names) and names != [topic]
         return partitioned
     except (pulsar.AuthenticationError, pulsar.AuthorizationError) as exc:
-        refused = "authentication" if isinstance(exc, pulsar.AuthenticationError) else "authorization"
-        raise ReplayConfigError(
-            f"the broker at {safe_url(conf.service_url)} refused this run's {refused} "
-            f"({type(exc).__name__}) looking up DLQ topic {_named(topic)}: check the token "
-            "(PULSAR_AUTH_TOKEN or --auth-token-file: not expired, signed for this cluster), the OAuth2 or "
-            "client-certificate "
-            "settings, and that the role may consume the DLQ's namespace"
-        ) from None
+        raise _refused(conf, topic, type(exc).__name__) from None
     except (pulsar.Timeout, pulsar.ConnectError, pulsar.NotConnected) as exc:
+        if events.tls_failures:
+            raise ReplayConfigError(
+                f"the TLS handshake with {safe_url(conf.service_url)} failed ({events.tls_failures[-1]}): "
+                "check --tls-trust-certs-file (the CA of the broker's certificate) and, for a client "
+                "certificate, --tls-cert-file and --tls-key-file"
+            ) from None
+        if events.opened and events.closed >= events.opened:
+            how = f"the broker closed all {events.opened} connections in the handshake"
+            raise _refused(conf, topic, how) from None
         raise BrokerUnreachableError(
             f"the broker at {safe_url(conf.service_url)} accepted the connection but did not answer a "
             f"topic lookup within {timeout_s} s ({type(exc).__name__}): check that --service-url is the "
-            "binary-protocol port (6650, or 6651 for pulsar+ssl://; not the admin port 8080) and, for "
-            "pulsar+ssl://, the CA bundle; nothing was written, re-run when the broker answers"
+            "binary-protocol port (6650, or 6651 for pulsar+ssl://; not the admin port 8080); nothing was "
+            "written, re-run when the broker answers"
         ) from None
     finally:
         with contextlib.suppress(Exception):
             client.close()
+        logger.removeHandler(events)
+        logger.setLevel(level)
+        logger.propagate = propagate
+
+
+def _refused(conf: PulsarConf, topic: str, how: str) -> ReplayConfigError:
+    return ReplayConfigError(
+        f"the broker at {safe_url(conf.service_url)} refused this run's authentication ({how}) looking up "
+        f"DLQ topic {_named(topic)}: check the token (PULSAR_AUTH_TOKEN or --auth-token-file: not "
+        "expired, signed for this cluster), the OAuth2 or client-certificate settings, and that the role "
+        "may consume the DLQ's namespace; nothing was written"
+    )
 
 
 def _named(topic: str) -> str:

@@ -479,9 +479,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         check_local(options)  # files, permissions, playbook: before Spark starts, nothing written
+        check_broker_of(options)  # listening, credentials, DLQ topics: before Spark starts too
     except ReplayConfigError as exc:
         _fail(str(exc))
         return EXIT_USAGE
+    except ReplayError as exc:  # nothing listens at the service URL: nothing written, re-run later
+        _fail(str(exc))
+        return EXIT_FAILED
     from pyspark.sql import SparkSession
 
     from spark_apps.dlq_replay.pulsar_io.errors import PulsarConfigError
@@ -499,7 +503,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not (given.contains(key) or given.contains(f"spark.hadoop.{key}")):
             spark.conf.set(key, value)
     try:
-        report = run_replay(spark, options)
+        report = run_replay(spark, options, broker_checked=True)
     except (ReplayConfigError, PulsarConfigError) as exc:
         _fail(str(exc))
         return EXIT_USAGE
@@ -518,6 +522,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(summary_line(report), flush=True)
     spark.stop()
     return EXIT_OK
+
+
+def check_broker_of(options: ReplayOptions) -> None:
+    """:func:`~spark_apps.dlq_replay.broker_checks.check_broker` for the run's options (no Spark
+    needed); a Pulsar configuration error becomes a ``ReplayConfigError``."""
+    from spark_apps.dlq_replay.broker_checks import check_broker
+    from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf
+    from spark_apps.dlq_replay.pulsar_io.errors import PulsarConfigError
+
+    try:
+        check_broker(PulsarConf.from_app_options(options), options.topics)
+    except PulsarConfigError as exc:
+        raise ReplayConfigError(str(exc)) from exc
 
 
 def close_pulsar_clients() -> None:

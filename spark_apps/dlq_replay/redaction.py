@@ -3,9 +3,9 @@
 A token typed in the wrong place (as the value of ``--playbook``, ``--subscription``, inside a URL...)
 must not reach an error, a log line or a file. Three tools, used everywhere a value is echoed:
 
-* :func:`could_be_secret` says whether a value could be a token: a JWT, a long hex string, or a long run
-  of token characters mixing upper case, lower case and digits (what random secrets look like and
-  topic names, paths and Airflow run ids do not);
+* :func:`could_be_secret` says whether a value could be a token: a JWT, a long hex string, or a run of
+  16 or more letters and digits that mixes upper case, lower case and digits the way random characters
+  do (what random secrets look like and topic names, CamelCase words, paths and Airflow run ids do not);
 * :func:`shown` is the value to put in a message: quoted when it cannot be a secret, else
   ``(value not shown)``;
 * :func:`check_url` refuses a URL carrying credentials (``user:password@``) or a query or fragment
@@ -20,6 +20,7 @@ text; the command line applies it to its errors and its log lines.
 
 from __future__ import annotations
 
+import itertools
 import re
 import threading
 from typing import TYPE_CHECKING
@@ -35,14 +36,28 @@ NOT_SHOWN = "(value not shown)"
 MASK = "***"
 _JWT = re.compile(r"eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}(?:\.[A-Za-z0-9_-]*)?")
 _HEX = re.compile(r"[0-9a-fA-F]{32,}")
-#: Runs of characters tokens are made of (base64, base64url, JWT dots); a '/' or ':' ends a run, so
-#: paths and URLs are judged part by part.
-_TOKEN_RUN = re.compile(r"[A-Za-z0-9_\-+=.~]{20,}")
-_UPPER, _LOWER, _DIGITS = re.compile(r"[A-Z]"), re.compile(r"[a-z]"), re.compile(r"[0-9]")
+#: Runs of letters and digits long enough to be a random secret (base64 or base62 between separators).
+_ALNUM_RUN = re.compile(r"[A-Za-z0-9]{16,}")
+#: A random run switches between upper case, lower case and digits at most characters (about 60 %);
+#: words, CamelCase names and dates far less (``ProcessOrderEvents2024``: 29 %).
+_MIN_SWITCH_RATE = 0.4
 #: ``scheme://user:password@`` and ``?query``/``#fragment`` of URLs inside a text.
 _URL_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/\s@'\"]+@")
 _URL_QUERY = re.compile(r"(?P<url>[A-Za-z][A-Za-z0-9+.-]*://[^\s?#'\"]*)[?#][^\s'\"]*")
 _SECRET_WORDS = ("token", "secret", "password", "passwd", "jwt", "credential", "auth-param")
+
+
+def _char_class(char: str) -> int:
+    return 0 if char.isdigit() else 1 if char.isupper() else 2
+
+
+def _random_looking(run: str) -> bool:
+    """Mixed case and digits (at least two of each) that switch class like random characters do."""
+    classes = [_char_class(c) for c in run]
+    if min(classes.count(0), classes.count(1), classes.count(2)) < 2:
+        return False
+    switches = sum(a != b for a, b in itertools.pairwise(classes))
+    return switches >= _MIN_SWITCH_RATE * (len(run) - 1)
 
 
 def could_be_secret(value: object) -> bool:
@@ -50,11 +65,7 @@ def could_be_secret(value: object) -> bool:
     text = str(value)
     if _JWT.search(text) or _HEX.search(text):
         return True
-    for match in _TOKEN_RUN.finditer(text):
-        run = match.group()
-        if len(_UPPER.findall(run)) >= 3 and len(_LOWER.findall(run)) >= 3 and len(_DIGITS.findall(run)) >= 2:
-            return True
-    return False
+    return any(_random_looking(match.group()) for match in _ALNUM_RUN.finditer(text))
 
 
 def shown(value: object) -> str:

@@ -1030,12 +1030,15 @@ def _final_by_entries(run: _Run, windows: list[PartitionWindow], table: pa.Table
     return _Finals(final, split.in_whole, split.unread, split.in_whole, split.expected - split.in_whole)
 
 
-def run_replay(spark: SparkSession, options: ReplayOptions) -> dict[str, Any]:
+def run_replay(
+    spark: SparkSession, options: ReplayOptions, *, broker_checked: bool = False
+) -> dict[str, Any]:
     """Run (or resume) the replay run ``options.run_id``; returns the report (also written as JSON/HTML).
 
     Everything is checked before anything is written (:mod:`~spark_apps.dlq_replay.preflight`); the run
     then holds the output directory lock and the subscription leases (:mod:`~spark_apps.dlq_replay.lock`)
-    until it ends.
+    until it ends. ``broker_checked``: the caller already ran
+    :func:`~spark_apps.dlq_replay.broker_checks.check_broker` (the command line does, before Spark).
     """
     from spark_apps.dlq_replay.lock import run_lock
     from spark_apps.dlq_replay.preflight import check_with_spark
@@ -1052,7 +1055,9 @@ def run_replay(spark: SparkSession, options: ReplayOptions) -> dict[str, Any]:
             log.info("run %s is already complete; nothing to do", options.run_id)
             report: dict[str, Any] = json.loads(text)
             return report
-    _check_before_writing(storage, paths, options, conf, resumed="plan" in state.steps)
+    _check_before_writing(
+        storage, paths, options, conf, resumed="plan" in state.steps, broker=not broker_checked
+    )
     created = _Created(storage, paths)
     try:
         with run_lock(
@@ -1076,7 +1081,12 @@ def run_replay(spark: SparkSession, options: ReplayOptions) -> dict[str, Any]:
 
 
 def _check_before_writing(
-    storage: RunStorage, paths: RunPaths, options: ReplayOptions, conf: PulsarConf, resumed: bool
+    storage: RunStorage,
+    paths: RunPaths,
+    options: ReplayOptions,
+    conf: PulsarConf,
+    resumed: bool,
+    broker: bool,
 ) -> None:
     """The checks that need the broker or an earlier run's files, before any file or lock is created:
     the broker answers and accepts the credentials, the DLQ topics exist
@@ -1084,7 +1094,8 @@ def _check_before_writing(
     the same topics and subscription."""
     from spark_apps.dlq_replay.broker_checks import check_broker
 
-    check_broker(conf, options.topics)
+    if broker:
+        check_broker(conf, options.topics)
     if options.window_from and not resumed:
         from spark_apps.dlq_replay.group_actions import reuse_window
 

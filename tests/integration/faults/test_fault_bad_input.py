@@ -4,8 +4,10 @@ directory, no state), and no value that could be a token is printed."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fault_support import CASES, FaultRow
@@ -182,3 +184,225 @@ def test_every_kind_of_bad_input_is_refused_before_anything_is_written(
         )
     assert (out / "runs" / run_id / "state.json").read_text() == state
     assert not Path("/proc/dlq-replay-out").exists()
+
+
+# ------------------------------------------------------------------- secrets, missing topics, a held DLQ
+
+
+def _no_token_anywhere(out: Path, captured: Any, caplog: Any) -> None:
+    assert TOKEN not in captured.out + captured.err + caplog.text
+    assert "faultSuiteSignature" not in captured.out + captured.err + caplog.text
+    for path in out.rglob("*"):
+        assert TOKEN not in str(path)
+        if path.is_file():
+            assert TOKEN.encode() not in path.read_bytes(), path
+
+
+def with_options(base: list[str], extra: list[str]) -> list[str]:
+    """``base`` without the options ``extra`` gives (``--x v`` or ``--x=v``), then ``extra``."""
+    names = {a.split("=", 1)[0] for a in extra if a.startswith("--")}
+    out, i = [], 0
+    while i < len(base):
+        if base[i] in names:
+            i += 2
+            continue
+        out.append(base[i])
+        i += 1
+    return out + extra
+
+
+def secret_spellings(service: str, admin: str) -> dict[str, tuple[list[str], str]]:
+    """Every way a token can be typed where it does not belong: extra arguments and the message the
+    refusal must carry (all refused with exit 2 before anything is written)."""
+    host = service.split("://", 1)[1]
+    admin_host = admin.split("://", 1)[1]
+    return {
+        "--oauth2-issuer-url <token>": (
+            ["--oauth2-issuer-url", TOKEN],
+            "--oauth2-issuer-url must start with",
+        ),
+        "--oauth2-issuer-url https://id:<token>@...": (
+            ["--oauth2-issuer-url", f"https://id:{TOKEN}@auth.example.com"],
+            "must not carry credentials",
+        ),
+        "--playbook <token>": (["--playbook", TOKEN], "the file given as --playbook (path not shown"),
+        "--group-actions @<token>": (["--group-actions", f"@{TOKEN}"], "cannot be read"),
+        "--group-actions <token>": (["--group-actions", TOKEN], "is not valid JSON"),
+        "--window-from <token>": (["--window-from", TOKEN], "--window-from looks like a token"),
+        "--signatures <token>": (["--signatures", TOKEN], "is not a signature"),
+        "--canary <token>": (["--canary", TOKEN], "--canary must be a count"),
+        "--subscription <token>": (["--subscription", TOKEN], "--subscription looks like a token"),
+        "--topics <token>": (["--topics", TOKEN], "--topics looks like a token"),
+        "--run-id <token>": (["--run-id", TOKEN], "--run-id looks like a token"),
+        "--service-url pulsar://user:<token>@host": (
+            ["--service-url", f"pulsar://user:{TOKEN}@{host}"],
+            "--service-url must not carry credentials",
+        ),
+        "--service-url=pulsar://<token>@host": (
+            [f"--service-url=pulsar://{TOKEN}@{host}"],
+            "--service-url must not carry credentials",
+        ),
+        "--service-url pulsar://host?token=<token>": (
+            ["--service-url", f"pulsar://{host}?token={TOKEN}"],
+            "--service-url must not carry a query",
+        ),
+        "--admin-url http://user:<token>@host": (
+            ["--admin-url", f"http://user:{TOKEN}@{admin_host}"],
+            "--admin-url must not carry credentials",
+        ),
+        "--admin-url http://host?token=<token>": (
+            ["--admin-url", f"{admin}?token={TOKEN}"],
+            "--admin-url must not carry a query",
+        ),
+        "--admin-url http://host/#<token>": (["--admin-url", f"{admin}/#{TOKEN}"], "must not carry a query"),
+        "--admin-url http://host/<token>": (["--admin-url", f"{admin}/{TOKEN}"], "looks like a token"),
+    }
+
+
+def test_a_token_in_any_option_or_url_part_is_refused_and_never_printed_or_written(
+    spark, pulsar_broker, pulsar_client, topic_factory, tmp_path, capsys, caplog
+):
+    dlq = topic_factory("secrets-DLQ")
+    pulsar_client.create_producer(dlq).close()
+    out = tmp_path / "out"
+    base = [
+        "--run-id", "secrets", "--service-url", pulsar_broker.service_url, "--topics", dlq,
+        "--output-dir", str(out), "--idle-timeout-ms", "500",
+    ]  # fmt: skip
+    for name, (extra, message) in secret_spellings(
+        pulsar_broker.service_url, pulsar_broker.admin_url
+    ).items():
+        code = main(with_options(base, extra))
+        captured = capsys.readouterr()
+        assert code == EXIT_USAGE, (name, captured.err[-2000:])
+        assert message in captured.err, (name, captured.err[-2000:])
+        assert "Traceback" not in captured.err, name
+        _no_token_anywhere(out, captured, caplog)
+        assert not out.exists(), f"{name} wrote something"
+        caplog.clear()
+
+
+def test_a_token_from_the_environment_is_used_and_never_printed_or_written(
+    spark, pulsar_broker, pulsar_client, topic_factory, tmp_path, capsys, caplog, monkeypatch
+):
+    """The supported way (PULSAR_AUTH_TOKEN): the run succeeds (the session broker ignores tokens) and
+    the token is in no output, log or file, plan.json and state.json included."""
+    from pyspark.sql import SparkSession
+
+    dlq = topic_factory("env-token-DLQ")
+    pulsar_client.create_producer(dlq).close()
+    monkeypatch.setenv("PULSAR_AUTH_TOKEN", TOKEN)
+    monkeypatch.setattr(SparkSession, "stop", lambda self: None)  # the session is shared by the tests
+    out = tmp_path / "out"
+    argv = [
+        "--run-id", "env-token", "--service-url", pulsar_broker.service_url, "--topics", dlq,
+        "--output-dir", str(out), "--idle-timeout-ms", "500", "--admin-url", pulsar_broker.admin_url,
+    ]  # fmt: skip
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert (out / "runs" / "env-token" / "plan.json").is_file()
+    _no_token_anywhere(out, captured, caplog)
+
+
+def _broker_topics(broker: Any, namespace: str = "public/default") -> list[str]:
+    admin = broker.admin()
+    return [
+        *admin.get(f"/admin/v2/namespaces/{namespace}/topics"),
+        *admin.get(f"/admin/v2/persistent/{namespace}/partitioned"),
+    ]
+
+
+def test_a_dlq_topic_that_does_not_exist_is_refused_and_not_created(
+    spark, pulsar_broker, pulsar_client, topic_factory, tmp_path, capsys
+):
+    real = topic_factory("real-DLQ")
+    pulsar_client.create_producer(real).close()
+    missing = real + "-misspelt"
+    out = tmp_path / "out"
+    argv = [
+        "--run-id", "missing-topic", "--service-url", pulsar_broker.service_url,
+        "--topics", f"{real},{missing}", "--output-dir", str(out), "--admin-url", pulsar_broker.admin_url,
+    ]  # fmt: skip
+    assert main(argv) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert f"DLQ topic {missing} does not exist" in err
+    assert real + " " not in err.split("does not exist")[0].split("DLQ topic", 1)[1]
+    assert not out.exists()
+    assert not [t for t in _broker_topics(pulsar_broker) if t.startswith(missing)]
+
+
+def test_an_admin_url_that_does_not_answer_is_refused_before_anything_is_written(
+    spark, pulsar_broker, pulsar_client, topic_factory, tmp_path, capsys, monkeypatch
+):
+    import socket
+
+    from spark_apps.dlq_replay import broker_checks
+
+    monkeypatch.setattr(broker_checks, "ADMIN_TIMEOUT_S", 1.0)
+    dlq = topic_factory("silent-admin-DLQ")
+    pulsar_client.create_producer(dlq).close()
+    out = tmp_path / "out"
+    with socket.socket() as silent:  # accepts connections, never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(4)
+        argv = [
+            "--run-id", "silent-admin", "--service-url", pulsar_broker.service_url, "--topics", dlq,
+            "--output-dir", str(out), "--admin-url", f"http://127.0.0.1:{silent.getsockname()[1]}",
+        ]  # fmt: skip
+        assert main(argv) == EXIT_USAGE
+    assert "cannot reach the Pulsar admin REST" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_a_closed_service_port_fails_at_once_naming_it(spark, tmp_path, capsys):
+    from pulsar_standalone import free_port
+    from spark_apps.dlq_replay.cli import EXIT_FAILED
+
+    port = free_port()
+    out = tmp_path / "out"
+    argv = [
+        "--run-id", "closed-port", "--service-url", f"pulsar://127.0.0.1:{port}", "--topics", "orders-DLQ",
+        "--output-dir", str(out),
+    ]  # fmt: skip
+    started = time.monotonic()
+    assert main(argv) == EXIT_FAILED
+    assert time.monotonic() - started < 15
+    err = capsys.readouterr().err
+    assert f"nothing is listening at 127.0.0.1:{port}" in err
+    assert "lease" not in err
+    assert not out.exists()
+
+
+def test_a_second_run_on_the_same_dlq_through_another_subscription_is_refused_naming_the_first(
+    spark, pulsar_broker, pulsar_client, topic_factory, tmp_path, capsys
+):
+    from spark_apps.dlq_replay.cli import EXIT_FAILED
+    from spark_apps.dlq_replay.lock import SubscriptionLease
+    from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf
+
+    dlq = topic_factory("one-run-DLQ")
+    pulsar_client.create_producer(dlq).close()
+    # The first run's lease, as the app takes it (a run reading through subscription "replayer-a").
+    holder = SubscriptionLease(PulsarConf(pulsar_broker.service_url), (dlq,), "replayer-a", "first-run")
+    holder.acquire()
+    try:
+        out = tmp_path / "out"
+        argv = [
+            "--run-id", "second-run", "--service-url", pulsar_broker.service_url, "--topics", dlq,
+            "--output-dir", str(out), "--subscription", "replayer-b", "--admin-url", pulsar_broker.admin_url,
+        ]  # fmt: skip
+        assert main(argv) == EXIT_FAILED
+        err = capsys.readouterr().err
+        assert (
+            f"another replay run is reading DLQ topic {dlq}: run 'first-run' (subscription 'replayer-a'"
+            in err
+        )
+        assert not (out / "runs" / "second-run").exists()
+    finally:
+        holder.release()
+    admin = pulsar_broker.admin()
+    assert "replayer-b" not in admin.get(topic_stats_path(dlq))["subscriptions"]
+
+
+def topic_stats_path(topic: str) -> str:
+    return "/admin/v2/persistent/" + topic.split("://", 1)[1] + "/stats"

@@ -354,3 +354,41 @@ def test_replay_app_reads_a_secured_dlq_and_keeps_secrets_out(secure_broker, spa
     assert token not in written
     assert token not in caplog.text
     assert secure.pki.client_key.read_text() not in written
+
+
+def test_replay_app_refuses_a_wrong_token_at_once_naming_authentication(secure_broker, tmp_path):
+    """A token the broker does not accept is an authentication error in seconds (exit 2, nothing
+    written, before Spark starts), not a minute-long wait for a lease "held by another run". The command
+    line runs in its own process, as in production: the Pulsar client's log, which tells a refused
+    handshake from silence, is the process's first client's."""
+    import os
+    import subprocess
+    import sys
+
+    secure = secure_broker
+    dlq = fill(secure, count=1)
+    wrong = token_for(secrets.token_bytes(32), REPLAYER)  # signed with another key
+    out = tmp_path / "out"
+    argv = [
+        "--run-id", "wrong-token", "--service-url", secure.broker.service_url, "--topics", dlq,
+        "--output-dir", str(out), "--tls-trust-certs-file", str(secure.pki.ca),
+    ]  # fmt: skip
+    code = "import sys; from spark_apps.dlq_replay.cli import main; sys.exit(main(sys.argv[1:]))"
+    started = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *argv],
+        env={**os.environ, "PULSAR_AUTH_TOKEN": wrong},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).resolve().parents[3],
+    )
+    elapsed = time.monotonic() - started
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "refused this run's authentication" in proc.stderr
+    assert "PULSAR_AUTH_TOKEN" in proc.stderr
+    assert "did not grant" not in proc.stderr
+    assert "another replay run" not in proc.stderr
+    assert elapsed < 30, elapsed
+    assert wrong not in proc.stdout + proc.stderr
+    assert not out.exists()
