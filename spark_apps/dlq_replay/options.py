@@ -163,7 +163,11 @@ class ReplayOptions:
             check_url("--admin-url", self.admin_url, _HTTP_SCHEMES, "http://broker:8080", "admin REST URL")
         if self.oauth2_issuer_url is not None:
             check_url(
-                "--oauth2-issuer-url", self.oauth2_issuer_url, _HTTP_SCHEMES, "https://auth.example.com"
+                "--oauth2-issuer-url",
+                self.oauth2_issuer_url,
+                _HTTP_SCHEMES,
+                "https://auth.example.com",
+                "OAuth2 issuer URL",
             )
 
     def _check_topics(self) -> None:

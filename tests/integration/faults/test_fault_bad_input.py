@@ -406,3 +406,28 @@ def test_a_second_run_on_the_same_dlq_through_another_subscription_is_refused_na
 
 def topic_stats_path(topic: str) -> str:
     return "/admin/v2/persistent/" + topic.split("://", 1)[1] + "/stats"
+
+
+def test_a_refusal_after_the_lock_was_taken_leaves_nothing(
+    spark, pulsar_broker, pulsar_client, topic_factory, tmp_path, monkeypatch
+):
+    """A first attempt refused once it holds the output lock (here: a lease the role may not consume)
+    removes what it created: no run directory, no ``locks/``, no output root."""
+    from spark_apps.dlq_replay import lock
+    from spark_apps.dlq_replay.errors import ReplayConfigError
+    from spark_apps.dlq_replay.options import ReplayOptions
+    from spark_apps.dlq_replay.runner import run_replay
+
+    def refused(self: Any) -> None:
+        raise ReplayConfigError("cannot take the subscription lease (AuthorizationError)")
+
+    monkeypatch.setattr(lock.SubscriptionLease, "acquire", refused)
+    dlq = topic_factory("lease-refused-DLQ")
+    pulsar_client.create_producer(dlq).close()
+    out = tmp_path / "out"
+    options = ReplayOptions(
+        run_id="lease-refused", output_dir=str(out), service_url=pulsar_broker.service_url, topics=(dlq,)
+    )
+    with pytest.raises(ReplayConfigError, match="AuthorizationError"):
+        run_replay(spark, options)
+    assert not out.exists()
