@@ -69,13 +69,14 @@ def _exception_classes(folder: Path, package: str) -> list[type[BaseException]]:
             {"TerminalError", "RetryableError"},
         ),
         (PROVIDER, "airflow_provider_dlq", "airflow_provider_dlq.errors.DlqProviderError", set()),
-        # MalformedRecord (raised by a playbook fix to park a message) and FixTimeoutError (raised inside
-        # an overrunning fix call) become a message's outcome, not errors of the app.
+        # MalformedRecord (raised by a playbook fix to park a message), FixTimeoutError (raised inside
+        # an overrunning fix call) and FixExit (raised in place of os._exit inside a fix call) become a
+        # message's outcome; WorkerInterrupt is a SIGINT stopping the task. None is an error of the app.
         (
             SPARK_APP,
             "spark_apps",
             "spark_apps.dlq_replay.errors.ReplayError",
-            {"MalformedRecord", "FixTimeoutError"},
+            {"MalformedRecord", "FixTimeoutError", "FixExit", "WorkerInterrupt"},
         ),
     ],
 )
