@@ -74,14 +74,16 @@ def get_provider_info() -> dict[str, Any]:
                 "hook-name": "Apache Pulsar",
                 "connection-type": "pulsar",
                 "ui-field-behaviour": {
-                    "hidden-fields": ["schema", "port"],
+                    "hidden-fields": ["schema"],
                     "relabeling": {
                         "host": "Service URL",
+                        "port": "Broker port (the Test button needs it)",
                         "login": "OAuth2 client ID",
                         "password": "Token or OAuth2 client secret",
                     },
                     "placeholders": {
                         "host": "pulsar://broker:6650 (or pulsar+ssl://broker:6651, or broker)",
+                        "port": "required for Test: the Service URL's port, e.g. 6650",
                         "login": "only for OAuth2 client credentials",
                         "password": "JWT (token auth) or the OAuth2 client secret",
                     },

@@ -213,8 +213,8 @@ def _with_port(conn_id: str, host: str, brokers: str, port: int | None) -> str:
             if int(own) != port:
                 raise PulsarConnectionError(
                     f"Connection {conn_id!r}: Port {port} contradicts the port {own} in Service URL "
-                    f"{host!r}; remove Port from the connection (the form has none: the Service URL's "
-                    "port is used) or make it equal."
+                    f"{host!r}; make them equal (Airflow's Test button needs Port), or leave the port out "
+                    "of the Service URL to use Port."
                 )
             parts.append(broker.strip())
         else:

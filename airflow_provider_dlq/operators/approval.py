@@ -86,8 +86,9 @@ def approval_body(
         lines += ["", f"[Open the dry-run's report]({report_link}) (every group, its rules and next steps)."]
     lines += [
         "",
-        "| # | signature | messages | error | template | origin | first / last seen | sample ids | "
-        "playbook proposes | fix fails |",
+        # What to decide on first (the proposal and the fix failures): the rest may scroll off.
+        "| # | signature | messages | error | template | playbook proposes | fix fails | origin | "
+        "first / last seen | sample ids |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for n, group in enumerate(groups[:shown], start=1):
@@ -95,10 +96,9 @@ def approval_body(
         failing = fix_failures(group)
         lines.append(
             f"| {n} | `{_cell(group.get('signature'))}` | {int(group.get('count') or 0)} | "
-            f"{_cell(group.get('error_class'))} | {_cell(group.get('template'))} | "
-            f"{_cell(group.get('origin_topic'))} | {_cell(group.get('first_seen'))} / "
-            f"{_cell(group.get('last_seen'))} | {_cell(samples)} | {proposal(group)} | "
-            f"{f'**{failing}** (stay pending)' if failing else '0'} |"
+            f"{_cell(group.get('error_class'))} | {_cell(group.get('template'))} | {proposal(group)} | "
+            f"{f'**{failing}** (stay pending)' if failing else '0'} | {_cell(group.get('origin_topic'))} | "
+            f"{_cell(group.get('first_seen'))} / {_cell(group.get('last_seen'))} | {_cell(samples)} |"
         )
     if len(groups) > shown:
         rest = sum(int(g.get("count") or 0) for g in groups[shown:])
@@ -113,7 +113,8 @@ def group_params(groups: Sequence[Mapping[str, Any]]) -> dict[str, Param]:
     for group in groups:
         signature = str(group.get("signature"))
         failing = fix_failures(group)
-        fails = f" {failing} of its messages fail the playbook's fix and stay pending." if failing else ""
+        fails, stay = ("fails", "stays") if failing == 1 else ("fail", "stay")
+        note = f" {failing} of its messages {fails} the playbook's fix and {stay} pending." if failing else ""
         params[signature] = Param(
             LEAVE,
             type="string",
@@ -121,7 +122,7 @@ def group_params(groups: Sequence[Mapping[str, Any]]) -> dict[str, Param]:
             title=f"{int(group.get('count') or 0)} x {_plain(group.get('error_class'), 60)}: "
             f"{_plain(group.get('template'), 80)}",
             description=f"Signature {signature}, origin {_plain(group.get('origin_topic'))}; "
-            f"the playbook proposes '{proposal(group)}'.{fails}",
+            f"the playbook proposes '{proposal(group)}'.{note}",
         )
     return params
 

@@ -1,7 +1,8 @@
 """Human approval per error group in the real Airflow stack, on Apache Pulsar: ``dlq_backfill`` runs a
-dry-run, shows its groups in the human-in-the-loop form, a person answers through the REST API, and the
-replay republishes exactly the groups approved for replay (count per group); a request that times out
-approves nothing and the DLQ is left as it was.
+dry-run, shows its groups in the human-in-the-loop form (with the messages whose fix fails), a person
+answers through the REST API, and the replay republishes exactly the groups approved for replay (count
+per group, less the message its fix refuses); a request that times out approves nothing and the DLQ is
+left as it was.
 """
 
 from __future__ import annotations
@@ -27,14 +28,27 @@ pytestmark = [pytest.mark.integration, pytest.mark.real_pulsar, pytest.mark.slow
 DAG_ID = "dlq_backfill"
 PLAYBOOK = """\
 version: 1
+fix_files: [timeout_fixes.py]
 rules:
   - name: retry-timeouts
     match: {error_class: TimeoutError}
     action: republish
+    fix: timeout_fixes:mark_retried
+    fix_version: "1"
   - name: archive-bad-orders
     match: {error_class: ValueError}
     action: archive
 """  # KeyErrors match no rule (the playbook would skip them)
+FIXES = """\
+import json
+
+
+def mark_retried(record):
+    order = json.loads(record.payload)
+    if order["order"] == 0:  # the first timeout: its fix fails, in the dry-run and in the replay
+        raise ValueError("order 0 cannot be retried")
+    return record.payload
+"""
 
 
 def ti_state(stack, run_id: str, task_id: str) -> str | None:
@@ -80,6 +94,7 @@ def backfill_env(airflow_stack, pulsar_broker, tmp_path):
     put_variable(stack, "dlq_output_dir", str(tmp_path / "out"))
     playbook = tmp_path / "playbook.yaml"
     playbook.write_text(PLAYBOOK)
+    (tmp_path / "timeout_fixes.py").write_text(FIXES)
     stack.wait_for_dag(DAG_ID)
     stack.unpause(DAG_ID)
     yield playbook
@@ -122,23 +137,27 @@ def test_replay_acts_only_on_the_groups_a_person_approved(
     report_link = f"{stack.base_url}/dlq-replay/reports/{DAG_ID}/{quote(run_id, safe='')}/dry_run/-1"
     assert f"[Open the dry-run's report]({report_link})" in body, body
     # The table uses the fields' words, and shows the fix failures per group.
-    assert "| playbook proposes | fix fails |" in body
+    assert "| template | playbook proposes | fix fails |" in body
     rows = {
         line.split("|")[4].strip(): line
         for line in body.splitlines()
         if line.startswith("| ") and "`" in line
     }
-    assert rows["TimeoutError"].rstrip(" |").endswith("| replay | 0"), rows
-    assert rows["ValueError"].rstrip(" |").endswith("| archive | 0"), rows
-    assert rows["KeyError"].rstrip(" |").endswith("| leave | 0"), rows
+    assert "&lt;num>s | replay | **1** (stay pending) |" in rows["TimeoutError"], rows
+    assert "| archive | 0 |" in rows["ValueError"], rows
+    assert "| leave | 0 |" in rows["KeyError"], rows
     assert "payment timed out after &lt;num>s" in body
     assert "order &lt;num> has no customer id" in body
     assert all(sig in body for sig in fields)
+    field = fields[by_class["4 x TimeoutError"]]
+    timeouts = field.get("description") or field["schema"].get("description", "")
+    assert "1 of its messages fails the playbook's fix and stays pending" in timeouts, timeouts
 
-    page = browser.new_page()
+    page = browser.new_page(viewport={"width": 1600, "height": 1100})
     page.goto(f"{stack.base_url}/dags/{DAG_ID}/runs/{run_id}/tasks/approve/required_actions")
     page.get_by_text("Approve the DLQ replay, group by group").first.wait_for(timeout=90_000)
     page.get_by_text("4 x TimeoutError").first.wait_for(timeout=30_000)
+    page.get_by_text("(stay pending)").first.wait_for(timeout=30_000)  # the fix-fails column
     link = page.get_by_role("link", name="Open the dry-run's report").first
     link.wait_for(timeout=30_000)
     assert link.get_attribute("href") == report_link
@@ -166,11 +185,12 @@ def test_replay_acts_only_on_the_groups_a_person_approved(
     assert approval["decision"] == "approved"
     assert approval["responded_by"]
     replay = xcom(stack, run_id, "replay")
-    assert replay["totals"]["republished"] == 6
+    assert replay["totals"]["republished"] == 5
+    assert replay["totals"]["fix_failed"] == 1  # as the form said
     assert replay["totals"]["archived"] == 0
-    replayed = replayed_groups(pulsar_client, service.origin, "verify", expect=6)
-    assert replayed == {"TimeoutError": 4, "KeyError": 2}
-    assert pending(pulsar_client, service.dlq) == 3  # the left ValueErrors, untouched
+    replayed = replayed_groups(pulsar_client, service.origin, "verify", expect=5)
+    assert replayed == {"TimeoutError": 3, "KeyError": 2}
+    assert pending(pulsar_client, service.dlq) == 4  # the left ValueErrors, untouched, and the unfixed one
     # The replay's report names the group the approval left as not approved (not "outside filters").
     replay_report = json.loads(Path(replay["paths"]["report_json"]).read_text())
     titles = [step["title"] for step in replay_report["next_steps"]]
@@ -184,7 +204,7 @@ def test_replay_acts_only_on_the_groups_a_person_approved(
     approved_counts = {
         cls: approval["counts"][sig] for cls, sig in by_class.items() if answer[sig] == "replay"
     }
-    figures = {"approved": approved_counts, "replayed_per_group": replayed, "left_pending": 3, "tries": tries}
+    figures = {"approved": approved_counts, "replayed_per_group": replayed, "left_pending": 4, "tries": tries}
     record_property("approval", figures)
     print(f"APPROVAL FIGURES {figures}")
 
@@ -201,5 +221,5 @@ def test_replay_acts_only_on_the_groups_a_person_approved(
     assert timed_out["timed_out"] is True
     assert set(timed_out["actions"].values()) == {"leave"}
     assert replayed_groups(pulsar_client, service.origin, "verify", expect=0, timeout_s=5) == {}
-    assert pending(pulsar_client, service.dlq) == 3
+    assert pending(pulsar_client, service.dlq) == 4
     service.close()

@@ -90,7 +90,7 @@ def test_first_steps_pool_usage_error_and_skip_reason(airflow_stack, browser, tm
         wait_until="networkidle",
     )
     reason = page.get_by_text("Skipped: Variable dlq_topics is not set", exact=False).first
-    reason.wait_for()
+    reason.wait_for(timeout=120_000)  # the log loads after the page, slowly on a busy machine
     assert reason.is_visible()  # not folded into a collapsed log group
     page.screenshot(path=str(shots / "nightly-skip-reason.png"))
     stack.api("PATCH", "/dags/dlq_nightly_replay", {"is_paused": True})

@@ -188,8 +188,8 @@ def test_backfill_from_the_ui_form_then_the_report_link(
     # request without credentials is tested on Airflow's API app in test_report_plugin_auth.py.)
 
 
-def add_pulsar_connection_in_the_ui(page, base_url: str, conn_id: str, service_url: str) -> None:
-    """Fill the Add Connection form as a user does: id, type, Service URL (no Port field); Save."""
+def add_pulsar_connection_in_the_ui(page, base_url: str, conn_id: str, service_url: str, port: int) -> None:
+    """Fill the Add Connection form as a user does: id, type, Service URL, Broker port; Save."""
     page.goto(f"{base_url}/connections", wait_until="networkidle")
     page.get_by_role("button", name="Add Connection").click()
     dialog = page.get_by_role("dialog")
@@ -198,10 +198,11 @@ def add_pulsar_connection_in_the_ui(page, base_url: str, conn_id: str, service_u
     page.keyboard.type("Apache Pulsar")
     page.get_by_role("option", name="Apache Pulsar").first.click()
     dialog.get_by_text("Service URL", exact=True).wait_for()
-    # No Port field (the port is part of the Service URL), so no greyed "6650" that looks like a value.
-    assert dialog.locator("input[name=port]").count() == 0
+    # Port says why to fill it (Airflow's Test button needs it), with no greyed bare number as a hint.
+    dialog.get_by_text("Broker port (the Test button needs it)", exact=True).wait_for()
     assert dialog.get_by_placeholder("6650", exact=True).count() == 0
     dialog.get_by_placeholder("pulsar://broker:6650", exact=False).fill(service_url)
+    dialog.get_by_placeholder("required for Test", exact=False).fill(str(port))
     page.screenshot(path=str(SHOTS[0] / f"connection-form-{conn_id}.png"))
     dialog.get_by_role("button", name="Save").click()
     page.get_by_role("row").filter(has_text=conn_id).first.wait_for(timeout=30_000)
@@ -225,7 +226,10 @@ def test_connection_form_and_test_button(airflow_stack, browser, tmp_path, pulsa
     SHOTS[:] = [shots]
     page = browser.new_page(viewport={"width": 1400, "height": 900})
     page.set_default_timeout(120_000)
-    add_pulsar_connection_in_the_ui(page, airflow_stack.base_url, "pulsar_ui_live", pulsar_broker.service_url)
+    port = int(pulsar_broker.service_url.rsplit(":", 1)[1])
+    add_pulsar_connection_in_the_ui(
+        page, airflow_stack.base_url, "pulsar_ui_live", pulsar_broker.service_url, port
+    )
     live = press_test(page, "pulsar_ui_live")
     assert live["http"] == 200, live
     assert live["status"] is True, live
@@ -235,7 +239,7 @@ def test_connection_form_and_test_button(airflow_stack, browser, tmp_path, pulsa
 
     dead_port = free_port()  # nothing listens there
     dead_url = f"pulsar://127.0.0.1:{dead_port}"
-    add_pulsar_connection_in_the_ui(page, airflow_stack.base_url, "pulsar_ui_dead", dead_url)
+    add_pulsar_connection_in_the_ui(page, airflow_stack.base_url, "pulsar_ui_dead", dead_url, dead_port)
     dead = press_test(page, "pulsar_ui_dead")
     assert dead["http"] == 200, dead  # an answer with a message, not HTTP 400
     assert dead["status"] is False, dead
@@ -248,7 +252,7 @@ def test_connection_form_and_test_button(airflow_stack, browser, tmp_path, pulsa
 
     # A bad port is a bad port (named with the user's connection id, not the Test button's random one).
     add_pulsar_connection_in_the_ui(
-        page, airflow_stack.base_url, "pulsar_ui_badport", "pulsar://127.0.0.1:abc"
+        page, airflow_stack.base_url, "pulsar_ui_badport", "pulsar://127.0.0.1:abc", 6650
     )
     bad = press_test(page, "pulsar_ui_badport")
     assert bad["http"] == 200, bad
@@ -263,7 +267,7 @@ def test_connection_form_and_test_button(airflow_stack, browser, tmp_path, pulsa
     dead_issuer = f"http://127.0.0.1:{free_port()}"
     put(airflow_stack, "connections", "pulsar_ui_oauth", {
         "connection_id": "pulsar_ui_oauth", "conn_type": "pulsar", "host": pulsar_broker.service_url,
-        "login": "orders-client", "password": "not-a-secret",
+        "port": port, "login": "orders-client", "password": "not-a-secret",
         "extra": json.dumps({"oauth2_issuer_url": dead_issuer}),
     })  # fmt: skip
     page.reload(wait_until="networkidle")

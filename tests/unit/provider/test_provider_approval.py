@@ -60,7 +60,16 @@ def test_form_fields_default_to_leave_and_show_count_and_template():
 
 def test_body_is_a_table_with_untrusted_values_escaped():
     body = approval_body(SUMMARY, GROUPS, shown=1)
-    assert "| 1 | `aaaa000011112222` | 4 | TimeoutError | payment timed out after &lt;num>s |" in body
+    # The decision's columns come right after the group's error: proposal (the fields' words), fix failures.
+    assert (
+        "| 1 | `aaaa000011112222` | 4 | TimeoutError | payment timed out after &lt;num>s | replay | 0 |"
+        in body
+    )
+    failing = [{**GROUPS[0], "outcomes": {"would_republish": 3, "fix_failed": 1}}]
+    assert "&lt;num>s | replay | **1** (stay pending) |" in approval_body(SUMMARY, failing, shown=1)
+    assert "1 of its messages fails the playbook's fix and stays pending." in str(
+        group_params(failing)["aaaa000011112222"].description
+    )
     assert "1:0:-1:-1, 1:1:-1:-1" in body
     assert "1 smaller groups (2 messages)" in body
     escaped = approval_body(SUMMARY, GROUPS, shown=2)

@@ -177,7 +177,7 @@ def test_backlog_read_error_never_contains_the_token(monkeypatch, caplog):
     assert TOKEN not in caplog.text
 
 
-def test_ui_behaviour_matches_provider_info_and_hides_port():
+def test_ui_behaviour_matches_provider_info_and_keeps_port_for_the_test_button():
     info = get_provider_info()["connection-types"][0]
     behaviour = PulsarHook.get_ui_field_behaviour()
     assert info["connection-type"] == PulsarHook.conn_type == "pulsar"
@@ -186,11 +186,11 @@ def test_ui_behaviour_matches_provider_info_and_hides_port():
     assert behaviour["hidden_fields"] == ui["hidden-fields"]
     assert behaviour["relabeling"] == ui["relabeling"]
     assert behaviour["placeholders"] == ui["placeholders"]
-    # The port belongs in the Service URL: a visible empty Port made the UI's Test button post port 0
-    # against the stored NULL, which Airflow answers with HTTP 400.
-    assert "port" in behaviour["hidden_fields"]
-    assert "port" not in behaviour["relabeling"]
-    assert "port" not in behaviour["placeholders"]
+    # Airflow 3.3's Test button posts port 0 for a connection stored without one, which its API answers
+    # with HTTP 400: Port stays in the form, says the Test button needs it, and shows no bare number.
+    assert behaviour["hidden_fields"] == ["schema"]
+    assert "Test button" in behaviour["relabeling"]["port"]
+    assert behaviour["placeholders"]["port"].startswith("required for Test")
     assert behaviour["relabeling"]["host"] == "Service URL"
     assert set(info["conn-fields"]) == set(KNOWN_EXTRAS)
 
@@ -238,7 +238,7 @@ def test_login_without_oauth2_is_ignored_with_a_warning():
 def test_a_service_url_with_a_non_numeric_port_is_a_bad_port():
     with pytest.raises(PulsarConnectionError, match=r"has port 'abc'; a port is a number 1-65535"):
         parse(host="pulsar://host:abc")
-    with pytest.raises(PulsarConnectionError, match="remove Port from the connection"):
+    with pytest.raises(PulsarConnectionError, match=r"make them equal \(Airflow's Test button needs Port\)"):
         parse(host="pulsar://broker:6650", port=6651)
 
 
@@ -250,3 +250,15 @@ def test_the_test_button_names_the_users_connection_not_the_transient_one():
 
     assert test_connection(SimpleNamespace(connection_id="pulsar_orders")) == "pulsar_orders"
     assert tested_connection_id() is None
+
+
+def test_airflows_test_route_still_has_the_shape_the_lookup_reads():
+    """``tested_connection_id`` reads the ``test_body`` of Airflow's ``test_connection`` route: fails when
+    an Airflow upgrade renames either (the Test button would then name the transient id again)."""
+    import inspect
+
+    from airflow.api_fastapi.core_api.datamodels.connections import ConnectionBody
+    from airflow.api_fastapi.core_api.routes.public import connections
+
+    assert "test_body" in inspect.signature(connections.test_connection).parameters
+    assert "connection_id" in ConnectionBody.model_fields
