@@ -221,14 +221,17 @@ def build_report(
     timings: dict[str, float],
     paths: dict[str, str],
     max_groups: int = MAX_GROUPS,
-    resent: int = 0,
+    resend: dict[str, int] | None = None,
     context: ReportContext | None = None,
     parts: ReportParts | None = None,
     canary: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The machine-readable report (stable schema, ``format`` 1); see ``docs/report.md``.
 
-    ``resent``: messages a resumed apply sent again because a killed attempt had started their wave.
+    ``resend``: what a resumed apply sent again because killed attempts had started its waves:
+    ``resent`` messages (each wave once per such attempt), ``resent_held`` of them the broker already
+    held and dropped (deduplication), and ``resend_bound`` (wave size x producers, once per such
+    attempt), the most that can reach the origins twice without deduplication.
     With a ``context`` the report also explains itself (configuration, per-group rule evaluation, fix
     and sample errors, refused origins, trend over the ledger, next steps; see
     :mod:`spark_apps.dlq_replay.report_details`). ``outcomes`` None: the run had no message (an empty
@@ -244,7 +247,8 @@ def build_report(
     groups, other = build_groups(combos, samples, mode, max_groups)
     counts = outcome_counts(combos, mode)
     totals = build_totals(counts, commit, mode)
-    totals["resent"] = resent
+    resend = {"resent": 0, "resent_held": 0, "resend_bound": 0, **(resend or {})}
+    totals["resent"] = resend["resent"]
     report = {
         "format": REPORT_FORMAT,
         "run_id": run_id,
@@ -263,6 +267,7 @@ def build_report(
             "read_mode": commit.read_mode,
             "reads_per_message": commit.reads_per_message,
         },
+        "resend": resend,
         "groups": groups,
         "other_groups": other,
         "timings": timings,

@@ -274,8 +274,9 @@ def next_steps(report: Mapping[str, Any]) -> list[dict[str, Any]]:
             _step(
                 "action",
                 f"{_plural(n, 'message')} could not be published and stay pending",
-                "Clear the task (the same run id resumes) once the origin topics accept messages again; "
-                "broker deduplication keeps the retry exact.",
+                "They stay pending on the DLQ, and the next run sends them again once the origin topics "
+                "accept messages (the ledger's outcome_reason says why each failed). A message refused as "
+                "MessageTooBig is refused again: make its fix's output smaller, or archive its group.",
             )
         )
     commit = report.get("commit") or {}
@@ -359,8 +360,9 @@ def next_steps(report: Mapping[str, Any]) -> list[dict[str, Any]]:
             _step(
                 "info",
                 "Dry run: nothing was published, archived, recorded or acknowledged",
-                "Check the outcomes above, then run with mode replay (it needs the origin allowlist) to "
-                "apply them.",
+                "Check the outcomes above, then run with mode replay to apply them (it needs the origin "
+                "allowlist). In Airflow: Variable dlq_nightly_mode for dlq_nightly_replay, "
+                "dlq_event_driven_mode for dlq_event_driven_replay, Param mode for dlq_backfill.",
             )
         )
     if not steps:

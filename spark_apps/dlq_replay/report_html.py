@@ -204,6 +204,19 @@ def _totals(totals: dict[str, Any]) -> str:
     return f'<h2 id="totals">Totals</h2><div class="chips">{chips}</div>'
 
 
+def _resend(resend: dict[str, int] | None) -> str:
+    """What a resumed apply sent again, and the bound it was held to (nothing when nothing was)."""
+    if not resend or not resend.get("resent"):
+        return ""
+    return (
+        f"<p class='muted'><b>Sent again after a kill:</b> {_fmt(resend['resent'])} messages of a wave a "
+        f"killed attempt had started; the broker already held {_fmt(resend.get('resent_held', 0))} of them "
+        "and dropped them (deduplication). Without deduplication at most "
+        f"{_fmt(resend.get('resend_bound', 0))} (wave size x producers) can reach the origin twice, each "
+        "with the same <code>REPLAY_ID</code>.</p>"
+    )
+
+
 def _group_table(groups: list[dict[str, Any]], other: dict[str, Any]) -> str:
     rows = []
     for index, g in enumerate(groups):
@@ -399,7 +412,10 @@ def render_html(report: dict[str, Any]) -> str:
         if report.get("dry_run")
         else ""
     )
-    status_color = {"succeeded": "#2e7d32", "partial": "#ef6c00"}.get(report["status"], "#c62828")
+    status = str(report["status"])
+    status_color = {"succeeded": "#2e7d32", "partial": "#ef6c00"}.get(status, "#c62828")
+    if (report.get("canary") or {}).get("verdict") == "halted":  # the run ended, but a group was halted
+        status, status_color = f"{status}, canary halted", "#c62828"
     timing_rows = "".join(
         f"<tr><th>{escape(k)}</th><td class='num'>{v:.2f} s</td></tr>" for k, v in report["timings"].items()
     )
@@ -409,11 +425,11 @@ def render_html(report: dict[str, Any]) -> str:
         f"<title>{_e(title)}</title><style>{_STYLE}</style></head><body>"
         f"<h1>{_e(title)}</h1>"
         f"<p class='meta'><span>mode <b>{_e(report['mode'])}</b></span>"
-        f"<span><i class='badge' style='background:{status_color}'>{_e(report['status'])}</i></span>"
+        f"<span><i class='badge' style='background:{status_color}'>{_e(status)}</i></span>"
         f"<span class='muted'>{_e(report['started_at'])} &rarr; {_e(report['finished_at'])}</span></p>{dry}"
         f"{_next_steps(report.get('next_steps') or [])}"
         f"{_canary(report.get('canary'), groups)}"
-        f"{_totals(totals)}"
+        f"{_totals(totals)}{_resend(report.get('resend'))}"
         f"<h2 id='chart'>Groups by count and outcome</h2>{_legend(used)}{bar_chart(groups)}"
         f"{_details(groups)}"
         f"{_group_table(groups, report.get('other_groups', {}))}"

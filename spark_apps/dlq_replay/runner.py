@@ -532,6 +532,8 @@ def _apply(run: _Run, decisions: DataFrame, planned_at: datetime) -> DataFrame |
             published=published,
             publish_failed=failed,
             resent=int(progress.get("resent", 0)),
+            resent_held=int(progress.get("resent_held", 0)),
+            resend_bound=int(progress.get("resend_bound", 0)),
         )
     if to_send and run.storage.has_data(run.paths.republish_results):
         return run.spark.read.parquet(run.paths.republish_results)
@@ -638,6 +640,8 @@ def _republish_in_waves(run: _Run, decisions: DataFrame, to_send: int, from_file
             to_send,
             "; an earlier attempt was killed while sending it, so it is sent again" if again else "",
         )
+        # Attempts that started this wave: each one killed before saving it may have sent all of it.
+        progress["wave_starts"] = int(progress.get("wave_starts", 1)) + 1 if again else 1
         progress["wave_in_flight"] = wave
         run.save()
         if rows is None:
@@ -658,10 +662,41 @@ def _republish_in_waves(run: _Run, decisions: DataFrame, to_send: int, from_file
             )
             parquet_writer(results).mode("overwrite").parquet(path)
         if again:
-            progress["resent"] = int(progress.get("resent", 0)) + run.spark.read.parquet(path).count()
+            restarts = int(progress["wave_starts"]) - 1
+            _count_resend(run, decisions, path, (wave * size, (wave + 1) * size), restarts)
         progress["waves_done"] = wave + 1
         progress.pop("wave_in_flight", None)
+        progress.pop("wave_starts", None)
         run.save()
+
+
+def _count_resend(
+    run: _Run, decisions: DataFrame, results: str, sequence_range: tuple[int, int], restarts: int
+) -> None:
+    """Count a wave that ``restarts`` killed attempts had started (``apply`` progress): ``resent`` its
+    messages once per such attempt (each may have sent all of them), ``resent_held`` the messages the
+    broker already held and dropped when the wave was sent to the end (deduplication), and
+    ``resend_bound`` the wave size x the producers that send in it, once per such attempt: the most that
+    can reach the origins twice without deduplication."""
+    from pyspark.sql import functions as F
+
+    progress = run.state.progress("apply")
+    lo, hi = sequence_range
+    sent = run.spark.read.parquet(results).agg(
+        F.count(F.lit(1)).alias("n"),
+        F.count_if(F.col("published_message_id").startswith("-1:")).alias("held"),
+    )
+    counts = sent.first()
+    in_wave = (
+        (F.col("outcome") == oc.TO_REPUBLISH) & (F.col("sequence_id") >= lo) & (F.col("sequence_id") < hi)
+    )
+    producers = decisions.filter(in_wave).agg(F.count_distinct("replay_producer").alias("p")).first()
+    for key, n in (
+        ("resent", restarts * int(counts["n"] if counts else 0)),
+        ("resent_held", int(counts["held"] if counts else 0)),
+        ("resend_bound", restarts * (hi - lo) * int(producers["p"] if producers else 0)),
+    ):
+        progress[key] = int(progress.get(key, 0)) + n
 
 
 def _wave_size(run: _Run, decisions: DataFrame, last: int) -> int:
@@ -1196,7 +1231,7 @@ def _skip_message_steps(run: _Run, windows: list[PartitionWindow]) -> None:
     zero: dict[str, dict[str, Any]] = {
         "snapshot": {"messages": 0, "dlq_reads": 0, "read_mode": mode, "empty_window": True},
         "decide": {"to_republish": 0, "max_sequence_id": -1, "producers_per_target": run.buckets},
-        "apply": {"published": 0, "publish_failed": 0, "resent": 0},
+        "apply": {"published": 0, "publish_failed": 0, "resent": 0, "resent_held": 0, "resend_bound": 0},
         "record": {},
         "commit": {
             "read_mode": mode,
@@ -1266,7 +1301,9 @@ def _report(run: _Run, outcomes_df: DataFrame | None, started_wall: datetime) ->
         ),
         timings=dict(run.state.timings),
         paths=run.paths.public(),
-        resent=int(run.state.info("apply").get("resent", 0)),
+        resend={
+            key: int(run.state.info("apply").get(key, 0)) for key in ("resent", "resent_held", "resend_bound")
+        },
         context=ReportContext(
             options,
             playbook,

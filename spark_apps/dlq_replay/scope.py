@@ -53,7 +53,7 @@ def filter_reason(
 ) -> str | None:
     """The first filter a message fails, or ``None`` when it passes them all."""
     if filters.signatures is not None and signature not in filters.signatures:
-        return "not selected by --signatures"
+        return "not among the groups chosen for this run (--signatures)"
     if filters.error_class is not None:
         name = filters.error_class
         if error_class is None or not (error_class == name or error_class.endswith("." + name)):

@@ -1,4 +1,4 @@
-"""Fixes used by the fault suite's playbook: one that works and seven that misbehave."""
+"""Fixes used by the fault suite's playbook: one that works and eight that misbehave."""
 
 from __future__ import annotations
 
@@ -31,6 +31,11 @@ def wrong_type(record):
 
 def huge(record):
     return b"x" * (6 * 1024 * 1024)
+
+
+def too_big_for_broker(record):
+    """A payload under the fix limit whose properties take the message past the broker's 5 MiB."""
+    return b"x" * (5 * 1024 * 1024 - 20 * 1024), {"fault-bulk": "y" * 40_000}
 
 
 def exits(record):

@@ -38,6 +38,7 @@ HEADER = (
 #: Every case of the suite, in table order, by category (each category is one test module).
 CASES: dict[str, tuple[str, ...]] = {
     "kill": ("plan", "snapshot", "decide", "apply", "record", "commit", "report"),
+    "kill-mid-wave": ("default-waves-dedup", "small-waves-dedup", "small-waves-no-dedup"),
     "broker": ("snapshot", "apply", "commit"),
     "cluster": ("end-to-end", "worker-killed-mid-apply"),
     "concurrency": ("same-output-dir", "same-subscription-other-output-dir"),
@@ -63,6 +64,7 @@ CASES: dict[str, tuple[str, ...]] = {
         "fix-hangs",
         "fix-wrong-type",
         "fix-huge-payload",
+        "fix-output-too-big-for-broker",
         "fix-calls-sys-exit",
         "fix-raises-keyboard-interrupt",
         "fix-calls-os-exit",
@@ -162,6 +164,23 @@ def doc_cases(doc: Path = DOC) -> set[tuple[str, str]]:
     """The (category, case) pairs the table in ``doc`` lists."""
     text = doc.read_text(encoding="utf-8")
     return set(_parse_rows(text.split(START, 1)[1].split(END, 1)[0]))
+
+
+# --------------------------------------------------------------------------- DLQ messages
+
+
+def dlq_properties(origin: str, cls: str, message: str, n: int, **extra: Any) -> dict[str, Any]:
+    """The context properties of a DLQ message of ``origin`` (Pulsar's keys and ours): original message
+    ``n`` failed with ``cls: message``."""
+    return {
+        "REAL_TOPIC": origin,
+        "ORIGIN_MESSAGE_ID": f"7:{n}:-1:-1",
+        "__dlq.errors.topic": origin,
+        "__dlq.errors.reason": "term",
+        "__dlq.errors.exception.class": cls,
+        "__dlq.errors.exception.message": message,
+        **extra,
+    }
 
 
 # --------------------------------------------------------------------------- spark-submit

@@ -13,13 +13,22 @@ from typing import Any
 
 import pytest
 from fault_support import CASES, FaultRow, end_state, finish, start
+from fault_support import dlq_properties as ours  # our convention's context properties
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 HERE = Path(__file__).resolve().parent
 PLAYBOOK = str(HERE / "fault_playbook.yaml")
 ORDER = b'{"order_id": "ORD-1", "amount": 10}'
-PENDING = ("skipped", "fix_failed", "malformed", "origin_refused", "origin_conflict", "filtered")
+PENDING = (
+    "skipped",
+    "fix_failed",
+    "malformed",
+    "origin_refused",
+    "origin_conflict",
+    "filtered",
+    "publish_failed",
+)
 
 
 @dataclass
@@ -33,18 +42,6 @@ class Case:
     batched: bool = False
     raw_key: bytes | None = None
     check: Callable[[dict[str, Any]], None] | None = None
-
-
-def ours(origin: str, cls: str, message: str, n: int, **extra: Any) -> dict[str, Any]:
-    return {
-        "REAL_TOPIC": origin,
-        "ORIGIN_MESSAGE_ID": f"7:{n}:-1:-1",
-        "__dlq.errors.topic": origin,
-        "__dlq.errors.reason": "term",
-        "__dlq.errors.exception.class": cls,
-        "__dlq.errors.exception.message": message,
-        **extra,
-    }
 
 
 def cases(orders: str, payments: str) -> dict[str, Case]:
@@ -151,6 +148,13 @@ def cases(orders: str, payments: str) -> dict[str, Case]:
     c["fix-huge-payload"] = Case(
         "a fix that returns 6 MiB", "fix_failed", "maxMessageSize",
         [msg("fix-huge-payload", 0, ORDER, ours(orders, "FixHuge", "x", next(n)))],
+    )  # fmt: skip
+    # Between messages that are republished by the same producer: the refusal is that message's alone.
+    c["fix-output-too-big-for-broker"] = Case(
+        "a fix output under the fix limit whose properties take it past the broker's maxMessageSize",
+        "publish_failed", "MessageTooBig",
+        [msg("fix-output-too-big-for-broker", i, ORDER, ours(orders, "FixTooBigForBroker", "x", next(n)))
+         for i in range(2)],
     )  # fmt: skip
     c.update(exiting_fixes(orders, n))
     assert tuple(c) == CASES["bad-message"]

@@ -58,7 +58,9 @@ def snapshot_batch(rows: list[tuple[bytes, dict[str, str]]]) -> pa.RecordBatch:
 def scoped(batch: pa.RecordBatch, scopes: list[str] | None = None) -> pa.RecordBatch:
     n = batch.num_rows
     scopes = scopes or ["in"] * n
-    reasons = ["not selected by --signatures" if s == "filtered" else None for s in scopes]
+    reasons = [
+        "not among the groups chosen for this run (--signatures)" if s == "filtered" else None for s in scopes
+    ]
     return batch.append_column("scope", pa.array(scopes, pa.string())).append_column(
         "scope_reason", pa.array(reasons, pa.string())
     )
@@ -214,7 +216,7 @@ def test_decide_outcomes_fixes_guards_and_lineage(fix_module):
     assert out["k9"]["value"] == b"raw"
     assert out["k10"]["target_topic"] == "persistent://public/default/admin"
     assert "not in --origin-allowlist" in out["k10"]["outcome_reason"]
-    assert out["k13"]["outcome_reason"] == "not selected by --signatures"
+    assert out["k13"]["outcome_reason"] == "not among the groups chosen for this run (--signatures)"
     assert out["k15"]["target_topic"] == ORDERS
     assert out["k7"]["outcome_reason"] == "no playbook rule matched"
 
