@@ -128,7 +128,13 @@ def lookup_partitions(
             names = [str(name) for name in client.get_topic_partitions(topic)]
             partitioned[topic] = bool(names) and names != [topic]
         return partitioned
-    except (pulsar.AuthenticationError, pulsar.AuthorizationError) as exc:
+    except pulsar.AuthorizationError:
+        raise ReplayConfigError(
+            f"this run's role may not look up DLQ topic {_named(topic)} (AuthorizationError): grant it "
+            "consume on the topic (pulsar-admin topics grant-permission --role <role> --actions consume "
+            "<topic>), see the permissions table in docs/apache-pulsar.md; nothing was written"
+        ) from None
+    except pulsar.AuthenticationError as exc:
         raise _refused(conf, topic, type(exc).__name__) from None
     except (pulsar.Timeout, pulsar.ConnectError, pulsar.NotConnected) as exc:
         if events.tls_failures:

@@ -385,11 +385,19 @@ class SubscriptionLease:
                     "finish; two runs at once on one DLQ, through the same or different --subscription "
                     "names, would republish the same messages twice"
                 ) from exc
-            except (pulsar.AuthenticationError, pulsar.AuthorizationError) as exc:
+            except pulsar.AuthorizationError as exc:
+                raise ReplayConfigError(
+                    f"this run's role may not consume the lease topic {lease} of DLQ topic {topic} "
+                    "(AuthorizationError). Create topic "
+                    f"{lease} if the broker does not create topics itself (pulsar-admin topics create "
+                    f"{lease}), then grant the role consume on it (pulsar-admin topics grant-permission "
+                    f"--role <role> --actions consume {lease}); or pass --subscription-lease off"
+                ) from exc
+            except pulsar.AuthenticationError as exc:
                 raise ReplayConfigError(
                     f"the broker refused this run's credentials for the lease on {lease} "
-                    f"({type(exc).__name__}): check the token or OAuth2/TLS settings and that the role may "
-                    "consume the DLQ's namespace, or pass --subscription-lease off"
+                    f"({type(exc).__name__}): check the token or OAuth2/TLS settings, or pass "
+                    "--subscription-lease off"
                 ) from exc
             except unanswered as exc:
                 left = deadline - time.monotonic()
@@ -413,9 +421,9 @@ class SubscriptionLease:
             except pulsar.PulsarException as exc:
                 raise ReplayConfigError(
                     f"cannot take the subscription lease on {lease} for DLQ topic {topic} "
-                    f"({type(exc).__name__}: {exc}); let the replayer consume that topic (topic "
-                    "auto-creation, or create it; consume permission on the namespace), or pass "
-                    "--subscription-lease off to rely on the output directory lock alone"
+                    f"({type(exc).__name__}: {exc}); create topic {lease} if the broker does not create "
+                    f"topics itself (pulsar-admin topics create {lease}) and let the replayer consume it, "
+                    "or pass --subscription-lease off to rely on the output directory lock alone"
                 ) from exc
 
     def _holder(self, lease: str) -> str:

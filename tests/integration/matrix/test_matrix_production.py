@@ -31,7 +31,6 @@ from typing import Any
 import pulsar
 import pytest
 from matrix_support import (
-    EXIT_FAILED,
     EXIT_USAGE,
     PRODUCTION_LABEL,
     PRODUCTION_SETTINGS,
@@ -45,6 +44,7 @@ from matrix_support import (
 )
 
 from spark_apps.dlq_replay import outcomes as oc
+from spark_apps.dlq_replay.cli import check_broker_of
 from spark_apps.dlq_replay.lock import lease_topic
 from spark_apps.dlq_replay.options import ReplayOptions
 from spark_apps.dlq_replay.runner import run_replay
@@ -368,7 +368,7 @@ def test_lease_topic_not_created_is_refused_up_front(prod, spark, tmp_path, matr
     error = refused(lambda: run_replay(spark, options(prod, dlq, out, "no-lease-topic")))
     assert exit_code_of(error) == 2, repr(error)
     lease = lease_topic(dlq.dlq)
-    assert lease in str(error)
+    assert f"pulsar-admin topics create {lease}" in str(error)  # names what to create
     end = end_state(prod, dlq, out)
     assert (end.lost, sum(map(len, end.republished.values())), end.pending) == (0, 0, len(dlq.expected))
     record(matrix_table, prod, "lease topic not created", f"exit 2: {str(error)[:220]}", end)
@@ -414,16 +414,17 @@ def parked_case(
 
 
 def test_no_consume_on_the_dlq_is_refused_before_anything_is_written(prod, spark, tmp_path, matrix_table):
-    """The plan's partition lookup is refused (AuthorizationError): the run stops before it writes
-    anything to the broker or the ledger."""
+    """The command line's broker check (before Spark starts) is refused the DLQ's lookup: exit 2, naming
+    the permission; nothing is written to the broker or the output directory."""
     dlq = make_dlq(prod)
     grant_all(prod, dlq, skip=("dlq",))
     out = tmp_path / "out"
-    error = refused(lambda: run_replay(spark, options(prod, dlq, out, "no-consume")))
+    error = refused(lambda: check_broker_of(options(prod, dlq, out, "no-consume")))
     code = exit_code_of(error)
-    assert code in (EXIT_USAGE, EXIT_FAILED), repr(error)
-    assert "Authoriz" in f"{type(error).__name__}: {error}"
-    assert not (out / "ledger").exists()
+    assert code == EXIT_USAGE, repr(error)
+    assert "AuthorizationError" in str(error)
+    assert "--actions consume" in str(error)
+    assert not out.exists()
     end = end_state(prod, dlq, out)
     assert (end.lost, sum(map(len, end.republished.values())), end.pending) == (0, 0, len(dlq.expected))
     result = f"exit {code}, nothing written: {type(error).__name__}: {str(error)[:200]}"
