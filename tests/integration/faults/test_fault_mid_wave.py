@@ -1,12 +1,12 @@
 """Fault suite, kills inside a wave: the spark-submit tree SIGKILLed again and again while apply is sending
-(tens of thousands of messages, waves of many batches), each time at a later point of the send, then
-resumed to the end. With broker deduplication nothing is lost and nothing doubled; without it, the copies
-on the origin stay within what the report counts as ``resent`` and its bound (wave size x producers).
+(tens of thousands of messages, waves of many batches), then resumed to the end. With broker
+deduplication nothing is lost and nothing doubled; without it, the copies on the origin stay within what
+the report counts as ``resent`` and its bound (wave size x producers).
 
-The kills land where the broker has stored a given number of the run's republished messages (its own
-``msgInCounter`` of the origin topics), so each attempt dies at a different place inside a wave, and a
-resumed attempt re-sends batches the broker already holds before it gets there. The origins are counted
-with consumers that read everything (nothing acked).
+The kills land when the broker has received a rising number of the run's republished messages (its own
+``msgInCounter`` of the origin topics, which also counts the re-sent copies it drops), so each attempt
+dies at another place inside a wave: while re-sending batches the broker already holds, or while sending
+new ones. The origins are counted with consumers that read everything (nothing acked).
 """
 
 from __future__ import annotations
@@ -79,8 +79,8 @@ def set_deduplication(admin: Any, topic: str, enabled: bool, timeout_s: float = 
     )
 
 
-def stored_on(admin: Any, topics: list[str]) -> int:
-    """Messages the broker stored on ``topics`` (dropped duplicates are not counted)."""
+def received_on(admin: Any, topics: list[str]) -> int:
+    """Messages the broker received on ``topics`` (stored, and re-sent copies it dropped)."""
     total = 0
     for topic in topics:
         total += int(
@@ -91,15 +91,15 @@ def stored_on(admin: Any, topics: list[str]) -> int:
     return total
 
 
-def kill_when_stored(
+def kill_when_received(
     proc: Any, admin: Any, origins: list[str], at_least: int, out: Path, run_id: str
 ) -> dict[str, Any]:
-    """SIGKILL the spark-submit tree once the origins hold ``at_least`` messages; returns the apply step's
+    """SIGKILL the spark-submit tree once the origins received ``at_least`` messages; returns the apply step's
     progress at the kill (it must be running a wave)."""
     deadline = time.monotonic() + 600
-    while stored_on(admin, origins) < at_least:
-        assert proc.poll() is None, f"the run exited ({proc.returncode}) before {at_least} were stored"
-        assert time.monotonic() < deadline, f"{at_least} messages were not stored in time"
+    while received_on(admin, origins) < at_least:
+        assert proc.poll() is None, f"the run exited ({proc.returncode}) before {at_least} were received"
+        assert time.monotonic() < deadline, f"{at_least} messages were not received in time"
         time.sleep(0.02)
     procs = tree(proc)
     signal_tree(procs, 19)  # SIGSTOP: nothing moves while the state is read
@@ -138,7 +138,7 @@ def test_sigkill_inside_waves_again_and_again(
     killed_in: list[str] = []
     for k in range(1, KILLS + 1):
         proc = start(fault_bundle, command, tmp_path, f"attempt-{k}")
-        progress = kill_when_stored(proc, admin, origins, k * to_send // (KILLS + 1) + 137 * k, out, run_id)
+        progress = kill_when_received(proc, admin, origins, k * to_send // (KILLS + 1) + 137 * k, out, run_id)
         assert progress.get("status") == "running", progress
         assert "wave_in_flight" in progress, f"the kill did not land inside a wave: {progress}"
         killed_in.append(f"wave {progress['wave_in_flight'] + 1} of size {progress.get('wave_size')}")
