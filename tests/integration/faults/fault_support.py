@@ -357,7 +357,7 @@ class EndState:
 def end_state(
     client: Any,
     *,
-    origin: str,
+    origin: str | list[str],
     dlqs: list[str],
     expected: dict[str, str],
     archived_keys: list[str],
@@ -401,6 +401,38 @@ def end_state(
         pending_keys=frozenset(k for k in pending if k is not None),
         copies=on_origin,
     )
+
+
+def check_exact_run(
+    summary: dict[str, Any],
+    out: Path,
+    client: Any,
+    origins: str | list[str],
+    dlqs: list[str],
+    expected: dict[str, str],
+) -> EndState:
+    """A finished run's exact totals, archive and ledger, and its end state on the broker: nothing lost,
+    misplaced or doubled, exactly the skipped messages pending. Returns the end state."""
+    totals = summary["totals"]
+    n = {o: sum(v == o for v in expected.values()) for o in ("republished", "archived", "skipped")}
+    assert summary["status"] == "succeeded"
+    assert totals["snapshot"] == len(expected)
+    assert (totals["republished"], totals["archived"], totals["skipped"]) == (
+        n["republished"],
+        n["archived"],
+        n["skipped"],
+    )
+    assert totals["acked"] == n["republished"] + n["archived"]
+    assert totals["left_pending"] == n["skipped"]
+    archived = parquet_values(out / "archive", "key")
+    assert len(archived) == len(set(archived)) == n["archived"]
+    assert len(parquet_values(out / "ledger", "replay_id")) == len(expected)
+    state = end_state(client, origin=origins, dlqs=dlqs, expected=expected, archived_keys=archived)
+    assert state.lost == 0, state.details
+    assert state.misplaced == 0, state.details
+    assert state.doubled == 0, state.details  # broker deduplication drops every re-sent sequence id
+    assert state.pending == n["skipped"]
+    return state
 
 
 def parquet_values(path: Path, column: str) -> list[Any]:

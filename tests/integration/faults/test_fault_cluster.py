@@ -23,8 +23,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fault_support import FaultRow, end_state, finish, parquet_values, start, state_of
-from test_fault_kills import ARCHIVE, PLAYBOOK, REPLAY, SKIP, TOPICS, build_dlqs
+from fault_support import FaultRow, check_exact_run, finish, start, state_of
+from test_fault_kills import PLAYBOOK, build_dlqs
+from test_fault_mid_wave import build_dlqs as build_large_dlqs
 
 from pulsar_standalone import free_port
 from spark_standalone import SparkCluster
@@ -64,32 +65,6 @@ def args(broker: Any, dlqs: list[str], out: Path, run_id: str, *extra: str) -> l
     ]  # fmt: skip
 
 
-def check_run(
-    summary: dict[str, Any], out: Path, client: Any, origin: str, dlqs: list[str], expected: dict[str, str]
-) -> Any:
-    """Exact totals, archive and ledger, and the end state on the broker; returns the end state."""
-    totals = summary["totals"]
-    assert summary["status"] == "succeeded"
-    assert totals["snapshot"] == len(expected)
-    assert (totals["republished"], totals["archived"], totals["skipped"]) == (
-        TOPICS * REPLAY,
-        TOPICS * ARCHIVE,
-        TOPICS * SKIP,
-    )
-    assert totals["acked"] == TOPICS * (REPLAY + ARCHIVE)
-    assert totals["left_pending"] == TOPICS * SKIP
-    assert totals["resent"] == 0  # one attempt: Spark's task retries are not re-sends of a killed run
-    archived = parquet_values(out / "archive", "key")
-    assert len(archived) == len(set(archived)) == TOPICS * ARCHIVE
-    assert len(parquet_values(out / "ledger", "replay_id")) == len(expected)
-    state = end_state(client, origin=origin, dlqs=dlqs, expected=expected, archived_keys=archived)
-    assert state.lost == 0, state.details
-    assert state.misplaced == 0, state.details
-    assert state.doubled == 0, state.details
-    assert state.pending == TOPICS * SKIP
-    return state
-
-
 def result_line(how: str, expected: dict[str, str], totals: dict[str, Any]) -> str:
     return (
         f"{how}: {len(expected)} messages, republished {totals['republished']}, archived "
@@ -111,7 +86,7 @@ def test_replay_end_to_end_on_the_cluster(
     apps = cluster.status().get("completedapps", [])
     assert len(apps) == apps_before + 1, apps
     assert apps[-1]["cores"] == 2, apps[-1]
-    state = check_run(summary, out, pulsar_client, origin, dlqs, expected)
+    state = check_exact_run(summary, out, pulsar_client, origin, dlqs, expected)
     fault_table.record(
         FaultRow(
             category="cluster",
@@ -170,13 +145,14 @@ def lost_tasks(events: Path, executor_ids: list[str]) -> int:
 
 @pytest.mark.timeout(1800)
 def test_worker_killed_mid_apply(cluster, pulsar_broker, pulsar_client, fault_bundle, fault_table, tmp_path):
-    origin, dlqs, expected = build_dlqs(pulsar_client)
+    origins, dlqs, expected = build_large_dlqs(pulsar_client)
     out = tmp_path / "out"
     run_id = "cluster-worker-kill"
     ui_port = free_port()
     ui = f"http://127.0.0.1:{ui_port}"
-    # 540 republishes, 2 producers, waves of 100 per producer at 20 msg/s: about 10 s a wave, 3 waves.
-    slow = ("--wave-size", "100", "--rate-limit", "20")
+    # 16,000 republishes in waves of 2000 sequence ids per producer (many batches each) at 2000 msg/s:
+    # about 4 s a wave, 2 waves.
+    slow = ("--wave-size", "2000", "--rate-limit", "2000")
     run_args = args(pulsar_broker, dlqs, out, run_id, *slow)
     events = tmp_path / "events"
     conf = [*cluster_conf(cluster, ui_port), *event_log_conf(events)]
@@ -209,13 +185,14 @@ def test_worker_killed_mid_apply(cluster, pulsar_broker, pulsar_client, fault_bu
     # the task's fault), and the REST executor counters miss tasks ended after the executor was removed.
     failed = lost_tasks(events, executors)
     assert failed > 0, f"no task failed on the killed executor: the kill did not hit a running task\n{seen}"
-    state = check_run(summary, out, pulsar_client, origin, dlqs, expected)
+    assert summary["totals"]["resent"] == 0  # Spark's task retries are not re-sends of a killed run
+    state = check_exact_run(summary, out, pulsar_client, origins, dlqs, expected)
     fault_table.record(
         FaultRow(
             category="cluster",
             case="worker-killed-mid-apply",
-            fault="a Spark worker and its executor SIGKILLed while a wave is being sent (`--wave-size 100`, "
-            "`--rate-limit 20`)",
+            fault="a Spark worker and its executor SIGKILLed while a wave is being sent (20,000 DLQ "
+            "messages, `--wave-size 2000`, `--rate-limit 2000`)",
             expected="Spark retries the lost tasks on the other worker; exit 0; exact totals; nothing "
             "doubled on the origin (broker dedup)",
             result=result_line(
