@@ -10,7 +10,6 @@ import tempfile
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.sdk import Asset, BaseOperator
@@ -47,6 +46,7 @@ from airflow_provider_dlq.operators.replay_cli import (
     default_run_id,
     parse_group_actions,
 )
+from airflow_provider_dlq.operators.run_report import read_run_report
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping, Sequence
@@ -155,6 +155,10 @@ class DlqReplayOperator(BaseOperator):
     :param oauth2_credentials_file: Path of an OAuth2 key file (``{"client_id", "client_secret"}``)
         readable by the driver and executors, instead of passing the connection's client secret by
         environment (the same rule as ``auth_token_file``). (templated)
+    :param storage_conn_id: Connection for reading ``report.json`` from an object-store ``output_dir``
+        (``s3a://``, ``gs://`` ...): an ``aws`` connection (Login/Password = key id/secret, Extra
+        ``endpoint_url``, ``region_name``) or the one the scheme's Airflow provider uses; default: the
+        worker's environment (``AWS_*``, instance profile). See ``docs/managed-spark.md``.
     :param report_url: Link the *DLQ replay report* button to this URL instead of the API server's
         endpoint; ``{report_html}`` is replaced by the report's URI (e.g. a storage console). (templated)
     :param spark_history_url: Spark history server base URL for the *Spark application* link, e.g.
@@ -276,6 +280,7 @@ class DlqReplayOperator(BaseOperator):
         quick_jit: QuickJit = "auto",
         compiled_pyspark: bool | str = True,
         fail_on_canary_halt: bool = True,
+        storage_conn_id: str | None = None,
         **kwargs: Any,
     ) -> None:
         if (
@@ -336,6 +341,7 @@ class DlqReplayOperator(BaseOperator):
         self.canary_max_failure_rate = canary_max_failure_rate
         self.class_data_archive = class_data_archive
         self.fail_on_canary_halt = bool(fail_on_canary_halt)
+        self.storage_conn_id = storage_conn_id
         self.compiled_pyspark = compiled_pyspark
         if not (quick_jit is True or quick_jit is False or quick_jit == "auto"):
             raise ReplayArgumentError(
@@ -518,22 +524,9 @@ class DlqReplayOperator(BaseOperator):
     # ----------------------------------------------------------------------- report
 
     def read_report(self, args: ReplayArgs, summary_line: str | None) -> dict[str, Any]:
-        """The run's report.json; falls back to the app's summary line when the file is not local."""
-        path = args.report_json
-        parts = urlsplit(path)
-        if parts.scheme in ("", "file"):
-            local = Path(parts.path if parts.scheme == "file" else path)
-            if local.is_file():
-                report: dict[str, Any] = json.loads(local.read_text(encoding="utf-8"))
-                return report
-        if summary_line:
-            self.log.info("report.json at %s is not readable from the worker; using the app's summary", path)
-            summary: dict[str, Any] = json.loads(summary_line[len(SUMMARY_PREFIX) :])
-            return summary
-        raise RuntimeError(
-            f"spark-submit finished but no report was found at {path} and the app printed no "
-            f"{SUMMARY_PREFIX.strip()} line; check the Spark driver log of run {args.run_id!r}."
-        )
+        """The run's ``report.json`` from the output root (local or object storage, read with
+        ``storage_conn_id``); the app's summary line only when the root cannot be read from here."""
+        return read_run_report(args.report_json, args.run_id, summary_line, self.storage_conn_id, self.log)
 
     # ----------------------------------------------------------------------- execute / kill
 

@@ -3,8 +3,9 @@
 The location comes from the replay task's XCom summary (``paths.report_html``): a local path or
 ``file://`` URI is read from the API server's file system (a volume shared with the Spark driver, e.g.
 ``/data/dlq`` in ``docker/``); any other scheme (``s3a://``, ``gs://``, ``abfs://``, ``hdfs://`` ...) is
-read through Airflow's object storage filesystems (``airflow.sdk.io``: the fsspec filesystem a provider
-registers for that scheme, with ``[dlq_replay] report_storage_conn_id``).
+read like the operator reads ``report.json`` (:mod:`airflow_provider_dlq.output_storage`: the Airflow
+object-storage filesystem a provider registers for that scheme, else pyarrow's), with
+``[dlq_replay] report_storage_conn_id``.
 
 Only files named ``report.html`` inside a ``runs/<run id>/`` folder are ever served, and, when
 ``[dlq_replay] report_roots`` is set, only under one of those roots: an XCom value cannot turn the
@@ -20,6 +21,13 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from airflow_provider_dlq.errors import DlqProviderError
+from airflow_provider_dlq.output_storage import (
+    OutputStorageError,
+    OutputTooLarge,
+    OutputUnsupported,
+    read_bytes,
+    split_location,
+)
 
 REPORT_NAME = "report.html"
 DEFAULT_MAX_BYTES = 20_000_000
@@ -56,10 +64,7 @@ def report_location(summary: Any) -> str:
 
 def _split(location: str) -> tuple[str, str]:
     """``(scheme, path)``; local paths and ``file://`` URIs give scheme ``""``."""
-    parts = urlsplit(location)
-    if parts.scheme in ("", "file") or (len(parts.scheme) == 1 and location[1:3] in (":/", ":\\")):
-        return "", parts.path if parts.scheme == "file" else location
-    return parts.scheme, location
+    return split_location(location)
 
 
 def check_shape(location: str) -> None:
@@ -97,50 +102,20 @@ def read_report(location: str, settings: StoreSettings) -> bytes:
     """The bytes of the report at ``location`` (checked), or :class:`ReportUnavailable` with the fix."""
     check_shape(location)
     check_roots(location, settings.roots)
-    scheme, path = _split(location)
-    if not scheme:
-        file = Path(path)
-        if not file.is_file():
-            raise ReportUnavailable(
-                f"the report {location} is not on the API server's file system; the Spark driver wrote it "
-                "on its own machine. Share the output dir with the API server at the same path (a volume "
-                "or network file system), or use an object store (s3a://...) as output_dir"
-            )
-        if file.stat().st_size > settings.max_bytes:
-            raise ReportUnavailable(
-                f"the report {location} is larger than [dlq_replay] report_max_bytes", 413
-            )
-        return file.read_bytes()
-    return _read_remote(scheme, location, settings)
-
-
-def _read_remote(scheme: str, location: str, settings: StoreSettings) -> bytes:
-    from airflow.sdk.io.fs import get_fs, has_fs
-
-    if not has_fs(scheme):
-        raise ReportUnavailable(
-            f"the API server cannot read {scheme}:// (no Airflow filesystem is registered for it); install "
-            f"the provider that registers it (e.g. apache-airflow-providers-amazon with s3fs for s3a://), or "
-            f"open the report from the storage: {location}",
-            status=501,
-        )
     try:
-        fs = get_fs(scheme, settings.conn_id)
-        size = fs.size(location)
-        if size is not None and size > settings.max_bytes:
-            raise ReportUnavailable(
-                f"the report {location} is larger than [dlq_replay] report_max_bytes", 413
-            )
-        with fs.open(location, "rb") as handle:
-            data: bytes = handle.read(settings.max_bytes + 1)
-    except ReportUnavailable:
-        raise
+        return read_bytes(location, settings.conn_id, settings.max_bytes)
     except FileNotFoundError as exc:
-        raise ReportUnavailable(f"the report {location} does not exist (yet)") from exc
-    except Exception as exc:
+        if _split(location)[0]:
+            raise ReportUnavailable(f"the report {location} does not exist (yet)") from exc
         raise ReportUnavailable(
-            f"reading {location} failed: {type(exc).__name__}: {exc}; check [dlq_replay] "
-            "report_storage_conn_id",
-            status=502,
+            f"the report {location} is not on the API server's file system; the Spark driver wrote it "
+            "on its own machine. Share the output dir with the API server at the same path (a volume "
+            "or network file system), or use an object store (s3a://...) as output_dir"
         ) from exc
-    return data
+    except OutputTooLarge as exc:
+        message = f"the report {location} is larger than [dlq_replay] report_max_bytes"
+        raise ReportUnavailable(message, 413) from exc
+    except OutputUnsupported as exc:
+        raise ReportUnavailable(f"the API server {exc}; or open the report from the storage", 501) from exc
+    except OutputStorageError as exc:
+        raise ReportUnavailable(f"{exc}; check [dlq_replay] report_storage_conn_id", 502) from exc

@@ -1,0 +1,51 @@
+"""Read a finished replay run's ``report.json`` for ``DlqReplayOperator`` (its XCom and asset event).
+
+The report is read from the run's output root, ``<output_dir>/runs/<run_id>/report.json``, wherever that
+is (local, ``file://``, ``s3a://``, ``gs://``, ``hdfs://`` ...; see
+:mod:`airflow_provider_dlq.output_storage`), so a driver on a cluster (YARN or Kubernetes cluster deploy
+mode, a managed Spark service) whose stdout the worker never sees still ends the task with its report.
+The app's ``DLQ_REPLAY_SUMMARY`` stdout line is used only when the root cannot be read from the worker.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from airflow_provider_dlq.operators.replay_cli import SUMMARY_PREFIX
+from airflow_provider_dlq.output_storage import OutputStorageError, read_bytes
+
+if TYPE_CHECKING:
+    from airflow.sdk.types import Logger
+
+
+class ReportNotFound(OutputStorageError, RuntimeError):
+    """The run's report is neither at its output root nor in the app's stdout."""
+
+
+def read_run_report(
+    location: str,
+    run_id: str,
+    summary_line: str | None,
+    conn_id: str | None,
+    log: Logger,
+) -> dict[str, Any]:
+    """The report at ``location``; else the summary line; else :class:`ReportNotFound` naming the fix."""
+    problem = "it does not exist"
+    try:
+        report: dict[str, Any] = json.loads(read_bytes(location, conn_id))
+        return report
+    except FileNotFoundError:
+        pass
+    except OutputStorageError as exc:
+        problem = str(exc)
+        log.warning("report.json of run %s is not readable from the worker: %s", run_id, problem)
+    if summary_line:
+        log.info("Using the app's summary line for run %s (report.json at %s not read)", run_id, location)
+        summary: dict[str, Any] = json.loads(summary_line[len(SUMMARY_PREFIX) :])
+        return summary
+    raise ReportNotFound(
+        f"spark-submit finished but no report was found at {location} ({problem}) and the app printed no "
+        f"{SUMMARY_PREFIX.strip()} line; check the Spark driver log of run {run_id!r}, and that "
+        "storage_conn_id (or the worker's environment) can read the output_dir."
+    )

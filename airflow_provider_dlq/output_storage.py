@@ -1,0 +1,160 @@
+"""Read a file under a replay run's output root, wherever ``--output-dir`` points.
+
+One reader for the operator (``runs/<run_id>/report.json`` after spark-submit) and the report endpoint
+(``report.html``):
+
+* a local path or ``file://`` URI: the worker's (or API server's) file system;
+* a scheme an Airflow provider registers for object storage (``s3``/``s3a`` with
+  ``apache-airflow-providers-amazon``, ``gs`` with the Google provider, ``abfs`` with the Azure one):
+  Airflow's :class:`~airflow.sdk.ObjectStoragePath` with ``conn_id``;
+* otherwise pyarrow's native file systems (pyarrow is already a dependency of the Spark side):
+  ``s3``/``s3a``/``s3n`` (Hadoop's names map to ``s3``) with the credentials of ``conn_id`` (an ``aws``
+  connection: Login = access key id, Password = secret, Extra ``endpoint_url``, ``region_name``,
+  ``aws_session_token``) or of the standard AWS environment (``AWS_ACCESS_KEY_ID``,
+  ``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL_S3``/``AWS_ENDPOINT_URL``, ``AWS_REGION``, instance
+  profiles); ``gs``, ``hdfs``, ``viewfs`` and ``abfs`` through ``pyarrow.fs.FileSystem.from_uri``.
+
+Credentials come from the connection or the environment only; they are never logged or returned.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from airflow_provider_dlq.errors import DlqProviderError
+
+if TYPE_CHECKING:
+    from pyarrow.fs import FileSystem
+
+#: Hadoop's S3 connector names (``s3a://`` is what Spark writes) and the S3 API they all speak.
+S3_SCHEMES = ("s3", "s3a", "s3n")
+#: Schemes pyarrow opens natively when no Airflow provider registers them.
+ARROW_SCHEMES = (*S3_SCHEMES, "gs", "gcs", "hdfs", "viewfs", "abfs", "abfss")
+
+
+class OutputStorageError(DlqProviderError):
+    """A file under the output root cannot be read; the message says why and what to do."""
+
+
+class OutputUnsupported(OutputStorageError):
+    """No file system here can open the location's scheme."""
+
+
+class OutputTooLarge(OutputStorageError):
+    """The file is larger than the caller's limit."""
+
+
+def split_location(location: str) -> tuple[str, str]:
+    """``(scheme, path)``; local paths and ``file://`` URIs give scheme ``""`` and a local path."""
+    parts = urlsplit(location)
+    if parts.scheme in ("", "file") or (len(parts.scheme) == 1 and location[1:3] in (":/", ":\\")):
+        return "", parts.path if parts.scheme == "file" else location
+    return parts.scheme.lower(), location
+
+
+def read_bytes(location: str, conn_id: str | None = None, max_bytes: int | None = None) -> bytes:
+    """The bytes of ``location``; :class:`FileNotFoundError` when it does not exist,
+    :class:`OutputUnsupported` / :class:`OutputTooLarge` / :class:`OutputStorageError` otherwise."""
+    scheme, path = split_location(location)
+    if not scheme:
+        file = Path(path)
+        if not file.is_file():
+            raise FileNotFoundError(location)
+        _check_size(location, file.stat().st_size, max_bytes)
+        return file.read_bytes()
+    if _airflow_has_fs(scheme):
+        return _read_airflow(location, conn_id, max_bytes)
+    if scheme in ARROW_SCHEMES:
+        return _read_arrow(scheme, location, conn_id, max_bytes)
+    raise OutputUnsupported(
+        f"cannot read {scheme}:// here: no Airflow object-storage filesystem is registered for it and "
+        f"pyarrow opens only {', '.join(ARROW_SCHEMES)}; install the Airflow provider that registers "
+        f"{scheme}:// (see docs/managed-spark.md) or use an output_dir this machine can read"
+    )
+
+
+def _check_size(location: str, size: int | None, max_bytes: int | None) -> None:
+    if max_bytes is not None and size is not None and size > max_bytes:
+        raise OutputTooLarge(f"{location} is {size} bytes, more than the limit of {max_bytes}")
+
+
+def _airflow_has_fs(scheme: str) -> bool:
+    from airflow.sdk.io.fs import has_fs
+
+    return has_fs(scheme)
+
+
+def _read_airflow(location: str, conn_id: str | None, max_bytes: int | None) -> bytes:
+    from airflow.sdk import ObjectStoragePath
+
+    path = ObjectStoragePath(location, conn_id=conn_id)
+    try:
+        _check_size(location, path.stat().st_size, max_bytes)
+        with path.open("rb") as handle:
+            data: bytes = handle.read()
+    except (FileNotFoundError, OutputTooLarge):
+        raise
+    except Exception as exc:
+        raise OutputStorageError(
+            f"reading {location} failed: {type(exc).__name__}: {exc}; check connection {conn_id!r}"
+        ) from exc
+    return data
+
+
+def s3_options(conn_id: str | None, environ: dict[str, str] | None = None) -> dict[str, Any]:
+    """``pyarrow.fs.S3FileSystem`` keyword arguments from an ``aws`` connection, else the environment
+    (pyarrow then finds the keys itself: environment, shared config, instance profile)."""
+    env = os.environ if environ is None else environ
+    options: dict[str, Any] = {}
+    endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")
+    region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")
+    if conn_id:
+        from airflow.sdk import BaseHook
+
+        conn = BaseHook.get_connection(conn_id)
+        extra = conn.extra_dejson
+        if conn.login and conn.password:
+            options["access_key"], options["secret_key"] = conn.login, conn.password
+            if extra.get("aws_session_token"):
+                options["session_token"] = extra["aws_session_token"]
+        s3_config = (extra.get("service_config") or {}).get("s3") or {}
+        endpoint = s3_config.get("endpoint_url") or extra.get("endpoint_url") or endpoint
+        region = extra.get("region_name") or region
+    if endpoint:
+        options["endpoint_override"] = endpoint
+    if region:
+        options["region"] = region
+    return options
+
+
+def arrow_filesystem(scheme: str, location: str, conn_id: str | None) -> tuple[FileSystem, str]:
+    """A pyarrow file system for ``location`` and the path inside it."""
+    from pyarrow import fs
+
+    if scheme in S3_SCHEMES:
+        parts = urlsplit(location)
+        return fs.S3FileSystem(**s3_options(conn_id)), f"{parts.netloc}{parts.path}"
+    filesystem, path = fs.FileSystem.from_uri(location)
+    return filesystem, path
+
+
+def _read_arrow(scheme: str, location: str, conn_id: str | None, max_bytes: int | None) -> bytes:
+    try:
+        filesystem, path = arrow_filesystem(scheme, location, conn_id)
+        info = filesystem.get_file_info(path)
+        if info.type.name == "NotFound":
+            raise FileNotFoundError(location)
+        _check_size(location, info.size, max_bytes)
+        with filesystem.open_input_stream(path) as handle:
+            data: bytes = handle.read()
+    except (FileNotFoundError, OutputTooLarge):
+        raise
+    except Exception as exc:
+        raise OutputStorageError(
+            f"reading {location} failed: {type(exc).__name__}: {exc}; check the credentials of "
+            f"connection {conn_id!r} or the AWS_* / cloud environment of this process"
+        ) from exc
+    return data
