@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
@@ -28,7 +29,9 @@ from airflow_provider_dlq.triggers.backlog_watch import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Sequence
+    from collections.abc import AsyncIterator, Hashable, Mapping, Sequence
+
+    from airflow_provider_dlq.hooks.backlog import TopicBacklog
 
 DEFAULT_SUBSCRIPTION = "dlq-replayer"
 
@@ -85,6 +88,7 @@ class DlqBacklogEventTrigger(BaseEventTrigger):
         self.pulsar_conn_id = pulsar_conn_id
         self.poll_interval = float(poll_interval)
         self._memory: WatchState | None = None  # used only when no asset state store is available
+        self._announced = False
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -133,54 +137,113 @@ class DlqBacklogEventTrigger(BaseEventTrigger):
         await store.aset(STATE_KEY, state.to_json())
         return True
 
+    # ----------------------------------------------------------------------- shared stream
+
+    def shared_stream_key(self) -> Hashable:
+        """Watchers of the same backlog (connection, subscription, topics in any order, poll interval)
+        share one poll in Airflow 3.3's triggerer; each still applies its own thresholds and state."""
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            self.pulsar_conn_id,
+            self.subscription,
+            tuple(sorted(set(self.topics))),
+            self.poll_interval,
+        )
+
+    @classmethod
+    async def open_shared_stream(cls, kwargs: dict[str, Any]) -> AsyncIterator[BacklogPoll]:
+        """The group's one poll: a :class:`BacklogPoll` every ``poll_interval`` seconds, forever."""
+        trigger = cls(**kwargs)
+        hook = PulsarHook(trigger.pulsar_conn_id)
+        while True:
+            yield await read_backlog(hook, trigger.topics, trigger.subscription)
+            await asyncio.sleep(trigger.poll_interval)
+
+    async def filter_shared_stream(self, shared_stream: AsyncIterator[Any]) -> AsyncIterator[TriggerEvent]:
+        async for poll in shared_stream:
+            async for event in self._observe(poll):
+                yield event
+
     # ----------------------------------------------------------------------- loop
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
+        """The standalone poll (Airflow without shared streams, or a trigger run outside a watcher)."""
         hook = PulsarHook(self.pulsar_conn_id)
+        while True:
+            async for event in self._observe(await read_backlog(hook, self.topics, self.subscription)):
+                yield event
+            await asyncio.sleep(self.poll_interval)
+
+    async def _observe(self, poll: BacklogPoll) -> AsyncIterator[TriggerEvent]:
+        """Apply one poll to this watch: fire (state stored first) or update the state; errors are
+        logged and retried at the next poll, never fired."""
+        if poll.error is not None:
+            self._log_failure(poll.error)
+            return
+        try:
+            state = await self._load()
+            self._announce(state)
+            decision = evaluate(state, poll.backlogs, poll.at, self.thresholds)
+            obs = decision.observation
+            if decision.fire:
+                # Stored before the event is handed over: a restart after this never fires twice.
+                if await self._save(decision.state, state):
+                    self.log.info(
+                        "DLQ backlog %d (new %d, baseline %d) fires the watch (%s)",
+                        obs.total,
+                        obs.new,
+                        obs.baseline,
+                        decision.reason,
+                    )
+                    yield TriggerEvent(event_payload(decision, poll.backlogs, self.subscription, poll.at))
+            elif state.armed and decision.state != state:
+                await self._save(decision.state, state)
+            else:
+                armed = "armed" if state.armed else "disarmed"
+                self.log.debug("DLQ backlog %d (new %d): %s", obs.total, obs.new, armed)
+        except Exception as exc:
+            # A watcher outlives passing faults (e.g. the metadata DB behind the state store).
+            self._log_failure(exc)
+
+    def _announce(self, state: WatchState) -> None:
+        if self._announced:
+            return
+        self._announced = True
         if self._store() is None:
             self.log.warning(
                 "No asset state store (not run by one AssetWatcher of one asset): the watch state is kept in "
                 "memory, so a triggerer restart forgets whether it fired."
             )
-        first = True
-        while True:
-            try:
-                state = await self._load()
-                if first:
-                    self.log.info(
-                        "Watching the backlog of %s on %s (%s, baseline %d, fired %d times)",
-                        self.subscription,
-                        ",".join(self.topics),
-                        "armed" if state.armed else "disarmed until a replay re-arms it",
-                        state.baseline,
-                        state.fires,
-                    )
-                    first = False
-                backlogs = await hook.aget_backlog(self.topics, self.subscription)
-                now = time.time()
-                decision = evaluate(state, backlogs, now, self.thresholds)
-                obs = decision.observation
-                if decision.fire:
-                    # Stored before the event is handed over: a restart after this never fires twice.
-                    if await self._save(decision.state, state):
-                        self.log.info(
-                            "DLQ backlog %d (new %d, baseline %d) fires the watch (%s)",
-                            obs.total,
-                            obs.new,
-                            obs.baseline,
-                            decision.reason,
-                        )
-                        yield TriggerEvent(event_payload(decision, backlogs, self.subscription, now))
-                elif state.armed and decision.state != state:
-                    await self._save(decision.state, state)
-                else:
-                    armed = "armed" if state.armed else "disarmed"
-                    self.log.debug("DLQ backlog %d (new %d): %s", obs.total, obs.new, armed)
-            except (PulsarConnectionError, BacklogConfigError) as exc:
-                self.log.error("The DLQ backlog cannot be watched (retrying each poll): %s", exc)
-            except BacklogReadError as exc:
-                self.log.warning("Reading the DLQ backlog failed (will retry): %s", exc)
-            except Exception:
-                # A watcher outlives passing faults (e.g. the metadata DB behind the state store).
-                self.log.exception("The DLQ backlog watch failed this poll (will retry)")
-            await asyncio.sleep(self.poll_interval)
+        self.log.info(
+            "Watching the backlog of %s on %s (%s, baseline %d, fired %d times)",
+            self.subscription,
+            ",".join(self.topics),
+            "armed" if state.armed else "disarmed until a replay re-arms it",
+            state.baseline,
+            state.fires,
+        )
+
+    def _log_failure(self, exc: Exception) -> None:
+        if isinstance(exc, PulsarConnectionError | BacklogConfigError):
+            self.log.error("The DLQ backlog cannot be watched (retrying each poll): %s", exc)
+        elif isinstance(exc, BacklogReadError):
+            self.log.warning("Reading the DLQ backlog failed (will retry): %s", exc)
+        else:
+            self.log.error("The DLQ backlog watch failed this poll (will retry)", exc_info=exc)
+
+
+@dataclass(frozen=True)
+class BacklogPoll:
+    """One read of the watched backlog: per-topic backlogs, or the error that read raised."""
+
+    backlogs: Mapping[str, TopicBacklog]
+    at: float
+    error: Exception | None = None
+
+
+async def read_backlog(hook: PulsarHook, topics: Sequence[str], subscription: str) -> BacklogPoll:
+    """Read the backlog once; an error is returned in the poll, not raised (the watch outlives it)."""
+    try:
+        return BacklogPoll(await hook.aget_backlog(list(topics), subscription), time.time())
+    except Exception as exc:
+        return BacklogPoll({}, time.time(), exc)

@@ -235,3 +235,55 @@ def test_pulsar_scheme_resolves_to_the_backlog_event_trigger():
     assert not provider.queue_matches("kafka://x/y")
     assert provider.trigger_kwargs(DLQ) == {"topics": [DLQ]}
     assert provider.trigger_kwargs(DLQ, topics=[DLQ2]) == {}
+
+
+# --------------------------------------------------------------------------- shared stream (Airflow 3.3)
+
+
+def test_shared_stream_key_groups_watchers_of_the_same_backlog():
+    key = DlqBacklogEventTrigger(topics=[DLQ, DLQ2], min_backlog=3).shared_stream_key()
+    # Same connection, subscription and topics (any order): one poll, whatever the thresholds.
+    assert DlqBacklogEventTrigger(topics=f"{DLQ2},{DLQ}", max_age_seconds=60).shared_stream_key() == key
+    hash(key)
+    for other in (
+        {"topics": [DLQ]},
+        {"topics": [DLQ, DLQ2], "pulsar_conn_id": "pulsar_other"},
+        {"topics": [DLQ, DLQ2], "subscription": "other-sub"},
+        {"topics": [DLQ, DLQ2], "poll_interval": 5},
+    ):
+        assert DlqBacklogEventTrigger(**other).shared_stream_key() != key, other
+
+
+def test_two_watchers_share_one_poll_and_each_keeps_its_own_thresholds(monkeypatch):
+    """Through the triggerer's SharedStreamManager: one backlog read per poll for both watchers."""
+    from airflow.triggers.shared_stream import SharedStreamManager
+
+    reads: list[int] = []
+
+    async def fake_backlog(self, topics, subscription):
+        reads.append(len(reads))
+        return backlog(len(reads))  # 1, 2, 3, ...
+
+    monkeypatch.setattr("airflow_provider_dlq.hooks.pulsar.PulsarHook.aget_backlog", fake_backlog)
+    low = DlqBacklogEventTrigger(topics=[DLQ], min_backlog=2, poll_interval=0.01)
+    high = DlqBacklogEventTrigger(topics=[DLQ], min_backlog=4, poll_interval=0.01)
+    low.asset_state_store, high.asset_state_store = FakeStore(), FakeStore()
+    assert low.shared_stream_key() == high.shared_stream_key()
+
+    async def first_event(manager, trigger_id, trigger):
+        stream = manager.subscribe(trigger_id=trigger_id, trigger=trigger, key=trigger.shared_stream_key())
+        events = trigger.filter_shared_stream(stream)
+        try:
+            return (await asyncio.wait_for(events.__anext__(), timeout=10)).payload
+        finally:
+            await events.aclose()
+
+    async def drive():
+        manager = SharedStreamManager()
+        return await asyncio.gather(first_event(manager, 1, low), first_event(manager, 2, high))
+
+    fired_low, fired_high = asyncio.run(drive())
+    assert fired_low["backlog"] == 2
+    assert fired_high["backlog"] == 4
+    # One poll fed both: had each polled on its own, reaching backlog 4 would have taken 6+ reads.
+    assert 4 <= len(reads) <= 5
