@@ -43,6 +43,17 @@ def example_dags_dir() -> Path:
     )
 
 
+def docs_dir() -> Path:
+    """The user guides (``docs/*.md``; ``airflow_provider_dlq/docs`` in the wheel)."""
+    for candidate in (PACKAGE_DIR / "docs", _CHECKOUT / "docs"):
+        if (candidate / "operator.md").is_file():
+            return candidate
+    raise ResourceNotFoundError(
+        f"the guides are neither in the installed provider ({PACKAGE_DIR / 'docs'}) nor in a source "
+        f"checkout ({_CHECKOUT / 'docs'}); reinstall airflow-provider-dlq from its wheel."
+    )
+
+
 def example_playbook_files() -> dict[str, Path]:
     """The example playbook and fix files by their path relative to the example DAGs folder."""
     packaged = PACKAGE_DIR / "example_dags"

@@ -1,5 +1,8 @@
 """``DlqReplayPlugin``: serves replay reports from the Airflow API server under ``/dlq-replay``.
 
+``GET /dlq-replay/docs/`` serves the provider's guides (the "Documentation" project URL, which Airflow's
+providers page links to).
+
 ``GET /dlq-replay/reports/<dag_id>/<run_id>/<task_id>/<map_index>`` (the "DLQ replay report" extra link)
 needs a logged-in user who may read the DAG's XComs (the UI's session cookie is enough). It reads the
 task instance's XCom summary for the report's location and serves the file (see
@@ -13,6 +16,7 @@ never serve it (scheduler, workers).
 
 from __future__ import annotations
 
+import re
 from html import escape
 from typing import TYPE_CHECKING, Any
 
@@ -111,7 +115,47 @@ def create_app() -> FastAPI:
             return problem_page(exc.status, str(exc))
         return HTMLResponse(content, headers=SECURITY_HEADERS)
 
+    add_docs_routes(app)
     return app
+
+
+#: A guide's file name: ``docs/<name>.md`` (no folders, no dots but the suffix).
+_GUIDE = re.compile(r"[a-z0-9][a-z0-9-]*\.md")
+
+
+def docs_index() -> str:
+    """The guides' index page (the providers page's documentation link opens it)."""
+    from airflow_provider_dlq.resources import docs_dir
+
+    items = "".join(
+        f"<li><a href='{escape(p.name)}'>{escape(p.stem)}</a></li>"
+        for p in sorted(docs_dir().glob("*.md"))
+        if _GUIDE.fullmatch(p.name)
+    )
+    return (
+        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>DLQ replay guides</title>"
+        "<style>body{font-family:system-ui,sans-serif;margin:32px;max-width:760px}</style></head><body>"
+        f"<h1>airflow-provider-dlq guides</h1><ul>{items}</ul></body></html>"
+    )
+
+
+def add_docs_routes(app: FastAPI) -> None:
+    """``GET /dlq-replay/docs/`` (index) and ``/dlq-replay/docs/<name>.md`` (the guide, as text): the
+    guides shipped with the installed provider, public like any documentation."""
+    from fastapi.responses import HTMLResponse, PlainTextResponse, Response
+
+    from airflow_provider_dlq.resources import docs_dir
+
+    @app.get("/docs/", response_class=HTMLResponse)
+    def index() -> Response:
+        return HTMLResponse(docs_index(), headers=SECURITY_HEADERS)
+
+    @app.get("/docs/{name}", response_class=PlainTextResponse)
+    def guide(name: str) -> Response:
+        path = docs_dir() / name
+        if not _GUIDE.fullmatch(name) or not path.is_file():
+            return problem_page(404, f"there is no guide named {name!r}; see the index at docs/")
+        return PlainTextResponse(path.read_text(encoding="utf-8"), headers=SECURITY_HEADERS)
 
 
 class _LazyApp:

@@ -72,3 +72,44 @@ def test_airflow_discovers_links_plugin_and_form_behaviour():
     behaviour = manager.field_behaviours["pulsar"]
     assert behaviour["relabeling"]["host"] == "Service URL"
     assert "extra__pulsar__test_topic" in manager.connection_form_widgets
+
+
+def _project_urls() -> dict[str, str]:
+    import importlib.metadata
+
+    entries = importlib.metadata.metadata("airflow-provider-dlq").get_all("Project-URL") or []
+    return {name.strip(): url.strip() for name, _, url in (e.partition(",") for e in entries)}
+
+
+def test_every_docs_link_the_provider_declares_opens():
+    """How-to guides are files in docs/; external links are declared project URLs; Airflow's
+    documentation-url (the providers page link) is the plugin's docs route, which serves every guide."""
+    from airflow.providers_manager import ProvidersManager
+    from fastapi.testclient import TestClient
+
+    from airflow_provider_dlq.plugins.reports import create_app
+    from airflow_provider_dlq.resources import docs_dir
+
+    urls = _project_urls()
+    info = get_provider_info()
+    documentation_url = ProvidersManager().providers["airflow-provider-dlq"].data["documentation-url"]
+    assert documentation_url == urls["Documentation"] == "/dlq-replay/docs/"
+    client = TestClient(create_app())
+    prefix = "/dlq-replay"
+    index = client.get(documentation_url.removeprefix(prefix))
+    assert index.status_code == 200
+    guides = [g for integration in info["integrations"] for g in integration.get("how-to-guide", [])]
+    assert guides
+    for guide in guides:
+        assert guide.startswith("/docs/"), guide
+        assert (docs_dir() / guide.removeprefix("/docs/")).is_file(), guide
+        assert f"href='{guide.removeprefix('/docs/')}'" in index.text
+        page = client.get(guide)
+        assert page.status_code == 200, guide
+        assert page.headers["content-type"].startswith("text/plain")
+        assert page.text == (ROOT / guide.lstrip("/")).read_text(encoding="utf-8")
+    for integration in info["integrations"]:
+        external = integration.get("external-doc-url")
+        assert external is None or external in urls.values(), f"{external} is not a declared project URL"
+    assert client.get("/docs/..%2Fpyproject.toml").status_code == 404
+    assert client.get("/docs/nope.md").status_code == 404
