@@ -31,6 +31,7 @@ def get_provider_info() -> dict[str, Any]:
                     "/docs/event-driven.md",
                     "/docs/approval.md",
                     "/docs/canary.md",
+                    "/docs/managed-spark.md",
                 ],
                 "tags": ["apache"],
             }

@@ -16,6 +16,8 @@ from airflow_provider_dlq.operators.replay_cli import SUMMARY_PREFIX
 from airflow_provider_dlq.output_storage import OutputStorageError, read_bytes
 
 if TYPE_CHECKING:
+    import logging
+
     from airflow.sdk.types import Logger
 
 
@@ -28,7 +30,7 @@ def read_run_report(
     run_id: str,
     summary_line: str | None,
     conn_id: str | None,
-    log: Logger,
+    log: Logger | logging.Logger,
 ) -> dict[str, Any]:
     """The report at ``location``; else the summary line; else :class:`ReportNotFound` naming the fix."""
     problem = "it does not exist"

@@ -1,0 +1,253 @@
+"""Run the replay app on managed Spark: its command line, and the job specs of four services.
+
+The public way to build the replay app's arguments outside :class:`DlqReplayOperator` (which uses the
+same :func:`build_replay_args`): validate once, get the exact ``argv`` of ``dlq_replay_main.py``, and put
+it in the job spec of the service that runs Spark. The specs are plain dicts for the services' own
+Airflow operators (see ``docs/managed-spark.md`` and the ``dlq_managed_*`` example DAGs):
+
+========================  ===============================================  ==========================
+Service                   Airflow operator (argument)                      Builder
+========================  ===============================================  ==========================
+Spark Operator on K8s     ``SparkKubernetesOperator(application_file=)``   :func:`spark_application`
+Databricks                ``DatabricksSubmitRunOperator(json=)``           :func:`databricks_run`
+EMR Serverless            ``EmrServerlessStartJobOperator(job_driver=)``   :func:`emr_serverless_job`
+Dataproc (cluster job)    ``DataprocSubmitJobOperator(job=)``              :func:`dataproc_pyspark_job`
+Dataproc Serverless       ``DataprocCreateBatchOperator(batch=)``          :func:`dataproc_batch`
+========================  ===============================================  ==========================
+
+Upload ``dlq_replay_main.py`` and ``dlq_replay.zip`` (``python -m airflow_provider_dlq.bundle --dest
+DIR``) to storage the service reads; the cluster's Python needs ``pulsar-client`` and ``pyarrow`` (a
+native extension cannot travel in the zip). The run writes its report to
+``<output_dir>/runs/<run_id>/report.json``; :func:`read_replay_report` reads it back for the DAG.
+
+Secrets never enter these specs: give ``auth_token_file`` / ``oauth2_credentials_file`` paths that the
+service mounts from its secret store (or set ``PULSAR_AUTH_TOKEN`` from it in the cluster environment).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from airflow_provider_dlq.operators.replay_cli import (
+    ReplayArgs,
+    ReplayArgumentError,
+    build_replay_args,
+    compact_summary,
+    default_run_id,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+__all__ = [
+    "AppFiles",
+    "ReplayArgs",
+    "ReplayArgumentError",
+    "build_replay_args",
+    "databricks_run",
+    "dataproc_batch",
+    "dataproc_pyspark_job",
+    "default_run_id",
+    "emr_serverless_job",
+    "kubernetes_name",
+    "read_replay_report",
+    "replay_argv",
+    "spark_application",
+]
+
+#: Spark settings the app relies on (as DlqReplayOperator sets them for spark-submit).
+APP_CONF: dict[str, str] = {"spark.sql.session.timeZone": "UTC", "spark.ui.showConsoleProgress": "false"}
+
+
+def replay_argv(**values: Any) -> list[str]:
+    """The replay app's arguments, validated (errors name the fix): the keyword arguments are those of
+    :class:`DlqReplayOperator` plus ``run_id`` and ``service_url`` (and ``admin_url``, TLS file paths).
+
+    >>> replay_argv(run_id="r1", service_url="pulsar://broker:6650", topics="t-DLQ", output_dir="s3a://b/dlq")
+    ... # doctest: +NORMALIZE_WHITESPACE
+    ['--run-id', 'r1', '--mode', 'dry-run', '--service-url', 'pulsar://broker:6650', '--topics', 't-DLQ',
+     '--subscription', 'dlq-replayer', '--output-dir', 's3a://b/dlq', '--max-replays', '3',
+     '--archive-payload', 'on']
+    """
+    return build_replay_args(values).to_argv()
+
+
+@dataclass(frozen=True)
+class AppFiles:
+    """Where the uploaded app is: ``main`` (``dlq_replay_main.py``) and ``bundle`` (``dlq_replay.zip``)."""
+
+    main: str
+    bundle: str
+
+    @classmethod
+    def under(cls, root: str) -> AppFiles:
+        """Both files uploaded to one folder, e.g. ``s3://bucket/dlq-app``."""
+        root = root.rstrip("/")
+        return cls(main=f"{root}/dlq_replay_main.py", bundle=f"{root}/dlq_replay.zip")
+
+
+def _conf(conf: Mapping[str, str] | None) -> dict[str, str]:
+    return {**APP_CONF, **{str(k): str(v) for k, v in (conf or {}).items()}}
+
+
+def kubernetes_name(text: str) -> str:
+    """A DNS-1123 name for ``text`` (lowercase, ``[a-z0-9-]``, at most 63 characters, unique by hash)."""
+    name = re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-") or "dlq-replay"
+    if len(name) > 63 or name != text:
+        digest = hashlib.sha256(text.encode()).hexdigest()[:8]
+        name = f"{name[:54].rstrip('-')}-{digest}"
+    return name
+
+
+def spark_application(
+    name: str,
+    files: AppFiles,
+    argv: Sequence[str],
+    *,
+    image: str,
+    namespace: str = "default",
+    service_account: str = "spark",
+    spark_version: str = "4.0.0",
+    conf: Mapping[str, str] | None = None,
+    secret: str | None = None,
+    secret_path: str = "/etc/pulsar",
+) -> dict[str, Any]:
+    """A Spark Operator ``SparkApplication`` (``sparkoperator.k8s.io/v1beta2``); ``secret`` is mounted
+    at ``secret_path`` on the driver and executors (point ``auth_token_file`` into it)."""
+    pod: dict[str, Any] = {"cores": 1, "memory": "1g"}
+    if secret:
+        pod["secrets"] = [{"name": secret, "path": secret_path, "secretType": "Generic"}]
+    return {
+        "apiVersion": "sparkoperator.k8s.io/v1beta2",
+        "kind": "SparkApplication",
+        "metadata": {"name": kubernetes_name(name), "namespace": namespace},
+        "spec": {
+            "type": "Python",
+            "pythonVersion": "3",
+            "mode": "cluster",
+            "image": image,
+            "mainApplicationFile": files.main,
+            "arguments": list(argv),
+            "deps": {"pyFiles": [files.bundle]},
+            "sparkVersion": spark_version,
+            "sparkConf": _conf(conf),
+            "restartPolicy": {"type": "Never"},
+            "driver": {**pod, "serviceAccount": service_account},
+            "executor": {**pod, "instances": 2},
+        },
+    }
+
+
+def databricks_run(
+    run_name: str,
+    files: AppFiles,
+    argv: Sequence[str],
+    *,
+    new_cluster: Mapping[str, Any],
+    conf: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """The ``json`` of ``DatabricksSubmitRunOperator``: one ``spark_python_task`` on a new job cluster.
+
+    Upload both files to a Unity Catalog volume (``files = AppFiles.under("/Volumes/<catalog>/<schema>/
+    <volume>/dlq-app")``): the volume path is the task's ``python_file`` and, as ``PYTHONPATH`` of the
+    driver and executors, puts the bundle on their ``sys.path``; ``pulsar-client`` is a task library.
+    """
+    cluster = dict(new_cluster)
+    cluster["spark_conf"] = {**_conf(conf), **dict(cluster.get("spark_conf") or {})}
+    cluster["spark_env_vars"] = {**dict(cluster.get("spark_env_vars") or {}), "PYTHONPATH": files.bundle}
+    return {
+        "run_name": run_name,
+        "tasks": [
+            {
+                "task_key": "dlq_replay",
+                "new_cluster": cluster,
+                "spark_python_task": {"python_file": files.main, "parameters": list(argv)},
+                "libraries": [{"pypi": {"package": "pulsar-client>=3.5"}}],
+            }
+        ],
+    }
+
+
+def emr_serverless_job(
+    files: AppFiles,
+    argv: Sequence[str],
+    *,
+    python_env: str,
+    conf: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """The ``job_driver`` of ``EmrServerlessStartJobOperator``; ``python_env`` is a venv-pack archive
+    (with ``pulsar-client``, ``pyarrow``) that EMR unpacks as ``./environment``."""
+    settings = {
+        **_conf(conf),
+        "spark.archives": f"{python_env}#environment",
+        "spark.emr-serverless.driverEnv.PYSPARK_DRIVER_PYTHON": "./environment/bin/python",
+        "spark.emr-serverless.driverEnv.PYSPARK_PYTHON": "./environment/bin/python",
+        "spark.executorEnv.PYSPARK_PYTHON": "./environment/bin/python",
+    }
+    parameters = [f"--py-files {files.bundle}"] + [f"--conf {k}={v}" for k, v in settings.items()]
+    return {
+        "sparkSubmit": {
+            "entryPoint": files.main,
+            "entryPointArguments": list(argv),
+            "sparkSubmitParameters": " ".join(parameters),
+        }
+    }
+
+
+def dataproc_pyspark_job(
+    files: AppFiles,
+    argv: Sequence[str],
+    *,
+    project_id: str,
+    cluster_name: str,
+    conf: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """The ``job`` of ``DataprocSubmitJobOperator`` (a ``pyspark_job`` on an existing cluster)."""
+    return {
+        "reference": {"project_id": project_id},
+        "placement": {"cluster_name": cluster_name},
+        "pyspark_job": {
+            "main_python_file_uri": files.main,
+            "python_file_uris": [files.bundle],
+            "args": list(argv),
+            "properties": _conf(conf),
+        },
+    }
+
+
+def dataproc_batch(
+    files: AppFiles,
+    argv: Sequence[str],
+    *,
+    container_image: str | None = None,
+    runtime_version: str = "2.3",
+    conf: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """The ``batch`` of ``DataprocCreateBatchOperator`` (Dataproc Serverless); ``container_image``
+    carries ``pulsar-client`` and ``pyarrow``."""
+    runtime: dict[str, Any] = {"version": runtime_version, "properties": _conf(conf)}
+    if container_image:
+        runtime["container_image"] = container_image
+    return {
+        "pyspark_batch": {
+            "main_python_file_uri": files.main,
+            "python_file_uris": [files.bundle],
+            "args": list(argv),
+        },
+        "runtime_config": runtime,
+    }
+
+
+def read_replay_report(output_dir: str, run_id: str, conn_id: str | None = None) -> dict[str, Any]:
+    """The run's summary (as ``DlqReplayOperator`` returns it) from
+    ``<output_dir>/runs/<run_id>/report.json``, read with ``conn_id`` or this process's environment."""
+    import logging
+
+    from airflow_provider_dlq.operators.run_report import read_run_report
+
+    location = f"{output_dir.rstrip('/')}/runs/{run_id}/report.json"
+    report = read_run_report(location, run_id, None, conn_id, logging.getLogger(__name__))
+    return compact_summary(report)
