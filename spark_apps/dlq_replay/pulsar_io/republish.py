@@ -61,6 +61,27 @@ REPUBLISH_INPUT_SCHEMA = (
 )
 REPUBLISH_RESULT_SCHEMA = "replay_id string, published boolean, published_message_id string, error string"
 
+
+def republish_input_arrow_schema() -> Any:
+    """:data:`REPUBLISH_INPUT_SCHEMA` as a pyarrow schema, for callers that build input batches
+    themselves (Spark's Arrow batches of that schema have these types)."""
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            ("replay_id", pa.string()),
+            ("target_topic", pa.string()),
+            ("producer_name", pa.string()),
+            ("sequence_id", pa.int64()),
+            ("value", pa.binary()),
+            ("key", pa.string()),
+            ("ordering_key", pa.string()),
+            ("event_time", pa.timestamp("us", tz="UTC")),
+            ("properties", pa.map_(pa.string(), pa.string())),
+        ]
+    )
+
+
 #: A producer's batches never span two blocks of this many sequence ids (see the module docstring).
 BATCH_BLOCK = 2000
 #: Messages per batch at most; a block holds a whole number of full batches.

@@ -51,22 +51,10 @@ def main(spec: dict[str, Any]) -> None:
     import pyarrow as pa
 
     from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf
-    from spark_apps.dlq_replay.pulsar_io.republish import republish_batches
+    from spark_apps.dlq_replay.pulsar_io.republish import republish_batches, republish_input_arrow_schema
 
     logging.basicConfig(level=logging.WARNING)
-    schema = pa.schema(
-        [
-            ("replay_id", pa.string()),
-            ("target_topic", pa.string()),
-            ("producer_name", pa.string()),
-            ("sequence_id", pa.int64()),
-            ("value", pa.binary()),
-            ("key", pa.string()),
-            ("ordering_key", pa.string()),
-            ("event_time", pa.timestamp("us", tz="UTC")),
-            ("properties", pa.map_(pa.string(), pa.string())),
-        ]
-    )
+    schema = republish_input_arrow_schema()
     table = pa.Table.from_pylist(task_rows(spec), schema=schema)
     batches = table.to_batches(max_chunksize=spec["batch_rows"])
     conf = PulsarConf(spec["service_url"])

@@ -20,24 +20,13 @@ from spark_apps.dlq_replay.pulsar_io.republish import (
     REPUBLISH_INPUT_SCHEMA,
     REPUBLISH_RESULT_SCHEMA,
     republish_batches,
+    republish_input_arrow_schema,
 )
 
 pytestmark = pytest.mark.integration
 
 EVENT0 = dt.datetime(2024, 3, 1, 8, 30, tzinfo=dt.UTC)
-INPUT_SCHEMA = pa.schema(
-    [
-        ("replay_id", pa.string()),
-        ("target_topic", pa.string()),
-        ("producer_name", pa.string()),
-        ("sequence_id", pa.int64()),
-        ("value", pa.binary()),
-        ("key", pa.string()),
-        ("ordering_key", pa.string()),
-        ("event_time", pa.timestamp("us", tz="UTC")),
-        ("properties", pa.map_(pa.string(), pa.string())),
-    ]
-)
+INPUT_SCHEMA = republish_input_arrow_schema()
 
 
 def rows_for(target: str, producer: str, count: int) -> list[tuple]:

@@ -20,21 +20,10 @@ from spark_apps.dlq_replay.pulsar_io.republish import (
     _epoch_ms,
     _id_texts,
     _properties,
+    republish_input_arrow_schema,
 )
 
-SCHEMA = pa.schema(
-    [
-        ("replay_id", pa.string()),
-        ("target_topic", pa.string()),
-        ("producer_name", pa.string()),
-        ("sequence_id", pa.int64()),
-        ("value", pa.binary()),
-        ("key", pa.string()),
-        ("ordering_key", pa.string()),
-        ("event_time", pa.timestamp("us", tz="UTC")),
-        ("properties", pa.map_(pa.string(), pa.string())),
-    ]
-)
+SCHEMA = republish_input_arrow_schema()
 EVENT0 = dt.datetime(2024, 3, 1, 8, 30, tzinfo=dt.UTC)
 
 
