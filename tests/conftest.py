@@ -124,6 +124,15 @@ class _ExternalBroker:
             return json.loads(response.read())
 
 
+def session_pulsar_version() -> str:
+    """The Apache Pulsar release of the session broker: ``DLQ_TEST_PULSAR_VERSION``, else the newest tested
+    (the suite runs in full on it; ``tests/integration/matrix/test_matrix_lts.py`` runs the stated subset
+    on the 4.0 LTS release)."""
+    from pulsar_standalone import PULSAR_NEWEST_VERSION
+
+    return os.environ.get("DLQ_TEST_PULSAR_VERSION") or PULSAR_NEWEST_VERSION
+
+
 @pytest.fixture(scope="session")
 def apache_pulsar() -> Iterator[StandaloneBroker]:
     """Apache Pulsar standalone for the whole session (free loopback ports, stopped by PID, data deleted).
@@ -142,7 +151,7 @@ def apache_pulsar() -> Iterator[StandaloneBroker]:
         return
     from pulsar_standalone import start_standalone
 
-    broker = start_standalone(namespaces=TEST_NAMESPACES)
+    broker = start_standalone(namespaces=TEST_NAMESPACES, version=session_pulsar_version())
     _BROKERS.append(f"session broker at start: {broker.describe()}")
     try:
         yield broker
