@@ -153,8 +153,12 @@ def lookup_partitions(
             "written, re-run when the broker answers"
         ) from None
     finally:
+        # shutdown() after close(): a client refused in the handshake still has reconnect work pending, and
+        # its threads must be gone before the process exits (else C++ terminate() aborts the exit).
         with contextlib.suppress(Exception):
             client.close()
+        with contextlib.suppress(Exception):
+            client.shutdown()
         logger.removeHandler(events)
         logger.setLevel(level)
         logger.propagate = propagate

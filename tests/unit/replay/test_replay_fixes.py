@@ -152,6 +152,15 @@ EXITS = {
 }
 
 
+@pytest.fixture(autouse=True)
+def _python_sigint_handler():
+    """Each test starts from Python's own SIGINT handler: a SparkContext started earlier in the process
+    (another test's) installs its own, and the checks below compare with the handler a worker has."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
 @pytest.mark.parametrize("how", list(EXITS))
 def test_a_fix_that_exits_fails_its_own_record_and_the_others_go_on(how):
     stops, error = EXITS[how]
