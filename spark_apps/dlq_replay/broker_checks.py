@@ -159,6 +159,9 @@ def lookup_partitions(
             client.close()
         with contextlib.suppress(Exception):
             client.shutdown()
+        # The error raised from here keeps this frame alive through its traceback: drop the client now,
+        # so it is destroyed here and not during interpreter shutdown.
+        client = None
         logger.removeHandler(events)
         logger.setLevel(level)
         logger.propagate = propagate
