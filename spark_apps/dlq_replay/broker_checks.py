@@ -153,8 +153,8 @@ def lookup_partitions(
             "written, re-run when the broker answers"
         ) from None
     finally:
-        # shutdown() after close(): a client refused in the handshake still has reconnect work pending, and
-        # its threads must be gone before the process exits (else C++ terminate() aborts the exit).
+        # shutdown() after close(): a client refused in the handshake still has reconnect work pending;
+        # none of it should outlive the check (the entry point also leaves with os._exit, see there).
         with contextlib.suppress(Exception):
             client.close()
         with contextlib.suppress(Exception):

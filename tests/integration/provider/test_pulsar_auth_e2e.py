@@ -373,15 +373,16 @@ def test_replay_app_refuses_a_wrong_token_at_once_naming_authentication(secure_b
         "--run-id", "wrong-token", "--service-url", secure.broker.service_url, "--topics", dlq,
         "--output-dir", str(out), "--tls-trust-certs-file", str(secure.pki.ca),
     ]  # fmt: skip
-    code = "import sys; from spark_apps.dlq_replay.cli import main; sys.exit(main(sys.argv[1:]))"
+    repo = Path(__file__).resolve().parents[3]
+    main = repo / "spark_apps" / "dlq_replay_main.py"  # the app's entry point, as spark-submit runs it
     started = time.monotonic()
     proc = subprocess.run(
-        [sys.executable, "-c", code, *argv],
+        [sys.executable, str(main), *argv],
         env={**os.environ, "PULSAR_AUTH_TOKEN": wrong},
         capture_output=True,
         text=True,
         timeout=120,
-        cwd=Path(__file__).resolve().parents[3],
+        cwd=repo,
     )
     elapsed = time.monotonic() - started
     assert proc.returncode == 2, proc.stderr[-3000:]
