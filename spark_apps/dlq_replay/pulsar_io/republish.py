@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 import threading
 import time
@@ -112,6 +113,7 @@ _MESSAGE_REFUSALS = frozenset({"MessageTooBig"})
 _RECEIPT_POLL_S = 0.005
 #: The client's text of a message id, ``(ledger,entry,partition,batch_index)``.
 _ID_TEXT = r"^\(-?[0-9]+,-?[0-9]+,-?[0-9]+,-?[0-9]+\)$"
+_ID_TEXT_RE = re.compile(_ID_TEXT)
 
 
 @dataclass
@@ -517,9 +519,9 @@ class _Publisher:
 
 def _id_text(msg_id: Any) -> str:
     """The client's text of a message id, ``(ledger,entry,partition,batch_index)``, also where the
-    client prints it another way."""
+    client prints it another way (so :func:`_id_texts` always reads every id of a result batch)."""
     text = str(msg_id)
-    if text.startswith("("):
+    if _ID_TEXT_RE.match(text):
         return text
     return f"({msg_id.ledger_id()},{msg_id.entry_id()},{msg_id.partition()},{msg_id.batch_index()})"
 
