@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
     from airflow_provider_dlq.embedded_broker import EmbeddedBroker
     from pulsar_standalone import StandaloneBroker
+    from spark_standalone import ConnectServer, S3Server
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -249,6 +250,49 @@ def spark() -> Iterator[SparkSession]:
         session.stop()
         # py4j logs "Closing down clientserver connection" from __del__ after pytest closed its streams.
         logging.getLogger("py4j").setLevel(logging.WARNING)
+
+
+# --------------------------------------------------------------------------- object storage, Spark Connect
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[S3Server]:
+    """moto's S3 server on loopback for the session (``spark_standalone.s3``), stopped by PID.
+
+    ``.endpoint`` is its URL, ``.env`` the AWS variables a client process needs (test keys, region,
+    ``AWS_ENDPOINT_URL_S3``), ``.bucket(name)`` creates a bucket, ``.client()`` is a boto3 client. The
+    variables are not set in this process: pass ``.env`` to the processes that need it.
+    """
+    from spark_standalone import S3Server
+
+    server = S3Server()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_connect_server(s3_server: S3Server) -> Iterator[ConnectServer]:
+    """A Spark Connect server on ``local[2]`` for the session (``spark_standalone.connect``), stopped by PID;
+    its tasks have the S3 server's environment, so they read and write ``s3://`` on it."""
+    from spark_standalone import ConnectServer
+
+    server = ConnectServer()
+    conf = {"spark.sql.shuffle.partitions": "4", "spark.sql.session.timeZone": "UTC"}
+    server.start(master="local[2]", env=s3_server.env, conf=conf)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_connect(spark_connect_server: ConnectServer) -> str:
+    """The ``sc://127.0.0.1:<port>`` URL of the session's Spark Connect server (see
+    :func:`spark_connect_server`)."""
+    return spark_connect_server.url
 
 
 # --------------------------------------------------------------------------- airflow

@@ -11,12 +11,8 @@ from __future__ import annotations
 import json
 import logging
 import os
-import socket
 import stat
-import subprocess
 import sys
-import time
-import urllib.request
 from collections import defaultdict
 from pathlib import Path
 from types import SimpleNamespace
@@ -34,51 +30,11 @@ BUCKET = "dlq-reports"
 DLQ = "persistent://public/default/orders-DLQ"
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
-def s3_endpoint(tmp_path_factory: pytest.TempPathFactory):
-    """moto's S3 server on a free loopback port, stopped by its PID."""
-    port = _free_port()
-    log = tmp_path_factory.mktemp("moto") / "moto.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    endpoint = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=2).close()
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"moto server did not start: {log.read_text()}") from None
-                time.sleep(0.1)
-        import boto3
-
-        boto3.client(
-            "s3",
-            endpoint_url=endpoint,
-            aws_access_key_id=KEY_ID,
-            aws_secret_access_key=SECRET,
-            region_name="us-east-1",
-        ).create_bucket(Bucket=BUCKET)
-        yield endpoint
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+def s3_endpoint(s3_server):
+    """The session's S3 server (moto on loopback, ``spark_standalone.s3``) with the reports bucket."""
+    s3_server.bucket(BUCKET)
+    return s3_server.endpoint
 
 
 @pytest.fixture
