@@ -1,9 +1,8 @@
-"""Apply step: republish the fixed messages and archive the archive group (pure DataFrame functions).
+"""Apply step: republish the fixed messages (pure DataFrame functions over the decisions).
 
 Republish hands rows to the Pulsar I/O layer's ``republish_batches`` (``mapInArrow``), one task per
-group of producers, rows sorted by (producer, sequence id). The archive is a Parquet dataset partitioned
-by DLQ topic, date and run id, written with dynamic partition overwrite so a redone apply replaces this
-run's partitions instead of adding to them.
+group of producers, rows sorted by (producer, sequence id). The archive is written by the decide tasks
+(:mod:`~spark_apps.dlq_replay.archive_files`).
 """
 
 from __future__ import annotations
@@ -11,11 +10,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from spark_apps.dlq_replay import outcomes as oc
-from spark_apps.dlq_replay.parquet_writes import parquet_writer
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
-    from datetime import datetime
 
     import pyarrow as pa
     from pyspark.sql import DataFrame
@@ -177,34 +174,3 @@ def with_publish_results(decisions: DataFrame, results: DataFrame | None) -> Dat
             "published_message_id": F.when(sending, F.col("published_message_id")),
         }
     ).drop("_published", "_publish_error")
-
-
-def archive_rows(decisions: DataFrame, run_id: str, archived_at: datetime) -> DataFrame:
-    """The archive records of this run: payload (or null when payload-off), its SHA-256, full context."""
-    from pyspark.sql import functions as F
-
-    from spark_apps.dlq_replay.archive_files import COPIED_COLUMNS
-
-    return decisions.filter(F.col("outcome").isin(*sorted(oc.ARCHIVE_OUTCOMES))).select(
-        "dlq_topic",
-        *[F.col(source).alias(name) for name, source in COPIED_COLUMNS.items()],
-        F.when(F.col("archive_payload"), F.col("value")).alias("payload"),
-        F.sha2(F.col("value"), 256).alias("payload_sha256"),
-        F.col("archive_payload").alias("payload_archived"),
-        "publish_time",
-        "event_time",
-        F.lit(archived_at).cast("timestamp").alias("archived_at"),
-        F.lit(archived_at.strftime("%Y-%m-%d")).alias("date"),
-        F.lit(run_id).alias("run_id"),
-    )
-
-
-def write_archive(rows: DataFrame, archive_root: str) -> None:
-    """Write this run's archive partitions (dlq_topic / date / run_id), replacing them if redone."""
-    (
-        parquet_writer(rows)
-        .mode("overwrite")
-        .option("partitionOverwriteMode", "dynamic")
-        .partitionBy("dlq_topic", "date", "run_id")
-        .parquet(archive_root)
-    )

@@ -1,20 +1,15 @@
-"""The archive written by the decide tasks on a local output root, moved into place by the apply step.
+"""The archive written by the decide tasks, moved into place by the apply step.
 
-Spark's way (:func:`~spark_apps.dlq_replay.apply.archive_rows` and ``write_archive``) reads every
-decision again in apply, hashes the payloads and sorts the archived rows by partition before it writes
-them: 4.8 s of a 1M replay in the benchmark. The decide tasks already hold those rows. So where task
-writes are on (:func:`~spark_apps.dlq_replay.task_parquet.enabled`), each decide task also writes its
-archived rows (:func:`archive_batch`) to ``runs/<run>/archive_staged/dlq_topic=<topic>/``, and apply
-moves each topic's folder to ``archive/dlq_topic=<topic>/date=<date>/run_id=<run>/``
-(:func:`publish_staged`): a rename, no read. The files hold what Spark's writer would write, in the same
-column order and with its INT96 timestamps, so the archive reads the same whichever way it was written.
+The decide tasks already hold the archived rows, so each writes them (:func:`archive_batch`) to
+``runs/<run>/archive_staged/dlq_topic=<topic>/``, and apply moves each topic's folder to
+``archive/dlq_topic=<topic>/date=<date>/run_id=<run>/`` (:func:`publish_staged`): no read. The files
+hold the columns of :data:`ARCHIVE_FILE_SCHEMA` with Spark's INT96 timestamps, so Spark reads them too.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-import os
 from typing import TYPE_CHECKING
 
 from pyspark.sql.types import BinaryType, BooleanType, StringType, StructField, StructType, TimestampType
@@ -32,8 +27,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("spark_apps.dlq_replay")
 
 #: Archive file column -> the decided column it is copied from, in the archive's order (``payload`` and
-#: ``payload_sha256`` are derived from ``value``; ``archived_at`` is the run's plan time). Both ways of
-#: writing the archive select these (:func:`~spark_apps.dlq_replay.apply.archive_rows` too).
+#: ``payload_sha256`` are derived from ``value``; ``archived_at`` is the run's plan time).
 COPIED_COLUMNS = {
     **{name: name for name, _ in CONTEXT_COLUMNS if name != "dlq_topic"},
     "replay_id": "replay_id",
@@ -74,7 +68,7 @@ def _batch_schema() -> pa.Schema:
 
 def archive_batch(batch: pa.RecordBatch, archived_at: datetime) -> pa.RecordBatch:
     """The archived rows of a batch of decisions: :data:`ARCHIVE_FILE_SCHEMA`'s columns and ``dlq_topic``,
-    as :func:`~spark_apps.dlq_replay.apply.archive_rows` computes them."""
+    (``payload`` null where the payload is not archived)."""
     import hashlib
 
     import pyarrow as pa
@@ -114,17 +108,15 @@ def publish_staged(staged: str, archive_root: str, date: str, run_id: str) -> in
     """Move each staged topic folder of ``staged`` to its archive partition (replacing an earlier
     attempt's); returns the folders moved. Folders an interrupted call already moved are not staged any
     more, so calling it again finishes the move."""
+    from spark_apps.dlq_replay.storage import join, list_names
     from spark_apps.dlq_replay.task_parquet import move_into_place, partition_folder
 
-    if not os.path.isdir(staged):
-        return 0
     moved = 0
-    tail = os.path.join(partition_folder("date", date), partition_folder("run_id", run_id))
-    for name in sorted(os.listdir(staged)):
-        source = os.path.join(staged, name)
-        if not (name.startswith("dlq_topic=") and os.path.isdir(source)):
+    tail = join(partition_folder("date", date), partition_folder("run_id", run_id))
+    for name in list_names(staged):
+        if not name.startswith("dlq_topic="):
             continue  # _SUCCESS
-        move_into_place(source, os.path.join(archive_root, name, tail))  # this run's partition
+        move_into_place(join(staged, name), join(archive_root, name, tail))  # this run's partition
         moved += 1
     log.info("step apply: %d archive partition(s) moved from %s", moved, staged)
     return moved

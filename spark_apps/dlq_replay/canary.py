@@ -305,7 +305,7 @@ def run_canary(run: Any, decisions: DataFrame, send: Any) -> tuple[DataFrame, li
             log.info("canary: watching for re-failures for %.0f s", remaining)
             with waiting("canary watch", remaining):
                 time.sleep(remaining)
-        results = run.spark.read.parquet(path).filter(F.col("published"))
+        results = _results(run, path).filter(F.col("published"))
         rows = (
             results.join(decisions.select("replay_id", "signature"), on="replay_id")
             .groupBy("signature")
@@ -342,9 +342,17 @@ def unsent_halted(run: Any, decisions: DataFrame, halted: list[str]) -> int:
     """Messages of halted groups that were not sent (``canary_failed``, not publish failures)."""
     if not halted:
         return 0
-    results = run.spark.read.parquet(run.paths.republish_results)
+    results = _results(run, run.paths.republish_results)
     rows = decisions.select("replay_id", "signature", "outcome", "outcome_reason")
     return mark_halted(rows, halted, results).filter(f"outcome = '{oc.CANARY_FAILED}'").count()
+
+
+def _results(run: Any, path: str) -> DataFrame:
+    """The send results saved at ``path`` (one wave, or every wave's)."""
+    from spark_apps.dlq_replay.schemas import RESULTS_SCHEMA
+    from spark_apps.dlq_replay.task_parquet import read_frame
+
+    return read_frame(run.spark, path, RESULTS_SCHEMA)
 
 
 def halted_groups(run: Any) -> list[str]:

@@ -19,8 +19,6 @@ received, and entries that also hold a pending message, whose final ids alone co
 
 from __future__ import annotations
 
-import os
-import uuid
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -90,15 +88,11 @@ class EntryFinals:
 
     def write(self, folder: str, bucket: int) -> None:
         """Write the bucket's counts to ``folder/part-<bucket>.parquet`` (renamed into place)."""
-        import pyarrow.parquet as pq
-
+        from spark_apps.dlq_replay.storage import write_table
         from spark_apps.dlq_replay.task_parquet import part_file
 
         table = _sum_finals(pa.concat_tables(self._parts)) if self._parts else _FINALS.empty_table()
-        final = part_file(folder, bucket)
-        temp = os.path.join(folder, f"_tmp-{bucket}-{uuid.uuid4().hex}.parquet")
-        pq.write_table(table.cast(_FINALS), temp)
-        os.replace(temp, final)
+        write_table(table.cast(_FINALS), part_file(folder, bucket))
 
 
 _FINALS = pa.schema(
@@ -118,21 +112,20 @@ def _sum_finals(table: pa.Table) -> pa.Table:
 
 def clear(folder: str) -> None:
     """Empty ``folder`` of an earlier attempt's counts (every bucket writes its counts again)."""
-    import shutil
+    from spark_apps.dlq_replay.storage import delete, make_dirs
 
-    shutil.rmtree(folder, ignore_errors=True)
-    os.makedirs(folder)
+    delete(folder)
+    make_dirs(folder)
 
 
 def entry_table(snapshot_entries: str, commit_parts: str) -> pa.Table:
     """Per entry of the snapshot: ``dlq_topic, ledger_id, entry_id, messages, final_messages, batch_size``
     (:data:`~spark_apps.dlq_replay.pulsar_io.commit.ENTRY_COMMIT_INPUT_SCHEMA`), from the read tasks'
     entries and the record tasks' counts."""
-    import pyarrow.parquet as pq
-
     from spark_apps.dlq_replay.snapshot_files import part_files
+    from spark_apps.dlq_replay.storage import read_table
 
-    read = [pq.read_table(path) for path in part_files(snapshot_entries)]
+    read = [read_table(path) for path in part_files(snapshot_entries)]
     if not read:
         return _ENTRY_TABLE.empty_table()
     entries = (
@@ -140,7 +133,7 @@ def entry_table(snapshot_entries: str, commit_parts: str) -> pa.Table:
         .group_by(list(ENTRY_KEYS), use_threads=False)
         .aggregate([("messages", "sum"), ("batch_size", "max")])
     )
-    counted = [pq.read_table(path) for path in part_files(commit_parts)]
+    counted = [read_table(path) for path in part_files(commit_parts)]
     finals = _sum_finals(pa.concat_tables(counted)) if counted else _FINALS.empty_table()
     joined = entries.join(finals, list(ENTRY_KEYS), join_type="left outer", use_threads=False)
     return pa.table(

@@ -50,8 +50,3 @@ class RunLockedError(ReplayError):
 
 class LockLostError(ReplayError):
     """This run lost its lock or lease while running (another run took it over); it stops, resumable."""
-
-
-class HeldReadError(ReplayError):
-    """A held read (:mod:`~spark_apps.dlq_replay.held_reads`) failed or its process ended early; the run
-    stops with nothing acked (exit code 1: run again)."""

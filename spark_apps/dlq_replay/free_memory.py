@@ -1,10 +1,9 @@
 """Hand the memory a long-lived process freed back to the system.
 
-A run's driver and its held-read processes (:mod:`~spark_apps.dlq_replay.held_reads`) live from the
-first step to the last, and what one step frees stays resident unless given back: Arrow's pool keeps its
-pages, Python's collector has not run, and the C heap keeps freed pages below its top. On pulsar-lite at
-1M messages the driver's decide marks left about 50 MiB resident through the apply step, and each
-held-read process about 20 MiB after its reads, all counted in the run's peak memory.
+A run's driver lives from the first step to the last, and what one step frees stays resident unless
+given back: Arrow's pool keeps its pages, Python's collector has not run, and the C heap keeps freed
+pages below its top. At 1M messages the driver's decide marks left about 50 MiB resident through the
+apply step, counted in the run's peak memory.
 """
 
 from __future__ import annotations

@@ -130,11 +130,14 @@ def reviewed_ids(spark: SparkSession, decisions_path: str) -> DataFrame:
     """``replay_id`` of every message the reviewed run had in scope (its decisions, minus ``filtered``)."""
     from pyspark.sql import functions as F
 
-    try:
-        decisions = spark.read.parquet(decisions_path)
-    except Exception as exc:  # AnalysisException: no such path
+    from spark_apps.dlq_replay.schemas import DECIDED_SCHEMA
+    from spark_apps.dlq_replay.storage import exists, join
+    from spark_apps.dlq_replay.task_parquet import SUCCESS, read_frame
+
+    if not exists(join(decisions_path, SUCCESS)):
         raise ReplayConfigError(
-            f"--window-from: the reviewed run's decisions {decisions_path} cannot be read ({exc}); the "
-            "reviewed run must have completed its decide step under the same --output-dir"
-        ) from exc
+            f"--window-from: the reviewed run's decisions {decisions_path} are missing; the reviewed run "
+            "must have completed its decide step under the same --output-dir"
+        )
+    decisions = read_frame(spark, decisions_path, DECIDED_SCHEMA)
     return decisions.filter(F.col("outcome") != F.lit(oc.FILTERED)).select("replay_id")

@@ -1,9 +1,10 @@
 """The ledger: Parquet, one row per DLQ message per run with its outcome; the source of truth for re-runs.
 
-Partitioned by ``run_id`` and written with dynamic partition overwrite, so redoing the record step of a
-run replaces that run's rows and never duplicates them. A message whose outcome is final in the ledger
-of any run is never acted on again (``already_final``) and is acked by the commit step; another DLQ copy
-of an original whose replay id is final there is a ``duplicate`` (final, acked, never republished).
+Partitioned by ``run_id``; a run's partition is staged and then moved into place whole, so redoing the
+record step of a run replaces that run's rows and never duplicates them. A message whose outcome is
+final in the ledger of any run is never acted on again (``already_final``) and is acked by the commit
+step; another DLQ copy of an original whose replay id is final there is a ``duplicate`` (final, acked,
+never republished).
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from spark_apps.dlq_replay import outcomes as oc
-from spark_apps.dlq_replay.parquet_writes import parquet_writer
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -54,15 +54,13 @@ def ledger_rows(outcomes: DataFrame, run_id: str, mode: str, recorded_at: dateti
     )
 
 
-def write_ledger(rows: DataFrame, ledger_root: str) -> None:
-    """Write (or rewrite) this run's ledger partition."""
-    (
-        parquet_writer(rows)
-        .mode("overwrite")
-        .option("partitionOverwriteMode", "dynamic")
-        .partitionBy("run_id")
-        .parquet(ledger_root)
-    )
+def write_ledger(rows: DataFrame, staged: str) -> int:
+    """Write this run's ledger rows to ``staged`` (moved into the ledger by
+    :func:`~spark_apps.dlq_replay.ledger_files.publish_staged`); returns the rows written."""
+    from spark_apps.dlq_replay.ledger_files import LEDGER_FILE_SCHEMA
+    from spark_apps.dlq_replay.task_parquet import write_frame
+
+    return write_frame(rows, staged, LEDGER_FILE_SCHEMA, int96_timestamps=True)
 
 
 def read_ledger(spark: SparkSession, storage: RunStorage, ledger_root: str) -> DataFrame | None:
@@ -70,8 +68,9 @@ def read_ledger(spark: SparkSession, storage: RunStorage, ledger_root: str) -> D
     if not storage.has_data(ledger_root):
         return None
     from spark_apps.dlq_replay.schemas import LEDGER_SCHEMA
+    from spark_apps.dlq_replay.task_parquet import read_frame
 
-    return spark.read.schema(LEDGER_SCHEMA).parquet(ledger_root)
+    return read_frame(spark, ledger_root, LEDGER_SCHEMA)
 
 
 def run_outcomes(ledger: DataFrame, run_id: str) -> DataFrame:

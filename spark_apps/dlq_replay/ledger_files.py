@@ -16,11 +16,8 @@ INT96 timestamps, the partition folder named as Spark names it.
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import glob
 import logging
-import os
 from typing import TYPE_CHECKING
 
 from pyspark.sql.types import StructType
@@ -67,15 +64,19 @@ def bucket_results(results_dir: str, bucket: int) -> tuple[pa.RecordBatch, dict[
     one after another in wave order, and each wave's ``(start, end)`` rows in them (``None`` when no wave
     sent anything from it)."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
+    from spark_apps.dlq_replay import storage
     from spark_apps.dlq_replay.task_parquet import part_file
 
-    found = glob.glob(part_file(os.path.join(glob.escape(results_dir), "wave=*"), bucket))
-    waves = sorted((int(os.path.basename(os.path.dirname(path))[len("wave=") :]), path) for path in found)
+    waves = []
+    for name in storage.list_names(results_dir):
+        path = part_file(storage.join(results_dir, name), bucket)
+        if name.startswith("wave=") and storage.exists(path):
+            waves.append((int(name[len("wave=") :]), path))
+    waves.sort()
     if not waves:
         return None
-    tables = [pq.read_table(path, columns=_RESULT_COLUMNS, use_threads=False) for _, path in waves]
+    tables = [storage.read_table(path, columns=_RESULT_COLUMNS) for _, path in waves]
     ranges: dict[int, tuple[int, int]] = {}
     start = 0
     for (wave, _), table in zip(waves, tables, strict=True):
@@ -218,37 +219,31 @@ def record_in_tasks(
 ) -> int:
     """Write the ledger rows of every decisions file of ``decisions_dir`` (one per producer bucket) to
     ``staged_path``, one Spark task per bucket, with the send results of ``results_dir`` (waves of
-    ``wave_size`` sequence ids per producer) applied; returns the rows written. With a local
-    ``parts_dir``, each task also writes its bucket's report parts there
-    (:mod:`~spark_apps.dlq_replay.report_parts`), and with a local ``commit_dir`` its final messages per
-    entry (:mod:`~spark_apps.dlq_replay.commit_parts`)."""
-    from spark_apps.dlq_replay import commit_parts, task_parquet
+    ``wave_size`` sequence ids per producer) applied; returns the rows written. With ``parts_dir``, each
+    task also writes its bucket's report parts there (:mod:`~spark_apps.dlq_replay.report_parts`), and
+    with ``commit_dir`` its final messages per entry (:mod:`~spark_apps.dlq_replay.commit_parts`)."""
+    from spark_apps.dlq_replay import commit_parts, storage, task_parquet
     from spark_apps.dlq_replay.report_parts import REP_COLUMNS, BucketParts, clear_parts
-    from spark_apps.dlq_replay.storage import local_path
 
-    decisions, results = local_path(decisions_dir), local_path(results_dir)
-    if decisions is None or results is None:
-        raise ValueError(f"record_in_tasks reads local folders, got {decisions_dir!r} and {results_dir!r}")
-    parts_folder = None if parts_dir is None else local_path(parts_dir)
+    decisions, results = decisions_dir, results_dir
+    parts_folder = parts_dir
     if parts_folder is not None:
         clear_parts(parts_folder)
-    commit_folder = None if commit_dir is None else local_path(commit_dir)
+    commit_folder = commit_dir
     if commit_folder is not None:
         commit_parts.clear(commit_folder)
     columns = list(dict.fromkeys([*decided_columns(), "sequence_id", *(REP_COLUMNS if parts_folder else ())]))
 
     def record(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        import pyarrow.parquet as pq
-
         for batch in batches:
             for bucket in batch.column(0).to_pylist():
                 path = task_parquet.part_file(decisions, bucket)
-                if not os.path.exists(path):
+                if not storage.exists(path):
                     continue  # no decisions in this bucket
                 found = bucket_results(results, bucket)
                 sent = None if found is None else found[0]
                 positions = None if found is None else ResultPositions(found[0], found[1], wave_size)
-                source = pq.ParquetFile(path)
+                source = storage.open_parquet(path)
                 parts = None if parts_folder is None else BucketParts(bucket, parts_folder)
                 finals = None if commit_folder is None else commit_parts.EntryFinals()
                 for rows in source.iter_batches(batch_size=batch_rows, columns=columns, use_threads=False):
@@ -274,14 +269,13 @@ def record_in_tasks(
 def publish_staged(staged: str, ledger_root: str, run_id: str) -> bool:
     """Move the staged ledger files to this run's partition of ``ledger_root``, replacing an earlier
     attempt's as Spark's dynamic overwrite does; ``False`` when nothing is staged."""
+    from spark_apps.dlq_replay import storage
     from spark_apps.dlq_replay.task_parquet import SUCCESS, move_into_place, partition_folder
 
-    if not os.path.isdir(staged):
+    if not storage.list_names(staged):
         return False
-    with contextlib.suppress(FileNotFoundError):  # the ledger root holds the one marker, as Spark leaves it
-        os.remove(os.path.join(staged, SUCCESS))
-    move_into_place(staged, os.path.join(ledger_root, partition_folder("run_id", run_id)))
-    with open(os.path.join(ledger_root, SUCCESS), "w"):
-        pass
+    storage.delete(storage.join(staged, SUCCESS))  # the ledger root holds the one marker, as Spark leaves it
+    move_into_place(staged, storage.join(ledger_root, partition_folder("run_id", run_id)))
+    storage.write_bytes(storage.join(ledger_root, SUCCESS), b"")
     log.info("step record: ledger partition moved from %s", staged)
     return True

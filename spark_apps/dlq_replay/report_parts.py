@@ -28,10 +28,7 @@ maximum, a union, or the first rows of a union (the first k of all are among the
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import os
-import uuid
 from dataclasses import dataclass
 from datetime import UTC
 from typing import TYPE_CHECKING, Any
@@ -225,10 +222,10 @@ class BucketParts:
         """Write the bucket's parts (once its last rows were added)."""
         tables = self.tables()
         if self.untimed_errors:  # an earlier attempt's errors part of this bucket must not be merged
+            from spark_apps.dlq_replay.storage import delete, join
             from spark_apps.dlq_replay.task_parquet import part_file
 
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(part_file(os.path.join(self.folder, "errors"), self.bucket))
+            delete(part_file(join(self.folder, "errors"), self.bucket))
         write_parts(self.folder, self.bucket, tables)
 
 
@@ -279,24 +276,20 @@ def _first_errors(table: pa.Table) -> pa.Table:
 
 def clear_parts(folder: str) -> None:
     """Empty ``folder`` of an earlier attempt's parts (every bucket writes its parts again)."""
-    import shutil
+    from spark_apps.dlq_replay.storage import delete, join, make_dirs
 
-    shutil.rmtree(folder, ignore_errors=True)
+    delete(folder)
     for kind in KINDS:
-        os.makedirs(os.path.join(folder, kind), exist_ok=True)
+        make_dirs(join(folder, kind))
 
 
 def write_parts(folder: str, bucket: int, tables: dict[str, pa.Table]) -> None:
     """Write a bucket's parts to ``folder/<kind>/part-<bucket>.parquet`` (each renamed into place)."""
-    import pyarrow.parquet as pq
-
+    from spark_apps.dlq_replay.storage import join, write_table
     from spark_apps.dlq_replay.task_parquet import part_file
 
     for kind, table in tables.items():
-        target = part_file(os.path.join(folder, kind), bucket)
-        temp = f"{target}.{uuid.uuid4().hex}.tmp"
-        pq.write_table(table, temp)
-        os.replace(temp, target)
+        write_table(table, part_file(join(folder, kind), bucket))
 
 
 @dataclass(frozen=True)
@@ -322,18 +315,17 @@ def iso(value: datetime | None) -> str | None:
 
 def read_parts(folder: str) -> ReportParts:
     """Merge every bucket's parts in ``folder`` (written by :func:`write_parts`)."""
-    import pyarrow.parquet as pq
-
     from spark_apps.dlq_replay.report import SAMPLE_IDS
     from spark_apps.dlq_replay.report_details import ERROR_CHARS
+    from spark_apps.dlq_replay.storage import exists, join, read_table
 
     merged: dict[str, list[dict[str, Any]]] = {}
     for kind in KINDS:
-        tables = [pq.read_table(path) for path in _parquet_files(os.path.join(folder, kind))]
+        tables = [read_table(path) for path in _parquet_files(join(folder, kind))]
         merged[kind] = merge(kind, tables).to_pylist() if tables else []
     errors: dict[str, list[str]] | None = None
-    kept = [len(_parquet_files(os.path.join(folder, kind))) for kind in ("errors", "combos")]
-    if os.path.isdir(os.path.join(folder, "errors")) and kept[0] == kept[1]:  # every bucket kept its errors
+    kept = [len(_parquet_files(join(folder, kind))) for kind in ("errors", "combos")]
+    if exists(join(folder, "errors")) and kept[0] == kept[1]:  # every bucket kept its errors
         errors = {}
         for row in merged["errors"]:  # sorted by signature, then order
             errors.setdefault(row["signature"], []).append(row["message"])
@@ -375,7 +367,8 @@ def snapshot_messages(
     first messages, near the start of the files)."""
     import pyarrow as pa
     import pyarrow.compute as pc
-    import pyarrow.parquet as pq
+
+    from spark_apps.dlq_replay.storage import open_parquet
 
     wanted = set(keys)
     if not wanted:
@@ -385,7 +378,7 @@ def snapshot_messages(
     columns = ["topic", "message_id_str", "properties"] + (["value"] if with_payload else [])
     found: dict[tuple[str, str], Any] = {}
     for path in _parquet_files(snapshot_dir):
-        source = pq.ParquetFile(path)
+        source = open_parquet(path)
         for group in range(source.metadata.num_row_groups):
             keyed = source.read_row_group(group, columns=["topic", "message_id_str"])
             hit = pc.and_(pc.is_in(keyed["message_id_str"], ids), pc.is_in(keyed["topic"], topics))
@@ -403,12 +396,9 @@ def snapshot_messages(
 
 def _parquet_files(folder: str) -> list[str]:
     """The data files of a Parquet dataset folder (written by tasks or by Spark), in name order."""
-    paths = []
-    for parent, dirs, names in os.walk(folder):
-        dirs[:] = sorted(d for d in dirs if not d.startswith(("_", ".")))
-        data = [name for name in names if name.endswith(".parquet") and not name.startswith(("_", "."))]
-        paths += [os.path.join(parent, name) for name in data]
-    return sorted(paths)
+    from spark_apps.dlq_replay.task_parquet import data_files
+
+    return [path for path in data_files(folder) if path.endswith(".parquet")]
 
 
 def error_counts(decisions_dir: str, wanted: dict[str, list[str]]) -> tuple[dict[tuple[str, str], int], int]:
@@ -417,10 +407,10 @@ def error_counts(decisions_dir: str, wanted: dict[str, list[str]]) -> tuple[dict
     one pass over the decide tasks' files of ``decisions_dir``, a batch at a time."""
     import pyarrow as pa
     import pyarrow.compute as pc
-    import pyarrow.parquet as pq
 
     from spark_apps.dlq_replay.report_details import ERROR_CHARS
     from spark_apps.dlq_replay.snapshot_files import part_files
+    from spark_apps.dlq_replay.storage import open_parquet
 
     keys = pa.array([f"{sig}\x1f{message}" for sig, messages in wanted.items() for message in messages])
     signatures = pa.array(sorted(wanted), pa.string())
@@ -428,7 +418,7 @@ def error_counts(decisions_dir: str, wanted: dict[str, list[str]]) -> tuple[dict
     fixed = 0
     columns = ["signature", "error_message", "fix_error"]
     for path in part_files(decisions_dir):
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=65_536, columns=columns, use_threads=False):
+        for batch in open_parquet(path).iter_batches(batch_size=65_536, columns=columns, use_threads=False):
             shown = pc.fill_null(pc.is_in(batch.column("signature"), value_set=signatures), False)
             fixed += pc.and_(shown, pc.is_valid(batch.column("fix_error"))).true_count
             message = pc.utf8_slice_codeunits(batch.column("error_message"), 0, ERROR_CHARS)

@@ -16,16 +16,14 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from spark_apps.dlq_replay import outcomes as oc
 from spark_apps.dlq_replay.errors import ReplayConfigError
 from spark_apps.dlq_replay.options import DEDUP_WAVE_SIZE, DEFAULT_WAVE_SIZE
-from spark_apps.dlq_replay.parquet_writes import parquet_writer
 from spark_apps.dlq_replay.progress import MESSAGE_STEPS, StepProgress
 from spark_apps.dlq_replay.pulsar_io.errors import PulsarConfigError
-from spark_apps.dlq_replay.storage import RunStorage, join, local_path, qualify_root
+from spark_apps.dlq_replay.storage import RunStorage, join, qualify_root
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import Column, DataFrame, SparkSession
 
-    from spark_apps.dlq_replay.held_reads import HeldReads
     from spark_apps.dlq_replay.lock import RunLock
     from spark_apps.dlq_replay.options import ReplayOptions
     from spark_apps.dlq_replay.playbook import Playbook
@@ -54,7 +52,6 @@ class RunPaths:
         self.commit_parts = join(self.run, "commit_parts")
         self.decisions = join(self.run, "decisions")
         self.republish_results = join(self.run, "apply", "republish")
-        self.to_send = join(self.run, "apply", "to_send")
         self.report_json = join(self.run, "report.json")
         self.report_html = join(self.run, "report.html")
         self.archive = join(self.root, "archive")
@@ -101,10 +98,8 @@ class _Run:
         self.playbook = playbook
         self.conf = conf
         self.lock = lock
-        #: The snapshot's held reads (consumer mode), until the commit acks through them.
-        self.held: HeldReads | None = None
         self.paths = RunPaths(options.output_dir, options.run_id)
-        self.storage = RunStorage(spark)
+        self.storage = RunStorage()
         self.state: RunState = _load_state(self.storage, self.paths, options, playbook)
         self.save()
 
@@ -146,7 +141,9 @@ class _Run:
 
     @property
     def buckets(self) -> int:
-        return max(1, self.options.parallelism or self.spark.sparkContext.defaultParallelism)
+        from spark_apps.dlq_replay.session import default_parallelism
+
+        return max(1, self.options.parallelism or default_parallelism(self.spark))
 
 
 def _plan(run: _Run) -> tuple[list[PartitionWindow], datetime]:
@@ -251,26 +248,25 @@ def _settle_windows(
 
 
 def _snapshot(run: _Run, windows: list[PartitionWindow]) -> DataFrame:
+    """Read the window in Spark tasks that write the snapshot (and its entries and identities) themselves."""
     from spark_apps.dlq_replay.pulsar_io.window import READER_MODE, read_mode_of, windows_to_json
     from spark_apps.dlq_replay.schemas import SNAPSHOT_SCHEMA
+    from spark_apps.dlq_replay.task_parquet import read_frame
 
     if run.step("snapshot"):
-        from pyspark.sql import Observation
-        from pyspark.sql import functions as F
-
         from spark_apps.dlq_replay import task_parquet
-        from spark_apps.dlq_replay.arrow_compat import map_in_arrow
         from spark_apps.dlq_replay.commit_parts import entry_rows, snapshot_entries_schema
-        from spark_apps.dlq_replay.pulsar_io.source import ENTRY_FIRST, read_tasks
+        from spark_apps.dlq_replay.pulsar_io.source import read_tasks
 
         started = time.monotonic()
         mode = read_mode_of(windows)
-        parallelism = run.options.parallelism or 1
-        if mode == READER_MODE and not run.options.parallelism:
-            # Readers split a partition's pending entries into contiguous shares: by default enough of
-            # them to keep every core busy (the source gives each share a minimum of entries).
+        # Readers split a partition's pending entries into contiguous shares: by default enough of them to
+        # keep every core busy (the source gives each share a minimum of entries). Consumer mode reads each
+        # partition with one consumer, which drops a redelivered copy by its id.
+        parallelism = 1
+        if mode == READER_MODE:
             busy = max(1, sum(1 for w in windows if w.pending))
-            parallelism = max(1, -(-run.buckets // busy))
+            parallelism = run.options.parallelism or max(1, -(-run.buckets // busy))
         source_options = {
             **run.conf.to_options(),
             "topics": ",".join(run.options.topics),
@@ -279,61 +275,25 @@ def _snapshot(run: _Run, windows: list[PartitionWindow]) -> DataFrame:
             "parallelism": str(parallelism),
             "idle.timeout.ms": str(run.options.idle_timeout_ms),
         }
-        # Counted as the rows are written, not by reading the snapshot again (entries: reader mode only,
-        # where the read tasks hold disjoint entry ranges).
-        # Shared consumers of one partition can both receive a message (redelivery when one closes); one
-        # consumer per partition already de-duplicates by id, and reader shares are disjoint entry ranges
-        # read once. Only several consumers per partition need Spark to de-duplicate (a shuffle).
-        deduplicate = mode != READER_MODE and parallelism > 1
-        by_tasks = False
-        frame, read_task, schema, tasks = read_tasks(run.spark, source_options, mark_entries=True)
-        with_identities = False
-        if task_parquet.enabled(run.spark, run.paths.snapshot) and not deduplicate:  # read tasks write it
-            # ... and, unless --max-messages needs the whole context, the rows' replay ids beside it: the
-            # decide step's duplicate marks then read those few columns, not the snapshot.
-            with_identities = run.options.max_messages is None
-            run.progress.count_files(run.paths.snapshot)
-            # ... and each batch's entries, which the reader-mode commit counts (commit_parts).
-            counts = task_parquet.SideOutput(
-                run.paths.snapshot_entries, snapshot_entries_schema(), entry_rows
-            )
-            main = task_parquet.main_output(run.paths.snapshot, SNAPSHOT_SCHEMA)
-            outputs = [main, counts, *([_identities_output(run)] if with_identities else [])]
-            writes = task_parquet.TaskWrites(read_task, outputs, _entries_tally, ("n", "entries"))
-            if mode != READER_MODE and _holds_reads(run):
-                from spark_apps.dlq_replay.held_reads import HeldReads
-
-                # The read tasks run in processes that keep their consumers for the commit's acks.
-                run.held = HeldReads.start(writes, tasks, run.buckets)
-                tallies = run.held.tallies()
-            else:
-                tallies = writes.in_spark(frame)
-            writes.seal()
-            stats = {"n": sum(t[0] or 0 for t in tallies), "entries": sum(t[1] or 0 for t in tallies)}
-            by_tasks = True
-        else:
-            snapshot_df = map_in_arrow(frame, read_task, schema)
-            if deduplicate:
-                snapshot_df = snapshot_df.dropDuplicates(["topic", "message_id_str"])
-            written = Observation("snapshot")
-            snapshot_df = snapshot_df.observe(
-                written,
-                F.count(F.lit(1)).alias("n"),
-                F.sum(F.col(ENTRY_FIRST).cast("long")).alias("entries"),
-            ).drop(ENTRY_FIRST)
-            parquet_writer(snapshot_df).mode("overwrite").parquet(run.paths.snapshot)
-            stats = written.get
-        count = int(stats["n"])
+        frame, read_task, _, _ = read_tasks(run.spark, source_options, mark_entries=True)
+        # Beside the rows: unless --max-messages needs the whole context, their replay ids (the decide
+        # step's duplicate marks read those few columns), and each batch's entries (the commit's counts).
+        with_identities = run.options.max_messages is None
+        run.progress.count_files(run.paths.snapshot)
+        counts = task_parquet.SideOutput(run.paths.snapshot_entries, snapshot_entries_schema(), entry_rows)
+        main = task_parquet.main_output(run.paths.snapshot, SNAPSHOT_SCHEMA)
+        outputs = [main, counts, *([_identities_output(run)] if with_identities else [])]
+        writes = task_parquet.TaskWrites(read_task, outputs, _entries_tally, ("n", "entries"))
+        tallies = writes.in_spark(frame)
+        writes.seal()
+        count = sum(t[0] or 0 for t in tallies)
         info: dict[str, Any] = {
             "read_mode": mode,
             "readers_per_partition": parallelism,
-            "written_by_tasks": by_tasks,  # one file per read task: the decide tasks read them
             "identities_written": with_identities,
-            "entries_written": by_tasks,
-            "held_reads": run.held is not None,
         }
         if mode == READER_MODE:
-            entries = int(stats["entries"] or 0)
+            entries = sum(t[1] or 0 for t in tallies)
             planned = sum(w.pending_entries for w in windows)
             info.update(pending_entries=planned, entries_read=entries, unread_entries=planned - entries)
             if planned != entries:
@@ -344,21 +304,7 @@ def _snapshot(run: _Run, windows: list[PartitionWindow]) -> DataFrame:
                     planned,
                 )
         run.done("snapshot", started, messages=count, dlq_reads=count, **info)
-    return run.spark.read.schema(SNAPSHOT_SCHEMA).parquet(run.paths.snapshot)
-
-
-def _holds_reads(run: _Run) -> bool:
-    """Whether the consumer-mode snapshot reads in held processes (:mod:`~spark_apps.dlq_replay.held_reads`):
-    a local master and a run whose commit can ack through them (it commits, with the tasks' entry counts:
-    no dry-run or canary, a local output root). Otherwise the commit reads the window again."""
-    from spark_apps.dlq_replay.held_reads import usable
-
-    return (
-        run.options.mode != oc.DRY_RUN
-        and not run.options.canary
-        and local_path(run.paths.commit_parts) is not None
-        and usable(run.spark)
-    )
+    return read_frame(run.spark, run.paths.snapshot, SNAPSHOT_SCHEMA)
 
 
 def _identities_output(run: _Run) -> SideOutput:
@@ -386,9 +332,10 @@ def _entries_tally(batch: pa.RecordBatch) -> tuple[int, int]:
 
 
 def _decide(run: _Run, snapshot: DataFrame, planned_at: datetime) -> DataFrame:
+    """Decide in one Spark task per producer bucket, each reading its share of the snapshot's files and
+    writing its decisions (and, unless a dry-run, its archived rows) itself."""
     from spark_apps.dlq_replay import task_parquet
     from spark_apps.dlq_replay.archive_files import staged_output
-    from spark_apps.dlq_replay.arrow_compat import map_in_arrow
     from spark_apps.dlq_replay.decide import DecideSettings, decide_tasks
     from spark_apps.dlq_replay.free_memory import return_free_memory
     from spark_apps.dlq_replay.ledger import final_ids, read_ledger
@@ -398,9 +345,6 @@ def _decide(run: _Run, snapshot: DataFrame, planned_at: datetime) -> DataFrame:
 
     opts = run.options
     if run.step("decide"):
-        from pyspark.sql import Observation
-        from pyspark.sql import functions as F
-
         started = time.monotonic()
         ledger = read_ledger(run.spark, run.storage, run.paths.ledger)
         filters = Filters(opts.signatures, opts.error_class, opts.since, opts.until, opts.max_messages)
@@ -412,11 +356,7 @@ def _decide(run: _Run, snapshot: DataFrame, planned_at: datetime) -> DataFrame:
             archive_payload=opts.archive_payload,
             group_actions=opts.group_actions,
         )
-        # A snapshot its read tasks wrote is read by the decide tasks themselves (not on a resume of a
-        # run whose snapshot an older version wrote).
-        by_read_tasks = run.state.info("snapshot").get("written_by_tasks") and task_parquet.enabled(
-            run.spark, run.paths.snapshot
-        )
+        identities = _snapshot_identities(run)
         frame, decide_task = decide_tasks(
             snapshot,
             run.playbook,
@@ -425,52 +365,36 @@ def _decide(run: _Run, snapshot: DataFrame, planned_at: datetime) -> DataFrame:
             filters=filters,
             final_ids=final_ids(ledger, exclude_run_id=opts.run_id),
             reviewed_ids=_reviewed_ids(run),
-            snapshot_dir=local_path(run.paths.snapshot) if by_read_tasks else None,
+            snapshot_dir=run.paths.snapshot,
             batch_rows=_arrow_batch_rows(run),
-            identities=_snapshot_identities(run) if by_read_tasks else None,
-            identities_dir=local_path(run.paths.identities) if by_read_tasks else None,
+            identities=identities,
+            identities_dir=run.paths.identities if identities is not None else None,
         )
         return_free_memory()  # the marks' working memory, before the driver waits out decide and apply
-        # The rows to republish are counted as the decisions are written, not by reading them again.
-        by_tasks = staged = False
-        if task_parquet.enabled(run.spark, run.paths.decisions):  # the tasks write their decisions
-            # ... and the archived rows, which apply moves into the archive (archive_files).
-            staged = opts.mode != oc.DRY_RUN and local_path(run.paths.archive) is not None
-            sides = [staged_output(run.paths.archive_staged, planned_at)] if staged else []
-            run.progress.count_files(run.paths.decisions)
-            tallies = task_parquet.write_in_tasks(
-                frame,
-                decide_task,
-                DECIDED_SCHEMA,
-                run.paths.decisions,
-                _sending_tally,
-                ("n", "last"),
-                sides,
-                row_groups_by=wave_blocks(opts.wave_size or DEFAULT_WAVE_SIZE),  # each wave's own row groups
-            )
-            lasts = [t[1] for t in tallies if t[1] is not None]
-            stats = {"n": sum(t[0] or 0 for t in tallies), "last": max(lasts, default=None)}
-            by_tasks = True
-        else:
-            written = Observation("decide")
-            sending = F.col("outcome") == F.lit(oc.TO_REPUBLISH)
-            decided = map_in_arrow(frame, decide_task, DECIDED_SCHEMA).observe(
-                written,
-                F.sum(sending.cast("long")).alias("n"),
-                F.max(F.when(sending, F.col("sequence_id"))).alias("last"),
-            )
-            parquet_writer(decided).mode("overwrite").parquet(run.paths.decisions)
-            stats = written.get
+        # The archived rows are staged beside the decisions; apply moves them into the archive.
+        staged = opts.mode != oc.DRY_RUN
+        sides = [staged_output(run.paths.archive_staged, planned_at)] if staged else []
+        run.progress.count_files(run.paths.decisions)
+        tallies = task_parquet.write_in_tasks(
+            frame,
+            decide_task,
+            DECIDED_SCHEMA,
+            run.paths.decisions,
+            _sending_tally,
+            ("n", "last"),
+            sides,
+            row_groups_by=wave_blocks(opts.wave_size or DEFAULT_WAVE_SIZE),  # each wave's own row groups
+        )
+        lasts = [t[1] for t in tallies if t[1] is not None]
+        last = max(lasts, default=None)
         run.done(
             "decide",
             started,
-            to_republish=int(stats["n"] or 0),
-            max_sequence_id=int(stats["last"]) if stats["last"] is not None else -1,
+            to_republish=sum(t[0] or 0 for t in tallies),
+            max_sequence_id=int(last) if last is not None else -1,
             producers_per_target=run.buckets,
-            written_by_tasks=by_tasks,  # one file per producer bucket: apply sends from them
-            archive_staged=staged,
         )
-    return run.spark.read.schema(DECIDED_SCHEMA).parquet(run.paths.decisions)
+    return task_parquet.read_frame(run.spark, run.paths.decisions, DECIDED_SCHEMA)
 
 
 def _snapshot_identities(run: _Run) -> DataFrame | None:
@@ -478,8 +402,9 @@ def _snapshot_identities(run: _Run) -> DataFrame | None:
     if not run.state.info("snapshot").get("identities_written"):
         return None
     from spark_apps.dlq_replay.schemas import IDENTITIES_SCHEMA
+    from spark_apps.dlq_replay.task_parquet import read_frame
 
-    return run.spark.read.schema(IDENTITIES_SCHEMA).parquet(run.paths.identities)
+    return read_frame(run.spark, run.paths.identities, IDENTITIES_SCHEMA)
 
 
 def _sending_tally(batch: pa.RecordBatch) -> tuple[int, int | None]:
@@ -502,27 +427,29 @@ def _reviewed_ids(run: _Run) -> DataFrame | None:
 
 
 def _apply(run: _Run, decisions: DataFrame, planned_at: datetime) -> DataFrame | None:
+    from spark_apps.dlq_replay.schemas import RESULTS_SCHEMA
+    from spark_apps.dlq_replay.task_parquet import read_frame
+
     to_send = int(run.state.info("decide").get("to_republish", 0))
     if run.step("apply"):
         started = time.monotonic()
         progress = run.state.progress("apply")
         if not progress.get("archive_written"):
-            _archive(run, decisions, planned_at)
+            _archive(run, planned_at)
             progress["archive_written"] = True
             run.save()
             log.info("step apply: archive written to %s", run.paths.archive)
         published = failed = 0
         if to_send:
-            sending: DataFrame = decisions
+            sending: DataFrame | None = None
             halted: list[str] = []
             unsent_halted = _no_halted
             if run.options.canary:  # canary first; halted groups are not sent (docs/canary.md)
                 from spark_apps.dlq_replay.canary import run_canary, unsent_halted
 
                 sending, halted = run_canary(run, decisions, lambda df, path: _send(run, df, path))
-            _republish_in_waves(run, sending, to_send, from_files=not run.options.canary)
-            saved = run.spark.read.parquet(run.paths.republish_results)
-            published = saved.filter("published").count()
+            _republish_in_waves(run, decisions, to_send, sending)
+            published = _published(run)
             failed = to_send - published - unsent_halted(run, decisions, halted)
             if failed:
                 log.warning("step apply: %d messages could not be published; they stay pending", failed)
@@ -536,101 +463,81 @@ def _apply(run: _Run, decisions: DataFrame, planned_at: datetime) -> DataFrame |
             resend_bound=int(progress.get("resend_bound", 0)),
         )
     if to_send and run.storage.has_data(run.paths.republish_results):
-        return run.spark.read.parquet(run.paths.republish_results)
+        return read_frame(run.spark, run.paths.republish_results, RESULTS_SCHEMA)
     return None
 
 
-def _archive(run: _Run, decisions: DataFrame, planned_at: datetime) -> None:
-    """Write this run's archive partitions: move the decide tasks' staged files, or let Spark write them."""
-    from spark_apps.dlq_replay.apply import archive_rows, write_archive
+def _published(run: _Run) -> int:
+    """Messages the waves saved as published (the results' ``published`` column, read in the driver a
+    column at a time: one row per message never reaches it)."""
+    import pyarrow.compute as pc
+
+    from spark_apps.dlq_replay.storage import open_parquet
+    from spark_apps.dlq_replay.task_parquet import data_files
+
+    total = 0
+    for path in data_files(run.paths.republish_results):
+        for batch in open_parquet(path).iter_batches(
+            batch_size=65_536, columns=["published"], use_threads=False
+        ):
+            total += pc.fill_null(batch.column(0), False).true_count
+    return total
+
+
+def _archive(run: _Run, planned_at: datetime) -> None:
+    """Move the decide tasks' staged archive files into this run's archive partitions."""
     from spark_apps.dlq_replay.archive_files import publish_staged
 
-    staged, root = local_path(run.paths.archive_staged), local_path(run.paths.archive)
-    if run.state.info("decide").get("archive_staged") and staged is not None and root is not None:
-        publish_staged(staged, root, planned_at.strftime("%Y-%m-%d"), run.options.run_id)
-    else:
-        write_archive(archive_rows(decisions, run.options.run_id, planned_at), run.paths.archive)
+    publish_staged(
+        run.paths.archive_staged, run.paths.archive, planned_at.strftime("%Y-%m-%d"), run.options.run_id
+    )
 
 
 def _send(run: _Run, decisions: DataFrame, path: str) -> None:
     """Republish the ``to_republish`` rows of ``decisions`` and save the results at ``path``."""
     from spark_apps.dlq_replay.apply import republish
+    from spark_apps.dlq_replay.schemas import RESULTS_SCHEMA
+    from spark_apps.dlq_replay.task_parquet import write_frame
 
     results = republish(decisions, run.conf, partitions=run.buckets, rate_limit_per_s=run.options.rate_limit)
-    parquet_writer(results).mode("overwrite").parquet(path)
+    write_frame(results, path, RESULTS_SCHEMA)
 
 
 def _no_halted(run: _Run, decisions: DataFrame, halted: list[str]) -> int:
     return 0
 
 
-def _republish_in_waves(run: _Run, decisions: DataFrame, to_send: int, from_files: bool) -> None:
+def _republish_in_waves(run: _Run, decisions: DataFrame, to_send: int, sending: DataFrame | None) -> None:
     """Send in waves of ``--wave-size`` sequence ids per producer, each saved before the next starts.
 
-    When the decide tasks wrote one file per producer bucket (a local output root) and ``from_files``
-    (all of ``decisions`` is to be sent: no canary), each wave's tasks read their bucket's file
-    themselves (:mod:`~spark_apps.dlq_replay.task_sends`). Otherwise, with several waves the rows to
-    send are written once, partitioned by wave, so a wave reads only its own rows; one wave (every
-    producer's sequence ids fit in it) is sent straight from the decisions, which hold the same rows,
-    through a shuffle by producer and a sort. A wave whose results are saved (``_SUCCESS``) is never
-    sent again; a wave an earlier attempt started but did not save is sent again whole, and its size is
+    Each wave's tasks read their producer bucket's decisions file themselves
+    (:mod:`~spark_apps.dlq_replay.task_sends`); after a canary, ``sending`` holds the rows still to send
+    and each wave sends its share of them. A wave whose results are saved (``_SUCCESS``) is never sent
+    again; a wave an earlier attempt started but did not save is sent again whole, and its size is
     counted as ``resent``: on a broker without deduplication up to that many messages reach the origin
     twice (with the same ``REPLAY_ID``); with deduplication the same producer names and sequence ids
     make the re-send exact.
     """
-    from spark_apps.dlq_replay import task_parquet
-    from spark_apps.dlq_replay.apply import prepare_sends, send_rows
     from spark_apps.dlq_replay.task_sends import send_wave
 
     progress = run.state.progress("apply")
     decided = run.state.info("decide")
-    from_files = (
-        from_files
-        and bool(decided.get("written_by_tasks"))
-        and task_parquet.enabled(run.spark, run.paths.decisions)
-    )
-    # One results file per bucket and wave, for every wave: the record tasks read them (ledger_files).
-    earlier = progress.get(
-        "sent_from_files", "waves_done" not in progress and "wave_in_flight" not in progress
-    )
-    progress["sent_from_files"] = from_files and bool(earlier)
     last = int(decided.get("max_sequence_id", -1))
-    if last < 0:  # decided by an attempt that did not record it
-        row = decisions.selectExpr("max(sequence_id) AS last").first()
-        last = int(row["last"]) if row and row["last"] is not None else -1
     if not progress.get("wave_size"):
-        if progress.get("sends_written"):  # by a version that did not record the size: default waves
-            progress["wave_size"] = run.options.wave_size or DEFAULT_WAVE_SIZE
-        else:
-            progress["wave_size"] = _wave_size(run, decisions, last)
+        progress["wave_size"] = _wave_size(run, last)
         run.save()
     size = int(progress["wave_size"])
     waves = last // size + 1
-    if waves > 1 and not from_files and not progress.get("sends_written"):
-        parquet_writer(prepare_sends(decisions, size)).mode("overwrite").partitionBy("wave").parquet(
-            run.paths.to_send
-        )
-        progress["sends_written"] = True
-        run.save()
     for wave in range(waves):
         run.check_lock()
         path = join(run.paths.republish_results, f"wave={wave}")
         if run.storage.exists(join(path, "_SUCCESS")):
-            if from_files:
-                run.progress.count_files(path)  # its messages count as done
+            run.progress.count_files(path)  # its messages count as done
             log.info(
                 "step apply: wave %d/%d was sent by an earlier attempt, not sending again", wave + 1, waves
             )
             continue
         again = progress.get("wave_in_flight") == wave
-        rows = None
-        if waves == 1 and not from_files:
-            rows = prepare_sends(decisions, size)
-        elif not from_files:
-            source = join(run.paths.to_send, f"wave={wave}")
-            if not run.storage.exists(source):
-                continue  # no producer has sequence ids in this range
-            rows = run.spark.read.parquet(source)
         log.info(
             "step apply: republishing wave %d/%d (sequence ids %d-%d per producer, %d messages in all)%s",
             wave + 1,
@@ -644,8 +551,8 @@ def _republish_in_waves(run: _Run, decisions: DataFrame, to_send: int, from_file
         progress["wave_starts"] = int(progress.get("wave_starts", 1)) + 1 if again else 1
         progress["wave_in_flight"] = wave
         run.save()
-        if rows is None:
-            run.progress.count_files(path)
+        run.progress.count_files(path)
+        if sending is None:
             send_wave(
                 run.spark,
                 run.paths.decisions,
@@ -657,10 +564,7 @@ def _republish_in_waves(run: _Run, decisions: DataFrame, to_send: int, from_file
                 rate_limit_per_s=run.options.rate_limit,
             )
         else:
-            results = send_rows(
-                rows, run.conf, partitions=run.buckets, rate_limit_per_s=run.options.rate_limit
-            )
-            parquet_writer(results).mode("overwrite").parquet(path)
+            _send_rows_of_wave(run, sending, size, wave, path)
         if again:
             restarts = int(progress["wave_starts"]) - 1
             _count_resend(run, decisions, path, (wave * size, (wave + 1) * size), restarts)
@@ -668,6 +572,19 @@ def _republish_in_waves(run: _Run, decisions: DataFrame, to_send: int, from_file
         progress.pop("wave_in_flight", None)
         progress.pop("wave_starts", None)
         run.save()
+
+
+def _send_rows_of_wave(run: _Run, sending: DataFrame, size: int, wave: int, path: str) -> None:
+    """After a canary: send wave ``wave``'s share of ``sending`` and save the results at ``path``."""
+    from pyspark.sql import functions as F
+
+    from spark_apps.dlq_replay.apply import prepare_sends, send_rows
+    from spark_apps.dlq_replay.schemas import RESULTS_SCHEMA
+    from spark_apps.dlq_replay.task_parquet import write_frame
+
+    rows = prepare_sends(sending, size).filter(F.col("wave") == F.lit(wave))
+    results = send_rows(rows, run.conf, partitions=run.buckets, rate_limit_per_s=run.options.rate_limit)
+    write_frame(results, path, RESULTS_SCHEMA)
 
 
 def _count_resend(
@@ -682,7 +599,10 @@ def _count_resend(
 
     progress = run.state.progress("apply")
     lo, hi = sequence_range
-    sent = run.spark.read.parquet(results).agg(
+    from spark_apps.dlq_replay.schemas import RESULTS_SCHEMA
+    from spark_apps.dlq_replay.task_parquet import read_frame
+
+    sent = read_frame(run.spark, results, RESULTS_SCHEMA).agg(
         F.count(F.lit(1)).alias("n"),
         F.count_if(F.col("published_message_id").startswith("-1:")).alias("held"),
     )
@@ -699,13 +619,10 @@ def _count_resend(
         progress[key] = int(progress.get(key, 0)) + n
 
 
-def _wave_size(run: _Run, decisions: DataFrame, last: int) -> int:
+def _wave_size(run: _Run, last: int) -> int:
     """``--wave-size``, else :data:`~spark_apps.dlq_replay.options.DEDUP_WAVE_SIZE` when the broker
     deduplicates every target topic (a re-sent wave is dropped there), else the small default that bounds
     a re-send after a kill (``docs/reliability.md``). ``last``: the highest sequence id of any producer."""
-    from pyspark.sql import functions as F
-
-    from spark_apps.dlq_replay import task_parquet
     from spark_apps.dlq_replay.pulsar_io.dedup import deduplication
     from spark_apps.dlq_replay.task_sends import sending_targets
 
@@ -713,12 +630,7 @@ def _wave_size(run: _Run, decisions: DataFrame, last: int) -> int:
         return run.options.wave_size
     if last < DEFAULT_WAVE_SIZE:
         return DEFAULT_WAVE_SIZE  # one wave either way: no need to ask the broker
-    by_tasks = run.state.info("decide").get("written_by_tasks")
-    if by_tasks and task_parquet.enabled(run.spark, run.paths.decisions):
-        targets = sorted(sending_targets(run.paths.decisions))  # the decide tasks' files, read in the driver
-    else:
-        sending = decisions.filter(F.col("outcome") == oc.TO_REPUBLISH).select("target_topic").distinct()
-        targets = [str(row[0]) for row in sending.collect() if row[0]]  # one row per origin topic
+    targets = sorted(sending_targets(run.paths.decisions))  # the decide tasks' files, read in the driver
     dedup = deduplication(run.conf, targets)
     size = DEDUP_WAVE_SIZE if dedup.on else DEFAULT_WAVE_SIZE
     log.info("step apply: waves of %d sequence ids per producer (%s)", size, dedup.reason)
@@ -726,18 +638,17 @@ def _wave_size(run: _Run, decisions: DataFrame, last: int) -> int:
 
 
 def _record(run: _Run, outcomes_df: DataFrame) -> None:
+    """Write the run's ledger rows: the record tasks zip each bucket's decisions with its send results
+    (and write the report's and the commit's counts beside them); after a canary, which changed
+    outcomes, the ledger rows come from ``outcomes_df``."""
     from spark_apps.dlq_replay.ledger import ledger_rows, write_ledger
+    from spark_apps.dlq_replay.ledger_files import publish_staged, record_in_tasks
 
     if run.step("record"):
         started = time.monotonic()
         recorded_at = datetime.now(UTC)
-        by_tasks = _record_by_tasks(run)
+        by_tasks = not run.options.canary
         if by_tasks:
-            from spark_apps.dlq_replay.ledger_files import publish_staged, record_in_tasks
-
-            staged, root = local_path(run.paths.ledger_staged), local_path(run.paths.ledger)
-            assert staged is not None  # _record_by_tasks checked both
-            assert root is not None
             run.progress.count_files(run.paths.ledger_staged)
             record_in_tasks(
                 run.spark,
@@ -752,36 +663,17 @@ def _record(run: _Run, outcomes_df: DataFrame) -> None:
                 parts_dir=run.paths.report_parts,
                 commit_dir=run.paths.commit_parts,
             )
-            publish_staged(staged, root, run.options.run_id)
         else:
             rows = ledger_rows(outcomes_df, run.options.run_id, run.options.mode, recorded_at)
-            write_ledger(rows, run.paths.ledger)
+            write_ledger(rows, run.paths.ledger_staged)
+        publish_staged(run.paths.ledger_staged, run.paths.ledger, run.options.run_id)
         run.done(
             "record",
             started,
-            written_by_tasks=by_tasks,
             report_parts=by_tasks,
             commit_parts=by_tasks,
             recorded_at=recorded_at.isoformat(),
         )
-
-
-def _record_by_tasks(run: _Run) -> bool:
-    """True when the record tasks can zip each bucket's decisions file with its send results
-    (:mod:`~spark_apps.dlq_replay.ledger_files`): the decide tasks wrote one file per bucket, apply sent
-    from them (or sent nothing), no canary changed outcomes, and the ledger is on a local root."""
-    from spark_apps.dlq_replay import task_parquet
-
-    sent_from_files = not run.state.info("decide").get("to_republish") or bool(
-        run.state.info("apply").get("sent_from_files")
-    )
-    return (
-        bool(run.state.info("decide").get("written_by_tasks"))
-        and sent_from_files
-        and not run.options.canary
-        and task_parquet.enabled(run.spark, run.paths.decisions)
-        and task_parquet.enabled(run.spark, run.paths.ledger)
-    )
 
 
 def _commit(run: _Run, windows: list[PartitionWindow]) -> None:
@@ -814,7 +706,6 @@ def _commit(run: _Run, windows: list[PartitionWindow]) -> None:
         final_in_partial_entries=totals["final_in_partial_entries"],
         entries_acked=totals["entries_acked"],
         final_in_whole_entries=totals.get("final_in_whole_entries", 0),
-        acked_from_held_reads=bool(totals.get("acked_from_held_reads")),
         dlq_reads_snapshot=snapshot_reads,
         dlq_reads_commit=totals["messages_read"],
         reads_per_message=round(reads / snapshot_reads, 3) if snapshot_reads else 0.0,
@@ -852,6 +743,7 @@ def _commit_entries(run: _Run, windows: list[PartitionWindow]) -> dict[str, int]
         make_entry_commit_fn,
     )
     from spark_apps.dlq_replay.schemas import SNAPSHOT_SCHEMA
+    from spark_apps.dlq_replay.task_parquet import read_frame
 
     table = _counted_entries(run)
     if table is not None:
@@ -876,7 +768,7 @@ def _commit_entries(run: _Run, windows: list[PartitionWindow]) -> dict[str, int]
             .groupBy(*entry)
             .agg(F.sum(F.when(F.col("final"), 1).otherwise(0)).cast("long").alias("final_messages"))
         )
-        snapshot = run.spark.read.schema(SNAPSHOT_SCHEMA).parquet(run.paths.snapshot)
+        snapshot = read_frame(run.spark, run.paths.snapshot, SNAPSHOT_SCHEMA)
         read = (
             snapshot.select(
                 F.col("topic").alias("dlq_topic"),
@@ -914,16 +806,13 @@ def _entry_of_id() -> list[Column]:
 
 
 def _counted_entries(run: _Run) -> pa.Table | None:
-    """Per entry of the snapshot, its messages and final messages, when the snapshot's read tasks and the
-    record tasks counted them (:func:`~spark_apps.dlq_replay.commit_parts.entry_table`); else None."""
-    snapshot_entries = local_path(run.paths.snapshot_entries)
-    commit_parts = local_path(run.paths.commit_parts)
-    counted = run.state.info("snapshot").get("entries_written")
-    if counted and run.state.info("record").get("commit_parts") and snapshot_entries and commit_parts:
-        from spark_apps.dlq_replay.commit_parts import entry_table
+    """Per entry of the snapshot, its messages and final messages, when the record tasks counted them
+    (:func:`~spark_apps.dlq_replay.commit_parts.entry_table`; not after a canary); else None."""
+    if not run.state.info("record").get("commit_parts"):
+        return None
+    from spark_apps.dlq_replay.commit_parts import entry_table
 
-        return entry_table(snapshot_entries, commit_parts)
-    return None
+    return entry_table(run.paths.snapshot_entries, run.paths.commit_parts)
 
 
 def _commit_by_consumers(run: _Run, windows: list[PartitionWindow], resumed: bool) -> dict[str, int]:
@@ -932,12 +821,6 @@ def _commit_by_consumers(run: _Run, windows: list[PartitionWindow], resumed: boo
     from spark_apps.dlq_replay.pulsar_io.commit import COMMIT_RESULT_SCHEMA, make_commit_fn
 
     table = _counted_entries(run)
-    if run.held is not None:
-        held, run.held = run.held, None
-        totals = _commit_held(held, windows, table) if table is not None and not resumed else None
-        if totals is not None:
-            return totals
-        held.release()  # the read below needs the messages the held consumers have back
     final, expected, unread, in_whole, in_partial = (
         _final_by_ledger(run) if table is None else _final_by_entries(run, windows, table)
     )
@@ -962,53 +845,6 @@ def _commit_by_consumers(run: _Run, windows: list[PartitionWindow], resumed: boo
     totals["left_pending"] += unread
     totals["final_in_partial_entries"] += in_partial
     totals["unacked_final"] = 0 if resumed else max(0, expected - acked_this_attempt)
-    return totals
-
-
-def _commit_held(held: HeldReads, windows: list[PartitionWindow], table: pa.Table) -> dict[str, int] | None:
-    """Consumer mode with held reads (:mod:`~spark_apps.dlq_replay.held_reads`): the whole entries acked by
-    id from the snapshot's own consumers, no message received again. Final messages of entries that also
-    hold a pending one stay pending with their entry, as on any broker without batch-index acks. None when
-    a held consumer does not hold every message of its read (acks through it may be dropped): read again."""
-    import pyarrow.compute as pc
-
-    from spark_apps.dlq_replay.commit_parts import ConsumerCommit
-    from spark_apps.dlq_replay.errors import HeldReadError
-
-    split = ConsumerCommit(table, windows)  # checks the table before anything is acked
-    try:
-        unsettled = held.unsettled()
-    except HeldReadError as exc:  # nothing acked yet; its consumers closed, so the messages are pending
-        log.warning("step commit: %s; reading the window again to ack", exc)
-        return None
-    if unsettled:
-        log.warning(
-            "step commit: the snapshot's consumers of %s do not hold every message they read (a read "
-            "resumed after a stall, or the window sent again after a reconnect): reading the window again "
-            "to ack from the consumers that receive them",
-            ", ".join(unsettled),
-        )
-        return None
-    entries, beyond = held.ack(split.whole)
-    read = int(pc.sum(table.column("messages")).as_py() or 0)
-    log.info(
-        "step commit: %d final messages, %d in %d whole entries acked from the snapshot's consumers, %d in "
-        "entries with a pending message left pending",
-        split.expected,
-        split.in_whole,
-        entries,
-        split.expected - split.in_whole,
-    )
-    totals = dict.fromkeys(_TOTAL_COLUMNS, 0)
-    totals.update(
-        acked=split.in_whole,
-        entries_acked=entries,
-        left_pending=read - split.expected,
-        beyond_window=beyond,
-        final_in_partial_entries=split.expected - split.in_whole,
-        final_in_whole_entries=split.in_whole,
-        acked_from_held_reads=1,
-    )
     return totals
 
 
@@ -1082,7 +918,7 @@ def run_replay(
     playbook = check_with_spark(spark, options)
     conf = PulsarConf.from_app_options(options)
     paths = RunPaths(options.output_dir, options.run_id)
-    storage = RunStorage(spark)
+    storage = RunStorage()
     state = _load_state(storage, paths, options, playbook)  # a resume with changed options stops here
     if state.is_complete("report"):
         text = storage.read_text(paths.report_json)
@@ -1104,12 +940,7 @@ def run_replay(
             subscription=options.subscription,
             storage=storage,
         ) as lock:
-            run = _Run(spark, options, playbook, conf, lock)
-            try:
-                return _run_steps(run)
-            finally:
-                if run.held is not None:  # the run stopped before its commit: the messages go back pending
-                    run.held.release()
+            return _run_steps(_Run(spark, options, playbook, conf, lock))
     except (ReplayConfigError, PulsarConfigError):
         created.remove_if_refused(state)
         raise
@@ -1266,8 +1097,7 @@ def _report_parts(run: _Run) -> ReportParts | None:
         return None
     from spark_apps.dlq_replay.report_parts import read_parts
 
-    folder = local_path(run.paths.report_parts)
-    return None if folder is None else read_parts(folder)
+    return read_parts(run.paths.report_parts)
 
 
 def _report(run: _Run, outcomes_df: DataFrame | None, started_wall: datetime) -> dict[str, Any]:

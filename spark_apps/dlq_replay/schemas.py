@@ -154,6 +154,16 @@ LEDGER_SCHEMA = StructType(
     ]
 )
 
+#: One send result per message republished (``REPUBLISH_RESULT_SCHEMA`` of the Pulsar I/O layer).
+RESULTS_SCHEMA = StructType(
+    [
+        StructField("replay_id", StringType()),
+        StructField("published", BooleanType()),
+        StructField("published_message_id", StringType()),
+        StructField("error", StringType()),
+    ]
+)
+
 
 def arrow_schema(schema: StructType) -> pa.Schema:
     """The Arrow schema Spark uses for ``schema`` in ``mapInArrow`` (timestamps in UTC microseconds)."""

@@ -11,7 +11,6 @@ its rows come in file order.
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -29,17 +28,19 @@ DRIVER_REPEATED = 10_000
 
 def part_files(folder: str) -> list[str]:
     """The ``part-*.parquet`` files in ``folder``, in name order."""
-    names = sorted(n for n in os.listdir(folder) if n.startswith("part-") and n.endswith(".parquet"))
-    return [os.path.join(folder, name) for name in names]
+    from spark_apps.dlq_replay import storage
+
+    names = [n for n in storage.list_names(folder) if n.startswith("part-") and n.endswith(".parquet")]
+    return [storage.join(folder, name) for name in names]
 
 
 def row_group_units(folder: str) -> list[tuple[str, int]]:
     """``(file, row group)`` of every row group of the ``part-*.parquet`` files in ``folder``, in order."""
-    import pyarrow.parquet as pq
+    from spark_apps.dlq_replay.storage import open_parquet
 
     units: list[tuple[str, int]] = []
     for path in part_files(folder):
-        units += [(path, group) for group in range(pq.ParquetFile(path).metadata.num_row_groups)]
+        units += [(path, group) for group in range(open_parquet(path).metadata.num_row_groups)]
     return units
 
 
@@ -74,10 +75,10 @@ def repeated_values(folder: str, column: str, limit: int = DRIVER_REPEATED) -> s
 
 
 def _column_batches(folder: str, column: str) -> Iterator[pa.RecordBatch]:
-    import pyarrow.parquet as pq
+    from spark_apps.dlq_replay.storage import open_parquet
 
     for path in part_files(folder):
-        source = pq.ParquetFile(path)
+        source = open_parquet(path)
         yield from source.iter_batches(batch_size=65_536, columns=[column], use_threads=False)
 
 
@@ -100,13 +101,13 @@ def bucket_batches(
 ) -> Iterator[pa.RecordBatch]:
     """Bucket ``bucket``'s share of ``units`` (every ``buckets``-th row group), as batches of at most
     ``batch_rows`` rows of ``columns`` plus the two mark columns ``mark_names`` (null where unmarked)."""
-    import pyarrow.parquet as pq
+    from spark_apps.dlq_replay.storage import open_parquet
 
     by_file: dict[str, list[int]] = {}
     for path, group in units[bucket::buckets]:
         by_file.setdefault(path, []).append(group)
     for path, groups in by_file.items():
-        source = pq.ParquetFile(path)
+        source = open_parquet(path)
         # One decoding thread: the task shares the cores with the others, and each thread's allocator
         # keeps memory of its own (about 25 MiB more per worker with threads).
         batches = source.iter_batches(

@@ -1,9 +1,17 @@
-"""Small text files of a run (plan, state, report) on any Hadoop-compatible file system.
+"""The run's storage: every file a run reads or writes, on the driver and in its tasks, through pyarrow.fs.
 
-The output root may be a local path or a URI (``hdfs://``, ``s3a://``, ``file:///``...). Local files are
-read and written with Python (a write is a temporary file and ``os.replace``, atomic even if the driver
-is killed mid-write); anything else goes through Spark's Hadoop ``FileSystem`` on the driver, so
-whatever Spark can write to works here too.
+The output root is a local path, a ``file:`` URI or an object store / Hadoop URI (``s3://``, ``s3a://``,
+``gs://``, ``hdfs://``...). One layer serves the driver (plan, state, report, locks) and the Python tasks
+(Parquet datasets), so the JVM never opens the output root: the same run works on ``local[n]``, a
+cluster and Spark Connect, whatever Hadoop connectors the cluster has.
+
+S3 (``s3://``, ``s3a://``, ``s3n://``) takes its settings from the standard AWS environment variables,
+read where the file is opened (the driver, or the executor running a task): credentials and region from
+the AWS SDK's chain, the endpoint of an S3-compatible server from ``AWS_ENDPOINT_URL_S3`` or
+``AWS_ENDPOINT_URL``. Keys never travel in arguments (see ``docs/storage.md``).
+
+Writes are atomic where a reader could otherwise see half a file: a local file is written to a
+temporary name and renamed; an object store shows an object only once its upload completes.
 """
 
 from __future__ import annotations
@@ -11,10 +19,21 @@ from __future__ import annotations
 import os
 import posixpath
 import uuid
-from typing import TYPE_CHECKING, Any
+from functools import lru_cache
+from typing import TYPE_CHECKING
+from urllib.parse import unquote, urlparse
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    import pyarrow as pa
+    import pyarrow.fs as pafs
+    import pyarrow.parquet as pq
+
+#: Schemes served by pyarrow's S3 file system (Hadoop's names included).
+S3_SCHEMES = frozenset({"s3", "s3a", "s3n"})
+
+
+class StorageError(OSError):
+    """The output root cannot be used as asked; the message names the fix."""
 
 
 def join(root: str, *parts: str) -> str:
@@ -30,10 +49,13 @@ def local_path(path: str) -> str | None:
     if path.startswith("/"):
         return path
     if path.startswith("file:"):
-        from urllib.parse import unquote, urlparse
-
         return unquote(urlparse(path).path) or None
     return None
+
+
+def is_local(path: str) -> bool:
+    """True for a local path (absolute or relative) or ``file:`` URI."""
+    return local_path(path) is not None or "://" not in path
 
 
 def qualify_root(root: str) -> str:
@@ -43,120 +65,229 @@ def qualify_root(root: str) -> str:
     return os.path.abspath(root)
 
 
+def _s3_endpoint() -> str | None:
+    return os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or None
+
+
+@lru_cache(maxsize=8)
+def _s3(endpoint: str | None, region: str | None) -> pafs.FileSystem:
+    import pyarrow.fs as pafs
+
+    options: dict[str, object] = {}
+    if endpoint:
+        parsed = urlparse(endpoint)
+        options["endpoint_override"] = parsed.netloc or parsed.path
+        options["scheme"] = parsed.scheme or "https"
+    if region:
+        options["region"] = region
+    return pafs.S3FileSystem(**options)
+
+
+@lru_cache(maxsize=8)
+def _from_uri(base: str) -> pafs.FileSystem:
+    import pyarrow.fs as pafs
+
+    return pafs.FileSystem.from_uri(base)[0]
+
+
+def filesystem(path: str) -> tuple[pafs.FileSystem, str]:
+    """``(file system, path inside it)`` for a local path or URI; file systems are cached per process."""
+    local = local_path(path)
+    if local is not None or "://" not in path:
+        import pyarrow.fs as pafs
+
+        return pafs.LocalFileSystem(), os.path.abspath(local or path)
+    parsed = urlparse(path)
+    scheme = parsed.scheme.lower()
+    if scheme in S3_SCHEMES:
+        region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or None
+        return _s3(_s3_endpoint(), region), f"{parsed.netloc}{parsed.path}".rstrip("/")
+    fs = _from_uri(f"{scheme}://{parsed.netloc}/")
+    return fs, fs.normalize_path(f"{scheme}://{parsed.netloc}{parsed.path}").rstrip("/")
+
+
+def check_root(root: str) -> None:
+    """Fail at once, naming the fix, when ``root`` cannot be opened (unknown scheme, missing bucket)."""
+    try:
+        fs, inner = filesystem(root)
+        if urlparse(root).scheme.lower() in S3_SCHEMES:
+            bucket = inner.split("/", 1)[0]
+            import pyarrow.fs as pafs
+
+            if fs.get_file_info(bucket).type == pafs.FileType.NotFound:
+                raise StorageError(
+                    f"--output-dir {root}: bucket {bucket!r} does not exist or cannot be seen with these "
+                    "credentials; create it first, or check AWS_ENDPOINT_URL_S3/AWS_ENDPOINT_URL and the "
+                    "AWS credentials in the driver's and executors' environment"
+                )
+    except StorageError:
+        raise
+    except Exception as exc:
+        raise StorageError(
+            f"--output-dir {root}: cannot open it ({type(exc).__name__}: {exc}); use a local path or a URI "
+            "pyarrow can open (s3://, s3a://, gs://, hdfs://), with its settings in the environment"
+        ) from exc
+
+
+def exists(path: str) -> bool:
+    import pyarrow.fs as pafs
+
+    fs, inner = filesystem(path)
+    return bool(fs.get_file_info(inner).type != pafs.FileType.NotFound)
+
+
+def read_bytes(path: str) -> bytes | None:
+    """The file's bytes, or ``None`` when it does not exist."""
+    fs, inner = filesystem(path)
+    try:
+        with fs.open_input_stream(inner) as stream:
+            return bytes(stream.read())
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if not exists(path):
+            return None
+        raise exc
+
+
+def write_bytes(path: str, data: bytes) -> None:
+    """Write ``data`` whole: a local file through a temporary name and a rename; an object in one upload."""
+    fs, inner = filesystem(path)
+    if is_local(path):
+        os.makedirs(os.path.dirname(inner) or ".", exist_ok=True)
+        tmp = f"{inner}.tmp-{uuid.uuid4().hex}"
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, inner)  # atomic: a killed process leaves the old file or the new one
+        return
+    with fs.open_output_stream(inner) as out:
+        out.write(data)
+
+
+def list_names(path: str) -> list[str]:
+    """Names of the entries directly under ``path`` (empty when it does not exist)."""
+    import pyarrow.fs as pafs
+
+    fs, inner = filesystem(path)
+    infos = fs.get_file_info(pafs.FileSelector(inner, allow_not_found=True))
+    return sorted(info.base_name for info in infos)
+
+
+def list_files(path: str, recursive: bool = True) -> list[str]:
+    """Paths (as ``path``'s scheme writes them) of the files under ``path``, sorted; none if missing."""
+    import pyarrow.fs as pafs
+
+    fs, inner = filesystem(path)
+    infos = fs.get_file_info(pafs.FileSelector(inner, recursive=recursive, allow_not_found=True))
+    return sorted(join(path, info.path[len(inner) :]) for info in infos if info.type == pafs.FileType.File)
+
+
+def delete(path: str) -> None:
+    """Delete a file or a directory tree; nothing when it does not exist."""
+    import pyarrow.fs as pafs
+
+    fs, inner = filesystem(path)
+    kind = fs.get_file_info(inner).type
+    if kind == pafs.FileType.Directory:
+        fs.delete_dir(inner)
+    elif kind == pafs.FileType.File:
+        fs.delete_file(inner)
+
+
+def move(src: str, dst: str) -> None:
+    """Rename a file, replacing ``dst`` (atomic on a local disk; a copy then a delete on object stores)."""
+    fs, inner_src = filesystem(src)
+    _, inner_dst = filesystem(dst)
+    if is_local(dst):
+        os.makedirs(os.path.dirname(inner_dst) or ".", exist_ok=True)
+    fs.move(inner_src, inner_dst)
+
+
+def make_dirs(path: str) -> None:
+    fs, inner = filesystem(path)
+    fs.create_dir(inner, recursive=True)
+
+
 class RunStorage:
-    """Read and write small UTF-8 files through the JVM's Hadoop ``FileSystem``."""
-
-    def __init__(self, spark: SparkSession) -> None:
-        self._spark = spark
-        jvm: Any = spark.sparkContext._jvm
-        self._jvm = jvm
-        self._conf = spark.sparkContext._jsc.hadoopConfiguration()
-
-    def _fs(self, path: str) -> tuple[Any, Any]:
-        jpath = self._jvm.org.apache.hadoop.fs.Path(path)
-        fs = jpath.getFileSystem(self._conf)
-        fs.setWriteChecksum(False)
-        return fs, jpath
+    """Small UTF-8 files of a run (plan, state, report, locks) under any output root."""
 
     def exists(self, path: str) -> bool:
-        fs, jpath = self._fs(path)
-        return bool(fs.exists(jpath))
+        return exists(path)
 
     def read_text(self, path: str) -> str | None:
         """The file's text, or ``None`` when it does not exist."""
-        local = local_path(path)
-        if local is not None:
-            try:
-                with open(local, encoding="utf-8") as handle:
-                    return handle.read()
-            except FileNotFoundError:
-                return None
-        fs, jpath = self._fs(path)
-        if not fs.exists(jpath):
-            return None
-        stream = fs.open(jpath)
-        try:
-            text = self._jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
-        finally:
-            stream.close()
-        return str(text)
+        data = read_bytes(path)
+        return None if data is None else data.decode("utf-8")
 
     def write_text(self, path: str, text: str) -> None:
-        """Write ``text`` atomically where the file system can: a temporary file, then a rename."""
-        local = local_path(path)
-        if local is not None:
-            os.makedirs(os.path.dirname(local) or ".", exist_ok=True)
-            tmp = f"{local}.tmp-{uuid.uuid4().hex}"
-            with open(tmp, "w", encoding="utf-8") as handle:
-                handle.write(text)
-            os.replace(tmp, local)  # atomic: a killed driver leaves the old file or the new one
-            return
-        fs, jpath = self._fs(path)
-        parent = jpath.getParent()
-        if parent is not None and not fs.exists(parent):
-            fs.mkdirs(parent)
-        tmp = self._jvm.org.apache.hadoop.fs.Path(f"{path}.tmp-{uuid.uuid4().hex}")
-        out = fs.create(tmp, True)
-        try:
-            out.write(bytearray(text.encode("utf-8")))
-        finally:
-            out.close()
-        if self._rename_over(tmp, jpath):
-            return
-        # File systems without an atomic overwriting rename: replace in two steps.
-        if fs.exists(jpath):
-            fs.delete(jpath, False)
-        if not fs.rename(tmp, jpath):
-            fs.delete(tmp, False)
-            raise OSError(f"could not rename {tmp} to {path}; check the output directory is writable")
-
-    def _rename_over(self, src: Any, dst: Any) -> bool:
-        """Rename replacing ``dst`` (``FileContext`` with ``Rename.OVERWRITE``; atomic on HDFS)."""
-        hadoop_fs = self._jvm.org.apache.hadoop.fs
-        gateway: Any = self._spark.sparkContext._gateway
-        try:
-            context = hadoop_fs.FileContext.getFileContext(dst.toUri(), self._conf)
-            options = gateway.new_array(hadoop_fs.Options.Rename, 1)
-            options[0] = hadoop_fs.Options.Rename.OVERWRITE
-            context.rename(src, dst, options)
-        except Exception:  # e.g. no AbstractFileSystem for the scheme: fall back
-            return False
-        return True
+        """Write ``text`` atomically (see :func:`write_bytes`)."""
+        write_bytes(path, text.encode("utf-8"))
 
     def delete(self, path: str) -> None:
-        fs, jpath = self._fs(path)
-        if fs.exists(jpath):
-            fs.delete(jpath, True)
+        delete(path)
 
     def list_names(self, path: str) -> list[str]:
-        """Names of the entries directly under ``path`` (empty when it does not exist)."""
-        fs, jpath = self._fs(path)
-        if not fs.exists(jpath):
-            return []
-        return [str(status.getPath().getName()) for status in fs.listStatus(jpath)]
+        return list_names(path)
+
+    def has_data(self, path: str) -> bool:
+        """True when ``path`` is a directory holding any entry."""
+        return bool(list_names(path))
 
     def create_exclusive(self, path: str, text: str) -> bool:
         """Create ``path`` holding ``text`` unless it exists; True when this call created it.
 
-        Atomic where the file system's ``create(overwrite=false)`` is (HDFS, local); object stores
-        without conditional writes can let two callers both succeed.
+        Only a local file system offers an atomic create here; on an object store the caller must hold
+        another guard (the subscription lease): :class:`StorageError` says so.
         """
-        fs, jpath = self._fs(path)
+        if not is_local(path):
+            raise StorageError(
+                f"{path}: an exclusive create is not available on this store; keep --subscription-lease on "
+                "(the default), which guards the run on object storage"
+            )
+        _, local = filesystem(path)
+        os.makedirs(os.path.dirname(local) or ".", exist_ok=True)
         try:
-            out = fs.create(jpath, False)
-        except Exception as exc:  # FileAlreadyExistsException through py4j
-            if "AlreadyExists" in type(exc).__name__ or "AlreadyExists" in str(exc):
-                return False
-            raise
-        try:
-            out.write(bytearray(text.encode("utf-8")))
-        finally:
-            out.close()
+            fd = os.open(local, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            return False
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
         return True
 
-    def has_data(self, path: str) -> bool:
-        """True when ``path`` is a directory holding a Spark ``_SUCCESS`` marker or any file."""
-        fs, jpath = self._fs(path)
-        if not fs.exists(jpath):
-            return False
-        return bool(fs.listStatus(jpath))
+
+def move_tree(src: str, dst: str) -> None:
+    """Replace the folder ``dst`` with ``src``: a rename on a local disk, a move per file elsewhere."""
+    delete(dst)
+    if is_local(src) and is_local(dst):
+        local_dst = filesystem(dst)[1]
+        os.makedirs(os.path.dirname(local_dst), exist_ok=True)
+        os.replace(filesystem(src)[1], local_dst)
+        return
+    for path in list_files(src):
+        move(path, join(dst, path[len(src.rstrip("/")) :]))
+    delete(src)
+
+
+def open_parquet(path: str, **options: object) -> pq.ParquetFile:
+    """A Parquet file for reading (its metadata, row groups, batches) on any store."""
+    import pyarrow.parquet as pq
+
+    fs, inner = filesystem(path)
+    return pq.ParquetFile(fs.open_input_file(inner), **options)
+
+
+def read_table(path: str, columns: list[str] | None = None) -> pa.Table:
+    """A whole Parquet file as a table."""
+    return open_parquet(path).read(columns=columns, use_threads=False)
+
+
+def write_table(table: pa.Table, path: str) -> None:
+    """Write ``table`` as one Parquet file, whole (a temporary name, then :func:`move`)."""
+    import pyarrow.parquet as pq
+
+    temp = join(posixpath.dirname(path), f"_tmp-{uuid.uuid4().hex}.parquet")
+    fs, inner = filesystem(temp)
+    if is_local(temp):
+        os.makedirs(os.path.dirname(inner), exist_ok=True)
+    pq.write_table(table, inner, filesystem=fs)
+    move(temp, path)

@@ -1,19 +1,15 @@
-"""Parquet written by the Python tasks that make the rows (pyarrow), not by Spark's writer.
+"""Every Parquet dataset of a run, written and read by the run's Python tasks (pyarrow), on any store.
 
-A ``mapInArrow`` task's output batches cross back to the JVM, become Spark rows and are written by
-Spark's Parquet writer. For the decide step that costs more than the decisions themselves: on 300k
-messages of the benchmark, the decide job took 20.0 s writing through Spark, 16.3 s with no write at all
-(the rows still cross to the JVM), and 9.1 s writing from the Python tasks (``docs/benchmarks.md``,
-thirteenth round). So where the dataset's folder is on a local file system (a local path or ``file:``
-URI: ``local[N]``, or a cluster whose workers share the mount), each task writes its own file with
-pyarrow and sends back one small row of tallies. Other file systems (``s3a://``, ``hdfs://``) keep
-Spark's writer: :func:`enabled` says which. The Spark setting ``spark.dlq.replay.taskWrites=false``
-(:data:`CONF_TASK_WRITES`) keeps Spark's reads and writes everywhere.
+Each task writes its own file through :mod:`~spark_apps.dlq_replay.storage` and sends back one small
+row of tallies: the rows never cross to the JVM to be written, and the JVM never opens the output root,
+so a run behaves the same on ``local[n]``, a cluster and Spark Connect, on a local disk or object
+storage. :func:`read_frame` gives a dataset back to Spark as a DataFrame, read by tasks the same way.
 
 Files match what Spark writes: snappy, no dictionary for the per-message columns
-(:data:`~spark_apps.dlq_replay.parquet_writes.PER_MESSAGE_COLUMNS`), row groups of about
+(:data:`PER_MESSAGE_COLUMNS`: their values are nearly all distinct, so a dictionary only costs a hash per
+value), row groups of about
 :data:`ROW_GROUP_BYTES`. Commit: a task writes ``_tmp-<partition>-<attempt>-<uuid>.parquet`` (readers
-skip names starting with ``_``) and renames it to ``part-<partition>.parquet`` once closed, so a retried
+skip names starting with ``_``) and moves it to ``part-<partition>.parquet`` once closed, so a retried
 task replaces its partition's file and a failed one leaves no visible file. The driver empties the folder
 before the job, then removes leftover temporary files and writes ``_SUCCESS``.
 
@@ -22,8 +18,7 @@ from each batch, in a folder of their own, committed with the main file), so a l
 few columns without another pass over the messages. A side dataset can be partitioned by a column, in
 folders named as Spark names them (:func:`partition_folder`).
 
-Progress: Spark's live metrics count the tally rows these tasks send back, not the messages they write,
-so every task also keeps ``_progress-<partition>`` in the main folder up to date (the rows it has written,
+Progress: every task keeps ``_progress-<partition>`` in the main folder up to date (the rows it has written,
 every :data:`PROGRESS_EVERY_S` and when it ends); :func:`rows_written` sums them for the step's progress
 lines. Readers skip them like every name starting with ``_``; once the job ends their sum goes into
 ``_SUCCESS`` (``rows=<n>``) and they are removed, so the folder holds what Spark's writer leaves.
@@ -31,15 +26,14 @@ lines. Readers skip them like every name starting with ``_``; once the job ends 
 
 from __future__ import annotations
 
+import contextlib
 import os
-import shutil
 import time
 import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from spark_apps.dlq_replay.parquet_writes import PER_MESSAGE_COLUMNS
-from spark_apps.dlq_replay.storage import local_path
+from spark_apps.dlq_replay import storage
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
@@ -47,6 +41,28 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
+
+#: Parquet column paths (a map's values are ``<column>.key_value.value``) written without a dictionary.
+PER_MESSAGE_COLUMNS = (
+    "value",
+    "out_value",
+    "payload",
+    "payload_sha256",
+    "key",
+    "message_id",
+    "message_id_str",
+    "dlq_message_id",
+    "origin_message_id",
+    "published_message_id",
+    "replay_id",
+    "error_message",
+    "failed_at",
+    "publish_time",
+    "event_time",
+    "sequence_id",
+    "properties.key_value.value",
+    "out_properties.key_value.value",
+)
 
 #: Buffered output per task before it is written as one row group (Spark's writer uses 128 MiB; the
 #: Python workers' memory counts toward the run's peak, so less here).
@@ -64,24 +80,9 @@ PROGRESS_EVERY_S = 2.0
 Tally = tuple[int | None, ...]
 
 
-#: Spark setting: ``false`` makes Spark read and write every dataset of the run (default ``true``).
-CONF_TASK_WRITES = "spark.dlq.replay.taskWrites"
-
-
-def supported(path: str) -> bool:
-    """True when tasks can write ``path`` themselves: a local path or a ``file:`` URI."""
-    return local_path(path) is not None
-
-
-def enabled(spark: SparkSession, path: str) -> bool:
-    """True when the run's tasks write (and read) ``path`` themselves: :func:`supported` and not turned
-    off with :data:`CONF_TASK_WRITES`."""
-    return supported(path) and str(spark.conf.get(CONF_TASK_WRITES, "true")).strip().lower() != "false"
-
-
 def part_file(folder: str, partition: int) -> str:
     """The file task ``partition`` of :func:`write_in_tasks` writes in ``folder``."""
-    return os.path.join(folder, f"part-{partition:05d}.parquet")
+    return storage.join(folder, f"part-{partition:05d}.parquet")
 
 
 def dictionary_columns(schema: pa.Schema) -> list[str]:
@@ -119,10 +120,14 @@ class TaskFile:
         self._last_key: object = None
         self.final = part_file(folder, partition)
         temp = f"{_TEMP_PREFIX}{partition:05d}-{attempt}-{uuid.uuid4().hex}.parquet"
-        self.temp = os.path.join(folder, temp)
+        self.temp = storage.join(folder, temp)
+        fs, inner = storage.filesystem(self.temp)
+        if storage.is_local(self.temp):
+            os.makedirs(os.path.dirname(inner), exist_ok=True)
         self._writer = pq.ParquetWriter(
-            self.temp,
+            inner,
             schema,
+            filesystem=fs,
             compression="snappy",
             use_dictionary=dictionary_columns(schema),
             use_deprecated_int96_timestamps=int96_timestamps,
@@ -192,15 +197,14 @@ class TaskFile:
         """Write what is buffered, close the file and move it to its final name."""
         self._flush()
         self._writer.close()
-        os.replace(self.temp, self.final)
+        storage.move(self.temp, self.final)
 
     def discard(self) -> None:
         """Close and delete the temporary file (the task failed)."""
         try:
             self._writer.close()
         finally:
-            if os.path.exists(self.temp):
-                os.remove(self.temp)
+            storage.delete(self.temp)
 
 
 #: The folder name Spark gives a null or empty partition value.
@@ -259,8 +263,7 @@ class PartitionedTaskFiles:
     def _file(self, value: str | None) -> TaskFile:
         out = self.files.get(value)
         if out is None:
-            folder = os.path.join(self.folder, partition_folder(self.column, value))
-            os.makedirs(folder, exist_ok=True)
+            folder = storage.join(self.folder, partition_folder(self.column, value))
             out = TaskFile(folder, self.partition, self.attempt, self.schema, int96_timestamps=self.int96)
             self.files[value] = out
         return out
@@ -290,81 +293,63 @@ def row_tally(batch: pa.RecordBatch) -> tuple[int]:
 
 
 def move_into_place(staged: str, target: str) -> None:
-    """Replace the folder ``target`` with ``staged`` (a rename on one file system), as Spark's dynamic
-    partition overwrite replaces a partition."""
-    shutil.rmtree(target, ignore_errors=True)
-    os.makedirs(os.path.dirname(target), exist_ok=True)
-    shutil.move(staged, target)
+    """Replace the folder ``target`` with ``staged``, as Spark's dynamic partition overwrite replaces a
+    partition."""
+    storage.move_tree(staged, target)
 
 
 def _record_rows(folder: str, partition: int, rows: int) -> None:
     """Replace task ``partition``'s progress file in ``folder`` with ``rows`` (never fails the task)."""
-    path = os.path.join(folder, f"{_PROGRESS_PREFIX}{partition:05d}")
-    temp = f"{path}.{uuid.uuid4().hex}"
-    try:
-        with open(temp, "w") as out:
-            out.write(str(rows))
-        os.replace(temp, path)
-    except OSError:
-        pass
+    with contextlib.suppress(OSError):
+        storage.write_bytes(storage.join(folder, f"{_PROGRESS_PREFIX}{partition:05d}"), str(rows).encode())
 
 
 def rows_written(path: str) -> int | None:
     """The rows the tasks of :func:`write_in_tasks` have written to ``path`` so far (a retried task counts
     from its new start; a finished job's total), or ``None`` when none has recorded any yet."""
-    folder = local_path(path)
-    if folder is None:
-        return None
     try:
-        names = os.listdir(folder)
+        names = storage.list_names(path)
     except OSError:
         return None
     total: int | None = None
     for name in names:
         if name.startswith(_PROGRESS_PREFIX) and "." not in name:
-            rows = _read_int(os.path.join(folder, name), "")
+            rows = _read_int(storage.join(path, name), "")
             if rows is not None:
                 total = rows + (total or 0)
     if total is None and SUCCESS in names:
-        total = _read_int(os.path.join(folder, SUCCESS), "rows=")
+        total = _read_int(storage.join(path, SUCCESS), "rows=")
     return total
 
 
 def _read_int(path: str, prefix: str) -> int | None:
     try:
-        with open(path) as source:
-            text = source.read().strip()
+        data = storage.read_bytes(path)
     except OSError:
         return None
+    text = (data or b"").decode().strip()
     if not text.startswith(prefix) or not text[len(prefix) :].isdigit():
         return None
     return int(text[len(prefix) :])
 
 
 def _empty_folder(path: str) -> str:
-    folder = local_path(path)
-    if folder is None:
-        raise ValueError(f"write_in_tasks needs a local path or file: URI, got {path!r}; use Spark's writer")
-    shutil.rmtree(folder, ignore_errors=True)
-    os.makedirs(folder)
-    return folder
+    storage.delete(path)
+    storage.make_dirs(path)
+    return path
 
 
 def _seal(folder: str) -> None:
     rows = rows_written(folder)
-    for parent, _, names in os.walk(folder):  # partition folders of a partitioned side dataset too
-        for name in names:
-            # a failed attempt's file, if its task could not remove it; the tasks' progress records
-            if name.startswith((_TEMP_PREFIX, _PROGRESS_PREFIX)):
-                os.remove(os.path.join(parent, name))
-    with open(os.path.join(folder, SUCCESS), "w") as marker:
-        if rows is not None:
-            marker.write(f"rows={rows}\n")
+    for path in storage.list_files(folder):  # partition folders of a partitioned side dataset too
+        # a failed attempt's file, if its task could not remove it; the tasks' progress records
+        if path.rsplit("/", 1)[-1].startswith((_TEMP_PREFIX, _PROGRESS_PREFIX)):
+            storage.delete(path)
+    storage.write_bytes(storage.join(folder, SUCCESS), f"rows={rows}\n".encode() if rows is not None else b"")
 
 
 class TaskWrites:
-    """The task of :func:`write_in_tasks`, picklable, so a process of the run's own can run it too
-    (:mod:`~spark_apps.dlq_replay.held_reads`): creating it empties the ``outputs``' folders (the first,
+    """The task of :func:`write_in_tasks`: creating it empties the ``outputs``' folders (the first,
     :func:`main_output`, gets the rows themselves), :meth:`run` is one task, :meth:`seal` ends the job."""
 
     def __init__(
@@ -477,3 +462,87 @@ def write_in_tasks(
     tallies = writes.in_spark(frame)
     writes.seal()
     return tallies
+
+
+def _partition_values(relative: str) -> dict[str, str | None]:
+    """``{column: value}`` of the ``column=value`` folders in a file's path relative to its dataset."""
+    from urllib.parse import unquote
+
+    values: dict[str, str | None] = {}
+    for part in relative.split("/")[:-1]:
+        if "=" in part:
+            column, value = part.split("=", 1)
+            values[column] = None if value == DEFAULT_PARTITION else unquote(value)
+    return values
+
+
+def data_files(path: str) -> list[str]:
+    """The data files of the Parquet dataset at ``path`` (names starting with ``_`` or ``.`` skipped)."""
+    root = path.rstrip("/")
+    return [
+        f
+        for f in storage.list_files(root)
+        if not any(part.startswith(("_", ".")) for part in f[len(root) + 1 :].split("/"))
+    ]
+
+
+@dataclass(frozen=True)
+class _ReadFiles:
+    """The task of :func:`read_frame`: each input row names a file; its rows come out in ``schema``."""
+
+    root: str
+    schema: pa.Schema
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import pyarrow as pa
+
+        names = self.schema.names
+        for batch in batches:
+            for path in batch.column(0).to_pylist():
+                values = _partition_values(path[len(self.root) + 1 :])
+                source = storage.open_parquet(path)
+                present = [n for n in names if n in source.schema_arrow.names]
+                for rows in source.iter_batches(batch_size=65_536, columns=present, use_threads=False):
+                    arrays = []
+                    for field in self.schema:
+                        if field.name in present:
+                            arrays.append(rows.column(field.name).cast(field.type))
+                        else:
+                            value = values.get(field.name)
+                            arrays.append(pa.array([value] * rows.num_rows, pa.string()).cast(field.type))
+                    yield pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+
+def read_frame(spark: SparkSession, path: str, schema: StructType) -> DataFrame:
+    """The Parquet dataset at ``path`` (any store) as a DataFrame with ``schema``, read by Python tasks
+    through :mod:`~spark_apps.dlq_replay.storage`: the JVM never opens the output root. Columns missing
+    from a file come from its ``column=value`` folders, else are null."""
+    from spark_apps.dlq_replay.arrow_compat import map_in_arrow
+    from spark_apps.dlq_replay.schemas import arrow_schema
+
+    files = data_files(path)
+    paths = spark.createDataFrame([(f,) for f in files], "path string")
+    if not files:
+        return spark.createDataFrame([], schema)
+    return map_in_arrow(paths, _ReadFiles(path.rstrip("/"), arrow_schema(schema)), schema)
+
+
+def write_frame(frame: DataFrame, path: str, schema: StructType, *, int96_timestamps: bool = False) -> int:
+    """Write ``frame``'s rows (``schema``'s columns) to the Parquet dataset ``path`` from its tasks (see
+    :func:`write_in_tasks`); returns the rows written."""
+    from spark_apps.dlq_replay.schemas import arrow_schema
+
+    cast = _CastTo(arrow_schema(schema))
+    tallies = write_in_tasks(frame, cast, schema, path, row_tally, ("n",), int96_timestamps=int96_timestamps)
+    return sum(int(t[0] or 0) for t in tallies)
+
+
+@dataclass(frozen=True)
+class _CastTo:
+    """Each batch's columns of ``schema``, in its order and types (Spark's rows can be looser typed)."""
+
+    schema: pa.Schema
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            yield batch.select(self.schema.names).cast(self.schema)

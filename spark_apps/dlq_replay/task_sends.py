@@ -60,9 +60,9 @@ def _sequence_blocks(batch: pa.RecordBatch, size: int) -> pa.Array:
 def wave_rows(path: str, lo: int, hi: int, batch_rows: int) -> Iterator[pa.RecordBatch]:
     """The rows to republish of the decisions file ``path`` whose sequence id is in ``[lo, hi)``, in
     file order, with the republish input columns, in batches of about ``batch_rows``."""
-    import pyarrow.parquet as pq
+    from spark_apps.dlq_replay.storage import open_parquet
 
-    source = pq.ParquetFile(path)
+    source = open_parquet(path)
     groups = _row_groups(source.metadata, lo, hi)
     if not groups:
         return
@@ -140,15 +140,10 @@ def send_wave(
 ) -> int:
     """Send one wave from the decide tasks' files, one Spark task per bucket, and write the results
     (``REPUBLISH_RESULT_SCHEMA``) to ``results_path`` from the tasks; returns the rows sent."""
-    from pyspark.sql.types import StructType
-
     from spark_apps.dlq_replay import task_parquet
-    from spark_apps.dlq_replay.pulsar_io.republish import REPUBLISH_RESULT_SCHEMA
-    from spark_apps.dlq_replay.storage import local_path
+    from spark_apps.dlq_replay.schemas import RESULTS_SCHEMA
 
-    folder = local_path(decisions_dir)
-    if folder is None:
-        raise ValueError(f"send_wave reads a local decisions folder, got {decisions_dir!r}")
+    folder = decisions_dir
     lo, hi = sequence_range
     per_task = rate_limit_per_s / max(1, buckets) if rate_limit_per_s else None
 
@@ -160,10 +155,10 @@ def send_wave(
                 rows = wave_rows(task_parquet.part_file(folder, bucket), lo, hi, batch_rows)
                 yield from republish_batches(rows, conf=conf, rate_limit_per_s=per_task)
 
-    schema = StructType.fromDDL(REPUBLISH_RESULT_SCHEMA)
-    assert isinstance(schema, StructType)
     frame = spark.range(buckets, numPartitions=buckets)
-    tallies = task_parquet.write_in_tasks(frame, send, schema, results_path, task_parquet.row_tally, ("n",))
+    tallies = task_parquet.write_in_tasks(
+        frame, send, RESULTS_SCHEMA, results_path, task_parquet.row_tally, ("n",)
+    )
     return sum(t[0] or 0 for t in tallies)
 
 
@@ -171,18 +166,14 @@ def sending_targets(decisions_dir: str) -> set[str]:
     """The target topics of the rows to republish in the decide tasks' files of ``decisions_dir`` (two
     dictionary-encoded columns read in the driver: no Spark job over the decisions)."""
     import pyarrow.compute as pc
-    import pyarrow.parquet as pq
 
     from spark_apps.dlq_replay.snapshot_files import part_files
-    from spark_apps.dlq_replay.storage import local_path
+    from spark_apps.dlq_replay.storage import open_parquet
 
-    folder = local_path(decisions_dir)
-    if folder is None:
-        raise ValueError(f"sending_targets reads a local decisions folder, got {decisions_dir!r}")
     targets: set[str] = set()
     columns = ["outcome", "target_topic"]
-    for path in part_files(folder):
-        source = pq.ParquetFile(path, read_dictionary=columns)
+    for path in part_files(decisions_dir):
+        source = open_parquet(path, read_dictionary=columns)
         for batch in source.iter_batches(batch_size=65_536, columns=columns, use_threads=False):
             sending = batch.filter(pc.equal(batch.column("outcome"), oc.TO_REPUBLISH))
             targets.update(t for t in pc.unique(sending.column("target_topic")).to_pylist() if t)

@@ -19,9 +19,6 @@ Two modes, the run's read mode (see :mod:`.window`):
   acked ones as already final.
 
 In both, other messages of the window stay pending, and messages beyond the window end are never acked.
-Where the replay app held the snapshot's consumers open (:mod:`~spark_apps.dlq_replay.held_reads`, a
-``local`` master), its consumer-mode commit acks whole entries by id from those consumers instead, and
-no message is received again.
 """
 
 from __future__ import annotations

@@ -15,13 +15,6 @@ finding new messages.
 
 Messages beyond the end are neither returned nor acked: closing the consumer hands them back to the
 broker for the next run. Redeliveries can repeat a message, so ids are de-duplicated.
-
-In a process that holds its reads (:func:`hold_reads`, the snapshot's held reads of
-:mod:`~spark_apps.dlq_replay.held_reads`), a consumer is not closed when its read ends but kept in the
-:class:`ConsumerHold`: the messages it received stay dispatched to it, so the commit can ack them from it
-later without receiving them again (the embedded broker takes acks only from the receiving consumer). A
-read resumed after an idle stop closes the earlier read's consumer first, so the broker sends its
-messages to the new one; the hold then checks that the new one received them all.
 """
 
 from __future__ import annotations
@@ -29,11 +22,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from spark_apps.dlq_replay.pulsar_io.ids import MessageIdKey, in_window, reached_end
+from spark_apps.dlq_replay.pulsar_io.ids import in_window, reached_end
 from spark_apps.dlq_replay.pulsar_io.window import PartitionWindow, unique_consumer_name
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
+    from collections.abc import Iterator
     from types import TracebackType
 
 DEFAULT_IDLE_TIMEOUT_MS = 5000
@@ -41,10 +34,6 @@ DEFAULT_IDLE_TIMEOUT_MS = 5000
 MAX_PASSES = 20
 DEFAULT_RECEIVER_QUEUE_SIZE = 1000
 _BATCH_DRAIN_MS = 200
-#: How long a held consumer is given to show a message of its window dispatched again, and how many queued
-#: messages (past the window end) are looked through at most (:meth:`ConsumerHold.redelivered`).
-REDELIVERY_WAIT_MS = 100
-REDELIVERY_DRAIN = 2 * DEFAULT_RECEIVER_QUEUE_SIZE
 
 
 @dataclass
@@ -55,102 +44,6 @@ class ConsumeStats:
     duplicates: int = 0
     beyond_window: int = 0
     stopped_by: str = "not-started"  # end-reached | idle-timeout | empty-window
-
-
-class ConsumerHold:
-    """The consumers a process keeps open after their reads, one per topic partition (the last read's),
-    until :meth:`close`."""
-
-    def __init__(self) -> None:
-        self.consumers: dict[str, Any] = {}
-        self.windows: dict[str, PartitionWindow] = {}
-        #: Per topic partition: the window's messages its reads returned (each id once, over all reads) ...
-        self.read: dict[str, int] = {}
-        #: ... and those the held consumer received (returned, or received again as a repeated id).
-        self.received: dict[str, int] = {}
-        #: Per topic partition, the most messages past the window end one of its reads received.
-        self.beyond_window: dict[str, int] = {}
-
-    def release(self, topic: str) -> None:
-        """Close ``topic``'s held consumer, if any: before another read of it subscribes, so the broker
-        dispatches what that consumer held to the new one."""
-        consumer = self.consumers.pop(topic, None)
-        if consumer is not None:
-            consumer.close()
-
-    def keep(self, window: PartitionWindow, consumer: Any, stats: ConsumeStats) -> None:
-        topic = window.topic
-        self.release(topic)
-        self.consumers[topic] = consumer
-        self.windows[topic] = window
-        self.read[topic] = self.read.get(topic, 0) + stats.in_window
-        self.received[topic] = stats.in_window + stats.duplicates
-        self.beyond_window[topic] = max(self.beyond_window.get(topic, 0), stats.beyond_window)
-
-    def unsettled(self, wait_ms: int = REDELIVERY_WAIT_MS) -> list[str]:
-        """The topic partitions whose entries cannot be acked through the held consumer: it did not
-        receive every message the reads returned (a read resumed after an idle stop, and the broker had
-        not sent it all of the earlier reads' messages again), or it has received a message of the window
-        since its read ended (the broker dispatched the window again, e.g. a reconnect after a restart).
-        The embedded broker drops an ack from a consumer a message is not dispatched to, so the commit
-        must read those again. Looks through what is queued (at most :data:`REDELIVERY_DRAIN` messages a
-        consumer, ``wait_ms`` for each); acks nothing."""
-        import pulsar
-
-        moved = [topic for topic in self.consumers if self.received[topic] < self.read[topic]]
-        for topic, consumer in self.consumers.items():
-            end = self.windows[topic].end_key
-            if topic in moved or end is None:
-                continue
-            if _receives_in_window(consumer, end, wait_ms, pulsar.Timeout):
-                moved.append(topic)
-        return moved
-
-    def ack_entries(self, topic: str, entries: Sequence[tuple[int, int]]) -> int:
-        """Ack whole entries ``(ledger, entry)`` of ``topic`` from its held consumer; returns the entries
-        acked (0 without one).
-
-        An entry id (``MessageId(partition, ledger, entry, -1)``) acks every message of the entry, batched
-        or not: only for entries every message of which is final.
-        """
-        import pulsar
-
-        consumer = self.consumers.get(topic)
-        if consumer is None:
-            return 0
-        part = max(self.windows[topic].partition, -1)
-        ack = consumer.acknowledge
-        for ledger, entry in entries:
-            ack(pulsar.MessageId(part, ledger, entry, -1))
-        return len(entries)
-
-    def close(self) -> None:
-        """Close every held consumer (which sends its pending acks); unacked messages go back to the
-        broker for the next run."""
-        for topic in list(self.consumers):
-            self.release(topic)
-
-
-def _receives_in_window(consumer: Any, end: MessageIdKey, wait_ms: int, timeout: type[BaseException]) -> bool:
-    for _ in range(REDELIVERY_DRAIN):
-        try:
-            mid = consumer.receive(wait_ms).message_id()
-        except timeout:
-            return False
-        if in_window(mid.ledger_id(), mid.entry_id(), mid.batch_index(), end):
-            return True
-    return False
-
-
-_HOLD: ConsumerHold | None = None
-
-
-def hold_reads() -> ConsumerHold:
-    """Keep every consumer this process reads with open after its read (see the module docstring)."""
-    global _HOLD
-    if _HOLD is None:
-        _HOLD = ConsumerHold()
-    return _HOLD
 
 
 class SeenIds(Protocol):
@@ -210,8 +103,6 @@ class WindowConsumer:
             return self
         import pulsar
 
-        if _HOLD is not None and self.role == "read":
-            _HOLD.release(self.window.topic)  # an earlier read's messages come to this consumer
         self._consumer = self.client.subscribe(
             self.window.topic,
             self.subscription,
@@ -228,10 +119,7 @@ class WindowConsumer:
     ) -> None:
         if self._consumer is not None:
             consumer, self._consumer = self._consumer, None
-            if _HOLD is not None and exc_type is None and self.role == "read":
-                _HOLD.keep(self.window, consumer, self.stats)
-            else:
-                consumer.close()
+            consumer.close()
 
     def messages(self) -> Iterator[tuple[str, Any, Any]]:
         """Yield ``(message_id_str, message, message_id)`` for every message of the window, once each.

@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from pyspark.sql import SparkSession
 from replay_e2e_support import (
     PLAYBOOK,
     MixedDlq,
@@ -82,22 +80,9 @@ def test_replay_on_the_embedded_broker(spark, lite_broker, lite_client, tmp_path
     assert pending_keys(lite_client, mixed) == sorted(mixed.keys(*PENDING))
 
 
-@pytest.fixture(params=[True, False], ids=["held-reads", "commit-reads-again"])
-def held_reads(request: pytest.FixtureRequest, spark: SparkSession) -> Iterator[bool]:
-    """Both consumer-mode commits: from the snapshot's held consumers, and (held reads turned off) by
-    reading the window again."""
-    from spark_apps.dlq_replay.held_reads import CONF_HELD_READS
-
-    spark.conf.set(CONF_HELD_READS, str(request.param).lower())
-    try:
-        yield request.param
-    finally:
-        spark.conf.unset(CONF_HELD_READS)
-
-
-def test_batches_mixing_final_and_pending_messages(spark, lite_broker, lite_client, tmp_path, held_reads):
+def test_batches_mixing_final_and_pending_messages(spark, lite_broker, lite_client, tmp_path):
     """Two messages an entry, so entries are whole (both final), partial or pending: the commit acks the
-    whole entries (from the snapshot's own consumers with held reads: no DLQ message received twice); a
+    whole entries (read again: the embedded broker takes an ack only from the receiving consumer); a
     batch holding a pending message stays in the backlog whole (no batch-index acks), its final messages
     counted, and the next run republishes nothing again."""
     mixed = build_mixed_dlq(lite_client, per_kind=3, batch=2)
@@ -112,13 +97,9 @@ def test_batches_mixing_final_and_pending_messages(spark, lite_broker, lite_clie
     commit = report["commit"]
     assert report["totals"]["acked"] + commit["final_in_partial_entries"] == len(final)
     assert commit["unacked_final"] == 0
-    if held_reads:
-        assert commit["reads_per_message"] == 1.0
-    else:
-        assert commit["reads_per_message"] >= 2.0  # the window read again (a stall can add repeats)
+    assert commit["reads_per_message"] >= 2.0  # the window read again (a stall can add repeats)
     state = json.loads((out / "runs" / "lite-batched-1" / "state.json").read_text())
     steps = state["steps"]
-    assert steps["snapshot"]["held_reads"] is steps["commit"]["acked_from_held_reads"] is held_reads
     in_whole = steps["commit"]["final_in_whole_entries"]
     assert 0 < in_whole < len(final)  # some entries whole, the others holding a pending message
     assert report["totals"]["acked"] == in_whole
@@ -143,44 +124,24 @@ def test_batches_mixing_final_and_pending_messages(spark, lite_broker, lite_clie
     assert sorted(m.partition_key() for m in still) == sorted(m.partition_key() for m in left)
 
 
-def held_read_processes() -> list[Any]:
-    """The held-read processes among this process's children (others may be zombies or gone by now)."""
-    import psutil
-
-    found = []
-    for child in psutil.Process().children(recursive=True):
-        try:
-            if "spark_apps.dlq_replay.held_reads" in " ".join(child.cmdline()):
-                found.append(child)
-        except psutil.Error:  # a zombie or an ended process: not a running held read
-            continue
-    return found
-
-
 def test_a_run_stopped_between_snapshot_and_commit_leaves_everything_pending(
     spark, lite_broker, lite_client, tmp_path, monkeypatch
 ):
-    """The held reads keep the snapshot's consumers until the commit. A run that fails after apply (the
-    record step raises here) ends them, acking nothing: every message is pending again, and the resumed
-    run (same run id) acks exactly the final ones by reading the window again, republishing nothing twice
-    (the ledger and the saved send results)."""
+    """A run that fails after apply (the record step raises here) acks nothing: every message is pending
+    again, and the resumed run (same run id) acks exactly the final ones by reading the window again,
+    republishing nothing twice (the ledger and the saved send results)."""
     from spark_apps.dlq_replay import runner
 
     mixed = build_mixed_dlq(lite_client, per_kind=2)
     out = tmp_path / "out"
     record = runner._record
-    earlier = {p.pid for p in held_read_processes()}
-    held: list[Any] = []
 
     def broken_record(*args: Any, **kwargs: Any) -> None:
-        held.extend(p for p in held_read_processes() if p.pid not in earlier)
         raise RuntimeError("the ledger's disk is full")
 
     monkeypatch.setattr(runner, "_record", broken_record)
     with pytest.raises(RuntimeError, match="disk is full"):
         run_replay(spark, replay_options(lite_broker, mixed, out, "lite-stopped", oc.REPLAY))
-    assert len(held) == 2  # the consumers were held through decide and apply, one process per core ...
-    assert not any(p.is_running() and p.status() != "zombie" for p in held)  # ... and ended with the run
     assert pending_keys(lite_client, mixed) == sorted(mixed.expected)  # nothing acked, nothing lost
 
     monkeypatch.setattr(runner, "_record", record)
@@ -188,8 +149,6 @@ def test_a_run_stopped_between_snapshot_and_commit_leaves_everything_pending(
     assert report["status"] == "succeeded"
     assert report["totals"]["acked"] == len(mixed.keys(*FINAL))
     assert report["commit"]["reads_per_message"] >= 2.0  # the resumed commit read the window again
-    state = json.loads((out / "runs" / "lite-stopped" / "state.json").read_text())
-    assert state["steps"]["commit"]["acked_from_held_reads"] is False
     assert pending_keys(lite_client, mixed) == sorted(mixed.keys(*PENDING))
     replayed = drain(lite_client, mixed.orders, "verify-lite-stopped")
     assert sorted(m.partition_key() for m in replayed) == sorted(mixed.keys(oc.REPUBLISHED))

@@ -8,7 +8,7 @@ import pytest
 
 from spark_apps.dlq_replay import outcomes as oc
 from spark_apps.dlq_replay import task_parquet
-from spark_apps.dlq_replay.apply import archive_rows, republish_input, with_publish_results, write_archive
+from spark_apps.dlq_replay.apply import republish_input, with_publish_results
 from spark_apps.dlq_replay.decide import DecideSettings, decide
 from spark_apps.dlq_replay.ledger import final_ids, ledger_rows, read_ledger, run_outcomes, write_ledger
 from spark_apps.dlq_replay.normalize import normalize
@@ -131,9 +131,8 @@ def test_archive_ledger_and_already_final(spark, tmp_path):
     snap = snapshot_df(spark)
     decided = decide(snap, PLAYBOOK, settings(), 2)
     archive_root = str(tmp_path / "archive")
-    rows = archive_rows(decided, "run-1", T0)
-    write_archive(rows, archive_root)
-    write_archive(rows, archive_root)  # a redone apply replaces this run's partitions
+    for _ in range(2):  # a redone decide and apply replace this run's partitions
+        write_archive(decided, tmp_path, archive_root, "run-1")
     archived = spark.read.parquet(archive_root)
     assert archived.count() == 6
     first = archived.first()
@@ -157,10 +156,12 @@ def test_archive_ledger_and_already_final(spark, tmp_path):
     assert counts(outcomes_df) == {oc.REPUBLISHED: 39, oc.PUBLISH_FAILED: 1, oc.ARCHIVED: 6, oc.MALFORMED: 3}
     ledger_root = str(tmp_path / "ledger")
     for _ in range(2):  # a redone record step rewrites, never duplicates
-        write_ledger(
-            ledger_rows(outcomes_df, "manual__2024-05-01T00:00:00+00:00", oc.REPLAY, T0), ledger_root
+        record_ledger(
+            ledger_rows(outcomes_df, "manual__2024-05-01T00:00:00+00:00", oc.REPLAY, T0),
+            tmp_path,
+            ledger_root,
         )
-    ledger = read_ledger(spark, RunStorage(spark), ledger_root)
+    ledger = read_ledger(spark, RunStorage(), ledger_root)
     assert ledger.schema == LEDGER_SCHEMA
     assert ledger.count() == 49
     assert ledger.filter("final").count() == 45
@@ -171,7 +172,7 @@ def test_archive_ledger_and_already_final(spark, tmp_path):
     ids = final_ids(ledger, exclude_run_id="run-2")
     assert scope_counts(snap, Filters(signatures=("none",)), ids) == {oc.ALREADY_FINAL: 45, oc.FILTERED: 4}
     assert final_ids(ledger, exclude_run_id="manual__2024-05-01T00:00:00+00:00").count() == 0
-    assert read_ledger(spark, RunStorage(spark), str(tmp_path / "none")) is None
+    assert read_ledger(spark, RunStorage(), str(tmp_path / "none")) is None
 
 
 def test_report_from_outcomes(spark):
@@ -296,8 +297,10 @@ def test_one_republish_per_original_within_a_run_across_topics_and_across_runs(s
     )
     first = decide(snap, PLAYBOOK, settings(), 2)
     ledger_root = str(tmp_path / "ledger")
-    write_ledger(ledger_rows(with_publish_results(first, sent), "run-1", oc.REPLAY, T0), ledger_root)
-    ledger = read_ledger(spark, RunStorage(spark), ledger_root)
+    record_ledger(
+        ledger_rows(with_publish_results(first, sent), "run-1", oc.REPLAY, T0), tmp_path, ledger_root
+    )
+    ledger = read_ledger(spark, RunStorage(), ledger_root)
     later = copies_df(
         spark,
         [
@@ -316,7 +319,7 @@ def test_one_republish_per_original_within_a_run_across_topics_and_across_runs(s
     assert second["a-4th"]["outcome_reason"] == (
         f"another copy of the same original ({DLQ_B} 2:7:-1:-1) is final in the ledger of run run-1"
     )
-    recorded = read_ledger(spark, RunStorage(spark), ledger_root)
+    recorded = read_ledger(spark, RunStorage(), ledger_root)
     assert recorded.filter("outcome = 'duplicate' AND final").count() == 3
 
 
@@ -390,8 +393,10 @@ def test_a_snapshot_without_copies_needs_no_marks(spark, tmp_path):
     )
     ledger_root = str(tmp_path / "ledger")
     first = decide(snap, PLAYBOOK, settings(), 2).filter("key = 'a-old'")
-    write_ledger(ledger_rows(with_publish_results(first, sent), "run-1", oc.REPLAY, T0), ledger_root)
-    earlier = final_ids(read_ledger(spark, RunStorage(spark), ledger_root), exclude_run_id="run-2")
+    record_ledger(
+        ledger_rows(with_publish_results(first, sent), "run-1", oc.REPLAY, T0), tmp_path, ledger_root
+    )
+    earlier = final_ids(read_ledger(spark, RunStorage(), ledger_root), exclude_run_id="run-2")
     second = by_key(
         decide(snap, PLAYBOOK, settings(), 2, final_ids=earlier, identities=identities, identities_dir=side)
     )
@@ -401,7 +406,7 @@ def test_a_snapshot_without_copies_needs_no_marks(spark, tmp_path):
 
 
 def test_storage_round_trip(spark, tmp_path):
-    storage = RunStorage(spark)
+    storage = RunStorage()
     path = str(tmp_path / "runs" / "r" / "state.json")
     assert storage.read_text(path) is None
     storage.write_text(path, "héllo")
@@ -410,58 +415,48 @@ def test_storage_round_trip(spark, tmp_path):
     assert sorted(p.name for p in (tmp_path / "runs" / "r").iterdir()) == ["state.json"]
 
 
-def test_archive_staged_by_tasks_reads_as_sparks_archive(spark, tmp_path):
-    """The decide tasks' archive files, moved into place by apply, read back exactly as Spark's own
-    archive of the same decisions: rows, schema, partition folders and Parquet types (INT96 timestamps)."""
-    import pyarrow.parquet as pq
-
+def write_archive(decided, tmp_path, archive_root: str, run_id: str) -> None:
+    """The archive as a run writes it: staged by the decide tasks, moved into place by apply."""
     from spark_apps.dlq_replay.archive_files import publish_staged, staged_output
     from spark_apps.dlq_replay.schemas import DECIDED_SCHEMA
 
-    both_archived = parse_playbook(
-        """
-rules:
-  - {name: keep-timeouts, match: {error_class: Timeout}, action: archive}
-  - {name: archive-poison, match: {error_class: Poison}, action: archive, archive_payload: false}
-"""
+    task_parquet.write_in_tasks(
+        decided,
+        lambda batches: batches,
+        DECIDED_SCHEMA,
+        str(tmp_path / "decisions"),
+        lambda batch: (batch.num_rows,),
+        ("n",),
+        [staged_output(str(tmp_path / "staged"), T0)],
     )
-    decided = decide(snapshot_df(spark, n_timeout=5), both_archived, settings(), 2).cache()
+    assert publish_staged(str(tmp_path / "staged"), archive_root, "2024-05-01", run_id) == 1
+    assert publish_staged(str(tmp_path / "staged"), archive_root, "2024-05-01", run_id) == 0
+
+
+def record_ledger(rows, tmp_path, ledger_root: str) -> None:
+    """Ledger rows computed by Spark, recorded as the record step does after a canary."""
+    from spark_apps.dlq_replay.ledger_files import publish_staged
+
+    staged = str(tmp_path / "ledger_staged")
+    run_id = rows.select("run_id").first()["run_id"]
+    write_ledger(rows, staged)
+    assert publish_staged(staged, ledger_root, run_id)
+
+
+def test_archive_folders_are_sparks_partition_folders(spark, tmp_path):
+    """The archive's partition folders escape as Spark's do, and Spark reads its INT96 timestamps."""
+    decided = decide(snapshot_df(spark, n_timeout=5), PLAYBOOK, settings(), 2)
     run_id = "manual__2024-05-01T00:00:00+00:00"  # ':' and '+' as Airflow run ids have them
-    by_spark, by_tasks = tmp_path / "spark", tmp_path / "tasks"
-    write_archive(archive_rows(decided, run_id, T0), str(by_spark))
-    for _ in range(2):  # a redone decide and apply replace this run's partition
-        task_parquet.write_in_tasks(
-            decided,
-            lambda batches: batches,
-            DECIDED_SCHEMA,
-            str(tmp_path / "decisions"),
-            lambda batch: (batch.num_rows,),
-            ("n",),
-            [staged_output(str(tmp_path / "staged"), T0)],
-        )
-        assert publish_staged(str(tmp_path / "staged"), str(by_tasks), "2024-05-01", run_id) == 1
-    assert publish_staged(str(tmp_path / "staged"), str(by_tasks), "2024-05-01", run_id) == 0
-
-    def folders(root):
-        return sorted(str(p.parent.relative_to(root)) for p in root.rglob("*.parquet"))
-
-    assert set(folders(by_tasks)) == set(folders(by_spark))
-    assert folders(by_tasks)[0] == (
+    root = tmp_path / "archive"
+    write_archive(decided, tmp_path, str(root), run_id)
+    folders = sorted(str(p.parent.relative_to(root)) for p in root.rglob("*.parquet"))
+    assert folders[0] == (
         "dlq_topic=persistent%3A%2F%2Fpublic%2Fdefault%2Forders-sub-DLQ/date=2024-05-01/"
         "run_id=manual__2024-05-01T00%3A00%3A00+00%3A00"
     )
-    expected, actual = spark.read.parquet(str(by_spark)), spark.read.parquet(str(by_tasks))
-    assert actual.schema == expected.schema
-    assert sorted(actual.collect()) == sorted(expected.collect())
-    assert actual.count() == 11
-    assert actual.filter("payload IS NOT NULL").count() == 5
-    assert {r["run_id"] for r in actual.select("run_id").collect()} == {run_id}
-
-    def parquet_types(root):
-        schema = pq.ParquetFile(next(root.rglob("*.parquet"))).schema
-        return [(c.path, c.physical_type, str(c.logical_type)) for c in schema]
-
-    assert parquet_types(by_tasks) == parquet_types(by_spark)
+    archived = spark.read.parquet(str(root))
+    assert {r["run_id"] for r in archived.select("run_id").collect()} == {run_id}
+    assert dict(archived.dtypes)["archived_at"] == "timestamp"
 
 
 def recorded_inputs(spark, tmp_path):
@@ -521,8 +516,8 @@ def test_ledger_recorded_by_tasks_reads_as_sparks_ledger(spark, tmp_path):
     run_id = "manual__2024-05-01T00:00:00+00:00"
     by_spark, by_tasks = tmp_path / "spark", tmp_path / "tasks"
     outcomes_df = with_publish_results(decided.select(*OUTCOME_COLUMNS), spark.read.parquet(str(results)))
-    write_ledger(ledger_rows(outcomes_df, run_id, oc.REPLAY, T0), str(by_spark))
-    write_ledger(ledger_rows(outcomes_df, "run-0", oc.REPLAY, T0), str(by_tasks))  # an earlier run's
+    record_ledger(ledger_rows(outcomes_df, run_id, oc.REPLAY, T0), tmp_path / "a", str(by_spark))
+    record_ledger(ledger_rows(outcomes_df, "run-0", oc.REPLAY, T0), tmp_path / "b", str(by_tasks))
     staged = str(tmp_path / "ledger_staged")
     for _ in range(2):  # a redone record step replaces this run's partition
         written = record_in_tasks(
@@ -533,8 +528,8 @@ def test_ledger_recorded_by_tasks_reads_as_sparks_ledger(spark, tmp_path):
         assert publish_staged(staged, str(by_tasks), run_id)
     assert not publish_staged(staged, str(by_tasks), run_id)
 
-    expected = run_outcomes(read_ledger(spark, RunStorage(spark), str(by_spark)), run_id)
-    actual = run_outcomes(read_ledger(spark, RunStorage(spark), str(by_tasks)), run_id)
+    expected = run_outcomes(read_ledger(spark, RunStorage(), str(by_spark)), run_id)
+    actual = run_outcomes(read_ledger(spark, RunStorage(), str(by_tasks)), run_id)
     assert sorted(actual.collect()) == sorted(expected.collect())
     # The Timeout rows 1:0 to 1:4 of snapshot_df are more copies of the originals of COPIES.
     assert counts(actual) == {
@@ -544,7 +539,7 @@ def test_ledger_recorded_by_tasks_reads_as_sparks_ledger(spark, tmp_path):
     assert failed == ["publish failed: no send result", "publish failed: topic terminated"]
     ids = actual.filter("published_message_id IS NOT NULL").select("outcome").distinct().collect()
     assert [r[0] for r in ids] == [oc.REPUBLISHED]  # not the other copies of a republished original
-    assert read_ledger(spark, RunStorage(spark), str(by_tasks)).filter("run_id = 'run-0'").count() == 18
+    assert read_ledger(spark, RunStorage(), str(by_tasks)).filter("run_id = 'run-0'").count() == 18
     partition = by_tasks / "run_id=manual__2024-05-01T00%3A00%3A00+00%3A00"
     assert sorted(p.name for p in partition.iterdir()) == ["part-00000.parquet", "part-00001.parquet"]
     assert (by_tasks / "_SUCCESS").exists()
@@ -578,8 +573,10 @@ def test_report_from_record_parts_is_sparks_report(spark, tmp_path, snippets):
     )  # fmt: skip
     publish_staged(staged, ledger, "run-1")
     earlier = decided.filter("outcome = 'to_republish'").select(*OUTCOME_COLUMNS)
-    write_ledger(
-        ledger_rows(with_publish_results(earlier, None), "run-0", oc.REPLAY, T0 - timedelta(days=1)), ledger
+    record_ledger(
+        ledger_rows(with_publish_results(earlier, None), "run-0", oc.REPLAY, T0 - timedelta(days=1)),
+        tmp_path / "run-0",
+        ledger,
     )
     options = SimpleNamespace(archive_payload=True)
     context = ReportContext(
@@ -587,7 +584,7 @@ def test_report_from_record_parts_is_sparks_report(spark, tmp_path, snippets):
     )
 
     def report(from_parts):
-        outcomes = run_outcomes(read_ledger(spark, RunStorage(spark), ledger), "run-1")
+        outcomes = run_outcomes(read_ledger(spark, RunStorage(), ledger), "run-1")
         return build_report(
             outcomes, run_id="run-1", mode=oc.REPLAY, status="succeeded", started_at="a", finished_at="b",
             commit=CommitTotals(), timings={}, paths={}, context=context, parts=from_parts,
@@ -601,7 +598,7 @@ def test_report_from_record_parts_is_sparks_report(spark, tmp_path, snippets):
     assert any(error["count"] > 1 for g in groups for error in g["sample_errors"])
     assert sum(g["count"] for g in groups) == decided.count() == 18
     # The trend reads the earlier run from the ledger; this run comes last, at its ledger time.
-    this_run = read_ledger(spark, RunStorage(spark), ledger).filter("run_id = 'run-1'")
+    this_run = read_ledger(spark, RunStorage(), ledger).filter("run_id = 'run-1'")
     at = this_run.agg({"recorded_at": "max"}).collect()[0][0].isoformat()
     assert [(r["run_id"], r["messages"]) for r in by_parts["trend"]["runs"]] == [("run-0", 9), ("run-1", 18)]
     assert by_parts["trend"]["runs"][-1]["at"] == at

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from spark_apps.dlq_replay.parquet_writes import PER_MESSAGE_COLUMNS, WRITE_OPTIONS
 from spark_apps.dlq_replay.pulsar_io.republish import REPUBLISH_RESULT_SCHEMA
 from spark_apps.dlq_replay.schemas import DECIDED_SCHEMA, LEDGER_SCHEMA, SNAPSHOT_SCHEMA
+from spark_apps.dlq_replay.task_parquet import PER_MESSAGE_COLUMNS
 
-#: Columns of the archive that no schema constant names (built in ``apply.archive_rows``).
+#: Columns of the archive that no schema constant names (built in ``archive_files.archive_batch``).
 ARCHIVE_ONLY = {"payload", "payload_sha256"}
 
 
@@ -22,9 +22,3 @@ def test_every_column_path_names_a_column_of_a_written_dataset():
         if rest:
             assert fields[root] == "map", path
             assert rest == "key_value.value", path
-
-
-def test_the_options_turn_the_dictionary_off_per_column():
-    assert WRITE_OPTIONS["parquet.enable.dictionary#value"] == "false"
-    assert len(WRITE_OPTIONS) == len(PER_MESSAGE_COLUMNS)
-    assert "parquet.enable.dictionary" not in WRITE_OPTIONS  # the other columns keep Spark's default
