@@ -300,26 +300,11 @@ def pending_keys_of(client, topic: str) -> list[str]:
     return sorted(m.partition_key() for m in drain(client, topic, "dlq-replayer"))
 
 
-@pytest.fixture(params=["task-writes", "spark-writes"])
-def task_writes(request, spark):
-    """Both ways the run reads and writes its datasets: by its Python tasks (a local output root, the
-    default) and by Spark (as on ``s3a://``; turned off with ``spark.dlq.replay.taskWrites``)."""
-    from spark_apps.dlq_replay.task_parquet import CONF_TASK_WRITES
-
-    on = request.param == "task-writes"
-    spark.conf.set(CONF_TASK_WRITES, str(on).lower())
-    try:
-        yield on
-    finally:
-        spark.conf.unset(CONF_TASK_WRITES)
-
-
-def test_waves_follow_the_brokers_deduplication(spark, pulsar_client, pulsar_broker, tmp_path, task_writes):
+def test_waves_follow_the_brokers_deduplication(spark, pulsar_client, pulsar_broker, tmp_path):
     """More sequence ids per producer than one small wave: with deduplication on every origin topic (the
     admin REST says so) the run sends in large waves, since a re-send is dropped by the broker; with it off
-    it keeps the small waves that bound a re-send after a kill. Every message is republished once.
-    Task writes: every wave's tasks read the decide tasks' files, nothing is copied. Spark writes: one
-    wave is sent straight from the decisions, several from the rows to send, written once by wave."""
+    it keeps the small waves that bound a re-send after a kill. Every message is republished once, every
+    wave's tasks reading the decide tasks' files (nothing is copied)."""
     import uuid
 
     from replay_e2e_support import order, ours
@@ -362,12 +347,9 @@ def test_waves_follow_the_brokers_deduplication(spark, pulsar_client, pulsar_bro
         assert apply["wave_size"] == (DEDUP_WAVE_SIZE if dedup else DEFAULT_WAVE_SIZE), namespace
         assert apply["waves_done"] == (1 if dedup else 2)
         steps = json.loads((out / "runs" / "waves" / "state.json").read_text())["steps"]
-        assert steps["snapshot"]["written_by_tasks"] is task_writes
-        assert steps["decide"]["written_by_tasks"] is task_writes
-        # The record tasks zip each bucket's decisions with its results of every wave.
-        assert steps["record"]["written_by_tasks"] is task_writes
-        # ... and keep the report's groups, whichever way the report got them it is the same.
-        assert steps["record"]["report_parts"] is task_writes
+        # The record tasks zip each bucket's decisions with its results of every wave, and keep the
+        # report's groups.
+        assert steps["record"]["report_parts"] is True
         group = report["groups"][0]
         assert (group["count"], group["outcomes"], len(group["sample_message_ids"])) == (
             n,
@@ -378,14 +360,11 @@ def test_waves_follow_the_brokers_deduplication(spark, pulsar_client, pulsar_bro
         ledger = spark.read.parquet(str(out / "ledger")).filter("run_id = 'waves'")
         assert ledger.filter("outcome = 'republished' AND published_message_id IS NOT NULL").count() == n
         # The read tasks wrote the replay ids beside the snapshot; decide's marks read them.
-        assert steps["snapshot"]["identities_written"] is task_writes
-        assert (out / "runs" / "waves" / "snapshot_identities" / "_SUCCESS").exists() is task_writes
-        to_send = (out / "runs" / "waves" / "apply" / "to_send").exists()
-        assert to_send is (not dedup and not task_writes), namespace
-        # The read and record tasks counted each entry: the commit acks from the driver, no Spark job;
-        # the same figures either way, every message acked and verified on the cursor.
-        assert steps["snapshot"]["entries_written"] is task_writes
-        assert steps["record"]["commit_parts"] is task_writes
+        assert steps["snapshot"]["identities_written"] is True
+        assert (out / "runs" / "waves" / "snapshot_identities" / "_SUCCESS").exists()
+        # The read and record tasks counted each entry: the commit acks from the driver, no Spark job,
+        # every message acked and verified on the cursor.
+        assert steps["record"]["commit_parts"] is True
         commit = steps["commit"]
         assert (commit["acked"], commit["unacked_final"], commit["left_pending_seen"]) == (n, 0, 0)
         assert commit["entries_acked"] == steps["plan"]["pending_entries"]
