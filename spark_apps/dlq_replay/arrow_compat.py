@@ -1,19 +1,18 @@
-"""``mapInArrow`` / ``applyInArrow`` without pandas, and small driver-side frames without a Python RDD.
+"""Arrow UDFs and small driver-side frames through the public DataFrame API (classic and Spark Connect).
 
-PySpark 4.3 implements both on top of ``pandas_udf``, which refuses to run unless pandas is installed,
-although Arrow-only UDFs never use pandas on the driver or the executors. This project does not need
-pandas, so when it is missing these helpers build the same Arrow UDF without the pandas check (the
-public API is used whenever pandas is importable).
+:func:`map_in_arrow` and :func:`apply_in_arrow` are ``df.mapInArrow`` and ``grouped.applyInArrow``:
+PySpark builds both on ``pandas_udf``, which checks that pandas is installed on the driver although
+Arrow-only UDFs never use it on the driver or the executors; :func:`require_arrow_udfs` makes that check
+before a run starts, naming the fix (a Spark Connect client needs pandas anyway).
 
-:func:`local_frame` builds a DataFrame from a few driver-side rows through Arrow: from a Python list
-PySpark converts the rows in a Python RDD, whose workers Spark keeps in a pool of their own (an RDD's
-workers lack the SQL workers' environment), so the run would start a second Python daemon and two more
-workers for a handful of rows.
+:func:`local_frame` and :func:`arrow_frame` build a DataFrame from a few driver-side rows through Arrow:
+a local relation, on a classic session and under Spark Connect alike. From a Python list a classic
+session would convert the rows in a Python RDD, whose workers Spark keeps in a pool of their own, so
+the run would start a second Python daemon and two more workers for a handful of rows.
 """
 
 from __future__ import annotations
 
-import importlib.util
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -24,39 +23,30 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
 
-def _has_pandas() -> bool:
-    return importlib.util.find_spec("pandas") is not None
+def require_arrow_udfs() -> None:
+    """Raise :class:`~spark_apps.dlq_replay.errors.ReplayConfigError` naming the fix when this Python
+    cannot create PySpark's Arrow UDFs (the pandas check of ``mapInArrow``/``applyInArrow``)."""
+    from spark_apps.dlq_replay.errors import ReplayConfigError
 
+    try:
+        from pyspark.sql.pandas.utils import require_minimum_pandas_version
 
-def _arrow_udf(func: Callable[..., Any], schema: StructType | str, eval_type: int) -> Any:
-    from pyspark.sql.pandas.functions import vectorized_udf  # type: ignore[attr-defined]
-
-    return vectorized_udf(func, returnType=schema, functionType=eval_type, kind="pandas")
+        require_minimum_pandas_version()
+    except ImportError as exc:  # PySparkImportError is one
+        raise ReplayConfigError(
+            f"the driver's Python cannot run PySpark's mapInArrow/applyInArrow ({exc}); install pandas "
+            "in the driver's environment (pip install 'pandas>=2.2,<3'); the executors do not need it"
+        ) from exc
 
 
 def map_in_arrow(df: DataFrame, func: Callable[..., Any], schema: StructType | str) -> DataFrame:
-    """``df.mapInArrow(func, schema)``, also when pandas is not installed."""
-    if _has_pandas():
-        return df.mapInArrow(func, schema)
-    from pyspark.sql import DataFrame as SparkDataFrame
-    from pyspark.util import PythonEvalType
-
-    udf = _arrow_udf(func, schema, PythonEvalType.SQL_MAP_ARROW_ITER_UDF)
-    column = udf(*[df[name] for name in df.columns])
-    return SparkDataFrame(df._jdf.mapInArrow(column._jc, False, None), df.sparkSession)
+    """``df.mapInArrow(func, schema)`` (func: iterator of ``pyarrow.RecordBatch`` -> the same)."""
+    return df.mapInArrow(func, schema)
 
 
 def apply_in_arrow(grouped: GroupedData, func: Callable[..., Any], schema: StructType | str) -> DataFrame:
-    """``grouped.applyInArrow(func, schema)`` (func: ``pyarrow.Table -> pyarrow.Table``), without pandas."""
-    if _has_pandas():
-        return grouped.applyInArrow(func, schema)
-    from pyspark.sql import DataFrame as SparkDataFrame
-    from pyspark.util import PythonEvalType
-
-    df = grouped._df
-    udf = _arrow_udf(func, schema, PythonEvalType.SQL_GROUPED_MAP_ARROW_UDF)
-    column = udf(*[df[name] for name in df.columns])
-    return SparkDataFrame(grouped._jgd.flatMapGroupsInArrow(column._jc), grouped.session)
+    """``grouped.applyInArrow(func, schema)`` (func: ``pyarrow.Table -> pyarrow.Table``)."""
+    return grouped.applyInArrow(func, schema)
 
 
 def local_frame(spark: SparkSession, rows: Sequence[Sequence[Any]], schema: str) -> DataFrame:

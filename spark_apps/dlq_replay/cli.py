@@ -6,9 +6,12 @@ The contract (``docs/replay-app.md``):
   2: invalid input, found before anything is written (options, files, permissions, playbook, fixes, or
   a resume with changed options); 1: the run failed or another run holds the lock; re-run the same
   ``--run-id`` to resume;
-* progress and errors on stderr (under ``spark-submit``, the JVM's stderr: the Python driver's own
-  stderr is merged into stdout by Spark's ``PythonRunner``);
+* progress and errors on the Python driver's stderr (under ``spark-submit`` Spark's ``PythonRunner``
+  merges it into its stdout, ahead of the summary);
 * stdout: a human summary, then as its last line ``DLQ_REPLAY_SUMMARY {json}``.
+
+The same program runs on ``local[n]``, on a cluster and under Spark Connect (``spark-submit --remote
+sc://...``): the driver uses the public ``SparkSession`` API only (:mod:`~spark_apps.dlq_replay.session`).
 
 Tokens are never accepted as arguments and no value that could be one is ever printed: the Pulsar
 token comes from the ``PULSAR_AUTH_TOKEN`` environment variable or from ``--auth-token-file``.
@@ -18,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import re
 import sys
 from typing import TYPE_CHECKING, Any
@@ -41,6 +43,8 @@ from spark_apps.dlq_replay.redaction import register_argv, scrub
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
+
+    from pyspark.sql import SparkSession
 
 log = logging.getLogger("spark_apps.dlq_replay")
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -176,7 +180,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--output-dir",
         required=True,
         metavar="URI",
-        help="Root for runs/<run_id>/, archive/ and ledger/: a local path or a Hadoop URI (s3a://, hdfs://).",
+        help="Root for runs/<run_id>/, archive/ and ledger/: a local path or a URI pyarrow opens (s3://, "
+        "s3a://, gs://, hdfs://); an object store needs --subscription-lease on.",
     )
     add(
         "--origin-allowlist",
@@ -290,7 +295,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="Hold a broker lease per DLQ topic and subscription for the whole run, so no other replay "
         "(whatever its output dir) reads the same subscription at the same time (default on). It needs "
         "permission to consume a small lease topic in the DLQ's namespace; 'off' relies on the output "
-        "directory lock alone.",
+        "directory lock alone, which only a local --output-dir can hold.",
     )
     return parser
 
@@ -370,44 +375,9 @@ def parse_options(argv: Sequence[str] | None = None) -> ReplayOptions:
 # --------------------------------------------------------------------------- stderr
 
 
-class _JvmErr:
-    """A text stream over the JVM's ``System.err`` (the real stderr of ``spark-submit``)."""
-
-    def __init__(self, stream: Any) -> None:
-        self._stream = stream
-
-    def write(self, text: str) -> int:
-        self._stream.print(text)
-        return len(text)
-
-    def flush(self) -> None:
-        self._stream.flush()
-
-
-_ERR: list[Any] = []
-
-
 def err_stream() -> Any:
-    """Where progress and errors go: the JVM's stderr once :func:`use_jvm_stderr` found it, else
-    ``sys.stderr`` (looked up at each call, so a swapped ``sys.stderr`` is honoured)."""
-    return _ERR[0] if _ERR else sys.stderr
-
-
-def use_jvm_stderr() -> bool:
-    """Under ``spark-submit`` write progress to the JVM's stderr: Spark's ``PythonRunner`` merges the
-    Python driver's stderr into stdout, which must carry only the summary. No-op elsewhere."""
-    if _ERR or not os.environ.get("PYSPARK_GATEWAY_PORT"):
-        return bool(_ERR)
-    try:
-        from pyspark import SparkContext
-
-        SparkContext._ensure_initialized()  # connects to the gateway spark-submit started; no context yet
-        jvm: Any = SparkContext._jvm
-        _ERR.append(_JvmErr(jvm.java.lang.System.err))
-    except Exception as exc:  # keep going on Python's stderr rather than fail the run
-        sys.stderr.write(f"dlq-replay: progress stays on the Python stderr ({type(exc).__name__})\n")
-        return False
-    return True
+    """Where progress and errors go: ``sys.stderr``, looked up at each call (a swapped one is honoured)."""
+    return sys.stderr
 
 
 class _StderrHandler(logging.StreamHandler):
@@ -454,7 +424,7 @@ def _fail(message: str) -> None:
 def session_defaults(cores: int) -> dict[str, str]:
     """Session settings the app applies unless given with --conf: :data:`WRITE_DEFAULTS`, shuffle
     partitions sized to the ``cores`` of the application (:data:`SHUFFLE_PARTITIONS_PER_CORE`) and
-    :data:`ARROW_BATCH_ROWS`."""
+    :data:`ARROW_BATCH_ROWS`. All are runtime settings, which a Spark Connect session accepts too."""
     partitions = max(2, SHUFFLE_PARTITIONS_PER_CORE * max(1, cores))
     return {
         **WRITE_DEFAULTS,
@@ -463,9 +433,47 @@ def session_defaults(cores: int) -> dict[str, str]:
     }
 
 
+def apply_session_defaults(spark: SparkSession) -> dict[str, str]:
+    """Set :func:`session_defaults` on ``spark`` where neither the setting nor its ``spark.hadoop.``
+    form was given (``--conf``, the cluster's defaults); a setting the session refuses (e.g. one a
+    Spark Connect server does not let a client change) is left as it is. Returns what was set."""
+    from spark_apps.dlq_replay.session import conf_value, default_parallelism
+
+    applied: dict[str, str] = {}
+    for key, value in session_defaults(default_parallelism(spark)).items():
+        if conf_value(spark, key) is not None or conf_value(spark, f"spark.hadoop.{key}") is not None:
+            continue
+        try:
+            spark.conf.set(key, value)
+        except Exception as exc:
+            log.info("session setting %s left as it is: the session refuses it (%s)", key, type(exc).__name__)
+            continue
+        applied[key] = value
+    return applied
+
+
+def build_session(run_id: str) -> SparkSession:
+    """The run's session (classic or Spark Connect, as spark-submit set it up) with the app's defaults
+    and, under Spark Connect, the app's code added for the server's Python workers."""
+    from pyspark.sql import SparkSession
+
+    from spark_apps.dlq_replay.session import ship_code
+
+    spark = (
+        SparkSession.builder.appName(f"dlq-replay {run_id}")
+        .config("spark.sql.session.timeZone", "UTC")
+        # Spark's own log at WARN, so our progress lines stay readable in the task log (a classic
+        # session applies it as it starts; a Spark Connect server keeps its own).
+        .config("spark.log.level", "WARN")
+        .getOrCreate()
+    )
+    apply_session_defaults(spark)
+    ship_code(spark)
+    return spark
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the app; returns the process exit code (see the module docstring)."""
-    use_jvm_stderr()
     configure_logging()
     register_argv(sys.argv[1:] if argv is None else argv)  # never printed, whatever option they were in
     try:
@@ -486,22 +494,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ReplayError as exc:  # nothing listens at the service URL: nothing written, re-run later
         _fail(str(exc))
         return EXIT_FAILED
-    from pyspark.sql import SparkSession
-
     from spark_apps.dlq_replay.pulsar_io.errors import PulsarConfigError
     from spark_apps.dlq_replay.report import summary_line, summary_text
     from spark_apps.dlq_replay.runner import run_replay
 
-    spark = (
-        SparkSession.builder.appName(f"dlq-replay {options.run_id}")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("WARN")  # our progress lines stay readable in the task log
-    given = spark.sparkContext.getConf()
-    for key, value in session_defaults(spark.sparkContext.defaultParallelism).items():
-        if not (given.contains(key) or given.contains(f"spark.hadoop.{key}")):
-            spark.conf.set(key, value)
+    spark = build_session(options.run_id)
     try:
         report = run_replay(spark, options, broker_checked=True)
     except (ReplayConfigError, PulsarConfigError) as exc:

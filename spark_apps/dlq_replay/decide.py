@@ -642,9 +642,8 @@ def decide_tasks(
 
 
 def _buckets(df: DataFrame, n: int) -> DataFrame:
-    """``df`` in exactly ``n`` partitions, one per producer bucket: merged without a shuffle when there
-    are more (a large snapshot), spread round-robin when there are fewer (a small one)."""
-    return df.coalesce(n) if df.rdd.getNumPartitions() >= n else df.repartition(n)
+    """``df`` in exactly ``n`` partitions, one per producer bucket (spread round-robin)."""
+    return df.repartition(n)
 
 
 # --------------------------------------------------------------------------- producers (executors)

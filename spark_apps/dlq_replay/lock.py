@@ -8,8 +8,11 @@ therefore holds, from before its first step until it ends:
   host, pid), refreshed by a heartbeat every :data:`HEARTBEAT_S` seconds and valid for :data:`LOCK_TTL_S`
   seconds after the last one. A lock whose heartbeat expired, or whose owner process is gone (same
   host), is stale: the next run takes it over by creating the next generation's file, which only one
-  taker can create (``O_EXCL`` locally, ``create(overwrite=false)`` on HDFS). So a killed run never
-  holds the directory for longer than the expiry, and a run on the same host resumes at once;
+  taker can create (``O_EXCL``). So a killed run never holds the directory for longer than the expiry,
+  and a run on the same host resumes at once. The files go through :mod:`~spark_apps.dlq_replay.storage`,
+  and only a local output root offers the exclusive create: on an object store (``s3://``...) the run
+  holds no output lock and the lease below guards it, so there the lease cannot be turned off
+  (:func:`check_guard`);
 * **a lease** per DLQ topic (``--subscription-lease on``, the default): an Exclusive consumer of the
   fixed subscription :data:`LEASE_SUBSCRIPTION` on a message-less lease topic in the DLQ's namespace,
   ``dlq-replay-lease-<hash of the DLQ topic>``. The broker lets one such consumer in at a time, whatever
@@ -18,8 +21,8 @@ therefore holds, from before its first step until it ends:
   the holder when the admin REST can show it.
 
 The heartbeat thread checks both; when either is lost (another run took the lock over after a long
-stall, the broker refused the lease after a reconnect) it cancels the run's Spark jobs and the run stops
-with a resumable error.
+stall, the broker refused the lease after a reconnect) it interrupts the Spark operations of the run's
+session (``SparkSession.interruptAll``) and the run stops with a resumable error.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from spark_apps.dlq_replay.errors import LockLostError, ReplayConfigError, RunLockedError
-from spark_apps.dlq_replay.storage import join, local_path
+from spark_apps.dlq_replay.storage import RunStorage, is_local, join, qualify_root
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -45,7 +48,6 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf
-    from spark_apps.dlq_replay.storage import RunStorage
 
 log = logging.getLogger("spark_apps.dlq_replay")
 
@@ -158,66 +160,46 @@ class LockOwner:
         )
 
 
+def output_lock_possible(output_root: str) -> bool:
+    """True when the output lock can be held on ``output_root``: a local file system, the only one
+    where :meth:`~spark_apps.dlq_replay.storage.RunStorage.create_exclusive` is atomic."""
+    return is_local(qualify_root(output_root))
+
+
+def check_guard(output_root: str, subscription_lease: bool) -> None:
+    """Refuse a run that nothing would guard: ``--subscription-lease off`` on an output root that
+    cannot hold the output lock (:func:`output_lock_possible`)."""
+    if subscription_lease or output_lock_possible(output_root):
+        return
+    raise ReplayConfigError(
+        f"--subscription-lease off needs a local --output-dir, got {output_root}: an object store offers "
+        "no exclusive create, so no output directory lock can keep a second run out there, and two runs "
+        "at once would republish the same messages twice. Keep --subscription-lease on (the default), "
+        "which guards the run at the broker, or give a local --output-dir"
+    )
+
+
 class _LockFiles:
-    """The lock directory on the local file system or through Hadoop's ``FileSystem``."""
+    """The lock directory, through :class:`~spark_apps.dlq_replay.storage.RunStorage`."""
 
     def __init__(self, directory: str, storage: RunStorage | None) -> None:
         self.directory = directory
-        self.local = local_path(directory)
-        self.storage = storage
-        if self.local is None and storage is None:
-            raise ReplayConfigError(f"a Spark session is needed to lock {directory}")
+        self.storage = storage if storage is not None else RunStorage()
 
     def names(self) -> list[str]:
-        if self.local is not None:
-            try:
-                return os.listdir(self.local)
-            except FileNotFoundError:
-                return []
-        assert self.storage is not None
         return self.storage.list_names(self.directory)
 
     def read(self, name: str) -> str | None:
-        if self.local is not None:
-            try:
-                with open(os.path.join(self.local, name), encoding="utf-8") as handle:
-                    return handle.read()
-            except FileNotFoundError:
-                return None
-        assert self.storage is not None
         return self.storage.read_text(join(self.directory, name))
 
     def create(self, name: str, text: str) -> bool:
         """Create ``name`` with ``text`` unless it exists (atomic); True when this call created it."""
-        if self.local is not None:
-            os.makedirs(self.local, exist_ok=True)
-            try:
-                fd = os.open(os.path.join(self.local, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            except FileExistsError:
-                return False
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                handle.write(text)
-            return True
-        assert self.storage is not None
         return self.storage.create_exclusive(join(self.directory, name), text)
 
     def replace(self, name: str, text: str) -> None:
-        if self.local is not None:
-            path = os.path.join(self.local, name)
-            tmp = f"{path}.tmp-{os.getpid()}"
-            with open(tmp, "w", encoding="utf-8") as handle:
-                handle.write(text)
-            os.replace(tmp, path)
-            return
-        assert self.storage is not None
-        self.storage.write_text(join(self.directory, name), text)
+        self.storage.write_text(join(self.directory, name), text)  # atomic: a temporary name, renamed
 
     def delete(self, name: str) -> None:
-        if self.local is not None:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(os.path.join(self.local, name))
-            return
-        assert self.storage is not None
         self.storage.delete(join(self.directory, name))
 
 
@@ -474,11 +456,12 @@ class SubscriptionLease:
 
 
 class RunLock:
-    """The output lock and the subscription leases of one run, with their heartbeat thread."""
+    """The output lock and the subscription leases of one run, with their heartbeat thread (either may
+    be absent: no output lock on an object store, no lease with ``--subscription-lease off``)."""
 
     def __init__(
         self,
-        output: OutputLock,
+        output: OutputLock | None,
         lease: SubscriptionLease | None,
         spark: SparkSession | None = None,
         heartbeat_s: float = HEARTBEAT_S,
@@ -492,7 +475,8 @@ class RunLock:
         self._thread: threading.Thread | None = None
 
     def acquire(self) -> None:
-        self.output.acquire()
+        if self.output is not None:
+            self.output.acquire()
         # The heartbeat runs from here: taking the leases may wait for the broker (LEASE_WAIT_S), and the
         # output lock must not expire meanwhile.
         self._thread = threading.Thread(target=self._beat, name="dlq-replay-lock-heartbeat", daemon=True)
@@ -508,17 +492,30 @@ class RunLock:
     def _beat(self) -> None:
         while not self._stop.wait(self.heartbeat_s):
             try:
-                reason = self.output.heartbeat() or (self.lease.check() if self.lease else None)
+                reason = (self.output.heartbeat() if self.output is not None else None) or (
+                    self.lease.check() if self.lease is not None else None
+                )
             except Exception as exc:  # a failed heartbeat write: the lock may expire, say so
                 log.warning("lock heartbeat failed: %s: %s", type(exc).__name__, exc)
                 continue
             if reason is not None:
                 self.lost = reason
-                log.error("run lock lost: %s; cancelling this run's Spark jobs", reason)
-                if self.spark is not None:
-                    with contextlib.suppress(Exception):
-                        self.spark.sparkContext.cancelAllJobs()
+                log.error("run lock lost: %s; interrupting this run's Spark jobs", reason)
+                self.interrupt()
                 return
+
+    def interrupt(self) -> None:
+        """Interrupt the running Spark operations of the run's session, from this (any) thread. Not by
+        tag: a classic session's tags belong to the thread that added them, so from another thread
+        ``interruptTag`` finds nothing; the session is the run's own."""
+        if self.spark is None:
+            return
+        try:
+            stopped = self.spark.interruptAll()
+        except Exception as exc:  # the session is gone: nothing runs any more
+            log.warning("could not interrupt the run's Spark jobs: %s: %s", type(exc).__name__, exc)
+            return
+        log.info("interrupted %d Spark operation(s) of this run", len(stopped))
 
     def check(self) -> None:
         """Raise :class:`LockLostError` when the lock or a lease was lost."""
@@ -534,7 +531,8 @@ class RunLock:
             self._thread.join(timeout=self.heartbeat_s + 5)
         if self.lease is not None:
             self.lease.release()
-        self.output.release()
+        if self.output is not None:
+            self.output.release()
 
 
 @contextlib.contextmanager
@@ -548,9 +546,21 @@ def run_lock(
     subscription: str | None = None,
     storage: RunStorage | None = None,
 ) -> Iterator[RunLock]:
-    """Hold the output lock (and, with ``conf``, the subscription leases of ``topics``) for the block."""
+    """Hold the output lock (and, with ``conf``, the subscription leases of ``topics``) for the block. On
+    an output root without an exclusive create (an object store) the leases alone guard the run, and a
+    run without them is refused (:func:`check_guard`)."""
+    check_guard(output_root, conf is not None)
     lease = SubscriptionLease(conf, topics, subscription or "", run_id) if conf is not None else None
-    lock = RunLock(OutputLock(output_root, run_id, storage), lease, spark)
+    output: OutputLock | None = None
+    if output_lock_possible(output_root):
+        output = OutputLock(output_root, run_id, storage)
+    else:
+        log.info(
+            "output dir %s is not on a local file system: no output lock file there (an object store "
+            "offers no exclusive create); the subscription leases guard this run",
+            output_root,
+        )
+    lock = RunLock(output, lease, spark)
     lock.acquire()
     try:
         yield lock

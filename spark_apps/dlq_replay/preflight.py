@@ -1,10 +1,12 @@
 """Checks that run before a replay writes anything: bad input exits 2 and leaves no run directory.
 
 :func:`check_local` needs no Spark (the command line runs it before starting Spark): the token and trust
-files, the playbook (size, YAML, rules, fix files) and, for a local output directory, that it can be
-written. :func:`check_with_spark` then ships and imports the playbook's fixes and probes a Hadoop output
-URI. Option values that could be a secret typed in the wrong place (the token file path) are never
-echoed.
+files, the playbook (size, YAML, rules, fix files), that the driver can create Arrow UDFs, that the output
+root opens and can be written (a local folder, or an object store's bucket through
+:mod:`~spark_apps.dlq_replay.storage`) and that something guards the run there
+(:func:`~spark_apps.dlq_replay.lock.check_guard`). :func:`check_with_spark` then ships the playbook's fix
+files to the session's Python workers and imports every fix. Option values that could be a secret typed
+in the wrong place (the token file path) are never echoed.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from spark_apps.dlq_replay.errors import ReplayConfigError
 from spark_apps.dlq_replay.redaction import shown
-from spark_apps.dlq_replay.storage import join, local_path, qualify_root
+from spark_apps.dlq_replay.storage import StorageError, check_root, join, local_path, qualify_root
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -183,22 +185,37 @@ def check_local(options: ReplayOptions) -> Playbook:
         check_oauth2_credentials_file(options.oauth2_credentials_file)
     check_window_from(options)
     playbook = load_playbook(options.playbook) if options.playbook else empty_playbook()
+    check_arrow_udfs()
+    check_guard(options.output_dir, options.subscription_lease)
     check_output_dir_local(options.output_dir, join("runs", run_dir_name(options.run_id)))
+    check_output_dir_remote(options.output_dir)
     return playbook
 
 
-def check_output_dir_remote(spark: SparkSession, output_dir: str) -> None:
-    """For a Hadoop URI output root: create and delete a probe file through Spark's ``FileSystem``."""
+def check_arrow_udfs() -> None:
+    """The driver's Python can create PySpark's Arrow UDFs (every step runs some)."""
+    from spark_apps.dlq_replay.arrow_compat import require_arrow_udfs
+
+    require_arrow_udfs()
+
+
+def check_output_dir_remote(output_dir: str) -> None:
+    """For an object store or Hadoop URI output root: it opens (scheme, bucket:
+    :func:`~spark_apps.dlq_replay.storage.check_root`), and a probe file can be created and deleted."""
     root = qualify_root(output_dir)
     if local_path(root) is not None:
         return
     from spark_apps.dlq_replay.storage import RunStorage
 
-    storage = RunStorage(spark)
+    try:
+        check_root(root)
+    except StorageError as exc:
+        raise ReplayConfigError(str(exc)) from exc
+    storage = RunStorage()
     probe = join(root, f".dlq-replay-probe-{uuid.uuid4().hex}")
     try:
         storage.write_text(probe, "probe")
-    except Exception as exc:  # the JVM's error names the cause (permissions, credentials, bucket)
+    except Exception as exc:  # the store's error names the cause (permissions, credentials, bucket)
         raise ReplayConfigError(
             f"--output-dir {output_dir}: cannot write there ({type(exc).__name__}: {str(exc)[:300]}); check "
             "the URI, credentials and permissions"
@@ -207,14 +224,27 @@ def check_output_dir_remote(spark: SparkSession, output_dir: str) -> None:
         storage.delete(probe)
 
 
-def ship_and_load_fixes(spark: SparkSession, playbook: Playbook) -> None:
-    """Ship the playbook's fix files to the executors and import every fix on the driver."""
-    from spark_apps.dlq_replay.fixes import load_fix
+def check_guard(output_dir: str, subscription_lease: bool) -> None:
+    """Something keeps a second run out: the output lock (a local root) or the subscription lease."""
+    from spark_apps.dlq_replay.lock import check_guard as guard
 
-    shipped = set(getattr(spark.sparkContext, "_python_includes", None) or [])
+    guard(output_dir, subscription_lease)
+
+
+def ship_and_load_fixes(spark: SparkSession, playbook: Playbook) -> None:
+    """Ship the playbook's fix files to the session's Python workers and import every fix on the driver."""
+    from spark_apps.dlq_replay.fixes import load_fix
+    from spark_apps.dlq_replay.session import add_pyfile
+
     for fix_file in playbook.fix_files:
-        if os.path.basename(fix_file) not in shipped:
-            spark.sparkContext.addPyFile(fix_file)
+        try:
+            add_pyfile(spark, fix_file)
+        except Exception as exc:  # e.g. another file of the same name was shipped to this session
+            raise ReplayConfigError(
+                f"fix_files entry {fix_file}: cannot add it to the Spark session ({type(exc).__name__}: "
+                f"{str(exc)[:300]}); a different file of the same name may already be in this session: "
+                "give the fix module a name of its own"
+            ) from exc
     for ref in playbook.fixes:
         load_fix(ref)  # raises FixLoadError (exit 2) naming the fix
 
@@ -222,7 +252,6 @@ def ship_and_load_fixes(spark: SparkSession, playbook: Playbook) -> None:
 def check_with_spark(spark: SparkSession, options: ReplayOptions) -> Playbook:
     """:func:`check_local`, then the checks that need Spark; returns the playbook to run with."""
     playbook = check_local(options)
-    check_output_dir_remote(spark, options.output_dir)
     ship_and_load_fixes(spark, playbook)
     if options.playbook:
         log.info(

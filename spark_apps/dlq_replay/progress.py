@@ -1,28 +1,30 @@
-"""Progress of a running step, logged every few seconds: messages done / total, rate, ETA, tasks.
+"""Progress of a running step, logged every few seconds: messages done / total, rate, ETA.
 
-A driver thread samples Spark's status while a step runs. The step's jobs are tagged with a job group
-(``dlq-replay:<step>``), so the sample covers exactly that step's stages, whatever they do: tasks come
-from ``SparkContext.statusTracker()``, and records from the stages' live metrics (records read, plus
-shuffle records read), which executors report with every heartbeat. The step's total is what the run
+Only what every deployment offers is sampled, so the same lines come on ``local[n]``, on a cluster and
+under Spark Connect. The steps whose rows are messages (:data:`MESSAGE_STEPS`) run Python tasks that write
+their own files (:mod:`~spark_apps.dlq_replay.task_parquet`), and each task keeps a
+``_progress-<partition>`` file in its output folder with the rows it has written so far; the line sums
+them (:meth:`StepProgress.count_files`, :func:`folder_rows`), read through
+:mod:`~spark_apps.dlq_replay.storage` wherever the output root is. The step's total is what the run
 already knows (the snapshot's size for decide and record, the messages to send for apply) or, for the
 snapshot, the backlog the caller expects (``spark.dlq.progress.expectedMessages``); without a total the
-line says how many were done and the ETA comes from the share of tasks done. Steps whose Python tasks
-write their own files (:mod:`~spark_apps.dlq_replay.task_parquet`) send Spark only a tally row per
-batch, so there the rows come from the tasks' progress files instead (:meth:`StepProgress.count_files`).
+line says how many were done so far. A step without such files logs that it runs and for how long.
 
-Nothing here touches the data plane: any step, however it reads or writes, gets the same lines.
+The step's jobs carry the tag ``dlq-replay:<step>`` (``SparkSession.addTag``), by which one step's jobs
+can be told apart and interrupted (``interruptTag``: from the tagging thread on a classic session, whose
+tags belong to a thread; from any thread under Spark Connect).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
     from pyspark.sql import SparkSession
 
@@ -30,10 +32,20 @@ log = logging.getLogger("spark_apps.dlq_replay")
 
 CONF_INTERVAL = "spark.dlq.progress.intervalSeconds"
 CONF_EXPECTED = "spark.dlq.progress.expectedMessages"
-#: Steps whose row counts are messages (the others log tasks only).
+#: Steps whose row counts are messages (the others log that they run).
 MESSAGE_STEPS = frozenset({"snapshot", "decide", "apply", "record"})
 DEFAULT_INTERVAL = 10.0
-JOB_GROUP_PREFIX = "dlq-replay:"
+#: The prefix of each step's job tag.
+STEP_TAG_PREFIX = "dlq-replay:"
+#: A task's progress file in its output folder (the rows it has written so far), and the file a finished
+#: job leaves (``rows=<n>``), as :mod:`~spark_apps.dlq_replay.task_parquet` writes them.
+PROGRESS_PREFIX = "_progress-"
+SUCCESS = "_SUCCESS"
+
+
+def step_tag(step: str) -> str:
+    """The tag of step ``step``'s jobs (``dlq-replay:decide``)."""
+    return STEP_TAG_PREFIX + step
 
 
 class _Waits:
@@ -82,16 +94,6 @@ def wait_line(step: str, reason: str, left: float, elapsed: float) -> str:
     )
 
 
-@dataclass(frozen=True)
-class Sample:
-    """What Spark reports for one step at one moment."""
-
-    tasks_total: int = 0
-    tasks_done: int = 0
-    tasks_running: int = 0
-    records: int | None = None  # None: the metrics could not be read
-
-
 def _duration(value: float) -> str:
     seconds = max(0, round(value))
     if seconds < 60:
@@ -102,13 +104,14 @@ def _duration(value: float) -> str:
 
 
 def progress_line(
-    step: str, sample: Sample, total: int | None, elapsed: float, unit: str = "messages"
+    step: str, done: int | None, total: int | None, elapsed: float, unit: str = "messages"
 ) -> str:
-    """``step decide: 12,000/50,000 messages (24%), 4,000/s, ETA 10s; tasks 1/4 done, 2 running``."""
+    """``step decide: 12,000/50,000 messages (24%), 4,000/s, ETA 10s, 3s elapsed``; without a count of
+    ``done``: ``step commit: running, 12s elapsed``."""
     parts: list[str] = []
-    done = sample.records
-    eta: float | None = None
-    if done is not None:
+    if done is None:
+        parts.append("running")
+    else:
         done = min(done, total) if total is not None else done
         rate = done / elapsed if elapsed > 0 else 0.0
         if total:
@@ -117,13 +120,9 @@ def progress_line(
             parts.append(f"{done:,} {unit} so far")
         parts.append(f"{rate:,.0f}/s" if rate >= 10 else f"{rate:.1f}/s")
         if total is not None and rate > 0:
-            eta = (total - done) / rate
-    if eta is None and sample.tasks_total and sample.tasks_done:
-        eta = elapsed * (sample.tasks_total - sample.tasks_done) / sample.tasks_done
-    if eta is not None:
-        parts.append(f"ETA {_duration(eta)}")
-    tasks = f"tasks {sample.tasks_done}/{sample.tasks_total} done, {sample.tasks_running} running"
-    return f"step {step}: {', '.join(parts) + '; ' if parts else ''}{tasks}, {_duration(elapsed)} elapsed"
+            parts.append(f"ETA {_duration((total - done) / rate)}")
+    parts.append(f"{_duration(elapsed)} elapsed")
+    return f"step {step}: {', '.join(parts)}"
 
 
 def expected_total(state: Any, step: str, expected_snapshot: int | None = None) -> int | None:
@@ -146,111 +145,47 @@ def expected_total(state: Any, step: str, expected_snapshot: int | None = None) 
     return int(value) if isinstance(value, int) else None
 
 
-#: A plan node runs Python (a Python data source, mapInArrow, applyInArrow ...) when it has this metric.
-_PYTHON_METRIC = "data returned from Python workers"
-_ROWS_METRIC = "number of output rows"
+def _read_int(path: str, prefix: str) -> int | None:
+    from spark_apps.dlq_replay import storage
 
-
-def _count(text: str | None) -> int | None:
-    """``"151,552"`` -> 151552; ``None`` for anything else (timings, sizes, summaries)."""
-    if not text:
-        return None
-    digits = text.strip().replace(",", "")
+    data = storage.read_bytes(path)
+    text = (data or b"").decode("utf-8", errors="replace").strip()
+    digits = text[len(prefix) :] if text.startswith(prefix) else ""
     return int(digits) if digits.isdigit() else None
 
 
-def rows_from_plan(nodes: list[tuple[str, dict[str, str | None]]]) -> int | None:
-    """Rows the step's work has produced so far, from one query's plan nodes (top-down order).
+def folder_rows(path: str) -> int | None:
+    """The rows the tasks writing to the folder ``path`` have written so far: the sum of their progress
+    files (a retried task counts from its new start), or a finished job's total from ``_SUCCESS``;
+    ``None`` when none has recorded any yet (or the folder cannot be read)."""
+    from spark_apps.dlq_replay import storage
 
-    The step's work is its last Python node (reading Pulsar, deciding, sending); a query without one
-    counts the rows of its topmost node that reports them, scans included. The write command at the top
-    is skipped: it reports only when it finishes.
-    """
-    python = [metrics for name, metrics in nodes if _PYTHON_METRIC in metrics]
-    others = [metrics for name, metrics in nodes if not name.startswith("Execute")]
-    for metrics in python or others:
-        rows = _count(metrics.get(_ROWS_METRIC))
-        if rows is not None:
-            return rows
-    return None
-
-
-class SparkStatus:
-    """Reads tasks (status tracker) and live row counts (SQL metrics, updated by executor heartbeats) of
-    the queries a step runs."""
-
-    def __init__(self, spark: SparkSession) -> None:
-        self.spark = spark
-        self.context = spark.sparkContext
-        self.first_execution = self.last_execution_id() + 1
-
-    def _store(self) -> Any:
-        return self.spark._jsparkSession.sharedState().statusStore()
-
-    def last_execution_id(self) -> int:
-        try:
-            executions = self._store().executionsList()
-            size = executions.size()
-            return max((int(executions.apply(i).executionId()) for i in range(size)), default=-1)
-        except Exception:
-            return -1
-
-    def mark(self) -> None:
-        """Count only the queries that start from now on (call when a step starts)."""
-        self.first_execution = self.last_execution_id() + 1
-
-    def sample(self, group: str) -> Sample:
-        tracker = self.context.statusTracker()
-        stage_ids: set[int] = set()
-        for job_id in tracker.getJobIdsForGroup(group):
-            job = tracker.getJobInfo(job_id)
-            if job is not None:
-                stage_ids.update(job.stageIds)
-        total = done = running = 0
-        for stage_id in stage_ids:
-            stage = tracker.getStageInfo(stage_id)
-            if stage is None:
-                continue
-            total += stage.numTasks
-            done += stage.numCompletedTasks
-            running += stage.numActiveTasks
-        return Sample(total, done, running, self.rows())
-
-    def rows(self) -> int | None:
-        """The most rows any of the step's queries has produced so far (its main pass), or ``None``."""
-        try:
-            store = self._store()
-            executions = store.executionsList()
-            best: int | None = None
-            for i in range(executions.size()):
-                execution_id = int(executions.apply(i).executionId())
-                if execution_id < self.first_execution:
-                    continue
-                values = store.executionMetrics(execution_id)
-                graph = store.planGraph(execution_id).allNodes()
-                nodes = []
-                for j in range(graph.size()):
-                    node = graph.apply(j)
-                    metrics: dict[str, str | None] = {}
-                    declared = node.metrics()
-                    for k in range(declared.size()):
-                        metric = declared.apply(k)
-                        value = values.get(metric.accumulatorId())
-                        metrics[str(metric.name())] = str(value.get()) if value.isDefined() else None
-                    nodes.append((str(node.name()), metrics))
-                rows = rows_from_plan(nodes)
+    try:
+        names = storage.list_names(path)
+        total: int | None = None
+        for name in names:
+            if name.startswith(PROGRESS_PREFIX) and "." not in name:  # not a record being replaced
+                rows = _read_int(storage.join(path, name), "")
                 if rows is not None:
-                    best = rows if best is None else max(best, rows)
-            return best
-        except Exception:
-            return None
+                    total = rows + (total or 0)
+        if total is None and SUCCESS in names:
+            total = _read_int(storage.join(path, SUCCESS), "rows=")
+        return total
+    except Exception:  # a file removed while read, a store that does not answer: no count this time
+        return None
+
+
+def files_rows(paths: Sequence[str]) -> int:
+    """:func:`folder_rows` summed over ``paths`` (a folder without a count yet counts 0)."""
+    return sum(folder_rows(path) or 0 for path in paths)
 
 
 class StepProgress:
-    """Logs a progress line every ``interval`` seconds while a step runs (``start``/``stop``).
+    """Logs a progress line every ``interval`` seconds while a step runs (``start``/``stop``), and tags
+    the step's jobs meanwhile.
 
-    ``sampler`` and ``clock`` are injectable for tests; by default the sample comes from
-    :class:`SparkStatus` for the step's job group.
+    ``rows`` (the rows done in the folders given to :meth:`count_files`; default :func:`files_rows`)
+    and ``clock`` are injectable for tests.
     """
 
     def __init__(
@@ -258,7 +193,7 @@ class StepProgress:
         spark: SparkSession | None,
         *,
         interval: float | None = None,
-        sampler: Callable[[str], Sample] | None = None,
+        rows: Callable[[Sequence[str]], int | None] = files_rows,
         clock: Callable[[], float] = time.monotonic,
         logger: logging.Logger = log,
     ) -> None:
@@ -268,24 +203,19 @@ class StepProgress:
             if spark is not None:
                 interval = float(spark.conf.get(CONF_INTERVAL, None) or DEFAULT_INTERVAL)
         self.interval = max(0.05, float(interval))
-        self._status = SparkStatus(spark) if spark is not None and sampler is None else None
-        self._sampler = sampler or (self._status.sample if self._status is not None else (lambda _: Sample()))
+        self.rows = rows
         self.clock = clock
         self.log = logger
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._folders: list[str] = []
+        self._tags: list[str] = []
         self.lines: list[str] = []
 
     def count_files(self, path: str) -> None:
-        """Count the running step's messages from the rows its tasks have written to ``path`` (task
-        writes; more than one path: their sum), not from Spark's metrics."""
+        """Count the running step's messages from the rows its tasks have written to ``path`` (more
+        than one path: their sum)."""
         self._folders.append(path)
-
-    def _file_rows(self) -> int:
-        from spark_apps.dlq_replay.task_parquet import rows_written
-
-        return sum(rows_written(path) or 0 for path in list(self._folders))
 
     def expected_snapshot(self) -> int | None:
         """The backlog the caller expects the snapshot to read (``spark.dlq.progress.expectedMessages``)."""
@@ -294,16 +224,33 @@ class StepProgress:
         text = str(self.spark.conf.get(CONF_EXPECTED, "") or "").strip()
         return int(text) if text.isdigit() else None
 
+    def _tag(self, step: str) -> None:
+        """Tag the jobs this thread (and the threads it starts through ``inheritable_thread_target``)
+        starts from now on with the step's tag."""
+        if self.spark is None:
+            return
+        tag = step_tag(step)
+        try:
+            self.spark.addTag(tag)
+        except Exception as exc:  # untagged jobs run all the same
+            self.log.debug("could not tag step %s's jobs with %s: %s", step, tag, exc)
+            return
+        self._tags.append(tag)
+
+    def _untag(self) -> None:
+        tags, self._tags = self._tags, []
+        if self.spark is None:
+            return
+        for tag in tags:
+            with contextlib.suppress(Exception):
+                self.spark.removeTag(tag)
+
     def start(self, step: str, total: int | None, *, count_rows: bool = True) -> None:
-        """Tag the step's jobs and log its progress until :meth:`stop` (tasks only without
-        ``count_rows``: for steps whose rows are not messages)."""
+        """Tag the step's jobs and log its progress until :meth:`stop` (without ``count_rows``, for
+        steps whose rows are not messages, the lines say only that it runs)."""
         self.stop()
         self._folders = []
-        group = JOB_GROUP_PREFIX + step
-        if self._status is not None:
-            self._status.mark()
-        if self.spark is not None:
-            self.spark.sparkContext.setJobGroup(group, f"DLQ replay step {step}", interruptOnCancel=False)
+        self._tag(step)
         self._stop = threading.Event()
         started = self.clock()
         stop = self._stop
@@ -312,21 +259,15 @@ class StepProgress:
             failures = 0
             while failures < 3 and not stop.wait(self.interval):
                 try:
-                    sample = self._sampler(group)
-                    records = sample.records
-                    if not count_rows:
-                        records = None
-                    elif self._folders:  # the tasks write their own files: count their rows
-                        records = self._file_rows()
-                    sample = Sample(sample.tasks_total, sample.tasks_done, sample.tasks_running, records)
+                    done = self.rows(tuple(self._folders)) if count_rows and self._folders else None
                     now = self.clock()
                     current = WAITS.current
                     if current is not None:
                         line = wait_line(step, current[0], current[2] - now, now - started)
                     else:  # the rate and ETA leave deliberate waits out
                         active = now - started - WAITS.waited_since(started, now)
-                        line = progress_line(step, sample, total, max(active, 0.0))
-                except Exception as exc:  # progress must never break a run; give up when Spark is gone
+                        line = progress_line(step, done, total, max(active, 0.0))
+                except Exception as exc:  # progress must never break a run; give up when it keeps failing
                     failures += 1
                     self.log.debug("progress of step %s unavailable: %s", step, exc)
                     continue
@@ -338,12 +279,10 @@ class StepProgress:
         self._thread.start()
 
     def stop(self) -> None:
-        """Stop logging and untag the jobs (safe to call more than once)."""
+        """Stop logging and untag the jobs (safe to call more than once; call it from the thread that
+        called :meth:`start`: tags belong to a thread)."""
         thread, self._thread = self._thread, None
-        if thread is None:
-            return
-        self._stop.set()
-        thread.join(timeout=5)
-        if self.spark is not None:
-            self.spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
-            self.spark.sparkContext.setLocalProperty("spark.job.description", None)  # type: ignore[arg-type]
+        if thread is not None:
+            self._stop.set()
+            thread.join(timeout=5)
+        self._untag()

@@ -61,7 +61,7 @@ def _read(spark: SparkSession, path: str | None, schema: Any = None) -> DataFram
     try:
         from spark_apps.dlq_replay.storage import RunStorage
 
-        if not RunStorage(spark).has_data(path):  # e.g. no ledger before the first recorded run
+        if not RunStorage().has_data(path):  # e.g. no ledger before the first recorded run
             return None
         reader = spark.read.schema(schema) if schema is not None else spark.read
         return reader.parquet(path)
@@ -79,9 +79,16 @@ def _guarded(what: str, compute: Callable[[], Any], default: Any) -> Any:
 
 
 def spark_info(spark: SparkSession) -> dict[str, Any]:
-    """The application id, master and live UI URL (what the operator's Spark link points at)."""
-    context = spark.sparkContext
-    return {"application_id": context.applicationId, "master": context.master, "ui_url": context.uiWebUrl}
+    """The application id and master (what the operator's Spark link is built from), read from the
+    session's settings: under Spark Connect they are the server's application. ``ui_url`` stays empty:
+    no public API gives the live UI's address."""
+    from spark_apps.dlq_replay.session import conf_value
+
+    return {
+        "application_id": conf_value(spark, "spark.app.id"),
+        "master": conf_value(spark, "spark.master"),
+        "ui_url": None,
+    }
 
 
 def payload_snippets_enabled(spark: SparkSession, ctx: ReportContext) -> bool:

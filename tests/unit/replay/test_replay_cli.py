@@ -239,6 +239,60 @@ def test_session_defaults_size_shuffles_to_the_cores():
     assert session_defaults(2)["spark.sql.execution.arrow.maxRecordsPerBatch"] == "2000"
 
 
+class _Conf:
+    """A session's runtime conf: ``given`` settings, ``refused`` keys that ``set`` rejects."""
+
+    def __init__(self, given, refused=()):
+        self.values = dict(given)
+        self.refused = set(refused)
+
+    def get(self, key, default=None):
+        return self.values.get(key, default)
+
+    def set(self, key, value):
+        if key in self.refused:
+            raise RuntimeError(f"[CANNOT_MODIFY_CONFIG] {key}")
+        self.values[key] = value
+
+
+def test_session_defaults_are_set_unless_given_or_refused(caplog):
+    """Applied through the runtime conf only (a Spark Connect session has no SparkContext): given
+    settings win, refused ones are left as they are, the cores come from the master."""
+    import logging
+    from types import SimpleNamespace
+
+    from spark_apps.dlq_replay.cli import apply_session_defaults
+
+    conf = _Conf(
+        {
+            "spark.master": "local[3]",
+            "spark.sql.maxConcurrentOutputFiles": "8",  # --conf
+            "spark.hadoop.parquet.block.size": "1048576",  # --conf in its Hadoop form
+        },
+        refused={"spark.sql.optimizer.plannedWrite.enabled"},
+    )
+    spark = SimpleNamespace(conf=conf)
+    with caplog.at_level(logging.INFO, logger="spark_apps.dlq_replay"):
+        applied = apply_session_defaults(spark)
+    assert applied == {
+        "spark.sql.shuffle.partitions": "6",
+        "spark.sql.execution.arrow.maxRecordsPerBatch": "2000",
+    }
+    assert conf.values["spark.sql.maxConcurrentOutputFiles"] == "8"
+    assert "parquet.block.size" not in conf.values
+    assert any("plannedWrite.enabled left as it is" in r.getMessage() for r in caplog.records)
+
+
+def test_the_app_writes_progress_to_pythons_stderr(capsys):
+    from spark_apps.dlq_replay.cli import configure_logging, log
+
+    configure_logging()
+    log.info("step plan: started")
+    captured = capsys.readouterr()
+    assert "step plan: started" in captured.err
+    assert "step plan" not in captured.out
+
+
 @pytest.mark.parametrize(
     ("option", "url", "message"),
     [

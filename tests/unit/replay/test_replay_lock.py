@@ -226,3 +226,97 @@ def test_the_output_lock_keeps_beating_while_the_lease_is_awaited(tmp_path):
         run.check()
     finally:
         run.release()
+
+
+class _InterruptingSession:
+    """What the run lock uses of a SparkSession: interrupting its operations."""
+
+    def __init__(self):
+        self.interrupted = 0
+
+    def interruptAll(self):
+        self.interrupted += 1
+        return ["op-1"]
+
+
+def test_a_lost_lock_interrupts_the_runs_spark_operations(tmp_path):
+    spark = _InterruptingSession()
+    run = RunLock(OutputLock(str(tmp_path), "slow", ttl_s=0.3), None, spark, heartbeat_s=0.5)  # type: ignore[arg-type]
+    run.acquire()
+    try:
+        time.sleep(0.4)
+        other = OutputLock(str(tmp_path), "other")
+        other.acquire()
+        deadline = time.monotonic() + 5
+        while not spark.interrupted and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert spark.interrupted == 1
+        with pytest.raises(LockLostError):
+            run.check()
+        other.release()
+    finally:
+        run.release()
+
+
+def test_lock_files_go_through_the_storage_layer(tmp_path, monkeypatch):
+    from spark_apps.dlq_replay.storage import RunStorage
+
+    calls: list[str] = []
+
+    class Recording(RunStorage):
+        def __getattribute__(self, name):
+            if not name.startswith("_"):
+                calls.append(name)
+            return super().__getattribute__(name)
+
+    lock = OutputLock(f"file://{tmp_path}", "run-a", Recording())
+    lock.acquire()
+    assert lock.heartbeat() is None
+    lock.release()
+    assert {"list_names", "read_text", "create_exclusive", "write_text", "delete"} <= set(calls)
+    assert lock_files(tmp_path) == []
+
+
+def test_an_object_store_root_needs_the_lease_and_holds_no_lock_file(monkeypatch, caplog):
+    import logging
+
+    from spark_apps.dlq_replay import lock
+    from spark_apps.dlq_replay.errors import ReplayConfigError
+    from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf
+
+    with pytest.raises(ReplayConfigError, match=r"--subscription-lease off needs a local --output-dir"):
+        lock.check_guard("s3://bucket/dlq", subscription_lease=False)
+    lock.check_guard("s3://bucket/dlq", subscription_lease=True)
+    lock.check_guard("relative/out", subscription_lease=False)  # local: the output lock guards it
+    with (
+        pytest.raises(ReplayConfigError, match="Keep --subscription-lease on"),
+        lock.run_lock(None, "s3://bucket/dlq", "run-a"),
+    ):
+        pass
+
+    class Lease:
+        acquired = released = False
+
+        def __init__(self, *args):
+            pass
+
+        def acquire(self):
+            Lease.acquired = True
+
+        def check(self):
+            return None
+
+        def release(self):
+            Lease.released = True
+
+    monkeypatch.setattr(lock, "SubscriptionLease", Lease)
+    conf = PulsarConf(service_url="pulsar://127.0.0.1:1")
+    with (
+        caplog.at_level(logging.INFO, logger="spark_apps.dlq_replay"),
+        lock.run_lock(None, "s3://bucket/dlq", "run-a", conf=conf, topics=("orders-DLQ",)) as held,
+    ):
+        assert held.output is None  # no exclusive create on an object store: the lease alone
+        assert Lease.acquired
+    assert Lease.released
+    infos = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+    assert any("s3://bucket/dlq is not on a local file system" in m and "leases guard" in m for m in infos)

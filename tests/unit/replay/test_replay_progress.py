@@ -1,4 +1,4 @@
-"""Progress lines of long steps (pure parts: formatting, totals, plan metrics, the logging thread)."""
+"""Progress lines of long steps (pure parts: formatting, totals, the tasks' progress files, the thread)."""
 
 from __future__ import annotations
 
@@ -6,20 +6,27 @@ import logging
 import threading
 from types import SimpleNamespace
 
-from spark_apps.dlq_replay.progress import Sample, StepProgress, expected_total, progress_line, rows_from_plan
+from spark_apps.dlq_replay.progress import (
+    StepProgress,
+    expected_total,
+    files_rows,
+    folder_rows,
+    progress_line,
+    step_tag,
+)
 
 
-def test_line_has_done_total_rate_eta_and_tasks():
-    line = progress_line("decide", Sample(4, 1, 2, 12_000), 50_000, 3.0)
-    assert line == (
-        "step decide: 12,000/50,000 messages (24%), 4,000/s, ETA 10s; tasks 1/4 done, 2 running, 3s elapsed"
-    )
-    unknown = progress_line("snapshot", Sample(4, 2, 2, 30_000), None, 75.0)
-    assert unknown.startswith("step snapshot: 30,000 messages so far, 400/s, ETA 1m15s;")  # ETA from tasks
-    no_rows = progress_line("commit", Sample(2, 0, 2, None), None, 12.0)
-    assert no_rows == "step commit: tasks 0/2 done, 2 running, 12s elapsed"
-    capped = progress_line("apply", Sample(1, 0, 1, 70), 50, 1.0)
+def test_line_has_done_total_rate_eta_and_elapsed():
+    line = progress_line("decide", 12_000, 50_000, 3.0)
+    assert line == "step decide: 12,000/50,000 messages (24%), 4,000/s, ETA 10s, 3s elapsed"
+    unknown = progress_line("snapshot", 30_000, None, 75.0)
+    assert unknown == "step snapshot: 30,000 messages so far, 400/s, 1m15s elapsed"  # no total, no ETA
+    no_rows = progress_line("commit", None, None, 12.0)
+    assert no_rows == "step commit: running, 12s elapsed"
+    capped = progress_line("apply", 70, 50, 1.0)
     assert "50/50 messages (100%)" in capped
+    starting = progress_line("decide", 0, 1_000, 2.0)
+    assert starting == "step decide: 0/1,000 messages (0%), 0.0/s, 2s elapsed"  # no ETA at rate 0
 
 
 def test_totals_come_from_earlier_steps():
@@ -32,23 +39,39 @@ def test_totals_come_from_earlier_steps():
     assert expected_total(state, "commit") is None
 
 
-def test_rows_come_from_the_last_python_node_not_the_read_ahead_scan():
-    nodes = [
-        ("Execute InsertIntoHadoopFsRelationCommand", {"number of output rows": None}),
-        ("MapInArrow", {"data returned from Python workers": "4 MiB", "number of output rows": "190,000"}),
-        ("Scan parquet", {"number of output rows": "400,000"}),
-    ]
-    assert rows_from_plan(nodes) == 190_000
-    assert rows_from_plan([nodes[0], nodes[2]]) == 400_000  # no Python node: the scan
-    assert rows_from_plan([nodes[0]]) is None
+def test_folder_rows_sums_the_tasks_progress_files(tmp_path):
+    assert folder_rows(str(tmp_path)) is None  # no task has recorded anything yet
+    assert folder_rows(str(tmp_path / "missing")) is None
+    (tmp_path / "_progress-00000").write_text("1200")
+    (tmp_path / "_progress-00001").write_text("800")
+    (tmp_path / "_progress-00001.5f3a").write_text("999")  # a record being replaced
+    (tmp_path / "_progress-00002").write_text("")  # being written
+    (tmp_path / "part-00000.parquet").write_text("not counted")
+    assert folder_rows(str(tmp_path)) == 2000
+    assert folder_rows(f"file://{tmp_path}") == 2000
+    assert files_rows([str(tmp_path), str(tmp_path / "missing")]) == 2000
+    for name in ("_progress-00000", "_progress-00001", "_progress-00001.5f3a", "_progress-00002"):
+        (tmp_path / name).unlink()
+    (tmp_path / "_SUCCESS").write_text("rows=2000\n")  # the job ended: its total
+    assert folder_rows(str(tmp_path)) == 2000
+    (tmp_path / "_SUCCESS").write_text("")  # written by Spark: no count
+    assert folder_rows(str(tmp_path)) is None
+
+
+def test_folder_rows_agrees_with_what_the_tasks_write(tmp_path):
+    from spark_apps.dlq_replay import task_parquet
+
+    (tmp_path / "_progress-00003").write_text("7")
+    assert folder_rows(str(tmp_path)) == task_parquet.rows_written(str(tmp_path)) == 7
 
 
 def test_thread_logs_every_interval_and_stops(caplog):
-    samples = iter([Sample(2, 0, 2, 10), Sample(2, 1, 1, 20)] + [Sample(2, 2, 0, 30)] * 100)
+    counts = iter([10, 20] + [30] * 1000)
     seen = threading.Event()
-    progress = StepProgress(None, interval=0.05, sampler=lambda group: next(samples))
+    progress = StepProgress(None, interval=0.05, rows=lambda folders: next(counts))
     with caplog.at_level(logging.INFO, logger="spark_apps.dlq_replay"):
         progress.start("decide", 30)
+        progress.count_files("/nowhere")
         while len(progress.lines) < 3:
             seen.wait(0.05)
         progress.stop()
@@ -59,48 +82,56 @@ def test_thread_logs_every_interval_and_stops(caplog):
     assert any("step decide: 20/30" in r.getMessage() for r in caplog.records)
 
 
-def test_a_failing_sampler_never_breaks_the_step():
-    def broken(group):
-        raise RuntimeError("spark is gone")
+def test_a_step_without_files_or_message_rows_says_it_runs():
+    asked: list[tuple[str, ...]] = []
+    progress = StepProgress(None, interval=0.02, rows=lambda folders: asked.append(tuple(folders)) or 5)
+    progress.start("snapshot", 100)  # no count_files yet: nothing to count
+    threading.Event().wait(0.15)
+    progress.start("commit", None, count_rows=False)
+    progress.count_files("/somewhere")  # not counted: commit's rows are not messages
+    threading.Event().wait(0.15)
+    progress.stop()
+    assert asked == []
+    assert any(line.startswith("step snapshot: running, ") for line in progress.lines)
+    assert progress.lines[-1].startswith("step commit: running, ")
 
-    progress = StepProgress(None, interval=0.01, sampler=broken)
+
+def test_a_failing_count_never_breaks_the_step():
+    def broken(folders):
+        raise RuntimeError("the store is gone")
+
+    progress = StepProgress(None, interval=0.01, rows=broken)
     progress.start("snapshot", None)
+    progress.count_files("s3://bucket/out")
     threading.Event().wait(0.1)
     progress.stop()
     assert progress.lines == []
 
 
-def test_rows_written_sums_the_tasks_progress_files(tmp_path):
-    from spark_apps.dlq_replay.task_parquet import rows_written
+class _TaggingSession:
+    """What StepProgress uses of a SparkSession: its conf and the thread's job tags."""
 
-    assert rows_written(str(tmp_path)) is None  # no task has recorded anything yet
-    assert rows_written(str(tmp_path / "missing")) is None
-    (tmp_path / "_progress-00000").write_text("1200")
-    (tmp_path / "_progress-00001").write_text("800")
-    (tmp_path / "_progress-00001.5f3a").write_text("999")  # a record being replaced
-    (tmp_path / "part-00000.parquet").write_text("not counted")
-    assert rows_written(str(tmp_path)) == 2000
-    assert rows_written(f"file://{tmp_path}") == 2000
-    for name in ("_progress-00000", "_progress-00001", "_progress-00001.5f3a"):
-        (tmp_path / name).unlink()
-    (tmp_path / "_SUCCESS").write_text("rows=2000\n")  # the job ended: its total
-    assert rows_written(str(tmp_path)) == 2000
-    (tmp_path / "_SUCCESS").write_text("")  # written by Spark: no count
-    assert rows_written(str(tmp_path)) is None
+    def __init__(self):
+        self.tags: list[str] = []
+        self.conf = SimpleNamespace(get=lambda key, default=None: default)
+
+    def addTag(self, tag):
+        self.tags.append(tag)
+
+    def removeTag(self, tag):
+        self.tags.remove(tag)
 
 
-def test_lines_count_the_files_rows_when_the_step_has_any():
-    files = {"rows": 0}
-    progress = StepProgress(None, interval=0.05, sampler=lambda group: Sample(2, 0, 2, 3))
-    progress.start("decide", 10_000)
-    progress._file_rows = lambda: files["rows"]  # type: ignore[method-assign]
-    progress.count_files("/nowhere")
-    files["rows"] = 4_000
-    deadline = threading.Event()
-    deadline.wait(0.5)
+def test_the_step_jobs_are_tagged_while_it_runs():
+    spark = _TaggingSession()
+    progress = StepProgress(spark, interval=60)  # type: ignore[arg-type]
+    progress.start("decide", None)
+    assert spark.tags == [step_tag("decide")] == ["dlq-replay:decide"]
+    progress.start("apply", None)  # the next step replaces the tag
+    assert spark.tags == ["dlq-replay:apply"]
     progress.stop()
-    assert progress.lines
-    assert progress.lines[-1].startswith("step decide: 4,000/10,000 messages (40%)")  # not Spark's 3
+    progress.stop()
+    assert spark.tags == []
 
 
 def test_a_deliberate_wait_shows_no_eta_and_leaves_the_rate_alone():

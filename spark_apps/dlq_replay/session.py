@@ -1,0 +1,219 @@
+"""The Spark session of a run, through the public ``SparkSession`` API only.
+
+The replay's driver runs unchanged on ``local[n]``, on a cluster and under Spark Connect
+(``spark-submit --remote sc://...``), where ``sparkContext`` and the JVM are out of reach. This module
+answers what the run needs to know about its session without them:
+
+* :func:`default_parallelism`: Spark's default parallelism (``spark.default.parallelism``, else the
+  master's cores for ``local[n]``, else the partitions Spark gives a ``range``), once per session;
+* :func:`is_connect`: whether the session is a Spark Connect client;
+* :func:`ship_code` and :func:`add_pyfile`: under Spark Connect, the app's own code and the playbook's
+  fix files reach the server's Python workers as artifacts (``spark.addArtifacts(..., pyfile=True)``);
+  with ``spark-submit --py-files`` on a classic session they are there already.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib
+import io
+import logging
+import os
+import re
+import shutil
+import sys
+import tempfile
+import threading
+import weakref
+import zipfile
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger("spark_apps.dlq_replay")
+
+#: The packages the app's Python workers import: the app and the vendored consumer library.
+CODE_PACKAGES = ("spark_apps", "pulsar_dlq_consumer")
+#: Rows of the ``range`` whose partitions tell the default parallelism of a non-local master.
+PROBE_ROWS = 1 << 20
+_LOCAL = re.compile(r"local(?:\[(\d+|\*)(?:,\s*\d+)?\])?")
+_LOCAL_CLUSTER = re.compile(r"local-cluster\[\s*(\d+)\s*,\s*(\d+)\s*,\s*\d+\s*\]")
+#: Fixed timestamp of the source bundle's entries: the same sources give the same zip (and name).
+_ZIP_DATE = (2020, 1, 1, 0, 0, 0)
+
+_lock = threading.Lock()
+_parallelism: weakref.WeakKeyDictionary[SparkSession, int] = weakref.WeakKeyDictionary()
+_shipped: weakref.WeakKeyDictionary[SparkSession, set[str]] = weakref.WeakKeyDictionary()
+_import_dir: list[str] = []
+
+
+def is_connect(spark: SparkSession) -> bool:
+    """True when ``spark`` is a Spark Connect session (told by its class, without importing Connect)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def conf_value(spark: SparkSession, key: str) -> str | None:
+    """The session's explicitly set value of ``key`` (``None`` when unset or unreadable)."""
+    try:
+        value = spark.conf.get(key, None)
+    except Exception:  # a key the server will not show
+        return None
+    text = str(value).strip() if value is not None else ""
+    return text or None
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on Linux
+        return os.cpu_count() or 1
+
+
+def master_parallelism(master: str | None, cores: int | None) -> int | None:
+    """The default parallelism a master implies: ``local`` 1, ``local[n]`` n, ``local[*]`` ``cores``
+    (``None`` when they are not this machine's), ``local-cluster[w,c,m]`` w x c; ``None`` for any
+    other master (its executors decide)."""
+    text = (master or "").strip()
+    match = _LOCAL.fullmatch(text)
+    if match:
+        threads = match.group(1)
+        if threads is None:
+            return 1
+        return cores if threads == "*" else max(1, int(threads))
+    match = _LOCAL_CLUSTER.fullmatch(text)
+    if match:
+        return max(1, int(match.group(1)) * int(match.group(2)))
+    return None
+
+
+def _range_partitions(spark: SparkSession) -> int:
+    """The partitions Spark gives a ``range`` without a partition count: its default parallelism."""
+    from pyspark.sql import functions as F
+
+    ids = spark.range(0, PROBE_ROWS).select(F.spark_partition_id().alias("p"))  # not inside an aggregate
+    row = ids.agg(F.max("p").alias("p")).first()
+    last = row["p"] if row is not None else None
+    return 1 if last is None else int(last) + 1
+
+
+def default_parallelism(spark: SparkSession) -> int:
+    """Spark's default parallelism of ``spark``, from the public API only: ``spark.default.parallelism``
+    when set, else what a ``local`` master says (both read once per session), else the partitions of a
+    ``range``: one tiny job, asked again at each call as ``defaultParallelism`` is, since a cluster's
+    executors may still be registering when the run starts."""
+    known: int | None = None
+    with _lock, contextlib.suppress(TypeError):  # a session that cannot be weakly referenced: not cached
+        known = _parallelism.get(spark)
+    if known is None:
+        given = conf_value(spark, "spark.default.parallelism")
+        value = int(given) if given and given.isdigit() and int(given) > 0 else None
+        if value is None:
+            # Under Spark Connect local[*] names the server's cores, not this machine's.
+            cores = None if is_connect(spark) else _cores()
+            value = master_parallelism(conf_value(spark, "spark.master"), cores)
+        known = value or 0  # 0: the executors decide
+        with _lock, contextlib.suppress(TypeError):
+            _parallelism[spark] = known
+    return known or _range_partitions(spark)
+
+
+# --------------------------------------------------------------------------- code for the Python workers
+
+
+def loaded_from_zip() -> str | None:
+    """The zip the app was imported from (``--py-files`` bundle), or ``None`` (a source checkout)."""
+    import spark_apps
+
+    archive = getattr(getattr(spark_apps, "__loader__", None), "archive", None)  # zipimport.zipimporter
+    if isinstance(archive, str) and zipfile.is_zipfile(archive):
+        return archive
+    path = os.path.abspath(str(spark_apps.__file__))
+    while os.path.dirname(path) != path:
+        if os.path.isfile(path) and zipfile.is_zipfile(path):
+            return path
+        path = os.path.dirname(path)
+    return None
+
+
+def _package_dir(name: str) -> str:
+    module = importlib.import_module(name)
+    return os.path.dirname(os.path.abspath(str(module.__file__)))
+
+
+def source_bundle(directory: str | None = None) -> str:
+    """A zip of the app and the vendored library from their source folders (a source checkout's run),
+    named by its content, in ``directory`` (default: the temp folder) and written once."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for package in CODE_PACKAGES:
+            base = _package_dir(package)
+            for folder, dirs, files in os.walk(base):
+                dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+                for name in sorted(files):
+                    if not name.endswith(".py"):
+                        continue
+                    path = os.path.join(folder, name)
+                    rel = os.path.relpath(path, os.path.dirname(base)).replace(os.sep, "/")
+                    info = zipfile.ZipInfo(rel, date_time=_ZIP_DATE)
+                    info.compress_type = zipfile.ZIP_DEFLATED
+                    with open(path, "rb") as source:
+                        archive.writestr(info, source.read())
+    data = buffer.getvalue()
+    digest = hashlib.sha256(data).hexdigest()[:16]
+    target = os.path.join(directory or tempfile.gettempdir(), f"dlq_replay_code-{digest}.zip")
+    if not os.path.isfile(target):
+        handle, tmp = tempfile.mkstemp(prefix=".dlq_replay_code-", suffix=".zip", dir=os.path.dirname(target))
+        with os.fdopen(handle, "wb") as out:
+            out.write(data)
+        os.replace(tmp, target)
+    return target
+
+
+def _ship_once(spark: SparkSession, path: str) -> bool:
+    """``spark.addArtifacts(path, pyfile=True)`` unless this session has it already; True when shipped."""
+    key = os.path.abspath(path)
+    with _lock:
+        try:
+            done = _shipped.setdefault(spark, set())
+        except TypeError:  # a session that cannot be weakly referenced: ship every time
+            done = set()
+        if key in done:
+            return False
+        spark.addArtifacts(path, pyfile=True)
+        done.add(key)
+    return True
+
+
+def ship_code(spark: SparkSession) -> str | None:
+    """Under Spark Connect, add the app's code to the session's Python path on the server, so the
+    server's Python workers import ``spark_apps.*`` and the vendored library: the zip the app was
+    loaded from, else a zip of the source checkout. Returns what was shipped (``None`` on a classic
+    session, whose ``--py-files`` reach the executors already)."""
+    if not is_connect(spark):
+        return None
+    path = loaded_from_zip() or source_bundle()
+    if _ship_once(spark, path):
+        log.info(
+            "Spark Connect: the app's code (%s) added to the session's Python files", os.path.basename(path)
+        )
+    return path
+
+
+def add_pyfile(spark: SparkSession, path: str) -> None:
+    """Ship the Python file ``path`` (a module, or a ``.zip``/``.egg``) to the session's Python workers
+    and make it importable here too: a classic session puts it on the driver's path itself, a Spark
+    Connect client gets a copy in a folder of its own on ``sys.path``."""
+    _ship_once(spark, path)
+    if not is_connect(spark):
+        return
+    with _lock:
+        if not _import_dir:
+            _import_dir.append(tempfile.mkdtemp(prefix="dlq-replay-pyfiles-"))
+            sys.path.insert(1, _import_dir[0])
+        target = os.path.join(_import_dir[0], os.path.basename(path))
+        shutil.copyfile(path, target)
+        if target.endswith((".zip", ".egg")) and target not in sys.path:
+            sys.path.insert(1, target)
+    importlib.invalidate_caches()
