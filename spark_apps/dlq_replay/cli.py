@@ -515,10 +515,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAILED
     finally:
         close_pulsar_clients()
+        remove_local_copies()
     print(summary_text(report), flush=True)
     print(summary_line(report), flush=True)
     spark.stop()
     return EXIT_OK
+
+
+def remove_local_copies() -> None:
+    """Remove this process's copies of the fix files (a Spark Connect client's, see
+    :func:`~spark_apps.dlq_replay.session.add_pyfile`): the app leaves with ``os._exit``, which runs no
+    exit handlers."""
+    from spark_apps.dlq_replay.session import remove_local_copies as remove
+
+    remove()
 
 
 def check_broker_of(options: ReplayOptions) -> None:

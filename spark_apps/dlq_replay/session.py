@@ -217,3 +217,13 @@ def add_pyfile(spark: SparkSession, path: str) -> None:
         if target.endswith((".zip", ".egg")) and target not in sys.path:
             sys.path.insert(1, target)
     importlib.invalidate_caches()
+
+
+def remove_local_copies() -> None:
+    """Delete the folder :func:`add_pyfile` copied files to for this process (the modules already
+    imported stay usable); a later :func:`add_pyfile` makes a new one."""
+    with _lock:
+        folders, _import_dir[:] = list(_import_dir), []
+        for folder in folders:
+            sys.path[:] = [p for p in sys.path if p != folder and not p.startswith(folder + os.sep)]
+            shutil.rmtree(folder, ignore_errors=True)

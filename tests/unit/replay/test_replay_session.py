@@ -3,6 +3,7 @@ code and the fix files shipped to a Connect server's Python workers."""
 
 from __future__ import annotations
 
+import os
 import sys
 import zipfile
 from types import SimpleNamespace
@@ -156,6 +157,11 @@ def test_a_fix_file_is_shipped_and_importable_on_a_connect_client(tmp_path, monk
     module = __import__("connect_only_fix_module")
     assert module.fix(1) == 1
     sys.modules.pop("connect_only_fix_module", None)
+    folder = session._import_dir[0]
+    session.remove_local_copies()
+    assert session._import_dir == []
+    assert folder not in sys.path
+    assert not os.path.exists(folder)
     classic = _Session()
     add_pyfile(classic, str(fix))  # a classic session puts it on the driver's path itself
     assert classic.artifacts == [(str(fix), True)]
