@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from datetime import datetime
 
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
     from spark_apps.dlq_replay.playbook import Playbook
     from spark_apps.dlq_replay.report_parts import ReportParts
@@ -55,16 +56,16 @@ class ReportContext:
     recorded_at: datetime | None = None  # when the record step wrote this run's ledger rows
 
 
-def _read(spark: SparkSession, path: str | None, schema: Any = None) -> DataFrame | None:
+def _read(spark: SparkSession, path: str | None, schema: StructType) -> DataFrame | None:
     if not path:
         return None
     try:
         from spark_apps.dlq_replay.storage import RunStorage
+        from spark_apps.dlq_replay.task_parquet import read_frame
 
         if not RunStorage().has_data(path):  # e.g. no ledger before the first recorded run
             return None
-        reader = spark.read.schema(schema) if schema is not None else spark.read
-        return reader.parquet(path)
+        return read_frame(spark, path, schema)
     except Exception as exc:  # absent (empty run, older layout): explanations are optional
         log.info("report: %s not readable (%s); its explanations are left out", path, type(exc).__name__)
         return None
@@ -215,11 +216,10 @@ def _errors_from_parts(
     """What :func:`fix_errors` and :func:`sample_errors` give, from the record tasks' parts: the sample
     messages they kept, counted in one pass over the decisions' files (:func:`~spark_apps.dlq_replay.
     report_parts.error_counts`), and the fix errors queried only when that pass saw one. ``None`` without
-    such parts or local decisions."""
+    such parts."""
     from spark_apps.dlq_replay.report_parts import error_counts
-    from spark_apps.dlq_replay.storage import local_path
 
-    folder = local_path(ctx.decisions_path) if ctx.decisions_path else None
+    folder = ctx.decisions_path
     if parts is None or parts.errors is None or folder is None:
         return None
     found = parts.errors
@@ -240,10 +240,8 @@ def representatives_from_parts(
     ctx: ReportContext, parts: ReportParts, signatures: list[str], snippets: bool
 ) -> tuple[list[Any], dict[tuple[str, str], Any]]:
     """:func:`representative_rows` from the record tasks' parts: their representatives of the shown
-    groups, and those messages' snapshot rows read with pyarrow (the snapshot is local when there are
-    parts)."""
+    groups, and those messages' snapshot rows read with pyarrow."""
     from spark_apps.dlq_replay.report_parts import snapshot_messages
-    from spark_apps.dlq_replay.storage import local_path
 
     per_group = max(1, PAYLOAD_SAMPLES) if snippets else 1
     shown, taken = set(signatures), dict.fromkeys(signatures, 0)
@@ -253,7 +251,7 @@ def representatives_from_parts(
         if sig in shown and taken[sig] < per_group:
             reps.append(rep)
             taken[sig] += 1
-    folder = local_path(ctx.snapshot_path) if ctx.snapshot_path else None
+    folder = ctx.snapshot_path
     if folder is None or not reps:
         return reps, {}
     keys = sorted({(r["dlq_topic"], r["dlq_message_id"]) for r in reps})
@@ -384,18 +382,15 @@ def trend(
 
 
 def _other_runs(ledger_path: str | None, run_id: str) -> bool:
-    """Might the ledger hold runs other than ``run_id``? On a local ledger, whether it has another run's
-    partition folder (the first run's report then queries nothing); elsewhere, yes."""
-    import os
-
-    from spark_apps.dlq_replay.storage import local_path
+    """Might the ledger hold runs other than ``run_id``: has it another run's partition folder (the first
+    run's report then queries nothing)?"""
+    from spark_apps.dlq_replay.storage import list_names
     from spark_apps.dlq_replay.task_parquet import partition_folder
 
-    folder = local_path(ledger_path) if ledger_path else None
-    if folder is None:
-        return bool(ledger_path)
+    if not ledger_path:
+        return False
     try:
-        names = os.listdir(folder)
+        names = list_names(ledger_path)
     except OSError:
         return False
     mine = partition_folder("run_id", run_id)
