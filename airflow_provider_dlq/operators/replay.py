@@ -1,4 +1,5 @@
-"""``DlqReplayOperator``: submit the Spark DLQ replay app through ``SparkSubmitHook``."""
+"""``DlqReplayOperator``: submit the Spark DLQ replay app through ``SparkSubmitHook``
+(``operators/spark_submit.py``)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.sdk import Asset, BaseOperator
 from airflow.sdk.exceptions import (
     AirflowException,
@@ -36,7 +36,6 @@ from airflow_provider_dlq.operators.replay_cli import (
     DEFAULT_MAX_REPLAYS,
     DEFAULT_SUBSCRIPTION,
     MODES,
-    SUMMARY_PREFIX,
     ReplayArgs,
     ReplayArgumentError,
     archive_flag,
@@ -47,9 +46,10 @@ from airflow_provider_dlq.operators.replay_cli import (
     parse_group_actions,
 )
 from airflow_provider_dlq.operators.run_report import read_run_report
+from airflow_provider_dlq.operators.spark_submit import ReplaySubmitHook, spark_target
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping, Sequence
+    from collections.abc import Mapping, Sequence
 
     from airflow.sdk import Context
 
@@ -93,21 +93,6 @@ def canary_halt_message(summary: Mapping[str, Any]) -> str | None:
         "canary_failed; the other groups were replayed in full. Open the task's 'DLQ replay report' link for "
         "the verdict per group and what to do next; after fixing the consumer, trigger a new run."
     )
-
-
-class _ReplaySubmitHook(SparkSubmitHook):
-    """``SparkSubmitHook`` that also remembers the app's ``DLQ_REPLAY_SUMMARY`` stdout line."""
-
-    summary_line: str | None = None
-
-    def _process_spark_submit_log(self, itr: Iterator[Any]) -> None:
-        def tee() -> Iterator[Any]:
-            for line in itr:
-                if isinstance(line, str) and line.strip().startswith(SUMMARY_PREFIX):
-                    self.summary_line = line.strip()
-                yield line
-
-        super()._process_spark_submit_log(tee())
 
 
 class DlqReplayOperator(BaseOperator):
@@ -349,7 +334,7 @@ class DlqReplayOperator(BaseOperator):
                 f"for local runs of at most {QUICK_JIT_MAX_MESSAGES:,} messages."
             )
         self.quick_jit: QuickJit = quick_jit
-        self._hook: _ReplaySubmitHook | None = None
+        self._hook: ReplaySubmitHook | None = None
         self._killed = False
 
     # ----------------------------------------------------------------------- pieces
@@ -472,7 +457,7 @@ class DlqReplayOperator(BaseOperator):
         quick_jit: bool = False,
         master: str = "",
         compiled: CompiledCopy | None = None,
-    ) -> _ReplaySubmitHook:
+    ) -> ReplaySubmitHook:
         conf = lean_driver_conf({**DEFAULT_CONF, **{str(k): v for k, v in (self.conf or {}).items()}}, master)
         if quick_jit:
             conf = with_quick_jit(conf)
@@ -484,7 +469,7 @@ class DlqReplayOperator(BaseOperator):
             conf.setdefault(CONF_EXPECTED_MESSAGES, str(expected))
         if self.report_payload_snippets:
             conf[CONF_PAYLOAD_SNIPPETS] = "true"
-        return _ReplaySubmitHook(
+        return ReplaySubmitHook(
             conf=conf,
             conn_id=self.spark_conn_id,
             py_files=py_files,
@@ -494,13 +479,12 @@ class DlqReplayOperator(BaseOperator):
             **self.spark_submit_kwargs,
         )
 
-    def _check_env_stays_off_argv(self, hook: SparkSubmitHook, env: Mapping[str, str]) -> None:
-        connection = hook._connection
-        on_argv = "yarn" in connection["master"] or "k8s" in connection["master"]
+    def _check_env_stays_off_argv(self, hook: ReplaySubmitHook, env: Mapping[str, str]) -> None:
+        target = hook.target
         secrets = [name for name in SECRET_ENVS if name in env]
-        if secrets and (on_argv or connection.get("deploy_mode") == "cluster"):
+        if secrets and target.env_goes_on_argv:
             raise ReplayArgumentError(
-                f"Spark master {connection['master']!r} (deploy mode {connection.get('deploy_mode')!r}) "
+                f"Spark master {target.master!r} (deploy mode {target.deploy_mode!r}) "
                 f"would put {', '.join(secrets)} on the spark-submit command line; set auth_token_file "
                 "(token) or oauth2_credentials_file (OAuth2) to a file mounted on the driver and executors "
                 "(e.g. a Kubernetes secret) instead."
@@ -547,11 +531,10 @@ class DlqReplayOperator(BaseOperator):
         submitted = False
         try:
             zip_path, main_path = self._locate_bundle(workdir)
-            probe = SparkSubmitHook(conn_id=self.spark_conn_id)
-            master = str(probe._connection["master"])
+            target = spark_target(self.spark_conn_id, self.spark_submit_kwargs.get("deploy_mode"))
+            master = target.master
             env = self.spark_env(pulsar, master)
-            deploy_mode = self.spark_submit_kwargs.get("deploy_mode") or probe._connection.get("deploy_mode")
-            archive = self.class_data_plan(deploy_mode, env)
+            archive = self.class_data_plan(target.deploy_mode, env)
             compiled = self.compiled_pyspark_copy(master, env)
             if compiled is not None:
                 env = compiled.env(env)
@@ -570,7 +553,7 @@ class DlqReplayOperator(BaseOperator):
                 master,
                 args.output_dir,
             )
-            hook.submit(main_path)
+            hook.run(main_path)
             submitted = not self._killed
             if self._killed:
                 # spark-submit may exit 0 after SIGTERM; a killed run is never reported as done.
@@ -627,7 +610,7 @@ class DlqReplayOperator(BaseOperator):
         hook = self._hook
         if hook is None:
             return
-        process = hook._submit_sp
+        process = hook.process
         if process is not None and process.poll() is None:
             import psutil
 

@@ -1,0 +1,103 @@
+"""The one adapter around the Spark provider's ``SparkSubmitHook`` internals.
+
+``DlqReplayOperator`` needs four things that ``SparkSubmitHook`` keeps private: the resolved connection
+(master and deploy mode), the running spark-submit process (to stop its process tree), spark-submit's
+output lines (the app's summary line), and, in standalone cluster deploy mode, the wait for the driver to
+end, which ``submit()`` does itself up to Spark provider 6.0 and leaves to ``SparkSubmitOperator`` from 6.1
+on. Every touch of a private member of the hook is in this module, and
+``tests/unit/provider/test_spark_submit_contract.py`` checks each against the installed Spark provider
+(5.5 to 6.x).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+from airflow.sdk.exceptions import AirflowException
+
+from airflow_provider_dlq.errors import DlqProviderError
+from airflow_provider_dlq.operators.replay_cli import SUMMARY_PREFIX
+
+if TYPE_CHECKING:
+    import subprocess
+    from collections.abc import Iterator
+
+#: Driver states of a standalone master after which the driver no longer runs (the hook's own list).
+DRIVER_ENDED = frozenset({"FINISHED", "UNKNOWN", "KILLED", "FAILED", "ERROR"})
+
+
+class SparkDriverError(DlqProviderError, AirflowException):
+    """The driver of a standalone cluster deploy-mode run ended other than ``FINISHED``."""
+
+
+@dataclass(frozen=True)
+class SparkTarget:
+    """Where spark-submit sends the app, as ``SparkSubmitHook`` resolves the Spark connection."""
+
+    master: str
+    deploy_mode: str | None
+
+    @property
+    def env_goes_on_argv(self) -> bool:
+        """spark-submit turns its environment into ``--conf`` values on its command line (YARN,
+        Kubernetes, any cluster deploy mode)."""
+        return "yarn" in self.master or "k8s" in self.master or self.deploy_mode == "cluster"
+
+
+def spark_target(conn_id: str, deploy_mode: str | None = None) -> SparkTarget:
+    """The master and deploy mode of ``conn_id`` (``deploy_mode`` wins over the connection's)."""
+    return ReplaySubmitHook(conn_id=conn_id, deploy_mode=deploy_mode).target
+
+
+class ReplaySubmitHook(SparkSubmitHook):
+    """``SparkSubmitHook`` as the replay operator uses it: :meth:`run` returns when the app has ended
+    (in every deploy mode and Spark provider version), :attr:`summary_line` holds the app's last stdout
+    line starting with ``DLQ_REPLAY_SUMMARY``, :attr:`process` is the spark-submit process."""
+
+    summary_line: str | None = None
+
+    @property
+    def target(self) -> SparkTarget:
+        connection = self._connection
+        return SparkTarget(str(connection["master"]), connection.get("deploy_mode"))
+
+    @property
+    def process(self) -> subprocess.Popen[str] | None:
+        """The spark-submit process of :meth:`run` (``None`` before it starts)."""
+        return self._submit_sp
+
+    def _process_spark_submit_log(self, itr: Iterator[Any]) -> None:
+        def tee() -> Iterator[Any]:
+            for line in itr:
+                if isinstance(line, str) and line.strip().startswith(SUMMARY_PREFIX):
+                    self.summary_line = line.strip()
+                yield line
+
+        super()._process_spark_submit_log(tee())
+
+    def run(self, application: str) -> None:
+        """spark-submit ``application`` and return once it has ended. In standalone cluster deploy mode
+        ``submit()`` of Spark provider 6.1+ returns as soon as the master accepts the driver, so the
+        driver is then polled here until it ends, as ``submit()`` itself did up to 6.0."""
+        self.submit(application)
+        if not self._should_track_driver_status or self._driver_status in DRIVER_ENDED:
+            return
+        try:
+            self._driver_status = "SUBMITTED"
+            self._start_driver_status_tracking()
+        finally:
+            # 6.x defers the hook's post-submit commands to whoever waits for the driver.
+            post_submit = getattr(self, "_run_post_submit_commands", None)
+            if post_submit is not None:
+                post_submit()
+        if self._driver_status != "FINISHED":
+            raise SparkDriverError(
+                f"Spark driver {self._driver_id} on {self.target.master} ended with status "
+                f"{self._driver_status}, not FINISHED; its log is on the Spark master's UI (Completed "
+                "Drivers). A retry of the task resumes the same replay run."
+            )
+
+
+__all__ = ["DRIVER_ENDED", "ReplaySubmitHook", "SparkDriverError", "SparkTarget", "spark_target"]
