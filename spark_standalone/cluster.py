@@ -74,6 +74,9 @@ class SparkCluster:
     start_timeout_s: float = 180.0
     #: Where the daemons' logs go and stay after :meth:`stop` (default: the temp dir, deleted with it).
     log_dir: Path | None = None
+    #: Added to every daemon's environment, and so to the executors a worker starts (e.g. an S3 server's
+    #: keys and endpoint, ``spark_standalone.s3.S3Server.env``): nothing on any command line.
+    env: dict[str, str] = field(default_factory=dict)
     root: Path | None = None
     master_url: str = ""
     webui_url: str = ""
@@ -206,6 +209,7 @@ class SparkCluster:
             SPARK_DAEMON_MEMORY=DAEMON_MEMORY,
             SPARK_NO_DAEMONIZE="1",
         )
+        env.update(self.env)
         log_path = self._log_dir() / f"{name}.log"
         log = log_path.open("ab")
         process = subprocess.Popen(

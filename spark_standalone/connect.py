@@ -51,10 +51,11 @@ from pyspark.sql.connect.session import SparkSession
 session = SparkSession.builder.remote(sys.argv[1]).getOrCreate()
 try:
     count = session.range(3).count()
+    app_id = session.conf.get("spark.app.id")
 finally:
     session.stop()
 assert count == 3, count
-print("ready", count)
+print("ready", app_id)
 """
 
 
@@ -73,6 +74,8 @@ class ConnectServer:
     webui_url: str = ""
     #: Seconds :meth:`start` took until the server answered a query.
     started_in_s: float = 0.0
+    #: The server's Spark application id (``spark.app.id``): what a Connect client's session reports.
+    application_id: str = ""
     process: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
     _log: IO[bytes] | None = field(default=None, repr=False)
@@ -230,6 +233,7 @@ class ConnectServer:
                     last = "a Connect session opened but its query did not finish"
                     break
                 if check.returncode == 0:
+                    self.application_id = check.stdout.split()[-1]
                     return
                 last = f"a Connect session's query failed: {check.stderr.strip()[-2000:]}"
             time.sleep(0.5)

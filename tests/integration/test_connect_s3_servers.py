@@ -5,6 +5,7 @@ replay app's storage layer, shipped to the server as an artifact; the objects ar
 The session here is ``pyspark.sql.connect.session.SparkSession`` itself: a Connect session opened through
 ``pyspark.sql.SparkSession.builder.remote`` marks the whole test process as a Connect client
 (``SPARK_CONNECT_MODE_ENABLED``), and the classic ``spark`` fixture of later tests would then fail.
+The server's application id is the one its readiness check read (``ConnectServer.application_id``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ ROWS = 1000
 
 
 def test_connect_tasks_write_parquet_to_s3_through_the_apps_storage(
-    spark_connect, spark_connect_server, s3_server, tmp_path
+    spark_connect, spark_connect_server, s3_server, tmp_path, monkeypatch
 ):
     import pyarrow.parquet as pq
     from pyspark.sql.connect.session import SparkSession
@@ -59,6 +60,9 @@ def test_connect_tasks_write_parquet_to_s3_through_the_apps_storage(
             ]
         )
 
+    # addArtifacts(zip, pyfile=True) also puts the zip on this process's sys.path (pyspark's Connect
+    # client does, for the driver's own imports): on a copy, so the later tests import the source tree.
+    monkeypatch.setattr(sys, "path", list(sys.path))
     session = SparkSession.builder.remote(spark_connect).getOrCreate()
     try:
         session.addArtifacts(str(zip_path), pyfile=True)
@@ -67,10 +71,12 @@ def test_connect_tasks_write_parquet_to_s3_through_the_apps_storage(
             .mapInArrow(write_parts, "path string, rows long, endpoint string, python string")
             .collect()
         )
+        app_id = session.conf.get("spark.app.id")
     finally:
         session.stop()
     assert sum(r["rows"] for r in written) == ROWS, (written, spark_connect_server.tail())
     assert len(written) == 4
+    assert app_id == spark_connect_server.application_id
     assert {r["endpoint"] for r in written} == {s3_server.endpoint}  # the server's env reached its tasks
     assert {r["python"] for r in written} == {sys.executable}  # spark.pyspark.python: the venv's python
     keys = s3_server.keys(bucket, prefix + "/")
