@@ -23,6 +23,8 @@ from functools import lru_cache
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlparse
 
+from spark_apps.dlq_replay.errors import ReplayConfigError
+
 if TYPE_CHECKING:
     import pyarrow as pa
     import pyarrow.fs as pafs
@@ -32,8 +34,8 @@ if TYPE_CHECKING:
 S3_SCHEMES = frozenset({"s3", "s3a", "s3n"})
 
 
-class StorageError(OSError):
-    """The output root cannot be used as asked; the message names the fix."""
+class StorageError(ReplayConfigError):
+    """The output root cannot be used as asked; the message names the fix (exit code 2)."""
 
 
 def join(root: str, *parts: str) -> str:
