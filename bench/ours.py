@@ -1,4 +1,5 @@
-"""Run "ours": the replay app through ``spark-submit`` on ``local[2]``, end to end, then verify it."""
+"""Run "ours": the replay app through ``spark-submit`` (``--master`` or, for Spark Connect, ``--remote``),
+end to end, then verify it, reading its report, archive and ledger from its output root."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bench import verify, workload
+from bench.masters import is_remote
+from bench.output_root import OutputRoot, local_root
 from bench.playbook import write_playbook
 from bench.procmon import run_sampled
 from bench.pulsar_io import BenchError
@@ -52,21 +55,27 @@ def build_command(
     zip_path: Path,
     main_path: Path,
     playbook: Path,
-    output_dir: Path,
+    output_dir: Path | str,
     master: str,
     spark_conf: list[str],
     app_args: list[str],
 ) -> list[str]:
-    """The spark-submit command line, exactly as the Airflow operator builds it (plus bench options)."""
+    """The spark-submit command line, exactly as the Airflow operator builds it (plus bench options). A
+    Spark Connect ``master`` (``sc://...``) is submitted with ``--remote`` and ``spark.api.mode=connect``
+    (spark-submit hands its Python driver ``SPARK_REMOTE`` only then)."""
     confs: list[str] = ["--conf", "spark.ui.enabled=false"]
     for item in spark_conf:
         if "=" not in item:
             raise BenchError(f"--spark-conf {item!r} must be KEY=VALUE")
         confs += ["--conf", item]
+    where = (
+        ["--remote", master, "--conf", "spark.api.mode=connect"]
+        if is_remote(master)
+        else ["--master", master]
+    )
     return [
         spark_submit_path(),
-        "--master",
-        master,
+        *where,
         *confs,
         "--py-files",
         str(zip_path),
@@ -116,11 +125,19 @@ def run_ours(
     timeout_s: float | None = None,
     contender: str = "ours",
     adopted_parents: tuple[int, ...] = (),
+    adopted_roots: tuple[int, ...] = (),
+    output: OutputRoot | None = None,
     class_data_archive: bool = True,
     quick_jit: QuickJit = "auto",
     compiled_pyspark: bool = True,
 ) -> RunResult:
     """Submit the replay app against a broker holding ``n`` DLQ messages; time, sample and verify it.
+
+    ``master`` is a Spark master or a Spark Connect URL (``sc://...``, submitted with ``--remote``);
+    ``adopted_parents`` and ``adopted_roots`` add a cluster's executors or a Connect server to the sampled
+    tree (:func:`bench.procmon.run_sampled`). ``output`` is the output root (default ``workdir/out``); its
+    environment (an S3 server's keys and endpoint) is added to spark-submit's, never to its arguments, and
+    the report, archive and ledger are read back from it.
 
     With ``class_data_archive`` the driver JVM starts from the operator's managed class-data archive
     (:mod:`airflow_provider_dlq.class_data`), written by this run when there is none yet; ``quick_jit``
@@ -135,6 +152,7 @@ def run_ours(
     from airflow_provider_dlq.driver_footprint import lean_driver_conf, lean_driver_env
     from airflow_provider_dlq.driver_jit import quick_jit_chosen, with_quick_jit
 
+    output = output or local_root(workdir)
     bundle = build_bundle(workdir / "bundle")
     playbook = write_playbook(workdir / "playbook.yaml")
     run_id = f"bench-{n}"
@@ -154,6 +172,7 @@ def run_ours(
     if compiled is not None:
         conf = with_conf(conf, compiled.conf)
         env = compiled.env(env)
+    env.update(output.env)
     cmd = build_command(
         service_url=service_url,
         admin_url=admin_url,
@@ -161,7 +180,7 @@ def run_ours(
         zip_path=bundle.zip_path,
         main_path=bundle.main_path,
         playbook=playbook,
-        output_dir=workdir / "out",
+        output_dir=output.uri,
         master=master,
         spark_conf=conf,
         app_args=app_args or [],
@@ -177,6 +196,7 @@ def run_ours(
             env=env,
             cwd=workdir,
             adopted_parents=adopted_parents,
+            adopted_roots=adopted_roots,
         )
         log.write("\n--- stdout ---\n" + run.stdout)
     if archive is None:
@@ -187,11 +207,12 @@ def run_ours(
         archive_use = "written" if archive.finish(run.returncode == 0) else "write failed"
     if run.returncode != 0:
         raise BenchError(f"the replay app exited with {run.returncode}; see {log_path}")
-    report = _load_report(run.stdout, log_path)
+    location, report = _load_report(run.stdout, log_path, output)
     timings = {k: float(v) for k, v in report.get("timings", {}).items()}
 
     check = verify.Verification()
-    verify.verify_app_outputs(report, n, check)
+    check.expect("report.in_output_root", location.startswith(output.uri.rstrip("/") + "/"), True)
+    verify.verify_app_outputs(report, n, check, output)
     check.expect("report.groups", len(list(verify.groups_of(report))), min(n, workload.SIGNATURE_COUNT))
     verify.verify_origins(service_url, n, mode="replay", lineage=True, result=check)
     verify.verify_pending(service_url, check)
@@ -211,6 +232,8 @@ def run_ours(
             "totals": report.get("totals"),
             "memory_samples": run.peaks.samples,
             "master": master,
+            "output_root": output.kind,
+            "output_dir": output.uri,
             "class_data_archive": archive_use,
             "compiled_pyspark": "used" if compiled is not None else "off",
             "quick_jit": quick,
@@ -232,14 +255,15 @@ def app_seconds(report: dict[str, Any], timings: dict[str, float]) -> float:
     return max(0.0, (finished - started).total_seconds())
 
 
-def _load_report(stdout: str, log_path: Path) -> dict[str, Any]:
+def _load_report(stdout: str, log_path: Path, output: OutputRoot) -> tuple[str, dict[str, Any]]:
+    """``(location, report)``: the report.json the summary line names, read from the output root."""
     lines = [line for line in stdout.splitlines() if line.startswith(SUMMARY_MARKER)]
     if not lines:
         raise BenchError(f"the replay app printed no {SUMMARY_MARKER.strip()} line; see {log_path}")
     summary = json.loads(lines[-1][len(SUMMARY_MARKER) :])
     location = str(summary.get("paths", {}).get("report_json", ""))
-    path = Path(verify.local_path(location))
-    if not path.is_file():
+    data = output.read_bytes(location) if location else None
+    if data is None:
         raise BenchError(f"report.json not found at {location!r}; see {log_path}")
-    report: dict[str, Any] = json.loads(path.read_text())
-    return report
+    report: dict[str, Any] = json.loads(data)
+    return location, report

@@ -1,11 +1,15 @@
-"""``python -m bench``: replay throughput of every contender on an empty DLQ and N = 10k, 100k and 1M.
+"""``python -m bench``: replay throughput of every contender on an empty DLQ and N = 10k, 100k and 1M
+(``--sizes``, up to 3M and beyond).
 
 For each size, broker (Apache Pulsar standalone, the embedded pulsar-lite) and contender: start a fresh
 broker, create the subscriptions and produce the N DLQ messages (not timed), run the contender (timed,
-peak RSS sampled over its process tree), verify the end state (origin topics, archive, ledger, nothing
-left pending), stop the broker and delete its data. Prints a table, the ratios, the scaling per step and
-the targets of issue 12 (holds / FAILS), flags in red any contender faster than the copy ceiling, and
-writes ``results.json`` and ``results.md`` into a new folder under ``--results-dir``.
+peak RSS sampled over its process tree, a Spark standalone cluster's executors and a Spark Connect server
+included), verify the end state (origin topics, archive, ledger, nothing left pending), stop the broker
+and delete its data. This project's runs write their output root to a local folder or, with
+``--output-root s3``, to an S3 server on loopback, and are verified from there. Prints a table, the
+ratios, the scaling per step and the targets on Apache Pulsar (holds / FAILS), flags in red any
+contender faster than the copy ceiling, and writes ``results.json`` and ``results.md`` into a new folder
+under ``--results-dir``.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from typing import Any
 
 from bench import produce
 from bench.brokers import BROKERS, fresh_broker
+from bench.output_root import OUTPUT_ROOTS, ROOT_LABELS, output_root
 from bench.pulsar_io import BenchError
 from bench.results_model import CONTENDERS, OURS, RunResult, comparisons, result_from_json
 from bench.table import ceiling_warnings, comparison_table, ours_steps_table, results_table
@@ -39,7 +44,7 @@ WARM_UP_MESSAGES = 2_000
 
 
 def parse_count(text: str) -> int:
-    """``10k`` -> 10_000, ``1m`` -> 1_000_000, ``2500`` -> 2_500, ``0`` -> 0."""
+    """``10k`` -> 10_000, ``1m`` -> 1_000_000, ``3m`` -> 3_000_000, ``2500`` -> 2_500, ``0`` -> 0."""
     match = re.fullmatch(r"\s*(\d+)\s*([kKmM]?)\s*", text)
     if not match:
         raise argparse.ArgumentTypeError(
@@ -101,7 +106,11 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
-        "--sizes", type=parse_sizes, default=parse_sizes(DEFAULT_SIZES), help=f"default {DEFAULT_SIZES}"
+        "--sizes",
+        type=parse_sizes,
+        default=parse_sizes(DEFAULT_SIZES),
+        help=f"comma-separated DLQ sizes, a number with an optional k or m suffix, e.g. 0,100k,1m,3m "
+        f"(default {DEFAULT_SIZES})",
     )
     parser.add_argument(
         "--contenders",
@@ -121,6 +130,23 @@ def build_parser() -> argparse.ArgumentParser:
         default=parse_count("100k"),
         help="run the local[1] and Spark standalone cluster variants of the replay only up to this size "
         "(default 100k; 0 = every size)",
+    )
+    parser.add_argument(
+        "--connect-max",
+        type=parse_count,
+        default=parse_count("1m"),
+        help="run the Spark Connect variant of the replay only up to this size (default 1m, where its "
+        "target is; 0 = every size)",
+    )
+    parser.add_argument(
+        "--output-root",
+        choices=OUTPUT_ROOTS,
+        default="local",
+        help="where this project's runs write their --output-dir (run directory, archive, ledger) and are "
+        "verified from: local (default, the scratch dir) or s3 (s3://dlq-bench/<run> on a fresh S3 server "
+        "on loopback per run, moto, started before the clock; its keys and endpoint reach spark-submit, "
+        "the cluster's workers and the Connect server through their environment). The single-process "
+        "contenders keep their local JSON-lines archive",
     )
     parser.add_argument(
         "--ceiling",
@@ -155,7 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--keep",
         action="store_true",
         help="keep each run's outputs (app snapshot, archive, ledger, report; JSON-lines archives) in the "
-        "scratch folder; brokers are always deleted",
+        "scratch folder; brokers are always deleted, and so is an S3 output root (moto keeps it in memory)",
     )
     parser.add_argument(
         "--retries",
@@ -247,26 +273,29 @@ def run_one(
             load_before = _load()
             LOG.info("%s produced in %.1f s; running (load average %s)", tag, produced.seconds, load_before)
             if contender in OURS:
+                from bench.masters import Where, spark_target
                 from bench.ours import run_ours
-                from spark_standalone import SparkCluster
 
-                cluster: SparkCluster | None = None
-                if contender == "ours_cluster":  # a fresh cluster per run, started before the clock
-                    logs = out_dir / "logs" / f"{broker_kind}-{n}-cluster{suffix}"
-                    cluster = stack.enter_context(SparkCluster(log_dir=logs))
-                    cluster.start(workers=2, cores=1, memory="2g")
-                    LOG.info(
-                        "%s Spark standalone cluster at %s (2 workers x 1 core)", tag, cluster.master_url
-                    )
+                run_name = f"{broker_kind}-{n}-{contender}{suffix}"
+                output = stack.enter_context(output_root(args.output_root, workdir, run_name))
+                where = Where(
+                    master=str(args.master),
+                    env=output.env,
+                    log_dir=out_dir / "logs" / f"{run_name}-spark",
+                    workdir=workdir,
+                )
+                target = stack.enter_context(spark_target(contender, where))
                 result = run_ours(
                     service_url=broker.service_url,
                     admin_url=broker.admin_url,
                     n=measured,
                     workdir=workdir,
                     log_path=log_path,
-                    master=cluster.master_url if cluster is not None else _master(contender, args),
+                    master=target.master,
                     contender=contender,
-                    adopted_parents=tuple(cluster.worker_pids()) if cluster is not None else (),
+                    adopted_parents=target.adopted_parents,
+                    adopted_roots=target.adopted_roots,
+                    output=output,
                     class_data_archive=args.class_data_archive == "on",
                     compiled_pyspark=args.compiled_pyspark == "on",
                     quick_jit={"on": True, "off": False}.get(args.quick_jit, "auto"),
@@ -274,6 +303,7 @@ def run_one(
                     app_args=args.app_arg,
                     timeout_s=args.timeout,
                 )
+                result.details.update(target.details)
             else:
                 from bench.single_process import run_single_process
 
@@ -308,8 +338,15 @@ def _load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "n/a"
 
 
-def _master(contender: str, args: argparse.Namespace) -> str:
-    return "local[1]" if contender == "ours_local1" else str(args.master)
+def runs_at(contender: str, n: int, args: argparse.Namespace) -> bool:
+    """Whether ``contender`` runs at size ``n``: the local[1] and cluster variants up to
+    ``--scaling-max``, the Spark Connect variant up to ``--connect-max`` (0: every size)."""
+    limit = {
+        "ours_local1": args.scaling_max,
+        "ours_cluster": args.scaling_max,
+        "ours_connect": args.connect_max,
+    }.get(contender, 0)
+    return not limit or n <= limit
 
 
 def run_with_retries(
@@ -397,7 +434,12 @@ def main(argv: list[str] | None = None) -> int:
     scratch_root.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="dlq-bench-", dir=scratch_root))
     command = "python -m bench " + " ".join(argv if argv is not None else sys.argv[1:])
-    info = {"command": command.strip(), "started_at": stamp, "machine": machine_info()}
+    info = {
+        "command": command.strip(),
+        "started_at": stamp,
+        "machine": machine_info(),
+        "output_root": args.output_root,
+    }
     LOG.info("results go to %s", out_dir)
 
     results: list[RunResult] = []
@@ -407,11 +449,7 @@ def main(argv: list[str] | None = None) -> int:
         for n in args.sizes:
             for broker_kind in args.brokers:
                 for contender in args.contenders:
-                    if (
-                        contender in ("ours_local1", "ours_cluster")
-                        and args.scaling_max
-                        and n > args.scaling_max
-                    ):
+                    if not runs_at(contender, n, args):
                         continue
                     started = time.perf_counter()
                     result = run_with_retries(contender, n, broker_kind, args, out_dir, scratch)
@@ -456,6 +494,7 @@ def render(path: Path) -> int:
         data = json.loads(path.read_text())
         info = {k: data[k] for k in ("command", "started_at", "machine")}
         info["class_data_archive"] = data.get("class_data_archive")
+        info["output_root"] = data.get("output_root", "local")
         results = [result_from_json(r) for r in data["results"]]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         print(f"error: cannot read {path} as a benchmark results.json: {exc}", file=sys.stderr)
@@ -474,6 +513,18 @@ def archive_line(archive: dict[str, Any] | None) -> str:
     return f"Class-data archive: used by this project's runs ({how}), as the operator does after a first run."
 
 
+def output_root_line(kind: str) -> str:
+    """Where this project's runs wrote their output root."""
+    where = {
+        "local": "a local folder (the scratch dir)",
+        "s3": "s3://dlq-bench/<run> on an S3 server on loopback (moto, fresh per run, not timed)",
+    }.get(kind, kind)
+    return (
+        f"Output root ({ROOT_LABELS.get(kind, kind)}): this project's runs wrote their run directory, "
+        f"archive and ledger to {where} and were verified from there."
+    )
+
+
 def _write(out_dir: Path, info: dict[str, Any], results: list[RunResult]) -> str:
     comp = comparisons(results)
     payload = {**info, "results": [r.to_json() for r in results], "comparisons": comp}
@@ -484,6 +535,7 @@ def _write(out_dir: Path, info: dict[str, Any], results: list[RunResult]) -> str
         f"{info['machine']['load_average_at_start']}",
         "",
         archive_line(info.get("class_data_archive")),
+        output_root_line(info.get("output_root", "local")),
         "",
         results_table(results),
         "",

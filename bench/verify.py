@@ -11,16 +11,18 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import urllib.parse
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bench import workload
 from bench.bench_fixes import is_fixed
 from bench.pulsar_io import BenchError, ReaderBatches, count_until_idle, drain, make_client, subscribe
+
+if TYPE_CHECKING:
+    from bench.output_root import OutputRoot
 
 LOG = logging.getLogger("bench.verify")
 
@@ -158,20 +160,9 @@ def verify_jsonl_archive(path: Path, n: int, result: Verification) -> None:
     result.expect("archive.exact", set(seen) == want and all(c == 1 for c in seen.values()), True)
 
 
-def count_parquet_rows(path: str, *, run_id: str | None = None) -> int:
-    """Rows of a Parquet dataset (optionally of one ``run_id`` column value)."""
-    import pyarrow.dataset as ds
-
-    if not Path(path).exists():  # a run with nothing to archive or record writes no dataset
-        return 0
-    dataset = ds.dataset(path, format="parquet", partitioning="hive")
-    if run_id is not None and "run_id" in dataset.schema.names:
-        return int(dataset.count_rows(filter=ds.field("run_id") == run_id))
-    return int(dataset.count_rows())
-
-
-def verify_app_outputs(report: dict[str, Any], n: int, result: Verification) -> None:
-    """The replay app's own record: report totals, archive rows and ledger rows."""
+def verify_app_outputs(report: dict[str, Any], n: int, result: Verification, output: OutputRoot) -> None:
+    """The replay app's own record: report totals, and the archive and ledger rows read from ``output``
+    (a local folder or the S3 server)."""
     expected = workload.expected_counts(n)
     totals = report.get("totals", {})
     result.expect("report.status", report.get("status"), "succeeded")
@@ -187,14 +178,7 @@ def verify_app_outputs(report: dict[str, Any], n: int, result: Verification) -> 
         if not location:
             result.errors.append(f"report.paths.{name} is missing")
             continue
-        result.expect(f"{name}.rows", count_parquet_rows(local_path(location), run_id=run_id), want)
-
-
-def local_path(uri: str) -> str:
-    """A local filesystem path from a path or a ``file:`` URI (``file:/x``, ``file:///x``)."""
-    if uri.startswith("file:"):
-        return urllib.parse.urlparse(uri).path
-    return uri
+        result.expect(f"{name}.rows", output.count_parquet_rows(location, run_id=run_id), want)
 
 
 def groups_of(report: dict[str, Any]) -> Iterable[dict[str, Any]]:

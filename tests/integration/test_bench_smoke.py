@@ -4,6 +4,7 @@ contender (including spark-submit of the replay app) verifies. No timing asserti
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -77,122 +78,6 @@ def test_playbook_is_valid_for_the_replay_app(tmp_path):
         rule = playbook.first_match(record)
         assert rule is not None
         assert rule.action == sig.action
-
-
-def test_memory_roles_of_a_spark_process_tree():
-    from bench.procmon import role_of
-
-    assert (
-        role_of("java", ["/usr/lib/jvm/bin/java", "-cp", "x", "org.apache.spark.deploy.SparkSubmit"]) == "jvm"
-    )
-    assert role_of("python", ["/venv/bin/python", "-m", "pyspark.daemon", "pyspark.worker"]) == "py_workers"
-    assert (
-        role_of("python3.11", ["/venv/bin/python3.11", "/b/dlq_replay_main.py", "--run-id", "r"])
-        == "py_driver"
-    )
-    assert role_of("bash", ["bash", "/venv/bin/spark-submit"]) == "other"
-
-
-def test_a_jvm_child_before_its_exec_is_not_counted_again():
-    """A child of the JVM still running the JVM's command line (forked, not yet exec'd) shows the JVM's
-    RSS; once it runs its own program, or when it is a forked Python worker, it counts."""
-    from bench.procmon import is_unexeced_jvm_child
-
-    jvm = ["/usr/lib/jvm/bin/java", "-cp", "x", "org.apache.spark.deploy.SparkSubmit"]
-    daemon = ["/venv/bin/python", "-m", "pyspark.daemon", "pyspark.worker"]
-    assert is_unexeced_jvm_child(("jvm", jvm), list(jvm))
-    assert not is_unexeced_jvm_child(("jvm", jvm), ["chmod", "0644", "part-0.parquet"])
-    assert not is_unexeced_jvm_child(("py_workers", daemon), list(daemon))
-    assert not is_unexeced_jvm_child(None, list(jvm))
-
-
-def test_a_process_that_execs_while_read_is_left_out_of_that_sample():
-    """Read before its exec, a JVM's child has the JVM's RSS; read after, another name: not one program."""
-    from bench.procmon import rss_of_one_program
-
-    class Reading:
-        def __init__(self, names: list[str], rss: int) -> None:
-            self.names, self.rss = names, rss
-
-        def name(self) -> str:
-            return self.names.pop(0)
-
-        def memory_info(self):
-            return type("Memory", (), {"rss": self.rss})()
-
-    assert rss_of_one_program(Reading(["java", "chmod"], 900 * 2**20), str) is None
-    assert rss_of_one_program(Reading(["python3", "python3"], 64 * 2**20), str) == ("python3", 64 * 2**20)
-
-
-def test_tree_sampler_sees_children_memory():
-    from bench.procmon import TreeMemorySampler
-
-    child = "b = bytearray(64 * 2**20); import time; time.sleep(2)"
-    code = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {child!r}], check=True)"
-    proc = subprocess.Popen([sys.executable, "-c", code])
-    sampler = TreeMemorySampler(proc.pid, interval_s=0.05).start()
-    proc.wait(timeout=30)
-    peaks = sampler.stop()
-    assert peaks.samples > 5
-    # the child alone holds 64 MiB: only a sampler that walks the tree sees more than that
-    assert peaks.tree_peak > 64 * 2**20
-    assert peaks.peak["py_driver"] == peaks.tree_peak
-
-
-# --------------------------------------------------------------------------- comparisons (pure)
-
-
-def _result(contender, n, wall, broker="apache", **extra):
-    from bench.results_model import RunResult
-
-    return RunResult(contender, n, n, wall, wall * 0.9, ok=True, broker=broker, **extra)
-
-
-def test_a_contender_faster_than_the_ceiling_is_flagged_in_red():
-    from bench.results_model import comparisons
-    from bench.table import RED, ceiling_warnings
-
-    results = [
-        _result("ceiling", 100_000, 10.0),
-        _result("tuned", 100_000, 8.0),
-        _result("ours", 100_000, 30.0),
-    ]
-    comp = comparisons(results)
-    assert comp["ceiling_beaten"] == [{"broker": "apache", "n": 100_000, "contender": "tuned", "ratio": 1.25}]
-    (line,) = ceiling_warnings(comp, color=True)
-    assert line.startswith(RED)
-    assert "tuned single process ran 1.25x the copy ceiling" in line
-    (plain,) = ceiling_warnings(comp, color=False)
-    assert plain.startswith("**CEILING BEATEN")
-    target = next(t for t in comp["targets"] if t["target"].startswith("ceiling / fastest other"))
-    assert (target["value"], target["met"]) == (0.8, False)
-
-
-def test_issue_12_targets_are_computed_per_broker():
-    from bench.results_model import comparisons
-
-    timings = {"snapshot": 10.0, "decide": 20.0}
-    results = [
-        _result("ceiling", 1_000_000, 40.0),
-        _result("tuned", 1_000_000, 70.0),
-        _result("ours", 1_000_000, 60.0, memory_mib={"tree_mib": 1400.0}, details={"timings": timings}),
-        _result("tuned", 100_000, 7.0),
-        _result("ours", 100_000, 16.0, details={"timings": timings}),
-        _result("ours_local1", 100_000, 24.0, details={"timings": {"snapshot": 18.0, "decide": 36.0}}),
-        _result("ours", 10_000, 21.0, broker="lite"),
-        _result("ours", 0, 9.0, broker="lite"),
-    ]
-    comp = comparisons(results)
-    got = {(t["broker"], t["target"], t["n"]): (t["value"], t["met"]) for t in comp["targets"]}
-    assert got[("apache", "end to end / tuned", 1_000_000)] == (1.167, True)
-    assert got[("apache", "end to end / ceiling", 1_000_000)] == (0.667, True)
-    assert got[("apache", "end to end / tuned", 100_000)] == (0.438, False)
-    assert got[("apache", "peak tree RSS MiB", 1_000_000)] == (1400.0, True)
-    assert got[("apache", "local[2] speed-up over local[1], end to end", 100_000)] == (1.5, False)
-    assert got[("lite", "wall s (end to end)", 10_000)] == (21.0, False)
-    assert got[("lite", "wall s, empty DLQ", 0)] == (9.0, True)
-    (scaling,) = comp["scaling"]
-    assert scaling["steps"] == {"snapshot": 1.8, "decide": 1.8}
 
 
 class _FakeId:
@@ -314,9 +199,41 @@ def test_verification_rejects_a_duplicate_and_a_missing_message(tmp_path):
     assert "archive.rows" in short.errors[0]
 
 
+@pytest.mark.integration
+def test_app_outputs_are_verified_from_the_s3_server(tmp_path):
+    """The verifier reads the report's archive and ledger from the S3 server with the server's own
+    settings (none in this process's environment), and a missing ledger row fails it."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from bench import verify
+    from bench.output_root import output_root
+
+    n = 40
+    expected = workload.expected_counts(n)
+    with output_root("s3", tmp_path, "verify-test") as root:
+        assert root.uri == "s3://dlq-bench/verify-test"
+        assert "AWS_ENDPOINT_URL_S3" not in os.environ
+        fs, base = root.filesystem(root.uri)
+        for name, rows in (("archive", expected.archive), ("ledger", n - 1)):
+            table = pa.table({"message_id": [str(i) for i in range(rows)]})
+            pq.write_table(table, f"{base}/{name}/run_id=r1/part-0.parquet", filesystem=fs)
+        report = {
+            "status": "succeeded",
+            "run_id": "r1",
+            "totals": {"snapshot": n, "republished": expected.republish, "archived": expected.archive,
+                       "acked": n, "left_pending": 0},
+            "paths": {"archive": f"{root.uri}/archive", "ledger": "s3a://dlq-bench/verify-test/ledger"},
+        }  # fmt: skip
+        check = verify.Verification()
+        verify.verify_app_outputs(report, n, check, root)
+    assert check.checks["archive.rows"] == expected.archive
+    assert check.errors == [f"ledger.rows: got {n - 1}, expected {n}"]
+
+
 # --------------------------------------------------------------------------- the smoke run
 
-OURS_NAMES = ("ours", "ours_local1", "ours_cluster")
+OURS_NAMES = ("ours", "ours_local1", "ours_cluster", "ours_connect")
 
 
 def _run_bench(tmp_path: Path, *extra: str) -> tuple[dict, Path]:
@@ -344,13 +261,18 @@ def _run_bench(tmp_path: Path, *extra: str) -> tuple[dict, Path]:
 @pytest.mark.integration
 @pytest.mark.slow
 def test_smoke_run_of_every_contender_verifies_on_apache_pulsar(tmp_path):
-    """`python -m bench` at a small N on Apache Pulsar: every contender (the replay on local[2], local[1]
-    and a Spark standalone cluster of two workers) runs, its end state is verified, JSON is written."""
+    """`python -m bench` at a small N on Apache Pulsar, output root on the S3 server: every contender (the
+    replay on local[2], local[1], a Spark standalone cluster of two workers and a Spark Connect server on
+    local[2]) runs, writes its run directory, archive and ledger to S3, is verified from there; JSON is
+    written. (The embedded-broker smoke run below covers the local output root.)"""
     n = 400
-    data, out_dir = _run_bench(tmp_path, "--sizes", str(n), "--handwritten-max", "200", "--brokers", "apache")
+    data, out_dir = _run_bench(
+        tmp_path, "--sizes", str(n), "--handwritten-max", "200", "--brokers", "apache", "--output-root", "s3"
+    )
     by_name = {r["contender"]: r for r in data["results"]}
-    assert set(by_name) == {"ceiling", "handwritten", "tuned", "ours", "ours_local1", "ours_cluster"}
+    assert set(by_name) == {"ceiling", "handwritten", "tuned", *OURS_NAMES}
     assert {r["broker"] for r in data["results"]} == {"apache"}
+    assert data["output_root"] == "s3"
     expected = workload.expected_counts(n)
     for name, r in by_name.items():
         assert r["ok"], (name, r["errors"])
@@ -369,28 +291,43 @@ def test_smoke_run_of_every_contender_verifies_on_apache_pulsar(tmp_path):
     assert hand["checks"]["origin.messages"] == workload.expected_counts(200).republish
     for name in OURS_NAMES:
         ours = by_name[name]
+        assert ours["checks"]["report.in_output_root"] is True
         assert ours["checks"]["report.republished"] == expected.republish
         assert ours["checks"]["archive.rows"] == expected.archive
         assert ours["checks"]["ledger.rows"] == n
         assert ours["checks"]["report.groups"] == 20
         assert ours["details"]["timings"]
         assert 0 < ours["work_s"] < ours["wall_s"]
+        assert ours["details"]["output_root"] == "s3"
+        assert ours["details"]["output_dir"] == f"s3://dlq-bench/apache-{n}-{name}"
+        assert ours["memory_mib"]["py_driver_mib"] > 0
     # the driver JVM starts from the managed class-data archive (written by a warm-up when missing)
     assert data["class_data_archive"]["used"]
     assert Path(data["class_data_archive"]["path"]).is_file()
     assert {by_name[name]["details"]["class_data_archive"] for name in OURS_NAMES} == {"used"}
-    assert "Class-data archive: used" in (out_dir / "results.md").read_text()
     assert by_name["ours_local1"]["details"]["master"] == "local[1]"
     assert by_name["ours_cluster"]["details"]["master"].startswith("spark://127.0.0.1:")
-    # the cluster's executors are sampled too (children of its workers)
-    assert by_name["ours_cluster"]["memory_mib"]["py_workers_mib"] > 0
+    assert by_name["ours_connect"]["details"]["master"].startswith("sc://127.0.0.1:")
+    assert by_name["ours_connect"]["details"]["connect_server_master"] == "local[2]"
+    # the cluster's executors and the Connect server (its JVM and Python workers) are sampled too
+    for name in ("ours_cluster", "ours_connect"):
+        assert by_name[name]["memory_mib"]["py_workers_mib"] > 0, name
+        assert by_name[name]["memory_mib"]["remote_jvm_mib"] > 0, name
     assert by_name["ours"]["memory_mib"]["jvm_mib"] > 0
+    assert by_name["ours"]["memory_mib"]["remote_jvm_mib"] == 0
     ratios = data["comparisons"]["ratios"][f"apache/{n}"]
     assert set(ratios) >= {"ours/ceiling", "ours/handwritten", "ours/tuned", "ours/ours_local1"}
+    assert ratios["ours_connect/ours"] > 0
     assert data["comparisons"]["scaling"][0]["steps"]
-    targets = {t["target"] for t in data["comparisons"]["targets"]}
-    assert any(t.startswith("ceiling / fastest other") for t in targets)
+    # the targets are set at 100k, 1M and 3M: listed, none judged at 400
+    targets = data["comparisons"]["targets"]
+    assert {t["broker"] for t in targets} == {"apache"}
+    assert {t["met"] for t in targets} == {None}
     text = (out_dir / "results.md").read_text()
+    assert "Class-data archive: used" in text
+    assert "Output root (S3 (moto on loopback))" in text
+    assert "Targets (Apache Pulsar only):" in text
+    assert "| Spark Connect / local[2], end to end | 1M | n/a | >= 0.8 | n/a (not run) |" in text
     assert "extrapolated from 200" in text
     assert "local[1] time / local[2] time" in text
 
@@ -398,8 +335,11 @@ def test_smoke_run_of_every_contender_verifies_on_apache_pulsar(tmp_path):
 @pytest.mark.integration
 @pytest.mark.slow
 def test_smoke_run_on_the_embedded_broker_and_an_empty_dlq(tmp_path):
-    """The same harness on pulsar-lite, with an empty DLQ beside a small one (the empty-DLQ target)."""
-    data, _ = _run_bench(tmp_path, "--sizes", "0,200", "--brokers", "lite", "--contenders", "ceiling,ours")
+    """The same harness on pulsar-lite, with an empty DLQ beside a small one, output root on a local
+    disk; pulsar-lite is not a performance target, so no target is printed for it."""
+    data, out_dir = _run_bench(
+        tmp_path, "--sizes", "0,200", "--brokers", "lite", "--contenders", "ceiling,ours"
+    )
     runs = {(r["contender"], r["n"]): r for r in data["results"]}
     assert set(runs) == {("ceiling", 0), ("ours", 0), ("ceiling", 200), ("ours", 200)}
     for key, r in runs.items():
@@ -408,7 +348,10 @@ def test_smoke_run_on_the_embedded_broker_and_an_empty_dlq(tmp_path):
     assert runs[("ours", 0)]["checks"]["report.snapshot"] == 0
     assert runs[("ours", 0)]["checks"]["report.groups"] == 0
     assert runs[("ours", 200)]["checks"]["ledger.rows"] == 200
-    assert any(t["target"] == "wall s, empty DLQ" for t in data["comparisons"]["targets"])
+    assert runs[("ours", 200)]["checks"]["report.in_output_root"] is True
+    assert runs[("ours", 200)]["details"]["output_root"] == "local"
+    assert data["comparisons"]["targets"] == []
+    assert "Targets" not in (out_dir / "results.md").read_text()
 
 
 def test_decide_profile_times_every_phase(capsys):
