@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from spark_apps.dlq_replay.errors import ReplayConfigError
 from spark_apps.dlq_replay.redaction import shown
-from spark_apps.dlq_replay.storage import StorageError, check_root, join, local_path, qualify_root
+from spark_apps.dlq_replay.storage import check_root, join, local_path, qualify_root
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -207,10 +207,7 @@ def check_output_dir_remote(output_dir: str) -> None:
         return
     from spark_apps.dlq_replay.storage import RunStorage
 
-    try:
-        check_root(root)
-    except StorageError as exc:
-        raise ReplayConfigError(str(exc)) from exc
+    check_root(root)  # a StorageError is a ReplayConfigError
     storage = RunStorage()
     probe = join(root, f".dlq-replay-probe-{uuid.uuid4().hex}")
     try:
