@@ -1,6 +1,7 @@
 """The bundled app runs under spark-submit on a Python that has pyspark and pulsar-client but no Airflow.
 
-The Python is a fresh ``uv`` virtualenv with only ``pyspark``, ``pulsar-client`` and ``pyarrow`` (from the
+The Python is a fresh ``uv`` virtualenv with only ``pyspark``, ``pulsar-client``, ``pyarrow`` and ``pandas``
+(PySpark's Arrow UDFs need it on the driver) (from the
 warm uv cache this takes about a second). When uv cannot build it (no uv, no cache and no network), the
 project's Python is used with a ``sitecustomize`` that blocks every ``airflow`` import and ``PYTHONPATH``
 pointing at the bundle first; both the driver and the Spark workers check that ``import airflow`` fails.
@@ -130,7 +131,9 @@ if __name__ == "__main__":
 
 
 def _uv_python(dest: Path) -> Path | None:
-    """A fresh virtualenv with pyspark, pulsar-client and pyarrow only; ``None`` when uv cannot make it."""
+    """A fresh virtualenv with pyspark, pulsar-client, pyarrow and pandas only; ``None`` when uv cannot make
+    it."""
+    import pandas
     import pyarrow
     import pyspark
 
@@ -139,7 +142,12 @@ def _uv_python(dest: Path) -> Path | None:
         return None
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
     python = dest / "bin" / "python"
-    pins = [f"pyspark=={pyspark.__version__}", "pulsar-client==3.13.0", f"pyarrow=={pyarrow.__version__}"]
+    pins = [
+        f"pyspark=={pyspark.__version__}",
+        "pulsar-client==3.13.0",
+        f"pyarrow=={pyarrow.__version__}",
+        f"pandas=={pandas.__version__}",
+    ]
     started = time.monotonic()
     try:
         subprocess.run(
