@@ -182,6 +182,7 @@ class ConnectServer:
             SPARK_HOME=str(home),
             SPARK_LOCAL_IP=self.host,
             SPARK_LOCAL_DIRS=str(self.root / "local"),
+            TMPDIR=str(self.root / "tmp"),  # its Python workers' temp files too
             SPARK_CONNECT_MODE="0",  # as sbin/start-connect-server.sh: the server is a classic app
             PYSPARK_PYTHON=sys.executable,
             PYSPARK_DRIVER_PYTHON=sys.executable,

@@ -173,9 +173,12 @@ def start(
     bundle: Any, conf: list[str], args: list[str], workdir: Path, name: str, env: dict[str, str]
 ) -> subprocess.Popen[bytes]:
     """spark-submit of the bundle (``--py-files``, as in production) in a process group of its own; the
-    driver's JVM temp dir is in ``workdir`` (a killed run leaves nothing in the system temp dir)."""
+    driver's JVM and Python temp dirs are in ``workdir`` (a killed run leaves nothing in the system temp
+    dir)."""
     jvm_tmp = workdir / f"{name}-jvm-tmp"
     jvm_tmp.mkdir(parents=True, exist_ok=True)
+    py_tmp = workdir / f"{name}-tmp"
+    py_tmp.mkdir(parents=True, exist_ok=True)
     cmd = [
         str(Path(sys.executable).parent / "spark-submit"), *conf,
         "--conf", f"spark.driver.extraJavaOptions=-Djava.io.tmpdir={jvm_tmp}",
@@ -189,7 +192,7 @@ def start(
         cwd=workdir,
         stdout=out,
         stderr=err,
-        env={**os.environ, **env},
+        env={**os.environ, **env, "TMPDIR": str(py_tmp)},
         start_new_session=True,
     )
 
