@@ -39,8 +39,6 @@ DEFAULT_INTERVAL = 10.0
 STEP_TAG_PREFIX = "dlq-replay:"
 #: A task's progress file in its output folder (the rows it has written so far), and the file a finished
 #: job leaves (``rows=<n>``), as :mod:`~spark_apps.dlq_replay.task_parquet` writes them.
-PROGRESS_PREFIX = "_progress-"
-SUCCESS = "_SUCCESS"
 
 
 def step_tag(step: str) -> str:
@@ -145,32 +143,14 @@ def expected_total(state: Any, step: str, expected_snapshot: int | None = None) 
     return int(value) if isinstance(value, int) else None
 
 
-def _read_int(path: str, prefix: str) -> int | None:
-    from spark_apps.dlq_replay import storage
-
-    data = storage.read_bytes(path)
-    text = (data or b"").decode("utf-8", errors="replace").strip()
-    digits = text[len(prefix) :] if text.startswith(prefix) else ""
-    return int(digits) if digits.isdigit() else None
-
-
 def folder_rows(path: str) -> int | None:
-    """The rows the tasks writing to the folder ``path`` have written so far: the sum of their progress
-    files (a retried task counts from its new start), or a finished job's total from ``_SUCCESS``;
-    ``None`` when none has recorded any yet (or the folder cannot be read)."""
-    from spark_apps.dlq_replay import storage
+    """The rows the tasks writing to the folder ``path`` have written so far
+    (:func:`~spark_apps.dlq_replay.task_parquet.rows_written`); ``None`` when none has recorded any yet
+    or the folder cannot be read now."""
+    from spark_apps.dlq_replay.task_parquet import rows_written
 
     try:
-        names = storage.list_names(path)
-        total: int | None = None
-        for name in names:
-            if name.startswith(PROGRESS_PREFIX) and "." not in name:  # not a record being replaced
-                rows = _read_int(storage.join(path, name), "")
-                if rows is not None:
-                    total = rows + (total or 0)
-        if total is None and SUCCESS in names:
-            total = _read_int(storage.join(path, SUCCESS), "rows=")
-        return total
+        return rows_written(path)
     except Exception:  # a file removed while read, a store that does not answer: no count this time
         return None
 
