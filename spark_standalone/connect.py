@@ -23,18 +23,17 @@ appearing in any argument. Used by the tests' ``spark_connect`` fixture and by
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
 
 from pulsar_standalone import free_port, kill_when_parent_dies
-from spark_standalone.cluster import _stop_tree, spark_home
+from spark_standalone.cluster import spark_home
+from spark_standalone.server_process import ServerProcess
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 SUBMIT_CLASS = "org.apache.spark.deploy.SparkSubmit"
@@ -60,14 +59,13 @@ print("ready", app_id)
 
 
 @dataclass
-class ConnectServer:
+class ConnectServer(ServerProcess):
     """One Spark Connect server on 127.0.0.1; see the module docstring."""
 
     host: str = "127.0.0.1"
     start_timeout_s: float = 180.0
     #: Where the server's log goes and stays after :meth:`stop` (default: the temp dir, deleted with it).
     log_dir: Path | None = None
-    root: Path | None = None
     url: str = ""
     port: int = 0
     #: The server's web UI (``""`` when it is off).
@@ -76,9 +74,6 @@ class ConnectServer:
     started_in_s: float = 0.0
     #: The server's Spark application id (``spark.app.id``): what a Connect client's session reports.
     application_id: str = ""
-    process: subprocess.Popen[bytes] | None = None
-    log_path: Path | None = None
-    _log: IO[bytes] | None = field(default=None, repr=False)
 
     # ----------------------------------------------------------------- life cycle
     def start(
@@ -113,41 +108,7 @@ class ConnectServer:
         self.started_in_s = time.monotonic() - started
         return self.url
 
-    def stop(self) -> None:
-        """Stop the server by PID (SIGTERM, then SIGKILL, its Python workers included) and delete its temp
-        dir. Idempotent."""
-        if self.process is not None:
-            _stop_tree(self.process)
-            self.process = None
-        if self._log is not None:
-            self._log.close()
-            self._log = None
-        if self.root is not None:
-            shutil.rmtree(self.root, ignore_errors=True)
-            self.root = None
-
-    def __enter__(self) -> ConnectServer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
     # ----------------------------------------------------------------- what callers read
-    @property
-    def pid(self) -> int | None:
-        return self.process.pid if self.process is not None else None
-
-    def alive(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
-    def tail(self, lines: int = 40) -> str:
-        """The last lines of the server's log (for assertion messages)."""
-        try:
-            assert self.log_path is not None
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except (AssertionError, OSError):
-            return "(no log)"
-
     # ----------------------------------------------------------------- internals
     def _conf(self, ui: bool, driver_memory: str) -> dict[str, str]:
         assert self.root is not None

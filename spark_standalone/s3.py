@@ -17,19 +17,18 @@ storage layer, the AWS SDKs)::
 from __future__ import annotations
 
 import contextlib
-import shutil
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from pulsar_standalone import free_port, kill_when_parent_dies
-from spark_standalone.cluster import _stop_tree
+from spark_standalone.server_process import ServerProcess
 
 #: Test keys (moto accepts any; these make a leaked value easy to spot in a log).
 ACCESS_KEY_ID = "AKIAMOTOTESTKEY00001"
@@ -38,7 +37,7 @@ REGION = "us-east-1"
 
 
 @dataclass
-class S3Server:
+class S3Server(ServerProcess):
     """moto's S3 server on 127.0.0.1; see the module docstring."""
 
     host: str = "127.0.0.1"
@@ -49,10 +48,6 @@ class S3Server:
     endpoint: str = ""
     #: Seconds :meth:`start` took until the server answered.
     started_in_s: float = 0.0
-    root: Path | None = None
-    process: subprocess.Popen[bytes] | None = None
-    log_path: Path | None = None
-    _log: IO[bytes] | None = field(default=None, repr=False)
 
     def start(self) -> str:
         """Start the server on a free port; returns its endpoint (``http://127.0.0.1:<port>``) once it
@@ -81,24 +76,6 @@ class S3Server:
             raise
         self.started_in_s = time.monotonic() - started
         return self.endpoint
-
-    def stop(self) -> None:
-        """Stop the server by PID (SIGTERM, then SIGKILL) and delete its temp dir. Idempotent."""
-        if self.process is not None:
-            _stop_tree(self.process)
-            self.process = None
-        if self._log is not None:
-            self._log.close()
-            self._log = None
-        if self.root is not None:
-            shutil.rmtree(self.root, ignore_errors=True)
-            self.root = None
-
-    def __enter__(self) -> S3Server:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     # ----------------------------------------------------------------- for clients
     @property
@@ -142,13 +119,6 @@ class S3Server:
             for page in paginator.paginate(Bucket=bucket, Prefix=prefix)
             for obj in page.get("Contents", [])
         )
-
-    def tail(self, lines: int = 20) -> str:
-        try:
-            assert self.log_path is not None
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except (AssertionError, OSError):
-            return "(no log)"
 
     # ----------------------------------------------------------------- internals
     def _wait(self) -> None:
