@@ -67,8 +67,6 @@ DEFAULT_CONF: dict[str, str] = {
     # Task logs show the app's own progress lines, not Spark's INFO chatter or progress bars.
     "spark.log.level": "WARN",
     "spark.ui.showConsoleProgress": "false",
-    # Executors report live metrics with each heartbeat; the app's progress lines (every 10 s) read them.
-    "spark.executor.heartbeatInterval": "5s",
 }
 #: Spark setting the app reads for the snapshot's expected size (its progress lines' total).
 CONF_EXPECTED_MESSAGES = "spark.dlq.progress.expectedMessages"

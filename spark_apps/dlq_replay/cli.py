@@ -63,18 +63,6 @@ _SECRET_OPTIONS = (
     "--oauth2-client-secret",
     "--client-secret",
 )
-#: Parquet row groups of at most this many bytes: a writer holds its open row group on the heap, and with
-#: Parquet's 128 MiB a decide task of a 1M run held its whole output (about 100 MiB), which made the lean
-#: driver's heap (``airflow_provider_dlq.driver_footprint``) collect far more often (decide 114 -> 141 s).
-PARQUET_ROW_GROUP_BYTES = 16 * 2**20
-#: Session settings for the writes, unless given with --conf: concurrent writers per partition value for
-#: the partitioned writes (ledger, archive) instead of sorting every row by the partition columns first,
-#: and :data:`PARQUET_ROW_GROUP_BYTES`.
-WRITE_DEFAULTS = {
-    "spark.sql.optimizer.plannedWrite.enabled": "false",
-    "spark.sql.maxConcurrentOutputFiles": "64",
-    "parquet.block.size": str(PARQUET_ROW_GROUP_BYTES),  # a session setting reaches every Parquet write
-}
 #: Shuffle partitions per core, unless ``spark.sql.shuffle.partitions`` is given with --conf. Spark's 200
 #: made every shuffle of a small run (the duplicate window, the entry count, the report's aggregates)
 #: 200 tiny tasks; a DLQ run's shuffles carry light rows (ids, counts), so two tasks per core suffice
@@ -83,7 +71,7 @@ SHUFFLE_PARTITIONS_PER_CORE = 2
 #: Rows per Arrow batch between the JVM and the Python workers, unless
 #: ``spark.sql.execution.arrow.maxRecordsPerBatch`` is given with --conf. Spark's 10,000 rows of 1 KiB
 #: payloads (and their property dicts in the decide pass) kept about 800 MiB in two workers at 100k
-#: messages; 2,000 keep about 510 MiB at the same speed (``docs/benchmarks.md``, seventh round).
+#: messages; 2,000 keep about 510 MiB at the same speed.
 ARROW_BATCH_ROWS = 2_000
 _QUOTED_VALUE = re.compile(r"(invalid [a-z ]*?(?:value|choice)): '.*?'(?=$| \()", re.DOTALL)
 
@@ -262,8 +250,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--parallelism",
         type=int,
         metavar="N",
-        help="Consumers per DLQ partition for the snapshot (default 1) and producers per origin topic "
-        "(default: Spark's default parallelism).",
+        help="Readers per DLQ partition for the snapshot (reader mode; default: enough to keep every core "
+        "busy) and producers per origin topic (default: Spark's default parallelism).",
     )
     add(
         "--archive-payload",
@@ -422,12 +410,11 @@ def _fail(message: str) -> None:
 
 
 def session_defaults(cores: int) -> dict[str, str]:
-    """Session settings the app applies unless given with --conf: :data:`WRITE_DEFAULTS`, shuffle
-    partitions sized to the ``cores`` of the application (:data:`SHUFFLE_PARTITIONS_PER_CORE`) and
-    :data:`ARROW_BATCH_ROWS`. All are runtime settings, which a Spark Connect session accepts too."""
+    """Session settings the app applies unless given with --conf: shuffle partitions sized to the
+    ``cores`` of the application (:data:`SHUFFLE_PARTITIONS_PER_CORE`) and :data:`ARROW_BATCH_ROWS`. All
+    are runtime settings, which a Spark Connect session accepts too."""
     partitions = max(2, SHUFFLE_PARTITIONS_PER_CORE * max(1, cores))
     return {
-        **WRITE_DEFAULTS,
         "spark.sql.shuffle.partitions": str(partitions),
         "spark.sql.execution.arrow.maxRecordsPerBatch": str(ARROW_BATCH_ROWS),
     }

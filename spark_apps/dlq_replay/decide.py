@@ -548,7 +548,7 @@ def decide(
     A light pass over the payload-free rows finds the replay ids and marks already-final and duplicate
     messages and the ``--max-messages`` choice (:func:`~spark_apps.dlq_replay.scope.scope_marks`;
     ``final_ids`` as described there; ``identities``: its rows, when the snapshot's read tasks wrote
-    them, and ``identities_dir`` their local folder); then one Python pass per Arrow batch: normalise,
+    them, and ``identities_dir`` their folder); then one Python pass per Arrow batch: normalise,
     scope, decide. Runs in at most
     ``producers_per_target`` tasks; task ``b`` sends to each target through producer bucket ``b`` (see
     :class:`ProducerSequencer`).
@@ -588,13 +588,13 @@ def decide_tasks(
     runs over its Arrow batches, giving :data:`DECIDED_SCHEMA` batches: for a caller that writes the
     decisions from the tasks (:mod:`~spark_apps.dlq_replay.task_parquet`).
 
-    ``snapshot_dir``: the local folder of a snapshot its read tasks wrote. With at most
+    ``snapshot_dir``: the folder of a snapshot its read tasks wrote. With at most
     :data:`~spark_apps.dlq_replay.snapshot_files.DRIVER_MARKS` marked rows, the tasks then read their
     share of its row groups themselves, in batches of ``batch_rows`` (:mod:`~spark_apps.dlq_replay.
     snapshot_files`); otherwise Spark reads the snapshot and joins the marks. ``identities``: the
     snapshot's :func:`~spark_apps.dlq_replay.scope.identity_rows`, when its read tasks wrote them (see
     :func:`~spark_apps.dlq_replay.scope.scope_marks`), and
-    ``identities_dir`` their local folder, where the driver finds the replay ids of copies itself."""
+    ``identities_dir`` their folder, where the driver finds the replay ids of copies itself."""
     from spark_apps.dlq_replay.snapshot_files import (
         DRIVER_MARKS,
         bucket_batches,

@@ -8,7 +8,7 @@ cluster and Spark Connect, whatever Hadoop connectors the cluster has.
 S3 (``s3://``, ``s3a://``, ``s3n://``) takes its settings from the standard AWS environment variables,
 read where the file is opened (the driver, or the executor running a task): credentials and region from
 the AWS SDK's chain, the endpoint of an S3-compatible server from ``AWS_ENDPOINT_URL_S3`` or
-``AWS_ENDPOINT_URL``. Keys never travel in arguments (see ``docs/storage.md``).
+``AWS_ENDPOINT_URL``. Keys never travel in arguments (see ``docs/object-storage.md``).
 
 Writes are atomic where a reader could otherwise see half a file: a local file is written to a
 temporary name and renamed; an object store shows an object only once its upload completes.
@@ -32,6 +32,8 @@ if TYPE_CHECKING:
 
 #: Schemes served by pyarrow's S3 file system (Hadoop's names included).
 S3_SCHEMES = frozenset({"s3", "s3a", "s3n"})
+#: Schemes whose URI's host names a cluster, not a bucket: the path inside it is the URI's path alone.
+_PATH_ONLY_SCHEMES = frozenset({"hdfs", "viewfs"})
 
 
 class StorageError(ReplayConfigError):
@@ -104,8 +106,10 @@ def filesystem(path: str) -> tuple[pafs.FileSystem, str]:
     if scheme in S3_SCHEMES:
         region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or None
         return _s3(_s3_endpoint(), region), f"{parsed.netloc}{parsed.path}".rstrip("/")
-    fs = _from_uri(f"{scheme}://{parsed.netloc}/")
-    return fs, fs.normalize_path(f"{scheme}://{parsed.netloc}{parsed.path}").rstrip("/")
+    fs = _from_uri(f"{scheme}://{parsed.netloc}")
+    # Hadoop-style stores address a path inside the named cluster; the others (gs, abfs...) a bucket.
+    inner = parsed.path if scheme in _PATH_ONLY_SCHEMES else f"{parsed.netloc}{parsed.path}"
+    return fs, inner.rstrip("/") or "/"
 
 
 def check_root(root: str) -> None:
@@ -258,16 +262,29 @@ class RunStorage:
 
 
 def move_tree(src: str, dst: str) -> None:
-    """Replace the folder ``dst`` with ``src``: a rename on a local disk, a move per file elsewhere."""
-    delete(dst)
+    """Replace the folder ``dst`` with ``src``: a rename on a local disk; elsewhere a move per file, which
+    a re-run after a kill finishes (``dst`` is emptied only before the first file moves)."""
     if is_local(src) and is_local(dst):
+        delete(dst)
         local_dst = filesystem(dst)[1]
         os.makedirs(os.path.dirname(local_dst), exist_ok=True)
         os.replace(filesystem(src)[1], local_dst)
         return
-    for path in list_files(src):
-        move(path, join(dst, path[len(src.rstrip("/")) :]))
+    files = list_files(src)
+    if not files:
+        return  # moved whole by an earlier call
+    started = join(src, _MOVING)
+    if started not in files:
+        delete(dst)
+        write_bytes(started, b"")
+    for path in files:
+        if path != started:
+            move(path, join(dst, path[len(src.rstrip("/")) :]))
     delete(src)
+
+
+#: Marks a folder :func:`move_tree` has begun to move file by file.
+_MOVING = "_MOVING"
 
 
 def open_parquet(path: str, **options: object) -> pq.ParquetFile:

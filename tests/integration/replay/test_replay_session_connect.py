@@ -44,7 +44,6 @@ _CHILD = textwrap.dedent(
             "spark.sql.shuffle.partitions",
             "spark.sql.execution.arrow.maxRecordsPerBatch",
             "spark.sql.session.timeZone",
-            "parquet.block.size",
         )
     }
 
@@ -132,7 +131,6 @@ def test_the_session_pieces_work_under_spark_connect(spark_connect, tmp_path):
         "spark.sql.shuffle.partitions": "4",  # the server's own setting wins
         "spark.sql.execution.arrow.maxRecordsPerBatch": "2000",
         "spark.sql.session.timeZone": "UTC",
-        "parquet.block.size": str(16 * 2**20),
     }
     assert out["shipped"].startswith(str(tmp_path))
     assert out["shipped"].endswith(".zip")

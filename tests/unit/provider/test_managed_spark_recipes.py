@@ -23,7 +23,7 @@ SETTINGS = {
     "dlq_app_root": "s3://dlq-bucket/app",
     "dlq_mode": "replay",
     "dlq_origin_allowlist": "persistent://public/default/orders*",
-    "dlq_playbook": "s3://dlq-bucket/app/playbook.yaml",
+    "dlq_playbook": "/opt/dlq/app/playbook.yaml",
     "dlq_auth_token_file": "/etc/pulsar/token",
 }
 ARGV = [
@@ -35,7 +35,7 @@ ARGV = [
     "--output-dir", "s3a://dlq-bucket/dlq",
     "--auth-token-file", "/etc/pulsar/token",
     "--admin-url", "https://broker:8443",
-    "--playbook", "s3://dlq-bucket/app/playbook.yaml",
+    "--playbook", "/opt/dlq/app/playbook.yaml",
     "--origin-allowlist", "persistent://public/default/orders*",
     "--max-replays", "3",
     "--archive-payload", "on",

@@ -77,7 +77,6 @@ def test_exact_spark_submit_command_and_token_only_in_env(conns, tmp_path):
         "--conf", "spark.sql.session.timeZone=UTC",
         "--conf", "spark.log.level=WARN",
         "--conf", "spark.ui.showConsoleProgress=false",
-        "--conf", "spark.executor.heartbeatInterval=5s",
         "--conf", "spark.executor.memory=1g",
         "--py-files", "/tmp/b/dlq_replay.zip",
         "--name", "dlq-replay-dlq_nightly.replay.manual__2024-05-02T00_00_00_00_00",

@@ -229,13 +229,12 @@ def test_the_client_side_token_file_error_does_not_echo_the_path():
 
 def test_session_defaults_size_shuffles_to_the_cores():
     """Two shuffle partitions per core (not Spark's 200, which made a small run thousands of tiny
-    tasks), at least two; the partitioned-write settings stay."""
-    from spark_apps.dlq_replay.cli import WRITE_DEFAULTS, session_defaults
+    tasks), at least two."""
+    from spark_apps.dlq_replay.cli import session_defaults
 
     assert session_defaults(2)["spark.sql.shuffle.partitions"] == "4"
     assert session_defaults(64)["spark.sql.shuffle.partitions"] == "128"
     assert session_defaults(0)["spark.sql.shuffle.partitions"] == "2"
-    assert WRITE_DEFAULTS.items() <= session_defaults(2).items()
     assert session_defaults(2)["spark.sql.execution.arrow.maxRecordsPerBatch"] == "2000"
 
 
@@ -263,24 +262,20 @@ def test_session_defaults_are_set_unless_given_or_refused(caplog):
 
     from spark_apps.dlq_replay.cli import apply_session_defaults
 
-    conf = _Conf(
-        {
-            "spark.master": "local[3]",
-            "spark.sql.maxConcurrentOutputFiles": "8",  # --conf
-            "spark.hadoop.parquet.block.size": "1048576",  # --conf in its Hadoop form
-        },
-        refused={"spark.sql.optimizer.plannedWrite.enabled"},
-    )
-    spark = SimpleNamespace(conf=conf)
-    with caplog.at_level(logging.INFO, logger="spark_apps.dlq_replay"):
-        applied = apply_session_defaults(spark)
-    assert applied == {
+    fresh = _Conf({"spark.master": "local[3]"})
+    assert apply_session_defaults(SimpleNamespace(conf=fresh)) == {
         "spark.sql.shuffle.partitions": "6",
         "spark.sql.execution.arrow.maxRecordsPerBatch": "2000",
     }
-    assert conf.values["spark.sql.maxConcurrentOutputFiles"] == "8"
-    assert "parquet.block.size" not in conf.values
-    assert any("plannedWrite.enabled left as it is" in r.getMessage() for r in caplog.records)
+    conf = _Conf(
+        {"spark.master": "local[3]", "spark.sql.execution.arrow.maxRecordsPerBatch": "500"},  # --conf
+        refused={"spark.sql.shuffle.partitions"},
+    )
+    with caplog.at_level(logging.INFO, logger="spark_apps.dlq_replay"):
+        applied = apply_session_defaults(SimpleNamespace(conf=conf))
+    assert applied == {}
+    assert conf.values["spark.sql.execution.arrow.maxRecordsPerBatch"] == "500"
+    assert any("shuffle.partitions left as it is" in r.getMessage() for r in caplog.records)
 
 
 def test_the_app_writes_progress_to_pythons_stderr(capsys):
