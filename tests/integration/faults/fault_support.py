@@ -211,6 +211,13 @@ def outputs(workdir: Path, name: str) -> tuple[str, str]:
     return (workdir / f"{name}.out").read_text(), (workdir / f"{name}.err").read_text()
 
 
+def app_output(workdir: Path, name: str) -> str:
+    """Everything a spark-submit run printed: the app's progress and errors are in its stdout (Spark's
+    ``PythonRunner`` merges the Python driver's stderr into it), Spark's own log in its stderr."""
+    out, err = outputs(workdir, name)
+    return out + err
+
+
 def finish(proc: subprocess.Popen[bytes], workdir: Path, name: str, timeout: float = 900) -> dict[str, Any]:
     """Wait for a run that must succeed; returns its summary line."""
     code = proc.wait(timeout=timeout)

@@ -24,9 +24,9 @@ import pytest
 from fault_support import (
     CASES,
     FaultRow,
+    app_output,
     check_exact_run,
     finish,
-    outputs,
     signal_tree,
     start,
     state_of,
@@ -127,7 +127,7 @@ def test_broker_killed_and_restarted_in_a_step(step, broker, client, fault_bundl
     assert status == "running", f"the broker died after step {step} ended ({status}); nothing was tested"
 
     code = first.wait(timeout=900)
-    _, first_err = outputs(tmp_path, "first")
+    first_err = app_output(tmp_path, "first")
     if code == 0:
         how = "rode through the restart (exit 0)"
         summary = finish(first, tmp_path, "first")

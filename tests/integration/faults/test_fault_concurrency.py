@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fault_support import CASES, FaultRow, end_state, outputs, start
+from fault_support import CASES, FaultRow, app_output, end_state, start
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -55,9 +55,9 @@ def test_two_replays_at_once_never_interleave(
         ]  # fmt: skip
         procs.append(start(fault_bundle, argv, tmp_path, f"run{n}"))
     codes = [p.wait(timeout=1200) for p in procs]
-    assert sorted(codes) == [0, 1], [outputs(tmp_path, f"run{n}")[1][-3000:] for n in range(2)]
+    assert sorted(codes) == [0, 1], [app_output(tmp_path, f"run{n}")[-3000:] for n in range(2)]
     winner, loser = (0, 1) if codes[0] == 0 else (1, 0)
-    loser_err = outputs(tmp_path, f"run{loser}")[1]
+    loser_err = app_output(tmp_path, f"run{loser}")
     refusal = next(line for line in loser_err.splitlines() if "another replay run" in line)
     assert ("holds the output directory" if case == "same-output-dir" else "is reading DLQ topic") in refusal
     assert not (outs[loser] / "runs" / f"together-{loser}").exists()  # the loser wrote nothing
