@@ -31,7 +31,7 @@ PARALLELISM = 2
 #: Messages a second in all: about 4 s of sending a full attempt, and 2 s a wave of 500 ids per producer,
 #: so the kills land while a wave is being sent rather than while its results are saved.
 RATES = {None: "4000", "500": "1000"}
-KILLS = 2
+KILLS = 3
 
 
 def build_dlqs(client: Any) -> tuple[list[str], list[str], dict[str, str]]:
