@@ -196,10 +196,18 @@ def test_a_retried_attempt_replaces_its_partitions_file(tmp_path):
     assert pq.read_table(tmp_path / "part-00003.parquet").column(0).to_pylist() == ["a", "b", "c"]
 
 
-def test_only_local_folders_are_written_by_tasks(spark, tmp_path):
-    assert task_parquet.supported(str(tmp_path))
-    assert task_parquet.supported(f"file://{tmp_path}")
-    assert not task_parquet.supported("s3a://bucket/dlq/runs/r1/decisions")
-    assert not task_parquet.supported("hdfs://namenode/dlq/runs/r1/decisions")
-    with pytest.raises(ValueError, match="use Spark's writer"):
-        _write(spark, 1, 1, "s3a://bucket/x")
+def test_a_dataset_written_by_tasks_reads_back_through_tasks(spark, tmp_path):
+    """``write_frame`` then ``read_frame`` give the same rows; a ``column=value`` folder fills a column
+    the files do not hold (as Spark's reader does), and a missing dataset reads as no rows."""
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+    from pyspark.testing import assertDataFrameEqual
+
+    schema = StructType([StructField("k", StringType()), StructField("n", LongType())])
+    rows = spark.createDataFrame([("a", 1), ("b", 2), (None, 3)], schema)
+    folder = tmp_path / "data" / "run_id=r%3A1"
+    assert task_parquet.write_frame(rows, str(folder), schema) == 3
+    assertDataFrameEqual(task_parquet.read_frame(spark, str(folder), schema), rows)
+    with_run = StructType([*schema.fields, StructField("run_id", StringType())])
+    read = task_parquet.read_frame(spark, str(tmp_path / "data"), with_run)
+    assert sorted(r["run_id"] for r in read.collect()) == ["r:1"] * 3
+    assert task_parquet.read_frame(spark, str(tmp_path / "missing"), schema).count() == 0
