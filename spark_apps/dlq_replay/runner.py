@@ -940,7 +940,11 @@ def run_replay(
             subscription=options.subscription,
             storage=storage,
         ) as lock:
-            return _run_steps(_Run(spark, options, playbook, conf, lock))
+            run = _Run(spark, options, playbook, conf, lock)
+            try:
+                return _run_steps(run)
+            finally:
+                run.progress.stop()  # a step that raised leaves no progress thread logging behind
     except (ReplayConfigError, PulsarConfigError):
         created.remove_if_refused(state)
         raise
