@@ -212,7 +212,7 @@ class Target:
 
 
 _1M, _3M = 1_000_000, 3_000_000
-#: The targets (issue 42), on Apache Pulsar: no speed lost on ``local[2]`` and on Spark Connect, and a cost
+#: The targets, on Apache Pulsar: no speed lost on ``local[2]`` and on Spark Connect, and a cost
 #: that grows linearly with the DLQ. µs per message leave start-up out (the app's step timings): a fixed
 #: start-up would hide a cost that grows faster than the DLQ.
 TARGETS = (

@@ -158,7 +158,7 @@ def with_publish_results(decisions: DataFrame, results: DataFrame | None) -> Dat
     )
     # A sort-merge join (Spark's choice), not a hashed one: it spills where the driver's heap is small.
     # A shuffle_hash hint ran 1 s faster at 1M with a 1 GiB heap but could not build its hash map in
-    # the app's 512 MiB (docs/benchmarks.md, fourteenth round).
+    # the app's 512 MiB.
     joined = decisions.join(res, on="replay_id", how="left")
     sending = F.col("outcome") == oc.TO_REPUBLISH
     ok = sending & F.coalesce(F.col("_published"), F.lit(False))

@@ -760,7 +760,7 @@ def _commit_entries(run: _Run, windows: list[PartitionWindow]) -> dict[str, int]
     if ledger is not None and run.storage.has_data(run.paths.snapshot):
         # Each side is aggregated per entry first (a map-side hash aggregation: about one row per entry
         # leaves a task), then the two joined: joining per message made Spark broadcast 224 MiB of
-        # ledger rows at 1M (docs/benchmarks.md, seventeenth round). The run's ledger rows are its
+        # ledger rows at 1M. The run's ledger rows are its
         # snapshot's messages, one each, so an entry's final count is the same either way.
         entry: list[Column | str] = ["dlq_topic", *_entry_of_id()]
         final = (

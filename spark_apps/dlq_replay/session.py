@@ -1,7 +1,7 @@
 """The Spark session of a run, through the public ``SparkSession`` API only.
 
 The replay's driver runs unchanged on ``local[n]``, on a cluster and under Spark Connect
-(``spark-submit --remote sc://...``), where ``sparkContext`` and the JVM are out of reach. This module
+(``spark-submit --remote sc://...``), where the SparkContext and the JVM are out of reach. This module
 answers what the run needs to know about its session without them:
 
 * :func:`default_parallelism`: Spark's default parallelism (``spark.default.parallelism``, else the
