@@ -5,13 +5,12 @@ Spark's way (:func:`~spark_apps.dlq_replay.apply.with_publish_results`, then
 on the replay id with a sort-merge join (both sides shuffled and sorted) and writes the rows through
 Spark's writer. Where the decide tasks wrote one decisions file per producer bucket and the send tasks one
 results file per bucket and wave (:mod:`~spark_apps.dlq_replay.task_sends`), the results of bucket ``b``
-are those of the rows of ``part-<b>``, in that file's order wave by wave. So record task ``b`` reads its
-bucket's results (four small columns), finds each row's result by counting (:class:`ResultPositions`,
-checked against the replay ids) and writes the ledger rows of its decisions file: no shuffle, no sort,
-no hash table. The rows go to ``runs/<run>/ledger_staged/`` and are moved to
-``ledger/run_id=<run>/`` (:func:`publish_staged`), replacing an earlier attempt's partition as Spark's
-dynamic overwrite does. The files hold what Spark's writer would write: the same columns in the same order,
-INT96 timestamps, the partition folder named as Spark names it.
+are those of the rows of ``part-<b>``. So record task ``b`` reads its bucket's results (four small
+columns), indexes them once by replay id (:class:`ResultIndex`), finds each row's result there and writes
+the ledger rows of its decisions file: no shuffle, no join. The rows go to ``runs/<run>/ledger_staged/``
+and are moved to ``ledger/run_id=<run>/`` (:func:`publish_staged`), replacing an earlier attempt's
+partition as Spark's dynamic overwrite does. The files hold what Spark's writer would write: the same
+columns in the same order, INT96 timestamps, the partition folder named as Spark names it.
 """
 
 from __future__ import annotations
@@ -29,6 +28,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
     from datetime import datetime
 
+    import numpy as np
     import pyarrow as pa
     from pyspark.sql import SparkSession
 
@@ -59,10 +59,9 @@ def decided_columns() -> list[str]:
     return [name for name in LEDGER_FILE_SCHEMA.names if name not in _DERIVED]
 
 
-def bucket_results(results_dir: str, bucket: int) -> tuple[pa.RecordBatch, dict[int, tuple[int, int]]] | None:
+def bucket_results(results_dir: str, bucket: int) -> pa.RecordBatch | None:
     """The send results of producer bucket ``bucket``, its file of every wave folder of ``results_dir``
-    one after another in wave order, and each wave's ``(start, end)`` rows in them (``None`` when no wave
-    sent anything from it)."""
+    one after another in wave order (``None`` when no wave sent anything from it)."""
     import pyarrow as pa
 
     from spark_apps.dlq_replay import storage
@@ -76,81 +75,54 @@ def bucket_results(results_dir: str, bucket: int) -> tuple[pa.RecordBatch, dict[
     waves.sort()
     if not waves:
         return None
-    tables = [storage.read_table(path, columns=_RESULT_COLUMNS) for _, path in waves]
-    ranges: dict[int, tuple[int, int]] = {}
-    start = 0
-    for (wave, _), table in zip(waves, tables, strict=True):
-        ranges[wave] = (start, start + table.num_rows)
-        start += table.num_rows
-    table = pa.concat_tables(tables)
+    table = pa.concat_tables([storage.read_table(path, columns=_RESULT_COLUMNS) for _, path in waves])
     columns = [table.column(name).combine_chunks() for name in _RESULT_COLUMNS]
-    return pa.RecordBatch.from_arrays(columns, _RESULT_COLUMNS), ranges
+    return pa.RecordBatch.from_arrays(columns, _RESULT_COLUMNS)
 
 
-class ResultPositions:
-    """Each decision's position in its bucket's send results, found by counting, not hashing.
+class ResultIndex:
+    """A bucket's send results indexed once by replay id: each batch of decisions finds its results by a
+    binary search over the sorted ids (a hash table built per batch would cost the whole bucket's results
+    for every batch). A replay id with several results gets the first, as a hash lookup would."""
 
-    Wave ``w``'s results of bucket ``b`` are the rows of decide's file ``b`` to republish whose sequence
-    id is in ``[w * wave_size, (w + 1) * wave_size)``, one each, in file order
-    (:func:`~spark_apps.dlq_replay.task_sends.wave_rows`). So, reading that file in order, the k-th such
-    row of wave ``w`` has the k-th result of that wave. Every position is checked against the replay ids;
-    from the first batch that does not match (a wave without results, or results in another order), the
-    rest of the bucket is looked up by hash (:func:`result_positions`). Nothing but the results is held.
-    """
+    def __init__(self, results: pa.RecordBatch) -> None:
+        import numpy as np
 
-    def __init__(self, results: pa.RecordBatch, waves: dict[int, tuple[int, int]], wave_size: int) -> None:
-        self.results, self.waves, self.wave_size = results, waves, wave_size
-        self.seen = dict.fromkeys(waves, 0)
-        self.hashed = False
+        keys = _id_keys(results.column("replay_id"))
+        self.order = np.argsort(keys, kind="stable")
+        self.sorted = keys[self.order]
 
-    def of(self, decided: pa.RecordBatch) -> pa.Array:
-        """The positions of a batch of decisions (the next rows of the file); null: no result."""
-        if not self.hashed:
-            positions = self._counted(decided)
-            if positions is not None:
-                return positions
-            self.hashed = True
-        positions = result_positions(decided, self.results)
-        assert positions is not None  # self.results holds rows
-        return positions
-
-    def _counted(self, decided: pa.RecordBatch) -> pa.Array | None:
+    def positions(self, decided: pa.RecordBatch | pa.Table) -> pa.Array:
+        """For each row of ``decided`` (``replay_id`` and ``outcome``), the position of its send result:
+        null for a row not to republish or without a result."""
+        import numpy as np
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        sending = _sending(decided)
-        wave = pc.divide(decided.column("sequence_id"), self.wave_size)  # integer division
-        positions = pa.nulls(decided.num_rows, pa.int64())
-        for w in pc.unique(pc.filter(wave, sending)).to_pylist():
-            if w not in self.waves:
-                return None
-            mine = pc.fill_null(pc.and_(sending, pc.equal(wave, w)), False)
-            rank = pc.cumulative_sum(mine.cast(pa.int64()))  # 1 for the wave's first row here; last: count
-            count = int(rank[-1].as_py())
-            start, end = self.waves[w]
-            first = start + self.seen[w]
-            if first + count > end:
-                return None
-            positions = pc.if_else(mine, pc.add(rank, first - 1), positions)
-            self.seen[w] += count
-        same = pc.equal(self.results.column("replay_id").take(positions), decided.column("replay_id"))
-        if not pc.all(pc.fill_null(pc.or_kleene(pc.invert(sending), same), False)).as_py():
-            return None
-        return positions
+        none = pa.nulls(decided.num_rows, pa.string())
+        ids = pc.if_else(_sending(decided), decided.column("replay_id"), none)
+        wanted = _id_keys(ids)
+        if not len(self.sorted):
+            return pa.nulls(decided.num_rows, pa.int64())
+        at = np.minimum(np.searchsorted(self.sorted, wanted), len(self.sorted) - 1)
+        hit = (self.sorted[at] == wanted) & pc.is_valid(ids).to_numpy(zero_copy_only=False)
+        return pa.array(self.order[at], pa.int64(), mask=~hit)
+
+
+def _id_keys(ids: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """Replay ids as a NumPy bytes array (null: empty), ordered and compared byte by byte."""
+    import numpy as np
+    import pyarrow as pa
+
+    return np.array([b"" if v is None else v for v in ids.cast(pa.binary()).to_pylist()], dtype=np.bytes_)
 
 
 def result_positions(decided: pa.Table | pa.RecordBatch, results: pa.RecordBatch | None) -> pa.Array | None:
-    """For each row of ``decided`` (``replay_id`` and ``outcome``), the position of its send result in
-    ``results`` by a hash lookup of its replay id: null for a row not to republish or without a result;
-    ``None`` when there are no results."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
+    """For each row of ``decided``, the position of its send result in ``results`` (see
+    :class:`ResultIndex`); ``None`` when there are no results."""
     if results is None or results.num_rows == 0:
         return None
-    ids = pc.if_else(_sending(decided), decided.column("replay_id"), pa.nulls(decided.num_rows, pa.string()))
-    found = pc.index_in(ids, value_set=results.column("replay_id"), skip_nulls=True)
-    return found.combine_chunks() if isinstance(found, pa.ChunkedArray) else found
+    return ResultIndex(results).positions(decided)
 
 
 def ledger_batch(
@@ -213,15 +185,14 @@ def record_in_tasks(
     mode: str,
     recorded_at: datetime,
     batch_rows: int,
-    wave_size: int,
     parts_dir: str | None = None,
     commit_dir: str | None = None,
 ) -> int:
     """Write the ledger rows of every decisions file of ``decisions_dir`` (one per producer bucket) to
-    ``staged_path``, one Spark task per bucket, with the send results of ``results_dir`` (waves of
-    ``wave_size`` sequence ids per producer) applied; returns the rows written. With ``parts_dir``, each
-    task also writes its bucket's report parts there (:mod:`~spark_apps.dlq_replay.report_parts`), and
-    with ``commit_dir`` its final messages per entry (:mod:`~spark_apps.dlq_replay.commit_parts`)."""
+    ``staged_path``, one Spark task per bucket, with the send results of ``results_dir`` applied; returns
+    the rows written. With ``parts_dir``, each task also writes its bucket's report parts there
+    (:mod:`~spark_apps.dlq_replay.report_parts`), and with ``commit_dir`` its final messages per entry
+    (:mod:`~spark_apps.dlq_replay.commit_parts`)."""
     from spark_apps.dlq_replay import commit_parts, storage, task_parquet
     from spark_apps.dlq_replay.report_parts import REP_COLUMNS, BucketParts, clear_parts
 
@@ -240,14 +211,13 @@ def record_in_tasks(
                 path = task_parquet.part_file(decisions, bucket)
                 if not storage.exists(path):
                     continue  # no decisions in this bucket
-                found = bucket_results(results, bucket)
-                sent = None if found is None else found[0]
-                positions = None if found is None else ResultPositions(found[0], found[1], wave_size)
+                sent = bucket_results(results, bucket)
+                index = None if sent is None else ResultIndex(sent)
                 source = storage.open_parquet(path)
                 parts = None if parts_folder is None else BucketParts(bucket, parts_folder)
                 finals = None if commit_folder is None else commit_parts.EntryFinals()
                 for rows in source.iter_batches(batch_size=batch_rows, columns=columns, use_threads=False):
-                    mine = None if positions is None else positions.of(rows)
+                    mine = None if index is None else index.positions(rows)
                     ledger = ledger_batch(rows, sent, mine, mode, recorded_at)
                     if parts is not None:
                         parts.add(ledger, rows)

@@ -659,7 +659,6 @@ def _record(run: _Run, outcomes_df: DataFrame) -> None:
                 mode=run.options.mode,
                 recorded_at=recorded_at,
                 batch_rows=_arrow_batch_rows(run),
-                wave_size=int(run.state.info("apply").get("wave_size") or DEFAULT_WAVE_SIZE),
                 parts_dir=run.paths.report_parts,
                 commit_dir=run.paths.commit_parts,
             )

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 from spark_apps.dlq_replay import outcomes as oc
 from spark_apps.dlq_replay.ledger_files import (
     LEDGER_FILE_SCHEMA,
-    ResultPositions,
+    ResultIndex,
     bucket_results,
     decided_columns,
     ledger_batch,
@@ -104,11 +104,9 @@ def test_bucket_results_gather_every_wave_of_that_bucket_only(tmp_path):
         folder.mkdir(parents=True, exist_ok=True)
         table = pa.Table.from_batches([_results([(i, True, f"1:{i}", None) for i in ids])])
         pq.write_table(table, part_file(str(folder), bucket))
-    gathered = bucket_results(str(tmp_path / "republish [x]"), 0)
-    assert gathered is not None
-    results, waves = gathered
+    results = bucket_results(str(tmp_path / "republish [x]"), 0)
+    assert results is not None
     assert results.column("replay_id").to_pylist() == ["a", "b", "c"]  # wave by wave
-    assert waves == {0: (0, 2), 2: (2, 3)}
     assert bucket_results(str(tmp_path / "republish [x]"), 5) is None
     assert bucket_results(str(tmp_path / "missing"), 0) is None
 
@@ -124,26 +122,23 @@ def _sending(rows: list[tuple[str, int | None]]) -> pa.RecordBatch:
     )
 
 
-def test_result_positions_are_counted_wave_by_wave_in_file_order():
-    # Two producers in one file (sequence ids interleaved), waves of 2 sequence ids per producer:
-    # wave 0 holds a0 b0 a1 b1, wave 1 holds a2 b2 (file order within each wave).
-    rows = [("a0", 0), ("b0", 0), ("x", None), ("a1", 1), ("a2", 2), ("b1", 1), ("b2", 2)]
-    results = _results([(r, True, f"m-{r}", None) for r in ("a0", "b0", "a1", "b1", "a2", "b2")])
-    positions = ResultPositions(results, {0: (0, 4), 1: (4, 6)}, 2)
-    first, second = _sending(rows[:4]), _sending(rows[4:])  # a batch ends inside wave 0
-    assert positions.of(first).to_pylist() == [0, 1, None, 2]
-    assert positions.of(second).to_pylist() == [4, 3, 5]
-    assert not positions.hashed
+def test_result_index_finds_each_batch_s_results_by_replay_id():
+    # Results in the order the brokers confirmed them (producers interleaved), not the file's order.
+    rows = [("a0", 0), ("b0", 0), ("x", None), ("a1", 1), ("a2", 2), ("b1", 1), ("b2", 2), ("c9", 9)]
+    results = _results([(r, True, f"m-{r}", None) for r in ("b1", "a0", "b0", "a2", "b2", "a1")])
+    index = ResultIndex(results)
+    first, second = _sending(rows[:4]), _sending(rows[4:])  # batches of one bucket's file
+    assert index.positions(first).to_pylist() == [1, 2, None, 5]  # "x" is not sent
+    assert index.positions(second).to_pylist() == [3, 0, 4, None]  # "c9": its wave saved no result
+    # The same answers as one hash lookup over all the results.
+    whole = _sending(rows)
+    assert index.positions(whole).to_pylist() == result_positions(whole, results).to_pylist()
 
 
-def test_result_positions_fall_back_to_the_replay_ids_when_the_order_is_not_the_files():
-    rows = [("a0", 0), ("a1", 1), ("a2", 2)]
-    shuffled = _results([(r, True, None, None) for r in ("a1", "a0", "a2")])
-    positions = ResultPositions(shuffled, {0: (0, 3)}, 10)
-    assert positions.of(_sending(rows[:2])).to_pylist() == [1, 0]
-    assert positions.hashed  # the rest of the bucket too
-    assert positions.of(_sending(rows[2:])).to_pylist() == [2]
-    # A wave without results (cut short): its rows have none, the others keep theirs.
-    partial = ResultPositions(_results([("a0", True, None, None)]), {0: (0, 1)}, 1)
-    assert partial.of(_sending(rows)).to_pylist() == [0, None, None]
-    assert partial.hashed
+def test_result_index_gives_the_first_of_repeated_ids_and_handles_odd_ids():
+    results = _results([("dup", False, None, "x"), ("", True, None, None), ("dup", True, None, None),
+                        ("é-long-id", True, None, None)])  # fmt: skip
+    index = ResultIndex(results)
+    rows = _sending([("dup", 0), ("", 0), ("é-long-id", 0), ("é", 0), ("dup-longer", 0)])
+    assert index.positions(rows).to_pylist() == [0, 1, 3, None, None]
+    assert ResultIndex(_results([])).positions(rows).to_pylist() == [None] * 5
