@@ -31,6 +31,7 @@ A retried ``replay`` task keeps its run id (derived from the DAG run), so it res
 
 from __future__ import annotations
 
+import logging
 import os
 from datetime import timedelta
 from pathlib import Path
@@ -54,6 +55,8 @@ DEFAULT_OUTPUT_DIR = os.environ.get("DLQ_DATA_DIR") or str(
 )
 #: Updated by every replay run; the event's ``extra`` holds the run summary and the report paths.
 REPORT_ASSET = Asset(name="dlq_replay_reports")
+#: The task log (a logger's lines come in order with Airflow's own; ``print`` can land after them).
+log = logging.getLogger("airflow.task")
 #: One slot, shared with ``dlq_backfill``: never two replays at once (create it with
 #: ``airflow pools set dlq_replay 1 "one DLQ replay at a time"``; the docker stack's init does).
 REPLAY_POOL = os.environ.get("DLQ_REPLAY_POOL", "dlq_replay")
@@ -111,12 +114,12 @@ with DAG(
         try:
             plan = readiness(topics, mode, allowlist)
         except AirflowSkipException as skip:
-            print(f"Skipped: {skip}")
+            log.warning("Skipped: %s", skip)
             raise
         except ValueError as error:
-            print(f"Not started: {error}")
+            log.error("Not started: %s", error)
             raise
-        print(plan)
+        log.info("%s", plan)
         return plan
 
     checked = check_configuration(

@@ -47,9 +47,9 @@ trap 'rm -f "$log1"' EXIT
 echo "[test] pytest in two shards: 1 = ${SHARD1[*]} (log below when it ends), 2 = the rest" >&2
 started=$SECONDS
 set +e
-pytest "${SHARD1[@]}" >"$log1" 2>&1 &
+pytest --durations=15 "${SHARD1[@]}" >"$log1" 2>&1 &
 pid1=$!
-pytest ${DLQ_TEST_SHARD2:-tests} "${SHARD2_IGNORE[@]}"
+pytest --durations=25 ${DLQ_TEST_SHARD2:-tests} "${SHARD2_IGNORE[@]}"
 rc2=$?
 wait "$pid1"
 rc1=$?
