@@ -1,5 +1,6 @@
-"""``DlqReplayOperator``: submit the Spark DLQ replay app through ``SparkSubmitHook``
-(``operators/spark_submit.py``)."""
+"""``DlqReplayOperator``: run the Spark DLQ replay app through ``SparkSubmitHook``
+(``operators/spark_submit.py``), or as a Spark Connect client of a ``spark_connect`` connection
+(``operators/spark_connect.py``)."""
 
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ from airflow_provider_dlq.driver_jit import (
 from airflow_provider_dlq.hooks.connection import PulsarConnectionError
 from airflow_provider_dlq.hooks.pulsar import PulsarHook
 from airflow_provider_dlq.operators.links import DlqReplayReportLink, SparkApplicationLink
+from airflow_provider_dlq.operators.process_tree import stop_process_tree
 from airflow_provider_dlq.operators.replay_cli import (
     DEFAULT_MAX_REPLAYS,
     DEFAULT_SUBSCRIPTION,
@@ -46,6 +48,16 @@ from airflow_provider_dlq.operators.replay_cli import (
     parse_group_actions,
 )
 from airflow_provider_dlq.operators.run_report import read_run_report
+from airflow_provider_dlq.operators.spark_connect import (
+    ConnectClient,
+    SparkConnectConfigError,
+    SparkRemote,
+    check_client_installed,
+    client_argv,
+    client_env,
+    init_conf,
+    spark_remote,
+)
 from airflow_provider_dlq.operators.spark_submit import ReplaySubmitHook, spark_target
 
 if TYPE_CHECKING:
@@ -100,7 +112,9 @@ class DlqReplayOperator(BaseOperator):
     ``spark-submit --py-files <bundle.zip> dlq_replay_main.py --run-id ... --topics ...`` through the
     ``SparkSubmitHook`` of ``spark_conn_id``, then reads ``<output_dir>/runs/<run_id>/report.json`` and
     returns its summary (XCom ``return_value``) and records it as the ``extra`` of an asset event on
-    every outlet (by default the asset of ``output_dir``).
+    every outlet (by default the asset of ``output_dir``). When ``spark_conn_id`` is a ``spark_connect``
+    connection, the worker's Python runs ``dlq_replay_main.py`` with the same arguments as a Spark Connect
+    client of that server instead (no spark-submit, no JVM on the worker; ``docs/spark-connect.md``).
 
     The run id defaults to ``<dag_id>.<task_id>.<run_id>`` of the DAG run (sanitised), identical on every
     try, so a retried task **resumes** the same replay run: nothing already recorded in the ledger is
@@ -131,7 +145,9 @@ class DlqReplayOperator(BaseOperator):
     :param parallelism: Consumers per DLQ partition / producers per origin topic.
     :param archive_payload: Archive payloads (True/"on", default) or only their hash (False/"off").
     :param pulsar_conn_id: The ``pulsar`` connection (service URL, token, TLS trust file).
-    :param spark_conn_id: The Spark connection (``spark_default``; e.g. master ``local[2]``).
+    :param spark_conn_id: The Spark connection (``spark_default``; e.g. master ``local[2]``), or a
+        ``spark_connect`` connection (Host/Port of a Spark Connect server, Login user id, Password token):
+        then the app runs as a Spark Connect client of that server.
     :param auth_token_file: Path of a token file readable by the driver and executors; when set the
         token is not passed by environment (required on YARN/Kubernetes, where spark-submit would put
         environment values on its command line). (templated)
@@ -333,6 +349,7 @@ class DlqReplayOperator(BaseOperator):
             )
         self.quick_jit: QuickJit = quick_jit
         self._hook: ReplaySubmitHook | None = None
+        self._client: ConnectClient | None = None
         self._killed = False
 
     # ----------------------------------------------------------------------- pieces
@@ -518,6 +535,7 @@ class DlqReplayOperator(BaseOperator):
             raise AirflowSkipException("The approval left every group pending; nothing to replay.")
         run_id = self.resolve_run_id(context)
         pulsar, args = self.usage_checked(run_id)
+        remote = self.remote_checked()
         if pulsar.tls_allow_insecure_connection:
             self.log.warning(
                 "Connection %r allows insecure TLS; the replay app does not support that setting and will "
@@ -525,10 +543,30 @@ class DlqReplayOperator(BaseOperator):
                 self.pulsar_conn_id,
             )
         workdir = tempfile.mkdtemp(prefix="dlq-replay-bundle-")
+        try:
+            zip_path, main_path = self._locate_bundle(workdir)
+            if remote is None:
+                summary_line = self._run_spark_submit(args, pulsar, zip_path, main_path)
+            else:
+                summary_line = self._run_connect_client(args, pulsar, remote, zip_path, main_path, workdir)
+            if self._killed:
+                # spark-submit may exit 0 after SIGTERM; a killed run is never reported as done.
+                raise AirflowException(
+                    f"Replay run {args.run_id!r} was killed before it finished; re-running the task "
+                    "resumes the same run id."
+                )
+            report = self.read_report(args, summary_line)
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+        return self._publish(context, args, report)
+
+    def _run_spark_submit(
+        self, args: ReplayArgs, pulsar: PulsarConnectionConfig, zip_path: str, main_path: str
+    ) -> str | None:
+        """spark-submit the app through ``SparkSubmitHook``; returns its summary line (if printed)."""
         archive: ArchivePlan | None = None
         submitted = False
         try:
-            zip_path, main_path = self._locate_bundle(workdir)
             target = spark_target(self.spark_conn_id, self.spark_submit_kwargs.get("deploy_mode"))
             master = target.master
             env = self.spark_env(pulsar, master)
@@ -553,17 +591,74 @@ class DlqReplayOperator(BaseOperator):
             )
             hook.run(main_path)
             submitted = not self._killed
-            if self._killed:
-                # spark-submit may exit 0 after SIGTERM; a killed run is never reported as done.
-                raise AirflowException(
-                    f"Replay run {args.run_id!r} was killed before it finished; re-running the task "
-                    "resumes the same run id."
-                )
-            report = self.read_report(args, hook.summary_line)
         finally:
             if archive is not None:
                 archive.finish(submitted)
-            shutil.rmtree(workdir, ignore_errors=True)
+        return hook.summary_line
+
+    def connect_conf(self) -> dict[str, str]:
+        """The settings a Spark Connect session of the run gets: ``conf``'s ``spark.sql.*`` keys (PySpark's
+        Connect client applies no other); the others are named in a warning."""
+        user = {str(k): str(v) for k, v in (self.conf or {}).items()}
+        passed = init_conf(user)
+        dropped = sorted(set(user) - set(passed))
+        if self.report_payload_snippets:
+            dropped.append(f"{CONF_PAYLOAD_SNIPPETS} (report_payload_snippets)")
+        if dropped:
+            self.log.warning(
+                "Spark Connect: %s do not reach the session (PySpark's Connect client applies spark.sql.* "
+                "settings only); set them in the Spark Connect server's configuration.",
+                ", ".join(dropped),
+            )
+        return passed
+
+    def make_client(
+        self,
+        args: ReplayArgs,
+        env: Mapping[str, str],
+        remote: SparkRemote,
+        zip_path: str,
+        main_path: str,
+        workdir: str,
+    ) -> ConnectClient:
+        """The app as a Spark Connect client: the same arguments as under spark-submit, the server's URL
+        (with its token and user id) only in the client's environment."""
+        return ConnectClient(
+            remote,
+            client_argv(main_path, args.to_argv()),
+            client_env(os.environ, env, remote, zip_path, self.connect_conf()),
+            workdir,
+            self.log,
+        )
+
+    def _run_connect_client(
+        self,
+        args: ReplayArgs,
+        pulsar: PulsarConnectionConfig,
+        remote: SparkRemote,
+        zip_path: str,
+        main_path: str,
+        workdir: str,
+    ) -> str | None:
+        """Run the app as a Spark Connect client of ``remote``; returns its summary line (if printed)."""
+        client = self.make_client(
+            args, self.spark_env(pulsar, remote.address), remote, zip_path, main_path, workdir
+        )
+        self._client = client
+        self.log.info(
+            "Replay run %s (%s) of %s as a Spark Connect client of %s (connection %r); output %s",
+            args.run_id,
+            args.mode,
+            ",".join(args.topics),
+            remote.address,
+            remote.conn_id,
+            args.output_dir,
+        )
+        client.run()
+        return client.summary_line
+
+    def _publish(self, context: Context, args: ReplayArgs, report: Mapping[str, Any]) -> dict[str, Any]:
+        """The run's summary: for the extra links, the task log, XCom and every outlet's asset event."""
         summary = compact_summary(report)
         self.report_html_uri = summary["paths"].get("report_html")
         self.spark_application = summary.get("spark")
@@ -602,31 +697,36 @@ class DlqReplayOperator(BaseOperator):
             self.log.error("%s", message)  # a log line of its own, not only the exception's detail
             raise AirflowFailException(message) from exc
 
+    def remote_checked(self) -> SparkRemote | None:
+        """The Spark Connect server of ``spark_conn_id`` (``None``: spark-submit runs the app). A
+        misconfigured connection or a missing client fails the task without retries."""
+        try:
+            remote = spark_remote(self.spark_conn_id)
+            if remote is None:
+                return None
+            if self.spark_submit_kwargs:
+                raise SparkConnectConfigError(
+                    f"spark_submit_kwargs ({', '.join(sorted(self.spark_submit_kwargs))}) apply to "
+                    f"spark-submit, but Spark connection {self.spark_conn_id!r} is a Spark Connect server, "
+                    "where the server's configuration sets them; drop spark_submit_kwargs."
+                )
+            check_client_installed(remote)
+        except SparkConnectConfigError as exc:
+            message = f"{exc} (not retried: fix the configuration, then clear the task)"
+            self.log.error("%s", message)
+            raise AirflowFailException(message) from exc
+        return remote
+
     def on_kill(self) -> None:
-        """Stop spark-submit and everything it started (the Python driver, local workers)."""
+        """Stop spark-submit and everything it started (the Python driver, local workers), or the Spark
+        Connect client, by PID."""
         self._killed = True
+        if self._client is not None:
+            self._client.stop()
         hook = self._hook
         if hook is None:
             return
         process = hook.process
         if process is not None and process.poll() is None:
-            import psutil
-
-            try:
-                parent = psutil.Process(process.pid)
-                procs = [parent, *parent.children(recursive=True)]
-            except psutil.NoSuchProcess:
-                procs = []
-            for proc in procs:
-                try:
-                    proc.terminate()
-                except psutil.NoSuchProcess:
-                    continue
-            _, alive = psutil.wait_procs(procs, timeout=10)
-            for proc in alive:
-                try:
-                    proc.kill()
-                except psutil.NoSuchProcess:
-                    continue
-            self.log.info("Stopped spark-submit (pid %s) and %d child processes", process.pid, len(procs) - 1)
+            stop_process_tree(process.pid, self.log, "spark-submit")
         hook.on_kill()

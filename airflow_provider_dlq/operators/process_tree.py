@@ -1,0 +1,43 @@
+"""Stop a process the operator started and everything it started, by PID (``on_kill``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import logging
+
+    from airflow.sdk.types import Logger
+
+#: Seconds the processes get to exit after SIGTERM before they are killed.
+TERMINATE_WAIT_S = 10.0
+
+
+def stop_process_tree(
+    pid: int, log: Logger | logging.Logger, name: str, wait_s: float = TERMINATE_WAIT_S
+) -> int:
+    """SIGTERM the process ``pid`` and its descendants, wait up to ``wait_s``, SIGKILL what is left.
+    Returns how many processes were signalled (0 when ``pid`` has already exited)."""
+    import psutil
+
+    try:
+        parent = psutil.Process(pid)
+        procs = [parent, *parent.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return 0
+    for proc in procs:
+        try:
+            proc.terminate()
+        except psutil.NoSuchProcess:
+            continue
+    _, alive = psutil.wait_procs(procs, timeout=wait_s)
+    for proc in alive:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            continue
+    log.info("Stopped %s (pid %s) and %d child processes", name, pid, len(procs) - 1)
+    return len(procs)
+
+
+__all__ = ["TERMINATE_WAIT_S", "stop_process_tree"]
