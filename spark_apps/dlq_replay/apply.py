@@ -1,8 +1,8 @@
-"""Apply step: republish the fixed messages (pure DataFrame functions over the decisions).
+"""The decisions' outcome columns and the send results applied to them as DataFrame operations.
 
-Republish hands rows to the Pulsar I/O layer's ``republish_batches`` (``mapInArrow``), one task per
-group of producers, rows sorted by (producer, sequence id). The archive is written by the decide tasks
-(:mod:`~spark_apps.dlq_replay.archive_files`).
+The apply step sends from the decide tasks' files (:mod:`~spark_apps.dlq_replay.task_sends`) and the
+record tasks apply the results (:mod:`~spark_apps.dlq_replay.ledger_files`); a dry run's report reads
+:func:`with_publish_results` of its decisions.
 """
 
 from __future__ import annotations
@@ -12,114 +12,7 @@ from typing import TYPE_CHECKING
 from spark_apps.dlq_replay import outcomes as oc
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
-
-    import pyarrow as pa
     from pyspark.sql import DataFrame
-
-    from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf
-
-
-def republish_input(
-    decisions: DataFrame, partitions: int, sequence_range: tuple[int, int] | None = None
-) -> DataFrame:
-    """The rows to send, in the layout ``republish_batches`` expects.
-
-    One producer's rows land in one partition, sorted by sequence id. ``sequence_range`` (``[lo, hi)``)
-    selects one wave.
-    """
-    from pyspark.sql import functions as F
-
-    sending = decisions.filter(F.col("outcome") == oc.TO_REPUBLISH)
-    if sequence_range is not None:
-        lo, hi = sequence_range
-        sending = sending.filter((F.col("sequence_id") >= lo) & (F.col("sequence_id") < hi))
-    rows = sending.select(
-        "replay_id",
-        "target_topic",
-        F.col("replay_producer").alias("producer_name"),
-        "sequence_id",
-        F.col("out_value").alias("value"),
-        "key",
-        "ordering_key",
-        "event_time",
-        F.col("out_properties").alias("properties"),
-    )
-    return rows.repartition(max(1, partitions), "producer_name").sortWithinPartitions(
-        "producer_name", "sequence_id"
-    )
-
-
-#: Column of :func:`prepare_sends` naming the wave a row is sent in.
-WAVE_COLUMN = "wave"
-
-
-def prepare_sends(decisions: DataFrame, wave_size: int) -> DataFrame:
-    """The rows to send with their wave (``sequence_id // wave_size``): written once, partitioned by
-    wave, so each wave reads only its own rows."""
-    from pyspark.sql import functions as F
-
-    sending = decisions.filter(F.col("outcome") == oc.TO_REPUBLISH)
-    return sending.select(
-        "replay_id",
-        "target_topic",
-        F.col("replay_producer").alias("producer_name"),
-        "sequence_id",
-        F.col("out_value").alias("value"),
-        "key",
-        "ordering_key",
-        "event_time",
-        F.col("out_properties").alias("properties"),
-        F.floor(F.col("sequence_id") / F.lit(int(wave_size))).cast("long").alias(WAVE_COLUMN),
-    )
-
-
-def send_rows(
-    rows: DataFrame, conf: PulsarConf, *, partitions: int, rate_limit_per_s: float | None = None
-) -> DataFrame:
-    """Send rows laid out as :func:`republish_input` selects them (one wave of :func:`prepare_sends`);
-    one result row per message (``REPUBLISH_RESULT_SCHEMA``)."""
-    from spark_apps.dlq_replay.pulsar_io.republish import REPUBLISH_RESULT_SCHEMA
-
-    per_task = rate_limit_per_s / max(1, partitions) if rate_limit_per_s else None
-
-    def send(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from spark_apps.dlq_replay.pulsar_io.republish import republish_batches
-
-        yield from republish_batches(batches, conf=conf, rate_limit_per_s=per_task)
-
-    from spark_apps.dlq_replay.arrow_compat import map_in_arrow
-
-    laid_out = rows.drop(WAVE_COLUMN).repartition(max(1, partitions), "producer_name")
-    return map_in_arrow(
-        laid_out.sortWithinPartitions("producer_name", "sequence_id"), send, REPUBLISH_RESULT_SCHEMA
-    )
-
-
-def republish(
-    decisions: DataFrame,
-    conf: PulsarConf,
-    *,
-    partitions: int,
-    rate_limit_per_s: float | None = None,
-    sequence_range: tuple[int, int] | None = None,
-) -> DataFrame:
-    """Send every ``to_republish`` row; one result row per message (``REPUBLISH_RESULT_SCHEMA``).
-
-    ``rate_limit_per_s`` is the total for the run, shared evenly by the ``partitions`` tasks.
-    """
-    from spark_apps.dlq_replay.pulsar_io.republish import REPUBLISH_RESULT_SCHEMA
-
-    per_task = rate_limit_per_s / max(1, partitions) if rate_limit_per_s else None
-
-    def send(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from spark_apps.dlq_replay.pulsar_io.republish import republish_batches
-
-        yield from republish_batches(batches, conf=conf, rate_limit_per_s=per_task)
-
-    from spark_apps.dlq_replay.arrow_compat import map_in_arrow
-
-    return map_in_arrow(republish_input(decisions, partitions, sequence_range), send, REPUBLISH_RESULT_SCHEMA)
 
 
 #: Decision columns the record and report steps read (outcome, context summary and ids; no payloads).

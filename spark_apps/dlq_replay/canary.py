@@ -23,18 +23,29 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from pyspark.sql.types import StringType, StructField, StructType
+
 from spark_apps.dlq_replay import outcomes as oc
 from spark_apps.dlq_replay.errors import ReplayConfigError
 from spark_apps.dlq_replay.redaction import shown
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from pyspark.sql import DataFrame
 
     from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf
+    from spark_apps.dlq_replay.task_sends import SendFilter
 
 log = logging.getLogger("spark_apps.dlq_replay")
 CANARY_WAVE = -1  # results saved under apply/republish/wave=-1
 CANARY_SUFFIX = "-canary"
+#: The canary rows, saved before they are sent (``runs/<run>/canary_ids/``).
+CANARY_IDS_SCHEMA = StructType(
+    [StructField("replay_id", StringType()), StructField("signature", StringType())]
+)
+#: The reason of a halted group's messages left pending.
+HALTED_REASON = "halted: the group's canary failed again in the consumer"
 #: Read the watched topics from this long before the canary was sent (broker and driver clocks differ);
 #: matching on REPLAY_ID and REPLAY_RUN_ID keeps older messages out.
 CLOCK_MARGIN_MS = 120_000
@@ -104,75 +115,24 @@ class CanarySpec:
 # --------------------------------------------------------------------------- selection (pure DataFrame)
 
 
-def with_canary_flag(decisions: DataFrame, spec: CanarySpec) -> DataFrame:
-    """``decisions`` plus boolean ``_canary``: the first messages of each group to republish."""
+def canary_selection(decisions: DataFrame, spec: CanarySpec) -> DataFrame:
+    """The canary rows (``replay_id``, ``signature``): the first messages of each group to republish by
+    (publish time, DLQ topic, replay id). The send tasks send these first, by producers of their own
+    (``<producer>-canary``), then everything else but these (:class:`~spark_apps.dlq_replay.task_sends.
+    SendFilter`)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    sending = F.col("outcome") == F.lit(oc.TO_REPUBLISH)
     order = Window.partitionBy("signature").orderBy("publish_time", "dlq_topic", "replay_id")
     group = Window.partitionBy("signature")
     if spec.percent is not None:
         size = F.greatest(F.lit(1), F.ceil(F.count(F.lit(1)).over(group) * F.lit(spec.percent / 100.0)))
     else:
         size = F.lit(int(spec.count or 0))
-    ranked = decisions.filter(sending).select(
-        "replay_id", (F.row_number().over(order) <= size).alias("_canary")
+    ranked = decisions.filter(F.col("outcome") == F.lit(oc.TO_REPUBLISH)).select(
+        "replay_id", "signature", (F.row_number().over(order) <= size).alias("_canary")
     )
-    return decisions.join(ranked, on="replay_id", how="left").withColumn(
-        "_canary", F.coalesce(F.col("_canary"), F.lit(False))
-    )
-
-
-def canary_sends(decisions: DataFrame, spec: CanarySpec) -> DataFrame:
-    """The canary rows, sent by producers of their own (``<producer>-canary``)."""
-    from pyspark.sql import functions as F
-
-    flagged = with_canary_flag(decisions, spec)
-    return (
-        flagged.filter(F.col("_canary"))
-        .withColumn("replay_producer", F.concat(F.col("replay_producer"), F.lit(CANARY_SUFFIX)))
-        .drop("_canary")
-    )
-
-
-def remaining_sends(decisions: DataFrame, spec: CanarySpec, halted: list[str]) -> DataFrame:
-    """Everything still to send after the canary: no canary row, nothing of a halted group."""
-    from pyspark.sql import functions as F
-
-    rest = with_canary_flag(decisions, spec).filter(~F.col("_canary")).drop("_canary")
-    if halted:
-        rest = rest.filter(~((F.col("outcome") == oc.TO_REPUBLISH) & F.col("signature").isin(*halted)))
-    return rest
-
-
-def mark_halted(outcomes: DataFrame, halted: list[str], canary_ids: DataFrame | None) -> DataFrame:
-    """``to_republish`` rows of halted groups that were not canaries become ``canary_failed`` (pending)."""
-    from pyspark.sql import functions as F
-
-    if not halted:
-        return outcomes
-    marked = outcomes
-    if canary_ids is not None:
-        ids = canary_ids.select("replay_id").distinct().withColumn("_sent_canary", F.lit(True))
-        marked = marked.join(ids, on="replay_id", how="left")
-    else:
-        marked = marked.withColumn("_sent_canary", F.lit(None).cast("boolean"))
-    halt = (
-        (F.col("outcome") == oc.TO_REPUBLISH)
-        & F.col("signature").isin(*halted)
-        & F.col("_sent_canary").isNull()
-    )
-    return (
-        marked.withColumn("outcome", F.when(halt, F.lit(oc.CANARY_FAILED)).otherwise(F.col("outcome")))
-        .withColumn(
-            "outcome_reason",
-            F.when(halt, F.lit("halted: the group's canary failed again in the consumer")).otherwise(
-                F.col("outcome_reason")
-            ),
-        )
-        .drop("_sent_canary")
-    )
+    return ranked.filter("_canary").drop("_canary")
 
 
 # --------------------------------------------------------------------------- watching (driver)
@@ -272,25 +232,30 @@ def verdicts(sent: dict[str, list[str]], seen: set[str], spec: CanarySpec) -> di
 # --------------------------------------------------------------------------- the apply-step hook
 
 
-def run_canary(run: Any, decisions: DataFrame, send: Any) -> tuple[DataFrame, list[str]]:
-    """Send the canary, wait, judge each group; returns the rows still to send and the halted groups.
+def run_canary(run: Any, decisions: DataFrame, send: Callable[[SendFilter, str], None]) -> list[str]:
+    """Send the canary, wait, judge each group; returns the halted groups.
 
-    ``run`` is the runner's run (options, state, storage, paths); ``send(df, path)`` republishes the
-    ``to_republish`` rows of ``df`` and saves the results at ``path``. Resumable at every stage.
+    ``run`` is the runner's run (options, state, storage, paths); ``send(chosen, path)`` sends the rows
+    ``chosen`` picks from the decisions and saves the results at ``path``. Resumable at every stage.
     """
     from pyspark.sql import functions as F
 
     from spark_apps.dlq_replay.storage import join
+    from spark_apps.dlq_replay.task_parquet import read_frame, write_frame
+    from spark_apps.dlq_replay.task_sends import SendFilter
 
     spec: CanarySpec = run.options.canary
     state = run.state.progress("apply").setdefault("canary", {})
+    ids_path = run.paths.canary_ids
     path = join(run.paths.republish_results, f"wave={CANARY_WAVE}")
     if "watch_from_ms" not in state:
         state["watch_from_ms"] = int(time.time() * 1000) - CLOCK_MARGIN_MS
         run.save()
     if not run.storage.exists(join(path, "_SUCCESS")):
         log.info("canary: republishing %s messages of each group first", spec.label)
-        send(canary_sends(decisions, spec), path)
+        if not run.storage.exists(join(ids_path, "_SUCCESS")):
+            write_frame(canary_selection(decisions, spec), ids_path, CANARY_IDS_SCHEMA)
+        send(SendFilter(ids_path, canary=True), path)
         state.pop("sent_at", None)
     else:
         log.info("canary: sent by an earlier attempt, not sending again")
@@ -305,17 +270,17 @@ def run_canary(run: Any, decisions: DataFrame, send: Any) -> tuple[DataFrame, li
             log.info("canary: watching for re-failures for %.0f s", remaining)
             with waiting("canary watch", remaining):
                 time.sleep(remaining)
-        results = _results(run, path).filter(F.col("published"))
+        canaries = read_frame(run.spark, ids_path, CANARY_IDS_SCHEMA)
+        published = (
+            _results(run, path).filter(F.col("published")).select("replay_id", F.lit(True).alias("ok"))
+        )
         rows = (
-            results.join(decisions.select("replay_id", "signature"), on="replay_id")
+            canaries.join(published, on="replay_id", how="left")
             .groupBy("signature")
-            .agg(F.collect_list("replay_id").alias("ids"))
+            .agg(F.collect_list(F.when(F.col("ok"), F.col("replay_id"))).alias("ids"))
             .collect()
         )  # canaries only: a few per group
         sent = {r["signature"]: list(r["ids"]) for r in rows}
-        planned = canary_sends(decisions, spec).groupBy("signature").count().collect()
-        for row in planned:
-            sent.setdefault(row["signature"], [])
         topics = watched_topics(tuple(run.options.topics), spec)
         canary_ids = {i for ids in sent.values() for i in ids}
         derived = frozenset(t for t in topics if t.endswith("-RETRY") and t not in spec.watch_topics)
@@ -334,17 +299,21 @@ def run_canary(run: Any, decisions: DataFrame, send: Any) -> tuple[DataFrame, li
                 spec.max_failure_rate,
                 verdict["decision"],
             )
-    halted = sorted(s for s, v in state["verdicts"].items() if v["decision"] == "halted")
-    return remaining_sends(decisions, spec, halted), halted
+    return halted_groups(run)
 
 
 def unsent_halted(run: Any, decisions: DataFrame, halted: list[str]) -> int:
-    """Messages of halted groups that were not sent (``canary_failed``, not publish failures)."""
+    """Messages of halted groups that were not sent (``canary_failed``, not publish failures): the
+    groups' messages to republish but their canaries."""
+    from pyspark.sql import functions as F
+
+    from spark_apps.dlq_replay.task_parquet import read_frame
+
     if not halted:
         return 0
-    results = _results(run, run.paths.republish_results)
-    rows = decisions.select("replay_id", "signature", "outcome", "outcome_reason")
-    return mark_halted(rows, halted, results).filter(f"outcome = '{oc.CANARY_FAILED}'").count()
+    in_halted = F.col("signature").isin(*halted)
+    to_send = decisions.filter((F.col("outcome") == F.lit(oc.TO_REPUBLISH)) & in_halted).count()
+    return to_send - read_frame(run.spark, run.paths.canary_ids, CANARY_IDS_SCHEMA).filter(in_halted).count()
 
 
 def _results(run: Any, path: str) -> DataFrame:

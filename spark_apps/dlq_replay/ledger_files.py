@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from pyspark.sql.types import StructType
 
 from spark_apps.dlq_replay import outcomes as oc
+from spark_apps.dlq_replay.canary import HALTED_REASON
 from spark_apps.dlq_replay.schemas import LEDGER_SCHEMA, arrow_schema
 
 if TYPE_CHECKING:
@@ -131,12 +132,14 @@ def ledger_batch(
     positions: pa.Array | None,
     mode: str,
     recorded_at: datetime,
+    halted: tuple[str, ...] = (),
 ) -> pa.RecordBatch:
     """The ledger rows (:data:`LEDGER_FILE_SCHEMA`) of a batch of decisions, with the send results of
     their bucket applied as :func:`~spark_apps.dlq_replay.apply.with_publish_results` applies them: a row
     to republish becomes ``republished`` when its result says published, else ``publish_failed`` with
     the reason; only such a row gets a ``published_message_id``. ``positions``: the batch's slice of
-    :func:`result_positions`."""
+    :func:`result_positions`. A row of a ``halted`` group without a result (not a canary, so never
+    sent) becomes ``canary_failed`` and stays pending."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -151,14 +154,22 @@ def ledger_batch(
         message_id = results.column("published_message_id").take(positions)
         error = results.column("error").take(positions)
     ok = pc.and_(sending, pc.fill_null(published, False))
-    failed = pc.and_(sending, pc.invert(ok))
+    held = pa.repeat(False, n)
+    if halted:
+        unsent = pc.is_null(published) if positions is not None else pa.repeat(True, n)
+        held = pc.and_(pc.and_(sending, unsent), pc.is_in(decided.column("signature"), pa.array(halted)))
+    failed = pc.and_(pc.and_(sending, pc.invert(ok)), pc.invert(held))
     new_outcome = pc.if_else(
-        ok, pa.scalar(oc.REPUBLISHED), pc.if_else(sending, pa.scalar(oc.PUBLISH_FAILED), outcome)
+        ok,
+        pa.scalar(oc.REPUBLISHED),
+        pc.if_else(
+            held, pa.scalar(oc.CANARY_FAILED), pc.if_else(sending, pa.scalar(oc.PUBLISH_FAILED), outcome)
+        ),
     )
     reason = pc.if_else(
         failed,
         pc.binary_join_element_wise("publish failed: ", pc.fill_null(error, "no send result"), ""),
-        decided.column("outcome_reason"),
+        pc.if_else(held, pa.scalar(HALTED_REASON), decided.column("outcome_reason")),
     )
     is_final = pc.is_in(new_outcome, pa.array(sorted(oc.FINAL_OUTCOMES)))
     final = pc.if_else(pc.is_valid(new_outcome), is_final, None)  # null as Spark's isin gives it
@@ -185,14 +196,15 @@ def record_in_tasks(
     mode: str,
     recorded_at: datetime,
     batch_rows: int,
+    halted: tuple[str, ...] = (),
     parts_dir: str | None = None,
     commit_dir: str | None = None,
 ) -> int:
     """Write the ledger rows of every decisions file of ``decisions_dir`` (one per producer bucket) to
     ``staged_path``, one Spark task per bucket, with the send results of ``results_dir`` applied; returns
-    the rows written. With ``parts_dir``, each task also writes its bucket's report parts there
-    (:mod:`~spark_apps.dlq_replay.report_parts`), and with ``commit_dir`` its final messages per entry
-    (:mod:`~spark_apps.dlq_replay.commit_parts`)."""
+    the rows written (a ``halted`` group's unsent rows as ``canary_failed``). With ``parts_dir``, each
+    task also writes its bucket's report parts there (:mod:`~spark_apps.dlq_replay.report_parts`), and
+    with ``commit_dir`` its final messages per entry (:mod:`~spark_apps.dlq_replay.commit_parts`)."""
     from spark_apps.dlq_replay import commit_parts, storage, task_parquet
     from spark_apps.dlq_replay.report_parts import REP_COLUMNS, BucketParts, clear_parts
 
@@ -218,7 +230,7 @@ def record_in_tasks(
                 finals = None if commit_folder is None else commit_parts.EntryFinals()
                 for rows in source.iter_batches(batch_size=batch_rows, columns=columns, use_threads=False):
                     mine = None if index is None else index.positions(rows)
-                    ledger = ledger_batch(rows, sent, mine, mode, recorded_at)
+                    ledger = ledger_batch(rows, sent, mine, mode, recorded_at, halted)
                     if parts is not None:
                         parts.add(ledger, rows)
                     if finals is not None:

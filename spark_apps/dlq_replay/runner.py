@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from spark_apps.dlq_replay.report_parts import ReportParts
     from spark_apps.dlq_replay.state import RunState
     from spark_apps.dlq_replay.task_parquet import SideOutput
+    from spark_apps.dlq_replay.task_sends import SendFilter
 
 log = logging.getLogger("spark_apps.dlq_replay")
 
@@ -52,6 +53,7 @@ class RunPaths:
         self.commit_parts = join(self.run, "commit_parts")
         self.decisions = join(self.run, "decisions")
         self.republish_results = join(self.run, "apply", "republish")
+        self.canary_ids = join(self.run, "apply", "canary_ids")
         self.report_json = join(self.run, "report.json")
         self.report_html = join(self.run, "report.html")
         self.archive = join(self.root, "archive")
@@ -426,10 +428,7 @@ def _reviewed_ids(run: _Run) -> DataFrame | None:
     return reviewed_ids(run.spark, RunPaths(run.options.output_dir, run.options.window_from).decisions)
 
 
-def _apply(run: _Run, decisions: DataFrame, planned_at: datetime) -> DataFrame | None:
-    from spark_apps.dlq_replay.schemas import RESULTS_SCHEMA
-    from spark_apps.dlq_replay.task_parquet import read_frame
-
+def _apply(run: _Run, decisions: DataFrame, planned_at: datetime) -> None:
     to_send = int(run.state.info("decide").get("to_republish", 0))
     if run.step("apply"):
         started = time.monotonic()
@@ -441,16 +440,18 @@ def _apply(run: _Run, decisions: DataFrame, planned_at: datetime) -> DataFrame |
             log.info("step apply: archive written to %s", run.paths.archive)
         published = failed = 0
         if to_send:
-            sending: DataFrame | None = None
-            halted: list[str] = []
-            unsent_halted = _no_halted
+            around: SendFilter | None = None
+            unsent = 0
             if run.options.canary:  # canary first; halted groups are not sent (docs/canary.md)
                 from spark_apps.dlq_replay.canary import run_canary, unsent_halted
+                from spark_apps.dlq_replay.task_sends import SendFilter
 
-                sending, halted = run_canary(run, decisions, lambda df, path: _send(run, df, path))
-            _republish_in_waves(run, decisions, to_send, sending)
+                halted = run_canary(run, decisions, lambda chosen, path: _send_all(run, chosen, path))
+                around = SendFilter(run.paths.canary_ids, canary=False, halted=tuple(halted))
+                unsent = unsent_halted(run, decisions, halted)
+            _republish_in_waves(run, decisions, to_send, around)
             published = _published(run)
-            failed = to_send - published - unsent_halted(run, decisions, halted)
+            failed = to_send - published - unsent
             if failed:
                 log.warning("step apply: %d messages could not be published; they stay pending", failed)
         run.done(
@@ -462,9 +463,6 @@ def _apply(run: _Run, decisions: DataFrame, planned_at: datetime) -> DataFrame |
             resent_held=int(progress.get("resent_held", 0)),
             resend_bound=int(progress.get("resend_bound", 0)),
         )
-    if to_send and run.storage.has_data(run.paths.republish_results):
-        return read_frame(run.spark, run.paths.republish_results, RESULTS_SCHEMA)
-    return None
 
 
 def _published(run: _Run) -> int:
@@ -493,33 +491,38 @@ def _archive(run: _Run, planned_at: datetime) -> None:
     )
 
 
-def _send(run: _Run, decisions: DataFrame, path: str) -> None:
-    """Republish the ``to_republish`` rows of ``decisions`` and save the results at ``path``."""
-    from spark_apps.dlq_replay.apply import republish
-    from spark_apps.dlq_replay.schemas import RESULTS_SCHEMA
-    from spark_apps.dlq_replay.task_parquet import write_frame
-
-    results = republish(decisions, run.conf, partitions=run.buckets, rate_limit_per_s=run.options.rate_limit)
-    write_frame(results, path, RESULTS_SCHEMA)
+def _send_all(run: _Run, chosen: SendFilter, path: str) -> None:
+    """Send the rows ``chosen`` picks from every sequence id (a canary) and save the results at ``path``."""
+    _send_wave(run, (0, int(run.state.info("decide").get("max_sequence_id", -1)) + 1), path, chosen)
 
 
-def _no_halted(run: _Run, decisions: DataFrame, halted: list[str]) -> int:
-    return 0
+def _send_wave(run: _Run, sequence_range: tuple[int, int], path: str, chosen: SendFilter | None) -> None:
+    from spark_apps.dlq_replay.task_sends import send_wave
+
+    send_wave(
+        run.spark,
+        run.paths.decisions,
+        int(run.state.info("decide").get("producers_per_target") or run.buckets),
+        sequence_range,
+        run.conf,
+        path,
+        batch_rows=_arrow_batch_rows(run),
+        rate_limit_per_s=run.options.rate_limit,
+        only=chosen,
+    )
 
 
-def _republish_in_waves(run: _Run, decisions: DataFrame, to_send: int, sending: DataFrame | None) -> None:
+def _republish_in_waves(run: _Run, decisions: DataFrame, to_send: int, around: SendFilter | None) -> None:
     """Send in waves of ``--wave-size`` sequence ids per producer, each saved before the next starts.
 
     Each wave's tasks read their producer bucket's decisions file themselves
-    (:mod:`~spark_apps.dlq_replay.task_sends`); after a canary, ``sending`` holds the rows still to send
-    and each wave sends its share of them. A wave whose results are saved (``_SUCCESS``) is never sent
+    (:mod:`~spark_apps.dlq_replay.task_sends`); after a canary, ``around`` leaves out the canary rows
+    and the halted groups. A wave whose results are saved (``_SUCCESS``) is never sent
     again; a wave an earlier attempt started but did not save is sent again whole, and its size is
     counted as ``resent``: on a broker without deduplication up to that many messages reach the origin
     twice (with the same ``REPLAY_ID``); with deduplication the same producer names and sequence ids
     make the re-send exact.
     """
-    from spark_apps.dlq_replay.task_sends import send_wave
-
     progress = run.state.progress("apply")
     decided = run.state.info("decide")
     last = int(decided.get("max_sequence_id", -1))
@@ -552,19 +555,7 @@ def _republish_in_waves(run: _Run, decisions: DataFrame, to_send: int, sending: 
         progress["wave_in_flight"] = wave
         run.save()
         run.progress.count_files(path)
-        if sending is None:
-            send_wave(
-                run.spark,
-                run.paths.decisions,
-                int(decided.get("producers_per_target") or run.buckets),
-                (wave * size, (wave + 1) * size),
-                run.conf,
-                path,
-                batch_rows=_arrow_batch_rows(run),
-                rate_limit_per_s=run.options.rate_limit,
-            )
-        else:
-            _send_rows_of_wave(run, sending, size, wave, path)
+        _send_wave(run, (wave * size, (wave + 1) * size), path, around)
         if again:
             restarts = int(progress["wave_starts"]) - 1
             _count_resend(run, decisions, path, (wave * size, (wave + 1) * size), restarts)
@@ -572,19 +563,6 @@ def _republish_in_waves(run: _Run, decisions: DataFrame, to_send: int, sending: 
         progress.pop("wave_in_flight", None)
         progress.pop("wave_starts", None)
         run.save()
-
-
-def _send_rows_of_wave(run: _Run, sending: DataFrame, size: int, wave: int, path: str) -> None:
-    """After a canary: send wave ``wave``'s share of ``sending`` and save the results at ``path``."""
-    from pyspark.sql import functions as F
-
-    from spark_apps.dlq_replay.apply import prepare_sends, send_rows
-    from spark_apps.dlq_replay.schemas import RESULTS_SCHEMA
-    from spark_apps.dlq_replay.task_parquet import write_frame
-
-    rows = prepare_sends(sending, size).filter(F.col("wave") == F.lit(wave))
-    results = send_rows(rows, run.conf, partitions=run.buckets, rate_limit_per_s=run.options.rate_limit)
-    write_frame(results, path, RESULTS_SCHEMA)
 
 
 def _count_resend(
@@ -637,42 +615,31 @@ def _wave_size(run: _Run, last: int) -> int:
     return size
 
 
-def _record(run: _Run, outcomes_df: DataFrame) -> None:
+def _record(run: _Run) -> None:
     """Write the run's ledger rows: the record tasks zip each bucket's decisions with its send results
-    (and write the report's and the commit's counts beside them); after a canary, which changed
-    outcomes, the ledger rows come from ``outcomes_df``."""
-    from spark_apps.dlq_replay.ledger import ledger_rows, write_ledger
+    (and write the report's and the commit's counts beside them)."""
+    from spark_apps.dlq_replay.canary import halted_groups
     from spark_apps.dlq_replay.ledger_files import publish_staged, record_in_tasks
 
     if run.step("record"):
         started = time.monotonic()
         recorded_at = datetime.now(UTC)
-        by_tasks = not run.options.canary
-        if by_tasks:
-            run.progress.count_files(run.paths.ledger_staged)
-            record_in_tasks(
-                run.spark,
-                run.paths.decisions,
-                run.paths.republish_results,
-                int(run.state.info("decide").get("producers_per_target") or run.buckets),
-                run.paths.ledger_staged,
-                mode=run.options.mode,
-                recorded_at=recorded_at,
-                batch_rows=_arrow_batch_rows(run),
-                parts_dir=run.paths.report_parts,
-                commit_dir=run.paths.commit_parts,
-            )
-        else:
-            rows = ledger_rows(outcomes_df, run.options.run_id, run.options.mode, recorded_at)
-            write_ledger(rows, run.paths.ledger_staged)
-        publish_staged(run.paths.ledger_staged, run.paths.ledger, run.options.run_id)
-        run.done(
-            "record",
-            started,
-            report_parts=by_tasks,
-            commit_parts=by_tasks,
-            recorded_at=recorded_at.isoformat(),
+        run.progress.count_files(run.paths.ledger_staged)
+        record_in_tasks(
+            run.spark,
+            run.paths.decisions,
+            run.paths.republish_results,
+            int(run.state.info("decide").get("producers_per_target") or run.buckets),
+            run.paths.ledger_staged,
+            mode=run.options.mode,
+            recorded_at=recorded_at,
+            batch_rows=_arrow_batch_rows(run),
+            halted=tuple(halted_groups(run)),
+            parts_dir=run.paths.report_parts,
+            commit_dir=run.paths.commit_parts,
         )
+        publish_staged(run.paths.ledger_staged, run.paths.ledger, run.options.run_id)
+        run.done("record", started, recorded_at=recorded_at.isoformat())
 
 
 def _commit(run: _Run, windows: list[PartitionWindow]) -> None:
@@ -731,69 +698,12 @@ def _sum_rows(rows: DataFrame) -> dict[str, int]:
 
 
 def _commit_entries(run: _Run, windows: list[PartitionWindow]) -> dict[str, int]:
-    """Reader mode: ack the snapshot's fully final entries by id, verified on the cursor; no DLQ read."""
-    from pyspark.sql import functions as F
+    """Reader mode: ack the snapshot's fully final entries by id, verified on the cursor; no DLQ read.
+    The read and record tasks counted every entry: no Spark job, the partitions acked side by side."""
+    from spark_apps.dlq_replay.commit_parts import commit_entries
 
-    from spark_apps.dlq_replay.arrow_compat import apply_in_arrow, local_frame
-    from spark_apps.dlq_replay.ledger import read_ledger
-    from spark_apps.dlq_replay.pulsar_io.commit import (
-        COMMIT_RESULT_SCHEMA,
-        ENTRY_COMMIT_INPUT_SCHEMA,
-        make_entry_commit_fn,
-    )
-    from spark_apps.dlq_replay.schemas import SNAPSHOT_SCHEMA
-    from spark_apps.dlq_replay.task_parquet import read_frame
-
-    table = _counted_entries(run)
-    if table is not None:
-        # The read and record tasks counted every entry: no Spark job, the partitions acked side by side.
-        from spark_apps.dlq_replay.commit_parts import commit_entries
-
-        results = commit_entries(table, run.conf, windows, run.options.subscription)
-        return {name: sum(int(row[name] or 0) for row in results) for name in _TOTAL_COLUMNS}
-    # One row per partition of the window, so each reports its figures even without a final message.
-    entries = local_frame(
-        run.spark, [(w.topic, None, None, 0, 0, None) for w in windows], ENTRY_COMMIT_INPUT_SCHEMA
-    )
-    ledger = read_ledger(run.spark, run.storage, run.paths.ledger)
-    if ledger is not None and run.storage.has_data(run.paths.snapshot):
-        # Each side is aggregated per entry first (a map-side hash aggregation: about one row per entry
-        # leaves a task), then the two joined: joining per message made Spark broadcast 224 MiB of
-        # ledger rows at 1M. The run's ledger rows are its
-        # snapshot's messages, one each, so an entry's final count is the same either way.
-        entry: list[Column | str] = ["dlq_topic", *_entry_of_id()]
-        final = (
-            ledger.filter(F.col("run_id") == F.lit(run.options.run_id))
-            .groupBy(*entry)
-            .agg(F.sum(F.when(F.col("final"), 1).otherwise(0)).cast("long").alias("final_messages"))
-        )
-        snapshot = read_frame(run.spark, run.paths.snapshot, SNAPSHOT_SCHEMA)
-        read = (
-            snapshot.select(
-                F.col("topic").alias("dlq_topic"),
-                F.col("message_id_str").alias("dlq_message_id"),
-                "batch_size",
-            )
-            .groupBy(*entry)
-            .agg(F.count(F.lit(1)).alias("messages"), F.max("batch_size").cast("long").alias("batch_size"))
-        )
-        per_entry = read.join(final, ["dlq_topic", "ledger_id", "entry_id"], "left").select(
-            "dlq_topic",
-            "ledger_id",
-            "entry_id",
-            "messages",
-            F.coalesce("final_messages", F.lit(0)).alias("final_messages"),
-            "batch_size",
-        )
-        entries = entries.unionByName(per_entry)
-    fn = make_entry_commit_fn(run.conf, windows, run.options.subscription)
-    grouped = entries.repartition(max(1, len(windows)), "dlq_topic").groupBy("dlq_topic")
-
-    def commit_group(table: pa.Table) -> pa.Table:
-        # A plain one-argument function: Spark passes (key, table) to callables it counts 2 args in.
-        return fn(table)
-
-    return _sum_rows(apply_in_arrow(grouped, commit_group, COMMIT_RESULT_SCHEMA))
+    results = commit_entries(_counted_entries(run), run.conf, windows, run.options.subscription)
+    return {name: sum(int(row[name] or 0) for row in results) for name in _TOTAL_COLUMNS}
 
 
 def _entry_of_id() -> list[Column]:
@@ -804,11 +714,9 @@ def _entry_of_id() -> list[Column]:
     return [ids[0].cast("long").alias("ledger_id"), ids[1].cast("long").alias("entry_id")]
 
 
-def _counted_entries(run: _Run) -> pa.Table | None:
-    """Per entry of the snapshot, its messages and final messages, when the record tasks counted them
-    (:func:`~spark_apps.dlq_replay.commit_parts.entry_table`; not after a canary); else None."""
-    if not run.state.info("record").get("commit_parts"):
-        return None
+def _counted_entries(run: _Run) -> pa.Table:
+    """Per entry of the snapshot, its messages and final messages, as the record tasks counted them
+    (:func:`~spark_apps.dlq_replay.commit_parts.entry_table`)."""
     from spark_apps.dlq_replay.commit_parts import entry_table
 
     return entry_table(run.paths.snapshot_entries, run.paths.commit_parts)
@@ -819,10 +727,7 @@ def _commit_by_consumers(run: _Run, windows: list[PartitionWindow], resumed: boo
     from spark_apps.dlq_replay.arrow_compat import apply_in_arrow
     from spark_apps.dlq_replay.pulsar_io.commit import COMMIT_RESULT_SCHEMA, make_commit_fn
 
-    table = _counted_entries(run)
-    final, expected, unread, in_whole, in_partial = (
-        _final_by_ledger(run) if table is None else _final_by_entries(run, windows, table)
-    )
+    final, expected, unread, in_whole, in_partial = _final_by_entries(run, windows, _counted_entries(run))
     totals = dict.fromkeys(_TOTAL_COLUMNS, 0)
     totals["final_in_whole_entries"] = in_whole
     if final is not None:
@@ -857,25 +762,6 @@ class _Finals(NamedTuple):
     unread: int
     in_whole_entries: int
     in_partial_entries: int = 0
-
-
-def _final_by_ledger(run: _Run) -> _Finals:
-    """This run's final messages from its ledger rows (:data:`~.pulsar_io.commit.COMMIT_INPUT_SCHEMA`)."""
-    from pyspark.sql import functions as F
-
-    from spark_apps.dlq_replay.ledger import read_ledger
-
-    ledger = read_ledger(run.spark, run.storage, run.paths.ledger)
-    if ledger is None:
-        return _Finals(None, 0, 0, 0)
-    mine = ledger.filter(F.col("run_id") == F.lit(run.options.run_id))
-    per_topic = mine.groupBy("dlq_topic").agg(
-        F.sum(F.col("final").cast("long")).alias("final"), F.count(F.lit(1)).alias("rows")
-    )
-    counts = per_topic.collect()  # one row per DLQ partition
-    expected = sum(int(r["final"] or 0) for r in counts)
-    unread = sum(int(r["rows"]) for r in counts if not r["final"])
-    return _Finals(mine.filter(F.col("final")).select("dlq_topic", "dlq_message_id"), expected, unread, 0)
 
 
 def _final_by_entries(run: _Run, windows: list[PartitionWindow], table: pa.Table) -> _Finals:
@@ -1023,17 +909,10 @@ def _run_steps(run: _Run) -> dict[str, Any]:
         return _report(run, None, started_wall)
     snapshot = _snapshot(run, windows)
     decisions = _decide(run, snapshot, planned_at)
-    if options.mode == oc.DRY_RUN:
-        outcomes_df = with_publish_results(decisions.select(*OUTCOME_COLUMNS), None)
-    else:
-        results = _apply(run, decisions, planned_at)
-        outcomes_df = decisions.select(*OUTCOME_COLUMNS)
-        if options.canary:
-            from spark_apps.dlq_replay.canary import halted_groups, mark_halted
-
-            outcomes_df = mark_halted(outcomes_df, halted_groups(run), results)
-        outcomes_df = with_publish_results(outcomes_df, results)
-        _record(run, outcomes_df)
+    outcomes_df = with_publish_results(decisions.select(*OUTCOME_COLUMNS), None)
+    if options.mode != oc.DRY_RUN:
+        _apply(run, decisions, planned_at)
+        _record(run)
         _commit(run, windows)
         # The ledger holds this run's outcomes (none for an empty window): the report reads them back.
         ledger = read_ledger(run.spark, run.storage, run.paths.ledger)
@@ -1094,9 +973,9 @@ def _recorded_at(run: _Run) -> datetime | None:
 
 
 def _report_parts(run: _Run) -> ReportParts | None:
-    """The record tasks' report parts (:mod:`~spark_apps.dlq_replay.report_parts`), when this run's
-    record step wrote them; else ``None`` (the report aggregates the ledger with Spark)."""
-    if not run.state.info("record").get("report_parts"):
+    """The record tasks' report parts (:mod:`~spark_apps.dlq_replay.report_parts`); ``None`` for a run
+    without a record step (a dry run: the report aggregates its decisions with Spark)."""
+    if "record" not in run.state.steps:
         return None
     from spark_apps.dlq_replay.report_parts import read_parts
 

@@ -10,19 +10,21 @@ skipped by their statistics), and sends them in file order, which is each produc
 The decide tasks end a row group where a block of :data:`~spark_apps.dlq_replay.options.
 DEFAULT_WAVE_SIZE` sequence ids ends (:func:`wave_blocks`), so a wave decodes only its own row groups
 rather than, for each producer, a row group it shares with the waves before and after.
-Spark's own path (:func:`~spark_apps.dlq_replay.apply.send_rows`) gets the same order with a
-shuffle by producer and a sort, and with several waves a copy of the rows partitioned by wave.
+A canary run (:mod:`~spark_apps.dlq_replay.canary`) sends the same way: first only its canary rows
+(by producers of their own), then each wave without them and without the halted groups
+(:class:`SendFilter`).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING
 
 from spark_apps.dlq_replay import outcomes as oc
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable, Iterator, Sequence
 
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -57,9 +59,66 @@ def _sequence_blocks(batch: pa.RecordBatch, size: int) -> pa.Array:
     return pc.divide(batch.column("sequence_id"), size)  # integer division: ids are never negative
 
 
-def wave_rows(path: str, lo: int, hi: int, batch_rows: int) -> Iterator[pa.RecordBatch]:
+@dataclass(frozen=True)
+class SendFilter:
+    """The rows a wave sends around a canary: with ``canary``, only the replay ids saved at ``ids_path``
+    (:data:`~spark_apps.dlq_replay.canary.CANARY_IDS_SCHEMA`), by producers named ``<producer>-canary``;
+    else every row but those and the rows of the ``halted`` groups."""
+
+    ids_path: str
+    canary: bool
+    halted: tuple[str, ...] = ()
+
+    def chooser(self) -> Callable[[pa.RecordBatch], pa.RecordBatch]:
+        """The filter of one task (the canary ids read once)."""
+        import pyarrow as pa
+
+        from spark_apps.dlq_replay import storage
+        from spark_apps.dlq_replay.task_parquet import data_files
+
+        files = data_files(self.ids_path)
+        ids = pa.concat_arrays(
+            [pa.array([], pa.string())]
+            + [c for f in files for c in storage.read_table(f, columns=["replay_id"]).column(0).chunks]
+        )
+        return partial(self._choose, ids=ids)
+
+    def _choose(self, batch: pa.RecordBatch, ids: pa.Array) -> pa.RecordBatch:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        from spark_apps.dlq_replay.canary import CANARY_SUFFIX
+
+        listed = pc.is_in(batch.column("replay_id"), value_set=ids)
+        if self.canary:
+            chosen = batch.filter(listed)
+            producers = pc.binary_join_element_wise(chosen.column("replay_producer"), CANARY_SUFFIX, "")
+            at = chosen.schema.get_field_index("replay_producer")
+            return chosen.set_column(at, "replay_producer", producers)
+        keep = pc.invert(listed)
+        if self.halted:
+            keep = pc.and_(
+                keep, pc.invert(pc.is_in(batch.column("signature"), value_set=pa.array(self.halted)))
+            )
+        return batch.filter(keep)
+
+    @property
+    def columns(self) -> list[str]:
+        """The decisions' columns the filter reads beyond the sent ones."""
+        return ["signature"] if self.halted else []
+
+
+def wave_rows(
+    path: str,
+    lo: int,
+    hi: int,
+    batch_rows: int,
+    chosen: Callable[[pa.RecordBatch], pa.RecordBatch] | None = None,
+    extra_columns: Sequence[str] = (),
+) -> Iterator[pa.RecordBatch]:
     """The rows to republish of the decisions file ``path`` whose sequence id is in ``[lo, hi)``, in
-    file order, with the republish input columns, in batches of about ``batch_rows``."""
+    file order, with the republish input columns, in batches of about ``batch_rows``; ``chosen``: only
+    the rows it keeps (a :class:`SendFilter`, which reads ``extra_columns`` too)."""
     from spark_apps.dlq_replay.storage import open_parquet
 
     source = open_parquet(path)
@@ -69,9 +128,14 @@ def wave_rows(path: str, lo: int, hi: int, batch_rows: int) -> Iterator[pa.Recor
     pending: list[pa.RecordBatch] = []
     held = 0
     # One decoding thread, as in snapshot_files.bucket_batches (less memory kept per worker).
-    batches = source.iter_batches(batch_size=batch_rows, row_groups=groups, columns=_READ, use_threads=False)
+    columns = [*_READ, *extra_columns]
+    batches = source.iter_batches(
+        batch_size=batch_rows, row_groups=groups, columns=columns, use_threads=False
+    )
     for batch in batches:
         rows = _in_wave(batch, lo, hi)
+        if chosen is not None:
+            rows = chosen(rows)
         if rows.num_rows:
             pending.append(rows)
             held += rows.num_rows
@@ -137,9 +201,11 @@ def send_wave(
     *,
     batch_rows: int,
     rate_limit_per_s: float | None = None,
+    only: SendFilter | None = None,
 ) -> int:
     """Send one wave from the decide tasks' files, one Spark task per bucket, and write the results
-    (``REPUBLISH_RESULT_SCHEMA``) to ``results_path`` from the tasks; returns the rows sent."""
+    (``REPUBLISH_RESULT_SCHEMA``) to ``results_path`` from the tasks; returns the rows sent. ``only``:
+    the rows a canary run sends in this wave."""
     from spark_apps.dlq_replay import task_parquet
     from spark_apps.dlq_replay.schemas import RESULTS_SCHEMA
 
@@ -150,9 +216,11 @@ def send_wave(
     def send(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from spark_apps.dlq_replay.pulsar_io.republish import republish_batches
 
+        chosen = None if only is None else only.chooser()
+        extra = [] if only is None else only.columns
         for batch in batches:
             for bucket in batch.column(0).to_pylist():
-                rows = wave_rows(task_parquet.part_file(folder, bucket), lo, hi, batch_rows)
+                rows = wave_rows(task_parquet.part_file(folder, bucket), lo, hi, batch_rows, chosen, extra)
                 yield from republish_batches(rows, conf=conf, rate_limit_per_s=per_task)
 
     frame = spark.range(buckets, numPartitions=buckets)

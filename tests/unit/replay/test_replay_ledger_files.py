@@ -9,6 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from spark_apps.dlq_replay import outcomes as oc
+from spark_apps.dlq_replay.canary import HALTED_REASON
 from spark_apps.dlq_replay.ledger_files import (
     LEDGER_FILE_SCHEMA,
     ResultIndex,
@@ -142,3 +143,32 @@ def test_result_index_gives_the_first_of_repeated_ids_and_handles_odd_ids():
     rows = _sending([("dup", 0), ("", 0), ("é-long-id", 0), ("é", 0), ("dup-longer", 0)])
     assert index.positions(rows).to_pylist() == [0, 1, 3, None, None]
     assert ResultIndex(_results([])).positions(rows).to_pylist() == [None] * 5
+
+
+def test_a_halted_group_s_unsent_rows_are_canary_failed_and_its_canaries_keep_their_result():
+    decided = _decided(
+        [
+            ("c1", oc.TO_REPUBLISH, None),  # the halted group's canary: published
+            ("c2", oc.TO_REPUBLISH, None),  # its other canary: not published
+            ("h1", oc.TO_REPUBLISH, None),  # the halted group's rest: never sent
+            ("k1", oc.TO_REPUBLISH, None),  # another group, sent in a wave
+            ("k2", oc.TO_REPUBLISH, None),  # another group, no result (its wave saved none)
+            ("a1", oc.ARCHIVED, "archived"),
+        ]
+    )
+    signatures = ["bad", "bad", "bad", "good", "good", "bad"]
+    decided = decided.set_column(
+        decided.schema.get_field_index("signature"), "signature", pa.array(signatures)
+    )
+    results = _results([("c1", True, "1:1", None), ("c2", False, None, "timeout"), ("k1", True, "1:2", None)])
+    positions = result_positions(decided, results)
+    rows = ledger_batch(decided, results, positions, oc.REPLAY, T0, halted=("bad",)).to_pylist()
+    assert [r["outcome"] for r in rows] == [
+        oc.REPUBLISHED, oc.PUBLISH_FAILED, oc.CANARY_FAILED, oc.REPUBLISHED, oc.PUBLISH_FAILED, oc.ARCHIVED
+    ]  # fmt: skip
+    assert rows[2]["outcome_reason"] == HALTED_REASON
+    assert rows[1]["outcome_reason"] == "publish failed: timeout"
+    assert [r["final"] for r in rows][:3] == [True, False, False]
+    # A bucket none of whose rows was sent: every halted row is canary_failed.
+    alone = ledger_batch(decided.slice(2, 1), None, None, oc.REPLAY, T0, halted=("bad",)).to_pylist()
+    assert alone[0]["outcome"] == oc.CANARY_FAILED

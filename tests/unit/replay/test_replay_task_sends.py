@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 from spark_apps.dlq_replay import outcomes as oc
 from spark_apps.dlq_replay.pulsar_io.republish import REPUBLISH_INPUT_COLUMNS
 from spark_apps.dlq_replay.task_parquet import part_file
-from spark_apps.dlq_replay.task_sends import _row_groups, wave_rows
+from spark_apps.dlq_replay.task_sends import SendFilter, _row_groups, wave_rows
 
 PRODUCERS = ("dlq-replay-abc-t0-1", "dlq-replay-abc-t1-1")
 
@@ -198,3 +198,29 @@ def test_rows_left_pending_after_a_row_group_ends_do_not_hold_their_whole_batch(
     assert pool.bytes_allocated() < held  # the batch's buffers were freed: the pending rows are a copy
     out.commit()
     assert pq.ParquetFile(part_file(str(tmp_path), 1)).metadata.num_rows == 2 * (60 + 15)
+
+
+def test_a_canary_sends_its_rows_by_canary_producers_and_the_waves_send_the_rest(tmp_path):
+    table = _decisions(100).append_column("signature", pa.array([f"g{i % 3}" for i in range(100)]))
+    path = _write(tmp_path, table, 20)
+    canary = ["r0", "r1", "r2", "r7"]
+    ids = tmp_path / "canary_ids"
+    ids.mkdir()
+    pq.write_table(
+        pa.table({"replay_id": canary, "signature": ["g0", "g1", "g2", "g1"]}), str(ids / "part-0.parquet")
+    )
+
+    first = SendFilter(str(ids), canary=True)
+    sent = pa.Table.from_batches(wave_rows(path, 0, 1_000, 64, first.chooser(), first.columns))
+    assert sent.column("replay_id").to_pylist() == canary
+    assert set(sent.column("producer_name").to_pylist()) == {f"{p}-canary" for p in PRODUCERS}
+
+    rest = SendFilter(str(ids), canary=False, halted=("g1",))
+    sent = pa.Table.from_batches(wave_rows(path, 0, 1_000, 64, rest.chooser(), rest.columns))
+    expected = [
+        row["replay_id"]
+        for i, row in enumerate(table.to_pylist())
+        if row["outcome"] == oc.TO_REPUBLISH and row["replay_id"] not in canary and i % 3 != 1
+    ]
+    assert sent.column("replay_id").to_pylist() == expected
+    assert set(sent.column("producer_name").to_pylist()) == set(PRODUCERS)
