@@ -323,6 +323,29 @@ class PulsarHook(BaseHook):
 
             return await _adrive(plan, get)
 
+    def subscription_consumers(self, topic: str, subscription: str) -> list[dict[str, str]]:
+        """The properties (metadata) of each consumer of ``subscription`` on the non-partitioned
+        ``topic`` (``persistent://tenant/ns/name``), from the admin REST ``stats``; ``[]`` when the topic
+        or subscription does not exist. Needs the connection's admin URL."""
+        import json
+
+        config = self.config
+        if not config.admin_url:
+            raise BacklogConfigError("the pulsar connection has no admin URL (extra admin_url)")
+        path = topic.replace("://", "/", 1)
+        url = f"{config.admin_url.rstrip('/')}/admin/v2/{path}/stats"
+        with self._http_client(config) as client:
+            response = client.get(url)
+        if response.status_code == 404:
+            return []
+        if response.status_code != 200:
+            raise BacklogReadError(f"GET {url}: HTTP {response.status_code}")
+        sub = (json.loads(response.text).get("subscriptions") or {}).get(subscription) or {}
+        return [
+            {str(k): str(v) for k, v in (consumer.get("metadata") or {}).items()}
+            for consumer in sub.get("consumers") or []
+        ]
+
     # ----------------------------------------------------------------------- connection test
 
     def test_connection(self) -> tuple[bool, str]:

@@ -9,6 +9,7 @@ import os
 import shutil
 import sys
 import tempfile
+from datetime import timedelta
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,6 +35,12 @@ from airflow_provider_dlq.hooks.connection import PulsarConnectionError
 from airflow_provider_dlq.hooks.pulsar import PulsarHook
 from airflow_provider_dlq.operators.links import DlqReplayReportLink, SparkApplicationLink
 from airflow_provider_dlq.operators.process_tree import stop_process_tree
+from airflow_provider_dlq.operators.reattach import (
+    DEFAULT_REATTACH_TIMEOUT_S,
+    RunHolder,
+    find_holder,
+    wait_for_earlier_attempt,
+)
 from airflow_provider_dlq.operators.replay_cli import (
     DEFAULT_MAX_REPLAYS,
     DEFAULT_SUBSCRIPTION,
@@ -58,7 +65,12 @@ from airflow_provider_dlq.operators.spark_connect import (
     init_conf,
     spark_remote,
 )
-from airflow_provider_dlq.operators.spark_submit import ReplaySubmitHook, spark_target
+from airflow_provider_dlq.operators.spark_submit import (
+    DRIVER_ACTIVE,
+    DRIVER_ID_KEY,
+    ReplaySubmitHook,
+    spark_target,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -199,6 +211,13 @@ class DlqReplayOperator(BaseOperator):
         that folder; ``False``: off). Not used when ``conf`` sets ``spark.python.daemon.module``
         (``docs/operator.md``).
 
+    :param reattach_timeout: Seconds (or a ``timedelta``) a try waits for a still-running earlier attempt
+        of the same run id (its task process was killed, its Spark driver was not) before it runs the
+        same run id again; default 3600, ``0``: do not wait (``docs/operator.md``).
+    :param durable: In standalone cluster deploy mode, keep the driver's id in the task state store
+        (Airflow 3.3+) so that the next try reattaches to that driver instead of submitting again
+        (default ``True``), as the Spark provider's ``SparkSubmitOperator`` does.
+
     :param fail_on_canary_halt: When the canary halts a group (its canaries failed again, its other
         messages stay pending as ``canary_failed``), fail the task without retrying, after the report
         and the links are written (default ``True``): a halt needs a person. ``False``: succeed, and log
@@ -280,6 +299,8 @@ class DlqReplayOperator(BaseOperator):
         compiled_pyspark: bool | str = True,
         fail_on_canary_halt: bool = True,
         storage_conn_id: str | None = None,
+        reattach_timeout: float | timedelta = DEFAULT_REATTACH_TIMEOUT_S,
+        durable: bool = True,
         **kwargs: Any,
     ) -> None:
         if (
@@ -348,6 +369,15 @@ class DlqReplayOperator(BaseOperator):
                 f"for local runs of at most {QUICK_JIT_MAX_MESSAGES:,} messages."
             )
         self.quick_jit: QuickJit = quick_jit
+        timeout = (
+            reattach_timeout.total_seconds() if isinstance(reattach_timeout, timedelta) else reattach_timeout
+        )
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout < 0:
+            raise ReplayArgumentError(
+                f"reattach_timeout must be seconds >= 0 or a timedelta; got {reattach_timeout!r}."
+            )
+        self.reattach_timeout = float(timeout)
+        self.durable = bool(durable)
         self._hook: ReplaySubmitHook | None = None
         self._client: ConnectClient | None = None
         self._killed = False
@@ -546,8 +576,9 @@ class DlqReplayOperator(BaseOperator):
         try:
             zip_path, main_path = self._locate_bundle(workdir)
             if remote is None:
-                summary_line = self._run_spark_submit(args, pulsar, zip_path, main_path)
+                summary_line = self._run_spark_submit(args, pulsar, zip_path, main_path, context)
             else:
+                self.wait_for_earlier_attempt(args)
                 summary_line = self._run_connect_client(args, pulsar, remote, zip_path, main_path, workdir)
             if self._killed:
                 # spark-submit may exit 0 after SIGTERM; a killed run is never reported as done.
@@ -561,9 +592,16 @@ class DlqReplayOperator(BaseOperator):
         return self._publish(context, args, report)
 
     def _run_spark_submit(
-        self, args: ReplayArgs, pulsar: PulsarConnectionConfig, zip_path: str, main_path: str
+        self,
+        args: ReplayArgs,
+        pulsar: PulsarConnectionConfig,
+        zip_path: str,
+        main_path: str,
+        context: Context | None = None,
     ) -> str | None:
-        """spark-submit the app through ``SparkSubmitHook``; returns its summary line (if printed)."""
+        """spark-submit the app through ``SparkSubmitHook``; returns its summary line (if printed). A
+        standalone cluster driver of an earlier try that still runs (or finished) is reattached to
+        instead (:meth:`reattach_driver`); otherwise an earlier attempt holding the run is waited for."""
         archive: ArchivePlan | None = None
         submitted = False
         try:
@@ -581,6 +619,10 @@ class DlqReplayOperator(BaseOperator):
             hook = self.make_hook(args, env, zip_path, expected, archive, quick, master, compiled)
             self._check_env_stays_off_argv(hook, env)
             self._hook = hook
+            store = self.driver_store(hook, context)
+            if store is not None and self.reattach_driver(hook, store):
+                return None
+            self.wait_for_earlier_attempt(args)
             self.log.info(
                 "Replay run %s (%s) of %s on Spark %s; output %s",
                 args.run_id,
@@ -589,12 +631,62 @@ class DlqReplayOperator(BaseOperator):
                 master,
                 args.output_dir,
             )
-            hook.run(main_path)
+            hook.run(main_path, on_submitted=None if store is None else self._keep_driver_id(store))
             submitted = not self._killed
         finally:
             if archive is not None:
                 archive.finish(submitted)
         return hook.summary_line
+
+    def wait_for_earlier_attempt(self, args: ReplayArgs) -> RunHolder | None:
+        """Wait for a live earlier attempt of this run id that holds the run (the output lock, or a DLQ
+        topic's lease read through the admin URL) to end, up to ``reattach_timeout``; fail at once when a
+        different run holds it (``operators/reattach.py``)."""
+        consumers = self.pulsar_hook.subscription_consumers if self.pulsar_hook.config.admin_url else None
+
+        def holder() -> RunHolder | None:
+            return find_holder(args.output_dir, args.topics, consumers, self.log)
+
+        return wait_for_earlier_attempt(args.run_id, holder, self.reattach_timeout, self.log)
+
+    def driver_store(self, hook: ReplaySubmitHook, context: Context | None) -> Any:
+        """The task state store that keeps a standalone cluster driver's id across tries (``None``: not
+        cluster deploy mode on a standalone master, ``durable=False``, or Airflow below 3.3)."""
+        if not (self.durable and hook.tracks_driver and context is not None):
+            return None
+        store = context.get("task_state_store")
+        if store is None:
+            self.log.info("No task state store (Airflow 3.3+): a next try cannot reattach by driver id")
+        return store
+
+    def _keep_driver_id(self, store: Any) -> Any:
+        def keep(driver_id: str) -> None:
+            store.set(DRIVER_ID_KEY, driver_id)
+            self.log.info("Spark driver %s kept in the task state store for a next try", driver_id)
+
+        return keep
+
+    def reattach_driver(self, hook: ReplaySubmitHook, store: Any) -> bool:
+        """Reattach to the standalone cluster driver an earlier try submitted (its id in the task state
+        store): wait for it while it runs; True when it has ended ``FINISHED`` (its report is complete),
+        False when there is none or it failed (the run is submitted again and resumes)."""
+        driver_id = store.get(DRIVER_ID_KEY)
+        if not driver_id:
+            return False
+        state = hook.driver_state(str(driver_id))
+        if state in DRIVER_ACTIVE:
+            self.log.info(
+                "Reattaching to Spark driver %s of an earlier try (state %s): waiting for it to end",
+                driver_id,
+                state,
+            )
+            hook.reattach(str(driver_id), state)
+            return True
+        if state == "FINISHED":
+            self.log.info("Spark driver %s of an earlier try has finished: reading its report", driver_id)
+            return True
+        self.log.info("Spark driver %s of an earlier try ended %s: submitting again", driver_id, state)
+        return False
 
     def connect_conf(self) -> dict[str, str]:
         """The settings a Spark Connect session of the run gets: ``conf``'s ``spark.sql.*`` keys (PySpark's

@@ -11,6 +11,7 @@ on. Every touch of a private member of the hook is in this module, and
 
 from __future__ import annotations
 
+import subprocess
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -21,11 +22,15 @@ from airflow_provider_dlq.errors import DlqProviderError
 from airflow_provider_dlq.operators.replay_cli import SUMMARY_PREFIX
 
 if TYPE_CHECKING:
-    import subprocess
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
 #: Driver states of a standalone master after which the driver no longer runs (the hook's own list).
 DRIVER_ENDED = frozenset({"FINISHED", "UNKNOWN", "KILLED", "FAILED", "ERROR"})
+#: Driver states a next try reattaches to (the Spark provider's durable standalone backend's list:
+#: ``UNKNOWN`` is a master recovering, the driver may still run).
+DRIVER_ACTIVE = frozenset({"SUBMITTED", "RUNNING", "RELAUNCHING", "UNKNOWN"})
+#: The task state store key of a standalone cluster driver's id (``SparkSubmitOperator.external_id_key``).
+DRIVER_ID_KEY = "spark_job_id"
 
 
 class SparkDriverError(DlqProviderError, AirflowException):
@@ -77,15 +82,55 @@ class ReplaySubmitHook(SparkSubmitHook):
 
         super()._process_spark_submit_log(tee())
 
-    def run(self, application: str) -> None:
+    @property
+    def tracks_driver(self) -> bool:
+        """True in standalone cluster deploy mode: the driver runs on the cluster, known by its id."""
+        return bool(self._should_track_driver_status)
+
+    @property
+    def driver_id(self) -> str | None:
+        return self._driver_id
+
+    def run(self, application: str, on_submitted: Callable[[str], None] | None = None) -> None:
         """spark-submit ``application`` and return once it has ended. In standalone cluster deploy mode
         ``submit()`` of Spark provider 6.1+ returns as soon as the master accepts the driver, so the
-        driver is then polled here until it ends, as ``submit()`` itself did up to 6.0."""
+        driver is then polled here until it ends, as ``submit()`` itself did up to 6.0; ``on_submitted``
+        gets the driver's id before that wait (to store it for a next try)."""
         self.submit(application)
         if not self._should_track_driver_status or self._driver_status in DRIVER_ENDED:
             return
+        if on_submitted is not None and self._driver_id:
+            on_submitted(self._driver_id)
+        self._driver_status = "SUBMITTED"
+        self._track_driver()
+
+    def driver_state(self, driver_id: str) -> str | None:
+        """One look at the state of standalone cluster driver ``driver_id`` (``spark-submit --status``
+        or the connection's REST endpoint, as the hook polls it); ``None`` when the master does not say."""
+        self._driver_id = driver_id
+        self._driver_status = None
+        status = subprocess.Popen(
+            self._build_track_driver_status_command(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            universal_newlines=True,
+        )
+        if status.stdout is not None:
+            self._process_spark_status_log(iter(status.stdout))
+        status.wait()
+        state = self._driver_status
+        return str(state) if state else None
+
+    def reattach(self, driver_id: str, state: str) -> None:
+        """Poll the running standalone cluster driver ``driver_id`` of an earlier try until it ends, as
+        :meth:`run` polls its own; :class:`SparkDriverError` unless it ends ``FINISHED``."""
+        self._driver_id = driver_id
+        self._driver_status = "SUBMITTED"  # the hook's poll loop stops at once on UNKNOWN
+        self.log.debug("reattaching to driver %s in state %s", driver_id, state)
+        self._track_driver()
+
+    def _track_driver(self) -> None:
         try:
-            self._driver_status = "SUBMITTED"
             self._start_driver_status_tracking()
         finally:
             # 6.x defers the hook's post-submit commands to whoever waits for the driver.
@@ -100,4 +145,12 @@ class ReplaySubmitHook(SparkSubmitHook):
             )
 
 
-__all__ = ["DRIVER_ENDED", "ReplaySubmitHook", "SparkDriverError", "SparkTarget", "spark_target"]
+__all__ = [
+    "DRIVER_ACTIVE",
+    "DRIVER_ENDED",
+    "DRIVER_ID_KEY",
+    "ReplaySubmitHook",
+    "SparkDriverError",
+    "SparkTarget",
+    "spark_target",
+]

@@ -1,0 +1,255 @@
+"""The next try of a killed replay task: wait for the earlier attempt of the same run, then run it again.
+
+When the Airflow task process dies (SIGKILL, a lost worker), the replay's driver it started keeps
+running: the spark-submit child in client mode, the driver on a standalone cluster, the Spark Connect
+client. That orphan holds the run: the output directory lock (``<output>/locks/replay.lock.<n>``, a JSON
+file naming its run id, host, pid and heartbeat) and the broker lease per DLQ topic (an Exclusive consumer
+of ``dlq-replay-lease`` whose properties name its run id). The next try has the same run id, so the app
+would refuse it (``RunLockedError``) until the orphan ends. Instead, before it starts the app, the
+operator reads who holds the run (:func:`find_holder`) and :func:`wait_for_earlier_attempt`:
+
+* nothing holds it: run the app;
+* an earlier attempt of the **same** run id holds it: log what it waits for, poll every
+  ``poll_s`` until it ends (bounded by the task's ``reattach_timeout``), then run the app, which resumes
+  the run or finds it complete and returns its report;
+* a **different** run holds it: fail at once naming that run (never wait for another run).
+
+A standalone cluster driver is also reattached to by its driver id (``operators/spark_submit.py``,
+``DlqReplayOperator``): this module covers every deploy mode through the lock, which the app holds
+wherever its driver runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import unquote, urlparse
+
+from airflow.sdk.exceptions import AirflowException
+
+from airflow_provider_dlq.errors import DlqProviderError
+
+if TYPE_CHECKING:
+    import logging
+    from collections.abc import Callable, Sequence
+
+    from airflow.sdk.types import Logger
+
+#: How long the next try waits for an earlier attempt of its run by default (``reattach_timeout``).
+DEFAULT_REATTACH_TIMEOUT_S = 3600.0
+#: Seconds between two looks at the lock and the lease while waiting (the app's heartbeat is 10 s).
+POLL_S = 5.0
+#: How often (seconds) a long wait says it is still waiting.
+PROGRESS_EVERY_S = 60.0
+#: The app's lock files and lease subscription (``spark_apps/dlq_replay/lock.py``).
+LOCK_PREFIX = "replay.lock."
+LEASE_SUBSCRIPTION = "dlq-replay-lease"
+_PARTITION_SUFFIX = re.compile(r"^(?P<base>.+)-partition-\d+$")
+
+
+class OtherRunHoldsError(DlqProviderError, AirflowException):
+    """A different replay run holds the output directory or a DLQ topic's lease."""
+
+
+class ReattachTimeoutError(DlqProviderError, AirflowException):
+    """The earlier attempt of this run still runs after ``reattach_timeout``."""
+
+
+@dataclass(frozen=True)
+class RunHolder:
+    """A live replay run holding what this run needs: ``where`` is the lock or the lease."""
+
+    run_id: str
+    host: str
+    pid: str
+    where: str
+
+    def describe(self) -> str:
+        return f"run {self.run_id!r} (host {self.host}, pid {self.pid}) holding {self.where}"
+
+
+def _process_start(pid: int) -> str | None:
+    """The start time of ``pid`` as the app records it (``/proc/<pid>/stat`` field 22)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def pid_alive(pid: int, start: str | None) -> bool:
+    """True while process ``pid`` of this host runs and is the one started at ``start``."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return start is None or _process_start(pid) in (None, start)
+
+
+def local_root(output_dir: str) -> Path | None:
+    """The output root as a local path (a plain path or ``file://``); ``None`` for an object store,
+    where the app holds no lock file."""
+    if "://" not in output_dir:
+        return Path(output_dir)
+    parsed = urlparse(output_dir)
+    return Path(unquote(parsed.path)) if parsed.scheme == "file" else None
+
+
+def output_lock_holder(
+    output_dir: str,
+    now: float | None = None,
+    host: str | None = None,
+    alive: Callable[[int, str | None], bool] = pid_alive,
+) -> RunHolder | None:
+    """The run holding the output directory lock, unless the lock is stale (its heartbeat expired, or its
+    process on this host is gone) or absent, as the app itself decides when it takes the lock."""
+    root = local_root(output_dir)
+    if root is None:
+        return None
+    locks = root / "locks"
+    try:
+        names = [p.name for p in locks.iterdir()]
+    except OSError:
+        return None
+    tails = [n[len(LOCK_PREFIX) :] for n in names if n.startswith(LOCK_PREFIX)]
+    generations = [int(tail) for tail in tails if tail.isdigit()]
+    if not generations:
+        return None
+    try:
+        data = json.loads((locks / f"{LOCK_PREFIX}{max(generations)}").read_text())
+        run_id, owner_host, pid = str(data["run_id"]), str(data["host"]), int(data["pid"])
+        expires = float(data["heartbeat_at"]) + float(data["ttl_s"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # being replaced or released right now: look again at the next poll
+    if (time.time() if now is None else now) > expires:
+        return None
+    if owner_host == (host or socket.gethostname()) and not alive(pid, data.get("pid_start")):
+        return None
+    return RunHolder(run_id, owner_host, str(pid), f"the output directory lock of {output_dir}")
+
+
+def lease_topic(dlq_topic: str) -> str:
+    """The app's lease topic of ``dlq_topic``: its namespace, ``dlq-replay-lease-<hash of the full name
+    of the (partitioned) topic>``."""
+    text = dlq_topic.strip()
+    if "://" not in text:
+        parts = text.split("/")
+        text = f"persistent://public/default/{text}" if len(parts) == 1 else f"persistent://{text}"
+    match = _PARTITION_SUFFIX.match(text)
+    full = match.group("base") if match else text
+    digest = hashlib.sha256(full.encode("utf-8")).hexdigest()[:16]
+    return f"{full.rsplit('/', 1)[0]}/dlq-replay-lease-{digest}"
+
+
+def lease_holder(
+    topics: Sequence[str], consumers: Callable[[str, str], list[dict[str, str]]]
+) -> RunHolder | None:
+    """The first run holding a lease of ``topics``; ``consumers(topic, subscription)`` reads the lease
+    consumers' properties (the admin REST). The broker drops a dead run's lease at once."""
+    for topic in topics:
+        lease = lease_topic(topic)
+        for meta in consumers(lease, LEASE_SUBSCRIPTION):
+            if meta.get("run_id"):
+                where = f"the lease on DLQ topic {topic}"
+                return RunHolder(meta["run_id"], meta.get("host", "?"), meta.get("pid", "?"), where)
+    return None
+
+
+def find_holder(
+    output_dir: str,
+    topics: Sequence[str],
+    consumers: Callable[[str, str], list[dict[str, str]]] | None,
+    log: Logger | logging.Logger,
+) -> RunHolder | None:
+    """The live run holding the output lock or a lease of ``topics`` (the lease only with
+    ``consumers``, i.e. an admin URL); ``None`` when neither is held."""
+    holder = output_lock_holder(output_dir)
+    if holder is not None or consumers is None:
+        return holder
+    try:
+        return lease_holder(topics, consumers)
+    except Exception as exc:  # a courtesy look: the app still refuses a held lease itself
+        log.info("Could not read the DLQ leases' holders (%s: %s)", type(exc).__name__, exc)
+        return None
+
+
+def wait_for_earlier_attempt(
+    run_id: str,
+    find: Callable[[], RunHolder | None],
+    timeout_s: float,
+    log: Logger | logging.Logger,
+    poll_s: float = POLL_S,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> RunHolder | None:
+    """Return once nothing holds run ``run_id``: at once (``None``) when nothing does, else after the
+    earlier attempt of the same run id that held it has ended (that holder is returned). Raises
+    :class:`OtherRunHoldsError` when a different run holds it, :class:`ReattachTimeoutError` when the
+    earlier attempt still holds it after ``timeout_s``."""
+    started = clock()
+    waited_for: RunHolder | None = None
+    said = started
+    while True:
+        holder = find()
+        if holder is None:
+            if waited_for is not None:
+                log.info(
+                    "The earlier attempt of replay run %s ended after %.0f s of waiting; running the same "
+                    "run id again: it resumes where that attempt stopped, or returns its report",
+                    run_id,
+                    clock() - started,
+                )
+            return waited_for
+        if holder.run_id != run_id:
+            raise OtherRunHoldsError(
+                f"Another replay run holds what run {run_id!r} needs: {holder.describe()}. This task does "
+                "not wait for a different run (two runs at once would republish the same messages twice); "
+                "let that run finish, then retry or clear this task."
+            )
+        waited = clock() - started
+        if waited_for is None:
+            log.info(
+                "An earlier attempt of replay run %s is still running: %s (the task's previous try was "
+                "killed, its Spark driver was not). Waiting for it to end, polling every %.0f s, for up "
+                "to %.0f s (reattach_timeout); then the same run id runs again and resumes or returns its "
+                "report",
+                run_id,
+                holder.describe(),
+                poll_s,
+                timeout_s,
+            )
+        elif clock() - said >= PROGRESS_EVERY_S:
+            said = clock()
+            log.info("Still waiting for %s (%.0f s so far)", holder.describe(), waited)
+        waited_for = holder
+        if waited >= timeout_s:
+            raise ReattachTimeoutError(
+                f"The earlier attempt of replay run {run_id!r} still runs after {waited:.0f} s "
+                f"(reattach_timeout {timeout_s:.0f} s): {holder.describe()}. The next try waits for it "
+                "again; to stop it instead, end that process (or kill its Spark driver), then clear the task."
+            )
+        sleep(max(0.0, min(poll_s, timeout_s - waited)))
+
+
+__all__ = [
+    "DEFAULT_REATTACH_TIMEOUT_S",
+    "OtherRunHoldsError",
+    "ReattachTimeoutError",
+    "RunHolder",
+    "find_holder",
+    "lease_holder",
+    "lease_topic",
+    "local_root",
+    "output_lock_holder",
+    "pid_alive",
+    "wait_for_earlier_attempt",
+]
