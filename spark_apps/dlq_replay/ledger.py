@@ -12,55 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from spark_apps.dlq_replay import outcomes as oc
-
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
-    from datetime import datetime
 
     from pyspark.sql import DataFrame, SparkSession
 
     from spark_apps.dlq_replay.pulsar_io.window import PartitionWindow
     from spark_apps.dlq_replay.storage import RunStorage
-
-
-def ledger_rows(outcomes: DataFrame, run_id: str, mode: str, recorded_at: datetime) -> DataFrame:
-    """One ledger row per message of the run, from the decisions with publish results applied."""
-    from pyspark.sql import functions as F
-
-    return outcomes.select(
-        "dlq_topic",
-        "dlq_message_id",
-        "replay_id",
-        "signature",
-        "rule",
-        "action",
-        "outcome",
-        F.col("outcome").isin(*sorted(oc.FINAL_OUTCOMES)).alias("final"),
-        "outcome_reason",
-        "origin_topic",
-        "target_topic",
-        "published_message_id",
-        "fix",
-        "fix_error",
-        "error_class",
-        "publish_time",
-        F.lit(mode).alias("mode"),
-        F.lit(recorded_at).cast("timestamp").alias("recorded_at"),
-        "error_template",
-        "context_format",
-        "reason",
-        F.lit(run_id).alias("run_id"),
-    )
-
-
-def write_ledger(rows: DataFrame, staged: str) -> int:
-    """Write this run's ledger rows to ``staged`` (moved into the ledger by
-    :func:`~spark_apps.dlq_replay.ledger_files.publish_staged`); returns the rows written."""
-    from spark_apps.dlq_replay.ledger_files import LEDGER_FILE_SCHEMA
-    from spark_apps.dlq_replay.task_parquet import write_frame
-
-    return write_frame(rows, staged, LEDGER_FILE_SCHEMA, int96_timestamps=True)
 
 
 def read_ledger(spark: SparkSession, storage: RunStorage, ledger_root: str) -> DataFrame | None:

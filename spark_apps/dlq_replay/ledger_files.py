@@ -1,11 +1,9 @@
 """The run's ledger rows written by one Python task per producer bucket, moved into the ledger by record.
 
-Spark's way (:func:`~spark_apps.dlq_replay.apply.with_publish_results`, then
-:func:`~spark_apps.dlq_replay.ledger.write_ledger`) reads every decision and every send result, joins them
-on the replay id with a sort-merge join (both sides shuffled and sorted) and writes the rows through
-Spark's writer. Where the decide tasks wrote one decisions file per producer bucket and the send tasks one
-results file per bucket and wave (:mod:`~spark_apps.dlq_replay.task_sends`), the results of bucket ``b``
-are those of the rows of ``part-<b>``. So record task ``b`` reads its bucket's results (four small
+Joining every decision with every send result on the replay id would shuffle and sort both sides. The
+decide tasks write one decisions file per producer bucket and the send tasks one results file per bucket
+and wave (:mod:`~spark_apps.dlq_replay.task_sends`): the results of bucket ``b`` are those of the rows
+of ``part-<b>``. So record task ``b`` reads its bucket's results (four small
 columns), indexes them once by replay id (:class:`ResultIndex`), finds each row's result there and writes
 the ledger rows of its decisions file: no shuffle, no join. The rows go to ``runs/<run>/ledger_staged/``
 and are moved to ``ledger/run_id=<run>/`` (:func:`publish_staged`), replacing an earlier attempt's
@@ -135,11 +133,10 @@ def ledger_batch(
     halted: tuple[str, ...] = (),
 ) -> pa.RecordBatch:
     """The ledger rows (:data:`LEDGER_FILE_SCHEMA`) of a batch of decisions, with the send results of
-    their bucket applied as :func:`~spark_apps.dlq_replay.apply.with_publish_results` applies them: a row
-    to republish becomes ``republished`` when its result says published, else ``publish_failed`` with
-    the reason; only such a row gets a ``published_message_id``. ``positions``: the batch's slice of
-    :func:`result_positions`. A row of a ``halted`` group without a result (not a canary, so never
-    sent) becomes ``canary_failed`` and stays pending."""
+    their bucket applied: a row to republish becomes ``republished`` when its result says published, else
+    ``publish_failed`` with the reason; only such a row gets a ``published_message_id``. ``positions``:
+    the batch's slice of :func:`result_positions`. A row of a ``halted`` group without a result (not a
+    canary, so never sent) becomes ``canary_failed`` and stays pending."""
     import pyarrow as pa
     import pyarrow.compute as pc
 

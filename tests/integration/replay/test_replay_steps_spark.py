@@ -5,12 +5,13 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from ledger_reference import ledger_rows, with_publish_results, write_ledger
 
 from spark_apps.dlq_replay import outcomes as oc
 from spark_apps.dlq_replay import task_parquet
-from spark_apps.dlq_replay.apply import with_publish_results
+from spark_apps.dlq_replay.apply import dry_run_outcomes
 from spark_apps.dlq_replay.decide import DecideSettings, decide
-from spark_apps.dlq_replay.ledger import final_ids, ledger_rows, read_ledger, run_outcomes, write_ledger
+from spark_apps.dlq_replay.ledger import final_ids, read_ledger, run_outcomes
 from spark_apps.dlq_replay.normalize import normalize
 from spark_apps.dlq_replay.playbook import parse_playbook
 from spark_apps.dlq_replay.report import CommitTotals, build_report
@@ -167,7 +168,7 @@ def test_report_from_outcomes(spark):
     snap = snapshot_df(spark, n_timeout=12, n_poison=2, n_junk=1)
     decided = decide(snap, PLAYBOOK, settings(oc.DRY_RUN), 2)
     report = build_report(
-        with_publish_results(decided, None), run_id="r", mode=oc.DRY_RUN, status="succeeded", started_at="a",
+        dry_run_outcomes(decided), run_id="r", mode=oc.DRY_RUN, status="succeeded", started_at="a",
         finished_at="b", commit=CommitTotals(), timings={}, paths={},
     )  # fmt: skip
     t = report["totals"]
