@@ -884,7 +884,7 @@ class _Created:
 
 
 def _run_steps(run: _Run) -> dict[str, Any]:
-    from spark_apps.dlq_replay.apply import OUTCOME_COLUMNS, with_publish_results
+    from spark_apps.dlq_replay.apply import dry_run_outcomes
     from spark_apps.dlq_replay.ledger import read_ledger, run_outcomes
 
     options = run.options
@@ -909,7 +909,7 @@ def _run_steps(run: _Run) -> dict[str, Any]:
         return _report(run, None, started_wall)
     snapshot = _snapshot(run, windows)
     decisions = _decide(run, snapshot, planned_at)
-    outcomes_df = with_publish_results(decisions.select(*OUTCOME_COLUMNS), None)
+    outcomes_df = dry_run_outcomes(decisions)
     if options.mode != oc.DRY_RUN:
         _apply(run, decisions, planned_at)
         _record(run)
