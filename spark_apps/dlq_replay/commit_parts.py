@@ -1,20 +1,19 @@
 """The commit's per-entry counts, gathered by the tasks that already hold the messages.
 
 The reader-mode commit acks an entry by id when every message it holds is in the snapshot and final
-(:class:`~spark_apps.dlq_replay.pulsar_io.commit.EntryCommitFn`). Spark's way counts each entry's
-messages in the snapshot and its final rows in this run's ledger: two aggregations over every message and
-a join, then one task per DLQ partition. Where the read and record tasks write their own files (a local
-output root), they count as they go instead:
+(:class:`~spark_apps.dlq_replay.pulsar_io.commit.EntryCommitFn`). The read and record tasks count as they
+go:
 
 - the snapshot's read tasks write each batch's entries (:func:`entry_rows`: messages read and the
   entry's batch size) to ``runs/<run>/snapshot_entries/``;
 - each record task writes its bucket's final messages per entry (:class:`EntryFinals`) to
   ``runs/<run>/commit_parts/part-<bucket>.parquet``.
 
-Both are about one row per entry. :func:`entry_table` merges them in the driver (counts summed, as an
-entry's rows may be in several batches or buckets) into the table Spark's join gives. The consumer-mode
-commit splits the same table (:class:`ConsumerCommit`) into whole entries, whose every message it acks as
-received, and entries that also hold a pending message, whose final ids alone come from the ledger.
+Both are about one row per entry. :func:`entry_table` merges them (counts summed, as an entry's rows may
+be in several batches or buckets), for one partition in its commit task (:func:`commit_in_tasks`). The
+consumer-mode commit splits the same table (:class:`ConsumerCommit`) into whole entries, whose every
+message it acks as received, and entries that also hold a pending message, whose final ids alone come
+from the ledger.
 """
 
 from __future__ import annotations
@@ -25,8 +24,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterator, Sequence
 
+    from pyspark.sql import SparkSession
     from pyspark.sql.types import StructType
 
     from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf
@@ -118,14 +118,13 @@ def clear(folder: str) -> None:
     make_dirs(folder)
 
 
-def entry_table(snapshot_entries: str, commit_parts: str) -> pa.Table:
-    """Per entry of the snapshot: ``dlq_topic, ledger_id, entry_id, messages, final_messages, batch_size``
-    (:data:`~spark_apps.dlq_replay.pulsar_io.commit.ENTRY_COMMIT_INPUT_SCHEMA`), from the read tasks'
-    entries and the record tasks' counts."""
+def entry_table(snapshot_entries: str, commit_parts: str, topic: str | None = None) -> pa.Table:
+    """Per entry of the snapshot (of partition ``topic`` only, when given): ``dlq_topic, ledger_id,
+    entry_id, messages, final_messages, batch_size`` (:data:`~spark_apps.dlq_replay.pulsar_io.commit.
+    ENTRY_COMMIT_INPUT_SCHEMA`), from the read tasks' entries and the record tasks' counts."""
     from spark_apps.dlq_replay.snapshot_files import part_files
-    from spark_apps.dlq_replay.storage import read_table
 
-    read = [read_table(path) for path in part_files(snapshot_entries)]
+    read = [_of_topic(path, topic) for path in part_files(snapshot_entries)]
     if not read:
         return _ENTRY_TABLE.empty_table()
     entries = (
@@ -133,7 +132,7 @@ def entry_table(snapshot_entries: str, commit_parts: str) -> pa.Table:
         .group_by(list(ENTRY_KEYS), use_threads=False)
         .aggregate([("messages", "sum"), ("batch_size", "max")])
     )
-    counted = [read_table(path) for path in part_files(commit_parts)]
+    counted = [_of_topic(path, topic) for path in part_files(commit_parts)]
     finals = _sum_finals(pa.concat_tables(counted)) if counted else _FINALS.empty_table()
     joined = entries.join(finals, list(ENTRY_KEYS), join_type="left outer", use_threads=False)
     return pa.table(
@@ -144,6 +143,13 @@ def entry_table(snapshot_entries: str, commit_parts: str) -> pa.Table:
             "batch_size": joined.column("batch_size_max"),
         }
     ).cast(_ENTRY_TABLE)
+
+
+def _of_topic(path: str, topic: str | None) -> pa.Table:
+    from spark_apps.dlq_replay.storage import read_table
+
+    table = read_table(path)
+    return table if topic is None else table.filter(pc.equal(table.column("dlq_topic"), topic))
 
 
 _ENTRY_TABLE = pa.schema(
@@ -158,32 +164,33 @@ _ENTRY_TABLE = pa.schema(
 )
 
 
-def commit_entries(
-    table: pa.Table, conf: PulsarConf, windows: Sequence[PartitionWindow], subscription: str
+def commit_in_tasks(
+    spark: SparkSession,
+    snapshot_entries: str,
+    commit_parts: str,
+    conf: PulsarConf,
+    windows: Sequence[PartitionWindow],
+    subscription: str,
 ) -> list[dict[str, Any]]:
-    """Commit the entries of :func:`entry_table` from the driver: every partition of the window acked and
-    verified as :class:`~spark_apps.dlq_replay.pulsar_io.commit.EntryCommitFn` does in a Spark task, the
-    partitions side by side (the work is waiting for the broker). One result row per partition."""
-    from concurrent.futures import ThreadPoolExecutor
+    """Commit the run's entries, one Spark task per partition of the window: the task merges that
+    partition's counts (:func:`entry_table`), acks its fully final entries and verifies them on the cursor
+    (:class:`~spark_apps.dlq_replay.pulsar_io.commit.EntryCommitFn`). One result row per partition."""
+    from spark_apps.dlq_replay.arrow_compat import local_frame, map_in_arrow
+    from spark_apps.dlq_replay.pulsar_io.commit import COMMIT_RESULT_SCHEMA, EntryCommitFn
 
-    from spark_apps.dlq_replay.pulsar_io.commit import EntryCommitFn
-    from spark_apps.dlq_replay.pulsar_io.errors import PulsarConfigError, PulsarIOError
+    committer = EntryCommitFn(conf, windows, subscription)  # a bad setting fails here, before any task
+    topics = [w.topic for w in windows]
 
-    committer = EntryCommitFn(conf, windows, subscription)
-    by_topic = committer.entries_by_topic(table, [w.topic for w in windows])
+    def commit(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for topic in batch.column(0).to_pylist():
+                table = entry_table(snapshot_entries, commit_parts, topic)
+                yield from committer.commit_table(table, [topic]).to_batches()
 
-    def commit(topic: str, entries: list[Any]) -> dict[str, Any]:
-        try:
-            return committer.commit_topic(topic, entries)
-        except PulsarConfigError as exc:  # it answered for the plan: down now (a restart), not misconfigured
-            raise PulsarIOError(f"the commit of {topic} could not reach the broker: {exc}") from exc
-
-    with ThreadPoolExecutor(max_workers=max(1, min(COMMIT_THREADS, len(by_topic)))) as pool:
-        return list(pool.map(lambda item: commit(*item), by_topic.items()))
-
-
-#: Partitions committed at once from the driver.
-COMMIT_THREADS = 4
+    frame = local_frame(spark, [(topic,) for topic in topics], "dlq_topic string").repartition(
+        max(1, len(topics))
+    )
+    return [row.asDict() for row in map_in_arrow(frame, commit, COMMIT_RESULT_SCHEMA).collect()]
 
 
 class ConsumerCommit:

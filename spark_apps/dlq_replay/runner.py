@@ -698,11 +698,14 @@ def _sum_rows(rows: DataFrame) -> dict[str, int]:
 
 
 def _commit_entries(run: _Run, windows: list[PartitionWindow]) -> dict[str, int]:
-    """Reader mode: ack the snapshot's fully final entries by id, verified on the cursor; no DLQ read.
-    The read and record tasks counted every entry: no Spark job, the partitions acked side by side."""
-    from spark_apps.dlq_replay.commit_parts import commit_entries
+    """Reader mode: ack the snapshot's fully final entries by id, verified on the cursor; no DLQ read
+    (one task per partition, from the read and record tasks' counts)."""
+    from spark_apps.dlq_replay.commit_parts import commit_in_tasks
 
-    results = commit_entries(_counted_entries(run), run.conf, windows, run.options.subscription)
+    paths = run.paths
+    results = commit_in_tasks(
+        run.spark, paths.snapshot_entries, paths.commit_parts, run.conf, windows, run.options.subscription
+    )
     return {name: sum(int(row[name] or 0) for row in results) for name in _TOTAL_COLUMNS}
 
 

@@ -252,7 +252,11 @@ class EntryCommitFn:
         self.max_attempts = int(max_attempts)
 
     def __call__(self, table: Any) -> Any:
-        by_topic = self.entries_by_topic(table)
+        return self.commit_table(table)
+
+    def commit_table(self, table: Any, topics: Sequence[str] = ()) -> Any:
+        """Commit the entries of ``table``: one result row per ``dlq_topic`` (each of ``topics`` too)."""
+        by_topic = self.entries_by_topic(table, topics)
         return _result_table([self.commit_topic(topic, entries) for topic, entries in by_topic.items()])
 
     def entries_by_topic(self, table: Any, topics: Sequence[str] = ()) -> dict[str, list[_EntryRow]]:
