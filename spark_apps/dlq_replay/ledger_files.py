@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pyspark.sql.types import StructType
@@ -193,56 +194,70 @@ def record_in_tasks(
     mode: str,
     recorded_at: datetime,
     batch_rows: int,
+    parts_dir: str,
+    commit_dir: str,
     halted: tuple[str, ...] = (),
-    parts_dir: str | None = None,
-    commit_dir: str | None = None,
 ) -> int:
     """Write the ledger rows of every decisions file of ``decisions_dir`` (one per producer bucket) to
     ``staged_path``, one Spark task per bucket, with the send results of ``results_dir`` applied; returns
-    the rows written (a ``halted`` group's unsent rows as ``canary_failed``). With ``parts_dir``, each
-    task also writes its bucket's report parts there (:mod:`~spark_apps.dlq_replay.report_parts`), and
-    with ``commit_dir`` its final messages per entry (:mod:`~spark_apps.dlq_replay.commit_parts`)."""
-    from spark_apps.dlq_replay import commit_parts, storage, task_parquet
-    from spark_apps.dlq_replay.report_parts import REP_COLUMNS, BucketParts, clear_parts
+    the rows written (a ``halted`` group's unsent rows as ``canary_failed``). Each task also writes its
+    bucket's report parts to ``parts_dir`` (:mod:`~spark_apps.dlq_replay.report_parts`) and its final
+    messages per entry to ``commit_dir`` (:mod:`~spark_apps.dlq_replay.commit_parts`)."""
+    from spark_apps.dlq_replay import commit_parts, task_parquet
+    from spark_apps.dlq_replay.report_parts import clear_parts
 
-    decisions, results = decisions_dir, results_dir
-    parts_folder = parts_dir
-    if parts_folder is not None:
-        clear_parts(parts_folder)
-    commit_folder = commit_dir
-    if commit_folder is not None:
-        commit_parts.clear(commit_folder)
-    columns = list(dict.fromkeys([*decided_columns(), "sequence_id", *(REP_COLUMNS if parts_folder else ())]))
-
-    def record(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            for bucket in batch.column(0).to_pylist():
-                path = task_parquet.part_file(decisions, bucket)
-                if not storage.exists(path):
-                    continue  # no decisions in this bucket
-                sent = bucket_results(results, bucket)
-                index = None if sent is None else ResultIndex(sent)
-                source = storage.open_parquet(path)
-                parts = None if parts_folder is None else BucketParts(bucket, parts_folder)
-                finals = None if commit_folder is None else commit_parts.EntryFinals()
-                for rows in source.iter_batches(batch_size=batch_rows, columns=columns, use_threads=False):
-                    mine = None if index is None else index.positions(rows)
-                    ledger = ledger_batch(rows, sent, mine, mode, recorded_at, halted)
-                    if parts is not None:
-                        parts.add(ledger, rows)
-                    if finals is not None:
-                        finals.add(ledger)
-                    yield ledger
-                if parts is not None:
-                    parts.write()
-                if finals is not None and commit_folder is not None:
-                    finals.write(commit_folder, bucket)
-
+    clear_parts(parts_dir)
+    commit_parts.clear(commit_dir)
+    record = _RecordBuckets(
+        decisions_dir, results_dir, parts_dir, commit_dir, mode, recorded_at, batch_rows, halted
+    )
     frame = spark.range(buckets, numPartitions=buckets)
     tallies = task_parquet.write_in_tasks(
         frame, record, LEDGER_FILE_SCHEMA, staged_path, task_parquet.row_tally, ("n",), int96_timestamps=True
     )
     return sum(t[0] or 0 for t in tallies)
+
+
+@dataclass(frozen=True)
+class _RecordBuckets:
+    """The record task: for each bucket id it gets, the ledger rows of that bucket's decisions file, its
+    report parts and its final messages per entry (see :func:`record_in_tasks`)."""
+
+    decisions: str
+    results: str
+    parts_dir: str
+    commit_dir: str
+    mode: str
+    recorded_at: datetime
+    batch_rows: int
+    halted: tuple[str, ...]
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for bucket in batch.column(0).to_pylist():
+                yield from self.bucket(bucket)
+
+    def bucket(self, bucket: int) -> Iterator[pa.RecordBatch]:
+        from spark_apps.dlq_replay import commit_parts, storage
+        from spark_apps.dlq_replay.report_parts import REP_COLUMNS, BucketParts
+        from spark_apps.dlq_replay.task_parquet import part_file
+
+        path = part_file(self.decisions, bucket)
+        if not storage.exists(path):
+            return  # no decisions in this bucket
+        sent = bucket_results(self.results, bucket)
+        index = None if sent is None else ResultIndex(sent)
+        parts, finals = BucketParts(bucket, self.parts_dir), commit_parts.EntryFinals()
+        columns = list(dict.fromkeys([*decided_columns(), "sequence_id", *REP_COLUMNS]))
+        source = storage.open_parquet(path)
+        for rows in source.iter_batches(batch_size=self.batch_rows, columns=columns, use_threads=False):
+            mine = None if index is None else index.positions(rows)
+            ledger = ledger_batch(rows, sent, mine, self.mode, self.recorded_at, self.halted)
+            parts.add(ledger, rows)
+            finals.add(ledger)
+            yield ledger
+        parts.write()
+        finals.write(self.commit_dir, bucket)
 
 
 def publish_staged(staged: str, ledger_root: str, run_id: str) -> bool:

@@ -512,6 +512,7 @@ def test_ledger_recorded_by_tasks_reads_as_sparks_ledger(spark, tmp_path):
     for _ in range(2):  # a redone record step replaces this run's partition
         written = record_in_tasks(
             spark, str(decisions), str(results), 2, staged, mode=oc.REPLAY, recorded_at=T0, batch_rows=4,
+            parts_dir=str(tmp_path / "report_parts"), commit_dir=str(tmp_path / "commit_parts"),
         )  # fmt: skip
         assert written == decided.count() == 18
         assert publish_staged(staged, str(by_tasks), run_id)
@@ -558,7 +559,7 @@ def test_report_from_record_parts_is_sparks_report(spark, tmp_path, snippets):
     staged = str(tmp_path / "ledger_staged")
     record_in_tasks(
         spark, str(decisions), str(results), 2, staged, mode=oc.REPLAY, recorded_at=T0, batch_rows=4,
-        parts_dir=parts,
+        parts_dir=parts, commit_dir=str(tmp_path / "commit_parts"),
     )  # fmt: skip
     publish_staged(staged, ledger, "run-1")
     earlier = decided.filter("outcome = 'to_republish'").select(*OUTCOME_COLUMNS)
