@@ -23,7 +23,6 @@ from spark_apps.dlq_replay.pulsar_io.source import UNDECODABLE_PROPERTY
 from spark_apps.dlq_replay.schemas import (
     CONTEXT_COLUMNS,
     DECIDED_SCHEMA,
-    REPLAY_ID_MARK,
     SCOPE_COLUMN,
     arrow_schema,
 )
@@ -541,15 +540,13 @@ def decide(
     final_ids: DataFrame | None = None,
     reviewed_ids: DataFrame | None = None,
     identities: DataFrame | None = None,
-    identities_dir: str | None = None,
 ) -> DataFrame:
     """Snapshot rows -> decided rows (:data:`DECIDED_SCHEMA`): one outcome per row, fixes applied.
 
     A light pass over the payload-free rows finds the replay ids and marks already-final and duplicate
     messages and the ``--max-messages`` choice (:func:`~spark_apps.dlq_replay.scope.scope_marks`;
     ``final_ids`` as described there; ``identities``: its rows, when the snapshot's read tasks wrote
-    them, and ``identities_dir`` their folder); then one Python pass per Arrow batch: normalise,
-    scope, decide. Runs in at most
+    them); then one Python pass per Arrow batch: normalise, scope, decide. Runs in at most
     ``producers_per_target`` tasks; task ``b`` sends to each target through producer bucket ``b`` (see
     :class:`ProducerSequencer`).
     """
@@ -565,7 +562,6 @@ def decide(
             final_ids,
             reviewed_ids,
             identities=identities,
-            identities_dir=identities_dir,
         ),
         DECIDED_SCHEMA,
     )
@@ -582,7 +578,6 @@ def decide_tasks(
     snapshot_dir: str | None = None,
     batch_rows: int = 10_000,
     identities: DataFrame | None = None,
-    identities_dir: str | None = None,
 ) -> tuple[DataFrame, Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]]:
     """:func:`decide` as its input frame (one partition per producer bucket) and the function each task
     runs over its Arrow batches, giving :data:`DECIDED_SCHEMA` batches: for a caller that writes the
@@ -593,21 +588,17 @@ def decide_tasks(
     share of its row groups themselves, in batches of ``batch_rows`` (:mod:`~spark_apps.dlq_replay.
     snapshot_files`); otherwise Spark reads the snapshot and joins the marks. ``identities``: the
     snapshot's :func:`~spark_apps.dlq_replay.scope.identity_rows`, when its read tasks wrote them (see
-    :func:`~spark_apps.dlq_replay.scope.scope_marks`), and
-    ``identities_dir`` their folder, where the driver finds the replay ids of copies itself."""
-    from spark_apps.dlq_replay.snapshot_files import (
-        DRIVER_MARKS,
-        bucket_batches,
-        repeated_values,
-        row_group_units,
-    )
+    :func:`~spark_apps.dlq_replay.scope.scope_marks`; the replay ids of copies among them are found by a
+    Spark aggregation, :func:`~spark_apps.dlq_replay.scope.repeated_ids`)."""
+    from spark_apps.dlq_replay.scope import repeated_ids
+    from spark_apps.dlq_replay.snapshot_files import DRIVER_MARKS, bucket_batches, row_group_units
 
     chosen_filters = filters or Filters()
     precedence = playbook.origin_precedence
     n = max(1, producers_per_target)
     repeated = None
-    if identities_dir and identities is not None:
-        repeated = repeated_values(identities_dir, REPLAY_ID_MARK)
+    if identities is not None and chosen_filters.max_messages is None:
+        repeated = repeated_ids(identities)
     marked, count = scope_marks(
         snapshot, chosen_filters, final_ids, precedence, reviewed_ids, identities, repeated
     )

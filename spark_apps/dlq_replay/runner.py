@@ -370,7 +370,6 @@ def _decide(run: _Run, snapshot: DataFrame, planned_at: datetime) -> DataFrame:
             snapshot_dir=run.paths.snapshot,
             batch_rows=_arrow_batch_rows(run),
             identities=identities,
-            identities_dir=run.paths.identities if identities is not None else None,
         )
         return_free_memory()  # the marks' working memory, before the driver waits out decide and apply
         # The archived rows are staged beside the decisions; apply moves them into the archive.

@@ -172,7 +172,7 @@ def scope_marks(
     The marks are computed on payload-free rows (:func:`identity_rows`: ``identities`` when the
     snapshot's read tasks wrote them, else computed here from the snapshot); only the marked rows are
     joined back to the snapshot. ``repeated``: the replay ids that more than one row of ``identities``
-    carries, when known (:func:`~spark_apps.dlq_replay.snapshot_files.repeated_values`): only those
+    carries, when known (:func:`repeated_ids`): only those
     rows are ranked, and a snapshot without copies, earlier final rows or a reviewed scope has no marks
     (no Spark job).
     """
@@ -255,6 +255,28 @@ def scope_marks(
     marked = marks.filter(F.col(MARK).isNotNull()).select("topic", "message_id_str", MARK, MARK_REASON)
     marked = marked.persist(StorageLevel.MEMORY_AND_DISK)  # computed once, counted, joined
     return marked, marked.count()
+
+
+#: At most this many replay ids carried by more than one snapshot row reach the driver and are ranked by
+#: themselves; more, and the scope marks rank every row.
+REPEATED_LIMIT = 10_000
+
+
+def repeated_ids(identities: DataFrame, limit: int = REPEATED_LIMIT) -> set[str] | None:
+    """The replay ids that more than one row of ``identities`` carries (a Spark aggregation: at most
+    ``limit + 1`` ids reach the driver), or ``None`` when there are more than ``limit``."""
+    from pyspark.sql import functions as F
+
+    rows = (
+        identities.filter(F.col(_RID).isNotNull())
+        .groupBy(_RID)
+        .count()
+        .filter(F.col("count") > 1)
+        .select(_RID)
+        .limit(limit + 1)
+        .collect()
+    )
+    return None if len(rows) > limit else {row[0] for row in rows}
 
 
 def _ranked(ids: DataFrame, repeated: set[str] | None) -> DataFrame:

@@ -21,9 +21,6 @@ if TYPE_CHECKING:
 #: At most this many marked rows (already final, duplicate, filtered, chosen) go to the decide tasks
 #: as a dict; more, and the decide pass joins them in Spark.
 DRIVER_MARKS = 50_000
-#: At most this many replay ids carried by more than one snapshot row are ranked in Spark by themselves;
-#: more, and the scope marks rank every row (see :func:`repeated_values`).
-DRIVER_REPEATED = 10_000
 
 
 def part_files(folder: str) -> list[str]:
@@ -42,52 +39,6 @@ def row_group_units(folder: str) -> list[tuple[str, int]]:
     for path in part_files(folder):
         units += [(path, group) for group in range(open_parquet(path).metadata.num_row_groups)]
     return units
-
-
-def repeated_values(folder: str, column: str, limit: int = DRIVER_REPEATED) -> set[str] | None:
-    """The values of string ``column`` (replay ids: hex digests) that more than one row of the
-    ``part-*.parquet`` files in ``folder`` holds, or ``None`` when there are more than ``limit`` of them.
-
-    Found in the driver with little memory (about 50 bytes a row): the values' first 16 bytes are sorted
-    and compared with their neighbours, and only the values whose prefix repeats are read again whole.
-    """
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    chunks = [_prefixes(batch.column(0)) for batch in _column_batches(folder, column)]
-    prefixes = pa.concat_arrays(chunks) if chunks else pa.array([], pa.binary())
-    del chunks
-    ordered = prefixes.take(pc.sort_indices(prefixes))
-    del prefixes
-    same = pc.equal(ordered.slice(0, max(0, len(ordered) - 1)), ordered.slice(1))
-    if not same.true_count:
-        return set()
-    shared = pc.unique(ordered.slice(1).filter(same))
-    if len(shared) > limit:
-        return None
-    counts: dict[str, int] = {}
-    for batch in _column_batches(folder, column):
-        values = batch.column(0)
-        for value in values.filter(pc.is_in(_prefixes(values), value_set=shared)).to_pylist():
-            counts[value] = counts.get(value, 0) + 1
-    repeated = {value for value, count in counts.items() if value is not None and count > 1}
-    return repeated if len(repeated) <= limit else None
-
-
-def _column_batches(folder: str, column: str) -> Iterator[pa.RecordBatch]:
-    from spark_apps.dlq_replay.storage import open_parquet
-
-    for path in part_files(folder):
-        source = open_parquet(path)
-        yield from source.iter_batches(batch_size=65_536, columns=[column], use_threads=False)
-
-
-def _prefixes(values: pa.Array) -> pa.Array:
-    """The first 16 bytes of each string (as binary; a shorter string whole)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    return pc.binary_slice(values.cast(pa.binary()), 0, 16)
 
 
 def bucket_batches(

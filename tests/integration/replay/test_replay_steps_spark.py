@@ -16,9 +16,8 @@ from spark_apps.dlq_replay.normalize import normalize
 from spark_apps.dlq_replay.playbook import parse_playbook
 from spark_apps.dlq_replay.report import CommitTotals, build_report
 from spark_apps.dlq_replay.schemas import IDENTITIES_SCHEMA, LEDGER_SCHEMA, REPLAY_ID_MARK, SNAPSHOT_SCHEMA
-from spark_apps.dlq_replay.scope import Filters, identity_rows, replay_id_column, scope_marks
+from spark_apps.dlq_replay.scope import Filters, identity_rows, repeated_ids, replay_id_column, scope_marks
 from spark_apps.dlq_replay.signatures import replay_id
-from spark_apps.dlq_replay.snapshot_files import repeated_values
 from spark_apps.dlq_replay.storage import RunStorage
 from spark_apps.dlq_replay.topics import TopicMatcher
 
@@ -337,13 +336,13 @@ def test_identities_written_beside_the_snapshot_give_the_same_decisions(spark, t
     )
     computed = by_key(decide(snap, PLAYBOOK, settings(), 2))
     read = by_key(decide(snap, PLAYBOOK, settings(), 2, identities=identities))
-    # The driver finds the replay ids of copies in the files and ranks only their rows.
-    assert repeated_values(side, REPLAY_ID_MARK) == {computed[k]["replay_id"] for k in ("a-old", "b-1")}
-    ranked = by_key(decide(snap, PLAYBOOK, settings(), 2, identities=identities, identities_dir=side))
-    for decided in (read, ranked):
-        assert {k: (r["outcome"], r["outcome_reason"]) for k, r in decided.items()} == {
-            k: (r["outcome"], r["outcome_reason"]) for k, r in computed.items()
-        }
+    # A Spark aggregation finds the replay ids of copies; only their rows are ranked.
+    assert repeated_ids(identities) == {computed[k]["replay_id"] for k in ("a-old", "b-1")}
+    assert repeated_ids(identities, limit=1) is None  # more than the limit: every row is ranked
+    # Ranking only the copies' rows (read) decides as ranking every row (computed, no identities).
+    assert {k: (r["outcome"], r["outcome_reason"]) for k, r in read.items()} == {
+        k: (r["outcome"], r["outcome_reason"]) for k, r in computed.items()
+    }
     assert sorted(r["outcome"] for r in read.values()).count(oc.DUPLICATE) == 3
 
 
@@ -362,7 +361,7 @@ def test_a_snapshot_without_copies_needs_no_marks(spark, tmp_path):
         ("n",),
     )
     identities = spark.read.schema(IDENTITIES_SCHEMA).parquet(side)
-    assert repeated_values(side, REPLAY_ID_MARK) == set()
+    assert repeated_ids(identities) == set()
     jobs = spark.sparkContext.statusTracker()
     before = len(jobs.getJobIdsForGroup(None))
     marked, count = scope_marks(snap, Filters(), None, identities=identities, repeated=set())
@@ -370,7 +369,7 @@ def test_a_snapshot_without_copies_needs_no_marks(spark, tmp_path):
     assert count == 0
     assert marked.collect() == []
     expected = by_key(decide(snap, PLAYBOOK, settings(), 2))
-    fast = by_key(decide(snap, PLAYBOOK, settings(), 2, identities=identities, identities_dir=side))
+    fast = by_key(decide(snap, PLAYBOOK, settings(), 2, identities=identities))
     assert {k: r["outcome"] for k, r in fast.items()} == {k: r["outcome"] for k, r in expected.items()} == {
         "a-old": oc.TO_REPUBLISH, "b-2": oc.TO_REPUBLISH, "c": oc.TO_REPUBLISH,
     }  # fmt: skip
@@ -386,9 +385,7 @@ def test_a_snapshot_without_copies_needs_no_marks(spark, tmp_path):
         ledger_rows(with_publish_results(first, sent), "run-1", oc.REPLAY, T0), tmp_path, ledger_root
     )
     earlier = final_ids(read_ledger(spark, RunStorage(), ledger_root), exclude_run_id="run-2")
-    second = by_key(
-        decide(snap, PLAYBOOK, settings(), 2, final_ids=earlier, identities=identities, identities_dir=side)
-    )
+    second = by_key(decide(snap, PLAYBOOK, settings(), 2, final_ids=earlier, identities=identities))
     assert {k: r["outcome"] for k, r in second.items()} == {
         "a-old": oc.ALREADY_FINAL, "b-2": oc.TO_REPUBLISH, "c": oc.TO_REPUBLISH,
     }  # fmt: skip

@@ -66,29 +66,3 @@ def test_marks_are_looked_up_by_topic_and_message_id():
 def test_no_files_give_no_units(tmp_path):
     (tmp_path / "_SUCCESS").write_text("")
     assert row_group_units(str(tmp_path)) == []
-
-
-def test_repeated_values_are_the_values_held_by_more_than_one_row(tmp_path):
-    import hashlib
-    import random
-
-    from spark_apps.dlq_replay.snapshot_files import repeated_values
-
-    rnd = random.Random(7)
-    digests = [hashlib.sha256(str(i).encode()).hexdigest()[:32] for i in range(3000)]
-    # A shared 16-character prefix is no repeat; nulls and short values are kept apart too.
-    prefix_twins = ["0123456789abcdef" + "0" * 16, "0123456789abcdef" + "1" * 16]
-    repeated = set(rnd.sample(digests, 25))
-    values = [*digests, *repeated, *rnd.sample(sorted(repeated), 5), *prefix_twins, None, None, "ab", "cd"]
-    rnd.shuffle(values)
-    for f, start in enumerate(range(0, len(values), 1000)):
-        table = pa.table({"_rid": pa.array(values[start : start + 1000], pa.string())})
-        pq.write_table(table, tmp_path / f"part-{f:05d}.parquet", row_group_size=300)
-
-    assert repeated_values(str(tmp_path), "_rid") == repeated
-    assert repeated_values(str(tmp_path), "_rid", limit=24) is None
-    empty = tmp_path / "empty"
-    empty.mkdir()
-    assert repeated_values(str(empty), "_rid") == set()
-    pq.write_table(pa.table({"_rid": pa.array([], pa.string())}), empty / "part-00000.parquet")
-    assert repeated_values(str(empty), "_rid") == set()
