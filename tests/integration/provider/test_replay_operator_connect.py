@@ -21,6 +21,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from topic_keys import keys_on
 
 from airflow_provider_dlq.operators.replay import DlqReplayOperator
 
@@ -64,20 +65,6 @@ def small_dlq(client: Any) -> tuple[str, str, dict[str, str]]:
         producer.send(payload, properties=context_of(orders, n, cls, message), partition_key=key)
     producer.close()
     return orders, dlq, {key: outcome for key, _, _, _, outcome in items}
-
-
-def keys_on(client: Any, topic: str) -> list[str]:
-    """The keys of every message stored on ``topic`` (a Reader: acks nothing)."""
-    import pulsar
-
-    reader = client.create_reader(topic, pulsar.MessageId.earliest)
-    keys = []
-    try:
-        while reader.has_message_available():
-            keys.append(reader.read_next(30_000).partition_key())
-    finally:
-        reader.close()
-    return sorted(keys)
 
 
 def pending_keys(client: Any, topic: str) -> list[str]:

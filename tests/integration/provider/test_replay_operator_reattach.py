@@ -27,6 +27,7 @@ from typing import Any
 
 import psutil
 import pytest
+from topic_keys import keys_on
 
 from airflow_provider_dlq.operators.reattach import OtherRunHoldsError
 from airflow_provider_dlq.operators.replay import DlqReplayOperator
@@ -70,20 +71,6 @@ def fill_dlq(client: Any) -> tuple[str, str]:
         producer.send(b'{"order_id": %d}' % n, properties=properties, partition_key=f"k-{n}")
     producer.close()
     return orders, dlq
-
-
-def keys_on(client: Any, topic: str) -> list[str]:
-    """Every message stored on ``topic`` (a Reader from the earliest: counts, acks nothing)."""
-    import pulsar
-
-    reader = client.create_reader(topic, pulsar.MessageId.earliest)
-    keys = []
-    try:
-        while reader.has_message_available():
-            keys.append(reader.read_next(30_000).partition_key())
-    finally:
-        reader.close()
-    return keys
 
 
 def apply_running(out: Path, run_id: str) -> bool:
