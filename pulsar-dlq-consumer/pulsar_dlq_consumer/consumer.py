@@ -229,37 +229,10 @@ class DlqConsumer:
         subscription_name, dead_letter, retry = _renamed_arguments(
             subscription_name, dead_letter_policy, retry_policy, subscribe_options
         )
-        if consumer_type is None:
-            consumer_type = pulsar.ConsumerType.Shared
-        if consumer_type not in (pulsar.ConsumerType.Shared, pulsar.ConsumerType.KeyShared):
-            raise UnsupportedSubscriptionTypeError(
-                f"consumer_type must be ConsumerType.Shared or ConsumerType.KeyShared: retry topics, "
-                f"nack backoff and dead-lettering need individual acks; got {consumer_type!r}"
-            )
-        if dead_letter is not None and not isinstance(dead_letter, DeadLetterPolicy):
-            raise ConfigurationError(
-                "dead_letter_policy must be a pulsar_dlq_consumer.DeadLetterPolicy (same arguments as "
-                f"pulsar.ConsumerDeadLetterPolicy) or None; got {dead_letter!r}"
-            )
-        if retry is not None and not isinstance(retry, RetryPolicy):
-            raise ConfigurationError(f"retry_policy must be a RetryPolicy or None; got {retry!r}")
+        consumer_type = _checked_consumer_type(consumer_type)
         backoff = backoff if backoff is not None else ExponentialBackoff()
-        if not callable(getattr(backoff, "next", None)):
-            raise ConfigurationError(f"backoff must have a next(redelivery_count) method; got {backoff!r}")
-        managed = _MANAGED_OPTIONS & subscribe_options.keys()
-        if managed:
-            raise ConfigurationError(
-                f"{sorted(managed)} are managed by DlqConsumer: use consumer_type=, consumer_name=, backoff= "
-                "instead (message listeners are not supported; call receive())"
-            )
-        if (
-            isinstance(nack_precision_ms, bool)
-            or not isinstance(nack_precision_ms, int)
-            or nack_precision_ms < 1
-        ):
-            raise ConfigurationError(f"nack_precision_ms must be an int >= 1; got {nack_precision_ms!r}")
-        if not isinstance(send_timeout_s, int | float) or send_timeout_s <= 0:
-            raise ConfigurationError(f"send_timeout_s must be > 0; got {send_timeout_s!r}")
+        _check_policies(dead_letter, retry, backoff)
+        _check_subscribe_settings(subscribe_options, nack_precision_ms, send_timeout_s)
         names = resolve_topics(topic, subscription_name, dead_letter, retry)
 
         self._pulsar = pulsar
@@ -287,19 +260,23 @@ class DlqConsumer:
         }
         self._inbox: _Inbox | None = None
         self._retry_consumer: Any = None
-        if self.retry_topic is None:
-            self._consumer = client.subscribe(self._topic, self._subscription, **options)
-        else:
-            self._inbox = _Inbox(int(subscribe_options.get("receiver_queue_size", 1000)))
-            options["message_listener"] = self._inbox.listener
-            self._consumer = client.subscribe(self._topic, self._subscription, **options)
-            try:
-                self._retry_consumer = client.subscribe(self.retry_topic, self._subscription, **options)
-            except Exception:
-                self._inbox.close()
-                self._consumer.close()
-                raise
+        self._subscribe(options)
         self._scheduler = _Scheduler(f"dlq-consumer-{self._subscription}")
+
+    def _subscribe(self, options: dict[str, Any]) -> None:
+        """Subscribe to the topic and, with retry, to the retry topic, both feeding one inbox."""
+        if self.retry_topic is None:
+            self._consumer = self._client.subscribe(self._topic, self._subscription, **options)
+            return
+        self._inbox = _Inbox(int(options.get("receiver_queue_size", 1000)))
+        options["message_listener"] = self._inbox.listener
+        self._consumer = self._client.subscribe(self._topic, self._subscription, **options)
+        try:
+            self._retry_consumer = self._client.subscribe(self.retry_topic, self._subscription, **options)
+        except Exception:
+            self._inbox.close()
+            self._consumer.close()
+            raise
 
     # ------------------------------------------------------------------ basics
 
@@ -815,6 +792,51 @@ def _renamed_arguments(
             "subscription_name is required: DlqConsumer(client, topic, subscription_name)"
         )
     return given["subscription_name"], given["dead_letter_policy"], given["retry_policy"]
+
+
+def _checked_consumer_type(consumer_type: pulsar.ConsumerType | None) -> pulsar.ConsumerType:
+    """``consumer_type``, ``Shared`` when not given; anything but ``Shared``/``KeyShared`` raises."""
+    import pulsar
+
+    if consumer_type is None:
+        consumer_type = pulsar.ConsumerType.Shared
+    if consumer_type not in (pulsar.ConsumerType.Shared, pulsar.ConsumerType.KeyShared):
+        raise UnsupportedSubscriptionTypeError(
+            f"consumer_type must be ConsumerType.Shared or ConsumerType.KeyShared: retry topics, "
+            f"nack backoff and dead-lettering need individual acks; got {consumer_type!r}"
+        )
+    return consumer_type
+
+
+def _check_policies(
+    dead_letter: DeadLetterPolicy | None, retry: RetryPolicy | None, backoff: RedeliveryBackoff
+) -> None:
+    """The dead-letter and retry policies are ours (or ``None``) and ``backoff`` has ``next()``."""
+    if dead_letter is not None and not isinstance(dead_letter, DeadLetterPolicy):
+        raise ConfigurationError(
+            "dead_letter_policy must be a pulsar_dlq_consumer.DeadLetterPolicy (same arguments as "
+            f"pulsar.ConsumerDeadLetterPolicy) or None; got {dead_letter!r}"
+        )
+    if retry is not None and not isinstance(retry, RetryPolicy):
+        raise ConfigurationError(f"retry_policy must be a RetryPolicy or None; got {retry!r}")
+    if not callable(getattr(backoff, "next", None)):
+        raise ConfigurationError(f"backoff must have a next(redelivery_count) method; got {backoff!r}")
+
+
+def _check_subscribe_settings(
+    subscribe_options: Mapping[str, Any], nack_precision_ms: int, send_timeout_s: float
+) -> None:
+    """No option the wrapper manages is passed through, and the nack and send timings are valid."""
+    managed = _MANAGED_OPTIONS & subscribe_options.keys()
+    if managed:
+        raise ConfigurationError(
+            f"{sorted(managed)} are managed by DlqConsumer: use consumer_type=, consumer_name=, backoff= "
+            "instead (message listeners are not supported; call receive())"
+        )
+    if isinstance(nack_precision_ms, bool) or not isinstance(nack_precision_ms, int) or nack_precision_ms < 1:
+        raise ConfigurationError(f"nack_precision_ms must be an int >= 1; got {nack_precision_ms!r}")
+    if not isinstance(send_timeout_s, int | float) or send_timeout_s <= 0:
+        raise ConfigurationError(f"send_timeout_s must be > 0; got {send_timeout_s!r}")
 
 
 def _str_or(value: object, default: str) -> str:

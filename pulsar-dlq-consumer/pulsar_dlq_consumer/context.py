@@ -322,6 +322,17 @@ def build_context_properties(
         props[KEY_REASON] = reason
     if consumer:
         props[KEY_CONSUMER] = safe_str(consumer)
+    props.update(_error_properties(error, include_stacktrace, max_message_bytes, max_stack_bytes))
+    if not payload_copied and payload is not None:
+        props[KEY_PAYLOAD_SHA256] = payload_sha256(payload)
+    return props
+
+
+def _error_properties(
+    error: BaseException | str | None, include_stacktrace: bool, max_message_bytes: int, max_stack_bytes: int
+) -> dict[str, str]:
+    """The exception class, message and stack of ``error`` (only the message for a string)."""
+    props: dict[str, str] = {}
     if isinstance(error, BaseException):
         props[KEY_EXCEPTION_CLASS] = safe_str(exception_class_name(error))
         props[KEY_EXCEPTION_MESSAGE] = truncate_utf8(_exception_message(error), max_message_bytes)
@@ -330,8 +341,6 @@ def build_context_properties(
             props[KEY_EXCEPTION_STACKTRACE] = _truncate_stack(stack, max_stack_bytes)
     elif isinstance(error, str):
         props[KEY_EXCEPTION_MESSAGE] = truncate_utf8(error, max_message_bytes)
-    if not payload_copied and payload is not None:
-        props[KEY_PAYLOAD_SHA256] = payload_sha256(payload)
     return props
 
 

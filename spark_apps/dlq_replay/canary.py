@@ -165,49 +165,70 @@ def failed_again(
     Non-durable Readers, positioned by publish time: nothing is consumed or acked. A topic in
     ``optional`` (a derived ``-RETRY`` name) that cannot be read is skipped with a warning.
     """
-    import pulsar
-
-    from spark_apps.dlq_replay.lineage import REPLAY_ID, REPLAY_RUN_ID
     from spark_apps.dlq_replay.pulsar_io.conf import get_client
-    from spark_apps.dlq_replay.pulsar_io.window import expand_partitions
 
     client = get_client(conf)
     until_ms = int(time.time() * 1000)
     seen: set[str] = set()
     read = 0
     for topic in topics:
-        try:
-            partitions = expand_partitions(client, topic)
-        except Exception as exc:
-            if topic not in optional:
-                raise
-            log.warning("canary: %s is not watched (%s)", topic, type(exc).__name__)
-            continue
-        for name, _ in partitions:
-            try:
-                reader = client.create_reader(name, pulsar.MessageId.latest)
-            except Exception as exc:
-                if topic not in optional:
-                    raise
-                log.warning("canary: %s is not watched (%s)", name, type(exc).__name__)
+        for name, _ in _watched_partitions(client, topic, topic in optional):
+            reader = _watch_reader(client, name, topic in optional)
+            if reader is None:
                 continue
             try:
                 reader.seek(int(since_ms))
-                while True:
-                    try:
-                        msg = reader.read_next(timeout_millis=3000)
-                    except pulsar.Timeout:
-                        break
-                    read += 1
-                    props = msg.properties()
-                    if props.get(REPLAY_RUN_ID) == run_id and props.get(REPLAY_ID) in canary_ids:
-                        seen.add(props[REPLAY_ID])
-                    if msg.publish_timestamp() > until_ms:
-                        break
+                read += _read_canaries(reader, until_ms, run_id, canary_ids, seen)
             finally:
                 reader.close()
     log.info("canary: read %d messages on %d watched topics; %d failed again", read, len(topics), len(seen))
     return seen
+
+
+def _watched_partitions(client: Any, topic: str, optional: bool) -> list[tuple[str, int]]:
+    """The partitions of ``topic`` to watch; none, with a warning, when an ``optional`` one is unreadable."""
+    from spark_apps.dlq_replay.pulsar_io.window import expand_partitions
+
+    try:
+        return expand_partitions(client, topic)
+    except Exception as exc:
+        if not optional:
+            raise
+        log.warning("canary: %s is not watched (%s)", topic, type(exc).__name__)
+        return []
+
+
+def _watch_reader(client: Any, name: str, optional: bool) -> Any:
+    """A Reader of ``name`` (positioned later); ``None``, with a warning, when an ``optional`` one fails."""
+    import pulsar
+
+    try:
+        return client.create_reader(name, pulsar.MessageId.latest)
+    except Exception as exc:
+        if not optional:
+            raise
+        log.warning("canary: %s is not watched (%s)", name, type(exc).__name__)
+        return None
+
+
+def _read_canaries(reader: Any, until_ms: int, run_id: str, canary_ids: set[str], seen: set[str]) -> int:
+    """Read until idle or past ``until_ms``, adding this run's canary ids to ``seen``; the messages read."""
+    import pulsar
+
+    from spark_apps.dlq_replay.lineage import REPLAY_ID, REPLAY_RUN_ID
+
+    read = 0
+    while True:
+        try:
+            msg = reader.read_next(timeout_millis=3000)
+        except pulsar.Timeout:
+            return read
+        read += 1
+        props = msg.properties()
+        if props.get(REPLAY_RUN_ID) == run_id and props.get(REPLAY_ID) in canary_ids:
+            seen.add(props[REPLAY_ID])
+        if msg.publish_timestamp() > until_ms:
+            return read
 
 
 def verdicts(sent: dict[str, list[str]], seen: set[str], spec: CanarySpec) -> dict[str, dict[str, Any]]:

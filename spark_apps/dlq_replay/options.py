@@ -51,6 +51,25 @@ def split_list(value: str | None) -> tuple[str, ...] | None:
     return items or None
 
 
+def _check_run_name(option: str, value: str) -> None:
+    """A run id given to ``option`` (``--run-id``, ``--window-from``): a valid id and a safe name."""
+    try:
+        validate_run_id(value)
+    except ValueError as exc:
+        raise ReplayConfigError(f"{option}: {exc}") from exc
+    check_name(option, value)
+
+
+#: The numeric options with a lower bound: (option, attribute, minimum); ``None`` means not given.
+_MINIMUMS: tuple[tuple[str, str, int], ...] = (
+    ("--max-messages", "max_messages", 1),
+    ("--max-replays", "max_replays", 1),
+    ("--parallelism", "parallelism", 1),
+    ("--idle-timeout-ms", "idle_timeout_ms", 100),
+    ("--wave-size", "wave_size", 1),
+)
+
+
 @dataclass(frozen=True)
 class ReplayOptions:
     """Everything a replay run needs (see ``--help`` of the CLI for each option)."""
@@ -93,11 +112,7 @@ class ReplayOptions:
     admin_url: str | None = None
 
     def __post_init__(self) -> None:
-        try:
-            validate_run_id(self.run_id)
-        except ValueError as exc:
-            raise ReplayConfigError(f"--run-id: {exc}") from exc
-        check_name("--run-id", self.run_id)
+        _check_run_name("--run-id", self.run_id)
         if self.mode not in oc.MODES:
             raise ReplayConfigError(f"--mode must be one of {', '.join(oc.MODES)}; got {self.mode!r}")
         if not self.output_dir or not self.output_dir.strip():
@@ -105,14 +120,21 @@ class ReplayOptions:
                 "--output-dir is required (a local path or a Hadoop URI such as s3a://bucket/dlq)"
             )
         self._check_urls()
-        if not self.topics:
-            raise ReplayConfigError("--topics is required: the DLQ topics to replay, comma-separated")
         self._check_topics()
+        self._check_subscription()
+        self._check_origin_allowlist()
+        self._check_selection()
+        self._check_limits()
+        self._check_window_from()
+
+    def _check_subscription(self) -> None:
         if not self.subscription or not self.subscription.strip() or _CONTROL.search(self.subscription):
             raise ReplayConfigError(
                 "--subscription must be a non-empty name without control characters (default dlq-replayer)"
             )
         check_name("--subscription", self.subscription)
+
+    def _check_origin_allowlist(self) -> None:
         if self.mode == oc.REPLAY and not self.origin_allowlist:
             raise ReplayConfigError(
                 "--origin-allowlist is required in replay mode: the topics a message may be republished to, "
@@ -120,6 +142,9 @@ class ReplayOptions:
             )
         if self.origin_allowlist:
             self.allowlist_matcher()  # compiles every glob and regex now, naming a bad one
+
+    def _check_selection(self) -> None:
+        """``--signatures``, ``--error-class``, ``--since`` and ``--until``: which messages are read."""
         for signature in self.signatures or ():
             if not _SIGNATURE.fullmatch(signature):
                 raise ReplayConfigError(
@@ -132,25 +157,22 @@ class ReplayOptions:
             raise ReplayConfigError(
                 f"--since ({self.since.isoformat()}) must be before --until ({self.until.isoformat()})"
             )
-        for name, value, minimum in (
-            ("--max-messages", self.max_messages, 1),
-            ("--max-replays", self.max_replays, 1),
-            ("--parallelism", self.parallelism, 1),
-            ("--idle-timeout-ms", self.idle_timeout_ms, 100),
-            ("--wave-size", self.wave_size, 1),
-        ):
+
+    def _check_limits(self) -> None:
+        """The numeric options: each at least its minimum (:data:`_MINIMUMS`), a rate above zero."""
+        for name, attribute, minimum in _MINIMUMS:
+            value = getattr(self, attribute)
             if value is not None and value < minimum:
                 raise ReplayConfigError(f"{name} must be >= {minimum}; got {value}")
         if self.rate_limit is not None and self.rate_limit <= 0:
             raise ReplayConfigError(f"--rate-limit must be > 0 messages/s; got {self.rate_limit}")
-        if self.window_from is not None:
-            try:
-                validate_run_id(self.window_from)
-            except ValueError as exc:
-                raise ReplayConfigError(f"--window-from: {exc}") from exc
-            check_name("--window-from", self.window_from)
-            if self.window_from == self.run_id:
-                raise ReplayConfigError("--window-from must name an earlier run, not this --run-id")
+
+    def _check_window_from(self) -> None:
+        if self.window_from is None:
+            return
+        _check_run_name("--window-from", self.window_from)
+        if self.window_from == self.run_id:
+            raise ReplayConfigError("--window-from must name an earlier run, not this --run-id")
 
     def _check_urls(self) -> None:
         """The URLs carry no credentials, query or fragment (:func:`~.redaction.check_url`)."""
@@ -171,6 +193,8 @@ class ReplayOptions:
             )
 
     def _check_topics(self) -> None:
+        if not self.topics:
+            raise ReplayConfigError("--topics is required: the DLQ topics to replay, comma-separated")
         from spark_apps.dlq_replay.pulsar_io.errors import PulsarConfigError
         from spark_apps.dlq_replay.pulsar_io.window import parse_topics
 

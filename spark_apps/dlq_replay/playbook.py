@@ -19,7 +19,7 @@ from spark_apps.dlq_replay.errors import PlaybookError, ReplayConfigError
 from spark_apps.dlq_replay.topics import TopicMatcher, qualify_topic
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
 PLAYBOOK_VERSION = 1
 #: Limits on a playbook: a playbook is a short, reviewed list of rules, not data.
@@ -226,6 +226,30 @@ def parse_playbook(text: str, *, path: str | None = None) -> Playbook:
     if len(encoded) > MAX_PLAYBOOK_BYTES:
         raise PlaybookError(_too_big(), path=path)
     digest = hashlib.sha256(encoded).hexdigest()
+    root = _compose(text, path)
+    top = _mapping(root, "the playbook", path, _TOP_KEYS)
+    if "version" in top:
+        _check_version(top["version"], path)
+    fix_files: list[str] = []
+    if "fix_files" in top:
+        for node in _sequence(top["fix_files"], "fix_files", path):
+            fix_files.append(_string(node, "fix_files entry", path))
+    payload_off: TopicMatcher | None = None
+    if "payload_off_topics" in top:
+        payload_off = _payload_off_topics(top["payload_off_topics"], path)
+    precedence: tuple[str, ...] = ()
+    if "origin_precedence" in top:
+        precedence = _origin_precedence(top["origin_precedence"], path)
+    if "rules" not in top:
+        raise PlaybookError(
+            "missing `rules:` (a list of rules; an empty list skips everything)", path=path, line=_line(root)
+        )
+    rules = _parse_rules(top["rules"], path)
+    return Playbook(rules, tuple(fix_files), path, digest, payload_off, precedence)
+
+
+def _compose(text: str, path: str | None) -> yaml.Node:
+    """The YAML node tree of a playbook; invalid or empty YAML raises :class:`PlaybookError`."""
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except RecursionError as exc:
@@ -237,47 +261,41 @@ def parse_playbook(text: str, *, path: str | None = None) -> Playbook:
         raise PlaybookError(f"invalid YAML: {problem}", path=path, line=line) from exc
     if root is None:
         raise PlaybookError("the playbook is empty; it needs at least `rules:`", path=path, line=1)
-    top = _mapping(root, "the playbook", path, _TOP_KEYS)
-    version_node = top.get("version")
-    if version_node is not None:
-        version = _scalar(version_node, path)
-        if str(version) != str(PLAYBOOK_VERSION):
-            raise PlaybookError(
-                f"unsupported version {version!r}; this app reads version {PLAYBOOK_VERSION}",
-                path=path,
-                line=_line(version_node),
-            )
-    fix_files: list[str] = []
-    if "fix_files" in top:
-        for node in _sequence(top["fix_files"], "fix_files", path):
-            fix_files.append(_string(node, "fix_files entry", path))
-    payload_off: TopicMatcher | None = None
-    if "payload_off_topics" in top:
-        node = top["payload_off_topics"]
-        globs = _strings(node, "payload_off_topics", path)
-        try:
-            payload_off = TopicMatcher.parse(globs, what="payload_off_topics")
-        except ReplayConfigError as exc:
-            raise PlaybookError(str(exc), path=path, line=_line(node)) from exc
-    precedence: tuple[str, ...] = ()
-    if "origin_precedence" in top:
-        precedence = _origin_precedence(top["origin_precedence"], path)
-    if "rules" not in top:
+    return root
+
+
+def _check_version(node: yaml.Node, path: str | None) -> None:
+    version = _scalar(node, path)
+    if str(version) != str(PLAYBOOK_VERSION):
         raise PlaybookError(
-            "missing `rules:` (a list of rules; an empty list skips everything)", path=path, line=_line(root)
+            f"unsupported version {version!r}; this app reads version {PLAYBOOK_VERSION}",
+            path=path,
+            line=_line(node),
         )
-    rules: list[Rule] = []
-    names: dict[str, int] = {}
-    rule_nodes = _sequence(top["rules"], "rules", path)
+
+
+def _payload_off_topics(node: yaml.Node, path: str | None) -> TopicMatcher:
+    globs = _strings(node, "payload_off_topics", path)
+    try:
+        return TopicMatcher.parse(globs, what="payload_off_topics")
+    except ReplayConfigError as exc:
+        raise PlaybookError(str(exc), path=path, line=_line(node)) from exc
+
+
+def _parse_rules(node: yaml.Node, path: str | None) -> tuple[Rule, ...]:
+    """The rules, in order: at most :data:`MAX_RULES`, each name once."""
+    rule_nodes = _sequence(node, "rules", path)
     if len(rule_nodes) > MAX_RULES:
         raise PlaybookError(
             f"{len(rule_nodes)} rules; a playbook holds at most {MAX_RULES} (one rule can match many "
             "signatures, classes or topics: give them as a list)",
             path=path,
-            line=_line(top["rules"]),
+            line=_line(node),
         )
-    for index, node in enumerate(rule_nodes, start=1):
-        rule = _parse_rule(node, index, path)
+    rules: list[Rule] = []
+    names: dict[str, int] = {}
+    for index, rule_node in enumerate(rule_nodes, start=1):
+        rule = _parse_rule(rule_node, index, path)
         if rule.name in names:
             raise PlaybookError(
                 f"duplicate rule name {rule.name!r} (first at line {names[rule.name]}); names must be unique",
@@ -286,7 +304,7 @@ def parse_playbook(text: str, *, path: str | None = None) -> Playbook:
             )
         names[rule.name] = rule.line
         rules.append(rule)
-    return Playbook(tuple(rules), tuple(fix_files), path, digest, payload_off, precedence)
+    return tuple(rules)
 
 
 def _origin_precedence(node: yaml.Node, path: str | None) -> tuple[str, ...]:
@@ -398,6 +416,24 @@ def _parse_rule(node: yaml.Node, index: int, path: str | None) -> Rule:
     line = _line(node)
     name = _string(fields["name"], f"{what} name", path) if "name" in fields else f"rule-{index}"
     what = f"rule {name!r}"
+    action = _rule_action(fields, what, path, line)
+    kwargs: dict[str, Any] = {"name": name, "action": action, "line": line}
+    if "reason" in fields:
+        kwargs["reason"] = _string(fields["reason"], f"{what} reason", path)
+    kwargs.update(_rule_fix(fields, what, path, line))
+    if "on_fix_error" in fields:
+        kwargs["on_fix_error"] = _on_fix_error(fields["on_fix_error"], what, path)
+    if "archive_payload" in fields:
+        kwargs["archive_payload"] = _bool(fields["archive_payload"], f"{what} archive_payload", path)
+    if "fix_timeout_seconds" in fields:
+        kwargs["fix_timeout_seconds"] = _fix_timeout(fields["fix_timeout_seconds"], what, path)
+    if "match" in fields:
+        kwargs.update(_parse_match(fields["match"], what, path))
+    return Rule(**kwargs)
+
+
+def _rule_action(fields: dict[str, yaml.Node], what: str, path: str | None, line: int) -> str:
+    """The rule's action, with none of the keys that only other actions take (:data:`_ACTION_KEYS`)."""
     if "action" not in fields:
         raise PlaybookError(
             f"{what} has no `action`; use one of {', '.join(outcomes.ACTIONS)}", path=path, line=line
@@ -414,103 +450,131 @@ def _parse_rule(node: yaml.Node, index: int, path: str | None) -> Rule:
             raise PlaybookError(
                 f"{what}: `{key}` does not apply to action {action!r}", path=path, line=_line(fields[key])
             )
-    kwargs: dict[str, Any] = {"name": name, "action": action, "line": line}
-    if "reason" in fields:
-        kwargs["reason"] = _string(fields["reason"], f"{what} reason", path)
-    if "fix" in fields:
-        fix = _string(fields["fix"], f"{what} fix", path)
-        if not _FIX_REF.fullmatch(fix):
+    return action
+
+
+def _rule_fix(fields: dict[str, yaml.Node], what: str, path: str | None, line: int) -> dict[str, str]:
+    """``fix`` and ``fix_version``, given together or not at all (empty without a fix)."""
+    if "fix" not in fields:
+        if "fix_version" in fields:
             raise PlaybookError(
-                f"{what}: fix {fix!r} must be `module:function` (e.g. orders_fixes:add_currency)",
-                path=path,
-                line=_line(fields["fix"]),
+                f"{what}: `fix_version` without `fix`", path=path, line=_line(fields["fix_version"])
             )
-        if "fix_version" not in fields:
-            raise PlaybookError(
-                f"{what}: a fix needs `fix_version` (recorded in REPLAY_FIX and the ledger)",
-                path=path,
-                line=line,
-            )
-        kwargs["fix"] = fix
-        kwargs["fix_version"] = _string(fields["fix_version"], f"{what} fix_version", path)
-    elif "fix_version" in fields:
+        return {}
+    fix = _string(fields["fix"], f"{what} fix", path)
+    if not _FIX_REF.fullmatch(fix):
         raise PlaybookError(
-            f"{what}: `fix_version` without `fix`", path=path, line=_line(fields["fix_version"])
+            f"{what}: fix {fix!r} must be `module:function` (e.g. orders_fixes:add_currency)",
+            path=path,
+            line=_line(fields["fix"]),
         )
-    if "on_fix_error" in fields:
-        on_error = _string(fields["on_fix_error"], f"{what} on_fix_error", path)
-        if on_error not in outcomes.ON_FIX_ERROR_CHOICES:
-            raise PlaybookError(
-                f"{what}: on_fix_error must be one of "
-                f"{', '.join(outcomes.ON_FIX_ERROR_CHOICES)}, got {on_error!r}",
-                path=path,
-                line=_line(fields["on_fix_error"]),
-            )
-        kwargs["on_fix_error"] = on_error
-    if "archive_payload" in fields:
-        kwargs["archive_payload"] = _bool(fields["archive_payload"], f"{what} archive_payload", path)
-    if "fix_timeout_seconds" in fields:
-        node = fields["fix_timeout_seconds"]
-        value = _scalar(node, path)
-        number = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if not number or not 0 < value <= MAX_FIX_TIMEOUT_S:
-            raise PlaybookError(
-                f"{what}: fix_timeout_seconds must be a number of seconds in (0, {MAX_FIX_TIMEOUT_S:g}]; "
-                f"got {value!r}",
-                path=path,
-                line=_line(node),
-            )
-        kwargs["fix_timeout_seconds"] = float(value)
-    if "match" in fields:
-        kwargs.update(_parse_match(fields["match"], what, path))
-    return Rule(**kwargs)
+    if "fix_version" not in fields:
+        raise PlaybookError(
+            f"{what}: a fix needs `fix_version` (recorded in REPLAY_FIX and the ledger)",
+            path=path,
+            line=line,
+        )
+    return {"fix": fix, "fix_version": _string(fields["fix_version"], f"{what} fix_version", path)}
+
+
+def _on_fix_error(node: yaml.Node, what: str, path: str | None) -> str:
+    on_error = _string(node, f"{what} on_fix_error", path)
+    if on_error not in outcomes.ON_FIX_ERROR_CHOICES:
+        raise PlaybookError(
+            f"{what}: on_fix_error must be one of "
+            f"{', '.join(outcomes.ON_FIX_ERROR_CHOICES)}, got {on_error!r}",
+            path=path,
+            line=_line(node),
+        )
+    return on_error
+
+
+def _fix_timeout(node: yaml.Node, what: str, path: str | None) -> float:
+    value = _scalar(node, path)
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not number or not 0 < value <= MAX_FIX_TIMEOUT_S:
+        raise PlaybookError(
+            f"{what}: fix_timeout_seconds must be a number of seconds in (0, {MAX_FIX_TIMEOUT_S:g}]; "
+            f"got {value!r}",
+            path=path,
+            line=_line(node),
+        )
+    return float(value)
 
 
 def _parse_match(node: yaml.Node, what: str, path: str | None) -> dict[str, Any]:
+    """The ``Rule`` fields of a rule's ``match:``, each condition read by its :data:`_MATCH_PARSERS` entry."""
     if isinstance(node, yaml.ScalarNode) and _scalar(node, path) is None:
         return {}
     conditions = _mapping(node, f"{what} match", path, _MATCH_KEYS)
     out: dict[str, Any] = {}
-    if "signature" in conditions:
-        out["signatures"] = frozenset(_strings(conditions["signature"], f"{what} match.signature", path))
-    if "error_class" in conditions:
-        out["error_class"] = _regex(conditions["error_class"], f"{what} match.error_class", path)
-    if "error_message" in conditions:
-        out["error_message"] = _regex(conditions["error_message"], f"{what} match.error_message", path)
-    if "origin_topic" in conditions:
-        globs = _strings(conditions["origin_topic"], f"{what} match.origin_topic", path)
-        try:
-            out["origin_topic"] = TopicMatcher.parse(globs, what=f"{what} match.origin_topic")
-        except ReplayConfigError as exc:
-            raise PlaybookError(str(exc), path=path, line=_line(conditions["origin_topic"])) from exc
-    if "context_format" in conditions:
-        formats = _strings(conditions["context_format"], f"{what} match.context_format", path)
-        for fmt in formats:
-            if fmt not in _CONTEXT_FORMATS:
-                raise PlaybookError(
-                    f"{what}: unknown context_format {fmt!r}; use one of {', '.join(_CONTEXT_FORMATS)}",
-                    path=path,
-                    line=_line(conditions["context_format"]),
-                )
-        out["context_formats"] = frozenset(formats)
-    if "properties" in conditions:
-        props = _mapping_any(conditions["properties"], f"{what} match.properties", path)
-        conds: list[PropertyCondition] = []
-        for key, value_node in props:
-            value = _string(value_node, f"{what} match.properties.{key}", path)
-            if value.startswith("re:"):
-                try:
-                    conds.append(PropertyCondition(key, None, re.compile(value[3:])))
-                except re.error as exc:
-                    raise PlaybookError(
-                        f"{what}: match.properties.{key}: invalid regular expression: {exc}",
-                        path=path,
-                        line=_line(value_node),
-                    ) from exc
-            else:
-                conds.append(PropertyCondition(key, value, None))
-        out["properties"] = tuple(conds)
+    for key, (field_name, parse) in _MATCH_PARSERS.items():
+        if key in conditions:
+            out[field_name] = parse(conditions[key], what, path)
     return out
+
+
+def _match_signatures(node: yaml.Node, what: str, path: str | None) -> frozenset[str]:
+    return frozenset(_strings(node, f"{what} match.signature", path))
+
+
+def _match_error_class(node: yaml.Node, what: str, path: str | None) -> re.Pattern[str]:
+    return _regex(node, f"{what} match.error_class", path)
+
+
+def _match_error_message(node: yaml.Node, what: str, path: str | None) -> re.Pattern[str]:
+    return _regex(node, f"{what} match.error_message", path)
+
+
+def _match_origin_topic(node: yaml.Node, what: str, path: str | None) -> TopicMatcher:
+    globs = _strings(node, f"{what} match.origin_topic", path)
+    try:
+        return TopicMatcher.parse(globs, what=f"{what} match.origin_topic")
+    except ReplayConfigError as exc:
+        raise PlaybookError(str(exc), path=path, line=_line(node)) from exc
+
+
+def _match_context_formats(node: yaml.Node, what: str, path: str | None) -> frozenset[str]:
+    formats = _strings(node, f"{what} match.context_format", path)
+    for fmt in formats:
+        if fmt not in _CONTEXT_FORMATS:
+            raise PlaybookError(
+                f"{what}: unknown context_format {fmt!r}; use one of {', '.join(_CONTEXT_FORMATS)}",
+                path=path,
+                line=_line(node),
+            )
+    return frozenset(formats)
+
+
+def _match_properties(node: yaml.Node, what: str, path: str | None) -> tuple[PropertyCondition, ...]:
+    props = _mapping_any(node, f"{what} match.properties", path)
+    return tuple(_property_condition(key, value_node, what, path) for key, value_node in props)
+
+
+def _property_condition(key: str, node: yaml.Node, what: str, path: str | None) -> PropertyCondition:
+    """``key: value`` (equal) or ``key: re:<regex>`` (full match)."""
+    value = _string(node, f"{what} match.properties.{key}", path)
+    if not value.startswith("re:"):
+        return PropertyCondition(key, value, None)
+    try:
+        return PropertyCondition(key, None, re.compile(value[3:]))
+    except re.error as exc:
+        raise PlaybookError(
+            f"{what}: match.properties.{key}: invalid regular expression: {exc}",
+            path=path,
+            line=_line(node),
+        ) from exc
+
+
+#: Per ``match:`` condition, in the order they are checked: the ``Rule`` field it sets and its parser.
+_MATCH_PARSERS: dict[str, tuple[str, Callable[[yaml.Node, str, str | None], Any]]] = {
+    "signature": ("signatures", _match_signatures),
+    "error_class": ("error_class", _match_error_class),
+    "error_message": ("error_message", _match_error_message),
+    "origin_topic": ("origin_topic", _match_origin_topic),
+    "context_format": ("context_formats", _match_context_formats),
+    "properties": ("properties", _match_properties),
+}
 
 
 def _mapping_any(node: yaml.Node, what: str, path: str | None) -> list[tuple[str, yaml.Node]]:

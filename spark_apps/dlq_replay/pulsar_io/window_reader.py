@@ -25,7 +25,7 @@ from spark_apps.dlq_replay.pulsar_io.cursor import DEFAULT_SEEK_GAP, EntryRange,
 from spark_apps.dlq_replay.pulsar_io.window import unique_consumer_name
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
+    from collections.abc import Callable, Iterator, Sequence
 
     from spark_apps.dlq_replay.pulsar_io.window import PartitionWindow
 
@@ -46,7 +46,7 @@ class Entry:
     entry: int
     messages: list[tuple[str, Any, Any]] = field(default_factory=list)
     size: int = 0  # messages the entry holds (1 when not batched), those past the window end included
-    last_batch_index: int = -2
+    last_batch_index: int = -2  # none read yet: below every batch index (-1 when not batched)
 
     @property
     def position(self) -> Position:
@@ -114,109 +114,150 @@ class ShareReader:
         )
 
     def _segment(self, ranges: list[EntryRange]) -> Iterator[Entry]:
-        import pulsar
-
-        end = self.window.end_key
-        assert end is not None
-        end_pos, end_batch = (end[0], end[1]), end[3]
-        stop = ranges[-1].stop
-        part = self.window.partition
-        stats = self.stats
+        """The pending entries of one segment: a new Reader after each idle stop that made progress."""
         last: Position | None = None  # the last entry returned or skipped: nothing at or before it again
         passes = 0
         while True:
             passes += 1
-            reader = self._open(ranges[0].start if last is None else last, inclusive=last is None)
-            read = getattr(reader, "_reader", reader).read_next  # the native reader: no wrapper per message
-            timeout = self.idle_timeout_ms
-            index = 0
-            current: Entry | None = None
-            # The current entry's position, and what its messages need, in locals: most messages belong
-            # to the entry before them (a batch arrives unpacked), so that path is kept short.
-            current_pos: Position | None = None
-            add: Any = None  # current.messages.append
-            id_prefix = ""  # "ledger:entry:partition:" of the current entry
-            at_end = at_stop_end = False  # the current entry is the window end's (and the share's last)
-            skipping: Position | None = None
-            progress = False
-            done = False
+            reading = _ReaderPass(self, ranges, last)
+            yield from reading.entries()
+            last = reading.last
+            if reading.done:
+                return
+            if not reading.progress or passes >= self.max_passes:
+                self._leave_unread(ranges, last)
+                return
+            self.stats.resumes += 1
+
+    def _leave_unread(self, ranges: list[EntryRange], last: Position | None) -> None:
+        """Stop the segment after an idle pass: its entries after ``last`` wait for the next run."""
+        unread = _entries_after(ranges, last)
+        self.stats.unread_entries += unread
+        self.stats.stopped_by = "idle-timeout"
+        log.warning(
+            "reader %s: nothing arrived for %d ms after %s; %d pending entries of the window stay "
+            "unread and pending for the next run",
+            self.window.topic,
+            self.idle_timeout_ms,
+            "the start" if last is None else f"entry {last[0]}:{last[1]}",
+            unread,
+        )
+
+
+class _ReaderPass:
+    """One Reader over a segment, from its start or after ``last``: the pending entries it reads, in order.
+
+    The pass ends at the share's last entry (``done``) or when nothing arrives for ``idle_timeout_ms``
+    (``done`` after a drain of the last entry; otherwise the segment may resume after ``last``).
+    """
+
+    def __init__(self, owner: ShareReader, ranges: list[EntryRange], last: Position | None) -> None:
+        end = owner.window.end_key
+        assert end is not None
+        self.owner = owner
+        self.stats = owner.stats
+        self.ranges = ranges
+        self.stop = ranges[-1].stop
+        self.end_pos: Position = (end[0], end[1])
+        self.end_batch: int = end[3]
+        self.last = last  # the last entry returned or skipped
+        self.index = 0  # the range of ``ranges`` that the read is in
+        self.skipping: Position | None = None  # the acked entry being read through
+        self.current: Entry | None = None  # after the read: the entry still to return
+        self.timeout = owner.idle_timeout_ms
+        self.progress = False
+        self.done = False
+
+    def entries(self) -> Iterator[Entry]:
+        last = self.last
+        reader = self.owner._open(self.ranges[0].start if last is None else last, inclusive=last is None)
+        read = getattr(reader, "_reader", reader).read_next  # the native reader: no wrapper per message
+        try:
+            yield from self._read(read)
+        finally:
+            reader.close()
+        if self.current is not None:
+            yield self._emit(self.current)
+            self.last = self.current.position
+
+    def _read(self, read: Callable[[int], Any]) -> Iterator[Entry]:
+        """Read messages into entries until idle or the share's end, returning each entry once complete."""
+        import pulsar
+
+        stats, end_batch, part = self.stats, self.end_batch, self.owner.window.partition
+        timeout = self.timeout
+        done = False
+        current: Entry | None = None
+        # The current entry's position, and what its messages need, in locals: most messages belong
+        # to the entry before them (a batch arrives unpacked), so that path is kept short.
+        current_pos: Position | None = None
+        add: Any = None  # current.messages.append
+        id_prefix = ""  # "ledger:entry:partition:" of the current entry
+        at_end = at_stop_end = False  # the current entry is the window end's (and the share's last)
+        while not done:
             try:
-                while True:
-                    try:
-                        msg = read(timeout)
-                    except pulsar.Timeout:
-                        done = timeout < self.idle_timeout_ms  # a drain after the last entry ended
-                        break
-                    progress = True
-                    mid = msg.message_id()
-                    pos = (mid.ledger_id(), mid.entry_id())
-                    batch = mid.batch_index()
-                    if pos == current_pos:
-                        assert current is not None
-                        if batch <= current.last_batch_index:
-                            stats.duplicates += 1
-                            continue
-                        current.size += 1
-                        current.last_batch_index = batch
-                        if at_end and 0 <= end_batch < batch:
-                            stats.beyond_window += 1
-                        else:
-                            add((f"{id_prefix}{batch}", msg, mid))
-                        if at_stop_end and 0 <= end_batch <= batch:
-                            done = True
-                            break
-                        continue
-                    if pos == skipping:
-                        continue
-                    if current is not None:
-                        yield self._emit(current)
-                        last, current, current_pos = current_pos, None, None
-                    if last is not None and pos <= last:
-                        stats.duplicates += 1
-                        continue
-                    if pos > stop:
-                        done = True
-                        break
-                    while ranges[index].stop < pos:
-                        index += 1
-                    if pos < ranges[index].start:
-                        stats.skipped_entries += 1
-                        skipping = last = pos
-                        continue
-                    current = Entry(pos[0], pos[1], size=1, last_batch_index=batch)
-                    current_pos, add, id_prefix = pos, current.messages.append, f"{pos[0]}:{pos[1]}:{part}:"
-                    at_end = pos == end_pos
-                    at_stop_end = at_end and pos == stop
-                    if at_end and 0 <= end_batch < batch:
-                        stats.beyond_window += 1
-                    else:
-                        add((f"{id_prefix}{batch}", msg, mid))
-                    if pos == stop:
-                        if batch < 0 or (at_end and 0 <= end_batch <= batch):
-                            done = True
-                            break
-                        timeout = min(self.idle_timeout_ms, _DRAIN_MS)  # the rest of the batch is queued
-            finally:
-                reader.close()
-            if current is not None:
-                yield self._emit(current)
-                last = current.position
-            if done:
-                return
-            if not progress or passes >= self.max_passes:
-                unread = _entries_after(ranges, last)
-                stats.unread_entries += unread
-                stats.stopped_by = "idle-timeout"
-                log.warning(
-                    "reader %s: nothing arrived for %d ms after %s; %d pending entries of the window stay "
-                    "unread and pending for the next run",
-                    self.window.topic,
-                    self.idle_timeout_ms,
-                    "the start" if last is None else f"entry {last[0]}:{last[1]}",
-                    unread,
-                )
-                return
-            stats.resumes += 1
+                msg = read(timeout)
+            except pulsar.Timeout:
+                done = timeout < self.owner.idle_timeout_ms  # a drain after the last entry ended
+                break
+            mid = msg.message_id()
+            pos = (mid.ledger_id(), mid.entry_id())
+            batch = mid.batch_index()
+            if pos != current_pos:
+                if pos == self.skipping:
+                    continue
+                if current is not None:
+                    yield self._emit(current)
+                    self.last = current_pos
+                current = self._start(pos, batch)
+                done, timeout = self.done, self.timeout
+                if current is None:
+                    current_pos = None
+                    continue
+                current_pos, add, id_prefix = pos, current.messages.append, f"{pos[0]}:{pos[1]}:{part}:"
+                at_end = pos == self.end_pos
+                at_stop_end = at_end and pos == self.stop
+            assert current is not None
+            if batch <= current.last_batch_index:
+                stats.duplicates += 1
+                continue
+            current.size += 1
+            current.last_batch_index = batch
+            if at_end and 0 <= end_batch < batch:
+                stats.beyond_window += 1
+            else:
+                add((f"{id_prefix}{batch}", msg, mid))
+            if at_stop_end and 0 <= end_batch <= batch:
+                done = True
+        self.done, self.current = done, current
+
+    def _start(self, pos: Position, batch: int) -> Entry | None:
+        """The new, empty entry a message at ``pos`` begins (its messages, this one first, are added by the
+        read); ``None`` when the message is dropped: its entry was returned already, it is acked (in a
+        short gap), or it is past the share (then the pass is done).
+
+        A pass's first message always comes here, so this is where the pass records progress.
+        """
+        self.progress = True
+        if self.last is not None and pos <= self.last:
+            self.stats.duplicates += 1
+            return None
+        if pos > self.stop:
+            self.done = True
+            return None
+        ranges = self.ranges
+        while ranges[self.index].stop < pos:
+            self.index += 1
+        if pos < ranges[self.index].start:
+            self.stats.skipped_entries += 1
+            self.skipping = self.last = pos
+            return None
+        if pos == self.stop:  # the share's last entry
+            if batch < 0:
+                self.done = True  # not batched: this message is the whole entry
+            else:
+                self.timeout = min(self.owner.idle_timeout_ms, _DRAIN_MS)  # the rest of the batch is queued
+        return Entry(pos[0], pos[1])
 
     def _emit(self, entry: Entry) -> Entry:
         self.stats.entries += 1
