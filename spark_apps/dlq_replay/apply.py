@@ -1,15 +1,29 @@
-"""The decisions' outcome columns, and a dry run's outcomes (nothing sent).
+"""Apply step: archive, then republish the decisions in waves; and a dry run's outcomes (nothing sent).
 
-The apply step sends from the decide tasks' files (:mod:`~spark_apps.dlq_replay.task_sends`) and the
-record tasks apply the send results (:mod:`~spark_apps.dlq_replay.ledger_files`).
+The send tasks read the decide tasks' files themselves (:mod:`~spark_apps.dlq_replay.task_sends`); each
+wave's results are saved before the next wave starts, so a killed run re-sends at most one wave per
+producer. The record step then applies the send results (:mod:`~spark_apps.dlq_replay.record`).
 """
 
 from __future__ import annotations
 
+import logging
+import time
 from typing import TYPE_CHECKING
 
+from spark_apps.dlq_replay import outcomes as oc
+from spark_apps.dlq_replay.options import DEDUP_WAVE_SIZE, DEFAULT_WAVE_SIZE
+from spark_apps.dlq_replay.storage import join
+
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from pyspark.sql import DataFrame
+
+    from spark_apps.dlq_replay.run_context import Run
+    from spark_apps.dlq_replay.task_sends import SendFilter
+
+log = logging.getLogger("spark_apps.dlq_replay")
 
 
 #: Decision columns the record and report steps read (outcome, context summary and ids; no payloads).
@@ -39,3 +53,191 @@ def dry_run_outcomes(decisions: DataFrame) -> DataFrame:
     from pyspark.sql import functions as F
 
     return decisions.select(*OUTCOME_COLUMNS).withColumn("published_message_id", F.lit(None).cast("string"))
+
+
+def run_apply(run: Run, decisions: DataFrame, planned_at: datetime) -> None:
+    """Move the staged archive into place, then send the decisions in waves (a canary first, when asked)."""
+    to_send = int(run.state.info("decide").get("to_republish", 0))
+    if run.step("apply"):
+        started = time.monotonic()
+        progress = run.state.progress("apply")
+        if not progress.get("archive_written"):
+            _archive(run, planned_at)
+            progress["archive_written"] = True
+            run.save()
+            log.info("step apply: archive written to %s", run.paths.archive)
+        published = failed = 0
+        if to_send:
+            around: SendFilter | None = None
+            unsent = 0
+            if run.options.canary:  # canary first; halted groups are not sent (docs/canary.md)
+                from spark_apps.dlq_replay.canary import run_canary, unsent_halted
+                from spark_apps.dlq_replay.task_sends import SendFilter
+
+                halted = run_canary(run, decisions, lambda chosen, path: _send_all(run, chosen, path))
+                around = SendFilter(run.paths.canary_ids, canary=False, halted=tuple(halted))
+                unsent = unsent_halted(run, decisions, halted)
+            _republish_in_waves(run, decisions, to_send, around)
+            published = _published(run)
+            failed = to_send - published - unsent
+            if failed:
+                log.warning("step apply: %d messages could not be published; they stay pending", failed)
+        run.done(
+            "apply",
+            started,
+            published=published,
+            publish_failed=failed,
+            resent=int(progress.get("resent", 0)),
+            resent_held=int(progress.get("resent_held", 0)),
+            resend_bound=int(progress.get("resend_bound", 0)),
+        )
+
+
+def _published(run: Run) -> int:
+    """Messages the waves saved as published (the results' ``published`` column, read in the driver a
+    column at a time: one row per message never reaches it)."""
+    import pyarrow.compute as pc
+
+    from spark_apps.dlq_replay.storage import open_parquet
+    from spark_apps.dlq_replay.task_parquet import data_files
+
+    total = 0
+    for path in data_files(run.paths.republish_results):
+        for batch in open_parquet(path).iter_batches(
+            batch_size=65_536, columns=["published"], use_threads=False
+        ):
+            total += pc.fill_null(batch.column(0), False).true_count
+    return total
+
+
+def _archive(run: Run, planned_at: datetime) -> None:
+    """Move the decide tasks' staged archive files into this run's archive partitions."""
+    from spark_apps.dlq_replay.archive_files import publish_staged
+
+    publish_staged(
+        run.paths.archive_staged, run.paths.archive, planned_at.strftime("%Y-%m-%d"), run.options.run_id
+    )
+
+
+def _send_all(run: Run, chosen: SendFilter, path: str) -> None:
+    """Send the rows ``chosen`` picks from every sequence id (a canary) and save the results at ``path``."""
+    _send_wave(run, (0, int(run.state.info("decide").get("max_sequence_id", -1)) + 1), path, chosen)
+
+
+def _send_wave(run: Run, sequence_range: tuple[int, int], path: str, chosen: SendFilter | None) -> None:
+    from spark_apps.dlq_replay.task_sends import send_wave
+
+    send_wave(
+        run.spark,
+        run.paths.decisions,
+        int(run.state.info("decide").get("producers_per_target") or run.buckets),
+        sequence_range,
+        run.conf,
+        path,
+        batch_rows=run.batch_rows,
+        rate_limit_per_s=run.options.rate_limit,
+        only=chosen,
+    )
+
+
+def _republish_in_waves(run: Run, decisions: DataFrame, to_send: int, around: SendFilter | None) -> None:
+    """Send in waves of ``--wave-size`` sequence ids per producer, each saved before the next starts.
+
+    Each wave's tasks read their producer bucket's decisions file themselves
+    (:mod:`~spark_apps.dlq_replay.task_sends`); after a canary, ``around`` leaves out the canary rows
+    and the halted groups. A wave whose results are saved (``_SUCCESS``) is never sent
+    again; a wave an earlier attempt started but did not save is sent again whole, and its size is
+    counted as ``resent``: on a broker without deduplication up to that many messages reach the origin
+    twice (with the same ``REPLAY_ID``); with deduplication the same producer names and sequence ids
+    make the re-send exact.
+    """
+    progress = run.state.progress("apply")
+    decided = run.state.info("decide")
+    last = int(decided.get("max_sequence_id", -1))
+    if not progress.get("wave_size"):
+        progress["wave_size"] = _wave_size(run, last)
+        run.save()
+    size = int(progress["wave_size"])
+    waves = last // size + 1
+    for wave in range(waves):
+        run.check_lock()
+        path = join(run.paths.republish_results, f"wave={wave}")
+        if run.storage.exists(join(path, "_SUCCESS")):
+            run.progress.count_files(path)  # its messages count as done
+            log.info(
+                "step apply: wave %d/%d was sent by an earlier attempt, not sending again", wave + 1, waves
+            )
+            continue
+        again = progress.get("wave_in_flight") == wave
+        log.info(
+            "step apply: republishing wave %d/%d (sequence ids %d-%d per producer, %d messages in all)%s",
+            wave + 1,
+            waves,
+            wave * size,
+            (wave + 1) * size - 1,
+            to_send,
+            "; an earlier attempt was killed while sending it, so it is sent again" if again else "",
+        )
+        # Attempts that started this wave: each one killed before saving it may have sent all of it.
+        progress["wave_starts"] = int(progress.get("wave_starts", 1)) + 1 if again else 1
+        progress["wave_in_flight"] = wave
+        run.save()
+        run.progress.count_files(path)
+        _send_wave(run, (wave * size, (wave + 1) * size), path, around)
+        if again:
+            restarts = int(progress["wave_starts"]) - 1
+            _count_resend(run, decisions, path, (wave * size, (wave + 1) * size), restarts)
+        progress["waves_done"] = wave + 1
+        progress.pop("wave_in_flight", None)
+        progress.pop("wave_starts", None)
+        run.save()
+
+
+def _count_resend(
+    run: Run, decisions: DataFrame, results: str, sequence_range: tuple[int, int], restarts: int
+) -> None:
+    """Count a wave that ``restarts`` killed attempts had started (``apply`` progress): ``resent`` its
+    messages once per such attempt (each may have sent all of them), ``resent_held`` the messages the
+    broker already held and dropped when the wave was sent to the end (deduplication), and
+    ``resend_bound`` the wave size x the producers that send in it, once per such attempt: the most that
+    can reach the origins twice without deduplication."""
+    from pyspark.sql import functions as F
+
+    progress = run.state.progress("apply")
+    lo, hi = sequence_range
+    from spark_apps.dlq_replay.schemas import RESULTS_SCHEMA
+    from spark_apps.dlq_replay.task_parquet import read_frame
+
+    sent = read_frame(run.spark, results, RESULTS_SCHEMA).agg(
+        F.count(F.lit(1)).alias("n"),
+        F.count_if(F.col("published_message_id").startswith("-1:")).alias("held"),
+    )
+    counts = sent.first()
+    in_wave = (
+        (F.col("outcome") == oc.TO_REPUBLISH) & (F.col("sequence_id") >= lo) & (F.col("sequence_id") < hi)
+    )
+    producers = decisions.filter(in_wave).agg(F.count_distinct("replay_producer").alias("p")).first()
+    for key, n in (
+        ("resent", restarts * int(counts["n"] if counts else 0)),
+        ("resent_held", int(counts["held"] if counts else 0)),
+        ("resend_bound", restarts * (hi - lo) * int(producers["p"] if producers else 0)),
+    ):
+        progress[key] = int(progress.get(key, 0)) + n
+
+
+def _wave_size(run: Run, last: int) -> int:
+    """``--wave-size``, else :data:`~spark_apps.dlq_replay.options.DEDUP_WAVE_SIZE` when the broker
+    deduplicates every target topic (a re-sent wave is dropped there), else the small default that bounds
+    a re-send after a kill (``docs/reliability.md``). ``last``: the highest sequence id of any producer."""
+    from spark_apps.dlq_replay.pulsar_io.dedup import deduplication
+    from spark_apps.dlq_replay.task_sends import sending_targets
+
+    if run.options.wave_size is not None:
+        return run.options.wave_size
+    if last < DEFAULT_WAVE_SIZE:
+        return DEFAULT_WAVE_SIZE  # one wave either way: no need to ask the broker
+    targets = sorted(sending_targets(run.paths.decisions))  # the decide tasks' files, read in the driver
+    dedup = deduplication(run.conf, targets)
+    size = DEDUP_WAVE_SIZE if dedup.on else DEFAULT_WAVE_SIZE
+    log.info("step apply: waves of %d sequence ids per producer (%s)", size, dedup.reason)
+    return size

@@ -10,6 +10,8 @@ import pyarrow.compute as pc
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
+    import numpy as np
+
 
 def row_numbers(n: int) -> pa.Array:
     """``0, 1, ... n - 1`` as int64."""
@@ -60,3 +62,34 @@ def group_ids(columns: Sequence[pa.Array]) -> pa.Array:
     if ids is None:
         raise ValueError("group_ids needs at least one column")
     return ids
+
+
+class SortedKeys:
+    """String keys indexed once by a sort: each lookup is a binary search per wanted key, so a task that
+    looks up many batches against the same keys never rebuilds a hash table per batch. A key present
+    several times answers with its first position, as a hash lookup would."""
+
+    def __init__(self, keys: pa.Array | pa.ChunkedArray) -> None:
+        import numpy as np
+
+        values = _byte_keys(keys)
+        self.order = np.argsort(values, kind="stable")
+        self.sorted = values[self.order]
+
+    def positions(self, wanted: pa.Array | pa.ChunkedArray) -> pa.Array:
+        """The position of each of ``wanted`` among the keys (int64; null when absent or null)."""
+        import numpy as np
+
+        if not len(self.sorted):
+            return pa.nulls(len(wanted), pa.int64())
+        keys = _byte_keys(wanted)
+        at = np.minimum(np.searchsorted(self.sorted, keys), len(self.sorted) - 1)
+        hit = (self.sorted[at] == keys) & pc.is_valid(wanted).to_numpy(zero_copy_only=False)
+        return pa.array(self.order[at], pa.int64(), mask=~hit)
+
+
+def _byte_keys(keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """``keys`` as a NumPy bytes array (null: empty), ordered and compared byte by byte."""
+    import numpy as np
+
+    return np.array([b"" if v is None else v for v in keys.cast(pa.binary()).to_pylist()], dtype=np.bytes_)

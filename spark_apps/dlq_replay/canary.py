@@ -39,7 +39,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("spark_apps.dlq_replay")
 CANARY_WAVE = -1  # results saved under apply/republish/wave=-1
-CANARY_SUFFIX = "-canary"
 #: The canary rows, saved before they are sent (``runs/<run>/canary_ids/``).
 CANARY_IDS_SCHEMA = StructType(
     [StructField("replay_id", StringType()), StructField("signature", StringType())]

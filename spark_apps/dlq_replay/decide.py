@@ -10,6 +10,7 @@ shuffles the messages themselves.
 from __future__ import annotations
 
 import hashlib
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -35,17 +36,18 @@ from spark_apps.dlq_replay.scope import (
     SCOPE_REASON_COLUMN,
     Filters,
     add_scope_columns,
-    join_marks,
     scope_marks,
 )
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
+    from datetime import datetime
 
     from pyspark.sql import DataFrame
 
     from spark_apps.dlq_replay.fixes import FixOutcome, FixRecord
     from spark_apps.dlq_replay.playbook import Playbook
+    from spark_apps.dlq_replay.run_context import Run
     from spark_apps.dlq_replay.topics import TopicMatcher
 
 
@@ -531,40 +533,90 @@ def _fix_records(cols: _Columns, indices: list[int]) -> list[FixRecord]:
     return [lazy(cols, i, payloads[i] or b"") for i in indices]
 
 
-def decide(
-    snapshot: DataFrame,
-    playbook: Playbook,
-    settings: DecideSettings,
-    producers_per_target: int,
-    filters: Filters | None = None,
-    final_ids: DataFrame | None = None,
-    reviewed_ids: DataFrame | None = None,
-    identities: DataFrame | None = None,
-) -> DataFrame:
-    """Snapshot rows -> decided rows (:data:`DECIDED_SCHEMA`): one outcome per row, fixes applied.
+def run_decide(run: Run, snapshot: DataFrame, planned_at: datetime) -> DataFrame:
+    """Decide in one Spark task per producer bucket, each reading its share of the snapshot's files and
+    writing its decisions (and, unless a dry-run, its archived rows) itself."""
+    from spark_apps.dlq_replay import task_parquet
+    from spark_apps.dlq_replay.archive_files import staged_output
+    from spark_apps.dlq_replay.free_memory import return_free_memory
+    from spark_apps.dlq_replay.ledger import final_ids, read_ledger
+    from spark_apps.dlq_replay.options import DEFAULT_WAVE_SIZE
+    from spark_apps.dlq_replay.schemas import DECIDED_SCHEMA
+    from spark_apps.dlq_replay.snapshot import snapshot_identities
+    from spark_apps.dlq_replay.task_sends import wave_blocks
 
-    A light pass over the payload-free rows finds the replay ids and marks already-final and duplicate
-    messages and the ``--max-messages`` choice (:func:`~spark_apps.dlq_replay.scope.scope_marks`;
-    ``final_ids`` as described there; ``identities``: its rows, when the snapshot's read tasks wrote
-    them); then one Python pass per Arrow batch: normalise, scope, decide. Runs in at most
-    ``producers_per_target`` tasks; task ``b`` sends to each target through producer bucket ``b`` (see
-    :class:`ProducerSequencer`).
-    """
-    from spark_apps.dlq_replay.arrow_compat import map_in_arrow
-
-    return map_in_arrow(
-        *decide_tasks(
+    opts = run.options
+    if run.step("decide"):
+        started = time.monotonic()
+        ledger = read_ledger(run.spark, run.storage, run.paths.ledger)
+        filters = Filters(opts.signatures, opts.error_class, opts.since, opts.until, opts.max_messages)
+        settings = DecideSettings(
+            run_id=opts.run_id,
+            mode=opts.mode,
+            max_replays=opts.max_replays,
+            allowlist=opts.allowlist_matcher(),
+            archive_payload=opts.archive_payload,
+            group_actions=opts.group_actions,
+        )
+        identities = snapshot_identities(run)
+        frame, decide_task = decide_tasks(
             snapshot,
-            playbook,
+            run.playbook,
             settings,
-            producers_per_target,
-            filters,
-            final_ids,
-            reviewed_ids,
+            run.buckets,
+            filters=filters,
+            final_ids=final_ids(ledger, exclude_run_id=opts.run_id),
+            reviewed_ids=_reviewed_ids(run),
+            snapshot_dir=run.paths.snapshot,
+            marks_dir=run.paths.decide_marks,
+            batch_rows=run.batch_rows,
             identities=identities,
-        ),
-        DECIDED_SCHEMA,
-    )
+        )
+        return_free_memory()  # the marks' working memory, before the driver waits out decide and apply
+        # The archived rows are staged beside the decisions; apply moves them into the archive.
+        staged = opts.mode != oc.DRY_RUN
+        sides = [staged_output(run.paths.archive_staged, planned_at)] if staged else []
+        run.progress.count_files(run.paths.decisions)
+        tallies = task_parquet.write_in_tasks(
+            frame,
+            decide_task,
+            DECIDED_SCHEMA,
+            run.paths.decisions,
+            _sending_tally,
+            ("n", "last"),
+            sides,
+            row_groups_by=wave_blocks(opts.wave_size or DEFAULT_WAVE_SIZE),  # each wave's own row groups
+        )
+        lasts = [t[1] for t in tallies if t[1] is not None]
+        last = max(lasts, default=None)
+        run.done(
+            "decide",
+            started,
+            to_republish=sum(t[0] or 0 for t in tallies),
+            max_sequence_id=int(last) if last is not None else -1,
+            producers_per_target=run.buckets,
+        )
+    return task_parquet.read_frame(run.spark, run.paths.decisions, DECIDED_SCHEMA)
+
+
+def _sending_tally(batch: pa.RecordBatch) -> tuple[int, int | None]:
+    """``(rows to republish, their highest sequence id or None)`` of a batch of decisions."""
+    import pyarrow.compute as pc
+
+    sending = pc.equal(batch.column("outcome"), oc.TO_REPUBLISH)
+    n = int(pc.sum(sending.cast("int64")).as_py() or 0)
+    last = pc.max(pc.filter(batch.column("sequence_id"), sending)).as_py() if n else None
+    return n, last
+
+
+def _reviewed_ids(run: Run) -> DataFrame | None:
+    """With ``--window-from``: the replay ids the reviewed run had in scope (it acts on nothing else)."""
+    if not run.options.window_from:
+        return None
+    from spark_apps.dlq_replay.group_actions import reviewed_ids
+    from spark_apps.dlq_replay.run_context import RunPaths
+
+    return reviewed_ids(run.spark, RunPaths(run.options.output_dir, run.options.window_from).decisions)
 
 
 def decide_tasks(
@@ -572,26 +624,32 @@ def decide_tasks(
     playbook: Playbook,
     settings: DecideSettings,
     producers_per_target: int,
+    *,
+    snapshot_dir: str,
+    marks_dir: str,
     filters: Filters | None = None,
     final_ids: DataFrame | None = None,
     reviewed_ids: DataFrame | None = None,
-    snapshot_dir: str | None = None,
     batch_rows: int = 10_000,
     identities: DataFrame | None = None,
 ) -> tuple[DataFrame, Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]]:
-    """:func:`decide` as its input frame (one partition per producer bucket) and the function each task
-    runs over its Arrow batches, giving :data:`DECIDED_SCHEMA` batches: for a caller that writes the
-    decisions from the tasks (:mod:`~spark_apps.dlq_replay.task_parquet`).
+    """The decide pass as its input frame (one row per producer bucket) and the function each task runs,
+    giving :data:`DECIDED_SCHEMA` batches (written by the tasks, :mod:`~spark_apps.dlq_replay.
+    task_parquet`): snapshot rows -> one outcome per row, fixes applied.
 
-    ``snapshot_dir``: the folder of a snapshot its read tasks wrote. With at most
-    :data:`~spark_apps.dlq_replay.snapshot_files.DRIVER_MARKS` marked rows, the tasks then read their
-    share of its row groups themselves, in batches of ``batch_rows`` (:mod:`~spark_apps.dlq_replay.
-    snapshot_files`); otherwise Spark reads the snapshot and joins the marks. ``identities``: the
-    snapshot's :func:`~spark_apps.dlq_replay.scope.identity_rows`, when its read tasks wrote them (see
-    :func:`~spark_apps.dlq_replay.scope.scope_marks`; the replay ids of copies among them are found by a
-    Spark aggregation, :func:`~spark_apps.dlq_replay.scope.repeated_ids`)."""
-    from spark_apps.dlq_replay.scope import repeated_ids
-    from spark_apps.dlq_replay.snapshot_files import DRIVER_MARKS, bucket_batches, row_group_units
+    A light Spark pass over the payload-free rows marks already-final and duplicate messages and the
+    ``--max-messages`` choice (:func:`~spark_apps.dlq_replay.scope.scope_marks`; ``final_ids`` as
+    described there; ``identities``: the snapshot's :func:`~spark_apps.dlq_replay.scope.identity_rows`
+    when its read tasks wrote them, the replay ids of copies among them found by a Spark aggregation,
+    :func:`~spark_apps.dlq_replay.scope.repeated_ids`). The marked rows are written to ``marks_dir`` by
+    Spark tasks. Task ``b`` then reads its share of the row groups of the snapshot's files at
+    ``snapshot_dir`` in batches of ``batch_rows`` with the marks
+    (:mod:`~spark_apps.dlq_replay.snapshot_files`), and makes one Python pass per batch: normalise,
+    scope, decide; it sends to each target through producer bucket ``b`` (:class:`ProducerSequencer`).
+    """
+    from spark_apps.dlq_replay.scope import MARKS_SCHEMA, repeated_ids
+    from spark_apps.dlq_replay.snapshot_files import Marks, bucket_batches, row_group_units
+    from spark_apps.dlq_replay.task_parquet import write_frame
 
     chosen_filters = filters or Filters()
     precedence = playbook.origin_precedence
@@ -602,39 +660,28 @@ def decide_tasks(
     marked, count = scope_marks(
         snapshot, chosen_filters, final_ids, precedence, reviewed_ids, identities, repeated
     )
-    units: list[tuple[str, int]] | None = None
-    marks: dict[tuple[str, str], tuple[str, str | None]] = {}
-    if snapshot_dir is not None and count <= DRIVER_MARKS:
-        units = row_group_units(snapshot_dir)
-        marks = {(r[0], r[1]): (r[2], r[3]) for r in marked.collect()} if count else {}
-        frame = snapshot.sparkSession.range(n, numPartitions=n)
-    else:
-        frame = _buckets(join_marks(snapshot, marked, count), n)
+    if count:
+        write_frame(marked, marks_dir, MARKS_SCHEMA)
+    marked.unpersist()
+    units = row_group_units(snapshot_dir)
     snapshot_columns = [field.name for field in snapshot.schema.fields]
 
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def run(_bucket_id: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
 
         from spark_apps.dlq_replay.normalize import normalize_batch, normalize_columns
 
-        context = TaskContext.get()
+        context = TaskContext.get()  # the input is this bucket's id: the task reads its share itself
         bucket = context.partitionId() if context else 0
         sequencer = ProducerSequencer(settings.run_id, bucket)
-        if units is not None:  # the input is this bucket's id: read its share of the snapshot's files
-            batches = bucket_batches(
-                units, bucket, n, snapshot_columns, marks, (MARK, MARK_REASON), batch_rows
-            )
+        marks = Marks.read(marks_dir) if count else None
+        batches = bucket_batches(units, bucket, n, snapshot_columns, marks, (MARK, MARK_REASON), batch_rows)
         for batch in batches:
             columns = normalize_columns(batch, precedence)
             add_scope_columns(batch, columns, chosen_filters)
             yield decide_batch(normalize_batch(batch, columns), playbook, settings, sequencer, columns)
 
-    return frame, run
-
-
-def _buckets(df: DataFrame, n: int) -> DataFrame:
-    """``df`` in exactly ``n`` partitions, one per producer bucket (spread round-robin)."""
-    return df.repartition(n)
+    return snapshot.sparkSession.range(n, numPartitions=n), run
 
 
 # --------------------------------------------------------------------------- producers (executors)

@@ -7,19 +7,25 @@ Only aggregates reach the driver (one row per group x outcome x action, and at m
 from __future__ import annotations
 
 import json
+import logging
+import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from spark_apps.dlq_replay import outcomes as oc
+from spark_apps.dlq_replay.report_parts import SAMPLE_IDS
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
     from spark_apps.dlq_replay.report_details import ReportContext
     from spark_apps.dlq_replay.report_parts import ReportParts
+    from spark_apps.dlq_replay.run_context import Run
+
+log = logging.getLogger("spark_apps.dlq_replay")
 
 REPORT_FORMAT = 1
-SAMPLE_IDS = 5
 MAX_GROUPS = 200
 SUMMARY_PREFIX = "DLQ_REPLAY_SUMMARY "
 #: ISO 8601 with the session time zone's offset (the app runs with spark.sql.session.timeZone=UTC).
@@ -324,3 +330,82 @@ def summary_text(report: dict[str, Any]) -> str:
         )
     lines.append(f"  report: {report['paths'].get('report_html', '')}")
     return "\n".join(lines)
+
+
+def _recorded_at(run: Run) -> datetime | None:
+    """When this run's record step wrote its ledger rows (``None`` before it, or in a dry-run)."""
+    value = run.state.info("record").get("recorded_at")
+    return datetime.fromisoformat(str(value)) if value else None
+
+
+def _report_parts(run: Run) -> ReportParts | None:
+    """The record tasks' report parts (:mod:`~spark_apps.dlq_replay.report_parts`); ``None`` for a run
+    without a record step (a dry run: the report aggregates its decisions with Spark)."""
+    if "record" not in run.state.steps:
+        return None
+    from spark_apps.dlq_replay.report_parts import read_parts
+
+    return read_parts(run.paths.report_parts)
+
+
+def run_report(run: Run, outcomes_df: DataFrame | None, started_wall: datetime) -> dict[str, Any]:
+    """Write the run's report (``report.json``, ``report.html``) from the outcomes and the steps' counts."""
+    from spark_apps.dlq_replay.report_details import ReportContext
+    from spark_apps.dlq_replay.report_html import render_html
+
+    options = run.options
+    playbook = run.playbook
+    started = time.monotonic()
+    run.step("report")
+    commit_info = run.state.info("commit")
+    snapshot_reads = int(run.state.info("snapshot").get("dlq_reads", 0))
+    failed = int(run.state.info("apply").get("publish_failed", 0))
+    parts = _report_parts(run)
+    report = build_report(
+        outcomes_df,
+        run_id=options.run_id,
+        mode=options.mode,
+        status="partial" if failed or int(commit_info.get("unacked_final", 0)) else "succeeded",
+        started_at=run.state.started_at,
+        finished_at=datetime.now(UTC).isoformat(timespec="milliseconds"),
+        commit=CommitTotals(
+            acked=int(commit_info.get("acked", 0)),
+            left_pending_seen=int(commit_info.get("left_pending_seen", 0)),
+            beyond_window=int(commit_info.get("beyond_window", 0)),
+            unacked_final=int(commit_info.get("unacked_final", 0)),
+            final_in_partial_entries=int(commit_info.get("final_in_partial_entries", 0)),
+            read_mode=str(run.state.info("plan").get("read_mode", "consumer")),
+            reads_per_message=float(commit_info.get("reads_per_message", 1.0 if snapshot_reads else 0.0)),
+        ),
+        timings=dict(run.state.timings),
+        paths=run.paths.public(),
+        resend={
+            key: int(run.state.info("apply").get(key, 0)) for key in ("resent", "resent_held", "resend_bound")
+        },
+        context=ReportContext(
+            options,
+            playbook,
+            run.paths.decisions,
+            run.paths.snapshot,
+            run.paths.ledger,
+            recorded_at=_recorded_at(run),
+        ),
+        parts=parts,
+        canary=(
+            {"size": options.canary.label, **(run.state.info("apply").get("canary") or {})}
+            if options.canary
+            else None
+        ),
+    )
+    report["timings"]["report"] = round(time.monotonic() - started, 3)  # the aggregation included
+    run.storage.write_text(run.paths.report_json, json.dumps(report, indent=2, sort_keys=True))
+    run.storage.write_text(run.paths.report_html, render_html(report))
+    run.done("report", started, status=report["status"])
+    log.info(
+        "run %s %s in %.1fs: %s",
+        options.run_id,
+        report["status"],
+        (datetime.now(UTC) - started_wall).total_seconds(),
+        " ".join(f"{k}={v}" for k, v in report["totals"].items()),
+    )
+    return report

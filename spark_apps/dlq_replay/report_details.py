@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from spark_apps.dlq_replay import outcomes as oc
 from spark_apps.dlq_replay.report_explain import explain_rules, mask_payload, next_steps, run_config
+from spark_apps.dlq_replay.report_parts import ERROR_CHARS, SAMPLE_ERRORS
 from spark_apps.dlq_replay.schemas import DECIDED_SCHEMA, LEDGER_SCHEMA, SNAPSHOT_SCHEMA
 
 if TYPE_CHECKING:
@@ -32,13 +33,11 @@ log = logging.getLogger("spark_apps.dlq_replay")
 
 #: Groups that get explanations (the largest first); the rest are listed with counts only.
 DETAIL_GROUPS = 50
-SAMPLE_ERRORS = 3
 FIX_ERRORS = 3
 PAYLOAD_SAMPLES = 2
 TREND_RUNS = 8
 TREND_GROUPS = 20
 REFUSED_ORIGINS = 10
-ERROR_CHARS = 500
 #: Spark setting that opts a run in to masked payload snippets in its report (default false).
 CONF_PAYLOAD_SNIPPETS = "spark.dlq.report.payloadSnippets"
 

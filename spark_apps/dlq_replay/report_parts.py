@@ -3,19 +3,19 @@
 Spark's way (:func:`~spark_apps.dlq_replay.report.aggregate` over the ledger,
 :func:`~spark_apps.dlq_replay.report_details.representatives` over the decisions, then a join with the
 snapshot for their properties) reads every message of the run three more times. Where the record tasks
-write the ledger (:mod:`~spark_apps.dlq_replay.ledger_files`), each already holds its bucket's ledger rows
+write the ledger (:mod:`~spark_apps.dlq_replay.record`), each already holds its bucket's ledger rows
 and decisions, so it keeps what those queries keep of them and writes it to
 ``runs/<run>/report_parts/<kind>/part-<bucket>.parquet``:
 
 - ``combos``: per (signature, outcome, action, rule) of the ledger rows, the count, the smallest template,
   error class, origin topic and reason, and the first and last publish time;
 - ``formats``: the distinct context formats of each such combination;
-- ``samples``: each combination's first :data:`~spark_apps.dlq_replay.report.SAMPLE_IDS` messages by
+- ``samples``: each combination's first :data:`SAMPLE_IDS` messages by
   (publish time, DLQ topic, message id);
 - ``reps``: each signature's first :data:`REP_ROWS` decisions by (unscoped, publish time, DLQ topic,
   message id); the properties (and payloads) of the few shown are read from the snapshot by
   :func:`snapshot_messages`;
-- ``errors``: each signature's first :data:`~spark_apps.dlq_replay.report_details.SAMPLE_ERRORS`
+- ``errors``: each signature's first :data:`SAMPLE_ERRORS`
   distinct error messages (their first 500 characters) by (first publish time, message). How often each
   occurs is not bounded by the groups: :func:`error_counts` counts the few shown in one pass over the
   decisions' columns. A bucket with a message without a publish time (which no Pulsar message lacks)
@@ -88,6 +88,12 @@ _COMBO_PARTS: tuple[tuple[str | None, str], ...] = tuple(
     for name, (_, function) in zip(_COMBO_NAMES, _COMBO_ROWS, strict=True)
 )
 _COMBO_COLUMNS = (*COMBO_KEYS, "error_template", "error_class", "origin_topic", "reason", "context_format")
+
+#: Message ids shown per group (its first by publish time).
+SAMPLE_IDS = 5
+#: Distinct error messages shown per signature, and the characters kept of each.
+SAMPLE_ERRORS = 3
+ERROR_CHARS = 500
 
 
 def first_k(table: pa.Table, keys: Sequence[str], order: Sequence[str], k: int) -> pa.Table:
@@ -193,7 +199,6 @@ class BucketParts:
 
         if not self._pending:
             return
-        from spark_apps.dlq_replay.report import SAMPLE_IDS
 
         ledger = pa.Table.from_batches(self._ledger)
         decided = pa.Table.from_batches(self._decided)
@@ -233,8 +238,6 @@ def merge(kind: str, tables: Sequence[pa.Table]) -> pa.Table:
     """One table of ``kind`` from several (of one bucket's chunks, or of every bucket)."""
     import pyarrow as pa
 
-    from spark_apps.dlq_replay.report import SAMPLE_IDS
-
     table = pa.concat_tables(tables, promote_options="permissive")
     if kind == "combos":
         return _reduce_combos(table, counted=True)
@@ -252,8 +255,6 @@ def _messages(decided: pa.Table) -> pa.Table:
     it), one row each."""
     import pyarrow.compute as pc
 
-    from spark_apps.dlq_replay.report_details import ERROR_CHARS
-
     rows = decided.filter(pc.is_valid(decided.column("error_message")))
     message = pc.utf8_slice_codeunits(rows.column("error_message"), 0, ERROR_CHARS)
     return (
@@ -267,7 +268,6 @@ def _first_errors(table: pa.Table) -> pa.Table:
     """Per signature, its first distinct messages by (first publish time, message): each message's
     earliest time first, then the first rows. Exact when merged, for rows that all have a time: a
     message among the first of all is among the first of the part that holds its earliest time."""
-    from spark_apps.dlq_replay.report_details import SAMPLE_ERRORS
 
     earliest = table.group_by(["signature", "message"], use_threads=False).aggregate([("first", "min")])
     distinct = earliest.rename_columns(["signature", "message", "first"])
@@ -315,8 +315,6 @@ def iso(value: datetime | None) -> str | None:
 
 def read_parts(folder: str) -> ReportParts:
     """Merge every bucket's parts in ``folder`` (written by :func:`write_parts`)."""
-    from spark_apps.dlq_replay.report import SAMPLE_IDS
-    from spark_apps.dlq_replay.report_details import ERROR_CHARS
     from spark_apps.dlq_replay.storage import exists, join, read_table
 
     merged: dict[str, list[dict[str, Any]]] = {}
@@ -408,7 +406,6 @@ def error_counts(decisions_dir: str, wanted: dict[str, list[str]]) -> tuple[dict
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from spark_apps.dlq_replay.report_details import ERROR_CHARS
     from spark_apps.dlq_replay.snapshot_files import part_files
     from spark_apps.dlq_replay.storage import open_parquet
 

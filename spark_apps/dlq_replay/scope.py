@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+from pyspark.sql.types import StringType, StructField, StructType
 
 from spark_apps.dlq_replay.schemas import IDENTITIES_SCHEMA, REPLAY_ID_MARK, SCOPE_COLUMN
 
@@ -29,12 +30,14 @@ SCOPE_REASON_COLUMN = "scope_reason"
 #: Columns added by :func:`scope_marks`: a mark (``already_final``, ``duplicate`` or ``chosen``, null
 #: for the rest) and its reason.
 MARK, MARK_REASON = "_mark", "_mark_reason"
+#: The marked rows the decide step writes for its tasks (:func:`scope_marks`).
+MARKS_SCHEMA = StructType(
+    [StructField(name, StringType()) for name in ("topic", "message_id_str", MARK, MARK_REASON)]
+)
 _CHOSEN = "chosen"
 _OUT_OF_SCOPE = pa.array([SCOPE_ALREADY_FINAL, SCOPE_DUPLICATE, SCOPE_FILTERED], pa.string())
 _RID = REPLAY_ID_MARK
 _FIRST_TYPE = "struct<topic:string,message_id_str:string>"
-#: Marked rows up to this many are broadcast to the join with the snapshot (no shuffle of payloads).
-BROADCAST_MARKS = 200_000
 
 
 @dataclass(frozen=True)
@@ -136,14 +139,6 @@ def _identities(snapshot: DataFrame, filters: Filters, origin_precedence: tuple[
 
     selected = [StructField("selected", BooleanType())] if limited else []
     return map_in_arrow(light, ids, StructType(IDENTITIES_SCHEMA.fields + selected))
-
-
-def join_marks(snapshot: DataFrame, marked: DataFrame, count: int) -> DataFrame:
-    """The snapshot joined with its marked rows (broadcast when at most :data:`BROADCAST_MARKS`)."""
-    from pyspark.sql import functions as F
-
-    marks = F.broadcast(marked) if count <= BROADCAST_MARKS else marked
-    return snapshot.join(marks, ["topic", "message_id_str"], "left")
 
 
 def scope_marks(

@@ -1,12 +1,10 @@
-"""The decide tasks read the snapshot's files themselves (pyarrow), when the read tasks wrote them.
+"""The decide tasks read the snapshot's files themselves (pyarrow), as its read tasks wrote them.
 
-Through Spark, the decide pass's input is a Parquet scan in the JVM, a join with the scope marks and
-every row turned into Arrow for the Python workers: JVM work on every message before any decision. When
-the snapshot was written by its read tasks (:mod:`~spark_apps.dlq_replay.task_parquet`) and the marks
-are few enough to hand to every task (:data:`DRIVER_MARKS`), decide task ``b`` instead reads row groups
-``b, b + n, b + 2n ...`` of the snapshot's files with pyarrow and looks each row's mark up in a dict.
-Every snapshot row is in exactly one row group, so each task gets a share of about the same size, and
-its rows come in file order.
+Decide task ``b`` of ``n`` reads row groups ``b, b + n, b + 2n ...`` of the snapshot's files and adds
+each row's scope mark, looked up in the marks file the scope step wrote (:class:`Marks`): no JVM scan,
+join or shuffle of the messages, and nothing per message in the driver. Every snapshot row is in
+exactly one row group, so each task gets a share of about the same size, and its rows come in file
+order.
 """
 
 from __future__ import annotations
@@ -14,13 +12,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping, Sequence
+    from collections.abc import Iterator, Sequence
 
     import pyarrow as pa
-
-#: At most this many marked rows (already final, duplicate, filtered, chosen) go to the decide tasks
-#: as a dict; more, and the decide pass joins them in Spark.
-DRIVER_MARKS = 50_000
 
 
 def part_files(folder: str) -> list[str]:
@@ -41,12 +35,50 @@ def row_group_units(folder: str) -> list[tuple[str, int]]:
     return units
 
 
+class Marks:
+    """The scope marks (``topic``, ``message_id_str``, mark and reason) read from their Parquet files once
+    per task and indexed by ``topic`` and message id (:class:`~spark_apps.dlq_replay.arrow_util.
+    SortedKeys`)."""
+
+    def __init__(self, table: pa.Table) -> None:
+        from spark_apps.dlq_replay.arrow_util import SortedKeys
+
+        self.values = table.select([2, 3]).combine_chunks()
+        self.keys = SortedKeys(_keys(table))
+
+    @classmethod
+    def read(cls, folder: str) -> Marks:
+        import pyarrow as pa
+
+        from spark_apps.dlq_replay import storage
+
+        tables = [storage.read_table(path) for path in part_files(folder)]
+        return cls(pa.concat_tables(tables) if tables else _no_marks())
+
+    def columns(self, batch: pa.RecordBatch) -> list[pa.Array]:
+        """The mark and reason of each row of ``batch`` (null where it has none)."""
+        at = self.keys.positions(_keys(batch))
+        return [self.values.column(i).take(at).combine_chunks() for i in (0, 1)]
+
+
+def _keys(rows: pa.Table | pa.RecordBatch) -> pa.Array:
+    import pyarrow.compute as pc
+
+    return pc.binary_join_element_wise(rows.column("topic"), rows.column("message_id_str"), "\x1f")
+
+
+def _no_marks() -> pa.Table:
+    import pyarrow as pa
+
+    return pa.table({name: pa.array([], pa.string()) for name in ("topic", "message_id_str", "m", "r")})
+
+
 def bucket_batches(
     units: Sequence[tuple[str, int]],
     bucket: int,
     buckets: int,
     columns: Sequence[str],
-    marks: Mapping[tuple[str, str], tuple[str, str | None]],
+    marks: Marks | None,
     mark_names: tuple[str, str],
     batch_rows: int,
 ) -> Iterator[pa.RecordBatch]:
@@ -68,18 +100,9 @@ def bucket_batches(
             yield with_marks(batch, marks, mark_names)
 
 
-def with_marks(
-    batch: pa.RecordBatch, marks: Mapping[tuple[str, str], tuple[str, str | None]], names: tuple[str, str]
-) -> pa.RecordBatch:
-    """``batch`` plus its rows' mark and reason columns (``names``), looked up by topic and message id."""
+def with_marks(batch: pa.RecordBatch, marks: Marks | None, names: tuple[str, str]) -> pa.RecordBatch:
+    """``batch`` plus its rows' mark and reason columns (``names``; all null without ``marks``)."""
     import pyarrow as pa
 
-    n = batch.num_rows
-    if not marks:
-        mark, reason = pa.nulls(n, pa.string()), pa.nulls(n, pa.string())
-    else:
-        keys = zip(batch.column("topic").to_pylist(), batch.column("message_id_str").to_pylist(), strict=True)
-        found = [marks.get(key) for key in keys]
-        mark = pa.array([f[0] if f else None for f in found], pa.string())
-        reason = pa.array([f[1] if f else None for f in found], pa.string())
-    return pa.RecordBatch.from_arrays([*batch.columns, mark, reason], names=[*batch.schema.names, *names])
+    columns = marks.columns(batch) if marks else [pa.nulls(batch.num_rows, pa.string())] * 2
+    return pa.RecordBatch.from_arrays([*batch.columns, *columns], names=[*batch.schema.names, *names])

@@ -45,6 +45,8 @@ SEND_COLUMNS = {
     "out_properties": "properties",
 }
 _READ = [*SEND_COLUMNS, "outcome"]
+#: Appended to a producer's name for the canary rows it sends first (``docs/canary.md``).
+CANARY_SUFFIX = "-canary"
 
 
 def wave_blocks(size: int) -> Callable[[pa.RecordBatch], pa.Array]:
@@ -86,8 +88,6 @@ class SendFilter:
     def _choose(self, batch: pa.RecordBatch, ids: pa.Array) -> pa.RecordBatch:
         import pyarrow as pa
         import pyarrow.compute as pc
-
-        from spark_apps.dlq_replay.canary import CANARY_SUFFIX
 
         listed = pc.is_in(batch.column("replay_id"), value_set=ids)
         if self.canary:

@@ -142,7 +142,7 @@ class FinalIds:
 
 class FinalEntries:
     """The final messages of one partition as whole entries plus single ids: the consumer-mode commit's
-    index when the snapshot and record tasks counted each entry (:mod:`~spark_apps.dlq_replay.commit_parts`).
+    index when the snapshot and record tasks counted each entry (:mod:`~spark_apps.dlq_replay.commit`).
 
     A whole entry is one whose every message (batch indexes ``0 .. size-1``) the snapshot read and the
     run made final: any message received of it is acked, with no id to look up. The ids of entries that

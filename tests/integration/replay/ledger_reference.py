@@ -1,5 +1,5 @@
 """The ledger rows computed with DataFrame operations: the reference the record tasks' Arrow rows
-(``spark_apps/dlq_replay/ledger_files.py``) are compared with."""
+(``spark_apps/dlq_replay/record.py``) are compared with."""
 
 from __future__ import annotations
 
@@ -74,8 +74,8 @@ def ledger_rows(outcomes: DataFrame, run_id: str, mode: str, recorded_at: dateti
 
 def write_ledger(rows: DataFrame, staged: str) -> int:
     """Write ledger rows to ``staged`` as the record step stages its own (moved into the ledger by
-    :func:`~spark_apps.dlq_replay.ledger_files.publish_staged`); returns the rows written."""
-    from spark_apps.dlq_replay.ledger_files import LEDGER_FILE_SCHEMA
+    :func:`~spark_apps.dlq_replay.record.publish_staged`); returns the rows written."""
+    from spark_apps.dlq_replay.record import LEDGER_FILE_SCHEMA
     from spark_apps.dlq_replay.task_parquet import write_frame
 
     return write_frame(rows, staged, LEDGER_FILE_SCHEMA, int96_timestamps=True)

@@ -134,17 +134,17 @@ def test_a_run_stopped_between_snapshot_and_commit_leaves_everything_pending(
 
     mixed = build_mixed_dlq(lite_client, per_kind=2)
     out = tmp_path / "out"
-    record = runner._record
+    record = runner.run_record
 
     def broken_record(*args: Any, **kwargs: Any) -> None:
         raise RuntimeError("the ledger's disk is full")
 
-    monkeypatch.setattr(runner, "_record", broken_record)
+    monkeypatch.setattr(runner, "run_record", broken_record)
     with pytest.raises(RuntimeError, match="disk is full"):
         run_replay(spark, replay_options(lite_broker, mixed, out, "lite-stopped", oc.REPLAY))
     assert pending_keys(lite_client, mixed) == sorted(mixed.expected)  # nothing acked, nothing lost
 
-    monkeypatch.setattr(runner, "_record", record)
+    monkeypatch.setattr(runner, "run_record", record)
     report = run_replay(spark, replay_options(lite_broker, mixed, out, "lite-stopped", oc.REPLAY))
     assert report["status"] == "succeeded"
     assert report["totals"]["acked"] == len(mixed.keys(*FINAL))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -10,12 +11,19 @@ from ledger_reference import ledger_rows, with_publish_results, write_ledger
 from spark_apps.dlq_replay import outcomes as oc
 from spark_apps.dlq_replay import task_parquet
 from spark_apps.dlq_replay.apply import dry_run_outcomes
-from spark_apps.dlq_replay.decide import DecideSettings, decide
+from spark_apps.dlq_replay.arrow_compat import map_in_arrow
+from spark_apps.dlq_replay.decide import DecideSettings, decide_tasks
 from spark_apps.dlq_replay.ledger import final_ids, read_ledger, run_outcomes
 from spark_apps.dlq_replay.normalize import normalize
 from spark_apps.dlq_replay.playbook import parse_playbook
 from spark_apps.dlq_replay.report import CommitTotals, build_report
-from spark_apps.dlq_replay.schemas import IDENTITIES_SCHEMA, LEDGER_SCHEMA, REPLAY_ID_MARK, SNAPSHOT_SCHEMA
+from spark_apps.dlq_replay.schemas import (
+    DECIDED_SCHEMA,
+    IDENTITIES_SCHEMA,
+    LEDGER_SCHEMA,
+    REPLAY_ID_MARK,
+    SNAPSHOT_SCHEMA,
+)
 from spark_apps.dlq_replay.scope import Filters, identity_rows, repeated_ids, replay_id_column, scope_marks
 from spark_apps.dlq_replay.signatures import replay_id
 from spark_apps.dlq_replay.storage import RunStorage
@@ -58,6 +66,35 @@ def snapshot_df(spark, n_timeout: int = 40, n_poison: int = 6, n_junk: int = 3):
         rows.append((DLQ, -1, b"x", f"1:{i}:-1:-1", f"k{i}", None, b"?", {"x": "y"}, T0, None, 0, "p", 1))
         i += 1
     return spark.createDataFrame(rows, SNAPSHOT_SCHEMA).repartition(3)
+
+
+_CALLS = itertools.count()
+_WORK: list = []
+
+
+@pytest.fixture(autouse=True)
+def _decide_folder(tmp_path):
+    _WORK[:] = [tmp_path / "decide"]
+
+
+def decide(snapshot, playbook, settings, producers_per_target, **options):
+    """The decide step's tasks over ``snapshot`` as production runs them: the snapshot written as its read
+    tasks write it, each decide task reading its share of the files with the marks file; the decisions
+    returned as a DataFrame instead of written."""
+    folder = _WORK[0] / f"call-{next(_CALLS)}"
+    snapshot_dir = str(folder / "snapshot")
+    task_parquet.write_frame(snapshot, snapshot_dir, SNAPSHOT_SCHEMA)
+    written = task_parquet.read_frame(snapshot.sparkSession, snapshot_dir, SNAPSHOT_SCHEMA)
+    frame, task = decide_tasks(
+        written,
+        playbook,
+        settings,
+        producers_per_target,
+        snapshot_dir=snapshot_dir,
+        marks_dir=str(folder / "marks"),
+        **options,
+    )
+    return map_in_arrow(frame, task, DECIDED_SCHEMA)
 
 
 def settings(mode=oc.REPLAY):
@@ -190,7 +227,8 @@ def test_report_from_outcomes(spark):
 def test_report_samples_are_a_signatures_first_messages_across_its_outcomes(spark):
     """A group's sample ids are its first messages by (publish time, topic, id), nulls first, wherever
     they fall among its (outcome, action, rule) combinations."""
-    from spark_apps.dlq_replay.report import SAMPLE_IDS, aggregate
+    from spark_apps.dlq_replay.report import aggregate
+    from spark_apps.dlq_replay.report_parts import SAMPLE_IDS
 
     columns = (
         "signature string, outcome string, action string, rule string, error_template string, "
@@ -422,7 +460,7 @@ def write_archive(decided, tmp_path, archive_root: str, run_id: str) -> None:
 def record_ledger(rows, tmp_path, ledger_root: str) -> None:
     """Ledger rows computed by Spark (the reference the record tasks' rows are compared with), staged and
     moved into the ledger as the record step moves its own."""
-    from spark_apps.dlq_replay.ledger_files import publish_staged
+    from spark_apps.dlq_replay.record import publish_staged
 
     staged = str(tmp_path / "ledger_staged")
     run_id = rows.select("run_id").first()["run_id"]
@@ -497,7 +535,7 @@ def test_ledger_recorded_by_tasks_reads_as_sparks_ledger(spark, tmp_path):
     import pyarrow.parquet as pq
 
     from spark_apps.dlq_replay.apply import OUTCOME_COLUMNS
-    from spark_apps.dlq_replay.ledger_files import publish_staged, record_in_tasks
+    from spark_apps.dlq_replay.record import publish_staged, record_in_tasks
 
     _, decided, decisions, results = recorded_inputs(spark, tmp_path)
     run_id = "manual__2024-05-01T00:00:00+00:00"
@@ -546,7 +584,7 @@ def test_report_from_record_parts_is_sparks_report(spark, tmp_path, snippets):
     from types import SimpleNamespace
 
     from spark_apps.dlq_replay.apply import OUTCOME_COLUMNS
-    from spark_apps.dlq_replay.ledger_files import publish_staged, record_in_tasks
+    from spark_apps.dlq_replay.record import publish_staged, record_in_tasks
     from spark_apps.dlq_replay.report_details import ReportContext
     from spark_apps.dlq_replay.report_parts import read_parts
 

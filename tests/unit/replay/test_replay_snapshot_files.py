@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from spark_apps.dlq_replay.snapshot_files import bucket_batches, row_group_units, with_marks
+from spark_apps.dlq_replay.snapshot_files import Marks, bucket_batches, row_group_units, with_marks
 
 MARKS = ("_mark", "_mark_reason")
 
@@ -31,7 +31,7 @@ def test_every_row_is_in_exactly_one_bucket_in_file_order(tmp_path):
 
     assert len(units) == 9
     columns = ["topic", "message_id_str"]
-    shares = [_ids(bucket_batches(units, bucket, 2, columns, {}, MARKS, 64)) for bucket in (0, 1)]
+    shares = [_ids(bucket_batches(units, bucket, 2, columns, None, MARKS, 64)) for bucket in (0, 1)]
 
     assert sorted(shares[0] + shares[1]) == sorted(every)
     # Row groups of 100, 100 and 50 rows per file; bucket 0 takes units 0, 2, 4, 6, 8, bucket 1 the others.
@@ -46,21 +46,34 @@ def test_batches_hold_at_most_batch_rows_and_only_the_asked_columns(tmp_path):
     _snapshot(tmp_path, files=1, rows=300, group_rows=300)
 
     units = row_group_units(str(tmp_path))
-    batches = list(bucket_batches(units, 0, 1, ["message_id_str", "topic"], {}, MARKS, 64))
+    batches = list(bucket_batches(units, 0, 1, ["message_id_str", "topic"], None, MARKS, 64))
 
     assert max(b.num_rows for b in batches) == 64
     assert batches[0].schema.names == ["message_id_str", "topic", *MARKS]
     assert batches[0].column("_mark").null_count == 64
 
 
-def test_marks_are_looked_up_by_topic_and_message_id():
-    batch = pa.RecordBatch.from_pydict({"topic": ["a", "a", "b"], "message_id_str": ["1", "2", "1"]})
-    marks = {("a", "2"): ("duplicate", "another copy ..."), ("b", "1"): ("already_final", None)}
+def test_marks_are_read_from_their_files_and_looked_up_by_topic_and_message_id(tmp_path):
+    rows = {"topic": ["a", "b"], "message_id_str": ["2", "1"]}
+    marks = {**rows, MARKS[0]: ["duplicate", "already_final"], MARKS[1]: ["another copy ...", None]}
+    pq.write_table(pa.table(marks), tmp_path / "part-00000.parquet")
+    pq.write_table(
+        pa.table({name: pa.array([], pa.string()) for name in marks}), tmp_path / "part-00001.parquet"
+    )
+    batch = pa.RecordBatch.from_pydict(
+        {"topic": ["a", "a", "b", "a\x1f2"], "message_id_str": ["1", "2", "1", ""]}
+    )
 
-    marked = with_marks(batch, marks, MARKS)
+    marked = with_marks(batch, Marks.read(str(tmp_path)), MARKS)
 
-    assert marked.column("_mark").to_pylist() == [None, "duplicate", "already_final"]
-    assert marked.column("_mark_reason").to_pylist() == [None, "another copy ...", None]
+    assert marked.column("_mark").to_pylist() == [None, "duplicate", "already_final", None]
+    assert marked.column("_mark_reason").to_pylist() == [None, "another copy ...", None, None]
+
+
+def test_without_marks_every_row_is_unmarked():
+    batch = pa.RecordBatch.from_pydict({"topic": ["a"], "message_id_str": ["1"]})
+    marked = with_marks(batch, None, MARKS)
+    assert marked.column("_mark").to_pylist() == marked.column("_mark_reason").to_pylist() == [None]
 
 
 def test_no_files_give_no_units(tmp_path):

@@ -13,10 +13,10 @@ import pytest
 
 from spark_apps.dlq_replay import outcomes as oc
 from spark_apps.dlq_replay import report_parts
-from spark_apps.dlq_replay.report import SAMPLE_IDS
 from spark_apps.dlq_replay.report_parts import (
     COMBO_KEYS,
     REP_COLUMNS,
+    SAMPLE_IDS,
     BucketParts,
     clear_parts,
     first_k,
@@ -224,8 +224,7 @@ def test_sample_errors_from_the_parts_and_one_counting_pass(tmp_path, monkeypatc
     """Each signature's first messages by (earliest time, message), kept in 7-row chunks merged every 3
     chunks in two buckets, are those of all rows together; :func:`error_counts` counts them over the
     decisions' files (cut to 500 characters, as the report cuts them) and counts the fix errors."""
-    from spark_apps.dlq_replay.report_details import SAMPLE_ERRORS
-    from spark_apps.dlq_replay.report_parts import error_counts
+    from spark_apps.dlq_replay.report_parts import SAMPLE_ERRORS, error_counts
     from spark_apps.dlq_replay.task_parquet import part_file
 
     monkeypatch.setattr(report_parts, "REDUCE_ROWS", 7)

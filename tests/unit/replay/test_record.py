@@ -1,4 +1,4 @@
-"""ledger_files: a bucket's send results gathered from every wave, and the ledger rows of its decisions
+"""record: a bucket's send results gathered from every wave, and the ledger rows of its decisions
 with those results applied (the Arrow counterpart of ``with_publish_results`` and ``ledger_rows``)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 
 from spark_apps.dlq_replay import outcomes as oc
 from spark_apps.dlq_replay.canary import HALTED_REASON
-from spark_apps.dlq_replay.ledger_files import (
+from spark_apps.dlq_replay.record import (
     LEDGER_FILE_SCHEMA,
     ResultIndex,
     bucket_results,

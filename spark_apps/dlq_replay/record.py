@@ -1,4 +1,5 @@
-"""The run's ledger rows written by one Python task per producer bucket, moved into the ledger by record.
+"""Record step: the run's ledger rows, written by one Python task per producer bucket, then moved into
+the ledger.
 
 Joining every decision with every send result on the replay id would shuffle and sort both sides. The
 decide tasks write one decisions file per producer bucket and the send tasks one results file per bucket
@@ -15,7 +16,9 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from pyspark.sql.types import StructType
@@ -26,11 +29,11 @@ from spark_apps.dlq_replay.schemas import LEDGER_SCHEMA, arrow_schema
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
-    from datetime import datetime
 
-    import numpy as np
     import pyarrow as pa
     from pyspark.sql import SparkSession
+
+    from spark_apps.dlq_replay.run_context import Run
 
 log = logging.getLogger("spark_apps.dlq_replay")
 
@@ -81,40 +84,22 @@ def bucket_results(results_dir: str, bucket: int) -> pa.RecordBatch | None:
 
 
 class ResultIndex:
-    """A bucket's send results indexed once by replay id: each batch of decisions finds its results by a
-    binary search over the sorted ids (a hash table built per batch would cost the whole bucket's results
-    for every batch). A replay id with several results gets the first, as a hash lookup would."""
+    """A bucket's send results indexed once by replay id (:class:`~spark_apps.dlq_replay.arrow_util.
+    SortedKeys`); a replay id with several results gets the first."""
 
     def __init__(self, results: pa.RecordBatch) -> None:
-        import numpy as np
+        from spark_apps.dlq_replay.arrow_util import SortedKeys
 
-        keys = _id_keys(results.column("replay_id"))
-        self.order = np.argsort(keys, kind="stable")
-        self.sorted = keys[self.order]
+        self.keys = SortedKeys(results.column("replay_id"))
 
     def positions(self, decided: pa.RecordBatch | pa.Table) -> pa.Array:
         """For each row of ``decided`` (``replay_id`` and ``outcome``), the position of its send result:
         null for a row not to republish or without a result."""
-        import numpy as np
         import pyarrow as pa
         import pyarrow.compute as pc
 
         none = pa.nulls(decided.num_rows, pa.string())
-        ids = pc.if_else(_sending(decided), decided.column("replay_id"), none)
-        wanted = _id_keys(ids)
-        if not len(self.sorted):
-            return pa.nulls(decided.num_rows, pa.int64())
-        at = np.minimum(np.searchsorted(self.sorted, wanted), len(self.sorted) - 1)
-        hit = (self.sorted[at] == wanted) & pc.is_valid(ids).to_numpy(zero_copy_only=False)
-        return pa.array(self.order[at], pa.int64(), mask=~hit)
-
-
-def _id_keys(ids: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    """Replay ids as a NumPy bytes array (null: empty), ordered and compared byte by byte."""
-    import numpy as np
-    import pyarrow as pa
-
-    return np.array([b"" if v is None else v for v in ids.cast(pa.binary()).to_pylist()], dtype=np.bytes_)
+        return self.keys.positions(pc.if_else(_sending(decided), decided.column("replay_id"), none))
 
 
 def result_positions(decided: pa.Table | pa.RecordBatch, results: pa.RecordBatch | None) -> pa.Array | None:
@@ -202,12 +187,13 @@ def record_in_tasks(
     ``staged_path``, one Spark task per bucket, with the send results of ``results_dir`` applied; returns
     the rows written (a ``halted`` group's unsent rows as ``canary_failed``). Each task also writes its
     bucket's report parts to ``parts_dir`` (:mod:`~spark_apps.dlq_replay.report_parts`) and its final
-    messages per entry to ``commit_dir`` (:mod:`~spark_apps.dlq_replay.commit_parts`)."""
-    from spark_apps.dlq_replay import commit_parts, task_parquet
+    messages per entry to ``commit_dir`` (:mod:`~spark_apps.dlq_replay.commit`)."""
+    from spark_apps.dlq_replay import task_parquet
+    from spark_apps.dlq_replay.commit import clear
     from spark_apps.dlq_replay.report_parts import clear_parts
 
     clear_parts(parts_dir)
-    commit_parts.clear(commit_dir)
+    clear(commit_dir)
     record = _RecordBuckets(
         decisions_dir, results_dir, parts_dir, commit_dir, mode, recorded_at, batch_rows, halted
     )
@@ -238,7 +224,8 @@ class _RecordBuckets:
                 yield from self.bucket(bucket)
 
     def bucket(self, bucket: int) -> Iterator[pa.RecordBatch]:
-        from spark_apps.dlq_replay import commit_parts, storage
+        from spark_apps.dlq_replay import storage
+        from spark_apps.dlq_replay.commit import EntryFinals
         from spark_apps.dlq_replay.report_parts import REP_COLUMNS, BucketParts
         from spark_apps.dlq_replay.task_parquet import part_file
 
@@ -247,7 +234,7 @@ class _RecordBuckets:
             return  # no decisions in this bucket
         sent = bucket_results(self.results, bucket)
         index = None if sent is None else ResultIndex(sent)
-        parts, finals = BucketParts(bucket, self.parts_dir), commit_parts.EntryFinals()
+        parts, finals = BucketParts(bucket, self.parts_dir), EntryFinals()
         columns = list(dict.fromkeys([*decided_columns(), "sequence_id", *REP_COLUMNS]))
         source = storage.open_parquet(path)
         for rows in source.iter_batches(batch_size=self.batch_rows, columns=columns, use_threads=False):
@@ -273,3 +260,29 @@ def publish_staged(staged: str, ledger_root: str, run_id: str) -> bool:
     storage.write_bytes(storage.join(ledger_root, SUCCESS), b"")
     log.info("step record: ledger partition moved from %s", staged)
     return True
+
+
+def run_record(run: Run) -> None:
+    """Write the run's ledger rows: the record tasks zip each bucket's decisions with its send results
+    (and write the report's and the commit's counts beside them)."""
+    from spark_apps.dlq_replay.canary import halted_groups
+
+    if run.step("record"):
+        started = time.monotonic()
+        recorded_at = datetime.now(UTC)
+        run.progress.count_files(run.paths.ledger_staged)
+        record_in_tasks(
+            run.spark,
+            run.paths.decisions,
+            run.paths.republish_results,
+            int(run.state.info("decide").get("producers_per_target") or run.buckets),
+            run.paths.ledger_staged,
+            mode=run.options.mode,
+            recorded_at=recorded_at,
+            batch_rows=run.batch_rows,
+            halted=tuple(halted_groups(run)),
+            parts_dir=run.paths.report_parts,
+            commit_dir=run.paths.commit_parts,
+        )
+        publish_staged(run.paths.ledger_staged, run.paths.ledger, run.options.run_id)
+        run.done("record", started, recorded_at=recorded_at.isoformat())

@@ -1,4 +1,5 @@
-"""The commit's per-entry counts, gathered by the tasks that already hold the messages.
+"""Commit step: ack the run's final messages, from per-entry counts the tasks that already hold the
+messages gathered.
 
 The reader-mode commit acks an entry by id when every message it holds is in the snapshot and final
 (:class:`~spark_apps.dlq_replay.pulsar_io.commit.EntryCommitFn`). The read and record tasks count as they
@@ -18,7 +19,9 @@ from the ledger.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import logging
+import time
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -26,11 +29,14 @@ import pyarrow.compute as pc
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
 
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
     from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf
     from spark_apps.dlq_replay.pulsar_io.window import PartitionWindow
+    from spark_apps.dlq_replay.run_context import Run
+
+log = logging.getLogger("spark_apps.dlq_replay")
 
 #: The entry columns, from a message id ``ledger:entry:partition:batch_index``.
 ENTRY_KEYS = ("dlq_topic", "ledger_id", "entry_id")
@@ -257,3 +263,139 @@ def _inside(table: pa.Table, ends: dict[str, Any]) -> Any:
             at_end = pc.and_(at_end, pc.less_equal(pc.subtract(size, 1), end_batch))
         inside = pc.or_(inside, pc.and_(pc.equal(topics, topic), pc.or_(before, at_end)))
     return pc.fill_null(inside, False)
+
+
+def run_commit(run: Run, windows: list[PartitionWindow]) -> None:
+    """Ack the final messages: reader mode by entry id in one task per partition, consumer mode by reading
+    the window again; what cannot be acked stays pending for the next run."""
+    from spark_apps.dlq_replay.pulsar_io.window import READER_MODE, read_mode_of
+
+    resumed = "commit" in run.state.steps  # an earlier attempt may already have acked some of them
+    if not run.step("commit"):
+        return
+    started = time.monotonic()
+    mode = read_mode_of(windows)
+    if mode == READER_MODE:
+        totals = _commit_entries(run, windows)
+    else:
+        totals = _commit_by_consumers(run, windows, resumed)
+    if totals["unacked_final"]:
+        log.warning(
+            "commit: %d final messages could not be acked; they stay pending", totals["unacked_final"]
+        )
+    snapshot_reads = int(run.state.info("snapshot").get("dlq_reads", 0))
+    reads = snapshot_reads + totals["messages_read"]
+    run.done(
+        "commit",
+        started,
+        read_mode=mode,
+        acked=totals["acked"],
+        acked_by_earlier_attempts=totals.get("acked_by_earlier_attempts", 0),
+        left_pending_seen=totals["left_pending"],
+        beyond_window=totals["beyond_window"],
+        unacked_final=totals["unacked_final"],
+        final_in_partial_entries=totals["final_in_partial_entries"],
+        entries_acked=totals["entries_acked"],
+        final_in_whole_entries=totals.get("final_in_whole_entries", 0),
+        dlq_reads_snapshot=snapshot_reads,
+        dlq_reads_commit=totals["messages_read"],
+        reads_per_message=round(reads / snapshot_reads, 3) if snapshot_reads else 0.0,
+    )
+
+
+_TOTAL_COLUMNS = (
+    "acked",
+    "left_pending",
+    "beyond_window",
+    "final_in_partial_entries",
+    "unacked_final",
+    "entries_acked",
+    "messages_read",
+)
+
+
+def _sum_rows(rows: DataFrame) -> dict[str, int]:
+    totals = dict.fromkeys(_TOTAL_COLUMNS, 0)
+    for row in rows.collect():  # one row per DLQ partition
+        for name in _TOTAL_COLUMNS:
+            totals[name] += int(row[name] or 0)
+    return totals
+
+
+def _commit_entries(run: Run, windows: list[PartitionWindow]) -> dict[str, int]:
+    """Reader mode: ack the snapshot's fully final entries by id, verified on the cursor; no DLQ read
+    (one task per partition, from the read and record tasks' counts)."""
+    paths = run.paths
+    results = commit_in_tasks(
+        run.spark, paths.snapshot_entries, paths.commit_parts, run.conf, windows, run.options.subscription
+    )
+    return {name: sum(int(row[name] or 0) for row in results) for name in _TOTAL_COLUMNS}
+
+
+def _counted_entries(run: Run) -> pa.Table:
+    """Per entry of the snapshot, its messages and final messages, as the record tasks counted them
+    (:func:`~spark_apps.dlq_replay.commit.entry_table`)."""
+    return entry_table(run.paths.snapshot_entries, run.paths.commit_parts)
+
+
+def _commit_by_consumers(run: Run, windows: list[PartitionWindow], resumed: bool) -> dict[str, int]:
+    """Consumer mode: read the window again and ack the final messages from the receiving consumer."""
+    from spark_apps.dlq_replay.arrow_compat import apply_in_arrow
+    from spark_apps.dlq_replay.pulsar_io.commit import COMMIT_RESULT_SCHEMA, make_commit_fn
+
+    final, expected, unread, in_whole, in_partial = _final_by_entries(run, windows, _counted_entries(run))
+    totals = dict.fromkeys(_TOTAL_COLUMNS, 0)
+    totals["final_in_whole_entries"] = in_whole
+    if final is not None:
+        fn = make_commit_fn(run.conf, windows, run.options.subscription, run.options.idle_timeout_ms)
+        grouped = final.repartition(max(1, len(windows)), "dlq_topic").groupBy("dlq_topic")
+
+        def commit_group(table: pa.Table) -> pa.Table:
+            return fn(table)
+
+        totals.update(_sum_rows(apply_in_arrow(grouped, commit_group, COMMIT_RESULT_SCHEMA)))
+    # Every final message of a first commit attempt was pending (the snapshot read it unacked): any not
+    # acked now was missed (e.g. a broker stall) and stays pending until the next run acks it. In a
+    # resumed commit, final messages not received were acked by the killed attempt (one run at a time
+    # holds the subscription): they count as acked too, so the total is exact across attempts.
+    # Partitions without a final message are not read: all their messages of this run stay pending.
+    acked_this_attempt = totals["acked"]
+    totals["acked_by_earlier_attempts"] = max(0, expected - acked_this_attempt) if resumed else 0
+    totals["acked"] = acked_this_attempt + totals["acked_by_earlier_attempts"]
+    totals["left_pending"] += unread
+    totals["final_in_partial_entries"] += in_partial
+    totals["unacked_final"] = 0 if resumed else max(0, expected - acked_this_attempt)
+    return totals
+
+
+class _Finals(NamedTuple):
+    """The consumer-mode commit's input: the final messages to ack (None: there are none), how many, the
+    messages of partitions without a final one, how many final messages make up whole entries, and how
+    many are left pending because their entry holds a pending one."""
+
+    frame: DataFrame | None
+    expected: int
+    unread: int
+    in_whole_entries: int
+    in_partial_entries: int = 0
+
+
+def _final_by_entries(run: Run, windows: list[PartitionWindow], table: pa.Table) -> _Finals:
+    """The final messages as whole entries (from the tasks' counts, in the driver), as
+    :data:`~.pulsar_io.commit.ENTRIES_COMMIT_INPUT_SCHEMA` rows. The final messages of entries that also
+    hold a pending one are not sent: without batch-index acks the broker removes a batch only whole, so
+    they stay pending with their entry, counted in ``final_in_partial_entries``."""
+    from spark_apps.dlq_replay.arrow_compat import arrow_frame
+    from spark_apps.dlq_replay.pulsar_io.commit import ENTRIES_COMMIT_INPUT_SCHEMA
+
+    split = ConsumerCommit(table, windows)
+    final = arrow_frame(run.spark, split.whole, ENTRIES_COMMIT_INPUT_SCHEMA) if len(split.whole) else None
+    log.info(
+        "step commit: %d final messages, %d in %d whole entries, the rest in %d entries with a pending "
+        "message (left pending with them)",
+        split.expected,
+        split.in_whole,
+        len(split.whole),
+        len(split.partial),
+    )
+    return _Finals(final, split.in_whole, split.unread, split.in_whole, split.expected - split.in_whole)

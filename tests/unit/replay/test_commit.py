@@ -1,11 +1,11 @@
-"""commit_parts: the reader-mode commit's per-entry counts from the read and record tasks."""
+"""commit: the reader-mode commit's per-entry counts from the read and record tasks."""
 
 from __future__ import annotations
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from spark_apps.dlq_replay.commit_parts import EntryFinals, clear, entry_rows, entry_table
+from spark_apps.dlq_replay.commit import EntryFinals, clear, entry_rows, entry_table
 from spark_apps.dlq_replay.task_parquet import part_file
 
 T1, T2 = "persistent://t/n/a-DLQ", "persistent://t/n/b-DLQ"
@@ -80,7 +80,7 @@ def _entries(rows: list[tuple[str, int, int, int, int, int | None]]) -> pa.Table
 
 
 def test_consumer_commit_splits_whole_and_partial_entries():
-    from spark_apps.dlq_replay.commit_parts import ConsumerCommit
+    from spark_apps.dlq_replay.commit import ConsumerCommit
     from spark_apps.dlq_replay.pulsar_io.window import PartitionWindow
 
     table = _entries(
@@ -105,7 +105,7 @@ def test_consumer_commit_splits_whole_and_partial_entries():
 def test_consumer_commit_refuses_a_partition_outside_the_window():
     import pytest
 
-    from spark_apps.dlq_replay.commit_parts import ConsumerCommit
+    from spark_apps.dlq_replay.commit import ConsumerCommit
     from spark_apps.dlq_replay.pulsar_io.errors import WindowError
     from spark_apps.dlq_replay.pulsar_io.window import PartitionWindow
 

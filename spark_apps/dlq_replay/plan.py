@@ -1,0 +1,124 @@
+"""Plan step: freeze the window of messages the run acts on and write it to ``runs/<run>/plan.json``.
+
+Consumer mode reads every message up to each partition's last id; reader mode only the subscription's
+pending entries. ``--window-from`` reuses the window a reviewer approved (``docs/approval.md``). A
+partition whose last message an earlier run already made final ends at the ledger's last pending entry.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from spark_apps.dlq_replay.run_context import RunPaths
+from spark_apps.dlq_replay.storage import join
+
+if TYPE_CHECKING:
+    from spark_apps.dlq_replay.pulsar_io.window import PartitionWindow
+    from spark_apps.dlq_replay.run_context import Run
+
+log = logging.getLogger("spark_apps.dlq_replay")
+
+
+def run_plan(run: Run) -> tuple[list[PartitionWindow], datetime]:
+    from spark_apps.dlq_replay.pulsar_io.window import (
+        CONSUMER_MODE,
+        freeze,
+        windows_from_json,
+        windows_to_json,
+    )
+
+    if run.step("plan"):
+        started = time.monotonic()
+        settled: list[dict[str, Any]] = []
+        if run.options.window_from:  # the window a reviewer saw (docs/approval.md)
+            from spark_apps.dlq_replay.group_actions import reuse_window
+            from spark_apps.dlq_replay.pulsar_io.window import FrozenWindows, read_mode_of
+
+            earlier = RunPaths(run.options.output_dir, run.options.window_from).plan
+            reused = reuse_window(
+                run.storage, earlier, run.options.window_from, run.options.topics, run.options.subscription
+            )
+            reason = f"the window of the reviewed run {run.options.window_from}"
+            frozen = FrozenWindows(reused, read_mode_of(reused), reason)
+            windows = frozen.windows
+        else:
+            frozen = freeze(run.conf, list(run.options.topics), run.options.subscription)
+            windows = frozen.windows
+            if frozen.read_mode == CONSUMER_MODE:  # reader mode reads the cursor's pending entries only
+                windows, settled = _settle_windows(run, frozen.windows)
+        planned_at = datetime.now(UTC)
+        plan = {
+            "run_id": run.options.run_id,
+            "mode": run.options.mode,
+            "planned_at": planned_at.isoformat(timespec="milliseconds"),
+            "topics": list(run.options.topics),
+            "subscription": run.options.subscription,
+            "read_mode": frozen.read_mode,
+            "read_mode_reason": frozen.reason,
+            "window": windows_to_json(windows),
+            "frozen_window": windows_to_json(frozen.windows),
+            "settled": settled,
+            "options": run.state.options,
+        }
+        run.storage.write_text(run.paths.plan, json.dumps(plan, indent=2, sort_keys=True))
+        log.info("step plan: read mode %s (%s)", frozen.read_mode, frozen.reason)
+        run.done(
+            "plan",
+            started,
+            partitions=len(windows),
+            empty_partitions=sum(w.end_message_id is None for w in windows),
+            settled_partitions=len(settled),
+            read_mode=frozen.read_mode,
+            pending_entries=sum(w.pending_entries for w in windows),
+        )
+    text = run.storage.read_text(run.paths.plan)
+    if text is None:
+        from spark_apps.dlq_replay.errors import RunStateError
+
+        raise RunStateError(
+            f"{run.paths.plan} is missing although the plan step is complete; use a new --run-id"
+        )
+    plan = json.loads(text)
+    return windows_from_json(plan["window"]), datetime.fromisoformat(plan["planned_at"])
+
+
+def _settle_windows(
+    run: Run, frozen: list[PartitionWindow]
+) -> tuple[list[PartitionWindow], list[dict[str, Any]]]:
+    """End each partition whose last message an earlier run already made final at the last entry the
+    ledger knows pending (see :func:`~spark_apps.dlq_replay.ledger.settled_ends`): without it a read
+    would wait for a message it can never receive, twice the idle timeout per partition."""
+    from dataclasses import asdict, replace
+
+    from spark_apps.dlq_replay.ledger import read_ledger, settled_ends
+
+    ledger = read_ledger(run.spark, run.storage, run.paths.ledger)
+    if ledger is None:
+        return frozen, []
+
+    def commit_done(run_id: str) -> bool:
+        from spark_apps.dlq_replay.state import RunState, run_dir_name
+
+        path = join(run.paths.root, "runs", run_dir_name(run_id), "state.json")
+        text = run.storage.read_text(path)
+        if not text:
+            return False
+        state = RunState.from_json(text, where=path)
+        return state.is_complete("commit") and not int(state.info("commit").get("unacked_final", 0))
+
+    ends = {e.topic: e for e in settled_ends(ledger, frozen, commit_done)}
+    for end in ends.values():
+        log.info(
+            "plan: the last message of %s is final in run(s) %s; reading it up to %s",
+            end.topic,
+            ", ".join(end.settled_by),
+            end.end_message_id or "nothing (no message left pending there)",
+        )
+    windows = [
+        replace(w, end_message_id=ends[w.topic].end_message_id) if w.topic in ends else w for w in frozen
+    ]
+    return windows, [asdict(e) for e in ends.values()]

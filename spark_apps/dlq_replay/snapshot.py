@@ -1,0 +1,110 @@
+"""Snapshot step: read the window in Spark tasks that write the snapshot's Parquet files themselves.
+
+Beside the rows the read tasks write each batch's entries (the commit's counts) and, unless
+``--max-messages`` needs the whole context, the rows' replay identities (decide's duplicate marks).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame
+
+    from spark_apps.dlq_replay.pulsar_io.window import PartitionWindow
+    from spark_apps.dlq_replay.run_context import Run
+    from spark_apps.dlq_replay.task_parquet import SideOutput
+
+log = logging.getLogger("spark_apps.dlq_replay")
+
+
+def run_snapshot(run: Run, windows: list[PartitionWindow]) -> DataFrame:
+    """Read the window in Spark tasks that write the snapshot (and its entries and identities) themselves."""
+    from spark_apps.dlq_replay.pulsar_io.window import READER_MODE, read_mode_of, windows_to_json
+    from spark_apps.dlq_replay.schemas import SNAPSHOT_SCHEMA
+    from spark_apps.dlq_replay.task_parquet import read_frame
+
+    if run.step("snapshot"):
+        from spark_apps.dlq_replay import task_parquet
+        from spark_apps.dlq_replay.commit import entry_rows, snapshot_entries_schema
+        from spark_apps.dlq_replay.pulsar_io.source import read_tasks
+
+        started = time.monotonic()
+        mode = read_mode_of(windows)
+        # Readers split a partition's pending entries into contiguous shares: by default enough of them to
+        # keep every core busy (the source gives each share a minimum of entries). Consumer mode reads each
+        # partition with one consumer, which drops a redelivered copy by its id.
+        parallelism = 1
+        if mode == READER_MODE:
+            busy = max(1, sum(1 for w in windows if w.pending))
+            parallelism = run.options.parallelism or max(1, -(-run.buckets // busy))
+        source_options = {
+            **run.conf.to_options(),
+            "topics": ",".join(run.options.topics),
+            "subscription": run.options.subscription,
+            "window": windows_to_json(windows),
+            "parallelism": str(parallelism),
+            "idle.timeout.ms": str(run.options.idle_timeout_ms),
+        }
+        frame, read_task, _, _ = read_tasks(run.spark, source_options, mark_entries=True)
+        # Beside the rows: unless --max-messages needs the whole context, their replay ids (the decide
+        # step's duplicate marks read those few columns), and each batch's entries (the commit's counts).
+        with_identities = run.options.max_messages is None
+        run.progress.count_files(run.paths.snapshot)
+        counts = task_parquet.SideOutput(run.paths.snapshot_entries, snapshot_entries_schema(), entry_rows)
+        main = task_parquet.main_output(run.paths.snapshot, SNAPSHOT_SCHEMA)
+        outputs = [main, counts, *([_identities_output(run)] if with_identities else [])]
+        writes = task_parquet.TaskWrites(read_task, outputs, _entries_tally, ("n", "entries"))
+        tallies = writes.in_spark(frame)
+        writes.seal()
+        count = sum(t[0] or 0 for t in tallies)
+        info: dict[str, Any] = {
+            "read_mode": mode,
+            "readers_per_partition": parallelism,
+            "identities_written": with_identities,
+        }
+        if mode == READER_MODE:
+            entries = sum(t[1] or 0 for t in tallies)
+            planned = sum(w.pending_entries for w in windows)
+            info.update(pending_entries=planned, entries_read=entries, unread_entries=planned - entries)
+            if planned != entries:
+                log.warning(
+                    "step snapshot: %d of %d pending entries were not read; they stay pending for the next "
+                    "run",
+                    planned - entries,
+                    planned,
+                )
+        run.done("snapshot", started, messages=count, dlq_reads=count, **info)
+    return read_frame(run.spark, run.paths.snapshot, SNAPSHOT_SCHEMA)
+
+
+def _identities_output(run: Run) -> SideOutput:
+    """The snapshot rows' :func:`~spark_apps.dlq_replay.scope.identity_rows`, written by the read tasks."""
+    from spark_apps.dlq_replay import task_parquet
+    from spark_apps.dlq_replay.schemas import IDENTITIES_SCHEMA
+    from spark_apps.dlq_replay.scope import identity_rows
+
+    precedence = run.playbook.origin_precedence
+    return task_parquet.SideOutput(
+        run.paths.identities, IDENTITIES_SCHEMA, lambda batch: identity_rows(batch, precedence)
+    )
+
+
+def _entries_tally(batch: pa.RecordBatch) -> tuple[int, int]:
+    """``(rows, entries)`` of a batch of snapshot rows marked with their entries' first rows."""
+    from spark_apps.dlq_replay.pulsar_io.source import ENTRY_FIRST
+
+    return batch.num_rows, batch.column(ENTRY_FIRST).true_count
+
+
+def snapshot_identities(run: Run) -> DataFrame | None:
+    """The identities the snapshot's read tasks wrote beside it, or ``None`` (not written)."""
+    if not run.state.info("snapshot").get("identities_written"):
+        return None
+    from spark_apps.dlq_replay.schemas import IDENTITIES_SCHEMA
+    from spark_apps.dlq_replay.task_parquet import read_frame
+
+    return read_frame(run.spark, run.paths.identities, IDENTITIES_SCHEMA)
