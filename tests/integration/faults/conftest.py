@@ -1,5 +1,5 @@
-"""Fixtures of the fault suite: the results table (written into docs/reliability.md at the end of the
-session) and the spark-submit bundle."""
+"""Fixtures of the fault suite: the results table (written into the build folder as rows are recorded,
+see ``fault_support.output_dir``) and the spark-submit bundle."""
 
 from __future__ import annotations
 
@@ -23,11 +23,8 @@ class FaultTable:
 
 
 @pytest.fixture(scope="session")
-def fault_table() -> Iterator[FaultTable]:
-    table = FaultTable()
-    yield table
-    if table.rows:
-        merge_into_doc(table.rows)
+def fault_table() -> FaultTable:
+    return FaultTable()
 
 
 @pytest.fixture(scope="session")

@@ -1,16 +1,18 @@
-"""The fault suite's shared parts: the table of results written into docs/reliability.md, spark-submit
-runs of the bundle, and the end-state check (lost / doubled / pending) against the broker.
+"""The fault suite's shared parts: the table of results, spark-submit runs of the bundle, and the
+end-state check (lost / doubled / pending) against the broker.
 
-Every fault test records one row per case through the session fixture ``fault_table``; at the end of the
-session the rows are merged into the table between the markers in ``docs/reliability.md`` (rows of
-cases not run this session are kept). ``CATEGORIES`` fixes the order of the table; a new kind of fault
-(a broker restart, a Spark worker killed on a standalone cluster) is a new category with its own test
-module recording rows the same way.
+Every fault test records one row per case through the session fixture ``fault_table``; each row is
+merged at once into the table in ``build/reliability/fault-table.md`` (:func:`output_dir`; rows of cases
+not run this session are kept). The tests never write ``docs/reliability.md``: ``python
+scripts/update_reliability_doc.py`` copies the rows from the build folder into it on purpose.
+``CATEGORIES`` fixes the order of the table; a new kind of fault (a broker restart, a Spark worker
+killed on a standalone cluster) is a new category with its own test module recording rows the same way.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import re
@@ -20,7 +22,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,7 +31,13 @@ import psutil
 
 REPO = Path(__file__).resolve().parents[3]
 DOC = REPO / "docs" / "reliability.md"
-START = "<!-- fault-table:start: written by tests/integration/faults (fault_support.py); do not edit -->"
+#: Where the tests write their tables unless ``DLQ_TEST_TABLES_DIR`` names another folder.
+DEFAULT_OUTPUT_DIR = REPO / "build" / "reliability"
+TABLE_FILE = "fault-table.md"
+START = (
+    "<!-- fault-table:start: the fault suite's output (tests/integration/faults), copied here by "
+    "scripts/update_reliability_doc.py; do not edit -->"
+)
 END = "<!-- fault-table:end -->"
 HEADER = (
     "| category | case | fault | expected | result | lost | doubled | pending |\n"
@@ -137,33 +145,79 @@ def _parse_rows(text: str) -> dict[tuple[str, str], str]:
     return rows
 
 
-def merge_into_doc(rows: list[FaultRow], doc: Path = DOC) -> None:
-    """Write ``rows`` into the table of ``doc`` (between :data:`START` and :data:`END`), keeping the rows of
-    cases not run now; rows are in :data:`CASES` order."""
-    text = doc.read_text(encoding="utf-8")
+def output_dir() -> Path:
+    """The folder the fault and matrix tests write their tables to: ``DLQ_TEST_TABLES_DIR``, else
+    ``build/reliability`` in the repository (git-ignored)."""
+    given = os.environ.get("DLQ_TEST_TABLES_DIR", "")
+    return Path(given).resolve() if given else DEFAULT_OUTPUT_DIR
+
+
+def table_file() -> Path:
+    """The fault table the tests of this machine wrote (the rows of every case run so far)."""
+    return output_dir() / TABLE_FILE
+
+
+@contextlib.contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``path``'s lock file: the test command's two pytest processes may merge
+    rows into one table at the same time."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def merge_lines(lines: dict[tuple[str, str], str], doc: Path) -> bool:
+    """Write the table ``lines`` (by (category, case)) into the table of ``doc`` (between :data:`START`
+    and :data:`END`), keeping the rows of other cases; rows are in :data:`CASES` order. A ``doc`` that
+    does not exist yet is created holding the table alone. True when the file changed."""
+    existed = doc.exists()
+    text = doc.read_text(encoding="utf-8") if existed else f"{START}\n{HEADER}\n{END}\n"
     if START not in text or END not in text:
         raise AssertionError(f"{doc} lacks the fault table markers {START!r} ... {END!r}")
     head, rest = text.split(START, 1)
     body, tail = rest.split(END, 1)
     merged = _parse_rows(body)
-    for row in rows:
-        merged[(row.category, row.case)] = row.line()
+    merged.update(lines)
 
     def key(item: tuple[tuple[str, str], str]) -> tuple[int, int, str]:
         (category, case), _ = item
         cases = CASES[category]
         return (CATEGORIES.index(category), cases.index(case) if case in cases else len(cases), case)
 
-    lines = [line for _, line in sorted(merged.items(), key=key)]
-    new = f"{head}{START}\n{HEADER}\n" + "\n".join(lines) + f"\n{END}{tail}"
-    if new != text:
-        doc.write_text(new, encoding="utf-8")
+    ordered = [line for _, line in sorted(merged.items(), key=key)]
+    new = f"{head}{START}\n{HEADER}\n" + "\n".join(ordered) + f"\n{END}{tail}"
+    if existed and new == text:
+        return False
+    doc.parent.mkdir(parents=True, exist_ok=True)
+    doc.write_text(new, encoding="utf-8")
+    return True
+
+
+def merge_into_doc(rows: list[FaultRow], doc: Path | None = None) -> None:
+    """Write ``rows`` into the fault table of ``doc`` (default: :func:`table_file`, in the build
+    folder), keeping the rows of cases not run now."""
+    path = doc or table_file()
+    with locked(path):
+        merge_lines({(row.category, row.case): row.line() for row in rows}, path)
+
+
+def table_rows(doc: Path) -> dict[tuple[str, str], str]:
+    """The rows of the fault table in ``doc``, by (category, case); none when ``doc`` does not exist."""
+    if not doc.exists():
+        return {}
+    text = doc.read_text(encoding="utf-8")
+    if START not in text or END not in text:
+        return {}
+    return _parse_rows(text.split(START, 1)[1].split(END, 1)[0])
 
 
 def doc_cases(doc: Path = DOC) -> set[tuple[str, str]]:
     """The (category, case) pairs the table in ``doc`` lists."""
-    text = doc.read_text(encoding="utf-8")
-    return set(_parse_rows(text.split(START, 1)[1].split(END, 1)[0]))
+    return set(table_rows(doc))
 
 
 # --------------------------------------------------------------------------- DLQ messages

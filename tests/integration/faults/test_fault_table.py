@@ -1,15 +1,29 @@
-"""The fault table in docs/reliability.md: written by the suite itself, complete, machine-independent."""
+"""The fault table: the tests write it to the build folder; docs/reliability.md holds a complete,
+machine-independent copy that ``scripts/update_reliability_doc.py`` refreshes on purpose."""
 
 from __future__ import annotations
 
 import re
 
-from fault_support import CASES, DOC, END, START, FaultRow, doc_cases, merge_into_doc
+from fault_support import (
+    CASES,
+    DOC,
+    END,
+    START,
+    FaultRow,
+    doc_cases,
+    merge_into_doc,
+    output_dir,
+    table_file,
+    table_rows,
+)
 
 
 def test_the_doc_table_lists_every_case_of_the_suite():
     declared = {(category, case) for category, cases in CASES.items() for case in cases}
-    assert doc_cases() == declared, "run the fault suite (tests/integration/faults) to write the table"
+    assert doc_cases() == declared, (
+        "run the fault suite (tests/integration/faults), then python scripts/update_reliability_doc.py"
+    )
     table = DOC.read_text().split(START, 1)[1].split(END, 1)[0]
     assert not re.search(r"/tmp/|/work/|/root/|/home/", table), "machine paths must be scrubbed"
     assert sum(len(v) for k, v in CASES.items() if k.startswith("bad-")) >= 20
@@ -31,3 +45,12 @@ def test_merging_rows_keeps_other_cases_orders_them_and_scrubs_paths(tmp_path):
     before = doc.read_text()
     merge_into_doc([first], doc)  # the same result again: the file does not change
     assert doc.read_text() == before
+
+
+def test_rows_go_to_the_build_folder_named_by_the_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("DLQ_TEST_TABLES_DIR", str(tmp_path / "tables"))
+    assert output_dir() == (tmp_path / "tables").resolve()
+    doc_before = DOC.read_text()
+    merge_into_doc([FaultRow("kill", "plan", "f", "e", "ok", 0, 0, 90)])
+    assert list(table_rows(table_file())) == [("kill", "plan")]
+    assert DOC.read_text() == doc_before  # the doc changes only through the update command

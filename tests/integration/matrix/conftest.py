@@ -1,12 +1,12 @@
-"""Fixtures of the broker matrix: the results table (written into docs/apache-pulsar.md and
-docs/reliability.md as rows are recorded)."""
+"""Fixtures of the broker matrix: the results table (written into the build folder as rows are
+recorded, see ``matrix_support.table_file``)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
 import pytest
-from matrix_support import CASES, DOCS, MatrixRow, merge_into_doc
+from matrix_support import CASES, MatrixRow, merge_into_doc
 
 
 class MatrixTable:
@@ -18,8 +18,7 @@ class MatrixTable:
     def record(self, row: MatrixRow) -> None:
         assert row.case in CASES, f"declare case {row.case!r} in matrix_support.CASES"
         self.rows.append(row)
-        for doc in DOCS:  # at once: a session cut short keeps the rows of the cases it finished
-            merge_into_doc([row], doc)
+        merge_into_doc([row])  # at once: a session cut short keeps the rows of the cases it finished
 
 
 @pytest.fixture(scope="session")

@@ -1,9 +1,11 @@
 """The broker matrix's shared parts: production broker settings, tokens and grants, and the matrix table
-(version x setting x result) written into docs/apache-pulsar.md and docs/reliability.md.
+(version x setting x result).
 
-Each matrix test records one row per case through the session fixture ``matrix_table``; the rows are
-merged into the table between the markers in both docs (rows of cases not run this session are kept),
-in :data:`CASES` order.
+Each matrix test records one row per case through the session fixture ``matrix_table``; each row is
+merged at once into ``build/reliability/broker-matrix.md`` (the fault suite's ``output_dir``; rows of
+cases not run this session are kept), in :data:`CASES` order. The tests never write the docs:
+``python scripts/update_reliability_doc.py`` copies the rows into docs/apache-pulsar.md and
+docs/reliability.md on purpose.
 """
 
 from __future__ import annotations
@@ -21,8 +23,13 @@ from urllib.parse import quote
 import jwt
 
 REPO = Path(__file__).resolve().parents[3]
+#: The docs that hold a copy of the matrix (see ``scripts/update_reliability_doc.py``).
 DOCS = (REPO / "docs" / "apache-pulsar.md", REPO / "docs" / "reliability.md")
-START = "<!-- broker-matrix:start: written by tests/integration/matrix (matrix_support.py); do not edit -->"
+TABLE_FILE = "broker-matrix.md"
+START = (
+    "<!-- broker-matrix:start: the broker matrix's output (tests/integration/matrix), copied here by "
+    "scripts/update_reliability_doc.py; do not edit -->"
+)
 END = "<!-- broker-matrix:end -->"
 HEADER = (
     "| Apache Pulsar | broker settings | case | result | lost | doubled | pending |\n"
@@ -87,16 +94,26 @@ class MatrixRow:
         return "| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in cells) + " |"
 
 
-def scrub(text: str) -> str:
-    """The text without what differs from run to run (random topic ids, ports, temp paths)."""
+def _fault_support() -> Any:
+    """The fault suite's support module (its scrubbing, output folder and lock are shared)."""
     sys.path.insert(0, str(REPO / "tests" / "integration" / "faults"))
     try:
-        from fault_support import scrub as fault_scrub
+        import fault_support
     finally:
         sys.path.pop(0)
+    return fault_support
+
+
+def table_file() -> Path:
+    """The matrix the tests of this machine wrote (the rows of every case run so far)."""
+    return Path(_fault_support().output_dir()) / TABLE_FILE
+
+
+def scrub(text: str) -> str:
+    """The text without what differs from run to run (random topic ids, ports, temp paths)."""
     import re
 
-    text = re.sub(r"dlq-replay-lease-[0-9a-f]+", "dlq-replay-lease-<hash>", fault_scrub(text))
+    text = re.sub(r"dlq-replay-lease-[0-9a-f]+", "dlq-replay-lease-<hash>", _fault_support().scrub(text))
     return re.sub(r"127\.0\.0\.1:\d+", "127.0.0.1:<port>", text)
 
 
@@ -113,26 +130,44 @@ def _version_key(version: str) -> tuple[int, ...]:
     return tuple(int(p) if p.isdigit() else 0 for p in version.split("."))
 
 
-def merge_into_doc(rows: list[MatrixRow], doc: Path) -> None:
-    """Write ``rows`` into the matrix of ``doc`` (between :data:`START` and :data:`END`), keeping the rows
-    of cases not run now; rows are ordered by version, then :data:`CASES`."""
-    text = doc.read_text(encoding="utf-8")
+def merge_lines(lines: dict[tuple[str, str, str], str], doc: Path) -> bool:
+    """Write the matrix ``lines`` (by (version, settings, case)) into the matrix of ``doc`` (between
+    :data:`START` and :data:`END`), keeping the rows of other cases; rows are ordered by version, then
+    :data:`CASES`. A ``doc`` that does not exist yet is created holding the table alone. True when the
+    file changed."""
+    existed = doc.exists()
+    text = doc.read_text(encoding="utf-8") if existed else f"{START}\n{HEADER}\n{END}\n"
     if START not in text or END not in text:
         raise AssertionError(f"{doc} lacks the broker matrix markers {START!r} ... {END!r}")
     head, rest = text.split(START, 1)
     body, tail = rest.split(END, 1)
     merged = _parse_rows(body)
-    for row in rows:
-        merged[(row.version, row.settings, row.case)] = row.line()
+    merged.update(lines)
     ordered = sorted(merged.items(), key=lambda item: (_version_key(item[0][0]), CASES.index(item[0][2])))
     new = f"{head}{START}\n{HEADER}\n" + "\n".join(line for _, line in ordered) + f"\n{END}{tail}"
-    if new != text:
-        doc.write_text(new, encoding="utf-8")
+    if existed and new == text:
+        return False
+    doc.parent.mkdir(parents=True, exist_ok=True)
+    doc.write_text(new, encoding="utf-8")
+    return True
 
 
-def doc_rows(doc: Path) -> set[tuple[str, str, str]]:
+def merge_into_doc(rows: list[MatrixRow], doc: Path | None = None) -> None:
+    """Write ``rows`` into the matrix of ``doc`` (default: :func:`table_file`, in the build folder),
+    keeping the rows of cases not run now."""
+    path = doc or table_file()
+    with _fault_support().locked(path):
+        merge_lines({(row.version, row.settings, row.case): row.line() for row in rows}, path)
+
+
+def table_rows(doc: Path) -> dict[tuple[str, str, str], str]:
+    """The rows of the matrix in ``doc``; none when ``doc`` does not exist."""
+    if not doc.exists():
+        return {}
     text = doc.read_text(encoding="utf-8")
-    return set(_parse_rows(text.split(START, 1)[1].split(END, 1)[0]))
+    if START not in text or END not in text:
+        return {}
+    return _parse_rows(text.split(START, 1)[1].split(END, 1)[0])
 
 
 # --------------------------------------------------------------------------- versions
