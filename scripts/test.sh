@@ -1,18 +1,31 @@
 #!/usr/bin/env bash
 # The whole test suite: lint (ruff), types (mypy), then unit and integration tests (pytest).
 # Usage: scripts/test.sh [pytest args...]
+#        scripts/test.sh --quick
 #
 # Without arguments the suite runs as two pytest processes side by side, each with its own session
 # broker, Airflow home and temp dirs: most integration tests wait on brokers, JVM start-up and Airflow's
 # scheduler loops, so two shards on CI's 2 cores finish in about half the wall time. Shard 1 holds the
 # fault suite, the Airflow stack tests, the Apache Pulsar 4.0 LTS subset (its kill case is a fault case)
-# and the runs-everywhere matrix (masters x output roots, with its kill cases), shard 2 everything else; each shard's session broker is the newest Apache Pulsar tested. With
-# arguments, one pytest process runs exactly what is asked (e.g. scripts/test.sh tests/unit -x).
+# and the runs-everywhere matrix (masters x output roots, with its kill cases), shard 2 everything else;
+# each shard's session broker is the newest Apache Pulsar tested. This is what CI runs. With arguments,
+# one pytest process runs exactly what is asked (e.g. scripts/test.sh tests/unit -x).
+#
+# --quick is the inner loop (about 3 minutes on 2 cores): ruff check, ruff format --check, mypy, the unit
+# tests not marked `integration` (so no Apache Pulsar is started), and one smoke replay end to end on the
+# embedded pulsar-lite broker (SMOKE below). It needs no Apache Pulsar classpath, Maven or Chromium.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
-source "$PROJECT_ROOT/scripts/system-deps.sh"
-echo "[test] Apache Pulsar classpaths of the tested versions (Maven Central once, then the cache) and Java 21" >&2
-python -m pulsar_standalone classpath --all
+
+quick=0
+if [ "${1:-}" = "--quick" ]; then
+  [ "$#" -eq 1 ] || { echo "[test] --quick takes no other arguments" >&2; exit 2; }
+  quick=1
+else
+  source "$PROJECT_ROOT/scripts/system-deps.sh"
+  echo "[test] Apache Pulsar classpaths of the tested versions (Maven Central once, then the cache) and Java 21" >&2
+  python -m pulsar_standalone classpath --all
+fi
 
 echo "[test] ruff check" >&2
 ruff check .
@@ -29,6 +42,25 @@ checked() {
   fi
   return "$rc"
 }
+
+if [ "$quick" -eq 1 ]; then
+  SMOKE="tests/integration/replay/test_replay_embedded.py::test_replay_on_the_embedded_broker"
+  started=$SECONDS
+  echo "[test] quick: unit tests not marked integration" >&2
+  set +e
+  pytest -q tests/unit -m "not integration"
+  rc=$?
+  set -e
+  checked "$rc" "unit tests" || exit 1
+  echo "[test] quick: smoke replay on the embedded broker ($SMOKE)" >&2
+  set +e
+  pytest -q "$SMOKE"
+  rc=$?
+  set -e
+  checked "$rc" "smoke replay" || exit 1
+  echo "[test] quick: pytest wall time $((SECONDS - started)) s" >&2
+  exit 0
+fi
 
 if [ "$#" -gt 0 ]; then
   echo "[test] pytest $*" >&2
