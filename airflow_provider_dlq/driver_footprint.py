@@ -12,10 +12,9 @@ arenas and at most :data:`LEAN_STAGE_THREADS` threads in each of Spark SQL's que
 (:data:`STAGE_THREAD_CONFS`). Those pools add a thread for every stage until they hold the threshold
 (1,024 for shuffle and result stages), and an idle thread lives 60 s: a 1M replay on pulsar-lite, which
 sends in 100 waves of a few jobs each, had 600 driver threads and about 190 MiB more resident memory by
-the end of its sends. Measured on Apache Pulsar, ``local[2]``
-(``docs/benchmarks.md``, seventh round, with the app's smaller Arrow batches and row groups): the run's
-peak memory at 1M 2,858 -> 1,606 MiB, at 100k 2,124 -> 1,465 MiB, and the JVM starts and stops 1.5-2.5 s
-sooner with the serial collector.
+the end of its sends. Measured on Apache Pulsar, ``local[2]``, with the app's smaller Arrow batches
+and row groups: the run's peak memory at 1M 2,858 -> 1,606 MiB, at 100k 2,124 -> 1,465 MiB, and the
+JVM starts and stops 1.5-2.5 s sooner with the serial collector.
 
 Whatever the user sets wins: ``spark.driver.memory`` in ``conf`` (or ``driver_memory``), a collector or
 a young generation's size in ``spark.driver.extraJavaOptions``, ``MALLOC_ARENA_MAX`` in ``env_vars``, a

@@ -4,7 +4,7 @@ A replay's driver JVM lives for one run, and with a local master it is the execu
 compiler spends CPU on optimising Spark's, Parquet's and Arrow's hot paths, which a small run uses only
 briefly; on a 2-core worker that CPU is taken from the run's own tasks. With C1 alone the JVM compiles
 far less (a 100k decide pass: 47 -> 31 s of JVM CPU), so a small run finishes sooner, while a large run
-loses C2's faster code. Measured on Apache Pulsar, ``local[2]`` (``docs/benchmarks.md``, fifth round):
+loses C2's faster code. Measured on Apache Pulsar, ``local[2]``:
 10k 32.0-39.9 -> 24.1-30.3 s, 100k 65.5 -> 63.0 s, but 1M 330.6 -> 396.8 s.
 
 ``"auto"``, the operator's and the benchmark's default, turns it on for a local master when the run's

@@ -105,7 +105,7 @@ def group_runs(results: list[RunResult]) -> dict[str, dict[int, dict[str, RunRes
 
 def comparisons(results: list[RunResult]) -> dict[str, Any]:
     """Ratios per broker and size (ours / each other contender, end to end and without start-up), the
-    ceiling check (no contender may be faster than the copy ceiling) and the issue's targets.
+    ceiling check (no contender may be faster than the copy ceiling) and the performance targets.
 
     Runs that finished but failed verification still get ratios (marked ``verified: false``), so the
     cost of a wrong answer is visible, but a target is never met by a run that failed verification.

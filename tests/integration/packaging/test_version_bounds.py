@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[3]
 
 
-# The lowest and the newest allowed versions (issue 16); `scripts/test-bounds.sh highest-no-spark` (the
+# The lowest and the newest allowed versions; `scripts/test-bounds.sh highest-no-spark` (the
 # Spark provider 6.x line without local Spark) is run by hand when those bounds move.
 @pytest.mark.parametrize("mode", ["lowest", "highest"])
 def test_unit_tests_pass_at_the_bounds(mode, record_figure):
