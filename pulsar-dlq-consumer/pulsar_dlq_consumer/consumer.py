@@ -24,7 +24,6 @@ import logging
 import queue
 import threading
 import time
-import warnings
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
@@ -201,17 +200,14 @@ class DlqConsumer:
         Further ``client.subscribe`` options (``initial_position``, ``receiver_queue_size``, ...).
 
     Arguments and accessors are named as in ``pulsar.Client.subscribe`` and ``pulsar.Consumer``
-    (:meth:`topic`, :meth:`subscription_name`, :meth:`consumer_name`). The former names
-    ``subscription=``, ``dead_letter=``, ``retry=`` and the ``subscription`` attribute still work for one
-    release, with a ``DeprecationWarning``; ``consumer.topic`` and ``consumer.consumer_name`` used as
-    strings (not called) keep working for that release too.
+    (:meth:`topic`, :meth:`subscription_name`, :meth:`consumer_name`).
     """
 
     def __init__(
         self,
         client: pulsar.Client,
         topic: str,
-        subscription_name: str | None = None,
+        subscription_name: str,
         *,
         dead_letter_policy: DeadLetterPolicy | None = None,
         retry_policy: RetryPolicy | None = None,
@@ -226,9 +222,7 @@ class DlqConsumer:
     ) -> None:
         import pulsar
 
-        subscription_name, dead_letter, retry = _renamed_arguments(
-            subscription_name, dead_letter_policy, retry_policy, subscribe_options
-        )
+        dead_letter, retry = dead_letter_policy, retry_policy
         consumer_type = _checked_consumer_type(consumer_type)
         backoff = backoff if backoff is not None else ExponentialBackoff()
         _check_policies(dead_letter, retry, backoff)
@@ -297,30 +291,17 @@ class DlqConsumer:
             return self._retry_consumer
         return self._consumer
 
-    @property
-    def topic(self) -> _Name:
-        """The consumed topic, fully qualified; call it, as ``pulsar.Consumer.topic()``."""
-        return _Name(self._topic)
+    def topic(self) -> str:
+        """The consumed topic, fully qualified, as ``pulsar.Consumer.topic()``."""
+        return self._topic
 
     def subscription_name(self) -> str:
         """The subscription name, as ``pulsar.Consumer.subscription_name()``."""
         return self._subscription
 
-    @property
-    def consumer_name(self) -> _Name:
-        """Name of the underlying consumer; call it, as ``pulsar.Consumer.consumer_name()``."""
-        return _Name(str(self._consumer.consumer_name()))
-
-    @property
-    def subscription(self) -> str:
-        """Deprecated: call :meth:`subscription_name`."""
-        warnings.warn(
-            "DlqConsumer.subscription is deprecated and will be removed in the next release; "
-            "call subscription_name()",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return self._subscription
+    def consumer_name(self) -> str:
+        """Name of the underlying consumer, as ``pulsar.Consumer.consumer_name()``."""
+        return str(self._consumer.consumer_name())
 
     @property
     def pending_nacks(self) -> int:
@@ -749,49 +730,6 @@ class DlqConsumer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-class _Name(str):
-    """A name that is also callable, so ``consumer.topic()`` (as on ``pulsar.Consumer``) and the former
-    attribute use ``consumer.topic`` (deprecated) both give the string."""
-
-    __slots__ = ()
-
-    def __call__(self) -> str:
-        return str(self)
-
-
-_RENAMED = {"subscription": "subscription_name", "dead_letter": "dead_letter_policy", "retry": "retry_policy"}
-
-
-def _renamed_arguments(
-    subscription_name: str | None,
-    dead_letter_policy: DeadLetterPolicy | None,
-    retry_policy: RetryPolicy | None,
-    options: dict[str, Any],
-) -> tuple[str, DeadLetterPolicy | None, RetryPolicy | None]:
-    """Take the deprecated ``subscription=``, ``dead_letter=``, ``retry=`` out of ``options``."""
-    given: dict[str, Any] = {
-        "subscription_name": subscription_name,
-        "dead_letter_policy": dead_letter_policy,
-        "retry_policy": retry_policy,
-    }
-    for old, new in _RENAMED.items():
-        if old not in options:
-            continue
-        warnings.warn(
-            f"DlqConsumer({old}=...) is deprecated and will be removed in the next release; use {new}=",
-            DeprecationWarning,
-            stacklevel=3,
-        )
-        if given[new] is not None:
-            raise ConfigurationError(f"give {new}= only (not also the deprecated {old}=)")
-        given[new] = options.pop(old)
-    if given["subscription_name"] is None:
-        raise ConfigurationError(
-            "subscription_name is required: DlqConsumer(client, topic, subscription_name)"
-        )
-    return given["subscription_name"], given["dead_letter_policy"], given["retry_policy"]
 
 
 def _checked_consumer_type(consumer_type: pulsar.ConsumerType | None) -> pulsar.ConsumerType:

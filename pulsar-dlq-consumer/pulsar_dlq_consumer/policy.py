@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import re
-import warnings
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
 
 from pulsar_dlq_consumer.context import MAX_ERROR_MESSAGE_BYTES, MAX_ERROR_STACK_BYTES
 from pulsar_dlq_consumer.delays import DEFAULT_LEVELS, DelayLevels, validate_delay
@@ -14,6 +13,7 @@ from pulsar_dlq_consumer.errors import (
     InvalidDelayError,
     TopicNameGuardError,
 )
+from pulsar_dlq_consumer.topics import normalize_topic
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -22,35 +22,6 @@ if TYPE_CHECKING:
 DEFAULT_MAX_REDELIVERIES = 16
 DEFAULT_MAX_RECONSUMES = 16
 LEVEL_INCREMENT: Literal["increment"] = "increment"
-
-
-def normalize_topic(topic: str) -> str:
-    """Return the fully qualified name: ``orders`` -> ``persistent://public/default/orders``.
-
-    Raises
-    ------
-    ConfigurationError
-        If ``topic`` is empty or not ``name``, ``tenant/namespace/name`` or ``<domain>://tenant/ns/name``.
-    """
-    if not isinstance(topic, str) or not topic.strip() or topic != topic.strip():
-        raise ConfigurationError(f"topic must be a non-empty name without surrounding spaces; got {topic!r}")
-    if "://" in topic:
-        domain, rest = topic.split("://", 1)
-        if (
-            domain not in ("persistent", "non-persistent")
-            or len(rest.split("/")) != 3
-            or "" in rest.split("/")
-        ):
-            raise ConfigurationError(
-                f"topic {topic!r} must look like 'persistent://tenant/namespace/name' or a short name"
-            )
-        return topic
-    parts = topic.split("/")
-    if len(parts) == 1:
-        return f"persistent://public/default/{topic}"
-    if len(parts) == 3 and "" not in parts:
-        return f"persistent://{topic}"
-    raise ConfigurationError(f"topic {topic!r} must be 'name', 'tenant/namespace/name' or a full topic URL")
 
 
 def local_name(topic: str) -> str:
@@ -115,23 +86,7 @@ def _check_count(name: str, value: int, minimum: int) -> None:
         raise ConfigurationError(f"{name} must be an int >= {minimum}; got {value!r}")
 
 
-#: Former (deprecated) argument names of :class:`DeadLetterPolicy` -> the pulsar-client ones.
-_DEPRECATED_DLQ_ARGS = {
-    "max_redeliveries": "max_redeliver_count",
-    "topic": "dead_letter_topic",
-    "initial_subscription": "initial_subscription_name",
-}
-
-
-def _deprecated(old: str, new: str, owner: str) -> None:
-    warnings.warn(
-        f"{owner}.{old} is deprecated and will be removed in the next release; use {new}",
-        DeprecationWarning,
-        stacklevel=3,
-    )
-
-
-@dataclass(frozen=True, init=False)
+@dataclass(frozen=True)
 class DeadLetterPolicy:
     """Where and how failed messages are dead-lettered.
 
@@ -156,54 +111,16 @@ class DeadLetterPolicy:
         Write the (bounded) stack trace of the error.
     max_error_message_bytes, max_stacktrace_bytes
         Bounds for the exception message and stack trace properties (UTF-8 bytes).
-
-    The former names ``max_redeliveries``, ``topic`` and ``initial_subscription`` are accepted (as
-    keyword arguments and attributes) with a ``DeprecationWarning`` for one release.
     """
 
-    max_redeliver_count: int
-    dead_letter_topic: str | None
-    initial_subscription_name: str | None
-    name_guard: TopicNameGuard
-    copy_payload: bool
-    include_stacktrace: bool
-    max_error_message_bytes: int
-    max_stacktrace_bytes: int
-
-    def __init__(
-        self,
-        max_redeliver_count: int = DEFAULT_MAX_REDELIVERIES,
-        dead_letter_topic: str | None = None,
-        initial_subscription_name: str | None = None,
-        name_guard: TopicNameGuard | None = None,
-        copy_payload: bool = True,
-        include_stacktrace: bool = True,
-        max_error_message_bytes: int = MAX_ERROR_MESSAGE_BYTES,
-        max_stacktrace_bytes: int = MAX_ERROR_STACK_BYTES,
-        **deprecated: Any,
-    ) -> None:
-        given = {
-            "max_redeliver_count": max_redeliver_count,
-            "dead_letter_topic": dead_letter_topic,
-            "initial_subscription_name": initial_subscription_name,
-        }
-        for old, value in deprecated.items():
-            new = _DEPRECATED_DLQ_ARGS.get(old)
-            if new is None:
-                raise TypeError(f"DeadLetterPolicy() got an unexpected keyword argument {old!r}")
-            _deprecated(old, new, "DeadLetterPolicy")
-            given[new] = value
-        values = {
-            **given,
-            "name_guard": name_guard if name_guard is not None else TopicNameGuard(),
-            "copy_payload": copy_payload,
-            "include_stacktrace": include_stacktrace,
-            "max_error_message_bytes": max_error_message_bytes,
-            "max_stacktrace_bytes": max_stacktrace_bytes,
-        }
-        for name, value in values.items():
-            object.__setattr__(self, name, value)
-        self.__post_init__()
+    max_redeliver_count: int = DEFAULT_MAX_REDELIVERIES
+    dead_letter_topic: str | None = None
+    initial_subscription_name: str | None = None
+    name_guard: TopicNameGuard = field(default_factory=TopicNameGuard)
+    copy_payload: bool = True
+    include_stacktrace: bool = True
+    max_error_message_bytes: int = MAX_ERROR_MESSAGE_BYTES
+    max_stacktrace_bytes: int = MAX_ERROR_STACK_BYTES
 
     def __post_init__(self) -> None:
         _check_count("max_redeliver_count", self.max_redeliver_count, 0)
@@ -220,24 +137,6 @@ class DeadLetterPolicy:
             raise ConfigurationError(f"name_guard must be a TopicNameGuard; got {self.name_guard!r}")
         _check_count("max_error_message_bytes", self.max_error_message_bytes, 64)
         _check_count("max_stacktrace_bytes", self.max_stacktrace_bytes, 64)
-
-    @property
-    def max_redeliveries(self) -> int:
-        """Deprecated: :attr:`max_redeliver_count`."""
-        _deprecated("max_redeliveries", "max_redeliver_count", "DeadLetterPolicy")
-        return self.max_redeliver_count
-
-    @property
-    def topic(self) -> str | None:
-        """Deprecated: :attr:`dead_letter_topic`."""
-        _deprecated("topic", "dead_letter_topic", "DeadLetterPolicy")
-        return self.dead_letter_topic
-
-    @property
-    def initial_subscription(self) -> str | None:
-        """Deprecated: :attr:`initial_subscription_name`."""
-        _deprecated("initial_subscription", "initial_subscription_name", "DeadLetterPolicy")
-        return self.initial_subscription_name
 
 
 @dataclass(frozen=True)

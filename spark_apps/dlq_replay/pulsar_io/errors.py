@@ -22,7 +22,3 @@ class RepublishError(PulsarIOError):
 
     Not the consumer library's ``pulsar_dlq_consumer.PublishError`` (a failed term/retry copy).
     """
-
-
-#: Former name, kept as an alias while modules move to :class:`RepublishError`.
-PublishError = RepublishError

@@ -38,7 +38,7 @@ from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf, get_client
-from spark_apps.dlq_replay.pulsar_io.errors import PublishError
+from spark_apps.dlq_replay.pulsar_io.errors import RepublishError
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -167,7 +167,7 @@ def _ignore_flush_result(result: Any) -> None:
 class _RateLimiter:
     def __init__(self, rate_per_s: float | None) -> None:
         if rate_per_s is not None and rate_per_s <= 0:
-            raise PublishError(f"rate_limit_per_s must be > 0 or None; got {rate_per_s}")
+            raise RepublishError(f"rate_limit_per_s must be > 0 or None; got {rate_per_s}")
         self.rate = rate_per_s
         self.started = time.monotonic()
         self.count = 0
@@ -185,7 +185,7 @@ class _RateLimiter:
 def _check_columns(names: list[str]) -> None:
     missing = [c for c in REPUBLISH_INPUT_COLUMNS if c not in names]
     if missing:
-        raise PublishError(
+        raise RepublishError(
             f"republish input lacks columns {missing}; select exactly {REPUBLISH_INPUT_SCHEMA} "
             "before mapInArrow(republish_batches, REPUBLISH_RESULT_SCHEMA)"
         )
@@ -198,7 +198,7 @@ def _epoch_ms(column: Any) -> list[int | None]:
     if pa.types.is_null(column.type):
         return [None] * len(column)
     if not pa.types.is_timestamp(column.type):
-        raise PublishError(f"republish column event_time must be a timestamp; got {column.type}")
+        raise RepublishError(f"republish column event_time must be a timestamp; got {column.type}")
     raw = column.cast(pa.int64())
     unit = column.type.unit
     if unit == "ms":
@@ -218,7 +218,7 @@ def _properties(column: Any) -> list[dict[str, str] | None]:
     if pa.types.is_null(column.type):
         return [None] * len(column)
     if not pa.types.is_map(column.type):
-        raise PublishError(f"republish column properties must be a map<string,string>; got {column.type}")
+        raise RepublishError(f"republish column properties must be a map<string,string>; got {column.type}")
     # offsets index the unsliced key/item children, also for a sliced column
     offsets = column.offsets.to_pylist()
     keys = column.keys.to_pylist()
@@ -283,7 +283,7 @@ class _Publisher:
 
     def __init__(self, conf: PulsarConf, rate_limit_per_s: float | None, send_timeout_ms: int) -> None:
         if send_timeout_ms <= 0:
-            raise PublishError(f"send_timeout_ms must be > 0; got {send_timeout_ms}")
+            raise RepublishError(f"send_timeout_ms must be > 0; got {send_timeout_ms}")
         self.client = get_client(conf)
         self.limiter = _RateLimiter(rate_limit_per_s)
         self.send_timeout_ms = int(send_timeout_ms)
@@ -300,7 +300,7 @@ class _Publisher:
         state = self.producers.get(name)
         if state is not None:
             if state.target != target:
-                raise PublishError(
+                raise RepublishError(
                     f"producer_name {name!r} is used for two target topics ({state.target!r} and "
                     f"{target!r}); give each (target topic, bucket) its own producer name"
                 )

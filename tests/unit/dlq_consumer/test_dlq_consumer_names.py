@@ -1,4 +1,4 @@
-"""The public API speaks pulsar-client's language; the former names warn for one release."""
+"""The public API speaks pulsar-client's language, and only that: no former names remain."""
 
 from __future__ import annotations
 
@@ -21,23 +21,12 @@ def test_dead_letter_policy_takes_pulsar_client_argument_names_in_their_order() 
     assert DeadLetterPolicy().max_redeliver_count == 16
 
 
-def test_dead_letter_policy_former_names_warn_and_still_work() -> None:
-    with pytest.warns(DeprecationWarning, match="is deprecated") as caught:
-        policy = DeadLetterPolicy(max_redeliveries=2, topic="acme/shop/dlq", initial_subscription="r")  # type: ignore[call-arg]
-    assert [str(w.message).split(" is deprecated")[0] for w in caught] == [
-        "DeadLetterPolicy.max_redeliveries",
-        "DeadLetterPolicy.topic",
-        "DeadLetterPolicy.initial_subscription",
-    ]
-    assert policy == DeadLetterPolicy(2, "acme/shop/dlq", "r")
-    with pytest.warns(DeprecationWarning, match="use dead_letter_topic"):
-        assert policy.topic == "acme/shop/dlq"
-    with pytest.warns(DeprecationWarning, match="use initial_subscription_name"):
-        assert policy.initial_subscription == "r"
-    with pytest.warns(DeprecationWarning, match="use max_redeliver_count"):
-        assert policy.max_redeliveries == 2
-    with pytest.raises(TypeError, match="unexpected keyword argument 'max_redelivery'"):
-        DeadLetterPolicy(max_redelivery=2)  # type: ignore[call-arg]
+def test_dead_letter_policy_has_no_former_names() -> None:
+    with pytest.raises(TypeError, match="max_redeliveries"):
+        DeadLetterPolicy(max_redeliveries=2)  # type: ignore[call-arg]
+    policy = DeadLetterPolicy(2, "acme/shop/dlq", "r")
+    for former in ("max_redeliveries", "topic", "initial_subscription"):
+        assert not hasattr(policy, former)
 
 
 class _FakePulsarConsumer:
@@ -70,41 +59,23 @@ def test_consumer_answers_to_pulsar_consumer_names() -> None:
         assert consumer.subscription_name() == "billing"
         assert consumer.consumer_name() == "billing-1"
         assert type(consumer.topic()) is str
-        # The former attribute use (a string, not called) keeps working for one release.
-        assert consumer.topic == "persistent://public/default/orders"
-        assert consumer.consumer_name.startswith("billing")
-        with pytest.warns(DeprecationWarning, match=r"call subscription_name\(\)"):
-            assert consumer.subscription == "billing"
+        assert not hasattr(consumer, "subscription")
 
 
-def test_consumer_former_keyword_names_warn_and_still_work() -> None:
+def test_subscription_name_is_required_and_former_keywords_are_refused() -> None:
     client = _FakeClient()
-    with pytest.warns(DeprecationWarning, match="is deprecated") as caught:
-        consumer = DlqConsumer(
-            client,  # type: ignore[arg-type]
-            "orders",
-            subscription="billing",
-            dead_letter=DeadLetterPolicy(),
-            retry=RetryPolicy(),
-        )
-    deprecated = {str(w.message).split("(")[1].split("=")[0] for w in caught}
-    assert deprecated == {"subscription", "dead_letter", "retry"}
-    with consumer:
-        assert consumer.subscription_name() == "billing"
+    with pytest.raises(TypeError, match="subscription_name"):
+        DlqConsumer(client, "orders")  # type: ignore[arg-type,call-arg]
+    with DlqConsumer(
+        client,  # type: ignore[arg-type]
+        "orders",
+        "billing",
+        dead_letter_policy=DeadLetterPolicy(),
+        retry_policy=RetryPolicy(),
+    ) as consumer:
         assert consumer.dead_letter_topic == "persistent://public/default/orders-billing-DLQ"
         assert consumer.retry_topic == "persistent://public/default/orders-billing-RETRY"
         assert [c.topic for c in client.subscribed] == [consumer.topic(), consumer.retry_topic]
-    with (
-        pytest.warns(DeprecationWarning, match=r"dead_letter=\.\.\.\) is deprecated"),
-        pytest.raises(ConfigurationError, match="give dead_letter_policy= only"),
-    ):
-        DlqConsumer(
-            client,  # type: ignore[arg-type]
-            "orders",
-            "s",
-            dead_letter_policy=DeadLetterPolicy(),
-            dead_letter=DeadLetterPolicy(),
-        )
 
 
 def test_a_pulsar_dead_letter_policy_is_refused_with_the_fix() -> None:

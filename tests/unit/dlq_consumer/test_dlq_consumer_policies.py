@@ -112,7 +112,7 @@ def test_retry_policy_resolution() -> None:
         ({"max_reconsumes": 2.5}, "max_reconsumes"),
         ({"default_delay": 0}, "default_delay must be between"),
         ({"delay_levels": "1s 2x"}, "invalid delay ladder"),
-        ({"topic": "a/b"}, "must be 'name'"),
+        ({"topic": "a/b"}, "not a valid topic name"),
     ],
 )
 def test_retry_policy_validation(kwargs: dict[str, object], match: str) -> None:
@@ -128,7 +128,7 @@ def test_retry_policy_validation(kwargs: dict[str, object], match: str) -> None:
         ({"initial_subscription_name": " "}, "initial_subscription_name"),
         ({"name_guard": "dlq."}, "TopicNameGuard"),
         ({"max_error_message_bytes": 10}, "max_error_message_bytes"),
-        ({"dead_letter_topic": "http://x/y/z"}, "persistent://tenant/namespace/name"),
+        ({"dead_letter_topic": "http://x/y/z"}, "persistent://tenant/namespace/topic"),
     ],
 )
 def test_dead_letter_policy_validation(kwargs: dict[str, object], match: str) -> None:
