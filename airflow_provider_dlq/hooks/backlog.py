@@ -33,9 +33,11 @@ from typing import Any
 from urllib.parse import quote
 
 from airflow_provider_dlq.errors import DlqProviderError
+from pulsar_dlq_consumer import topics
+from pulsar_dlq_consumer.context import base_topic
+from pulsar_dlq_consumer.errors import ConfigurationError
 
 BACKLOG_METRIC = "pulsar_subscription_back_log"
-_PARTITION_SUFFIX = re.compile(r"-partition-\d+$")
 _SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>.*)\})?\s+(?P<value>\S+)")
 _LABEL = re.compile(r'(?P<key>[a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"(?P<value>(?:[^"\\]|\\.)*)"')
 _GLOB_CHARS = set("*?[")
@@ -101,32 +103,13 @@ BacklogPlan = Generator[HttpRequest, HttpResult, dict[str, TopicBacklog]]
 # --------------------------------------------------------------------------- topic names
 
 
-def normalize_topic(topic: str) -> str:
-    """Return the fully qualified persistent topic name.
-
-    ``orders-DLQ`` -> ``persistent://public/default/orders-DLQ``; ``acme/ns/t`` ->
-    ``persistent://acme/ns/t``. Only persistent topics are accepted: DLQs must be durable.
-    """
-    name = topic.strip()
-    if not name:
-        raise BacklogConfigError("Empty topic name; give names like persistent://tenant/namespace/topic.")
-    if "://" in name:
-        scheme, rest = name.split("://", 1)
-        if scheme != "persistent":
-            raise BacklogConfigError(
-                f"Topic {topic!r} is not persistent; DLQ topics must be persistent://tenant/namespace/topic."
-            )
-    else:
-        rest = name
-    parts = rest.split("/")
-    if len(parts) == 1:
-        parts = ["public", "default", parts[0]]
-    if len(parts) != 3 or not all(parts):
-        raise BacklogConfigError(
-            f"Topic {topic!r} is not a valid topic name; use persistent://tenant/namespace/topic, "
-            "tenant/namespace/topic or a bare name (public/default)."
-        )
-    return "persistent://" + "/".join(parts)
+def normalize_topic(topic: str, *, pattern: bool = False) -> str:
+    """The full persistent name of a DLQ topic (or, with ``pattern``, a glob in its topic part): the
+    library's rule (:func:`pulsar_dlq_consumer.topics.normalize_topic`), surrounding spaces removed."""
+    try:
+        return topics.normalize_topic(topic.strip(), persistent_only=True, pattern=pattern)
+    except ConfigurationError as exc:
+        raise BacklogConfigError(str(exc)) from None
 
 
 def is_pattern(topic: str) -> bool:
@@ -140,28 +123,11 @@ def split_topic(topic: str) -> tuple[str, str, str]:
     return tenant, namespace, name
 
 
-def base_topic(topic: str) -> str:
-    """Strip a ``-partition-N`` suffix so partitions are summed under their topic."""
-    return _PARTITION_SUFFIX.sub("", topic)
-
-
-def normalize_pattern(pattern: str) -> str:
-    """Normalise a topic glob; wildcards are allowed in the topic part only (not tenant/namespace)."""
-    full = normalize_topic(pattern)
-    tenant, namespace, _ = split_topic(full)
-    if is_pattern(tenant) or is_pattern(namespace):
-        raise BacklogConfigError(
-            f"Topic pattern {pattern!r}: wildcards are allowed only in the topic name, e.g. "
-            "persistent://acme/orders/*-DLQ."
-        )
-    return full
-
-
 def prepare_topics(topics: Iterable[str]) -> list[str]:
     """Normalise names and patterns, keep order, drop duplicates."""
     seen: dict[str, None] = {}
     for topic in topics:
-        seen[normalize_pattern(topic) if is_pattern(topic) else normalize_topic(topic)] = None
+        seen[normalize_topic(topic, pattern=is_pattern(topic))] = None
     if not seen:
         raise BacklogConfigError("No topics given; pass at least one DLQ topic or topic pattern.")
     return list(seen)

@@ -1,4 +1,5 @@
-"""Topic names and the origin allowlist (I5: origin topics come from untrusted message properties)."""
+"""The origin allowlist and where a replayed message goes (origin topics come from untrusted message
+properties); what a topic name is, is the library's rule (:mod:`pulsar_dlq_consumer.topics`)."""
 
 from __future__ import annotations
 
@@ -6,32 +7,8 @@ import re
 from dataclasses import dataclass
 
 from pulsar_dlq_consumer.context import base_topic
+from pulsar_dlq_consumer.topics import qualify_topic
 from spark_apps.dlq_replay.errors import ReplayConfigError
-
-_TOPIC_CHARS = re.compile(r"[A-Za-z0-9._\-=:]+")
-
-
-def qualify_topic(topic: str) -> str | None:
-    """Return the fully qualified name ``persistent://tenant/namespace/topic`` or ``None`` if invalid.
-
-    ``orders`` becomes ``persistent://public/default/orders`` and ``acme/ns/orders`` becomes
-    ``persistent://acme/ns/orders``, as the Pulsar clients do. Anything with whitespace, control
-    characters, empty parts or the wrong number of parts is invalid.
-    """
-    if not isinstance(topic, str) or not topic or len(topic) > 1024:
-        return None
-    scheme = "persistent"
-    rest = topic
-    if "://" in topic:
-        scheme, rest = topic.split("://", 1)
-        if scheme not in ("persistent", "non-persistent"):
-            return None
-    parts = rest.split("/")
-    if len(parts) == 1:
-        parts = ["public", "default", parts[0]]
-    if len(parts) != 3 or not all(_TOPIC_CHARS.fullmatch(p) for p in parts):
-        return None
-    return f"{scheme}://{'/'.join(parts)}"
 
 
 def republish_target(origin_topic: str | None) -> str | None:

@@ -27,6 +27,8 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from pulsar_dlq_consumer.errors import ConfigurationError
+from pulsar_dlq_consumer.topics import normalize_topic
 from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf, get_client
 from spark_apps.dlq_replay.pulsar_io.cursor import CursorState, EntryRange, ledger_sizes, pending_ranges
 from spark_apps.dlq_replay.pulsar_io.errors import PulsarConfigError, WindowError
@@ -95,30 +97,13 @@ class PartitionWindow:
         return match.group("parent") if match else self.topic
 
 
-def normalize_topic(name: str) -> str:
-    """Return the full name of a topic: ``orders-DLQ`` -> ``persistent://public/default/orders-DLQ``."""
-    text = name.strip()
-    if not text:
-        raise PulsarConfigError("empty topic name; give topics as full names, e.g. persistent://t/ns/name")
-    if "://" in text:
-        scheme, rest = text.split("://", 1)
-        if scheme not in ("persistent", "non-persistent") or len(rest.split("/")) != 3:
-            raise PulsarConfigError(
-                f"invalid topic {name!r}: expected persistent://<tenant>/<namespace>/<name>"
-            )
-        return text
-    parts = text.split("/")
-    if len(parts) == 1:
-        return f"persistent://public/default/{text}"
-    if len(parts) == 3:
-        return f"persistent://{text}"
-    raise PulsarConfigError(f"invalid topic {name!r}: expected <name> or <tenant>/<namespace>/<name>")
-
-
 def parse_topics(topics: str | Iterable[str]) -> list[str]:
     """Normalise a comma-separated string or a list of topics; order kept, duplicates removed."""
     items = topics.split(",") if isinstance(topics, str) else list(topics)
-    names = [normalize_topic(t) for t in items if t and t.strip()]
+    try:
+        names = [normalize_topic(t.strip()) for t in items if t and t.strip()]
+    except ConfigurationError as exc:
+        raise PulsarConfigError(str(exc)) from None
     if not names:
         raise PulsarConfigError("no topics given; pass at least one DLQ topic, e.g. 'orders-sub-DLQ'")
     return list(dict.fromkeys(names))

@@ -98,7 +98,7 @@ def test_normalize_topic(given, expected):
 @pytest.mark.parametrize(
     ("given", "fragment"),
     [
-        ("non-persistent://a/b/c", "must be persistent"),
+        ("non-persistent://a/b/c", "is not persistent"),
         ("a/b", "not a valid topic name"),
         ("", "Empty topic name"),
     ],
@@ -208,14 +208,14 @@ def test_admin_plan_reads_stats_partitioned_stats_and_ages():
                 200,
                 {"subscriptions": {"someone-else": {"msgBacklog": 3}}},
             ),
-            f"{base}/c%20DLQ/partitions": (200, {"partitions": 0}),
-            f"{base}/c%20DLQ/stats?getEarliestTimeInBacklog=true": (
+            f"{base}/c%3ADLQ/partitions": (200, {"partitions": 0}),
+            f"{base}/c%3ADLQ/stats?getEarliestTimeInBacklog=true": (
                 200,
                 {"subscriptions": {SUB: {"msgBacklog": 0, "earliestMsgPublishTimeInBacklog": 0}}},
             ),
         }
     )
-    topics = prepare_topics(["persistent://acme/orders/*-DLQ", "acme/orders/c DLQ"])
+    topics = prepare_topics(["persistent://acme/orders/*-DLQ", "acme/orders/c:DLQ"])
     result = _drive(admin_plan(ADMIN, topics, SUB, now_ms=NOW_MS), get)
     assert calls[0] == base
     assert f"POST {base}/a-DLQ-partition-2/subscription/{SUB}/analyzeBacklog" not in calls
@@ -225,11 +225,11 @@ def test_admin_plan_reads_stats_partitioned_stats_and_ages():
     assert result["persistent://acme/orders/b-DLQ"] == TopicBacklog(
         "persistent://acme/orders/b-DLQ", SUB, 0, "admin", False
     )
-    assert result["persistent://acme/orders/c DLQ"] == TopicBacklog(
-        "persistent://acme/orders/c DLQ", SUB, 0, "admin", True, None, entries=0, exact=True
+    assert result["persistent://acme/orders/c:DLQ"] == TopicBacklog(
+        "persistent://acme/orders/c:DLQ", SUB, 0, "admin", True, None, entries=0, exact=True
     )
     assert "persistent://acme/orders/live" not in result
-    assert not any(c.startswith("POST") and "c%20DLQ" in c for c in calls)  # nothing to count
+    assert not any(c.startswith("POST") and "c%3ADLQ" in c for c in calls)  # nothing to count
 
 
 T = "persistent://a/b/t"

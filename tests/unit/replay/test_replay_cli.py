@@ -89,7 +89,7 @@ def test_all_options_parse():
         (["--origin-allowlist", "re:orders(["], "invalid regular expression"),
         (["--origin-allowlist", "a/b"], "must look like a topic name"),
         (["--signatures", "abc123"], "16 lower-case hex digits"),
-        (["--topics", "a/b"], "--topics: invalid topic"),
+        (["--topics", "a/b"], "--topics: .* is not a valid topic name"),
         (["--service-url", "http://localhost:8080"], "binary-protocol URL"),
         (["--subscription", "bad\nname"], "without control characters"),
         (["--wave-size", "0"], "--wave-size must be >= 1"),
