@@ -7,13 +7,14 @@ complete test run to update docs/reliability.md (both tables) and docs/apache-pu
     python scripts/update_reliability_doc.py
 
 It merges the rows it finds into each doc's table: a case the build folder has replaces the doc's row of
-that case, and a case it lacks keeps the row already in the doc (the command lists those). Exit code 1
+that case, and a case it lacks keeps the row already in the doc (the command counts those). Exit code 1
 when the build folder holds no table at all.
 """
 
 from __future__ import annotations
 
 import sys
+from collections import Counter
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -35,8 +36,10 @@ def _report(
 ) -> None:
     state = "updated" if changed else "unchanged"
     print(f"{name}: {len(found)} rows from {_shown(source)} -> {_shown(doc)} ({state})")
-    for key in sorted(kept):
-        print(f"  kept from the doc (not in the build folder): {' / '.join(key)}")
+    if kept:
+        groups = Counter(key[0] for key in kept)
+        listed = ", ".join(f"{group} ({n})" for group, n in sorted(groups.items()))
+        print(f"  {len(kept)} rows kept from the doc, not in the build folder: {listed}")
 
 
 def main() -> int:
