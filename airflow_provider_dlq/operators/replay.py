@@ -42,17 +42,13 @@ from airflow_provider_dlq.operators.reattach import (
     wait_for_earlier_attempt,
 )
 from airflow_provider_dlq.operators.replay_cli import (
-    DEFAULT_MAX_REPLAYS,
-    DEFAULT_SUBSCRIPTION,
-    MODES,
-    ReplayArgs,
     ReplayArgumentError,
     archive_flag,
-    as_list,
     build_replay_args,
     compact_summary,
     default_run_id,
     parse_group_actions,
+    report_json,
 )
 from airflow_provider_dlq.operators.run_report import read_run_report
 from airflow_provider_dlq.operators.spark_connect import (
@@ -70,6 +66,14 @@ from airflow_provider_dlq.operators.spark_submit import (
     DRIVER_ID_KEY,
     ReplaySubmitHook,
     spark_target,
+)
+from pulsar_dlq_consumer.replay_options import (
+    DEFAULT_CANARY_WAIT_SECONDS,
+    DEFAULT_MAX_REPLAYS,
+    DEFAULT_SUBSCRIPTION,
+    ReplayOptions,
+    ReplayOptionsError,
+    check_mode,
 )
 
 if TYPE_CHECKING:
@@ -292,7 +296,7 @@ class DlqReplayOperator(BaseOperator):
         group_actions: str | Mapping[str, str] | None = None,
         window_from: str | None = None,
         canary: str | int | None = None,
-        canary_wait_seconds: float = 60.0,
+        canary_wait_seconds: float = DEFAULT_CANARY_WAIT_SECONDS,
         canary_max_failure_rate: float = 0.0,
         class_data_archive: bool | str = True,
         quick_jit: QuickJit = "auto",
@@ -311,10 +315,11 @@ class DlqReplayOperator(BaseOperator):
         ):
             kwargs["outlets"] = [output_asset(output_dir.strip())]
         super().__init__(**kwargs)
-        if isinstance(mode, str) and "{{" not in mode and mode not in MODES:
-            raise ReplayArgumentError(f"mode must be one of {', '.join(MODES)}; got {mode!r}.")
-        if isinstance(max_replays, bool) or not isinstance(max_replays, int) or max_replays < 1:
-            raise ReplayArgumentError(f"max_replays must be an integer >= 1; got {max_replays!r}.")
+        if isinstance(mode, str) and "{{" not in mode:
+            try:
+                check_mode(mode)
+            except ReplayOptionsError as exc:
+                raise ReplayArgumentError(str(exc)) from None
         archive_flag(archive_payload)
         forbidden = {"application_args", "py_files", "conn_id", "env_vars", "conf", "application"}
         clash = sorted(forbidden & set(spark_submit_kwargs or {}))
@@ -396,7 +401,7 @@ class DlqReplayOperator(BaseOperator):
         map_index = getattr(ti, "map_index", -1)
         return default_run_id(ti.dag_id, ti.task_id, ti.run_id, -1 if map_index is None else map_index)
 
-    def replay_args(self, run_id: str, pulsar: PulsarConnectionConfig) -> ReplayArgs:
+    def replay_args(self, run_id: str, pulsar: PulsarConnectionConfig) -> ReplayOptions:
         """Validate the rendered fields into the app's arguments (file paths only, never a secret)."""
         oauth2 = pulsar.oauth2
         return build_replay_args(
@@ -459,7 +464,7 @@ class DlqReplayOperator(BaseOperator):
             env.setdefault("PYSPARK_PYTHON", sys.executable)
         return lean_driver_env(env, master)
 
-    def expected_messages(self, args: ReplayArgs) -> tuple[int | None, bool]:
+    def expected_messages(self, args: ReplayOptions) -> tuple[int | None, bool]:
         """``(backlog, exact)``: the subscription's backlog on the run's topics (the snapshot's progress
         total) and whether every topic's is an exact message count (else entries, a lower bound), when
         the connection has an admin or metrics URL; ``(None, False)`` when it cannot be read (progress
@@ -494,7 +499,7 @@ class DlqReplayOperator(BaseOperator):
 
     def make_hook(
         self,
-        args: ReplayArgs,
+        args: ReplayOptions,
         env: Mapping[str, str],
         py_files: str,
         expected: int | None = None,
@@ -552,16 +557,16 @@ class DlqReplayOperator(BaseOperator):
 
     # ----------------------------------------------------------------------- report
 
-    def read_report(self, args: ReplayArgs, summary_line: str | None) -> dict[str, Any]:
+    def read_report(self, args: ReplayOptions, summary_line: str | None) -> dict[str, Any]:
         """The run's ``report.json`` from the output root (local or object storage, read with
         ``storage_conn_id``); the app's summary line only when the root cannot be read from here."""
-        return read_run_report(args.report_json, args.run_id, summary_line, self.storage_conn_id, self.log)
+        return read_run_report(report_json(args), args.run_id, summary_line, self.storage_conn_id, self.log)
 
     # ----------------------------------------------------------------------- execute / kill
 
     def execute(self, context: Context) -> dict[str, Any]:
         actions = parse_group_actions(self.group_actions)
-        if actions is not None and all(action == "leave" for _, action in actions):
+        if actions is not None and all(action == "leave" for action in actions.values()):
             raise AirflowSkipException("The approval left every group pending; nothing to replay.")
         run_id = self.resolve_run_id(context)
         pulsar, args = self.usage_checked(run_id)
@@ -593,7 +598,7 @@ class DlqReplayOperator(BaseOperator):
 
     def _run_spark_submit(
         self,
-        args: ReplayArgs,
+        args: ReplayOptions,
         pulsar: PulsarConnectionConfig,
         zip_path: str,
         main_path: str,
@@ -638,7 +643,7 @@ class DlqReplayOperator(BaseOperator):
                 archive.finish(submitted)
         return hook.summary_line
 
-    def wait_for_earlier_attempt(self, args: ReplayArgs) -> RunHolder | None:
+    def wait_for_earlier_attempt(self, args: ReplayOptions) -> RunHolder | None:
         """Wait for a live earlier attempt of this run id that holds the run (the output lock, or a DLQ
         topic's lease read through the admin URL) to end, up to ``reattach_timeout``; fail at once when a
         different run holds it (``operators/reattach.py``)."""
@@ -706,7 +711,7 @@ class DlqReplayOperator(BaseOperator):
 
     def make_client(
         self,
-        args: ReplayArgs,
+        args: ReplayOptions,
         env: Mapping[str, str],
         remote: SparkRemote,
         zip_path: str,
@@ -725,7 +730,7 @@ class DlqReplayOperator(BaseOperator):
 
     def _run_connect_client(
         self,
-        args: ReplayArgs,
+        args: ReplayOptions,
         pulsar: PulsarConnectionConfig,
         remote: SparkRemote,
         zip_path: str,
@@ -749,7 +754,7 @@ class DlqReplayOperator(BaseOperator):
         client.run()
         return client.summary_line
 
-    def _publish(self, context: Context, args: ReplayArgs, report: Mapping[str, Any]) -> dict[str, Any]:
+    def _publish(self, context: Context, args: ReplayOptions, report: Mapping[str, Any]) -> dict[str, Any]:
         """The run's summary: for the extra links, the task log, XCom and every outlet's asset event."""
         summary = compact_summary(report)
         self.report_html_uri = summary["paths"].get("report_html")
@@ -759,7 +764,7 @@ class DlqReplayOperator(BaseOperator):
             summary["run_id"],
             summary["status"],
             json.dumps(summary["totals"], sort_keys=True),
-            summary["paths"].get("report_json", args.report_json),
+            summary["paths"].get("report_json", report_json(args)),
         )
         halt = canary_halt_message(summary)
         if halt and self.fail_on_canary_halt:
@@ -776,12 +781,10 @@ class DlqReplayOperator(BaseOperator):
                     outlet_events[outlet].extra = extra
         return summary
 
-    def usage_checked(self, run_id: str) -> tuple[PulsarConnectionConfig, ReplayArgs]:
+    def usage_checked(self, run_id: str) -> tuple[PulsarConnectionConfig, ReplayOptions]:
         """The connection and the app's arguments; a usage error fails the task without retries (the
-        same configuration would fail every try). Topics are checked first: the commonest slip."""
+        same configuration would fail every try)."""
         try:
-            if not as_list("topics", self.topics):
-                build_replay_args({"topics": self.topics, "mode": self.mode})  # raises, naming the fix
             pulsar = self.pulsar_hook.config
             return pulsar, self.replay_args(run_id, pulsar)
         except (ReplayArgumentError, PulsarConnectionError, AirflowNotFoundException) as exc:

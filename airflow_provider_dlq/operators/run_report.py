@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_dlq.operators.replay_cli import SUMMARY_PREFIX
 from airflow_provider_dlq.output_storage import OutputStorageError, read_bytes
+from pulsar_dlq_consumer.replay_options import SUMMARY_PREFIX
 
 if TYPE_CHECKING:
     import logging

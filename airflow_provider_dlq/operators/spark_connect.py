@@ -26,7 +26,7 @@ from airflow.sdk.exceptions import AirflowException
 
 from airflow_provider_dlq.errors import DlqProviderError
 from airflow_provider_dlq.operators.process_tree import stop_process_tree
-from airflow_provider_dlq.operators.replay_cli import SUMMARY_PREFIX
+from pulsar_dlq_consumer.replay_options import SUMMARY_PREFIX
 
 if TYPE_CHECKING:
     import logging

@@ -19,7 +19,7 @@ from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_provider_dlq.errors import DlqProviderError
-from airflow_provider_dlq.operators.replay_cli import SUMMARY_PREFIX
+from pulsar_dlq_consumer.replay_options import SUMMARY_PREFIX
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator

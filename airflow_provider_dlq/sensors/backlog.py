@@ -18,13 +18,12 @@ from airflow_provider_dlq.triggers.backlog import (
     DlqBacklogTrigger,
     ready_topics,
 )
+from pulsar_dlq_consumer.replay_options import DEFAULT_SUBSCRIPTION
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from airflow.sdk import Context
-
-DEFAULT_SUBSCRIPTION = "dlq-replayer"
 
 
 def split_topics(topics: str | Sequence[str]) -> list[str]:

@@ -27,13 +27,12 @@ from airflow_provider_dlq.triggers.backlog_watch import (
     evaluate,
     event_payload,
 )
+from pulsar_dlq_consumer.replay_options import DEFAULT_SUBSCRIPTION
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Hashable, Mapping, Sequence
 
     from airflow_provider_dlq.hooks.backlog import TopicBacklog
-
-DEFAULT_SUBSCRIPTION = "dlq-replayer"
 
 
 class DlqBacklogEventTrigger(BaseEventTrigger):

@@ -45,11 +45,10 @@ from airflow_provider_dlq.hooks.connection import (
 )
 from pulsar_dlq_consumer.client import create_client
 from pulsar_dlq_consumer.errors import ConfigurationError
-from pulsar_dlq_consumer.policy import normalize_topic
+from pulsar_dlq_consumer.replay_options import DEFAULT_SUBSCRIPTION
+from pulsar_dlq_consumer.topics import normalize_topic
 
 log = logging.getLogger("airflow-init.pulsar")
-
-DEFAULT_SUBSCRIPTION = "dlq-replayer"
 
 
 class InitError(RuntimeError):
@@ -102,15 +101,10 @@ def parse_pulsar_connection(conn_json: str, token: str | None = None) -> PulsarC
 def parse_topic(name: str) -> TopicName:
     """Normalise a DLQ topic name to ``persistent://tenant/namespace/topic``."""
     try:
-        full = normalize_topic(name.strip())
+        full = normalize_topic(name.strip(), persistent_only=True)
     except ConfigurationError as exc:
         raise InitError(f"DLQ topic {name.strip()!r} in DLQ_TOPICS (docker/.env): {exc}") from exc
-    domain, rest = full.split("://", 1)
-    if domain != "persistent":
-        raise InitError(
-            f"DLQ topic {full!r} must be persistent:// (a DLQ on a non-persistent topic loses data)"
-        )
-    tenant, namespace, local = rest.split("/")
+    tenant, namespace, local = full.split("://", 1)[1].split("/")
     return TopicName(tenant, namespace, local)
 
 

@@ -25,8 +25,14 @@ import re
 import sys
 from typing import TYPE_CHECKING, Any
 
-from spark_apps.dlq_replay import outcomes as oc
-from spark_apps.dlq_replay.canary import CanarySpec
+from pulsar_dlq_consumer.replay_options import (
+    DEFAULT_CANARY_WAIT_SECONDS,
+    DRY_RUN,
+    MODES,
+    SUMMARY_PREFIX,
+    CanarySpec,
+    ReplayOptionsError,
+)
 from spark_apps.dlq_replay.errors import ReplayConfigError, ReplayError, RunLockedError
 from spark_apps.dlq_replay.group_actions import parse_group_actions
 from spark_apps.dlq_replay.options import (
@@ -109,7 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
             "Re-running a run id resumes it. The Pulsar token is read from the PULSAR_AUTH_TOKEN environment "
             "variable or --auth-token-file, never from the command line. Exit codes: 0 done, 1 failed or "
             "locked by another run (re-run the same --run-id to resume), 2 invalid input (nothing written). "
-            "Progress goes to stderr; the last stdout line is DLQ_REPLAY_SUMMARY <json>."
+            f"Progress goes to stderr; the last stdout line is {SUMMARY_PREFIX}<json>."
         ),
     )
     add = parser.add_argument
@@ -118,8 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add(
         "--mode",
-        choices=oc.MODES,
-        default=oc.DRY_RUN,
+        choices=MODES,
+        default=DRY_RUN,
         help="dry-run: decide and report only, change nothing (default). replay: republish, archive, drop, "
         "record and ack. archive-only: like replay but never republish (republish rules are skipped).",
     )
@@ -193,9 +199,10 @@ def build_parser() -> argparse.ArgumentParser:
     add(
         "--canary-wait-seconds",
         type=float,
-        default=60.0,
+        default=DEFAULT_CANARY_WAIT_SECONDS,
         metavar="S",
-        help="How long the canary is watched before the rest is sent (default 60).",
+        help="How long the canary is watched before the rest is sent "
+        f"(default {DEFAULT_CANARY_WAIT_SECONDS:g}).",
     )
     add(
         "--canary-max-failure-rate",
@@ -316,7 +323,14 @@ def parse_options(argv: Sequence[str] | None = None) -> ReplayOptions:
             "secret if it was typed in a shell (it may be in the shell history)"
         )
     args = build_parser().parse_args(args_list)
-    topics = split_list(args.topics)
+    try:
+        return _options(args)
+    except ReplayOptionsError as exc:  # parse_time, CanarySpec.parse
+        raise ReplayConfigError(str(exc)) from None
+
+
+def _options(args: argparse.Namespace) -> ReplayOptions:
+    """The parsed arguments as the run's options (the inverse of ``ReplayOptions.to_argv``)."""
     return ReplayOptions(
         run_id=args.run_id,
         mode=args.mode,
@@ -330,7 +344,7 @@ def parse_options(argv: Sequence[str] | None = None) -> ReplayOptions:
         oauth2_audience=args.oauth2_audience,
         oauth2_scope=args.oauth2_scope,
         oauth2_credentials_file=args.oauth2_credentials_file,
-        topics=topics or (),
+        topics=split_list(args.topics) or (),
         subscription=args.subscription,
         playbook=args.playbook,
         output_dir=args.output_dir,

@@ -19,6 +19,7 @@ from airflow_provider_dlq.operators.replay_cli import (
     build_replay_args,
     compact_summary,
     default_run_id,
+    report_json,
 )
 
 TOKEN = "eyJhbGciOiJIUzI1NiJ9.dG9wLXNlY3JldA.never-on-argv"
@@ -91,8 +92,8 @@ def test_exact_spark_submit_command_and_token_only_in_env(conns, tmp_path):
         "--admin-url", "https://broker:8443",
         "--playbook", "/opt/dlq/playbook.yaml",
         "--origin-allowlist", "persistent://public/default/orders,persistent://public/default/pay",
-        "--since", "2024-05-01",
-        "--until", "2024-05-02T00:00:00Z",
+        "--since", "2024-05-01T00:00:00+00:00",
+        "--until", "2024-05-02T00:00:00+00:00",
         "--max-messages", "500",
         "--max-replays", "3",
         "--rate-limit", "250",
@@ -267,15 +268,18 @@ def test_run_id_from_context_survives_retries(conns, tmp_path):
     ("change", "fragment"),
     [
         ({"mode": "wipe"}, "mode must be one of dry-run, replay, archive-only"),
-        ({"topics": " , "}, "topics is empty"),
-        ({"mode": "replay", "origin_allowlist": None}, "needs origin_allowlist"),
-        ({"since": "yesterday"}, "since must be ISO 8601"),
-        ({"since": "2024-05-03", "until": "2024-05-02"}, "must be before until"),
-        ({"max_messages": "ten"}, "max_messages must be an integer >= 1"),
-        ({"max_messages": 0}, "max_messages must be an integer >= 1"),
-        ({"rate_limit": -5}, "rate_limit must be a positive number"),
+        ({"topics": " , "}, "--topics is required.*Variable dlq_topics"),
+        (
+            {"mode": "replay", "origin_allowlist": None},
+            "--origin-allowlist is required.*dlq_origin_allowlist",
+        ),
+        ({"since": "yesterday"}, "since is not an ISO 8601 date"),
+        ({"since": "2024-05-03", "until": "2024-05-02"}, "must be before --until"),
+        ({"max_messages": "ten"}, r"max_messages must be a number \(int\)"),
+        ({"max_messages": 0}, "--max-messages must be >= 1"),
+        ({"rate_limit": -5}, "--rate-limit must be > 0"),
         ({"run_id": "a/b"}, "run_id must be 1-120 characters"),
-        ({"output_dir": ""}, "output_dir is required"),
+        ({"output_dir": ""}, "--output-dir is required"),
         ({"archive_payload": "maybe"}, "archive_payload must be on/off"),
     ],
 )
@@ -310,14 +314,16 @@ def test_templated_blanks_become_absent_options():
     for flag in ("--max-messages", "--since", "--playbook", "--origin-allowlist", "--auth-token-file"):
         assert flag not in argv
     assert args.output_dir == os.path.abspath("relative/out")
-    assert args.report_json == os.path.abspath("relative/out") + "/runs/r1/report.json"
+    assert report_json(args) == os.path.abspath("relative/out") + "/runs/r1/report.json"
 
 
 def test_operator_rejects_bad_static_arguments(tmp_path):
     with pytest.raises(ReplayArgumentError, match="mode must be one of"):
         make_operator(tmp_path, mode="everything")
-    with pytest.raises(ReplayArgumentError, match="max_replays must be an integer >= 1"):
-        make_operator(tmp_path, max_replays=0)
+    with pytest.raises(ReplayArgumentError, match="--max-replays must be >= 1"):
+        build_replay_args(
+            {"run_id": "r", "service_url": "s", "topics": "t", "output_dir": "/o", "max_replays": 0}
+        )
     with pytest.raises(ReplayArgumentError, match=r"must not set \['application_args'\]"):
         make_operator(tmp_path, spark_submit_kwargs={"application_args": ["--x"]})
 
@@ -502,3 +508,11 @@ def test_a_halted_canary_fails_the_task_after_pushing_the_summary():
     assert "7 message(s) stay pending as canary_failed" in message
     assert canary_halt_message({"canary": {"verdict": "passed", "halted": []}}) is None
     assert canary_halt_message({}) is None
+
+
+def test_an_approval_that_leaves_every_group_skips_the_task(tmp_path):
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    op = make_operator(tmp_path, group_actions='{"3f1c9a0b2d4e6f81": "leave"}')
+    with pytest.raises(AirflowSkipException, match="left every group pending"):
+        op.execute({})

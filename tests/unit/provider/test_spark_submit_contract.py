@@ -18,13 +18,13 @@ import pytest
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.sdk.exceptions import AirflowException
 
-from airflow_provider_dlq.operators.replay_cli import SUMMARY_PREFIX
 from airflow_provider_dlq.operators.spark_submit import (
     DRIVER_ENDED,
     ReplaySubmitHook,
     SparkDriverError,
     spark_target,
 )
+from pulsar_dlq_consumer.replay_options import SUMMARY_PREFIX
 
 DRIVER_ID = "driver-20261128101500-0007"
 SPARK_PROVIDER = version("apache-airflow-providers-apache-spark")
@@ -114,7 +114,9 @@ def standalone_master(fake_spark, monkeypatch):
 
 def test_the_private_members_the_adapter_touches_are_there():
     """Names and shapes, read from the installed SparkSubmitHook; the tests below exercise them."""
-    assert list(inspect.signature(SparkSubmitHook._process_spark_submit_log).parameters) == ["self", "itr"]
+    for method in ("_process_spark_submit_log", "_process_spark_status_log"):
+        assert list(inspect.signature(getattr(SparkSubmitHook, method)).parameters) == ["self", "itr"], method
+    assert list(inspect.signature(SparkSubmitHook._build_track_driver_status_command).parameters) == ["self"]
     assert callable(SparkSubmitHook._start_driver_status_tracking)
     assert "deploy_mode" in inspect.signature(SparkSubmitHook.__init__).parameters
     hook = SparkSubmitHook(conn_id="spark_default")

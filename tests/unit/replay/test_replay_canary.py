@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from spark_apps.dlq_replay.canary import CanarySpec, verdicts, watched_topics
+from pulsar_dlq_consumer.replay_options import CanarySpec, ReplayOptionsError
+from spark_apps.dlq_replay.canary import verdicts, watched_topics
 from spark_apps.dlq_replay.cli import parse_options
-from spark_apps.dlq_replay.errors import ReplayConfigError
 
 BASE = ["--run-id", "r", "--service-url", "pulsar://x:6650", "--topics", "o-s-DLQ", "--output-dir", "/o"]
 
@@ -29,7 +29,7 @@ def test_size_is_a_count_or_a_percentage_of_each_group():
     ],
 )
 def test_bad_canary_options_name_the_fix(size, kwargs, says):
-    with pytest.raises(ReplayConfigError, match=says):
+    with pytest.raises(ReplayOptionsError, match=says):
         CanarySpec.parse(size, **kwargs)
 
 

@@ -1,0 +1,321 @@
+"""The options of one DLQ replay run: the contract between the Airflow operator and the Spark replay app.
+
+:class:`ReplayOptions` is the one type both sides use. The operator builds it from its rendered
+arguments and passes :meth:`ReplayOptions.to_argv` to ``dlq_replay_main.py``; the app's command line
+parses that argv back into the same type. Its checks run on construction, so a bad option fails on the
+Airflow worker before Spark starts, with the same message the app would give.
+
+Secrets are not options: the app reads the Pulsar token from ``PULSAR_AUTH_TOKEN`` or the file of
+``--auth-token-file``, and OAuth2 client credentials from ``PULSAR_OAUTH2_CREDENTIALS`` or the file of
+``--oauth2-credentials-file``.
+
+Pure Python (no Spark, no Airflow): it is installed with the library and vendored into the Spark bundle.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from pulsar_dlq_consumer.errors import ConfigurationError
+from pulsar_dlq_consumer.topics import normalize_topic
+
+DRY_RUN = "dry-run"
+REPLAY = "replay"
+ARCHIVE_ONLY = "archive-only"
+MODES: tuple[str, ...] = (DRY_RUN, REPLAY, ARCHIVE_ONLY)
+#: The replayer's durable subscription on the DLQ topics, unless a run names another.
+DEFAULT_SUBSCRIPTION = "dlq-replayer"
+#: Loop guard: a message replayed this often is archived instead of republished.
+DEFAULT_MAX_REPLAYS = 3
+DEFAULT_IDLE_TIMEOUT_MS = 3000
+DEFAULT_CANARY_WAIT_SECONDS = 60.0
+#: The app's last stdout line starts with this, followed by the run's summary as JSON.
+SUMMARY_PREFIX = "DLQ_REPLAY_SUMMARY "
+#: What an approval may decide for an error group (``--group-actions``).
+GROUP_ACTIONS = ("replay", "archive", "leave")
+
+_SIGNATURE = re.compile(r"[0-9a-f]{16}")
+_RUN_ID = re.compile(r"[^\x00-\x1f/\\]{1,250}")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_CANARY_SIZE = re.compile(r"\s*(?P<n>[0-9]+(?:\.[0-9]+)?)\s*(?P<pct>%?)\s*")
+#: The numeric options with a lower bound: (option, attribute, minimum); ``None`` means not given.
+_MINIMUMS: tuple[tuple[str, str, int], ...] = (
+    ("--max-messages", "max_messages", 1),
+    ("--max-replays", "max_replays", 1),
+    ("--parallelism", "parallelism", 1),
+    ("--idle-timeout-ms", "idle_timeout_ms", 100),
+    ("--wave-size", "wave_size", 1),
+)
+
+
+class ReplayOptionsError(ConfigurationError):
+    """An option of a replay run is invalid; the message names the option, what is wrong and the fix."""
+
+
+def check_run_id(run_id: object, option: str = "--run-id") -> str:
+    """A run id (e.g. an Airflow run id): 1-250 printable characters without ``/``, ``\\`` or surrounding
+    spaces. Raises :class:`ReplayOptionsError` naming the fix."""
+    if not isinstance(run_id, str) or not _RUN_ID.fullmatch(run_id) or run_id.strip() != run_id:
+        raise ReplayOptionsError(
+            f"{option}: invalid run id: use 1-250 printable characters without '/', '\\' or surrounding "
+            "spaces (e.g. an Airflow run id such as manual__2024-05-01T00:00:00+00:00)"
+        )
+    return run_id
+
+
+def check_mode(mode: object) -> str:
+    """``mode``, one of :data:`MODES`; else :class:`ReplayOptionsError` naming them."""
+    if mode not in MODES:
+        raise ReplayOptionsError(f"--mode must be one of {', '.join(MODES)}; got {mode!r}")
+    return str(mode)
+
+
+def parse_time(value: str, option: str) -> datetime:
+    """ISO 8601 date or date-time; without an offset it is taken as UTC."""
+    try:
+        parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise ReplayOptionsError(
+            f"{option} is not an ISO 8601 date or time (value not shown); use e.g. 2024-05-01 or "
+            "2024-05-01T12:00:00+00:00"
+        ) from exc
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def split_list(value: str | None) -> tuple[str, ...] | None:
+    """``"a, b,,c"`` -> ``("a", "b", "c")``; ``None``/empty -> ``None``."""
+    if value is None:
+        return None
+    items = tuple(p.strip() for p in value.split(",") if p.strip())
+    return items or None
+
+
+@dataclass(frozen=True)
+class CanarySpec:
+    """How big the canary is, how long to watch it and when a group halts (``docs/canary.md``)."""
+
+    count: int | None = None
+    percent: float | None = None
+    wait_seconds: float = DEFAULT_CANARY_WAIT_SECONDS
+    max_failure_rate: float = 0.0
+    watch_topics: tuple[str, ...] = ()
+
+    @classmethod
+    def parse(
+        cls,
+        size: str,
+        wait_seconds: float = DEFAULT_CANARY_WAIT_SECONDS,
+        max_failure_rate: float = 0.0,
+        watch_topics: tuple[str, ...] = (),
+    ) -> CanarySpec:
+        """``--canary``: ``N`` messages or ``P%`` of each group; raises naming the fix."""
+        match = _CANARY_SIZE.fullmatch(str(size or ""))
+        if not match:
+            raise ReplayOptionsError(
+                f"--canary must be a count (e.g. 5) or a percentage (e.g. 10%); got {size!r}"
+            )
+        number = float(match.group("n"))
+        if match.group("pct") and not 0 < number <= 100:
+            raise ReplayOptionsError(f"--canary percentage must be in (0, 100]; got {size!r}")
+        if not match.group("pct") and (number < 1 or number != int(number)):
+            raise ReplayOptionsError(f"--canary count must be an integer >= 1; got {size!r}")
+        if not wait_seconds >= 0:
+            raise ReplayOptionsError(f"--canary-wait-seconds must be >= 0; got {wait_seconds}")
+        if not 0 <= max_failure_rate < 1:
+            raise ReplayOptionsError(
+                f"--canary-max-failure-rate must be in [0, 1) (0: any failure halts); got {max_failure_rate}"
+            )
+        percent = number if match.group("pct") else None
+        count = None if match.group("pct") else int(number)
+        return cls(count, percent, float(wait_seconds), float(max_failure_rate), tuple(watch_topics))
+
+    @property
+    def label(self) -> str:
+        return f"{self.percent:g}%" if self.percent is not None else str(self.count)
+
+    def size_of(self, group_size: int) -> int:
+        """Canary messages of a group of ``group_size`` messages to republish."""
+        if self.percent is not None:
+            return min(group_size, max(1, math.ceil(group_size * self.percent / 100.0)))
+        return min(group_size, int(self.count or 0))
+
+    def fingerprint(self) -> dict[str, Any]:
+        return {
+            "size": self.label,
+            "wait_seconds": self.wait_seconds,
+            "max_failure_rate": self.max_failure_rate,
+            "watch_topics": list(self.watch_topics),
+        }
+
+
+@dataclass(frozen=True)
+class ReplayOptions:
+    """Everything a replay run needs (see the app's ``--help`` for each option)."""
+
+    run_id: str
+    output_dir: str
+    service_url: str
+    topics: tuple[str, ...]
+    mode: str = DRY_RUN
+    subscription: str = DEFAULT_SUBSCRIPTION
+    auth_token_file: str | None = None
+    tls_trust_certs_file: str | None = None
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
+    oauth2_issuer_url: str | None = None
+    oauth2_audience: str | None = None
+    oauth2_scope: str | None = None
+    oauth2_credentials_file: str | None = None
+    playbook: str | None = None
+    origin_allowlist: tuple[str, ...] | None = None
+    signatures: tuple[str, ...] | None = None
+    error_class: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    max_messages: int | None = None
+    max_replays: int = DEFAULT_MAX_REPLAYS
+    rate_limit: float | None = None
+    parallelism: int | None = None
+    archive_payload: bool = True
+    idle_timeout_ms: int = DEFAULT_IDLE_TIMEOUT_MS
+    #: ``None``: the app's default wave size, larger under broker deduplication.
+    wave_size: int | None = None
+    subscription_lease: bool = True
+    #: Approved action per error signature (``--group-actions``), overriding the playbook for this run.
+    group_actions: dict[str, str] | None = None
+    #: Read the window frozen by this earlier run (``--window-from``), e.g. the reviewed dry-run.
+    window_from: str | None = None
+    #: Replay a canary of each group first and halt groups that fail again (``--canary``).
+    canary: CanarySpec | None = None
+    admin_url: str | None = None
+
+    def __post_init__(self) -> None:
+        check_run_id(self.run_id)
+        check_mode(self.mode)
+        if not self.output_dir or not self.output_dir.strip():
+            raise ReplayOptionsError(
+                "--output-dir is required: the root of runs/, archive/ and ledger/ (a local path or a "
+                "Hadoop URI such as s3a://bucket/dlq)"
+            )
+        if not self.service_url:
+            raise ReplayOptionsError("--service-url is required, e.g. pulsar://broker:6650")
+        self._check_topics()
+        self._check_subscription()
+        self._check_selection()
+        self._check_limits()
+        self._check_window_from()
+
+    def _check_topics(self) -> None:
+        if not self.topics:
+            raise ReplayOptionsError("--topics is required: the DLQ topics to replay, comma-separated")
+        for topic in self.topics:
+            try:
+                normalize_topic(topic)
+            except ConfigurationError as exc:
+                raise ReplayOptionsError(f"--topics: {exc}") from None
+        if self.mode == REPLAY and not self.origin_allowlist:
+            raise ReplayOptionsError(
+                "--origin-allowlist is required in replay mode: the topics a message may be republished to, "
+                "as globs (persistent://public/default/orders*) or regexes (re:...), comma-separated"
+            )
+
+    def _check_subscription(self) -> None:
+        if not self.subscription or not self.subscription.strip() or _CONTROL.search(self.subscription):
+            raise ReplayOptionsError(
+                "--subscription must be a non-empty name without control characters "
+                f"(default {DEFAULT_SUBSCRIPTION})"
+            )
+
+    def _check_selection(self) -> None:
+        """``--signatures``, ``--error-class``, ``--since``, ``--until`` and ``--group-actions``."""
+        bad = {k: v for k, v in (self.group_actions or {}).items() if v not in GROUP_ACTIONS}
+        if bad:
+            raise ReplayOptionsError(f"--group-actions: {bad} must each be one of {', '.join(GROUP_ACTIONS)}")
+        for signature in self.signatures or ():
+            if not _SIGNATURE.fullmatch(signature):
+                raise ReplayOptionsError(
+                    "--signatures: a signature is 16 lower-case hex digits, as in the `signature` of a "
+                    "report group (e.g. 3f1c9a0b2d4e6f81)"
+                )
+        if self.error_class is not None and not self.error_class:
+            raise ReplayOptionsError("--error-class must not be empty; give a class name such as ValueError")
+        if self.since and self.until and self.since >= self.until:
+            raise ReplayOptionsError(
+                f"--since ({self.since.isoformat()}) must be before --until ({self.until.isoformat()})"
+            )
+
+    def _check_limits(self) -> None:
+        """The numeric options: each at least its minimum (:data:`_MINIMUMS`), a rate above zero."""
+        for name, attribute, minimum in _MINIMUMS:
+            value = getattr(self, attribute)
+            if value is not None and (isinstance(value, bool) or value < minimum):
+                raise ReplayOptionsError(f"{name} must be >= {minimum}; got {value}")
+        if self.rate_limit is not None and self.rate_limit <= 0:
+            raise ReplayOptionsError(f"--rate-limit must be > 0 messages/s; got {self.rate_limit}")
+
+    def _check_window_from(self) -> None:
+        if self.window_from is None:
+            return
+        check_run_id(self.window_from, "--window-from")
+        if self.window_from == self.run_id:
+            raise ReplayOptionsError("--window-from must name an earlier run, not this --run-id")
+
+    def to_argv(self) -> list[str]:
+        """The app's command line for these options (the inverse of the app's parser; no secrets)."""
+        argv = [
+            "--run-id", self.run_id,
+            "--mode", self.mode,
+            "--service-url", self.service_url,
+            "--topics", ",".join(self.topics),
+            "--subscription", self.subscription,
+            "--output-dir", self.output_dir,
+        ]  # fmt: skip
+        canary = self.canary
+        optional: list[tuple[str, Any]] = [
+            ("--auth-token-file", self.auth_token_file),
+            ("--tls-trust-certs-file", self.tls_trust_certs_file),
+            ("--admin-url", self.admin_url),
+            ("--tls-cert-file", self.tls_cert_file),
+            ("--tls-key-file", self.tls_key_file),
+            ("--oauth2-issuer-url", self.oauth2_issuer_url),
+            ("--oauth2-audience", self.oauth2_audience),
+            ("--oauth2-scope", self.oauth2_scope),
+            ("--oauth2-credentials-file", self.oauth2_credentials_file),
+            ("--playbook", self.playbook),
+            ("--origin-allowlist", ",".join(self.origin_allowlist or ())),
+            ("--signatures", ",".join(self.signatures or ())),
+            ("--error-class", self.error_class),
+            ("--since", self.since.isoformat() if self.since else None),
+            ("--until", self.until.isoformat() if self.until else None),
+            ("--max-messages", self.max_messages),
+            ("--max-replays", self.max_replays),
+            ("--rate-limit", self.rate_limit),
+            ("--parallelism", self.parallelism),
+            ("--archive-payload", "on" if self.archive_payload else "off"),
+            ("--group-actions", group_actions_json(self.group_actions)),
+            ("--window-from", self.window_from),
+            ("--canary", canary.label if canary else None),
+            ("--canary-wait-seconds", canary.wait_seconds if canary else None),
+            ("--canary-max-failure-rate", canary.max_failure_rate if canary else None),
+            ("--canary-watch-topics", ",".join(canary.watch_topics) if canary else None),
+            ("--wave-size", self.wave_size),
+        ]
+        if self.idle_timeout_ms != DEFAULT_IDLE_TIMEOUT_MS:
+            optional.append(("--idle-timeout-ms", self.idle_timeout_ms))
+        if not self.subscription_lease:
+            optional.append(("--subscription-lease", "off"))
+        for flag, value in optional:
+            if value is not None and value != "":
+                argv += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
+        return argv
+
+
+def group_actions_json(actions: dict[str, str] | None) -> str | None:
+    """``--group-actions`` as compact JSON, keys sorted (``None`` when not given)."""
+    import json
+
+    return None if actions is None else json.dumps(actions, sort_keys=True, separators=(",", ":"))
