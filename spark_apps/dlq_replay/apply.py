@@ -1,4 +1,4 @@
-"""Apply step: archive, then republish the decisions in waves; and a dry run's outcomes (nothing sent).
+"""Apply step: archive, then republish the decisions in waves.
 
 The send tasks read the decide tasks' files themselves (:mod:`~spark_apps.dlq_replay.task_sends`); each
 wave's results are saved before the next wave starts, so a killed run re-sends at most one wave per
@@ -46,13 +46,6 @@ OUTCOME_COLUMNS: tuple[str, ...] = (
     "fix",
     "fix_error",
 )
-
-
-def dry_run_outcomes(decisions: DataFrame) -> DataFrame:
-    """A dry run's outcomes: the decisions' :data:`OUTCOME_COLUMNS`, nothing sent (no message id)."""
-    from pyspark.sql import functions as F
-
-    return decisions.select(*OUTCOME_COLUMNS).withColumn("published_message_id", F.lit(None).cast("string"))
 
 
 def run_apply(run: Run, decisions: DataFrame, planned_at: datetime) -> None:

@@ -16,14 +16,10 @@ class ReplayConfigError(ReplayError, ValueError):
 
 
 class PlaybookError(ReplayConfigError):
-    """The playbook YAML is invalid; the message names the file and the line."""
+    """The playbook YAML is invalid; the message names the file (``path``, as shown) and the line."""
 
     def __init__(self, message: str, *, path: str | None = None, line: int | None = None) -> None:
-        from spark_apps.dlq_replay.redaction import could_be_secret
-
         where = path or "<playbook>"
-        if path and could_be_secret(path):
-            where = "the file given as --playbook (path not shown, as it could be a token)"
         if line is not None:
             where = f"{where}:{line}"
         super().__init__(f"{where}: {message}")

@@ -172,27 +172,35 @@ def load_playbook(path: str) -> Playbook:
     """Read and validate a playbook file (local path). Raises :class:`PlaybookError` naming file:line.
 
     The file must be UTF-8 YAML of at most :data:`MAX_PLAYBOOK_BYTES` bytes and :data:`MAX_RULES` rules.
+    A path that could be a token is not shown in the errors.
     """
+    from spark_apps.dlq_replay.redaction import could_be_secret
+
+    where = (
+        "the file given as --playbook (path not shown, as it could be a token)"
+        if could_be_secret(path)
+        else path
+    )
     if os.path.isdir(path):
-        raise PlaybookError("is a directory; --playbook takes the path of the playbook YAML file", path=path)
+        raise PlaybookError("is a directory; --playbook takes the path of the playbook YAML file", path=where)
     try:
         with open(path, "rb") as handle:
             raw = handle.read(MAX_PLAYBOOK_BYTES + 1)
     except OSError as exc:
         raise PlaybookError(
             f"cannot read the playbook ({exc.strerror}); check the --playbook path and its permissions",
-            path=path,
+            path=where,
         ) from exc
     if len(raw) > MAX_PLAYBOOK_BYTES:
-        raise PlaybookError(_too_big(), path=path)
+        raise PlaybookError(_too_big(), path=where)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
         raise PlaybookError(
-            f"not UTF-8 text (byte {exc.start}); save the playbook as UTF-8", path=path, line=line
+            f"not UTF-8 text (byte {exc.start}); save the playbook as UTF-8", path=where, line=line
         ) from exc
-    playbook = parse_playbook(text, path=path)
+    playbook = parse_playbook(text, path=where)
     base = os.path.dirname(os.path.abspath(path))
     fix_files = tuple(
         p if os.path.isabs(p) else os.path.normpath(os.path.join(base, p)) for p in playbook.fix_files
@@ -201,7 +209,7 @@ def load_playbook(path: str) -> Playbook:
         if not os.path.isfile(fix_file):
             raise PlaybookError(
                 f"fix_files entry {fix_file!r} does not exist; paths are relative to the playbook file",
-                path=path,
+                path=where,
             )
     return Playbook(
         playbook.rules,

@@ -242,7 +242,8 @@ class _RecordBuckets:
             ledger = ledger_batch(rows, sent, mine, self.mode, self.recorded_at, self.halted)
             parts.add(ledger, rows)
             finals.add(ledger)
-            yield ledger
+            if self.mode != oc.DRY_RUN:  # a dry run's ledger rows only make the report's parts
+                yield ledger
         parts.write()
         finals.write(self.commit_dir, bucket)
 
@@ -264,12 +265,14 @@ def publish_staged(staged: str, ledger_root: str, run_id: str) -> bool:
 
 def run_record(run: Run) -> None:
     """Write the run's ledger rows: the record tasks zip each bucket's decisions with its send results
-    (and write the report's and the commit's counts beside them)."""
+    (and write the report's and the commit's counts beside them). A dry run's record tasks write the
+    report's parts only: nothing reaches the ledger."""
     from spark_apps.dlq_replay.canary import halted_groups
 
     if run.step("record"):
         started = time.monotonic()
         recorded_at = datetime.now(UTC)
+        dry_run = run.options.mode == oc.DRY_RUN
         run.progress.count_files(run.paths.ledger_staged)
         record_in_tasks(
             run.spark,
@@ -280,9 +283,12 @@ def run_record(run: Run) -> None:
             mode=run.options.mode,
             recorded_at=recorded_at,
             batch_rows=run.batch_rows,
-            halted=tuple(halted_groups(run)),
+            halted=() if dry_run else tuple(halted_groups(run)),
             parts_dir=run.paths.report_parts,
             commit_dir=run.paths.commit_parts,
         )
+        if dry_run:
+            run.done("record", started)
+            return
         publish_staged(run.paths.ledger_staged, run.paths.ledger, run.options.run_id)
         run.done("record", started, recorded_at=recorded_at.isoformat())

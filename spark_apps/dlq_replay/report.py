@@ -1,7 +1,8 @@
 """Report step: per-signature groups, run totals and timings as JSON; the printed summary.
 
-Only aggregates reach the driver (one row per group x outcome x action, and at most
-``SAMPLE_IDS`` message ids per group), never anything proportional to the number of messages.
+The groups come from the parts the record tasks wrote (:mod:`~spark_apps.dlq_replay.report_parts`): only
+aggregates reach the driver (one row per group x outcome x action, and at most ``SAMPLE_IDS`` message
+ids per group), never anything proportional to the number of messages.
 """
 
 from __future__ import annotations
@@ -14,10 +15,9 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from spark_apps.dlq_replay import outcomes as oc
-from spark_apps.dlq_replay.report_parts import SAMPLE_IDS
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import SparkSession
 
     from spark_apps.dlq_replay.report_details import ReportContext
     from spark_apps.dlq_replay.report_parts import ReportParts
@@ -28,8 +28,6 @@ log = logging.getLogger("spark_apps.dlq_replay")
 REPORT_FORMAT = 1
 MAX_GROUPS = 200
 SUMMARY_PREFIX = "DLQ_REPLAY_SUMMARY "
-#: ISO 8601 with the session time zone's offset (the app runs with spark.sql.session.timeZone=UTC).
-ISO_FORMAT = "yyyy-MM-dd'T'HH:mm:ss.SSSXXX"
 TOTAL_KEYS: tuple[str, ...] = (
     "snapshot",
     oc.REPUBLISHED,
@@ -70,48 +68,6 @@ def _label(outcome: str | None, mode: str) -> str:
     if outcome == oc.TO_REPUBLISH:
         return oc.REPUBLISHED if mode == oc.DRY_RUN else oc.PUBLISH_FAILED
     return outcome or "unknown"
-
-
-def aggregate(outcomes: DataFrame) -> tuple[list[dict[str, Any]], dict[str, list[str]]]:
-    """Collect (signature x outcome x action x rule) aggregates and sample message ids per signature.
-
-    One hash aggregation: each combination keeps its first :data:`SAMPLE_IDS` messages by (publish
-    time, topic, message id) (``min_by`` with ``k``), and a signature's samples are the first of its
-    combinations' (no window sort of the messages)."""
-    from pyspark.sql import functions as F
-
-    first = F.struct("publish_time", "dlq_topic", "dlq_message_id")
-    rows = (
-        outcomes.groupBy("signature", "outcome", "action", "rule")
-        .agg(
-            F.count(F.lit(1)).alias("n"),
-            F.min("error_template").alias("template"),
-            F.min("error_class").alias("error_class"),
-            F.min("origin_topic").alias("origin_topic"),
-            F.collect_set("context_format").alias("context_formats"),
-            F.min("reason").alias("reason"),
-            F.date_format(F.min("publish_time"), ISO_FORMAT).alias("first_seen"),
-            F.date_format(F.max("publish_time"), ISO_FORMAT).alias("last_seen"),
-            F.min_by(first, first, SAMPLE_IDS).alias("first_ids"),
-        )
-        .collect()
-    )
-    firsts: dict[str, list[Any]] = {}
-    combos: list[dict[str, Any]] = []
-    for row in rows:
-        combo = row.asDict()
-        firsts.setdefault(combo["signature"], []).extend(combo.pop("first_ids") or [])
-        combos.append(combo)
-    samples = {
-        sig: [item["dlq_message_id"] for item in sorted(items, key=_first_key)[:SAMPLE_IDS]]
-        for sig, items in firsts.items()
-    }
-    return combos, samples
-
-
-def _first_key(item: Any) -> tuple[tuple[int, Any], ...]:
-    """Sort key of a sample (publish time, topic, message id): nulls first, as Spark orders them."""
-    return tuple((0, "") if value is None else (1, value) for value in item)
 
 
 #: Python errors whose message is only the value that failed (``str(KeyError("coupon"))`` is
@@ -216,7 +172,7 @@ def outcome_counts(combos: list[dict[str, Any]], mode: str) -> dict[str, int]:
 
 
 def build_report(
-    outcomes: DataFrame | None,
+    parts: ReportParts | None,
     *,
     run_id: str,
     mode: str,
@@ -229,7 +185,7 @@ def build_report(
     max_groups: int = MAX_GROUPS,
     resend: dict[str, int] | None = None,
     context: ReportContext | None = None,
-    parts: ReportParts | None = None,
+    spark: SparkSession | None = None,
     canary: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The machine-readable report (stable schema, ``format`` 1); see ``docs/report.md``.
@@ -238,18 +194,14 @@ def build_report(
     ``resent`` messages (each wave once per such attempt), ``resent_held`` of them the broker already
     held and dropped (deduplication), and ``resend_bound`` (wave size x producers, once per such
     attempt), the most that can reach the origins twice without deduplication.
-    With a ``context`` the report also explains itself (configuration, per-group rule evaluation, fix
-    and sample errors, refused origins, trend over the ledger, next steps; see
-    :mod:`spark_apps.dlq_replay.report_details`). ``outcomes`` None: the run had no message (an empty
-    window), so there is nothing to aggregate and no Spark job runs for it. ``parts``: the groups and
-    representatives the record tasks gathered (:mod:`~spark_apps.dlq_replay.report_parts`), used instead
-    of aggregating ``outcomes``. ``canary``: the canary's size and per-group verdicts (a canary run);
-    the report adds its ``verdict`` (:func:`canary_verdict`), which the next steps explain.
+    ``parts``: the groups and representatives the record tasks gathered
+    (:mod:`~spark_apps.dlq_replay.report_parts`); ``None`` for a run without a message (an empty window).
+    With a ``context`` and ``spark`` the report also explains itself (configuration, per-group rule
+    evaluation, fix and sample errors, refused origins, trend over the ledger, next steps; see
+    :mod:`spark_apps.dlq_replay.report_details`). ``canary``: the canary's size and per-group verdicts (a
+    canary run); the report adds its ``verdict`` (:func:`canary_verdict`), which the next steps explain.
     """
-    if parts is not None:
-        combos, samples = parts.combos, parts.samples
-    else:
-        combos, samples = aggregate(outcomes) if outcomes is not None else ([], {})
+    combos, samples = (parts.combos, parts.samples) if parts is not None else ([], {})
     groups, other = build_groups(combos, samples, mode, max_groups)
     counts = outcome_counts(combos, mode)
     totals = build_totals(counts, commit, mode)
@@ -281,14 +233,10 @@ def build_report(
     }
     if canary is not None:
         report["canary"] = {**canary, **canary_verdict(canary.get("verdicts") or {}, counts)}
-    if context is not None:
-        from pyspark.sql import SparkSession
-
+    if context is not None and spark is not None:
         from spark_apps.dlq_replay.report_details import add_details
 
-        session = outcomes.sparkSession if outcomes is not None else SparkSession.getActiveSession()
-        if session is not None:
-            add_details(report, session, context, parts)
+        add_details(report, spark, context, parts)
     return report
 
 
@@ -339,17 +287,18 @@ def _recorded_at(run: Run) -> datetime | None:
 
 
 def _report_parts(run: Run) -> ReportParts | None:
-    """The record tasks' report parts (:mod:`~spark_apps.dlq_replay.report_parts`); ``None`` for a run
-    without a record step (a dry run: the report aggregates its decisions with Spark)."""
-    if "record" not in run.state.steps:
+    """The record tasks' report parts (:mod:`~spark_apps.dlq_replay.report_parts`); ``None`` for an
+    empty window (no record task ran)."""
+    if run.state.info("snapshot").get("empty_window"):
         return None
     from spark_apps.dlq_replay.report_parts import read_parts
 
     return read_parts(run.paths.report_parts)
 
 
-def run_report(run: Run, outcomes_df: DataFrame | None, started_wall: datetime) -> dict[str, Any]:
-    """Write the run's report (``report.json``, ``report.html``) from the outcomes and the steps' counts."""
+def run_report(run: Run, started_wall: datetime) -> dict[str, Any]:
+    """Write the run's report (``report.json``, ``report.html``) from the record tasks' parts and the
+    steps' counts."""
     from spark_apps.dlq_replay.report_details import ReportContext
     from spark_apps.dlq_replay.report_html import render_html
 
@@ -362,7 +311,7 @@ def run_report(run: Run, outcomes_df: DataFrame | None, started_wall: datetime) 
     failed = int(run.state.info("apply").get("publish_failed", 0))
     parts = _report_parts(run)
     report = build_report(
-        outcomes_df,
+        parts,
         run_id=options.run_id,
         mode=options.mode,
         status="partial" if failed or int(commit_info.get("unacked_final", 0)) else "succeeded",
@@ -390,7 +339,7 @@ def run_report(run: Run, outcomes_df: DataFrame | None, started_wall: datetime) 
             run.paths.ledger,
             recorded_at=_recorded_at(run),
         ),
-        parts=parts,
+        spark=run.spark,
         canary=(
             {"size": options.canary.label, **(run.state.info("apply").get("canary") or {})}
             if options.canary

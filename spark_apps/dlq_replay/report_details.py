@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from spark_apps.dlq_replay import outcomes as oc
 from spark_apps.dlq_replay.report_explain import explain_rules, mask_payload, next_steps, run_config
 from spark_apps.dlq_replay.report_parts import ERROR_CHARS, SAMPLE_ERRORS
-from spark_apps.dlq_replay.schemas import DECIDED_SCHEMA, LEDGER_SCHEMA, SNAPSHOT_SCHEMA
+from spark_apps.dlq_replay.schemas import DECIDED_SCHEMA, LEDGER_SCHEMA
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -138,37 +138,6 @@ def sample_errors(decisions: DataFrame, signatures: list[str]) -> dict[str, list
     return out
 
 
-def representatives(decisions: DataFrame, signatures: list[str], per_group: int) -> list[Any]:
-    """The first ``per_group`` messages of each group, preferring ones the playbook was applied to."""
-    from pyspark.sql import functions as F
-
-    from spark_apps.dlq_replay.report_parts import REP_COLUMNS
-
-    columns = [
-        F.substring(name, 1, ERROR_CHARS).alias(name) if name == "error_message" else F.col(name)
-        for name in REP_COLUMNS
-    ]
-    rows = decisions.filter(F.col("signature").isin(signatures)).select(*columns)
-    unscoped = F.col("outcome").isin(*oc.UNSCOPED).cast("int")
-    return _top_per_signature(rows, [unscoped, "publish_time", "dlq_topic", "dlq_message_id"], per_group)
-
-
-def snapshot_rows(
-    spark: SparkSession, snapshot: DataFrame, keys: list[tuple[str, str]], with_payload: bool
-) -> dict[tuple[str, str], Any]:
-    """Properties (and payloads) of a few snapshot messages, by (topic, message id)."""
-    from pyspark.sql import functions as F
-
-    from spark_apps.dlq_replay.arrow_compat import local_frame
-
-    if not keys:
-        return {}
-    wanted = local_frame(spark, keys, "topic string, message_id_str string")
-    columns = ["topic", "message_id_str", "properties"] + (["value"] if with_payload else [])
-    rows = snapshot.join(F.broadcast(wanted), ["topic", "message_id_str"]).select(*columns).collect()
-    return {(r["topic"], r["message_id_str"]): r for r in rows}
-
-
 def _explanation(playbook: Playbook, rep: Any, properties: dict[str, str] | None) -> dict[str, Any]:
     from spark_apps.dlq_replay.playbook import MatchInput
 
@@ -193,20 +162,6 @@ def _explanation(playbook: Playbook, rep: Any, properties: dict[str, str] | None
     if properties is None and any(rule.properties for rule in playbook.rules):
         note = "the message's properties were not available: property conditions show as missing"
     return {**base, "rules": explain_rules(playbook, record), "note": note}
-
-
-def representative_rows(
-    spark: SparkSession, ctx: ReportContext, decisions: DataFrame, signatures: list[str], snippets: bool
-) -> tuple[list[Any], dict[tuple[str, str], Any]]:
-    """The representative messages of the shown groups and their snapshot rows (properties, and the
-    payload with ``snippets``), by (topic, message id)."""
-    per_group = max(1, PAYLOAD_SAMPLES) if snippets else 1
-    reps = _guarded("representative messages", lambda: representatives(decisions, signatures, per_group), [])
-    snapshot = _read(spark, ctx.snapshot_path, SNAPSHOT_SCHEMA)
-    if snapshot is None or not reps:
-        return reps, {}
-    keys = sorted({(r["dlq_topic"], r["dlq_message_id"]) for r in reps})
-    return reps, _guarded("snapshot samples", lambda: snapshot_rows(spark, snapshot, keys, snippets), {})
 
 
 def _errors_from_parts(
@@ -238,8 +193,9 @@ def _errors_from_parts(
 def representatives_from_parts(
     ctx: ReportContext, parts: ReportParts, signatures: list[str], snippets: bool
 ) -> tuple[list[Any], dict[tuple[str, str], Any]]:
-    """:func:`representative_rows` from the record tasks' parts: their representatives of the shown
-    groups, and those messages' snapshot rows read with pyarrow."""
+    """The representative messages of the shown groups from the record tasks' parts (a group's first,
+    preferring ones the playbook was applied to), and those messages' snapshot rows (properties, and the
+    payload with ``snippets``) read with pyarrow, by (topic, message id)."""
     from spark_apps.dlq_replay.report_parts import snapshot_messages
 
     per_group = max(1, PAYLOAD_SAMPLES) if snippets else 1
@@ -413,7 +369,7 @@ def add_details(
     """Add ``config``, ``spark``, per-group explanations (the first :data:`DETAIL_GROUPS` groups),
     ``refused_origins``, ``trend`` and ``next_steps`` to ``report`` (in place). The queries behind them
     are independent and run side by side (:mod:`~spark_apps.dlq_replay.concurrent_queries`). With the
-    record tasks' ``parts``, the representatives come from them instead of a query."""
+    record tasks' ``parts`` (``None``: an empty window, no group), the representatives come from them."""
     from spark_apps.dlq_replay.concurrent_queries import run_concurrently
 
     report["config"] = run_config(ctx.options, ctx.playbook)
@@ -426,18 +382,15 @@ def add_details(
     queries: dict[str, Callable[[], Any]] = {
         "trend": partial(_guarded, "the trend", partial(trend, spark, ctx.ledger_path, report, at), None)
     }
-    if decisions is not None and signatures:
+    if decisions is not None and signatures and parts is not None:
         from_parts = _errors_from_parts(ctx, parts, decisions, signatures)
         if from_parts is not None:  # the record tasks' parts and one pass over two columns of decisions
             queries["errors_and_fixes"] = partial(_guarded, "sample errors", from_parts, ({}, {}))
-        else:
+        else:  # a message without a publish time: the parts kept no sample errors
             queries["fixes"] = partial(_guarded, "fix errors", partial(fix_errors, decisions, signatures), {})
             errors = partial(sample_errors, decisions, signatures)
             queries["errors"] = partial(_guarded, "sample errors", errors, {})
-        if parts is not None:
-            queries["reps"] = partial(representatives_from_parts, ctx, parts, signatures, snippets)
-        else:
-            queries["reps"] = partial(representative_rows, spark, ctx, decisions, signatures, snippets)
+        queries["reps"] = partial(representatives_from_parts, ctx, parts, signatures, snippets)
     if decisions is not None and report["totals"].get(oc.ORIGIN_REFUSED):
         queries["refused"] = partial(_guarded, "refused origins", partial(refused_origins, decisions), [])
     results = dict(zip(queries, run_concurrently(spark, *queries.values()), strict=True))

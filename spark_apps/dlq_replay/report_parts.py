@@ -1,11 +1,9 @@
 """The report's group aggregates and representative messages, gathered by the record tasks.
 
-Spark's way (:func:`~spark_apps.dlq_replay.report.aggregate` over the ledger,
-:func:`~spark_apps.dlq_replay.report_details.representatives` over the decisions, then a join with the
-snapshot for their properties) reads every message of the run three more times. Where the record tasks
-write the ledger (:mod:`~spark_apps.dlq_replay.record`), each already holds its bucket's ledger rows
-and decisions, so it keeps what those queries keep of them and writes it to
-``runs/<run>/report_parts/<kind>/part-<bucket>.parquet``:
+Aggregating the ledger and the decisions with Spark queries would read every message of the run again.
+The record tasks (:mod:`~spark_apps.dlq_replay.record`; in a dry run they write these parts only) each
+already hold their bucket's ledger rows and decisions, so each keeps what the report needs of them and
+writes it to ``runs/<run>/report_parts/<kind>/part-<bucket>.parquet``:
 
 - ``combos``: per (signature, outcome, action, rule) of the ledger rows, the count, the smallest template,
   error class, origin topic and reason, and the first and last publish time;
@@ -23,7 +21,7 @@ and decisions, so it keeps what those queries keep of them and writes it to
 
 Every part is bounded by the number of groups, not of messages, and merges exactly: a sum, a minimum, a
 maximum, a union, or the first rows of a union (the first k of all are among the first k of each part).
-:func:`read_parts` merges the buckets' parts into what the Spark queries return.
+:func:`read_parts` merges the buckets' parts into the run's groups, samples, representatives and errors.
 """
 
 from __future__ import annotations
@@ -294,14 +292,14 @@ def write_parts(folder: str, bucket: int, tables: dict[str, pa.Table]) -> None:
 
 @dataclass(frozen=True)
 class ReportParts:
-    """The buckets' parts merged: what :func:`~spark_apps.dlq_replay.report.aggregate` and
-    :func:`~spark_apps.dlq_replay.report_details.representatives` return."""
+    """The buckets' parts merged: the run's groups (``combos``), each signature's sample message ids,
+    representatives and sample errors."""
 
     combos: list[dict[str, Any]]
     samples: dict[str, list[str]]
     reps: list[dict[str, Any]]
-    #: Each signature's sample error messages, in the report's order (``None``: parts of a version that
-    #: did not keep them).
+    #: Each signature's sample error messages, in the report's order (``None``: a bucket held a message
+    #: without a publish time, so the report counts them with a Spark query).
     errors: dict[str, list[str]] | None = None
 
 

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from spark_apps.dlq_replay import outcomes as oc
-from spark_apps.dlq_replay.apply import dry_run_outcomes, run_apply
+from spark_apps.dlq_replay.apply import run_apply
 from spark_apps.dlq_replay.commit import run_commit
 from spark_apps.dlq_replay.decide import run_decide
 from spark_apps.dlq_replay.errors import ReplayConfigError
@@ -136,8 +136,6 @@ class _Created:
 
 
 def _run_steps(run: Run) -> dict[str, Any]:
-    from spark_apps.dlq_replay.ledger import read_ledger, run_outcomes
-
     options = run.options
     started_wall = datetime.now(UTC)
     log.info(
@@ -157,19 +155,15 @@ def _run_steps(run: Run) -> dict[str, Any]:
     windows, planned_at = run_plan(run)
     if nothing_to_read(windows) and not any(s in run.state.steps for s in _MESSAGE_STEPS):
         _skip_message_steps(run, windows)
-        return run_report(run, None, started_wall)
+        return run_report(run, started_wall)
     snapshot = run_snapshot(run, windows)
     decisions = run_decide(run, snapshot, planned_at)
-    outcomes_df = dry_run_outcomes(decisions)
     if options.mode != oc.DRY_RUN:
         run_apply(run, decisions, planned_at)
-        run_record(run)
+    run_record(run)  # a dry run's record step writes the report's parts only
+    if options.mode != oc.DRY_RUN:
         run_commit(run, windows)
-        # The ledger holds this run's outcomes (none for an empty window): the report reads them back.
-        ledger = read_ledger(run.spark, run.storage, run.paths.ledger)
-        if ledger is not None:
-            outcomes_df = run_outcomes(ledger, options.run_id)
-    return run_report(run, outcomes_df, started_wall)
+    return run_report(run, started_wall)
 
 
 #: The steps that read, decide, send, record or ack messages (skipped whole for an empty window).
@@ -188,7 +182,7 @@ def nothing_to_read(windows: list[PartitionWindow]) -> bool:
 
 def _skip_message_steps(run: Run, windows: list[PartitionWindow]) -> None:
     """The empty-DLQ fast path: record the message steps complete with zero counts, without a Spark job
-    (no Python worker starts, nothing is read or written); the report then has no outcome to aggregate."""
+    (no Python worker starts, nothing is read or written); the report then has no group."""
     from spark_apps.dlq_replay.pulsar_io.window import read_mode_of
 
     mode = read_mode_of(windows)
@@ -210,7 +204,7 @@ def _skip_message_steps(run: Run, windows: list[PartitionWindow]) -> None:
             "reads_per_message": 0.0,
         },
     }
-    steps = ("snapshot", "decide") if run.options.mode == oc.DRY_RUN else _MESSAGE_STEPS
+    steps = ("snapshot", "decide", "record") if run.options.mode == oc.DRY_RUN else _MESSAGE_STEPS
     for name in steps:
         if run.step(name):
             run.done(name, time.monotonic(), **zero[name])

@@ -7,10 +7,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from ledger_reference import ledger_rows, with_publish_results, write_ledger
+from pyspark.testing import assertDataFrameEqual
+from report_reference import aggregate, dry_run_outcomes, spark_parts
 
 from spark_apps.dlq_replay import outcomes as oc
 from spark_apps.dlq_replay import task_parquet
-from spark_apps.dlq_replay.apply import dry_run_outcomes
 from spark_apps.dlq_replay.arrow_compat import map_in_arrow
 from spark_apps.dlq_replay.decide import DecideSettings, decide_tasks
 from spark_apps.dlq_replay.ledger import final_ids, read_ledger, run_outcomes
@@ -203,9 +204,10 @@ def test_archive_ledger_and_already_final(spark, tmp_path):
 def test_report_from_outcomes(spark):
     snap = snapshot_df(spark, n_timeout=12, n_poison=2, n_junk=1)
     decided = decide(snap, PLAYBOOK, settings(oc.DRY_RUN), 2)
+    parts = spark_parts(dry_run_outcomes(decided), decided)
     report = build_report(
-        dry_run_outcomes(decided), run_id="r", mode=oc.DRY_RUN, status="succeeded", started_at="a",
-        finished_at="b", commit=CommitTotals(), timings={}, paths={},
+        parts, run_id="r", mode=oc.DRY_RUN, status="succeeded", started_at="a", finished_at="b",
+        commit=CommitTotals(), timings={}, paths={},
     )  # fmt: skip
     t = report["totals"]
     assert (t["snapshot"], t[oc.REPUBLISHED], t[oc.ARCHIVED], t[oc.MALFORMED], t["left_pending"]) == (
@@ -225,9 +227,9 @@ def test_report_from_outcomes(spark):
 
 
 def test_report_samples_are_a_signatures_first_messages_across_its_outcomes(spark):
-    """A group's sample ids are its first messages by (publish time, topic, id), nulls first, wherever
-    they fall among its (outcome, action, rule) combinations."""
-    from spark_apps.dlq_replay.report import aggregate
+    """The reference aggregation the record tasks' parts are compared with: a group's sample ids are its
+    first messages by (publish time, topic, id), nulls first, wherever they fall among its (outcome,
+    action, rule) combinations."""
     from spark_apps.dlq_replay.report_parts import SAMPLE_IDS
 
     columns = (
@@ -372,8 +374,11 @@ def test_identities_written_beside_the_snapshot_give_the_same_decisions(spark, t
     assert sorted(r[REPLAY_ID_MARK] for r in identities.collect()) == sorted(
         r["replay_id"] for r in decide(snap, PLAYBOOK, settings(), 2).collect()
     )
-    computed = by_key(decide(snap, PLAYBOOK, settings(), 2))
-    read = by_key(decide(snap, PLAYBOOK, settings(), 2, identities=identities))
+    computed_df = decide(snap, PLAYBOOK, settings(), 2)
+    read_df = decide(snap, PLAYBOOK, settings(), 2, identities=identities)
+    # Ranking only the copies' rows (read) decides as ranking every row (computed, no identities).
+    assertDataFrameEqual(read_df, computed_df)
+    computed, read = by_key(computed_df), by_key(read_df)
     # A Spark aggregation finds the replay ids of copies; only their rows are ranked.
     assert repeated_ids(identities) == {computed[k]["replay_id"] for k in ("a-old", "b-1")}
     assert repeated_ids(identities, limit=1) is None  # more than the limit: every row is ranked
@@ -555,7 +560,7 @@ def test_ledger_recorded_by_tasks_reads_as_sparks_ledger(spark, tmp_path):
 
     expected = run_outcomes(read_ledger(spark, RunStorage(), str(by_spark)), run_id)
     actual = run_outcomes(read_ledger(spark, RunStorage(), str(by_tasks)), run_id)
-    assert sorted(actual.collect()) == sorted(expected.collect())
+    assertDataFrameEqual(actual, expected)
     # The Timeout rows 1:0 to 1:4 of snapshot_df are more copies of the originals of COPIES.
     assert counts(actual) == {
         oc.REPUBLISHED: 7, oc.PUBLISH_FAILED: 2, oc.DUPLICATE: 6, oc.ARCHIVED: 2, oc.MALFORMED: 1,
@@ -609,13 +614,13 @@ def test_report_from_record_parts_is_sparks_report(spark, tmp_path, snippets):
     )
 
     def report(from_parts):
-        outcomes = run_outcomes(read_ledger(spark, RunStorage(), ledger), "run-1")
         return build_report(
-            outcomes, run_id="run-1", mode=oc.REPLAY, status="succeeded", started_at="a", finished_at="b",
-            commit=CommitTotals(), timings={}, paths={}, context=context, parts=from_parts,
+            from_parts, run_id="run-1", mode=oc.REPLAY, status="succeeded", started_at="a", finished_at="b",
+            commit=CommitTotals(), timings={}, paths={}, context=context, spark=spark,
         )  # fmt: skip
 
-    by_spark, by_parts = report(None), report(read_parts(parts))
+    outcomes = run_outcomes(read_ledger(spark, RunStorage(), ledger), "run-1")
+    by_spark, by_parts = report(spark_parts(outcomes, decided)), report(read_parts(parts))
     assert by_parts == by_spark
     groups = by_parts["groups"]
     # The sample errors came from the parts and one counting pass (copies of one failure share a message).

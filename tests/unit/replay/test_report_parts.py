@@ -1,6 +1,6 @@
 """report_parts: the report's group aggregates and representatives gathered per bucket with pyarrow and
-merged, against a plain Python computation of what Spark's queries return (``report.aggregate`` and
-``report_details.representatives``)."""
+merged, against a plain Python computation of what Spark's queries over the run would return (the
+reference in ``tests/integration/replay/report_reference.py``)."""
 
 from __future__ import annotations
 
