@@ -122,13 +122,14 @@ def ledger_batch(
     their bucket applied: a row to republish becomes ``republished`` when its result says published, else
     ``publish_failed`` with the reason; only such a row gets a ``published_message_id``. ``positions``:
     the batch's slice of :func:`result_positions`. A row of a ``halted`` group without a result (not a
-    canary, so never sent) becomes ``canary_failed`` and stays pending."""
+    canary, so never sent) becomes ``canary_failed`` and stays pending. A dry run sends nothing: its
+    rows keep their decided outcome (``to_republish`` included)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     n = decided.num_rows
     outcome = decided.column("outcome")
-    sending = _sending(decided)
+    sending = pa.repeat(False, n) if mode == oc.DRY_RUN else _sending(decided)
     if results is None or positions is None:
         published = pa.nulls(n, pa.bool_())
         message_id = error = pa.nulls(n, pa.string())
