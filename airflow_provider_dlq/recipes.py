@@ -32,20 +32,20 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_dlq.operators.replay_cli import (
-    ReplayArgs,
     ReplayArgumentError,
     build_replay_args,
     compact_summary,
     default_run_id,
 )
+from pulsar_dlq_consumer.replay_options import ReplayOptions
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
 __all__ = [
     "AppFiles",
-    "ReplayArgs",
     "ReplayArgumentError",
+    "ReplayOptions",
     "build_replay_args",
     "databricks_run",
     "dataproc_batch",

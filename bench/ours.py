@@ -18,13 +18,12 @@ from bench.playbook import write_playbook
 from bench.procmon import run_sampled
 from bench.pulsar_io import BenchError
 from bench.results_model import RunResult
+from pulsar_dlq_consumer.replay_options import SUMMARY_PREFIX
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from airflow_provider_dlq.driver_jit import QuickJit
-
-SUMMARY_MARKER = "DLQ_REPLAY_SUMMARY "
 
 
 def spark_submit_path() -> str:
@@ -257,10 +256,10 @@ def app_seconds(report: dict[str, Any], timings: dict[str, float]) -> float:
 
 def _load_report(stdout: str, log_path: Path, output: OutputRoot) -> tuple[str, dict[str, Any]]:
     """``(location, report)``: the report.json the summary line names, read from the output root."""
-    lines = [line for line in stdout.splitlines() if line.startswith(SUMMARY_MARKER)]
+    lines = [line for line in stdout.splitlines() if line.startswith(SUMMARY_PREFIX)]
     if not lines:
-        raise BenchError(f"the replay app printed no {SUMMARY_MARKER.strip()} line; see {log_path}")
-    summary = json.loads(lines[-1][len(SUMMARY_MARKER) :])
+        raise BenchError(f"the replay app printed no {SUMMARY_PREFIX.strip()} line; see {log_path}")
+    summary = json.loads(lines[-1][len(SUMMARY_PREFIX) :])
     location = str(summary.get("paths", {}).get("report_json", ""))
     data = output.read_bytes(location) if location else None
     if data is None:

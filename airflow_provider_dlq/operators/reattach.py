@@ -21,10 +21,8 @@ wherever its driver runs.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import re
 import socket
 import time
 from dataclasses import dataclass
@@ -35,6 +33,7 @@ from urllib.parse import unquote, urlparse
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_provider_dlq.errors import DlqProviderError
+from pulsar_dlq_consumer.replay_lock import LEASE_SUBSCRIPTION, LOCK_PREFIX, lease_topic
 
 if TYPE_CHECKING:
     import logging
@@ -48,10 +47,6 @@ DEFAULT_REATTACH_TIMEOUT_S = 3600.0
 POLL_S = 5.0
 #: How often (seconds) a long wait says it is still waiting.
 PROGRESS_EVERY_S = 60.0
-#: The app's lock files and lease subscription (``spark_apps/dlq_replay/lock.py``).
-LOCK_PREFIX = "replay.lock."
-LEASE_SUBSCRIPTION = "dlq-replay-lease"
-_PARTITION_SUFFIX = re.compile(r"^(?P<base>.+)-partition-\d+$")
 
 
 class OtherRunHoldsError(DlqProviderError, AirflowException):
@@ -135,19 +130,6 @@ def output_lock_holder(
     if owner_host == (host or socket.gethostname()) and not alive(pid, data.get("pid_start")):
         return None
     return RunHolder(run_id, owner_host, str(pid), f"the output directory lock of {output_dir}")
-
-
-def lease_topic(dlq_topic: str) -> str:
-    """The app's lease topic of ``dlq_topic``: its namespace, ``dlq-replay-lease-<hash of the full name
-    of the (partitioned) topic>``."""
-    text = dlq_topic.strip()
-    if "://" not in text:
-        parts = text.split("/")
-        text = f"persistent://public/default/{text}" if len(parts) == 1 else f"persistent://{text}"
-    match = _PARTITION_SUFFIX.match(text)
-    full = match.group("base") if match else text
-    digest = hashlib.sha256(full.encode("utf-8")).hexdigest()[:16]
-    return f"{full.rsplit('/', 1)[0]}/dlq-replay-lease-{digest}"
 
 
 def lease_holder(

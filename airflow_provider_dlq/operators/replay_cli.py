@@ -34,8 +34,6 @@ from pulsar_dlq_consumer.replay_options import (
     parse_time,
 )
 
-#: The name :mod:`airflow_provider_dlq.recipes` exports for the options type.
-ReplayArgs = ReplayOptions
 _SAFE_RUN_ID = re.compile(r"[A-Za-z0-9._-]{1,120}")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 #: Where a DAG of the examples takes a value the app says is missing (added to the app's message).

@@ -17,23 +17,19 @@ and each canary message is counted once. See ``docs/canary.md``.
 from __future__ import annotations
 
 import logging
-import math
-import re
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.types import StringType, StructField, StructType
 
 from spark_apps.dlq_replay import outcomes as oc
-from spark_apps.dlq_replay.errors import ReplayConfigError
-from spark_apps.dlq_replay.redaction import shown
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from pyspark.sql import DataFrame
 
+    from pulsar_dlq_consumer.replay_options import CanarySpec
     from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf
     from spark_apps.dlq_replay.task_sends import SendFilter
 
@@ -48,67 +44,6 @@ HALTED_REASON = "halted: the group's canary failed again in the consumer"
 #: Read the watched topics from this long before the canary was sent (broker and driver clocks differ);
 #: matching on REPLAY_ID and REPLAY_RUN_ID keeps older messages out.
 CLOCK_MARGIN_MS = 120_000
-_SIZE = re.compile(r"^\s*(?P<n>[0-9]+(?:\.[0-9]+)?)\s*(?P<pct>%)?\s*$")
-
-
-@dataclass(frozen=True)
-class CanarySpec:
-    """How big the canary is, how long to watch it and when a group halts."""
-
-    count: int | None = None
-    percent: float | None = None
-    wait_seconds: float = 60.0
-    max_failure_rate: float = 0.0
-    watch_topics: tuple[str, ...] = ()
-
-    @classmethod
-    def parse(
-        cls,
-        size: str,
-        wait_seconds: float = 60.0,
-        max_failure_rate: float = 0.0,
-        watch_topics: tuple[str, ...] = (),
-    ) -> CanarySpec:
-        """``--canary``: ``N`` messages or ``P%`` of each group; raises naming the fix."""
-        match = _SIZE.match(size or "")
-        if not match:
-            raise ReplayConfigError(
-                f"--canary must be a count (e.g. 5) or a percentage (e.g. 10%); got {shown(size)}"
-            )
-        number = float(match.group("n"))
-        if match.group("pct"):
-            if not 0 < number <= 100:
-                raise ReplayConfigError(f"--canary percentage must be in (0, 100]; got {shown(size)}")
-            spec = cls(percent=number, wait_seconds=wait_seconds, max_failure_rate=max_failure_rate)
-        else:
-            if number < 1 or number != int(number):
-                raise ReplayConfigError(f"--canary count must be an integer >= 1; got {shown(size)}")
-            spec = cls(count=int(number), wait_seconds=wait_seconds, max_failure_rate=max_failure_rate)
-        if not wait_seconds >= 0:
-            raise ReplayConfigError(f"--canary-wait-seconds must be >= 0; got {wait_seconds}")
-        if not 0 <= max_failure_rate < 1:
-            raise ReplayConfigError(
-                f"--canary-max-failure-rate must be in [0, 1) (0: any failure halts); got {max_failure_rate}"
-            )
-        return cls(spec.count, spec.percent, wait_seconds, max_failure_rate, tuple(watch_topics))
-
-    @property
-    def label(self) -> str:
-        return f"{self.percent:g}%" if self.percent is not None else str(self.count)
-
-    def size_of(self, group_size: int) -> int:
-        """Canary messages of a group of ``group_size`` messages to republish."""
-        if self.percent is not None:
-            return min(group_size, max(1, math.ceil(group_size * self.percent / 100.0)))
-        return min(group_size, int(self.count or 0))
-
-    def fingerprint(self) -> dict[str, Any]:
-        return {
-            "size": self.label,
-            "wait_seconds": self.wait_seconds,
-            "max_failure_rate": self.max_failure_rate,
-            "watch_topics": list(self.watch_topics),
-        }
 
 
 # --------------------------------------------------------------------------- selection (pure DataFrame)

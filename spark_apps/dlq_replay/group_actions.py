@@ -12,6 +12,7 @@ import json
 import re
 from typing import TYPE_CHECKING, Any
 
+from pulsar_dlq_consumer.replay_options import GROUP_ACTIONS
 from spark_apps.dlq_replay import outcomes as oc
 from spark_apps.dlq_replay.errors import ReplayConfigError
 from spark_apps.dlq_replay.redaction import shown
@@ -25,10 +26,7 @@ if TYPE_CHECKING:
     from spark_apps.dlq_replay.pulsar_io.window import PartitionWindow
     from spark_apps.dlq_replay.storage import RunStorage
 
-REPLAY = "replay"
-ARCHIVE = "archive"
-LEAVE = "leave"
-GROUP_ACTIONS: tuple[str, ...] = (REPLAY, ARCHIVE, LEAVE)
+REPLAY, ARCHIVE, LEAVE = GROUP_ACTIONS  # an approval's actions, defined with the options
 #: The rule name the report and the ledger show for a message decided by an approval.
 APPROVAL_RULE = "approval"
 _SIGNATURE = re.compile(r"[A-Za-z0-9._:-]{1,128}")

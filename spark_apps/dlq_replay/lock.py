@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from pulsar_dlq_consumer.replay_lock import LEASE_SUBSCRIPTION, LOCK_PREFIX, lease_topic
 from spark_apps.dlq_replay.errors import LockLostError, ReplayConfigError, RunLockedError
 from spark_apps.dlq_replay.storage import RunStorage, is_local, join, qualify_root
 
@@ -52,7 +53,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("spark_apps.dlq_replay")
 
 LOCK_FORMAT = 1
-LOCK_PREFIX = "replay.lock."
 #: Seconds between heartbeats, and how long after its last heartbeat a lock is still valid.
 HEARTBEAT_S = 10.0
 LOCK_TTL_S = 60.0
@@ -63,9 +63,8 @@ LEASE_TIMEOUT_S = 10
 LEASE_WAIT_S = 60.0
 #: A lease that stays disconnected this long is treated as lost.
 LEASE_GRACE_S = 30.0
-#: The subscription every run's lease consumer uses: one name for every ``--subscription``, so two runs
-#: on one DLQ topic never run at once whatever subscription each reads through.
-LEASE_SUBSCRIPTION = "dlq-replay-lease"
+# LEASE_SUBSCRIPTION: one name for every ``--subscription``, so two runs on one DLQ topic never run at
+# once whatever subscription each reads through.
 
 
 def _now() -> float:
@@ -283,18 +282,6 @@ class OutputLock:
         if f"{LOCK_PREFIX}{generation}" == self.name and holder is not None and holder.pid == os.getpid():
             self.files.delete(self.name)
         self.name = self.owner = None
-
-
-def lease_topic(dlq_topic: str) -> str:
-    """The lease topic of a DLQ topic: same tenant and namespace, named by a hash of the full name (of
-    the partitioned topic, so runs naming one partition and the whole topic share one lease)."""
-    from pulsar_dlq_consumer.context import base_topic
-    from spark_apps.dlq_replay.pulsar_io.window import normalize_topic
-
-    full = base_topic(normalize_topic(dlq_topic))
-    namespace = full.rsplit("/", 1)[0]
-    digest = hashlib.sha256(full.encode("utf-8")).hexdigest()[:16]
-    return f"{namespace}/dlq-replay-lease-{digest}"
 
 
 class SubscriptionLease:

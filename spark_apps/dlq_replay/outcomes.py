@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+# The run modes are the options' own (one definition, shared with the Airflow operator).
+from pulsar_dlq_consumer.replay_options import ARCHIVE_ONLY as ARCHIVE_ONLY
+from pulsar_dlq_consumer.replay_options import DRY_RUN as DRY_RUN
+from pulsar_dlq_consumer.replay_options import MODES as MODES
+from pulsar_dlq_consumer.replay_options import REPLAY as REPLAY
+
 # --------------------------------------------------------------------------- actions (playbook)
 REPUBLISH = "republish"
 ARCHIVE = "archive"
@@ -61,9 +67,3 @@ OUTCOMES: tuple[str, ...] = (
     PUBLISH_FAILED,
     CANARY_FAILED,
 )
-
-# --------------------------------------------------------------------------- modes
-DRY_RUN = "dry-run"
-REPLAY = "replay"
-ARCHIVE_ONLY = "archive-only"
-MODES: tuple[str, ...] = (DRY_RUN, REPLAY, ARCHIVE_ONLY)

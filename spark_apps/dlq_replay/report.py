@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from pulsar_dlq_consumer.replay_options import SUMMARY_PREFIX
 from spark_apps.dlq_replay import outcomes as oc
 
 if TYPE_CHECKING:
@@ -27,7 +28,6 @@ log = logging.getLogger("spark_apps.dlq_replay")
 
 REPORT_FORMAT = 1
 MAX_GROUPS = 200
-SUMMARY_PREFIX = "DLQ_REPLAY_SUMMARY "
 TOTAL_KEYS: tuple[str, ...] = (
     "snapshot",
     oc.REPUBLISHED,

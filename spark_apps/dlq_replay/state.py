@@ -15,22 +15,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from spark_apps.dlq_replay.errors import OptionsChangedError, RunStateError
-from spark_apps.dlq_replay.redaction import shown
 
 STEPS: tuple[str, ...] = ("plan", "snapshot", "decide", "apply", "record", "commit", "report")
 STATE_FORMAT = 1
 _SAFE = re.compile(r"[A-Za-z0-9._-]{1,120}")
-_RUN_ID = re.compile(r"[^\x00-\x1f/\\]{1,250}")
-
-
-def validate_run_id(run_id: str) -> str:
-    """Check a run id (e.g. an Airflow run id). Raises :class:`ValueError` naming the fix."""
-    if not isinstance(run_id, str) or not _RUN_ID.fullmatch(run_id) or run_id.strip() != run_id:
-        raise ValueError(
-            f"invalid run id {shown(run_id)}: use 1-250 printable characters without '/', '\\' or "
-            "surrounding spaces (e.g. an Airflow run id such as manual__2024-05-01T00:00:00+00:00)"
-        )
-    return run_id
 
 
 def run_dir_name(run_id: str) -> str:

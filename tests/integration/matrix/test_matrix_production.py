@@ -43,9 +43,9 @@ from matrix_support import (
     summary,
 )
 
+from pulsar_dlq_consumer.replay_lock import lease_topic
 from spark_apps.dlq_replay import outcomes as oc
 from spark_apps.dlq_replay.cli import check_broker_of
-from spark_apps.dlq_replay.lock import lease_topic
 from spark_apps.dlq_replay.options import ReplayOptions
 from spark_apps.dlq_replay.runner import run_replay
 

@@ -6,8 +6,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from pulsar_dlq_consumer.replay_options import CanarySpec
 from spark_apps.dlq_replay import outcomes as oc
-from spark_apps.dlq_replay.canary import CanarySpec, canary_selection
+from spark_apps.dlq_replay.canary import canary_selection
 
 pytestmark = pytest.mark.integration
 T0 = datetime(2024, 5, 1, tzinfo=UTC)

@@ -12,8 +12,9 @@ import time
 
 import pytest
 
+from pulsar_dlq_consumer.replay_lock import LOCK_PREFIX, lease_topic
 from spark_apps.dlq_replay.errors import LockLostError, RunLockedError
-from spark_apps.dlq_replay.lock import LOCK_PREFIX, OutputLock, RunLock, lease_topic
+from spark_apps.dlq_replay.lock import OutputLock, RunLock
 
 
 def lock_files(root):
@@ -163,7 +164,7 @@ def test_a_lease_the_broker_does_not_answer_is_asked_again_until_it_does(monkeyp
 
 
 def test_the_lease_is_per_dlq_topic_whatever_the_subscription(monkeypatch):
-    from spark_apps.dlq_replay.lock import LEASE_SUBSCRIPTION
+    from pulsar_dlq_consumer.replay_lock import LEASE_SUBSCRIPTION
 
     lease, client, _ = _lease(monkeypatch, [])
     lease.acquire()

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from pulsar_dlq_consumer.replay_options import ReplayOptionsError, check_run_id
 from spark_apps.dlq_replay.errors import RunStateError
-from spark_apps.dlq_replay.state import RunState, resume_or_start, run_dir_name, validate_run_id
+from spark_apps.dlq_replay.state import RunState, resume_or_start, run_dir_name
 
 
 def test_new_state_then_resume_counts_attempts_and_keeps_steps():
@@ -47,5 +48,5 @@ def test_run_dir_names_are_path_safe_and_distinct(run_id, safe):
 
 @pytest.mark.parametrize("bad", ["", " x", "a/b", "a\\b", "x\n", "x" * 251])
 def test_invalid_run_ids(bad):
-    with pytest.raises(ValueError, match="invalid run id"):
-        validate_run_id(bad)
+    with pytest.raises(ReplayOptionsError, match="invalid run id"):
+        check_run_id(bad)

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from pulsar_dlq_consumer.errors import ConfigurationError
 from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf
 from spark_apps.dlq_replay.pulsar_io.errors import PulsarConfigError, WindowError
 from spark_apps.dlq_replay.pulsar_io.ids import in_window, message_id_key, message_id_str, reached_end
@@ -93,10 +94,12 @@ def test_normalize_and_parse_topics():
     assert parse_topics(f" {full}, orders-DLQ ,{full},") == [full, "persistent://public/default/orders-DLQ"]
     with pytest.raises(PulsarConfigError, match="no topics"):
         parse_topics(" , ")
-    with pytest.raises(PulsarConfigError, match="persistent://<tenant>/<namespace>/<name>"):
+    with pytest.raises(ConfigurationError, match="not a valid topic name; use persistent://tenant/namespace"):
         normalize_topic("kafka://x/y/z")
-    with pytest.raises(PulsarConfigError, match="<tenant>/<namespace>/<name>"):
+    with pytest.raises(ConfigurationError, match="not a valid topic name"):
         normalize_topic("a/b")
+    with pytest.raises(PulsarConfigError, match="not a valid topic name"):  # the app's exit 2
+        parse_topics("orders-DLQ, a/b")
 
 
 def test_partition_index_and_parent_topic():
