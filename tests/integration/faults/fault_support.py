@@ -170,31 +170,55 @@ def locked(path: Path) -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def merge_lines(lines: dict[tuple[str, str], str], doc: Path) -> bool:
-    """Write the table ``lines`` (by (category, case)) into the table of ``doc`` (between :data:`START`
-    and :data:`END`), keeping the rows of other cases; rows are in :data:`CASES` order. A ``doc`` that
-    does not exist yet is created holding the table alone. True when the file changed."""
+def merge_table(
+    doc: Path,
+    markers: tuple[str, str, str],
+    lines: dict[Any, str],
+    parse: Callable[[str], dict[Any, str]],
+    order: Callable[[tuple[Any, str]], Any],
+) -> bool:
+    """Write the table ``lines`` (by their key) into the table of ``doc`` between the ``markers`` (start,
+    end, header), keeping the rows of other keys, sorted by ``order``; ``parse`` reads the rows already
+    there. A ``doc`` that does not exist yet is created holding the table alone. True when it changed."""
+    start, end, header = markers
     existed = doc.exists()
-    text = doc.read_text(encoding="utf-8") if existed else f"{START}\n{HEADER}\n{END}\n"
-    if START not in text or END not in text:
-        raise AssertionError(f"{doc} lacks the fault table markers {START!r} ... {END!r}")
-    head, rest = text.split(START, 1)
-    body, tail = rest.split(END, 1)
-    merged = _parse_rows(body)
+    text = doc.read_text(encoding="utf-8") if existed else f"{start}\n{header}\n{end}\n"
+    if start not in text or end not in text:
+        raise AssertionError(f"{doc} lacks the table markers {start!r} ... {end!r}")
+    head, rest = text.split(start, 1)
+    body, tail = rest.split(end, 1)
+    merged = parse(body)
     merged.update(lines)
+    ordered = [line for _, line in sorted(merged.items(), key=order)]
+    new = f"{head}{start}\n{header}\n" + "\n".join(ordered) + f"\n{end}{tail}"
+    if existed and new == text:
+        return False
+    doc.parent.mkdir(parents=True, exist_ok=True)
+    doc.write_text(new, encoding="utf-8")
+    return True
+
+
+def read_table(doc: Path, markers: tuple[str, str], parse: Callable[[str], dict[Any, str]]) -> dict[Any, str]:
+    """The rows of the table between ``markers`` in ``doc``, by key; none when it has no such table."""
+    if not doc.exists():
+        return {}
+    text = doc.read_text(encoding="utf-8")
+    start, end = markers
+    if start not in text or end not in text:
+        return {}
+    return parse(text.split(start, 1)[1].split(end, 1)[0])
+
+
+def merge_lines(lines: dict[tuple[str, str], str], doc: Path) -> bool:
+    """Write the fault table ``lines`` (by (category, case)) into ``doc``, in :data:`CASES` order (see
+    :func:`merge_table`)."""
 
     def key(item: tuple[tuple[str, str], str]) -> tuple[int, int, str]:
         (category, case), _ = item
         cases = CASES[category]
         return (CATEGORIES.index(category), cases.index(case) if case in cases else len(cases), case)
 
-    ordered = [line for _, line in sorted(merged.items(), key=key)]
-    new = f"{head}{START}\n{HEADER}\n" + "\n".join(ordered) + f"\n{END}{tail}"
-    if existed and new == text:
-        return False
-    doc.parent.mkdir(parents=True, exist_ok=True)
-    doc.write_text(new, encoding="utf-8")
-    return True
+    return merge_table(doc, (START, END, HEADER), lines, _parse_rows, key)
 
 
 def merge_into_doc(rows: list[FaultRow], doc: Path | None = None) -> None:
@@ -207,12 +231,7 @@ def merge_into_doc(rows: list[FaultRow], doc: Path | None = None) -> None:
 
 def table_rows(doc: Path) -> dict[tuple[str, str], str]:
     """The rows of the fault table in ``doc``, by (category, case); none when ``doc`` does not exist."""
-    if not doc.exists():
-        return {}
-    text = doc.read_text(encoding="utf-8")
-    if START not in text or END not in text:
-        return {}
-    return _parse_rows(text.split(START, 1)[1].split(END, 1)[0])
+    return read_table(doc, (START, END), _parse_rows)
 
 
 def doc_cases(doc: Path = DOC) -> set[tuple[str, str]]:

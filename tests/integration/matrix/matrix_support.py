@@ -131,25 +131,13 @@ def _version_key(version: str) -> tuple[int, ...]:
 
 
 def merge_lines(lines: dict[tuple[str, str, str], str], doc: Path) -> bool:
-    """Write the matrix ``lines`` (by (version, settings, case)) into the matrix of ``doc`` (between
-    :data:`START` and :data:`END`), keeping the rows of other cases; rows are ordered by version, then
-    :data:`CASES`. A ``doc`` that does not exist yet is created holding the table alone. True when the
-    file changed."""
-    existed = doc.exists()
-    text = doc.read_text(encoding="utf-8") if existed else f"{START}\n{HEADER}\n{END}\n"
-    if START not in text or END not in text:
-        raise AssertionError(f"{doc} lacks the broker matrix markers {START!r} ... {END!r}")
-    head, rest = text.split(START, 1)
-    body, tail = rest.split(END, 1)
-    merged = _parse_rows(body)
-    merged.update(lines)
-    ordered = sorted(merged.items(), key=lambda item: (_version_key(item[0][0]), CASES.index(item[0][2])))
-    new = f"{head}{START}\n{HEADER}\n" + "\n".join(line for _, line in ordered) + f"\n{END}{tail}"
-    if existed and new == text:
-        return False
-    doc.parent.mkdir(parents=True, exist_ok=True)
-    doc.write_text(new, encoding="utf-8")
-    return True
+    """Write the matrix ``lines`` (by (version, settings, case)) into ``doc``, ordered by version, then
+    :data:`CASES` (see the fault suite's ``merge_table``)."""
+
+    def key(item: tuple[tuple[str, str, str], str]) -> tuple[tuple[int, ...], int]:
+        return (_version_key(item[0][0]), CASES.index(item[0][2]))
+
+    return bool(_fault_support().merge_table(doc, (START, END, HEADER), lines, _parse_rows, key))
 
 
 def merge_into_doc(rows: list[MatrixRow], doc: Path | None = None) -> None:
@@ -162,12 +150,8 @@ def merge_into_doc(rows: list[MatrixRow], doc: Path | None = None) -> None:
 
 def table_rows(doc: Path) -> dict[tuple[str, str, str], str]:
     """The rows of the matrix in ``doc``; none when ``doc`` does not exist."""
-    if not doc.exists():
-        return {}
-    text = doc.read_text(encoding="utf-8")
-    if START not in text or END not in text:
-        return {}
-    return _parse_rows(text.split(START, 1)[1].split(END, 1)[0])
+    rows: dict[tuple[str, str, str], str] = _fault_support().read_table(doc, (START, END), _parse_rows)
+    return rows
 
 
 # --------------------------------------------------------------------------- versions
