@@ -1,24 +1,11 @@
-"""Error-context property names, the writer for our family and the parser for every known convention.
+"""The error-context schema, the writer for our family and the scalar parser of every known convention.
 
-This is the one module that knows property names. The consumer wrapper writes context with
-:func:`build_context_properties`; the Spark replay apps read any DLQ message back with
-:func:`parse_error_context` into one :class:`ErrorContext` schema, whatever wrote it.
-
-Formats read, in precedence order when a message carries several (the first that matches wins):
-
-1. ``ours``: any ``__dlq.errors.*`` key that only this library writes (``reason``,
-   ``exception.class``, ``failed.at``, ``consumer``, ``message.id``, ``subscription``, ...).
-2. ``kafka_connect``: ``__connect.errors.*`` headers.
-3. ``spring``: ``kafka_dlt-*`` headers.
-4. ``kip1191``: ``__dlq.errors.topic/partition/offset/group/delivery.count/message`` only.
-5. ``java_retry``: ``RECONSUMETIMES`` (or ``RETRY_TOPIC``/``DELAY_TIME``) together with ``REAL_TOPIC``.
-6. ``tdmq``: ``RECONSUMETIMES``/``RETRY_TOPIC`` without ``REAL_TOPIC``.
-7. ``pulsar_dlq_policy``: ``REAL_TOPIC`` and/or ``ORIGIN_MESSAGE_ID`` only (the official client's
-   ``ConsumerDeadLetterPolicy``).
-8. ``none``: nothing recognised.
-
-The order is "richest first": formats that carry exception details come before those that carry
-only positions. Properties are untrusted: the parser never raises, and junk values become ``None``.
+The consumer wrapper writes context with :func:`build_context_properties`; the Spark replay apps read any
+DLQ message back with :func:`parse_error_context` into one :class:`ErrorContext` schema, whatever wrote
+it. The conventions themselves (their property keys, how to recognise them and how each field is read)
+are data, in :mod:`pulsar_dlq_consumer.conventions`: the parser here interprets that table one message at
+a time, as the replay's Arrow kernels do a batch at a time. Properties are untrusted: the parser never
+raises, and junk values become ``None``.
 """
 
 from __future__ import annotations
@@ -28,121 +15,55 @@ import re
 import traceback
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from enum import StrEnum
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-# --------------------------------------------------------------------------- Pulsar standard keys
-
-REAL_TOPIC = "REAL_TOPIC"
-ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
-RECONSUMETIMES = "RECONSUMETIMES"
-DELAY_TIME = "DELAY_TIME"  # requested delay in milliseconds
-RETRY_TOPIC = "RETRY_TOPIC"
-#: Misspelt key still written by the Go client next to ORIGIN_MESSAGE_ID: read, never written.
-LEGACY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_IDY_TIME"
-
-PULSAR_STANDARD_KEYS: tuple[str, ...] = (
-    REAL_TOPIC,
-    ORIGIN_MESSAGE_ID,
-    RECONSUMETIMES,
+from pulsar_dlq_consumer.conventions import (
+    BOOKKEEPING_KEYS,
+    BOOKKEEPING_PREFIXES,
+    CONTEXT_PREFIX,
+    CONVENTIONS,
     DELAY_TIME,
-    RETRY_TOPIC,
+    FIELD_DEFAULTS,
+    KEY_CONSUMER,
+    KEY_DELIVERY_COUNT,
+    KEY_EXCEPTION_CLASS,
+    KEY_EXCEPTION_MESSAGE,
+    KEY_EXCEPTION_STACKTRACE,
+    KEY_FAILED_AT,
+    KEY_MESSAGE_ID,
+    KEY_PARTITION,
+    KEY_PAYLOAD_COPIED,
+    KEY_PAYLOAD_SHA256,
+    KEY_REASON,
+    KEY_RECONSUME_COUNT,
+    KEY_SUBSCRIPTION,
+    KEY_TOPIC,
     LEGACY_ORIGIN_MESSAGE_ID,
+    MAX_ERROR_MESSAGE_BYTES,
+    MAX_ERROR_STACK_BYTES,
+    ORIGIN_CLAIMS,
+    ORIGIN_MESSAGE_ID,
+    ORIGIN_PROPERTY_KEYS,
+    ORIGIN_TOPIC_KEYS,
+    PULSAR_STANDARD_KEYS,
+    REAL_TOPIC,
+    REASON_MAX_RECONSUMES,
+    REASON_MAX_REDELIVERIES,
+    REASON_TERM,
+    REASON_UNKNOWN,
+    REASONS,
+    RECONSUMETIMES,
+    RETRY_TOPIC,
+    TRUNCATION_MARKER,
+    ContextFormat,
+    read_text,
+    safe_str,
+    truncate_utf8,
 )
 
-# --------------------------------------------------------------------------- our family
-
-CONTEXT_PREFIX = "__dlq.errors."
-
-KEY_TOPIC = CONTEXT_PREFIX + "topic"  # origin topic (shared with KIP-1191)
-KEY_PARTITION = CONTEXT_PREFIX + "partition"  # origin partition index, when partitioned (KIP-1191 too)
-KEY_MESSAGE_ID = CONTEXT_PREFIX + "message.id"  # origin message id, str(MessageId)
-KEY_SUBSCRIPTION = CONTEXT_PREFIX + "subscription"
-KEY_DELIVERY_COUNT = CONTEXT_PREFIX + "delivery.count"  # deliveries on the origin subscription (>= 1)
-KEY_RECONSUME_COUNT = CONTEXT_PREFIX + "reconsume.count"  # trips through the retry topic so far
-KEY_REASON = CONTEXT_PREFIX + "reason"  # term | max-redeliveries | max-reconsumes (DLQ messages only)
-KEY_EXCEPTION_CLASS = CONTEXT_PREFIX + "exception.class"
-KEY_EXCEPTION_MESSAGE = CONTEXT_PREFIX + "exception.message"
-KEY_EXCEPTION_STACKTRACE = CONTEXT_PREFIX + "exception.stacktrace"
-KEY_FAILED_AT = CONTEXT_PREFIX + "failed.at"  # epoch milliseconds
-KEY_CONSUMER = CONTEXT_PREFIX + "consumer"
-KEY_PAYLOAD_SHA256 = CONTEXT_PREFIX + "payload.sha256"  # only when the payload is not copied
-KEY_PAYLOAD_COPIED = CONTEXT_PREFIX + "payload.copied"  # "true" | "false"
-
-#: Keys only this library writes; any of them marks a message as format ``ours``.
-OURS_ONLY_KEYS: frozenset[str] = frozenset(
-    {
-        KEY_MESSAGE_ID,
-        KEY_SUBSCRIPTION,
-        KEY_RECONSUME_COUNT,
-        KEY_REASON,
-        KEY_EXCEPTION_CLASS,
-        KEY_EXCEPTION_MESSAGE,
-        KEY_EXCEPTION_STACKTRACE,
-        KEY_FAILED_AT,
-        KEY_CONSUMER,
-        KEY_PAYLOAD_SHA256,
-        KEY_PAYLOAD_COPIED,
-    }
-)
-
-# KIP-1191 (Kafka share-group DLQ) headers.
-KIP1191_TOPIC = KEY_TOPIC
-KIP1191_PARTITION = KEY_PARTITION
-KIP1191_OFFSET = CONTEXT_PREFIX + "offset"
-KIP1191_GROUP = CONTEXT_PREFIX + "group"
-KIP1191_DELIVERY_COUNT = KEY_DELIVERY_COUNT
-KIP1191_MESSAGE = CONTEXT_PREFIX + "message"
-KIP1191_KEYS: frozenset[str] = frozenset(
-    {KIP1191_TOPIC, KIP1191_PARTITION, KIP1191_OFFSET, KIP1191_GROUP, KIP1191_DELIVERY_COUNT, KIP1191_MESSAGE}
-)
-
-# Kafka Connect DLQ headers.
-CONNECT_PREFIX = "__connect.errors."
-CONNECT_TOPIC = CONNECT_PREFIX + "topic"
-CONNECT_PARTITION = CONNECT_PREFIX + "partition"
-CONNECT_OFFSET = CONNECT_PREFIX + "offset"
-CONNECT_CONNECTOR = CONNECT_PREFIX + "connector.name"
-CONNECT_TASK = CONNECT_PREFIX + "task.id"
-CONNECT_EXCEPTION_CLASS = CONNECT_PREFIX + "exception.class.name"
-CONNECT_EXCEPTION_MESSAGE = CONNECT_PREFIX + "exception.message"
-CONNECT_EXCEPTION_STACKTRACE = CONNECT_PREFIX + "exception.stacktrace"
-
-# Spring Kafka dead-letter-topic headers.
-SPRING_PREFIX = "kafka_dlt-"
-SPRING_EXCEPTION_FQCN = SPRING_PREFIX + "exception-fqcn"
-SPRING_CAUSE_FQCN = SPRING_PREFIX + "exception-cause-fqcn"
-SPRING_EXCEPTION_MESSAGE = SPRING_PREFIX + "exception-message"
-SPRING_EXCEPTION_STACKTRACE = SPRING_PREFIX + "exception-stacktrace"
-SPRING_ORIGINAL_TOPIC = SPRING_PREFIX + "original-topic"
-SPRING_ORIGINAL_PARTITION = SPRING_PREFIX + "original-partition"
-SPRING_ORIGINAL_OFFSET = SPRING_PREFIX + "original-offset"
-SPRING_ORIGINAL_GROUP = SPRING_PREFIX + "original-consumer-group"
-
-#: Bounds on what we write (UTF-8 bytes); the parser applies the same bounds to what it reads.
-MAX_ERROR_MESSAGE_BYTES = 4 * 1024
-MAX_ERROR_STACK_BYTES = 16 * 1024
-TRUNCATION_MARKER = "...[truncated]"
-
-REASON_TERM = "term"
-REASON_MAX_REDELIVERIES = "max-redeliveries"
-REASON_MAX_RECONSUMES = "max-reconsumes"
-REASON_UNKNOWN = "unknown"
-REASONS: frozenset[str] = frozenset({REASON_TERM, REASON_MAX_REDELIVERIES, REASON_MAX_RECONSUMES})
-
-
-class ContextFormat(StrEnum):
-    """Which convention an :class:`ErrorContext` was read from."""
-
-    OURS = "ours"
-    PULSAR_DLQ_POLICY = "pulsar_dlq_policy"
-    JAVA_RETRY = "java_retry"
-    TDMQ = "tdmq"
-    KIP1191 = "kip1191"
-    KAFKA_CONNECT = "kafka_connect"
-    SPRING = "spring"
-    NONE = "none"
+if TYPE_CHECKING:
+    from pulsar_dlq_consumer.conventions import Convention, Reader
 
 
 CONTEXT_FIELDS: tuple[str, ...] = (
@@ -196,34 +117,6 @@ class ErrorContext:
 
 # --------------------------------------------------------------------------- helpers
 
-
-_SURROGATES = re.compile("[\ud800-\udfff]")
-
-
-def safe_str(value: str) -> str:
-    """Return ``value`` as a string that encodes to UTF-8 (lone surrogates become U+FFFD)."""
-    if value.isascii():
-        return value
-    try:
-        value.encode("utf-8")
-        return value
-    except UnicodeEncodeError:
-        return _SURROGATES.sub("\ufffd", value)
-
-
-def truncate_utf8(value: str, max_bytes: int) -> str:
-    """Bound ``value`` to ``max_bytes`` UTF-8 bytes, ending with a marker when cut (never splits a char)."""
-    if len(value) <= max_bytes and value.isascii():  # one byte per character: nothing to cut
-        return value
-    text = safe_str(value)
-    raw = text.encode("utf-8")
-    if len(raw) <= max_bytes:
-        return text
-    marker = TRUNCATION_MARKER.encode("utf-8")
-    keep = max(0, max_bytes - len(marker))
-    return raw[:keep].decode("utf-8", "ignore") + (TRUNCATION_MARKER if max_bytes >= len(marker) else "")
-
-
 _PARTITION_SUFFIX = re.compile(r"^(?P<base>.+)-partition-(?P<index>\d+)$")
 
 
@@ -249,13 +142,14 @@ def exception_class_name(error: BaseException) -> str:
 def is_bookkeeping_property(key: str) -> bool:
     """True for DLQ/retry bookkeeping keys that a republish must strip.
 
-    These are the Pulsar standard keys (``REAL_TOPIC``, ``ORIGIN_MESSAGE_ID``, ``RECONSUMETIMES``,
-    ``DELAY_TIME``, ``RETRY_TOPIC``, the misspelt legacy ``ORIGIN_MESSAGE_IDY_TIME``) and every key under
-    ``__dlq.errors.``, ``__connect.errors.`` and ``kafka_dlt-``.
+    These are every key a convention of :data:`~pulsar_dlq_consumer.conventions.CONVENTIONS` marks or
+    reads (the Pulsar standard keys ``REAL_TOPIC``, ``ORIGIN_MESSAGE_ID``, ``RECONSUMETIMES``,
+    ``DELAY_TIME``, ``RETRY_TOPIC`` and the misspelt legacy ``ORIGIN_MESSAGE_IDY_TIME``) and every key
+    under a convention's namespace (``__dlq.errors.``, ``__connect.errors.``, ``kafka_dlt-``).
     """
     if not isinstance(key, str):
         return False
-    return key in PULSAR_STANDARD_KEYS or key.startswith((CONTEXT_PREFIX, CONNECT_PREFIX, SPRING_PREFIX))
+    return key in BOOKKEEPING_KEYS or key.startswith(BOOKKEEPING_PREFIXES)
 
 
 def strip_bookkeeping_properties(properties: Mapping[str, str] | None) -> dict[str, str]:
@@ -366,77 +260,28 @@ def _truncate_stack(stack: str, max_bytes: int) -> str:
 
 # --------------------------------------------------------------------------- parser
 
+#: The fields a convention's readers give (all but the DLQ position and the format).
+_READ_FIELDS = CONTEXT_FIELDS[2:-1]
+#: Per convention, its reader of each of :data:`_READ_FIELDS` (``None``: the field's default).
+_READERS: dict[ContextFormat | None, tuple[Reader | None, ...]] = {
+    c.format: tuple(c.fields.get(name) for name in _READ_FIELDS) for c in CONVENTIONS
+} | {None: (None,) * len(_READ_FIELDS)}
+_DEFAULTS = tuple(FIELD_DEFAULTS.get(name) for name in _READ_FIELDS)
+_DELIVERY_COUNT = _READ_FIELDS.index("delivery_count")
 
-def _text(props: Mapping[str, str], key: str) -> str | None:
-    value = props.get(key)
-    if not isinstance(value, str) or value == "":
+
+def _convention(properties: object) -> Convention | None:
+    """The first convention of the table that ``properties`` are written in."""
+    if not isinstance(properties, Mapping) or not properties:
         return None
-    return value if value.isascii() else safe_str(value)
-
-
-_ASCII_INT = re.compile(r"-?[0-9]{1,19}")
-
-
-def _int(props: Mapping[str, str], key: str, *, minimum: int = 0) -> int | None:
-    value = props.get(key)
-    if not isinstance(value, str):
-        return None
-    # Fast path: 1 to 19 ASCII digits (what writers send); anything else is checked by _ASCII_INT.
-    plain = value.isascii() and value.isdigit() and len(value) <= 19
-    if not plain and not _ASCII_INT.fullmatch(value.strip()):
-        return None
-    number = int(value)
-    return number if number >= minimum else None
-
-
-def _first_int(*values: int | None) -> int | None:
-    return next((v for v in values if v is not None), None)
-
-
-def _bounded(value: str | None, max_bytes: int) -> str | None:
-    return None if value is None else truncate_utf8(value, max_bytes)
-
-
-def _big_endian_or_decimal(props: Mapping[str, str], key: str) -> int | None:
-    """Spring writes partition/offset as big-endian binary; a bridge may pass it through as latin-1."""
-    number = _int(props, key)
-    if number is not None:
-        return number
-    value = props.get(key)
-    if not isinstance(value, str) or len(value) not in (4, 8) or not value.startswith("\x00"):
-        return None
-    if any(ord(ch) > 0xFF for ch in value):
-        return None
-    return int.from_bytes(value.encode("latin-1"), "big")
-
-
-def _position(partition: int | None, offset: int | None) -> str | None:
-    if offset is None:
-        return None
-    return f"{partition if partition is not None else 0}:{offset}"
+    keys = {k for k in properties if isinstance(k, str)}
+    return next((c for c in CONVENTIONS if c.matches(keys)), None)
 
 
 def detect_format(properties: Mapping[str, str] | None) -> ContextFormat:
-    """Return the richest convention present in ``properties`` (see the module docstring)."""
-    if not properties:
-        return ContextFormat.NONE
-    keys = {k for k in properties if isinstance(k, str)}
-    if not keys.isdisjoint(OURS_ONLY_KEYS):
-        return ContextFormat.OURS
-    if any(k.startswith(CONNECT_PREFIX) for k in keys):
-        return ContextFormat.KAFKA_CONNECT
-    if any(k.startswith(SPRING_PREFIX) for k in keys):
-        return ContextFormat.SPRING
-    if keys & KIP1191_KEYS:
-        return ContextFormat.KIP1191
-    retry_keys = {RECONSUMETIMES, RETRY_TOPIC, DELAY_TIME}
-    if keys & retry_keys and REAL_TOPIC in keys:
-        return ContextFormat.JAVA_RETRY
-    if keys & {RECONSUMETIMES, RETRY_TOPIC}:
-        return ContextFormat.TDMQ
-    if keys & {REAL_TOPIC, ORIGIN_MESSAGE_ID, LEGACY_ORIGIN_MESSAGE_ID}:
-        return ContextFormat.PULSAR_DLQ_POLICY
-    return ContextFormat.NONE
+    """Return the richest convention present in ``properties`` (the first match in the table)."""
+    convention = _convention(properties)
+    return ContextFormat.NONE if convention is None else convention.format
 
 
 def parse_error_context(
@@ -484,112 +329,26 @@ def error_context_values(
     order, without building the :class:`ErrorContext`: for callers that parse many messages into
     columns. Never raises on untrusted input either."""
     props: Mapping[str, str] = properties if isinstance(properties, Mapping) else {}
-    fmt = detect_format(props)
-    fallback_delivery = (
-        redelivery_count + 1
-        if isinstance(redelivery_count, int)
-        and not isinstance(redelivery_count, bool)
-        and redelivery_count >= 0
-        else None
-    )
-    origin_topic: str | None = None
-    origin_message_id: str | None = None
-    subscription: str | None = None
-    delivery_count: int | None = None
-    reconsume_times: int | None = None
-    reason = REASON_UNKNOWN
-    error_class: str | None = None
-    error_message: str | None = None
-    error_stack: str | None = None
-    failed_at: int | None = None
-    consumer: str | None = None
-    origin_id_std = _text(props, ORIGIN_MESSAGE_ID) or _text(props, LEGACY_ORIGIN_MESSAGE_ID)
-    if fmt is ContextFormat.OURS:
-        given_reason = _text(props, KEY_REASON)
-        origin_topic = _text(props, KEY_TOPIC) or _text(props, REAL_TOPIC)
-        origin_message_id = _text(props, KEY_MESSAGE_ID) or origin_id_std
-        subscription = _text(props, KEY_SUBSCRIPTION)
-        delivery_count = _int(props, KEY_DELIVERY_COUNT, minimum=1)
-        reconsume_times = _first_int(_int(props, KEY_RECONSUME_COUNT), _int(props, RECONSUMETIMES))
-        reason = given_reason if given_reason in REASONS else REASON_UNKNOWN
-        error_class = _text(props, KEY_EXCEPTION_CLASS)
-        error_message = _bounded(_text(props, KEY_EXCEPTION_MESSAGE), MAX_ERROR_MESSAGE_BYTES)
-        error_stack = _bounded(_text(props, KEY_EXCEPTION_STACKTRACE), MAX_ERROR_STACK_BYTES)
-        failed_at = _int(props, KEY_FAILED_AT)
-        consumer = _text(props, KEY_CONSUMER)
-    elif fmt is ContextFormat.KAFKA_CONNECT:
-        connector = _text(props, CONNECT_CONNECTOR)
-        task = _text(props, CONNECT_TASK)
-        origin_topic = _text(props, CONNECT_TOPIC)
-        origin_message_id = _position(_int(props, CONNECT_PARTITION), _int(props, CONNECT_OFFSET))
-        subscription = connector
-        consumer = f"{connector}-{task}" if connector and task else connector
-        error_class = _text(props, CONNECT_EXCEPTION_CLASS)
-        error_message = _bounded(_text(props, CONNECT_EXCEPTION_MESSAGE), MAX_ERROR_MESSAGE_BYTES)
-        error_stack = _bounded(_text(props, CONNECT_EXCEPTION_STACKTRACE), MAX_ERROR_STACK_BYTES)
-    elif fmt is ContextFormat.SPRING:
-        origin_topic = _text(props, SPRING_ORIGINAL_TOPIC)
-        origin_message_id = _position(
-            _big_endian_or_decimal(props, SPRING_ORIGINAL_PARTITION),
-            _big_endian_or_decimal(props, SPRING_ORIGINAL_OFFSET),
-        )
-        subscription = _text(props, SPRING_ORIGINAL_GROUP)
-        error_class = _text(props, SPRING_CAUSE_FQCN) or _text(props, SPRING_EXCEPTION_FQCN)
-        error_message = _bounded(_text(props, SPRING_EXCEPTION_MESSAGE), MAX_ERROR_MESSAGE_BYTES)
-        error_stack = _bounded(_text(props, SPRING_EXCEPTION_STACKTRACE), MAX_ERROR_STACK_BYTES)
-    elif fmt is ContextFormat.KIP1191:
-        origin_topic = _text(props, KIP1191_TOPIC)
-        origin_message_id = _position(_int(props, KIP1191_PARTITION), _int(props, KIP1191_OFFSET))
-        subscription = _text(props, KIP1191_GROUP)
-        delivery_count = _int(props, KIP1191_DELIVERY_COUNT, minimum=1)
-        error_message = _bounded(_text(props, KIP1191_MESSAGE), MAX_ERROR_MESSAGE_BYTES)
-    elif fmt in (ContextFormat.JAVA_RETRY, ContextFormat.TDMQ):
-        origin_topic = _text(props, REAL_TOPIC)
-        origin_message_id = origin_id_std
-        reconsume_times = _int(props, RECONSUMETIMES)
-        reason = REASON_MAX_RECONSUMES
-    elif fmt is ContextFormat.PULSAR_DLQ_POLICY:
-        origin_topic = _text(props, REAL_TOPIC)
-        origin_message_id = origin_id_std
-        reason = REASON_MAX_REDELIVERIES
+    convention = _convention(props)
+    fmt = None if convention is None else convention.format
+    values = [
+        default if reader is None or (value := reader.read(props)) is None else value
+        for reader, default in zip(_READERS[fmt], _DEFAULTS, strict=True)
+    ]
+    counted = isinstance(redelivery_count, int) and not isinstance(redelivery_count, bool)
+    redeliveries = redelivery_count if counted and redelivery_count is not None else -1
+    if values[_DELIVERY_COUNT] is None and redeliveries >= 0:
+        values[_DELIVERY_COUNT] = redeliveries + 1
     return (
         dlq_topic if isinstance(dlq_topic, str) else None,
         dlq_message_id if isinstance(dlq_message_id, str) else None,
-        origin_topic,
-        origin_message_id,
-        subscription,
-        fallback_delivery if delivery_count is None else delivery_count,
-        reconsume_times,
-        reason,
-        error_class,
-        error_message,
-        error_stack,
-        failed_at,
-        consumer,
-        fmt.value,
+        *values,
+        (fmt or ContextFormat.NONE).value,
     )
 
 
 # --------------------------------------------------------------------------- origin identity
 
-#: Property keys that name the origin topic, one per convention family, in the parser's precedence.
-ORIGIN_TOPIC_KEYS: tuple[str, ...] = (KEY_TOPIC, CONNECT_TOPIC, SPRING_ORIGINAL_TOPIC, REAL_TOPIC)
-#: Every property :func:`origin_claims` reads: a message's origin identity depends on these alone.
-ORIGIN_PROPERTY_KEYS: tuple[str, ...] = (
-    KEY_TOPIC,
-    KEY_MESSAGE_ID,
-    KIP1191_PARTITION,
-    KIP1191_OFFSET,
-    CONNECT_TOPIC,
-    CONNECT_PARTITION,
-    CONNECT_OFFSET,
-    SPRING_ORIGINAL_TOPIC,
-    SPRING_ORIGINAL_PARTITION,
-    SPRING_ORIGINAL_OFFSET,
-    REAL_TOPIC,
-    ORIGIN_MESSAGE_ID,
-    LEGACY_ORIGIN_MESSAGE_ID,
-)
 #: Longest origin topic value kept in an :class:`OriginClaim` (a longer one is cut, marked, never valid).
 MAX_CLAIM_CHARS = 300
 _MESSAGE_ID = re.compile(r"\(?\s*(-?\d{1,20})\s*(?:[:,]\s*(-?\d{1,20})\s*){1,3}\)?")
@@ -616,35 +375,18 @@ class OriginClaim:
     message_id: str | None
 
 
-def _origin_message_id(props: Mapping[str, str], key: str) -> str | None:
-    if key == REAL_TOPIC:
-        return _text(props, ORIGIN_MESSAGE_ID) or _text(props, LEGACY_ORIGIN_MESSAGE_ID)
-    if key == KEY_TOPIC:
-        return _text(props, KEY_MESSAGE_ID) or _position(
-            _int(props, KIP1191_PARTITION), _int(props, KIP1191_OFFSET)
-        )
-    if key == CONNECT_TOPIC:
-        return _position(_int(props, CONNECT_PARTITION), _int(props, CONNECT_OFFSET))
-    return _position(
-        _big_endian_or_decimal(props, SPRING_ORIGINAL_PARTITION),
-        _big_endian_or_decimal(props, SPRING_ORIGINAL_OFFSET),
-    )
-
-
 def origin_claims(properties: Mapping[str, str] | None) -> tuple[OriginClaim, ...]:
     """Every convention's claim about the origin, in :data:`ORIGIN_TOPIC_KEYS` order (never raises)."""
     if not isinstance(properties, Mapping):
         return ()
     claims = []
-    for key in ORIGIN_TOPIC_KEYS:
-        if key not in properties:
-            continue
-        value = _text(properties, key)
+    for claim in ORIGIN_CLAIMS:
+        value = read_text(properties, claim.topic_key)
         if value is None:
             continue
         if len(value) > MAX_CLAIM_CHARS:
             value = value[:MAX_CLAIM_CHARS] + TRUNCATION_MARKER
-        claims.append(OriginClaim(key, value, _origin_message_id(properties, key)))
+        claims.append(OriginClaim(claim.topic_key, value, claim.message_id.read(properties)))
     return tuple(claims)
 
 
@@ -743,6 +485,7 @@ __all__ = [
     "ORIGIN_MESSAGE_ID",
     "ORIGIN_PROPERTY_KEYS",
     "ORIGIN_TOPIC_KEYS",
+    "PULSAR_STANDARD_KEYS",
     "REAL_TOPIC",
     "REASONS",
     "REASON_MAX_RECONSUMES",

@@ -3,72 +3,47 @@
 :func:`context_columns` gives, for every row of a batch of snapshot rows, what the consumer library's
 scalar parser gives for that row's properties (:func:`~pulsar_dlq_consumer.context.error_context_values`,
 the origin claim of :func:`~spark_apps.dlq_replay.normalize.origin_of`, the replay id and the previous
-replay count), as Arrow arrays. The kernels settle the forms writers send: present or absent keys, plain
-decimal numbers, texts within their byte bounds, claims that agree. A row holding anything else where its
-convention reads it (a number with a sign, spaces or 19 digits, an over-long text or origin topic, Spring's
-binary positions, origins that disagree) is parsed by the scalar parser instead, so every row gets exactly
-the scalar result; only the cost differs (the kernels take a few microseconds a row, about a quarter of
-the scalar parse).
+replay count), as Arrow arrays. Both read the one convention table,
+:data:`~pulsar_dlq_consumer.conventions.CONVENTIONS`: here each kind of reader has a kernel
+(:data:`_KERNELS`), so a convention added to the table needs nothing here.
+
+The kernels settle the forms writers send: present or absent keys, plain decimal numbers, texts within
+their byte bounds, claims that agree. A row holding anything else where its convention reads it (a number
+with a sign, spaces or 19 digits, Spring's binary positions, an over-long text or origin topic, origins
+that disagree, a reader kind without a kernel) is parsed by the scalar parser instead, so every row gets
+exactly the scalar result; only the cost differs (the kernels take a few microseconds a row, about a
+quarter of the scalar parse).
 """
 
 from __future__ import annotations
 
 import hashlib
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyspark.sql.types import IntegerType, LongType
 
-from pulsar_dlq_consumer.context import (
-    CONNECT_CONNECTOR,
-    CONNECT_EXCEPTION_CLASS,
-    CONNECT_EXCEPTION_MESSAGE,
-    CONNECT_EXCEPTION_STACKTRACE,
-    CONNECT_OFFSET,
-    CONNECT_PARTITION,
-    CONNECT_PREFIX,
-    CONNECT_TASK,
-    CONNECT_TOPIC,
-    DELAY_TIME,
-    KEY_CONSUMER,
-    KEY_DELIVERY_COUNT,
-    KEY_EXCEPTION_CLASS,
-    KEY_EXCEPTION_MESSAGE,
-    KEY_EXCEPTION_STACKTRACE,
-    KEY_FAILED_AT,
-    KEY_MESSAGE_ID,
-    KEY_REASON,
-    KEY_RECONSUME_COUNT,
-    KEY_SUBSCRIPTION,
-    KEY_TOPIC,
-    KIP1191_DELIVERY_COUNT,
-    KIP1191_GROUP,
-    KIP1191_KEYS,
-    KIP1191_MESSAGE,
-    KIP1191_OFFSET,
-    KIP1191_PARTITION,
-    KIP1191_TOPIC,
-    LEGACY_ORIGIN_MESSAGE_ID,
-    MAX_CLAIM_CHARS,
-    MAX_ERROR_MESSAGE_BYTES,
-    MAX_ERROR_STACK_BYTES,
-    ORIGIN_MESSAGE_ID,
-    ORIGIN_TOPIC_KEYS,
-    OURS_ONLY_KEYS,
-    REAL_TOPIC,
-    REASON_MAX_RECONSUMES,
-    REASON_MAX_REDELIVERIES,
-    REASON_UNKNOWN,
-    REASONS,
-    RECONSUMETIMES,
-    RETRY_TOPIC,
-    SPRING_ORIGINAL_TOPIC,
-    SPRING_PREFIX,
+from pulsar_dlq_consumer.context import CONTEXT_FIELDS, MAX_CLAIM_CHARS, canonical_message_id, canonical_topic
+from pulsar_dlq_consumer.conventions import (
+    CONVENTIONS,
+    FIELD_DEFAULTS,
+    ORIGIN_CLAIMS,
+    ORIGIN_PROPERTY_KEYS,
+    PROPERTY_KEYS,
+    Choice,
+    Const,
     ContextFormat,
-    canonical_message_id,
-    canonical_topic,
+    First,
+    Joined,
+    Number,
+    Position,
+    Reader,
+    Text,
 )
+from spark_apps.dlq_replay import lineage
 from spark_apps.dlq_replay.arrow_util import map_entries, per_distinct, row_numbers
+from spark_apps.dlq_replay.schemas import CONTEXT_COLUMNS
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -82,19 +57,8 @@ ORIGIN_CONFLICT = "origin_conflict"
 #: Column of the flag: the row carries ``UNDECODABLE_PROPERTY`` (its properties were not UTF-8).
 UNDECODABLE = "_undecodable"
 
-_FORMATS = [f.value for f in ContextFormat]
-_OURS, _CONNECT, _SPRING, _KIP, _JAVA, _TDMQ, _POLICY, _NONE = (
-    ContextFormat.OURS,
-    ContextFormat.KAFKA_CONNECT,
-    ContextFormat.SPRING,
-    ContextFormat.KIP1191,
-    ContextFormat.JAVA_RETRY,
-    ContextFormat.TDMQ,
-    ContextFormat.PULSAR_DLQ_POLICY,
-    ContextFormat.NONE,
-)
-#: What a plain number looks like where the scalar parser reads one (``_int``): up to 18 ASCII digits,
-#: which int64 holds. Anything else that is present goes to the scalar parser.
+#: What a plain number looks like where the scalar parser reads one (``read_int``): up to 18 ASCII
+#: digits, which int64 holds. Anything else that is present goes to the scalar parser.
 _PLAIN_INT = r"^[0-9]{1,18}$"
 _PLAIN_COUNT = r"^[0-9]{1,9}$"  # lineage.previous_replay_count's form
 #: ``canonical_message_id``'s already-canonical spelling, whole string (RE2 gives the same groups).
@@ -102,7 +66,18 @@ _PART = r"(0|-?[1-9][0-9]{0,19})"
 _PLAIN_MESSAGE_ID = rf"^\(?(?P<l>{_PART[1:-1]})[:,](?P<e>{_PART[1:-1]})(?:[:,](?P<p>{_PART[1:-1]}))?" + (
     rf"(?:[:,](?P<b>{_PART[1:-1]}))?\)?$"
 )
-_INT_TYPE_MAX = 2**31 - 1  # delivery_count and reconsume_times are Spark IntegerType
+#: Largest value of each integer context column (its Spark type). The parser takes up to 19 digits; a
+#: larger number than the column holds is no count or time a client wrote: null, like any bad number.
+INT_LIMITS: dict[str, int] = {
+    name: 2**31 - 1 if isinstance(dtype, IntegerType) else 2**63 - 1
+    for name, dtype in CONTEXT_COLUMNS
+    if isinstance(dtype, (IntegerType, LongType))
+}
+_NULL_TEXT = pa.scalar(None, pa.string())
+#: The fields the table's readers give (all but the DLQ position and the format).
+_READ_FIELDS = CONTEXT_FIELDS[2:-1]
+#: Every property key the kernels read.
+_KEYS: tuple[str, ...] = (*PROPERTY_KEYS, lineage.REPLAY_COUNT)
 
 
 class _Lookups:
@@ -156,209 +131,145 @@ class _Lookups:
 
 
 def _text(values: pa.Array) -> pa.Array:
-    """The scalar parser's ``_text``: the value, or null when absent or empty."""
-    return pc.if_else(pc.equal(values, ""), pa.scalar(None, pa.string()), values)
+    """The scalar parser's ``read_text``: the value, or null when absent or empty."""
+    return pc.if_else(pc.equal(values, ""), _NULL_TEXT, values)
 
 
 def _int(values: pa.Array, minimum: int = 0) -> tuple[pa.Array, pa.Array]:
-    """``(numbers, settled)``: ``_int`` of each plain value (null when absent or below ``minimum``), and
-    whether the kernels settled the row (absent or plain)."""
+    """``(numbers, settled)``: ``read_int`` of each plain value (null when absent or below ``minimum``),
+    and whether the kernels settled the row (absent or plain)."""
     plain = pc.match_substring_regex(values, _PLAIN_INT)
-    numbers = pc.cast(pc.if_else(plain, values, pa.scalar(None, pa.string())), pa.int64())
+    numbers = pc.cast(pc.if_else(plain, values, _NULL_TEXT), pa.int64())
     if minimum:
         numbers = pc.if_else(pc.less(numbers, minimum), pa.scalar(None, pa.int64()), numbers)
     return numbers, pc.or_kleene(pc.is_null(values), plain)
 
 
-def _bounded(values: pa.Array, max_bytes: int) -> tuple[pa.Array, pa.Array]:
-    """``(texts, settled)``: ``_bounded(_text(v))`` where it changes nothing (within ``max_bytes``)."""
-    texts = _text(values)
-    return texts, pc.fill_null(pc.less_equal(pc.binary_length(texts), max_bytes), True)
+#: A reader's values for every row (an array, or one scalar for all) and the rows it settles (``None``:
+#: every row).
+_Result = tuple[Any, pa.Array | None]
 
 
-def _position(partition: pa.Array, offset: pa.Array) -> pa.Array:
-    """``_position``: ``"<partition or 0>:<offset>"``, null without an offset."""
+class _Kernels:
+    """The table's readers over one batch, each evaluated once (several conventions share readers)."""
+
+    def __init__(self, look: _Lookups) -> None:
+        self.n = look.n
+        self.values = look.values
+        self._done: dict[Reader, _Result] = {}
+
+    def __call__(self, reader: Reader) -> _Result:
+        if reader not in self._done:
+            self._done[reader] = _KERNELS.get(type(reader), _unsettled)(self, reader)
+        return self._done[reader]
+
+
+def _unsettled(kernels: _Kernels, reader: Reader) -> _Result:
+    """A reader kind without a kernel: the scalar parser reads every row that uses it."""
+    return pa.nulls(kernels.n, pa.string()), pa.array([False] * kernels.n, pa.bool_())
+
+
+def _text_kernel(kernels: _Kernels, reader: Text) -> _Result:
+    """Settled where the text is within its bound, if any (the scalar parser cuts the others)."""
+    texts = _text(kernels.values[reader.key])
+    if reader.max_bytes is None:
+        return texts, None
+    return texts, pc.fill_null(pc.less_equal(pc.binary_length(texts), reader.max_bytes), True)
+
+
+def _number_kernel(kernels: _Kernels, reader: Number) -> _Result:
+    return _int(kernels.values[reader.key], reader.minimum)
+
+
+def _position_kernel(kernels: _Kernels, reader: Position) -> _Result:
+    """``"<partition or 0>:<offset>"`` of plain decimals (binary ones are not plain: scalar parser)."""
+    partition, partition_ok = _int(kernels.values[reader.partition])
+    offset, offset_ok = _int(kernels.values[reader.offset])
     part = pc.cast(pc.fill_null(partition, 0), pa.string())
-    return pc.binary_join_element_wise(part, pc.cast(offset, pa.string()), ":")
+    return pc.binary_join_element_wise(part, pc.cast(offset, pa.string()), ":"), pc.and_(
+        partition_ok, offset_ok
+    )
 
 
-def _choose(fmt: pa.Array, cases: dict[str, pa.Array], out_type: pa.DataType) -> pa.Array:
-    """Per row, the array of its format in ``cases`` (null for the other formats)."""
+def _const_kernel(kernels: _Kernels, reader: Const) -> _Result:
+    return pa.scalar(reader.value), None
+
+
+def _choice_kernel(kernels: _Kernels, reader: Choice) -> _Result:
+    texts = _text(kernels.values[reader.key])
+    allowed = pc.fill_null(pc.is_in(texts, value_set=pa.array(sorted(reader.allowed), pa.string())), False)
+    return pc.if_else(allowed, texts, pa.scalar(reader.default)), None
+
+
+def _joined_kernel(kernels: _Kernels, reader: Joined) -> _Result:
+    first, second = _text(kernels.values[reader.first]), _text(kernels.values[reader.second])
+    both = pc.and_(pc.is_valid(first), pc.is_valid(second))
+    return pc.if_else(both, pc.binary_join_element_wise(first, second, reader.sep), first), None
+
+
+def _first_kernel(kernels: _Kernels, reader: First) -> _Result:
+    results = [kernels(each) for each in reader.readers]
+    settled = [ok for _, ok in results if ok is not None]
+    return pc.coalesce(*(values for values, _ in results)), _all(settled, kernels.n) if settled else None
+
+
+#: One kernel per kind of reader of :mod:`pulsar_dlq_consumer.conventions`.
+_KERNELS: dict[type[Reader], Callable[[_Kernels, Any], _Result]] = {
+    Text: _text_kernel,
+    Number: _number_kernel,
+    Position: _position_kernel,
+    Const: _const_kernel,
+    Choice: _choice_kernel,
+    Joined: _joined_kernel,
+    First: _first_kernel,
+}
+
+
+def _choose(fmt: pa.Array, cases: dict[str, Any]) -> pa.Array:
+    """Per row, the value of its format in ``cases`` (null for the other formats)."""
     if not cases:
-        return pa.nulls(len(fmt), out_type)
+        return pa.nulls(len(fmt), pa.string())
+    out_type = next(iter(cases.values())).type
     conditions = pc.make_struct(*(pc.equal(fmt, name) for name in cases), field_names=list(cases))
     return pc.case_when(conditions, *(pc.cast(v, out_type) for v in cases.values()))
 
 
-def _first(*arrays: pa.Array) -> pa.Array:
-    return pc.coalesce(*arrays)
-
-
 def _formats(look: _Lookups) -> pa.Array:
-    """``detect_format`` of every row, from which kinds of keys it carries."""
-    ours = look.has(OURS_ONLY_KEYS.__contains__)
-    connect = look.has(lambda key: key.startswith(CONNECT_PREFIX))
-    spring = look.has(lambda key: key.startswith(SPRING_PREFIX))
-    kip = look.has(KIP1191_KEYS.__contains__)
-    retry = look.has({RECONSUMETIMES, RETRY_TOPIC, DELAY_TIME}.__contains__)
-    real = look.has(lambda key: key == REAL_TOPIC)
-    tdmq = look.has({RECONSUMETIMES, RETRY_TOPIC}.__contains__)
-    policy = look.has({REAL_TOPIC, ORIGIN_MESSAGE_ID, LEGACY_ORIGIN_MESSAGE_ID}.__contains__)
-    conditions = [ours, connect, spring, kip, pc.and_(retry, real), tdmq, policy]
-    names = [_OURS, _CONNECT, _SPRING, _KIP, _JAVA, _TDMQ, _POLICY]
-    struct = pc.make_struct(*conditions, field_names=[str(n) for n in names])
-    return pc.case_when(struct, *(pa.scalar(str(n)) for n in names), pa.scalar(str(_NONE)))
+    """``detect_format`` of every row: the first convention of the table whose keys it carries."""
+    conditions = []
+    for convention in CONVENTIONS:
+        marked = look.has(convention.marks)
+        for key in sorted(convention.requires):
+            marked = pc.and_(marked, look.has(key.__eq__))
+        conditions.append(marked)
+    names = [convention.format.value for convention in CONVENTIONS]
+    struct = pc.make_struct(*conditions, field_names=names)
+    return pc.case_when(struct, *(pa.scalar(name) for name in names), pa.scalar(ContextFormat.NONE.value))
 
 
-#: Every property key the kernels read (the scalar parser reads Spring's keys for the rows it parses).
-_KEYS: tuple[str, ...] = (
-    KEY_TOPIC,
-    KEY_MESSAGE_ID,
-    KEY_SUBSCRIPTION,
-    KEY_DELIVERY_COUNT,
-    KEY_RECONSUME_COUNT,
-    KEY_REASON,
-    KEY_EXCEPTION_CLASS,
-    KEY_EXCEPTION_MESSAGE,
-    KEY_EXCEPTION_STACKTRACE,
-    KEY_FAILED_AT,
-    KEY_CONSUMER,
-    REAL_TOPIC,
-    ORIGIN_MESSAGE_ID,
-    LEGACY_ORIGIN_MESSAGE_ID,
-    RECONSUMETIMES,
-    CONNECT_TOPIC,
-    CONNECT_PARTITION,
-    CONNECT_OFFSET,
-    CONNECT_CONNECTOR,
-    CONNECT_TASK,
-    CONNECT_EXCEPTION_CLASS,
-    CONNECT_EXCEPTION_MESSAGE,
-    CONNECT_EXCEPTION_STACKTRACE,
-    SPRING_ORIGINAL_TOPIC,
-    KIP1191_PARTITION,
-    KIP1191_OFFSET,
-    KIP1191_GROUP,
-    KIP1191_MESSAGE,
-    "REPLAY_COUNT",
-)
+def _field(fmt: pa.Array, kernels: _Kernels, name: str, settled: list[pa.Array]) -> pa.Array:
+    """One field of ``error_context_values`` per row, from its convention's reader (appends to
+    ``settled`` the rows each reader settles)."""
+    cases: dict[str, Any] = {}
+    for convention in CONVENTIONS:
+        reader = convention.fields.get(name)
+        if reader is not None:
+            values, ok = kernels(reader)
+            cases[convention.format.value] = values
+            if ok is not None:
+                settled.append(pc.or_(pc.not_equal(fmt, convention.format.value), ok))
+    column = _choose(fmt, cases)
+    return column if FIELD_DEFAULTS.get(name) is None else pc.fill_null(column, FIELD_DEFAULTS[name])
 
 
-def _context(look: _Lookups, fmt: pa.Array) -> tuple[dict[str, pa.Array], pa.Array]:
+def _context(fmt: pa.Array, kernels: _Kernels) -> tuple[dict[str, pa.Array], pa.Array]:
     """``(fields, settled)``: the origin and error fields of ``error_context_values`` per row, and
-    whether the kernels settled the row (Spring rows and rows with unplain values are not)."""
-    v = look.values
-    text = {key: _text(v[key]) for key in _KEYS}
-    settled = [pc.not_equal(fmt, str(_SPRING))]
-
-    def number(key: str, fmts: Sequence[str], minimum: int = 0) -> pa.Array:
-        numbers, ok = _int(v[key], minimum)
-        settled.append(pc.or_(pc.invert(pc.is_in(fmt, value_set=pa.array(fmts))), ok))
-        return numbers
-
-    def bounded(key: str, fmt_name: str, max_bytes: int) -> pa.Array:
-        texts, ok = _bounded(v[key], max_bytes)
-        settled.append(pc.or_(pc.not_equal(fmt, fmt_name), ok))
-        return texts
-
-    ours, connect, kip = str(_OURS), str(_CONNECT), str(_KIP)
-    retry = [str(_JAVA), str(_TDMQ)]
-    origin_id_std = _first(text[ORIGIN_MESSAGE_ID], text[LEGACY_ORIGIN_MESSAGE_ID])
-    given_reason = text[KEY_REASON]
-    ours_reason = pc.if_else(
-        pc.fill_null(pc.is_in(given_reason, value_set=pa.array(sorted(REASONS))), False),
-        given_reason,
-        pa.scalar(REASON_UNKNOWN),
-    )
-    connector, task = text[CONNECT_CONNECTOR], text[CONNECT_TASK]
-    connect_consumer = pc.if_else(
-        pc.and_(pc.is_valid(connector), pc.is_valid(task)),
-        pc.binary_join_element_wise(connector, task, "-"),
-        connector,
-    )
-    policy_topic = text[REAL_TOPIC]
-    reconsumes = number(RECONSUMETIMES, [ours, *retry])
-    fields = {
-        "origin_topic": _choose(
-            fmt,
-            {
-                ours: _first(text[KEY_TOPIC], text[REAL_TOPIC]),
-                connect: text[CONNECT_TOPIC],
-                kip: text[KIP1191_TOPIC],
-                **dict.fromkeys([*retry, str(_POLICY)], policy_topic),
-            },
-            pa.string(),
-        ),
-        "origin_message_id": _choose(
-            fmt,
-            {
-                ours: _first(text[KEY_MESSAGE_ID], origin_id_std),
-                connect: _position(number(CONNECT_PARTITION, [connect]), number(CONNECT_OFFSET, [connect])),
-                kip: _position(number(KIP1191_PARTITION, [kip]), number(KIP1191_OFFSET, [kip])),
-                **dict.fromkeys([*retry, str(_POLICY)], origin_id_std),
-            },
-            pa.string(),
-        ),
-        "subscription": _choose(
-            fmt,
-            {ours: text[KEY_SUBSCRIPTION], connect: connector, kip: text[KIP1191_GROUP]},
-            pa.string(),
-        ),
-        "delivery_count": _choose(
-            fmt,
-            {
-                ours: number(KEY_DELIVERY_COUNT, [ours], minimum=1),
-                kip: number(KIP1191_DELIVERY_COUNT, [kip], minimum=1),
-            },
-            pa.int64(),
-        ),
-        "reconsume_times": _choose(
-            fmt,
-            {
-                ours: _first(number(KEY_RECONSUME_COUNT, [ours]), reconsumes),
-                **dict.fromkeys(retry, reconsumes),
-            },
-            pa.int64(),
-        ),
-        "reason": pc.fill_null(
-            _choose(
-                fmt,
-                {
-                    ours: ours_reason,
-                    **dict.fromkeys(retry, pa.scalar(REASON_MAX_RECONSUMES)),
-                    str(_POLICY): pa.scalar(REASON_MAX_REDELIVERIES),
-                },
-                pa.string(),
-            ),
-            REASON_UNKNOWN,
-        ),
-        "error_class": _choose(
-            fmt, {ours: text[KEY_EXCEPTION_CLASS], connect: text[CONNECT_EXCEPTION_CLASS]}, pa.string()
-        ),
-        "error_message": _choose(
-            fmt,
-            {
-                ours: bounded(KEY_EXCEPTION_MESSAGE, ours, MAX_ERROR_MESSAGE_BYTES),
-                connect: bounded(CONNECT_EXCEPTION_MESSAGE, connect, MAX_ERROR_MESSAGE_BYTES),
-                kip: bounded(KIP1191_MESSAGE, kip, MAX_ERROR_MESSAGE_BYTES),
-            },
-            pa.string(),
-        ),
-        "error_stack": _choose(
-            fmt,
-            {
-                ours: bounded(KEY_EXCEPTION_STACKTRACE, ours, MAX_ERROR_STACK_BYTES),
-                connect: bounded(CONNECT_EXCEPTION_STACKTRACE, connect, MAX_ERROR_STACK_BYTES),
-            },
-            pa.string(),
-        ),
-        "failed_at": _choose(fmt, {ours: number(KEY_FAILED_AT, [ours])}, pa.int64()),
-        "consumer": _choose(fmt, {ours: text[KEY_CONSUMER], connect: connect_consumer}, pa.string()),
-    }
-    for name in ("delivery_count", "reconsume_times"):  # Spark IntegerType columns: larger is no count
-        values = fields[name]
-        fields[name] = pc.if_else(pc.greater(values, _INT_TYPE_MAX), pa.scalar(None, pa.int64()), values)
-    return fields, _all(settled, look.n)
+    whether the kernels settled the row."""
+    settled: list[pa.Array] = []
+    fields = {name: _field(fmt, kernels, name, settled) for name in _READ_FIELDS}
+    for name, limit in INT_LIMITS.items():
+        fields[name] = pc.if_else(pc.greater(fields[name], limit), pa.scalar(None, pa.int64()), fields[name])
+    return fields, _all(settled, kernels.n)
 
 
 def _all(conditions: Sequence[pa.Array], n: int) -> pa.Array:
@@ -368,33 +279,19 @@ def _all(conditions: Sequence[pa.Array], n: int) -> pa.Array:
     return out
 
 
-def _claims(look: _Lookups) -> tuple[list[tuple[pa.Array, pa.Array]], pa.Array]:
-    """``(claims, settled)``: per key of ``ORIGIN_TOPIC_KEYS``, the claimed topic and message id of each
-    row (null where the row makes no such claim), and whether the kernels settled the row's claims."""
-    v = look.values
-    text = {key: _text(v[key]) for key in (*ORIGIN_TOPIC_KEYS, KEY_MESSAGE_ID, ORIGIN_MESSAGE_ID)}
-    text[LEGACY_ORIGIN_MESSAGE_ID] = _text(v[LEGACY_ORIGIN_MESSAGE_ID])
+def _claims(look: _Lookups, kernels: _Kernels) -> tuple[list[tuple[pa.Array, pa.Array]], pa.Array]:
+    """``(claims, settled)``: per origin claim of the table, the claimed topic and message id of each row
+    (null where the row makes no such claim), and whether the kernels settled the row's claims."""
     settled: list[pa.Array] = []
     claims: list[tuple[pa.Array, pa.Array]] = []
-    for key in ORIGIN_TOPIC_KEYS:
-        if key == SPRING_ORIGINAL_TOPIC:  # its positions may be binary: the scalar parser reads them
-            settled.append(pc.is_null(text[key]))
-            continue
-        topic = text[key]
+    for claim in ORIGIN_CLAIMS:
+        topic = _text(look.values[claim.topic_key])
         claimed = pc.is_valid(topic)
         settled.append(pc.fill_null(pc.less_equal(pc.utf8_length(topic), MAX_CLAIM_CHARS), True))
-        if key == REAL_TOPIC:
-            message_id = _first(text[ORIGIN_MESSAGE_ID], text[LEGACY_ORIGIN_MESSAGE_ID])
-        else:
-            kip = key == KEY_TOPIC
-            part_key = KIP1191_PARTITION if kip else CONNECT_PARTITION
-            offset_key = KIP1191_OFFSET if kip else CONNECT_OFFSET
-            partition, ok_partition = _int(v[part_key])
-            offset, ok_offset = _int(v[offset_key])
-            settled.append(pc.or_(pc.invert(claimed), pc.and_(ok_partition, ok_offset)))
-            position = _position(partition, offset)
-            message_id = _first(text[KEY_MESSAGE_ID], position) if key == KEY_TOPIC else position
-        claims.append((topic, pc.if_else(claimed, message_id, pa.scalar(None, pa.string()))))
+        message_id, ok = kernels(claim.message_id)
+        if ok is not None:
+            settled.append(pc.or_(pc.invert(claimed), ok))
+        claims.append((topic, pc.if_else(claimed, message_id, _NULL_TEXT)))
     return claims, _all(settled, look.n)
 
 
@@ -403,16 +300,16 @@ def _claim_key(topic: str | None) -> str | None:
     return None if topic is None else canonical_topic(topic) or f"\x00{topic}"
 
 
-def _origin(look: _Lookups) -> tuple[pa.Array, pa.Array, pa.Array]:
+def _origin(look: _Lookups, kernels: _Kernels) -> tuple[pa.Array, pa.Array, pa.Array]:
     """``(topic, message id, settled)`` of the claim each row's identity comes from (``origin_of`` for
     claims that agree); rows whose claims disagree are not settled."""
-    claims, settled = _claims(look)
+    claims, settled = _claims(look, kernels)
     keys = [per_distinct(topic, _claim_key, pa.string()) for topic, _ in claims]
-    first_key = _first(*keys)
+    first_key = pc.coalesce(*keys)
     agree = _all([pc.fill_null(pc.equal(key, first_key), True) for key in keys], look.n)
-    with_id = [pc.if_else(pc.is_valid(mid), topic, pa.scalar(None, pa.string())) for topic, mid in claims]
-    topic = _first(*with_id, *(t for t, _ in claims))
-    message_id = _first(*(mid for _, mid in claims))
+    with_id = [pc.if_else(pc.is_valid(mid), topic, _NULL_TEXT) for topic, mid in claims]
+    topic = pc.coalesce(*with_id, *(t for t, _ in claims))
+    message_id = pc.coalesce(*(mid for _, mid in claims))
     return topic, message_id, pc.and_(settled, agree)
 
 
@@ -466,10 +363,11 @@ def context_columns(batch: pa.RecordBatch, undecodable_key: str) -> tuple[dict[s
     id, the previous replay count and the :data:`UNDECODABLE` flag, as the scalar parser gives them
     wherever ``settled`` is true. The caller parses the other rows with the scalar parser."""
     look = _Lookups(batch.column("properties"), _KEYS, undecodable_key)
+    kernels = _Kernels(look)
     fmt = _formats(look)
-    fields, settled = _context(look, fmt)
-    topic, message_id, claims_settled = _origin(look)
-    counts, counts_settled = _replay_counts(look.values["REPLAY_COUNT"])
+    fields, settled = _context(fmt, kernels)
+    topic, message_id, claims_settled = _origin(look, kernels)
+    counts, counts_settled = _replay_counts(look.values[lineage.REPLAY_COUNT])
     topics, ids = batch.column("topic"), batch.column("message_id_str")
     columns = {
         "dlq_topic": topics,
@@ -486,18 +384,7 @@ def context_columns(batch: pa.RecordBatch, undecodable_key: str) -> tuple[dict[s
 
 def origin_replay_ids(batch: pa.RecordBatch, undecodable_key: str) -> tuple[list[str], pa.Array]:
     """``(replay ids, settled)`` of a batch of snapshot rows: :func:`context_columns`' replay ids alone."""
-    look = _Lookups(batch.column("properties"), (*ORIGIN_TOPIC_KEYS, *_CLAIM_KEYS), undecodable_key)
-    topic, message_id, settled = _origin(look)
+    look = _Lookups(batch.column("properties"), ORIGIN_PROPERTY_KEYS, undecodable_key)
+    topic, message_id, settled = _origin(look, _Kernels(look))
     topics, ids = batch.column("topic"), batch.column("message_id_str")
     return replay_ids(topics, ids, topic, message_id), settled
-
-
-_CLAIM_KEYS = (
-    KEY_MESSAGE_ID,
-    ORIGIN_MESSAGE_ID,
-    LEGACY_ORIGIN_MESSAGE_ID,
-    KIP1191_PARTITION,
-    KIP1191_OFFSET,
-    CONNECT_PARTITION,
-    CONNECT_OFFSET,
-)

@@ -15,7 +15,6 @@ from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-from pyspark.sql.types import IntegerType, LongType
 
 from pulsar_dlq_consumer.context import (
     ORIGIN_PROPERTY_KEYS,
@@ -26,28 +25,15 @@ from pulsar_dlq_consumer.context import (
     origin_identity,
     resolve_claims,
 )
-from spark_apps.dlq_replay.context_columns import ORIGIN_CONFLICT
+from spark_apps.dlq_replay.context_columns import INT_LIMITS, ORIGIN_CONFLICT
 from spark_apps.dlq_replay.pulsar_io.source import UNDECODABLE_PROPERTY
-from spark_apps.dlq_replay.schemas import (
-    CARRIED_COLUMNS,
-    CONTEXT_COLUMNS,
-    NORMALIZED_SCHEMA,
-    arrow_schema,
-)
+from spark_apps.dlq_replay.schemas import CARRIED_COLUMNS, NORMALIZED_SCHEMA, arrow_schema
 from spark_apps.dlq_replay.signatures import replay_id
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
 
     from pyspark.sql import Column, DataFrame
-
-#: Largest value of each integer context column (its Spark type). The parser takes up to 19 digits; a
-#: larger number than the column holds is no count or time a client wrote: null, like any bad number.
-INT_LIMITS: dict[str, int] = {
-    name: 2**31 - 1 if isinstance(dtype, IntegerType) else 2**63 - 1
-    for name, dtype in CONTEXT_COLUMNS
-    if isinstance(dtype, (IntegerType, LongType))
-}
 
 
 def origin_of(

@@ -1,5 +1,6 @@
-"""The batch kernels give exactly what the scalar functions give, row by row, on random and hostile input:
-the error context (context_columns), templates and signatures, and the lineage properties."""
+"""The batch kernels give exactly what the scalar functions give, row by row, on generated and hostile
+input: the error context (context_columns, both engines of the one convention table), templates and
+signatures, and the lineage properties."""
 
 from __future__ import annotations
 
@@ -7,8 +8,11 @@ import random
 
 import pyarrow as pa
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from pulsar_dlq_consumer import context as C
+from pulsar_dlq_consumer import context
+from pulsar_dlq_consumer import conventions as C
 from spark_apps.dlq_replay.context_columns import (
     ORIGIN_CONFLICT,
     REPLAY_COUNT,
@@ -17,7 +21,13 @@ from spark_apps.dlq_replay.context_columns import (
     context_columns,
 )
 from spark_apps.dlq_replay.lineage import lineage_maps, previous_replay_count, republish_properties
-from spark_apps.dlq_replay.normalize import INT_LIMITS, normalize_columns, origin_of, row_replay_id
+from spark_apps.dlq_replay.normalize import (
+    INT_LIMITS,
+    normalize_columns,
+    origin_of,
+    replay_ids,
+    row_replay_id,
+)
 from spark_apps.dlq_replay.pulsar_io.source import UNDECODABLE_PROPERTY
 from spark_apps.dlq_replay.signatures import (
     error_signature,
@@ -28,59 +38,124 @@ from spark_apps.dlq_replay.signatures import (
 
 PROPS = pa.map_(pa.string(), pa.string())
 SCHEMA = pa.schema([("topic", pa.string()), ("message_id_str", pa.string()), ("properties", PROPS)])
-KEYS = [
-    C.KEY_TOPIC, C.KEY_PARTITION, C.KEY_MESSAGE_ID, C.KEY_SUBSCRIPTION, C.KEY_DELIVERY_COUNT,
-    C.KEY_RECONSUME_COUNT, C.KEY_REASON, C.KEY_EXCEPTION_CLASS, C.KEY_EXCEPTION_MESSAGE,
-    C.KEY_EXCEPTION_STACKTRACE, C.KEY_FAILED_AT, C.KEY_CONSUMER, C.KEY_PAYLOAD_COPIED, C.KIP1191_OFFSET,
-    C.KIP1191_GROUP, C.KIP1191_MESSAGE, C.REAL_TOPIC, C.ORIGIN_MESSAGE_ID, C.LEGACY_ORIGIN_MESSAGE_ID,
-    C.RECONSUMETIMES, C.RETRY_TOPIC, C.DELAY_TIME, C.CONNECT_TOPIC, C.CONNECT_PARTITION, C.CONNECT_OFFSET,
-    C.CONNECT_CONNECTOR, C.CONNECT_TASK, C.CONNECT_EXCEPTION_CLASS, C.CONNECT_EXCEPTION_MESSAGE,
-    C.CONNECT_EXCEPTION_STACKTRACE, C.SPRING_ORIGINAL_TOPIC, C.SPRING_ORIGINAL_PARTITION,
-    C.SPRING_ORIGINAL_OFFSET, C.SPRING_EXCEPTION_FQCN, C.SPRING_EXCEPTION_MESSAGE, C.SPRING_ORIGINAL_GROUP,
-    "REPLAY_COUNT", "tenant", "__dlq.errors.other", "__connect.errors.x", UNDECODABLE_PROPERTY,
-]  # fmt: skip
+
+# ------------------------------------------------------------------------- a corpus generated from the table
+
+
+def _kinds() -> dict[str, str]:
+    """What kind of value each key of the convention table holds, read off the table's readers."""
+    kinds = dict.fromkeys(C.PROPERTY_KEYS, "text")
+
+    def walk(reader: C.Reader, text: str) -> None:
+        if isinstance(reader, C.First):
+            for each in reader.readers:
+                walk(each, text)
+        elif isinstance(reader, (C.Number, C.Position)):
+            kinds.update(dict.fromkeys(reader.keys, "number"))
+        elif isinstance(reader, C.Choice):
+            kinds[reader.key] = "choice"
+        elif isinstance(reader, C.Text):
+            kinds[reader.key] = text
+
+    for convention in C.CONVENTIONS:
+        for reader in convention.fields.values():
+            walk(reader, "text")
+    for claim in C.ORIGIN_CLAIMS:
+        walk(claim.message_id, "id")
+        kinds[claim.topic_key] = "topic"
+    return kinds
+
+
+KINDS = _kinds()
 TOPICS = [
     "persistent://public/default/orders", "orders", "orders-partition-2", "persistent://t/n/orders-partition-0",
-    "other", "bad topic", "", "x" * 310, "persistent://evil/ns/orders", "a/b",
+    "other", "bad topic", "", "x" * 310, "persistent://evil/ns/orders", "a/b", "non-persistent://p/d/q",
 ]  # fmt: skip
-NUMBERS = [
-    "0", "1", "7", "42", "123456789012345678", "1234567890123456789", "99999999999", "-1", " 3", "3 ", "+4",
-    "١٢", "x", "", "2147483648", "\x00\x00\x00\x05", "5\n",
+HOSTILE_NUMBERS = [
+    "-1", " 3", "3 ", "+4", "١٢", "", "x", "2147483648", "1234567890123456789", "9999999999999999999",
+    "99999999999999999999", "5\n", "0x10", "1.5", "\x00\x00\x00\x05", "\x00\x00\x00\x00\x00\x00\x01\x00",
+    "\x00\x01",
 ]  # fmt: skip
 IDS = ["(1,2,-1,-1)", "1:2:-1", "1:2:3:4", "1:2", "( 1 , 2 , 3 )", "01:2:3", "junk", "", "7:0:-1:0", "1,2,3"]
-TEXTS = ["boom", "", "é ü", "x" * 5000, "é" * 2100, "amount '0,00' is bad", "term", "weird"]
+#: Texts at and beyond the byte bounds, in one- to three-byte characters and control characters.
+HUGE = st.builds(
+    lambda ch, n: ch * n, st.sampled_from(["x", "é", "日", "\x01", "\t"]), st.integers(1360, 17_000)
+)
+PLAIN = {
+    "number": st.integers(0, 10**18 - 1).map(str),  # what int64 holds: the kernels settle it
+    "topic": st.sampled_from(TOPICS[:5]),
+    "id": st.sampled_from(["(1,2,-1,-1)", "1:2:-1", "1:2:3:4", "7:0:-1:0"]),
+    "choice": st.sampled_from(sorted(C.REASONS)),
+    "text": st.text(st.characters(codec="utf-8"), max_size=20),
+}
+HOSTILE = {
+    "number": st.sampled_from(HOSTILE_NUMBERS) | st.text(max_size=4),
+    "topic": st.sampled_from(TOPICS) | st.text(max_size=12),
+    "id": st.sampled_from(IDS) | st.text(max_size=8),
+    "choice": st.sampled_from(["bogus", "", "TERM"]) | st.text(max_size=6),
+    "text": HUGE | st.text(max_size=40),
+}
+NOISE_KEYS = [
+    "app", "tenant", "__dlq.errors.other", "__connect.errors.stage", "kafka_dlt-original-timestamp",
+    "REPLAY_COUNT", UNDECODABLE_PROPERTY,
+]  # fmt: skip
 
 
-def _value(key: str, rnd: random.Random) -> str:
-    if "topic" in key.lower() or key in (C.REAL_TOPIC, C.RETRY_TOPIC):
-        return rnd.choice(TOPICS)
-    if "message.id" in key or "MESSAGE_ID" in key:
-        return rnd.choice(IDS)
-    if any(part in key for part in ("partition", "offset", "count", "COUNT", "TIMES", "failed.at", "DELAY")):
-        return rnd.choice(NUMBERS)
-    if key == C.KEY_REASON:
-        return rnd.choice(["term", "max-redeliveries", "max-reconsumes", "bad", ""])
-    return rnd.choice(TEXTS)
+def _kind(key: str) -> str:
+    return "number" if key == "REPLAY_COUNT" else KINDS.get(key, "text")
 
 
-def random_rows(seed: int, n: int) -> list[dict[str, object]]:
-    """Snapshot rows whose properties mix every convention's keys with junk values (some maps null)."""
-    rnd = random.Random(seed)
-    rows = []
-    for i in range(n):
-        keys = rnd.sample(KEYS, rnd.randint(0, 8))
-        props = None if rnd.random() < 0.05 else [(key, _value(key, rnd)) for key in keys]
-        topic = rnd.choice(["persistent://public/default/d-DLQ", None])
-        message_id = rnd.choice([f"{i}:0:-1:-1", None])
-        rows.append({"topic": topic, "message_id_str": message_id, "properties": props})
-    return rows
+def _hostile(key: str) -> st.SearchStrategy[str | None]:
+    return HOSTILE[_kind(key)] | st.none()  # None: the key is there with a null value
+
+
+@st.composite
+def messages(draw: st.DrawFn, convention: C.Convention | None = None, hostile: bool = True) -> list:
+    """One message's properties as (key, value) pairs: keys of ``convention`` (else of any) with plain
+    values, every topic the same origin; when ``hostile``, about a third of the values hostile, keys of
+    other conventions (conflicts), noise and repeated keys too, in any order."""
+    convention = convention or draw(st.sampled_from(C.CONVENTIONS))
+    keys = draw(st.lists(st.sampled_from(convention.keys), min_size=1, unique=True))
+    keys += sorted(convention.requires)
+    topic = draw(PLAIN["topic"])
+    props = [(key, topic if _kind(key) == "topic" else draw(PLAIN[_kind(key)])) for key in keys]
+    if not hostile:
+        return props
+    props += [(key, topic) for key in draw(st.lists(st.sampled_from(C.ORIGIN_TOPIC_KEYS), max_size=2))]
+    others = draw(
+        st.lists(st.sampled_from([*C.PROPERTY_KEYS, *NOISE_KEYS]) | st.text(max_size=6), max_size=4)
+    )
+    props += [(key, draw(_hostile(key))) for key in others]
+    props = [(key, draw(_hostile(key)) if draw(RARELY) else value) for key, value in props]
+    return draw(st.permutations(props))
+
+
+RARELY = st.sampled_from([False, False, True])
+
+
+def rows_of(draw: st.DrawFn, properties: list) -> list[dict[str, object]]:
+    """Snapshot rows around generated properties (some with no map at all, as Spark can hand them)."""
+    return [
+        {
+            "topic": draw(st.sampled_from(["persistent://public/default/d-DLQ", None])),
+            "message_id_str": draw(st.sampled_from([f"{i}:0:-1:-1", None])),
+            "properties": props,
+        }
+        for i, props in enumerate(properties)
+    ]
+
+
+@st.composite
+def batches(draw: st.DrawFn) -> list[dict[str, object]]:
+    properties = draw(st.lists(messages(), min_size=1, max_size=40))
+    return rows_of(draw, [None if draw(st.integers(0, 9)) == 0 else props for props in properties])
 
 
 def scalar_row(row: dict[str, object]) -> dict[str, object]:
     """What the scalar parser and helpers give for one row (as normalize did row by row)."""
     props = dict(row["properties"] or [])  # type: ignore[call-overload]
-    values = list(C.error_context_values(props, dlq_topic=row["topic"], dlq_message_id=row["message_id_str"]))
-    fields = dict(zip(C.CONTEXT_FIELDS, values, strict=True))
+    values = context.error_context_values(props, dlq_topic=row["topic"], dlq_message_id=row["message_id_str"])
+    fields = dict(zip(context.CONTEXT_FIELDS, values, strict=True))
     for name, limit in INT_LIMITS.items():
         if fields[name] is not None and fields[name] > limit:
             fields[name] = None
@@ -92,52 +167,115 @@ def scalar_row(row: dict[str, object]) -> dict[str, object]:
     return fields
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
-def test_the_kernels_settle_rows_exactly_as_the_scalar_parser(seed):
-    rows = random_rows(seed, 600)
-    batch = pa.RecordBatch.from_pylist(rows, schema=SCHEMA).slice(5, 590)  # a slice, as Spark hands them
-    rows = rows[5:595]
+#: Deterministic (CI reruns the same corpus) and small: each example is a whole batch of messages.
+CORPUS = settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+
+
+def assert_both_engines_agree(rows: list[dict[str, object]], start: int = 0) -> None:
+    """The rows the kernels settle are the scalar parse, normalize gives the scalar parse of every row,
+    and the ids from the origin properties alone are the same ids."""
+    sliced = [rows[0]] * start + rows  # a slice, as Spark hands them
+    batch = pa.RecordBatch.from_pylist(sliced, schema=SCHEMA).slice(start)
     columns, settled = context_columns(batch, UNDECODABLE_PROPERTY)
-    lists = {name: column.to_pylist() for name, column in columns.items()}
-    flags = settled.to_pylist()
-    assert 0.3 < sum(flags) / len(flags) < 1  # junk leaves rows to the scalar parser, most settle
-    for i, row in enumerate(rows):
-        if flags[i]:
-            expected = scalar_row(row)
-            assert {name: lists[name][i] for name in expected} == expected, row
-
-
-@pytest.mark.parametrize("seed", [4, 5])
-def test_normalize_columns_is_the_scalar_parse_of_every_row(seed):
-    rows = random_rows(seed, 400)
-    columns = normalize_columns(pa.RecordBatch.from_pylist(rows, schema=SCHEMA))
-    lists = {name: column.to_pylist() for name, column in columns.items()}
-    for i, row in enumerate(rows):
+    normalized = normalize_columns(batch)
+    kernel_lists = {name: column.to_pylist() for name, column in columns.items()}
+    lists = {name: column.to_pylist() for name, column in normalized.items()}
+    for i, (row, kernels_settled) in enumerate(zip(rows, settled.to_pylist(), strict=True)):
         expected = scalar_row(row)
         assert {name: lists[name][i] for name in expected} == expected, row
+        if kernels_settled:
+            assert {name: kernel_lists[name][i] for name in expected} == expected, row
         template = message_template(expected["error_message"])  # type: ignore[arg-type]
         assert lists["error_template"][i] == template
         material = (expected["error_class"], template, expected["origin_topic"], expected["reason"])
         assert lists["signature"][i] == error_signature(*material)  # type: ignore[arg-type]
+    assert replay_ids(batch) == lists[REPLAY_ID]
 
 
-def test_plain_messages_of_every_convention_are_settled_by_the_kernels():
-    plain = [
-        {C.REAL_TOPIC: "orders", C.ORIGIN_MESSAGE_ID: "1:2:-1"},
-        {C.REAL_TOPIC: "orders", C.RECONSUMETIMES: "3", C.ORIGIN_MESSAGE_ID: "(1,2,-1,-1)"},
-        {C.RETRY_TOPIC: "orders-RETRY", C.RECONSUMETIMES: "16"},
-        {C.KEY_TOPIC: "orders", C.KEY_PARTITION: "2", C.KIP1191_OFFSET: "9", C.KEY_DELIVERY_COUNT: "4"},
-        {C.CONNECT_TOPIC: "orders", C.CONNECT_PARTITION: "1", C.CONNECT_OFFSET: "3", C.CONNECT_TASK: "0"},
-        {C.KEY_TOPIC: "orders", C.KEY_REASON: "term", C.KEY_EXCEPTION_MESSAGE: "id 42", C.REAL_TOPIC: "o-1"}
-        | {C.REAL_TOPIC: "orders"},
-        {"app": "x"},
-    ]
-    rows = [
-        {"topic": "t", "message_id_str": f"{i}:1:-1:-1", "properties": list(p.items())}
-        for i, p in enumerate(plain)
-    ]
-    _, settled = context_columns(pa.RecordBatch.from_pylist(rows, schema=SCHEMA), UNDECODABLE_PROPERTY)
-    assert settled.to_pylist() == [True] * len(plain)
+@CORPUS
+@given(batches(), st.integers(0, 3))
+def test_both_engines_agree_on_hostile_batches(rows, start):
+    """Every convention of the table mixed with others, hostile values, noise and repeated keys."""
+    assert_both_engines_agree(rows, start)
+
+
+@pytest.mark.parametrize("convention", C.CONVENTIONS, ids=lambda c: c.format.value)
+@settings(CORPUS, max_examples=12)
+@given(data=st.data())
+def test_both_engines_agree_on_each_key_made_hostile(convention, data):
+    """Messages with every key of one convention, plain values but one hostile (every key in turn, three
+    times): the kernels settle a row only when they give what the scalar parser gives."""
+    rnd = data.draw(st.randoms(use_true_random=False))  # the plain values: many, cheaper than draws
+    plain = {
+        "number": lambda: str(rnd.randrange(10**18)),
+        "topic": lambda: rnd.choice(TOPICS[:5]),
+        "id": lambda: rnd.choice(["(1,2,-1,-1)", "1:2:-1", "1:2:3:4"]),
+        "choice": lambda: rnd.choice(sorted(C.REASONS)),
+        "text": lambda: rnd.choice(["boom", "é ü", "amount '0,00' is bad", "日本 12"]),
+    }
+    properties = []
+    for key in convention.keys * 3:
+        topic = plain["topic"]()
+        props = [
+            (k, topic if _kind(k) == "topic" else plain[_kind(k)]()) for k in convention.keys if k != key
+        ]
+        properties.append([*props, (key, data.draw(_hostile(key)))])
+    assert_both_engines_agree(rows_of(data.draw, properties))
+
+
+@pytest.mark.parametrize("convention", C.CONVENTIONS, ids=lambda c: c.format.value)
+@CORPUS
+@given(data=st.data())
+def test_plain_messages_of_every_convention_are_settled_by_the_kernels(convention, data):
+    plain = data.draw(st.lists(messages(convention, hostile=False), min_size=1, max_size=8))
+    rows = rows_of(data.draw, plain)
+    columns, settled = context_columns(pa.RecordBatch.from_pylist(rows, schema=SCHEMA), UNDECODABLE_PROPERTY)
+    assert settled.to_pylist() == [True] * len(rows)
+    formats = columns["context_format"].to_pylist()
+    for i, row in enumerate(rows):
+        expected = scalar_row(row)
+        assert {name: columns[name][i].as_py() for name in expected} == expected, row
+        assert formats[i] == context.detect_format(dict(row["properties"]))  # type: ignore[arg-type]
+
+
+WRONG_TYPES = st.one_of(
+    st.integers(), st.binary(max_size=4), st.floats(), st.lists(st.integers(), max_size=2)
+)
+
+
+@CORPUS
+@given(
+    messages(), st.lists(st.tuples(st.sampled_from(C.PROPERTY_KEYS), WRONG_TYPES), max_size=3), WRONG_TYPES
+)
+def test_values_of_the_wrong_type_are_absent_values(props, wrong, key):
+    """The scalar parser never raises on values or keys of the wrong type: a wrong value reads as a null
+    one (the key is there, its value is not), a wrong key is no key; Arrow holds the same as nulls."""
+    mixed = dict(props) | dict(wrong) | {key if not isinstance(key, list) else 0: "x"}
+    as_arrow = [(k, v if isinstance(v, str) else None) for k, v in mixed.items() if isinstance(k, str)]
+    rows = [{"topic": "t", "message_id_str": "1:1:-1:-1", "properties": as_arrow}]
+    expected = dict(
+        zip(
+            context.CONTEXT_FIELDS,
+            context.error_context_values(mixed, dlq_topic="t", dlq_message_id="1:1:-1:-1"),
+            strict=True,
+        )
+    )
+    got = normalize_columns(pa.RecordBatch.from_pylist(rows, schema=SCHEMA))
+    assert {name: got[name][0].as_py() for name in expected} == {
+        name: None if name in INT_LIMITS and value is not None and value > INT_LIMITS[name] else value
+        for name, value in expected.items()
+    }
+
+
+def test_the_table_names_what_the_parser_and_the_library_know():
+    """Every field a reader fills is a context field; the bookkeeping keys a republish strips include the
+    Pulsar standard keys; the origin keys are the claims' keys."""
+    for convention in C.CONVENTIONS:
+        assert set(convention.fields) <= set(context.CONTEXT_FIELDS[2:-1]), convention.format
+    assert {f.value for f in C.ContextFormat} == {c.format.value for c in C.CONVENTIONS} | {"none"}
+    assert set(C.PULSAR_STANDARD_KEYS) <= C.BOOKKEEPING_KEYS
+    assert all(context.is_bookkeeping_property(key) for key in C.PROPERTY_KEYS)
+    assert C.ORIGIN_TOPIC_KEYS == (C.KEY_TOPIC, C.CONNECT_TOPIC, C.SPRING_ORIGINAL_TOPIC, C.REAL_TOPIC)
 
 
 FRAGMENTS = [

@@ -1,0 +1,514 @@
+"""Every DLQ convention, described once as data: the one module that knows property names.
+
+A :class:`Convention` says which property keys mark a message as written in it, which key prefix it
+owns (stripped on republish) and, per error-context field, a small reader: :class:`Text`,
+:class:`Number`, :class:`Position`, :class:`Const`, :class:`Choice`, :class:`Joined` or :class:`First` of
+several. :data:`CONVENTIONS` lists them richest first (formats that carry exception
+details before those that carry only positions): when a message carries several, the first that
+matches wins.
+
+Two engines interpret the table and must agree: the scalar parser of :mod:`pulsar_dlq_consumer.context`
+(one message at a time, :meth:`Reader.read`) and the Spark replay's Arrow kernels
+(``spark_apps/dlq_replay/context_columns.py``, a whole batch at once). Adding a convention is one
+entry in :data:`CONVENTIONS` (and its name in :class:`ContextFormat`). Properties are untrusted: a
+reader never raises, and junk values become ``None``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from collections.abc import Set as AbstractSet
+
+# --------------------------------------------------------------------------- Pulsar standard keys
+
+REAL_TOPIC = "REAL_TOPIC"
+ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+RECONSUMETIMES = "RECONSUMETIMES"
+DELAY_TIME = "DELAY_TIME"  # requested delay in milliseconds
+RETRY_TOPIC = "RETRY_TOPIC"
+#: Misspelt key still written by the Go client next to ORIGIN_MESSAGE_ID: read, never written.
+LEGACY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_IDY_TIME"
+
+PULSAR_STANDARD_KEYS: tuple[str, ...] = (
+    REAL_TOPIC,
+    ORIGIN_MESSAGE_ID,
+    RECONSUMETIMES,
+    DELAY_TIME,
+    RETRY_TOPIC,
+    LEGACY_ORIGIN_MESSAGE_ID,
+)
+
+# --------------------------------------------------------------------------- our family (and KIP-1191's)
+
+CONTEXT_PREFIX = "__dlq.errors."
+
+KEY_TOPIC = CONTEXT_PREFIX + "topic"  # origin topic (shared with KIP-1191)
+KEY_PARTITION = CONTEXT_PREFIX + "partition"  # origin partition index, when partitioned (KIP-1191 too)
+KEY_MESSAGE_ID = CONTEXT_PREFIX + "message.id"  # origin message id, str(MessageId)
+KEY_SUBSCRIPTION = CONTEXT_PREFIX + "subscription"
+KEY_DELIVERY_COUNT = CONTEXT_PREFIX + "delivery.count"  # deliveries on the origin subscription (>= 1)
+KEY_RECONSUME_COUNT = CONTEXT_PREFIX + "reconsume.count"  # trips through the retry topic so far
+KEY_REASON = CONTEXT_PREFIX + "reason"  # term | max-redeliveries | max-reconsumes (DLQ messages only)
+KEY_EXCEPTION_CLASS = CONTEXT_PREFIX + "exception.class"
+KEY_EXCEPTION_MESSAGE = CONTEXT_PREFIX + "exception.message"
+KEY_EXCEPTION_STACKTRACE = CONTEXT_PREFIX + "exception.stacktrace"
+KEY_FAILED_AT = CONTEXT_PREFIX + "failed.at"  # epoch milliseconds
+KEY_CONSUMER = CONTEXT_PREFIX + "consumer"
+KEY_PAYLOAD_SHA256 = CONTEXT_PREFIX + "payload.sha256"  # only when the payload is not copied
+KEY_PAYLOAD_COPIED = CONTEXT_PREFIX + "payload.copied"  # "true" | "false"
+
+# KIP-1191 (Kafka share-group DLQ) headers: topic, partition and delivery count are ours too.
+KIP1191_OFFSET = CONTEXT_PREFIX + "offset"
+KIP1191_GROUP = CONTEXT_PREFIX + "group"
+KIP1191_MESSAGE = CONTEXT_PREFIX + "message"
+
+# Kafka Connect DLQ headers.
+CONNECT_PREFIX = "__connect.errors."
+CONNECT_TOPIC = CONNECT_PREFIX + "topic"
+CONNECT_PARTITION = CONNECT_PREFIX + "partition"
+CONNECT_OFFSET = CONNECT_PREFIX + "offset"
+CONNECT_CONNECTOR = CONNECT_PREFIX + "connector.name"
+CONNECT_TASK = CONNECT_PREFIX + "task.id"
+CONNECT_EXCEPTION_CLASS = CONNECT_PREFIX + "exception.class.name"
+CONNECT_EXCEPTION_MESSAGE = CONNECT_PREFIX + "exception.message"
+CONNECT_EXCEPTION_STACKTRACE = CONNECT_PREFIX + "exception.stacktrace"
+
+# Spring Kafka dead-letter-topic headers.
+SPRING_PREFIX = "kafka_dlt-"
+SPRING_EXCEPTION_FQCN = SPRING_PREFIX + "exception-fqcn"
+SPRING_CAUSE_FQCN = SPRING_PREFIX + "exception-cause-fqcn"
+SPRING_EXCEPTION_MESSAGE = SPRING_PREFIX + "exception-message"
+SPRING_EXCEPTION_STACKTRACE = SPRING_PREFIX + "exception-stacktrace"
+SPRING_ORIGINAL_TOPIC = SPRING_PREFIX + "original-topic"
+SPRING_ORIGINAL_PARTITION = SPRING_PREFIX + "original-partition"
+SPRING_ORIGINAL_OFFSET = SPRING_PREFIX + "original-offset"
+SPRING_ORIGINAL_GROUP = SPRING_PREFIX + "original-consumer-group"
+
+#: Bounds on what we write (UTF-8 bytes); the parser applies the same bounds to what it reads.
+MAX_ERROR_MESSAGE_BYTES = 4 * 1024
+MAX_ERROR_STACK_BYTES = 16 * 1024
+TRUNCATION_MARKER = "...[truncated]"
+
+REASON_TERM = "term"
+REASON_MAX_REDELIVERIES = "max-redeliveries"
+REASON_MAX_RECONSUMES = "max-reconsumes"
+REASON_UNKNOWN = "unknown"
+REASONS: frozenset[str] = frozenset({REASON_TERM, REASON_MAX_REDELIVERIES, REASON_MAX_RECONSUMES})
+
+
+class ContextFormat(StrEnum):
+    """Which convention an error context was read from (``none``: no convention matched)."""
+
+    OURS = "ours"
+    PULSAR_DLQ_POLICY = "pulsar_dlq_policy"
+    JAVA_RETRY = "java_retry"
+    TDMQ = "tdmq"
+    KIP1191 = "kip1191"
+    KAFKA_CONNECT = "kafka_connect"
+    SPRING = "spring"
+    NONE = "none"
+
+
+# --------------------------------------------------------------------------- value helpers
+
+_SURROGATES = re.compile("[\ud800-\udfff]")
+_ASCII_INT = re.compile(r"-?[0-9]{1,19}")
+
+
+def safe_str(value: str) -> str:
+    """Return ``value`` as a string that encodes to UTF-8 (lone surrogates become U+FFFD)."""
+    if value.isascii():
+        return value
+    try:
+        value.encode("utf-8")
+        return value
+    except UnicodeEncodeError:
+        return _SURROGATES.sub("\ufffd", value)
+
+
+def truncate_utf8(value: str, max_bytes: int) -> str:
+    """Bound ``value`` to ``max_bytes`` UTF-8 bytes, ending with a marker when cut (never splits a char)."""
+    if len(value) <= max_bytes and value.isascii():  # one byte per character: nothing to cut
+        return value
+    text = safe_str(value)
+    raw = text.encode("utf-8")
+    if len(raw) <= max_bytes:
+        return text
+    marker = TRUNCATION_MARKER.encode("utf-8")
+    keep = max(0, max_bytes - len(marker))
+    return raw[:keep].decode("utf-8", "ignore") + (TRUNCATION_MARKER if max_bytes >= len(marker) else "")
+
+
+def read_text(props: Mapping[str, Any], key: str) -> str | None:
+    """The value of ``key`` as valid UTF-8 text; ``None`` when absent, empty or not a string."""
+    value = props.get(key)
+    if not isinstance(value, str) or value == "":
+        return None
+    return value if value.isascii() else safe_str(value)
+
+
+def read_int(props: Mapping[str, Any], key: str, minimum: int = 0) -> int | None:
+    """The value of ``key`` as a decimal of at most 19 ASCII digits (optional sign, surrounding spaces),
+    at least ``minimum``; else ``None``."""
+    value = props.get(key)
+    if not isinstance(value, str):
+        return None
+    # Fast path: 1 to 19 ASCII digits (what writers send); anything else is checked by _ASCII_INT.
+    plain = value.isascii() and value.isdigit() and len(value) <= 19
+    if not plain and not _ASCII_INT.fullmatch(value.strip()):
+        return None
+    number = int(value)
+    return number if number >= minimum else None
+
+
+def _big_endian_or_decimal(props: Mapping[str, Any], key: str) -> int | None:
+    """Spring writes partition/offset as big-endian binary; a bridge may pass it through as latin-1."""
+    number = read_int(props, key)
+    if number is not None:
+        return number
+    value = props.get(key)
+    if not isinstance(value, str) or len(value) not in (4, 8) or not value.startswith("\x00"):
+        return None
+    if any(ord(ch) > 0xFF for ch in value):
+        return None
+    return int.from_bytes(value.encode("latin-1"), "big")
+
+
+# --------------------------------------------------------------------------- readers
+
+
+class Reader:
+    """How one error-context field is read from a message's properties (see the subclasses)."""
+
+    __slots__ = ()
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """Every property key the reader looks at."""
+        return ()
+
+    def read(self, props: Mapping[str, Any]) -> Any:
+        """The field's value for one message (``None``: the message gives none)."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True, slots=True)
+class Text(Reader):
+    """The value of ``key`` (absent, empty or not text: ``None``), cut to ``max_bytes`` UTF-8 bytes with
+    :data:`TRUNCATION_MARKER` when a bound is given."""
+
+    key: str
+    max_bytes: int | None = None
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return (self.key,)
+
+    def read(self, props: Mapping[str, Any]) -> str | None:
+        value = props.get(self.key)  # read_text, inlined: the parser's most frequent call
+        if not isinstance(value, str) or value == "":
+            return None
+        if self.max_bytes is not None:
+            return truncate_utf8(value, self.max_bytes)
+        return value if value.isascii() else safe_str(value)
+
+
+@dataclass(frozen=True, slots=True)
+class Number(Reader):
+    """A decimal number (see :func:`read_int`) of at least ``minimum``."""
+
+    key: str
+    minimum: int = 0
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return (self.key,)
+
+    def read(self, props: Mapping[str, Any]) -> int | None:
+        return read_int(props, self.key, self.minimum)
+
+
+@dataclass(frozen=True, slots=True)
+class Position(Reader):
+    """A Kafka position, ``"<partition or 0>:<offset>"`` (no offset: ``None``), from decimal numbers or,
+    with ``binary``, from big-endian binary values as Spring writes them."""
+
+    partition: str
+    offset: str
+    binary: bool = False
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return (self.partition, self.offset)
+
+    def read(self, props: Mapping[str, Any]) -> str | None:
+        number = _big_endian_or_decimal if self.binary else read_int
+        offset = number(props, self.offset)
+        if offset is None:
+            return None
+        partition = number(props, self.partition)
+        return f"{partition if partition is not None else 0}:{offset}"
+
+
+@dataclass(frozen=True, slots=True)
+class Const(Reader):
+    """Always ``value`` (what a convention implies without saying it, e.g. its reason)."""
+
+    value: str
+
+    def read(self, props: Mapping[str, Any]) -> str:
+        return self.value
+
+
+@dataclass(frozen=True, slots=True)
+class Choice(Reader):
+    """The text of ``key`` when it is one of ``allowed``, else ``default``."""
+
+    key: str
+    allowed: frozenset[str]
+    default: str
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return (self.key,)
+
+    def read(self, props: Mapping[str, Any]) -> str:
+        value = read_text(props, self.key)
+        return value if value in self.allowed else self.default
+
+
+@dataclass(frozen=True, slots=True)
+class Joined(Reader):
+    """``"<first><sep><second>"`` when both texts are given, else the first text."""
+
+    first: str
+    second: str
+    sep: str = "-"
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return (self.first, self.second)
+
+    def read(self, props: Mapping[str, Any]) -> str | None:
+        first, second = read_text(props, self.first), read_text(props, self.second)
+        return f"{first}{self.sep}{second}" if first and second else first
+
+
+@dataclass(frozen=True, slots=True)
+class First(Reader):
+    """The first of ``readers`` that gives a value."""
+
+    readers: tuple[Reader, ...]
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return tuple(key for reader in self.readers for key in reader.keys)
+
+    def read(self, props: Mapping[str, Any]) -> Any:
+        for reader in self.readers:
+            value = reader.read(props)
+            if value is not None:
+                return value
+        return None
+
+
+def first(*readers: Reader) -> Reader:
+    """:class:`First` of ``readers`` (one reader: itself)."""
+    return readers[0] if len(readers) == 1 else First(readers)
+
+
+# --------------------------------------------------------------------------- the table
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What a convention says the origin was: the key naming the topic and how to read the message id."""
+
+    topic_key: str
+    message_id: Reader
+
+
+@dataclass(frozen=True)
+class Convention:
+    """One DLQ convention.
+
+    A message is in it when one of its keys is in ``markers`` or starts with ``marker_prefix``, and it
+    carries every key of ``requires``. ``namespace`` is the key prefix the convention owns. ``fields``
+    maps error-context fields to readers (a field left out gives ``None``, or its
+    :data:`FIELD_DEFAULTS` value); ``claim`` is the origin claim it makes (:data:`ORIGIN_CLAIMS`).
+    """
+
+    format: ContextFormat
+    fields: Mapping[str, Reader]
+    markers: frozenset[str] = frozenset()
+    marker_prefix: str = ""
+    requires: frozenset[str] = frozenset()
+    namespace: str = ""
+    claim: Claim | None = None
+    keys: tuple[str, ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        read = (key for reader in self.fields.values() for key in reader.keys)
+        object.__setattr__(self, "keys", tuple(dict.fromkeys((*sorted(self.markers), *self.requires, *read))))
+
+    def marks(self, key: str) -> bool:
+        """Does ``key`` mark a message as written in this convention (with :attr:`requires`)?"""
+        return key in self.markers or (bool(self.marker_prefix) and key.startswith(self.marker_prefix))
+
+    def matches(self, keys: AbstractSet[str]) -> bool:
+        """Is a message carrying the property ``keys`` written in this convention?"""
+        marked = not self.markers.isdisjoint(keys) or (
+            bool(self.marker_prefix) and any(key.startswith(self.marker_prefix) for key in keys)
+        )
+        return marked and self.requires <= keys
+
+
+_STD_ORIGIN_ID = first(Text(ORIGIN_MESSAGE_ID), Text(LEGACY_ORIGIN_MESSAGE_ID))
+_PULSAR_CLAIM = Claim(REAL_TOPIC, _STD_ORIGIN_ID)
+_SPRING_POSITION = Position(SPRING_ORIGINAL_PARTITION, SPRING_ORIGINAL_OFFSET, binary=True)
+_RETRIED = {
+    "origin_topic": Text(REAL_TOPIC),
+    "origin_message_id": _STD_ORIGIN_ID,
+    "reconsume_times": Number(RECONSUMETIMES),
+    "reason": Const(REASON_MAX_RECONSUMES),
+}
+
+#: Every convention, in precedence order (richest first).
+CONVENTIONS: tuple[Convention, ...] = (
+    Convention(  # this library: any key only it writes
+        ContextFormat.OURS,
+        markers=frozenset(
+            {
+                KEY_MESSAGE_ID,
+                KEY_SUBSCRIPTION,
+                KEY_RECONSUME_COUNT,
+                KEY_REASON,
+                KEY_EXCEPTION_CLASS,
+                KEY_EXCEPTION_MESSAGE,
+                KEY_EXCEPTION_STACKTRACE,
+                KEY_FAILED_AT,
+                KEY_CONSUMER,
+                KEY_PAYLOAD_SHA256,
+                KEY_PAYLOAD_COPIED,
+            }
+        ),
+        namespace=CONTEXT_PREFIX,
+        claim=Claim(KEY_TOPIC, Text(KEY_MESSAGE_ID)),
+        fields={
+            "origin_topic": first(Text(KEY_TOPIC), Text(REAL_TOPIC)),
+            "origin_message_id": first(Text(KEY_MESSAGE_ID), _STD_ORIGIN_ID),
+            "subscription": Text(KEY_SUBSCRIPTION),
+            "delivery_count": Number(KEY_DELIVERY_COUNT, minimum=1),
+            "reconsume_times": first(Number(KEY_RECONSUME_COUNT), Number(RECONSUMETIMES)),
+            "reason": Choice(KEY_REASON, REASONS, REASON_UNKNOWN),
+            "error_class": Text(KEY_EXCEPTION_CLASS),
+            "error_message": Text(KEY_EXCEPTION_MESSAGE, MAX_ERROR_MESSAGE_BYTES),
+            "error_stack": Text(KEY_EXCEPTION_STACKTRACE, MAX_ERROR_STACK_BYTES),
+            "failed_at": Number(KEY_FAILED_AT),
+            "consumer": Text(KEY_CONSUMER),
+        },
+    ),
+    Convention(  # Kafka Connect's errors.deadletterqueue.context.headers.enable
+        ContextFormat.KAFKA_CONNECT,
+        marker_prefix=CONNECT_PREFIX,
+        namespace=CONNECT_PREFIX,
+        claim=Claim(CONNECT_TOPIC, Position(CONNECT_PARTITION, CONNECT_OFFSET)),
+        fields={
+            "origin_topic": Text(CONNECT_TOPIC),
+            "origin_message_id": Position(CONNECT_PARTITION, CONNECT_OFFSET),
+            "subscription": Text(CONNECT_CONNECTOR),
+            "error_class": Text(CONNECT_EXCEPTION_CLASS),
+            "error_message": Text(CONNECT_EXCEPTION_MESSAGE, MAX_ERROR_MESSAGE_BYTES),
+            "error_stack": Text(CONNECT_EXCEPTION_STACKTRACE, MAX_ERROR_STACK_BYTES),
+            "consumer": Joined(CONNECT_CONNECTOR, CONNECT_TASK),
+        },
+    ),
+    Convention(  # Spring Kafka's DeadLetterPublishingRecoverer
+        ContextFormat.SPRING,
+        marker_prefix=SPRING_PREFIX,
+        namespace=SPRING_PREFIX,
+        claim=Claim(SPRING_ORIGINAL_TOPIC, _SPRING_POSITION),
+        fields={
+            "origin_topic": Text(SPRING_ORIGINAL_TOPIC),
+            "origin_message_id": _SPRING_POSITION,
+            "subscription": Text(SPRING_ORIGINAL_GROUP),
+            "error_class": first(Text(SPRING_CAUSE_FQCN), Text(SPRING_EXCEPTION_FQCN)),
+            "error_message": Text(SPRING_EXCEPTION_MESSAGE, MAX_ERROR_MESSAGE_BYTES),
+            "error_stack": Text(SPRING_EXCEPTION_STACKTRACE, MAX_ERROR_STACK_BYTES),
+        },
+    ),
+    Convention(  # KIP-1191 share-group DLQ headers (a subset of our keys)
+        ContextFormat.KIP1191,
+        markers=frozenset(
+            {KEY_TOPIC, KEY_PARTITION, KIP1191_OFFSET, KIP1191_GROUP, KEY_DELIVERY_COUNT, KIP1191_MESSAGE}
+        ),
+        namespace=CONTEXT_PREFIX,
+        claim=Claim(KEY_TOPIC, Position(KEY_PARTITION, KIP1191_OFFSET)),
+        fields={
+            "origin_topic": Text(KEY_TOPIC),
+            "origin_message_id": Position(KEY_PARTITION, KIP1191_OFFSET),
+            "subscription": Text(KIP1191_GROUP),
+            "delivery_count": Number(KEY_DELIVERY_COUNT, minimum=1),
+            "error_message": Text(KIP1191_MESSAGE, MAX_ERROR_MESSAGE_BYTES),
+        },
+    ),
+    Convention(  # the Java client's retry letter topic (RetryMessageUtil)
+        ContextFormat.JAVA_RETRY,
+        markers=frozenset({RECONSUMETIMES, RETRY_TOPIC, DELAY_TIME}),
+        requires=frozenset({REAL_TOPIC}),
+        claim=_PULSAR_CLAIM,
+        fields=_RETRIED,
+    ),
+    Convention(  # TDMQ for Pulsar's retry topic: no REAL_TOPIC
+        ContextFormat.TDMQ,
+        markers=frozenset({RECONSUMETIMES, RETRY_TOPIC}),
+        claim=_PULSAR_CLAIM,
+        fields=_RETRIED,
+    ),
+    Convention(  # the official clients' DeadLetterPolicy / ConsumerDeadLetterPolicy
+        ContextFormat.PULSAR_DLQ_POLICY,
+        markers=frozenset({REAL_TOPIC, ORIGIN_MESSAGE_ID, LEGACY_ORIGIN_MESSAGE_ID}),
+        claim=_PULSAR_CLAIM,
+        fields={
+            "origin_topic": Text(REAL_TOPIC),
+            "origin_message_id": _STD_ORIGIN_ID,
+            "reason": Const(REASON_MAX_REDELIVERIES),
+        },
+    ),
+)
+
+#: What a field is when the message's convention gives nothing for it (other fields: ``None``).
+FIELD_DEFAULTS: Mapping[str, Any] = {"reason": REASON_UNKNOWN}
+
+
+def _origin_claims() -> tuple[Claim, ...]:
+    """One claim per topic key, in table order; conventions that share a topic key (ours and KIP-1191)
+    read the message id the first of their ways that gives one."""
+    readers: dict[str, list[Reader]] = {}
+    for convention in CONVENTIONS:
+        if convention.claim is not None:
+            found = readers.setdefault(convention.claim.topic_key, [])
+            if convention.claim.message_id not in found:
+                found.append(convention.claim.message_id)
+    return tuple(Claim(key, first(*found)) for key, found in readers.items())
+
+
+#: The origin claims a message can make, in precedence order (see ``context.origin_claims``).
+ORIGIN_CLAIMS: tuple[Claim, ...] = _origin_claims()
+#: Property keys that name the origin topic, one per claim.
+ORIGIN_TOPIC_KEYS: tuple[str, ...] = tuple(claim.topic_key for claim in ORIGIN_CLAIMS)
+#: Every property the origin claims read: a message's origin identity depends on these alone.
+ORIGIN_PROPERTY_KEYS: tuple[str, ...] = tuple(
+    dict.fromkeys(key for claim in ORIGIN_CLAIMS for key in (claim.topic_key, *claim.message_id.keys))
+)
+#: Every property key a convention marks, requires or reads.
+PROPERTY_KEYS: tuple[str, ...] = tuple(dict.fromkeys(key for c in CONVENTIONS for key in c.keys))
+#: Keys a republish strips: every key of :data:`PROPERTY_KEYS` and every key under a namespace.
+BOOKKEEPING_PREFIXES: tuple[str, ...] = tuple(dict.fromkeys(c.namespace for c in CONVENTIONS if c.namespace))
+BOOKKEEPING_KEYS: frozenset[str] = frozenset(PROPERTY_KEYS)
