@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from pulsar_dlq_consumer.conventions import ContextFormat
 from spark_apps.dlq_replay import outcomes
 from spark_apps.dlq_replay.errors import PlaybookError, ReplayConfigError
 from spark_apps.dlq_replay.topics import TopicMatcher, qualify_topic
@@ -49,15 +50,9 @@ _RULE_KEYS = (
     "fix_timeout_seconds",
     "archive_payload",
 )
-_CONTEXT_FORMATS = (
-    "ours",
-    "pulsar_dlq_policy",
-    "java_retry",
-    "tdmq",
-    "kip1191",
-    "kafka_connect",
-    "spring",
-)  # not "none": messages without a parseable context are always malformed, no rule applies
+#: The conventions a rule may match (not ``none``: a message without a parseable context is always
+#: malformed, no rule applies).
+_CONTEXT_FORMATS = tuple(f.value for f in ContextFormat if f is not ContextFormat.NONE)
 
 
 @dataclass(frozen=True)
