@@ -397,7 +397,7 @@ def canonical_topic(topic: str | None) -> str | None:
     if not topic or TRUNCATION_MARKER in topic:
         return None
     from pulsar_dlq_consumer.errors import ConfigurationError
-    from pulsar_dlq_consumer.policy import normalize_topic
+    from pulsar_dlq_consumer.topics import normalize_topic
 
     try:
         qualified = normalize_topic(topic)
