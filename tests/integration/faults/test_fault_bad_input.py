@@ -229,7 +229,7 @@ def secret_spellings(service: str, admin: str) -> dict[str, tuple[list[str], str
         "--group-actions @<token>": (["--group-actions", f"@{TOKEN}"], "cannot be read"),
         "--group-actions <token>": (["--group-actions", TOKEN], "is not valid JSON"),
         "--window-from <token>": (["--window-from", TOKEN], "--window-from looks like a token"),
-        "--signatures <token>": (["--signatures", TOKEN], "is not a signature"),
+        "--signatures <token>": (["--signatures", TOKEN], "a signature is 16 lower-case hex digits"),
         "--canary <token>": (["--canary", TOKEN], "--canary must be a count"),
         "--subscription <token>": (["--subscription", TOKEN], "--subscription looks like a token"),
         "--topics <token>": (["--topics", TOKEN], "--topics looks like a token"),
