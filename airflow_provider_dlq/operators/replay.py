@@ -45,6 +45,7 @@ from airflow_provider_dlq.operators.replay_cli import (
     ReplayArgumentError,
     archive_flag,
     build_replay_args,
+    check_topics,
     compact_summary,
     default_run_id,
     parse_group_actions,
@@ -785,6 +786,7 @@ class DlqReplayOperator(BaseOperator):
         """The connection and the app's arguments; a usage error fails the task without retries (the
         same configuration would fail every try)."""
         try:
+            check_topics(self.topics)  # before the connection: the trigger form's first field
             pulsar = self.pulsar_hook.config
             return pulsar, self.replay_args(run_id, pulsar)
         except (ReplayArgumentError, PulsarConnectionError, AirflowNotFoundException) as exc:

@@ -29,8 +29,10 @@ from pulsar_dlq_consumer.replay_options import (
     DEFAULT_SUBSCRIPTION,
     DRY_RUN,
     GROUP_ACTIONS,
+    TOPICS_REQUIRED,
     CanarySpec,
     ReplayOptions,
+    ReplayOptionsError,
     parse_time,
 )
 
@@ -182,14 +184,25 @@ def _output_dir(value: Any) -> str:
     return text.rstrip("/") if "://" in text else os.path.abspath(text) if text else ""
 
 
+def check_topics(topics: str | Sequence[str] | None) -> None:
+    """Refuse a run without DLQ topics (the first thing a new user leaves empty), before anything else
+    is looked up, with the options' own message and where to set them."""
+    if not as_list("topics", topics):
+        raise _hinted(ReplayOptionsError(TOPICS_REQUIRED))
+
+
+def _hinted(exc: ConfigurationError) -> ReplayArgumentError:
+    hint = next((h for start, h in _WHERE_TO_SET.items() if str(exc).startswith(start)), None)
+    return ReplayArgumentError(f"{exc}. {hint}" if hint else f"{exc}.")
+
+
 def build_replay_args(values: Mapping[str, Any]) -> ReplayOptions:
     """The operator's rendered values as the app's options; a bad one raises
     :class:`ReplayArgumentError` with the options' own message and, where it helps, where to set it."""
     try:
         return _build(values)
     except ConfigurationError as exc:  # the options' checks (ReplayOptionsError)
-        hint = next((h for start, h in _WHERE_TO_SET.items() if str(exc).startswith(start)), None)
-        raise ReplayArgumentError(f"{exc}. {hint}" if hint else f"{exc}.") from None
+        raise _hinted(exc) from None
 
 
 def _build(values: Mapping[str, Any]) -> ReplayOptions:

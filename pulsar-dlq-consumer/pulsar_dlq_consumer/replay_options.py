@@ -35,6 +35,8 @@ DEFAULT_IDLE_TIMEOUT_MS = 3000
 DEFAULT_CANARY_WAIT_SECONDS = 60.0
 #: The app's last stdout line starts with this, followed by the run's summary as JSON.
 SUMMARY_PREFIX = "DLQ_REPLAY_SUMMARY "
+#: The refusal of a run without DLQ topics.
+TOPICS_REQUIRED = "--topics is required: the DLQ topics to replay, comma-separated"
 #: What an approval may decide for an error group (``--group-actions``).
 GROUP_ACTIONS = ("replay", "archive", "leave")
 
@@ -211,7 +213,7 @@ class ReplayOptions:
 
     def _check_topics(self) -> None:
         if not self.topics:
-            raise ReplayOptionsError("--topics is required: the DLQ topics to replay, comma-separated")
+            raise ReplayOptionsError(TOPICS_REQUIRED)
         for topic in self.topics:
             try:
                 normalize_topic(topic)

@@ -69,7 +69,7 @@ def test_first_steps_pool_usage_error_and_skip_reason(airflow_stack, browser, tm
     assert ti["try_number"] == 1, ti
     assert ti["pool"] == "dlq_replay", ti
     log = stack.task_log("dlq_backfill", run_id, "dry_run")
-    assert "topics is empty" in log
+    assert "--topics is required" in log
     assert "Variable dlq_topics" in log
     assert "Param topics" in log
     assert "not retried" in log

@@ -297,6 +297,15 @@ def test_rendered_values_are_validated_with_the_fix(change, fragment):
         build_replay_args(values)
 
 
+def test_no_topics_is_said_before_a_missing_connection(tmp_path):
+    """A first-time user has neither: the task names the empty topics first (the trigger form's field)."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    op = make_operator(tmp_path, topics="", pulsar_conn_id="no_such_pulsar_conn")
+    with pytest.raises(AirflowFailException, match=r"--topics is required.*Variable dlq_topics.*not retried"):
+        op.usage_checked("r1")
+
+
 def test_templated_blanks_become_absent_options():
     args = build_replay_args(
         {
