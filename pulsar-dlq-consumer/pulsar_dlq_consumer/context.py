@@ -16,7 +16,7 @@ import traceback
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from pulsar_dlq_consumer.conventions import (
     BOOKKEEPING_KEYS,
@@ -386,7 +386,8 @@ def origin_claims(properties: Mapping[str, str] | None) -> tuple[OriginClaim, ..
             continue
         if len(value) > MAX_CLAIM_CHARS:
             value = value[:MAX_CLAIM_CHARS] + TRUNCATION_MARKER
-        claims.append(OriginClaim(claim.topic_key, value, claim.message_id.read(properties)))
+        message_id = cast("str | None", claim.message_id.read(properties))  # Text or Position readers
+        claims.append(OriginClaim(claim.topic_key, value, message_id))
     return tuple(claims)
 
 

@@ -8,7 +8,7 @@ details before those that carry only positions): when a message carries several,
 matches wins.
 
 Two engines interpret the table and must agree: the scalar parser of :mod:`pulsar_dlq_consumer.context`
-(one message at a time, :meth:`Reader.read`) and the Spark replay's Arrow kernels
+(one message at a time, each reader's ``read``) and the Spark replay's Arrow kernels
 (``spark_apps/dlq_replay/context_columns.py``, a whole batch at once). Adding a convention is one
 entry in :data:`CONVENTIONS` (and its name in :class:`ContextFormat`). Properties are untrusted: a
 reader never raises, and junk values become ``None``.
@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -183,23 +183,12 @@ def _big_endian_or_decimal(props: Mapping[str, Any], key: str) -> int | None:
 # --------------------------------------------------------------------------- readers
 
 
-class Reader:
-    """How one error-context field is read from a message's properties (see the subclasses)."""
-
-    __slots__ = ()
-
-    @property
-    def keys(self) -> tuple[str, ...]:
-        """Every property key the reader looks at."""
-        return ()
-
-    def read(self, props: Mapping[str, Any]) -> Any:
-        """The field's value for one message (``None``: the message gives none)."""
-        raise NotImplementedError
+# A reader says how one error-context field is read from a message's properties: ``keys`` are every
+# property key it looks at, ``read(props)`` the field's value for one message (``None``: none given).
 
 
 @dataclass(frozen=True, slots=True)
-class Text(Reader):
+class Text:
     """The value of ``key`` (absent, empty or not text: ``None``), cut to ``max_bytes`` UTF-8 bytes with
     :data:`TRUNCATION_MARKER` when a bound is given."""
 
@@ -220,7 +209,7 @@ class Text(Reader):
 
 
 @dataclass(frozen=True, slots=True)
-class Number(Reader):
+class Number:
     """A decimal number (see :func:`read_int`) of at least ``minimum``."""
 
     key: str
@@ -235,7 +224,7 @@ class Number(Reader):
 
 
 @dataclass(frozen=True, slots=True)
-class Position(Reader):
+class Position:
     """A Kafka position, ``"<partition or 0>:<offset>"`` (no offset: ``None``), from decimal numbers or,
     with ``binary``, from big-endian binary values as Spring writes them."""
 
@@ -257,17 +246,21 @@ class Position(Reader):
 
 
 @dataclass(frozen=True, slots=True)
-class Const(Reader):
+class Const:
     """Always ``value`` (what a convention implies without saying it, e.g. its reason)."""
 
     value: str
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return ()
 
     def read(self, props: Mapping[str, Any]) -> str:
         return self.value
 
 
 @dataclass(frozen=True, slots=True)
-class Choice(Reader):
+class Choice:
     """The text of ``key`` when it is one of ``allowed``, else ``default``."""
 
     key: str
@@ -284,7 +277,7 @@ class Choice(Reader):
 
 
 @dataclass(frozen=True, slots=True)
-class Joined(Reader):
+class Joined:
     """``"<first><sep><second>"`` when both texts are given, else the first text."""
 
     first: str
@@ -301,7 +294,7 @@ class Joined(Reader):
 
 
 @dataclass(frozen=True, slots=True)
-class First(Reader):
+class First:
     """The first of ``readers`` that gives a value."""
 
     readers: tuple[Reader, ...]
@@ -316,6 +309,10 @@ class First(Reader):
             if value is not None:
                 return value
         return None
+
+
+#: Every kind of reader (the Arrow kernels have one per kind).
+Reader: TypeAlias = Text | Number | Position | Const | Choice | Joined | First
 
 
 def first(*readers: Reader) -> Reader:
