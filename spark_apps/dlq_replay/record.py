@@ -235,18 +235,20 @@ class _RecordBuckets:
             return  # no decisions in this bucket
         sent = bucket_results(self.results, bucket)
         index = None if sent is None else ResultIndex(sent)
-        parts, finals = BucketParts(bucket, self.parts_dir), EntryFinals()
+        recorded = self.mode != oc.DRY_RUN  # a dry run's ledger rows only make the report's parts
+        parts, finals = BucketParts(bucket, self.parts_dir), EntryFinals() if recorded else None
         columns = list(dict.fromkeys([*decided_columns(), "sequence_id", *REP_COLUMNS]))
         source = storage.open_parquet(path)
         for rows in source.iter_batches(batch_size=self.batch_rows, columns=columns, use_threads=False):
             mine = None if index is None else index.positions(rows)
             ledger = ledger_batch(rows, sent, mine, self.mode, self.recorded_at, self.halted)
             parts.add(ledger, rows)
-            finals.add(ledger)
-            if self.mode != oc.DRY_RUN:  # a dry run's ledger rows only make the report's parts
+            if finals is not None:
+                finals.add(ledger)
                 yield ledger
         parts.write()
-        finals.write(self.commit_dir, bucket)
+        if finals is not None:
+            finals.write(self.commit_dir, bucket)
 
 
 def publish_staged(staged: str, ledger_root: str, run_id: str) -> bool:
