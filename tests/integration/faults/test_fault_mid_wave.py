@@ -94,16 +94,26 @@ def received_on(admin: Any, topics: list[str]) -> int:
 def kill_when_received(
     proc: Any, admin: Any, origins: list[str], at_least: int, out: Path, run_id: str
 ) -> dict[str, Any]:
-    """SIGKILL the spark-submit tree once the origins received ``at_least`` messages; returns the apply step's
-    progress at the kill (it must be running a wave)."""
+    """SIGKILL the spark-submit tree inside the first wave in flight once the origins received
+    ``at_least`` messages; returns the apply step's progress at the kill.
+
+    The tree is stopped (SIGSTOP) while the state is read; when the received count was reached between
+    two waves (the driver saving a wave's results), the tree goes on (SIGCONT) and the kill waits for the
+    next wave, so each attempt dies while a wave is being sent."""
     deadline = time.monotonic() + 600
-    while received_on(admin, origins) < at_least:
-        assert proc.poll() is None, f"the run exited ({proc.returncode}) before {at_least} were received"
-        assert time.monotonic() < deadline, f"{at_least} messages were not received in time"
-        time.sleep(0.02)
-    procs = tree(proc)
-    signal_tree(procs, 19)  # SIGSTOP: nothing moves while the state is read
-    progress = state_of(out, run_id).get("steps", {}).get("apply", {})
+    while True:
+        assert proc.poll() is None, f"the run exited ({proc.returncode}) before a kill inside a wave"
+        assert time.monotonic() < deadline, f"no wave was in flight after {at_least} were received"
+        if received_on(admin, origins) < at_least:
+            time.sleep(0.02)
+            continue
+        procs = tree(proc)
+        signal_tree(procs, 19)  # SIGSTOP: nothing moves while the state is read
+        progress = state_of(out, run_id).get("steps", {}).get("apply", {})
+        if "wave_in_flight" in progress or progress.get("status") != "running":
+            break
+        signal_tree(procs, 18)  # SIGCONT: between two waves, wait for the next one
+        time.sleep(0.05)
     signal_tree(procs, 9)
     proc.wait(timeout=60)
     return progress
