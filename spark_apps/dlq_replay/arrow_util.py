@@ -89,7 +89,18 @@ class SortedKeys:
 
 
 def _byte_keys(keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    """``keys`` as a NumPy bytes array (null: empty), ordered and compared byte by byte."""
+    """``keys`` as a NumPy bytes array (null: empty), ordered and compared byte by byte: each key padded
+    with NUL bytes to the longest in Arrow, then the data buffer viewed as fixed-width values (no Python
+    object per key)."""
     import numpy as np
 
-    return np.array([b"" if v is None else v for v in keys.cast(pa.binary()).to_pylist()], dtype=np.bytes_)
+    values = pc.fill_null(keys.cast(pa.binary()), b"")
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    if not len(values):
+        return np.array([], dtype="S1")
+    lengths = pc.binary_length(values)
+    width = max(1, pc.max(lengths).as_py())
+    pads = pc.binary_repeat(pa.scalar(b"\x00"), pc.subtract(pa.scalar(width, lengths.type), lengths))
+    padded = pc.binary_join_element_wise(values, pads, pa.scalar(b""))
+    return np.frombuffer(padded.buffers()[2], dtype=f"S{width}", count=len(padded))
