@@ -1,14 +1,10 @@
 """Build the ``--py-files`` bundle of the replay app.
 
-The zip holds the Spark app as ``spark_apps/**`` and a vendored copy of the consumer library as
-``pulsar_dlq_consumer/**``, both copied at build time from their single sources: the installed provider
-(or the source checkout, see :mod:`airflow_provider_dlq.resources`) and the installed
-``pulsar-dlq-consumer``. Every bundled module is checked not to import Airflow, so the bundle runs on any
-Python with pyspark, pyarrow and pulsar-client. Native code (pulsar-client) cannot travel in
-``--py-files``: install it in the Spark Python environment.
+The zip holds the Spark app (``spark_apps/**``) and a vendored copy of the installed consumer library
+(``pulsar_dlq_consumer/**``), with compiled ``.pyc`` files, and is checked not to import Airflow.
+Native code (pulsar-client, pyarrow) must be installed in the Spark Python environment.
 
     python -m airflow_provider_dlq.bundle --dest build/
-    spark-submit --py-files build/dlq_replay.zip build/dlq_replay_main.py --help
 """
 
 from __future__ import annotations
@@ -90,11 +86,8 @@ def airflow_imports(source: str, filename: str) -> list[str]:
 def build_bundle(
     dest_dir: str | Path, *, app_dir: str | Path | None = None, lib_dir: str | Path | None = None
 ) -> BundlePaths:
-    """Write ``dlq_replay.zip`` and ``dlq_replay_main.py`` into ``dest_dir`` and return their paths.
-
-    ``app_dir`` (the ``spark_apps`` package folder) and ``lib_dir`` (the ``pulsar_dlq_consumer`` package
-    folder) default to the installed provider's app and the installed library.
-    """
+    """Write ``dlq_replay.zip`` and ``dlq_replay_main.py`` into ``dest_dir`` (from the installed app and
+    library unless ``app_dir`` / ``lib_dir`` are given)."""
     app = Path(app_dir) if app_dir is not None else spark_app_dir()
     lib = Path(lib_dir) if lib_dir is not None else library_dir()
     dest = Path(dest_dir)
@@ -138,8 +131,7 @@ def _add(archive: zipfile.ZipFile, name: str, data: bytes) -> None:
 
 
 def _compiled(source: Path, name: str, scratch: Path) -> bytes:
-    """``source`` as a checked-hash ``.pyc`` of this Python (PEP 552), as ``py_compile`` writes it
-    (through a file in ``scratch``); ``name`` is the module's path in the zip, for tracebacks."""
+    """``source`` as a checked-hash ``.pyc`` (PEP 552) named ``name`` in tracebacks."""
     import py_compile
 
     out = scratch / "module.pyc"

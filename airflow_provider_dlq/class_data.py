@@ -1,16 +1,8 @@
 """A managed JVM class-data archive (AppCDS) for the replay's Spark driver: a faster start.
 
-A small replay spends much of its time in a cold driver JVM loading Spark's classes (the session, the
-first query of every step). Java can map those classes from an archive that an earlier run wrote. This
-module manages that archive for the operator and the benchmark, per JVM build and set of Spark jars:
-
-* no archive yet: the run's driver JVM writes one when it exits (``-XX:ArchiveClassesAtExit``) to a
-  temporary file; only after spark-submit exited 0 **and** a JVM started on the file (a truncated archive
-  makes Java 17 abort at start) is it moved into place (:meth:`ArchivePlan.finish`);
-* an archive exists: the run maps it (``-XX:SharedArchiveFile``). A JVM or jars that no longer match make
-  Java ignore it with a warning, and the key changes with them, so the next run writes a new one.
-
-See ``docs/operator.md`` ("Faster start-up").
+Per JVM build and set of Spark jars, the first run's driver writes an archive when it exits
+(``-XX:ArchiveClassesAtExit``), installed only after spark-submit exited 0 and a JVM starts on it;
+later runs map it (``-XX:SharedArchiveFile``). See ``docs/operator.md`` ("Faster start-up").
 """
 
 from __future__ import annotations
@@ -41,8 +33,7 @@ _PREFIX = "dlq-replay-driver-"
 
 
 def with_driver_java_option(conf: Mapping[str, str], option: str, unless: tuple[str, ...]) -> dict[str, str]:
-    """A copy of ``conf`` with ``option`` after the driver's JVM options, unless those already hold one of
-    the ``unless`` markers (the user chose that setting themselves)."""
+    """``conf`` with ``option`` after the driver's JVM options, unless those hold an ``unless`` marker."""
     merged = {str(k): str(v) for k, v in conf.items()}
     current = merged.get(DRIVER_JAVA_OPTIONS, "").strip()
     if not any(marker in current for marker in unless):
@@ -63,11 +54,6 @@ def cache_root() -> Path:
     return Path(base) / "airflow-provider-dlq"
 
 
-def default_archive_dir() -> Path:
-    """``$XDG_CACHE_HOME/airflow-provider-dlq/jvm-class-data`` (``~/.cache`` when unset)."""
-    return cache_root() / "jvm-class-data"
-
-
 def java_binary(env: Mapping[str, str] | None = None) -> str | None:
     """The ``java`` spark-submit starts: ``$JAVA_HOME/bin/java``, else ``java`` on ``PATH``."""
     environ = os.environ if env is None else env
@@ -79,8 +65,7 @@ def java_binary(env: Mapping[str, str] | None = None) -> str | None:
 
 
 def spark_home(env: Mapping[str, str] | None = None) -> Path | None:
-    """The Spark spark-submit runs: ``$SPARK_HOME``, else the installed PySpark's folder (as PySpark's
-    own ``spark-submit`` finds it)."""
+    """``$SPARK_HOME``, else the installed PySpark's folder (as PySpark's own ``spark-submit`` finds it)."""
     environ = os.environ if env is None else env
     home = environ.get("SPARK_HOME")
     if home:
@@ -93,16 +78,9 @@ def spark_home(env: Mapping[str, str] | None = None) -> Path | None:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
-def spark_jars_dir(env: Mapping[str, str] | None = None) -> Path | None:
-    """``$SPARK_HOME/jars``, else the installed PySpark's ``jars`` folder."""
-    home = spark_home(env)
-    return None if home is None else home / "jars"
-
-
 def archive_key(java: str, jars: Path | None) -> str:
-    """A digest of the JVM build (its binary, resolved) and the Spark jars (their folder, names, sizes and
-    modification times: Java checks an archive against the class path it was written with, folder and
-    each jar's size and time included, so a reinstalled environment in the same folder needs a new one)."""
+    """A digest of the JVM binary and the Spark jars' folder, names, sizes and times (what Java checks an
+    archive against)."""
     digest = hashlib.sha256()
     real = Path(java).resolve()
     stat = real.stat()
@@ -130,11 +108,8 @@ class ArchivePlan:
         return f"-XX:SharedArchiveFile={self.path}"
 
     def java_options(self, current: str = "") -> str:
-        """The driver's JVM options: ``current`` (the user's, kept first), then the archive option.
-
-        The JVM prints its warnings to stdout, where the app's summary line must come last: they go to
-        stderr instead (unless the user's options configure ``-Xlog`` themselves), and the run that
-        writes the archive keeps only class-data errors (it warns about hundreds of classes it skips)."""
+        """``current`` then the archive option; JVM warnings go to stderr (the summary line must be the
+        last on stdout), and the writing run keeps only class-data errors."""
         options = [current.strip()] if current.strip() else []
         if "-Xlog" not in current:
             options += ["-Xlog:disable", "-Xlog:all=warning:stderr:uptime,level,tags"]
@@ -144,8 +119,7 @@ class ArchivePlan:
         return " ".join(options)
 
     def conf(self, conf: Mapping[str, str]) -> dict[str, str]:
-        """``conf`` with :meth:`java_options` as the driver's JVM options; unchanged when those manage
-        class data sharing themselves."""
+        """``conf`` with :meth:`java_options`; unchanged when the user manages class data sharing."""
         merged = {str(k): str(v) for k, v in conf.items()}
         current = merged.get(DRIVER_JAVA_OPTIONS, "")
         if any(option in current for option in _USER_CDS_OPTIONS):
@@ -154,8 +128,7 @@ class ArchivePlan:
         return merged
 
     def finish(self, succeeded: bool) -> bool:
-        """After the run: install the archive it wrote when the run ``succeeded`` and a JVM starts on
-        the file; remove it otherwise. True when an archive was installed."""
+        """Install the archive the run wrote if it ``succeeded`` and a JVM starts on it; else remove it."""
         if self.writing is None:
             return False
         written = self.writing
@@ -181,8 +154,7 @@ class ArchivePlan:
 
 
 def _jvm_starts_on(java: str, archive: Path) -> bool:
-    """True when ``java -XX:SharedArchiveFile=<archive> -version`` exits 0 (Java 17 aborts on a
-    truncated archive; its crash report goes to a scratch folder, not the working directory)."""
+    """True when ``java -XX:SharedArchiveFile=<archive> -version`` exits 0."""
     with tempfile.TemporaryDirectory(prefix="dlq-cds-check-") as scratch:
         try:
             done = subprocess.run(
@@ -201,17 +173,17 @@ class ClassDataArchive:
     """The archives of one cache ``directory`` (see the module docstring)."""
 
     def __init__(self, directory: str | os.PathLike[str] | None = None) -> None:
-        self.directory = Path(directory) if directory else default_archive_dir()
+        self.directory = Path(directory) if directory else cache_root() / "jvm-class-data"
 
     def plan(self, env: Mapping[str, str] | None = None) -> ArchivePlan | None:
-        """The plan for a run whose spark-submit gets ``env`` (default: this process's); ``None`` when
-        the JVM cannot be found or the directory cannot be written (the run then starts as usual)."""
+        """The plan for a run whose spark-submit gets ``env``; ``None`` without a JVM or a usable folder."""
         java = java_binary(env)
         if java is None:
             log.info("No java found for spark-submit; starting without a JVM class-data archive")
             return None
         try:
-            key = archive_key(java, spark_jars_dir(env))
+            home = spark_home(env)
+            key = archive_key(java, None if home is None else home / "jars")
             self.directory.mkdir(parents=True, exist_ok=True)
             tidy_cache(self.directory, _PREFIX, key)
             path = self.directory / f"{_PREFIX}{key}.jsa"
@@ -232,9 +204,8 @@ class ClassDataArchive:
 
 
 def tidy_cache(directory: Path, prefix: str, key: str) -> None:
-    """In a cache ``directory``, remove the ``prefix*`` entries (files or folders) that are temporary
-    (``.tmp``) and older than :data:`STALE_TEMP_S`, or of another ``key`` and unused for
-    :data:`UNUSED_ARCHIVE_S`."""
+    """Remove the ``prefix*`` entries of ``directory`` that are stale temporaries or of another ``key``
+    and unused for :data:`UNUSED_ARCHIVE_S`."""
     now = time.time()
     for entry in directory.glob(f"{prefix}*"):
         with contextlib.suppress(OSError):

@@ -1,20 +1,10 @@
 """A compiled copy of PySpark for a local replay's Python processes: a faster start.
 
-spark-submit puts ``$SPARK_HOME/python/lib/pyspark.zip`` and ``py4j-*-src.zip`` first on the Python path
-of the Python driver and of every Python worker, and Python caches no bytecode for a zip: each of those
-processes compiles the PySpark modules it imports at every start (Python 3.11's zipimport compiles each
-twice). Measured on 2 cores: importing what the driver imports takes 1.3-1.4 s from the zips and 0.4 s
-compiled, and each Python worker pays the same again before its first task.
-
-For a local master the operator and the benchmark use :class:`CompiledPySpark`: a folder per Spark and
-Python holding those two zips extracted and compiled by the workers' Python, made by the first run that
-finds none (a few seconds, once). The driver learns the folder from :data:`FOLDER_ENV`, the workers get
-it on their ``PYTHONPATH`` (``spark.executorEnv.PYTHONPATH``), and their daemon is :data:`DAEMON_MODULE`,
-a copy of ``spark_apps/pyspark_imports.py`` in the folder; the driver and the daemon put the folder ahead
-of the zips before they import PySpark, and only while those are the zips it was made from.
-spark-submit's own ``PYTHONPATH`` is left alone: its launcher looks PySpark up to find Spark's home.
-A cluster master is left alone (its executors have their own Python). See ``docs/operator.md``
-("Faster start-up").
+Python caches no bytecode for spark-submit's ``pyspark.zip`` and ``py4j`` zip, so every Python driver
+and worker compiles PySpark at start. :class:`CompiledPySpark` keeps, per Spark and Python, the zips
+extracted and compiled; the driver finds the folder through :data:`FOLDER_ENV`, the workers through
+``spark.executorEnv.PYTHONPATH`` and the daemon :data:`DAEMON_MODULE`, used only while the zips are
+those it was made from. A cluster master is left alone. See ``docs/operator.md`` ("Faster start-up").
 """
 
 from __future__ import annotations
@@ -42,15 +32,11 @@ log = logging.getLogger(__name__)
 
 #: Spark setting naming the Python workers' daemon module.
 DAEMON_MODULE_CONF = "spark.python.daemon.module"
-#: Spark setting naming the workers' Python (after ``PYSPARK_PYTHON``).
 PYTHON_CONF = "spark.pyspark.python"
-#: ``spark_apps/pyspark_imports.py``'s ``MARKER``, ``DAEMON_MODULE`` and ``FOLDER_ENV`` (the app's files are
-#: not imported here: in the wheel they are data; ``tests/unit/provider/test_compiled_pyspark.py`` checks
-#: they agree).
+#: As in ``spark_apps/pyspark_imports.py`` (data in the wheel, not imported; a test checks they agree).
 MARKER = "dlq-compiled-pyspark.json"
 DAEMON_MODULE = "dlq_pyspark_daemon"
 FOLDER_ENV = "DLQ_COMPILED_PYSPARK"
-#: Spark setting that puts the folder on the Python workers' path.
 WORKERS_PYTHONPATH_CONF = "spark.executorEnv.PYTHONPATH"
 _PREFIX = "pyspark-"
 _COMPILE_TIMEOUT_S = 600.0
@@ -58,14 +44,8 @@ _COMPILE_TIMEOUT_S = 600.0
 _SKIP_COMPILE = r"[/\\]tests[/\\]"
 
 
-def default_compiled_dir() -> Path:
-    """``$XDG_CACHE_HOME/airflow-provider-dlq/compiled-pyspark`` (``~/.cache`` when unset)."""
-    return cache_root() / "compiled-pyspark"
-
-
 def spark_python_zips(env: Mapping[str, str] | None = None) -> list[Path]:
-    """The zips spark-submit puts on the Python path: ``pyspark.zip`` and ``py4j-*-src.zip`` in
-    ``$SPARK_HOME/python/lib`` (empty when either is missing)."""
+    """spark-submit's ``pyspark.zip`` and ``py4j-*-src.zip`` (empty when either is missing)."""
     home = spark_home(env)
     if home is None:
         return []
@@ -76,8 +56,7 @@ def spark_python_zips(env: Mapping[str, str] | None = None) -> list[Path]:
 
 
 def workers_python(env: Mapping[str, str], conf: Mapping[str, str]) -> str | None:
-    """The Python the run's workers start, as Spark chooses it: ``PYSPARK_PYTHON``, else the
-    ``spark.pyspark.python`` setting, else ``python3`` on ``PATH``; resolved to a file."""
+    """The workers' Python as Spark chooses it: ``PYSPARK_PYTHON``, the setting, else ``python3``."""
     chosen = env.get("PYSPARK_PYTHON") or conf.get(PYTHON_CONF) or "python3"
     return shutil.which(chosen, path=env.get("PATH"))
 
@@ -98,12 +77,11 @@ class CompiledCopy:
     folder: Path
 
     def env(self, env: Mapping[str, str]) -> dict[str, str]:
-        """spark-submit's environment ``env`` naming the folder to the driver (:data:`FOLDER_ENV`)."""
+        """``env`` naming the folder to the driver."""
         return {**env, FOLDER_ENV: str(self.folder)}
 
     def conf(self, conf: Mapping[str, str]) -> dict[str, str]:
-        """``conf`` with the folder first on the workers' ``PYTHONPATH`` and its daemon as theirs (a daemon
-        the user set stays)."""
+        """``conf`` with the folder first on the workers' path and its daemon as theirs."""
         merged = {str(k): str(v) for k, v in conf.items()}
         merged.setdefault(DAEMON_MODULE_CONF, DAEMON_MODULE)
         current = merged.get(WORKERS_PYTHONPATH_CONF, "")
@@ -115,14 +93,13 @@ class CompiledPySpark:
     """The compiled copies of one cache ``directory`` (see the module docstring)."""
 
     def __init__(self, directory: str | os.PathLike[str] | None = None) -> None:
-        self.directory = Path(directory) if directory else default_compiled_dir()
+        self.directory = Path(directory) if directory else cache_root() / "compiled-pyspark"
 
     def prepare(
         self, master: str, env: Mapping[str, str] | None = None, conf: Mapping[str, str] | None = None
     ) -> CompiledCopy | None:
-        """The compiled copy for a run on ``master`` whose spark-submit gets ``env`` (default: this
-        process's) and ``conf``, made now when there is none; ``None`` for a cluster master, a daemon the
-        user chose, or when the zips, the Python or the folder are not usable (the run starts as usual)."""
+        """The compiled copy for a local run, made now when missing; ``None`` for a cluster master, a daemon
+        the user chose, or when the zips, the Python or the folder are not usable."""
         settings = conf or {}
         if local_cores(master) is None or DAEMON_MODULE_CONF in settings:
             return None
@@ -153,8 +130,7 @@ class CompiledPySpark:
         return CompiledCopy(folder)
 
     def _make(self, folder: Path, python: str, zips: list[Path]) -> None:
-        """Extract and compile ``zips`` with ``python`` into a temporary folder, then move it into place
-        (a run that made the same copy meanwhile wins; the marker is written last)."""
+        """Extract and compile ``zips`` into a temporary folder, then move it into place (marker last)."""
         from airflow_provider_dlq.resources import spark_app_dir
 
         started = time.monotonic()

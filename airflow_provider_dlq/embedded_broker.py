@@ -1,9 +1,6 @@
-"""Start and stop the embedded ``pulsar-lite`` broker used by the demo, the tests and the benchmark.
+"""Start and stop the embedded ``pulsar-lite`` broker (extra ``embedded``) of the demo, tests and benchmark.
 
-The broker is an alpha Pulsar-compatible server (extra ``embedded``). Each instance gets a private
-data directory and a ``pulsar-lite.toml`` with its own loopback metrics port, so several brokers can
-run side by side. :meth:`EmbeddedBroker.stop` stops the process by PID, so nothing is left behind
-even when the caller failed.
+Each broker gets a private data directory and metrics port; :meth:`EmbeddedBroker.stop` stops it by PID.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """The example DAGs, playbook and fix that ship with the provider.
 
-    python -m airflow_provider_dlq.examples                 # print the folder of the example DAGs
-    python -m airflow_provider_dlq.examples --dest dags/    # copy DAGs, playbooks/ and fixes/ there
-
-In the installed provider the folder is ``airflow_provider_dlq/example_dags`` (``playbooks/orders.yaml``
-and ``fixes/orders_fixes.py`` inside it), so it can also be used as a DAGs folder as it is. The copy
-keeps the playbook's relative ``fix_files`` path working.
+python -m airflow_provider_dlq.examples                 # print the folder of the example DAGs
+python -m airflow_provider_dlq.examples --dest dags/    # copy DAGs, playbooks/ and fixes/ there
 """
 
 from __future__ import annotations

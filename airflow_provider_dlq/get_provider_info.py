@@ -14,9 +14,11 @@ def get_provider_info() -> dict[str, Any]:
     return {
         "package-name": "airflow-provider-dlq",
         "name": "Pulsar DLQ replay",
-        "description": "Batch dead-letter-queue reprocessing for `Apache Pulsar` with `Apache Spark`: "
-        "backlog sensors, a replay operator with a report link and a consumer-side "
-        "term/retry library.",
+        "description": (
+            "Batch dead-letter-queue reprocessing for `Apache Pulsar` with `Apache "
+            "Spark`: backlog sensors, a replay operator with a report link and a "
+            "consumer-side term/retry library."
+        ),
         "versions": ["0.1.0"],
         "integrations": [
             {
@@ -92,30 +94,28 @@ def get_provider_info() -> dict[str, Any]:
                 "conn-fields": {
                     "admin_url": {
                         "label": "Admin URL",
-                        "description": "Pulsar admin REST base URL, "
-                        "e.g. http://broker:8080. "
-                        "Enables msgBacklog and age "
-                        "reads and topic globs.",
+                        "description": (
+                            "Pulsar admin REST base URL, e.g. http://broker:8080. Enables "
+                            "msgBacklog and age reads and topic globs."
+                        ),
                         "schema": {"type": ["string", "null"]},
                     },
                     "metrics_url": {
                         "label": "Metrics URL",
-                        "description": "Prometheus endpoint, e.g. "
-                        "http://broker:8080/metrics. "
-                        "Used for the backlog when "
-                        "no admin URL is set.",
+                        "description": (
+                            "Prometheus endpoint, e.g. http://broker:8080/metrics. Used for the "
+                            "backlog when no admin URL is set."
+                        ),
                         "schema": {"type": ["string", "null"]},
                     },
                     "test_topic": {
                         "label": "Test topic",
-                        "description": "A topic this connection may "
-                        "read (e.g. "
-                        "persistent://tenant/ns/orders-DLQ); "
-                        "the Test button looks it up "
-                        "instead of "
-                        "persistent://public/default/..., "
-                        "which tenant-scoped "
-                        "credentials cannot.",
+                        "description": (
+                            "A topic this connection may read (e.g. persistent://tenant/ns/orders-"
+                            "DLQ); the Test button looks it up instead of "
+                            "persistent://public/default/..., which tenant-scoped credentials "
+                            "cannot."
+                        ),
                         "schema": {"type": ["string", "null"]},
                     },
                     "use_tls": {
@@ -125,35 +125,25 @@ def get_provider_info() -> dict[str, Any]:
                     },
                     "tls_trust_certs_file_path": {
                         "label": "TLS trust certs file",
-                        "description": "CA bundle "
-                        "(PEM) that "
-                        "signed the "
-                        "broker's "
-                        "certificate; "
-                        "a path on "
-                        "every worker.",
+                        "description": (
+                            "CA bundle (PEM) that signed the broker's certificate; a path on every worker."
+                        ),
                         "schema": {"type": ["string", "null"]},
                     },
                     "tls_cert_file_path": {
                         "label": "TLS client certificate file",
-                        "description": "Client certificate "
-                        "(PEM) for mutual "
-                        "TLS; with no token "
-                        "or OAuth2 it is the "
-                        "authentication "
-                        "(Pulsar "
-                        "AuthenticationTls). "
-                        "A path on every "
-                        "worker, triggerer "
-                        "and Spark node.",
+                        "description": (
+                            "Client certificate (PEM) for mutual TLS; with no token or OAuth2 it is"
+                            " the authentication (Pulsar AuthenticationTls). A path on every "
+                            "worker, triggerer and Spark node."
+                        ),
                         "schema": {"type": ["string", "null"]},
                     },
                     "tls_key_file_path": {
                         "label": "TLS client key file",
-                        "description": "Private key (PEM) of "
-                        "the client "
-                        "certificate; a path, "
-                        "never the key itself.",
+                        "description": (
+                            "Private key (PEM) of the client certificate; a path, never the key itself."
+                        ),
                         "schema": {"type": ["string", "null"]},
                     },
                     "tls_allow_insecure_connection": {
@@ -163,31 +153,21 @@ def get_provider_info() -> dict[str, Any]:
                     },
                     "oauth2_issuer_url": {
                         "label": "OAuth2 issuer URL",
-                        "description": "Enables OAuth2 client "
-                        "credentials (e.g. "
-                        "https://auth.example.com/); "
-                        "the client ID is "
-                        "Login and the secret "
-                        "is Password, or both "
-                        "come from the "
-                        "credentials file "
-                        "below.",
+                        "description": (
+                            "Enables OAuth2 client credentials (e.g. https://auth.example.com/); "
+                            "the client ID is Login and the secret is Password, or both come from "
+                            "the credentials file below."
+                        ),
                         "schema": {"type": ["string", "null"]},
                     },
                     "oauth2_audience": {"label": "OAuth2 audience", "schema": {"type": ["string", "null"]}},
                     "oauth2_scope": {"label": "OAuth2 scope", "schema": {"type": ["string", "null"]}},
                     "oauth2_credentials_file": {
                         "label": "OAuth2 credentials file",
-                        "description": "Path of a JSON "
-                        "key file "
-                        '{"client_id": '
-                        "..., "
-                        '"client_secret": '
-                        "...} readable "
-                        "by the workers "
-                        "(instead of "
-                        "Login and "
-                        "Password).",
+                        "description": (
+                            'Path of a JSON key file {"client_id": ..., "client_secret": ...} '
+                            "readable by the workers (instead of Login and Password)."
+                        ),
                         "schema": {"type": ["string", "null"]},
                     },
                 },
@@ -195,36 +175,28 @@ def get_provider_info() -> dict[str, Any]:
         ],
         "config": {
             "dlq_replay": {
-                "description": "Serving replay reports from the API server (the "
-                'operator\'s "DLQ replay report" link).',
+                "description": (
+                    'Serving replay reports from the API server (the operator\'s "DLQ replay report" link).'
+                ),
                 "options": {
                     "report_roots": {
-                        "description": "Comma-separated output "
-                        "roots (local paths or URIs "
-                        "such as s3a://bucket/dlq) "
-                        "the API server may serve "
-                        "reports from. Empty: any "
-                        "report.html under a "
-                        "runs/<run id>/ folder that "
-                        "a replay task named in its "
-                        "XCom.",
+                        "description": (
+                            "Comma-separated output roots (local paths or URIs such as "
+                            "s3a://bucket/dlq) the API server may serve reports from. Empty: any "
+                            "report.html under a runs/<run id>/ folder that a replay task named in "
+                            "its XCom."
+                        ),
                         "version_added": "0.1.0",
                         "type": "string",
                         "example": "/data/dlq,s3a://dlq-bucket/replay",
                         "default": "",
                     },
                     "report_storage_conn_id": {
-                        "description": "Airflow "
-                        "connection used "
-                        "to read reports "
-                        "from object "
-                        "storage (e.g. "
-                        "aws_default for "
-                        "s3a://); empty "
-                        "uses the "
-                        "filesystem's "
-                        "default "
-                        "credentials.",
+                        "description": (
+                            "Airflow connection used to read reports from object storage (e.g. "
+                            "aws_default for s3a://); empty uses the filesystem's default "
+                            "credentials."
+                        ),
                         "version_added": "0.1.0",
                         "type": "string",
                         "example": "aws_default",

@@ -1,20 +1,9 @@
 """Read a file under a replay run's output root, wherever ``--output-dir`` points.
 
-One reader for the operator (``runs/<run_id>/report.json`` after spark-submit) and the report endpoint
-(``report.html``):
-
-* a local path or ``file://`` URI: the worker's (or API server's) file system;
-* a scheme an Airflow provider registers for object storage (``s3``/``s3a`` with
-  ``apache-airflow-providers-amazon``, ``gs`` with the Google provider, ``abfs`` with the Azure one):
-  Airflow's :class:`~airflow.sdk.ObjectStoragePath` with ``conn_id``;
-* otherwise pyarrow's native file systems (pyarrow is already a dependency of the Spark side):
-  ``s3``/``s3a``/``s3n`` (Hadoop's names map to ``s3``) with the credentials of ``conn_id`` (an ``aws``
-  connection: Login = access key id, Password = secret, Extra ``endpoint_url``, ``region_name``,
-  ``aws_session_token``) or of the standard AWS environment (``AWS_ACCESS_KEY_ID``,
-  ``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL_S3``/``AWS_ENDPOINT_URL``, ``AWS_REGION``, instance
-  profiles); ``gs``, ``hdfs``, ``viewfs`` and ``abfs`` through ``pyarrow.fs.FileSystem.from_uri``.
-
-Credentials come from the connection or the environment only; they are never logged or returned.
+A local path or ``file://`` URI; a scheme an Airflow provider registers (``ObjectStoragePath`` with
+``conn_id``); else pyarrow's file systems: S3 (``s3``/``s3a``/``s3n``) with an ``aws`` connection's
+credentials or the standard AWS environment, and ``gs``, ``hdfs``, ``viewfs``, ``abfs``. Credentials are
+never logged or returned.
 """
 
 from __future__ import annotations
@@ -56,8 +45,7 @@ def split_location(location: str) -> tuple[str, str]:
 
 
 def read_bytes(location: str, conn_id: str | None = None, max_bytes: int | None = None) -> bytes:
-    """The bytes of ``location``; :class:`FileNotFoundError` when it does not exist,
-    :class:`OutputUnsupported` / :class:`OutputTooLarge` / :class:`OutputStorageError` otherwise."""
+    """The bytes of ``location``; :class:`FileNotFoundError` when it does not exist."""
     scheme, path = split_location(location)
     if not scheme:
         file = Path(path)
@@ -65,15 +53,24 @@ def read_bytes(location: str, conn_id: str | None = None, max_bytes: int | None 
             raise FileNotFoundError(location)
         _check_size(location, file.stat().st_size, max_bytes)
         return file.read_bytes()
-    if _airflow_has_fs(scheme):
-        return _read_airflow(location, conn_id, max_bytes)
-    if scheme in ARROW_SCHEMES:
-        return _read_arrow(scheme, location, conn_id, max_bytes)
-    raise OutputUnsupported(
-        f"cannot read {scheme}:// here: no Airflow object-storage filesystem is registered for it and "
-        f"pyarrow opens only {', '.join(ARROW_SCHEMES)}; install the Airflow provider that registers "
-        f"{scheme}:// (see docs/managed-spark.md) or use an output_dir this machine can read"
-    )
+    from airflow.sdk.io.fs import has_fs
+
+    if has_fs(scheme):
+        read, hint = _read_airflow, f"check connection {conn_id!r}"
+    elif scheme in ARROW_SCHEMES:
+        read, hint = _read_arrow, f"check the credentials of {conn_id!r} or the AWS_* / cloud environment"
+    else:
+        raise OutputUnsupported(
+            f"cannot read {scheme}:// here: no Airflow object-storage filesystem is registered for it and "
+            f"pyarrow opens only {', '.join(ARROW_SCHEMES)}; install the Airflow provider that registers "
+            f"{scheme}:// (see docs/managed-spark.md) or use an output_dir this machine can read"
+        )
+    try:
+        return read(scheme, location, conn_id, max_bytes)
+    except (FileNotFoundError, OutputTooLarge):
+        raise
+    except Exception as exc:
+        raise OutputStorageError(f"reading {location} failed: {type(exc).__name__}: {exc}; {hint}") from exc
 
 
 def _check_size(location: str, size: int | None, max_bytes: int | None) -> None:
@@ -81,32 +78,18 @@ def _check_size(location: str, size: int | None, max_bytes: int | None) -> None:
         raise OutputTooLarge(f"{location} is {size} bytes, more than the limit of {max_bytes}")
 
 
-def _airflow_has_fs(scheme: str) -> bool:
-    from airflow.sdk.io.fs import has_fs
-
-    return has_fs(scheme)
-
-
-def _read_airflow(location: str, conn_id: str | None, max_bytes: int | None) -> bytes:
+def _read_airflow(scheme: str, location: str, conn_id: str | None, max_bytes: int | None) -> bytes:
     from airflow.sdk import ObjectStoragePath
 
     path = ObjectStoragePath(location, conn_id=conn_id)
-    try:
-        _check_size(location, path.stat().st_size, max_bytes)
-        with path.open("rb") as handle:
-            data: bytes = handle.read()
-    except (FileNotFoundError, OutputTooLarge):
-        raise
-    except Exception as exc:
-        raise OutputStorageError(
-            f"reading {location} failed: {type(exc).__name__}: {exc}; check connection {conn_id!r}"
-        ) from exc
+    _check_size(location, path.stat().st_size, max_bytes)
+    with path.open("rb") as handle:
+        data: bytes = handle.read()
     return data
 
 
 def s3_options(conn_id: str | None, environ: dict[str, str] | None = None) -> dict[str, Any]:
-    """``pyarrow.fs.S3FileSystem`` keyword arguments from an ``aws`` connection, else the environment
-    (pyarrow then finds the keys itself: environment, shared config, instance profile)."""
+    """``pyarrow.fs.S3FileSystem`` arguments from an ``aws`` connection, else the environment."""
     env = os.environ if environ is None else environ
     options: dict[str, Any] = {}
     endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")
@@ -142,19 +125,11 @@ def arrow_filesystem(scheme: str, location: str, conn_id: str | None) -> tuple[F
 
 
 def _read_arrow(scheme: str, location: str, conn_id: str | None, max_bytes: int | None) -> bytes:
-    try:
-        filesystem, path = arrow_filesystem(scheme, location, conn_id)
-        info = filesystem.get_file_info(path)
-        if info.type.name == "NotFound":
-            raise FileNotFoundError(location)
-        _check_size(location, info.size, max_bytes)
-        with filesystem.open_input_stream(path) as handle:
-            data: bytes = handle.read()
-    except (FileNotFoundError, OutputTooLarge):
-        raise
-    except Exception as exc:
-        raise OutputStorageError(
-            f"reading {location} failed: {type(exc).__name__}: {exc}; check the credentials of "
-            f"connection {conn_id!r} or the AWS_* / cloud environment of this process"
-        ) from exc
+    filesystem, path = arrow_filesystem(scheme, location, conn_id)
+    info = filesystem.get_file_info(path)
+    if info.type.name == "NotFound":
+        raise FileNotFoundError(location)
+    _check_size(location, info.size, max_bytes)
+    with filesystem.open_input_stream(path) as handle:
+        data: bytes = handle.read()
     return data

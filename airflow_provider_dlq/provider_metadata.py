@@ -1,18 +1,15 @@
 """Generate ``get_provider_info.py`` from ``provider.yaml``, the provider's one metadata source.
 
-``python -m airflow_provider_dlq.provider_metadata`` rewrites ``get_provider_info.py`` (formatted with
-ruff when it is installed); ``--check`` exits 1 when the file is out of date. Airflow reads the
-generated function through the ``apache_airflow_provider`` entry point, so importing the provider stays
-cheap (no YAML parsing at run time).
+``python -m airflow_provider_dlq.provider_metadata`` rewrites it; ``--check`` exits 1 when it is stale.
 """
 
 from __future__ import annotations
 
 import argparse
-import pprint
 import shutil
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -54,9 +51,21 @@ def provider_info(data: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in data.items() if key not in _BUILD_ONLY_KEYS}
 
 
+def _literal(value: Any) -> str:
+    """Python source of ``value``, long strings split at spaces into joined pieces (ruff lays it out)."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_literal(k)}: {_literal(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_literal(v) for v in value) + "]"
+    pieces = textwrap.wrap(value, 70, drop_whitespace=False) if isinstance(value, str) else []
+    if len(pieces) > 1 and "".join(pieces) == value:
+        return "(" + " ".join(map(repr, pieces)) + ")"
+    return repr(value)
+
+
 def render(info: dict[str, Any]) -> str:
     """Source of ``get_provider_info.py`` for ``info`` (ruff-formatted when ruff is available)."""
-    source = _HEADER + pprint.pformat(info, width=100, sort_dicts=False) + "\n"
+    source = _HEADER + _literal(info) + "\n"
     ruff = shutil.which("ruff")
     if ruff is None:
         return source

@@ -1,27 +1,10 @@
-"""Run the replay app on managed Spark: its command line, and the job specs of four services.
+"""Run the replay app on managed Spark: its validated command line, and the job specs of four services.
 
-The public way to build the replay app's arguments outside :class:`DlqReplayOperator` (which uses the
-same :func:`build_replay_args`): validate once, get the exact ``argv`` of ``dlq_replay_main.py``, and put
-it in the job spec of the service that runs Spark. The specs are plain dicts for the services' own
-Airflow operators (see ``docs/managed-spark.md`` and the ``dlq_managed_*`` example DAGs):
-
-========================  ===============================================  ==========================
-Service                   Airflow operator (argument)                      Builder
-========================  ===============================================  ==========================
-Spark Operator on K8s     ``SparkKubernetesOperator(application_file=)``   :func:`spark_application`
-Databricks                ``DatabricksSubmitRunOperator(json=)``           :func:`databricks_run`
-EMR Serverless            ``EmrServerlessStartJobOperator(job_driver=)``   :func:`emr_serverless_job`
-Dataproc (cluster job)    ``DataprocSubmitJobOperator(job=)``              :func:`dataproc_pyspark_job`
-Dataproc Serverless       ``DataprocCreateBatchOperator(batch=)``          :func:`dataproc_batch`
-========================  ===============================================  ==========================
-
-Upload ``dlq_replay_main.py`` and ``dlq_replay.zip`` (``python -m airflow_provider_dlq.bundle --dest
-DIR``) to storage the service reads; the cluster's Python needs ``pulsar-client`` and ``pyarrow`` (a
-native extension cannot travel in the zip). The run writes its report to
-``<output_dir>/runs/<run_id>/report.json``; :func:`read_replay_report` reads it back for the DAG.
-
-Secrets never enter these specs: give ``auth_token_file`` / ``oauth2_credentials_file`` paths that the
-service mounts from its secret store (or set ``PULSAR_AUTH_TOKEN`` from it in the cluster environment).
+The specs are plain dicts for the services' own Airflow operators: :func:`spark_application`
+(``SparkKubernetesOperator``), :func:`databricks_run`, :func:`emr_serverless_job`,
+:func:`dataproc_pyspark_job` and :func:`dataproc_batch`; :func:`read_replay_report` reads the run's
+report back. Secrets never enter the specs: give ``auth_token_file`` / ``oauth2_credentials_file`` paths
+the service mounts from its secret store. See ``docs/managed-spark.md``.
 """
 
 from __future__ import annotations
@@ -63,21 +46,14 @@ APP_CONF: dict[str, str] = {"spark.sql.session.timeZone": "UTC", "spark.ui.showC
 
 
 def replay_argv(**values: Any) -> list[str]:
-    """The replay app's arguments, validated (errors name the fix): the keyword arguments are those of
-    :class:`DlqReplayOperator` plus ``run_id`` and ``service_url`` (and ``admin_url``, TLS file paths).
-
-    >>> replay_argv(run_id="r1", service_url="pulsar://broker:6650", topics="t-DLQ", output_dir="s3a://b/dlq")
-    ... # doctest: +NORMALIZE_WHITESPACE
-    ['--run-id', 'r1', '--mode', 'dry-run', '--service-url', 'pulsar://broker:6650', '--topics', 't-DLQ',
-     '--subscription', 'dlq-replayer', '--output-dir', 's3a://b/dlq', '--max-replays', '3',
-     '--archive-payload', 'on']
-    """
+    """The replay app's validated arguments: the keyword arguments are those of ``DlqReplayOperator``
+    plus ``run_id`` and ``service_url`` (and ``admin_url``, TLS file paths)."""
     return build_replay_args(values).to_argv()
 
 
 @dataclass(frozen=True)
 class AppFiles:
-    """Where the uploaded app is: ``main`` (``dlq_replay_main.py``) and ``bundle`` (``dlq_replay.zip``)."""
+    """Where the uploaded ``dlq_replay_main.py`` (``main``) and ``dlq_replay.zip`` (``bundle``) are."""
 
     main: str
     bundle: str
@@ -115,8 +91,7 @@ def spark_application(
     secret: str | None = None,
     secret_path: str = "/etc/pulsar",
 ) -> dict[str, Any]:
-    """A Spark Operator ``SparkApplication`` (``sparkoperator.k8s.io/v1beta2``); ``secret`` is mounted
-    at ``secret_path`` on the driver and executors (point ``auth_token_file`` into it)."""
+    """A Spark Operator ``SparkApplication``; ``secret`` is mounted at ``secret_path`` on every pod."""
     pod: dict[str, Any] = {"cores": 1, "memory": "1g"}
     if secret:
         pod["secrets"] = [{"name": secret, "path": secret_path, "secretType": "Generic"}]
@@ -149,12 +124,8 @@ def databricks_run(
     new_cluster: Mapping[str, Any],
     conf: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """The ``json`` of ``DatabricksSubmitRunOperator``: one ``spark_python_task`` on a new job cluster.
-
-    Upload both files to a Unity Catalog volume (``files = AppFiles.under("/Volumes/<catalog>/<schema>/
-    <volume>/dlq-app")``): the volume path is the task's ``python_file`` and, as ``PYTHONPATH`` of the
-    driver and executors, puts the bundle on their ``sys.path``; ``pulsar-client`` is a task library.
-    """
+    """The ``json`` of ``DatabricksSubmitRunOperator``: one ``spark_python_task`` on a new job cluster,
+    the files on a Unity Catalog volume (the bundle on ``PYTHONPATH``)."""
     cluster = dict(new_cluster)
     cluster["spark_conf"] = {**_conf(conf), **dict(cluster.get("spark_conf") or {})}
     cluster["spark_env_vars"] = {**dict(cluster.get("spark_env_vars") or {}), "PYTHONPATH": files.bundle}
@@ -178,8 +149,7 @@ def emr_serverless_job(
     python_env: str,
     conf: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """The ``job_driver`` of ``EmrServerlessStartJobOperator``; ``python_env`` is a venv-pack archive
-    (with ``pulsar-client``, ``pyarrow``) that EMR unpacks as ``./environment``."""
+    """The ``job_driver`` of ``EmrServerlessStartJobOperator``; ``python_env`` is a venv-pack archive."""
     settings = {
         **_conf(conf),
         "spark.archives": f"{python_env}#environment",
@@ -226,8 +196,7 @@ def dataproc_batch(
     runtime_version: str = "2.3",
     conf: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """The ``batch`` of ``DataprocCreateBatchOperator`` (Dataproc Serverless); ``container_image``
-    carries ``pulsar-client`` and ``pyarrow``."""
+    """The ``batch`` of ``DataprocCreateBatchOperator`` (Dataproc Serverless)."""
     runtime: dict[str, Any] = {"version": runtime_version, "properties": _conf(conf)}
     if container_image:
         runtime["container_image"] = container_image
@@ -242,8 +211,7 @@ def dataproc_batch(
 
 
 def read_replay_report(output_dir: str, run_id: str, conn_id: str | None = None) -> dict[str, Any]:
-    """The run's summary (as ``DlqReplayOperator`` returns it) from
-    ``<output_dir>/runs/<run_id>/report.json``, read with ``conn_id`` or this process's environment."""
+    """The run's summary, as ``DlqReplayOperator`` returns it, from its ``report.json``."""
     import logging
 
     from airflow_provider_dlq.operators.run_report import read_run_report

@@ -1,9 +1,7 @@
-"""Where the provider's non-Python parts are: the Spark replay app and the example DAGs.
+"""Where the provider's non-Python parts are: the Spark app, the example DAGs and the guides.
 
-In the provider's wheel they are mapped at build time into the package (``airflow_provider_dlq/spark_apps``
-and ``airflow_provider_dlq/example_dags``), so nothing generic is installed at top level. In a source
-checkout (an editable install) they stay at the repository's top level (``spark_apps/``, ``dags/``,
-``examples/``). Both layouts are found here; nothing is imported from them.
+In the wheel they are inside the package (``spark_apps/``, ``example_dags/``, ``docs/``); in a source
+checkout they stay at the repository's top level. Nothing is imported from them.
 """
 
 from __future__ import annotations

@@ -1,25 +1,13 @@
 """Read a subscription's backlog per topic, from the admin REST API or the Prometheus metrics.
 
-Sources, in order of preference:
+* **admin** (``admin_url``): topic stats give ``msgBacklog`` (pending *entries*: a batch counts once)
+  and the oldest message's age. Up to :data:`COUNT_MAX_ENTRIES` entries, ``analyzeBacklog`` counts the
+  messages (``exact=True``); otherwise the entry count is a lower bound. Namespace listings expand globs.
+* **metrics** (``metrics_url``): the gauge ``pulsar_subscription_back_log`` (entries, no age).
 
-* **admin** (``admin_url`` set): ``GET /admin/v2/persistent/<t>/<ns>/<topic>/stats`` (or
-  ``partitioned-stats``) gives ``subscriptions.<sub>.msgBacklog`` and, with
-  ``getEarliestTimeInBacklog=true``, ``earliestMsgPublishTimeInBacklog`` (the oldest message's age).
-  ``msgBacklog`` counts **entries**: a batch of 100 messages is one entry. So when the backlog is at
-  most :data:`COUNT_MAX_ENTRIES` entries, the plan asks the broker to count the messages
-  (``POST .../subscription/<sub>/analyzeBacklog``, read-only, Pulsar 3.0+; per partition) and
-  ``backlog`` is that exact message count (``exact=True``). Otherwise, or when the broker cannot or
-  may not count, ``backlog`` is the entry count, a lower bound (``exact=False``). Namespace listing
-  expands topic patterns.
-* **metrics** (``metrics_url`` set): the Prometheus gauge
-  ``pulsar_subscription_back_log{topic,subscription}``. On Apache Pulsar it counts entries too
-  (``exact=False``); it carries no message age, and some brokers refresh it only every few seconds
-  (pulsar-lite: about 10 s).
-
-The reading logic is written once as *plans*: generators that yield the :class:`HttpRequest` to send and
-receive an :class:`HttpResult` (or, thrown in, the :class:`BacklogReadError` of a request that failed).
-:mod:`airflow_provider_dlq.hooks.pulsar` drives a plan with a blocking client (hook, poke mode) or an
-async one (trigger), so both paths behave identically and the logic is unit-testable without a network.
+The logic is written once as *plans*: generators that yield :class:`HttpRequest` and receive
+:class:`HttpResult` (or a thrown :class:`BacklogReadError`); :class:`~airflow_provider_dlq.hooks.pulsar.
+PulsarHook` drives them with a blocking or an async HTTP client.
 """
 
 from __future__ import annotations
@@ -42,8 +30,7 @@ _SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>.*)\})
 _LABEL = re.compile(r'(?P<key>[a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"(?P<value>(?:[^"\\]|\\.)*)"')
 _GLOB_CHARS = set("*?[")
 
-#: Largest entry backlog (per topic or partition) whose messages are counted with ``analyzeBacklog``;
-#: the broker reads every entry it counts (Apache Pulsar's own scan limit defaults to 10,000 entries).
+#: Largest entry backlog (per topic or partition) whose messages ``analyzeBacklog`` counts (it reads them).
 COUNT_MAX_ENTRIES = 10_000
 
 
@@ -57,28 +44,20 @@ class BacklogConfigError(DlqProviderError, ValueError):
 
 @dataclass(frozen=True)
 class HttpRequest:
-    """One HTTP request of a plan: a GET, or the read-only ``analyzeBacklog`` POST."""
-
     url: str
     method: str = "GET"
 
 
 @dataclass(frozen=True)
 class HttpResult:
-    """What a plan needs from one HTTP response."""
-
     status: int
     text: str
 
 
 @dataclass(frozen=True)
 class TopicBacklog:
-    """Backlog of one subscription on one topic (partitions summed). JSON-safe via :meth:`to_dict`.
-
-    ``backlog`` is the number of pending messages when ``exact`` is true; otherwise it is the broker's
-    count of pending *entries*, which is lower when producers batch (one entry per batch). ``entries``
-    is the entry count the admin API reported (``None`` from the metrics source).
-    """
+    """Backlog of one subscription on one topic (partitions summed): pending messages when ``exact``,
+    else pending entries (a lower bound when producers batch)."""
 
     topic: str
     subscription: str
@@ -100,12 +79,8 @@ class TopicBacklog:
 BacklogPlan = Generator[HttpRequest, HttpResult, dict[str, TopicBacklog]]
 
 
-# --------------------------------------------------------------------------- topic names
-
-
 def normalize_topic(topic: str, *, pattern: bool = False) -> str:
-    """The full persistent name of a DLQ topic (or, with ``pattern``, a glob in its topic part): the
-    library's rule (:func:`pulsar_dlq_consumer.topics.normalize_topic`), surrounding spaces removed."""
+    """The library's :func:`~pulsar_dlq_consumer.topics.normalize_topic`, persistent topics only."""
     try:
         return topics.normalize_topic(topic.strip(), persistent_only=True, pattern=pattern)
     except ConfigurationError as exc:
@@ -113,14 +88,19 @@ def normalize_topic(topic: str, *, pattern: bool = False) -> str:
 
 
 def is_pattern(topic: str) -> bool:
-    """True when ``topic`` is a glob over topic names (``*``, ``?`` or ``[``)."""
     return any(ch in _GLOB_CHARS for ch in topic)
 
 
-def split_topic(topic: str) -> tuple[str, str, str]:
-    """``persistent://t/ns/name`` -> ``(t, ns, name)``."""
-    tenant, namespace, name = topic.split("://", 1)[1].split("/", 2)
-    return tenant, namespace, name
+def _admin_path(admin_url: str, topic: str, parts: int = 3) -> str:
+    """``<admin_url>/admin/v2/persistent/<tenant>/<namespace>[/<topic>]`` of a persistent name or glob."""
+    names = topic.split("://", 1)[1].split("/", 2)[:parts]
+    return f"{admin_url}/admin/v2/persistent/" + "/".join(quote(n, safe="") for n in names)
+
+
+def split_topics(topics: str | Sequence[str]) -> list[str]:
+    """A list of topics from a list or one comma-separated string, blanks dropped."""
+    items = topics.split(",") if isinstance(topics, str) else list(topics)
+    return [str(t).strip() for t in items if str(t).strip()]
 
 
 def prepare_topics(topics: Iterable[str]) -> list[str]:
@@ -147,19 +127,13 @@ def _expand(requested: Sequence[str], available: Iterable[str]) -> list[str]:
     return list(out)
 
 
-# --------------------------------------------------------------------------- prometheus
-
-
 def _unescape(value: str) -> str:
     return value.replace('\\"', '"').replace("\\n", "\n").replace("\\\\", "\\")
 
 
 def parse_prometheus_backlog(text: str, subscription: str) -> dict[str, int]:
-    """Sum ``pulsar_subscription_back_log`` per (partition-collapsed) topic for one subscription.
-
-    Accepts both label styles: Apache Pulsar (``topic="persistent://t/ns/x-partition-0"``) and
-    pulsar-lite (``namespace="t/ns", topic="x"``).
-    """
+    """Sum ``pulsar_subscription_back_log`` per (partition-collapsed) topic for one subscription, in
+    Apache Pulsar's (``topic="persistent://..."``) or pulsar-lite's (``namespace=..., topic=...``) labels."""
     totals: dict[str, int] = {}
     for line in text.splitlines():
         if not line.startswith(BACKLOG_METRIC):
@@ -210,16 +184,6 @@ def metrics_plan(metrics_url: str, topics: Sequence[str], subscription: str) -> 
     }
 
 
-# --------------------------------------------------------------------------- admin REST
-
-
-def _admin_topic_path(admin_url: str, topic: str) -> str:
-    tenant, namespace, name = split_topic(topic)
-    return f"{admin_url}/admin/v2/persistent/{quote(tenant, safe='')}/{quote(namespace, safe='')}/" + quote(
-        name, safe=""
-    )
-
-
 def _json(url: str, result: HttpResult) -> Any:
     try:
         return json.loads(result.text)
@@ -227,12 +191,10 @@ def _json(url: str, result: HttpResult) -> Any:
         raise BacklogReadError(f"GET {url} did not return JSON; check the extra 'admin_url'.") from exc
 
 
-def _check_admin(url: str, result: HttpResult, *, allow_404: bool) -> bool:
-    """True if the resource exists. Raises with the fix for auth and server errors."""
-    if result.status == 200:
-        return True
-    if result.status == 404 and allow_404:
-        return False
+def _found(url: str, result: HttpResult) -> bool:
+    """True if the resource exists (False on 404). Raises with the fix for auth and server errors."""
+    if result.status in (200, 404):
+        return result.status == 200
     if result.status in (401, 403):
         raise BacklogConfigError(
             f"GET {url} was refused (HTTP {result.status}); the connection's token (Password) lacks "
@@ -243,15 +205,17 @@ def _check_admin(url: str, result: HttpResult, *, allow_404: bool) -> bool:
     )
 
 
-def parse_admin_stats(stats: Any, topic: str, subscription: str, now_ms: float) -> TopicBacklog:
-    """Build a :class:`TopicBacklog` from a topic (or partitioned topic) stats document.
-
-    ``backlog`` is ``msgBacklog``, the entry count (``exact`` only when it is 0); :func:`admin_plan`
-    replaces it with the message count when it can.
-    """
+def _subscription(stats: Any, subscription: str) -> dict[str, Any] | None:
+    """The stats of ``subscription`` in a topic stats document, if any."""
     subs = stats.get("subscriptions") if isinstance(stats, dict) else None
     sub = subs.get(subscription) if isinstance(subs, dict) else None
-    if not isinstance(sub, dict):
+    return sub if isinstance(sub, dict) else None
+
+
+def parse_admin_stats(stats: Any, topic: str, subscription: str, now_ms: float) -> TopicBacklog:
+    """A :class:`TopicBacklog` of the entry count ``msgBacklog`` (exact only when 0) from topic stats."""
+    sub = _subscription(stats, subscription)
+    if sub is None:
         return TopicBacklog(topic, subscription, backlog=0, source="admin", found=False)
     entries = _count(sub.get("msgBacklog")) or 0
     earliest = sub.get("earliestMsgPublishTimeInBacklog")
@@ -283,10 +247,8 @@ def _partition_entries(stats: Any, topic: str, partitions: int, subscription: st
     out: dict[str, int] = {}
     for index in range(partitions):
         name = f"{topic}-partition-{index}"
-        part = per.get(name) if isinstance(per, dict) else None
-        subs = part.get("subscriptions") if isinstance(part, dict) else None
-        sub = subs.get(subscription) if isinstance(subs, dict) else None
-        entries = _count(sub.get("msgBacklog")) if isinstance(sub, dict) else None
+        sub = _subscription(per.get(name) if isinstance(per, dict) else None, subscription)
+        entries = _count(sub.get("msgBacklog")) if sub is not None else None
         if entries:
             out[name] = entries
     return out
@@ -295,27 +257,18 @@ def _partition_entries(stats: Any, topic: str, partitions: int, subscription: st
 def count_messages_plan(
     admin_url: str, topic: str, subscription: str, entries: int, max_entries: int = COUNT_MAX_ENTRIES
 ) -> Generator[HttpRequest, HttpResult, tuple[int, bool]]:
-    """Sub-plan: ``(messages, exact)`` for ``entries`` pending entries of one (partition) topic.
-
-    Asks the broker to count them (``analyzeBacklog`` reads the entries, so only up to ``max_entries``).
-    Any refusal (older broker, no permission, timeout) falls back to ``(entries, False)``: the count is
-    then a lower bound, never a failed read.
-    """
+    """Sub-plan: ``(messages, exact)`` for ``entries`` pending entries of one (partition) topic, counted by
+    ``analyzeBacklog`` up to ``max_entries``; any refusal gives ``(entries, False)``, a lower bound."""
     if entries <= 0:
         return 0, True
     if entries > max_entries:
         return entries, False
-    url = f"{_admin_topic_path(admin_url, topic)}/subscription/{quote(subscription, safe='')}/analyzeBacklog"
+    url = f"{_admin_path(admin_url, topic)}/subscription/{quote(subscription, safe='')}/analyzeBacklog"
     try:
         result = yield HttpRequest(url, method="POST")
-    except BacklogReadError:
-        return entries, False
-    if result.status != 200:
-        return entries, False
-    try:
-        doc = json.loads(result.text)
-    except ValueError:
-        return entries, False
+        doc = json.loads(result.text) if result.status == 200 else None
+    except (BacklogReadError, ValueError):
+        doc = None
     if not isinstance(doc, dict):
         return entries, False
     messages, scanned = _count(doc.get("messages")), _count(doc.get("entries"))
@@ -336,29 +289,27 @@ def admin_plan(
     count_max_entries: int = COUNT_MAX_ENTRIES,
 ) -> BacklogPlan:
     """Plan: expand patterns by listing namespaces, read each topic's stats, count batched messages."""
-    namespaces = sorted({split_topic(t)[:2] for t in topics if is_pattern(t)})
     listed: set[str] = set()
-    for tenant, namespace in namespaces:
-        url = f"{admin_url}/admin/v2/persistent/{quote(tenant, safe='')}/{quote(namespace, safe='')}"
+    for url in sorted({_admin_path(admin_url, t, parts=2) for t in topics if is_pattern(t)}):
         result = yield HttpRequest(url)
-        if _check_admin(url, result, allow_404=True):
+        if _found(url, result):
             names = _json(url, result)
             if not isinstance(names, list):
                 raise BacklogReadError(f"GET {url} did not return a list of topics.")
             listed.update(base_topic(str(n)) for n in names if str(n).startswith("persistent://"))
     backlogs: dict[str, TopicBacklog] = {}
     for topic in _expand(topics, listed):
-        base = _admin_topic_path(admin_url, topic)
+        base = _admin_path(admin_url, topic)
         url = f"{base}/partitions"
         result = yield HttpRequest(url)
         partitions = 0
-        if _check_admin(url, result, allow_404=True):
+        if _found(url, result):
             meta = _json(url, result)
             partitions = int(meta.get("partitions", 0)) if isinstance(meta, dict) else 0
         suffix = "partitioned-stats?perPartition=true&" if partitions > 0 else "stats?"
         url = f"{base}/{suffix}getEarliestTimeInBacklog=true"
         result = yield HttpRequest(url)
-        if not _check_admin(url, result, allow_404=True):
+        if not _found(url, result):
             backlogs[topic] = TopicBacklog(topic, subscription, backlog=0, source="admin", found=False)
             continue
         stats = _json(url, result)

@@ -1,22 +1,9 @@
 """Parse an Airflow ``pulsar`` connection into a validated, secret-safe configuration.
 
-Connection model (conn_type ``pulsar``):
-
-* **Host** (labelled *Service URL*): a full service URL (``pulsar://host:6650``,
-  ``pulsar+ssl://host:6651``, several hosts separated by commas), or ``host:port``, or a bare host name
-  (port 6650, or 6651 with TLS). **Port**, when set, is added to brokers that name no port and must equal
-  the port of those that do. Port 0 means "not set" (what the UI posts for an empty field).
-* **Authentication**, one of: a JWT token (**Password**); OAuth2 client credentials (extra
-  ``oauth2_issuer_url`` plus **Login**/**Password** as client ID/secret, or ``oauth2_credentials_file``);
-  a TLS client certificate alone (``tls_cert_file_path`` + ``tls_key_file_path``:
-  ``AuthenticationTls``). A client certificate next to a token or OAuth2 is presented at the TLS layer
-  (mutual TLS) and the token/OAuth2 authenticates.
-* **Extras**: ``admin_url``, ``metrics_url``, ``test_topic``, ``use_tls``, ``tls_trust_certs_file_path``,
-  ``tls_cert_file_path``, ``tls_key_file_path``, ``tls_allow_insecure_connection``, ``oauth2_issuer_url``,
-  ``oauth2_audience``, ``oauth2_scope``, ``oauth2_credentials_file``.
-
-Secrets (token, client secret) never appear in ``repr``; key and credentials *files* are referenced by
-path only. Pure functions: nothing here talks to the network or imports Airflow.
+Host is the service URL (``pulsar://host:6650``, ``pulsar+ssl://host:6651``, several brokers, or a bare
+``host[:port]``); authentication is a token (Password), OAuth2 client credentials (extra
+``oauth2_issuer_url`` with Login/Password or ``oauth2_credentials_file``) or a TLS client certificate
+(extras :data:`KNOWN_EXTRAS`). See ``docs/connection.md``. Pure: no network, no Airflow.
 """
 
 from __future__ import annotations
@@ -26,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from airflow_provider_dlq.errors import DlqProviderError
+from airflow_provider_dlq.get_provider_info import get_provider_info
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -33,22 +21,8 @@ if TYPE_CHECKING:
 DEFAULT_PORT = 6650
 DEFAULT_TLS_PORT = 6651
 SERVICE_SCHEMES = ("pulsar", "pulsar+ssl")
-KNOWN_EXTRAS = frozenset(
-    {
-        "admin_url",
-        "metrics_url",
-        "test_topic",
-        "use_tls",
-        "tls_trust_certs_file_path",
-        "tls_cert_file_path",
-        "tls_key_file_path",
-        "tls_allow_insecure_connection",
-        "oauth2_issuer_url",
-        "oauth2_audience",
-        "oauth2_scope",
-        "oauth2_credentials_file",
-    }
-)
+#: The extras the connection form declares (``conn-fields`` in ``provider.yaml``).
+KNOWN_EXTRAS = frozenset(get_provider_info()["connection-types"][0]["conn-fields"])
 AUTH_NONE, AUTH_TOKEN, AUTH_OAUTH2, AUTH_TLS = "none", "token", "oauth2", "tls"
 
 _EXAMPLE = (
@@ -63,11 +37,7 @@ class PulsarConnectionError(DlqProviderError, ValueError):
 
 @dataclass(frozen=True)
 class OAuth2Settings:
-    """OAuth2 client-credentials settings. ``client_secret`` never appears in ``repr``.
-
-    Either ``client_id``/``client_secret`` (connection Login/Password) or ``credentials_file`` (a JSON
-    key file ``{"client_id": ..., "client_secret": ...}``) is set, never both.
-    """
+    """OAuth2 client credentials: Login/Password or a JSON key file, never both (secret not in ``repr``)."""
 
     issuer_url: str
     client_id: str | None = None
@@ -105,16 +75,11 @@ class PulsarConnectionConfig:
     ignored_login: bool = False
 
     @property
-    def has_token(self) -> bool:
-        return bool(self.token)
-
-    @property
     def uses_tls(self) -> bool:
         return self.service_url.startswith("pulsar+ssl://")
 
     @property
     def auth_method(self) -> str:
-        """``oauth2``, ``token``, ``tls`` (client certificate alone) or ``none``."""
         if self.oauth2 is not None:
             return AUTH_OAUTH2
         if self.token:
@@ -190,8 +155,7 @@ def _service_url(conn_id: str, conn_type: str | None, host: str, port: int | Non
 
 
 def _check_broker_ports(conn_id: str, host: str, brokers: str) -> None:
-    """Every ``host:port`` of a service URL has a numeric port (``pulsar://broker:abc`` is a bad port,
-    not an unknown host)."""
+    """Every ``host:port`` of a service URL has a numeric port."""
     for broker in brokers.split("/")[0].split(","):
         name, sep, own = broker.strip().rpartition(":")
         if sep and not name.endswith("]") and "]" not in own and not (own.isdigit() and 0 < int(own) < 65536):
@@ -202,8 +166,7 @@ def _check_broker_ports(conn_id: str, host: str, brokers: str) -> None:
 
 
 def _with_port(conn_id: str, host: str, brokers: str, port: int | None) -> str:
-    """``host1:p1,host2:p2`` of a service URL, with Port added to brokers that name none; a Port that
-    contradicts a broker's own port is an error."""
+    """The brokers of a service URL with Port added to those that name none (and equal to those that do)."""
     if port is None:
         return brokers
     parts = []
@@ -223,7 +186,7 @@ def _with_port(conn_id: str, host: str, brokers: str, port: int | None) -> str:
 
 
 def _port(conn_id: str, port: Any) -> int | None:
-    """A port of 1-65535, or ``None`` for no port (``None``, ``""`` or 0, what an empty form field posts)."""
+    """A port of 1-65535, or ``None`` (``None``, ``""`` or 0: what an empty form field posts)."""
     if port is None or port == "" or port == 0:
         return None
     try:
@@ -235,24 +198,16 @@ def _port(conn_id: str, port: Any) -> int | None:
     return number
 
 
+def _text(conn_id: str, name: str, value: Any, kind: str = "a string") -> str | None:
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    if not isinstance(value, str):
+        raise PulsarConnectionError(f"Connection {conn_id!r}: extra {name!r} must be {kind}; got {value!r}.")
+    return value.strip()
+
+
 def _path(conn_id: str, name: str, value: Any) -> str | None:
-    if value is None or (isinstance(value, str) and not value.strip()):
-        return None
-    if not isinstance(value, str):
-        raise PulsarConnectionError(
-            f"Connection {conn_id!r}: extra {name!r} must be a file path; got {value!r}."
-        )
-    return value.strip()
-
-
-def _text(conn_id: str, name: str, value: Any) -> str | None:
-    if value is None or (isinstance(value, str) and not value.strip()):
-        return None
-    if not isinstance(value, str):
-        raise PulsarConnectionError(
-            f"Connection {conn_id!r}: extra {name!r} must be a string; got {value!r}."
-        )
-    return value.strip()
+    return _text(conn_id, name, value, "a file path")
 
 
 def _oauth2(
@@ -300,10 +255,7 @@ def parse_pulsar_connection(
     password: str | None = None,
     extra: Mapping[str, Any] | None = None,
 ) -> PulsarConnectionConfig:
-    """Validate the fields of a ``pulsar`` connection and build its configuration.
-
-    Raises :class:`PulsarConnectionError` naming ``conn_id``, the bad value and the fix (never a secret).
-    """
+    """The validated configuration of a ``pulsar`` connection; errors name the fix, never a secret."""
     if conn_type not in (None, "", "pulsar", "pulsar+ssl"):
         raise PulsarConnectionError(
             f"Connection {conn_id!r} has conn_type {conn_type!r}; a Pulsar connection needs conn_type "

@@ -1,9 +1,7 @@
 """The connection form's Test button: reach the broker, authenticate, and check the admin/metrics URLs.
 
-Every failure names the URL and the cause (``cannot reach pulsar://127.0.0.1:1234: connection
-refused ...``) and never a secret. The broker check does not assume access to ``public/default``: it
-looks up the connection's extra ``test_topic`` when set; otherwise an authorisation refusal on
-``public/default`` still counts as success, because the broker authenticated the client to answer it.
+Failures name the URL and the cause, never a secret. The broker check looks up extra ``test_topic``, or a
+topic in ``public/default``, where an authorisation refusal still proves the credentials were accepted.
 """
 
 from __future__ import annotations
@@ -62,10 +60,7 @@ def _socket_cause(exc: OSError, host: str, port: int) -> str:
 
 
 def check_reachable(service_url: str) -> list[str]:
-    """Open a TCP connection to every broker of ``service_url``; raise when none answers.
-
-    Returns notes about brokers that did not answer when at least one did.
-    """
+    """Open a TCP connection to every broker; raise when none answers, else note those that did not."""
     failures = []
     addresses = broker_addresses(service_url)
     for host, port in addresses:
@@ -127,8 +122,7 @@ def check_broker(hook: PulsarHook, config: PulsarConnectionConfig) -> str:
 
 
 def _admin_check_url(config: PulsarConnectionConfig) -> str:
-    """With ``test_topic``: list its namespace's topics (what the sensor does for globs; any role that
-    may consume there may list); else ``clusters``."""
+    """With ``test_topic``: its namespace's topic list (as the sensor reads globs); else ``clusters``."""
     assert config.admin_url is not None
     if config.test_topic and "://" in config.test_topic:
         domain, _, path = config.test_topic.partition("://")
@@ -157,8 +151,7 @@ def check_http(client: httpx.Client, url: str, what: str, *, forbidden_ok: bool)
 
 
 def check_issuer(hook: PulsarHook, config: PulsarConnectionConfig) -> str:
-    """With OAuth2: get a token from the issuer first, so a dead issuer or refused client is reported as
-    such (the Pulsar client would report either as the broker refusing the credentials)."""
+    """Get an OAuth2 token first, so a dead issuer is not reported as the broker refusing credentials."""
     import httpx
 
     from airflow_provider_dlq.hooks.oauth2 import OAuth2Error
@@ -175,11 +168,8 @@ def check_issuer(hook: PulsarHook, config: PulsarConnectionConfig) -> str:
 
 
 def tested_connection_id() -> str | None:
-    """The connection id the user tests with the UI's Test button, or ``None`` outside that request.
-
-    Airflow's ``POST /api/v2/connections/test`` tests a copy of the form under a random id and does not
-    pass the real one on; it is the ``connection_id`` of the request body (``test_body``) in the
-    calling frame of Airflow's route, in this thread."""
+    """The connection id the UI's Test button tests, or ``None``: Airflow tests a copy under a random id;
+    the real one is the ``connection_id`` of ``test_body`` in its route's frame, in this thread."""
     import sys
 
     frame = sys._getframe(1)
@@ -193,7 +183,7 @@ def tested_connection_id() -> str | None:
 
 
 def check_connection(hook: PulsarHook, config: PulsarConnectionConfig) -> tuple[bool, str]:
-    """Run every check; ``(True, notes)`` or ``(False, "<what failed>")`` with the checks done so far."""
+    """Run every check; ``(True, notes)`` or ``(False, "<what failed> (passed: ...)")``."""
     from airflow_provider_dlq.hooks.backlog import BacklogReadError
 
     notes: list[str] = []
@@ -221,6 +211,3 @@ def check_connection(hook: PulsarHook, config: PulsarConnectionConfig) -> tuple[
     except Exception as exc:
         return False, f"connection test failed: {type(exc).__name__}: {exc}"
     return True, "; ".join(notes)
-
-
-__all__ = ["CheckFailed", "broker_addresses", "check_connection"]

@@ -1,9 +1,7 @@
 """OAuth2 client credentials for the admin/metrics HTTP calls (the broker client does its own).
 
-The flow is the one Pulsar's clients use: discover the token endpoint at
-``<issuer_url>/.well-known/openid-configuration``, then ``POST`` ``grant_type=client_credentials`` with
-the client ID and secret (and ``audience``/``scope`` when set). Access tokens are cached until shortly
-before they expire. Nothing here logs a secret or a token; errors name the URL and the HTTP status only.
+Discovery at ``<issuer_url>/.well-known/openid-configuration``, then a ``client_credentials`` grant;
+tokens are cached until shortly before they expire. Errors name the URL and status, never a secret.
 """
 
 from __future__ import annotations

@@ -112,8 +112,6 @@ class PulsarHook(BaseHook):
             "placeholders": dict(ui["placeholders"]),
         }
 
-    # ----------------------------------------------------------------------- configuration
-
     def _config_from(self, conn: Connection) -> PulsarConnectionConfig:
         config = parse_pulsar_connection(
             self.pulsar_conn_id,
@@ -169,12 +167,9 @@ class PulsarHook(BaseHook):
         self.__dict__["config"] = config
         return config
 
-    # ----------------------------------------------------------------------- client
-
     @staticmethod
     def client_auth_kwargs(config: PulsarConnectionConfig) -> dict[str, Any]:
-        """Keyword arguments of :func:`~pulsar_dlq_consumer.client.create_client` for the
-        connection's TLS and authentication (they hold secrets: never log them)."""
+        """TLS and authentication arguments of ``create_client`` (they hold secrets: never log them)."""
         kwargs: dict[str, Any] = {
             "token": config.token,
             "tls_trust_certs_file_path": config.tls_trust_certs_file_path,
@@ -193,10 +188,8 @@ class PulsarHook(BaseHook):
         return kwargs
 
     def get_client(self, **client_kwargs: Any) -> pulsar.Client:
-        """Return a ``pulsar.Client`` for the connection, logging through Python logging.
-
-        Extra keyword arguments go to ``pulsar.Client`` (e.g. ``operation_timeout_seconds``).
-        """
+        """A ``pulsar.Client`` for the connection, logging through Python logging; extra keyword arguments
+        go to ``pulsar.Client`` (e.g. ``operation_timeout_seconds``)."""
         logger = logging.getLogger(CLIENT_LOGGER_NAME)
         if logger.level == logging.NOTSET:
             # The C++ client is chatty at INFO (every connect/lookup); configure this logger to see it.
@@ -208,8 +201,6 @@ class PulsarHook(BaseHook):
     def get_conn(self) -> pulsar.Client:
         """Same as :meth:`get_client`."""
         return self.get_client()
-
-    # ----------------------------------------------------------------------- HTTP (admin / metrics)
 
     def _http_options(self, config: PulsarConnectionConfig) -> dict[str, Any]:
         verify: ssl.SSLContext | bool = True
@@ -263,27 +254,21 @@ class PulsarHook(BaseHook):
                 raise BacklogReadError(str(exc)) from exc
         return client
 
-    def backlog_source(self, config: PulsarConnectionConfig) -> str:
-        """``"admin"`` when an admin URL is set, else ``"metrics"``; raises if neither is configured."""
+    @staticmethod
+    def _plan(config: PulsarConnectionConfig, topics: Sequence[str], subscription: str) -> BacklogPlan:
+        """The admin plan when an admin URL is set, else the metrics plan; raises if neither is set."""
+        if not subscription:
+            raise BacklogConfigError("subscription must be a non-empty name, e.g. 'dlq-replayer'.")
+        prepared = prepare_topics(topics)
         if config.admin_url:
-            return "admin"
+            return admin_plan(config.admin_url, prepared, subscription, now_ms=time.time() * 1000)
         if config.metrics_url:
-            return "metrics"
+            return metrics_plan(config.metrics_url, prepared, subscription)
         raise BacklogConfigError(
             f"Connection {config.conn_id!r} has neither extra 'admin_url' nor 'metrics_url', so the "
             "backlog cannot be read; set admin_url (Apache Pulsar admin REST, e.g. http://broker:8080) "
             "or metrics_url (Prometheus, e.g. http://broker:8080/metrics)."
         )
-
-    def _plan(self, config: PulsarConnectionConfig, topics: Sequence[str], subscription: str) -> BacklogPlan:
-        if not subscription:
-            raise BacklogConfigError("subscription must be a non-empty name, e.g. 'dlq-replayer'.")
-        prepared = prepare_topics(topics)
-        if self.backlog_source(config) == "admin":
-            assert config.admin_url is not None
-            return admin_plan(config.admin_url, prepared, subscription, now_ms=time.time() * 1000)
-        assert config.metrics_url is not None
-        return metrics_plan(config.metrics_url, prepared, subscription)
 
     @staticmethod
     def _failed(request: HttpRequest, exc: Exception) -> BacklogReadError:
@@ -307,7 +292,7 @@ class PulsarHook(BaseHook):
             return _drive(plan, get)
 
     async def aget_backlog(self, topics: Sequence[str], subscription: str) -> dict[str, TopicBacklog]:
-        """Async variant of :meth:`get_backlog` (used by :class:`DlqBacklogTrigger`)."""
+        """Async variant of :meth:`get_backlog`."""
         import httpx
 
         config = await self.aget_config()
@@ -324,9 +309,8 @@ class PulsarHook(BaseHook):
             return await _adrive(plan, get)
 
     def subscription_consumers(self, topic: str, subscription: str) -> list[dict[str, str]]:
-        """The properties (metadata) of each consumer of ``subscription`` on the non-partitioned
-        ``topic`` (``persistent://tenant/ns/name``), from the admin REST ``stats``; ``[]`` when the topic
-        or subscription does not exist. Needs the connection's admin URL."""
+        """The properties of each consumer of ``subscription`` on a non-partitioned ``topic`` (admin REST
+        ``stats``; ``[]`` when the topic or subscription does not exist)."""
         import json
 
         config = self.config
@@ -346,15 +330,8 @@ class PulsarHook(BaseHook):
             for consumer in sub.get("consumers") or []
         ]
 
-    # ----------------------------------------------------------------------- connection test
-
     def test_connection(self) -> tuple[bool, str]:
-        """Check the broker and, when configured, the admin and metrics URLs; ``(ok, message)``.
-
-        The broker check connects (which authenticates) and looks up extra ``test_topic``, or, without
-        it, a topic in ``public/default``, where an authorisation refusal still proves the broker took
-        the credentials. Failure messages name the URL and the cause.
-        """
+        """Check the broker and, when configured, the admin and metrics URLs; ``(ok, message)``."""
         from airflow_provider_dlq.hooks.connection_check import check_connection, tested_connection_id
 
         try:

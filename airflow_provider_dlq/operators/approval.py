@@ -1,10 +1,7 @@
 """``DlqGroupApprovalOperator``: a person chooses, per error group, what a replay may do (Airflow HITL).
 
-Built on Airflow 3's human-in-the-loop ``HITLOperator``: the task shows a dry-run's error groups (count,
-template, origin, first/last seen, sample message ids, the playbook's proposal) in the UI's *Required
-actions* form, with one field per group: ``replay``, ``archive`` or ``leave``. Every field defaults to
-``leave`` and the default option is "Approve nothing", so a request that times out approves nothing.
-See ``docs/approval.md``.
+One form field per dry-run group (``replay``, ``archive`` or ``leave``, default ``leave``); a request that
+times out approves nothing. See ``docs/approval.md``.
 """
 
 from __future__ import annotations
@@ -33,8 +30,7 @@ _SUGGESTION = {"republish": REPLAY, "archive": ARCHIVE, "drop": ARCHIVE, "skip":
 
 
 def load_groups(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The dry-run's groups: from its ``report.json`` when this worker can read it, else the summary's
-    (top) groups."""
+    """The dry-run's groups from its ``report.json`` when readable here, else the summary's top groups."""
     path = str((summary.get("paths") or {}).get("report_json") or "")
     parts = urlsplit(path)
     if path and parts.scheme in ("", "file"):
@@ -46,7 +42,6 @@ def load_groups(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def _plain(value: Any, limit: int = 120) -> str:
-    """One line of at most ``limit`` characters."""
     return " ".join(str(value if value is not None else "-").split())[:limit]
 
 
@@ -59,12 +54,11 @@ def _cell(value: Any, limit: int = 120) -> str:
 
 
 def proposal(group: Mapping[str, Any]) -> str:
-    """The playbook's action for a group in the form's words (``replay``, ``archive`` or ``leave``)."""
+    """The playbook's action for a group in the form's words."""
     return _SUGGESTION.get(str(group.get("action") or "skip"), LEAVE)
 
 
 def fix_failures(group: Mapping[str, Any]) -> int:
-    """Messages of the group whose playbook fix raised in the dry-run (they would stay pending)."""
     return int((group.get("outcomes") or {}).get("fix_failed", 0) or 0)
 
 
@@ -74,7 +68,7 @@ def approval_body(
     shown: int,
     report_link: str | None = None,
 ) -> str:
-    """The Markdown shown above the form: the dry-run, its report link, and one table row per group."""
+    """The Markdown above the form: the dry-run, its report link, and one table row per group."""
     totals = summary.get("totals") or {}
     lines = [
         f"Dry-run **{_cell(summary.get('run_id'))}** found **{totals.get('snapshot', 0)}** pending DLQ "
@@ -183,8 +177,6 @@ class DlqGroupApprovalOperator(HITLOperator, SkipMixin):
         self.response_timeout_seconds = response_timeout_seconds
         self.max_groups = max_groups
 
-    # ----------------------------------------------------------------------- request
-
     def _summary(self) -> dict[str, Any]:
         summary = self.dry_run_summary
         if isinstance(summary, str):
@@ -234,15 +226,13 @@ class DlqGroupApprovalOperator(HITLOperator, SkipMixin):
         return super().execute(context)
 
     def _report_link(self, context: Context) -> str | None:
-        """The dry-run's report as the provider's API-server endpoint serves it (the task's extra link)."""
+        """The dry-run's report on the provider's API-server endpoint (the task's extra link)."""
         if not self.dry_run_task_id or not (self._summary().get("paths") or {}).get("report_html"):
             return None
         from airflow_provider_dlq.operators.links import api_base_url, report_endpoint
 
         ti = context["ti"]
         return report_endpoint(ti.dag_id, ti.run_id, self.dry_run_task_id, base=api_base_url())
-
-    # ----------------------------------------------------------------------- response
 
     def validate_params_input(self, params_input: Mapping[str, Any]) -> None:
         """Each answered group must hold one of the actions (groups left out count as ``leave``)."""

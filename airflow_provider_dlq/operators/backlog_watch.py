@@ -1,8 +1,4 @@
-"""``DlqBacklogRearmOperator``: after a successful replay, let the DLQ backlog watch fire again.
-
-The last task of a DAG scheduled on a DLQ backlog asset. See
-:mod:`airflow_provider_dlq.triggers.backlog_watch` and ``docs/event-driven.md``.
-"""
+"""``DlqBacklogRearmOperator``: after a successful replay, let the DLQ backlog watch fire again."""
 
 from __future__ import annotations
 
@@ -36,9 +32,8 @@ def left_pending(summary: Any) -> int:
 class DlqBacklogRearmOperator(BaseOperator):
     """Re-arm the backlog watch of ``asset`` with what the replay left pending as the new baseline.
 
-    Put it after the replay (default trigger rule: only when the replay succeeded). From then on the
-    watch fires for messages above that baseline only, so messages a replay skips on purpose do not
-    start the next run.
+    Put it after the replay: from then on the watch fires only for messages above that baseline, so
+    messages a replay skips on purpose do not start the next run.
 
     :param asset: The watched asset (the DAG's schedule); it becomes this task's inlet.
     :param replay_summary: The replay's summary (``DlqReplayOperator`` XCom, e.g. ``replay.output``).

@@ -38,6 +38,3 @@ def stop_process_tree(
             continue
     log.info("Stopped %s (pid %s) and %d child processes", name, pid, len(procs) - 1)
     return len(procs)
-
-
-__all__ = ["TERMINATE_WAIT_S", "stop_process_tree"]

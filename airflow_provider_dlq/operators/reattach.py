@@ -1,22 +1,9 @@
 """The next try of a killed replay task: wait for the earlier attempt of the same run, then run it again.
 
-When the Airflow task process dies (SIGKILL, a lost worker), the replay's driver it started keeps
-running: the spark-submit child in client mode, the driver on a standalone cluster, the Spark Connect
-client. That orphan holds the run: the output directory lock (``<output>/locks/replay.lock.<n>``, a JSON
-file naming its run id, host, pid and heartbeat) and the broker lease per DLQ topic (an Exclusive consumer
-of ``dlq-replay-lease`` whose properties name its run id). The next try has the same run id, so the app
-would refuse it (``RunLockedError``) until the orphan ends. Instead, before it starts the app, the
-operator reads who holds the run (:func:`find_holder`) and :func:`wait_for_earlier_attempt`:
-
-* nothing holds it: run the app;
-* an earlier attempt of the **same** run id holds it: log what it waits for, poll every
-  ``poll_s`` until it ends (bounded by the task's ``reattach_timeout``), then run the app, which resumes
-  the run or finds it complete and returns its report;
-* a **different** run holds it: fail at once naming that run (never wait for another run).
-
-A standalone cluster driver is also reattached to by its driver id (``operators/spark_submit.py``,
-``DlqReplayOperator``): this module covers every deploy mode through the lock, which the app holds
-wherever its driver runs.
+An orphaned driver of a killed task holds the run: the output directory lock
+(``<output>/locks/replay.lock.<n>``) and the broker lease per DLQ topic. Before it starts the app, the
+operator finds the holder: none, run the app; an earlier attempt of the **same** run id, wait for it to
+end (up to ``reattach_timeout``), then run the app, which resumes; a **different** run, fail at once.
 """
 
 from __future__ import annotations
@@ -91,8 +78,7 @@ def pid_alive(pid: int, start: str | None) -> bool:
 
 
 def local_root(output_dir: str) -> Path | None:
-    """The output root as a local path (a plain path or ``file://``); ``None`` for an object store,
-    where the app holds no lock file."""
+    """The output root as a local path; ``None`` for an object store (where the app holds no lock)."""
     if "://" not in output_dir:
         return Path(output_dir)
     parsed = urlparse(output_dir)
@@ -105,8 +91,7 @@ def output_lock_holder(
     host: str | None = None,
     alive: Callable[[int, str | None], bool] = pid_alive,
 ) -> RunHolder | None:
-    """The run holding the output directory lock, unless the lock is stale (its heartbeat expired, or its
-    process on this host is gone) or absent, as the app itself decides when it takes the lock."""
+    """The run holding the output directory lock, unless it is absent or stale (as the app decides)."""
     root = local_root(output_dir)
     if root is None:
         return None
@@ -135,8 +120,7 @@ def output_lock_holder(
 def lease_holder(
     topics: Sequence[str], consumers: Callable[[str, str], list[dict[str, str]]]
 ) -> RunHolder | None:
-    """The first run holding a lease of ``topics``; ``consumers(topic, subscription)`` reads the lease
-    consumers' properties (the admin REST). The broker drops a dead run's lease at once."""
+    """The first run holding a lease of ``topics``; ``consumers`` reads the lease consumers' properties."""
     for topic in topics:
         lease = lease_topic(topic)
         for meta in consumers(lease, LEASE_SUBSCRIPTION):
@@ -152,8 +136,7 @@ def find_holder(
     consumers: Callable[[str, str], list[dict[str, str]]] | None,
     log: Logger | logging.Logger,
 ) -> RunHolder | None:
-    """The live run holding the output lock or a lease of ``topics`` (the lease only with
-    ``consumers``, i.e. an admin URL); ``None`` when neither is held."""
+    """The live run holding the output lock or (with ``consumers``) a lease of ``topics``, or ``None``."""
     holder = output_lock_holder(output_dir)
     if holder is not None or consumers is None:
         return holder
@@ -173,10 +156,8 @@ def wait_for_earlier_attempt(
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
 ) -> RunHolder | None:
-    """Return once nothing holds run ``run_id``: at once (``None``) when nothing does, else after the
-    earlier attempt of the same run id that held it has ended (that holder is returned). Raises
-    :class:`OtherRunHoldsError` when a different run holds it, :class:`ReattachTimeoutError` when the
-    earlier attempt still holds it after ``timeout_s``."""
+    """Return once nothing holds run ``run_id`` (the earlier attempt waited for, or ``None``); fail at once
+    when a different run holds it, or after ``timeout_s``."""
     started = clock()
     waited_for: RunHolder | None = None
     said = started
@@ -220,18 +201,3 @@ def wait_for_earlier_attempt(
                 "again; to stop it instead, end that process (or kill its Spark driver), then clear the task."
             )
         sleep(max(0.0, min(poll_s, timeout_s - waited)))
-
-
-__all__ = [
-    "DEFAULT_REATTACH_TIMEOUT_S",
-    "OtherRunHoldsError",
-    "ReattachTimeoutError",
-    "RunHolder",
-    "find_holder",
-    "lease_holder",
-    "lease_topic",
-    "local_root",
-    "output_lock_holder",
-    "pid_alive",
-    "wait_for_earlier_attempt",
-]

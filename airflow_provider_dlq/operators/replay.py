@@ -1,6 +1,4 @@
-"""``DlqReplayOperator``: run the Spark DLQ replay app through ``SparkSubmitHook``
-(``operators/spark_submit.py``), or as a Spark Connect client of a ``spark_connect`` connection
-(``operators/spark_connect.py``)."""
+"""``DlqReplayOperator``: run the Spark DLQ replay app with spark-submit or as a Spark Connect client."""
 
 from __future__ import annotations
 
@@ -57,7 +55,6 @@ from airflow_provider_dlq.operators.spark_connect import (
     SparkConnectConfigError,
     SparkRemote,
     check_client_installed,
-    client_argv,
     client_env,
     init_conf,
     spark_remote,
@@ -84,11 +81,10 @@ if TYPE_CHECKING:
 
     from airflow_provider_dlq.hooks.connection import PulsarConnectionConfig
 
+#: Environment variables carrying the token and the OAuth2 client credentials (JSON) to the app.
 TOKEN_ENV = "PULSAR_AUTH_TOKEN"
-#: Environment variable carrying OAuth2 client credentials (JSON) to the app, like the token.
 OAUTH2_CREDENTIALS_ENV = "PULSAR_OAUTH2_CREDENTIALS"
 SECRET_ENVS = (TOKEN_ENV, OAUTH2_CREDENTIALS_ENV)
-#: Spark setting read by the app's report step (opt-in masked payload snippets).
 CONF_PAYLOAD_SNIPPETS = "spark.dlq.report.payloadSnippets"
 #: Spark settings the app relies on (user ``conf`` wins).
 DEFAULT_CONF: dict[str, str] = {
@@ -97,14 +93,39 @@ DEFAULT_CONF: dict[str, str] = {
     "spark.log.level": "WARN",
     "spark.ui.showConsoleProgress": "false",
 }
-#: Spark setting the app reads for the snapshot's expected size (its progress lines' total).
 CONF_EXPECTED_MESSAGES = "spark.dlq.progress.expectedMessages"
 
 
 def output_asset(output_dir: str) -> Asset:
-    """The asset a replay run updates: its output root (reports under runs/, archive/, ledger/)."""
+    """The asset a replay run updates: its output root."""
     uri = output_dir if "://" in output_dir else Path(output_dir).absolute().as_uri()
     return Asset(name=f"dlq-replay:{uri}", uri=uri)
+
+
+#: Operator attributes passed to the app's options under the same name.
+_APP_FIELDS = (
+    "mode",
+    "topics",
+    "output_dir",
+    "subscription",
+    "auth_token_file",
+    "playbook",
+    "origin_allowlist",
+    "signatures",
+    "error_class",
+    "since",
+    "until",
+    "max_messages",
+    "max_replays",
+    "rate_limit",
+    "parallelism",
+    "archive_payload",
+    "group_actions",
+    "window_from",
+    "canary",
+    "canary_wait_seconds",
+    "canary_max_failure_rate",
+)
 
 
 def canary_halt_message(summary: Mapping[str, Any]) -> str | None:
@@ -125,28 +146,20 @@ def canary_halt_message(summary: Mapping[str, Any]) -> str | None:
 class DlqReplayOperator(BaseOperator):
     """Replay (or dry-run, or archive) Pulsar DLQ topics with the Spark replay app.
 
-    The task builds the app bundle (or uses ``bundle_path``), submits
-    ``spark-submit --py-files <bundle.zip> dlq_replay_main.py --run-id ... --topics ...`` through the
-    ``SparkSubmitHook`` of ``spark_conn_id``, then reads ``<output_dir>/runs/<run_id>/report.json`` and
-    returns its summary (XCom ``return_value``) and records it as the ``extra`` of an asset event on
-    every outlet (by default the asset of ``output_dir``). When ``spark_conn_id`` is a ``spark_connect``
-    connection, the worker's Python runs ``dlq_replay_main.py`` with the same arguments as a Spark Connect
-    client of that server instead (no spark-submit, no JVM on the worker; ``docs/spark-connect.md``).
-
-    The run id defaults to ``<dag_id>.<task_id>.<run_id>`` of the DAG run (sanitised), identical on every
-    try, so a retried task **resumes** the same replay run: nothing already recorded in the ledger is
-    republished again. The Pulsar credentials of ``pulsar_conn_id`` reach spark-submit only through the
-    environment (``PULSAR_AUTH_TOKEN``, ``PULSAR_OAUTH2_CREDENTIALS``) or files (``auth_token_file``,
-    ``oauth2_credentials_file``, the connection's client certificate and key), never the command line.
-
-    The task has two extra links: *DLQ replay report* (the run's HTML report, served by the provider's
-    API-server endpoint or ``report_url``) and *Spark application* (``spark_history_url``).
+    The task builds the app bundle (or uses ``bundle_path``), runs ``dlq_replay_main.py`` through the
+    ``SparkSubmitHook`` of ``spark_conn_id`` (or, for a ``spark_connect`` connection, as a Spark Connect
+    client of that server), reads ``<output_dir>/runs/<run_id>/report.json`` and returns its summary
+    (XCom), also recorded as the ``extra`` of an asset event on every outlet (default: the asset of
+    ``output_dir``). The default run id is the same on every try, so a retry **resumes** the run. The
+    Pulsar credentials reach the app only through the environment or files, never the command line. Extra
+    links: *DLQ replay report* and *Spark application*. Usage errors (no topics, ``replay`` without an
+    allowlist, a missing connection, bad arguments) fail the task at once, without retries.
 
     :param topics: DLQ topics to replay: list or comma-separated string. (templated)
     :param output_dir: Root of ``runs/``, ``archive/`` and ``ledger/``: local path, file:// or a Hadoop
         URI (s3a://, hdfs://). (templated)
     :param mode: ``dry-run`` (default; decide and report only), ``replay`` or ``archive-only``. (templated)
-    :param run_id: Replay run id; default derived from the DAG run (see above). (templated)
+    :param run_id: Replay run id; default ``<dag_id>.<task_id>.<run_id>`` of the DAG run. (templated)
     :param subscription: The replayer's durable subscription (default ``dlq-replayer``). (templated)
     :param playbook: Playbook YAML path readable by the Spark driver; none means skip everything.
         (templated)
@@ -162,74 +175,43 @@ class DlqReplayOperator(BaseOperator):
     :param parallelism: Consumers per DLQ partition / producers per origin topic.
     :param archive_payload: Archive payloads (True/"on", default) or only their hash (False/"off").
     :param pulsar_conn_id: The ``pulsar`` connection (service URL, token, TLS trust file).
-    :param spark_conn_id: The Spark connection (``spark_default``; e.g. master ``local[2]``), or a
-        ``spark_connect`` connection (Host/Port of a Spark Connect server, Login user id, Password token):
-        then the app runs as a Spark Connect client of that server.
-    :param auth_token_file: Path of a token file readable by the driver and executors; when set the
-        token is not passed by environment (required on YARN/Kubernetes, where spark-submit would put
-        environment values on its command line). (templated)
-    :param oauth2_credentials_file: Path of an OAuth2 key file (``{"client_id", "client_secret"}``)
-        readable by the driver and executors, instead of passing the connection's client secret by
-        environment (the same rule as ``auth_token_file``). (templated)
-    :param storage_conn_id: Connection for reading ``report.json`` from an object-store ``output_dir``
-        (``s3a://``, ``gs://`` ...): an ``aws`` connection (Login/Password = key id/secret, Extra
-        ``endpoint_url``, ``region_name``) or the one the scheme's Airflow provider uses; default: the
-        worker's environment (``AWS_*``, instance profile). See ``docs/managed-spark.md``.
-    :param report_url: Link the *DLQ replay report* button to this URL instead of the API server's
-        endpoint; ``{report_html}`` is replaced by the report's URI (e.g. a storage console). (templated)
-    :param spark_history_url: Spark history server base URL for the *Spark application* link, e.g.
-        ``http://spark-history:18080``. (templated)
-    :param report_payload_snippets: Show masked payload snippets (shape only) per group in the report;
-        off by default.
-    :param bundle_path: A prebuilt ``dlq_replay.zip`` (``python -m airflow_provider_dlq.bundle``);
-        default: built per run from the Spark app installed with the provider. (templated)
-    :param application: The app's main file; default the one next to the built bundle or the installed
-        ``spark_apps/dlq_replay_main.py``. (templated)
-    :param conf: Extra Spark configuration (merged over :data:`DEFAULT_CONF`; with a local master the
-        driver also gets a lean heap and the serial collector unless ``conf`` sets them,
-        ``docs/operator.md``). (templated)
-    :param env_vars: Extra environment for spark-submit (never put secrets here: it is rendered and
-        stored). (templated)
-    :param spark_submit_kwargs: Further ``SparkSubmitHook`` arguments (``driver_memory``,
-        ``executor_memory``, ``num_executors``, ``archives``, ``deploy_mode``, ``spark_binary``, ...).
+    :param spark_conn_id: The Spark connection (``spark_default``), or a ``spark_connect`` connection
+        (Host/Port of the server, Login user id, Password token).
+    :param auth_token_file: Token file readable by the driver and executors, instead of passing the token
+        by environment (required on YARN/Kubernetes). (templated)
+    :param oauth2_credentials_file: OAuth2 key file (``{"client_id", "client_secret"}``) readable by the
+        driver and executors, instead of passing the client secret by environment. (templated)
+    :param storage_conn_id: Connection that reads ``report.json`` from an object-store ``output_dir``
+        (e.g. an ``aws`` connection); default: the worker's environment.
+    :param report_url: Link the *DLQ replay report* button here instead of the API server's endpoint;
+        ``{report_html}`` is replaced by the report's URI. (templated)
+    :param spark_history_url: Spark history server base URL for the *Spark application* link. (templated)
+    :param report_payload_snippets: Show masked payload snippets per group in the report (default off).
+    :param bundle_path: A prebuilt ``dlq_replay.zip``; default: built per run. (templated)
+    :param application: The app's main file; default the one next to the bundle. (templated)
+    :param conf: Extra Spark configuration, merged over :data:`DEFAULT_CONF` (a local master's driver also
+        gets a lean heap and the serial collector unless ``conf`` sets them). (templated)
+    :param env_vars: Extra environment for spark-submit (never secrets: it is rendered and stored).
+        (templated)
+    :param spark_submit_kwargs: Further ``SparkSubmitHook`` arguments (``driver_memory``, ``deploy_mode``...).
     :param group_actions: Approved action per error signature (``replay``, ``archive`` or ``leave``), a
-        mapping or its JSON, overriding the playbook for those groups; without ``signatures`` the run acts
-        on the approved groups only, and a mapping that approves none skips the task
-        (``docs/approval.md``). (templated)
-    :param window_from: Read the window frozen by this earlier replay run id (the reviewed dry-run)
-        instead of freezing a new one. (templated)
-    :param canary: Replay ``N`` messages (or ``"P%"``) of each error group first, watch them for
-        ``canary_wait_seconds`` and halt groups whose canaries fail again more often than
-        ``canary_max_failure_rate`` (left pending as ``canary_failed``; ``docs/canary.md``). (templated)
-    :param class_data_archive: Start the Spark driver JVM from a class-data archive that the first run on
-        this worker writes (``True``, default: in ``~/.cache/airflow-provider-dlq/jvm-class-data``; a
-        path: that folder; ``False``: off). Not used with ``deploy_mode="cluster"`` or when ``conf``'s
-        ``spark.driver.extraJavaOptions`` already manages class data sharing (``docs/operator.md``).
-    :param quick_jit: Run the driver JVM with the C1 compiler only (``-XX:TieredStopAtLevel=1``): a
-        small run finishes sooner, a large one later. ``"auto"`` (default): for a local master when the
-        subscription's backlog is counted exactly and is at most 100,000 messages; ``True``/``False``:
-        always/never. Nothing is added when ``conf``'s ``spark.driver.extraJavaOptions`` chooses the JIT
-        (``docs/operator.md``).
-    :param compiled_pyspark: For a local master, import PySpark in the run's Python driver and workers
-        from a compiled copy of spark-submit's ``pyspark.zip`` and ``py4j`` zip that the first run on this
-        worker makes (``True``, default: in ``~/.cache/airflow-provider-dlq/compiled-pyspark``; a path:
-        that folder; ``False``: off). Not used when ``conf`` sets ``spark.python.daemon.module``
-        (``docs/operator.md``).
-
+        mapping or its JSON; without ``signatures`` only the approved groups are acted on, and approving
+        none skips the task. (templated)
+    :param window_from: Read the window frozen by this earlier run id (the reviewed dry-run). (templated)
+    :param canary: Replay ``N`` messages (or ``"P%"``) of each group first, wait ``canary_wait_seconds``
+        and halt groups whose canaries fail more often than ``canary_max_failure_rate``. (templated)
+    :param class_data_archive: Start the driver JVM from a class-data archive the first run writes
+        (``True``: default cache folder; a path; ``False``: off).
+    :param quick_jit: C1-only JIT for the driver JVM: ``"auto"`` (local master, exact backlog of at most
+        100,000 messages), ``True`` or ``False``.
+    :param compiled_pyspark: For a local master, import PySpark from a compiled copy the first run makes
+        (``True``: default cache folder; a path; ``False``: off).
     :param reattach_timeout: Seconds (or a ``timedelta``) a try waits for a still-running earlier attempt
-        of the same run id (its task process was killed, its Spark driver was not) before it runs the
-        same run id again; default 3600, ``0``: do not wait (``docs/operator.md``).
+        of the same run id before running it again; default 3600, ``0``: do not wait.
     :param durable: In standalone cluster deploy mode, keep the driver's id in the task state store
-        (Airflow 3.3+) so that the next try reattaches to that driver instead of submitting again
-        (default ``True``), as the Spark provider's ``SparkSubmitOperator`` does.
-
-    :param fail_on_canary_halt: When the canary halts a group (its canaries failed again, its other
-        messages stay pending as ``canary_failed``), fail the task without retrying, after the report
-        and the links are written (default ``True``): a halt needs a person. ``False``: succeed, and log
-        the verdict as a warning.
-
-    Usage errors (no topics, ``replay`` without an allowlist, a missing connection, bad arguments) fail
-    the task at once, without retries: a retry would meet the same configuration.
+        (Airflow 3.3+) so that the next try reattaches to that driver (default ``True``).
+    :param fail_on_canary_halt: Fail the task without retrying when the canary halts a group (default
+        ``True``); ``False``: succeed and log a warning.
 
     .. seealso:: ``docs/operator.md``
     """
@@ -388,14 +370,11 @@ class DlqReplayOperator(BaseOperator):
         self._client: ConnectClient | None = None
         self._killed = False
 
-    # ----------------------------------------------------------------------- pieces
-
     @cached_property
     def pulsar_hook(self) -> PulsarHook:
         return PulsarHook(self.pulsar_conn_id)
 
     def resolve_run_id(self, context: Context) -> str:
-        """The explicit ``run_id`` or one derived from the DAG run (stable across retries)."""
         if self.run_id:
             return str(self.run_id)
         ti = context["ti"]
@@ -405,17 +384,14 @@ class DlqReplayOperator(BaseOperator):
     def replay_args(self, run_id: str, pulsar: PulsarConnectionConfig) -> ReplayOptions:
         """Validate the rendered fields into the app's arguments (file paths only, never a secret)."""
         oauth2 = pulsar.oauth2
+        values = {name: getattr(self, name) for name in _APP_FIELDS}
         return build_replay_args(
             {
+                **values,
                 "run_id": run_id,
-                "mode": self.mode,
                 "service_url": pulsar.service_url,
-                "topics": self.topics,
-                "output_dir": self.output_dir,
-                "subscription": self.subscription,
-                "auth_token_file": self.auth_token_file,
-                "tls_trust_certs_file": pulsar.tls_trust_certs_file_path,
                 "admin_url": pulsar.admin_url,
+                "tls_trust_certs_file": pulsar.tls_trust_certs_file_path,
                 "tls_cert_file": pulsar.tls_cert_file_path,
                 "tls_key_file": pulsar.tls_key_file_path,
                 "oauth2_issuer_url": oauth2.issuer_url if oauth2 else None,
@@ -424,22 +400,6 @@ class DlqReplayOperator(BaseOperator):
                 "oauth2_credentials_file": (
                     (self.oauth2_credentials_file or oauth2.credentials_file) if oauth2 else None
                 ),
-                "playbook": self.playbook,
-                "origin_allowlist": self.origin_allowlist,
-                "signatures": self.signatures,
-                "error_class": self.error_class,
-                "since": self.since,
-                "until": self.until,
-                "max_messages": self.max_messages,
-                "max_replays": self.max_replays,
-                "rate_limit": self.rate_limit,
-                "parallelism": self.parallelism,
-                "archive_payload": self.archive_payload,
-                "group_actions": self.group_actions,
-                "window_from": self.window_from,
-                "canary": self.canary,
-                "canary_wait_seconds": self.canary_wait_seconds,
-                "canary_max_failure_rate": self.canary_max_failure_rate,
             }
         )
 
@@ -466,10 +426,7 @@ class DlqReplayOperator(BaseOperator):
         return lean_driver_env(env, master)
 
     def expected_messages(self, args: ReplayOptions) -> tuple[int | None, bool]:
-        """``(backlog, exact)``: the subscription's backlog on the run's topics (the snapshot's progress
-        total) and whether every topic's is an exact message count (else entries, a lower bound), when
-        the connection has an admin or metrics URL; ``(None, False)`` when it cannot be read (progress
-        then counts)."""
+        """``(backlog, exact)`` of the run's topics for the progress total; ``(None, False)`` if unread."""
         config = self.pulsar_hook.config
         if not (config.admin_url or config.metrics_url):
             return None, False
@@ -482,16 +439,12 @@ class DlqReplayOperator(BaseOperator):
         return sum(item.backlog for item in items), all(item.exact for item in items)
 
     def class_data_plan(self, deploy_mode: str | None, env: Mapping[str, str]) -> ArchivePlan | None:
-        """The driver JVM's class-data archive for this run (``None``: off, cluster deploy mode, or no
-        usable JVM or cache folder)."""
         if self.class_data_archive is False or deploy_mode == "cluster":
             return None
         directory = self.class_data_archive if isinstance(self.class_data_archive, str) else None
         return ClassDataArchive(directory).plan({**os.environ, **env})
 
     def compiled_pyspark_copy(self, master: str, env: Mapping[str, str]) -> CompiledCopy | None:
-        """The compiled PySpark this run imports (``None``: off, a cluster master, or none could be
-        made)."""
         if self.compiled_pyspark is False:
             return None
         directory = self.compiled_pyspark if isinstance(self.compiled_pyspark, str) else None
@@ -543,27 +496,13 @@ class DlqReplayOperator(BaseOperator):
 
     def _locate_bundle(self, workdir: str) -> tuple[str, str]:
         """(zip path, main path): the given ones, or a fresh build from the provider's Spark app."""
+        from airflow_provider_dlq.bundle import MAIN_NAME, build_bundle
+        from airflow_provider_dlq.resources import spark_app_dir
+
         if self.bundle_path:
-            application = self.application
-            if not application:
-                from airflow_provider_dlq.bundle import MAIN_NAME
-                from airflow_provider_dlq.resources import spark_app_dir
-
-                application = str(spark_app_dir() / MAIN_NAME)
-            return str(self.bundle_path), str(application)
-        from airflow_provider_dlq.bundle import build_bundle
-
+            return str(self.bundle_path), str(self.application or spark_app_dir() / MAIN_NAME)
         paths = build_bundle(workdir)
         return str(paths.zip_path), str(self.application or paths.main_path)
-
-    # ----------------------------------------------------------------------- report
-
-    def read_report(self, args: ReplayOptions, summary_line: str | None) -> dict[str, Any]:
-        """The run's ``report.json`` from the output root (local or object storage, read with
-        ``storage_conn_id``); the app's summary line only when the root cannot be read from here."""
-        return read_run_report(report_json(args), args.run_id, summary_line, self.storage_conn_id, self.log)
-
-    # ----------------------------------------------------------------------- execute / kill
 
     def execute(self, context: Context) -> dict[str, Any]:
         actions = parse_group_actions(self.group_actions)
@@ -592,7 +531,9 @@ class DlqReplayOperator(BaseOperator):
                     f"Replay run {args.run_id!r} was killed before it finished; re-running the task "
                     "resumes the same run id."
                 )
-            report = self.read_report(args, summary_line)
+            report = read_run_report(
+                report_json(args), args.run_id, summary_line, self.storage_conn_id, self.log
+            )
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
         return self._publish(context, args, report)
@@ -605,9 +546,8 @@ class DlqReplayOperator(BaseOperator):
         main_path: str,
         context: Context | None = None,
     ) -> str | None:
-        """spark-submit the app through ``SparkSubmitHook``; returns its summary line (if printed). A
-        standalone cluster driver of an earlier try that still runs (or finished) is reattached to
-        instead (:meth:`reattach_driver`); otherwise an earlier attempt holding the run is waited for."""
+        """spark-submit the app, or reattach to the standalone cluster driver of an earlier try; returns
+        the app's summary line (if printed)."""
         archive: ArchivePlan | None = None
         submitted = False
         try:
@@ -645,19 +585,17 @@ class DlqReplayOperator(BaseOperator):
         return hook.summary_line
 
     def wait_for_earlier_attempt(self, args: ReplayOptions) -> RunHolder | None:
-        """Wait for a live earlier attempt of this run id that holds the run (the output lock, or a DLQ
-        topic's lease read through the admin URL) to end, up to ``reattach_timeout``; fail at once when a
-        different run holds it (``operators/reattach.py``)."""
+        """Wait up to ``reattach_timeout`` for a live earlier attempt of this run id to end."""
         consumers = self.pulsar_hook.subscription_consumers if self.pulsar_hook.config.admin_url else None
-
-        def holder() -> RunHolder | None:
-            return find_holder(args.output_dir, args.topics, consumers, self.log)
-
-        return wait_for_earlier_attempt(args.run_id, holder, self.reattach_timeout, self.log)
+        return wait_for_earlier_attempt(
+            args.run_id,
+            lambda: find_holder(args.output_dir, args.topics, consumers, self.log),
+            self.reattach_timeout,
+            self.log,
+        )
 
     def driver_store(self, hook: ReplaySubmitHook, context: Context | None) -> Any:
-        """The task state store that keeps a standalone cluster driver's id across tries (``None``: not
-        cluster deploy mode on a standalone master, ``durable=False``, or Airflow below 3.3)."""
+        """The task state store keeping a standalone cluster driver's id across tries, or ``None``."""
         if not (self.durable and hook.tracks_driver and context is not None):
             return None
         store = context.get("task_state_store")
@@ -673,9 +611,8 @@ class DlqReplayOperator(BaseOperator):
         return keep
 
     def reattach_driver(self, hook: ReplaySubmitHook, store: Any) -> bool:
-        """Reattach to the standalone cluster driver an earlier try submitted (its id in the task state
-        store): wait for it while it runs; True when it has ended ``FINISHED`` (its report is complete),
-        False when there is none or it failed (the run is submitted again and resumes)."""
+        """Wait for the earlier try's standalone cluster driver; True when it ended ``FINISHED``, False
+        when there is none or it failed (then the run is submitted again and resumes)."""
         driver_id = store.get(DRIVER_ID_KEY)
         if not driver_id:
             return False
@@ -694,22 +631,6 @@ class DlqReplayOperator(BaseOperator):
         self.log.info("Spark driver %s of an earlier try ended %s: submitting again", driver_id, state)
         return False
 
-    def connect_conf(self) -> dict[str, str]:
-        """The settings a Spark Connect session of the run gets: ``conf``'s ``spark.sql.*`` keys (PySpark's
-        Connect client applies no other); the others are named in a warning."""
-        user = {str(k): str(v) for k, v in (self.conf or {}).items()}
-        passed = init_conf(user)
-        dropped = sorted(set(user) - set(passed))
-        if self.report_payload_snippets:
-            dropped.append(f"{CONF_PAYLOAD_SNIPPETS} (report_payload_snippets)")
-        if dropped:
-            self.log.warning(
-                "Spark Connect: %s do not reach the session (PySpark's Connect client applies spark.sql.* "
-                "settings only); set them in the Spark Connect server's configuration.",
-                ", ".join(dropped),
-            )
-        return passed
-
     def make_client(
         self,
         args: ReplayOptions,
@@ -719,14 +640,21 @@ class DlqReplayOperator(BaseOperator):
         main_path: str,
         workdir: str,
     ) -> ConnectClient:
-        """The app as a Spark Connect client: the same arguments as under spark-submit, the server's URL
-        (with its token and user id) only in the client's environment."""
+        """The app as a Spark Connect client; only ``conf``'s ``spark.sql.*`` keys reach the session."""
+        user = {str(k): str(v) for k, v in (self.conf or {}).items()}
+        conf = init_conf(user)
+        dropped = sorted(set(user) - set(conf))
+        if self.report_payload_snippets:
+            dropped.append(f"{CONF_PAYLOAD_SNIPPETS} (report_payload_snippets)")
+        if dropped:
+            self.log.warning(
+                "Spark Connect: %s do not reach the session (PySpark's Connect client applies spark.sql.* "
+                "settings only); set them in the Spark Connect server's configuration.",
+                ", ".join(dropped),
+            )
+        argv = [sys.executable, main_path, *args.to_argv()]
         return ConnectClient(
-            remote,
-            client_argv(main_path, args.to_argv()),
-            client_env(os.environ, env, remote, zip_path, self.connect_conf()),
-            workdir,
-            self.log,
+            remote, argv, client_env(os.environ, env, remote, zip_path, conf), workdir, self.log
         )
 
     def _run_connect_client(
@@ -738,11 +666,8 @@ class DlqReplayOperator(BaseOperator):
         main_path: str,
         workdir: str,
     ) -> str | None:
-        """Run the app as a Spark Connect client of ``remote``; returns its summary line (if printed)."""
-        client = self.make_client(
-            args, self.spark_env(pulsar, remote.address), remote, zip_path, main_path, workdir
-        )
-        self._client = client
+        env = self.spark_env(pulsar, remote.address)
+        self._client = client = self.make_client(args, env, remote, zip_path, main_path, workdir)
         self.log.info(
             "Replay run %s (%s) of %s as a Spark Connect client of %s (connection %r); output %s",
             args.run_id,
@@ -782,21 +707,22 @@ class DlqReplayOperator(BaseOperator):
                     outlet_events[outlet].extra = extra
         return summary
 
+    def _not_retried(self, exc: Exception) -> AirflowFailException:
+        """A usage error fails the task without retries: the same configuration fails every try."""
+        message = f"{exc} (not retried: fix the configuration, then clear the task)"
+        self.log.error("%s", message)  # a log line of its own, not only the exception's detail
+        return AirflowFailException(message)
+
     def usage_checked(self, run_id: str) -> tuple[PulsarConnectionConfig, ReplayOptions]:
-        """The connection and the app's arguments; a usage error fails the task without retries (the
-        same configuration would fail every try)."""
         try:
             check_topics(self.topics)  # before the connection: the trigger form's first field
             pulsar = self.pulsar_hook.config
             return pulsar, self.replay_args(run_id, pulsar)
         except (ReplayArgumentError, PulsarConnectionError, AirflowNotFoundException) as exc:
-            message = f"{exc} (not retried: fix the configuration, then clear the task)"
-            self.log.error("%s", message)  # a log line of its own, not only the exception's detail
-            raise AirflowFailException(message) from exc
+            raise self._not_retried(exc) from exc
 
     def remote_checked(self) -> SparkRemote | None:
-        """The Spark Connect server of ``spark_conn_id`` (``None``: spark-submit runs the app). A
-        misconfigured connection or a missing client fails the task without retries."""
+        """The Spark Connect server of ``spark_conn_id``, or ``None`` (spark-submit runs the app)."""
         try:
             remote = spark_remote(self.spark_conn_id)
             if remote is None:
@@ -809,14 +735,11 @@ class DlqReplayOperator(BaseOperator):
                 )
             check_client_installed(remote)
         except SparkConnectConfigError as exc:
-            message = f"{exc} (not retried: fix the configuration, then clear the task)"
-            self.log.error("%s", message)
-            raise AirflowFailException(message) from exc
+            raise self._not_retried(exc) from exc
         return remote
 
     def on_kill(self) -> None:
-        """Stop spark-submit and everything it started (the Python driver, local workers), or the Spark
-        Connect client, by PID."""
+        """Stop spark-submit and everything it started, or the Spark Connect client, by PID."""
         self._killed = True
         if self._client is not None:
             self._client.stop()

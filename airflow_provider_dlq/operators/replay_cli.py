@@ -1,14 +1,6 @@
-"""Pure helpers of ``DlqReplayOperator``: its rendered arguments as the app's options, and the run's summary.
-
-The options type is the library's :class:`~pulsar_dlq_consumer.replay_options.ReplayOptions`, the
-contract of ``spark_apps/dlq_replay_main.py``: the app parses its command line into the same type, and
-the same checks run here, so a bad argument fails the task before Spark starts. This module only turns
-what templates render (strings, comma-separated lists, blanks) into typed values, and adds what is the
-operator's own: a run id derived from the DAG run, and where to set a missing value in Airflow.
-
-Secrets never appear here: the app reads the token from ``PULSAR_AUTH_TOKEN`` (or the file of
-``--auth-token-file``) and OAuth2 client credentials from ``PULSAR_OAUTH2_CREDENTIALS`` (or the file of
-``--oauth2-credentials-file``); certificates and keys are passed as file paths.
+"""The operator's rendered arguments as the app's options (the library's ``ReplayOptions``, whose checks
+run here too, so a bad argument fails the task before Spark starts), and the run's summary. Secrets never
+appear here: the app reads them from its environment or from files.
 """
 
 from __future__ import annotations
@@ -56,11 +48,8 @@ class ReplayArgumentError(DlqProviderError, ValueError):
 
 
 def default_run_id(dag_id: str, task_id: str, run_id: str, map_index: int = -1) -> str:
-    """A replay run id derived from the Airflow task's DAG run: the same on every try, so a retry resumes.
-
-    ``dag_id.task_id.run_id`` (plus ``.map_index`` for mapped tasks) with every character outside
-    ``[A-Za-z0-9._-]`` replaced by ``_``; longer than 120 characters it is cut and a hash keeps it unique.
-    """
+    """``dag_id.task_id.run_id[.map_index]``, made safe and at most 120 characters: the same on every try,
+    so a retry resumes."""
     raw = f"{dag_id}.{task_id}.{run_id}" + (f".{map_index}" if map_index >= 0 else "")
     safe = _UNSAFE.sub("_", raw).strip("._-") or "run"
     if len(safe) > 120:
@@ -69,12 +58,11 @@ def default_run_id(dag_id: str, task_id: str, run_id: str, map_index: int = -1) 
 
 
 def report_json(options: ReplayOptions) -> str:
-    """Where the app writes the run's report (``<output-dir>/runs/<run_id>/report.json``)."""
     return f"{options.output_dir}/runs/{options.run_id}/report.json"
 
 
 def as_list(name: str, value: str | Sequence[str] | None) -> list[str]:
-    """A list of strings from a list or a comma-separated string (the shape templates render)."""
+    """A list of strings from a list or a comma-separated string."""
     if value is None:
         return []
     if isinstance(value, str):
@@ -107,7 +95,6 @@ def opt_number(name: str, value: Any, kind: type[int] | type[float] = int) -> An
 
 
 def opt_time(name: str, value: Any) -> datetime | None:
-    """ISO 8601 date or date-time (or a ``datetime``); UTC when it has no offset."""
     if _blank(value):
         return None
     return parse_time(value.isoformat() if isinstance(value, datetime) else str(value), name)
@@ -125,8 +112,7 @@ def archive_flag(value: Any) -> bool:
 
 
 def parse_group_actions(value: Any) -> dict[str, str] | None:
-    """``{signature: replay|archive|leave}`` from a mapping or its JSON text, as templates render it;
-    ``None``/blank -> ``None``. The options check each action (docs/approval.md)."""
+    """``{signature: action}`` from a mapping or its JSON text; blank -> ``None``."""
     if _blank(value):
         return None
     data = value
@@ -155,8 +141,7 @@ def _canary(values: Mapping[str, Any]) -> CanarySpec | None:
 
 
 def _signatures(values: Mapping[str, Any], actions: dict[str, str] | None) -> tuple[str, ...]:
-    """The signatures to act on; with an approval and none given, the approved groups only (never
-    everything for want of a filter)."""
+    """The signatures to act on; with an approval and none given, the approved groups only."""
     signatures = tuple(as_list("signatures", values.get("signatures")))
     if actions is None or signatures:
         return signatures
@@ -185,8 +170,7 @@ def _output_dir(value: Any) -> str:
 
 
 def check_topics(topics: str | Sequence[str] | None) -> None:
-    """Refuse a run without DLQ topics (the first thing a new user leaves empty), before anything else
-    is looked up, with the options' own message and where to set them."""
+    """Refuse a run without DLQ topics before anything else is looked up, saying where to set them."""
     if not as_list("topics", topics):
         raise _hinted(ReplayOptionsError(TOPICS_REQUIRED))
 
@@ -197,48 +181,43 @@ def _hinted(exc: ConfigurationError) -> ReplayArgumentError:
 
 
 def build_replay_args(values: Mapping[str, Any]) -> ReplayOptions:
-    """The operator's rendered values as the app's options; a bad one raises
-    :class:`ReplayArgumentError` with the options' own message and, where it helps, where to set it."""
-    try:
-        return _build(values)
-    except ConfigurationError as exc:  # the options' checks (ReplayOptionsError)
-        raise _hinted(exc) from None
-
-
-def _build(values: Mapping[str, Any]) -> ReplayOptions:
+    """The operator's rendered values as the app's options, or :class:`ReplayArgumentError`."""
     actions = parse_group_actions(values.get("group_actions"))
     max_replays = opt_number("max_replays", values.get("max_replays"))
-    return ReplayOptions(
-        run_id=_run_id(values["run_id"]),
-        mode=str(values.get("mode") or DRY_RUN).strip(),
-        service_url=str(values["service_url"]),
-        topics=tuple(as_list("topics", values.get("topics"))),
-        output_dir=_output_dir(values.get("output_dir")),
-        subscription=opt_str(values.get("subscription")) or DEFAULT_SUBSCRIPTION,
-        auth_token_file=opt_str(values.get("auth_token_file")),
-        tls_trust_certs_file=opt_str(values.get("tls_trust_certs_file")),
-        admin_url=opt_str(values.get("admin_url")),
-        tls_cert_file=opt_str(values.get("tls_cert_file")),
-        tls_key_file=opt_str(values.get("tls_key_file")),
-        oauth2_issuer_url=opt_str(values.get("oauth2_issuer_url")),
-        oauth2_audience=opt_str(values.get("oauth2_audience")),
-        oauth2_scope=opt_str(values.get("oauth2_scope")),
-        oauth2_credentials_file=opt_str(values.get("oauth2_credentials_file")),
-        playbook=opt_str(values.get("playbook")),
-        origin_allowlist=tuple(as_list("origin_allowlist", values.get("origin_allowlist"))) or None,
-        signatures=_signatures(values, actions) or None,
-        error_class=opt_str(values.get("error_class")),
-        since=opt_time("since", values.get("since")),
-        until=opt_time("until", values.get("until")),
-        max_messages=opt_number("max_messages", values.get("max_messages")),
-        max_replays=DEFAULT_MAX_REPLAYS if max_replays is None else max_replays,
-        rate_limit=opt_number("rate_limit", values.get("rate_limit"), float),
-        parallelism=opt_number("parallelism", values.get("parallelism")),
-        archive_payload=archive_flag(values.get("archive_payload", "on")),
-        group_actions=actions,
-        window_from=opt_str(values.get("window_from")),
-        canary=_canary(values),
-    )
+    try:
+        return ReplayOptions(
+            run_id=_run_id(values["run_id"]),
+            mode=str(values.get("mode") or DRY_RUN).strip(),
+            service_url=str(values["service_url"]),
+            topics=tuple(as_list("topics", values.get("topics"))),
+            output_dir=_output_dir(values.get("output_dir")),
+            subscription=opt_str(values.get("subscription")) or DEFAULT_SUBSCRIPTION,
+            auth_token_file=opt_str(values.get("auth_token_file")),
+            tls_trust_certs_file=opt_str(values.get("tls_trust_certs_file")),
+            admin_url=opt_str(values.get("admin_url")),
+            tls_cert_file=opt_str(values.get("tls_cert_file")),
+            tls_key_file=opt_str(values.get("tls_key_file")),
+            oauth2_issuer_url=opt_str(values.get("oauth2_issuer_url")),
+            oauth2_audience=opt_str(values.get("oauth2_audience")),
+            oauth2_scope=opt_str(values.get("oauth2_scope")),
+            oauth2_credentials_file=opt_str(values.get("oauth2_credentials_file")),
+            playbook=opt_str(values.get("playbook")),
+            origin_allowlist=tuple(as_list("origin_allowlist", values.get("origin_allowlist"))) or None,
+            signatures=_signatures(values, actions) or None,
+            error_class=opt_str(values.get("error_class")),
+            since=opt_time("since", values.get("since")),
+            until=opt_time("until", values.get("until")),
+            max_messages=opt_number("max_messages", values.get("max_messages")),
+            max_replays=DEFAULT_MAX_REPLAYS if max_replays is None else max_replays,
+            rate_limit=opt_number("rate_limit", values.get("rate_limit"), float),
+            parallelism=opt_number("parallelism", values.get("parallelism")),
+            archive_payload=archive_flag(values.get("archive_payload", "on")),
+            group_actions=actions,
+            window_from=opt_str(values.get("window_from")),
+            canary=_canary(values),
+        )
+    except ConfigurationError as exc:  # the options' checks (ReplayOptionsError)
+        raise _hinted(exc) from None
 
 
 def compact_summary(report: Mapping[str, Any], max_groups: int = 20) -> dict[str, Any]:

@@ -1,10 +1,5 @@
-"""Read a finished replay run's ``report.json`` for ``DlqReplayOperator`` (its XCom and asset event).
-
-The report is read from the run's output root, ``<output_dir>/runs/<run_id>/report.json``, wherever that
-is (local, ``file://``, ``s3a://``, ``gs://``, ``hdfs://`` ...; see
-:mod:`airflow_provider_dlq.output_storage`), so a driver on a cluster (YARN or Kubernetes cluster deploy
-mode, a managed Spark service) whose stdout the worker never sees still ends the task with its report.
-The app's ``DLQ_REPLAY_SUMMARY`` stdout line is used only when the root cannot be read from the worker.
+"""Read a finished replay run's ``report.json`` wherever its output root is; the app's summary line only
+when the worker cannot read the root.
 """
 
 from __future__ import annotations

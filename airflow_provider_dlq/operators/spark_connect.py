@@ -1,13 +1,9 @@
-"""``DlqReplayOperator`` as a Spark Connect client: the replay app's driver run by the worker's Python
-against the server of a ``spark_connect`` connection (the Apache Spark provider's ``SparkConnectHook``).
+"""The replay app as a Spark Connect client of a ``spark_connect`` connection's server.
 
-The command is ``python dlq_replay_main.py <the app's arguments>``, the same arguments as under
-spark-submit, with the bundle on ``PYTHONPATH`` (the app ships it to the server itself) and the server's
-URL in ``SPARK_REMOTE``, where PySpark's ``SparkSession.builder`` finds it. The URL carries the
-connection's token and user id, so it is never put on the command line, in a log line or in XCom; no
-JVM is started on the worker. ``conf``'s ``spark.sql.*`` settings reach the session as spark-submit
-``--remote`` hands them to its driver (``PYSPARK_REMOTE_INIT_CONF_*``, which PySpark's Connect client
-reads); PySpark's client applies no other key.
+The worker's Python runs ``dlq_replay_main.py`` with the app's arguments, the bundle on ``PYTHONPATH``
+and the server's URL (which carries the token and user id) only in ``SPARK_REMOTE``: never on the
+command line, in a log line or in XCom. ``conf``'s ``spark.sql.*`` settings reach the session through
+``PYSPARK_REMOTE_INIT_CONF_*``; PySpark's Connect client applies no other key.
 """
 
 from __future__ import annotations
@@ -30,16 +26,13 @@ from pulsar_dlq_consumer.replay_options import SUMMARY_PREFIX
 
 if TYPE_CHECKING:
     import logging
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Mapping, Sequence
 
     from airflow.sdk.types import Logger
 
 #: The Apache Spark provider's connection type of a Spark Connect server (``SparkConnectHook.conn_type``).
 CONNECT_CONN_TYPE = "spark_connect"
-#: Where PySpark's ``SparkSession.builder`` reads the server's URL.
 SPARK_REMOTE_ENV = "SPARK_REMOTE"
-#: Where PySpark's Connect client reads the session's initial settings (spark-submit ``--remote`` sets
-#: them for its driver; only ``spark.sql.*`` keys are applied).
 INIT_CONF_LEN_ENV = "PYSPARK_REMOTE_INIT_CONF_LEN"
 INIT_CONF_ENV = "PYSPARK_REMOTE_INIT_CONF_0"
 #: Worker variables that would make PySpark start a local server or a classic session instead.
@@ -83,14 +76,12 @@ class SparkRemote:
         return _URL_SECRET.sub(lambda m: f"{m.group(1)}={_REDACTED}", text)
 
 
-def missing_client_packages(find: Callable[[str], object] | None = None) -> list[str]:
-    """The ``pyspark[connect]`` packages this Python cannot import (the client runs with it); ``find``
-    defaults to ``importlib.util.find_spec``."""
-    find = find or importlib.util.find_spec
+def missing_client_packages() -> list[str]:
+    """The ``pyspark[connect]`` packages this Python cannot import."""
     missing = []
     for module, package in CLIENT_MODULES:
         try:
-            found = find(module) is not None
+            found = importlib.util.find_spec(module) is not None
         except (ImportError, ValueError):
             found = False
         if not found:
@@ -113,12 +104,11 @@ def _slashes_quoted(url: str, login: str | None, password: str | None) -> str:
 
 
 def spark_remote(conn_id: str) -> SparkRemote | None:
-    """The Spark Connect server of ``conn_id`` when it is a ``spark_connect`` connection; ``None`` for
-    any other type (spark-submit runs the app) or when it does not exist (spark-submit's own default).
-    Raises :class:`SparkConnectConfigError` naming the fix."""
+    """The server of a ``spark_connect`` connection; ``None`` for another type or a missing connection."""
     from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
     from airflow.sdk import BaseHook
     from airflow.sdk.exceptions import AirflowNotFoundException
+    from airflow.sdk.log import mask_secret
 
     try:
         conn = BaseHook.get_connection(conn_id)
@@ -149,22 +139,12 @@ def spark_remote(conn_id: str) -> SparkRemote | None:
         ) from None
     url = _slashes_quoted(url, conn.login, conn.password)
     remote = SparkRemote(conn_id, url.split("/;", 1)[0].rstrip("/"), url, _secrets(conn.login, conn.password))
-    _mask(remote.secrets)
+    for secret in remote.secrets:
+        mask_secret(secret)  # every log line of the task is masked too
     return remote
 
 
-def _mask(secrets: Sequence[str]) -> None:
-    """Register the secrets with Airflow's log masker too (every log line of the task is masked)."""
-    try:
-        from airflow.sdk.log import mask_secret
-    except ImportError:  # pragma: no cover - older Task SDKs
-        return
-    for secret in secrets:
-        mask_secret(secret)
-
-
 def check_client_installed(remote: SparkRemote) -> None:
-    """Raise :class:`SparkConnectConfigError` naming what to install when ``pyspark[connect]`` is missing."""
     missing = missing_client_packages()
     if missing:
         raise SparkConnectConfigError(
@@ -175,13 +155,8 @@ def check_client_installed(remote: SparkRemote) -> None:
         )
 
 
-def client_argv(application: str, app_args: Sequence[str], python: str = sys.executable) -> list[str]:
-    """The client's command: the app's main file run by ``python`` with the app's own arguments."""
-    return [python, application, *app_args]
-
-
 def init_conf(conf: Mapping[str, object]) -> dict[str, str]:
-    """The ``spark.sql.*`` settings of ``conf``: the ones PySpark's Connect client applies to a session."""
+    """The ``spark.sql.*`` settings of ``conf``: the only ones PySpark's Connect client applies."""
     return {str(k): str(v) for k, v in conf.items() if str(k).startswith("spark.sql.")}
 
 
@@ -192,9 +167,8 @@ def client_env(
     bundle_zip: str,
     conf: Mapping[str, str],
 ) -> dict[str, str]:
-    """The client's environment: ``base`` (the worker's) with ``extra`` (the operator's), the server's URL
-    in ``SPARK_REMOTE``, the bundle first on ``PYTHONPATH`` and ``conf`` as the session's initial
-    settings; without the variables that would start a local server or a classic session."""
+    """The client's environment: ``base`` with ``extra``, the server's URL, the bundle first on
+    ``PYTHONPATH`` and ``conf`` as the session's initial settings."""
     env = {**base, **extra}
     for name in [*CLEARED_ENV, *(n for n in env if n.startswith("PYSPARK_REMOTE_INIT_CONF_"))]:
         env.pop(name, None)
@@ -206,27 +180,18 @@ def client_env(
     return env
 
 
+@dataclass
 class ConnectClient:
-    """One run of the replay app as a Spark Connect client (what ``ReplaySubmitHook`` is to spark-submit):
-    :meth:`run` streams its output to the task log (redacted) and returns when it has ended,
-    :attr:`summary_line` holds its last ``DLQ_REPLAY_SUMMARY`` line, :meth:`stop` ends it by PID."""
+    """One run of the app as a Spark Connect client: output redacted into the task log, stopped by PID."""
 
-    def __init__(
-        self,
-        remote: SparkRemote,
-        argv: Sequence[str],
-        env: Mapping[str, str],
-        cwd: str,
-        log: Logger | logging.Logger,
-    ) -> None:
-        self.remote = remote
-        self.argv = list(argv)
-        self.env = dict(env)
-        self.cwd = cwd
-        self.log = log
-        self.process: subprocess.Popen[str] | None = None
-        self.summary_line: str | None = None
-        self.stopped = False
+    remote: SparkRemote
+    argv: Sequence[str]
+    env: Mapping[str, str]
+    cwd: str
+    log: Logger | logging.Logger
+    process: subprocess.Popen[str] | None = None
+    summary_line: str | None = None
+    stopped: bool = False
 
     def run(self) -> None:
         """Run the client to its end; :class:`SparkConnectClientError` unless it exits 0."""
@@ -267,24 +232,9 @@ class ConnectClient:
         )
 
     def stop(self) -> int:
-        """Stop the client and anything it started, by PID; returns how many processes were signalled."""
+        """Stop the client and anything it started, by PID."""
         self.stopped = True
         process = self.process
         if process is None or process.poll() is not None:
             return 0
         return stop_process_tree(process.pid, self.log, "the Spark Connect client")
-
-
-__all__ = [
-    "CONNECT_CONN_TYPE",
-    "ConnectClient",
-    "SparkConnectClientError",
-    "SparkConnectConfigError",
-    "SparkRemote",
-    "check_client_installed",
-    "client_argv",
-    "client_env",
-    "init_conf",
-    "missing_client_packages",
-    "spark_remote",
-]

@@ -24,10 +24,9 @@ from pulsar_dlq_consumer.replay_options import SUMMARY_PREFIX
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
-#: Driver states of a standalone master after which the driver no longer runs (the hook's own list).
+#: Driver states of a standalone master: ended (the hook's own list), and reattached to by a next try
+#: (``UNKNOWN`` is a master recovering, the driver may still run).
 DRIVER_ENDED = frozenset({"FINISHED", "UNKNOWN", "KILLED", "FAILED", "ERROR"})
-#: Driver states a next try reattaches to (the Spark provider's durable standalone backend's list:
-#: ``UNKNOWN`` is a master recovering, the driver may still run).
 DRIVER_ACTIVE = frozenset({"SUBMITTED", "RUNNING", "RELAUNCHING", "UNKNOWN"})
 #: The task state store key of a standalone cluster driver's id (``SparkSubmitOperator.external_id_key``).
 DRIVER_ID_KEY = "spark_job_id"
@@ -46,20 +45,17 @@ class SparkTarget:
 
     @property
     def env_goes_on_argv(self) -> bool:
-        """spark-submit turns its environment into ``--conf`` values on its command line (YARN,
-        Kubernetes, any cluster deploy mode)."""
+        """spark-submit puts its environment on its command line (YARN, Kubernetes, cluster mode)."""
         return "yarn" in self.master or "k8s" in self.master or self.deploy_mode == "cluster"
 
 
 def spark_target(conn_id: str, deploy_mode: str | None = None) -> SparkTarget:
-    """The master and deploy mode of ``conn_id`` (``deploy_mode`` wins over the connection's)."""
     return ReplaySubmitHook(conn_id=conn_id, deploy_mode=deploy_mode).target
 
 
 class ReplaySubmitHook(SparkSubmitHook):
-    """``SparkSubmitHook`` as the replay operator uses it: :meth:`run` returns when the app has ended
-    (in every deploy mode and Spark provider version), :attr:`summary_line` holds the app's last stdout
-    line starting with ``DLQ_REPLAY_SUMMARY``, :attr:`process` is the spark-submit process."""
+    """``SparkSubmitHook`` whose :meth:`run` returns when the app has ended, in every deploy mode and
+    Spark provider version; :attr:`summary_line` is the app's last ``DLQ_REPLAY_SUMMARY`` line."""
 
     summary_line: str | None = None
 
@@ -70,7 +66,6 @@ class ReplaySubmitHook(SparkSubmitHook):
 
     @property
     def process(self) -> subprocess.Popen[str] | None:
-        """The spark-submit process of :meth:`run` (``None`` before it starts)."""
         return self._submit_sp
 
     def _process_spark_submit_log(self, itr: Iterator[Any]) -> None:
@@ -92,10 +87,8 @@ class ReplaySubmitHook(SparkSubmitHook):
         return self._driver_id
 
     def run(self, application: str, on_submitted: Callable[[str], None] | None = None) -> None:
-        """spark-submit ``application`` and return once it has ended. In standalone cluster deploy mode
-        ``submit()`` of Spark provider 6.1+ returns as soon as the master accepts the driver, so the
-        driver is then polled here until it ends, as ``submit()`` itself did up to 6.0; ``on_submitted``
-        gets the driver's id before that wait (to store it for a next try)."""
+        """spark-submit ``application``, then (standalone cluster mode, Spark provider 6.1+) poll the driver
+        until it ends, as ``submit()`` did up to 6.0; ``on_submitted`` gets the driver's id first."""
         self.submit(application)
         if not self._should_track_driver_status or self._driver_status in DRIVER_ENDED:
             return
@@ -105,8 +98,7 @@ class ReplaySubmitHook(SparkSubmitHook):
         self._track_driver()
 
     def driver_state(self, driver_id: str) -> str | None:
-        """One look at the state of standalone cluster driver ``driver_id`` (``spark-submit --status``
-        or the connection's REST endpoint, as the hook polls it); ``None`` when the master does not say."""
+        """One look at the state of standalone cluster driver ``driver_id`` (``None``: unknown)."""
         self._driver_id = driver_id
         self._driver_status = None
         status = subprocess.Popen(
@@ -122,8 +114,7 @@ class ReplaySubmitHook(SparkSubmitHook):
         return str(state) if state else None
 
     def reattach(self, driver_id: str, state: str) -> None:
-        """Poll the running standalone cluster driver ``driver_id`` of an earlier try until it ends, as
-        :meth:`run` polls its own; :class:`SparkDriverError` unless it ends ``FINISHED``."""
+        """Poll an earlier try's running driver until it ends; :class:`SparkDriverError` unless FINISHED."""
         self._driver_id = driver_id
         self._driver_status = "SUBMITTED"  # the hook's poll loop stops at once on UNKNOWN
         self.log.debug("reattaching to driver %s in state %s", driver_id, state)
@@ -143,14 +134,3 @@ class ReplaySubmitHook(SparkSubmitHook):
                 f"{self._driver_status}, not FINISHED; its log is on the Spark master's UI (Completed "
                 "Drivers). A retry of the task resumes the same replay run."
             )
-
-
-__all__ = [
-    "DRIVER_ACTIVE",
-    "DRIVER_ENDED",
-    "DRIVER_ID_KEY",
-    "ReplaySubmitHook",
-    "SparkDriverError",
-    "SparkTarget",
-    "spark_target",
-]

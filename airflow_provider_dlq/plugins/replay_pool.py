@@ -1,10 +1,7 @@
-"""The ``dlq_replay`` pool, created by the provider: replay tasks never wait for a pool that is missing.
+"""The one-slot ``dlq_replay`` pool the example DAGs' replay tasks run in, created by the provider.
 
-The example DAGs run their replay tasks in a one-slot pool (``DLQ_REPLAY_POOL``, default ``dlq_replay``),
-so two replays never run at once. Airflow never schedules a task whose pool does not exist (it sits in
-*Scheduled* with an empty log), so this listener of the provider's plugin creates the pool, with one
-slot, when an Airflow component with database access starts (scheduler, DAG processor, triggerer). An
-existing pool is left as it is: its size and description are yours to change.
+Airflow never schedules a task whose pool is missing, so this listener creates the pool (named by
+``DLQ_REPLAY_POOL``) when a component with database access starts; an existing pool is left as it is.
 """
 
 from __future__ import annotations

@@ -1,28 +1,34 @@
-"""``DlqReplayPlugin``: serves replay reports from the Airflow API server under ``/dlq-replay``.
-
-``GET /dlq-replay/docs/`` serves the provider's guides (the "Documentation" project URL, which Airflow's
-providers page links to).
+"""``DlqReplayPlugin``: serves replay reports and the guides from the Airflow API server (``/dlq-replay``).
 
 ``GET /dlq-replay/reports/<dag_id>/<run_id>/<task_id>/<map_index>`` (the "DLQ replay report" extra link)
-needs a logged-in user who may read the DAG's XComs (the UI's session cookie is enough). It reads the
-task instance's XCom summary for the report's location and serves the file (see
-:mod:`airflow_provider_dlq.plugins.report_store` for where it may come from). The page is sent with a
-Content-Security-Policy that forbids scripts and every external resource: reports hold message-derived
-text.
-
-The FastAPI app is built on the first request, so loading the plugin costs nothing in components that
-never serve it (scheduler, workers).
+needs a user who may read the DAG's XComs. The report's location comes from the task's XCom summary
+(``paths.report_html``): a local path is read from the API server's file system, any other scheme like
+the operator reads ``report.json`` (:mod:`airflow_provider_dlq.output_storage`) with ``[dlq_replay]
+report_storage_conn_id``. Only ``runs/<run id>/report.html`` files are served, under ``[dlq_replay]
+report_roots`` when set, with a Content-Security-Policy that forbids scripts and external resources.
+``GET /dlq-replay/docs/`` serves the provider's guides. The FastAPI app is built on the first request.
 """
 
 from __future__ import annotations
 
+import posixpath
 import re
 from html import escape
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from airflow.plugins_manager import AirflowPlugin
 
+from airflow_provider_dlq.errors import DlqProviderError
 from airflow_provider_dlq.operators.links import PLUGIN_PREFIX
+from airflow_provider_dlq.output_storage import (
+    OutputStorageError,
+    OutputTooLarge,
+    OutputUnsupported,
+    read_bytes,
+    split_location,
+)
 from airflow_provider_dlq.plugins import replay_pool
 
 if TYPE_CHECKING:
@@ -31,12 +37,92 @@ if TYPE_CHECKING:
     from fastapi import FastAPI
     from fastapi.responses import HTMLResponse
 
-    from airflow_provider_dlq.plugins.report_store import StoreSettings
-
     Scope = MutableMapping[str, Any]
     Message = MutableMapping[str, Any]
     Receive = Callable[[], Awaitable[Message]]
     Send = Callable[[Message], Awaitable[None]]
+
+REPORT_NAME = "report.html"
+MAX_BYTES = 20_000_000
+
+
+class ReportUnavailable(DlqProviderError):
+    """The report cannot be served; ``status`` is the HTTP status, the message says why and what to do."""
+
+    def __init__(self, message: str, status: int = 404) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def report_location(summary: Any) -> str:
+    """``paths.report_html`` of a replay task's XCom summary, or :class:`ReportUnavailable`."""
+    paths = summary.get("paths") if isinstance(summary, dict) else None
+    location = paths.get("report_html") if isinstance(paths, dict) else None
+    if not isinstance(location, str) or not location.strip():
+        raise ReportUnavailable(
+            "this task instance has no replay report: the task did not finish a replay run (its XCom "
+            "return_value has no paths.report_html); see the task log"
+        )
+    return location.strip()
+
+
+def check_shape(location: str) -> None:
+    """Refuse anything but ``.../runs/<run id>/report.html`` (no ``..``)."""
+    _, path = split_location(location)
+    normalised = posixpath.normpath(urlsplit(path).path if "://" in path else path)
+    parts = normalised.split("/")
+    if parts[-1:] != [REPORT_NAME] or len(parts) < 3 or parts[-3] != "runs" or ".." in path.split("/"):
+        raise ReportUnavailable(
+            f"refusing to serve {location!r}: only <output dir>/runs/<run id>/{REPORT_NAME} files are served",
+            status=403,
+        )
+
+
+def _under(location: str, root: str) -> bool:
+    scheme, path = split_location(location)
+    root_scheme, root_path = split_location(root.strip())
+    if scheme != root_scheme:
+        return False
+    if not scheme:
+        return Path(path).resolve().is_relative_to(Path(root_path).resolve())
+    return path.rstrip("/").startswith(root_path.rstrip("/") + "/")
+
+
+def read_report(location: str) -> bytes:
+    """The bytes of the report at ``location``, checked against the ``[dlq_replay]`` options, or
+    :class:`ReportUnavailable` with the fix."""
+    from airflow.configuration import conf
+
+    check_shape(location)
+    roots = [r.strip() for r in (conf.get("dlq_replay", "report_roots", fallback="") or "").split(",")]
+    roots = [r for r in roots if r]
+    if roots and not any(_under(location, root) for root in roots):
+        raise ReportUnavailable(
+            f"refusing to serve {location!r}: it is under none of [dlq_replay] report_roots "
+            f"({', '.join(roots)}); add its output dir there",
+            status=403,
+        )
+    conn_id = conf.get("dlq_replay", "report_storage_conn_id", fallback="") or None
+    try:
+        return read_bytes(
+            location, conn_id, conf.getint("dlq_replay", "report_max_bytes", fallback=MAX_BYTES)
+        )
+    except FileNotFoundError as exc:
+        if split_location(location)[0]:
+            raise ReportUnavailable(f"the report {location} does not exist (yet)") from exc
+        raise ReportUnavailable(
+            f"the report {location} is not on the API server's file system; the Spark driver wrote it "
+            "on its own machine. Share the output dir with the API server at the same path (a volume "
+            "or network file system), or use an object store (s3a://...) as output_dir"
+        ) from exc
+    except OutputTooLarge as exc:
+        message = f"the report {location} is larger than [dlq_replay] report_max_bytes"
+        raise ReportUnavailable(message, 413) from exc
+    except OutputUnsupported as exc:
+        raise ReportUnavailable(f"the API server {exc}; or open the report from the storage", 501) from exc
+    except OutputStorageError as exc:
+        raise ReportUnavailable(f"{exc}; check [dlq_replay] report_storage_conn_id", 502) from exc
+
 
 #: No scripts, no external loads, no framing by other sites: the report is inert HTML with inline CSS.
 SECURITY_HEADERS = {
@@ -48,20 +134,6 @@ SECURITY_HEADERS = {
     "Referrer-Policy": "no-referrer",
     "Cache-Control": "private, no-store",
 }
-
-
-def store_settings() -> StoreSettings:
-    """``[dlq_replay]`` options of the running Airflow."""
-    from airflow.configuration import conf
-
-    from airflow_provider_dlq.plugins.report_store import DEFAULT_MAX_BYTES, StoreSettings
-
-    roots = conf.get("dlq_replay", "report_roots", fallback="") or ""
-    return StoreSettings(
-        roots=tuple(r.strip() for r in roots.split(",") if r.strip()),
-        conn_id=conf.get("dlq_replay", "report_storage_conn_id", fallback="") or None,
-        max_bytes=conf.getint("dlq_replay", "report_max_bytes", fallback=DEFAULT_MAX_BYTES),
-    )
 
 
 def task_summary(dag_id: str, run_id: str, task_id: str, map_index: int) -> Any:
@@ -78,17 +150,20 @@ def task_summary(dag_id: str, run_id: str, task_id: str, map_index: int) -> Any:
         return None if row is None else XComModel.deserialize_value(row)
 
 
+def _page(title: str, body: str) -> str:
+    return (
+        f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{title}</title>"
+        "<style>body{font-family:system-ui,sans-serif;margin:32px;max-width:760px;color:#222}"
+        f"p{{line-height:1.5}}</style></head><body>{body}</body></html>"
+    )
+
+
 def problem_page(status: int, message: str) -> HTMLResponse:
     """A small, escaped HTML page that says why the report cannot be shown."""
     from fastapi.responses import HTMLResponse
 
-    body = (
-        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>DLQ replay report</title>"
-        "<style>body{font-family:system-ui,sans-serif;margin:32px;max-width:760px;color:#222}"
-        "p{line-height:1.5}</style></head><body><h1>DLQ replay report unavailable</h1>"
-        f"<p>{escape(message)}</p></body></html>"
-    )
-    return HTMLResponse(body, status_code=status, headers=SECURITY_HEADERS)
+    page = _page("DLQ replay report", f"<h1>DLQ replay report unavailable</h1><p>{escape(message)}</p>")
+    return HTMLResponse(page, status_code=status, headers=SECURITY_HEADERS)
 
 
 def create_app() -> FastAPI:
@@ -97,8 +172,6 @@ def create_app() -> FastAPI:
     from airflow.api_fastapi.core_api.security import requires_access_dag
     from fastapi import Depends, FastAPI
     from fastapi.responses import HTMLResponse, Response
-
-    from airflow_provider_dlq.plugins.report_store import ReportUnavailable, read_report, report_location
 
     app = FastAPI(title="DLQ replay reports", docs_url=None, redoc_url=None, openapi_url=None)
 
@@ -110,7 +183,7 @@ def create_app() -> FastAPI:
     def report(dag_id: str, run_id: str, task_id: str, map_index: int) -> Response:
         try:
             location = report_location(task_summary(dag_id, run_id, task_id, map_index))
-            content = read_report(location, store_settings())
+            content = read_report(location)
         except ReportUnavailable as exc:
             return problem_page(exc.status, str(exc))
         return HTMLResponse(content, headers=SECURITY_HEADERS)
@@ -123,32 +196,21 @@ def create_app() -> FastAPI:
 _GUIDE = re.compile(r"[a-z0-9][a-z0-9-]*\.md")
 
 
-def docs_index() -> str:
-    """The guides' index page (the providers page's documentation link opens it)."""
-    from airflow_provider_dlq.resources import docs_dir
-
-    items = "".join(
-        f"<li><a href='{escape(p.name)}'>{escape(p.stem)}</a></li>"
-        for p in sorted(docs_dir().glob("*.md"))
-        if _GUIDE.fullmatch(p.name)
-    )
-    return (
-        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>DLQ replay guides</title>"
-        "<style>body{font-family:system-ui,sans-serif;margin:32px;max-width:760px}</style></head><body>"
-        f"<h1>airflow-provider-dlq guides</h1><ul>{items}</ul></body></html>"
-    )
-
-
 def add_docs_routes(app: FastAPI) -> None:
-    """``GET /dlq-replay/docs/`` (index) and ``/dlq-replay/docs/<name>.md`` (the guide, as text): the
-    guides shipped with the installed provider, public like any documentation."""
+    """``GET /dlq-replay/docs/`` (index) and ``/dlq-replay/docs/<name>.md``: the installed guides, public."""
     from fastapi.responses import HTMLResponse, PlainTextResponse, Response
 
     from airflow_provider_dlq.resources import docs_dir
 
     @app.get("/docs/", response_class=HTMLResponse)
     def index() -> Response:
-        return HTMLResponse(docs_index(), headers=SECURITY_HEADERS)
+        items = "".join(
+            f"<li><a href='{escape(p.name)}'>{escape(p.stem)}</a></li>"
+            for p in sorted(docs_dir().glob("*.md"))
+            if _GUIDE.fullmatch(p.name)
+        )
+        page = _page("DLQ replay guides", f"<h1>airflow-provider-dlq guides</h1><ul>{items}</ul>")
+        return HTMLResponse(page, headers=SECURITY_HEADERS)
 
     @app.get("/docs/{name}", response_class=PlainTextResponse)
     def guide(name: str) -> Response:

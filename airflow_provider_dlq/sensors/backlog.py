@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowSensorTimeout, AirflowSkipException
 
-from airflow_provider_dlq.hooks.backlog import BacklogReadError, TopicBacklog
+from airflow_provider_dlq.hooks.backlog import BacklogReadError, TopicBacklog, split_topics
 from airflow_provider_dlq.hooks.pulsar import PulsarHook
 from airflow_provider_dlq.triggers.backlog import (
     STATUS_ERROR,
@@ -26,30 +26,15 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
 
-def split_topics(topics: str | Sequence[str]) -> list[str]:
-    """Accept a list of topics or one comma-separated string; strip blanks."""
-    items = topics.split(",") if isinstance(topics, str) else list(topics)
-    return [str(t).strip() for t in items if str(t).strip()]
-
-
 class DlqBacklogSensor(BaseSensorOperator):
     """Wait until the replayer subscription has a backlog on one or more DLQ topics.
 
-    The backlog comes from the Pulsar admin REST API (``msgBacklog`` and the oldest message's age) when the
-    connection has an ``admin_url``, else from the Prometheus gauge ``pulsar_subscription_back_log`` at
-    ``metrics_url``. A topic is *ready* when its backlog is at least ``min_backlog`` (and, with
-    ``min_age``, its oldest pending message is at least that old); the sensor succeeds as soon as one
-    topic is ready and returns the backlog of every watched topic as XCom::
-
-        {"persistent://public/default/orders-DLQ": {"backlog": 12, "oldest_age_seconds": 95.2,
-         "source": "admin", "found": true, "entries": 3, "exact": true, "topic": "...",
-         "subscription": "dlq-replayer"}}
-
-    ``backlog`` counts messages when ``exact`` is true (admin API; batched messages counted one by one);
-    otherwise it is the broker's entry count, where a batch counts once (see ``docs/sensor.md``).
-
-    With ``soft_fail=True`` a run that finds nothing to do before ``timeout`` ends *skipped*. A backlog
-    that could not be read is never taken for an empty DLQ: if the last read failed, the task fails.
+    The backlog comes from the admin REST API (``admin_url``: counts and the oldest message's age), else
+    from the Prometheus gauge at ``metrics_url``. The sensor succeeds as soon as one topic holds
+    ``min_backlog`` messages (aged ``min_age``) and returns every watched topic's backlog as XCom
+    (``{topic: {"backlog", "exact", "oldest_age_seconds", "source", "found", ...}}``; ``docs/sensor.md``).
+    With ``soft_fail=True`` a run that finds nothing before ``timeout`` is skipped; a backlog that could
+    not be read is never taken for an empty DLQ: if the last read failed, the task fails.
 
     :param topics: DLQ topics: a list or a comma-separated string; names or globs over a namespace such
         as ``persistent://acme/orders/*-DLQ`` (expanded through the admin API, or among the topics the
@@ -135,10 +120,11 @@ class DlqBacklogSensor(BaseSensorOperator):
             return super().execute(context)
         except (AirflowSkipException, AirflowSensorTimeout):
             if self._last_read_error:
-                raise BacklogReadError(
-                    f"{self.task_id}: timed out and the last backlog read failed: {self._last_read_error}"
-                ) from None
+                raise self._read_failed(self._last_read_error) from None
             raise
+
+    def _read_failed(self, error: str) -> BacklogReadError:
+        return BacklogReadError(f"{self.task_id}: timed out and the last backlog read failed: {error}")
 
     def poke(self, context: Context) -> PokeReturnValue:
         hook = PulsarHook(self.pulsar_conn_id)
@@ -166,9 +152,7 @@ class DlqBacklogSensor(BaseSensorOperator):
             raise ValueError(f"{self.task_id}: {event.get('message')}")
         if status == STATUS_TIMEOUT:
             if event.get("last_error"):
-                raise BacklogReadError(
-                    f"{self.task_id}: timed out and the last backlog read failed: {event['last_error']}"
-                )
+                raise self._read_failed(event["last_error"])
             seen = {t: b.get("backlog") for t, b in (event.get("backlog") or {}).items()}
             raise AirflowSensorTimeout(
                 f"{self.task_id}: no DLQ topic reached a backlog of {self.min_backlog}"

@@ -23,10 +23,7 @@ STATUS_ERROR = "error"
 def ready_topics(
     backlogs: Mapping[str, TopicBacklog], min_backlog: int, min_age_seconds: float | None
 ) -> list[str]:
-    """Topics whose backlog is at least ``min_backlog`` and, if set, whose oldest message is old enough.
-
-    Raises :class:`BacklogConfigError` when ``min_age_seconds`` is set but the source has no ages.
-    """
+    """Topics with at least ``min_backlog`` pending and, if set, an oldest message old enough (admin only)."""
     ready = []
     for topic, item in backlogs.items():
         if item.backlog < min_backlog:
@@ -44,12 +41,8 @@ def ready_topics(
 
 
 def topics_from_backlog(value: Mapping[str, Mapping[str, Any]] | None, min_backlog: int = 0) -> str:
-    """Comma-separated topics of a backlog sensor's XCom with at least ``min_backlog`` pending.
-
-    The default (0) returns every watched topic, patterns expanded, which stays the same when a task
-    is retried. Registered as a Jinja filter by the example DAGs:
-    ``{{ ti.xcom_pull(task_ids="wait_for_dlq_backlog") | topics_from_backlog }}``.
-    """
+    """Comma-separated topics of a backlog sensor's XCom with at least ``min_backlog`` pending (default:
+    every watched topic); the example DAGs' Jinja filter."""
     if not value:
         return ""
     return ",".join(t for t, item in sorted(value.items()) if int(item.get("backlog", 0)) >= min_backlog)
@@ -58,9 +51,8 @@ def topics_from_backlog(value: Mapping[str, Mapping[str, Any]] | None, min_backl
 class DlqBacklogTrigger(BaseTrigger):
     """Poll the backlog of ``subscription`` on ``topics`` until it is ready or ``deadline`` passes.
 
-    Read-only and side-effect free, so the triggerer may run it more than once. Fires one event:
-    ``{"status": "success", "backlog": {...}, "ready": [...]}``, ``{"status": "timeout", "backlog": {...},
-    "last_error": str | None}`` or ``{"status": "error", "message": ...}`` (configuration errors).
+    Read-only, so the triggerer may run it more than once. Fires one event with ``status`` ``success``
+    (``backlog``, ``ready``), ``timeout`` (``backlog``, ``last_error``) or ``error`` (``message``).
 
     :param topics: DLQ topic names or globs (``persistent://t/ns/*-DLQ``).
     :param subscription: Subscription whose backlog counts (the replayer's).
@@ -68,8 +60,7 @@ class DlqBacklogTrigger(BaseTrigger):
     :param min_backlog: Pending messages a topic needs to be ready.
     :param min_age_seconds: Optional minimum age of the oldest pending message (needs an admin URL).
     :param poll_interval: Seconds between reads.
-    :param deadline: Unix time after which a ``timeout`` event fires (absolute, so a restarted
-        triggerer keeps the original deadline); ``None`` waits forever.
+    :param deadline: Unix time after which a ``timeout`` event fires; ``None`` waits forever.
     """
 
     def __init__(

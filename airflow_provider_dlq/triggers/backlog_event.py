@@ -1,11 +1,8 @@
-"""``DlqBacklogEventTrigger``: an event trigger for ``AssetWatcher`` that fires when a DLQ fills up.
+"""``DlqBacklogEventTrigger``: an ``AssetWatcher`` event trigger that fires when a DLQ fills up.
 
-Used through Airflow's common-messaging ``MessageQueueTrigger(scheme="pulsar", ...)`` (see
-:mod:`airflow_provider_dlq.queues.pulsar`) or directly. It only reads the subscription's backlog (the
-admin REST stats, or the Prometheus metrics): it never subscribes, receives or acks, so the DLQ is left
-exactly as it was. When and how often it fires is :mod:`airflow_provider_dlq.triggers.backlog_watch`;
-the watch state is kept in the watched asset's state store, so a restarted triggerer neither fires
-again for the same backlog nor forgets a half-observed one. See ``docs/event-driven.md``.
+Used through the common-messaging ``MessageQueueTrigger(scheme="pulsar")`` or directly. It only reads
+the subscription's backlog, never consumes; when it fires is :mod:`~airflow_provider_dlq.triggers.
+backlog_watch`, whose state lives in the watched asset's state store. See ``docs/event-driven.md``.
 """
 
 from __future__ import annotations
@@ -17,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
-from airflow_provider_dlq.hooks.backlog import BacklogConfigError, BacklogReadError
+from airflow_provider_dlq.hooks.backlog import BacklogConfigError, BacklogReadError, split_topics
 from airflow_provider_dlq.hooks.connection import PulsarConnectionError
 from airflow_provider_dlq.hooks.pulsar import PulsarHook
 from airflow_provider_dlq.triggers.backlog_watch import (
@@ -38,12 +35,10 @@ if TYPE_CHECKING:
 class DlqBacklogEventTrigger(BaseEventTrigger):
     """Fire an asset event when the backlog of ``subscription`` on ``topics`` crosses a threshold.
 
-    The backlog is summed over ``topics``. An armed watch fires when the backlog above what the last
-    replay left pending reaches ``min_backlog``, or when the oldest such message is older than
-    ``max_age_seconds``; then it stays quiet until the replay DAG re-arms it
-    (:class:`~airflow_provider_dlq.operators.backlog_watch.DlqBacklogRearmOperator`), or, with
-    ``refire_after_seconds``, until that long has passed without a re-arm. Connection and read errors
-    are logged and retried at the next poll; they never fire an event.
+    An armed watch fires when the backlog (summed over ``topics``) above what the last replay left
+    pending reaches ``min_backlog``, or its oldest message is ``max_age_seconds`` old; then it stays quiet
+    until ``DlqBacklogRearmOperator`` re-arms it (or ``refire_after_seconds`` pass). Read errors are
+    logged and retried at the next poll, never fired.
 
     :param topics: DLQ topics (full names, or globs over one namespace such as
         ``persistent://acme/orders/*-DLQ``).
@@ -68,8 +63,7 @@ class DlqBacklogEventTrigger(BaseEventTrigger):
         poll_interval: float = 30.0,
     ) -> None:
         super().__init__()
-        names = topics.split(",") if isinstance(topics, str) else list(topics)
-        self.topics = [str(t).strip() for t in names if str(t).strip()]
+        self.topics = split_topics(topics)
         if not self.topics:
             raise ValueError(
                 "topics is empty; give the DLQ topics to watch, e.g. ['persistent://t/ns/x-DLQ']."
@@ -103,8 +97,6 @@ class DlqBacklogEventTrigger(BaseEventTrigger):
             },
         )
 
-    # ----------------------------------------------------------------------- state
-
     def _store(self) -> Any:
         """The watched asset's state store accessor, or ``None`` (outside an asset watcher)."""
         store = getattr(self, "asset_state_store", None)
@@ -123,8 +115,7 @@ class DlqBacklogEventTrigger(BaseEventTrigger):
         return WatchState.from_json(await store.aget(STATE_KEY))
 
     async def _save(self, state: WatchState, read: WatchState) -> bool:
-        """Store ``state`` unless someone (the re-arm task) changed the stored state since it was
-        ``read``; returns whether it was stored."""
+        """Store ``state`` unless the stored state changed since it was ``read`` (a re-arm)."""
         store = self._store()
         if store is None:
             self._memory = state
@@ -136,11 +127,8 @@ class DlqBacklogEventTrigger(BaseEventTrigger):
         await store.aset(STATE_KEY, state.to_json())
         return True
 
-    # ----------------------------------------------------------------------- shared stream
-
     def shared_stream_key(self) -> Hashable:
-        """Watchers of the same backlog (connection, subscription, topics in any order, poll interval)
-        share one poll in Airflow 3.3's triggerer; each still applies its own thresholds and state."""
+        """Watchers of the same backlog share one poll (Airflow 3.3+), each with its own thresholds."""
         return (
             f"{type(self).__module__}.{type(self).__qualname__}",
             self.pulsar_conn_id,
@@ -163,8 +151,6 @@ class DlqBacklogEventTrigger(BaseEventTrigger):
             async for event in self._observe(poll):
                 yield event
 
-    # ----------------------------------------------------------------------- loop
-
     async def run(self) -> AsyncIterator[TriggerEvent]:
         """The standalone poll (Airflow without shared streams, or a trigger run outside a watcher)."""
         hook = PulsarHook(self.pulsar_conn_id)
@@ -174,8 +160,7 @@ class DlqBacklogEventTrigger(BaseEventTrigger):
             await asyncio.sleep(self.poll_interval)
 
     async def _observe(self, poll: BacklogPoll) -> AsyncIterator[TriggerEvent]:
-        """Apply one poll to this watch: fire (state stored first) or update the state; errors are
-        logged and retried at the next poll, never fired."""
+        """Apply one poll to this watch: fire (state stored first) or update the state."""
         if poll.error is not None:
             self._log_failure(poll.error)
             return
@@ -233,8 +218,6 @@ class DlqBacklogEventTrigger(BaseEventTrigger):
 
 @dataclass(frozen=True)
 class BacklogPoll:
-    """One read of the watched backlog: per-topic backlogs, or the error that read raised."""
-
     backlogs: Mapping[str, TopicBacklog]
     at: float
     error: Exception | None = None

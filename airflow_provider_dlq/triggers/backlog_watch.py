@@ -1,18 +1,10 @@
-"""The backlog watch of an event-driven replay: when to fire, and the state that makes it fire once.
+"""When the DLQ backlog watch fires, and the state that makes it fire once (pure logic).
 
-Pure logic shared by :class:`~airflow_provider_dlq.triggers.backlog_event.DlqBacklogEventTrigger` (in the
-triggerer) and :class:`~airflow_provider_dlq.operators.backlog_watch.DlqBacklogRearmOperator` (the last
-task of the replay DAG). The state lives in the watched asset's state store (Airflow's metadata
-database) under :data:`STATE_KEY`, so it survives triggerer restarts:
-
-* **armed** (the start): fire when the *new* backlog, the backlog above the ``baseline`` that the last
-  replay left pending on purpose, reaches ``min_backlog``, or when the oldest new message is older than
-  ``max_age_seconds``. Firing disarms the watch.
-* **disarmed**: never fire for the same backlog, however long it stays. The replay DAG's re-arm task
-  (after a successful replay) arms it again with the new baseline. With ``refire_after_seconds`` set, a
-  watch that no replay re-armed fires again after that long while the backlog is still there.
-
-See ``docs/event-driven.md``.
+Shared by ``DlqBacklogEventTrigger`` and ``DlqBacklogRearmOperator``; the state is kept in the watched
+asset's state store under :data:`STATE_KEY`. An **armed** watch fires when the backlog above the
+``baseline`` (what the last replay left pending on purpose) reaches ``min_backlog`` or its oldest new
+message is ``max_age_seconds`` old, and disarms. A **disarmed** watch never fires for the same backlog
+until the replay DAG re-arms it, or ``refire_after_seconds`` pass. See ``docs/event-driven.md``.
 """
 
 from __future__ import annotations
@@ -62,13 +54,12 @@ class Thresholds:
 
 @dataclass(frozen=True)
 class WatchState:
-    """What the watch remembers between polls and across triggerer restarts (JSON in the state store)."""
+    """What the watch remembers across polls and triggerer restarts (JSON in the state store)."""
 
     armed: bool = True
     #: Messages the last replay left pending on purpose (skipped, fix-failed, malformed...): not new.
     baseline: int = 0
-    #: When the watch first saw backlog above the baseline (the age of the oldest *new* message when the
-    #: broker's oldest message is one the baseline holds).
+    #: When the watch first saw backlog above the baseline.
     new_since: float | None = None
     fired_at: float | None = None
     fires: int = 0
@@ -114,11 +105,8 @@ class Decision:
 def observe(
     state: WatchState, backlogs: Mapping[str, TopicBacklog], now: float
 ) -> tuple[Observation, WatchState]:
-    """Sum the backlog and derive the new backlog and its age; returns the updated state (not yet stored).
-
-    A backlog below the baseline means someone else removed pending messages: the baseline drops with
-    it, so new messages count from there.
-    """
+    """The summed backlog, the new backlog above the baseline (which drops with the backlog) and its
+    age; and the updated state, not yet stored."""
     total = sum(max(0, int(b.backlog)) for b in backlogs.values())
     baseline = min(max(0, int(state.baseline)), total)
     new = total - baseline
@@ -177,7 +165,7 @@ def rearmed(state: WatchState, baseline: int, by: str, now: float) -> WatchState
 def event_payload(
     decision: Decision, backlogs: Mapping[str, TopicBacklog], subscription: str, now: float
 ) -> dict[str, Any]:
-    """The ``TriggerEvent`` payload (it becomes the asset event's ``extra.payload``): counts, no payloads."""
+    """The ``TriggerEvent`` payload (the asset event's ``extra.payload``): counts, no message payloads."""
     obs = decision.observation
     age = obs.oldest_new_age_seconds
     return {

@@ -142,7 +142,9 @@ def test_connection_checks_name_the_fix(monkeypatch):
 
 def test_a_missing_connect_client_is_named_with_the_install(conns, tmp_path, monkeypatch):
     absent = {"grpc", "zstandard"}
-    assert missing_client_packages(lambda m: None if m in absent else object()) == ["grpcio", "zstandard"]
+    with monkeypatch.context() as patched:
+        patched.setattr("importlib.util.find_spec", lambda m: None if m in absent else object())
+        assert missing_client_packages() == ["grpcio", "zstandard"]
 
     def no_grpc(module: str) -> object | None:
         return None if module == "grpc_status" else object()
