@@ -1,9 +1,6 @@
 """Consumer-side term/retry library for Apache Pulsar: Term, retry topics, delay levels, backoff, DLQ context.
 
-Pure Python over ``pulsar-client`` (imported lazily); it never imports Airflow, so it runs in any
-consumer application and is vendored into the Spark replay bundle.
-
->>> from pulsar_dlq_consumer import DlqConsumer, DeadLetterPolicy, RetryPolicy
+Pure Python over ``pulsar-client`` (imported lazily); it never imports Airflow.
 """
 
 from __future__ import annotations
@@ -17,8 +14,6 @@ from pulsar_dlq_consumer.client import create_client
 from pulsar_dlq_consumer.consumer import DlqConsumer
 from pulsar_dlq_consumer.context import (
     CONTEXT_FIELDS,
-    CONTEXT_PREFIX,
-    ContextFormat,
     ErrorContext,
     base_topic,
     build_context_properties,
@@ -28,6 +23,7 @@ from pulsar_dlq_consumer.context import (
     parse_error_context,
     strip_bookkeeping_properties,
 )
+from pulsar_dlq_consumer.conventions import CONTEXT_PREFIX, ContextFormat
 from pulsar_dlq_consumer.delays import (
     DEFAULT_DELAY_LEVELS,
     MAX_DELAY_SECONDS,

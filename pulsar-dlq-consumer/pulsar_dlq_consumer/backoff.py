@@ -12,11 +12,7 @@ from pulsar_dlq_consumer.errors import ConfigurationError, InvalidDelayError
 
 @runtime_checkable
 class RedeliveryBackoff(Protocol):
-    """A redelivery backoff policy: the delay before redelivering after the n-th negative ack.
-
-    ``redelivery_count`` is the broker's count for the message (0 on its first delivery).
-    Implement ``next`` to plug in your own policy.
-    """
+    """A redelivery backoff policy: ``next(redelivery_count)`` (0 on the first delivery) -> seconds."""
 
     def next(self, redelivery_count: int) -> float:
         """Seconds to wait before the message is redelivered."""
@@ -33,10 +29,8 @@ def _check_seconds(name: str, value: float) -> float:
 
 @dataclass(frozen=True)
 class ExponentialBackoff:
-    """``min_delay * multiplier ** redelivery_count``, capped at ``max_delay`` (Java's multiplier backoff).
-
-    The defaults (1 s, 60 s, x2) match Java's ``MultiplierRedeliveryBackoff``: 1 s, 2 s, 4 s, ... 60 s.
-    """
+    """``min_delay * multiplier ** redelivery_count`` capped at ``max_delay``: Java's
+    ``MultiplierRedeliveryBackoff`` (1 s, 2 s, 4 s, ... 60 s by default)."""
 
     min_delay: float = 1.0
     max_delay: float = 60.0
@@ -54,7 +48,6 @@ class ExponentialBackoff:
             raise ConfigurationError(f"multiplier must be a finite number >= 1; got {m!r}")
 
     def next(self, redelivery_count: int) -> float:
-        """Delay after the ``redelivery_count``-th delivery failed."""
         count = max(0, int(redelivery_count))
         if self.min_delay == 0:
             return 0.0
@@ -74,19 +67,11 @@ class ConstantBackoff:
         _check_seconds("delay", self.delay)
 
     def next(self, redelivery_count: int) -> float:
-        """Always ``delay``."""
         return float(self.delay)
 
 
 def checked_delay(backoff: RedeliveryBackoff, redelivery_count: int) -> float:
-    """Call ``backoff.next`` and check its answer.
-
-    Raises
-    ------
-    InvalidDelayError
-        If the policy raised or returned something other than a finite number of seconds in
-        ``[0, 864000]``.
-    """
+    """``backoff.next(redelivery_count)``; ``InvalidDelayError`` unless seconds in ``[0, 864000]``."""
     try:
         value = backoff.next(redelivery_count)
     except Exception as exc:
@@ -104,6 +89,3 @@ def checked_delay(backoff: RedeliveryBackoff, redelivery_count: int) -> float:
             f"[0, {MAX_DELAY_SECONDS:g}]; got {value!r}"
         )
     return float(value)
-
-
-__all__ = ["ConstantBackoff", "ExponentialBackoff", "RedeliveryBackoff", "checked_delay"]

@@ -1,9 +1,4 @@
-"""Create a ``pulsar.Client`` whose C++ logs go to Python ``logging`` (never stdout), with its auth.
-
-Authentication, one of: a JWT token; OAuth2 client credentials; a TLS client certificate alone
-(``AuthenticationTls``). A client certificate given together with a token or OAuth2 is presented at the
-TLS layer (mutual TLS) while the token or OAuth2 authenticates.
-"""
+"""Create a ``pulsar.Client`` whose C++ logs go to Python ``logging`` (never stdout), with its auth."""
 
 from __future__ import annotations
 
@@ -20,13 +15,8 @@ OAUTH2_KEYS = frozenset({"issuer_url", "audience", "scope", "client_id", "client
 
 
 def oauth2_params(oauth2: Mapping[str, str | None]) -> str:
-    """The JSON parameters of ``pulsar.AuthenticationOauth2`` (client credentials flow).
-
-    ``oauth2`` holds ``issuer_url`` and either ``credentials_file`` (a JSON key file with ``client_id``
-    and ``client_secret``) or ``client_id`` and ``client_secret`` (then passed in memory as a ``data:``
-    URL, never written to disk); ``audience`` and ``scope`` are optional. The result holds the secret:
-    never log it.
-    """
+    """The JSON parameters of ``pulsar.AuthenticationOauth2`` (client credentials, in a key file or in
+    memory as a ``data:`` URL, never on disk). The result holds the secret: never log it."""
     unknown = sorted(set(oauth2) - OAUTH2_KEYS)
     if unknown:
         raise ValueError(f"unknown OAuth2 settings {unknown}; use {sorted(OAUTH2_KEYS)}")
@@ -61,25 +51,11 @@ def create_client(
     oauth2: Mapping[str, str | None] | None = None,
     **client_options: Any,
 ) -> Any:
-    """Return a ``pulsar.Client`` for ``service_url`` that logs through ``logger``.
+    """A ``pulsar.Client`` for ``service_url`` that logs through ``logger`` (default ``"pulsar"``).
 
-    Parameters
-    ----------
-    service_url
-        ``pulsar://host:6650`` or ``pulsar+ssl://host:6651``.
-    logger
-        Python logger for the client's logs (default ``logging.getLogger("pulsar")``).
-    token
-        Optional JWT for token authentication. It is never logged.
-    tls_trust_certs_file_path, tls_allow_insecure_connection
-        TLS settings for ``pulsar+ssl://`` URLs.
-    tls_cert_file_path, tls_key_file_path
-        A client certificate and its key (PEM files): the authentication when no token or OAuth2 is
-        given (``AuthenticationTls``), else presented at the TLS layer (mutual TLS).
-    oauth2
-        OAuth2 client credentials (see :func:`oauth2_params`).
-    client_options
-        Further ``pulsar.Client`` keyword arguments (timeouts, ...).
+    Authentication: a JWT ``token``, ``oauth2`` client credentials (:func:`oauth2_params`), or a client
+    certificate alone; with a token or OAuth2 the certificate is presented for mutual TLS.
+    ``client_options`` go to ``pulsar.Client``.
     """
     import pulsar
 
@@ -104,6 +80,3 @@ def create_client(
     if tls_allow_insecure_connection:
         client_options["tls_allow_insecure_connection"] = True
     return pulsar.Client(service_url, logger=logger or logging.getLogger("pulsar"), **client_options)
-
-
-__all__ = ["OAUTH2_KEYS", "create_client", "oauth2_params"]

@@ -1,19 +1,10 @@
 """A Pulsar consumer wrapper with Term, retry topics, delay levels, nack backoff and DLQ error context.
 
-The wrapper owns one ``pulsar.Consumer`` on a Shared or Key_Shared subscription of the topic and,
-when retry is enabled, of its retry topic. Failed messages are copied to the retry or DLQ topic
-*before* the original is acknowledged, so a crash in between duplicates a message, never loses it.
-
-Negative acknowledgements honour a backoff policy client-side, as PIP-106 does in Java: the wrapper
-keeps a heap of ``(due, message)`` and a timer thread hands each message to the underlying
-``negative_acknowledge`` when it is due. The underlying consumer is created with a short fixed nack
-delay (``nack_precision_ms``), so redelivery happens about ``backoff.next(n) + nack_precision`` after
-the call. As in Java, a consumer crash or close redelivers held messages at once.
-
-With retry enabled the wrapper subscribes the topic and the retry topic with two single-topic
-consumers whose message listeners feed one bounded inbox (full inbox = backpressure), instead of a
-multi-topic consumer: pulsar-client 3.13's multi-topic consumer logs every payload at DEBUG, and
-prints non-UTF-8 payloads to stdout, which would break the rule that payloads are never logged.
+Failed messages are copied to the retry or DLQ topic *before* the original is acknowledged, so a crash
+in between duplicates a message, never loses it. Nack backoff is applied client-side (PIP-106): a timer
+thread nacks each message when due, to a consumer with a short fixed nack delay (``nack_precision_ms``).
+With retry, the topic and the retry topic each get a single-topic consumer feeding one bounded inbox
+(pulsar-client's multi-topic consumer logs payloads, which must never be logged).
 """
 
 from __future__ import annotations
@@ -31,7 +22,8 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 from pulsar_dlq_consumer.backoff import ExponentialBackoff, RedeliveryBackoff, checked_delay
-from pulsar_dlq_consumer.context import (
+from pulsar_dlq_consumer.context import base_topic, build_context_properties
+from pulsar_dlq_consumer.conventions import (
     CONTEXT_PREFIX,
     DELAY_TIME,
     ORIGIN_MESSAGE_ID,
@@ -42,8 +34,6 @@ from pulsar_dlq_consumer.context import (
     REASON_TERM,
     RECONSUMETIMES,
     RETRY_TOPIC,
-    base_topic,
-    build_context_properties,
 )
 from pulsar_dlq_consumer.errors import (
     ConfigurationError,
@@ -167,40 +157,26 @@ class _Inbox:
 class DlqConsumer:
     """Consume a topic with Term, retry topics, nack backoff and DLQ error context.
 
+    Arguments and accessors are named as in ``pulsar.Client.subscribe`` and ``pulsar.Consumer``.
+
     Parameters
     ----------
-    client
-        A ``pulsar.Client`` (create it with a Python ``logger=``; see :func:`create_client`).
-    topic
-        The topic to consume (a short name or ``persistent://tenant/ns/name``).
-    subscription_name
-        Subscription name; also used in the default DLQ and retry topic names.
-    dead_letter_policy
-        Dead-letter policy; ``None`` disables the DLQ (then ``term`` raises and nacks retry forever).
-    retry_policy
-        Retry-topic policy; ``None`` disables ``reconsume_later``. Needs ``dead_letter_policy``.
+    client, topic, subscription_name
+        A ``pulsar.Client`` (see :func:`create_client`), the topic and the subscription.
+    dead_letter_policy, retry_policy
+        ``None`` disables the DLQ (``term`` raises, nacks retry forever) or ``reconsume_later``;
+        retry needs a dead-letter policy.
     backoff
         Nack redelivery backoff (default :class:`ExponentialBackoff`: 1 s, 2 s, 4 s, ... 60 s).
-    consumer_type
-        ``pulsar.ConsumerType.Shared`` (default) or ``KeyShared``; others raise
-        :class:`UnsupportedSubscriptionTypeError`.
-    consumer_name
-        Name of the underlying consumer, also written as ``__dlq.errors.consumer``.
-    metrics
-        Metric counters (default: the global OpenTelemetry meter provider).
-    producer_options
-        Extra ``create_producer`` options for the DLQ/retry producers (batching and
-        ``block_if_queue_full=True`` are always on).
-    nack_precision_ms
-        Fixed nack delay of the underlying consumer, added to every backoff delay (default 10 ms;
-        the C++ client's nack timer rounds up to about 100 ms).
-    send_timeout_s
-        How long ``term``/``reconsume_later`` wait for the broker to confirm the copy.
+    consumer_type, consumer_name
+        ``Shared`` (default) or ``KeyShared``; the name is also written as ``__dlq.errors.consumer``.
+    metrics, producer_options
+        Metric counters (default: OpenTelemetry's global provider); DLQ/retry ``create_producer`` options.
+    nack_precision_ms, send_timeout_s
+        The underlying consumer's fixed nack delay, added to every backoff delay; how long ``term`` and
+        ``reconsume_later`` wait for the broker to confirm the copy.
     subscribe_options
         Further ``client.subscribe`` options (``initial_position``, ``receiver_queue_size``, ...).
-
-    Arguments and accessors are named as in ``pulsar.Client.subscribe`` and ``pulsar.Consumer``
-    (:meth:`topic`, :meth:`subscription_name`, :meth:`consumer_name`).
     """
 
     def __init__(
@@ -272,12 +248,9 @@ class DlqConsumer:
             self._consumer.close()
             raise
 
-    # ------------------------------------------------------------------ basics
-
     @property
     def consumer(self) -> pulsar.Consumer:
-        """The underlying ``pulsar.Consumer`` of the topic (fed to :meth:`receive` by a listener when
-        retry is enabled: do not call its ``receive`` then)."""
+        """The underlying ``pulsar.Consumer`` of the topic (with retry, do not call its ``receive``)."""
         return self._consumer
 
     @property
@@ -317,11 +290,8 @@ class DlqConsumer:
         return self.retry_topic is not None and base_topic(msg.topic_name()) == self.retry_topic
 
     def receive(self, timeout_millis: int | None = None) -> pulsar.Message:
-        """Receive the next message (``pulsar.Timeout`` when none arrives in time).
-
-        A message redelivered more than ``max_redeliver_count`` times (e.g. after a crash) goes to the
-        DLQ with reason ``max-redeliveries`` instead of being returned.
-        """
+        """Receive the next message (``pulsar.Timeout`` when none arrives in time); one redelivered more than
+        ``max_redeliver_count`` times goes to the DLQ (``max-redeliveries``) instead."""
         self._check_open()
         deadline = None if timeout_millis is None else time.monotonic() + timeout_millis / 1000
         while True:
@@ -344,18 +314,9 @@ class DlqConsumer:
         self._owner(msg).acknowledge(msg)
 
     def negative_acknowledge(self, msg: pulsar.Message, error: BaseException | str | None = None) -> None:
-        """Redeliver ``msg`` after ``backoff.next(redelivery_count)`` seconds.
-
-        If it has already been redelivered ``max_redeliver_count`` times and a DLQ is configured, it goes
-        to the DLQ with reason ``max-redeliveries`` and the context of ``error`` instead.
-
-        Raises
-        ------
-        InvalidDelayError
-            If the backoff policy misbehaves; the message is nacked at once before raising.
-        PublishError
-            If writing to the DLQ failed; the message is nacked at once before raising.
-        """
+        """Redeliver ``msg`` after ``backoff.next(redelivery_count)`` seconds, or past ``max_redeliver_count``
+        send it to the DLQ (``max-redeliveries``, with ``error``'s context). On ``InvalidDelayError`` or
+        ``PublishError`` the message is nacked at once first."""
         self._check_open()
         count = msg.redelivery_count()
         policy = self.dead_letter_policy
@@ -371,30 +332,18 @@ class DlqConsumer:
         owner = self._owner(msg)
         self._scheduler.schedule(time.monotonic() + delay, lambda: owner.negative_acknowledge(msg))
 
-    # ------------------------------------------------------------------ term / retry
-
     def term(self, msg: pulsar.Message, error: BaseException | str | None = None) -> pulsar.MessageId:
-        """Send ``msg`` straight to the DLQ with reason ``term`` (PIP-372), then acknowledge it.
+        """Send ``msg`` straight to the DLQ with reason ``term`` (PIP-372), then ack it; returns the DLQ id.
 
-        Returns the DLQ message id.
-
-        Raises
-        ------
-        DlqNotConfiguredError
-            If the consumer has no dead-letter policy (the message is left unacknowledged).
-        PublishError
-            If the DLQ write failed (the message is nacked at once, so it is redelivered).
+        ``DlqNotConfiguredError`` leaves the message unacknowledged; on ``PublishError`` it is nacked.
         """
         self._require_dlq("term()")
         result: pulsar.MessageId = self._dead_letter(msg, REASON_TERM, error, wait=True).result()
         return result
 
     def term_async(self, msg: pulsar.Message, error: BaseException | str | None = None) -> Future[Any]:
-        """Like :meth:`term` without waiting: the future completes after the DLQ write and the ack.
-
-        Sends are batched; a failed send nacks the original and fails the future with
-        :class:`PublishError`. :meth:`close` waits for all of them.
-        """
+        """:meth:`term` without waiting: the future completes after the DLQ write and the ack (a failed
+        send nacks the original and fails the future); :meth:`close` waits for them."""
         self._require_dlq("term_async()")
         return self._dead_letter(msg, REASON_TERM, error, wait=False)
 
@@ -407,22 +356,12 @@ class DlqConsumer:
         properties: Mapping[str, str] | None = None,
         error: BaseException | str | None = None,
     ) -> pulsar.MessageId:
-        """Redeliver ``msg`` later through the retry topic, then acknowledge the original.
+        """Redeliver ``msg`` later through the retry topic, then ack it; returns the id written.
 
-        Give ``delay`` (1 s to 864,000 s), or ``level`` (1-based index into the delay ladder, or
-        ``"increment"`` for retry ``n`` -> level ``n``), or neither for the retry policy's default.
-        ``properties`` are added to the retried message (the standard keys always win). Past
-        ``max_reconsumes`` the message goes to the DLQ with reason ``max-reconsumes``.
-        Returns the id of the message written (retry or DLQ).
-
-        Raises
-        ------
-        RetryNotConfiguredError
-            If the consumer has no retry policy.
-        InvalidDelayError
-            For an invalid ``delay`` or ``level`` (checked before anything is sent).
-        PublishError
-            If the write failed (the message is nacked at once, so it is redelivered).
+        Give ``delay`` (1 s to 864,000 s), ``level`` (1-based, or ``"increment"``) or neither (the
+        policy's default). ``properties`` are added (standard keys win). Past ``max_reconsumes`` the
+        message goes to the DLQ (``max-reconsumes``). Raises ``RetryNotConfiguredError``,
+        ``InvalidDelayError`` (before sending) or ``PublishError`` (the message is nacked).
         """
         result: pulsar.MessageId = self._reconsume(msg, delay, level, properties, error, wait=True).result()
         return result
@@ -479,8 +418,6 @@ class DlqConsumer:
         sent = self._send(self.retry_topic, msg, msg.data(), props, timedelta(seconds=seconds))
         return self._complete(msg, sent, wait, lambda: self._metrics.retry(self._attributes))
 
-    # ------------------------------------------------------------------ internals
-
     def _dead_letter(
         self,
         msg: pulsar.Message,
@@ -517,6 +454,8 @@ class DlqConsumer:
         reconsume_times: int,
     ) -> dict[str, str]:
         """Original properties without old bookkeeping, plus fresh context."""
+        policy = self.dead_letter_policy
+        assert policy is not None  # retry needs a dead-letter policy too
         original = msg.properties()
         if self.is_retry_message(msg):
             origin_topic = _str_or(original.get(REAL_TOPIC), self._topic)
@@ -529,7 +468,6 @@ class DlqConsumer:
             for k, v in original.items()
             if k not in PULSAR_STANDARD_KEYS and not k.startswith(CONTEXT_PREFIX)
         }
-        policy = self.dead_letter_policy
         context = build_context_properties(
             origin_topic=origin_topic,
             origin_message_id=origin_id,
@@ -538,19 +476,13 @@ class DlqConsumer:
             delivery_count=msg.redelivery_count() + 1,
             reconsume_times=reconsume_times,
             error=error,
-            include_stacktrace=policy.include_stacktrace if policy else True,
+            include_stacktrace=policy.include_stacktrace,
             consumer=self.consumer_name(),
             failed_at=int(time.time() * 1000),
             payload=msg.data(),
-            payload_copied=policy.copy_payload if (policy and reason is not None) else True,
-            **(
-                {
-                    "max_message_bytes": policy.max_error_message_bytes,
-                    "max_stack_bytes": policy.max_stacktrace_bytes,
-                }
-                if policy
-                else {}
-            ),
+            payload_copied=policy.copy_payload or reason is None,
+            max_message_bytes=policy.max_error_message_bytes,
+            max_stack_bytes=policy.max_stacktrace_bytes,
         )
         return {**kept, **context}
 
@@ -679,8 +611,6 @@ class DlqConsumer:
         except ConsumerClosedError:
             action()
 
-    # ------------------------------------------------------------------ lifecycle
-
     def flush(self, timeout: float | None = None) -> None:
         """Flush the DLQ/retry producers and wait until every async send has been confirmed."""
         with self._lock:
@@ -797,6 +727,3 @@ def _check_properties(properties: Mapping[str, str] | None) -> dict[str, str]:
     ):
         raise ConfigurationError(f"properties must map str to str; got {properties!r}")
     return dict(properties)
-
-
-__all__ = ["DlqConsumer"]

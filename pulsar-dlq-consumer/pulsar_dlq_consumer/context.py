@@ -1,11 +1,7 @@
-"""The error-context schema, the writer for our family and the scalar parser of every known convention.
+"""The error-context schema, its writer (:func:`build_context_properties`) and the scalar parser.
 
-The consumer wrapper writes context with :func:`build_context_properties`; the Spark replay apps read any
-DLQ message back with :func:`parse_error_context` into one :class:`ErrorContext` schema, whatever wrote
-it. The conventions themselves (their property keys, how to recognise them and how each field is read)
-are data, in :mod:`pulsar_dlq_consumer.conventions`: the parser here interprets that table one message at
-a time, as the replay's Arrow kernels do a batch at a time. Properties are untrusted: the parser never
-raises, and junk values become ``None``.
+The parser interprets the table of :mod:`pulsar_dlq_consumer.conventions` one message at a time, as the
+replay's Arrow kernels do a batch at a time. Properties are untrusted: it never raises, junk becomes ``None``.
 """
 
 from __future__ import annotations
@@ -21,9 +17,7 @@ from typing import TYPE_CHECKING, Any, cast
 from pulsar_dlq_consumer.conventions import (
     BOOKKEEPING_KEYS,
     BOOKKEEPING_PREFIXES,
-    CONTEXT_PREFIX,
     CONVENTIONS,
-    DELAY_TIME,
     FIELD_DEFAULTS,
     KEY_CONSUMER,
     KEY_DELIVERY_COUNT,
@@ -39,28 +33,21 @@ from pulsar_dlq_consumer.conventions import (
     KEY_RECONSUME_COUNT,
     KEY_SUBSCRIPTION,
     KEY_TOPIC,
-    LEGACY_ORIGIN_MESSAGE_ID,
     MAX_ERROR_MESSAGE_BYTES,
     MAX_ERROR_STACK_BYTES,
     ORIGIN_CLAIMS,
     ORIGIN_MESSAGE_ID,
-    ORIGIN_PROPERTY_KEYS,
-    ORIGIN_TOPIC_KEYS,
-    PULSAR_STANDARD_KEYS,
     REAL_TOPIC,
-    REASON_MAX_RECONSUMES,
-    REASON_MAX_REDELIVERIES,
-    REASON_TERM,
-    REASON_UNKNOWN,
     REASONS,
-    RECONSUMETIMES,
-    RETRY_TOPIC,
     TRUNCATION_MARKER,
     ContextFormat,
     read_text,
     safe_str,
     truncate_utf8,
 )
+from pulsar_dlq_consumer.conventions import ORIGIN_PROPERTY_KEYS as ORIGIN_PROPERTY_KEYS
+from pulsar_dlq_consumer.conventions import ORIGIN_TOPIC_KEYS as ORIGIN_TOPIC_KEYS
+from pulsar_dlq_consumer.conventions import REASON_UNKNOWN as REASON_UNKNOWN
 
 if TYPE_CHECKING:
     from pulsar_dlq_consumer.conventions import Convention, Reader
@@ -88,11 +75,9 @@ CONTEXT_FIELDS: tuple[str, ...] = (
 class ErrorContext:
     """The one error-context schema every part of the project reads a DLQ message into.
 
-    ``origin_message_id`` is the Pulsar message id string for Pulsar formats and
-    ``"<partition>:<offset>"`` for Kafka formats. ``delivery_count`` counts deliveries on the origin
-    subscription (first delivery = 1); ``reconsume_times`` counts trips through a retry topic.
-    ``failed_at`` is epoch milliseconds. ``origin_topic`` may name a partition (``...-partition-N``):
-    see :func:`base_topic`.
+    ``origin_message_id``: a Pulsar message id, or ``"<partition>:<offset>"`` for Kafka formats.
+    ``delivery_count`` counts deliveries on the origin subscription (first = 1), ``reconsume_times``
+    trips through a retry topic; ``failed_at`` is epoch milliseconds.
     """
 
     dlq_topic: str | None
@@ -111,11 +96,8 @@ class ErrorContext:
     context_format: str
 
     def as_dict(self) -> dict[str, object]:
-        """Return the fields as a dict in :data:`CONTEXT_FIELDS` order."""
         return asdict(self)
 
-
-# --------------------------------------------------------------------------- helpers
 
 _PARTITION_SUFFIX = re.compile(r"^(?P<base>.+)-partition-(?P<index>\d+)$")
 
@@ -140,27 +122,22 @@ def exception_class_name(error: BaseException) -> str:
 
 
 def is_bookkeeping_property(key: str) -> bool:
-    """True for DLQ/retry bookkeeping keys that a republish must strip.
-
-    These are every key a convention of :data:`~pulsar_dlq_consumer.conventions.CONVENTIONS` marks or
-    reads (the Pulsar standard keys ``REAL_TOPIC``, ``ORIGIN_MESSAGE_ID``, ``RECONSUMETIMES``,
-    ``DELAY_TIME``, ``RETRY_TOPIC`` and the misspelt legacy ``ORIGIN_MESSAGE_IDY_TIME``) and every key
-    under a convention's namespace (``__dlq.errors.``, ``__connect.errors.``, ``kafka_dlt-``).
-    """
+    """True for a DLQ/retry bookkeeping key that a republish must strip: one a convention marks or reads
+    (``REAL_TOPIC``, ``RECONSUMETIMES``, ...) or under a convention's prefix (``__dlq.errors.``, ...)."""
     if not isinstance(key, str):
         return False
     return key in BOOKKEEPING_KEYS or key.startswith(BOOKKEEPING_PREFIXES)
 
 
 def strip_bookkeeping_properties(properties: Mapping[str, str] | None) -> dict[str, str]:
-    """Return a copy of ``properties`` without the keys :func:`is_bookkeeping_property` names."""
+    """A copy of ``properties`` without bookkeeping keys."""
     if not properties:
         return {}
     return {k: v for k, v in properties.items() if not is_bookkeeping_property(k)}
 
 
 def payload_sha256(payload: bytes) -> str:
-    """Hex SHA-256 of a payload, written instead of the payload when payload copy is off."""
+    """Hex SHA-256 of a payload, written when the payload is not copied."""
     return hashlib.sha256(payload).hexdigest()
 
 
@@ -181,18 +158,11 @@ def build_context_properties(
     max_message_bytes: int = MAX_ERROR_MESSAGE_BYTES,
     max_stack_bytes: int = MAX_ERROR_STACK_BYTES,
 ) -> dict[str, str]:
-    """Build our context properties for a retry or DLQ message (all values valid, bounded ``str``).
+    """Our context properties for a DLQ message (``reason`` given) or a retry message (``reason`` None):
+    ``REAL_TOPIC``, ``ORIGIN_MESSAGE_ID`` and ``__dlq.errors.*``, all bounded valid ``str``.
 
-    Writes ``REAL_TOPIC`` and ``ORIGIN_MESSAGE_ID`` plus the ``__dlq.errors.*`` family. ``reason`` is
-    given for DLQ messages and ``None`` for retry messages. ``error`` is an exception (class, message
-    and, when it was raised and ``include_stacktrace``, the stack) or a plain message string. When
-    ``payload_copied`` is false, ``payload`` is hashed into ``__dlq.errors.payload.sha256``. The
-    caller adds ``RECONSUMETIMES``/``DELAY_TIME``/``RETRY_TOPIC`` for retry messages.
-
-    Raises
-    ------
-    ValueError
-        If ``reason`` is not one of ``term``, ``max-redeliveries``, ``max-reconsumes`` or ``None``.
+    ``error`` is an exception (class, message and stack) or a message string; without
+    ``payload_copied`` the payload's hash is written. ``ValueError`` for an unknown ``reason``.
     """
     if reason is not None and reason not in REASONS:
         raise ValueError(f"reason must be one of {sorted(REASONS)} or None; got {reason!r}")
@@ -225,7 +195,6 @@ def build_context_properties(
 def _error_properties(
     error: BaseException | str | None, include_stacktrace: bool, max_message_bytes: int, max_stack_bytes: int
 ) -> dict[str, str]:
-    """The exception class, message and stack of ``error`` (only the message for a string)."""
     props: dict[str, str] = {}
     if isinstance(error, BaseException):
         props[KEY_EXCEPTION_CLASS] = safe_str(exception_class_name(error))
@@ -258,8 +227,6 @@ def _truncate_stack(stack: str, max_bytes: int) -> str:
     return head + marker + tail
 
 
-# --------------------------------------------------------------------------- parser
-
 #: The fields a convention's readers give (all but the DLQ position and the format).
 _READ_FIELDS = CONTEXT_FIELDS[2:-1]
 #: Per convention, its reader of each of :data:`_READ_FIELDS` (``None``: the field's default).
@@ -271,7 +238,6 @@ _DELIVERY_COUNT = _READ_FIELDS.index("delivery_count")
 
 
 def _convention(properties: object) -> Convention | None:
-    """The first convention of the table that ``properties`` are written in."""
     if not isinstance(properties, Mapping) or not properties:
         return None
     keys = {k for k in properties if isinstance(k, str)}
@@ -291,22 +257,11 @@ def parse_error_context(
     dlq_message_id: str | None = None,
     redelivery_count: int | None = None,
 ) -> ErrorContext:
-    """Normalise the properties of a DLQ (or retry) message into an :class:`ErrorContext`.
+    """Normalise the properties of a DLQ (or retry) message into an :class:`ErrorContext`; never raises.
 
-    Never raises on untrusted input: junk values become ``None``, an unknown ``reason`` becomes
-    ``"unknown"``, and properties in no known convention give ``context_format="none"``.
-
-    Parameters
-    ----------
-    properties
-        The message properties (headers). Non-string keys or values are ignored.
-    dlq_topic, dlq_message_id
-        Where the message being parsed was read from; copied into the result.
-    redelivery_count
-        The origin subscription's redelivery count of the failed message, when the caller knows it
-        (the consumer wrapper does). Used only when the properties carry no delivery count, as
-        ``delivery_count = redelivery_count + 1``. Do not pass the redelivery count seen while
-        reading the DLQ topic itself: it says nothing about the origin.
+    Junk values become ``None``, an unknown reason ``"unknown"``, no known convention ``"none"``.
+    ``dlq_topic`` and ``dlq_message_id`` are copied. ``redelivery_count`` (the origin subscription's, not
+    the DLQ's) gives ``delivery_count`` when the properties carry none.
     """
     return ErrorContext(
         *error_context_values(
@@ -325,9 +280,7 @@ def error_context_values(
     dlq_message_id: str | None = None,
     redelivery_count: int | None = None,
 ) -> tuple[Any, ...]:
-    """The fields of :func:`parse_error_context` (same arguments) as a tuple in :data:`CONTEXT_FIELDS`
-    order, without building the :class:`ErrorContext`: for callers that parse many messages into
-    columns. Never raises on untrusted input either."""
+    """:func:`parse_error_context` as a tuple in :data:`CONTEXT_FIELDS` order (for column builders)."""
     props: Mapping[str, str] = properties if isinstance(properties, Mapping) else {}
     convention = _convention(props)
     fmt = None if convention is None else convention.format
@@ -347,8 +300,6 @@ def error_context_values(
     )
 
 
-# --------------------------------------------------------------------------- origin identity
-
 #: Longest origin topic value kept in an :class:`OriginClaim` (a longer one is cut, marked, never valid).
 MAX_CLAIM_CHARS = 300
 _MESSAGE_ID = re.compile(r"\(?\s*(-?\d{1,20})\s*(?:[:,]\s*(-?\d{1,20})\s*){1,3}\)?")
@@ -363,12 +314,8 @@ _PLAIN_MESSAGE_ID = re.compile(
 
 @dataclass(frozen=True)
 class OriginClaim:
-    """What one convention's properties say the origin of a DLQ message was.
-
-    ``key`` is the property that names the topic (one of :data:`ORIGIN_TOPIC_KEYS`), ``topic`` its
-    value (bounded to :data:`MAX_CLAIM_CHARS`) and ``message_id`` the origin message id the same
-    convention gives (``None`` when it gives none or junk).
-    """
+    """What one convention says the origin was: the topic ``key`` (of :data:`ORIGIN_TOPIC_KEYS`), its
+    value (bounded to :data:`MAX_CLAIM_CHARS`) and the same convention's origin message id."""
 
     key: str
     topic: str
@@ -393,8 +340,7 @@ def origin_claims(properties: Mapping[str, str] | None) -> tuple[OriginClaim, ..
 
 @lru_cache(maxsize=4096)
 def canonical_topic(topic: str | None) -> str | None:
-    """The topic a claim names, for comparing claims: fully qualified, without a ``-partition-N`` suffix
-    (a partition and its topic are the same origin). ``None`` for anything that is not a topic name."""
+    """The topic a claim names, qualified, without ``-partition-N``; ``None`` when it is no topic name."""
     if not topic or TRUNCATION_MARKER in topic:
         return None
     from pulsar_dlq_consumer.errors import ConfigurationError
@@ -410,12 +356,7 @@ def canonical_topic(topic: str | None) -> str | None:
 
 
 def conflicting_claims(claims: tuple[OriginClaim, ...]) -> tuple[OriginClaim, ...]:
-    """The claims when they name different origin topics (one claim per distinct topic), else ``()``.
-
-    Two claims agree when they name the same topic, qualified or short, partition or whole topic
-    (``REAL_TOPIC=persistent://public/default/orders-partition-0`` agrees with
-    ``__dlq.errors.topic=orders``). A value that is no topic name disagrees with every other value.
-    """
+    """One claim per distinct origin topic (:func:`canonical_topic`) when they disagree, else ``()``."""
     seen: dict[str, OriginClaim] = {}
     for claim in claims:
         seen.setdefault(canonical_topic(claim.topic) or f"\x00{claim.topic}", claim)
@@ -429,12 +370,8 @@ def resolve_claims(claims: tuple[OriginClaim, ...], precedence: Sequence[str]) -
 
 
 def canonical_message_id(message_id: str | None) -> str | None:
-    """A message id in one spelling, so copies written by different clients compare equal.
-
-    Pulsar ids: Python ``(ledger,entry,partition,batch)``, Java ``ledger:entry:partition`` or
-    ``ledger:entry:partition:batch`` all become ``ledger:entry:partition:batch`` (batch -1 when absent).
-    Kafka positions ``partition:offset`` stay as they are. Anything else gives ``None``.
-    """
+    """A message id in one spelling, ``ledger:entry:partition:batch`` (batch -1 when absent), whichever
+    client wrote it; Kafka ``partition:offset`` stays; anything else gives ``None``."""
     if not message_id:
         return None
     plain = _PLAIN_MESSAGE_ID.fullmatch(message_id) if isinstance(message_id, str) else None
@@ -452,68 +389,9 @@ def canonical_message_id(message_id: str | None) -> str | None:
 
 
 def origin_identity(origin_topic: str | None, origin_message_id: str | None) -> str | None:
-    """``<qualified origin topic without partition suffix>|<canonical message id>``: the same for every
-    DLQ copy of one original message, whichever convention or client wrote it; ``None`` when either part
-    is missing or not valid (callers then fall back to the DLQ message's own identity)."""
+    """``<canonical topic>|<canonical message id>``: the same for every DLQ copy of one original."""
     topic = canonical_topic(origin_topic)
     message_id = canonical_message_id(origin_message_id)
     if topic is None or message_id is None:
         return None
     return f"{topic}|{message_id}"
-
-
-__all__ = [
-    "CONTEXT_FIELDS",
-    "CONTEXT_PREFIX",
-    "DELAY_TIME",
-    "KEY_CONSUMER",
-    "KEY_DELIVERY_COUNT",
-    "KEY_EXCEPTION_CLASS",
-    "KEY_EXCEPTION_MESSAGE",
-    "KEY_EXCEPTION_STACKTRACE",
-    "KEY_FAILED_AT",
-    "KEY_MESSAGE_ID",
-    "KEY_PARTITION",
-    "KEY_PAYLOAD_COPIED",
-    "KEY_PAYLOAD_SHA256",
-    "KEY_REASON",
-    "KEY_RECONSUME_COUNT",
-    "KEY_SUBSCRIPTION",
-    "KEY_TOPIC",
-    "LEGACY_ORIGIN_MESSAGE_ID",
-    "MAX_ERROR_MESSAGE_BYTES",
-    "MAX_ERROR_STACK_BYTES",
-    "ORIGIN_MESSAGE_ID",
-    "ORIGIN_PROPERTY_KEYS",
-    "ORIGIN_TOPIC_KEYS",
-    "PULSAR_STANDARD_KEYS",
-    "REAL_TOPIC",
-    "REASONS",
-    "REASON_MAX_RECONSUMES",
-    "REASON_MAX_REDELIVERIES",
-    "REASON_TERM",
-    "REASON_UNKNOWN",
-    "RECONSUMETIMES",
-    "RETRY_TOPIC",
-    "ContextFormat",
-    "ErrorContext",
-    "OriginClaim",
-    "base_topic",
-    "build_context_properties",
-    "canonical_message_id",
-    "canonical_topic",
-    "conflicting_claims",
-    "detect_format",
-    "error_context_values",
-    "exception_class_name",
-    "is_bookkeeping_property",
-    "origin_claims",
-    "origin_identity",
-    "parse_error_context",
-    "partition_index",
-    "payload_sha256",
-    "resolve_claims",
-    "safe_str",
-    "strip_bookkeeping_properties",
-    "truncate_utf8",
-]

@@ -1,17 +1,10 @@
 """Every DLQ convention, described once as data: the one module that knows property names.
 
-A :class:`Convention` says which property keys mark a message as written in it, which key prefix it
-owns (stripped on republish) and, per error-context field, a small reader: :class:`Text`,
-:class:`Number`, :class:`Position`, :class:`Const`, :class:`Choice`, :class:`Joined` or :class:`First` of
-several. :data:`CONVENTIONS` lists them richest first (formats that carry exception
-details before those that carry only positions): when a message carries several, the first that
-matches wins.
-
-Two engines interpret the table and must agree: the scalar parser of :mod:`pulsar_dlq_consumer.context`
-(one message at a time, each reader's ``read``) and the Spark replay's Arrow kernels
-(``spark_apps/dlq_replay/context_columns.py``, a whole batch at once). Adding a convention is one
-entry in :data:`CONVENTIONS` (and its name in :class:`ContextFormat`). Properties are untrusted: a
-reader never raises, and junk values become ``None``.
+A :class:`Convention` names the keys that mark a message as written in it, the key prefix it owns
+(stripped on republish) and a small reader per error-context field. :data:`CONVENTIONS` lists them
+richest first; the first that matches wins. Two engines interpret the table and must agree: the scalar
+parser of :mod:`pulsar_dlq_consumer.context` and the replay's Arrow kernels (``context_columns.py``).
+Adding a convention is one entry here (and its :class:`ContextFormat`). A reader never raises.
 """
 
 from __future__ import annotations
@@ -25,7 +18,6 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from collections.abc import Set as AbstractSet
 
-# --------------------------------------------------------------------------- Pulsar standard keys
 
 REAL_TOPIC = "REAL_TOPIC"
 ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
@@ -44,7 +36,6 @@ PULSAR_STANDARD_KEYS: tuple[str, ...] = (
     LEGACY_ORIGIN_MESSAGE_ID,
 )
 
-# --------------------------------------------------------------------------- our family (and KIP-1191's)
 
 CONTEXT_PREFIX = "__dlq.errors."
 
@@ -115,8 +106,6 @@ class ContextFormat(StrEnum):
     NONE = "none"
 
 
-# --------------------------------------------------------------------------- value helpers
-
 _SURROGATES = re.compile("[\ud800-\udfff]")
 _ASCII_INT = re.compile(r"-?[0-9]{1,19}")
 
@@ -178,13 +167,6 @@ def _big_endian_or_decimal(props: Mapping[str, Any], key: str) -> int | None:
     if any(ord(ch) > 0xFF for ch in value):
         return None
     return int.from_bytes(value.encode("latin-1"), "big")
-
-
-# --------------------------------------------------------------------------- readers
-
-
-# A reader says how one error-context field is read from a message's properties: ``keys`` are every
-# property key it looks at, ``read(props)`` the field's value for one message (``None``: none given).
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,16 +293,14 @@ class First:
         return None
 
 
-#: Every kind of reader (the Arrow kernels have one per kind).
+#: Every kind of reader of one field (the Arrow kernels have one per kind): ``keys`` are the property
+#: keys it looks at, ``read(props)`` one message's value (``None``: none given).
 Reader: TypeAlias = Text | Number | Position | Const | Choice | Joined | First
 
 
 def first(*readers: Reader) -> Reader:
     """:class:`First` of ``readers`` (one reader: itself)."""
     return readers[0] if len(readers) == 1 else First(readers)
-
-
-# --------------------------------------------------------------------------- the table
 
 
 @dataclass(frozen=True)
@@ -333,13 +313,9 @@ class Claim:
 
 @dataclass(frozen=True)
 class Convention:
-    """One DLQ convention.
-
-    A message is in it when one of its keys is in ``markers`` or starts with ``marker_prefix``, and it
-    carries every key of ``requires``. ``namespace`` is the key prefix the convention owns. ``fields``
-    maps error-context fields to readers (a field left out gives ``None``, or its
-    :data:`FIELD_DEFAULTS` value); ``claim`` is the origin claim it makes (:data:`ORIGIN_CLAIMS`).
-    """
+    """One DLQ convention: a message is in it when a key is in ``markers`` or starts with ``marker_prefix``
+    and it carries every key of ``requires``; ``fields`` maps context fields to readers (others: the
+    :data:`FIELD_DEFAULTS` value or ``None``), ``claim`` is its origin claim."""
 
     format: ContextFormat
     fields: Mapping[str, Reader]
@@ -359,7 +335,6 @@ class Convention:
         return key in self.markers or (bool(self.marker_prefix) and key.startswith(self.marker_prefix))
 
     def matches(self, keys: AbstractSet[str]) -> bool:
-        """Is a message carrying the property ``keys`` written in this convention?"""
         marked = not self.markers.isdisjoint(keys) or (
             bool(self.marker_prefix) and any(key.startswith(self.marker_prefix) for key in keys)
         )
@@ -485,8 +460,7 @@ FIELD_DEFAULTS: Mapping[str, Any] = {"reason": REASON_UNKNOWN}
 
 
 def _origin_claims() -> tuple[Claim, ...]:
-    """One claim per topic key, in table order; conventions that share a topic key (ours and KIP-1191)
-    read the message id the first of their ways that gives one."""
+    """One claim per topic key, in table order (a shared key reads the id the first way that gives one)."""
     readers: dict[str, list[Reader]] = {}
     for convention in CONVENTIONS:
         if convention.claim is not None:

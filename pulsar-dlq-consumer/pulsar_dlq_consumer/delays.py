@@ -22,13 +22,7 @@ _DURATION = re.compile(r"(?P<num>\d+(?:\.\d+)?)(?P<unit>ms|s|m|h|d)")
 
 
 def parse_duration(text: str) -> float:
-    """Parse ``"500ms"``, ``"5s"``, ``"2m"``, ``"1h"`` or ``"1d"`` into seconds.
-
-    Raises
-    ------
-    InvalidDelayError
-        If ``text`` is not a number followed by one of ``ms``, ``s``, ``m``, ``h``, ``d``.
-    """
+    """Parse ``"500ms"``, ``"5s"``, ``"2m"``, ``"1h"`` or ``"1d"`` into seconds (or ``InvalidDelayError``)."""
     match = _DURATION.fullmatch(text.strip()) if isinstance(text, str) else None
     if match is None:
         raise InvalidDelayError(
@@ -38,13 +32,7 @@ def parse_duration(text: str) -> float:
 
 
 def validate_delay(delay: float | timedelta, *, what: str = "delay") -> float:
-    """Return ``delay`` in seconds after checking it is within 1 s to 864,000 s.
-
-    Raises
-    ------
-    InvalidDelayError
-        If ``delay`` is not a number or timedelta, not finite, or out of range.
-    """
+    """``delay`` in seconds, checked to be within 1 s to 864,000 s (else ``InvalidDelayError``)."""
     if isinstance(delay, timedelta):
         seconds = delay.total_seconds()
     elif isinstance(delay, int | float) and not isinstance(delay, bool):
@@ -61,11 +49,7 @@ def validate_delay(delay: float | timedelta, *, what: str = "delay") -> float:
 
 @dataclass(frozen=True)
 class DelayLevels:
-    """A ladder of retry delays addressed by 1-based level (TDMQ ``MESSAGE_DELAYLEVEL``).
-
-    Level 1 is the first delay. In level-increment mode retry ``n`` uses level ``n``, and the last
-    level repeats once the ladder is exhausted.
-    """
+    """A ladder of retry delays by 1-based level (TDMQ ``MESSAGE_DELAYLEVEL``); the last level repeats."""
 
     delays: tuple[float, ...]
 
@@ -97,13 +81,7 @@ class DelayLevels:
         return len(self.delays)
 
     def delay_for_level(self, level: int) -> float:
-        """Seconds for 1-based ``level``.
-
-        Raises
-        ------
-        InvalidDelayError
-            If ``level`` is not an int between 1 and the number of levels.
-        """
+        """Seconds for 1-based ``level`` (``InvalidDelayError`` out of range)."""
         if not isinstance(level, int) or isinstance(level, bool) or not 1 <= level <= len(self.delays):
             raise InvalidDelayError(
                 f"delay level must be an int from 1 to {len(self.delays)} "
@@ -116,7 +94,6 @@ class DelayLevels:
         return min(max(1, reconsume_times), len(self.delays))
 
     def describe(self) -> str:
-        """The ladder as text, e.g. ``'1s 5s 1m'``."""
         return " ".join(_format_seconds(d) for d in self.delays)
 
 
@@ -128,13 +105,3 @@ def _format_seconds(seconds: float) -> str:
 
 
 DEFAULT_LEVELS = DelayLevels.parse(DEFAULT_DELAY_LEVELS)
-
-__all__ = [
-    "DEFAULT_DELAY_LEVELS",
-    "DEFAULT_LEVELS",
-    "MAX_DELAY_SECONDS",
-    "MIN_DELAY_SECONDS",
-    "DelayLevels",
-    "parse_duration",
-    "validate_delay",
-]

@@ -37,17 +37,11 @@ class RetryNotConfiguredError(DlqConsumerError):
 
 
 class PublishError(DlqConsumerError):
-    """Producing to the retry or DLQ topic failed: the original was *not* acknowledged.
-
-    The original message is negatively acknowledged at once, so it is redelivered, never lost.
-    """
+    """Producing to the retry or DLQ topic failed: the original was nacked, not acknowledged."""
 
 
 class ConsumerClosedError(DlqConsumerError):
     """The consumer wrapper was used after ``close()``."""
-
-
-# --------------------------------------------------------------------------- outcomes for handlers
 
 
 class TerminalError(Exception):
@@ -55,11 +49,8 @@ class TerminalError(Exception):
 
 
 class RetryableError(Exception):
-    """Raise from a handler to send the message to the retry topic (``reconsume_later``).
-
-    Give at most one of ``delay`` (seconds or a timedelta, 1 s to 864,000 s) and ``level`` (a 1-based
-    index into the consumer's delay ladder). With neither, the retry policy's default applies.
-    """
+    """Raise from a handler to send the message to the retry topic, with at most one of ``delay`` and
+    ``level`` (neither: the retry policy's default)."""
 
     def __init__(
         self, *args: object, delay: float | timedelta | None = None, level: int | None = None
@@ -69,18 +60,3 @@ class RetryableError(Exception):
             raise InvalidDelayError("give RetryableError either delay= or level=, not both")
         self.delay = delay
         self.level = level
-
-
-__all__ = [
-    "ConfigurationError",
-    "ConsumerClosedError",
-    "DlqConsumerError",
-    "DlqNotConfiguredError",
-    "InvalidDelayError",
-    "PublishError",
-    "RetryNotConfiguredError",
-    "RetryableError",
-    "TerminalError",
-    "TopicNameGuardError",
-    "UnsupportedSubscriptionTypeError",
-]

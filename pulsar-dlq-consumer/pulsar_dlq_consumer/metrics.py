@@ -1,12 +1,6 @@
 """Consumer metrics through the OpenTelemetry API, named after PIP-372 (no-op unless an SDK is installed).
 
-Counters (unit ``{message}``), each with attributes ``topic``, ``subscription``, ``pulsar_tenant`` and
-``pulsar_namespace`` (of the origin topic):
-
-- ``pulsar_client_consumer_terms``: messages termed (``term``).
-- ``pulsar_client_consumer_dlq_messages``: messages written to the DLQ, with attribute ``reason``.
-- ``pulsar_client_consumer_retries``: messages sent to the retry topic (``reconsume_later``).
-- ``pulsar_client_consumer_nacks``: negative acknowledgements scheduled with backoff.
+Counters of messages with attributes ``topic``, ``subscription``, ``pulsar_tenant``, ``pulsar_namespace``.
 """
 
 from __future__ import annotations
@@ -35,7 +29,7 @@ def topic_attributes(topic: str, subscription: str) -> dict[str, str]:
 
 class _NoOpCounter:
     def add(self, amount: int, attributes: dict[str, str] | None = None) -> None:
-        """Discard the measurement."""
+        pass
 
 
 class _NoOpMeter:
@@ -71,20 +65,13 @@ class ConsumerMetrics:
         )
 
     def term(self, attributes: dict[str, str]) -> None:
-        """Count one ``term``."""
         self._terms.add(1, attributes)
 
     def dead_lettered(self, attributes: dict[str, str], reason: str) -> None:
-        """Count one message written to the DLQ for ``reason``."""
         self._dlq.add(1, {**attributes, "reason": reason})
 
     def retry(self, attributes: dict[str, str]) -> None:
-        """Count one message sent to the retry topic."""
         self._retries.add(1, attributes)
 
     def nack(self, attributes: dict[str, str]) -> None:
-        """Count one negative acknowledgement."""
         self._nacks.add(1, attributes)
-
-
-__all__ = ["DLQ_MESSAGES", "METER_NAME", "NACKS", "RETRIES", "TERMS", "ConsumerMetrics", "topic_attributes"]

@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-from pulsar_dlq_consumer.context import MAX_ERROR_MESSAGE_BYTES, MAX_ERROR_STACK_BYTES
+from pulsar_dlq_consumer.conventions import MAX_ERROR_MESSAGE_BYTES, MAX_ERROR_STACK_BYTES
 from pulsar_dlq_consumer.delays import DEFAULT_LEVELS, DelayLevels, validate_delay
 from pulsar_dlq_consumer.errors import (
     ConfigurationError,
@@ -31,17 +31,8 @@ def local_name(topic: str) -> str:
 
 @dataclass(frozen=True)
 class TopicNameGuard:
-    """Refuse unsafe DLQ and retry topic names, in the spirit of KIP-1191.
-
-    Parameters
-    ----------
-    required_prefix
-        If set, the local topic name (after the namespace) must start with it, e.g. ``"dlq."``.
-    pattern
-        If set, a regular expression the fully qualified topic name must match entirely.
-    allow_internal
-        Names whose local part starts with ``__`` are system topics and are refused unless this is true.
-    """
+    """Refuse unsafe DLQ and retry topic names (KIP-1191): a local name without ``required_prefix``, a full
+    name that does not match ``pattern`` entirely, or an internal ``__`` name unless ``allow_internal``."""
 
     required_prefix: str | None = None
     pattern: str | None = None
@@ -88,29 +79,22 @@ def _check_count(name: str, value: int, minimum: int) -> None:
 
 @dataclass(frozen=True)
 class DeadLetterPolicy:
-    """Where and how failed messages are dead-lettered.
-
-    The first three arguments are named and ordered as in ``pulsar.ConsumerDeadLetterPolicy``.
+    """Where and how failed messages are dead-lettered (first three arguments as in
+    ``pulsar.ConsumerDeadLetterPolicy``).
 
     Parameters
     ----------
     max_redeliver_count
-        Negative acks allowed before a message goes to the DLQ with reason ``max-redeliveries``: the
-        handler sees a message at most ``max_redeliver_count + 1`` times (default 16).
+        Negative acks before the DLQ (reason ``max-redeliveries``): a handler sees a message at most
+        ``max_redeliver_count + 1`` times.
     dead_letter_topic
-        DLQ topic; default ``<topic>-<subscription>-DLQ``.
+        Default ``<topic>-<subscription>-DLQ``.
     initial_subscription_name
-        Durable subscription created on the DLQ before the first message is written, so DLQ messages
-        are retained until someone reads them (e.g. the replay's subscription).
-    name_guard
-        Checks the DLQ and retry topic names.
-    copy_payload
-        Copy the payload to the DLQ (default; replay needs it). If false, the DLQ message has an empty
-        payload and ``__dlq.errors.payload.sha256``.
-    include_stacktrace
-        Write the (bounded) stack trace of the error.
+        Durable subscription created on the DLQ before the first write, so DLQ messages are retained.
+    name_guard, copy_payload, include_stacktrace
+        Checks the DLQ and retry names; copy the payload (else empty, with its SHA-256); write the stack.
     max_error_message_bytes, max_stacktrace_bytes
-        Bounds for the exception message and stack trace properties (UTF-8 bytes).
+        Bounds (UTF-8 bytes) of the exception message and stack trace properties.
     """
 
     max_redeliver_count: int = DEFAULT_MAX_REDELIVERIES
@@ -146,18 +130,13 @@ class RetryPolicy:
     Parameters
     ----------
     max_reconsumes
-        Trips through the retry topic before ``reconsume_later`` dead-letters with reason
-        ``max-reconsumes`` (default 16: the 17th call goes to the DLQ).
+        Trips through the retry topic before the DLQ (reason ``max-reconsumes``; default 16).
     topic
-        Retry topic; default ``<topic>-<subscription>-RETRY``.
+        Default ``<topic>-<subscription>-RETRY``.
     delay_levels
-        The ladder for ``level=`` and level-increment mode (default
-        ``1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h``). A string or sequence is parsed.
-    level_increment
-        When ``reconsume_later`` gets neither ``delay`` nor ``level``: if true (default) retry ``n``
-        uses level ``n`` of the ladder; if false ``default_delay`` is used.
-    default_delay
-        Seconds (or timedelta) used when ``level_increment`` is false.
+        The ladder for ``level=`` and level increment (default ``1s 5s 10s 30s 1m ... 1h 2h``).
+    level_increment, default_delay
+        Without ``delay`` or ``level``: retry ``n`` uses level ``n`` (default), else ``default_delay``.
     """
 
     max_reconsumes: int = DEFAULT_MAX_RECONSUMES
@@ -179,7 +158,6 @@ class RetryPolicy:
 
     @property
     def levels(self) -> DelayLevels:
-        """The delay ladder (always a :class:`DelayLevels` after validation)."""
         assert isinstance(self.delay_levels, DelayLevels)
         return self.delay_levels
 
@@ -190,13 +168,8 @@ class RetryPolicy:
         delay: float | timedelta | None = None,
         level: int | Literal["increment"] | None = None,
     ) -> float:
-        """Seconds to delay the ``reconsume_times``-th retry (1-based).
-
-        Raises
-        ------
-        InvalidDelayError
-            If both ``delay`` and ``level`` are given, or either is out of range.
-        """
+        """Seconds to delay the ``reconsume_times``-th retry (1-based); ``InvalidDelayError`` if both
+        ``delay`` and ``level`` are given or either is out of range."""
         if delay is not None and level is not None:
             raise InvalidDelayError("give reconsume_later either delay= or level=, not both")
         if delay is not None:
@@ -221,15 +194,7 @@ class ResolvedTopics:
 def resolve_topics(
     topic: str, subscription: str, dead_letter: DeadLetterPolicy | None, retry: RetryPolicy | None
 ) -> ResolvedTopics:
-    """Apply the naming defaults and the name guard.
-
-    Raises
-    ------
-    ConfigurationError
-        For a bad topic or subscription, retry without a DLQ, or colliding names.
-    TopicNameGuardError
-        If the DLQ or retry topic is refused by the guard.
-    """
+    """Apply the naming defaults and the name guard (``ConfigurationError``, ``TopicNameGuardError``)."""
     full = normalize_topic(topic)
     if not isinstance(subscription, str) or not subscription.strip():
         raise ConfigurationError(f"subscription must be a non-empty string; got {subscription!r}")
@@ -257,17 +222,3 @@ def resolve_topics(
             f"got topic={full!r}, dlq={dlq!r}, retry={retry_topic!r}"
         )
     return ResolvedTopics(full, subscription, dlq, retry_topic)
-
-
-__all__ = [
-    "DEFAULT_MAX_RECONSUMES",
-    "DEFAULT_MAX_REDELIVERIES",
-    "LEVEL_INCREMENT",
-    "DeadLetterPolicy",
-    "ResolvedTopics",
-    "RetryPolicy",
-    "TopicNameGuard",
-    "local_name",
-    "normalize_topic",
-    "resolve_topics",
-]

@@ -1,16 +1,9 @@
 """A processing loop: run a handler per message and turn its outcome into ack, nack, retry or term.
 
-Classification of an exception raised by the handler, first match wins:
-
-1. :class:`TerminalError` or a registered terminal class -> ``term`` (straight to the DLQ).
-2. :class:`RetryableError` (may carry ``delay``/``level``) or a registered retryable class ->
-   ``reconsume_later``.
-3. Any other ``Exception`` -> the configured default (``nack`` with backoff unless changed).
-
-A ``BaseException`` that is not an ``Exception`` (``KeyboardInterrupt``, ``SystemExit``, ...) is not a
-processing failure: the message is left unacknowledged (the broker redelivers it) and the exception
-propagates. Misuse found while handling a failure (``term`` without a DLQ, a retry without a retry
-topic, an invalid delay) nacks the message, so it is never lost, and raises the clear error.
+A handler's exception means, first match wins: a terminal class (:class:`TerminalError`...) ``term``; a
+retryable one (:class:`RetryableError`...) ``reconsume_later``; any other ``Exception`` the default
+(``nack``). Any other ``BaseException`` propagates, the message left unacked. Misuse found while settling a
+failure nacks the message, then raises.
 """
 
 from __future__ import annotations
@@ -52,6 +45,15 @@ class Outcome(StrEnum):
     FAILED = "failed"  # the retry/DLQ write failed; the message was nacked and will be redelivered
 
 
+_STATS_FIELDS = {
+    Outcome.ACK: "acked",
+    Outcome.NACK: "nacked",
+    Outcome.RETRY: "retried",
+    Outcome.TERM: "termed",
+    Outcome.FAILED: "failed",
+}
+
+
 @dataclass
 class ProcessingStats:
     """Counts per outcome for one :meth:`MessageProcessor.run`."""
@@ -64,15 +66,8 @@ class ProcessingStats:
     failed: int = 0
 
     def add(self, outcome: Outcome) -> None:
-        """Count one message with ``outcome``."""
         self.received += 1
-        field = {
-            Outcome.ACK: "acked",
-            Outcome.NACK: "nacked",
-            Outcome.RETRY: "retried",
-            Outcome.TERM: "termed",
-            Outcome.FAILED: "failed",
-        }[outcome]
+        field = _STATS_FIELDS[outcome]
         setattr(self, field, getattr(self, field) + 1)
 
 
@@ -88,20 +83,9 @@ def _check_classes(name: str, classes: Iterable[type[BaseException]]) -> tuple[t
 
 
 class MessageProcessor:
-    """Run ``handler(msg)`` for each message of a :class:`DlqConsumer` and settle the message.
-
-    Parameters
-    ----------
-    consumer
-        The consumer wrapper.
-    handler
-        Called with each ``pulsar.Message``; returning normally acknowledges the message.
-    terminal, retryable
-        Extra exception classes (subclasses included) that mean ``term`` / ``reconsume_later``.
-    default
-        Outcome for other exceptions: ``Outcome.NACK`` (default, with backoff), ``Outcome.RETRY`` or
-        ``Outcome.TERM``.
-    """
+    """Run ``handler(msg)`` for each message of a :class:`DlqConsumer` and settle it: a normal return
+    acks; ``terminal``/``retryable`` classes add to the term/retry exceptions; ``default`` (``nack``,
+    ``retry`` or ``term``) settles any other exception."""
 
     def __init__(
         self,
@@ -141,15 +125,12 @@ class MessageProcessor:
         )
 
     def register_terminal(self, *classes: type[BaseException]) -> None:
-        """Treat ``classes`` (and subclasses) as terminal: ``term``."""
         self._terminal += _check_classes("terminal", classes)
 
     def register_retryable(self, *classes: type[BaseException]) -> None:
-        """Treat ``classes`` (and subclasses) as retryable: ``reconsume_later``."""
         self._retryable += _check_classes("retryable", classes)
 
     def classify(self, error: Exception) -> Outcome:
-        """The outcome for ``error`` (terminal before retryable before the default)."""
         if isinstance(error, self._terminal):
             return Outcome.TERM
         if isinstance(error, self._retryable):
@@ -157,15 +138,7 @@ class MessageProcessor:
         return self.default
 
     def process(self, msg: pulsar.Message) -> Outcome:
-        """Run the handler on ``msg`` and settle it; return the outcome.
-
-        Raises
-        ------
-        BaseException
-            Non-``Exception`` errors from the handler propagate; the message stays unacknowledged.
-        DlqNotConfiguredError, RetryNotConfiguredError, InvalidDelayError
-            Misuse while settling a failure; the message was nacked first.
-        """
+        """Run the handler on ``msg`` and settle it; return the outcome."""
         try:
             self.handler(msg)
         except Exception as error:
@@ -232,6 +205,3 @@ class MessageProcessor:
             last = time.monotonic()
             stats.add(self.process(msg))
         return stats
-
-
-__all__ = ["MessageProcessor", "Outcome", "ProcessingStats"]

@@ -1,15 +1,8 @@
 """The options of one DLQ replay run: the contract between the Airflow operator and the Spark replay app.
 
-:class:`ReplayOptions` is the one type both sides use. The operator builds it from its rendered
-arguments and passes :meth:`ReplayOptions.to_argv` to ``dlq_replay_main.py``; the app's command line
-parses that argv back into the same type. Its checks run on construction, so a bad option fails on the
-Airflow worker before Spark starts, with the same message the app would give.
-
-Secrets are not options: the app reads the Pulsar token from ``PULSAR_AUTH_TOKEN`` or the file of
-``--auth-token-file``, and OAuth2 client credentials from ``PULSAR_OAUTH2_CREDENTIALS`` or the file of
-``--oauth2-credentials-file``.
-
-Pure Python (no Spark, no Airflow): it is installed with the library and vendored into the Spark bundle.
+The operator builds :class:`ReplayOptions` and passes :meth:`ReplayOptions.to_argv` to the app, whose
+command line parses it back; checks run on construction, so a bad option fails before Spark starts.
+Secrets are never options (the app reads them from the environment or files).
 """
 
 from __future__ import annotations
@@ -60,7 +53,7 @@ class ReplayOptionsError(ConfigurationError):
 
 def check_run_id(run_id: object, option: str = "--run-id") -> str:
     """A run id (e.g. an Airflow run id): 1-250 printable characters without ``/``, ``\\`` or surrounding
-    spaces. Raises :class:`ReplayOptionsError` naming the fix."""
+    spaces."""
     if not isinstance(run_id, str) or not _RUN_ID.fullmatch(run_id) or run_id.strip() != run_id:
         raise ReplayOptionsError(
             f"{option}: invalid run id: use 1-250 printable characters without '/', '\\' or surrounding "
@@ -70,7 +63,6 @@ def check_run_id(run_id: object, option: str = "--run-id") -> str:
 
 
 def check_mode(mode: object) -> str:
-    """``mode``, one of :data:`MODES`; else :class:`ReplayOptionsError` naming them."""
     if mode not in MODES:
         raise ReplayOptionsError(f"--mode must be one of {', '.join(MODES)}; got {mode!r}")
     return str(mode)
@@ -114,7 +106,7 @@ class CanarySpec:
         max_failure_rate: float = 0.0,
         watch_topics: tuple[str, ...] = (),
     ) -> CanarySpec:
-        """``--canary``: ``N`` messages or ``P%`` of each group; raises naming the fix."""
+        """``--canary``: ``N`` messages or ``P%`` of each group."""
         match = _CANARY_SIZE.fullmatch(str(size or ""))
         if not match:
             raise ReplayOptionsError(
@@ -233,7 +225,6 @@ class ReplayOptions:
             )
 
     def _check_selection(self) -> None:
-        """``--signatures``, ``--error-class``, ``--since``, ``--until`` and ``--group-actions``."""
         bad = {k: v for k, v in (self.group_actions or {}).items() if v not in GROUP_ACTIONS}
         if bad:
             raise ReplayOptionsError(f"--group-actions: {bad} must each be one of {', '.join(GROUP_ACTIONS)}")
@@ -251,7 +242,6 @@ class ReplayOptions:
             )
 
     def _check_limits(self) -> None:
-        """The numeric options: each at least its minimum (:data:`_MINIMUMS`), a rate above zero."""
         for name, attribute, minimum in _MINIMUMS:
             value = getattr(self, attribute)
             if value is not None and (isinstance(value, bool) or value < minimum):

@@ -21,8 +21,7 @@ _FORMS = "persistent://tenant/namespace/topic, tenant/namespace/topic or a short
 
 
 def qualify_topic(topic: object, *, pattern: bool = False) -> str | None:
-    """The full name of ``topic`` (``orders`` -> ``persistent://public/default/orders``), or ``None``
-    when it is not a topic name (or, with ``pattern``, a topic glob; see the module docstring)."""
+    """The full name of ``topic`` (``orders`` -> ``persistent://public/default/orders``), or ``None``."""
     if not isinstance(topic, str) or not topic or len(topic) > 1024:
         return None
     domain, rest = topic.split("://", 1) if "://" in topic else ("persistent", topic)
@@ -40,14 +39,8 @@ def qualify_topic(topic: object, *, pattern: bool = False) -> str | None:
 
 
 def normalize_topic(topic: str, *, persistent_only: bool = False, pattern: bool = False) -> str:
-    """The full name of ``topic``; ``persistent_only`` refuses ``non-persistent://`` (a DLQ must be durable)
-    and ``pattern`` accepts a glob in the topic part (see the module docstring).
-
-    Raises
-    ------
-    ConfigurationError
-        If ``topic`` is not a topic name; the message shows the forms accepted.
-    """
+    """The full name of ``topic``, else ``ConfigurationError`` showing the forms accepted;
+    ``persistent_only`` refuses ``non-persistent://``, ``pattern`` accepts a glob in the last part."""
     if not isinstance(topic, str) or not topic.strip():
         raise ConfigurationError(f"Empty topic name; give names like {_FORMS}.")
     full = qualify_topic(topic, pattern=pattern)

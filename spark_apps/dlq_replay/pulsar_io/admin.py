@@ -1,10 +1,7 @@
-"""The two Apache Pulsar admin REST calls the replay's data plane needs: ``internalStats`` and ``stats``.
+"""The Apache Pulsar admin REST reads of the replay, with the :class:`~.conf.PulsarConf` credentials.
 
-:class:`PulsarAdmin` uses the :class:`~.conf.PulsarConf` token (``Authorization: Bearer``) and TLS trust
-file, so it works where the binary protocol does. An admin URL that answers but is not Apache Pulsar's
-admin REST (HTTP 404 or a body that is not JSON, e.g. the embedded broker's metrics port) raises
-:class:`AdminUnavailable`, which the plan takes as "this broker cannot serve the Reader mode". An admin
-URL that cannot be reached, or refuses the token, is a configuration error naming the fix.
+A URL that answers but not as Apache Pulsar's admin REST raises :class:`AdminUnavailable` (no reader
+mode); one that cannot be reached or refuses the token is a configuration error naming the fix.
 """
 
 from __future__ import annotations
@@ -35,8 +32,7 @@ class AdminUnavailable(PulsarIOError):
 
 
 class AdminNotFound(AdminUnavailable):
-    """HTTP 404 with Apache Pulsar's JSON error body (``{"reason": "Topic not found"}``): the admin REST
-    answers, and the topic (or its namespace) does not exist."""
+    """HTTP 404 with Apache Pulsar's ``{"reason": ...}``: the topic (or its namespace) does not exist."""
 
 
 def topic_path(topic: str) -> str:
@@ -82,8 +78,6 @@ def _oauth2_token(settings: dict[str, str | None], context: ssl.SSLContext | Non
 
 
 def _not_found(url: str, exc: urllib.error.HTTPError) -> AdminUnavailable:
-    """:class:`AdminNotFound` when the 404 carries Apache Pulsar's ``{"reason": ...}``, else
-    :class:`AdminUnavailable`."""
     try:
         body = json.loads(exc.read() or b"null")
     except (ValueError, OSError):
@@ -156,8 +150,7 @@ class PulsarAdmin:
         return data
 
     def topic_exists(self, topic: str) -> bool:
-        """Whether ``topic`` exists: a partitioned topic's metadata, else the topic's ``stats`` (neither
-        creates a topic). Raises :class:`AdminUnavailable` when the URL is not Apache Pulsar's admin REST."""
+        """Whether ``topic`` exists (partitioned metadata, else ``stats``; neither creates a topic)."""
         try:  # Apache Pulsar 4 answers 404 for a missing topic here; older releases {"partitions": 0}
             meta = self.get(topic_path(topic) + "/partitions?checkAllowAutoCreation=false")
         except AdminNotFound:

@@ -1,24 +1,10 @@
-"""Commit: ack exactly the DLQ messages whose disposition is final, nothing else.
+"""Commit: ack exactly the DLQ messages whose disposition is final, never one beyond the window end.
 
-Two modes, the run's read mode (see :mod:`.window`):
-
-* **reader** (:class:`EntryCommitFn`, Apache Pulsar): no second read. The input names every entry of
-  the snapshot with its message count and how many of those are final. An entry is acked only when
-  every one of its messages is final, by a constructed entry id (``MessageId(partition, ledger, entry,
-  -1)``, which acks the whole entry, batched or not) from a Shared consumer that receives nothing
-  (``receiver_queue_size=0``); Apache Pulsar accepts acks of ids the consumer never received. The acks
-  are then verified on the cursor through admin REST ``internalStats`` and the missing ones sent again
-  (bounded), so the counts are exact: a batched entry with a pending message is never acked whole.
-* **consumer** (:class:`CommitFn`, the embedded broker): a Shared consumer on the replayer subscription
-  receives the frozen window again and acks, from the consumer that received them (the only acks the
-  embedded broker takes), exactly the given ids, looked up in a compact sorted index
-  (:class:`~.final_ids.FinalIds`) rather than a set of strings, and any message of the given whole
-  entries (:class:`~.final_ids.FinalEntries`: every message of the entry is final). Without
-  batch-index acks the broker removes a batched entry only when every message of the batch is acked; a
-  batch with some messages still pending is redelivered whole by the next run, whose ledger marks the
-  acked ones as already final.
-
-In both, other messages of the window stay pending, and messages beyond the window end are never acked.
+Reader mode (:class:`EntryCommitFn`): an entry every message of which is final is acked by its id
+(``MessageId(partition, ledger, entry, -1)``) from a consumer that receives nothing, and the acks are
+verified on the cursor (``internalStats``), missing ones sent again (bounded). Consumer mode
+(:class:`CommitFn`): the window is received again and the final messages are acked from the consumer
+that received them (the only acks the embedded broker takes).
 """
 
 from __future__ import annotations
@@ -38,12 +24,8 @@ from spark_apps.dlq_replay.pulsar_io.cursor import (
 )
 from spark_apps.dlq_replay.pulsar_io.errors import PulsarConfigError, WindowError
 from spark_apps.dlq_replay.pulsar_io.final_ids import FinalEntries, FinalIds
-from spark_apps.dlq_replay.pulsar_io.window import unique_consumer_name
-from spark_apps.dlq_replay.pulsar_io.window_consumer import (
-    DEFAULT_IDLE_TIMEOUT_MS,
-    DEFAULT_RECEIVER_QUEUE_SIZE,
-    WindowPasses,
-)
+from spark_apps.dlq_replay.pulsar_io.window import DEFAULT_IDLE_TIMEOUT_MS, unique_consumer_name
+from spark_apps.dlq_replay.pulsar_io.window_consumer import DEFAULT_RECEIVER_QUEUE_SIZE, WindowPasses
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -95,12 +77,8 @@ def _result_table(rows: list[dict[str, Any]]) -> Any:
 
 
 class CommitFn:
-    """Acks the given ids of each ``dlq_topic`` in a ``pyarrow.Table``; see :func:`make_commit_fn`.
-
-    Input rows: ``dlq_topic`` (a partition's full topic name, as in the source's ``topic`` column) and
-    ``dlq_message_id`` (readable id) of the messages to ack, or also whole entries
-    (:data:`ENTRIES_COMMIT_INPUT_SCHEMA`). One output row per ``dlq_topic``.
-    """
+    """Consumer mode: acks the rows of a ``pyarrow.Table`` (:data:`COMMIT_INPUT_SCHEMA` or
+    :data:`ENTRIES_COMMIT_INPUT_SCHEMA`), one output row per ``dlq_topic``."""
 
     def __init__(
         self,
@@ -122,7 +100,6 @@ class CommitFn:
         self.idle_timeout_ms = int(idle_timeout_ms)
         self.batch_index_ack = batch_index_ack
         self.receiver_queue_size = int(receiver_queue_size)
-        self.last_read = 0
 
     def __call__(self, table: Any) -> Any:
         import pyarrow.compute as pc
@@ -137,24 +114,11 @@ class CommitFn:
         rows = []
         for topic in names:
             of_topic = table if len(names) == 1 else table.filter(pc.equal(topics, topic))
-            name, acked, left, beyond = self.commit_topic(topic, _final_of(of_topic))
-            rows.append(
-                {
-                    "dlq_topic": name,
-                    "acked": acked,
-                    "left_pending": left,
-                    "beyond_window": beyond,
-                    "messages_read": self.last_read,
-                }
-            )
+            rows.append(self.commit_topic(topic, _final_of(of_topic)))
         return _result_table(rows)
 
-    def commit_topic(self, topic: str, final: FinalIds | FinalEntries) -> tuple[str, int, int, int]:
-        """Ack the ``final`` ids of one topic partition.
-
-        Returns ``(topic, acked, left_pending, beyond_window)``.
-        """
-        self.last_read = 0
+    def commit_topic(self, topic: str, final: FinalIds | FinalEntries) -> dict[str, Any]:
+        """Ack the ``final`` ids of one partition; returns its result row."""
         window = self.windows.get(topic)
         if window is None:
             raise WindowError(
@@ -165,7 +129,7 @@ class CommitFn:
         if outside:
             log.warning("commit %s: %d ids lie beyond the window end and are not acked", topic, outside)
         if not len(final):
-            return topic, 0, 0, 0
+            return {"dlq_topic": topic}
         # Reaching the window end means every pending message was delivered: final ids not seen were
         # acked by an earlier commit. An idle stop may be a stall: read again while that finds more.
         reader = WindowPasses(
@@ -186,7 +150,6 @@ class CommitFn:
             else:
                 left += 1
         beyond, passes = reader.stats.beyond_window, reader.passes
-        self.last_read = reader.stats.in_window + reader.stats.duplicates + beyond
         log.info(
             "commit %s: acked %d, left pending %d, beyond window %d, %d final ids not received "
             "(already acked), %d pass(es)",
@@ -197,12 +160,17 @@ class CommitFn:
             len(final) - acked,
             passes,
         )
-        return topic, acked, left, beyond
+        read = reader.stats.in_window + reader.stats.duplicates + beyond
+        return {
+            "dlq_topic": topic,
+            "acked": acked,
+            "left_pending": left,
+            "beyond_window": beyond,
+            "messages_read": read,
+        }
 
 
 def _final_of(table: Any) -> FinalIds | FinalEntries:
-    """The final messages of one topic's rows (:data:`COMMIT_INPUT_SCHEMA` or
-    :data:`ENTRIES_COMMIT_INPUT_SCHEMA`)."""
     import pyarrow.compute as pc
 
     ids = table.column("dlq_message_id")
@@ -226,11 +194,8 @@ def _final_of(table: Any) -> FinalIds | FinalEntries:
 
 
 class EntryCommitFn:
-    """Reader-mode commit of the entries in a ``pyarrow.Table`` (:data:`ENTRY_COMMIT_INPUT_SCHEMA`).
-
-    An entry is ackable when ``final_messages == messages == batch_size``: every message of the entry is
-    in the snapshot and final. One output row per ``dlq_topic`` (see :data:`COMMIT_RESULT_SCHEMA`).
-    """
+    """Reader mode: acks the entries of a ``pyarrow.Table`` (:data:`ENTRY_COMMIT_INPUT_SCHEMA`) whose
+    ``final_messages == messages == batch_size``; one output row per ``dlq_topic``."""
 
     def __init__(
         self,
@@ -255,7 +220,6 @@ class EntryCommitFn:
         return self.commit_table(table)
 
     def commit_table(self, table: Any, topics: Sequence[str] = ()) -> Any:
-        """Commit the entries of ``table``: one result row per ``dlq_topic`` (each of ``topics`` too)."""
         by_topic = self.entries_by_topic(table, topics)
         return _result_table([self.commit_topic(topic, entries) for topic, entries in by_topic.items()])
 
@@ -278,7 +242,6 @@ class EntryCommitFn:
         return by_topic
 
     def commit_topic(self, topic: str, entries: list[_EntryRow]) -> dict[str, Any]:
-        """Ack the fully final entries of one partition and verify them; returns its result row."""
         from spark_apps.dlq_replay.pulsar_io.admin import PulsarAdmin
 
         window = self.windows.get(topic)
@@ -352,7 +315,7 @@ class EntryCommitFn:
         return CursorState.from_internal_stats(stats, self.subscription, topic=topic), stats
 
     def _ack(self, admin: Any, window: PartitionWindow, todo: list[Position]) -> list[Position]:
-        """Ack ``todo`` entries and verify them on the cursor; returns those still not acked."""
+        """Ack ``todo`` and verify the acks on the cursor; returns the entries still not acked."""
         import pulsar
 
         consumer = get_client(self.conf).subscribe(
@@ -385,7 +348,6 @@ class EntryCommitFn:
         return todo
 
     def _wait_acked(self, admin: Any, topic: str, todo: list[Position]) -> list[Position]:
-        """Poll the cursor until every entry of ``todo`` is acked or the verify timeout passes."""
         deadline = time.monotonic() + self.verify_timeout_s
         delay = 0.1
         while True:
@@ -421,11 +383,8 @@ def make_commit_fn(
     *,
     batch_index_ack: bool = False,
 ) -> Callable[[Any], Any]:
-    """The function for ``ledger_df.groupBy("dlq_topic").applyInArrow(fn, COMMIT_RESULT_SCHEMA)``.
-
-    ``batch_index_ack=True`` acks single messages inside a batch; it needs a broker with
-    ``acknowledgmentAtBatchIndexLevelEnabled`` (pulsar-lite acks the whole batch instead: never use it there).
-    """
+    """The function for ``ledger_df.groupBy("dlq_topic").applyInArrow(fn, COMMIT_RESULT_SCHEMA)``
+    (``batch_index_ack`` needs ``acknowledgmentAtBatchIndexLevelEnabled``; not on pulsar-lite)."""
     committer = CommitFn(conf, windows, subscription, idle_timeout_ms, batch_index_ack=batch_index_ack)
 
     # A plain one-argument function: Spark picks the ``pyarrow.Table -> pyarrow.Table`` form by arity

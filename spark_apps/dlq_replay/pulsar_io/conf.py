@@ -1,11 +1,9 @@
 """Connection settings for Pulsar and the one-client-per-process rule.
 
-:class:`PulsarConf` says *where* the credentials are (environment variables or files), never the
-secrets themselves, so it can travel in data-source options, plans and logs. Authentication: a JWT token,
-OAuth2 client credentials, or a TLS client certificate (alone: ``AuthenticationTls``; with a token or
-OAuth2: mutual TLS). :func:`get_client` opens at most one
-``pulsar.Client`` per (process, conf): a client must never cross a ``fork()``, and Spark's Python
-workers are forked, so the cache is keyed by ``os.getpid()`` and ``pulsar`` is imported lazily.
+:class:`PulsarConf` says where the credentials are (environment variables or files), never the secrets,
+so it can travel in data-source options, plans and logs. :func:`get_client` opens at most one
+``pulsar.Client`` per (process, conf): Spark's Python workers are forked and a client must never cross
+a ``fork()``.
 """
 
 from __future__ import annotations
@@ -28,73 +26,48 @@ if TYPE_CHECKING:
 DEFAULT_TOKEN_ENV = "PULSAR_AUTH_TOKEN"
 #: Environment variable holding OAuth2 client credentials as JSON ``{"client_id", "client_secret"}``.
 DEFAULT_OAUTH2_CREDENTIALS_ENV = "PULSAR_OAUTH2_CREDENTIALS"
-_SCHEMES = ("pulsar://", "pulsar+ssl://")
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off", ""}
-
-# Data-source option names (Spark lower-cases option keys; we accept any case).
-OPT_SERVICE_URL = "service.url"
-OPT_TOKEN_ENV = "auth.token.env"
-OPT_TOKEN_FILE = "auth.token.file"
-OPT_TLS_TRUST = "tls.trust.certs.file"
-OPT_TLS_INSECURE = "tls.allow.insecure"
-OPT_CLIENT_LOG_FILE = "client.log.file"
-OPT_ADMIN_URL = "admin.url"
-_ADMIN_SCHEMES = ("http://", "https://")
-OPT_TLS_CERT = "auth.tls.cert.file"
-OPT_TLS_KEY = "auth.tls.key.file"
-OPT_OAUTH2_ISSUER = "auth.oauth2.issuer.url"
-OPT_OAUTH2_AUDIENCE = "auth.oauth2.audience"
-OPT_OAUTH2_SCOPE = "auth.oauth2.scope"
-OPT_OAUTH2_FILE = "auth.oauth2.credentials.file"
-OPT_OAUTH2_ENV = "auth.oauth2.credentials.env"
-_OPTIONAL_SETTINGS = (
-    ("tls_cert_file", OPT_TLS_CERT),
-    ("tls_key_file", OPT_TLS_KEY),
-    ("oauth2_issuer_url", OPT_OAUTH2_ISSUER),
-    ("oauth2_audience", OPT_OAUTH2_AUDIENCE),
-    ("oauth2_scope", OPT_OAUTH2_SCOPE),
-    ("oauth2_credentials_file", OPT_OAUTH2_FILE),
-)
+#: The data-source option of each optional setting (Spark lower-cases option keys; we accept any case).
+_OPTIONS = {
+    "token_file": "auth.token.file",
+    "tls_trust_certs_file": "tls.trust.certs.file",
+    "client_log_file": "client.log.file",
+    "admin_url": "admin.url",
+    "tls_cert_file": "auth.tls.cert.file",
+    "tls_key_file": "auth.tls.key.file",
+    "oauth2_issuer_url": "auth.oauth2.issuer.url",
+    "oauth2_audience": "auth.oauth2.audience",
+    "oauth2_scope": "auth.oauth2.scope",
+    "oauth2_credentials_file": "auth.oauth2.credentials.file",
+}
 
 CLIENT_LOGGER_NAME = "spark_apps.dlq_replay.pulsar_client"
 
 
 @dataclass(frozen=True)
 class PulsarConf:
-    """How to reach Pulsar.
+    """How to reach Pulsar (``docs/pulsar-data-source.md`` lists the options).
 
     Parameters
     ----------
     service_url:
         ``pulsar://host:6650`` or ``pulsar+ssl://host:6651``.
-    token_env:
-        Name of the environment variable holding a JWT token (default ``PULSAR_AUTH_TOKEN``); an unset
-        or empty variable means no authentication. ``None`` disables the lookup.
-    token_file:
-        Path of a file holding the token; takes precedence over ``token_env``.
-    tls_trust_certs_file:
-        CA bundle for ``pulsar+ssl://``.
-    tls_allow_insecure:
-        Accept an untrusted server certificate (tests only).
+    token_env, token_file:
+        Where the JWT token is: an environment variable (default ``PULSAR_AUTH_TOKEN``; unset or empty:
+        no authentication; ``None``: not looked up) or a file, which takes precedence.
+    tls_trust_certs_file, tls_allow_insecure:
+        CA bundle for ``pulsar+ssl://``; accept an untrusted certificate (tests only).
     client_log_file:
-        ``None`` (default): the client logs through Python ``logging``. The C++ client hands the
-        Python logger every DEBUG line (about two per message sent or received) and takes the GIL for
-        each, which costs 10-20 % of the CPU of a bulk read or republish. A path makes the client log
-        WARN and above natively to that file instead (never to stdout); ``{pid}`` in it is replaced
-        by the process id.
+        ``None``: the client logs through Python ``logging`` (10-20 % of the CPU of a bulk read, the GIL
+        taken per DEBUG line). A path (``{pid}`` replaced): WARN and above, natively, to that file.
     admin_url:
-        Apache Pulsar admin REST, e.g. ``http://broker:8080``. When it answers, a replay reads each DLQ
-        message once (Readers) and acks ids from its ledger; without it the two-read consumer mode is
-        used. See ``docs/pulsar-data-source.md``.
+        Apache Pulsar admin REST (``http://broker:8080``): the reader mode when it answers.
     tls_cert_file, tls_key_file:
-        Client certificate and key (PEM files on the driver and every executor): the authentication when
-        no token or OAuth2 is configured, else presented at the TLS layer (mutual TLS).
-    oauth2_issuer_url, oauth2_audience, oauth2_scope:
-        OAuth2 client credentials flow (enabled by the issuer URL).
-    oauth2_credentials_file:
-        JSON key file ``{"client_id": ..., "client_secret": ...}``; takes precedence over
-        ``oauth2_credentials_env`` (default ``PULSAR_OAUTH2_CREDENTIALS``, the same JSON).
+        Client certificate and key: the authentication without token or OAuth2, else mutual TLS.
+    oauth2_issuer_url, oauth2_audience, oauth2_scope, oauth2_credentials_file, oauth2_credentials_env:
+        OAuth2 client credentials (enabled by the issuer URL), from a JSON key file or an environment
+        variable (default ``PULSAR_OAUTH2_CREDENTIALS``) holding the same JSON.
     """
 
     service_url: str
@@ -113,14 +86,16 @@ class PulsarConf:
     oauth2_credentials_env: str | None = DEFAULT_OAUTH2_CREDENTIALS_ENV
 
     def __post_init__(self) -> None:
-        if not isinstance(self.service_url, str) or not self.service_url.startswith(_SCHEMES):
+        if not isinstance(self.service_url, str) or not self.service_url.startswith(
+            ("pulsar://", "pulsar+ssl://")
+        ):
             raise PulsarConfigError(
                 "service_url must start with pulsar:// or pulsar+ssl://; got "
                 f"{safe_url(str(self.service_url))}. "
                 "Pass the broker's binary-protocol URL, e.g. pulsar://localhost:6650."
             )
         if self.admin_url is not None and (
-            not isinstance(self.admin_url, str) or not self.admin_url.startswith(_ADMIN_SCHEMES)
+            not isinstance(self.admin_url, str) or not self.admin_url.startswith(("http://", "https://"))
         ):
             raise PulsarConfigError(
                 "admin_url must start with http:// or https://; got "
@@ -165,54 +140,41 @@ class PulsarConf:
     def to_options(self) -> dict[str, str]:
         """Data-source options for this conf. Holds where the token is, never its value."""
         options = {
-            OPT_SERVICE_URL: self.service_url,
-            OPT_TOKEN_ENV: self.token_env or "",
-            OPT_TLS_INSECURE: "true" if self.tls_allow_insecure else "false",
+            "service.url": self.service_url,
+            "auth.token.env": self.token_env or "",
+            "tls.allow.insecure": "true" if self.tls_allow_insecure else "false",
         }
-        if self.token_file:
-            options[OPT_TOKEN_FILE] = self.token_file
-        if self.tls_trust_certs_file:
-            options[OPT_TLS_TRUST] = self.tls_trust_certs_file
-        if self.client_log_file:
-            options[OPT_CLIENT_LOG_FILE] = self.client_log_file
-        if self.admin_url:
-            options[OPT_ADMIN_URL] = self.admin_url
-        for attribute, option in _OPTIONAL_SETTINGS:
-            value = getattr(self, attribute)
-            if value:
-                options[option] = value
+        options.update(
+            {option: getattr(self, name) for name, option in _OPTIONS.items() if getattr(self, name)}
+        )
         if self.oauth2_issuer_url:
-            options[OPT_OAUTH2_ENV] = self.oauth2_credentials_env or ""
+            options["auth.oauth2.credentials.env"] = self.oauth2_credentials_env or ""
         return options
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> PulsarConf:
-        """Build a conf from data-source options (keys case-insensitive).
-
-        ``auth.token.env`` absent means ``PULSAR_AUTH_TOKEN``; present and empty disables it.
-        """
+        """Build a conf from data-source options (keys case-insensitive; ``auth.token.env`` absent means
+        ``PULSAR_AUTH_TOKEN``, present and empty disables it)."""
         opts = {str(k).lower(): v for k, v in options.items()}
-        url = opts.get(OPT_SERVICE_URL)
+        url = opts.get("service.url")
         if not url:
             raise PulsarConfigError(
-                f"option {OPT_SERVICE_URL!r} is required, e.g. .option('service.url', 'pulsar://localhost:6650')"
+                "option 'service.url' is required, e.g. .option('service.url', 'pulsar://localhost:6650')"
             )
-        insecure_text = str(opts.get(OPT_TLS_INSECURE, "false")).strip().lower()
+        insecure_text = str(opts.get("tls.allow.insecure", "false")).strip().lower()
         if insecure_text not in _TRUE | _FALSE:
             raise PulsarConfigError(
-                f"option {OPT_TLS_INSECURE!r} must be true or false; got {insecure_text!r}"
+                f"option 'tls.allow.insecure' must be true or false; got {insecure_text!r}"
             )
-        token_env = opts.get(OPT_TOKEN_ENV, DEFAULT_TOKEN_ENV)
+        settings: dict[str, Any] = {name: opts.get(option) or None for name, option in _OPTIONS.items()}
+        settings["admin_url"] = (settings["admin_url"] or "").strip().rstrip("/") or None
         return cls(
             service_url=url,
-            token_env=token_env or None,
-            token_file=opts.get(OPT_TOKEN_FILE) or None,
-            tls_trust_certs_file=opts.get(OPT_TLS_TRUST) or None,
+            token_env=opts.get("auth.token.env", DEFAULT_TOKEN_ENV) or None,
             tls_allow_insecure=insecure_text in _TRUE,
-            client_log_file=opts.get(OPT_CLIENT_LOG_FILE) or None,
-            admin_url=(opts.get(OPT_ADMIN_URL) or "").strip().rstrip("/") or None,
-            oauth2_credentials_env=opts.get(OPT_OAUTH2_ENV, DEFAULT_OAUTH2_CREDENTIALS_ENV) or None,
-            **{attribute: opts.get(option) or None for attribute, option in _OPTIONAL_SETTINGS},
+            oauth2_credentials_env=opts.get("auth.oauth2.credentials.env", DEFAULT_OAUTH2_CREDENTIALS_ENV)
+            or None,
+            **settings,
         )
 
     def read_token(self) -> str | None:
@@ -235,8 +197,7 @@ class PulsarConf:
         return None
 
     def read_oauth2(self) -> dict[str, str | None] | None:
-        """The OAuth2 settings for :func:`create_client` (with the client secret when it comes from the
-        environment), or ``None`` without an issuer URL."""
+        """The OAuth2 settings for :func:`create_client`, or ``None`` without an issuer URL."""
         if not self.oauth2_issuer_url:
             return None
         settings: dict[str, str | None] = {
@@ -279,8 +240,7 @@ os.register_at_fork(after_in_child=_reset_lock_in_child)
 
 
 def close_own_clients() -> None:
-    """Close the clients this process opened (also run at exit: an unclosed client prints to stdout when
-    destroyed at interpreter shutdown, which would corrupt a driver's last stdout line)."""
+    """Close this process's clients (at exit too: one destroyed at shutdown prints to stdout)."""
     pid = os.getpid()
     for key in [k for k in _clients if k[0] == pid]:
         client = _clients.pop(key)
@@ -314,11 +274,7 @@ def client_auth_kwargs(conf: PulsarConf, operation_timeout_seconds: int = 30) ->
 
 
 def get_client(conf: PulsarConf) -> Any:
-    """Return this process's ``pulsar.Client`` for ``conf``, creating it on first use.
-
-    Clients are cached per ``(os.getpid(), conf)`` and never shared across ``fork()``; a forked child
-    gets its own. The client is kept open for the life of the process (Spark reuses Python workers).
-    """
+    """This process's ``pulsar.Client`` for ``conf``, opened on first use and kept (Spark reuses workers)."""
     key = (os.getpid(), replace(conf, admin_url=None))  # the admin URL does not shape the client
     with _lock:
         client = _clients.get(key)

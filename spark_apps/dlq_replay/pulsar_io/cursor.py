@@ -1,11 +1,7 @@
-"""A subscription's cursor on one topic partition, from Apache Pulsar's admin REST ``internalStats``.
+"""A subscription's cursor on one partition (admin REST ``internalStats``): acked and pending entries.
 
-A cursor acks *entries* (a batched entry holds several messages): everything at or before its
-``markDeletePosition`` plus the ``individuallyDeletedMessages`` ranges beyond it. From that and the
-topic's ledger list this module computes, without reading a message, which entries of a frozen window
-are still pending (:func:`pending_ranges`), splits them into contiguous shares for parallel Readers
-(:func:`split_for_readers`) and tells whether an entry is acked (:meth:`CursorState.is_acked`), which is
-how the commit verifies its acks. Pure logic: no client, no Spark.
+A cursor acks *entries*: everything up to ``markDeletePosition`` plus the ``individuallyDeletedMessages``
+ranges. Pure logic: the pending entries of a window, their shares for Readers, and ack checks.
 """
 
 from __future__ import annotations
@@ -65,12 +61,10 @@ class CursorState:
 
     @cached_property
     def upper_bounds(self) -> list[Position]:
-        """The closed ends of :attr:`deleted`, for bisection."""
         return [hi for _, hi in self.deleted]
 
     @classmethod
     def from_internal_stats(cls, stats: dict[str, Any], subscription: str, *, topic: str) -> CursorState:
-        """The cursor of ``subscription`` in an ``internalStats`` answer; a clear error when it is missing."""
         cursors = stats.get("cursors") if isinstance(stats, dict) else None
         if not isinstance(cursors, dict):
             raise WindowError(f"internalStats of {topic} has no 'cursors'; is the admin URL Apache Pulsar's?")
@@ -86,27 +80,16 @@ class CursorState:
         )
 
     def is_acked(self, position: Position) -> bool:
-        """True when the entry at ``position`` is acked on this cursor."""
         if position <= self.mark_delete:
             return True
         his = self.upper_bounds
         i = bisect.bisect_left(his, position)
         return i < len(his) and self.deleted[i][0] < position
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "mark_delete": f"{self.mark_delete[0]}:{self.mark_delete[1]}",
-            "deleted_ranges": len(self.deleted),
-        }
-
 
 @dataclass(frozen=True)
 class EntryRange:
-    """Entries ``first..last`` (inclusive) of one ledger; ``skipped_before`` acked entries precede them.
-
-    ``skipped_before`` counts the acked entries between the previous pending range of the partition and
-    this one: a Reader reads through a short gap (and drops it) but starts afresh after a long one.
-    """
+    """Entries ``first..last`` (inclusive) of one ledger, after ``skipped_before`` acked entries."""
 
     ledger: int
     first: int
@@ -158,11 +141,8 @@ def ledger_sizes(stats: dict[str, Any]) -> list[tuple[int, int]]:
 def pending_ranges(
     sizes: Iterable[tuple[int, int]], cursor: CursorState, end: Position, *, after: Position | None = None
 ) -> list[EntryRange]:
-    """The entries after the cursor's mark-delete (or ``after``, if later) up to ``end`` that are not acked.
-
-    ``sizes`` is :func:`ledger_sizes`; the ledger of ``end`` counts as holding at least ``end``.
-    Ranges are ordered, within one ledger each, with ``skipped_before`` filled in.
-    """
+    """The entries after the cursor's mark-delete (or ``after``, if later) up to ``end`` not acked, in
+    order, one ledger per range (``sizes``: :func:`ledger_sizes`)."""
     start = max(cursor.mark_delete, after) if after is not None else cursor.mark_delete
     if end <= start:
         return []
@@ -206,11 +186,8 @@ def count_entries(ranges: Iterable[EntryRange]) -> int:
 def split_for_readers(
     ranges: Sequence[EntryRange], readers: int, min_entries: int = DEFAULT_MIN_ENTRIES_PER_READER
 ) -> list[list[EntryRange]]:
-    """Split ordered pending ranges into at most ``readers`` contiguous shares of about equal entries.
-
-    Each share gets at least ``min_entries`` entries (fewer shares otherwise); a range may be cut in
-    two, the second part starting a new share. Empty input gives no share.
-    """
+    """Split ordered pending ranges into at most ``readers`` contiguous shares of about equal entries,
+    each of at least ``min_entries`` (a range may be cut in two)."""
     total = count_entries(ranges)
     if total == 0:
         return []

@@ -1,9 +1,4 @@
-"""Is broker deduplication on for the topics a replay republishes to? (admin REST, read only)
-
-With deduplication the broker drops a producer's repeated sequence ids, so a republish that is sent
-again after a kill reaches the origin once: the apply step can then send in larger waves. Any doubt
-(no admin URL, an error, a refusal, a topic without deduplication) answers *no*.
-"""
+"""Is broker deduplication on for every topic a replay republishes to? Any doubt answers *no*."""
 
 from __future__ import annotations
 
@@ -28,8 +23,7 @@ class Deduplication:
 
 
 def deduplication(conf: PulsarConf, topics: Iterable[str]) -> Deduplication:
-    """The effective deduplication of ``topics`` (topic, namespace or broker setting, as the broker
-    applies it: ``GET .../deduplicationEnabled?applied=true``)."""
+    """The deduplication the broker applies to ``topics`` (``deduplicationEnabled?applied=true``)."""
     chosen = sorted(set(topics))
     if not chosen:
         return Deduplication(False, "no target topic")

@@ -18,7 +18,4 @@ class WindowError(PulsarIOError):
 
 
 class RepublishError(PulsarIOError):
-    """A republish batch could not be set up (bad input rows, producer creation failed).
-
-    Not the consumer library's ``pulsar_dlq_consumer.PublishError`` (a failed term/retry copy).
-    """
+    """A republish batch could not be set up (bad input rows, producer creation failed)."""

@@ -1,13 +1,8 @@
 """The final message ids of one partition, compact: what the consumer-mode commit looks messages up in.
 
-A set of 250k readable id strings takes about 23 MiB in a Python worker, and the commit needed two (the
-ids to ack, and the ids received so far to skip redeliveries). :class:`FinalIds` keeps the ids sorted by
-``(ledger, entry, batch_index)`` in three ``array('q')`` columns and one received flag each: 25 bytes an
-id. It is also the read's de-duplication (:class:`~.window_consumer.SeenIds`): a message that is not final
-is remembered in a set of its own, so only messages left pending cost a string each.
-
-Messages arrive in id order (redeliveries aside), so a lookup first tries the id after the last one
-found, then three binary searches.
+:class:`FinalIds` keeps the ids sorted in three ``array('q')`` columns with a received flag each (25
+bytes an id, against about 90 in a set of strings) and is also the read's de-duplication
+(:class:`~.window_consumer.SeenIds`). A lookup first tries the id after the last one found.
 """
 
 from __future__ import annotations
@@ -23,10 +18,7 @@ _PLAIN_ID = "^" + ":".join(["-?[0-9]{1,18}"] * 4) + "$"
 
 
 def _parse(ids: Any) -> tuple[Any, Any, Any]:
-    """``(ledger, entry, batch_index)`` int64 arrays of a string array of readable ids.
-
-    Raises ``ValueError`` naming the first malformed id, as :func:`~.ids.message_id_key` words it.
-    """
+    """``(ledger, entry, batch_index)`` int64 arrays of readable ids; ``ValueError`` names a malformed one."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -40,8 +32,7 @@ def _parse(ids: Any) -> tuple[Any, Any, Any]:
 
 
 def _parse_each(ids: Any) -> tuple[Any, Any, Any]:
-    """:func:`_parse` one id at a time with :func:`~.ids.message_id_key`, which names a malformed id (or
-    accepts what Python's ``int`` reads and Arrow does not, such as ``+1``)."""
+    """:func:`_parse` one id at a time (names a malformed id; reads what Arrow does not, such as ``+1``)."""
     import pyarrow as pa
 
     keys = [message_id_key(text) for text in ids.to_pylist()]
@@ -70,12 +61,7 @@ class FinalIds:
 
     @classmethod
     def from_arrow(cls, ids: Any) -> FinalIds:
-        """From a ``pyarrow`` string array (or chunked array) of readable ids, without nulls; duplicates
-        count once. Raises ``ValueError`` naming the first malformed id.
-
-        Sorted and de-duplicated in Arrow (a sort, then a compare with the previous row: no hash table),
-        then copied buffer by buffer; the pool's freed memory goes back to the system afterwards.
-        """
+        """From a null-free ``pyarrow`` string array of readable ids, sorted and de-duplicated in Arrow."""
         import pyarrow as pa
         import pyarrow.compute as pc
 
@@ -108,7 +94,6 @@ class FinalIds:
         return n - lo
 
     def index(self, ledger: int, entry: int, batch: int) -> int:
-        """Position of a final id, or -1 when the id is not one of them."""
         i, n = self._hint, len(self._ledgers)
         ledgers, entries, batches = self._ledgers, self._entries, self._batches
         if i < n and batches[i] == batch and entries[i] == entry and ledgers[i] == ledger:
@@ -134,25 +119,12 @@ class FinalIds:
         self._received[i] = 1
         return True
 
-    @property
-    def received(self) -> int:
-        """How many final ids the read returned."""
-        return len(self._received) - self._received.count(0)
-
 
 class FinalEntries:
-    """The final messages of one partition as whole entries plus single ids: the consumer-mode commit's
-    index when the snapshot and record tasks counted each entry (:mod:`~spark_apps.dlq_replay.commit`).
-
-    A whole entry is one whose every message (batch indexes ``0 .. size-1``) the snapshot read and the
-    run made final: any message received of it is acked, with no id to look up. The ids of entries that
-    also hold a pending message come as a :class:`FinalIds`. Same interface as :class:`FinalIds` for
-    :class:`~.commit.CommitFn`: :meth:`first` (the read's de-duplication), :attr:`last_index`,
-    :meth:`drop_beyond`, ``len()`` and :attr:`received`.
-    """
+    """Whole final entries (any message received of one is acked, no id to look up) plus the single
+    final ids of other entries; the same interface as :class:`FinalIds`."""
 
     def __init__(self, entries: list[tuple[int, int, int]], ids: FinalIds) -> None:
-        """``entries``: ``(ledger, entry, size)`` of the whole entries, each once."""
         self._ids = ids
         self._offset = len(ids)  # slots are numbered after the ids' indexes: last_index names one message
         self._slots: dict[tuple[int, int], tuple[int, int]] = {}
@@ -174,7 +146,7 @@ class FinalEntries:
         return len(self._ids) + self._whole
 
     def drop_beyond(self, end: MessageIdKey | None) -> int:
-        """Forget the messages past the window ``end`` (an entry reaching past it whole); returns how many."""
+        """Forget the messages past the window ``end``; returns how many."""
         dropped = self._ids.drop_beyond(end)
         for (ledger, entry), (_, size) in list(self._slots.items()):
             if not in_window(ledger, entry, size - 1, end):
@@ -185,7 +157,6 @@ class FinalEntries:
         return dropped
 
     def first(self, ledger: int, entry: int, batch: int, id_str: str) -> bool:
-        """Whether this is the first time the read returns the message; sets :attr:`last_index`."""
         if (ledger, entry) != self._entry:
             self._entry = (ledger, entry)
             self._slot = self._slots.get(self._entry)
@@ -200,8 +171,3 @@ class FinalEntries:
         seen = self._ids.first(ledger, entry, batch, id_str)
         self.last_index = self._ids.last_index
         return seen
-
-    @property
-    def received(self) -> int:
-        """How many final messages the read returned."""
-        return self._ids.received + len(self._received) - self._received.count(0)

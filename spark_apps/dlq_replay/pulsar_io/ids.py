@@ -1,10 +1,4 @@
-"""Readable Pulsar message ids and their total order.
-
-A DLQ message is named everywhere (snapshot, ledger, commit) by the string
-``"<ledger>:<entry>:<partition>:<batch_index>"``; ``partition`` is -1 for a non-partitioned topic and
-``batch_index`` is -1 for a message that was not batched. Within one topic partition the tuple from
-:func:`message_id_key` orders messages the way the broker does.
-"""
+"""Readable message ids, ``"<ledger>:<entry>:<partition>:<batch_index>"`` (-1: none), and their order."""
 
 from __future__ import annotations
 
@@ -14,11 +8,7 @@ MessageIdKey = tuple[int, int, int, int]
 
 
 def message_id_str(msg_id: Any, partition: int | None = None) -> str:
-    """Return the readable id of a ``pulsar.MessageId``.
-
-    ``partition`` overrides the id's own partition index: a consumer subscribed directly to one
-    partition may report -1, so readers pass the partition they know.
-    """
+    """The readable id of a ``pulsar.MessageId`` (``partition`` overrides its own, which may be -1)."""
     part = msg_id.partition() if partition is None else partition
     return f"{msg_id.ledger_id()}:{msg_id.entry_id()}:{part}:{msg_id.batch_index()}"
 
@@ -42,11 +32,7 @@ def message_id_key(text: str) -> MessageIdKey:
 
 
 def in_window(ledger: int, entry: int, batch_index: int, end: MessageIdKey | None) -> bool:
-    """True when a message of the same partition is at or before ``end`` (``None``: empty window).
-
-    An end with ``batch_index`` -1 names a whole entry, so every message of a batch stored in that
-    entry is inside the window.
-    """
+    """True when a message is at or before ``end`` (``None``: empty; batch -1 names the whole entry)."""
     if end is None:
         return False
     end_ledger, end_entry, _, end_batch = end
@@ -56,9 +42,5 @@ def in_window(ledger: int, entry: int, batch_index: int, end: MessageIdKey | Non
 
 
 def reached_end(ledger: int, entry: int, end: MessageIdKey | None) -> bool:
-    """True once a message from the window's last entry, or a later one, has been received.
-
-    Entries are delivered whole and in order (redeliveries aside), so after such a message everything
-    up to the end of the window has been dispatched.
-    """
+    """True once a message of the window's last entry or a later one arrived (entries come in order)."""
     return end is None or (ledger, entry) >= (end[0], end[1])

@@ -1,27 +1,15 @@
 """Republish final rows to their origin topics from ``df.mapInArrow``, every send confirmed.
 
-Input rows (columns :data:`REPUBLISH_INPUT_COLUMNS`) are already final: lineage properties added and
-DLQ bookkeeping removed by the pipeline. Rows arrive sorted by ``(producer_name, sequence_id)`` and all
-rows of one ``producer_name`` are in the same Spark partition. Each ``producer_name`` gets one producer
-with that name, and every message carries its explicit ``sequence_id``.
+Rows arrive sorted by ``(producer_name, sequence_id)``, one producer name per Spark partition; each
+name gets one producer and every message its explicit sequence id.
 
-**Exact re-sends under broker deduplication.** The C++ client (and so pulsar-client for Python) gives a
-batch the sequence id of its *first* message only, and Apache Pulsar's deduplication drops a batch whose
-first sequence id is at most the highest one it holds for the producer name. A re-sent batch cut at
-other places than the batch the broker holds would be dropped whole with messages it never held, or
-accepted whole with messages it already held. So batches are cut at the same places on every attempt:
-never across a block of :data:`BATCH_BLOCK` sequence ids, never by the client's timer, only by count
-(:data:`BATCH_MAX_MESSAGES`) and size from the start of each block, and by the flush at the end of a
-task's rows (a wave's end, the same on every attempt). A re-sent batch is then exactly one the broker
-holds (dropped: its receipt has ledger -1) or lacks (stored). A dropped receipt is also checked against
-the broker's own word: its batch must start at or below the last sequence id the broker reported for the
-producer name when the producer was created; otherwise the row is not counted as published.
-
-Sends are asynchronous (``block_if_queue_full=True``), each with a callback that records the receipt
-under the row's own slot, so a message the client refuses at once (``MessageTooBig``) is reported for
-that message only and the producer goes on. Any other failed send stops its producer: its later rows are
-not sent (reported with an error), so a retry resends them in order. Results are emitted as the receipts
-arrive, not per input batch: a batch is never cut where an input batch ends.
+**Exact re-sends under broker deduplication.** The broker deduplicates a batch by its first sequence
+id, so batches are cut at the same places on every attempt: never across a block of
+:data:`BATCH_BLOCK` sequence ids, never by the client's timer, only by count and at a task's end. A
+re-sent batch is then one the broker holds (dropped, ledger -1) or lacks (stored). A dropped batch must
+start at or below the last sequence id the broker reported for the producer name, or the row is not
+counted as published. A send refused alone (``MessageTooBig``) fails only its row; any other failure
+stops its producer, so a retry resends the rest in order.
 """
 
 from __future__ import annotations
@@ -64,8 +52,7 @@ REPUBLISH_RESULT_SCHEMA = "replay_id string, published boolean, published_messag
 
 
 def republish_input_arrow_schema() -> Any:
-    """:data:`REPUBLISH_INPUT_SCHEMA` as a pyarrow schema, for callers that build input batches
-    themselves (Spark's Arrow batches of that schema have these types)."""
+    """:data:`REPUBLISH_INPUT_SCHEMA` as a pyarrow schema (the types of Spark's Arrow batches)."""
     import pyarrow as pa
 
     return pa.schema(
@@ -87,8 +74,7 @@ def republish_input_arrow_schema() -> Any:
 BATCH_BLOCK = 2000
 #: Messages per batch at most; a block holds a whole number of full batches.
 BATCH_MAX_MESSAGES = 1000
-#: The client's batch timer, set beyond any run: a timer would cut batches at places that differ
-#: between attempts.
+#: The client's batch timer, set beyond any run (a timer cuts batches differently on each attempt).
 _NO_BATCH_TIMER_MS = 24 * 3600 * 1000
 _CONFIRM_GRACE_S = 10.0
 #: Producer creation is retried this long when the broker is unreachable or not ready (a broker
@@ -139,15 +125,10 @@ _KEPT_THREADS: set[tuple[int, int]] = set()
 
 
 def _keep_thread_state() -> None:
-    """Keep the Python thread state of the client thread running this send callback.
+    """Keep the Python thread state of the client's C++ thread running this send callback.
 
-    The client calls send callbacks from its own C++ threads. Such a thread has no Python thread state
-    of its own, so every callback made one and threw it away again when it released the GIL: a thread
-    state, a frame stack mapped and unmapped, per message sent (most of the system CPU of a send).
-    One ``PyGILState_Ensure`` that is never released, the C API's way for a foreign thread that calls
-    into Python again and again, keeps that state for the life of the thread (measured: about a quarter
-    less CPU per message sent). Runs under the GIL; only where the state running it is the thread's own
-    (``PyGILState_Check``), where ``PyGILState_Ensure`` just counts one more use of it.
+    Without it every callback creates and drops a thread state (most of a send's system CPU); one
+    ``PyGILState_Ensure`` never released keeps it for the thread's life (about a quarter less CPU).
     """
     thread = (os.getpid(), threading.get_ident())
     if thread in _KEPT_THREADS:
@@ -237,8 +218,7 @@ def _properties(column: Any) -> list[dict[str, str] | None]:
 
 
 def _by_producer(batch: Any, errors: list[str | None]) -> dict[tuple[str, str], list[int]]:
-    """The rows to send of each ``(producer_name, target_topic)``, in row order; a row lacking what a
-    send needs gets its error instead."""
+    """The rows of each ``(producer_name, target_topic)`` in order; an incomplete row gets an error."""
     import pyarrow.compute as pc
 
     groups: dict[tuple[str, str], list[int]] = {}
@@ -264,8 +244,7 @@ def _by_producer(batch: Any, errors: list[str | None]) -> dict[tuple[str, str], 
 
 
 def _id_texts(ids: list[str | None]) -> Any:
-    """``ledger:entry:partition:batch_index`` from the client's text of each message id,
-    ``(ledger,entry,partition,batch_index)``; None when one does not read so."""
+    """``ledger:entry:partition:batch_index`` of the client's ``(ledger,entry,partition,batch)`` texts."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -278,8 +257,7 @@ def _id_texts(ids: list[str | None]) -> Any:
 
 
 class _Publisher:
-    """Owns the producers of one task; takes input batches and gives back the results of the rows
-    whose receipts have arrived (:meth:`publish`), then the rest (:meth:`finish`)."""
+    """The producers of one task; results come as receipts arrive, the rest from :meth:`finish`."""
 
     def __init__(self, conf: PulsarConf, rate_limit_per_s: float | None, send_timeout_ms: int) -> None:
         if send_timeout_ms <= 0:
@@ -343,7 +321,6 @@ class _Publisher:
                 return
 
     def publish(self, batch: Any) -> Any:
-        """Send the rows of ``batch``; the results of every row whose outcome is known by now."""
         _check_columns(batch.schema.names)
         errors: list[str | None] = [None] * batch.num_rows
         groups = [(self._producer(*key), rows) for key, rows in _by_producer(batch, errors).items()]
@@ -370,8 +347,7 @@ class _Publisher:
         return self._emit()
 
     def finish(self) -> Any:
-        """Flush every producer and wait for the outstanding receipts; the results of the remaining rows
-        (a row without a receipt within the send timeout is reported unconfirmed)."""
+        """Flush the producers and wait for the receipts (up to the send timeout); the remaining results."""
         for state in self.producers.values():
             if state.producer is not None:
                 try:
@@ -407,7 +383,6 @@ class _Publisher:
         ordering: list[str | None],
         events: list[int | None],
     ) -> None:
-        """Send ``rows`` with ``state``'s producer, in order, each with a callback for its own slot."""
         import _pulsar
 
         new_builder = _pulsar.MessageBuilder
@@ -462,7 +437,6 @@ class _Publisher:
                 self._result(replay_ids[i], None, error)
 
     def _collect(self) -> None:
-        """Move the sends whose receipts arrived to the results."""
         import _pulsar
 
         ok = _pulsar.Result.Ok.value
@@ -491,7 +465,6 @@ class _Publisher:
         errors.append(error)
 
     def _emit(self) -> Any:
-        """The ready results as one batch (``REPUBLISH_RESULT_SCHEMA``); then none are ready."""
         import pyarrow as pa
 
         replay_ids, msg_ids, errors = self.ready
@@ -518,8 +491,7 @@ class _Publisher:
 
 
 def _id_text(msg_id: Any) -> str:
-    """The client's text of a message id, ``(ledger,entry,partition,batch_index)``, also where the
-    client prints it another way (so :func:`_id_texts` always reads every id of a result batch)."""
+    """The client's text of a message id, ``(ledger,entry,partition,batch_index)``, whatever its ``str``."""
     text = str(msg_id)
     if _ID_TEXT_RE.match(text):
         return text
@@ -527,9 +499,7 @@ def _id_text(msg_id: Any) -> str:
 
 
 def _unheld_drop(send: _Send, text: str) -> str | None:
-    """Why a receipt of a message the broker dropped as a duplicate (ledger -1) does not prove it
-    stored: its batch starts above the last sequence id the broker reported for the producer name when
-    the producer was created. None otherwise (a stored message, or a drop of a batch the broker holds)."""
+    """Why a duplicate drop (ledger -1) does not prove the message stored, else ``None``."""
     if not text.startswith("(-1,"):
         return None
     _, seq, state = send
@@ -549,16 +519,11 @@ def republish_batches(
     rate_limit_per_s: float | None = None,
     send_timeout_ms: int = 30000,
 ) -> Iterator[Any]:
-    """Publish every row and yield one result row per input row (:data:`REPUBLISH_RESULT_SCHEMA`), as
-    the receipts arrive (the result batches are not the input batches).
+    """Publish every row; yield one :data:`REPUBLISH_RESULT_SCHEMA` row per input row as receipts arrive.
 
-    ``published`` is true once the broker confirmed the send; ``published_message_id`` is its
-    readable id (ledger -1 when a deduplicating broker dropped it as already stored). ``error``
-    says why a row was not published. ``rate_limit_per_s`` applies per Spark task.
-
-    Use with ``functools.partial``::
-
-        df.mapInArrow(partial(republish_batches, conf=conf), REPUBLISH_RESULT_SCHEMA)
+    ``published_message_id`` has ledger -1 when a deduplicating broker dropped the send as already
+    stored; ``rate_limit_per_s`` applies per task. Use as
+    ``df.mapInArrow(partial(republish_batches, conf=conf), REPUBLISH_RESULT_SCHEMA)``.
     """
     publisher = _Publisher(conf, rate_limit_per_s, send_timeout_ms)
     try:

@@ -1,25 +1,9 @@
-"""``spark.read.format("pulsar")``: a PySpark Python Data Source over a frozen Pulsar window.
+"""``spark.read.format("pulsar")``: the messages of a frozen window the subscription has not acked.
 
-It returns the messages of the window the durable subscription has not acked, and acks nothing, so
-reading twice returns the same rows (and the messages stay pending for the replay's commit). Only
-messages at or before the window end are returned. Two read modes, chosen by the window (see
-:mod:`.window`):
-
-* **reader** (Apache Pulsar with ``admin.url``): each partition's pending entries, frozen from the
-  subscription's cursor, are split into up to ``parallelism`` contiguous shares, each read by Readers
-  (:mod:`.window_reader`). Every message is returned exactly once, and the unacked-message limits of
-  Shared subscriptions do not apply.
-* **consumer** (no admin REST, e.g. the embedded broker): each partition is read by ``parallelism``
-  Shared consumers on the subscription. Each returns a message id once; with ``parallelism`` > 1 a
-  message can reach two consumers of a partition (redelivery when one closes), so de-duplicate on
-  ``message_id_str`` across the DataFrame.
-
-Clients are opened inside :meth:`PulsarDataSourceReader.read` on the executor, one per process.
-
-Options: ``service.url``, ``admin.url``, ``topics``, ``subscription``, ``window``, ``parallelism``,
-``idle.timeout.ms``, ``receiver.queue.size``, ``max.batch.rows``, ``reader.min.entries``,
-``auth.token.env``, ``auth.token.file``, ``tls.trust.certs.file``, ``tls.allow.insecure``,
-``client.log.file``.
+Nothing is acked, so reading twice gives the same rows. Reader mode: each partition's pending entries
+are split into up to ``parallelism`` shares read by Readers, every message once. Consumer mode:
+``parallelism`` Shared consumers per partition; with more than one, de-duplicate on ``message_id_str``.
+Options and schema: ``docs/pulsar-data-source.md``.
 """
 
 from __future__ import annotations
@@ -41,16 +25,13 @@ from spark_apps.dlq_replay.pulsar_io.cursor import (
 )
 from spark_apps.dlq_replay.pulsar_io.errors import PulsarConfigError, WindowError
 from spark_apps.dlq_replay.pulsar_io.window import (
+    DEFAULT_IDLE_TIMEOUT_MS,
     PartitionWindow,
     freeze_window,
     parse_topics,
     windows_from_json,
 )
-from spark_apps.dlq_replay.pulsar_io.window_consumer import (
-    DEFAULT_IDLE_TIMEOUT_MS,
-    DEFAULT_RECEIVER_QUEUE_SIZE,
-    WindowPasses,
-)
+from spark_apps.dlq_replay.pulsar_io.window_consumer import DEFAULT_RECEIVER_QUEUE_SIZE, WindowPasses
 from spark_apps.dlq_replay.pulsar_io.window_reader import DEFAULT_READER_QUEUE_SIZE, ShareReader
 
 if TYPE_CHECKING:
@@ -69,9 +50,7 @@ SOURCE_SCHEMA = (
     "event_time timestamp, redelivery_count int, producer_name string, batch_size int"
 )
 SOURCE_COLUMNS = [part.split()[0] for part in SOURCE_SCHEMA.split(", ")]
-#: Rows per Arrow batch a read task hands to Spark: as many as the app's Arrow batches
-#: (``spark_apps.dlq_replay.cli.ARROW_BATCH_ROWS``), so a Python worker holds few messages at a time.
-DEFAULT_MAX_BATCH_ROWS = 2_000
+DEFAULT_MAX_BATCH_ROWS = 2_000  # as the app's Arrow batches (cli.ARROW_BATCH_ROWS)
 #: The column :func:`read_in_tasks` adds with ``mark_entries``: true on the first row of each entry.
 ENTRY_FIRST = "_entry_first"
 # Set on a row whose properties or key could not be decoded as UTF-8 (the message is kept, never dropped).
@@ -118,11 +97,8 @@ def _int_option(opts: Mapping[str, str], name: str, default: int, minimum: int) 
 
 
 class PulsarInputPartition(InputPartition):
-    """One task's share of a topic partition's window (picklable: plain values only).
-
-    Consumer mode: ``slot`` numbers the Shared consumers of the partition and ``share`` is ``None``.
-    Reader mode: ``share`` holds the ``[ledger, first, last, skipped_before]`` entry ranges to read.
-    """
+    """One task's part of a partition window (picklable): a consumer ``slot``, or in the reader mode the
+    ``share`` of ``[ledger, first, last, skipped_before]`` entry ranges to read."""
 
     def __init__(
         self,
@@ -218,8 +194,7 @@ class PulsarDataSourceReader(DataSourceReader):
     def read_batches(
         self, partition: PulsarInputPartition, mark_entries: bool = False
     ) -> Iterator[pa.RecordBatch]:
-        """The Arrow batches of one input partition; with ``mark_entries`` each batch also has
-        :data:`ENTRY_FIRST`, true on the first row of each entry (a batch holds whole entries)."""
+        """One input partition's Arrow batches (whole entries; ``mark_entries`` adds :data:`ENTRY_FIRST`)."""
         window = partition.window
         if window.end_message_id is None:
             return
@@ -235,8 +210,6 @@ class PulsarDataSourceReader(DataSourceReader):
     def _read_share(
         self, partition: PulsarInputPartition, builder: _BatchBuilder
     ) -> Iterator[pa.RecordBatch]:
-        """Reader mode: the share's pending entries, each message once."""
-
         started = time.monotonic()
         reader = ShareReader(
             get_client(self.conf),
@@ -272,7 +245,6 @@ class PulsarDataSourceReader(DataSourceReader):
     def _read_consumer(
         self, partition: PulsarInputPartition, builder: _BatchBuilder
     ) -> Iterator[pa.RecordBatch]:
-        """Consumer mode: a Shared consumer on the subscription, never acking."""
         window = partition.window
         started = time.monotonic()
         limit = self.max_batch_rows
@@ -308,7 +280,7 @@ class PulsarDataSourceReader(DataSourceReader):
 
 
 def _by_entry(messages: Iterator[tuple[str, Any, Any, Any]]) -> Iterator[list[tuple[str, Any, Any]]]:
-    """Group consecutive messages of one entry (a batch is unpacked on arrival, so they come together)."""
+    """Group consecutive messages of one entry (a batch arrives unpacked, its messages together)."""
     group: list[tuple[str, Any, Any]] = []
     entry: tuple[int, int] | None = None
     for id_str, msg, mid, _ in messages:
@@ -328,12 +300,10 @@ def _batch_size(group: list[tuple[str, Any, Any]]) -> int:
 
 
 class _BatchBuilder:
-    """Accumulates whole entries' messages column by column and emits one Arrow record batch at a time.
+    """Accumulates whole entries' messages and emits one Arrow record batch at a time.
 
-    The messages are read :data:`_CHUNK_ROWS` or so at a time, one list comprehension per column: far
-    fewer Python steps per message than appending to each column's list, while the chunk's messages are
-    still in the CPU cache (a column read over a whole batch's messages costs more than it saves).
-    With ``mark_entries`` the batch also has :data:`ENTRY_FIRST`, true on each entry's first row.
+    Messages are read :data:`_CHUNK_ROWS` at a time, one list comprehension per column: fewer Python
+    steps per message, while the chunk is still in the CPU cache.
     """
 
     def __init__(self, window: PartitionWindow, arrow_schema: pa.Schema, mark_entries: bool = False) -> None:
@@ -364,8 +334,7 @@ class _BatchBuilder:
         self.producers: list[str] = []
 
     def add_entry(self, messages: Sequence[tuple[str, Any, Any]], batch_size: int) -> int:
-        """Add the ``(id_str, message, message_id)`` of one entry holding ``batch_size`` messages (those
-        outside the window included); returns the rows buffered."""
+        """Add one entry's ``(id_str, message, message_id)``; returns the rows buffered."""
         count = len(messages)
         if count:
             self._entry_starts.append(self.rows)
@@ -395,7 +364,6 @@ class _BatchBuilder:
         self.producers.extend([m.producer_name() for m in msgs])
 
     def flush(self) -> pa.RecordBatch:
-        """The buffered rows as one record batch (in the order added); the builder is then empty."""
         import pyarrow as pa
 
         if self._pending:
@@ -436,8 +404,7 @@ class _BatchBuilder:
 
 
 def _text_columns(msgs: Sequence[Any]) -> tuple[list[str | None], list[dict[str, str]]]:
-    """The keys and properties of ``msgs``; a message whose key or properties are not valid UTF-8 gets
-    no key (or no properties) and :data:`UNDECODABLE_PROPERTY`."""
+    """The keys and properties of ``msgs``; one not UTF-8 is dropped and flagged (UNDECODABLE_PROPERTY)."""
     try:
         return [m.partition_key() or None for m in msgs], [m.properties() for m in msgs]
     except UnicodeDecodeError:
@@ -493,8 +460,7 @@ _registered: weakref.WeakSet[SparkSession] = weakref.WeakSet()
 
 
 def read_in_tasks(spark: SparkSession, options: Mapping[str, str], mark_entries: bool = False) -> DataFrame:
-    """The rows ``spark.read.format("pulsar").options(**options).load()`` gives, read by Spark tasks
-    (:func:`read_tasks` as a ``mapInArrow``)."""
+    """The rows of ``spark.read.format("pulsar")``, read by the tasks of :func:`read_tasks`."""
     frame, read, schema, _ = read_tasks(spark, options, mark_entries)
     return map_in_arrow(frame, read, schema)
 
@@ -502,16 +468,9 @@ def read_in_tasks(spark: SparkSession, options: Mapping[str, str], mark_entries:
 def read_tasks(
     spark: SparkSession, options: Mapping[str, str], mark_entries: bool = False
 ) -> tuple[DataFrame, Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]], str, int]:
-    """The read of :func:`read_in_tasks` as ``(input frame, task function, output schema DDL, tasks)``.
-
-    The input partitions are planned here, in the driver, and each task of a ``mapInArrow`` over
-    ``spark.range`` reads one of them with the same reader. Unlike the data source, nothing is
-    registered and no Python planner process is started (one to create the source, one to plan the
-    read): on 2 cores that is about 7 s less for every snapshot, whatever its size.
-
-    With ``mark_entries`` the rows have one more column, :data:`ENTRY_FIRST`: true on the first row of
-    each entry (a batch's messages share their entry). In reader mode the tasks read disjoint entry
-    ranges, so the column's sum is the number of entries read, counted while reading (no second pass).
+    """``(input frame, task function, output schema DDL, tasks)``: task i of a ``mapInArrow`` over
+    ``spark.range`` reads input partition i, planned here in the driver (no Python planner process, about
+    7 s less per snapshot). ``mark_entries`` adds :data:`ENTRY_FIRST`, true on each entry's first row.
     """
     reader = PulsarDataSourceReader(options, source_struct())
     parts = reader.partitions()

@@ -1,19 +1,8 @@
-"""Frozen read windows: the last message id of every DLQ partition at the start of a run.
+"""Frozen read windows: the last message id of every DLQ partition at the start of a run (invariant I3).
 
-A run reads and acks only messages at or before its window end, so messages reaching the DLQ after the
-run started wait for the next run (invariant I3). :func:`freeze` expands partitioned topics, makes sure
-the durable replayer subscription exists (Shared, from the earliest message) and records each
-partition's last message id.
-
-The broker's capabilities choose the read mode, recorded with the windows:
-
-* ``reader`` (Apache Pulsar with its admin REST reachable): the subscription's cursor is frozen too,
-  as the partition's *pending entry ranges* (entries after the mark-delete position up to the window
-  end that are not individually acked). The snapshot reads exactly those with Readers, and the commit
-  acks entry ids from the ledger: one read per message, no unacked limits.
-* ``consumer`` (no admin URL, or one that is not Apache Pulsar's admin REST, e.g. the embedded broker):
-  Shared consumers read the window without acking, and the commit reads it again to ack from the
-  receiving consumer.
+The broker chooses the read mode: ``reader`` (Apache Pulsar's admin REST answers: the cursor's pending
+entry ranges are frozen too, read by Readers, acked by id) or ``consumer`` (Shared consumers read the
+window, and the commit reads it again to ack from the receiving consumer).
 """
 
 from __future__ import annotations
@@ -21,12 +10,12 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import time
 import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from pulsar_dlq_consumer.context import base_topic, partition_index
 from pulsar_dlq_consumer.errors import ConfigurationError
 from pulsar_dlq_consumer.topics import normalize_topic
 from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf, get_client
@@ -41,24 +30,19 @@ log = logging.getLogger(__name__)
 
 WINDOW_FORMAT = 2
 _READABLE_FORMATS = (1, 2)
-#: Read modes (see the module docstring).
 READER_MODE = "reader"
 CONSUMER_MODE = "consumer"
-_PARTITION_SUFFIX = re.compile(r"^(?P<parent>.+)-partition-(?P<index>\d+)$")
+#: How long a read waits for a message before it stops (idle), and how often it resumes at most.
+DEFAULT_IDLE_TIMEOUT_MS = 5000
+MAX_PASSES = 20
+#: The wait for the rest of a batch already queued locally once its entry ends the read.
+DRAIN_MS = 200
 
 
 @dataclass(frozen=True)
 class PartitionWindow:
-    """The frozen end of one topic partition.
-
-    ``topic`` is the partition's full name (``persistent://t/ns/name-partition-3``), ``partition`` its
-    index or -1 for a non-partitioned topic, and ``end_message_id`` the readable id of its last
-    message when the window was frozen, or ``None`` when it was empty.
-
-    In the reader mode ``pending`` holds the entries of the window the subscription had not acked when
-    the window was frozen (see :mod:`.cursor`) and ``mark_delete`` the cursor's mark-delete position
-    (``"ledger:entry"``); both are ``None`` in the consumer mode.
-    """
+    """The frozen end of one topic partition (``partition`` -1: not partitioned; ``end_message_id``
+    ``None``: empty). Reader mode only: ``pending`` entries and the cursor's ``mark_delete``."""
 
     topic: str
     partition: int
@@ -80,21 +64,16 @@ class PartitionWindow:
 
     @property
     def pending_entries(self) -> int:
-        """Entries the reader mode reads (0 in the consumer mode, where it is not known)."""
+        """Entries the reader mode reads (0 in the consumer mode)."""
         return sum(r.entries for r in self.pending or ())
 
     @property
     def end_key(self) -> MessageIdKey | None:
-        """The window end as an ordering key, ``None`` for an empty window."""
         return None if self.end_message_id is None else message_id_key(self.end_message_id)
 
     @property
     def parent_topic(self) -> str:
-        """The topic as the user named it (the partitioned topic for a partition)."""
-        if self.partition < 0:
-            return self.topic
-        match = _PARTITION_SUFFIX.match(self.topic)
-        return match.group("parent") if match else self.topic
+        return self.topic if self.partition < 0 else base_topic(self.topic)
 
 
 def parse_topics(topics: str | Iterable[str]) -> list[str]:
@@ -107,12 +86,6 @@ def parse_topics(topics: str | Iterable[str]) -> list[str]:
     if not names:
         raise PulsarConfigError("no topics given; pass at least one DLQ topic, e.g. 'orders-sub-DLQ'")
     return list(dict.fromkeys(names))
-
-
-def partition_index(topic: str) -> int:
-    """Index of a partition from its name, -1 when the name is not a partition's."""
-    match = _PARTITION_SUFFIX.match(topic)
-    return int(match.group("index")) if match else -1
 
 
 def unique_consumer_name(role: str) -> str:
@@ -128,7 +101,7 @@ def expand_partitions(client: Any, topic: str) -> list[tuple[str, int]]:
     expanded = []
     for name in names:
         index = partition_index(name)
-        if index < 0:
+        if index is None:
             raise WindowError(f"broker named partition {name!r} of {topic!r} without a -partition-N suffix")
         # A broker must let a client address one partition; pulsar-lite with default_partitions
         # reports every partition as partitioned again, so no per-partition window can be taken.
@@ -195,13 +168,8 @@ def freeze_pending(admin: Any, window: PartitionWindow, subscription: str) -> Pa
 
 
 def freeze(conf: PulsarConf, topics: str | Sequence[str], subscription: str) -> FrozenWindows:
-    """Freeze the read window of ``topics`` for ``subscription`` and choose the read mode.
-
-    Partitioned topics expand to their partitions. The durable subscription is created when missing
-    (Shared, from the earliest message); nothing is received or acked. With ``conf.admin_url`` set and
-    answering as Apache Pulsar's admin REST, each partition's cursor is frozen as its pending entries
-    (reader mode); otherwise the windows are for the consumer mode.
-    """
+    """Freeze the window of every partition of ``topics``, creating the Shared ``subscription`` from the
+    earliest message if missing (nothing is received or acked), and choose the read mode."""
     from spark_apps.dlq_replay.pulsar_io.admin import AdminUnavailable, PulsarAdmin
 
     if not subscription or not subscription.strip():
@@ -229,7 +197,7 @@ def freeze(conf: PulsarConf, topics: str | Sequence[str], subscription: str) -> 
 
 
 def freeze_window(conf: PulsarConf, topics: str | Sequence[str], subscription: str) -> list[PartitionWindow]:
-    """The windows of :func:`freeze` (reader mode when ``conf.admin_url`` answers, else consumer mode)."""
+    """The windows of :func:`freeze`."""
     return freeze(conf, topics, subscription).windows
 
 

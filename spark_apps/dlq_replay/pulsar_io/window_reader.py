@@ -1,18 +1,8 @@
-"""Read a share of a partition's pending entries with Readers (the reader mode of the snapshot).
+"""Reader mode: read a share of a partition's pending entries with non-durable Readers, each entry once.
 
-A share is a list of :class:`~.cursor.EntryRange` taken from the frozen window (entries the replayer
-subscription had not acked). :class:`ShareReader` reads it in order with non-durable Readers, which the
-broker's unacked-message limits do not apply to and which ack nothing. It returns each pending entry
-once, whole: all of its messages together (a batched entry is unpacked by the client on arrival, so
-its messages arrive back to back) with the number of messages the entry holds. Acked entries in a short
-gap between two pending ranges are read through and dropped; after a gap longer than ``seek_gap``
-entries a new Reader starts at the next pending entry.
-
-A Reader stops at the share's last entry: once a later message arrives, once the window end's last
-batch index is reached, or, for a batched last entry, after a short drain (its messages are already
-queued). If nothing arrives for ``idle_timeout_ms`` before that, a new Reader resumes after the last
-entry returned, as long as passes make progress; entries that stay unread are logged and counted, are
-not in the snapshot and so are never acked: they wait for the next run.
+Readers ack nothing and no unacked limit applies. Acked entries in a gap of at most ``seek_gap`` are
+read through and dropped; after a longer gap a new Reader starts. After an idle stop a new Reader
+resumes after the last entry while passes make progress; entries left unread stay pending for the next run.
 """
 
 from __future__ import annotations
@@ -22,7 +12,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from spark_apps.dlq_replay.pulsar_io.cursor import DEFAULT_SEEK_GAP, EntryRange, Position, reader_segments
-from spark_apps.dlq_replay.pulsar_io.window import unique_consumer_name
+from spark_apps.dlq_replay.pulsar_io.window import (
+    DEFAULT_IDLE_TIMEOUT_MS,
+    DRAIN_MS,
+    MAX_PASSES,
+    unique_consumer_name,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
@@ -31,16 +26,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-DEFAULT_IDLE_TIMEOUT_MS = 5000
 DEFAULT_READER_QUEUE_SIZE = 2000  # vs 1000: about 1.7x the read rate on Apache Pulsar (fewer flow requests)
-#: Passes (Readers) per segment at most while idle stops keep finding new entries.
-MAX_PASSES = 20
-_DRAIN_MS = 200
 
 
 @dataclass
 class Entry:
-    """One pending entry: its messages in the window (``(id_str, message, message_id)``) and its size."""
+    """One pending entry: its ``(id_str, message, message_id)`` in the window and the messages it holds."""
 
     ledger: int
     entry: int
@@ -92,7 +83,6 @@ class ShareReader:
         self.stats = ReadStats()
 
     def entries(self) -> Iterator[Entry]:
-        """Yield every pending entry of the share that could be read, in order, each once."""
         end = self.window.end_key
         if end is None or not self.share:
             self.stats.stopped_by = "empty"
@@ -114,7 +104,6 @@ class ShareReader:
         )
 
     def _segment(self, ranges: list[EntryRange]) -> Iterator[Entry]:
-        """The pending entries of one segment: a new Reader after each idle stop that made progress."""
         last: Position | None = None  # the last entry returned or skipped: nothing at or before it again
         passes = 0
         while True:
@@ -130,7 +119,6 @@ class ShareReader:
             self.stats.resumes += 1
 
     def _leave_unread(self, ranges: list[EntryRange], last: Position | None) -> None:
-        """Stop the segment after an idle pass: its entries after ``last`` wait for the next run."""
         unread = _entries_after(ranges, last)
         self.stats.unread_entries += unread
         self.stats.stopped_by = "idle-timeout"
@@ -145,11 +133,7 @@ class ShareReader:
 
 
 class _ReaderPass:
-    """One Reader over a segment, from its start or after ``last``: the pending entries it reads, in order.
-
-    The pass ends at the share's last entry (``done``) or when nothing arrives for ``idle_timeout_ms``
-    (``done`` after a drain of the last entry; otherwise the segment may resume after ``last``).
-    """
+    """One Reader over a segment, from its start or after ``last``; ``done`` once the share's end is read."""
 
     def __init__(self, owner: ShareReader, ranges: list[EntryRange], last: Position | None) -> None:
         end = owner.window.end_key
@@ -181,7 +165,6 @@ class _ReaderPass:
             self.last = self.current.position
 
     def _read(self, read: Callable[[int], Any]) -> Iterator[Entry]:
-        """Read messages into entries until idle or the share's end, returning each entry once complete."""
         import pulsar
 
         stats, end_batch, part = self.stats, self.end_batch, self.owner.window.partition
@@ -232,12 +215,8 @@ class _ReaderPass:
         self.done, self.current = done, current
 
     def _start(self, pos: Position, batch: int) -> Entry | None:
-        """The new, empty entry a message at ``pos`` begins (its messages, this one first, are added by the
-        read); ``None`` when the message is dropped: its entry was returned already, it is acked (in a
-        short gap), or it is past the share (then the pass is done).
-
-        A pass's first message always comes here, so this is where the pass records progress.
-        """
+        """The entry a message at ``pos`` begins, or ``None`` when it is dropped (returned already, acked
+        in a short gap, or past the share). Every pass's first message comes here: progress."""
         self.progress = True
         if self.last is not None and pos <= self.last:
             self.stats.duplicates += 1
@@ -256,7 +235,7 @@ class _ReaderPass:
             if batch < 0:
                 self.done = True  # not batched: this message is the whole entry
             else:
-                self.timeout = min(self.owner.idle_timeout_ms, _DRAIN_MS)  # the rest of the batch is queued
+                self.timeout = min(self.owner.idle_timeout_ms, DRAIN_MS)  # the rest of the batch is queued
         return Entry(pos[0], pos[1])
 
     def _emit(self, entry: Entry) -> Entry:
@@ -266,7 +245,6 @@ class _ReaderPass:
 
 
 def _entries_after(ranges: Sequence[EntryRange], last: Position | None) -> int:
-    """Pending entries of ``ranges`` after ``last`` (all of them when ``last`` is ``None``)."""
     total = 0
     for r in ranges:
         if last is None or r.start > last:

@@ -64,7 +64,6 @@ def test_cursor_from_internal_stats_and_is_acked():
     assert acked == [0, 1, 3, 6, 7]
     assert cursor.is_acked((3, 99))  # an earlier ledger is behind the mark-delete
     assert not cursor.is_acked((5, 0))
-    assert cursor.to_json() == {"mark_delete": "4:1", "deleted_ranges": 2}
     with pytest.raises(WindowError, match="has no cursor"):
         CursorState.from_internal_stats(stats([(4, 0)]), "other-sub", topic="t")
     with pytest.raises(WindowError, match="no 'cursors'"):

@@ -104,7 +104,7 @@ def test_normalize_and_parse_topics():
 
 def test_partition_index_and_parent_topic():
     assert partition_index("persistent://t/n/x-partition-12") == 12
-    assert partition_index("persistent://t/n/x") == -1
+    assert partition_index("persistent://t/n/x") is None
     w = PartitionWindow("persistent://t/n/x-partition-2", 2, "1:2:2:-1")
     assert w.parent_topic == "persistent://t/n/x"
     assert PartitionWindow("persistent://t/n/x", -1, None).parent_topic == "persistent://t/n/x"

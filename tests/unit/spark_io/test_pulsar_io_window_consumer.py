@@ -1,4 +1,4 @@
-"""Stop rules of the window consumer, driven by a scripted fake consumer (pure logic)."""
+"""Stop rules of the consumer-mode window read, driven by a scripted fake consumer (pure logic)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pulsar
 import pytest
 
 from spark_apps.dlq_replay.pulsar_io.window import PartitionWindow
-from spark_apps.dlq_replay.pulsar_io.window_consumer import WindowConsumer
+from spark_apps.dlq_replay.pulsar_io.window_consumer import WindowPasses
 
 TOPIC = "persistent://t/n/dlq"
 
@@ -63,11 +63,11 @@ class FakeClient:
         return self.consumer
 
 
-def read(script: list[FakeMessage], end: str | None, partition: int = -1) -> tuple[list[str], WindowConsumer]:
+def read(script: list[FakeMessage], end: str | None, partition: int = -1) -> tuple[list[str], WindowPasses]:
     client = FakeClient(script)
     window = PartitionWindow(TOPIC, partition, end)
-    with WindowConsumer(client, window, "replayer", role="read", idle_timeout_ms=500) as consumer:
-        ids = [i for i, _, _ in consumer.messages()]
+    consumer = WindowPasses(client, window, "replayer", role="read", idle_timeout_ms=500, resume=False)
+    ids = [i for i, *_ in consumer.messages()]
     assert client.subscriptions == [] or client.consumer.closed
     return ids, consumer
 
@@ -107,8 +107,8 @@ def test_whole_entry_end_drains_the_rest_of_the_batch():
     batch = [FakeMessage(1, 3, b) for b in range(4)]
     client = FakeClient([FakeMessage(1, 2, 0), *batch, FakeMessage(1, 4, 0)])
     window = PartitionWindow(TOPIC, 2, "1:3:2:-1")
-    with WindowConsumer(client, window, "replayer", role="read", idle_timeout_ms=5000) as consumer:
-        ids = [i for i, _, _ in consumer.messages()]
+    consumer = WindowPasses(client, window, "replayer", role="read", idle_timeout_ms=5000)
+    ids = [i for i, *_ in consumer.messages()]
     assert ids == ["1:2:2:0"] + [f"1:3:2:{b}" for b in range(4)]
     assert consumer.stats.beyond_window == 1
     # After the first message of the end entry the wait drops to the short drain timeout.
@@ -125,16 +125,15 @@ def test_batch_index_end_cuts_inside_the_batch():
 
 def test_empty_window_never_subscribes():
     client = FakeClient([FakeMessage(1, 0)])
-    with WindowConsumer(client, PartitionWindow(TOPIC, -1, None), "s", role="read") as consumer:
-        assert list(consumer.messages()) == []
+    consumer = WindowPasses(client, PartitionWindow(TOPIC, -1, None), "s", role="read")
+    assert list(consumer.messages()) == []
     assert client.subscriptions == []
     assert consumer.stats.stopped_by == "empty-window"
 
 
 def test_subscribes_shared_from_earliest_with_a_unique_name():
     client = FakeClient([])
-    with WindowConsumer(client, PartitionWindow(TOPIC, -1, "1:1:-1:-1"), "replayer", role="commit") as c:
-        list(c.messages())
+    list(WindowPasses(client, PartitionWindow(TOPIC, -1, "1:1:-1:-1"), "replayer", role="commit").messages())
     ((topic, sub, kwargs),) = client.subscriptions
     assert (topic, sub) == (TOPIC, "replayer")
     assert kwargs["consumer_type"] == pulsar.ConsumerType.Shared
