@@ -1,10 +1,6 @@
-"""Build the ``--py-files`` bundle of the replay app.
-
-The zip holds the Spark app (``spark_apps/**``) and a vendored copy of the installed consumer library
-(``pulsar_dlq_consumer/**``), with compiled ``.pyc`` files, and is checked not to import Airflow.
-Native code (pulsar-client, pyarrow) must be installed in the Spark Python environment.
-
-    python -m airflow_provider_dlq.bundle --dest build/
+"""Build the ``--py-files`` bundle of the replay app: the Spark app and a vendored copy of the installed
+consumer library, compiled, checked not to import Airflow (``python -m airflow_provider_dlq.bundle --dest
+DIR``). Native code (pulsar-client, pyarrow) must be installed in the Spark Python environment.
 """
 
 from __future__ import annotations

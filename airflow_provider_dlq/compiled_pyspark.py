@@ -1,10 +1,8 @@
 """A compiled copy of PySpark for a local replay's Python processes: a faster start.
 
-Python caches no bytecode for spark-submit's ``pyspark.zip`` and ``py4j`` zip, so every Python driver
-and worker compiles PySpark at start. :class:`CompiledPySpark` keeps, per Spark and Python, the zips
-extracted and compiled; the driver finds the folder through :data:`FOLDER_ENV`, the workers through
-``spark.executorEnv.PYTHONPATH`` and the daemon :data:`DAEMON_MODULE`, used only while the zips are
-those it was made from. A cluster master is left alone. See ``docs/operator.md`` ("Faster start-up").
+Python caches no bytecode for spark-submit's ``pyspark.zip`` and ``py4j`` zip; :class:`CompiledPySpark`
+keeps them extracted and compiled per Spark and Python, found by the driver through :data:`FOLDER_ENV`
+and by the workers through their path and daemon. See ``docs/operator.md`` ("Faster start-up").
 """
 
 from __future__ import annotations

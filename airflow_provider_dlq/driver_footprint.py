@@ -1,9 +1,6 @@
-"""A lean Spark driver for a local replay, where the driver JVM is the executor too.
-
-For a local master: a heap of :data:`LEAN_HEAP_MIB_PER_CORE` MiB per core (at least
-:data:`LEAN_HEAP_MIN_MIB`), the serial collector with a small young generation, two malloc arenas and
-bounded query-stage thread pools. Whatever the user sets (``conf``, JVM options, ``env_vars``) wins; a
-cluster master is left alone. Measurements: ``docs/operator.md``.
+"""A lean Spark driver for a local replay, where the driver JVM is the executor too: a heap sized to its
+cores, the serial collector with a small young generation, two malloc arenas and bounded query-stage
+thread pools. What the user sets wins; a cluster master is left alone. See ``docs/operator.md``.
 """
 
 from __future__ import annotations

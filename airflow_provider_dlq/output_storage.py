@@ -1,9 +1,6 @@
-"""Read a file under a replay run's output root, wherever ``--output-dir`` points.
-
-A local path or ``file://`` URI; a scheme an Airflow provider registers (``ObjectStoragePath`` with
-``conn_id``); else pyarrow's file systems: S3 (``s3``/``s3a``/``s3n``) with an ``aws`` connection's
-credentials or the standard AWS environment, and ``gs``, ``hdfs``, ``viewfs``, ``abfs``. Credentials are
-never logged or returned.
+"""Read a file under a replay run's output root: a local path, a scheme an Airflow provider registers
+(``ObjectStoragePath``), else pyarrow's file systems (S3 with an ``aws`` connection or the AWS
+environment, GCS, HDFS, ABFS). Credentials are never logged or returned.
 """
 
 from __future__ import annotations

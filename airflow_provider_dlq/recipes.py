@@ -1,10 +1,6 @@
-"""Run the replay app on managed Spark: its validated command line, and the job specs of four services.
-
-The specs are plain dicts for the services' own Airflow operators: :func:`spark_application`
-(``SparkKubernetesOperator``), :func:`databricks_run`, :func:`emr_serverless_job`,
-:func:`dataproc_pyspark_job` and :func:`dataproc_batch`; :func:`read_replay_report` reads the run's
-report back. Secrets never enter the specs: give ``auth_token_file`` / ``oauth2_credentials_file`` paths
-the service mounts from its secret store. See ``docs/managed-spark.md``.
+"""Run the replay app on managed Spark: its validated command line (:func:`replay_argv`), the job specs of
+the services' own Airflow operators, and :func:`read_replay_report`. Secrets never enter the specs: give
+file paths the service mounts from its secret store. See ``docs/managed-spark.md``.
 """
 
 from __future__ import annotations

@@ -18,38 +18,31 @@ class ResourceNotFoundError(DlqProviderError, FileNotFoundError):
     """A part of the provider is missing from both the installed package and a source checkout."""
 
 
-def spark_app_dir() -> Path:
-    """The ``spark_apps`` package folder (its ``dlq_replay/`` and ``dlq_replay_main.py``)."""
-    for candidate in (PACKAGE_DIR / "spark_apps", _CHECKOUT / "spark_apps"):
-        if (candidate / "__init__.py").is_file() and (candidate / "dlq_replay_main.py").is_file():
+def _find(what: str, packaged: str, checkout: str, marker: str, hint: str = "") -> Path:
+    """The installed (``packaged``) or source-checkout folder holding ``marker`` (a glob)."""
+    for candidate in (PACKAGE_DIR / packaged, _CHECKOUT / checkout):
+        if any(candidate.glob(marker)):
             return candidate
     raise ResourceNotFoundError(
-        f"the Spark replay app is neither in the installed provider ({PACKAGE_DIR / 'spark_apps'}) nor in "
-        f"a source checkout ({_CHECKOUT / 'spark_apps'}); reinstall airflow-provider-dlq from its wheel, "
-        "or pass bundle_path= and application= to DlqReplayOperator."
+        f"the {what} neither in the installed provider ({PACKAGE_DIR / packaged}) nor in a source checkout "
+        f"({_CHECKOUT / checkout}); reinstall airflow-provider-dlq from its wheel{hint}."
     )
+
+
+def spark_app_dir() -> Path:
+    """The ``spark_apps`` package folder (its ``dlq_replay/`` and ``dlq_replay_main.py``)."""
+    hint = ", or pass bundle_path= and application= to DlqReplayOperator"
+    return _find("Spark replay app is", "spark_apps", "spark_apps", "dlq_replay_main.py", hint)
 
 
 def example_dags_dir() -> Path:
     """The example DAGs folder (``playbooks/`` and ``fixes/`` inside it in the wheel)."""
-    for candidate in (PACKAGE_DIR / "example_dags", _CHECKOUT / "dags"):
-        if candidate.is_dir() and any(candidate.glob("dlq_*.py")):
-            return candidate
-    raise ResourceNotFoundError(
-        f"the example DAGs are neither in the installed provider ({PACKAGE_DIR / 'example_dags'}) nor in "
-        f"a source checkout ({_CHECKOUT / 'dags'}); reinstall airflow-provider-dlq from its wheel."
-    )
+    return _find("example DAGs are", "example_dags", "dags", "dlq_*.py")
 
 
 def docs_dir() -> Path:
-    """The user guides (``docs/*.md``; ``airflow_provider_dlq/docs`` in the wheel)."""
-    for candidate in (PACKAGE_DIR / "docs", _CHECKOUT / "docs"):
-        if (candidate / "operator.md").is_file():
-            return candidate
-    raise ResourceNotFoundError(
-        f"the guides are neither in the installed provider ({PACKAGE_DIR / 'docs'}) nor in a source "
-        f"checkout ({_CHECKOUT / 'docs'}); reinstall airflow-provider-dlq from its wheel."
-    )
+    """The user guides (``docs/*.md``)."""
+    return _find("guides are", "docs", "docs", "operator.md")
 
 
 def example_playbook_files() -> dict[str, Path]:

@@ -1,13 +1,8 @@
-"""Read a subscription's backlog per topic, from the admin REST API or the Prometheus metrics.
+"""Read a subscription's backlog per topic: admin REST ``msgBacklog`` (entries, counted as messages by
+``analyzeBacklog`` when few enough) and ages, else the Prometheus gauge ``pulsar_subscription_back_log``.
 
-* **admin** (``admin_url``): topic stats give ``msgBacklog`` (pending *entries*: a batch counts once)
-  and the oldest message's age. Up to :data:`COUNT_MAX_ENTRIES` entries, ``analyzeBacklog`` counts the
-  messages (``exact=True``); otherwise the entry count is a lower bound. Namespace listings expand globs.
-* **metrics** (``metrics_url``): the gauge ``pulsar_subscription_back_log`` (entries, no age).
-
-The logic is written once as *plans*: generators that yield :class:`HttpRequest` and receive
-:class:`HttpResult` (or a thrown :class:`BacklogReadError`); :class:`~airflow_provider_dlq.hooks.pulsar.
-PulsarHook` drives them with a blocking or an async HTTP client.
+The logic is written once as *plans*, generators that yield :class:`HttpRequest` and receive
+:class:`HttpResult`; ``PulsarHook`` drives them with a blocking or an async HTTP client.
 """
 
 from __future__ import annotations
@@ -77,6 +72,7 @@ class TopicBacklog:
 
 
 BacklogPlan = Generator[HttpRequest, HttpResult, dict[str, TopicBacklog]]
+ConsumersPlan = Generator[HttpRequest, HttpResult, list[dict[str, str]]]
 
 
 def normalize_topic(topic: str, *, pattern: bool = False) -> str:
@@ -91,10 +87,10 @@ def is_pattern(topic: str) -> bool:
     return any(ch in _GLOB_CHARS for ch in topic)
 
 
-def _admin_path(admin_url: str, topic: str, parts: int = 3) -> str:
-    """``<admin_url>/admin/v2/persistent/<tenant>/<namespace>[/<topic>]`` of a persistent name or glob."""
-    names = topic.split("://", 1)[1].split("/", 2)[:parts]
-    return f"{admin_url}/admin/v2/persistent/" + "/".join(quote(n, safe="") for n in names)
+def admin_path(admin_url: str, topic: str, parts: int = 3) -> str:
+    """``<admin_url>/admin/v2/<domain>/<tenant>/<namespace>[/<topic>]`` of a full topic name or glob."""
+    domain, _, path = topic.partition("://")
+    return f"{admin_url}/admin/v2/{domain}/" + "/".join(quote(n, safe="") for n in path.split("/", 2)[:parts])
 
 
 def split_topics(topics: str | Sequence[str]) -> list[str]:
@@ -263,7 +259,7 @@ def count_messages_plan(
         return 0, True
     if entries > max_entries:
         return entries, False
-    url = f"{_admin_path(admin_url, topic)}/subscription/{quote(subscription, safe='')}/analyzeBacklog"
+    url = f"{admin_path(admin_url, topic)}/subscription/{quote(subscription, safe='')}/analyzeBacklog"
     try:
         result = yield HttpRequest(url, method="POST")
         doc = json.loads(result.text) if result.status == 200 else None
@@ -290,7 +286,7 @@ def admin_plan(
 ) -> BacklogPlan:
     """Plan: expand patterns by listing namespaces, read each topic's stats, count batched messages."""
     listed: set[str] = set()
-    for url in sorted({_admin_path(admin_url, t, parts=2) for t in topics if is_pattern(t)}):
+    for url in sorted({admin_path(admin_url, t, parts=2) for t in topics if is_pattern(t)}):
         result = yield HttpRequest(url)
         if _found(url, result):
             names = _json(url, result)
@@ -299,7 +295,7 @@ def admin_plan(
             listed.update(base_topic(str(n)) for n in names if str(n).startswith("persistent://"))
     backlogs: dict[str, TopicBacklog] = {}
     for topic in _expand(topics, listed):
-        base = _admin_path(admin_url, topic)
+        base = admin_path(admin_url, topic)
         url = f"{base}/partitions"
         result = yield HttpRequest(url)
         partitions = 0
@@ -333,3 +329,13 @@ def admin_plan(
             item = replace(item, backlog=messages, exact=exact)
         backlogs[topic] = item
     return backlogs
+
+
+def consumers_plan(admin_url: str, topic: str, subscription: str) -> ConsumersPlan:
+    """Plan: the properties of each consumer of ``subscription`` on a non-partitioned ``topic`` (``[]``
+    when the topic or the subscription does not exist)."""
+    url = f"{admin_path(admin_url, topic)}/stats"
+    result = yield HttpRequest(url)
+    sub = _subscription(_json(url, result), subscription) if _found(url, result) else None
+    consumers = (sub or {}).get("consumers") or []
+    return [{str(k): str(v) for k, v in (c.get("metadata") or {}).items()} for c in consumers]

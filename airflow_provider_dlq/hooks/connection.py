@@ -110,13 +110,10 @@ def _as_bool(conn_id: str, name: str, value: Any) -> bool:
 
 
 def _http_url(conn_id: str, name: str, value: Any, example: str) -> str | None:
-    if value is None or (isinstance(value, str) and not value.strip()):
+    url = _text(conn_id, name, value, f"a string URL like {example}")
+    if url is None:
         return None
-    if not isinstance(value, str):
-        raise PulsarConnectionError(
-            f"Connection {conn_id!r}: extra {name!r} must be a string URL like {example}; got {value!r}."
-        )
-    url = value.strip().rstrip("/")
+    url = url.rstrip("/")
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise PulsarConnectionError(

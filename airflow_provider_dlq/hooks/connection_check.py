@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import socket
 from typing import TYPE_CHECKING
-from urllib.parse import quote
 
 from airflow_provider_dlq.errors import DlqProviderError
 
@@ -123,13 +122,12 @@ def check_broker(hook: PulsarHook, config: PulsarConnectionConfig) -> str:
 
 def _admin_check_url(config: PulsarConnectionConfig) -> str:
     """With ``test_topic``: its namespace's topic list (as the sensor reads globs); else ``clusters``."""
+    from airflow_provider_dlq.hooks.backlog import admin_path
+
     assert config.admin_url is not None
-    if config.test_topic and "://" in config.test_topic:
-        domain, _, path = config.test_topic.partition("://")
-        parts = path.split("/")
-        if len(parts) == 3:
-            tenant, namespace = (quote(p, safe="") for p in parts[:2])
-            return f"{config.admin_url}/admin/v2/{domain}/{tenant}/{namespace}"
+    topic = config.test_topic or ""
+    if "://" in topic and len(topic.partition("://")[2].split("/")) == 3:
+        return admin_path(config.admin_url, topic, parts=2)
     return f"{config.admin_url}/admin/v2/clusters"
 
 

@@ -6,7 +6,7 @@ import logging
 import ssl
 import time
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
@@ -19,6 +19,7 @@ from airflow_provider_dlq.hooks.backlog import (
     HttpResult,
     TopicBacklog,
     admin_plan,
+    consumers_plan,
     metrics_plan,
     prepare_topics,
 )
@@ -31,17 +32,18 @@ from airflow_provider_dlq.hooks.oauth2 import ClientCredentials, OAuth2Error
 from pulsar_dlq_consumer.client import create_client
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Sequence
+    from collections.abc import Awaitable, Callable, Generator, Sequence
 
     import httpx
     import pulsar
     from airflow.sdk import Connection
 
+T = TypeVar("T")
 #: Logger handed to every ``pulsar.Client`` (the C++ client otherwise writes INFO lines to stdout).
 CLIENT_LOGGER_NAME = "airflow_provider_dlq.pulsar_client"
 
 
-def _drive(plan: BacklogPlan, send: Callable[[HttpRequest], HttpResult]) -> dict[str, TopicBacklog]:
+def _drive(plan: Generator[HttpRequest, HttpResult, T], send: Callable[[HttpRequest], HttpResult]) -> T:
     """Run a plan: send each request it yields; a failed request is thrown back into the plan."""
     try:
         request = next(plan)
@@ -276,10 +278,13 @@ class PulsarHook(BaseHook):
 
     def get_backlog(self, topics: Sequence[str], subscription: str) -> dict[str, TopicBacklog]:
         """Backlog of ``subscription`` per topic; topic globs (``persistent://t/ns/*-DLQ``) are expanded."""
+        config = self.config
+        return self._run(config, self._plan(config, topics, subscription))
+
+    def _run(self, config: PulsarConnectionConfig, plan: Generator[HttpRequest, HttpResult, T]) -> T:
+        """Drive ``plan`` with a blocking client."""
         import httpx
 
-        config = self.config
-        plan = self._plan(config, topics, subscription)
         with self._http_client(config) as client:
 
             def get(request: HttpRequest) -> HttpResult:
@@ -309,26 +314,11 @@ class PulsarHook(BaseHook):
             return await _adrive(plan, get)
 
     def subscription_consumers(self, topic: str, subscription: str) -> list[dict[str, str]]:
-        """The properties of each consumer of ``subscription`` on a non-partitioned ``topic`` (admin REST
-        ``stats``; ``[]`` when the topic or subscription does not exist)."""
-        import json
-
+        """The properties of each consumer of ``subscription`` on a non-partitioned ``topic``."""
         config = self.config
         if not config.admin_url:
             raise BacklogConfigError("the pulsar connection has no admin URL (extra admin_url)")
-        path = topic.replace("://", "/", 1)
-        url = f"{config.admin_url.rstrip('/')}/admin/v2/{path}/stats"
-        with self._http_client(config) as client:
-            response = client.get(url)
-        if response.status_code == 404:
-            return []
-        if response.status_code != 200:
-            raise BacklogReadError(f"GET {url}: HTTP {response.status_code}")
-        sub = (json.loads(response.text).get("subscriptions") or {}).get(subscription) or {}
-        return [
-            {str(k): str(v) for k, v in (consumer.get("metadata") or {}).items()}
-            for consumer in sub.get("consumers") or []
-        ]
+        return self._run(config, consumers_plan(config.admin_url, topic, subscription))
 
     def test_connection(self) -> tuple[bool, str]:
         """Check the broker and, when configured, the admin and metrics URLs; ``(ok, message)``."""

@@ -1,9 +1,7 @@
-"""The next try of a killed replay task: wait for the earlier attempt of the same run, then run it again.
+"""The next try of a killed replay task waits for the earlier attempt of the same run, then runs it again.
 
-An orphaned driver of a killed task holds the run: the output directory lock
-(``<output>/locks/replay.lock.<n>``) and the broker lease per DLQ topic. Before it starts the app, the
-operator finds the holder: none, run the app; an earlier attempt of the **same** run id, wait for it to
-end (up to ``reattach_timeout``), then run the app, which resumes; a **different** run, fail at once.
+An orphaned driver holds the run's output directory lock and its DLQ topics' leases: an earlier attempt
+of the **same** run id is waited for (up to ``reattach_timeout``); a **different** run fails the task.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """The replay app as a Spark Connect client of a ``spark_connect`` connection's server.
 
-The worker's Python runs ``dlq_replay_main.py`` with the app's arguments, the bundle on ``PYTHONPATH``
-and the server's URL (which carries the token and user id) only in ``SPARK_REMOTE``: never on the
-command line, in a log line or in XCom. ``conf``'s ``spark.sql.*`` settings reach the session through
-``PYSPARK_REMOTE_INIT_CONF_*``; PySpark's Connect client applies no other key.
+The server's URL carries the token and user id, so it goes only into the client's ``SPARK_REMOTE``,
+never on the command line, in a log line or in XCom; only ``conf``'s ``spark.sql.*`` keys reach the session.
 """
 
 from __future__ import annotations

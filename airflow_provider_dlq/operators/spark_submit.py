@@ -1,12 +1,8 @@
 """The one adapter around the Spark provider's ``SparkSubmitHook`` internals.
 
-``DlqReplayOperator`` needs four things that ``SparkSubmitHook`` keeps private: the resolved connection
-(master and deploy mode), the running spark-submit process (to stop its process tree), spark-submit's
-output lines (the app's summary line), and, in standalone cluster deploy mode, the wait for the driver to
-end, which ``submit()`` does itself up to Spark provider 6.0 and leaves to ``SparkSubmitOperator`` from 6.1
-on. Every touch of a private member of the hook is in this module, and
-``tests/unit/provider/test_spark_submit_contract.py`` checks each against the installed Spark provider
-(5.5 to 6.x).
+Every touch of a private member of the hook (resolved connection, spark-submit process and output, the
+standalone cluster driver's wait) is here; ``tests/unit/provider/test_spark_submit_contract.py`` checks
+each against the installed Spark provider.
 """
 
 from __future__ import annotations

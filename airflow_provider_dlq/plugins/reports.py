@@ -1,12 +1,8 @@
 """``DlqReplayPlugin``: serves replay reports and the guides from the Airflow API server (``/dlq-replay``).
 
-``GET /dlq-replay/reports/<dag_id>/<run_id>/<task_id>/<map_index>`` (the "DLQ replay report" extra link)
-needs a user who may read the DAG's XComs. The report's location comes from the task's XCom summary
-(``paths.report_html``): a local path is read from the API server's file system, any other scheme like
-the operator reads ``report.json`` (:mod:`airflow_provider_dlq.output_storage`) with ``[dlq_replay]
-report_storage_conn_id``. Only ``runs/<run id>/report.html`` files are served, under ``[dlq_replay]
-report_roots`` when set, with a Content-Security-Policy that forbids scripts and external resources.
-``GET /dlq-replay/docs/`` serves the provider's guides. The FastAPI app is built on the first request.
+A report is found through the task's XCom (``paths.report_html``), served only as
+``runs/<run id>/report.html`` (under ``[dlq_replay] report_roots`` when set), to users who may read the
+DAG's XComs, with a Content-Security-Policy that forbids scripts. The app is built on the first request.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """When the DLQ backlog watch fires, and the state that makes it fire once (pure logic).
 
-Shared by ``DlqBacklogEventTrigger`` and ``DlqBacklogRearmOperator``; the state is kept in the watched
-asset's state store under :data:`STATE_KEY`. An **armed** watch fires when the backlog above the
-``baseline`` (what the last replay left pending on purpose) reaches ``min_backlog`` or its oldest new
-message is ``max_age_seconds`` old, and disarms. A **disarmed** watch never fires for the same backlog
-until the replay DAG re-arms it, or ``refire_after_seconds`` pass. See ``docs/event-driven.md``.
+An **armed** watch fires when the backlog above the ``baseline`` (what the last replay left pending)
+reaches ``min_backlog`` or is ``max_age_seconds`` old, then disarms until the replay DAG re-arms it (or
+``refire_after_seconds`` pass). The state lives in the watched asset's state store under :data:`STATE_KEY`.
 """
 
 from __future__ import annotations
