@@ -220,11 +220,7 @@ class EntryCommitFn:
         return self.commit_table(table)
 
     def commit_table(self, table: Any, topics: Sequence[str] = ()) -> Any:
-        by_topic = self.entries_by_topic(table, topics)
-        return _result_table([self.commit_topic(topic, entries) for topic, entries in by_topic.items()])
-
-    def entries_by_topic(self, table: Any, topics: Sequence[str] = ()) -> dict[str, list[_EntryRow]]:
-        """The entries of ``table`` per ``dlq_topic`` (each of ``topics`` too, even without one)."""
+        """One result row per ``dlq_topic`` of ``table`` and per topic of ``topics``."""
         names = ("dlq_topic", "ledger_id", "entry_id", "messages", "final_messages", "batch_size")
         missing = [c for c in names if c not in table.column_names]
         if missing:
@@ -239,7 +235,7 @@ class EntryCommitFn:
             entries = by_topic.setdefault(topic, [])
             if ledger is not None and entry is not None:
                 entries.append(((int(ledger), int(entry)), int(messages or 0), int(final or 0), size))
-        return by_topic
+        return _result_table([self.commit_topic(topic, entries) for topic, entries in by_topic.items()])
 
     def commit_topic(self, topic: str, entries: list[_EntryRow]) -> dict[str, Any]:
         from spark_apps.dlq_replay.pulsar_io.admin import PulsarAdmin
@@ -266,10 +262,9 @@ class EntryCommitFn:
         admin = PulsarAdmin(self.conf)
         before, _ = self._cursor(admin, topic)
         todo = [p for p in ackable if not before.is_acked(p)]  # a resumed commit may have acked some
-        attempts = 0
+        sent = bool(todo)
         if todo:
             todo = self._ack(admin, window, todo)
-            attempts = 1
         cursor, stats = self._cursor(admin, topic)
         beyond = 0
         last = stats.get("lastConfirmedEntry")
@@ -278,9 +273,9 @@ class EntryCommitFn:
             beyond = count_entries(
                 pending_ranges(ledger_sizes(stats), cursor, parse_position(last), after=after)
             )
-        unacked = sum(ackable[p] for p in todo)
         missing = set(todo)
         done = [p for p in ackable if p not in missing]
+        acked, unacked = sum(ackable[p] for p in done), sum(ackable[p] for p in todo)
         if unacked:
             log.warning(
                 "commit %s: %d entries (%d final messages) could not be verified acked; they stay pending",
@@ -292,22 +287,21 @@ class EntryCommitFn:
             "commit %s (reader): acked %d messages in %d entries, %d final messages held by partly pending "
             "entries, %d left pending, %d pending entries beyond the window%s",
             topic,
-            sum(ackable[p] for p in done),
+            acked,
             len(done),
             partial,
             left,
             beyond,
-            "" if attempts else " (nothing to send: already acked)",
+            "" if sent else " (nothing to send: already acked)",
         )
         return {
             "dlq_topic": topic,
-            "acked": sum(ackable[p] for p in done),
+            "acked": acked,
             "left_pending": left,
             "beyond_window": beyond,
             "final_in_partial_entries": partial,
             "unacked_final": unacked,
             "entries_acked": len(done),
-            "messages_read": 0,
         }
 
     def _cursor(self, admin: Any, topic: str) -> tuple[CursorState, dict[str, Any]]:

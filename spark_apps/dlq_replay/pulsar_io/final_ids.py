@@ -25,18 +25,11 @@ def _parse(ids: Any) -> tuple[Any, Any, Any]:
     # Four plain integers of at most 18 digits each always cast to int64; anything else (a malformed id,
     # or a form Python's int reads and Arrow does not) is parsed one id at a time.
     if pc.all(pc.match_substring_regex(ids, _PLAIN_ID)).as_py() is False:  # None: no ids
-        return _parse_each(ids)
+        keys = [message_id_key(text) for text in ids.to_pylist()]  # names a malformed id
+        ledger, entry, batch = (pa.array([k[i] for k in keys], pa.int64()) for i in (0, 1, 3))
+        return ledger, entry, batch
     parts = pc.split_pattern(ids, ":")
     ledger, entry, _, batch = (pc.cast(pc.list_element(parts, i), pa.int64()) for i in range(4))
-    return ledger, entry, batch
-
-
-def _parse_each(ids: Any) -> tuple[Any, Any, Any]:
-    """:func:`_parse` one id at a time (names a malformed id; reads what Arrow does not, such as ``+1``)."""
-    import pyarrow as pa
-
-    keys = [message_id_key(text) for text in ids.to_pylist()]
-    ledger, entry, batch = (pa.array([k[i] for k in keys], pa.int64()) for i in (0, 1, 3))
     return ledger, entry, batch
 
 
