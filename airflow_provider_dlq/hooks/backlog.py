@@ -169,13 +169,7 @@ def metrics_plan(metrics_url: str, topics: Sequence[str], subscription: str) -> 
         )
     counts = parse_prometheus_backlog(result.text, subscription)
     return {
-        topic: TopicBacklog(
-            topic=topic,
-            subscription=subscription,
-            backlog=counts.get(topic, 0),
-            source="metrics",
-            found=topic in counts,
-        )
+        topic: TopicBacklog(topic, subscription, counts.get(topic, 0), "metrics", topic in counts)
         for topic in _expand(topics, counts)
     }
 
@@ -218,16 +212,7 @@ def parse_admin_stats(stats: Any, topic: str, subscription: str, now_ms: float) 
     age: float | None = None
     if isinstance(earliest, (int, float)) and earliest > 0 and entries > 0:
         age = max(0.0, (now_ms - float(earliest)) / 1000.0)
-    return TopicBacklog(
-        topic,
-        subscription,
-        entries,
-        source="admin",
-        found=True,
-        oldest_age_seconds=age,
-        entries=entries,
-        exact=entries == 0,
-    )
+    return TopicBacklog(topic, subscription, entries, "admin", True, age, entries, exact=entries == 0)
 
 
 def _count(value: Any) -> int | None:

@@ -95,29 +95,30 @@ class PulsarConnectionConfig:
         return tuple(v for v in values if v)
 
 
-def _as_bool(conn_id: str, name: str, value: Any) -> bool:
-    if value is None or value == "":
-        return False
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.strip().lower() in {"true", "1", "yes", "on"}:
-        return True
-    if isinstance(value, str) and value.strip().lower() in {"false", "0", "no", "off"}:
-        return False
+_BOOLS = dict.fromkeys(("true", "1", "yes", "on"), True) | dict.fromkeys(("false", "0", "no", "off"), False)
+
+
+def _as_bool(conn_id: str, extra: Mapping[str, Any], name: str) -> bool:
+    value = extra.get(name)
+    if value is None or value == "" or isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in _BOOLS:
+        return _BOOLS[value.strip().lower()]
     raise PulsarConnectionError(
         f"Connection {conn_id!r}: extra {name!r} must be true or false; got {value!r}."
     )
 
 
-def _http_url(conn_id: str, name: str, value: Any, example: str) -> str | None:
-    url = _text(conn_id, name, value, f"a string URL like {example}")
+def _http_url(conn_id: str, extra: Mapping[str, Any], name: str, example: str) -> str | None:
+    url = _text(conn_id, extra, name, f"a string URL like {example}")
     if url is None:
         return None
     url = url.rstrip("/")
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise PulsarConnectionError(
-            f"Connection {conn_id!r}: extra {name!r} must be an http(s) URL like {example}; got {value!r}."
+            f"Connection {conn_id!r}: extra {name!r} must be an http(s) URL like {example}; "
+            f"got {extra[name]!r}."
         )
     return url
 
@@ -195,7 +196,8 @@ def _port(conn_id: str, port: Any) -> int | None:
     return number
 
 
-def _text(conn_id: str, name: str, value: Any, kind: str = "a string") -> str | None:
+def _text(conn_id: str, extra: Mapping[str, Any], name: str, kind: str = "a string") -> str | None:
+    value = extra.get(name)
     if value is None or (isinstance(value, str) and not value.strip()):
         return None
     if not isinstance(value, str):
@@ -203,17 +205,15 @@ def _text(conn_id: str, name: str, value: Any, kind: str = "a string") -> str | 
     return value.strip()
 
 
-def _path(conn_id: str, name: str, value: Any) -> str | None:
-    return _text(conn_id, name, value, "a file path")
+def _path(conn_id: str, extra: Mapping[str, Any], name: str) -> str | None:
+    return _text(conn_id, extra, name, "a file path")
 
 
 def _oauth2(
     conn_id: str, extra: Mapping[str, Any], login: str | None, password: str | None
 ) -> OAuth2Settings | None:
-    issuer = _http_url(
-        conn_id, "oauth2_issuer_url", extra.get("oauth2_issuer_url"), "https://auth.example.com/"
-    )
-    credentials_file = _path(conn_id, "oauth2_credentials_file", extra.get("oauth2_credentials_file"))
+    issuer = _http_url(conn_id, extra, "oauth2_issuer_url", "https://auth.example.com/")
+    credentials_file = _path(conn_id, extra, "oauth2_credentials_file")
     others = [k for k in ("oauth2_audience", "oauth2_scope", "oauth2_credentials_file") if extra.get(k)]
     if issuer is None:
         if others:
@@ -237,8 +237,8 @@ def _oauth2(
         client_id=login or None,
         client_secret=password or None,
         credentials_file=credentials_file,
-        audience=_text(conn_id, "oauth2_audience", extra.get("oauth2_audience")),
-        scope=_text(conn_id, "oauth2_scope", extra.get("oauth2_scope")),
+        audience=_text(conn_id, extra, "oauth2_audience"),
+        scope=_text(conn_id, extra, "oauth2_scope"),
     )
 
 
@@ -265,15 +265,15 @@ def parse_pulsar_connection(
             f"pulsar://localhost:6650, e.g. {_EXAMPLE}"
         )
     extra = dict(extra or {})
-    use_tls = _as_bool(conn_id, "use_tls", extra.get("use_tls"))
+    use_tls = _as_bool(conn_id, extra, "use_tls")
     service_url = _service_url(conn_id, conn_type, host, _port(conn_id, port), use_tls)
     if use_tls and service_url.startswith("pulsar://"):
         raise PulsarConnectionError(
             f"Connection {conn_id!r}: extra use_tls is true but Service URL is {host!r}; "
             "use a pulsar+ssl:// URL or give only the host name."
         )
-    cert = _path(conn_id, "tls_cert_file_path", extra.get("tls_cert_file_path"))
-    key = _path(conn_id, "tls_key_file_path", extra.get("tls_key_file_path"))
+    cert = _path(conn_id, extra, "tls_cert_file_path")
+    key = _path(conn_id, extra, "tls_key_file_path")
     if bool(cert) != bool(key):
         raise PulsarConnectionError(
             f"Connection {conn_id!r}: a TLS client certificate needs both extras 'tls_cert_file_path' and "
@@ -286,21 +286,15 @@ def parse_pulsar_connection(
         )
     login = (login or "").strip() or None
     oauth2 = _oauth2(conn_id, extra, login, password or None)
-    test_topic = _text(conn_id, "test_topic", extra.get("test_topic"))
+    test_topic = _text(conn_id, extra, "test_topic")
     return PulsarConnectionConfig(
         conn_id=conn_id,
         service_url=service_url,
-        admin_url=_http_url(conn_id, "admin_url", extra.get("admin_url"), "http://localhost:8080"),
-        metrics_url=_http_url(
-            conn_id, "metrics_url", extra.get("metrics_url"), "http://localhost:8080/metrics"
-        ),
+        admin_url=_http_url(conn_id, extra, "admin_url", "http://localhost:8080"),
+        metrics_url=_http_url(conn_id, extra, "metrics_url", "http://localhost:8080/metrics"),
         token=None if oauth2 is not None else (password or None),
-        tls_trust_certs_file_path=_path(
-            conn_id, "tls_trust_certs_file_path", extra.get("tls_trust_certs_file_path")
-        ),
-        tls_allow_insecure_connection=_as_bool(
-            conn_id, "tls_allow_insecure_connection", extra.get("tls_allow_insecure_connection")
-        ),
+        tls_trust_certs_file_path=_path(conn_id, extra, "tls_trust_certs_file_path"),
+        tls_allow_insecure_connection=_as_bool(conn_id, extra, "tls_allow_insecure_connection"),
         tls_cert_file_path=cert,
         tls_key_file_path=key,
         oauth2=oauth2,

@@ -153,11 +153,8 @@ class DlqBacklogEventTrigger(BaseEventTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         """The standalone poll (Airflow without shared streams, or a trigger run outside a watcher)."""
-        hook = PulsarHook(self.pulsar_conn_id)
-        while True:
-            async for event in self._observe(await read_backlog(hook, self.topics, self.subscription)):
-                yield event
-            await asyncio.sleep(self.poll_interval)
+        async for event in self.filter_shared_stream(self.open_shared_stream(self.serialize()[1])):
+            yield event
 
     async def _observe(self, poll: BacklogPoll) -> AsyncIterator[TriggerEvent]:
         """Apply one poll to this watch: fire (state stored first) or update the state."""
