@@ -10,20 +10,21 @@ import json
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 from airflow.providers.common.compat.sdk import SkipMixin
 from airflow.providers.standard.operators.hitl import HITLOperator
 from airflow.sdk import Param
 from airflow.sdk.definitions.param import ParamsDict
 
+from airflow_provider_dlq.output_storage import split_location
+from pulsar_dlq_consumer.replay_options import GROUP_ACTIONS
+
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
     from airflow.sdk import Context
 
-REPLAY, ARCHIVE, LEAVE = "replay", "archive", "leave"
-GROUP_ACTIONS: tuple[str, ...] = (REPLAY, ARCHIVE, LEAVE)
+REPLAY, ARCHIVE, LEAVE = GROUP_ACTIONS
 DEFAULT_MAX_GROUPS = 50
 #: What the playbook proposed for a group (the report's action), as a suggestion for the reviewer.
 _SUGGESTION = {"republish": REPLAY, "archive": ARCHIVE, "drop": ARCHIVE, "skip": LEAVE}
@@ -31,13 +32,9 @@ _SUGGESTION = {"republish": REPLAY, "archive": ARCHIVE, "drop": ARCHIVE, "skip":
 
 def load_groups(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The dry-run's groups from its ``report.json`` when readable here, else the summary's top groups."""
-    path = str((summary.get("paths") or {}).get("report_json") or "")
-    parts = urlsplit(path)
-    if path and parts.scheme in ("", "file"):
-        local = Path(parts.path if parts.scheme == "file" else path)
-        if local.is_file():
-            report = json.loads(local.read_text(encoding="utf-8"))
-            return list(report.get("groups") or [])
+    scheme, path = split_location(str((summary.get("paths") or {}).get("report_json") or ""))
+    if path and not scheme and Path(path).is_file():
+        return list(json.loads(Path(path).read_text(encoding="utf-8")).get("groups") or [])
     return list(summary.get("groups") or [])
 
 
