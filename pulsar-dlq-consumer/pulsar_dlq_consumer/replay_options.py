@@ -11,7 +11,7 @@ import math
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Self
 
 from pulsar_dlq_consumer.errors import ConfigurationError
 from pulsar_dlq_consumer.topics import normalize_topic
@@ -26,6 +26,12 @@ DEFAULT_SUBSCRIPTION = "dlq-replayer"
 DEFAULT_MAX_REPLAYS = 3
 DEFAULT_IDLE_TIMEOUT_MS = 3000
 DEFAULT_CANARY_WAIT_SECONDS = 60.0
+#: Sequence ids per producer and wave: after a kill mid-apply a resumed run re-sends at most one wave per
+#: producer (``docs/reliability.md`` has the bound and the measured cost of smaller waves).
+DEFAULT_WAVE_SIZE = 2_000
+#: The wave size when the admin REST shows broker deduplication on every target topic: a re-sent wave is
+#: dropped by the broker there, so only the time to send it again is at stake, and fewer waves cost less.
+DEDUP_WAVE_SIZE = 50_000
 #: The app's last stdout line starts with this, followed by the run's summary as JSON.
 SUMMARY_PREFIX = "DLQ_REPLAY_SUMMARY "
 #: The refusal of a run without DLQ topics.
@@ -257,53 +263,254 @@ class ReplayOptions:
             raise ReplayOptionsError("--window-from must name an earlier run, not this --run-id")
 
     def to_argv(self) -> list[str]:
-        """The app's command line for these options (the inverse of the app's parser; no secrets)."""
-        argv = [
-            "--run-id", self.run_id,
-            "--mode", self.mode,
-            "--service-url", self.service_url,
-            "--topics", ",".join(self.topics),
-            "--subscription", self.subscription,
-            "--output-dir", self.output_dir,
-        ]  # fmt: skip
+        """The app's command line for these options (:data:`FLAGS`; the inverse of :func:`from_arguments`).
+        Holds no secret: secrets are never options."""
         canary = self.canary
-        optional: list[tuple[str, Any]] = [
-            ("--auth-token-file", self.auth_token_file),
-            ("--tls-trust-certs-file", self.tls_trust_certs_file),
-            ("--admin-url", self.admin_url),
-            ("--tls-cert-file", self.tls_cert_file),
-            ("--tls-key-file", self.tls_key_file),
-            ("--oauth2-issuer-url", self.oauth2_issuer_url),
-            ("--oauth2-audience", self.oauth2_audience),
-            ("--oauth2-scope", self.oauth2_scope),
-            ("--oauth2-credentials-file", self.oauth2_credentials_file),
-            ("--playbook", self.playbook),
-            ("--origin-allowlist", ",".join(self.origin_allowlist or ())),
-            ("--signatures", ",".join(self.signatures or ())),
-            ("--error-class", self.error_class),
-            ("--since", self.since.isoformat() if self.since else None),
-            ("--until", self.until.isoformat() if self.until else None),
-            ("--max-messages", self.max_messages),
-            ("--max-replays", self.max_replays),
-            ("--rate-limit", self.rate_limit),
-            ("--parallelism", self.parallelism),
-            ("--archive-payload", "on" if self.archive_payload else "off"),
-            ("--group-actions", group_actions_json(self.group_actions)),
-            ("--window-from", self.window_from),
-            ("--canary", canary.label if canary else None),
-            ("--canary-wait-seconds", canary.wait_seconds if canary else None),
-            ("--canary-max-failure-rate", canary.max_failure_rate if canary else None),
-            ("--canary-watch-topics", ",".join(canary.watch_topics) if canary else None),
-            ("--wave-size", self.wave_size),
-        ]
-        if self.idle_timeout_ms != DEFAULT_IDLE_TIMEOUT_MS:
-            optional.append(("--idle-timeout-ms", self.idle_timeout_ms))
-        if not self.subscription_lease:
-            optional.append(("--subscription-lease", "off"))
-        for flag, value in optional:
-            if value is not None and value != "":
-                argv += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
+        values: dict[str, Any] = {
+            **{f.name: getattr(self, f.name) for f in FLAGS if f.name not in _CANARY_FLAGS},
+            "canary": canary.label if canary else None,
+            "canary_wait_seconds": canary.wait_seconds if canary else None,
+            "canary_max_failure_rate": canary.max_failure_rate if canary else None,
+            "canary_watch_topics": canary.watch_topics if canary else None,
+        }
+        argv: list[str] = []
+        for flag in FLAGS:
+            text = flag.text(values[flag.name])
+            if text:
+                argv += [flag.option, text]
         return argv
+
+    @classmethod
+    def from_arguments(cls, values: dict[str, Any], **fields: Any) -> Self:
+        """The options of the parsed command line ``values`` (one entry per :data:`FLAGS` name, ``None``
+        when not given); ``fields`` are taken as given instead (``group_actions``, which the app reads)."""
+        kwargs = {
+            f.name: f.value(values[f.name])
+            for f in FLAGS
+            if f.name not in _CANARY_FLAGS and f.name not in fields and values[f.name] is not None
+        }
+        size = values["canary"]
+        if size is not None:
+            wait, rate = values["canary_wait_seconds"], values["canary_max_failure_rate"]
+            kwargs["canary"] = CanarySpec.parse(
+                size,
+                DEFAULT_CANARY_WAIT_SECONDS if wait is None else wait,
+                0.0 if rate is None else rate,
+                split_list(values["canary_watch_topics"]) or (),
+            )
+        return cls(**{**kwargs, **fields})
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One option of the app's command line: the :class:`ReplayOptions` field (or canary setting) it
+    sets, the kind of its value and its ``--help``."""
+
+    name: str
+    help: str
+    kind: str = "text"  # text, name, url, list, int, float, time, switch, mode, json
+    metavar: str | None = None
+    required: bool = False
+
+    @property
+    def option(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    def argparse_kwargs(self) -> dict[str, Any]:
+        """``argparse.add_argument`` keywords: the type or choices, ``required`` and the help."""
+        kwargs: dict[str, Any] = {"help": self.help, "required": self.required}
+        if self.kind in ("int", "float"):
+            kwargs["type"] = int if self.kind == "int" else float
+        if self.kind in ("switch", "mode"):
+            kwargs["choices"] = ("on", "off") if self.kind == "switch" else MODES
+        elif self.metavar:
+            kwargs["metavar"] = self.metavar
+        return kwargs
+
+    def value(self, text: Any) -> Any:
+        """The field's value of the option's parsed argument ``text``."""
+        kinds = {
+            "name": str.strip,
+            "url": lambda v: v.strip().rstrip("/"),
+            "list": split_list,
+            "time": lambda v: parse_time(v, self.option),
+            "switch": lambda v: v == "on",
+        }
+        convert = kinds.get(self.kind)
+        return convert(text) if convert else text
+
+    def text(self, value: Any) -> str | None:
+        """The option's argument for the field's ``value`` (``None``: left out)."""
+        if value is None:
+            return None
+        if self.kind == "list":
+            return ",".join(value)
+        if self.kind == "time":
+            return str(value.isoformat())
+        if self.kind == "switch":
+            return "on" if value else "off"
+        if self.kind == "json":
+            return group_actions_json(value)
+        return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+_CANARY_FLAGS = ("canary", "canary_wait_seconds", "canary_max_failure_rate", "canary_watch_topics")
+#: The app's command line, one entry per option, in ``--help`` and :meth:`ReplayOptions.to_argv` order.
+FLAGS: tuple[Flag, ...] = (
+    Flag("run_id", "Id of this run (e.g. the Airflow run id); re-use it to resume a run.", required=True),
+    Flag(
+        "mode",
+        "dry-run: decide and report only, change nothing (default). replay: republish, archive, drop, "
+        "record and ack. archive-only: like replay but never republish (republish rules are skipped).",
+        "mode",
+    ),
+    Flag("service_url", "Pulsar binary service URL, e.g. pulsar://localhost:6650.", required=True),
+    Flag("topics", "DLQ topics to replay, comma-separated.", "list", "T1,T2", required=True),
+    Flag(
+        "subscription",
+        f"Durable Shared subscription to read and ack through (default {DEFAULT_SUBSCRIPTION}).",
+    ),
+    Flag(
+        "output_dir",
+        "Root for runs/<run_id>/, archive/ and ledger/: a local path or a URI pyarrow opens (s3://, "
+        "s3a://, gs://, hdfs://); an object store needs --subscription-lease on.",
+        metavar="URI",
+        required=True,
+    ),
+    Flag(
+        "auth_token_file",
+        "File holding the Pulsar JWT token (else env PULSAR_AUTH_TOKEN; unset means no auth).",
+        metavar="PATH",
+    ),
+    Flag("tls_trust_certs_file", "CA bundle for pulsar+ssl:// service URLs.", metavar="PATH"),
+    Flag(
+        "admin_url",
+        "Apache Pulsar admin REST, e.g. http://broker:8080 (same credentials and CA as the service). "
+        "When it answers, each DLQ message is read once (Readers) and commit acks ids from the ledger; "
+        "without it the DLQ is read twice through Shared consumers (the embedded broker's mode).",
+        "url",
+        "URL",
+    ),
+    Flag(
+        "tls_cert_file",
+        "Client certificate (PEM) for pulsar+ssl://: the authentication without a token or OAuth2 "
+        "(AuthenticationTls), else mutual TLS. Needs --tls-key-file.",
+        metavar="PATH",
+    ),
+    Flag("tls_key_file", "Private key (PEM) of --tls-cert-file.", metavar="PATH"),
+    Flag("oauth2_issuer_url", "OAuth2 client credentials: the issuer URL.", metavar="URL"),
+    Flag("oauth2_audience", "OAuth2 audience (optional).", metavar="AUDIENCE"),
+    Flag("oauth2_scope", "OAuth2 scope (optional).", metavar="SCOPE"),
+    Flag(
+        "oauth2_credentials_file",
+        'OAuth2 key file {"client_id": ..., "client_secret": ...} (else env PULSAR_OAUTH2_CREDENTIALS '
+        "with the same JSON).",
+        metavar="PATH",
+    ),
+    Flag(
+        "playbook", "Playbook YAML (docs/playbook.md). Without it every message is skipped.", metavar="PATH"
+    ),
+    Flag(
+        "origin_allowlist",
+        "Topics a message may be republished to (its origin must match): globs on full topic names "
+        "(* within a path part, ** across), or re:<regex>. Required for --mode replay.",
+        "list",
+        "GLOB[,GLOB]",
+    ),
+    Flag("signatures", "Only act on these error signatures (from a report).", "list", "S1,S2"),
+    Flag("error_class", "Only act on this error class (full or simple class name).", "name", "NAME"),
+    Flag(
+        "since",
+        "Only act on DLQ messages published at or after this time (UTC if no offset).",
+        "time",
+        "ISO8601",
+    ),
+    Flag(
+        "until", "Only act on DLQ messages published before this time (UTC if no offset).", "time", "ISO8601"
+    ),
+    Flag("max_messages", "Act on at most N messages (oldest first); the rest wait.", "int", "N"),
+    Flag(
+        "max_replays",
+        "Loop guard: a message with REPLAY_COUNT >= N is archived instead of republished "
+        f"(default {DEFAULT_MAX_REPLAYS}).",
+        "int",
+        "N",
+    ),
+    Flag("rate_limit", "Cap on republished messages per second (whole run).", "float", "MSGS_PER_S"),
+    Flag(
+        "parallelism",
+        "Readers per DLQ partition for the snapshot (reader mode; default: enough to keep every core "
+        "busy) and producers per origin topic (default: Spark's default parallelism).",
+        "int",
+        "N",
+    ),
+    Flag(
+        "archive_payload",
+        "Archive payloads (on, default) or only their SHA-256 (off); playbooks can say off per rule.",
+        "switch",
+    ),
+    Flag(
+        "group_actions",
+        "Approved action per error signature, overriding the playbook for this run: a JSON object "
+        '{"<signature>": "replay"|"archive"|"leave"} or @path of a file holding it (docs/approval.md).',
+        "json",
+        "JSON|@FILE",
+    ),
+    Flag(
+        "window_from",
+        "Read the window frozen by this earlier run (e.g. the reviewed dry-run) instead of freezing a "
+        "new one; same --output-dir, --topics and --subscription.",
+        "name",
+        "RUN_ID",
+    ),
+    Flag(
+        "canary",
+        "Republish N messages (or P%%) of each error group first, watch them for --canary-wait-seconds "
+        "and halt groups whose canaries fail again (left pending as canary_failed); docs/canary.md.",
+        metavar="N|P%",
+    ),
+    Flag(
+        "canary_wait_seconds",
+        f"How long the canary is watched before the rest is sent (default {DEFAULT_CANARY_WAIT_SECONDS:g}).",
+        "float",
+        "S",
+    ),
+    Flag(
+        "canary_max_failure_rate",
+        "Halt a group when more than this share of its canaries fail again (default 0: any).",
+        "float",
+        "RATE",
+    ),
+    Flag(
+        "canary_watch_topics",
+        "Topics watched for failed canaries besides the DLQ topics and their -RETRY siblings.",
+        "list",
+        "T1,T2",
+    ),
+    Flag(
+        "wave_size",
+        "Republish in waves of N messages per producer, each saved before the next; after a kill a "
+        "resumed run re-sends at most the wave in flight: N x producers messages, which reach the origin "
+        f"twice on a broker without deduplication (default {DEFAULT_WAVE_SIZE}; {DEDUP_WAVE_SIZE} when the "
+        "admin REST shows deduplication on every target topic, where a re-send is dropped by the broker).",
+        "int",
+        "N",
+    ),
+    Flag(
+        "idle_timeout_ms",
+        f"Stop reading a partition after this long idle (default {DEFAULT_IDLE_TIMEOUT_MS}).",
+        "int",
+        "MS",
+    ),
+    Flag(
+        "subscription_lease",
+        "Hold a broker lease per DLQ topic and subscription for the whole run, so no other replay "
+        "(whatever its output dir) reads the same subscription at the same time (default on). It needs "
+        "permission to consume a small lease topic in the DLQ's namespace; 'off' relies on the output "
+        "directory lock alone, which only a local --output-dir can hold.",
+        "switch",
+    ),
+)
 
 
 def group_actions_json(actions: dict[str, str] | None) -> str | None:

@@ -11,8 +11,8 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
+from pulsar_dlq_consumer.replay_options import DEDUP_WAVE_SIZE, DEFAULT_WAVE_SIZE
 from spark_apps.dlq_replay import outcomes as oc
-from spark_apps.dlq_replay.options import DEDUP_WAVE_SIZE, DEFAULT_WAVE_SIZE
 from spark_apps.dlq_replay.storage import join
 
 if TYPE_CHECKING:
@@ -219,7 +219,7 @@ def _count_resend(
 
 
 def _wave_size(run: Run, last: int) -> int:
-    """``--wave-size``, else :data:`~spark_apps.dlq_replay.options.DEDUP_WAVE_SIZE` when the broker
+    """``--wave-size``, else :data:`~pulsar_dlq_consumer.replay_options.DEDUP_WAVE_SIZE` when the broker
     deduplicates every target topic (a re-sent wave is dropped there), else the small default that bounds
     a re-send after a kill (``docs/reliability.md``). ``last``: the highest sequence id of any producer."""
     from spark_apps.dlq_replay.pulsar_io.dedup import deduplication

@@ -25,26 +25,10 @@ import re
 import sys
 from typing import TYPE_CHECKING, Any
 
-from pulsar_dlq_consumer.replay_options import (
-    DEFAULT_CANARY_WAIT_SECONDS,
-    DRY_RUN,
-    MODES,
-    SUMMARY_PREFIX,
-    CanarySpec,
-    ReplayOptionsError,
-)
+from pulsar_dlq_consumer.replay_options import FLAGS, SUMMARY_PREFIX, ReplayOptionsError
 from spark_apps.dlq_replay.errors import ReplayConfigError, ReplayError, RunLockedError
 from spark_apps.dlq_replay.group_actions import parse_group_actions
-from spark_apps.dlq_replay.options import (
-    DEDUP_WAVE_SIZE,
-    DEFAULT_IDLE_TIMEOUT_MS,
-    DEFAULT_MAX_REPLAYS,
-    DEFAULT_SUBSCRIPTION,
-    DEFAULT_WAVE_SIZE,
-    ReplayOptions,
-    parse_time,
-    split_list,
-)
+from spark_apps.dlq_replay.options import ReplayOptions
 from spark_apps.dlq_replay.redaction import register_argv, scrub
 
 if TYPE_CHECKING:
@@ -118,180 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
             f"Progress goes to stderr; the last stdout line is {SUMMARY_PREFIX}<json>."
         ),
     )
-    add = parser.add_argument
-    add(
-        "--run-id", required=True, help="Id of this run (e.g. the Airflow run id); re-use it to resume a run."
-    )
-    add(
-        "--mode",
-        choices=MODES,
-        default=DRY_RUN,
-        help="dry-run: decide and report only, change nothing (default). replay: republish, archive, drop, "
-        "record and ack. archive-only: like replay but never republish (republish rules are skipped).",
-    )
-    add("--service-url", required=True, help="Pulsar binary service URL, e.g. pulsar://localhost:6650.")
-    add(
-        _TOKEN_FILE_OPTION,
-        metavar="PATH",
-        help="File holding the Pulsar JWT token (else env PULSAR_AUTH_TOKEN; unset means no auth).",
-    )
-    add("--tls-trust-certs-file", metavar="PATH", help="CA bundle for pulsar+ssl:// service URLs.")
-    add(
-        "--admin-url",
-        metavar="URL",
-        help="Apache Pulsar admin REST, e.g. http://broker:8080 (same credentials and CA as the service). "
-        "When it answers, each DLQ message is read once (Readers) and commit acks ids from the ledger; "
-        "without it the DLQ is read twice through Shared consumers (the embedded broker's mode).",
-    )
-    add(
-        "--tls-cert-file",
-        metavar="PATH",
-        help="Client certificate (PEM) for pulsar+ssl://: the authentication without a token or OAuth2 "
-        "(AuthenticationTls), else mutual TLS. Needs --tls-key-file.",
-    )
-    add("--tls-key-file", metavar="PATH", help="Private key (PEM) of --tls-cert-file.")
-    add("--oauth2-issuer-url", metavar="URL", help="OAuth2 client credentials: the issuer URL.")
-    add("--oauth2-audience", metavar="AUDIENCE", help="OAuth2 audience (optional).")
-    add("--oauth2-scope", metavar="SCOPE", help="OAuth2 scope (optional).")
-    add(
-        "--oauth2-credentials-file",
-        metavar="PATH",
-        help='OAuth2 key file {"client_id": ..., "client_secret": ...} (else env PULSAR_OAUTH2_CREDENTIALS '
-        "with the same JSON).",
-    )
-    add("--topics", required=True, metavar="T1,T2", help="DLQ topics to replay, comma-separated.")
-    add(
-        "--subscription",
-        default=DEFAULT_SUBSCRIPTION,
-        help=f"Durable Shared subscription to read and ack through (default {DEFAULT_SUBSCRIPTION}).",
-    )
-    add(
-        "--playbook",
-        metavar="PATH",
-        help="Playbook YAML (docs/playbook.md). Without it every message is skipped.",
-    )
-    add(
-        "--output-dir",
-        required=True,
-        metavar="URI",
-        help="Root for runs/<run_id>/, archive/ and ledger/: a local path or a URI pyarrow opens (s3://, "
-        "s3a://, gs://, hdfs://); an object store needs --subscription-lease on.",
-    )
-    add(
-        "--origin-allowlist",
-        metavar="GLOB[,GLOB]",
-        help="Topics a message may be republished to (its origin must match): globs on full topic names "
-        "(* within a path part, ** across), or re:<regex>. Required for --mode replay.",
-    )
-    add("--signatures", metavar="S1,S2", help="Only act on these error signatures (from a report).")
-    add(
-        "--group-actions",
-        metavar="JSON|@FILE",
-        help="Approved action per error signature, overriding the playbook for this run: a JSON object "
-        '{"<signature>": "replay"|"archive"|"leave"} or @path of a file holding it (docs/approval.md).',
-    )
-    add(
-        "--canary",
-        metavar="N|P%",
-        help="Republish N messages (or P%%) of each error group first, watch them for --canary-wait-seconds "
-        "and halt groups whose canaries fail again (left pending as canary_failed); docs/canary.md.",
-    )
-    add(
-        "--canary-wait-seconds",
-        type=float,
-        default=DEFAULT_CANARY_WAIT_SECONDS,
-        metavar="S",
-        help="How long the canary is watched before the rest is sent "
-        f"(default {DEFAULT_CANARY_WAIT_SECONDS:g}).",
-    )
-    add(
-        "--canary-max-failure-rate",
-        type=float,
-        default=0.0,
-        metavar="RATE",
-        help="Halt a group when more than this share of its canaries fail again (default 0: any).",
-    )
-    add(
-        "--canary-watch-topics",
-        metavar="T1,T2",
-        help="Topics watched for failed canaries besides the DLQ topics and their -RETRY siblings.",
-    )
-    add(
-        "--window-from",
-        metavar="RUN_ID",
-        help="Read the window frozen by this earlier run (e.g. the reviewed dry-run) instead of freezing a "
-        "new one; same --output-dir, --topics and --subscription.",
-    )
-    add("--error-class", metavar="NAME", help="Only act on this error class (full or simple class name).")
-    add(
-        "--since",
-        metavar="ISO8601",
-        help="Only act on DLQ messages published at or after this time (UTC if no offset).",
-    )
-    add(
-        "--until",
-        metavar="ISO8601",
-        help="Only act on DLQ messages published before this time (UTC if no offset).",
-    )
-    add(
-        "--max-messages",
-        type=int,
-        metavar="N",
-        help="Act on at most N messages (oldest first); the rest wait.",
-    )
-    add(
-        "--max-replays",
-        type=int,
-        default=DEFAULT_MAX_REPLAYS,
-        metavar="N",
-        help="Loop guard: a message with REPLAY_COUNT >= N is archived instead of republished "
-        f"(default {DEFAULT_MAX_REPLAYS}).",
-    )
-    add(
-        "--rate-limit",
-        type=float,
-        metavar="MSGS_PER_S",
-        help="Cap on republished messages per second (whole run).",
-    )
-    add(
-        "--parallelism",
-        type=int,
-        metavar="N",
-        help="Readers per DLQ partition for the snapshot (reader mode; default: enough to keep every core "
-        "busy) and producers per origin topic (default: Spark's default parallelism).",
-    )
-    add(
-        "--archive-payload",
-        choices=("on", "off"),
-        default="on",
-        help="Archive payloads (on, default) or only their SHA-256 (off); playbooks can say off per rule.",
-    )
-    add(
-        "--idle-timeout-ms",
-        type=int,
-        default=DEFAULT_IDLE_TIMEOUT_MS,
-        metavar="MS",
-        help=f"Stop reading a partition after this long idle (default {DEFAULT_IDLE_TIMEOUT_MS}).",
-    )
-    add(
-        "--wave-size",
-        type=int,
-        default=None,
-        metavar="N",
-        help="Republish in waves of N messages per producer, each saved before the next; after a kill a "
-        "resumed run re-sends at most the wave in flight: N x producers messages, which reach the origin "
-        f"twice on a broker without deduplication (default {DEFAULT_WAVE_SIZE}; {DEDUP_WAVE_SIZE} when the "
-        "admin REST shows deduplication on every target topic, where a re-send is dropped by the broker).",
-    )
-    add(
-        "--subscription-lease",
-        choices=("on", "off"),
-        default="on",
-        help="Hold a broker lease per DLQ topic and subscription for the whole run, so no other replay "
-        "(whatever its output dir) reads the same subscription at the same time (default on). It needs "
-        "permission to consume a small lease topic in the DLQ's namespace; 'off' relies on the output "
-        "directory lock alone, which only a local --output-dir can hold.",
-    )
+    for flag in FLAGS:
+        parser.add_argument(flag.option, **flag.argparse_kwargs())
     return parser
 
 
@@ -331,47 +143,8 @@ def parse_options(argv: Sequence[str] | None = None) -> ReplayOptions:
 
 def _options(args: argparse.Namespace) -> ReplayOptions:
     """The parsed arguments as the run's options (the inverse of ``ReplayOptions.to_argv``)."""
-    return ReplayOptions(
-        run_id=args.run_id,
-        mode=args.mode,
-        service_url=args.service_url,
-        auth_token_file=args.auth_token_file,
-        tls_trust_certs_file=args.tls_trust_certs_file,
-        admin_url=args.admin_url.strip().rstrip("/") if args.admin_url else None,
-        tls_cert_file=args.tls_cert_file,
-        tls_key_file=args.tls_key_file,
-        oauth2_issuer_url=args.oauth2_issuer_url,
-        oauth2_audience=args.oauth2_audience,
-        oauth2_scope=args.oauth2_scope,
-        oauth2_credentials_file=args.oauth2_credentials_file,
-        topics=split_list(args.topics) or (),
-        subscription=args.subscription,
-        playbook=args.playbook,
-        output_dir=args.output_dir,
-        origin_allowlist=split_list(args.origin_allowlist),
-        signatures=split_list(args.signatures),
-        error_class=args.error_class.strip() if args.error_class else None,
-        since=parse_time(args.since, "--since") if args.since else None,
-        until=parse_time(args.until, "--until") if args.until else None,
-        max_messages=args.max_messages,
-        max_replays=args.max_replays,
-        rate_limit=args.rate_limit,
-        parallelism=args.parallelism,
-        archive_payload=args.archive_payload == "on",
-        idle_timeout_ms=args.idle_timeout_ms,
-        wave_size=args.wave_size,
-        subscription_lease=args.subscription_lease == "on",
-        group_actions=parse_group_actions(args.group_actions) if args.group_actions else None,
-        window_from=args.window_from.strip() if args.window_from else None,
-        canary=CanarySpec.parse(
-            args.canary,
-            args.canary_wait_seconds,
-            args.canary_max_failure_rate,
-            split_list(args.canary_watch_topics) or (),
-        )
-        if args.canary
-        else None,
-    )
+    actions = parse_group_actions(args.group_actions) if args.group_actions else None
+    return ReplayOptions.from_arguments(vars(args), group_actions=actions)
 
 
 # --------------------------------------------------------------------------- stderr

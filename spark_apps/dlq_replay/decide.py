@@ -536,11 +536,11 @@ def _fix_records(cols: _Columns, indices: list[int]) -> list[FixRecord]:
 def run_decide(run: Run, snapshot: DataFrame, planned_at: datetime) -> DataFrame:
     """Decide in one Spark task per producer bucket, each reading its share of the snapshot's files and
     writing its decisions (and, unless a dry-run, its archived rows) itself."""
+    from pulsar_dlq_consumer.replay_options import DEFAULT_WAVE_SIZE
     from spark_apps.dlq_replay import task_parquet
     from spark_apps.dlq_replay.archive_files import staged_output
     from spark_apps.dlq_replay.free_memory import return_free_memory
     from spark_apps.dlq_replay.ledger import final_ids, read_ledger
-    from spark_apps.dlq_replay.options import DEFAULT_WAVE_SIZE
     from spark_apps.dlq_replay.schemas import DECIDED_SCHEMA
     from spark_apps.dlq_replay.snapshot import snapshot_identities
     from spark_apps.dlq_replay.task_sends import wave_blocks

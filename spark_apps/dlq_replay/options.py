@@ -12,37 +12,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pulsar_dlq_consumer import replay_options as contract
-from pulsar_dlq_consumer.replay_options import (
-    DEFAULT_IDLE_TIMEOUT_MS,
-    DEFAULT_MAX_REPLAYS,
-    DEFAULT_SUBSCRIPTION,
-    ReplayOptionsError,
-    parse_time,
-    split_list,
-)
+from pulsar_dlq_consumer.replay_options import ReplayOptionsError
 from spark_apps.dlq_replay.errors import ReplayConfigError
 from spark_apps.dlq_replay.redaction import check_name, check_url
 
 if TYPE_CHECKING:
     from spark_apps.dlq_replay.topics import TopicMatcher
 
-__all__ = [
-    "DEDUP_WAVE_SIZE",
-    "DEFAULT_IDLE_TIMEOUT_MS",
-    "DEFAULT_MAX_REPLAYS",
-    "DEFAULT_SUBSCRIPTION",
-    "DEFAULT_WAVE_SIZE",
-    "ReplayOptions",
-    "parse_time",
-    "split_list",
-]
-
-#: Sequence ids per producer and wave: after a kill mid-apply a resumed run re-sends at most one wave per
-#: producer (see ``docs/reliability.md`` for the bound and the measured cost of smaller waves).
-DEFAULT_WAVE_SIZE = 2_000
-#: The wave size when the admin REST shows broker deduplication on every target topic: a re-sent wave is
-#: dropped by the broker there, so only the time to send it again is at stake, and fewer waves cost less.
-DEDUP_WAVE_SIZE = 50_000
 _SERVICE_SCHEMES = ("pulsar://", "pulsar+ssl://")
 _HTTP_SCHEMES = ("http://", "https://")
 

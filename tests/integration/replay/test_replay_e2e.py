@@ -21,8 +21,9 @@ from replay_e2e_support import (
     produce_late,
 )
 
+from pulsar_dlq_consumer.replay_options import DEDUP_WAVE_SIZE
 from spark_apps.dlq_replay import outcomes as oc
-from spark_apps.dlq_replay.options import DEDUP_WAVE_SIZE, ReplayOptions
+from spark_apps.dlq_replay.options import ReplayOptions
 from spark_apps.dlq_replay.runner import run_replay
 
 pytestmark = pytest.mark.integration
@@ -309,8 +310,8 @@ def test_waves_follow_the_brokers_deduplication(spark, pulsar_client, pulsar_bro
 
     from replay_e2e_support import order, ours
 
+    from pulsar_dlq_consumer.replay_options import DEFAULT_WAVE_SIZE
     from pulsar_standalone.admin import AdminClient
-    from spark_apps.dlq_replay.options import DEFAULT_WAVE_SIZE
 
     n = DEFAULT_WAVE_SIZE + 100  # one producer (parallelism 1): two small waves, or one large one
     admin = AdminClient(pulsar_broker.admin_url)

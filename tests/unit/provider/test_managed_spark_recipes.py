@@ -39,6 +39,8 @@ ARGV = [
     "--origin-allowlist", "persistent://public/default/orders*",
     "--max-replays", "3",
     "--archive-payload", "on",
+    "--idle-timeout-ms", "3000",
+    "--subscription-lease", "on",
 ]  # fmt: skip
 FILES = recipes.AppFiles("s3://dlq-bucket/app/dlq_replay_main.py", "s3://dlq-bucket/app/dlq_replay.zip")
 CONF = {"spark.sql.session.timeZone": "UTC", "spark.ui.showConsoleProgress": "false"}

@@ -99,6 +99,8 @@ def test_exact_spark_submit_command_and_token_only_in_env(conns, tmp_path):
         "--rate-limit", "250",
         "--parallelism", "2",
         "--archive-payload", "off",
+        "--idle-timeout-ms", "3000",
+        "--subscription-lease", "on",
     ]  # fmt: skip
     assert TOKEN not in " ".join(cmd)
     assert env[TOKEN_ENV] == TOKEN
