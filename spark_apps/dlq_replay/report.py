@@ -1,8 +1,11 @@
-"""Report step: per-signature groups, run totals and timings as JSON; the printed summary.
+"""Report step: per-signature groups, run totals and timings as JSON and HTML, their explanations, and
+the printed summary (see ``docs/report.md``).
 
-The groups come from the parts the record tasks wrote (:mod:`~spark_apps.dlq_replay.report_parts`): only
-aggregates reach the driver (one row per group x outcome x action, and at most ``SAMPLE_IDS`` message
-ids per group), never anything proportional to the number of messages.
+The groups come from the parts the record tasks wrote (:mod:`~spark_apps.dlq_replay.report_parts`); the
+explanations (fix and sample errors, the rule evaluation of a representative message, masked payload
+snippets, refused origins, the trend over the ledger) from small Spark queries and pyarrow reads. Only
+aggregates reach the driver, never anything proportional to the number of messages. An explanation that
+cannot be computed is logged and left out: the counts never depend on it.
 """
 
 from __future__ import annotations
@@ -10,17 +13,30 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from pulsar_dlq_consumer.replay_options import SUMMARY_PREFIX
 from spark_apps.dlq_replay import outcomes as oc
+from spark_apps.dlq_replay.report_explain import (
+    explain_rules,
+    mask_payload,
+    next_steps,
+    outcome_order,
+    run_config,
+)
+from spark_apps.dlq_replay.report_parts import ERROR_CHARS, SAMPLE_ERRORS, error_counts
+from spark_apps.dlq_replay.schemas import DECIDED_SCHEMA, LEDGER_SCHEMA
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from collections.abc import Callable
 
-    from spark_apps.dlq_replay.report_details import ReportContext
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+    from spark_apps.dlq_replay.playbook import Playbook
     from spark_apps.dlq_replay.report_parts import ReportParts
     from spark_apps.dlq_replay.run_context import Run
 
@@ -28,19 +44,10 @@ log = logging.getLogger("spark_apps.dlq_replay")
 
 REPORT_FORMAT = 1
 MAX_GROUPS = 200
+#: The totals in report order: the outcomes with the commit's and a resumed apply's counts among them.
 TOTAL_KEYS: tuple[str, ...] = (
     "snapshot",
-    oc.REPUBLISHED,
-    oc.ARCHIVED,
-    oc.DROPPED,
-    oc.SKIPPED,
-    oc.FIX_FAILED,
-    oc.ORIGIN_REFUSED,
-    oc.ORIGIN_CONFLICT,
-    oc.MALFORMED,
-    oc.LOOP_GUARDED,
-    oc.ALREADY_FINAL,
-    oc.DUPLICATE,
+    *oc.OUTCOMES[: oc.OUTCOMES.index(oc.FILTERED)],
     "acked",
     "left_pending",
     oc.FILTERED,
@@ -48,6 +55,16 @@ TOTAL_KEYS: tuple[str, ...] = (
     "resent",
     oc.CANARY_FAILED,
 )
+#: Groups that get explanations (the largest first); the rest are listed with counts only.
+DETAIL_GROUPS = 50
+FIX_ERRORS = 3
+PAYLOAD_SAMPLES = 2
+TREND_RUNS = 8
+TREND_GROUPS = 20
+REFUSED_ORIGINS = 10
+#: Spark setting that opts a run in to masked payload snippets in its report (default false).
+CONF_PAYLOAD_SNIPPETS = "spark.dlq.report.payloadSnippets"
+_TRUE = ("true", "1", "yes", "on")
 
 
 @dataclass(frozen=True)
@@ -63,6 +80,22 @@ class CommitTotals:
     reads_per_message: float = 0.0  # DLQ reads of the run (snapshot + commit) per snapshot message
 
 
+_COMMIT_COUNTS = ("acked", "left_pending_seen", "beyond_window", "unacked_final", "final_in_partial_entries")
+
+
+@dataclass(frozen=True)
+class ReportContext:
+    """Where a run's datasets are and what configured it (what the explanations are computed from)."""
+
+    options: Any
+    playbook: Playbook
+    decisions_path: str | None = None
+    snapshot_path: str | None = None
+    ledger_path: str | None = None
+    payload_snippets: bool = False  # masked payload snippets (opted in by CONF_PAYLOAD_SNIPPETS)
+    recorded_at: datetime | None = None  # when the record step wrote this run's ledger rows
+
+
 def _label(outcome: str | None, mode: str) -> str:
     """Outcome as reported: a dry-run reports what it would do (``to_republish`` -> ``republished``)."""
     if outcome == oc.TO_REPUBLISH:
@@ -70,19 +103,12 @@ def _label(outcome: str | None, mode: str) -> str:
     return outcome or "unknown"
 
 
-#: Python errors whose message is only the value that failed (``str(KeyError("coupon"))`` is
-#: ``'coupon'``, masked to ``<str>``): the report says what the value is.
-_BARE_VALUE_ERRORS = {"KeyError": "missing key {}"}
-
-
 def display_template(error_class: str | None, template: str) -> str:
-    """The template as the report shows it: ``missing key <str>`` for a ``KeyError`` whose message is
-    only the key (the signature keeps the plain template)."""
-    simple = str(error_class or "").rsplit(".", 1)[-1]
-    shape = _BARE_VALUE_ERRORS.get(simple)
-    if shape is None or not template or shape.format("") in template:
+    """``missing key <str>`` for a ``KeyError`` whose message is only the key (``str(KeyError("coupon"))``
+    is ``'coupon'``); the signature keeps the plain template."""
+    if str(error_class or "").rsplit(".", 1)[-1] != "KeyError" or not template or "missing key" in template:
         return template
-    return shape.format(template)
+    return f"missing key {template}"
 
 
 def build_groups(
@@ -91,84 +117,49 @@ def build_groups(
     """Merge aggregates into report groups (largest first); groups past ``max_groups`` are summed."""
     groups: dict[str, dict[str, Any]] = {}
     for combo in combos:
-        sig = combo["signature"]
-        group = groups.setdefault(
-            sig,
-            {
+        sig, n, action, rule = combo["signature"], int(combo["n"]), combo["action"], combo["rule"]
+        if sig not in groups:
+            groups[sig] = {
                 "signature": sig,
                 "template": display_template(combo["error_class"], combo["template"] or ""),
                 "error_class": combo["error_class"],
                 "origin_topic": combo["origin_topic"],
                 "reason": combo.get("reason"),
-                "context_formats": [],
+                "context_formats": set(),
                 "count": 0,
                 "first_seen": None,
                 "last_seen": None,
                 "sample_message_ids": samples.get(sig, []),
-                "action": None,
                 "actions": {},
-                "rules": [],
+                "rules": set(),
                 "outcomes": {},
                 "no_rule": 0,
-            },
-        )
-        n = int(combo["n"])
+            }
+        group = groups[sig]
         group["count"] += n
-        for fmt in combo.get("context_formats") or []:
-            if fmt not in group["context_formats"]:
-                group["context_formats"].append(fmt)
+        group["context_formats"].update(combo.get("context_formats") or [])
         for key, pick in (("first_seen", min), ("last_seen", max)):
-            value = combo[key]
-            if value is not None:
-                group[key] = value if group[key] is None else pick(group[key], value)
-        if combo["action"]:
-            group["actions"][combo["action"]] = group["actions"].get(combo["action"], 0) + n
-        if combo["rule"] and combo["rule"] not in group["rules"]:
-            group["rules"].append(combo["rule"])
+            seen = [value for value in (group[key], combo[key]) if value is not None]
+            group[key] = pick(seen) if seen else None
+        if action:
+            group["actions"][action] = group["actions"].get(action, 0) + n
+        if rule:
+            group["rules"].add(rule)
         label = _label(combo["outcome"], mode)
         group["outcomes"][label] = group["outcomes"].get(label, 0) + n
-        if combo["outcome"] == oc.SKIPPED and not combo["rule"]:
+        if combo["outcome"] == oc.SKIPPED and not rule:
             group["no_rule"] += n  # no playbook rule matched (skip is the default)
     ordered = sorted(groups.values(), key=lambda g: (-g["count"], g["signature"]))
     for group in ordered:
-        group["action"] = (
-            max(group["actions"], key=lambda a: (group["actions"][a], a)) if group["actions"] else None
-        )
-        group["rules"].sort()
+        actions, formats = group["actions"], sorted(group["context_formats"])
+        group["action"] = max(actions, key=lambda a: (actions[a], a)) if actions else None
+        group["rules"] = sorted(group["rules"])
         # Every format the group's messages came in; one label only when they all agree.
-        group["context_formats"].sort()
-        formats = group["context_formats"]
+        group["context_formats"] = formats
         group["context_format"] = formats[0] if len(formats) == 1 else ("mixed" if formats else None)
-        group["outcomes"] = {k: group["outcomes"][k] for k in sorted(group["outcomes"], key=_outcome_order)}
+        group["outcomes"] = {k: group["outcomes"][k] for k in sorted(group["outcomes"], key=outcome_order)}
     kept, rest = ordered[:max_groups], ordered[max_groups:]
-    other = {"groups": len(rest), "count": sum(g["count"] for g in rest)}
-    return kept, other
-
-
-def _outcome_order(name: str) -> tuple[int, str]:
-    return (oc.OUTCOMES.index(name) if name in oc.OUTCOMES else len(oc.OUTCOMES), name)
-
-
-def build_totals(counts: dict[str, int], commit: CommitTotals, mode: str) -> dict[str, int]:
-    """Run totals from the outcome counts of all messages (groups past the cap included)."""
-    totals = dict.fromkeys(TOTAL_KEYS, 0)
-    for name, n in counts.items():
-        if name in totals:
-            totals[name] += n
-    snapshot = sum(counts.values())
-    totals["snapshot"] = snapshot
-    totals["acked"] = commit.acked
-    final = sum(n for name, n in counts.items() if name in oc.FINAL_OUTCOMES)
-    totals["left_pending"] = snapshot if mode == oc.DRY_RUN else snapshot - final
-    return totals
-
-
-def outcome_counts(combos: list[dict[str, Any]], mode: str) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for combo in combos:
-        label = _label(combo["outcome"], mode)
-        counts[label] = counts.get(label, 0) + int(combo["n"])
-    return counts
+    return kept, {"groups": len(rest), "count": sum(g["count"] for g in rest)}
 
 
 def build_report(
@@ -182,7 +173,6 @@ def build_report(
     commit: CommitTotals,
     timings: dict[str, float],
     paths: dict[str, str],
-    max_groups: int = MAX_GROUPS,
     resend: dict[str, int] | None = None,
     context: ReportContext | None = None,
     spark: SparkSession | None = None,
@@ -190,23 +180,28 @@ def build_report(
 ) -> dict[str, Any]:
     """The machine-readable report (stable schema, ``format`` 1); see ``docs/report.md``.
 
-    ``resend``: what a resumed apply sent again because killed attempts had started its waves:
-    ``resent`` messages (each wave once per such attempt), ``resent_held`` of them the broker already
-    held and dropped (deduplication), and ``resend_bound`` (wave size x producers, once per such
-    attempt), the most that can reach the origins twice without deduplication.
-    ``parts``: the groups and representatives the record tasks gathered
-    (:mod:`~spark_apps.dlq_replay.report_parts`); ``None`` for a run without a message (an empty window).
-    With a ``context`` and ``spark`` the report also explains itself (configuration, per-group rule
-    evaluation, fix and sample errors, refused origins, trend over the ledger, next steps; see
-    :mod:`spark_apps.dlq_replay.report_details`). ``canary``: the canary's size and per-group verdicts (a
-    canary run); the report adds its ``verdict`` (:func:`canary_verdict`), which the next steps explain.
+    ``parts``: what the record tasks gathered (``None``: an empty window). ``resend``: what a resumed
+    apply sent again (``resent``), of it what the broker dropped as duplicates (``resent_held``), and the
+    most that can reach the origins twice without deduplication (``resend_bound``). With ``context`` and
+    ``spark`` the report explains itself (:func:`add_details`). ``canary``: the canary's size and
+    per-group verdicts; the report adds the run's ``verdict``.
     """
     combos, samples = (parts.combos, parts.samples) if parts is not None else ([], {})
-    groups, other = build_groups(combos, samples, mode, max_groups)
-    counts = outcome_counts(combos, mode)
-    totals = build_totals(counts, commit, mode)
+    groups, other = build_groups(combos, samples, mode)
+    counts: dict[str, int] = {}
+    for combo in combos:
+        label = _label(combo["outcome"], mode)
+        counts[label] = counts.get(label, 0) + int(combo["n"])
     resend = {"resent": 0, "resent_held": 0, "resend_bound": 0, **(resend or {})}
-    totals["resent"] = resend["resent"]
+    snapshot = sum(counts.values())
+    final = sum(n for name, n in counts.items() if name in oc.FINAL_OUTCOMES)
+    totals = {key: counts.get(key, 0) for key in TOTAL_KEYS}
+    totals.update(
+        snapshot=snapshot,
+        acked=commit.acked,
+        left_pending=snapshot if mode == oc.DRY_RUN else snapshot - final,
+        resent=resend["resent"],
+    )
     report = {
         "format": REPORT_FORMAT,
         "run_id": run_id,
@@ -216,54 +211,35 @@ def build_report(
         "started_at": started_at,
         "finished_at": finished_at,
         "totals": totals,
-        "commit": {
-            "acked": commit.acked,
-            "left_pending_seen": commit.left_pending_seen,
-            "beyond_window": commit.beyond_window,
-            "unacked_final": commit.unacked_final,
-            "final_in_partial_entries": commit.final_in_partial_entries,
-            "read_mode": commit.read_mode,
-            "reads_per_message": commit.reads_per_message,
-        },
+        "commit": asdict(commit),
         "resend": resend,
         "groups": groups,
         "other_groups": other,
         "timings": timings,
         "paths": paths,
     }
-    if canary is not None:
-        report["canary"] = {**canary, **canary_verdict(canary.get("verdicts") or {}, counts)}
+    if canary is not None:  # halted: some group's canary failed again (its other messages stay pending)
+        verdicts = canary.get("verdicts") or {}
+        halted = sorted(s for s, v in verdicts.items() if v.get("decision") == "halted")
+        verdict = "halted" if halted else "passed" if verdicts else "not judged"
+        held_back = counts.get(oc.CANARY_FAILED, 0)
+        report["canary"] = {**canary, "verdict": verdict, "halted": halted, "held_back": held_back}
     if context is not None and spark is not None:
-        from spark_apps.dlq_replay.report_details import add_details
-
         add_details(report, spark, context, parts)
     return report
 
 
-def canary_verdict(verdicts: dict[str, dict[str, Any]], counts: dict[str, int]) -> dict[str, Any]:
-    """The run's canary verdict: ``halted`` (some group's canary failed again; its other messages stay
-    pending as ``canary_failed``), ``passed`` (every group's canary held) or ``not judged`` (no verdict
-    yet)."""
-    halted = sorted(s for s, v in verdicts.items() if v.get("decision") == "halted")
-    verdict = "halted" if halted else "passed" if verdicts else "not judged"
-    return {"verdict": verdict, "halted": halted, "held_back": int(counts.get(oc.CANARY_FAILED, 0))}
-
-
-def summary(report: dict[str, Any]) -> dict[str, Any]:
-    """The summary pushed to XCom and printed last: run_id, mode, status, totals, paths (and the Spark
-    application when known)."""
-    keys = ("run_id", "mode", "status", "totals", "paths", "spark", "canary")
-    return {k: report[k] for k in keys if k in report}
-
-
 def summary_line(report: dict[str, Any]) -> str:
-    """The last stdout line of a run: ``DLQ_REPLAY_SUMMARY <json>``."""
-    return SUMMARY_PREFIX + json.dumps(summary(report), sort_keys=True, separators=(",", ":"))
+    """The last stdout line of a run, ``DLQ_REPLAY_SUMMARY <json>``, also pushed to XCom: run_id, mode,
+    status, totals, paths (and the Spark application and canary when known)."""
+    keys = ("run_id", "mode", "status", "totals", "paths", "spark", "canary")
+    summary = {k: report[k] for k in keys if k in report}
+    return SUMMARY_PREFIX + json.dumps(summary, sort_keys=True, separators=(",", ":"))
 
 
 def summary_text(report: dict[str, Any]) -> str:
     """A human-readable summary: totals, then the largest groups."""
-    totals = report["totals"]
+    totals, other = report["totals"], report["other_groups"]
     lines = [
         f"DLQ replay run {report['run_id']} ({report['mode']}): {report['status']}",
         "  " + "  ".join(f"{k}={totals[k]}" for k in TOTAL_KEYS if k in totals),
@@ -271,80 +247,309 @@ def summary_text(report: dict[str, Any]) -> str:
     for group in report["groups"][:10]:
         outs = ", ".join(f"{k}={v}" for k, v in group["outcomes"].items())
         lines.append(f"  [{group['signature']}] x{group['count']} {group['template'][:80]!r} -> {outs}")
-    if report["other_groups"]["groups"]:
-        lines.append(
-            f"  ... and {report['other_groups']['groups']} smaller groups "
-            f"({report['other_groups']['count']} messages)"
-        )
+    if other["groups"]:
+        lines.append(f"  ... and {other['groups']} smaller groups ({other['count']} messages)")
     lines.append(f"  report: {report['paths'].get('report_html', '')}")
     return "\n".join(lines)
 
 
-def _recorded_at(run: Run) -> datetime | None:
-    """When this run's record step wrote its ledger rows (``None`` before it, or in a dry-run)."""
-    value = run.state.info("record").get("recorded_at")
-    return datetime.fromisoformat(str(value)) if value else None
+# --------------------------------------------------------------------------- explanations
 
 
-def _report_parts(run: Run) -> ReportParts | None:
-    """The record tasks' report parts (:mod:`~spark_apps.dlq_replay.report_parts`); ``None`` for an
-    empty window (no record task ran)."""
-    if run.state.info("snapshot").get("empty_window"):
+def _read(spark: SparkSession, path: str | None, schema: StructType) -> DataFrame | None:
+    """The dataset at ``path``; ``None`` when absent (e.g. no ledger before the first run) or unreadable."""
+    from spark_apps.dlq_replay.storage import list_names
+    from spark_apps.dlq_replay.task_parquet import read_frame
+
+    try:
+        return read_frame(spark, path, schema) if path and list_names(path) else None
+    except Exception as exc:
+        log.info("report: %s not readable (%s); its explanations are left out", path, type(exc).__name__)
         return None
-    from spark_apps.dlq_replay.report_parts import read_parts
 
-    return read_parts(run.paths.report_parts)
+
+def _guarded(what: str, compute: Callable[[], Any], default: Any) -> Any:
+    try:
+        return compute()
+    except Exception as exc:
+        log.warning("report: could not compute %s (%s: %s); left out", what, type(exc).__name__, exc)
+        return default
+
+
+def spark_info(spark: SparkSession) -> dict[str, Any]:
+    """The application id and master (under Spark Connect: the server's application) the operator's
+    Spark link is built from; ``ui_url`` stays empty: no public API gives the live UI's address."""
+    from spark_apps.dlq_replay.session import conf_value
+
+    return {
+        "application_id": conf_value(spark, "spark.app.id"),
+        "master": conf_value(spark, "spark.master"),
+        "ui_url": None,
+    }
+
+
+def top_errors(decisions: DataFrame, signatures: list[str], column: str) -> dict[str, list[dict[str, Any]]]:
+    """Per group, the distinct values of ``column`` (cut to :data:`ERROR_CHARS`) with their counts: the
+    most frequent fix errors, or the oldest error messages."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    order: list[Any] = [F.desc("count"), "error"]
+    key, limit = "error", FIX_ERRORS
+    if column == "error_message":
+        key, order, limit = "message", ["first", "message"], SAMPLE_ERRORS
+    counted = (
+        decisions.filter(F.col(column).isNotNull() & F.col("signature").isin(signatures))
+        .groupBy("signature", F.substring(column, 1, ERROR_CHARS).alias(key))
+        .agg(F.min("publish_time").alias("first"), F.count(F.lit(1)).alias("count"))
+    )
+    ranked = counted.withColumn("_n", F.row_number().over(Window.partitionBy("signature").orderBy(*order)))
+    out: dict[str, list[dict[str, Any]]] = {}
+    for row in sorted(ranked.filter(F.col("_n") <= limit).collect(), key=lambda r: r["_n"]):
+        out.setdefault(row["signature"], []).append({key: row[key], "count": int(row["count"])})
+    return out
+
+
+def _errors(
+    parts: ReportParts, decisions_path: str, decisions: DataFrame, signatures: list[str]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(fix errors, sample errors)`` of the shown groups: the sample messages the record tasks kept,
+    counted in one pass over the decisions' files (Spark queries the fix errors only where that pass met
+    one); Spark queries both when the parts kept no sample errors (a message without a publish time)."""
+    fixes = partial(top_errors, decisions, signatures, "fix_error")
+    if parts.errors is None:
+        messages = partial(top_errors, decisions, signatures, "error_message")
+        return _guarded("fix errors", fixes, {}), _guarded("sample errors", messages, {})
+    wanted = {sig: parts.errors[sig] for sig in signatures if sig in parts.errors}
+    counts, fixed = error_counts(decisions_path, wanted)
+    errors = {
+        sig: [{"message": message, "count": counts[(sig, message)]} for message in messages]
+        for sig, messages in wanted.items()
+    }
+    return (fixes() if fixed else {}), errors
+
+
+def _representatives(
+    ctx: ReportContext, parts: ReportParts, signatures: list[str], snippets: bool
+) -> tuple[dict[str, list[Any]], dict[tuple[str, str], Any]]:
+    """The shown groups' representatives (a group's first, preferring ones the playbook was applied to)
+    by signature, and their snapshot rows (properties, and the payload with ``snippets``) by (topic, id)."""
+    from spark_apps.dlq_replay.report_parts import snapshot_messages
+
+    per_group = PAYLOAD_SAMPLES if snippets else 1
+    reps: dict[str, list[Any]] = {sig: [] for sig in signatures}
+    for rep in parts.reps:  # sorted by signature, then order
+        mine = reps.get(rep["signature"])
+        if mine is not None and len(mine) < per_group:
+            mine.append(rep)
+    keys = sorted({(r["dlq_topic"], r["dlq_message_id"]) for mine in reps.values() for r in mine})
+    folder = ctx.snapshot_path
+    if folder is None or not keys:
+        return reps, {}
+    return reps, _guarded("snapshot samples", lambda: snapshot_messages(folder, keys, snippets), {})
+
+
+def _explanation(playbook: Playbook, rep: Any, properties: dict[str, str] | None) -> dict[str, Any]:
+    """Each rule's verdict for a representative message (property values never shown)."""
+    from spark_apps.dlq_replay.playbook import MatchInput
+
+    explained = {
+        "message_id": rep["dlq_message_id"],
+        "outcome": rep["outcome"],
+        "outcome_reason": rep["outcome_reason"],
+        "matched_rule": rep["rule"],
+    }
+    if rep["outcome"] in oc.UNSCOPED or rep["context_format"] == "none":
+        return {**explained, "rules": [], "note": rep["outcome_reason"] or "the playbook was not applied"}
+    fields = ("signature", "error_class", "error_message", "origin_topic", "context_format")
+    record = MatchInput(**{name: rep[name] for name in fields}, properties=properties or {})
+    note = None
+    if properties is None and any(rule.properties for rule in playbook.rules):
+        note = "the message's properties were not available: property conditions show as missing"
+    return {**explained, "rules": explain_rules(playbook, record), "note": note}
+
+
+def _fill_groups(
+    ctx: ReportContext,
+    shown: list[dict[str, Any]],
+    errors: tuple[dict[str, Any], dict[str, Any]],
+    reps: dict[str, list[Any]],
+    found: dict[tuple[str, str], Any],
+    snippets: bool,
+) -> None:
+    """Add ``fix_errors``, ``sample_errors``, ``explanation`` and (with ``snippets``) ``payload_samples``
+    to the ``shown`` groups."""
+    archive_payload = bool(getattr(ctx.options, "archive_payload", True))
+    for group in shown:
+        sig = group["signature"]
+        group["fix_errors"], group["sample_errors"] = errors[0].get(sig, []), errors[1].get(sig, [])
+        mine = [(rep, found.get((rep["dlq_topic"], rep["dlq_message_id"]))) for rep in reps.get(sig, [])]
+        if mine:
+            first, snap = mine[0]
+            properties = dict(snap["properties"] or {}) if snap is not None else None
+            group["explanation"] = _explanation(ctx.playbook, first, properties)
+        if snippets:
+            group["payload_samples"] = [
+                {
+                    "message_id": rep["dlq_message_id"],
+                    "snippet": mask_payload(snap["value"])
+                    if archive_payload and not ctx.playbook.payload_off(rep["dlq_topic"], rep["origin_topic"])
+                    else "(payload off for this topic)",
+                }
+                for rep, snap in mine
+                if snap is not None
+            ]
+
+
+def refused_origins(decisions: DataFrame) -> list[dict[str, Any]]:
+    """Origin topics the allowlist refused, with counts (largest first)."""
+    from pyspark.sql import functions as F
+
+    rows = (
+        decisions.filter(F.col("outcome") == oc.ORIGIN_REFUSED)
+        .groupBy(F.coalesce("target_topic", "origin_topic").alias("topic"), "outcome_reason")
+        .count()
+        .orderBy(F.desc("count"), "topic")
+        .limit(REFUSED_ORIGINS)
+        .collect()
+    )
+    return [{"topic": r["topic"], "reason": r["outcome_reason"], "count": int(r["count"])} for r in rows]
+
+
+def trend(
+    spark: SparkSession, ledger_path: str | None, report: dict[str, Any], recorded_at: datetime | None = None
+) -> dict[str, Any] | None:
+    """Count per group over the ledger's last :data:`TREND_RUNS` runs. This run comes last, from the
+    report itself (a dry-run is not in the ledger), at ``recorded_at`` (when its record step wrote its
+    ledger rows, as collected from the ledger) or else its finish."""
+    from pyspark.sql import functions as F
+
+    run_id, shown = report["run_id"], report["groups"][:TREND_GROUPS]
+    signatures = [g["signature"] for g in shown]
+    counts = {(run_id, g["signature"]): int(g["count"]) for g in shown}
+    ledger = _read(spark, ledger_path, LEDGER_SCHEMA) if _other_runs(ledger_path, run_id) else None
+    runs: list[dict[str, Any]] = []
+    if ledger is not None:
+        earlier = ledger.filter(F.col("run_id") != F.lit(run_id))  # a partition filter: this run's not read
+        recent = (
+            earlier.groupBy("run_id")
+            .agg(F.max("recorded_at").alias("at"), F.count(F.lit(1)).alias("messages"), F.first("mode"))
+            .orderBy(F.desc("at"), F.desc("run_id"))
+            .limit(TREND_RUNS - 1)
+            .collect()
+        )
+        runs = [
+            {"run_id": r[0], "at": r[1].isoformat() if r[1] else None, "messages": int(r[2]), "mode": r[3]}
+            for r in reversed(recent)
+        ]
+        if runs and signatures:
+            ids = [r["run_id"] for r in runs]
+            mine = earlier.filter(F.col("run_id").isin(ids) & F.col("signature").isin(signatures))
+            for row in mine.groupBy("run_id", "signature").count().collect():
+                counts[(row["run_id"], row["signature"])] = int(row["count"])
+    if recorded_at is None:
+        at = report.get("finished_at")
+    else:  # as ``collect`` returns a timestamp: naive, in local time
+        at = recorded_at.astimezone().replace(tzinfo=None).isoformat()
+    totals = report["totals"]
+    runs.append(
+        {"run_id": run_id, "at": at, "messages": totals.get("snapshot", 0), "mode": report.get("mode")}
+    )
+    if len(runs) < 2:
+        return None
+    counted = [
+        {"signature": s, "counts": [counts.get((r["run_id"], s), 0) for r in runs]} for s in signatures
+    ]
+    return {"runs": runs, "groups": counted}
+
+
+def _other_runs(ledger_path: str | None, run_id: str) -> bool:
+    """Has the ledger another run's partition folder (the first run's report then queries nothing)?"""
+    from spark_apps.dlq_replay.storage import list_names
+    from spark_apps.dlq_replay.task_parquet import partition_folder
+
+    try:
+        names = list_names(ledger_path) if ledger_path else []
+    except OSError:
+        return False
+    mine = partition_folder("run_id", run_id)
+    return any(name.startswith("run_id=") and name != mine for name in names)
+
+
+def add_details(
+    report: dict[str, Any], spark: SparkSession, ctx: ReportContext, parts: ReportParts | None = None
+) -> None:
+    """Add ``config``, ``spark``, the first :data:`DETAIL_GROUPS` groups' explanations,
+    ``refused_origins``, ``trend`` and ``next_steps`` to ``report``. The queries behind them run side by
+    side (:mod:`~spark_apps.dlq_replay.concurrent_queries`)."""
+    from spark_apps.dlq_replay.concurrent_queries import run_concurrently
+
+    report["config"] = run_config(ctx.options, ctx.playbook)
+    report["spark"] = _guarded("the Spark application", lambda: spark_info(spark), None)
+    decisions = _read(spark, ctx.decisions_path, DECIDED_SCHEMA)
+    shown = report["groups"][:DETAIL_GROUPS]
+    signatures = [g["signature"] for g in shown]
+    queries: dict[str, Callable[[], Any]] = {
+        "trend": partial(
+            _guarded, "the trend", partial(trend, spark, ctx.ledger_path, report, ctx.recorded_at), None
+        )
+    }
+    if decisions is not None and ctx.decisions_path and signatures and parts is not None:
+        errors = partial(_errors, parts, ctx.decisions_path, decisions, signatures)
+        queries["errors"] = partial(_guarded, "sample errors", errors, ({}, {}))
+        queries["reps"] = partial(_representatives, ctx, parts, signatures, ctx.payload_snippets)
+    if decisions is not None and report["totals"].get(oc.ORIGIN_REFUSED):
+        queries["refused"] = partial(_guarded, "refused origins", partial(refused_origins, decisions), [])
+    results = dict(zip(queries, run_concurrently(spark, *queries.values()), strict=True))
+    if "reps" in results:
+        reps, found = results["reps"]
+        _fill_groups(ctx, shown, results["errors"], reps, found, ctx.payload_snippets)
+    if "refused" in results:
+        report["refused_origins"] = results["refused"]
+    report["trend"] = results["trend"]
+    report["next_steps"] = next_steps(report)
 
 
 def run_report(run: Run, started_wall: datetime) -> dict[str, Any]:
     """Write the run's report (``report.json``, ``report.html``) from the record tasks' parts and the
     steps' counts."""
-    from spark_apps.dlq_replay.report_details import ReportContext
     from spark_apps.dlq_replay.report_html import render_html
+    from spark_apps.dlq_replay.report_parts import read_parts
+    from spark_apps.dlq_replay.session import conf_value
 
-    options = run.options
-    playbook = run.playbook
+    options, info = run.options, run.state.info
     started = time.monotonic()
     run.step("report")
-    commit_info = run.state.info("commit")
-    snapshot_reads = int(run.state.info("snapshot").get("dlq_reads", 0))
-    failed = int(run.state.info("apply").get("publish_failed", 0))
-    parts = _report_parts(run)
+    commit, apply = info("commit"), info("apply")
+    recorded_at = info("record").get("recorded_at")  # none before the record step, or in a dry-run
+    snapshot_reads = int(info("snapshot").get("dlq_reads", 0))
+    failed = int(apply.get("publish_failed", 0)) or int(commit.get("unacked_final", 0))
     report = build_report(
-        parts,
+        None if info("snapshot").get("empty_window") else read_parts(run.paths.report_parts),
         run_id=options.run_id,
         mode=options.mode,
-        status="partial" if failed or int(commit_info.get("unacked_final", 0)) else "succeeded",
+        status="partial" if failed else "succeeded",
         started_at=run.state.started_at,
         finished_at=datetime.now(UTC).isoformat(timespec="milliseconds"),
         commit=CommitTotals(
-            acked=int(commit_info.get("acked", 0)),
-            left_pending_seen=int(commit_info.get("left_pending_seen", 0)),
-            beyond_window=int(commit_info.get("beyond_window", 0)),
-            unacked_final=int(commit_info.get("unacked_final", 0)),
-            final_in_partial_entries=int(commit_info.get("final_in_partial_entries", 0)),
-            read_mode=str(run.state.info("plan").get("read_mode", "consumer")),
-            reads_per_message=float(commit_info.get("reads_per_message", 1.0 if snapshot_reads else 0.0)),
+            **{name: int(commit.get(name, 0)) for name in _COMMIT_COUNTS},
+            read_mode=str(info("plan").get("read_mode", "consumer")),
+            reads_per_message=float(commit.get("reads_per_message", 1.0 if snapshot_reads else 0.0)),
         ),
         timings=dict(run.state.timings),
         paths=run.paths.public(),
-        resend={
-            key: int(run.state.info("apply").get(key, 0)) for key in ("resent", "resent_held", "resend_bound")
-        },
+        resend={key: int(apply.get(key, 0)) for key in ("resent", "resent_held", "resend_bound")},
         context=ReportContext(
             options,
-            playbook,
+            run.playbook,
             run.paths.decisions,
             run.paths.snapshot,
             run.paths.ledger,
-            recorded_at=_recorded_at(run),
+            payload_snippets=(conf_value(run.spark, CONF_PAYLOAD_SNIPPETS) or "").lower() in _TRUE,
+            recorded_at=datetime.fromisoformat(str(recorded_at)) if recorded_at else None,
         ),
         spark=run.spark,
-        canary=(
-            {"size": options.canary.label, **(run.state.info("apply").get("canary") or {})}
-            if options.canary
-            else None
-        ),
+        canary={"size": options.canary.label, **(apply.get("canary") or {})} if options.canary else None,
     )
     report["timings"]["report"] = round(time.monotonic() - started, 3)  # the aggregation included
     run.storage.write_text(run.paths.report_json, json.dumps(report, indent=2, sort_keys=True))

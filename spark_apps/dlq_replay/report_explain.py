@@ -1,10 +1,7 @@
 """What a report says besides counts (pure functions): why a rule matched and the others did not,
 masked payload snippets, a suggested rule for unmatched groups, the run's configuration and what to do
-next.
-
-Everything that comes from a message is untrusted: it is only ever shown HTML-escaped, property values
-are never shown (only whether they matched), and payloads appear only masked and only when the run
-opted in (see ``docs/report.md``).
+next. Property values are never shown (only whether they matched), and payloads only masked and only
+when the run opted in (see ``docs/report.md``).
 """
 
 from __future__ import annotations
@@ -17,7 +14,7 @@ from spark_apps.dlq_replay import outcomes as oc
 from spark_apps.dlq_replay.topics import qualify_topic
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Iterator, Mapping, Sequence
 
     from spark_apps.dlq_replay.playbook import MatchInput, Playbook, Rule
 
@@ -36,9 +33,6 @@ _SLUG = re.compile(r"[^a-z0-9]+")
 MATCHED, NO_MATCH, NOT_REACHED = "matched", "no match", "not reached"
 
 
-# --------------------------------------------------------------------------- rule explanation
-
-
 def _listed(values: Sequence[str]) -> str:
     shown = ", ".join(sorted(values)[:MAX_LISTED])
     return shown + (f" (+{len(values) - MAX_LISTED} more)" if len(values) > MAX_LISTED else "")
@@ -52,6 +46,11 @@ def clipped(text: str, limit: int) -> str:
     return f"{text[:half]}…{text[-(limit - 1 - half) :]}"
 
 
+def outcome_order(name: str) -> tuple[int, str]:
+    """Outcomes in :data:`~spark_apps.dlq_replay.outcomes.OUTCOMES` order, unknown ones last."""
+    return (oc.OUTCOMES.index(name) if name in oc.OUTCOMES else len(oc.OUTCOMES), name)
+
+
 def pattern_text(regex: re.Pattern[str]) -> str:
     """The playbook's pattern(s) of a compiled rule regex (``(?:a)|(?:b)`` shows as ``/a/ or /b/``)."""
     text = regex.pattern
@@ -61,10 +60,7 @@ def pattern_text(regex: re.Pattern[str]) -> str:
 
 
 def rule_misses(rule: Rule, record: MatchInput) -> list[str]:
-    """Why ``rule`` does not match ``record``: one phrase per failed condition (empty: it matches).
-
-    Property values of the message are never quoted, only the property names and the rule's patterns.
-    """
+    """Why ``rule`` does not match ``record``: one phrase per failed condition (empty: it matches)."""
     misses = []
     if rule.signatures is not None and record.signature not in rule.signatures:
         misses.append(f"signature {record.signature} is not in [{_listed(list(rule.signatures))}]")
@@ -112,9 +108,6 @@ def explain_rules(playbook: Playbook, record: MatchInput) -> list[dict[str, Any]
     return explained
 
 
-# --------------------------------------------------------------------------- payload snippets
-
-
 def _mask_json(value: Any) -> Any:
     if isinstance(value, dict):
         return {str(k): _mask_json(v) for k, v in value.items()}
@@ -130,12 +123,9 @@ def _mask_json(value: Any) -> Any:
 
 
 def mask_payload(payload: bytes | None, limit: int = SNIPPET_CHARS) -> str:
-    """A masked snippet that shows a payload's shape, not its content.
-
-    JSON keeps its keys and structure, with every value replaced by its type (``<string 12>``); other
-    text keeps punctuation and spacing with letters as ``x`` and digits as ``9``; binary data shows only
-    its size. At most ``limit`` characters.
-    """
+    """A payload's shape, not its content: JSON keeps its keys and structure, each value replaced by its
+    type (``<string 12>``); other text keeps punctuation and spacing, letters as ``x`` and digits as
+    ``9``; binary data shows only its size. At most ``limit`` characters."""
     if payload is None:
         return "(no payload)"
     try:
@@ -149,37 +139,24 @@ def mask_payload(payload: bytes | None, limit: int = SNIPPET_CHARS) -> str:
     return masked if len(masked) <= limit else masked[: limit - 1] + "…"
 
 
-# --------------------------------------------------------------------------- suggestions
-
-
 def suggested_rule(group: Mapping[str, Any]) -> str:
     """A playbook rule (YAML) for a group that no rule matched, to paste and adjust."""
-    error_class = str(group.get("error_class") or "")
+    error_class, template = str(group.get("error_class") or ""), str(group.get("template") or "")
     simple = error_class.rsplit(".", 1)[-1] or "unknown"
     name = _SLUG.sub("-", f"{simple}-{str(group.get('signature', ''))[:8]}".lower()).strip("-")
-    text = f"{error_class} {group.get('template') or ''}"
-    transient = bool(_TRANSIENT.search(text))
     lines = [
         f"  - name: {name}",
-        f"    # {len_text(group)} like: {json.dumps(str(group.get('template') or '')[:100])}",
+        f"    # {_plural(int(group.get('count') or 0), 'message')} like: {json.dumps(template[:100])}",
         "    match:",
         f"      signature: {group.get('signature')}",
     ]
     if error_class:
         lines.append(f"      error_class: {json.dumps('^' + re.escape(error_class) + '$')}")
-    if transient:
-        lines += ["    action: republish    # the error looks transient: replay as is (or add a fix:)"]
+    if _TRANSIENT.search(f"{error_class} {template}"):
+        lines.append("    action: republish    # the error looks transient: replay as is (or add a fix:)")
     else:
-        lines += ["    action: archive      # or republish with a fix: module:function and fix_version"]
+        lines.append("    action: archive      # or republish with a fix: module:function and fix_version")
     return "\n".join(lines)
-
-
-def len_text(group: Mapping[str, Any]) -> str:
-    count = int(group.get("count") or 0)
-    return f"{count} message{'s' if count != 1 else ''}"
-
-
-# --------------------------------------------------------------------------- configuration
 
 
 def _match_summary(rule: Rule) -> dict[str, Any]:
@@ -204,24 +181,21 @@ def _match_summary(rule: Rule) -> dict[str, Any]:
 def run_config(options: Any, playbook: Playbook) -> dict[str, Any]:
     """The settings that shaped the run (no secret: service URL, topics, playbook digest, filters)."""
 
-    def opt(name: str, default: Any = None) -> Any:
-        return getattr(options, name, default)
-
-    def when(value: Any) -> Any:
+    def opt(name: str) -> Any:
+        value: Any = getattr(options, name, None)
         return value.isoformat() if hasattr(value, "isoformat") else value
 
-    allowlist = opt("origin_allowlist")
     return {
         "mode": opt("mode"),
         "service_url": opt("service_url"),
         "topics": list(opt("topics") or []),
         "subscription": opt("subscription"),
-        "origin_allowlist": list(allowlist) if allowlist else None,
+        "origin_allowlist": list(opt("origin_allowlist") or []) or None,
         "filters": {
             "signatures": list(opt("signatures") or []) or None,
             "error_class": opt("error_class"),
-            "since": when(opt("since")),
-            "until": when(opt("until")),
+            "since": opt("since"),
+            "until": opt("until"),
             "max_messages": opt("max_messages"),
             "group_actions": dict(opt("group_actions") or {}) or None,
         },
@@ -247,14 +221,8 @@ def run_config(options: Any, playbook: Playbook) -> dict[str, Any]:
     }
 
 
-# --------------------------------------------------------------------------- next steps
-
-
 def _step(severity: str, title: str, detail: str = "", code: str | None = None) -> dict[str, Any]:
-    step: dict[str, Any] = {"severity": severity, "title": title, "detail": detail}
-    if code:
-        step["code"] = code
-    return step
+    return {"severity": severity, "title": title, "detail": detail, **({"code": code} if code else {})}
 
 
 def _plural(n: int, word: str) -> str:
@@ -264,184 +232,136 @@ def _plural(n: int, word: str) -> str:
 def next_steps(report: Mapping[str, Any]) -> list[dict[str, Any]]:
     """What to do about this run, most urgent first (``severity``: action, info or ok)."""
     totals = report.get("totals") or {}
+    steps = list(_steps(report, totals))
+    if steps:
+        return steps
+    if not int(totals.get("snapshot", 0)):
+        return [_step("ok", "Nothing to do: the DLQ window was empty")]
+    pending = int(totals.get("left_pending", 0))
+    if pending:
+        detail = "The groups above say why; the next run reads them again."
+        return [_step("info", f"{_plural(pending, 'message')} stay pending", detail)]
+    return [_step("ok", "Nothing to do: every message reached a final outcome")]
+
+
+def _steps(report: Mapping[str, Any], totals: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
     groups = list(report.get("groups") or [])
     config = report.get("config") or {}
-    dry = bool(report.get("dry_run"))
-    steps: list[dict[str, Any]] = []
     n = int(totals.get(oc.PUBLISH_FAILED, 0))
     if n:
-        steps.append(
-            _step(
-                "action",
-                f"{_plural(n, 'message')} could not be published and stay pending",
-                "They stay pending on the DLQ, and the next run sends them again once the origin topics "
-                "accept messages (the ledger's outcome_reason says why each failed). A message refused as "
-                "MessageTooBig is refused again: make its fix's output smaller, or archive its group.",
-            )
+        yield _step(
+            "action",
+            f"{_plural(n, 'message')} could not be published and stay pending",
+            "They stay pending on the DLQ, and the next run sends them again once the origin topics "
+            "accept messages (the ledger's outcome_reason says why each failed). A message refused as "
+            "MessageTooBig is refused again: make its fix's output smaller, or archive its group.",
         )
-    commit = report.get("commit") or {}
-    if int(commit.get("unacked_final", 0)):
-        steps.append(
-            _step(
-                "info",
-                f"{_plural(int(commit['unacked_final']), 'final message')} could not be acknowledged",
-                "They are recorded in the ledger; the next run acknowledges them without acting again.",
-            )
+    n = int((report.get("commit") or {}).get("unacked_final", 0))
+    if n:
+        yield _step(
+            "info",
+            f"{_plural(n, 'final message')} could not be acknowledged",
+            "They are recorded in the ledger; the next run acknowledges them without acting again.",
         )
-    fix_failed = [g for g in groups if g.get("outcomes", {}).get(oc.FIX_FAILED)]
-    for group in fix_failed[:5]:
+    for group in [g for g in groups if g.get("outcomes", {}).get(oc.FIX_FAILED)][:5]:
         errors = group.get("fix_errors") or []
         first = errors[0]["error"] if errors else "see the ledger's fix_error"
-        count = group["outcomes"][oc.FIX_FAILED]
         rules = ", ".join(group.get("rules") or []) or "?"
-        steps.append(
-            _step(
-                "action",
-                f"{_plural(count, 'message')} of group {group['signature']}: the fix of rule {rules} failed",
-                f"{first}. Correct the fix function, raise its fix_version and run again; these "
-                "messages stay pending until then.",
-            )
+        count = group["outcomes"][oc.FIX_FAILED]
+        yield _step(
+            "action",
+            f"{_plural(count, 'message')} of group {group['signature']}: the fix of rule {rules} failed",
+            f"{first}. Correct the fix function, raise its fix_version and run again; these messages stay "
+            "pending until then.",
         )
     n = int(totals.get(oc.ORIGIN_REFUSED, 0))
     if n:
         refused = report.get("refused_origins") or []
-        where = (
-            ", ".join(
-                f"{clipped(r['topic'] or '(none)', MAX_TOPIC_CHARS)} ({r['count']})" for r in refused[:5]
-            )
-            or "see the groups"
+        where = ", ".join(
+            f"{clipped(r['topic'] or '(none)', MAX_TOPIC_CHARS)} ({r['count']})" for r in refused[:5]
         )
         allow = config.get("origin_allowlist")
         allowed = ", ".join(allow) if allow else "not set, so nothing may be republished"
-        steps.append(
-            _step(
-                "action",
-                f"{_plural(n, 'message')} refused: their origin is not in the allowlist",
-                f"Origins: {where}. The allowlist is {allowed}. Add an origin to the allowlist only if it "
-                "is a topic replays may write to; refused messages stay pending.",
-            )
+        yield _step(
+            "action",
+            f"{_plural(n, 'message')} refused: their origin is not in the allowlist",
+            f"Origins: {where or 'see the groups'}. The allowlist is {allowed}. Add an origin to the "
+            "allowlist only if it is a topic replays may write to; refused messages stay pending.",
         )
     unmatched = [g for g in groups if int(g.get("no_rule", 0))]
     if unmatched:
         total = sum(int(g["no_rule"]) for g in unmatched)
-        steps.append(
-            _step(
-                "action",
-                f"{_plural(total, 'message')} in {_plural(len(unmatched), 'group')} match no playbook rule",
-                "They stay pending. A rule for the largest group, to adapt and add under rules: in the "
-                "playbook:",
-                suggested_rule(unmatched[0]),
-            )
+        yield _step(
+            "action",
+            f"{_plural(total, 'message')} in {_plural(len(unmatched), 'group')} match no playbook rule",
+            "They stay pending. A rule for the largest group, to adapt and add under rules: in the playbook:",
+            suggested_rule(unmatched[0]),
         )
     n = int(totals.get(oc.MALFORMED, 0))
     if n:
-        steps.append(
-            _step(
-                "info",
-                f"{_plural(n, 'message')} are malformed and stay pending",
-                "No known DLQ property convention (or a fix found the record unreadable). Inspect them "
-                "in the run's snapshot; they show up in every run until someone handles them.",
-            )
+        yield _step(
+            "info",
+            f"{_plural(n, 'message')} are malformed and stay pending",
+            "No known DLQ property convention (or a fix found the record unreadable). Inspect them "
+            "in the run's snapshot; they show up in every run until someone handles them.",
         )
     n = int(totals.get(oc.LOOP_GUARDED, 0))
     if n:
-        steps.append(
-            _step(
-                "info",
-                f"{_plural(n, 'message')} hit the loop guard and were archived",
-                f"They had been replayed {config.get('max_replays')} times already: the consumer keeps "
-                "failing them, so the fix does not address the cause.",
-            )
-        )
-    steps += canary_steps(report)
-    steps += filtered_steps(report)
-    if dry and int(totals.get("snapshot", 0)):
-        steps.append(
-            _step(
-                "info",
-                "Dry run: nothing was published, archived, recorded or acknowledged",
-                "Check the outcomes above, then run with mode replay to apply them (it needs the origin "
-                "allowlist). In Airflow: Variable dlq_nightly_mode for dlq_nightly_replay, "
-                "dlq_event_driven_mode for dlq_event_driven_replay, Param mode for dlq_backfill.",
-            )
-        )
-    if not steps:
-        steps.append(_nothing_to_do(totals))
-    return steps
-
-
-def _nothing_to_do(totals: Mapping[str, Any]) -> dict[str, Any]:
-    """The closing step of a run that needs nothing from anyone; says so only when it is true."""
-    if not int(totals.get("snapshot", 0)):
-        return _step("ok", "Nothing to do: the DLQ window was empty")
-    pending = int(totals.get("left_pending", 0))
-    if pending:
-        return _step(
+        yield _step(
             "info",
-            f"{_plural(pending, 'message')} stay pending",
-            "The groups above say why; the next run reads them again.",
+            f"{_plural(n, 'message')} hit the loop guard and were archived",
+            f"They had been replayed {config.get('max_replays')} times already: the consumer keeps "
+            "failing them, so the fix does not address the cause.",
         )
-    return _step("ok", "Nothing to do: every message reached a final outcome")
+    yield from _canary_steps(report)
+    yield from _filtered_steps(report)
+    if report.get("dry_run") and int(totals.get("snapshot", 0)):
+        yield _step(
+            "info",
+            "Dry run: nothing was published, archived, recorded or acknowledged",
+            "Check the outcomes above, then run with mode replay to apply them (it needs the origin "
+            "allowlist). In Airflow: Variable dlq_nightly_mode for dlq_nightly_replay, "
+            "dlq_event_driven_mode for dlq_event_driven_replay, Param mode for dlq_backfill.",
+        )
 
 
-def canary_steps(report: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The canary's verdict: one action per halted group (what failed, what stays pending, what to do),
-    or one line saying every group's canary held."""
-    canary = report.get("canary") or {}
-    verdicts: Mapping[str, Mapping[str, Any]] = canary.get("verdicts") or {}
-    if not verdicts:
-        return []
-    groups = {str(g.get("signature")): g for g in report.get("groups") or []}
+def _canary_steps(report: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One action per halted group, or one line saying every group's canary held."""
+    verdicts: Mapping[str, Mapping[str, Any]] = (report.get("canary") or {}).get("verdicts") or {}
     halted = [s for s in sorted(verdicts) if verdicts[s].get("decision") == "halted"]
-    if not halted:
-        return [
-            _step(
-                "ok",
-                f"Canary passed: no canary of {_plural(len(verdicts), 'group')} failed again",
-                "Every group was replayed in full after the canary wait.",
-            )
-        ]
+    if verdicts and not halted:
+        title = f"Canary passed: no canary of {_plural(len(verdicts), 'group')} failed again"
+        return [_step("ok", title, "Every group was replayed in full after the canary wait.")]
+    groups = {str(g.get("signature")): g for g in report.get("groups") or []}
     steps = []
     for signature in halted[:5]:
         verdict, group = verdicts[signature], groups.get(signature, {})
         held = int((group.get("outcomes") or {}).get(oc.CANARY_FAILED, 0))
-        what = group.get("error_class") or "?"
-        steps.append(
-            _step(
-                "action",
-                f"Canary halted group {signature} ({what}): {verdict.get('failed_again', 0)} of "
-                f"{verdict.get('canary_sent', 0)} canaries failed again; {_plural(held, 'message')} stay "
-                "pending as canary_failed",
-                "The consumer still fails these messages, so the rest of the group was not sent. Fix the "
-                "consumer (or the playbook's fix for this group, and raise its fix_version), then run "
-                "again: the next run replays the pending messages and the canaries the consumer "
-                "dead-lettered again.",
-            )
+        title = (
+            f"Canary halted group {signature} ({group.get('error_class') or '?'}): "
+            f"{verdict.get('failed_again', 0)} of {verdict.get('canary_sent', 0)} canaries failed again; "
+            f"{_plural(held, 'message')} stay pending as canary_failed"
         )
+        detail = (
+            "The consumer still fails these messages, so the rest of the group was not sent. Fix the "
+            "consumer (or the playbook's fix for this group, and raise its fix_version), then run again: "
+            "the next run replays the pending messages and the canaries the consumer dead-lettered again."
+        )
+        steps.append(_step("action", title, detail))
     return steps
 
 
-def filtered_steps(report: Mapping[str, Any]) -> list[dict[str, Any]]:
+def _filtered_steps(report: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Messages this run did not act on: of groups an approval did not approve, or outside its filters."""
     n = int((report.get("totals") or {}).get(oc.FILTERED, 0))
     if not n:
         return []
     filters = (report.get("config") or {}).get("filters") or {}
     actions: Mapping[str, str] = filters.get("group_actions") or {}
-    if actions:
-        left = sorted(s for s, a in actions.items() if a == "leave")
-        named = f" ({', '.join(left[:5])}{', ...' if len(left) > 5 else ''})" if left else ""
-        return [
-            _step(
-                "info",
-                f"{_plural(n, 'message')} in groups not approved{named} stay pending",
-                "The approval left these groups alone; approve them in a later run to act on them.",
-            )
-        ]
-    return [
-        _step(
-            "info",
-            f"{_plural(n, 'message')} were outside this run's filters and stay pending",
-            "A run without these filters (or with other ones) acts on them.",
-        )
-    ]
+    if not actions:
+        title = f"{_plural(n, 'message')} were outside this run's filters and stay pending"
+        return [_step("info", title, "A run without these filters (or with other ones) acts on them.")]
+    left = sorted(s for s, a in actions.items() if a == "leave")
+    named = f" ({', '.join(left[:5])}{', ...' if len(left) > 5 else ''})" if left else ""
+    detail = "The approval left these groups alone; approve them in a later run to act on them."
+    return [_step("info", f"{_plural(n, 'message')} in groups not approved{named} stay pending", detail)]

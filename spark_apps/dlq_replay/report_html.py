@@ -12,7 +12,7 @@ from html import escape
 from typing import Any
 
 from spark_apps.dlq_replay import outcomes as oc
-from spark_apps.dlq_replay.report_explain import clipped
+from spark_apps.dlq_replay.report_explain import clipped, outcome_order
 
 CHART_GROUPS = 30
 #: Chart labels stay a few lines high: the template, error class and origin topic are cut to these
@@ -77,10 +77,6 @@ def _color(outcome: str) -> str:
     return COLORS.get(outcome, "#757575")
 
 
-def _outcome_order(outcome: str) -> tuple[int, str]:
-    return (oc.OUTCOMES.index(outcome) if outcome in oc.OUTCOMES else 99, outcome)
-
-
 def _e(value: Any) -> str:
     return escape("" if value is None else str(value))
 
@@ -89,7 +85,13 @@ def _fmt(n: Any) -> str:
     return f"{int(n):,}" if isinstance(n, (int, float)) else _e(n)
 
 
-# --------------------------------------------------------------------------- chart
+def _outcome_text(group: dict[str, Any]) -> str:
+    return ", ".join(f"{o}: {n}" for o, n in group["outcomes"].items())
+
+
+def _formats(group: dict[str, Any]) -> str:
+    """The group's context formats: all of them for a group that mixes several."""
+    return ", ".join(group.get("context_formats") or [group.get("context_format") or ""])
 
 
 def bar_chart(groups: list[dict[str, Any]]) -> str:
@@ -123,19 +125,8 @@ def bar_chart(groups: list[dict[str, Any]]) -> str:
     return f'<div class="bars">{"".join(rows)}</div>{note}'
 
 
-def _outcome_text(group: dict[str, Any]) -> str:
-    return ", ".join(f"{o}: {n}" for o, n in group["outcomes"].items())
-
-
-def _legend(outcomes: list[str]) -> str:
-    items = "".join(f'<span><i style="background:{_color(o)}"></i>{escape(o)}</span>' for o in outcomes)
-    return f'<div class="legend">{items}</div>'
-
-
 def sparkline(counts: list[int], *, width: int = 120, height: int = 24) -> str:
     """A tiny inline SVG line of ``counts`` (oldest left), the last point marked."""
-    if not counts:
-        return ""
     top = max(counts) or 1
     step = width / max(1, len(counts) - 1)
     points = [
@@ -152,24 +143,18 @@ def sparkline(counts: list[int], *, width: int = 120, height: int = 24) -> str:
     )
 
 
-# --------------------------------------------------------------------------- sections
-
-
 def _next_steps(steps: list[dict[str, Any]]) -> str:
-    if not steps:
-        return ""
     items = []
     for step in steps:
         color = SEVERITY_COLORS.get(step.get("severity", ""), "#59636e")
         code = f"<pre>{_e(step['code'])}</pre>" if step.get("code") else ""
         detail = f"<span>{_e(step.get('detail'))}</span>" if step.get("detail") else ""
         items.append(f'<li style="border-left-color:{color}"><b>{_e(step["title"])}</b>{detail}{code}</li>')
-    return f'<h2 id="next">What to do next</h2><ul class="steps">{"".join(items)}</ul>'
+    return f'<h2 id="next">What to do next</h2><ul class="steps">{"".join(items)}</ul>' if items else ""
 
 
 def _canary(canary: dict[str, Any] | None, groups: list[dict[str, Any]]) -> str:
     """The canary's verdict and one row per judged group (sent, failed again, decision)."""
-    verdicts = (canary or {}).get("verdicts") or {}
     if not canary:
         return ""
     verdict = str(canary.get("verdict") or "not judged")
@@ -179,38 +164,34 @@ def _canary(canary: dict[str, Any] | None, groups: list[dict[str, Any]]) -> str:
         f"<tr><td><code>{_e(sig)}</code></td><td>{_e(classes.get(sig, '-'))}</td>"
         f"<td class='num'>{_fmt(v.get('canary_sent'))}</td><td class='num'>{_fmt(v.get('failed_again'))}</td>"
         f"<td>{_e(v.get('decision'))}</td></tr>"
-        for sig, v in sorted(verdicts.items())
+        for sig, v in sorted((canary.get("verdicts") or {}).items())
     )
+    if rows:
+        rows = (
+            "<table><tr><th>group</th><th>error</th><th>canaries sent</th><th>failed again</th>"
+            f"<th>decision</th></tr>{rows}</table>"
+        )
     held = int(canary.get("held_back") or 0)
     note = f" {held} messages of halted groups stay pending as canary_failed." if held else ""
     return (
         f"<h2 id='canary'>Canary verdict: <i class='badge' style='background:{color}'>{_e(verdict)}</i></h2>"
-        f"<p class='muted'>Canary {_e(canary.get('size'))} per group.{_e(note)}</p>"
-        + (
-            "<table><tr><th>group</th><th>error</th><th>canaries sent</th><th>failed again</th>"
-            f"<th>decision</th></tr>{rows}</table>"
-            if rows
-            else ""
-        )
+        f"<p class='muted'>Canary {_e(canary.get('size'))} per group.{_e(note)}</p>{rows}"
     )
 
 
-def _totals(totals: dict[str, Any]) -> str:
+def _totals(totals: dict[str, Any], resend: dict[str, int] | None) -> str:
+    """The totals, and what a resumed apply sent again with the bound it was held to (when it did)."""
     chips = "".join(
         f'<div class="chip"><b>{_fmt(v)}</b><span>{_e(k.replace("_", " "))}</span></div>'
         for k, v in totals.items()
         if v or k in ("snapshot", "left_pending")
     )
-    return f'<h2 id="totals">Totals</h2><div class="chips">{chips}</div>'
-
-
-def _resend(resend: dict[str, int] | None) -> str:
-    """What a resumed apply sent again, and the bound it was held to (nothing when nothing was)."""
+    html = f'<h2 id="totals">Totals</h2><div class="chips">{chips}</div>'
     if not resend or not resend.get("resent"):
-        return ""
+        return html
     return (
-        f"<p class='muted'><b>Sent again after a kill:</b> {_fmt(resend['resent'])} messages of a wave a "
-        f"killed attempt had started; the broker already held {_fmt(resend.get('resent_held', 0))} of them "
+        f"{html}<p class='muted'><b>Sent again after a kill:</b> {_fmt(resend['resent'])} messages of a wave "
+        f"a killed attempt had started; the broker already held {_fmt(resend.get('resent_held', 0))} of them "
         "and dropped them (deduplication). Without deduplication at most "
         f"{_fmt(resend.get('resend_bound', 0))} (wave size x producers) can reach the origin twice, each "
         "with the same <code>REPLAY_ID</code>.</p>"
@@ -222,25 +203,20 @@ def _group_table(groups: list[dict[str, Any]], other: dict[str, Any]) -> str:
     for index, g in enumerate(groups):
         outs = ", ".join(f"{escape(k)}: {v}" for k, v in g["outcomes"].items())
         samples = "<br>".join(f"<code>{_e(s)}</code>" for s in g["sample_message_ids"])
-        name = (
-            f'<a href="#g{index}"><code>{_e(g["signature"])}</code></a>'
-            if "explanation" in g
-            else (f"<code>{_e(g['signature'])}</code>")
-        )
+        name = f"<code>{_e(g['signature'])}</code>"
+        if "explanation" in g:
+            name = f'<a href="#g{index}">{name}</a>'
         rows.append(
-            "<tr>"
-            f"<td>{name}</td><td>{_e(g['template'])}</td><td>{_e(g['error_class'])}</td>"
+            f"<tr><td>{name}</td>"
+            f"<td>{_e(g['template'])}</td><td>{_e(g['error_class'])}</td>"
             f"<td>{_e(g['origin_topic'])}</td><td>{_e(_formats(g))}<br>{_e(g.get('reason') or '')}</td>"
             f"<td class='num'>{_fmt(g['count'])}</td>"
             f"<td class='small'>{_e(g['first_seen'])}<br>{_e(g['last_seen'])}</td>"
             f"<td>{_e(g['action'])}</td><td>{_e(', '.join(g['rules']))}</td><td>{outs}</td>"
             f"<td class='small'>{samples}</td></tr>"
         )
-    note = (
-        f'<p class="muted">{other["groups"]} smaller groups ({other["count"]} messages) are not listed.</p>'
-        if other.get("groups")
-        else ""
-    )
+    smaller = f"{other.get('groups')} smaller groups ({other.get('count')} messages)"
+    note = f'<p class="muted">{smaller} are not listed.</p>' if other.get("groups") else ""
     return (
         '<h2 id="groups">Groups</h2><table><tr><th>signature</th><th>template</th><th>error class</th>'
         "<th>origin topic</th><th>format / reason</th><th>count</th><th>first / last seen</th><th>action</th>"
@@ -248,65 +224,40 @@ def _group_table(groups: list[dict[str, Any]], other: dict[str, Any]) -> str:
     )
 
 
-def _formats(group: dict[str, Any]) -> str:
-    """The group's context formats: all of them for a group that mixes several."""
-    return ", ".join(group.get("context_formats") or [group.get("context_format") or ""])
-
-
 def _rules_table(explanation: dict[str, Any]) -> str:
     rules = explanation.get("rules") or []
-    head = (
+    reason = explanation.get("outcome_reason")
+    html = (
         f"<p class='small'>Message <code>{_e(explanation.get('message_id'))}</code>: outcome "
-        f"<b>{_e(explanation.get('outcome'))}</b>"
-        + (f" ({_e(explanation.get('outcome_reason'))})" if explanation.get("outcome_reason") else "")
-        + "</p>"
+        f"<b>{_e(explanation.get('outcome'))}</b>{f' ({_e(reason)})' if reason else ''}</p>"
     )
-    note = f"<p class='muted small'>{_e(explanation['note'])}</p>" if explanation.get("note") else ""
-    if not rules:
-        return (
-            head
-            + note
-            + (
-                "<p class='muted small'>The playbook has no rules: everything is skipped.</p>"
-                if not explanation.get("note")
-                else ""
-            )
-        )
-    rows = []
+    if rules:
+        html += "<table><tr><th>rule (in order)</th><th>action</th><th>verdict</th><th>why</th></tr>"
     for r in rules:
         css = {"matched": "yes", "no match": "no"}.get(r["verdict"], "skip")
         why = "<br>".join(_e(x) for x in r.get("reasons") or []) or "all conditions hold"
-        rows.append(
+        html += (
             f"<tr><td><code>{_e(r['rule'])}</code> <span class='muted small'>line {_e(r['line'])}</span></td>"
             f"<td>{_e(r['action'])}</td><td class='{css}'>{_e(r['verdict'])}</td>"
             f"<td class='small'>{why}</td></tr>"
         )
-    return (
-        head
-        + "<table><tr><th>rule (in order)</th><th>action</th><th>verdict</th><th>why</th></tr>"
-        + "".join(rows)
-        + "</table>"
-        + note
-    )
+    note = explanation.get("note") or ("" if rules else "The playbook has no rules: everything is skipped.")
+    return html + ("</table>" if rules else "") + (f"<p class='muted small'>{_e(note)}</p>" if note else "")
 
 
 def _group_detail(index: int, g: dict[str, Any]) -> str:
     parts = [
         f"<p class='small'>{_fmt(g['count'])} messages · error class "
-        f"<code>{_e(g['error_class'] or '-')}</code>"
-        f" · origin <code>{_e(g['origin_topic'] or '-')}</code> · format {_e(_formats(g))} · "
-        f"{_e(_outcome_text(g))}</p>"
+        f"<code>{_e(g['error_class'] or '-')}</code> · origin <code>{_e(g['origin_topic'] or '-')}</code> "
+        f"· format {_e(_formats(g))} · {_e(_outcome_text(g))}</p>"
     ]
-    if g.get("fix_errors"):
-        items = "".join(
-            f"<li><code>{_e(f['error'])}</code> &times;{_fmt(f['count'])}</li>" for f in g["fix_errors"]
-        )
-        parts.append(f"<h3>Fix errors</h3><ul>{items}</ul>")
-    if g.get("sample_errors"):
-        items = "".join(
-            f"<li><code>{_e(s['message'])}</code> &times;{_fmt(s['count'])}</li>" for s in g["sample_errors"]
-        )
-        parts.append(f"<h3>Sample error messages</h3><ul>{items}</ul>")
+    for key, title, text in (
+        ("fix_errors", "Fix errors", "error"),
+        ("sample_errors", "Sample error messages", "message"),
+    ):
+        if g.get(key):
+            items = "".join(f"<li><code>{_e(x[text])}</code> &times;{_fmt(x['count'])}</li>" for x in g[key])
+            parts.append(f"<h3>{title}</h3><ul>{items}</ul>")
     if g.get("explanation"):
         parts.append("<h3>Playbook rules for one message of this group</h3>" + _rules_table(g["explanation"]))
     if "payload_samples" in g:
@@ -320,13 +271,6 @@ def _group_detail(index: int, g: dict[str, Any]) -> str:
         f'<details id="g{index}"{opened}><summary><code>{_e(g["signature"])}</code> {_e(g["template"])} '
         f"({_fmt(g['count'])})</summary>{''.join(parts)}</details>"
     )
-
-
-def _details(groups: list[dict[str, Any]]) -> str:
-    shown = [(i, g) for i, g in enumerate(groups) if "explanation" in g or g.get("sample_errors")]
-    if not shown:
-        return ""
-    return '<h2 id="details">Why, per group</h2>' + "".join(_group_detail(i, g) for i, g in shown)
 
 
 def _trend(trend: dict[str, Any] | None, groups: list[dict[str, Any]]) -> str:
@@ -380,31 +324,30 @@ def _config(config: dict[str, Any] | None, spark: dict[str, Any] | None) -> str:
     if spark:
         entries.append(("Spark application", f"{spark.get('application_id')} on {spark.get('master')}"))
     body = "".join(f"<dt>{_e(k)}</dt><dd>{_e('-' if v in (None, '') else v)}</dd>" for k, v in entries)
-    rules = playbook.get("rules") or []
-    table = ""
+    rules = "".join(
+        f"<tr><td><code>{_e(r['name'])}</code></td><td class='num'>{_e(r['line'])}</td>"
+        f"<td>{_e(r['action'])}</td>"
+        f"<td class='small'>{_e(', '.join(f'{k}: {v}' for k, v in r['match'].items()) or 'everything')}</td>"
+        f"<td class='small'>{_e(r.get('fix') or '')}</td></tr>"
+        for r in playbook.get("rules") or []
+    )
     if rules:
-        rows = "".join(
-            f"<tr><td><code>{_e(r['name'])}</code></td><td class='num'>{_e(r['line'])}</td>"
-            f"<td>{_e(r['action'])}</td><td class='small'>{_e(_match_text(r['match']))}</td>"
-            f"<td class='small'>{_e(r.get('fix') or '')}</td></tr>"
-            for r in rules
-        )
-        table = (
+        rules = (
             "<h3>Playbook rules (first match wins)</h3><table><tr><th>rule</th><th>line</th><th>action</th>"
-            f"<th>match</th><th>fix</th></tr>{rows}</table>"
+            f"<th>match</th><th>fix</th></tr>{rules}</table>"
         )
-    return f'<h2 id="config">Run configuration</h2><dl class="config">{body}</dl>{table}'
-
-
-def _match_text(match: dict[str, Any]) -> str:
-    return ", ".join(f"{k}: {v}" for k, v in match.items()) or "everything"
+    return f'<h2 id="config">Run configuration</h2><dl class="config">{body}</dl>{rules}'
 
 
 def render_html(report: dict[str, Any]) -> str:
     """The report page (one self-contained HTML document)."""
-    totals = report["totals"]
     groups = report["groups"]
-    used = sorted({o for g in groups for o in g["outcomes"]}, key=_outcome_order)
+    used = sorted({o for g in groups for o in g["outcomes"]}, key=outcome_order)
+    legend = "".join(f'<span><i style="background:{_color(o)}"></i>{escape(o)}</span>' for o in used)
+    explained = [(i, g) for i, g in enumerate(groups) if "explanation" in g or g.get("sample_errors")]
+    details = "".join(_group_detail(i, g) for i, g in explained)
+    if details:
+        details = f'<h2 id="details">Why, per group</h2>{details}'
     title = f"DLQ replay {report['run_id']}"
     dry = (
         '<p class="muted"><b>Dry-run:</b> the outcomes are what a replay would do; nothing was published, '
@@ -429,10 +372,9 @@ def render_html(report: dict[str, Any]) -> str:
         f"<span class='muted'>{_e(report['started_at'])} &rarr; {_e(report['finished_at'])}</span></p>{dry}"
         f"{_next_steps(report.get('next_steps') or [])}"
         f"{_canary(report.get('canary'), groups)}"
-        f"{_totals(totals)}{_resend(report.get('resend'))}"
-        f"<h2 id='chart'>Groups by count and outcome</h2>{_legend(used)}{bar_chart(groups)}"
-        f"{_details(groups)}"
-        f"{_group_table(groups, report.get('other_groups', {}))}"
+        f"{_totals(report['totals'], report.get('resend'))}"
+        f"<h2 id='chart'>Groups by count and outcome</h2><div class=\"legend\">{legend}</div>"
+        f"{bar_chart(groups)}{details}{_group_table(groups, report.get('other_groups', {}))}"
         f"{_trend(report.get('trend'), groups)}"
         f"{_config(report.get('config'), report.get('spark'))}"
         f"<h2 id='timings'>Timings</h2><table>{timing_rows}</table>"

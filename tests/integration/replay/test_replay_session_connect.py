@@ -30,7 +30,7 @@ _CHILD = textwrap.dedent(
     from spark_apps.dlq_replay.playbook import load_playbook
     from spark_apps.dlq_replay.preflight import ship_and_load_fixes
     from spark_apps.dlq_replay.progress import StepProgress, step_tag
-    from spark_apps.dlq_replay.report_details import spark_info
+    from spark_apps.dlq_replay.report import spark_info
     from spark_apps.dlq_replay.session import default_parallelism, is_connect, ship_code
 
     url, playbook_path = sys.argv[1:3]

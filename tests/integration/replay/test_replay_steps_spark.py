@@ -590,7 +590,7 @@ def test_report_from_record_parts_is_sparks_report(spark, tmp_path, snippets):
 
     from spark_apps.dlq_replay.apply import OUTCOME_COLUMNS
     from spark_apps.dlq_replay.record import publish_staged, record_in_tasks
-    from spark_apps.dlq_replay.report_details import ReportContext
+    from spark_apps.dlq_replay.report import ReportContext
     from spark_apps.dlq_replay.report_parts import read_parts
 
     snap, decided, decisions, results = recorded_inputs(spark, tmp_path)

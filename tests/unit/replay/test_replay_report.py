@@ -10,11 +10,12 @@ from spark_apps.dlq_replay.report import (
     TOTAL_KEYS,
     CommitTotals,
     build_groups,
-    build_totals,
-    outcome_counts,
+    build_report,
+    display_template,
     summary_line,
 )
 from spark_apps.dlq_replay.report_html import render_html
+from spark_apps.dlq_replay.report_parts import ReportParts
 
 T1 = "2024-05-01T00:00:00.000Z"
 T2 = "2024-05-02T00:00:00.000Z"
@@ -80,36 +81,57 @@ def test_group_labels_are_never_wrong_for_a_mixed_group():
     assert "java_retry, tdmq<br>max-reconsumes" in html
 
 
+def report_of(combos, mode=oc.REPLAY, commit=None, samples=None, **over):
+    return build_report(
+        ReportParts(combos, samples or {}, []), run_id="r<1>", mode=mode, status="succeeded", started_at="s",
+        finished_at="f", commit=commit or CommitTotals(), timings={"plan": 0.5},
+        paths={"report_html": "x/report.html"}, **over,
+    )  # fmt: skip
+
+
 def test_totals_sum_up_and_pending_is_what_is_not_final():
-    counts = outcome_counts(COMBOS, oc.REPLAY)
-    totals = build_totals(counts, CommitTotals(acked=12), oc.REPLAY)
+    report = report_of(COMBOS, commit=CommitTotals(acked=12, read_mode="reader"), resend={"resent": 2})
+    totals = report["totals"]
     assert list(totals) == list(TOTAL_KEYS)
     assert totals["snapshot"] == 15
     assert totals[oc.REPUBLISHED] == 5
     assert totals[oc.ALREADY_FINAL] == 4
     assert totals["acked"] == 12
     assert totals["left_pending"] == 15 - 5 - 3 - 4
+    assert totals["resent"] == 2
+    assert report["resend"] == {"resent": 2, "resent_held": 0, "resend_bound": 0}
+    assert report["commit"]["acked"] == 12
+    assert report["commit"]["read_mode"] == "reader"
+    assert (report["format"], report["dry_run"], report["other_groups"]) == (
+        1,
+        False,
+        {"groups": 0, "count": 0},
+    )
+    assert "canary" not in report
 
 
 def test_dry_run_reports_planned_republish_and_nothing_acked():
-    combos = [combo("a", oc.TO_REPUBLISH, 5)]
-    totals = build_totals(outcome_counts(combos, oc.DRY_RUN), CommitTotals(), oc.DRY_RUN)
+    report = report_of([combo("a", oc.TO_REPUBLISH, 5)], mode=oc.DRY_RUN)
+    totals = report["totals"]
     assert totals[oc.REPUBLISHED] == 5
     assert totals["left_pending"] == 5
     assert totals["acked"] == 0
-    groups, _ = build_groups(combos, {}, oc.DRY_RUN)
-    assert groups[0]["outcomes"] == {oc.REPUBLISHED: 5}
+    assert report["dry_run"] is True
+    assert report["groups"][0]["outcomes"] == {oc.REPUBLISHED: 5}
+    assert report_of([combo("a", oc.TO_REPUBLISH, 5)])["totals"][oc.PUBLISH_FAILED] == 5  # never sent
+
+
+def test_canary_verdict_names_halted_groups_and_what_they_hold_back():
+    combos = [combo("a", oc.CANARY_FAILED, 4), combo("a", oc.REPUBLISHED, 3), combo("b", oc.REPUBLISHED, 2)]
+    verdicts = {"a": {"decision": "halted"}, "b": {"decision": "replay"}}
+    canary = report_of(combos, canary={"size": "3", "verdicts": verdicts})["canary"]
+    assert canary == {"size": "3", "verdicts": verdicts, "verdict": "halted", "halted": ["a"], "held_back": 4}
+    assert report_of(combos, canary={"size": "3", "verdicts": {"b": {}}})["canary"]["verdict"] == "passed"
+    assert report_of(combos, canary={"size": "3"})["canary"]["verdict"] == "not judged"
 
 
 def report_dict():
-    groups, other = build_groups(COMBOS, {"c": ["<b>id</b>"]}, oc.REPLAY)
-    return {
-        "run_id": "r<1>", "mode": oc.REPLAY, "dry_run": False, "status": "succeeded",
-        "started_at": "s", "finished_at": "f",
-        "totals": build_totals(outcome_counts(COMBOS, oc.REPLAY), CommitTotals(), oc.REPLAY),
-        "groups": groups, "other_groups": other, "timings": {"plan": 0.5},
-        "paths": {"report_html": "x/report.html"},
-    }  # fmt: skip
+    return report_of(COMBOS, samples={"c": ["<b>id</b>"]})
 
 
 def test_summary_line_is_one_json_line():
@@ -140,10 +162,9 @@ def test_html_is_self_contained_escaped_and_has_a_bar_per_group():
 
 
 def test_a_key_error_template_says_a_key_is_missing():
-    from spark_apps.dlq_replay.report import display_template
-
     assert display_template("KeyError", "<str>") == "missing key <str>"
     assert display_template("builtins.KeyError", "'currency of order <num>'") == (
         "missing key 'currency of order <num>'"
     )
     assert display_template("ValueError", "<str>") == "<str>"
+    assert display_template("KeyError", "missing key <str>") == "missing key <str>"
