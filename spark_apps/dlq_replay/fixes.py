@@ -29,7 +29,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
@@ -537,16 +537,3 @@ def _run_each(function: FixFunction, records: list[FixRecord], limit: _TimeLimit
             continue
         outcomes.append(to_outcome(result, record))
     return outcomes
-
-
-@dataclass
-class FixRegistry:
-    """Loads each fix once per executor process."""
-
-    refs: tuple[str, ...] = ()
-    functions: dict[str, FixFunction] = field(default_factory=dict)
-
-    def get(self, ref: str) -> FixFunction:
-        if ref not in self.functions:
-            self.functions[ref] = load_fix(ref)
-        return self.functions[ref]

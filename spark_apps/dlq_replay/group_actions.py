@@ -18,8 +18,6 @@ from spark_apps.dlq_replay.errors import ReplayConfigError
 from spark_apps.dlq_replay.redaction import shown
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
-
     from pyspark.sql import DataFrame, SparkSession
 
     from spark_apps.dlq_replay.playbook import Rule
@@ -70,11 +68,6 @@ def parse_group_actions(value: str) -> dict[str, str]:
             )
         actions[str(signature)] = str(action)
     return actions
-
-
-def approved_signatures(actions: Mapping[str, str]) -> tuple[str, ...]:
-    """The signatures a run acts on: every group approved for ``replay`` or ``archive`` (sorted)."""
-    return tuple(sorted(sig for sig, action in actions.items() if action != LEAVE))
 
 
 def override_rule(action: str, playbook_rule: Rule | None) -> Rule:

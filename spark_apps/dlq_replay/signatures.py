@@ -175,21 +175,3 @@ def replay_id(dlq_topic: str, dlq_message_id: str, origin: str | None = None) ->
     """
     material = f"origin\x1f{origin}" if origin else f"{dlq_topic}\x1f{dlq_message_id}"
     return hashlib.sha256(material.encode("utf-8", "replace")).hexdigest()[:32]
-
-
-class TemplateCache:
-    """Memoise :func:`message_template` within one Arrow batch (failures repeat a lot)."""
-
-    def __init__(self, max_entries: int = 10_000) -> None:
-        self._cache: dict[str, str] = {}
-        self._max = max_entries
-
-    def template(self, message: str | None) -> str:
-        if not message:
-            return ""
-        found = self._cache.get(message)
-        if found is None:
-            found = message_template(message)
-            if len(self._cache) < self._max:
-                self._cache[message] = found
-        return found

@@ -13,7 +13,6 @@ from spark_apps.dlq_replay.decide import DecideSettings, decide_batch
 from spark_apps.dlq_replay.errors import ReplayConfigError
 from spark_apps.dlq_replay.group_actions import (
     APPROVAL_RULE,
-    approved_signatures,
     parse_group_actions,
     reuse_window,
 )
@@ -39,7 +38,6 @@ def test_parse_inline_and_file(tmp_path):
     path = tmp_path / "actions.json"
     path.write_text(json.dumps({"s1": "archive"}))
     assert parse_group_actions(f"@{path}") == {"s1": "archive"}
-    assert approved_signatures({"b": "replay", "a": "archive", "c": "leave"}) == ("a", "b")
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from spark_apps.dlq_replay.signatures import TemplateCache, error_signature, message_template, replay_id
+from spark_apps.dlq_replay.signatures import error_signature, message_template, replay_id
 
 
 @pytest.mark.parametrize(
@@ -84,9 +84,3 @@ def test_replay_id_from_the_origin_is_the_same_for_every_dlq_copy():
     assert a == replay_id("persistent://p/d/other-DLQ", "9:9:-1:-1", origin)
     assert a != replay_id("persistent://p/d/dlq", "1:2:-1:-1")
     assert a != replay_id("persistent://p/d/dlq", "1:2:-1:-1", "persistent://p/d/orders|7:9:-1:-1")
-
-
-def test_template_cache_returns_the_same_as_uncached():
-    cache = TemplateCache(max_entries=1)
-    for msg in ["a 1", "b 2", "a 1", None]:
-        assert cache.template(msg) == message_template(msg)
