@@ -7,7 +7,6 @@ of the **same** run id is waited for (up to ``reattach_timeout``); a **different
 from __future__ import annotations
 
 import json
-import os
 import socket
 import time
 from dataclasses import dataclass
@@ -18,7 +17,13 @@ from urllib.parse import unquote, urlparse
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_provider_dlq.errors import DlqProviderError
-from pulsar_dlq_consumer.replay_lock import LEASE_SUBSCRIPTION, LOCK_PREFIX, lease_topic
+from pulsar_dlq_consumer.replay_lock import (
+    LEASE_SUBSCRIPTION,
+    LOCK_PREFIX,
+    lease_topic,
+    lock_generation,
+    pid_alive,
+)
 
 if TYPE_CHECKING:
     import logging
@@ -55,26 +60,6 @@ class RunHolder:
         return f"run {self.run_id!r} (host {self.host}, pid {self.pid}) holding {self.where}"
 
 
-def _process_start(pid: int) -> str | None:
-    """The start time of ``pid`` as the app records it (``/proc/<pid>/stat`` field 22)."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
-
-
-def pid_alive(pid: int, start: str | None) -> bool:
-    """True while process ``pid`` of this host runs and is the one started at ``start``."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return start is None or _process_start(pid) in (None, start)
-
-
 def local_root(output_dir: str) -> Path | None:
     """The output root as a local path; ``None`` for an object store (where the app holds no lock)."""
     if "://" not in output_dir:
@@ -98,8 +83,7 @@ def output_lock_holder(
         names = [p.name for p in locks.iterdir()]
     except OSError:
         return None
-    tails = [n[len(LOCK_PREFIX) :] for n in names if n.startswith(LOCK_PREFIX)]
-    generations = [int(tail) for tail in tails if tail.isdigit()]
+    generations = [g for g in map(lock_generation, names) if g is not None]
     if not generations:
         return None
     try:

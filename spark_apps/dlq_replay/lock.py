@@ -39,7 +39,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from pulsar_dlq_consumer.replay_lock import LEASE_SUBSCRIPTION, LOCK_PREFIX, lease_topic
+from pulsar_dlq_consumer.replay_lock import (
+    LEASE_SUBSCRIPTION,
+    LOCK_PREFIX,
+    lease_topic,
+    lock_generation,
+    pid_alive,
+    process_start,
+)
 from spark_apps.dlq_replay.errors import LockLostError, ReplayConfigError, RunLockedError
 from spark_apps.dlq_replay.storage import RunStorage, is_local, join, qualify_root
 
@@ -75,25 +82,6 @@ def _iso(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="seconds")
 
 
-def _process_start(pid: int) -> str | None:
-    """The start time of process ``pid`` (Linux ``/proc``), to tell a reused pid from the owner."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
-
-
-def _alive(pid: int, start: str | None) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return start is None or _process_start(pid) in (None, start)
-
-
 @dataclass(frozen=True)
 class LockOwner:
     """Who holds a lock, as written in the lock file."""
@@ -110,7 +98,7 @@ class LockOwner:
     def me(cls, run_id: str, ttl_s: float) -> LockOwner:
         now = _now()
         pid = os.getpid()
-        return cls(run_id, socket.gethostname(), pid, _process_start(pid), now, now, ttl_s)
+        return cls(run_id, socket.gethostname(), pid, process_start(pid), now, now, ttl_s)
 
     def to_json(self) -> str:
         return json.dumps(
@@ -148,7 +136,7 @@ class LockOwner:
         """Why this lock no longer holds (``None`` while it does)."""
         if now > self.heartbeat_at + self.ttl_s:
             return f"its last heartbeat was {now - self.heartbeat_at:.0f} s ago (expiry {self.ttl_s:g} s)"
-        if self.host == socket.gethostname() and not _alive(self.pid, self.pid_start):
+        if self.host == socket.gethostname() and not pid_alive(self.pid, self.pid_start):
             return f"its process {self.pid} on this host is gone"
         return None
 
@@ -202,13 +190,6 @@ class _LockFiles:
         self.storage.delete(join(self.directory, name))
 
 
-def _generation(name: str) -> int | None:
-    if not name.startswith(LOCK_PREFIX):
-        return None
-    tail = name[len(LOCK_PREFIX) :]
-    return int(tail) if tail.isdigit() else None
-
-
 class OutputLock:
     """The lock on one output root (see the module docstring)."""
 
@@ -223,7 +204,7 @@ class OutputLock:
         self.name: str | None = None
 
     def _current(self) -> tuple[int, LockOwner | None]:
-        generations = sorted(g for g in map(_generation, self.files.names()) if g is not None)
+        generations = sorted(g for g in map(lock_generation, self.files.names()) if g is not None)
         if not generations:
             return 0, None
         latest = generations[-1]
@@ -254,7 +235,7 @@ class OutputLock:
             )
         self.owner, self.name = owner, name
         for old in self.files.names():
-            gen = _generation(old)
+            gen = lock_generation(old)
             if gen is not None and gen <= generation:
                 self.files.delete(old)
 
