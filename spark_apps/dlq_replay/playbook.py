@@ -20,7 +20,7 @@ from spark_apps.dlq_replay.errors import PlaybookError, ReplayConfigError
 from spark_apps.dlq_replay.topics import TopicMatcher, qualify_topic
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Iterator, Mapping
 
 PLAYBOOK_VERSION = 1
 #: Limits on a playbook: a playbook is a short, reviewed list of rules, not data.
@@ -102,20 +102,24 @@ class Rule:
     archive_payload: bool | None = None
     fix_timeout_seconds: float = DEFAULT_FIX_TIMEOUT_S
 
-    def matches(self, record: MatchInput) -> bool:
+    def failed_conditions(self, record: MatchInput) -> Iterator[str | PropertyCondition]:
+        """The conditions ``record`` fails, in check order: a ``match:`` key or a property condition."""
         if self.signatures is not None and record.signature not in self.signatures:
-            return False
+            yield "signature"
         if self.context_formats is not None and record.context_format not in self.context_formats:
-            return False
+            yield "context_format"
         if self.error_class is not None and not self.error_class.search(record.error_class or ""):
-            return False
+            yield "error_class"
         if self.error_message is not None and not self.error_message.search(record.error_message or ""):
-            return False
-        if self.origin_topic is not None:
-            qualified = qualify_topic(record.origin_topic) if record.origin_topic else None
-            if not self.origin_topic.matches(qualified):
-                return False
-        return all(cond.matches(record.properties) for cond in self.properties)
+            yield "error_message"
+        if self.origin_topic is not None and not self.origin_topic.matches(
+            qualify_topic(record.origin_topic) if record.origin_topic else None
+        ):
+            yield "origin_topic"
+        yield from (cond for cond in self.properties if not cond.matches(record.properties))
+
+    def matches(self, record: MatchInput) -> bool:
+        return next(self.failed_conditions(record), None) is None
 
     @property
     def fix_label(self) -> str:

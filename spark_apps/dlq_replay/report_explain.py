@@ -11,10 +11,9 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from spark_apps.dlq_replay import outcomes as oc
-from spark_apps.dlq_replay.topics import qualify_topic
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping, Sequence
+    from collections.abc import Callable, Iterator, Mapping, Sequence
 
     from spark_apps.dlq_replay.playbook import MatchInput, Playbook, Rule
 
@@ -59,35 +58,34 @@ def pattern_text(regex: re.Pattern[str]) -> str:
     return f"/{text}/"
 
 
+#: Why a record fails a rule's ``match:`` condition, by key (:meth:`~.playbook.Rule.failed_conditions`).
+_MISSES: dict[str, Callable[[Any, MatchInput], str]] = {
+    "signature": lambda rule, rec: f"signature {rec.signature} is not in [{_listed(list(rule.signatures))}]",
+    "context_format": lambda rule, rec: (
+        f"context format {rec.context_format!r} is not {_listed(list(rule.context_formats))}"
+    ),
+    "error_class": lambda rule, rec: (
+        f"error class {rec.error_class or '(none)'!r} does not match {pattern_text(rule.error_class)}"
+    ),
+    "error_message": lambda rule, _: f"error message does not match {pattern_text(rule.error_message)}",
+    "origin_topic": lambda rule, rec: (
+        f"origin topic {rec.origin_topic or '(none)'!r} does not match "
+        f"{_listed(list(rule.origin_topic.patterns))}"
+    ),
+}
+
+
 def rule_misses(rule: Rule, record: MatchInput) -> list[str]:
     """Why ``rule`` does not match ``record``: one phrase per failed condition (empty: it matches)."""
     misses = []
-    if rule.signatures is not None and record.signature not in rule.signatures:
-        misses.append(f"signature {record.signature} is not in [{_listed(list(rule.signatures))}]")
-    if rule.context_formats is not None and record.context_format not in rule.context_formats:
-        misses.append(
-            f"context format {record.context_format!r} is not {_listed(list(rule.context_formats))}"
-        )
-    if rule.error_class is not None and not rule.error_class.search(record.error_class or ""):
-        misses.append(
-            f"error class {record.error_class or '(none)'!r} does not match {pattern_text(rule.error_class)}"
-        )
-    if rule.error_message is not None and not rule.error_message.search(record.error_message or ""):
-        misses.append(f"error message does not match {pattern_text(rule.error_message)}")
-    if rule.origin_topic is not None:
-        qualified = qualify_topic(record.origin_topic) if record.origin_topic else None
-        if not rule.origin_topic.matches(qualified):
-            misses.append(
-                f"origin topic {record.origin_topic or '(none)'!r} does not match "
-                f"{_listed(list(rule.origin_topic.patterns))}"
-            )
-    for cond in rule.properties:
-        value = record.properties.get(cond.key)
-        if value is None:
-            misses.append(f"property {cond.key!r} is missing")
-        elif not cond.matches(record.properties):
-            wanted = f"/{cond.regex.pattern}/" if cond.regex is not None else repr(cond.exact)
-            misses.append(f"property {cond.key!r} does not match {wanted}")
+    for failed in rule.failed_conditions(record):
+        if isinstance(failed, str):
+            misses.append(_MISSES[failed](rule, record))
+        elif record.properties.get(failed.key) is None:
+            misses.append(f"property {failed.key!r} is missing")
+        else:
+            wanted = f"/{failed.regex.pattern}/" if failed.regex is not None else repr(failed.exact)
+            misses.append(f"property {failed.key!r} does not match {wanted}")
     return misses
 
 
