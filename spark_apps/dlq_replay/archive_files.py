@@ -108,15 +108,15 @@ def publish_staged(staged: str, archive_root: str, date: str, run_id: str) -> in
     """Move each staged topic folder of ``staged`` to its archive partition (replacing an earlier
     attempt's); returns the folders moved. Folders an interrupted call already moved are not staged any
     more, so calling it again finishes the move."""
-    from spark_apps.dlq_replay.storage import join, list_names
-    from spark_apps.dlq_replay.task_parquet import move_into_place, partition_folder
+    from spark_apps.dlq_replay.storage import join, list_names, move_tree
+    from spark_apps.dlq_replay.task_parquet import partition_folder
 
     moved = 0
     tail = join(partition_folder("date", date), partition_folder("run_id", run_id))
     for name in list_names(staged):
         if not name.startswith("dlq_topic="):
             continue  # _SUCCESS
-        move_into_place(join(staged, name), join(archive_root, name, tail))  # this run's partition
+        move_tree(join(staged, name), join(archive_root, name, tail))  # this run's partition
         moved += 1
     log.info("step apply: %d archive partition(s) moved from %s", moved, staged)
     return moved

@@ -116,14 +116,6 @@ def _sum_finals(table: pa.Table) -> pa.Table:
     return grouped.select([*ENTRY_KEYS, "final_messages_sum"]).rename_columns(_FINALS.names)
 
 
-def clear(folder: str) -> None:
-    """Empty ``folder`` of an earlier attempt's counts (every bucket writes its counts again)."""
-    from spark_apps.dlq_replay.storage import delete, make_dirs
-
-    delete(folder)
-    make_dirs(folder)
-
-
 def entry_table(snapshot_entries: str, commit_parts: str, topic: str | None = None) -> pa.Table:
     """Per entry of the snapshot (of partition ``topic`` only, when given): ``dlq_topic, ledger_id,
     entry_id, messages, final_messages, batch_size`` (:data:`~spark_apps.dlq_replay.pulsar_io.commit.

@@ -189,12 +189,12 @@ def record_in_tasks(
     the rows written (a ``halted`` group's unsent rows as ``canary_failed``). Each task also writes its
     bucket's report parts to ``parts_dir`` (:mod:`~spark_apps.dlq_replay.report_parts`) and its final
     messages per entry to ``commit_dir`` (:mod:`~spark_apps.dlq_replay.commit`)."""
-    from spark_apps.dlq_replay import task_parquet
-    from spark_apps.dlq_replay.commit import clear
+    from spark_apps.dlq_replay import storage, task_parquet
     from spark_apps.dlq_replay.report_parts import clear_parts
 
     clear_parts(parts_dir)
-    clear(commit_dir)
+    storage.delete(commit_dir)  # every bucket writes its counts again
+    storage.make_dirs(commit_dir)
     record = _RecordBuckets(
         decisions_dir, results_dir, parts_dir, commit_dir, mode, recorded_at, batch_rows, halted
     )
@@ -255,12 +255,12 @@ def publish_staged(staged: str, ledger_root: str, run_id: str) -> bool:
     """Move the staged ledger files to this run's partition of ``ledger_root``, replacing an earlier
     attempt's as Spark's dynamic overwrite does; ``False`` when nothing is staged."""
     from spark_apps.dlq_replay import storage
-    from spark_apps.dlq_replay.task_parquet import SUCCESS, move_into_place, partition_folder
+    from spark_apps.dlq_replay.task_parquet import SUCCESS, partition_folder
 
     if not storage.list_names(staged):
         return False
     storage.delete(storage.join(staged, SUCCESS))  # the ledger root holds the one marker, as Spark leaves it
-    move_into_place(staged, storage.join(ledger_root, partition_folder("run_id", run_id)))
+    storage.move_tree(staged, storage.join(ledger_root, partition_folder("run_id", run_id)))
     storage.write_bytes(storage.join(ledger_root, SUCCESS), b"")
     log.info("step record: ledger partition moved from %s", staged)
     return True

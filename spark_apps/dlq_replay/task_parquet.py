@@ -1,27 +1,9 @@
 """Every Parquet dataset of a run, written and read by the run's Python tasks (pyarrow), on any store.
 
-Each task writes its own file through :mod:`~spark_apps.dlq_replay.storage` and sends back one small
-row of tallies: the rows never cross to the JVM to be written, and the JVM never opens the output root,
-so a run behaves the same on ``local[n]``, a cluster and Spark Connect, on a local disk or object
-storage. :func:`read_frame` gives a dataset back to Spark as a DataFrame, read by tasks the same way.
-
-Files match what Spark writes: snappy, no dictionary for the per-message columns
-(:data:`PER_MESSAGE_COLUMNS`: their values are nearly all distinct, so a dictionary only costs a hash per
-value), row groups of about
-:data:`ROW_GROUP_BYTES`. Commit: a task writes ``_tmp-<partition>-<attempt>-<uuid>.parquet`` (readers
-skip names starting with ``_``) and moves it to ``part-<partition>.parquet`` once closed, so a retried
-task replaces its partition's file and a failed one leaves no visible file. The driver empties the folder
-before the job, then removes leftover temporary files and writes ``_SUCCESS``.
-
-A task can also write side datasets from the same batches (:class:`SideOutput`: a few columns derived
-from each batch, in a folder of their own, committed with the main file), so a later step reads those
-few columns without another pass over the messages. A side dataset can be partitioned by a column, in
-folders named as Spark names them (:func:`partition_folder`).
-
-Progress: every task keeps ``_progress-<partition>`` in the main folder up to date (the rows it has written,
-every :data:`PROGRESS_EVERY_S` and when it ends); :func:`rows_written` sums them for the step's progress
-lines. Readers skip them like every name starting with ``_``; once the job ends their sum goes into
-``_SUCCESS`` (``rows=<n>``) and they are removed, so the folder holds what Spark's writer leaves.
+Each task writes ``_tmp-...`` and moves it to ``part-<partition>.parquet`` once closed (readers skip
+names starting with ``_``), keeps ``_progress-<partition>`` up to date for the progress lines, and sends
+back one small row of tallies; the driver then writes ``_SUCCESS`` (``rows=<n>``). The JVM never opens
+the output root, so a run behaves the same on ``local[n]``, a cluster and Spark Connect.
 """
 
 from __future__ import annotations
@@ -86,8 +68,7 @@ def part_file(folder: str, partition: int) -> str:
 
 
 def dictionary_columns(schema: pa.Schema) -> list[str]:
-    """The Parquet leaf paths of ``schema`` that keep dictionary encoding (all but the per-message
-    columns); a map's leaves are ``<name>.key_value.key`` and ``<name>.key_value.value``."""
+    """The Parquet leaf paths of ``schema`` that keep dictionary encoding (all but the per-message ones)."""
     import pyarrow as pa
 
     paths: list[str] = []
@@ -100,8 +81,7 @@ def dictionary_columns(schema: pa.Schema) -> list[str]:
 
 
 class TaskFile:
-    """One task's Parquet file in ``folder``: batches buffered into row groups, renamed into place by
-    :meth:`commit` (see the module docstring)."""
+    """One task's Parquet file in ``folder``: batches buffered into row groups, moved into place by commit."""
 
     def __init__(
         self,
@@ -194,13 +174,11 @@ class TaskFile:
             self._pending, self._pending_bytes = [], 0.0
 
     def commit(self) -> None:
-        """Write what is buffered, close the file and move it to its final name."""
         self._flush()
         self._writer.close()
         storage.move(self.temp, self.final)
 
     def discard(self) -> None:
-        """Close and delete the temporary file (the task failed)."""
         try:
             self._writer.close()
         finally:
@@ -223,13 +201,9 @@ def partition_folder(column: str, value: str | None) -> str:
 
 @dataclass(frozen=True)
 class SideOutput:
-    """A second dataset the tasks of :func:`write_in_tasks` write at ``path``: ``rows`` of every output
-    batch, with ``schema``'s columns. With ``partition_by`` (a string column of ``rows`` that is not in
-    ``schema``), each task writes one file per value of that column, in :func:`partition_folder`.
-    ``int96_timestamps`` stores timestamps as Spark's own writer does by default. ``row_groups_by``: a
-    key of each of ``rows``' rows (an array; null = the row before's key); a row group then ends where
-    the key changes, once it holds :data:`KEYED_GROUP_MIN_BYTES`, so a reader that wants one key's
-    rows skips the other row groups by their statistics."""
+    """A dataset the tasks of :func:`write_in_tasks` write at ``path`` from ``rows(batch)``: with
+    ``partition_by``, one folder per value of that column; with ``row_groups_by``, a row group ends where
+    that key changes (once it holds :data:`KEYED_GROUP_MIN_BYTES`), so a reader skips other keys' groups."""
 
     path: str
     schema: StructType
@@ -237,6 +211,15 @@ class SideOutput:
     partition_by: str | None = None
     int96_timestamps: bool = False
     row_groups_by: Callable[[pa.RecordBatch], pa.Array] | None = None
+
+    def open(self, schema: pa.Schema, partition: int, attempt: int) -> TaskFile | PartitionedTaskFiles:
+        """Task ``partition``'s file, or files (one per value of ``partition_by``)."""
+        int96 = self.int96_timestamps
+        if self.partition_by is None:
+            return TaskFile(
+                self.path, partition, attempt, schema, int96_timestamps=int96, group_key=self.row_groups_by
+            )
+        return PartitionedTaskFiles(self.path, self.partition_by, partition, attempt, schema, int96)
 
 
 class PartitionedTaskFiles:
@@ -277,36 +260,18 @@ class PartitionedTaskFiles:
             out.discard()
 
 
-def _open(
-    output: SideOutput, folder: str, schema: pa.Schema, partition: int, attempt: int
-) -> TaskFile | PartitionedTaskFiles:
-    """Task ``partition``'s file (or files, one per value of ``partition_by``) of ``output``."""
-    int96, column, key = output.int96_timestamps, output.partition_by, output.row_groups_by
-    if column is None:
-        return TaskFile(folder, partition, attempt, schema, int96_timestamps=int96, group_key=key)
-    return PartitionedTaskFiles(folder, column, partition, attempt, schema, int96)
-
-
 def row_tally(batch: pa.RecordBatch) -> tuple[int]:
     """The tally of a task that only counts the rows it writes (``tally_names=("n",)``)."""
     return (batch.num_rows,)
 
 
-def move_into_place(staged: str, target: str) -> None:
-    """Replace the folder ``target`` with ``staged``, as Spark's dynamic partition overwrite replaces a
-    partition."""
-    storage.move_tree(staged, target)
-
-
 def _record_rows(folder: str, partition: int, rows: int) -> None:
-    """Replace task ``partition``'s progress file in ``folder`` with ``rows`` (never fails the task)."""
     with contextlib.suppress(OSError):
         storage.write_bytes(storage.join(folder, f"{_PROGRESS_PREFIX}{partition:05d}"), str(rows).encode())
 
 
 def rows_written(path: str) -> int | None:
-    """The rows the tasks of :func:`write_in_tasks` have written to ``path`` so far (a retried task counts
-    from its new start; a finished job's total), or ``None`` when none has recorded any yet."""
+    """The rows the tasks have written to ``path`` so far (a finished job's total), ``None`` before any."""
     try:
         names = storage.list_names(path)
     except OSError:
@@ -333,24 +298,9 @@ def _read_int(path: str, prefix: str) -> int | None:
     return int(text[len(prefix) :])
 
 
-def _empty_folder(path: str) -> str:
-    storage.delete(path)
-    storage.make_dirs(path)
-    return path
-
-
-def _seal(folder: str) -> None:
-    rows = rows_written(folder)
-    for path in storage.list_files(folder):  # partition folders of a partitioned side dataset too
-        # a failed attempt's file, if its task could not remove it; the tasks' progress records
-        if path.rsplit("/", 1)[-1].startswith((_TEMP_PREFIX, _PROGRESS_PREFIX)):
-            storage.delete(path)
-    storage.write_bytes(storage.join(folder, SUCCESS), f"rows={rows}\n".encode() if rows is not None else b"")
-
-
 class TaskWrites:
-    """The task of :func:`write_in_tasks`: creating it empties the ``outputs``' folders (the first,
-    :func:`main_output`, gets the rows themselves), :meth:`run` is one task, :meth:`seal` ends the job."""
+    """The task of :func:`write_in_tasks`: creating it empties the ``outputs``' folders (the main one
+    first), :meth:`run` is one task, :meth:`seal` ends the job."""
 
     def __init__(
         self,
@@ -363,7 +313,9 @@ class TaskWrites:
 
         self.transform = transform
         self.outputs = list(outputs)  # the main dataset first
-        self.folders = [_empty_folder(output.path) for output in self.outputs]
+        for output in self.outputs:
+            storage.delete(output.path)
+            storage.make_dirs(output.path)
         self.schemas = [arrow_schema(output.schema) for output in self.outputs]
         self.tally = tally
         self.names = list(tally_names)
@@ -374,10 +326,10 @@ class TaskWrites:
 
         outs: list[TaskFile | PartitionedTaskFiles] = []
         tallies: list[Tally] = []
-        outputs, folders = self.outputs, self.folders
+        outputs, folder = self.outputs, self.outputs[0].path
         try:
-            for output, folder, file_schema in zip(outputs, folders, self.schemas, strict=True):
-                outs.append(_open(output, folder, file_schema, partition, attempt))
+            for output, schema in zip(outputs, self.schemas, strict=True):
+                outs.append(output.open(schema, partition, attempt))  # each discarded if a later one fails
             written, recorded = 0, time.monotonic()
             for batch in self.transform(batches):
                 tallies.append(self.tally(batch))
@@ -385,11 +337,11 @@ class TaskWrites:
                     out.write(output.rows(batch))
                 written += batch.num_rows
                 if time.monotonic() - recorded >= PROGRESS_EVERY_S:
-                    _record_rows(folders[0], partition, written)
+                    _record_rows(folder, partition, written)
                     recorded = time.monotonic()
             for out in outs:
                 out.commit()
-            _record_rows(folders[0], partition, written)
+            _record_rows(folder, partition, written)
         except BaseException:
             for out in outs:
                 out.discard()
@@ -402,7 +354,6 @@ class TaskWrites:
         return pa.RecordBatch.from_arrays([pa.array(c, pa.int64()) for c in columns], names=self.names)
 
     def spark_task(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """:meth:`run` as a ``mapInArrow`` function (the partition and attempt from the task context)."""
         from pyspark import TaskContext
 
         context = TaskContext.get()
@@ -410,7 +361,6 @@ class TaskWrites:
         yield self.run(batches, partition, attempt)
 
     def in_spark(self, frame: DataFrame) -> list[Tally]:
-        """Run the tasks as a ``mapInArrow`` over ``frame``'s partitions; their tallies."""
         from spark_apps.dlq_replay.arrow_compat import map_in_arrow
 
         schema = ", ".join(f"{name} long" for name in self.names)
@@ -418,8 +368,14 @@ class TaskWrites:
 
     def seal(self) -> None:
         """End the job: leftover temporary and progress files removed, ``_SUCCESS`` written."""
-        for folder in self.folders:
-            _seal(folder)
+        for folder in (output.path for output in self.outputs):
+            rows = rows_written(folder)
+            for path in storage.list_files(folder):  # partition folders of a side dataset too
+                if path.rsplit("/", 1)[-1].startswith((_TEMP_PREFIX, _PROGRESS_PREFIX)):
+                    storage.delete(path)
+            storage.write_bytes(
+                storage.join(folder, SUCCESS), b"" if rows is None else f"rows={rows}\n".encode()
+            )
 
 
 def main_output(
@@ -429,8 +385,7 @@ def main_output(
     int96_timestamps: bool = False,
     row_groups_by: Callable[[pa.RecordBatch], pa.Array] | None = None,
 ) -> SideOutput:
-    """The dataset of :func:`write_in_tasks`'s own output rows, as the first of a :class:`TaskWrites`'s
-    outputs (``schema``'s columns of every batch; ``row_groups_by`` as in :class:`SideOutput`)."""
+    """The dataset of the tasks' own output rows, the first of a :class:`TaskWrites`'s outputs."""
     return SideOutput(
         path, schema, _whole_batch, int96_timestamps=int96_timestamps, row_groups_by=row_groups_by
     )
@@ -452,11 +407,8 @@ def write_in_tasks(
     int96_timestamps: bool = False,
     row_groups_by: Callable[[pa.RecordBatch], pa.Array] | None = None,
 ) -> list[Tally]:
-    """Run ``transform`` over ``frame``'s partitions as ``mapInArrow`` would and write its output rows
-    (``schema``'s columns; others are tallied but not written) to the Parquet dataset ``path``, and each
-    of ``sides`` to its own, all of which must be :func:`supported`. Returns ``tally`` of every written
-    batch; nothing else reaches the JVM. ``int96_timestamps``: the main dataset's timestamps as Spark's own
-    writer stores them by default; ``row_groups_by``: its row groups' key (:class:`SideOutput`)."""
+    """Run ``transform`` over ``frame``'s partitions as ``mapInArrow`` would, write its rows (``schema``'s
+    columns) to ``path`` and each of ``sides`` to its own; returns ``tally`` of every batch."""
     main = main_output(path, schema, int96_timestamps=int96_timestamps, row_groups_by=row_groups_by)
     writes = TaskWrites(transform, [main, *sides], tally, tally_names)
     tallies = writes.in_spark(frame)
@@ -465,7 +417,6 @@ def write_in_tasks(
 
 
 def _partition_values(relative: str) -> dict[str, str | None]:
-    """``{column: value}`` of the ``column=value`` folders in a file's path relative to its dataset."""
     from urllib.parse import unquote
 
     values: dict[str, str | None] = {}
@@ -477,7 +428,7 @@ def _partition_values(relative: str) -> dict[str, str | None]:
 
 
 def data_files(path: str) -> list[str]:
-    """The data files of the Parquet dataset at ``path`` (names starting with ``_`` or ``.`` skipped)."""
+    """The data files of the dataset at ``path`` (names starting with ``_`` or ``.`` skipped)."""
     root = path.rstrip("/")
     return [
         f
@@ -514,9 +465,8 @@ class _ReadFiles:
 
 
 def read_frame(spark: SparkSession, path: str, schema: StructType) -> DataFrame:
-    """The Parquet dataset at ``path`` (any store) as a DataFrame with ``schema``, read by Python tasks
-    through :mod:`~spark_apps.dlq_replay.storage`: the JVM never opens the output root. Columns missing
-    from a file come from its ``column=value`` folders, else are null."""
+    """The dataset at ``path`` as a DataFrame with ``schema``, read by Python tasks (a column missing from
+    a file comes from its ``column=value`` folders, else is null)."""
     from spark_apps.dlq_replay.arrow_compat import map_in_arrow
     from spark_apps.dlq_replay.schemas import arrow_schema
 
@@ -528,8 +478,7 @@ def read_frame(spark: SparkSession, path: str, schema: StructType) -> DataFrame:
 
 
 def write_frame(frame: DataFrame, path: str, schema: StructType, *, int96_timestamps: bool = False) -> int:
-    """Write ``frame``'s rows (``schema``'s columns) to the Parquet dataset ``path`` from its tasks (see
-    :func:`write_in_tasks`); returns the rows written."""
+    """Write ``frame``'s rows (``schema``'s columns) to ``path`` from its tasks; returns the rows written."""
     from spark_apps.dlq_replay.schemas import arrow_schema
 
     cast = _CastTo(arrow_schema(schema))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from spark_apps.dlq_replay.commit import EntryFinals, clear, entry_rows, entry_table
+from spark_apps.dlq_replay.commit import EntryFinals, entry_rows, entry_table
 from spark_apps.dlq_replay.task_parquet import part_file
 
 T1, T2 = "persistent://t/n/a-DLQ", "persistent://t/n/b-DLQ"
@@ -36,7 +36,7 @@ def test_entries_and_finals_merge_into_the_commit_table(tmp_path):
     ]
     for i, batch in enumerate(batches):
         pq.write_table(pa.Table.from_batches([entry_rows(batch)]), part_file(str(entries_dir), i))
-    clear(str(finals_dir))
+    finals_dir.mkdir()
     buckets = [
         [(T1, "5:1:-1:0", True), (T1, "5:2:-1:-1", True), (T2, "7:1:-1:0", True)],
         [(T1, "5:1:-1:1", True), (T1, "5:1:-1:2", False), (T2, "7:0:", None)],
@@ -60,7 +60,7 @@ def test_entries_and_finals_merge_into_the_commit_table(tmp_path):
 def test_no_entries_give_an_empty_table_and_a_bucket_without_rows_writes_an_empty_part(tmp_path):
     entries_dir, finals_dir = tmp_path / "e", tmp_path / "f"
     entries_dir.mkdir()
-    clear(str(finals_dir))
+    finals_dir.mkdir()
     EntryFinals().write(str(finals_dir), 0)
     assert entry_table(str(entries_dir), str(finals_dir)).num_rows == 0
     empty = entry_rows(_snapshot_batch([(T1, "1:1:-1:-1", 1)]).slice(0, 0))
