@@ -1,21 +1,12 @@
 """Fixes: plain Python functions that turn a failed record into a fixed payload and properties.
 
-A fix is referenced in the playbook as ``module:function`` with a ``fix_version``. It receives a
-:class:`FixRecord` and returns the new payload (``bytes`` or ``str``), a ``(payload, properties)``
-tuple or a :class:`FixResult`. Raising marks the record unfixable: outcome ``fix_failed`` with the
-exception class and message recorded. Raising :class:`MalformedRecord`, :class:`json.JSONDecodeError`
-or :class:`UnicodeDecodeError` means the record itself is malformed: outcome ``malformed``.
-
-Fixes run on Spark executors, once per Arrow batch: a function decorated with :func:`batch_fix`
-receives the whole batch as a list and returns one result (or exception instance) per record.
-
-A fix that runs longer than its rule's ``fix_timeout_seconds`` (per call) is interrupted and the record is
-``fix_failed``; a fix that returns more than :data:`MAX_FIX_PAYLOAD_BYTES` fails the record too.
-
-A fix that tries to end the process (``sys.exit``, ``os._exit``, ``os.abort``) or raises
-``KeyboardInterrupt`` fails its own record (``fix_failed``, whatever ``on_fix_error`` says) and the
-batch goes on: while fixes run, ``os._exit`` and ``os.abort`` raise :class:`FixExit` instead
-(:class:`_ExitGuard`).
+A fix (``module:function`` with a ``fix_version`` in the playbook) receives a :class:`FixRecord` and
+returns the new payload (``bytes``/``str``), a ``(payload, properties)`` tuple or a :class:`FixResult`; a
+:func:`batch_fix` takes the Arrow batch's records as a list and returns one result (or exception) each.
+Raising fails the record (``fix_failed``); :class:`MalformedRecord`, :class:`json.JSONDecodeError` or
+:class:`UnicodeDecodeError` mark it ``malformed``. A call longer than its rule's ``fix_timeout_seconds``,
+a payload over :data:`MAX_FIX_PAYLOAD_BYTES`, and ``sys.exit``/``os._exit``/``os.abort``/
+``KeyboardInterrupt`` (:class:`_ExitGuard`) fail the record and the batch goes on.
 """
 
 from __future__ import annotations
@@ -28,7 +19,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
-from contextlib import contextmanager
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
@@ -36,7 +26,6 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 from spark_apps.dlq_replay.errors import FixLoadError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
     from datetime import datetime
 
 MAX_ERROR_CHARS = 2000
@@ -229,10 +218,6 @@ def batch_fix(function: FixFunction) -> FixFunction:
     return function
 
 
-def is_batch_fix(function: FixFunction) -> bool:
-    return bool(getattr(function, "__dlq_batch_fix__", False))
-
-
 def load_fix(ref: str) -> FixFunction:
     """Import ``module:function`` (cached per process). Raises :class:`FixLoadError` with the fix."""
     found = _LOADED.get(ref)
@@ -385,14 +370,6 @@ class _TimeLimit:
     def disarm(self) -> None:
         self.started = None
 
-    @contextmanager
-    def armed(self) -> Iterator[None]:
-        self.arm()
-        try:
-            yield
-        finally:
-            self.disarm()
-
 
 #: The end of every message that records a fix trying to end the process.
 _MUST_RETURN = "a fix must return a result or raise an Exception"
@@ -501,15 +478,18 @@ def run_fix(
     if function is None:
         return [FixOutcome(True, r.payload) for r in records]
     with _TimeLimit(timeout_s) as limit, _ExitGuard():
-        if is_batch_fix(function):
+        if getattr(function, "__dlq_batch_fix__", False):
             return _run_batch_fix(function, records, limit)
         return _run_each(function, records, limit)
 
 
 def _run_batch_fix(function: FixFunction, records: list[FixRecord], limit: _TimeLimit) -> list[FixOutcome]:
     try:
-        with limit.armed():
+        limit.arm()
+        try:
             results = list(function(records))
+        finally:
+            limit.disarm()
     except Exception as exc:
         return [_error_outcome(exc) for _ in records]
     except BaseException as exc:
@@ -524,7 +504,7 @@ def _run_each(function: FixFunction, records: list[FixRecord], limit: _TimeLimit
     outcomes: list[FixOutcome] = []
     for record in records:
         try:
-            limit.arm()  # what limit.armed() does, without a generator per record
+            limit.arm()
             try:
                 result = function(record)
             finally:

@@ -1,28 +1,20 @@
 """One replay at a time: a lock on the output directory and a broker lease per DLQ topic.
 
-Two runs at once on the same output directory or on the same DLQ topic (through the same subscription or
-through two different ones) would both read the same pending messages and both republish them. A run
-therefore holds, from before its first step until it ends:
+Two runs on the same output directory or DLQ topic (through any subscriptions) would republish the same
+pending messages twice, so a run holds, from before its first step until it ends:
 
-* **the output lock**, ``<output>/locks/replay.lock.<generation>``: a JSON file naming its owner (run id,
-  host, pid), refreshed by a heartbeat every :data:`HEARTBEAT_S` seconds and valid for :data:`LOCK_TTL_S`
-  seconds after the last one. A lock whose heartbeat expired, or whose owner process is gone (same
-  host), is stale: the next run takes it over by creating the next generation's file, which only one
-  taker can create (``O_EXCL``). So a killed run never holds the directory for longer than the expiry,
-  and a run on the same host resumes at once. The files go through :mod:`~spark_apps.dlq_replay.storage`,
-  and only a local output root offers the exclusive create: on an object store (``s3://``...) the run
-  holds no output lock and the lease below guards it, so there the lease cannot be turned off
-  (:func:`check_guard`);
-* **a lease** per DLQ topic (``--subscription-lease on``, the default): an Exclusive consumer of the
-  fixed subscription :data:`LEASE_SUBSCRIPTION` on a message-less lease topic in the DLQ's namespace,
-  ``dlq-replay-lease-<hash of the DLQ topic>``. The broker lets one such consumer in at a time, whatever
-  the run's output directory and ``--subscription``, and drops it as soon as the process dies. The
-  consumer's properties name its run (run id, subscription, host, pid, since), so a refused run names
-  the holder when the admin REST can show it.
+* **the output lock** ``<output>/locks/replay.lock.<generation>``: a JSON file naming its owner (run id,
+  host, pid), refreshed every :data:`HEARTBEAT_S` and valid :data:`LOCK_TTL_S` after the last heartbeat.
+  An expired lock, or one whose owner process is gone (same host), is taken over by creating the next
+  generation's file, which only one taker can create (``O_EXCL``: local output roots only; on an object
+  store the lease alone guards the run and cannot be turned off, :func:`check_guard`);
+* **a lease** per DLQ topic (``--subscription-lease on``, the default): an Exclusive consumer of
+  :data:`LEASE_SUBSCRIPTION` on the message-less topic ``dlq-replay-lease-<hash>`` in the DLQ's namespace,
+  which the broker grants one consumer at a time and drops when its process dies. Its properties name the
+  run, so a refused run names the holder when the admin REST can show it.
 
-The heartbeat thread checks both; when either is lost (another run took the lock over after a long
-stall, the broker refused the lease after a reconnect) it interrupts the Spark operations of the run's
-session (``SparkSession.interruptAll``) and the run stops with a resumable error.
+When the heartbeat thread finds either lost, it interrupts the run's Spark operations
+(``SparkSession.interruptAll``) and the run stops with a resumable error.
 """
 
 from __future__ import annotations
@@ -35,7 +27,7 @@ import os
 import socket
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -70,12 +62,6 @@ LEASE_TIMEOUT_S = 10
 LEASE_WAIT_S = 60.0
 #: A lease that stays disconnected this long is treated as lost.
 LEASE_GRACE_S = 30.0
-# LEASE_SUBSCRIPTION: one name for every ``--subscription``, so two runs on one DLQ topic never run at
-# once whatever subscription each reads through.
-
-
-def _now() -> float:
-    return time.time()
 
 
 def _iso(epoch: float) -> str:
@@ -96,25 +82,13 @@ class LockOwner:
 
     @classmethod
     def me(cls, run_id: str, ttl_s: float) -> LockOwner:
-        now = _now()
+        now = time.time()
         pid = os.getpid()
         return cls(run_id, socket.gethostname(), pid, process_start(pid), now, now, ttl_s)
 
     def to_json(self) -> str:
-        return json.dumps(
-            {
-                "format": LOCK_FORMAT,
-                "run_id": self.run_id,
-                "host": self.host,
-                "pid": self.pid,
-                "pid_start": self.pid_start,
-                "acquired_at": self.acquired_at,
-                "heartbeat_at": self.heartbeat_at,
-                "expires_at": _iso(self.heartbeat_at + self.ttl_s),
-                "ttl_s": self.ttl_s,
-            },
-            sort_keys=True,
-        )
+        expires = _iso(self.heartbeat_at + self.ttl_s)
+        return json.dumps({"format": LOCK_FORMAT, **asdict(self), "expires_at": expires}, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> LockOwner | None:
@@ -166,30 +140,6 @@ def check_guard(output_root: str, subscription_lease: bool) -> None:
     )
 
 
-class _LockFiles:
-    """The lock directory, through :class:`~spark_apps.dlq_replay.storage.RunStorage`."""
-
-    def __init__(self, directory: str, storage: RunStorage | None) -> None:
-        self.directory = directory
-        self.storage = storage if storage is not None else RunStorage()
-
-    def names(self) -> list[str]:
-        return self.storage.list_names(self.directory)
-
-    def read(self, name: str) -> str | None:
-        return self.storage.read_text(join(self.directory, name))
-
-    def create(self, name: str, text: str) -> bool:
-        """Create ``name`` with ``text`` unless it exists (atomic); True when this call created it."""
-        return self.storage.create_exclusive(join(self.directory, name), text)
-
-    def replace(self, name: str, text: str) -> None:
-        self.storage.write_text(join(self.directory, name), text)  # atomic: a temporary name, renamed
-
-    def delete(self, name: str) -> None:
-        self.storage.delete(join(self.directory, name))
-
-
 class OutputLock:
     """The lock on one output root (see the module docstring)."""
 
@@ -197,24 +147,30 @@ class OutputLock:
         self, output_root: str, run_id: str, storage: RunStorage | None = None, ttl_s: float = LOCK_TTL_S
     ) -> None:
         self.output_root = output_root
-        self.files = _LockFiles(join(output_root, "locks"), storage)
+        self.directory = join(output_root, "locks")
+        self.storage = storage if storage is not None else RunStorage()
         self.run_id = run_id
         self.ttl_s = ttl_s
         self.owner: LockOwner | None = None
         self.name: str | None = None
 
+    def _path(self, name: str) -> str:
+        return join(self.directory, name)
+
     def _current(self) -> tuple[int, LockOwner | None]:
-        generations = sorted(g for g in map(lock_generation, self.files.names()) if g is not None)
+        generations = sorted(
+            g for g in map(lock_generation, self.storage.list_names(self.directory)) if g is not None
+        )
         if not generations:
             return 0, None
         latest = generations[-1]
-        text = self.files.read(f"{LOCK_PREFIX}{latest}")
+        text = self.storage.read_text(self._path(f"{LOCK_PREFIX}{latest}"))
         return latest, LockOwner.from_json(text) if text else None
 
     def acquire(self) -> None:
         """Take the lock, or raise :class:`RunLockedError` naming the run that holds it."""
         generation, holder = self._current()
-        now = _now()
+        now = time.time()
         if holder is not None:
             stale = holder.stale_reason(now)
             if stale is None:
@@ -226,7 +182,7 @@ class OutputLock:
             log.warning("taking over the output lock of %s: %s", holder.describe(), stale)
         owner = LockOwner.me(self.run_id, self.ttl_s)
         name = f"{LOCK_PREFIX}{generation + 1}"
-        if not self.files.create(name, owner.to_json()):
+        if not self.storage.create_exclusive(self._path(name), owner.to_json()):
             _, winner = self._current()
             raise RunLockedError(
                 f"another replay run took the output directory {self.output_root} at the same moment"
@@ -234,10 +190,10 @@ class OutputLock:
                 + "; wait for it to finish or use another --output-dir"
             )
         self.owner, self.name = owner, name
-        for old in self.files.names():
+        for old in self.storage.list_names(self.directory):
             gen = lock_generation(old)
             if gen is not None and gen <= generation:
-                self.files.delete(old)
+                self.storage.delete(self._path(old))
 
     def heartbeat(self) -> str | None:
         """Refresh the heartbeat; returns why the lock is lost, or ``None`` while it is held."""
@@ -247,12 +203,8 @@ class OutputLock:
         if holder is None or f"{LOCK_PREFIX}{generation}" != self.name:
             who = holder.describe() if holder else "another run"
             return f"the output directory lock was taken over by {who}"
-        now = _now()
-        owner = LockOwner(
-            self.owner.run_id, self.owner.host, self.owner.pid, self.owner.pid_start,
-            self.owner.acquired_at, now, self.owner.ttl_s,
-        )  # fmt: skip
-        self.files.replace(self.name, owner.to_json())
+        owner = replace(self.owner, heartbeat_at=time.time())
+        self.storage.write_text(self._path(self.name), owner.to_json())  # atomic: a temporary file, renamed
         self.owner = owner
         return None
 
@@ -261,7 +213,7 @@ class OutputLock:
             return
         generation, holder = self._current()
         if f"{LOCK_PREFIX}{generation}" == self.name and holder is not None and holder.pid == os.getpid():
-            self.files.delete(self.name)
+            self.storage.delete(self._path(self.name))
         self.name = self.owner = None
 
 
@@ -297,7 +249,7 @@ class SubscriptionLease:
             "subscription": self.subscription,
             "host": socket.gethostname(),
             "pid": str(os.getpid()),
-            "since": _iso(_now()),
+            "since": _iso(time.time()),
         }
         deadline = time.monotonic() + LEASE_WAIT_S
         try:
@@ -402,7 +354,7 @@ class SubscriptionLease:
     def check(self) -> str | None:
         """Why the lease is lost (disconnected longer than :data:`LEASE_GRACE_S`), else ``None``. Called by
         the heartbeat thread, also while :meth:`acquire` is still taking the other topics' leases."""
-        now = _now()
+        now = time.time()
         for lease, consumer in tuple(self._consumers):
             if consumer.is_connected():
                 self._down_since.pop(lease, None)

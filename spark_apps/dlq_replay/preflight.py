@@ -50,6 +50,11 @@ def _read_head(path: str, option: str, limit: int) -> bytes:
         ) from exc
 
 
+def _require_pem(path: str, option: str, limit: int, marker: bytes, what: str, fix: str) -> None:
+    if marker not in _read_head(path, option, limit):
+        raise ReplayConfigError(f"the file given as {option} holds no {what}; {fix}")
+
+
 def check_token_file(path: str) -> None:
     """The token file exists, is readable, non-empty and small."""
     data = _read_head(path, "--auth-token-file", MAX_TOKEN_FILE_BYTES + 1)
@@ -63,29 +68,19 @@ def check_token_file(path: str) -> None:
 
 
 def check_trust_file(path: str) -> None:
-    """The CA bundle exists, is readable and holds a PEM certificate."""
-    data = _read_head(path, "--tls-trust-certs-file", 4 * 1024 * 1024)
-    if b"-----BEGIN CERTIFICATE-----" not in data:
-        raise ReplayConfigError(
-            "the file given as --tls-trust-certs-file holds no PEM certificate "
-            "(-----BEGIN CERTIFICATE-----); give the CA bundle in PEM format"
-        )
+    """The CA bundle is readable and holds a PEM certificate."""
+    what, fix = "PEM certificate (-----BEGIN CERTIFICATE-----)", "give the CA bundle in PEM format"
+    _require_pem(path, "--tls-trust-certs-file", 4 * 1024 * 1024, b"-----BEGIN CERTIFICATE-----", what, fix)
 
 
 def check_client_cert_files(cert_file: str, key_file: str | None) -> None:
-    """The client certificate (mutual TLS) and its key exist, are readable and are PEM."""
-    if b"-----BEGIN CERTIFICATE-----" not in _read_head(cert_file, "--tls-cert-file", 4 * 1024 * 1024):
-        raise ReplayConfigError(
-            "the file given as --tls-cert-file holds no PEM certificate (-----BEGIN CERTIFICATE-----); "
-            "give the client certificate in PEM format"
-        )
+    """The client certificate (mutual TLS) and its key are readable PEM."""
+    what, fix = "PEM certificate (-----BEGIN CERTIFICATE-----)", "give the client certificate in PEM format"
+    _require_pem(cert_file, "--tls-cert-file", 4 * 1024 * 1024, b"-----BEGIN CERTIFICATE-----", what, fix)
     if not key_file:
         raise ReplayConfigError("--tls-cert-file needs --tls-key-file: give the certificate's private key")
-    if b"PRIVATE KEY-----" not in _read_head(key_file, "--tls-key-file", 1024 * 1024):
-        raise ReplayConfigError(
-            "the file given as --tls-key-file holds no PEM private key (-----BEGIN ... PRIVATE KEY-----); "
-            "give the key in PEM format"
-        )
+    what, fix = "PEM private key (-----BEGIN ... PRIVATE KEY-----)", "give the key in PEM format"
+    _require_pem(key_file, "--tls-key-file", 1024 * 1024, b"PRIVATE KEY-----", what, fix)
 
 
 def check_oauth2_credentials_file(path: str) -> None:
@@ -172,6 +167,8 @@ def check_output_dir_local(output_dir: str, run_dir: str | None = None) -> None:
 
 def check_local(options: ReplayOptions) -> Playbook:
     """Every check that needs no Spark; returns the validated playbook."""
+    from spark_apps.dlq_replay.arrow_compat import require_arrow_udfs
+    from spark_apps.dlq_replay.lock import check_guard
     from spark_apps.dlq_replay.playbook import empty_playbook, load_playbook
     from spark_apps.dlq_replay.state import run_dir_name
 
@@ -185,18 +182,11 @@ def check_local(options: ReplayOptions) -> Playbook:
         check_oauth2_credentials_file(options.oauth2_credentials_file)
     check_window_from(options)
     playbook = load_playbook(options.playbook) if options.playbook else empty_playbook()
-    check_arrow_udfs()
+    require_arrow_udfs()  # every step runs Arrow UDFs
     check_guard(options.output_dir, options.subscription_lease)
     check_output_dir_local(options.output_dir, join("runs", run_dir_name(options.run_id)))
     check_output_dir_remote(options.output_dir)
     return playbook
-
-
-def check_arrow_udfs() -> None:
-    """The driver's Python can create PySpark's Arrow UDFs (every step runs some)."""
-    from spark_apps.dlq_replay.arrow_compat import require_arrow_udfs
-
-    require_arrow_udfs()
 
 
 def check_output_dir_remote(output_dir: str) -> None:
@@ -219,13 +209,6 @@ def check_output_dir_remote(output_dir: str) -> None:
         ) from exc
     with contextlib.suppress(Exception):
         storage.delete(probe)
-
-
-def check_guard(output_dir: str, subscription_lease: bool) -> None:
-    """Something keeps a second run out: the output lock (a local root) or the subscription lease."""
-    from spark_apps.dlq_replay.lock import check_guard as guard
-
-    guard(output_dir, subscription_lease)
 
 
 def ship_and_load_fixes(spark: SparkSession, playbook: Playbook) -> None:

@@ -6,7 +6,7 @@ import pytest
 
 from spark_apps.dlq_replay.cli import parse_options
 from spark_apps.dlq_replay.errors import ReplayConfigError
-from spark_apps.dlq_replay.preflight import check_arrow_udfs, check_local, check_output_dir_remote
+from spark_apps.dlq_replay.preflight import check_local, check_output_dir_remote
 
 BASE = ["--run-id", "r1", "--service-url", "pulsar://localhost:6650", "--topics", "a-DLQ"]
 
@@ -35,7 +35,7 @@ def test_an_output_root_that_cannot_be_opened_is_a_usage_error():
         check_output_dir_remote("nosuchscheme://x/y")
 
 
-def test_a_driver_without_pandas_is_told_the_fix(monkeypatch):
+def test_a_driver_without_pandas_is_told_the_fix(monkeypatch, tmp_path):
     import pyspark.sql.pandas.utils as utils
     from pyspark.errors import PySparkImportError
 
@@ -47,4 +47,4 @@ def test_a_driver_without_pandas_is_told_the_fix(monkeypatch):
 
     monkeypatch.setattr(utils, "require_minimum_pandas_version", missing)
     with pytest.raises(ReplayConfigError, match=r"install pandas in the driver's environment"):
-        check_arrow_udfs()
+        check_local(parse_options([*BASE, "--output-dir", str(tmp_path / "out")]))
