@@ -1,17 +1,7 @@
 """Canary replay with auto-halt: replay a few messages of each group first, watch them, halt bad groups.
 
-With ``--canary N`` (or ``P%``) the apply step republishes, per error group, the first N messages (or
-P% of the group, at least one) by (publish time, DLQ topic, replay id). It then waits
-``--canary-wait-seconds`` and reads the watched topics (the run's DLQ topics and their ``-RETRY``
-siblings, plus ``--canary-watch-topics``) for messages carrying a canary's ``REPLAY_ID`` and this run's
-``REPLAY_RUN_ID``: canaries the consumer failed again. A group whose re-failure rate is above
-``--canary-max-failure-rate`` is halted: its other messages are not sent, end the run as
-``canary_failed`` and stay pending. The other groups are replayed in full.
-
-Every stage is recorded in ``state.json`` before the next begins (watch start, canary sent, verdicts),
-so a run killed during the wait resumes it: the canary is never sent twice (its results are saved like
-a wave, and its producers are named apart, ``<producer>-canary``, so broker deduplication holds for both)
-and each canary message is counted once. See ``docs/canary.md``.
+Each stage (watch start, canary sent, verdicts) is recorded in ``state.json`` before the next, so a run
+killed during the wait resumes it without sending the canary twice. See ``docs/canary.md``.
 """
 
 from __future__ import annotations
@@ -51,9 +41,7 @@ CLOCK_MARGIN_MS = 120_000
 
 def canary_selection(decisions: DataFrame, spec: CanarySpec) -> DataFrame:
     """The canary rows (``replay_id``, ``signature``): the first messages of each group to republish by
-    (publish time, DLQ topic, replay id). The send tasks send these first, by producers of their own
-    (``<producer>-canary``), then everything else but these (:class:`~spark_apps.dlq_replay.task_sends.
-    SendFilter`)."""
+    (publish time, DLQ topic, replay id)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -94,11 +82,8 @@ def failed_again(
     canary_ids: set[str],
     optional: frozenset[str] = frozenset(),
 ) -> set[str]:
-    """The canary replay ids that reappeared on ``topics`` (published from ``since_ms`` until now).
-
-    Non-durable Readers, positioned by publish time: nothing is consumed or acked. A topic in
-    ``optional`` (a derived ``-RETRY`` name) that cannot be read is skipped with a warning.
-    """
+    """The canary replay ids that reappeared on ``topics`` since ``since_ms``, read by non-durable Readers
+    (nothing acked); an unreadable topic in ``optional`` is skipped with a warning."""
     from spark_apps.dlq_replay.pulsar_io.conf import get_client
 
     client = get_client(conf)
@@ -166,10 +151,7 @@ def _read_canaries(reader: Any, until_ms: int, run_id: str, canary_ids: set[str]
 
 
 def verdicts(sent: dict[str, list[str]], seen: set[str], spec: CanarySpec) -> dict[str, dict[str, Any]]:
-    """Per group: canaries sent, failed again, the rate and the decision (``halted`` / ``replay``).
-
-    A group none of whose canaries could be published has no evidence: it is halted (left pending).
-    """
+    """Per group: canaries sent, failed again, the rate and the decision (no canary published: halted)."""
     out: dict[str, dict[str, Any]] = {}
     for signature, ids in sorted(sent.items()):
         failed = len(set(ids) & seen)
@@ -188,11 +170,7 @@ def verdicts(sent: dict[str, list[str]], seen: set[str], spec: CanarySpec) -> di
 
 
 def run_canary(run: Any, decisions: DataFrame, send: Callable[[SendFilter, str], None]) -> list[str]:
-    """Send the canary, wait, judge each group; returns the halted groups.
-
-    ``run`` is the runner's run (options, state, storage, paths); ``send(chosen, path)`` sends the rows
-    ``chosen`` picks from the decisions and saves the results at ``path``. Resumable at every stage.
-    """
+    """Send the canary (``send(chosen, path)``), wait, judge each group; the halted groups."""
     from pyspark.sql import functions as F
 
     from spark_apps.dlq_replay.storage import join
@@ -258,8 +236,7 @@ def run_canary(run: Any, decisions: DataFrame, send: Callable[[SendFilter, str],
 
 
 def unsent_halted(run: Any, decisions: DataFrame, halted: list[str]) -> int:
-    """Messages of halted groups that were not sent (``canary_failed``, not publish failures): the
-    groups' messages to republish but their canaries."""
+    """Messages of halted groups that were not sent (``canary_failed``): all but their canaries."""
     from pyspark.sql import functions as F
 
     from spark_apps.dlq_replay.task_parquet import read_frame

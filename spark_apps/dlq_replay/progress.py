@@ -1,18 +1,8 @@
 """Progress of a running step, logged every few seconds: messages done / total, rate, ETA.
 
-Only what every deployment offers is sampled, so the same lines come on ``local[n]``, on a cluster and
-under Spark Connect. The steps whose rows are messages (:data:`MESSAGE_STEPS`) run Python tasks that write
-their own files (:mod:`~spark_apps.dlq_replay.task_parquet`), and each task keeps a
-``_progress-<partition>`` file in its output folder with the rows it has written so far; the line sums
-them (:meth:`StepProgress.count_files`, :func:`folder_rows`), read through
-:mod:`~spark_apps.dlq_replay.storage` wherever the output root is. The step's total is what the run
-already knows (the snapshot's size for decide and record, the messages to send for apply) or, for the
-snapshot, the backlog the caller expects (``spark.dlq.progress.expectedMessages``); without a total the
-line says how many were done so far. A step without such files logs that it runs and for how long.
-
-The step's jobs carry the tag ``dlq-replay:<step>`` (``SparkSession.addTag``), by which one step's jobs
-can be told apart and interrupted (``interruptTag``: from the tagging thread on a classic session, whose
-tags belong to a thread; from any thread under Spark Connect).
+The count sums the ``_progress-<partition>`` files the step's tasks keep in their output folders
+(:mod:`~spark_apps.dlq_replay.task_parquet`), so the same lines come on every deployment. The step's
+jobs carry the tag ``dlq-replay:<step>``, by which they can be told apart and interrupted.
 """
 
 from __future__ import annotations
@@ -37,8 +27,6 @@ MESSAGE_STEPS = frozenset({"snapshot", "decide", "apply", "record"})
 DEFAULT_INTERVAL = 10.0
 #: The prefix of each step's job tag.
 STEP_TAG_PREFIX = "dlq-replay:"
-#: A task's progress file in its output folder (the rows it has written so far), and the file a finished
-#: job leaves (``rows=<n>``), as :mod:`~spark_apps.dlq_replay.task_parquet` writes them.
 
 
 def step_tag(step: str) -> str:
@@ -47,8 +35,7 @@ def step_tag(step: str) -> str:
 
 
 class _Waits:
-    """Deliberate waits of the running step (e.g. the canary watch): the progress lines say what the
-    step waits for instead of an ETA, and the rate and ETA leave the waited time out."""
+    """Deliberate waits of the running step (the canary watch), left out of the rate and ETA."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -104,8 +91,7 @@ def _duration(value: float) -> str:
 def progress_line(
     step: str, done: int | None, total: int | None, elapsed: float, unit: str = "messages"
 ) -> str:
-    """``step decide: 12,000/50,000 messages (24%), 4,000/s, ETA 10s, 3s elapsed``; without a count of
-    ``done``: ``step commit: running, 12s elapsed``."""
+    """``step decide: 12,000/50,000 messages (24%), 4,000/s, ETA 10s, 3s elapsed``."""
     parts: list[str] = []
     if done is None:
         parts.append("running")
@@ -144,9 +130,7 @@ def expected_total(state: Any, step: str, expected_snapshot: int | None = None) 
 
 
 def folder_rows(path: str) -> int | None:
-    """The rows the tasks writing to the folder ``path`` have written so far
-    (:func:`~spark_apps.dlq_replay.task_parquet.rows_written`); ``None`` when none has recorded any yet
-    or the folder cannot be read now."""
+    """:func:`~spark_apps.dlq_replay.task_parquet.rows_written`, ``None`` when it cannot be read now."""
     from spark_apps.dlq_replay.task_parquet import rows_written
 
     try:
@@ -161,12 +145,7 @@ def files_rows(paths: Sequence[str]) -> int:
 
 
 class StepProgress:
-    """Logs a progress line every ``interval`` seconds while a step runs (``start``/``stop``), and tags
-    the step's jobs meanwhile.
-
-    ``rows`` (the rows done in the folders given to :meth:`count_files`; default :func:`files_rows`)
-    and ``clock`` are injectable for tests.
-    """
+    """Logs a progress line every ``interval`` seconds while a step runs, and tags the step's jobs."""
 
     def __init__(
         self,
@@ -193,8 +172,7 @@ class StepProgress:
         self.lines: list[str] = []
 
     def count_files(self, path: str) -> None:
-        """Count the running step's messages from the rows its tasks have written to ``path`` (more
-        than one path: their sum)."""
+        """Count the running step's messages from the rows its tasks write to ``path`` (summed)."""
         self._folders.append(path)
 
     def expected_snapshot(self) -> int | None:
@@ -205,8 +183,6 @@ class StepProgress:
         return int(text) if text.isdigit() else None
 
     def _tag(self, step: str) -> None:
-        """Tag the jobs this thread (and the threads it starts through ``inheritable_thread_target``)
-        starts from now on with the step's tag."""
         if self.spark is None:
             return
         tag = step_tag(step)
@@ -226,8 +202,7 @@ class StepProgress:
                 self.spark.removeTag(tag)
 
     def start(self, step: str, total: int | None, *, count_rows: bool = True) -> None:
-        """Tag the step's jobs and log its progress until :meth:`stop` (without ``count_rows``, for
-        steps whose rows are not messages, the lines say only that it runs)."""
+        """Tag the step's jobs and log its progress until :meth:`stop`."""
         self.stop()
         self._folders = []
         self._tag(step)
@@ -259,8 +234,7 @@ class StepProgress:
         self._thread.start()
 
     def stop(self) -> None:
-        """Stop logging and untag the jobs (safe to call more than once; call it from the thread that
-        called :meth:`start`: tags belong to a thread)."""
+        """Stop logging and untag the jobs (from the thread that called :meth:`start`)."""
         thread, self._thread = self._thread, None
         if thread is not None:
             self._stop.set()

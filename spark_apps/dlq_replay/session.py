@@ -1,15 +1,6 @@
-"""The Spark session of a run, through the public ``SparkSession`` API only.
-
-The replay's driver runs unchanged on ``local[n]``, on a cluster and under Spark Connect
-(``spark-submit --remote sc://...``), where the SparkContext and the JVM are out of reach. This module
-answers what the run needs to know about its session without them:
-
-* :func:`default_parallelism`: Spark's default parallelism (``spark.default.parallelism``, else the
-  master's cores for ``local[n]``, else the partitions Spark gives a ``range``), once per session;
-* :func:`is_connect`: whether the session is a Spark Connect client;
-* :func:`ship_code` and :func:`add_pyfile`: under Spark Connect, the app's own code and the playbook's
-  fix files reach the server's Python workers as artifacts (``spark.addArtifacts(..., pyfile=True)``);
-  with ``spark-submit --py-files`` on a classic session they are there already.
+"""The Spark session of a run, through the public ``SparkSession`` API only, so the driver runs on
+``local[n]``, a cluster and Spark Connect: the default parallelism, and the app's code and fix files
+shipped to a Connect server's Python workers as artifacts.
 """
 
 from __future__ import annotations
@@ -72,9 +63,7 @@ def _cores() -> int:
 
 
 def master_parallelism(master: str | None, cores: int | None) -> int | None:
-    """The default parallelism a master implies: ``local`` 1, ``local[n]`` n, ``local[*]`` ``cores``
-    (``None`` when they are not this machine's), ``local-cluster[w,c,m]`` w x c; ``None`` for any
-    other master (its executors decide)."""
+    """The default parallelism a ``local[n|*]`` or ``local-cluster`` master implies, else ``None``."""
     text = (master or "").strip()
     match = _LOCAL.fullmatch(text)
     if match:
@@ -99,10 +88,8 @@ def _range_partitions(spark: SparkSession) -> int:
 
 
 def default_parallelism(spark: SparkSession) -> int:
-    """Spark's default parallelism of ``spark``, from the public API only: ``spark.default.parallelism``
-    when set, else what a ``local`` master says (both read once per session), else the partitions of a
-    ``range``: one tiny job, asked again at each call as ``defaultParallelism`` is, since a cluster's
-    executors may still be registering when the run starts."""
+    """``spark.default.parallelism``, else what a ``local`` master says (both cached per session), else
+    the partitions of a ``range`` (asked at each call: a cluster's executors may still be registering)."""
     known: int | None = None
     with _lock, contextlib.suppress(TypeError):  # a session that cannot be weakly referenced: not cached
         known = _parallelism.get(spark)
@@ -143,8 +130,7 @@ def _package_dir(name: str) -> str:
 
 
 def source_bundle(directory: str | None = None) -> str:
-    """A zip of the app and the vendored library from their source folders (a source checkout's run),
-    named by its content, in ``directory`` (default: the temp folder) and written once."""
+    """A zip of the app and the vendored library from a source checkout, named by its content."""
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
         for package in CODE_PACKAGES:
@@ -187,10 +173,8 @@ def _ship_once(spark: SparkSession, path: str) -> bool:
 
 
 def ship_code(spark: SparkSession) -> str | None:
-    """Under Spark Connect, add the app's code to the session's Python path on the server, so the
-    server's Python workers import ``spark_apps.*`` and the vendored library: the zip the app was
-    loaded from, else a zip of the source checkout. Returns what was shipped (``None`` on a classic
-    session, whose ``--py-files`` reach the executors already)."""
+    """Under Spark Connect, ship the app's code to the server's Python workers; what was shipped (``None``
+    on a classic session, whose ``--py-files`` reach the executors already)."""
     if not is_connect(spark):
         return None
     path = loaded_from_zip() or source_bundle()
@@ -202,9 +186,7 @@ def ship_code(spark: SparkSession) -> str | None:
 
 
 def add_pyfile(spark: SparkSession, path: str) -> None:
-    """Ship the Python file ``path`` (a module, or a ``.zip``/``.egg``) to the session's Python workers
-    and make it importable here too: a classic session puts it on the driver's path itself, a Spark
-    Connect client gets a copy in a folder of its own on ``sys.path``."""
+    """Ship the Python file ``path`` to the session's Python workers and make it importable here too."""
     _ship_once(spark, path)
     if not is_connect(spark):
         return
@@ -220,8 +202,7 @@ def add_pyfile(spark: SparkSession, path: str) -> None:
 
 
 def remove_local_copies() -> None:
-    """Delete the folder :func:`add_pyfile` copied files to for this process (the modules already
-    imported stay usable); a later :func:`add_pyfile` makes a new one."""
+    """Delete the folder :func:`add_pyfile` copied files to (imported modules stay usable)."""
     with _lock:
         folders, _import_dir[:] = list(_import_dir), []
         for folder in folders:

@@ -1,18 +1,8 @@
 """Sends read straight from the decide tasks' own files: no shuffle, no sort, no copy of the rows to send.
 
-The decide step runs one task per producer bucket, and task ``b`` names every producer it numbers
-``...-b`` and gives each its sequence ids in row order (:class:`~spark_apps.dlq_replay.decide.
-ProducerSequencer`). When those tasks write their decisions themselves
-(:mod:`~spark_apps.dlq_replay.task_parquet`), ``part-<b>.parquet`` holds all of bucket ``b``'s rows in
-that order: every producer's rows in one file, sequence ids ascending. So send task ``b`` reads its
-file with pyarrow, keeps the rows to republish of the wave's sequence range (row groups outside it are
-skipped by their statistics), and sends them in file order, which is each producer's sequence order.
-The decide tasks end a row group where a block of :data:`~spark_apps.dlq_replay.options.
-DEFAULT_WAVE_SIZE` sequence ids ends (:func:`wave_blocks`), so a wave decodes only its own row groups
-rather than, for each producer, a row group it shares with the waves before and after.
-A canary run (:mod:`~spark_apps.dlq_replay.canary`) sends the same way: first only its canary rows
-(by producers of their own), then each wave without them and without the halted groups
-(:class:`SendFilter`).
+Decide task ``b`` writes ``part-<b>.parquet`` with every row of the producers it numbers, sequence ids
+ascending, row groups cut at wave blocks (:func:`wave_blocks`); send task ``b`` reads the wave's row
+groups of that file and sends them in file order, each producer's sequence order.
 """
 
 from __future__ import annotations
@@ -50,8 +40,7 @@ CANARY_SUFFIX = "-canary"
 
 
 def wave_blocks(size: int) -> Callable[[pa.RecordBatch], pa.Array]:
-    """The row group key of the decisions (:class:`~spark_apps.dlq_replay.task_parquet.SideOutput`):
-    each row's block of ``size`` sequence ids (null for a row not sent)."""
+    """The decisions' row group key: each row's block of ``size`` sequence ids (null: not sent)."""
     return partial(_sequence_blocks, size=size)
 
 
@@ -63,9 +52,8 @@ def _sequence_blocks(batch: pa.RecordBatch, size: int) -> pa.Array:
 
 @dataclass(frozen=True)
 class SendFilter:
-    """The rows a wave sends around a canary: with ``canary``, only the replay ids saved at ``ids_path``
-    (:data:`~spark_apps.dlq_replay.canary.CANARY_IDS_SCHEMA`), by producers named ``<producer>-canary``;
-    else every row but those and the rows of the ``halted`` groups."""
+    """With ``canary``, only the replay ids saved at ``ids_path``, by ``<producer>-canary``; else every row
+    but those and the ``halted`` groups'."""
 
     ids_path: str
     canary: bool
@@ -116,9 +104,8 @@ def wave_rows(
     chosen: Callable[[pa.RecordBatch], pa.RecordBatch] | None = None,
     extra_columns: Sequence[str] = (),
 ) -> Iterator[pa.RecordBatch]:
-    """The rows to republish of the decisions file ``path`` whose sequence id is in ``[lo, hi)``, in
-    file order, with the republish input columns, in batches of about ``batch_rows``; ``chosen``: only
-    the rows it keeps (a :class:`SendFilter`, which reads ``extra_columns`` too)."""
+    """The rows to republish of the decisions file ``path`` with a sequence id in ``[lo, hi)``, in file
+    order, as republish input batches of about ``batch_rows`` (``chosen``: a :class:`SendFilter`)."""
     from spark_apps.dlq_replay.storage import open_parquet
 
     source = open_parquet(path)
@@ -163,8 +150,7 @@ def _row_groups(meta: pq.FileMetaData, lo: int, hi: int) -> list[int]:
 
 
 def _in_wave(batch: pa.RecordBatch, lo: int, hi: int) -> pa.RecordBatch:
-    """The rows of ``batch`` to republish whose sequence id is in ``[lo, hi)``; ``batch`` itself when
-    that is every row (no copy)."""
+    """The rows of ``batch`` to republish with a sequence id in ``[lo, hi)`` (no copy when all are)."""
     import pyarrow.compute as pc
 
     seq = batch.column("sequence_id")
@@ -179,8 +165,7 @@ def _in_wave(batch: pa.RecordBatch, lo: int, hi: int) -> pa.RecordBatch:
 
 
 def _renamed(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
-    """The republish input columns of ``batches``, merged into one batch (copied only when there are
-    several)."""
+    """The republish input columns of ``batches``, merged into one batch."""
     import pyarrow as pa
 
     if len(batches) == 1:
@@ -203,9 +188,7 @@ def send_wave(
     rate_limit_per_s: float | None = None,
     only: SendFilter | None = None,
 ) -> int:
-    """Send one wave from the decide tasks' files, one Spark task per bucket, and write the results
-    (``REPUBLISH_RESULT_SCHEMA``) to ``results_path`` from the tasks; returns the rows sent. ``only``:
-    the rows a canary run sends in this wave."""
+    """Send one wave, one Spark task per bucket, writing the results to ``results_path``; the rows sent."""
     from spark_apps.dlq_replay import task_parquet
     from spark_apps.dlq_replay.schemas import RESULTS_SCHEMA
 
@@ -231,8 +214,7 @@ def send_wave(
 
 
 def sending_targets(decisions_dir: str) -> set[str]:
-    """The target topics of the rows to republish in the decide tasks' files of ``decisions_dir`` (two
-    dictionary-encoded columns read in the driver: no Spark job over the decisions)."""
+    """The target topics of the rows to republish (two dictionary-encoded columns read in the driver)."""
     import pyarrow.compute as pc
 
     from spark_apps.dlq_replay.snapshot_files import part_files
