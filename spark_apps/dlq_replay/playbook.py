@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import yaml
@@ -38,21 +38,16 @@ _ACTION_KEYS: dict[str, tuple[str, ...]] = {
     outcomes.DROP: (),
     outcomes.SKIP: (),
 }
-_RULE_KEYS = (
-    "name",
-    "description",
-    "match",
-    "action",
-    "reason",
-    "fix",
-    "fix_version",
-    "on_fix_error",
-    "fix_timeout_seconds",
-    "archive_payload",
-)
+#: The keys only some actions take, and every key of a rule.
+_ACTION_ONLY_KEYS = tuple(dict.fromkeys(key for keys in _ACTION_KEYS.values() for key in keys))
+_RULE_KEYS = ("name", "description", "match", "action", "reason", *_ACTION_ONLY_KEYS)
 #: The conventions a rule may match (not ``none``: a message without a parseable context is always
 #: malformed, no rule applies).
 _CONTEXT_FORMATS = tuple(f.value for f in ContextFormat if f is not ContextFormat.NONE)
+_TOO_BIG = (
+    f"the playbook is larger than {MAX_PLAYBOOK_BYTES // 1024} KiB; a playbook is a short list of rules "
+    "(match many messages with one rule: a list of signatures, a regex), not data"
+)
 
 
 @dataclass(frozen=True)
@@ -147,32 +142,17 @@ class Playbook:
         return any(self.payload_off_topics.matches(c) for c in candidates if c)
 
     def first_match(self, record: MatchInput) -> Rule | None:
-        for rule in self.rules:
-            if rule.matches(record):
-                return rule
-        return None
+        return next((rule for rule in self.rules if rule.matches(record)), None)
 
     @property
     def fixes(self) -> tuple[str, ...]:
         """The distinct fix references used by republish rules, in rule order."""
-        seen: dict[str, None] = {}
-        for rule in self.rules:
-            if rule.fix:
-                seen[rule.fix] = None
-        return tuple(seen)
-
-
-def empty_playbook() -> Playbook:
-    """The playbook used without ``--playbook``: no rules, so everything is skipped."""
-    return Playbook()
+        return tuple(dict.fromkeys(rule.fix for rule in self.rules if rule.fix))
 
 
 def load_playbook(path: str) -> Playbook:
-    """Read and validate a playbook file (local path). Raises :class:`PlaybookError` naming file:line.
-
-    The file must be UTF-8 YAML of at most :data:`MAX_PLAYBOOK_BYTES` bytes and :data:`MAX_RULES` rules.
-    A path that could be a token is not shown in the errors.
-    """
+    """Read and validate a playbook file (local path); errors name file:line (not a path that could be a
+    token)."""
     from spark_apps.dlq_replay.redaction import could_be_secret
 
     where = (
@@ -191,7 +171,7 @@ def load_playbook(path: str) -> Playbook:
             path=where,
         ) from exc
     if len(raw) > MAX_PLAYBOOK_BYTES:
-        raise PlaybookError(_too_big(), path=where)
+        raise PlaybookError(_TOO_BIG, path=where)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -210,40 +190,31 @@ def load_playbook(path: str) -> Playbook:
                 f"fix_files entry {fix_file!r} does not exist; paths are relative to the playbook file",
                 path=where,
             )
-    return Playbook(
-        playbook.rules,
-        fix_files,
-        path,
-        playbook.digest,
-        playbook.payload_off_topics,
-        playbook.origin_precedence,
-    )
-
-
-def _too_big() -> str:
-    return (
-        f"the playbook is larger than {MAX_PLAYBOOK_BYTES // 1024} KiB; a playbook is a short list of rules "
-        "(match many messages with one rule: a list of signatures, a regex), not data"
-    )
+    return replace(playbook, fix_files=fix_files, path=path)
 
 
 def parse_playbook(text: str, *, path: str | None = None) -> Playbook:
     """Validate playbook YAML text. Raises :class:`PlaybookError` naming the line of the problem."""
     encoded = text.encode("utf-8", "surrogatepass")
     if len(encoded) > MAX_PLAYBOOK_BYTES:
-        raise PlaybookError(_too_big(), path=path)
+        raise PlaybookError(_TOO_BIG, path=path)
     digest = hashlib.sha256(encoded).hexdigest()
     root = _compose(text, path)
     top = _mapping(root, "the playbook", path, _TOP_KEYS)
-    if "version" in top:
-        _check_version(top["version"], path)
+    version = _scalar(top["version"], path) if "version" in top else PLAYBOOK_VERSION
+    if str(version) != str(PLAYBOOK_VERSION):
+        raise PlaybookError(
+            f"unsupported version {version!r}; this app reads version {PLAYBOOK_VERSION}",
+            path=path,
+            line=_line(top["version"]),
+        )
     fix_files: list[str] = []
     if "fix_files" in top:
         for node in _sequence(top["fix_files"], "fix_files", path):
             fix_files.append(_string(node, "fix_files entry", path))
     payload_off: TopicMatcher | None = None
     if "payload_off_topics" in top:
-        payload_off = _payload_off_topics(top["payload_off_topics"], path)
+        payload_off = _topics(top["payload_off_topics"], "payload_off_topics", path)
     precedence: tuple[str, ...] = ()
     if "origin_precedence" in top:
         precedence = _origin_precedence(top["origin_precedence"], path)
@@ -271,20 +242,9 @@ def _compose(text: str, path: str | None) -> yaml.Node:
     return root
 
 
-def _check_version(node: yaml.Node, path: str | None) -> None:
-    version = _scalar(node, path)
-    if str(version) != str(PLAYBOOK_VERSION):
-        raise PlaybookError(
-            f"unsupported version {version!r}; this app reads version {PLAYBOOK_VERSION}",
-            path=path,
-            line=_line(node),
-        )
-
-
-def _payload_off_topics(node: yaml.Node, path: str | None) -> TopicMatcher:
-    globs = _strings(node, "payload_off_topics", path)
+def _topics(node: yaml.Node, what: str, path: str | None) -> TopicMatcher:
     try:
-        return TopicMatcher.parse(globs, what="payload_off_topics")
+        return TopicMatcher.parse(_strings(node, what, path), what=what)
     except ReplayConfigError as exc:
         raise PlaybookError(str(exc), path=path, line=_line(node)) from exc
 
@@ -369,10 +329,6 @@ def _scalar(node: yaml.Node, path: str | None) -> Any:
         raise PlaybookError(
             "expected a single value here, not a list or mapping", path=path, line=_line(node)
         )
-    return _construct(node)
-
-
-def _construct(node: yaml.ScalarNode) -> Any:
     loader = yaml.SafeLoader("")
     try:
         return loader.construct_object(node, deep=True)
@@ -452,7 +408,7 @@ def _rule_action(fields: dict[str, yaml.Node], what: str, path: str | None, line
             path=path,
             line=_line(fields["action"]),
         )
-    for key in ("fix", "fix_version", "on_fix_error", "fix_timeout_seconds", "archive_payload"):
+    for key in _ACTION_ONLY_KEYS:
         if key in fields and key not in _ACTION_KEYS[action]:
             raise PlaybookError(
                 f"{what}: `{key}` does not apply to action {action!r}", path=path, line=_line(fields[key])
@@ -534,11 +490,7 @@ def _match_error_message(node: yaml.Node, what: str, path: str | None) -> re.Pat
 
 
 def _match_origin_topic(node: yaml.Node, what: str, path: str | None) -> TopicMatcher:
-    globs = _strings(node, f"{what} match.origin_topic", path)
-    try:
-        return TopicMatcher.parse(globs, what=f"{what} match.origin_topic")
-    except ReplayConfigError as exc:
-        raise PlaybookError(str(exc), path=path, line=_line(node)) from exc
+    return _topics(node, f"{what} match.origin_topic", path)
 
 
 def _match_context_formats(node: yaml.Node, what: str, path: str | None) -> frozenset[str]:
@@ -554,8 +506,16 @@ def _match_context_formats(node: yaml.Node, what: str, path: str | None) -> froz
 
 
 def _match_properties(node: yaml.Node, what: str, path: str | None) -> tuple[PropertyCondition, ...]:
-    props = _mapping_any(node, f"{what} match.properties", path)
-    return tuple(_property_condition(key, value_node, what, path) for key, value_node in props)
+    if not isinstance(node, yaml.MappingNode) or not node.value:
+        raise PlaybookError(
+            f"{what} match.properties must be a non-empty mapping of property: value",
+            path=path,
+            line=_line(node),
+        )
+    return tuple(
+        _property_condition(_string(key, f"{what} match.properties key", path), value, what, path)
+        for key, value in node.value
+    )
 
 
 def _property_condition(key: str, node: yaml.Node, what: str, path: str | None) -> PropertyCondition:
@@ -582,14 +542,3 @@ _MATCH_PARSERS: dict[str, tuple[str, Callable[[yaml.Node, str, str | None], Any]
     "context_format": ("context_formats", _match_context_formats),
     "properties": ("properties", _match_properties),
 }
-
-
-def _mapping_any(node: yaml.Node, what: str, path: str | None) -> list[tuple[str, yaml.Node]]:
-    if not isinstance(node, yaml.MappingNode) or not node.value:
-        raise PlaybookError(
-            f"{what} must be a non-empty mapping of property: value", path=path, line=_line(node)
-        )
-    out: list[tuple[str, yaml.Node]] = []
-    for key_node, value_node in node.value:
-        out.append((_string(key_node, f"{what} key", path), value_node))
-    return out

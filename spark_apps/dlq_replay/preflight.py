@@ -169,7 +169,7 @@ def check_local(options: ReplayOptions) -> Playbook:
     """Every check that needs no Spark; returns the validated playbook."""
     from spark_apps.dlq_replay.arrow_compat import require_arrow_udfs
     from spark_apps.dlq_replay.lock import check_guard
-    from spark_apps.dlq_replay.playbook import empty_playbook, load_playbook
+    from spark_apps.dlq_replay.playbook import Playbook, load_playbook
     from spark_apps.dlq_replay.state import run_dir_name
 
     if options.auth_token_file:
@@ -181,7 +181,7 @@ def check_local(options: ReplayOptions) -> Playbook:
     if options.oauth2_credentials_file:
         check_oauth2_credentials_file(options.oauth2_credentials_file)
     check_window_from(options)
-    playbook = load_playbook(options.playbook) if options.playbook else empty_playbook()
+    playbook = load_playbook(options.playbook) if options.playbook else Playbook()  # no rules: all skipped
     require_arrow_udfs()  # every step runs Arrow UDFs
     check_guard(options.output_dir, options.subscription_lease)
     check_output_dir_local(options.output_dir, join("runs", run_dir_name(options.run_id)))

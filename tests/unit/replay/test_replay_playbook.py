@@ -7,7 +7,7 @@ import textwrap
 import pytest
 
 from spark_apps.dlq_replay.errors import PlaybookError
-from spark_apps.dlq_replay.playbook import MatchInput, empty_playbook, load_playbook, parse_playbook
+from spark_apps.dlq_replay.playbook import MatchInput, Playbook, load_playbook, parse_playbook
 
 GOOD = textwrap.dedent(
     """\
@@ -72,7 +72,7 @@ def test_no_rule_matches_means_none_and_empty_playbook_skips_everything():
     pb = parse_playbook("rules:\n  - match: {signature: x}\n    action: drop\n")
     assert pb.first_match(record()) is None
     assert pb.rules[0].name == "rule-1"
-    assert empty_playbook().first_match(record()) is None
+    assert Playbook().first_match(record()) is None
 
 
 def test_payload_off_topics():
