@@ -1,18 +1,11 @@
-"""Checks against the broker that run before a replay writes anything or takes its lock.
+"""Checks against the broker before a replay writes anything or takes its lock, each in seconds:
 
-:func:`check_broker` answers, in a few seconds, the questions a run would otherwise answer late and
-wrongly (a closed port or a refused token used to surface a minute later as a lease "held by another
-run"; a misspelt DLQ topic used to become an empty successful run, created on the broker):
-
-1. **something listens at the service URL** (a TCP connection to each ``host:port`` of it), else
-   :class:`BrokerUnreachableError` (exit 1: nothing was written; re-run once the broker is up);
-2. **the broker accepts the credentials** (a partitioned-metadata lookup of the first DLQ topic, which
-   creates nothing), else :class:`~spark_apps.dlq_replay.errors.ReplayConfigError` (exit 2);
-3. **every DLQ topic exists**, asked of the admin REST when ``--admin-url`` is given (a partitioned
-   topic's metadata, else the topic's ``stats``; neither creates a topic), else a ``ReplayConfigError``
-   naming the topic (exit 2). The binary protocol cannot tell a missing topic from an empty one without
-   creating it (a subscribe or a reader creates it where auto-creation is on), so without an admin URL
-   only partitioned topics are known to exist; see ``docs/replay-app.md``.
+1. something listens at the service URL, else :class:`BrokerUnreachableError` (exit 1, re-run later);
+2. the broker accepts the credentials (a partitioned-metadata lookup, which creates nothing), else a
+   :class:`~spark_apps.dlq_replay.errors.ReplayConfigError` (exit 2);
+3. every DLQ topic exists, asked of the admin REST with ``--admin-url``; without it only partitioned
+   topics are known to exist (the binary protocol cannot tell a missing topic from an empty one without
+   creating it), see ``docs/replay-app.md``.
 """
 
 from __future__ import annotations
@@ -24,7 +17,7 @@ import socket
 from typing import TYPE_CHECKING, Any
 
 from spark_apps.dlq_replay.errors import ReplayConfigError, ReplayError
-from spark_apps.dlq_replay.redaction import register, safe_url, shown
+from spark_apps.dlq_replay.redaction import NOT_SHOWN, could_be_secret, register, safe_url
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -60,8 +53,7 @@ def service_endpoints(service_url: str) -> list[tuple[str, int]]:
 
 
 def check_listening(service_url: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
-    """Raise :class:`BrokerUnreachableError` unless some ``host:port`` of ``service_url`` accepts a TCP
-    connection."""
+    """Raise :class:`BrokerUnreachableError` unless some ``host:port`` of ``service_url`` accepts TCP."""
     failures = []
     for host, port in service_endpoints(service_url):
         try:
@@ -99,12 +91,8 @@ class _ConnectionLog(logging.Handler):
 def lookup_partitions(
     conf: PulsarConf, topics: Sequence[str], timeout_s: int = LOOKUP_TIMEOUT_S
 ) -> dict[str, bool]:
-    """Look up each topic's partitions with the run's credentials (a partitioned-metadata lookup, which
-    creates nothing); returns whether each is a partitioned topic (one that exists).
-
-    A refused token, certificate or OAuth2 grant is a ``ReplayConfigError``: the broker closes every
-    connection during the handshake, which the client retries until ``timeout_s``. A broker that
-    accepts the connection but does not answer is a :class:`BrokerUnreachableError`."""
+    """Whether each topic is partitioned (so exists), looked up with the run's credentials; a refused
+    handshake (retried by the client until ``timeout_s``) is a ``ReplayConfigError``."""
     import pulsar
 
     from pulsar_dlq_consumer.client import create_client
@@ -177,14 +165,12 @@ def _refused(conf: PulsarConf, topic: str, how: str) -> ReplayConfigError:
 
 
 def _named(topic: str) -> str:
-    """A topic name for a message (``(value not shown)`` when it could be a secret)."""
-    return topic if shown(topic)[0] in "'\"" else shown(topic)
+    return NOT_SHOWN if could_be_secret(topic) else topic
 
 
 def check_topics_exist(conf: PulsarConf, topics: Sequence[str], partitioned: dict[str, bool]) -> None:
-    """Refuse (``ReplayConfigError``) a DLQ topic the broker does not have. With ``conf.admin_url``: the
-    admin REST answers; without it only the lookup's answer (``partitioned``: a partitioned topic exists)
-    is known, and a non-partitioned name is taken on trust."""
+    """Refuse a DLQ topic the admin REST does not know; without ``conf.admin_url`` a non-partitioned name
+    is taken on trust."""
     from spark_apps.dlq_replay.pulsar_io.admin import AdminUnavailable, PulsarAdmin
 
     missing = [t for t in topics if not partitioned.get(t)]
@@ -213,7 +199,7 @@ def check_topics_exist(conf: PulsarConf, topics: Sequence[str], partitioned: dic
 
 
 def check_broker(conf: PulsarConf, topics: Sequence[str]) -> None:
-    """The checks of the module docstring, in order; each failure names the cause and the fix."""
+    """The checks of the module docstring, in order."""
     from spark_apps.dlq_replay.pulsar_io.window import parse_topics
 
     names = parse_topics(list(topics))

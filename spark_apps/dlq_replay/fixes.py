@@ -43,8 +43,7 @@ class FixTimeoutError(TimeoutError):
 
 
 class FixExit(BaseException):
-    """Raised in place of ending the process when a fix calls ``os._exit`` or ``os.abort`` (a
-    ``BaseException``, like ``SystemExit``, so that a fix's ``except Exception`` does not swallow it)."""
+    """A fix called ``os._exit`` or ``os.abort`` (not an ``Exception``: a fix's ``except`` misses it)."""
 
 
 class WorkerInterrupt(KeyboardInterrupt):
@@ -68,8 +67,7 @@ _UNSET: Any = object()
 
 
 def _lazy_field(name: str, doc: str) -> Any:
-    """A read-only :class:`FixRecord` attribute kept in ``_<name>``; a lazy record's is its source's
-    column ``name`` at the record's row, looked up on first use."""
+    """A read-only :class:`FixRecord` attribute kept in ``_<name>``, looked up in a lazy record's source."""
     slot = f"_{name}"
 
     def get(self: FixRecord) -> Any:
@@ -84,13 +82,8 @@ def _lazy_field(name: str, doc: str) -> Any:
 
 
 class FixRecord:
-    """One DLQ message as a fix sees it (read-only).
-
-    ``payload`` (bytes), ``key``, ``ordering_key``, ``properties`` (a copy: bookkeeping keys included),
-    ``event_time``, ``context`` (the error context dict), ``signature``, ``dlq_topic`` and
-    ``dlq_message_id``. A record made by :meth:`lazy` looks up everything but the payload on first use:
-    most fixes read the payload alone.
-    """
+    """One DLQ message as a fix sees it (read-only); one made by :meth:`lazy` looks up everything but the
+    payload on first use (most fixes read the payload alone)."""
 
     __slots__ = (
         "_context",
@@ -134,8 +127,7 @@ class FixRecord:
 
     @classmethod
     def lazy(cls, source: RecordSource, index: int, payload: bytes) -> FixRecord:
-        """A record of ``source``'s row ``index``: every field but the payload is looked up there on first
-        use (most fixes read the payload alone; an event time costs microseconds to make)."""
+        """A record of ``source``'s row ``index``."""
         return cls(payload, _UNSET, _UNSET, None, _UNSET, None, _UNSET, _UNSET, _UNSET, source, index)
 
     payload = property(attrgetter("_payload"), doc="The message payload (bytes).")
@@ -185,8 +177,7 @@ class FixResult:
 
 
 class FixOutcome(NamedTuple):
-    """The result of running a fix on one record. ``properties``: the ones the fix returned, or
-    ``None`` when it kept the record's own. (A tuple: one is made per record.)"""
+    """A fix's result for one record (``properties`` ``None``: the record's own); a tuple, one per record."""
 
     ok: bool
     payload: bytes | None = None
@@ -314,15 +305,10 @@ def to_outcome(result: Any, record: FixRecord) -> FixOutcome:
 
 
 class _TimeLimit:
-    """Per-call time limit: a call between :meth:`arm` and :meth:`disarm` that runs longer than
-    ``seconds`` gets :class:`FixTimeoutError` raised in it.
-
-    SIGALRM, main thread only (where Spark runs Python UDFs); elsewhere, and for ``None``, no limit. The
-    handler is installed once for the whole :func:`run_fix` (the ``with`` block) and the timer is set
-    once, not per call (two system calls per record cost as much as a small fix): when it fires, the
-    handler raises if the current call started ``seconds`` ago or more, and otherwise sets the timer
-    again for the rest of that call's time (or stops it between calls).
-    """
+    """Raises :class:`FixTimeoutError` in a call (between :meth:`arm` and :meth:`disarm`) older than
+    ``seconds``: SIGALRM on the main thread (where Spark runs Python UDFs), else no limit. The timer is set
+    once per :func:`run_fix`, not per call (two system calls per record cost as much as a small fix): when
+    it fires, the handler raises, or sets it again for the rest of the current call's time."""
 
     def __init__(self, seconds: float | None) -> None:
         self.seconds = seconds
@@ -376,9 +362,7 @@ _MUST_RETURN = "a fix must return a result or raise an Exception"
 
 
 def _aborted_outcome(error: BaseException) -> FixOutcome:
-    """The outcome of a record whose fix raised a ``BaseException`` that is not an ``Exception``:
-    ``sys.exit`` (``SystemExit``), ``os._exit`` / ``os.abort`` (:class:`FixExit`), ``KeyboardInterrupt``.
-    Re-raises :class:`WorkerInterrupt`: a SIGINT sent to the worker stops the task."""
+    """The outcome of a fix that raised a non-``Exception`` (re-raising a real SIGINT to stop the task)."""
     if isinstance(error, WorkerInterrupt):
         raise error
     outcome = _error_outcome(error)
@@ -400,16 +384,10 @@ def _exit_call(error: SystemExit | FixExit) -> str:
 
 
 class _ExitGuard:
-    """While fixes run (one ``with`` per :func:`run_fix`, not per record): ``os._exit`` and ``os.abort``
-    raise :class:`FixExit` instead of ending the Spark Python worker, and, on the main thread, a SIGINT
-    raises :class:`WorkerInterrupt`, so that a real interrupt is told from a fix's own
-    ``KeyboardInterrupt``.
-
-    The functions are replaced in the ``os`` module (and ``posix``, where they come from) by the first
-    guard entered and put back by the last one out; a process forked inside a fix (``multiprocessing``)
-    still exits for real. A fix that bound the real function before (``from os import _exit`` at import),
-    signals its own process or crashes in native code is not contained.
-    """
+    """While fixes run, ``os._exit`` and ``os.abort`` (in ``os`` and ``posix``) raise :class:`FixExit`, and
+    a SIGINT on the main thread raises :class:`WorkerInterrupt` (told from a fix's own
+    ``KeyboardInterrupt``). A forked child still exits for real; a fix that bound the real function
+    before, signals its own process or crashes in native code is not contained."""
 
     _lock = threading.Lock()
     _depth = 0
@@ -468,13 +446,8 @@ class _ExitGuard:
 def run_fix(
     function: FixFunction | None, records: list[FixRecord], *, timeout_s: float | None = None
 ) -> list[FixOutcome]:
-    """Run ``function`` over ``records`` (one call per record, or one call for a batch fix).
-
-    ``None`` republishes the records unchanged. Exceptions become failed outcomes. So do ``sys.exit``,
-    ``os._exit``, ``os.abort`` and ``KeyboardInterrupt`` (see :func:`_aborted_outcome`): the record whose
-    call made them fails (every record of a batch fix's call) and the others go on. A call that takes
-    longer than ``timeout_s`` fails with :class:`FixTimeoutError`.
-    """
+    """Run ``function`` (``None``: unchanged) over ``records``, once per record or once for a batch fix;
+    what a call raises, or a call longer than ``timeout_s``, fails its records and the others go on."""
     if function is None:
         return [FixOutcome(True, r.payload) for r in records]
     with _TimeLimit(timeout_s) as limit, _ExitGuard():

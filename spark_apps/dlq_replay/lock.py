@@ -122,14 +122,12 @@ class LockOwner:
 
 
 def output_lock_possible(output_root: str) -> bool:
-    """True when the output lock can be held on ``output_root``: a local file system, the only one
-    where :meth:`~spark_apps.dlq_replay.storage.RunStorage.create_exclusive` is atomic."""
+    """True on a local file system, the only one with an atomic exclusive create."""
     return is_local(qualify_root(output_root))
 
 
 def check_guard(output_root: str, subscription_lease: bool) -> None:
-    """Refuse a run that nothing would guard: ``--subscription-lease off`` on an output root that
-    cannot hold the output lock (:func:`output_lock_possible`)."""
+    """Refuse ``--subscription-lease off`` where no output lock can be held: nothing would guard the run."""
     if subscription_lease or output_lock_possible(output_root):
         return
     raise ReplayConfigError(
@@ -158,21 +156,18 @@ class OutputLock:
         return join(self.directory, name)
 
     def _current(self) -> tuple[int, LockOwner | None]:
-        generations = sorted(
-            g for g in map(lock_generation, self.storage.list_names(self.directory)) if g is not None
-        )
-        if not generations:
+        names = self.storage.list_names(self.directory)
+        latest = max((g for g in map(lock_generation, names) if g is not None), default=None)
+        if latest is None:
             return 0, None
-        latest = generations[-1]
         text = self.storage.read_text(self._path(f"{LOCK_PREFIX}{latest}"))
         return latest, LockOwner.from_json(text) if text else None
 
     def acquire(self) -> None:
         """Take the lock, or raise :class:`RunLockedError` naming the run that holds it."""
         generation, holder = self._current()
-        now = time.time()
         if holder is not None:
-            stale = holder.stale_reason(now)
+            stale = holder.stale_reason(time.time())
             if stale is None:
                 raise RunLockedError(
                     f"another replay run holds the output directory {self.output_root}: {holder.describe()}. "

@@ -1,21 +1,11 @@
 """The one rule for secrets in the replay app's output: what could be a token is never shown.
 
-A token typed in the wrong place (as the value of ``--playbook``, ``--subscription``, inside a URL...)
-must not reach an error, a log line or a file. Three tools, used everywhere a value is echoed:
-
-* :func:`could_be_secret` says whether a value could be a token: a JWT, a long hex string, or a run of
-  16 or more letters and digits that mixes upper case, lower case and digits the way random characters
-  do (what random secrets look like and topic names, CamelCase words, paths and Airflow run ids do not);
-* :func:`shown` is the value to put in a message: quoted when it cannot be a secret, else
-  ``(value not shown)``;
-* :func:`check_url` refuses a URL carrying credentials (``user:password@``) or a query or fragment
-  (``?token=...``): the app takes secrets only from ``PULSAR_AUTH_TOKEN``/``--auth-token-file`` (and
-  the OAuth2 equivalents), so such a URL is a secret in the wrong place. :func:`safe_url` is the form of
-  a URL that may be printed.
-
-As a last line of defence, :func:`scrub` removes every registered secret (:func:`register`: the command
-line's values that could be secrets, the token the run reads) and every JWT or URL credential from a
-text; the command line applies it to its errors and its log lines.
+:func:`could_be_secret` says whether a value could be a token (a JWT, a long hex string, or a run of 16+
+letters and digits mixing cases and digits the way random characters do); :func:`shown` quotes a value
+for a message unless it could be one; :func:`check_url` refuses a URL carrying credentials, a query or a
+fragment (secrets come only from ``PULSAR_AUTH_TOKEN``/``--auth-token-file`` and the OAuth2 equivalents)
+and :func:`safe_url` is a URL's printable form. :func:`scrub`, the last line of defence, removes every
+:func:`register`-ed secret, JWT and URL credential from the command line's errors and log lines.
 """
 
 from __future__ import annotations
@@ -47,13 +37,9 @@ _URL_QUERY = re.compile(r"(?P<url>[A-Za-z][A-Za-z0-9+.-]*://[^\s?#'\"]*)[?#][^\s
 _SECRET_WORDS = ("token", "secret", "password", "passwd", "jwt", "credential", "auth-param")
 
 
-def _char_class(char: str) -> int:
-    return 0 if char.isdigit() else 1 if char.isupper() else 2
-
-
 def _random_looking(run: str) -> bool:
     """Mixed case and digits (at least two of each) that switch class like random characters do."""
-    classes = [_char_class(c) for c in run]
+    classes = [0 if c.isdigit() else 1 if c.isupper() else 2 for c in run]
     if min(classes.count(0), classes.count(1), classes.count(2)) < 2:
         return False
     switches = sum(a != b for a, b in itertools.pairwise(classes))
@@ -61,7 +47,6 @@ def _random_looking(run: str) -> bool:
 
 
 def could_be_secret(value: object) -> bool:
-    """True when ``value`` could be a token or another secret (see the module docstring)."""
     text = str(value)
     if _JWT.search(text) or _HEX.search(text):
         return True
@@ -90,8 +75,7 @@ def safe_url(url: str) -> str:
 
 
 def check_url(option: str, url: str, schemes: tuple[str, ...], example: str, what: str = "URL") -> None:
-    """Refuse ``url`` (given as ``option``) unless it is a plain ``scheme://host[:port][/path]`` with one
-    of ``schemes``; the message never shows the value and says where a token goes instead."""
+    """Refuse ``url`` unless it is a plain ``scheme://host[:port][/path]`` of ``schemes`` (never shown)."""
     fix = (
         "pass the token by the PULSAR_AUTH_TOKEN environment variable or --auth-token-file PATH (OAuth2: "
         "--oauth2-credentials-file or PULSAR_OAUTH2_CREDENTIALS), and rotate it if it was typed in a shell"
@@ -118,8 +102,7 @@ def check_url(option: str, url: str, schemes: tuple[str, ...], example: str, wha
 
 
 def check_name(option: str, value: str) -> None:
-    """Refuse a name the run writes to files and to the broker (a subscription, a topic, a run id) when
-    it could be a secret typed in the wrong place."""
+    """Refuse a name the run writes to files and the broker when it could be a secret."""
     if could_be_secret(value):
         raise ReplayConfigError(
             f"{option} looks like a token {NOT_SHOWN}, not a name; the run would write it to its files "
@@ -127,8 +110,6 @@ def check_name(option: str, value: str) -> None:
             "environment variable or --auth-token-file PATH (rotate it if it was typed in a shell)"
         )
 
-
-# --------------------------------------------------------------------------- scrubbing
 
 _LOCK = threading.Lock()
 _REGISTERED: set[str] = set()
@@ -141,8 +122,7 @@ def register(values: Iterable[str | None]) -> None:
 
 
 def register_argv(argv: Iterable[str]) -> None:
-    """Register every command-line value that could be a secret, and the value of every option whose
-    name says it carries one (``--x-token=...`` included)."""
+    """Register every argument that could be a secret, and the value of every option named for one."""
     items = list(argv)
     found: list[str] = []
     for i, arg in enumerate(items):
