@@ -357,10 +357,6 @@ class _TimeLimit:
         self.started = None
 
 
-#: The end of every message that records a fix trying to end the process.
-_MUST_RETURN = "a fix must return a result or raise an Exception"
-
-
 def _aborted_outcome(error: BaseException) -> FixOutcome:
     """The outcome of a fix that raised a non-``Exception`` (re-raising a real SIGINT to stop the task)."""
     if isinstance(error, WorkerInterrupt):
@@ -373,7 +369,11 @@ def _aborted_outcome(error: BaseException) -> FixOutcome:
     else:
         detail = f" ({outcome.error_message[:200]})" if outcome.error_message else ""
         message = f"the fix raised {outcome.error_class}{detail}"
-    return outcome._replace(malformed=False, error_message=f"{message}; {_MUST_RETURN}", aborted=True)
+    return outcome._replace(
+        malformed=False,
+        error_message=f"{message}; a fix must return a result or raise an Exception",
+        aborted=True,
+    )
 
 
 def _exit_call(error: SystemExit | FixExit) -> str:

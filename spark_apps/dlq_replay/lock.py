@@ -213,8 +213,7 @@ class OutputLock:
 
 
 class SubscriptionLease:
-    """Exclusive consumers on the lease topics of the run's DLQ topics (see the module docstring);
-    ``subscription`` is the run's replayer subscription, recorded in the lease consumer's properties."""
+    """Exclusive consumers on the lease topics of the run's DLQ topics (see the module docstring)."""
 
     def __init__(self, conf: PulsarConf, topics: tuple[str, ...], subscription: str, run_id: str) -> None:
         self.conf = conf
@@ -324,8 +323,7 @@ class SubscriptionLease:
                 ) from exc
 
     def _holder(self, lease: str) -> str:
-        """The run holding ``lease``, from its consumer's properties in the admin REST ``stats`` (when
-        ``--admin-url`` answers), else ``another run``."""
+        """The run holding ``lease``, from its consumer's properties in the admin REST ``stats``."""
         from spark_apps.dlq_replay.redaction import shown
 
         if not self.conf.admin_url:
@@ -347,8 +345,7 @@ class SubscriptionLease:
         )
 
     def check(self) -> str | None:
-        """Why the lease is lost (disconnected longer than :data:`LEASE_GRACE_S`), else ``None``. Called by
-        the heartbeat thread, also while :meth:`acquire` is still taking the other topics' leases."""
+        """Why the lease is lost (disconnected longer than :data:`LEASE_GRACE_S`), else ``None``."""
         now = time.time()
         for lease, consumer in tuple(self._consumers):
             if consumer.is_connected():
@@ -420,9 +417,8 @@ class RunLock:
                 return
 
     def interrupt(self) -> None:
-        """Interrupt the running Spark operations of the run's session, from this (any) thread. Not by
-        tag: a classic session's tags belong to the thread that added them, so from another thread
-        ``interruptTag`` finds nothing; the session is the run's own."""
+        """Interrupt the run's Spark operations from any thread (not by tag: a classic session's tags belong
+        to the thread that added them)."""
         if self.spark is None:
             return
         try:
@@ -461,9 +457,7 @@ def run_lock(
     subscription: str | None = None,
     storage: RunStorage | None = None,
 ) -> Iterator[RunLock]:
-    """Hold the output lock (and, with ``conf``, the subscription leases of ``topics``) for the block. On
-    an output root without an exclusive create (an object store) the leases alone guard the run, and a
-    run without them is refused (:func:`check_guard`)."""
+    """Hold the output lock (where possible) and, with ``conf``, the leases of ``topics`` for the block."""
     check_guard(output_root, conf is not None)
     lease = SubscriptionLease(conf, topics, subscription or "", run_id) if conf is not None else None
     output: OutputLock | None = None

@@ -31,7 +31,6 @@ DEFAULT_FIX_TIMEOUT_S = 60.0
 MAX_FIX_TIMEOUT_S = 3600.0
 _FIX_REF = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*")
 _TOP_KEYS = ("version", "fix_files", "payload_off_topics", "origin_precedence", "rules")
-_MATCH_KEYS = ("signature", "error_class", "error_message", "origin_topic", "context_format", "properties")
 _ACTION_KEYS: dict[str, tuple[str, ...]] = {
     outcomes.REPUBLISH: ("fix", "fix_version", "on_fix_error", "fix_timeout_seconds"),
     outcomes.ARCHIVE: ("archive_payload",),
@@ -469,28 +468,12 @@ def _parse_match(node: yaml.Node, what: str, path: str | None) -> dict[str, Any]
     """The ``Rule`` fields of a rule's ``match:``, each condition read by its :data:`_MATCH_PARSERS` entry."""
     if isinstance(node, yaml.ScalarNode) and _scalar(node, path) is None:
         return {}
-    conditions = _mapping(node, f"{what} match", path, _MATCH_KEYS)
+    conditions = _mapping(node, f"{what} match", path, tuple(_MATCH_PARSERS))
     out: dict[str, Any] = {}
     for key, (field_name, parse) in _MATCH_PARSERS.items():
         if key in conditions:
             out[field_name] = parse(conditions[key], what, path)
     return out
-
-
-def _match_signatures(node: yaml.Node, what: str, path: str | None) -> frozenset[str]:
-    return frozenset(_strings(node, f"{what} match.signature", path))
-
-
-def _match_error_class(node: yaml.Node, what: str, path: str | None) -> re.Pattern[str]:
-    return _regex(node, f"{what} match.error_class", path)
-
-
-def _match_error_message(node: yaml.Node, what: str, path: str | None) -> re.Pattern[str]:
-    return _regex(node, f"{what} match.error_message", path)
-
-
-def _match_origin_topic(node: yaml.Node, what: str, path: str | None) -> TopicMatcher:
-    return _topics(node, f"{what} match.origin_topic", path)
 
 
 def _match_context_formats(node: yaml.Node, what: str, path: str | None) -> frozenset[str]:
@@ -535,10 +518,19 @@ def _property_condition(key: str, node: yaml.Node, what: str, path: str | None) 
 
 #: Per ``match:`` condition, in the order they are checked: the ``Rule`` field it sets and its parser.
 _MATCH_PARSERS: dict[str, tuple[str, Callable[[yaml.Node, str, str | None], Any]]] = {
-    "signature": ("signatures", _match_signatures),
-    "error_class": ("error_class", _match_error_class),
-    "error_message": ("error_message", _match_error_message),
-    "origin_topic": ("origin_topic", _match_origin_topic),
+    "signature": (
+        "signatures",
+        lambda node, what, path: frozenset(_strings(node, f"{what} match.signature", path)),
+    ),
+    "error_class": ("error_class", lambda node, what, path: _regex(node, f"{what} match.error_class", path)),
+    "error_message": (
+        "error_message",
+        lambda node, what, path: _regex(node, f"{what} match.error_message", path),
+    ),
+    "origin_topic": (
+        "origin_topic",
+        lambda node, what, path: _topics(node, f"{what} match.origin_topic", path),
+    ),
     "context_format": ("context_formats", _match_context_formats),
     "properties": ("properties", _match_properties),
 }

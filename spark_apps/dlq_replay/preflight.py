@@ -1,12 +1,7 @@
 """Checks that run before a replay writes anything: bad input exits 2 and leaves no run directory.
 
-:func:`check_local` needs no Spark (the command line runs it before starting Spark): the token and trust
-files, the playbook (size, YAML, rules, fix files), that the driver can create Arrow UDFs, that the output
-root opens and can be written (a local folder, or an object store's bucket through
-:mod:`~spark_apps.dlq_replay.storage`) and that something guards the run there
-(:func:`~spark_apps.dlq_replay.lock.check_guard`). :func:`check_with_spark` then ships the playbook's fix
-files to the session's Python workers and imports every fix. Option values that could be a secret typed
-in the wrong place (the token file path) are never echoed.
+:func:`check_local` needs no Spark (the command line runs it first); :func:`check_with_spark` then ships
+and imports the playbook's fixes. Values that could be a secret (the token file path) are never echoed.
 """
 
 from __future__ import annotations
@@ -101,8 +96,7 @@ def check_oauth2_credentials_file(path: str) -> None:
 
 
 def check_window_from(options: ReplayOptions) -> None:
-    """``--window-from`` names a run whose plan exists under a local output root (a Hadoop URI root is
-    checked when the plan step reads it, before anything is read or sent)."""
+    """``--window-from`` names a run with a plan under a local output root (others: the plan step checks)."""
     from spark_apps.dlq_replay.state import run_dir_name
 
     if not options.window_from:
@@ -190,8 +184,7 @@ def check_local(options: ReplayOptions) -> Playbook:
 
 
 def check_output_dir_remote(output_dir: str) -> None:
-    """For an object store or Hadoop URI output root: it opens (scheme, bucket:
-    :func:`~spark_apps.dlq_replay.storage.check_root`), and a probe file can be created and deleted."""
+    """A remote output root opens and a probe file can be created and deleted there."""
     root = qualify_root(output_dir)
     if local_path(root) is not None:
         return
