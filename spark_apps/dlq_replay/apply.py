@@ -1,9 +1,5 @@
-"""Apply step: archive, then republish the decisions in waves.
-
-The send tasks read the decide tasks' files themselves (:mod:`~spark_apps.dlq_replay.task_sends`); each
-wave's results are saved before the next wave starts, so a killed run re-sends at most one wave per
-producer. The record step then applies the send results (:mod:`~spark_apps.dlq_replay.record`).
-"""
+"""Apply step: archive, then republish the decisions in waves, each saved before the next starts, so a
+killed run re-sends at most one wave per producer."""
 
 from __future__ import annotations
 
@@ -55,7 +51,10 @@ def run_apply(run: Run, decisions: DataFrame, planned_at: datetime) -> None:
         started = time.monotonic()
         progress = run.state.progress("apply")
         if not progress.get("archive_written"):
-            _archive(run, planned_at)
+            from spark_apps.dlq_replay.archive_files import publish_staged
+
+            date = planned_at.strftime("%Y-%m-%d")
+            publish_staged(run.paths.archive_staged, run.paths.archive, date, run.options.run_id)
             progress["archive_written"] = True
             run.save()
             log.info("step apply: archive written to %s", run.paths.archive)
@@ -67,7 +66,10 @@ def run_apply(run: Run, decisions: DataFrame, planned_at: datetime) -> None:
                 from spark_apps.dlq_replay.canary import run_canary, unsent_halted
                 from spark_apps.dlq_replay.task_sends import SendFilter
 
-                halted = run_canary(run, decisions, lambda chosen, path: _send_all(run, chosen, path))
+                every_id = (0, int(run.state.info("decide").get("max_sequence_id", -1)) + 1)
+                halted = run_canary(
+                    run, decisions, lambda chosen, path: _send_wave(run, every_id, path, chosen)
+                )
                 around = SendFilter(run.paths.canary_ids, canary=False, halted=tuple(halted))
                 unsent = unsent_halted(run, decisions, halted)
             _republish_in_waves(run, decisions, to_send, around)
@@ -87,8 +89,7 @@ def run_apply(run: Run, decisions: DataFrame, planned_at: datetime) -> None:
 
 
 def _published(run: Run) -> int:
-    """Messages the waves saved as published (the results' ``published`` column, read in the driver a
-    column at a time: one row per message never reaches it)."""
+    """Messages the waves saved as published (one column read in the driver, batch by batch)."""
     import pyarrow.compute as pc
 
     from spark_apps.dlq_replay.storage import open_parquet
@@ -101,20 +102,6 @@ def _published(run: Run) -> int:
         ):
             total += pc.fill_null(batch.column(0), False).true_count
     return total
-
-
-def _archive(run: Run, planned_at: datetime) -> None:
-    """Move the decide tasks' staged archive files into this run's archive partitions."""
-    from spark_apps.dlq_replay.archive_files import publish_staged
-
-    publish_staged(
-        run.paths.archive_staged, run.paths.archive, planned_at.strftime("%Y-%m-%d"), run.options.run_id
-    )
-
-
-def _send_all(run: Run, chosen: SendFilter, path: str) -> None:
-    """Send the rows ``chosen`` picks from every sequence id (a canary) and save the results at ``path``."""
-    _send_wave(run, (0, int(run.state.info("decide").get("max_sequence_id", -1)) + 1), path, chosen)
 
 
 def _send_wave(run: Run, sequence_range: tuple[int, int], path: str, chosen: SendFilter | None) -> None:
@@ -134,16 +121,9 @@ def _send_wave(run: Run, sequence_range: tuple[int, int], path: str, chosen: Sen
 
 
 def _republish_in_waves(run: Run, decisions: DataFrame, to_send: int, around: SendFilter | None) -> None:
-    """Send in waves of ``--wave-size`` sequence ids per producer, each saved before the next starts.
-
-    Each wave's tasks read their producer bucket's decisions file themselves
-    (:mod:`~spark_apps.dlq_replay.task_sends`); after a canary, ``around`` leaves out the canary rows
-    and the halted groups. A wave whose results are saved (``_SUCCESS``) is never sent
-    again; a wave an earlier attempt started but did not save is sent again whole, and its size is
-    counted as ``resent``: on a broker without deduplication up to that many messages reach the origin
-    twice (with the same ``REPLAY_ID``); with deduplication the same producer names and sequence ids
-    make the re-send exact.
-    """
+    """Send in waves of ``--wave-size`` sequence ids per producer (after a canary, ``around`` the canary
+    rows and halted groups). A saved wave (``_SUCCESS``) is never sent again; one an earlier attempt
+    started but did not save is sent again whole and counted as ``resent`` (exact under broker dedup)."""
     progress = run.state.progress("apply")
     decided = run.state.info("decide")
     last = int(decided.get("max_sequence_id", -1))
@@ -189,11 +169,9 @@ def _republish_in_waves(run: Run, decisions: DataFrame, to_send: int, around: Se
 def _count_resend(
     run: Run, decisions: DataFrame, results: str, sequence_range: tuple[int, int], restarts: int
 ) -> None:
-    """Count a wave that ``restarts`` killed attempts had started (``apply`` progress): ``resent`` its
-    messages once per such attempt (each may have sent all of them), ``resent_held`` the messages the
-    broker already held and dropped when the wave was sent to the end (deduplication), and
-    ``resend_bound`` the wave size x the producers that send in it, once per such attempt: the most that
-    can reach the origins twice without deduplication."""
+    """Count a wave ``restarts`` killed attempts had started: ``resent`` (its messages per attempt),
+    ``resent_held`` (dropped by broker dedup) and ``resend_bound`` (wave size x its producers per attempt:
+    the most that can reach the origins twice without dedup)."""
     from pyspark.sql import functions as F
 
     progress = run.state.progress("apply")
@@ -219,9 +197,8 @@ def _count_resend(
 
 
 def _wave_size(run: Run, last: int) -> int:
-    """``--wave-size``, else :data:`~pulsar_dlq_consumer.replay_options.DEDUP_WAVE_SIZE` when the broker
-    deduplicates every target topic (a re-sent wave is dropped there), else the small default that bounds
-    a re-send after a kill (``docs/reliability.md``). ``last``: the highest sequence id of any producer."""
+    """``--wave-size``, else ``DEDUP_WAVE_SIZE`` when the broker deduplicates every target topic, else the
+    small default that bounds a re-send after a kill (``docs/reliability.md``)."""
     from spark_apps.dlq_replay.pulsar_io.dedup import deduplication
     from spark_apps.dlq_replay.task_sends import sending_targets
 

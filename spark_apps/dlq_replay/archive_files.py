@@ -1,9 +1,5 @@
-"""The archive written by the decide tasks, moved into place by the apply step.
-
-The decide tasks already hold the archived rows, so each writes them (:func:`archive_batch`) to
-``runs/<run>/archive_staged/dlq_topic=<topic>/``, and apply moves each topic's folder to
-``archive/dlq_topic=<topic>/date=<date>/run_id=<run>/`` (:func:`publish_staged`): no read. The files
-hold the columns of :data:`ARCHIVE_FILE_SCHEMA` with Spark's INT96 timestamps, so Spark reads them too.
+"""The archive, written by the decide tasks to ``runs/<run>/archive_staged/dlq_topic=<topic>/`` and moved
+by apply to ``archive/dlq_topic=<topic>/date=<date>/run_id=<run>/`` (:func:`publish_staged`).
 """
 
 from __future__ import annotations
@@ -105,9 +101,8 @@ def staged_output(path: str, archived_at: datetime) -> SideOutput:
 
 
 def publish_staged(staged: str, archive_root: str, date: str, run_id: str) -> int:
-    """Move each staged topic folder of ``staged`` to its archive partition (replacing an earlier
-    attempt's); returns the folders moved. Folders an interrupted call already moved are not staged any
-    more, so calling it again finishes the move."""
+    """Move each staged topic folder to its archive partition; the folders moved (a call again finishes
+    an interrupted one)."""
     from spark_apps.dlq_replay.storage import join, list_names, move_tree
     from spark_apps.dlq_replay.task_parquet import partition_folder
 

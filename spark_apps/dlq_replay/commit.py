@@ -1,35 +1,24 @@
-"""Commit step: ack the run's final messages, from per-entry counts the tasks that already hold the
-messages gathered.
-
-The reader-mode commit acks an entry by id when every message it holds is in the snapshot and final
-(:class:`~spark_apps.dlq_replay.pulsar_io.commit.EntryCommitFn`). The read and record tasks count as they
-go:
-
-- the snapshot's read tasks write each batch's entries (:func:`entry_rows`: messages read and the
-  entry's batch size) to ``runs/<run>/snapshot_entries/``;
-- each record task writes its bucket's final messages per entry (:class:`EntryFinals`) to
-  ``runs/<run>/commit_parts/part-<bucket>.parquet``.
-
-Both are about one row per entry. :func:`entry_table` merges them (counts summed, as an entry's rows may
-be in several batches or buckets), for one partition in its commit task (:func:`commit_in_tasks`). The
-consumer-mode commit splits the same table (:class:`ConsumerCommit`) into whole entries, whose every
-message it acks as received, and entries that also hold a pending message, whose final ids alone come
-from the ledger.
+"""Commit step: ack the run's final messages, from per-entry counts the tasks that hold the messages
+gathered: the snapshot's read tasks write each entry's messages and batch size (:func:`entry_rows`,
+``runs/<run>/snapshot_entries/``), each record task its bucket's final messages per entry
+(:class:`EntryFinals`, ``runs/<run>/commit_parts/``); :func:`entry_table` merges them. Reader mode acks
+an entry by id when all its messages are final; consumer mode (:class:`ConsumerCommit`) acks whole
+entries as received and takes only the final ids of mixed entries from the ledger.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
+    from collections.abc import Iterable, Iterator, Sequence
 
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
     from pyspark.sql.types import StructType
 
     from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf
@@ -117,9 +106,8 @@ def _sum_finals(table: pa.Table) -> pa.Table:
 
 
 def entry_table(snapshot_entries: str, commit_parts: str, topic: str | None = None) -> pa.Table:
-    """Per entry of the snapshot (of partition ``topic`` only, when given): ``dlq_topic, ledger_id,
-    entry_id, messages, final_messages, batch_size`` (:data:`~spark_apps.dlq_replay.pulsar_io.commit.
-    ENTRY_COMMIT_INPUT_SCHEMA`), from the read tasks' entries and the record tasks' counts."""
+    """Per entry of the snapshot (of partition ``topic`` only, when given): its messages, final messages
+    and batch size, from the read tasks' entries and the record tasks' counts."""
     from spark_apps.dlq_replay.snapshot_files import part_files
 
     read = [_of_topic(path, topic) for path in part_files(snapshot_entries)]
@@ -170,9 +158,8 @@ def commit_in_tasks(
     windows: Sequence[PartitionWindow],
     subscription: str,
 ) -> list[dict[str, Any]]:
-    """Commit the run's entries, one Spark task per partition of the window: the task merges that
-    partition's counts (:func:`entry_table`), acks its fully final entries and verifies them on the cursor
-    (:class:`~spark_apps.dlq_replay.pulsar_io.commit.EntryCommitFn`). One result row per partition."""
+    """Commit the run's entries, one Spark task per partition: it merges that partition's counts, acks its
+    fully final entries and verifies them on the cursor. One result row per partition."""
     from spark_apps.dlq_replay.arrow_compat import local_frame, map_in_arrow
     from spark_apps.dlq_replay.pulsar_io.commit import COMMIT_RESULT_SCHEMA, EntryCommitFn
 
@@ -192,15 +179,10 @@ def commit_in_tasks(
 
 
 class ConsumerCommit:
-    """What the consumer-mode commit needs of :func:`entry_table`, split in the driver.
-
-    ``whole``: the entries every message of which the snapshot read and the run made final, inside the
-    window, as :data:`~spark_apps.dlq_replay.pulsar_io.commit.ENTRIES_COMMIT_INPUT_SCHEMA` rows: the commit
-    acks any message it receives of them, with no id to look up. ``partial``: the entries holding a final
-    message and one that is not (``dlq_topic, ledger_id, entry_id``): only their final ids come from the
-    ledger. ``expected``: the run's final messages (``in_whole`` of them in whole entries); ``unread``:
-    the messages of partitions without a final one (not read again: they stay pending).
-    """
+    """:func:`entry_table` split in the driver for the consumer-mode commit: ``whole`` entries (all read and
+    final, inside the window: any message received of them is acked), ``partial`` ones (a final and a
+    pending message), the run's ``expected`` final messages (``in_whole`` in whole entries), and the
+    ``unread`` messages of partitions without a final one (not read again)."""
 
     def __init__(self, table: pa.Table, windows: Sequence[PartitionWindow]) -> None:
         from spark_apps.dlq_replay.pulsar_io.errors import WindowError
@@ -306,82 +288,33 @@ _TOTAL_COLUMNS = (
 )
 
 
-def _sum_rows(rows: DataFrame) -> dict[str, int]:
-    totals = dict.fromkeys(_TOTAL_COLUMNS, 0)
-    for row in rows.collect():  # one row per DLQ partition
-        for name in _TOTAL_COLUMNS:
-            totals[name] += int(row[name] or 0)
-    return totals
+def _sum_rows(rows: Iterable[Any]) -> dict[str, int]:
+    """The commit results' totals (one row per DLQ partition)."""
+    return {name: sum(int(row[name] or 0) for row in rows) for name in _TOTAL_COLUMNS}
 
 
 def _commit_entries(run: Run, windows: list[PartitionWindow]) -> dict[str, int]:
-    """Reader mode: ack the snapshot's fully final entries by id, verified on the cursor; no DLQ read
-    (one task per partition, from the read and record tasks' counts)."""
+    """Reader mode: ack the snapshot's fully final entries by id, verified on the cursor; no DLQ read."""
     paths = run.paths
-    results = commit_in_tasks(
-        run.spark, paths.snapshot_entries, paths.commit_parts, run.conf, windows, run.options.subscription
+    return _sum_rows(
+        commit_in_tasks(
+            run.spark, paths.snapshot_entries, paths.commit_parts, run.conf, windows, run.options.subscription
+        )
     )
-    return {name: sum(int(row[name] or 0) for row in results) for name in _TOTAL_COLUMNS}
-
-
-def _counted_entries(run: Run) -> pa.Table:
-    """Per entry of the snapshot, its messages and final messages, as the record tasks counted them
-    (:func:`~spark_apps.dlq_replay.commit.entry_table`)."""
-    return entry_table(run.paths.snapshot_entries, run.paths.commit_parts)
 
 
 def _commit_by_consumers(run: Run, windows: list[PartitionWindow], resumed: bool) -> dict[str, int]:
-    """Consumer mode: read the window again and ack the final messages from the receiving consumer."""
-    from spark_apps.dlq_replay.arrow_compat import apply_in_arrow
-    from spark_apps.dlq_replay.pulsar_io.commit import COMMIT_RESULT_SCHEMA, make_commit_fn
+    """Consumer mode: read the window again and ack the final messages of whole entries from the receiving
+    consumer. The final messages of an entry that also holds a pending one stay pending with it: without
+    batch-index acks the broker removes a batch only whole (``final_in_partial_entries``)."""
+    from spark_apps.dlq_replay.arrow_compat import apply_in_arrow, arrow_frame
+    from spark_apps.dlq_replay.pulsar_io.commit import (
+        COMMIT_RESULT_SCHEMA,
+        ENTRIES_COMMIT_INPUT_SCHEMA,
+        make_commit_fn,
+    )
 
-    final, expected, unread, in_whole, in_partial = _final_by_entries(run, windows, _counted_entries(run))
-    totals = dict.fromkeys(_TOTAL_COLUMNS, 0)
-    totals["final_in_whole_entries"] = in_whole
-    if final is not None:
-        fn = make_commit_fn(run.conf, windows, run.options.subscription, run.options.idle_timeout_ms)
-        grouped = final.repartition(max(1, len(windows)), "dlq_topic").groupBy("dlq_topic")
-
-        def commit_group(table: pa.Table) -> pa.Table:
-            return fn(table)
-
-        totals.update(_sum_rows(apply_in_arrow(grouped, commit_group, COMMIT_RESULT_SCHEMA)))
-    # Every final message of a first commit attempt was pending (the snapshot read it unacked): any not
-    # acked now was missed (e.g. a broker stall) and stays pending until the next run acks it. In a
-    # resumed commit, final messages not received were acked by the killed attempt (one run at a time
-    # holds the subscription): they count as acked too, so the total is exact across attempts.
-    # Partitions without a final message are not read: all their messages of this run stay pending.
-    acked_this_attempt = totals["acked"]
-    totals["acked_by_earlier_attempts"] = max(0, expected - acked_this_attempt) if resumed else 0
-    totals["acked"] = acked_this_attempt + totals["acked_by_earlier_attempts"]
-    totals["left_pending"] += unread
-    totals["final_in_partial_entries"] += in_partial
-    totals["unacked_final"] = 0 if resumed else max(0, expected - acked_this_attempt)
-    return totals
-
-
-class _Finals(NamedTuple):
-    """The consumer-mode commit's input: the final messages to ack (None: there are none), how many, the
-    messages of partitions without a final one, how many final messages make up whole entries, and how
-    many are left pending because their entry holds a pending one."""
-
-    frame: DataFrame | None
-    expected: int
-    unread: int
-    in_whole_entries: int
-    in_partial_entries: int = 0
-
-
-def _final_by_entries(run: Run, windows: list[PartitionWindow], table: pa.Table) -> _Finals:
-    """The final messages as whole entries (from the tasks' counts, in the driver), as
-    :data:`~.pulsar_io.commit.ENTRIES_COMMIT_INPUT_SCHEMA` rows. The final messages of entries that also
-    hold a pending one are not sent: without batch-index acks the broker removes a batch only whole, so
-    they stay pending with their entry, counted in ``final_in_partial_entries``."""
-    from spark_apps.dlq_replay.arrow_compat import arrow_frame
-    from spark_apps.dlq_replay.pulsar_io.commit import ENTRIES_COMMIT_INPUT_SCHEMA
-
-    split = ConsumerCommit(table, windows)
-    final = arrow_frame(run.spark, split.whole, ENTRIES_COMMIT_INPUT_SCHEMA) if len(split.whole) else None
+    split = ConsumerCommit(entry_table(run.paths.snapshot_entries, run.paths.commit_parts), windows)
     log.info(
         "step commit: %d final messages, %d in %d whole entries, the rest in %d entries with a pending "
         "message (left pending with them)",
@@ -390,4 +323,27 @@ def _final_by_entries(run: Run, windows: list[PartitionWindow], table: pa.Table)
         len(split.whole),
         len(split.partial),
     )
-    return _Finals(final, split.in_whole, split.unread, split.in_whole, split.expected - split.in_whole)
+    expected = split.in_whole
+    totals = dict.fromkeys(_TOTAL_COLUMNS, 0)
+    totals["final_in_whole_entries"] = expected
+    if len(split.whole):
+        final = arrow_frame(run.spark, split.whole, ENTRIES_COMMIT_INPUT_SCHEMA)
+        fn = make_commit_fn(run.conf, windows, run.options.subscription, run.options.idle_timeout_ms)
+        grouped = final.repartition(max(1, len(windows)), "dlq_topic").groupBy("dlq_topic")
+
+        def commit_group(table: pa.Table) -> pa.Table:
+            return fn(table)
+
+        totals.update(_sum_rows(apply_in_arrow(grouped, commit_group, COMMIT_RESULT_SCHEMA).collect()))
+    # Every final message of a first commit attempt was pending (the snapshot read it unacked): any not
+    # acked now was missed (e.g. a broker stall) and stays pending until the next run acks it. In a
+    # resumed commit, final messages not received were acked by the killed attempt (one run at a time
+    # holds the subscription): they count as acked too, so the total is exact across attempts.
+    # Partitions without a final message are not read: all their messages of this run stay pending.
+    acked_this_attempt = totals["acked"]
+    totals["acked_by_earlier_attempts"] = max(0, expected - acked_this_attempt) if resumed else 0
+    totals["acked"] = acked_this_attempt + totals["acked_by_earlier_attempts"]
+    totals["left_pending"] += split.unread
+    totals["final_in_partial_entries"] += split.expected - split.in_whole
+    totals["unacked_final"] = 0 if resumed else max(0, expected - acked_this_attempt)
+    return totals

@@ -1,10 +1,5 @@
-"""The ledger: Parquet, one row per DLQ message per run with its outcome; the source of truth for re-runs.
-
-Partitioned by ``run_id``; a run's partition is staged and then moved into place whole, so redoing the
-record step of a run replaces that run's rows and never duplicates them. A message whose outcome is
-final in the ledger of any run is never acted on again (``already_final``) and is acked by the commit
-step; another DLQ copy of an original whose replay id is final there is a ``duplicate`` (final, acked,
-never republished).
+"""The ledger: Parquet, one row per DLQ message per run with its outcome, partitioned by ``run_id``;
+the source of truth for re-runs (``already_final``, ``duplicate``) and for the commit.
 """
 
 from __future__ import annotations
@@ -39,9 +34,7 @@ def run_outcomes(ledger: DataFrame, run_id: str) -> DataFrame:
 
 
 def final_ids(ledger: DataFrame | None, *, exclude_run_id: str) -> DataFrame | None:
-    """``replay_id, dlq_topic, dlq_message_id, run_id`` of the rows final in the ledger of any run other
-    than ``exclude_run_id`` (the decide step marks those messages ``already_final`` and other copies of
-    their originals ``duplicate``)."""
+    """``replay_id, dlq_topic, dlq_message_id, run_id`` of the final rows of runs but ``exclude_run_id``."""
     if ledger is None:
         return None
     from pyspark.sql import functions as F
@@ -53,8 +46,8 @@ def final_ids(ledger: DataFrame | None, *, exclude_run_id: str) -> DataFrame | N
 
 @dataclass(frozen=True)
 class SettledEnd:
-    """A partition whose window end an earlier run made final and acked: the run reads it only up to the
-    last entry the ledger knows to be pending (``end_message_id``, ``None``: nothing is pending)."""
+    """A partition whose window end an earlier run made final and acked: read only up to
+    ``end_message_id``, the last entry the ledger knows pending (``None``: nothing is)."""
 
     topic: str
     frozen_end: str
@@ -65,15 +58,9 @@ class SettledEnd:
 def settled_ends(
     ledger: DataFrame, windows: Sequence[PartitionWindow], commit_done: Callable[[str], bool]
 ) -> list[SettledEnd]:
-    """The partitions of ``windows`` whose last message is already done with.
-
-    A Shared consumer never receives an acked message, so when the last message of a partition was made
-    final (and acked) by an earlier run, a reader waiting for it would only stop after an idle timeout
-    (twice: it reads again after an idle stop). No message arrived after it (it is still the last), so
-    the messages of the partition still pending are exactly those earlier runs left pending: the window
-    can end at the last of them. ``commit_done(run_id)`` says whether that run's commit acked every
-    final message; otherwise the window is left as frozen. Only small aggregates reach the driver.
-    """
+    """The partitions of ``windows`` whose last message an earlier run made final and acked
+    (``commit_done(run_id)``): a Shared consumer never receives it, so a reader waiting for it would stop
+    only after idle timeouts. The window ends at the last message earlier runs left pending instead."""
     from pyspark.sql import functions as F
 
     from spark_apps.dlq_replay.pulsar_io.ids import message_id_key

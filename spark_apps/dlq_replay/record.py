@@ -1,15 +1,10 @@
 """Record step: the run's ledger rows, written by one Python task per producer bucket, then moved into
 the ledger.
 
-Joining every decision with every send result on the replay id would shuffle and sort both sides. The
-decide tasks write one decisions file per producer bucket and the send tasks one results file per bucket
-and wave (:mod:`~spark_apps.dlq_replay.task_sends`): the results of bucket ``b`` are those of the rows
-of ``part-<b>``. So record task ``b`` reads its bucket's results (four small
-columns), indexes them once by replay id (:class:`ResultIndex`), finds each row's result there and writes
-the ledger rows of its decisions file: no shuffle, no join. The rows go to ``runs/<run>/ledger_staged/``
-and are moved to ``ledger/run_id=<run>/`` (:func:`publish_staged`), replacing an earlier attempt's
-partition as Spark's dynamic overwrite does. The files hold what Spark's writer would write: the same
-columns in the same order, INT96 timestamps, the partition folder named as Spark names it.
+The results of send bucket ``b`` are those of decisions file ``part-<b>``, so record task ``b`` indexes
+its bucket's results by replay id (:class:`ResultIndex`) and writes the ledger rows of its file: no
+shuffle, no join. The rows are staged, then moved to ``ledger/run_id=<run>/`` (:func:`publish_staged`),
+in the files Spark's writer would write.
 """
 
 from __future__ import annotations
@@ -63,8 +58,7 @@ def decided_columns() -> list[str]:
 
 
 def bucket_results(results_dir: str, bucket: int) -> pa.RecordBatch | None:
-    """The send results of producer bucket ``bucket``, its file of every wave folder of ``results_dir``
-    one after another in wave order (``None`` when no wave sent anything from it)."""
+    """The send results of producer bucket ``bucket`` from every wave, in wave order (``None``: none)."""
     import pyarrow as pa
 
     from spark_apps.dlq_replay import storage
@@ -84,8 +78,7 @@ def bucket_results(results_dir: str, bucket: int) -> pa.RecordBatch | None:
 
 
 class ResultIndex:
-    """A bucket's send results indexed once by replay id (:class:`~spark_apps.dlq_replay.arrow_util.
-    SortedKeys`); a replay id with several results gets the first."""
+    """A bucket's send results indexed once by replay id (a repeated id gets its first result)."""
 
     def __init__(self, results: pa.RecordBatch) -> None:
         from spark_apps.dlq_replay.arrow_util import SortedKeys
@@ -93,8 +86,7 @@ class ResultIndex:
         self.keys = SortedKeys(results.column("replay_id"))
 
     def positions(self, decided: pa.RecordBatch | pa.Table) -> pa.Array:
-        """For each row of ``decided`` (``replay_id`` and ``outcome``), the position of its send result:
-        null for a row not to republish or without a result."""
+        """Each row's send result position (null for a row not to republish or without a result)."""
         import pyarrow as pa
         import pyarrow.compute as pc
 
@@ -103,8 +95,7 @@ class ResultIndex:
 
 
 def result_positions(decided: pa.Table | pa.RecordBatch, results: pa.RecordBatch | None) -> pa.Array | None:
-    """For each row of ``decided``, the position of its send result in ``results`` (see
-    :class:`ResultIndex`); ``None`` when there are no results."""
+    """:meth:`ResultIndex.positions` of ``decided``; ``None`` when there are no results."""
     if results is None or results.num_rows == 0:
         return None
     return ResultIndex(results).positions(decided)
@@ -118,12 +109,9 @@ def ledger_batch(
     recorded_at: datetime,
     halted: tuple[str, ...] = (),
 ) -> pa.RecordBatch:
-    """The ledger rows (:data:`LEDGER_FILE_SCHEMA`) of a batch of decisions, with the send results of
-    their bucket applied: a row to republish becomes ``republished`` when its result says published, else
-    ``publish_failed`` with the reason; only such a row gets a ``published_message_id``. ``positions``:
-    the batch's slice of :func:`result_positions`. A row of a ``halted`` group without a result (not a
-    canary, so never sent) becomes ``canary_failed`` and stays pending. A dry run sends nothing: its
-    rows keep their decided outcome (``to_republish`` included)."""
+    """The ledger rows of a batch of decisions with their send results applied: a row to republish becomes
+    ``republished`` or ``publish_failed`` (with the reason), or ``canary_failed`` in a ``halted`` group
+    without a result; a dry run's rows keep their decided outcome."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -184,11 +172,8 @@ def record_in_tasks(
     commit_dir: str,
     halted: tuple[str, ...] = (),
 ) -> int:
-    """Write the ledger rows of every decisions file of ``decisions_dir`` (one per producer bucket) to
-    ``staged_path``, one Spark task per bucket, with the send results of ``results_dir`` applied; returns
-    the rows written (a ``halted`` group's unsent rows as ``canary_failed``). Each task also writes its
-    bucket's report parts to ``parts_dir`` (:mod:`~spark_apps.dlq_replay.report_parts`) and its final
-    messages per entry to ``commit_dir`` (:mod:`~spark_apps.dlq_replay.commit`)."""
+    """Write the ledger rows of every decisions file to ``staged_path``, one Spark task per bucket, and
+    each bucket's report parts (``parts_dir``) and final messages per entry (``commit_dir``); the rows."""
     from spark_apps.dlq_replay import storage, task_parquet
     from spark_apps.dlq_replay.report_parts import clear_parts
 
@@ -207,8 +192,7 @@ def record_in_tasks(
 
 @dataclass(frozen=True)
 class _RecordBuckets:
-    """The record task: for each bucket id it gets, the ledger rows of that bucket's decisions file, its
-    report parts and its final messages per entry (see :func:`record_in_tasks`)."""
+    """The record task of :func:`record_in_tasks`, for each bucket id it gets."""
 
     decisions: str
     results: str
@@ -252,8 +236,8 @@ class _RecordBuckets:
 
 
 def publish_staged(staged: str, ledger_root: str, run_id: str) -> bool:
-    """Move the staged ledger files to this run's partition of ``ledger_root``, replacing an earlier
-    attempt's as Spark's dynamic overwrite does; ``False`` when nothing is staged."""
+    """Move the staged ledger files to this run's partition, replacing an earlier attempt's; ``False``
+    when nothing is staged."""
     from spark_apps.dlq_replay import storage
     from spark_apps.dlq_replay.task_parquet import SUCCESS, partition_folder
 
@@ -267,9 +251,7 @@ def publish_staged(staged: str, ledger_root: str, run_id: str) -> bool:
 
 
 def run_record(run: Run) -> None:
-    """Write the run's ledger rows: the record tasks zip each bucket's decisions with its send results
-    (and write the report's and the commit's counts beside them). A dry run's record tasks write the
-    report's parts only: nothing reaches the ledger."""
+    """Write the run's ledger rows (a dry run writes the report's parts only)."""
     from spark_apps.dlq_replay.canary import halted_groups
 
     if run.step("record"):

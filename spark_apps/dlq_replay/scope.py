@@ -1,10 +1,4 @@
-"""Scope of the decide step: which snapshot rows it decides on, and why the others are out of scope.
-
-:func:`scope_marks` marks, on payload-free rows in Spark SQL, the messages final in an earlier run's
-ledger (``already_final``), the later copies of one original (``duplicate``), the rows outside a
-reviewed run's scope and the ``--max-messages`` choice; :func:`add_scope_columns` turns each decide
-batch's marks and the filters into its ``scope`` and ``scope_reason`` columns.
-"""
+"""Scope of the decide step: which snapshot rows it decides on, and why the others are out of scope."""
 
 from __future__ import annotations
 
@@ -82,9 +76,8 @@ def identity_rows(
     origin_precedence: Sequence[str] = (),
     replay_ids: Sequence[str] | pa.Array | None = None,
 ) -> pa.RecordBatch:
-    """:data:`~spark_apps.dlq_replay.schemas.IDENTITIES_SCHEMA` of a batch of snapshot rows (or of their
-    :func:`~spark_apps.dlq_replay.normalize.origin_columns`): what :func:`scope_marks` needs of every
-    row. ``replay_ids``: already computed, else computed from the origin properties."""
+    """What :func:`scope_marks` needs of each snapshot row (``IDENTITIES_SCHEMA``); ``replay_ids`` are
+    computed from the origin properties unless given."""
     if replay_ids is None:
         from spark_apps.dlq_replay.normalize import replay_ids as origin_replay_ids
 
@@ -101,8 +94,7 @@ def identity_rows(
 
 
 def _identities(snapshot: DataFrame, filters: Filters, origin_precedence: tuple[str, ...]) -> DataFrame:
-    """One light row per snapshot row (no payload): ``topic, message_id_str, publish_time, _rid`` and,
-    with ``--max-messages``, ``selected`` (passes the other filters)."""
+    """One payload-free identity row per snapshot row, with ``--max-messages`` plus ``selected``."""
     from pyspark.sql import functions as F
 
     from spark_apps.dlq_replay.arrow_compat import map_in_arrow
@@ -150,26 +142,17 @@ def scope_marks(
     identities: DataFrame | None = None,
     repeated: set[str] | None = None,
 ) -> tuple[DataFrame, int]:
-    """``(rows, count)``: ``topic, message_id_str`` and the mark columns of the snapshot rows the decide
-    step must not treat as new (persisted, so computed once):
+    """``(rows, count)``: ``topic, message_id_str`` and the mark of the snapshot rows the decide step must
+    not treat as new (persisted), computed on payload-free identity rows:
 
-    * ``already_final``: this DLQ message is final in the ledger of an earlier run (``final_ids``:
-      ``replay_id, dlq_topic, dlq_message_id, run_id`` of earlier runs' final rows);
-    * ``duplicate``: another copy of the same original (same replay id, see
-      :func:`~spark_apps.dlq_replay.signatures.replay_id`) is final in an earlier run, or is in this
-      snapshot and wins: the oldest publish time, then DLQ topic, then message id. The choice depends
-      only on the snapshot, so it is the same when a run is resumed;
-    * ``filtered``: with ``reviewed_ids`` (one column ``replay_id``, the scope of the run a reviewer
-      approved, ``--window-from``), every row whose replay id is not among them;
-    * ``chosen``: among the first ``max_messages`` rows that are neither and pass the filters, by
-      (publish time, DLQ topic, replay id).
+    * ``already_final``: final in the ledger of an earlier run (``final_ids``);
+    * ``duplicate``: another copy of the same original is final in an earlier run, or is in this
+      snapshot and was published first (then DLQ topic, then message id: the same on resume);
+    * ``filtered``: not among ``reviewed_ids`` (the reviewed run's scope, ``--window-from``);
+    * ``chosen``: among the first ``max_messages`` of the rest that pass the filters.
 
-    The marks are computed on payload-free rows (:func:`identity_rows`: ``identities`` when the
-    snapshot's read tasks wrote them, else computed here from the snapshot); only the marked rows are
-    joined back to the snapshot. ``repeated``: the replay ids that more than one row of ``identities``
-    carries, when known (:func:`repeated_ids`): only those
-    rows are ranked, and a snapshot without copies, earlier final rows or a reviewed scope has no marks
-    (no Spark job).
+    With ``repeated`` known (:func:`repeated_ids`), only those replay ids are ranked, and a snapshot
+    without copies, earlier final rows or a reviewed scope has no marks (no Spark job).
     """
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
@@ -179,7 +162,10 @@ def scope_marks(
     else:
         ids, repeated = _identities(snapshot, filters, origin_precedence), None
     if repeated is not None and not repeated and final_ids is None and reviewed_ids is None:
-        return _no_marks(snapshot), 0
+        from spark_apps.dlq_replay.arrow_compat import local_frame
+
+        names = ("topic", "message_id_str", MARK, MARK_REASON)  # no job, no Python worker
+        return local_frame(snapshot.sparkSession, [], ", ".join(f"{name} string" for name in names)), 0
     if final_ids is not None:
         self_final = final_ids.groupBy(
             F.col("dlq_topic").alias("topic"), F.col("dlq_message_id").alias("message_id_str")
@@ -258,8 +244,7 @@ REPEATED_LIMIT = 10_000
 
 
 def repeated_ids(identities: DataFrame, limit: int = REPEATED_LIMIT) -> set[str] | None:
-    """The replay ids that more than one row of ``identities`` carries (a Spark aggregation: at most
-    ``limit + 1`` ids reach the driver), or ``None`` when there are more than ``limit``."""
+    """The replay ids more than one row of ``identities`` carries, ``None`` when more than ``limit``."""
     from pyspark.sql import functions as F
 
     rows = (
@@ -275,9 +260,8 @@ def repeated_ids(identities: DataFrame, limit: int = REPEATED_LIMIT) -> set[str]
 
 
 def _ranked(ids: DataFrame, repeated: set[str] | None) -> DataFrame:
-    """``ids`` plus ``_rank`` (1 for the first copy of an original: the oldest publish time, then DLQ
-    topic, then message id) and ``_first`` (that copy's ``topic, message_id_str``). With ``repeated``
-    known, only the rows of those replay ids are ranked: every other row is its original's only copy."""
+    """``ids`` plus ``_rank`` (1 for an original's first copy) and ``_first`` (that copy's ids); with
+    ``repeated`` known, only those replay ids are ranked."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -294,18 +278,8 @@ def _ranked(ids: DataFrame, repeated: set[str] | None) -> DataFrame:
     )
 
 
-def _no_marks(snapshot: DataFrame) -> DataFrame:
-    """An empty frame of the :func:`scope_marks` columns, made in the driver (no job, no Python worker)."""
-    from spark_apps.dlq_replay.arrow_compat import local_frame
-
-    names = ("topic", "message_id_str", MARK, MARK_REASON)
-    return local_frame(snapshot.sparkSession, [], ", ".join(f"{name} string" for name in names))
-
-
 def add_scope_columns(batch: pa.RecordBatch, columns: dict[str, pa.Array], filters: Filters) -> None:
-    """Add ``scope`` and ``scope_reason`` to ``columns``, the batch's
-    :func:`~spark_apps.dlq_replay.normalize.normalize_columns`, from the marks of
-    :func:`scope_marks` and the filters."""
+    """Add ``scope`` and ``scope_reason`` to the batch's ``columns`` from its marks and the filters."""
     import pyarrow.compute as pc
 
     marks, mark_reasons = batch.column(MARK), batch.column(MARK_REASON)

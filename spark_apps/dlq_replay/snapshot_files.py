@@ -1,10 +1,5 @@
-"""The decide tasks read the snapshot's files themselves (pyarrow), as its read tasks wrote them.
-
-Decide task ``b`` of ``n`` reads row groups ``b, b + n, b + 2n ...`` of the snapshot's files and adds
-each row's scope mark, looked up in the marks file the scope step wrote (:class:`Marks`): no JVM scan,
-join or shuffle of the messages, and nothing per message in the driver. Every snapshot row is in
-exactly one row group, so each task gets a share of about the same size, and its rows come in file
-order.
+"""The decide tasks read the snapshot's files themselves (pyarrow): task ``b`` of ``n`` reads row groups
+``b, b + n, ...`` and adds each row's scope mark (:class:`Marks`); no JVM scan, join or shuffle.
 """
 
 from __future__ import annotations
@@ -36,9 +31,7 @@ def row_group_units(folder: str) -> list[tuple[str, int]]:
 
 
 class Marks:
-    """The scope marks (``topic``, ``message_id_str``, mark and reason) read from their Parquet files once
-    per task and indexed by ``topic`` and message id (:class:`~spark_apps.dlq_replay.arrow_util.
-    SortedKeys`)."""
+    """The scope marks read once per task, indexed by ``topic`` and message id."""
 
     def __init__(self, table: pa.Table) -> None:
         from spark_apps.dlq_replay.arrow_util import SortedKeys
@@ -82,8 +75,7 @@ def bucket_batches(
     mark_names: tuple[str, str],
     batch_rows: int,
 ) -> Iterator[pa.RecordBatch]:
-    """Bucket ``bucket``'s share of ``units`` (every ``buckets``-th row group), as batches of at most
-    ``batch_rows`` rows of ``columns`` plus the two mark columns ``mark_names`` (null where unmarked)."""
+    """Bucket ``bucket``'s share of ``units`` (every ``buckets``-th row group) with the mark columns."""
     from spark_apps.dlq_replay.storage import open_parquet
 
     by_file: dict[str, list[int]] = {}

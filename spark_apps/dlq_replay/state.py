@@ -1,8 +1,5 @@
-"""Run state (``runs/<run>/state.json``): which steps of a run id are complete, so a re-run resumes.
-
-A step is recorded complete only after its output is durable; a re-run with the same run id skips the
-complete steps and redoes the first incomplete one from scratch (each step's output is written so that
-redoing it is safe). A re-run must use the same options: the state keeps a fingerprint of them.
+"""Run state (``runs/<run>/state.json``): which steps of a run id are complete, so a re-run resumes from
+the first incomplete step; a re-run must use the same options (the state keeps their fingerprint).
 """
 
 from __future__ import annotations

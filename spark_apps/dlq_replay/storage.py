@@ -1,17 +1,9 @@
 """The run's storage: every file a run reads or writes, on the driver and in its tasks, through pyarrow.fs.
 
 The output root is a local path, a ``file:`` URI or an object store / Hadoop URI (``s3://``, ``s3a://``,
-``gs://``, ``hdfs://``...). One layer serves the driver (plan, state, report, locks) and the Python tasks
-(Parquet datasets), so the JVM never opens the output root: the same run works on ``local[n]``, a
-cluster and Spark Connect, whatever Hadoop connectors the cluster has.
-
-S3 (``s3://``, ``s3a://``, ``s3n://``) takes its settings from the standard AWS environment variables,
-read where the file is opened (the driver, or the executor running a task): credentials and region from
-the AWS SDK's chain, the endpoint of an S3-compatible server from ``AWS_ENDPOINT_URL_S3`` or
-``AWS_ENDPOINT_URL``. Keys never travel in arguments (see ``docs/object-storage.md``).
-
-Writes are atomic where a reader could otherwise see half a file: a local file is written to a
-temporary name and renamed; an object store shows an object only once its upload completes.
+``gs://``, ``hdfs://``...). S3 takes its settings from the standard AWS environment variables where the
+file is opened (``AWS_ENDPOINT_URL_S3``/``AWS_ENDPOINT_URL`` for an S3-compatible server); keys never
+travel in arguments. Writes are whole: a local file is renamed into place, an object shows once uploaded.
 """
 
 from __future__ import annotations
@@ -217,8 +209,9 @@ def make_dirs(path: str) -> None:
 class RunStorage:
     """Small UTF-8 files of a run (plan, state, report, locks) under any output root."""
 
-    def exists(self, path: str) -> bool:
-        return exists(path)
+    exists = staticmethod(exists)
+    delete = staticmethod(delete)
+    list_names = staticmethod(list_names)
 
     def read_text(self, path: str) -> str | None:
         """The file's text, or ``None`` when it does not exist."""
@@ -229,22 +222,12 @@ class RunStorage:
         """Write ``text`` atomically (see :func:`write_bytes`)."""
         write_bytes(path, text.encode("utf-8"))
 
-    def delete(self, path: str) -> None:
-        delete(path)
-
-    def list_names(self, path: str) -> list[str]:
-        return list_names(path)
-
     def has_data(self, path: str) -> bool:
         """True when ``path`` is a directory holding any entry."""
         return bool(list_names(path))
 
     def create_exclusive(self, path: str, text: str) -> bool:
-        """Create ``path`` holding ``text`` unless it exists; True when this call created it.
-
-        Only a local file system offers an atomic create here; on an object store the caller must hold
-        another guard (the subscription lease): :class:`StorageError` says so.
-        """
+        """Create ``path`` holding ``text`` unless it exists (local files only); True when this call did."""
         if not is_local(path):
             raise StorageError(
                 f"{path}: an exclusive create is not available on this store; keep --subscription-lease on "
