@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.types import StringType, StructField, StructType
@@ -84,15 +85,19 @@ def failed_again(
 ) -> set[str]:
     """The canary replay ids that reappeared on ``topics`` since ``since_ms``, read by non-durable Readers
     (nothing acked); an unreadable topic in ``optional`` is skipped with a warning."""
+    import pulsar
+
     from spark_apps.dlq_replay.pulsar_io.conf import get_client
+    from spark_apps.dlq_replay.pulsar_io.window import expand_partitions
 
     client = get_client(conf)
     until_ms = int(time.time() * 1000)
     seen: set[str] = set()
     read = 0
     for topic in topics:
-        for name, _ in _watched_partitions(client, topic, topic in optional):
-            reader = _watch_reader(client, name, topic in optional)
+        maybe = topic in optional
+        for name, _ in _watched(partial(expand_partitions, client), topic, maybe, []):
+            reader = _watched(lambda n: client.create_reader(n, pulsar.MessageId.latest), name, maybe, None)
             if reader is None:
                 continue
             try:
@@ -104,30 +109,15 @@ def failed_again(
     return seen
 
 
-def _watched_partitions(client: Any, topic: str, optional: bool) -> list[tuple[str, int]]:
-    """The partitions of ``topic`` to watch; none, with a warning, when an ``optional`` one is unreadable."""
-    from spark_apps.dlq_replay.pulsar_io.window import expand_partitions
-
+def _watched(open_: Callable[[str], Any], name: str, optional: bool, missing: Any) -> Any:
+    """``open_(name)``; ``missing``, with a warning, when it fails for an ``optional`` (derived) topic."""
     try:
-        return expand_partitions(client, topic)
-    except Exception as exc:
-        if not optional:
-            raise
-        log.warning("canary: %s is not watched (%s)", topic, type(exc).__name__)
-        return []
-
-
-def _watch_reader(client: Any, name: str, optional: bool) -> Any:
-    """A Reader of ``name`` (positioned later); ``None``, with a warning, when an ``optional`` one fails."""
-    import pulsar
-
-    try:
-        return client.create_reader(name, pulsar.MessageId.latest)
+        return open_(name)
     except Exception as exc:
         if not optional:
             raise
         log.warning("canary: %s is not watched (%s)", name, type(exc).__name__)
-        return None
+        return missing
 
 
 def _read_canaries(reader: Any, until_ms: int, run_id: str, canary_ids: set[str], seen: set[str]) -> int:
@@ -173,6 +163,7 @@ def run_canary(run: Any, decisions: DataFrame, send: Callable[[SendFilter, str],
     """Send the canary (``send(chosen, path)``), wait, judge each group; the halted groups."""
     from pyspark.sql import functions as F
 
+    from spark_apps.dlq_replay.schemas import RESULTS_SCHEMA
     from spark_apps.dlq_replay.storage import join
     from spark_apps.dlq_replay.task_parquet import read_frame, write_frame
     from spark_apps.dlq_replay.task_sends import SendFilter
@@ -204,9 +195,8 @@ def run_canary(run: Any, decisions: DataFrame, send: Callable[[SendFilter, str],
             with waiting("canary watch", remaining):
                 time.sleep(remaining)
         canaries = read_frame(run.spark, ids_path, CANARY_IDS_SCHEMA)
-        published = (
-            _results(run, path).filter(F.col("published")).select("replay_id", F.lit(True).alias("ok"))
-        )
+        results = read_frame(run.spark, path, RESULTS_SCHEMA)
+        published = results.filter(F.col("published")).select("replay_id", F.lit(True).alias("ok"))
         rows = (
             canaries.join(published, on="replay_id", how="left")
             .groupBy("signature")
@@ -246,14 +236,6 @@ def unsent_halted(run: Any, decisions: DataFrame, halted: list[str]) -> int:
     in_halted = F.col("signature").isin(*halted)
     to_send = decisions.filter((F.col("outcome") == F.lit(oc.TO_REPUBLISH)) & in_halted).count()
     return to_send - read_frame(run.spark, run.paths.canary_ids, CANARY_IDS_SCHEMA).filter(in_halted).count()
-
-
-def _results(run: Any, path: str) -> DataFrame:
-    """The send results saved at ``path`` (one wave, or every wave's)."""
-    from spark_apps.dlq_replay.schemas import RESULTS_SCHEMA
-    from spark_apps.dlq_replay.task_parquet import read_frame
-
-    return read_frame(run.spark, path, RESULTS_SCHEMA)
 
 
 def halted_groups(run: Any) -> list[str]:

@@ -111,22 +111,19 @@ def progress_line(
 
 def expected_total(state: Any, step: str, expected_snapshot: int | None = None) -> int | None:
     """The messages a step handles, from what earlier steps recorded in the run state."""
-
-    def info(name: str) -> dict[str, Any]:
-        try:
-            return dict(state.info(name) or {})
-        except Exception:  # a state without that step
-            return {}
-
     if step == "snapshot":
         return expected_snapshot
-    if step in ("decide", "record"):
-        value = info("snapshot").get("messages")
-    elif step == "apply":
-        value = info("decide").get("to_republish")
-    else:
-        value = None
-    return int(value) if isinstance(value, int) else None
+    earlier, key = _TOTALS.get(step, ("", ""))
+    value = (state.info(earlier) or {}).get(key) if earlier else None
+    return value if isinstance(value, int) else None
+
+
+#: Step -> the earlier step and the count it recorded that is the step's total.
+_TOTALS = {
+    "decide": ("snapshot", "messages"),
+    "record": ("snapshot", "messages"),
+    "apply": ("decide", "to_republish"),
+}
 
 
 def folder_rows(path: str) -> int | None:

@@ -94,13 +94,6 @@ class ResultIndex:
         return self.keys.positions(pc.if_else(_sending(decided), decided.column("replay_id"), none))
 
 
-def result_positions(decided: pa.Table | pa.RecordBatch, results: pa.RecordBatch | None) -> pa.Array | None:
-    """:meth:`ResultIndex.positions` of ``decided``; ``None`` when there are no results."""
-    if results is None or results.num_rows == 0:
-        return None
-    return ResultIndex(results).positions(decided)
-
-
 def ledger_batch(
     decided: pa.RecordBatch,
     results: pa.RecordBatch | None,
@@ -109,9 +102,9 @@ def ledger_batch(
     recorded_at: datetime,
     halted: tuple[str, ...] = (),
 ) -> pa.RecordBatch:
-    """The ledger rows of a batch of decisions with their send results applied: a row to republish becomes
-    ``republished`` or ``publish_failed`` (with the reason), or ``canary_failed`` in a ``halted`` group
-    without a result; a dry run's rows keep their decided outcome."""
+    """The ledger rows of a batch of decisions with their send results (``positions``, from
+    :class:`ResultIndex`): a row to republish becomes ``republished`` or ``publish_failed`` (with the
+    reason), or ``canary_failed`` in a ``halted`` group without a result; a dry run keeps its outcomes."""
     import pyarrow as pa
     import pyarrow.compute as pc
 

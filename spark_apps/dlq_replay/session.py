@@ -124,17 +124,12 @@ def loaded_from_zip() -> str | None:
     return None
 
 
-def _package_dir(name: str) -> str:
-    module = importlib.import_module(name)
-    return os.path.dirname(os.path.abspath(str(module.__file__)))
-
-
 def source_bundle(directory: str | None = None) -> str:
     """A zip of the app and the vendored library from a source checkout, named by its content."""
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
         for package in CODE_PACKAGES:
-            base = _package_dir(package)
+            base = os.path.dirname(os.path.abspath(str(importlib.import_module(package).__file__)))
             for folder, dirs, files in os.walk(base):
                 dirs[:] = sorted(d for d in dirs if d != "__pycache__")
                 for name in sorted(files):

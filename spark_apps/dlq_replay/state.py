@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -69,21 +69,7 @@ class RunState:
         return {s: float(self.steps[s].get("seconds", 0.0)) for s in STEPS if self.is_complete(s)}
 
     def to_json(self) -> str:
-        return json.dumps(
-            {
-                "format": STATE_FORMAT,
-                "run_id": self.run_id,
-                "mode": self.mode,
-                "fingerprint": self.fingerprint,
-                "options": self.options,
-                "started_at": self.started_at,
-                "attempts": self.attempts,
-                "steps": self.steps,
-            },
-            indent=2,
-            sort_keys=True,
-            default=str,
-        )
+        return json.dumps({"format": STATE_FORMAT, **asdict(self)}, indent=2, sort_keys=True, default=str)
 
     @classmethod
     def from_json(cls, text: str, *, where: str) -> RunState:

@@ -61,10 +61,6 @@ def qualify_root(root: str) -> str:
     return os.path.abspath(root)
 
 
-def _s3_endpoint() -> str | None:
-    return os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or None
-
-
 @lru_cache(maxsize=8)
 def _s3(endpoint: str | None, region: str | None) -> pafs.FileSystem:
     import pyarrow.fs as pafs
@@ -96,8 +92,10 @@ def filesystem(path: str) -> tuple[pafs.FileSystem, str]:
     parsed = urlparse(path)
     scheme = parsed.scheme.lower()
     if scheme in S3_SCHEMES:
-        region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or None
-        return _s3(_s3_endpoint(), region), f"{parsed.netloc}{parsed.path}".rstrip("/")
+        env = os.environ
+        endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or None
+        region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None
+        return _s3(endpoint, region), f"{parsed.netloc}{parsed.path}".rstrip("/")
     fs = _from_uri(f"{scheme}://{parsed.netloc}")
     # Hadoop-style stores address a path inside the named cluster; the others (gs, abfs...) a bucket.
     inner = parsed.path if scheme in _PATH_ONLY_SCHEMES else f"{parsed.netloc}{parsed.path}"

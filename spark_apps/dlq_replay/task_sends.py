@@ -192,7 +192,6 @@ def send_wave(
     from spark_apps.dlq_replay import task_parquet
     from spark_apps.dlq_replay.schemas import RESULTS_SCHEMA
 
-    folder = decisions_dir
     lo, hi = sequence_range
     per_task = rate_limit_per_s / max(1, buckets) if rate_limit_per_s else None
 
@@ -203,7 +202,8 @@ def send_wave(
         extra = [] if only is None else only.columns
         for batch in batches:
             for bucket in batch.column(0).to_pylist():
-                rows = wave_rows(task_parquet.part_file(folder, bucket), lo, hi, batch_rows, chosen, extra)
+                path = task_parquet.part_file(decisions_dir, bucket)
+                rows = wave_rows(path, lo, hi, batch_rows, chosen, extra)
                 yield from republish_batches(rows, conf=conf, rate_limit_per_s=per_task)
 
     frame = spark.range(buckets, numPartitions=buckets)

@@ -16,7 +16,6 @@ from spark_apps.dlq_replay.record import (
     bucket_results,
     decided_columns,
     ledger_batch,
-    result_positions,
 )
 from spark_apps.dlq_replay.task_parquet import part_file
 
@@ -45,6 +44,11 @@ def _results(rows: list[tuple[str, bool, str | None, str | None]]) -> pa.RecordB
     return pa.RecordBatch.from_pylist(
         [dict(zip(RESULT_TYPES.names, r, strict=True)) for r in rows], RESULT_TYPES
     )
+
+
+def result_positions(decided, results):
+    """Each row's send result position, as a record task finds it (``None`` without results)."""
+    return None if results is None or results.num_rows == 0 else ResultIndex(results).positions(decided)
 
 
 def test_ledger_rows_apply_the_buckets_send_results():
