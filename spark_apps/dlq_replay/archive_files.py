@@ -26,17 +26,9 @@ log = logging.getLogger("spark_apps.dlq_replay")
 #: ``payload_sha256`` are derived from ``value``; ``archived_at`` is the run's plan time).
 COPIED_COLUMNS = {
     **{name: name for name, _ in CONTEXT_COLUMNS if name != "dlq_topic"},
-    "replay_id": "replay_id",
-    "signature": "signature",
-    "error_template": "error_template",
-    "rule": "rule",
-    "outcome": "outcome",
+    **{name: name for name in ("replay_id", "signature", "error_template", "rule", "outcome")},
     "archive_reason": "outcome_reason",
-    "fix": "fix",
-    "fix_error": "fix_error",
-    "key": "key",
-    "ordering_key": "ordering_key",
-    "properties": "properties",
+    **{name: name for name in ("fix", "fix_error", "key", "ordering_key", "properties")},
 }
 _DECIDED = {field.name: field.dataType for field in DECIDED_SCHEMA.fields}
 

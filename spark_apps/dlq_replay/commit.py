@@ -35,15 +35,8 @@ def snapshot_entries_schema() -> StructType:
     """What :func:`entry_rows` gives: one row per entry of a batch of snapshot rows."""
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-    return StructType(
-        [
-            StructField("dlq_topic", StringType()),
-            StructField("ledger_id", LongType()),
-            StructField("entry_id", LongType()),
-            StructField("messages", LongType()),
-            StructField("batch_size", LongType()),
-        ]
-    )
+    counts = [StructField(name, LongType()) for name in ("ledger_id", "entry_id", "messages", "batch_size")]
+    return StructType([StructField("dlq_topic", StringType()), *counts])
 
 
 def _entry_columns(topics: pa.Array, message_ids: pa.Array) -> dict[str, pa.Array]:
@@ -90,14 +83,14 @@ class EntryFinals:
         write_table(table.cast(_FINALS), part_file(folder, bucket))
 
 
-_FINALS = pa.schema(
-    [
-        ("dlq_topic", pa.string()),
-        ("ledger_id", pa.int64()),
-        ("entry_id", pa.int64()),
-        ("final_messages", pa.int64()),
-    ]
-)
+def _entry_schema(*counts: str) -> pa.Schema:
+    """``dlq_topic`` and the int64 columns ``ledger_id``, ``entry_id`` and ``counts``."""
+    return pa.schema(
+        [("dlq_topic", pa.string())] + [(n, pa.int64()) for n in ("ledger_id", "entry_id", *counts)]
+    )
+
+
+_FINALS = _entry_schema("final_messages")
 
 
 def _sum_finals(table: pa.Table) -> pa.Table:
@@ -138,16 +131,7 @@ def _of_topic(path: str, topic: str | None) -> pa.Table:
     return table if topic is None else table.filter(pc.equal(table.column("dlq_topic"), topic))
 
 
-_ENTRY_TABLE = pa.schema(
-    [
-        ("dlq_topic", pa.string()),
-        ("ledger_id", pa.int64()),
-        ("entry_id", pa.int64()),
-        ("messages", pa.int64()),
-        ("final_messages", pa.int64()),
-        ("batch_size", pa.int64()),
-    ]
-)
+_ENTRY_TABLE = _entry_schema("messages", "final_messages", "batch_size")
 
 
 def commit_in_tasks(

@@ -14,7 +14,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Iterator, Sequence
 
     from pyspark.sql import SparkSession
 
@@ -52,22 +52,17 @@ class _Waits:
 WAITS = _Waits()
 
 
-class waiting:
+@contextlib.contextmanager
+def waiting(reason: str, seconds: float, clock: Callable[[], float] = time.monotonic) -> Iterator[None]:
     """Mark a deliberate wait of ``seconds`` for ``reason`` in the running step's progress lines."""
-
-    def __init__(self, reason: str, seconds: float, clock: Callable[[], float] = time.monotonic) -> None:
-        self.reason, self.seconds, self.clock = reason, seconds, clock
-
-    def __enter__(self) -> waiting:
-        now = self.clock()
+    started = clock()
+    with WAITS.lock:
+        WAITS.current = (reason, started, started + seconds)
+    try:
+        yield
+    finally:
         with WAITS.lock:
-            WAITS.current = (self.reason, now, now + self.seconds)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        with WAITS.lock:
-            if WAITS.current is not None:
-                WAITS.done.append((WAITS.current[1], self.clock()))
+            WAITS.done.append((started, clock()))
             WAITS.current = None
 
 
