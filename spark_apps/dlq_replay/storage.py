@@ -125,6 +125,14 @@ def check_root(root: str) -> None:
         ) from exc
 
 
+def writable(path: str) -> tuple[pafs.FileSystem, str]:
+    """:func:`filesystem` of a file about to be written, its local folder created."""
+    fs, inner = filesystem(path)
+    if is_local(path):
+        os.makedirs(os.path.dirname(inner) or ".", exist_ok=True)
+    return fs, inner
+
+
 def exists(path: str) -> bool:
     import pyarrow.fs as pafs
 
@@ -148,9 +156,8 @@ def read_bytes(path: str) -> bytes | None:
 
 def write_bytes(path: str, data: bytes) -> None:
     """Write ``data`` whole: a local file through a temporary name and a rename; an object in one upload."""
-    fs, inner = filesystem(path)
+    fs, inner = writable(path)
     if is_local(path):
-        os.makedirs(os.path.dirname(inner) or ".", exist_ok=True)
         tmp = f"{inner}.tmp-{uuid.uuid4().hex}"
         with open(tmp, "wb") as handle:
             handle.write(data)
@@ -193,9 +200,7 @@ def delete(path: str) -> None:
 def move(src: str, dst: str) -> None:
     """Rename a file, replacing ``dst`` (atomic on a local disk; a copy then a delete on object stores)."""
     fs, inner_src = filesystem(src)
-    _, inner_dst = filesystem(dst)
-    if is_local(dst):
-        os.makedirs(os.path.dirname(inner_dst) or ".", exist_ok=True)
+    _, inner_dst = writable(dst)
     fs.move(inner_src, inner_dst)
 
 
@@ -231,8 +236,7 @@ class RunStorage:
                 f"{path}: an exclusive create is not available on this store; keep --subscription-lease on "
                 "(the default), which guards the run on object storage"
             )
-        _, local = filesystem(path)
-        os.makedirs(os.path.dirname(local) or ".", exist_ok=True)
+        _, local = writable(path)
         try:
             fd = os.open(local, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         except FileExistsError:
@@ -247,9 +251,7 @@ def move_tree(src: str, dst: str) -> None:
     a re-run after a kill finishes (``dst`` is emptied only before the first file moves)."""
     if is_local(src) and is_local(dst):
         delete(dst)
-        local_dst = filesystem(dst)[1]
-        os.makedirs(os.path.dirname(local_dst), exist_ok=True)
-        os.replace(filesystem(src)[1], local_dst)
+        os.replace(filesystem(src)[1], writable(dst)[1])
         return
     files = list_files(src)
     if not files:
@@ -286,8 +288,6 @@ def write_table(table: pa.Table, path: str) -> None:
     import pyarrow.parquet as pq
 
     temp = join(posixpath.dirname(path), f"_tmp-{uuid.uuid4().hex}.parquet")
-    fs, inner = filesystem(temp)
-    if is_local(temp):
-        os.makedirs(os.path.dirname(inner), exist_ok=True)
+    fs, inner = writable(temp)
     pq.write_table(table, inner, filesystem=fs)
     move(temp, path)

@@ -9,7 +9,6 @@ the output root, so a run behaves the same on ``local[n]``, a cluster and Spark 
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 import uuid
 from dataclasses import dataclass
@@ -101,9 +100,7 @@ class TaskFile:
         self.final = part_file(folder, partition)
         temp = f"{_TEMP_PREFIX}{partition:05d}-{attempt}-{uuid.uuid4().hex}.parquet"
         self.temp = storage.join(folder, temp)
-        fs, inner = storage.filesystem(self.temp)
-        if storage.is_local(self.temp):
-            os.makedirs(os.path.dirname(inner), exist_ok=True)
+        fs, inner = storage.writable(self.temp)
         self._writer = pq.ParquetWriter(
             inner,
             schema,
