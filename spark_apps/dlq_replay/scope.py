@@ -32,6 +32,8 @@ _CHOSEN = "chosen"
 _OUT_OF_SCOPE = pa.array([SCOPE_ALREADY_FINAL, SCOPE_DUPLICATE, SCOPE_FILTERED], pa.string())
 _RID = REPLAY_ID_MARK
 _FIRST_TYPE = "struct<topic:string,message_id_str:string>"
+_COPY_FINAL = "another copy of the same original (%s %s) is final in the ledger of run %s"
+_COPY_FIRST = "another copy of the same original (%s %s) is in this run and was published first"
 
 
 @dataclass(frozen=True)
@@ -201,26 +203,9 @@ def scope_marks(
         F.when(already, F.concat(F.lit("final in the ledger of run "), F.col("_self_run")))
         .when(unreviewed, F.lit("not in the scope of the reviewed run (--window-from)"))
         .when(
-            other,
-            F.concat(
-                F.lit("another copy of the same original ("),
-                F.col("_other.dlq_topic"),
-                F.lit(" "),
-                F.col("_other.dlq_message_id"),
-                F.lit(") is final in the ledger of run "),
-                F.col("_other.run_id"),
-            ),
+            other, F.format_string(_COPY_FINAL, "_other.dlq_topic", "_other.dlq_message_id", "_other.run_id")
         )
-        .when(
-            beaten,
-            F.concat(
-                F.lit("another copy of the same original ("),
-                F.col("_first.topic"),
-                F.lit(" "),
-                F.col("_first.message_id_str"),
-                F.lit(") is in this run and was published first"),
-            ),
-        )
+        .when(beaten, F.format_string(_COPY_FIRST, "_first.topic", "_first.message_id_str"))
         .alias(MARK_REASON),
     )
     if filters.max_messages is not None:

@@ -211,42 +211,34 @@ class SideOutput:
 
     def open(self, schema: pa.Schema, partition: int, attempt: int) -> TaskFile | PartitionedTaskFiles:
         """Task ``partition``'s file, or files (one per value of ``partition_by``)."""
-        int96 = self.int96_timestamps
-        if self.partition_by is None:
-            return TaskFile(
-                self.path, partition, attempt, schema, int96_timestamps=int96, group_key=self.row_groups_by
-            )
-        return PartitionedTaskFiles(self.path, self.partition_by, partition, attempt, schema, int96)
+        if self.partition_by is not None:
+            return PartitionedTaskFiles(self, schema, partition, attempt)
+        int96, key = self.int96_timestamps, self.row_groups_by
+        return TaskFile(self.path, partition, attempt, schema, int96_timestamps=int96, group_key=key)
 
 
 class PartitionedTaskFiles:
     """One task's files of a side dataset partitioned by a column: a :class:`TaskFile` per value."""
 
-    def __init__(
-        self, folder: str, column: str, partition: int, attempt: int, schema: pa.Schema, int96: bool
-    ) -> None:
-        self.folder, self.column = folder, column
-        self.partition, self.attempt = partition, attempt
-        self.schema, self.int96 = schema, int96
+    def __init__(self, output: SideOutput, schema: pa.Schema, partition: int, attempt: int) -> None:
+        self.output, self.schema, self.partition, self.attempt = output, schema, partition, attempt
         self.files: dict[str | None, TaskFile] = {}
 
     def write(self, batch: pa.RecordBatch) -> None:
         import pyarrow.compute as pc
 
-        if batch.num_rows == 0:
-            return
-        values = batch.column(self.column)
+        column = str(self.output.partition_by)
+        values = batch.column(column)
         for value in pc.unique(values).to_pylist():
-            rows = batch.filter(pc.is_null(values) if value is None else pc.equal(values, value))
-            self._file(value).write(rows)
-
-    def _file(self, value: str | None) -> TaskFile:
-        out = self.files.get(value)
-        if out is None:
-            folder = storage.join(self.folder, partition_folder(self.column, value))
-            out = TaskFile(folder, self.partition, self.attempt, self.schema, int96_timestamps=self.int96)
-            self.files[value] = out
-        return out
+            if value not in self.files:
+                folder = storage.join(self.output.path, partition_folder(column, value))
+                int96 = self.output.int96_timestamps
+                self.files[value] = TaskFile(
+                    folder, self.partition, self.attempt, self.schema, int96_timestamps=int96
+                )
+            self.files[value].write(
+                batch.filter(pc.is_null(values) if value is None else pc.equal(values, value))
+            )
 
     def commit(self) -> None:
         for out in self.files.values():
