@@ -141,20 +141,16 @@ class FixRecord:
     @property
     def properties(self) -> dict[str, str]:
         """The message's properties (a copy of its own for each record)."""
-        found = self._properties
-        if found is None:
-            assert self._source is not None
-            found = self._properties = self._source.properties(self._index)
-        return found
+        if self._properties is None:
+            self._properties = self._source.properties(self._index)  # type: ignore[union-attr]
+        return self._properties
 
     @property
     def context(self) -> dict[str, Any]:
         """The error context, as :data:`~pulsar_dlq_consumer.context.CONTEXT_FIELDS` names it."""
-        found = self._context
-        if found is None:
-            assert self._source is not None
-            found = self._context = self._source.context(self._index)
-        return found
+        if self._context is None:
+            self._context = self._source.context(self._index)  # type: ignore[union-attr]
+        return self._context
 
     def __repr__(self) -> str:  # never the payload: records may reach logs
         where = f"dlq_topic={self.dlq_topic!r}, dlq_message_id={self.dlq_message_id!r}"

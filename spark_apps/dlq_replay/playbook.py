@@ -207,22 +207,17 @@ def parse_playbook(text: str, *, path: str | None = None) -> Playbook:
             path=path,
             line=_line(top["version"]),
         )
-    fix_files: list[str] = []
-    if "fix_files" in top:
-        for node in _sequence(top["fix_files"], "fix_files", path):
-            fix_files.append(_string(node, "fix_files entry", path))
-    payload_off: TopicMatcher | None = None
-    if "payload_off_topics" in top:
-        payload_off = _topics(top["payload_off_topics"], "payload_off_topics", path)
-    precedence: tuple[str, ...] = ()
-    if "origin_precedence" in top:
-        precedence = _origin_precedence(top["origin_precedence"], path)
+    files = _sequence(top["fix_files"], "fix_files", path) if "fix_files" in top else []
+    fix_files = tuple(_string(node, "fix_files entry", path) for node in files)
+    off = top.get("payload_off_topics")
+    payload_off = _topics(off, "payload_off_topics", path) if off is not None else None
+    precedence = _origin_precedence(top["origin_precedence"], path) if "origin_precedence" in top else ()
     if "rules" not in top:
         raise PlaybookError(
             "missing `rules:` (a list of rules; an empty list skips everything)", path=path, line=_line(root)
         )
     rules = _parse_rules(top["rules"], path)
-    return Playbook(rules, tuple(fix_files), path, digest, payload_off, precedence)
+    return Playbook(rules, fix_files, path, digest, payload_off, precedence)
 
 
 def _compose(text: str, path: str | None) -> yaml.Node:

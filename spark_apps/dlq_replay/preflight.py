@@ -112,17 +112,12 @@ def check_window_from(options: ReplayOptions) -> None:
         )
 
 
-def _probe_dir(directory: Path, output_dir: str) -> None:
-    """Create and remove a file in ``directory``: the only check that holds for every user (root too)."""
+def _probe(directory: Path, output_dir: str, cannot: str, fix: str) -> None:
+    """Create and remove a directory in ``directory``: the only check that holds for every user (root too)."""
     try:
-        handle, name = tempfile.mkstemp(prefix=".dlq-replay-probe-", dir=directory)
+        Path(tempfile.mkdtemp(prefix=".dlq-replay-probe-", dir=directory)).rmdir()
     except OSError as exc:
-        raise ReplayConfigError(
-            f"--output-dir {output_dir}: cannot write in {directory} ({exc.strerror}); give a directory this "
-            "user can write to, or fix its permissions"
-        ) from exc
-    os.close(handle)
-    os.unlink(name)
+        raise ReplayConfigError(f"--output-dir {output_dir}: {cannot} ({exc.strerror}); {fix}") from exc
 
 
 def check_output_dir_local(output_dir: str, run_dir: str | None = None) -> None:
@@ -139,15 +134,7 @@ def check_output_dir_local(output_dir: str, run_dir: str | None = None) -> None:
             f"--output-dir {output_dir}: {existing} is not a directory; give a directory path"
         )
     if existing != root:
-        # Create and remove a directory where the output root will be created; nothing is left behind.
-        try:
-            probe = Path(tempfile.mkdtemp(prefix=".dlq-replay-probe-", dir=existing))
-        except OSError as exc:
-            raise ReplayConfigError(
-                f"--output-dir {output_dir}: cannot create it in {existing} ({exc.strerror}); give a "
-                "writable location"
-            ) from exc
-        probe.rmdir()
+        _probe(existing, output_dir, f"cannot create it in {existing}", "give a writable location")
         return
     for part in ("", *OUTPUT_PARTS, *([run_dir] if run_dir else [])):
         directory = root / part if part else root
@@ -156,7 +143,8 @@ def check_output_dir_local(output_dir: str, run_dir: str | None = None) -> None:
                 raise ReplayConfigError(
                     f"--output-dir {output_dir}: {directory} is not a directory; move it away"
                 )
-            _probe_dir(directory, output_dir)
+            fix = "give a directory this user can write to, or fix its permissions"
+            _probe(directory, output_dir, f"cannot write in {directory}", fix)
 
 
 def check_local(options: ReplayOptions) -> Playbook:
