@@ -57,9 +57,7 @@ class RecordSource(Protocol):
 
     def context(self, i: int) -> dict[str, Any]: ...
 
-    def field(self, name: str, i: int) -> Any:
-        """Row ``i``'s value of column ``name`` (``key``, ``event_time``, ``signature``, ...)."""
-        ...
+    def field(self, name: str, i: int) -> Any: ...  # row i's column ``name`` (``key``, ``signature``...)
 
 
 #: A lazy record's field not looked up yet.
@@ -253,9 +251,7 @@ def _error_outcome(error: BaseException) -> FixOutcome:
 
 
 def _as_bytes(payload: Any) -> bytes:
-    if isinstance(payload, bytes):
-        data = payload
-    elif isinstance(payload, (bytearray, memoryview)):
+    if isinstance(payload, (bytes, bytearray, memoryview)):
         data = bytes(payload)
     elif isinstance(payload, str):
         data = payload.encode("utf-8")
@@ -276,15 +272,13 @@ def _as_properties(properties: Any) -> dict[str, str] | None:
         return None
     if not isinstance(properties, Mapping):
         raise TypeError(f"fix properties must be a mapping of str to str; got {type(properties).__name__}")
-    out: dict[str, str] = {}
     for key, value in properties.items():
         if not isinstance(key, str) or not isinstance(value, str):
             raise TypeError(f"fix properties must map str to str; got {key!r}: {type(value).__name__}")
-        out[key] = value
-    return out
+    return dict(properties)
 
 
-def to_outcome(result: Any, record: FixRecord) -> FixOutcome:
+def to_outcome(result: Any) -> FixOutcome:
     """Convert what a fix returned (or raised) into a :class:`FixOutcome`."""
     if type(result) is bytes and len(result) <= MAX_FIX_PAYLOAD_BYTES:  # the common case, checked first
         return FixOutcome(True, result)
@@ -292,7 +286,7 @@ def to_outcome(result: Any, record: FixRecord) -> FixOutcome:
         return _error_outcome(result)
     try:
         if isinstance(result, FixResult):
-            return FixOutcome(True, _as_bytes(result.payload), _as_properties(result.properties))
+            result = (result.payload, result.properties)
         if isinstance(result, tuple) and len(result) == 2:
             return FixOutcome(True, _as_bytes(result[0]), _as_properties(result[1]))
         return FixOutcome(True, _as_bytes(result))
@@ -466,7 +460,7 @@ def _run_batch_fix(function: FixFunction, records: list[FixRecord], limit: _Time
     if len(results) != len(records):
         error = ValueError(f"batch fix returned {len(results)} results for {len(records)} records")
         return [_error_outcome(error) for _ in records]
-    return [to_outcome(res, rec) for res, rec in zip(results, records, strict=True)]
+    return [to_outcome(result) for result in results]
 
 
 def _run_each(function: FixFunction, records: list[FixRecord], limit: _TimeLimit) -> list[FixOutcome]:
@@ -484,5 +478,5 @@ def _run_each(function: FixFunction, records: list[FixRecord], limit: _TimeLimit
         except BaseException as exc:
             outcomes.append(_aborted_outcome(exc))
             continue
-        outcomes.append(to_outcome(result, record))
+        outcomes.append(to_outcome(result))
     return outcomes

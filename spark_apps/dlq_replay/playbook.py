@@ -350,10 +350,8 @@ def _strings(node: yaml.Node, what: str, path: str | None) -> list[str]:
 
 
 def _regex(node: yaml.Node, what: str, path: str | None) -> re.Pattern[str]:
-    patterns = _strings(node, what, path)
-    joined = "|".join(f"(?:{p})" for p in patterns)
     try:
-        return re.compile(joined)
+        return re.compile("|".join(f"(?:{p})" for p in _strings(node, what, path)))
     except re.error as exc:
         raise PlaybookError(
             f"{what}: invalid regular expression: {exc}", path=path, line=_line(node)
