@@ -80,12 +80,6 @@ class LockOwner:
     heartbeat_at: float
     ttl_s: float
 
-    @classmethod
-    def me(cls, run_id: str, ttl_s: float) -> LockOwner:
-        now = time.time()
-        pid = os.getpid()
-        return cls(run_id, socket.gethostname(), pid, process_start(pid), now, now, ttl_s)
-
     def to_json(self) -> str:
         expires = _iso(self.heartbeat_at + self.ttl_s)
         return json.dumps({"format": LOCK_FORMAT, **asdict(self), "expires_at": expires}, sort_keys=True)
@@ -175,7 +169,8 @@ class OutputLock:
                     "--output-dir; two runs at once would republish the same messages twice"
                 )
             log.warning("taking over the output lock of %s: %s", holder.describe(), stale)
-        owner = LockOwner.me(self.run_id, self.ttl_s)
+        now, pid = time.time(), os.getpid()
+        owner = LockOwner(self.run_id, socket.gethostname(), pid, process_start(pid), now, now, self.ttl_s)
         name = f"{LOCK_PREFIX}{generation + 1}"
         if not self.storage.create_exclusive(self._path(name), owner.to_json()):
             _, winner = self._current()

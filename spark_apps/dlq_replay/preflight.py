@@ -7,6 +7,7 @@ and imports the playbook's fixes. Values that could be a secret (the token file 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import tempfile
@@ -80,8 +81,6 @@ def check_client_cert_files(cert_file: str, key_file: str | None) -> None:
 
 def check_oauth2_credentials_file(path: str) -> None:
     """The OAuth2 credentials file exists, is readable and holds a JSON object (never echoed)."""
-    import json
-
     data = _read_head(path, "--oauth2-credentials-file", MAX_TOKEN_FILE_BYTES + 1)
     try:
         parsed = json.loads(data.decode("utf-8")) if len(data) <= MAX_TOKEN_FILE_BYTES else None
