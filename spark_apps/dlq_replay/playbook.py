@@ -192,96 +192,107 @@ def load_playbook(path: str) -> Playbook:
     return replace(playbook, fix_files=fix_files, path=path)
 
 
+class _Invalid(Exception):
+    """A problem at ``line`` of the playbook text; :func:`parse_playbook` adds the file's name."""
+
+    def __init__(self, message: str, line: int | None = None) -> None:
+        super().__init__(message)
+        self.line = line
+
+
 def parse_playbook(text: str, *, path: str | None = None) -> Playbook:
     """Validate playbook YAML text. Raises :class:`PlaybookError` naming the line of the problem."""
+    try:
+        return replace(_parse(text), path=path)
+    except _Invalid as invalid:
+        raise PlaybookError(invalid.args[0], path=path, line=invalid.line) from invalid.__cause__
+
+
+def _parse(text: str) -> Playbook:
     encoded = text.encode("utf-8", "surrogatepass")
     if len(encoded) > MAX_PLAYBOOK_BYTES:
-        raise PlaybookError(_TOO_BIG, path=path)
+        raise _Invalid(_TOO_BIG)
     digest = hashlib.sha256(encoded).hexdigest()
-    root = _compose(text, path)
-    top = _mapping(root, "the playbook", path, _TOP_KEYS)
-    version = _scalar(top["version"], path) if "version" in top else PLAYBOOK_VERSION
+    root = _compose(text)
+    top = _mapping(root, "the playbook", _TOP_KEYS)
+    version = _scalar(top["version"]) if "version" in top else PLAYBOOK_VERSION
     if str(version) != str(PLAYBOOK_VERSION):
-        raise PlaybookError(
+        raise _Invalid(
             f"unsupported version {version!r}; this app reads version {PLAYBOOK_VERSION}",
-            path=path,
-            line=_line(top["version"]),
+            _line(top["version"]),
         )
-    files = _sequence(top["fix_files"], "fix_files", path) if "fix_files" in top else []
-    fix_files = tuple(_string(node, "fix_files entry", path) for node in files)
+    files = _sequence(top["fix_files"], "fix_files") if "fix_files" in top else []
+    fix_files = tuple(_string(node, "fix_files entry") for node in files)
     off = top.get("payload_off_topics")
-    payload_off = _topics(off, "payload_off_topics", path) if off is not None else None
-    precedence = _origin_precedence(top["origin_precedence"], path) if "origin_precedence" in top else ()
+    payload_off = _topics(off, "payload_off_topics") if off is not None else None
+    precedence = _origin_precedence(top["origin_precedence"]) if "origin_precedence" in top else ()
     if "rules" not in top:
-        raise PlaybookError(
-            "missing `rules:` (a list of rules; an empty list skips everything)", path=path, line=_line(root)
-        )
-    rules = _parse_rules(top["rules"], path)
-    return Playbook(rules, fix_files, path, digest, payload_off, precedence)
+        raise _Invalid("missing `rules:` (a list of rules; an empty list skips everything)", _line(root))
+    rules = _parse_rules(top["rules"])
+    return Playbook(
+        rules, fix_files, digest=digest, payload_off_topics=payload_off, origin_precedence=precedence
+    )
 
 
-def _compose(text: str, path: str | None) -> yaml.Node:
-    """The YAML node tree of a playbook; invalid or empty YAML raises :class:`PlaybookError`."""
+def _compose(text: str) -> yaml.Node:
+    """The YAML node tree of a playbook; invalid or empty YAML raises :class:`_Invalid`."""
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except RecursionError as exc:
-        raise PlaybookError("the YAML is nested too deeply to be a playbook", path=path) from exc
+        raise _Invalid("the YAML is nested too deeply to be a playbook") from exc
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None
         problem = getattr(exc, "problem", None) or str(exc)
-        raise PlaybookError(f"invalid YAML: {problem}", path=path, line=line) from exc
+        raise _Invalid(f"invalid YAML: {problem}", line) from exc
     if root is None:
-        raise PlaybookError("the playbook is empty; it needs at least `rules:`", path=path, line=1)
+        raise _Invalid("the playbook is empty; it needs at least `rules:`", 1)
     return root
 
 
-def _topics(node: yaml.Node, what: str, path: str | None) -> TopicMatcher:
+def _topics(node: yaml.Node, what: str) -> TopicMatcher:
     try:
-        return TopicMatcher.parse(_strings(node, what, path), what=what)
+        return TopicMatcher.parse(_strings(node, what), what=what)
     except ReplayConfigError as exc:
-        raise PlaybookError(str(exc), path=path, line=_line(node)) from exc
+        raise _Invalid(str(exc), _line(node)) from exc
 
 
-def _parse_rules(node: yaml.Node, path: str | None) -> tuple[Rule, ...]:
+def _parse_rules(node: yaml.Node) -> tuple[Rule, ...]:
     """The rules, in order: at most :data:`MAX_RULES`, each name once."""
-    rule_nodes = _sequence(node, "rules", path)
+    rule_nodes = _sequence(node, "rules")
     if len(rule_nodes) > MAX_RULES:
-        raise PlaybookError(
+        raise _Invalid(
             f"{len(rule_nodes)} rules; a playbook holds at most {MAX_RULES} (one rule can match many "
             "signatures, classes or topics: give them as a list)",
-            path=path,
-            line=_line(node),
+            _line(node),
         )
     rules: list[Rule] = []
     names: dict[str, int] = {}
     for index, rule_node in enumerate(rule_nodes, start=1):
-        rule = _parse_rule(rule_node, index, path)
+        rule = _parse_rule(rule_node, index)
         if rule.name in names:
-            raise PlaybookError(
+            raise _Invalid(
                 f"duplicate rule name {rule.name!r} (first at line {names[rule.name]}); names must be unique",
-                path=path,
-                line=rule.line,
+                rule.line,
             )
         names[rule.name] = rule.line
         rules.append(rule)
     return tuple(rules)
 
 
-def _origin_precedence(node: yaml.Node, path: str | None) -> tuple[str, ...]:
+def _origin_precedence(node: yaml.Node) -> tuple[str, ...]:
     from pulsar_dlq_consumer.context import ORIGIN_TOPIC_KEYS
 
-    keys = _strings(node, "origin_precedence", path)
+    keys = _strings(node, "origin_precedence")
     for key in keys:
         if key not in ORIGIN_TOPIC_KEYS:
-            raise PlaybookError(
+            raise _Invalid(
                 f"origin_precedence: {key!r} is not a property that names an origin topic; use some of "
                 f"{', '.join(ORIGIN_TOPIC_KEYS)}",
-                path=path,
-                line=_line(node),
+                _line(node),
             )
     if len(set(keys)) != len(keys):
-        raise PlaybookError("origin_precedence lists a property twice", path=path, line=_line(node))
+        raise _Invalid("origin_precedence lists a property twice", _line(node))
     return tuple(keys)
 
 
@@ -292,37 +303,31 @@ def _line(node: yaml.Node) -> int:
     return int(node.start_mark.line) + 1
 
 
-def _mapping(node: yaml.Node, what: str, path: str | None, allowed: tuple[str, ...]) -> dict[str, yaml.Node]:
+def _mapping(node: yaml.Node, what: str, allowed: tuple[str, ...]) -> dict[str, yaml.Node]:
     if not isinstance(node, yaml.MappingNode):
-        raise PlaybookError(f"{what} must be a mapping (key: value)", path=path, line=_line(node))
+        raise _Invalid(f"{what} must be a mapping (key: value)", _line(node))
     out: dict[str, yaml.Node] = {}
     for key_node, value_node in node.value:
-        key = _scalar(key_node, path)
+        key = _scalar(key_node)
         if not isinstance(key, str):
-            raise PlaybookError(f"{what}: keys must be strings, got {key!r}", path=path, line=_line(key_node))
+            raise _Invalid(f"{what}: keys must be strings, got {key!r}", _line(key_node))
         if key not in allowed:
-            raise PlaybookError(
-                f"unknown key {key!r} in {what}; allowed: {', '.join(allowed)}",
-                path=path,
-                line=_line(key_node),
-            )
+            raise _Invalid(f"unknown key {key!r} in {what}; allowed: {', '.join(allowed)}", _line(key_node))
         if key in out:
-            raise PlaybookError(f"duplicate key {key!r} in {what}", path=path, line=_line(key_node))
+            raise _Invalid(f"duplicate key {key!r} in {what}", _line(key_node))
         out[key] = value_node
     return out
 
 
-def _sequence(node: yaml.Node, what: str, path: str | None) -> list[yaml.Node]:
+def _sequence(node: yaml.Node, what: str) -> list[yaml.Node]:
     if not isinstance(node, yaml.SequenceNode):
-        raise PlaybookError(f"`{what}` must be a list", path=path, line=_line(node))
+        raise _Invalid(f"`{what}` must be a list", _line(node))
     return list(node.value)
 
 
-def _scalar(node: yaml.Node, path: str | None) -> Any:
+def _scalar(node: yaml.Node) -> Any:
     if not isinstance(node, yaml.ScalarNode):
-        raise PlaybookError(
-            "expected a single value here, not a list or mapping", path=path, line=_line(node)
-        )
+        raise _Invalid("expected a single value here, not a list or mapping", _line(node))
     loader = yaml.SafeLoader("")
     try:
         return loader.construct_object(node, deep=True)
@@ -330,199 +335,176 @@ def _scalar(node: yaml.Node, path: str | None) -> Any:
         loader.dispose()
 
 
-def _string(node: yaml.Node, what: str, path: str | None) -> str:
-    value = _scalar(node, path)
+def _string(node: yaml.Node, what: str) -> str:
+    value = _scalar(node)
     if isinstance(value, bool) or value is None or isinstance(value, (list, dict)):
-        raise PlaybookError(f"{what} must be a string, got {value!r}", path=path, line=_line(node))
+        raise _Invalid(f"{what} must be a string, got {value!r}", _line(node))
     text = str(value)
     if not text.strip():
-        raise PlaybookError(f"{what} must not be empty", path=path, line=_line(node))
+        raise _Invalid(f"{what} must not be empty", _line(node))
     return text
 
 
-def _strings(node: yaml.Node, what: str, path: str | None) -> list[str]:
+def _strings(node: yaml.Node, what: str) -> list[str]:
     if isinstance(node, yaml.SequenceNode):
-        values = [_string(item, what, path) for item in node.value]
+        values = [_string(item, what) for item in node.value]
         if not values:
-            raise PlaybookError(f"{what} must not be an empty list", path=path, line=_line(node))
+            raise _Invalid(f"{what} must not be an empty list", _line(node))
         return values
-    return [_string(node, what, path)]
+    return [_string(node, what)]
 
 
-def _regex(node: yaml.Node, what: str, path: str | None) -> re.Pattern[str]:
+def _regex(node: yaml.Node, what: str) -> re.Pattern[str]:
     try:
-        return re.compile("|".join(f"(?:{p})" for p in _strings(node, what, path)))
+        return re.compile("|".join(f"(?:{p})" for p in _strings(node, what)))
     except re.error as exc:
-        raise PlaybookError(
-            f"{what}: invalid regular expression: {exc}", path=path, line=_line(node)
-        ) from exc
+        raise _Invalid(f"{what}: invalid regular expression: {exc}", _line(node)) from exc
 
 
-def _bool(node: yaml.Node, what: str, path: str | None) -> bool:
-    value = _scalar(node, path)
+def _bool(node: yaml.Node, what: str) -> bool:
+    value = _scalar(node)
     if not isinstance(value, bool):
-        raise PlaybookError(f"{what} must be true or false, got {value!r}", path=path, line=_line(node))
+        raise _Invalid(f"{what} must be true or false, got {value!r}", _line(node))
     return value
 
 
-def _parse_rule(node: yaml.Node, index: int, path: str | None) -> Rule:
+def _parse_rule(node: yaml.Node, index: int) -> Rule:
     what = f"rule #{index}"
-    fields = _mapping(node, what, path, _RULE_KEYS)
+    fields = _mapping(node, what, _RULE_KEYS)
     line = _line(node)
-    name = _string(fields["name"], f"{what} name", path) if "name" in fields else f"rule-{index}"
+    name = _string(fields["name"], f"{what} name") if "name" in fields else f"rule-{index}"
     what = f"rule {name!r}"
-    action = _rule_action(fields, what, path, line)
+    action = _rule_action(fields, what, line)
     kwargs: dict[str, Any] = {"name": name, "action": action, "line": line}
     if "reason" in fields:
-        kwargs["reason"] = _string(fields["reason"], f"{what} reason", path)
-    kwargs.update(_rule_fix(fields, what, path, line))
+        kwargs["reason"] = _string(fields["reason"], f"{what} reason")
+    kwargs.update(_rule_fix(fields, what, line))
     if "on_fix_error" in fields:
-        kwargs["on_fix_error"] = _on_fix_error(fields["on_fix_error"], what, path)
+        kwargs["on_fix_error"] = _on_fix_error(fields["on_fix_error"], what)
     if "archive_payload" in fields:
-        kwargs["archive_payload"] = _bool(fields["archive_payload"], f"{what} archive_payload", path)
+        kwargs["archive_payload"] = _bool(fields["archive_payload"], f"{what} archive_payload")
     if "fix_timeout_seconds" in fields:
-        kwargs["fix_timeout_seconds"] = _fix_timeout(fields["fix_timeout_seconds"], what, path)
+        kwargs["fix_timeout_seconds"] = _fix_timeout(fields["fix_timeout_seconds"], what)
     if "match" in fields:
-        kwargs.update(_parse_match(fields["match"], what, path))
+        kwargs.update(_parse_match(fields["match"], what))
     return Rule(**kwargs)
 
 
-def _rule_action(fields: dict[str, yaml.Node], what: str, path: str | None, line: int) -> str:
+def _rule_action(fields: dict[str, yaml.Node], what: str, line: int) -> str:
     """The rule's action, with none of the keys that only other actions take (:data:`_ACTION_KEYS`)."""
     if "action" not in fields:
-        raise PlaybookError(
-            f"{what} has no `action`; use one of {', '.join(outcomes.ACTIONS)}", path=path, line=line
-        )
-    action = _string(fields["action"], f"{what} action", path)
+        raise _Invalid(f"{what} has no `action`; use one of {', '.join(outcomes.ACTIONS)}", line)
+    action = _string(fields["action"], f"{what} action")
     if action not in outcomes.ACTIONS:
-        raise PlaybookError(
+        raise _Invalid(
             f"{what}: unknown action {action!r}; use one of {', '.join(outcomes.ACTIONS)}",
-            path=path,
-            line=_line(fields["action"]),
+            _line(fields["action"]),
         )
     for key in _ACTION_ONLY_KEYS:
         if key in fields and key not in _ACTION_KEYS[action]:
-            raise PlaybookError(
-                f"{what}: `{key}` does not apply to action {action!r}", path=path, line=_line(fields[key])
-            )
+            raise _Invalid(f"{what}: `{key}` does not apply to action {action!r}", _line(fields[key]))
     return action
 
 
-def _rule_fix(fields: dict[str, yaml.Node], what: str, path: str | None, line: int) -> dict[str, str]:
+def _rule_fix(fields: dict[str, yaml.Node], what: str, line: int) -> dict[str, str]:
     """``fix`` and ``fix_version``, given together or not at all (empty without a fix)."""
     if "fix" not in fields:
         if "fix_version" in fields:
-            raise PlaybookError(
-                f"{what}: `fix_version` without `fix`", path=path, line=_line(fields["fix_version"])
-            )
+            raise _Invalid(f"{what}: `fix_version` without `fix`", _line(fields["fix_version"]))
         return {}
-    fix = _string(fields["fix"], f"{what} fix", path)
+    fix = _string(fields["fix"], f"{what} fix")
     if not _FIX_REF.fullmatch(fix):
-        raise PlaybookError(
+        raise _Invalid(
             f"{what}: fix {fix!r} must be `module:function` (e.g. orders_fixes:add_currency)",
-            path=path,
-            line=_line(fields["fix"]),
+            _line(fields["fix"]),
         )
     if "fix_version" not in fields:
-        raise PlaybookError(
-            f"{what}: a fix needs `fix_version` (recorded in REPLAY_FIX and the ledger)",
-            path=path,
-            line=line,
-        )
-    return {"fix": fix, "fix_version": _string(fields["fix_version"], f"{what} fix_version", path)}
+        raise _Invalid(f"{what}: a fix needs `fix_version` (recorded in REPLAY_FIX and the ledger)", line)
+    return {"fix": fix, "fix_version": _string(fields["fix_version"], f"{what} fix_version")}
 
 
-def _on_fix_error(node: yaml.Node, what: str, path: str | None) -> str:
-    on_error = _string(node, f"{what} on_fix_error", path)
+def _on_fix_error(node: yaml.Node, what: str) -> str:
+    on_error = _string(node, f"{what} on_fix_error")
     if on_error not in outcomes.ON_FIX_ERROR_CHOICES:
-        raise PlaybookError(
+        raise _Invalid(
             f"{what}: on_fix_error must be one of "
             f"{', '.join(outcomes.ON_FIX_ERROR_CHOICES)}, got {on_error!r}",
-            path=path,
-            line=_line(node),
+            _line(node),
         )
     return on_error
 
 
-def _fix_timeout(node: yaml.Node, what: str, path: str | None) -> float:
-    value = _scalar(node, path)
+def _fix_timeout(node: yaml.Node, what: str) -> float:
+    value = _scalar(node)
     number = isinstance(value, (int, float)) and not isinstance(value, bool)
     if not number or not 0 < value <= MAX_FIX_TIMEOUT_S:
-        raise PlaybookError(
+        raise _Invalid(
             f"{what}: fix_timeout_seconds must be a number of seconds in (0, {MAX_FIX_TIMEOUT_S:g}]; "
             f"got {value!r}",
-            path=path,
-            line=_line(node),
+            _line(node),
         )
     return float(value)
 
 
-def _parse_match(node: yaml.Node, what: str, path: str | None) -> dict[str, Any]:
+def _parse_match(node: yaml.Node, what: str) -> dict[str, Any]:
     """The ``Rule`` fields of a rule's ``match:``, each condition read by its :data:`_MATCH_PARSERS` entry."""
-    if isinstance(node, yaml.ScalarNode) and _scalar(node, path) is None:
+    if isinstance(node, yaml.ScalarNode) and _scalar(node) is None:
         return {}
-    conditions = _mapping(node, f"{what} match", path, tuple(_MATCH_PARSERS))
+    conditions = _mapping(node, f"{what} match", tuple(_MATCH_PARSERS))
     out: dict[str, Any] = {}
     for key, (field_name, parse) in _MATCH_PARSERS.items():
         if key in conditions:
-            out[field_name] = parse(conditions[key], what, path)
+            out[field_name] = parse(conditions[key], what)
     return out
 
 
-def _match_context_formats(node: yaml.Node, what: str, path: str | None) -> frozenset[str]:
-    formats = _strings(node, f"{what} match.context_format", path)
+def _match_context_formats(node: yaml.Node, what: str) -> frozenset[str]:
+    formats = _strings(node, f"{what} match.context_format")
     for fmt in formats:
         if fmt not in _CONTEXT_FORMATS:
-            raise PlaybookError(
+            raise _Invalid(
                 f"{what}: unknown context_format {fmt!r}; use one of {', '.join(_CONTEXT_FORMATS)}",
-                path=path,
-                line=_line(node),
+                _line(node),
             )
     return frozenset(formats)
 
 
-def _match_properties(node: yaml.Node, what: str, path: str | None) -> tuple[PropertyCondition, ...]:
+def _match_properties(node: yaml.Node, what: str) -> tuple[PropertyCondition, ...]:
     if not isinstance(node, yaml.MappingNode) or not node.value:
-        raise PlaybookError(
-            f"{what} match.properties must be a non-empty mapping of property: value",
-            path=path,
-            line=_line(node),
-        )
+        raise _Invalid(f"{what} match.properties must be a non-empty mapping of property: value", _line(node))
     return tuple(
-        _property_condition(_string(key, f"{what} match.properties key", path), value, what, path)
+        _property_condition(_string(key, f"{what} match.properties key"), value, what)
         for key, value in node.value
     )
 
 
-def _property_condition(key: str, node: yaml.Node, what: str, path: str | None) -> PropertyCondition:
+def _property_condition(key: str, node: yaml.Node, what: str) -> PropertyCondition:
     """``key: value`` (equal) or ``key: re:<regex>`` (full match)."""
-    value = _string(node, f"{what} match.properties.{key}", path)
+    value = _string(node, f"{what} match.properties.{key}")
     if not value.startswith("re:"):
         return PropertyCondition(key, value, None)
     try:
         return PropertyCondition(key, None, re.compile(value[3:]))
     except re.error as exc:
-        raise PlaybookError(
-            f"{what}: match.properties.{key}: invalid regular expression: {exc}",
-            path=path,
-            line=_line(node),
+        raise _Invalid(
+            f"{what}: match.properties.{key}: invalid regular expression: {exc}", _line(node)
         ) from exc
 
 
 #: Per ``match:`` condition, in the order they are checked: the ``Rule`` field it sets and its parser.
-_MATCH_PARSERS: dict[str, tuple[str, Callable[[yaml.Node, str, str | None], Any]]] = {
+_MATCH_PARSERS: dict[str, tuple[str, Callable[[yaml.Node, str], Any]]] = {
     "signature": (
         "signatures",
-        lambda node, what, path: frozenset(_strings(node, f"{what} match.signature", path)),
+        lambda node, what: frozenset(_strings(node, f"{what} match.signature")),
     ),
-    "error_class": ("error_class", lambda node, what, path: _regex(node, f"{what} match.error_class", path)),
+    "error_class": ("error_class", lambda node, what: _regex(node, f"{what} match.error_class")),
     "error_message": (
         "error_message",
-        lambda node, what, path: _regex(node, f"{what} match.error_message", path),
+        lambda node, what: _regex(node, f"{what} match.error_message"),
     ),
     "origin_topic": (
         "origin_topic",
-        lambda node, what, path: _topics(node, f"{what} match.origin_topic", path),
+        lambda node, what: _topics(node, f"{what} match.origin_topic"),
     ),
     "context_format": ("context_formats", _match_context_formats),
     "properties": ("properties", _match_properties),
