@@ -69,9 +69,7 @@ def check_listening(service_url: str, timeout_s: float = CONNECT_TIMEOUT_S) -> N
 
 
 class _ConnectionLog(logging.Handler):
-    """Collects the client's connection events during the checks: the C++ client retries a connection
-    the broker closes during the handshake (a refused token) until the operation times out, and only
-    its log says so."""
+    """The client's connection events: only its log tells a handshake refused (and retried) from a timeout."""
 
     def __init__(self) -> None:
         super().__init__(logging.INFO)

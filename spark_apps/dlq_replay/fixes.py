@@ -54,9 +54,7 @@ class RecordSource(Protocol):
     """Where a :class:`FixRecord` made by :meth:`FixRecord.lazy` finds row ``i``'s properties and context."""
 
     def properties(self, i: int) -> dict[str, str]: ...
-
     def context(self, i: int) -> dict[str, Any]: ...
-
     def field(self, name: str, i: int) -> Any: ...  # row i's column ``name`` (``key``, ``signature``...)
 
 

@@ -363,8 +363,7 @@ class SubscriptionLease:
 
 
 class RunLock:
-    """The output lock and the subscription leases of one run, with their heartbeat thread (either may
-    be absent: no output lock on an object store, no lease with ``--subscription-lease off``)."""
+    """The output lock and the subscription leases of one run (either may be absent), with their heartbeat."""
 
     def __init__(
         self,

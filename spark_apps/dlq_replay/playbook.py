@@ -192,7 +192,7 @@ def load_playbook(path: str) -> Playbook:
     return replace(playbook, fix_files=fix_files, path=path)
 
 
-class _Invalid(Exception):
+class _Invalid(ReplayConfigError):
     """A problem at ``line`` of the playbook text; :func:`parse_playbook` adds the file's name."""
 
     def __init__(self, message: str, line: int | None = None) -> None:
@@ -251,8 +251,9 @@ def _compose(text: str) -> yaml.Node:
 
 
 def _topics(node: yaml.Node, what: str) -> TopicMatcher:
+    globs = _strings(node, what)
     try:
-        return TopicMatcher.parse(_strings(node, what), what=what)
+        return TopicMatcher.parse(globs, what=what)
     except ReplayConfigError as exc:
         raise _Invalid(str(exc), _line(node)) from exc
 
@@ -451,11 +452,8 @@ def _parse_match(node: yaml.Node, what: str) -> dict[str, Any]:
     if isinstance(node, yaml.ScalarNode) and _scalar(node) is None:
         return {}
     conditions = _mapping(node, f"{what} match", tuple(_MATCH_PARSERS))
-    out: dict[str, Any] = {}
-    for key, (field_name, parse) in _MATCH_PARSERS.items():
-        if key in conditions:
-            out[field_name] = parse(conditions[key], what)
-    return out
+    parsers = _MATCH_PARSERS.items()
+    return {name: parse(conditions[key], what) for key, (name, parse) in parsers if key in conditions}
 
 
 def _match_context_formats(node: yaml.Node, what: str) -> frozenset[str]:
@@ -493,19 +491,10 @@ def _property_condition(key: str, node: yaml.Node, what: str) -> PropertyConditi
 
 #: Per ``match:`` condition, in the order they are checked: the ``Rule`` field it sets and its parser.
 _MATCH_PARSERS: dict[str, tuple[str, Callable[[yaml.Node, str], Any]]] = {
-    "signature": (
-        "signatures",
-        lambda node, what: frozenset(_strings(node, f"{what} match.signature")),
-    ),
+    "signature": ("signatures", lambda node, what: frozenset(_strings(node, f"{what} match.signature"))),
     "error_class": ("error_class", lambda node, what: _regex(node, f"{what} match.error_class")),
-    "error_message": (
-        "error_message",
-        lambda node, what: _regex(node, f"{what} match.error_message"),
-    ),
-    "origin_topic": (
-        "origin_topic",
-        lambda node, what: _topics(node, f"{what} match.origin_topic"),
-    ),
+    "error_message": ("error_message", lambda node, what: _regex(node, f"{what} match.error_message")),
+    "origin_topic": ("origin_topic", lambda node, what: _topics(node, f"{what} match.origin_topic")),
     "context_format": ("context_formats", _match_context_formats),
     "properties": ("properties", _match_properties),
 }

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from spark_apps.dlq_replay.errors import ReplayConfigError
 from spark_apps.dlq_replay.redaction import shown
+from spark_apps.dlq_replay.state import run_dir_name
 from spark_apps.dlq_replay.storage import check_root, join, local_path, qualify_root
 
 if TYPE_CHECKING:
@@ -96,8 +97,6 @@ def check_oauth2_credentials_file(path: str) -> None:
 
 def check_window_from(options: ReplayOptions) -> None:
     """``--window-from`` names a run with a plan under a local output root (others: the plan step checks)."""
-    from spark_apps.dlq_replay.state import run_dir_name
-
     if not options.window_from:
         return
     local = local_path(qualify_root(options.output_dir))
@@ -151,7 +150,6 @@ def check_local(options: ReplayOptions) -> Playbook:
     from spark_apps.dlq_replay.arrow_compat import require_arrow_udfs
     from spark_apps.dlq_replay.lock import check_guard
     from spark_apps.dlq_replay.playbook import Playbook, load_playbook
-    from spark_apps.dlq_replay.state import run_dir_name
 
     if options.auth_token_file:
         check_token_file(options.auth_token_file)
