@@ -23,13 +23,13 @@ import argparse
 import logging
 import re
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from pulsar_dlq_consumer.replay_options import FLAGS, SUMMARY_PREFIX, ReplayOptionsError
 from spark_apps.dlq_replay.errors import ReplayConfigError, ReplayError, RunLockedError
 from spark_apps.dlq_replay.group_actions import parse_group_actions
 from spark_apps.dlq_replay.options import ReplayOptions
-from spark_apps.dlq_replay.redaction import register_argv, scrub
+from spark_apps.dlq_replay.redaction import SECRET_WORDS, register_argv, scrub
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -38,11 +38,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("spark_apps.dlq_replay")
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-#: Words that make a command-line option look like it carries a secret (compared without case, ``_`` as
-#: ``-``); the options naming a file that holds a secret are the ones we accept.
-_SECRET_WORDS = ("token", "auth-param", "password", "passwd", "secret", "jwt", "credential")
-_TOKEN_FILE_OPTION = "--auth-token-file"
-_SECRET_FILE_OPTIONS = (_TOKEN_FILE_OPTION, "--oauth2-credentials-file")
+#: The options naming a file that holds a secret: the ones a secret word (:data:`SECRET_WORDS`) may be in.
+_SECRET_FILE_OPTIONS = ("--auth-token-file", "--oauth2-credentials-file")
 #: Options other tools take a token with: a prefix of one of these (``--auth-tok``) is refused as well.
 _SECRET_OPTIONS = (
     "--auth-token",
@@ -73,21 +70,10 @@ class _Parser(argparse.ArgumentParser):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(allow_abbrev=False, **kwargs)
 
-    def error(self, message: str) -> None:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         if "unrecognized arguments" in message:
             message = "unrecognized arguments (values not shown); see --help for the options"
-        else:
-            message = _QUOTED_VALUE.sub(r"\1 (value not shown)", message)
-        self.print_usage(err_stream())
-        err_stream().write(f"{self.prog}: error: {message}\n")
-        err_stream().flush()
-        raise SystemExit(EXIT_USAGE)
-
-    def exit(self, status: int = 0, message: str | None = None) -> None:  # type: ignore[override]
-        if message:
-            err_stream().write(message)
-            err_stream().flush()
-        raise SystemExit(status)
+        super().error(_QUOTED_VALUE.sub(r"\1 (value not shown)", message))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -116,7 +102,7 @@ def secret_option_given(args: Sequence[str]) -> bool:
         name = arg.split("=", 1)[0].lower().replace("_", "-")
         if name in _SECRET_FILE_OPTIONS:
             continue
-        if any(word in name for word in _SECRET_WORDS):
+        if any(word in name for word in SECRET_WORDS):
             return True
         if len(name) >= 5 and any(option.startswith(name) for option in _SECRET_OPTIONS):
             return True
@@ -136,31 +122,21 @@ def parse_options(argv: Sequence[str] | None = None) -> ReplayOptions:
         )
     args = build_parser().parse_args(args_list)
     try:
-        return _options(args)
+        actions = parse_group_actions(args.group_actions) if args.group_actions else None
+        return ReplayOptions.from_arguments(vars(args), group_actions=actions)
     except ReplayOptionsError as exc:  # parse_time, CanarySpec.parse
         raise ReplayConfigError(str(exc)) from None
-
-
-def _options(args: argparse.Namespace) -> ReplayOptions:
-    """The parsed arguments as the run's options (the inverse of ``ReplayOptions.to_argv``)."""
-    actions = parse_group_actions(args.group_actions) if args.group_actions else None
-    return ReplayOptions.from_arguments(vars(args), group_actions=actions)
 
 
 # --------------------------------------------------------------------------- stderr
 
 
-def err_stream() -> Any:
-    """Where progress and errors go: ``sys.stderr``, looked up at each call (a swapped one is honoured)."""
-    return sys.stderr
-
-
 class _StderrHandler(logging.StreamHandler):
-    """Writes to :func:`err_stream` at the time of each record."""
+    """Writes to ``sys.stderr`` as it is at the time of each record (a swapped one is honoured)."""
 
     @property
     def stream(self) -> Any:
-        return err_stream()
+        return sys.stderr
 
     @stream.setter
     def stream(self, value: object) -> None:
@@ -188,9 +164,8 @@ def configure_logging() -> None:
 
 
 def _fail(message: str) -> None:
-    stream = err_stream()
-    stream.write(f"dlq-replay: error: {scrub(message)}\n")
-    stream.flush()
+    sys.stderr.write(f"dlq-replay: error: {scrub(message)}\n")
+    sys.stderr.flush()
 
 
 # --------------------------------------------------------------------------- main
@@ -250,27 +225,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the app; returns the process exit code (see the module docstring)."""
     configure_logging()
     register_argv(sys.argv[1:] if argv is None else argv)  # never printed, whatever option they were in
-    try:
-        options = parse_options(argv)
-    except SystemExit as exc:  # argparse: --help (0) or a usage error (2), already printed
-        return int(exc.code or 0)
-    except ReplayConfigError as exc:
-        _fail(str(exc))
-        return EXIT_USAGE
     from spark_apps.dlq_replay.preflight import check_local
 
     try:
+        options = parse_options(argv)
         check_local(options)  # files, permissions, playbook: before Spark starts, nothing written
         check_broker_of(options)  # listening, credentials, DLQ topics: before Spark starts too
+    except SystemExit as exc:  # argparse: --help (0) or a usage error (2), already printed
+        return int(exc.code or 0)
     except ReplayConfigError as exc:
         _fail(str(exc))
         return EXIT_USAGE
     except ReplayError as exc:  # nothing listens at the service URL: nothing written, re-run later
         _fail(str(exc))
         return EXIT_FAILED
+    from spark_apps.dlq_replay.pulsar_io.conf import close_own_clients
     from spark_apps.dlq_replay.pulsar_io.errors import PulsarConfigError
     from spark_apps.dlq_replay.report import summary_line, summary_text
     from spark_apps.dlq_replay.runner import run_replay
+    from spark_apps.dlq_replay.session import remove_local_copies
 
     spark = build_session(options.run_id)
     try:
@@ -288,21 +261,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.exception("run %s failed; re-run the same --run-id to resume", options.run_id)
         return EXIT_FAILED
     finally:
-        close_pulsar_clients()
+        # Close the Pulsar clients now, not in an atexit hook: closing a client that has a Python logger
+        # during interpreter shutdown can abort the process (apache/pulsar-client-python#256). The fix
+        # files' local copies go too: the app leaves with os._exit, which runs no exit handlers.
+        close_own_clients()
         remove_local_copies()
     print(summary_text(report), flush=True)
     print(summary_line(report), flush=True)
     spark.stop()
     return EXIT_OK
-
-
-def remove_local_copies() -> None:
-    """Remove this process's copies of the fix files (a Spark Connect client's, see
-    :func:`~spark_apps.dlq_replay.session.add_pyfile`): the app leaves with ``os._exit``, which runs no
-    exit handlers."""
-    from spark_apps.dlq_replay.session import remove_local_copies as remove
-
-    remove()
 
 
 def check_broker_of(options: ReplayOptions) -> None:
@@ -316,11 +283,3 @@ def check_broker_of(options: ReplayOptions) -> None:
         check_broker(PulsarConf.from_app_options(options), options.topics)
     except PulsarConfigError as exc:
         raise ReplayConfigError(str(exc)) from exc
-
-
-def close_pulsar_clients() -> None:
-    """Close this process's Pulsar clients now, not in an atexit hook: closing a client that has a
-    Python logger during interpreter shutdown can abort the process (apache/pulsar-client-python#256)."""
-    from spark_apps.dlq_replay.pulsar_io import conf
-
-    conf.close_own_clients()

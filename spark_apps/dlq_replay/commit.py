@@ -233,8 +233,12 @@ def run_commit(run: Run, windows: list[PartitionWindow]) -> None:
         return
     started = time.monotonic()
     mode = read_mode_of(windows)
-    if mode == READER_MODE:
-        totals = _commit_entries(run, windows)
+    if mode == READER_MODE:  # the snapshot's fully final entries by id, verified on the cursor; no DLQ read
+        paths, subscription = run.paths, run.options.subscription
+        rows = commit_in_tasks(
+            run.spark, paths.snapshot_entries, paths.commit_parts, run.conf, windows, subscription
+        )
+        totals = _sum_rows(rows)
     else:
         totals = _commit_by_consumers(run, windows, resumed)
     if totals["unacked_final"]:
@@ -242,23 +246,26 @@ def run_commit(run: Run, windows: list[PartitionWindow]) -> None:
             "commit: %d final messages could not be acked; they stay pending", totals["unacked_final"]
         )
     snapshot_reads = int(run.state.info("snapshot").get("dlq_reads", 0))
-    reads = snapshot_reads + totals["messages_read"]
-    run.done(
-        "commit",
-        started,
-        read_mode=mode,
-        acked=totals["acked"],
-        acked_by_earlier_attempts=totals.get("acked_by_earlier_attempts", 0),
-        left_pending_seen=totals["left_pending"],
-        beyond_window=totals["beyond_window"],
-        unacked_final=totals["unacked_final"],
-        final_in_partial_entries=totals["final_in_partial_entries"],
-        entries_acked=totals["entries_acked"],
-        final_in_whole_entries=totals.get("final_in_whole_entries", 0),
-        dlq_reads_snapshot=snapshot_reads,
-        dlq_reads_commit=totals["messages_read"],
-        reads_per_message=round(reads / snapshot_reads, 3) if snapshot_reads else 0.0,
-    )
+    run.done("commit", started, read_mode=mode, **commit_info(totals, snapshot_reads))
+
+
+def commit_info(totals: dict[str, int], snapshot_reads: int) -> dict[str, Any]:
+    """The commit's counts as ``state.json`` records them (all zero for ``totals={}``: an empty window)."""
+    commit_reads = totals.get("messages_read", 0)
+    reads = snapshot_reads + commit_reads
+    return {
+        "acked": totals.get("acked", 0),
+        "acked_by_earlier_attempts": totals.get("acked_by_earlier_attempts", 0),
+        "left_pending_seen": totals.get("left_pending", 0),
+        "beyond_window": totals.get("beyond_window", 0),
+        "unacked_final": totals.get("unacked_final", 0),
+        "final_in_partial_entries": totals.get("final_in_partial_entries", 0),
+        "entries_acked": totals.get("entries_acked", 0),
+        "final_in_whole_entries": totals.get("final_in_whole_entries", 0),
+        "dlq_reads_snapshot": snapshot_reads,
+        "dlq_reads_commit": commit_reads,
+        "reads_per_message": round(reads / snapshot_reads, 3) if snapshot_reads else 0.0,
+    }
 
 
 _TOTAL_COLUMNS = (
@@ -275,16 +282,6 @@ _TOTAL_COLUMNS = (
 def _sum_rows(rows: Iterable[Any]) -> dict[str, int]:
     """The commit results' totals (one row per DLQ partition)."""
     return {name: sum(int(row[name] or 0) for row in rows) for name in _TOTAL_COLUMNS}
-
-
-def _commit_entries(run: Run, windows: list[PartitionWindow]) -> dict[str, int]:
-    """Reader mode: ack the snapshot's fully final entries by id, verified on the cursor; no DLQ read."""
-    paths = run.paths
-    return _sum_rows(
-        commit_in_tasks(
-            run.spark, paths.snapshot_entries, paths.commit_parts, run.conf, windows, run.options.subscription
-        )
-    )
 
 
 def _commit_by_consumers(run: Run, windows: list[PartitionWindow], resumed: bool) -> dict[str, int]:

@@ -115,14 +115,10 @@ class LockOwner:
         )
 
 
-def output_lock_possible(output_root: str) -> bool:
-    """True on a local file system, the only one with an atomic exclusive create."""
-    return is_local(qualify_root(output_root))
-
-
 def check_guard(output_root: str, subscription_lease: bool) -> None:
-    """Refuse ``--subscription-lease off`` where no output lock can be held: nothing would guard the run."""
-    if subscription_lease or output_lock_possible(output_root):
+    """Refuse ``--subscription-lease off`` where no output lock can be held (only a local file system has an
+    atomic exclusive create): nothing would guard the run."""
+    if subscription_lease or is_local(qualify_root(output_root)):
         return
     raise ReplayConfigError(
         f"--subscription-lease off needs a local --output-dir, got {output_root}: an object store offers "
@@ -449,14 +445,13 @@ def run_lock(
     conf: PulsarConf | None = None,
     topics: tuple[str, ...] = (),
     subscription: str | None = None,
-    storage: RunStorage | None = None,
 ) -> Iterator[RunLock]:
     """Hold the output lock (where possible) and, with ``conf``, the leases of ``topics`` for the block."""
     check_guard(output_root, conf is not None)
     lease = SubscriptionLease(conf, topics, subscription or "", run_id) if conf is not None else None
     output: OutputLock | None = None
-    if output_lock_possible(output_root):
-        output = OutputLock(output_root, run_id, storage)
+    if is_local(qualify_root(output_root)):
+        output = OutputLock(output_root, run_id)
     else:
         log.info(
             "output dir %s is not on a local file system: no output lock file there (an object store "

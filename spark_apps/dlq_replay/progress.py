@@ -25,13 +25,11 @@ CONF_EXPECTED = "spark.dlq.progress.expectedMessages"
 #: Steps whose row counts are messages (the others log that they run).
 MESSAGE_STEPS = frozenset({"snapshot", "decide", "apply", "record"})
 DEFAULT_INTERVAL = 10.0
-#: The prefix of each step's job tag.
-STEP_TAG_PREFIX = "dlq-replay:"
 
 
 def step_tag(step: str) -> str:
     """The tag of step ``step``'s jobs (``dlq-replay:decide``)."""
-    return STEP_TAG_PREFIX + step
+    return f"dlq-replay:{step}"
 
 
 class _Waits:
@@ -83,9 +81,7 @@ def _duration(value: float) -> str:
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
-def progress_line(
-    step: str, done: int | None, total: int | None, elapsed: float, unit: str = "messages"
-) -> str:
+def progress_line(step: str, done: int | None, total: int | None, elapsed: float) -> str:
     """``step decide: 12,000/50,000 messages (24%), 4,000/s, ETA 10s, 3s elapsed``."""
     parts: list[str] = []
     if done is None:
@@ -94,9 +90,9 @@ def progress_line(
         done = min(done, total) if total is not None else done
         rate = done / elapsed if elapsed > 0 else 0.0
         if total:
-            parts.append(f"{done:,}/{total:,} {unit} ({100 * done / total:.0f}%)")
+            parts.append(f"{done:,}/{total:,} messages ({100 * done / total:.0f}%)")
         else:
-            parts.append(f"{done:,} {unit} so far")
+            parts.append(f"{done:,} messages so far")
         parts.append(f"{rate:,.0f}/s" if rate >= 10 else f"{rate:.1f}/s")
         if total is not None and rate > 0:
             parts.append(f"ETA {_duration((total - done) / rate)}")
@@ -145,18 +141,12 @@ class StepProgress:
         *,
         interval: float | None = None,
         rows: Callable[[Sequence[str]], int | None] = files_rows,
-        clock: Callable[[], float] = time.monotonic,
-        logger: logging.Logger = log,
     ) -> None:
         self.spark = spark
-        if interval is None:
-            interval = DEFAULT_INTERVAL
-            if spark is not None:
-                interval = float(spark.conf.get(CONF_INTERVAL, None) or DEFAULT_INTERVAL)
-        self.interval = max(0.05, float(interval))
+        if interval is None and spark is not None:
+            interval = float(spark.conf.get(CONF_INTERVAL, None) or DEFAULT_INTERVAL)
+        self.interval = max(0.05, float(interval or DEFAULT_INTERVAL))
         self.rows = rows
-        self.clock = clock
-        self.log = logger
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._folders: list[str] = []
@@ -174,40 +164,27 @@ class StepProgress:
         text = str(self.spark.conf.get(CONF_EXPECTED, "") or "").strip()
         return int(text) if text.isdigit() else None
 
-    def _tag(self, step: str) -> None:
-        if self.spark is None:
-            return
-        tag = step_tag(step)
-        try:
-            self.spark.addTag(tag)
-        except Exception as exc:  # untagged jobs run all the same
-            self.log.debug("could not tag step %s's jobs with %s: %s", step, tag, exc)
-            return
-        self._tags.append(tag)
-
-    def _untag(self) -> None:
-        tags, self._tags = self._tags, []
-        if self.spark is None:
-            return
-        for tag in tags:
-            with contextlib.suppress(Exception):
-                self.spark.removeTag(tag)
-
-    def start(self, step: str, total: int | None, *, count_rows: bool = True) -> None:
-        """Tag the step's jobs and log its progress until :meth:`stop`."""
+    def start(self, step: str, total: int | None) -> None:
+        """Tag the step's jobs and log its progress until :meth:`stop` (a count of messages for the
+        :data:`MESSAGE_STEPS`, that they run for the others)."""
         self.stop()
         self._folders = []
-        self._tag(step)
-        self._stop = threading.Event()
-        started = self.clock()
-        stop = self._stop
+        if self.spark is not None:
+            try:
+                self.spark.addTag(step_tag(step))
+                self._tags.append(step_tag(step))
+            except Exception as exc:  # untagged jobs run all the same
+                log.debug("could not tag step %s's jobs: %s", step, exc)
+        self._stop = stop = threading.Event()
+        started = time.monotonic()
+        count_rows = step in MESSAGE_STEPS
 
         def run() -> None:
             failures = 0
             while failures < 3 and not stop.wait(self.interval):
                 try:
                     done = self.rows(tuple(self._folders)) if count_rows and self._folders else None
-                    now = self.clock()
+                    now = time.monotonic()
                     current = WAITS.current
                     if current is not None:
                         line = wait_line(step, current[0], current[2] - now, now - started)
@@ -216,11 +193,11 @@ class StepProgress:
                         line = progress_line(step, done, total, max(active, 0.0))
                 except Exception as exc:  # progress must never break a run; give up when it keeps failing
                     failures += 1
-                    self.log.debug("progress of step %s unavailable: %s", step, exc)
+                    log.debug("progress of step %s unavailable: %s", step, exc)
                     continue
                 failures = 0
                 self.lines.append(line)
-                self.log.info("%s", line)
+                log.info("%s", line)
 
         self._thread = threading.Thread(target=run, name=f"dlq-progress-{step}", daemon=True)
         self._thread.start()
@@ -231,4 +208,7 @@ class StepProgress:
         if thread is not None:
             self._stop.set()
             thread.join(timeout=5)
-        self._untag()
+        tags, self._tags = self._tags, []
+        for tag in tags:
+            with contextlib.suppress(Exception):
+                self.spark.removeTag(tag)  # type: ignore[union-attr]

@@ -34,7 +34,8 @@ _MIN_SWITCH_RATE = 0.4
 #: ``scheme://user:password@`` and ``?query``/``#fragment`` of URLs inside a text.
 _URL_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/\s@'\"]+@")
 _URL_QUERY = re.compile(r"(?P<url>[A-Za-z][A-Za-z0-9+.-]*://[^\s?#'\"]*)[?#][^\s'\"]*")
-_SECRET_WORDS = ("token", "secret", "password", "passwd", "jwt", "credential", "auth-param")
+#: Words that make an option name look like it carries a secret (compared without case, ``_`` as ``-``).
+SECRET_WORDS = ("token", "secret", "password", "passwd", "jwt", "credential", "auth-param")
 
 
 def _random_looking(run: str) -> bool:
@@ -129,7 +130,7 @@ def register_argv(argv: Iterable[str]) -> None:
         name, sep, value = arg.partition("=")
         if could_be_secret(arg):
             found.append(value if sep and arg.startswith("-") else arg)
-        if arg.startswith("-") and any(w in name.lower() for w in _SECRET_WORDS):
+        if arg.startswith("-") and any(w in name.lower() for w in SECRET_WORDS):
             if sep:
                 found.append(value)
             elif i + 1 < len(items) and not items[i + 1].startswith("--"):

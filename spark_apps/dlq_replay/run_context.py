@@ -9,7 +9,7 @@ import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from spark_apps.dlq_replay.progress import MESSAGE_STEPS, StepProgress
+from spark_apps.dlq_replay.progress import StepProgress, expected_total
 from spark_apps.dlq_replay.storage import RunStorage, join, qualify_root
 
 if TYPE_CHECKING:
@@ -111,14 +111,8 @@ class Run:
         self.state.progress(name)["started_at"] = datetime.now(UTC).isoformat(timespec="milliseconds")
         self.save()
         log.info("step %s: started", name)
-        self.progress.start(name, self.expected(name), count_rows=name in MESSAGE_STEPS)
+        self.progress.start(name, expected_total(self.state, name, self.progress.expected_snapshot()))
         return True
-
-    def expected(self, name: str) -> int | None:
-        """Messages step ``name`` handles, for its progress lines."""
-        from spark_apps.dlq_replay.progress import expected_total
-
-        return expected_total(self.state, name, self.progress.expected_snapshot())
 
     def done(self, name: str, started: float, **info: Any) -> None:
         self.progress.stop()

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from spark_apps.dlq_replay import outcomes as oc
 from spark_apps.dlq_replay.apply import run_apply
-from spark_apps.dlq_replay.commit import run_commit
+from spark_apps.dlq_replay.commit import commit_info, run_commit
 from spark_apps.dlq_replay.decide import run_decide
 from spark_apps.dlq_replay.errors import ReplayConfigError
 from spark_apps.dlq_replay.plan import run_plan
@@ -75,7 +75,6 @@ def run_replay(
             conf=conf if options.subscription_lease else None,
             topics=options.topics,
             subscription=options.subscription,
-            storage=storage,
         ) as lock:
             run = Run(spark, options, playbook, conf, lock)
             try:
@@ -146,12 +145,6 @@ def _run_steps(run: Run) -> dict[str, Any]:
         ",".join(options.topics),
         run.paths.run,
     )
-    if run.state.is_complete("report"):
-        text = run.storage.read_text(run.paths.report_json)
-        if text:
-            log.info("run %s is already complete; nothing to do", options.run_id)
-            report: dict[str, Any] = json.loads(text)
-            return report
     windows, planned_at = run_plan(run)
     if nothing_to_read(windows) and not any(s in run.state.steps for s in _MESSAGE_STEPS):
         _skip_message_steps(run, windows)
@@ -191,18 +184,7 @@ def _skip_message_steps(run: Run, windows: list[PartitionWindow]) -> None:
         "decide": {"to_republish": 0, "max_sequence_id": -1, "producers_per_target": run.buckets},
         "apply": {"published": 0, "publish_failed": 0, "resent": 0, "resent_held": 0, "resend_bound": 0},
         "record": {},
-        "commit": {
-            "read_mode": mode,
-            "acked": 0,
-            "left_pending_seen": 0,
-            "beyond_window": 0,
-            "unacked_final": 0,
-            "final_in_partial_entries": 0,
-            "entries_acked": 0,
-            "dlq_reads_snapshot": 0,
-            "dlq_reads_commit": 0,
-            "reads_per_message": 0.0,
-        },
+        "commit": {"read_mode": mode, **commit_info({}, 0)},
     }
     steps = ("snapshot", "decide", "record") if run.options.mode == oc.DRY_RUN else _MESSAGE_STEPS
     for name in steps:

@@ -5,7 +5,6 @@ shipped to a Connect server's Python workers as artifacts.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import importlib
 import io
@@ -35,7 +34,6 @@ _LOCAL_CLUSTER = re.compile(r"local-cluster\[\s*(\d+)\s*,\s*(\d+)\s*,\s*\d+\s*\]
 _ZIP_DATE = (2020, 1, 1, 0, 0, 0)
 
 _lock = threading.Lock()
-_parallelism: weakref.WeakKeyDictionary[SparkSession, int] = weakref.WeakKeyDictionary()
 _shipped: weakref.WeakKeyDictionary[SparkSession, set[str]] = weakref.WeakKeyDictionary()
 _import_dir: list[str] = []
 
@@ -88,22 +86,14 @@ def _range_partitions(spark: SparkSession) -> int:
 
 
 def default_parallelism(spark: SparkSession) -> int:
-    """``spark.default.parallelism``, else what a ``local`` master says (both cached per session), else
-    the partitions of a ``range`` (asked at each call: a cluster's executors may still be registering)."""
-    known: int | None = None
-    with _lock, contextlib.suppress(TypeError):  # a session that cannot be weakly referenced: not cached
-        known = _parallelism.get(spark)
-    if known is None:
-        given = conf_value(spark, "spark.default.parallelism")
-        value = int(given) if given and given.isdigit() and int(given) > 0 else None
-        if value is None:
-            # Under Spark Connect local[*] names the server's cores, not this machine's.
-            cores = None if is_connect(spark) else _cores()
-            value = master_parallelism(conf_value(spark, "spark.master"), cores)
-        known = value or 0  # 0: the executors decide
-        with _lock, contextlib.suppress(TypeError):
-            _parallelism[spark] = known
-    return known or _range_partitions(spark)
+    """``spark.default.parallelism``, else what a ``local`` master says, else the partitions of a
+    ``range`` (asked at each call: a cluster's executors may still be registering)."""
+    given = conf_value(spark, "spark.default.parallelism")
+    if given and given.isdigit() and int(given) > 0:
+        return int(given)
+    # Under Spark Connect local[*] names the server's cores, not this machine's.
+    cores = None if is_connect(spark) else _cores()
+    return master_parallelism(conf_value(spark, "spark.master"), cores) or _range_partitions(spark)
 
 
 # --------------------------------------------------------------------------- code for the Python workers

@@ -87,7 +87,7 @@ def test_a_step_without_files_or_message_rows_says_it_runs():
     progress = StepProgress(None, interval=0.02, rows=lambda folders: asked.append(tuple(folders)) or 5)
     progress.start("snapshot", 100)  # no count_files yet: nothing to count
     threading.Event().wait(0.15)
-    progress.start("commit", None, count_rows=False)
+    progress.start("commit", None)
     progress.count_files("/somewhere")  # not counted: commit's rows are not messages
     threading.Event().wait(0.15)
     progress.stop()
