@@ -19,7 +19,7 @@ import pyarrow as pa
 from spark_apps.dlq_replay import outcomes as oc
 from spark_apps.dlq_replay.arrow_util import group_ids, row_numbers
 from spark_apps.dlq_replay.context_columns import ORIGIN_CONFLICT, UNDECODABLE
-from spark_apps.dlq_replay.lineage import lineage_maps, republish_properties
+from spark_apps.dlq_replay.lineage import lineage_maps
 from spark_apps.dlq_replay.pulsar_io.source import UNDECODABLE_PROPERTY
 from spark_apps.dlq_replay.schemas import (
     CONTEXT_COLUMNS,
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 
     from pyspark.sql import DataFrame
 
-    from spark_apps.dlq_replay.fixes import FixOutcome, FixRecord
+    from spark_apps.dlq_replay.fixes import FixOutcome
     from spark_apps.dlq_replay.playbook import Playbook
     from spark_apps.dlq_replay.run_context import Run
     from spark_apps.dlq_replay.topics import TopicMatcher
@@ -69,12 +69,14 @@ class DecideSettings:
 
 @dataclass(slots=True)
 class _Row:
-    index: int
+    """One group's decision, its fields named as the decided columns (:data:`_FIELDS`)."""
+
+    index: int  # the group's first row
     outcome: str | None = None
-    reason: str | None = None
+    outcome_reason: str | None = None
     rule: str | None = None
     action: str | None = None
-    target: str | None = None
+    target_topic: str | None = None
     fix: str | None = None
     fix_error: str | None = None
     archive_payload: bool | None = None
@@ -84,111 +86,41 @@ class _Row:
     quotes_row: bool = False  # the reason quotes the row's own values (its mark's, its REPLAY_COUNT)
 
 
+#: Decided column (a :class:`_Row` field of the same name) -> Arrow type.
+_FIELDS: dict[str, pa.DataType] = {
+    **dict.fromkeys(
+        ("rule", "action", "outcome", "outcome_reason", "target_topic", "fix", "fix_error"), pa.string()
+    ),
+    **dict.fromkeys(("archive_payload", "send_original", "own_properties"), pa.bool_()),
+}
+
+
 class _Columns(dict[str, list[Any]]):
     """Columns of one Arrow batch, and of the arrays computed beside it, as Python lists, each converted
     on first use. Also the :class:`~spark_apps.dlq_replay.fixes.RecordSource` of the batch's records."""
 
-    def __init__(self, batch: pa.RecordBatch, arrays: dict[str, pa.Array] | None = None) -> None:
+    def __init__(self, batch: pa.RecordBatch, arrays: dict[str, pa.Array]) -> None:
         super().__init__()
         self.batch = batch
-        self.arrays = arrays or {}
+        self.arrays = arrays
 
     def array(self, name: str) -> pa.Array:
-        """Column ``name`` as Arrow."""
         found = self.arrays.get(name)
         return self.batch.column(name) if found is None else found
 
     def properties(self, i: int) -> dict[str, str]:
-        """Row ``i``'s properties as a new dict."""
         return dict(self.batch.column("properties")[i].as_py() or [])
 
     def context(self, i: int) -> dict[str, Any]:
-        """Row ``i``'s error context as a dict."""
         return {name: self[name][i] for name, _ in CONTEXT_COLUMNS}
 
     def field(self, name: str, i: int) -> Any:
-        """Row ``i``'s value of column ``name``."""
         return self[name][i]
 
     def __missing__(self, name: str) -> list[Any]:
         values: list[Any] = self.array(name).to_pylist()
         self[name] = values
         return values
-
-
-class _Memo:
-    """Per-batch memos of what repeats across the rows of one batch (topics, rules)."""
-
-    def __init__(self, playbook: Playbook, settings: DecideSettings) -> None:
-        self.playbook = playbook
-        self.settings = settings
-        rules = playbook.rules
-        # A rule that looks at properties sees per-message values: no memo then.
-        self.cache_rules = not any(rule.properties for rule in rules)
-        self.match_on_message = any(rule.error_message is not None for rule in rules)
-        self.rules: dict[tuple[Any, ...], Any] = {}
-        self.targets: dict[str | None, tuple[str | None, str | None]] = {}
-        self.payload_off: dict[tuple[str | None, str | None], bool] = {}
-        self.approvals: dict[tuple[str, str | None], Any] = {}
-
-    def rule(self, cols: _Columns, i: int) -> Any:
-        message = cols["error_message"][i]
-        if self.cache_rules:
-            key = (
-                cols["signature"][i],
-                cols["error_class"][i],
-                message if self.match_on_message else None,
-                cols["origin_topic"][i],
-                cols["context_format"][i],
-            )
-            if key in self.rules:
-                return self.rules[key]
-        from spark_apps.dlq_replay.playbook import MatchInput
-
-        found = self.playbook.first_match(
-            MatchInput(
-                signature=cols["signature"][i],
-                error_class=cols["error_class"][i],
-                error_message=message,
-                origin_topic=cols["origin_topic"][i],
-                context_format=cols["context_format"][i],
-                properties=cols.properties(i),
-            )
-        )
-        if self.cache_rules:
-            self.rules[key] = found
-        return found
-
-    def approved_rule(self, cols: _Columns, i: int, rule: Any) -> Any:
-        """``rule``, or the rule of the group's approved action when ``--group-actions`` names it."""
-        actions = self.settings.group_actions
-        action = actions.get(cols["signature"][i]) if actions else None
-        if action is None:
-            return rule
-        key = (action, None if rule is None else rule.name)
-        found = self.approvals.get(key)
-        if found is None:
-            from spark_apps.dlq_replay.group_actions import override_rule
-
-            found = self.approvals[key] = override_rule(action, rule)
-        return found
-
-    def target(self, origin: str | None) -> tuple[str | None, str | None]:
-        """``(target topic, refusal reason or None)`` for republishing to ``origin``."""
-        found = self.targets.get(origin)
-        if found is None:
-            found = self.targets[origin] = _republish_target(origin, self.settings)
-        return found
-
-    def archive_payload(self, rule_says: bool | None, cols: _Columns, i: int) -> bool:
-        """Archive the payload? Not when the topic is payload-off, else the rule, else the run default."""
-        key = (cols["dlq_topic"][i], cols["origin_topic"][i])
-        off = self.payload_off.get(key)
-        if off is None:
-            off = self.payload_off[key] = self.playbook.payload_off(*key)
-        if off:
-            return False
-        return self.settings.archive_payload if rule_says is None else rule_says
 
 
 #: Outcome of a rule's action (republish is decided by :func:`_decide_republish`).
@@ -252,10 +184,8 @@ def decide_batch(
     :func:`~spark_apps.dlq_replay.scope.add_scope_columns`), reused instead of read from ``batch``; the
     scope then need not be in ``batch``.
 
-    Rows that agree on everything a decision reads (scope, context format, signature, error class,
-    origin and DLQ topic, replay count, origin conflict, and the message when a rule matches on it) are
-    decided once per batch, on their first row (:func:`_decision_groups`); only the fixes and the reasons
-    that quote a row's own values are per row.
+    Rows that agree on everything a decision reads are decided once per batch, on their first row
+    (:func:`_decision_groups`); only the fixes and the reasons that quote a row's own values are per row.
     """
     arrays = dict(columns or {})
     if UNDECODABLE not in arrays:
@@ -264,43 +194,74 @@ def decide_batch(
         found = pc.map_lookup(batch.column("properties"), UNDECODABLE_PROPERTY, "first")
         arrays[UNDECODABLE] = pc.is_valid(found)
     cols = _Columns(batch, arrays)
-    memo = _Memo(playbook, settings)
-    groups = _decision_groups(cols, memo)
-    grouped = groups is not None
-    codes, firsts = groups if groups is not None else (row_numbers(batch.num_rows), range(batch.num_rows))
-    decided = _Decisions(cols, [_decide_row(cols, memo, i) for i in firsts], codes, grouped)
-    decided.run_fixes(memo)
+    codes, firsts = _decision_groups(cols, playbook)
+    decided = _Decisions(cols, [_decide_row(cols, playbook, settings, i) for i in firsts], codes)
+    decided.run_fixes(playbook, settings)
     return _to_batch(decided, sequencer, settings)
 
 
-def _decide_row(cols: _Columns, memo: _Memo, i: int) -> _Row:
+def _decide_row(cols: _Columns, playbook: Playbook, settings: DecideSettings, i: int) -> _Row:
     """Row ``i``'s decision, a fix left pending (``outcome`` ``None``, ``pending`` the rule)."""
     row = _Row(i)
     parked = _parked(cols, i)
     if parked is not None:
-        row.outcome, row.reason, row.quotes_row = parked
+        row.outcome, row.outcome_reason, row.quotes_row = parked
         return row
-    rule = memo.approved_rule(cols, i, memo.rule(cols, i))
+    rule = _approved_rule(cols, i, _first_match(cols, i, playbook), settings)
     if rule is None:
-        row.action, row.outcome, row.reason = oc.SKIP, oc.SKIPPED, "no playbook rule matched"
+        row.action, row.outcome, row.outcome_reason = oc.SKIP, oc.SKIPPED, "no playbook rule matched"
         return row
     row.rule, row.action = rule.name, rule.action
-    settings = memo.settings
     if rule.action == oc.REPUBLISH:
-        _decide_republish(row, rule, cols["replay_count"][i], cols["origin_topic"][i], settings, memo)
+        _decide_republish(row, rule, cols["replay_count"][i], cols["origin_topic"][i], settings)
         if row.outcome == oc.LOOP_GUARDED:
-            row.archive_payload = memo.archive_payload(None, cols, i)
+            row.archive_payload = _archive_payload(None, cols, i, playbook, settings)
         elif row.outcome is None and rule.fix is None:
-            row.outcome, row.reason = oc.TO_REPUBLISH, f"rule {rule.name!r} says republish"
+            row.outcome, row.outcome_reason = oc.TO_REPUBLISH, f"rule {rule.name!r} says republish"
             row.send_original = row.own_properties = True
         elif row.outcome is None:
             row.pending = rule
         return row
     row.outcome = _RULE_OUTCOMES[rule.action]
-    row.reason = rule.reason or f"rule {rule.name!r} says {rule.action}"
+    row.outcome_reason = rule.reason or f"rule {rule.name!r} says {rule.action}"
     if rule.action == oc.ARCHIVE:
-        row.archive_payload = memo.archive_payload(rule.archive_payload, cols, i)
+        row.archive_payload = _archive_payload(rule.archive_payload, cols, i, playbook, settings)
     return row
+
+
+def _first_match(cols: _Columns, i: int, playbook: Playbook) -> Any:
+    from spark_apps.dlq_replay.playbook import MatchInput
+
+    return playbook.first_match(
+        MatchInput(
+            signature=cols["signature"][i],
+            error_class=cols["error_class"][i],
+            error_message=cols["error_message"][i],
+            origin_topic=cols["origin_topic"][i],
+            context_format=cols["context_format"][i],
+            properties=cols.properties(i),
+        )
+    )
+
+
+def _approved_rule(cols: _Columns, i: int, rule: Any, settings: DecideSettings) -> Any:
+    """``rule``, or the rule of the group's approved action when ``--group-actions`` names it."""
+    actions = settings.group_actions
+    action = actions.get(cols["signature"][i]) if actions else None
+    if action is None:
+        return rule
+    from spark_apps.dlq_replay.group_actions import override_rule
+
+    return override_rule(action, rule)
+
+
+def _archive_payload(
+    rule_says: bool | None, cols: _Columns, i: int, playbook: Playbook, settings: DecideSettings
+) -> bool:
+    """Archive the payload? Not when the topic is payload-off, else the rule, else the run default."""
+    if playbook.payload_off(cols["dlq_topic"][i], cols["origin_topic"][i]):
+        return False
+    return settings.archive_payload if rule_says is None else rule_says
 
 
 #: What a decision reads of a row, besides the rule's inputs (see :func:`_decision_groups`).
@@ -317,17 +278,23 @@ _DECISION_INPUTS = (
 )
 
 
-def _decision_groups(cols: _Columns, memo: _Memo) -> tuple[pa.Array, list[int]] | None:
-    """``(group of each row, first row of each group)``: rows equal in every column a decision reads
-    share a group (:func:`~spark_apps.dlq_replay.arrow_util.group_ids`). ``None`` when a rule reads
-    per-message properties."""
-    if not memo.cache_rules:
-        return None
-    names = [*_DECISION_INPUTS, *(["error_message"] if memo.match_on_message else [])]
+def _decision_groups(cols: _Columns, playbook: Playbook) -> tuple[pa.Array, list[int]]:
+    """``(group of each row, first row of each group)``: rows equal in every column a decision reads (the
+    message when a rule matches on it, the value of each property a rule matches on) share a group
+    (:func:`~spark_apps.dlq_replay.arrow_util.group_ids`)."""
+    import pyarrow.compute as pc
+
     n = cols.batch.num_rows
     if not n:
         return pa.array([], pa.int64()), []
-    codes = group_ids([cols.array(name) for name in names])
+    rules = playbook.rules
+    inputs = [cols.array(name) for name in _DECISION_INPUTS]
+    if any(rule.error_message is not None for rule in rules):
+        inputs.append(cols.array("error_message"))
+    properties = cols.batch.column("properties")
+    keys = dict.fromkeys(condition.key for rule in rules for condition in rule.properties)
+    inputs += [pc.map_lookup(properties, key, "last") for key in keys]  # the value a dict of them keeps
+    codes = group_ids(inputs)
     rows = pa.table({"group": codes, "row": row_numbers(n)})
     firsts = rows.group_by("group", use_threads=False).aggregate([("row", "min")])
     groups, rows_min = firsts.column("group").to_pylist(), firsts.column("row_min").to_pylist()
@@ -339,32 +306,19 @@ class _Decisions:
     """The decided columns of one batch: each group's decision spread to its rows, then the per-row
     parts (the reasons that quote a row's own values, the fixes' outcomes) put in."""
 
-    #: Decided column -> :class:`_Row` field and Arrow type.
-    FIELDS: dict[str, tuple[str, pa.DataType]] = {
-        "rule": ("rule", pa.string()),
-        "action": ("action", pa.string()),
-        "outcome": ("outcome", pa.string()),
-        "outcome_reason": ("reason", pa.string()),
-        "target_topic": ("target", pa.string()),
-        "fix": ("fix", pa.string()),
-        "fix_error": ("fix_error", pa.string()),
-        "archive_payload": ("archive_payload", pa.bool_()),
-        "send_original": ("send_original", pa.bool_()),
-        "own_properties": ("own_properties", pa.bool_()),
-    }
-
-    def __init__(self, cols: _Columns, rows: list[_Row], codes: pa.Array, grouped: bool) -> None:
+    def __init__(self, cols: _Columns, rows: list[_Row], codes: pa.Array) -> None:
         import pyarrow.compute as pc
 
         self.cols = cols
         self.rows, self.codes = rows, codes
-        self.columns: dict[str, pa.Array] = {}
-        for name, (attr, dtype) in self.FIELDS.items():
-            self.columns[name] = pa.array([getattr(row, attr) for row in rows], dtype).take(codes)
+        self.columns: dict[str, pa.Array] = {
+            name: pa.array([getattr(row, name) for row in rows], dtype).take(codes)
+            for name, dtype in _FIELDS.items()
+        }
         self.out_values: pa.Array = pa.nulls(cols.batch.num_rows, pa.binary())
-        self.out_properties: pa.Array | None = None  # where a fix gave its own properties, lineage set
+        self.fix_properties: pa.Array | None = None  # the properties a fix gave (null: none given)
         quoting = [g for g, row in enumerate(rows) if row.quotes_row]
-        if grouped and quoting:  # reasons that quote a row's own values (its mark's, its REPLAY_COUNT)
+        if quoting:  # reasons that quote a row's own values (its mark's, its REPLAY_COUNT)
             mask = pc.is_in(codes, value_set=pa.array(quoting, pa.int64()))
             reasons = [_parked(cols, i) for i in pc.indices_nonzero(mask).to_pylist()]
             self._put("outcome_reason", mask, [parked[1] if parked else None for parked in reasons])
@@ -376,25 +330,28 @@ class _Decisions:
         column = self.columns[name]
         self.columns[name] = pc.replace_with_mask(column, mask, pa.array(values, column.type))
 
-    def run_fixes(self, memo: _Memo) -> None:
+    def run_fixes(self, playbook: Playbook, settings: DecideSettings) -> None:
         """Run each pending fix on its rows (one call per fix reference, rows in batch order) and put
         the outcomes in."""
         import pyarrow.compute as pc
 
-        from spark_apps.dlq_replay.fixes import load_fix, run_fix
+        from spark_apps.dlq_replay.fixes import FixRecord, load_fix, run_fix
 
         by_fix: dict[str, list[int]] = {}
         for g, row in enumerate(self.rows):
             if row.pending is not None:
                 by_fix.setdefault(row.pending.fix, []).append(g)
-        n = self.cols.batch.num_rows
-        given: list[dict[str, str] | None] = [None] * n
+        cols, n = self.cols, self.cols.batch.num_rows
+        given: list[list[tuple[str, str]] | None] = [None] * n
         for fix_ref, groups in by_fix.items():
             mask = pc.is_in(self.codes, value_set=pa.array(groups, pa.int64()))
             indices = pc.indices_nonzero(mask)
-            rules = [self.rows[g].pending for g in self.codes.take(indices).to_pylist()]
+            row_groups = self.codes.take(indices).to_pylist()
+            rules = [self.rows[g].pending for g in row_groups]
             indices = indices.to_pylist()
-            records = _fix_records(self.cols, indices)
+            payloads = cols["value"]
+            # The records' other fields are looked up only by a fix that reads them.
+            records = [FixRecord.lazy(cols, i, payloads[i] or b"") for i in indices]
             results = run_fix(load_fix(fix_ref), records, timeout_s=rules[0].fix_timeout_seconds)
             updates = [_fix_outcome(rule, result) for rule, result in zip(rules, results, strict=True)]
             outcome, reason, fix_error, own = (list(x) for x in zip(*updates, strict=True))
@@ -402,18 +359,26 @@ class _Decisions:
             self._put("outcome_reason", mask, reason)
             self._put("fix_error", mask, fix_error)
             self._put("own_properties", mask, own)
-            archived = [i for i, o in zip(indices, outcome, strict=True) if o == oc.ARCHIVED]
-            if archived:
-                in_archive = pc.is_in(row_numbers(n), value_set=pa.array(archived, pa.int64()))
-                kept = [memo.archive_payload(None, self.cols, i) for i in archived]
-                self._put("archive_payload", in_archive, kept)
-            payloads = [result.payload if result.ok else None for result in results]
-            self.out_values = pc.replace_with_mask(self.out_values, mask, pa.array(payloads, pa.binary()))
-            for i, result, rule in zip(indices, results, rules, strict=True):
+            archived = [
+                (i, g) for i, g, o in zip(indices, row_groups, outcome, strict=True) if o == oc.ARCHIVED
+            ]
+            if archived:  # each group's payload rule, as for an archive rule without archive_payload
+                groups_archived = {g for _, g in archived}
+                keeps = {
+                    g: _archive_payload(None, cols, self.rows[g].index, playbook, settings)
+                    for g in groups_archived
+                }
+                in_archive = pc.is_in(
+                    row_numbers(n), value_set=pa.array([i for i, _ in archived], pa.int64())
+                )
+                self._put("archive_payload", in_archive, [keeps[g] for _, g in archived])
+            fixed = [result.payload if result.ok else None for result in results]
+            self.out_values = pc.replace_with_mask(self.out_values, mask, pa.array(fixed, pa.binary()))
+            for i, result in zip(indices, results, strict=True):
                 if result.ok and result.properties is not None:
-                    given[i] = _lineage(result.properties, self.cols, i, rule, memo.settings)
+                    given[i] = list(result.properties.items())
         if any(p is not None for p in given):
-            self.out_properties = pa.array(given, self.cols.batch.column("properties").type)
+            self.fix_properties = pa.array(given, cols.batch.column("properties").type)
 
 
 def _fix_outcome(rule: Any, result: FixOutcome) -> tuple[str, str, str | None, bool]:
@@ -428,19 +393,6 @@ def _fix_outcome(rule: Any, result: FixOutcome) -> tuple[str, str, str | None, b
     return oc.FIX_FAILED, f"fix {rule.fix} failed", result.error, False
 
 
-def _lineage(
-    properties: dict[str, str], cols: _Columns, i: int, rule: Any, settings: DecideSettings
-) -> dict[str, str]:
-    return republish_properties(
-        properties,
-        replay_id=cols["replay_id"][i],
-        run_id=settings.run_id,
-        previous_count=int(cols["replay_count"][i]),
-        dlq_topic=cols["dlq_topic"][i],
-        fix_label=rule.fix_label,
-    )
-
-
 def _to_batch(
     decided: _Decisions, sequencer: ProducerSequencer | None, settings: DecideSettings
 ) -> pa.RecordBatch:
@@ -452,28 +404,28 @@ def _to_batch(
     outcomes = columns["outcome"]
     original, properties = batch.column("value"), batch.column("properties")
     archive = pc.fill_null(pc.is_in(outcomes, value_set=_ARCHIVE_OUTCOMES), False)
-    own = pc.fill_null(columns.pop("own_properties"), False)
+    lineage = pc.fill_null(columns.pop("own_properties"), False)
     send_original = pc.fill_null(columns.pop("send_original"), False)
-    out_properties = lineage_maps(
-        properties,
-        own,
-        cols.array("replay_id"),
-        settings.run_id,
-        cols.array("replay_count"),
-        cols.array("dlq_topic"),
-        pc.fill_null(columns["fix"], ""),
-    )
-    if decided.out_properties is not None:
-        out_properties = pc.if_else(own, out_properties, decided.out_properties)
+    if decided.fix_properties is not None:  # lineage set on the properties a fix gave, else the row's own
+        given = decided.fix_properties.is_valid()
+        properties = pc.if_else(given, decided.fix_properties, properties)
+        lineage = pc.or_(lineage, given)
     computed: dict[str, pa.Array] = {
         **columns,
         # Payloads stay in Arrow: the original where it is sent unchanged, else the fix's output.
         "out_value": pc.if_else(send_original, original, decided.out_values),
-        "out_properties": out_properties,
-        # The original payload, properties and stack are kept only where the archive needs them.
-        "value": pc.if_else(archive, original, pa.nulls(n, original.type)),
+        "out_properties": lineage_maps(
+            properties,
+            lineage,
+            cols.array("replay_id"),
+            settings.run_id,
+            cols.array("replay_count"),
+            cols.array("dlq_topic"),
+            pc.fill_null(columns["fix"], ""),
+        ),
     }
-    for name in ("properties", "error_stack"):
+    # The original payload, properties and stack are kept only where the archive needs them.
+    for name in ("value", "properties", "error_stack"):
         column = batch.column(name)
         computed[name] = pc.if_else(archive, column, pa.nulls(n, column.type))
     if sequencer is not None:
@@ -492,45 +444,29 @@ def _to_batch(
 _ARCHIVE_OUTCOMES = pa.array(sorted(oc.ARCHIVE_OUTCOMES), pa.string())
 
 
-def _republish_target(origin: str | None, settings: DecideSettings) -> tuple[str | None, str | None]:
+def _decide_republish(row: _Row, rule: Any, count: int, origin: str | None, settings: DecideSettings) -> None:
     from spark_apps.dlq_replay.topics import republish_target
 
-    if not origin:
-        return None, "the error context names no origin topic"
-    target = republish_target(origin)
-    if target is None:
-        return None, f"origin topic {_quote(origin)} is not a valid topic name"
-    if settings.allowlist is None:
-        return target, "no --origin-allowlist given: nothing may be republished"
-    if not settings.allowlist.matches(target):
-        return target, f"origin topic {_quote(target)} is not in --origin-allowlist"
-    return target, None
-
-
-def _decide_republish(
-    row: _Row, rule: Any, count: int, origin: str | None, settings: DecideSettings, memo: _Memo
-) -> None:
     row.fix = rule.fix_label or None
     if count >= settings.max_replays:
         row.outcome = oc.LOOP_GUARDED
-        row.reason = f"loop guard: REPLAY_COUNT {count} >= --max-replays {settings.max_replays}"
+        row.outcome_reason = f"loop guard: REPLAY_COUNT {count} >= --max-replays {settings.max_replays}"
         return
     if settings.mode == oc.ARCHIVE_ONLY:
-        row.outcome, row.reason = oc.SKIPPED, "republish is disabled in archive-only mode"
+        row.outcome, row.outcome_reason = oc.SKIPPED, "republish is disabled in archive-only mode"
         return
-    row.target, refused = memo.target(origin)
-    if refused is not None:
-        row.outcome, row.reason = oc.ORIGIN_REFUSED, refused
-
-
-def _fix_records(cols: _Columns, indices: list[int]) -> list[FixRecord]:
-    """Rows ``indices`` as the records a fix receives, in order (their other fields are looked up only
-    by a fix that reads them)."""
-    from spark_apps.dlq_replay.fixes import FixRecord
-
-    payloads = cols["value"]
-    lazy = FixRecord.lazy
-    return [lazy(cols, i, payloads[i] or b"") for i in indices]
+    row.target_topic = target = republish_target(origin)
+    if not origin:
+        refused = "the error context names no origin topic"
+    elif target is None:
+        refused = f"origin topic {_quote(origin)} is not a valid topic name"
+    elif settings.allowlist is None:
+        refused = "no --origin-allowlist given: nothing may be republished"
+    elif not settings.allowlist.matches(target):
+        refused = f"origin topic {_quote(target)} is not in --origin-allowlist"
+    else:
+        return
+    row.outcome, row.outcome_reason = oc.ORIGIN_REFUSED, refused
 
 
 def run_decide(run: Run, snapshot: DataFrame, planned_at: datetime) -> DataFrame:

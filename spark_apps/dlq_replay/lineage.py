@@ -20,18 +20,11 @@ REPLAY_FIX = "REPLAY_FIX"
 LINEAGE_KEYS: tuple[str, ...] = (REPLAY_ID, REPLAY_RUN_ID, REPLAY_COUNT, REPLAYED_FROM, REPLAY_FIX)
 
 _COUNT = re.compile(r"[0-9]{1,9}")
-_STRIPPED: dict[str, bool] = {}  # property keys repeat from message to message
-_STRIPPED_MAX = 10_000
 
 
 def _stripped(key: str) -> bool:
     """Is ``key`` removed from a replayed message (DLQ bookkeeping or a lineage key set anew)?"""
-    found = _STRIPPED.get(key)
-    if found is None:
-        found = is_bookkeeping_property(key) or key in LINEAGE_KEYS
-        if len(_STRIPPED) < _STRIPPED_MAX:
-            _STRIPPED[key] = found
-    return found
+    return is_bookkeeping_property(key) or key in LINEAGE_KEYS
 
 
 def previous_replay_count(properties: Mapping[str, str] | None) -> int | None:
@@ -55,15 +48,16 @@ def republish_properties(
     dlq_topic: str,
     fix_label: str,
 ) -> dict[str, str]:
-    """Properties of the replayed message: DLQ bookkeeping stripped, lineage set (overriding any copy)."""
-    known = _STRIPPED  # keys repeat: a dict lookup per key, the full test only for a new key
-    out = {k: v for k, v in properties.items() if not (known[k] if k in known else _stripped(k))}
-    out[REPLAY_ID] = replay_id
-    out[REPLAY_RUN_ID] = run_id
-    out[REPLAY_COUNT] = str(previous_count + 1)
-    out[REPLAYED_FROM] = dlq_topic
-    out[REPLAY_FIX] = fix_label
-    return out
+    """Properties of the replayed message: DLQ bookkeeping stripped, lineage set (overriding any copy);
+    :func:`lineage_maps` of one message."""
+    import pyarrow as pa
+
+    column = pa.array([list(properties.items())], pa.map_(pa.string(), pa.string()))
+    rows, replay_ids, counts, dlq_topics, fixes = (
+        pa.array([value]) for value in (True, replay_id, previous_count, dlq_topic, fix_label)
+    )
+    out = lineage_maps(column, rows, replay_ids, run_id, counts, dlq_topics, fixes)
+    return dict(out[0].as_py())
 
 
 def lineage_maps(
