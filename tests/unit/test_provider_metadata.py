@@ -1,4 +1,4 @@
-"""provider.yaml is the one metadata source: get_provider_info.py is generated from it and agrees."""
+"""provider.yaml is the one metadata source: get_provider_info() reads it from the package."""
 
 from __future__ import annotations
 
@@ -7,22 +7,17 @@ import json
 from pathlib import Path
 
 import jsonschema
+import yaml
 
 import airflow_provider_dlq
-from airflow_provider_dlq import provider_metadata
 from airflow_provider_dlq.get_provider_info import get_provider_info
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_generated_module_matches_provider_yaml():
-    data = provider_metadata.load_provider_yaml()
-    assert get_provider_info() == provider_metadata.provider_info(data)
-    wanted = provider_metadata.render(provider_metadata.provider_info(data))
-    assert provider_metadata.GENERATED.read_text(encoding="utf-8") == wanted, (
-        "get_provider_info.py is stale: run python -m airflow_provider_dlq.provider_metadata"
-    )
-    assert provider_metadata.main(["--check"]) == 0
+def test_provider_info_is_the_packaged_provider_yaml():
+    packaged = Path(airflow_provider_dlq.__file__).parent / "provider.yaml"
+    assert get_provider_info() == yaml.safe_load(packaged.read_text(encoding="utf-8"))
 
 
 def test_provider_info_validates_against_airflows_schema():
