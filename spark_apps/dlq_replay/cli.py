@@ -1,20 +1,10 @@
 """Command line of the replay app: ``spark-submit --py-files <bundle.zip> dlq_replay_main.py --help``.
 
-The contract (``docs/replay-app.md``):
-
-* exit code 0: the run finished (messages may be left pending; status ``partial`` when sends failed);
-  2: invalid input, found before anything is written (options, files, permissions, playbook, fixes, or
-  a resume with changed options); 1: the run failed or another run holds the lock; re-run the same
-  ``--run-id`` to resume;
-* progress and errors on the Python driver's stderr (under ``spark-submit`` Spark's ``PythonRunner``
-  merges it into its stdout, ahead of the summary);
-* stdout: a human summary, then as its last line ``DLQ_REPLAY_SUMMARY {json}``.
-
-The same program runs on ``local[n]``, on a cluster and under Spark Connect (``spark-submit --remote
-sc://...``): the driver uses the public ``SparkSession`` API only (:mod:`~spark_apps.dlq_replay.session`).
-
-Tokens are never accepted as arguments and no value that could be one is ever printed: the Pulsar
-token comes from the ``PULSAR_AUTH_TOKEN`` environment variable or from ``--auth-token-file``.
+The contract is in ``docs/replay-app.md``: exit code 0 done, 2 invalid input found before anything is
+written, 1 failed or locked (re-run the same ``--run-id`` to resume); progress and errors on stderr;
+stdout a human summary, then as its last line ``DLQ_REPLAY_SUMMARY {json}``. The driver uses the public
+``SparkSession`` API only, so the same program runs on ``local[n]``, a cluster and Spark Connect. Tokens
+are never accepted as arguments, and no value that could be one is ever printed.
 """
 
 from __future__ import annotations

@@ -1,20 +1,15 @@
-"""One replay at a time: a lock on the output directory and a broker lease per DLQ topic.
+"""One replay at a time: a lock on the output directory and a broker lease per DLQ topic
+(``docs/reliability.md``); two runs at once would republish the same pending messages twice.
 
-Two runs on the same output directory or DLQ topic (through any subscriptions) would republish the same
-pending messages twice, so a run holds, from before its first step until it ends:
+* **the output lock** ``<output>/locks/replay.lock.<generation>`` (local roots only: it needs ``O_EXCL``)
+  names its owner, is refreshed every :data:`HEARTBEAT_S` and expires :data:`LOCK_TTL_S` after the last
+  heartbeat; an expired lock, or one whose process on this host is gone, is taken over by creating the
+  next generation's file, which only one taker can create;
+* **a lease** per DLQ topic (``--subscription-lease on``): an Exclusive consumer on a message-less topic in
+  the DLQ's namespace, which the broker grants to one process at a time and drops when it dies.
 
-* **the output lock** ``<output>/locks/replay.lock.<generation>``: a JSON file naming its owner (run id,
-  host, pid), refreshed every :data:`HEARTBEAT_S` and valid :data:`LOCK_TTL_S` after the last heartbeat.
-  An expired lock, or one whose owner process is gone (same host), is taken over by creating the next
-  generation's file, which only one taker can create (``O_EXCL``: local output roots only; on an object
-  store the lease alone guards the run and cannot be turned off, :func:`check_guard`);
-* **a lease** per DLQ topic (``--subscription-lease on``, the default): an Exclusive consumer of
-  :data:`LEASE_SUBSCRIPTION` on the message-less topic ``dlq-replay-lease-<hash>`` in the DLQ's namespace,
-  which the broker grants one consumer at a time and drops when its process dies. Its properties name the
-  run, so a refused run names the holder when the admin REST can show it.
-
-When the heartbeat thread finds either lost, it interrupts the run's Spark operations
-(``SparkSession.interruptAll``) and the run stops with a resumable error.
+When the heartbeat thread finds either lost, it interrupts the run's Spark operations and the run stops
+with a resumable error.
 """
 
 from __future__ import annotations
@@ -136,7 +131,7 @@ class OutputLock:
     ) -> None:
         self.output_root = output_root
         self.directory = join(output_root, "locks")
-        self.storage = storage if storage is not None else RunStorage()
+        self.storage = storage or RunStorage()
         self.run_id = run_id
         self.ttl_s = ttl_s
         self.owner: LockOwner | None = None
@@ -403,12 +398,12 @@ class RunLock:
             if reason is not None:
                 self.lost = reason
                 log.error("run lock lost: %s; interrupting this run's Spark jobs", reason)
-                self.interrupt()
+                self._interrupt()
                 return
 
-    def interrupt(self) -> None:
-        """Interrupt the run's Spark operations from any thread (not by tag: a classic session's tags belong
-        to the thread that added them)."""
+    def _interrupt(self) -> None:
+        """Interrupt the run's Spark operations (all of them: a classic session's tags belong to the thread
+        that added them, not to this one)."""
         if self.spark is None:
             return
         try:

@@ -19,8 +19,13 @@ from spark_apps.dlq_replay.redaction import check_name, check_url
 if TYPE_CHECKING:
     from spark_apps.dlq_replay.topics import TopicMatcher
 
-_SERVICE_SCHEMES = ("pulsar://", "pulsar+ssl://")
-_HTTP_SCHEMES = ("http://", "https://")
+_HTTP = ("http://", "https://")
+#: Option -> the schemes it takes, an example and what the URL is.
+_URLS = {
+    "--service-url": (("pulsar://", "pulsar+ssl://"), "pulsar://broker:6650", "binary-protocol URL"),
+    "--admin-url": (_HTTP, "http://broker:8080", "admin REST URL"),
+    "--oauth2-issuer-url": (_HTTP, "https://auth.example.com", "OAuth2 issuer URL"),
+}
 
 
 @dataclass(frozen=True)
@@ -38,24 +43,15 @@ class ReplayOptions(contract.ReplayOptions):
         check_name("--subscription", self.subscription)
         for topic in self.topics:
             check_name("--topics", topic)
-        self._check_urls()
+        urls = {
+            "--service-url": self.service_url,
+            "--admin-url": self.admin_url,
+            "--oauth2-issuer-url": self.oauth2_issuer_url,
+        }
+        for option, url in urls.items():
+            if url is not None:  # no credentials, query or fragment
+                check_url(option, url, *_URLS[option])
         self.allowlist_matcher()  # compiles every glob and regex now, naming a bad one
-
-    def _check_urls(self) -> None:
-        """The URLs carry no credentials, query or fragment (:func:`~.redaction.check_url`)."""
-        check_url(
-            "--service-url", self.service_url, _SERVICE_SCHEMES, "pulsar://broker:6650", "binary-protocol URL"
-        )
-        if self.admin_url is not None:
-            check_url("--admin-url", self.admin_url, _HTTP_SCHEMES, "http://broker:8080", "admin REST URL")
-        if self.oauth2_issuer_url is not None:
-            check_url(
-                "--oauth2-issuer-url",
-                self.oauth2_issuer_url,
-                _HTTP_SCHEMES,
-                "https://auth.example.com",
-                "OAuth2 issuer URL",
-            )
 
     def allowlist_matcher(self) -> TopicMatcher | None:
         """The compiled ``--origin-allowlist`` (``None`` when not given)."""

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from spark_apps.dlq_replay.errors import ReplayConfigError
-from spark_apps.dlq_replay.redaction import shown
 from spark_apps.dlq_replay.state import run_dir_name
 from spark_apps.dlq_replay.storage import check_root, join, local_path, qualify_root
 
@@ -95,21 +94,6 @@ def check_oauth2_credentials_file(path: str) -> None:
         )
 
 
-def check_window_from(options: ReplayOptions) -> None:
-    """``--window-from`` names a run with a plan under a local output root (others: the plan step checks)."""
-    if not options.window_from:
-        return
-    local = local_path(qualify_root(options.output_dir))
-    if local is None:
-        return
-    plan = Path(local) / "runs" / run_dir_name(options.window_from) / "plan.json"
-    if not plan.is_file():
-        raise ReplayConfigError(
-            f"--window-from {shown(options.window_from)}: {plan} does not exist; give the run id of a "
-            "dry-run that wrote its plan under the same --output-dir"
-        )
-
-
 def _probe(directory: Path, output_dir: str, cannot: str, fix: str) -> None:
     """Create and remove a directory in ``directory``: the only check that holds for every user (root too)."""
     try:
@@ -159,12 +143,18 @@ def check_local(options: ReplayOptions) -> Playbook:
         check_client_cert_files(options.tls_cert_file, options.tls_key_file)
     if options.oauth2_credentials_file:
         check_oauth2_credentials_file(options.oauth2_credentials_file)
-    check_window_from(options)
     playbook = load_playbook(options.playbook) if options.playbook else Playbook()  # no rules: all skipped
     require_arrow_udfs()  # every step runs Arrow UDFs
     check_guard(options.output_dir, options.subscription_lease)
     check_output_dir_local(options.output_dir, join("runs", run_dir_name(options.run_id)))
     check_output_dir_remote(options.output_dir)
+    if options.window_from:  # the reviewed run's plan: same topics and subscription
+        from spark_apps.dlq_replay.group_actions import reuse_window
+        from spark_apps.dlq_replay.run_context import RunPaths
+        from spark_apps.dlq_replay.storage import RunStorage
+
+        earlier = RunPaths(options.output_dir, options.window_from).plan
+        reuse_window(RunStorage(), earlier, options.window_from, options.topics, options.subscription)
     return playbook
 
 

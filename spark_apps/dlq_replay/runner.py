@@ -31,9 +31,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from spark_apps.dlq_replay.options import ReplayOptions
-    from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf
     from spark_apps.dlq_replay.pulsar_io.window import PartitionWindow
-    from spark_apps.dlq_replay.state import RunState
 
 log = logging.getLogger("spark_apps.dlq_replay")
 
@@ -63,10 +61,12 @@ def run_replay(
             log.info("run %s is already complete; nothing to do", options.run_id)
             report: dict[str, Any] = json.loads(text)
             return report
-    _check_before_writing(
-        storage, paths, options, conf, resumed="plan" in state.steps, broker=not broker_checked
-    )
-    created = _Created(storage, paths)
+    if not broker_checked:  # before any file or lock is created
+        from spark_apps.dlq_replay.broker_checks import check_broker
+
+        check_broker(conf, options.topics)
+    parts = (paths.run, join(paths.root, "locks"), join(paths.root, "runs"), paths.root)
+    created = [path for path in parts if not storage.exists(path)]
     try:
         with run_lock(
             spark,
@@ -82,56 +82,20 @@ def run_replay(
             finally:
                 run.progress.stop()  # a step that raised leaves no progress thread logging behind
     except (ReplayConfigError, PulsarConfigError):
-        created.remove_if_refused(state)
+        if state.attempts == 1:  # an earlier attempt's files stay
+            _remove_created(storage, paths.run, created)
         raise
 
 
-def _check_before_writing(
-    storage: RunStorage,
-    paths: RunPaths,
-    options: ReplayOptions,
-    conf: PulsarConf,
-    resumed: bool,
-    broker: bool,
-) -> None:
-    """The checks that need the broker or an earlier run's files, before any file or lock is created:
-    the broker answers and accepts the credentials, the DLQ topics exist
-    (:func:`~spark_apps.dlq_replay.broker_checks.check_broker`), and ``--window-from`` names a plan of
-    the same topics and subscription."""
-    from spark_apps.dlq_replay.broker_checks import check_broker
-
-    if broker:
-        check_broker(conf, options.topics)
-    if options.window_from and not resumed:
-        from spark_apps.dlq_replay.group_actions import reuse_window
-
-        earlier = RunPaths(options.output_dir, options.window_from).plan
-        reuse_window(storage, earlier, options.window_from, options.topics, options.subscription)
-
-
-class _Created:
-    """What a refused first attempt created under the output root, so that exit code 2 leaves nothing:
-    the parts that did not exist before it started and are removed when it is refused."""
-
-    def __init__(self, storage: RunStorage, paths: RunPaths) -> None:
-        self.storage = storage
-        self.paths = paths
-        self.parts = [
-            path
-            for path in (paths.run, join(paths.root, "locks"), join(paths.root, "runs"), paths.root)
-            if not storage.exists(path)
-        ]
-
-    def remove_if_refused(self, state: RunState) -> None:
-        """Remove the run directory if this attempt created it, then the other parts if left empty."""
-        if state.attempts > 1 or not self.parts:  # an earlier attempt's files stay
-            return
-        for path in self.parts:
-            try:
-                if path == self.paths.run or not self.storage.list_names(path):
-                    self.storage.delete(path)
-            except Exception as exc:  # the refusal matters more than the clean-up
-                log.warning("could not remove %s after the refusal: %s", path, type(exc).__name__)
+def _remove_created(storage: RunStorage, run_dir: str, created: list[str]) -> None:
+    """Remove what a refused first attempt created under the output root, so that exit code 2 leaves
+    nothing: its run directory, then the other parts it created if left empty."""
+    for path in created:
+        try:
+            if path == run_dir or not storage.list_names(path):
+                storage.delete(path)
+        except Exception as exc:  # the refusal matters more than the clean-up
+            log.warning("could not remove %s after the refusal: %s", path, type(exc).__name__)
 
 
 def _run_steps(run: Run) -> dict[str, Any]:

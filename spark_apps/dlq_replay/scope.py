@@ -126,9 +126,7 @@ def _identities(snapshot: DataFrame, filters: Filters, origin_precedence: tuple[
             "topic", "message_id_str", "publish_time", "properties", F.lit(None).cast("binary").alias("value")
         )
     else:
-        from spark_apps.dlq_replay.normalize import origin_columns
-
-        light = snapshot.select(*origin_columns(), "publish_time")
+        light = snapshot.select("topic", "message_id_str", "publish_time", "properties")
     from pyspark.sql.types import BooleanType, StructField, StructType
 
     selected = [StructField("selected", BooleanType())] if limited else []

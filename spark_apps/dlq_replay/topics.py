@@ -22,24 +22,13 @@ def republish_target(origin_topic: str | None) -> str | None:
     return base_topic(qualified) if qualified else None
 
 
+_GLOB_TOKEN = re.compile(r"\*\*|\*|\?|[^*?]+")
+_GLOB_REGEX = {"**": ".*", "*": "[^/]*", "?": "[^/]"}
+
+
 def glob_to_regex(glob: str) -> str:
     """Translate a topic glob: ``*`` = any characters except ``/``, ``**`` = any characters, ``?`` = one."""
-    out: list[str] = []
-    i = 0
-    while i < len(glob):
-        ch = glob[i]
-        if glob.startswith("**", i):
-            out.append(".*")
-            i += 2
-            continue
-        if ch == "*":
-            out.append("[^/]*")
-        elif ch == "?":
-            out.append("[^/]")
-        else:
-            out.append(re.escape(ch))
-        i += 1
-    return "".join(out)
+    return "".join(_GLOB_REGEX.get(token) or re.escape(token) for token in _GLOB_TOKEN.findall(glob))
 
 
 def _qualify_glob(glob: str, what: str) -> str:
