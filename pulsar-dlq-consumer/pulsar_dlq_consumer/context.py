@@ -288,10 +288,10 @@ def error_context_values(
         default if reader is None or (value := reader.read(props)) is None else value
         for reader, default in zip(_READERS[fmt], _DEFAULTS, strict=True)
     ]
-    counted = isinstance(redelivery_count, int) and not isinstance(redelivery_count, bool)
-    redeliveries = redelivery_count if counted and redelivery_count is not None else -1
-    if values[_DELIVERY_COUNT] is None and redeliveries >= 0:
-        values[_DELIVERY_COUNT] = redeliveries + 1
+    if (
+        values[_DELIVERY_COUNT] is None and type(redelivery_count) is int and redelivery_count >= 0
+    ):  # not bool
+        values[_DELIVERY_COUNT] = redelivery_count + 1
     return (
         dlq_topic if isinstance(dlq_topic, str) else None,
         dlq_message_id if isinstance(dlq_message_id, str) else None,
@@ -304,12 +304,6 @@ def error_context_values(
 MAX_CLAIM_CHARS = 300
 _MESSAGE_ID = re.compile(r"\(?\s*(-?\d{1,20})\s*(?:[:,]\s*(-?\d{1,20})\s*){1,3}\)?")
 _ID_PART = re.compile(r"-?\d{1,20}")
-#: A message id whose parts are already spelt as ``str(int(part))`` (ASCII, no spaces, no leading zero):
-#: what clients write. Its canonical form needs no conversion.
-_PLAIN_PART = r"(0|-?[1-9][0-9]{0,19})"
-_PLAIN_MESSAGE_ID = re.compile(
-    rf"\(?{_PLAIN_PART}[:,]{_PLAIN_PART}(?:[:,]{_PLAIN_PART})?(?:[:,]{_PLAIN_PART})?\)?"
-)
 
 
 @dataclass(frozen=True)
@@ -372,15 +366,7 @@ def resolve_claims(claims: tuple[OriginClaim, ...], precedence: Sequence[str]) -
 def canonical_message_id(message_id: str | None) -> str | None:
     """A message id in one spelling, ``ledger:entry:partition:batch`` (batch -1 when absent), whichever
     client wrote it; Kafka ``partition:offset`` stays; anything else gives ``None``."""
-    if not message_id:
-        return None
-    plain = _PLAIN_MESSAGE_ID.fullmatch(message_id) if isinstance(message_id, str) else None
-    if plain is not None:
-        ledger, entry, partition, batch = plain.groups()
-        if partition is None:
-            return f"{ledger}:{entry}"
-        return f"{ledger}:{entry}:{partition}:{'-1' if batch is None else batch}"
-    if not _MESSAGE_ID.fullmatch(message_id.strip()):
+    if not message_id or not isinstance(message_id, str) or not _MESSAGE_ID.fullmatch(message_id.strip()):
         return None
     parts = _ID_PART.findall(message_id)
     if len(parts) == 3:

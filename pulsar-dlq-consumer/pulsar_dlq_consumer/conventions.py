@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -59,27 +59,11 @@ KIP1191_OFFSET = CONTEXT_PREFIX + "offset"
 KIP1191_GROUP = CONTEXT_PREFIX + "group"
 KIP1191_MESSAGE = CONTEXT_PREFIX + "message"
 
-# Kafka Connect DLQ headers.
+# Kafka Connect and Spring Kafka DLQ headers (the others are spelt out in their table entries).
 CONNECT_PREFIX = "__connect.errors."
 CONNECT_TOPIC = CONNECT_PREFIX + "topic"
-CONNECT_PARTITION = CONNECT_PREFIX + "partition"
-CONNECT_OFFSET = CONNECT_PREFIX + "offset"
-CONNECT_CONNECTOR = CONNECT_PREFIX + "connector.name"
-CONNECT_TASK = CONNECT_PREFIX + "task.id"
-CONNECT_EXCEPTION_CLASS = CONNECT_PREFIX + "exception.class.name"
-CONNECT_EXCEPTION_MESSAGE = CONNECT_PREFIX + "exception.message"
-CONNECT_EXCEPTION_STACKTRACE = CONNECT_PREFIX + "exception.stacktrace"
-
-# Spring Kafka dead-letter-topic headers.
 SPRING_PREFIX = "kafka_dlt-"
-SPRING_EXCEPTION_FQCN = SPRING_PREFIX + "exception-fqcn"
-SPRING_CAUSE_FQCN = SPRING_PREFIX + "exception-cause-fqcn"
-SPRING_EXCEPTION_MESSAGE = SPRING_PREFIX + "exception-message"
-SPRING_EXCEPTION_STACKTRACE = SPRING_PREFIX + "exception-stacktrace"
 SPRING_ORIGINAL_TOPIC = SPRING_PREFIX + "original-topic"
-SPRING_ORIGINAL_PARTITION = SPRING_PREFIX + "original-partition"
-SPRING_ORIGINAL_OFFSET = SPRING_PREFIX + "original-offset"
-SPRING_ORIGINAL_GROUP = SPRING_PREFIX + "original-consumer-group"
 
 #: Bounds on what we write (UTF-8 bytes); the parser applies the same bounds to what it reads.
 MAX_ERROR_MESSAGE_BYTES = 4 * 1024
@@ -169,44 +153,44 @@ def _big_endian_or_decimal(props: Mapping[str, Any], key: str) -> int | None:
     return int.from_bytes(value.encode("latin-1"), "big")
 
 
+class _Keyed:
+    """A reader's ``keys``: the property keys it looks at, the values of its fields named in
+    ``_key_fields``."""
+
+    __slots__ = ()
+    _key_fields: ClassVar[tuple[str, ...]] = ("key",)
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return tuple(getattr(self, name) for name in self._key_fields)
+
+
 @dataclass(frozen=True, slots=True)
-class Text:
+class Text(_Keyed):
     """The value of ``key`` (absent, empty or not text: ``None``), cut to ``max_bytes`` UTF-8 bytes with
     :data:`TRUNCATION_MARKER` when a bound is given."""
 
     key: str
     max_bytes: int | None = None
 
-    @property
-    def keys(self) -> tuple[str, ...]:
-        return (self.key,)
-
     def read(self, props: Mapping[str, Any]) -> str | None:
-        value = props.get(self.key)  # read_text, inlined: the parser's most frequent call
-        if not isinstance(value, str) or value == "":
-            return None
-        if self.max_bytes is not None:
-            return truncate_utf8(value, self.max_bytes)
-        return value if value.isascii() else safe_str(value)
+        value = read_text(props, self.key)
+        return value if value is None or self.max_bytes is None else truncate_utf8(value, self.max_bytes)
 
 
 @dataclass(frozen=True, slots=True)
-class Number:
+class Number(_Keyed):
     """A decimal number (see :func:`read_int`) of at least ``minimum``."""
 
     key: str
     minimum: int = 0
-
-    @property
-    def keys(self) -> tuple[str, ...]:
-        return (self.key,)
 
     def read(self, props: Mapping[str, Any]) -> int | None:
         return read_int(props, self.key, self.minimum)
 
 
 @dataclass(frozen=True, slots=True)
-class Position:
+class Position(_Keyed):
     """A Kafka position, ``"<partition or 0>:<offset>"`` (no offset: ``None``), from decimal numbers or,
     with ``binary``, from big-endian binary values as Spring writes them."""
 
@@ -214,9 +198,7 @@ class Position:
     offset: str
     binary: bool = False
 
-    @property
-    def keys(self) -> tuple[str, ...]:
-        return (self.partition, self.offset)
+    _key_fields: ClassVar[tuple[str, ...]] = ("partition", "offset")
 
     def read(self, props: Mapping[str, Any]) -> str | None:
         number = _big_endian_or_decimal if self.binary else read_int
@@ -228,30 +210,24 @@ class Position:
 
 
 @dataclass(frozen=True, slots=True)
-class Const:
+class Const(_Keyed):
     """Always ``value`` (what a convention implies without saying it, e.g. its reason)."""
 
     value: str
 
-    @property
-    def keys(self) -> tuple[str, ...]:
-        return ()
+    _key_fields: ClassVar[tuple[str, ...]] = ()
 
     def read(self, props: Mapping[str, Any]) -> str:
         return self.value
 
 
 @dataclass(frozen=True, slots=True)
-class Choice:
+class Choice(_Keyed):
     """The text of ``key`` when it is one of ``allowed``, else ``default``."""
 
     key: str
     allowed: frozenset[str]
     default: str
-
-    @property
-    def keys(self) -> tuple[str, ...]:
-        return (self.key,)
 
     def read(self, props: Mapping[str, Any]) -> str:
         value = read_text(props, self.key)
@@ -259,16 +235,14 @@ class Choice:
 
 
 @dataclass(frozen=True, slots=True)
-class Joined:
+class Joined(_Keyed):
     """``"<first><sep><second>"`` when both texts are given, else the first text."""
 
     first: str
     second: str
     sep: str = "-"
 
-    @property
-    def keys(self) -> tuple[str, ...]:
-        return (self.first, self.second)
+    _key_fields: ClassVar[tuple[str, ...]] = ("first", "second")
 
     def read(self, props: Mapping[str, Any]) -> str | None:
         first, second = read_text(props, self.first), read_text(props, self.second)
@@ -343,7 +317,10 @@ class Convention:
 
 _STD_ORIGIN_ID = first(Text(ORIGIN_MESSAGE_ID), Text(LEGACY_ORIGIN_MESSAGE_ID))
 _PULSAR_CLAIM = Claim(REAL_TOPIC, _STD_ORIGIN_ID)
-_SPRING_POSITION = Position(SPRING_ORIGINAL_PARTITION, SPRING_ORIGINAL_OFFSET, binary=True)
+_CONNECT_POSITION = Position(CONNECT_PREFIX + "partition", CONNECT_PREFIX + "offset")
+_SPRING_POSITION = Position(
+    SPRING_PREFIX + "original-partition", SPRING_PREFIX + "original-offset", binary=True
+)
 _RETRIED = {
     "origin_topic": Text(REAL_TOPIC),
     "origin_message_id": _STD_ORIGIN_ID,
@@ -390,15 +367,15 @@ CONVENTIONS: tuple[Convention, ...] = (
         ContextFormat.KAFKA_CONNECT,
         marker_prefix=CONNECT_PREFIX,
         namespace=CONNECT_PREFIX,
-        claim=Claim(CONNECT_TOPIC, Position(CONNECT_PARTITION, CONNECT_OFFSET)),
+        claim=Claim(CONNECT_TOPIC, _CONNECT_POSITION),
         fields={
             "origin_topic": Text(CONNECT_TOPIC),
-            "origin_message_id": Position(CONNECT_PARTITION, CONNECT_OFFSET),
-            "subscription": Text(CONNECT_CONNECTOR),
-            "error_class": Text(CONNECT_EXCEPTION_CLASS),
-            "error_message": Text(CONNECT_EXCEPTION_MESSAGE, MAX_ERROR_MESSAGE_BYTES),
-            "error_stack": Text(CONNECT_EXCEPTION_STACKTRACE, MAX_ERROR_STACK_BYTES),
-            "consumer": Joined(CONNECT_CONNECTOR, CONNECT_TASK),
+            "origin_message_id": _CONNECT_POSITION,
+            "subscription": Text(CONNECT_PREFIX + "connector.name"),
+            "error_class": Text(CONNECT_PREFIX + "exception.class.name"),
+            "error_message": Text(CONNECT_PREFIX + "exception.message", MAX_ERROR_MESSAGE_BYTES),
+            "error_stack": Text(CONNECT_PREFIX + "exception.stacktrace", MAX_ERROR_STACK_BYTES),
+            "consumer": Joined(CONNECT_PREFIX + "connector.name", CONNECT_PREFIX + "task.id"),
         },
     ),
     Convention(  # Spring Kafka's DeadLetterPublishingRecoverer
@@ -409,10 +386,12 @@ CONVENTIONS: tuple[Convention, ...] = (
         fields={
             "origin_topic": Text(SPRING_ORIGINAL_TOPIC),
             "origin_message_id": _SPRING_POSITION,
-            "subscription": Text(SPRING_ORIGINAL_GROUP),
-            "error_class": first(Text(SPRING_CAUSE_FQCN), Text(SPRING_EXCEPTION_FQCN)),
-            "error_message": Text(SPRING_EXCEPTION_MESSAGE, MAX_ERROR_MESSAGE_BYTES),
-            "error_stack": Text(SPRING_EXCEPTION_STACKTRACE, MAX_ERROR_STACK_BYTES),
+            "subscription": Text(SPRING_PREFIX + "original-consumer-group"),
+            "error_class": first(
+                Text(SPRING_PREFIX + "exception-cause-fqcn"), Text(SPRING_PREFIX + "exception-fqcn")
+            ),
+            "error_message": Text(SPRING_PREFIX + "exception-message", MAX_ERROR_MESSAGE_BYTES),
+            "error_stack": Text(SPRING_PREFIX + "exception-stacktrace", MAX_ERROR_STACK_BYTES),
         },
     ),
     Convention(  # KIP-1191 share-group DLQ headers (a subset of our keys)

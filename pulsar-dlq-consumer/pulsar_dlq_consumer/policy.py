@@ -19,14 +19,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from datetime import timedelta
 
-DEFAULT_MAX_REDELIVERIES = 16
-DEFAULT_MAX_RECONSUMES = 16
 LEVEL_INCREMENT: Literal["increment"] = "increment"
-
-
-def local_name(topic: str) -> str:
-    """The last path element of a topic name (``orders`` for ``persistent://public/default/orders``)."""
-    return topic.rsplit("/", 1)[-1]
 
 
 @dataclass(frozen=True)
@@ -55,7 +48,7 @@ class TopicNameGuard:
 
     def check(self, topic: str, *, role: str) -> None:
         """Raise :class:`TopicNameGuardError` naming ``role`` (``DLQ``/``retry``) if ``topic`` is refused."""
-        name = local_name(topic)
+        name = topic.rsplit("/", 1)[-1]
         if name.startswith("__") and not self.allow_internal:
             raise TopicNameGuardError(
                 f"{role} topic {topic!r} is an internal name (starts with '__'); choose another name"
@@ -97,7 +90,7 @@ class DeadLetterPolicy:
         Bounds (UTF-8 bytes) of the exception message and stack trace properties.
     """
 
-    max_redeliver_count: int = DEFAULT_MAX_REDELIVERIES
+    max_redeliver_count: int = 16
     dead_letter_topic: str | None = None
     initial_subscription_name: str | None = None
     name_guard: TopicNameGuard = field(default_factory=TopicNameGuard)
@@ -139,7 +132,7 @@ class RetryPolicy:
         Without ``delay`` or ``level``: retry ``n`` uses level ``n`` (default), else ``default_delay``.
     """
 
-    max_reconsumes: int = DEFAULT_MAX_RECONSUMES
+    max_reconsumes: int = 16
     topic: str | None = None
     delay_levels: DelayLevels | str | Sequence[str | float | timedelta] = DEFAULT_LEVELS
     level_increment: bool = True

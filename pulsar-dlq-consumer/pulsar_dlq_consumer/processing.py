@@ -98,12 +98,9 @@ class MessageProcessor:
     ) -> None:
         if not callable(handler):
             raise ConfigurationError(f"handler must be callable; got {handler!r}")
-        try:
-            default = Outcome(default)
-        except ValueError:
-            raise ConfigurationError(f"default must be 'nack', 'retry' or 'term'; got {default!r}") from None
         if default not in (Outcome.NACK, Outcome.RETRY, Outcome.TERM):
             raise ConfigurationError(f"default must be 'nack', 'retry' or 'term'; got {default!r}")
+        default = Outcome(default)
         if default is Outcome.RETRY and consumer.retry_policy is None:
             raise ConfigurationError(
                 "default='retry' needs a consumer created with retry_policy=RetryPolicy(...)"
@@ -159,8 +156,8 @@ class MessageProcessor:
             if outcome is Outcome.TERM:
                 self.consumer.term(msg, error)
             elif outcome is Outcome.RETRY:
-                delay = getattr(error, "delay", None) if isinstance(error, RetryableError) else None
-                level = getattr(error, "level", None) if isinstance(error, RetryableError) else None
+                delay = error.delay if isinstance(error, RetryableError) else None
+                level = error.level if isinstance(error, RetryableError) else None
                 self.consumer.reconsume_later(msg, delay, level=level, error=error)
             else:
                 self.consumer.negative_acknowledge(msg, error)

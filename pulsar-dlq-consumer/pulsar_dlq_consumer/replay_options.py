@@ -43,14 +43,8 @@ _SIGNATURE = re.compile(r"[0-9a-f]{16}")
 _RUN_ID = re.compile(r"[^\x00-\x1f/\\]{1,250}")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _CANARY_SIZE = re.compile(r"\s*(?P<n>[0-9]+(?:\.[0-9]+)?)\s*(?P<pct>%?)\s*")
-#: The numeric options with a lower bound: (option, attribute, minimum); ``None`` means not given.
-_MINIMUMS: tuple[tuple[str, str, int], ...] = (
-    ("--max-messages", "max_messages", 1),
-    ("--max-replays", "max_replays", 1),
-    ("--parallelism", "parallelism", 1),
-    ("--idle-timeout-ms", "idle_timeout_ms", 100),
-    ("--wave-size", "wave_size", 1),
-)
+#: The numeric options with a lower bound, by field; ``None`` means not given.
+_MINIMUMS = {"max_messages": 1, "max_replays": 1, "parallelism": 1, "idle_timeout_ms": 100, "wave_size": 1}
 
 
 class ReplayOptionsError(ConfigurationError):
@@ -204,10 +198,15 @@ class ReplayOptions:
         if not self.service_url:
             raise ReplayOptionsError("--service-url is required, e.g. pulsar://broker:6650")
         self._check_topics()
-        self._check_subscription()
+        if not self.subscription or not self.subscription.strip() or _CONTROL.search(self.subscription):
+            raise ReplayOptionsError(
+                "--subscription must be a non-empty name without control characters "
+                f"(default {DEFAULT_SUBSCRIPTION})"
+            )
         self._check_selection()
         self._check_limits()
-        self._check_window_from()
+        if self.window_from is not None and check_run_id(self.window_from, "--window-from") == self.run_id:
+            raise ReplayOptionsError("--window-from must name an earlier run, not this --run-id")
 
     def _check_topics(self) -> None:
         if not self.topics:
@@ -221,13 +220,6 @@ class ReplayOptions:
             raise ReplayOptionsError(
                 "--origin-allowlist is required in replay mode: the topics a message may be republished to, "
                 "as globs (persistent://public/default/orders*) or regexes (re:...), comma-separated"
-            )
-
-    def _check_subscription(self) -> None:
-        if not self.subscription or not self.subscription.strip() or _CONTROL.search(self.subscription):
-            raise ReplayOptionsError(
-                "--subscription must be a non-empty name without control characters "
-                f"(default {DEFAULT_SUBSCRIPTION})"
             )
 
     def _check_selection(self) -> None:
@@ -248,34 +240,27 @@ class ReplayOptions:
             )
 
     def _check_limits(self) -> None:
-        for name, attribute, minimum in _MINIMUMS:
-            value = getattr(self, attribute)
+        for name, minimum in _MINIMUMS.items():
+            value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or value < minimum):
-                raise ReplayOptionsError(f"{name} must be >= {minimum}; got {value}")
+                raise ReplayOptionsError(f"--{name.replace('_', '-')} must be >= {minimum}; got {value}")
         if self.rate_limit is not None and self.rate_limit <= 0:
             raise ReplayOptionsError(f"--rate-limit must be > 0 messages/s; got {self.rate_limit}")
-
-    def _check_window_from(self) -> None:
-        if self.window_from is None:
-            return
-        check_run_id(self.window_from, "--window-from")
-        if self.window_from == self.run_id:
-            raise ReplayOptionsError("--window-from must name an earlier run, not this --run-id")
 
     def to_argv(self) -> list[str]:
         """The app's command line for these options (:data:`FLAGS`; the inverse of :func:`from_arguments`).
         Holds no secret: secrets are never options."""
-        canary = self.canary
-        values: dict[str, Any] = {
-            **{f.name: getattr(self, f.name) for f in FLAGS if f.name not in _CANARY_FLAGS},
-            "canary": canary.label if canary else None,
-            "canary_wait_seconds": canary.wait_seconds if canary else None,
-            "canary_max_failure_rate": canary.max_failure_rate if canary else None,
-            "canary_watch_topics": canary.watch_topics if canary else None,
-        }
         argv: list[str] = []
         for flag in FLAGS:
-            text = flag.text(values[flag.name])
+            if flag.name not in _CANARY_FLAGS:
+                value = getattr(self, flag.name)
+            elif self.canary is None:
+                value = None
+            elif flag.name == "canary":
+                value = self.canary.label
+            else:  # --canary-X: the canary's attribute X
+                value = getattr(self.canary, flag.name.removeprefix("canary_"))
+            text = flag.text(value)
             if text:
                 argv += [flag.option, text]
         return argv
