@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from pulsar_dlq_consumer.context import (
-    ORIGIN_PROPERTY_KEYS,
     OriginClaim,
     canonical_topic,
     conflicting_claims,
@@ -33,7 +32,7 @@ from spark_apps.dlq_replay.signatures import replay_id
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
 
-    from pyspark.sql import Column, DataFrame
+    from pyspark.sql import DataFrame
 
 
 def origin_of(
@@ -61,69 +60,33 @@ def row_replay_id(topic: str | None, message_id: str | None, claim: OriginClaim 
     return replay_id(topic or "", message_id or "", identity)
 
 
-def origin_columns() -> list[Column]:
-    """The snapshot's ``topic`` and ``message_id_str`` and the value of each property in
-    :data:`~pulsar_dlq_consumer.context.ORIGIN_PROPERTY_KEYS`: all :func:`replay_ids` needs,
-    without the payload and the other properties."""
-    from pyspark.sql import functions as F
-
-    keys = [F.col("properties").getItem(key).alias(_origin(i)) for i, key in enumerate(ORIGIN_PROPERTY_KEYS)]
-    return [F.col("topic"), F.col("message_id_str"), *keys]
-
-
-def _origin(i: int) -> str:
-    """Name of the column of the ``i``-th of :data:`~pulsar_dlq_consumer.context.ORIGIN_PROPERTY_KEYS`."""
-    return f"_origin{i}"
-
-
-def _with_origin_columns(batch: pa.RecordBatch) -> pa.RecordBatch:
-    """``batch`` with the :func:`origin_columns` looked up in its ``properties`` (when it has them)."""
-    if "properties" not in batch.schema.names:
-        return batch
+def replay_ids(batch: pa.RecordBatch, origin_precedence: Sequence[str] = ()) -> list[str]:
+    """:func:`row_replay_id` of every row of a batch of snapshot rows (``topic``, ``message_id_str``,
+    ``properties``): the ids :func:`normalize_columns` computes, by kernels where they settle the row's
+    origin claims (:func:`~spark_apps.dlq_replay.context_columns.origin_replay_ids`), else (and for every
+    row with ``origin_precedence``) by the scalar parser."""
     import pyarrow.compute as pc
 
-    properties = batch.column("properties")
-    # The last value of a repeated key, as the per-row property dicts have it.
-    origins = [pc.map_lookup(properties, key, "last") for key in ORIGIN_PROPERTY_KEYS]
-    names = [_origin(i) for i in range(len(origins))]
-    return pa.RecordBatch.from_arrays([*batch.columns, *origins], names=[*batch.schema.names, *names])
-
-
-def replay_ids(batch: pa.RecordBatch, origin_precedence: Sequence[str] = ()) -> list[str]:
-    """:func:`row_replay_id` of every row of a batch of :func:`origin_columns`, or of snapshot rows (the
-    same ids :func:`normalize_columns` computes from the whole properties: by kernels where they settle
-    the row's origin claims, see :func:`~spark_apps.dlq_replay.context_columns.origin_replay_ids`)."""
-    if "properties" not in batch.schema.names or origin_precedence:
-        return _scalar_replay_ids(batch, origin_precedence)
     from spark_apps.dlq_replay.context_columns import origin_replay_ids
 
-    ids, settled = origin_replay_ids(batch, UNDECODABLE_PROPERTY)
-    if settled.false_count:
-        import pyarrow.compute as pc
-
-        rows = pc.invert(settled)
-        parsed = iter(_scalar_replay_ids(batch.filter(rows)))
-        ids = [next(parsed) if scalar else known for known, scalar in zip(ids, rows.to_pylist(), strict=True)]
+    if origin_precedence:
+        ids, scalar = [""] * batch.num_rows, pa.array([True] * batch.num_rows)
+    else:
+        ids, settled = origin_replay_ids(batch, UNDECODABLE_PROPERTY)
+        scalar = pc.invert(settled)
+    if scalar.true_count:
+        chosen = batch.filter(scalar)
+        rows = zip(
+            chosen.column("topic").to_pylist(),
+            chosen.column("message_id_str").to_pylist(),
+            property_dicts(chosen.column("properties")),
+            strict=True,
+        )
+        parsed = (
+            row_replay_id(topic, mid, origin_of(props, origin_precedence)[0]) for topic, mid, props in rows
+        )
+        ids = [next(parsed) if s else known for known, s in zip(ids, scalar.to_pylist(), strict=True)]
     return ids
-
-
-def _scalar_replay_ids(batch: pa.RecordBatch, origin_precedence: Sequence[str] = ()) -> list[str]:
-    """:func:`replay_ids` by the scalar parser, row by row."""
-    batch = _with_origin_columns(batch)
-    topics = batch.column("topic").to_pylist()
-    ids = batch.column("message_id_str").to_pylist()
-    dicts: list[dict[str, str]] = [{} for _ in range(batch.num_rows)]
-    for i, key in enumerate(ORIGIN_PROPERTY_KEYS):
-        column = batch.column(_origin(i))
-        if column.null_count == len(column):  # most conventions are absent from a whole batch
-            continue
-        for properties, value in zip(dicts, column.to_pylist(), strict=True):
-            if value is not None:
-                properties[key] = value
-    return [
-        row_replay_id(topic, message_id, origin_of(properties, origin_precedence)[0])
-        for topic, message_id, properties in zip(topics, ids, dicts, strict=True)
-    ]
 
 
 def property_dicts(column: pa.MapArray) -> list[dict[str, Any]]:
