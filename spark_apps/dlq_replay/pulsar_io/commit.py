@@ -25,7 +25,7 @@ from spark_apps.dlq_replay.pulsar_io.cursor import (
 from spark_apps.dlq_replay.pulsar_io.errors import PulsarConfigError, WindowError
 from spark_apps.dlq_replay.pulsar_io.final_ids import FinalEntries, FinalIds
 from spark_apps.dlq_replay.pulsar_io.window import DEFAULT_IDLE_TIMEOUT_MS, unique_consumer_name
-from spark_apps.dlq_replay.pulsar_io.window_consumer import DEFAULT_RECEIVER_QUEUE_SIZE, WindowPasses
+from spark_apps.dlq_replay.pulsar_io.window_consumer import WindowPasses
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -62,7 +62,7 @@ _EntryRow = tuple[Position, int, int, "int | None"]
 _RESULT_COLUMNS = [part.split()[0] for part in COMMIT_RESULT_SCHEMA.split(", ")]
 #: Times the acks of an entry are sent before it is reported as unacked.
 MAX_ACK_ATTEMPTS = 3
-DEFAULT_VERIFY_TIMEOUT_S = 10.0
+VERIFY_TIMEOUT_S = 10.0
 
 
 def _result_table(rows: list[dict[str, Any]]) -> Any:
@@ -76,32 +76,39 @@ def _result_table(rows: list[dict[str, Any]]) -> Any:
     )
 
 
-class CommitFn:
-    """Consumer mode: acks the rows of a ``pyarrow.Table`` (:data:`COMMIT_INPUT_SCHEMA` or
-    :data:`ENTRIES_COMMIT_INPUT_SCHEMA`), one output row per ``dlq_topic``."""
+def make_commit_fn(
+    conf: PulsarConf,
+    windows: Sequence[PartitionWindow],
+    subscription: str,
+    idle_timeout_ms: int = DEFAULT_IDLE_TIMEOUT_MS,
+    *,
+    batch_index_ack: bool = False,
+) -> Callable[[Any], Any]:
+    """Consumer mode: the function for ``df.groupBy("dlq_topic").applyInArrow(fn, COMMIT_RESULT_SCHEMA)``
+    over :data:`COMMIT_INPUT_SCHEMA` or :data:`ENTRIES_COMMIT_INPUT_SCHEMA` rows, one output row per topic
+    (``batch_index_ack`` needs ``acknowledgmentAtBatchIndexLevelEnabled``; not on pulsar-lite)."""
+    if not subscription:
+        raise PulsarConfigError("subscription is required, e.g. 'dlq-replayer'")
+    if idle_timeout_ms <= 0:
+        raise PulsarConfigError(f"idle_timeout_ms must be > 0; got {idle_timeout_ms}")
+    by_topic = {w.topic: w for w in windows}
 
-    def __init__(
-        self,
-        conf: PulsarConf,
-        windows: Sequence[PartitionWindow],
-        subscription: str,
-        idle_timeout_ms: int = DEFAULT_IDLE_TIMEOUT_MS,
-        *,
-        batch_index_ack: bool = False,
-        receiver_queue_size: int = DEFAULT_RECEIVER_QUEUE_SIZE,
-    ) -> None:
-        if not subscription:
-            raise PulsarConfigError("subscription is required, e.g. 'dlq-replayer'")
-        if idle_timeout_ms <= 0:
-            raise PulsarConfigError(f"idle_timeout_ms must be > 0; got {idle_timeout_ms}")
-        self.conf = conf
-        self.windows = {w.topic: w for w in windows}
-        self.subscription = subscription
-        self.idle_timeout_ms = int(idle_timeout_ms)
-        self.batch_index_ack = batch_index_ack
-        self.receiver_queue_size = int(receiver_queue_size)
+    def read_again(window: PartitionWindow, final: FinalIds | FinalEntries) -> WindowPasses:
+        # Reaching the window end means every pending message was delivered: final ids not seen were
+        # acked by an earlier commit. An idle stop may be a stall: read again while that finds more.
+        return WindowPasses(
+            get_client(conf),
+            window,
+            subscription,
+            role="commit",
+            idle_timeout_ms=int(idle_timeout_ms),
+            batch_index_ack=batch_index_ack,
+            seen=final,  # the read skips redeliveries by the final ids' received flags
+        )
 
-    def __call__(self, table: Any) -> Any:
+    # A plain one-argument function: Spark picks the ``pyarrow.Table -> pyarrow.Table`` form by arity
+    # (a callable object would count ``self`` and receive the grouping key too).
+    def commit(table: Any) -> Any:
         import pyarrow.compute as pc
 
         missing = [c for c in ("dlq_topic", "dlq_message_id") if c not in table.column_names]
@@ -113,61 +120,58 @@ class CommitFn:
         names = pc.unique(topics).to_pylist()  # one per group of groupBy("dlq_topic"): no Python str per row
         rows = []
         for topic in names:
-            of_topic = table if len(names) == 1 else table.filter(pc.equal(topics, topic))
-            rows.append(self.commit_topic(topic, _final_of(of_topic)))
+            final = _final_of(table if len(names) == 1 else table.filter(pc.equal(topics, topic)))
+            window = by_topic.get(topic)
+            if window is None:
+                raise WindowError(
+                    f"dlq_topic {topic!r} is not in the run's frozen window; commit only messages read from "
+                    f"that window (known: {sorted(by_topic)})"
+                )
+            rows.append(_commit_topic(window, final, read_again))
         return _result_table(rows)
 
-    def commit_topic(self, topic: str, final: FinalIds | FinalEntries) -> dict[str, Any]:
-        """Ack the ``final`` ids of one partition; returns its result row."""
-        window = self.windows.get(topic)
-        if window is None:
-            raise WindowError(
-                f"dlq_topic {topic!r} is not in the run's frozen window; commit only messages read from "
-                f"that window (known: {sorted(self.windows)})"
-            )
-        outside = final.drop_beyond(window.end_key)
-        if outside:
-            log.warning("commit %s: %d ids lie beyond the window end and are not acked", topic, outside)
-        if not len(final):
-            return {"dlq_topic": topic}
-        # Reaching the window end means every pending message was delivered: final ids not seen were
-        # acked by an earlier commit. An idle stop may be a stall: read again while that finds more.
-        reader = WindowPasses(
-            get_client(self.conf),
-            window,
-            self.subscription,
-            role="commit",
-            idle_timeout_ms=self.idle_timeout_ms,
-            receiver_queue_size=self.receiver_queue_size,
-            batch_index_ack=self.batch_index_ack,
-            seen=final,  # the read skips redeliveries by the final ids' received flags
-        )
-        acked = left = 0
-        for _, msg, _, consumer in reader.messages():
-            if final.last_index >= 0:  # the message just returned is a final one, received once
-                consumer.acknowledge(msg)
-                acked += 1
-            else:
-                left += 1
-        beyond, passes = reader.stats.beyond_window, reader.passes
-        log.info(
-            "commit %s: acked %d, left pending %d, beyond window %d, %d final ids not received "
-            "(already acked), %d pass(es)",
-            topic,
-            acked,
-            left,
-            beyond,
-            len(final) - acked,
-            passes,
-        )
-        read = reader.stats.in_window + reader.stats.duplicates + beyond
-        return {
-            "dlq_topic": topic,
-            "acked": acked,
-            "left_pending": left,
-            "beyond_window": beyond,
-            "messages_read": read,
-        }
+    return commit
+
+
+def _commit_topic(
+    window: PartitionWindow,
+    final: FinalIds | FinalEntries,
+    read_again: Callable[[PartitionWindow, FinalIds | FinalEntries], WindowPasses],
+) -> dict[str, Any]:
+    """Ack the ``final`` ids of one partition from the consumers that receive them; its result row."""
+    topic = window.topic
+    outside = final.drop_beyond(window.end_key)
+    if outside:
+        log.warning("commit %s: %d ids lie beyond the window end and are not acked", topic, outside)
+    if not len(final):
+        return {"dlq_topic": topic}
+    reader = read_again(window, final)
+    acked = left = 0
+    for _, msg, _, consumer in reader.messages():
+        if final.last_index >= 0:  # the message just returned is a final one, received once
+            consumer.acknowledge(msg)
+            acked += 1
+        else:
+            left += 1
+    beyond = reader.stats.beyond_window
+    log.info(
+        "commit %s: acked %d, left pending %d, beyond window %d, %d final ids not received "
+        "(already acked), %d pass(es)",
+        topic,
+        acked,
+        left,
+        beyond,
+        len(final) - acked,
+        reader.passes,
+    )
+    read = reader.stats.in_window + reader.stats.duplicates + beyond
+    return {
+        "dlq_topic": topic,
+        "acked": acked,
+        "left_pending": left,
+        "beyond_window": beyond,
+        "messages_read": read,
+    }
 
 
 def _final_of(table: Any) -> FinalIds | FinalEntries:
@@ -197,15 +201,7 @@ class EntryCommitFn:
     """Reader mode: acks the entries of a ``pyarrow.Table`` (:data:`ENTRY_COMMIT_INPUT_SCHEMA`) whose
     ``final_messages == messages == batch_size``; one output row per ``dlq_topic``."""
 
-    def __init__(
-        self,
-        conf: PulsarConf,
-        windows: Sequence[PartitionWindow],
-        subscription: str,
-        *,
-        verify_timeout_s: float = DEFAULT_VERIFY_TIMEOUT_S,
-        max_attempts: int = MAX_ACK_ATTEMPTS,
-    ) -> None:
+    def __init__(self, conf: PulsarConf, windows: Sequence[PartitionWindow], subscription: str) -> None:
         if not subscription:
             raise PulsarConfigError("subscription is required, e.g. 'dlq-replayer'")
         if not conf.admin_url:
@@ -213,11 +209,6 @@ class EntryCommitFn:
         self.conf = conf
         self.windows = {w.topic: w for w in windows}
         self.subscription = subscription
-        self.verify_timeout_s = float(verify_timeout_s)
-        self.max_attempts = int(max_attempts)
-
-    def __call__(self, table: Any) -> Any:
-        return self.commit_table(table)
 
     def commit_table(self, table: Any, topics: Sequence[str] = ()) -> Any:
         """One result row per ``dlq_topic`` of ``table`` and per topic of ``topics``."""
@@ -322,7 +313,7 @@ class EntryCommitFn:
         )
         part = max(window.partition, -1)
         try:
-            for attempt in range(1, self.max_attempts + 1):
+            for attempt in range(1, MAX_ACK_ATTEMPTS + 1):
                 ack = consumer.acknowledge
                 for ledger, entry in todo:
                     ack(pulsar.MessageId(part, ledger, entry, -1))
@@ -334,15 +325,15 @@ class EntryCommitFn:
                     window.topic,
                     len(todo),
                     attempt,
-                    self.max_attempts,
-                    ", sending them again" if attempt < self.max_attempts else "",
+                    MAX_ACK_ATTEMPTS,
+                    ", sending them again" if attempt < MAX_ACK_ATTEMPTS else "",
                 )
         finally:
             consumer.close()
         return todo
 
     def _wait_acked(self, admin: Any, topic: str, todo: list[Position]) -> list[Position]:
-        deadline = time.monotonic() + self.verify_timeout_s
+        deadline = time.monotonic() + VERIFY_TIMEOUT_S
         delay = 0.1
         while True:
             time.sleep(delay)  # the client sends grouped acks every 100 ms
@@ -354,37 +345,13 @@ class EntryCommitFn:
 
 
 def make_entry_commit_fn(
-    conf: PulsarConf,
-    windows: Sequence[PartitionWindow],
-    subscription: str,
-    *,
-    verify_timeout_s: float = DEFAULT_VERIFY_TIMEOUT_S,
+    conf: PulsarConf, windows: Sequence[PartitionWindow], subscription: str
 ) -> Callable[[Any], Any]:
     """The function for ``entries_df.groupBy("dlq_topic").applyInArrow(fn, COMMIT_RESULT_SCHEMA)``."""
-    committer = EntryCommitFn(conf, windows, subscription, verify_timeout_s=verify_timeout_s)
+    committer = EntryCommitFn(conf, windows, subscription)
 
-    def commit(table: Any) -> Any:
-        return committer(table)
-
-    return commit
-
-
-def make_commit_fn(
-    conf: PulsarConf,
-    windows: Sequence[PartitionWindow],
-    subscription: str,
-    idle_timeout_ms: int = DEFAULT_IDLE_TIMEOUT_MS,
-    *,
-    batch_index_ack: bool = False,
-) -> Callable[[Any], Any]:
-    """The function for ``ledger_df.groupBy("dlq_topic").applyInArrow(fn, COMMIT_RESULT_SCHEMA)``
-    (``batch_index_ack`` needs ``acknowledgmentAtBatchIndexLevelEnabled``; not on pulsar-lite)."""
-    committer = CommitFn(conf, windows, subscription, idle_timeout_ms, batch_index_ack=batch_index_ack)
-
-    # A plain one-argument function: Spark picks the ``pyarrow.Table -> pyarrow.Table`` form by arity
-    # (a callable object would count ``self`` and receive the grouping key too).
-    def commit(table: Any) -> Any:
-        return committer(table)
+    def commit(table: Any) -> Any:  # one argument: see make_commit_fn
+        return committer.commit_table(table)
 
     return commit
 

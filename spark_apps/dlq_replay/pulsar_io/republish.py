@@ -33,41 +33,21 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-REPUBLISH_INPUT_COLUMNS = (
-    "replay_id",
-    "target_topic",
-    "producer_name",
-    "sequence_id",
-    "value",
-    "key",
-    "ordering_key",
-    "event_time",
-    "properties",
-)
 REPUBLISH_INPUT_SCHEMA = (
     "replay_id string, target_topic string, producer_name string, sequence_id long, value binary, "
     "key string, ordering_key string, event_time timestamp, properties map<string,string>"
 )
+REPUBLISH_INPUT_COLUMNS = tuple(part.split()[0] for part in REPUBLISH_INPUT_SCHEMA.split(", "))
 REPUBLISH_RESULT_SCHEMA = "replay_id string, published boolean, published_message_id string, error string"
 
 
 def republish_input_arrow_schema() -> Any:
     """:data:`REPUBLISH_INPUT_SCHEMA` as a pyarrow schema (the types of Spark's Arrow batches)."""
-    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
 
-    return pa.schema(
-        [
-            ("replay_id", pa.string()),
-            ("target_topic", pa.string()),
-            ("producer_name", pa.string()),
-            ("sequence_id", pa.int64()),
-            ("value", pa.binary()),
-            ("key", pa.string()),
-            ("ordering_key", pa.string()),
-            ("event_time", pa.timestamp("us", tz="UTC")),
-            ("properties", pa.map_(pa.string(), pa.string())),
-        ]
-    )
+    from spark_apps.dlq_replay.pulsar_io.source import ddl_struct
+
+    return to_arrow_schema(ddl_struct(REPUBLISH_INPUT_SCHEMA), timezone="UTC")
 
 
 #: A producer's batches never span two blocks of this many sequence ids (see the module docstring).
@@ -324,25 +304,22 @@ class _Publisher:
         _check_columns(batch.schema.names)
         errors: list[str | None] = [None] * batch.num_rows
         groups = [(self._producer(*key), rows) for key, rows in _by_producer(batch, errors).items()]
-        replay_ids = batch.column("replay_id").cast("string").to_pylist()
-        if any(state.error is None for state, _ in groups):
-            col = batch.column
-            columns = (
-                replay_ids,
-                col("sequence_id").to_pylist(),
-                col("value").to_pylist(),
-                _properties(col("properties")),
-                col("key").to_pylist(),
-                col("ordering_key").to_pylist(),
-                _epoch_ms(col("event_time")),
-            )
-            for state, rows in groups:
-                self._send(state, rows, errors, *columns)
-        else:
-            for state, rows in groups:
-                for i in rows:
-                    errors[i] = f"not sent: {state.error}"
-        self._not_sent(replay_ids, errors)
+        col = batch.column
+        replay_ids = col("replay_id").cast("string").to_pylist()
+        columns = (
+            replay_ids,
+            col("sequence_id").to_pylist(),
+            col("value").to_pylist(),
+            _properties(col("properties")),
+            col("key").to_pylist(),
+            col("ordering_key").to_pylist(),
+            _epoch_ms(col("event_time")),
+        )
+        for state, rows in groups:
+            self._send(state, rows, errors, *columns)  # a producer that failed only reports its rows
+        for i, error in enumerate(errors):
+            if error is not None:
+                self._result(replay_ids[i], None, error)
         self._collect()
         return self._emit()
 
@@ -430,11 +407,6 @@ class _Publisher:
 
     def _on_sent(self, slot: int, result: Any, msg_id: Any) -> None:
         self.receipts[slot] = (result, msg_id)
-
-    def _not_sent(self, replay_ids: list[str], errors: list[str | None]) -> None:
-        for i, error in enumerate(errors):
-            if error is not None:
-                self._result(replay_ids[i], None, error)
 
     def _collect(self) -> None:
         import _pulsar

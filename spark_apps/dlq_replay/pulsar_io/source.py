@@ -32,7 +32,7 @@ from spark_apps.dlq_replay.pulsar_io.window import (
     windows_from_json,
 )
 from spark_apps.dlq_replay.pulsar_io.window_consumer import DEFAULT_RECEIVER_QUEUE_SIZE, WindowPasses
-from spark_apps.dlq_replay.pulsar_io.window_reader import DEFAULT_READER_QUEUE_SIZE, ShareReader
+from spark_apps.dlq_replay.pulsar_io.window_reader import DEFAULT_READER_QUEUE_SIZE, Entry, ShareReader
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -59,28 +59,25 @@ UNDECODABLE_PROPERTY = "__dlq.replay.undecodable"
 _CHUNK_ROWS = 64
 
 
-def source_struct() -> StructType:
-    """:data:`SOURCE_SCHEMA` as a ``StructType``, built without a SparkSession."""
+def ddl_struct(ddl: str) -> StructType:
+    """A flat DDL schema such as :data:`SOURCE_SCHEMA` as a ``StructType``, built without a SparkSession."""
     from pyspark.sql import types as T
 
-    text, ts = T.StringType(), T.TimestampType()
-    return T.StructType(
-        [
-            T.StructField("topic", text),
-            T.StructField("partition", T.IntegerType()),
-            T.StructField("message_id", T.BinaryType()),
-            T.StructField("message_id_str", text),
-            T.StructField("key", text),
-            T.StructField("ordering_key", text),
-            T.StructField("value", T.BinaryType()),
-            T.StructField("properties", T.MapType(text, text)),
-            T.StructField("publish_time", ts),
-            T.StructField("event_time", ts),
-            T.StructField("redelivery_count", T.IntegerType()),
-            T.StructField("producer_name", text),
-            T.StructField("batch_size", T.IntegerType()),
-        ]
-    )
+    text = T.StringType()
+    types = {
+        "string": text,
+        "int": T.IntegerType(),
+        "long": T.LongType(),
+        "boolean": T.BooleanType(),
+        "binary": T.BinaryType(),
+        "timestamp": T.TimestampType(),
+        "map<string,string>": T.MapType(text, text),
+    }
+    return T.StructType([T.StructField(name, types[kind]) for name, kind in map(str.split, ddl.split(", "))])
+
+
+def source_struct() -> StructType:
+    return ddl_struct(SOURCE_SCHEMA)
 
 
 def _int_option(opts: Mapping[str, str], name: str, default: int, minimum: int) -> int:
@@ -200,98 +197,83 @@ class PulsarDataSourceReader(DataSourceReader):
             return
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        arrow_schema = to_arrow_schema(self.schema, timezone="UTC")
-        builder = _BatchBuilder(window, arrow_schema, mark_entries)
-        if partition.share is not None:
-            yield from self._read_share(partition, builder)
-        else:
-            yield from self._read_consumer(partition, builder)
-
-    def _read_share(
-        self, partition: PulsarInputPartition, builder: _BatchBuilder
-    ) -> Iterator[pa.RecordBatch]:
+        builder = _BatchBuilder(window, to_arrow_schema(self.schema, timezone="UTC"), mark_entries)
         started = time.monotonic()
-        reader = ShareReader(
-            get_client(self.conf),
-            partition.window,
-            partition.ranges,
-            idle_timeout_ms=self.idle_timeout_ms,
-            receiver_queue_size=self.reader_queue_size,
-        )
-        limit = self.max_batch_rows
-        add = builder.add_entry
-        for entry in reader.entries():
+        reader: ShareReader | WindowPasses
+        if partition.share is not None:
+            reader = ShareReader(
+                get_client(self.conf),
+                window,
+                partition.ranges,
+                idle_timeout_ms=self.idle_timeout_ms,
+                receiver_queue_size=self.reader_queue_size,
+            )
+            entries = reader.entries()
+        else:
+            # With several consumers per partition an idle stop is normal (the others hold the rest): the
+            # only consumer of a partition resumes after one, which may be a broker stall.
+            reader = WindowPasses(
+                get_client(self.conf),
+                window,
+                self.subscription,
+                role="read",
+                idle_timeout_ms=self.idle_timeout_ms,
+                receiver_queue_size=self.receiver_queue_size,
+                resume=self.parallelism == 1,
+            )
+            entries = _by_entry(reader.messages())
+        limit, add = self.max_batch_rows, builder.add_entry
+        for entry in entries:
             if add(entry.messages, entry.size) >= limit:
                 yield builder.flush()
         if builder.rows:
             yield builder.flush()
-        s = reader.stats
-        log.info(
-            "read %s share %d (reader): %d messages in %d entries, %d acked entries skipped, %d duplicates, "
-            "%d readers, %d resumes, %d entries unread, stopped by %s in %.2fs",
-            partition.topic,
-            partition.slot,
-            s.messages,
-            s.entries,
-            s.skipped_entries,
-            s.duplicates,
-            s.readers,
-            s.resumes,
-            s.unread_entries,
-            s.stopped_by,
-            time.monotonic() - started,
-        )
-
-    def _read_consumer(
-        self, partition: PulsarInputPartition, builder: _BatchBuilder
-    ) -> Iterator[pa.RecordBatch]:
-        window = partition.window
-        started = time.monotonic()
-        limit = self.max_batch_rows
-        # With several consumers per partition an idle stop is normal (the others hold the rest): the
-        # only consumer of a partition resumes after one, which may be a broker stall.
-        reader = WindowPasses(
-            get_client(self.conf),
-            window,
-            self.subscription,
-            role="read",
-            idle_timeout_ms=self.idle_timeout_ms,
-            receiver_queue_size=self.receiver_queue_size,
-            resume=self.parallelism == 1,
-        )
-        add = builder.add_entry
-        for group in _by_entry(reader.messages()):
-            if add(group, _batch_size(group)) >= limit:
-                yield builder.flush()
-        if builder.rows:
-            yield builder.flush()
-        log.info(
-            "read %s slot %d: %d messages, %d duplicates skipped, %d beyond the window, stopped by %s "
-            "after %d pass(es) in %.2fs",
-            window.topic,
-            partition.slot,
-            reader.stats.in_window,
-            reader.stats.duplicates,
-            reader.stats.beyond_window,
-            reader.stats.stopped_by,
-            reader.passes,
-            time.monotonic() - started,
-        )
+        elapsed = time.monotonic() - started
+        if isinstance(reader, ShareReader):
+            s = reader.stats
+            log.info(
+                "read %s share %d (reader): %d messages in %d entries, %d acked entries skipped, "
+                "%d duplicates, %d readers, %d resumes, %d entries unread, stopped by %s in %.2fs",
+                window.topic,
+                partition.slot,
+                s.messages,
+                s.entries,
+                s.skipped_entries,
+                s.duplicates,
+                s.readers,
+                s.resumes,
+                s.unread_entries,
+                s.stopped_by,
+                elapsed,
+            )
+        else:
+            log.info(
+                "read %s slot %d: %d messages, %d duplicates skipped, %d beyond the window, stopped by %s "
+                "after %d pass(es) in %.2fs",
+                window.topic,
+                partition.slot,
+                reader.stats.in_window,
+                reader.stats.duplicates,
+                reader.stats.beyond_window,
+                reader.stats.stopped_by,
+                reader.passes,
+                elapsed,
+            )
 
 
-def _by_entry(messages: Iterator[tuple[str, Any, Any, Any]]) -> Iterator[list[tuple[str, Any, Any]]]:
+def _by_entry(messages: Iterator[tuple[str, Any, Any, Any]]) -> Iterator[Entry]:
     """Group consecutive messages of one entry (a batch arrives unpacked, its messages together)."""
     group: list[tuple[str, Any, Any]] = []
-    entry: tuple[int, int] | None = None
+    entry: tuple[int, int] = (0, 0)
     for id_str, msg, mid, _ in messages:
         key = (mid.ledger_id(), mid.entry_id())
         if key != entry and group:
-            yield group
+            yield Entry(*entry, group, _batch_size(group))
             group = []
         entry = key
         group.append((id_str, msg, mid))
     if group:
-        yield group
+        yield Entry(*entry, group, _batch_size(group))
 
 
 def _batch_size(group: list[tuple[str, Any, Any]]) -> int:

@@ -225,7 +225,7 @@ def test_entry_commit_fn_checks_its_input_before_touching_the_broker():
 
     conf = PulsarConf("pulsar://127.0.0.1:1", token_env=None, admin_url="http://127.0.0.1:1")
     window = PartitionWindow("persistent://t/n/a", -1, "1:9:-1:-1", (EntryRange(1, 0, 9, 0),), "1:-1")
-    fn = EntryCommitFn(conf, [window], "sub")
+    fn = EntryCommitFn(conf, [window], "sub").commit_table
     row = {"ledger_id": [1], "entry_id": [3], "messages": [1], "final_messages": [1], "batch_size": [1]}
     with pytest.raises(WindowError, match="no reader-mode window"):
         fn(pa.table({"dlq_topic": ["persistent://t/n/zzz"], **row}))
