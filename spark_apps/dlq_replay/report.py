@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from functools import partial
@@ -27,7 +28,7 @@ from spark_apps.dlq_replay.report_explain import (
     outcome_order,
     run_config,
 )
-from spark_apps.dlq_replay.report_parts import ERROR_CHARS, SAMPLE_ERRORS, error_counts
+from spark_apps.dlq_replay.report_parts import ERROR_CHARS, error_counts
 from spark_apps.dlq_replay.schemas import DECIDED_SCHEMA, LEDGER_SCHEMA
 
 if TYPE_CHECKING:
@@ -115,49 +116,44 @@ def build_groups(
     combos: list[dict[str, Any]], samples: dict[str, list[str]], mode: str, max_groups: int = MAX_GROUPS
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Merge aggregates into report groups (largest first); groups past ``max_groups`` are summed."""
-    groups: dict[str, dict[str, Any]] = {}
+    by_signature: dict[str, list[dict[str, Any]]] = {}
     for combo in combos:
-        sig, n, action, rule = combo["signature"], int(combo["n"]), combo["action"], combo["rule"]
-        if sig not in groups:
-            groups[sig] = {
-                "signature": sig,
-                "template": display_template(combo["error_class"], combo["template"] or ""),
-                "error_class": combo["error_class"],
-                "origin_topic": combo["origin_topic"],
-                "reason": combo.get("reason"),
-                "context_formats": set(),
-                "count": 0,
-                "first_seen": None,
-                "last_seen": None,
-                "sample_message_ids": samples.get(sig, []),
-                "actions": {},
-                "rules": set(),
-                "outcomes": {},
-                "no_rule": 0,
-            }
-        group = groups[sig]
-        group["count"] += n
-        group["context_formats"].update(combo.get("context_formats") or [])
-        for key, pick in (("first_seen", min), ("last_seen", max)):
-            seen = [value for value in (group[key], combo[key]) if value is not None]
-            group[key] = pick(seen) if seen else None
-        if action:
-            group["actions"][action] = group["actions"].get(action, 0) + n
-        if rule:
-            group["rules"].add(rule)
-        label = _label(combo["outcome"], mode)
-        group["outcomes"][label] = group["outcomes"].get(label, 0) + n
-        if combo["outcome"] == oc.SKIPPED and not rule:
-            group["no_rule"] += n  # no playbook rule matched (skip is the default)
-    ordered = sorted(groups.values(), key=lambda g: (-g["count"], g["signature"]))
-    for group in ordered:
-        actions, formats = group["actions"], sorted(group["context_formats"])
-        group["action"] = max(actions, key=lambda a: (actions[a], a)) if actions else None
-        group["rules"] = sorted(group["rules"])
+        by_signature.setdefault(combo["signature"], []).append(combo)
+    groups = []
+    for sig, mine in by_signature.items():
+        first = mine[0]
+        actions: Counter[str] = Counter()
+        outcomes: Counter[str] = Counter()
+        for combo in mine:
+            if combo["action"]:
+                actions[combo["action"]] += int(combo["n"])
+            outcomes[_label(combo["outcome"], mode)] += int(combo["n"])
         # Every format the group's messages came in; one label only when they all agree.
-        group["context_formats"] = formats
-        group["context_format"] = formats[0] if len(formats) == 1 else ("mixed" if formats else None)
-        group["outcomes"] = {k: group["outcomes"][k] for k in sorted(group["outcomes"], key=outcome_order)}
+        formats = sorted({f for combo in mine for f in combo.get("context_formats") or []})
+        groups.append(
+            {
+                "signature": sig,
+                "template": display_template(first["error_class"], first["template"] or ""),
+                "error_class": first["error_class"],
+                "origin_topic": first["origin_topic"],
+                "reason": first.get("reason"),
+                "context_formats": formats,
+                "context_format": formats[0] if len(formats) == 1 else ("mixed" if formats else None),
+                "count": sum(outcomes.values()),
+                "first_seen": min(
+                    (c["first_seen"] for c in mine if c["first_seen"] is not None), default=None
+                ),
+                "last_seen": max((c["last_seen"] for c in mine if c["last_seen"] is not None), default=None),
+                "sample_message_ids": samples.get(sig, []),
+                "actions": dict(actions),
+                "action": max(actions, key=lambda a: (actions[a], a)) if actions else None,
+                "rules": sorted({combo["rule"] for combo in mine if combo["rule"]}),
+                "outcomes": {k: outcomes[k] for k in sorted(outcomes, key=outcome_order)},
+                # no playbook rule matched (skip is the default)
+                "no_rule": sum(int(c["n"]) for c in mine if c["outcome"] == oc.SKIPPED and not c["rule"]),
+            }
+        )
+    ordered = sorted(groups, key=lambda g: (-g["count"], g["signature"]))
     kept, rest = ordered[:max_groups], ordered[max_groups:]
     return kept, {"groups": len(rest), "count": sum(g["count"] for g in rest)}
 
@@ -188,10 +184,9 @@ def build_report(
     """
     combos, samples = (parts.combos, parts.samples) if parts is not None else ([], {})
     groups, other = build_groups(combos, samples, mode)
-    counts: dict[str, int] = {}
+    counts: Counter[str] = Counter()
     for combo in combos:
-        label = _label(combo["outcome"], mode)
-        counts[label] = counts.get(label, 0) + int(combo["n"])
+        counts[_label(combo["outcome"], mode)] += int(combo["n"])
     resend = {"resent": 0, "resent_held": 0, "resend_bound": 0, **(resend or {})}
     snapshot = sum(counts.values())
     final = sum(n for name, n in counts.items() if name in oc.FINAL_OUTCOMES)
@@ -256,13 +251,21 @@ def summary_text(report: dict[str, Any]) -> str:
 # --------------------------------------------------------------------------- explanations
 
 
-def _read(spark: SparkSession, path: str | None, schema: StructType) -> DataFrame | None:
-    """The dataset at ``path``; ``None`` when absent (e.g. no ledger before the first run) or unreadable."""
+def _read(
+    spark: SparkSession, path: str | None, schema: StructType, other_than: str | None = None
+) -> DataFrame | None:
+    """The dataset at ``path``; ``None`` when absent (e.g. no ledger before the first run), unreadable,
+    or, with ``other_than`` (a run id), holding no other run's partition (the first run's trend then
+    queries nothing)."""
     from spark_apps.dlq_replay.storage import list_names
-    from spark_apps.dlq_replay.task_parquet import read_frame
+    from spark_apps.dlq_replay.task_parquet import partition_folder, read_frame
 
     try:
-        return read_frame(spark, path, schema) if path and list_names(path) else None
+        names = list_names(path) if path else []
+        if other_than is not None:
+            mine = partition_folder("run_id", other_than)
+            names = [name for name in names if name.startswith("run_id=") and name != mine]
+        return read_frame(spark, path, schema) if path and names else None
     except Exception as exc:
         log.info("report: %s not readable (%s); its explanations are left out", path, type(exc).__name__)
         return None
@@ -288,25 +291,22 @@ def spark_info(spark: SparkSession) -> dict[str, Any]:
     }
 
 
-def top_errors(decisions: DataFrame, signatures: list[str], column: str) -> dict[str, list[dict[str, Any]]]:
-    """Per group, the distinct values of ``column`` (cut to :data:`ERROR_CHARS`) with their counts: the
-    most frequent fix errors, or the oldest error messages."""
+def fix_errors(decisions: DataFrame, signatures: list[str]) -> dict[str, list[dict[str, Any]]]:
+    """Per group, its most frequent :data:`FIX_ERRORS` fix errors (cut to :data:`ERROR_CHARS`) with
+    their counts."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    order: list[Any] = [F.desc("count"), "error"]
-    key, limit = "error", FIX_ERRORS
-    if column == "error_message":
-        key, order, limit = "message", ["first", "message"], SAMPLE_ERRORS
     counted = (
-        decisions.filter(F.col(column).isNotNull() & F.col("signature").isin(signatures))
-        .groupBy("signature", F.substring(column, 1, ERROR_CHARS).alias(key))
-        .agg(F.min("publish_time").alias("first"), F.count(F.lit(1)).alias("count"))
+        decisions.filter(F.col("fix_error").isNotNull() & F.col("signature").isin(signatures))
+        .groupBy("signature", F.substring("fix_error", 1, ERROR_CHARS).alias("error"))
+        .count()
     )
-    ranked = counted.withColumn("_n", F.row_number().over(Window.partitionBy("signature").orderBy(*order)))
+    order = Window.partitionBy("signature").orderBy(F.desc("count"), "error")
+    ranked = counted.withColumn("_n", F.row_number().over(order))
     out: dict[str, list[dict[str, Any]]] = {}
-    for row in sorted(ranked.filter(F.col("_n") <= limit).collect(), key=lambda r: r["_n"]):
-        out.setdefault(row["signature"], []).append({key: row[key], "count": int(row["count"])})
+    for row in sorted(ranked.filter(F.col("_n") <= FIX_ERRORS).collect(), key=lambda r: r["_n"]):
+        out.setdefault(row["signature"], []).append({"error": row["error"], "count": int(row["count"])})
     return out
 
 
@@ -314,28 +314,25 @@ def _errors(
     parts: ReportParts, decisions_path: str, decisions: DataFrame, signatures: list[str]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """``(fix errors, sample errors)`` of the shown groups: the sample messages the record tasks kept,
-    counted in one pass over the decisions' files (Spark queries the fix errors only where that pass met
-    one); Spark queries both when the parts kept no sample errors (a message without a publish time)."""
-    fixes = partial(top_errors, decisions, signatures, "fix_error")
-    if parts.errors is None:
-        messages = partial(top_errors, decisions, signatures, "error_message")
-        return _guarded("fix errors", fixes, {}), _guarded("sample errors", messages, {})
+    counted in one pass over the decisions' files; Spark queries the fix errors only where that pass met
+    one."""
     wanted = {sig: parts.errors[sig] for sig in signatures if sig in parts.errors}
     counts, fixed = error_counts(decisions_path, wanted)
     errors = {
         sig: [{"message": message, "count": counts[(sig, message)]} for message in messages]
         for sig, messages in wanted.items()
     }
-    return (fixes() if fixed else {}), errors
+    return (fix_errors(decisions, signatures) if fixed else {}), errors
 
 
 def _representatives(
-    ctx: ReportContext, parts: ReportParts, signatures: list[str], snippets: bool
+    ctx: ReportContext, parts: ReportParts, signatures: list[str]
 ) -> tuple[dict[str, list[Any]], dict[tuple[str, str], Any]]:
     """The shown groups' representatives (a group's first, preferring ones the playbook was applied to)
-    by signature, and their snapshot rows (properties, and the payload with ``snippets``) by (topic, id)."""
+    by signature, and their snapshot rows (properties, and the payload with snippets) by (topic, id)."""
     from spark_apps.dlq_replay.report_parts import snapshot_messages
 
+    snippets = ctx.payload_snippets
     per_group = PAYLOAD_SAMPLES if snippets else 1
     reps: dict[str, list[Any]] = {sig: [] for sig in signatures}
     for rep in parts.reps:  # sorted by signature, then order
@@ -375,10 +372,9 @@ def _fill_groups(
     errors: tuple[dict[str, Any], dict[str, Any]],
     reps: dict[str, list[Any]],
     found: dict[tuple[str, str], Any],
-    snippets: bool,
 ) -> None:
-    """Add ``fix_errors``, ``sample_errors``, ``explanation`` and (with ``snippets``) ``payload_samples``
-    to the ``shown`` groups."""
+    """Add ``fix_errors``, ``sample_errors``, ``explanation`` and (with payload snippets)
+    ``payload_samples`` to the ``shown`` groups."""
     archive_payload = bool(getattr(ctx.options, "archive_payload", True))
     for group in shown:
         sig = group["signature"]
@@ -388,7 +384,7 @@ def _fill_groups(
             first, snap = mine[0]
             properties = dict(snap["properties"] or {}) if snap is not None else None
             group["explanation"] = _explanation(ctx.playbook, first, properties)
-        if snippets:
+        if ctx.payload_snippets:
             group["payload_samples"] = [
                 {
                     "message_id": rep["dlq_message_id"],
@@ -427,7 +423,7 @@ def trend(
     run_id, shown = report["run_id"], report["groups"][:TREND_GROUPS]
     signatures = [g["signature"] for g in shown]
     counts = {(run_id, g["signature"]): int(g["count"]) for g in shown}
-    ledger = _read(spark, ledger_path, LEDGER_SCHEMA) if _other_runs(ledger_path, run_id) else None
+    ledger = _read(spark, ledger_path, LEDGER_SCHEMA, other_than=run_id)
     runs: list[dict[str, Any]] = []
     if ledger is not None:
         earlier = ledger.filter(F.col("run_id") != F.lit(run_id))  # a partition filter: this run's not read
@@ -463,19 +459,6 @@ def trend(
     return {"runs": runs, "groups": counted}
 
 
-def _other_runs(ledger_path: str | None, run_id: str) -> bool:
-    """Has the ledger another run's partition folder (the first run's report then queries nothing)?"""
-    from spark_apps.dlq_replay.storage import list_names
-    from spark_apps.dlq_replay.task_parquet import partition_folder
-
-    try:
-        names = list_names(ledger_path) if ledger_path else []
-    except OSError:
-        return False
-    mine = partition_folder("run_id", run_id)
-    return any(name.startswith("run_id=") and name != mine for name in names)
-
-
 def add_details(
     report: dict[str, Any], spark: SparkSession, ctx: ReportContext, parts: ReportParts | None = None
 ) -> None:
@@ -497,13 +480,13 @@ def add_details(
     if decisions is not None and ctx.decisions_path and signatures and parts is not None:
         errors = partial(_errors, parts, ctx.decisions_path, decisions, signatures)
         queries["errors"] = partial(_guarded, "sample errors", errors, ({}, {}))
-        queries["reps"] = partial(_representatives, ctx, parts, signatures, ctx.payload_snippets)
+        queries["reps"] = partial(_representatives, ctx, parts, signatures)
     if decisions is not None and report["totals"].get(oc.ORIGIN_REFUSED):
         queries["refused"] = partial(_guarded, "refused origins", partial(refused_origins, decisions), [])
     results = dict(zip(queries, run_concurrently(spark, *queries.values()), strict=True))
     if "reps" in results:
         reps, found = results["reps"]
-        _fill_groups(ctx, shown, results["errors"], reps, found, ctx.payload_snippets)
+        _fill_groups(ctx, shown, results["errors"], reps, found)
     if "refused" in results:
         report["refused_origins"] = results["refused"]
     report["trend"] = results["trend"]

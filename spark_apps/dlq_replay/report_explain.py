@@ -157,18 +157,22 @@ def suggested_rule(group: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+#: A rule's ``match:`` conditions as the configuration shows them: key, the rule's attribute, its text.
+_SHOWN: tuple[tuple[str, str, Callable[[Any], Any]], ...] = (
+    ("signature", "signatures", sorted),
+    ("error_class", "error_class", pattern_text),
+    ("error_message", "error_message", pattern_text),
+    ("origin_topic", "origin_topic", lambda matcher: list(matcher.patterns)),
+    ("context_format", "context_formats", sorted),
+)
+#: Options the configuration shows as they are set.
+_SHOWN_AS_SET = ("mode", "service_url", "subscription", "max_replays", "archive_payload", "rate_limit")
+
+
 def _match_summary(rule: Rule) -> dict[str, Any]:
-    summary: dict[str, Any] = {}
-    if rule.signatures is not None:
-        summary["signature"] = sorted(rule.signatures)
-    if rule.error_class is not None:
-        summary["error_class"] = pattern_text(rule.error_class)
-    if rule.error_message is not None:
-        summary["error_message"] = pattern_text(rule.error_message)
-    if rule.origin_topic is not None:
-        summary["origin_topic"] = list(rule.origin_topic.patterns)
-    if rule.context_formats is not None:
-        summary["context_format"] = sorted(rule.context_formats)
+    summary = {
+        key: show(getattr(rule, name)) for key, name, show in _SHOWN if getattr(rule, name) is not None
+    }
     if rule.properties:
         summary["properties"] = {
             c.key: (f"re:{c.regex.pattern}" if c.regex is not None else c.exact) for c in rule.properties
@@ -184,23 +188,15 @@ def run_config(options: Any, playbook: Playbook) -> dict[str, Any]:
         return value.isoformat() if hasattr(value, "isoformat") else value
 
     return {
-        "mode": opt("mode"),
-        "service_url": opt("service_url"),
+        **{name: opt(name) for name in _SHOWN_AS_SET},
+        "parallelism": opt("parallelism"),
         "topics": list(opt("topics") or []),
-        "subscription": opt("subscription"),
         "origin_allowlist": list(opt("origin_allowlist") or []) or None,
         "filters": {
             "signatures": list(opt("signatures") or []) or None,
-            "error_class": opt("error_class"),
-            "since": opt("since"),
-            "until": opt("until"),
-            "max_messages": opt("max_messages"),
+            **{name: opt(name) for name in ("error_class", "since", "until", "max_messages")},
             "group_actions": dict(opt("group_actions") or {}) or None,
         },
-        "max_replays": opt("max_replays"),
-        "archive_payload": opt("archive_payload"),
-        "rate_limit": opt("rate_limit"),
-        "parallelism": opt("parallelism"),
         "playbook": {
             "path": playbook.path,
             "sha256": playbook.digest,
@@ -325,9 +321,10 @@ def _steps(report: Mapping[str, Any], totals: Mapping[str, Any]) -> Iterator[dic
 
 def _canary_steps(report: Mapping[str, Any]) -> list[dict[str, Any]]:
     """One action per halted group, or one line saying every group's canary held."""
-    verdicts: Mapping[str, Mapping[str, Any]] = (report.get("canary") or {}).get("verdicts") or {}
-    halted = [s for s in sorted(verdicts) if verdicts[s].get("decision") == "halted"]
-    if verdicts and not halted:
+    canary = report.get("canary") or {}
+    verdicts: Mapping[str, Mapping[str, Any]] = canary.get("verdicts") or {}
+    halted = canary.get("halted") or []
+    if canary.get("verdict") == "passed":
         title = f"Canary passed: no canary of {_plural(len(verdicts), 'group')} failed again"
         return [_step("ok", title, "Every group was replayed in full after the canary wait.")]
     groups = {str(g.get("signature")): g for g in report.get("groups") or []}

@@ -201,7 +201,6 @@ def _totals(totals: dict[str, Any], resend: dict[str, int] | None) -> str:
 def _group_table(groups: list[dict[str, Any]], other: dict[str, Any]) -> str:
     rows = []
     for index, g in enumerate(groups):
-        outs = ", ".join(f"{escape(k)}: {v}" for k, v in g["outcomes"].items())
         samples = "<br>".join(f"<code>{_e(s)}</code>" for s in g["sample_message_ids"])
         name = f"<code>{_e(g['signature'])}</code>"
         if "explanation" in g:
@@ -212,7 +211,7 @@ def _group_table(groups: list[dict[str, Any]], other: dict[str, Any]) -> str:
             f"<td>{_e(g['origin_topic'])}</td><td>{_e(_formats(g))}<br>{_e(g.get('reason') or '')}</td>"
             f"<td class='num'>{_fmt(g['count'])}</td>"
             f"<td class='small'>{_e(g['first_seen'])}<br>{_e(g['last_seen'])}</td>"
-            f"<td>{_e(g['action'])}</td><td>{_e(', '.join(g['rules']))}</td><td>{outs}</td>"
+            f"<td>{_e(g['action'])}</td><td>{_e(', '.join(g['rules']))}</td><td>{_e(_outcome_text(g))}</td>"
             f"<td class='small'>{samples}</td></tr>"
         )
     smaller = f"{other.get('groups')} smaller groups ({other.get('count')} messages)"

@@ -10,8 +10,8 @@ report reading every message again, in ``runs/<run>/report_parts/<kind>/part-<bu
 - ``reps``: each signature's first :data:`REP_ROWS` decisions, preferring ones the playbook was applied
   to (their properties and payloads are read from the snapshot by :func:`snapshot_messages`);
 - ``errors``: each signature's first :data:`SAMPLE_ERRORS` distinct error messages by (first publish
-  time, message), counted by :func:`error_counts`. A bucket with a message without a publish time (which
-  no Pulsar message lacks) writes none: first rows among null times would not merge exactly.
+  time, message), counted by :func:`error_counts`. A message's first time is null (it comes first) when
+  any of its copies lacks one (no Pulsar message does): a minimum that skipped nulls would not merge.
 
 Every part is bounded by the number of groups, not of messages, and merges exactly: a sum, a minimum, a
 maximum, a union, or the first rows of a union (the first k of all are among the first k of each part).
@@ -20,7 +20,7 @@ maximum, a union, or the first rows of a union (the first k of all are among the
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC
 from typing import TYPE_CHECKING, Any
 
@@ -132,14 +132,16 @@ def _reduce_combos(table: pa.Table) -> pa.Table:
 def merge(kind: str, tables: Sequence[pa.Table]) -> pa.Table:
     """One table of ``kind`` from several (of one bucket's chunks, or of every bucket)."""
     import pyarrow as pa
+    import pyarrow.compute as pc
 
     table = pa.concat_tables(tables, promote_options="permissive")
     if kind == "combos":
         return _reduce_combos(table)
     if kind == "formats":
         return table.group_by(table.column_names, use_threads=False).aggregate([])
-    if kind == "errors":  # each message at its earliest time
-        earliest = table.group_by(["signature", "message"], use_threads=False).aggregate([("first", "min")])
+    if kind == "errors":  # each message at its earliest time, null first (see above)
+        first = ("first", "min", pc.ScalarAggregateOptions(skip_nulls=False))
+        earliest = table.group_by(["signature", "message"], use_threads=False).aggregate([first])
         table = earliest.rename_columns(["signature", "message", "first"])
     order, k = _FIRST[kind]
     return first_k(table, ["signature"], order, k)
@@ -157,7 +159,6 @@ class BucketParts:
         self._decided: list[pa.RecordBatch] = []
         self._pending = 0
         self.parts: dict[str, list[pa.Table]] = {kind: [] for kind in KINDS}
-        self.untimed_errors = False  # a message without a publish time: no errors part (see above)
 
     def add(self, ledger: pa.RecordBatch, decided: pa.RecordBatch) -> None:
         """Take a batch of ledger rows and the decisions they were made from (the file's next rows)."""
@@ -200,9 +201,7 @@ class BucketParts:
         messages = pa.table(
             {"signature": rows["signature"], "message": message, "first": rows["publish_time"]}
         )
-        self.untimed_errors = self.untimed_errors or messages.column("first").null_count > 0
-        if not self.untimed_errors:
-            self.parts["errors"].append(merge("errors", [messages]))
+        self.parts["errors"].append(merge("errors", [messages]))
         for kind, tables in self.parts.items():
             if len(tables) >= MERGE_EVERY:  # bounded by the groups, however many rows the bucket has
                 self.parts[kind] = [merge(kind, tables)]
@@ -210,13 +209,10 @@ class BucketParts:
     def write(self) -> None:
         """Write each part of the bucket, merged, to ``folder/<kind>/part-<bucket>.parquet`` (each renamed
         into place), once its last rows were added."""
-        from spark_apps.dlq_replay.storage import delete, join, write_table
+        from spark_apps.dlq_replay.storage import join, write_table
         from spark_apps.dlq_replay.task_parquet import part_file
 
         self._reduce()
-        if self.untimed_errors:  # an earlier attempt's errors part of this bucket must not be merged
-            self.parts["errors"] = []
-            delete(part_file(join(self.folder, "errors"), self.bucket))
         for kind, tables in self.parts.items():
             if tables:
                 write_table(merge(kind, tables), part_file(join(self.folder, kind), self.bucket))
@@ -239,17 +235,12 @@ class ReportParts:
     combos: list[dict[str, Any]]
     samples: dict[str, list[str]]
     reps: list[dict[str, Any]]
-    #: Each signature's sample error messages, in the report's order (``None``: a bucket held a message
-    #: without a publish time, so the report counts them with a Spark query).
-    errors: dict[str, list[str]] | None = None
+    errors: dict[str, list[str]] = field(default_factory=dict)  # in the report's order
 
 
 def iso(value: datetime | None) -> str | None:
     """A publish time as the report's Spark aggregation formats it (UTC, milliseconds, ``Z``)."""
-    if value is None:
-        return None
-    value = value.astimezone(UTC)
-    return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
+    return None if value is None else value.astimezone(UTC).isoformat(timespec="milliseconds")[:-6] + "Z"
 
 
 def read_parts(folder: str) -> ReportParts:
@@ -279,11 +270,9 @@ def read_parts(folder: str) -> ReportParts:
     for row in merged["reps"]:
         message = row["error_message"]
         reps.append({**row, "error_message": None if message is None else message[:ERROR_CHARS]})
-    errors: dict[str, list[str]] | None = None
-    if len(files["errors"]) == len(files["combos"]):  # every bucket kept its errors
-        errors = {}
-        for row in merged["errors"]:  # sorted by signature, then order
-            errors.setdefault(row["signature"], []).append(row["message"])
+    errors: dict[str, list[str]] = {}
+    for row in merged["errors"]:  # sorted by signature, then order
+        errors.setdefault(row["signature"], []).append(row["message"])
     return ReportParts(combos, samples, reps, errors)
 
 

@@ -269,9 +269,12 @@ def test_sample_errors_from_the_parts_and_one_counting_pass(tmp_path, monkeypatc
             assert counts[(sig, message)] == cut.count((sig, message))
     assert fixed == sum(1 for r in everything if r["signature"] in wanted and r["fix_error"] is not None)
     assert fixed > 0
-    # A message without a publish time in one bucket: no exact first rows from parts (Spark's query then).
-    untimed = BucketParts(0, folder)
-    row = {**everything[0], "error_message": "late", "publish_time": None}
-    untimed.add(_batch([row], LEDGER_COLUMNS), _batch([row], REP_COLUMNS))
-    untimed.write()
-    assert read_parts(folder).errors is None
+    # A message a copy of which has no publish time comes first, even where its other copies are late:
+    # its first time is null, so the parts still merge exactly.
+    late = {**everything[0], "error_message": "late", "publish_time": T0 + timedelta(days=1)}
+    early = {**late, "error_message": "early", "publish_time": T0}
+    for bucket, rows in ((0, [{**late, "publish_time": None}]), (1, [early, late])):
+        parts = BucketParts(bucket, folder)
+        parts.add(_batch(rows, LEDGER_COLUMNS), _batch(rows, REP_COLUMNS))
+        parts.write()
+    assert read_parts(folder).errors == {late["signature"]: ["late", "early"]}
