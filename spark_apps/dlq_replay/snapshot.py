@@ -55,11 +55,10 @@ def run_snapshot(run: Run, windows: list[PartitionWindow]) -> DataFrame:
         with_identities = run.options.max_messages is None
         run.progress.count_files(run.paths.snapshot)
         counts = task_parquet.SideOutput(run.paths.snapshot_entries, snapshot_entries_schema(), entry_rows)
-        main = task_parquet.main_output(run.paths.snapshot, SNAPSHOT_SCHEMA)
-        outputs = [main, counts, *([_identities_output(run)] if with_identities else [])]
-        writes = task_parquet.TaskWrites(read_task, outputs, _entries_tally, ("n", "entries"))
-        tallies = writes.in_spark(frame)
-        writes.seal()
+        sides = [counts, *([_identities_output(run)] if with_identities else [])]
+        tallies = task_parquet.write_in_tasks(
+            frame, read_task, SNAPSHOT_SCHEMA, run.paths.snapshot, _entries_tally, ("n", "entries"), sides
+        )
         count = sum(t[0] or 0 for t in tallies)
         info: dict[str, Any] = {
             "read_mode": mode,

@@ -198,13 +198,14 @@ def partition_folder(column: str, value: str | None) -> str:
 
 @dataclass(frozen=True)
 class SideOutput:
-    """A dataset the tasks of :func:`write_in_tasks` write at ``path`` from ``rows(batch)``: with
-    ``partition_by``, one folder per value of that column; with ``row_groups_by``, a row group ends where
-    that key changes (once it holds :data:`KEYED_GROUP_MIN_BYTES`), so a reader skips other keys' groups."""
+    """A dataset the tasks of :func:`write_in_tasks` write at ``path`` from ``rows(batch)`` (``None``: the
+    task's own output rows): with ``partition_by``, one folder per value of that column; with
+    ``row_groups_by``, a row group ends where that key changes (once it holds
+    :data:`KEYED_GROUP_MIN_BYTES`), so a reader skips other keys' groups."""
 
     path: str
     schema: StructType
-    rows: Callable[[pa.RecordBatch], pa.RecordBatch]
+    rows: Callable[[pa.RecordBatch], pa.RecordBatch] | None = None
     partition_by: str | None = None
     int96_timestamps: bool = False
     row_groups_by: Callable[[pa.RecordBatch], pa.Array] | None = None
@@ -301,7 +302,7 @@ class TaskWrites:
         from spark_apps.dlq_replay.schemas import arrow_schema
 
         self.transform = transform
-        self.outputs = list(outputs)  # the main dataset first
+        self.outputs = list(outputs)  # the main dataset first (``rows`` None)
         for output in self.outputs:
             storage.delete(output.path)
             storage.make_dirs(output.path)
@@ -323,7 +324,7 @@ class TaskWrites:
             for batch in self.transform(batches):
                 tallies.append(self.tally(batch))
                 for out, output in zip(outs, outputs, strict=True):
-                    out.write(output.rows(batch))
+                    out.write(batch if output.rows is None else output.rows(batch))
                 written += batch.num_rows
                 if time.monotonic() - recorded >= PROGRESS_EVERY_S:
                     _record_rows(folder, partition, written)
@@ -349,12 +350,6 @@ class TaskWrites:
         partition, attempt = (context.partitionId(), context.attemptNumber()) if context else (0, 0)
         yield self.run(batches, partition, attempt)
 
-    def in_spark(self, frame: DataFrame) -> list[Tally]:
-        from spark_apps.dlq_replay.arrow_compat import map_in_arrow
-
-        schema = ", ".join(f"{name} long" for name in self.names)
-        return [tuple(row) for row in map_in_arrow(frame, self.spark_task, schema).collect()]
-
     def seal(self) -> None:
         """End the job: leftover temporary and progress files removed, ``_SUCCESS`` written."""
         for folder in (output.path for output in self.outputs):
@@ -365,23 +360,6 @@ class TaskWrites:
             storage.write_bytes(
                 storage.join(folder, SUCCESS), b"" if rows is None else f"rows={rows}\n".encode()
             )
-
-
-def main_output(
-    path: str,
-    schema: StructType,
-    *,
-    int96_timestamps: bool = False,
-    row_groups_by: Callable[[pa.RecordBatch], pa.Array] | None = None,
-) -> SideOutput:
-    """The dataset of the tasks' own output rows, the first of a :class:`TaskWrites`'s outputs."""
-    return SideOutput(
-        path, schema, _whole_batch, int96_timestamps=int96_timestamps, row_groups_by=row_groups_by
-    )
-
-
-def _whole_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
-    return batch
 
 
 def write_in_tasks(
@@ -398,9 +376,10 @@ def write_in_tasks(
 ) -> list[Tally]:
     """Run ``transform`` over ``frame``'s partitions as ``mapInArrow`` would, write its rows (``schema``'s
     columns) to ``path`` and each of ``sides`` to its own; returns ``tally`` of every batch."""
-    main = main_output(path, schema, int96_timestamps=int96_timestamps, row_groups_by=row_groups_by)
+    main = SideOutput(path, schema, int96_timestamps=int96_timestamps, row_groups_by=row_groups_by)
     writes = TaskWrites(transform, [main, *sides], tally, tally_names)
-    tallies = writes.in_spark(frame)
+    tally_schema = ", ".join(f"{name} long" for name in tally_names)
+    tallies = [tuple(row) for row in frame.mapInArrow(writes.spark_task, tally_schema).collect()]
     writes.seal()
     return tallies
 
@@ -456,14 +435,13 @@ class _ReadFiles:
 def read_frame(spark: SparkSession, path: str, schema: StructType) -> DataFrame:
     """The dataset at ``path`` as a DataFrame with ``schema``, read by Python tasks (a column missing from
     a file comes from its ``column=value`` folders, else is null)."""
-    from spark_apps.dlq_replay.arrow_compat import map_in_arrow
     from spark_apps.dlq_replay.schemas import arrow_schema
 
     files = data_files(path)
     paths = spark.createDataFrame([(f,) for f in files], "path string")
     if not files:
         return spark.createDataFrame([], schema)
-    return map_in_arrow(paths, _ReadFiles(path.rstrip("/"), arrow_schema(schema)), schema)
+    return paths.mapInArrow(_ReadFiles(path.rstrip("/"), arrow_schema(schema)), schema)
 
 
 def write_frame(frame: DataFrame, path: str, schema: StructType, *, int96_timestamps: bool = False) -> int:
