@@ -2,7 +2,7 @@
 ``analyzeBacklog`` when few enough) and ages, else the Prometheus gauge ``pulsar_subscription_back_log``.
 
 The logic is written once as *plans*, generators that yield :class:`HttpRequest` and receive
-:class:`HttpResult`; ``PulsarHook`` drives them with a blocking or an async HTTP client.
+:class:`HttpResult`; ``PulsarHook`` drives them with its async HTTP client.
 """
 
 from __future__ import annotations

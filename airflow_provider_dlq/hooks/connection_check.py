@@ -6,6 +6,7 @@ topic in ``public/default``, where an authorisation refusal still proves the cre
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from typing import TYPE_CHECKING
 
@@ -131,12 +132,12 @@ def _admin_check_url(config: PulsarConnectionConfig) -> str:
     return f"{config.admin_url}/admin/v2/clusters"
 
 
-def check_http(client: httpx.Client, url: str, what: str, *, forbidden_ok: bool) -> str:
+async def check_http(client: httpx.AsyncClient, url: str, what: str, *, forbidden_ok: bool) -> str:
     """GET ``url``; 2xx is ok, 403 is ok when ``forbidden_ok`` (authenticated, not authorised)."""
     import httpx
 
     try:
-        response = client.get(url)
+        response = await client.get(url)
     except httpx.HTTPError as exc:
         raise CheckFailed(f"cannot reach the {what} {url}: {type(exc).__name__}: {exc}") from exc
     if response.status_code == 401:
@@ -148,7 +149,7 @@ def check_http(client: httpx.Client, url: str, what: str, *, forbidden_ok: bool)
     return f"{what} ok"
 
 
-def check_issuer(hook: PulsarHook, config: PulsarConnectionConfig) -> str:
+async def check_issuer(hook: PulsarHook, config: PulsarConnectionConfig) -> str:
     """Get an OAuth2 token first, so a dead issuer is not reported as the broker refusing credentials."""
     import httpx
 
@@ -158,8 +159,8 @@ def check_issuer(hook: PulsarHook, config: PulsarConnectionConfig) -> str:
     if credentials is None or config.oauth2 is None:
         return "no OAuth2 issuer"
     try:
-        with httpx.Client(**hook._issuer_options(config)) as client:
-            credentials.token(client)
+        async with httpx.AsyncClient(**hook._issuer_options(config)) as client:
+            await credentials.token(client)
     except OAuth2Error as exc:
         raise CheckFailed(f"{exc}; check extra oauth2_issuer_url and the client ID / secret") from exc
     return f"OAuth2 issuer {config.oauth2.issuer_url} ok (token issued)"
@@ -180,27 +181,32 @@ def tested_connection_id() -> str | None:
     return None
 
 
-def check_connection(hook: PulsarHook, config: PulsarConnectionConfig) -> tuple[bool, str]:
-    """Run every check; ``(True, notes)`` or ``(False, "<what failed> (passed: ...)")``."""
+async def check_urls(hook: PulsarHook, config: PulsarConnectionConfig, notes: list[str]) -> None:
+    """Check the admin API and the metrics endpoint with the hook's HTTP client, noting each that passed."""
     from airflow_provider_dlq.hooks.backlog import BacklogReadError
 
+    try:
+        http = await hook._http_client(config)
+    except BacklogReadError as exc:
+        raise CheckFailed(str(exc)) from exc
+    async with http:
+        if config.admin_url:
+            url = _admin_check_url(config)
+            notes.append(await check_http(http, url, "admin API", forbidden_ok=not config.test_topic))
+        if config.metrics_url:
+            notes.append(await check_http(http, config.metrics_url, "metrics endpoint", forbidden_ok=False))
+
+
+def check_connection(hook: PulsarHook, config: PulsarConnectionConfig) -> tuple[bool, str]:
+    """Run every check; ``(True, notes)`` or ``(False, "<what failed> (passed: ...)")``."""
     notes: list[str] = []
     try:
         notes += check_reachable(config.service_url)
         if config.oauth2 is not None:
-            notes.append(check_issuer(hook, config))
+            notes.append(asyncio.run(check_issuer(hook, config)))
         notes.append(check_broker(hook, config))
         if config.admin_url or config.metrics_url:
-            try:
-                http = hook._http_client(config)
-            except BacklogReadError as exc:
-                raise CheckFailed(str(exc)) from exc
-            with http:
-                if config.admin_url:
-                    url = _admin_check_url(config)
-                    notes.append(check_http(http, url, "admin API", forbidden_ok=not config.test_topic))
-                if config.metrics_url:
-                    notes.append(check_http(http, config.metrics_url, "metrics endpoint", forbidden_ok=False))
+            asyncio.run(check_urls(hook, config, notes))
         else:
             notes.append("no admin_url or metrics_url: backlog sensing is unavailable")
     except CheckFailed as exc:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from airflow_provider_dlq.errors import DlqProviderError
 
@@ -74,7 +74,7 @@ def _endpoint_from(response: httpx.Response, url: str) -> str:
 
 @dataclass
 class ClientCredentials:
-    """Access tokens for one OAuth2 client (sync and async), cached until near expiry."""
+    """Access tokens for one OAuth2 client, cached until near expiry."""
 
     settings: OAuth2Settings
     _token: str | None = field(default=None, repr=False)
@@ -93,42 +93,17 @@ class ClientCredentials:
             form["scope"] = self.settings.scope
         return form
 
-    def _unreachable(self, exc: Exception) -> OAuth2Error:
-        issuer = self.settings.issuer_url
-        return OAuth2Error(f"OAuth2 issuer {issuer} unreachable: {type(exc).__name__}: {exc}")
-
-    def _cached(self) -> str | None:
-        return self._token if self._token and time.monotonic() < self._expires else None
-
-    def token(self, client: httpx.Client) -> str:
+    async def token(self, client: httpx.AsyncClient) -> str:
         """An access token, fetched through ``client`` when none is cached."""
         import httpx
 
-        cached = self._cached()
-        if cached:
-            return cached
-        try:
-            endpoint = _endpoint_from(client.get(self.discovery_url), self.discovery_url)
-            self._token, self._expires = _token_from(client.post(endpoint, data=self._form()), endpoint)
-        except httpx.HTTPError as exc:
-            raise self._unreachable(exc) from exc
-        return self._token
-
-    async def atoken(self, client: httpx.AsyncClient) -> str:
-        """Async variant of :meth:`token`."""
-        import httpx
-
-        cached = self._cached()
-        if cached:
-            return cached
+        if self._token and time.monotonic() < self._expires:
+            return self._token
         try:
             response = await client.get(self.discovery_url)
             endpoint = _endpoint_from(response, self.discovery_url)
             self._token, self._expires = _token_from(await client.post(endpoint, data=self._form()), endpoint)
         except httpx.HTTPError as exc:
-            raise self._unreachable(exc) from exc
+            issuer = self.settings.issuer_url
+            raise OAuth2Error(f"OAuth2 issuer {issuer} unreachable: {type(exc).__name__}: {exc}") from exc
         return self._token
-
-
-def bearer(token: str) -> dict[str, Any]:
-    return {"Authorization": f"Bearer {token}"}

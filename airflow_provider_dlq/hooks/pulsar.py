@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import ssl
 import time
@@ -43,25 +44,10 @@ T = TypeVar("T")
 CLIENT_LOGGER_NAME = "airflow_provider_dlq.pulsar_client"
 
 
-def _drive(plan: Generator[HttpRequest, HttpResult, T], send: Callable[[HttpRequest], HttpResult]) -> T:
+async def _drive(
+    plan: Generator[HttpRequest, HttpResult, T], send: Callable[[HttpRequest], Awaitable[HttpResult]]
+) -> T:
     """Run a plan: send each request it yields; a failed request is thrown back into the plan."""
-    try:
-        request = next(plan)
-        while True:
-            try:
-                result = send(request)
-            except BacklogReadError as exc:
-                request = plan.throw(exc)
-            else:
-                request = plan.send(result)
-    except StopIteration as stop:
-        return stop.value
-
-
-async def _adrive(
-    plan: BacklogPlan, send: Callable[[HttpRequest], Awaitable[HttpResult]]
-) -> dict[str, TopicBacklog]:
-    """Async twin of :func:`_drive`."""
     try:
         request = next(plan)
         while True:
@@ -227,22 +213,8 @@ class PulsarHook(BaseHook):
     def _issuer_options(self, config: PulsarConnectionConfig) -> dict[str, Any]:
         return {"timeout": self.http_timeout, "verify": not config.tls_allow_insecure_connection}
 
-    def _http_client(self, config: PulsarConnectionConfig) -> httpx.Client:
-        """An ``httpx.Client`` carrying the connection's TLS settings and credentials."""
-        import httpx
-
-        client = httpx.Client(**self._http_options(config))
-        oauth2 = self._oauth2_client(config)
-        if oauth2 is not None:
-            try:
-                with httpx.Client(**self._issuer_options(config)) as issuer:
-                    client.headers["Authorization"] = f"Bearer {oauth2.token(issuer)}"
-            except OAuth2Error as exc:
-                client.close()
-                raise BacklogReadError(str(exc)) from exc
-        return client
-
-    async def _ahttp_client(self, config: PulsarConnectionConfig) -> httpx.AsyncClient:
+    async def _http_client(self, config: PulsarConnectionConfig) -> httpx.AsyncClient:
+        """An ``httpx.AsyncClient`` carrying the connection's TLS settings and credentials."""
         import httpx
 
         client = httpx.AsyncClient(**self._http_options(config))
@@ -250,7 +222,7 @@ class PulsarHook(BaseHook):
         if oauth2 is not None:
             try:
                 async with httpx.AsyncClient(**self._issuer_options(config)) as issuer:
-                    client.headers["Authorization"] = f"Bearer {await oauth2.atoken(issuer)}"
+                    client.headers["Authorization"] = f"Bearer {await oauth2.token(issuer)}"
             except OAuth2Error as exc:
                 await client.aclose()
                 raise BacklogReadError(str(exc)) from exc
@@ -279,30 +251,18 @@ class PulsarHook(BaseHook):
     def get_backlog(self, topics: Sequence[str], subscription: str) -> dict[str, TopicBacklog]:
         """Backlog of ``subscription`` per topic; topic globs (``persistent://t/ns/*-DLQ``) are expanded."""
         config = self.config
-        return self._run(config, self._plan(config, topics, subscription))
-
-    def _run(self, config: PulsarConnectionConfig, plan: Generator[HttpRequest, HttpResult, T]) -> T:
-        """Drive ``plan`` with a blocking client."""
-        import httpx
-
-        with self._http_client(config) as client:
-
-            def get(request: HttpRequest) -> HttpResult:
-                try:
-                    response = client.request(request.method, request.url)
-                except httpx.HTTPError as exc:
-                    raise self._failed(request, exc) from exc
-                return HttpResult(response.status_code, response.text)
-
-            return _drive(plan, get)
+        return asyncio.run(self._run(config, self._plan(config, topics, subscription)))
 
     async def aget_backlog(self, topics: Sequence[str], subscription: str) -> dict[str, TopicBacklog]:
-        """Async variant of :meth:`get_backlog`."""
+        """Async variant of :meth:`get_backlog` (for triggers)."""
+        config = await self.aget_config()
+        return await self._run(config, self._plan(config, topics, subscription))
+
+    async def _run(self, config: PulsarConnectionConfig, plan: Generator[HttpRequest, HttpResult, T]) -> T:
+        """Drive ``plan`` with the connection's HTTP client."""
         import httpx
 
-        config = await self.aget_config()
-        plan = self._plan(config, topics, subscription)
-        async with await self._ahttp_client(config) as client:
+        async with await self._http_client(config) as client:
 
             async def get(request: HttpRequest) -> HttpResult:
                 try:
@@ -311,14 +271,14 @@ class PulsarHook(BaseHook):
                     raise self._failed(request, exc) from exc
                 return HttpResult(response.status_code, response.text)
 
-            return await _adrive(plan, get)
+            return await _drive(plan, get)
 
     def subscription_consumers(self, topic: str, subscription: str) -> list[dict[str, str]]:
         """The properties of each consumer of ``subscription`` on a non-partitioned ``topic``."""
         config = self.config
         if not config.admin_url:
             raise BacklogConfigError("the pulsar connection has no admin URL (extra admin_url)")
-        return self._run(config, consumers_plan(config.admin_url, topic, subscription))
+        return asyncio.run(self._run(config, consumers_plan(config.admin_url, topic, subscription)))
 
     def test_connection(self) -> tuple[bool, str]:
         """Check the broker and, when configured, the admin and metrics URLs; ``(ok, message)``."""

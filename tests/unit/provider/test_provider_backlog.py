@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
 
+from airflow_provider_dlq.hooks import pulsar
 from airflow_provider_dlq.hooks.backlog import (
     BacklogConfigError,
     BacklogReadError,
@@ -17,9 +19,13 @@ from airflow_provider_dlq.hooks.backlog import (
     parse_prometheus_backlog,
     prepare_topics,
 )
-from airflow_provider_dlq.hooks.pulsar import _drive
 
 SUB = "dlq-replayer"
+
+
+def _drive(plan, get):
+    """The hook's plan driver, run to its end."""
+    return asyncio.run(pulsar._drive(plan, get))
 
 
 def sample(value, **labels):
@@ -70,7 +76,7 @@ def fake_get(responses):
     """
     calls = []
 
-    def get(request):
+    async def get(request):
         key = request.url if request.method == "GET" else f"{request.method} {request.url}"
         calls.append(key)
         if key not in responses:

@@ -3,6 +3,7 @@ HTTP calls fetched from a real (loopback) token endpoint."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import threading
@@ -96,17 +97,18 @@ def issuer():
 
 
 def test_access_token_is_fetched_once_and_cached(issuer, tmp_path):
-    import asyncio
-
     import httpx
 
     settings = OAuth2Settings(
         issuer_url=issuer, client_id="c1", client_secret=SECRET, audience="urn:p", scope="s"
     )
     credentials = ClientCredentials(settings)
-    with httpx.Client() as http:
-        assert credentials.token(http) == "access-1"
-        assert credentials.token(http) == "access-1"
+
+    async def fetch(credentials):
+        async with httpx.AsyncClient() as http:
+            return [await credentials.token(http), await credentials.token(http)]
+
+    assert asyncio.run(fetch(credentials)) == ["access-1", "access-1"]
     assert _Issuer.requests == [
         {
             "grant_type": "client_credentials",
@@ -118,17 +120,11 @@ def test_access_token_is_fetched_once_and_cached(issuer, tmp_path):
     ]
     key_file = tmp_path / "oauth2.json"
     key_file.write_text(json.dumps({"client_id": "c2", "client_secret": SECRET}))
-
-    async def fetch():
-        async with httpx.AsyncClient() as http:
-            return await ClientCredentials(
-                OAuth2Settings(issuer_url=issuer, credentials_file=str(key_file))
-            ).atoken(http)
-
-    assert asyncio.run(fetch()) == "access-1"
+    by_file = ClientCredentials(OAuth2Settings(issuer_url=issuer, credentials_file=str(key_file)))
+    assert asyncio.run(fetch(by_file)) == ["access-1", "access-1"]
     wrong = ClientCredentials(OAuth2Settings(issuer_url=issuer, client_id="c1", client_secret="wrong"))
-    with httpx.Client() as http, pytest.raises(OAuth2Error) as err:
-        wrong.token(http)
+    with pytest.raises(OAuth2Error) as err:
+        asyncio.run(fetch(wrong))
     assert "HTTP 401" in str(err.value)
     assert "wrong" not in str(err.value)
 
@@ -141,6 +137,11 @@ def test_hook_sends_the_access_token_to_the_admin_api(issuer, monkeypatch):
             "extra": {"oauth2_issuer_url": issuer, "admin_url": issuer}}  # fmt: skip
     monkeypatch.setenv("AIRFLOW_CONN_PULSAR_OAUTH", json.dumps(conn))
     hook = PulsarHook("pulsar_oauth")
-    with hook._http_client(hook.config) as http:
-        assert http.headers["Authorization"] == "Bearer access-1"
-        assert SECRET not in json.dumps(dict(http.headers))
+
+    async def headers():
+        async with await hook._http_client(hook.config) as http:
+            return http.headers
+
+    sent = asyncio.run(headers())
+    assert sent["Authorization"] == "Bearer access-1"
+    assert SECRET not in json.dumps(dict(sent))
