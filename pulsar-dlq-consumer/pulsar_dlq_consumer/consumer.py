@@ -203,14 +203,12 @@ class DlqConsumer:
         backoff = backoff if backoff is not None else ExponentialBackoff()
         _check_policies(dead_letter, retry, backoff)
         _check_subscribe_settings(subscribe_options, nack_precision_ms, send_timeout_s)
-        names = resolve_topics(topic, subscription_name, dead_letter, retry)
-
+        self._topic, self.dead_letter_topic, self.retry_topic = resolve_topics(
+            topic, subscription_name, dead_letter, retry
+        )
         self._pulsar = pulsar
         self._client = client
-        self._topic = names.topic
-        self._subscription = names.subscription
-        self.dead_letter_topic = names.dead_letter_topic
-        self.retry_topic = names.retry_topic
+        self._subscription = subscription_name
         self.dead_letter_policy = dead_letter
         self.retry_policy = retry
         self.backoff = backoff
@@ -338,8 +336,7 @@ class DlqConsumer:
         ``DlqNotConfiguredError`` leaves the message unacknowledged; on ``PublishError`` it is nacked.
         """
         self._require_dlq("term()")
-        result: pulsar.MessageId = self._dead_letter(msg, REASON_TERM, error, wait=True).result()
-        return result
+        return self._dead_letter(msg, REASON_TERM, error, wait=True).result()
 
     def term_async(self, msg: pulsar.Message, error: BaseException | str | None = None) -> Future[Any]:
         """:meth:`term` without waiting: the future completes after the DLQ write and the ack (a failed
@@ -363,8 +360,7 @@ class DlqConsumer:
         message goes to the DLQ (``max-reconsumes``). Raises ``RetryNotConfiguredError``,
         ``InvalidDelayError`` (before sending) or ``PublishError`` (the message is nacked).
         """
-        result: pulsar.MessageId = self._reconsume(msg, delay, level, properties, error, wait=True).result()
-        return result
+        return self._reconsume(msg, delay, level, properties, error, wait=True).result()
 
     def reconsume_later_async(
         self,
@@ -405,16 +401,17 @@ class DlqConsumer:
                 "(the message was left unacknowledged)"
             )
         custom = _check_properties(properties)
-        previous = _reconsume_times(msg)
-        attempt = previous + 1
+        attempt = _reconsume_times(msg) + 1
         if attempt > retry.max_reconsumes:
-            return self._dead_letter(msg, REASON_MAX_RECONSUMES, error, wait=wait, reconsume_times=previous)
+            return self._dead_letter(msg, REASON_MAX_RECONSUMES, error, wait=wait)
         seconds = retry.resolve_delay(attempt, delay=delay, level=level)
-        props = self._copy_properties(msg, reason=None, error=error, reconsume_times=attempt)
-        props = {**custom, **props}
-        props[RECONSUMETIMES] = str(attempt)
-        props[DELAY_TIME] = str(round(seconds * 1000))
-        props[RETRY_TOPIC] = self.retry_topic
+        props = {
+            **custom,
+            **self._copy_properties(msg, reason=None, error=error, reconsume_times=attempt),
+            RECONSUMETIMES: str(attempt),
+            DELAY_TIME: str(round(seconds * 1000)),
+            RETRY_TOPIC: self.retry_topic,
+        }
         sent = self._send(self.retry_topic, msg, msg.data(), props, timedelta(seconds=seconds))
         return self._complete(msg, sent, wait, lambda: self._metrics.retry(self._attributes))
 
@@ -425,17 +422,12 @@ class DlqConsumer:
         error: BaseException | str | None,
         *,
         wait: bool,
-        reconsume_times: int | None = None,
     ) -> Future[Any]:
         policy = self.dead_letter_policy
         assert policy is not None
         assert self.dead_letter_topic is not None
-        if reconsume_times is None:
-            reconsume_times = _reconsume_times(msg)
-        payload = msg.data()
-        props = self._copy_properties(msg, reason=reason, error=error, reconsume_times=reconsume_times)
-        if not policy.copy_payload:
-            payload = b""
+        props = self._copy_properties(msg, reason=reason, error=error, reconsume_times=_reconsume_times(msg))
+        payload = msg.data() if policy.copy_payload else b""
 
         def done() -> None:
             self._metrics.dead_lettered(self._attributes, reason)
@@ -458,8 +450,8 @@ class DlqConsumer:
         assert policy is not None  # retry needs a dead-letter policy too
         original = msg.properties()
         if self.is_retry_message(msg):
-            origin_topic = _str_or(original.get(REAL_TOPIC), self._topic)
-            origin_id = _str_or(original.get(ORIGIN_MESSAGE_ID), str(msg.message_id()))
+            origin_topic = original.get(REAL_TOPIC) or self._topic
+            origin_id = original.get(ORIGIN_MESSAGE_ID) or str(msg.message_id())
         else:
             origin_topic = msg.topic_name() or self._topic
             origin_id = str(msg.message_id())
@@ -535,12 +527,10 @@ class DlqConsumer:
                 )
 
         kwargs: dict[str, Any] = {"properties": properties}
-        if original.partition_key():
-            kwargs["partition_key"] = original.partition_key()
-        if original.ordering_key():
-            kwargs["ordering_key"] = original.ordering_key()
-        if original.event_timestamp():
-            kwargs["event_timestamp"] = original.event_timestamp()
+        for name in ("partition_key", "ordering_key", "event_timestamp"):
+            value = getattr(original, name)()
+            if value:
+                kwargs[name] = value
         if deliver_after is not None:
             kwargs["deliver_after"] = deliver_after
         with self._lock:
@@ -562,47 +552,34 @@ class DlqConsumer:
     def _complete(
         self, original: pulsar.Message, sent: Future[Any], wait: bool, on_done: Callable[[], None]
     ) -> Future[Any]:
-        """Ack ``original`` once ``sent`` succeeded, or nack it at once if the send failed."""
-        if wait:
-            try:
-                message_id = sent.result(timeout=self._send_timeout_s)
-            except FutureTimeoutError:
-                self._owner(original).negative_acknowledge(original)
-                raise PublishError(
-                    f"no confirmation within {self._send_timeout_s:g} s for message {original.message_id()}; "
-                    "the original was nacked (it may arrive twice, never zero times)"
-                ) from None
-            except PublishError:
-                self._owner(original).negative_acknowledge(original)
-                raise
-            self._owner(original).acknowledge(original)
-            on_done()
-            result: Future[Any] = Future()
-            result.set_result(message_id)
-            return result
-
+        """Ack ``original`` once ``sent`` succeeded, or nack it at once if the send failed; with ``wait``
+        on the caller's thread (raising the send's :class:`PublishError`), else on the scheduler thread."""
         done: Future[Any] = Future()
 
-        def finish(f: Future[Any]) -> None:
-            # Runs on the client's I/O thread: only hand the ack/nack to the scheduler thread.
-            exc = f.exception()
-            if exc is not None:
-
-                def nack() -> None:
-                    self._owner(original).negative_acknowledge(original)
-                    done.set_exception(exc)
-
-                self._scheduler_now(nack)
+        def settle(f: Future[Any]) -> None:
+            error = f.exception()
+            if error is not None:
+                self._owner(original).negative_acknowledge(original)
+                done.set_exception(error)
             else:
+                self._owner(original).acknowledge(original)
+                on_done()
+                done.set_result(f.result())
 
-                def ack() -> None:
-                    self._owner(original).acknowledge(original)
-                    on_done()
-                    done.set_result(f.result())
-
-                self._scheduler_now(ack)
-
-        sent.add_done_callback(finish)
+        if not wait:
+            # The callback runs on the client's I/O thread: only hand the ack/nack to the scheduler thread.
+            sent.add_done_callback(lambda f: self._scheduler_now(lambda: settle(f)))
+            return done
+        try:
+            sent.exception(timeout=self._send_timeout_s)
+        except FutureTimeoutError:
+            self._owner(original).negative_acknowledge(original)
+            raise PublishError(
+                f"no confirmation within {self._send_timeout_s:g} s for message {original.message_id()}; "
+                "the original was nacked (it may arrive twice, never zero times)"
+            ) from None
+        settle(sent)
+        done.result()  # a failed send raises its PublishError here
         return done
 
     def _scheduler_now(self, action: Callable[[], None]) -> None:
@@ -705,10 +682,6 @@ def _check_subscribe_settings(
         raise ConfigurationError(f"nack_precision_ms must be an int >= 1; got {nack_precision_ms!r}")
     if not isinstance(send_timeout_s, int | float) or send_timeout_s <= 0:
         raise ConfigurationError(f"send_timeout_s must be > 0; got {send_timeout_s!r}")
-
-
-def _str_or(value: object, default: str) -> str:
-    return value if isinstance(value, str) and value else default
 
 
 def _reconsume_times(msg: pulsar.Message) -> int:

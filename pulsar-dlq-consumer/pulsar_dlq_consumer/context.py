@@ -10,7 +10,7 @@ import hashlib
 import re
 import traceback
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, cast
 
@@ -53,24 +53,6 @@ if TYPE_CHECKING:
     from pulsar_dlq_consumer.conventions import Convention, Reader
 
 
-CONTEXT_FIELDS: tuple[str, ...] = (
-    "dlq_topic",
-    "dlq_message_id",
-    "origin_topic",
-    "origin_message_id",
-    "subscription",
-    "delivery_count",
-    "reconsume_times",
-    "reason",
-    "error_class",
-    "error_message",
-    "error_stack",
-    "failed_at",
-    "consumer",
-    "context_format",
-)
-
-
 @dataclass(frozen=True)
 class ErrorContext:
     """The one error-context schema every part of the project reads a DLQ message into.
@@ -98,6 +80,9 @@ class ErrorContext:
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
 
+
+#: The fields of :class:`ErrorContext`, in order.
+CONTEXT_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(ErrorContext))
 
 _PARTITION_SUFFIX = re.compile(r"^(?P<base>.+)-partition-(?P<index>\d+)$")
 
@@ -288,9 +273,7 @@ def error_context_values(
         default if reader is None or (value := reader.read(props)) is None else value
         for reader, default in zip(_READERS[fmt], _DEFAULTS, strict=True)
     ]
-    if (
-        values[_DELIVERY_COUNT] is None and type(redelivery_count) is int and redelivery_count >= 0
-    ):  # not bool
+    if values[_DELIVERY_COUNT] is None and type(redelivery_count) is int and redelivery_count >= 0:
         values[_DELIVERY_COUNT] = redelivery_count + 1
     return (
         dlq_topic if isinstance(dlq_topic, str) else None,

@@ -174,20 +174,11 @@ class RetryPolicy:
         return validate_delay(self.default_delay, what="default_delay")
 
 
-@dataclass(frozen=True)
-class ResolvedTopics:
-    """The topic names a consumer wrapper uses, after defaults and the name guard."""
-
-    topic: str
-    subscription: str
-    dead_letter_topic: str | None
-    retry_topic: str | None
-
-
 def resolve_topics(
     topic: str, subscription: str, dead_letter: DeadLetterPolicy | None, retry: RetryPolicy | None
-) -> ResolvedTopics:
-    """Apply the naming defaults and the name guard (``ConfigurationError``, ``TopicNameGuardError``)."""
+) -> tuple[str, str | None, str | None]:
+    """The topic, DLQ topic and retry topic (``None`` without their policy) a consumer uses, after the
+    naming defaults and the name guard (``ConfigurationError``, ``TopicNameGuardError``)."""
     full = normalize_topic(topic)
     if not isinstance(subscription, str) or not subscription.strip():
         raise ConfigurationError(f"subscription must be a non-empty string; got {subscription!r}")
@@ -214,4 +205,4 @@ def resolve_topics(
             "topic, DLQ topic and retry topic must all differ; "
             f"got topic={full!r}, dlq={dlq!r}, retry={retry_topic!r}"
         )
-    return ResolvedTopics(full, subscription, dlq, retry_topic)
+    return full, dlq, retry_topic

@@ -45,15 +45,6 @@ class Outcome(StrEnum):
     FAILED = "failed"  # the retry/DLQ write failed; the message was nacked and will be redelivered
 
 
-_STATS_FIELDS = {
-    Outcome.ACK: "acked",
-    Outcome.NACK: "nacked",
-    Outcome.RETRY: "retried",
-    Outcome.TERM: "termed",
-    Outcome.FAILED: "failed",
-}
-
-
 @dataclass
 class ProcessingStats:
     """Counts per outcome for one :meth:`MessageProcessor.run`."""
@@ -67,7 +58,7 @@ class ProcessingStats:
 
     def add(self, outcome: Outcome) -> None:
         self.received += 1
-        field = _STATS_FIELDS[outcome]
+        field = {"ack": "acked", "nack": "nacked", "retry": "retried", "term": "termed"}.get(outcome, outcome)
         setattr(self, field, getattr(self, field) + 1)
 
 

@@ -148,7 +148,8 @@ class CanarySpec:
 
 @dataclass(frozen=True)
 class ReplayOptions:
-    """Everything a replay run needs (see the app's ``--help`` for each option)."""
+    """Everything a replay run needs: one field per option of :data:`FLAGS` (its ``--help`` says what the
+    field is), the canary's settings gathered in :class:`CanarySpec`."""
 
     run_id: str
     output_dir: str
@@ -176,14 +177,10 @@ class ReplayOptions:
     parallelism: int | None = None
     archive_payload: bool = True
     idle_timeout_ms: int = DEFAULT_IDLE_TIMEOUT_MS
-    #: ``None``: the app's default wave size, larger under broker deduplication.
     wave_size: int | None = None
     subscription_lease: bool = True
-    #: Approved action per error signature (``--group-actions``), overriding the playbook for this run.
     group_actions: dict[str, str] | None = None
-    #: Read the window frozen by this earlier run (``--window-from``), e.g. the reviewed dry-run.
     window_from: str | None = None
-    #: Replay a canary of each group first and halt groups that fail again (``--canary``).
     canary: CanarySpec | None = None
     admin_url: str | None = None
 

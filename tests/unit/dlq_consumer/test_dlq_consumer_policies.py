@@ -140,10 +140,11 @@ def test_dead_letter_policy_validation(kwargs: dict[str, object], match: str) ->
 
 
 def test_default_names_and_normalisation() -> None:
-    names = resolve_topics("orders", "billing", DeadLetterPolicy(), RetryPolicy())
-    assert names.topic == "persistent://public/default/orders"
-    assert names.dead_letter_topic == "persistent://public/default/orders-billing-DLQ"
-    assert names.retry_topic == "persistent://public/default/orders-billing-RETRY"
+    assert resolve_topics("orders", "billing", DeadLetterPolicy(), RetryPolicy()) == (
+        "persistent://public/default/orders",
+        "persistent://public/default/orders-billing-DLQ",
+        "persistent://public/default/orders-billing-RETRY",
+    )
     assert normalize_topic("acme/eu/orders") == "persistent://acme/eu/orders"
     assert normalize_topic("non-persistent://acme/eu/orders") == "non-persistent://acme/eu/orders"
     for bad in ["", " x", "a/b", "persistent://a/b", "a//c"]:
