@@ -120,21 +120,10 @@ class PulsarConf:
     @classmethod
     def from_app_options(cls, options: Any) -> PulsarConf:
         """The conf of a replay run (``ReplayOptions``: service and admin URLs, token file, TLS, OAuth2)."""
-
-        def get(name: str) -> Any:
-            return getattr(options, name, None)
-
+        names = [name for name in _OPTIONS if name not in ("token_file", "client_log_file")]
+        shared: dict[str, Any] = {name: getattr(options, name, None) for name in names}
         return cls(
-            service_url=options.service_url,
-            token_file=get("auth_token_file"),
-            tls_trust_certs_file=get("tls_trust_certs_file"),
-            admin_url=get("admin_url"),
-            tls_cert_file=get("tls_cert_file"),
-            tls_key_file=get("tls_key_file"),
-            oauth2_issuer_url=get("oauth2_issuer_url"),
-            oauth2_audience=get("oauth2_audience"),
-            oauth2_scope=get("oauth2_scope"),
-            oauth2_credentials_file=get("oauth2_credentials_file"),
+            service_url=options.service_url, token_file=getattr(options, "auth_token_file", None), **shared
         )
 
     def to_options(self) -> dict[str, str]:

@@ -134,10 +134,9 @@ class _RateLimiter:
         self.count = 0
 
     def wait(self) -> None:
-        if self.rate is None:
-            return
+        """Sleep until this send is due (only called with a rate)."""
         self.count += 1
-        due = self.started + self.count / self.rate
+        due = self.started + self.count / self.rate  # type: ignore[operator]
         delay = due - time.monotonic()
         if delay > 0:
             time.sleep(delay)
@@ -204,10 +203,7 @@ def _by_producer(batch: Any, errors: list[str | None]) -> dict[tuple[str, str], 
     groups: dict[tuple[str, str], list[int]] = {}
     names, targets = batch.column("producer_name").to_pylist(), batch.column("target_topic").to_pylist()
     for i, key in enumerate(zip(names, targets, strict=True)):
-        rows = groups.get(key)
-        if rows is None:
-            rows = groups[key] = []
-        rows.append(i)
+        groups.setdefault(key, []).append(i)
     lacking = "row lacks producer_name, target_topic, sequence_id or value; not sent"
     for key in [key for key in groups if not key[0] or not key[1]]:
         for i in groups.pop(key):

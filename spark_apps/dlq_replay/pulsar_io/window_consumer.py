@@ -77,7 +77,6 @@ class WindowPasses:
         receiver_queue_size: int = DEFAULT_RECEIVER_QUEUE_SIZE,
         batch_index_ack: bool = False,
         resume: bool = True,
-        max_passes: int = MAX_PASSES,
         seen: SeenIds | None = None,
     ) -> None:
         self.client = client
@@ -88,7 +87,6 @@ class WindowPasses:
         self.receiver_queue_size = int(receiver_queue_size)
         self.batch_index_ack = batch_index_ack
         self.resume = resume
-        self.max_passes = max_passes
         self.seen: SeenIds = SeenIdSet() if seen is None else seen
         self.passes = 0
         self.stats = ConsumeStats()
@@ -101,7 +99,7 @@ class WindowPasses:
         import pulsar
 
         stats = self.stats
-        while self.passes < self.max_passes:
+        while self.passes < MAX_PASSES:
             self.passes += 1
             found = ConsumeStats()
             consumer = self.client.subscribe(

@@ -11,7 +11,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from spark_apps.dlq_replay.pulsar_io.cursor import DEFAULT_SEEK_GAP, EntryRange, Position, reader_segments
+from spark_apps.dlq_replay.pulsar_io.cursor import EntryRange, Position, reader_segments
 from spark_apps.dlq_replay.pulsar_io.window import (
     DEFAULT_IDLE_TIMEOUT_MS,
     DRAIN_MS,
@@ -70,38 +70,21 @@ class ShareReader:
         *,
         idle_timeout_ms: int = DEFAULT_IDLE_TIMEOUT_MS,
         receiver_queue_size: int = DEFAULT_READER_QUEUE_SIZE,
-        seek_gap: int = DEFAULT_SEEK_GAP,
-        max_passes: int = MAX_PASSES,
     ) -> None:
         self.client = client
         self.window = window
         self.share = list(share)
         self.idle_timeout_ms = int(idle_timeout_ms)
         self.receiver_queue_size = int(receiver_queue_size)
-        self.seek_gap = int(seek_gap)
-        self.max_passes = int(max_passes)
         self.stats = ReadStats()
 
     def entries(self) -> Iterator[Entry]:
-        end = self.window.end_key
-        if end is None or not self.share:
+        if self.window.end_message_id is None or not self.share:
             self.stats.stopped_by = "empty"
             return
         self.stats.stopped_by = "end-reached"
-        for segment in reader_segments(self.share, self.seek_gap):
+        for segment in reader_segments(self.share):
             yield from self._segment(segment)
-
-    def _open(self, start: Position, inclusive: bool) -> Any:
-        import pulsar
-
-        self.stats.readers += 1
-        return self.client.create_reader(
-            self.window.topic,
-            pulsar.MessageId(max(self.window.partition, -1), start[0], start[1], -1),
-            receiver_queue_size=self.receiver_queue_size,
-            reader_name=unique_consumer_name("reader"),
-            start_message_id_inclusive=inclusive,
-        )
 
     def _segment(self, ranges: list[EntryRange]) -> Iterator[Entry]:
         last: Position | None = None  # the last entry returned or skipped: nothing at or before it again
@@ -113,23 +96,20 @@ class ShareReader:
             last = reading.last
             if reading.done:
                 return
-            if not reading.progress or passes >= self.max_passes:
-                self._leave_unread(ranges, last)
+            if not reading.progress or passes >= MAX_PASSES:
+                unread = _entries_after(ranges, last)
+                self.stats.unread_entries += unread
+                self.stats.stopped_by = "idle-timeout"
+                log.warning(
+                    "reader %s: nothing arrived for %d ms after %s; %d pending entries of the window stay "
+                    "unread and pending for the next run",
+                    self.window.topic,
+                    self.idle_timeout_ms,
+                    "the start" if last is None else f"entry {last[0]}:{last[1]}",
+                    unread,
+                )
                 return
             self.stats.resumes += 1
-
-    def _leave_unread(self, ranges: list[EntryRange], last: Position | None) -> None:
-        unread = _entries_after(ranges, last)
-        self.stats.unread_entries += unread
-        self.stats.stopped_by = "idle-timeout"
-        log.warning(
-            "reader %s: nothing arrived for %d ms after %s; %d pending entries of the window stay "
-            "unread and pending for the next run",
-            self.window.topic,
-            self.idle_timeout_ms,
-            "the start" if last is None else f"entry {last[0]}:{last[1]}",
-            unread,
-        )
 
 
 class _ReaderPass:
@@ -153,8 +133,18 @@ class _ReaderPass:
         self.done = False
 
     def entries(self) -> Iterator[Entry]:
-        last = self.last
-        reader = self.owner._open(self.ranges[0].start if last is None else last, inclusive=last is None)
+        import pulsar
+
+        owner, last = self.owner, self.last
+        start = self.ranges[0].start if last is None else last
+        owner.stats.readers += 1
+        reader = owner.client.create_reader(
+            owner.window.topic,
+            pulsar.MessageId(max(owner.window.partition, -1), start[0], start[1], -1),
+            receiver_queue_size=owner.receiver_queue_size,
+            reader_name=unique_consumer_name("reader"),
+            start_message_id_inclusive=last is None,
+        )
         read = getattr(reader, "_reader", reader).read_next  # the native reader: no wrapper per message
         try:
             yield from self._read(read)
