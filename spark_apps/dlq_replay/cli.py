@@ -122,7 +122,8 @@ def parse_options(argv: Sequence[str] | None = None) -> ReplayOptions:
 
 
 class _StderrHandler(logging.StreamHandler):
-    """Writes to ``sys.stderr`` as it is at the time of each record (a swapped one is honoured)."""
+    """Writes to ``sys.stderr`` as it is at the time of each record (a swapped one is honoured), without
+    what could be a secret, tracebacks included (:func:`~spark_apps.dlq_replay.redaction.scrub`)."""
 
     @property
     def stream(self) -> Any:
@@ -131,11 +132,6 @@ class _StderrHandler(logging.StreamHandler):
     @stream.setter
     def stream(self, value: object) -> None:
         pass
-
-
-class _ScrubbingFormatter(logging.Formatter):
-    """Formats a record, tracebacks included, then removes what could be a secret
-    (:func:`~spark_apps.dlq_replay.redaction.scrub`)."""
 
     def format(self, record: logging.LogRecord) -> str:
         return scrub(super().format(record))
@@ -146,7 +142,7 @@ def configure_logging() -> None:
     root = logging.getLogger("spark_apps")
     if not any(isinstance(h, _StderrHandler) for h in root.handlers):
         handler = _StderrHandler()
-        handler.setFormatter(_ScrubbingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         root.addHandler(handler)
     root.setLevel(logging.INFO)
     root.propagate = False

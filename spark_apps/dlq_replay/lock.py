@@ -83,15 +83,7 @@ class LockOwner:
     def from_json(cls, text: str) -> LockOwner | None:
         try:
             data = json.loads(text)
-            return cls(
-                str(data["run_id"]),
-                str(data["host"]),
-                int(data["pid"]),
-                data.get("pid_start"),
-                float(data["acquired_at"]),
-                float(data["heartbeat_at"]),
-                float(data["ttl_s"]),
-            )
+            return cls(**{name: data[name] for name in cls.__dataclass_fields__})
         except (ValueError, KeyError, TypeError):
             return None
 

@@ -107,8 +107,8 @@ class Run:
         if self.state.is_complete(name):
             log.info("step %s: already complete in an earlier attempt, skipped", name)
             return False
-        self.state.progress(name)["status"] = "running"
-        self.state.progress(name)["started_at"] = datetime.now(UTC).isoformat(timespec="milliseconds")
+        started_at = datetime.now(UTC).isoformat(timespec="milliseconds")
+        self.state.progress(name).update(status="running", started_at=started_at)
         self.save()
         log.info("step %s: started", name)
         self.progress.start(name, expected_total(self.state, name, self.progress.expected_snapshot()))

@@ -47,21 +47,29 @@ class Filters:
     max_messages: int | None = None
 
 
-def filter_reason(
-    filters: Filters, signature: str | None, error_class: str | None, publish_time: datetime | None
-) -> str | None:
-    """The first filter a message fails, or ``None`` when it passes them all."""
-    if filters.signatures is not None and signature not in filters.signatures:
-        return "not among the groups chosen for this run (--signatures)"
+def filter_reasons(filters: Filters, columns: dict[str, pa.Array], times: pa.Array) -> pa.Array:
+    """The first filter each message fails (null when it passes them all), from its ``signature`` and
+    ``error_class`` columns and its publish ``times``."""
+    import pyarrow.compute as pc
+
+    failed: list[tuple[Any, str]] = []
+    if filters.signatures is not None:
+        chosen = pc.is_in(columns["signature"], value_set=pa.array(filters.signatures, pa.string()))
+        failed.append((pc.invert(chosen), "not among the groups chosen for this run (--signatures)"))
     if filters.error_class is not None:
-        name = filters.error_class
-        if error_class is None or not (error_class == name or error_class.endswith("." + name)):
-            return "not selected by --error-class"
-    if filters.since is not None and (publish_time is None or publish_time < filters.since):
-        return "published before --since"
-    if filters.until is not None and (publish_time is None or publish_time >= filters.until):
-        return "published at or after --until"
-    return None
+        name, classes = filters.error_class, columns["error_class"]
+        chosen = pc.or_(pc.equal(classes, name), pc.ends_with(classes, "." + name))
+        failed.append((pc.invert(pc.fill_null(chosen, False)), "not selected by --error-class"))
+    if filters.since is not None:
+        early = pc.less(times, pa.scalar(filters.since, times.type))
+        failed.append((pc.fill_null(early, True), "published before --since"))
+    if filters.until is not None:
+        late = pc.greater_equal(times, pa.scalar(filters.until, times.type))
+        failed.append((pc.fill_null(late, True), "published at or after --until"))
+    reasons = pa.nulls(len(times), pa.string())
+    for fails, reason in reversed(failed):  # the first filter failed names the reason
+        reasons = pc.if_else(fails, pa.scalar(reason), reasons)
+    return reasons
 
 
 def replay_id_column() -> Column:
@@ -113,13 +121,8 @@ def _identities(snapshot: DataFrame, filters: Filters, origin_precedence: tuple[
             # The filters of --max-messages need the whole context.
             columns = normalize_columns(batch, origin_precedence)
             rows = identity_rows(batch, replay_ids=columns["replay_id"])
-            times = _publish_times(batch, filters)
-            signatures, classes = columns["signature"].to_pylist(), columns["error_class"].to_pylist()
-            selected = [
-                filter_reason(filters, sig, cls, ts) is None
-                for sig, cls, ts in zip(signatures, classes, times, strict=True)
-            ]
-            yield rows.append_column("selected", pa.array(selected, pa.bool_()))
+            reasons = filter_reasons(filters, columns, batch.column("publish_time"))
+            yield rows.append_column("selected", reasons.is_null())
 
     if limited:
         light = snapshot.select(
@@ -267,32 +270,10 @@ def add_scope_columns(batch: pa.RecordBatch, columns: dict[str, pa.Array], filte
 
     marks, mark_reasons = batch.column(MARK), batch.column(MARK_REASON)
     marked = pc.fill_null(pc.is_in(marks, value_set=_OUT_OF_SCOPE), False)
-    if filters == Filters():  # no filter: every unmarked row is in scope
-        columns[SCOPE_COLUMN] = pc.if_else(marked, marks, pa.scalar(SCOPE_IN))
-        columns[SCOPE_REASON_COLUMN] = pc.if_else(marked, mark_reasons, pa.scalar(None, pa.string()))
-        return
-    times = _publish_times(batch, filters)
-    signatures, classes = columns["signature"].to_pylist(), columns["error_class"].to_pylist()
-    limited = filters.max_messages is not None
-    scopes: list[str] = []
-    reasons: list[str | None] = []
-    for i, (mark, mark_reason) in enumerate(zip(marks.to_pylist(), mark_reasons.to_pylist(), strict=True)):
-        reason = None
-        if mark in (SCOPE_ALREADY_FINAL, SCOPE_DUPLICATE, SCOPE_FILTERED):
-            scope, reason = mark, mark_reason
-        else:
-            reason = filter_reason(filters, signatures[i], classes[i], times[i])
-            if reason is None and limited and mark != _CHOSEN:
-                reason = "beyond --max-messages"
-            scope = SCOPE_FILTERED if reason else SCOPE_IN
-        scopes.append(scope)
-        reasons.append(reason)
-    columns[SCOPE_COLUMN] = pa.array(scopes, pa.string())
-    columns[SCOPE_REASON_COLUMN] = pa.array(reasons, pa.string())
-
-
-def _publish_times(batch: pa.RecordBatch, filters: Filters) -> list[Any]:
-    """Publish times as Python values, converted only when a time filter needs them."""
-    if filters.since is None and filters.until is None:
-        return [None] * batch.num_rows
-    return batch.column("publish_time").to_pylist()
+    reasons = filter_reasons(filters, columns, batch.column("publish_time"))
+    if filters.max_messages is not None:  # passed the filters but not chosen among the first
+        beyond = pc.and_(reasons.is_null(), pc.invert(pc.fill_null(pc.equal(marks, _CHOSEN), False)))
+        reasons = pc.if_else(beyond, pa.scalar("beyond --max-messages"), reasons)
+    in_scope = pc.if_else(reasons.is_null(), pa.scalar(SCOPE_IN), pa.scalar(SCOPE_FILTERED))
+    columns[SCOPE_COLUMN] = pc.if_else(marked, marks, in_scope)
+    columns[SCOPE_REASON_COLUMN] = pc.if_else(marked, mark_reasons, reasons)

@@ -127,10 +127,8 @@ def source_bundle(directory: str | None = None) -> str:
                         continue
                     path = os.path.join(folder, name)
                     rel = os.path.relpath(path, os.path.dirname(base)).replace(os.sep, "/")
-                    info = zipfile.ZipInfo(rel, date_time=_ZIP_DATE)
-                    info.compress_type = zipfile.ZIP_DEFLATED
                     with open(path, "rb") as source:
-                        archive.writestr(info, source.read())
+                        archive.writestr(zipfile.ZipInfo(rel, _ZIP_DATE), source.read(), zipfile.ZIP_DEFLATED)
     data = buffer.getvalue()
     digest = hashlib.sha256(data).hexdigest()[:16]
     target = os.path.join(directory or tempfile.gettempdir(), f"dlq_replay_code-{digest}.zip")

@@ -75,18 +75,11 @@ class RunState:
     def from_json(cls, text: str, *, where: str) -> RunState:
         try:
             data = json.loads(text)
-            if data.get("format") != STATE_FORMAT:
-                raise ValueError(f"format {data.get('format')!r}")
-            return cls(
-                run_id=str(data["run_id"]),
-                mode=str(data["mode"]),
-                fingerprint=str(data["fingerprint"]),
-                options=dict(data.get("options") or {}),
-                started_at=str(data["started_at"]),
-                steps={str(k): dict(v) for k, v in (data.get("steps") or {}).items()},
-                attempts=int(data.get("attempts", 1)),
-            )
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            written = data.pop("format", None)
+            if written != STATE_FORMAT:
+                raise ValueError(f"format {written!r}")
+            return cls(**data)
+        except (ValueError, TypeError, AttributeError) as exc:
             raise RunStateError(
                 f"{where} is not a valid run state ({exc}); delete the run directory or use a new run id"
             ) from exc

@@ -84,11 +84,10 @@ def _from_uri(base: str) -> pafs.FileSystem:
 
 def filesystem(path: str) -> tuple[pafs.FileSystem, str]:
     """``(file system, path inside it)`` for a local path or URI; file systems are cached per process."""
-    local = local_path(path)
-    if local is not None or "://" not in path:
+    if is_local(path):
         import pyarrow.fs as pafs
 
-        return pafs.LocalFileSystem(), os.path.abspath(local or path)
+        return pafs.LocalFileSystem(), os.path.abspath(local_path(path) or path)
     parsed = urlparse(path)
     scheme = parsed.scheme.lower()
     if scheme in S3_SCHEMES:
@@ -148,10 +147,10 @@ def read_bytes(path: str) -> bytes | None:
             return bytes(stream.read())
     except FileNotFoundError:
         return None
-    except OSError as exc:
+    except OSError:
         if not exists(path):
             return None
-        raise exc
+        raise
 
 
 def write_bytes(path: str, data: bytes) -> None:
