@@ -6,15 +6,21 @@ Each broker gets a private data directory and metrics port; :meth:`EmbeddedBroke
 from __future__ import annotations
 
 import contextlib
-import os
-import signal
+import logging
 import socket
 import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from airflow_provider_dlq.errors import DlqProviderError
+from airflow_provider_dlq.operators.process_tree import stop_process_tree
+
+if TYPE_CHECKING:
+    import os
+
+log = logging.getLogger(__name__)
 
 
 class EmbeddedBrokerError(DlqProviderError, RuntimeError):
@@ -43,37 +49,13 @@ class EmbeddedBroker:
 
         with contextlib.suppress(Exception):
             pm.process_manager._processes.pop(str((self.data_dir / "data.db").absolute()), None)
-        try:
-            os.kill(self.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            return
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if not _alive(self.pid):
-                return
-            time.sleep(0.05)
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(self.pid, signal.SIGKILL)
+        stop_process_tree(self.pid, log, "the embedded broker", timeout)
 
     def __enter__(self) -> EmbeddedBroker:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        waited, _ = os.waitpid(pid, os.WNOHANG)
-        if waited == pid:
-            return False
-    except ChildProcessError:
-        pass
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def start_embedded_broker(

@@ -102,13 +102,13 @@ def output_asset(output_dir: str) -> Asset:
     return Asset(name=f"dlq-replay:{uri}", uri=uri)
 
 
-#: Operator attributes passed to the app's options under the same name.
-_APP_FIELDS = (
-    "mode",
+#: Operator attributes passed to the app's options under the same name: the templated ones, then the
+#: numbers and flags.
+_TEMPLATED_APP_FIELDS = (
     "topics",
     "output_dir",
+    "mode",
     "subscription",
-    "auth_token_file",
     "playbook",
     "origin_allowlist",
     "signatures",
@@ -116,13 +116,17 @@ _APP_FIELDS = (
     "since",
     "until",
     "max_messages",
+    "group_actions",
+    "window_from",
+    "canary",
+    "auth_token_file",
+)
+_APP_FIELDS = (
+    *_TEMPLATED_APP_FIELDS,
     "max_replays",
     "rate_limit",
     "parallelism",
     "archive_payload",
-    "group_actions",
-    "window_from",
-    "canary",
     "canary_wait_seconds",
     "canary_max_failure_rate",
 )
@@ -218,22 +222,8 @@ class DlqReplayOperator(BaseOperator):
 
     operator_extra_links = (DlqReplayReportLink(), SparkApplicationLink())
     template_fields: Sequence[str] = (
-        "topics",
-        "output_dir",
-        "mode",
+        *_TEMPLATED_APP_FIELDS,
         "run_id",
-        "subscription",
-        "playbook",
-        "origin_allowlist",
-        "signatures",
-        "error_class",
-        "since",
-        "until",
-        "max_messages",
-        "group_actions",
-        "window_from",
-        "canary",
-        "auth_token_file",
         "oauth2_credentials_file",
         "report_url",
         "spark_history_url",
