@@ -5,7 +5,6 @@ from __future__ import annotations
 # The run modes are the options' own (one definition, shared with the Airflow operator).
 from pulsar_dlq_consumer.replay_options import ARCHIVE_ONLY as ARCHIVE_ONLY
 from pulsar_dlq_consumer.replay_options import DRY_RUN as DRY_RUN
-from pulsar_dlq_consumer.replay_options import MODES as MODES
 from pulsar_dlq_consumer.replay_options import REPLAY as REPLAY
 
 # --------------------------------------------------------------------------- actions (playbook)

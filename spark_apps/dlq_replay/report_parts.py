@@ -4,8 +4,8 @@ Each record task (:mod:`~spark_apps.dlq_replay.record`; in a dry run it writes t
 holds its bucket's ledger rows and decisions, so it keeps what the report needs of them instead of the
 report reading every message again, in ``runs/<run>/report_parts/<kind>/part-<bucket>.parquet``:
 
-- ``combos``: per (signature, outcome, action, rule), the count, the smallest template, error class,
-  origin topic and reason, and the first and last publish time; ``formats``: their context formats;
+- ``combos``: per (signature, outcome, action, rule, context format), the count, the smallest template,
+  error class, origin topic and reason, and the first and last publish time;
 - ``samples``: each signature's first :data:`SAMPLE_IDS` messages by (publish time, DLQ topic, id);
 - ``reps``: each signature's first :data:`REP_ROWS` decisions, preferring ones the playbook was applied
   to (their properties and payloads are read from the snapshot by :func:`snapshot_messages`);
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 #: What a group of the report is counted by.
-COMBO_KEYS = ("signature", "outcome", "action", "rule")
+COMBO_KEYS = ("signature", "outcome", "action", "rule", "context_format")
 #: The decisions' columns a representative keeps (its order adds ``unscoped``).
 REP_COLUMNS = (
     "signature",
@@ -53,7 +53,7 @@ REP_COLUMNS = (
 REDUCE_ROWS = 16_384
 #: Reduced chunks kept before they are merged into one.
 MERGE_EVERY = 8
-KINDS = ("combos", "formats", "samples", "reps", "errors")
+KINDS = ("combos", "samples", "reps", "errors")
 #: Message ids shown per group, representatives kept per signature (enough for its payload samples),
 #: distinct error messages shown per signature and the characters kept of each.
 SAMPLE_IDS = 5
@@ -77,7 +77,7 @@ _COMBO_AGGREGATES = (
     ("last", "max"),
 )
 _COMBO_NAMES = [name for name, _ in _COMBO_AGGREGATES]
-_COMBO_COLUMNS = (*COMBO_KEYS, "error_template", "error_class", "origin_topic", "reason", "context_format")
+_COMBO_COLUMNS = (*COMBO_KEYS, "error_template", "error_class", "origin_topic", "reason")
 
 
 def first_k(table: pa.Table, keys: Sequence[str], order: Sequence[str], k: int) -> pa.Table:
@@ -137,8 +137,6 @@ def merge(kind: str, tables: Sequence[pa.Table]) -> pa.Table:
     table = pa.concat_tables(tables, promote_options="permissive")
     if kind == "combos":
         return _reduce_combos(table)
-    if kind == "formats":
-        return table.group_by(table.column_names, use_threads=False).aggregate([])
     if kind == "errors":  # each message at its earliest time, null first (see above)
         first = ("first", "min", pc.ScalarAggregateOptions(skip_nulls=False))
         earliest = table.group_by(["signature", "message"], use_threads=False).aggregate([first])
@@ -192,7 +190,6 @@ class BucketParts:
             n=pa.repeat(1, ledger.num_rows), template=ledger["error_template"], first=times, last=times
         )
         self.parts["combos"].append(_reduce_combos(pa.table(rows)))
-        self.parts["formats"].append(merge("formats", [ledger.select([*COMBO_KEYS, "context_format"])]))
         self.parts["samples"].append(merge("samples", [ledger.select(["signature", *_FIRST["samples"][0]])]))
         self.parts["reps"].append(merge("reps", [decided]))
         # ``signature, message, first`` of the decisions with an error message, cut as the report cuts it
@@ -253,16 +250,15 @@ def read_parts(folder: str) -> ReportParts:
         kind: merge(kind, [read_table(path) for path in paths]).to_pylist() if paths else []
         for kind, paths in files.items()
     }
-    formats: dict[tuple[Any, ...], list[str]] = {}
-    for row in merged["formats"]:
-        if row["context_format"] is not None:
-            formats.setdefault(tuple(row[k] for k in COMBO_KEYS), []).append(row["context_format"])
-    combos = []
-    for row in merged["combos"]:
-        combo = {k: row[k] for k in (*COMBO_KEYS, "n", "template", "error_class", "origin_topic", "reason")}
-        combo["context_formats"] = sorted(formats.get(tuple(row[k] for k in COMBO_KEYS), []))
-        combo["first_seen"], combo["last_seen"] = iso(row["first"]), iso(row["last"])
-        combos.append(combo)
+    combos = [
+        {
+            **{k: row[k] for k in (*COMBO_KEYS, "n", "template", "error_class", "origin_topic", "reason")},
+            "context_formats": [] if row["context_format"] is None else [row["context_format"]],
+            "first_seen": iso(row["first"]),
+            "last_seen": iso(row["last"]),
+        }
+        for row in merged["combos"]
+    ]
     samples: dict[str, list[str]] = {}
     for row in merged["samples"]:  # sorted by signature, then order
         samples.setdefault(row["signature"], []).append(row["dlq_message_id"])

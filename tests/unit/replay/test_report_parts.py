@@ -28,8 +28,8 @@ from spark_apps.dlq_replay.report_parts import (
 T0 = datetime(2024, 5, 1, tzinfo=UTC)
 CEST = timezone(timedelta(hours=2))
 LEDGER_COLUMNS = (
-    *COMBO_KEYS, "error_template", "error_class", "origin_topic", "reason", "context_format", "dlq_topic",
-    "dlq_message_id", "publish_time",
+    *COMBO_KEYS, "error_template", "error_class", "origin_topic", "reason", "dlq_topic", "dlq_message_id",
+    "publish_time",
 )  # fmt: skip
 
 
