@@ -215,7 +215,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         options = parse_options(argv)
-        check_local(options)  # files, permissions, playbook: before Spark starts, nothing written
+        playbook = check_local(options)  # files, permissions, playbook: before Spark starts, nothing written
         check_broker_of(options)  # listening, credentials, DLQ topics: before Spark starts too
     except SystemExit as exc:  # argparse: --help (0) or a usage error (2), already printed
         return int(exc.code or 0)
@@ -233,7 +233,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     spark = build_session(options.run_id)
     try:
-        report = run_replay(spark, options, broker_checked=True)
+        report = run_replay(spark, options, checked=playbook)
     except (ReplayConfigError, PulsarConfigError) as exc:
         _fail(str(exc))
         return EXIT_USAGE

@@ -1,7 +1,7 @@
 """Checks that run before a replay writes anything: bad input exits 2 and leaves no run directory.
 
-:func:`check_local` needs no Spark (the command line runs it first); :func:`check_with_spark` then ships
-and imports the playbook's fixes. Values that could be a secret (the token file path) are never echoed.
+:func:`check_local` needs no Spark (the command line runs it first); :func:`ship_and_load_fixes` then
+ships and imports the playbook's fixes. Values that could be a secret (the token file path) are never echoed.
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ def _probe(directory: Path, output_dir: str, cannot: str, fix: str) -> None:
         raise ReplayConfigError(f"--output-dir {output_dir}: {cannot} ({exc.strerror}); {fix}") from exc
 
 
-def check_output_dir_local(output_dir: str, run_dir: str | None = None) -> None:
+def check_output_dir_local(output_dir: str, run_dir: str) -> None:
     """A local output root (existing or not) can be created and written, with its sub-directories."""
     local = local_path(qualify_root(output_dir))
     if local is None:
@@ -118,8 +118,8 @@ def check_output_dir_local(output_dir: str, run_dir: str | None = None) -> None:
     if existing != root:
         _probe(existing, output_dir, f"cannot create it in {existing}", "give a writable location")
         return
-    for part in ("", *OUTPUT_PARTS, *([run_dir] if run_dir else [])):
-        directory = root / part if part else root
+    for part in ("", *OUTPUT_PARTS, run_dir):
+        directory = root / part
         if directory.exists():
             if not directory.is_dir():
                 raise ReplayConfigError(
@@ -143,7 +143,13 @@ def check_local(options: ReplayOptions) -> Playbook:
         check_client_cert_files(options.tls_cert_file, options.tls_key_file)
     if options.oauth2_credentials_file:
         check_oauth2_credentials_file(options.oauth2_credentials_file)
-    playbook = load_playbook(options.playbook) if options.playbook else Playbook()  # no rules: all skipped
+    if options.playbook:
+        playbook = load_playbook(options.playbook)
+        fixes = ", ".join(playbook.fixes) or "none"
+        log.info("playbook %s: %d rules, fixes: %s", options.playbook, len(playbook.rules), fixes)
+    else:
+        playbook = Playbook()
+        log.info("no --playbook: every message will be skipped (left pending)")
     require_arrow_udfs()  # every step runs Arrow UDFs
     check_guard(options.output_dir, options.subscription_lease)
     check_output_dir_local(options.output_dir, join("runs", run_dir_name(options.run_id)))
@@ -195,19 +201,3 @@ def ship_and_load_fixes(spark: SparkSession, playbook: Playbook) -> None:
             ) from exc
     for ref in playbook.fixes:
         load_fix(ref)  # raises FixLoadError (exit 2) naming the fix
-
-
-def check_with_spark(spark: SparkSession, options: ReplayOptions) -> Playbook:
-    """:func:`check_local`, then the checks that need Spark; returns the playbook to run with."""
-    playbook = check_local(options)
-    ship_and_load_fixes(spark, playbook)
-    if options.playbook:
-        log.info(
-            "playbook %s: %d rules, fixes: %s",
-            options.playbook,
-            len(playbook.rules),
-            ", ".join(playbook.fixes) or "none",
-        )
-    else:
-        log.info("no --playbook: every message will be skipped (left pending)")
-    return playbook

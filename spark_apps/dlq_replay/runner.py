@@ -31,26 +31,29 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from spark_apps.dlq_replay.options import ReplayOptions
+    from spark_apps.dlq_replay.playbook import Playbook
     from spark_apps.dlq_replay.pulsar_io.window import PartitionWindow
 
 log = logging.getLogger("spark_apps.dlq_replay")
 
 
 def run_replay(
-    spark: SparkSession, options: ReplayOptions, *, broker_checked: bool = False
+    spark: SparkSession, options: ReplayOptions, *, checked: Playbook | None = None
 ) -> dict[str, Any]:
     """Run (or resume) the replay run ``options.run_id``; returns the report (also written as JSON/HTML).
 
     Everything is checked before anything is written (:mod:`~spark_apps.dlq_replay.preflight`); the run
     then holds the output directory lock and the subscription leases (:mod:`~spark_apps.dlq_replay.lock`)
-    until it ends. ``broker_checked``: the caller already ran
-    :func:`~spark_apps.dlq_replay.broker_checks.check_broker` (the command line does, before Spark).
+    until it ends. ``checked``: the playbook :func:`~spark_apps.dlq_replay.preflight.check_local` gave a
+    caller that also ran :func:`~spark_apps.dlq_replay.broker_checks.check_broker` (the command line does,
+    before Spark starts).
     """
     from spark_apps.dlq_replay.lock import run_lock
-    from spark_apps.dlq_replay.preflight import check_with_spark
+    from spark_apps.dlq_replay.preflight import check_local, ship_and_load_fixes
     from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf
 
-    playbook = check_with_spark(spark, options)
+    playbook = checked if checked is not None else check_local(options)
+    ship_and_load_fixes(spark, playbook)
     conf = PulsarConf.from_app_options(options)
     paths = RunPaths(options.output_dir, options.run_id)
     storage = RunStorage()
@@ -61,7 +64,7 @@ def run_replay(
             log.info("run %s is already complete; nothing to do", options.run_id)
             report: dict[str, Any] = json.loads(text)
             return report
-    if not broker_checked:  # before any file or lock is created
+    if checked is None:  # before any file or lock is created
         from spark_apps.dlq_replay.broker_checks import check_broker
 
         check_broker(conf, options.topics)
