@@ -23,7 +23,6 @@ class PlaybookError(ReplayConfigError):
         if line is not None:
             where = f"{where}:{line}"
         super().__init__(f"{where}: {message}")
-        self.path = path
         self.line = line
 
 

@@ -100,12 +100,10 @@ def default_parallelism(spark: SparkSession) -> int:
 
 
 def loaded_from_zip() -> str | None:
-    """The zip the app was imported from (``--py-files`` bundle), or ``None`` (a source checkout)."""
+    """The zip the app was imported from (``--py-files`` bundle: a module's path runs through it), or
+    ``None`` (a source checkout)."""
     import spark_apps
 
-    archive = getattr(getattr(spark_apps, "__loader__", None), "archive", None)  # zipimport.zipimporter
-    if isinstance(archive, str) and zipfile.is_zipfile(archive):
-        return archive
     path = os.path.abspath(str(spark_apps.__file__))
     while os.path.dirname(path) != path:
         if os.path.isfile(path) and zipfile.is_zipfile(path):
