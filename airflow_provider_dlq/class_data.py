@@ -78,19 +78,19 @@ def spark_home(env: Mapping[str, str] | None = None) -> Path | None:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
-def archive_key(java: str, jars: Path | None) -> str:
-    """A digest of the JVM binary and the Spark jars' folder, names, sizes and times (what Java checks an
-    archive against)."""
+def files_key(*paths: Path) -> str:
+    """A digest of the files' resolved paths, sizes and modification times: what a cached entry is for."""
     digest = hashlib.sha256()
-    real = Path(java).resolve()
-    stat = real.stat()
-    digest.update(f"{real}\0{stat.st_size}\0{int(stat.st_mtime)}\0".encode())
-    if jars is not None and jars.is_dir():
-        digest.update(f"{jars.resolve()}\0".encode())
-        for jar in sorted(jars.glob("*.jar")):
-            jar_stat = jar.stat()
-            digest.update(f"{jar.name}\0{jar_stat.st_size}\0{int(jar_stat.st_mtime)}\0".encode())
+    for path in paths:
+        real = path.resolve()
+        stat = real.stat()
+        digest.update(f"{real}\0{stat.st_size}\0{stat.st_mtime_ns}\0".encode())
     return digest.hexdigest()[:16]
+
+
+def archive_key(java: str, jars: Path | None) -> str:
+    """The key of the JVM binary and the Spark jars (what Java checks an archive against)."""
+    return files_key(Path(java), *(sorted(jars.glob("*.jar")) if jars is not None and jars.is_dir() else ()))
 
 
 @dataclass(frozen=True)

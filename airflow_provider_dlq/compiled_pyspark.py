@@ -7,7 +7,6 @@ and by the workers through their path and daemon. See ``docs/operator.md`` ("Fas
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -20,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from airflow_provider_dlq.class_data import cache_root, spark_home, tidy_cache
+from airflow_provider_dlq.class_data import cache_root, files_key, spark_home, tidy_cache
 from airflow_provider_dlq.driver_footprint import local_cores
 
 if TYPE_CHECKING:
@@ -57,15 +56,6 @@ def workers_python(env: Mapping[str, str], conf: Mapping[str, str]) -> str | Non
     """The workers' Python as Spark chooses it: ``PYSPARK_PYTHON``, the setting, else ``python3``."""
     chosen = env.get("PYSPARK_PYTHON") or conf.get(PYTHON_CONF) or "python3"
     return shutil.which(chosen, path=env.get("PATH"))
-
-
-def compiled_key(python: str, zips: list[Path]) -> str:
-    """A digest of the Python (its binary, resolved) and the zips (path, size, mtime)."""
-    digest = hashlib.sha256()
-    for path in (Path(python).resolve(), *(z.resolve() for z in zips)):
-        stat = path.stat()
-        digest.update(f"{path}\0{stat.st_size}\0{stat.st_mtime_ns}\0".encode())
-    return digest.hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -110,7 +100,7 @@ class CompiledPySpark:
             )
             return None
         try:
-            key = compiled_key(python, zips)
+            key = files_key(Path(python), *zips)
             self.directory.mkdir(parents=True, exist_ok=True)
             tidy_cache(self.directory, _PREFIX, key)
             folder = self.directory / f"{_PREFIX}{key}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -26,15 +27,11 @@ def stop_process_tree(
     except psutil.NoSuchProcess:
         return 0
     for proc in procs:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             proc.terminate()
-        except psutil.NoSuchProcess:
-            continue
     _, alive = psutil.wait_procs(procs, timeout=wait_s)
     for proc in alive:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             proc.kill()
-        except psutil.NoSuchProcess:
-            continue
     log.info("Stopped %s (pid %s) and %d child processes", name, pid, len(procs) - 1)
     return len(procs)
