@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 import weakref
+from dataclasses import dataclass
 from itertools import accumulate, chain
 from typing import TYPE_CHECKING, Any
 
@@ -93,24 +94,16 @@ def _int_option(opts: Mapping[str, str], name: str, default: int, minimum: int) 
     return value
 
 
+@dataclass
 class PulsarInputPartition(InputPartition):
     """One task's part of a partition window (picklable): a consumer ``slot``, or in the reader mode the
     ``share`` of ``[ledger, first, last, skipped_before]`` entry ranges to read."""
 
-    def __init__(
-        self,
-        topic: str,
-        partition: int,
-        end_message_id: str | None,
-        slot: int,
-        share: list[list[int]] | None = None,
-    ) -> None:
-        super().__init__((topic, partition, end_message_id, slot))
-        self.topic = topic
-        self.partition = partition
-        self.end_message_id = end_message_id
-        self.slot = slot
-        self.share = share
+    topic: str
+    partition: int
+    end_message_id: str | None
+    slot: int
+    share: list[list[int]] | None = None
 
     @property
     def window(self) -> PartitionWindow:

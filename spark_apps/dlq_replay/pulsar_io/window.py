@@ -152,9 +152,7 @@ class FrozenWindows:
 
 def read_mode_of(windows: Sequence[PartitionWindow]) -> str:
     """``reader`` when every window carries its pending entries, else ``consumer``."""
-    if windows and all(w.pending is not None for w in windows):
-        return READER_MODE
-    return CONSUMER_MODE
+    return READER_MODE if windows and all(w.pending is not None for w in windows) else CONSUMER_MODE
 
 
 def freeze_pending(admin: Any, window: PartitionWindow, subscription: str) -> PartitionWindow:

@@ -9,7 +9,7 @@ Messages beyond the end are neither returned nor acked; redeliveries are returne
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from spark_apps.dlq_replay.pulsar_io.ids import MessageIdKey, in_window, reached_end
@@ -58,6 +58,7 @@ class SeenIdSet:
         return True
 
 
+@dataclass
 class WindowPasses:
     """Reads a window through one Shared consumer after another, each id once over all passes.
 
@@ -66,30 +67,18 @@ class WindowPasses:
     that found new messages. ``stats`` sums the passes (``beyond_window``: the largest pass's).
     """
 
-    def __init__(
-        self,
-        client: Any,
-        window: PartitionWindow,
-        subscription: str,
-        *,
-        role: str,
-        idle_timeout_ms: int = DEFAULT_IDLE_TIMEOUT_MS,
-        receiver_queue_size: int = DEFAULT_RECEIVER_QUEUE_SIZE,
-        batch_index_ack: bool = False,
-        resume: bool = True,
-        seen: SeenIds | None = None,
-    ) -> None:
-        self.client = client
-        self.window = window
-        self.subscription = subscription
-        self.role = role
-        self.idle_timeout_ms = int(idle_timeout_ms)
-        self.receiver_queue_size = int(receiver_queue_size)
-        self.batch_index_ack = batch_index_ack
-        self.resume = resume
-        self.seen: SeenIds = SeenIdSet() if seen is None else seen
-        self.passes = 0
-        self.stats = ConsumeStats()
+    client: Any
+    window: PartitionWindow
+    subscription: str
+    _: KW_ONLY
+    role: str
+    idle_timeout_ms: int = DEFAULT_IDLE_TIMEOUT_MS
+    receiver_queue_size: int = DEFAULT_RECEIVER_QUEUE_SIZE
+    batch_index_ack: bool = False
+    resume: bool = True
+    seen: SeenIds = field(default_factory=SeenIdSet)
+    passes: int = field(default=0, init=False)
+    stats: ConsumeStats = field(default_factory=ConsumeStats, init=False)
 
     def messages(self) -> Iterator[tuple[str, Any, Any, Any]]:
         end = self.window.end_key

@@ -8,7 +8,7 @@ resumes after the last entry while passes make progress; entries left unread sta
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from spark_apps.dlq_replay.pulsar_io.cursor import EntryRange, Position, reader_segments
@@ -59,24 +59,17 @@ class ReadStats:
     stopped_by: str = "not-started"  # end-reached | idle-timeout | empty
 
 
+@dataclass
 class ShareReader:
     """Iterates the pending entries of one share of a partition window, in order, each once."""
 
-    def __init__(
-        self,
-        client: Any,
-        window: PartitionWindow,
-        share: Sequence[EntryRange],
-        *,
-        idle_timeout_ms: int = DEFAULT_IDLE_TIMEOUT_MS,
-        receiver_queue_size: int = DEFAULT_READER_QUEUE_SIZE,
-    ) -> None:
-        self.client = client
-        self.window = window
-        self.share = list(share)
-        self.idle_timeout_ms = int(idle_timeout_ms)
-        self.receiver_queue_size = int(receiver_queue_size)
-        self.stats = ReadStats()
+    client: Any
+    window: PartitionWindow
+    share: Sequence[EntryRange]
+    _: KW_ONLY
+    idle_timeout_ms: int = DEFAULT_IDLE_TIMEOUT_MS
+    receiver_queue_size: int = DEFAULT_READER_QUEUE_SIZE
+    stats: ReadStats = field(default_factory=ReadStats, init=False)
 
     def entries(self) -> Iterator[Entry]:
         if self.window.end_message_id is None or not self.share:
