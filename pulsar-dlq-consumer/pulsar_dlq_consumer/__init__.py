@@ -5,11 +5,7 @@ Pure Python over ``pulsar-client`` (imported lazily); it never imports Airflow.
 
 from __future__ import annotations
 
-from pulsar_dlq_consumer.backoff import (
-    ConstantBackoff,
-    ExponentialBackoff,
-    RedeliveryBackoff,
-)
+from pulsar_dlq_consumer.backoff import ConstantBackoff, ExponentialBackoff, RedeliveryBackoff
 from pulsar_dlq_consumer.client import create_client
 from pulsar_dlq_consumer.consumer import DlqConsumer
 from pulsar_dlq_consumer.context import (
@@ -24,12 +20,7 @@ from pulsar_dlq_consumer.context import (
     strip_bookkeeping_properties,
 )
 from pulsar_dlq_consumer.conventions import CONTEXT_PREFIX, ContextFormat
-from pulsar_dlq_consumer.delays import (
-    DEFAULT_DELAY_LEVELS,
-    MAX_DELAY_SECONDS,
-    MIN_DELAY_SECONDS,
-    DelayLevels,
-)
+from pulsar_dlq_consumer.delays import DEFAULT_DELAY_LEVELS, MAX_DELAY_SECONDS, MIN_DELAY_SECONDS, DelayLevels
 from pulsar_dlq_consumer.errors import (
     ConfigurationError,
     ConsumerClosedError,
@@ -44,12 +35,7 @@ from pulsar_dlq_consumer.errors import (
     UnsupportedSubscriptionTypeError,
 )
 from pulsar_dlq_consumer.metrics import ConsumerMetrics
-from pulsar_dlq_consumer.policy import (
-    LEVEL_INCREMENT,
-    DeadLetterPolicy,
-    RetryPolicy,
-    TopicNameGuard,
-)
+from pulsar_dlq_consumer.policy import LEVEL_INCREMENT, DeadLetterPolicy, RetryPolicy, TopicNameGuard
 from pulsar_dlq_consumer.processing import MessageProcessor, Outcome, ProcessingStats
 
 __all__ = [

@@ -34,6 +34,7 @@ from pulsar_dlq_consumer.conventions import (
     REASON_TERM,
     RECONSUMETIMES,
     RETRY_TOPIC,
+    read_int,
 )
 from pulsar_dlq_consumer.errors import (
     ConfigurationError,
@@ -45,11 +46,7 @@ from pulsar_dlq_consumer.errors import (
     UnsupportedSubscriptionTypeError,
 )
 from pulsar_dlq_consumer.metrics import ConsumerMetrics, topic_attributes
-from pulsar_dlq_consumer.policy import (
-    DeadLetterPolicy,
-    RetryPolicy,
-    resolve_topics,
-)
+from pulsar_dlq_consumer.policy import DeadLetterPolicy, RetryPolicy, resolve_topics
 
 if TYPE_CHECKING:
     import pulsar
@@ -57,14 +54,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 #: ``subscribe`` options the wrapper manages itself.
-_MANAGED_OPTIONS = frozenset(
-    {
-        "consumer_type",
-        "consumer_name",
-        "negative_ack_redelivery_delay_ms",
-        "message_listener",
-    }
-)
+_MANAGED_OPTIONS = ("consumer_type", "consumer_name", "negative_ack_redelivery_delay_ms", "message_listener")
 
 
 class _Scheduler:
@@ -416,12 +406,7 @@ class DlqConsumer:
         return self._complete(msg, sent, wait, lambda: self._metrics.retry(self._attributes))
 
     def _dead_letter(
-        self,
-        msg: pulsar.Message,
-        reason: str,
-        error: BaseException | str | None,
-        *,
-        wait: bool,
+        self, msg: pulsar.Message, reason: str, error: BaseException | str | None, *, wait: bool
     ) -> Future[Any]:
         policy = self.dead_letter_policy
         assert policy is not None
@@ -672,7 +657,7 @@ def _check_subscribe_settings(
     subscribe_options: Mapping[str, Any], nack_precision_ms: int, send_timeout_s: float
 ) -> None:
     """No option the wrapper manages is passed through, and the nack and send timings are valid."""
-    managed = _MANAGED_OPTIONS & subscribe_options.keys()
+    managed = subscribe_options.keys() & _MANAGED_OPTIONS
     if managed:
         raise ConfigurationError(
             f"{sorted(managed)} are managed by DlqConsumer: use consumer_type=, consumer_name=, backoff= "
@@ -685,11 +670,8 @@ def _check_subscribe_settings(
 
 
 def _reconsume_times(msg: pulsar.Message) -> int:
-    """``RECONSUMETIMES`` of ``msg`` (untrusted: junk counts as 0)."""
-    value = msg.properties().get(RECONSUMETIMES)
-    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 9:
-        return int(value)
-    return 0
+    """``RECONSUMETIMES`` of ``msg``, read as the context parser reads it (untrusted: junk counts as 0)."""
+    return read_int(msg.properties(), RECONSUMETIMES) or 0
 
 
 def _check_properties(properties: Mapping[str, str] | None) -> dict[str, str]:

@@ -48,6 +48,7 @@ from pulsar_dlq_consumer.conventions import (
 from pulsar_dlq_consumer.conventions import ORIGIN_PROPERTY_KEYS as ORIGIN_PROPERTY_KEYS
 from pulsar_dlq_consumer.conventions import ORIGIN_TOPIC_KEYS as ORIGIN_TOPIC_KEYS
 from pulsar_dlq_consumer.conventions import REASON_UNKNOWN as REASON_UNKNOWN
+from pulsar_dlq_consumer.topics import qualify_topic
 
 if TYPE_CHECKING:
     from pulsar_dlq_consumer.conventions import Convention, Reader
@@ -250,10 +251,7 @@ def parse_error_context(
     """
     return ErrorContext(
         *error_context_values(
-            properties,
-            dlq_topic=dlq_topic,
-            dlq_message_id=dlq_message_id,
-            redelivery_count=redelivery_count,
+            properties, dlq_topic=dlq_topic, dlq_message_id=dlq_message_id, redelivery_count=redelivery_count
         )
     )
 
@@ -318,18 +316,8 @@ def origin_claims(properties: Mapping[str, str] | None) -> tuple[OriginClaim, ..
 @lru_cache(maxsize=4096)
 def canonical_topic(topic: str | None) -> str | None:
     """The topic a claim names, qualified, without ``-partition-N``; ``None`` when it is no topic name."""
-    if not topic or TRUNCATION_MARKER in topic:
-        return None
-    from pulsar_dlq_consumer.errors import ConfigurationError
-    from pulsar_dlq_consumer.topics import normalize_topic
-
-    try:
-        qualified = normalize_topic(topic)
-    except ConfigurationError:
-        return None
-    if any(ch.isspace() or ord(ch) < 0x20 for ch in qualified):
-        return None
-    return base_topic(qualified)
+    qualified = qualify_topic(topic) if topic and TRUNCATION_MARKER not in topic else None
+    return None if qualified is None else base_topic(qualified)
 
 
 def conflicting_claims(claims: tuple[OriginClaim, ...]) -> tuple[OriginClaim, ...]:

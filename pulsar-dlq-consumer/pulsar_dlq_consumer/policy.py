@@ -8,11 +8,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pulsar_dlq_consumer.conventions import MAX_ERROR_MESSAGE_BYTES, MAX_ERROR_STACK_BYTES
 from pulsar_dlq_consumer.delays import DEFAULT_LEVELS, DelayLevels, validate_delay
-from pulsar_dlq_consumer.errors import (
-    ConfigurationError,
-    InvalidDelayError,
-    TopicNameGuardError,
-)
+from pulsar_dlq_consumer.errors import ConfigurationError, InvalidDelayError, TopicNameGuardError
 from pulsar_dlq_consumer.topics import normalize_topic
 
 if TYPE_CHECKING:

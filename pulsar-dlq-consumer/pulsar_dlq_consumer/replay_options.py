@@ -300,14 +300,13 @@ class Flag:
 
     def argparse_kwargs(self) -> dict[str, Any]:
         """``argparse.add_argument`` keywords: the type or choices, ``required`` and the help."""
-        kwargs: dict[str, Any] = {"help": self.help, "required": self.required}
-        if self.kind in ("int", "float"):
-            kwargs["type"] = int if self.kind == "int" else float
-        if self.kind in ("switch", "mode"):
-            kwargs["choices"] = ("on", "off") if self.kind == "switch" else MODES
-        elif self.metavar:
-            kwargs["metavar"] = self.metavar
-        return kwargs
+        return {
+            "help": self.help,
+            "required": self.required,
+            "type": {"int": int, "float": float}.get(self.kind),
+            "choices": {"switch": ("on", "off"), "mode": MODES}.get(self.kind),
+            "metavar": self.metavar,
+        }
 
     def value(self, text: Any) -> Any:
         """The field's value of the option's parsed argument ``text``."""
