@@ -103,25 +103,23 @@ def filesystem(path: str) -> tuple[pafs.FileSystem, str]:
 
 def check_root(root: str) -> None:
     """Fail at once, naming the fix, when ``root`` cannot be opened (unknown scheme, missing bucket)."""
+    import pyarrow.fs as pafs
+
     try:
         fs, inner = filesystem(root)
-        if urlparse(root).scheme.lower() in S3_SCHEMES:
-            bucket = inner.split("/", 1)[0]
-            import pyarrow.fs as pafs
-
-            if fs.get_file_info(bucket).type == pafs.FileType.NotFound:
-                raise StorageError(
-                    f"--output-dir {root}: bucket {bucket!r} does not exist or cannot be seen with these "
-                    "credentials; create it first, or check AWS_ENDPOINT_URL_S3/AWS_ENDPOINT_URL and the "
-                    "AWS credentials in the driver's and executors' environment"
-                )
-    except StorageError:
-        raise
+        bucket = inner.split("/", 1)[0] if urlparse(root).scheme.lower() in S3_SCHEMES else None
+        missing = bucket is not None and fs.get_file_info(bucket).type == pafs.FileType.NotFound
     except Exception as exc:
         raise StorageError(
             f"--output-dir {root}: cannot open it ({type(exc).__name__}: {exc}); use a local path or a URI "
             "pyarrow can open (s3://, s3a://, gs://, hdfs://), with its settings in the environment"
         ) from exc
+    if missing:
+        raise StorageError(
+            f"--output-dir {root}: bucket {bucket!r} does not exist or cannot be seen with these "
+            "credentials; create it first, or check AWS_ENDPOINT_URL_S3/AWS_ENDPOINT_URL and the "
+            "AWS credentials in the driver's and executors' environment"
+        )
 
 
 def writable(path: str) -> tuple[pafs.FileSystem, str]:
