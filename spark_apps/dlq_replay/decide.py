@@ -21,12 +21,7 @@ from spark_apps.dlq_replay.arrow_util import group_ids, row_numbers
 from spark_apps.dlq_replay.context_columns import ORIGIN_CONFLICT, UNDECODABLE
 from spark_apps.dlq_replay.lineage import lineage_maps
 from spark_apps.dlq_replay.pulsar_io.source import UNDECODABLE_PROPERTY
-from spark_apps.dlq_replay.schemas import (
-    CONTEXT_COLUMNS,
-    DECIDED_SCHEMA,
-    SCOPE_COLUMN,
-    arrow_schema,
-)
+from spark_apps.dlq_replay.schemas import CONTEXT_COLUMNS, DECIDED_SCHEMA, SCOPE_COLUMN, arrow_schema
 from spark_apps.dlq_replay.scope import (
     MARK,
     MARK_REASON,
@@ -477,7 +472,6 @@ def run_decide(run: Run, snapshot: DataFrame, planned_at: datetime) -> DataFrame
     from spark_apps.dlq_replay.archive_files import staged_output
     from spark_apps.dlq_replay.free_memory import return_free_memory
     from spark_apps.dlq_replay.ledger import final_ids, read_ledger
-    from spark_apps.dlq_replay.schemas import DECIDED_SCHEMA
     from spark_apps.dlq_replay.snapshot import snapshot_identities
     from spark_apps.dlq_replay.task_sends import wave_blocks
 

@@ -20,39 +20,24 @@ from typing import TYPE_CHECKING
 from pulsar_dlq_consumer.context import REASON_UNKNOWN, base_topic
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     import pyarrow as pa
 
 MAX_TEMPLATE_CHARS = 512
 
-# Order matters: earlier masks protect their matches from later ones. The first element is a cheap
-# test for what every match of the mask contains (a quote, "@", "0x", ASCII digits...): where it fails,
-# the mask would change nothing, so it is skipped. Most messages skip most masks.
-_MASKS: tuple[tuple[Callable[[str], object], re.Pattern[str], str], ...] = (
-    # Quoted values: '...', "...", `...` (no newlines inside).
-    (re.compile(r"['\"`]").search, re.compile(r"'[^'\n]*'|\"[^\"\n]*\"|`[^`\n]*`"), "<str>"),
-    (re.compile("@").search, re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+"), "<email>"),
+# Order matters: earlier masks protect their matches from later ones.
+_MASKS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"'[^'\n]*'|\"[^\"\n]*\"|`[^`\n]*`"), "<str>"),  # quoted, no newlines inside
+    (re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+"), "<email>"),
     (
-        re.compile("-").search,
         re.compile(r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b"),
         "<uuid>",
     ),
     # 0x-prefixed hex, or 8+ hex characters with at least one digit and one letter a-f (hashes, ids).
-    (re.compile(r"0[xX]").search, re.compile(r"\b0[xX][0-9a-fA-F]+\b"), "<hex>"),
-    (
-        re.compile(r"[0-9a-fA-F]{8}").search,
-        re.compile(r"\b(?=[0-9a-fA-F]*[0-9])(?=[0-9a-fA-F]*[a-fA-F])[0-9a-fA-F]{8,}\b"),
-        "<hex>",
-    ),
+    (re.compile(r"\b0[xX][0-9a-fA-F]+\b"), "<hex>"),
+    (re.compile(r"\b(?=[0-9a-fA-F]*[0-9])(?=[0-9a-fA-F]*[a-fA-F])[0-9a-fA-F]{8,}\b"), "<hex>"),
     # Identifiers with a run of 2+ digits: ORD-000123, user_42, cust:17, A12345 (not utf-8).
-    (
-        # In a match, the run of digits that holds the 2+ digits follows a letter or a separator.
-        re.compile(r"[A-Za-z_:#/.-][0-9]{2}").search,
-        re.compile(r"\b[A-Za-z][A-Za-z0-9]*(?:[-_:#/.][A-Za-z0-9]+)*?[-_:#/.]?[0-9]{2,}[A-Za-z0-9]*\b"),
-        "<id>",
-    ),
-    (re.compile(r"[0-9]").search, re.compile(r"(?<![A-Za-z0-9])[-+]?[0-9]+(?:[.,][0-9]+)*"), "<num>"),
+    (re.compile(r"\b[A-Za-z][A-Za-z0-9]*(?:[-_:#/.][A-Za-z0-9]+)*?[-_:#/.]?[0-9]{2,}[A-Za-z0-9]*\b"), "<id>"),
+    (re.compile(r"(?<![A-Za-z0-9])[-+]?[0-9]+(?:[.,][0-9]+)*"), "<num>"),
 )
 
 
@@ -64,19 +49,18 @@ def message_template(message: str | None) -> str:
     if not message:
         return ""
     text = message[: MAX_TEMPLATE_CHARS * 4]
-    for needs, pattern, mask in _MASKS:
-        if needs(text):
-            text = pattern.sub(mask, text)
+    for pattern, mask in _MASKS:
+        text = pattern.sub(mask, text)
     # Runs of whitespace become one space, none at the ends (str.split's whitespace is re's \s).
     return " ".join(text.split())[:MAX_TEMPLATE_CHARS]
 
 
 #: :data:`_MASKS` as RE2 rewrites for pyarrow's ``replace_substring_regex``, exact for ASCII text (where
 #: ``\w`` and ``\b`` mean the same in both engines) without the sentinels ``\x01``/``\x02``, each group
-#: after the cheap test of :data:`_MASKS` that its matches need (a batch where no message passes it skips
-#: the group). RE2 has no lookaround, so the mixed-hex mask wraps every long hex run in sentinels, masks
-#: the wrapped runs holding a digit and a letter, then unwraps the rest; the number mask keeps the
-#: non-alphanumeric character before a number (its lookbehind) as a group.
+#: after a cheap test for what its matches contain (a quote, "@", "0x", ASCII digits...): a batch where
+#: no message passes it skips the group. RE2 has no lookaround, so the mixed-hex mask wraps every long hex
+#: run in sentinels, masks the wrapped runs holding a digit and a letter, then unwraps the rest; the
+#: number mask keeps the non-alphanumeric character before a number (its lookbehind) as a group.
 _RE2_MASKS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
     ("['\"`]", ((r"'[^'\n]*'|\"[^\"\n]*\"|`[^`\n]*`", "<str>"),)),
     ("@", ((r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+", "<email>"),)),
