@@ -325,14 +325,12 @@ def _errors(
     return (fix_errors(decisions, signatures) if fixed else {}), errors
 
 
-def _representatives(
-    ctx: ReportContext, parts: ReportParts, signatures: list[str]
-) -> tuple[dict[str, list[Any]], dict[tuple[str, str], Any]]:
+def _representatives(ctx: ReportContext, parts: ReportParts, signatures: list[str]) -> dict[str, list[Any]]:
     """The shown groups' representatives (a group's first, preferring ones the playbook was applied to)
-    by signature, and their snapshot rows (properties, and the payload with snippets) by (topic, id)."""
+    by signature, each with its snapshot row (properties, and the payload with snippets) or ``None``."""
     from spark_apps.dlq_replay.report_parts import snapshot_messages
 
-    snippets = ctx.payload_snippets
+    snippets, folder = ctx.payload_snippets, ctx.snapshot_path
     per_group = PAYLOAD_SAMPLES if snippets else 1
     reps: dict[str, list[Any]] = {sig: [] for sig in signatures}
     for rep in parts.reps:  # sorted by signature, then order
@@ -340,10 +338,13 @@ def _representatives(
         if mine is not None and len(mine) < per_group:
             mine.append(rep)
     keys = sorted({(r["dlq_topic"], r["dlq_message_id"]) for mine in reps.values() for r in mine})
-    folder = ctx.snapshot_path
-    if folder is None or not keys:
-        return reps, {}
-    return reps, _guarded("snapshot samples", lambda: snapshot_messages(folder, keys, snippets), {})
+    found = (
+        _guarded("snapshot samples", lambda: snapshot_messages(folder, keys, snippets), {}) if folder else {}
+    )
+    return {
+        sig: [(r, found.get((r["dlq_topic"], r["dlq_message_id"]))) for r in mine]
+        for sig, mine in reps.items()
+    }
 
 
 def _explanation(playbook: Playbook, rep: Any, properties: dict[str, str] | None) -> dict[str, Any]:
@@ -371,7 +372,6 @@ def _fill_groups(
     shown: list[dict[str, Any]],
     errors: tuple[dict[str, Any], dict[str, Any]],
     reps: dict[str, list[Any]],
-    found: dict[tuple[str, str], Any],
 ) -> None:
     """Add ``fix_errors``, ``sample_errors``, ``explanation`` and (with payload snippets)
     ``payload_samples`` to the ``shown`` groups."""
@@ -379,7 +379,7 @@ def _fill_groups(
     for group in shown:
         sig = group["signature"]
         group["fix_errors"], group["sample_errors"] = errors[0].get(sig, []), errors[1].get(sig, [])
-        mine = [(rep, found.get((rep["dlq_topic"], rep["dlq_message_id"]))) for rep in reps.get(sig, [])]
+        mine = reps.get(sig, [])
         if mine:
             first, snap = mine[0]
             properties = dict(snap["properties"] or {}) if snap is not None else None
@@ -485,8 +485,7 @@ def add_details(
         queries["refused"] = partial(_guarded, "refused origins", partial(refused_origins, decisions), [])
     results = dict(zip(queries, run_concurrently(spark, *queries.values()), strict=True))
     if "reps" in results:
-        reps, found = results["reps"]
-        _fill_groups(ctx, shown, results["errors"], reps, found)
+        _fill_groups(ctx, shown, results["errors"], results["reps"])
     if "refused" in results:
         report["refused_origins"] = results["refused"]
     report["trend"] = results["trend"]

@@ -19,7 +19,6 @@ maximum, a union, or the first rows of a union (the first k of all are among the
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
 from datetime import UTC
 from typing import TYPE_CHECKING, Any
@@ -106,19 +105,13 @@ def first_k(table: pa.Table, keys: Sequence[str], order: Sequence[str], k: int) 
 def _sort_indices(table: pa.Table, names: Sequence[str]) -> pa.Array:
     """Indices sorting ``table`` by ``names`` ascending, nulls first (per key from pyarrow 25, which
     deprecates the option for all keys)."""
+    import pyarrow as pa
     import pyarrow.compute as pc
 
-    if _nulls_per_key():
+    if int(pa.__version__.split(".")[0]) >= 25:
         return pc.sort_indices(table, sort_keys=[(name, "ascending", "at_start") for name in names])
     ascending = [(name, "ascending") for name in names]
     return pc.sort_indices(table, sort_keys=ascending, null_placement="at_start")
-
-
-@functools.cache
-def _nulls_per_key() -> bool:
-    import pyarrow as pa
-
-    return int(pa.__version__.split(".")[0]) >= 25
 
 
 def _reduce_combos(table: pa.Table) -> pa.Table:
