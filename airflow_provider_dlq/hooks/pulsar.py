@@ -87,19 +87,6 @@ class PulsarHook(BaseHook):
     def __repr__(self) -> str:
         return f"{type(self).__name__}(pulsar_conn_id={self.pulsar_conn_id!r})"
 
-    @classmethod
-    def get_ui_field_behaviour(cls) -> dict[str, Any]:
-        """Field labels and placeholders of the connection form (from ``provider.yaml``)."""
-        from airflow_provider_dlq.get_provider_info import get_provider_info
-
-        types = get_provider_info()["connection-types"]
-        ui = next(c for c in types if c["connection-type"] == cls.conn_type)["ui-field-behaviour"]
-        return {
-            "hidden_fields": list(ui["hidden-fields"]),
-            "relabeling": dict(ui["relabeling"]),
-            "placeholders": dict(ui["placeholders"]),
-        }
-
     def _config_from(self, conn: Connection) -> PulsarConnectionConfig:
         config = parse_pulsar_connection(
             self.pulsar_conn_id,

@@ -177,18 +177,16 @@ def test_backlog_read_error_never_contains_the_token(monkeypatch, caplog):
     assert TOKEN not in caplog.text
 
 
-def test_ui_behaviour_matches_provider_info_and_keeps_port_for_the_test_button():
+def test_ui_behaviour_in_provider_info_keeps_port_for_the_test_button():
+    """Airflow (3.2+) reads the form's behaviour from provider info; the hook declares no method for it."""
     info = get_provider_info()["connection-types"][0]
-    behaviour = PulsarHook.get_ui_field_behaviour()
     assert info["connection-type"] == PulsarHook.conn_type == "pulsar"
     assert info["hook-class-name"] == "airflow_provider_dlq.hooks.pulsar.PulsarHook"
-    ui = info["ui-field-behaviour"]
-    assert behaviour["hidden_fields"] == ui["hidden-fields"]
-    assert behaviour["relabeling"] == ui["relabeling"]
-    assert behaviour["placeholders"] == ui["placeholders"]
+    assert "get_ui_field_behaviour" not in PulsarHook.__dict__
+    behaviour = info["ui-field-behaviour"]
     # Airflow 3.3's Test button posts port 0 for a connection stored without one, which its API answers
     # with HTTP 400: Port stays in the form, says the Test button needs it, and shows no bare number.
-    assert behaviour["hidden_fields"] == ["schema"]
+    assert behaviour["hidden-fields"] == ["schema"]
     assert "Test button" in behaviour["relabeling"]["port"]
     assert behaviour["placeholders"]["port"].startswith("required for Test")
     assert behaviour["relabeling"]["host"] == "Service URL"
