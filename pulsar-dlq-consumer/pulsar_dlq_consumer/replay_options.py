@@ -7,6 +7,7 @@ Secrets are never options (the app reads them from the environment or files).
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import dataclass
@@ -330,8 +331,8 @@ class Flag:
             return str(value.isoformat())
         if self.kind == "switch":
             return "on" if value else "off"
-        if self.kind == "json":
-            return group_actions_json(value)
+        if self.kind == "json":  # compact, keys sorted
+            return json.dumps(value, sort_keys=True, separators=(",", ":"))
         return f"{value:g}" if isinstance(value, float) else str(value)
 
 
@@ -492,10 +493,3 @@ FLAGS: tuple[Flag, ...] = (
         "switch",
     ),
 )
-
-
-def group_actions_json(actions: dict[str, str] | None) -> str | None:
-    """``--group-actions`` as compact JSON, keys sorted (``None`` when not given)."""
-    import json
-
-    return None if actions is None else json.dumps(actions, sort_keys=True, separators=(",", ":"))
