@@ -142,15 +142,6 @@ class _RateLimiter:
             time.sleep(delay)
 
 
-def _check_columns(names: list[str]) -> None:
-    missing = [c for c in REPUBLISH_INPUT_COLUMNS if c not in names]
-    if missing:
-        raise RepublishError(
-            f"republish input lacks columns {missing}; select exactly {REPUBLISH_INPUT_SCHEMA} "
-            "before mapInArrow(republish_batches, REPUBLISH_RESULT_SCHEMA)"
-        )
-
-
 def _epoch_ms(column: Any) -> list[int | None]:
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -297,7 +288,12 @@ class _Publisher:
                 return
 
     def publish(self, batch: Any) -> Any:
-        _check_columns(batch.schema.names)
+        missing = [c for c in REPUBLISH_INPUT_COLUMNS if c not in batch.schema.names]
+        if missing:
+            raise RepublishError(
+                f"republish input lacks columns {missing}; select exactly {REPUBLISH_INPUT_SCHEMA} "
+                "before mapInArrow(republish_batches, REPUBLISH_RESULT_SCHEMA)"
+            )
         errors: list[str | None] = [None] * batch.num_rows
         groups = [(self._producer(*key), rows) for key, rows in _by_producer(batch, errors).items()]
         col = batch.column

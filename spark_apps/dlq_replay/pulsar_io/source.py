@@ -282,12 +282,9 @@ class _BatchBuilder:
     """
 
     def __init__(self, window: PartitionWindow, arrow_schema: pa.Schema, mark_entries: bool = False) -> None:
-        import pyarrow as pa
-
         self.window = window
         self.arrow_schema = arrow_schema
         self.mark_entries = mark_entries
-        self.marked_schema = arrow_schema.append(pa.field(ENTRY_FIRST, pa.bool_()))
         self._reset()
 
     def _reset(self) -> None:
@@ -372,7 +369,7 @@ class _BatchBuilder:
             for start in self._entry_starts:
                 marks[start] = True
             arrays.append(pa.array(marks, pa.bool_()))
-            schema = self.marked_schema
+            schema = schema.append(pa.field(ENTRY_FIRST, pa.bool_()))
         batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
         self._reset()
         return batch
