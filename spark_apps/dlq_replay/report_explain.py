@@ -15,7 +15,7 @@ from spark_apps.dlq_replay import outcomes as oc
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping, Sequence
 
-    from spark_apps.dlq_replay.playbook import MatchInput, Playbook, Rule
+    from spark_apps.dlq_replay.playbook import MatchInput, Playbook, PropertyCondition, Rule
 
 SNIPPET_CHARS = 240
 MAX_LISTED = 3
@@ -75,18 +75,14 @@ _MISSES: dict[str, Callable[[Any, MatchInput], str]] = {
 }
 
 
-def rule_misses(rule: Rule, record: MatchInput) -> list[str]:
-    """Why ``rule`` does not match ``record``: one phrase per failed condition (empty: it matches)."""
-    misses = []
-    for failed in rule.failed_conditions(record):
-        if isinstance(failed, str):
-            misses.append(_MISSES[failed](rule, record))
-        elif record.properties.get(failed.key) is None:
-            misses.append(f"property {failed.key!r} is missing")
-        else:
-            wanted = f"/{failed.regex.pattern}/" if failed.regex is not None else repr(failed.exact)
-            misses.append(f"property {failed.key!r} does not match {wanted}")
-    return misses
+def _miss(rule: Rule, record: MatchInput, failed: str | PropertyCondition) -> str:
+    """Why ``record`` fails one condition of ``rule`` (a property's value is never shown)."""
+    if isinstance(failed, str):
+        return _MISSES[failed](rule, record)
+    if record.properties.get(failed.key) is None:
+        return f"property {failed.key!r} is missing"
+    wanted = f"/{failed.regex.pattern}/" if failed.regex is not None else repr(failed.exact)
+    return f"property {failed.key!r} does not match {wanted}"
 
 
 def explain_rules(playbook: Playbook, record: MatchInput) -> list[dict[str, Any]]:
@@ -99,7 +95,7 @@ def explain_rules(playbook: Playbook, record: MatchInput) -> list[dict[str, Any]
         if matched:
             entry.update(verdict=NOT_REACHED, reasons=["an earlier rule matched first"])
         else:
-            misses = rule_misses(rule, record)
+            misses = [_miss(rule, record, failed) for failed in rule.failed_conditions(record)]
             entry.update(verdict=NO_MATCH if misses else MATCHED, reasons=misses)
             matched = not misses
         explained.append(entry)
