@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from airflow_provider_dlq.errors import DlqProviderError
+from airflow_provider_dlq.hooks.backlog import split_topics
 from pulsar_dlq_consumer.errors import ConfigurationError
 from pulsar_dlq_consumer.replay_options import (
     DEFAULT_CANARY_WAIT_SECONDS,
@@ -63,15 +64,9 @@ def report_json(options: ReplayOptions) -> str:
 
 def as_list(name: str, value: str | Sequence[str] | None) -> list[str]:
     """A list of strings from a list or a comma-separated string."""
-    if value is None:
-        return []
-    if isinstance(value, str):
-        items = value.split(",")
-    elif isinstance(value, Sequence):
-        items = [str(v) for v in value]
-    else:
+    if value is not None and not isinstance(value, str | Sequence):
         raise ReplayArgumentError(f"{name} must be a list or a comma-separated string; got {value!r}.")
-    return [item.strip() for item in items if item.strip()]
+    return split_topics(value or [])
 
 
 def _blank(value: Any) -> bool:
