@@ -51,13 +51,10 @@ def parse_deleted_ranges(text: str) -> list[tuple[Position, Position]]:
 
 @dataclass(frozen=True)
 class CursorState:
-    """What a subscription has acked on one partition: mark-delete plus the acked ranges beyond it."""
+    """What a subscription has acked on one partition: mark-delete plus the acked ranges beyond it, sorted."""
 
     mark_delete: Position
     deleted: tuple[tuple[Position, Position], ...] = ()
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "deleted", tuple(sorted(self.deleted)))
 
     @cached_property
     def upper_bounds(self) -> list[Position]:
