@@ -229,8 +229,8 @@ class _LazyApp:
 
 
 class DlqReplayPlugin(AirflowPlugin):
-    """Registers the report endpoint with the API server (listed under ``plugins`` in provider info), and
-    the listener that creates the replay pool (:mod:`airflow_provider_dlq.plugins.replay_pool`)."""
+    """Registers the report endpoint with the API server (entry point ``airflow.plugins``), and the
+    listener that creates the replay pool (:mod:`airflow_provider_dlq.plugins.replay_pool`)."""
 
     name = "dlq_replay"
     fastapi_apps = [{"app": _LazyApp(), "url_prefix": PLUGIN_PREFIX, "name": "DLQ replay reports"}]

@@ -143,7 +143,11 @@ class DlqBacklogEventTrigger(BaseEventTrigger):
         trigger = cls(**kwargs)
         hook = PulsarHook(trigger.pulsar_conn_id)
         while True:
-            yield await read_backlog(hook, trigger.topics, trigger.subscription)
+            try:
+                poll = BacklogPoll(await hook.aget_backlog(trigger.topics, trigger.subscription), time.time())
+            except Exception as exc:  # handed to the watches in the poll: they outlive a failed read
+                poll = BacklogPoll({}, time.time(), exc)
+            yield poll
             await asyncio.sleep(trigger.poll_interval)
 
     async def filter_shared_stream(self, shared_stream: AsyncIterator[Any]) -> AsyncIterator[TriggerEvent]:
@@ -218,11 +222,3 @@ class BacklogPoll:
     backlogs: Mapping[str, TopicBacklog]
     at: float
     error: Exception | None = None
-
-
-async def read_backlog(hook: PulsarHook, topics: Sequence[str], subscription: str) -> BacklogPoll:
-    """Read the backlog once; an error is returned in the poll, not raised (the watch outlives it)."""
-    try:
-        return BacklogPoll(await hook.aget_backlog(list(topics), subscription), time.time())
-    except Exception as exc:
-        return BacklogPoll({}, time.time(), exc)
