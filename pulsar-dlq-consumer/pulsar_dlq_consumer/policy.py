@@ -28,12 +28,7 @@ class TopicNameGuard:
     allow_internal: bool = False
 
     def __post_init__(self) -> None:
-        if self.required_prefix is not None and (
-            not isinstance(self.required_prefix, str) or not self.required_prefix
-        ):
-            raise ConfigurationError(
-                f"required_prefix must be a non-empty string or None; got {self.required_prefix!r}"
-            )
+        _check_optional_name("required_prefix", self.required_prefix)
         if self.pattern is not None:
             try:
                 re.compile(self.pattern)
@@ -59,6 +54,11 @@ class TopicNameGuard:
             raise TopicNameGuardError(
                 f"{role} topic {topic!r} does not match the required pattern {self.pattern!r}"
             )
+
+
+def _check_optional_name(name: str, value: object) -> None:
+    if value is not None and (not isinstance(value, str) or not value.strip()):
+        raise ConfigurationError(f"{name} must be a non-empty string or None; got {value!r}")
 
 
 def _check_count(name: str, value: int, minimum: int) -> None:
@@ -99,13 +99,7 @@ class DeadLetterPolicy:
         _check_count("max_redeliver_count", self.max_redeliver_count, 0)
         if self.dead_letter_topic is not None:
             normalize_topic(self.dead_letter_topic)
-        if self.initial_subscription_name is not None and (
-            not isinstance(self.initial_subscription_name, str) or not self.initial_subscription_name.strip()
-        ):
-            raise ConfigurationError(
-                "initial_subscription_name must be a non-empty string or None; "
-                f"got {self.initial_subscription_name!r}"
-            )
+        _check_optional_name("initial_subscription_name", self.initial_subscription_name)
         if not isinstance(self.name_guard, TopicNameGuard):
             raise ConfigurationError(f"name_guard must be a TopicNameGuard; got {self.name_guard!r}")
         _check_count("max_error_message_bytes", self.max_error_message_bytes, 64)

@@ -103,14 +103,8 @@ class MessageProcessor:
         self.consumer = consumer
         self.handler = handler
         self.default = default
-        self._terminal: tuple[type[BaseException], ...] = (
-            TerminalError,
-            *_check_classes("terminal", terminal),
-        )
-        self._retryable: tuple[type[BaseException], ...] = (
-            RetryableError,
-            *_check_classes("retryable", retryable),
-        )
+        self._terminal = _check_classes("terminal", (TerminalError, *terminal))
+        self._retryable = _check_classes("retryable", (RetryableError, *retryable))
 
     def register_terminal(self, *classes: type[BaseException]) -> None:
         self._terminal += _check_classes("terminal", classes)
