@@ -468,7 +468,7 @@ def add_details(
     from spark_apps.dlq_replay.concurrent_queries import run_concurrently
 
     report["config"] = run_config(ctx.options, ctx.playbook)
-    report["spark"] = _guarded("the Spark application", lambda: spark_info(spark), None)
+    report["spark"] = spark_info(spark)
     decisions = _read(spark, ctx.decisions_path, DECIDED_SCHEMA)
     shown = report["groups"][:DETAIL_GROUPS]
     signatures = [g["signature"] for g in shown]
