@@ -66,16 +66,11 @@ class DelayLevels:
     def parse(cls, spec: str | Sequence[str | float | timedelta]) -> DelayLevels:
         """Build a ladder from ``"1s 5s 1m"`` or a sequence of durations, seconds or timedeltas."""
         items: Sequence[str | float | timedelta] = spec.split() if isinstance(spec, str) else spec
-        delays: list[float] = []
-        for item in items:
-            try:
-                if isinstance(item, str):
-                    delays.append(parse_duration(item))
-                else:
-                    delays.append(validate_delay(item, what="delay level"))
-            except InvalidDelayError as exc:
-                raise ConfigurationError(f"invalid delay ladder {spec!r}: {exc}") from None
-        return cls(tuple(delays))
+        try:
+            delays = tuple(parse_duration(i) if isinstance(i, str) else validate_delay(i) for i in items)
+        except InvalidDelayError as exc:
+            raise ConfigurationError(f"invalid delay ladder {spec!r}: {exc}") from None
+        return cls(delays)
 
     def __len__(self) -> int:
         return len(self.delays)
