@@ -22,10 +22,11 @@ from airflow.sdk.exceptions import (
 
 from airflow_provider_dlq.class_data import ArchivePlan, ClassDataArchive
 from airflow_provider_dlq.compiled_pyspark import CompiledCopy, CompiledPySpark
-from airflow_provider_dlq.driver_footprint import lean_driver_conf, lean_driver_env
-from airflow_provider_dlq.driver_jit import (
+from airflow_provider_dlq.driver_footprint import (
     QUICK_JIT_MAX_MESSAGES,
     QuickJit,
+    lean_driver_conf,
+    lean_driver_env,
     quick_jit_chosen,
     with_quick_jit,
 )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_provider_dlq.driver_jit import (
+from airflow_provider_dlq.driver_footprint import (
     QUICK_JIT_MAX_MESSAGES,
     QUICK_JIT_OPTION,
     quick_jit_chosen,

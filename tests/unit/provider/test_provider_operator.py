@@ -195,7 +195,7 @@ def test_report_settings_reach_spark_conf(conns, tmp_path):
 
 def test_quick_jit_joins_the_driver_jvm_options_before_the_class_data_archive(conns, tmp_path):
     from airflow_provider_dlq.class_data import ArchivePlan
-    from airflow_provider_dlq.driver_jit import QUICK_JIT_OPTION
+    from airflow_provider_dlq.driver_footprint import QUICK_JIT_OPTION
 
     op = make_operator(tmp_path, conf={"spark.driver.extraJavaOptions": "-Dmine=1"})
     args = op.replay_args("r1", op.pulsar_hook.config)
