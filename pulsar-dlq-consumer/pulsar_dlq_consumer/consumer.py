@@ -61,21 +61,18 @@ class _Scheduler:
     """One daemon thread that runs actions when due: delayed nacks, and acks after async sends."""
 
     def __init__(self, name: str) -> None:
-        self._name = name
         self._heap: list[tuple[float, int, Callable[[], None]]] = []
         self._cond = threading.Condition()
         self._seq = itertools.count()
-        self._thread: threading.Thread | None = None
         self._closing = False
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
 
     def schedule(self, due: float, action: Callable[[], None]) -> None:
         with self._cond:
             if self._closing:
                 raise ConsumerClosedError("the consumer is closing; no new actions are accepted")
             heapq.heappush(self._heap, (due, next(self._seq), action))
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
-                self._thread.start()
             self._cond.notify()
 
     def pending(self) -> int:
@@ -103,9 +100,7 @@ class _Scheduler:
         with self._cond:
             self._closing = True
             self._cond.notify()
-            thread = self._thread
-        if thread is not None:
-            thread.join(timeout)
+        self._thread.join(timeout)
 
 
 class _Inbox:
