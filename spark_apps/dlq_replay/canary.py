@@ -11,9 +11,8 @@ import time
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from pyspark.sql.types import StringType, StructField, StructType
-
 from spark_apps.dlq_replay import outcomes as oc
+from spark_apps.dlq_replay.pulsar_io.source import ddl_struct
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -27,9 +26,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("spark_apps.dlq_replay")
 CANARY_WAVE = -1  # results saved under apply/republish/wave=-1
 #: The canary rows, saved before they are sent (``runs/<run>/canary_ids/``).
-CANARY_IDS_SCHEMA = StructType(
-    [StructField("replay_id", StringType()), StructField("signature", StringType())]
-)
+CANARY_IDS_SCHEMA = ddl_struct("replay_id string, signature string")
 #: The reason of a halted group's messages left pending.
 HALTED_REASON = "halted: the group's canary failed again in the consumer"
 #: Read the watched topics from this long before the canary was sent (broker and driver clocks differ);

@@ -13,32 +13,17 @@ from pyspark.sql.types import (
     StringType,
     StructField,
     StructType,
-    TimestampType,
 )
+
+from spark_apps.dlq_replay.pulsar_io.source import SOURCE_SCHEMA, ddl_struct
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
 _PROPS = MapType(StringType(), StringType())
 
-#: Columns of the snapshot (exactly the ``pulsar`` data source schema).
-SNAPSHOT_SCHEMA = StructType(
-    [
-        StructField("topic", StringType()),
-        StructField("partition", IntegerType()),
-        StructField("message_id", BinaryType()),
-        StructField("message_id_str", StringType()),
-        StructField("key", StringType()),
-        StructField("ordering_key", StringType()),
-        StructField("value", BinaryType()),
-        StructField("properties", _PROPS),
-        StructField("publish_time", TimestampType()),
-        StructField("event_time", TimestampType()),
-        StructField("redelivery_count", IntegerType()),
-        StructField("producer_name", StringType()),
-        StructField("batch_size", IntegerType()),  # messages in the message's entry (1 when not batched)
-    ]
-)
+#: Columns of the snapshot: exactly the ``pulsar`` data source's.
+SNAPSHOT_SCHEMA = ddl_struct(SOURCE_SCHEMA)
 
 #: Message columns carried from the snapshot into the normalised rows.
 CARRIED_COLUMNS: tuple[str, ...] = (
@@ -114,55 +99,26 @@ REPLAY_ID_MARK = "_rid"
 
 #: What the decide step's scope marks need of every snapshot row (written beside the snapshot by its
 #: read tasks on a local output root: ``snapshot_identities/``).
-IDENTITIES_SCHEMA = StructType(
-    [
-        StructField("topic", StringType()),
-        StructField("message_id_str", StringType()),
-        StructField("publish_time", TimestampType()),
-        StructField(REPLAY_ID_MARK, StringType()),
-    ]
+IDENTITIES_SCHEMA = ddl_struct(
+    f"topic string, message_id_str string, publish_time timestamp, {REPLAY_ID_MARK} string"
 )
 
 #: Scope flag column added by the scope step before decide (``in``, ``filtered``, ``already_final``).
 SCOPE_COLUMN = "scope"
 
 #: Ledger rows (``run_id`` is the partition column; read with this schema so it stays a string).
-LEDGER_SCHEMA = StructType(
-    [
-        StructField("dlq_topic", StringType()),
-        StructField("dlq_message_id", StringType()),
-        StructField("replay_id", StringType()),
-        StructField("signature", StringType()),
-        StructField("rule", StringType()),
-        StructField("action", StringType()),
-        StructField("outcome", StringType()),
-        StructField("final", BooleanType()),
-        StructField("outcome_reason", StringType()),
-        StructField("origin_topic", StringType()),
-        StructField("target_topic", StringType()),
-        StructField("published_message_id", StringType()),
-        StructField("fix", StringType()),
-        StructField("fix_error", StringType()),
-        StructField("error_class", StringType()),
-        StructField("publish_time", TimestampType()),
-        StructField("mode", StringType()),
-        StructField("recorded_at", TimestampType()),
-        StructField("error_template", StringType()),  # null in rows written before 0.2.0
-        StructField("context_format", StringType()),  # null in rows written before 0.2.0
-        StructField("reason", StringType()),  # failure reason; null in rows written before 0.2.0
-        StructField("run_id", StringType()),
-    ]
+#: ``error_template``, ``context_format`` and ``reason`` (the failure reason) are null in rows written
+#: before 0.2.0.
+LEDGER_SCHEMA = ddl_struct(
+    "dlq_topic string, dlq_message_id string, replay_id string, signature string, rule string, "
+    "action string, outcome string, final boolean, outcome_reason string, origin_topic string, "
+    "target_topic string, published_message_id string, fix string, fix_error string, error_class string, "
+    "publish_time timestamp, mode string, recorded_at timestamp, error_template string, "
+    "context_format string, reason string, run_id string"
 )
 
 #: One send result per message republished (``REPUBLISH_RESULT_SCHEMA`` of the Pulsar I/O layer).
-RESULTS_SCHEMA = StructType(
-    [
-        StructField("replay_id", StringType()),
-        StructField("published", BooleanType()),
-        StructField("published_message_id", StringType()),
-        StructField("error", StringType()),
-    ]
-)
+RESULTS_SCHEMA = ddl_struct("replay_id string, published boolean, published_message_id string, error string")
 
 
 def arrow_schema(schema: StructType) -> pa.Schema:
