@@ -33,7 +33,7 @@ from spark_apps.dlq_replay.pulsar_io.window import (
     windows_from_json,
 )
 from spark_apps.dlq_replay.pulsar_io.window_consumer import DEFAULT_RECEIVER_QUEUE_SIZE, WindowPasses
-from spark_apps.dlq_replay.pulsar_io.window_reader import DEFAULT_READER_QUEUE_SIZE, Entry, ShareReader
+from spark_apps.dlq_replay.pulsar_io.window_reader import DEFAULT_READER_QUEUE_SIZE, ShareReader
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -191,6 +191,7 @@ class PulsarDataSourceReader(DataSourceReader):
         from pyspark.sql.pandas.types import to_arrow_schema
 
         builder = _BatchBuilder(window, to_arrow_schema(self.schema, timezone="UTC"), mark_entries)
+        limit, add = self.max_batch_rows, builder.add_entry
         started = time.monotonic()
         reader: ShareReader | WindowPasses
         if partition.share is not None:
@@ -201,7 +202,9 @@ class PulsarDataSourceReader(DataSourceReader):
                 idle_timeout_ms=self.idle_timeout_ms,
                 receiver_queue_size=self.reader_queue_size,
             )
-            entries = reader.entries()
+            for entry in reader.entries():
+                if add(entry.messages, entry.size) >= limit:
+                    yield builder.flush()
         else:
             # With several consumers per partition an idle stop is normal (the others hold the rest): the
             # only consumer of a partition resumes after one, which may be a broker stall.
@@ -214,11 +217,9 @@ class PulsarDataSourceReader(DataSourceReader):
                 receiver_queue_size=self.receiver_queue_size,
                 resume=self.parallelism == 1,
             )
-            entries = _by_entry(reader.messages())
-        limit, add = self.max_batch_rows, builder.add_entry
-        for entry in entries:
-            if add(entry.messages, entry.size) >= limit:
-                yield builder.flush()
+            for group in _by_entry(reader.messages()):
+                if add(group, _batch_size(group)) >= limit:
+                    yield builder.flush()
         if builder.rows:
             yield builder.flush()
         elapsed = time.monotonic() - started
@@ -254,19 +255,19 @@ class PulsarDataSourceReader(DataSourceReader):
             )
 
 
-def _by_entry(messages: Iterator[tuple[str, Any, Any, Any]]) -> Iterator[Entry]:
+def _by_entry(messages: Iterator[tuple[str, Any, Any, Any]]) -> Iterator[list[tuple[str, Any, Any]]]:
     """Group consecutive messages of one entry (a batch arrives unpacked, its messages together)."""
     group: list[tuple[str, Any, Any]] = []
-    entry: tuple[int, int] = (0, 0)
+    entry: tuple[int, int] | None = None
     for id_str, msg, mid, _ in messages:
         key = (mid.ledger_id(), mid.entry_id())
         if key != entry and group:
-            yield Entry(*entry, group, _batch_size(group))
+            yield group
             group = []
         entry = key
         group.append((id_str, msg, mid))
     if group:
-        yield Entry(*entry, group, _batch_size(group))
+        yield group
 
 
 def _batch_size(group: list[tuple[str, Any, Any]]) -> int:
