@@ -16,6 +16,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Mapping
+from concurrent import futures
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from datetime import timedelta
@@ -243,9 +244,7 @@ class DlqConsumer:
 
     def _owner(self, msg: pulsar.Message) -> Any:
         """The underlying consumer that received ``msg``: the only one that may ack or nack it."""
-        if self._retry_consumer is not None and self.is_retry_message(msg):
-            return self._retry_consumer
-        return self._consumer
+        return self._retry_consumer if self.is_retry_message(msg) else self._consumer
 
     def topic(self) -> str:
         """The consumed topic, fully qualified, as ``pulsar.Consumer.topic()``."""
@@ -279,12 +278,7 @@ class DlqConsumer:
         deadline = None if timeout_millis is None else time.monotonic() + timeout_millis / 1000
         while True:
             remaining = None if deadline is None else max(0, int((deadline - time.monotonic()) * 1000))
-            if self._inbox is not None:
-                msg = self._inbox.get(remaining)
-            elif remaining is None:
-                msg = self._consumer.receive()
-            else:
-                msg = self._consumer.receive(remaining)
+            msg = self._consumer.receive(remaining) if self._inbox is None else self._inbox.get(remaining)
             policy = self.dead_letter_policy
             if policy is not None and msg.redelivery_count() > policy.max_redeliver_count:
                 self._dead_letter(msg, REASON_MAX_REDELIVERIES, None, wait=True)
@@ -569,24 +563,15 @@ class DlqConsumer:
             action()
 
     def flush(self, timeout: float | None = None) -> None:
-        """Flush the DLQ/retry producers and wait until every async send has been confirmed."""
+        """Flush the DLQ/retry producers and wait until every async send made so far has been confirmed."""
         with self._lock:
             producers = list(self._producers.values())
+            pending = list(self._inflight)
         for producer in producers:
             producer.flush()
-        deadline = time.monotonic() + (timeout if timeout is not None else self._send_timeout_s)
-        while True:
-            with self._lock:
-                pending = list(self._inflight)
-            if not pending:
-                return
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise PublishError(f"{len(pending)} DLQ/retry sends still unconfirmed after flush timeout")
-            try:
-                pending[0].exception(timeout=remaining)
-            except FutureTimeoutError:
-                continue
+        unconfirmed = futures.wait(pending, timeout if timeout is not None else self._send_timeout_s).not_done
+        if unconfirmed:
+            raise PublishError(f"{len(unconfirmed)} DLQ/retry sends still unconfirmed after flush timeout")
 
     def close(self) -> None:
         """Flush and close the producers, hand back held nacks, and close the consumer. Idempotent."""
