@@ -454,9 +454,8 @@ class DlqConsumer:
 
     def _producer_for(self, topic: str) -> Any:
         with self._lock:
-            producer = self._producers.get(topic)
-            if producer is not None:
-                return producer
+            if topic in self._producers:
+                return self._producers[topic]
             policy = self.dead_letter_policy
             if topic == self.dead_letter_topic and policy is not None and policy.initial_subscription_name:
                 # A durable subscription retains DLQ messages until someone reads them.
@@ -472,9 +471,8 @@ class DlqConsumer:
                 **self._producer_options,
                 "block_if_queue_full": True,
             }
-            producer = self._client.create_producer(topic, **options)
-            self._producers[topic] = producer
-            return producer
+            self._producers[topic] = self._client.create_producer(topic, **options)
+            return self._producers[topic]
 
     def _send(
         self,
