@@ -439,42 +439,28 @@ def run_fix(
     if function is None:
         return [FixOutcome(True, r.payload) for r in records]
     with _TimeLimit(timeout_s) as limit, _ExitGuard():
-        if getattr(function, "__dlq_batch_fix__", False):
-            return _run_batch_fix(function, records, limit)
-        return _run_each(function, records, limit)
+        if not getattr(function, "__dlq_batch_fix__", False):
+            return [_call(function, record, limit) for record in records]
+        results = _call(lambda batch: list(function(batch)), records, limit, convert=False)
+        if isinstance(results, FixOutcome):  # the call raised: every record fails
+            return [results] * len(records)
+        if len(results) != len(records):
+            error = ValueError(f"batch fix returned {len(results)} results for {len(records)} records")
+            return [_error_outcome(error)] * len(records)
+        return [to_outcome(result) for result in results]
 
 
-def _run_batch_fix(function: FixFunction, records: list[FixRecord], limit: _TimeLimit) -> list[FixOutcome]:
+def _call(function: FixFunction, argument: Any, limit: _TimeLimit, *, convert: bool = True) -> Any:
+    """``function(argument)`` within ``limit``: its :func:`to_outcome` (``convert``) or result, or the
+    outcome of what it raised."""
     try:
         limit.arm()
         try:
-            results = list(function(records))
+            result = function(argument)
         finally:
             limit.disarm()
     except Exception as exc:
-        return [_error_outcome(exc) for _ in records]
+        return _error_outcome(exc)
     except BaseException as exc:
-        return [_aborted_outcome(exc)] * len(records)
-    if len(results) != len(records):
-        error = ValueError(f"batch fix returned {len(results)} results for {len(records)} records")
-        return [_error_outcome(error) for _ in records]
-    return [to_outcome(result) for result in results]
-
-
-def _run_each(function: FixFunction, records: list[FixRecord], limit: _TimeLimit) -> list[FixOutcome]:
-    outcomes: list[FixOutcome] = []
-    for record in records:
-        try:
-            limit.arm()
-            try:
-                result = function(record)
-            finally:
-                limit.disarm()
-        except Exception as exc:
-            outcomes.append(_error_outcome(exc))
-            continue
-        except BaseException as exc:
-            outcomes.append(_aborted_outcome(exc))
-            continue
-        outcomes.append(to_outcome(result))
-    return outcomes
+        return _aborted_outcome(exc)
+    return to_outcome(result) if convert else result
