@@ -24,7 +24,7 @@ from spark_apps.dlq_replay.pulsar_io.cursor import (
 )
 from spark_apps.dlq_replay.pulsar_io.errors import PulsarConfigError, WindowError
 from spark_apps.dlq_replay.pulsar_io.final_ids import FinalEntries, FinalIds
-from spark_apps.dlq_replay.pulsar_io.window import DEFAULT_IDLE_TIMEOUT_MS, unique_consumer_name
+from spark_apps.dlq_replay.pulsar_io.window import DEFAULT_IDLE_TIMEOUT_MS, subscribe_shared
 from spark_apps.dlq_replay.pulsar_io.window_consumer import WindowPasses
 
 if TYPE_CHECKING:
@@ -303,14 +303,8 @@ class EntryCommitFn:
         """Ack ``todo`` and verify the acks on the cursor; returns the entries still not acked."""
         import pulsar
 
-        consumer = get_client(self.conf).subscribe(
-            window.topic,
-            self.subscription,
-            consumer_type=pulsar.ConsumerType.Shared,
-            initial_position=pulsar.InitialPosition.Earliest,
-            receiver_queue_size=0,  # acks only: nothing is dispatched to this consumer
-            consumer_name=unique_consumer_name("ack"),
-        )
+        # acks only: nothing is dispatched to this consumer
+        consumer = subscribe_shared(get_client(self.conf), window.topic, self.subscription, "ack", 0)
         part = max(window.partition, -1)
         try:
             for attempt in range(1, MAX_ACK_ATTEMPTS + 1):

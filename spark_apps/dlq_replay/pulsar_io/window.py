@@ -93,6 +93,24 @@ def unique_consumer_name(role: str) -> str:
     return f"dlq-{role}-{os.getpid()}-{time.time_ns()}-{uuid.uuid4().hex[:8]}"
 
 
+def subscribe_shared(
+    client: Any, topic: str, subscription: str, role: str, queue: int, **options: Any
+) -> Any:
+    """A Shared consumer named for ``role`` with a receiver queue of ``queue`` messages (0: nothing is
+    dispatched to it); the subscription is created at the earliest message if missing."""
+    import pulsar
+
+    return client.subscribe(
+        topic,
+        subscription,
+        consumer_type=pulsar.ConsumerType.Shared,
+        initial_position=pulsar.InitialPosition.Earliest,
+        receiver_queue_size=queue,
+        consumer_name=unique_consumer_name(role),
+        **options,
+    )
+
+
 def expand_partitions(client: Any, topic: str) -> list[tuple[str, int]]:
     """``[(partition topic, index)]`` of a topic; a non-partitioned topic gives ``[(topic, -1)]``."""
     names = [str(n) for n in client.get_topic_partitions(topic)]
@@ -119,14 +137,7 @@ def _last_message_id(client: Any, topic: str, partition: int, subscription: str)
     """Create the subscription if missing and return the partition's last message id (``None``: empty)."""
     import pulsar
 
-    consumer = client.subscribe(
-        topic,
-        subscription,
-        consumer_type=pulsar.ConsumerType.Shared,
-        initial_position=pulsar.InitialPosition.Earliest,
-        receiver_queue_size=0,  # no prefetch: freezing must not dispatch messages
-        consumer_name=unique_consumer_name("freeze"),
-    )
+    consumer = subscribe_shared(client, topic, subscription, "freeze", 0)  # freezing dispatches nothing
     try:
         last = consumer.get_last_message_id()
     except pulsar.UnknownError:

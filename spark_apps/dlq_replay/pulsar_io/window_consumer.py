@@ -18,7 +18,7 @@ from spark_apps.dlq_replay.pulsar_io.window import (
     DRAIN_MS,
     MAX_PASSES,
     PartitionWindow,
-    unique_consumer_name,
+    subscribe_shared,
 )
 
 if TYPE_CHECKING:
@@ -85,19 +85,16 @@ class WindowPasses:
         if end is None:
             self.stats.stopped_by = "empty-window"
             return
-        import pulsar
-
         stats = self.stats
         while self.passes < MAX_PASSES:
             self.passes += 1
             found = ConsumeStats()
-            consumer = self.client.subscribe(
+            consumer = subscribe_shared(
+                self.client,
                 self.window.topic,
                 self.subscription,
-                consumer_type=pulsar.ConsumerType.Shared,
-                initial_position=pulsar.InitialPosition.Earliest,
-                receiver_queue_size=self.receiver_queue_size,
-                consumer_name=unique_consumer_name(self.role),
+                self.role,
+                self.receiver_queue_size,
                 batch_index_ack_enabled=self.batch_index_ack,
             )
             try:
