@@ -471,6 +471,7 @@ def run_decide(run: Run, snapshot: DataFrame, planned_at: datetime) -> DataFrame
     from spark_apps.dlq_replay import task_parquet
     from spark_apps.dlq_replay.archive_files import staged_output
     from spark_apps.dlq_replay.free_memory import return_free_memory
+    from spark_apps.dlq_replay.group_actions import reviewed_ids
     from spark_apps.dlq_replay.ledger import final_ids, read_ledger
     from spark_apps.dlq_replay.snapshot import snapshot_identities
     from spark_apps.dlq_replay.task_sends import wave_blocks
@@ -496,7 +497,7 @@ def run_decide(run: Run, snapshot: DataFrame, planned_at: datetime) -> DataFrame
             run.buckets,
             filters=filters,
             final_ids=final_ids(ledger, exclude_run_id=opts.run_id),
-            reviewed_ids=_reviewed_ids(run),
+            reviewed_ids=reviewed_ids(run),
             snapshot_dir=run.paths.snapshot,
             marks_dir=run.paths.decide_marks,
             batch_rows=run.batch_rows,
@@ -537,16 +538,6 @@ def _sending_tally(batch: pa.RecordBatch) -> tuple[int, int | None]:
     n = int(pc.sum(sending.cast("int64")).as_py() or 0)
     last = pc.max(pc.filter(batch.column("sequence_id"), sending)).as_py() if n else None
     return n, last
-
-
-def _reviewed_ids(run: Run) -> DataFrame | None:
-    """With ``--window-from``: the replay ids the reviewed run had in scope (it acts on nothing else)."""
-    if not run.options.window_from:
-        return None
-    from spark_apps.dlq_replay.group_actions import reviewed_ids
-    from spark_apps.dlq_replay.run_context import RunPaths
-
-    return reviewed_ids(run.spark, RunPaths(run.options.output_dir, run.options.window_from).decisions)
 
 
 def decide_tasks(

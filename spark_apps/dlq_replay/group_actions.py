@@ -18,10 +18,11 @@ from spark_apps.dlq_replay.errors import ReplayConfigError
 from spark_apps.dlq_replay.redaction import shown
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import DataFrame
 
     from spark_apps.dlq_replay.playbook import Rule
     from spark_apps.dlq_replay.pulsar_io.window import PartitionWindow
+    from spark_apps.dlq_replay.run_context import Run
     from spark_apps.dlq_replay.storage import RunStorage
 
 REPLAY, ARCHIVE, LEAVE = GROUP_ACTIONS  # an approval's actions, defined with the options
@@ -70,23 +71,27 @@ def parse_group_actions(value: str) -> dict[str, str]:
     return actions
 
 
+#: The action and reason of the rule an approval stands for.
+_APPROVED = {
+    REPLAY: (oc.REPUBLISH, "approved for replay"),
+    ARCHIVE: (oc.ARCHIVE, "approved for archive"),
+    LEAVE: (oc.SKIP, "left pending by the approval"),
+}
+
+
 def override_rule(action: str, playbook_rule: Rule | None) -> Rule:
-    """The rule that decides a message of a group with an approved ``action``.
+    """The rule that decides a message of a group with an approved ``action`` (checked by
+    :func:`parse_group_actions`).
 
     ``replay`` keeps a matching playbook ``republish`` rule (its fix still applies) and otherwise
     republishes the original; ``archive`` archives; ``leave`` skips (the message stays pending).
     """
     from spark_apps.dlq_replay.playbook import Rule
 
-    if action == REPLAY:
-        if playbook_rule is not None and playbook_rule.action == oc.REPUBLISH:
-            return playbook_rule
-        return Rule(name=APPROVAL_RULE, action=oc.REPUBLISH, line=0, reason="approved for replay")
-    if action == ARCHIVE:
-        return Rule(name=APPROVAL_RULE, action=oc.ARCHIVE, line=0, reason="approved for archive")
-    if action == LEAVE:
-        return Rule(name=APPROVAL_RULE, action=oc.SKIP, line=0, reason="left pending by the approval")
-    raise ReplayConfigError(f"unknown group action {shown(action)}; use one of {', '.join(GROUP_ACTIONS)}")
+    if action == REPLAY and playbook_rule is not None and playbook_rule.action == oc.REPUBLISH:
+        return playbook_rule
+    rule_action, reason = _APPROVED[action]
+    return Rule(name=APPROVAL_RULE, action=rule_action, line=0, reason=reason)
 
 
 def reuse_window(
@@ -117,18 +122,23 @@ def reuse_window(
     return windows_from_json(plan["window"])
 
 
-def reviewed_ids(spark: SparkSession, decisions_path: str) -> DataFrame:
-    """``replay_id`` of every message the reviewed run had in scope (its decisions, minus ``filtered``)."""
+def reviewed_ids(run: Run) -> DataFrame | None:
+    """With ``--window-from``: ``replay_id`` of every message the reviewed run had in scope (its decisions,
+    minus ``filtered``); this run acts on nothing else."""
     from pyspark.sql import functions as F
 
+    from spark_apps.dlq_replay.run_context import RunPaths
     from spark_apps.dlq_replay.schemas import DECIDED_SCHEMA
     from spark_apps.dlq_replay.storage import exists, join
     from spark_apps.dlq_replay.task_parquet import SUCCESS, read_frame
 
+    if not run.options.window_from:
+        return None
+    decisions_path = RunPaths(run.options.output_dir, run.options.window_from).decisions
     if not exists(join(decisions_path, SUCCESS)):
         raise ReplayConfigError(
             f"--window-from: the reviewed run's decisions {decisions_path} are missing; the reviewed run "
             "must have completed its decide step under the same --output-dir"
         )
-    decisions = read_frame(spark, decisions_path, DECIDED_SCHEMA)
+    decisions = read_frame(run.spark, decisions_path, DECIDED_SCHEMA)
     return decisions.filter(F.col("outcome") != F.lit(oc.FILTERED)).select("replay_id")
