@@ -1,8 +1,8 @@
 """Read a subscription's backlog per topic: admin REST ``msgBacklog`` (entries, counted as messages by
 ``analyzeBacklog`` when few enough) and ages, else the Prometheus gauge ``pulsar_subscription_back_log``.
 
-The logic is written once as *plans*, generators that yield :class:`HttpRequest` and receive
-:class:`HttpResult`; ``PulsarHook`` drives them with its async HTTP client.
+Each read sends its requests through ``get`` (:data:`Get`): the hook's HTTP client, or canned answers in
+the tests.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import re
-from collections.abc import Generator, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 from urllib.parse import quote
@@ -71,8 +71,8 @@ class TopicBacklog:
         return cls(**data)
 
 
-BacklogPlan = Generator[HttpRequest, HttpResult, dict[str, TopicBacklog]]
-ConsumersPlan = Generator[HttpRequest, HttpResult, list[dict[str, str]]]
+#: Sends one request and returns its result; a request that fails raises :class:`BacklogReadError`.
+Get = Callable[[HttpRequest], Awaitable[HttpResult]]
 
 
 def normalize_topic(topic: str, *, pattern: bool = False) -> str:
@@ -155,9 +155,11 @@ def parse_prometheus_backlog(text: str, subscription: str) -> dict[str, int]:
     return totals
 
 
-def metrics_plan(metrics_url: str, topics: Sequence[str], subscription: str) -> BacklogPlan:
-    """Plan: one GET of the metrics page; topics absent from it have backlog 0 and ``found=False``."""
-    result = yield HttpRequest(metrics_url)
+async def metrics_backlog(
+    get: Get, metrics_url: str, topics: Sequence[str], subscription: str
+) -> dict[str, TopicBacklog]:
+    """One GET of the metrics page; topics absent from it have backlog 0 and ``found=False``."""
+    result = await get(HttpRequest(metrics_url))
     if result.status != 200:
         raise BacklogReadError(
             f"GET {metrics_url} returned HTTP {result.status}; check the extra 'metrics_url' "
@@ -235,10 +237,10 @@ def _partition_entries(stats: Any, topic: str, partitions: int, subscription: st
     return out
 
 
-def count_messages_plan(
-    admin_url: str, topic: str, subscription: str, entries: int, max_entries: int = COUNT_MAX_ENTRIES
-) -> Generator[HttpRequest, HttpResult, tuple[int, bool]]:
-    """Sub-plan: ``(messages, exact)`` for ``entries`` pending entries of one (partition) topic, counted by
+async def count_messages(
+    get: Get, admin_url: str, topic: str, subscription: str, entries: int, max_entries: int
+) -> tuple[int, bool]:
+    """``(messages, exact)`` for ``entries`` pending entries of one (partition) topic, counted by
     ``analyzeBacklog`` up to ``max_entries``; any refusal gives ``(entries, False)``, a lower bound."""
     if entries <= 0:
         return 0, True
@@ -246,7 +248,7 @@ def count_messages_plan(
         return entries, False
     url = f"{admin_path(admin_url, topic)}/subscription/{quote(subscription, safe='')}/analyzeBacklog"
     try:
-        result = yield HttpRequest(url, method="POST")
+        result = await get(HttpRequest(url, method="POST"))
         doc = json.loads(result.text) if result.status == 200 else None
     except (BacklogReadError, ValueError):
         doc = None
@@ -261,18 +263,19 @@ def count_messages_plan(
     return messages, True
 
 
-def admin_plan(
+async def admin_backlog(
+    get: Get,
     admin_url: str,
     topics: Sequence[str],
     subscription: str,
     now_ms: float,
     *,
     count_max_entries: int = COUNT_MAX_ENTRIES,
-) -> BacklogPlan:
-    """Plan: expand patterns by listing namespaces, read each topic's stats, count batched messages."""
+) -> dict[str, TopicBacklog]:
+    """Expand patterns by listing namespaces, read each topic's stats, count batched messages."""
     listed: set[str] = set()
     for url in sorted({admin_path(admin_url, t, parts=2) for t in topics if is_pattern(t)}):
-        result = yield HttpRequest(url)
+        result = await get(HttpRequest(url))
         if _found(url, result):
             names = _json(url, result)
             if not isinstance(names, list):
@@ -282,14 +285,14 @@ def admin_plan(
     for topic in _expand(topics, listed):
         base = admin_path(admin_url, topic)
         url = f"{base}/partitions"
-        result = yield HttpRequest(url)
+        result = await get(HttpRequest(url))
         partitions = 0
         if _found(url, result):
             meta = _json(url, result)
             partitions = int(meta.get("partitions", 0)) if isinstance(meta, dict) else 0
         suffix = "partitioned-stats?perPartition=true&" if partitions > 0 else "stats?"
         url = f"{base}/{suffix}getEarliestTimeInBacklog=true"
-        result = yield HttpRequest(url)
+        result = await get(HttpRequest(url))
         if not _found(url, result):
             backlogs[topic] = TopicBacklog(topic, subscription, backlog=0, source="admin", found=False)
             continue
@@ -303,8 +306,8 @@ def admin_plan(
             )
             messages, exact = 0, True
             for part, entries in parts.items():
-                counted, part_exact = yield from count_messages_plan(
-                    admin_url, part, subscription, entries, count_max_entries
+                counted, part_exact = await count_messages(
+                    get, admin_url, part, subscription, entries, count_max_entries
                 )
                 messages += counted
                 exact = exact and part_exact
@@ -316,11 +319,13 @@ def admin_plan(
     return backlogs
 
 
-def consumers_plan(admin_url: str, topic: str, subscription: str) -> ConsumersPlan:
-    """Plan: the properties of each consumer of ``subscription`` on a non-partitioned ``topic`` (``[]``
+async def consumer_properties(
+    get: Get, admin_url: str, topic: str, subscription: str
+) -> list[dict[str, str]]:
+    """The properties of each consumer of ``subscription`` on a non-partitioned ``topic`` (``[]``
     when the topic or the subscription does not exist)."""
     url = f"{admin_path(admin_url, topic)}/stats"
-    result = yield HttpRequest(url)
+    result = await get(HttpRequest(url))
     sub = _subscription(_json(url, result), subscription) if _found(url, result) else None
     consumers = (sub or {}).get("consumers") or []
     return [{str(k): str(v) for k, v in (c.get("metadata") or {}).items()} for c in consumers]

@@ -3,25 +3,25 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import ssl
 import time
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 
 from airflow_provider_dlq.hooks.backlog import (
     BacklogConfigError,
-    BacklogPlan,
     BacklogReadError,
     HttpRequest,
     HttpResult,
     TopicBacklog,
-    admin_plan,
-    consumers_plan,
-    metrics_plan,
+    admin_backlog,
+    consumer_properties,
+    metrics_backlog,
     prepare_topics,
 )
 from airflow_provider_dlq.hooks.connection import (
@@ -33,32 +33,16 @@ from airflow_provider_dlq.hooks.oauth2 import ClientCredentials, OAuth2Error
 from pulsar_dlq_consumer.client import create_client
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Generator, Sequence
+    from collections.abc import AsyncIterator, Sequence
 
     import httpx
     import pulsar
     from airflow.sdk import Connection
 
-T = TypeVar("T")
+    from airflow_provider_dlq.hooks.backlog import Get
+
 #: Logger handed to every ``pulsar.Client`` (the C++ client otherwise writes INFO lines to stdout).
 CLIENT_LOGGER_NAME = "airflow_provider_dlq.pulsar_client"
-
-
-async def _drive(
-    plan: Generator[HttpRequest, HttpResult, T], send: Callable[[HttpRequest], Awaitable[HttpResult]]
-) -> T:
-    """Run a plan: send each request it yields; a failed request is thrown back into the plan."""
-    try:
-        request = next(plan)
-        while True:
-            try:
-                result = await send(request)
-            except BacklogReadError as exc:
-                request = plan.throw(exc)
-            else:
-                request = plan.send(result)
-    except StopIteration as stop:
-        return stop.value
 
 
 class PulsarHook(BaseHook):
@@ -215,38 +199,9 @@ class PulsarHook(BaseHook):
                 raise BacklogReadError(str(exc)) from exc
         return client
 
-    @staticmethod
-    def _plan(config: PulsarConnectionConfig, topics: Sequence[str], subscription: str) -> BacklogPlan:
-        """The admin plan when an admin URL is set, else the metrics plan; raises if neither is set."""
-        if not subscription:
-            raise BacklogConfigError("subscription must be a non-empty name, e.g. 'dlq-replayer'.")
-        prepared = prepare_topics(topics)
-        if config.admin_url:
-            return admin_plan(config.admin_url, prepared, subscription, now_ms=time.time() * 1000)
-        if config.metrics_url:
-            return metrics_plan(config.metrics_url, prepared, subscription)
-        raise BacklogConfigError(
-            f"Connection {config.conn_id!r} has neither extra 'admin_url' nor 'metrics_url', so the "
-            "backlog cannot be read; set admin_url (Apache Pulsar admin REST, e.g. http://broker:8080) "
-            "or metrics_url (Prometheus, e.g. http://broker:8080/metrics)."
-        )
-
-    @staticmethod
-    def _failed(request: HttpRequest, exc: Exception) -> BacklogReadError:
-        return BacklogReadError(f"{request.method} {request.url} failed: {type(exc).__name__}: {exc}")
-
-    def get_backlog(self, topics: Sequence[str], subscription: str) -> dict[str, TopicBacklog]:
-        """Backlog of ``subscription`` per topic; topic globs (``persistent://t/ns/*-DLQ``) are expanded."""
-        config = self.config
-        return asyncio.run(self._run(config, self._plan(config, topics, subscription)))
-
-    async def aget_backlog(self, topics: Sequence[str], subscription: str) -> dict[str, TopicBacklog]:
-        """Async variant of :meth:`get_backlog` (for triggers)."""
-        config = await self.aget_config()
-        return await self._run(config, self._plan(config, topics, subscription))
-
-    async def _run(self, config: PulsarConnectionConfig, plan: Generator[HttpRequest, HttpResult, T]) -> T:
-        """Drive ``plan`` with the connection's HTTP client."""
+    @contextlib.asynccontextmanager
+    async def _requests(self, config: PulsarConnectionConfig) -> AsyncIterator[Get]:
+        """The connection's HTTP client as the ``get`` of the backlog reads."""
         import httpx
 
         async with await self._http_client(config) as client:
@@ -255,17 +210,50 @@ class PulsarHook(BaseHook):
                 try:
                     response = await client.request(request.method, request.url)
                 except httpx.HTTPError as exc:
-                    raise self._failed(request, exc) from exc
+                    failure = f"{request.method} {request.url} failed: {type(exc).__name__}: {exc}"
+                    raise BacklogReadError(failure) from exc
                 return HttpResult(response.status_code, response.text)
 
-            return await _drive(plan, get)
+            yield get
+
+    async def _backlog(
+        self, config: PulsarConnectionConfig, topics: Sequence[str], subscription: str
+    ) -> dict[str, TopicBacklog]:
+        """From the admin API when an admin URL is set, else from the metrics; raises if neither is set."""
+        if not subscription:
+            raise BacklogConfigError("subscription must be a non-empty name, e.g. 'dlq-replayer'.")
+        prepared = prepare_topics(topics)
+        if not (config.admin_url or config.metrics_url):
+            raise BacklogConfigError(
+                f"Connection {config.conn_id!r} has neither extra 'admin_url' nor 'metrics_url', so the "
+                "backlog cannot be read; set admin_url (Apache Pulsar admin REST, e.g. http://broker:8080) "
+                "or metrics_url (Prometheus, e.g. http://broker:8080/metrics)."
+            )
+        async with self._requests(config) as get:
+            if config.admin_url:
+                return await admin_backlog(get, config.admin_url, prepared, subscription, time.time() * 1000)
+            return await metrics_backlog(get, str(config.metrics_url), prepared, subscription)
+
+    def get_backlog(self, topics: Sequence[str], subscription: str) -> dict[str, TopicBacklog]:
+        """Backlog of ``subscription`` per topic; topic globs (``persistent://t/ns/*-DLQ``) are expanded."""
+        return asyncio.run(self._backlog(self.config, topics, subscription))
+
+    async def aget_backlog(self, topics: Sequence[str], subscription: str) -> dict[str, TopicBacklog]:
+        """Async variant of :meth:`get_backlog` (for triggers)."""
+        return await self._backlog(await self.aget_config(), topics, subscription)
 
     def subscription_consumers(self, topic: str, subscription: str) -> list[dict[str, str]]:
         """The properties of each consumer of ``subscription`` on a non-partitioned ``topic``."""
         config = self.config
-        if not config.admin_url:
+        admin_url = config.admin_url
+        if not admin_url:
             raise BacklogConfigError("the pulsar connection has no admin URL (extra admin_url)")
-        return asyncio.run(self._run(config, consumers_plan(config.admin_url, topic, subscription)))
+
+        async def read() -> list[dict[str, str]]:
+            async with self._requests(config) as get:
+                return await consumer_properties(get, admin_url, topic, subscription)
+
+        return asyncio.run(read())
 
     def test_connection(self) -> tuple[bool, str]:
         """Check the broker and, when configured, the admin and metrics URLs; ``(ok, message)``."""

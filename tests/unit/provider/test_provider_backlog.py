@@ -7,25 +7,19 @@ import json
 
 import pytest
 
-from airflow_provider_dlq.hooks import pulsar
 from airflow_provider_dlq.hooks.backlog import (
     BacklogConfigError,
     BacklogReadError,
     HttpResult,
     TopicBacklog,
-    admin_plan,
-    metrics_plan,
+    admin_backlog,
+    metrics_backlog,
     normalize_topic,
     parse_prometheus_backlog,
     prepare_topics,
 )
 
 SUB = "dlq-replayer"
-
-
-def _drive(plan, get):
-    """The hook's plan driver, run to its end."""
-    return asyncio.run(pulsar._drive(plan, get))
 
 
 def sample(value, **labels):
@@ -143,7 +137,7 @@ def test_prometheus_apache_labels_sum_partitions_and_skip_non_persistent():
 def test_metrics_plan_reports_missing_topics_and_expands_patterns():
     get, calls = fake_get({"http://m/metrics": (200, APACHE)})
     topics = prepare_topics(["persistent://acme/orders/*-DLQ", "acme/orders/missing-DLQ"])
-    result = _drive(metrics_plan("http://m/metrics", topics, SUB), get)
+    result = asyncio.run(metrics_backlog(get, "http://m/metrics", topics, SUB))
     assert calls == ["http://m/metrics"]
     a_dlq, b_dlq = "persistent://acme/orders/a-DLQ", "persistent://acme/orders/b-DLQ"
     assert result == {
@@ -158,10 +152,10 @@ def test_metrics_plan_reports_missing_topics_and_expands_patterns():
 def test_metrics_plan_errors_name_the_extra():
     get, _ = fake_get({"http://m/metrics": (503, "down")})
     with pytest.raises(BacklogReadError, match="HTTP 503; check the extra 'metrics_url'"):
-        _drive(metrics_plan("http://m/metrics", ["persistent://public/default/x"], SUB), get)
+        asyncio.run(metrics_backlog(get, "http://m/metrics", ["persistent://public/default/x"], SUB))
     get, _ = fake_get({"http://m/metrics": (200, "<html>login</html>")})
     with pytest.raises(BacklogReadError, match="does not look like a Prometheus metrics page"):
-        _drive(metrics_plan("http://m/metrics", ["persistent://public/default/x"], SUB), get)
+        asyncio.run(metrics_backlog(get, "http://m/metrics", ["persistent://public/default/x"], SUB))
 
 
 ADMIN = "http://admin:8080"
@@ -222,7 +216,7 @@ def test_admin_plan_reads_stats_partitioned_stats_and_ages():
         }
     )
     topics = prepare_topics(["persistent://acme/orders/*-DLQ", "acme/orders/c:DLQ"])
-    result = _drive(admin_plan(ADMIN, topics, SUB, now_ms=NOW_MS), get)
+    result = asyncio.run(admin_backlog(get, ADMIN, topics, SUB, now_ms=NOW_MS))
     assert calls[0] == base
     assert f"POST {base}/a-DLQ-partition-2/subscription/{SUB}/analyzeBacklog" not in calls
     assert result["persistent://acme/orders/a-DLQ"] == TopicBacklog(
@@ -265,7 +259,7 @@ def test_admin_plan_counts_batched_messages_or_falls_back_to_entries(count_respo
             T_COUNT: count_response,
         }
     )
-    result = _drive(admin_plan(ADMIN, [T], SUB, now_ms=NOW_MS), get)
+    result = asyncio.run(admin_backlog(get, ADMIN, [T], SUB, now_ms=NOW_MS))
     assert (result[T].backlog, result[T].exact, result[T].entries) == (*expected, 5)
     assert calls[-1] == T_COUNT
 
@@ -277,7 +271,7 @@ def test_admin_plan_does_not_scan_a_large_backlog():
             T_STATS: (200, {"subscriptions": {SUB: {"msgBacklog": 10_001}}}),
         }
     )
-    result = _drive(admin_plan(ADMIN, [T], SUB, now_ms=NOW_MS), get)
+    result = asyncio.run(admin_backlog(get, ADMIN, [T], SUB, now_ms=NOW_MS))
     assert (result[T].backlog, result[T].exact) == (10_001, False)
     assert T_COUNT not in calls
     get, calls = fake_get(
@@ -286,7 +280,7 @@ def test_admin_plan_does_not_scan_a_large_backlog():
             T_STATS: (200, {"subscriptions": {SUB: {"msgBacklog": 3}}}),
         }
     )
-    result = _drive(admin_plan(ADMIN, [T], SUB, now_ms=NOW_MS, count_max_entries=2), get)
+    result = asyncio.run(admin_backlog(get, ADMIN, [T], SUB, now_ms=NOW_MS, count_max_entries=2))
     assert (result[T].backlog, result[T].exact) == (3, False)
     assert T_COUNT not in calls
 
@@ -294,25 +288,25 @@ def test_admin_plan_does_not_scan_a_large_backlog():
 def test_a_failed_stats_read_still_fails():
     get, _ = fake_get({f"{T_BASE}/partitions": BacklogReadError("GET refused")})
     with pytest.raises(BacklogReadError, match="GET refused"):
-        _drive(admin_plan(ADMIN, [T], SUB, now_ms=NOW_MS), get)
+        asyncio.run(admin_backlog(get, ADMIN, [T], SUB, now_ms=NOW_MS))
 
 
 def test_admin_plan_missing_topic_is_not_found_and_auth_errors_say_how_to_fix():
     get, _ = fake_get({})
-    result = _drive(admin_plan(ADMIN, ["persistent://a/b/gone"], SUB, now_ms=NOW_MS), get)
+    result = asyncio.run(admin_backlog(get, ADMIN, ["persistent://a/b/gone"], SUB, now_ms=NOW_MS))
     assert result == {"persistent://a/b/gone": TopicBacklog("persistent://a/b/gone", SUB, 0, "admin", False)}
 
     get, _ = fake_get({f"{ADMIN}/admin/v2/persistent/a/b/t/partitions": (401, "")})
     with pytest.raises(BacklogConfigError, match=r"HTTP 401\); the connection's token"):
-        _drive(admin_plan(ADMIN, ["persistent://a/b/t"], SUB, now_ms=NOW_MS), get)
+        asyncio.run(admin_backlog(get, ADMIN, ["persistent://a/b/t"], SUB, now_ms=NOW_MS))
 
     get, _ = fake_get({f"{ADMIN}/admin/v2/persistent/a/b/t/partitions": (500, "boom")})
     with pytest.raises(BacklogReadError, match="HTTP 500; check the extra 'admin_url'"):
-        _drive(admin_plan(ADMIN, ["persistent://a/b/t"], SUB, now_ms=NOW_MS), get)
+        asyncio.run(admin_backlog(get, ADMIN, ["persistent://a/b/t"], SUB, now_ms=NOW_MS))
 
     get, _ = fake_get({f"{ADMIN}/admin/v2/persistent/a/b/t/partitions": (200, "<html/>")})
     with pytest.raises(BacklogReadError, match="did not return JSON"):
-        _drive(admin_plan(ADMIN, ["persistent://a/b/t"], SUB, now_ms=NOW_MS), get)
+        asyncio.run(admin_backlog(get, ADMIN, ["persistent://a/b/t"], SUB, now_ms=NOW_MS))
 
 
 def test_topic_backlog_round_trips_through_json():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from types import SimpleNamespace
@@ -9,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from airflow_provider_dlq.get_provider_info import get_provider_info
+from airflow_provider_dlq.hooks.backlog import HttpResult
 from airflow_provider_dlq.hooks.connection import KNOWN_EXTRAS, PulsarConnectionError, parse_pulsar_connection
 from airflow_provider_dlq.hooks.pulsar import PulsarHook
 
@@ -134,7 +136,19 @@ def test_hook_reads_the_env_connection(monkeypatch):
     hook = PulsarHook()
     assert hook.pulsar_conn_id == "pulsar_default"
     assert hook.config.service_url == "pulsar://localhost:6650"
-    assert next(hook._plan(hook.config, ["persistent://t/ns/x"], "sub")).url == "http://m:1/metrics"
+    sent = []
+
+    @contextlib.asynccontextmanager
+    async def requests(config):
+        async def get(request):
+            sent.append(request.url)
+            return HttpResult(200, "# TYPE pulsar_subscription_back_log gauge\n")
+
+        yield get
+
+    monkeypatch.setattr(hook, "_requests", requests)
+    assert hook.get_backlog(["persistent://t/ns/x"], "sub")["persistent://t/ns/x"].source == "metrics"
+    assert sent == ["http://m:1/metrics"]
 
 
 def test_missing_connection_error_names_the_env_var():
