@@ -53,9 +53,10 @@ def local_frame(spark: SparkSession, rows: Sequence[Sequence[Any]], schema: str)
     """``spark.createDataFrame(rows, schema)`` (``schema`` in DDL) through Arrow: no Python worker runs."""
     import pyarrow as pa
 
+    from spark_apps.dlq_replay.pulsar_io.source import ddl_struct
     from spark_apps.dlq_replay.schemas import arrow_schema
 
-    struct = _struct(schema)
+    struct = ddl_struct(schema)
     table = pa.Table.from_pylist(
         [dict(zip(struct.names, row, strict=True)) for row in rows], arrow_schema(struct)
     )
@@ -64,16 +65,8 @@ def local_frame(spark: SparkSession, rows: Sequence[Sequence[Any]], schema: str)
 
 def arrow_frame(spark: SparkSession, table: pa.Table, schema: str) -> DataFrame:
     """A DataFrame of a driver's ``pyarrow.Table``, its columns cast to ``schema`` (DDL)."""
+    from spark_apps.dlq_replay.pulsar_io.source import ddl_struct
     from spark_apps.dlq_replay.schemas import arrow_schema
 
-    struct = _struct(schema)
+    struct = ddl_struct(schema)
     return spark.createDataFrame(table.select(struct.names).cast(arrow_schema(struct)), schema=struct)
-
-
-def _struct(schema: str) -> StructType:
-    from pyspark.sql.types import StructType
-
-    struct = StructType.fromDDL(schema)
-    if not isinstance(struct, StructType):  # pragma: no cover - a DDL column list is always a struct
-        raise TypeError(f"a DDL column list is needed, got {schema!r}")
-    return struct

@@ -555,18 +555,14 @@ def decide_tasks(
     identities: DataFrame | None = None,
 ) -> tuple[DataFrame, Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]]:
     """The decide pass as its input frame (one row per producer bucket) and the function each task runs,
-    giving :data:`DECIDED_SCHEMA` batches (written by the tasks, :mod:`~spark_apps.dlq_replay.
-    task_parquet`): snapshot rows -> one outcome per row, fixes applied.
+    giving :data:`DECIDED_SCHEMA` batches.
 
     A light Spark pass over the payload-free rows marks already-final and duplicate messages and the
-    ``--max-messages`` choice (:func:`~spark_apps.dlq_replay.scope.scope_marks`; ``final_ids`` as
-    described there; ``identities``: the snapshot's :func:`~spark_apps.dlq_replay.scope.identity_rows`
-    when its read tasks wrote them, the replay ids of copies among them found by a Spark aggregation,
-    :func:`~spark_apps.dlq_replay.scope.repeated_ids`). The marked rows are written to ``marks_dir`` by
-    Spark tasks. Task ``b`` then reads its share of the row groups of the snapshot's files at
-    ``snapshot_dir`` in batches of ``batch_rows`` with the marks
-    (:mod:`~spark_apps.dlq_replay.snapshot_files`), and makes one Python pass per batch: normalise,
-    scope, decide; it sends to each target through producer bucket ``b`` (:class:`ProducerSequencer`).
+    ``--max-messages`` choice (:func:`~spark_apps.dlq_replay.scope.scope_marks`; ``identities``: the
+    snapshot's :func:`~spark_apps.dlq_replay.scope.identity_rows` when its read tasks wrote them) and
+    writes the marks to ``marks_dir``. Task ``b`` then reads its share of the snapshot's row groups at
+    ``snapshot_dir`` with the marks (:mod:`~spark_apps.dlq_replay.snapshot_files`) and makes one Python
+    pass per batch: normalise, scope, decide, sending through producer bucket ``b``.
     """
     from spark_apps.dlq_replay.scope import MARKS_SCHEMA, repeated_ids
     from spark_apps.dlq_replay.snapshot_files import Marks, bucket_batches, row_group_units
