@@ -78,10 +78,6 @@ class ReplaySubmitHook(SparkSubmitHook):
         """True in standalone cluster deploy mode: the driver runs on the cluster, known by its id."""
         return bool(self._should_track_driver_status)
 
-    @property
-    def driver_id(self) -> str | None:
-        return self._driver_id
-
     def run(self, application: str, on_submitted: Callable[[str], None] | None = None) -> None:
         """spark-submit ``application``, then (standalone cluster mode, Spark provider 6.1+) poll the driver
         until it ends, as ``submit()`` did up to 6.0; ``on_submitted`` gets the driver's id first."""
