@@ -69,9 +69,7 @@ def check_reachable(service_url: str) -> list[str]:
         except OSError as exc:
             failures.append(f"{host}:{port}: {_socket_cause(exc, host, port)}")
     if len(failures) == len(addresses):
-        detail = failures[0] if len(failures) == 1 else "; ".join(failures)
-        if len(failures) == 1:
-            detail = detail.split(": ", 1)[1]
+        detail = failures[0].split(": ", 1)[1] if len(failures) == 1 else "; ".join(failures)
         raise CheckFailed(f"cannot reach {service_url}: {detail}")
     return [f"unreachable broker {failure}" for failure in failures]
 
