@@ -53,20 +53,24 @@ def local_frame(spark: SparkSession, rows: Sequence[Sequence[Any]], schema: str)
     """``spark.createDataFrame(rows, schema)`` (``schema`` in DDL) through Arrow: no Python worker runs."""
     import pyarrow as pa
 
-    from spark_apps.dlq_replay.pulsar_io.source import ddl_struct
-    from spark_apps.dlq_replay.schemas import arrow_schema
-
-    struct = ddl_struct(schema)
-    table = pa.Table.from_pylist(
-        [dict(zip(struct.names, row, strict=True)) for row in rows], arrow_schema(struct)
-    )
+    struct, arrow = _schemas(schema)
+    table = pa.Table.from_pylist([dict(zip(struct.names, row, strict=True)) for row in rows], arrow)
     return spark.createDataFrame(table, schema=struct)
 
 
 def arrow_frame(spark: SparkSession, table: pa.Table, schema: str) -> DataFrame:
     """A DataFrame of a driver's ``pyarrow.Table``, its columns cast to ``schema`` (DDL)."""
-    from spark_apps.dlq_replay.pulsar_io.source import ddl_struct
-    from spark_apps.dlq_replay.schemas import arrow_schema
+    struct, arrow = _schemas(schema)
+    return spark.createDataFrame(table.select(struct.names).cast(arrow), schema=struct)
 
-    struct = ddl_struct(schema)
-    return spark.createDataFrame(table.select(struct.names).cast(arrow_schema(struct)), schema=struct)
+
+def _schemas(ddl: str) -> tuple[StructType, pa.Schema]:
+    """``ddl`` as a Spark and an Arrow schema (UTC timestamps, as ``schemas.arrow_schema``, which imports
+    this module through the Pulsar source)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import StructType
+
+    struct = StructType.fromDDL(ddl)
+    if not isinstance(struct, StructType):  # pragma: no cover - a DDL column list is always a struct
+        raise TypeError(f"a DDL column list is needed, got {ddl!r}")
+    return struct, to_arrow_schema(struct, timezone="UTC")
