@@ -162,12 +162,18 @@ def problem_page(status: int, message: str) -> HTMLResponse:
     return HTMLResponse(page, status_code=status, headers=SECURITY_HEADERS)
 
 
+#: A guide's file name: ``docs/<name>.md`` (no folders, no dots but the suffix).
+_GUIDE = re.compile(r"[a-z0-9][a-z0-9-]*\.md")
+
+
 def create_app() -> FastAPI:
-    """The FastAPI app mounted at ``/dlq-replay``."""
+    """The FastAPI app mounted at ``/dlq-replay``: the reports, and the installed guides (public)."""
     from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
     from airflow.api_fastapi.core_api.security import requires_access_dag
     from fastapi import Depends, FastAPI
-    from fastapi.responses import HTMLResponse, Response
+    from fastapi.responses import HTMLResponse, PlainTextResponse, Response
+
+    from airflow_provider_dlq.resources import docs_dir
 
     app = FastAPI(title="DLQ replay reports", docs_url=None, redoc_url=None, openapi_url=None)
 
@@ -183,20 +189,6 @@ def create_app() -> FastAPI:
         except ReportUnavailable as exc:
             return problem_page(exc.status, str(exc))
         return HTMLResponse(content, headers=SECURITY_HEADERS)
-
-    add_docs_routes(app)
-    return app
-
-
-#: A guide's file name: ``docs/<name>.md`` (no folders, no dots but the suffix).
-_GUIDE = re.compile(r"[a-z0-9][a-z0-9-]*\.md")
-
-
-def add_docs_routes(app: FastAPI) -> None:
-    """``GET /dlq-replay/docs/`` (index) and ``/dlq-replay/docs/<name>.md``: the installed guides, public."""
-    from fastapi.responses import HTMLResponse, PlainTextResponse, Response
-
-    from airflow_provider_dlq.resources import docs_dir
 
     @app.get("/docs/", response_class=HTMLResponse)
     def index() -> Response:
@@ -214,6 +206,8 @@ def add_docs_routes(app: FastAPI) -> None:
         if not _GUIDE.fullmatch(name) or not path.is_file():
             return problem_page(404, f"there is no guide named {name!r}; see the index at docs/")
         return PlainTextResponse(path.read_text(encoding="utf-8"), headers=SECURITY_HEADERS)
+
+    return app
 
 
 class _LazyApp:
