@@ -135,10 +135,10 @@ def _text(values: pa.Array) -> pa.Array:
     return pc.if_else(pc.equal(values, ""), _NULL_TEXT, values)
 
 
-def _int(values: pa.Array, minimum: int = 0) -> tuple[pa.Array, pa.Array]:
-    """``(numbers, settled)``: ``read_int`` of each plain value (null when absent or below ``minimum``),
-    and whether the kernels settled the row (absent or plain)."""
-    plain = pc.match_substring_regex(values, _PLAIN_INT)
+def _int(values: pa.Array, minimum: int = 0, form: str = _PLAIN_INT) -> tuple[pa.Array, pa.Array]:
+    """``(numbers, settled)``: ``read_int`` of each plain value (``form``; null when absent or below
+    ``minimum``), and whether the kernels settled the row (absent or plain)."""
+    plain = pc.match_substring_regex(values, form)
     numbers = pc.cast(pc.if_else(plain, values, _NULL_TEXT), pa.int64())
     if minimum:
         numbers = pc.if_else(pc.less(numbers, minimum), pa.scalar(None, pa.int64()), numbers)
@@ -350,13 +350,6 @@ def replay_ids(dlq_topics: pa.Array, dlq_ids: pa.Array, topic: pa.Array, message
     return [sha(raw).hexdigest()[:32] for raw in material.cast(pa.binary()).to_pylist()]
 
 
-def _replay_counts(values: pa.Array) -> tuple[pa.Array, pa.Array]:
-    """``(counts, settled)``: ``previous_replay_count`` where absent (0) or plain."""
-    plain = pc.match_substring_regex(values, _PLAIN_COUNT)
-    counts = pc.cast(pc.if_else(plain, values, pa.scalar(None, pa.string())), pa.int64())
-    return pc.fill_null(counts, 0), pc.or_kleene(pc.is_null(values), plain)
-
-
 def context_columns(batch: pa.RecordBatch, undecodable_key: str) -> tuple[dict[str, pa.Array], pa.Array]:
     """``(columns, settled)`` of a batch of snapshot rows (``topic``, ``message_id_str``,
     ``properties``): every context column of ``error_context_values`` (``CONTEXT_FIELDS``), the replay
@@ -367,7 +360,7 @@ def context_columns(batch: pa.RecordBatch, undecodable_key: str) -> tuple[dict[s
     fmt = _formats(look)
     fields, settled = _context(fmt, kernels)
     topic, message_id, claims_settled = _origin(look, kernels)
-    counts, counts_settled = _replay_counts(look.values[lineage.REPLAY_COUNT])
+    counts, counts_settled = _int(look.values[lineage.REPLAY_COUNT], form=_PLAIN_COUNT)
     topics, ids = batch.column("topic"), batch.column("message_id_str")
     columns = {
         "dlq_topic": topics,
@@ -375,7 +368,7 @@ def context_columns(batch: pa.RecordBatch, undecodable_key: str) -> tuple[dict[s
         **fields,
         "context_format": fmt,
         REPLAY_ID: pa.array(replay_ids(topics, ids, topic, message_id), pa.string()),
-        REPLAY_COUNT: counts,
+        REPLAY_COUNT: pc.fill_null(counts, 0),  # previous_replay_count: 0 when absent
         ORIGIN_CONFLICT: pa.nulls(look.n, pa.string()),
         UNDECODABLE: look.undecodable,
     }
