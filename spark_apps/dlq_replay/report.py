@@ -112,6 +112,11 @@ def display_template(error_class: str | None, template: str) -> str:
     return f"missing key {template}"
 
 
+def _extreme(combos: list[dict[str, Any]], key: str, pick: Callable[..., Any] = min) -> Any:
+    """The smallest (or largest) value of ``key`` among ``combos``, whatever order they come in."""
+    return pick((combo[key] for combo in combos if combo.get(key) is not None), default=None)
+
+
 def build_groups(
     combos: list[dict[str, Any]], samples: dict[str, list[str]], mode: str, max_groups: int = MAX_GROUPS
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -121,7 +126,7 @@ def build_groups(
         by_signature.setdefault(combo["signature"], []).append(combo)
     groups = []
     for sig, mine in by_signature.items():
-        first = mine[0]
+        error_class = _extreme(mine, "error_class")
         actions: Counter[str] = Counter()
         outcomes: Counter[str] = Counter()
         for combo in mine:
@@ -133,17 +138,15 @@ def build_groups(
         groups.append(
             {
                 "signature": sig,
-                "template": display_template(first["error_class"], first["template"] or ""),
-                "error_class": first["error_class"],
-                "origin_topic": first["origin_topic"],
-                "reason": first.get("reason"),
+                "template": display_template(error_class, _extreme(mine, "template") or ""),
+                "error_class": error_class,
+                "origin_topic": _extreme(mine, "origin_topic"),
+                "reason": _extreme(mine, "reason"),
                 "context_formats": formats,
                 "context_format": formats[0] if len(formats) == 1 else ("mixed" if formats else None),
                 "count": sum(outcomes.values()),
-                "first_seen": min(
-                    (c["first_seen"] for c in mine if c["first_seen"] is not None), default=None
-                ),
-                "last_seen": max((c["last_seen"] for c in mine if c["last_seen"] is not None), default=None),
+                "first_seen": _extreme(mine, "first_seen"),
+                "last_seen": _extreme(mine, "last_seen", max),
                 "sample_message_ids": samples.get(sig, []),
                 "actions": dict(actions),
                 "action": max(actions, key=lambda a: (actions[a], a)) if actions else None,

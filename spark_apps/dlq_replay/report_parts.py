@@ -115,8 +115,6 @@ def _sort_indices(table: pa.Table, names: Sequence[str]) -> pa.Array:
 
 
 def _reduce_combos(table: pa.Table) -> pa.Table:
-    """Per combination: ``n``, the smallest template, error class, origin topic and reason, the ``first``
-    and ``last`` publish time."""
     grouped = table.group_by(list(COMBO_KEYS), use_threads=False).aggregate(list(_COMBO_AGGREGATES))
     produced = [f"{name}_{function}" for name, function in _COMBO_AGGREGATES]
     return grouped.select([*produced, *COMBO_KEYS]).rename_columns([*_COMBO_NAMES, *COMBO_KEYS])
