@@ -46,9 +46,9 @@ HEADER = (
 #: Every case of the suite, in table order, by category (each category is one test module).
 CASES: dict[str, tuple[str, ...]] = {
     "kill": ("plan", "snapshot", "decide", "apply", "record", "commit", "report"),
-    "kill-mid-wave": ("default-waves-dedup", "small-waves-dedup", "small-waves-no-dedup"),
+    "kill-mid-wave": ("default-waves-dedup", "small-waves-no-dedup"),
     "broker": ("snapshot", "apply", "commit"),
-    "cluster": ("end-to-end", "worker-killed-mid-apply"),
+    "cluster": ("worker-killed-mid-apply",),
     "concurrency": ("same-output-dir", "same-subscription-other-output-dir"),
     "bad-message": (
         "non-utf8-property",

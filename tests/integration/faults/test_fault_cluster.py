@@ -1,8 +1,8 @@
 """Fault suite, cluster: the replay on a Spark standalone cluster (a master and two workers started from
 the installed pyspark on loopback, ``spark_standalone``), submitted to ``spark://127.0.0.1:<port>``
-with the bundle shipped by ``--py-files`` exactly as in production.
+with the bundle shipped by ``--py-files`` exactly as in production (the plain run on the cluster is in
+``tests/integration/replay/test_replay_everywhere.py``).
 
-- ``end-to-end``: the replay runs on the cluster's executors with exact counts.
 - ``worker-killed-mid-apply``: a worker (and its executor) SIGKILLed while a wave is being sent; Spark
   retries the lost tasks on the other worker, the retried sends carry the same producer names and
   sequence ids, and Apache Pulsar's broker deduplication drops the ones already persisted: nothing
@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 from fault_support import FaultRow, check_exact_run, finish, start, state_of
-from test_fault_kills import PLAYBOOK, build_dlqs
+from test_fault_kills import PLAYBOOK
 from test_fault_mid_wave import build_dlqs as build_large_dlqs
 
 from pulsar_standalone import free_port
@@ -69,36 +69,6 @@ def result_line(how: str, expected: dict[str, str], totals: dict[str, Any]) -> s
     return (
         f"{how}: {len(expected)} messages, republished {totals['republished']}, archived "
         f"{totals['archived']}, acked {totals['acked']}, resent {totals['resent']}"
-    )
-
-
-@pytest.mark.timeout(1800)
-def test_replay_end_to_end_on_the_cluster(
-    cluster, pulsar_broker, pulsar_client, fault_bundle, fault_table, tmp_path
-):
-    origin, dlqs, expected = build_dlqs(pulsar_client)
-    out = tmp_path / "out"
-    apps_before = len(cluster.status().get("completedapps", []))
-    run_args = args(pulsar_broker, dlqs, out, "cluster-e2e")
-    proc = start(fault_bundle, run_args, tmp_path, "run", cluster_conf(cluster))
-    summary = finish(proc, tmp_path, "run")
-    # The master ran it: one more completed application, which had both workers' cores.
-    apps = cluster.status().get("completedapps", [])
-    assert len(apps) == apps_before + 1, apps
-    assert apps[-1]["cores"] == 2, apps[-1]
-    state = check_exact_run(summary, out, pulsar_client, origin, dlqs, expected)
-    fault_table.record(
-        FaultRow(
-            category="cluster",
-            case="end-to-end",
-            fault="none: the replay submitted to a Spark standalone cluster (`spark://`, a master and two "
-            "workers x 1 core), the bundle shipped with `--py-files`",
-            expected="exit 0; exact totals; skipped ones pending",
-            result=result_line("exit 0 on Apache Pulsar", expected, summary["totals"]),
-            lost=state.lost,
-            doubled=state.doubled,
-            pending=state.pending,
-        )
     )
 
 

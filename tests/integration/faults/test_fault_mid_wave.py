@@ -132,8 +132,8 @@ def args(
 
 @pytest.mark.parametrize(
     ("wave", "dedup"),
-    [(None, True), ("500", True), ("500", False)],
-    ids=["default-waves-dedup", "small-waves-dedup", "small-waves-no-dedup"],
+    [(None, True), ("500", False)],
+    ids=["default-waves-dedup", "small-waves-no-dedup"],
 )
 def test_sigkill_inside_waves_again_and_again(
     wave, dedup, pulsar_broker, pulsar_client, fault_bundle, fault_table, tmp_path
