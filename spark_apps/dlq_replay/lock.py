@@ -390,10 +390,10 @@ class RunLock:
             if reason is not None:
                 self.lost = reason
                 log.error("run lock lost: %s; interrupting this run's Spark jobs", reason)
-                self._interrupt()
+                self.interrupt()
                 return
 
-    def _interrupt(self) -> None:
+    def interrupt(self) -> None:
         """Interrupt the run's Spark operations (all of them: a classic session's tags belong to the thread
         that added them, not to this one)."""
         if self.spark is None:
