@@ -23,7 +23,7 @@ from pulsar_dlq_consumer.replay_options import SUMMARY_PREFIX
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from airflow_provider_dlq.driver_jit import QuickJit
+    from airflow_provider_dlq.driver_footprint import QuickJit
 
 
 def spark_submit_path() -> str:
@@ -140,7 +140,7 @@ def run_ours(
 
     With ``class_data_archive`` the driver JVM starts from the operator's managed class-data archive
     (:mod:`airflow_provider_dlq.class_data`), written by this run when there is none yet; ``quick_jit``
-    chooses the driver's JIT as the operator does (:mod:`airflow_provider_dlq.driver_jit`), ``n`` being
+    chooses the driver's JIT as the operator does (:mod:`airflow_provider_dlq.driver_footprint`), ``n`` being
     an exact count; a local ``master`` gets the operator's lean driver
     (:mod:`airflow_provider_dlq.driver_footprint`) and, with ``compiled_pyspark``, its compiled PySpark
     (:mod:`airflow_provider_dlq.compiled_pyspark`, made before the timed run when there is none yet).
@@ -148,8 +148,12 @@ def run_ours(
     from airflow_provider_dlq.bundle import build_bundle
     from airflow_provider_dlq.class_data import ClassDataArchive
     from airflow_provider_dlq.compiled_pyspark import CompiledPySpark
-    from airflow_provider_dlq.driver_footprint import lean_driver_conf, lean_driver_env
-    from airflow_provider_dlq.driver_jit import quick_jit_chosen, with_quick_jit
+    from airflow_provider_dlq.driver_footprint import (
+        lean_driver_conf,
+        lean_driver_env,
+        quick_jit_chosen,
+        with_quick_jit,
+    )
 
     output = output or local_root(workdir)
     bundle = build_bundle(workdir / "bundle")

@@ -232,7 +232,8 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("auto", "on", "off"),
         default="auto",
         help="run the replay's driver JVM with the C1-only JIT (-XX:TieredStopAtLevel=1): auto (default, "
-        "as the operator does) for local masters up to 100k messages; see airflow_provider_dlq/driver_jit.py",
+        "as the operator does) for local masters up to 100k messages; see "
+        "airflow_provider_dlq/driver_footprint.py",
     )
     parser.add_argument(
         "--render",
