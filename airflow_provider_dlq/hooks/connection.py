@@ -155,8 +155,8 @@ def _service_url(conn_id: str, conn_type: str | None, host: str, port: int | Non
 def _check_broker_ports(conn_id: str, host: str, brokers: str) -> None:
     """Every ``host:port`` of a service URL has a numeric port."""
     for broker in brokers.split("/")[0].split(","):
-        name, sep, own = broker.strip().rpartition(":")
-        if sep and not name.endswith("]") and "]" not in own and not (own.isdigit() and 0 < int(own) < 65536):
+        _, sep, own = broker.strip().rpartition(":")
+        if sep and "]" not in own and not (own.isdigit() and 0 < int(own) < 65536):
             raise PulsarConnectionError(
                 f"Connection {conn_id!r}: Service URL {host!r} has port {own!r}; a port is a number "
                 "1-65535, e.g. pulsar://broker:6650."
@@ -169,8 +169,8 @@ def _with_port(conn_id: str, host: str, brokers: str, port: int | None) -> str:
         return brokers
     parts = []
     for broker in brokers.split(","):
-        name, sep, own = broker.strip().rpartition(":")
-        if sep and own.isdigit() and not name.endswith("]"):
+        _, sep, own = broker.strip().rpartition(":")
+        if sep and own.isdigit():
             if int(own) != port:
                 raise PulsarConnectionError(
                     f"Connection {conn_id!r}: Port {port} contradicts the port {own} in Service URL "

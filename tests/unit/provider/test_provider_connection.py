@@ -39,6 +39,8 @@ def parse(**fields):
         ({"host": "broker", "extra": {"use_tls": True}}, "pulsar+ssl://broker:6651"),
         ({"host": "broker", "extra": {"use_tls": "true"}, "port": 9443}, "pulsar+ssl://broker:9443"),
         ({"host": "broker", "conn_type": "pulsar+ssl"}, "pulsar+ssl://broker:6651"),
+        ({"host": "pulsar://[::1]:6650", "port": 6650}, "pulsar://[::1]:6650"),  # IPv6 with its port
+        ({"host": "pulsar://[::1]", "port": 6650}, "pulsar://[::1]:6650"),
     ],
 )
 def test_service_url_from_host_port_and_tls(fields, url):
@@ -250,6 +252,8 @@ def test_login_without_oauth2_is_ignored_with_a_warning():
 def test_a_service_url_with_a_non_numeric_port_is_a_bad_port():
     with pytest.raises(PulsarConnectionError, match=r"has port 'abc'; a port is a number 1-65535"):
         parse(host="pulsar://host:abc")
+    with pytest.raises(PulsarConnectionError, match=r"has port '70000'; a port is a number 1-65535"):
+        parse(host="pulsar://[::1]:70000")
     with pytest.raises(PulsarConnectionError, match=r"make them equal \(Airflow's Test button needs Port\)"):
         parse(host="pulsar://broker:6650", port=6651)
 
