@@ -113,12 +113,12 @@ class TaskFile:
         self._pending_bytes = 0.0
 
     def write(self, batch: pa.RecordBatch) -> None:
-        """Add ``batch`` (its columns in :attr:`schema`'s order; extra columns are left out)."""
+        """Add ``batch``'s columns of :attr:`schema`, cast to its types (Spark's rows can be looser typed)."""
         n = batch.num_rows
         if n == 0:
             return
         cuts = self._key_changes(self.group_key(batch)) if self.group_key is not None else []
-        batch = batch.select(self.schema.names)
+        batch = batch.select(self.schema.names).cast(self.schema)
         if not cuts:
             self._add(batch, batch.nbytes)
             return
@@ -210,45 +210,6 @@ class SideOutput:
     int96_timestamps: bool = False
     row_groups_by: Callable[[pa.RecordBatch], pa.Array] | None = None
 
-    def open(self, schema: pa.Schema, partition: int, attempt: int) -> TaskFile | PartitionedTaskFiles:
-        """Task ``partition``'s file, or files (one per value of ``partition_by``)."""
-        if self.partition_by is not None:
-            return PartitionedTaskFiles(self, schema, partition, attempt)
-        int96, key = self.int96_timestamps, self.row_groups_by
-        return TaskFile(self.path, partition, attempt, schema, int96_timestamps=int96, group_key=key)
-
-
-class PartitionedTaskFiles:
-    """One task's files of a side dataset partitioned by a column: a :class:`TaskFile` per value."""
-
-    def __init__(self, output: SideOutput, schema: pa.Schema, partition: int, attempt: int) -> None:
-        self.output, self.schema, self.partition, self.attempt = output, schema, partition, attempt
-        self.files: dict[str | None, TaskFile] = {}
-
-    def write(self, batch: pa.RecordBatch) -> None:
-        import pyarrow.compute as pc
-
-        column = str(self.output.partition_by)
-        values = batch.column(column)
-        for value in pc.unique(values).to_pylist():
-            if value not in self.files:
-                folder = storage.join(self.output.path, partition_folder(column, value))
-                int96 = self.output.int96_timestamps
-                self.files[value] = TaskFile(
-                    folder, self.partition, self.attempt, self.schema, int96_timestamps=int96
-                )
-            self.files[value].write(
-                batch.filter(pc.is_null(values) if value is None else pc.equal(values, value))
-            )
-
-    def commit(self) -> None:
-        for out in self.files.values():
-            out.commit()
-
-    def discard(self) -> None:
-        for out in self.files.values():
-            out.discard()
-
 
 def row_tally(batch: pa.RecordBatch) -> tuple[int]:
     """The tally of a task that only counts the rows it writes (``tally_names=("n",)``)."""
@@ -266,74 +227,61 @@ def rows_written(path: str) -> int | None:
         names = storage.list_names(path)
     except OSError:
         return None
-    total: int | None = None
-    for name in names:
-        if name.startswith(_PROGRESS_PREFIX) and "." not in name:
-            rows = _read_int(storage.join(path, name), "")
-            if rows is not None:
-                total = rows + (total or 0)
-    if total is None and SUCCESS in names:
-        total = _read_int(storage.join(path, SUCCESS), "rows=")
-    return total
+    progress = [n for n in names if n.startswith(_PROGRESS_PREFIX) and "." not in n]
+    counts = [c for c in (_read_int(storage.join(path, n), "") for n in progress) if c is not None]
+    if counts:
+        return sum(counts)
+    return _read_int(storage.join(path, SUCCESS), "rows=") if SUCCESS in names else None
 
 
 def _read_int(path: str, prefix: str) -> int | None:
     try:
-        data = storage.read_bytes(path)
+        text = (storage.read_bytes(path) or b"").decode().strip()
     except OSError:
         return None
-    text = (data or b"").decode().strip()
-    if not text.startswith(prefix) or not text[len(prefix) :].isdigit():
-        return None
-    return int(text[len(prefix) :])
+    value = text.removeprefix(prefix)
+    return int(value) if text.startswith(prefix) and value.isdigit() else None
 
 
-class TaskWrites:
-    """The task of :func:`write_in_tasks`: creating it empties the ``outputs``' folders (the main one
-    first), :meth:`run` is one task, :meth:`seal` ends the job."""
+@dataclass(frozen=True)
+class _TaskWrites:
+    """One task of :func:`write_in_tasks`: writes ``transform(batches)`` to ``outputs`` (the main dataset
+    first) and returns its tallies, one row per batch."""
 
-    def __init__(
-        self,
-        transform: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]],
-        outputs: Sequence[SideOutput],
-        tally: Callable[[pa.RecordBatch], Tally],
-        tally_names: Sequence[str],
-    ) -> None:
-        from spark_apps.dlq_replay.schemas import arrow_schema
+    transform: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
+    outputs: Sequence[SideOutput]
+    schemas: Sequence[pa.Schema]
+    tally: Callable[[pa.RecordBatch], Tally]
+    names: Sequence[str]
 
-        self.transform = transform
-        self.outputs = list(outputs)  # the main dataset first (``rows`` None)
-        for output in self.outputs:
-            storage.delete(output.path)
-            storage.make_dirs(output.path)
-        self.schemas = [arrow_schema(output.schema) for output in self.outputs]
-        self.tally = tally
-        self.names = list(tally_names)
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        partition, attempt = (context.partitionId(), context.attemptNumber()) if context else (0, 0)
+        yield self.run(batches, partition, attempt)
 
     def run(self, batches: Iterator[pa.RecordBatch], partition: int, attempt: int) -> pa.RecordBatch:
-        """Task ``partition``: write ``transform(batches)``; returns its tallies, one row per batch."""
         import pyarrow as pa
 
-        outs: list[TaskFile | PartitionedTaskFiles] = []
+        files = _TaskFiles(self.outputs, self.schemas, partition, attempt)
         tallies: list[Tally] = []
-        outputs, folder = self.outputs, self.outputs[0].path
+        folder = self.outputs[0].path
         try:
-            for output, schema in zip(outputs, self.schemas, strict=True):
-                outs.append(output.open(schema, partition, attempt))  # each discarded if a later one fails
+            files.open()
             written, recorded = 0, time.monotonic()
             for batch in self.transform(batches):
                 tallies.append(self.tally(batch))
-                for out, output in zip(outs, outputs, strict=True):
-                    out.write(batch if output.rows is None else output.rows(batch))
+                files.write(batch)
                 written += batch.num_rows
                 if time.monotonic() - recorded >= PROGRESS_EVERY_S:
                     _record_rows(folder, partition, written)
                     recorded = time.monotonic()
-            for out in outs:
+            for out in files.files.values():
                 out.commit()
             _record_rows(folder, partition, written)
         except BaseException:
-            for out in outs:
+            for out in files.files.values():
                 out.discard()
             raise
         finally:
@@ -341,25 +289,51 @@ class TaskWrites:
             # or the workers keep them until the run ends (they count toward its peak memory).
             pa.default_memory_pool().release_unused()
         columns = list(zip(*tallies, strict=True)) if tallies else [() for _ in self.names]
-        return pa.RecordBatch.from_arrays([pa.array(c, pa.int64()) for c in columns], names=self.names)
+        return pa.RecordBatch.from_arrays([pa.array(c, pa.int64()) for c in columns], names=list(self.names))
 
-    def spark_task(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from pyspark import TaskContext
 
-        context = TaskContext.get()
-        partition, attempt = (context.partitionId(), context.attemptNumber()) if context else (0, 0)
-        yield self.run(batches, partition, attempt)
+class _TaskFiles:
+    """A task's files: one per output, or per value of its ``partition_by`` column."""
 
-    def seal(self) -> None:
-        """End the job: leftover temporary and progress files removed, ``_SUCCESS`` written."""
-        for folder in (output.path for output in self.outputs):
-            rows = rows_written(folder)
-            for path in storage.list_files(folder):  # partition folders of a side dataset too
-                if path.rsplit("/", 1)[-1].startswith((_TEMP_PREFIX, _PROGRESS_PREFIX)):
-                    storage.delete(path)
-            storage.write_bytes(
-                storage.join(folder, SUCCESS), b"" if rows is None else f"rows={rows}\n".encode()
+    def __init__(
+        self, outputs: Sequence[SideOutput], schemas: Sequence[pa.Schema], partition: int, attempt: int
+    ) -> None:
+        self.outputs, self.schemas, self.partition, self.attempt = outputs, schemas, partition, attempt
+        self.files: dict[tuple[int, str | None], TaskFile] = {}
+
+    def open(self) -> None:
+        """Open each unpartitioned output's file: a task without rows leaves an empty file."""
+        for i, output in enumerate(self.outputs):
+            if output.partition_by is None:
+                self.file(i)
+
+    def file(self, i: int, value: str | None = None) -> TaskFile:
+        if (i, value) not in self.files:
+            out, folder = self.outputs[i], self.outputs[i].path
+            if out.partition_by is not None:
+                folder = storage.join(folder, partition_folder(out.partition_by, value))
+            self.files[i, value] = TaskFile(
+                folder,
+                self.partition,
+                self.attempt,
+                self.schemas[i],
+                int96_timestamps=out.int96_timestamps,
+                group_key=out.row_groups_by,
             )
+        return self.files[i, value]
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        import pyarrow.compute as pc
+
+        for i, output in enumerate(self.outputs):
+            rows = batch if output.rows is None else output.rows(batch)
+            if output.partition_by is None:
+                self.file(i).write(rows)
+                continue
+            values = rows.column(output.partition_by)
+            for value in pc.unique(values).to_pylist():
+                chosen = pc.is_null(values) if value is None else pc.equal(values, value)
+                self.file(i, value).write(rows.filter(chosen))
 
 
 def write_in_tasks(
@@ -375,24 +349,26 @@ def write_in_tasks(
     row_groups_by: Callable[[pa.RecordBatch], pa.Array] | None = None,
 ) -> list[Tally]:
     """Run ``transform`` over ``frame``'s partitions as ``mapInArrow`` would, write its rows (``schema``'s
-    columns) to ``path`` and each of ``sides`` to its own; returns ``tally`` of every batch."""
+    columns) to ``path`` and each of ``sides`` to its own; returns ``tally`` of every batch. The folders
+    are emptied first; at the end leftover temporary and progress files go and ``_SUCCESS`` is written."""
+    from spark_apps.dlq_replay.schemas import arrow_schema
+
     main = SideOutput(path, schema, int96_timestamps=int96_timestamps, row_groups_by=row_groups_by)
-    writes = TaskWrites(transform, [main, *sides], tally, tally_names)
+    outputs = [main, *sides]
+    for output in outputs:
+        storage.delete(output.path)
+        storage.make_dirs(output.path)
+    schemas = [arrow_schema(output.schema) for output in outputs]
+    task = _TaskWrites(transform, outputs, schemas, tally, tally_names)
     tally_schema = ", ".join(f"{name} long" for name in tally_names)
-    tallies = [tuple(row) for row in frame.mapInArrow(writes.spark_task, tally_schema).collect()]
-    writes.seal()
+    tallies = [tuple(row) for row in frame.mapInArrow(task, tally_schema).collect()]
+    for folder in (output.path for output in outputs):
+        rows = rows_written(folder)
+        for file in storage.list_files(folder):  # partition folders of a side dataset too
+            if file.rsplit("/", 1)[-1].startswith((_TEMP_PREFIX, _PROGRESS_PREFIX)):
+                storage.delete(file)
+        storage.write_bytes(storage.join(folder, SUCCESS), b"" if rows is None else f"rows={rows}\n".encode())
     return tallies
-
-
-def _partition_values(relative: str) -> dict[str, str | None]:
-    from urllib.parse import unquote
-
-    values: dict[str, str | None] = {}
-    for part in relative.split("/")[:-1]:
-        if "=" in part:
-            column, value = part.split("=", 1)
-            values[column] = None if value == DEFAULT_PARTITION else unquote(value)
-    return values
 
 
 def data_files(path: str) -> list[str]:
@@ -414,22 +390,17 @@ class _ReadFiles:
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
+        import pyarrow.dataset as ds
 
-        names = self.schema.names
+        fs, root = storage.filesystem(self.root)
+        strings = pa.schema([field for field in self.schema if field.type == pa.string()])
+        folders = ds.partitioning(strings, flavor="hive")  # column=value, decoded as Spark names them
         for batch in batches:
-            for path in batch.column(0).to_pylist():
-                values = _partition_values(path[len(self.root) + 1 :])
-                source = storage.open_parquet(path)
-                present = [n for n in names if n in source.schema_arrow.names]
-                for rows in source.iter_batches(batch_size=65_536, columns=present, use_threads=False):
-                    arrays = []
-                    for field in self.schema:
-                        if field.name in present:
-                            arrays.append(rows.column(field.name).cast(field.type))
-                        else:
-                            value = values.get(field.name)
-                            arrays.append(pa.array([value] * rows.num_rows, pa.string()).cast(field.type))
-                    yield pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+            files = [storage.filesystem(path)[1] for path in batch.column(0).to_pylist()]
+            data = ds.dataset(
+                files, self.schema, "parquet", fs, partitioning=folders, partition_base_dir=root
+            )
+            yield from data.to_batches(batch_size=65_536, use_threads=False)
 
 
 def read_frame(spark: SparkSession, path: str, schema: StructType) -> DataFrame:
@@ -438,27 +409,15 @@ def read_frame(spark: SparkSession, path: str, schema: StructType) -> DataFrame:
     from spark_apps.dlq_replay.schemas import arrow_schema
 
     files = data_files(path)
-    paths = spark.createDataFrame([(f,) for f in files], "path string")
     if not files:
         return spark.createDataFrame([], schema)
+    paths = spark.createDataFrame([(f,) for f in files], "path string")
     return paths.mapInArrow(_ReadFiles(path.rstrip("/"), arrow_schema(schema)), schema)
 
 
 def write_frame(frame: DataFrame, path: str, schema: StructType, *, int96_timestamps: bool = False) -> int:
     """Write ``frame``'s rows (``schema``'s columns) to ``path`` from its tasks; returns the rows written."""
-    from spark_apps.dlq_replay.schemas import arrow_schema
-
-    cast = _CastTo(arrow_schema(schema))
-    tallies = write_in_tasks(frame, cast, schema, path, row_tally, ("n",), int96_timestamps=int96_timestamps)
+    tallies = write_in_tasks(
+        frame, lambda batches: batches, schema, path, row_tally, ("n",), int96_timestamps=int96_timestamps
+    )
     return sum(int(t[0] or 0) for t in tallies)
-
-
-@dataclass(frozen=True)
-class _CastTo:
-    """Each batch's columns of ``schema``, in its order and types (Spark's rows can be looser typed)."""
-
-    schema: pa.Schema
-
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            yield batch.select(self.schema.names).cast(self.schema)
