@@ -95,15 +95,16 @@ class PulsarConnectionConfig:
         return tuple(v for v in values if v)
 
 
-_BOOLS = dict.fromkeys(("true", "1", "yes", "on"), True) | dict.fromkeys(("false", "0", "no", "off"), False)
+#: The words a yes/no setting may be written as.
+BOOLS = dict.fromkeys(("true", "1", "yes", "on"), True) | dict.fromkeys(("false", "0", "no", "off"), False)
 
 
 def _as_bool(conn_id: str, extra: Mapping[str, Any], name: str) -> bool:
     value = extra.get(name)
     if value is None or value == "" or isinstance(value, bool):
         return bool(value)
-    if isinstance(value, str) and value.strip().lower() in _BOOLS:
-        return _BOOLS[value.strip().lower()]
+    if isinstance(value, str) and value.strip().lower() in BOOLS:
+        return BOOLS[value.strip().lower()]
     raise PulsarConnectionError(
         f"Connection {conn_id!r}: extra {name!r} must be true or false; got {value!r}."
     )

@@ -147,21 +147,18 @@ async def check_http(client: httpx.AsyncClient, url: str, what: str, *, forbidde
     return f"{what} ok"
 
 
-async def check_issuer(hook: PulsarHook, config: PulsarConnectionConfig) -> str:
-    """Get an OAuth2 token first, so a dead issuer is not reported as the broker refusing credentials."""
-    import httpx
+async def http_client(hook: PulsarHook, config: PulsarConnectionConfig) -> httpx.AsyncClient:
+    """The hook's HTTP client; with OAuth2 its token is fetched here, so a dead issuer is named as such."""
+    from airflow_provider_dlq.hooks.backlog import BacklogReadError
 
-    from airflow_provider_dlq.hooks.oauth2 import OAuth2Error
-
-    credentials = hook._oauth2_client(config)
-    if credentials is None or config.oauth2 is None:
-        return "no OAuth2 issuer"
     try:
-        async with httpx.AsyncClient(**hook._issuer_options(config)) as client:
-            await credentials.token(client)
-    except OAuth2Error as exc:
+        return await hook._http_client(config)
+    except BacklogReadError as exc:
         raise CheckFailed(f"{exc}; check extra oauth2_issuer_url and the client ID / secret") from exc
-    return f"OAuth2 issuer {config.oauth2.issuer_url} ok (token issued)"
+
+
+async def check_issuer(hook: PulsarHook, config: PulsarConnectionConfig) -> None:
+    await (await http_client(hook, config)).aclose()
 
 
 def tested_connection_id() -> str | None:
@@ -181,13 +178,7 @@ def tested_connection_id() -> str | None:
 
 async def check_urls(hook: PulsarHook, config: PulsarConnectionConfig, notes: list[str]) -> None:
     """Check the admin API and the metrics endpoint with the hook's HTTP client, noting each that passed."""
-    from airflow_provider_dlq.hooks.backlog import BacklogReadError
-
-    try:
-        http = await hook._http_client(config)
-    except BacklogReadError as exc:
-        raise CheckFailed(str(exc)) from exc
-    async with http:
+    async with await http_client(hook, config) as http:
         if config.admin_url:
             url = _admin_check_url(config)
             notes.append(await check_http(http, url, "admin API", forbidden_ok=not config.test_topic))
@@ -200,8 +191,9 @@ def check_connection(hook: PulsarHook, config: PulsarConnectionConfig) -> tuple[
     notes: list[str] = []
     try:
         notes += check_reachable(config.service_url)
-        if config.oauth2 is not None:
-            notes.append(asyncio.run(check_issuer(hook, config)))
+        if config.oauth2 is not None:  # first: a dead issuer is not the broker refusing the credentials
+            asyncio.run(check_issuer(hook, config))
+            notes.append(f"OAuth2 issuer {config.oauth2.issuer_url} ok (token issued)")
         notes.append(check_broker(hook, config))
         if config.admin_url or config.metrics_url:
             asyncio.run(check_urls(hook, config, notes))

@@ -181,9 +181,6 @@ class PulsarHook(BaseHook):
             self._oauth2 = ClientCredentials(config.oauth2)
         return self._oauth2
 
-    def _issuer_options(self, config: PulsarConnectionConfig) -> dict[str, Any]:
-        return {"timeout": self.http_timeout, "verify": not config.tls_allow_insecure_connection}
-
     async def _http_client(self, config: PulsarConnectionConfig) -> httpx.AsyncClient:
         """An ``httpx.AsyncClient`` carrying the connection's TLS settings and credentials."""
         import httpx
@@ -192,7 +189,8 @@ class PulsarHook(BaseHook):
         oauth2 = self._oauth2_client(config)
         if oauth2 is not None:
             try:
-                async with httpx.AsyncClient(**self._issuer_options(config)) as issuer:
+                verify = not config.tls_allow_insecure_connection
+                async with httpx.AsyncClient(timeout=self.http_timeout, verify=verify) as issuer:
                     client.headers["Authorization"] = f"Bearer {await oauth2.token(issuer)}"
             except OAuth2Error as exc:
                 await client.aclose()

@@ -15,18 +15,15 @@ from typing import Any
 
 from airflow_provider_dlq.errors import DlqProviderError
 from airflow_provider_dlq.hooks.backlog import split_topics
+from airflow_provider_dlq.hooks.connection import BOOLS
 from pulsar_dlq_consumer.errors import ConfigurationError
 from pulsar_dlq_consumer.replay_options import (
-    DEFAULT_CANARY_WAIT_SECONDS,
-    DEFAULT_MAX_REPLAYS,
-    DEFAULT_SUBSCRIPTION,
-    DRY_RUN,
+    FLAGS,
     GROUP_ACTIONS,
     TOPICS_REQUIRED,
-    CanarySpec,
+    Flag,
     ReplayOptions,
     ReplayOptionsError,
-    parse_time,
 )
 
 _SAFE_RUN_ID = re.compile(r"[A-Za-z0-9._-]{1,120}")
@@ -73,37 +70,33 @@ def _blank(value: Any) -> bool:
     return value is None or (isinstance(value, str) and value.strip() in ("", "None", "null"))
 
 
-def opt_str(value: Any) -> str | None:
-    return None if _blank(value) else str(value).strip()
-
-
-def opt_number(name: str, value: Any, kind: type[int] | type[float] = int) -> Any:
-    """``None``/blank -> ``None``; else ``value`` as ``kind`` (the options check its range)."""
+def _flag_value(flag: Flag, value: Any) -> Any:
+    """A rendered value as the app's parsed argument of ``flag`` (``None``: not given)."""
     if _blank(value):
         return None
+    if flag.kind == "list":
+        return ",".join(as_list(flag.name, value)) or None
+    if isinstance(value, datetime):
+        return value.isoformat()
+    number = flag.argparse_kwargs()["type"]
+    if number is None:
+        return str(value).strip()
     try:
         if isinstance(value, bool):
             raise ValueError(value)
-        return kind(str(value).strip())
+        return number(str(value).strip())
     except ValueError:
-        raise ReplayArgumentError(f"{name} must be a number ({kind.__name__}); got {value!r}.") from None
-
-
-def opt_time(name: str, value: Any) -> datetime | None:
-    if _blank(value):
-        return None
-    return parse_time(value.isoformat() if isinstance(value, datetime) else str(value), name)
+        message = f"{flag.name} must be a number ({number.__name__}); got {value!r}."
+        raise ReplayArgumentError(message) from None
 
 
 def archive_flag(value: Any) -> bool:
     if isinstance(value, bool):
         return value
-    text = str(value).strip().lower()
-    if text in ("on", "true", "1", "yes"):
-        return True
-    if text in ("off", "false", "0", "no"):
-        return False
-    raise ReplayArgumentError(f"archive_payload must be on/off (or a bool); got {value!r}.")
+    try:
+        return BOOLS[str(value).strip().lower()]
+    except KeyError:
+        raise ReplayArgumentError(f"archive_payload must be on/off (or a bool); got {value!r}.") from None
 
 
 def parse_group_actions(value: Any) -> dict[str, str] | None:
@@ -122,17 +115,6 @@ def parse_group_actions(value: Any) -> dict[str, str] | None:
             f"{', '.join(GROUP_ACTIONS)}; got {value!r}."
         )
     return {str(k): str(v) for k, v in sorted(data.items())}
-
-
-def _canary(values: Mapping[str, Any]) -> CanarySpec | None:
-    size = opt_str(values.get("canary"))
-    if size is None:
-        return None
-    wait = opt_number("canary_wait_seconds", values.get("canary_wait_seconds"), float)
-    rate = opt_number("canary_max_failure_rate", values.get("canary_max_failure_rate"), float)
-    return CanarySpec.parse(
-        size, DEFAULT_CANARY_WAIT_SECONDS if wait is None else wait, 0.0 if rate is None else rate
-    )
 
 
 def _signatures(values: Mapping[str, Any], actions: dict[str, str] | None) -> tuple[str, ...]:
@@ -160,7 +142,7 @@ def _run_id(value: Any) -> str:
 
 def _output_dir(value: Any) -> str:
     """Local relative paths become absolute (the driver, executors and this task must agree)."""
-    text = opt_str(value) or ""
+    text = "" if _blank(value) else str(value).strip()
     return text.rstrip("/") if "://" in text else os.path.abspath(text) if text else ""
 
 
@@ -178,38 +160,17 @@ def _hinted(exc: ConfigurationError) -> ReplayArgumentError:
 def build_replay_args(values: Mapping[str, Any]) -> ReplayOptions:
     """The operator's rendered values as the app's options, or :class:`ReplayArgumentError`."""
     actions = parse_group_actions(values.get("group_actions"))
-    max_replays = opt_number("max_replays", values.get("max_replays"))
+    parsed = {flag.name: _flag_value(flag, values.get(flag.name)) for flag in FLAGS}
+    parsed["archive_payload"] = "on" if archive_flag(values.get("archive_payload", "on")) else "off"
     try:
-        return ReplayOptions(
+        return ReplayOptions.from_arguments(
+            parsed,
             run_id=_run_id(values["run_id"]),
-            mode=str(values.get("mode") or DRY_RUN).strip(),
             service_url=str(values["service_url"]),
             topics=tuple(as_list("topics", values.get("topics"))),
             output_dir=_output_dir(values.get("output_dir")),
-            subscription=opt_str(values.get("subscription")) or DEFAULT_SUBSCRIPTION,
-            auth_token_file=opt_str(values.get("auth_token_file")),
-            tls_trust_certs_file=opt_str(values.get("tls_trust_certs_file")),
-            admin_url=opt_str(values.get("admin_url")),
-            tls_cert_file=opt_str(values.get("tls_cert_file")),
-            tls_key_file=opt_str(values.get("tls_key_file")),
-            oauth2_issuer_url=opt_str(values.get("oauth2_issuer_url")),
-            oauth2_audience=opt_str(values.get("oauth2_audience")),
-            oauth2_scope=opt_str(values.get("oauth2_scope")),
-            oauth2_credentials_file=opt_str(values.get("oauth2_credentials_file")),
-            playbook=opt_str(values.get("playbook")),
-            origin_allowlist=tuple(as_list("origin_allowlist", values.get("origin_allowlist"))) or None,
             signatures=_signatures(values, actions) or None,
-            error_class=opt_str(values.get("error_class")),
-            since=opt_time("since", values.get("since")),
-            until=opt_time("until", values.get("until")),
-            max_messages=opt_number("max_messages", values.get("max_messages")),
-            max_replays=DEFAULT_MAX_REPLAYS if max_replays is None else max_replays,
-            rate_limit=opt_number("rate_limit", values.get("rate_limit"), float),
-            parallelism=opt_number("parallelism", values.get("parallelism")),
-            archive_payload=archive_flag(values.get("archive_payload", "on")),
             group_actions=actions,
-            window_from=opt_str(values.get("window_from")),
-            canary=_canary(values),
         )
     except ConfigurationError as exc:  # the options' checks (ReplayOptionsError)
         raise _hinted(exc) from None
