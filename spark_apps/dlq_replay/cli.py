@@ -40,15 +40,12 @@ _SECRET_OPTIONS = (
     "--oauth2-client-secret",
     "--client-secret",
 )
-#: Shuffle partitions per core, unless ``spark.sql.shuffle.partitions`` is given with --conf. Spark's 200
-#: made every shuffle of a small run (the duplicate window, the entry count, the report's aggregates)
-#: 200 tiny tasks; a DLQ run's shuffles carry light rows (ids, counts), so two tasks per core suffice
-#: and adaptive execution still coalesces or splits them.
+#: Shuffle partitions per core, unless given with --conf: Spark's 200 made every shuffle of a small run
+#: 200 tiny tasks; a run's shuffles carry light rows (ids, counts) and adaptive execution still coalesces
+#: or splits them.
 SHUFFLE_PARTITIONS_PER_CORE = 2
-#: Rows per Arrow batch between the JVM and the Python workers, unless
-#: ``spark.sql.execution.arrow.maxRecordsPerBatch`` is given with --conf. Spark's 10,000 rows of 1 KiB
-#: payloads (and their property dicts in the decide pass) kept about 800 MiB in two workers at 100k
-#: messages; 2,000 keep about 510 MiB at the same speed.
+#: Rows per Arrow batch to the Python workers, unless given with --conf: Spark's 10,000 rows of 1 KiB
+#: payloads kept about 800 MiB in two workers at 100k messages; 2,000 keep about 510 MiB at the same speed.
 ARROW_BATCH_ROWS = 2_000
 _QUOTED_VALUE = re.compile(r"(invalid [a-z ]*?(?:value|choice)): '.*?'(?=$| \()", re.DOTALL)
 
@@ -118,9 +115,6 @@ def parse_options(argv: Sequence[str] | None = None) -> ReplayOptions:
         raise ReplayConfigError(str(exc)) from None
 
 
-# --------------------------------------------------------------------------- stderr
-
-
 class _StderrHandler(logging.StreamHandler):
     """Writes to ``sys.stderr`` as it is at the time of each record (a swapped one is honoured), without
     what could be a secret, tracebacks included (:func:`~spark_apps.dlq_replay.redaction.scrub`)."""
@@ -154,28 +148,19 @@ def _fail(message: str) -> None:
     sys.stderr.flush()
 
 
-# --------------------------------------------------------------------------- main
-
-
-def session_defaults(cores: int) -> dict[str, str]:
-    """Session settings the app applies unless given with --conf: shuffle partitions sized to the
-    ``cores`` of the application (:data:`SHUFFLE_PARTITIONS_PER_CORE`) and :data:`ARROW_BATCH_ROWS`. All
-    are runtime settings, which a Spark Connect session accepts too."""
-    partitions = max(2, SHUFFLE_PARTITIONS_PER_CORE * max(1, cores))
-    return {
-        "spark.sql.shuffle.partitions": str(partitions),
-        "spark.sql.execution.arrow.maxRecordsPerBatch": str(ARROW_BATCH_ROWS),
-    }
-
-
 def apply_session_defaults(spark: SparkSession) -> dict[str, str]:
-    """Set :func:`session_defaults` on ``spark`` where neither the setting nor its ``spark.hadoop.``
-    form was given (``--conf``, the cluster's defaults); a setting the session refuses (e.g. one a
-    Spark Connect server does not let a client change) is left as it is. Returns what was set."""
+    """Set :data:`SHUFFLE_PARTITIONS_PER_CORE` shuffle partitions per core (at least 2) and
+    :data:`ARROW_BATCH_ROWS` where neither the setting nor its ``spark.hadoop.`` form was given (``--conf``,
+    the cluster's defaults); a setting the session refuses (e.g. a Spark Connect server's) is left as it
+    is. Returns what was set."""
     from spark_apps.dlq_replay.session import conf_value, default_parallelism
 
+    defaults = {
+        "spark.sql.shuffle.partitions": str(max(2, SHUFFLE_PARTITIONS_PER_CORE * default_parallelism(spark))),
+        "spark.sql.execution.arrow.maxRecordsPerBatch": str(ARROW_BATCH_ROWS),
+    }
     applied: dict[str, str] = {}
-    for key, value in session_defaults(default_parallelism(spark)).items():
+    for key, value in defaults.items():
         if conf_value(spark, key) is not None or conf_value(spark, f"spark.hadoop.{key}") is not None:
             continue
         try:
@@ -212,39 +197,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging()
     register_argv(sys.argv[1:] if argv is None else argv)  # never printed, whatever option they were in
     from spark_apps.dlq_replay.preflight import check_local
+    from spark_apps.dlq_replay.pulsar_io.conf import close_own_clients
+    from spark_apps.dlq_replay.pulsar_io.errors import PulsarConfigError
+    from spark_apps.dlq_replay.session import remove_local_copies
 
+    run_id = None  # set once the checks before Spark passed
     try:
         options = parse_options(argv)
         playbook = check_local(options)  # files, permissions, playbook: before Spark starts, nothing written
         check_broker_of(options)  # listening, credentials, DLQ topics: before Spark starts too
+        from spark_apps.dlq_replay.report import summary_line, summary_text
+        from spark_apps.dlq_replay.runner import run_replay
+
+        run_id = options.run_id
+        spark = build_session(run_id)
+        report = run_replay(spark, options, checked=playbook)
     except SystemExit as exc:  # argparse: --help (0) or a usage error (2), already printed
         return int(exc.code or 0)
-    except ReplayConfigError as exc:
-        _fail(str(exc))
-        return EXIT_USAGE
-    except ReplayError as exc:  # nothing listens at the service URL: nothing written, re-run later
-        _fail(str(exc))
-        return EXIT_FAILED
-    from spark_apps.dlq_replay.pulsar_io.conf import close_own_clients
-    from spark_apps.dlq_replay.pulsar_io.errors import PulsarConfigError
-    from spark_apps.dlq_replay.report import summary_line, summary_text
-    from spark_apps.dlq_replay.runner import run_replay
-    from spark_apps.dlq_replay.session import remove_local_copies
-
-    spark = build_session(options.run_id)
-    try:
-        report = run_replay(spark, options, checked=playbook)
     except (ReplayConfigError, PulsarConfigError) as exc:
         _fail(str(exc))
         return EXIT_USAGE
-    except RunLockedError as exc:
-        _fail(str(exc))
-        return EXIT_FAILED
     except ReplayError as exc:
-        log.error("run %s failed: %s; re-run the same --run-id to resume", options.run_id, exc)
+        if run_id is None or isinstance(exc, RunLockedError):  # nothing listens, or another run holds it
+            _fail(str(exc))
+        else:
+            log.error("run %s failed: %s; re-run the same --run-id to resume", run_id, exc)
         return EXIT_FAILED
     except Exception:
-        log.exception("run %s failed; re-run the same --run-id to resume", options.run_id)
+        log.exception("run %s failed; re-run the same --run-id to resume", run_id)
         return EXIT_FAILED
     finally:
         # Close the Pulsar clients now, not in an atexit hook: closing a client that has a Python logger

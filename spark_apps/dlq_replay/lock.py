@@ -1,15 +1,12 @@
-"""One replay at a time: a lock on the output directory and a broker lease per DLQ topic
-(``docs/reliability.md``); two runs at once would republish the same pending messages twice.
+"""One replay at a time (``docs/reliability.md``): two runs at once would republish the same messages twice.
 
-* **the output lock** ``<output>/locks/replay.lock.<generation>`` (local roots only: it needs ``O_EXCL``)
-  names its owner, is refreshed every :data:`HEARTBEAT_S` and expires :data:`LOCK_TTL_S` after the last
-  heartbeat; an expired lock, or one whose process on this host is gone, is taken over by creating the
-  next generation's file, which only one taker can create;
+* **the output lock** ``<output>/locks/replay.lock.<generation>`` (local roots only: it needs ``O_EXCL``),
+  refreshed every :data:`HEARTBEAT_S`, valid :data:`LOCK_TTL_S` after the last heartbeat; an expired lock,
+  or one whose process on this host is gone, is taken over by creating the next generation's file;
 * **a lease** per DLQ topic (``--subscription-lease on``): an Exclusive consumer on a message-less topic in
   the DLQ's namespace, which the broker grants to one process at a time and drops when it dies.
 
-When the heartbeat thread finds either lost, it interrupts the run's Spark operations and the run stops
-with a resumable error.
+A heartbeat thread that finds either lost interrupts the run's Spark operations (a resumable error).
 """
 
 from __future__ import annotations
@@ -267,12 +264,6 @@ class SubscriptionLease:
                     f"{lease}), then grant the role consume on it (pulsar-admin topics grant-permission "
                     f"--role <role> --actions consume {lease}); or pass --subscription-lease off"
                 ) from exc
-            except pulsar.AuthenticationError as exc:
-                raise ReplayConfigError(
-                    f"the broker refused this run's credentials for the lease on {lease} "
-                    f"({type(exc).__name__}): check the token or OAuth2/TLS settings, or pass "
-                    "--subscription-lease off"
-                ) from exc
             except unanswered as exc:
                 left = deadline - time.monotonic()
                 if left < pause + LEASE_TIMEOUT_S:
@@ -295,9 +286,10 @@ class SubscriptionLease:
             except pulsar.PulsarException as exc:
                 raise ReplayConfigError(
                     f"cannot take the subscription lease on {lease} for DLQ topic {topic} "
-                    f"({type(exc).__name__}: {exc}); create topic {lease} if the broker does not create "
-                    f"topics itself (pulsar-admin topics create {lease}) and let the replayer consume it, "
-                    "or pass --subscription-lease off to rely on the output directory lock alone"
+                    f"({type(exc).__name__}: {exc}): check the run's credentials (token, OAuth2 or TLS), "
+                    f"create topic {lease} if the broker does not create topics itself (pulsar-admin topics "
+                    f"create {lease}) and let the replayer consume it, or pass --subscription-lease off to "
+                    "rely on the output directory lock alone"
                 ) from exc
 
     def _holder(self, lease: str) -> str:
@@ -394,8 +386,8 @@ class RunLock:
                 return
 
     def interrupt(self) -> None:
-        """Interrupt the run's Spark operations (all of them: a classic session's tags belong to the thread
-        that added them, not to this one)."""
+        """Interrupt all the session's operations (a classic session's tags belong to the thread that
+        added them, not to this one)."""
         if self.spark is None:
             return
         try:
@@ -435,17 +427,15 @@ def run_lock(
 ) -> Iterator[RunLock]:
     """Hold the output lock (where possible) and, with ``conf``, the leases of ``topics`` for the block."""
     check_guard(output_root, conf is not None)
-    lease = SubscriptionLease(conf, topics, subscription or "", run_id) if conf is not None else None
-    output: OutputLock | None = None
-    if is_local(qualify_root(output_root)):
-        output = OutputLock(output_root, run_id)
-    else:
+    local = is_local(qualify_root(output_root))
+    if not local:
         log.info(
             "output dir %s is not on a local file system: no output lock file there (an object store "
             "offers no exclusive create); the subscription leases guard this run",
             output_root,
         )
-    lock = RunLock(output, lease, spark)
+    lease = SubscriptionLease(conf, topics, subscription or "", run_id) if conf is not None else None
+    lock = RunLock(OutputLock(output_root, run_id) if local else None, lease, spark)
     lock.acquire()
     try:
         yield lock

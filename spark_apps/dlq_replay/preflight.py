@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from spark_apps.dlq_replay.errors import ReplayConfigError
 from spark_apps.dlq_replay.state import run_dir_name
-from spark_apps.dlq_replay.storage import check_root, join, local_path, qualify_root
+from spark_apps.dlq_replay.storage import RunStorage, check_root, join, local_path, qualify_root
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -26,10 +26,10 @@ if TYPE_CHECKING:
     from spark_apps.dlq_replay.playbook import Playbook
 
 log = logging.getLogger("spark_apps.dlq_replay")
-#: A token file larger than this is not a token file.
+#: A token or OAuth2 credentials file larger than this holds more than a secret.
 MAX_TOKEN_FILE_BYTES = 64 * 1024
-#: Sub-directories of the output root the run writes to.
-OUTPUT_PARTS = ("runs", "ledger", "archive", "locks")
+_CERTIFICATE = b"-----BEGIN CERTIFICATE-----"
+_PEM_CERT = "PEM certificate (-----BEGIN CERTIFICATE-----)"
 
 
 def _read_head(path: str, option: str, limit: int) -> bytes:
@@ -46,52 +46,50 @@ def _read_head(path: str, option: str, limit: int) -> bytes:
         ) from exc
 
 
-def _require_pem(path: str, option: str, limit: int, marker: bytes, what: str, fix: str) -> None:
-    if marker not in _read_head(path, option, limit):
+def _require_pem(path: str, option: str, marker: bytes, what: str, fix: str) -> None:
+    if marker not in _read_head(path, option, 4 * 1024 * 1024):
         raise ReplayConfigError(f"the file given as {option} holds no {what}; {fix}")
 
 
-def check_token_file(path: str) -> None:
-    """The token file exists, is readable, non-empty and small."""
-    data = _read_head(path, "--auth-token-file", MAX_TOKEN_FILE_BYTES + 1)
-    if not data.strip():
-        raise ReplayConfigError("the file given as --auth-token-file is empty; write the JWT token into it")
-    if len(data) > MAX_TOKEN_FILE_BYTES:
-        raise ReplayConfigError(
-            f"the file given as --auth-token-file is larger than {MAX_TOKEN_FILE_BYTES // 1024} KiB; it "
-            "must hold only the JWT token"
+def check_files(options: ReplayOptions) -> None:
+    """The token, OAuth2 credentials and TLS files are readable and hold what they should (never echoed).
+    A certificate without its key is refused by ``PulsarConf``."""
+    if options.auth_token_file:
+        data = _read_head(options.auth_token_file, "--auth-token-file", MAX_TOKEN_FILE_BYTES + 1)
+        if not data.strip():
+            raise ReplayConfigError(
+                "the file given as --auth-token-file is empty; write the JWT token into it"
+            )
+        if len(data) > MAX_TOKEN_FILE_BYTES:
+            raise ReplayConfigError(
+                f"the file given as --auth-token-file is larger than {MAX_TOKEN_FILE_BYTES // 1024} KiB; it "
+                "must hold only the JWT token"
+            )
+    if options.tls_trust_certs_file:
+        fix = "give the CA bundle in PEM format"
+        _require_pem(options.tls_trust_certs_file, "--tls-trust-certs-file", _CERTIFICATE, _PEM_CERT, fix)
+    if options.tls_cert_file:
+        fix = "give the client certificate in PEM format"
+        _require_pem(options.tls_cert_file, "--tls-cert-file", _CERTIFICATE, _PEM_CERT, fix)
+    if options.tls_key_file:
+        what = "PEM private key (-----BEGIN ... PRIVATE KEY-----)"
+        _require_pem(
+            options.tls_key_file, "--tls-key-file", b"PRIVATE KEY-----", what, "give the key in PEM format"
         )
-
-
-def check_trust_file(path: str) -> None:
-    """The CA bundle is readable and holds a PEM certificate."""
-    what, fix = "PEM certificate (-----BEGIN CERTIFICATE-----)", "give the CA bundle in PEM format"
-    _require_pem(path, "--tls-trust-certs-file", 4 * 1024 * 1024, b"-----BEGIN CERTIFICATE-----", what, fix)
-
-
-def check_client_cert_files(cert_file: str, key_file: str | None) -> None:
-    """The client certificate (mutual TLS) and its key are readable PEM."""
-    what, fix = "PEM certificate (-----BEGIN CERTIFICATE-----)", "give the client certificate in PEM format"
-    _require_pem(cert_file, "--tls-cert-file", 4 * 1024 * 1024, b"-----BEGIN CERTIFICATE-----", what, fix)
-    if not key_file:
-        raise ReplayConfigError("--tls-cert-file needs --tls-key-file: give the certificate's private key")
-    what, fix = "PEM private key (-----BEGIN ... PRIVATE KEY-----)", "give the key in PEM format"
-    _require_pem(key_file, "--tls-key-file", 1024 * 1024, b"PRIVATE KEY-----", what, fix)
-
-
-def check_oauth2_credentials_file(path: str) -> None:
-    """The OAuth2 credentials file exists, is readable and holds a JSON object (never echoed)."""
-    data = _read_head(path, "--oauth2-credentials-file", MAX_TOKEN_FILE_BYTES + 1)
-    try:
-        parsed = json.loads(data.decode("utf-8")) if len(data) <= MAX_TOKEN_FILE_BYTES else None
-    except (UnicodeDecodeError, ValueError):
-        parsed = None
-    if not isinstance(parsed, dict) or not parsed.get("client_id") or not parsed.get("client_secret"):
-        raise ReplayConfigError(
-            "the file given as --oauth2-credentials-file is not a JSON object with client_id and "
-            f"client_secret of at most {MAX_TOKEN_FILE_BYTES // 1024} KiB (content not shown); write the "
-            'client credentials JSON ({"client_id": ..., "client_secret": ...}) into it'
+    if options.oauth2_credentials_file:
+        data = _read_head(
+            options.oauth2_credentials_file, "--oauth2-credentials-file", MAX_TOKEN_FILE_BYTES + 1
         )
+        try:
+            parsed = json.loads(data.decode("utf-8")) if len(data) <= MAX_TOKEN_FILE_BYTES else None
+        except (UnicodeDecodeError, ValueError):
+            parsed = None
+        if not isinstance(parsed, dict) or not parsed.get("client_id") or not parsed.get("client_secret"):
+            raise ReplayConfigError(
+                "the file given as --oauth2-credentials-file is not a JSON object with client_id and "
+                f"client_secret of at most {MAX_TOKEN_FILE_BYTES // 1024} KiB (content not shown); write the "
+                'client credentials JSON ({"client_id": ..., "client_secret": ...}) into it'
+            )
 
 
 def _probe(directory: Path, output_dir: str, cannot: str, fix: str) -> None:
@@ -102,24 +100,36 @@ def _probe(directory: Path, output_dir: str, cannot: str, fix: str) -> None:
         raise ReplayConfigError(f"--output-dir {output_dir}: {cannot} ({exc.strerror}); {fix}") from exc
 
 
-def check_output_dir_local(output_dir: str, run_dir: str) -> None:
-    """A local output root (existing or not) can be created and written, with its sub-directories."""
-    local = local_path(qualify_root(output_dir))
+def check_output_dir(output_dir: str, run_dir: str) -> None:
+    """The output root (existing or not) and the parts of it the run writes can be created and written,
+    without creating anything: a local root by a probe directory, any other by a probe file."""
+    root = qualify_root(output_dir)
+    local = local_path(root)
     if local is None:
+        check_root(root)  # a StorageError is a ReplayConfigError
+        storage, probe = RunStorage(), join(root, f".dlq-replay-probe-{uuid.uuid4().hex}")
+        try:
+            storage.write_text(probe, "probe")
+        except Exception as exc:  # the store's error names the cause (permissions, credentials, bucket)
+            raise ReplayConfigError(
+                f"--output-dir {output_dir}: cannot write there ({type(exc).__name__}: {str(exc)[:300]}); "
+                "check the URI, credentials and permissions"
+            ) from exc
+        with contextlib.suppress(Exception):
+            storage.delete(probe)
         return
-    root = Path(local)
-    existing = root
+    existing = Path(local)
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
     if not existing.is_dir():
         raise ReplayConfigError(
             f"--output-dir {output_dir}: {existing} is not a directory; give a directory path"
         )
-    if existing != root:
+    if existing != Path(local):
         _probe(existing, output_dir, f"cannot create it in {existing}", "give a writable location")
         return
-    for part in ("", *OUTPUT_PARTS, run_dir):
-        directory = root / part
+    for part in ("", "runs", "ledger", "archive", "locks", run_dir):
+        directory = existing / part
         if directory.exists():
             if not directory.is_dir():
                 raise ReplayConfigError(
@@ -135,14 +145,7 @@ def check_local(options: ReplayOptions) -> Playbook:
     from spark_apps.dlq_replay.lock import check_guard
     from spark_apps.dlq_replay.playbook import Playbook, load_playbook
 
-    if options.auth_token_file:
-        check_token_file(options.auth_token_file)
-    if options.tls_trust_certs_file:
-        check_trust_file(options.tls_trust_certs_file)
-    if options.tls_cert_file:
-        check_client_cert_files(options.tls_cert_file, options.tls_key_file)
-    if options.oauth2_credentials_file:
-        check_oauth2_credentials_file(options.oauth2_credentials_file)
+    check_files(options)
     if options.playbook:
         playbook = load_playbook(options.playbook)
         fixes = ", ".join(playbook.fixes) or "none"
@@ -152,37 +155,14 @@ def check_local(options: ReplayOptions) -> Playbook:
         log.info("no --playbook: every message will be skipped (left pending)")
     require_arrow_udfs()  # every step runs Arrow UDFs
     check_guard(options.output_dir, options.subscription_lease)
-    check_output_dir_local(options.output_dir, join("runs", run_dir_name(options.run_id)))
-    check_output_dir_remote(options.output_dir)
+    check_output_dir(options.output_dir, join("runs", run_dir_name(options.run_id)))
     if options.window_from:  # the reviewed run's plan: same topics and subscription
         from spark_apps.dlq_replay.group_actions import reuse_window
         from spark_apps.dlq_replay.run_context import RunPaths
-        from spark_apps.dlq_replay.storage import RunStorage
 
         earlier = RunPaths(options.output_dir, options.window_from).plan
         reuse_window(RunStorage(), earlier, options.window_from, options.topics, options.subscription)
     return playbook
-
-
-def check_output_dir_remote(output_dir: str) -> None:
-    """A remote output root opens and a probe file can be created and deleted there."""
-    root = qualify_root(output_dir)
-    if local_path(root) is not None:
-        return
-    from spark_apps.dlq_replay.storage import RunStorage
-
-    check_root(root)  # a StorageError is a ReplayConfigError
-    storage = RunStorage()
-    probe = join(root, f".dlq-replay-probe-{uuid.uuid4().hex}")
-    try:
-        storage.write_text(probe, "probe")
-    except Exception as exc:  # the store's error names the cause (permissions, credentials, bucket)
-        raise ReplayConfigError(
-            f"--output-dir {output_dir}: cannot write there ({type(exc).__name__}: {str(exc)[:300]}); check "
-            "the URI, credentials and permissions"
-        ) from exc
-    with contextlib.suppress(Exception):
-        storage.delete(probe)
 
 
 def ship_and_load_fixes(spark: SparkSession, playbook: Playbook) -> None:

@@ -227,17 +227,6 @@ def test_the_client_side_token_file_error_does_not_echo_the_path():
     assert "path not shown" in str(info.value)
 
 
-def test_session_defaults_size_shuffles_to_the_cores():
-    """Two shuffle partitions per core (not Spark's 200, which made a small run thousands of tiny
-    tasks), at least two."""
-    from spark_apps.dlq_replay.cli import session_defaults
-
-    assert session_defaults(2)["spark.sql.shuffle.partitions"] == "4"
-    assert session_defaults(64)["spark.sql.shuffle.partitions"] == "128"
-    assert session_defaults(0)["spark.sql.shuffle.partitions"] == "2"
-    assert session_defaults(2)["spark.sql.execution.arrow.maxRecordsPerBatch"] == "2000"
-
-
 class _Conf:
     """A session's runtime conf: ``given`` settings, ``refused`` keys that ``set`` rejects."""
 
@@ -252,6 +241,21 @@ class _Conf:
         if key in self.refused:
             raise RuntimeError(f"[CANNOT_MODIFY_CONFIG] {key}")
         self.values[key] = value
+
+
+@pytest.mark.parametrize(
+    ("master", "partitions"), [("local[2]", "4"), ("local[64]", "128"), ("local[0]", "2")]
+)
+def test_session_defaults_size_shuffles_to_the_cores(master, partitions):
+    """Two shuffle partitions per core (not Spark's 200, which made a small run thousands of tiny
+    tasks), at least two."""
+    from types import SimpleNamespace
+
+    from spark_apps.dlq_replay.cli import apply_session_defaults
+
+    applied = apply_session_defaults(SimpleNamespace(conf=_Conf({"spark.master": master})))
+    assert applied["spark.sql.shuffle.partitions"] == partitions
+    assert applied["spark.sql.execution.arrow.maxRecordsPerBatch"] == "2000"
 
 
 def test_session_defaults_are_set_unless_given_or_refused(caplog):

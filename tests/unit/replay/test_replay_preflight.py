@@ -6,7 +6,7 @@ import pytest
 
 from spark_apps.dlq_replay.cli import parse_options
 from spark_apps.dlq_replay.errors import ReplayConfigError
-from spark_apps.dlq_replay.preflight import check_local, check_output_dir_remote
+from spark_apps.dlq_replay.preflight import check_local, check_output_dir
 
 BASE = ["--run-id", "r1", "--service-url", "pulsar://localhost:6650", "--topics", "a-DLQ"]
 
@@ -32,7 +32,7 @@ def test_a_local_root_may_run_without_the_lease(tmp_path):
 
 def test_an_output_root_that_cannot_be_opened_is_a_usage_error():
     with pytest.raises(ReplayConfigError, match=r"--output-dir nosuchscheme://x/y: cannot open it"):
-        check_output_dir_remote("nosuchscheme://x/y")
+        check_output_dir("nosuchscheme://x/y", "runs/r1")
 
 
 def test_a_driver_without_pandas_is_told_the_fix(monkeypatch, tmp_path):
