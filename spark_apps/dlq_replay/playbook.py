@@ -14,13 +14,14 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from pulsar_dlq_consumer.context import ORIGIN_TOPIC_KEYS
 from pulsar_dlq_consumer.conventions import ContextFormat
 from spark_apps.dlq_replay import outcomes
 from spark_apps.dlq_replay.errors import PlaybookError, ReplayConfigError
 from spark_apps.dlq_replay.topics import TopicMatcher, qualify_topic
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Mapping
+    from collections.abc import Callable, Iterable, Iterator, Mapping
 
 PLAYBOOK_VERSION = 1
 #: Limits on a playbook: a playbook is a short, reviewed list of rules, not data.
@@ -31,15 +32,6 @@ DEFAULT_FIX_TIMEOUT_S = 60.0
 MAX_FIX_TIMEOUT_S = 3600.0
 _FIX_REF = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*")
 _TOP_KEYS = ("version", "fix_files", "payload_off_topics", "origin_precedence", "rules")
-_ACTION_KEYS: dict[str, tuple[str, ...]] = {
-    outcomes.REPUBLISH: ("fix", "fix_version", "on_fix_error", "fix_timeout_seconds"),
-    outcomes.ARCHIVE: ("archive_payload",),
-    outcomes.DROP: (),
-    outcomes.SKIP: (),
-}
-#: The keys only some actions take, and every key of a rule.
-_ACTION_ONLY_KEYS = tuple(dict.fromkeys(key for keys in _ACTION_KEYS.values() for key in keys))
-_RULE_KEYS = ("name", "description", "match", "action", "reason", *_ACTION_ONLY_KEYS)
 #: The conventions a rule may match (not ``none``: a message without a parseable context is always
 #: malformed, no rule applies).
 _CONTEXT_FORMATS = tuple(f.value for f in ContextFormat if f is not ContextFormat.NONE)
@@ -209,10 +201,6 @@ def parse_playbook(text: str, *, path: str | None = None) -> Playbook:
 
 
 def _parse(text: str) -> Playbook:
-    encoded = text.encode("utf-8", "surrogatepass")
-    if len(encoded) > MAX_PLAYBOOK_BYTES:
-        raise _Invalid(_TOO_BIG)
-    digest = hashlib.sha256(encoded).hexdigest()
     root = _compose(text)
     top = _mapping(root, "the playbook", _TOP_KEYS)
     version = _scalar(top["version"]) if "version" in top else PLAYBOOK_VERSION
@@ -221,16 +209,21 @@ def _parse(text: str) -> Playbook:
             f"unsupported version {version!r}; this app reads version {PLAYBOOK_VERSION}",
             _line(top["version"]),
         )
-    files = _sequence(top["fix_files"], "fix_files") if "fix_files" in top else []
-    fix_files = tuple(_string(node, "fix_files entry") for node in files)
-    off = top.get("payload_off_topics")
-    payload_off = _topics(off, "payload_off_topics") if off is not None else None
-    precedence = _origin_precedence(top["origin_precedence"]) if "origin_precedence" in top else ()
     if "rules" not in top:
         raise _Invalid("missing `rules:` (a list of rules; an empty list skips everything)", _line(root))
-    rules = _parse_rules(top["rules"])
+    precedence: tuple[str, ...] = ()
+    if "origin_precedence" in top:
+        precedence = tuple(_strings(top["origin_precedence"], "origin_precedence", _ORIGIN_PRECEDENCE))
+    if len(set(precedence)) != len(precedence):
+        raise _Invalid("origin_precedence lists a property twice", _line(top["origin_precedence"]))
     return Playbook(
-        rules, fix_files, digest=digest, payload_off_topics=payload_off, origin_precedence=precedence
+        _parse_rules(top["rules"]),
+        tuple(_strings(top["fix_files"], "fix_files entry", empty_ok=True)) if "fix_files" in top else (),
+        digest=hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest(),
+        payload_off_topics=_topics(top["payload_off_topics"], "payload_off_topics")
+        if "payload_off_topics" in top
+        else None,
+        origin_precedence=precedence,
     )
 
 
@@ -250,51 +243,26 @@ def _compose(text: str) -> yaml.Node:
     return root
 
 
-def _topics(node: yaml.Node, what: str) -> TopicMatcher:
-    globs = _strings(node, what)
-    try:
-        return TopicMatcher.parse(globs, what=what)
-    except ReplayConfigError as exc:
-        raise _Invalid(str(exc), _line(node)) from exc
-
-
 def _parse_rules(node: yaml.Node) -> tuple[Rule, ...]:
     """The rules, in order: at most :data:`MAX_RULES`, each name once."""
-    rule_nodes = _sequence(node, "rules")
-    if len(rule_nodes) > MAX_RULES:
+    if not isinstance(node, yaml.SequenceNode):
+        raise _Invalid("`rules` must be a list", _line(node))
+    if len(node.value) > MAX_RULES:
         raise _Invalid(
-            f"{len(rule_nodes)} rules; a playbook holds at most {MAX_RULES} (one rule can match many "
+            f"{len(node.value)} rules; a playbook holds at most {MAX_RULES} (one rule can match many "
             "signatures, classes or topics: give them as a list)",
             _line(node),
         )
-    rules: list[Rule] = []
+    rules = [_parse_rule(rule_node, index) for index, rule_node in enumerate(node.value, start=1)]
     names: dict[str, int] = {}
-    for index, rule_node in enumerate(rule_nodes, start=1):
-        rule = _parse_rule(rule_node, index)
+    for rule in rules:
         if rule.name in names:
             raise _Invalid(
                 f"duplicate rule name {rule.name!r} (first at line {names[rule.name]}); names must be unique",
                 rule.line,
             )
         names[rule.name] = rule.line
-        rules.append(rule)
     return tuple(rules)
-
-
-def _origin_precedence(node: yaml.Node) -> tuple[str, ...]:
-    from pulsar_dlq_consumer.context import ORIGIN_TOPIC_KEYS
-
-    keys = _strings(node, "origin_precedence")
-    for key in keys:
-        if key not in ORIGIN_TOPIC_KEYS:
-            raise _Invalid(
-                f"origin_precedence: {key!r} is not a property that names an origin topic; use some of "
-                f"{', '.join(ORIGIN_TOPIC_KEYS)}",
-                _line(node),
-            )
-    if len(set(keys)) != len(keys):
-        raise _Invalid("origin_precedence lists a property twice", _line(node))
-    return tuple(keys)
 
 
 # --------------------------------------------------------------------------- YAML node helpers
@@ -304,7 +272,7 @@ def _line(node: yaml.Node) -> int:
     return int(node.start_mark.line) + 1
 
 
-def _mapping(node: yaml.Node, what: str, allowed: tuple[str, ...]) -> dict[str, yaml.Node]:
+def _mapping(node: yaml.Node, what: str, allowed: Iterable[str]) -> dict[str, yaml.Node]:
     if not isinstance(node, yaml.MappingNode):
         raise _Invalid(f"{what} must be a mapping (key: value)", _line(node))
     out: dict[str, yaml.Node] = {}
@@ -320,12 +288,6 @@ def _mapping(node: yaml.Node, what: str, allowed: tuple[str, ...]) -> dict[str, 
     return out
 
 
-def _sequence(node: yaml.Node, what: str) -> list[yaml.Node]:
-    if not isinstance(node, yaml.SequenceNode):
-        raise _Invalid(f"`{what}` must be a list", _line(node))
-    return list(node.value)
-
-
 def _scalar(node: yaml.Node) -> Any:
     if not isinstance(node, yaml.ScalarNode):
         raise _Invalid("expected a single value here, not a list or mapping", _line(node))
@@ -338,7 +300,7 @@ def _scalar(node: yaml.Node) -> Any:
 
 def _string(node: yaml.Node, what: str) -> str:
     value = _scalar(node)
-    if isinstance(value, bool) or value is None or isinstance(value, (list, dict)):
+    if isinstance(value, bool) or value is None:
         raise _Invalid(f"{what} must be a string, got {value!r}", _line(node))
     text = str(value)
     if not text.strip():
@@ -346,13 +308,29 @@ def _string(node: yaml.Node, what: str) -> str:
     return text
 
 
-def _strings(node: yaml.Node, what: str) -> list[str]:
-    if isinstance(node, yaml.SequenceNode):
-        values = [_string(item, what) for item in node.value]
-        if not values:
-            raise _Invalid(f"{what} must not be an empty list", _line(node))
-        return values
-    return [_string(node, what)]
+class _Choice:
+    """A parser of one string among ``choices`` (``noun``: what the error calls a value)."""
+
+    def __init__(self, noun: str, choices: tuple[str, ...]) -> None:
+        self.noun, self.choices = noun, choices
+
+    def __call__(self, node: yaml.Node, what: str) -> str:
+        value = _string(node, what)
+        if value not in self.choices:
+            raise _Invalid(
+                f"{what}: unknown {self.noun} {value!r}; use one of {', '.join(self.choices)}", _line(node)
+            )
+        return value
+
+
+def _strings(
+    node: yaml.Node, what: str, parse: Callable[[yaml.Node, str], str] = _string, *, empty_ok: bool = False
+) -> list[str]:
+    """One string or a list of them, each read by ``parse``."""
+    items = node.value if isinstance(node, yaml.SequenceNode) else [node]
+    if not items and not empty_ok:
+        raise _Invalid(f"{what} must not be an empty list", _line(node))
+    return [parse(item, what) for item in items]
 
 
 def _regex(node: yaml.Node, what: str) -> re.Pattern[str]:
@@ -362,6 +340,13 @@ def _regex(node: yaml.Node, what: str) -> re.Pattern[str]:
         raise _Invalid(f"{what}: invalid regular expression: {exc}", _line(node)) from exc
 
 
+def _topics(node: yaml.Node, what: str) -> TopicMatcher:
+    try:
+        return TopicMatcher.parse(_strings(node, what), what=what)
+    except ReplayConfigError as exc:
+        raise _Invalid(str(exc), _line(node)) from exc
+
+
 def _bool(node: yaml.Node, what: str) -> bool:
     value = _scalar(node)
     if not isinstance(value, bool):
@@ -369,70 +354,12 @@ def _bool(node: yaml.Node, what: str) -> bool:
     return value
 
 
-def _parse_rule(node: yaml.Node, index: int) -> Rule:
-    what = f"rule #{index}"
-    fields = _mapping(node, what, _RULE_KEYS)
-    line = _line(node)
-    name = _string(fields["name"], f"{what} name") if "name" in fields else f"rule-{index}"
-    what = f"rule {name!r}"
-    action = _rule_action(fields, what, line)
-    kwargs: dict[str, Any] = {"name": name, "action": action, "line": line}
-    if "reason" in fields:
-        kwargs["reason"] = _string(fields["reason"], f"{what} reason")
-    kwargs.update(_rule_fix(fields, what, line))
-    if "on_fix_error" in fields:
-        kwargs["on_fix_error"] = _on_fix_error(fields["on_fix_error"], what)
-    if "archive_payload" in fields:
-        kwargs["archive_payload"] = _bool(fields["archive_payload"], f"{what} archive_payload")
-    if "fix_timeout_seconds" in fields:
-        kwargs["fix_timeout_seconds"] = _fix_timeout(fields["fix_timeout_seconds"], what)
-    if "match" in fields:
-        kwargs.update(_parse_match(fields["match"], what))
-    return Rule(**kwargs)
-
-
-def _rule_action(fields: dict[str, yaml.Node], what: str, line: int) -> str:
-    """The rule's action, with none of the keys that only other actions take (:data:`_ACTION_KEYS`)."""
-    if "action" not in fields:
-        raise _Invalid(f"{what} has no `action`; use one of {', '.join(outcomes.ACTIONS)}", line)
-    action = _string(fields["action"], f"{what} action")
-    if action not in outcomes.ACTIONS:
-        raise _Invalid(
-            f"{what}: unknown action {action!r}; use one of {', '.join(outcomes.ACTIONS)}",
-            _line(fields["action"]),
-        )
-    for key in _ACTION_ONLY_KEYS:
-        if key in fields and key not in _ACTION_KEYS[action]:
-            raise _Invalid(f"{what}: `{key}` does not apply to action {action!r}", _line(fields[key]))
-    return action
-
-
-def _rule_fix(fields: dict[str, yaml.Node], what: str, line: int) -> dict[str, str]:
-    """``fix`` and ``fix_version``, given together or not at all (empty without a fix)."""
-    if "fix" not in fields:
-        if "fix_version" in fields:
-            raise _Invalid(f"{what}: `fix_version` without `fix`", _line(fields["fix_version"]))
-        return {}
-    fix = _string(fields["fix"], f"{what} fix")
+def _fix(node: yaml.Node, what: str) -> str:
+    fix = _string(node, what)
     if not _FIX_REF.fullmatch(fix):
-        raise _Invalid(
-            f"{what}: fix {fix!r} must be `module:function` (e.g. orders_fixes:add_currency)",
-            _line(fields["fix"]),
-        )
-    if "fix_version" not in fields:
-        raise _Invalid(f"{what}: a fix needs `fix_version` (recorded in REPLAY_FIX and the ledger)", line)
-    return {"fix": fix, "fix_version": _string(fields["fix_version"], f"{what} fix_version")}
-
-
-def _on_fix_error(node: yaml.Node, what: str) -> str:
-    on_error = _string(node, f"{what} on_fix_error")
-    if on_error not in outcomes.ON_FIX_ERROR_CHOICES:
-        raise _Invalid(
-            f"{what}: on_fix_error must be one of "
-            f"{', '.join(outcomes.ON_FIX_ERROR_CHOICES)}, got {on_error!r}",
-            _line(node),
-        )
-    return on_error
+        example = "orders_fixes:add_currency"
+        raise _Invalid(f"{what} {fix!r} must be `module:function` (e.g. {example})", _line(node))
+    return fix
 
 
 def _fix_timeout(node: yaml.Node, what: str) -> float:
@@ -440,61 +367,89 @@ def _fix_timeout(node: yaml.Node, what: str) -> float:
     number = isinstance(value, (int, float)) and not isinstance(value, bool)
     if not number or not 0 < value <= MAX_FIX_TIMEOUT_S:
         raise _Invalid(
-            f"{what}: fix_timeout_seconds must be a number of seconds in (0, {MAX_FIX_TIMEOUT_S:g}]; "
-            f"got {value!r}",
-            _line(node),
+            f"{what} must be a number of seconds in (0, {MAX_FIX_TIMEOUT_S:g}]; got {value!r}", _line(node)
         )
     return float(value)
 
 
-def _parse_match(node: yaml.Node, what: str) -> dict[str, Any]:
-    """The ``Rule`` fields of a rule's ``match:``, each condition read by its :data:`_MATCH_PARSERS` entry."""
-    if isinstance(node, yaml.ScalarNode) and _scalar(node) is None:
-        return {}
-    conditions = _mapping(node, f"{what} match", tuple(_MATCH_PARSERS))
-    parsers = _MATCH_PARSERS.items()
-    return {name: parse(conditions[key], what) for key, (name, parse) in parsers if key in conditions}
-
-
-def _match_context_formats(node: yaml.Node, what: str) -> frozenset[str]:
-    formats = _strings(node, f"{what} match.context_format")
-    for fmt in formats:
-        if fmt not in _CONTEXT_FORMATS:
-            raise _Invalid(
-                f"{what}: unknown context_format {fmt!r}; use one of {', '.join(_CONTEXT_FORMATS)}",
-                _line(node),
-            )
-    return frozenset(formats)
-
-
-def _match_properties(node: yaml.Node, what: str) -> tuple[PropertyCondition, ...]:
-    if not isinstance(node, yaml.MappingNode) or not node.value:
-        raise _Invalid(f"{what} match.properties must be a non-empty mapping of property: value", _line(node))
-    return tuple(
-        _property_condition(_string(key, f"{what} match.properties key"), value, what)
-        for key, value in node.value
-    )
-
-
 def _property_condition(key: str, node: yaml.Node, what: str) -> PropertyCondition:
     """``key: value`` (equal) or ``key: re:<regex>`` (full match)."""
-    value = _string(node, f"{what} match.properties.{key}")
+    value = _string(node, f"{what}.{key}")
     if not value.startswith("re:"):
         return PropertyCondition(key, value, None)
     try:
         return PropertyCondition(key, None, re.compile(value[3:]))
     except re.error as exc:
-        raise _Invalid(
-            f"{what}: match.properties.{key}: invalid regular expression: {exc}", _line(node)
-        ) from exc
+        raise _Invalid(f"{what}.{key}: invalid regular expression: {exc}", _line(node)) from exc
 
+
+def _properties(node: yaml.Node, what: str) -> tuple[PropertyCondition, ...]:
+    if not isinstance(node, yaml.MappingNode) or not node.value:
+        raise _Invalid(f"{what} must be a non-empty mapping of property: value", _line(node))
+    return tuple(_property_condition(_string(key, f"{what} key"), value, what) for key, value in node.value)
+
+
+_ORIGIN_PRECEDENCE = _Choice("origin topic property", ORIGIN_TOPIC_KEYS)
+_CONTEXT_FORMAT = _Choice("context_format", _CONTEXT_FORMATS)
+_ACTION = _Choice("action", outcomes.ACTIONS)
 
 #: Per ``match:`` condition, in the order they are checked: the ``Rule`` field it sets and its parser.
 _MATCH_PARSERS: dict[str, tuple[str, Callable[[yaml.Node, str], Any]]] = {
-    "signature": ("signatures", lambda node, what: frozenset(_strings(node, f"{what} match.signature"))),
-    "error_class": ("error_class", lambda node, what: _regex(node, f"{what} match.error_class")),
-    "error_message": ("error_message", lambda node, what: _regex(node, f"{what} match.error_message")),
-    "origin_topic": ("origin_topic", lambda node, what: _topics(node, f"{what} match.origin_topic")),
-    "context_format": ("context_formats", _match_context_formats),
-    "properties": ("properties", _match_properties),
+    "signature": ("signatures", lambda node, what: frozenset(_strings(node, what))),
+    "error_class": ("error_class", _regex),
+    "error_message": ("error_message", _regex),
+    "origin_topic": ("origin_topic", _topics),
+    "context_format": ("context_formats", lambda node, w: frozenset(_strings(node, w, _CONTEXT_FORMAT))),
+    "properties": ("properties", _properties),
 }
+
+#: Per rule key (but ``name``, ``action`` and ``match``): its parser and the actions it applies to
+#: (``None``: every action; ``description`` is free text the parser does not read).
+_RULE_FIELDS: dict[str, tuple[Callable[[yaml.Node, str], Any], tuple[str, ...] | None]] = {
+    "description": (lambda node, what: None, None),
+    "reason": (_string, None),
+    "fix": (_fix, (outcomes.REPUBLISH,)),
+    "fix_version": (_string, (outcomes.REPUBLISH,)),
+    "on_fix_error": (_Choice("value", outcomes.ON_FIX_ERROR_CHOICES), (outcomes.REPUBLISH,)),
+    "fix_timeout_seconds": (_fix_timeout, (outcomes.REPUBLISH,)),
+    "archive_payload": (_bool, (outcomes.ARCHIVE,)),
+}
+_RULE_KEYS = ("name", "match", "action", *_RULE_FIELDS)
+
+
+def _parse_rule(node: yaml.Node, index: int) -> Rule:
+    fields = _mapping(node, f"rule #{index}", _RULE_KEYS)
+    line = _line(node)
+    name = _string(fields["name"], f"rule #{index} name") if "name" in fields else f"rule-{index}"
+    what = f"rule {name!r}"
+    if "action" not in fields:
+        raise _Invalid(f"{what} has no `action`; use one of {', '.join(outcomes.ACTIONS)}", line)
+    action = _ACTION(fields["action"], what)
+    kwargs: dict[str, Any] = {"name": name, "action": action, "line": line}
+    for key, (parse, actions) in _RULE_FIELDS.items():
+        if key not in fields:
+            continue
+        if actions is not None and action not in actions:
+            raise _Invalid(f"{what}: `{key}` does not apply to action {action!r}", _line(fields[key]))
+        if key != "description":
+            kwargs[key] = parse(fields[key], f"{what} {key}")
+    if "fix_version" in kwargs and "fix" not in kwargs:
+        raise _Invalid(f"{what}: `fix_version` without `fix`", _line(fields["fix_version"]))
+    if "fix" in kwargs and "fix_version" not in kwargs:
+        raise _Invalid(f"{what}: a fix needs `fix_version` (recorded in REPLAY_FIX and the ledger)", line)
+    if "match" in fields:
+        kwargs.update(_parse_match(fields["match"], what))
+    return Rule(**kwargs)
+
+
+def _parse_match(node: yaml.Node, what: str) -> dict[str, Any]:
+    """The ``Rule`` fields of a rule's ``match:`` (empty: matches every message)."""
+    if isinstance(node, yaml.ScalarNode) and _scalar(node) is None:
+        return {}
+    conditions = _mapping(node, f"{what} match", _MATCH_PARSERS)
+    parsers = _MATCH_PARSERS.items()
+    return {
+        name: parse(conditions[key], f"{what} match.{key}")
+        for key, (name, parse) in parsers
+        if key in conditions
+    }

@@ -107,7 +107,7 @@ def test_context_format_condition():
         ),
         ("rules:\n  - action: republish\n    fix: m:f\n", 2, "needs `fix_version`"),
         ("rules:\n  - action: republish\n    fix_version: 1\n", 3, "`fix_version` without `fix`"),
-        ("rules:\n  - action: republish\n    on_fix_error: drop\n", 3, "on_fix_error must be one of"),
+        ("rules:\n  - action: republish\n    on_fix_error: drop\n", 3, "on_fix_error: unknown value 'drop'"),
         ("rules:\n  - action: archive\n    archive_payload: maybe\n", 3, "must be true or false"),
         ("rules:\n  - {name: a, action: skip}\n  - {name: a, action: drop}\n", 3, "duplicate rule name 'a'"),
         ("rules:\n  - action: skip\n    match: {origin: x}\n", 3, "unknown key 'origin'"),
@@ -177,7 +177,7 @@ def test_origin_precedence_and_fix_timeout():
     assert pb.origin_precedence == ("REAL_TOPIC", "__dlq.errors.topic")
     assert pb.rules[0].fix_timeout_seconds == 2.5
     assert parse_playbook("rules: [{name: r, action: republish}]").rules[0].fix_timeout_seconds == 60.0
-    with pytest.raises(PlaybookError, match=":1: origin_precedence: 'topic' is not a property"):
+    with pytest.raises(PlaybookError, match=":1: origin_precedence: unknown origin topic property 'topic'"):
         parse_playbook("origin_precedence: [topic]\nrules: []")
     with pytest.raises(PlaybookError, match="fix_timeout_seconds must be a number of seconds"):
         parse_playbook("rules: [{name: r, action: republish, fix_timeout_seconds: 0}]")
