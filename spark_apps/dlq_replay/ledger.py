@@ -26,13 +26,6 @@ def read_ledger(spark: SparkSession, storage: RunStorage, ledger_root: str) -> D
     return read_frame(spark, ledger_root, LEDGER_SCHEMA)
 
 
-def run_outcomes(ledger: DataFrame, run_id: str) -> DataFrame:
-    """The ledger rows of one run: the outcomes the report aggregates (read back, not recomputed)."""
-    from pyspark.sql import functions as F
-
-    return ledger.filter(F.col("run_id") == F.lit(run_id))
-
-
 def final_ids(ledger: DataFrame | None, *, exclude_run_id: str) -> DataFrame | None:
     """``replay_id, dlq_topic, dlq_message_id, run_id`` of the final rows of runs but ``exclude_run_id``."""
     if ledger is None:

@@ -117,19 +117,16 @@ _TOTALS = {
 }
 
 
-def folder_rows(path: str) -> int | None:
-    """:func:`~spark_apps.dlq_replay.task_parquet.rows_written`, ``None`` when it cannot be read now."""
+def files_rows(paths: Sequence[str]) -> int:
+    """The rows the tasks have written to ``paths`` so far (a folder without a count yet counts 0)."""
     from spark_apps.dlq_replay.task_parquet import rows_written
 
-    try:
-        return rows_written(path)
-    except Exception:  # a file removed while read, a store that does not answer: no count this time
-        return None
-
-
-def files_rows(paths: Sequence[str]) -> int:
-    """:func:`folder_rows` summed over ``paths`` (a folder without a count yet counts 0)."""
-    return sum(folder_rows(path) or 0 for path in paths)
+    total = 0
+    for path in paths:
+        # A file removed while read, a store that does not answer: no count this time.
+        with contextlib.suppress(Exception):
+            total += rows_written(path) or 0
+    return total
 
 
 class StepProgress:

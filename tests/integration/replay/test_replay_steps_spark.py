@@ -14,7 +14,7 @@ from spark_apps.dlq_replay import outcomes as oc
 from spark_apps.dlq_replay import task_parquet
 from spark_apps.dlq_replay.arrow_compat import map_in_arrow
 from spark_apps.dlq_replay.decide import DecideSettings, decide_tasks
-from spark_apps.dlq_replay.ledger import final_ids, read_ledger, run_outcomes
+from spark_apps.dlq_replay.ledger import final_ids, read_ledger
 from spark_apps.dlq_replay.normalize import normalize
 from spark_apps.dlq_replay.playbook import parse_playbook
 from spark_apps.dlq_replay.report import CommitTotals, build_report
@@ -558,8 +558,8 @@ def test_ledger_recorded_by_tasks_reads_as_sparks_ledger(spark, tmp_path):
         assert publish_staged(staged, str(by_tasks), run_id)
     assert not publish_staged(staged, str(by_tasks), run_id)
 
-    expected = run_outcomes(read_ledger(spark, RunStorage(), str(by_spark)), run_id)
-    actual = run_outcomes(read_ledger(spark, RunStorage(), str(by_tasks)), run_id)
+    expected = read_ledger(spark, RunStorage(), str(by_spark)).filter(f"run_id = '{run_id}'")
+    actual = read_ledger(spark, RunStorage(), str(by_tasks)).filter(f"run_id = '{run_id}'")
     assertDataFrameEqual(actual, expected)
     # The Timeout rows 1:0 to 1:4 of snapshot_df are more copies of the originals of COPIES.
     assert counts(actual) == {
@@ -619,7 +619,7 @@ def test_report_from_record_parts_is_sparks_report(spark, tmp_path, snippets):
             commit=CommitTotals(), timings={}, paths={}, context=context, spark=spark,
         )  # fmt: skip
 
-    outcomes = run_outcomes(read_ledger(spark, RunStorage(), ledger), "run-1")
+    outcomes = read_ledger(spark, RunStorage(), ledger).filter("run_id = 'run-1'")
     by_spark, by_parts = report(spark_parts(outcomes, decided)), report(read_parts(parts))
     assert by_parts == by_spark
     groups = by_parts["groups"]

@@ -10,7 +10,6 @@ from spark_apps.dlq_replay.progress import (
     StepProgress,
     expected_total,
     files_rows,
-    folder_rows,
     progress_line,
     step_tag,
 )
@@ -39,30 +38,25 @@ def test_totals_come_from_earlier_steps():
     assert expected_total(state, "commit") is None
 
 
-def test_folder_rows_sums_the_tasks_progress_files(tmp_path):
-    assert folder_rows(str(tmp_path)) is None  # no task has recorded anything yet
-    assert folder_rows(str(tmp_path / "missing")) is None
+def test_rows_written_sums_the_tasks_progress_files(tmp_path):
+    from spark_apps.dlq_replay.task_parquet import rows_written
+
+    assert rows_written(str(tmp_path)) is None  # no task has recorded anything yet
+    assert rows_written(str(tmp_path / "missing")) is None
     (tmp_path / "_progress-00000").write_text("1200")
     (tmp_path / "_progress-00001").write_text("800")
     (tmp_path / "_progress-00001.5f3a").write_text("999")  # a record being replaced
     (tmp_path / "_progress-00002").write_text("")  # being written
     (tmp_path / "part-00000.parquet").write_text("not counted")
-    assert folder_rows(str(tmp_path)) == 2000
-    assert folder_rows(f"file://{tmp_path}") == 2000
+    assert rows_written(str(tmp_path)) == 2000
+    assert rows_written(f"file://{tmp_path}") == 2000
     assert files_rows([str(tmp_path), str(tmp_path / "missing")]) == 2000
     for name in ("_progress-00000", "_progress-00001", "_progress-00001.5f3a", "_progress-00002"):
         (tmp_path / name).unlink()
     (tmp_path / "_SUCCESS").write_text("rows=2000\n")  # the job ended: its total
-    assert folder_rows(str(tmp_path)) == 2000
+    assert rows_written(str(tmp_path)) == 2000
     (tmp_path / "_SUCCESS").write_text("")  # written by Spark: no count
-    assert folder_rows(str(tmp_path)) is None
-
-
-def test_folder_rows_agrees_with_what_the_tasks_write(tmp_path):
-    from spark_apps.dlq_replay import task_parquet
-
-    (tmp_path / "_progress-00003").write_text("7")
-    assert folder_rows(str(tmp_path)) == task_parquet.rows_written(str(tmp_path)) == 7
+    assert rows_written(str(tmp_path)) is None
 
 
 def test_thread_logs_every_interval_and_stops(caplog):
