@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
@@ -98,44 +99,61 @@ class DlqBacklogTrigger(BaseTrigger):
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        hook = PulsarHook(self.pulsar_conn_id)
         last: dict[str, TopicBacklog] = {}
-        while True:
-            last_error: str | None = None
-            try:
-                last = await hook.aget_backlog(self.topics, self.subscription)
-                ready = ready_topics(last, self.min_backlog, self.min_age_seconds)
-                if ready:
-                    yield TriggerEvent(
-                        {
-                            "status": STATUS_SUCCESS,
-                            "backlog": {t: b.to_dict() for t, b in last.items()},
-                            "ready": ready,
-                        }
-                    )
-                    return
-                self.log.info(
-                    "DLQ backlog not ready (need >= %s): %s",
-                    self.min_backlog,
-                    {t: b.backlog for t, b in last.items()},
-                )
-            except (PulsarConnectionError, BacklogConfigError) as exc:
-                yield TriggerEvent({"status": STATUS_ERROR, "message": str(exc)})
+        args = (self.pulsar_conn_id, self.topics, self.subscription, self.poll_interval, self.deadline)
+        async for poll in poll_backlog(*args):
+            error = poll.error
+            if error is None:
+                last = dict(poll.backlogs)
+                try:
+                    ready = ready_topics(last, self.min_backlog, self.min_age_seconds)
+                except BacklogConfigError as exc:
+                    error = exc
+                else:
+                    if ready:
+                        backlog = {t: b.to_dict() for t, b in last.items()}
+                        yield TriggerEvent({"status": STATUS_SUCCESS, "backlog": backlog, "ready": ready})
+                        return
+                    waiting = {t: b.backlog for t, b in last.items()}
+                    self.log.info("DLQ backlog not ready (need >= %s): %s", self.min_backlog, waiting)
+            if isinstance(error, PulsarConnectionError | BacklogConfigError):
+                yield TriggerEvent({"status": STATUS_ERROR, "message": str(error)})
                 return
-            except BacklogReadError as exc:
-                last_error = str(exc)
-                self.log.warning("Reading the DLQ backlog failed (will retry): %s", last_error)
-            now = time.time()
-            if self.deadline is not None and now >= self.deadline:
-                yield TriggerEvent(
-                    {
-                        "status": STATUS_TIMEOUT,
-                        "backlog": {t: b.to_dict() for t, b in last.items()},
-                        "last_error": last_error,
-                    }
-                )
+            if error is not None and not isinstance(error, BacklogReadError):
+                raise error
+            if error is not None:
+                self.log.warning("Reading the DLQ backlog failed (will retry): %s", error)
+            if self.deadline is not None and time.time() >= self.deadline:
+                backlog = {t: b.to_dict() for t, b in last.items()}
+                last_error = None if error is None else str(error)
+                yield TriggerEvent({"status": STATUS_TIMEOUT, "backlog": backlog, "last_error": last_error})
                 return
-            wait = self.poll_interval
-            if self.deadline is not None:
-                wait = min(wait, self.deadline - now)
-            await asyncio.sleep(max(wait, 0.0))
+
+
+@dataclass(frozen=True)
+class BacklogPoll:
+    """One read of the backlog: the backlog per topic and when, or the error of a failed read."""
+
+    backlogs: Mapping[str, TopicBacklog]
+    at: float
+    error: Exception | None = None
+
+
+async def poll_backlog(
+    pulsar_conn_id: str,
+    topics: Sequence[str],
+    subscription: str,
+    poll_interval: float,
+    deadline: float | None = None,
+) -> AsyncIterator[BacklogPoll]:
+    """The backlog triggers' poll: a :class:`BacklogPoll` every ``poll_interval`` seconds (the last one at
+    ``deadline``); a failed read is handed over in its poll, for the trigger to judge."""
+    hook = PulsarHook(pulsar_conn_id)
+    while True:
+        try:
+            poll = BacklogPoll(await hook.aget_backlog(topics, subscription), time.time())
+        except Exception as exc:
+            poll = BacklogPoll({}, time.time(), exc)
+        yield poll
+        wait = poll_interval if deadline is None else min(poll_interval, deadline - time.time())
+        await asyncio.sleep(max(wait, 0.0))

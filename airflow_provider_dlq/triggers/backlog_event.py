@@ -7,9 +7,6 @@ backlog_watch`, whose state lives in the watched asset's state store. See ``docs
 
 from __future__ import annotations
 
-import asyncio
-import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
@@ -17,6 +14,7 @@ from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 from airflow_provider_dlq.hooks.backlog import BacklogConfigError, BacklogReadError, split_topics
 from airflow_provider_dlq.hooks.connection import PulsarConnectionError
 from airflow_provider_dlq.hooks.pulsar import PulsarHook
+from airflow_provider_dlq.triggers.backlog import BacklogPoll, poll_backlog
 from airflow_provider_dlq.triggers.backlog_watch import (
     STATE_KEY,
     Thresholds,
@@ -27,9 +25,7 @@ from airflow_provider_dlq.triggers.backlog_watch import (
 from pulsar_dlq_consumer.replay_options import DEFAULT_SUBSCRIPTION
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Hashable, Mapping, Sequence
-
-    from airflow_provider_dlq.hooks.backlog import TopicBacklog
+    from collections.abc import AsyncIterator, Hashable, Sequence
 
 
 class DlqBacklogEventTrigger(BaseEventTrigger):
@@ -141,14 +137,10 @@ class DlqBacklogEventTrigger(BaseEventTrigger):
     async def open_shared_stream(cls, kwargs: dict[str, Any]) -> AsyncIterator[BacklogPoll]:
         """The group's one poll: a :class:`BacklogPoll` every ``poll_interval`` seconds, forever."""
         trigger = cls(**kwargs)
-        hook = PulsarHook(trigger.pulsar_conn_id)
-        while True:
-            try:
-                poll = BacklogPoll(await hook.aget_backlog(trigger.topics, trigger.subscription), time.time())
-            except Exception as exc:  # handed to the watches in the poll: they outlive a failed read
-                poll = BacklogPoll({}, time.time(), exc)
+        async for poll in poll_backlog(
+            trigger.pulsar_conn_id, trigger.topics, trigger.subscription, trigger.poll_interval
+        ):
             yield poll
-            await asyncio.sleep(trigger.poll_interval)
 
     async def filter_shared_stream(self, shared_stream: AsyncIterator[Any]) -> AsyncIterator[TriggerEvent]:
         async for poll in shared_stream:
@@ -169,15 +161,14 @@ class DlqBacklogEventTrigger(BaseEventTrigger):
             state = await self._load()
             self._announce(state)
             decision = evaluate(state, poll.backlogs, poll.at, self.thresholds)
-            obs = decision.observation
             if decision.fire:
                 # Stored before the event is handed over: a restart after this never fires twice.
                 if await self._save(decision.state, state):
                     self.log.info(
                         "DLQ backlog %d (new %d, baseline %d) fires the watch (%s)",
-                        obs.total,
-                        obs.new,
-                        obs.baseline,
+                        decision.total,
+                        decision.new,
+                        decision.baseline,
                         decision.reason,
                     )
                     yield TriggerEvent(event_payload(decision, poll.backlogs, self.subscription, poll.at))
@@ -185,7 +176,7 @@ class DlqBacklogEventTrigger(BaseEventTrigger):
                 await self._save(decision.state, state)
             else:
                 armed = "armed" if state.armed else "disarmed"
-                self.log.debug("DLQ backlog %d (new %d): %s", obs.total, obs.new, armed)
+                self.log.debug("DLQ backlog %d (new %d): %s", decision.total, decision.new, armed)
         except Exception as exc:
             # A watcher outlives passing faults (e.g. the metadata DB behind the state store).
             self._log_failure(exc)
@@ -215,10 +206,3 @@ class DlqBacklogEventTrigger(BaseEventTrigger):
             self.log.warning("Reading the DLQ backlog failed (will retry): %s", exc)
         else:
             self.log.error("The DLQ backlog watch failed this poll (will retry)", exc_info=exc)
-
-
-@dataclass(frozen=True)
-class BacklogPoll:
-    backlogs: Mapping[str, TopicBacklog]
-    at: float
-    error: Exception | None = None

@@ -83,74 +83,48 @@ class WatchState:
 
 
 @dataclass(frozen=True)
-class Observation:
-    """One poll's backlog, summed over the watched topics."""
+class Decision:
+    """One poll: the backlog summed over the watched topics, the part above the baseline (``new``) and its
+    age, whether the watch fires and the state to store."""
 
+    fire: bool
+    reason: str | None
+    state: WatchState
     total: int
     new: int
     baseline: int
     oldest_new_age_seconds: float | None
 
 
-@dataclass(frozen=True)
-class Decision:
-    fire: bool
-    reason: str | None
-    state: WatchState
-    observation: Observation
-
-
-def observe(
-    state: WatchState, backlogs: Mapping[str, TopicBacklog], now: float
-) -> tuple[Observation, WatchState]:
-    """The summed backlog, the new backlog above the baseline (which drops with the backlog) and its
-    age; and the updated state, not yet stored."""
-    total = sum(max(0, int(b.backlog)) for b in backlogs.values())
-    baseline = min(max(0, int(state.baseline)), total)
-    new = total - baseline
-    new_since = None if new <= 0 else (state.new_since if state.new_since is not None else now)
-    age: float | None = None
-    if new > 0:
-        broker_ages = [b.oldest_age_seconds for b in backlogs.values() if b.oldest_age_seconds is not None]
-        if baseline == 0 and broker_ages:
-            age = max(broker_ages)  # every pending message is new: the broker's age is exact
-        elif new_since is not None:
-            age = max(0.0, now - new_since)  # first seen by the watch (at most one poll late)
-    updated = replace(state, baseline=baseline, new_since=new_since)
-    return Observation(total, new, baseline, age), updated
-
-
 def evaluate(
     state: WatchState, backlogs: Mapping[str, TopicBacklog], now: float, thresholds: Thresholds
 ) -> Decision:
-    """Decide one poll: fire or not, and the state to store."""
-    observation, updated = observe(state, backlogs, now)
-    reason = _ready(observation, thresholds)
-    if reason is None:
-        return Decision(False, None, updated, observation)
-    if not state.armed:
+    """Decide one poll: fire or not, and the state to store (the baseline drops with the backlog)."""
+    total = sum(max(0, int(b.backlog)) for b in backlogs.values())
+    baseline = min(max(0, int(state.baseline)), total)
+    new = total - baseline
+    new_since: float | None = None
+    age: float | None = None
+    if new > 0:
+        new_since = now if state.new_since is None else state.new_since
+        broker_ages = [b.oldest_age_seconds for b in backlogs.values() if b.oldest_age_seconds is not None]
+        # All pending is new: the broker's age is exact; else since the watch first saw it (one poll late).
+        age = max(broker_ages) if baseline == 0 and broker_ages else max(0.0, now - new_since)
+    updated = replace(state, baseline=baseline, new_since=new_since)
+    reason = None
+    if thresholds.min_backlog is not None and new >= thresholds.min_backlog:
+        reason = REASON_MIN_BACKLOG
+    elif thresholds.max_age_seconds is not None and age is not None and age >= thresholds.max_age_seconds:
+        reason = REASON_MAX_AGE
+    if reason is not None and not state.armed:
         refire = thresholds.refire_after_seconds
-        if refire is None or state.fired_at is None or now - state.fired_at < refire:
-            return Decision(False, None, updated, observation)
-        reason = REASON_REFIRE
-    fired = replace(
-        updated,
-        armed=False,
-        new_since=None,
-        fired_at=now,
-        fires=state.fires + 1,
-        fired_backlog=observation.total,
-    )
-    return Decision(True, reason, fired, observation)
-
-
-def _ready(observation: Observation, thresholds: Thresholds) -> str | None:
-    if thresholds.min_backlog is not None and observation.new >= thresholds.min_backlog:
-        return REASON_MIN_BACKLOG
-    age = observation.oldest_new_age_seconds
-    if thresholds.max_age_seconds is not None and age is not None and age >= thresholds.max_age_seconds:
-        return REASON_MAX_AGE
-    return None
+        due = refire is not None and state.fired_at is not None and now - state.fired_at >= refire
+        reason = REASON_REFIRE if due else None
+    if reason is not None:
+        updated = replace(
+            updated, armed=False, new_since=None, fired_at=now, fires=state.fires + 1, fired_backlog=total
+        )
+    return Decision(reason is not None, reason, updated, total, new, baseline, age)
 
 
 def rearmed(state: WatchState, baseline: int, by: str, now: float) -> WatchState:
@@ -164,16 +138,15 @@ def event_payload(
     decision: Decision, backlogs: Mapping[str, TopicBacklog], subscription: str, now: float
 ) -> dict[str, Any]:
     """The ``TriggerEvent`` payload (the asset event's ``extra.payload``): counts, no message payloads."""
-    obs = decision.observation
-    age = obs.oldest_new_age_seconds
+    age = decision.oldest_new_age_seconds
     return {
         "reason": decision.reason,
         "fired_at": iso(now),
         "fire": decision.state.fires,
         "subscription": subscription,
-        "backlog": obs.total,
-        "new_backlog": obs.new,
-        "baseline": obs.baseline,
+        "backlog": decision.total,
+        "new_backlog": decision.new,
+        "baseline": decision.baseline,
         "oldest_new_age_seconds": None if age is None else round(age, 3),
         "topics": {
             topic: {"backlog": b.backlog, "oldest_age_seconds": b.oldest_age_seconds, "source": b.source}

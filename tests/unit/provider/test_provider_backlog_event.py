@@ -62,7 +62,7 @@ def test_fires_once_per_backlog_until_rearmed_then_only_above_the_baseline():
     assert not evaluate(armed, backlog(7), 201.0, rules).fire  # 4 new
     again = evaluate(armed, backlog(8), 202.0, rules)  # 5 new
     assert again.fire
-    assert again.observation.new == 5
+    assert again.new == 5
     assert again.state.fires == 2
 
 
@@ -106,7 +106,7 @@ def test_backlog_is_summed_over_topics_and_state_json_round_trips():
     both = {**backlog(2), **backlog(3, topic=DLQ2)}
     d = evaluate(WatchState(), both, 5.0, Thresholds(min_backlog=5))
     assert d.fire
-    assert d.observation.total == 5
+    assert d.total == 5
     assert WatchState.from_json(d.state.to_json()) == d.state
     assert WatchState.from_json(None) == WatchState()
     assert WatchState.from_json({"baseline": "x"}) == WatchState()
