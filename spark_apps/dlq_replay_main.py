@@ -18,7 +18,6 @@ if __name__ == "__main__":
     code = main()
     sys.stdout.flush()
     sys.stderr.flush()
-    # main() has stopped Spark and flushed every output. pulsar-client can abort the interpreter during
-    # shutdown when a Python logger is attached (apache/pulsar-client-python#256), which would turn a
-    # finished run into exit code 134; leave without running finalisers instead.
+    # pulsar-client can abort the interpreter's shutdown when a Python logger is attached
+    # (apache/pulsar-client-python#256): a finished run would exit 134. Leave without finalisers.
     os._exit(code)

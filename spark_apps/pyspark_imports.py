@@ -1,17 +1,11 @@
 """Import PySpark from a compiled copy of spark-submit's zips when the run has one: a faster start.
 
-spark-submit puts ``$SPARK_HOME/python/lib/pyspark.zip`` and ``py4j-*-src.zip`` first on the Python path
-of the driver and of every Python worker. Python caches no bytecode for a zip, so each of those processes
-compiles the PySpark modules it imports (Python 3.11's zipimport even compiles each twice): about 1 s
-per process on 2 cores. For a local master the operator and the benchmark keep a compiled copy of the same
-zips: the driver finds it in :data:`FOLDER_ENV`, the Python workers on their ``PYTHONPATH``
-(``spark.executorEnv.PYTHONPATH``; see ``airflow_provider_dlq.compiled_pyspark``), and
-:func:`prefer_compiled` puts it ahead of the zips. The driver calls it before it imports PySpark, and the
-Python workers' daemon is this module (``spark.python.daemon.module``), run from a copy in the folder.
-spark-submit's own ``PYTHONPATH`` stays as it is: its launcher scripts look PySpark up to find Spark.
-
-Standard library only, and nothing is imported from PySpark before the path is set. Without a compiled
-copy on the path, or with one made from other zips than the ones on it, nothing changes.
+Python caches no bytecode for the ``pyspark.zip`` and ``py4j-*-src.zip`` spark-submit puts first on every
+Python path, so each driver and worker compiles what it imports (about 1 s per process on 2 cores). For a
+local master ``airflow_provider_dlq.compiled_pyspark`` keeps a compiled copy: the driver finds it in
+:data:`FOLDER_ENV`, the workers on their ``PYTHONPATH``, and :func:`prefer_compiled` puts it ahead of the
+zips it was made from (else nothing changes). The workers' daemon (``spark.python.daemon.module``) is
+this module, run from a copy in the folder. Standard library only: nothing imports PySpark before.
 """
 
 from __future__ import annotations

@@ -18,10 +18,8 @@ import pyarrow.compute as pc
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Sequence
 
-    from pyspark.sql import SparkSession
     from pyspark.sql.types import StructType
 
-    from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf
     from spark_apps.dlq_replay.pulsar_io.window import PartitionWindow
     from spark_apps.dlq_replay.run_context import Run
 
@@ -134,32 +132,23 @@ def _of_topic(path: str, topic: str | None) -> pa.Table:
 _ENTRY_TABLE = _entry_schema("messages", "final_messages", "batch_size")
 
 
-def commit_in_tasks(
-    spark: SparkSession,
-    snapshot_entries: str,
-    commit_parts: str,
-    conf: PulsarConf,
-    windows: Sequence[PartitionWindow],
-    subscription: str,
-) -> list[dict[str, Any]]:
-    """Commit the run's entries, one Spark task per partition: it merges that partition's counts, acks its
-    fully final entries and verifies them on the cursor. One result row per partition."""
+def _commit_by_ids(run: Run, windows: Sequence[PartitionWindow]) -> dict[str, int]:
+    """Reader mode: one Spark task per partition merges that partition's counts, acks its fully final
+    entries by id and verifies them on the cursor; no DLQ read."""
     from spark_apps.dlq_replay.arrow_compat import local_frame, map_in_arrow
     from spark_apps.dlq_replay.pulsar_io.commit import COMMIT_RESULT_SCHEMA, EntryCommitFn
 
-    committer = EntryCommitFn(conf, windows, subscription)  # a bad setting fails here, before any task
-    topics = [w.topic for w in windows]
+    committer = EntryCommitFn(run.conf, windows, run.options.subscription)  # a bad setting fails here
+    entries, parts = run.paths.snapshot_entries, run.paths.commit_parts
 
     def commit(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for topic in batch.column(0).to_pylist():
-                table = entry_table(snapshot_entries, commit_parts, topic)
-                yield from committer.commit_table(table, [topic]).to_batches()
+                yield from committer.commit_table(entry_table(entries, parts, topic), [topic]).to_batches()
 
-    frame = local_frame(spark, [(topic,) for topic in topics], "dlq_topic string").repartition(
-        max(1, len(topics))
-    )
-    return [row.asDict() for row in map_in_arrow(frame, commit, COMMIT_RESULT_SCHEMA).collect()]
+    topics = [(w.topic,) for w in windows]
+    frame = local_frame(run.spark, topics, "dlq_topic string").repartition(max(1, len(topics)))
+    return _sum_rows(map_in_arrow(frame, commit, COMMIT_RESULT_SCHEMA).collect())
 
 
 class ConsumerCommit:
@@ -233,12 +222,8 @@ def run_commit(run: Run, windows: list[PartitionWindow]) -> None:
         return
     started = time.monotonic()
     mode = read_mode_of(windows)
-    if mode == READER_MODE:  # the snapshot's fully final entries by id, verified on the cursor; no DLQ read
-        paths, subscription = run.paths, run.options.subscription
-        rows = commit_in_tasks(
-            run.spark, paths.snapshot_entries, paths.commit_parts, run.conf, windows, subscription
-        )
-        totals = _sum_rows(rows)
+    if mode == READER_MODE:
+        totals = _commit_by_ids(run, windows)
     else:
         totals = _commit_by_consumers(run, windows, resumed)
     if totals["unacked_final"]:
@@ -311,11 +296,7 @@ def _commit_by_consumers(run: Run, windows: list[PartitionWindow], resumed: bool
         final = arrow_frame(run.spark, split.whole, ENTRIES_COMMIT_INPUT_SCHEMA)
         fn = make_commit_fn(run.conf, windows, run.options.subscription, run.options.idle_timeout_ms)
         grouped = final.repartition(max(1, len(windows)), "dlq_topic").groupBy("dlq_topic")
-
-        def commit_group(table: pa.Table) -> pa.Table:
-            return fn(table)
-
-        totals.update(_sum_rows(apply_in_arrow(grouped, commit_group, COMMIT_RESULT_SCHEMA).collect()))
+        totals.update(_sum_rows(apply_in_arrow(grouped, fn, COMMIT_RESULT_SCHEMA).collect()))
     # Every final message of a first commit attempt was pending (the snapshot read it unacked): any not
     # acked now was missed (e.g. a broker stall) and stays pending until the next run acks it. In a
     # resumed commit, final messages not received were acked by the killed attempt (one run at a time

@@ -1,11 +1,6 @@
-"""Run a step's independent small queries side by side, from driver threads.
-
-The report's aggregates are a dozen small queries over the run's datasets. Each is a short job whose
-time goes mostly to planning on the driver and to scheduling, not to tasks, so run one after another
-they leave the cores idle between jobs. Submitted from threads, Spark plans and runs them at the same
-time (jobs from different threads of one application run concurrently). Each thread inherits the
-caller's job group and description, so the step's progress lines and job tags still cover them.
-"""
+"""Run a step's independent small queries side by side, from driver threads: a short job's time goes
+mostly to planning and scheduling on the driver, so run one after another they leave the cores idle.
+Each thread inherits the caller's job tags, so the step's progress lines still cover them."""
 
 from __future__ import annotations
 
@@ -22,8 +17,7 @@ MAX_THREADS = 4
 
 
 def run_concurrently(spark: SparkSession, *queries: Callable[[], Any]) -> list[Any]:
-    """Each query's result, in the order given; the first error raised is raised here once all ended.
-    The queries run Spark jobs of ``spark``; their threads inherit its tags and the caller's job group."""
+    """Each query's result, in the order given; the first error raised is raised here once all ended."""
     if len(queries) <= 1:
         return [query() for query in queries]
     from pyspark.util import inheritable_thread_target

@@ -1,9 +1,5 @@
-"""Hand the memory a long-lived process freed back to the system.
-
-A run's driver lives from the first step to the last, and what one step frees stays resident unless
-given back: Arrow's pool keeps its pages, Python's collector has not run, and the C heap keeps freed
-pages below its top. At 1M messages the driver's decide marks left about 50 MiB resident through the
-apply step, counted in the run's peak memory.
+"""Hand the memory the driver freed back to the system: what one step frees stays resident otherwise (at
+1M messages the decide marks left about 50 MiB through the apply step, counted in the run's peak memory).
 """
 
 from __future__ import annotations

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import logging
 import time
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from spark_apps.dlq_replay.progress import StepProgress, expected_total
+from spark_apps.dlq_replay.state import RunState, resume_or_start, run_dir_name, utc_now
 from spark_apps.dlq_replay.storage import RunStorage, join, qualify_root
 
 if TYPE_CHECKING:
@@ -19,7 +19,6 @@ if TYPE_CHECKING:
     from spark_apps.dlq_replay.options import ReplayOptions
     from spark_apps.dlq_replay.playbook import Playbook
     from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf
-    from spark_apps.dlq_replay.state import RunState
 
 log = logging.getLogger("spark_apps.dlq_replay")
 
@@ -28,8 +27,6 @@ class RunPaths:
     """Where a run writes (see ``docs/replay-app.md``)."""
 
     def __init__(self, output_dir: str, run_id: str) -> None:
-        from spark_apps.dlq_replay.state import run_dir_name
-
         self.root = qualify_root(output_dir)
         self.run = join(self.root, "runs", run_dir_name(run_id))
         self.plan = join(self.run, "plan.json")
@@ -63,8 +60,6 @@ class RunPaths:
 def load_state(storage: RunStorage, paths: RunPaths, options: ReplayOptions, playbook: Playbook) -> RunState:
     """The state to continue with (read only): a new one, or the existing one when the options match;
     raises :class:`~spark_apps.dlq_replay.errors.OptionsChangedError` otherwise."""
-    from spark_apps.dlq_replay.state import RunState, resume_or_start
-
     text = storage.read_text(paths.state)
     existing = RunState.from_json(text, where=paths.state) if text else None
     fingerprint = options.fingerprint_options(playbook.digest)
@@ -107,8 +102,7 @@ class Run:
         if self.state.is_complete(name):
             log.info("step %s: already complete in an earlier attempt, skipped", name)
             return False
-        started_at = datetime.now(UTC).isoformat(timespec="milliseconds")
-        self.state.progress(name).update(status="running", started_at=started_at)
+        self.state.progress(name).update(status="running", started_at=utc_now())
         self.save()
         log.info("step %s: started", name)
         self.progress.start(name, expected_total(self.state, name, self.progress.expected_snapshot()))

@@ -1,9 +1,6 @@
-"""Run orchestration: the steps of a replay run under a run id, resumable, with progress logs.
-
-plan -> snapshot -> decide -> [dry-run stops] -> apply -> record -> commit -> report, each in the module
-named for it. Each step reads the previous step's durable output, writes its own, and is recorded
-complete in ``state.json`` only after that; a re-run of the run id skips complete steps. See
-``docs/replay-app.md``.
+"""The steps of a replay run, each in the module named for it (``docs/replay-app.md``): plan -> snapshot ->
+decide -> [dry-run: record's report parts] -> apply -> record -> commit -> report. A step is recorded
+complete in ``state.json`` only after its output is durable; a re-run of the run id skips complete steps.
 """
 
 from __future__ import annotations
@@ -40,14 +37,9 @@ log = logging.getLogger("spark_apps.dlq_replay")
 def run_replay(
     spark: SparkSession, options: ReplayOptions, *, checked: Playbook | None = None
 ) -> dict[str, Any]:
-    """Run (or resume) the replay run ``options.run_id``; returns the report (also written as JSON/HTML).
-
-    Everything is checked before anything is written (:mod:`~spark_apps.dlq_replay.preflight`); the run
-    then holds the output directory lock and the subscription leases (:mod:`~spark_apps.dlq_replay.lock`)
-    until it ends. ``checked``: the playbook :func:`~spark_apps.dlq_replay.preflight.check_local` gave a
-    caller that also ran :func:`~spark_apps.dlq_replay.broker_checks.check_broker` (the command line does,
-    before Spark starts).
-    """
+    """Run (or resume) the run ``options.run_id`` under its lock; returns the report (also written as
+    JSON/HTML). Everything is checked before anything is written; ``checked`` is the playbook of a caller
+    that ran :func:`~spark_apps.dlq_replay.preflight.check_local` and the broker checks itself."""
     from spark_apps.dlq_replay.lock import run_lock
     from spark_apps.dlq_replay.preflight import check_local, ship_and_load_fixes
     from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf
@@ -83,7 +75,7 @@ def run_replay(
             try:
                 return _run_steps(run)
             finally:
-                run.progress.stop()  # a step that raised leaves no progress thread logging behind
+                run.progress.stop()  # a step that raised leaves no progress thread behind
     except (ReplayConfigError, PulsarConfigError):
         if state.attempts == 1:  # an earlier attempt's files stay
             _remove_created(storage, paths.run, created)
@@ -113,8 +105,7 @@ def _run_steps(run: Run) -> dict[str, Any]:
         run.paths.run,
     )
     windows, planned_at = run_plan(run)
-    if nothing_to_read(windows) and not any(s in run.state.steps for s in _MESSAGE_STEPS):
-        _skip_message_steps(run, windows)
+    if _skip_empty_window(run, windows):
         return run_report(run, started_wall)
     snapshot = run_snapshot(run, windows)
     decisions = run_decide(run, snapshot, planned_at)
@@ -130,21 +121,16 @@ def _run_steps(run: Run) -> dict[str, Any]:
 _MESSAGE_STEPS = ("snapshot", "decide", "apply", "record", "commit")
 
 
-def nothing_to_read(windows: list[PartitionWindow]) -> bool:
-    """True when the frozen window holds no message to read: every partition was empty when frozen, or
-    (reader mode) had no pending entry. Then the run has nothing to decide, send, record or ack."""
-    from spark_apps.dlq_replay.pulsar_io.window import READER_MODE
+def _skip_empty_window(run: Run, windows: list[PartitionWindow]) -> bool:
+    """The empty-DLQ fast path, when no message step has started and the frozen window holds no message
+    to read (every partition empty when frozen, or in reader mode without a pending entry): record the
+    message steps complete with zero counts, without a Spark job; the report then has no group."""
+    from spark_apps.dlq_replay.pulsar_io.window import READER_MODE, read_mode_of
 
-    return all(
+    if any(s in run.state.steps for s in _MESSAGE_STEPS) or not all(
         w.end_message_id is None or (w.read_mode == READER_MODE and w.pending_entries == 0) for w in windows
-    )
-
-
-def _skip_message_steps(run: Run, windows: list[PartitionWindow]) -> None:
-    """The empty-DLQ fast path: record the message steps complete with zero counts, without a Spark job
-    (no Python worker starts, nothing is read or written); the report then has no group."""
-    from spark_apps.dlq_replay.pulsar_io.window import read_mode_of
-
+    ):
+        return False
     mode = read_mode_of(windows)
     zero: dict[str, dict[str, Any]] = {
         "snapshot": {"messages": 0, "dlq_reads": 0, "read_mode": mode, "empty_window": True},
@@ -158,3 +144,4 @@ def _skip_message_steps(run: Run, windows: list[PartitionWindow]) -> None:
         if run.step(name):
             run.done(name, time.monotonic(), **zero[name])
     log.info("the window is empty: nothing to read, decide, send, record or ack")
+    return True

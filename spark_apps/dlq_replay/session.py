@@ -142,10 +142,7 @@ def _ship_once(spark: SparkSession, path: str) -> bool:
     """``spark.addArtifacts(path, pyfile=True)`` unless this session has it already; True when shipped."""
     key = os.path.abspath(path)
     with _lock:
-        try:
-            done = _shipped.setdefault(spark, set())
-        except TypeError:  # a session that cannot be weakly referenced: ship every time
-            done = set()
+        done = _shipped.setdefault(spark, set())
         if key in done:
             return False
         spark.addArtifacts(path, pyfile=True)
