@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from pulsar_dlq_consumer.delays import MAX_DELAY_SECONDS
+from pulsar_dlq_consumer.delays import validate_delay
 from pulsar_dlq_consumer.errors import ConfigurationError, InvalidDelayError
 
 
@@ -20,11 +20,7 @@ class RedeliveryBackoff(Protocol):
 
 
 def _check_seconds(name: str, value: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
-        raise ConfigurationError(f"{name} must be a finite number of seconds >= 0; got {value!r}")
-    if value > MAX_DELAY_SECONDS:
-        raise ConfigurationError(f"{name} must be at most {MAX_DELAY_SECONDS:g} s; got {value!r}")
-    return float(value)
+    return validate_delay(value, what=name, minimum=0, error=ConfigurationError)
 
 
 @dataclass(frozen=True)
@@ -37,9 +33,7 @@ class ExponentialBackoff:
     multiplier: float = 2.0
 
     def __post_init__(self) -> None:
-        _check_seconds("min_delay", self.min_delay)
-        _check_seconds("max_delay", self.max_delay)
-        if self.min_delay > self.max_delay:
+        if _check_seconds("min_delay", self.min_delay) > _check_seconds("max_delay", self.max_delay):
             raise ConfigurationError(
                 f"min_delay ({self.min_delay!r} s) must not exceed max_delay ({self.max_delay!r} s)"
             )
@@ -72,20 +66,9 @@ class ConstantBackoff:
 
 def checked_delay(backoff: RedeliveryBackoff, redelivery_count: int) -> float:
     """``backoff.next(redelivery_count)``; ``InvalidDelayError`` unless seconds in ``[0, 864000]``."""
+    what = f"backoff policy {type(backoff).__name__}.next({redelivery_count})"
     try:
         value = backoff.next(redelivery_count)
     except Exception as exc:
-        raise InvalidDelayError(
-            f"backoff policy {type(backoff).__name__}.next({redelivery_count}) raised {exc!r}"
-        ) from exc
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or not 0 <= value <= MAX_DELAY_SECONDS
-    ):
-        raise InvalidDelayError(
-            f"backoff policy {type(backoff).__name__}.next({redelivery_count}) must return seconds in "
-            f"[0, {MAX_DELAY_SECONDS:g}]; got {value!r}"
-        )
-    return float(value)
+        raise InvalidDelayError(f"{what} raised {exc!r}") from exc
+    return validate_delay(value, what=what, minimum=0)

@@ -9,6 +9,7 @@ With retry, the topic and the retry topic each get a single-topic consumer feedi
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import itertools
 import logging
@@ -47,7 +48,7 @@ from pulsar_dlq_consumer.errors import (
     UnsupportedSubscriptionTypeError,
 )
 from pulsar_dlq_consumer.metrics import ConsumerMetrics, topic_attributes
-from pulsar_dlq_consumer.policy import DeadLetterPolicy, RetryPolicy, resolve_topics
+from pulsar_dlq_consumer.policy import DeadLetterPolicy, RetryPolicy, check_count, resolve_topics
 
 if TYPE_CHECKING:
     import pulsar
@@ -69,12 +70,14 @@ class _Scheduler:
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
-    def schedule(self, due: float, action: Callable[[], None]) -> None:
+    def schedule(self, delay: float, action: Callable[[], None]) -> None:
+        """Run ``action`` in ``delay`` seconds; once closing, at once on the caller's thread."""
         with self._cond:
-            if self._closing:
-                raise ConsumerClosedError("the consumer is closing; no new actions are accepted")
-            heapq.heappush(self._heap, (due, next(self._seq), action))
-            self._cond.notify()
+            if not self._closing:
+                heapq.heappush(self._heap, (time.monotonic() + delay, next(self._seq), action))
+                self._cond.notify()
+                return
+        action()
 
     def pending(self) -> int:
         with self._cond:
@@ -83,13 +86,10 @@ class _Scheduler:
     def _run(self) -> None:
         while True:
             with self._cond:
-                while True:
-                    now = time.monotonic()
-                    if self._heap and (self._closing or self._heap[0][0] <= now):
-                        break
+                while not (self._heap and (self._closing or self._heap[0][0] <= time.monotonic())):
                     if self._closing:
                         return
-                    self._cond.wait(self._heap[0][0] - now if self._heap else None)
+                    self._cond.wait(self._heap[0][0] - time.monotonic() if self._heap else None)
                 _, _, action = heapq.heappop(self._heap)
             try:
                 action()
@@ -102,42 +102,6 @@ class _Scheduler:
             self._closing = True
             self._cond.notify()
         self._thread.join(timeout)
-
-
-class _Inbox:
-    """A bounded queue fed by the message listeners of the topic and retry-topic consumers."""
-
-    def __init__(self, capacity: int) -> None:
-        self._queue: queue.Queue[Any] = queue.Queue(maxsize=capacity)
-        self._closed = threading.Event()
-
-    def listener(self, consumer: Any, msg: Any) -> None:
-        """Called on the client's listener thread; blocks while the inbox is full (backpressure)."""
-        while not self._closed.is_set():
-            try:
-                self._queue.put(msg, timeout=0.2)
-                return
-            except queue.Full:
-                continue
-        # Closing: leave the message unacknowledged, the broker redelivers it.
-
-    def get(self, timeout_millis: int | None) -> Any:
-        import pulsar
-
-        try:
-            if timeout_millis is None:
-                while True:
-                    try:
-                        return self._queue.get(timeout=0.5)
-                    except queue.Empty:
-                        if self._closed.is_set():
-                            raise
-            return self._queue.get(timeout=max(0, timeout_millis) / 1000)
-        except queue.Empty:
-            raise pulsar.Timeout(f"no message within {timeout_millis} ms") from None
-
-    def close(self) -> None:
-        self._closed.set()
 
 
 class DlqConsumer:
@@ -184,19 +148,20 @@ class DlqConsumer:
     ) -> None:
         import pulsar
 
-        dead_letter, retry = dead_letter_policy, retry_policy
-        consumer_type = _checked_consumer_type(consumer_type)
+        consumer_type = consumer_type if consumer_type is not None else pulsar.ConsumerType.Shared
         backoff = backoff if backoff is not None else ExponentialBackoff()
-        _check_policies(dead_letter, retry, backoff)
-        _check_subscribe_settings(subscribe_options, nack_precision_ms, send_timeout_s)
+        _check_arguments(dead_letter_policy, retry_policy, backoff, consumer_type, subscribe_options)
+        check_count("nack_precision_ms", nack_precision_ms, 1)
+        if not isinstance(send_timeout_s, int | float) or send_timeout_s <= 0:
+            raise ConfigurationError(f"send_timeout_s must be > 0; got {send_timeout_s!r}")
         self._topic, self.dead_letter_topic, self.retry_topic = resolve_topics(
-            topic, subscription_name, dead_letter, retry
+            topic, subscription_name, dead_letter_policy, retry_policy
         )
         self._pulsar = pulsar
         self._client = client
         self._subscription = subscription_name
-        self.dead_letter_policy = dead_letter
-        self.retry_policy = retry
+        self.dead_letter_policy = dead_letter_policy
+        self.retry_policy = retry_policy
         self.backoff = backoff
         self._metrics = metrics if metrics is not None else ConsumerMetrics()
         self._attributes = topic_attributes(self._topic, self._subscription)
@@ -212,25 +177,31 @@ class DlqConsumer:
             "negative_ack_redelivery_delay_ms": nack_precision_ms,
             **subscribe_options,
         }
-        self._inbox: _Inbox | None = None
+        self._inbox: queue.Queue[Any] | None = None
         self._retry_consumer: Any = None
-        self._subscribe(options)
+        if self.retry_topic is not None:
+            # Two single-topic consumers feed one bounded inbox (pulsar-client's multi-topic consumer logs
+            # payloads); the listener blocks while the inbox is full.
+            self._inbox = queue.Queue(maxsize=int(options.get("receiver_queue_size", 1000)))
+            options["message_listener"] = self._listen
+        self._consumer = client.subscribe(self._topic, subscription_name, **options)
+        if self.retry_topic is not None:
+            try:
+                self._retry_consumer = client.subscribe(self.retry_topic, subscription_name, **options)
+            except Exception:
+                self._closed = True
+                self._consumer.close()
+                raise
         self._scheduler = _Scheduler(f"dlq-consumer-{self._subscription}")
 
-    def _subscribe(self, options: dict[str, Any]) -> None:
-        """Subscribe to the topic and, with retry, to the retry topic, both feeding one inbox."""
-        if self.retry_topic is None:
-            self._consumer = self._client.subscribe(self._topic, self._subscription, **options)
-            return
-        self._inbox = _Inbox(int(options.get("receiver_queue_size", 1000)))
-        options["message_listener"] = self._inbox.listener
-        self._consumer = self._client.subscribe(self._topic, self._subscription, **options)
-        try:
-            self._retry_consumer = self._client.subscribe(self.retry_topic, self._subscription, **options)
-        except Exception:
-            self._inbox.close()
-            self._consumer.close()
-            raise
+    def _listen(self, consumer: Any, msg: Any) -> None:
+        """Put ``msg`` in the inbox (on the client's listener thread); once closed it stays unacknowledged
+        and the broker redelivers it."""
+        assert self._inbox is not None
+        while not self._closed:
+            with contextlib.suppress(queue.Full):
+                self._inbox.put(msg, timeout=0.2)
+                return
 
     @property
     def consumer(self) -> pulsar.Consumer:
@@ -278,12 +249,24 @@ class DlqConsumer:
         deadline = None if timeout_millis is None else time.monotonic() + timeout_millis / 1000
         while True:
             remaining = None if deadline is None else max(0, int((deadline - time.monotonic()) * 1000))
-            msg = self._consumer.receive(remaining) if self._inbox is None else self._inbox.get(remaining)
+            msg = self._consumer.receive(remaining) if self._inbox is None else self._take(remaining)
             policy = self.dead_letter_policy
-            if policy is not None and msg.redelivery_count() > policy.max_redeliver_count:
-                self._dead_letter(msg, REASON_MAX_REDELIVERIES, None, wait=True)
-                continue
-            return msg
+            if policy is None or msg.redelivery_count() <= policy.max_redeliver_count:
+                return msg
+            self._dead_letter(msg, REASON_MAX_REDELIVERIES, None, wait=True)
+
+    def _take(self, timeout_millis: int | None) -> pulsar.Message:
+        """The next message of the inbox; without a timeout, wait until one arrives or the consumer closes."""
+        assert self._inbox is not None
+        try:
+            while timeout_millis is None:
+                with contextlib.suppress(queue.Empty):
+                    return self._inbox.get(timeout=0.5)
+                if self._closed:
+                    raise queue.Empty
+            return self._inbox.get(timeout=timeout_millis / 1000)
+        except queue.Empty:
+            raise self._pulsar.Timeout(f"no message within {timeout_millis} ms") from None
 
     def acknowledge(self, msg: pulsar.Message) -> None:
         """Acknowledge ``msg`` (processed)."""
@@ -300,28 +283,35 @@ class DlqConsumer:
         if policy is not None and count >= policy.max_redeliver_count:
             self._dead_letter(msg, REASON_MAX_REDELIVERIES, error, wait=True)
             return
+        owner = self._owner(msg)
         try:
             delay = checked_delay(self.backoff, count)
         except InvalidDelayError:
-            self._owner(msg).negative_acknowledge(msg)
+            owner.negative_acknowledge(msg)
             raise
         self._metrics.nack(self._attributes)
-        owner = self._owner(msg)
-        self._scheduler.schedule(time.monotonic() + delay, lambda: owner.negative_acknowledge(msg))
+        self._scheduler.schedule(delay, lambda: owner.negative_acknowledge(msg))
 
     def term(self, msg: pulsar.Message, error: BaseException | str | None = None) -> pulsar.MessageId:
         """Send ``msg`` straight to the DLQ with reason ``term`` (PIP-372), then ack it; returns the DLQ id.
 
         ``DlqNotConfiguredError`` leaves the message unacknowledged; on ``PublishError`` it is nacked.
         """
-        self._require_dlq("term()")
-        return self._dead_letter(msg, REASON_TERM, error, wait=True).result()
+        return self._term(msg, error, wait=True).result()
 
     def term_async(self, msg: pulsar.Message, error: BaseException | str | None = None) -> Future[Any]:
         """:meth:`term` without waiting: the future completes after the DLQ write and the ack (a failed
         send nacks the original and fails the future); :meth:`close` waits for them."""
-        self._require_dlq("term_async()")
-        return self._dead_letter(msg, REASON_TERM, error, wait=False)
+        return self._term(msg, error, wait=False)
+
+    def _term(self, msg: pulsar.Message, error: BaseException | str | None, *, wait: bool) -> Future[Any]:
+        self._check_open()
+        if self.dead_letter_policy is None:
+            raise DlqNotConfiguredError(
+                "term() needs a dead-letter topic: create the consumer with "
+                "dead_letter_policy=DeadLetterPolicy(...) (the message was left unacknowledged)"
+            )
+        return self._dead_letter(msg, REASON_TERM, error, wait=wait)
 
     def reconsume_later(
         self,
@@ -353,14 +343,6 @@ class DlqConsumer:
         """Like :meth:`reconsume_later` without waiting for the broker (see :meth:`term_async`)."""
         return self._reconsume(msg, delay, level, properties, error, wait=False)
 
-    def _require_dlq(self, what: str) -> None:
-        self._check_open()
-        if self.dead_letter_policy is None or self.dead_letter_topic is None:
-            raise DlqNotConfiguredError(
-                f"{what} needs a dead-letter topic: create the consumer with "
-                "dead_letter_policy=DeadLetterPolicy(...) (the message was left unacknowledged)"
-            )
-
     def _reconsume(
         self,
         msg: pulsar.Message,
@@ -372,44 +354,46 @@ class DlqConsumer:
         wait: bool,
     ) -> Future[Any]:
         self._check_open()
-        retry = self.retry_policy
-        if retry is None or self.retry_topic is None:
+        retry, retry_topic = self.retry_policy, self.retry_topic
+        if retry is None or retry_topic is None:
             raise RetryNotConfiguredError(
                 "reconsume_later() needs a retry topic: create the consumer with "
                 "retry_policy=RetryPolicy(...) and dead_letter_policy=DeadLetterPolicy(...) "
                 "(the message was left unacknowledged)"
             )
-        custom = _check_properties(properties)
+        if properties is not None and not (
+            isinstance(properties, Mapping)
+            and all(isinstance(k, str) and isinstance(v, str) for k, v in properties.items())
+        ):
+            raise ConfigurationError(f"properties must map str to str; got {properties!r}")
         attempt = _reconsume_times(msg) + 1
         if attempt > retry.max_reconsumes:
             return self._dead_letter(msg, REASON_MAX_RECONSUMES, error, wait=wait)
         seconds = retry.resolve_delay(attempt, delay=delay, level=level)
         props = {
-            **custom,
+            **(properties or {}),
             **self._copy_properties(msg, reason=None, error=error, reconsume_times=attempt),
             RECONSUMETIMES: str(attempt),
             DELAY_TIME: str(round(seconds * 1000)),
-            RETRY_TOPIC: self.retry_topic,
+            RETRY_TOPIC: retry_topic,
         }
-        sent = self._send(self.retry_topic, msg, msg.data(), props, timedelta(seconds=seconds))
+        sent = self._send(msg, retry_topic, msg.data(), props, timedelta(seconds=seconds))
         return self._complete(msg, sent, wait, lambda: self._metrics.retry(self._attributes))
 
     def _dead_letter(
         self, msg: pulsar.Message, reason: str, error: BaseException | str | None, *, wait: bool
     ) -> Future[Any]:
-        policy = self.dead_letter_policy
-        assert policy is not None
+        assert self.dead_letter_policy is not None
         assert self.dead_letter_topic is not None
         props = self._copy_properties(msg, reason=reason, error=error, reconsume_times=_reconsume_times(msg))
-        payload = msg.data() if policy.copy_payload else b""
+        payload = msg.data() if self.dead_letter_policy.copy_payload else b""
 
         def done() -> None:
             self._metrics.dead_lettered(self._attributes, reason)
             if reason == REASON_TERM:
                 self._metrics.term(self._attributes)
 
-        sent = self._send(self.dead_letter_topic, msg, payload, props, None)
-        return self._complete(msg, sent, wait, done)
+        return self._complete(msg, self._send(msg, self.dead_letter_topic, payload, props, None), wait, done)
 
     def _copy_properties(
         self,
@@ -476,89 +460,81 @@ class DlqConsumer:
 
     def _send(
         self,
+        msg: pulsar.Message,
         topic: str,
-        original: pulsar.Message,
         payload: bytes,
         properties: dict[str, str],
         deliver_after: timedelta | None,
     ) -> Future[Any]:
-        """Send asynchronously; the returned future holds the message id or a :class:`PublishError`."""
-        future: Future[Any] = Future()
-        ok = self._pulsar.Result.Ok
+        """Copy ``msg`` to ``topic`` without waiting; the future holds the new id or a PublishError."""
+        sent: Future[Any] = Future()
+
+        def failed(detail: object) -> PublishError:
+            return PublishError(
+                f"writing message {msg.message_id()} to {topic} failed: {detail}; the original was not "
+                "acknowledged and is redelivered (if the message is too big, use copy_payload=False or "
+                "smaller properties)"
+            )
 
         def callback(result: Any, message_id: Any) -> None:
-            if result == ok:
-                future.set_result(message_id)
+            if result == self._pulsar.Result.Ok:
+                sent.set_result(message_id)
             else:
-                future.set_exception(
-                    PublishError(
-                        f"writing message {original.message_id()} to {topic} failed: {result}; the original "
-                        "was not acknowledged and is redelivered (if the message is too big, use "
-                        "copy_payload=False or smaller properties)"
-                    )
-                )
+                sent.set_exception(failed(result))
 
         kwargs: dict[str, Any] = {"properties": properties}
         for name in ("partition_key", "ordering_key", "event_timestamp"):
-            value = getattr(original, name)()
-            if value:
+            if value := getattr(msg, name)():
                 kwargs[name] = value
         if deliver_after is not None:
             kwargs["deliver_after"] = deliver_after
         with self._lock:
-            self._inflight.add(future)
-        future.add_done_callback(self._forget)
+            self._inflight.add(sent)
+        sent.add_done_callback(self._forget)
         try:
             self._producer_for(topic).send_async(payload, callback, **kwargs)
         except Exception as exc:
-            if not future.done():
-                future.set_exception(
-                    PublishError(f"writing message {original.message_id()} to {topic} failed: {exc!r}")
-                )
-        return future
-
-    def _forget(self, future: Future[Any]) -> None:
-        with self._lock:
-            self._inflight.discard(future)
+            if not sent.done():
+                sent.set_exception(failed(repr(exc)))
+        return sent
 
     def _complete(
-        self, original: pulsar.Message, sent: Future[Any], wait: bool, on_done: Callable[[], None]
+        self, msg: pulsar.Message, sent: Future[Any], wait: bool, on_done: Callable[[], None]
     ) -> Future[Any]:
-        """Ack ``original`` once ``sent`` succeeded, or nack it at once if the send failed; with ``wait``
-        on the caller's thread (raising the send's :class:`PublishError`), else on the scheduler thread."""
+        """Ack ``msg`` once ``sent`` succeeded, or nack it at once if the send failed; with ``wait`` on the
+        caller's thread (raising the send's :class:`PublishError`), else on the scheduler thread."""
+        owner = self._owner(msg)
         done: Future[Any] = Future()
 
-        def settle(f: Future[Any]) -> None:
-            error = f.exception()
+        def settle(_: object = None) -> None:
+            error = sent.exception()
             if error is not None:
-                self._owner(original).negative_acknowledge(original)
+                owner.negative_acknowledge(msg)
                 done.set_exception(error)
             else:
-                self._owner(original).acknowledge(original)
+                owner.acknowledge(msg)
                 on_done()
-                done.set_result(f.result())
+                done.set_result(sent.result())
 
         if not wait:
             # The callback runs on the client's I/O thread: only hand the ack/nack to the scheduler thread.
-            sent.add_done_callback(lambda f: self._scheduler_now(lambda: settle(f)))
+            sent.add_done_callback(lambda _: self._scheduler.schedule(0, settle))
             return done
         try:
             sent.exception(timeout=self._send_timeout_s)
         except FutureTimeoutError:
-            self._owner(original).negative_acknowledge(original)
+            owner.negative_acknowledge(msg)
             raise PublishError(
-                f"no confirmation within {self._send_timeout_s:g} s for message {original.message_id()}; "
+                f"no confirmation within {self._send_timeout_s:g} s for message {msg.message_id()}; "
                 "the original was nacked (it may arrive twice, never zero times)"
             ) from None
-        settle(sent)
+        settle()
         done.result()  # a failed send raises its PublishError here
         return done
 
-    def _scheduler_now(self, action: Callable[[], None]) -> None:
-        try:
-            self._scheduler.schedule(time.monotonic(), action)
-        except ConsumerClosedError:
-            action()
+    def _forget(self, future: Future[Any]) -> None:
+        with self._lock:
+            self._inflight.discard(future)
 
     def flush(self, timeout: float | None = None) -> None:
         """Flush the DLQ/retry producers and wait until every async send made so far has been confirmed."""
@@ -580,7 +556,7 @@ class DlqConsumer:
         except PublishError:
             log.warning("dlq_consumer: closing with unconfirmed sends; their originals stay unacknowledged")
         self._scheduler.close(timeout=self._send_timeout_s)
-        self._closed = True
+        self._closed = True  # messages still in the inbox stay unacked: the broker redelivers them
         with self._lock:
             producers = list(self._producers.values())
             self._producers.clear()
@@ -589,8 +565,6 @@ class DlqConsumer:
                 producer.close()
             except Exception:
                 log.warning("dlq_consumer: closing a DLQ/retry producer failed", exc_info=True)
-        if self._inbox is not None:
-            self._inbox.close()  # messages still in the inbox stay unacked: the broker redelivers them
         if self._retry_consumer is not None:
             self._retry_consumer.close()
         self._consumer.close()
@@ -602,24 +576,17 @@ class DlqConsumer:
         self.close()
 
 
-def _checked_consumer_type(consumer_type: pulsar.ConsumerType | None) -> pulsar.ConsumerType:
-    """``consumer_type``, ``Shared`` when not given; anything but ``Shared``/``KeyShared`` raises."""
+def _check_arguments(
+    dead_letter: DeadLetterPolicy | None,
+    retry: RetryPolicy | None,
+    backoff: RedeliveryBackoff,
+    consumer_type: pulsar.ConsumerType,
+    subscribe_options: Mapping[str, Any],
+) -> None:
+    """The policies are ours (or ``None``), ``backoff`` has ``next()``, the subscription type allows
+    individual acks and no option the wrapper manages is passed through."""
     import pulsar
 
-    if consumer_type is None:
-        consumer_type = pulsar.ConsumerType.Shared
-    if consumer_type not in (pulsar.ConsumerType.Shared, pulsar.ConsumerType.KeyShared):
-        raise UnsupportedSubscriptionTypeError(
-            f"consumer_type must be ConsumerType.Shared or ConsumerType.KeyShared: retry topics, "
-            f"nack backoff and dead-lettering need individual acks; got {consumer_type!r}"
-        )
-    return consumer_type
-
-
-def _check_policies(
-    dead_letter: DeadLetterPolicy | None, retry: RetryPolicy | None, backoff: RedeliveryBackoff
-) -> None:
-    """The dead-letter and retry policies are ours (or ``None``) and ``backoff`` has ``next()``."""
     if dead_letter is not None and not isinstance(dead_letter, DeadLetterPolicy):
         raise ConfigurationError(
             "dead_letter_policy must be a pulsar_dlq_consumer.DeadLetterPolicy (same arguments as "
@@ -629,34 +596,19 @@ def _check_policies(
         raise ConfigurationError(f"retry_policy must be a RetryPolicy or None; got {retry!r}")
     if not callable(getattr(backoff, "next", None)):
         raise ConfigurationError(f"backoff must have a next(redelivery_count) method; got {backoff!r}")
-
-
-def _check_subscribe_settings(
-    subscribe_options: Mapping[str, Any], nack_precision_ms: int, send_timeout_s: float
-) -> None:
-    """No option the wrapper manages is passed through, and the nack and send timings are valid."""
+    if consumer_type not in (pulsar.ConsumerType.Shared, pulsar.ConsumerType.KeyShared):
+        raise UnsupportedSubscriptionTypeError(
+            f"consumer_type must be ConsumerType.Shared or ConsumerType.KeyShared: retry topics, "
+            f"nack backoff and dead-lettering need individual acks; got {consumer_type!r}"
+        )
     managed = subscribe_options.keys() & _MANAGED_OPTIONS
     if managed:
         raise ConfigurationError(
             f"{sorted(managed)} are managed by DlqConsumer: use consumer_type=, consumer_name=, backoff= "
             "instead (message listeners are not supported; call receive())"
         )
-    if isinstance(nack_precision_ms, bool) or not isinstance(nack_precision_ms, int) or nack_precision_ms < 1:
-        raise ConfigurationError(f"nack_precision_ms must be an int >= 1; got {nack_precision_ms!r}")
-    if not isinstance(send_timeout_s, int | float) or send_timeout_s <= 0:
-        raise ConfigurationError(f"send_timeout_s must be > 0; got {send_timeout_s!r}")
 
 
 def _reconsume_times(msg: pulsar.Message) -> int:
     """``RECONSUMETIMES`` of ``msg``, read as the context parser reads it (untrusted: junk counts as 0)."""
     return read_int(msg.properties(), RECONSUMETIMES) or 0
-
-
-def _check_properties(properties: Mapping[str, str] | None) -> dict[str, str]:
-    if properties is None:
-        return {}
-    if not isinstance(properties, Mapping) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in properties.items()
-    ):
-        raise ConfigurationError(f"properties must map str to str; got {properties!r}")
-    return dict(properties)

@@ -31,18 +31,23 @@ def parse_duration(text: str) -> float:
     return float(match.group("num")) * _UNITS[match.group("unit")]
 
 
-def validate_delay(delay: float | timedelta, *, what: str = "delay") -> float:
-    """``delay`` in seconds, checked to be within 1 s to 864,000 s (else ``InvalidDelayError``)."""
+def validate_delay(
+    delay: float | timedelta,
+    *,
+    what: str = "delay",
+    minimum: float = MIN_DELAY_SECONDS,
+    error: type[ValueError] = InvalidDelayError,
+) -> float:
+    """``delay`` in seconds, checked to be within ``minimum`` (1 s) to 864,000 s (else ``error``)."""
     if isinstance(delay, timedelta):
         seconds = delay.total_seconds()
     elif isinstance(delay, int | float) and not isinstance(delay, bool):
         seconds = float(delay)
     else:
-        raise InvalidDelayError(f"{what} must be seconds (int/float) or a timedelta; got {delay!r}")
-    if not math.isfinite(seconds) or not MIN_DELAY_SECONDS <= seconds <= MAX_DELAY_SECONDS:
-        raise InvalidDelayError(
-            f"{what} must be between {MIN_DELAY_SECONDS:g} s and {MAX_DELAY_SECONDS:g} s (10 days); "
-            f"got {seconds!r} s"
+        raise error(f"{what} must be seconds (int/float) or a timedelta; got {delay!r}")
+    if not math.isfinite(seconds) or not minimum <= seconds <= MAX_DELAY_SECONDS:
+        raise error(
+            f"{what} must be between {minimum:g} s and {MAX_DELAY_SECONDS:g} s (10 days); got {seconds!r} s"
         )
     return seconds
 
@@ -57,10 +62,7 @@ class DelayLevels:
         if not self.delays:
             raise ConfigurationError("delay levels must contain at least one delay, e.g. '1s 5s 10s'")
         for index, delay in enumerate(self.delays, start=1):
-            try:
-                validate_delay(delay, what=f"delay level {index}")
-            except InvalidDelayError as exc:
-                raise ConfigurationError(str(exc)) from None
+            validate_delay(delay, what=f"delay level {index}", error=ConfigurationError)
 
     @classmethod
     def parse(cls, spec: str | Sequence[str | float | timedelta]) -> DelayLevels:

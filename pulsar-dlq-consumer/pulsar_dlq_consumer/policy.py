@@ -61,7 +61,7 @@ def _check_optional_name(name: str, value: object) -> None:
         raise ConfigurationError(f"{name} must be a non-empty string or None; got {value!r}")
 
 
-def _check_count(name: str, value: int, minimum: int) -> None:
+def check_count(name: str, value: int, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ConfigurationError(f"{name} must be an int >= {minimum}; got {value!r}")
 
@@ -96,14 +96,14 @@ class DeadLetterPolicy:
     max_stacktrace_bytes: int = MAX_ERROR_STACK_BYTES
 
     def __post_init__(self) -> None:
-        _check_count("max_redeliver_count", self.max_redeliver_count, 0)
+        check_count("max_redeliver_count", self.max_redeliver_count, 0)
         if self.dead_letter_topic is not None:
             normalize_topic(self.dead_letter_topic)
         _check_optional_name("initial_subscription_name", self.initial_subscription_name)
         if not isinstance(self.name_guard, TopicNameGuard):
             raise ConfigurationError(f"name_guard must be a TopicNameGuard; got {self.name_guard!r}")
-        _check_count("max_error_message_bytes", self.max_error_message_bytes, 64)
-        _check_count("max_stacktrace_bytes", self.max_stacktrace_bytes, 64)
+        check_count("max_error_message_bytes", self.max_error_message_bytes, 64)
+        check_count("max_stacktrace_bytes", self.max_stacktrace_bytes, 64)
 
 
 @dataclass(frozen=True)
@@ -129,15 +129,12 @@ class RetryPolicy:
     default_delay: float | timedelta = 60.0
 
     def __post_init__(self) -> None:
-        _check_count("max_reconsumes", self.max_reconsumes, 1)
+        check_count("max_reconsumes", self.max_reconsumes, 1)
         if self.topic is not None:
             normalize_topic(self.topic)
         if not isinstance(self.delay_levels, DelayLevels):
             object.__setattr__(self, "delay_levels", DelayLevels.parse(self.delay_levels))
-        try:
-            validate_delay(self.default_delay, what="default_delay")
-        except InvalidDelayError as exc:
-            raise ConfigurationError(str(exc)) from None
+        validate_delay(self.default_delay, what="default_delay", error=ConfigurationError)
 
     @property
     def levels(self) -> DelayLevels:

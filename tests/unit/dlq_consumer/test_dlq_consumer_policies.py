@@ -199,7 +199,7 @@ def test_exponential_backoff_follows_pip106() -> None:
         ({"min_delay": 5, "max_delay": 1}, "must not exceed"),
         ({"multiplier": 0.5}, "multiplier"),
         ({"max_delay": math.inf}, "max_delay"),
-        ({"max_delay": 10**7}, "at most"),
+        ({"max_delay": 10**7}, "between 0 s and 864000 s"),
     ],
 )
 def test_backoff_validation(kwargs: dict[str, float], match: str) -> None:
@@ -225,7 +225,7 @@ def test_user_backoff_is_checked() -> None:
         def next(self, redelivery_count: int) -> float:
             raise RuntimeError("oops")
 
-    with pytest.raises(InvalidDelayError, match=r"Broken.next\(0\) must return seconds"):
+    with pytest.raises(InvalidDelayError, match=r"Broken.next\(0\) must be between 0 s"):
         checked_delay(Broken(), 0)
     with pytest.raises(InvalidDelayError, match="raised"):
         checked_delay(Raises(), 0)
