@@ -122,11 +122,6 @@ def strip_bookkeeping_properties(properties: Mapping[str, str] | None) -> dict[s
     return {k: v for k, v in properties.items() if not is_bookkeeping_property(k)}
 
 
-def payload_sha256(payload: bytes) -> str:
-    """Hex SHA-256 of a payload, written when the payload is not copied."""
-    return hashlib.sha256(payload).hexdigest()
-
-
 def build_context_properties(
     *,
     origin_topic: str,
@@ -161,20 +156,19 @@ def build_context_properties(
         KEY_FAILED_AT: str(int(failed_at)),
         KEY_PAYLOAD_COPIED: "true" if payload_copied else "false",
     }
-    index = partition_index(origin_topic)
-    if index is not None:
-        props[KEY_PARTITION] = str(index)
-    if delivery_count is not None:
-        props[KEY_DELIVERY_COUNT] = str(int(delivery_count))
-    if reconsume_times is not None:
-        props[KEY_RECONSUME_COUNT] = str(int(reconsume_times))
+    counts = {
+        KEY_PARTITION: partition_index(origin_topic),
+        KEY_DELIVERY_COUNT: delivery_count,
+        KEY_RECONSUME_COUNT: reconsume_times,
+    }
+    props.update({key: str(int(value)) for key, value in counts.items() if value is not None})
     if reason is not None:
         props[KEY_REASON] = reason
     if consumer:
         props[KEY_CONSUMER] = safe_str(consumer)
     props.update(_error_properties(error, include_stacktrace, max_message_bytes, max_stack_bytes))
     if not payload_copied and payload is not None:
-        props[KEY_PAYLOAD_SHA256] = payload_sha256(payload)
+        props[KEY_PAYLOAD_SHA256] = hashlib.sha256(payload).hexdigest()
     return props
 
 

@@ -27,42 +27,38 @@ def topic_attributes(topic: str, subscription: str) -> dict[str, str]:
     return attributes
 
 
-class _NoOpCounter:
-    def add(self, amount: int, attributes: dict[str, str] | None = None) -> None:
+class _NoOp:
+    """Meter and counter where OpenTelemetry is not installed (the library runs on pulsar-client alone)."""
+
+    def create_counter(self, *args: Any, **kwargs: Any) -> _NoOp:
+        return self
+
+    def add(self, *args: Any, **kwargs: Any) -> None:
         pass
-
-
-class _NoOpMeter:
-    def create_counter(self, name: str, unit: str = "", description: str = "") -> _NoOpCounter:
-        return _NoOpCounter()
 
 
 class ConsumerMetrics:
     """The library's counters, from ``meter_provider`` or the global OpenTelemetry provider."""
 
     def __init__(self, meter_provider: MeterProvider | None = None) -> None:
-        meter: Any
+        meter: Any = _NoOp()
         if meter_provider is not None:
             meter = meter_provider.get_meter(METER_NAME)
         else:
             try:
                 from opentelemetry import metrics as otel_metrics
-            except ImportError:  # the library also runs where only pulsar-client is installed
-                meter = _NoOpMeter()
+            except ImportError:
+                pass
             else:
                 meter = otel_metrics.get_meter(METER_NAME)
-        self._terms = meter.create_counter(
-            TERMS, unit="{message}", description="Messages termed by the client"
-        )
-        self._dlq = meter.create_counter(
-            DLQ_MESSAGES, unit="{message}", description="Messages written to the dead-letter topic"
-        )
-        self._retries = meter.create_counter(
-            RETRIES, unit="{message}", description="Messages sent to the retry topic by reconsume_later"
-        )
-        self._nacks = meter.create_counter(
-            NACKS, unit="{message}", description="Negative acknowledgements scheduled with backoff"
-        )
+
+        def counter(name: str, description: str) -> Any:
+            return meter.create_counter(name, unit="{message}", description=description)
+
+        self._terms = counter(TERMS, "Messages termed by the client")
+        self._dlq = counter(DLQ_MESSAGES, "Messages written to the dead-letter topic")
+        self._retries = counter(RETRIES, "Messages sent to the retry topic by reconsume_later")
+        self._nacks = counter(NACKS, "Negative acknowledgements scheduled with backoff")
 
     def term(self, attributes: dict[str, str]) -> None:
         self._terms.add(1, attributes)
