@@ -173,15 +173,8 @@ class ConsumerCommit:
             pc.greater(messages, 0),
         )
         whole = pc.and_(counted, _inside(table, ends))
-        self.whole = pa.table(
-            {
-                "dlq_topic": table.column("dlq_topic"),
-                "dlq_message_id": pa.nulls(len(table), pa.string()),
-                "ledger_id": table.column("ledger_id"),
-                "entry_id": table.column("entry_id"),
-                "batch_size": size,
-            }
-        ).filter(whole)
+        kept = table.filter(whole).select(["dlq_topic", "ledger_id", "entry_id", "batch_size"])
+        self.whole = kept.add_column(1, "dlq_message_id", pa.nulls(len(kept), pa.string()))
         partial = pc.and_(pc.invert(whole), pc.greater(final, 0))
         self.partial = table.select(list(ENTRY_KEYS)).filter(partial)
         self.expected = int(pc.sum(final).as_py() or 0)

@@ -37,20 +37,18 @@ class ReplayOptions(contract.ReplayOptions):
             super().__post_init__()
         except ReplayOptionsError as exc:
             raise ReplayConfigError(str(exc)) from None
-        for option, name in (("--run-id", self.run_id), ("--window-from", self.window_from)):
+        names = [
+            ("--run-id", self.run_id),
+            ("--window-from", self.window_from),
+            ("--subscription", self.subscription),
+        ]
+        for option, name in names + [("--topics", topic) for topic in self.topics]:
             if name is not None:
                 check_name(option, name)
-        check_name("--subscription", self.subscription)
-        for topic in self.topics:
-            check_name("--topics", topic)
-        urls = {
-            "--service-url": self.service_url,
-            "--admin-url": self.admin_url,
-            "--oauth2-issuer-url": self.oauth2_issuer_url,
-        }
-        for option, url in urls.items():
+        for option, rule in _URLS.items():
+            url = getattr(self, option[2:].replace("-", "_"))
             if url is not None:  # no credentials, query or fragment
-                check_url(option, url, *_URLS[option])
+                check_url(option, url, *rule)
         self.allowlist_matcher()  # compiles every glob and regex now, naming a bad one
 
     def allowlist_matcher(self) -> TopicMatcher | None:
