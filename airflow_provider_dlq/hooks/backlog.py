@@ -1,8 +1,5 @@
 """Read a subscription's backlog per topic: admin REST ``msgBacklog`` (entries, counted as messages by
 ``analyzeBacklog`` when few enough) and ages, else the Prometheus gauge ``pulsar_subscription_back_log``.
-
-Each read sends its requests through ``get`` (:data:`Get`): the hook's HTTP client, or canned answers in
-the tests.
 """
 
 from __future__ import annotations
@@ -10,15 +7,19 @@ from __future__ import annotations
 import fnmatch
 import json
 import re
-from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from airflow_provider_dlq.errors import DlqProviderError
 from pulsar_dlq_consumer import topics
 from pulsar_dlq_consumer.context import base_topic
 from pulsar_dlq_consumer.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+
+    import httpx
 
 BACKLOG_METRIC = "pulsar_subscription_back_log"
 _SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>.*)\})?\s+(?P<value>\S+)")
@@ -35,18 +36,6 @@ class BacklogReadError(DlqProviderError, RuntimeError):
 
 class BacklogConfigError(DlqProviderError, ValueError):
     """The backlog request cannot work with this connection (e.g. a pattern without a topic listing)."""
-
-
-@dataclass(frozen=True)
-class HttpRequest:
-    url: str
-    method: str = "GET"
-
-
-@dataclass(frozen=True)
-class HttpResult:
-    status: int
-    text: str
 
 
 @dataclass(frozen=True)
@@ -71,8 +60,14 @@ class TopicBacklog:
         return cls(**data)
 
 
-#: Sends one request and returns its result; a request that fails raises :class:`BacklogReadError`.
-Get = Callable[[HttpRequest], Awaitable[HttpResult]]
+async def send(client: httpx.AsyncClient, url: str, method: str = "GET") -> httpx.Response:
+    """One request of a backlog read; one that fails raises :class:`BacklogReadError`."""
+    import httpx
+
+    try:
+        return await client.request(method, url)
+    except httpx.HTTPError as exc:
+        raise BacklogReadError(f"{method} {url} failed: {type(exc).__name__}: {exc}") from exc
 
 
 def normalize_topic(topic: str, *, pattern: bool = False) -> str:
@@ -156,13 +151,13 @@ def parse_prometheus_backlog(text: str, subscription: str) -> dict[str, int]:
 
 
 async def metrics_backlog(
-    get: Get, metrics_url: str, topics: Sequence[str], subscription: str
+    client: httpx.AsyncClient, metrics_url: str, topics: Sequence[str], subscription: str
 ) -> dict[str, TopicBacklog]:
     """One GET of the metrics page; topics absent from it have backlog 0 and ``found=False``."""
-    result = await get(HttpRequest(metrics_url))
-    if result.status != 200:
+    result = await send(client, metrics_url)
+    if result.status_code != 200:
         raise BacklogReadError(
-            f"GET {metrics_url} returned HTTP {result.status}; check the extra 'metrics_url' "
+            f"GET {metrics_url} returned HTTP {result.status_code}; check the extra 'metrics_url' "
             "(the broker's Prometheus endpoint, e.g. http://broker:8080/metrics)."
         )
     if "# TYPE" not in result.text and BACKLOG_METRIC not in result.text:
@@ -176,24 +171,24 @@ async def metrics_backlog(
     }
 
 
-def _json(url: str, result: HttpResult) -> Any:
+def _json(url: str, result: httpx.Response) -> Any:
     try:
         return json.loads(result.text)
     except ValueError as exc:
         raise BacklogReadError(f"GET {url} did not return JSON; check the extra 'admin_url'.") from exc
 
 
-def _found(url: str, result: HttpResult) -> bool:
+def _found(url: str, result: httpx.Response) -> bool:
     """True if the resource exists (False on 404). Raises with the fix for auth and server errors."""
-    if result.status in (200, 404):
-        return result.status == 200
-    if result.status in (401, 403):
+    if result.status_code in (200, 404):
+        return result.status_code == 200
+    if result.status_code in (401, 403):
         raise BacklogConfigError(
-            f"GET {url} was refused (HTTP {result.status}); the connection's token (Password) lacks "
+            f"GET {url} was refused (HTTP {result.status_code}); the connection's token (Password) lacks "
             "permission to read topic stats. Grant it, or use a token with admin rights."
         )
     raise BacklogReadError(
-        f"GET {url} returned HTTP {result.status}; check the extra 'admin_url' (e.g. http://broker:8080)."
+        f"GET {url} returned HTTP {result.status_code}; check the extra 'admin_url' (e.g. http://broker:8080)."
     )
 
 
@@ -238,7 +233,7 @@ def _partition_entries(stats: Any, topic: str, partitions: int, subscription: st
 
 
 async def count_messages(
-    get: Get, admin_url: str, topic: str, subscription: str, entries: int, max_entries: int
+    client: httpx.AsyncClient, admin_url: str, topic: str, subscription: str, entries: int, max_entries: int
 ) -> tuple[int, bool]:
     """``(messages, exact)`` for ``entries`` pending entries of one (partition) topic, counted by
     ``analyzeBacklog`` up to ``max_entries``; any refusal gives ``(entries, False)``, a lower bound."""
@@ -248,8 +243,8 @@ async def count_messages(
         return entries, False
     url = f"{admin_path(admin_url, topic)}/subscription/{quote(subscription, safe='')}/analyzeBacklog"
     try:
-        result = await get(HttpRequest(url, method="POST"))
-        doc = json.loads(result.text) if result.status == 200 else None
+        result = await send(client, url, "POST")
+        doc = json.loads(result.text) if result.status_code == 200 else None
     except (BacklogReadError, ValueError):
         doc = None
     if not isinstance(doc, dict):
@@ -264,7 +259,7 @@ async def count_messages(
 
 
 async def admin_backlog(
-    get: Get,
+    client: httpx.AsyncClient,
     admin_url: str,
     topics: Sequence[str],
     subscription: str,
@@ -275,7 +270,7 @@ async def admin_backlog(
     """Expand patterns by listing namespaces, read each topic's stats, count batched messages."""
     listed: set[str] = set()
     for url in sorted({admin_path(admin_url, t, parts=2) for t in topics if is_pattern(t)}):
-        result = await get(HttpRequest(url))
+        result = await send(client, url)
         if _found(url, result):
             names = _json(url, result)
             if not isinstance(names, list):
@@ -285,14 +280,14 @@ async def admin_backlog(
     for topic in _expand(topics, listed):
         base = admin_path(admin_url, topic)
         url = f"{base}/partitions"
-        result = await get(HttpRequest(url))
+        result = await send(client, url)
         partitions = 0
         if _found(url, result):
             meta = _json(url, result)
             partitions = int(meta.get("partitions", 0)) if isinstance(meta, dict) else 0
         suffix = "partitioned-stats?perPartition=true&" if partitions > 0 else "stats?"
         url = f"{base}/{suffix}getEarliestTimeInBacklog=true"
-        result = await get(HttpRequest(url))
+        result = await send(client, url)
         if not _found(url, result):
             backlogs[topic] = TopicBacklog(topic, subscription, backlog=0, source="admin", found=False)
             continue
@@ -307,7 +302,7 @@ async def admin_backlog(
             messages, exact = 0, True
             for part, entries in parts.items():
                 counted, part_exact = await count_messages(
-                    get, admin_url, part, subscription, entries, count_max_entries
+                    client, admin_url, part, subscription, entries, count_max_entries
                 )
                 messages += counted
                 exact = exact and part_exact
@@ -320,12 +315,12 @@ async def admin_backlog(
 
 
 async def consumer_properties(
-    get: Get, admin_url: str, topic: str, subscription: str
+    client: httpx.AsyncClient, admin_url: str, topic: str, subscription: str
 ) -> list[dict[str, str]]:
     """The properties of each consumer of ``subscription`` on a non-partitioned ``topic`` (``[]``
     when the topic or the subscription does not exist)."""
     url = f"{admin_path(admin_url, topic)}/stats"
-    result = await get(HttpRequest(url))
+    result = await send(client, url)
     sub = _subscription(_json(url, result), subscription) if _found(url, result) else None
     consumers = (sub or {}).get("consumers") or []
     return [{str(k): str(v) for k, v in (c.get("metadata") or {}).items()} for c in consumers]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import ssl
 import time
@@ -16,8 +15,6 @@ from airflow.sdk.exceptions import AirflowNotFoundException
 from airflow_provider_dlq.hooks.backlog import (
     BacklogConfigError,
     BacklogReadError,
-    HttpRequest,
-    HttpResult,
     TopicBacklog,
     admin_backlog,
     consumer_properties,
@@ -33,13 +30,12 @@ from airflow_provider_dlq.hooks.oauth2 import ClientCredentials, OAuth2Error
 from pulsar_dlq_consumer.client import create_client
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Sequence
+    from collections.abc import Sequence
 
     import httpx
     import pulsar
     from airflow.sdk import Connection
 
-    from airflow_provider_dlq.hooks.backlog import Get
 
 #: Logger handed to every ``pulsar.Client`` (the C++ client otherwise writes INFO lines to stdout).
 CLIENT_LOGGER_NAME = "airflow_provider_dlq.pulsar_client"
@@ -197,23 +193,6 @@ class PulsarHook(BaseHook):
                 raise BacklogReadError(str(exc)) from exc
         return client
 
-    @contextlib.asynccontextmanager
-    async def _requests(self, config: PulsarConnectionConfig) -> AsyncIterator[Get]:
-        """The connection's HTTP client as the ``get`` of the backlog reads."""
-        import httpx
-
-        async with await self._http_client(config) as client:
-
-            async def get(request: HttpRequest) -> HttpResult:
-                try:
-                    response = await client.request(request.method, request.url)
-                except httpx.HTTPError as exc:
-                    failure = f"{request.method} {request.url} failed: {type(exc).__name__}: {exc}"
-                    raise BacklogReadError(failure) from exc
-                return HttpResult(response.status_code, response.text)
-
-            yield get
-
     async def _backlog(
         self, config: PulsarConnectionConfig, topics: Sequence[str], subscription: str
     ) -> dict[str, TopicBacklog]:
@@ -227,10 +206,10 @@ class PulsarHook(BaseHook):
                 "backlog cannot be read; set admin_url (Apache Pulsar admin REST, e.g. http://broker:8080) "
                 "or metrics_url (Prometheus, e.g. http://broker:8080/metrics)."
             )
-        async with self._requests(config) as get:
+        async with await self._http_client(config) as http:
             if config.admin_url:
-                return await admin_backlog(get, config.admin_url, prepared, subscription, time.time() * 1000)
-            return await metrics_backlog(get, str(config.metrics_url), prepared, subscription)
+                return await admin_backlog(http, config.admin_url, prepared, subscription, time.time() * 1000)
+            return await metrics_backlog(http, str(config.metrics_url), prepared, subscription)
 
     def get_backlog(self, topics: Sequence[str], subscription: str) -> dict[str, TopicBacklog]:
         """Backlog of ``subscription`` per topic; topic globs (``persistent://t/ns/*-DLQ``) are expanded."""
@@ -248,8 +227,8 @@ class PulsarHook(BaseHook):
             raise BacklogConfigError("the pulsar connection has no admin URL (extra admin_url)")
 
         async def read() -> list[dict[str, str]]:
-            async with self._requests(config) as get:
-                return await consumer_properties(get, admin_url, topic, subscription)
+            async with await self._http_client(config) as client:
+                return await consumer_properties(client, admin_url, topic, subscription)
 
         return asyncio.run(read())
 

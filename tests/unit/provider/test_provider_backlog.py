@@ -5,12 +5,12 @@ from __future__ import annotations
 import asyncio
 import json
 
+import httpx
 import pytest
 
 from airflow_provider_dlq.hooks.backlog import (
     BacklogConfigError,
     BacklogReadError,
-    HttpResult,
     TopicBacklog,
     admin_backlog,
     metrics_backlog,
@@ -64,23 +64,23 @@ APACHE = "\n".join(
 
 
 def fake_get(responses):
-    """A transport serving canned responses by URL (``"POST <url>"`` for posts), recording the calls.
+    """An HTTP client serving canned responses by URL (``"POST <url>"`` for posts), recording the calls.
 
     A response that is an exception is raised, as the hook raises a failed request.
     """
     calls = []
 
-    async def get(request):
-        key = request.url if request.method == "GET" else f"{request.method} {request.url}"
+    def answer(request):
+        key = str(request.url) if request.method == "GET" else f"{request.method} {request.url}"
         calls.append(key)
         if key not in responses:
-            return HttpResult(404, "not found")
+            return httpx.Response(404, text="not found")
         if isinstance(responses[key], Exception):
             raise responses[key]
         status, body = responses[key]
-        return HttpResult(status, body if isinstance(body, str) else json.dumps(body))
+        return httpx.Response(status, text=body if isinstance(body, str) else json.dumps(body))
 
-    return get, calls
+    return httpx.AsyncClient(transport=httpx.MockTransport(answer)), calls
 
 
 @pytest.mark.parametrize(

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 from types import SimpleNamespace
 
+import httpx
 import pytest
 
 from airflow_provider_dlq.get_provider_info import get_provider_info
-from airflow_provider_dlq.hooks.backlog import HttpResult
 from airflow_provider_dlq.hooks.connection import KNOWN_EXTRAS, PulsarConnectionError, parse_pulsar_connection
 from airflow_provider_dlq.hooks.pulsar import PulsarHook
 
@@ -140,15 +139,14 @@ def test_hook_reads_the_env_connection(monkeypatch):
     assert hook.config.service_url == "pulsar://localhost:6650"
     sent = []
 
-    @contextlib.asynccontextmanager
-    async def requests(config):
-        async def get(request):
-            sent.append(request.url)
-            return HttpResult(200, "# TYPE pulsar_subscription_back_log gauge\n")
+    def answer(request):
+        sent.append(str(request.url))
+        return httpx.Response(200, text="# TYPE pulsar_subscription_back_log gauge\n")
 
-        yield get
+    async def http_client(config):
+        return httpx.AsyncClient(transport=httpx.MockTransport(answer))
 
-    monkeypatch.setattr(hook, "_requests", requests)
+    monkeypatch.setattr(hook, "_http_client", http_client)
     assert hook.get_backlog(["persistent://t/ns/x"], "sub")["persistent://t/ns/x"].source == "metrics"
     assert sent == ["http://m:1/metrics"]
 
