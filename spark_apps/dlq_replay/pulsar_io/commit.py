@@ -30,8 +30,6 @@ from spark_apps.dlq_replay.pulsar_io.window_consumer import WindowPasses
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    from pyspark.sql import DataFrame
-
     from spark_apps.dlq_replay.pulsar_io.window import PartitionWindow
 
 log = logging.getLogger(__name__)
@@ -336,31 +334,3 @@ class EntryCommitFn:
             if not todo or time.monotonic() >= deadline:
                 return todo
             delay = min(1.0, delay * 2)
-
-
-def make_entry_commit_fn(
-    conf: PulsarConf, windows: Sequence[PartitionWindow], subscription: str
-) -> Callable[[Any], Any]:
-    """The function for ``entries_df.groupBy("dlq_topic").applyInArrow(fn, COMMIT_RESULT_SCHEMA)``."""
-    committer = EntryCommitFn(conf, windows, subscription)
-
-    def commit(table: Any) -> Any:  # one argument: see make_commit_fn
-        return committer.commit_table(table)
-
-    return commit
-
-
-def commit_final_messages(
-    final_df: DataFrame,
-    *,
-    conf: PulsarConf,
-    windows: Sequence[PartitionWindow],
-    subscription: str,
-    idle_timeout_ms: int = DEFAULT_IDLE_TIMEOUT_MS,
-) -> DataFrame:
-    """Ack the messages of ``final_df`` (``dlq_topic``, ``dlq_message_id``); one result row per topic."""
-    from spark_apps.dlq_replay.arrow_compat import apply_in_arrow
-
-    fn = make_commit_fn(conf, windows, subscription, idle_timeout_ms)
-    grouped = final_df.select("dlq_topic", "dlq_message_id").groupBy("dlq_topic")
-    return apply_in_arrow(grouped, fn, COMMIT_RESULT_SCHEMA)

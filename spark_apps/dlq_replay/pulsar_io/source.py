@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 import weakref
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from itertools import accumulate, chain
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +28,7 @@ from spark_apps.dlq_replay.pulsar_io.errors import PulsarConfigError, WindowErro
 from spark_apps.dlq_replay.pulsar_io.window import (
     DEFAULT_IDLE_TIMEOUT_MS,
     PartitionWindow,
-    freeze_window,
+    freeze,
     parse_topics,
     windows_from_json,
 )
@@ -146,7 +146,7 @@ class PulsarDataSourceReader(DataSourceReader):
 
     def _windows(self) -> list[PartitionWindow]:
         if not self.window_json:
-            return freeze_window(self.conf, self.topics, self.subscription)
+            return freeze(self.conf, self.topics, self.subscription).windows
         windows = windows_from_json(self.window_json)
         if not self.topics:
             return windows
@@ -155,7 +155,7 @@ class PulsarDataSourceReader(DataSourceReader):
         if missing:
             raise WindowError(
                 f"topics {missing} have no entry in the 'window' option; freeze a window that covers "
-                "them (freeze_window) or drop the 'topics' option"
+                "them (freeze) or drop the 'topics' option"
             )
         return chosen
 
@@ -222,37 +222,10 @@ class PulsarDataSourceReader(DataSourceReader):
                     yield builder.flush()
         if builder.rows:
             yield builder.flush()
+        how = "reader" if isinstance(reader, ShareReader) else f"consumer, {reader.passes} pass(es)"
+        counts = ", ".join(f"{name} {value}" for name, value in asdict(reader.stats).items())
         elapsed = time.monotonic() - started
-        if isinstance(reader, ShareReader):
-            s = reader.stats
-            log.info(
-                "read %s share %d (reader): %d messages in %d entries, %d acked entries skipped, "
-                "%d duplicates, %d readers, %d resumes, %d entries unread, stopped by %s in %.2fs",
-                window.topic,
-                partition.slot,
-                s.messages,
-                s.entries,
-                s.skipped_entries,
-                s.duplicates,
-                s.readers,
-                s.resumes,
-                s.unread_entries,
-                s.stopped_by,
-                elapsed,
-            )
-        else:
-            log.info(
-                "read %s slot %d: %d messages, %d duplicates skipped, %d beyond the window, stopped by %s "
-                "after %d pass(es) in %.2fs",
-                window.topic,
-                partition.slot,
-                reader.stats.in_window,
-                reader.stats.duplicates,
-                reader.stats.beyond_window,
-                reader.stats.stopped_by,
-                reader.passes,
-                elapsed,
-            )
+        log.info("read %s slot %d (%s): %s in %.2fs", window.topic, partition.slot, how, counts, elapsed)
 
 
 def _by_entry(messages: Iterator[tuple[str, Any, Any, Any]]) -> Iterator[list[tuple[str, Any, Any]]]:

@@ -205,11 +205,6 @@ def freeze(conf: PulsarConf, topics: str | Sequence[str], subscription: str) -> 
     return FrozenWindows(frozen, READER_MODE, reason)
 
 
-def freeze_window(conf: PulsarConf, topics: str | Sequence[str], subscription: str) -> list[PartitionWindow]:
-    """The windows of :func:`freeze`."""
-    return freeze(conf, topics, subscription).windows
-
-
 def windows_to_json(windows: Sequence[PartitionWindow]) -> str:
     """Serialise windows for the ``window`` data-source option and ``plan.json``."""
     items = []

@@ -10,7 +10,7 @@ Messages beyond the end are neither returned nor acked; redeliveries are returne
 from __future__ import annotations
 
 from dataclasses import KW_ONLY, dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from spark_apps.dlq_replay.pulsar_io.ids import MessageIdKey, in_window, reached_end
 from spark_apps.dlq_replay.pulsar_io.window import (
@@ -23,6 +23,8 @@ from spark_apps.dlq_replay.pulsar_io.window import (
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+
+    from spark_apps.dlq_replay.pulsar_io.final_ids import FinalEntries, FinalIds
 
 DEFAULT_RECEIVER_QUEUE_SIZE = 1000
 
@@ -37,24 +39,14 @@ class ConsumeStats:
     stopped_by: str = "not-started"  # end-reached | idle-timeout | empty-window
 
 
-class SeenIds(Protocol):
-    """The ids a read has returned: how it skips redeliveries, over one consumer or several."""
+class SeenIds(set[str]):
+    """The readable ids a read returned (the commit passes its final ids, which answer ``first`` too)."""
 
     def first(self, ledger: int, entry: int, batch: int, id_str: str) -> bool:
         """Whether the id is returned for the first time (and remember it)."""
-        ...
-
-
-class SeenIdSet:
-    """:class:`SeenIds` as a set of readable ids (the data source's read)."""
-
-    def __init__(self) -> None:
-        self.ids: set[str] = set()
-
-    def first(self, ledger: int, entry: int, batch: int, id_str: str) -> bool:
-        if id_str in self.ids:
+        if id_str in self:
             return False
-        self.ids.add(id_str)
+        self.add(id_str)
         return True
 
 
@@ -76,7 +68,7 @@ class WindowPasses:
     receiver_queue_size: int = DEFAULT_RECEIVER_QUEUE_SIZE
     batch_index_ack: bool = False
     resume: bool = True
-    seen: SeenIds = field(default_factory=SeenIdSet)
+    seen: SeenIds | FinalIds | FinalEntries = field(default_factory=SeenIds)
     passes: int = field(default=0, init=False)
     stats: ConsumeStats = field(default_factory=ConsumeStats, init=False)
 

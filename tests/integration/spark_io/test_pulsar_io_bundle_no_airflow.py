@@ -74,21 +74,23 @@ def main():
     from pulsar_dlq_consumer.context import parse_error_context
     from pyspark.sql import SparkSession
 
-    from spark_apps.dlq_replay.arrow_compat import map_in_arrow
-    from spark_apps.dlq_replay.pulsar_io.commit import COMMIT_INPUT_SCHEMA, commit_final_messages
+    from spark_apps.dlq_replay.arrow_compat import apply_in_arrow, map_in_arrow
+    from spark_apps.dlq_replay.pulsar_io.commit import (
+        COMMIT_INPUT_SCHEMA, COMMIT_RESULT_SCHEMA, make_commit_fn,
+    )
     from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf
     from spark_apps.dlq_replay.pulsar_io.republish import (
         REPUBLISH_INPUT_SCHEMA, REPUBLISH_RESULT_SCHEMA, republish_batches,
     )
     from spark_apps.dlq_replay.pulsar_io.source import register
-    from spark_apps.dlq_replay.pulsar_io.window import freeze_window, windows_to_json
+    from spark_apps.dlq_replay.pulsar_io.window import freeze, windows_to_json
 
     spark = SparkSession.builder.appName("bundle-check").getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     workers = map_in_arrow(spark.range(2, numPartitions=2), worker_check, "airflow boolean, where string")
     workers = [r.asDict() for r in workers.collect()]
     conf = PulsarConf(url)
-    windows = freeze_window(conf, dlq, "bundle-sub")
+    windows = freeze(conf, dlq, "bundle-sub").windows
     register(spark)
     df = spark.read.format("pulsar").options(
         **conf.to_options(), subscription="bundle-sub", window=windows_to_json(windows)
@@ -108,9 +110,8 @@ def main():
     ).coalesce(1).sortWithinPartitions("producer_name", "sequence_id")
     sent = map_in_arrow(to_send, partial(republish_batches, conf=conf), REPUBLISH_RESULT_SCHEMA).collect()
     final = spark.createDataFrame([(r.topic, r.message_id_str) for r in rows], COMMIT_INPUT_SCHEMA)
-    committed = commit_final_messages(
-        final, conf=conf, windows=windows, subscription="bundle-sub", idle_timeout_ms=1000
-    ).collect()
+    commit = make_commit_fn(conf, windows, "bundle-sub", 1000)
+    committed = apply_in_arrow(final.groupBy("dlq_topic"), commit, COMMIT_RESULT_SCHEMA).collect()
     print("BUNDLE_RESULT " + json.dumps({
         "driver_spark_apps": spark_apps.__file__,
         "workers": workers,

@@ -11,13 +11,12 @@ from spark_apps.dlq_replay.arrow_compat import apply_in_arrow
 from spark_apps.dlq_replay.pulsar_io.commit import (
     COMMIT_INPUT_SCHEMA,
     COMMIT_RESULT_SCHEMA,
-    commit_final_messages,
     make_commit_fn,
 )
 from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf
 from spark_apps.dlq_replay.pulsar_io.ids import message_id_key
 from spark_apps.dlq_replay.pulsar_io.source import register
-from spark_apps.dlq_replay.pulsar_io.window import freeze_window, windows_to_json
+from spark_apps.dlq_replay.pulsar_io.window import freeze, windows_to_json
 
 pytestmark = [pytest.mark.integration, pytest.mark.embedded]
 
@@ -53,9 +52,9 @@ def test_commit_acks_exactly_the_final_ids_and_leaves_the_rest(
 ):
     conf = PulsarConf(lite_broker.service_url)
     topic = topic_factory("commit-DLQ")
-    freeze_window(conf, topic, SUB)
+    freeze(conf, topic, SUB)
     produce(lite_client, topic, 300, batched=False)
-    windows = freeze_window(conf, topic, SUB)
+    windows = freeze(conf, topic, SUB).windows
     produce(lite_client, topic, 20, batched=False, start=300, late=True)  # beyond the window
 
     before = snapshot_ids(spark, conf, windows)[topic]
@@ -82,22 +81,18 @@ def test_commit_acks_exactly_the_final_ids_and_leaves_the_rest(
     assert snapshot_ids(spark, conf, windows)[topic] == before - final
 
 
-def test_commit_final_messages_over_two_topics(spark, lite_broker, lite_client, topic_factory):
+def test_commit_over_two_topics(spark, lite_broker, lite_client, topic_factory):
     conf = PulsarConf(lite_broker.service_url)
     a, b = topic_factory("commit-a-DLQ"), topic_factory("commit-b-DLQ")
-    freeze_window(conf, [a, b], SUB)
+    freeze(conf, [a, b], SUB)
     produce(lite_client, a, 50, batched=False)
     produce(lite_client, b, 40, batched=False)
-    windows = freeze_window(conf, [a, b], SUB)
+    windows = freeze(conf, [a, b], SUB).windows
     ids = snapshot_ids(spark, conf, windows)
     final = [(a, i) for i in sorted(ids[a])[:10]] + [(b, i) for i in sorted(ids[b])]
-    out = commit_final_messages(
-        spark.createDataFrame(final, COMMIT_INPUT_SCHEMA),
-        conf=conf,
-        windows=windows,
-        subscription=SUB,
-        idle_timeout_ms=1000,
-    ).collect()
+    fn = make_commit_fn(conf, windows, SUB, 1000)
+    grouped = spark.createDataFrame(final, COMMIT_INPUT_SCHEMA).groupBy("dlq_topic")
+    out = apply_in_arrow(grouped, fn, COMMIT_RESULT_SCHEMA).collect()
     assert sorted((r.dlq_topic, r.acked, r.left_pending) for r in out) == sorted([(a, 10, 40), (b, 40, 0)])
     left = snapshot_ids(spark, conf, windows)
     assert left.get(a) == ids[a] - {i for _, i in final[:10]}
@@ -108,9 +103,9 @@ def test_partially_final_batch_is_never_lost(spark, lite_broker, lite_client, to
     """Without batch-index acks a batch leaves the backlog only when all its messages are acked."""
     conf = PulsarConf(lite_broker.service_url)
     topic = topic_factory("commit-batched-DLQ")
-    freeze_window(conf, topic, SUB)
+    freeze(conf, topic, SUB)
     produce(lite_client, topic, 200, batched=True)
-    windows = freeze_window(conf, topic, SUB)
+    windows = freeze(conf, topic, SUB).windows
     ids = snapshot_ids(spark, conf, windows)[topic]
     assert len(ids) == 200
     final = sorted(ids)[:-1]  # all but one message: that one's batch must stay whole

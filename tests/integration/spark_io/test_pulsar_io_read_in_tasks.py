@@ -11,7 +11,7 @@ from spark_apps.dlq_replay.pulsar_io.source import SOURCE_COLUMNS, read_in_tasks
 from spark_apps.dlq_replay.pulsar_io.window import (
     CONSUMER_MODE,
     READER_MODE,
-    freeze_window,
+    freeze,
     read_mode_of,
     windows_to_json,
 )
@@ -39,10 +39,10 @@ def test_read_in_tasks_gives_the_data_source_rows(spark, pulsar_broker, pulsar_c
     conf = PulsarConf(pulsar_broker.service_url, admin_url=admin_url)
     partitioned, single = topic_factory("tasks-part-DLQ"), topic_factory("tasks-single-DLQ")
     pulsar_broker.admin().create_partitioned_topic(partitioned, 2)
-    freeze_window(conf, [partitioned, single], SUB)  # the subscription exists before anything is produced
+    freeze(conf, [partitioned, single], SUB)  # the subscription exists before anything is produced
     produce(pulsar_client, partitioned, 3_000, batched=True)
     produce(pulsar_client, single, 1_000, batched=False)
-    windows = freeze_window(conf, f"{partitioned},{single}", SUB)
+    windows = freeze(conf, f"{partitioned},{single}", SUB).windows
     assert read_mode_of(windows) == mode
     produce(pulsar_client, single, 20, late=True, start=1_000)  # after the freeze: read by neither
     options = {
@@ -79,10 +79,10 @@ def test_entry_marks_count_the_entries_read(spark, pulsar_broker, pulsar_client,
 
     conf = PulsarConf(pulsar_broker.service_url, admin_url=pulsar_broker.admin_url)
     batched, single = topic_factory("marks-batched-DLQ"), topic_factory("marks-single-DLQ")
-    freeze_window(conf, [batched, single], SUB)
+    freeze(conf, [batched, single], SUB)
     produce(pulsar_client, batched, 2_000, batched=True)
     produce(pulsar_client, single, 300, batched=False)
-    windows = freeze_window(conf, f"{batched},{single}", SUB)
+    windows = freeze(conf, f"{batched},{single}", SUB).windows
     assert read_mode_of(windows) == READER_MODE
     options = {
         **conf.to_options(),

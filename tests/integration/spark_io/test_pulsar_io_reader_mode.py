@@ -21,7 +21,7 @@ from spark_apps.dlq_replay.pulsar_io.admin import PulsarAdmin
 from spark_apps.dlq_replay.pulsar_io.commit import (
     COMMIT_RESULT_SCHEMA,
     ENTRY_COMMIT_INPUT_SCHEMA,
-    make_entry_commit_fn,
+    EntryCommitFn,
 )
 from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf
 from spark_apps.dlq_replay.pulsar_io.cursor import CursorState
@@ -103,10 +103,10 @@ def commit_entries(spark, conf, windows, entries):
     if isinstance(entries, list):
         entries = spark.createDataFrame(entries, ENTRY_COMMIT_INPUT_SCHEMA)
     df = markers.union(entries.toDF(*markers.columns))
-    fn = make_entry_commit_fn(conf, windows, SUB)
+    committer = EntryCommitFn(conf, windows, SUB)
 
-    def commit(table):
-        return fn(table)
+    def commit(table):  # one argument: Spark picks the Table -> Table form by arity
+        return committer.commit_table(table)
 
     return {
         r.dlq_topic: r

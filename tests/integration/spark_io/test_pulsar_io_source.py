@@ -16,7 +16,6 @@ from spark_apps.dlq_replay.pulsar_io.window import (
     CONSUMER_MODE,
     READER_MODE,
     freeze,
-    freeze_window,
     read_mode_of,
     windows_to_json,
 )
@@ -38,10 +37,10 @@ def test_reads_20k_messages_of_two_topics_exactly_without_acking(
     admin_url = pulsar_broker.admin_url if mode == READER_MODE else None
     conf = PulsarConf(pulsar_broker.service_url, admin_url=admin_url)
     batched, single = topic_factory("src-batched-DLQ"), topic_factory("src-single-DLQ")
-    freeze_window(conf, [batched, single], SUB)  # creates the subscription before anything is produced
+    freeze(conf, [batched, single], SUB)  # creates the subscription before anything is produced
     produce(pulsar_client, batched, 12_000, batched=True)
     produce(pulsar_client, single, 8_000, batched=False)
-    windows = freeze_window(conf, f"{batched},{single}", SUB)
+    windows = freeze(conf, f"{batched},{single}", SUB).windows
     assert [(w.topic, w.partition) for w in windows] == [(batched, -1), (single, -1)]
     assert read_mode_of(windows) == mode
     produce(pulsar_client, batched, 50, late=True, start=12_000)  # after the freeze: must not be read
@@ -100,7 +99,7 @@ def test_reads_20k_messages_of_two_topics_exactly_without_acking(
 def test_window_end_already_acked_stops_on_idle_timeout(spark, pulsar_broker, pulsar_client, topic_factory):
     conf = PulsarConf(pulsar_broker.service_url)
     topic = topic_factory("src-acked-end-DLQ")
-    freeze_window(conf, topic, SUB)
+    freeze(conf, topic, SUB)
     produce(pulsar_client, topic, 100, batched=False)
     consumer = pulsar_client.subscribe(topic, SUB, consumer_type=pulsar.ConsumerType.Shared)
     for _ in range(100):
@@ -108,7 +107,7 @@ def test_window_end_already_acked_stops_on_idle_timeout(spark, pulsar_broker, pu
         if int(msg.properties()["i"]) >= 90:
             consumer.acknowledge(msg)  # the last 10, including the window end, are gone
     consumer.close()
-    windows = freeze_window(conf, topic, SUB)
+    windows = freeze(conf, topic, SUB).windows
     started = time.monotonic()
     rows = load(spark, conf, window=windows_to_json(windows), **{"idle.timeout.ms": "800"}).collect()
     assert sorted(int(r.properties["i"]) for r in rows) == list(range(90))
@@ -118,7 +117,7 @@ def test_window_end_already_acked_stops_on_idle_timeout(spark, pulsar_broker, pu
 def test_empty_topic_gives_an_empty_window_and_no_rows(spark, pulsar_broker, topic_factory):
     conf = PulsarConf(pulsar_broker.service_url)
     topic = topic_factory("src-empty-DLQ")
-    windows = freeze_window(conf, topic, SUB)
+    windows = freeze(conf, topic, SUB).windows
     assert windows[0].end_message_id is None
     assert load(spark, conf, window=windows_to_json(windows)).count() == 0
 
@@ -149,7 +148,7 @@ def test_partitioned_topic_expands_and_a_broker_that_cannot_address_partitions_i
     finally:
         client.close()
     with pytest.raises(WindowError, match=r"cannot be read on its own.*Apache Pulsar"):
-        freeze_window(conf, topic, SUB)
+        freeze(conf, topic, SUB)
 
 
 def test_partitioned_topic_reads_every_partition_on_apache_pulsar_in_the_consumer_mode(
@@ -160,9 +159,9 @@ def test_partitioned_topic_reads_every_partition_on_apache_pulsar_in_the_consume
     pulsar_broker.admin().create_partitioned_topic(topic, 3)
     conf = PulsarConf(pulsar_broker.service_url)
     sub = f"dlq-replayer-{time.time_ns()}"
-    freeze_window(conf, topic, sub)
+    freeze(conf, topic, sub)
     produce(pulsar_client, topic, 2_000)
-    windows = freeze_window(conf, topic, sub)
+    windows = freeze(conf, topic, sub).windows
     assert len(windows) == 3
     assert all(w.partition >= 0 for w in windows)
     assert read_mode_of(windows) == CONSUMER_MODE
