@@ -308,7 +308,7 @@ class DlqConsumer:
         self._check_open()
         if self.dead_letter_policy is None:
             raise DlqNotConfiguredError(
-                "term() needs a dead-letter topic: create the consumer with "
+                f"{'term()' if wait else 'term_async()'} needs a dead-letter topic: create the consumer with "
                 "dead_letter_policy=DeadLetterPolicy(...) (the message was left unacknowledged)"
             )
         return self._dead_letter(msg, REASON_TERM, error, wait=wait)

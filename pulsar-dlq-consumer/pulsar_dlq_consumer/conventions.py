@@ -96,13 +96,7 @@ _ASCII_INT = re.compile(r"-?[0-9]{1,19}")
 
 def safe_str(value: str) -> str:
     """Return ``value`` as a string that encodes to UTF-8 (lone surrogates become U+FFFD)."""
-    if value.isascii():
-        return value
-    try:
-        value.encode("utf-8")
-        return value
-    except UnicodeEncodeError:
-        return _SURROGATES.sub("\ufffd", value)
+    return value if value.isascii() else _SURROGATES.sub("\ufffd", value)
 
 
 def truncate_utf8(value: str, max_bytes: int) -> str:
