@@ -108,24 +108,19 @@ class ArchivePlan:
         return f"-XX:SharedArchiveFile={self.path}"
 
     def java_options(self, current: str = "") -> str:
-        """``current`` then the archive option; JVM warnings go to stderr (the summary line must be the
-        last on stdout), and the writing run keeps only class-data errors."""
-        options = [current.strip()] if current.strip() else []
+        """The archive option after the JVM's logging to stderr (the summary line must be the last on
+        stdout; the writing run keeps only class-data errors), unless ``current`` sets the logging."""
+        options = []
         if "-Xlog" not in current:
             options += ["-Xlog:disable", "-Xlog:all=warning:stderr:uptime,level,tags"]
             if self.writing is not None:
                 options.append("-Xlog:cds*=error:stderr")
-        options.append(self.archive_option)
-        return " ".join(options)
+        return " ".join([*options, self.archive_option])
 
     def conf(self, conf: Mapping[str, str]) -> dict[str, str]:
         """``conf`` with :meth:`java_options`; unchanged when the user manages class data sharing."""
-        merged = {str(k): str(v) for k, v in conf.items()}
-        current = merged.get(DRIVER_JAVA_OPTIONS, "")
-        if any(option in current for option in _USER_CDS_OPTIONS):
-            return merged
-        merged[DRIVER_JAVA_OPTIONS] = self.java_options(current)
-        return merged
+        options = self.java_options(str(conf.get(DRIVER_JAVA_OPTIONS, "")))
+        return with_driver_java_option(conf, options, _USER_CDS_OPTIONS)
 
     def finish(self, succeeded: bool) -> bool:
         """Install the archive the run wrote if it ``succeeded`` and a JVM starts on it; else remove it."""

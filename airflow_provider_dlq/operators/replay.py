@@ -418,9 +418,6 @@ class DlqReplayOperator(BaseOperator):
 
     def expected_messages(self, args: ReplayOptions) -> tuple[int | None, bool]:
         """``(backlog, exact)`` of the run's topics for the progress total; ``(None, False)`` if unread."""
-        config = self.pulsar_hook.config
-        if not (config.admin_url or config.metrics_url):
-            return None, False
         try:
             backlog = self.pulsar_hook.get_backlog(list(args.topics), args.subscription)
         except Exception as exc:  # only a progress estimate: never fail the run for it
@@ -560,20 +557,19 @@ class DlqReplayOperator(BaseOperator):
             if store is not None and self.reattach_driver(hook, store):
                 return None
             self.wait_for_earlier_attempt(args)
-            self.log.info(
-                "Replay run %s (%s) of %s on Spark %s; output %s",
-                args.run_id,
-                args.mode,
-                ",".join(args.topics),
-                master,
-                args.output_dir,
-            )
+            self._log_start(args, f"on Spark {master}")
             hook.run(main_path, on_submitted=None if store is None else self._keep_driver_id(store))
             submitted = not self._killed
         finally:
             if archive is not None:
                 archive.finish(submitted)
         return hook.summary_line
+
+    def _log_start(self, args: ReplayOptions, where: str) -> None:
+        topics = ",".join(args.topics)
+        self.log.info(
+            "Replay run %s (%s) of %s %s; output %s", args.run_id, args.mode, topics, where, args.output_dir
+        )
 
     def wait_for_earlier_attempt(self, args: ReplayOptions) -> RunHolder | None:
         """Wait up to ``reattach_timeout`` for a live earlier attempt of this run id to end."""
@@ -659,14 +655,8 @@ class DlqReplayOperator(BaseOperator):
     ) -> str | None:
         env = self.spark_env(pulsar, remote.address)
         self._client = client = self.make_client(args, env, remote, zip_path, main_path, workdir)
-        self.log.info(
-            "Replay run %s (%s) of %s as a Spark Connect client of %s (connection %r); output %s",
-            args.run_id,
-            args.mode,
-            ",".join(args.topics),
-            remote.address,
-            remote.conn_id,
-            args.output_dir,
+        self._log_start(
+            args, f"as a Spark Connect client of {remote.address} (connection {remote.conn_id!r})"
         )
         client.run()
         return client.summary_line
