@@ -138,8 +138,7 @@ def _service_url(conn_id: str, conn_type: str | None, host: str, port: int | Non
                 f"Connection {conn_id!r}: Service URL {host!r} names no broker; use e.g. "
                 "pulsar://localhost:6650."
             )
-        _check_broker_ports(conn_id, host, rest)
-        return f"{scheme}://{_with_port(conn_id, host, rest, port)}"
+        return f"{scheme}://{_with_ports(conn_id, host, rest, port)}"
     name, _, given_port = host.partition(":")
     if "/" in host or not name or (given_port and not given_port.isdigit()):
         raise PulsarConnectionError(
@@ -153,35 +152,29 @@ def _service_url(conn_id: str, conn_type: str | None, host: str, port: int | Non
     return f"{scheme}://{name}:{port or (DEFAULT_TLS_PORT if tls else DEFAULT_PORT)}"
 
 
-def _check_broker_ports(conn_id: str, host: str, brokers: str) -> None:
-    """Every ``host:port`` of a service URL has a numeric port."""
-    for broker in brokers.split("/")[0].split(","):
-        _, sep, own = broker.strip().rpartition(":")
-        if sep and "]" not in own and not (own.isdigit() and 0 < int(own) < 65536):
+def _with_ports(conn_id: str, host: str, rest: str, port: int | None) -> str:
+    """The brokers of a service URL, each port checked, with Port added to those that name none (and equal
+    to those that do)."""
+    brokers, slash, path = rest.partition("/")
+    parts = []
+    for broker in (b.strip() for b in brokers.split(",")):
+        _, sep, own = broker.rpartition(":")
+        if not sep or "]" in own:  # no port (a bracketed IPv6 address has colons of its own)
+            parts.append(broker if port is None else f"{broker}:{port}")
+            continue
+        if not (own.isdigit() and 0 < int(own) < 65536):
             raise PulsarConnectionError(
                 f"Connection {conn_id!r}: Service URL {host!r} has port {own!r}; a port is a number "
                 "1-65535, e.g. pulsar://broker:6650."
             )
-
-
-def _with_port(conn_id: str, host: str, brokers: str, port: int | None) -> str:
-    """The brokers of a service URL with Port added to those that name none (and equal to those that do)."""
-    if port is None:
-        return brokers
-    parts = []
-    for broker in brokers.split(","):
-        _, sep, own = broker.strip().rpartition(":")
-        if sep and own.isdigit():
-            if int(own) != port:
-                raise PulsarConnectionError(
-                    f"Connection {conn_id!r}: Port {port} contradicts the port {own} in Service URL "
-                    f"{host!r}; make them equal (Airflow's Test button needs Port), or leave the port out "
-                    "of the Service URL to use Port."
-                )
-            parts.append(broker.strip())
-        else:
-            parts.append(f"{broker.strip()}:{port}")
-    return ",".join(parts)
+        if port is not None and int(own) != port:
+            raise PulsarConnectionError(
+                f"Connection {conn_id!r}: Port {port} contradicts the port {own} in Service URL "
+                f"{host!r}; make them equal (Airflow's Test button needs Port), or leave the port out "
+                "of the Service URL to use Port."
+            )
+        parts.append(broker)
+    return ",".join(parts) + slash + path
 
 
 def _port(conn_id: str, port: Any) -> int | None:
