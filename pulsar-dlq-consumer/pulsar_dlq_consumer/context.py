@@ -100,13 +100,6 @@ def partition_index(topic: str) -> int | None:
     return int(match.group("index")) if match else None
 
 
-def exception_class_name(error: BaseException) -> str:
-    """Qualified class name of ``error`` (``builtins.`` left out, as in ``ValueError``)."""
-    cls = type(error)
-    module = cls.__module__
-    return cls.__qualname__ if module in ("builtins", "__main__") else f"{module}.{cls.__qualname__}"
-
-
 def is_bookkeeping_property(key: str) -> bool:
     """True for a DLQ/retry bookkeeping key that a republish must strip: one a convention marks or reads
     (``REAL_TOPIC``, ``RECONSUMETIMES``, ...) or under a convention's prefix (``__dlq.errors.``, ...)."""
@@ -175,23 +168,26 @@ def build_context_properties(
 def _error_properties(
     error: BaseException | str | None, include_stacktrace: bool, max_message_bytes: int, max_stack_bytes: int
 ) -> dict[str, str]:
-    props: dict[str, str] = {}
-    if isinstance(error, BaseException):
-        props[KEY_EXCEPTION_CLASS] = safe_str(exception_class_name(error))
-        props[KEY_EXCEPTION_MESSAGE] = truncate_utf8(_exception_message(error), max_message_bytes)
-        if include_stacktrace and error.__traceback__ is not None:
-            stack = "".join(traceback.format_exception(type(error), error, error.__traceback__))
-            props[KEY_EXCEPTION_STACKTRACE] = _truncate_stack(stack, max_stack_bytes)
-    elif isinstance(error, str):
-        props[KEY_EXCEPTION_MESSAGE] = truncate_utf8(error, max_message_bytes)
-    return props
-
-
-def _exception_message(error: BaseException) -> str:
+    if isinstance(error, str):
+        return {KEY_EXCEPTION_MESSAGE: truncate_utf8(error, max_message_bytes)}
+    if not isinstance(error, BaseException):
+        return {}
+    cls = type(error)
     try:
-        return str(error)
+        message = str(error)
     except Exception:  # a broken __str__ must not break dead-lettering
-        return f"<unprintable {type(error).__name__}>"
+        message = f"<unprintable {cls.__name__}>"
+    name = cls.__qualname__
+    if cls.__module__ not in ("builtins", "__main__"):  # ``ValueError``, else ``pkg.mod.Error``
+        name = f"{cls.__module__}.{name}"
+    props = {
+        KEY_EXCEPTION_CLASS: safe_str(name),
+        KEY_EXCEPTION_MESSAGE: truncate_utf8(message, max_message_bytes),
+    }
+    if include_stacktrace and error.__traceback__ is not None:
+        stack = "".join(traceback.format_exception(cls, error, error.__traceback__))
+        props[KEY_EXCEPTION_STACKTRACE] = _truncate_stack(stack, max_stack_bytes)
+    return props
 
 
 def _truncate_stack(stack: str, max_bytes: int) -> str:
