@@ -512,7 +512,12 @@ class DlqReplayOperator(BaseOperator):
                 summary_line = self._run_spark_submit(args, pulsar, zip_path, main_path, context)
             else:
                 self.wait_for_earlier_attempt(args)
-                summary_line = self._run_connect_client(args, pulsar, remote, zip_path, main_path, workdir)
+                env = self.spark_env(pulsar, remote.address)
+                self._client = client = self.make_client(args, env, remote, zip_path, main_path, workdir)
+                where = f"as a Spark Connect client of {remote.address} (connection {remote.conn_id!r})"
+                self._log_start(args, where)
+                client.run()
+                summary_line = client.summary_line
             if self._killed:
                 # spark-submit may exit 0 after SIGTERM; a killed run is never reported as done.
                 raise AirflowException(
@@ -643,23 +648,6 @@ class DlqReplayOperator(BaseOperator):
         return ConnectClient(
             remote, argv, client_env(os.environ, env, remote, zip_path, conf), workdir, self.log
         )
-
-    def _run_connect_client(
-        self,
-        args: ReplayOptions,
-        pulsar: PulsarConnectionConfig,
-        remote: SparkRemote,
-        zip_path: str,
-        main_path: str,
-        workdir: str,
-    ) -> str | None:
-        env = self.spark_env(pulsar, remote.address)
-        self._client = client = self.make_client(args, env, remote, zip_path, main_path, workdir)
-        self._log_start(
-            args, f"as a Spark Connect client of {remote.address} (connection {remote.conn_id!r})"
-        )
-        client.run()
-        return client.summary_line
 
     def _publish(self, context: Context, args: ReplayOptions, report: Mapping[str, Any]) -> dict[str, Any]:
         """The run's summary: for the extra links, the task log, XCom and every outlet's asset event."""
