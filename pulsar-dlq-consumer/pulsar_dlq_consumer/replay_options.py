@@ -8,7 +8,6 @@ Secrets are never options (the app reads them from the environment or files).
 from __future__ import annotations
 
 import json
-import math
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -131,12 +130,6 @@ class CanarySpec:
     @property
     def label(self) -> str:
         return f"{self.percent:g}%" if self.percent is not None else str(self.count)
-
-    def size_of(self, group_size: int) -> int:
-        """Canary messages of a group of ``group_size`` messages to republish."""
-        if self.percent is not None:
-            return min(group_size, max(1, math.ceil(group_size * self.percent / 100.0)))
-        return min(group_size, int(self.count or 0))
 
     def fingerprint(self) -> dict[str, Any]:
         return {

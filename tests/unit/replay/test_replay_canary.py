@@ -12,10 +12,9 @@ BASE = ["--run-id", "r", "--service-url", "pulsar://x:6650", "--topics", "o-s-DL
 
 
 def test_size_is_a_count_or_a_percentage_of_each_group():
-    assert CanarySpec.parse("5").size_of(100) == 5
-    assert CanarySpec.parse("5").size_of(3) == 3
-    ten = CanarySpec.parse("10%")
-    assert (ten.size_of(95), ten.size_of(3), ten.label) == (10, 1, "10%")
+    five, ten = CanarySpec.parse("5"), CanarySpec.parse(" 10 % ")
+    assert (five.count, five.percent, five.label) == (5, None, "5")
+    assert (ten.count, ten.percent, ten.label) == (None, 10.0, "10%")
 
 
 @pytest.mark.parametrize(
