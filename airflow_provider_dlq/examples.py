@@ -11,13 +11,20 @@ import shutil
 import sys
 from pathlib import Path
 
-from airflow_provider_dlq.resources import example_dags_dir, example_playbook_files
+from airflow_provider_dlq.resources import ResourceNotFoundError, example_dags_dir
 
 
 def example_files() -> dict[str, Path]:
-    """Every example file by its path relative to the example DAGs folder."""
-    dags = {p.name: p for p in sorted(example_dags_dir().glob("dlq_*.py"))}
-    return {**dags, **example_playbook_files()}
+    """Every example file by its path relative to the example DAGs folder (in a source checkout the
+    playbooks and fixes are in ``examples/``)."""
+    dags = example_dags_dir()
+    base = dags if (dags / "playbooks").is_dir() else dags.parent / "examples"
+    files = {f"{sub}/{p.name}": p for sub in ("playbooks", "fixes") for p in sorted((base / sub).glob("*.*"))}
+    if not files:
+        raise ResourceNotFoundError(
+            f"the example playbook and fixes are missing from {base}; reinstall airflow-provider-dlq."
+        )
+    return {p.name: p for p in sorted(dags.glob("dlq_*.py"))} | files
 
 
 def copy_examples(dest: str | Path, *, overwrite: bool = False) -> list[Path]:

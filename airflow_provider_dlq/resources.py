@@ -43,15 +43,3 @@ def example_dags_dir() -> Path:
 def docs_dir() -> Path:
     """The user guides (``docs/*.md``)."""
     return _find("guides are", "docs", "docs", "operator.md")
-
-
-def example_playbook_files() -> dict[str, Path]:
-    """The example playbook and fix files by their path relative to the example DAGs folder."""
-    packaged = PACKAGE_DIR / "example_dags"
-    base = packaged if (packaged / "playbooks").is_dir() else _CHECKOUT / "examples"
-    files = {f"{sub}/{p.name}": p for sub in ("playbooks", "fixes") for p in sorted((base / sub).glob("*.*"))}
-    if not files:
-        raise ResourceNotFoundError(
-            f"the example playbook and fixes are missing from {base}; reinstall airflow-provider-dlq."
-        )
-    return files
