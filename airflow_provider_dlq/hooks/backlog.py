@@ -171,25 +171,24 @@ async def metrics_backlog(
     }
 
 
-def _json(url: str, result: httpx.Response) -> Any:
-    try:
-        return json.loads(result.text)
-    except ValueError as exc:
-        raise BacklogReadError(f"GET {url} did not return JSON; check the extra 'admin_url'.") from exc
-
-
-def _found(url: str, result: httpx.Response) -> bool:
-    """True if the resource exists (False on 404). Raises with the fix for auth and server errors."""
-    if result.status_code in (200, 404):
-        return result.status_code == 200
+async def _get_json(client: httpx.AsyncClient, url: str) -> Any:
+    """The JSON at ``url``, ``None`` when it does not exist (404); raises with the fix for the rest."""
+    result = await send(client, url)
+    if result.status_code == 404:
+        return None
     if result.status_code in (401, 403):
         raise BacklogConfigError(
             f"GET {url} was refused (HTTP {result.status_code}); the connection's token (Password) lacks "
             "permission to read topic stats. Grant it, or use a token with admin rights."
         )
-    raise BacklogReadError(
-        f"GET {url} returned HTTP {result.status_code}; check the extra 'admin_url' (e.g. http://broker:8080)."
-    )
+    if result.status_code != 200:
+        raise BacklogReadError(
+            f"GET {url} returned HTTP {result.status_code}; check the extra 'admin_url' (e.g. http://broker:8080)."
+        )
+    try:
+        return json.loads(result.text)
+    except ValueError as exc:
+        raise BacklogReadError(f"GET {url} did not return JSON; check the extra 'admin_url'.") from exc
 
 
 def _subscription(stats: Any, subscription: str) -> dict[str, Any] | None:
@@ -270,28 +269,17 @@ async def admin_backlog(
     """Expand patterns by listing namespaces, read each topic's stats, count batched messages."""
     listed: set[str] = set()
     for url in sorted({admin_path(admin_url, t, parts=2) for t in topics if is_pattern(t)}):
-        result = await send(client, url)
-        if _found(url, result):
-            names = _json(url, result)
-            if not isinstance(names, list):
-                raise BacklogReadError(f"GET {url} did not return a list of topics.")
-            listed.update(base_topic(str(n)) for n in names if str(n).startswith("persistent://"))
+        names = await _get_json(client, url)
+        if names is not None and not isinstance(names, list):
+            raise BacklogReadError(f"GET {url} did not return a list of topics.")
+        listed.update(base_topic(str(n)) for n in names or () if str(n).startswith("persistent://"))
     backlogs: dict[str, TopicBacklog] = {}
     for topic in _expand(topics, listed):
         base = admin_path(admin_url, topic)
-        url = f"{base}/partitions"
-        result = await send(client, url)
-        partitions = 0
-        if _found(url, result):
-            meta = _json(url, result)
-            partitions = int(meta.get("partitions", 0)) if isinstance(meta, dict) else 0
+        meta = await _get_json(client, f"{base}/partitions")
+        partitions = int(meta.get("partitions", 0)) if isinstance(meta, dict) else 0
         suffix = "partitioned-stats?perPartition=true&" if partitions > 0 else "stats?"
-        url = f"{base}/{suffix}getEarliestTimeInBacklog=true"
-        result = await send(client, url)
-        if not _found(url, result):
-            backlogs[topic] = TopicBacklog(topic, subscription, backlog=0, source="admin", found=False)
-            continue
-        stats = _json(url, result)
+        stats = await _get_json(client, f"{base}/{suffix}getEarliestTimeInBacklog=true")
         item = parse_admin_stats(stats, topic, subscription, now_ms)
         if item.found and not item.exact:
             parts = (
@@ -319,8 +307,6 @@ async def consumer_properties(
 ) -> list[dict[str, str]]:
     """The properties of each consumer of ``subscription`` on a non-partitioned ``topic`` (``[]``
     when the topic or the subscription does not exist)."""
-    url = f"{admin_path(admin_url, topic)}/stats"
-    result = await send(client, url)
-    sub = _subscription(_json(url, result), subscription) if _found(url, result) else None
+    sub = _subscription(await _get_json(client, f"{admin_path(admin_url, topic)}/stats"), subscription)
     consumers = (sub or {}).get("consumers") or []
     return [{str(k): str(v) for k, v in (c.get("metadata") or {}).items()} for c in consumers]
