@@ -59,16 +59,10 @@ class EmbeddedBroker:
 
 
 def start_embedded_broker(
-    data_dir: str | os.PathLike[str],
-    *,
-    default_partitions: int | None = None,
-    log_level: str = "warn",
-    wait_metrics: bool = True,
+    data_dir: str | os.PathLike[str], *, default_partitions: int | None = None
 ) -> EmbeddedBroker:
-    """Start a pulsar-lite broker in ``data_dir`` with a private metrics port.
-
-    Raises :class:`EmbeddedBrokerError` with the fix when ``pulsar-lite`` is missing or the broker
-    does not come up.
+    """Start a pulsar-lite broker in ``data_dir`` with a private metrics port, and wait for its metrics;
+    :class:`EmbeddedBrokerError` with the fix when ``pulsar-lite`` is missing or the broker does not come up.
     """
     try:
         from pulsar_lite import process_manager as pm
@@ -80,7 +74,7 @@ def start_embedded_broker(
     directory = Path(data_dir).absolute()
     directory.mkdir(parents=True, exist_ok=True)
     metrics_port = free_port()
-    lines = [f'log_level = "{log_level}"']
+    lines = ['log_level = "warn"']
     if default_partitions is not None:
         lines.append(f"default_partitions = {int(default_partitions)}")
     lines += ["", "[metrics]", "enabled = true", f'addr = "127.0.0.1:{metrics_port}"', ""]
@@ -95,18 +89,17 @@ def start_embedded_broker(
         pid=process.pid,
         data_dir=directory,
     )
-    if wait_metrics:
-        deadline = time.monotonic() + 15
-        while True:
-            try:
-                with urllib.request.urlopen(broker.metrics_url, timeout=1):
-                    break
-            except OSError as exc:
-                if time.monotonic() > deadline:
-                    broker.stop()
-                    raise EmbeddedBrokerError(
-                        f"embedded broker metrics did not come up at {broker.metrics_url}: {exc}; "
-                        f"check {directory / 'pulsar-lite.toml'}"
-                    ) from exc
-                time.sleep(0.1)
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            with urllib.request.urlopen(broker.metrics_url, timeout=1):
+                break
+        except OSError as exc:
+            if time.monotonic() > deadline:
+                broker.stop()
+                raise EmbeddedBrokerError(
+                    f"embedded broker metrics did not come up at {broker.metrics_url}: {exc}; "
+                    f"check {directory / 'pulsar-lite.toml'}"
+                ) from exc
+            time.sleep(0.1)
     return broker
