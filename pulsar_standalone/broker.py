@@ -15,6 +15,7 @@ import ctypes
 import logging
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -256,6 +257,7 @@ class StandaloneBroker:
             f"-Dlog4j.configurationFile={LOG_CONFIG}",
             f"-Dpulsar.log.level={os.environ.get('PULSAR_STANDALONE_LOG_LEVEL', 'warn')}",
             *_JVM_FLAGS,
+            *shlex.split(os.environ.get("PULSAR_EXTRA_OPTS", "")),
             "-cp",
             str(classpath),
             "org.apache.pulsar.PulsarStandaloneStarter",
@@ -414,7 +416,8 @@ def start_standalone(
     ``namespaces`` (``tenant/ns``) are created once the broker is up. With authentication or TLS-only
     ports in the overrides, give ``admin_token`` (a superuser's) and ``tls_trust_certs_file`` for admin
     REST. Memory: ``heap`` and ``direct_memory`` (JVM sizes such as ``512m``), or the env vars
-    ``PULSAR_STANDALONE_HEAP`` and ``PULSAR_STANDALONE_DIRECT_MEMORY``. ``die_with_parent`` kills the
+    ``PULSAR_STANDALONE_HEAP`` and ``PULSAR_STANDALONE_DIRECT_MEMORY``; more JVM options in
+    ``PULSAR_EXTRA_OPTS``, as for the distribution's ``bin/pulsar``. ``die_with_parent`` kills the
     broker when the calling process dies.
 
     A free port can be taken by another process between the moment it is picked and the moment the
