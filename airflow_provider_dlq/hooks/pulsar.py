@@ -157,41 +157,32 @@ class PulsarHook(BaseHook):
         """Same as :meth:`get_client`."""
         return self.get_client()
 
-    def _http_options(self, config: PulsarConnectionConfig) -> dict[str, Any]:
-        verify: ssl.SSLContext | bool = True
-        if config.tls_allow_insecure_connection:
-            verify = False
-        elif config.tls_trust_certs_file_path or config.tls_cert_file_path:
+    async def _http_client(self, config: PulsarConnectionConfig) -> httpx.AsyncClient:
+        """An ``httpx.AsyncClient`` carrying the connection's TLS settings and credentials (an OAuth2 token
+        is fetched first, and cached until near expiry)."""
+        import httpx
+
+        insecure = config.tls_allow_insecure_connection
+        verify: ssl.SSLContext | bool = not insecure
+        if not insecure and (config.tls_trust_certs_file_path or config.tls_cert_file_path):
             verify = ssl.create_default_context(cafile=config.tls_trust_certs_file_path)
             if config.tls_cert_file_path and config.tls_key_file_path:
                 verify.load_cert_chain(config.tls_cert_file_path, config.tls_key_file_path)
-        headers = {"Accept": "application/json, text/plain"}
-        if config.token:
-            headers["Authorization"] = f"Bearer {config.token}"
-        return {"timeout": self.http_timeout, "verify": verify, "headers": headers, "follow_redirects": True}
-
-    def _oauth2_client(self, config: PulsarConnectionConfig) -> ClientCredentials | None:
-        if config.oauth2 is None:
-            return None
-        if self._oauth2 is None or self._oauth2.settings != config.oauth2:
-            self._oauth2 = ClientCredentials(config.oauth2)
-        return self._oauth2
-
-    async def _http_client(self, config: PulsarConnectionConfig) -> httpx.AsyncClient:
-        """An ``httpx.AsyncClient`` carrying the connection's TLS settings and credentials."""
-        import httpx
-
-        client = httpx.AsyncClient(**self._http_options(config))
-        oauth2 = self._oauth2_client(config)
-        if oauth2 is not None:
+        token = config.token
+        if config.oauth2 is not None:
+            if self._oauth2 is None or self._oauth2.settings != config.oauth2:
+                self._oauth2 = ClientCredentials(config.oauth2)
             try:
-                verify = not config.tls_allow_insecure_connection
-                async with httpx.AsyncClient(timeout=self.http_timeout, verify=verify) as issuer:
-                    client.headers["Authorization"] = f"Bearer {await oauth2.token(issuer)}"
+                async with httpx.AsyncClient(timeout=self.http_timeout, verify=not insecure) as issuer:
+                    token = await self._oauth2.token(issuer)
             except OAuth2Error as exc:
-                await client.aclose()
                 raise BacklogReadError(str(exc)) from exc
-        return client
+        headers = {"Accept": "application/json, text/plain"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        return httpx.AsyncClient(
+            timeout=self.http_timeout, verify=verify, headers=headers, follow_redirects=True
+        )
 
     async def _backlog(
         self, config: PulsarConnectionConfig, topics: Sequence[str], subscription: str
