@@ -55,10 +55,6 @@ class TopicBacklog:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> TopicBacklog:
-        return cls(**data)
-
 
 async def send(client: httpx.AsyncClient, url: str, method: str = "GET") -> httpx.Response:
     """One request of a backlog read; one that fails raises :class:`BacklogReadError`."""

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowSensorTimeout, AirflowSkipException
 
-from airflow_provider_dlq.hooks.backlog import BacklogReadError, TopicBacklog, split_topics
+from airflow_provider_dlq.hooks.backlog import BacklogReadError, split_topics
 from airflow_provider_dlq.hooks.pulsar import PulsarHook
 from airflow_provider_dlq.triggers.backlog import (
     STATUS_ERROR,
@@ -21,7 +21,7 @@ from airflow_provider_dlq.triggers.backlog import (
 from pulsar_dlq_consumer.replay_options import DEFAULT_SUBSCRIPTION
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
     from airflow.sdk import Context
 
@@ -96,23 +96,21 @@ class DlqBacklogSensor(BaseSensorOperator):
             )
         return topics
 
-    def _trigger(self) -> DlqBacklogTrigger:
-        return DlqBacklogTrigger(
-            topics=self.topic_list,
-            subscription=self.subscription,
-            pulsar_conn_id=self.pulsar_conn_id,
-            min_backlog=self.min_backlog,
-            min_age_seconds=self.min_age_seconds,
-            poll_interval=self.poll_interval,
-            deadline=time.time() + self.timeout,
-        )
-
     def execute(self, context: Context) -> Any:
         if self.deferrable:
             # The trigger enforces the deadline itself (and reports the last reading); the defer timeout
             # is only a backstop in case the triggerer loses the trigger.
+            trigger = DlqBacklogTrigger(
+                topics=self.topic_list,
+                subscription=self.subscription,
+                pulsar_conn_id=self.pulsar_conn_id,
+                min_backlog=self.min_backlog,
+                min_age_seconds=self.min_age_seconds,
+                poll_interval=self.poll_interval,
+                deadline=time.time() + self.timeout,
+            )
             self.defer(
-                trigger=self._trigger(),
+                trigger=trigger,
                 method_name="execute_complete",
                 timeout=timedelta(seconds=self.timeout + 2 * self.poll_interval + 60),
             )
@@ -136,16 +134,16 @@ class DlqBacklogSensor(BaseSensorOperator):
             return PokeReturnValue(is_done=False)
         self._last_read_error = None
         ready = ready_topics(backlogs, self.min_backlog, self.min_age_seconds)
-        self._log_backlog(backlogs, ready)
-        return PokeReturnValue(is_done=bool(ready), xcom_value={t: b.to_dict() for t, b in backlogs.items()})
+        xcom = {t: b.to_dict() for t, b in backlogs.items()}
+        self._log_backlog(xcom, ready)
+        return PokeReturnValue(is_done=bool(ready), xcom_value=xcom)
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> Any:
         if not event:
             raise AirflowSensorTimeout(f"{self.task_id}: the backlog trigger ended without an event.")
         status = event.get("status")
         if status == STATUS_SUCCESS:
-            backlogs = {t: TopicBacklog.from_dict(b) for t, b in event["backlog"].items()}
-            self._log_backlog(backlogs, event.get("ready", []))
+            self._log_backlog(event["backlog"], event.get("ready", []))
             return event["backlog"]
         if status == STATUS_ERROR:
             # A configuration error: fail (never soft-fail), the message names the fix.
@@ -161,16 +159,16 @@ class DlqBacklogSensor(BaseSensorOperator):
             )
         raise ValueError(f"{self.task_id}: unexpected trigger event {event!r}")
 
-    def _log_backlog(self, backlogs: dict[str, TopicBacklog], ready: Sequence[str]) -> None:
+    def _log_backlog(self, backlogs: Mapping[str, Mapping[str, Any]], ready: Sequence[str]) -> None:
         for topic, item in sorted(backlogs.items()):
-            age = "" if item.oldest_age_seconds is None else f", oldest {item.oldest_age_seconds:.0f}s"
+            oldest = item["oldest_age_seconds"]
             self.log.info(
                 "%s %s: backlog %d %s%s (%s%s)",
                 "READY  " if topic in ready else "waiting",
                 topic,
-                item.backlog,
-                "messages" if item.exact else "entries",
-                age,
-                item.source,
-                "" if item.found else ", subscription not found yet",
+                item["backlog"],
+                "messages" if item["exact"] else "entries",
+                "" if oldest is None else f", oldest {oldest:.0f}s",
+                item["source"],
+                "" if item["found"] else ", subscription not found yet",
             )
