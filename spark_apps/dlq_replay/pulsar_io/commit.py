@@ -24,8 +24,8 @@ from spark_apps.dlq_replay.pulsar_io.cursor import (
 )
 from spark_apps.dlq_replay.pulsar_io.errors import PulsarConfigError, WindowError
 from spark_apps.dlq_replay.pulsar_io.final_ids import FinalEntries, FinalIds
-from spark_apps.dlq_replay.pulsar_io.window import DEFAULT_IDLE_TIMEOUT_MS, subscribe_shared
-from spark_apps.dlq_replay.pulsar_io.window_consumer import WindowPasses
+from spark_apps.dlq_replay.pulsar_io.read import DEFAULT_IDLE_TIMEOUT_MS, WindowPasses
+from spark_apps.dlq_replay.pulsar_io.window import subscribe_shared
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence

@@ -2,7 +2,7 @@
 
 :class:`FinalIds` keeps the ids sorted in three ``array('q')`` columns with a received flag each (25
 bytes an id, against about 90 in a set of strings) and is also the read's de-duplication
-(:class:`~.window_consumer.SeenIds`). A lookup first tries the id after the last one found.
+(:class:`~.read.SeenIds`). A lookup first tries the id after the last one found.
 """
 
 from __future__ import annotations

@@ -39,8 +39,3 @@ def in_window(ledger: int, entry: int, batch_index: int, end: MessageIdKey | Non
     if (ledger, entry) != (end_ledger, end_entry):
         return (ledger, entry) < (end_ledger, end_entry)
     return end_batch < 0 or batch_index <= end_batch
-
-
-def reached_end(ledger: int, entry: int, end: MessageIdKey | None) -> bool:
-    """True once a message of the window's last entry or a later one arrived (entries come in order)."""
-    return end is None or (ledger, entry) >= (end[0], end[1])

@@ -41,15 +41,6 @@ REPUBLISH_INPUT_COLUMNS = tuple(part.split()[0] for part in REPUBLISH_INPUT_SCHE
 REPUBLISH_RESULT_SCHEMA = "replay_id string, published boolean, published_message_id string, error string"
 
 
-def republish_input_arrow_schema() -> Any:
-    """:data:`REPUBLISH_INPUT_SCHEMA` as a pyarrow schema (the types of Spark's Arrow batches)."""
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    from spark_apps.dlq_replay.pulsar_io.source import ddl_struct
-
-    return to_arrow_schema(ddl_struct(REPUBLISH_INPUT_SCHEMA), timezone="UTC")
-
-
 #: A producer's batches never span two blocks of this many sequence ids (see the module docstring).
 BATCH_BLOCK = 2000
 #: Messages per batch at most; a block holds a whole number of full batches.
@@ -123,23 +114,6 @@ def _keep_thread_state() -> None:
 
 def _ignore_flush_result(result: Any) -> None:
     """A block's flush: each message's own receipt carries its outcome."""
-
-
-class _RateLimiter:
-    def __init__(self, rate_per_s: float | None) -> None:
-        if rate_per_s is not None and rate_per_s <= 0:
-            raise RepublishError(f"rate_limit_per_s must be > 0 or None; got {rate_per_s}")
-        self.rate = rate_per_s
-        self.started = time.monotonic()
-        self.count = 0
-
-    def wait(self) -> None:
-        """Sleep until this send is due (only called with a rate)."""
-        self.count += 1
-        due = self.started + self.count / self.rate  # type: ignore[operator]
-        delay = due - time.monotonic()
-        if delay > 0:
-            time.sleep(delay)
 
 
 def _epoch_ms(column: Any) -> list[int | None]:
@@ -229,8 +203,11 @@ class _Publisher:
     def __init__(self, conf: PulsarConf, rate_limit_per_s: float | None, send_timeout_ms: int) -> None:
         if send_timeout_ms <= 0:
             raise RepublishError(f"send_timeout_ms must be > 0; got {send_timeout_ms}")
+        if rate_limit_per_s is not None and rate_limit_per_s <= 0:
+            raise RepublishError(f"rate_limit_per_s must be > 0 or None; got {rate_limit_per_s}")
         self.client = get_client(conf)
-        self.limiter = _RateLimiter(rate_limit_per_s)
+        self.rate = rate_limit_per_s
+        self.started = time.monotonic()
         self.send_timeout_ms = int(send_timeout_ms)
         self.producers: dict[str, _ProducerState] = {}
         self.awaiting: dict[int, _Send] = {}  # slot -> sent row without its result yet
@@ -356,7 +333,7 @@ class _Publisher:
 
         new_builder = _pulsar.MessageBuilder
         raw: Any = state.producer._producer if state.producer is not None else None
-        wait = self.limiter.wait if self.limiter.rate is not None else None
+        rate = self.rate
         on_sent = self._on_first_sent
         for i in rows:
             if state.error is not None:  # set here or by a failed receipt on a client thread
@@ -385,9 +362,9 @@ class _Publisher:
             event_ms = events[i]
             if event_ms:
                 builder.event_timestamp(event_ms)
-            if wait is not None:
-                wait()
             slot = self.next_slot
+            if rate is not None:  # sleep until this send is due
+                time.sleep(max(0.0, self.started + (slot + 1) / rate - time.monotonic()))
             self.next_slot = slot + 1
             self.awaiting[slot] = (replay_ids[i], seq, state)
             raw.send_async(builder.build(), partial(on_sent, slot))

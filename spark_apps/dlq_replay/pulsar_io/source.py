@@ -25,15 +25,19 @@ from spark_apps.dlq_replay.pulsar_io.cursor import (
     split_for_readers,
 )
 from spark_apps.dlq_replay.pulsar_io.errors import PulsarConfigError, WindowError
-from spark_apps.dlq_replay.pulsar_io.window import (
+from spark_apps.dlq_replay.pulsar_io.read import (
     DEFAULT_IDLE_TIMEOUT_MS,
+    DEFAULT_READER_QUEUE_SIZE,
+    DEFAULT_RECEIVER_QUEUE_SIZE,
+    ShareReader,
+    WindowPasses,
+)
+from spark_apps.dlq_replay.pulsar_io.window import (
     PartitionWindow,
     freeze,
     parse_topics,
     windows_from_json,
 )
-from spark_apps.dlq_replay.pulsar_io.window_consumer import DEFAULT_RECEIVER_QUEUE_SIZE, WindowPasses
-from spark_apps.dlq_replay.pulsar_io.window_reader import DEFAULT_READER_QUEUE_SIZE, ShareReader
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping, Sequence

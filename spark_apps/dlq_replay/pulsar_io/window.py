@@ -32,11 +32,6 @@ WINDOW_FORMAT = 2
 _READABLE_FORMATS = (1, 2)
 READER_MODE = "reader"
 CONSUMER_MODE = "consumer"
-#: How long a read waits for a message before it stops (idle), and how often it resumes at most.
-DEFAULT_IDLE_TIMEOUT_MS = 5000
-MAX_PASSES = 20
-#: The wait for the rest of a batch already queued locally once its entry ends the read.
-DRAIN_MS = 200
 
 
 @dataclass(frozen=True)

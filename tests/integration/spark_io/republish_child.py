@@ -51,10 +51,12 @@ def main(spec: dict[str, Any]) -> None:
     import pyarrow as pa
 
     from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf
-    from spark_apps.dlq_replay.pulsar_io.republish import republish_batches, republish_input_arrow_schema
+    from spark_apps.dlq_replay.pulsar_io.republish import REPUBLISH_INPUT_SCHEMA, republish_batches
+    from spark_apps.dlq_replay.pulsar_io.source import ddl_struct
+    from spark_apps.dlq_replay.schemas import arrow_schema
 
     logging.basicConfig(level=logging.WARNING)
-    schema = republish_input_arrow_schema()
+    schema = arrow_schema(ddl_struct(REPUBLISH_INPUT_SCHEMA))
     table = pa.Table.from_pylist(task_rows(spec), schema=schema)
     batches = table.to_batches(max_chunksize=spec["batch_rows"])
     conf = PulsarConf(spec["service_url"])

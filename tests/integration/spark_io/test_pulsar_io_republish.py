@@ -20,13 +20,14 @@ from spark_apps.dlq_replay.pulsar_io.republish import (
     REPUBLISH_INPUT_SCHEMA,
     REPUBLISH_RESULT_SCHEMA,
     republish_batches,
-    republish_input_arrow_schema,
 )
+from spark_apps.dlq_replay.pulsar_io.source import ddl_struct
+from spark_apps.dlq_replay.schemas import arrow_schema
 
 pytestmark = pytest.mark.integration
 
 EVENT0 = dt.datetime(2024, 3, 1, 8, 30, tzinfo=dt.UTC)
-INPUT_SCHEMA = republish_input_arrow_schema()
+INPUT_SCHEMA = arrow_schema(ddl_struct(REPUBLISH_INPUT_SCHEMA))
 
 
 def rows_for(target: str, producer: str, count: int) -> list[tuple]:

@@ -7,8 +7,8 @@ import pytest
 from test_pulsar_io_window_consumer import FakeClient, FakeMessage
 
 from spark_apps.dlq_replay.pulsar_io.final_ids import FinalEntries, FinalIds
+from spark_apps.dlq_replay.pulsar_io.read import WindowPasses
 from spark_apps.dlq_replay.pulsar_io.window import PartitionWindow
-from spark_apps.dlq_replay.pulsar_io.window_consumer import WindowPasses
 
 
 def ids(*texts: str) -> FinalIds:

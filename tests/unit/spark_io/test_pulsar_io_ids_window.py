@@ -9,7 +9,7 @@ import pytest
 from pulsar_dlq_consumer.errors import ConfigurationError
 from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf
 from spark_apps.dlq_replay.pulsar_io.errors import PulsarConfigError, WindowError
-from spark_apps.dlq_replay.pulsar_io.ids import in_window, message_id_key, message_id_str, reached_end
+from spark_apps.dlq_replay.pulsar_io.ids import in_window, message_id_key, message_id_str
 from spark_apps.dlq_replay.pulsar_io.window import (
     PartitionWindow,
     expand_partitions,
@@ -77,14 +77,6 @@ def test_in_window_batch_index_end_cuts_inside_the_batch():
     end = message_id_key("5:20:-1:3")
     assert in_window(5, 20, 3, end)
     assert not in_window(5, 20, 4, end)
-
-
-def test_reached_end():
-    end = message_id_key("5:20:-1:-1")
-    assert not reached_end(5, 19, end)
-    assert reached_end(5, 20, end)
-    assert reached_end(6, 0, end)
-    assert reached_end(0, 0, None)
 
 
 def test_normalize_and_parse_topics():

@@ -10,7 +10,7 @@ import pytest
 from spark_apps.dlq_replay.pulsar_io.commit import make_commit_fn
 from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf
 from spark_apps.dlq_replay.pulsar_io.errors import PulsarConfigError, RepublishError, WindowError
-from spark_apps.dlq_replay.pulsar_io.republish import _epoch_ms, _properties, _RateLimiter
+from spark_apps.dlq_replay.pulsar_io.republish import _epoch_ms, _properties, republish_batches
 from spark_apps.dlq_replay.pulsar_io.source import PulsarDataSourceReader, PulsarInputPartition
 from spark_apps.dlq_replay.pulsar_io.window import PartitionWindow, windows_to_json
 
@@ -88,7 +88,7 @@ def test_properties_from_map_column():
 
 def test_rate_limiter_rejects_non_positive_rates():
     with pytest.raises(RepublishError, match="rate_limit_per_s must be > 0"):
-        _RateLimiter(0)
+        next(republish_batches(iter([]), conf=PulsarConf("pulsar://127.0.0.1:1"), rate_limit_per_s=0))
 
 
 def test_commit_fn_rejects_foreign_topics_and_bad_input():

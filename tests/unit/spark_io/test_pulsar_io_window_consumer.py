@@ -5,8 +5,8 @@ from __future__ import annotations
 import pulsar
 import pytest
 
+from spark_apps.dlq_replay.pulsar_io.read import WindowPasses
 from spark_apps.dlq_replay.pulsar_io.window import PartitionWindow
-from spark_apps.dlq_replay.pulsar_io.window_consumer import WindowPasses
 
 TOPIC = "persistent://t/n/dlq"
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pulsar
 
 from spark_apps.dlq_replay.pulsar_io.cursor import EntryRange
+from spark_apps.dlq_replay.pulsar_io.read import ShareReader
 from spark_apps.dlq_replay.pulsar_io.window import PartitionWindow
-from spark_apps.dlq_replay.pulsar_io.window_reader import ShareReader
 
 TOPIC = "persistent://t/n/orders-DLQ"
 

@@ -16,14 +16,16 @@ from spark_apps.dlq_replay.pulsar_io import republish
 from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf
 from spark_apps.dlq_replay.pulsar_io.republish import (
     REPUBLISH_INPUT_COLUMNS,
+    REPUBLISH_INPUT_SCHEMA,
     _by_producer,
     _epoch_ms,
     _id_texts,
     _properties,
-    republish_input_arrow_schema,
 )
+from spark_apps.dlq_replay.pulsar_io.source import ddl_struct
+from spark_apps.dlq_replay.schemas import arrow_schema
 
-SCHEMA = republish_input_arrow_schema()
+SCHEMA = arrow_schema(ddl_struct(REPUBLISH_INPUT_SCHEMA))
 EVENT0 = dt.datetime(2024, 3, 1, 8, 30, tzinfo=dt.UTC)
 
 
