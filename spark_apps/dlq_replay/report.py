@@ -1,11 +1,7 @@
-"""Report step: per-signature groups, run totals and timings as JSON and HTML, their explanations, and
-the printed summary (see ``docs/report.md``).
-
-The groups come from the parts the record tasks wrote (:mod:`~spark_apps.dlq_replay.report_parts`); the
-explanations (fix and sample errors, the rule evaluation of a representative message, masked payload
-snippets, refused origins, the trend over the ledger) from small Spark queries and pyarrow reads. Only
-aggregates reach the driver, never anything proportional to the number of messages. An explanation that
-cannot be computed is logged and left out: the counts never depend on it.
+"""Report step: per-signature groups, totals and timings as ``report.json`` and ``report.html``, their
+explanations and the printed summary (``docs/report.md``). The groups come from the record tasks' parts
+(:mod:`~spark_apps.dlq_replay.report_parts`), the explanations from small Spark queries and pyarrow reads:
+only aggregates reach the driver. An explanation that cannot be computed is logged and left out.
 """
 
 from __future__ import annotations
@@ -28,7 +24,7 @@ from spark_apps.dlq_replay.report_explain import (
     outcome_order,
     run_config,
 )
-from spark_apps.dlq_replay.report_parts import ERROR_CHARS, error_counts
+from spark_apps.dlq_replay.report_parts import ERROR_CHARS, error_counts, snapshot_messages
 from spark_apps.dlq_replay.schemas import DECIDED_SCHEMA, LEDGER_SCHEMA
 
 if TYPE_CHECKING:
@@ -90,9 +86,9 @@ class ReportContext:
 
     options: Any
     playbook: Playbook
-    decisions_path: str | None = None
-    snapshot_path: str | None = None
-    ledger_path: str | None = None
+    decisions_path: str
+    snapshot_path: str
+    ledger_path: str
     payload_snippets: bool = False  # masked payload snippets (opted in by CONF_PAYLOAD_SNIPPETS)
     recorded_at: datetime | None = None  # when the record step wrote this run's ledger rows
 
@@ -173,17 +169,17 @@ def build_report(
     timings: dict[str, float],
     paths: dict[str, str],
     resend: dict[str, int] | None = None,
+    canary: dict[str, Any] | None = None,
     context: ReportContext | None = None,
     spark: SparkSession | None = None,
-    canary: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The machine-readable report (stable schema, ``format`` 1); see ``docs/report.md``.
+    """The machine-readable report (stable schema, ``format`` 1; ``docs/report.md``).
 
     ``parts``: what the record tasks gathered (``None``: an empty window). ``resend``: what a resumed
     apply sent again (``resent``), of it what the broker dropped as duplicates (``resent_held``), and the
-    most that can reach the origins twice without deduplication (``resend_bound``). With ``context`` and
-    ``spark`` the report explains itself (:func:`add_details`). ``canary``: the canary's size and
-    per-group verdicts; the report adds the run's ``verdict``.
+    most that can reach the origins twice without deduplication (``resend_bound``). ``canary``: the
+    canary's size and per-group verdicts; the report adds the run's ``verdict``. With ``context`` and
+    ``spark`` the report explains itself (:func:`add_details`).
     """
     combos, samples = (parts.combos, parts.samples) if parts is not None else ([], {})
     groups, other = build_groups(combos, samples, mode)
@@ -255,7 +251,7 @@ def summary_text(report: dict[str, Any]) -> str:
 
 
 def _read(
-    spark: SparkSession, path: str | None, schema: StructType, other_than: str | None = None
+    spark: SparkSession, path: str, schema: StructType, other_than: str | None = None
 ) -> DataFrame | None:
     """The dataset at ``path``; ``None`` when absent (e.g. no ledger before the first run), unreadable,
     or, with ``other_than`` (a run id), holding no other run's partition (the first run's trend then
@@ -264,22 +260,27 @@ def _read(
     from spark_apps.dlq_replay.task_parquet import partition_folder, read_frame
 
     try:
-        names = list_names(path) if path else []
+        names = list_names(path)
         if other_than is not None:
             mine = partition_folder("run_id", other_than)
             names = [name for name in names if name.startswith("run_id=") and name != mine]
-        return read_frame(spark, path, schema) if path and names else None
+        return read_frame(spark, path, schema) if names else None
     except Exception as exc:
         log.info("report: %s not readable (%s); its explanations are left out", path, type(exc).__name__)
         return None
 
 
-def _guarded(what: str, compute: Callable[[], Any], default: Any) -> Any:
-    try:
-        return compute()
-    except Exception as exc:
-        log.warning("report: could not compute %s (%s: %s); left out", what, type(exc).__name__, exc)
-        return default
+def _guarded(what: str, default: Any, compute: Callable[..., Any], *args: Any) -> Callable[[], Any]:
+    """``compute(*args)`` as a query that logs its error and returns ``default`` instead."""
+
+    def query() -> Any:
+        try:
+            return compute(*args)
+        except Exception as exc:
+            log.warning("report: could not compute %s (%s: %s); left out", what, type(exc).__name__, exc)
+            return default
+
+    return query
 
 
 def spark_info(spark: SparkSession) -> dict[str, Any]:
@@ -329,28 +330,25 @@ def _errors(
 
 
 def _representatives(ctx: ReportContext, parts: ReportParts, signatures: list[str]) -> dict[str, list[Any]]:
-    """The shown groups' representatives (a group's first, preferring ones the playbook was applied to)
-    by signature, each with its snapshot row (properties, and the payload with snippets) or ``None``."""
-    from spark_apps.dlq_replay.report_parts import snapshot_messages
-
-    snippets, folder = ctx.payload_snippets, ctx.snapshot_path
-    per_group = PAYLOAD_SAMPLES if snippets else 1
+    """The shown groups' representatives (a group's first, preferring ones the playbook was applied to),
+    each paired with its snapshot row (properties, and the payload with snippets) or ``None``."""
+    per_group = PAYLOAD_SAMPLES if ctx.payload_snippets else 1
     reps: dict[str, list[Any]] = {sig: [] for sig in signatures}
     for rep in parts.reps:  # sorted by signature, then order
-        mine = reps.get(rep["signature"])
-        if mine is not None and len(mine) < per_group:
-            mine.append(rep)
+        if rep["signature"] in reps:
+            reps[rep["signature"]].append(rep)
+    reps = {sig: mine[:per_group] for sig, mine in reps.items()}
     keys = sorted({(r["dlq_topic"], r["dlq_message_id"]) for mine in reps.values() for r in mine})
-    found = (
-        _guarded("snapshot samples", lambda: snapshot_messages(folder, keys, snippets), {}) if folder else {}
-    )
+    found = _guarded(
+        "snapshot samples", {}, snapshot_messages, ctx.snapshot_path, keys, ctx.payload_snippets
+    )()
     return {
         sig: [(r, found.get((r["dlq_topic"], r["dlq_message_id"]))) for r in mine]
         for sig, mine in reps.items()
     }
 
 
-def _explanation(playbook: Playbook, rep: Any, properties: dict[str, str] | None) -> dict[str, Any]:
+def _explanation(playbook: Playbook, rep: Any, snap: Any) -> dict[str, Any]:
     """Each rule's verdict for a representative message (property values never shown)."""
     from spark_apps.dlq_replay.playbook import MatchInput
 
@@ -363,6 +361,7 @@ def _explanation(playbook: Playbook, rep: Any, properties: dict[str, str] | None
     if rep["outcome"] in oc.UNSCOPED or rep["context_format"] == "none":
         return {**explained, "rules": [], "note": rep["outcome_reason"] or "the playbook was not applied"}
     fields = ("signature", "error_class", "error_message", "origin_topic", "context_format")
+    properties = None if snap is None else dict(snap["properties"] or {})
     record = MatchInput(**{name: rep[name] for name in fields}, properties=properties or {})
     note = None
     if properties is None and any(rule.properties for rule in playbook.rules):
@@ -371,22 +370,16 @@ def _explanation(playbook: Playbook, rep: Any, properties: dict[str, str] | None
 
 
 def _fill_groups(
-    ctx: ReportContext,
-    shown: list[dict[str, Any]],
-    errors: tuple[dict[str, Any], dict[str, Any]],
-    reps: dict[str, list[Any]],
+    ctx: ReportContext, shown: list[dict[str, Any]], errors: tuple[dict[str, Any], dict[str, Any]], reps: Any
 ) -> None:
     """Add ``fix_errors``, ``sample_errors``, ``explanation`` and (with payload snippets)
     ``payload_samples`` to the ``shown`` groups."""
     archive_payload = bool(getattr(ctx.options, "archive_payload", True))
     for group in shown:
-        sig = group["signature"]
+        sig, mine = group["signature"], reps.get(group["signature"], [])
         group["fix_errors"], group["sample_errors"] = errors[0].get(sig, []), errors[1].get(sig, [])
-        mine = reps.get(sig, [])
         if mine:
-            first, snap = mine[0]
-            properties = dict(snap["properties"] or {}) if snap is not None else None
-            group["explanation"] = _explanation(ctx.playbook, first, properties)
+            group["explanation"] = _explanation(ctx.playbook, *mine[0])
         if ctx.payload_snippets:
             group["payload_samples"] = [
                 {
@@ -416,7 +409,7 @@ def refused_origins(decisions: DataFrame) -> list[dict[str, Any]]:
 
 
 def trend(
-    spark: SparkSession, ledger_path: str | None, report: dict[str, Any], recorded_at: datetime | None = None
+    spark: SparkSession, ledger_path: str, report: dict[str, Any], recorded_at: datetime | None = None
 ) -> dict[str, Any] | None:
     """Count per group over the ledger's last :data:`TREND_RUNS` runs. This run comes last, from the
     report itself (a dry-run is not in the ledger), at ``recorded_at`` (when its record step wrote its
@@ -463,7 +456,7 @@ def trend(
 
 
 def add_details(
-    report: dict[str, Any], spark: SparkSession, ctx: ReportContext, parts: ReportParts | None = None
+    report: dict[str, Any], spark: SparkSession, ctx: ReportContext, parts: ReportParts | None
 ) -> None:
     """Add ``config``, ``spark``, the first :data:`DETAIL_GROUPS` groups' explanations,
     ``refused_origins``, ``trend`` and ``next_steps`` to ``report``. The queries behind them run side by
@@ -475,17 +468,13 @@ def add_details(
     decisions = _read(spark, ctx.decisions_path, DECIDED_SCHEMA)
     shown = report["groups"][:DETAIL_GROUPS]
     signatures = [g["signature"] for g in shown]
-    queries: dict[str, Callable[[], Any]] = {
-        "trend": partial(
-            _guarded, "the trend", partial(trend, spark, ctx.ledger_path, report, ctx.recorded_at), None
-        )
-    }
-    if decisions is not None and ctx.decisions_path and signatures and parts is not None:
-        errors = partial(_errors, parts, ctx.decisions_path, decisions, signatures)
-        queries["errors"] = partial(_guarded, "sample errors", errors, ({}, {}))
+    queries = {"trend": _guarded("the trend", None, trend, spark, ctx.ledger_path, report, ctx.recorded_at)}
+    if decisions is not None and signatures and parts is not None:
+        errors = (parts, ctx.decisions_path, decisions, signatures)
+        queries["errors"] = _guarded("sample errors", ({}, {}), _errors, *errors)
         queries["reps"] = partial(_representatives, ctx, parts, signatures)
     if decisions is not None and report["totals"].get(oc.ORIGIN_REFUSED):
-        queries["refused"] = partial(_guarded, "refused origins", partial(refused_origins, decisions), [])
+        queries["refused"] = _guarded("refused origins", [], refused_origins, decisions)
     results = dict(zip(queries, run_concurrently(spark, *queries.values()), strict=True))
     if "reps" in results:
         _fill_groups(ctx, shown, results["errors"], results["reps"])
@@ -524,6 +513,7 @@ def run_report(run: Run, started_wall: datetime) -> dict[str, Any]:
         timings=dict(run.state.timings),
         paths=run.paths.public(),
         resend={key: int(apply.get(key, 0)) for key in ("resent", "resent_held", "resend_bound")},
+        canary={"size": options.canary.label, **(apply.get("canary") or {})} if options.canary else None,
         context=ReportContext(
             options,
             run.playbook,
@@ -534,7 +524,6 @@ def run_report(run: Run, started_wall: datetime) -> dict[str, Any]:
             recorded_at=datetime.fromisoformat(str(recorded_at)) if recorded_at else None,
         ),
         spark=run.spark,
-        canary={"size": options.canary.label, **(apply.get("canary") or {})} if options.canary else None,
     )
     report["timings"]["report"] = round(time.monotonic() - started, 3)  # the aggregation included
     run.storage.write_text(run.paths.report_json, json.dumps(report, indent=2, sort_keys=True))

@@ -58,27 +58,28 @@ def pattern_text(regex: re.Pattern[str]) -> str:
     return f"/{text}/"
 
 
-#: Why a record fails a rule's ``match:`` condition, by key (:meth:`~.playbook.Rule.failed_conditions`).
-_MISSES: dict[str, Callable[[Any, MatchInput], str]] = {
-    "signature": lambda rule, rec: f"signature {rec.signature} is not in [{_listed(list(rule.signatures))}]",
-    "context_format": lambda rule, rec: (
-        f"context format {rec.context_format!r} is not {_listed(list(rule.context_formats))}"
+#: A rule's ``match:`` conditions: the rule's attribute, how the configuration shows it, and why a record
+#: fails it (``value``: the record's; the error message itself is never quoted).
+_CONDITIONS: dict[str, tuple[str, Callable[[Any], Any], str]] = {
+    "signature": ("signatures", sorted, "signature {value} is not in [{listed}]"),
+    "error_class": ("error_class", pattern_text, "error class {value!r} does not match {shown}"),
+    "error_message": ("error_message", pattern_text, "error message does not match {shown}"),
+    "origin_topic": (
+        "origin_topic",
+        lambda m: list(m.patterns),
+        "origin topic {value!r} does not match {listed}",
     ),
-    "error_class": lambda rule, rec: (
-        f"error class {rec.error_class or '(none)'!r} does not match {pattern_text(rule.error_class)}"
-    ),
-    "error_message": lambda rule, _: f"error message does not match {pattern_text(rule.error_message)}",
-    "origin_topic": lambda rule, rec: (
-        f"origin topic {rec.origin_topic or '(none)'!r} does not match "
-        f"{_listed(list(rule.origin_topic.patterns))}"
-    ),
+    "context_format": ("context_formats", sorted, "context format {value!r} is not {listed}"),
 }
 
 
 def _miss(rule: Rule, record: MatchInput, failed: str | PropertyCondition) -> str:
     """Why ``record`` fails one condition of ``rule`` (a property's value is never shown)."""
     if isinstance(failed, str):
-        return _MISSES[failed](rule, record)
+        name, show, why = _CONDITIONS[failed]
+        shown = show(getattr(rule, name))
+        listed = _listed(shown) if isinstance(shown, list) else shown
+        return why.format(value=getattr(record, failed) or "(none)", shown=shown, listed=listed)
     if record.properties.get(failed.key) is None:
         return f"property {failed.key!r} is missing"
     wanted = f"/{failed.regex.pattern}/" if failed.regex is not None else repr(failed.exact)
@@ -153,27 +154,22 @@ def suggested_rule(group: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-#: A rule's ``match:`` conditions as the configuration shows them: key, the rule's attribute, its text.
-_SHOWN: tuple[tuple[str, str, Callable[[Any], Any]], ...] = (
-    ("signature", "signatures", sorted),
-    ("error_class", "error_class", pattern_text),
-    ("error_message", "error_message", pattern_text),
-    ("origin_topic", "origin_topic", lambda matcher: list(matcher.patterns)),
-    ("context_format", "context_formats", sorted),
-)
 #: Options the configuration shows as they are set.
 _SHOWN_AS_SET = ("mode", "service_url", "subscription", "max_replays", "archive_payload", "rate_limit")
 
 
-def _match_summary(rule: Rule) -> dict[str, Any]:
-    summary = {
-        key: show(getattr(rule, name)) for key, name, show in _SHOWN if getattr(rule, name) is not None
+def _rule_summary(rule: Rule) -> dict[str, Any]:
+    match = {
+        key: show(getattr(rule, name))
+        for key, (name, show, _) in _CONDITIONS.items()
+        if getattr(rule, name) is not None
     }
     if rule.properties:
-        summary["properties"] = {
+        match["properties"] = {
             c.key: (f"re:{c.regex.pattern}" if c.regex is not None else c.exact) for c in rule.properties
         }
-    return summary
+    fix = rule.fix_label or None
+    return {"name": rule.name, "line": rule.line, "action": rule.action, "match": match, "fix": fix}
 
 
 def run_config(options: Any, playbook: Playbook) -> dict[str, Any]:
@@ -197,16 +193,7 @@ def run_config(options: Any, playbook: Playbook) -> dict[str, Any]:
             "path": playbook.path,
             "sha256": playbook.digest,
             "fix_files": list(playbook.fix_files),
-            "rules": [
-                {
-                    "name": r.name,
-                    "line": r.line,
-                    "action": r.action,
-                    "match": _match_summary(r),
-                    "fix": r.fix_label or None,
-                }
-                for r in playbook.rules
-            ],
+            "rules": [_rule_summary(rule) for rule in playbook.rules],
         },
     }
 
@@ -219,13 +206,58 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
+#: Steps for a count of the totals (or of the commit, or a dry run's snapshot): severity, title, detail.
+_COUNTED = {
+    oc.PUBLISH_FAILED: (
+        "action",
+        "{n} could not be published and stay pending",
+        "They stay pending on the DLQ, and the next run sends them again once the origin topics accept "
+        "messages (the ledger's outcome_reason says why each failed). A message refused as MessageTooBig is "
+        "refused again: make its fix's output smaller, or archive its group.",
+    ),
+    "unacked_final": (
+        "info",
+        "{n} with a final outcome could not be acknowledged",
+        "They are recorded in the ledger; the next run acknowledges them without acting again.",
+    ),
+    oc.MALFORMED: (
+        "info",
+        "{n} are malformed and stay pending",
+        "No known DLQ property convention (or a fix found the record unreadable). Inspect them in the run's "
+        "snapshot; they show up in every run until someone handles them.",
+    ),
+    oc.LOOP_GUARDED: (
+        "info",
+        "{n} hit the loop guard and were archived",
+        "They had been replayed {max_replays} times already: the consumer keeps failing them, so the fix "
+        "does not address the cause.",
+    ),
+    oc.DRY_RUN: (
+        "info",
+        "Dry run: nothing was published, archived, recorded or acknowledged",
+        "Check the outcomes above, then run with mode replay to apply them (it needs the origin allowlist). "
+        "In Airflow: Variable dlq_nightly_mode for dlq_nightly_replay, dlq_event_driven_mode for "
+        "dlq_event_driven_replay, Param mode for dlq_backfill.",
+    ),
+}
+_URGENCY = {"action": 0, "info": 1, "ok": 2}
+
+
 def next_steps(report: Mapping[str, Any]) -> list[dict[str, Any]]:
     """What to do about this run, most urgent first (``severity``: action, info or ok)."""
     totals = report.get("totals") or {}
-    steps = list(_steps(report, totals))
+    snapshot = int(totals.get("snapshot", 0))
+    counts = {**(report.get("commit") or {}), **totals, oc.DRY_RUN: snapshot if report.get("dry_run") else 0}
+    max_replays = (report.get("config") or {}).get("max_replays")
+    steps = [
+        _step(severity, title.format(n=_plural(n, "message")), detail.format(max_replays=max_replays))
+        for key, (severity, title, detail) in _COUNTED.items()
+        if (n := int(counts.get(key, 0)))
+    ]
+    steps += [*_group_steps(report, totals), *_canary_steps(report), *_filtered_steps(report)]
     if steps:
-        return steps
-    if not int(totals.get("snapshot", 0)):
+        return sorted(steps, key=lambda step: _URGENCY[step["severity"]])
+    if not snapshot:
         return [_step("ok", "Nothing to do: the DLQ window was empty")]
     pending = int(totals.get("left_pending", 0))
     if pending:
@@ -234,25 +266,9 @@ def next_steps(report: Mapping[str, Any]) -> list[dict[str, Any]]:
     return [_step("ok", "Nothing to do: every message reached a final outcome")]
 
 
-def _steps(report: Mapping[str, Any], totals: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+def _group_steps(report: Mapping[str, Any], totals: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    """Failed fixes per group, refused origins, and the messages no rule matched (with a suggested rule)."""
     groups = list(report.get("groups") or [])
-    config = report.get("config") or {}
-    n = int(totals.get(oc.PUBLISH_FAILED, 0))
-    if n:
-        yield _step(
-            "action",
-            f"{_plural(n, 'message')} could not be published and stay pending",
-            "They stay pending on the DLQ, and the next run sends them again once the origin topics "
-            "accept messages (the ledger's outcome_reason says why each failed). A message refused as "
-            "MessageTooBig is refused again: make its fix's output smaller, or archive its group.",
-        )
-    n = int((report.get("commit") or {}).get("unacked_final", 0))
-    if n:
-        yield _step(
-            "info",
-            f"{_plural(n, 'final message')} could not be acknowledged",
-            "They are recorded in the ledger; the next run acknowledges them without acting again.",
-        )
     for group in [g for g in groups if g.get("outcomes", {}).get(oc.FIX_FAILED)][:5]:
         errors = group.get("fix_errors") or []
         first = errors[0]["error"] if errors else "see the ledger's fix_error"
@@ -270,7 +286,7 @@ def _steps(report: Mapping[str, Any], totals: Mapping[str, Any]) -> Iterator[dic
         where = ", ".join(
             f"{clipped(r['topic'] or '(none)', MAX_TOPIC_CHARS)} ({r['count']})" for r in refused[:5]
         )
-        allow = config.get("origin_allowlist")
+        allow = (report.get("config") or {}).get("origin_allowlist")
         allowed = ", ".join(allow) if allow else "not set, so nothing may be republished"
         yield _step(
             "action",
@@ -286,32 +302,6 @@ def _steps(report: Mapping[str, Any], totals: Mapping[str, Any]) -> Iterator[dic
             f"{_plural(total, 'message')} in {_plural(len(unmatched), 'group')} match no playbook rule",
             "They stay pending. A rule for the largest group, to adapt and add under rules: in the playbook:",
             suggested_rule(unmatched[0]),
-        )
-    n = int(totals.get(oc.MALFORMED, 0))
-    if n:
-        yield _step(
-            "info",
-            f"{_plural(n, 'message')} are malformed and stay pending",
-            "No known DLQ property convention (or a fix found the record unreadable). Inspect them "
-            "in the run's snapshot; they show up in every run until someone handles them.",
-        )
-    n = int(totals.get(oc.LOOP_GUARDED, 0))
-    if n:
-        yield _step(
-            "info",
-            f"{_plural(n, 'message')} hit the loop guard and were archived",
-            f"They had been replayed {config.get('max_replays')} times already: the consumer keeps "
-            "failing them, so the fix does not address the cause.",
-        )
-    yield from _canary_steps(report)
-    yield from _filtered_steps(report)
-    if report.get("dry_run") and int(totals.get("snapshot", 0)):
-        yield _step(
-            "info",
-            "Dry run: nothing was published, archived, recorded or acknowledged",
-            "Check the outcomes above, then run with mode replay to apply them (it needs the origin "
-            "allowlist). In Airflow: Variable dlq_nightly_mode for dlq_nightly_replay, "
-            "dlq_event_driven_mode for dlq_event_driven_replay, Param mode for dlq_backfill.",
         )
 
 

@@ -9,10 +9,13 @@ Chart labels are HTML text beside CSS bars, so long labels wrap instead of being
 from __future__ import annotations
 
 from html import escape
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spark_apps.dlq_replay import outcomes as oc
 from spark_apps.dlq_replay.report_explain import clipped, outcome_order
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 CHART_GROUPS = 30
 #: Chart labels stay a few lines high: the template, error class and origin topic are cut to these
@@ -35,6 +38,10 @@ COLORS: dict[str, str] = {
     oc.FILTERED: "#b0bec5",
     oc.PUBLISH_FAILED: "#b71c1c",
 }
+_GROUP_HEAD = (
+    "signature|template|error class|origin topic|format / reason|count|first / last seen|action|rules|"
+    "outcomes|sample message ids"
+)
 SEVERITY_COLORS = {"action": "#c62828", "info": "#1565c0", "ok": "#2e7d32"}
 _STYLE = """
 *{box-sizing:border-box}
@@ -92,6 +99,12 @@ def _outcome_text(group: dict[str, Any]) -> str:
 def _formats(group: dict[str, Any]) -> str:
     """The group's context formats: all of them for a group that mixes several."""
     return ", ".join(group.get("context_formats") or [group.get("context_format") or ""])
+
+
+def _table(head: str, rows: Iterable[str]) -> str:
+    """A table of ``rows`` (each a row's ``<td>`` cells) under the header cells ``head`` (``|``-separated)."""
+    cells = "".join(f"<th>{_e(name)}</th>" for name in head.split("|"))
+    return f"<table><tr>{cells}</tr>{''.join(f'<tr>{row}</tr>' for row in rows)}</table>"
 
 
 def bar_chart(groups: list[dict[str, Any]]) -> str:
@@ -160,22 +173,18 @@ def _canary(canary: dict[str, Any] | None, groups: list[dict[str, Any]]) -> str:
     verdict = str(canary.get("verdict") or "not judged")
     color = {"halted": "#c62828", "passed": "#2e7d32"}.get(verdict, "#59636e")
     classes = {str(g.get("signature")): g.get("error_class") or "-" for g in groups}
-    rows = "".join(
-        f"<tr><td><code>{_e(sig)}</code></td><td>{_e(classes.get(sig, '-'))}</td>"
+    rows = [
+        f"<td><code>{_e(sig)}</code></td><td>{_e(classes.get(sig, '-'))}</td>"
         f"<td class='num'>{_fmt(v.get('canary_sent'))}</td><td class='num'>{_fmt(v.get('failed_again'))}</td>"
-        f"<td>{_e(v.get('decision'))}</td></tr>"
+        f"<td>{_e(v.get('decision'))}</td>"
         for sig, v in sorted((canary.get("verdicts") or {}).items())
-    )
-    if rows:
-        rows = (
-            "<table><tr><th>group</th><th>error</th><th>canaries sent</th><th>failed again</th>"
-            f"<th>decision</th></tr>{rows}</table>"
-        )
+    ]
+    table = _table("group|error|canaries sent|failed again|decision", rows) if rows else ""
     held = int(canary.get("held_back") or 0)
     note = f" {held} messages of halted groups stay pending as canary_failed." if held else ""
     return (
         f"<h2 id='canary'>Canary verdict: <i class='badge' style='background:{color}'>{_e(verdict)}</i></h2>"
-        f"<p class='muted'>Canary {_e(canary.get('size'))} per group.{_e(note)}</p>{rows}"
+        f"<p class='muted'>Canary {_e(canary.get('size'))} per group.{_e(note)}</p>{table}"
     )
 
 
@@ -206,21 +215,16 @@ def _group_table(groups: list[dict[str, Any]], other: dict[str, Any]) -> str:
         if "explanation" in g:
             name = f'<a href="#g{index}">{name}</a>'
         rows.append(
-            f"<tr><td>{name}</td>"
-            f"<td>{_e(g['template'])}</td><td>{_e(g['error_class'])}</td>"
+            f"<td>{name}</td><td>{_e(g['template'])}</td><td>{_e(g['error_class'])}</td>"
             f"<td>{_e(g['origin_topic'])}</td><td>{_e(_formats(g))}<br>{_e(g.get('reason') or '')}</td>"
             f"<td class='num'>{_fmt(g['count'])}</td>"
             f"<td class='small'>{_e(g['first_seen'])}<br>{_e(g['last_seen'])}</td>"
             f"<td>{_e(g['action'])}</td><td>{_e(', '.join(g['rules']))}</td><td>{_e(_outcome_text(g))}</td>"
-            f"<td class='small'>{samples}</td></tr>"
+            f"<td class='small'>{samples}</td>"
         )
     smaller = f"{other.get('groups')} smaller groups ({other.get('count')} messages)"
     note = f'<p class="muted">{smaller} are not listed.</p>' if other.get("groups") else ""
-    return (
-        '<h2 id="groups">Groups</h2><table><tr><th>signature</th><th>template</th><th>error class</th>'
-        "<th>origin topic</th><th>format / reason</th><th>count</th><th>first / last seen</th><th>action</th>"
-        f"<th>rules</th><th>outcomes</th><th>sample message ids</th></tr>{''.join(rows)}</table>{note}"
-    )
+    return f'<h2 id="groups">Groups</h2>{_table(_GROUP_HEAD, rows)}{note}'
 
 
 def _rules_table(explanation: dict[str, Any]) -> str:
@@ -230,18 +234,17 @@ def _rules_table(explanation: dict[str, Any]) -> str:
         f"<p class='small'>Message <code>{_e(explanation.get('message_id'))}</code>: outcome "
         f"<b>{_e(explanation.get('outcome'))}</b>{f' ({_e(reason)})' if reason else ''}</p>"
     )
-    if rules:
-        html += "<table><tr><th>rule (in order)</th><th>action</th><th>verdict</th><th>why</th></tr>"
+    rows = []
     for r in rules:
         css = {"matched": "yes", "no match": "no"}.get(r["verdict"], "skip")
         why = "<br>".join(_e(x) for x in r.get("reasons") or []) or "all conditions hold"
-        html += (
-            f"<tr><td><code>{_e(r['rule'])}</code> <span class='muted small'>line {_e(r['line'])}</span></td>"
-            f"<td>{_e(r['action'])}</td><td class='{css}'>{_e(r['verdict'])}</td>"
-            f"<td class='small'>{why}</td></tr>"
+        rows.append(
+            f"<td><code>{_e(r['rule'])}</code> <span class='muted small'>line {_e(r['line'])}</span></td>"
+            f"<td>{_e(r['action'])}</td><td class='{css}'>{_e(r['verdict'])}</td><td class='small'>{why}</td>"
         )
+    html += _table("rule (in order)|action|verdict|why", rows) if rows else ""
     note = explanation.get("note") or ("" if rules else "The playbook has no rules: everything is skipped.")
-    return html + ("</table>" if rules else "") + (f"<p class='muted small'>{_e(note)}</p>" if note else "")
+    return html + (f"<p class='muted small'>{_e(note)}</p>" if note else "")
 
 
 def _group_detail(index: int, g: dict[str, Any]) -> str:
@@ -323,19 +326,14 @@ def _config(config: dict[str, Any] | None, spark: dict[str, Any] | None) -> str:
     if spark:
         entries.append(("Spark application", f"{spark.get('application_id')} on {spark.get('master')}"))
     body = "".join(f"<dt>{_e(k)}</dt><dd>{_e('-' if v in (None, '') else v)}</dd>" for k, v in entries)
-    rules = "".join(
-        f"<tr><td><code>{_e(r['name'])}</code></td><td class='num'>{_e(r['line'])}</td>"
-        f"<td>{_e(r['action'])}</td>"
+    rules = [
+        f"<td><code>{_e(r['name'])}</code></td><td class='num'>{_e(r['line'])}</td><td>{_e(r['action'])}</td>"
         f"<td class='small'>{_e(', '.join(f'{k}: {v}' for k, v in r['match'].items()) or 'everything')}</td>"
-        f"<td class='small'>{_e(r.get('fix') or '')}</td></tr>"
+        f"<td class='small'>{_e(r.get('fix') or '')}</td>"
         for r in playbook.get("rules") or []
-    )
-    if rules:
-        rules = (
-            "<h3>Playbook rules (first match wins)</h3><table><tr><th>rule</th><th>line</th><th>action</th>"
-            f"<th>match</th><th>fix</th></tr>{rules}</table>"
-        )
-    return f'<h2 id="config">Run configuration</h2><dl class="config">{body}</dl>{rules}'
+    ]
+    table = f"<h3>Playbook rules (first match wins)</h3>{_table('rule|line|action|match|fix', rules)}"
+    return f'<h2 id="config">Run configuration</h2><dl class="config">{body}</dl>' + (table if rules else "")
 
 
 def render_html(report: dict[str, Any]) -> str:

@@ -1,20 +1,17 @@
-"""The report's group aggregates and representative messages, gathered by the record tasks.
+"""The report's group aggregates and representative messages, gathered by the record tasks
+(:mod:`~spark_apps.dlq_replay.record`; a dry run writes only these) from the ledger rows and decisions they
+already hold, in ``runs/<run>/report_parts/<kind>/part-<bucket>.parquet``:
 
-Each record task (:mod:`~spark_apps.dlq_replay.record`; in a dry run it writes these parts only) already
-holds its bucket's ledger rows and decisions, so it keeps what the report needs of them instead of the
-report reading every message again, in ``runs/<run>/report_parts/<kind>/part-<bucket>.parquet``:
-
-- ``combos``: per (signature, outcome, action, rule, context format), the count, the smallest template,
-  error class, origin topic and reason, and the first and last publish time;
+- ``combos``: per :data:`COMBO_KEYS`, the count, the smallest template, error class, origin topic and
+  reason, and the first and last publish time;
 - ``samples``: each signature's first :data:`SAMPLE_IDS` messages by (publish time, DLQ topic, id);
-- ``reps``: each signature's first :data:`REP_ROWS` decisions, preferring ones the playbook was applied
-  to (their properties and payloads are read from the snapshot by :func:`snapshot_messages`);
+- ``reps``: each signature's first :data:`REP_ROWS` decisions, preferring ones the playbook was applied to;
 - ``errors``: each signature's first :data:`SAMPLE_ERRORS` distinct error messages by (first publish
-  time, message), counted by :func:`error_counts`. A message's first time is null (it comes first) when
-  any of its copies lacks one (no Pulsar message does): a minimum that skipped nulls would not merge.
+  time, message). A message's first time is null (it comes first) when any of its copies lacks one: a
+  minimum that skipped nulls would not merge.
 
-Every part is bounded by the number of groups, not of messages, and merges exactly: a sum, a minimum, a
-maximum, a union, or the first rows of a union (the first k of all are among the first k of each part).
+Each part is bounded by the number of groups and merges exactly (a sum, minimum, maximum, or the first
+rows of a union: the first k of all are among the first k of each part).
 """
 
 from __future__ import annotations
@@ -75,7 +72,6 @@ _COMBO_AGGREGATES = (
     ("first", "min"),
     ("last", "max"),
 )
-_COMBO_NAMES = [name for name, _ in _COMBO_AGGREGATES]
 _COMBO_COLUMNS = (*COMBO_KEYS, "error_template", "error_class", "origin_topic", "reason")
 
 
@@ -117,7 +113,7 @@ def _sort_indices(table: pa.Table, names: Sequence[str]) -> pa.Array:
 def _reduce_combos(table: pa.Table) -> pa.Table:
     grouped = table.group_by(list(COMBO_KEYS), use_threads=False).aggregate(list(_COMBO_AGGREGATES))
     produced = [f"{name}_{function}" for name, function in _COMBO_AGGREGATES]
-    return grouped.select([*produced, *COMBO_KEYS]).rename_columns([*_COMBO_NAMES, *COMBO_KEYS])
+    return grouped.select([*produced, *COMBO_KEYS]).rename_columns([*dict(_COMBO_AGGREGATES), *COMBO_KEYS])
 
 
 def merge(kind: str, tables: Sequence[pa.Table]) -> pa.Table:
@@ -160,6 +156,8 @@ class BucketParts:
             pc.is_null(outcome), pa.scalar(None, pa.bool_()), pc.is_in(outcome, pa.array(sorted(UNSCOPED)))
         )
         columns = [decided.column(name) for name in REP_COLUMNS]
+        cut = REP_COLUMNS.index("error_message")  # as the report shows them
+        columns[cut] = pc.utf8_slice_codeunits(columns[cut], 0, ERROR_CHARS)
         arrays = [*columns, unscoped.cast(pa.int32())]
         self._decided.append(pa.RecordBatch.from_arrays(arrays, [*REP_COLUMNS, "unscoped"]))
         self._pending += decided.num_rows
@@ -183,13 +181,11 @@ class BucketParts:
         self.parts["combos"].append(_reduce_combos(pa.table(rows)))
         self.parts["samples"].append(merge("samples", [ledger.select(["signature", *_FIRST["samples"][0]])]))
         self.parts["reps"].append(merge("reps", [decided]))
-        # ``signature, message, first`` of the decisions with an error message, cut as the report cuts it
         rows = decided.filter(pc.is_valid(decided.column("error_message")))
-        message = pc.utf8_slice_codeunits(rows.column("error_message"), 0, ERROR_CHARS)
-        messages = pa.table(
-            {"signature": rows["signature"], "message": message, "first": rows["publish_time"]}
+        messages = rows.select(["signature", "error_message", "publish_time"])
+        self.parts["errors"].append(
+            merge("errors", [messages.rename_columns(["signature", "message", "first"])])
         )
-        self.parts["errors"].append(merge("errors", [messages]))
         for kind, tables in self.parts.items():
             if len(tables) >= MERGE_EVERY:  # bounded by the groups, however many rows the bucket has
                 self.parts[kind] = [merge(kind, tables)]
@@ -251,16 +247,12 @@ def read_parts(folder: str) -> ReportParts:
         for row in merged["combos"]
     ]
     samples: dict[str, list[str]] = {}
-    for row in merged["samples"]:  # sorted by signature, then order
-        samples.setdefault(row["signature"], []).append(row["dlq_message_id"])
-    reps = []
-    for row in merged["reps"]:
-        message = row["error_message"]
-        reps.append({**row, "error_message": None if message is None else message[:ERROR_CHARS]})
     errors: dict[str, list[str]] = {}
-    for row in merged["errors"]:  # sorted by signature, then order
+    for row in merged["samples"]:  # sorted by signature, then order (as the errors)
+        samples.setdefault(row["signature"], []).append(row["dlq_message_id"])
+    for row in merged["errors"]:
         errors.setdefault(row["signature"], []).append(row["message"])
-    return ReportParts(combos, samples, reps, errors)
+    return ReportParts(combos, samples, merged["reps"], errors)
 
 
 def snapshot_messages(
