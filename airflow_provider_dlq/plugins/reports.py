@@ -7,6 +7,7 @@ DAG's XComs, with a Content-Security-Policy that forbids scripts. The app is bui
 
 from __future__ import annotations
 
+import functools
 import posixpath
 import re
 from html import escape
@@ -210,16 +211,12 @@ def create_app() -> FastAPI:
     return app
 
 
-class _LazyApp:
+async def _lazy_app(scope: Scope, receive: Receive, send: Send) -> None:
     """An ASGI app that builds :func:`create_app` on its first request."""
+    await _built_app()(scope, receive, send)
 
-    def __init__(self) -> None:
-        self._app: FastAPI | None = None
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self._app is None:
-            self._app = create_app()
-        await self._app(scope, receive, send)
+_built_app = functools.cache(create_app)
 
 
 class DlqReplayPlugin(AirflowPlugin):
@@ -227,5 +224,5 @@ class DlqReplayPlugin(AirflowPlugin):
     listener that creates the replay pool (:mod:`airflow_provider_dlq.plugins.replay_pool`)."""
 
     name = "dlq_replay"
-    fastapi_apps = [{"app": _LazyApp(), "url_prefix": PLUGIN_PREFIX, "name": "DLQ replay reports"}]
+    fastapi_apps = [{"app": _lazy_app, "url_prefix": PLUGIN_PREFIX, "name": "DLQ replay reports"}]
     listeners = [replay_pool]
