@@ -317,9 +317,8 @@ def fix_errors(decisions: DataFrame, signatures: list[str]) -> dict[str, list[di
 def _errors(
     parts: ReportParts, decisions_path: str, decisions: DataFrame, signatures: list[str]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``(fix errors, sample errors)`` of the shown groups: the sample messages the record tasks kept,
-    counted in one pass over the decisions' files; Spark queries the fix errors only where that pass met
-    one."""
+    """``(fix errors, sample errors)`` of the shown groups: the record tasks' sample messages counted in one
+    pass over the decisions' files; Spark queries the fix errors only where that pass met one."""
     wanted = {sig: parts.errors[sig] for sig in signatures if sig in parts.errors}
     counts, fixed = error_counts(decisions_path, wanted)
     errors = {
@@ -372,8 +371,7 @@ def _explanation(playbook: Playbook, rep: Any, snap: Any) -> dict[str, Any]:
 def _fill_groups(
     ctx: ReportContext, shown: list[dict[str, Any]], errors: tuple[dict[str, Any], dict[str, Any]], reps: Any
 ) -> None:
-    """Add ``fix_errors``, ``sample_errors``, ``explanation`` and (with payload snippets)
-    ``payload_samples`` to the ``shown`` groups."""
+    """Add ``fix_errors``, ``sample_errors``, ``explanation`` (and ``payload_samples``) to ``shown``."""
     archive_payload = bool(getattr(ctx.options, "archive_payload", True))
     for group in shown:
         sig, mine = group["signature"], reps.get(group["signature"], [])
@@ -458,9 +456,8 @@ def trend(
 def add_details(
     report: dict[str, Any], spark: SparkSession, ctx: ReportContext, parts: ReportParts | None
 ) -> None:
-    """Add ``config``, ``spark``, the first :data:`DETAIL_GROUPS` groups' explanations,
-    ``refused_origins``, ``trend`` and ``next_steps`` to ``report``. The queries behind them run side by
-    side (:mod:`~spark_apps.dlq_replay.concurrent_queries`)."""
+    """Add ``config``, ``spark``, the first :data:`DETAIL_GROUPS` groups' explanations, ``refused_origins``,
+    ``trend`` and ``next_steps`` to ``report``; the queries behind them run side by side."""
     from spark_apps.dlq_replay.concurrent_queries import run_concurrently
 
     report["config"] = run_config(ctx.options, ctx.playbook)
@@ -485,8 +482,7 @@ def add_details(
 
 
 def run_report(run: Run, started_wall: datetime) -> dict[str, Any]:
-    """Write the run's report (``report.json``, ``report.html``) from the record tasks' parts and the
-    steps' counts."""
+    """Write ``report.json`` and ``report.html`` from the record tasks' parts and the steps' counts."""
     from spark_apps.dlq_replay.report_html import render_html
     from spark_apps.dlq_replay.report_parts import read_parts
     from spark_apps.dlq_replay.session import conf_value

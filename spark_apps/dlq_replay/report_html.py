@@ -346,12 +346,6 @@ def render_html(report: dict[str, Any]) -> str:
     if details:
         details = f'<h2 id="details">Why, per group</h2>{details}'
     title = f"DLQ replay {report['run_id']}"
-    dry = (
-        '<p class="muted"><b>Dry-run:</b> the outcomes are what a replay would do; nothing was published, '
-        "archived, recorded or acknowledged.</p>"
-        if report.get("dry_run")
-        else ""
-    )
     status = str(report["status"])
     status_color = {"succeeded": "#2e7d32", "partial": "#ef6c00"}.get(status, "#c62828")
     if (report.get("canary") or {}).get("verdict") == "halted":  # the run ended, but a group was halted
@@ -366,7 +360,7 @@ def render_html(report: dict[str, Any]) -> str:
         f"<h1>{_e(title)}</h1>"
         f"<p class='meta'><span>mode <b>{_e(report['mode'])}</b></span>"
         f"<span><i class='badge' style='background:{status_color}'>{_e(status)}</i></span>"
-        f"<span class='muted'>{_e(report['started_at'])} &rarr; {_e(report['finished_at'])}</span></p>{dry}"
+        f"<span class='muted'>{_e(report['started_at'])} &rarr; {_e(report['finished_at'])}</span></p>"
         f"{_next_steps(report.get('next_steps') or [])}"
         f"{_canary(report.get('canary'), groups)}"
         f"{_totals(report['totals'], report.get('resend'))}"

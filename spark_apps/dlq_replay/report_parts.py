@@ -76,9 +76,8 @@ _COMBO_COLUMNS = (*COMBO_KEYS, "error_template", "error_class", "origin_topic", 
 
 
 def first_k(table: pa.Table, keys: Sequence[str], order: Sequence[str], k: int) -> pa.Table:
-    """The rows of ``table`` among the first ``k`` of their ``keys`` by ``order`` (ascending, nulls
-    first, as Spark orders), sorted by keys then order. The rows are ranked by an integer group id, so
-    the strings of the keys are compared only for the rows kept."""
+    """The rows of ``table`` among the first ``k`` of their ``keys`` by ``order`` (ascending, nulls first as
+    in Spark), sorted by keys then order; ranked by an integer group id, so only kept rows compare keys."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -191,8 +190,7 @@ class BucketParts:
                 self.parts[kind] = [merge(kind, tables)]
 
     def write(self) -> None:
-        """Write each part of the bucket, merged, to ``folder/<kind>/part-<bucket>.parquet`` (each renamed
-        into place), once its last rows were added."""
+        """Write each part, merged, to ``folder/<kind>/part-<bucket>.parquet`` after the last rows."""
         from spark_apps.dlq_replay.storage import join, write_table
         from spark_apps.dlq_replay.task_parquet import part_file
 
@@ -203,18 +201,15 @@ class BucketParts:
 
 
 def clear_parts(folder: str) -> None:
-    """Empty ``folder`` of an earlier attempt's parts (every bucket writes its parts again)."""
-    from spark_apps.dlq_replay.storage import delete, join, make_dirs
+    """Delete an earlier attempt's parts (every bucket writes its parts again; writing makes the folders)."""
+    from spark_apps.dlq_replay.storage import delete
 
     delete(folder)
-    for kind in KINDS:
-        make_dirs(join(folder, kind))
 
 
 @dataclass(frozen=True)
 class ReportParts:
-    """The buckets' parts merged: the run's groups (``combos``), each signature's sample message ids,
-    representatives and sample errors."""
+    """The buckets' parts merged, as :func:`read_parts` returns them."""
 
     combos: list[dict[str, Any]]
     samples: dict[str, list[str]]
@@ -258,9 +253,8 @@ def read_parts(folder: str) -> ReportParts:
 def snapshot_messages(
     snapshot_dir: str, keys: Sequence[tuple[str, str]], with_payload: bool
 ) -> dict[tuple[str, str], Any]:
-    """``topic``, ``message_id_str`` and ``properties`` (and ``value`` with ``with_payload``) of the
-    snapshot messages ``keys`` (topic, message id), read a row group at a time: the ids of each, then the
-    wanted rows' columns. Stops once every key is found (representatives are near the files' start)."""
+    """``topic``, ``message_id_str``, ``properties`` (and ``value``) of the snapshot messages ``keys``: per
+    row group its ids, then the wanted rows; stops once all are found (representatives come early)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -289,9 +283,8 @@ def snapshot_messages(
 
 
 def error_counts(decisions_dir: str, wanted: dict[str, list[str]]) -> tuple[dict[tuple[str, str], int], int]:
-    """``(counts, fix errors)``: how many decisions of each signature in ``wanted`` have each of its
-    messages (their first :data:`ERROR_CHARS` characters), and how many of those signatures' decisions
-    have a fix error; one pass over the decide tasks' files of ``decisions_dir``, a batch at a time."""
+    """``(counts, fix errors)``: per signature in ``wanted``, its decisions with each of its (cut) messages,
+    and how many of those signatures' decisions have a fix error; one pass over the decisions' files."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
