@@ -30,11 +30,6 @@ def utc_now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
-def fingerprint(options: dict[str, Any]) -> str:
-    """Stable hash of the options that shape a run's results."""
-    return hashlib.sha256(json.dumps(options, sort_keys=True, default=str).encode("utf-8")).hexdigest()
-
-
 @dataclass
 class RunState:
     """The progress of one run id."""
@@ -86,8 +81,9 @@ class RunState:
 
 
 def resume_or_start(existing: RunState | None, run_id: str, mode: str, options: dict[str, Any]) -> RunState:
-    """Return the state to continue with; refuse a run id reused with different options."""
-    digest = fingerprint(options)
+    """Return the state to continue with; refuse a run id reused with different options (``options``: the
+    ones that shape its results, kept as a stable hash)."""
+    digest = hashlib.sha256(json.dumps(options, sort_keys=True, default=str).encode("utf-8")).hexdigest()
     if existing is None:
         return RunState(run_id=run_id, mode=mode, fingerprint=digest, options=options)
     if existing.run_id != run_id:
