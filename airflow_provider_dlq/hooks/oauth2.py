@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_dlq.errors import DlqProviderError
 
@@ -46,30 +46,15 @@ def load_credentials(settings: OAuth2Settings) -> tuple[str, str]:
     return str(data["client_id"]), str(data["client_secret"])
 
 
-def _token_from(response: httpx.Response, url: str) -> tuple[str, float]:
+def _answer(response: httpx.Response, what: str, key: str, fix: str) -> tuple[str, dict[str, Any]]:
+    """``key`` of the JSON answer to ``what`` (a request naming its URL), and the whole answer."""
     if response.status_code != 200:
-        raise OAuth2Error(
-            f"OAuth2 token request to {url} returned HTTP {response.status_code}; check the client ID, "
-            "secret, audience and scope"
-        )
+        raise OAuth2Error(f"{what} returned HTTP {response.status_code}; {fix}")
     try:
         body = response.json()
-        token = str(body["access_token"])
+        return str(body[key]), body
     except (ValueError, KeyError, TypeError) as exc:
-        raise OAuth2Error(f"OAuth2 token endpoint {url} answered without an access_token") from exc
-    expires_in = float(body.get("expires_in") or 3600)
-    return token, time.monotonic() + max(0.0, expires_in - EXPIRY_MARGIN)
-
-
-def _endpoint_from(response: httpx.Response, url: str) -> str:
-    if response.status_code != 200:
-        raise OAuth2Error(
-            f"OAuth2 discovery {url} returned HTTP {response.status_code}; check oauth2_issuer_url"
-        )
-    try:
-        return str(response.json()["token_endpoint"])
-    except (ValueError, KeyError, TypeError) as exc:
-        raise OAuth2Error(f"OAuth2 discovery {url} names no token_endpoint; check oauth2_issuer_url") from exc
+        raise OAuth2Error(f"{what} answered with no {key}; {fix}") from exc
 
 
 @dataclass
@@ -100,10 +85,15 @@ class ClientCredentials:
         if self._token and time.monotonic() < self._expires:
             return self._token
         try:
+            discovery = f"OAuth2 discovery {self.discovery_url}"
             response = await client.get(self.discovery_url)
-            endpoint = _endpoint_from(response, self.discovery_url)
-            self._token, self._expires = _token_from(await client.post(endpoint, data=self._form()), endpoint)
+            endpoint, _ = _answer(response, discovery, "token_endpoint", "check oauth2_issuer_url")
+            response = await client.post(endpoint, data=self._form())
+            fix = "check the client ID, secret, audience and scope"
+            self._token, body = _answer(response, f"OAuth2 token request to {endpoint}", "access_token", fix)
         except httpx.HTTPError as exc:
             issuer = self.settings.issuer_url
             raise OAuth2Error(f"OAuth2 issuer {issuer} unreachable: {type(exc).__name__}: {exc}") from exc
+        expires_in = float(body.get("expires_in") or 3600)
+        self._expires = time.monotonic() + max(0.0, expires_in - EXPIRY_MARGIN)
         return self._token
