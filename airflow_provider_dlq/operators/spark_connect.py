@@ -204,10 +204,8 @@ class ConnectClient:
             bufsize=1,
             start_new_session=True,  # its own process group: on_kill stops exactly this tree
         )
-        output = self.process.stdout
-        if output is None:  # pragma: no cover - stdout=PIPE always gives one
-            raise SparkConnectClientError("The Spark Connect client started without an output pipe.")
-        with output:
+        assert self.process.stdout is not None  # stdout=PIPE
+        with self.process.stdout as output:
             for raw in output:
                 line = self.remote.redact(raw.rstrip("\n"))
                 if line.strip().startswith(SUMMARY_PREFIX):
