@@ -25,9 +25,7 @@ from spark_apps.dlq_replay.schemas import CONTEXT_COLUMNS, DECIDED_SCHEMA, SCOPE
 from spark_apps.dlq_replay.scope import (
     MARK,
     MARK_REASON,
-    SCOPE_ALREADY_FINAL,
-    SCOPE_DUPLICATE,
-    SCOPE_FILTERED,
+    SCOPE_IN,
     SCOPE_REASON_COLUMN,
     Filters,
     add_scope_columns,
@@ -74,9 +72,7 @@ class _Row:
     target_topic: str | None = None
     fix: str | None = None
     fix_error: str | None = None
-    archive_payload: bool | None = None
-    send_original: bool = False  # republish the original payload (no fix): taken from Arrow, not Python
-    own_properties: bool = False  # republish the row's own properties (lineage set in Arrow)
+    archive_payload: bool | None = None  # kept only where the row ends archived
     pending: Any = None  # the republish rule whose fix is still to run on the row
     quotes_row: bool = False  # the reason quotes the row's own values (its mark's, its REPLAY_COUNT)
 
@@ -86,7 +82,7 @@ _FIELDS: dict[str, pa.DataType] = {
     **dict.fromkeys(
         ("rule", "action", "outcome", "outcome_reason", "target_topic", "fix", "fix_error"), pa.string()
     ),
-    **dict.fromkeys(("archive_payload", "send_original", "own_properties"), pa.bool_()),
+    "archive_payload": pa.bool_(),
 }
 
 
@@ -138,16 +134,11 @@ def _quote(value: object) -> str:
 
 
 def _parked(cols: _Columns, i: int) -> tuple[str, str | None, bool] | None:
-    """``(outcome, reason, quotes the row)`` of a row that is not matched against the playbook, else
-    ``None``: out of scope (already final, duplicate, filtered: the reason is the row's mark's), or parked
-    with a precise reason (malformed context, conflicting origins)."""
+    """``(outcome, reason, quotes the row)`` of a row not matched against the playbook, else ``None``:
+    out of scope (its scope is the outcome, its mark's reason the reason), or parked with a reason."""
     scope = cols[SCOPE_COLUMN][i]
-    if scope == SCOPE_ALREADY_FINAL:
-        return oc.ALREADY_FINAL, cols[SCOPE_REASON_COLUMN][i] or "final in the ledger of an earlier run", True
-    if scope == SCOPE_DUPLICATE:
-        return oc.DUPLICATE, cols[SCOPE_REASON_COLUMN][i], True
-    if scope == SCOPE_FILTERED:
-        return oc.FILTERED, cols[SCOPE_REASON_COLUMN][i], True
+    if scope != SCOPE_IN:
+        return scope, cols[SCOPE_REASON_COLUMN][i], True
     if cols[UNDECODABLE][i]:
         return oc.MALFORMED, _UNDECODABLE_REASON, False
     if cols["context_format"][i] == "none":
@@ -175,12 +166,10 @@ def decide_batch(
     """Decide every row of one Arrow batch of scoped rows (pure function; see :data:`DECIDED_SCHEMA`).
 
     Without a ``sequencer`` the producer columns stay null. ``columns``: this batch's
-    :func:`~spark_apps.dlq_replay.normalize.normalize_columns` (and
-    :func:`~spark_apps.dlq_replay.scope.add_scope_columns`), reused instead of read from ``batch``; the
-    scope then need not be in ``batch``.
-
-    Rows that agree on everything a decision reads are decided once per batch, on their first row
-    (:func:`_decision_groups`); only the fixes and the reasons that quote a row's own values are per row.
+    :func:`~spark_apps.dlq_replay.normalize.normalize_columns` and
+    :func:`~spark_apps.dlq_replay.scope.add_scope_columns`, read before ``batch`` (which may then be the
+    snapshot batch). Rows equal in everything a decision reads are decided once, on their first row
+    (:func:`_decision_groups`); only the fixes and the reasons quoting a row's own values are per row.
     """
     arrays = dict(columns or {})
     if UNDECODABLE not in arrays:
@@ -191,7 +180,7 @@ def decide_batch(
     cols = _Columns(batch, arrays)
     codes, firsts = _decision_groups(cols, playbook)
     decided = _Decisions(cols, [_decide_row(cols, playbook, settings, i) for i in firsts], codes)
-    decided.run_fixes(playbook, settings)
+    decided.run_fixes()
     return _to_batch(decided, sequencer, settings)
 
 
@@ -202,32 +191,33 @@ def _decide_row(cols: _Columns, playbook: Playbook, settings: DecideSettings, i:
     if parked is not None:
         row.outcome, row.outcome_reason, row.quotes_row = parked
         return row
-    rule = _approved_rule(cols, i, _first_match(cols, i, playbook), settings)
+    rule = _rule(cols, i, playbook, settings)
     if rule is None:
         row.action, row.outcome, row.outcome_reason = oc.SKIP, oc.SKIPPED, "no playbook rule matched"
         return row
     row.rule, row.action = rule.name, rule.action
+    # Archive the payload? Not when the topic is payload-off, else as the rule says, else the run default.
+    if playbook.payload_off(cols["dlq_topic"][i], cols["origin_topic"][i]):
+        row.archive_payload = False
+    else:
+        row.archive_payload = (
+            settings.archive_payload if rule.archive_payload is None else rule.archive_payload
+        )
     if rule.action == oc.REPUBLISH:
         _decide_republish(row, rule, cols["replay_count"][i], cols["origin_topic"][i], settings)
-        if row.outcome == oc.LOOP_GUARDED:
-            row.archive_payload = _archive_payload(None, cols, i, playbook, settings)
-        elif row.outcome is None and rule.fix is None:
-            row.outcome, row.outcome_reason = oc.TO_REPUBLISH, f"rule {rule.name!r} says republish"
-            row.send_original = row.own_properties = True
-        elif row.outcome is None:
-            row.pending = rule
-        return row
-    row.outcome = _RULE_OUTCOMES[rule.action]
-    row.outcome_reason = rule.reason or f"rule {rule.name!r} says {rule.action}"
-    if rule.action == oc.ARCHIVE:
-        row.archive_payload = _archive_payload(rule.archive_payload, cols, i, playbook, settings)
+    else:
+        row.outcome = _RULE_OUTCOMES[rule.action]
+        row.outcome_reason = rule.reason or f"rule {rule.name!r} says {rule.action}"
     return row
 
 
-def _first_match(cols: _Columns, i: int, playbook: Playbook) -> Any:
+def _rule(cols: _Columns, i: int, playbook: Playbook, settings: DecideSettings) -> Any:
+    """The first playbook rule row ``i`` matches, or the rule of its group's approved action when
+    ``--group-actions`` names one."""
+    from spark_apps.dlq_replay.group_actions import override_rule
     from spark_apps.dlq_replay.playbook import MatchInput
 
-    return playbook.first_match(
+    matched = playbook.first_match(
         MatchInput(
             signature=cols["signature"][i],
             error_class=cols["error_class"][i],
@@ -237,26 +227,39 @@ def _first_match(cols: _Columns, i: int, playbook: Playbook) -> Any:
             properties=cols.properties(i),
         )
     )
+    approved = (settings.group_actions or {}).get(cols["signature"][i])
+    return matched if approved is None else override_rule(approved, matched)
 
 
-def _approved_rule(cols: _Columns, i: int, rule: Any, settings: DecideSettings) -> Any:
-    """``rule``, or the rule of the group's approved action when ``--group-actions`` names it."""
-    actions = settings.group_actions
-    action = actions.get(cols["signature"][i]) if actions else None
-    if action is None:
-        return rule
-    from spark_apps.dlq_replay.group_actions import override_rule
+def _decide_republish(row: _Row, rule: Any, count: int, origin: str | None, settings: DecideSettings) -> None:
+    """A republish rule's decision: loop guard, archive-only mode and the origin checks, then republish
+    (a fix left pending)."""
+    from spark_apps.dlq_replay.topics import republish_target
 
-    return override_rule(action, rule)
-
-
-def _archive_payload(
-    rule_says: bool | None, cols: _Columns, i: int, playbook: Playbook, settings: DecideSettings
-) -> bool:
-    """Archive the payload? Not when the topic is payload-off, else the rule, else the run default."""
-    if playbook.payload_off(cols["dlq_topic"][i], cols["origin_topic"][i]):
-        return False
-    return settings.archive_payload if rule_says is None else rule_says
+    row.fix = rule.fix_label or None
+    if count >= settings.max_replays:
+        row.outcome = oc.LOOP_GUARDED
+        row.outcome_reason = f"loop guard: REPLAY_COUNT {count} >= --max-replays {settings.max_replays}"
+        return
+    if settings.mode == oc.ARCHIVE_ONLY:
+        row.outcome, row.outcome_reason = oc.SKIPPED, "republish is disabled in archive-only mode"
+        return
+    row.target_topic = target = republish_target(origin)
+    if not origin:
+        refused = "the error context names no origin topic"
+    elif target is None:
+        refused = f"origin topic {_quote(origin)} is not a valid topic name"
+    elif settings.allowlist is None:
+        refused = "no --origin-allowlist given: nothing may be republished"
+    elif not settings.allowlist.matches(target):
+        refused = f"origin topic {_quote(target)} is not in --origin-allowlist"
+    elif rule.fix is not None:
+        row.pending = rule
+        return
+    else:
+        row.outcome, row.outcome_reason = oc.TO_REPUBLISH, f"rule {rule.name!r} says republish"
+        return
+    row.outcome, row.outcome_reason = oc.ORIGIN_REFUSED, refused
 
 
 #: What a decision reads of a row, besides the rule's inputs (see :func:`_decision_groups`).
@@ -325,7 +328,7 @@ class _Decisions:
         column = self.columns[name]
         self.columns[name] = pc.replace_with_mask(column, mask, pa.array(values, column.type))
 
-    def run_fixes(self, playbook: Playbook, settings: DecideSettings) -> None:
+    def run_fixes(self) -> None:
         """Run each pending fix on its rows (one call per fix reference, rows in batch order) and put
         the outcomes in."""
         import pyarrow.compute as pc
@@ -341,32 +344,16 @@ class _Decisions:
         for fix_ref, groups in by_fix.items():
             mask = pc.is_in(self.codes, value_set=pa.array(groups, pa.int64()))
             indices = pc.indices_nonzero(mask)
-            row_groups = self.codes.take(indices).to_pylist()
-            rules = [self.rows[g].pending for g in row_groups]
+            rules = [self.rows[g].pending for g in self.codes.take(indices).to_pylist()]
             indices = indices.to_pylist()
             payloads = cols["value"]
             # The records' other fields are looked up only by a fix that reads them.
             records = [FixRecord.lazy(cols, i, payloads[i] or b"") for i in indices]
             results = run_fix(load_fix(fix_ref), records, timeout_s=rules[0].fix_timeout_seconds)
             updates = [_fix_outcome(rule, result) for rule, result in zip(rules, results, strict=True)]
-            outcome, reason, fix_error, own = (list(x) for x in zip(*updates, strict=True))
-            self._put("outcome", mask, outcome)
-            self._put("outcome_reason", mask, reason)
-            self._put("fix_error", mask, fix_error)
-            self._put("own_properties", mask, own)
-            archived = [
-                (i, g) for i, g, o in zip(indices, row_groups, outcome, strict=True) if o == oc.ARCHIVED
-            ]
-            if archived:  # each group's payload rule, as for an archive rule without archive_payload
-                groups_archived = {g for _, g in archived}
-                keeps = {
-                    g: _archive_payload(None, cols, self.rows[g].index, playbook, settings)
-                    for g in groups_archived
-                }
-                in_archive = pc.is_in(
-                    row_numbers(n), value_set=pa.array([i for i, _ in archived], pa.int64())
-                )
-                self._put("archive_payload", in_archive, [keeps[g] for _, g in archived])
+            columns = zip(*updates, strict=True)
+            for name, values in zip(("outcome", "outcome_reason", "fix_error"), columns, strict=True):
+                self._put(name, mask, list(values))
             fixed = [result.payload if result.ok else None for result in results]
             self.out_values = pc.replace_with_mask(self.out_values, mask, pa.array(fixed, pa.binary()))
             for i, result in zip(indices, results, strict=True):
@@ -376,16 +363,15 @@ class _Decisions:
             self.fix_properties = pa.array(given, cols.batch.column("properties").type)
 
 
-def _fix_outcome(rule: Any, result: FixOutcome) -> tuple[str, str, str | None, bool]:
-    """``(outcome, reason, fix error, own properties?)`` of a row whose fix gave ``result``."""
+def _fix_outcome(rule: Any, result: FixOutcome) -> tuple[str, str, str | None]:
+    """``(outcome, reason, fix error)`` of a row whose fix gave ``result``."""
     if result.ok:
-        return oc.TO_REPUBLISH, f"rule {rule.name!r} says republish", None, result.properties is None
+        return oc.TO_REPUBLISH, f"rule {rule.name!r} says republish", None
     if result.malformed:
-        return oc.MALFORMED, f"fix {rule.fix} found the record malformed", result.error, False
+        return oc.MALFORMED, f"fix {rule.fix} found the record malformed", result.error
     if rule.on_fix_error == oc.ON_FIX_ERROR_ARCHIVE and not result.aborted:  # a broken fix: kept pending
-        reason = f"fix {rule.fix} failed; rule says on_fix_error: archive"
-        return oc.ARCHIVED, reason, result.error, False
-    return oc.FIX_FAILED, f"fix {rule.fix} failed", result.error, False
+        return oc.ARCHIVED, f"fix {rule.fix} failed; rule says on_fix_error: archive", result.error
+    return oc.FIX_FAILED, f"fix {rule.fix} failed", result.error
 
 
 def _to_batch(
@@ -394,74 +380,43 @@ def _to_batch(
     import pyarrow.compute as pc
 
     cols, columns = decided.cols, decided.columns
-    batch = cols.batch
-    n = batch.num_rows
+    n = cols.batch.num_rows
     outcomes = columns["outcome"]
-    original, properties = batch.column("value"), batch.column("properties")
+    sending = pc.fill_null(pc.equal(outcomes, oc.TO_REPUBLISH), False)
     archive = pc.fill_null(pc.is_in(outcomes, value_set=_ARCHIVE_OUTCOMES), False)
-    lineage = pc.fill_null(columns.pop("own_properties"), False)
-    send_original = pc.fill_null(columns.pop("send_original"), False)
+    original, properties = cols.array("value"), cols.array("properties")
     if decided.fix_properties is not None:  # lineage set on the properties a fix gave, else the row's own
-        given = decided.fix_properties.is_valid()
-        properties = pc.if_else(given, decided.fix_properties, properties)
-        lineage = pc.or_(lineage, given)
+        properties = pc.if_else(decided.fix_properties.is_valid(), decided.fix_properties, properties)
     computed: dict[str, pa.Array] = {
         **columns,
-        # Payloads stay in Arrow: the original where it is sent unchanged, else the fix's output.
-        "out_value": pc.if_else(send_original, original, decided.out_values),
+        "archive_payload": pc.if_else(archive, columns["archive_payload"], pa.nulls(n, pa.bool_())),
+        # Payloads stay in Arrow: the fix's output where a fix ran, else the original.
+        "out_value": pc.if_else(sending, pc.coalesce(decided.out_values, original), pa.nulls(n, pa.binary())),
         "out_properties": lineage_maps(
             properties,
-            lineage,
+            sending,
             cols.array("replay_id"),
             settings.run_id,
             cols.array("replay_count"),
             cols.array("dlq_topic"),
             pc.fill_null(columns["fix"], ""),
         ),
+        "replay_producer": pa.nulls(n, pa.string()),
+        "sequence_id": pa.nulls(n, pa.int64()),
     }
     # The original payload, properties and stack are kept only where the archive needs them.
     for name in ("value", "properties", "error_stack"):
-        column = batch.column(name)
+        column = cols.array(name)
         computed[name] = pc.if_else(archive, column, pa.nulls(n, column.type))
     if sequencer is not None:
         assigned = sequencer.assign(outcomes.to_pylist(), columns["target_topic"].to_pylist())
         computed["replay_producer"], computed["sequence_id"] = assigned
     schema = arrow_schema(DECIDED_SCHEMA)
-    arrays = [
-        (computed[f.name] if f.name in computed else batch.column(f.name)).cast(f.type)
-        if f.name in computed or f.name in batch.schema.names
-        else pa.nulls(n, f.type)
-        for f in schema
-    ]
+    arrays = [(computed[f.name] if f.name in computed else cols.array(f.name)).cast(f.type) for f in schema]
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
 _ARCHIVE_OUTCOMES = pa.array(sorted(oc.ARCHIVE_OUTCOMES), pa.string())
-
-
-def _decide_republish(row: _Row, rule: Any, count: int, origin: str | None, settings: DecideSettings) -> None:
-    from spark_apps.dlq_replay.topics import republish_target
-
-    row.fix = rule.fix_label or None
-    if count >= settings.max_replays:
-        row.outcome = oc.LOOP_GUARDED
-        row.outcome_reason = f"loop guard: REPLAY_COUNT {count} >= --max-replays {settings.max_replays}"
-        return
-    if settings.mode == oc.ARCHIVE_ONLY:
-        row.outcome, row.outcome_reason = oc.SKIPPED, "republish is disabled in archive-only mode"
-        return
-    row.target_topic = target = republish_target(origin)
-    if not origin:
-        refused = "the error context names no origin topic"
-    elif target is None:
-        refused = f"origin topic {_quote(origin)} is not a valid topic name"
-    elif settings.allowlist is None:
-        refused = "no --origin-allowlist given: nothing may be republished"
-    elif not settings.allowlist.matches(target):
-        refused = f"origin topic {_quote(target)} is not in --origin-allowlist"
-    else:
-        return
-    row.outcome, row.outcome_reason = oc.ORIGIN_REFUSED, refused
 
 
 def run_decide(run: Run, snapshot: DataFrame, planned_at: datetime) -> DataFrame:
@@ -586,7 +541,7 @@ def decide_tasks(
     def run(_bucket_id: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
 
-        from spark_apps.dlq_replay.normalize import normalize_batch, normalize_columns
+        from spark_apps.dlq_replay.normalize import normalize_columns
 
         context = TaskContext.get()  # the input is this bucket's id: the task reads its share itself
         bucket = context.partitionId() if context else 0
@@ -596,7 +551,7 @@ def decide_tasks(
         for batch in batches:
             columns = normalize_columns(batch, precedence)
             add_scope_columns(batch, columns, chosen_filters)
-            yield decide_batch(normalize_batch(batch, columns), playbook, settings, sequencer, columns)
+            yield decide_batch(batch, playbook, settings, sequencer, columns)
 
     return snapshot.sparkSession.range(n, numPartitions=n), run
 

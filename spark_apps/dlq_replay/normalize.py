@@ -30,9 +30,7 @@ from spark_apps.dlq_replay.schemas import CARRIED_COLUMNS, NORMALIZED_SCHEMA, ar
 from spark_apps.dlq_replay.signatures import replay_id
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
-
-    from pyspark.sql import DataFrame
+    from collections.abc import Sequence
 
 
 def origin_of(
@@ -186,16 +184,3 @@ def normalize_batch(
         for field in out_schema
     ]
     return pa.RecordBatch.from_arrays(arrays, schema=out_schema)
-
-
-def normalize(snapshot: DataFrame, origin_precedence: Sequence[str] = ()) -> DataFrame:
-    """Snapshot rows -> normalised rows (:data:`NORMALIZED_SCHEMA`), one output row per input row."""
-    from spark_apps.dlq_replay.arrow_compat import map_in_arrow
-
-    chosen = tuple(origin_precedence)
-
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            yield normalize_batch(batch, origin_precedence=chosen)
-
-    return map_in_arrow(snapshot, run, NORMALIZED_SCHEMA)

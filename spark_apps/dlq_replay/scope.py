@@ -8,18 +8,17 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 from pyspark.sql.types import StringType, StructField, StructType
 
+from spark_apps.dlq_replay import outcomes as oc
 from spark_apps.dlq_replay.schemas import IDENTITIES_SCHEMA, REPLAY_ID_MARK, SCOPE_COLUMN
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
     from datetime import datetime
 
-    from pyspark.sql import Column, DataFrame
+    from pyspark.sql import DataFrame
 
+#: Scope of a row in the decide step: ``in``, or the outcome it is out of scope with.
 SCOPE_IN = "in"
-SCOPE_FILTERED = "filtered"
-SCOPE_ALREADY_FINAL = "already_final"
-SCOPE_DUPLICATE = "duplicate"
 SCOPE_REASON_COLUMN = "scope_reason"
 #: Columns added by :func:`scope_marks`: a mark (``already_final``, ``duplicate`` or ``chosen``, null
 #: for the rest) and its reason.
@@ -29,7 +28,7 @@ MARKS_SCHEMA = StructType(
     [StructField(name, StringType()) for name in ("topic", "message_id_str", MARK, MARK_REASON)]
 )
 _CHOSEN = "chosen"
-_OUT_OF_SCOPE = pa.array([SCOPE_ALREADY_FINAL, SCOPE_DUPLICATE, SCOPE_FILTERED], pa.string())
+_OUT_OF_SCOPE = pa.array([oc.ALREADY_FINAL, oc.DUPLICATE, oc.FILTERED], pa.string())
 _RID = REPLAY_ID_MARK
 _FIRST_TYPE = "struct<topic:string,message_id_str:string>"
 _COPY_FINAL = "another copy of the same original (%s %s) is final in the ledger of run %s"
@@ -70,15 +69,6 @@ def filter_reasons(filters: Filters, columns: dict[str, pa.Array], times: pa.Arr
     for fails, reason in reversed(failed):  # the first filter failed names the reason
         reasons = pc.if_else(fails, pa.scalar(reason), reasons)
     return reasons
-
-
-def replay_id_column() -> Column:
-    """The DLQ-identity :func:`~spark_apps.dlq_replay.signatures.replay_id` of a snapshot row (no origin
-    identity), in Spark SQL."""
-    from pyspark.sql import functions as F
-
-    material = F.concat(F.col("topic"), F.lit("\x1f"), F.col("message_id_str"))
-    return F.substring(F.sha2(material, 256), 1, 32)
 
 
 def identity_rows(
@@ -197,9 +187,9 @@ def scope_marks(
         "publish_time",
         _RID,
         *(["selected"] if filters.max_messages is not None else []),
-        F.when(already, F.lit(SCOPE_ALREADY_FINAL))
-        .when(unreviewed, F.lit(SCOPE_FILTERED))
-        .when(other | beaten, F.lit(SCOPE_DUPLICATE))
+        F.when(already, F.lit(oc.ALREADY_FINAL))
+        .when(unreviewed, F.lit(oc.FILTERED))
+        .when(other | beaten, F.lit(oc.DUPLICATE))
         .alias(MARK),
         F.when(already, F.concat(F.lit("final in the ledger of run "), F.col("_self_run")))
         .when(unreviewed, F.lit("not in the scope of the reviewed run (--window-from)"))
@@ -274,6 +264,6 @@ def add_scope_columns(batch: pa.RecordBatch, columns: dict[str, pa.Array], filte
     if filters.max_messages is not None:  # passed the filters but not chosen among the first
         beyond = pc.and_(reasons.is_null(), pc.invert(pc.fill_null(pc.equal(marks, _CHOSEN), False)))
         reasons = pc.if_else(beyond, pa.scalar("beyond --max-messages"), reasons)
-    in_scope = pc.if_else(reasons.is_null(), pa.scalar(SCOPE_IN), pa.scalar(SCOPE_FILTERED))
+    in_scope = pc.if_else(reasons.is_null(), pa.scalar(SCOPE_IN), pa.scalar(oc.FILTERED))
     columns[SCOPE_COLUMN] = pc.if_else(marked, marks, in_scope)
     columns[SCOPE_REASON_COLUMN] = pc.if_else(marked, mark_reasons, reasons)
