@@ -47,27 +47,13 @@ CLIENT_LOGGER_NAME = "spark_apps.dlq_replay.pulsar_client"
 
 @dataclass(frozen=True)
 class PulsarConf:
-    """How to reach Pulsar (``docs/pulsar-data-source.md`` lists the options).
+    """How to reach Pulsar: where the credentials are, never their values (``docs/pulsar-data-source.md``).
 
-    Parameters
-    ----------
-    service_url:
-        ``pulsar://host:6650`` or ``pulsar+ssl://host:6651``.
-    token_env, token_file:
-        Where the JWT token is: an environment variable (default ``PULSAR_AUTH_TOKEN``; unset or empty:
-        no authentication; ``None``: not looked up) or a file, which takes precedence.
-    tls_trust_certs_file, tls_allow_insecure:
-        CA bundle for ``pulsar+ssl://``; accept an untrusted certificate (tests only).
-    client_log_file:
-        ``None``: the client logs through Python ``logging`` (10-20 % of the CPU of a bulk read, the GIL
-        taken per DEBUG line). A path (``{pid}`` replaced): WARN and above, natively, to that file.
-    admin_url:
-        Apache Pulsar admin REST (``http://broker:8080``): the reader mode when it answers.
-    tls_cert_file, tls_key_file:
-        Client certificate and key: the authentication without token or OAuth2, else mutual TLS.
-    oauth2_issuer_url, oauth2_audience, oauth2_scope, oauth2_credentials_file, oauth2_credentials_env:
-        OAuth2 client credentials (enabled by the issuer URL), from a JSON key file or an environment
-        variable (default ``PULSAR_OAUTH2_CREDENTIALS``) holding the same JSON.
+    A JWT comes from ``token_file`` or else the ``token_env`` variable (unset or empty: no authentication;
+    ``None``: not looked up). ``oauth2_*`` (enabled by the issuer URL) take client credentials from a JSON
+    key file or the ``oauth2_credentials_env`` variable; ``tls_cert_file`` and ``tls_key_file`` are a client
+    certificate. ``client_log_file`` (``{pid}`` replaced) logs the client natively at WARN, which costs
+    10-20 % less CPU than Python ``logging``; ``admin_url`` is Apache Pulsar's admin REST (reader mode).
     """
 
     service_url: str

@@ -26,7 +26,7 @@ from spark_apps.dlq_replay.pulsar_io.window import subscribe_shared, unique_cons
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
 
-    from spark_apps.dlq_replay.pulsar_io.final_ids import FinalEntries, FinalIds
+    from spark_apps.dlq_replay.pulsar_io.commit import FinalEntries, FinalIds
     from spark_apps.dlq_replay.pulsar_io.window import PartitionWindow
 
 log = logging.getLogger(__name__)

@@ -181,14 +181,9 @@ class PulsarDataSourceReader(DataSourceReader):
         # Spark needs at least one partition; an empty window reads nothing.
         return parts or [PulsarInputPartition("persistent://public/default/-", -1, None, 0)]
 
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, PulsarInputPartition)
-        return self.read_batches(partition)
-
-    def read_batches(
-        self, partition: PulsarInputPartition, mark_entries: bool = False
-    ) -> Iterator[pa.RecordBatch]:
+    def read(self, partition: InputPartition, mark_entries: bool = False) -> Iterator[pa.RecordBatch]:
         """One input partition's Arrow batches (whole entries; ``mark_entries`` adds :data:`ENTRY_FIRST`)."""
+        assert isinstance(partition, PulsarInputPartition)
         window = partition.window
         if window.end_message_id is None:
             return
@@ -428,7 +423,7 @@ def read_tasks(
     def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for index in batch.column(0).to_pylist():
-                yield from reader.read_batches(parts[index], mark_entries)
+                yield from reader.read(parts[index], mark_entries)
 
     # One id per Spark partition: task i reads input partition i.
     schema = SOURCE_SCHEMA + (f", {ENTRY_FIRST} boolean" if mark_entries else "")

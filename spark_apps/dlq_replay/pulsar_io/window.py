@@ -29,7 +29,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 WINDOW_FORMAT = 2
-_READABLE_FORMATS = (1, 2)
 READER_MODE = "reader"
 CONSUMER_MODE = "consumer"
 
@@ -221,7 +220,7 @@ def windows_from_json(text: str) -> list[PartitionWindow]:
         raise WindowError(f"window is not valid JSON ({exc}); pass the output of windows_to_json()") from exc
     if (
         not isinstance(data, dict)
-        or data.get("format") not in _READABLE_FORMATS
+        or data.get("format") != WINDOW_FORMAT
         or not isinstance(data.get("windows"), list)
     ):
         raise WindowError(

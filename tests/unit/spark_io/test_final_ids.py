@@ -6,7 +6,7 @@ import pyarrow as pa
 import pytest
 from test_pulsar_io_window_consumer import FakeClient, FakeMessage
 
-from spark_apps.dlq_replay.pulsar_io.final_ids import FinalEntries, FinalIds
+from spark_apps.dlq_replay.pulsar_io.commit import FinalEntries, FinalIds
 from spark_apps.dlq_replay.pulsar_io.read import WindowPasses
 from spark_apps.dlq_replay.pulsar_io.window import PartitionWindow
 
@@ -88,7 +88,7 @@ def test_the_window_read_skips_redeliveries_through_final_ids():
 
 
 def test_int64_copy_of_a_sliced_array():
-    from spark_apps.dlq_replay.pulsar_io.final_ids import _int64s
+    from spark_apps.dlq_replay.pulsar_io.commit import _int64s
 
     assert list(_int64s(pa.array([5, -1, 7, 9], pa.int64()).slice(1, 2))) == [-1, 7]
 

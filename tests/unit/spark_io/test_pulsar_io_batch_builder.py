@@ -241,7 +241,7 @@ def test_reader_mode_read_batches_with_and_without_marks(monkeypatch):
     reader = PulsarDataSourceReader(options, source_struct())
     part = PulsarInputPartition(TOPIC, -1, end, 0, [[5, 0, 2, 0]])
 
-    marked = list(reader.read_batches(part, mark_entries=True))
+    marked = list(reader.read(part, mark_entries=True))
     plain = list(reader.read(part))
     assert [b.num_rows for b in marked] == [4, 2] == [b.num_rows for b in plain]
     assert [b.column(ENTRY_FIRST).to_pylist() for b in marked] == [[True, False, False, True], [True, False]]

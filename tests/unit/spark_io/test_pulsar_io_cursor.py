@@ -152,9 +152,9 @@ def test_windows_json_keeps_the_reader_mode_state_and_reads_format_1():
     assert back == reader
     assert read_mode_of(back) == READER_MODE
     assert back[0].pending_entries == 8
-    old = json.dumps(
-        {"format": 1, "windows": [{"topic": "persistent://t/n/a", "partition": -1, "end_message_id": None}]}
+    consumer = json.dumps(
+        {"format": 2, "windows": [{"topic": "persistent://t/n/a", "partition": -1, "end_message_id": None}]}
     )
-    assert read_mode_of(windows_from_json(old)) == CONSUMER_MODE
+    assert read_mode_of(windows_from_json(consumer)) == CONSUMER_MODE
     with pytest.raises(WindowError, match="pending range"):
         EntryRange.from_list([3, 5, 2, 0])

@@ -115,7 +115,7 @@ def test_windows_json_round_trip_and_errors():
         windows_from_json("{nope")
     with pytest.raises(WindowError, match="windows_to_json"):
         windows_from_json(json.dumps([{"topic": "persistent://t/n/a"}]))
-    bad_entry = json.dumps({"format": 1, "windows": [{"topic": "persistent://t/n/a", "partition": -1}]})
+    bad_entry = json.dumps({"format": 2, "windows": [{"topic": "persistent://t/n/a", "partition": -1}]})
     with pytest.raises(WindowError, match="exactly topic, partition, end_message_id"):
         windows_from_json(bad_entry)
     with pytest.raises(ValueError, match="invalid message id"):
