@@ -342,7 +342,7 @@ def _filtered_steps(report: Mapping[str, Any]) -> list[dict[str, Any]]:
     if not actions:
         title = f"{_plural(n, 'message')} were outside this run's filters and stay pending"
         return [_step("info", title, "A run without these filters (or with other ones) acts on them.")]
-    left = sorted(s for s, a in actions.items() if a == "leave")
-    named = f" ({', '.join(left[:5])}{', ...' if len(left) > 5 else ''})" if left else ""
+    left = [s for s, a in actions.items() if a == "leave"]
+    named = f" ({_listed(left)})" if left else ""
     detail = "The approval left these groups alone; approve them in a later run to act on them."
     return [_step("info", f"{_plural(n, 'message')} in groups not approved{named} stay pending", detail)]
