@@ -1,18 +1,11 @@
 """The error context of a whole Arrow batch at once, with pyarrow kernels instead of a parse per row.
 
-:func:`context_columns` gives, for every row of a batch of snapshot rows, what the consumer library's
-scalar parser gives for that row's properties (:func:`~pulsar_dlq_consumer.context.error_context_values`,
-the origin claim of :func:`~spark_apps.dlq_replay.normalize.origin_of`, the replay id and the previous
-replay count), as Arrow arrays. Both read the one convention table,
-:data:`~pulsar_dlq_consumer.conventions.CONVENTIONS`: here each kind of reader has a kernel
-(:data:`_KERNELS`), so a convention added to the table needs nothing here.
-
-The kernels settle the forms writers send: present or absent keys, plain decimal numbers, texts within
-their byte bounds, claims that agree. A row holding anything else where its convention reads it (a number
-with a sign, spaces or 19 digits, Spring's binary positions, an over-long text or origin topic, origins
-that disagree, a reader kind without a kernel) is parsed by the scalar parser instead, so every row gets
-exactly the scalar result; only the cost differs (the kernels take a few microseconds a row, about a
-quarter of the scalar parse).
+:func:`context_columns` gives for every row what the consumer library's scalar parser gives for its
+properties, reading the same convention table (:data:`~pulsar_dlq_consumer.conventions.CONVENTIONS`)
+with one kernel per kind of reader (:data:`_KERNELS`): a convention added to the table needs nothing
+here. The kernels settle the forms writers send (plain decimals, texts within their bounds, claims that
+agree); the caller parses every other row with the scalar parser, so each row gets exactly the scalar
+result, at about a quarter of its cost.
 """
 
 from __future__ import annotations
@@ -57,8 +50,7 @@ ORIGIN_CONFLICT = "origin_conflict"
 #: Column of the flag: the row carries ``UNDECODABLE_PROPERTY`` (its properties were not UTF-8).
 UNDECODABLE = "_undecodable"
 
-#: What a plain number looks like where the scalar parser reads one (``read_int``): up to 18 ASCII
-#: digits, which int64 holds. Anything else that is present goes to the scalar parser.
+#: A plain number where the scalar parser reads one (``read_int``): up to 18 ASCII digits (int64).
 _PLAIN_INT = r"^[0-9]{1,18}$"
 _PLAIN_COUNT = r"^[0-9]{1,9}$"  # lineage.previous_replay_count's form
 #: ``canonical_message_id``'s already-canonical spelling, whole string (RE2 gives the same groups).
@@ -66,8 +58,8 @@ _PART = r"(0|-?[1-9][0-9]{0,19})"
 _PLAIN_MESSAGE_ID = rf"^\(?(?P<l>{_PART[1:-1]})[:,](?P<e>{_PART[1:-1]})(?:[:,](?P<p>{_PART[1:-1]}))?" + (
     rf"(?:[:,](?P<b>{_PART[1:-1]}))?\)?$"
 )
-#: Largest value of each integer context column (its Spark type). The parser takes up to 19 digits; a
-#: larger number than the column holds is no count or time a client wrote: null, like any bad number.
+#: Largest value of each integer context column (its Spark type); a larger number is null, like any
+#: bad number.
 INT_LIMITS: dict[str, int] = {
     name: 2**31 - 1 if isinstance(dtype, IntegerType) else 2**63 - 1
     for name, dtype in CONTEXT_COLUMNS

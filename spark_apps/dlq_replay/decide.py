@@ -102,10 +102,11 @@ class _Columns(dict[str, list[Any]]):
     def properties(self, i: int) -> dict[str, str]:
         return dict(self.batch.column("properties")[i].as_py() or [])
 
-    def context(self, i: int) -> dict[str, Any]:
-        return {name: self[name][i] for name, _ in CONTEXT_COLUMNS}
-
     def field(self, name: str, i: int) -> Any:
+        if name == "properties":
+            return self.properties(i)
+        if name == "context":
+            return {name: self[name][i] for name, _ in CONTEXT_COLUMNS}
         return self[name][i]
 
     def __missing__(self, name: str) -> list[Any]:

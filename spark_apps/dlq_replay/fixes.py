@@ -51,28 +51,19 @@ class WorkerInterrupt(KeyboardInterrupt):
 
 
 class RecordSource(Protocol):
-    """Where a :class:`FixRecord` made by :meth:`FixRecord.lazy` finds row ``i``'s properties and context."""
+    """Where a :class:`FixRecord` made by :meth:`FixRecord.lazy` finds row ``i``'s other fields."""
 
-    def properties(self, i: int) -> dict[str, str]: ...
-    def context(self, i: int) -> dict[str, Any]: ...
-    def field(self, name: str, i: int) -> Any: ...  # row i's column ``name`` (``key``, ``signature``...)
+    def field(self, name: str, i: int) -> Any: ...  # row i's ``key``, ``properties``, ``context``...
 
 
-#: A lazy record's field not looked up yet.
-_UNSET: Any = object()
-
-
-def _lazy_field(name: str, doc: str) -> Any:
-    """A read-only :class:`FixRecord` attribute kept in ``_<name>``, looked up in a lazy record's source."""
-    slot = f"_{name}"
+def _field(name: str, doc: str) -> Any:
+    """A read-only :class:`FixRecord` attribute, looked up in a lazy record's source on first use."""
 
     def get(self: FixRecord) -> Any:
-        value = getattr(self, slot)
-        if value is _UNSET:
-            assert self._source is not None
-            value = self._source.field(name, self._index)
-            setattr(self, slot, value)
-        return value
+        values = self._values
+        if name not in values:
+            values[name] = self._source.field(name, self._index)  # type: ignore[union-attr]
+        return values[name]
 
     return property(get, doc=doc)
 
@@ -81,72 +72,52 @@ class FixRecord:
     """One DLQ message as a fix sees it (read-only); one made by :meth:`lazy` looks up everything but the
     payload on first use (most fixes read the payload alone)."""
 
-    __slots__ = (
-        "_context",
-        "_dlq_message_id",
-        "_dlq_topic",
-        "_event_time",
-        "_index",
-        "_key",
-        "_ordering_key",
-        "_payload",
-        "_properties",
-        "_signature",
-        "_source",
-    )
+    __slots__ = ("_index", "_payload", "_source", "_values")
 
     def __init__(
         self,
         payload: bytes,
-        key: str | None,
-        ordering_key: str | None,
-        properties: dict[str, str] | None,
-        event_time: datetime | None,
-        context: dict[str, Any] | None,
-        signature: str,
-        dlq_topic: str,
-        dlq_message_id: str,
-        source: RecordSource | None = None,
-        index: int = -1,
+        key: str | None = None,
+        ordering_key: str | None = None,
+        properties: dict[str, str] | None = None,
+        event_time: datetime | None = None,
+        context: dict[str, Any] | None = None,
+        signature: str = "",
+        dlq_topic: str = "",
+        dlq_message_id: str = "",
     ) -> None:
         self._payload = payload
-        self._key = key
-        self._ordering_key = ordering_key
-        self._properties = properties
-        self._event_time = event_time
-        self._context = context
-        self._signature = signature
-        self._dlq_topic = dlq_topic
-        self._dlq_message_id = dlq_message_id
-        self._source = source
-        self._index = index
+        self._source: RecordSource | None = None
+        self._index = -1
+        self._values: dict[str, Any] = {
+            "key": key,
+            "ordering_key": ordering_key,
+            "properties": properties or {},
+            "event_time": event_time,
+            "context": context or {},
+            "signature": signature,
+            "dlq_topic": dlq_topic,
+            "dlq_message_id": dlq_message_id,
+        }
 
     @classmethod
     def lazy(cls, source: RecordSource, index: int, payload: bytes) -> FixRecord:
         """A record of ``source``'s row ``index``."""
-        return cls(payload, _UNSET, _UNSET, None, _UNSET, None, _UNSET, _UNSET, _UNSET, source, index)
+        record = cls.__new__(cls)
+        record._payload, record._source, record._index, record._values = payload, source, index, {}
+        return record
 
     payload = property(attrgetter("_payload"), doc="The message payload (bytes).")
-    key = _lazy_field("key", "The message key, or ``None``.")
-    ordering_key = _lazy_field("ordering_key", "The ordering key, or ``None``.")
-    event_time = _lazy_field("event_time", "The event time, or ``None``.")
-    signature = _lazy_field("signature", "The error signature of the message's group.")
-    dlq_topic = _lazy_field("dlq_topic", "The DLQ topic the message was read from.")
-    dlq_message_id = _lazy_field("dlq_message_id", "Its message id in that topic.")
-
-    @property
-    def properties(self) -> dict[str, str]:
-        """The message's properties (a copy of its own for each record)."""
-        if self._properties is None:
-            self._properties = self._source.properties(self._index)  # type: ignore[union-attr]
-        return self._properties
-
-    @property
-    def context(self) -> dict[str, Any]:
-        """The error context, as :data:`~pulsar_dlq_consumer.context.CONTEXT_FIELDS` names it."""
-        if self._context is None:
-            self._context = self._source.context(self._index)  # type: ignore[union-attr]
-        return self._context
+    key = _field("key", "The message key, or ``None``.")
+    ordering_key = _field("ordering_key", "The ordering key, or ``None``.")
+    properties = _field("properties", "The message's properties (a copy of its own for each record).")
+    event_time = _field("event_time", "The event time, or ``None``.")
+    context = _field(
+        "context", "The error context, as ``pulsar_dlq_consumer.context.CONTEXT_FIELDS`` names it."
+    )
+    signature = _field("signature", "The error signature of the message's group.")
+    dlq_topic = _field("dlq_topic", "The DLQ topic the message was read from.")
+    dlq_message_id = _field("dlq_message_id", "Its message id in that topic.")
 
     def __repr__(self) -> str:  # never the payload: records may reach logs
         where = f"dlq_topic={self.dlq_topic!r}, dlq_message_id={self.dlq_message_id!r}"

@@ -55,17 +55,10 @@ class _Rows:
     def __init__(self) -> None:
         self.asked: list[str] = []
 
-    def properties(self, i: int) -> dict[str, str]:
-        self.asked.append(f"properties {i}")
-        return {"row": str(i)}
-
-    def context(self, i: int) -> dict[str, object]:
-        self.asked.append(f"context {i}")
-        return {"error_class": f"E{i}"}
-
     def field(self, name: str, i: int) -> object:
         self.asked.append(f"{name} {i}")
-        return {"key": "k", "signature": "sig", "dlq_message_id": "1:2:-1:-1"}.get(name)
+        known = {"key": "k", "signature": "sig", "dlq_message_id": "1:2:-1:-1", "properties": {"row": str(i)}}
+        return {**known, "context": {"error_class": f"E{i}"}}.get(name)
 
 
 def test_a_lazy_record_looks_up_all_but_the_payload_on_first_use_only():
