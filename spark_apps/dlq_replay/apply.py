@@ -22,28 +22,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("spark_apps.dlq_replay")
 
 
-#: Decision columns the record and report steps read (outcome, context summary and ids; no payloads).
-OUTCOME_COLUMNS: tuple[str, ...] = (
-    "dlq_topic",
-    "dlq_message_id",
-    "replay_id",
-    "signature",
-    "error_template",
-    "error_class",
-    "origin_topic",
-    "context_format",
-    "reason",
-    "publish_time",
-    "rule",
-    "action",
-    "outcome",
-    "outcome_reason",
-    "target_topic",
-    "fix",
-    "fix_error",
-)
-
-
 def run_apply(run: Run, decisions: DataFrame, planned_at: datetime) -> None:
     """Move the staged archive into place, then send the decisions in waves (a canary first, when asked)."""
     to_send = int(run.state.info("decide").get("to_republish", 0))

@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from spark_apps.dlq_replay import outcomes as oc
-from spark_apps.dlq_replay.apply import OUTCOME_COLUMNS
 from spark_apps.dlq_replay.report_parts import (
     ERROR_CHARS,
     REP_COLUMNS,
@@ -21,6 +20,26 @@ if TYPE_CHECKING:
 
 #: ISO 8601 with the session time zone's offset (the tests run with spark.sql.session.timeZone=UTC).
 ISO_FORMAT = "yyyy-MM-dd'T'HH:mm:ss.SSSXXX"
+#: Decision columns of a run's outcomes (outcome, context summary and ids; no payloads).
+OUTCOME_COLUMNS: tuple[str, ...] = (
+    "dlq_topic",
+    "dlq_message_id",
+    "replay_id",
+    "signature",
+    "error_template",
+    "error_class",
+    "origin_topic",
+    "context_format",
+    "reason",
+    "publish_time",
+    "rule",
+    "action",
+    "outcome",
+    "outcome_reason",
+    "target_topic",
+    "fix",
+    "fix_error",
+)
 
 
 def dry_run_outcomes(decisions: DataFrame) -> DataFrame:

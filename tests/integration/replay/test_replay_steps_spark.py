@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from ledger_reference import ledger_rows, with_publish_results, write_ledger
 from pyspark.testing import assertDataFrameEqual
-from report_reference import aggregate, dry_run_outcomes, spark_parts
+from report_reference import OUTCOME_COLUMNS, aggregate, dry_run_outcomes, spark_parts
 
 from spark_apps.dlq_replay import outcomes as oc
 from spark_apps.dlq_replay import task_parquet
@@ -531,7 +531,6 @@ def test_ledger_recorded_by_tasks_reads_as_sparks_ledger(spark, tmp_path):
     one original in both buckets, a failed send, a send without a result, two waves."""
     import pyarrow.parquet as pq
 
-    from spark_apps.dlq_replay.apply import OUTCOME_COLUMNS
     from spark_apps.dlq_replay.record import publish_staged, record_in_tasks
 
     _, decided, decisions, results = recorded_inputs(spark, tmp_path)
@@ -580,7 +579,6 @@ def test_report_from_record_parts_is_sparks_report(spark, tmp_path, snippets):
     its trend reads only the earlier run from the ledger and puts this run last, at its ledger time."""
     from types import SimpleNamespace
 
-    from spark_apps.dlq_replay.apply import OUTCOME_COLUMNS
     from spark_apps.dlq_replay.record import publish_staged, record_in_tasks
     from spark_apps.dlq_replay.report import ReportContext
     from spark_apps.dlq_replay.report_parts import read_parts
