@@ -311,4 +311,4 @@ def test_admin_plan_missing_topic_is_not_found_and_auth_errors_say_how_to_fix():
 
 def test_topic_backlog_round_trips_through_json():
     item = TopicBacklog("persistent://a/b/c", SUB, 40, "admin", True, 12.5, entries=4, exact=True)
-    assert TopicBacklog.from_dict(json.loads(json.dumps(item.to_dict()))) == item
+    assert TopicBacklog(**json.loads(json.dumps(item.to_dict()))) == item
