@@ -1,10 +1,6 @@
-"""Decide step: playbook match, guards, fixes, producer assignment.
-
-``decide`` marks the ledger's final ids, duplicates and the ``--max-messages`` choice in Spark SQL
-(:func:`~spark_apps.dlq_replay.scope.scope_marks`), then makes one Python pass per Arrow batch on
-executors through ``mapInArrow``: normalise, scope, match the playbook (once per group of equal rows),
-run fixes (vectorised per Arrow batch) and number each task's sends (:class:`ProducerSequencer`). No step
-shuffles the messages themselves.
+"""Decide step: scope marks in Spark SQL, then one Python pass per Arrow batch in each decide task:
+normalise, scope, match the playbook (once per group of equal rows), run the fixes (per batch) and number
+the task's sends (:class:`ProducerSequencer`). No step shuffles the messages themselves.
 """
 
 from __future__ import annotations
@@ -576,25 +572,23 @@ class ProducerSequencer:
     def __init__(self, run_id: str, bucket: int) -> None:
         self.prefix = f"dlq-replay-{run_hash(run_id)}-"
         self.suffix = f"-{bucket}"
-        self.names: dict[str, str] = {}
-        self.next_seq: dict[str, int] = {}
+        self.names: dict[str, str] = {}  # per target
+        self.last_seq: dict[str, int] = {}  # per target
+
+    def _next(self, target: str) -> tuple[str, int]:
+        name = self.names.get(target)
+        if name is None:
+            digest = hashlib.sha256(target.encode("utf-8")).hexdigest()[:8]
+            name = self.names[target] = f"{self.prefix}{digest}{self.suffix}"
+        seq = self.last_seq[target] = self.last_seq.get(target, -1) + 1
+        return name, seq
 
     def assign(
         self, outcomes: Sequence[str | None], targets: Sequence[str | None]
     ) -> tuple[pa.Array, pa.Array]:
-        names: list[str | None] = []
-        seqs: list[int | None] = []
-        for outcome, target in zip(outcomes, targets, strict=True):
-            if outcome != oc.TO_REPUBLISH or target is None:
-                names.append(None)
-                seqs.append(None)
-                continue
-            name = self.names.get(target)
-            if name is None:
-                digest = hashlib.sha256(target.encode("utf-8")).hexdigest()[:8]
-                name = self.names[target] = f"{self.prefix}{digest}{self.suffix}"
-            seq = self.next_seq.get(name, 0)
-            self.next_seq[name] = seq + 1
-            names.append(name)
-            seqs.append(seq)
+        pairs = [
+            self._next(target) if outcome == oc.TO_REPUBLISH and target is not None else (None, None)
+            for outcome, target in zip(outcomes, targets, strict=True)
+        ]
+        names, seqs = zip(*pairs, strict=True) if pairs else ((), ())
         return pa.array(names, pa.string()), pa.array(seqs, pa.int64())

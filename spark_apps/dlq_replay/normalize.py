@@ -1,12 +1,9 @@
-"""Normalise step: every snapshot row gets the one error-context schema, its template, signature and ids.
+"""Normalise: every snapshot row gets the one error-context schema, its template, signature and ids.
 
-Runs on executors through ``mapInArrow``; the consumer library's :func:`parse_error_context` never raises
-on untrusted properties, so no message is dropped: unparseable context gives ``context_format = none``.
-
-When the conventions a message carries name *different* origin topics (``REAL_TOPIC`` says one,
-``__dlq.errors.topic`` another), nothing is guessed: unless the playbook's ``origin_precedence`` names
-the property that wins, the row is marked with the conflict (:data:`ORIGIN_CONFLICT`) and the decide
-step parks it as ``origin_conflict``.
+Untrusted properties never raise, so no message is dropped (no convention: ``context_format = none``).
+When a message's conventions name different origin topics and the playbook's ``origin_precedence`` does
+not say which wins, nothing is guessed: the row carries the conflict (:data:`ORIGIN_CONFLICT`) and the
+decide step parks it as ``origin_conflict``.
 """
 
 from __future__ import annotations
@@ -101,15 +98,10 @@ def property_dicts(column: pa.MapArray) -> list[dict[str, Any]]:
 
 
 def normalize_columns(batch: pa.RecordBatch, origin_precedence: Sequence[str] = ()) -> dict[str, pa.Array]:
-    """The computed columns of :func:`normalize_batch` of a batch of snapshot rows as Arrow arrays, plus
-    :data:`ORIGIN_CONFLICT` and :data:`~spark_apps.dlq_replay.context_columns.UNDECODABLE`: later steps
-    of the same pass reuse them. ``origin_precedence``: property keys, first wins, that settle
-    conflicting origin claims.
-
-    The context comes from pyarrow kernels over the whole batch
-    (:func:`~spark_apps.dlq_replay.context_columns.context_columns`); rows they do not settle, and every
-    row when ``origin_precedence`` is given, are parsed by the consumer library's scalar parser. Either
-    way each row gets the scalar parser's values.
+    """The computed columns of :func:`normalize_batch` as Arrow arrays, plus :data:`ORIGIN_CONFLICT` and
+    :data:`~spark_apps.dlq_replay.context_columns.UNDECODABLE`. The context comes from the kernels of
+    :func:`~spark_apps.dlq_replay.context_columns.context_columns`; the rows they do not settle, and every
+    row when ``origin_precedence`` (property keys, first wins) is given, from the scalar parser.
     """
     import pyarrow.compute as pc
 
