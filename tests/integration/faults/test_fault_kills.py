@@ -1,7 +1,8 @@
-"""Fault suite, kills: SIGKILL of the whole spark-submit tree while each of the seven steps runs, then a
-resume with the same run id. Nothing may be lost, nothing doubled (the session broker deduplicates; a
-kill in apply re-sends the wave in flight, counted as ``resent``), the skipped messages stay pending, and
-the totals of the resumed run are exact. Kills at many points inside waves: ``test_fault_mid_wave.py``."""
+"""Fault suite, kills: SIGKILL of the whole spark-submit tree while each of the seven steps runs, in
+turn in one run, each launch resuming the last with the same run id. Nothing may be lost, nothing doubled
+(the session broker deduplicates; a kill in apply re-sends the wave in flight, counted as ``resent``),
+the skipped messages stay pending, and the totals of the last launch are exact. Kills at many points
+inside waves: ``test_fault_mid_wave.py``."""
 
 from __future__ import annotations
 
@@ -56,26 +57,32 @@ def args(service_url: str, dlqs: list[str], out: Path, run_id: str, *extra: str)
     ]  # fmt: skip
 
 
-@pytest.mark.parametrize("step", CASES["kill"])
-def test_sigkill_in_each_step_then_resume(
-    step, spark, pulsar_broker, pulsar_client, fault_bundle, fault_table, tmp_path
+def test_sigkill_in_each_step_in_turn_then_resume(
+    spark, pulsar_broker, pulsar_client, fault_bundle, fault_table, tmp_path
 ):
+    """One run, killed seven times: each launch resumes what the last one left and is killed while the
+    next step runs (plan, snapshot, ..., report); an eighth launch finishes it with exact totals."""
     origin, dlqs, expected = build_dlqs(pulsar_client)
     out = tmp_path / "out"
-    run_id = f"kill-{step}"
-    slow = ("--rate-limit", "150") if step == "apply" else ()  # several waves in flight-able time
-    first = start(fault_bundle, args(pulsar_broker.service_url, dlqs, out, run_id, *slow), tmp_path, "first")
-    # In apply, kill while a wave is being sent (one wave saved, the next in flight).
-    in_flight = (lambda p: p.get("waves_done", 0) >= 1 and "wave_in_flight" in p) if step == "apply" else None
-    status = kill_in_step(first, out, run_id, step, in_flight)
-    assert status == "running", f"the kill landed after step {step} ended ({status}); nothing was tested"
-    # The killed driver's Spark dirs are in the test's temp dir (see fault_support.start), not in /tmp.
-    assert any((tmp_path / "first-jvm-tmp").glob("spark-*")), sorted((tmp_path / "first-jvm-tmp").iterdir())
+    run_id = "kill-each-step"
+    url = pulsar_broker.service_url
+    for step in CASES["kill"]:
+        name = f"killed-in-{step}"
+        slow = ("--rate-limit", "150") if step == "apply" else ()  # several waves in flight-able time
+        launch = start(fault_bundle, args(url, dlqs, out, run_id, *slow), tmp_path, name)
+        # In apply, kill while a wave is being sent (one wave saved, the next in flight).
+        in_flight = (
+            (lambda p: p.get("waves_done", 0) >= 1 and "wave_in_flight" in p) if step == "apply" else None
+        )
+        status = kill_in_step(launch, out, run_id, step, in_flight)
+        assert status == "running", f"the kill landed after step {step} ended ({status}); nothing was tested"
+        # The killed driver's Spark dirs are in the test's temp dir (see fault_support.start), not in /tmp.
+        assert any((tmp_path / f"{name}-jvm-tmp").glob("spark-*")), sorted(
+            (tmp_path / f"{name}-jvm-tmp").iterdir()
+        )
 
     summary = finish(
-        start(fault_bundle, args(pulsar_broker.service_url, dlqs, out, run_id), tmp_path, "resume"),
-        tmp_path,
-        "resume",
+        start(fault_bundle, args(url, dlqs, out, run_id), tmp_path, "resume"), tmp_path, "resume"
     )
     totals = summary["totals"]
     n_final = TOPICS * (REPLAY + ARCHIVE)
@@ -86,7 +93,7 @@ def test_sigkill_in_each_step_then_resume(
         TOPICS * ARCHIVE,
         TOPICS * SKIP,
     )
-    assert totals["acked"] == n_final  # exact even when the commit was killed half-way
+    assert totals["acked"] == n_final  # exact though the commit was killed half-way
     assert totals["left_pending"] == TOPICS * SKIP
     archived = [r["key"] for r in spark.read.parquet(str(out / "archive")).select("key").collect()]
     assert len(archived) == len(set(archived)) == TOPICS * ARCHIVE
@@ -96,30 +103,28 @@ def test_sigkill_in_each_step_then_resume(
     assert state.lost == 0, state.details
     assert state.misplaced == 0, state.details
     assert state.pending == TOPICS * SKIP
+    # The wave in flight when apply was killed is sent again (counted as resent); the broker deduplicates.
     resent = totals["resent"]
-    if step == "apply":
-        # The wave in flight is sent again (counted as resent); the broker deduplicates: no copy.
-        assert 0 < resent <= WAVE * PRODUCERS
-    else:
-        assert resent == 0
+    assert 0 < resent <= WAVE * PRODUCERS
     assert state.doubled == 0
-    fault_table.record(
-        FaultRow(
-            category="kill",
-            case=step,
-            fault=f"SIGKILL of the spark-submit tree (JVM, Python driver, workers) during `{step}`, then "
-            "the same command again",
-            expected="resume exits 0; exact totals; skipped ones pending"
-            + (
-                "; the wave in flight sent again (`resent`) and dropped by broker deduplication"
-                if step == "apply"
-                else ""
-            ),
-            result=f"exit 0 on {broker_kind(pulsar_broker)}: {len(expected)} messages, republished "
-            f"{totals['republished']}, archived {totals['archived']}, acked {totals['acked']}, "
-            f"resent {resent}",
-            lost=state.lost,
-            doubled=state.doubled,
-            pending=state.pending,
+    for step in CASES["kill"]:
+        fault_table.record(
+            FaultRow(
+                category="kill",
+                case=step,
+                fault=f"SIGKILL of the spark-submit tree (JVM, Python driver, workers) during `{step}`, then "
+                "the same command again (one run, killed in each step in turn)",
+                expected="the next launch resumes; the last exits 0; exact totals; skipped ones pending"
+                + (
+                    "; the wave in flight sent again (`resent`) and dropped by broker deduplication"
+                    if step == "apply"
+                    else ""
+                ),
+                result=f"exit 0 on {broker_kind(pulsar_broker)}: {len(expected)} messages, republished "
+                f"{totals['republished']}, archived {totals['archived']}, acked {totals['acked']}, "
+                f"resent {resent}",
+                lost=state.lost,
+                doubled=state.doubled,
+                pending=state.pending,
+            )
         )
-    )
