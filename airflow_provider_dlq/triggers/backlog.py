@@ -102,30 +102,26 @@ class DlqBacklogTrigger(BaseTrigger):
         last: dict[str, TopicBacklog] = {}
         args = (self.pulsar_conn_id, self.topics, self.subscription, self.poll_interval, self.deadline)
         async for poll in poll_backlog(*args):
-            error = poll.error
-            if error is None:
+            last_error: str | None = None
+            try:
+                if poll.error is not None:
+                    raise poll.error
                 last = dict(poll.backlogs)
-                try:
-                    ready = ready_topics(last, self.min_backlog, self.min_age_seconds)
-                except BacklogConfigError as exc:
-                    error = exc
-                else:
-                    if ready:
-                        backlog = {t: b.to_dict() for t, b in last.items()}
-                        yield TriggerEvent({"status": STATUS_SUCCESS, "backlog": backlog, "ready": ready})
-                        return
-                    waiting = {t: b.backlog for t, b in last.items()}
-                    self.log.info("DLQ backlog not ready (need >= %s): %s", self.min_backlog, waiting)
-            if isinstance(error, PulsarConnectionError | BacklogConfigError):
-                yield TriggerEvent({"status": STATUS_ERROR, "message": str(error)})
+                ready = ready_topics(last, self.min_backlog, self.min_age_seconds)
+                if ready:
+                    backlog = {t: b.to_dict() for t, b in last.items()}
+                    yield TriggerEvent({"status": STATUS_SUCCESS, "backlog": backlog, "ready": ready})
+                    return
+                waiting = {t: b.backlog for t, b in last.items()}
+                self.log.info("DLQ backlog not ready (need >= %s): %s", self.min_backlog, waiting)
+            except (PulsarConnectionError, BacklogConfigError) as exc:
+                yield TriggerEvent({"status": STATUS_ERROR, "message": str(exc)})
                 return
-            if error is not None and not isinstance(error, BacklogReadError):
-                raise error
-            if error is not None:
-                self.log.warning("Reading the DLQ backlog failed (will retry): %s", error)
+            except BacklogReadError as exc:
+                last_error = str(exc)
+                self.log.warning("Reading the DLQ backlog failed (will retry): %s", last_error)
             if self.deadline is not None and time.time() >= self.deadline:
                 backlog = {t: b.to_dict() for t, b in last.items()}
-                last_error = None if error is None else str(error)
                 yield TriggerEvent({"status": STATUS_TIMEOUT, "backlog": backlog, "last_error": last_error})
                 return
 
