@@ -12,13 +12,13 @@ from pyspark.sql.types import BinaryType, BooleanType, StringType, StructField, 
 
 from spark_apps.dlq_replay import outcomes as oc
 from spark_apps.dlq_replay.schemas import CONTEXT_COLUMNS, DECIDED_SCHEMA, arrow_schema
+from spark_apps.dlq_replay.storage import join, list_names, move_tree
+from spark_apps.dlq_replay.task_parquet import SideOutput, partition_folder
 
 if TYPE_CHECKING:
     from datetime import datetime
 
     import pyarrow as pa
-
-    from spark_apps.dlq_replay.task_parquet import SideOutput
 
 log = logging.getLogger("spark_apps.dlq_replay")
 
@@ -81,8 +81,6 @@ def archive_batch(batch: pa.RecordBatch, archived_at: datetime) -> pa.RecordBatc
 
 def staged_output(path: str, archived_at: datetime) -> SideOutput:
     """The decide tasks' side dataset of archived rows at ``path``, one folder per DLQ topic."""
-    from spark_apps.dlq_replay.task_parquet import SideOutput
-
     return SideOutput(
         path,
         ARCHIVE_FILE_SCHEMA,
@@ -95,15 +93,9 @@ def staged_output(path: str, archived_at: datetime) -> SideOutput:
 def publish_staged(staged: str, archive_root: str, date: str, run_id: str) -> int:
     """Move each staged topic folder to its archive partition; the folders moved (a call again finishes
     an interrupted one)."""
-    from spark_apps.dlq_replay.storage import join, list_names, move_tree
-    from spark_apps.dlq_replay.task_parquet import partition_folder
-
-    moved = 0
     tail = join(partition_folder("date", date), partition_folder("run_id", run_id))
-    for name in list_names(staged):
-        if not name.startswith("dlq_topic="):
-            continue  # _SUCCESS
+    topics = [name for name in list_names(staged) if name.startswith("dlq_topic=")]  # not _SUCCESS
+    for name in topics:
         move_tree(join(staged, name), join(archive_root, name, tail))  # this run's partition
-        moved += 1
-    log.info("step apply: %d archive partition(s) moved from %s", moved, staged)
-    return moved
+    log.info("step apply: %d archive partition(s) moved from %s", len(topics), staged)
+    return len(topics)

@@ -13,7 +13,7 @@ the run would start a second Python daemon and two more workers for a handful of
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -70,7 +70,5 @@ def _schemas(ddl: str) -> tuple[StructType, pa.Schema]:
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import StructType
 
-    struct = StructType.fromDDL(ddl)
-    if not isinstance(struct, StructType):  # pragma: no cover - a DDL column list is always a struct
-        raise TypeError(f"a DDL column list is needed, got {ddl!r}")
+    struct = cast("StructType", StructType.fromDDL(ddl))  # a DDL column list is always a struct
     return struct, to_arrow_schema(struct, timezone="UTC")

@@ -44,12 +44,11 @@ def run_plan(run: Run) -> tuple[list[PartitionWindow], datetime]:
             )
             reason = f"the window of the reviewed run {run.options.window_from}"
             frozen = FrozenWindows(reused, read_mode_of(reused), reason)
-            windows = frozen.windows
         else:
             frozen = freeze(run.conf, list(run.options.topics), run.options.subscription)
-            windows = frozen.windows
-            if frozen.read_mode == CONSUMER_MODE:  # reader mode reads the cursor's pending entries only
-                windows, settled = _settle_windows(run, frozen.windows)
+        windows = frozen.windows
+        if frozen.read_mode == CONSUMER_MODE and not run.options.window_from:
+            windows, settled = _settle_windows(run, windows)  # reader mode reads only pending entries
         planned_at = datetime.now(UTC)
         plan = {
             "run_id": run.options.run_id,

@@ -19,8 +19,10 @@ from typing import TYPE_CHECKING
 from pyspark.sql.types import StructType
 
 from spark_apps.dlq_replay import outcomes as oc
+from spark_apps.dlq_replay import storage
 from spark_apps.dlq_replay.canary import HALTED_REASON
 from spark_apps.dlq_replay.schemas import LEDGER_SCHEMA, arrow_schema
+from spark_apps.dlq_replay.task_parquet import SUCCESS, part_file, partition_folder, row_tally, write_in_tasks
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -60,9 +62,6 @@ def decided_columns() -> list[str]:
 def bucket_results(results_dir: str, bucket: int) -> pa.RecordBatch | None:
     """The send results of producer bucket ``bucket`` from every wave, in wave order (``None``: none)."""
     import pyarrow as pa
-
-    from spark_apps.dlq_replay import storage
-    from spark_apps.dlq_replay.task_parquet import part_file
 
     waves = []
     for name in storage.list_names(results_dir):
@@ -151,41 +150,11 @@ def ledger_batch(
     return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
-def record_in_tasks(
-    spark: SparkSession,
-    decisions_dir: str,
-    results_dir: str,
-    buckets: int,
-    staged_path: str,
-    *,
-    mode: str,
-    recorded_at: datetime,
-    batch_rows: int,
-    parts_dir: str,
-    commit_dir: str,
-    halted: tuple[str, ...] = (),
-) -> int:
-    """Write the ledger rows of every decisions file to ``staged_path``, one Spark task per bucket, and
-    each bucket's report parts (``parts_dir``) and final messages per entry (``commit_dir``); the rows."""
-    from spark_apps.dlq_replay import storage, task_parquet
-    from spark_apps.dlq_replay.report_parts import clear_parts
-
-    clear_parts(parts_dir)
-    storage.delete(commit_dir)  # every bucket writes its counts again
-    storage.make_dirs(commit_dir)
-    record = _RecordBuckets(
-        decisions_dir, results_dir, parts_dir, commit_dir, mode, recorded_at, batch_rows, halted
-    )
-    frame = spark.range(buckets, numPartitions=buckets)
-    tallies = task_parquet.write_in_tasks(
-        frame, record, LEDGER_FILE_SCHEMA, staged_path, task_parquet.row_tally, ("n",), int96_timestamps=True
-    )
-    return sum(t[0] or 0 for t in tallies)
-
-
 @dataclass(frozen=True)
-class _RecordBuckets:
-    """The record task of :func:`record_in_tasks`, for each bucket id it gets."""
+class RecordTask:
+    """The record task of :func:`record_in_tasks`, for each bucket id it gets: the ledger rows of the
+    bucket's decisions file, and its report parts (``parts_dir``) and final messages per entry
+    (``commit_dir``)."""
 
     decisions: str
     results: str
@@ -194,7 +163,7 @@ class _RecordBuckets:
     mode: str
     recorded_at: datetime
     batch_rows: int
-    halted: tuple[str, ...]
+    halted: tuple[str, ...] = ()
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
@@ -202,10 +171,8 @@ class _RecordBuckets:
                 yield from self.bucket(bucket)
 
     def bucket(self, bucket: int) -> Iterator[pa.RecordBatch]:
-        from spark_apps.dlq_replay import storage
         from spark_apps.dlq_replay.commit import EntryFinals
         from spark_apps.dlq_replay.report_parts import REP_COLUMNS, BucketParts
-        from spark_apps.dlq_replay.task_parquet import part_file
 
         path = part_file(self.decisions, bucket)
         if not storage.exists(path):
@@ -228,12 +195,24 @@ class _RecordBuckets:
             finals.write(self.commit_dir, bucket)
 
 
+def record_in_tasks(spark: SparkSession, task: RecordTask, buckets: int, staged_path: str) -> int:
+    """Write the ledger rows of every decisions file to ``staged_path``, one Spark task per bucket; the
+    rows."""
+    from spark_apps.dlq_replay.report_parts import clear_parts
+
+    clear_parts(task.parts_dir)
+    storage.delete(task.commit_dir)  # every bucket writes its counts again
+    storage.make_dirs(task.commit_dir)
+    frame = spark.range(buckets, numPartitions=buckets)
+    tallies = write_in_tasks(
+        frame, task, LEDGER_FILE_SCHEMA, staged_path, row_tally, ("n",), int96_timestamps=True
+    )
+    return sum(t[0] or 0 for t in tallies)
+
+
 def publish_staged(staged: str, ledger_root: str, run_id: str) -> bool:
     """Move the staged ledger files to this run's partition, replacing an earlier attempt's; ``False``
     when nothing is staged."""
-    from spark_apps.dlq_replay import storage
-    from spark_apps.dlq_replay.task_parquet import SUCCESS, partition_folder
-
     if not storage.list_names(staged):
         return False
     storage.delete(storage.join(staged, SUCCESS))  # the ledger root holds the one marker, as Spark leaves it
@@ -252,19 +231,18 @@ def run_record(run: Run) -> None:
         recorded_at = datetime.now(UTC)
         dry_run = run.options.mode == oc.DRY_RUN
         run.progress.count_files(run.paths.ledger_staged)
-        record_in_tasks(
-            run.spark,
+        task = RecordTask(
             run.paths.decisions,
             run.paths.republish_results,
-            int(run.state.info("decide").get("producers_per_target") or run.buckets),
-            run.paths.ledger_staged,
-            mode=run.options.mode,
-            recorded_at=recorded_at,
-            batch_rows=run.batch_rows,
+            run.paths.report_parts,
+            run.paths.commit_parts,
+            run.options.mode,
+            recorded_at,
+            run.batch_rows,
             halted=() if dry_run else tuple(halted_groups(run)),
-            parts_dir=run.paths.report_parts,
-            commit_dir=run.paths.commit_parts,
         )
+        buckets = int(run.state.info("decide").get("producers_per_target") or run.buckets)
+        record_in_tasks(run.spark, task, buckets, run.paths.ledger_staged)
         if dry_run:
             run.done("record", started)
             return

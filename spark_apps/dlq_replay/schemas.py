@@ -4,23 +4,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pyspark.sql.types import (
-    BinaryType,
-    BooleanType,
-    IntegerType,
-    LongType,
-    MapType,
-    StringType,
-    StructField,
-    StructType,
-)
+from pyspark.sql.types import StructType
 
 from spark_apps.dlq_replay.pulsar_io.source import SOURCE_SCHEMA, ddl_struct
 
 if TYPE_CHECKING:
     import pyarrow as pa
-
-_PROPS = MapType(StringType(), StringType())
 
 #: Columns of the snapshot: exactly the ``pulsar`` data source's.
 SNAPSHOT_SCHEMA = ddl_struct(SOURCE_SCHEMA)
@@ -38,61 +27,36 @@ CARRIED_COLUMNS: tuple[str, ...] = (
     "producer_name",
 )
 
-#: Error-context columns (``CONTEXT_FIELDS`` of the consumer library) with their Spark types.
-CONTEXT_COLUMNS: tuple[tuple[str, object], ...] = (
-    ("dlq_topic", StringType()),
-    ("dlq_message_id", StringType()),
-    ("origin_topic", StringType()),
-    ("origin_message_id", StringType()),
-    ("subscription", StringType()),
-    ("delivery_count", IntegerType()),
-    ("reconsume_times", IntegerType()),
-    ("reason", StringType()),
-    ("error_class", StringType()),
-    ("error_message", StringType()),
-    ("error_stack", StringType()),
-    ("failed_at", LongType()),
-    ("consumer", StringType()),
-    ("context_format", StringType()),
+#: Error-context columns (``CONTEXT_FIELDS`` of the consumer library).
+_CONTEXT = ddl_struct(
+    "dlq_topic string, dlq_message_id string, origin_topic string, origin_message_id string, "
+    "subscription string, delivery_count int, reconsume_times int, reason string, error_class string, "
+    "error_message string, error_stack string, failed_at long, consumer string, context_format string"
 )
+#: ``(name, Spark type)`` of each error-context column.
+CONTEXT_COLUMNS = tuple((field.name, field.dataType) for field in _CONTEXT.fields)
 
-#: Columns the normalise step adds after the context.
-DERIVED_COLUMNS: tuple[tuple[str, object], ...] = (
-    ("error_template", StringType()),
-    ("signature", StringType()),
-    ("replay_id", StringType()),
-    ("replay_count", IntegerType()),  # REPLAY_COUNT the message carries; null when not a number
-    ("origin_conflict", StringType()),  # the origin claims when the conventions disagree, else null
-)
-
-
-def _fields(columns: tuple[tuple[str, object], ...]) -> list[StructField]:
-    return [StructField(name, dtype) for name, dtype in columns]  # type: ignore[arg-type]
-
-
+#: The normalised rows: the carried columns, the context, then what the normalise step derives
+#: (``replay_count``: the REPLAY_COUNT the message carries, null when not a number; ``origin_conflict``:
+#: the origin claims when the conventions disagree, else null).
 NORMALIZED_SCHEMA = StructType(
     [f for f in SNAPSHOT_SCHEMA.fields if f.name in CARRIED_COLUMNS]
-    + _fields(CONTEXT_COLUMNS)
-    + _fields(DERIVED_COLUMNS)
+    + _CONTEXT.fields
+    + ddl_struct(
+        "error_template string, signature string, replay_id string, replay_count int, origin_conflict string"
+    ).fields
 )
 
-#: Columns the decide step adds.
-DECISION_COLUMNS: tuple[tuple[str, object], ...] = (
-    ("rule", StringType()),
-    ("action", StringType()),
-    ("outcome", StringType()),
-    ("outcome_reason", StringType()),
-    ("target_topic", StringType()),
-    ("fix", StringType()),
-    ("fix_error", StringType()),
-    ("archive_payload", BooleanType()),
-    ("out_value", BinaryType()),
-    ("out_properties", _PROPS),
-    ("replay_producer", StringType()),  # producer name of a to_republish row (see ProducerSequencer)
-    ("sequence_id", LongType()),  # its sequence id for that producer
+#: The decisions: the normalised rows and what decide adds (``replay_producer``: the producer name of a
+#: to_republish row, see ProducerSequencer; ``sequence_id``: its sequence id for that producer).
+DECIDED_SCHEMA = StructType(
+    NORMALIZED_SCHEMA.fields
+    + ddl_struct(
+        "rule string, action string, outcome string, outcome_reason string, target_topic string, fix string, "
+        "fix_error string, archive_payload boolean, out_value binary, out_properties map<string,string>, "
+        "replay_producer string, sequence_id long"
+    ).fields
 )
-
-DECIDED_SCHEMA = StructType(NORMALIZED_SCHEMA.fields + _fields(DECISION_COLUMNS))
 
 #: Replay id of a snapshot row in the decide step's scope marks (not a column of any dataset but this).
 REPLAY_ID_MARK = "_rid"

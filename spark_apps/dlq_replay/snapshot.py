@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -16,7 +17,6 @@ if TYPE_CHECKING:
 
     from spark_apps.dlq_replay.pulsar_io.window import PartitionWindow
     from spark_apps.dlq_replay.run_context import Run
-    from spark_apps.dlq_replay.task_parquet import SideOutput
 
 log = logging.getLogger("spark_apps.dlq_replay")
 
@@ -24,13 +24,14 @@ log = logging.getLogger("spark_apps.dlq_replay")
 def run_snapshot(run: Run, windows: list[PartitionWindow]) -> DataFrame:
     """Read the window in Spark tasks that write the snapshot (and its entries and identities) themselves."""
     from spark_apps.dlq_replay.pulsar_io.window import READER_MODE, read_mode_of, windows_to_json
-    from spark_apps.dlq_replay.schemas import SNAPSHOT_SCHEMA
+    from spark_apps.dlq_replay.schemas import IDENTITIES_SCHEMA, SNAPSHOT_SCHEMA
     from spark_apps.dlq_replay.task_parquet import read_frame
 
     if run.step("snapshot"):
         from spark_apps.dlq_replay import task_parquet
         from spark_apps.dlq_replay.commit import entry_rows, snapshot_entries_schema
         from spark_apps.dlq_replay.pulsar_io.source import read_tasks
+        from spark_apps.dlq_replay.scope import identity_rows
 
         started = time.monotonic()
         mode = read_mode_of(windows)
@@ -50,12 +51,12 @@ def run_snapshot(run: Run, windows: list[PartitionWindow]) -> DataFrame:
             "idle.timeout.ms": str(run.options.idle_timeout_ms),
         }
         frame, read_task, _, _ = read_tasks(run.spark, source_options, mark_entries=True)
-        # Beside the rows: unless --max-messages needs the whole context, their replay ids (the decide
-        # step's duplicate marks read those few columns), and each batch's entries (the commit's counts).
         with_identities = run.options.max_messages is None
         run.progress.count_files(run.paths.snapshot)
-        counts = task_parquet.SideOutput(run.paths.snapshot_entries, snapshot_entries_schema(), entry_rows)
-        sides = [counts, *([_identities_output(run)] if with_identities else [])]
+        sides = [task_parquet.SideOutput(run.paths.snapshot_entries, snapshot_entries_schema(), entry_rows)]
+        if with_identities:  # decide's duplicate marks read these few columns
+            identities = partial(identity_rows, origin_precedence=run.playbook.origin_precedence)
+            sides.append(task_parquet.SideOutput(run.paths.identities, IDENTITIES_SCHEMA, identities))
         tallies = task_parquet.write_in_tasks(
             frame, read_task, SNAPSHOT_SCHEMA, run.paths.snapshot, _entries_tally, ("n", "entries"), sides
         )
@@ -78,18 +79,6 @@ def run_snapshot(run: Run, windows: list[PartitionWindow]) -> DataFrame:
                 )
         run.done("snapshot", started, messages=count, dlq_reads=count, **info)
     return read_frame(run.spark, run.paths.snapshot, SNAPSHOT_SCHEMA)
-
-
-def _identities_output(run: Run) -> SideOutput:
-    """The snapshot rows' :func:`~spark_apps.dlq_replay.scope.identity_rows`, written by the read tasks."""
-    from spark_apps.dlq_replay import task_parquet
-    from spark_apps.dlq_replay.schemas import IDENTITIES_SCHEMA
-    from spark_apps.dlq_replay.scope import identity_rows
-
-    precedence = run.playbook.origin_precedence
-    return task_parquet.SideOutput(
-        run.paths.identities, IDENTITIES_SCHEMA, lambda batch: identity_rows(batch, precedence)
-    )
 
 
 def _entries_tally(batch: pa.RecordBatch) -> tuple[int, int]:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from spark_apps.dlq_replay import storage
+
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
 
@@ -14,19 +16,15 @@ if TYPE_CHECKING:
 
 def part_files(folder: str) -> list[str]:
     """The ``part-*.parquet`` files in ``folder``, in name order."""
-    from spark_apps.dlq_replay import storage
-
     names = [n for n in storage.list_names(folder) if n.startswith("part-") and n.endswith(".parquet")]
     return [storage.join(folder, name) for name in names]
 
 
 def row_group_units(folder: str) -> list[tuple[str, int]]:
     """``(file, row group)`` of every row group of the ``part-*.parquet`` files in ``folder``, in order."""
-    from spark_apps.dlq_replay.storage import open_parquet
-
     units: list[tuple[str, int]] = []
     for path in part_files(folder):
-        units += [(path, group) for group in range(open_parquet(path).metadata.num_row_groups)]
+        units += [(path, group) for group in range(storage.open_parquet(path).metadata.num_row_groups)]
     return units
 
 
@@ -42,8 +40,6 @@ class Marks:
     @classmethod
     def read(cls, folder: str) -> Marks:
         import pyarrow as pa
-
-        from spark_apps.dlq_replay import storage
 
         tables = [storage.read_table(path) for path in part_files(folder)]
         return cls(pa.concat_tables(tables) if tables else _no_marks())
@@ -76,13 +72,11 @@ def bucket_batches(
     batch_rows: int,
 ) -> Iterator[pa.RecordBatch]:
     """Bucket ``bucket``'s share of ``units`` (every ``buckets``-th row group) with the mark columns."""
-    from spark_apps.dlq_replay.storage import open_parquet
-
     by_file: dict[str, list[int]] = {}
     for path, group in units[bucket::buckets]:
         by_file.setdefault(path, []).append(group)
     for path, groups in by_file.items():
-        source = open_parquet(path)
+        source = storage.open_parquet(path)
         # One decoding thread: the task shares the cores with the others, and each thread's allocator
         # keeps memory of its own (about 25 MiB more per worker with threads).
         batches = source.iter_batches(

@@ -34,7 +34,7 @@ class StorageError(ReplayConfigError):
 
 def join(root: str, *parts: str) -> str:
     """Join path parts onto a local path or URI with ``/``."""
-    out = root.rstrip("/") if root not in ("/",) else root
+    out = root if root == "/" else root.rstrip("/")
     for part in parts:
         out = posixpath.join(out, part.strip("/"))
     return out
@@ -173,12 +173,12 @@ def list_names(path: str) -> list[str]:
     return sorted(info.base_name for info in infos)
 
 
-def list_files(path: str, recursive: bool = True) -> list[str]:
+def list_files(path: str) -> list[str]:
     """Paths (as ``path``'s scheme writes them) of the files under ``path``, sorted; none if missing."""
     import pyarrow.fs as pafs
 
     fs, inner = filesystem(path)
-    infos = fs.get_file_info(pafs.FileSelector(inner, recursive=recursive, allow_not_found=True))
+    infos = fs.get_file_info(pafs.FileSelector(inner, recursive=True, allow_not_found=True))
     return sorted(join(path, info.path[len(inner) :]) for info in infos if info.type == pafs.FileType.File)
 
 

@@ -210,6 +210,14 @@ class SideOutput:
     int96_timestamps: bool = False
     row_groups_by: Callable[[pa.RecordBatch], pa.Array] | None = None
 
+    def open(self, schema: pa.Schema, partition: int, attempt: int, value: str | None = None) -> TaskFile:
+        """Task ``partition``'s file (in the folder of ``value`` when partitioned)."""
+        folder = self.path
+        if self.partition_by is not None:
+            folder = storage.join(folder, partition_folder(self.partition_by, value))
+        int96, key = self.int96_timestamps, self.row_groups_by
+        return TaskFile(folder, partition, attempt, schema, int96_timestamps=int96, group_key=key)
+
 
 def row_tally(batch: pa.RecordBatch) -> tuple[int]:
     """The tally of a task that only counts the rows it writes (``tally_names=("n",)``)."""
@@ -243,6 +251,10 @@ def _read_int(path: str, prefix: str) -> int | None:
     return int(value) if text.startswith(prefix) and value.isdigit() else None
 
 
+#: A task's open files by (output, partition value).
+_Files = dict[tuple[int, str | None], TaskFile]
+
+
 @dataclass(frozen=True)
 class _TaskWrites:
     """One task of :func:`write_in_tasks`: writes ``transform(batches)`` to ``outputs`` (the main dataset
@@ -264,24 +276,26 @@ class _TaskWrites:
     def run(self, batches: Iterator[pa.RecordBatch], partition: int, attempt: int) -> pa.RecordBatch:
         import pyarrow as pa
 
-        files = _TaskFiles(self.outputs, self.schemas, partition, attempt)
+        files: _Files = {}
         tallies: list[Tally] = []
         folder = self.outputs[0].path
         try:
-            files.open()
+            for i, output in enumerate(self.outputs):
+                if output.partition_by is None:  # a task without rows leaves an empty file
+                    files[i, None] = output.open(self.schemas[i], partition, attempt)
             written, recorded = 0, time.monotonic()
             for batch in self.transform(batches):
                 tallies.append(self.tally(batch))
-                files.write(batch)
+                self._write(batch, files, partition, attempt)
                 written += batch.num_rows
                 if time.monotonic() - recorded >= PROGRESS_EVERY_S:
                     _record_rows(folder, partition, written)
                     recorded = time.monotonic()
-            for out in files.files.values():
+            for out in files.values():
                 out.commit()
             _record_rows(folder, partition, written)
         except BaseException:
-            for out in files.files.values():
+            for out in files.values():  # each file opened so far
                 out.discard()
             raise
         finally:
@@ -291,49 +305,21 @@ class _TaskWrites:
         columns = list(zip(*tallies, strict=True)) if tallies else [() for _ in self.names]
         return pa.RecordBatch.from_arrays([pa.array(c, pa.int64()) for c in columns], names=list(self.names))
 
-
-class _TaskFiles:
-    """A task's files: one per output, or per value of its ``partition_by`` column."""
-
-    def __init__(
-        self, outputs: Sequence[SideOutput], schemas: Sequence[pa.Schema], partition: int, attempt: int
-    ) -> None:
-        self.outputs, self.schemas, self.partition, self.attempt = outputs, schemas, partition, attempt
-        self.files: dict[tuple[int, str | None], TaskFile] = {}
-
-    def open(self) -> None:
-        """Open each unpartitioned output's file: a task without rows leaves an empty file."""
-        for i, output in enumerate(self.outputs):
-            if output.partition_by is None:
-                self.file(i)
-
-    def file(self, i: int, value: str | None = None) -> TaskFile:
-        if (i, value) not in self.files:
-            out, folder = self.outputs[i], self.outputs[i].path
-            if out.partition_by is not None:
-                folder = storage.join(folder, partition_folder(out.partition_by, value))
-            self.files[i, value] = TaskFile(
-                folder,
-                self.partition,
-                self.attempt,
-                self.schemas[i],
-                int96_timestamps=out.int96_timestamps,
-                group_key=out.row_groups_by,
-            )
-        return self.files[i, value]
-
-    def write(self, batch: pa.RecordBatch) -> None:
+    def _write(self, batch: pa.RecordBatch, files: _Files, partition: int, attempt: int) -> None:
+        """Write ``batch`` to every output: split by the partition column's values, a file opened for each."""
         import pyarrow.compute as pc
 
         for i, output in enumerate(self.outputs):
             rows = batch if output.rows is None else output.rows(batch)
             if output.partition_by is None:
-                self.file(i).write(rows)
+                files[i, None].write(rows)
                 continue
             values = rows.column(output.partition_by)
             for value in pc.unique(values).to_pylist():
+                if (i, value) not in files:
+                    files[i, value] = output.open(self.schemas[i], partition, attempt, value)
                 chosen = pc.is_null(values) if value is None else pc.equal(values, value)
-                self.file(i, value).write(rows.filter(chosen))
+                files[i, value].write(rows.filter(chosen))
 
 
 def write_in_tasks(

@@ -16,8 +16,6 @@ def republish_target(origin_topic: str | None) -> str | None:
 
     Publishing to the partitioned topic (not one partition) lets the producer route by key again.
     """
-    if not origin_topic:
-        return None
     qualified = qualify_topic(origin_topic)
     return base_topic(qualified) if qualified else None
 

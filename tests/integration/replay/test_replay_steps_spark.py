@@ -8,13 +8,14 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from ledger_reference import ledger_rows, with_publish_results, write_ledger
 from pyspark.testing import assertDataFrameEqual
-from report_reference import OUTCOME_COLUMNS, aggregate, dry_run_outcomes, spark_parts
+from report_reference import aggregate, dry_run_outcomes, spark_parts
 
 from spark_apps.dlq_replay import outcomes as oc
 from spark_apps.dlq_replay import task_parquet
 from spark_apps.dlq_replay.arrow_compat import map_in_arrow
 from spark_apps.dlq_replay.decide import DecideSettings, decide_tasks
 from spark_apps.dlq_replay.ledger import final_ids, read_ledger
+from spark_apps.dlq_replay.normalize import normalize
 from spark_apps.dlq_replay.playbook import parse_playbook
 from spark_apps.dlq_replay.report import CommitTotals, build_report
 from spark_apps.dlq_replay.schemas import (
@@ -24,7 +25,8 @@ from spark_apps.dlq_replay.schemas import (
     REPLAY_ID_MARK,
     SNAPSHOT_SCHEMA,
 )
-from spark_apps.dlq_replay.scope import Filters, identity_rows, repeated_ids, scope_marks
+from spark_apps.dlq_replay.scope import Filters, identity_rows, repeated_ids, replay_id_column, scope_marks
+from spark_apps.dlq_replay.signatures import replay_id
 from spark_apps.dlq_replay.storage import RunStorage
 from spark_apps.dlq_replay.topics import TopicMatcher
 
@@ -131,7 +133,7 @@ def scope_counts(snap, filters, final=None, column="outcome"):
 
 def test_filters_and_max_messages(spark):
     snap = snapshot_df(spark)
-    sig = decide(snap, PLAYBOOK, settings(), 2).filter("error_class = 'Poison'").first()["signature"]
+    sig = normalize(snap).filter("error_class = 'Poison'").first()["signature"]
     assert scope_counts(snap, Filters(signatures=(sig,))) == {oc.ARCHIVED: 6, oc.FILTERED: 43}
     both = Filters(error_class="Timeout", since=T0 + timedelta(minutes=10))
     assert scope_counts(snap, both) == {oc.TO_REPUBLISH: 30, oc.FILTERED: 19}
@@ -143,6 +145,12 @@ def test_filters_and_max_messages(spark):
     reasons = counts(limited, "outcome_reason")
     assert reasons["beyond --max-messages"] == 33
     assert reasons["not selected by --error-class"] == 9
+
+
+def test_replay_id_column_matches_python(spark):
+    snap = snapshot_df(spark, n_timeout=3, n_poison=0, n_junk=0)
+    rows = snap.select("topic", "message_id_str", replay_id_column().alias("rid")).collect()
+    assert [r["rid"] for r in rows] == [replay_id(r["topic"], r["message_id_str"]) for r in rows]
 
 
 def test_archive_ledger_and_already_final(spark, tmp_path):
@@ -531,7 +539,8 @@ def test_ledger_recorded_by_tasks_reads_as_sparks_ledger(spark, tmp_path):
     one original in both buckets, a failed send, a send without a result, two waves."""
     import pyarrow.parquet as pq
 
-    from spark_apps.dlq_replay.record import publish_staged, record_in_tasks
+    from spark_apps.dlq_replay.apply import OUTCOME_COLUMNS
+    from spark_apps.dlq_replay.record import RecordTask, publish_staged, record_in_tasks
 
     _, decided, decisions, results = recorded_inputs(spark, tmp_path)
     run_id = "manual__2024-05-01T00:00:00+00:00"
@@ -541,10 +550,9 @@ def test_ledger_recorded_by_tasks_reads_as_sparks_ledger(spark, tmp_path):
     record_ledger(ledger_rows(outcomes_df, "run-0", oc.REPLAY, T0), tmp_path / "b", str(by_tasks))
     staged = str(tmp_path / "ledger_staged")
     for _ in range(2):  # a redone record step replaces this run's partition
-        written = record_in_tasks(
-            spark, str(decisions), str(results), 2, staged, mode=oc.REPLAY, recorded_at=T0, batch_rows=4,
-            parts_dir=str(tmp_path / "report_parts"), commit_dir=str(tmp_path / "commit_parts"),
-        )  # fmt: skip
+        parts, commits = str(tmp_path / "report_parts"), str(tmp_path / "commit_parts")
+        task = RecordTask(str(decisions), str(results), parts, commits, oc.REPLAY, T0, batch_rows=4)
+        written = record_in_tasks(spark, task, 2, staged)
         assert written == decided.count() == 18
         assert publish_staged(staged, str(by_tasks), run_id)
     assert not publish_staged(staged, str(by_tasks), run_id)
@@ -579,7 +587,8 @@ def test_report_from_record_parts_is_sparks_report(spark, tmp_path, snippets):
     its trend reads only the earlier run from the ledger and puts this run last, at its ledger time."""
     from types import SimpleNamespace
 
-    from spark_apps.dlq_replay.record import publish_staged, record_in_tasks
+    from spark_apps.dlq_replay.apply import OUTCOME_COLUMNS
+    from spark_apps.dlq_replay.record import RecordTask, publish_staged, record_in_tasks
     from spark_apps.dlq_replay.report import ReportContext
     from spark_apps.dlq_replay.report_parts import read_parts
 
@@ -587,10 +596,9 @@ def test_report_from_record_parts_is_sparks_report(spark, tmp_path, snippets):
     snapshot, ledger, parts = (str(tmp_path / name) for name in ("snapshot", "ledger", "report_parts"))
     snap.write.parquet(snapshot)
     staged = str(tmp_path / "ledger_staged")
-    record_in_tasks(
-        spark, str(decisions), str(results), 2, staged, mode=oc.REPLAY, recorded_at=T0, batch_rows=4,
-        parts_dir=parts, commit_dir=str(tmp_path / "commit_parts"),
-    )  # fmt: skip
+    commits = str(tmp_path / "commit_parts")
+    task = RecordTask(str(decisions), str(results), parts, commits, oc.REPLAY, T0, batch_rows=4)
+    record_in_tasks(spark, task, 2, staged)
     publish_staged(staged, ledger, "run-1")
     earlier = decided.filter("outcome = 'to_republish'").select(*OUTCOME_COLUMNS)
     record_ledger(
