@@ -8,14 +8,13 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from ledger_reference import ledger_rows, with_publish_results, write_ledger
 from pyspark.testing import assertDataFrameEqual
-from report_reference import aggregate, dry_run_outcomes, spark_parts
+from report_reference import OUTCOME_COLUMNS, aggregate, dry_run_outcomes, spark_parts
 
 from spark_apps.dlq_replay import outcomes as oc
 from spark_apps.dlq_replay import task_parquet
 from spark_apps.dlq_replay.arrow_compat import map_in_arrow
 from spark_apps.dlq_replay.decide import DecideSettings, decide_tasks
 from spark_apps.dlq_replay.ledger import final_ids, read_ledger
-from spark_apps.dlq_replay.normalize import normalize
 from spark_apps.dlq_replay.playbook import parse_playbook
 from spark_apps.dlq_replay.report import CommitTotals, build_report
 from spark_apps.dlq_replay.schemas import (
@@ -25,8 +24,7 @@ from spark_apps.dlq_replay.schemas import (
     REPLAY_ID_MARK,
     SNAPSHOT_SCHEMA,
 )
-from spark_apps.dlq_replay.scope import Filters, identity_rows, repeated_ids, replay_id_column, scope_marks
-from spark_apps.dlq_replay.signatures import replay_id
+from spark_apps.dlq_replay.scope import Filters, identity_rows, repeated_ids, scope_marks
 from spark_apps.dlq_replay.storage import RunStorage
 from spark_apps.dlq_replay.topics import TopicMatcher
 
@@ -133,7 +131,7 @@ def scope_counts(snap, filters, final=None, column="outcome"):
 
 def test_filters_and_max_messages(spark):
     snap = snapshot_df(spark)
-    sig = normalize(snap).filter("error_class = 'Poison'").first()["signature"]
+    sig = decide(snap, PLAYBOOK, settings(), 2).filter("error_class = 'Poison'").first()["signature"]
     assert scope_counts(snap, Filters(signatures=(sig,))) == {oc.ARCHIVED: 6, oc.FILTERED: 43}
     both = Filters(error_class="Timeout", since=T0 + timedelta(minutes=10))
     assert scope_counts(snap, both) == {oc.TO_REPUBLISH: 30, oc.FILTERED: 19}
@@ -145,12 +143,6 @@ def test_filters_and_max_messages(spark):
     reasons = counts(limited, "outcome_reason")
     assert reasons["beyond --max-messages"] == 33
     assert reasons["not selected by --error-class"] == 9
-
-
-def test_replay_id_column_matches_python(spark):
-    snap = snapshot_df(spark, n_timeout=3, n_poison=0, n_junk=0)
-    rows = snap.select("topic", "message_id_str", replay_id_column().alias("rid")).collect()
-    assert [r["rid"] for r in rows] == [replay_id(r["topic"], r["message_id_str"]) for r in rows]
 
 
 def test_archive_ledger_and_already_final(spark, tmp_path):
@@ -539,7 +531,6 @@ def test_ledger_recorded_by_tasks_reads_as_sparks_ledger(spark, tmp_path):
     one original in both buckets, a failed send, a send without a result, two waves."""
     import pyarrow.parquet as pq
 
-    from spark_apps.dlq_replay.apply import OUTCOME_COLUMNS
     from spark_apps.dlq_replay.record import RecordTask, publish_staged, record_in_tasks
 
     _, decided, decisions, results = recorded_inputs(spark, tmp_path)
@@ -587,7 +578,6 @@ def test_report_from_record_parts_is_sparks_report(spark, tmp_path, snippets):
     its trend reads only the earlier run from the ledger and puts this run last, at its ledger time."""
     from types import SimpleNamespace
 
-    from spark_apps.dlq_replay.apply import OUTCOME_COLUMNS
     from spark_apps.dlq_replay.record import RecordTask, publish_staged, record_in_tasks
     from spark_apps.dlq_replay.report import ReportContext
     from spark_apps.dlq_replay.report_parts import read_parts
