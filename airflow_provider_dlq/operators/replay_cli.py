@@ -178,14 +178,11 @@ def build_replay_args(values: Mapping[str, Any]) -> ReplayOptions:
 
 def compact_summary(report: Mapping[str, Any], max_groups: int = 20) -> dict[str, Any]:
     """The XCom/asset-event summary of a report: run, mode, status, totals, paths and the top groups."""
+    keys = ("signature", "count", "error_class", "origin_topic", "action")
     groups = [
         {
-            "signature": g.get("signature"),
-            "count": g.get("count"),
-            "error_class": g.get("error_class"),
-            "origin_topic": g.get("origin_topic"),
+            **{k: g.get(k) for k in keys},
             "template": str(g.get("template") or "")[:160],
-            "action": g.get("action"),
             "outcomes": g.get("outcomes", {}),
         }
         for g in (report.get("groups") or [])[:max_groups]
