@@ -29,14 +29,11 @@ def _stripped(key: str) -> bool:
 
 def previous_replay_count(properties: Mapping[str, str] | None) -> int | None:
     """The ``REPLAY_COUNT`` a message already carries: 0 when absent, ``None`` when not a number."""
-    if not properties:
-        return 0
-    raw = properties.get(REPLAY_COUNT)
+    raw = (properties or {}).get(REPLAY_COUNT)
     if raw is None:
         return 0
-    if not isinstance(raw, str) or not _COUNT.fullmatch(raw.strip()):
-        return None
-    return int(raw.strip())
+    text = raw.strip() if isinstance(raw, str) else ""
+    return int(text) if _COUNT.fullmatch(text) else None
 
 
 def republish_properties(

@@ -61,11 +61,9 @@ class PropertyCondition:
 
     def matches(self, properties: Mapping[str, str]) -> bool:
         value = properties.get(self.key)
-        if value is None:
-            return False
-        if self.regex is not None:
-            return self.regex.fullmatch(value) is not None
-        return value == self.exact
+        if self.regex is None:
+            return value == self.exact
+        return value is not None and self.regex.fullmatch(value) is not None
 
 
 @dataclass(frozen=True)

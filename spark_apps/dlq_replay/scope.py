@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-from pyspark.sql.types import StringType, StructField, StructType
+from pyspark.sql.types import BooleanType, StringType, StructField, StructType
 
 from spark_apps.dlq_replay import outcomes as oc
 from spark_apps.dlq_replay.schemas import IDENTITIES_SCHEMA, REPLAY_ID_MARK, SCOPE_COLUMN
@@ -95,7 +95,6 @@ def identity_rows(
 
 def _identities(snapshot: DataFrame, filters: Filters, origin_precedence: tuple[str, ...]) -> DataFrame:
     """One payload-free identity row per snapshot row, with ``--max-messages`` plus ``selected``."""
-    from pyspark.sql import functions as F
 
     from spark_apps.dlq_replay.arrow_compat import map_in_arrow
 
@@ -114,14 +113,7 @@ def _identities(snapshot: DataFrame, filters: Filters, origin_precedence: tuple[
             reasons = filter_reasons(filters, columns, batch.column("publish_time"))
             yield rows.append_column("selected", reasons.is_null())
 
-    if limited:
-        light = snapshot.select(
-            "topic", "message_id_str", "publish_time", "properties", F.lit(None).cast("binary").alias("value")
-        )
-    else:
-        light = snapshot.select("topic", "message_id_str", "publish_time", "properties")
-    from pyspark.sql.types import BooleanType, StructField, StructType
-
+    light = snapshot.select("topic", "message_id_str", "publish_time", "properties")
     selected = [StructField("selected", BooleanType())] if limited else []
     return map_in_arrow(light, ids, StructType(IDENTITIES_SCHEMA.fields + selected))
 
