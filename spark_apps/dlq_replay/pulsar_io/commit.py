@@ -67,6 +67,12 @@ MAX_ACK_ATTEMPTS = 3
 VERIFY_TIMEOUT_S = 10.0
 
 
+def _require(table: Any, names: Sequence[str], schema: str) -> None:
+    missing = [c for c in names if c not in table.column_names]
+    if missing:
+        raise PulsarConfigError(f"commit input lacks columns {missing}; select {schema}")
+
+
 def _result_table(rows: list[dict[str, Any]]) -> Any:
     import pyarrow as pa
 
@@ -113,9 +119,7 @@ def make_commit_fn(
     def commit(table: Any) -> Any:
         import pyarrow.compute as pc
 
-        missing = [c for c in ("dlq_topic", "dlq_message_id") if c not in table.column_names]
-        if missing:
-            raise PulsarConfigError(f"commit input lacks columns {missing}; select {COMMIT_INPUT_SCHEMA}")
+        _require(table, ("dlq_topic", "dlq_message_id"), COMMIT_INPUT_SCHEMA)
         topics = table.column("dlq_topic")
         if topics.null_count:
             raise PulsarConfigError("commit input has a null dlq_topic; drop such rows")
@@ -184,9 +188,7 @@ def _final_of(table: Any) -> FinalIds | FinalEntries:
         if ids.null_count:
             raise PulsarConfigError("commit input has a null dlq_message_id; drop such rows")
         return FinalIds.from_arrow(ids)
-    missing = [c for c in ("entry_id", "batch_size") if c not in table.column_names]
-    if missing:
-        raise PulsarConfigError(f"commit input lacks columns {missing}; select {ENTRIES_COMMIT_INPUT_SCHEMA}")
+    _require(table, ("entry_id", "batch_size"), ENTRIES_COMMIT_INPUT_SCHEMA)
     named = pc.is_valid(ids)
     whole = table.filter(pc.invert(named))
     columns = [whole.column(c) for c in ("ledger_id", "entry_id", "batch_size")]
@@ -368,11 +370,7 @@ class EntryCommitFn:
     def commit_table(self, table: Any, topics: Sequence[str] = ()) -> Any:
         """One result row per ``dlq_topic`` of ``table`` and per topic of ``topics``."""
         names = ("dlq_topic", "ledger_id", "entry_id", "messages", "final_messages", "batch_size")
-        missing = [c for c in names if c not in table.column_names]
-        if missing:
-            raise PulsarConfigError(
-                f"commit input lacks columns {missing}; select {ENTRY_COMMIT_INPUT_SCHEMA}"
-            )
+        _require(table, names, ENTRY_COMMIT_INPUT_SCHEMA)
         by_topic: dict[str, list[_EntryRow]] = {topic: [] for topic in topics}
         columns = [table.column(c).to_pylist() for c in names]
         for topic, ledger, entry, messages, final, size in zip(*columns, strict=True):
