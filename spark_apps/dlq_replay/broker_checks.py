@@ -1,11 +1,8 @@
-"""Checks against the broker before a replay writes anything or takes its lock, each in seconds:
-
-1. something listens at the service URL, else :class:`BrokerUnreachableError` (exit 1, re-run later);
-2. the broker accepts the credentials (a partitioned-metadata lookup, which creates nothing), else a
-   :class:`~spark_apps.dlq_replay.errors.ReplayConfigError` (exit 2);
-3. every DLQ topic exists, asked of the admin REST with ``--admin-url``; without it only partitioned
-   topics are known to exist (the binary protocol cannot tell a missing topic from an empty one without
-   creating it), see ``docs/replay-app.md``.
+"""Checks against the broker before a replay writes anything or takes its lock, each in seconds: something
+listens at the service URL (else :class:`BrokerUnreachableError`, exit 1), the broker accepts the
+credentials (a partitioned-metadata lookup, which creates nothing; else exit 2), and every DLQ topic exists
+(asked of the admin REST; without ``--admin-url`` only partitioned topics are known to exist, as the binary
+protocol cannot tell a missing topic from an empty one without creating it).
 """
 
 from __future__ import annotations

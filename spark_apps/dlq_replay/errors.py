@@ -1,8 +1,5 @@
-"""The replay app's error hierarchy: every error says what is wrong and how to fix it.
-
-The command line maps them to exit codes (``docs/replay-app.md``): :class:`ReplayConfigError` and its
-subclasses (bad options, playbook, fixes, files, a resume with changed options) exit 2, anything else 1.
-"""
+"""The replay app's errors, each saying what is wrong and how to fix it: :class:`ReplayConfigError` and its
+subclasses exit 2, any other 1 (``docs/replay-app.md``)."""
 
 from __future__ import annotations
 
