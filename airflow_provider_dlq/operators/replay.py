@@ -497,8 +497,7 @@ class DlqReplayOperator(BaseOperator):
         if actions is not None and all(action == "leave" for action in actions.values()):
             raise AirflowSkipException("The approval left every group pending; nothing to replay.")
         run_id = self.resolve_run_id(context)
-        pulsar, args = self.usage_checked(run_id)
-        remote = self.remote_checked()
+        pulsar, args, remote = self.usage_checked(run_id)
         if pulsar.tls_allow_insecure_connection:
             self.log.warning(
                 "Connection %r allows insecure TLS; the replay app does not support that setting and will "
@@ -676,36 +675,32 @@ class DlqReplayOperator(BaseOperator):
                     outlet_events[outlet].extra = extra
         return summary
 
-    def _not_retried(self, exc: Exception) -> AirflowFailException:
-        """A usage error fails the task without retries: the same configuration fails every try."""
-        message = f"{exc} (not retried: fix the configuration, then clear the task)"
-        self.log.error("%s", message)  # a log line of its own, not only the exception's detail
-        return AirflowFailException(message)
-
-    def usage_checked(self, run_id: str) -> tuple[PulsarConnectionConfig, ReplayOptions]:
+    def usage_checked(self, run_id: str) -> tuple[PulsarConnectionConfig, ReplayOptions, SparkRemote | None]:
+        """The connection, the app's options and the Spark Connect server (``None``: spark-submit runs the
+        app). A usage error fails the task without retries: the same configuration fails every try."""
         try:
             check_topics(self.topics)  # before the connection: the trigger form's first field
             pulsar = self.pulsar_hook.config
-            return pulsar, self.replay_args(run_id, pulsar)
-        except (ReplayArgumentError, PulsarConnectionError, AirflowNotFoundException) as exc:
-            raise self._not_retried(exc) from exc
-
-    def remote_checked(self) -> SparkRemote | None:
-        """The Spark Connect server of ``spark_conn_id``, or ``None`` (spark-submit runs the app)."""
-        try:
+            args = self.replay_args(run_id, pulsar)
             remote = spark_remote(self.spark_conn_id)
-            if remote is None:
-                return None
-            if self.spark_submit_kwargs:
+            if remote is not None and self.spark_submit_kwargs:
                 raise SparkConnectConfigError(
                     f"spark_submit_kwargs ({', '.join(sorted(self.spark_submit_kwargs))}) apply to "
                     f"spark-submit, but Spark connection {self.spark_conn_id!r} is a Spark Connect server, "
                     "where the server's configuration sets them; drop spark_submit_kwargs."
                 )
-            check_client_installed(remote)
-        except SparkConnectConfigError as exc:
-            raise self._not_retried(exc) from exc
-        return remote
+            if remote is not None:
+                check_client_installed(remote)
+        except (
+            ReplayArgumentError,
+            PulsarConnectionError,
+            AirflowNotFoundException,
+            SparkConnectConfigError,
+        ) as exc:
+            message = f"{exc} (not retried: fix the configuration, then clear the task)"
+            self.log.error("%s", message)  # a log line of its own, not only the exception's detail
+            raise AirflowFailException(message) from exc
+        return pulsar, args, remote
 
     def on_kill(self) -> None:
         """Stop spark-submit and everything it started, or the Spark Connect client, by PID."""

@@ -153,7 +153,7 @@ def test_a_missing_connect_client_is_named_with_the_install(conns, tmp_path, mon
     with pytest.raises(
         AirflowFailException, match=r"grpcio-status not installed. Install pyspark\[connect\]"
     ):
-        make_operator(tmp_path).remote_checked()
+        make_operator(tmp_path).usage_checked("r1")
 
 
 def test_spark_submit_kwargs_are_refused_on_a_connect_server(conns, tmp_path):
@@ -161,7 +161,7 @@ def test_spark_submit_kwargs_are_refused_on_a_connect_server(conns, tmp_path):
     with pytest.raises(
         AirflowFailException, match=r"spark_submit_kwargs \(driver_memory\) apply to spark-submit"
     ):
-        op.remote_checked()
+        op.usage_checked("r1")
 
 
 def test_redact_hides_token_user_id_and_url_parameters():
