@@ -29,7 +29,6 @@ CODE_PACKAGES = ("spark_apps", "pulsar_dlq_consumer")
 #: Rows of the ``range`` whose partitions tell the default parallelism of a non-local master.
 PROBE_ROWS = 1 << 20
 _LOCAL = re.compile(r"local(?:\[(\d+|\*)(?:,\s*\d+)?\])?")
-_LOCAL_CLUSTER = re.compile(r"local-cluster\[\s*(\d+)\s*,\s*(\d+)\s*,\s*\d+\s*\]")
 #: Fixed timestamp of the source bundle's entries: the same sources give the same zip (and name).
 _ZIP_DATE = (2020, 1, 1, 0, 0, 0)
 
@@ -61,18 +60,14 @@ def _cores() -> int:
 
 
 def master_parallelism(master: str | None, cores: int | None) -> int | None:
-    """The default parallelism a ``local[n|*]`` or ``local-cluster`` master implies, else ``None``."""
-    text = (master or "").strip()
-    match = _LOCAL.fullmatch(text)
-    if match:
-        threads = match.group(1)
-        if threads is None:
-            return 1
-        return cores if threads == "*" else max(1, int(threads))
-    match = _LOCAL_CLUSTER.fullmatch(text)
-    if match:
-        return max(1, int(match.group(1)) * int(match.group(2)))
-    return None
+    """The default parallelism a ``local[n|*]`` master implies, else ``None`` (asked of Spark)."""
+    match = _LOCAL.fullmatch((master or "").strip())
+    if match is None:
+        return None
+    threads = match.group(1)
+    if threads is None:
+        return 1
+    return cores if threads == "*" else max(1, int(threads))
 
 
 def _range_partitions(spark: SparkSession) -> int:

@@ -29,7 +29,7 @@ from spark_apps.dlq_replay.session import (
         ("local[*]", 8, 8),
         ("local[*]", None, None),  # a Connect server's cores are not this machine's
         ("local[4, 2]", 8, 4),  # with task retries
-        ("local-cluster[2, 3, 1024]", 8, 6),
+        ("local-cluster[2, 3, 1024]", 8, None),  # Spark's test master: asked of Spark
         ("spark://master:7077", 8, None),
         ("yarn", 8, None),
         (None, 8, None),
