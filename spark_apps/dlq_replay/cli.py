@@ -51,11 +51,8 @@ _QUOTED_VALUE = re.compile(r"(invalid [a-z ]*?(?:value|choice)): '.*?'(?=$| \()"
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse without abbreviations that never echoes argument values in its errors (one of them
-    could be a secret typed in the wrong place)."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(allow_abbrev=False, **kwargs)
+    """argparse that never echoes argument values in its errors (one could be a secret typed in the wrong
+    place)."""
 
     def error(self, message: str) -> NoReturn:
         if "unrecognized arguments" in message:
@@ -66,6 +63,7 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="dlq_replay_main.py",
+        allow_abbrev=False,
         description=(
             "Replay Apache Pulsar dead-letter queues with Spark: plan (freeze the window), snapshot, decide "
             "(playbook), apply (republish/archive), record (ledger), commit (ack final messages), report. "
