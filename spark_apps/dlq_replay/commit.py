@@ -31,10 +31,9 @@ ENTRY_KEYS = ("dlq_topic", "ledger_id", "entry_id")
 
 def snapshot_entries_schema() -> StructType:
     """What :func:`entry_rows` gives: one row per entry of a batch of snapshot rows."""
-    from pyspark.sql.types import LongType, StringType, StructField, StructType
+    from spark_apps.dlq_replay.schemas import ddl_struct
 
-    counts = [StructField(name, LongType()) for name in ("ledger_id", "entry_id", "messages", "batch_size")]
-    return StructType([StructField("dlq_topic", StringType()), *counts])
+    return ddl_struct("dlq_topic string, ledger_id long, entry_id long, messages long, batch_size long")
 
 
 def _entry_columns(topics: pa.Array, message_ids: pa.Array) -> dict[str, pa.Array]:
@@ -56,8 +55,7 @@ def entry_rows(batch: pa.RecordBatch) -> pa.RecordBatch:
     out = grouped.select([*ENTRY_KEYS, "count_all", "batch_size_max"]).rename_columns(
         [*ENTRY_KEYS, "messages", "batch_size"]
     )
-    batches = out.combine_chunks().to_batches()
-    return batches[0] if batches else pa.RecordBatch.from_pylist([], schema=out.schema)
+    return pa.record_batch([column.combine_chunks() for column in out.columns], schema=out.schema)
 
 
 class EntryFinals:
