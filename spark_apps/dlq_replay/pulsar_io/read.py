@@ -160,10 +160,6 @@ class Entry:
     size: int = 0  # messages the entry holds (1 when not batched), those past the window end included
     last_batch_index: int = -2  # none read yet: below every batch index (-1 when not batched)
 
-    @property
-    def position(self) -> Position:
-        return self.ledger, self.entry
-
 
 @dataclass
 class ReadStats:
@@ -269,7 +265,7 @@ class _ReaderPass:
             reader.close()
         if self.current is not None:
             yield self.current
-            self.last = self.current.position
+            self.last = (self.current.ledger, self.current.entry)
 
     def _read(self, read: Callable[[int], Any]) -> Iterator[Entry]:
         import pulsar

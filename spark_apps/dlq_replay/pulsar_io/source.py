@@ -159,7 +159,7 @@ class PulsarDataSourceReader(DataSourceReader):
         if missing:
             raise WindowError(
                 f"topics {missing} have no entry in the 'window' option; freeze a window that covers "
-                "them (freeze) or drop the 'topics' option"
+                "them (window.freeze) or drop the 'topics' option"
             )
         return chosen
 

@@ -71,7 +71,7 @@ def batch(entry: int, *indexes: int) -> list[FakeMessage]:
 def read(passes: list[list[FakeMessage]], end: str, share: list[EntryRange]):
     client = FakeClient(passes)
     reader = ShareReader(client, PartitionWindow(TOPIC, -1, end), share, idle_timeout_ms=10)
-    entries = [(e.position, [m[0] for m in e.messages], e.size) for e in reader.entries()]
+    entries = [((e.ledger, e.entry), [m[0] for m in e.messages], e.size) for e in reader.entries()]
     assert all(r.closed for r in client.readers)
     return entries, reader.stats, client.opened
 
