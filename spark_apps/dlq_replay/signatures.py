@@ -95,20 +95,13 @@ def message_templates(messages: pa.Array) -> pa.Array:
             for pattern, mask in rewrites:
                 text = pc.replace_substring_regex(text, pattern, mask)
     text = pc.utf8_slice_codeunits(pc.utf8_trim(text, " "), 0, MAX_TEMPLATE_CHARS)
-    other = pc.invert(
-        pc.and_(pc.string_is_ascii(pc.fill_null(messages, "")), pc.invert(_has_sentinel(messages)))
-    )
+    sentinel = pc.fill_null(pc.match_substring_regex(messages, "[\x01\x02]"), False)
+    other = pc.or_(pc.invert(pc.string_is_ascii(pc.fill_null(messages, ""))), sentinel)
     if not other.true_count:
         return text
     rest = messages.filter(other).dictionary_encode()
     done = pa.array([message_template(m) for m in rest.dictionary.to_pylist()], pa.string())
     return pc.replace_with_mask(text, other, done.take(rest.indices))
-
-
-def _has_sentinel(messages: pa.Array) -> pa.Array:
-    import pyarrow.compute as pc
-
-    return pc.fill_null(pc.match_substring_regex(messages, "[\x01\x02]"), False)
 
 
 def signature_topic(origin_topic: str | None) -> str:
