@@ -102,7 +102,7 @@ class _Lookups:
         key wins, as in a dict built from the map), null elsewhere."""
         if not len(rows):
             return empty
-        if len(rows) == self.n and self._dense(rows):  # one value in every row: already in place
+        if len(rows) == self.n and pc.all(pc.equal(rows, self._rows)).as_py():  # one in each row, in order
             return values
         if len(rows) > 1:
             last = pc.not_equal(rows.slice(0, len(rows) - 1), rows.slice(1))
@@ -110,10 +110,6 @@ class _Lookups:
                 keep = pa.concat_arrays([last, pa.array([True])])
                 rows, values = rows.filter(keep), values.filter(keep)
         return pc.replace_with_mask(empty, pc.is_in(self._rows, value_set=rows), values)
-
-    def _dense(self, rows: pa.Array) -> bool:
-        """Are ``rows`` exactly 0, 1, ... n - 1 (each row once, in order)?"""
-        return bool(pc.all(pc.equal(rows, self._rows)).as_py())
 
     def has(self, test: Callable[[str], bool]) -> pa.Array:
         """Per row: does any of its keys pass ``test``? (``test`` runs once per distinct key.)"""
