@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from airflow_provider_dlq.errors import DlqProviderError
 
@@ -37,7 +37,7 @@ def split_location(location: str) -> tuple[str, str]:
     """``(scheme, path)``; local paths and ``file://`` URIs give scheme ``""`` and a local path."""
     parts = urlsplit(location)
     if parts.scheme in ("", "file") or (len(parts.scheme) == 1 and location[1:3] in (":/", ":\\")):
-        return "", parts.path if parts.scheme == "file" else location
+        return "", unquote(parts.path) if parts.scheme == "file" else location
     return parts.scheme.lower(), location
 
 

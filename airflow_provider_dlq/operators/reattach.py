@@ -12,11 +12,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
-from urllib.parse import unquote, urlparse
 
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_provider_dlq.errors import DlqProviderError
+from airflow_provider_dlq.output_storage import split_location
 from pulsar_dlq_consumer.replay_lock import (
     LEASE_SUBSCRIPTION,
     LOCK_PREFIX,
@@ -60,14 +60,6 @@ class RunHolder:
         return f"run {self.run_id!r} (host {self.host}, pid {self.pid}) holding {self.where}"
 
 
-def local_root(output_dir: str) -> Path | None:
-    """The output root as a local path; ``None`` for an object store (where the app holds no lock)."""
-    if "://" not in output_dir:
-        return Path(output_dir)
-    parsed = urlparse(output_dir)
-    return Path(unquote(parsed.path)) if parsed.scheme == "file" else None
-
-
 def output_lock_holder(
     output_dir: str,
     now: float | None = None,
@@ -75,10 +67,10 @@ def output_lock_holder(
     alive: Callable[[int, str | None], bool] = pid_alive,
 ) -> RunHolder | None:
     """The run holding the output directory lock, unless it is absent or stale (as the app decides)."""
-    root = local_root(output_dir)
-    if root is None:
+    scheme, root = split_location(output_dir)
+    if scheme:  # an object store, where the app holds no lock
         return None
-    locks = root / "locks"
+    locks = Path(root) / "locks"
     try:
         names = [p.name for p in locks.iterdir()]
     except OSError:

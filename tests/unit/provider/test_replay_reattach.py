@@ -18,7 +18,6 @@ from airflow_provider_dlq.operators.reattach import (
     RunHolder,
     lease_holder,
     lease_topic,
-    local_root,
     output_lock_holder,
     wait_for_earlier_attempt,
 )
@@ -71,7 +70,6 @@ def test_a_half_written_lock_or_an_object_store_root_is_no_holder(tmp_path: Path
     (tmp_path / "locks").mkdir()
     (tmp_path / "locks" / "replay.lock.1").write_text("{")
     assert output_lock_holder(str(tmp_path)) is None
-    assert local_root("s3a://bucket/dlq") is None
     assert output_lock_holder("s3a://bucket/dlq") is None
 
 
