@@ -34,6 +34,12 @@ DEFAULT_WAVE_SIZE = 2_000
 DEDUP_WAVE_SIZE = 50_000
 #: The app's last stdout line starts with this, followed by the run's summary as JSON.
 SUMMARY_PREFIX = "DLQ_REPLAY_SUMMARY "
+#: Spark setting that opts a run in to masked payload snippets in its report (default false).
+CONF_PAYLOAD_SNIPPETS = "spark.dlq.report.payloadSnippets"
+#: The words a yes/no setting takes (Spark settings, data-source options, connection extras), lower-cased.
+BOOLEAN_WORDS = dict.fromkeys(("true", "1", "yes", "on"), True) | dict.fromkeys(
+    ("false", "0", "no", "off"), False
+)
 #: The refusal of a run without DLQ topics.
 TOPICS_REQUIRED = "--topics is required: the DLQ topics to replay, comma-separated"
 #: What an approval may decide for an error group (``--group-actions``).

@@ -196,7 +196,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     register_argv(sys.argv[1:] if argv is None else argv)  # never printed, whatever option they were in
     from spark_apps.dlq_replay.preflight import check_local
     from spark_apps.dlq_replay.pulsar_io.conf import close_own_clients
-    from spark_apps.dlq_replay.pulsar_io.errors import PulsarConfigError
     from spark_apps.dlq_replay.session import remove_local_copies
 
     run_id = None  # set once the checks before Spark passed
@@ -212,7 +211,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         report = run_replay(spark, options, checked=playbook)
     except SystemExit as exc:  # argparse: --help (0) or a usage error (2), already printed
         return int(exc.code or 0)
-    except (ReplayConfigError, PulsarConfigError) as exc:
+    except ReplayConfigError as exc:  # the Pulsar I/O's PulsarConfigError too
         _fail(str(exc))
         return EXIT_USAGE
     except ReplayError as exc:
@@ -237,13 +236,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def check_broker_of(options: ReplayOptions) -> None:
-    """:func:`~spark_apps.dlq_replay.broker_checks.check_broker` for the run's options (no Spark
-    needed); a Pulsar configuration error becomes a ``ReplayConfigError``."""
+    """:func:`~spark_apps.dlq_replay.broker_checks.check_broker` for the run's options (no Spark needed)."""
     from spark_apps.dlq_replay.broker_checks import check_broker
     from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf
-    from spark_apps.dlq_replay.pulsar_io.errors import PulsarConfigError
 
-    try:
-        check_broker(PulsarConf.from_app_options(options), options.topics)
-    except PulsarConfigError as exc:
-        raise ReplayConfigError(str(exc)) from exc
+    check_broker(PulsarConf.from_app_options(options), options.topics)

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from pulsar_dlq_consumer.replay_options import SUMMARY_PREFIX
+from pulsar_dlq_consumer.replay_options import BOOLEAN_WORDS, CONF_PAYLOAD_SNIPPETS, SUMMARY_PREFIX
 from spark_apps.dlq_replay import outcomes as oc
 from spark_apps.dlq_replay.report_explain import (
     explain_rules,
@@ -59,9 +59,6 @@ PAYLOAD_SAMPLES = 2
 TREND_RUNS = 8
 TREND_GROUPS = 20
 REFUSED_ORIGINS = 10
-#: Spark setting that opts a run in to masked payload snippets in its report (default false).
-CONF_PAYLOAD_SNIPPETS = "spark.dlq.report.payloadSnippets"
-_TRUE = ("true", "1", "yes", "on")
 
 
 @dataclass(frozen=True)
@@ -494,6 +491,7 @@ def run_report(run: Run, started_wall: datetime) -> dict[str, Any]:
     recorded_at = info("record").get("recorded_at")  # none before the record step, or in a dry-run
     snapshot_reads = int(info("snapshot").get("dlq_reads", 0))
     failed = int(apply.get("publish_failed", 0)) or int(commit.get("unacked_final", 0))
+    snippets = BOOLEAN_WORDS.get(str(conf_value(run.spark, CONF_PAYLOAD_SNIPPETS)).lower(), False)
     report = build_report(
         None if info("snapshot").get("empty_window") else read_parts(run.paths.report_parts),
         run_id=options.run_id,
@@ -516,7 +514,7 @@ def run_report(run: Run, started_wall: datetime) -> dict[str, Any]:
             run.paths.decisions,
             run.paths.snapshot,
             run.paths.ledger,
-            payload_snippets=(conf_value(run.spark, CONF_PAYLOAD_SNIPPETS) or "").lower() in _TRUE,
+            payload_snippets=snippets,
             recorded_at=datetime.fromisoformat(str(recorded_at)) if recorded_at else None,
         ),
         spark=run.spark,

@@ -17,7 +17,6 @@ from spark_apps.dlq_replay.commit import commit_info, run_commit
 from spark_apps.dlq_replay.decide import run_decide
 from spark_apps.dlq_replay.errors import ReplayConfigError
 from spark_apps.dlq_replay.plan import run_plan
-from spark_apps.dlq_replay.pulsar_io.errors import PulsarConfigError
 from spark_apps.dlq_replay.record import run_record
 from spark_apps.dlq_replay.report import run_report
 from spark_apps.dlq_replay.run_context import Run, RunPaths, load_state
@@ -76,7 +75,7 @@ def run_replay(
                 return _run_steps(run)
             finally:
                 run.progress.stop()  # a step that raised leaves no progress thread behind
-    except (ReplayConfigError, PulsarConfigError):
+    except ReplayConfigError:  # the Pulsar I/O's PulsarConfigError too
         if state.attempts == 1:  # an earlier attempt's files stay
             _remove_created(storage, paths.run, created)
         raise

@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from pulsar_dlq_consumer.client import create_client
+from pulsar_dlq_consumer.replay_options import BOOLEAN_WORDS
 from spark_apps.dlq_replay.pulsar_io.errors import PulsarConfigError
 from spark_apps.dlq_replay.redaction import safe_url
 
@@ -26,8 +27,6 @@ if TYPE_CHECKING:
 DEFAULT_TOKEN_ENV = "PULSAR_AUTH_TOKEN"
 #: Environment variable holding OAuth2 client credentials as JSON ``{"client_id", "client_secret"}``.
 DEFAULT_OAUTH2_CREDENTIALS_ENV = "PULSAR_OAUTH2_CREDENTIALS"
-_TRUE = {"true", "1", "yes", "on"}
-_FALSE = {"false", "0", "no", "off", ""}
 #: The data-source option of each optional setting (Spark lower-cases option keys; we accept any case).
 _OPTIONS = {
     "token_file": "auth.token.file",
@@ -136,8 +135,8 @@ class PulsarConf:
             raise PulsarConfigError(
                 "option 'service.url' is required, e.g. .option('service.url', 'pulsar://localhost:6650')"
             )
-        insecure_text = str(opts.get("tls.allow.insecure", "false")).strip().lower()
-        if insecure_text not in _TRUE | _FALSE:
+        insecure_text = str(opts.get("tls.allow.insecure", "false")).strip().lower() or "false"
+        if insecure_text not in BOOLEAN_WORDS:
             raise PulsarConfigError(
                 f"option 'tls.allow.insecure' must be true or false; got {insecure_text!r}"
             )
@@ -146,7 +145,7 @@ class PulsarConf:
         return cls(
             service_url=url,
             token_env=opts.get("auth.token.env", DEFAULT_TOKEN_ENV) or None,
-            tls_allow_insecure=insecure_text in _TRUE,
+            tls_allow_insecure=BOOLEAN_WORDS[insecure_text],
             oauth2_credentials_env=opts.get("auth.oauth2.credentials.env", DEFAULT_OAUTH2_CREDENTIALS_ENV)
             or None,
             **settings,

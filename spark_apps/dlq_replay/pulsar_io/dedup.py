@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from spark_apps.dlq_replay.pulsar_io.admin import PulsarAdmin, topic_path
-from spark_apps.dlq_replay.pulsar_io.errors import PulsarConfigError, PulsarIOError
+from spark_apps.dlq_replay.pulsar_io.errors import PulsarIOError
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -34,6 +34,6 @@ def deduplication(conf: PulsarConf, topics: Iterable[str]) -> Deduplication:
         for topic in chosen:
             if admin.get(topic_path(topic) + "/deduplicationEnabled?applied=true") is not True:
                 return Deduplication(False, f"deduplication is off for {topic}")
-    except (PulsarIOError, PulsarConfigError) as exc:
+    except PulsarIOError as exc:
         return Deduplication(False, f"the admin REST did not say ({type(exc).__name__}: {str(exc)[:200]})")
     return Deduplication(True, f"the broker deduplicates all {len(chosen)} target topic(s)")

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from spark_apps.dlq_replay.errors import ReplayError
+from spark_apps.dlq_replay.errors import ReplayConfigError, ReplayError
 
 
 class PulsarIOError(ReplayError, RuntimeError):
     """Base class of every error raised by ``spark_apps.dlq_replay.pulsar_io`` (a :class:`ReplayError`)."""
 
 
-class PulsarConfigError(PulsarIOError, ValueError):
-    """An option or argument is missing or invalid; the message names it and the fix."""
+class PulsarConfigError(PulsarIOError, ReplayConfigError):
+    """An option or argument is missing or invalid (exit 2 in the app); the message names it and the fix."""
 
 
 class WindowError(PulsarIOError):
