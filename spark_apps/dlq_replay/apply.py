@@ -134,10 +134,10 @@ def _republish_in_waves(run: Run, decisions: DataFrame, to_send: int, around: Se
         progress["wave_in_flight"] = wave
         run.save()
         run.progress.count_files(path)
-        _send_wave(run, (wave * size, (wave + 1) * size), path, around)
+        sequence_ids = (wave * size, (wave + 1) * size)
+        _send_wave(run, sequence_ids, path, around)
         if again:
-            restarts = int(progress["wave_starts"]) - 1
-            _count_resend(run, decisions, path, (wave * size, (wave + 1) * size), restarts)
+            _count_resend(run, decisions, path, sequence_ids, int(progress["wave_starts"]) - 1)
         progress["waves_done"] = wave + 1
         progress.pop("wave_in_flight", None)
         progress.pop("wave_starts", None)

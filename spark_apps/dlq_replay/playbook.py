@@ -169,10 +169,8 @@ def load_playbook(path: str) -> Playbook:
             f"not UTF-8 text (byte {exc.start}); save the playbook as UTF-8", path=where, line=line
         ) from exc
     playbook = parse_playbook(text, path=where)
-    base = os.path.dirname(os.path.abspath(path))
-    fix_files = tuple(
-        p if os.path.isabs(p) else os.path.normpath(os.path.join(base, p)) for p in playbook.fix_files
-    )
+    base = os.path.dirname(os.path.abspath(path))  # an absolute entry is kept by join
+    fix_files = tuple(os.path.normpath(os.path.join(base, p)) for p in playbook.fix_files)
     for fix_file in fix_files:
         if not os.path.isfile(fix_file):
             raise PlaybookError(
