@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 
 from airflow_provider_dlq.errors import DlqProviderError
 from airflow_provider_dlq.get_provider_info import get_provider_info
+from pulsar_dlq_consumer.replay_options import BOOLEAN_WORDS
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -95,16 +96,12 @@ class PulsarConnectionConfig:
         return tuple(v for v in values if v)
 
 
-#: The words a yes/no setting may be written as.
-BOOLS = dict.fromkeys(("true", "1", "yes", "on"), True) | dict.fromkeys(("false", "0", "no", "off"), False)
-
-
 def _as_bool(conn_id: str, extra: Mapping[str, Any], name: str) -> bool:
     value = extra.get(name)
     if value is None or value == "" or isinstance(value, bool):
         return bool(value)
-    if isinstance(value, str) and value.strip().lower() in BOOLS:
-        return BOOLS[value.strip().lower()]
+    if isinstance(value, str) and value.strip().lower() in BOOLEAN_WORDS:
+        return BOOLEAN_WORDS[value.strip().lower()]
     raise PulsarConnectionError(
         f"Connection {conn_id!r}: extra {name!r} must be true or false; got {value!r}."
     )

@@ -67,6 +67,7 @@ from airflow_provider_dlq.operators.spark_submit import (
     spark_target,
 )
 from pulsar_dlq_consumer.replay_options import (
+    CONF_PAYLOAD_SNIPPETS,
     DEFAULT_CANARY_WAIT_SECONDS,
     DEFAULT_MAX_REPLAYS,
     DEFAULT_SUBSCRIPTION,
@@ -86,7 +87,6 @@ if TYPE_CHECKING:
 TOKEN_ENV = "PULSAR_AUTH_TOKEN"
 OAUTH2_CREDENTIALS_ENV = "PULSAR_OAUTH2_CREDENTIALS"
 SECRET_ENVS = (TOKEN_ENV, OAUTH2_CREDENTIALS_ENV)
-CONF_PAYLOAD_SNIPPETS = "spark.dlq.report.payloadSnippets"
 #: Spark settings the app relies on (user ``conf`` wins).
 DEFAULT_CONF: dict[str, str] = {
     "spark.sql.session.timeZone": "UTC",

@@ -15,9 +15,9 @@ from typing import Any
 
 from airflow_provider_dlq.errors import DlqProviderError
 from airflow_provider_dlq.hooks.backlog import split_topics
-from airflow_provider_dlq.hooks.connection import BOOLS
 from pulsar_dlq_consumer.errors import ConfigurationError
 from pulsar_dlq_consumer.replay_options import (
+    BOOLEAN_WORDS,
     FLAGS,
     GROUP_ACTIONS,
     TOPICS_REQUIRED,
@@ -94,7 +94,7 @@ def archive_flag(value: Any) -> bool:
     if isinstance(value, bool):
         return value
     try:
-        return BOOLS[str(value).strip().lower()]
+        return BOOLEAN_WORDS[str(value).strip().lower()]
     except KeyError:
         raise ReplayArgumentError(f"archive_payload must be on/off (or a bool); got {value!r}.") from None
 
