@@ -1,9 +1,9 @@
 """Arrow UDFs and small driver-side frames through the public DataFrame API (classic and Spark Connect).
 
-:func:`map_in_arrow` and :func:`apply_in_arrow` are ``df.mapInArrow`` and ``grouped.applyInArrow``:
-PySpark builds both on ``pandas_udf``, which checks that pandas is installed on the driver although
-Arrow-only UDFs never use it on the driver or the executors; :func:`require_arrow_udfs` makes that check
-before a run starts, naming the fix (a Spark Connect client needs pandas anyway).
+PySpark builds ``df.mapInArrow`` and ``grouped.applyInArrow`` on ``pandas_udf``, which checks that pandas
+is installed on the driver although Arrow-only UDFs never use it on the driver or the executors;
+:func:`require_arrow_udfs` makes that check before a run starts, naming the fix (a Spark Connect client
+needs pandas anyway).
 
 :func:`local_frame` and :func:`arrow_frame` build a DataFrame from a few driver-side rows through Arrow:
 a local relation, on a classic session and under Spark Connect alike. From a Python list a classic
@@ -16,10 +16,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Sequence
 
     import pyarrow as pa
-    from pyspark.sql import DataFrame, GroupedData, SparkSession
+    from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
 
@@ -37,16 +37,6 @@ def require_arrow_udfs() -> None:
             f"the driver's Python cannot run PySpark's mapInArrow/applyInArrow ({exc}); install pandas "
             "in the driver's environment (pip install 'pandas>=2.2,<3'); the executors do not need it"
         ) from exc
-
-
-def map_in_arrow(df: DataFrame, func: Callable[..., Any], schema: StructType | str) -> DataFrame:
-    """``df.mapInArrow(func, schema)`` (func: iterator of ``pyarrow.RecordBatch`` -> the same)."""
-    return df.mapInArrow(func, schema)
-
-
-def apply_in_arrow(grouped: GroupedData, func: Callable[..., Any], schema: StructType | str) -> DataFrame:
-    """``grouped.applyInArrow(func, schema)`` (func: ``pyarrow.Table -> pyarrow.Table``)."""
-    return grouped.applyInArrow(func, schema)
 
 
 def local_frame(spark: SparkSession, rows: Sequence[Sequence[Any]], schema: str) -> DataFrame:

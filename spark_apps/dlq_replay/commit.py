@@ -133,7 +133,7 @@ _ENTRY_TABLE = _entry_schema("messages", "final_messages", "batch_size")
 def _commit_by_ids(run: Run, windows: Sequence[PartitionWindow]) -> dict[str, int]:
     """Reader mode: one Spark task per partition merges that partition's counts, acks its fully final
     entries by id and verifies them on the cursor; no DLQ read."""
-    from spark_apps.dlq_replay.arrow_compat import local_frame, map_in_arrow
+    from spark_apps.dlq_replay.arrow_compat import local_frame
     from spark_apps.dlq_replay.pulsar_io.commit import COMMIT_RESULT_SCHEMA, EntryCommitFn
 
     committer = EntryCommitFn(run.conf, windows, run.options.subscription)  # a bad setting fails here
@@ -146,7 +146,7 @@ def _commit_by_ids(run: Run, windows: Sequence[PartitionWindow]) -> dict[str, in
 
     topics = [(w.topic,) for w in windows]
     frame = local_frame(run.spark, topics, "dlq_topic string").repartition(max(1, len(topics)))
-    return _sum_rows(map_in_arrow(frame, commit, COMMIT_RESULT_SCHEMA).collect())
+    return _sum_rows(frame.mapInArrow(commit, COMMIT_RESULT_SCHEMA).collect())
 
 
 class ConsumerCommit:
@@ -264,7 +264,7 @@ def _commit_by_consumers(run: Run, windows: list[PartitionWindow], resumed: bool
     """Consumer mode: read the window again and ack the final messages of whole entries from the receiving
     consumer. The final messages of an entry that also holds a pending one stay pending with it: without
     batch-index acks the broker removes a batch only whole (``final_in_partial_entries``)."""
-    from spark_apps.dlq_replay.arrow_compat import apply_in_arrow, arrow_frame
+    from spark_apps.dlq_replay.arrow_compat import arrow_frame
     from spark_apps.dlq_replay.pulsar_io.commit import (
         COMMIT_RESULT_SCHEMA,
         ENTRIES_COMMIT_INPUT_SCHEMA,
@@ -287,7 +287,7 @@ def _commit_by_consumers(run: Run, windows: list[PartitionWindow], resumed: bool
         final = arrow_frame(run.spark, split.whole, ENTRIES_COMMIT_INPUT_SCHEMA)
         fn = make_commit_fn(run.conf, windows, run.options.subscription, run.options.idle_timeout_ms)
         grouped = final.repartition(max(1, len(windows)), "dlq_topic").groupBy("dlq_topic")
-        totals.update(_sum_rows(apply_in_arrow(grouped, fn, COMMIT_RESULT_SCHEMA).collect()))
+        totals.update(_sum_rows(grouped.applyInArrow(fn, COMMIT_RESULT_SCHEMA).collect()))
     # Every final message of a first commit attempt was pending (the snapshot read it unacked): any not
     # acked now was missed (e.g. a broker stall) and stays pending until the next run acks it. In a
     # resumed commit, final messages not received were acked by the killed attempt (one run at a time

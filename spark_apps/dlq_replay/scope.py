@@ -96,8 +96,6 @@ def identity_rows(
 def _identities(snapshot: DataFrame, filters: Filters, origin_precedence: tuple[str, ...]) -> DataFrame:
     """One payload-free identity row per snapshot row, with ``--max-messages`` plus ``selected``."""
 
-    from spark_apps.dlq_replay.arrow_compat import map_in_arrow
-
     limited = filters.max_messages is not None
 
     def ids(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -115,7 +113,7 @@ def _identities(snapshot: DataFrame, filters: Filters, origin_precedence: tuple[
 
     light = snapshot.select("topic", "message_id_str", "publish_time", "properties")
     selected = [StructField("selected", BooleanType())] if limited else []
-    return map_in_arrow(light, ids, StructType(IDENTITIES_SCHEMA.fields + selected))
+    return light.mapInArrow(ids, StructType(IDENTITIES_SCHEMA.fields + selected))
 
 
 def scope_marks(

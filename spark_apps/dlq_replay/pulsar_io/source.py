@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from spark_apps.dlq_replay.arrow_compat import map_in_arrow
 from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf, get_client
 from spark_apps.dlq_replay.pulsar_io.cursor import (
     DEFAULT_MIN_ENTRIES_PER_READER,
@@ -407,7 +406,7 @@ _registered: weakref.WeakSet[SparkSession] = weakref.WeakSet()
 def read_in_tasks(spark: SparkSession, options: Mapping[str, str], mark_entries: bool = False) -> DataFrame:
     """The rows of ``spark.read.format("pulsar")``, read by the tasks of :func:`read_tasks`."""
     frame, read, schema, _ = read_tasks(spark, options, mark_entries)
-    return map_in_arrow(frame, read, schema)
+    return frame.mapInArrow(read, schema)
 
 
 def read_tasks(

@@ -24,7 +24,7 @@ _CHILD = textwrap.dedent(
     """
     import json, os, sys, threading, time
 
-    from spark_apps.dlq_replay.arrow_compat import apply_in_arrow, local_frame, map_in_arrow
+    from spark_apps.dlq_replay.arrow_compat import local_frame
     from spark_apps.dlq_replay.cli import build_session
     from spark_apps.dlq_replay.lock import RunLock
     from spark_apps.dlq_replay.playbook import load_playbook
@@ -61,7 +61,7 @@ _CHILD = textwrap.dedent(
     progress = StepProgress(spark, interval=60)
     progress.start("decide", None)
     out["tags"] = sorted(spark.getTags())
-    rows = map_in_arrow(spark.range(2, numPartitions=2), where, "file string, fixed string").collect()
+    rows = spark.range(2, numPartitions=2).mapInArrow(where, "file string, fixed string").collect()
     out["worker_files"] = sorted({r["file"] for r in rows})
     out["fixed"] = sorted({r["fixed"] for r in rows})
     frame = local_frame(spark, [("t-0", 1), ("t-1", None)], "topic string, n long")
@@ -72,7 +72,7 @@ _CHILD = textwrap.dedent(
 
         return pa.table({"topic": [table["topic"][0].as_py()], "rows": [table.num_rows]})
 
-    grouped = apply_in_arrow(frame.groupBy("topic"), count, "topic string, rows long")
+    grouped = frame.groupBy("topic").applyInArrow(count, "topic string, rows long")
     out["grouped"] = sorted([r["topic"], r["rows"]] for r in grouped.collect())
     out["spark"] = spark_info(spark)
 

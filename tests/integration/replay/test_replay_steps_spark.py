@@ -12,7 +12,6 @@ from report_reference import OUTCOME_COLUMNS, aggregate, dry_run_outcomes, spark
 
 from spark_apps.dlq_replay import outcomes as oc
 from spark_apps.dlq_replay import task_parquet
-from spark_apps.dlq_replay.arrow_compat import map_in_arrow
 from spark_apps.dlq_replay.decide import DecideSettings, decide_tasks
 from spark_apps.dlq_replay.ledger import final_ids, read_ledger
 from spark_apps.dlq_replay.playbook import parse_playbook
@@ -93,7 +92,7 @@ def decide(snapshot, playbook, settings, producers_per_target, **options):
         marks_dir=str(folder / "marks"),
         **options,
     )
-    return map_in_arrow(frame, task, DECIDED_SCHEMA)
+    return frame.mapInArrow(task, DECIDED_SCHEMA)
 
 
 def settings(mode=oc.REPLAY):

@@ -20,7 +20,6 @@ from pyspark.sql.types import (
 )
 
 from spark_apps.dlq_replay import task_parquet
-from spark_apps.dlq_replay.arrow_compat import map_in_arrow
 
 ROWS = 6_000
 EPOCH_US = 1_700_000_000_000_000
@@ -88,7 +87,7 @@ def test_spark_reads_back_the_rows_the_tasks_wrote(spark, tmp_path):
     ]
     back = spark.read.schema(SCHEMA).parquet(str(out))
     assert back.columns == SCHEMA.names  # the tally-only column is not written
-    expected = map_in_arrow(frame, rows, StructType([*SCHEMA.fields, StructField("even", BooleanType())]))
+    expected = frame.mapInArrow(rows, StructType([*SCHEMA.fields, StructField("even", BooleanType())]))
     # Maps cannot be compared by Spark's set operations: compare the rows as Python values.
     assert sorted(back.collect()) == sorted(expected.drop("even").collect())
     row = back.filter("message_id_str = '43:0:-1:0'").first()

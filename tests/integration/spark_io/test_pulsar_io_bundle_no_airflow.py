@@ -74,7 +74,6 @@ def main():
     from pulsar_dlq_consumer.context import parse_error_context
     from pyspark.sql import SparkSession
 
-    from spark_apps.dlq_replay.arrow_compat import apply_in_arrow, map_in_arrow
     from spark_apps.dlq_replay.pulsar_io.commit import (
         COMMIT_INPUT_SCHEMA, COMMIT_RESULT_SCHEMA, make_commit_fn,
     )
@@ -87,7 +86,7 @@ def main():
 
     spark = SparkSession.builder.appName("bundle-check").getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
-    workers = map_in_arrow(spark.range(2, numPartitions=2), worker_check, "airflow boolean, where string")
+    workers = spark.range(2, numPartitions=2).mapInArrow(worker_check, "airflow boolean, where string")
     workers = [r.asDict() for r in workers.collect()]
     conf = PulsarConf(url)
     windows = freeze(conf, dlq, "bundle-sub").windows
@@ -108,10 +107,10 @@ def main():
          for i, r in enumerate(rows)],
         REPUBLISH_INPUT_SCHEMA,
     ).coalesce(1).sortWithinPartitions("producer_name", "sequence_id")
-    sent = map_in_arrow(to_send, partial(republish_batches, conf=conf), REPUBLISH_RESULT_SCHEMA).collect()
+    sent = to_send.mapInArrow(partial(republish_batches, conf=conf), REPUBLISH_RESULT_SCHEMA).collect()
     final = spark.createDataFrame([(r.topic, r.message_id_str) for r in rows], COMMIT_INPUT_SCHEMA)
     commit = make_commit_fn(conf, windows, "bundle-sub", 1000)
-    committed = apply_in_arrow(final.groupBy("dlq_topic"), commit, COMMIT_RESULT_SCHEMA).collect()
+    committed = final.groupBy("dlq_topic").applyInArrow(commit, COMMIT_RESULT_SCHEMA).collect()
     print("BUNDLE_RESULT " + json.dumps({
         "driver_spark_apps": spark_apps.__file__,
         "workers": workers,

@@ -7,7 +7,6 @@ from __future__ import annotations
 import pytest
 from pulsar_io_helpers import drain, produce
 
-from spark_apps.dlq_replay.arrow_compat import apply_in_arrow
 from spark_apps.dlq_replay.pulsar_io.commit import (
     COMMIT_INPUT_SCHEMA,
     COMMIT_RESULT_SCHEMA,
@@ -63,7 +62,7 @@ def test_commit_acks_exactly_the_final_ids_and_leaves_the_rest(
     final = set(ordered[::3]) | {ordered[-1]}  # 101 final messages, the window end among them
     final_df = spark.createDataFrame([(topic, i) for i in sorted(final)], COMMIT_INPUT_SCHEMA)
     fn = make_commit_fn(conf, windows, SUB, 1000)
-    result = apply_in_arrow(final_df.groupBy("dlq_topic"), fn, COMMIT_RESULT_SCHEMA).collect()
+    result = final_df.groupBy("dlq_topic").applyInArrow(fn, COMMIT_RESULT_SCHEMA).collect()
     # The consumer stopped at the window end: it never reached the late messages.
     assert [(r.dlq_topic, r.acked, r.left_pending, r.beyond_window) for r in result] == [(topic, 101, 199, 0)]
 
@@ -76,7 +75,7 @@ def test_commit_acks_exactly_the_final_ids_and_leaves_the_rest(
 
     # Committing the same ids again acks nothing more (they are gone) and keeps the rest. The window
     # end is acked now, so the consumer stops at the first late message, which it leaves pending.
-    again = apply_in_arrow(final_df.groupBy("dlq_topic"), fn, COMMIT_RESULT_SCHEMA).collect()
+    again = final_df.groupBy("dlq_topic").applyInArrow(fn, COMMIT_RESULT_SCHEMA).collect()
     assert [(r.acked, r.left_pending, r.beyond_window) for r in again] == [(0, 199, 1)]
     assert snapshot_ids(spark, conf, windows)[topic] == before - final
 
@@ -92,7 +91,7 @@ def test_commit_over_two_topics(spark, lite_broker, lite_client, topic_factory):
     final = [(a, i) for i in sorted(ids[a])[:10]] + [(b, i) for i in sorted(ids[b])]
     fn = make_commit_fn(conf, windows, SUB, 1000)
     grouped = spark.createDataFrame(final, COMMIT_INPUT_SCHEMA).groupBy("dlq_topic")
-    out = apply_in_arrow(grouped, fn, COMMIT_RESULT_SCHEMA).collect()
+    out = grouped.applyInArrow(fn, COMMIT_RESULT_SCHEMA).collect()
     assert sorted((r.dlq_topic, r.acked, r.left_pending) for r in out) == sorted([(a, 10, 40), (b, 40, 0)])
     left = snapshot_ids(spark, conf, windows)
     assert left.get(a) == ids[a] - {i for _, i in final[:10]}
@@ -110,11 +109,12 @@ def test_partially_final_batch_is_never_lost(spark, lite_broker, lite_client, to
     assert len(ids) == 200
     final = sorted(ids)[:-1]  # all but one message: that one's batch must stay whole
     fn = make_commit_fn(conf, windows, SUB, 1000)
-    result = apply_in_arrow(
-        spark.createDataFrame([(topic, i) for i in final], COMMIT_INPUT_SCHEMA).groupBy("dlq_topic"),
-        fn,
-        COMMIT_RESULT_SCHEMA,
-    ).collect()
+    result = (
+        spark.createDataFrame([(topic, i) for i in final], COMMIT_INPUT_SCHEMA)
+        .groupBy("dlq_topic")
+        .applyInArrow(fn, COMMIT_RESULT_SCHEMA)
+        .collect()
+    )
     assert [(r.acked, r.left_pending) for r in result] == [(199, 1)]
     remaining = snapshot_ids(spark, conf, windows)[topic]
     pending_id = (ids - set(final)).pop()

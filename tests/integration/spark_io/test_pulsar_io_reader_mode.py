@@ -16,7 +16,6 @@ import pytest
 from pulsar_io_helpers import produce
 from pyspark.sql import functions as F
 
-from spark_apps.dlq_replay.arrow_compat import apply_in_arrow
 from spark_apps.dlq_replay.pulsar_io.admin import PulsarAdmin
 from spark_apps.dlq_replay.pulsar_io.commit import (
     COMMIT_RESULT_SCHEMA,
@@ -109,8 +108,7 @@ def commit_entries(spark, conf, windows, entries):
         return committer.commit_table(table)
 
     return {
-        r.dlq_topic: r
-        for r in apply_in_arrow(df.groupBy("dlq_topic"), commit, COMMIT_RESULT_SCHEMA).collect()
+        r.dlq_topic: r for r in df.groupBy("dlq_topic").applyInArrow(commit, COMMIT_RESULT_SCHEMA).collect()
     }
 
 

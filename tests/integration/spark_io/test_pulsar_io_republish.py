@@ -11,7 +11,6 @@ import pyarrow as pa
 import pytest
 from pulsar_io_helpers import drain, wait_for_deduplication
 
-from spark_apps.dlq_replay.arrow_compat import map_in_arrow
 from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf
 from spark_apps.dlq_replay.pulsar_io.errors import RepublishError
 from spark_apps.dlq_replay.pulsar_io.ids import message_id_key
@@ -72,7 +71,7 @@ def test_republish_keeps_metadata_and_order_and_confirms_every_send(
         .repartition(2, "producer_name")
         .sortWithinPartitions("producer_name", "sequence_id")
     )
-    results = map_in_arrow(df, partial(republish_batches, conf=conf), REPUBLISH_RESULT_SCHEMA).collect()
+    results = df.mapInArrow(partial(republish_batches, conf=conf), REPUBLISH_RESULT_SCHEMA).collect()
 
     assert len(results) == 3_000
     assert all(r.published and r.error is None for r in results), [r for r in results if not r.published][:3]
