@@ -7,8 +7,8 @@
 # broker, Airflow home and temp dirs: most integration tests wait on brokers, JVM start-up and Airflow's
 # scheduler loops, so two shards on CI's 2 cores finish in about half the wall time. Shard 1 holds the
 # fault suite, the Airflow stack tests, the Apache Pulsar 4.0 LTS subset (its kill case is a fault case),
-# the runs-everywhere matrix (masters x output roots, with its kill cases) and the benchmark harness's
-# smoke runs, shard 2 everything else;
+# the runs-everywhere matrix (masters x output roots, with its kill cases), the benchmark harness's
+# smoke runs and the wheel installs, shard 2 everything else;
 # each shard's session broker is the newest Apache Pulsar tested. This is what CI runs. With arguments,
 # one pytest process runs exactly what is asked (e.g. scripts/test.sh tests/unit -x).
 #
@@ -79,7 +79,7 @@ if [ "$#" -gt 0 ]; then
   exit $?
 fi
 
-SHARD1=(${DLQ_TEST_SHARD1:-tests/integration/faults tests/integration/stack tests/integration/matrix/test_matrix_lts.py tests/integration/replay/test_replay_everywhere.py tests/integration/test_bench_smoke.py})
+SHARD1=(${DLQ_TEST_SHARD1:-tests/integration/faults tests/integration/stack tests/integration/matrix/test_matrix_lts.py tests/integration/replay/test_replay_everywhere.py tests/integration/test_bench_smoke.py tests/integration/packaging/test_wheels.py})
 read -r -a SHARD2_IGNORE <<< "$(printf -- '--ignore=%s ' "${SHARD1[@]}")"
 log1="$(mktemp "${TMPDIR:-/tmp}/dlq-test-shard1.XXXXXX")"
 trap 'rm -f "$log1"' EXIT
