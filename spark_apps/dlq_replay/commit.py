@@ -97,7 +97,7 @@ def _sum_finals(table: pa.Table) -> pa.Table:
 def entry_table(snapshot_entries: str, commit_parts: str, topic: str | None = None) -> pa.Table:
     """Per entry of the snapshot (of partition ``topic`` only, when given): its messages, final messages
     and batch size, from the read tasks' entries and the record tasks' counts."""
-    from spark_apps.dlq_replay.snapshot_files import part_files
+    from spark_apps.dlq_replay.task_parquet import part_files
 
     read = [_of_topic(path, topic) for path in part_files(snapshot_entries)]
     if not read:

@@ -513,12 +513,11 @@ def decide_tasks(
     ``--max-messages`` choice (:func:`~spark_apps.dlq_replay.scope.scope_marks`; ``identities``: the
     snapshot's :func:`~spark_apps.dlq_replay.scope.identity_rows` when its read tasks wrote them) and
     writes the marks to ``marks_dir``. Task ``b`` then reads its share of the snapshot's row groups at
-    ``snapshot_dir`` with the marks (:mod:`~spark_apps.dlq_replay.snapshot_files`) and makes one Python
+    ``snapshot_dir`` with the marks (:mod:`~spark_apps.dlq_replay.task_parquet`) and makes one Python
     pass per batch: normalise, scope, decide, sending through producer bucket ``b``.
     """
     from spark_apps.dlq_replay.scope import MARKS_SCHEMA, repeated_ids
-    from spark_apps.dlq_replay.snapshot_files import Marks, bucket_batches, row_group_units
-    from spark_apps.dlq_replay.task_parquet import write_frame
+    from spark_apps.dlq_replay.task_parquet import Marks, bucket_batches, row_group_units, write_frame
 
     chosen_filters = filters or Filters()
     precedence = playbook.origin_precedence

@@ -224,8 +224,8 @@ def iso(value: datetime | None) -> str | None:
 
 def read_parts(folder: str) -> ReportParts:
     """Merge every bucket's parts in ``folder`` (written by :meth:`BucketParts.write`)."""
-    from spark_apps.dlq_replay.snapshot_files import part_files
     from spark_apps.dlq_replay.storage import join, read_table
+    from spark_apps.dlq_replay.task_parquet import part_files
 
     files = {kind: part_files(join(folder, kind)) for kind in KINDS}
     merged = {
@@ -258,8 +258,8 @@ def snapshot_messages(
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from spark_apps.dlq_replay.snapshot_files import part_files
     from spark_apps.dlq_replay.storage import open_parquet
+    from spark_apps.dlq_replay.task_parquet import part_files
 
     wanted = {f"{topic}\x1f{message_id}" for topic, message_id in keys}
     if not wanted:
@@ -288,8 +288,8 @@ def error_counts(decisions_dir: str, wanted: dict[str, list[str]]) -> tuple[dict
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from spark_apps.dlq_replay.snapshot_files import part_files
     from spark_apps.dlq_replay.storage import open_parquet
+    from spark_apps.dlq_replay.task_parquet import part_files
 
     keys = pa.array([f"{sig}\x1f{message}" for sig, messages in wanted.items() for message in messages])
     signatures = pa.array(sorted(wanted), pa.string())

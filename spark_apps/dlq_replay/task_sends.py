@@ -114,7 +114,7 @@ def wave_rows(
         return
     pending: list[pa.RecordBatch] = []
     held = 0
-    # One decoding thread, as in snapshot_files.bucket_batches (less memory kept per worker).
+    # One decoding thread, as in task_parquet.bucket_batches (less memory kept per worker).
     columns = [*_READ, *extra_columns]
     batches = source.iter_batches(
         batch_size=batch_rows, row_groups=groups, columns=columns, use_threads=False
@@ -217,8 +217,8 @@ def sending_targets(decisions_dir: str) -> set[str]:
     """The target topics of the rows to republish (two dictionary-encoded columns read in the driver)."""
     import pyarrow.compute as pc
 
-    from spark_apps.dlq_replay.snapshot_files import part_files
     from spark_apps.dlq_replay.storage import open_parquet
+    from spark_apps.dlq_replay.task_parquet import part_files
 
     targets: set[str] = set()
     columns = ["outcome", "target_topic"]

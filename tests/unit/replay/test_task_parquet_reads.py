@@ -1,11 +1,11 @@
-"""snapshot_files: the decide tasks' shares of a snapshot written by its read tasks, with the marks."""
+"""task_parquet reads: the decide tasks' shares of a snapshot written by its read tasks, with the marks."""
 
 from __future__ import annotations
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from spark_apps.dlq_replay.snapshot_files import Marks, bucket_batches, row_group_units, with_marks
+from spark_apps.dlq_replay.task_parquet import Marks, bucket_batches, row_group_units, with_marks
 
 MARKS = ("_mark", "_mark_reason")
 
