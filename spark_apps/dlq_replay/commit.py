@@ -133,7 +133,7 @@ _ENTRY_TABLE = _entry_schema("messages", "final_messages", "batch_size")
 def _commit_by_ids(run: Run, windows: Sequence[PartitionWindow]) -> dict[str, int]:
     """Reader mode: one Spark task per partition merges that partition's counts, acks its fully final
     entries by id and verifies them on the cursor; no DLQ read."""
-    from spark_apps.dlq_replay.arrow_compat import local_frame
+    from spark_apps.dlq_replay.arrow_util import local_frame
     from spark_apps.dlq_replay.pulsar_io.commit import COMMIT_RESULT_SCHEMA, EntryCommitFn
 
     committer = EntryCommitFn(run.conf, windows, run.options.subscription)  # a bad setting fails here
@@ -264,7 +264,7 @@ def _commit_by_consumers(run: Run, windows: list[PartitionWindow], resumed: bool
     """Consumer mode: read the window again and ack the final messages of whole entries from the receiving
     consumer. The final messages of an entry that also holds a pending one stay pending with it: without
     batch-index acks the broker removes a batch only whole (``final_in_partial_entries``)."""
-    from spark_apps.dlq_replay.arrow_compat import arrow_frame
+    from spark_apps.dlq_replay.arrow_util import arrow_frame
     from spark_apps.dlq_replay.pulsar_io.commit import (
         COMMIT_RESULT_SCHEMA,
         ENTRIES_COMMIT_INPUT_SCHEMA,

@@ -141,7 +141,7 @@ def check_output_dir(output_dir: str, run_dir: str) -> None:
 
 def check_local(options: ReplayOptions) -> Playbook:
     """Every check that needs no Spark; returns the validated playbook."""
-    from spark_apps.dlq_replay.arrow_compat import require_arrow_udfs
+    from spark_apps.dlq_replay.arrow_util import require_arrow_udfs
     from spark_apps.dlq_replay.lock import check_guard
     from spark_apps.dlq_replay.playbook import Playbook, load_playbook
 

@@ -145,7 +145,7 @@ def scope_marks(
     else:
         ids, repeated = _identities(snapshot, filters, origin_precedence), None
     if repeated is not None and not repeated and final_ids is None and reviewed_ids is None:
-        from spark_apps.dlq_replay.arrow_compat import local_frame
+        from spark_apps.dlq_replay.arrow_util import local_frame
 
         names = ("topic", "message_id_str", MARK, MARK_REASON)  # no job, no Python worker
         return local_frame(snapshot.sparkSession, [], ", ".join(f"{name} string" for name in names)), 0

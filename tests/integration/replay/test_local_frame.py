@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pyspark.sql.types import StructType
 
-from spark_apps.dlq_replay.arrow_compat import local_frame
+from spark_apps.dlq_replay.arrow_util import local_frame
 
 SCHEMA = "dlq_topic string, ledger_id long, messages long"
 

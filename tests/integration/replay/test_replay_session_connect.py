@@ -24,7 +24,7 @@ _CHILD = textwrap.dedent(
     """
     import json, os, sys, threading, time
 
-    from spark_apps.dlq_replay.arrow_compat import local_frame
+    from spark_apps.dlq_replay.arrow_util import local_frame
     from spark_apps.dlq_replay.cli import build_session
     from spark_apps.dlq_replay.lock import RunLock
     from spark_apps.dlq_replay.playbook import load_playbook
