@@ -37,7 +37,7 @@ __all__ = [
     "spark_application",
 ]
 
-#: Spark settings the app relies on (as DlqReplayOperator sets them for spark-submit).
+#: Spark settings the app relies on (DlqReplayOperator adds a quieter log level).
 APP_CONF: dict[str, str] = {"spark.sql.session.timeZone": "UTC", "spark.ui.showConsoleProgress": "false"}
 
 

@@ -66,11 +66,15 @@ from airflow_provider_dlq.operators.spark_submit import (
     ReplaySubmitHook,
     spark_target,
 )
+from airflow_provider_dlq.recipes import APP_CONF
 from pulsar_dlq_consumer.replay_options import (
+    CONF_EXPECTED_MESSAGES,
     CONF_PAYLOAD_SNIPPETS,
     DEFAULT_CANARY_WAIT_SECONDS,
     DEFAULT_MAX_REPLAYS,
     DEFAULT_SUBSCRIPTION,
+    OAUTH2_CREDENTIALS_ENV,
+    TOKEN_ENV,
     ReplayOptions,
     ReplayOptionsError,
     check_mode,
@@ -83,18 +87,10 @@ if TYPE_CHECKING:
 
     from airflow_provider_dlq.hooks.connection import PulsarConnectionConfig
 
-#: Environment variables carrying the token and the OAuth2 client credentials (JSON) to the app.
-TOKEN_ENV = "PULSAR_AUTH_TOKEN"
-OAUTH2_CREDENTIALS_ENV = "PULSAR_OAUTH2_CREDENTIALS"
 SECRET_ENVS = (TOKEN_ENV, OAUTH2_CREDENTIALS_ENV)
-#: Spark settings the app relies on (user ``conf`` wins).
-DEFAULT_CONF: dict[str, str] = {
-    "spark.sql.session.timeZone": "UTC",
-    # Task logs show the app's own progress lines, not Spark's INFO chatter or progress bars.
-    "spark.log.level": "WARN",
-    "spark.ui.showConsoleProgress": "false",
-}
-CONF_EXPECTED_MESSAGES = "spark.dlq.progress.expectedMessages"
+#: Spark settings the app relies on (user ``conf`` wins): task logs show the app's own progress lines, not
+#: Spark's INFO chatter.
+DEFAULT_CONF: dict[str, str] = {**APP_CONF, "spark.log.level": "WARN"}
 
 
 def output_asset(output_dir: str) -> Asset:

@@ -36,6 +36,11 @@ DEDUP_WAVE_SIZE = 50_000
 SUMMARY_PREFIX = "DLQ_REPLAY_SUMMARY "
 #: Spark setting that opts a run in to masked payload snippets in its report (default false).
 CONF_PAYLOAD_SNIPPETS = "spark.dlq.report.payloadSnippets"
+#: Spark setting: the backlog the snapshot is expected to read, for the progress lines' percentages.
+CONF_EXPECTED_MESSAGES = "spark.dlq.progress.expectedMessages"
+#: Environment variables carrying the Pulsar token and the OAuth2 client credentials (JSON) to the app.
+TOKEN_ENV = "PULSAR_AUTH_TOKEN"
+OAUTH2_CREDENTIALS_ENV = "PULSAR_OAUTH2_CREDENTIALS"
 #: The words a yes/no setting takes (Spark settings, data-source options, connection extras), lower-cased.
 BOOLEAN_WORDS = dict.fromkeys(("true", "1", "yes", "on"), True) | dict.fromkeys(
     ("false", "0", "no", "off"), False
@@ -360,7 +365,7 @@ FLAGS: tuple[Flag, ...] = (
     ),
     Flag(
         "auth_token_file",
-        "File holding the Pulsar JWT token (else env PULSAR_AUTH_TOKEN; unset means no auth).",
+        f"File holding the Pulsar JWT token (else env {TOKEN_ENV}; unset means no auth).",
         metavar="PATH",
     ),
     Flag("tls_trust_certs_file", "CA bundle for pulsar+ssl:// service URLs.", metavar="PATH"),
@@ -384,8 +389,8 @@ FLAGS: tuple[Flag, ...] = (
     Flag("oauth2_scope", "OAuth2 scope (optional).", metavar="SCOPE"),
     Flag(
         "oauth2_credentials_file",
-        'OAuth2 key file {"client_id": ..., "client_secret": ...} (else env PULSAR_OAUTH2_CREDENTIALS '
-        "with the same JSON).",
+        'OAuth2 key file {"client_id": ..., "client_secret": ...} '
+        f"(else env {OAUTH2_CREDENTIALS_ENV} with the same JSON).",
         metavar="PATH",
     ),
     Flag(

@@ -13,6 +13,8 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+from pulsar_dlq_consumer.replay_options import CONF_EXPECTED_MESSAGES
+
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
 
@@ -21,7 +23,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("spark_apps.dlq_replay")
 
 CONF_INTERVAL = "spark.dlq.progress.intervalSeconds"
-CONF_EXPECTED = "spark.dlq.progress.expectedMessages"
 #: Steps whose row counts are messages (the others log that they run).
 MESSAGE_STEPS = frozenset({"snapshot", "decide", "apply", "record"})
 DEFAULT_INTERVAL = 10.0
@@ -158,7 +159,7 @@ class StepProgress:
         """The backlog the caller expects the snapshot to read (``spark.dlq.progress.expectedMessages``)."""
         if self.spark is None:
             return None
-        text = str(self.spark.conf.get(CONF_EXPECTED, "") or "").strip()
+        text = str(self.spark.conf.get(CONF_EXPECTED_MESSAGES, "") or "").strip()
         return int(text) if text.isdigit() else None
 
     def start(self, step: str, total: int | None) -> None:

@@ -17,16 +17,13 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from pulsar_dlq_consumer.client import create_client
-from pulsar_dlq_consumer.replay_options import BOOLEAN_WORDS
+from pulsar_dlq_consumer.replay_options import BOOLEAN_WORDS, OAUTH2_CREDENTIALS_ENV, TOKEN_ENV
 from spark_apps.dlq_replay.pulsar_io.errors import PulsarConfigError
 from spark_apps.dlq_replay.redaction import safe_url
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-DEFAULT_TOKEN_ENV = "PULSAR_AUTH_TOKEN"
-#: Environment variable holding OAuth2 client credentials as JSON ``{"client_id", "client_secret"}``.
-DEFAULT_OAUTH2_CREDENTIALS_ENV = "PULSAR_OAUTH2_CREDENTIALS"
 #: The data-source option of each optional setting (Spark lower-cases option keys; we accept any case).
 _OPTIONS = {
     "token_file": "auth.token.file",
@@ -56,7 +53,7 @@ class PulsarConf:
     """
 
     service_url: str
-    token_env: str | None = DEFAULT_TOKEN_ENV
+    token_env: str | None = TOKEN_ENV
     token_file: str | None = None
     tls_trust_certs_file: str | None = None
     tls_allow_insecure: bool = False
@@ -68,7 +65,7 @@ class PulsarConf:
     oauth2_audience: str | None = None
     oauth2_scope: str | None = None
     oauth2_credentials_file: str | None = None
-    oauth2_credentials_env: str | None = DEFAULT_OAUTH2_CREDENTIALS_ENV
+    oauth2_credentials_env: str | None = OAUTH2_CREDENTIALS_ENV
 
     def __post_init__(self) -> None:
         if not isinstance(self.service_url, str) or not self.service_url.startswith(
@@ -144,10 +141,9 @@ class PulsarConf:
         settings["admin_url"] = (settings["admin_url"] or "").strip().rstrip("/") or None
         return cls(
             service_url=url,
-            token_env=opts.get("auth.token.env", DEFAULT_TOKEN_ENV) or None,
+            token_env=opts.get("auth.token.env", TOKEN_ENV) or None,
             tls_allow_insecure=BOOLEAN_WORDS[insecure_text],
-            oauth2_credentials_env=opts.get("auth.oauth2.credentials.env", DEFAULT_OAUTH2_CREDENTIALS_ENV)
-            or None,
+            oauth2_credentials_env=opts.get("auth.oauth2.credentials.env", OAUTH2_CREDENTIALS_ENV) or None,
             **settings,
         )
 
@@ -186,7 +182,7 @@ class PulsarConf:
                     "be readable on the driver and every executor"
                 )
             return {**settings, "credentials_file": self.oauth2_credentials_file}
-        name = self.oauth2_credentials_env or DEFAULT_OAUTH2_CREDENTIALS_ENV
+        name = self.oauth2_credentials_env or OAUTH2_CREDENTIALS_ENV
         text = os.environ.get(name) if self.oauth2_credentials_env else None
         try:
             data = json.loads(text) if text else None

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 from airflow_provider_dlq.errors import DlqProviderError
-from airflow_provider_dlq.operators.replay import TOKEN_ENV, DlqReplayOperator, output_asset
+from airflow_provider_dlq.operators.replay import DlqReplayOperator, output_asset
 from airflow_provider_dlq.operators.replay_cli import (
     ReplayArgumentError,
     build_replay_args,
@@ -21,6 +21,7 @@ from airflow_provider_dlq.operators.replay_cli import (
     default_run_id,
     report_json,
 )
+from pulsar_dlq_consumer.replay_options import TOKEN_ENV
 
 TOKEN = "eyJhbGciOiJIUzI1NiJ9.dG9wLXNlY3JldA.never-on-argv"
 DLQ = "persistent://public/default/orders-DLQ"
@@ -76,8 +77,8 @@ def test_exact_spark_submit_command_and_token_only_in_env(conns, tmp_path):
         "spark-submit",
         "--master", "local[2]",
         "--conf", "spark.sql.session.timeZone=UTC",
-        "--conf", "spark.log.level=WARN",
         "--conf", "spark.ui.showConsoleProgress=false",
+        "--conf", "spark.log.level=WARN",
         "--conf", "spark.executor.memory=1g",
         "--py-files", "/tmp/b/dlq_replay.zip",
         "--name", "dlq-replay-dlq_nightly.replay.manual__2024-05-02T00_00_00_00_00",
@@ -150,7 +151,7 @@ def oauth_mtls_conn(monkeypatch):
 
 
 def test_oauth2_secret_goes_by_env_and_certificates_by_path(oauth_mtls_conn, tmp_path):
-    from airflow_provider_dlq.operators.replay import OAUTH2_CREDENTIALS_ENV
+    from pulsar_dlq_consumer.replay_options import OAUTH2_CREDENTIALS_ENV
 
     op = make_operator(tmp_path, pulsar_conn_id="pulsar_oauth")
     pulsar = op.pulsar_hook.config

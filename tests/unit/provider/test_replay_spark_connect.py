@@ -18,7 +18,7 @@ import psutil
 import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_provider_dlq.operators.replay import TOKEN_ENV, DlqReplayOperator
+from airflow_provider_dlq.operators.replay import DlqReplayOperator
 from airflow_provider_dlq.operators.spark_connect import (
     SPARK_REMOTE_ENV,
     SparkConnectClientError,
@@ -29,6 +29,7 @@ from airflow_provider_dlq.operators.spark_connect import (
     missing_client_packages,
     spark_remote,
 )
+from pulsar_dlq_consumer.replay_options import TOKEN_ENV
 
 PULSAR_TOKEN = "eyJhbGciOiJIUzI1NiJ9.cHVsc2Fy.pulsar-token-never-on-argv"
 CONNECT_TOKEN = "connect-token-Zq81/never+logged"
