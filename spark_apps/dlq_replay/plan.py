@@ -13,7 +13,7 @@ import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from spark_apps.dlq_replay.run_context import RunPaths
+from spark_apps.dlq_replay.run_context import RunPaths, RunState, run_dir_name
 from spark_apps.dlq_replay.storage import join
 
 if TYPE_CHECKING:
@@ -100,8 +100,6 @@ def _settle_windows(
         return frozen, []
 
     def commit_done(run_id: str) -> bool:
-        from spark_apps.dlq_replay.state import RunState, run_dir_name
-
         path = join(run.paths.root, "runs", run_dir_name(run_id), "state.json")
         text = run.storage.read_text(path)
         if not text:

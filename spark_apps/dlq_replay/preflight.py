@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from spark_apps.dlq_replay.errors import ReplayConfigError
-from spark_apps.dlq_replay.state import run_dir_name
+from spark_apps.dlq_replay.run_context import run_dir_name
 from spark_apps.dlq_replay.storage import RunStorage, check_root, join, local_path, qualify_root
 
 if TYPE_CHECKING:

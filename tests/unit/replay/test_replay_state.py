@@ -6,7 +6,7 @@ import pytest
 
 from pulsar_dlq_consumer.replay_options import ReplayOptionsError, check_run_id
 from spark_apps.dlq_replay.errors import RunStateError
-from spark_apps.dlq_replay.state import RunState, resume_or_start, run_dir_name
+from spark_apps.dlq_replay.run_context import RunState, resume_or_start, run_dir_name
 
 
 def test_new_state_then_resume_counts_attempts_and_keeps_steps():
