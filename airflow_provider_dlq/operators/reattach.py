@@ -6,8 +6,6 @@ of the **same** run id is waited for (up to ``reattach_timeout``); a **different
 
 from __future__ import annotations
 
-import json
-import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,9 +18,13 @@ from airflow_provider_dlq.output_storage import split_location
 from pulsar_dlq_consumer.replay_lock import (
     LEASE_SUBSCRIPTION,
     LOCK_PREFIX,
+    LockOwner,
     lease_topic,
     lock_generation,
     pid_alive,
+)
+from pulsar_dlq_consumer.replay_lock import (
+    lease_holder as describe_lease_holder,
 )
 
 if TYPE_CHECKING:
@@ -49,15 +51,14 @@ class ReattachTimeoutError(DlqProviderError, AirflowException):
 
 @dataclass(frozen=True)
 class RunHolder:
-    """A live replay run holding what this run needs: ``where`` is the lock or the lease."""
+    """A live replay run holding what this run needs: ``who`` describes it, ``where`` is the lock or lease."""
 
     run_id: str
-    host: str
-    pid: str
+    who: str
     where: str
 
     def describe(self) -> str:
-        return f"run {self.run_id!r} (host {self.host}, pid {self.pid}) holding {self.where}"
+        return f"{self.who} holding {self.where}"
 
 
 def output_lock_holder(
@@ -72,23 +73,13 @@ def output_lock_holder(
         return None
     locks = Path(root) / "locks"
     try:
-        names = [p.name for p in locks.iterdir()]
-    except OSError:
+        generations = [g for g in map(lock_generation, (p.name for p in locks.iterdir())) if g is not None]
+        owner = LockOwner.from_json((locks / f"{LOCK_PREFIX}{max(generations)}").read_text())
+    except (OSError, ValueError):  # no lock, or one being replaced or released right now
         return None
-    generations = [g for g in map(lock_generation, names) if g is not None]
-    if not generations:
+    if owner is None or owner.stale_reason(time.time() if now is None else now, host, alive):
         return None
-    try:
-        data = json.loads((locks / f"{LOCK_PREFIX}{max(generations)}").read_text())
-        run_id, owner_host, pid = str(data["run_id"]), str(data["host"]), int(data["pid"])
-        expires = float(data["heartbeat_at"]) + float(data["ttl_s"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None  # being replaced or released right now: look again at the next poll
-    if (time.time() if now is None else now) > expires:
-        return None
-    if owner_host == (host or socket.gethostname()) and not alive(pid, data.get("pid_start")):
-        return None
-    return RunHolder(run_id, owner_host, str(pid), f"the output directory lock of {output_dir}")
+    return RunHolder(owner.run_id, owner.describe(), f"the output directory lock of {output_dir}")
 
 
 def lease_holder(
@@ -96,11 +87,10 @@ def lease_holder(
 ) -> RunHolder | None:
     """The first run holding a lease of ``topics``; ``consumers`` reads the lease consumers' properties."""
     for topic in topics:
-        lease = lease_topic(topic)
-        for meta in consumers(lease, LEASE_SUBSCRIPTION):
-            if meta.get("run_id"):
-                where = f"the lease on DLQ topic {topic}"
-                return RunHolder(meta["run_id"], meta.get("host", "?"), meta.get("pid", "?"), where)
+        for meta in consumers(lease_topic(topic), LEASE_SUBSCRIPTION):
+            who = describe_lease_holder(meta)
+            if who:
+                return RunHolder(meta["run_id"], who, f"the lease on DLQ topic {topic}")
     return None
 
 

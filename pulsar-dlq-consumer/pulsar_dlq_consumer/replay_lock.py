@@ -1,4 +1,4 @@
-"""Who holds a replay run: the names of the app's output lock and broker leases, and the liveness check.
+"""Who holds a replay run: the app's output lock record and broker lease names, and the staleness rule.
 
 The Spark app takes them (``spark_apps/dlq_replay/lock.py``) and the Airflow operator reads them to find
 an earlier attempt of the same run (``airflow_provider_dlq/operators/reattach.py``): one definition here.
@@ -7,13 +7,22 @@ an earlier attempt of the same run (``airflow_provider_dlq/operators/reattach.py
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import socket
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from pulsar_dlq_consumer.context import base_topic
 from pulsar_dlq_consumer.topics import normalize_topic
 
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
 #: The output directory lock's files: ``<output>/locks/replay.lock.<generation>``.
 LOCK_PREFIX = "replay.lock."
+LOCK_FORMAT = 1
 #: The Exclusive subscription each run holds on the lease topic of every DLQ topic it reads.
 LEASE_SUBSCRIPTION = "dlq-replay-lease"
 
@@ -51,3 +60,61 @@ def pid_alive(pid: int, start: str | None) -> bool:
     except PermissionError:
         return True
     return start is None or process_start(pid) in (None, start)
+
+
+def utc_iso(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="seconds")
+
+
+@dataclass(frozen=True)
+class LockOwner:
+    """Who holds an output lock, as written in the lock file."""
+
+    run_id: str
+    host: str
+    pid: int
+    pid_start: str | None
+    acquired_at: float
+    heartbeat_at: float
+    ttl_s: float
+
+    def to_json(self) -> str:
+        expires = utc_iso(self.heartbeat_at + self.ttl_s)
+        return json.dumps({"format": LOCK_FORMAT, **asdict(self), "expires_at": expires}, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> LockOwner | None:
+        """The owner a lock file names; ``None`` for a half-written or foreign file."""
+        try:
+            data = json.loads(text)
+            return cls(**{name: data[name] for name in cls.__dataclass_fields__})
+        except (ValueError, KeyError, TypeError):
+            return None
+
+    def stale_reason(
+        self, now: float, host: str | None = None, alive: Callable[[int, str | None], bool] = pid_alive
+    ) -> str | None:
+        """Why this lock no longer holds (``None`` while it does), seen from ``host`` (default: this one)."""
+        if now > self.heartbeat_at + self.ttl_s:
+            return f"its last heartbeat was {now - self.heartbeat_at:.0f} s ago (expiry {self.ttl_s:g} s)"
+        if self.host == (host or socket.gethostname()) and not alive(self.pid, self.pid_start):
+            return f"its process {self.pid} on this host is gone"
+        return None
+
+    def describe(self) -> str:
+        expires = utc_iso(self.heartbeat_at + self.ttl_s)
+        return (
+            f"run {self.run_id!r} (host {self.host}, pid {self.pid}, since {utc_iso(self.acquired_at)}, "
+            f"last heartbeat {utc_iso(self.heartbeat_at)}, valid until {expires})"
+        )
+
+
+def lease_holder(properties: Mapping[str, str], shown: Callable[[object], str] = repr) -> str | None:
+    """The run a lease consumer's ``properties`` name (``shown`` quotes what may be a secret), or ``None``
+    when they name none."""
+    if not properties.get("run_id"):
+        return None
+    return (
+        f"run {shown(properties['run_id'])} (subscription {shown(properties.get('subscription'))}, host "
+        f"{properties.get('host')}, pid {properties.get('pid')}, since {properties.get('since')})"
+    )

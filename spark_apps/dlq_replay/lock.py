@@ -13,23 +13,23 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import logging
 import os
 import socket
 import threading
 import time
-from dataclasses import asdict, dataclass, replace
-from datetime import UTC, datetime
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from pulsar_dlq_consumer.replay_lock import (
     LEASE_SUBSCRIPTION,
     LOCK_PREFIX,
+    LockOwner,
+    lease_holder,
     lease_topic,
     lock_generation,
-    pid_alive,
     process_start,
+    utc_iso,
 )
 from spark_apps.dlq_replay.errors import LockLostError, ReplayConfigError, RunLockedError
 from spark_apps.dlq_replay.storage import RunStorage, is_local, join, qualify_root
@@ -43,7 +43,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("spark_apps.dlq_replay")
 
-LOCK_FORMAT = 1
 #: Seconds between heartbeats, and how long after its last heartbeat a lock is still valid.
 HEARTBEAT_S = 10.0
 LOCK_TTL_S = 60.0
@@ -54,49 +53,6 @@ LEASE_TIMEOUT_S = 10
 LEASE_WAIT_S = 60.0
 #: A lease that stays disconnected this long is treated as lost.
 LEASE_GRACE_S = 30.0
-
-
-def _iso(epoch: float) -> str:
-    return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="seconds")
-
-
-@dataclass(frozen=True)
-class LockOwner:
-    """Who holds a lock, as written in the lock file."""
-
-    run_id: str
-    host: str
-    pid: int
-    pid_start: str | None
-    acquired_at: float
-    heartbeat_at: float
-    ttl_s: float
-
-    def to_json(self) -> str:
-        expires = _iso(self.heartbeat_at + self.ttl_s)
-        return json.dumps({"format": LOCK_FORMAT, **asdict(self), "expires_at": expires}, sort_keys=True)
-
-    @classmethod
-    def from_json(cls, text: str) -> LockOwner | None:
-        try:
-            data = json.loads(text)
-            return cls(**{name: data[name] for name in cls.__dataclass_fields__})
-        except (ValueError, KeyError, TypeError):
-            return None
-
-    def stale_reason(self, now: float) -> str | None:
-        """Why this lock no longer holds (``None`` while it does)."""
-        if now > self.heartbeat_at + self.ttl_s:
-            return f"its last heartbeat was {now - self.heartbeat_at:.0f} s ago (expiry {self.ttl_s:g} s)"
-        if self.host == socket.gethostname() and not pid_alive(self.pid, self.pid_start):
-            return f"its process {self.pid} on this host is gone"
-        return None
-
-    def describe(self) -> str:
-        return (
-            f"run {self.run_id!r} (host {self.host}, pid {self.pid}, since {_iso(self.acquired_at)}, "
-            f"last heartbeat {_iso(self.heartbeat_at)}, valid until {_iso(self.heartbeat_at + self.ttl_s)})"
-        )
 
 
 def check_guard(output_root: str, subscription_lease: bool) -> None:
@@ -218,7 +174,7 @@ class SubscriptionLease:
             "subscription": self.subscription,
             "host": socket.gethostname(),
             "pid": str(os.getpid()),
-            "since": _iso(time.time()),
+            "since": utc_iso(time.time()),
         }
         deadline = time.monotonic() + LEASE_WAIT_S
         try:
@@ -307,12 +263,7 @@ class SubscriptionLease:
         except Exception as exc:  # naming the holder is a courtesy: the refusal stands without it
             log.info("could not read the lease holder from %s: %s", lease, type(exc).__name__)
             return "another run"
-        if not meta.get("run_id"):
-            return "another run"
-        return (
-            f"run {shown(meta['run_id'])} (subscription {shown(meta.get('subscription'))}, host "
-            f"{meta.get('host')}, pid {meta.get('pid')}, since {meta.get('since')})"
-        )
+        return lease_holder(meta, shown) or "another run"
 
     def check(self) -> str | None:
         """Why the lease is lost (disconnected longer than :data:`LEASE_GRACE_S`), else ``None``."""

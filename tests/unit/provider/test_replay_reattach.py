@@ -49,7 +49,10 @@ def test_a_live_lock_of_this_host_names_its_run(tmp_path: Path) -> None:
     write_lock(tmp_path, 1, run_id="old")
     write_lock(tmp_path, 2, run_id="r1")
     holder = output_lock_holder(str(tmp_path), alive=lambda pid, start: (pid, start) == (4242, "77"))
-    assert holder == RunHolder("r1", socket.gethostname(), "4242", f"the output directory lock of {tmp_path}")
+    assert holder is not None
+    assert holder.run_id == "r1"
+    assert holder.who.startswith(f"run 'r1' (host {socket.gethostname()}, pid 4242, since ")
+    assert holder.where == f"the output directory lock of {tmp_path}"
 
 
 def test_a_lock_whose_process_is_gone_or_whose_heartbeat_expired_is_stale(tmp_path: Path) -> None:
@@ -63,7 +66,7 @@ def test_another_hosts_lock_holds_while_its_heartbeat_is_fresh(tmp_path: Path) -
     write_lock(tmp_path, 3, host="spark-worker-2")  # a cluster driver: its pid cannot be checked here
     holder = output_lock_holder(f"file://{tmp_path}", alive=lambda pid, start: False)
     assert holder is not None
-    assert holder.host == "spark-worker-2"
+    assert "(host spark-worker-2, pid 4242" in holder.who
 
 
 def test_a_half_written_lock_or_an_object_store_root_is_no_holder(tmp_path: Path) -> None:
@@ -88,10 +91,12 @@ def test_the_lease_consumers_properties_name_the_holder() -> None:
 
     def consumers(topic: str, subscription: str) -> list[dict[str, str]]:
         asked.append((topic, subscription))
-        return [{"run_id": "r9", "host": "w1", "pid": "12"}] if len(asked) == 2 else []
+        meta = {"run_id": "r9", "subscription": "s", "host": "w1", "pid": "12", "since": "t"}
+        return [meta] if len(asked) == 2 else []
 
     holder = lease_holder(["a-DLQ", "b-DLQ"], consumers)
-    assert holder == RunHolder("r9", "w1", "12", "the lease on DLQ topic b-DLQ")
+    who = "run 'r9' (subscription 's', host w1, pid 12, since t)"
+    assert holder == RunHolder("r9", who, "the lease on DLQ topic b-DLQ")
     assert [s for _, s in asked] == ["dlq-replay-lease", "dlq-replay-lease"]
 
 
@@ -120,7 +125,7 @@ def test_nothing_holding_the_run_runs_it_at_once() -> None:
 
 def test_an_earlier_attempt_of_the_same_run_is_polled_until_it_ends(caplog: pytest.LogCaptureFixture) -> None:
     clock = Clock()
-    earlier = RunHolder("r1", "h", "7", "the output directory lock of /o")
+    earlier = RunHolder("r1", "run 'r1' (host h, pid 7)", "the output directory lock of /o")
     answers = [earlier, earlier, earlier, None]
     with caplog.at_level(logging.INFO):
         got = wait_for_earlier_attempt("r1", lambda: answers.pop(0), 600, LOG, 5.0, clock.sleep, clock)
@@ -132,7 +137,7 @@ def test_an_earlier_attempt_of_the_same_run_is_polled_until_it_ends(caplog: pyte
 
 def test_a_different_run_fails_at_once_without_waiting() -> None:
     clock = Clock()
-    other = RunHolder("nightly-2", "h", "8", "the lease on DLQ topic d")
+    other = RunHolder("nightly-2", "run 'nightly-2' (host h, pid 8)", "the lease on DLQ topic d")
     with pytest.raises(OtherRunHoldsError, match=r"run 'nightly-2'.*does not wait for a different run"):
         wait_for_earlier_attempt("r1", lambda: other, 600, LOG, sleep=clock.sleep, clock=clock)
     assert clock.sleeps == []
@@ -140,7 +145,7 @@ def test_a_different_run_fails_at_once_without_waiting() -> None:
 
 def test_the_wait_is_bounded_by_the_timeout() -> None:
     clock = Clock()
-    earlier = RunHolder("r1", "h", "7", "the lock")
+    earlier = RunHolder("r1", "run 'r1' (host h, pid 7)", "the lock")
     with pytest.raises(ReattachTimeoutError, match="still runs after 12 s"):
         wait_for_earlier_attempt("r1", lambda: earlier, 12, LOG, 5.0, clock.sleep, clock)
     assert clock.sleeps == [5.0, 5.0, 2.0]
