@@ -11,6 +11,7 @@ import socket
 from typing import TYPE_CHECKING
 
 from airflow_provider_dlq.errors import DlqProviderError
+from pulsar_dlq_consumer.client import connect_errors
 
 if TYPE_CHECKING:
     import httpx
@@ -35,20 +36,6 @@ class CheckFailed(DlqProviderError):
     """One check failed; the message is shown to the user as is."""
 
 
-def broker_addresses(service_url: str) -> list[tuple[str, int]]:
-    """``[(host, port)]`` of a service URL (``pulsar://b1:6650,b2:6650`` gives two)."""
-    scheme, _, rest = service_url.partition("://")
-    default = 6651 if scheme == "pulsar+ssl" else 6650
-    addresses = []
-    for part in rest.split("/")[0].split(","):
-        part = part.strip()
-        host, sep, port = part.rpartition(":")
-        if not sep or not port.isdigit():
-            host, port = part, ""
-        addresses.append((host.strip("[]"), int(port) if port else default))
-    return addresses
-
-
 def _socket_cause(exc: OSError, host: str, port: int) -> str:
     if isinstance(exc, ConnectionRefusedError):
         return f"connection refused (nothing listens on {host}:{port}; is the broker running on that port?)"
@@ -61,16 +48,11 @@ def _socket_cause(exc: OSError, host: str, port: int) -> str:
 
 def check_reachable(service_url: str) -> list[str]:
     """Open a TCP connection to every broker; raise when none answers, else note those that did not."""
-    failures = []
-    addresses = broker_addresses(service_url)
-    for host, port in addresses:
-        try:
-            socket.create_connection((host, port), timeout=TCP_TIMEOUT).close()
-        except OSError as exc:
-            failures.append(f"{host}:{port}: {_socket_cause(exc, host, port)}")
-    if len(failures) == len(addresses):
+    results = list(connect_errors(service_url, TCP_TIMEOUT))
+    failures = [f"{host}:{port}: {_socket_cause(exc, host, port)}" for host, port, exc in results if exc]
+    if len(failures) == len(results):
         detail = failures[0].split(": ", 1)[1] if len(failures) == 1 else "; ".join(failures)
-        raise CheckFailed(f"cannot reach {service_url}: {detail}")
+        raise CheckFailed(f"cannot reach {service_url}: {detail or 'no broker host:port in it'}")
     return [f"unreachable broker {failure}" for failure in failures]
 
 

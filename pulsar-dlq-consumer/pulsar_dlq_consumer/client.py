@@ -1,17 +1,48 @@
-"""Create a ``pulsar.Client`` whose C++ logs go to Python ``logging`` (never stdout), with its auth."""
+"""Create a ``pulsar.Client`` whose C++ logs go to Python ``logging`` (never stdout), with its auth, and
+reach the brokers of a service URL by TCP first."""
 
 from __future__ import annotations
 
 import base64
 import json
 import logging
+import re
+import socket
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Iterator, Mapping
 
 #: Keys of the ``oauth2`` mapping :func:`create_client` accepts.
 OAUTH2_KEYS = frozenset({"issuer_url", "audience", "scope", "client_id", "client_secret", "credentials_file"})
+
+_DEFAULT_PORTS = {"pulsar": 6650, "pulsar+ssl": 6651}
+_ENDPOINT = re.compile(r"(?:\[(?P<v6>[^\]]+)\]|(?P<host>[^:\[\]]+))(?::(?P<port>\d+))?")
+
+
+def service_endpoints(service_url: str) -> list[tuple[str, int]]:
+    """``pulsar://h1:6650,h2`` -> ``[("h1", 6650), ("h2", 6650)]`` (the scheme's default port)."""
+    scheme, _, rest = service_url.partition("://")
+    default = _DEFAULT_PORTS.get(scheme, 6650)
+    endpoints = []
+    for item in rest.split("/", 1)[0].split(","):
+        match = _ENDPOINT.fullmatch(item.strip())
+        if match:
+            port = match.group("port")
+            endpoints.append((match.group("v6") or match.group("host"), int(port) if port else default))
+    return endpoints
+
+
+def connect_errors(service_url: str, timeout_s: float) -> Iterator[tuple[str, int, OSError | None]]:
+    """Each broker ``(host, port, error)`` of ``service_url`` after opening a TCP connection to it (error
+    ``None``: it accepted); lazily, so a caller may stop at the first that accepts."""
+    for host, port in service_endpoints(service_url):
+        try:
+            socket.create_connection((host, port), timeout=timeout_s).close()
+        except OSError as exc:
+            yield host, port, exc
+        else:
+            yield host, port, None
 
 
 def oauth2_params(oauth2: Mapping[str, str | None]) -> str:

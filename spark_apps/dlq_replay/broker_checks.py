@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import re
-import socket
 from typing import TYPE_CHECKING, Any
 
+from pulsar_dlq_consumer.client import connect_errors
 from spark_apps.dlq_replay.errors import ReplayConfigError, ReplayError
 from spark_apps.dlq_replay.redaction import NOT_SHOWN, could_be_secret, register, safe_url
 
@@ -28,36 +27,19 @@ CONNECT_TIMEOUT_S = 5.0
 LOOKUP_TIMEOUT_S = 10
 #: Seconds for each admin REST request of the checks (a silent admin URL is refused after this).
 ADMIN_TIMEOUT_S = 10.0
-_DEFAULT_PORTS = {"pulsar": 6650, "pulsar+ssl": 6651}
-_ENDPOINT = re.compile(r"(?:\[(?P<v6>[^\]]+)\]|(?P<host>[^:\[\]]+))(?::(?P<port>\d+))?")
 
 
 class BrokerUnreachableError(ReplayError):
     """Nothing answers at the service URL (exit code 1: nothing was written; re-run when it is up)."""
 
 
-def service_endpoints(service_url: str) -> list[tuple[str, int]]:
-    """``pulsar://h1:6650,h2`` -> ``[("h1", 6650), ("h2", 6650)]`` (the scheme's default port)."""
-    scheme, _, rest = service_url.partition("://")
-    default = _DEFAULT_PORTS.get(scheme, 6650)
-    endpoints = []
-    for item in rest.split("/", 1)[0].split(","):
-        match = _ENDPOINT.fullmatch(item.strip())
-        if match:
-            port = match.group("port")
-            endpoints.append((match.group("v6") or match.group("host"), int(port) if port else default))
-    return endpoints
-
-
 def check_listening(service_url: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
     """Raise :class:`BrokerUnreachableError` unless some ``host:port`` of ``service_url`` accepts TCP."""
     failures = []
-    for host, port in service_endpoints(service_url):
-        try:
-            with socket.create_connection((host, port), timeout=timeout_s):
-                return
-        except OSError as exc:
-            failures.append(f"{host}:{port} ({exc.strerror or type(exc).__name__})")
+    for host, port, error in connect_errors(service_url, timeout_s):
+        if error is None:
+            return
+        failures.append(f"{host}:{port} ({error.strerror or type(error).__name__})")
     raise BrokerUnreachableError(
         f"nothing is listening at {', '.join(failures) or safe_url(service_url)}: no Apache Pulsar broker "
         "answers at --service-url. Check the host and port (e.g. pulsar://broker:6650, pulsar+ssl://broker:"
