@@ -422,7 +422,6 @@ def run_decide(run: Run, snapshot: DataFrame, planned_at: datetime) -> DataFrame
     from pulsar_dlq_consumer.replay_options import DEFAULT_WAVE_SIZE
     from spark_apps.dlq_replay import task_parquet
     from spark_apps.dlq_replay.archive_files import staged_output
-    from spark_apps.dlq_replay.free_memory import return_free_memory
     from spark_apps.dlq_replay.group_actions import reviewed_ids
     from spark_apps.dlq_replay.ledger import final_ids, read_ledger
     from spark_apps.dlq_replay.snapshot import snapshot_identities
@@ -480,6 +479,26 @@ def run_decide(run: Run, snapshot: DataFrame, planned_at: datetime) -> DataFrame
             producers_per_target=run.buckets,
         )
     return task_parquet.read_frame(run.spark, run.paths.decisions, DECIDED_SCHEMA)
+
+
+def return_free_memory() -> None:
+    """Hand the memory the driver freed back to the system, else what one step frees stays resident: Arrow's
+    unused pool memory released, Python's garbage collected, then ``malloc_trim(0)`` (glibc; a no-op
+    where the C library lacks it)."""
+    import ctypes
+    import ctypes.util
+    import gc
+
+    pa.default_memory_pool().release_unused()
+    gc.collect()
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name) if name else None
+    except OSError:
+        return
+    trim = getattr(libc, "malloc_trim", None)
+    if trim is not None:
+        trim(0)
 
 
 def _sending_tally(batch: pa.RecordBatch) -> tuple[int, int | None]:

@@ -450,13 +450,34 @@ def trend(
     return {"runs": runs, "groups": counted}
 
 
+#: Report queries in flight at once: enough to overlap the driver's planning with the tasks of another job.
+MAX_QUERY_THREADS = 4
+
+
+def run_concurrently(spark: SparkSession, *queries: Callable[[], Any]) -> list[Any]:
+    """Each query's result, in the order given, the queries run from driver threads (a short job's time goes
+    mostly to planning and scheduling on the driver, so run one after another they leave the cores idle);
+    each thread inherits the caller's job tags. The first error raised is raised here once all ended."""
+    if len(queries) <= 1:
+        return [query() for query in queries]
+    from concurrent.futures import ThreadPoolExecutor
+
+    from pyspark.util import inheritable_thread_target
+
+    # Wrapped now, in the caller's thread: that is when the job group and description are captured.
+    inherit = inheritable_thread_target(spark)
+    targets = [inherit(query) for query in queries]
+    workers = min(MAX_QUERY_THREADS, len(targets))
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dlq-query") as pool:
+        futures = [pool.submit(target) for target in targets]
+    return [future.result() for future in futures]
+
+
 def add_details(
     report: dict[str, Any], spark: SparkSession, ctx: ReportContext, parts: ReportParts | None
 ) -> None:
     """Add ``config``, ``spark``, the first :data:`DETAIL_GROUPS` groups' explanations, ``refused_origins``,
     ``trend`` and ``next_steps`` to ``report``; the queries behind them run side by side."""
-    from spark_apps.dlq_replay.concurrent_queries import run_concurrently
-
     report["config"] = run_config(ctx.options, ctx.playbook)
     report["spark"] = spark_info(spark)
     decisions = _read(spark, ctx.decisions_path, DECIDED_SCHEMA)

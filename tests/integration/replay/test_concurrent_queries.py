@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from spark_apps.dlq_replay.concurrent_queries import run_concurrently
+from spark_apps.dlq_replay.report import run_concurrently
 
 
 def test_results_come_back_in_order_and_the_jobs_keep_the_callers_job_group(spark):
