@@ -56,9 +56,7 @@ def settled_ends(
     only after idle timeouts. The window ends at the last message earlier runs left pending instead."""
     from pyspark.sql import functions as F
 
-    from spark_apps.dlq_replay.pulsar_io.ids import message_id_key
-
-    ends = {w.topic: message_id_key(w.end_message_id) for w in windows if w.end_message_id is not None}
+    ends = {w.topic: key for w in windows if (key := w.end_key) is not None}
     if not ends:
         return []
     parts = F.split(F.col("dlq_message_id"), ":")
