@@ -45,9 +45,6 @@ from pulsar_dlq_consumer.conventions import (
     safe_str,
     truncate_utf8,
 )
-from pulsar_dlq_consumer.conventions import ORIGIN_PROPERTY_KEYS as ORIGIN_PROPERTY_KEYS
-from pulsar_dlq_consumer.conventions import ORIGIN_TOPIC_KEYS as ORIGIN_TOPIC_KEYS
-from pulsar_dlq_consumer.conventions import REASON_UNKNOWN as REASON_UNKNOWN
 from pulsar_dlq_consumer.topics import qualify_topic
 
 if TYPE_CHECKING:
@@ -279,8 +276,9 @@ _ID_PART = re.compile(r"-?\d{1,20}")
 
 @dataclass(frozen=True)
 class OriginClaim:
-    """What one convention says the origin was: the topic ``key`` (of :data:`ORIGIN_TOPIC_KEYS`), its
-    value (bounded to :data:`MAX_CLAIM_CHARS`) and the same convention's origin message id."""
+    """What one convention says the origin was: the topic ``key`` (of
+    :data:`~pulsar_dlq_consumer.conventions.ORIGIN_TOPIC_KEYS`), its value (bounded to
+    :data:`MAX_CLAIM_CHARS`) and the same convention's origin message id."""
 
     key: str
     topic: str
@@ -288,7 +286,8 @@ class OriginClaim:
 
 
 def origin_claims(properties: Mapping[str, str] | None) -> tuple[OriginClaim, ...]:
-    """Every convention's claim about the origin, in :data:`ORIGIN_TOPIC_KEYS` order (never raises)."""
+    """Every convention's claim about the origin, in
+    :data:`~pulsar_dlq_consumer.conventions.ORIGIN_TOPIC_KEYS` order (never raises)."""
     if not isinstance(properties, Mapping):
         return ()
     claims = []

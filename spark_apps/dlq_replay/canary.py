@@ -60,7 +60,7 @@ def canary_selection(decisions: DataFrame, spec: CanarySpec) -> DataFrame:
 
 def watched_topics(dlq_topics: tuple[str, ...], spec: CanarySpec) -> list[str]:
     """The DLQ topics, their ``-RETRY`` siblings and the extra watch topics (full names, no duplicates)."""
-    from spark_apps.dlq_replay.pulsar_io.window import normalize_topic
+    from pulsar_dlq_consumer.topics import normalize_topic
 
     names: list[str] = []
     for topic in dlq_topics:

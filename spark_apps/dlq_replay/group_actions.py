@@ -102,7 +102,8 @@ def reuse_window(
     The earlier run must have read the same topics through the same subscription; anything else is a
     :class:`ReplayConfigError` raised before this run reads or sends anything.
     """
-    from spark_apps.dlq_replay.pulsar_io.window import normalize_topic, windows_from_json
+    from pulsar_dlq_consumer.topics import normalize_topic
+    from spark_apps.dlq_replay.pulsar_io.window import windows_from_json
 
     text = storage.read_text(plan_path)
     if text is None:

@@ -14,8 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from pulsar_dlq_consumer.context import ORIGIN_TOPIC_KEYS
-from pulsar_dlq_consumer.conventions import ContextFormat
+from pulsar_dlq_consumer.conventions import ORIGIN_TOPIC_KEYS, ContextFormat
 from spark_apps.dlq_replay import outcomes
 from spark_apps.dlq_replay.errors import PlaybookError, ReplayConfigError
 from spark_apps.dlq_replay.topics import TopicMatcher, qualify_topic

@@ -17,7 +17,8 @@ import hashlib
 import re
 from typing import TYPE_CHECKING
 
-from pulsar_dlq_consumer.context import REASON_UNKNOWN, base_topic
+from pulsar_dlq_consumer.context import base_topic
+from pulsar_dlq_consumer.conventions import REASON_UNKNOWN
 
 if TYPE_CHECKING:
     import pyarrow as pa

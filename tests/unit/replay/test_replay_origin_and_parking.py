@@ -183,7 +183,7 @@ def test_failure_reason_separates_signatures_of_retry_and_redelivery_dlqs():
 def test_replay_ids_from_the_origin_properties_alone_equal_those_of_the_whole_context():
     """decide computes replay ids on the origin properties only (no payload, no stack traces): they
     must be exactly the ids normalise computes from every property."""
-    from pulsar_dlq_consumer.context import ORIGIN_PROPERTY_KEYS
+    from pulsar_dlq_consumer.conventions import ORIGIN_PROPERTY_KEYS
     from spark_apps.dlq_replay.normalize import replay_ids
 
     shapes = [
