@@ -115,25 +115,34 @@ class _Send(NamedTuple):
 def republished(topics: list[str], n: int) -> list[_Send]:
     """The messages a replay republishes from ``topics``, as it sends them: fixed payload, the
     application's properties and the replay's lineage (built before the clock starts)."""
+    import pyarrow as pa
+
     from bench.bench_fixes import fix_payload
-    from spark_apps.dlq_replay.lineage import republish_properties
+    from spark_apps.dlq_replay.lineage import lineage_maps
 
     wanted = set(topics)
-    out: list[_Send] = []
-    for i in range(n):
-        sig = workload.signature_of(i)
-        if sig.dlq in wanted and sig.action == workload.REPUBLISH:
-            props = republish_properties(
-                workload.APP_PROPERTIES,
-                replay_id=f"{i:016x}{i:016x}",
-                run_id="floors",
-                previous_count=0,
-                dlq_topic=sig.dlq,
-                fix_label="bench_fixes:fix_order",
-            )
-            payload = fix_payload(workload.make_payload(i))
-            out.append(_Send(sig.origin, payload, props, f"order-{1_000_000 + i}", workload.EPOCH_MS + i))
-    return out
+    chosen = [(i, workload.signature_of(i)) for i in range(n)]
+    chosen = [(i, sig) for i, sig in chosen if sig.dlq in wanted and sig.action == workload.REPUBLISH]
+    m = len(chosen)
+    maps = lineage_maps(
+        pa.array([list(workload.APP_PROPERTIES.items())] * m, pa.map_(pa.string(), pa.string())),
+        pa.array([True] * m, pa.bool_()),
+        pa.array([f"{i:016x}{i:016x}" for i, _ in chosen], pa.string()),
+        "floors",
+        pa.array([0] * m, pa.int64()),
+        pa.array([sig.dlq for _, sig in chosen], pa.string()),
+        pa.array(["bench_fixes:fix_order"] * m, pa.string()),
+    ).to_pylist()
+    return [
+        _Send(
+            sig.origin,
+            fix_payload(workload.make_payload(i)),
+            dict(props),
+            f"order-{1_000_000 + i}",
+            workload.EPOCH_MS + i,
+        )
+        for (i, sig), props in zip(chosen, maps, strict=True)
+    ]
 
 
 def _send(client: Any, messages: list[_Send]) -> int:

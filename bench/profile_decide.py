@@ -64,7 +64,7 @@ def phases(batch: pa.RecordBatch) -> dict[str, Callable[[], Any]]:
     """One callable per timed phase, each doing that phase to the whole batch."""
     from spark_apps.dlq_replay.decide import DecideSettings, ProducerSequencer, decide_batch
     from spark_apps.dlq_replay.fixes import FixRecord, load_fix, run_fix
-    from spark_apps.dlq_replay.normalize import normalize_batch, normalize_columns, replay_ids
+    from spark_apps.dlq_replay.normalize import normalize_columns, replay_ids
     from spark_apps.dlq_replay.playbook import load_playbook
     from spark_apps.dlq_replay.scope import Filters, add_scope_columns
     from spark_apps.dlq_replay.topics import TopicMatcher
@@ -101,19 +101,13 @@ def phases(batch: pa.RecordBatch) -> dict[str, Callable[[], Any]]:
     def decide() -> Any:
         columns = normalize_columns(batch)
         add_scope_columns(batch, columns, Filters())
-        return decide_batch(
-            normalize_batch(batch, columns), playbook, settings, ProducerSequencer("p", 0), columns
-        )
+        return decide_batch(batch, playbook, settings, ProducerSequencer("p", 0), columns)
 
     return {
         "identities": lambda: replay_ids(batch),
         "normalise": lambda: normalize_columns(batch),
         "decide": lambda: decide_batch(
-            normalize_batch(batch, dict(normalized)),
-            playbook,
-            settings,
-            ProducerSequencer("p", 0),
-            dict(normalized),
+            batch, playbook, settings, ProducerSequencer("p", 0), dict(normalized)
         ),
         "of which the fix": lambda: run_fix(fix, records, timeout_s=fix_rule.fix_timeout_seconds),
         "normalise + decide": decide,

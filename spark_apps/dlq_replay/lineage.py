@@ -36,27 +36,6 @@ def previous_replay_count(properties: Mapping[str, str] | None) -> int | None:
     return int(text) if _COUNT.fullmatch(text) else None
 
 
-def republish_properties(
-    properties: Mapping[str, str],
-    *,
-    replay_id: str,
-    run_id: str,
-    previous_count: int,
-    dlq_topic: str,
-    fix_label: str,
-) -> dict[str, str]:
-    """Properties of the replayed message: DLQ bookkeeping stripped, lineage set (overriding any copy);
-    :func:`lineage_maps` of one message."""
-    import pyarrow as pa
-
-    column = pa.array([list(properties.items())], pa.map_(pa.string(), pa.string()))
-    rows, replay_ids, counts, dlq_topics, fixes = (
-        pa.array([value]) for value in (True, replay_id, previous_count, dlq_topic, fix_label)
-    )
-    out = lineage_maps(column, rows, replay_ids, run_id, counts, dlq_topics, fixes)
-    return dict(out[0].as_py())
-
-
 def lineage_maps(
     properties: pa.Array,
     rows: pa.Array,
@@ -66,9 +45,10 @@ def lineage_maps(
     dlq_topics: pa.Array,
     fix_labels: pa.Array,
 ) -> pa.Array:
-    """:func:`republish_properties` of every row where the boolean ``rows`` is true, from the row's own
-    ``properties`` (a map column), as a map column (null in the other rows), built with Arrow kernels:
-    each row's kept properties in their order, then the lineage keys in :data:`LINEAGE_KEYS` order.
+    """The properties of each replayed message, for every row where the boolean ``rows`` is true, from the
+    row's own ``properties`` (a map column), as a map column (null in the other rows), built with Arrow
+    kernels: each row's kept properties in their order (DLQ bookkeeping and earlier lineage stripped),
+    then the lineage keys in :data:`LINEAGE_KEYS` order.
     The other arguments are the rows' replay ids, previous ``REPLAY_COUNT`` and DLQ topics, and the
     ``REPLAY_FIX`` label of each row."""
     import pyarrow as pa

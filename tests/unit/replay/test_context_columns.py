@@ -318,7 +318,7 @@ KEYS_FOR_LINEAGE = [
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_lineage_maps_are_republish_properties(seed):
+def test_lineage_maps_keep_the_other_properties_then_set_the_lineage(seed):
     rnd = random.Random(seed)
     for trial in range(60):
         n = rnd.randint(0, 30)

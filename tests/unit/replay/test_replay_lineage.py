@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import pyarrow as pa
 import pytest
 
-from spark_apps.dlq_replay.lineage import previous_replay_count, republish_properties
+from spark_apps.dlq_replay.lineage import lineage_maps, previous_replay_count
 
 
 @pytest.mark.parametrize(
@@ -35,15 +36,16 @@ def test_bookkeeping_stripped_lineage_set_and_forged_lineage_overridden():
         "REPLAY_ID": "forged",
         "REPLAY_COUNT": "1",
     }
-    out = republish_properties(
-        props,
-        replay_id="rid",
-        run_id="run-1",
-        previous_count=1,
-        dlq_topic="persistent://p/d/dlq",
-        fix_label="m:f@2",
+    out = lineage_maps(
+        pa.array([list(props.items())], pa.map_(pa.string(), pa.string())),
+        pa.array([True]),
+        pa.array(["rid"]),
+        "run-1",
+        pa.array([1]),
+        pa.array(["persistent://p/d/dlq"]),
+        pa.array(["m:f@2"]),
     )
-    assert out == {
+    assert dict(out[0].as_py()) == {
         "tenant": "acme",
         "REPLAY_ID": "rid",
         "REPLAY_RUN_ID": "run-1",
