@@ -110,4 +110,4 @@ def test_end_to_end_replay_on_the_lts(request, pulsar_broker, matrix_table):
 
 def test_kill_during_apply_then_resume_on_the_lts(request):
     # The row (lost, doubled, pending) is recorded by the test itself through ``fault_table``.
-    run_suite_test(request, kills.test_sigkill_in_each_step_then_resume, step="apply")
+    run_suite_test(request, kills.kill_in_turn_then_resume, steps=("apply",))
