@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Asset, BaseOperator
 
-from airflow_provider_dlq.triggers.backlog_watch import STATE_KEY, WatchState, iso, rearmed
+from airflow_provider_dlq.triggers.backlog_event import STATE_KEY, WatchState, iso, rearmed
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

@@ -16,6 +16,7 @@ from airflow_provider_dlq.triggers.backlog import (
     STATUS_SUCCESS,
     STATUS_TIMEOUT,
     DlqBacklogTrigger,
+    as_xcom,
     ready_topics,
 )
 from pulsar_dlq_consumer.replay_options import DEFAULT_SUBSCRIPTION
@@ -134,7 +135,7 @@ class DlqBacklogSensor(BaseSensorOperator):
             return PokeReturnValue(is_done=False)
         self._last_read_error = None
         ready = ready_topics(backlogs, self.min_backlog, self.min_age_seconds)
-        xcom = {t: b.to_dict() for t, b in backlogs.items()}
+        xcom = as_xcom(backlogs)
         self._log_backlog(xcom, ready)
         return PokeReturnValue(is_done=bool(ready), xcom_value=xcom)
 

@@ -19,6 +19,8 @@ if TYPE_CHECKING:
 STATUS_SUCCESS = "success"
 STATUS_TIMEOUT = "timeout"
 STATUS_ERROR = "error"
+#: Errors a next poll cannot fix (a missing connection, no admin or metrics URL, ``min_age`` without admin).
+CONFIG_ERRORS = (PulsarConnectionError, BacklogConfigError)
 
 
 def ready_topics(
@@ -39,6 +41,11 @@ def ready_topics(
                 continue
         ready.append(topic)
     return ready
+
+
+def as_xcom(backlogs: Mapping[str, TopicBacklog]) -> dict[str, dict[str, Any]]:
+    """The sensor's XCom (and its trigger's event ``backlog``): each topic's backlog as a dict."""
+    return {topic: item.to_dict() for topic, item in backlogs.items()}
 
 
 def topics_from_backlog(value: Mapping[str, Mapping[str, Any]] | None, min_backlog: int = 0) -> str:
@@ -99,30 +106,30 @@ class DlqBacklogTrigger(BaseTrigger):
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        last: dict[str, TopicBacklog] = {}
+        last: Mapping[str, TopicBacklog] = {}
         args = (self.pulsar_conn_id, self.topics, self.subscription, self.poll_interval, self.deadline)
         async for poll in poll_backlog(*args):
             last_error: str | None = None
             try:
                 if poll.error is not None:
                     raise poll.error
-                last = dict(poll.backlogs)
+                last = poll.backlogs
                 ready = ready_topics(last, self.min_backlog, self.min_age_seconds)
                 if ready:
-                    backlog = {t: b.to_dict() for t, b in last.items()}
-                    yield TriggerEvent({"status": STATUS_SUCCESS, "backlog": backlog, "ready": ready})
+                    yield TriggerEvent({"status": STATUS_SUCCESS, "backlog": as_xcom(last), "ready": ready})
                     return
                 waiting = {t: b.backlog for t, b in last.items()}
                 self.log.info("DLQ backlog not ready (need >= %s): %s", self.min_backlog, waiting)
-            except (PulsarConnectionError, BacklogConfigError) as exc:
+            except CONFIG_ERRORS as exc:
                 yield TriggerEvent({"status": STATUS_ERROR, "message": str(exc)})
                 return
             except BacklogReadError as exc:
                 last_error = str(exc)
                 self.log.warning("Reading the DLQ backlog failed (will retry): %s", last_error)
             if self.deadline is not None and time.time() >= self.deadline:
-                backlog = {t: b.to_dict() for t, b in last.items()}
-                yield TriggerEvent({"status": STATUS_TIMEOUT, "backlog": backlog, "last_error": last_error})
+                yield TriggerEvent(
+                    {"status": STATUS_TIMEOUT, "backlog": as_xcom(last), "last_error": last_error}
+                )
                 return
 
 

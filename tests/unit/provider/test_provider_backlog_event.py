@@ -11,12 +11,12 @@ import asyncio
 import pytest
 
 from airflow_provider_dlq.hooks.backlog import BacklogReadError, TopicBacklog
-from airflow_provider_dlq.triggers.backlog_event import DlqBacklogEventTrigger
-from airflow_provider_dlq.triggers.backlog_watch import (
+from airflow_provider_dlq.triggers.backlog_event import (
     REASON_MAX_AGE,
     REASON_MIN_BACKLOG,
     REASON_REFIRE,
     STATE_KEY,
+    DlqBacklogEventTrigger,
     Thresholds,
     WatchState,
     evaluate,
