@@ -1,4 +1,4 @@
-"""Backlog from Apache Pulsar's admin REST API: hook, trigger and sensor against the session broker.
+"""Backlog from Apache Pulsar's admin REST API: hook, triggers and sensor against the session broker.
 
 ``msgBacklog`` counts *entries*, and a batch is one entry: the provider counts the messages
 (``analyzeBacklog``) so ``backlog`` is what a user expects, and reports the entries beside it.
@@ -20,6 +20,7 @@ from airflow.sdk import DAG
 from airflow_provider_dlq.hooks.pulsar import PulsarHook
 from airflow_provider_dlq.sensors.backlog import DlqBacklogSensor
 from airflow_provider_dlq.triggers.backlog import DlqBacklogTrigger
+from airflow_provider_dlq.triggers.backlog_event import REASON_MIN_BACKLOG, DlqBacklogEventTrigger
 
 pytestmark = [pytest.mark.integration, pytest.mark.real_pulsar]
 
@@ -159,6 +160,38 @@ def test_partitions_are_summed_and_globs_expand_in_a_tenant_namespace(
     assert event["backlog"][parted]["backlog"] == 40
     assert event["backlog"][parted]["entries"] == entries
     assert event["backlog"][single]["backlog"] == 3
+
+
+def test_event_trigger_fires_once_on_the_summed_backlog_and_consumes_nothing(
+    admin_conn, pulsar_client, namespace
+):
+    """The ``pulsar`` scheme's trigger (outside a watcher, so its state is kept in memory): the messages
+    summed over a glob fire the watch once; the same backlog stays quiet and is still all pending."""
+    topics = [f"persistent://{namespace}/a-DLQ", f"persistent://{namespace}/b-DLQ"]
+    for topic in topics:
+        subscribe(pulsar_client, topic)
+    produce(pulsar_client, topics[0], 2, batched=False)
+    produce(pulsar_client, topics[1], 3, batched=True)
+    glob = f"persistent://{namespace}/*-DLQ"
+    trigger = DlqBacklogEventTrigger(topics=[glob], min_backlog=5, poll_interval=0.5)
+
+    async def watch():
+        events = trigger.run()
+        try:
+            first = await asyncio.wait_for(anext(events), timeout=60)
+            with pytest.raises(TimeoutError):  # disarmed: the same backlog never fires again
+                await asyncio.wait_for(anext(events), timeout=3)
+        finally:
+            await events.aclose()
+        return first.payload
+
+    payload = asyncio.run(watch())
+    assert (payload["reason"], payload["backlog"], payload["new_backlog"]) == (REASON_MIN_BACKLOG, 5, 5)
+    assert {t: item["backlog"] for t, item in payload["topics"].items()} == {topics[0]: 2, topics[1]: 3}
+    assert {t: b.backlog for t, b in PulsarHook().get_backlog([glob], SUB).items()} == {
+        topics[0]: 2,
+        topics[1]: 3,
+    }
 
 
 def test_sensor_defers_and_completes_on_the_admin_backlog(
