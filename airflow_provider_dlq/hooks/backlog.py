@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from airflow_provider_dlq.errors import DlqProviderError
-from pulsar_dlq_consumer import topics
+from pulsar_dlq_consumer import admin, topics
 from pulsar_dlq_consumer.context import base_topic
 from pulsar_dlq_consumer.errors import ConfigurationError
 
@@ -80,8 +80,7 @@ def is_pattern(topic: str) -> bool:
 
 def admin_path(admin_url: str, topic: str, parts: int = 3) -> str:
     """``<admin_url>/admin/v2/<domain>/<tenant>/<namespace>[/<topic>]`` of a full topic name or glob."""
-    domain, _, path = topic.partition("://")
-    return f"{admin_url}/admin/v2/{domain}/" + "/".join(quote(n, safe="") for n in path.split("/", 2)[:parts])
+    return admin_url + admin.admin_path(topic, parts)
 
 
 def split_topics(topics: str | Sequence[str]) -> list[str]:

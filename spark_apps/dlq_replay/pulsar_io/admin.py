@@ -8,17 +8,16 @@ from __future__ import annotations
 
 import json
 import logging
-import ssl
 import time
-import urllib.error
-import urllib.request
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
 
+from pulsar_dlq_consumer.admin import ClientCredentials, OAuth2Error, admin_path, fetch, ssl_context
 from spark_apps.dlq_replay.pulsar_io.errors import PulsarConfigError, PulsarIOError
 from spark_apps.dlq_replay.redaction import safe_url
 
 if TYPE_CHECKING:
+    import ssl
+
     from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf
 
 log = logging.getLogger(__name__)
@@ -41,49 +40,16 @@ def topic_path(topic: str) -> str:
     parts = rest.split("/")
     if not sep or scheme not in ("persistent", "non-persistent") or len(parts) != 3 or not all(parts):
         raise PulsarConfigError(f"invalid topic {topic!r}: expected persistent://<tenant>/<namespace>/<name>")
-    return f"/admin/v2/{scheme}/" + "/".join(quote(p, safe="") for p in parts)
+    return admin_path(topic)
 
 
-def _oauth2_token(settings: dict[str, str | None], context: ssl.SSLContext | None, timeout_s: float) -> str:
-    """An access token by the client-credentials flow (issuer discovery, then the token endpoint)."""
-    from urllib.parse import urlencode
-
-    issuer = str(settings["issuer_url"]).rstrip("/")
-    shown_issuer = safe_url(issuer)
-    if settings.get("credentials_file"):
-        with open(str(settings["credentials_file"]), encoding="utf-8") as handle:
-            creds = json.load(handle)
-    else:
-        creds = {"client_id": settings.get("client_id"), "client_secret": settings.get("client_secret")}
-    form = {
-        "grant_type": "client_credentials",
-        "client_id": creds["client_id"],
-        "client_secret": creds["client_secret"],
-    }
-    form.update({k: str(settings[k]) for k in ("audience", "scope") if settings.get(k)})
+def _not_found(url: str, body: bytes) -> AdminUnavailable:
     try:
-        with urllib.request.urlopen(
-            f"{issuer}/.well-known/openid-configuration", timeout=timeout_s, context=context
-        ) as resp:
-            endpoint = json.loads(resp.read())["token_endpoint"]
-        request = urllib.request.Request(endpoint, data=urlencode(form).encode(), method="POST")
-        with urllib.request.urlopen(request, timeout=timeout_s, context=context) as resp:
-            return str(json.loads(resp.read())["access_token"])
-    except (urllib.error.URLError, OSError, ValueError, KeyError) as exc:
-        reason = getattr(exc, "code", None) or type(exc).__name__
-        raise PulsarConfigError(
-            f"no OAuth2 access token from the issuer {shown_issuer} ({reason}); check the issuer URL, client "
-            "credentials, audience and scope"
-        ) from None
-
-
-def _not_found(url: str, exc: urllib.error.HTTPError) -> AdminUnavailable:
-    try:
-        body = json.loads(exc.read() or b"null")
-    except (ValueError, OSError):
-        body = None
-    if isinstance(body, dict) and "reason" in body:
-        return AdminNotFound(f"GET {url}: HTTP 404 ({str(body['reason'])[:200]})")
+        answer = json.loads(body or b"null")
+    except ValueError:
+        answer = None
+    if isinstance(answer, dict) and "reason" in answer:
+        return AdminNotFound(f"GET {url}: HTTP 404 ({str(answer['reason'])[:200]})")
     return AdminUnavailable(f"GET {url}: HTTP 404")
 
 
@@ -97,45 +63,41 @@ class PulsarAdmin:
         self.timeout_s = timeout_s
         self._context: ssl.SSLContext | None = None
         if self.base.startswith("https://") or conf.oauth2_issuer_url:
-            if conf.tls_allow_insecure:
-                self._context = ssl._create_unverified_context()  # tests only, as documented
-            else:
-                self._context = ssl.create_default_context(cafile=conf.tls_trust_certs_file)
-            if conf.tls_cert_file and conf.tls_key_file:
-                self._context.load_cert_chain(conf.tls_cert_file, conf.tls_key_file)
+            tls = (conf.tls_trust_certs_file, conf.tls_allow_insecure, conf.tls_cert_file, conf.tls_key_file)
+            self._context = ssl_context(*tls)
         oauth2 = conf.read_oauth2()
-        self._token = _oauth2_token(oauth2, self._context, timeout_s) if oauth2 else conf.read_token()
+        try:
+            token = ClientCredentials(oauth2).access_token(self._context, timeout_s) if oauth2 else None
+        except OAuth2Error as exc:
+            raise PulsarConfigError(str(exc)) from None
+        self._token = token if oauth2 else conf.read_token()
 
     def get(self, path: str) -> Any:
         """GET ``path`` and decode its JSON; server errors are retried twice."""
         url = f"{self.base}{path}"
         for attempt in range(1, _ATTEMPTS + 1):
-            request = urllib.request.Request(url, headers={"Accept": "application/json"})
-            if self._token:
-                request.add_header("Authorization", f"Bearer {self._token}")
             try:
-                with urllib.request.urlopen(request, timeout=self.timeout_s, context=self._context) as resp:
-                    raw = resp.read()
-            except urllib.error.HTTPError as exc:
-                if exc.code == 404:
-                    raise _not_found(url, exc) from exc
-                if exc.code in (401, 403):
-                    raise PulsarConfigError(
-                        f"GET {url}: HTTP {exc.code}; the admin REST refused the token. Give the replay's "
-                        "role permission to read topic stats (consume permission on the DLQ namespace), "
-                        "or remove the admin URL to use the two-read consumer mode"
-                    ) from exc
-                if exc.code >= 500 and attempt < _ATTEMPTS:
-                    log.warning("GET %s: HTTP %d, retrying", url, exc.code)
-                    time.sleep(0.5 * attempt)
-                    continue
-                raise PulsarIOError(f"GET {url}: HTTP {exc.code} {exc.reason}") from exc
-            except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
+                status, raw = fetch(url, self._context, self.timeout_s, token=self._token)
+            except OSError as exc:  # no answer: refused, unknown host, timeout, TLS failure
                 reason = getattr(exc, "reason", exc)
                 raise PulsarConfigError(
                     f"cannot reach the Pulsar admin REST at {safe_url(self.base)} ({reason}); check the "
                     "admin URL (e.g. http://broker:8080), or remove it to use the two-read consumer mode"
                 ) from exc
+            if status == 404:
+                raise _not_found(url, raw)
+            if status in (401, 403):
+                raise PulsarConfigError(
+                    f"GET {url}: HTTP {status}; the admin REST refused the token. Give the replay's "
+                    "role permission to read topic stats (consume permission on the DLQ namespace), "
+                    "or remove the admin URL to use the two-read consumer mode"
+                )
+            if status >= 500 and attempt < _ATTEMPTS:
+                log.warning("GET %s: HTTP %d, retrying", url, status)
+                time.sleep(0.5 * attempt)
+                continue
+            if status >= 300:
+                raise PulsarIOError(f"GET {url}: HTTP {status}")
             try:
                 return json.loads(raw)
             except ValueError as exc:
