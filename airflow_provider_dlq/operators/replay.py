@@ -64,6 +64,7 @@ from airflow_provider_dlq.operators.spark_submit import (
     DRIVER_ACTIVE,
     DRIVER_ID_KEY,
     ReplaySubmitHook,
+    SparkTarget,
     spark_target,
 )
 from airflow_provider_dlq.recipes import APP_CONF
@@ -467,8 +468,7 @@ class DlqReplayOperator(BaseOperator):
             **self.spark_submit_kwargs,
         )
 
-    def _check_env_stays_off_argv(self, hook: ReplaySubmitHook, env: Mapping[str, str]) -> None:
-        target = hook.target
+    def _check_env_stays_off_argv(self, target: SparkTarget, env: Mapping[str, str]) -> None:
         secrets = [name for name in SECRET_ENVS if name in env]
         if secrets and target.env_goes_on_argv:
             raise ReplayArgumentError(
@@ -542,6 +542,7 @@ class DlqReplayOperator(BaseOperator):
             target = spark_target(self.spark_conn_id, self.spark_submit_kwargs.get("deploy_mode"))
             master = target.master
             env = self.spark_env(pulsar, master)
+            self._check_env_stays_off_argv(target, env)
             archive = self.class_data_plan(target.deploy_mode, env)
             compiled = self.compiled_pyspark_copy(master, env)
             if compiled is not None:
@@ -551,7 +552,6 @@ class DlqReplayOperator(BaseOperator):
             if quick:
                 self.log.info("Driver JVM: C1-only JIT (quick_jit=%r, %s messages)", self.quick_jit, expected)
             hook = self.make_hook(args, env, zip_path, expected, archive, quick, master, compiled)
-            self._check_env_stays_off_argv(hook, env)
             self._hook = hook
             store = self.driver_store(hook, context)
             if store is not None and self.reattach_driver(hook, store):

@@ -21,6 +21,7 @@ from airflow_provider_dlq.operators.replay_cli import (
     default_run_id,
     report_json,
 )
+from airflow_provider_dlq.operators.spark_submit import spark_target
 from pulsar_dlq_consumer.replay_options import TOKEN_ENV
 
 TOKEN = "eyJhbGciOiJIUzI1NiJ9.dG9wLXNlY3JldA.never-on-argv"
@@ -121,9 +122,9 @@ def test_yarn_without_token_file_refuses_to_put_the_token_on_argv(conns, tmp_pat
     op = make_operator(tmp_path, spark_conn_id="spark_yarn")
     pulsar = op.pulsar_hook.config
     env = op.spark_env(pulsar, "yarn")
-    hook = op.make_hook(op.replay_args("r1", pulsar), env, "/b.zip")
+    target = spark_target("spark_yarn")
     with pytest.raises(ReplayArgumentError, match="set auth_token_file"):
-        op._check_env_stays_off_argv(hook, env)
+        op._check_env_stays_off_argv(target, env)
 
 
 OAUTH_SECRET = "oauth-client-secret-never-on-argv"
@@ -176,9 +177,7 @@ def test_oauth2_secret_goes_by_env_and_certificates_by_path(oauth_mtls_conn, tmp
     yarn = make_operator(tmp_path, pulsar_conn_id="pulsar_oauth", spark_conn_id="spark_yarn")
     yarn_env = yarn.spark_env(pulsar, "yarn")
     with pytest.raises(ReplayArgumentError, match="oauth2_credentials_file"):
-        yarn._check_env_stays_off_argv(
-            yarn.make_hook(yarn.replay_args("r1", pulsar), yarn_env, "/b.zip"), yarn_env
-        )
+        yarn._check_env_stays_off_argv(spark_target("spark_yarn"), yarn_env)
     with pytest.raises(ReplayArgumentError, match="must not carry PULSAR_OAUTH2_CREDENTIALS"):
         make_operator(tmp_path, env_vars={OAUTH2_CREDENTIALS_ENV: "x"}).spark_env(pulsar, "local[2]")
 
