@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowSensorTimeout, AirflowSkipException
 
-from airflow_provider_dlq.hooks.backlog import BacklogReadError, split_topics
+from airflow_provider_dlq.hooks.backlog import BacklogReadError
 from airflow_provider_dlq.hooks.pulsar import PulsarHook
 from airflow_provider_dlq.triggers.backlog import (
     STATUS_ERROR,
@@ -18,6 +18,7 @@ from airflow_provider_dlq.triggers.backlog import (
     DlqBacklogTrigger,
     as_xcom,
     ready_topics,
+    topic_names,
 )
 from pulsar_dlq_consumer.replay_options import DEFAULT_SUBSCRIPTION
 
@@ -89,13 +90,10 @@ class DlqBacklogSensor(BaseSensorOperator):
 
     @property
     def topic_list(self) -> list[str]:
-        topics = split_topics(self.topics)
-        if not topics:
-            raise ValueError(
-                f"{self.task_id}: no DLQ topics given (topics={self.topics!r}); pass a list or a "
-                "comma-separated string such as 'persistent://public/default/orders-DLQ'."
-            )
-        return topics
+        try:
+            return topic_names(self.topics)
+        except ValueError as exc:
+            raise ValueError(f"{self.task_id}: {exc}") from None
 
     def execute(self, context: Context) -> Any:
         if self.deferrable:

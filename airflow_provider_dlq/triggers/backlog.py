@@ -9,7 +9,12 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_provider_dlq.hooks.backlog import BacklogConfigError, BacklogReadError, TopicBacklog
+from airflow_provider_dlq.hooks.backlog import (
+    BacklogConfigError,
+    BacklogReadError,
+    TopicBacklog,
+    split_topics,
+)
 from airflow_provider_dlq.hooks.connection import PulsarConnectionError
 from airflow_provider_dlq.hooks.pulsar import PulsarHook
 
@@ -41,6 +46,17 @@ def ready_topics(
                 continue
         ready.append(topic)
     return ready
+
+
+def topic_names(topics: str | Sequence[str]) -> list[str]:
+    """``topics`` (a list or a comma-separated string) as a list; :class:`ValueError` when it names none."""
+    names = split_topics(topics)
+    if not names:
+        raise ValueError(
+            f"no DLQ topics given (topics={topics!r}); pass a list or a comma-separated string such as "
+            "'persistent://public/default/orders-DLQ'."
+        )
+    return names
 
 
 def as_xcom(backlogs: Mapping[str, TopicBacklog]) -> dict[str, dict[str, Any]]:

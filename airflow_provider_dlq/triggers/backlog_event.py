@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
-from airflow_provider_dlq.hooks.backlog import BacklogReadError, split_topics
+from airflow_provider_dlq.hooks.backlog import BacklogReadError
 from airflow_provider_dlq.hooks.pulsar import PulsarHook
-from airflow_provider_dlq.triggers.backlog import CONFIG_ERRORS, BacklogPoll, poll_backlog
+from airflow_provider_dlq.triggers.backlog import CONFIG_ERRORS, BacklogPoll, poll_backlog, topic_names
 from pulsar_dlq_consumer.replay_options import DEFAULT_SUBSCRIPTION
 
 if TYPE_CHECKING:
@@ -195,11 +195,7 @@ class DlqBacklogEventTrigger(BaseEventTrigger):
         poll_interval: float = 30.0,
     ) -> None:
         super().__init__()
-        self.topics = split_topics(topics)
-        if not self.topics:
-            raise ValueError(
-                "topics is empty; give the DLQ topics to watch, e.g. ['persistent://t/ns/x-DLQ']."
-            )
+        self.topics = topic_names(topics)
         if not subscription or not str(subscription).strip():
             raise ValueError("subscription must be a non-empty name, e.g. 'dlq-replayer'.")
         if isinstance(poll_interval, bool) or not float(poll_interval) > 0:

@@ -186,7 +186,7 @@ def test_trigger_serialize_mirrors_init_and_validates():
         "poll_interval": 30.0,
     }
     assert DlqBacklogEventTrigger(**kwargs).serialize() == (classpath, kwargs)
-    with pytest.raises(ValueError, match="topics is empty"):
+    with pytest.raises(ValueError, match="no DLQ topics given"):
         DlqBacklogEventTrigger(topics=[])
     with pytest.raises(ValueError, match="poll_interval"):
         DlqBacklogEventTrigger(topics=[DLQ], poll_interval=0)

@@ -9,9 +9,14 @@ from datetime import timedelta
 import pytest
 from airflow.sdk.exceptions import AirflowSensorTimeout, TaskDeferred
 
-from airflow_provider_dlq.hooks.backlog import BacklogConfigError, BacklogReadError, TopicBacklog
+from airflow_provider_dlq.hooks.backlog import (
+    BacklogConfigError,
+    BacklogReadError,
+    TopicBacklog,
+    split_topics,
+)
 from airflow_provider_dlq.hooks.pulsar import PulsarHook
-from airflow_provider_dlq.sensors.backlog import DlqBacklogSensor, split_topics
+from airflow_provider_dlq.sensors.backlog import DlqBacklogSensor
 from airflow_provider_dlq.triggers.backlog import DlqBacklogTrigger, ready_topics, topics_from_backlog
 
 T1 = "persistent://public/default/orders-DLQ"
