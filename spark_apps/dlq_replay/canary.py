@@ -235,7 +235,11 @@ def unsent_halted(run: Any, decisions: DataFrame, halted: list[str]) -> int:
     return to_send - read_frame(run.spark, run.paths.canary_ids, CANARY_IDS_SCHEMA).filter(in_halted).count()
 
 
+def halted(verdicts: dict[str, dict[str, Any]]) -> list[str]:
+    """The groups whose :func:`verdicts` halted them, sorted."""
+    return sorted(s for s, v in verdicts.items() if v.get("decision") == "halted")
+
+
 def halted_groups(run: Any) -> list[str]:
     """The groups the canary halted in this run (from ``state.json``)."""
-    verdict = (run.state.info("apply").get("canary") or {}).get("verdicts") or {}
-    return sorted(s for s, v in verdict.items() if v.get("decision") == "halted")
+    return halted((run.state.info("apply").get("canary") or {}).get("verdicts") or {})

@@ -24,7 +24,7 @@ from spark_apps.dlq_replay.report_explain import (
     outcome_order,
     run_config,
 )
-from spark_apps.dlq_replay.report_parts import ERROR_CHARS, error_counts, snapshot_messages
+from spark_apps.dlq_replay.report_parts import error_counts, snapshot_messages
 from spark_apps.dlq_replay.schemas import DECIDED_SCHEMA, LEDGER_SCHEMA
 
 if TYPE_CHECKING:
@@ -75,6 +75,8 @@ class CommitTotals:
 
 
 _COMMIT_COUNTS = ("acked", "left_pending_seen", "beyond_window", "unacked_final", "final_in_partial_entries")
+#: What a resumed apply sent again (see :func:`build_report`).
+_RESEND_COUNTS = ("resent", "resent_held", "resend_bound")
 
 
 @dataclass(frozen=True)
@@ -127,7 +129,7 @@ def build_groups(
                 actions[combo["action"]] += int(combo["n"])
             outcomes[_label(combo["outcome"], mode)] += int(combo["n"])
         # Every format the group's messages came in; one label only when they all agree.
-        formats = sorted({f for combo in mine for f in combo.get("context_formats") or []})
+        formats = sorted({combo["context_format"] for combo in mine} - {None})
         groups.append(
             {
                 "signature": sig,
@@ -167,23 +169,21 @@ def build_report(
     paths: dict[str, str],
     resend: dict[str, int] | None = None,
     canary: dict[str, Any] | None = None,
-    context: ReportContext | None = None,
-    spark: SparkSession | None = None,
 ) -> dict[str, Any]:
     """The machine-readable report (stable schema, ``format`` 1; ``docs/report.md``).
 
     ``parts``: what the record tasks gathered (``None``: an empty window). ``resend``: what a resumed
     apply sent again (``resent``), of it what the broker dropped as duplicates (``resent_held``), and the
     most that can reach the origins twice without deduplication (``resend_bound``). ``canary``: the
-    canary's size and per-group verdicts; the report adds the run's ``verdict``. With ``context`` and
-    ``spark`` the report explains itself (:func:`add_details`).
+    canary's size and per-group verdicts; the report adds the run's ``verdict``. :func:`add_details` adds
+    the explanations.
     """
     combos, samples = (parts.combos, parts.samples) if parts is not None else ([], {})
     groups, other = build_groups(combos, samples, mode)
     counts: Counter[str] = Counter()
     for combo in combos:
         counts[_label(combo["outcome"], mode)] += int(combo["n"])
-    resend = {"resent": 0, "resent_held": 0, "resend_bound": 0, **(resend or {})}
+    resend = {**dict.fromkeys(_RESEND_COUNTS, 0), **(resend or {})}
     snapshot = sum(counts.values())
     final = sum(n for name, n in counts.items() if name in oc.FINAL_OUTCOMES)
     totals = {key: counts.get(key, 0) for key in TOTAL_KEYS}
@@ -210,13 +210,13 @@ def build_report(
         "paths": paths,
     }
     if canary is not None:  # halted: some group's canary failed again (its other messages stay pending)
+        from spark_apps.dlq_replay.canary import halted as halted_in
+
         verdicts = canary.get("verdicts") or {}
-        halted = sorted(s for s, v in verdicts.items() if v.get("decision") == "halted")
+        halted = halted_in(verdicts)
         verdict = "halted" if halted else "passed" if verdicts else "not judged"
         held_back = counts.get(oc.CANARY_FAILED, 0)
         report["canary"] = {**canary, "verdict": verdict, "halted": halted, "held_back": held_back}
-    if context is not None and spark is not None:
-        add_details(report, spark, context, parts)
     return report
 
 
@@ -292,37 +292,23 @@ def spark_info(spark: SparkSession) -> dict[str, Any]:
     }
 
 
-def fix_errors(decisions: DataFrame, signatures: list[str]) -> dict[str, list[dict[str, Any]]]:
-    """Per group, its most frequent :data:`FIX_ERRORS` fix errors (cut to :data:`ERROR_CHARS`) with
-    their counts."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
-    counted = (
-        decisions.filter(F.col("fix_error").isNotNull() & F.col("signature").isin(signatures))
-        .groupBy("signature", F.substring("fix_error", 1, ERROR_CHARS).alias("error"))
-        .count()
-    )
-    order = Window.partitionBy("signature").orderBy(F.desc("count"), "error")
-    ranked = counted.withColumn("_n", F.row_number().over(order))
-    out: dict[str, list[dict[str, Any]]] = {}
-    for row in sorted(ranked.filter(F.col("_n") <= FIX_ERRORS).collect(), key=lambda r: r["_n"]):
-        out.setdefault(row["signature"], []).append({"error": row["error"], "count": int(row["count"])})
-    return out
-
-
 def _errors(
-    parts: ReportParts, decisions_path: str, decisions: DataFrame, signatures: list[str]
+    parts: ReportParts, decisions_path: str, signatures: list[str]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``(fix errors, sample errors)`` of the shown groups: the record tasks' sample messages counted in one
-    pass over the decisions' files; Spark queries the fix errors only where that pass met one."""
+    """``(fix errors, sample errors)`` of the shown groups, counted in one pass over the decisions' files:
+    each group's :data:`FIX_ERRORS` most frequent fix errors, and the record tasks' sample messages."""
     wanted = {sig: parts.errors[sig] for sig in signatures if sig in parts.errors}
-    counts, fixed = error_counts(decisions_path, wanted)
+    counts, fixes = error_counts(decisions_path, wanted, signatures)
     errors = {
         sig: [{"message": message, "count": counts[(sig, message)]} for message in messages]
         for sig, messages in wanted.items()
     }
-    return (fix_errors(decisions, signatures) if fixed else {}), errors
+    fix_errors: dict[str, list[dict[str, Any]]] = {}
+    for (sig, error), n in sorted(fixes.items(), key=lambda item: (-item[1], item[0][1])):
+        mine = fix_errors.setdefault(sig, [])
+        if len(mine) < FIX_ERRORS:
+            mine.append({"error": error, "count": n})
+    return fix_errors, errors
 
 
 def _representatives(ctx: ReportContext, parts: ReportParts, signatures: list[str]) -> dict[str, list[Any]]:
@@ -485,7 +471,7 @@ def add_details(
     signatures = [g["signature"] for g in shown]
     queries = {"trend": _guarded("the trend", None, trend, spark, ctx.ledger_path, report, ctx.recorded_at)}
     if decisions is not None and signatures and parts is not None:
-        errors = (parts, ctx.decisions_path, decisions, signatures)
+        errors = (parts, ctx.decisions_path, signatures)
         queries["errors"] = _guarded("sample errors", ({}, {}), _errors, *errors)
         queries["reps"] = partial(_representatives, ctx, parts, signatures)
     if decisions is not None and report["totals"].get(oc.ORIGIN_REFUSED):
@@ -513,8 +499,9 @@ def run_report(run: Run, started_wall: datetime) -> dict[str, Any]:
     snapshot_reads = int(info("snapshot").get("dlq_reads", 0))
     failed = int(apply.get("publish_failed", 0)) or int(commit.get("unacked_final", 0))
     snippets = BOOLEAN_WORDS.get(str(conf_value(run.spark, CONF_PAYLOAD_SNIPPETS)).lower(), False)
+    parts = None if info("snapshot").get("empty_window") else read_parts(run.paths.report_parts)
     report = build_report(
-        None if info("snapshot").get("empty_window") else read_parts(run.paths.report_parts),
+        parts,
         run_id=options.run_id,
         mode=options.mode,
         status="partial" if failed else "succeeded",
@@ -527,19 +514,19 @@ def run_report(run: Run, started_wall: datetime) -> dict[str, Any]:
         ),
         timings=dict(run.state.timings),
         paths=run.paths.public(),
-        resend={key: int(apply.get(key, 0)) for key in ("resent", "resent_held", "resend_bound")},
+        resend={key: int(apply.get(key, 0)) for key in _RESEND_COUNTS},
         canary={"size": options.canary.label, **(apply.get("canary") or {})} if options.canary else None,
-        context=ReportContext(
-            options,
-            run.playbook,
-            run.paths.decisions,
-            run.paths.snapshot,
-            run.paths.ledger,
-            payload_snippets=snippets,
-            recorded_at=datetime.fromisoformat(str(recorded_at)) if recorded_at else None,
-        ),
-        spark=run.spark,
     )
+    context = ReportContext(
+        options,
+        run.playbook,
+        run.paths.decisions,
+        run.paths.snapshot,
+        run.paths.ledger,
+        payload_snippets=snippets,
+        recorded_at=datetime.fromisoformat(str(recorded_at)) if recorded_at else None,
+    )
+    add_details(report, run.spark, context, parts)
     report["timings"]["report"] = round(time.monotonic() - started, 3)  # the aggregation included
     run.storage.write_text(run.paths.report_json, json.dumps(report, indent=2, sort_keys=True))
     run.storage.write_text(run.paths.report_html, render_html(report))

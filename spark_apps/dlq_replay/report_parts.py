@@ -16,6 +16,7 @@ rows of a union: the first k of all are among the first k of each part).
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC
 from typing import TYPE_CHECKING, Any
@@ -232,22 +233,15 @@ def read_parts(folder: str) -> ReportParts:
         kind: merge(kind, [read_table(path) for path in paths]).to_pylist() if paths else []
         for kind, paths in files.items()
     }
-    combos = [
-        {
-            **{k: row[k] for k in (*COMBO_KEYS, "n", "template", "error_class", "origin_topic", "reason")},
-            "context_formats": [] if row["context_format"] is None else [row["context_format"]],
-            "first_seen": iso(row["first"]),
-            "last_seen": iso(row["last"]),
-        }
-        for row in merged["combos"]
-    ]
+    for row in merged["combos"]:
+        row.update(first_seen=iso(row.pop("first")), last_seen=iso(row.pop("last")))
     samples: dict[str, list[str]] = {}
     errors: dict[str, list[str]] = {}
     for row in merged["samples"]:  # sorted by signature, then order (as the errors)
         samples.setdefault(row["signature"], []).append(row["dlq_message_id"])
     for row in merged["errors"]:
         errors.setdefault(row["signature"], []).append(row["message"])
-    return ReportParts(combos, samples, merged["reps"], errors)
+    return ReportParts(merged["combos"], samples, merged["reps"], errors)
 
 
 def snapshot_messages(
@@ -282,28 +276,40 @@ def snapshot_messages(
     return found
 
 
-def error_counts(decisions_dir: str, wanted: dict[str, list[str]]) -> tuple[dict[tuple[str, str], int], int]:
-    """``(counts, fix errors)``: per signature in ``wanted``, its decisions with each of its (cut) messages,
-    and how many of those signatures' decisions have a fix error; one pass over the decisions' files."""
+def error_counts(
+    decisions_dir: str, wanted: dict[str, list[str]], signatures: Sequence[str]
+) -> tuple[Counter[tuple[str, str]], Counter[tuple[str, str]]]:
+    """``(message counts, fix error counts)`` in one pass over the decisions' files: per signature in
+    ``wanted``, its decisions with each of its messages; per signature of ``signatures``, its decisions with
+    each fix error (both cut to :data:`ERROR_CHARS`)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     from spark_apps.dlq_replay.storage import open_parquet
     from spark_apps.dlq_replay.task_parquet import part_files
 
-    keys = pa.array([f"{sig}\x1f{message}" for sig, messages in wanted.items() for message in messages])
-    signatures = pa.array(sorted(wanted), pa.string())
-    counts: dict[tuple[str, str], int] = {}
-    fixed = 0
+    texts = [f"{sig}\x1f{message}" for sig, messages in wanted.items() for message in messages]
+    keys = pa.array(texts, pa.string())  # typed: an empty list would make a null array
+    shown = pa.array(sorted(signatures), pa.string())
+    counts: Counter[tuple[str, str]] = Counter()
+    fixes: Counter[tuple[str, str]] = Counter()
     columns = ["signature", "error_message", "fix_error"]
     for path in part_files(decisions_dir):
         for batch in open_parquet(path).iter_batches(batch_size=65_536, columns=columns, use_threads=False):
-            shown = pc.fill_null(pc.is_in(batch.column("signature"), value_set=signatures), False)
-            fixed += pc.and_(shown, pc.is_valid(batch.column("fix_error"))).true_count
+            signature = batch.column("signature")
             message = pc.utf8_slice_codeunits(batch.column("error_message"), 0, ERROR_CHARS)
-            key = pc.binary_join_element_wise(batch.column("signature"), message, "\x1f")
-            hits = key.filter(pc.fill_null(pc.is_in(key, value_set=keys), False))
-            for row in pc.value_counts(hits).to_pylist():
-                sig, _, text = row["values"].partition("\x1f")
-                counts[(sig, text)] = counts.get((sig, text), 0) + row["counts"]
-    return counts, fixed
+            fix = pc.utf8_slice_codeunits(batch.column("fix_error"), 0, ERROR_CHARS)
+            key = pc.binary_join_element_wise(signature, message, "\x1f")
+            _tally(counts, key.filter(pc.fill_null(pc.is_in(key, value_set=keys), False)))
+            key = pc.binary_join_element_wise(signature, fix, "\x1f")
+            _tally(fixes, key.filter(pc.fill_null(pc.is_in(signature, value_set=shown), False)))
+    return counts, fixes
+
+
+def _tally(counts: Counter[tuple[str, str]], keys: pa.Array) -> None:
+    """Count each ``signature\\x1ftext`` key of ``keys`` (nulls skipped) under ``(signature, text)``."""
+    import pyarrow.compute as pc
+
+    for row in pc.value_counts(keys.drop_null()).to_pylist():
+        sig, _, text = row["values"].partition("\x1f")
+        counts[(sig, text)] += row["counts"]

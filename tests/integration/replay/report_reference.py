@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from spark_apps.dlq_replay import outcomes as oc
 from spark_apps.dlq_replay.report_parts import (
+    COMBO_KEYS,
     ERROR_CHARS,
     REP_COLUMNS,
     REP_ROWS,
@@ -50,19 +51,18 @@ def dry_run_outcomes(decisions: DataFrame) -> DataFrame:
 
 
 def aggregate(outcomes: DataFrame) -> tuple[list[dict[str, Any]], dict[str, list[str]]]:
-    """(signature x outcome x action x rule) aggregates and each signature's first :data:`SAMPLE_IDS`
-    message ids by (publish time, topic, message id), nulls first, across its combinations."""
+    """Aggregates per :data:`COMBO_KEYS` and each signature's first :data:`SAMPLE_IDS` message ids by
+    (publish time, topic, message id), nulls first, across its combinations."""
     from pyspark.sql import functions as F
 
     first = F.struct("publish_time", "dlq_topic", "dlq_message_id")
     rows = (
-        outcomes.groupBy("signature", "outcome", "action", "rule")
+        outcomes.groupBy(*COMBO_KEYS)
         .agg(
             F.count(F.lit(1)).alias("n"),
             F.min("error_template").alias("template"),
             F.min("error_class").alias("error_class"),
             F.min("origin_topic").alias("origin_topic"),
-            F.collect_set("context_format").alias("context_formats"),
             F.min("reason").alias("reason"),
             F.date_format(F.min("publish_time"), ISO_FORMAT).alias("first_seen"),
             F.date_format(F.max("publish_time"), ISO_FORMAT).alias("last_seen"),

@@ -578,7 +578,7 @@ def test_report_from_record_parts_is_sparks_report(spark, tmp_path, snippets):
     from types import SimpleNamespace
 
     from spark_apps.dlq_replay.record import RecordTask, publish_staged, record_in_tasks
-    from spark_apps.dlq_replay.report import ReportContext
+    from spark_apps.dlq_replay.report import ReportContext, add_details
     from spark_apps.dlq_replay.report_parts import read_parts
 
     snap, decided, decisions, results = recorded_inputs(spark, tmp_path)
@@ -601,10 +601,12 @@ def test_report_from_record_parts_is_sparks_report(spark, tmp_path, snippets):
     )
 
     def report(from_parts):
-        return build_report(
+        built = build_report(
             from_parts, run_id="run-1", mode=oc.REPLAY, status="succeeded", started_at="a", finished_at="b",
-            commit=CommitTotals(), timings={}, paths={}, context=context, spark=spark,
+            commit=CommitTotals(), timings={}, paths={},
         )  # fmt: skip
+        add_details(built, spark, context, from_parts)
+        return built
 
     outcomes = read_ledger(spark, RunStorage(), ledger).filter("run_id = 'run-1'")
     by_spark, by_parts = report(spark_parts(outcomes, decided)), report(read_parts(parts))

@@ -21,10 +21,10 @@ T1 = "2024-05-01T00:00:00.000Z"
 T2 = "2024-05-02T00:00:00.000Z"
 
 
-def combo(sig, outcome, n, action="republish", rule="r1", t=T1, template="bad <num>", formats=("ours",)):
+def combo(sig, outcome, n, action="republish", rule="r1", t=T1, template="bad <num>", fmt="ours"):
     return {
         "signature": sig, "outcome": outcome, "action": action, "rule": rule, "n": n, "template": template,
-        "error_class": "E", "origin_topic": "persistent://p/d/orders", "context_formats": list(formats),
+        "error_class": "E", "origin_topic": "persistent://p/d/orders", "context_format": fmt,
         "reason": "max-reconsumes", "first_seen": t, "last_seen": t,
     }  # fmt: skip
 
@@ -61,9 +61,9 @@ def test_groups_merge_outcomes_sorted_by_count():
 
 def test_group_labels_are_never_wrong_for_a_mixed_group():
     combos = [
-        combo("m", oc.SKIPPED, 3, formats=("tdmq",)),
-        combo("m", oc.SKIPPED, 2, formats=("java_retry", "tdmq")),
-        combo("m", oc.ARCHIVED, 1, action="archive", formats=("java_retry",)),
+        combo("m", oc.SKIPPED, 3, fmt="tdmq"),
+        combo("m", oc.SKIPPED, 2, fmt="java_retry"),
+        combo("m", oc.ARCHIVED, 1, action="archive", fmt="java_retry"),
         combo("o", oc.SKIPPED, 1),
     ]
     groups, _ = build_groups(combos, {}, oc.REPLAY)
@@ -168,3 +168,30 @@ def test_a_key_error_template_says_a_key_is_missing():
     )
     assert display_template("ValueError", "<str>") == "<str>"
     assert display_template("KeyError", "missing key <str>") == "missing key <str>"
+
+
+def test_fix_errors_are_a_groups_most_frequent_first_counted_over_the_decisions(tmp_path):
+    """Per shown group, its FIX_ERRORS most frequent fix errors (ties by text), cut to ERROR_CHARS; groups
+    not shown are not counted."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from spark_apps.dlq_replay.report import _errors
+    from spark_apps.dlq_replay.report_parts import ERROR_CHARS
+    from spark_apps.dlq_replay.task_parquet import part_file
+
+    fixes = [("s", "e2")] * 3 + [("s", "e1")] * 3 + [("s", "e3")] * 2 + [("s", "e4"), ("s", None)]
+    fixes += [("t", "y" * 600), ("u", "z")]
+    (tmp_path / "decisions").mkdir()
+    for bucket, rows in enumerate((fixes[:5], fixes[5:])):
+        signatures, errors = zip(*rows, strict=True)
+        messages = pa.nulls(len(rows), pa.string())
+        table = pa.table({"signature": signatures, "error_message": messages, "fix_error": errors})
+        pq.write_table(table, part_file(str(tmp_path / "decisions"), bucket))
+    parts = ReportParts([], {}, [], {})
+    fix_errors, sample_errors = _errors(parts, str(tmp_path / "decisions"), ["s", "t"])
+    assert fix_errors == {
+        "s": [{"error": "e1", "count": 3}, {"error": "e2", "count": 3}, {"error": "e3", "count": 2}],
+        "t": [{"error": "y" * ERROR_CHARS, "count": 1}],
+    }
+    assert sample_errors == {}
