@@ -19,7 +19,7 @@ from pulsar_dlq_consumer.replay_options import FLAGS, SUMMARY_PREFIX, ReplayOpti
 from spark_apps.dlq_replay.errors import ReplayConfigError, ReplayError, RunLockedError
 from spark_apps.dlq_replay.group_actions import parse_group_actions
 from spark_apps.dlq_replay.options import ReplayOptions
-from spark_apps.dlq_replay.redaction import SECRET_WORDS, register_argv, scrub
+from spark_apps.dlq_replay.redaction import names_secret, register_argv, scrub
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("spark_apps.dlq_replay")
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-#: The options naming a file that holds a secret: the ones a secret word (:data:`SECRET_WORDS`) may be in.
+#: The options naming a file that holds a secret: the ones named for a secret that are allowed.
 _SECRET_FILE_OPTIONS = ("--auth-token-file", "--oauth2-credentials-file")
 #: Options other tools take a token with: a prefix of one of these (``--auth-tok``) is refused as well.
 _SECRET_OPTIONS = (
@@ -82,14 +82,9 @@ def secret_option_given(args: Sequence[str]) -> bool:
     """True when an argument looks like an option carrying a secret (``--auth-token``, ``--token=...``,
     ``--auth_tok``, ``--password``...); ``--auth-token-file`` is fine."""
     for arg in args:
-        if not arg.startswith("-"):
-            continue
-        name = arg.split("=", 1)[0].lower().replace("_", "-")
-        if name in _SECRET_FILE_OPTIONS:
-            continue
-        if any(word in name for word in SECRET_WORDS):
-            return True
-        if len(name) >= 5 and any(option.startswith(name) for option in _SECRET_OPTIONS):
+        name = arg.partition("=")[0].lower().replace("_", "-")
+        prefix = len(name) >= 5 and any(option.startswith(name) for option in _SECRET_OPTIONS)
+        if name not in _SECRET_FILE_OPTIONS and (names_secret(arg) or prefix):
             return True
     return False
 
@@ -194,15 +189,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the app; returns the process exit code (see the module docstring)."""
     configure_logging()
     register_argv(sys.argv[1:] if argv is None else argv)  # never printed, whatever option they were in
+    from spark_apps.dlq_replay.broker_checks import check_broker
     from spark_apps.dlq_replay.preflight import check_local
-    from spark_apps.dlq_replay.pulsar_io.conf import close_own_clients
+    from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf, close_own_clients
     from spark_apps.dlq_replay.session import remove_local_copies
 
     run_id = None  # set once the checks before Spark passed
     try:
         options = parse_options(argv)
         playbook = check_local(options)  # files, permissions, playbook: before Spark starts, nothing written
-        check_broker_of(options)  # listening, credentials, DLQ topics: before Spark starts too
+        # listening, credentials, DLQ topics: before Spark starts too
+        check_broker(PulsarConf.from_app_options(options), options.topics)
         from spark_apps.dlq_replay.report import summary_line, summary_text
         from spark_apps.dlq_replay.runner import run_replay
 
@@ -233,11 +230,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(summary_line(report), flush=True)
     spark.stop()
     return EXIT_OK
-
-
-def check_broker_of(options: ReplayOptions) -> None:
-    """:func:`~spark_apps.dlq_replay.broker_checks.check_broker` for the run's options (no Spark needed)."""
-    from spark_apps.dlq_replay.broker_checks import check_broker
-    from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf
-
-    check_broker(PulsarConf.from_app_options(options), options.topics)

@@ -71,12 +71,10 @@ def check_guard(output_root: str, subscription_lease: bool) -> None:
 class OutputLock:
     """The lock on one output root (see the module docstring)."""
 
-    def __init__(
-        self, output_root: str, run_id: str, storage: RunStorage | None = None, ttl_s: float = LOCK_TTL_S
-    ) -> None:
+    def __init__(self, output_root: str, run_id: str, ttl_s: float = LOCK_TTL_S) -> None:
         self.output_root = output_root
         self.directory = join(output_root, "locks")
-        self.storage = storage or RunStorage()
+        self.storage = RunStorage()
         self.run_id = run_id
         self.ttl_s = ttl_s
         self.owner: LockOwner | None = None

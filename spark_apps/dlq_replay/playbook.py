@@ -389,7 +389,7 @@ _CONTEXT_FORMAT = _Choice("context_format", _CONTEXT_FORMATS)
 _ACTION = _Choice("action", outcomes.ACTIONS)
 
 #: Per ``match:`` condition, in the order they are checked: the ``Rule`` field it sets and its parser.
-_MATCH_PARSERS: dict[str, tuple[str, Callable[[yaml.Node, str], Any]]] = {
+MATCH_CONDITIONS: dict[str, tuple[str, Callable[[yaml.Node, str], Any]]] = {
     "signature": ("signatures", lambda node, what: frozenset(_strings(node, what))),
     "error_class": ("error_class", _regex),
     "error_message": ("error_message", _regex),
@@ -441,8 +441,8 @@ def _parse_match(node: yaml.Node, what: str) -> dict[str, Any]:
     """The ``Rule`` fields of a rule's ``match:`` (empty: matches every message)."""
     if isinstance(node, yaml.ScalarNode) and _scalar(node) is None:
         return {}
-    conditions = _mapping(node, f"{what} match", _MATCH_PARSERS)
-    parsers = _MATCH_PARSERS.items()
+    conditions = _mapping(node, f"{what} match", MATCH_CONDITIONS)
+    parsers = MATCH_CONDITIONS.items()
     return {
         name: parse(conditions[key], f"{what} match.{key}")
         for key, (name, parse) in parsers

@@ -28,8 +28,18 @@ if TYPE_CHECKING:
 log = logging.getLogger("spark_apps.dlq_replay")
 #: A token or OAuth2 credentials file larger than this holds more than a secret.
 MAX_TOKEN_FILE_BYTES = 64 * 1024
-_CERTIFICATE = b"-----BEGIN CERTIFICATE-----"
-_PEM_CERT = "PEM certificate (-----BEGIN CERTIFICATE-----)"
+_PEM_CERT = (b"-----BEGIN CERTIFICATE-----", "PEM certificate (-----BEGIN CERTIFICATE-----)")
+#: The PEM files an option names: the option, the marker the file must hold, what that is, and the fix.
+_PEM_FILES = (
+    ("--tls-trust-certs-file", *_PEM_CERT, "give the CA bundle in PEM format"),
+    ("--tls-cert-file", *_PEM_CERT, "give the client certificate in PEM format"),
+    (
+        "--tls-key-file",
+        b"PRIVATE KEY-----",
+        "PEM private key (-----BEGIN ... PRIVATE KEY-----)",
+        "give the key in PEM format",
+    ),
+)
 
 
 def _read_head(path: str, option: str, limit: int) -> bytes:
@@ -46,11 +56,6 @@ def _read_head(path: str, option: str, limit: int) -> bytes:
         ) from exc
 
 
-def _require_pem(path: str, option: str, marker: bytes, what: str, fix: str) -> None:
-    if marker not in _read_head(path, option, 4 * 1024 * 1024):
-        raise ReplayConfigError(f"the file given as {option} holds no {what}; {fix}")
-
-
 def check_files(options: ReplayOptions) -> None:
     """The token, OAuth2 credentials and TLS files are readable and hold what they should (never echoed).
     A certificate without its key is refused by ``PulsarConf``."""
@@ -65,17 +70,10 @@ def check_files(options: ReplayOptions) -> None:
                 f"the file given as --auth-token-file is larger than {MAX_TOKEN_FILE_BYTES // 1024} KiB; it "
                 "must hold only the JWT token"
             )
-    if options.tls_trust_certs_file:
-        fix = "give the CA bundle in PEM format"
-        _require_pem(options.tls_trust_certs_file, "--tls-trust-certs-file", _CERTIFICATE, _PEM_CERT, fix)
-    if options.tls_cert_file:
-        fix = "give the client certificate in PEM format"
-        _require_pem(options.tls_cert_file, "--tls-cert-file", _CERTIFICATE, _PEM_CERT, fix)
-    if options.tls_key_file:
-        what = "PEM private key (-----BEGIN ... PRIVATE KEY-----)"
-        _require_pem(
-            options.tls_key_file, "--tls-key-file", b"PRIVATE KEY-----", what, "give the key in PEM format"
-        )
+    for option, marker, what, fix in _PEM_FILES:
+        path = getattr(options, option[2:].replace("-", "_"))
+        if path and marker not in _read_head(path, option, 4 * 1024 * 1024):
+            raise ReplayConfigError(f"the file given as {option} holds no {what}; {fix}")
     if options.oauth2_credentials_file:
         data = _read_head(
             options.oauth2_credentials_file, "--oauth2-credentials-file", MAX_TOKEN_FILE_BYTES + 1

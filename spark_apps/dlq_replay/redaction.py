@@ -122,15 +122,21 @@ def register(values: Iterable[str | None]) -> None:
         _REGISTERED.update(v for v in values if v and len(v) >= 8)
 
 
+def names_secret(arg: str) -> bool:
+    """True when ``arg`` is an option (``--x`` or ``--x=value``) named for a secret (:data:`SECRET_WORDS`)."""
+    name = arg.partition("=")[0].lower().replace("_", "-")
+    return arg.startswith("-") and any(word in name for word in SECRET_WORDS)
+
+
 def register_argv(argv: Iterable[str]) -> None:
     """Register every argument that could be a secret, and the value of every option named for one."""
     items = list(argv)
     found: list[str] = []
     for i, arg in enumerate(items):
-        name, sep, value = arg.partition("=")
+        _, sep, value = arg.partition("=")
         if could_be_secret(arg):
             found.append(value if sep and arg.startswith("-") else arg)
-        if arg.startswith("-") and any(w in name.lower() for w in SECRET_WORDS):
+        if names_secret(arg):
             if sep:
                 found.append(value)
             elif i + 1 < len(items) and not items[i + 1].startswith("--"):

@@ -11,6 +11,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from spark_apps.dlq_replay import outcomes as oc
+from spark_apps.dlq_replay.playbook import MATCH_CONDITIONS
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -58,26 +59,27 @@ def pattern_text(regex: re.Pattern[str]) -> str:
     return f"/{text}/"
 
 
-#: A rule's ``match:`` conditions: the rule's attribute, how the configuration shows it, and why a record
-#: fails it (``value``: the record's; the error message itself is never quoted).
-_CONDITIONS: dict[str, tuple[str, Callable[[Any], Any], str]] = {
-    "signature": ("signatures", sorted, "signature {value} is not in [{listed}]"),
-    "error_class": ("error_class", pattern_text, "error class {value!r} does not match {shown}"),
-    "error_message": ("error_message", pattern_text, "error message does not match {shown}"),
-    "origin_topic": (
-        "origin_topic",
-        lambda m: list(m.patterns),
-        "origin topic {value!r} does not match {listed}",
-    ),
-    "context_format": ("context_formats", sorted, "context format {value!r} is not {listed}"),
+#: A rule's ``match:`` conditions but ``properties``: how the configuration shows the rule's value, and why
+#: a record fails it (``value``: the record's; the error message itself is never quoted).
+_CONDITIONS: dict[str, tuple[Callable[[Any], Any], str]] = {
+    "signature": (sorted, "signature {value} is not in [{listed}]"),
+    "error_class": (pattern_text, "error class {value!r} does not match {shown}"),
+    "error_message": (pattern_text, "error message does not match {shown}"),
+    "origin_topic": (lambda m: list(m.patterns), "origin topic {value!r} does not match {listed}"),
+    "context_format": (sorted, "context format {value!r} is not {listed}"),
 }
+
+
+def _condition(rule: Rule, key: str) -> Any:
+    """The rule's value of the ``match:`` condition ``key`` (``None``: not given)."""
+    return getattr(rule, MATCH_CONDITIONS[key][0])
 
 
 def _miss(rule: Rule, record: MatchInput, failed: str | PropertyCondition) -> str:
     """Why ``record`` fails one condition of ``rule`` (a property's value is never shown)."""
     if isinstance(failed, str):
-        name, show, why = _CONDITIONS[failed]
-        shown = show(getattr(rule, name))
+        show, why = _CONDITIONS[failed]
+        shown = show(_condition(rule, failed))
         listed = _listed(shown) if isinstance(shown, list) else shown
         return why.format(value=getattr(record, failed) or "(none)", shown=shown, listed=listed)
     if record.properties.get(failed.key) is None:
@@ -159,11 +161,8 @@ _SHOWN_AS_SET = ("mode", "service_url", "subscription", "max_replays", "archive_
 
 
 def _rule_summary(rule: Rule) -> dict[str, Any]:
-    match = {
-        key: show(getattr(rule, name))
-        for key, (name, show, _) in _CONDITIONS.items()
-        if getattr(rule, name) is not None
-    }
+    given = {key: _condition(rule, key) for key in _CONDITIONS}
+    match = {key: _CONDITIONS[key][0](value) for key, value in given.items() if value is not None}
     if rule.properties:
         match["properties"] = {
             c.key: (f"re:{c.regex.pattern}" if c.regex is not None else c.exact) for c in rule.properties

@@ -45,8 +45,9 @@ from matrix_support import (
 
 from pulsar_dlq_consumer.replay_lock import lease_topic
 from spark_apps.dlq_replay import outcomes as oc
-from spark_apps.dlq_replay.cli import check_broker_of
+from spark_apps.dlq_replay.broker_checks import check_broker
 from spark_apps.dlq_replay.options import ReplayOptions
+from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf
 from spark_apps.dlq_replay.runner import run_replay
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -419,7 +420,8 @@ def test_no_consume_on_the_dlq_is_refused_before_anything_is_written(prod, spark
     dlq = make_dlq(prod)
     grant_all(prod, dlq, skip=("dlq",))
     out = tmp_path / "out"
-    error = refused(lambda: check_broker_of(options(prod, dlq, out, "no-consume")))
+    checked = options(prod, dlq, out, "no-consume")
+    error = refused(lambda: check_broker(PulsarConf.from_app_options(checked), checked.topics))
     code = exit_code_of(error)
     assert code == EXIT_USAGE, repr(error)
     assert "AuthorizationError" in str(error)

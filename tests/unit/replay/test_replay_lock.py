@@ -270,7 +270,8 @@ def test_lock_files_go_through_the_storage_layer(tmp_path, monkeypatch):
                 calls.append(name)
             return super().__getattribute__(name)
 
-    lock = OutputLock(f"file://{tmp_path}", "run-a", Recording())
+    lock = OutputLock(f"file://{tmp_path}", "run-a")
+    lock.storage = Recording()
     lock.acquire()
     assert lock.heartbeat() is None
     lock.release()
