@@ -303,19 +303,16 @@ def _string(node: yaml.Node, what: str) -> str:
     return text
 
 
-class _Choice:
+def _choice(noun: str, choices: tuple[str, ...]) -> Callable[[yaml.Node, str], str]:
     """A parser of one string among ``choices`` (``noun``: what the error calls a value)."""
 
-    def __init__(self, noun: str, choices: tuple[str, ...]) -> None:
-        self.noun, self.choices = noun, choices
-
-    def __call__(self, node: yaml.Node, what: str) -> str:
+    def parse(node: yaml.Node, what: str) -> str:
         value = _string(node, what)
-        if value not in self.choices:
-            raise _Invalid(
-                f"{what}: unknown {self.noun} {value!r}; use one of {', '.join(self.choices)}", _line(node)
-            )
+        if value not in choices:
+            raise _Invalid(f"{what}: unknown {noun} {value!r}; use one of {', '.join(choices)}", _line(node))
         return value
+
+    return parse
 
 
 def _strings(
@@ -384,9 +381,9 @@ def _properties(node: yaml.Node, what: str) -> tuple[PropertyCondition, ...]:
     return tuple(_property_condition(_string(key, f"{what} key"), value, what) for key, value in node.value)
 
 
-_ORIGIN_PRECEDENCE = _Choice("origin topic property", ORIGIN_TOPIC_KEYS)
-_CONTEXT_FORMAT = _Choice("context_format", _CONTEXT_FORMATS)
-_ACTION = _Choice("action", outcomes.ACTIONS)
+_ORIGIN_PRECEDENCE = _choice("origin topic property", ORIGIN_TOPIC_KEYS)
+_CONTEXT_FORMAT = _choice("context_format", _CONTEXT_FORMATS)
+_ACTION = _choice("action", outcomes.ACTIONS)
 
 #: Per ``match:`` condition, in the order they are checked: the ``Rule`` field it sets and its parser.
 MATCH_CONDITIONS: dict[str, tuple[str, Callable[[yaml.Node, str], Any]]] = {
@@ -405,7 +402,7 @@ _RULE_FIELDS: dict[str, tuple[Callable[[yaml.Node, str], Any], tuple[str, ...] |
     "reason": (_string, None),
     "fix": (_fix, (outcomes.REPUBLISH,)),
     "fix_version": (_string, (outcomes.REPUBLISH,)),
-    "on_fix_error": (_Choice("value", outcomes.ON_FIX_ERROR_CHOICES), (outcomes.REPUBLISH,)),
+    "on_fix_error": (_choice("value", outcomes.ON_FIX_ERROR_CHOICES), (outcomes.REPUBLISH,)),
     "fix_timeout_seconds": (_fix_timeout, (outcomes.REPUBLISH,)),
     "archive_payload": (_bool, (outcomes.ARCHIVE,)),
 }

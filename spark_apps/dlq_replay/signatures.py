@@ -115,10 +115,8 @@ def error_signature(
 ) -> str:
     """Stable 16-hex-digit id of (error class, template, origin topic without partition suffix, failure
     reason). ``None`` reason counts as ``unknown``."""
-    material = "\x1f".join(
-        (error_class or "", template, signature_topic(origin_topic), reason or REASON_UNKNOWN)
-    )
-    return hashlib.sha256(material.encode("utf-8", "replace")).hexdigest()[:16]
+    material = (error_class or "", template, signature_topic(origin_topic), reason or REASON_UNKNOWN)
+    return _digest("\x1f".join(material), 16)
 
 
 def error_signatures(
@@ -138,9 +136,7 @@ def error_signatures(
         pc.if_else(pc.equal(reasons, ""), pa.scalar(REASON_UNKNOWN), reasons),
         "\x1f",
     )
-    return per_distinct(
-        material, lambda m: hashlib.sha256(m.encode("utf-8", "replace")).hexdigest()[:16], pa.string()
-    )
+    return per_distinct(material, lambda m: _digest(m, 16), pa.string())
 
 
 def replay_id(dlq_topic: str, dlq_message_id: str, origin: str | None = None) -> str:
@@ -149,7 +145,11 @@ def replay_id(dlq_topic: str, dlq_message_id: str, origin: str | None = None) ->
     ``origin`` is the origin identity from the error context
     (:func:`~pulsar_dlq_consumer.context.origin_identity`): every DLQ copy of one original,
     in any DLQ topic and any convention, gets the same id. Without it the id is derived from the DLQ
-    topic and message id (as before 0.2.0), so it is stable for that DLQ message only.
+    topic and message id, so it is stable for that DLQ message only.
     """
-    material = f"origin\x1f{origin}" if origin else f"{dlq_topic}\x1f{dlq_message_id}"
-    return hashlib.sha256(material.encode("utf-8", "replace")).hexdigest()[:32]
+    return _digest(f"origin\x1f{origin}" if origin else f"{dlq_topic}\x1f{dlq_message_id}", 32)
+
+
+def _digest(material: str, digits: int) -> str:
+    """The first ``digits`` hex digits of the SHA-256 of ``material`` (unencodable characters replaced)."""
+    return hashlib.sha256(material.encode("utf-8", "replace")).hexdigest()[:digits]
