@@ -39,10 +39,12 @@ def run_replay(
     """Run (or resume) the run ``options.run_id`` under its lock; returns the report (also written as
     JSON/HTML). Everything is checked before anything is written; ``checked`` is the playbook of a caller
     that ran :func:`~spark_apps.dlq_replay.preflight.check_local` and the broker checks itself."""
+    from spark_apps.dlq_replay.arrow_util import use_system_allocator
     from spark_apps.dlq_replay.lock import run_lock
     from spark_apps.dlq_replay.preflight import check_local, ship_and_load_fixes
     from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf
 
+    use_system_allocator()  # the driver's report reads, like the tasks' batches, free what they used
     playbook = checked if checked is not None else check_local(options)
     ship_and_load_fixes(spark, playbook)
     conf = PulsarConf.from_app_options(options)

@@ -272,6 +272,9 @@ class _TaskWrites:
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
 
+        from spark_apps.dlq_replay.arrow_util import use_system_allocator
+
+        use_system_allocator()
         context = TaskContext.get()
         partition, attempt = (context.partitionId(), context.attemptNumber()) if context else (0, 0)
         yield self.run(batches, partition, attempt)
@@ -381,6 +384,9 @@ class _ReadFiles:
         import pyarrow as pa
         import pyarrow.dataset as ds
 
+        from spark_apps.dlq_replay.arrow_util import use_system_allocator
+
+        use_system_allocator()
         fs, root = storage.filesystem(self.root)
         strings = pa.schema([field for field in self.schema if field.type == pa.string()])
         folders = ds.partitioning(strings, flavor="hive")  # column=value, decoded as Spark names them
@@ -395,12 +401,13 @@ class _ReadFiles:
 def read_frame(spark: SparkSession, path: str, schema: StructType) -> DataFrame:
     """The dataset at ``path`` as a DataFrame with ``schema``, read by Python tasks (a column missing from
     a file comes from its ``column=value`` folders, else is null)."""
+    from spark_apps.dlq_replay.arrow_util import local_frame
     from spark_apps.dlq_replay.schemas import arrow_schema
 
     files = data_files(path)
     if not files:
         return spark.createDataFrame([], schema)
-    paths = spark.createDataFrame([(f,) for f in files], "path string")
+    paths = local_frame(spark, [(f,) for f in files], "path string")
     return paths.mapInArrow(_ReadFiles(path.rstrip("/"), arrow_schema(schema)), schema)
 
 
