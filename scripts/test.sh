@@ -3,14 +3,14 @@
 # Usage: scripts/test.sh [pytest args...]
 #        scripts/test.sh --quick
 #
-# Without arguments the suite runs as two pytest processes side by side, each with its own session
+# Without arguments the suite runs as three pytest processes side by side, each with its own session
 # broker, Airflow home and temp dirs: most integration tests wait on brokers, JVM start-up and Airflow's
-# scheduler loops, so two shards on CI's 2 cores finish in about half the wall time. Shard 1 holds the
-# fault suite, the Airflow stack tests, the Apache Pulsar 4.0 LTS subset (its kill case is a fault case),
-# the runs-everywhere matrix (masters x output roots, with its kill cases), the benchmark harness's
-# smoke runs and the wheel installs, shard 2 everything else;
-# each shard's session broker is the newest Apache Pulsar tested. This is what CI runs. With arguments,
-# one pytest process runs exactly what is asked (e.g. scripts/test.sh tests/unit -x).
+# scheduler loops, so three shards keep CI's 2 cores busy. Shard 1 holds the fault suite, the Apache
+# Pulsar 4.0 LTS subset (its kill case is a fault case), the version-bound installs and the provider's
+# integration tests; shard 2 the Airflow stack tests, the runs-everywhere matrix (masters x output roots,
+# with its kill cases), the benchmark harness's smoke runs and the wheel installs; the last shard
+# everything else. Each shard's session broker is the newest Apache Pulsar tested. This is what CI runs.
+# With arguments, one pytest process runs exactly what is asked (e.g. scripts/test.sh tests/unit -x).
 #
 # --quick is the inner loop (under 3 minutes on 2 cores): ruff check, ruff format --check, mypy, then the
 # unit tests not marked `integration` (so no Apache Pulsar is started) with, beside them, one smoke
@@ -79,24 +79,42 @@ if [ "$#" -gt 0 ]; then
   exit $?
 fi
 
-SHARD1=(${DLQ_TEST_SHARD1:-tests/integration/faults tests/integration/stack tests/integration/matrix/test_matrix_lts.py tests/integration/replay/test_replay_everywhere.py tests/integration/test_bench_smoke.py tests/integration/packaging/test_wheels.py})
-read -r -a SHARD2_IGNORE <<< "$(printf -- '--ignore=%s ' "${SHARD1[@]}")"
-log1="$(mktemp "${TMPDIR:-/tmp}/dlq-test-shard1.XXXXXX")"
-trap 'rm -f "$log1"' EXIT
-echo "[test] pytest in two shards: 1 = ${SHARD1[*]} (log below when it ends), 2 = the rest" >&2
+# Each shard but the last: a space-separated list of test paths; the last shard runs everything else.
+SHARDS=(
+  "${DLQ_TEST_SHARD1:-tests/integration/faults tests/integration/matrix/test_matrix_lts.py tests/integration/packaging/test_version_bounds.py tests/integration/provider}"
+  "${DLQ_TEST_SHARD2:-tests/integration/stack tests/integration/replay/test_replay_everywhere.py tests/integration/test_bench_smoke.py tests/integration/packaging/test_wheels.py}"
+)
+LAST_IGNORE=()
+for shard in "${SHARDS[@]}"; do
+  for path in $shard; do LAST_IGNORE+=("--ignore=$path"); done
+done
+logs=()
+trap 'rm -f "${logs[@]}"' EXIT
+echo "[test] pytest in $((${#SHARDS[@]} + 1)) shards side by side; the last runs all that the others do not" >&2
 started=$SECONDS
+pids=()
 set +e
-pytest --durations=15 "${SHARD1[@]}" >"$log1" 2>&1 &
-pid1=$!
-pytest --durations=25 ${DLQ_TEST_SHARD2:-tests} "${SHARD2_IGNORE[@]}"
-rc2=$?
-wait "$pid1"
-rc1=$?
+for i in "${!SHARDS[@]}"; do
+  logs+=("$(mktemp "${TMPDIR:-/tmp}/dlq-test-shard$((i + 1)).XXXXXX")")
+  # shellcheck disable=SC2086 # a shard is a list of paths
+  pytest --durations=15 ${SHARDS[$i]} >"${logs[$i]}" 2>&1 &
+  pids+=($!)
+done
+pytest --durations=25 ${DLQ_TEST_LAST:-tests} "${LAST_IGNORE[@]}"
+rc_last=$?
+rcs=()
+for pid in "${pids[@]}"; do
+  wait "$pid"
+  rcs+=($?)
+done
 set -e
-echo "[test] ---------------- shard 1: ${SHARD1[*]} ----------------" >&2
-cat "$log1"
-echo "[test] shard 1 exit $rc1, shard 2 exit $rc2; pytest wall time $((SECONDS - started)) s" >&2
 fail=0
-checked "$rc1" "shard 1" || fail=1
-checked "$rc2" "shard 2" || fail=1
+for i in "${!SHARDS[@]}"; do
+  echo "[test] ---------------- shard $((i + 1)): ${SHARDS[$i]} ----------------" >&2
+  cat "${logs[$i]}"
+  echo "[test] shard $((i + 1)) exit ${rcs[$i]}" >&2
+  checked "${rcs[$i]}" "shard $((i + 1))" || fail=1
+done
+echo "[test] last shard exit $rc_last; pytest wall time $((SECONDS - started)) s" >&2
+checked "$rc_last" "last shard" || fail=1
 exit "$fail"
