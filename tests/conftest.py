@@ -29,6 +29,16 @@ if TYPE_CHECKING:
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
+# One temp dir for the session, removed when it ends (pytest_unconfigure): this process's and its
+# children's temp files (TMPDIR: pytest's tmp_path, bundles, Spark's Python side, the standalone
+# cluster's and Connect server's roots) and the java.io.tmpdir of the Spark JVMs the tests start (the
+# drivers' spark-*/blockmgr-*/artifacts-* dirs and unpacked native codecs, liblz4*/snappy*; the
+# standalone daemons'). A test that gives a JVM its own java.io.tmpdir later on the command line wins.
+_SESSION_TMP = Path(tempfile.mkdtemp(prefix="dlq-test-session-")).resolve()
+os.environ["TMPDIR"] = str(_SESSION_TMP)
+tempfile.tempdir = str(_SESSION_TMP)
+_JAVA_TMP = f"-Djava.io.tmpdir={_SESSION_TMP}"
+
 # Airflow reads AIRFLOW_HOME at import time: give the test session a throwaway home and SQLite DB.
 _AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="dlq-test-airflow-"))
 os.environ["AIRFLOW_HOME"] = str(_AIRFLOW_HOME)
@@ -42,6 +52,8 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 # C1-only JIT a broker starts in about half the CPU time. The benchmark (python -m bench) keeps the default.
 for _jvm_options in ("PULSAR_EXTRA_OPTS", "SPARK_SUBMIT_OPTS", "SPARK_DAEMON_JAVA_OPTS"):
     os.environ.setdefault(_jvm_options, "-XX:TieredStopAtLevel=1")
+for _jvm_options in ("SPARK_SUBMIT_OPTS", "SPARK_DAEMON_JAVA_OPTS"):
+    os.environ[_jvm_options] = f"{os.environ[_jvm_options]} {_JAVA_TMP}".strip()
 _venv_bin = str(Path(sys.executable).parent)
 if _venv_bin not in os.environ.get("PATH", "").split(os.pathsep):
     os.environ["PATH"] = _venv_bin + os.pathsep + os.environ.get("PATH", "")
@@ -52,18 +64,20 @@ _EXIT_STATUS: list[int] = []
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     _EXIT_STATUS.append(int(exitstatus))
-    import shutil
-
-    shutil.rmtree(_AIRFLOW_HOME, ignore_errors=True)  # the session's throwaway Airflow home
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """Leave with pytest's own exit status once everything is reported.
+    """Remove the session's temp dir (its Airflow home among it), then leave with pytest's own exit status
+    once everything is reported (the session fixtures, brokers and Spark included, are torn down by now).
 
     pulsar-client can abort the interpreter during shutdown when a Python logger is attached
     (apache/pulsar-client-python#256), which would turn a green run into exit code 134.
     """
+    import shutil
+
+    shutil.rmtree(_AIRFLOW_HOME, ignore_errors=True)  # the session's throwaway Airflow home
+    shutil.rmtree(_SESSION_TMP, ignore_errors=True)
     if _EXIT_STATUS:
         sys.stdout.flush()
         sys.stderr.flush()
@@ -314,9 +328,29 @@ def airflow_db() -> Path:
 # --------------------------------------------------------------------------- real Airflow stack + browser
 
 
+#: The session's Airflow stack while it runs, and the id of the last collected test that uses it.
+_STACKS: list[Any] = []
+_LAST_STACK_TEST: list[str] = []
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[Any]) -> None:
+    users = [item.nodeid for item in items if "airflow_stack" in getattr(item, "fixturenames", ())]
+    _LAST_STACK_TEST[:] = users[-1:]
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """Stop the Airflow stack once the last test using it is torn down (its module fixtures too): its
+    scheduler, DAG processor and triggerer would otherwise keep polling for the rest of the session."""
+    if _STACKS and [item.nodeid] == _LAST_STACK_TEST:
+        _STACKS.pop().stop()
+
+
 @pytest.fixture(scope="session")
 def airflow_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """A real Airflow (api-server, scheduler, dag-processor, triggerer) on loopback for the session.
+    """A real Airflow (api-server, scheduler, dag-processor, triggerer) on loopback for the session, stopped
+    after the last test that uses it.
 
     Its DAGs folder starts with the repository's ``dags/``; a test may add DAG files to
     ``airflow_stack.env["AIRFLOW__CORE__DAGS_FOLDER"]`` (parsed within seconds). Create connections and
@@ -331,10 +365,12 @@ def airflow_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         shutil.copy(path, dags / path.name)
     # The connection form's Test button is off by default in Airflow 3.
     stack = start_airflow_stack(dags, extra_env={"AIRFLOW__CORE__TEST_CONNECTION": "Enabled"})
+    _STACKS.append(stack)
     try:
         yield stack
     finally:
-        stack.stop()
+        if _STACKS:
+            _STACKS.pop().stop()
 
 
 @pytest.fixture
