@@ -119,7 +119,7 @@ def test_replay_acts_only_on_the_groups_a_person_approved(
         "origin_allowlist": service.origin,
     }
     run_id = stack.trigger(DAG_ID, conf)
-    wait_for("the approval request", lambda: ti_state(stack, run_id, "approve") == "awaiting_input", 600, 2)
+    wait_for("the approval request", lambda: ti_state(stack, run_id, "approve") == "awaiting_input", 600)
 
     # The form shows each group: count, template, origin, samples, the playbook's proposal.
     detail = stack.api("GET", hitl_path(run_id))
