@@ -48,8 +48,8 @@ class PulsarConf:
     A JWT comes from ``token_file`` or else the ``token_env`` variable (unset or empty: no authentication;
     ``None``: not looked up). ``oauth2_*`` (enabled by the issuer URL) take client credentials from a JSON
     key file or the ``oauth2_credentials_env`` variable; ``tls_cert_file`` and ``tls_key_file`` are a client
-    certificate. ``client_log_file`` (``{pid}`` replaced) logs the client natively at WARN, which costs
-    10-20 % less CPU than Python ``logging``; ``admin_url`` is Apache Pulsar's admin REST (reader mode).
+    certificate. The tasks' clients log natively at WARN to their stdout (Spark's executor log), or to
+    ``client_log_file`` (``{pid}`` replaced); ``admin_url`` is Apache Pulsar's admin REST (reader mode).
     """
 
     service_url: str
@@ -252,7 +252,9 @@ def get_client(conf: PulsarConf) -> Any:
             return client
         import pulsar
 
-        logger: Any = client_logger()
+        # A native logger: a Python one takes the GIL on the client's I/O threads, which log while they
+        # hold a producer's lock, so a task thread calling that producer with the GIL held would deadlock.
+        logger: Any = pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn)
         if conf.client_log_file:
             path = conf.client_log_file.replace("{pid}", str(key[0]))
             logger = pulsar.FileLogger(pulsar.LoggerLevel.Warn, path)

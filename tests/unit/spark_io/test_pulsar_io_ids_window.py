@@ -204,9 +204,7 @@ def test_get_client_is_one_per_process_and_conf(monkeypatch):
     conf_mod._clients.pop((real_pid + 100000, conf)).close()
 
 
-def test_client_logger_is_python_logging_unless_a_native_log_file_is_set(monkeypatch, tmp_path):
-    import logging
-
+def test_task_clients_log_natively_to_stdout_or_to_the_log_file(monkeypatch, tmp_path):
     import pulsar
 
     from spark_apps.dlq_replay.pulsar_io import conf as conf_mod
@@ -221,7 +219,9 @@ def test_client_logger_is_python_logging_unless_a_native_log_file_is_set(monkeyp
     monkeypatch.setattr(conf_mod, "_clients", {})
     default = PulsarConf("pulsar://127.0.0.1:3", token_env=None)
     conf_mod.get_client(default)
-    assert isinstance(made[-1]["logger"], logging.Logger)
+    console = made[-1]["logger"]  # never a Python logger: its GIL would deadlock a flush (see get_client)
+    assert isinstance(console, pulsar.ConsoleLogger)
+    assert console.log_level == pulsar.LoggerLevel.Warn
     native = PulsarConf("pulsar://127.0.0.1:3", token_env=None, client_log_file=str(tmp_path / "c-{pid}.log"))
     assert PulsarConf.from_options(native.to_options()) == native
     conf_mod.get_client(native)
