@@ -4,6 +4,7 @@ machine-independent copy that ``scripts/update_reliability_doc.py`` refreshes on
 from __future__ import annotations
 
 import re
+import tempfile
 
 from fault_support import (
     CASES,
@@ -32,7 +33,8 @@ def test_the_doc_table_lists_every_case_of_the_suite():
 def test_merging_rows_keeps_other_cases_orders_them_and_scrubs_paths(tmp_path):
     doc = tmp_path / "doc.md"
     doc.write_text(f"intro\n\n{START}\n| x |\n{END}\n\noutro\n")
-    first = FaultRow("kill", "commit", "f", "e", "ok in /tmp/pytest-of-x/pytest-1/t0/out/runs", 0, 0, 90)
+    where = f"{tempfile.gettempdir()}/pytest-of-x/pytest-1/t0/out/runs"  # the session's temp dir
+    first = FaultRow("kill", "commit", "f", "e", f"ok in {where}", 0, 0, 90)
     merge_into_doc([first], doc)
     merge_into_doc([FaultRow("kill", "plan", "f", "e", "topic orders-0a1b2c3d done", 0, 0, 90)], doc)
     text = doc.read_text()
