@@ -66,11 +66,14 @@ class PulsarAdmin:
             tls = (conf.tls_trust_certs_file, conf.tls_allow_insecure, conf.tls_cert_file, conf.tls_key_file)
             self._context = ssl_context(*tls)
         oauth2 = conf.read_oauth2()
+        self._token: str | None = None
+        if not oauth2:
+            self._token = conf.read_token()
+            return
         try:
-            token = ClientCredentials(oauth2).access_token(self._context, timeout_s) if oauth2 else None
+            self._token = ClientCredentials(oauth2).access_token(self._context, timeout_s)
         except OAuth2Error as exc:
             raise PulsarConfigError(str(exc)) from None
-        self._token = token if oauth2 else conf.read_token()
 
     def get(self, path: str) -> Any:
         """GET ``path`` and decode its JSON; server errors are retried twice."""
