@@ -1,10 +1,7 @@
 """A Pulsar consumer wrapper with Term, retry topics, delay levels, nack backoff and DLQ error context.
 
-Failed messages are copied to the retry or DLQ topic *before* the original is acknowledged, so a crash
-in between duplicates a message, never loses it. Nack backoff is applied client-side (PIP-106): a timer
-thread nacks each message when due, to a consumer with a short fixed nack delay (``nack_precision_ms``).
-With retry, the topic and the retry topic each get a single-topic consumer feeding one bounded inbox
-(pulsar-client's multi-topic consumer logs payloads, which must never be logged).
+A failed message is copied to the retry or DLQ topic *before* the original is acked (a crash duplicates,
+never loses). Nack backoff is client-side (PIP-106): a timer thread nacks each message when due.
 """
 
 from __future__ import annotations
@@ -21,7 +18,7 @@ from concurrent import futures
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from pulsar_dlq_consumer.backoff import ExponentialBackoff, RedeliveryBackoff, checked_delay
 from pulsar_dlq_consumer.context import base_topic, build_context_properties
@@ -53,6 +50,10 @@ from pulsar_dlq_consumer.policy import DeadLetterPolicy, RetryPolicy, check_coun
 if TYPE_CHECKING:
     import pulsar
 
+#: What failed (an exception or a message), a retry delay and a retry level, as the methods take them.
+Failure: TypeAlias = BaseException | str | None
+Delay: TypeAlias = float | timedelta | None
+Level: TypeAlias = int | Literal["increment"] | None
 log = logging.getLogger(__name__)
 
 #: ``subscribe`` options the wrapper manages itself.
@@ -107,26 +108,15 @@ class _Scheduler:
 class DlqConsumer:
     """Consume a topic with Term, retry topics, nack backoff and DLQ error context.
 
-    Arguments and accessors are named as in ``pulsar.Client.subscribe`` and ``pulsar.Consumer``.
-
-    Parameters
-    ----------
-    client, topic, subscription_name
-        A ``pulsar.Client`` (see :func:`create_client`), the topic and the subscription.
-    dead_letter_policy, retry_policy
-        ``None`` disables the DLQ (``term`` raises, nacks retry forever) or ``reconsume_later``;
-        retry needs a dead-letter policy.
-    backoff
-        Nack redelivery backoff (default :class:`ExponentialBackoff`: 1 s, 2 s, 4 s, ... 60 s).
-    consumer_type, consumer_name
-        ``Shared`` (default) or ``KeyShared``; the name is also written as ``__dlq.errors.consumer``.
-    metrics, producer_options
-        Metric counters (default: OpenTelemetry's global provider); DLQ/retry ``create_producer`` options.
-    nack_precision_ms, send_timeout_s
-        The underlying consumer's fixed nack delay, added to every backoff delay; how long ``term`` and
-        ``reconsume_later`` wait for the broker to confirm the copy.
-    subscribe_options
-        Further ``client.subscribe`` options (``initial_position``, ``receiver_queue_size``, ...).
+    Arguments and accessors are named as in ``pulsar.Client.subscribe`` and ``pulsar.Consumer``. Without
+    ``dead_letter_policy`` ``term`` raises and nacks retry forever; ``retry_policy`` (which needs one)
+    enables ``reconsume_later``. ``backoff`` defaults to :class:`ExponentialBackoff` (1 s, 2 s, ... 60 s),
+    ``consumer_type`` to ``Shared`` (or ``KeyShared``); ``consumer_name`` is also written as
+    ``__dlq.errors.consumer``. ``metrics`` default to OpenTelemetry's global provider;
+    ``producer_options`` go to the DLQ/retry ``create_producer``. ``nack_precision_ms`` is the underlying
+    consumer's fixed nack delay (added to every backoff delay), ``send_timeout_s`` how long ``term`` and
+    ``reconsume_later`` wait for the broker to confirm the copy. ``subscribe_options`` go to
+    ``client.subscribe`` (``initial_position``, ``receiver_queue_size``, ...).
     """
 
     def __init__(
@@ -195,8 +185,7 @@ class DlqConsumer:
         self._scheduler = _Scheduler(f"dlq-consumer-{self._subscription}")
 
     def _listen(self, consumer: Any, msg: Any) -> None:
-        """Put ``msg`` in the inbox (on the client's listener thread); once closed it stays unacknowledged
-        and the broker redelivers it."""
+        """Put ``msg`` in the inbox (listener thread); once closed it stays unacked for redelivery."""
         assert self._inbox is not None
         while not self._closed:
             with contextlib.suppress(queue.Full):
@@ -273,7 +262,7 @@ class DlqConsumer:
         self._check_open()
         self._owner(msg).acknowledge(msg)
 
-    def negative_acknowledge(self, msg: pulsar.Message, error: BaseException | str | None = None) -> None:
+    def negative_acknowledge(self, msg: pulsar.Message, error: Failure = None) -> None:
         """Redeliver ``msg`` after ``backoff.next(redelivery_count)`` seconds, or past ``max_redeliver_count``
         send it to the DLQ (``max-redeliveries``, with ``error``'s context). On ``InvalidDelayError`` or
         ``PublishError`` the message is nacked at once first."""
@@ -292,19 +281,17 @@ class DlqConsumer:
         self._metrics.nack(self._attributes)
         self._scheduler.schedule(delay, lambda: owner.negative_acknowledge(msg))
 
-    def term(self, msg: pulsar.Message, error: BaseException | str | None = None) -> pulsar.MessageId:
+    def term(self, msg: pulsar.Message, error: Failure = None) -> pulsar.MessageId:
         """Send ``msg`` straight to the DLQ with reason ``term`` (PIP-372), then ack it; returns the DLQ id.
-
-        ``DlqNotConfiguredError`` leaves the message unacknowledged; on ``PublishError`` it is nacked.
-        """
+        ``DlqNotConfiguredError`` leaves the message unacknowledged; on ``PublishError`` it is nacked."""
         return self._term(msg, error, wait=True).result()
 
-    def term_async(self, msg: pulsar.Message, error: BaseException | str | None = None) -> Future[Any]:
+    def term_async(self, msg: pulsar.Message, error: Failure = None) -> Future[Any]:
         """:meth:`term` without waiting: the future completes after the DLQ write and the ack (a failed
         send nacks the original and fails the future); :meth:`close` waits for them."""
         return self._term(msg, error, wait=False)
 
-    def _term(self, msg: pulsar.Message, error: BaseException | str | None, *, wait: bool) -> Future[Any]:
+    def _term(self, msg: pulsar.Message, error: Failure, *, wait: bool) -> Future[Any]:
         self._check_open()
         if self.dead_letter_policy is None:
             raise DlqNotConfiguredError(
@@ -316,29 +303,28 @@ class DlqConsumer:
     def reconsume_later(
         self,
         msg: pulsar.Message,
-        delay: float | timedelta | None = None,
+        delay: Delay = None,
         *,
-        level: int | Literal["increment"] | None = None,
+        level: Level = None,
         properties: Mapping[str, str] | None = None,
-        error: BaseException | str | None = None,
+        error: Failure = None,
     ) -> pulsar.MessageId:
         """Redeliver ``msg`` later through the retry topic, then ack it; returns the id written.
 
         Give ``delay`` (1 s to 864,000 s), ``level`` (1-based, or ``"increment"``) or neither (the
         policy's default). ``properties`` are added (standard keys win). Past ``max_reconsumes`` the
         message goes to the DLQ (``max-reconsumes``). Raises ``RetryNotConfiguredError``,
-        ``InvalidDelayError`` (before sending) or ``PublishError`` (the message is nacked).
-        """
+        ``InvalidDelayError`` (before sending) or ``PublishError`` (the message is nacked)."""
         return self._reconsume(msg, delay, level, properties, error, wait=True).result()
 
     def reconsume_later_async(
         self,
         msg: pulsar.Message,
-        delay: float | timedelta | None = None,
+        delay: Delay = None,
         *,
-        level: int | Literal["increment"] | None = None,
+        level: Level = None,
         properties: Mapping[str, str] | None = None,
-        error: BaseException | str | None = None,
+        error: Failure = None,
     ) -> Future[Any]:
         """Like :meth:`reconsume_later` without waiting for the broker (see :meth:`term_async`)."""
         return self._reconsume(msg, delay, level, properties, error, wait=False)
@@ -346,10 +332,10 @@ class DlqConsumer:
     def _reconsume(
         self,
         msg: pulsar.Message,
-        delay: float | timedelta | None,
-        level: int | Literal["increment"] | None,
+        delay: Delay,
+        level: Level,
         properties: Mapping[str, str] | None,
-        error: BaseException | str | None,
+        error: Failure,
         *,
         wait: bool,
     ) -> Future[Any]:
@@ -380,9 +366,7 @@ class DlqConsumer:
         sent = self._send(msg, retry_topic, msg.data(), props, timedelta(seconds=seconds))
         return self._complete(msg, sent, wait, lambda: self._metrics.retry(self._attributes))
 
-    def _dead_letter(
-        self, msg: pulsar.Message, reason: str, error: BaseException | str | None, *, wait: bool
-    ) -> Future[Any]:
+    def _dead_letter(self, msg: pulsar.Message, reason: str, error: Failure, *, wait: bool) -> Future[Any]:
         assert self.dead_letter_policy is not None
         assert self.dead_letter_topic is not None
         props = self._copy_properties(msg, reason=reason, error=error, reconsume_times=_reconsume_times(msg))
@@ -396,12 +380,7 @@ class DlqConsumer:
         return self._complete(msg, self._send(msg, self.dead_letter_topic, payload, props, None), wait, done)
 
     def _copy_properties(
-        self,
-        msg: pulsar.Message,
-        *,
-        reason: str | None,
-        error: BaseException | str | None,
-        reconsume_times: int,
+        self, msg: pulsar.Message, *, reason: str | None, error: Failure, reconsume_times: int
     ) -> dict[str, str]:
         """Original properties without old bookkeeping, plus fresh context."""
         policy = self.dead_letter_policy
@@ -463,7 +442,7 @@ class DlqConsumer:
         msg: pulsar.Message,
         topic: str,
         payload: bytes,
-        properties: dict[str, str],
+        props: dict[str, str],
         deliver_after: timedelta | None,
     ) -> Future[Any]:
         """Copy ``msg`` to ``topic`` without waiting; the future holds the new id or a PublishError."""
@@ -482,7 +461,7 @@ class DlqConsumer:
             else:
                 sent.set_exception(failed(result))
 
-        kwargs: dict[str, Any] = {"properties": properties}
+        kwargs: dict[str, Any] = {"properties": props}
         for name in ("partition_key", "ordering_key", "event_timestamp"):
             if value := getattr(msg, name)():
                 kwargs[name] = value

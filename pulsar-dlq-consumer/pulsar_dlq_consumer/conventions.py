@@ -1,18 +1,16 @@
 """Every DLQ convention, described once as data: the one module that knows property names.
 
-A :class:`Convention` names the keys that mark a message as written in it, the key prefix it owns
-(stripped on republish) and a small reader per error-context field. :data:`CONVENTIONS` lists them
-richest first; the first that matches wins. Two engines interpret the table and must agree: the scalar
-parser of :mod:`pulsar_dlq_consumer.context` and the replay's Arrow kernels (``context_columns.py``).
-Adding a convention is one entry here (and its :class:`ContextFormat`). A reader never raises.
+:data:`CONVENTIONS` lists them richest first (the first that matches wins). Two engines interpret the
+table and must agree: the scalar parser of :mod:`pulsar_dlq_consumer.context` and the replay's Arrow
+kernels (``context_columns.py``). A reader never raises.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -35,7 +33,6 @@ PULSAR_STANDARD_KEYS: tuple[str, ...] = (
     RETRY_TOPIC,
     LEGACY_ORIGIN_MESSAGE_ID,
 )
-
 
 CONTEXT_PREFIX = "__dlq.errors."
 
@@ -142,27 +139,26 @@ def _big_endian_or_decimal(props: Mapping[str, Any], key: str) -> int | None:
     value = props.get(key)
     if not isinstance(value, str) or len(value) not in (4, 8) or not value.startswith("\x00"):
         return None
-    if any(ord(ch) > 0xFF for ch in value):
-        return None
-    return int.from_bytes(value.encode("latin-1"), "big")
+    return None if any(ord(ch) > 0xFF for ch in value) else int.from_bytes(value.encode("latin-1"), "big")
+
+
+#: The fields of a reader that name a property key.
+_KEY_FIELDS = frozenset({"key", "partition", "offset", "first", "second"})
 
 
 class _Keyed:
-    """A reader's ``keys``: the property keys it looks at, the values of its fields named in
-    ``_key_fields``."""
+    """A reader whose ``keys`` are the property keys it looks at (its fields in :data:`_KEY_FIELDS`)."""
 
     __slots__ = ()
-    _key_fields: ClassVar[tuple[str, ...]] = ("key",)
 
     @property
     def keys(self) -> tuple[str, ...]:
-        return tuple(getattr(self, name) for name in self._key_fields)
+        return tuple(getattr(self, f.name) for f in fields(self) if f.name in _KEY_FIELDS)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True, slots=True)
 class Text(_Keyed):
-    """The value of ``key`` (absent, empty or not text: ``None``), cut to ``max_bytes`` UTF-8 bytes with
-    :data:`TRUNCATION_MARKER` when a bound is given."""
+    """The value of ``key`` (absent, empty or not text: ``None``), cut to ``max_bytes`` UTF-8 bytes."""
 
     key: str
     max_bytes: int | None = None
@@ -185,14 +181,11 @@ class Number(_Keyed):
 
 @dataclass(frozen=True, slots=True)
 class Position(_Keyed):
-    """A Kafka position, ``"<partition or 0>:<offset>"`` (no offset: ``None``), from decimal numbers or,
-    with ``binary``, from big-endian binary values as Spring writes them."""
+    """A Kafka position, ``"<partition or 0>:<offset>"`` (no offset: ``None``); ``binary``: Spring's."""
 
     partition: str
     offset: str
     binary: bool = False
-
-    _key_fields: ClassVar[tuple[str, ...]] = ("partition", "offset")
 
     def read(self, props: Mapping[str, Any]) -> str | None:
         number = _big_endian_or_decimal if self.binary else read_int
@@ -208,8 +201,6 @@ class Const(_Keyed):
     """Always ``value`` (what a convention implies without saying it, e.g. its reason)."""
 
     value: str
-
-    _key_fields: ClassVar[tuple[str, ...]] = ()
 
     def read(self, props: Mapping[str, Any]) -> str:
         return self.value
@@ -236,8 +227,6 @@ class Joined(_Keyed):
     second: str
     sep: str = "-"
 
-    _key_fields: ClassVar[tuple[str, ...]] = ("first", "second")
-
     def read(self, props: Mapping[str, Any]) -> str | None:
         first, second = read_text(props, self.first), read_text(props, self.second)
         return f"{first}{self.sep}{second}" if first and second else first
@@ -261,8 +250,7 @@ class First:
         return None
 
 
-#: Every kind of reader of one field (the Arrow kernels have one per kind): ``keys`` are the property
-#: keys it looks at, ``read(props)`` one message's value (``None``: none given).
+#: Every kind of reader of one field (the Arrow kernels have one per kind); ``read`` gives ``None`` for none.
 Reader: TypeAlias = Text | Number | Position | Const | Choice | Joined | First
 
 
