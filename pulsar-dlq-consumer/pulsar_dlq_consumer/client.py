@@ -54,10 +54,7 @@ def oauth2_params(oauth2: Mapping[str, str | None]) -> str:
     issuer = oauth2.get("issuer_url")
     if not issuer:
         raise ValueError("OAuth2 needs issuer_url, e.g. https://auth.example.com/")
-    params: dict[str, str] = {"issuer_url": str(issuer)}
-    for key in ("audience", "scope"):
-        if oauth2.get(key):
-            params[key] = str(oauth2[key])
+    params = {"issuer_url": str(issuer)} | {k: str(oauth2[k]) for k in ("audience", "scope") if oauth2.get(k)}
     if oauth2.get("credentials_file"):
         params["private_key"] = str(oauth2["credentials_file"])
     elif oauth2.get("client_id") and oauth2.get("client_secret"):

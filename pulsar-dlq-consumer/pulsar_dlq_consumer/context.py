@@ -55,9 +55,8 @@ if TYPE_CHECKING:
 class ErrorContext:
     """The one error-context schema every part of the project reads a DLQ message into.
 
-    ``origin_message_id``: a Pulsar message id, or ``"<partition>:<offset>"`` for Kafka formats.
-    ``delivery_count`` counts deliveries on the origin subscription (first = 1), ``reconsume_times``
-    trips through a retry topic; ``failed_at`` is epoch milliseconds.
+    ``origin_message_id`` is a Pulsar message id or Kafka's ``"<partition>:<offset>"``; ``delivery_count``
+    counts deliveries on the origin subscription (first = 1); ``failed_at`` is epoch milliseconds.
     """
 
     dlq_topic: str | None
@@ -98,18 +97,13 @@ def partition_index(topic: str) -> int | None:
 
 
 def is_bookkeeping_property(key: str) -> bool:
-    """True for a DLQ/retry bookkeeping key that a republish must strip: one a convention marks or reads
-    (``REAL_TOPIC``, ``RECONSUMETIMES``, ...) or under a convention's prefix (``__dlq.errors.``, ...)."""
-    if not isinstance(key, str):
-        return False
-    return key in BOOKKEEPING_KEYS or key.startswith(BOOKKEEPING_PREFIXES)
+    """True for a DLQ/retry bookkeeping key that a republish must strip (one a convention reads or owns)."""
+    return isinstance(key, str) and (key in BOOKKEEPING_KEYS or key.startswith(BOOKKEEPING_PREFIXES))
 
 
 def strip_bookkeeping_properties(properties: Mapping[str, str] | None) -> dict[str, str]:
     """A copy of ``properties`` without bookkeeping keys."""
-    if not properties:
-        return {}
-    return {k: v for k, v in properties.items() if not is_bookkeeping_property(k)}
+    return {k: v for k, v in (properties or {}).items() if not is_bookkeeping_property(k)}
 
 
 def build_context_properties(
@@ -129,12 +123,8 @@ def build_context_properties(
     max_message_bytes: int = MAX_ERROR_MESSAGE_BYTES,
     max_stack_bytes: int = MAX_ERROR_STACK_BYTES,
 ) -> dict[str, str]:
-    """Our context properties for a DLQ message (``reason`` given) or a retry message (``reason`` None):
-    ``REAL_TOPIC``, ``ORIGIN_MESSAGE_ID`` and ``__dlq.errors.*``, all bounded valid ``str``.
-
-    ``error`` is an exception (class, message and stack) or a message string; without
-    ``payload_copied`` the payload's hash is written. ``ValueError`` for an unknown ``reason``.
-    """
+    """Our context properties (bounded valid ``str``) for a DLQ message, or a retry message (``reason``
+    None); ``error`` is an exception or a message. ``ValueError`` for an unknown ``reason``."""
     if reason is not None and reason not in REASONS:
         raise ValueError(f"reason must be one of {sorted(REASONS)} or None; got {reason!r}")
     props: dict[str, str] = {
@@ -174,9 +164,8 @@ def _error_properties(
         message = str(error)
     except Exception:  # a broken __str__ must not break dead-lettering
         message = f"<unprintable {cls.__name__}>"
-    name = cls.__qualname__
-    if cls.__module__ not in ("builtins", "__main__"):  # ``ValueError``, else ``pkg.mod.Error``
-        name = f"{cls.__module__}.{name}"
+    builtin = cls.__module__ in ("builtins", "__main__")  # ``ValueError``, else ``pkg.mod.Error``
+    name = cls.__qualname__ if builtin else f"{cls.__module__}.{cls.__qualname__}"
     props = {
         KEY_EXCEPTION_CLASS: safe_str(name),
         KEY_EXCEPTION_MESSAGE: truncate_utf8(message, max_message_bytes),
@@ -233,8 +222,7 @@ def parse_error_context(
     """Normalise the properties of a DLQ (or retry) message into an :class:`ErrorContext`; never raises.
 
     Junk values become ``None``, an unknown reason ``"unknown"``, no known convention ``"none"``.
-    ``dlq_topic`` and ``dlq_message_id`` are copied. ``redelivery_count`` (the origin subscription's, not
-    the DLQ's) gives ``delivery_count`` when the properties carry none.
+    ``redelivery_count`` (the origin subscription's) gives ``delivery_count`` when the properties carry none.
     """
     return ErrorContext(
         *error_context_values(
@@ -276,8 +264,7 @@ _ID_PART = re.compile(r"-?\d{1,20}")
 
 @dataclass(frozen=True)
 class OriginClaim:
-    """What one convention says the origin was: the topic ``key`` (of
-    :data:`~pulsar_dlq_consumer.conventions.ORIGIN_TOPIC_KEYS`), its value (bounded to
+    """What one convention says the origin was: the topic ``key``, its value (bounded to
     :data:`MAX_CLAIM_CHARS`) and the same convention's origin message id."""
 
     key: str
@@ -286,19 +273,15 @@ class OriginClaim:
 
 
 def origin_claims(properties: Mapping[str, str] | None) -> tuple[OriginClaim, ...]:
-    """Every convention's claim about the origin, in
-    :data:`~pulsar_dlq_consumer.conventions.ORIGIN_TOPIC_KEYS` order (never raises)."""
+    """Every convention's claim about the origin, in ``ORIGIN_TOPIC_KEYS`` order (never raises)."""
     if not isinstance(properties, Mapping):
         return ()
     claims = []
     for claim in ORIGIN_CLAIMS:
-        value = read_text(properties, claim.topic_key)
-        if value is None:
-            continue
-        if len(value) > MAX_CLAIM_CHARS:
-            value = value[:MAX_CLAIM_CHARS] + TRUNCATION_MARKER
-        message_id = cast("str | None", claim.message_id.read(properties))  # Text or Position readers
-        claims.append(OriginClaim(claim.topic_key, value, message_id))
+        if (value := read_text(properties, claim.topic_key)) is not None:
+            topic = value[:MAX_CLAIM_CHARS] + TRUNCATION_MARKER if len(value) > MAX_CLAIM_CHARS else value
+            message_id = cast("str | None", claim.message_id.read(properties))  # Text or Position readers
+            claims.append(OriginClaim(claim.topic_key, topic, message_id))
     return tuple(claims)
 
 
@@ -336,8 +319,5 @@ def canonical_message_id(message_id: str | None) -> str | None:
 
 def origin_identity(origin_topic: str | None, origin_message_id: str | None) -> str | None:
     """``<canonical topic>|<canonical message id>``: the same for every DLQ copy of one original."""
-    topic = canonical_topic(origin_topic)
-    message_id = canonical_message_id(origin_message_id)
-    if topic is None or message_id is None:
-        return None
-    return f"{topic}|{message_id}"
+    topic, message_id = canonical_topic(origin_topic), canonical_message_id(origin_message_id)
+    return None if topic is None or message_id is None else f"{topic}|{message_id}"

@@ -422,12 +422,9 @@ FIELD_DEFAULTS: Mapping[str, Any] = {"reason": REASON_UNKNOWN}
 
 def _origin_claims() -> tuple[Claim, ...]:
     """One claim per topic key, in table order (a shared key reads the id the first way that gives one)."""
-    readers: dict[str, list[Reader]] = {}
-    for convention in CONVENTIONS:
-        if convention.claim is not None:
-            found = readers.setdefault(convention.claim.topic_key, [])
-            if convention.claim.message_id not in found:
-                found.append(convention.claim.message_id)
+    readers: dict[str, dict[Reader, None]] = {}
+    for claim in (c.claim for c in CONVENTIONS if c.claim is not None):
+        readers.setdefault(claim.topic_key, {})[claim.message_id] = None
     return tuple(Claim(key, first(*found)) for key, found in readers.items())
 
 

@@ -5,6 +5,7 @@ Counters of messages with attributes ``topic``, ``subscription``, ``pulsar_tenan
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -41,16 +42,12 @@ class ConsumerMetrics:
     """The library's counters, from ``meter_provider`` or the global OpenTelemetry provider."""
 
     def __init__(self, meter_provider: MeterProvider | None = None) -> None:
-        meter: Any = _NoOp()
-        if meter_provider is not None:
-            meter = meter_provider.get_meter(METER_NAME)
-        else:
-            try:
-                from opentelemetry import metrics as otel_metrics
-            except ImportError:
-                pass
-            else:
-                meter = otel_metrics.get_meter(METER_NAME)
+        if meter_provider is None:
+            with contextlib.suppress(ImportError):
+                from opentelemetry.metrics import get_meter_provider
+
+                meter_provider = get_meter_provider()
+        meter: Any = _NoOp() if meter_provider is None else meter_provider.get_meter(METER_NAME)
 
         def counter(name: str, description: str) -> Any:
             return meter.create_counter(name, unit="{message}", description=description)

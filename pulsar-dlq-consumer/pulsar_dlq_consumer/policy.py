@@ -71,19 +71,11 @@ class DeadLetterPolicy:
     """Where and how failed messages are dead-lettered (first three arguments as in
     ``pulsar.ConsumerDeadLetterPolicy``).
 
-    Parameters
-    ----------
-    max_redeliver_count
-        Negative acks before the DLQ (reason ``max-redeliveries``): a handler sees a message at most
-        ``max_redeliver_count + 1`` times.
-    dead_letter_topic
-        Default ``<topic>-<subscription>-DLQ``.
-    initial_subscription_name
-        Durable subscription created on the DLQ before the first write, so DLQ messages are retained.
-    name_guard, copy_payload, include_stacktrace
-        Checks the DLQ and retry names; copy the payload (else empty, with its SHA-256); write the stack.
-    max_error_message_bytes, max_stacktrace_bytes
-        Bounds (UTF-8 bytes) of the exception message and stack trace properties.
+    A handler sees a message at most ``max_redeliver_count + 1`` times before the DLQ (reason
+    ``max-redeliveries``); ``dead_letter_topic`` defaults to ``<topic>-<subscription>-DLQ``;
+    ``initial_subscription_name`` is created on the DLQ before the first write, so DLQ messages are
+    retained. Without ``copy_payload`` the DLQ copy is empty, with the payload's SHA-256; the byte bounds
+    are UTF-8 bytes of the exception message and stack trace properties.
     """
 
     max_redeliver_count: int = 16
@@ -110,16 +102,9 @@ class DeadLetterPolicy:
 class RetryPolicy:
     """Retry through a retry topic with delayed delivery (Java ``enableRetry``/TDMQ ``reconsumeLater``).
 
-    Parameters
-    ----------
-    max_reconsumes
-        Trips through the retry topic before the DLQ (reason ``max-reconsumes``; default 16).
-    topic
-        Default ``<topic>-<subscription>-RETRY``.
-    delay_levels
-        The ladder for ``level=`` and level increment (default ``1s 5s 10s 30s 1m ... 1h 2h``).
-    level_increment, default_delay
-        Without ``delay`` or ``level``: retry ``n`` uses level ``n`` (default), else ``default_delay``.
+    ``max_reconsumes`` trips through ``topic`` (default ``<topic>-<subscription>-RETRY``) before the DLQ
+    (reason ``max-reconsumes``). ``delay_levels`` is the ladder for ``level=``; without ``delay`` or
+    ``level``, retry ``n`` uses level ``n`` (``level_increment``, default) or else ``default_delay``.
     """
 
     max_reconsumes: int = 16

@@ -1,9 +1,7 @@
 """A processing loop: run a handler per message and turn its outcome into ack, nack, retry or term.
 
-A handler's exception means, first match wins: a terminal class (:class:`TerminalError`...) ``term``; a
-retryable one (:class:`RetryableError`...) ``reconsume_later``; any other ``Exception`` the default
-(``nack``). Any other ``BaseException`` propagates, the message left unacked. Misuse found while settling a
-failure nacks the message, then raises.
+A ``BaseException`` that is no ``Exception`` propagates, the message left unacked. Misuse found while
+settling a failure nacks the message, then raises.
 """
 
 from __future__ import annotations
@@ -75,8 +73,9 @@ def _check_classes(name: str, classes: Iterable[type[BaseException]]) -> tuple[t
 
 class MessageProcessor:
     """Run ``handler(msg)`` for each message of a :class:`DlqConsumer` and settle it: a normal return
-    acks; ``terminal``/``retryable`` classes add to the term/retry exceptions; ``default`` (``nack``,
-    ``retry`` or ``term``) settles any other exception."""
+    acks; an exception of a ``terminal`` class (or :class:`TerminalError`) terms, of a ``retryable`` one
+    (or :class:`RetryableError`) retries, first match wins; ``default`` (``nack``, ``retry`` or ``term``)
+    settles any other."""
 
     def __init__(
         self,

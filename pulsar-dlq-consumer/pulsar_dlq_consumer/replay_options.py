@@ -93,10 +93,7 @@ def parse_time(value: str, option: str) -> datetime:
 
 def split_list(value: str | None) -> tuple[str, ...] | None:
     """``"a, b,,c"`` -> ``("a", "b", "c")``; ``None``/empty -> ``None``."""
-    if value is None:
-        return None
-    items = tuple(p.strip() for p in value.split(",") if p.strip())
-    return items or None
+    return tuple(p.strip() for p in (value or "").split(",") if p.strip()) or None
 
 
 @dataclass(frozen=True)
@@ -123,10 +120,10 @@ class CanarySpec:
             raise ReplayOptionsError(
                 f"--canary must be a count (e.g. 5) or a percentage (e.g. 10%); got {size!r}"
             )
-        number = float(match.group("n"))
-        if match.group("pct") and not 0 < number <= 100:
+        number, pct = float(match.group("n")), bool(match.group("pct"))
+        if pct and not 0 < number <= 100:
             raise ReplayOptionsError(f"--canary percentage must be in (0, 100]; got {size!r}")
-        if not match.group("pct") and (number < 1 or number != int(number)):
+        if not pct and (number < 1 or number != int(number)):
             raise ReplayOptionsError(f"--canary count must be an integer >= 1; got {size!r}")
         if not wait_seconds >= 0:
             raise ReplayOptionsError(f"--canary-wait-seconds must be >= 0; got {wait_seconds}")
@@ -134,8 +131,7 @@ class CanarySpec:
             raise ReplayOptionsError(
                 f"--canary-max-failure-rate must be in [0, 1) (0: any failure halts); got {max_failure_rate}"
             )
-        percent = number if match.group("pct") else None
-        count = None if match.group("pct") else int(number)
+        count, percent = (None, number) if pct else (int(number), None)
         return cls(count, percent, float(wait_seconds), float(max_failure_rate), tuple(watch_topics))
 
     @property

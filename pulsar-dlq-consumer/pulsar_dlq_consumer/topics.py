@@ -1,10 +1,7 @@
 """What a Pulsar topic name is: the one rule shared by the library, the Airflow provider and the replay app.
 
-A name is ``<name>`` (in ``public/default``), ``<tenant>/<namespace>/<name>`` or
-``<domain>://<tenant>/<namespace>/<name>`` with domain ``persistent`` or ``non-persistent``. Each part is
-non-empty and made of ``A-Z a-z 0-9 . _ - = :``, as the Pulsar clients accept; anything else (spaces,
-control characters, an empty or extra part) is refused. A topic *pattern* (a glob over names, as the
-backlog sensor takes) may also use ``* ? [ ] !`` in its last part, never in the tenant or namespace.
+Each part of a name is non-empty and made of ``A-Z a-z 0-9 . _ - = :``, as the Pulsar clients accept. A
+topic *pattern* (a glob, as the backlog sensor takes) may also use ``* ? [ ] !`` in its last part.
 """
 
 from __future__ import annotations
@@ -30,10 +27,8 @@ def qualify_topic(topic: object, *, pattern: bool = False) -> str | None:
     parts = rest.split("/")
     if len(parts) == 1:
         parts = ["public", "default", parts[0]]
-    last = _GLOB_PART if pattern else _PART
-    if len(parts) != 3 or not (
-        _PART.fullmatch(parts[0]) and _PART.fullmatch(parts[1]) and last.fullmatch(parts[2])
-    ):
+    rules = (_PART, _PART, _GLOB_PART if pattern else _PART)
+    if len(parts) != 3 or not all(rule.fullmatch(part) for rule, part in zip(rules, parts, strict=True)):
         return None
     return f"{domain}://{'/'.join(parts)}"
 
