@@ -287,10 +287,9 @@ class ReplayOptions:
 @dataclass(frozen=True)
 class Flag:
     """One option of the app's command line: the :class:`ReplayOptions` field (or canary setting) it
-    sets, the kind of its value and its ``--help``."""
+    sets and the kind of its value."""
 
     name: str
-    help: str
     kind: str = "text"  # text, name, url, list, int, float, time, switch, mode, json
     metavar: str | None = None
     required: bool = False
@@ -298,6 +297,10 @@ class Flag:
     @property
     def option(self) -> str:
         return "--" + self.name.replace("_", "-")
+
+    @property
+    def help(self) -> str:
+        return _HELP[self.name]
 
     def argparse_kwargs(self) -> dict[str, Any]:
         """``argparse.add_argument`` keywords: the type or choices, ``required`` and the help."""
@@ -337,159 +340,131 @@ class Flag:
 
 
 _CANARY_FLAGS = ("canary", "canary_wait_seconds", "canary_max_failure_rate", "canary_watch_topics")
-#: The app's command line, one entry per option, in ``--help`` and :meth:`ReplayOptions.to_argv` order.
-FLAGS: tuple[Flag, ...] = (
-    Flag("run_id", "Id of this run (e.g. the Airflow run id); re-use it to resume a run.", required=True),
-    Flag(
-        "mode",
+#: The ``--help`` of each option.
+_HELP = {
+    "run_id": "Id of this run (e.g. the Airflow run id); re-use it to resume a run.",
+    "mode": (
         "dry-run: decide and report only, change nothing (default). replay: republish, archive, drop, "
-        "record and ack. archive-only: like replay but never republish (republish rules are skipped).",
-        "mode",
+        "record and ack. archive-only: like replay but never republish (republish rules are skipped)."
     ),
-    Flag("service_url", "Pulsar binary service URL, e.g. pulsar://localhost:6650.", required=True),
-    Flag("topics", "DLQ topics to replay, comma-separated.", "list", "T1,T2", required=True),
-    Flag(
-        "subscription",
-        f"Durable Shared subscription to read and ack through (default {DEFAULT_SUBSCRIPTION}).",
-    ),
-    Flag(
-        "output_dir",
+    "service_url": "Pulsar binary service URL, e.g. pulsar://localhost:6650.",
+    "topics": "DLQ topics to replay, comma-separated.",
+    "subscription": f"Durable Shared subscription to read and ack through (default {DEFAULT_SUBSCRIPTION}).",
+    "output_dir": (
         "Root for runs/<run_id>/, archive/ and ledger/: a local path or a URI pyarrow opens (s3://, "
-        "s3a://, gs://, hdfs://); an object store needs --subscription-lease on.",
-        metavar="URI",
-        required=True,
+        "s3a://, gs://, hdfs://); an object store needs --subscription-lease on."
     ),
-    Flag(
-        "auth_token_file",
-        f"File holding the Pulsar JWT token (else env {TOKEN_ENV}; unset means no auth).",
-        metavar="PATH",
-    ),
-    Flag("tls_trust_certs_file", "CA bundle for pulsar+ssl:// service URLs.", metavar="PATH"),
-    Flag(
-        "admin_url",
+    "auth_token_file": f"File holding the Pulsar JWT token (else env {TOKEN_ENV}; unset means no auth).",
+    "tls_trust_certs_file": "CA bundle for pulsar+ssl:// service URLs.",
+    "admin_url": (
         "Apache Pulsar admin REST, e.g. http://broker:8080 (same credentials and CA as the service). "
         "When it answers, each DLQ message is read once (Readers) and commit acks ids from the ledger; "
-        "without it the DLQ is read twice through Shared consumers (the embedded broker's mode).",
-        "url",
-        "URL",
+        "without it the DLQ is read twice through Shared consumers (the embedded broker's mode)."
     ),
-    Flag(
-        "tls_cert_file",
+    "tls_cert_file": (
         "Client certificate (PEM) for pulsar+ssl://: the authentication without a token or OAuth2 "
-        "(AuthenticationTls), else mutual TLS. Needs --tls-key-file.",
-        metavar="PATH",
+        "(AuthenticationTls), else mutual TLS. Needs --tls-key-file."
     ),
-    Flag("tls_key_file", "Private key (PEM) of --tls-cert-file.", metavar="PATH"),
-    Flag("oauth2_issuer_url", "OAuth2 client credentials: the issuer URL.", metavar="URL"),
-    Flag("oauth2_audience", "OAuth2 audience (optional).", metavar="AUDIENCE"),
-    Flag("oauth2_scope", "OAuth2 scope (optional).", metavar="SCOPE"),
-    Flag(
-        "oauth2_credentials_file",
+    "tls_key_file": "Private key (PEM) of --tls-cert-file.",
+    "oauth2_issuer_url": "OAuth2 client credentials: the issuer URL.",
+    "oauth2_audience": "OAuth2 audience (optional).",
+    "oauth2_scope": "OAuth2 scope (optional).",
+    "oauth2_credentials_file": (
         'OAuth2 key file {"client_id": ..., "client_secret": ...} '
-        f"(else env {OAUTH2_CREDENTIALS_ENV} with the same JSON).",
-        metavar="PATH",
+        f"(else env {OAUTH2_CREDENTIALS_ENV} with the same JSON)."
     ),
-    Flag(
-        "playbook", "Playbook YAML (docs/playbook.md). Without it every message is skipped.", metavar="PATH"
-    ),
-    Flag(
-        "origin_allowlist",
+    "playbook": "Playbook YAML (docs/playbook.md). Without it every message is skipped.",
+    "origin_allowlist": (
         "Topics a message may be republished to (its origin must match): globs on full topic names "
-        "(* within a path part, ** across), or re:<regex>. Required for --mode replay.",
-        "list",
-        "GLOB[,GLOB]",
+        "(* within a path part, ** across), or re:<regex>. Required for --mode replay."
     ),
-    Flag("signatures", "Only act on these error signatures (from a report).", "list", "S1,S2"),
-    Flag("error_class", "Only act on this error class (full or simple class name).", "name", "NAME"),
-    Flag(
-        "since",
-        "Only act on DLQ messages published at or after this time (UTC if no offset).",
-        "time",
-        "ISO8601",
-    ),
-    Flag(
-        "until", "Only act on DLQ messages published before this time (UTC if no offset).", "time", "ISO8601"
-    ),
-    Flag("max_messages", "Act on at most N messages (oldest first); the rest wait.", "int", "N"),
-    Flag(
-        "max_replays",
+    "signatures": "Only act on these error signatures (from a report).",
+    "error_class": "Only act on this error class (full or simple class name).",
+    "since": "Only act on DLQ messages published at or after this time (UTC if no offset).",
+    "until": "Only act on DLQ messages published before this time (UTC if no offset).",
+    "max_messages": "Act on at most N messages (oldest first); the rest wait.",
+    "max_replays": (
         "Loop guard: a message with REPLAY_COUNT >= N is archived instead of republished "
-        f"(default {DEFAULT_MAX_REPLAYS}).",
-        "int",
-        "N",
+        f"(default {DEFAULT_MAX_REPLAYS})."
     ),
-    Flag("rate_limit", "Cap on republished messages per second (whole run).", "float", "MSGS_PER_S"),
-    Flag(
-        "parallelism",
+    "rate_limit": "Cap on republished messages per second (whole run).",
+    "parallelism": (
         "Readers per DLQ partition for the snapshot (reader mode; default: enough to keep every core "
-        "busy) and producers per origin topic (default: Spark's default parallelism).",
-        "int",
-        "N",
+        "busy) and producers per origin topic (default: Spark's default parallelism)."
     ),
-    Flag(
-        "archive_payload",
-        "Archive payloads (on, default) or only their SHA-256 (off); playbooks can say off per rule.",
-        "switch",
+    "archive_payload": (
+        "Archive payloads (on, default) or only their SHA-256 (off); playbooks can say off per rule."
     ),
-    Flag(
-        "group_actions",
+    "group_actions": (
         "Approved action per error signature, overriding the playbook for this run: a JSON object "
-        '{"<signature>": "replay"|"archive"|"leave"} or @path of a file holding it (docs/approval.md).',
-        "json",
-        "JSON|@FILE",
+        '{"<signature>": "replay"|"archive"|"leave"} or @path of a file holding it (docs/approval.md).'
     ),
-    Flag(
-        "window_from",
+    "window_from": (
         "Read the window frozen by this earlier run (e.g. the reviewed dry-run) instead of freezing a "
-        "new one; same --output-dir, --topics and --subscription.",
-        "name",
-        "RUN_ID",
+        "new one; same --output-dir, --topics and --subscription."
     ),
-    Flag(
-        "canary",
+    "canary": (
         "Republish N messages (or P%%) of each error group first, watch them for --canary-wait-seconds "
-        "and halt groups whose canaries fail again (left pending as canary_failed); docs/canary.md.",
-        metavar="N|P%",
+        "and halt groups whose canaries fail again (left pending as canary_failed); docs/canary.md."
     ),
-    Flag(
-        "canary_wait_seconds",
-        f"How long the canary is watched before the rest is sent (default {DEFAULT_CANARY_WAIT_SECONDS:g}).",
-        "float",
-        "S",
+    "canary_wait_seconds": (
+        f"How long the canary is watched before the rest is sent (default {DEFAULT_CANARY_WAIT_SECONDS:g})."
     ),
-    Flag(
-        "canary_max_failure_rate",
-        "Halt a group when more than this share of its canaries fail again (default 0: any).",
-        "float",
-        "RATE",
+    "canary_max_failure_rate": (
+        "Halt a group when more than this share of its canaries fail again (default 0: any)."
     ),
-    Flag(
-        "canary_watch_topics",
-        "Topics watched for failed canaries besides the DLQ topics and their -RETRY siblings.",
-        "list",
-        "T1,T2",
+    "canary_watch_topics": (
+        "Topics watched for failed canaries besides the DLQ topics and their -RETRY siblings."
     ),
-    Flag(
-        "wave_size",
+    "wave_size": (
         "Republish in waves of N messages per producer, each saved before the next; after a kill a "
         "resumed run re-sends at most the wave in flight: N x producers messages, which reach the origin "
         f"twice on a broker without deduplication (default {DEFAULT_WAVE_SIZE}; {DEDUP_WAVE_SIZE} when the "
-        "admin REST shows deduplication on every target topic, where a re-send is dropped by the broker).",
-        "int",
-        "N",
+        "admin REST shows deduplication on every target topic, where a re-send is dropped by the broker)."
     ),
-    Flag(
-        "idle_timeout_ms",
-        f"Stop reading a partition after this long idle (default {DEFAULT_IDLE_TIMEOUT_MS}).",
-        "int",
-        "MS",
-    ),
-    Flag(
-        "subscription_lease",
+    "idle_timeout_ms": f"Stop reading a partition after this long idle (default {DEFAULT_IDLE_TIMEOUT_MS}).",
+    "subscription_lease": (
         "Hold a broker lease per DLQ topic and subscription for the whole run, so no other replay "
         "(whatever its output dir) reads the same subscription at the same time (default on). It needs "
         "permission to consume a small lease topic in the DLQ's namespace; 'off' relies on the output "
-        "directory lock alone, which only a local --output-dir can hold.",
-        "switch",
+        "directory lock alone, which only a local --output-dir can hold."
     ),
+}
+#: The app's command line, one entry per option, in ``--help`` and :meth:`ReplayOptions.to_argv` order.
+FLAGS: tuple[Flag, ...] = (
+    Flag("run_id", required=True),
+    Flag("mode", "mode"),
+    Flag("service_url", required=True),
+    Flag("topics", "list", "T1,T2", required=True),
+    Flag("subscription"),
+    Flag("output_dir", "text", "URI", required=True),
+    Flag("auth_token_file", "text", "PATH"),
+    Flag("tls_trust_certs_file", "text", "PATH"),
+    Flag("admin_url", "url", "URL"),
+    Flag("tls_cert_file", "text", "PATH"),
+    Flag("tls_key_file", "text", "PATH"),
+    Flag("oauth2_issuer_url", "text", "URL"),
+    Flag("oauth2_audience", "text", "AUDIENCE"),
+    Flag("oauth2_scope", "text", "SCOPE"),
+    Flag("oauth2_credentials_file", "text", "PATH"),
+    Flag("playbook", "text", "PATH"),
+    Flag("origin_allowlist", "list", "GLOB[,GLOB]"),
+    Flag("signatures", "list", "S1,S2"),
+    Flag("error_class", "name", "NAME"),
+    Flag("since", "time", "ISO8601"),
+    Flag("until", "time", "ISO8601"),
+    Flag("max_messages", "int", "N"),
+    Flag("max_replays", "int", "N"),
+    Flag("rate_limit", "float", "MSGS_PER_S"),
+    Flag("parallelism", "int", "N"),
+    Flag("archive_payload", "switch"),
+    Flag("group_actions", "json", "JSON|@FILE"),
+    Flag("window_from", "name", "RUN_ID"),
+    Flag("canary", "text", "N|P%"),
+    Flag("canary_wait_seconds", "float", "S"),
+    Flag("canary_max_failure_rate", "float", "RATE"),
+    Flag("canary_watch_topics", "list", "T1,T2"),
+    Flag("wave_size", "int", "N"),
+    Flag("idle_timeout_ms", "int", "MS"),
+    Flag("subscription_lease", "switch"),
 )
