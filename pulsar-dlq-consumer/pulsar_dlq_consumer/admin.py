@@ -1,7 +1,6 @@
 """What every Apache Pulsar admin REST caller shares: topic paths, TLS, bearer requests and OAuth2 tokens.
 
-The replay app calls the admin REST with :func:`fetch`; the Airflow provider sends its requests with httpx
-and takes the rest from here. Errors name the URL and the cause, never a secret.
+The Airflow provider sends its requests with httpx instead of :func:`fetch`. Errors never show a secret.
 """
 
 from __future__ import annotations
@@ -131,8 +130,7 @@ class ClientCredentials:
 
     def access_token(self, context: ssl.SSLContext | None = None, timeout_s: float = 30.0) -> str:
         """An access token, fetched with :func:`fetch` when none is cached."""
-        cached = self.cached()
-        if cached:
+        if cached := self.cached():
             return cached
         try:
             status, body = fetch(self.discovery_url, context, timeout_s)

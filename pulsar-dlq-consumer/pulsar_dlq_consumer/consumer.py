@@ -14,9 +14,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Mapping
-from concurrent import futures
-from concurrent.futures import Future
-from concurrent.futures import TimeoutError as FutureTimeoutError
+from concurrent.futures import Future, wait
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
@@ -110,13 +108,9 @@ class DlqConsumer:
 
     Arguments and accessors are named as in ``pulsar.Client.subscribe`` and ``pulsar.Consumer``. Without
     ``dead_letter_policy`` ``term`` raises and nacks retry forever; ``retry_policy`` (which needs one)
-    enables ``reconsume_later``. ``backoff`` defaults to :class:`ExponentialBackoff` (1 s, 2 s, ... 60 s),
-    ``consumer_type`` to ``Shared`` (or ``KeyShared``); ``consumer_name`` is also written as
-    ``__dlq.errors.consumer``. ``metrics`` default to OpenTelemetry's global provider;
-    ``producer_options`` go to the DLQ/retry ``create_producer``. ``nack_precision_ms`` is the underlying
-    consumer's fixed nack delay (added to every backoff delay), ``send_timeout_s`` how long ``term`` and
-    ``reconsume_later`` wait for the broker to confirm the copy. ``subscribe_options`` go to
-    ``client.subscribe`` (``initial_position``, ``receiver_queue_size``, ...).
+    enables ``reconsume_later``. ``nack_precision_ms`` is the underlying consumer's fixed nack delay (added
+    to every backoff delay); ``send_timeout_s`` how long ``term`` and ``reconsume_later`` wait for the
+    broker to confirm the copy.
     """
 
     def __init__(
@@ -232,8 +226,8 @@ class DlqConsumer:
         return self.retry_topic is not None and base_topic(msg.topic_name()) == self.retry_topic
 
     def receive(self, timeout_millis: int | None = None) -> pulsar.Message:
-        """Receive the next message (``pulsar.Timeout`` when none arrives in time); one redelivered more than
-        ``max_redeliver_count`` times goes to the DLQ (``max-redeliveries``) instead."""
+        """Receive the next message (``pulsar.Timeout`` when none arrives in time); one redelivered past
+        ``max_redeliver_count`` goes to the DLQ instead."""
         self._check_open()
         deadline = None if timeout_millis is None else time.monotonic() + timeout_millis / 1000
         while True:
@@ -386,12 +380,9 @@ class DlqConsumer:
         policy = self.dead_letter_policy
         assert policy is not None  # retry needs a dead-letter policy too
         original = msg.properties()
-        if self.is_retry_message(msg):
-            origin_topic = original.get(REAL_TOPIC) or self._topic
-            origin_id = original.get(ORIGIN_MESSAGE_ID) or str(msg.message_id())
-        else:
-            origin_topic = msg.topic_name() or self._topic
-            origin_id = str(msg.message_id())
+        retried = self.is_retry_message(msg)
+        origin_topic = (original.get(REAL_TOPIC) if retried else msg.topic_name()) or self._topic
+        origin_id = (original.get(ORIGIN_MESSAGE_ID) if retried else None) or str(msg.message_id())
         kept = {
             k: v
             for k, v in original.items()
@@ -501,7 +492,7 @@ class DlqConsumer:
             return done
         try:
             sent.exception(timeout=self._send_timeout_s)
-        except FutureTimeoutError:
+        except TimeoutError:  # concurrent.futures.TimeoutError since Python 3.11
             owner.negative_acknowledge(msg)
             raise PublishError(
                 f"no confirmation within {self._send_timeout_s:g} s for message {msg.message_id()}; "
@@ -522,7 +513,7 @@ class DlqConsumer:
             pending = list(self._inflight)
         for producer in producers:
             producer.flush()
-        unconfirmed = futures.wait(pending, timeout if timeout is not None else self._send_timeout_s).not_done
+        unconfirmed = wait(pending, timeout if timeout is not None else self._send_timeout_s).not_done
         if unconfirmed:
             raise PublishError(f"{len(unconfirmed)} DLQ/retry sends still unconfirmed after flush timeout")
 

@@ -1,8 +1,7 @@
 """The options of one DLQ replay run: the contract between the Airflow operator and the Spark replay app.
 
-The operator builds :class:`ReplayOptions` and passes :meth:`ReplayOptions.to_argv` to the app, whose
-command line parses it back; checks run on construction, so a bad option fails before Spark starts.
-Secrets are never options (the app reads them from the environment or files).
+Checks run on construction, so a bad option fails before Spark starts. Secrets are never options (the app
+reads them from the environment or files).
 """
 
 from __future__ import annotations
@@ -26,11 +25,9 @@ DEFAULT_SUBSCRIPTION = "dlq-replayer"
 DEFAULT_MAX_REPLAYS = 3
 DEFAULT_IDLE_TIMEOUT_MS = 3000
 DEFAULT_CANARY_WAIT_SECONDS = 60.0
-#: Sequence ids per producer and wave: after a kill mid-apply a resumed run re-sends at most one wave per
-#: producer (``docs/reliability.md`` has the bound and the measured cost of smaller waves).
+#: Sequence ids per producer and wave (``--wave-size``; ``docs/reliability.md`` has the measured costs).
 DEFAULT_WAVE_SIZE = 2_000
-#: The wave size when the admin REST shows broker deduplication on every target topic: a re-sent wave is
-#: dropped by the broker there, so only the time to send it again is at stake, and fewer waves cost less.
+#: The wave size when every target topic deduplicates: a re-sent wave costs only the time to send it.
 DEDUP_WAVE_SIZE = 50_000
 #: The app's last stdout line starts with this, followed by the run's summary as JSON.
 SUMMARY_PREFIX = "DLQ_REPLAY_SUMMARY "
