@@ -48,10 +48,11 @@ from pulsar_dlq_consumer.policy import DeadLetterPolicy, RetryPolicy, check_coun
 if TYPE_CHECKING:
     import pulsar
 
-#: What failed (an exception or a message), a retry delay and a retry level, as the methods take them.
+#: What failed (an exception or a message), a retry delay, level and extra properties, as methods take them.
 Failure: TypeAlias = BaseException | str | None
 Delay: TypeAlias = float | timedelta | None
 Level: TypeAlias = int | Literal["increment"] | None
+Properties: TypeAlias = Mapping[str, str] | None
 log = logging.getLogger(__name__)
 
 #: ``subscribe`` options the wrapper manages itself.
@@ -300,7 +301,7 @@ class DlqConsumer:
         delay: Delay = None,
         *,
         level: Level = None,
-        properties: Mapping[str, str] | None = None,
+        properties: Properties = None,
         error: Failure = None,
     ) -> pulsar.MessageId:
         """Redeliver ``msg`` later through the retry topic, then ack it; returns the id written.
@@ -317,21 +318,14 @@ class DlqConsumer:
         delay: Delay = None,
         *,
         level: Level = None,
-        properties: Mapping[str, str] | None = None,
+        properties: Properties = None,
         error: Failure = None,
     ) -> Future[Any]:
         """Like :meth:`reconsume_later` without waiting for the broker (see :meth:`term_async`)."""
         return self._reconsume(msg, delay, level, properties, error, wait=False)
 
     def _reconsume(
-        self,
-        msg: pulsar.Message,
-        delay: Delay,
-        level: Level,
-        properties: Mapping[str, str] | None,
-        error: Failure,
-        *,
-        wait: bool,
+        self, msg: pulsar.Message, delay: Delay, level: Level, extra: Properties, error: Failure, wait: bool
     ) -> Future[Any]:
         self._check_open()
         retry, retry_topic = self.retry_policy, self.retry_topic
@@ -341,17 +335,17 @@ class DlqConsumer:
                 "retry_policy=RetryPolicy(...) and dead_letter_policy=DeadLetterPolicy(...) "
                 "(the message was left unacknowledged)"
             )
-        if properties is not None and not (
-            isinstance(properties, Mapping)
-            and all(isinstance(k, str) and isinstance(v, str) for k, v in properties.items())
+        if extra is not None and not (
+            isinstance(extra, Mapping)
+            and all(isinstance(k, str) and isinstance(v, str) for k, v in extra.items())
         ):
-            raise ConfigurationError(f"properties must map str to str; got {properties!r}")
+            raise ConfigurationError(f"properties must map str to str; got {extra!r}")
         attempt = _reconsume_times(msg) + 1
         if attempt > retry.max_reconsumes:
             return self._dead_letter(msg, REASON_MAX_RECONSUMES, error, wait=wait)
         seconds = retry.resolve_delay(attempt, delay=delay, level=level)
         props = {
-            **(properties or {}),
+            **(extra or {}),
             **self._copy_properties(msg, reason=None, error=error, reconsume_times=attempt),
             RECONSUMETIMES: str(attempt),
             DELAY_TIME: str(round(seconds * 1000)),
@@ -547,11 +541,7 @@ class DlqConsumer:
 
 
 def _check_arguments(
-    dead_letter: DeadLetterPolicy | None,
-    retry: RetryPolicy | None,
-    backoff: RedeliveryBackoff,
-    consumer_type: pulsar.ConsumerType,
-    subscribe_options: Mapping[str, Any],
+    dead_letter: object, retry: object, backoff: object, consumer_type: object, options: Mapping[str, Any]
 ) -> None:
     """The policies are ours (or ``None``), ``backoff`` has ``next()``, the subscription type allows
     individual acks and no option the wrapper manages is passed through."""
@@ -571,7 +561,7 @@ def _check_arguments(
             f"consumer_type must be ConsumerType.Shared or ConsumerType.KeyShared: retry topics, "
             f"nack backoff and dead-lettering need individual acks; got {consumer_type!r}"
         )
-    managed = subscribe_options.keys() & _MANAGED_OPTIONS
+    managed = options.keys() & _MANAGED_OPTIONS
     if managed:
         raise ConfigurationError(
             f"{sorted(managed)} are managed by DlqConsumer: use consumer_type=, consumer_name=, backoff= "
