@@ -24,13 +24,8 @@ def service_endpoints(service_url: str) -> list[tuple[str, int]]:
     """``pulsar://h1:6650,h2`` -> ``[("h1", 6650), ("h2", 6650)]`` (the scheme's default port)."""
     scheme, _, rest = service_url.partition("://")
     default = _DEFAULT_PORTS.get(scheme, 6650)
-    endpoints = []
-    for item in rest.split("/", 1)[0].split(","):
-        match = _ENDPOINT.fullmatch(item.strip())
-        if match:
-            port = match.group("port")
-            endpoints.append((match.group("v6") or match.group("host"), int(port) if port else default))
-    return endpoints
+    matches = (_ENDPOINT.fullmatch(item.strip()) for item in rest.split("/", 1)[0].split(","))
+    return [(m["v6"] or m["host"], int(m["port"]) if m["port"] else default) for m in matches if m]
 
 
 def connect_errors(service_url: str, timeout_s: float) -> Iterator[tuple[str, int, OSError | None]]:
@@ -48,11 +43,9 @@ def connect_errors(service_url: str, timeout_s: float) -> Iterator[tuple[str, in
 def oauth2_params(oauth2: Mapping[str, str | None]) -> str:
     """The JSON parameters of ``pulsar.AuthenticationOauth2`` (client credentials, in a key file or in
     memory as a ``data:`` URL, never on disk). The result holds the secret: never log it."""
-    unknown = sorted(set(oauth2) - OAUTH2_KEYS)
-    if unknown:
+    if unknown := sorted(set(oauth2) - OAUTH2_KEYS):
         raise ValueError(f"unknown OAuth2 settings {unknown}; use {sorted(OAUTH2_KEYS)}")
-    issuer = oauth2.get("issuer_url")
-    if not issuer:
+    if not (issuer := oauth2.get("issuer_url")):
         raise ValueError("OAuth2 needs issuer_url, e.g. https://auth.example.com/")
     params = {"issuer_url": str(issuer)} | {k: str(oauth2[k]) for k in ("audience", "scope") if oauth2.get(k)}
     if oauth2.get("credentials_file"):

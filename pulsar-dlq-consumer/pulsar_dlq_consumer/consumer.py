@@ -543,8 +543,7 @@ class DlqConsumer:
 def _check_arguments(
     dead_letter: object, retry: object, backoff: object, consumer_type: object, options: Mapping[str, Any]
 ) -> None:
-    """The policies are ours (or ``None``), ``backoff`` has ``next()``, the subscription type allows
-    individual acks and no option the wrapper manages is passed through."""
+    """Refuse arguments the wrapper cannot honour (each error names the argument and the fix)."""
     import pulsar
 
     if dead_letter is not None and not isinstance(dead_letter, DeadLetterPolicy):
@@ -561,8 +560,7 @@ def _check_arguments(
             f"consumer_type must be ConsumerType.Shared or ConsumerType.KeyShared: retry topics, "
             f"nack backoff and dead-lettering need individual acks; got {consumer_type!r}"
         )
-    managed = options.keys() & _MANAGED_OPTIONS
-    if managed:
+    if managed := options.keys() & _MANAGED_OPTIONS:
         raise ConfigurationError(
             f"{sorted(managed)} are managed by DlqConsumer: use consumer_type=, consumer_name=, backoff= "
             "instead (message listeners are not supported; call receive())"

@@ -112,9 +112,7 @@ def truncate_utf8(value: str, max_bytes: int) -> str:
 def read_text(props: Mapping[str, Any], key: str) -> str | None:
     """The value of ``key`` as valid UTF-8 text; ``None`` when absent, empty or not a string."""
     value = props.get(key)
-    if not isinstance(value, str) or value == "":
-        return None
-    return value if value.isascii() else safe_str(value)
+    return safe_str(value) if isinstance(value, str) and value else None
 
 
 def read_int(props: Mapping[str, Any], key: str, minimum: int = 0) -> int | None:

@@ -60,8 +60,7 @@ class ReplayOptionsError(ConfigurationError):
 
 
 def check_run_id(run_id: object, option: str = "--run-id") -> str:
-    """A run id (e.g. an Airflow run id): 1-250 printable characters without ``/``, ``\\`` or surrounding
-    spaces."""
+    """``run_id`` if it is a valid run id (e.g. an Airflow run id; the error says what one is)."""
     if not isinstance(run_id, str) or not _RUN_ID.fullmatch(run_id) or run_id.strip() != run_id:
         raise ReplayOptionsError(
             f"{option}: invalid run id: use 1-250 printable characters without '/', '\\' or surrounding "
@@ -218,8 +217,7 @@ class ReplayOptions:
             )
 
     def _check_selection(self) -> None:
-        bad = {k: v for k, v in (self.group_actions or {}).items() if v not in GROUP_ACTIONS}
-        if bad:
+        if bad := {k: v for k, v in (self.group_actions or {}).items() if v not in GROUP_ACTIONS}:
             raise ReplayOptionsError(f"--group-actions: {bad} must each be one of {', '.join(GROUP_ACTIONS)}")
         for signature in self.signatures or ():
             if not _SIGNATURE.fullmatch(signature):
@@ -255,8 +253,7 @@ class ReplayOptions:
                 value = self.canary.label
             else:  # --canary-X: the canary's attribute X
                 value = getattr(self.canary, flag.name.removeprefix("canary_"))
-            text = flag.text(value)
-            if text:
+            if text := flag.text(value):
                 argv += [flag.option, text]
         return argv
 
