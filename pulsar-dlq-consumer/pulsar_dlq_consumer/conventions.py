@@ -241,11 +241,7 @@ class First:
         return tuple(key for reader in self.readers for key in reader.keys)
 
     def read(self, props: Mapping[str, Any]) -> Any:
-        for reader in self.readers:
-            value = reader.read(props)
-            if value is not None:
-                return value
-        return None
+        return next((value for reader in self.readers if (value := reader.read(props)) is not None), None)
 
 
 #: Every kind of reader of one field (the Arrow kernels have one per kind); ``read`` gives ``None`` for none.

@@ -161,11 +161,8 @@ def resolve_topics(
         )
     dlq = retry_topic = None
     if dead_letter is not None:
-        dlq = (
-            normalize_topic(dead_letter.dead_letter_topic)
-            if dead_letter.dead_letter_topic
-            else f"{full}-{subscription}-DLQ"
-        )
+        named = dead_letter.dead_letter_topic
+        dlq = normalize_topic(named) if named else f"{full}-{subscription}-DLQ"
         dead_letter.name_guard.check(dlq, role="DLQ")
     if retry is not None:
         assert dead_letter is not None
