@@ -423,14 +423,10 @@ class DlqConsumer:
             return self._producers[topic]
 
     def _send(
-        self,
-        msg: pulsar.Message,
-        topic: str,
-        payload: bytes,
-        props: dict[str, str],
-        deliver_after: timedelta | None,
+        self, msg: pulsar.Message, topic: str, payload: bytes, props: dict[str, str], after: timedelta | None
     ) -> Future[Any]:
-        """Copy ``msg`` to ``topic`` without waiting; the future holds the new id or a PublishError."""
+        """Copy ``msg`` to ``topic`` (delivered ``after`` a delay) without waiting; the future holds the new
+        id or a PublishError."""
         sent: Future[Any] = Future()
 
         def failed(detail: object) -> PublishError:
@@ -450,8 +446,8 @@ class DlqConsumer:
         for name in ("partition_key", "ordering_key", "event_timestamp"):
             if value := getattr(msg, name)():
                 kwargs[name] = value
-        if deliver_after is not None:
-            kwargs["deliver_after"] = deliver_after
+        if after is not None:
+            kwargs["deliver_after"] = after
         with self._lock:
             self._inflight.add(sent)
         sent.add_done_callback(self._forget)
