@@ -1,8 +1,5 @@
-"""OAuth2 client credentials for the admin/metrics HTTP calls (the broker client does its own).
-
-The library's :class:`~pulsar_dlq_consumer.admin.ClientCredentials` (discovery, grant form, answers and
-token cache) with its two requests sent through the hook's ``httpx.AsyncClient``.
-"""
+"""OAuth2 client credentials for the admin/metrics HTTP calls (the broker client does its own): the
+library's :class:`~pulsar_dlq_consumer.admin.ClientCredentials` for the connection's settings."""
 
 from __future__ import annotations
 
@@ -13,8 +10,6 @@ from airflow_provider_dlq.errors import DlqProviderError
 from pulsar_dlq_consumer import admin
 
 if TYPE_CHECKING:
-    import httpx
-
     from airflow_provider_dlq.hooks.connection import OAuth2Settings
 
 
@@ -30,21 +25,3 @@ class ClientCredentials(admin.ClientCredentials):
     def __init__(self, settings: OAuth2Settings) -> None:
         super().__init__(asdict(settings))
         self.settings = settings
-
-    async def token(self, client: httpx.AsyncClient) -> str:
-        """An access token, fetched through ``client`` when none is cached."""
-        import httpx
-
-        cached = self.cached()
-        if cached:
-            return cached
-        try:
-            response = await client.get(self.discovery_url)
-            endpoint = self.answer(
-                self.discovery_url, response.status_code, response.content, "token_endpoint"
-            )
-            response = await client.post(endpoint, data=self.form())
-        except httpx.HTTPError as exc:
-            issuer = self.settings.issuer_url
-            raise OAuth2Error(f"OAuth2 issuer {issuer} unreachable: {type(exc).__name__}: {exc}") from exc
-        return self.answer(endpoint, response.status_code, response.content, "access_token")
