@@ -47,15 +47,6 @@ class OAuth2Settings:
     audience: str | None = None
     scope: str | None = None
 
-    def client_params(self) -> dict[str, str]:
-        """The non-secret part of ``pulsar.AuthenticationOauth2``'s parameters."""
-        params = {"issuer_url": self.issuer_url}
-        if self.audience:
-            params["audience"] = self.audience
-        if self.scope:
-            params["scope"] = self.scope
-        return params
-
 
 @dataclass(frozen=True)
 class PulsarConnectionConfig:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import asdict
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +27,6 @@ from airflow_provider_dlq.hooks.connection import (
     PulsarConnectionError,
     parse_pulsar_connection,
 )
-from airflow_provider_dlq.hooks.oauth2 import ClientCredentials, OAuth2Error
 from pulsar_dlq_consumer import admin
 from pulsar_dlq_consumer.client import create_client
 
@@ -62,7 +62,7 @@ class PulsarHook(BaseHook):
         super().__init__()
         self.pulsar_conn_id = pulsar_conn_id
         self.http_timeout = http_timeout
-        self._oauth2: ClientCredentials | None = None
+        self._oauth2: admin.ClientCredentials | None = None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(pulsar_conn_id={self.pulsar_conn_id!r})"
@@ -133,13 +133,7 @@ class PulsarHook(BaseHook):
             "tls_key_file_path": config.tls_key_file_path,
         }
         if config.oauth2 is not None:
-            oauth2 = config.oauth2
-            kwargs["oauth2"] = {
-                **oauth2.client_params(),
-                "client_id": oauth2.client_id,
-                "client_secret": oauth2.client_secret,
-                "credentials_file": oauth2.credentials_file,
-            }
+            kwargs["oauth2"] = asdict(config.oauth2)
         return kwargs
 
     def get_client(self, **client_kwargs: Any) -> pulsar.Client:
@@ -166,12 +160,13 @@ class PulsarHook(BaseHook):
         )
         token = config.token
         if config.oauth2 is not None:
-            if self._oauth2 is None or self._oauth2.settings != config.oauth2:
-                self._oauth2 = ClientCredentials(config.oauth2)
+            settings = asdict(config.oauth2)
+            if self._oauth2 is None or self._oauth2.oauth2 != settings:
+                self._oauth2 = admin.ClientCredentials(settings)
             issuer = admin.ssl_context(allow_insecure=insecure)  # the system's CAs: not the broker's
             try:
                 token = self._oauth2.access_token(issuer, self.http_timeout)
-            except OAuth2Error as exc:
+            except admin.OAuth2Error as exc:
                 raise BacklogReadError(str(exc)) from exc
         return AdminHttp(context, token, self.http_timeout)
 

@@ -89,6 +89,12 @@ if TYPE_CHECKING:
     from airflow_provider_dlq.hooks.connection import PulsarConnectionConfig
 
 SECRET_ENVS = (TOKEN_ENV, OAUTH2_CREDENTIALS_ENV)
+_USAGE_ERRORS = (
+    ReplayArgumentError,
+    PulsarConnectionError,
+    AirflowNotFoundException,
+    SparkConnectConfigError,
+)
 #: Spark settings the app relies on (user ``conf`` wins): task logs show the app's own progress lines, not
 #: Spark's INFO chatter.
 DEFAULT_CONF: dict[str, str] = {**APP_CONF, "spark.log.level": "WARN"}
@@ -278,13 +284,9 @@ class DlqReplayOperator(BaseOperator):
         durable: bool = True,
         **kwargs: Any,
     ) -> None:
-        if (
-            "outlets" not in kwargs
-            and isinstance(output_dir, str)
-            and "{{" not in output_dir
-            and output_dir.strip()
-        ):
-            kwargs["outlets"] = [output_asset(output_dir.strip())]
+        fixed_dir = output_dir.strip() if isinstance(output_dir, str) and "{{" not in output_dir else ""
+        if fixed_dir and "outlets" not in kwargs:
+            kwargs["outlets"] = [output_asset(fixed_dir)]
         super().__init__(**kwargs)
         if isinstance(mode, str) and "{{" not in mode:
             try:
@@ -687,12 +689,7 @@ class DlqReplayOperator(BaseOperator):
                 )
             if remote is not None:
                 check_client_installed(remote)
-        except (
-            ReplayArgumentError,
-            PulsarConnectionError,
-            AirflowNotFoundException,
-            SparkConnectConfigError,
-        ) as exc:
+        except _USAGE_ERRORS as exc:
             message = f"{exc} (not retried: fix the configuration, then clear the task)"
             self.log.error("%s", message)  # a log line of its own, not only the exception's detail
             raise AirflowFailException(message) from exc

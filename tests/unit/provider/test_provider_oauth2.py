@@ -6,13 +6,14 @@ from __future__ import annotations
 import base64
 import json
 import threading
+from dataclasses import asdict
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs
 
 import pytest
 
 from airflow_provider_dlq.hooks.connection import OAuth2Settings
-from airflow_provider_dlq.hooks.oauth2 import ClientCredentials, OAuth2Error
+from pulsar_dlq_consumer.admin import ClientCredentials, OAuth2Error
 from pulsar_dlq_consumer.client import create_client, oauth2_params
 
 SECRET = "s3cr3t-client-secret"
@@ -102,7 +103,7 @@ def test_access_token_is_fetched_once_and_cached(issuer, tmp_path):
     settings = OAuth2Settings(
         issuer_url=issuer, client_id="c1", client_secret=SECRET, audience="urn:p", scope="s"
     )
-    credentials = ClientCredentials(settings)
+    credentials = ClientCredentials(asdict(settings))
 
     def fetch(credentials):
         return [credentials.access_token(), credentials.access_token()]
@@ -119,9 +120,11 @@ def test_access_token_is_fetched_once_and_cached(issuer, tmp_path):
     ]
     key_file = tmp_path / "oauth2.json"
     key_file.write_text(json.dumps({"client_id": "c2", "client_secret": SECRET}))
-    by_file = ClientCredentials(OAuth2Settings(issuer_url=issuer, credentials_file=str(key_file)))
+    by_file = ClientCredentials(asdict(OAuth2Settings(issuer_url=issuer, credentials_file=str(key_file))))
     assert fetch(by_file) == ["access-1", "access-1"]
-    wrong = ClientCredentials(OAuth2Settings(issuer_url=issuer, client_id="c1", client_secret="wrong"))
+    wrong = ClientCredentials(
+        asdict(OAuth2Settings(issuer_url=issuer, client_id="c1", client_secret="wrong"))
+    )
     with pytest.raises(OAuth2Error) as err:
         fetch(wrong)
     assert "HTTP 401" in str(err.value)
