@@ -1,7 +1,6 @@
 """Build the ``--py-files`` bundle of the replay app: the Spark app and a vendored copy of the installed
 consumer library, compiled, checked not to import Airflow (``python -m airflow_provider_dlq.bundle --dest
-DIR``). Native code (pulsar-client, pyarrow) must be installed in the Spark Python environment.
-"""
+DIR``). Native code (pulsar-client, pyarrow) must be installed in the Spark Python environment."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """Read a subscription's backlog per topic: admin REST ``msgBacklog`` (entries, counted as messages by
-``analyzeBacklog`` when few enough) and ages, else the Prometheus gauge ``pulsar_subscription_back_log``.
-"""
+``analyzeBacklog`` when few enough) and ages, else the Prometheus gauge ``pulsar_subscription_back_log``."""
 
 from __future__ import annotations
 
@@ -65,8 +64,7 @@ class AdminHttp:
     timeout: float = 10.0
 
     def send(self, url: str, method: str = "GET") -> tuple[int, str]:
-        """``(status, body)`` of one request of a backlog read; one with no answer raises
-        :class:`BacklogReadError`."""
+        """``(status, body)`` of one request; one with no answer raises :class:`BacklogReadError`."""
         form: dict[str, str] | None = {} if method == "POST" else None
         try:
             status, body = admin.fetch(url, self.context, self.timeout, token=self.token, form=form)

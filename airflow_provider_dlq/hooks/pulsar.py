@@ -152,8 +152,8 @@ class PulsarHook(BaseHook):
         return self.get_client()
 
     def admin_http(self, config: PulsarConnectionConfig) -> AdminHttp:
-        """The connection's TLS context and credentials for the admin/metrics requests (an OAuth2 token is
-        fetched first, and cached until near expiry). Blocking."""
+        """The TLS context and credentials of admin/metrics requests (an OAuth2 token is fetched, blocking,
+        and cached until near expiry)."""
         insecure = config.tls_allow_insecure_connection
         context = admin.ssl_context(
             config.tls_trust_certs_file_path, insecure, config.tls_cert_file_path, config.tls_key_file_path

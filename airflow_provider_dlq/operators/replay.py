@@ -95,8 +95,7 @@ _USAGE_ERRORS = (
     AirflowNotFoundException,
     SparkConnectConfigError,
 )
-#: Spark settings the app relies on (user ``conf`` wins): task logs show the app's own progress lines, not
-#: Spark's INFO chatter.
+#: Spark settings the app relies on (user ``conf`` wins); task logs show the app's lines, not Spark's INFO.
 DEFAULT_CONF: dict[str, str] = {**APP_CONF, "spark.log.level": "WARN"}
 
 
@@ -106,8 +105,7 @@ def output_asset(output_dir: str) -> Asset:
     return Asset(name=f"dlq-replay:{uri}", uri=uri)
 
 
-#: Operator attributes passed to the app's options under the same name: the templated ones, then the
-#: numbers and flags.
+#: Operator attributes passed to the app's options by name: the templated ones, then numbers and flags.
 _TEMPLATED_APP_FIELDS = (
     "topics",
     "output_dir",
@@ -536,8 +534,7 @@ class DlqReplayOperator(BaseOperator):
         main_path: str,
         context: Context | None = None,
     ) -> str | None:
-        """spark-submit the app, or reattach to the standalone cluster driver of an earlier try; returns
-        the app's summary line (if printed)."""
+        """spark-submit the app (or reattach to an earlier try's cluster driver); its summary line, if any."""
         archive: ArchivePlan | None = None
         submitted = False
         try:

@@ -2,8 +2,7 @@
 
 A report is found through the task's XCom (``paths.report_html``), served only as
 ``runs/<run id>/report.html`` (under ``[dlq_replay] report_roots`` when set), to users who may read the
-DAG's XComs, with a Content-Security-Policy that forbids scripts. The app is built on the first request.
-"""
+DAG's XComs, with a Content-Security-Policy that forbids scripts. The app is built on the first request."""
 
 from __future__ import annotations
 

@@ -2,8 +2,7 @@
 
 ``MessageQueueTrigger(scheme="pulsar", topics=[...], subscription=..., min_backlog=...)`` takes the
 arguments of :class:`~airflow_provider_dlq.triggers.backlog_event.DlqBacklogEventTrigger`. Unlike other
-providers' queues it never consumes: it watches a backlog. See ``docs/event-driven.md``.
-"""
+providers' queues it never consumes: it watches a backlog. See ``docs/event-driven.md``."""
 
 from __future__ import annotations
 

@@ -87,8 +87,7 @@ class WatchState:
 
 @dataclass(frozen=True)
 class Decision:
-    """One poll: the backlog summed over the watched topics, the part above the baseline (``new``) and its
-    age, whether the watch fires and the state to store."""
+    """One poll's verdict: the total backlog, the part above the baseline (``new``) and its age."""
 
     fire: bool
     reason: str | None
