@@ -312,3 +312,38 @@ def test_admin_plan_missing_topic_is_not_found_and_auth_errors_say_how_to_fix():
 def test_topic_backlog_round_trips_through_json():
     item = TopicBacklog("persistent://a/b/c", SUB, 40, "admin", True, 12.5, entries=4, exact=True)
     assert TopicBacklog(**json.loads(json.dumps(item.to_dict()))) == item
+
+
+def test_admin_http_sends_the_token_and_posts_no_body():
+    """The admin API refuses a POST with a form body (HTTP 415); a failed request names the URL only."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    seen = []
+
+    class Answers(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_POST(self):
+            seen.append(dict(self.headers))
+            self.send_response(404)
+            self.send_header("Content-Length", "4")
+            self.end_headers()
+            self.wfile.write(b"gone")
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Answers)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/analyzeBacklog"
+    try:
+        assert AdminHttp(None, "tok-1", 5).send(url, "POST") == (404, "gone")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert seen[0]["Authorization"] == "Bearer tok-1"
+    assert seen[0]["Content-Length"] == "0"
+    assert "Content-Type" not in seen[0]
+    assert "tok-1" not in repr(AdminHttp(None, "tok-1"))
+    with pytest.raises(BacklogReadError, match=r"^GET http://127\.0\.0\.1:9/x failed: ") as err:
+        AdminHttp(None, "tok-1", 2).send("http://127.0.0.1:9/x")
+    assert "tok-1" not in str(err.value)

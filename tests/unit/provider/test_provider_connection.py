@@ -9,9 +9,9 @@ from types import SimpleNamespace
 import pytest
 
 from airflow_provider_dlq.get_provider_info import get_provider_info
+from airflow_provider_dlq.hooks.backlog import AdminHttp
 from airflow_provider_dlq.hooks.connection import KNOWN_EXTRAS, PulsarConnectionError, parse_pulsar_connection
 from airflow_provider_dlq.hooks.pulsar import PulsarHook
-from pulsar_dlq_consumer import admin
 
 TOKEN = "eyJhbGciOiJIUzI1NiJ9.c2VjcmV0LXRva2Vu.sig-never-print-me"
 
@@ -139,11 +139,11 @@ def test_hook_reads_the_env_connection(monkeypatch):
     assert hook.config.service_url == "pulsar://localhost:6650"
     sent = []
 
-    def fetch(url, context, timeout_s, *, token, form):
+    def send(http, url, method="GET"):
         sent.append(url)
-        return 200, b"# TYPE pulsar_subscription_back_log gauge\n"
+        return 200, "# TYPE pulsar_subscription_back_log gauge\n"
 
-    monkeypatch.setattr(admin, "fetch", fetch)
+    monkeypatch.setattr(AdminHttp, "send", send)
     assert hook.get_backlog(["persistent://t/ns/x"], "sub")["persistent://t/ns/x"].source == "metrics"
     assert sent == ["http://m:1/metrics"]
 
