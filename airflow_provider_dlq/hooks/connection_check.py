@@ -145,16 +145,6 @@ def tested_connection_id() -> str | None:
     return None
 
 
-def check_urls(hook: PulsarHook, config: PulsarConnectionConfig, notes: list[str]) -> None:
-    """Check the admin API and the metrics endpoint with the hook's credentials, noting each that passed."""
-    http = admin_http(hook, config)
-    if config.admin_url:
-        url = _admin_check_url(config)
-        notes.append(check_http(http, url, "admin API", forbidden_ok=not config.test_topic))
-    if config.metrics_url:
-        notes.append(check_http(http, config.metrics_url, "metrics endpoint", forbidden_ok=False))
-
-
 def check_connection(hook: PulsarHook, config: PulsarConnectionConfig) -> tuple[bool, str]:
     """Run every check; ``(True, notes)`` or ``(False, "<what failed> (passed: ...)")``."""
     notes: list[str] = []
@@ -165,7 +155,12 @@ def check_connection(hook: PulsarHook, config: PulsarConnectionConfig) -> tuple[
             notes.append(f"OAuth2 issuer {config.oauth2.issuer_url} ok (token issued)")
         notes.append(check_broker(hook, config))
         if config.admin_url or config.metrics_url:
-            check_urls(hook, config, notes)
+            http = admin_http(hook, config)
+            if config.admin_url:
+                url = _admin_check_url(config)
+                notes.append(check_http(http, url, "admin API", forbidden_ok=not config.test_topic))
+            if config.metrics_url:
+                notes.append(check_http(http, config.metrics_url, "metrics endpoint", forbidden_ok=False))
         else:
             notes.append("no admin_url or metrics_url: backlog sensing is unavailable")
     except CheckFailed as exc:
