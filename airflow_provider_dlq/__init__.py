@@ -1,7 +1,6 @@
 """Apache Airflow provider for batch DLQ reprocessing of Apache Pulsar topics with Apache Spark.
 
-Importing this package is cheap: it imports neither Airflow nor Spark. Import the subpackages you need.
-"""
+Importing this package is cheap: it imports neither Airflow nor Spark. Import the subpackages you need."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """Build the ``--py-files`` bundle of the replay app: the Spark app and a vendored copy of the installed
 consumer library, compiled, checked not to import Airflow (``python -m airflow_provider_dlq.bundle --dest
-DIR``). Native code (pulsar-client, pyarrow) must be installed in the Spark Python environment.
-"""
+DIR``). Native code (pulsar-client, pyarrow) must be installed in the Spark Python environment."""
 
 from __future__ import annotations
 
@@ -106,9 +105,8 @@ def build_bundle(
     ):
         for rel, path in files:
             _add(archive, rel, path.read_bytes())
-            # Compiled next to the source: every Python process of the run (the driver, each worker)
-            # imports the bundle without compiling it. A checked-hash pyc is used only while it matches
-            # the source, and only by the Python version that wrote it (others compile as before).
+            # Compiled next to the source, so no process of the run compiles it; a checked-hash pyc is used
+            # only while it matches the source, and only by the Python version that wrote it.
             _add(archive, rel + "c", _compiled(path, rel, Path(scratch)))
     tmp.replace(zip_path)
     main_src = app / MAIN_NAME

@@ -2,8 +2,7 @@
 
 Per JVM build and set of Spark jars, the first run's driver writes an archive when it exits
 (``-XX:ArchiveClassesAtExit``), installed only after spark-submit exited 0 and a JVM starts on it;
-later runs map it (``-XX:SharedArchiveFile``). See ``docs/operator.md`` ("Faster start-up").
-"""
+later runs map it (``-XX:SharedArchiveFile``). See ``docs/operator.md`` ("Faster start-up")."""
 
 from __future__ import annotations
 

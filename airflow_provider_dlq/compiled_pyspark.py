@@ -2,8 +2,7 @@
 
 Python caches no bytecode for spark-submit's ``pyspark.zip`` and ``py4j`` zip; :class:`CompiledPySpark`
 keeps them extracted and compiled per Spark and Python, found by the driver through :data:`FOLDER_ENV`
-and by the workers through their path and daemon. See ``docs/operator.md`` ("Faster start-up").
-"""
+and by the workers through their path and daemon. See ``docs/operator.md`` ("Faster start-up")."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""A lean Spark driver for a local replay, where the driver JVM is the executor too: a heap sized to its
-cores, the serial collector with a small young generation, two malloc arenas and bounded query-stage
-thread pools; and the C1-only JIT (``-XX:TieredStopAtLevel=1``) for a small run, which finishes sooner
-with C1 alone (a large one later). What the user sets wins; a cluster master is left alone. See
-``docs/operator.md``.
-"""
+"""A lean Spark driver for a local replay (the driver JVM is the executor too), and the C1-only JIT for a
+small run. What the user sets wins; a cluster master is left alone. See ``docs/operator.md``."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """Start and stop the embedded ``pulsar-lite`` broker (extra ``embedded``) of the demo, tests and benchmark.
 
-Each broker gets a private data directory and metrics port; :meth:`EmbeddedBroker.stop` stops it by PID.
-"""
+Each broker gets a private data directory and metrics port; :meth:`EmbeddedBroker.stop` stops it by PID."""
 
 from __future__ import annotations
 
@@ -62,8 +61,7 @@ def start_embedded_broker(
     data_dir: str | os.PathLike[str], *, default_partitions: int | None = None
 ) -> EmbeddedBroker:
     """Start a pulsar-lite broker in ``data_dir`` with a private metrics port, and wait for its metrics;
-    :class:`EmbeddedBrokerError` with the fix when ``pulsar-lite`` is missing or the broker does not come up.
-    """
+    :class:`EmbeddedBrokerError` with the fix when ``pulsar-lite`` is missing or the broker stays down."""
     try:
         from pulsar_lite import process_manager as pm
     except ImportError as exc:  # pragma: no cover - depends on the environment

@@ -1,7 +1,6 @@
 """The provider's error root: every error it raises on purpose is a :class:`DlqProviderError`.
 
-Each also keeps its built-in kind (``ValueError``, ``RuntimeError``), so ``except ValueError`` still works.
-"""
+Each also keeps its built-in kind (``ValueError``, ``RuntimeError``), so ``except ValueError`` still works."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """Read a file under a replay run's output root: a local path, a scheme an Airflow provider registers
 (``ObjectStoragePath``), else pyarrow's file systems (S3 with an ``aws`` connection or the AWS
-environment, GCS, HDFS, ABFS). Credentials are never logged or returned.
-"""
+environment, GCS, HDFS, ABFS). Credentials are never logged or returned."""
 
 from __future__ import annotations
 

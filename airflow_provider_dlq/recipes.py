@@ -1,7 +1,6 @@
 """Run the replay app on managed Spark: its validated command line (:func:`replay_argv`), the job specs of
 the services' own Airflow operators, and :func:`read_replay_report`. Secrets never enter the specs: give
-file paths the service mounts from its secret store. See ``docs/managed-spark.md``.
-"""
+file paths the service mounts from its secret store. See ``docs/managed-spark.md``."""
 
 from __future__ import annotations
 

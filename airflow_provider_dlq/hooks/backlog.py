@@ -1,13 +1,15 @@
 """Read a subscription's backlog per topic: admin REST ``msgBacklog`` (entries, counted as messages by
-``analyzeBacklog`` when few enough) and ages, else the Prometheus gauge ``pulsar_subscription_back_log``.
-"""
+``analyzeBacklog`` when few enough) and ages, else the Prometheus gauge ``pulsar_subscription_back_log``."""
 
 from __future__ import annotations
 
 import fnmatch
 import json
 import re
-from dataclasses import asdict, dataclass, replace
+import urllib.error
+import urllib.request
+from dataclasses import asdict, dataclass, field, replace
+from http.client import HTTPException
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
@@ -17,9 +19,8 @@ from pulsar_dlq_consumer.context import base_topic
 from pulsar_dlq_consumer.errors import ConfigurationError
 
 if TYPE_CHECKING:
+    import ssl
     from collections.abc import Iterable, Sequence
-
-    import httpx
 
 BACKLOG_METRIC = "pulsar_subscription_back_log"
 _SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>.*)\})?\s+(?P<value>\S+)")
@@ -56,14 +57,31 @@ class TopicBacklog:
         return asdict(self)
 
 
-async def send(client: httpx.AsyncClient, url: str, method: str = "GET") -> httpx.Response:
-    """One request of a backlog read; one that fails raises :class:`BacklogReadError`."""
-    import httpx
+@dataclass(frozen=True)
+class AdminHttp:
+    """The connection's TLS context and bearer token for the admin/metrics requests (never logged)."""
 
-    try:
-        return await client.request(method, url)
-    except httpx.HTTPError as exc:
-        raise BacklogReadError(f"{method} {url} failed: {type(exc).__name__}: {exc}") from exc
+    context: ssl.SSLContext | None = None
+    token: str | None = field(default=None, repr=False)
+    timeout: float = 10.0
+
+    def send(self, url: str, method: str = "GET") -> tuple[int, str]:
+        """``(status, body)`` of one request; one with no answer raises :class:`BacklogReadError`. A POST
+        has no body (the library's ``fetch`` would send a form, which the admin API refuses)."""
+        request = urllib.request.Request(
+            url, method=method, headers={"Accept": "application/json, text/plain"}
+        )
+        if self.token:
+            request.add_header("Authorization", f"Bearer {self.token}")
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout, context=self.context) as response:
+                status, body = response.status, response.read()
+        except urllib.error.HTTPError as exc:
+            status, body = exc.code, exc.read()
+        except (OSError, HTTPException) as exc:  # no answer: refused, unknown host, timeout, TLS failure
+            cause = getattr(exc, "reason", None) or exc
+            raise BacklogReadError(f"{method} {url} failed: {type(cause).__name__}: {cause}") from exc
+        return status, body.decode("utf-8", "replace")
 
 
 def normalize_topic(topic: str, *, pattern: bool = False) -> str:
@@ -145,43 +163,43 @@ def parse_prometheus_backlog(text: str, subscription: str) -> dict[str, int]:
     return totals
 
 
-async def metrics_backlog(
-    client: httpx.AsyncClient, metrics_url: str, topics: Sequence[str], subscription: str
+def metrics_backlog(
+    http: AdminHttp, metrics_url: str, topics: Sequence[str], subscription: str
 ) -> dict[str, TopicBacklog]:
     """One GET of the metrics page; topics absent from it have backlog 0 and ``found=False``."""
-    result = await send(client, metrics_url)
-    if result.status_code != 200:
+    status, text = http.send(metrics_url)
+    if status != 200:
         raise BacklogReadError(
-            f"GET {metrics_url} returned HTTP {result.status_code}; check the extra 'metrics_url' "
+            f"GET {metrics_url} returned HTTP {status}; check the extra 'metrics_url' "
             "(the broker's Prometheus endpoint, e.g. http://broker:8080/metrics)."
         )
-    if "# TYPE" not in result.text and BACKLOG_METRIC not in result.text:
+    if "# TYPE" not in text and BACKLOG_METRIC not in text:
         raise BacklogReadError(
             f"{metrics_url} does not look like a Prometheus metrics page; check the extra 'metrics_url'."
         )
-    counts = parse_prometheus_backlog(result.text, subscription)
+    counts = parse_prometheus_backlog(text, subscription)
     return {
         topic: TopicBacklog(topic, subscription, counts.get(topic, 0), "metrics", topic in counts)
         for topic in _expand(topics, counts)
     }
 
 
-async def _get_json(client: httpx.AsyncClient, url: str) -> Any:
+def _get_json(http: AdminHttp, url: str) -> Any:
     """The JSON at ``url``, ``None`` when it does not exist (404); raises with the fix for the rest."""
-    result = await send(client, url)
-    if result.status_code == 404:
+    status, text = http.send(url)
+    if status == 404:
         return None
-    if result.status_code in (401, 403):
+    if status in (401, 403):
         raise BacklogConfigError(
-            f"GET {url} was refused (HTTP {result.status_code}); the connection's token (Password) lacks "
+            f"GET {url} was refused (HTTP {status}); the connection's token (Password) lacks "
             "permission to read topic stats. Grant it, or use a token with admin rights."
         )
-    if result.status_code != 200:
+    if status != 200:
         raise BacklogReadError(
-            f"GET {url} returned HTTP {result.status_code}; check the extra 'admin_url' (e.g. http://broker:8080)."
+            f"GET {url} returned HTTP {status}; check the extra 'admin_url' (e.g. http://broker:8080)."
         )
     try:
-        return json.loads(result.text)
+        return json.loads(text)
     except ValueError as exc:
         raise BacklogReadError(f"GET {url} did not return JSON; check the extra 'admin_url'.") from exc
 
@@ -226,8 +244,8 @@ def _partition_entries(stats: Any, topic: str, partitions: int, subscription: st
     return out
 
 
-async def count_messages(
-    client: httpx.AsyncClient, admin_url: str, topic: str, subscription: str, entries: int, max_entries: int
+def count_messages(
+    http: AdminHttp, admin_url: str, topic: str, subscription: str, entries: int, max_entries: int
 ) -> tuple[int, bool]:
     """``(messages, exact)`` for ``entries`` pending entries of one (partition) topic, counted by
     ``analyzeBacklog`` up to ``max_entries``; any refusal gives ``(entries, False)``, a lower bound."""
@@ -237,8 +255,8 @@ async def count_messages(
         return entries, False
     url = f"{admin_path(admin_url, topic)}/subscription/{quote(subscription, safe='')}/analyzeBacklog"
     try:
-        result = await send(client, url, "POST")
-        doc = json.loads(result.text) if result.status_code == 200 else None
+        status, text = http.send(url, "POST")
+        doc = json.loads(text) if status == 200 else None
     except (BacklogReadError, ValueError):
         doc = None
     if not isinstance(doc, dict):
@@ -252,8 +270,8 @@ async def count_messages(
     return messages, True
 
 
-async def admin_backlog(
-    client: httpx.AsyncClient,
+def admin_backlog(
+    http: AdminHttp,
     admin_url: str,
     topics: Sequence[str],
     subscription: str,
@@ -264,17 +282,17 @@ async def admin_backlog(
     """Expand patterns by listing namespaces, read each topic's stats, count batched messages."""
     listed: set[str] = set()
     for url in sorted({admin_path(admin_url, t, parts=2) for t in topics if is_pattern(t)}):
-        names = await _get_json(client, url)
+        names = _get_json(http, url)
         if names is not None and not isinstance(names, list):
             raise BacklogReadError(f"GET {url} did not return a list of topics.")
         listed.update(base_topic(str(n)) for n in names or () if str(n).startswith("persistent://"))
     backlogs: dict[str, TopicBacklog] = {}
     for topic in _expand(topics, listed):
         base = admin_path(admin_url, topic)
-        meta = await _get_json(client, f"{base}/partitions")
+        meta = _get_json(http, f"{base}/partitions")
         partitions = int(meta.get("partitions", 0)) if isinstance(meta, dict) else 0
         suffix = "partitioned-stats?perPartition=true&" if partitions > 0 else "stats?"
-        stats = await _get_json(client, f"{base}/{suffix}getEarliestTimeInBacklog=true")
+        stats = _get_json(http, f"{base}/{suffix}getEarliestTimeInBacklog=true")
         item = parse_admin_stats(stats, topic, subscription, now_ms)
         if item.found and not item.exact:
             parts = (
@@ -284,8 +302,8 @@ async def admin_backlog(
             )
             messages, exact = 0, True
             for part, entries in parts.items():
-                counted, part_exact = await count_messages(
-                    client, admin_url, part, subscription, entries, count_max_entries
+                counted, part_exact = count_messages(
+                    http, admin_url, part, subscription, entries, count_max_entries
                 )
                 messages += counted
                 exact = exact and part_exact
@@ -297,11 +315,11 @@ async def admin_backlog(
     return backlogs
 
 
-async def consumer_properties(
-    client: httpx.AsyncClient, admin_url: str, topic: str, subscription: str
+def consumer_properties(
+    http: AdminHttp, admin_url: str, topic: str, subscription: str
 ) -> list[dict[str, str]]:
     """The properties of each consumer of ``subscription`` on a non-partitioned ``topic`` (``[]``
     when the topic or the subscription does not exist)."""
-    sub = _subscription(await _get_json(client, f"{admin_path(admin_url, topic)}/stats"), subscription)
+    sub = _subscription(_get_json(http, f"{admin_path(admin_url, topic)}/stats"), subscription)
     consumers = (sub or {}).get("consumers") or []
     return [{str(k): str(v) for k, v in (c.get("metadata") or {}).items()} for c in consumers]

@@ -1,10 +1,5 @@
-"""Parse an Airflow ``pulsar`` connection into a validated, secret-safe configuration.
-
-Host is the service URL (``pulsar://host:6650``, ``pulsar+ssl://host:6651``, several brokers, or a bare
-``host[:port]``); authentication is a token (Password), OAuth2 client credentials (extra
-``oauth2_issuer_url`` with Login/Password or ``oauth2_credentials_file``) or a TLS client certificate
-(extras :data:`KNOWN_EXTRAS`). See ``docs/connection.md``. Pure: no network, no Airflow.
-"""
+"""Parse an Airflow ``pulsar`` connection (Host: service URL; token, OAuth2 or TLS client certificate
+auth) into a validated, secret-safe configuration (pure: no network, no Airflow); ``docs/connection.md``."""
 
 from __future__ import annotations
 
@@ -46,15 +41,6 @@ class OAuth2Settings:
     credentials_file: str | None = None
     audience: str | None = None
     scope: str | None = None
-
-    def client_params(self) -> dict[str, str]:
-        """The non-secret part of ``pulsar.AuthenticationOauth2``'s parameters."""
-        params = {"issuer_url": self.issuer_url}
-        if self.audience:
-            params["audience"] = self.audience
-        if self.scope:
-            params["scope"] = self.scope
-        return params
 
 
 @dataclass(frozen=True)

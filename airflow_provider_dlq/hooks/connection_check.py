@@ -1,21 +1,18 @@
 """The connection form's Test button: reach the broker, authenticate, and check the admin/metrics URLs.
 
 Failures name the URL and the cause, never a secret. The broker check looks up extra ``test_topic``, or a
-topic in ``public/default``, where an authorisation refusal still proves the credentials were accepted.
-"""
+topic in ``public/default``, where an authorisation refusal still proves the credentials were accepted."""
 
 from __future__ import annotations
 
-import asyncio
 import socket
 from typing import TYPE_CHECKING
 
 from airflow_provider_dlq.errors import DlqProviderError
+from airflow_provider_dlq.hooks.backlog import AdminHttp, BacklogReadError, admin_path
 from pulsar_dlq_consumer.client import connect_errors
 
 if TYPE_CHECKING:
-    import httpx
-
     from airflow_provider_dlq.hooks.connection import PulsarConnectionConfig
     from airflow_provider_dlq.hooks.pulsar import PulsarHook
 
@@ -103,8 +100,6 @@ def check_broker(hook: PulsarHook, config: PulsarConnectionConfig) -> str:
 
 def _admin_check_url(config: PulsarConnectionConfig) -> str:
     """With ``test_topic``: its namespace's topic list (as the sensor reads globs); else ``clusters``."""
-    from airflow_provider_dlq.hooks.backlog import admin_path
-
     assert config.admin_url is not None
     topic = config.test_topic or ""
     if "://" in topic and len(topic.partition("://")[2].split("/")) == 3:
@@ -112,35 +107,27 @@ def _admin_check_url(config: PulsarConnectionConfig) -> str:
     return f"{config.admin_url}/admin/v2/clusters"
 
 
-async def check_http(client: httpx.AsyncClient, url: str, what: str, *, forbidden_ok: bool) -> str:
+def check_http(http: AdminHttp, url: str, what: str, *, forbidden_ok: bool) -> str:
     """GET ``url``; 2xx is ok, 403 is ok when ``forbidden_ok`` (authenticated, not authorised)."""
-    import httpx
-
     try:
-        response = await client.get(url)
-    except httpx.HTTPError as exc:
-        raise CheckFailed(f"cannot reach the {what} {url}: {type(exc).__name__}: {exc}") from exc
-    if response.status_code == 401:
+        status, _ = http.send(url)
+    except BacklogReadError as exc:
+        raise CheckFailed(f"cannot reach the {what}: {exc}") from exc
+    if status == 401:
         raise CheckFailed(f"the {what} {url} refused the credentials (HTTP 401)")
-    if response.status_code == 403 and forbidden_ok:
+    if status == 403 and forbidden_ok:
         return f"{what} ok (credentials accepted; HTTP 403 on {url}, set extra test_topic to check yours)"
-    if response.status_code >= 400:
-        raise CheckFailed(f"the {what} {url} returned HTTP {response.status_code}")
+    if status >= 400:
+        raise CheckFailed(f"the {what} {url} returned HTTP {status}")
     return f"{what} ok"
 
 
-async def http_client(hook: PulsarHook, config: PulsarConnectionConfig) -> httpx.AsyncClient:
-    """The hook's HTTP client; with OAuth2 its token is fetched here, so a dead issuer is named as such."""
-    from airflow_provider_dlq.hooks.backlog import BacklogReadError
-
+def admin_http(hook: PulsarHook, config: PulsarConnectionConfig) -> AdminHttp:
+    """The hook's credentials; with OAuth2 its token is fetched here, so a dead issuer is named as such."""
     try:
-        return await hook._http_client(config)
+        return hook.admin_http(config)
     except BacklogReadError as exc:
         raise CheckFailed(f"{exc}; check extra oauth2_issuer_url and the client ID / secret") from exc
-
-
-async def check_issuer(hook: PulsarHook, config: PulsarConnectionConfig) -> None:
-    await (await http_client(hook, config)).aclose()
 
 
 def tested_connection_id() -> str | None:
@@ -158,27 +145,22 @@ def tested_connection_id() -> str | None:
     return None
 
 
-async def check_urls(hook: PulsarHook, config: PulsarConnectionConfig, notes: list[str]) -> None:
-    """Check the admin API and the metrics endpoint with the hook's HTTP client, noting each that passed."""
-    async with await http_client(hook, config) as http:
-        if config.admin_url:
-            url = _admin_check_url(config)
-            notes.append(await check_http(http, url, "admin API", forbidden_ok=not config.test_topic))
-        if config.metrics_url:
-            notes.append(await check_http(http, config.metrics_url, "metrics endpoint", forbidden_ok=False))
-
-
 def check_connection(hook: PulsarHook, config: PulsarConnectionConfig) -> tuple[bool, str]:
     """Run every check; ``(True, notes)`` or ``(False, "<what failed> (passed: ...)")``."""
     notes: list[str] = []
     try:
         notes += check_reachable(config.service_url)
         if config.oauth2 is not None:  # first: a dead issuer is not the broker refusing the credentials
-            asyncio.run(check_issuer(hook, config))
+            admin_http(hook, config)
             notes.append(f"OAuth2 issuer {config.oauth2.issuer_url} ok (token issued)")
         notes.append(check_broker(hook, config))
         if config.admin_url or config.metrics_url:
-            asyncio.run(check_urls(hook, config, notes))
+            http = admin_http(hook, config)
+            if config.admin_url:
+                url = _admin_check_url(config)
+                notes.append(check_http(http, url, "admin API", forbidden_ok=not config.test_topic))
+            if config.metrics_url:
+                notes.append(check_http(http, config.metrics_url, "metrics endpoint", forbidden_ok=False))
         else:
             notes.append("no admin_url or metrics_url: backlog sensing is unavailable")
     except CheckFailed as exc:

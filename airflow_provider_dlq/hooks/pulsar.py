@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import ssl
 import time
+from dataclasses import asdict
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -13,6 +13,7 @@ from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 
 from airflow_provider_dlq.hooks.backlog import (
+    AdminHttp,
     BacklogConfigError,
     BacklogReadError,
     TopicBacklog,
@@ -26,13 +27,12 @@ from airflow_provider_dlq.hooks.connection import (
     PulsarConnectionError,
     parse_pulsar_connection,
 )
-from airflow_provider_dlq.hooks.oauth2 import ClientCredentials, OAuth2Error
+from pulsar_dlq_consumer import admin
 from pulsar_dlq_consumer.client import create_client
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    import httpx
     import pulsar
     from airflow.sdk import Connection
 
@@ -62,7 +62,7 @@ class PulsarHook(BaseHook):
         super().__init__()
         self.pulsar_conn_id = pulsar_conn_id
         self.http_timeout = http_timeout
-        self._oauth2: ClientCredentials | None = None
+        self._oauth2: admin.ClientCredentials | None = None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(pulsar_conn_id={self.pulsar_conn_id!r})"
@@ -133,13 +133,7 @@ class PulsarHook(BaseHook):
             "tls_key_file_path": config.tls_key_file_path,
         }
         if config.oauth2 is not None:
-            oauth2 = config.oauth2
-            kwargs["oauth2"] = {
-                **oauth2.client_params(),
-                "client_id": oauth2.client_id,
-                "client_secret": oauth2.client_secret,
-                "credentials_file": oauth2.credentials_file,
-            }
+            kwargs["oauth2"] = asdict(config.oauth2)
         return kwargs
 
     def get_client(self, **client_kwargs: Any) -> pulsar.Client:
@@ -157,34 +151,26 @@ class PulsarHook(BaseHook):
         """Same as :meth:`get_client`."""
         return self.get_client()
 
-    async def _http_client(self, config: PulsarConnectionConfig) -> httpx.AsyncClient:
-        """An ``httpx.AsyncClient`` carrying the connection's TLS settings and credentials (an OAuth2 token
-        is fetched first, and cached until near expiry)."""
-        import httpx
-
+    def admin_http(self, config: PulsarConnectionConfig) -> AdminHttp:
+        """The TLS context and credentials of admin/metrics requests (an OAuth2 token is fetched, blocking,
+        and cached until near expiry)."""
         insecure = config.tls_allow_insecure_connection
-        verify: ssl.SSLContext | bool = not insecure
-        if not insecure and (config.tls_trust_certs_file_path or config.tls_cert_file_path):
-            verify = ssl.create_default_context(cafile=config.tls_trust_certs_file_path)
-            if config.tls_cert_file_path and config.tls_key_file_path:
-                verify.load_cert_chain(config.tls_cert_file_path, config.tls_key_file_path)
+        context = admin.ssl_context(
+            config.tls_trust_certs_file_path, insecure, config.tls_cert_file_path, config.tls_key_file_path
+        )
         token = config.token
         if config.oauth2 is not None:
-            if self._oauth2 is None or self._oauth2.settings != config.oauth2:
-                self._oauth2 = ClientCredentials(config.oauth2)
+            settings = asdict(config.oauth2)
+            if self._oauth2 is None or self._oauth2.oauth2 != settings:
+                self._oauth2 = admin.ClientCredentials(settings)
+            issuer = admin.ssl_context(allow_insecure=insecure)  # the system's CAs: not the broker's
             try:
-                async with httpx.AsyncClient(timeout=self.http_timeout, verify=not insecure) as issuer:
-                    token = await self._oauth2.token(issuer)
-            except OAuth2Error as exc:
+                token = self._oauth2.access_token(issuer, self.http_timeout)
+            except admin.OAuth2Error as exc:
                 raise BacklogReadError(str(exc)) from exc
-        headers = {"Accept": "application/json, text/plain"}
-        if token:
-            headers["Authorization"] = f"Bearer {token}"
-        return httpx.AsyncClient(
-            timeout=self.http_timeout, verify=verify, headers=headers, follow_redirects=True
-        )
+        return AdminHttp(context, token, self.http_timeout)
 
-    async def _backlog(
+    def _backlog(
         self, config: PulsarConnectionConfig, topics: Sequence[str], subscription: str
     ) -> dict[str, TopicBacklog]:
         """From the admin API when an admin URL is set, else from the metrics; raises if neither is set."""
@@ -197,31 +183,25 @@ class PulsarHook(BaseHook):
                 "backlog cannot be read; set admin_url (Apache Pulsar admin REST, e.g. http://broker:8080) "
                 "or metrics_url (Prometheus, e.g. http://broker:8080/metrics)."
             )
-        async with await self._http_client(config) as http:
-            if config.admin_url:
-                return await admin_backlog(http, config.admin_url, prepared, subscription, time.time() * 1000)
-            return await metrics_backlog(http, str(config.metrics_url), prepared, subscription)
+        http = self.admin_http(config)
+        if config.admin_url:
+            return admin_backlog(http, config.admin_url, prepared, subscription, time.time() * 1000)
+        return metrics_backlog(http, str(config.metrics_url), prepared, subscription)
 
     def get_backlog(self, topics: Sequence[str], subscription: str) -> dict[str, TopicBacklog]:
         """Backlog of ``subscription`` per topic; topic globs (``persistent://t/ns/*-DLQ``) are expanded."""
-        return asyncio.run(self._backlog(self.config, topics, subscription))
+        return self._backlog(self.config, topics, subscription)
 
     async def aget_backlog(self, topics: Sequence[str], subscription: str) -> dict[str, TopicBacklog]:
-        """Async variant of :meth:`get_backlog` (for triggers)."""
-        return await self._backlog(await self.aget_config(), topics, subscription)
+        """Async variant of :meth:`get_backlog` (for triggers): the requests run in a thread."""
+        return await asyncio.to_thread(self._backlog, await self.aget_config(), topics, subscription)
 
     def subscription_consumers(self, topic: str, subscription: str) -> list[dict[str, str]]:
         """The properties of each consumer of ``subscription`` on a non-partitioned ``topic``."""
         config = self.config
-        admin_url = config.admin_url
-        if not admin_url:
+        if not config.admin_url:
             raise BacklogConfigError("the pulsar connection has no admin URL (extra admin_url)")
-
-        async def read() -> list[dict[str, str]]:
-            async with await self._http_client(config) as client:
-                return await consumer_properties(client, admin_url, topic, subscription)
-
-        return asyncio.run(read())
+        return consumer_properties(self.admin_http(config), config.admin_url, topic, subscription)
 
     def test_connection(self) -> tuple[bool, str]:
         """Check the broker and, when configured, the admin and metrics URLs; ``(ok, message)``."""

@@ -1,8 +1,4 @@
-"""``DlqGroupApprovalOperator``: a person chooses, per error group, what a replay may do (Airflow HITL).
-
-One form field per dry-run group (``replay``, ``archive`` or ``leave``, default ``leave``); a request that
-times out approves nothing. See ``docs/approval.md``.
-"""
+"""``DlqGroupApprovalOperator``: a person chooses, per error group, what a replay may do (Airflow HITL)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""Extra links of ``DlqReplayOperator``: the run's HTML report, and the Spark application.
-
-Airflow 3 computes them on the worker when the task ends, from what the task learnt. *DLQ replay report*
-opens the provider's API-server endpoint (:mod:`airflow_provider_dlq.plugins.reports`), or the
-operator's ``report_url``; *Spark application* opens ``spark_history_url``. No report, no link.
-"""
+"""Extra links of ``DlqReplayOperator`` (computed on the worker when the task ends): the run's HTML report
+and the Spark application."""
 
 from __future__ import annotations
 
@@ -34,7 +30,8 @@ def report_endpoint(dag_id: str, run_id: str, task_id: str, map_index: int = -1,
 
 
 class DlqReplayReportLink(BaseOperatorLink):
-    """Opens the replay run's HTML report."""
+    """Opens the replay run's HTML report on the provider's API-server endpoint, or the operator's
+    ``report_url``; no report, no link."""
 
     name = "DLQ replay report"
 

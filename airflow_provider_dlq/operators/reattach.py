@@ -1,8 +1,7 @@
 """The next try of a killed replay task waits for the earlier attempt of the same run, then runs it again.
 
 An orphaned driver holds the run's output directory lock and its DLQ topics' leases: an earlier attempt
-of the **same** run id is waited for (up to ``reattach_timeout``); a **different** run fails the task.
-"""
+of the **same** run id is waited for (up to ``reattach_timeout``); a **different** run fails the task."""
 
 from __future__ import annotations
 
@@ -62,10 +61,7 @@ class RunHolder:
 
 
 def output_lock_holder(
-    output_dir: str,
-    now: float | None = None,
-    host: str | None = None,
-    alive: Callable[[int, str | None], bool] = pid_alive,
+    output_dir: str, alive: Callable[[int, str | None], bool] = pid_alive
 ) -> RunHolder | None:
     """The run holding the output directory lock, unless it is absent or stale (as the app decides)."""
     scheme, root = split_location(output_dir)
@@ -77,7 +73,7 @@ def output_lock_holder(
         owner = LockOwner.from_json((locks / f"{LOCK_PREFIX}{max(generations)}").read_text())
     except (OSError, ValueError):  # no lock, or one being replaced or released right now
         return None
-    if owner is None or owner.stale_reason(time.time() if now is None else now, host, alive):
+    if owner is None or owner.stale_reason(time.time(), alive=alive):
         return None
     return RunHolder(owner.run_id, owner.describe(), f"the output directory lock of {output_dir}")
 

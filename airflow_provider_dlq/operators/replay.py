@@ -89,8 +89,13 @@ if TYPE_CHECKING:
     from airflow_provider_dlq.hooks.connection import PulsarConnectionConfig
 
 SECRET_ENVS = (TOKEN_ENV, OAUTH2_CREDENTIALS_ENV)
-#: Spark settings the app relies on (user ``conf`` wins): task logs show the app's own progress lines, not
-#: Spark's INFO chatter.
+_USAGE_ERRORS = (
+    ReplayArgumentError,
+    PulsarConnectionError,
+    AirflowNotFoundException,
+    SparkConnectConfigError,
+)
+#: Spark settings the app relies on (user ``conf`` wins); task logs show the app's lines, not Spark's INFO.
 DEFAULT_CONF: dict[str, str] = {**APP_CONF, "spark.log.level": "WARN"}
 
 
@@ -100,8 +105,7 @@ def output_asset(output_dir: str) -> Asset:
     return Asset(name=f"dlq-replay:{uri}", uri=uri)
 
 
-#: Operator attributes passed to the app's options under the same name: the templated ones, then the
-#: numbers and flags.
+#: Operator attributes passed to the app's options by name: the templated ones, then numbers and flags.
 _TEMPLATED_APP_FIELDS = (
     "topics",
     "output_dir",
@@ -278,13 +282,9 @@ class DlqReplayOperator(BaseOperator):
         durable: bool = True,
         **kwargs: Any,
     ) -> None:
-        if (
-            "outlets" not in kwargs
-            and isinstance(output_dir, str)
-            and "{{" not in output_dir
-            and output_dir.strip()
-        ):
-            kwargs["outlets"] = [output_asset(output_dir.strip())]
+        fixed_dir = output_dir.strip() if isinstance(output_dir, str) and "{{" not in output_dir else ""
+        if fixed_dir and "outlets" not in kwargs:
+            kwargs["outlets"] = [output_asset(fixed_dir)]
         super().__init__(**kwargs)
         if isinstance(mode, str) and "{{" not in mode:
             try:
@@ -534,8 +534,7 @@ class DlqReplayOperator(BaseOperator):
         main_path: str,
         context: Context | None = None,
     ) -> str | None:
-        """spark-submit the app, or reattach to the standalone cluster driver of an earlier try; returns
-        the app's summary line (if printed)."""
+        """spark-submit the app (or reattach to an earlier try's cluster driver); its summary line, if any."""
         archive: ArchivePlan | None = None
         submitted = False
         try:
@@ -687,12 +686,7 @@ class DlqReplayOperator(BaseOperator):
                 )
             if remote is not None:
                 check_client_installed(remote)
-        except (
-            ReplayArgumentError,
-            PulsarConnectionError,
-            AirflowNotFoundException,
-            SparkConnectConfigError,
-        ) as exc:
+        except _USAGE_ERRORS as exc:
             message = f"{exc} (not retried: fix the configuration, then clear the task)"
             self.log.error("%s", message)  # a log line of its own, not only the exception's detail
             raise AirflowFailException(message) from exc

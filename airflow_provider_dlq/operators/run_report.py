@@ -1,6 +1,5 @@
 """Read a finished replay run's ``report.json`` wherever its output root is; the app's summary line only
-when the worker cannot read the root.
-"""
+when the worker cannot read the root."""
 
 from __future__ import annotations
 

@@ -2,8 +2,7 @@
 
 Every touch of a private member of the hook (resolved connection, spark-submit process and output, the
 standalone cluster driver's wait) is here; ``tests/unit/provider/test_spark_submit_contract.py`` checks
-each against the installed Spark provider.
-"""
+each against the installed Spark provider."""
 
 from __future__ import annotations
 

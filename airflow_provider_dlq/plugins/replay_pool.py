@@ -1,8 +1,7 @@
 """The one-slot ``dlq_replay`` pool the example DAGs' replay tasks run in, created by the provider.
 
 Airflow never schedules a task whose pool is missing, so this listener creates the pool (named by
-``DLQ_REPLAY_POOL``) when a component with database access starts; an existing pool is left as it is.
-"""
+``DLQ_REPLAY_POOL``) when a component with database access starts; an existing pool is left as it is."""
 
 from __future__ import annotations
 

@@ -2,8 +2,7 @@
 
 A report is found through the task's XCom (``paths.report_html``), served only as
 ``runs/<run id>/report.html`` (under ``[dlq_replay] report_roots`` when set), to users who may read the
-DAG's XComs, with a Content-Security-Policy that forbids scripts. The app is built on the first request.
-"""
+DAG's XComs, with a Content-Security-Policy that forbids scripts. The app is built on the first request."""
 
 from __future__ import annotations
 
@@ -29,15 +28,9 @@ from airflow_provider_dlq.output_storage import (
 from airflow_provider_dlq.plugins import replay_pool
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, MutableMapping
-
     from fastapi import FastAPI
     from fastapi.responses import HTMLResponse
-
-    Scope = MutableMapping[str, Any]
-    Message = MutableMapping[str, Any]
-    Receive = Callable[[], Awaitable[Message]]
-    Send = Callable[[Message], Awaitable[None]]
+    from starlette.types import Receive, Scope, Send
 
 REPORT_NAME = "report.html"
 MAX_BYTES = 20_000_000

@@ -1,9 +1,6 @@
-"""The ``pulsar`` scheme of Airflow's common-messaging ``MessageQueueTrigger``: event-driven DLQ replay.
-
-``MessageQueueTrigger(scheme="pulsar", topics=[...], subscription=..., min_backlog=...)`` takes the
-arguments of :class:`~airflow_provider_dlq.triggers.backlog_event.DlqBacklogEventTrigger`. Unlike other
-providers' queues it never consumes: it watches a backlog. See ``docs/event-driven.md``.
-"""
+"""The ``pulsar`` scheme of ``MessageQueueTrigger``: it takes the arguments of
+:class:`~airflow_provider_dlq.triggers.backlog_event.DlqBacklogEventTrigger` and watches a backlog, never
+consuming. See ``docs/event-driven.md``."""
 
 from __future__ import annotations
 

@@ -1,11 +1,5 @@
-"""``DlqBacklogEventTrigger``: an ``AssetWatcher`` event trigger that fires when a DLQ fills up.
-
-Used through the common-messaging ``MessageQueueTrigger(scheme="pulsar")`` or directly. It only reads
-the subscription's backlog, never consumes. An **armed** watch fires when the backlog above the
-``baseline`` (what the last replay left pending) reaches ``min_backlog`` or is ``max_age_seconds`` old,
-then disarms until ``DlqBacklogRearmOperator`` re-arms it (or ``refire_after_seconds`` pass). The state
-lives in the watched asset's state store under :data:`STATE_KEY`. See ``docs/event-driven.md``.
-"""
+"""``DlqBacklogEventTrigger``: an ``AssetWatcher`` event trigger that fires when a DLQ fills up (directly or
+through ``MessageQueueTrigger(scheme="pulsar")``); its state lives in the watched asset's state store."""
 
 from __future__ import annotations
 
@@ -93,8 +87,7 @@ class WatchState:
 
 @dataclass(frozen=True)
 class Decision:
-    """One poll: the backlog summed over the watched topics, the part above the baseline (``new``) and its
-    age, whether the watch fires and the state to store."""
+    """One poll's verdict: the total backlog, the part above the baseline (``new``) and its age."""
 
     fire: bool
     reason: str | None
@@ -212,18 +205,11 @@ class DlqBacklogEventTrigger(BaseEventTrigger):
         self._announced = False
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (
-            f"{type(self).__module__}.{type(self).__qualname__}",
-            {
-                "topics": list(self.topics),
-                "subscription": self.subscription,
-                "pulsar_conn_id": self.pulsar_conn_id,
-                "min_backlog": self.thresholds.min_backlog,
-                "max_age_seconds": self.thresholds.max_age_seconds,
-                "refire_after_seconds": self.thresholds.refire_after_seconds,
-                "poll_interval": self.poll_interval,
-            },
+        kwargs: dict[str, Any] = {"topics": list(self.topics), "subscription": self.subscription}
+        kwargs.update(
+            pulsar_conn_id=self.pulsar_conn_id, **asdict(self.thresholds), poll_interval=self.poll_interval
         )
+        return f"{type(self).__module__}.{type(self).__qualname__}", kwargs
 
     def _store(self) -> Any:
         """The watched asset's state store accessor, or ``None`` (outside an asset watcher)."""

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 
-import httpx
 import pytest
 
 from airflow_provider_dlq.hooks.backlog import (
+    AdminHttp,
     BacklogConfigError,
     BacklogReadError,
     TopicBacklog,
@@ -64,23 +63,24 @@ APACHE = "\n".join(
 
 
 def fake_get(responses):
-    """An HTTP client serving canned responses by URL (``"POST <url>"`` for posts), recording the calls.
+    """An ``AdminHttp`` serving canned responses by URL (``"POST <url>"`` for posts), recording the calls.
 
     A response that is an exception is raised, as the hook raises a failed request.
     """
     calls = []
 
-    def answer(request):
-        key = str(request.url) if request.method == "GET" else f"{request.method} {request.url}"
-        calls.append(key)
-        if key not in responses:
-            return httpx.Response(404, text="not found")
-        if isinstance(responses[key], Exception):
-            raise responses[key]
-        status, body = responses[key]
-        return httpx.Response(status, text=body if isinstance(body, str) else json.dumps(body))
+    class Fake(AdminHttp):
+        def send(self, url, method="GET"):
+            key = url if method == "GET" else f"{method} {url}"
+            calls.append(key)
+            if key not in responses:
+                return 404, "not found"
+            if isinstance(responses[key], Exception):
+                raise responses[key]
+            status, body = responses[key]
+            return status, body if isinstance(body, str) else json.dumps(body)
 
-    return httpx.AsyncClient(transport=httpx.MockTransport(answer)), calls
+    return Fake(), calls
 
 
 @pytest.mark.parametrize(
@@ -137,7 +137,7 @@ def test_prometheus_apache_labels_sum_partitions_and_skip_non_persistent():
 def test_metrics_plan_reports_missing_topics_and_expands_patterns():
     get, calls = fake_get({"http://m/metrics": (200, APACHE)})
     topics = prepare_topics(["persistent://acme/orders/*-DLQ", "acme/orders/missing-DLQ"])
-    result = asyncio.run(metrics_backlog(get, "http://m/metrics", topics, SUB))
+    result = metrics_backlog(get, "http://m/metrics", topics, SUB)
     assert calls == ["http://m/metrics"]
     a_dlq, b_dlq = "persistent://acme/orders/a-DLQ", "persistent://acme/orders/b-DLQ"
     assert result == {
@@ -152,10 +152,10 @@ def test_metrics_plan_reports_missing_topics_and_expands_patterns():
 def test_metrics_plan_errors_name_the_extra():
     get, _ = fake_get({"http://m/metrics": (503, "down")})
     with pytest.raises(BacklogReadError, match="HTTP 503; check the extra 'metrics_url'"):
-        asyncio.run(metrics_backlog(get, "http://m/metrics", ["persistent://public/default/x"], SUB))
+        metrics_backlog(get, "http://m/metrics", ["persistent://public/default/x"], SUB)
     get, _ = fake_get({"http://m/metrics": (200, "<html>login</html>")})
     with pytest.raises(BacklogReadError, match="does not look like a Prometheus metrics page"):
-        asyncio.run(metrics_backlog(get, "http://m/metrics", ["persistent://public/default/x"], SUB))
+        metrics_backlog(get, "http://m/metrics", ["persistent://public/default/x"], SUB)
 
 
 ADMIN = "http://admin:8080"
@@ -216,7 +216,7 @@ def test_admin_plan_reads_stats_partitioned_stats_and_ages():
         }
     )
     topics = prepare_topics(["persistent://acme/orders/*-DLQ", "acme/orders/c:DLQ"])
-    result = asyncio.run(admin_backlog(get, ADMIN, topics, SUB, now_ms=NOW_MS))
+    result = admin_backlog(get, ADMIN, topics, SUB, now_ms=NOW_MS)
     assert calls[0] == base
     assert f"POST {base}/a-DLQ-partition-2/subscription/{SUB}/analyzeBacklog" not in calls
     assert result["persistent://acme/orders/a-DLQ"] == TopicBacklog(
@@ -259,7 +259,7 @@ def test_admin_plan_counts_batched_messages_or_falls_back_to_entries(count_respo
             T_COUNT: count_response,
         }
     )
-    result = asyncio.run(admin_backlog(get, ADMIN, [T], SUB, now_ms=NOW_MS))
+    result = admin_backlog(get, ADMIN, [T], SUB, now_ms=NOW_MS)
     assert (result[T].backlog, result[T].exact, result[T].entries) == (*expected, 5)
     assert calls[-1] == T_COUNT
 
@@ -271,7 +271,7 @@ def test_admin_plan_does_not_scan_a_large_backlog():
             T_STATS: (200, {"subscriptions": {SUB: {"msgBacklog": 10_001}}}),
         }
     )
-    result = asyncio.run(admin_backlog(get, ADMIN, [T], SUB, now_ms=NOW_MS))
+    result = admin_backlog(get, ADMIN, [T], SUB, now_ms=NOW_MS)
     assert (result[T].backlog, result[T].exact) == (10_001, False)
     assert T_COUNT not in calls
     get, calls = fake_get(
@@ -280,7 +280,7 @@ def test_admin_plan_does_not_scan_a_large_backlog():
             T_STATS: (200, {"subscriptions": {SUB: {"msgBacklog": 3}}}),
         }
     )
-    result = asyncio.run(admin_backlog(get, ADMIN, [T], SUB, now_ms=NOW_MS, count_max_entries=2))
+    result = admin_backlog(get, ADMIN, [T], SUB, now_ms=NOW_MS, count_max_entries=2)
     assert (result[T].backlog, result[T].exact) == (3, False)
     assert T_COUNT not in calls
 
@@ -288,27 +288,62 @@ def test_admin_plan_does_not_scan_a_large_backlog():
 def test_a_failed_stats_read_still_fails():
     get, _ = fake_get({f"{T_BASE}/partitions": BacklogReadError("GET refused")})
     with pytest.raises(BacklogReadError, match="GET refused"):
-        asyncio.run(admin_backlog(get, ADMIN, [T], SUB, now_ms=NOW_MS))
+        admin_backlog(get, ADMIN, [T], SUB, now_ms=NOW_MS)
 
 
 def test_admin_plan_missing_topic_is_not_found_and_auth_errors_say_how_to_fix():
     get, _ = fake_get({})
-    result = asyncio.run(admin_backlog(get, ADMIN, ["persistent://a/b/gone"], SUB, now_ms=NOW_MS))
+    result = admin_backlog(get, ADMIN, ["persistent://a/b/gone"], SUB, now_ms=NOW_MS)
     assert result == {"persistent://a/b/gone": TopicBacklog("persistent://a/b/gone", SUB, 0, "admin", False)}
 
     get, _ = fake_get({f"{ADMIN}/admin/v2/persistent/a/b/t/partitions": (401, "")})
     with pytest.raises(BacklogConfigError, match=r"HTTP 401\); the connection's token"):
-        asyncio.run(admin_backlog(get, ADMIN, ["persistent://a/b/t"], SUB, now_ms=NOW_MS))
+        admin_backlog(get, ADMIN, ["persistent://a/b/t"], SUB, now_ms=NOW_MS)
 
     get, _ = fake_get({f"{ADMIN}/admin/v2/persistent/a/b/t/partitions": (500, "boom")})
     with pytest.raises(BacklogReadError, match="HTTP 500; check the extra 'admin_url'"):
-        asyncio.run(admin_backlog(get, ADMIN, ["persistent://a/b/t"], SUB, now_ms=NOW_MS))
+        admin_backlog(get, ADMIN, ["persistent://a/b/t"], SUB, now_ms=NOW_MS)
 
     get, _ = fake_get({f"{ADMIN}/admin/v2/persistent/a/b/t/partitions": (200, "<html/>")})
     with pytest.raises(BacklogReadError, match="did not return JSON"):
-        asyncio.run(admin_backlog(get, ADMIN, ["persistent://a/b/t"], SUB, now_ms=NOW_MS))
+        admin_backlog(get, ADMIN, ["persistent://a/b/t"], SUB, now_ms=NOW_MS)
 
 
 def test_topic_backlog_round_trips_through_json():
     item = TopicBacklog("persistent://a/b/c", SUB, 40, "admin", True, 12.5, entries=4, exact=True)
     assert TopicBacklog(**json.loads(json.dumps(item.to_dict()))) == item
+
+
+def test_admin_http_sends_the_token_and_posts_no_body():
+    """The admin API refuses a POST with a form body (HTTP 415); a failed request names the URL only."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    seen = []
+
+    class Answers(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_POST(self):
+            seen.append(dict(self.headers))
+            self.send_response(404)
+            self.send_header("Content-Length", "4")
+            self.end_headers()
+            self.wfile.write(b"gone")
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Answers)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/analyzeBacklog"
+    try:
+        assert AdminHttp(None, "tok-1", 5).send(url, "POST") == (404, "gone")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert seen[0]["Authorization"] == "Bearer tok-1"
+    assert seen[0]["Content-Length"] == "0"
+    assert "Content-Type" not in seen[0]
+    assert "tok-1" not in repr(AdminHttp(None, "tok-1"))
+    with pytest.raises(BacklogReadError, match=r"^GET http://127\.0\.0\.1:9/x failed: ") as err:
+        AdminHttp(None, "tok-1", 2).send("http://127.0.0.1:9/x")
+    assert "tok-1" not in str(err.value)

@@ -6,10 +6,10 @@ import json
 import logging
 from types import SimpleNamespace
 
-import httpx
 import pytest
 
 from airflow_provider_dlq.get_provider_info import get_provider_info
+from airflow_provider_dlq.hooks.backlog import AdminHttp
 from airflow_provider_dlq.hooks.connection import KNOWN_EXTRAS, PulsarConnectionError, parse_pulsar_connection
 from airflow_provider_dlq.hooks.pulsar import PulsarHook
 
@@ -139,14 +139,11 @@ def test_hook_reads_the_env_connection(monkeypatch):
     assert hook.config.service_url == "pulsar://localhost:6650"
     sent = []
 
-    def answer(request):
-        sent.append(str(request.url))
-        return httpx.Response(200, text="# TYPE pulsar_subscription_back_log gauge\n")
+    def send(http, url, method="GET"):
+        sent.append(url)
+        return 200, "# TYPE pulsar_subscription_back_log gauge\n"
 
-    async def http_client(config):
-        return httpx.AsyncClient(transport=httpx.MockTransport(answer))
-
-    monkeypatch.setattr(hook, "_http_client", http_client)
+    monkeypatch.setattr(AdminHttp, "send", send)
     assert hook.get_backlog(["persistent://t/ns/x"], "sub")["persistent://t/ns/x"].source == "metrics"
     assert sent == ["http://m:1/metrics"]
 

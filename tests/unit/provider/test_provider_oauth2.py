@@ -3,17 +3,17 @@ HTTP calls fetched from a real (loopback) token endpoint."""
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import threading
+from dataclasses import asdict
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs
 
 import pytest
 
 from airflow_provider_dlq.hooks.connection import OAuth2Settings
-from airflow_provider_dlq.hooks.oauth2 import ClientCredentials, OAuth2Error
+from pulsar_dlq_consumer.admin import ClientCredentials, OAuth2Error
 from pulsar_dlq_consumer.client import create_client, oauth2_params
 
 SECRET = "s3cr3t-client-secret"
@@ -55,6 +55,7 @@ def test_create_client_builds_an_oauth2_client_and_refuses_two_methods():
 
 class _Issuer(BaseHTTPRequestHandler):
     requests: list[dict] = []
+    bearers: list[str | None] = []
 
     def log_message(self, *args):  # keep the test output clean
         pass
@@ -68,6 +69,7 @@ class _Issuer(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def do_GET(self):
+        type(self).bearers.append(self.headers["Authorization"])
         host = self.headers["Host"]
         self._send(200, {"issuer": f"http://{host}", "token_endpoint": f"http://{host}/oauth/token"})
 
@@ -89,6 +91,7 @@ def issuer():
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     _Issuer.requests = []
+    _Issuer.bearers = []
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}"
     finally:
@@ -97,18 +100,15 @@ def issuer():
 
 
 def test_access_token_is_fetched_once_and_cached(issuer, tmp_path):
-    import httpx
-
     settings = OAuth2Settings(
         issuer_url=issuer, client_id="c1", client_secret=SECRET, audience="urn:p", scope="s"
     )
-    credentials = ClientCredentials(settings)
+    credentials = ClientCredentials(asdict(settings))
 
-    async def fetch(credentials):
-        async with httpx.AsyncClient() as http:
-            return [await credentials.token(http), await credentials.token(http)]
+    def fetch(credentials):
+        return [credentials.access_token(), credentials.access_token()]
 
-    assert asyncio.run(fetch(credentials)) == ["access-1", "access-1"]
+    assert fetch(credentials) == ["access-1", "access-1"]
     assert _Issuer.requests == [
         {
             "grant_type": "client_credentials",
@@ -120,17 +120,19 @@ def test_access_token_is_fetched_once_and_cached(issuer, tmp_path):
     ]
     key_file = tmp_path / "oauth2.json"
     key_file.write_text(json.dumps({"client_id": "c2", "client_secret": SECRET}))
-    by_file = ClientCredentials(OAuth2Settings(issuer_url=issuer, credentials_file=str(key_file)))
-    assert asyncio.run(fetch(by_file)) == ["access-1", "access-1"]
-    wrong = ClientCredentials(OAuth2Settings(issuer_url=issuer, client_id="c1", client_secret="wrong"))
+    by_file = ClientCredentials(asdict(OAuth2Settings(issuer_url=issuer, credentials_file=str(key_file))))
+    assert fetch(by_file) == ["access-1", "access-1"]
+    wrong = ClientCredentials(
+        asdict(OAuth2Settings(issuer_url=issuer, client_id="c1", client_secret="wrong"))
+    )
     with pytest.raises(OAuth2Error) as err:
-        asyncio.run(fetch(wrong))
+        fetch(wrong)
     assert "HTTP 401" in str(err.value)
     assert "wrong" not in str(err.value)
 
 
 def test_hook_sends_the_access_token_to_the_admin_api(issuer, monkeypatch):
-    """The hook's HTTP client carries ``Authorization: Bearer <access token>`` (never the secret)."""
+    """The hook's admin requests carry ``Authorization: Bearer <access token>`` (never the secret)."""
     from airflow_provider_dlq.hooks.pulsar import PulsarHook
 
     conn = {"conn_type": "pulsar", "host": "pulsar://127.0.0.1:6650", "login": "c1", "password": SECRET,
@@ -138,10 +140,7 @@ def test_hook_sends_the_access_token_to_the_admin_api(issuer, monkeypatch):
     monkeypatch.setenv("AIRFLOW_CONN_PULSAR_OAUTH", json.dumps(conn))
     hook = PulsarHook("pulsar_oauth")
 
-    async def headers():
-        async with await hook._http_client(hook.config) as http:
-            return http.headers
-
-    sent = asyncio.run(headers())
-    assert sent["Authorization"] == "Bearer access-1"
-    assert SECRET not in json.dumps(dict(sent))
+    http = hook.admin_http(hook.config)
+    assert http.send(f"{issuer}/admin/v2/clusters")[0] == 200
+    assert _Issuer.bearers == [None, "Bearer access-1"]  # discovery, then the admin request
+    assert SECRET not in repr(http)
