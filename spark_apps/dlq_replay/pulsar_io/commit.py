@@ -1,12 +1,9 @@
 """Commit: ack exactly the DLQ messages whose disposition is final, never one beyond the window end.
 
-Reader mode (:class:`EntryCommitFn`): an entry every message of which is final is acked by its id
-(``MessageId(partition, ledger, entry, -1)``) from a consumer that receives nothing, and the acks are
-verified on the cursor (``internalStats``), missing ones sent again (bounded). Consumer mode
-(:func:`make_commit_fn`): the window is received again and the final messages are acked from the consumer
-that received them (the only acks the embedded broker takes). It looks them up in :class:`FinalIds`,
-sorted in three ``array('q')`` columns with a received flag each (25 bytes an id, against about 90 in a
-set of strings), which is also the read's de-duplication (:class:`~.read.SeenIds`).
+Reader mode (:class:`EntryCommitFn`): entries whose messages are all final are acked by id from a
+consumer that receives nothing, and the acks verified on the cursor. Consumer mode
+(:func:`make_commit_fn`): the window is received again and final messages acked from the consumer that
+received them. Input and result columns: ``docs/pulsar-data-source.md``.
 """
 
 from __future__ import annotations
@@ -39,22 +36,15 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 COMMIT_INPUT_SCHEMA = "dlq_topic string, dlq_message_id string"
-#: Consumer mode input naming whole entries too: a row names either one final message
-#: (``dlq_message_id``) or an entry every message of which is final (``ledger_id``, ``entry_id``, and
-#: ``batch_size``, the messages it holds), with ``dlq_message_id`` null.
+#: Consumer mode: a row names one final message, or (``dlq_message_id`` null) a wholly final entry.
 ENTRIES_COMMIT_INPUT_SCHEMA = (
     "dlq_topic string, dlq_message_id string, ledger_id long, entry_id long, batch_size long"
 )
-#: Reader mode input: one row per snapshot entry; a row with a null ``ledger_id`` only names a partition.
+#: Reader mode: one row per snapshot entry; a row with a null ``ledger_id`` only names a partition.
 ENTRY_COMMIT_INPUT_SCHEMA = (
     "dlq_topic string, ledger_id long, entry_id long, messages long, final_messages long, batch_size long"
 )
-#: One row per DLQ partition. ``acked``: messages acked (reader mode: of entries verified acked on the
-#: cursor). ``left_pending``: messages left pending because they are not final. ``beyond_window``:
-#: consumer mode, messages received past the window end; reader mode, pending entries past it.
-#: ``final_in_partial_entries`` (reader mode): final messages left pending because their entry holds a
-#: pending one. ``unacked_final`` (reader mode): final messages whose ack could not be verified.
-#: ``messages_read``: DLQ messages the commit received (0 in the reader mode).
+#: One row per DLQ partition.
 COMMIT_RESULT_SCHEMA = (
     "dlq_topic string, acked long, left_pending long, beyond_window long, final_in_partial_entries long, "
     "unacked_final long, entries_acked long, messages_read long"
@@ -62,8 +52,7 @@ COMMIT_RESULT_SCHEMA = (
 #: ``(position, messages, final_messages, batch_size)`` of one snapshot entry.
 _EntryRow = tuple[Position, int, int, "int | None"]
 _RESULT_COLUMNS = [part.split()[0] for part in COMMIT_RESULT_SCHEMA.split(", ")]
-#: Times the acks of an entry are sent before it is reported as unacked.
-MAX_ACK_ATTEMPTS = 3
+MAX_ACK_ATTEMPTS = 3  # times the acks of an entry are sent before it is reported as unacked
 VERIFY_TIMEOUT_S = 10.0
 
 

@@ -1,16 +1,12 @@
 """Read a frozen partition window: Readers in the reader mode, Shared consumers in the consumer mode.
 
-Reader mode (:class:`ShareReader`): non-durable Readers read a share of the pending entries, each once;
-they ack nothing and no unacked limit applies. Acked entries in a short gap are read through and dropped;
-after a longer gap a new Reader starts.
-
-Consumer mode (:class:`WindowPasses`): Shared consumers on the replayer subscription, for the data source
-(read, never ack) and the commit (ack the final messages from the consumer that received them). A
-consumer stops once a message of the window's last entry or a later one arrives (entries are dispatched
-in order). Messages beyond the end are neither returned nor acked; redeliveries are returned once.
-
-In both modes a read stops after ``idle_timeout_ms`` without a message. That may be a broker stall, so a
-new Reader or consumer resumes while passes make progress; what is left unread stays pending.
+Reader mode (:class:`ShareReader`): non-durable Readers read a share of the pending entries, each once,
+acking nothing; acked entries in a short gap are read through and dropped, a longer gap starts a new
+Reader. Consumer mode (:class:`WindowPasses`): Shared consumers on the replayer subscription, for the
+data source (never acks) and the commit (acks final messages from the consumer that received them); one
+stops at the window's last entry (entries come in order), redeliveries are returned once. A read stops
+after ``idle_timeout_ms`` without a message; as that may be a broker stall, a new Reader or consumer
+resumes while passes make progress, and what is left unread stays pending.
 """
 
 from __future__ import annotations
@@ -65,9 +61,9 @@ class SeenIds(set[str]):
 class WindowPasses:
     """Reads a window through one Shared consumer after another, each id once over all passes.
 
-    :meth:`messages` yields ``(message_id_str, message, message_id, consumer)``: ack a message through
-    its ``consumer`` while iterating. Another pass starts only with ``resume`` and after an idle stop
-    that found new messages. ``stats`` sums the passes (``beyond_window``: the largest pass's).
+    :meth:`messages` yields ``(message_id_str, message, message_id, consumer)`` (ack through that
+    consumer while iterating). Another pass starts only with ``resume``, after an idle stop that found
+    messages. ``stats`` sums the passes (``beyond_window``: the largest pass's).
     """
 
     client: Any

@@ -1,15 +1,12 @@
 """Republish final rows to their origin topics from ``df.mapInArrow``, every send confirmed.
 
-Rows arrive sorted by ``(producer_name, sequence_id)``, one producer name per Spark partition; each
-name gets one producer and every message its explicit sequence id.
-
-**Exact re-sends under broker deduplication.** The broker deduplicates a batch by its first sequence
-id, so batches are cut at the same places on every attempt: never across a block of
-:data:`BATCH_BLOCK` sequence ids, never by the client's timer, only by count and at a task's end. A
-re-sent batch is then one the broker holds (dropped, ledger -1) or lacks (stored). A dropped batch must
-start at or below the last sequence id the broker reported for the producer name, or the row is not
-counted as published. A send refused alone (``MessageTooBig``) fails only its row; any other failure
-stops its producer, so a retry resends the rest in order.
+Rows arrive sorted by ``(producer_name, sequence_id)``; each name gets one producer and every message
+its explicit sequence id. The broker deduplicates a batch by its first sequence id, so batches are cut
+at the same places on every attempt: at each block of :data:`BATCH_BLOCK` sequence ids, by count and at
+a task's end, never by the client's timer. A re-sent batch is then one the broker holds (dropped,
+ledger -1: it must start at or below the broker's last sequence id for the name, or the row is not
+counted as published) or lacks (stored). ``MessageTooBig`` fails only its row; any other failure stops
+its producer, so a retry resends the rest in order.
 """
 
 from __future__ import annotations
@@ -285,7 +282,7 @@ class _Publisher:
             _epoch_ms(col("event_time")),
         )
         for state, rows in groups:
-            self._send(state, rows, errors, *columns)  # a producer that failed only reports its rows
+            self._send(state, rows, errors, columns)  # a producer that failed only reports its rows
         for i, error in enumerate(errors):
             if error is not None:
                 self._result(replay_ids[i], None, error)
@@ -316,21 +313,11 @@ class _Publisher:
             self.awaiting.clear()
         return self._emit()
 
-    def _send(
-        self,
-        state: _ProducerState,
-        rows: list[int],
-        errors: list[str | None],
-        replay_ids: list[str],
-        sequences: list[int],
-        values: list[bytes],
-        props: list[dict[str, str] | None],
-        keys: list[str | None],
-        ordering: list[str | None],
-        events: list[int | None],
-    ) -> None:
+    def _send(self, state: _ProducerState, rows: list[int], errors: list[str | None], columns: Any) -> None:
+        """Send ``rows`` (indexes into ``columns``, as :meth:`publish` builds them) through one producer."""
         import _pulsar
 
+        replay_ids, sequences, values, props, keys, ordering, events = columns
         new_builder = _pulsar.MessageBuilder
         raw: Any = state.producer._producer if state.producer is not None else None
         rate = self.rate

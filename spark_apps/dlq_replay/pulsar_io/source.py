@@ -264,26 +264,14 @@ class _BatchBuilder:
         self._pending: list[tuple[str, Any, Any]] = []
         self._entry_starts: list[int] = []
         self.batch_sizes: list[int] = []
-        self.ids: list[bytes] = []
-        self.id_strs: list[str] = []
-        self.keys: list[str | None] = []
-        self.ordering_keys: list[str | None] = []
-        self.values: list[bytes] = []
-        self.prop_counts: list[int] = []
-        self.prop_keys: list[str] = []
-        self.prop_values: list[str] = []
-        self.publish: list[int] = []
-        self.event: list[int | None] = []
-        self.redelivery: list[int] = []
-        self.producers: list[str] = []
+        self.columns: list[list[Any]] = [[] for _ in range(12)]
 
     def add_entry(self, messages: Sequence[tuple[str, Any, Any]], batch_size: int) -> int:
         """Add one entry's ``(id_str, message, message_id)``; returns the rows buffered."""
-        count = len(messages)
-        if count:
+        if messages:
             self._entry_starts.append(self.rows)
-            self.batch_sizes.extend([batch_size] * count)
-            self.rows += count
+            self.batch_sizes.extend([batch_size] * len(messages))
+            self.rows += len(messages)
             pending = self._pending
             pending.extend(messages)
             if len(pending) >= _CHUNK_ROWS:
@@ -294,18 +282,22 @@ class _BatchBuilder:
     def _take(self, chunk: Sequence[tuple[str, Any, Any]]) -> None:
         id_strs, msgs, mids = zip(*chunk, strict=True)
         keys, props = _text_columns(msgs)
-        self.ids.extend([mid.serialize() for mid in mids])
-        self.id_strs.extend(id_strs)
-        self.keys.extend(keys)
-        self.ordering_keys.extend([_text_or_none(m.ordering_key()) for m in msgs])
-        self.values.extend([m.data() for m in msgs])
-        self.prop_counts.extend(map(len, props))
-        self.prop_keys.extend(chain.from_iterable(props))
-        self.prop_values.extend(chain.from_iterable(map(dict.values, props)))
-        self.publish.extend([m.publish_timestamp() for m in msgs])
-        self.event.extend([m.event_timestamp() or None for m in msgs])
-        self.redelivery.extend([m.redelivery_count() for m in msgs])
-        self.producers.extend([m.producer_name() for m in msgs])
+        values = (
+            [mid.serialize() for mid in mids],
+            id_strs,
+            keys,
+            [_text_or_none(m.ordering_key()) for m in msgs],
+            [m.data() for m in msgs],
+            map(len, props),
+            chain.from_iterable(props),
+            chain.from_iterable(map(dict.values, props)),
+            [m.publish_timestamp() for m in msgs],
+            [m.event_timestamp() or None for m in msgs],
+            [m.redelivery_count() for m in msgs],
+            [m.producer_name() for m in msgs],
+        )
+        for column, taken in zip(self.columns, values, strict=True):
+            column.extend(taken)
 
     def flush(self) -> pa.RecordBatch:
         import pyarrow as pa
@@ -316,24 +308,26 @@ class _BatchBuilder:
         n = self.rows
         ts_ms = pa.timestamp("ms", tz="UTC")
         ts_type = schema.field("publish_time").type
+        ids, id_strs, keys, ordering, values, counts, prop_keys, prop_values = self.columns[:8]
+        publish, event, redelivery, producers = self.columns[8:]
         arrays = [
             pa.array([self.window.topic] * n, pa.string()),
             pa.array([self.window.partition] * n, pa.int32()),
-            pa.array(self.ids, pa.binary()),
-            pa.array(self.id_strs, pa.string()),
-            pa.array(self.keys, pa.string()),
-            pa.array(self.ordering_keys, pa.string()),
-            pa.array(self.values, pa.binary()),
+            pa.array(ids, pa.binary()),
+            pa.array(id_strs, pa.string()),
+            pa.array(keys, pa.string()),
+            pa.array(ordering, pa.string()),
+            pa.array(values, pa.binary()),
             pa.MapArray.from_arrays(
-                pa.array(list(accumulate(self.prop_counts, initial=0)), pa.int32()),
-                pa.array(self.prop_keys, pa.string()),
-                pa.array(self.prop_values, pa.string()),
+                pa.array(list(accumulate(counts, initial=0)), pa.int32()),
+                pa.array(prop_keys, pa.string()),
+                pa.array(prop_values, pa.string()),
                 type=schema.field("properties").type,
             ),
-            pa.array(self.publish, ts_ms).cast(ts_type),
-            pa.array(self.event, ts_ms).cast(ts_type),
-            pa.array(self.redelivery, pa.int32()),
-            pa.array(self.producers, pa.string()),
+            pa.array(publish, ts_ms).cast(ts_type),
+            pa.array(event, ts_ms).cast(ts_type),
+            pa.array(redelivery, pa.int32()),
+            pa.array(producers, pa.string()),
             pa.array(self.batch_sizes, pa.int32()),
         ]
         if self.mark_entries:
