@@ -89,19 +89,13 @@ def make_commit_fn(
     if idle_timeout_ms <= 0:
         raise PulsarConfigError(f"idle_timeout_ms must be > 0; got {idle_timeout_ms}")
     by_topic = {w.topic: w for w in windows}
+    options: dict[str, Any] = {"idle_timeout_ms": int(idle_timeout_ms), "batch_index_ack": batch_index_ack}
 
     def read_again(window: PartitionWindow, final: FinalIds | FinalEntries) -> WindowPasses:
         # Reaching the window end means every pending message was delivered: final ids not seen were
         # acked by an earlier commit. An idle stop may be a stall: read again while that finds more.
-        return WindowPasses(
-            get_client(conf),
-            window,
-            subscription,
-            role="commit",
-            idle_timeout_ms=int(idle_timeout_ms),
-            batch_index_ack=batch_index_ack,
-            seen=final,  # the read skips redeliveries by the final ids' received flags
-        )
+        # The read skips redeliveries by the final ids' received flags.
+        return WindowPasses(get_client(conf), window, subscription, role="commit", seen=final, **options)
 
     # A plain one-argument function: Spark picks the ``pyarrow.Table -> pyarrow.Table`` form by arity
     # (a callable object would count ``self`` and receive the grouping key too).
@@ -160,13 +154,7 @@ def _commit_topic(
         reader.passes,
     )
     read = reader.stats.in_window + reader.stats.duplicates + beyond
-    return {
-        "dlq_topic": topic,
-        "acked": acked,
-        "left_pending": left,
-        "beyond_window": beyond,
-        "messages_read": read,
-    }
+    return dict(dlq_topic=topic, acked=acked, left_pending=left, beyond_window=beyond, messages_read=read)
 
 
 def _final_of(table: Any) -> FinalIds | FinalEntries:
@@ -427,15 +415,8 @@ class EntryCommitFn:
             beyond,
             "" if sent else " (nothing to send: already acked)",
         )
-        return {
-            "dlq_topic": topic,
-            "acked": acked,
-            "left_pending": left,
-            "beyond_window": beyond,
-            "final_in_partial_entries": partial,
-            "unacked_final": unacked,
-            "entries_acked": len(done),
-        }
+        counts = dict(acked=acked, left_pending=left, beyond_window=beyond, final_in_partial_entries=partial)
+        return dict(dlq_topic=topic, unacked_final=unacked, entries_acked=len(done), **counts)
 
     def _cursor(self, admin: Any, topic: str) -> tuple[CursorState, dict[str, Any]]:
         stats = admin.internal_stats(topic)
