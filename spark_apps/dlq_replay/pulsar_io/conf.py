@@ -61,17 +61,13 @@ class PulsarConf:
     oauth2_credentials_env: str | None = OAUTH2_CREDENTIALS_ENV
 
     def __post_init__(self) -> None:
-        if not isinstance(self.service_url, str) or not self.service_url.startswith(
-            ("pulsar://", "pulsar+ssl://")
-        ):
+        if not str(self.service_url).startswith(("pulsar://", "pulsar+ssl://")):
             raise PulsarConfigError(
                 "service_url must start with pulsar:// or pulsar+ssl://; got "
                 f"{safe_url(str(self.service_url))}. "
                 "Pass the broker's binary-protocol URL, e.g. pulsar://localhost:6650."
             )
-        if self.admin_url is not None and (
-            not isinstance(self.admin_url, str) or not self.admin_url.startswith(("http://", "https://"))
-        ):
+        if self.admin_url is not None and not str(self.admin_url).startswith(("http://", "https://")):
             raise PulsarConfigError(
                 "admin_url must start with http:// or https://; got "
                 f"{safe_url(str(self.admin_url))}. Pass the broker's admin REST URL, e.g. "

@@ -92,11 +92,8 @@ _KEPT_THREADS: set[tuple[int, int]] = set()
 
 
 def _keep_thread_state() -> None:
-    """Keep the Python thread state of the client's C++ thread running this send callback.
-
-    Without it every callback creates and drops a thread state (most of a send's system CPU); one
-    ``PyGILState_Ensure`` never released keeps it for the thread's life (about a quarter less CPU).
-    """
+    """Keep the Python thread state of the client's C++ thread running this send callback: one
+    ``PyGILState_Ensure`` never released, else each callback creates and drops one (most of the CPU)."""
     thread = (os.getpid(), threading.get_ident())
     if thread in _KEPT_THREADS:
         return
@@ -442,12 +439,8 @@ def republish_batches(
     rate_limit_per_s: float | None = None,
     send_timeout_ms: int = 30000,
 ) -> Iterator[Any]:
-    """Publish every row; yield one :data:`REPUBLISH_RESULT_SCHEMA` row per input row as receipts arrive.
-
-    ``published_message_id`` has ledger -1 when a deduplicating broker dropped the send as already
-    stored; ``rate_limit_per_s`` applies per task. Use as
-    ``df.mapInArrow(partial(republish_batches, conf=conf), REPUBLISH_RESULT_SCHEMA)``.
-    """
+    """Publish every row; yield one :data:`REPUBLISH_RESULT_SCHEMA` row per input row as receipts arrive
+    (``df.mapInArrow(partial(republish_batches, conf=conf), REPUBLISH_RESULT_SCHEMA)``)."""
     publisher = _Publisher(conf, rate_limit_per_s, send_timeout_ms)
     try:
         for batch in batches:

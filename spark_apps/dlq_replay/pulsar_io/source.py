@@ -1,9 +1,7 @@
 """``spark.read.format("pulsar")``: the messages of a frozen window the subscription has not acked.
 
-Nothing is acked, so reading twice gives the same rows. Reader mode: each partition's pending entries
-are split into up to ``parallelism`` shares read by Readers, every message once. Consumer mode:
-``parallelism`` Shared consumers per partition; with more than one, de-duplicate on ``message_id_str``.
-Options and schema: ``docs/pulsar-data-source.md``.
+Nothing is acked, so reading twice gives the same rows. Options, schema and the ``parallelism`` of
+each read mode: ``docs/pulsar-data-source.md``.
 """
 
 from __future__ import annotations
@@ -181,7 +179,7 @@ class PulsarDataSourceReader(DataSourceReader):
         return parts or [PulsarInputPartition("persistent://public/default/-", -1, None, 0)]
 
     def read(self, partition: InputPartition, mark_entries: bool = False) -> Iterator[pa.RecordBatch]:
-        """One input partition's Arrow batches (whole entries; ``mark_entries`` adds :data:`ENTRY_FIRST`)."""
+        """One input partition's Arrow batches of whole entries (``mark_entries``: :data:`ENTRY_FIRST`)."""
         assert isinstance(partition, PulsarInputPartition)
         window = partition.window
         if window.end_message_id is None:
@@ -407,9 +405,7 @@ def read_tasks(
     spark: SparkSession, options: Mapping[str, str], mark_entries: bool = False
 ) -> tuple[DataFrame, Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]], str, int]:
     """``(input frame, task function, output schema DDL, tasks)``: task i of a ``mapInArrow`` over
-    ``spark.range`` reads input partition i, planned here in the driver (no Python planner process, about
-    7 s less per snapshot). ``mark_entries`` adds :data:`ENTRY_FIRST`, true on each entry's first row.
-    """
+    ``spark.range`` reads input partition i, planned here in the driver (no Python planner process)."""
     reader = PulsarDataSourceReader(options, source_struct())
     parts = reader.partitions()
 
