@@ -208,6 +208,9 @@ class _Publisher:
         self.failed = 0
 
     def _producer(self, name: str, target: str) -> _ProducerState:
+        """The producer of ``name``, created on first use (a failure is kept in its ``error``)."""
+        import pulsar
+
         state = self.producers.get(name)
         if state is not None:
             if state.target != target:
@@ -216,21 +219,14 @@ class _Publisher:
                     f"{target!r}); give each (target topic, bucket) its own producer name"
                 )
             return state
-        state = _ProducerState(name=name, target=target)
-        self._create(state)
-        self.producers[name] = state
-        return state
-
-    def _create(self, state: _ProducerState) -> None:
-        import pulsar
-
+        state = self.producers[name] = _ProducerState(name=name, target=target)
         deadline = time.monotonic() + CREATE_RETRY_S
         pause = 0.5
         while True:
             try:
                 state.producer = self.client.create_producer(
-                    state.target,
-                    producer_name=state.name,
+                    target,
+                    producer_name=name,
                     send_timeout_millis=self.send_timeout_ms,
                     block_if_queue_full=True,
                     batching_enabled=True,
@@ -239,19 +235,17 @@ class _Publisher:
                     max_pending_messages=5000,
                 )
                 state.held = int(state.producer.last_sequence_id())
-                return
+                return state
             except pulsar.PulsarException as exc:
                 reason = f"{type(exc).__name__}: {exc}"
                 if type(exc).__name__ in _TRANSIENT_CREATE_ERRORS and time.monotonic() + pause < deadline:
-                    log.info(
-                        "producer %r on %r: %s; retrying in %.1f s", state.name, state.target, reason, pause
-                    )
+                    log.info("producer %r on %r: %s; retrying in %.1f s", name, target, reason, pause)
                     time.sleep(pause)
                     pause = min(pause * 2, 5.0)
                     continue
-                state.error = f"cannot create producer {state.name!r} on {state.target!r}: {reason}"
+                state.error = f"cannot create producer {name!r} on {target!r}: {reason}"
                 log.warning("%s", state.error)
-                return
+                return state
 
     def publish(self, batch: Any) -> Any:
         missing = [c for c in REPUBLISH_INPUT_COLUMNS if c not in batch.schema.names]

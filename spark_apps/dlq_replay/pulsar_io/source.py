@@ -165,16 +165,14 @@ class PulsarDataSourceReader(DataSourceReader):
         for w in self._windows():
             if w.end_message_id is None:
                 continue
-            if w.pending is None:
-                parts.extend(
-                    PulsarInputPartition(w.topic, w.partition, w.end_message_id, slot)
-                    for slot in range(self.parallelism)
-                )
-                continue
-            shares = split_for_readers(w.pending, self.parallelism, self.reader_min_entries)
-            for slot, share in enumerate(shares):
-                ranges = [r.to_list() for r in share]
-                parts.append(PulsarInputPartition(w.topic, w.partition, w.end_message_id, slot, ranges))
+            shares: list[list[list[int]] | None] = [None] * self.parallelism  # consumer slots
+            if w.pending is not None:
+                split = split_for_readers(w.pending, self.parallelism, self.reader_min_entries)
+                shares = [[r.to_list() for r in share] for share in split]
+            parts += [
+                PulsarInputPartition(w.topic, w.partition, w.end_message_id, slot, share)
+                for slot, share in enumerate(shares)
+            ]
         # Spark needs at least one partition; an empty window reads nothing.
         return parts or [PulsarInputPartition("persistent://public/default/-", -1, None, 0)]
 
