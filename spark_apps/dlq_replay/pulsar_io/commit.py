@@ -92,9 +92,8 @@ def make_commit_fn(
     options: dict[str, Any] = {"idle_timeout_ms": int(idle_timeout_ms), "batch_index_ack": batch_index_ack}
 
     def read_again(window: PartitionWindow, final: FinalIds | FinalEntries) -> WindowPasses:
-        # Reaching the window end means every pending message was delivered: final ids not seen were
-        # acked by an earlier commit. An idle stop may be a stall: read again while that finds more.
-        # The read skips redeliveries by the final ids' received flags.
+        # At the window end, final ids not seen were acked by an earlier commit; an idle stop may be a
+        # stall (read again while that finds more). Redeliveries are skipped by the received flags.
         return WindowPasses(get_client(conf), window, subscription, role="commit", seen=final, **options)
 
     # A plain one-argument function: Spark picks the ``pyarrow.Table -> pyarrow.Table`` form by arity
@@ -187,8 +186,7 @@ def _parse(ids: Any) -> tuple[Any, Any, Any]:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    # Four plain integers of at most 18 digits each always cast to int64; anything else (a malformed id,
-    # or a form Python's int reads and Arrow does not) is parsed one id at a time.
+    # Four integers of at most 18 digits always cast to int64; any other id is parsed one at a time.
     if pc.all(pc.match_substring_regex(ids, _PLAIN_ID)).as_py() is False:  # None: no ids
         keys = [message_id_key(text) for text in ids.to_pylist()]  # names a malformed id
         ledger, entry, batch = (pa.array([k[i] for k in keys], pa.int64()) for i in (0, 1, 3))

@@ -243,7 +243,6 @@ def get_client(conf: PulsarConf) -> Any:
             path = conf.client_log_file.replace("{pid}", str(key[0]))
             logger = pulsar.FileLogger(pulsar.LoggerLevel.Warn, path)
         client = create_client(conf.service_url, logger=logger, **client_auth_kwargs(conf))
-        # Clients inherited from a parent process stay referenced and untouched: closing or destroying a
-        # client across fork() hangs.
+        # Clients inherited across fork() stay referenced and untouched: closing or destroying one hangs.
         _clients[key] = client
         return client

@@ -197,15 +197,13 @@ class ShareReader:
 
     def _segment(self, ranges: list[EntryRange]) -> Iterator[Entry]:
         last: Position | None = None  # the last entry returned or skipped: nothing at or before it again
-        passes = 0
-        while True:
-            passes += 1
+        for passes in range(1, MAX_PASSES + 1):
             reading = _ReaderPass(self, ranges, last)
             yield from reading.entries()
             last = reading.last
             if reading.done:
                 return
-            if not reading.progress or passes >= MAX_PASSES:
+            if not reading.progress or passes == MAX_PASSES:
                 unread = _entries_after(ranges, last)
                 self.stats.unread_entries += unread
                 self.stats.stopped_by = "idle-timeout"
@@ -270,8 +268,7 @@ class _ReaderPass:
         timeout = self.timeout
         done = False
         current: Entry | None = None
-        # The current entry's position, and what its messages need, in locals: most messages belong
-        # to the entry before them (a batch arrives unpacked), so that path is kept short.
+        # The current entry in locals: most messages belong to the entry before them (batches come unpacked).
         current_pos: Position | None = None
         add: Any = None  # current.messages.append
         id_prefix = ""  # "ledger:entry:partition:" of the current entry

@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import os
 import re
-import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -45,9 +44,8 @@ BATCH_MAX_MESSAGES = 1000
 #: The client's batch timer, set beyond any run (a timer cuts batches differently on each attempt).
 _NO_BATCH_TIMER_MS = 24 * 3600 * 1000
 _CONFIRM_GRACE_S = 10.0
-#: Producer creation is retried this long when the broker is unreachable or not ready (a broker
-#: restart, a topic moving between brokers, the old connection of a killed task still holding the
-#: producer name); other errors (authorisation, invalid topic) fail at once.
+#: Producer creation is retried this long on these errors (broker restart, topic moving, a killed task's
+#: connection still holding the producer name); others (authorisation, invalid topic) fail at once.
 CREATE_RETRY_S = 90.0
 _TRANSIENT_CREATE_ERRORS = frozenset(
     {
@@ -98,11 +96,10 @@ def _keep_thread_state() -> None:
     if thread in _KEPT_THREADS:
         return
     _KEPT_THREADS.add(thread)
-    if sys.implementation.name == "cpython":
-        from ctypes import pythonapi
+    from ctypes import pythonapi  # pulsar-client is a CPython extension
 
-        if pythonapi.PyGILState_Check():
-            pythonapi.PyGILState_Ensure()
+    if pythonapi.PyGILState_Check():
+        pythonapi.PyGILState_Ensure()
 
 
 def _ignore_flush_result(result: Any) -> None:
@@ -283,8 +280,7 @@ class _Publisher:
                     state.producer.flush()
                 except Exception as exc:  # the per-message receipts carry the cause
                     log.warning("flush of producer %s failed: %s", state.name, type(exc).__name__)
-        # A flush returns once its producer's earlier sends completed, callbacks included: the receipts
-        # are normally all in by now. Otherwise wait for them, up to the send timeout and a grace.
+        # A flush returns once its sends completed, callbacks included; else wait up to the timeout.
         deadline = time.monotonic() + self.send_timeout_ms / 1000 + _CONFIRM_GRACE_S
         while len(self.receipts) < len(self.awaiting) and time.monotonic() < deadline:
             time.sleep(_RECEIPT_POLL_S)

@@ -200,8 +200,7 @@ class PulsarDataSourceReader(DataSourceReader):
                 if add(entry.messages, entry.size) >= limit:
                     yield builder.flush()
         else:
-            # With several consumers per partition an idle stop is normal (the others hold the rest): the
-            # only consumer of a partition resumes after one, which may be a broker stall.
+            # Only the sole consumer of a partition resumes after an idle stop (else others hold the rest).
             reader = WindowPasses(
                 get_client(self.conf),
                 window,

@@ -132,8 +132,8 @@ def _last_message_id(client: Any, topic: str, partition: int, subscription: str)
     try:
         last = consumer.get_last_message_id()
     except pulsar.UnknownError:
-        # pulsar-lite raises UnknownError for an empty topic (Apache Pulsar returns an id with entry -1).
-        # Treating it as empty is safe: the run then neither reads nor acks this partition.
+        # pulsar-lite's answer for an empty topic (Apache Pulsar's is an id with entry -1); safe: the run
+        # then neither reads nor acks this partition.
         log.warning("get_last_message_id failed on %s; treating the partition as empty for this run", topic)
         return None
     finally:
