@@ -181,7 +181,7 @@ def _final_of(table: Any) -> FinalIds | FinalEntries:
 _PLAIN_ID = "^" + ":".join(["-?[0-9]{1,18}"] * 4) + "$"
 
 
-def _parse(ids: Any) -> tuple[Any, Any, Any]:
+def _parse(ids: Any) -> tuple[Any, ...]:
     """``(ledger, entry, batch_index)`` int64 arrays of readable ids; ``ValueError`` names a malformed one."""
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -189,11 +189,9 @@ def _parse(ids: Any) -> tuple[Any, Any, Any]:
     # Four integers of at most 18 digits always cast to int64; any other id is parsed one at a time.
     if pc.all(pc.match_substring_regex(ids, _PLAIN_ID)).as_py() is False:  # None: no ids
         keys = [message_id_key(text) for text in ids.to_pylist()]  # names a malformed id
-        ledger, entry, batch = (pa.array([k[i] for k in keys], pa.int64()) for i in (0, 1, 3))
-        return ledger, entry, batch
+        return tuple(pa.array([k[i] for k in keys], pa.int64()) for i in (0, 1, 3))
     parts = pc.split_pattern(ids, ":")
-    ledger, entry, _, batch = (pc.cast(pc.list_element(parts, i), pa.int64()) for i in range(4))
-    return ledger, entry, batch
+    return tuple(pc.cast(pc.list_element(parts, i), pa.int64()) for i in (0, 1, 3))
 
 
 def _int64s(column: Any) -> array[int]:

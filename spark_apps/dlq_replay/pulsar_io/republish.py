@@ -274,12 +274,7 @@ class _Publisher:
 
     def finish(self) -> Any:
         """Flush the producers and wait for the receipts (up to the send timeout); the remaining results."""
-        for state in self.producers.values():
-            if state.producer is not None:
-                try:
-                    state.producer.flush()
-                except Exception as exc:  # the per-message receipts carry the cause
-                    log.warning("flush of producer %s failed: %s", state.name, type(exc).__name__)
+        self._each_producer("flush")  # a failure's cause is in the receipts
         # A flush returns once its sends completed, callbacks included; else wait up to the timeout.
         deadline = time.monotonic() + self.send_timeout_ms / 1000 + _CONFIRM_GRACE_S
         while len(self.receipts) < len(self.awaiting) and time.monotonic() < deadline:
@@ -385,13 +380,16 @@ class _Publisher:
             names=["replay_id", "published", "published_message_id", "error"],
         )
 
-    def close(self) -> None:
+    def _each_producer(self, action: str) -> None:
         for state in self.producers.values():
             if state.producer is not None:
                 try:
-                    state.producer.close()
+                    getattr(state.producer, action)()
                 except Exception as exc:
-                    log.warning("closing producer %s failed: %s", state.name, type(exc).__name__)
+                    log.warning("%s of producer %s failed: %s", action, state.name, type(exc).__name__)
+
+    def close(self) -> None:
+        self._each_producer("close")
         log.info(
             "republished %d messages with %d producers; %d not published",
             self.sent,
