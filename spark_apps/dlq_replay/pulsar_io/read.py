@@ -223,14 +223,10 @@ class _ReaderPass:
     """One Reader over a segment, from its start or after ``last``; ``done`` once the share's end is read."""
 
     def __init__(self, owner: ShareReader, ranges: list[EntryRange], last: Position | None) -> None:
-        end = owner.window.end_key
-        assert end is not None
         self.owner = owner
         self.stats = owner.stats
         self.ranges = ranges
         self.stop = ranges[-1].stop
-        self.end_pos: Position = (end[0], end[1])
-        self.end_batch: int = end[3]
         self.last = last  # the last entry returned or skipped
         self.index = 0  # the range of ``ranges`` that the read is in
         self.skipping: Position | None = None  # the acked entry being read through
@@ -264,7 +260,9 @@ class _ReaderPass:
     def _read(self, read: Callable[[int], Any]) -> Iterator[Entry]:
         import pulsar
 
-        stats, end_batch, part = self.stats, self.end_batch, self.owner.window.partition
+        stats, part, end = self.stats, self.owner.window.partition, self.owner.window.end_key
+        assert end is not None
+        end_pos, end_batch = end[:2], end[3]
         timeout = self.timeout
         done = False
         current: Entry | None = None
@@ -294,7 +292,7 @@ class _ReaderPass:
                     current_pos = None
                     continue
                 current_pos, add, id_prefix = pos, current.messages.append, f"{pos[0]}:{pos[1]}:{part}:"
-                at_end = pos == self.end_pos
+                at_end = pos == end_pos
                 at_stop_end = at_end and pos == self.stop
             assert current is not None
             if batch <= current.last_batch_index:

@@ -45,7 +45,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SOURCE_NAME = "pulsar"
 SOURCE_SCHEMA = (
     "topic string, partition int, message_id binary, message_id_str string, key string, "
     "ordering_key string, value binary, properties map<string,string>, publish_time timestamp, "
@@ -374,7 +373,7 @@ class PulsarDataSource(DataSource):
 
     @classmethod
     def name(cls) -> str:
-        return SOURCE_NAME
+        return "pulsar"
 
     def schema(self) -> str:
         return SOURCE_SCHEMA
