@@ -4,9 +4,9 @@ Reader mode (:class:`ShareReader`): non-durable Readers read a share of the pend
 acking nothing; acked entries in a short gap are read through and dropped, a longer gap starts a new
 Reader. Consumer mode (:class:`WindowPasses`): Shared consumers on the replayer subscription, for the
 data source (never acks) and the commit (acks final messages from the consumer that received them); one
-stops at the window's last entry (entries come in order), redeliveries are returned once. A read stops
-after ``idle_timeout_ms`` without a message; as that may be a broker stall, a new Reader or consumer
-resumes while passes make progress, and what is left unread stays pending.
+stops at the window's last entry (entries come in order), messages past it are neither returned nor
+acked, redeliveries are returned once. A read stops after ``idle_timeout_ms`` without a message; as that
+may be a broker stall, a new Reader or consumer resumes while passes make progress.
 """
 
 from __future__ import annotations
