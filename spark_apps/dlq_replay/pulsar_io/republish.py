@@ -145,9 +145,7 @@ def _properties(column: Any) -> list[dict[str, str] | None]:
     else:
         out = [dict(zip(keys[s:e], values[s:e], strict=True)) for s, e in spans]
     if column.null_count:
-        for i, valid in enumerate(column.is_valid().to_pylist()):
-            if not valid:
-                out[i] = None
+        out = [row if valid else None for row, valid in zip(out, column.is_valid().to_pylist(), strict=True)]
     return out
 
 
@@ -166,11 +164,9 @@ def _by_producer(batch: Any, errors: list[str | None]) -> dict[tuple[str, str], 
     sequences, values = batch.column("sequence_id"), batch.column("value")
     if sequences.null_count or values.null_count:
         complete = pc.and_(sequences.is_valid(), values.is_valid()).to_pylist()
-        for key, rows in groups.items():
-            for i in rows:
-                if not complete[i]:
-                    errors[i] = lacking
-            groups[key] = [i for i in rows if complete[i]]
+        for i in [i for i, ok in enumerate(complete) if not ok]:
+            errors[i] = lacking
+        groups = {key: [i for i in rows if complete[i]] for key, rows in groups.items()}
     return {key: rows for key, rows in groups.items() if rows}
 
 
