@@ -1,8 +1,4 @@
-"""The Apache Pulsar admin REST reads of the replay, with the :class:`~.conf.PulsarConf` credentials.
-
-A URL that answers but not as Apache Pulsar's admin REST raises :class:`AdminUnavailable` (no reader
-mode); one that cannot be reached or refuses the token is a configuration error naming the fix.
-"""
+"""The Apache Pulsar admin REST reads of the replay, with the :class:`~.conf.PulsarConf` credentials."""
 
 from __future__ import annotations
 
@@ -66,12 +62,10 @@ class PulsarAdmin:
             tls = (conf.tls_trust_certs_file, conf.tls_allow_insecure, conf.tls_cert_file, conf.tls_key_file)
             self._context = ssl_context(*tls)
         oauth2 = conf.read_oauth2()
-        self._token: str | None = None
-        if not oauth2:
-            self._token = conf.read_token()
-            return
+        self._token = None if oauth2 else conf.read_token()
         try:
-            self._token = ClientCredentials(oauth2).access_token(self._context, timeout_s)
+            if oauth2:
+                self._token = ClientCredentials(oauth2).access_token(self._context, timeout_s)
         except OAuth2Error as exc:
             raise PulsarConfigError(str(exc)) from None
 
@@ -107,32 +101,27 @@ class PulsarAdmin:
                 raise AdminUnavailable(f"GET {url} did not answer JSON") from exc
         raise AssertionError("unreachable")  # pragma: no cover
 
+    def _object(self, topic: str, what: str, *keys: str) -> dict[str, Any]:
+        """The JSON object ``what`` of ``topic``, which must hold ``keys``."""
+        data = self.get(topic_path(topic) + "/" + what)
+        if not isinstance(data, dict) or not all(key in data for key in keys):
+            raise AdminUnavailable(f"{what} of {topic} is not a JSON object with {list(keys)}")
+        return data
+
     def internal_stats(self, topic: str) -> dict[str, Any]:
         """``internalStats`` of one (non-partitioned or partition) topic: ledgers and cursors."""
-        data = self.get(topic_path(topic) + "/internalStats")
-        if not isinstance(data, dict) or "cursors" not in data or "ledgers" not in data:
-            raise AdminUnavailable(f"internalStats of {topic} lacks 'ledgers'/'cursors'")
-        return data
+        return self._object(topic, "internalStats", "ledgers", "cursors")
 
     def topic_exists(self, topic: str) -> bool:
         """Whether ``topic`` exists (partitioned metadata, else ``stats``; neither creates a topic)."""
         try:  # Apache Pulsar 4 answers 404 for a missing topic here; older releases {"partitions": 0}
-            meta = self.get(topic_path(topic) + "/partitions?checkAllowAutoCreation=false")
-        except AdminNotFound:
-            return False
-        if not isinstance(meta, dict) or "partitions" not in meta:
-            raise AdminUnavailable(f"partitions of {topic} is not a JSON object with 'partitions'")
-        if int(meta["partitions"]) > 0:
-            return True
-        try:
-            self.stats(topic)
+            meta = self._object(topic, "partitions?checkAllowAutoCreation=false", "partitions")
+            if int(meta["partitions"]) == 0:
+                self.stats(topic)  # not partitioned: 404 when missing
         except AdminNotFound:
             return False
         return True
 
     def stats(self, topic: str) -> dict[str, Any]:
         """``stats`` of one topic: per-subscription ``msgBacklog`` and more."""
-        data = self.get(topic_path(topic) + "/stats")
-        if not isinstance(data, dict):
-            raise AdminUnavailable(f"stats of {topic} is not a JSON object")
-        return data
+        return self._object(topic, "stats")

@@ -1,12 +1,9 @@
 """Commit: ack exactly the DLQ messages whose disposition is final, never one beyond the window end.
 
-Reader mode (:class:`EntryCommitFn`): an entry every message of which is final is acked by its id
-(``MessageId(partition, ledger, entry, -1)``) from a consumer that receives nothing, and the acks are
-verified on the cursor (``internalStats``), missing ones sent again (bounded). Consumer mode
-(:func:`make_commit_fn`): the window is received again and the final messages are acked from the consumer
-that received them (the only acks the embedded broker takes). It looks them up in :class:`FinalIds`,
-sorted in three ``array('q')`` columns with a received flag each (25 bytes an id, against about 90 in a
-set of strings), which is also the read's de-duplication (:class:`~.read.SeenIds`).
+Reader mode (:class:`EntryCommitFn`): entries whose messages are all final are acked by id from a
+consumer that receives nothing, and the acks verified on the cursor. Consumer mode
+(:func:`make_commit_fn`): the window is received again and final messages acked from the consumer that
+received them. Input and result columns: ``docs/pulsar-data-source.md``.
 """
 
 from __future__ import annotations
@@ -39,22 +36,15 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 COMMIT_INPUT_SCHEMA = "dlq_topic string, dlq_message_id string"
-#: Consumer mode input naming whole entries too: a row names either one final message
-#: (``dlq_message_id``) or an entry every message of which is final (``ledger_id``, ``entry_id``, and
-#: ``batch_size``, the messages it holds), with ``dlq_message_id`` null.
+#: Consumer mode: a row names one final message, or (``dlq_message_id`` null) a wholly final entry.
 ENTRIES_COMMIT_INPUT_SCHEMA = (
     "dlq_topic string, dlq_message_id string, ledger_id long, entry_id long, batch_size long"
 )
-#: Reader mode input: one row per snapshot entry; a row with a null ``ledger_id`` only names a partition.
+#: Reader mode: one row per snapshot entry; a row with a null ``ledger_id`` only names a partition.
 ENTRY_COMMIT_INPUT_SCHEMA = (
     "dlq_topic string, ledger_id long, entry_id long, messages long, final_messages long, batch_size long"
 )
-#: One row per DLQ partition. ``acked``: messages acked (reader mode: of entries verified acked on the
-#: cursor). ``left_pending``: messages left pending because they are not final. ``beyond_window``:
-#: consumer mode, messages received past the window end; reader mode, pending entries past it.
-#: ``final_in_partial_entries`` (reader mode): final messages left pending because their entry holds a
-#: pending one. ``unacked_final`` (reader mode): final messages whose ack could not be verified.
-#: ``messages_read``: DLQ messages the commit received (0 in the reader mode).
+#: One row per DLQ partition.
 COMMIT_RESULT_SCHEMA = (
     "dlq_topic string, acked long, left_pending long, beyond_window long, final_in_partial_entries long, "
     "unacked_final long, entries_acked long, messages_read long"
@@ -62,8 +52,7 @@ COMMIT_RESULT_SCHEMA = (
 #: ``(position, messages, final_messages, batch_size)`` of one snapshot entry.
 _EntryRow = tuple[Position, int, int, "int | None"]
 _RESULT_COLUMNS = [part.split()[0] for part in COMMIT_RESULT_SCHEMA.split(", ")]
-#: Times the acks of an entry are sent before it is reported as unacked.
-MAX_ACK_ATTEMPTS = 3
+MAX_ACK_ATTEMPTS = 3  # times the acks of an entry are sent before it is reported as unacked
 VERIFY_TIMEOUT_S = 10.0
 
 
@@ -100,19 +89,12 @@ def make_commit_fn(
     if idle_timeout_ms <= 0:
         raise PulsarConfigError(f"idle_timeout_ms must be > 0; got {idle_timeout_ms}")
     by_topic = {w.topic: w for w in windows}
+    options: dict[str, Any] = {"idle_timeout_ms": int(idle_timeout_ms), "batch_index_ack": batch_index_ack}
 
     def read_again(window: PartitionWindow, final: FinalIds | FinalEntries) -> WindowPasses:
-        # Reaching the window end means every pending message was delivered: final ids not seen were
-        # acked by an earlier commit. An idle stop may be a stall: read again while that finds more.
-        return WindowPasses(
-            get_client(conf),
-            window,
-            subscription,
-            role="commit",
-            idle_timeout_ms=int(idle_timeout_ms),
-            batch_index_ack=batch_index_ack,
-            seen=final,  # the read skips redeliveries by the final ids' received flags
-        )
+        # At the window end, final ids not seen were acked by an earlier commit; an idle stop may be a
+        # stall (read again while that finds more). Redeliveries are skipped by the received flags.
+        return WindowPasses(get_client(conf), window, subscription, role="commit", seen=final, **options)
 
     # A plain one-argument function: Spark picks the ``pyarrow.Table -> pyarrow.Table`` form by arity
     # (a callable object would count ``self`` and receive the grouping key too).
@@ -171,13 +153,7 @@ def _commit_topic(
         reader.passes,
     )
     read = reader.stats.in_window + reader.stats.duplicates + beyond
-    return {
-        "dlq_topic": topic,
-        "acked": acked,
-        "left_pending": left,
-        "beyond_window": beyond,
-        "messages_read": read,
-    }
+    return dict(dlq_topic=topic, acked=acked, left_pending=left, beyond_window=beyond, messages_read=read)
 
 
 def _final_of(table: Any) -> FinalIds | FinalEntries:
@@ -205,20 +181,17 @@ def _final_of(table: Any) -> FinalIds | FinalEntries:
 _PLAIN_ID = "^" + ":".join(["-?[0-9]{1,18}"] * 4) + "$"
 
 
-def _parse(ids: Any) -> tuple[Any, Any, Any]:
+def _parse(ids: Any) -> tuple[Any, ...]:
     """``(ledger, entry, batch_index)`` int64 arrays of readable ids; ``ValueError`` names a malformed one."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    # Four plain integers of at most 18 digits each always cast to int64; anything else (a malformed id,
-    # or a form Python's int reads and Arrow does not) is parsed one id at a time.
+    # Four integers of at most 18 digits always cast to int64; any other id is parsed one at a time.
     if pc.all(pc.match_substring_regex(ids, _PLAIN_ID)).as_py() is False:  # None: no ids
         keys = [message_id_key(text) for text in ids.to_pylist()]  # names a malformed id
-        ledger, entry, batch = (pa.array([k[i] for k in keys], pa.int64()) for i in (0, 1, 3))
-        return ledger, entry, batch
+        return tuple(pa.array([k[i] for k in keys], pa.int64()) for i in (0, 1, 3))
     parts = pc.split_pattern(ids, ":")
-    ledger, entry, _, batch = (pc.cast(pc.list_element(parts, i), pa.int64()) for i in range(4))
-    return ledger, entry, batch
+    return tuple(pc.cast(pc.list_element(parts, i), pa.int64()) for i in (0, 1, 3))
 
 
 def _int64s(column: Any) -> array[int]:
@@ -438,15 +411,8 @@ class EntryCommitFn:
             beyond,
             "" if sent else " (nothing to send: already acked)",
         )
-        return {
-            "dlq_topic": topic,
-            "acked": acked,
-            "left_pending": left,
-            "beyond_window": beyond,
-            "final_in_partial_entries": partial,
-            "unacked_final": unacked,
-            "entries_acked": len(done),
-        }
+        counts = dict(acked=acked, left_pending=left, beyond_window=beyond, final_in_partial_entries=partial)
+        return dict(dlq_topic=topic, unacked_final=unacked, entries_acked=len(done), **counts)
 
     def _cursor(self, admin: Any, topic: str) -> tuple[CursorState, dict[str, Any]]:
         stats = admin.internal_stats(topic)

@@ -1,9 +1,6 @@
-"""Connection settings for Pulsar and the one-client-per-process rule.
+"""Connection settings for Pulsar (:class:`PulsarConf`) and one client per (process, conf).
 
-:class:`PulsarConf` says where the credentials are (environment variables or files), never the secrets,
-so it can travel in data-source options, plans and logs. :func:`get_client` opens at most one
-``pulsar.Client`` per (process, conf): Spark's Python workers are forked and a client must never cross
-a ``fork()``.
+Spark's Python workers are forked, and a ``pulsar.Client`` must never cross a ``fork()``.
 """
 
 from __future__ import annotations
@@ -43,13 +40,9 @@ CLIENT_LOGGER_NAME = "spark_apps.dlq_replay.pulsar_client"
 
 @dataclass(frozen=True)
 class PulsarConf:
-    """How to reach Pulsar: where the credentials are, never their values (``docs/pulsar-data-source.md``).
-
-    A JWT comes from ``token_file`` or else the ``token_env`` variable (unset or empty: no authentication;
-    ``None``: not looked up). ``oauth2_*`` (enabled by the issuer URL) take client credentials from a JSON
-    key file or the ``oauth2_credentials_env`` variable; ``tls_cert_file`` and ``tls_key_file`` are a client
-    certificate. The tasks' clients log natively at WARN to their stdout (Spark's executor log), or to
-    ``client_log_file`` (``{pid}`` replaced); ``admin_url`` is Apache Pulsar's admin REST (reader mode).
+    """How to reach Pulsar: where the credentials are, never their values, so it can travel in options,
+    plans and logs (``docs/pulsar-data-source.md``). Clients log natively at WARN to stdout (the executor
+    log) or to ``client_log_file`` (``{pid}`` replaced).
     """
 
     service_url: str
@@ -68,17 +61,13 @@ class PulsarConf:
     oauth2_credentials_env: str | None = OAUTH2_CREDENTIALS_ENV
 
     def __post_init__(self) -> None:
-        if not isinstance(self.service_url, str) or not self.service_url.startswith(
-            ("pulsar://", "pulsar+ssl://")
-        ):
+        if not str(self.service_url).startswith(("pulsar://", "pulsar+ssl://")):
             raise PulsarConfigError(
                 "service_url must start with pulsar:// or pulsar+ssl://; got "
                 f"{safe_url(str(self.service_url))}. "
                 "Pass the broker's binary-protocol URL, e.g. pulsar://localhost:6650."
             )
-        if self.admin_url is not None and (
-            not isinstance(self.admin_url, str) or not self.admin_url.startswith(("http://", "https://"))
-        ):
+        if self.admin_url is not None and not str(self.admin_url).startswith(("http://", "https://")):
             raise PulsarConfigError(
                 "admin_url must start with http:// or https://; got "
                 f"{safe_url(str(self.admin_url))}. Pass the broker's admin REST URL, e.g. "
@@ -114,18 +103,15 @@ class PulsarConf:
             "service.url": self.service_url,
             "auth.token.env": self.token_env or "",
             "tls.allow.insecure": "true" if self.tls_allow_insecure else "false",
+            **{option: getattr(self, name) for name, option in _OPTIONS.items() if getattr(self, name)},
         }
-        options.update(
-            {option: getattr(self, name) for name, option in _OPTIONS.items() if getattr(self, name)}
-        )
         if self.oauth2_issuer_url:
             options["auth.oauth2.credentials.env"] = self.oauth2_credentials_env or ""
         return options
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> PulsarConf:
-        """Build a conf from data-source options (keys case-insensitive; ``auth.token.env`` absent means
-        ``PULSAR_AUTH_TOKEN``, present and empty disables it)."""
+        """A conf from data-source options (keys in any case; an empty ``auth.token.env``: no token)."""
         opts = {str(k).lower(): v for k, v in options.items()}
         url = opts.get("service.url")
         if not url:
@@ -162,9 +148,7 @@ class PulsarConf:
             if not token:
                 raise PulsarConfigError("the Pulsar token file is empty; write the JWT token into it")
             return token
-        if self.token_env:
-            return os.environ.get(self.token_env) or None
-        return None
+        return (os.environ.get(self.token_env) or None) if self.token_env else None
 
     def read_oauth2(self) -> dict[str, str | None] | None:
         """The OAuth2 settings for :func:`create_client`, or ``None`` without an issuer URL."""
@@ -224,7 +208,7 @@ atexit.register(close_own_clients)
 
 
 def client_logger() -> logging.Logger:
-    """The Python logger handed to every client (the C++ client logs to stdout otherwise)."""
+    """The Python logger for the driver's clients (the C++ client logs to stdout otherwise)."""
     return logging.getLogger(CLIENT_LOGGER_NAME)
 
 
@@ -259,7 +243,6 @@ def get_client(conf: PulsarConf) -> Any:
             path = conf.client_log_file.replace("{pid}", str(key[0]))
             logger = pulsar.FileLogger(pulsar.LoggerLevel.Warn, path)
         client = create_client(conf.service_url, logger=logger, **client_auth_kwargs(conf))
-        # Clients inherited from a parent process stay referenced and untouched: closing or destroying a
-        # client across fork() hangs.
+        # Clients inherited across fork() stay referenced and untouched: closing or destroying one hangs.
         _clients[key] = client
         return client

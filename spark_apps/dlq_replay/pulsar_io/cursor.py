@@ -1,7 +1,6 @@
 """A subscription's cursor on one partition (admin REST ``internalStats``): acked and pending entries.
 
-A cursor acks *entries*: everything up to ``markDeletePosition`` plus the ``individuallyDeletedMessages``
-ranges. Pure logic: the pending entries of a window, their shares for Readers, and ack checks.
+A cursor acks *entries*: up to ``markDeletePosition`` plus the ``individuallyDeletedMessages`` ranges.
 """
 
 from __future__ import annotations

@@ -15,18 +15,12 @@ def message_id_str(msg_id: Any, partition: int | None = None) -> str:
 
 def message_id_key(text: str) -> MessageIdKey:
     """Parse a readable id into ``(ledger, entry, partition, batch_index)`` for ordering."""
-    parts = text.split(":") if isinstance(text, str) else []
-    if len(parts) != 4:
-        raise ValueError(
-            f"invalid message id {text!r}: expected '<ledger>:<entry>:<partition>:<batch_index>', "
-            "e.g. '12:345:-1:-1' (use message_id_str() to produce it)"
-        )
     try:
-        ledger, entry, partition, batch = (int(p) for p in parts)
-    except ValueError:
+        ledger, entry, partition, batch = (int(p) for p in text.split(":"))
+    except (AttributeError, ValueError):
         raise ValueError(
-            f"invalid message id {text!r}: all four fields must be integers "
-            "('<ledger>:<entry>:<partition>:<batch_index>')"
+            f"invalid message id {text!r}: expected '<ledger>:<entry>:<partition>:<batch_index>' (all four "
+            "fields must be integers), e.g. '12:345:-1:-1' (use message_id_str() to produce it)"
         ) from None
     return ledger, entry, partition, batch
 

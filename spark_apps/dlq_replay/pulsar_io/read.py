@@ -1,16 +1,12 @@
 """Read a frozen partition window: Readers in the reader mode, Shared consumers in the consumer mode.
 
-Reader mode (:class:`ShareReader`): non-durable Readers read a share of the pending entries, each once;
-they ack nothing and no unacked limit applies. Acked entries in a short gap are read through and dropped;
-after a longer gap a new Reader starts.
-
-Consumer mode (:class:`WindowPasses`): Shared consumers on the replayer subscription, for the data source
-(read, never ack) and the commit (ack the final messages from the consumer that received them). A
-consumer stops once a message of the window's last entry or a later one arrives (entries are dispatched
-in order). Messages beyond the end are neither returned nor acked; redeliveries are returned once.
-
-In both modes a read stops after ``idle_timeout_ms`` without a message. That may be a broker stall, so a
-new Reader or consumer resumes while passes make progress; what is left unread stays pending.
+Reader mode (:class:`ShareReader`): non-durable Readers read a share of the pending entries, each once,
+acking nothing; acked entries in a short gap are read through and dropped, a longer gap starts a new
+Reader. Consumer mode (:class:`WindowPasses`): Shared consumers on the replayer subscription, for the
+data source (never acks) and the commit (acks final messages from the consumer that received them); one
+stops at the window's last entry (entries come in order), messages past it are neither returned nor
+acked, redeliveries are returned once. A read stops after ``idle_timeout_ms`` without a message; as that
+may be a broker stall, a new Reader or consumer resumes while passes make progress.
 """
 
 from __future__ import annotations
@@ -65,9 +61,9 @@ class SeenIds(set[str]):
 class WindowPasses:
     """Reads a window through one Shared consumer after another, each id once over all passes.
 
-    :meth:`messages` yields ``(message_id_str, message, message_id, consumer)``: ack a message through
-    its ``consumer`` while iterating. Another pass starts only with ``resume`` and after an idle stop
-    that found new messages. ``stats`` sums the passes (``beyond_window``: the largest pass's).
+    :meth:`messages` yields ``(message_id_str, message, message_id, consumer)`` (ack through that
+    consumer while iterating). Another pass starts only with ``resume``, after an idle stop that found
+    messages. ``stats`` sums the passes (``beyond_window``: the largest pass's).
     """
 
     client: Any
@@ -201,15 +197,13 @@ class ShareReader:
 
     def _segment(self, ranges: list[EntryRange]) -> Iterator[Entry]:
         last: Position | None = None  # the last entry returned or skipped: nothing at or before it again
-        passes = 0
-        while True:
-            passes += 1
+        for passes in range(1, MAX_PASSES + 1):
             reading = _ReaderPass(self, ranges, last)
             yield from reading.entries()
             last = reading.last
             if reading.done:
                 return
-            if not reading.progress or passes >= MAX_PASSES:
+            if not reading.progress or passes == MAX_PASSES:
                 unread = _entries_after(ranges, last)
                 self.stats.unread_entries += unread
                 self.stats.stopped_by = "idle-timeout"
@@ -229,14 +223,10 @@ class _ReaderPass:
     """One Reader over a segment, from its start or after ``last``; ``done`` once the share's end is read."""
 
     def __init__(self, owner: ShareReader, ranges: list[EntryRange], last: Position | None) -> None:
-        end = owner.window.end_key
-        assert end is not None
         self.owner = owner
         self.stats = owner.stats
         self.ranges = ranges
         self.stop = ranges[-1].stop
-        self.end_pos: Position = (end[0], end[1])
-        self.end_batch: int = end[3]
         self.last = last  # the last entry returned or skipped
         self.index = 0  # the range of ``ranges`` that the read is in
         self.skipping: Position | None = None  # the acked entry being read through
@@ -270,12 +260,13 @@ class _ReaderPass:
     def _read(self, read: Callable[[int], Any]) -> Iterator[Entry]:
         import pulsar
 
-        stats, end_batch, part = self.stats, self.end_batch, self.owner.window.partition
+        stats, part, end = self.stats, self.owner.window.partition, self.owner.window.end_key
+        assert end is not None
+        end_pos, end_batch = end[:2], end[3]
         timeout = self.timeout
         done = False
         current: Entry | None = None
-        # The current entry's position, and what its messages need, in locals: most messages belong
-        # to the entry before them (a batch arrives unpacked), so that path is kept short.
+        # The current entry in locals: most messages belong to the entry before them (batches come unpacked).
         current_pos: Position | None = None
         add: Any = None  # current.messages.append
         id_prefix = ""  # "ledger:entry:partition:" of the current entry
@@ -301,7 +292,7 @@ class _ReaderPass:
                     current_pos = None
                     continue
                 current_pos, add, id_prefix = pos, current.messages.append, f"{pos[0]}:{pos[1]}:{part}:"
-                at_end = pos == self.end_pos
+                at_end = pos == end_pos
                 at_stop_end = at_end and pos == self.stop
             assert current is not None
             if batch <= current.last_batch_index:

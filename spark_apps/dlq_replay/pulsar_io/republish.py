@@ -1,15 +1,12 @@
 """Republish final rows to their origin topics from ``df.mapInArrow``, every send confirmed.
 
-Rows arrive sorted by ``(producer_name, sequence_id)``, one producer name per Spark partition; each
-name gets one producer and every message its explicit sequence id.
-
-**Exact re-sends under broker deduplication.** The broker deduplicates a batch by its first sequence
-id, so batches are cut at the same places on every attempt: never across a block of
-:data:`BATCH_BLOCK` sequence ids, never by the client's timer, only by count and at a task's end. A
-re-sent batch is then one the broker holds (dropped, ledger -1) or lacks (stored). A dropped batch must
-start at or below the last sequence id the broker reported for the producer name, or the row is not
-counted as published. A send refused alone (``MessageTooBig``) fails only its row; any other failure
-stops its producer, so a retry resends the rest in order.
+Rows arrive sorted by ``(producer_name, sequence_id)``; each name gets one producer and every message
+its explicit sequence id. The broker deduplicates a batch by its first sequence id, so batches are cut
+at the same places on every attempt: at each block of :data:`BATCH_BLOCK` sequence ids, by count and at
+a task's end, never by the client's timer. A re-sent batch is then one the broker holds (dropped,
+ledger -1: it must start at or below the broker's last sequence id for the name, or the row is not
+counted as published) or lacks (stored). ``MessageTooBig`` fails only its row; any other failure stops
+its producer, so a retry resends the rest in order.
 """
 
 from __future__ import annotations
@@ -17,7 +14,6 @@ from __future__ import annotations
 import logging
 import os
 import re
-import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -48,9 +44,8 @@ BATCH_MAX_MESSAGES = 1000
 #: The client's batch timer, set beyond any run (a timer cuts batches differently on each attempt).
 _NO_BATCH_TIMER_MS = 24 * 3600 * 1000
 _CONFIRM_GRACE_S = 10.0
-#: Producer creation is retried this long when the broker is unreachable or not ready (a broker
-#: restart, a topic moving between brokers, the old connection of a killed task still holding the
-#: producer name); other errors (authorisation, invalid topic) fail at once.
+#: Producer creation is retried this long on these errors (broker restart, topic moving, a killed task's
+#: connection still holding the producer name); others (authorisation, invalid topic) fail at once.
 CREATE_RETRY_S = 90.0
 _TRANSIENT_CREATE_ERRORS = frozenset(
     {
@@ -69,8 +64,7 @@ _TRANSIENT_CREATE_ERRORS = frozenset(
 _MESSAGE_REFUSALS = frozenset({"MessageTooBig"})
 _RECEIPT_POLL_S = 0.005
 #: The client's text of a message id, ``(ledger,entry,partition,batch_index)``.
-_ID_TEXT = r"^\(-?[0-9]+,-?[0-9]+,-?[0-9]+,-?[0-9]+\)$"
-_ID_TEXT_RE = re.compile(_ID_TEXT)
+_ID_TEXT_RE = re.compile(r"^\(-?[0-9]+,-?[0-9]+,-?[0-9]+,-?[0-9]+\)$")
 
 
 @dataclass
@@ -96,20 +90,16 @@ _KEPT_THREADS: set[tuple[int, int]] = set()
 
 
 def _keep_thread_state() -> None:
-    """Keep the Python thread state of the client's C++ thread running this send callback.
-
-    Without it every callback creates and drops a thread state (most of a send's system CPU); one
-    ``PyGILState_Ensure`` never released keeps it for the thread's life (about a quarter less CPU).
-    """
+    """Keep the Python thread state of the client's C++ thread running this send callback: one
+    ``PyGILState_Ensure`` never released, else each callback creates and drops one (most of the CPU)."""
     thread = (os.getpid(), threading.get_ident())
     if thread in _KEPT_THREADS:
         return
     _KEPT_THREADS.add(thread)
-    if sys.implementation.name == "cpython":
-        from ctypes import pythonapi
+    from ctypes import pythonapi  # pulsar-client is a CPython extension
 
-        if pythonapi.PyGILState_Check():
-            pythonapi.PyGILState_Ensure()
+    if pythonapi.PyGILState_Check():
+        pythonapi.PyGILState_Ensure()
 
 
 def _ignore_flush_result(result: Any) -> None:
@@ -155,9 +145,7 @@ def _properties(column: Any) -> list[dict[str, str] | None]:
     else:
         out = [dict(zip(keys[s:e], values[s:e], strict=True)) for s, e in spans]
     if column.null_count:
-        for i, valid in enumerate(column.is_valid().to_pylist()):
-            if not valid:
-                out[i] = None
+        out = [row if valid else None for row, valid in zip(out, column.is_valid().to_pylist(), strict=True)]
     return out
 
 
@@ -176,11 +164,9 @@ def _by_producer(batch: Any, errors: list[str | None]) -> dict[tuple[str, str], 
     sequences, values = batch.column("sequence_id"), batch.column("value")
     if sequences.null_count or values.null_count:
         complete = pc.and_(sequences.is_valid(), values.is_valid()).to_pylist()
-        for key, rows in groups.items():
-            for i in rows:
-                if not complete[i]:
-                    errors[i] = lacking
-            groups[key] = [i for i in rows if complete[i]]
+        for i in [i for i, ok in enumerate(complete) if not ok]:
+            errors[i] = lacking
+        groups = {key: [i for i in rows if complete[i]] for key, rows in groups.items()}
     return {key: rows for key, rows in groups.items() if rows}
 
 
@@ -189,11 +175,7 @@ def _id_texts(ids: list[str | None]) -> Any:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    texts = pa.array(ids, pa.string())
-    if texts.null_count == len(texts):
-        return texts
-    if not pc.all(pc.match_substring_regex(texts, _ID_TEXT)).as_py():
-        return None
+    texts = pa.array(ids, pa.string())  # all of the form _id_text() returns
     return pc.replace_substring(pc.utf8_slice_codeunits(texts, 1, -1), ",", ":")
 
 
@@ -219,6 +201,9 @@ class _Publisher:
         self.failed = 0
 
     def _producer(self, name: str, target: str) -> _ProducerState:
+        """The producer of ``name``, created on first use (a failure is kept in its ``error``)."""
+        import pulsar
+
         state = self.producers.get(name)
         if state is not None:
             if state.target != target:
@@ -227,21 +212,14 @@ class _Publisher:
                     f"{target!r}); give each (target topic, bucket) its own producer name"
                 )
             return state
-        state = _ProducerState(name=name, target=target)
-        self._create(state)
-        self.producers[name] = state
-        return state
-
-    def _create(self, state: _ProducerState) -> None:
-        import pulsar
-
+        state = self.producers[name] = _ProducerState(name=name, target=target)
         deadline = time.monotonic() + CREATE_RETRY_S
         pause = 0.5
         while True:
             try:
                 state.producer = self.client.create_producer(
-                    state.target,
-                    producer_name=state.name,
+                    target,
+                    producer_name=name,
                     send_timeout_millis=self.send_timeout_ms,
                     block_if_queue_full=True,
                     batching_enabled=True,
@@ -250,19 +228,17 @@ class _Publisher:
                     max_pending_messages=5000,
                 )
                 state.held = int(state.producer.last_sequence_id())
-                return
+                return state
             except pulsar.PulsarException as exc:
                 reason = f"{type(exc).__name__}: {exc}"
                 if type(exc).__name__ in _TRANSIENT_CREATE_ERRORS and time.monotonic() + pause < deadline:
-                    log.info(
-                        "producer %r on %r: %s; retrying in %.1f s", state.name, state.target, reason, pause
-                    )
+                    log.info("producer %r on %r: %s; retrying in %.1f s", name, target, reason, pause)
                     time.sleep(pause)
                     pause = min(pause * 2, 5.0)
                     continue
-                state.error = f"cannot create producer {state.name!r} on {state.target!r}: {reason}"
+                state.error = f"cannot create producer {name!r} on {target!r}: {reason}"
                 log.warning("%s", state.error)
-                return
+                return state
 
     def publish(self, batch: Any) -> Any:
         missing = [c for c in REPUBLISH_INPUT_COLUMNS if c not in batch.schema.names]
@@ -285,7 +261,7 @@ class _Publisher:
             _epoch_ms(col("event_time")),
         )
         for state, rows in groups:
-            self._send(state, rows, errors, *columns)  # a producer that failed only reports its rows
+            self._send(state, rows, errors, columns)  # a producer that failed only reports its rows
         for i, error in enumerate(errors):
             if error is not None:
                 self._result(replay_ids[i], None, error)
@@ -294,14 +270,8 @@ class _Publisher:
 
     def finish(self) -> Any:
         """Flush the producers and wait for the receipts (up to the send timeout); the remaining results."""
-        for state in self.producers.values():
-            if state.producer is not None:
-                try:
-                    state.producer.flush()
-                except Exception as exc:  # the per-message receipts carry the cause
-                    log.warning("flush of producer %s failed: %s", state.name, type(exc).__name__)
-        # A flush returns once its producer's earlier sends completed, callbacks included: the receipts
-        # are normally all in by now. Otherwise wait for them, up to the send timeout and a grace.
+        self._each_producer("flush")  # a failure's cause is in the receipts
+        # A flush returns once its sends completed, callbacks included; else wait up to the timeout.
         deadline = time.monotonic() + self.send_timeout_ms / 1000 + _CONFIRM_GRACE_S
         while len(self.receipts) < len(self.awaiting) and time.monotonic() < deadline:
             time.sleep(_RECEIPT_POLL_S)
@@ -316,21 +286,11 @@ class _Publisher:
             self.awaiting.clear()
         return self._emit()
 
-    def _send(
-        self,
-        state: _ProducerState,
-        rows: list[int],
-        errors: list[str | None],
-        replay_ids: list[str],
-        sequences: list[int],
-        values: list[bytes],
-        props: list[dict[str, str] | None],
-        keys: list[str | None],
-        ordering: list[str | None],
-        events: list[int | None],
-    ) -> None:
+    def _send(self, state: _ProducerState, rows: list[int], errors: list[str | None], columns: Any) -> None:
+        """Send ``rows`` (indexes into ``columns``, as :meth:`publish` builds them) through one producer."""
         import _pulsar
 
+        replay_ids, sequences, values, props, keys, ordering, events = columns
         new_builder = _pulsar.MessageBuilder
         raw: Any = state.producer._producer if state.producer is not None else None
         rate = self.rate
@@ -416,13 +376,16 @@ class _Publisher:
             names=["replay_id", "published", "published_message_id", "error"],
         )
 
-    def close(self) -> None:
+    def _each_producer(self, action: str) -> None:
         for state in self.producers.values():
             if state.producer is not None:
                 try:
-                    state.producer.close()
+                    getattr(state.producer, action)()
                 except Exception as exc:
-                    log.warning("closing producer %s failed: %s", state.name, type(exc).__name__)
+                    log.warning("%s of producer %s failed: %s", action, state.name, type(exc).__name__)
+
+    def close(self) -> None:
+        self._each_producer("close")
         log.info(
             "republished %d messages with %d producers; %d not published",
             self.sent,
@@ -460,12 +423,8 @@ def republish_batches(
     rate_limit_per_s: float | None = None,
     send_timeout_ms: int = 30000,
 ) -> Iterator[Any]:
-    """Publish every row; yield one :data:`REPUBLISH_RESULT_SCHEMA` row per input row as receipts arrive.
-
-    ``published_message_id`` has ledger -1 when a deduplicating broker dropped the send as already
-    stored; ``rate_limit_per_s`` applies per task. Use as
-    ``df.mapInArrow(partial(republish_batches, conf=conf), REPUBLISH_RESULT_SCHEMA)``.
-    """
+    """Publish every row; yield one :data:`REPUBLISH_RESULT_SCHEMA` row per input row as receipts arrive
+    (``df.mapInArrow(partial(republish_batches, conf=conf), REPUBLISH_RESULT_SCHEMA)``)."""
     publisher = _Publisher(conf, rate_limit_per_s, send_timeout_ms)
     try:
         for batch in batches:

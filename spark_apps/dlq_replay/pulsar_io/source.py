@@ -1,9 +1,7 @@
 """``spark.read.format("pulsar")``: the messages of a frozen window the subscription has not acked.
 
-Nothing is acked, so reading twice gives the same rows. Reader mode: each partition's pending entries
-are split into up to ``parallelism`` shares read by Readers, every message once. Consumer mode:
-``parallelism`` Shared consumers per partition; with more than one, de-duplicate on ``message_id_str``.
-Options and schema: ``docs/pulsar-data-source.md``.
+Nothing is acked, so reading twice gives the same rows. Options, schema and the ``parallelism`` of
+each read mode: ``docs/pulsar-data-source.md``.
 """
 
 from __future__ import annotations
@@ -47,7 +45,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SOURCE_NAME = "pulsar"
 SOURCE_SCHEMA = (
     "topic string, partition int, message_id binary, message_id_str string, key string, "
     "ordering_key string, value binary, properties map<string,string>, publish_time timestamp, "
@@ -167,21 +164,19 @@ class PulsarDataSourceReader(DataSourceReader):
         for w in self._windows():
             if w.end_message_id is None:
                 continue
-            if w.pending is None:
-                parts.extend(
-                    PulsarInputPartition(w.topic, w.partition, w.end_message_id, slot)
-                    for slot in range(self.parallelism)
-                )
-                continue
-            shares = split_for_readers(w.pending, self.parallelism, self.reader_min_entries)
-            for slot, share in enumerate(shares):
-                ranges = [r.to_list() for r in share]
-                parts.append(PulsarInputPartition(w.topic, w.partition, w.end_message_id, slot, ranges))
+            shares: list[list[list[int]] | None] = [None] * self.parallelism  # consumer slots
+            if w.pending is not None:
+                split = split_for_readers(w.pending, self.parallelism, self.reader_min_entries)
+                shares = [[r.to_list() for r in share] for share in split]
+            parts += [
+                PulsarInputPartition(w.topic, w.partition, w.end_message_id, slot, share)
+                for slot, share in enumerate(shares)
+            ]
         # Spark needs at least one partition; an empty window reads nothing.
         return parts or [PulsarInputPartition("persistent://public/default/-", -1, None, 0)]
 
     def read(self, partition: InputPartition, mark_entries: bool = False) -> Iterator[pa.RecordBatch]:
-        """One input partition's Arrow batches (whole entries; ``mark_entries`` adds :data:`ENTRY_FIRST`)."""
+        """One input partition's Arrow batches of whole entries (``mark_entries``: :data:`ENTRY_FIRST`)."""
         assert isinstance(partition, PulsarInputPartition)
         window = partition.window
         if window.end_message_id is None:
@@ -204,8 +199,7 @@ class PulsarDataSourceReader(DataSourceReader):
                 if add(entry.messages, entry.size) >= limit:
                     yield builder.flush()
         else:
-            # With several consumers per partition an idle stop is normal (the others hold the rest): the
-            # only consumer of a partition resumes after one, which may be a broker stall.
+            # Only the sole consumer of a partition resumes after an idle stop (else others hold the rest).
             reader = WindowPasses(
                 get_client(self.conf),
                 window,
@@ -264,26 +258,14 @@ class _BatchBuilder:
         self._pending: list[tuple[str, Any, Any]] = []
         self._entry_starts: list[int] = []
         self.batch_sizes: list[int] = []
-        self.ids: list[bytes] = []
-        self.id_strs: list[str] = []
-        self.keys: list[str | None] = []
-        self.ordering_keys: list[str | None] = []
-        self.values: list[bytes] = []
-        self.prop_counts: list[int] = []
-        self.prop_keys: list[str] = []
-        self.prop_values: list[str] = []
-        self.publish: list[int] = []
-        self.event: list[int | None] = []
-        self.redelivery: list[int] = []
-        self.producers: list[str] = []
+        self.columns: list[list[Any]] = [[] for _ in range(12)]
 
     def add_entry(self, messages: Sequence[tuple[str, Any, Any]], batch_size: int) -> int:
         """Add one entry's ``(id_str, message, message_id)``; returns the rows buffered."""
-        count = len(messages)
-        if count:
+        if messages:
             self._entry_starts.append(self.rows)
-            self.batch_sizes.extend([batch_size] * count)
-            self.rows += count
+            self.batch_sizes.extend([batch_size] * len(messages))
+            self.rows += len(messages)
             pending = self._pending
             pending.extend(messages)
             if len(pending) >= _CHUNK_ROWS:
@@ -294,18 +276,22 @@ class _BatchBuilder:
     def _take(self, chunk: Sequence[tuple[str, Any, Any]]) -> None:
         id_strs, msgs, mids = zip(*chunk, strict=True)
         keys, props = _text_columns(msgs)
-        self.ids.extend([mid.serialize() for mid in mids])
-        self.id_strs.extend(id_strs)
-        self.keys.extend(keys)
-        self.ordering_keys.extend([_text_or_none(m.ordering_key()) for m in msgs])
-        self.values.extend([m.data() for m in msgs])
-        self.prop_counts.extend(map(len, props))
-        self.prop_keys.extend(chain.from_iterable(props))
-        self.prop_values.extend(chain.from_iterable(map(dict.values, props)))
-        self.publish.extend([m.publish_timestamp() for m in msgs])
-        self.event.extend([m.event_timestamp() or None for m in msgs])
-        self.redelivery.extend([m.redelivery_count() for m in msgs])
-        self.producers.extend([m.producer_name() for m in msgs])
+        values = (
+            [mid.serialize() for mid in mids],
+            id_strs,
+            keys,
+            [_text_or_none(m.ordering_key()) for m in msgs],
+            [m.data() for m in msgs],
+            map(len, props),
+            chain.from_iterable(props),
+            chain.from_iterable(map(dict.values, props)),
+            [m.publish_timestamp() for m in msgs],
+            [m.event_timestamp() or None for m in msgs],
+            [m.redelivery_count() for m in msgs],
+            [m.producer_name() for m in msgs],
+        )
+        for column, taken in zip(self.columns, values, strict=True):
+            column.extend(taken)
 
     def flush(self) -> pa.RecordBatch:
         import pyarrow as pa
@@ -316,24 +302,26 @@ class _BatchBuilder:
         n = self.rows
         ts_ms = pa.timestamp("ms", tz="UTC")
         ts_type = schema.field("publish_time").type
+        ids, id_strs, keys, ordering, values, counts, prop_keys, prop_values = self.columns[:8]
+        publish, event, redelivery, producers = self.columns[8:]
         arrays = [
             pa.array([self.window.topic] * n, pa.string()),
             pa.array([self.window.partition] * n, pa.int32()),
-            pa.array(self.ids, pa.binary()),
-            pa.array(self.id_strs, pa.string()),
-            pa.array(self.keys, pa.string()),
-            pa.array(self.ordering_keys, pa.string()),
-            pa.array(self.values, pa.binary()),
+            pa.array(ids, pa.binary()),
+            pa.array(id_strs, pa.string()),
+            pa.array(keys, pa.string()),
+            pa.array(ordering, pa.string()),
+            pa.array(values, pa.binary()),
             pa.MapArray.from_arrays(
-                pa.array(list(accumulate(self.prop_counts, initial=0)), pa.int32()),
-                pa.array(self.prop_keys, pa.string()),
-                pa.array(self.prop_values, pa.string()),
+                pa.array(list(accumulate(counts, initial=0)), pa.int32()),
+                pa.array(prop_keys, pa.string()),
+                pa.array(prop_values, pa.string()),
                 type=schema.field("properties").type,
             ),
-            pa.array(self.publish, ts_ms).cast(ts_type),
-            pa.array(self.event, ts_ms).cast(ts_type),
-            pa.array(self.redelivery, pa.int32()),
-            pa.array(self.producers, pa.string()),
+            pa.array(publish, ts_ms).cast(ts_type),
+            pa.array(event, ts_ms).cast(ts_type),
+            pa.array(redelivery, pa.int32()),
+            pa.array(producers, pa.string()),
             pa.array(self.batch_sizes, pa.int32()),
         ]
         if self.mark_entries:
@@ -385,7 +373,7 @@ class PulsarDataSource(DataSource):
 
     @classmethod
     def name(cls) -> str:
-        return SOURCE_NAME
+        return "pulsar"
 
     def schema(self) -> str:
         return SOURCE_SCHEMA
@@ -413,9 +401,7 @@ def read_tasks(
     spark: SparkSession, options: Mapping[str, str], mark_entries: bool = False
 ) -> tuple[DataFrame, Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]], str, int]:
     """``(input frame, task function, output schema DDL, tasks)``: task i of a ``mapInArrow`` over
-    ``spark.range`` reads input partition i, planned here in the driver (no Python planner process, about
-    7 s less per snapshot). ``mark_entries`` adds :data:`ENTRY_FIRST`, true on each entry's first row.
-    """
+    ``spark.range`` reads input partition i, planned here in the driver (no Python planner process)."""
     reader = PulsarDataSourceReader(options, source_struct())
     parts = reader.partitions()
 

@@ -1,8 +1,7 @@
 """Frozen read windows: the last message id of every DLQ partition at the start of a run (invariant I3).
 
 The broker chooses the read mode: ``reader`` (Apache Pulsar's admin REST answers: the cursor's pending
-entry ranges are frozen too, read by Readers, acked by id) or ``consumer`` (Shared consumers read the
-window, and the commit reads it again to ack from the receiving consumer).
+entry ranges are frozen too) or ``consumer`` (the commit reads the window again to ack).
 """
 
 from __future__ import annotations
@@ -90,8 +89,8 @@ def unique_consumer_name(role: str) -> str:
 def subscribe_shared(
     client: Any, topic: str, subscription: str, role: str, queue: int, **options: Any
 ) -> Any:
-    """A Shared consumer named for ``role`` with a receiver queue of ``queue`` messages (0: nothing is
-    dispatched to it); the subscription is created at the earliest message if missing."""
+    """A Shared consumer for ``role`` (``queue`` 0: nothing is dispatched to it), the subscription created
+    at the earliest message if missing."""
     import pulsar
 
     return client.subscribe(
@@ -115,8 +114,6 @@ def expand_partitions(client: Any, topic: str) -> list[tuple[str, int]]:
         index = partition_index(name)
         if index is None:
             raise WindowError(f"broker named partition {name!r} of {topic!r} without a -partition-N suffix")
-        # A broker must let a client address one partition; pulsar-lite with default_partitions
-        # reports every partition as partitioned again, so no per-partition window can be taken.
         if [str(n) for n in client.get_topic_partitions(name)] != [name]:
             raise WindowError(
                 f"the broker reports partition {name!r} as itself partitioned, so it cannot be read on its "
@@ -135,8 +132,8 @@ def _last_message_id(client: Any, topic: str, partition: int, subscription: str)
     try:
         last = consumer.get_last_message_id()
     except pulsar.UnknownError:
-        # pulsar-lite raises UnknownError for an empty topic (Apache Pulsar returns an id with entry -1).
-        # Treating it as empty is safe: the run then neither reads nor acks this partition.
+        # pulsar-lite's answer for an empty topic (Apache Pulsar's is an id with entry -1); safe: the run
+        # then neither reads nor acks this partition.
         log.warning("get_last_message_id failed on %s; treating the partition as empty for this run", topic)
         return None
     finally:
@@ -182,17 +179,14 @@ def freeze(conf: PulsarConf, topics: str | Sequence[str], subscription: str) -> 
     for topic in parse_topics(topics):
         for name, index in expand_partitions(client, topic):
             windows.append(PartitionWindow(name, index, _last_message_id(client, name, index, subscription)))
+    consumers = "Shared consumers read the window, and the commit reads it again to ack"
     if not conf.admin_url:
-        reason = "no admin URL: Shared consumers read the window, and the commit reads it again to ack"
-        return FrozenWindows(windows, CONSUMER_MODE, reason)
+        return FrozenWindows(windows, CONSUMER_MODE, f"no admin URL: {consumers}")
     admin = PulsarAdmin(conf)
     try:
         frozen = [freeze_pending(admin, w, subscription) for w in windows]
     except AdminUnavailable as exc:
-        reason = (
-            f"the admin URL {conf.admin_url} is not Apache Pulsar's admin REST ({exc}): Shared consumers "
-            "read the window, and the commit reads it again to ack"
-        )
+        reason = f"the admin URL {conf.admin_url} is not Apache Pulsar's admin REST ({exc}): {consumers}"
         log.warning("read mode consumer: %s", reason)
         return FrozenWindows(windows, CONSUMER_MODE, reason)
     reason = "admin REST answers internalStats: Readers read each pending entry once; commit acks ledger ids"
@@ -203,8 +197,11 @@ def windows_to_json(windows: Sequence[PartitionWindow]) -> str:
     """Serialise windows for the ``window`` data-source option and ``plan.json``."""
     items = []
     for w in windows:
-        item: dict[str, Any] = {"topic": w.topic, "partition": w.partition}
-        item["end_message_id"] = w.end_message_id
+        item: dict[str, Any] = {
+            "topic": w.topic,
+            "partition": w.partition,
+            "end_message_id": w.end_message_id,
+        }
         if w.pending is not None:
             item["pending"] = [r.to_list() for r in w.pending]
             item["mark_delete"] = w.mark_delete
@@ -218,18 +215,15 @@ def windows_from_json(text: str) -> list[PartitionWindow]:
         data = json.loads(text)
     except (TypeError, json.JSONDecodeError) as exc:
         raise WindowError(f"window is not valid JSON ({exc}); pass the output of windows_to_json()") from exc
-    if (
-        not isinstance(data, dict)
-        or data.get("format") != WINDOW_FORMAT
-        or not isinstance(data.get("windows"), list)
-    ):
+    items = data.get("windows") if isinstance(data, dict) and data.get("format") == WINDOW_FORMAT else None
+    if not isinstance(items, list):
         raise WindowError(
             f"window JSON must be an object {{'format': {WINDOW_FORMAT}, 'windows': [...]}} "
             "as written by windows_to_json()"
         )
     windows = []
     base = {"topic", "partition", "end_message_id"}
-    for i, item in enumerate(data["windows"]):
+    for i, item in enumerate(items):
         if not isinstance(item, dict) or set(item) not in (base, base | {"pending", "mark_delete"}):
             raise WindowError(
                 f"window entry {i} must have exactly topic, partition, end_message_id (and pending, "
@@ -238,13 +232,7 @@ def windows_from_json(text: str) -> list[PartitionWindow]:
         pending = item.get("pending")
         if pending is not None and not isinstance(pending, list):
             raise WindowError(f"window entry {i}: pending must be a list of [ledger, first, last, skipped]")
-        windows.append(
-            PartitionWindow(
-                str(item["topic"]),
-                int(item["partition"]),
-                item["end_message_id"],
-                None if pending is None else tuple(EntryRange.from_list(r) for r in pending),
-                item.get("mark_delete"),
-            )
-        )
+        ranges = None if pending is None else tuple(EntryRange.from_list(r) for r in pending)
+        topic, partition, end = str(item["topic"]), int(item["partition"]), item["end_message_id"]
+        windows.append(PartitionWindow(topic, partition, end, ranges, item.get("mark_delete")))
     return windows

@@ -375,7 +375,6 @@ def test_by_producer_groups_rows_in_row_order() -> None:
 def test_id_texts() -> None:
     assert _id_texts(["(1,2,-1,0)", None, "(-1,-1,-1,-1)"]).to_pylist() == ["1:2:-1:0", None, "-1:-1:-1:-1"]
     assert _id_texts([None]).to_pylist() == [None]
-    assert _id_texts(["1:2:-1:0"]) is None
 
 
 def test_properties_without_values_and_null_maps() -> None:
