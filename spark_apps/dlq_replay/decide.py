@@ -10,23 +10,33 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from spark_apps.dlq_replay import outcomes as oc
-from spark_apps.dlq_replay.arrow_util import group_ids, row_numbers
+from spark_apps.dlq_replay.arrow_util import group_ids
 from spark_apps.dlq_replay.context_columns import ORIGIN_CONFLICT, UNDECODABLE
+from spark_apps.dlq_replay.fixes import FixOutcome, FixRecord, load_fix, run_fix
+from spark_apps.dlq_replay.group_actions import override_rule
 from spark_apps.dlq_replay.lineage import lineage_maps
+from spark_apps.dlq_replay.normalize import normalize_columns
+from spark_apps.dlq_replay.playbook import MatchInput, Playbook
 from spark_apps.dlq_replay.pulsar_io.source import UNDECODABLE_PROPERTY
 from spark_apps.dlq_replay.schemas import CONTEXT_COLUMNS, DECIDED_SCHEMA, SCOPE_COLUMN, arrow_schema
 from spark_apps.dlq_replay.scope import (
     MARK,
     MARK_REASON,
+    MARKS_SCHEMA,
     SCOPE_IN,
     SCOPE_REASON_COLUMN,
     Filters,
     add_scope_columns,
+    repeated_ids,
     scope_marks,
 )
+from spark_apps.dlq_replay.task_parquet import Marks, bucket_batches, row_group_units, write_frame
+from spark_apps.dlq_replay.topics import TopicMatcher, republish_target
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
@@ -34,10 +44,7 @@ if TYPE_CHECKING:
 
     from pyspark.sql import DataFrame
 
-    from spark_apps.dlq_replay.fixes import FixOutcome
-    from spark_apps.dlq_replay.playbook import Playbook
     from spark_apps.dlq_replay.run_context import Run
-    from spark_apps.dlq_replay.topics import TopicMatcher
 
 
 @dataclass(frozen=True)
@@ -162,16 +169,12 @@ def decide_batch(
 ) -> pa.RecordBatch:
     """Decide every row of one Arrow batch of scoped rows (pure function; see :data:`DECIDED_SCHEMA`).
 
-    Without a ``sequencer`` the producer columns stay null. ``columns``: this batch's
-    :func:`~spark_apps.dlq_replay.normalize.normalize_columns` and
-    :func:`~spark_apps.dlq_replay.scope.add_scope_columns`, read before ``batch`` (which may then be the
-    snapshot batch). Rows equal in everything a decision reads are decided once, on their first row
-    (:func:`_decision_groups`); only the fixes and the reasons quoting a row's own values are per row.
+    ``columns`` (the batch's normalised and scope columns) are read before ``batch``; without a
+    ``sequencer`` the producer columns stay null. Rows equal in everything a decision reads are decided
+    once (:func:`_decision_groups`); only the fixes and the reasons quoting a row's own values are per row.
     """
     arrays = dict(columns or {})
     if UNDECODABLE not in arrays:
-        import pyarrow.compute as pc
-
         found = pc.map_lookup(batch.column("properties"), UNDECODABLE_PROPERTY, "first")
         arrays[UNDECODABLE] = pc.is_valid(found)
     cols = _Columns(batch, arrays)
@@ -193,13 +196,9 @@ def _decide_row(cols: _Columns, playbook: Playbook, settings: DecideSettings, i:
         row.action, row.outcome, row.outcome_reason = oc.SKIP, oc.SKIPPED, "no playbook rule matched"
         return row
     row.rule, row.action = rule.name, rule.action
-    # Archive the payload? Not when the topic is payload-off, else as the rule says, else the run default.
-    if playbook.payload_off(cols["dlq_topic"][i], cols["origin_topic"][i]):
-        row.archive_payload = False
-    else:
-        row.archive_payload = (
-            settings.archive_payload if rule.archive_payload is None else rule.archive_payload
-        )
+    # Archive the payload as the rule says, else the run default, never for a payload-off topic.
+    wanted = settings.archive_payload if rule.archive_payload is None else rule.archive_payload
+    row.archive_payload = wanted and not playbook.payload_off(cols["dlq_topic"][i], cols["origin_topic"][i])
     if rule.action == oc.REPUBLISH:
         _decide_republish(row, rule, cols["replay_count"][i], cols["origin_topic"][i], settings)
     else:
@@ -211,8 +210,6 @@ def _decide_row(cols: _Columns, playbook: Playbook, settings: DecideSettings, i:
 def _rule(cols: _Columns, i: int, playbook: Playbook, settings: DecideSettings) -> Any:
     """The first playbook rule row ``i`` matches, or the rule of its group's approved action when
     ``--group-actions`` names one."""
-    from spark_apps.dlq_replay.group_actions import override_rule
-    from spark_apps.dlq_replay.playbook import MatchInput
 
     matched = playbook.first_match(
         MatchInput(
@@ -231,7 +228,6 @@ def _rule(cols: _Columns, i: int, playbook: Playbook, settings: DecideSettings) 
 def _decide_republish(row: _Row, rule: Any, count: int, origin: str | None, settings: DecideSettings) -> None:
     """A republish rule's decision: loop guard, archive-only mode and the origin checks, then republish
     (a fix left pending)."""
-    from spark_apps.dlq_replay.topics import republish_target
 
     row.fix = rule.fix_label or None
     if count >= settings.max_replays:
@@ -277,11 +273,6 @@ def _decision_groups(cols: _Columns, playbook: Playbook) -> tuple[pa.Array, list
     """``(group of each row, first row of each group)``: rows equal in every column a decision reads (the
     message when a rule matches on it, the value of each property a rule matches on) share a group
     (:func:`~spark_apps.dlq_replay.arrow_util.group_ids`)."""
-    import pyarrow.compute as pc
-
-    n = cols.batch.num_rows
-    if not n:
-        return pa.array([], pa.int64()), []
     rules = playbook.rules
     inputs = [cols.array(name) for name in _DECISION_INPUTS]
     if any(rule.error_message is not None for rule in rules):
@@ -289,12 +280,8 @@ def _decision_groups(cols: _Columns, playbook: Playbook) -> tuple[pa.Array, list
     properties = cols.batch.column("properties")
     keys = dict.fromkeys(condition.key for rule in rules for condition in rule.properties)
     inputs += [pc.map_lookup(properties, key, "last") for key in keys]  # the value a dict of them keeps
-    codes = group_ids(inputs)
-    rows = pa.table({"group": codes, "row": row_numbers(n)})
-    firsts = rows.group_by("group", use_threads=False).aggregate([("row", "min")])
-    groups, rows_min = firsts.column("group").to_pylist(), firsts.column("row_min").to_pylist()
-    first_of = dict(zip(groups, rows_min, strict=True))
-    return codes, [first_of[g] for g in range(len(first_of))]
+    codes = group_ids(inputs)  # numbered 0, 1, ... in the order of their first rows
+    return codes, np.unique(codes.to_numpy(), return_index=True)[1].tolist()
 
 
 class _Decisions:
@@ -302,8 +289,6 @@ class _Decisions:
     parts (the reasons that quote a row's own values, the fixes' outcomes) put in."""
 
     def __init__(self, cols: _Columns, rows: list[_Row], codes: pa.Array) -> None:
-        import pyarrow.compute as pc
-
         self.cols = cols
         self.rows, self.codes = rows, codes
         self.columns: dict[str, pa.Array] = {
@@ -320,17 +305,12 @@ class _Decisions:
 
     def _put(self, name: str, mask: pa.Array, values: list[Any]) -> None:
         """Set column ``name`` at the rows of ``mask`` (ascending) to ``values``."""
-        import pyarrow.compute as pc
-
         column = self.columns[name]
         self.columns[name] = pc.replace_with_mask(column, mask, pa.array(values, column.type))
 
     def run_fixes(self) -> None:
         """Run each pending fix on its rows (one call per fix reference, rows in batch order) and put
         the outcomes in."""
-        import pyarrow.compute as pc
-
-        from spark_apps.dlq_replay.fixes import FixRecord, load_fix, run_fix
 
         by_fix: dict[str, list[int]] = {}
         for g, row in enumerate(self.rows):
@@ -374,8 +354,6 @@ def _fix_outcome(rule: Any, result: FixOutcome) -> tuple[str, str, str | None]:
 def _to_batch(
     decided: _Decisions, sequencer: ProducerSequencer | None, settings: DecideSettings
 ) -> pa.RecordBatch:
-    import pyarrow.compute as pc
-
     cols, columns = decided.cols, decided.columns
     n = cols.batch.num_rows
     outcomes = columns["outcome"]
@@ -432,15 +410,10 @@ def run_decide(run: Run, snapshot: DataFrame, planned_at: datetime) -> DataFrame
         started = time.monotonic()
         ledger = read_ledger(run.spark, run.storage, run.paths.ledger)
         filters = Filters(opts.signatures, opts.error_class, opts.since, opts.until, opts.max_messages)
+        allowlist, group_actions = opts.allowlist_matcher(), opts.group_actions
         settings = DecideSettings(
-            run_id=opts.run_id,
-            mode=opts.mode,
-            max_replays=opts.max_replays,
-            allowlist=opts.allowlist_matcher(),
-            archive_payload=opts.archive_payload,
-            group_actions=opts.group_actions,
+            opts.run_id, opts.mode, opts.max_replays, allowlist, opts.archive_payload, group_actions
         )
-        identities = snapshot_identities(run)
         frame, decide_task = decide_tasks(
             snapshot,
             run.playbook,
@@ -452,7 +425,7 @@ def run_decide(run: Run, snapshot: DataFrame, planned_at: datetime) -> DataFrame
             snapshot_dir=run.paths.snapshot,
             marks_dir=run.paths.decide_marks,
             batch_rows=run.batch_rows,
-            identities=identities,
+            identities=snapshot_identities(run),
         )
         return_free_memory()  # the marks' working memory, before the driver waits out decide and apply
         # The archived rows are staged beside the decisions; apply moves them into the archive.
@@ -469,22 +442,20 @@ def run_decide(run: Run, snapshot: DataFrame, planned_at: datetime) -> DataFrame
             sides,
             row_groups_by=wave_blocks(opts.wave_size or DEFAULT_WAVE_SIZE),  # each wave's own row groups
         )
-        lasts = [t[1] for t in tallies if t[1] is not None]
-        last = max(lasts, default=None)
+        last = max((int(t[1]) for t in tallies if t[1] is not None), default=-1)
         run.done(
             "decide",
             started,
             to_republish=sum(t[0] or 0 for t in tallies),
-            max_sequence_id=int(last) if last is not None else -1,
+            max_sequence_id=last,
             producers_per_target=run.buckets,
         )
     return task_parquet.read_frame(run.spark, run.paths.decisions, DECIDED_SCHEMA)
 
 
 def return_free_memory() -> None:
-    """Hand the memory the driver freed back to the system, else what one step frees stays resident: Arrow's
-    unused pool memory released, Python's garbage collected, then ``malloc_trim(0)`` (glibc; a no-op
-    where the C library lacks it)."""
+    """Hand the memory the driver freed back to the system (Arrow's pool, Python's garbage, then glibc's
+    ``malloc_trim(0)`` where the C library has it), else what one step frees stays resident."""
     import ctypes
     import ctypes.util
     import gc
@@ -503,8 +474,6 @@ def return_free_memory() -> None:
 
 def _sending_tally(batch: pa.RecordBatch) -> tuple[int, int | None]:
     """``(rows to republish, their highest sequence id or None)`` of a batch of decisions."""
-    import pyarrow.compute as pc
-
     sending = pc.equal(batch.column("outcome"), oc.TO_REPUBLISH)
     n = int(pc.sum(sending.cast("int64")).as_py() or 0)
     last = pc.max(pc.filter(batch.column("sequence_id"), sending)).as_py() if n else None
@@ -528,15 +497,10 @@ def decide_tasks(
     """The decide pass as its input frame (one row per producer bucket) and the function each task runs,
     giving :data:`DECIDED_SCHEMA` batches.
 
-    A light Spark pass over the payload-free rows marks already-final and duplicate messages and the
-    ``--max-messages`` choice (:func:`~spark_apps.dlq_replay.scope.scope_marks`; ``identities``: the
-    snapshot's :func:`~spark_apps.dlq_replay.scope.identity_rows` when its read tasks wrote them) and
-    writes the marks to ``marks_dir``. Task ``b`` then reads its share of the snapshot's row groups at
-    ``snapshot_dir`` with the marks (:mod:`~spark_apps.dlq_replay.task_parquet`) and makes one Python
-    pass per batch: normalise, scope, decide, sending through producer bucket ``b``.
+    The scope marks (:func:`~spark_apps.dlq_replay.scope.scope_marks`, from ``identities`` when the
+    snapshot's read tasks wrote them) go to ``marks_dir``; task ``b`` then reads its share of the snapshot
+    with the marks and normalises, scopes and decides each batch, sending through producer bucket ``b``.
     """
-    from spark_apps.dlq_replay.scope import MARKS_SCHEMA, repeated_ids
-    from spark_apps.dlq_replay.task_parquet import Marks, bucket_batches, row_group_units, write_frame
 
     chosen_filters = filters or Filters()
     precedence = playbook.origin_precedence
@@ -555,8 +519,6 @@ def decide_tasks(
 
     def run(_bucket_id: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
-
-        from spark_apps.dlq_replay.normalize import normalize_columns
 
         context = TaskContext.get()  # the input is this bucket's id: the task reads its share itself
         bucket = context.partitionId() if context else 0

@@ -1,9 +1,8 @@
 """Normalise: every snapshot row gets the one error-context schema, its template, signature and ids.
 
-Untrusted properties never raise, so no message is dropped (no convention: ``context_format = none``).
-When a message's conventions name different origin topics and the playbook's ``origin_precedence`` does
-not say which wins, nothing is guessed: the row carries the conflict (:data:`ORIGIN_CONFLICT`) and the
-decide step parks it as ``origin_conflict``.
+Untrusted properties never raise (no convention: ``context_format = none``). When a message's conventions
+name different origin topics and the playbook's ``origin_precedence`` does not say which wins, the row
+carries the conflict (:data:`ORIGIN_CONFLICT`) and the decide step parks it as ``origin_conflict``.
 """
 
 from __future__ import annotations
@@ -12,22 +11,34 @@ from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from pulsar_dlq_consumer.context import (
+    CONTEXT_FIELDS,
     OriginClaim,
     canonical_topic,
     conflicting_claims,
+    error_context_values,
     origin_claims,
     origin_identity,
     resolve_claims,
 )
-from spark_apps.dlq_replay.context_columns import INT_LIMITS, ORIGIN_CONFLICT
+from spark_apps.dlq_replay.context_columns import (
+    INT_LIMITS,
+    ORIGIN_CONFLICT,
+    REPLAY_COUNT,
+    REPLAY_ID,
+    UNDECODABLE,
+    context_columns,
+    origin_replay_ids,
+)
+from spark_apps.dlq_replay.lineage import previous_replay_count
 from spark_apps.dlq_replay.pulsar_io.source import UNDECODABLE_PROPERTY
 from spark_apps.dlq_replay.schemas import CARRIED_COLUMNS, NORMALIZED_SCHEMA, arrow_schema
-from spark_apps.dlq_replay.signatures import replay_id
+from spark_apps.dlq_replay.signatures import error_signatures, message_templates, replay_id
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterator, Sequence
 
 
 def origin_of(
@@ -60,41 +71,33 @@ def replay_ids(batch: pa.RecordBatch, origin_precedence: Sequence[str] = ()) -> 
     ``properties``): the ids :func:`normalize_columns` computes, by kernels where they settle the row's
     origin claims (:func:`~spark_apps.dlq_replay.context_columns.origin_replay_ids`), else (and for every
     row with ``origin_precedence``) by the scalar parser."""
-    import pyarrow.compute as pc
-
-    from spark_apps.dlq_replay.context_columns import origin_replay_ids
-
     if origin_precedence:
         ids, scalar = [""] * batch.num_rows, pa.array([True] * batch.num_rows)
     else:
         ids, settled = origin_replay_ids(batch, UNDECODABLE_PROPERTY)
         scalar = pc.invert(settled)
     if scalar.true_count:
-        chosen = batch.filter(scalar)
-        rows = zip(
-            chosen.column("topic").to_pylist(),
-            chosen.column("message_id_str").to_pylist(),
-            property_dicts(chosen.column("properties")),
-            strict=True,
-        )
-        parsed = (
-            row_replay_id(topic, mid, origin_of(props, origin_precedence)[0]) for topic, mid, props in rows
-        )
+        rows = _scalar_rows(batch, scalar)
+        parsed = (row_replay_id(t, m, origin_of(props, origin_precedence)[0]) for t, m, props in rows)
         ids = [next(parsed) if s else known for known, s in zip(ids, scalar.to_pylist(), strict=True)]
     return ids
 
 
-def property_dicts(column: pa.MapArray) -> list[dict[str, Any]]:
-    """Each row's properties as a dict (``{}`` for a null map), built from the flat key and value
-    arrays: no Python tuple per property, as ``to_pylist`` makes."""
-    offsets = column.offsets.to_pylist()
+def _scalar_rows(batch: pa.RecordBatch, rows: pa.Array) -> Iterator[tuple[str, str, dict[str, Any]]]:
+    """``(topic, message id, properties)`` of the ``rows`` (a mask) of a batch of snapshot rows, the
+    properties built from the flat key and value arrays (no Python tuple per property, as ``to_pylist``
+    makes; ``{}`` for a null map)."""
+    chosen = batch.filter(rows)
+    column = chosen.column("properties")
     keys, values = column.keys.to_pylist(), column.items.to_pylist()
-    dicts = [dict(zip(keys[start:end], values[start:end], strict=True)) for start, end in pairwise(offsets)]
-    if column.null_count:
-        for i, valid in enumerate(column.is_valid().to_pylist()):
-            if not valid:
-                dicts[i] = {}
-    return dicts
+    dicts = [
+        dict(zip(keys[start:end], values[start:end], strict=True))
+        for start, end in pairwise(column.offsets.to_pylist())
+    ]
+    for i in pc.indices_nonzero(column.is_null()).to_pylist() if column.null_count else ():
+        dicts[i] = {}
+    topics, ids = chosen.column("topic").to_pylist(), chosen.column("message_id_str").to_pylist()
+    return zip(topics, ids, dicts, strict=True)
 
 
 def normalize_columns(batch: pa.RecordBatch, origin_precedence: Sequence[str] = ()) -> dict[str, pa.Array]:
@@ -103,11 +106,6 @@ def normalize_columns(batch: pa.RecordBatch, origin_precedence: Sequence[str] = 
     :func:`~spark_apps.dlq_replay.context_columns.context_columns`; the rows they do not settle, and every
     row when ``origin_precedence`` (property keys, first wins) is given, from the scalar parser.
     """
-    import pyarrow.compute as pc
-
-    from spark_apps.dlq_replay.context_columns import context_columns
-    from spark_apps.dlq_replay.signatures import error_signatures, message_templates
-
     columns, settled = context_columns(batch, UNDECODABLE_PROPERTY)
     scalar = pa.array([True] * batch.num_rows) if origin_precedence else pc.invert(settled)
     if scalar.true_count:
@@ -123,19 +121,9 @@ def _parse_rows(
     batch: pa.RecordBatch, columns: dict[str, pa.Array], rows: pa.Array, origin_precedence: Sequence[str]
 ) -> None:
     """Replace the context values of the ``rows`` (a mask) of ``columns`` with the scalar parser's."""
-    import pyarrow.compute as pc
-
-    from pulsar_dlq_consumer.context import CONTEXT_FIELDS, error_context_values
-    from spark_apps.dlq_replay.context_columns import REPLAY_COUNT, REPLAY_ID, UNDECODABLE
-    from spark_apps.dlq_replay.lineage import previous_replay_count
-
-    chosen = batch.filter(rows)
-    topics = chosen.column("topic").to_pylist()
-    ids = chosen.column("message_id_str").to_pylist()
     names = [*CONTEXT_FIELDS[2:], REPLAY_ID, REPLAY_COUNT, ORIGIN_CONFLICT, UNDECODABLE]
     values: dict[str, list[Any]] = {name: [] for name in names}
-    dicts = property_dicts(chosen.column("properties"))
-    for properties, topic, message_id in zip(dicts, topics, ids, strict=True):
+    for topic, message_id, properties in _scalar_rows(batch, rows):
         fields = dict(zip(CONTEXT_FIELDS, error_context_values(properties), strict=True))
         claim, conflict = origin_of(properties, origin_precedence)
         if (
@@ -165,10 +153,8 @@ def normalize_batch(
     columns: dict[str, pa.Array] | None = None,
     origin_precedence: Sequence[str] = (),
 ) -> pa.RecordBatch:
-    """Normalise one Arrow batch of snapshot rows (pure function; see :data:`NORMALIZED_SCHEMA`).
-
-    ``columns`` are this batch's :func:`normalize_columns`, when the caller already has them.
-    """
+    """Normalise one Arrow batch of snapshot rows (:data:`NORMALIZED_SCHEMA`); ``columns``: its
+    :func:`normalize_columns`, when the caller already has them."""
     computed = normalize_columns(batch, origin_precedence) if columns is None else columns
     out_schema = arrow_schema(NORMALIZED_SCHEMA)
     arrays = [
