@@ -1,16 +1,16 @@
 """The error context of a whole Arrow batch at once, with pyarrow kernels instead of a parse per row.
 
-:func:`context_columns` gives for every row what the consumer library's scalar parser gives for its
-properties, reading the same convention table (:data:`~pulsar_dlq_consumer.conventions.CONVENTIONS`)
-with one kernel per kind of reader (:data:`_KERNELS`): a convention added to the table needs nothing
-here. The kernels settle the forms writers send (plain decimals, texts within their bounds, claims that
-agree); the caller parses every other row with the scalar parser, so each row gets exactly the scalar
-result, at about a quarter of its cost.
+:func:`context_columns` reads the library's convention table (``CONVENTIONS``) with one kernel per
+kind of reader (:data:`_KERNELS`), so a convention added to the table needs nothing here. The kernels
+settle the forms writers send (plain decimals, texts within their bounds, claims that agree); the caller
+parses the other rows with the scalar parser, so each row gets exactly the scalar result, at about a
+quarter of its cost.
 """
 
 from __future__ import annotations
 
 import hashlib
+from functools import reduce
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -54,12 +54,9 @@ UNDECODABLE = "_undecodable"
 _PLAIN_INT = r"^[0-9]{1,18}$"
 _PLAIN_COUNT = r"^[0-9]{1,9}$"  # lineage.previous_replay_count's form
 #: ``canonical_message_id``'s already-canonical spelling, whole string (RE2 gives the same groups).
-_PART = r"(0|-?[1-9][0-9]{0,19})"
-_PLAIN_MESSAGE_ID = rf"^\(?(?P<l>{_PART[1:-1]})[:,](?P<e>{_PART[1:-1]})(?:[:,](?P<p>{_PART[1:-1]}))?" + (
-    rf"(?:[:,](?P<b>{_PART[1:-1]}))?\)?$"
-)
-#: Largest value of each integer context column (its Spark type); a larger number is null, like any
-#: bad number.
+_PART = r"0|-?[1-9][0-9]{0,19}"
+_PLAIN_MESSAGE_ID = rf"^\(?(?P<l>{_PART})[:,](?P<e>{_PART})(?:[:,](?P<p>{_PART}))?(?:[:,](?P<b>{_PART}))?\)?$"
+#: Largest value of each integer context column (its Spark type); a larger one is null, like a bad number.
 INT_LIMITS: dict[str, int] = {
     name: 2**31 - 1 if isinstance(dtype, IntegerType) else 2**63 - 1
     for name, dtype in CONTEXT_COLUMNS
@@ -261,10 +258,7 @@ def _context(fmt: pa.Array, kernels: _Kernels) -> tuple[dict[str, pa.Array], pa.
 
 
 def _all(conditions: Sequence[pa.Array], n: int) -> pa.Array:
-    out = pa.array([True] * n) if not conditions else conditions[0]
-    for condition in conditions[1:]:
-        out = pc.and_(out, condition)
-    return out
+    return reduce(pc.and_, conditions[1:], conditions[0]) if conditions else pa.array([True] * n)
 
 
 def _claims(look: _Lookups, kernels: _Kernels) -> tuple[list[tuple[pa.Array, pa.Array]], pa.Array]:

@@ -5,6 +5,7 @@ the task's sends (:class:`ProducerSequencer`). No step shuffles the messages the
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import time
 from dataclasses import dataclass
@@ -67,7 +68,6 @@ class DecideSettings:
 class _Row:
     """One group's decision, its fields named as the decided columns (:data:`_FIELDS`)."""
 
-    index: int  # the group's first row
     outcome: str | None = None
     outcome_reason: str | None = None
     rule: str | None = None
@@ -81,12 +81,8 @@ class _Row:
 
 
 #: Decided column (a :class:`_Row` field of the same name) -> Arrow type.
-_FIELDS: dict[str, pa.DataType] = {
-    **dict.fromkeys(
-        ("rule", "action", "outcome", "outcome_reason", "target_topic", "fix", "fix_error"), pa.string()
-    ),
-    "archive_payload": pa.bool_(),
-}
+_TEXTS = ("rule", "action", "outcome", "outcome_reason", "target_topic", "fix", "fix_error")
+_FIELDS: dict[str, pa.DataType] = {**dict.fromkeys(_TEXTS, pa.string()), "archive_payload": pa.bool_()}
 
 
 class _Columns(dict[str, list[Any]]):
@@ -186,7 +182,7 @@ def decide_batch(
 
 def _decide_row(cols: _Columns, playbook: Playbook, settings: DecideSettings, i: int) -> _Row:
     """Row ``i``'s decision, a fix left pending (``outcome`` ``None``, ``pending`` the rule)."""
-    row = _Row(i)
+    row = _Row()
     parked = _parked(cols, i)
     if parked is not None:
         row.outcome, row.outcome_reason, row.quotes_row = parked
@@ -462,14 +458,8 @@ def return_free_memory() -> None:
 
     pa.default_memory_pool().release_unused()
     gc.collect()
-    name = ctypes.util.find_library("c")
-    try:
-        libc = ctypes.CDLL(name) if name else None
-    except OSError:
-        return
-    trim = getattr(libc, "malloc_trim", None)
-    if trim is not None:
-        trim(0)
+    with contextlib.suppress(OSError, AttributeError):  # no such C library or function
+        ctypes.CDLL(ctypes.util.find_library("c")).malloc_trim(0)
 
 
 def _sending_tally(batch: pa.RecordBatch) -> tuple[int, int | None]:

@@ -2,11 +2,11 @@
 
 A fix (``module:function`` with a ``fix_version`` in the playbook) receives a :class:`FixRecord` and
 returns the new payload (``bytes``/``str``), a ``(payload, properties)`` tuple or a :class:`FixResult`; a
-:func:`batch_fix` takes the Arrow batch's records as a list and returns one result (or exception) each.
-Raising fails the record (``fix_failed``); :class:`MalformedRecord`, :class:`json.JSONDecodeError` or
-:class:`UnicodeDecodeError` mark it ``malformed``. A call longer than its rule's ``fix_timeout_seconds``,
-a payload over :data:`MAX_FIX_PAYLOAD_BYTES`, and ``sys.exit``/``os._exit``/``os.abort``/
-``KeyboardInterrupt`` (:class:`_ExitGuard`) fail the record and the batch goes on.
+:func:`batch_fix` takes the batch's records as a list and returns one result (or exception) each. Raising
+fails the record: ``malformed`` for :class:`MalformedRecord`, ``json.JSONDecodeError`` or
+``UnicodeDecodeError``, else ``fix_failed``, as do a call over its rule's ``fix_timeout_seconds``, a
+payload over :data:`MAX_FIX_PAYLOAD_BYTES` and ``sys.exit``/``os._exit``/``os.abort``/``KeyboardInterrupt``
+(:class:`_ExitGuard`); the batch goes on.
 """
 
 from __future__ import annotations
@@ -173,13 +173,12 @@ def batch_fix(function: FixFunction) -> FixFunction:
 
 
 def load_fix(ref: str) -> FixFunction:
-    """Import ``module:function`` (cached per process). Raises :class:`FixLoadError` with the fix."""
+    """Import ``module:function`` (the playbook checked the form; cached per process). Raises
+    :class:`FixLoadError` naming the fix."""
     found = _LOADED.get(ref)
     if found is not None:
         return found
     module_name, _, function_name = ref.partition(":")
-    if not module_name or not function_name:
-        raise FixLoadError(f"fix {ref!r} must be `module:function`")
     try:
         with _ExitGuard():
             module = importlib.import_module(module_name)
@@ -202,11 +201,7 @@ def load_fix(ref: str) -> FixFunction:
 
 def _error_outcome(error: BaseException) -> FixOutcome:
     cls = type(error)
-    name = (
-        cls.__qualname__
-        if cls.__module__ in ("builtins", "__main__")
-        else f"{cls.__module__}.{cls.__qualname__}"
-    )
+    module = "" if cls.__module__ in ("builtins", "__main__") else f"{cls.__module__}."
     try:
         message = str(error)
     except Exception:
@@ -214,7 +209,7 @@ def _error_outcome(error: BaseException) -> FixOutcome:
     return FixOutcome(
         ok=False,
         malformed=isinstance(error, _MALFORMED_ERRORS),
-        error_class=name,
+        error_class=module + cls.__qualname__,
         error_message=message[:MAX_ERROR_CHARS],
     )
 

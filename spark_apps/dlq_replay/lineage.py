@@ -45,12 +45,9 @@ def lineage_maps(
     dlq_topics: pa.Array,
     fix_labels: pa.Array,
 ) -> pa.Array:
-    """The properties of each replayed message, for every row where the boolean ``rows`` is true, from the
-    row's own ``properties`` (a map column), as a map column (null in the other rows), built with Arrow
-    kernels: each row's kept properties in their order (DLQ bookkeeping and earlier lineage stripped),
-    then the lineage keys in :data:`LINEAGE_KEYS` order.
-    The other arguments are the rows' replay ids, previous ``REPLAY_COUNT`` and DLQ topics, and the
-    ``REPLAY_FIX`` label of each row."""
+    """The properties of the replayed message of each row where ``rows`` is true (null elsewhere), by Arrow
+    kernels: the row's ``properties`` in their order without DLQ bookkeeping and earlier lineage, then the
+    :data:`LINEAGE_KEYS` from the other (per row) arguments."""
     import pyarrow as pa
     import pyarrow.compute as pc
 

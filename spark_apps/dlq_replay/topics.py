@@ -12,21 +12,15 @@ from spark_apps.dlq_replay.errors import ReplayConfigError
 
 
 def republish_target(origin_topic: str | None) -> str | None:
-    """The topic a replayed message is sent to: the qualified origin without a ``-partition-N`` suffix.
-
-    Publishing to the partitioned topic (not one partition) lets the producer route by key again.
-    """
+    """The topic a replayed message is sent to: the qualified origin without a ``-partition-N`` suffix
+    (the partitioned topic, not one partition, so the producer routes by key again)."""
     qualified = qualify_topic(origin_topic)
     return base_topic(qualified) if qualified else None
 
 
 _GLOB_TOKEN = re.compile(r"\*\*|\*|\?|[^*?]+")
+#: A topic glob's tokens: ``*`` = any characters except ``/``, ``**`` = any characters, ``?`` = one.
 _GLOB_REGEX = {"**": ".*", "*": "[^/]*", "?": "[^/]"}
-
-
-def glob_to_regex(glob: str) -> str:
-    """Translate a topic glob: ``*`` = any characters except ``/``, ``**`` = any characters, ``?`` = one."""
-    return "".join(_GLOB_REGEX.get(token) or re.escape(token) for token in _GLOB_TOKEN.findall(glob))
 
 
 def _qualify_glob(glob: str, what: str) -> str:
@@ -71,11 +65,10 @@ class TopicMatcher:
                         f"{what}: invalid regular expression {pattern[3:]!r}: {exc}; fix the pattern"
                     ) from exc
                 continue
-            compiled.append(re.compile(glob_to_regex(_qualify_glob(pattern, what))))
+            tokens = _GLOB_TOKEN.findall(_qualify_glob(pattern, what))
+            compiled.append(re.compile("".join(_GLOB_REGEX.get(t) or re.escape(t) for t in tokens)))
         return cls(tuple(p.strip() for p in patterns), tuple(compiled))
 
     def matches(self, topic: str | None) -> bool:
         """True if the qualified ``topic`` fully matches one of the patterns."""
-        if not topic:
-            return False
-        return any(p.fullmatch(topic) for p in self.compiled)
+        return bool(topic) and any(p.fullmatch(topic) for p in self.compiled)
