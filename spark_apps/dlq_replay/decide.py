@@ -23,7 +23,6 @@ from spark_apps.dlq_replay.group_actions import override_rule
 from spark_apps.dlq_replay.lineage import lineage_maps
 from spark_apps.dlq_replay.normalize import normalize_columns
 from spark_apps.dlq_replay.playbook import MatchInput, Playbook
-from spark_apps.dlq_replay.pulsar_io.source import UNDECODABLE_PROPERTY
 from spark_apps.dlq_replay.schemas import CONTEXT_COLUMNS, DECIDED_SCHEMA, SCOPE_COLUMN, arrow_schema
 from spark_apps.dlq_replay.scope import (
     MARK,
@@ -59,9 +58,6 @@ class DecideSettings:
     archive_payload: bool = True
     #: Approved action per signature (``--group-actions``): overrides the playbook for those groups.
     group_actions: dict[str, str] | None = None
-
-
-# --------------------------------------------------------------------------- decide (executors)
 
 
 @dataclass(slots=True)
@@ -169,11 +165,7 @@ def decide_batch(
     ``sequencer`` the producer columns stay null. Rows equal in everything a decision reads are decided
     once (:func:`_decision_groups`); only the fixes and the reasons quoting a row's own values are per row.
     """
-    arrays = dict(columns or {})
-    if UNDECODABLE not in arrays:
-        found = pc.map_lookup(batch.column("properties"), UNDECODABLE_PROPERTY, "first")
-        arrays[UNDECODABLE] = pc.is_valid(found)
-    cols = _Columns(batch, arrays)
+    cols = _Columns(batch, columns or {})
     codes, firsts = _decision_groups(cols, playbook)
     decided = _Decisions(cols, [_decide_row(cols, playbook, settings, i) for i in firsts], codes)
     decided.run_fixes()
@@ -203,20 +195,15 @@ def _decide_row(cols: _Columns, playbook: Playbook, settings: DecideSettings, i:
     return row
 
 
+#: The columns of a :class:`~spark_apps.dlq_replay.playbook.MatchInput` of the same names.
+_MATCH_COLUMNS = ("signature", "error_class", "error_message", "origin_topic", "context_format")
+
+
 def _rule(cols: _Columns, i: int, playbook: Playbook, settings: DecideSettings) -> Any:
     """The first playbook rule row ``i`` matches, or the rule of its group's approved action when
     ``--group-actions`` names one."""
-
-    matched = playbook.first_match(
-        MatchInput(
-            signature=cols["signature"][i],
-            error_class=cols["error_class"][i],
-            error_message=cols["error_message"][i],
-            origin_topic=cols["origin_topic"][i],
-            context_format=cols["context_format"][i],
-            properties=cols.properties(i),
-        )
-    )
+    values = {name: cols[name][i] for name in _MATCH_COLUMNS}
+    matched = playbook.first_match(MatchInput(**values, properties=cols.properties(i)))
     approved = (settings.group_actions or {}).get(cols["signature"][i])
     return matched if approved is None else override_rule(approved, matched)
 
@@ -224,7 +211,6 @@ def _rule(cols: _Columns, i: int, playbook: Playbook, settings: DecideSettings) 
 def _decide_republish(row: _Row, rule: Any, count: int, origin: str | None, settings: DecideSettings) -> None:
     """A republish rule's decision: loop guard, archive-only mode and the origin checks, then republish
     (a fix left pending)."""
-
     row.fix = rule.fix_label or None
     if count >= settings.max_replays:
         row.outcome = oc.LOOP_GUARDED
@@ -521,9 +507,6 @@ def decide_tasks(
             yield decide_batch(batch, playbook, settings, sequencer, columns)
 
     return snapshot.sparkSession.range(n, numPartitions=n), run
-
-
-# --------------------------------------------------------------------------- producers (executors)
 
 
 def run_hash(run_id: str) -> str:

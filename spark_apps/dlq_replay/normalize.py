@@ -34,7 +34,6 @@ from spark_apps.dlq_replay.context_columns import (
 )
 from spark_apps.dlq_replay.lineage import previous_replay_count
 from spark_apps.dlq_replay.pulsar_io.source import UNDECODABLE_PROPERTY
-from spark_apps.dlq_replay.schemas import CARRIED_COLUMNS, NORMALIZED_SCHEMA, arrow_schema
 from spark_apps.dlq_replay.signatures import error_signatures, message_templates, replay_id
 
 if TYPE_CHECKING:
@@ -101,11 +100,9 @@ def _scalar_rows(batch: pa.RecordBatch, rows: pa.Array) -> Iterator[tuple[str, s
 
 
 def normalize_columns(batch: pa.RecordBatch, origin_precedence: Sequence[str] = ()) -> dict[str, pa.Array]:
-    """The computed columns of :func:`normalize_batch` as Arrow arrays, plus :data:`ORIGIN_CONFLICT` and
-    :data:`~spark_apps.dlq_replay.context_columns.UNDECODABLE`. The context comes from the kernels of
-    :func:`~spark_apps.dlq_replay.context_columns.context_columns`; the rows they do not settle, and every
-    row when ``origin_precedence`` (property keys, first wins) is given, from the scalar parser.
-    """
+    """The computed columns of the normalised rows (``NORMALIZED_SCHEMA``), plus :data:`ORIGIN_CONFLICT`
+    and ``UNDECODABLE``: from the kernels of :func:`~spark_apps.dlq_replay.context_columns.context_columns`,
+    the rows they do not settle (every row with an ``origin_precedence``) from the scalar parser."""
     columns, settled = context_columns(batch, UNDECODABLE_PROPERTY)
     scalar = pa.array([True] * batch.num_rows) if origin_precedence else pc.invert(settled)
     if scalar.true_count:
@@ -146,19 +143,3 @@ def _parse_rows(
     for name in names:
         column = columns[name]
         columns[name] = pc.replace_with_mask(column, rows, pa.array(values[name], column.type))
-
-
-def normalize_batch(
-    batch: pa.RecordBatch,
-    columns: dict[str, pa.Array] | None = None,
-    origin_precedence: Sequence[str] = (),
-) -> pa.RecordBatch:
-    """Normalise one Arrow batch of snapshot rows (:data:`NORMALIZED_SCHEMA`); ``columns``: its
-    :func:`normalize_columns`, when the caller already has them."""
-    computed = normalize_columns(batch, origin_precedence) if columns is None else columns
-    out_schema = arrow_schema(NORMALIZED_SCHEMA)
-    arrays = [
-        (batch.column(field.name) if field.name in CARRIED_COLUMNS else computed[field.name]).cast(field.type)
-        for field in out_schema
-    ]
-    return pa.RecordBatch.from_arrays(arrays, schema=out_schema)

@@ -143,11 +143,9 @@ def load_playbook(path: str) -> Playbook:
     token)."""
     from spark_apps.dlq_replay.redaction import could_be_secret
 
-    where = (
-        "the file given as --playbook (path not shown, as it could be a token)"
-        if could_be_secret(path)
-        else path
-    )
+    where = path
+    if could_be_secret(path):
+        where = "the file given as --playbook (path not shown, as it could be a token)"
     if os.path.isdir(path):
         raise PlaybookError("is a directory; --playbook takes the path of the playbook YAML file", path=where)
     try:
@@ -260,9 +258,6 @@ def _parse_rules(node: yaml.Node) -> tuple[Rule, ...]:
     return tuple(rules)
 
 
-# --------------------------------------------------------------------------- YAML node helpers
-
-
 def _line(node: yaml.Node) -> int:
     return int(node.start_mark.line) + 1
 
@@ -325,11 +320,15 @@ def _strings(
     return [parse(item, what) for item in items]
 
 
-def _regex(node: yaml.Node, what: str) -> re.Pattern[str]:
+def _compile(pattern: str, what: str, node: yaml.Node) -> re.Pattern[str]:
     try:
-        return re.compile("|".join(f"(?:{p})" for p in _strings(node, what)))
+        return re.compile(pattern)
     except re.error as exc:
         raise _Invalid(f"{what}: invalid regular expression: {exc}", _line(node)) from exc
+
+
+def _regex(node: yaml.Node, what: str) -> re.Pattern[str]:
+    return _compile("|".join(f"(?:{p})" for p in _strings(node, what)), what, node)
 
 
 def _topics(node: yaml.Node, what: str) -> TopicMatcher:
@@ -367,12 +366,9 @@ def _fix_timeout(node: yaml.Node, what: str) -> float:
 def _property_condition(key: str, node: yaml.Node, what: str) -> PropertyCondition:
     """``key: value`` (equal) or ``key: re:<regex>`` (full match)."""
     value = _string(node, f"{what}.{key}")
-    if not value.startswith("re:"):
-        return PropertyCondition(key, value, None)
-    try:
-        return PropertyCondition(key, None, re.compile(value[3:]))
-    except re.error as exc:
-        raise _Invalid(f"{what}.{key}: invalid regular expression: {exc}", _line(node)) from exc
+    if value.startswith("re:"):
+        return PropertyCondition(key, None, _compile(value[3:], f"{what}.{key}", node))
+    return PropertyCondition(key, value, None)
 
 
 def _properties(node: yaml.Node, what: str) -> tuple[PropertyCondition, ...]:
