@@ -210,15 +210,6 @@ _KERNELS: dict[type[Reader], Callable[[_Kernels, Any], _Result]] = {
 }
 
 
-def _choose(fmt: pa.Array, cases: dict[str, Any]) -> pa.Array:
-    """Per row, the value of its format in ``cases`` (null for the other formats)."""
-    if not cases:
-        return pa.nulls(len(fmt), pa.string())
-    out_type = next(iter(cases.values())).type
-    conditions = pc.make_struct(*(pc.equal(fmt, name) for name in cases), field_names=list(cases))
-    return pc.case_when(conditions, *(pc.cast(v, out_type) for v in cases.values()))
-
-
 def _formats(look: _Lookups) -> pa.Array:
     """``detect_format`` of every row: the first convention of the table whose keys it carries."""
     conditions = []
@@ -233,8 +224,8 @@ def _formats(look: _Lookups) -> pa.Array:
 
 
 def _field(fmt: pa.Array, kernels: _Kernels, name: str, settled: list[pa.Array]) -> pa.Array:
-    """One field of ``error_context_values`` per row, from its convention's reader (appends to
-    ``settled`` the rows each reader settles)."""
+    """One field of ``error_context_values`` per row, from its convention's reader (null for a format
+    without one; appends to ``settled`` the rows each reader settles)."""
     cases: dict[str, Any] = {}
     for convention in CONVENTIONS:
         reader = convention.fields.get(name)
@@ -243,7 +234,11 @@ def _field(fmt: pa.Array, kernels: _Kernels, name: str, settled: list[pa.Array])
             cases[convention.format.value] = values
             if ok is not None:
                 settled.append(pc.or_(pc.not_equal(fmt, convention.format.value), ok))
-    column = _choose(fmt, cases)
+    if not cases:
+        return pa.nulls(len(fmt), pa.string())
+    out_type = next(iter(cases.values())).type
+    conditions = pc.make_struct(*(pc.equal(fmt, name) for name in cases), field_names=list(cases))
+    column = pc.case_when(conditions, *(pc.cast(v, out_type) for v in cases.values()))
     return column if FIELD_DEFAULTS.get(name) is None else pc.fill_null(column, FIELD_DEFAULTS[name])
 
 
@@ -261,22 +256,6 @@ def _all(conditions: Sequence[pa.Array], n: int) -> pa.Array:
     return reduce(pc.and_, conditions[1:], conditions[0]) if conditions else pa.array([True] * n)
 
 
-def _claims(look: _Lookups, kernels: _Kernels) -> tuple[list[tuple[pa.Array, pa.Array]], pa.Array]:
-    """``(claims, settled)``: per origin claim of the table, the claimed topic and message id of each row
-    (null where the row makes no such claim), and whether the kernels settled the row's claims."""
-    settled: list[pa.Array] = []
-    claims: list[tuple[pa.Array, pa.Array]] = []
-    for claim in ORIGIN_CLAIMS:
-        topic = _text(look.values[claim.topic_key])
-        claimed = pc.is_valid(topic)
-        settled.append(pc.fill_null(pc.less_equal(pc.utf8_length(topic), MAX_CLAIM_CHARS), True))
-        message_id, ok = kernels(claim.message_id)
-        if ok is not None:
-            settled.append(pc.or_(pc.invert(claimed), ok))
-        claims.append((topic, pc.if_else(claimed, message_id, _NULL_TEXT)))
-    return claims, _all(settled, look.n)
-
-
 def _claim_key(topic: str | None) -> str | None:
     """What ``conflicting_claims`` compares of a claimed topic (null: no claim)."""
     return None if topic is None else canonical_topic(topic) or f"\x00{topic}"
@@ -285,14 +264,23 @@ def _claim_key(topic: str | None) -> str | None:
 def _origin(look: _Lookups, kernels: _Kernels) -> tuple[pa.Array, pa.Array, pa.Array]:
     """``(topic, message id, settled)`` of the claim each row's identity comes from (``origin_of`` for
     claims that agree); rows whose claims disagree are not settled."""
-    claims, settled = _claims(look, kernels)
+    settled: list[pa.Array] = []
+    claims: list[tuple[pa.Array, pa.Array]] = []  # per claim of the table: topic and message id per row
+    for claim in ORIGIN_CLAIMS:
+        topic = _text(look.values[claim.topic_key])
+        claimed = pc.is_valid(topic)
+        settled.append(pc.fill_null(pc.less_equal(pc.utf8_length(topic), MAX_CLAIM_CHARS), True))
+        message_id, ok = kernels(claim.message_id)
+        if ok is not None:
+            settled.append(pc.or_(pc.invert(claimed), ok))
+        claims.append((topic, pc.if_else(claimed, message_id, _NULL_TEXT)))
     keys = [per_distinct(topic, _claim_key, pa.string()) for topic, _ in claims]
     first_key = pc.coalesce(*keys)
     agree = _all([pc.fill_null(pc.equal(key, first_key), True) for key in keys], look.n)
     with_id = [pc.if_else(pc.is_valid(mid), topic, _NULL_TEXT) for topic, mid in claims]
     topic = pc.coalesce(*with_id, *(t for t, _ in claims))
     message_id = pc.coalesce(*(mid for _, mid in claims))
-    return topic, message_id, pc.and_(settled, agree)
+    return topic, message_id, _all([*settled, agree], look.n)
 
 
 def _canonical_ids(message_ids: pa.Array) -> pa.Array:

@@ -172,6 +172,10 @@ def decide_batch(
     return _to_batch(decided, sequencer, settings)
 
 
+#: The columns of a :class:`~spark_apps.dlq_replay.playbook.MatchInput` of the same names.
+_MATCH_COLUMNS = ("signature", "error_class", "error_message", "origin_topic", "context_format")
+
+
 def _decide_row(cols: _Columns, playbook: Playbook, settings: DecideSettings, i: int) -> _Row:
     """Row ``i``'s decision, a fix left pending (``outcome`` ``None``, ``pending`` the rule)."""
     row = _Row()
@@ -179,7 +183,11 @@ def _decide_row(cols: _Columns, playbook: Playbook, settings: DecideSettings, i:
     if parked is not None:
         row.outcome, row.outcome_reason, row.quotes_row = parked
         return row
-    rule = _rule(cols, i, playbook, settings)
+    # The first rule the row matches, or the rule of its group's approved action (--group-actions).
+    values = {name: cols[name][i] for name in _MATCH_COLUMNS}
+    rule = playbook.first_match(MatchInput(**values, properties=cols.properties(i)))
+    approved = (settings.group_actions or {}).get(cols["signature"][i])
+    rule = rule if approved is None else override_rule(approved, rule)
     if rule is None:
         row.action, row.outcome, row.outcome_reason = oc.SKIP, oc.SKIPPED, "no playbook rule matched"
         return row
@@ -193,19 +201,6 @@ def _decide_row(cols: _Columns, playbook: Playbook, settings: DecideSettings, i:
         row.outcome = _RULE_OUTCOMES[rule.action]
         row.outcome_reason = rule.reason or f"rule {rule.name!r} says {rule.action}"
     return row
-
-
-#: The columns of a :class:`~spark_apps.dlq_replay.playbook.MatchInput` of the same names.
-_MATCH_COLUMNS = ("signature", "error_class", "error_message", "origin_topic", "context_format")
-
-
-def _rule(cols: _Columns, i: int, playbook: Playbook, settings: DecideSettings) -> Any:
-    """The first playbook rule row ``i`` matches, or the rule of its group's approved action when
-    ``--group-actions`` names one."""
-    values = {name: cols[name][i] for name in _MATCH_COLUMNS}
-    matched = playbook.first_match(MatchInput(**values, properties=cols.properties(i)))
-    approved = (settings.group_actions or {}).get(cols["signature"][i])
-    return matched if approved is None else override_rule(approved, matched)
 
 
 def _decide_republish(row: _Row, rule: Any, count: int, origin: str | None, settings: DecideSettings) -> None:

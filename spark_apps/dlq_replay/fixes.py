@@ -112,9 +112,7 @@ class FixRecord:
     ordering_key = _field("ordering_key", "The ordering key, or ``None``.")
     properties = _field("properties", "The message's properties (a copy of its own for each record).")
     event_time = _field("event_time", "The event time, or ``None``.")
-    context = _field(
-        "context", "The error context, as ``pulsar_dlq_consumer.context.CONTEXT_FIELDS`` names it."
-    )
+    context = _field("context", "The error context (``pulsar_dlq_consumer.context.CONTEXT_FIELDS``).")
     signature = _field("signature", "The error signature of the message's group.")
     dlq_topic = _field("dlq_topic", "The DLQ topic the message was read from.")
     dlq_message_id = _field("dlq_message_id", "Its message id in that topic.")

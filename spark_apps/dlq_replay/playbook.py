@@ -363,18 +363,17 @@ def _fix_timeout(node: yaml.Node, what: str) -> float:
     return float(value)
 
 
-def _property_condition(key: str, node: yaml.Node, what: str) -> PropertyCondition:
-    """``key: value`` (equal) or ``key: re:<regex>`` (full match)."""
-    value = _string(node, f"{what}.{key}")
-    if value.startswith("re:"):
-        return PropertyCondition(key, None, _compile(value[3:], f"{what}.{key}", node))
-    return PropertyCondition(key, value, None)
-
-
 def _properties(node: yaml.Node, what: str) -> tuple[PropertyCondition, ...]:
+    """Each ``key: value`` (equal) or ``key: re:<regex>`` (full match)."""
     if not isinstance(node, yaml.MappingNode) or not node.value:
         raise _Invalid(f"{what} must be a non-empty mapping of property: value", _line(node))
-    return tuple(_property_condition(_string(key, f"{what} key"), value, what) for key, value in node.value)
+    conditions = []
+    for key_node, value_node in node.value:
+        key = _string(key_node, f"{what} key")
+        value = _string(value_node, f"{what}.{key}")
+        regex = _compile(value[3:], f"{what}.{key}", value_node) if value.startswith("re:") else None
+        conditions.append(PropertyCondition(key, value if regex is None else None, regex))
+    return tuple(conditions)
 
 
 _ORIGIN_PRECEDENCE = _choice("origin topic property", ORIGIN_TOPIC_KEYS)

@@ -31,9 +31,8 @@ SCOPE_REASON_COLUMN = "scope_reason"
 #: for the rest) and its reason.
 MARK, MARK_REASON = "_mark", "_mark_reason"
 #: The marked rows the decide step writes for its tasks (:func:`scope_marks`).
-MARKS_SCHEMA = StructType(
-    [StructField(name, StringType()) for name in ("topic", "message_id_str", MARK, MARK_REASON)]
-)
+_MARKED = ("topic", "message_id_str", MARK, MARK_REASON)
+MARKS_SCHEMA = StructType([StructField(name, StringType()) for name in _MARKED])
 _CHOSEN = "chosen"
 _OUT_OF_SCOPE = pa.array([oc.ALREADY_FINAL, oc.DUPLICATE, oc.FILTERED], pa.string())
 _RID = REPLAY_ID_MARK
@@ -142,8 +141,8 @@ def scope_marks(
     else:
         ids, repeated = _identities(snapshot, filters, origin_precedence), None
     if repeated is not None and not repeated and final_ids is None and reviewed_ids is None:
-        names = ("topic", "message_id_str", MARK, MARK_REASON)  # no job, no Python worker
-        return local_frame(snapshot.sparkSession, [], ", ".join(f"{name} string" for name in names)), 0
+        ddl = ", ".join(f"{name} string" for name in _MARKED)
+        return local_frame(snapshot.sparkSession, [], ddl), 0  # no job, no Python worker
     if final_ids is not None:
         self_final = final_ids.groupBy(
             F.col("dlq_topic").alias("topic"), F.col("dlq_message_id").alias("message_id_str")
@@ -194,7 +193,7 @@ def scope_marks(
         marks = marks.join(chosen, ["topic", "message_id_str"], "left").withColumn(
             MARK, F.coalesce(F.col(MARK), F.col("_chosen"))
         )
-    marked = marks.filter(F.col(MARK).isNotNull()).select("topic", "message_id_str", MARK, MARK_REASON)
+    marked = marks.filter(F.col(MARK).isNotNull()).select(*_MARKED)
     marked = marked.persist(StorageLevel.MEMORY_AND_DISK)  # computed once, counted, joined
     return marked, marked.count()
 

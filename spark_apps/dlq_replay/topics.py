@@ -58,17 +58,20 @@ class TopicMatcher:
                     f"{what}: empty pattern in {list(patterns)!r}; remove the extra comma"
                 )
             if pattern.startswith("re:"):
-                try:
-                    compiled.append(re.compile(pattern[3:]))
-                except re.error as exc:
-                    raise ReplayConfigError(
-                        f"{what}: invalid regular expression {pattern[3:]!r}: {exc}; fix the pattern"
-                    ) from exc
-                continue
-            tokens = _GLOB_TOKEN.findall(_qualify_glob(pattern, what))
-            compiled.append(re.compile("".join(_GLOB_REGEX.get(t) or re.escape(t) for t in tokens)))
+                regex = pattern[3:]
+            else:
+                tokens = _GLOB_TOKEN.findall(_qualify_glob(pattern, what))
+                regex = "".join(_GLOB_REGEX.get(t) or re.escape(t) for t in tokens)
+            try:  # a translated glob always compiles
+                compiled.append(re.compile(regex))
+            except re.error as exc:
+                raise ReplayConfigError(
+                    f"{what}: invalid regular expression {regex!r}: {exc}; fix the pattern"
+                ) from exc
         return cls(tuple(p.strip() for p in patterns), tuple(compiled))
 
     def matches(self, topic: str | None) -> bool:
         """True if the qualified ``topic`` fully matches one of the patterns."""
-        return bool(topic) and any(p.fullmatch(topic) for p in self.compiled)
+        if not topic:
+            return False
+        return any(p.fullmatch(topic) for p in self.compiled)
