@@ -287,20 +287,11 @@ def _canonical_ids(message_ids: pa.Array) -> pa.Array:
     """``canonical_message_id`` of each value: the plain spellings by kernels, the others by the scalar
     function once per distinct value."""
     parts = pc.extract_regex(message_ids, _PLAIN_MESSAGE_ID)
-    ledger, entry, partition, batch = (parts.field(i) for i in range(4))
-    no_partition = pc.equal(partition, "")
+    ledger, entry, partition, batch = (pc.struct_field(parts, [i]) for i in range(4))  # null: no match
     batch = pc.if_else(pc.equal(batch, ""), pa.scalar("-1"), batch)
-    matched = parts.is_valid()
-    plain = pc.if_else(
-        matched,
-        pc.if_else(
-            no_partition,
-            pc.binary_join_element_wise(ledger, entry, ":"),
-            pc.binary_join_element_wise(ledger, entry, partition, batch, ":"),
-        ),
-        pa.scalar(None, pa.string()),
-    )
-    other = pc.and_(pc.is_valid(message_ids), pc.invert(matched))
+    whole = pc.binary_join_element_wise(ledger, entry, partition, batch, ":")
+    plain = pc.if_else(pc.equal(partition, ""), pc.binary_join_element_wise(ledger, entry, ":"), whole)
+    other = pc.and_(pc.is_valid(message_ids), pc.invert(parts.is_valid()))
     if not other.true_count:
         return plain
     fixed = per_distinct(message_ids.filter(other), canonical_message_id, pa.string())

@@ -169,7 +169,7 @@ def decide_batch(
     codes, firsts = _decision_groups(cols, playbook)
     decided = _Decisions(cols, [_decide_row(cols, playbook, settings, i) for i in firsts], codes)
     decided.run_fixes()
-    return _to_batch(decided, sequencer, settings)
+    return _to_batch(decided, sequencer, settings.run_id)
 
 
 #: The columns of a :class:`~spark_apps.dlq_replay.playbook.MatchInput` of the same names.
@@ -328,9 +328,7 @@ def _fix_outcome(rule: Any, result: FixOutcome) -> tuple[str, str, str | None]:
     return oc.FIX_FAILED, f"fix {rule.fix} failed", result.error
 
 
-def _to_batch(
-    decided: _Decisions, sequencer: ProducerSequencer | None, settings: DecideSettings
-) -> pa.RecordBatch:
+def _to_batch(decided: _Decisions, sequencer: ProducerSequencer | None, run_id: str) -> pa.RecordBatch:
     cols, columns = decided.cols, decided.columns
     n = cols.batch.num_rows
     outcomes = columns["outcome"]
@@ -348,7 +346,7 @@ def _to_batch(
             properties,
             sending,
             cols.array("replay_id"),
-            settings.run_id,
+            run_id,
             cols.array("replay_count"),
             cols.array("dlq_topic"),
             pc.fill_null(columns["fix"], ""),

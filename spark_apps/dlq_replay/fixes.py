@@ -11,6 +11,7 @@ payload over :data:`MAX_FIX_PAYLOAD_BYTES` and ``sys.exit``/``os._exit``/``os.ab
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 import os
@@ -156,12 +157,7 @@ class FixOutcome(NamedTuple):
 
 
 FixFunction = Callable[..., Any]
-_MALFORMED_ERRORS: tuple[type[BaseException], ...] = (
-    MalformedRecord,
-    UnicodeDecodeError,
-    json.JSONDecodeError,
-)
-_LOADED: dict[str, FixFunction] = {}
+_MALFORMED_ERRORS = (MalformedRecord, UnicodeDecodeError, json.JSONDecodeError)
 
 
 def batch_fix(function: FixFunction) -> FixFunction:
@@ -170,12 +166,10 @@ def batch_fix(function: FixFunction) -> FixFunction:
     return function
 
 
+@functools.cache
 def load_fix(ref: str) -> FixFunction:
     """Import ``module:function`` (the playbook checked the form; cached per process). Raises
     :class:`FixLoadError` naming the fix."""
-    found = _LOADED.get(ref)
-    if found is not None:
-        return found
     module_name, _, function_name = ref.partition(":")
     try:
         with _ExitGuard():
@@ -193,7 +187,6 @@ def load_fix(ref: str) -> FixFunction:
     function = getattr(module, function_name, None)
     if not callable(function):
         raise FixLoadError(f"fix {ref!r}: module {module_name!r} has no function {function_name!r}")
-    _LOADED[ref] = function
     return function
 
 

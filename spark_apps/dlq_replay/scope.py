@@ -84,15 +84,8 @@ def identity_rows(
     computed from the origin properties unless given."""
     if replay_ids is None:
         replay_ids = origin_replay_ids(batch, origin_precedence)
-    return pa.RecordBatch.from_arrays(
-        [
-            batch.column("topic"),
-            batch.column("message_id_str"),
-            batch.column("publish_time"),
-            replay_ids if isinstance(replay_ids, pa.Array) else pa.array(replay_ids, pa.string()),
-        ],
-        names=["topic", "message_id_str", "publish_time", _RID],
-    )
+    rows = batch.select(["topic", "message_id_str", "publish_time"])
+    return rows.append_column(_RID, pa.array(replay_ids, pa.string()))
 
 
 def _identities(snapshot: DataFrame, filters: Filters, origin_precedence: tuple[str, ...]) -> DataFrame:
