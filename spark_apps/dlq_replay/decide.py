@@ -159,12 +159,9 @@ def decide_batch(
     sequencer: ProducerSequencer | None = None,
     columns: dict[str, pa.Array] | None = None,
 ) -> pa.RecordBatch:
-    """Decide every row of one Arrow batch of scoped rows (pure function; see :data:`DECIDED_SCHEMA`).
-
-    ``columns`` (the batch's normalised and scope columns) are read before ``batch``; without a
-    ``sequencer`` the producer columns stay null. Rows equal in everything a decision reads are decided
-    once (:func:`_decision_groups`); only the fixes and the reasons quoting a row's own values are per row.
-    """
+    """Decide every row of one Arrow batch of scoped rows (:data:`DECIDED_SCHEMA`), reading ``columns`` (its
+    normalised and scope columns) before ``batch``; without a ``sequencer`` the producer columns stay null.
+    Rows equal in all a decision reads are decided once (:func:`_decision_groups`)."""
     cols = _Columns(batch, columns or {})
     codes, firsts = _decision_groups(cols, playbook)
     decided = _Decisions(cols, [_decide_row(cols, playbook, settings, i) for i in firsts], codes)
@@ -288,7 +285,6 @@ class _Decisions:
     def run_fixes(self) -> None:
         """Run each pending fix on its rows (one call per fix reference, rows in batch order) and put
         the outcomes in."""
-
         by_fix: dict[str, list[int]] = {}
         for g, row in enumerate(self.rows):
             if row.pending is not None:
@@ -463,14 +459,10 @@ def decide_tasks(
     batch_rows: int = 10_000,
     identities: DataFrame | None = None,
 ) -> tuple[DataFrame, Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]]:
-    """The decide pass as its input frame (one row per producer bucket) and the function each task runs,
-    giving :data:`DECIDED_SCHEMA` batches.
-
-    The scope marks (:func:`~spark_apps.dlq_replay.scope.scope_marks`, from ``identities`` when the
-    snapshot's read tasks wrote them) go to ``marks_dir``; task ``b`` then reads its share of the snapshot
-    with the marks and normalises, scopes and decides each batch, sending through producer bucket ``b``.
-    """
-
+    """The decide pass as its input frame (one row per producer bucket) and the function each task runs:
+    with the scope marks written to ``marks_dir`` (from ``identities`` when the snapshot's read tasks wrote
+    them), task ``b`` reads its share of the snapshot, normalises, scopes and decides each batch
+    (:data:`DECIDED_SCHEMA`), sending through producer bucket ``b``."""
     chosen_filters = filters or Filters()
     precedence = playbook.origin_precedence
     n = max(1, producers_per_target)
