@@ -48,10 +48,11 @@ def lineage_maps(
     """The properties of the replayed message of each row where ``rows`` is true (null elsewhere), by Arrow
     kernels: the row's ``properties`` in their order without DLQ bookkeeping and earlier lineage, then the
     :data:`LINEAGE_KEYS` from the other (per row) arguments."""
+    import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from spark_apps.dlq_replay.arrow_util import map_entries, per_distinct, prefix_counts, row_numbers
+    from spark_apps.dlq_replay.arrow_util import map_entries, per_distinct, prefix_counts
 
     width = len(LINEAGE_KEYS)
     rows = pc.fill_null(rows, False)
@@ -69,27 +70,19 @@ def lineage_maps(
     m = len(chosen)
     lineage_columns = [
         replay_ids.take(chosen),
-        pa.array([run_id] * m, pa.string()) if m else pa.array([], pa.string()),
+        pa.array([run_id] * m, pa.string()),
         pc.cast(pc.add(pc.cast(previous_counts.take(chosen), pa.int64()), 1), pa.string()),
         dlq_topics.take(chosen),
         fix_labels.take(chosen),
     ]
-    # Lineage entry t of the chosen rows' entries: row t // width, key t % width (row-major).
-    t = row_numbers(m * width)
-    key_of = pc.subtract(t, pc.multiply(pc.divide(t, width), width))
-    by_column = pc.add(pc.multiply(key_of, m), pc.divide(t, width))
+    # The lineage entries row-major (chosen row j's key k at j * width + k), each at the end of its map.
+    by_column = (np.arange(m)[:, None] + np.arange(width) * m).ravel()
     lineage_values = pa.concat_arrays([c.cast(pa.string()) for c in lineage_columns]).take(by_column)
-    lineage_keys = pa.array(list(LINEAGE_KEYS), pa.string()).take(key_of)
-    total = len(kept) + m * width
-    is_kept = pc.is_in(row_numbers(total), value_set=kept_slots)
-    before = prefix_counts(is_kept)
-    slots = row_numbers(total)
-    source = pc.if_else(
-        is_kept,
-        before.slice(0, total),
-        pc.add(pc.subtract(slots, before.slice(0, total)), len(kept)),
-    )
-    out_keys = pa.concat_arrays([keys.take(kept), lineage_keys]).take(source)
+    ends = out_offsets.take(pc.add(chosen, 1)).to_numpy()
+    lineage_slots = (ends[:, None] - width + np.arange(width)).ravel()
+    source = np.empty(len(kept) + m * width, np.int64)  # the entry of each output slot: kept, then lineage
+    source[np.concatenate([kept_slots.to_numpy(), lineage_slots])] = np.arange(len(source))
+    out_keys = pa.concat_arrays([keys.take(kept), pa.array(LINEAGE_KEYS * m, pa.string())]).take(source)
     out_items = pa.concat_arrays([items.take(kept), lineage_values]).take(source)
     valid_offsets = pc.cast(out_offsets, pa.int32())
     null_rows = pc.invert(rows)

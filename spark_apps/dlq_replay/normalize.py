@@ -28,7 +28,6 @@ from spark_apps.dlq_replay.context_columns import (
     ORIGIN_CONFLICT,
     REPLAY_COUNT,
     REPLAY_ID,
-    UNDECODABLE,
     context_columns,
     origin_replay_ids,
 )
@@ -117,8 +116,9 @@ def normalize_columns(batch: pa.RecordBatch, origin_precedence: Sequence[str] = 
 def _parse_rows(
     batch: pa.RecordBatch, columns: dict[str, pa.Array], rows: pa.Array, origin_precedence: Sequence[str]
 ) -> None:
-    """Replace the context values of the ``rows`` (a mask) of ``columns`` with the scalar parser's."""
-    names = [*CONTEXT_FIELDS[2:], REPLAY_ID, REPLAY_COUNT, ORIGIN_CONFLICT, UNDECODABLE]
+    """Replace the context values of the ``rows`` (a mask) of ``columns`` with the scalar parser's (the
+    kernels' ``UNDECODABLE`` is exact)."""
+    names = [*CONTEXT_FIELDS[2:], REPLAY_ID, REPLAY_COUNT, ORIGIN_CONFLICT]
     values: dict[str, list[Any]] = {name: [] for name in names}
     for topic, message_id, properties in _scalar_rows(batch, rows):
         fields = dict(zip(CONTEXT_FIELDS, error_context_values(properties), strict=True))
@@ -137,7 +137,6 @@ def _parse_rows(
         fields[REPLAY_ID] = row_replay_id(topic, message_id, claim)
         fields[REPLAY_COUNT] = previous_replay_count(properties)
         fields[ORIGIN_CONFLICT] = conflict
-        fields[UNDECODABLE] = UNDECODABLE_PROPERTY in properties
         for name in names:
             values[name].append(fields[name])
     for name in names:
