@@ -135,18 +135,16 @@ def _int(values: pa.Array, minimum: int = 0, form: str = _PLAIN_INT) -> tuple[pa
 _Result = tuple[Any, pa.Array | None]
 
 
-class _Kernels:
+class _Kernels(dict[Reader, _Result]):
     """The table's readers over one batch, each evaluated once (several conventions share readers)."""
 
     def __init__(self, look: _Lookups) -> None:
-        self.n = look.n
-        self.values = look.values
-        self._done: dict[Reader, _Result] = {}
+        super().__init__()
+        self.n, self.by_key = look.n, look.values  # each key's value per row
 
-    def __call__(self, reader: Reader) -> _Result:
-        if reader not in self._done:
-            self._done[reader] = _KERNELS.get(type(reader), _unsettled)(self, reader)
-        return self._done[reader]
+    def __missing__(self, reader: Reader) -> _Result:
+        self[reader] = result = _KERNELS.get(type(reader), _unsettled)(self, reader)
+        return result
 
 
 def _unsettled(kernels: _Kernels, reader: Reader) -> _Result:
@@ -156,20 +154,20 @@ def _unsettled(kernels: _Kernels, reader: Reader) -> _Result:
 
 def _text_kernel(kernels: _Kernels, reader: Text) -> _Result:
     """Settled where the text is within its bound, if any (the scalar parser cuts the others)."""
-    texts = _text(kernels.values[reader.key])
+    texts = _text(kernels.by_key[reader.key])
     if reader.max_bytes is None:
         return texts, None
     return texts, pc.fill_null(pc.less_equal(pc.binary_length(texts), reader.max_bytes), True)
 
 
 def _number_kernel(kernels: _Kernels, reader: Number) -> _Result:
-    return _int(kernels.values[reader.key], reader.minimum)
+    return _int(kernels.by_key[reader.key], reader.minimum)
 
 
 def _position_kernel(kernels: _Kernels, reader: Position) -> _Result:
     """``"<partition or 0>:<offset>"`` of plain decimals (binary ones are not plain: scalar parser)."""
-    partition, partition_ok = _int(kernels.values[reader.partition])
-    offset, offset_ok = _int(kernels.values[reader.offset])
+    partition, partition_ok = _int(kernels.by_key[reader.partition])
+    offset, offset_ok = _int(kernels.by_key[reader.offset])
     part = pc.cast(pc.fill_null(partition, 0), pa.string())
     return pc.binary_join_element_wise(part, pc.cast(offset, pa.string()), ":"), pc.and_(
         partition_ok, offset_ok
@@ -181,19 +179,19 @@ def _const_kernel(kernels: _Kernels, reader: Const) -> _Result:
 
 
 def _choice_kernel(kernels: _Kernels, reader: Choice) -> _Result:
-    texts = _text(kernels.values[reader.key])
+    texts = _text(kernels.by_key[reader.key])
     allowed = pc.fill_null(pc.is_in(texts, value_set=pa.array(sorted(reader.allowed), pa.string())), False)
     return pc.if_else(allowed, texts, pa.scalar(reader.default)), None
 
 
 def _joined_kernel(kernels: _Kernels, reader: Joined) -> _Result:
-    first, second = _text(kernels.values[reader.first]), _text(kernels.values[reader.second])
+    first, second = _text(kernels.by_key[reader.first]), _text(kernels.by_key[reader.second])
     both = pc.and_(pc.is_valid(first), pc.is_valid(second))
     return pc.if_else(both, pc.binary_join_element_wise(first, second, reader.sep), first), None
 
 
 def _first_kernel(kernels: _Kernels, reader: First) -> _Result:
-    results = [kernels(each) for each in reader.readers]
+    results = [kernels[each] for each in reader.readers]
     settled = [ok for _, ok in results if ok is not None]
     return pc.coalesce(*(values for values, _ in results)), _all(settled, kernels.n) if settled else None
 
@@ -230,7 +228,7 @@ def _field(fmt: pa.Array, kernels: _Kernels, name: str, settled: list[pa.Array])
     for convention in CONVENTIONS:
         reader = convention.fields.get(name)
         if reader is not None:
-            values, ok = kernels(reader)
+            values, ok = kernels[reader]
             cases[convention.format.value] = values
             if ok is not None:
                 settled.append(pc.or_(pc.not_equal(fmt, convention.format.value), ok))
@@ -270,7 +268,7 @@ def _origin(look: _Lookups, kernels: _Kernels) -> tuple[pa.Array, pa.Array, pa.A
         topic = _text(look.values[claim.topic_key])
         claimed = pc.is_valid(topic)
         settled.append(pc.fill_null(pc.less_equal(pc.utf8_length(topic), MAX_CLAIM_CHARS), True))
-        message_id, ok = kernels(claim.message_id)
+        message_id, ok = kernels[claim.message_id]
         if ok is not None:
             settled.append(pc.or_(pc.invert(claimed), ok))
         claims.append((topic, pc.if_else(claimed, message_id, _NULL_TEXT)))

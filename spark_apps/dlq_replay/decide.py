@@ -87,8 +87,7 @@ class _Columns(dict[str, list[Any]]):
 
     def __init__(self, batch: pa.RecordBatch, arrays: dict[str, pa.Array]) -> None:
         super().__init__()
-        self.batch = batch
-        self.arrays = arrays
+        self.batch, self.arrays = batch, arrays
 
     def array(self, name: str) -> pa.Array:
         found = self.arrays.get(name)
@@ -105,8 +104,7 @@ class _Columns(dict[str, list[Any]]):
         return self[name][i]
 
     def __missing__(self, name: str) -> list[Any]:
-        values: list[Any] = self.array(name).to_pylist()
-        self[name] = values
+        self[name] = values = self.array(name).to_pylist()
         return values
 
 
@@ -169,8 +167,8 @@ def decide_batch(
     return _to_batch(decided, sequencer, settings.run_id)
 
 
-#: The columns of a :class:`~spark_apps.dlq_replay.playbook.MatchInput` of the same names.
-_MATCH_COLUMNS = ("signature", "error_class", "error_message", "origin_topic", "context_format")
+#: The columns of a :class:`~spark_apps.dlq_replay.playbook.MatchInput` of the same names (the message last).
+_MATCH_COLUMNS = ("signature", "error_class", "origin_topic", "context_format", "error_message")
 
 
 def _decide_row(cols: _Columns, playbook: Playbook, settings: DecideSettings, i: int) -> _Row:
@@ -229,18 +227,8 @@ def _decide_republish(row: _Row, rule: Any, count: int, origin: str | None, sett
     row.outcome, row.outcome_reason = oc.ORIGIN_REFUSED, refused
 
 
-#: What a decision reads of a row, besides the rule's inputs (see :func:`_decision_groups`).
-_DECISION_INPUTS = (
-    SCOPE_COLUMN,
-    UNDECODABLE,
-    "context_format",
-    "replay_count",
-    ORIGIN_CONFLICT,
-    "signature",
-    "error_class",
-    "origin_topic",
-    "dlq_topic",
-)
+#: What a decision reads of a row besides the match columns (the message only when a rule matches on it).
+_DECISION_INPUTS = (SCOPE_COLUMN, UNDECODABLE, ORIGIN_CONFLICT, "replay_count", "dlq_topic")
 
 
 def _decision_groups(cols: _Columns, playbook: Playbook) -> tuple[pa.Array, list[int]]:
@@ -248,7 +236,7 @@ def _decision_groups(cols: _Columns, playbook: Playbook) -> tuple[pa.Array, list
     message when a rule matches on it, the value of each property a rule matches on) share a group
     (:func:`~spark_apps.dlq_replay.arrow_util.group_ids`)."""
     rules = playbook.rules
-    inputs = [cols.array(name) for name in _DECISION_INPUTS]
+    inputs = [cols.array(name) for name in (*_DECISION_INPUTS, *_MATCH_COLUMNS[:-1])]
     if any(rule.error_message is not None for rule in rules):
         inputs.append(cols.array("error_message"))
     properties = cols.batch.column("properties")

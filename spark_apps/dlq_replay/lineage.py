@@ -5,12 +5,15 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from pulsar_dlq_consumer.context import is_bookkeeping_property
+from spark_apps.dlq_replay.arrow_util import map_entries, per_distinct, prefix_counts
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
-
-    import pyarrow as pa
 
 REPLAY_ID = "REPLAY_ID"
 REPLAY_RUN_ID = "REPLAY_RUN_ID"
@@ -48,12 +51,6 @@ def lineage_maps(
     """The properties of the replayed message of each row where ``rows`` is true (null elsewhere), by Arrow
     kernels: the row's ``properties`` in their order without DLQ bookkeeping and earlier lineage, then the
     :data:`LINEAGE_KEYS` from the other (per row) arguments."""
-    import numpy as np
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    from spark_apps.dlq_replay.arrow_util import map_entries, per_distinct, prefix_counts
-
     width = len(LINEAGE_KEYS)
     rows = pc.fill_null(rows, False)
     keys, items, parents, relative = map_entries(properties)

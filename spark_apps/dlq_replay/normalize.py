@@ -46,15 +46,11 @@ def origin_of(
     the conflicting claims as text when its conventions disagree and ``origin_precedence`` does not
     settle it (the claim is then ``None``). Claims that agree give the first one with a message id."""
     claims = origin_claims(properties)
-    if not claims:
-        return None, None
-    conflict = conflicting_claims(claims) if len(claims) > 1 else ()
-    if conflict:
-        chosen = resolve_claims(claims, origin_precedence)
-        if chosen is None:
-            return None, ", ".join(f"{c.key}={c.topic!r}" for c in conflict)
-        return chosen, None
-    return next((c for c in claims if c.message_id), claims[0]), None
+    conflict = conflicting_claims(claims)
+    if not conflict:
+        return next((c for c in claims if c.message_id), claims[0] if claims else None), None
+    chosen = resolve_claims(claims, origin_precedence)
+    return chosen, None if chosen else ", ".join(f"{c.key}={c.topic!r}" for c in conflict)
 
 
 def row_replay_id(topic: str | None, message_id: str | None, claim: OriginClaim | None) -> str:

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from pulsar_dlq_consumer.context import base_topic
 from pulsar_dlq_consumer.conventions import REASON_UNKNOWN
-
-if TYPE_CHECKING:
-    import pyarrow as pa
+from spark_apps.dlq_replay.arrow_util import per_distinct
 
 MAX_TEMPLATE_CHARS = 512
 
@@ -78,9 +78,6 @@ _RE2_MASKS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
 def message_templates(messages: pa.Array) -> pa.Array:
     """:func:`message_template` of every value (null gives ``""``): RE2 kernels for ASCII messages,
     :func:`message_template` once per distinct other message."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
     text = pc.utf8_slice_codeunits(pc.fill_null(messages, ""), 0, MAX_TEMPLATE_CHARS * 4)
     for needs, rewrites in _RE2_MASKS:
         if pc.any(pc.match_substring_regex(text, needs)).as_py():
@@ -114,11 +111,6 @@ def error_signatures(
     error_classes: pa.Array, templates: pa.Array, origin_topics: pa.Array, reasons: pa.Array
 ) -> pa.Array:
     """:func:`error_signature` of every row, hashed once per distinct material."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    from spark_apps.dlq_replay.arrow_util import per_distinct
-
     reasons = pc.fill_null(reasons, REASON_UNKNOWN)
     material = pc.binary_join_element_wise(
         pc.fill_null(error_classes, ""),
