@@ -210,12 +210,10 @@ _KERNELS: dict[type[Reader], Callable[[_Kernels, Any], _Result]] = {
 
 def _formats(look: _Lookups) -> pa.Array:
     """``detect_format`` of every row: the first convention of the table whose keys it carries."""
-    conditions = []
-    for convention in CONVENTIONS:
-        marked = look.has(convention.marks)
-        for key in sorted(convention.requires):
-            marked = pc.and_(marked, look.has(key.__eq__))
-        conditions.append(marked)
+    conditions = [
+        _all([look.has(c.marks), *(look.has(key.__eq__) for key in sorted(c.requires))], look.n)
+        for c in CONVENTIONS
+    ]
     names = [convention.format.value for convention in CONVENTIONS]
     struct = pc.make_struct(*conditions, field_names=names)
     return pc.case_when(struct, *(pa.scalar(name) for name in names), pa.scalar(ContextFormat.NONE.value))

@@ -388,8 +388,7 @@ def run_decide(run: Run, snapshot: DataFrame, planned_at: datetime) -> DataFrame
         )
         return_free_memory()  # the marks' working memory, before the driver waits out decide and apply
         # The archived rows are staged beside the decisions; apply moves them into the archive.
-        staged = opts.mode != oc.DRY_RUN
-        sides = [staged_output(run.paths.archive_staged, planned_at)] if staged else []
+        sides = [staged_output(run.paths.archive_staged, planned_at)] if opts.mode != oc.DRY_RUN else []
         run.progress.count_files(run.paths.decisions)
         tallies = task_parquet.write_in_tasks(
             frame,

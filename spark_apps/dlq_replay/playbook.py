@@ -95,9 +95,8 @@ class Rule:
             yield "error_class"
         if self.error_message is not None and not self.error_message.search(record.error_message or ""):
             yield "error_message"
-        if self.origin_topic is not None and not self.origin_topic.matches(
-            qualify_topic(record.origin_topic) if record.origin_topic else None
-        ):
+        topics = self.origin_topic
+        if topics is not None and not topics.matches(qualify_topic(record.origin_topic)):
             yield "origin_topic"
         yield from (cond for cond in self.properties if not cond.matches(record.properties))
 
@@ -126,8 +125,7 @@ class Playbook:
         """True when the DLQ topic or the origin topic is listed under ``payload_off_topics``."""
         if self.payload_off_topics is None:
             return False
-        candidates = (qualify_topic(t) if t else None for t in (dlq_topic, origin_topic))
-        return any(self.payload_off_topics.matches(c) for c in candidates if c)
+        return any(self.payload_off_topics.matches(qualify_topic(t)) for t in (dlq_topic, origin_topic))
 
     def first_match(self, record: MatchInput) -> Rule | None:
         return next((rule for rule in self.rules if rule.matches(record)), None)
