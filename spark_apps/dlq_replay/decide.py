@@ -39,7 +39,7 @@ from spark_apps.dlq_replay.task_parquet import Marks, bucket_batches, row_group_
 from spark_apps.dlq_replay.topics import TopicMatcher, republish_target
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Sequence
+    from collections.abc import Callable, Iterator
     from datetime import datetime
 
     from pyspark.sql import DataFrame
@@ -368,7 +368,6 @@ def run_decide(run: Run, snapshot: DataFrame, planned_at: datetime) -> DataFrame
     if run.step("decide"):
         started = time.monotonic()
         ledger = read_ledger(run.spark, run.storage, run.paths.ledger)
-        filters = Filters(opts.signatures, opts.error_class, opts.since, opts.until, opts.max_messages)
         allowlist, group_actions = opts.allowlist_matcher(), opts.group_actions
         settings = DecideSettings(
             opts.run_id, opts.mode, opts.max_replays, allowlist, opts.archive_payload, group_actions
@@ -378,7 +377,7 @@ def run_decide(run: Run, snapshot: DataFrame, planned_at: datetime) -> DataFrame
             run.playbook,
             settings,
             run.buckets,
-            filters=filters,
+            filters=Filters(opts.signatures, opts.error_class, opts.since, opts.until, opts.max_messages),
             final_ids=final_ids(ledger, exclude_run_id=opts.run_id),
             reviewed_ids=reviewed_ids(run),
             snapshot_dir=run.paths.snapshot,
@@ -427,7 +426,7 @@ def return_free_memory() -> None:
 def _sending_tally(batch: pa.RecordBatch) -> tuple[int, int | None]:
     """``(rows to republish, their highest sequence id or None)`` of a batch of decisions."""
     sending = pc.equal(batch.column("outcome"), oc.TO_REPUBLISH)
-    n = int(pc.sum(sending.cast("int64")).as_py() or 0)
+    n = sending.true_count
     last = pc.max(pc.filter(batch.column("sequence_id"), sending)).as_py() if n else None
     return n, last
 
@@ -508,9 +507,7 @@ class ProducerSequencer:
         seq = self.last_seq[target] = self.last_seq.get(target, -1) + 1
         return name, seq
 
-    def assign(
-        self, outcomes: Sequence[str | None], targets: Sequence[str | None]
-    ) -> tuple[pa.Array, pa.Array]:
+    def assign(self, outcomes: list[str | None], targets: list[str | None]) -> tuple[pa.Array, pa.Array]:
         pairs = [
             self._next(target) if outcome == oc.TO_REPUBLISH and target is not None else (None, None)
             for outcome, target in zip(outcomes, targets, strict=True)
