@@ -73,8 +73,7 @@ class _Lookups:
     """The batch's properties as one value column per key read, plus per-row key-class flags."""
 
     def __init__(self, properties: pa.Array, keys: Sequence[str], undecodable_key: str) -> None:
-        n = len(properties)
-        self.n = n
+        self.n = n = len(properties)
         flat_keys, items, parents, _ = map_entries(properties)
         if properties.null_count:  # a null map is no properties, as the scalar parser reads it
             keep = properties.is_valid().take(parents)
@@ -169,9 +168,8 @@ def _position_kernel(kernels: _Kernels, reader: Position) -> _Result:
     partition, partition_ok = _int(kernels.by_key[reader.partition])
     offset, offset_ok = _int(kernels.by_key[reader.offset])
     part = pc.cast(pc.fill_null(partition, 0), pa.string())
-    return pc.binary_join_element_wise(part, pc.cast(offset, pa.string()), ":"), pc.and_(
-        partition_ok, offset_ok
-    )
+    position = pc.binary_join_element_wise(part, pc.cast(offset, pa.string()), ":")
+    return position, pc.and_(partition_ok, offset_ok)
 
 
 def _const_kernel(kernels: _Kernels, reader: Const) -> _Result:

@@ -250,7 +250,7 @@ def to_outcome(result: Any) -> FixOutcome:
 
 
 class _TimeLimit:
-    """Raises :class:`FixTimeoutError` in a call (between :meth:`arm` and :meth:`disarm`) older than
+    """Raises :class:`FixTimeoutError` in a call (from :meth:`arm` until ``started`` is reset) older than
     ``seconds``: SIGALRM on the main thread (where Spark runs Python UDFs), else no limit. The timer is set
     once per :func:`run_fix`, not per call (two system calls per record cost as much as a small fix): when
     it fires, the handler raises, or sets it again for the rest of the current call's time."""
@@ -290,15 +290,12 @@ class _TimeLimit:
             self.started, self.ticking = None, False
 
     def arm(self) -> None:
-        """Start the time limit of one call (:meth:`disarm` it when the call returns or raises)."""
+        """Start the time limit of one call (``started = None`` ends it when the call returns or raises)."""
         if self.usable:
             self.started = time.monotonic()
             if not self.ticking:
                 self.ticking = True
                 signal.setitimer(signal.ITIMER_REAL, float(self.seconds))  # type: ignore[arg-type]
-
-    def disarm(self) -> None:
-        self.started = None
 
 
 def _aborted_outcome(error: BaseException) -> FixOutcome:
@@ -414,7 +411,7 @@ def _call(function: FixFunction, argument: Any, limit: _TimeLimit, *, convert: b
         try:
             result = function(argument)
         finally:
-            limit.disarm()
+            limit.started = None
     except Exception as exc:
         return _error_outcome(exc)
     except BaseException as exc:

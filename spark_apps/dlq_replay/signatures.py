@@ -88,9 +88,8 @@ def message_templates(messages: pa.Array) -> pa.Array:
     other = pc.or_(pc.invert(pc.string_is_ascii(pc.fill_null(messages, ""))), sentinel)
     if not other.true_count:
         return text
-    rest = messages.filter(other).dictionary_encode()
-    done = pa.array([message_template(m) for m in rest.dictionary.to_pylist()], pa.string())
-    return pc.replace_with_mask(text, other, done.take(rest.indices))
+    done = per_distinct(messages.filter(other), message_template, pa.string())  # once per distinct message
+    return pc.replace_with_mask(text, other, done)
 
 
 def signature_topic(origin_topic: str | None) -> str:
