@@ -83,11 +83,8 @@ def _scalar_rows(batch: pa.RecordBatch, rows: pa.Array) -> Iterator[tuple[str, s
     makes; ``{}`` for a null map)."""
     chosen = batch.filter(rows)
     column = chosen.column("properties")
-    keys, values = column.keys.to_pylist(), column.items.to_pylist()
-    dicts = [
-        dict(zip(keys[start:end], values[start:end], strict=True))
-        for start, end in pairwise(column.offsets.to_pylist())
-    ]
+    keys, values, offsets = column.keys.to_pylist(), column.items.to_pylist(), column.offsets.to_pylist()
+    dicts = [dict(zip(keys[a:b], values[a:b], strict=True)) for a, b in pairwise(offsets)]
     for i in pc.indices_nonzero(column.is_null()).to_pylist() if column.null_count else ():
         dicts[i] = {}
     topics, ids = chosen.column("topic").to_pylist(), chosen.column("message_id_str").to_pylist()

@@ -207,13 +207,12 @@ def _parse(text: str) -> Playbook:
         precedence = tuple(_strings(top["origin_precedence"], "origin_precedence", _ORIGIN_PRECEDENCE))
     if len(set(precedence)) != len(precedence):
         raise _Invalid("origin_precedence lists a property twice", _line(top["origin_precedence"]))
+    off = top.get("payload_off_topics")
     return Playbook(
         _parse_rules(top["rules"]),
         tuple(_strings(top["fix_files"], "fix_files entry", empty_ok=True)) if "fix_files" in top else (),
         digest=hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest(),
-        payload_off_topics=_topics(top["payload_off_topics"], "payload_off_topics")
-        if "payload_off_topics" in top
-        else None,
+        payload_off_topics=None if off is None else _topics(off, "payload_off_topics"),
         origin_precedence=precedence,
     )
 

@@ -21,17 +21,16 @@ def republish_target(origin_topic: str | None) -> str | None:
 _GLOB_TOKEN = re.compile(r"\*\*|\*|\?|[^*?]+")
 #: A topic glob's tokens: ``*`` = any characters except ``/``, ``**`` = any characters, ``?`` = one.
 _GLOB_REGEX = {"**": ".*", "*": "[^/]*", "?": "[^/]"}
+_GLOB_PREFIX = {0: "persistent://public/default/", 2: "persistent://"}
 
 
 def _qualify_glob(glob: str, what: str) -> str:
     """Qualify a glob like a topic name; one starting with ``**`` is used as it is."""
     if "://" in glob or glob.startswith("**"):
         return glob
-    slashes = glob.count("/")
-    if slashes == 0:
-        return f"persistent://public/default/{glob}"
-    if slashes == 2:
-        return f"persistent://{glob}"
+    prefix = _GLOB_PREFIX.get(glob.count("/"))
+    if prefix is not None:
+        return prefix + glob
     raise ReplayConfigError(
         f"{what}: pattern {glob!r} must look like a topic name: <topic>, <tenant>/<namespace>/<topic>, "
         "persistent://<tenant>/<namespace>/<topic>, or start with ** (any prefix)"
