@@ -237,8 +237,7 @@ def _field(fmt: pa.Array, kernels: _Kernels, name: str, settled: list[pa.Array])
 
 
 def _context(fmt: pa.Array, kernels: _Kernels) -> tuple[dict[str, pa.Array], pa.Array]:
-    """``(fields, settled)``: the origin and error fields of ``error_context_values`` per row, and
-    whether the kernels settled the row."""
+    """``(fields, settled)``: the read fields of ``error_context_values`` per row, and the rows settled."""
     settled: list[pa.Array] = []
     fields = {name: _field(fmt, kernels, name, settled) for name in _READ_FIELDS}
     for name, limit in INT_LIMITS.items():
@@ -278,8 +277,7 @@ def _origin(look: _Lookups, kernels: _Kernels) -> tuple[pa.Array, pa.Array, pa.A
 
 
 def _canonical_ids(message_ids: pa.Array) -> pa.Array:
-    """``canonical_message_id`` of each value: the plain spellings by kernels, the others by the scalar
-    function once per distinct value."""
+    """``canonical_message_id`` of each value: plain spellings by kernels, others once per distinct value."""
     parts = pc.extract_regex(message_ids, _PLAIN_MESSAGE_ID)
     ledger, entry, partition, batch = (pc.struct_field(parts, [i]) for i in range(4))  # null: no match
     batch = pc.if_else(pc.equal(batch, ""), pa.scalar("-1"), batch)

@@ -199,8 +199,7 @@ def _decide_row(cols: _Columns, playbook: Playbook, settings: DecideSettings, i:
 
 
 def _decide_republish(row: _Row, rule: Any, count: int, origin: str | None, settings: DecideSettings) -> None:
-    """A republish rule's decision: loop guard, archive-only mode and the origin checks, then republish
-    (a fix left pending)."""
+    """A republish rule's decision: loop guard, archive-only mode, origin checks, then republish or a fix."""
     row.fix = rule.fix_label or None
     if count >= settings.max_replays:
         row.outcome = oc.LOOP_GUARDED
@@ -271,8 +270,7 @@ class _Decisions:
         self.columns[name] = pc.replace_with_mask(column, mask, pa.array(values, column.type))
 
     def run_fixes(self) -> None:
-        """Run each pending fix on its rows (one call per fix reference, rows in batch order) and put
-        the outcomes in."""
+        """Run each pending fix on its rows (one call per fix reference) and put the outcomes in."""
         by_fix: dict[str, list[int]] = {}
         for g, row in enumerate(self.rows):
             if row.pending is not None:

@@ -168,8 +168,7 @@ def batch_fix(function: FixFunction) -> FixFunction:
 
 @functools.cache
 def load_fix(ref: str) -> FixFunction:
-    """Import ``module:function`` (the playbook checked the form; cached per process). Raises
-    :class:`FixLoadError` naming the fix."""
+    """Import ``module:function`` once per process; raises :class:`FixLoadError` naming the fix."""
     module_name, _, function_name = ref.partition(":")
     try:
         with _ExitGuard():

@@ -54,8 +54,7 @@ def origin_of(
 
 
 def row_replay_id(topic: str | None, message_id: str | None, claim: OriginClaim | None) -> str:
-    """The replay id of a snapshot row: from the origin claim when it names a topic and a message id,
-    else from the DLQ topic and message id."""
+    """The replay id of a snapshot row: from its origin claim's topic and message id, else its DLQ ones."""
     identity = origin_identity(claim.topic, claim.message_id) if claim is not None else None
     return replay_id(topic or "", message_id or "", identity)
 
@@ -109,8 +108,7 @@ def normalize_columns(batch: pa.RecordBatch, origin_precedence: Sequence[str] = 
 def _parse_rows(
     batch: pa.RecordBatch, columns: dict[str, pa.Array], rows: pa.Array, origin_precedence: Sequence[str]
 ) -> None:
-    """Replace the context values of the ``rows`` (a mask) of ``columns`` with the scalar parser's (the
-    kernels' ``UNDECODABLE`` is exact)."""
+    """Replace the context values of the ``rows`` (a mask) by the parser's (``UNDECODABLE`` is exact)."""
     names = [*CONTEXT_FIELDS[2:], REPLAY_ID, REPLAY_COUNT, ORIGIN_CONFLICT]
     values: dict[str, list[Any]] = {name: [] for name in names}
     for topic, message_id, properties in _scalar_rows(batch, rows):

@@ -137,8 +137,7 @@ class Playbook:
 
 
 def load_playbook(path: str) -> Playbook:
-    """Read and validate a playbook file (local path); errors name file:line (not a path that could be a
-    token)."""
+    """Read and validate a playbook file; errors name file:line (never a path that could be a token)."""
     from spark_apps.dlq_replay.redaction import could_be_secret
 
     where = path

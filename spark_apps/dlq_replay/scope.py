@@ -53,8 +53,7 @@ class Filters:
 
 
 def filter_reasons(filters: Filters, columns: dict[str, pa.Array], times: pa.Array) -> pa.Array:
-    """The first filter each message fails (null when it passes them all), from its ``signature`` and
-    ``error_class`` columns and its publish ``times``."""
+    """The first filter each message fails (null if none), by signature, error class and publish ``times``."""
     failed: list[tuple[Any, str]] = []
     if filters.signatures is not None:
         chosen = pc.is_in(columns["signature"], value_set=pa.array(filters.signatures, pa.string()))
