@@ -267,15 +267,16 @@ class _TimeLimit:
 
     def _expired(self, signum: int, frame: Any) -> None:
         seconds = float(self.seconds)  # type: ignore[arg-type]
-        left = None if self.started is None else self.started + seconds - time.monotonic()
-        if left is not None and left > 0:  # the timer outlived an earlier, shorter call: set it again
+        started = self.started
+        if started is None:
+            self.ticking = False
+            return
+        left = started + seconds - time.monotonic()
+        if left > 0:  # the timer outlived an earlier, shorter call: set it again
             signal.setitimer(signal.ITIMER_REAL, left)
             return
         self.ticking = False
-        if left is not None:
-            raise FixTimeoutError(
-                f"the fix ran longer than fix_timeout_seconds ({seconds:g} s) and was stopped"
-            )
+        raise FixTimeoutError(f"the fix ran longer than fix_timeout_seconds ({seconds:g} s) and was stopped")
 
     def __enter__(self) -> _TimeLimit:
         if self.usable:
