@@ -1,16 +1,16 @@
 """The error context of a whole Arrow batch at once, with pyarrow kernels instead of a parse per row.
 
-:func:`context_columns` gives for every row what the consumer library's scalar parser gives for its
-properties, reading the same convention table (:data:`~pulsar_dlq_consumer.conventions.CONVENTIONS`)
-with one kernel per kind of reader (:data:`_KERNELS`): a convention added to the table needs nothing
-here. The kernels settle the forms writers send (plain decimals, texts within their bounds, claims that
-agree); the caller parses every other row with the scalar parser, so each row gets exactly the scalar
-result, at about a quarter of its cost.
+:func:`context_columns` reads the library's convention table (``CONVENTIONS``) with one kernel per
+kind of reader (:data:`_KERNELS`), so a convention added to the table needs nothing here. The kernels
+settle the forms writers send (plain decimals, texts within their bounds, claims that agree); the caller
+parses the other rows with the scalar parser, so each row gets exactly the scalar result, at about a
+quarter of its cost.
 """
 
 from __future__ import annotations
 
 import hashlib
+from functools import reduce
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -54,12 +54,9 @@ UNDECODABLE = "_undecodable"
 _PLAIN_INT = r"^[0-9]{1,18}$"
 _PLAIN_COUNT = r"^[0-9]{1,9}$"  # lineage.previous_replay_count's form
 #: ``canonical_message_id``'s already-canonical spelling, whole string (RE2 gives the same groups).
-_PART = r"(0|-?[1-9][0-9]{0,19})"
-_PLAIN_MESSAGE_ID = rf"^\(?(?P<l>{_PART[1:-1]})[:,](?P<e>{_PART[1:-1]})(?:[:,](?P<p>{_PART[1:-1]}))?" + (
-    rf"(?:[:,](?P<b>{_PART[1:-1]}))?\)?$"
-)
-#: Largest value of each integer context column (its Spark type); a larger number is null, like any
-#: bad number.
+_PART = r"0|-?[1-9][0-9]{0,19}"
+_PLAIN_MESSAGE_ID = rf"^\(?(?P<l>{_PART})[:,](?P<e>{_PART})(?:[:,](?P<p>{_PART}))?(?:[:,](?P<b>{_PART}))?\)?$"
+#: Largest value of each integer context column (its Spark type); a larger one is null, like a bad number.
 INT_LIMITS: dict[str, int] = {
     name: 2**31 - 1 if isinstance(dtype, IntegerType) else 2**63 - 1
     for name, dtype in CONTEXT_COLUMNS
@@ -76,8 +73,7 @@ class _Lookups:
     """The batch's properties as one value column per key read, plus per-row key-class flags."""
 
     def __init__(self, properties: pa.Array, keys: Sequence[str], undecodable_key: str) -> None:
-        n = len(properties)
-        self.n = n
+        self.n = n = len(properties)
         flat_keys, items, parents, _ = map_entries(properties)
         if properties.null_count:  # a null map is no properties, as the scalar parser reads it
             keep = properties.is_valid().take(parents)
@@ -138,18 +134,16 @@ def _int(values: pa.Array, minimum: int = 0, form: str = _PLAIN_INT) -> tuple[pa
 _Result = tuple[Any, pa.Array | None]
 
 
-class _Kernels:
+class _Kernels(dict[Reader, _Result]):
     """The table's readers over one batch, each evaluated once (several conventions share readers)."""
 
     def __init__(self, look: _Lookups) -> None:
-        self.n = look.n
-        self.values = look.values
-        self._done: dict[Reader, _Result] = {}
+        super().__init__()
+        self.n, self.by_key = look.n, look.values  # each key's value per row
 
-    def __call__(self, reader: Reader) -> _Result:
-        if reader not in self._done:
-            self._done[reader] = _KERNELS.get(type(reader), _unsettled)(self, reader)
-        return self._done[reader]
+    def __missing__(self, reader: Reader) -> _Result:
+        self[reader] = result = _KERNELS.get(type(reader), _unsettled)(self, reader)
+        return result
 
 
 def _unsettled(kernels: _Kernels, reader: Reader) -> _Result:
@@ -159,24 +153,23 @@ def _unsettled(kernels: _Kernels, reader: Reader) -> _Result:
 
 def _text_kernel(kernels: _Kernels, reader: Text) -> _Result:
     """Settled where the text is within its bound, if any (the scalar parser cuts the others)."""
-    texts = _text(kernels.values[reader.key])
+    texts = _text(kernels.by_key[reader.key])
     if reader.max_bytes is None:
         return texts, None
     return texts, pc.fill_null(pc.less_equal(pc.binary_length(texts), reader.max_bytes), True)
 
 
 def _number_kernel(kernels: _Kernels, reader: Number) -> _Result:
-    return _int(kernels.values[reader.key], reader.minimum)
+    return _int(kernels.by_key[reader.key], reader.minimum)
 
 
 def _position_kernel(kernels: _Kernels, reader: Position) -> _Result:
     """``"<partition or 0>:<offset>"`` of plain decimals (binary ones are not plain: scalar parser)."""
-    partition, partition_ok = _int(kernels.values[reader.partition])
-    offset, offset_ok = _int(kernels.values[reader.offset])
+    partition, partition_ok = _int(kernels.by_key[reader.partition])
+    offset, offset_ok = _int(kernels.by_key[reader.offset])
     part = pc.cast(pc.fill_null(partition, 0), pa.string())
-    return pc.binary_join_element_wise(part, pc.cast(offset, pa.string()), ":"), pc.and_(
-        partition_ok, offset_ok
-    )
+    position = pc.binary_join_element_wise(part, pc.cast(offset, pa.string()), ":")
+    return position, pc.and_(partition_ok, offset_ok)
 
 
 def _const_kernel(kernels: _Kernels, reader: Const) -> _Result:
@@ -184,19 +177,19 @@ def _const_kernel(kernels: _Kernels, reader: Const) -> _Result:
 
 
 def _choice_kernel(kernels: _Kernels, reader: Choice) -> _Result:
-    texts = _text(kernels.values[reader.key])
+    texts = _text(kernels.by_key[reader.key])
     allowed = pc.fill_null(pc.is_in(texts, value_set=pa.array(sorted(reader.allowed), pa.string())), False)
     return pc.if_else(allowed, texts, pa.scalar(reader.default)), None
 
 
 def _joined_kernel(kernels: _Kernels, reader: Joined) -> _Result:
-    first, second = _text(kernels.values[reader.first]), _text(kernels.values[reader.second])
+    first, second = _text(kernels.by_key[reader.first]), _text(kernels.by_key[reader.second])
     both = pc.and_(pc.is_valid(first), pc.is_valid(second))
     return pc.if_else(both, pc.binary_join_element_wise(first, second, reader.sep), first), None
 
 
 def _first_kernel(kernels: _Kernels, reader: First) -> _Result:
-    results = [kernels(each) for each in reader.readers]
+    results = [kernels[each] for each in reader.readers]
     settled = [ok for _, ok in results if ok is not None]
     return pc.coalesce(*(values for values, _ in results)), _all(settled, kernels.n) if settled else None
 
@@ -213,46 +206,38 @@ _KERNELS: dict[type[Reader], Callable[[_Kernels, Any], _Result]] = {
 }
 
 
-def _choose(fmt: pa.Array, cases: dict[str, Any]) -> pa.Array:
-    """Per row, the value of its format in ``cases`` (null for the other formats)."""
-    if not cases:
-        return pa.nulls(len(fmt), pa.string())
-    out_type = next(iter(cases.values())).type
-    conditions = pc.make_struct(*(pc.equal(fmt, name) for name in cases), field_names=list(cases))
-    return pc.case_when(conditions, *(pc.cast(v, out_type) for v in cases.values()))
-
-
 def _formats(look: _Lookups) -> pa.Array:
     """``detect_format`` of every row: the first convention of the table whose keys it carries."""
-    conditions = []
-    for convention in CONVENTIONS:
-        marked = look.has(convention.marks)
-        for key in sorted(convention.requires):
-            marked = pc.and_(marked, look.has(key.__eq__))
-        conditions.append(marked)
+    conditions = [
+        _all([look.has(c.marks), *(look.has(key.__eq__) for key in sorted(c.requires))], look.n)
+        for c in CONVENTIONS
+    ]
     names = [convention.format.value for convention in CONVENTIONS]
     struct = pc.make_struct(*conditions, field_names=names)
     return pc.case_when(struct, *(pa.scalar(name) for name in names), pa.scalar(ContextFormat.NONE.value))
 
 
 def _field(fmt: pa.Array, kernels: _Kernels, name: str, settled: list[pa.Array]) -> pa.Array:
-    """One field of ``error_context_values`` per row, from its convention's reader (appends to
-    ``settled`` the rows each reader settles)."""
+    """One field of ``error_context_values`` per row, from its convention's reader (null for a format
+    without one; appends to ``settled`` the rows each reader settles)."""
     cases: dict[str, Any] = {}
     for convention in CONVENTIONS:
         reader = convention.fields.get(name)
         if reader is not None:
-            values, ok = kernels(reader)
+            values, ok = kernels[reader]
             cases[convention.format.value] = values
             if ok is not None:
                 settled.append(pc.or_(pc.not_equal(fmt, convention.format.value), ok))
-    column = _choose(fmt, cases)
+    if not cases:
+        return pa.nulls(len(fmt), pa.string())
+    out_type = next(iter(cases.values())).type
+    conditions = pc.make_struct(*(pc.equal(fmt, name) for name in cases), field_names=list(cases))
+    column = pc.case_when(conditions, *(pc.cast(v, out_type) for v in cases.values()))
     return column if FIELD_DEFAULTS.get(name) is None else pc.fill_null(column, FIELD_DEFAULTS[name])
 
 
 def _context(fmt: pa.Array, kernels: _Kernels) -> tuple[dict[str, pa.Array], pa.Array]:
-    """``(fields, settled)``: the origin and error fields of ``error_context_values`` per row, and
-    whether the kernels settled the row."""
+    """``(fields, settled)``: the read fields of ``error_context_values`` per row, and the rows settled."""
     settled: list[pa.Array] = []
     fields = {name: _field(fmt, kernels, name, settled) for name in _READ_FIELDS}
     for name, limit in INT_LIMITS.items():
@@ -261,26 +246,7 @@ def _context(fmt: pa.Array, kernels: _Kernels) -> tuple[dict[str, pa.Array], pa.
 
 
 def _all(conditions: Sequence[pa.Array], n: int) -> pa.Array:
-    out = pa.array([True] * n) if not conditions else conditions[0]
-    for condition in conditions[1:]:
-        out = pc.and_(out, condition)
-    return out
-
-
-def _claims(look: _Lookups, kernels: _Kernels) -> tuple[list[tuple[pa.Array, pa.Array]], pa.Array]:
-    """``(claims, settled)``: per origin claim of the table, the claimed topic and message id of each row
-    (null where the row makes no such claim), and whether the kernels settled the row's claims."""
-    settled: list[pa.Array] = []
-    claims: list[tuple[pa.Array, pa.Array]] = []
-    for claim in ORIGIN_CLAIMS:
-        topic = _text(look.values[claim.topic_key])
-        claimed = pc.is_valid(topic)
-        settled.append(pc.fill_null(pc.less_equal(pc.utf8_length(topic), MAX_CLAIM_CHARS), True))
-        message_id, ok = kernels(claim.message_id)
-        if ok is not None:
-            settled.append(pc.or_(pc.invert(claimed), ok))
-        claims.append((topic, pc.if_else(claimed, message_id, _NULL_TEXT)))
-    return claims, _all(settled, look.n)
+    return reduce(pc.and_, conditions[1:], conditions[0]) if conditions else pa.array([True] * n)
 
 
 def _claim_key(topic: str | None) -> str | None:
@@ -291,34 +257,33 @@ def _claim_key(topic: str | None) -> str | None:
 def _origin(look: _Lookups, kernels: _Kernels) -> tuple[pa.Array, pa.Array, pa.Array]:
     """``(topic, message id, settled)`` of the claim each row's identity comes from (``origin_of`` for
     claims that agree); rows whose claims disagree are not settled."""
-    claims, settled = _claims(look, kernels)
+    settled: list[pa.Array] = []
+    claims: list[tuple[pa.Array, pa.Array]] = []  # per claim of the table: topic and message id per row
+    for claim in ORIGIN_CLAIMS:
+        topic = _text(look.values[claim.topic_key])
+        claimed = pc.is_valid(topic)
+        settled.append(pc.fill_null(pc.less_equal(pc.utf8_length(topic), MAX_CLAIM_CHARS), True))
+        message_id, ok = kernels[claim.message_id]
+        if ok is not None:
+            settled.append(pc.or_(pc.invert(claimed), ok))
+        claims.append((topic, pc.if_else(claimed, message_id, _NULL_TEXT)))
     keys = [per_distinct(topic, _claim_key, pa.string()) for topic, _ in claims]
     first_key = pc.coalesce(*keys)
     agree = _all([pc.fill_null(pc.equal(key, first_key), True) for key in keys], look.n)
     with_id = [pc.if_else(pc.is_valid(mid), topic, _NULL_TEXT) for topic, mid in claims]
     topic = pc.coalesce(*with_id, *(t for t, _ in claims))
     message_id = pc.coalesce(*(mid for _, mid in claims))
-    return topic, message_id, pc.and_(settled, agree)
+    return topic, message_id, _all([*settled, agree], look.n)
 
 
 def _canonical_ids(message_ids: pa.Array) -> pa.Array:
-    """``canonical_message_id`` of each value: the plain spellings by kernels, the others by the scalar
-    function once per distinct value."""
+    """``canonical_message_id`` of each value: plain spellings by kernels, others once per distinct value."""
     parts = pc.extract_regex(message_ids, _PLAIN_MESSAGE_ID)
-    ledger, entry, partition, batch = (parts.field(i) for i in range(4))
-    no_partition = pc.equal(partition, "")
+    ledger, entry, partition, batch = (pc.struct_field(parts, [i]) for i in range(4))  # null: no match
     batch = pc.if_else(pc.equal(batch, ""), pa.scalar("-1"), batch)
-    matched = parts.is_valid()
-    plain = pc.if_else(
-        matched,
-        pc.if_else(
-            no_partition,
-            pc.binary_join_element_wise(ledger, entry, ":"),
-            pc.binary_join_element_wise(ledger, entry, partition, batch, ":"),
-        ),
-        pa.scalar(None, pa.string()),
-    )
-    other = pc.and_(pc.is_valid(message_ids), pc.invert(matched))
+    whole = pc.binary_join_element_wise(ledger, entry, partition, batch, ":")
+    plain = pc.if_else(pc.equal(partition, ""), pc.binary_join_element_wise(ledger, entry, ":"), whole)
+    other = pc.and_(pc.is_valid(message_ids), pc.invert(parts.is_valid()))
     if not other.true_count:
         return plain
     fixed = per_distinct(message_ids.filter(other), canonical_message_id, pa.string())

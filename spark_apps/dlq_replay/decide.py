@@ -5,39 +5,46 @@ the task's sends (:class:`ProducerSequencer`). No step shuffles the messages the
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from spark_apps.dlq_replay import outcomes as oc
-from spark_apps.dlq_replay.arrow_util import group_ids, row_numbers
+from spark_apps.dlq_replay.arrow_util import group_ids
 from spark_apps.dlq_replay.context_columns import ORIGIN_CONFLICT, UNDECODABLE
+from spark_apps.dlq_replay.fixes import FixOutcome, FixRecord, load_fix, run_fix
+from spark_apps.dlq_replay.group_actions import override_rule
 from spark_apps.dlq_replay.lineage import lineage_maps
-from spark_apps.dlq_replay.pulsar_io.source import UNDECODABLE_PROPERTY
+from spark_apps.dlq_replay.normalize import normalize_columns
+from spark_apps.dlq_replay.playbook import MatchInput, Playbook
 from spark_apps.dlq_replay.schemas import CONTEXT_COLUMNS, DECIDED_SCHEMA, SCOPE_COLUMN, arrow_schema
 from spark_apps.dlq_replay.scope import (
     MARK,
     MARK_REASON,
+    MARKS_SCHEMA,
     SCOPE_IN,
     SCOPE_REASON_COLUMN,
     Filters,
     add_scope_columns,
+    repeated_ids,
     scope_marks,
 )
+from spark_apps.dlq_replay.task_parquet import Marks, bucket_batches, row_group_units, write_frame
+from spark_apps.dlq_replay.topics import TopicMatcher, republish_target
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Sequence
+    from collections.abc import Callable, Iterator
     from datetime import datetime
 
     from pyspark.sql import DataFrame
 
-    from spark_apps.dlq_replay.fixes import FixOutcome
-    from spark_apps.dlq_replay.playbook import Playbook
     from spark_apps.dlq_replay.run_context import Run
-    from spark_apps.dlq_replay.topics import TopicMatcher
 
 
 @dataclass(frozen=True)
@@ -53,14 +60,10 @@ class DecideSettings:
     group_actions: dict[str, str] | None = None
 
 
-# --------------------------------------------------------------------------- decide (executors)
-
-
 @dataclass(slots=True)
 class _Row:
     """One group's decision, its fields named as the decided columns (:data:`_FIELDS`)."""
 
-    index: int  # the group's first row
     outcome: str | None = None
     outcome_reason: str | None = None
     rule: str | None = None
@@ -74,12 +77,8 @@ class _Row:
 
 
 #: Decided column (a :class:`_Row` field of the same name) -> Arrow type.
-_FIELDS: dict[str, pa.DataType] = {
-    **dict.fromkeys(
-        ("rule", "action", "outcome", "outcome_reason", "target_topic", "fix", "fix_error"), pa.string()
-    ),
-    "archive_payload": pa.bool_(),
-}
+_TEXTS = ("rule", "action", "outcome", "outcome_reason", "target_topic", "fix", "fix_error")
+_FIELDS: dict[str, pa.DataType] = {**dict.fromkeys(_TEXTS, pa.string()), "archive_payload": pa.bool_()}
 
 
 class _Columns(dict[str, list[Any]]):
@@ -88,8 +87,7 @@ class _Columns(dict[str, list[Any]]):
 
     def __init__(self, batch: pa.RecordBatch, arrays: dict[str, pa.Array]) -> None:
         super().__init__()
-        self.batch = batch
-        self.arrays = arrays
+        self.batch, self.arrays = batch, arrays
 
     def array(self, name: str) -> pa.Array:
         found = self.arrays.get(name)
@@ -106,8 +104,7 @@ class _Columns(dict[str, list[Any]]):
         return self[name][i]
 
     def __missing__(self, name: str) -> list[Any]:
-        values: list[Any] = self.array(name).to_pylist()
-        self[name] = values
+        self[name] = values = self.array(name).to_pylist()
         return values
 
 
@@ -160,46 +157,39 @@ def decide_batch(
     sequencer: ProducerSequencer | None = None,
     columns: dict[str, pa.Array] | None = None,
 ) -> pa.RecordBatch:
-    """Decide every row of one Arrow batch of scoped rows (pure function; see :data:`DECIDED_SCHEMA`).
-
-    Without a ``sequencer`` the producer columns stay null. ``columns``: this batch's
-    :func:`~spark_apps.dlq_replay.normalize.normalize_columns` and
-    :func:`~spark_apps.dlq_replay.scope.add_scope_columns`, read before ``batch`` (which may then be the
-    snapshot batch). Rows equal in everything a decision reads are decided once, on their first row
-    (:func:`_decision_groups`); only the fixes and the reasons quoting a row's own values are per row.
-    """
-    arrays = dict(columns or {})
-    if UNDECODABLE not in arrays:
-        import pyarrow.compute as pc
-
-        found = pc.map_lookup(batch.column("properties"), UNDECODABLE_PROPERTY, "first")
-        arrays[UNDECODABLE] = pc.is_valid(found)
-    cols = _Columns(batch, arrays)
+    """Decide every row of one Arrow batch of scoped rows (:data:`DECIDED_SCHEMA`), reading ``columns`` (its
+    normalised and scope columns) before ``batch``; without a ``sequencer`` the producer columns stay null.
+    Rows equal in all a decision reads are decided once (:func:`_decision_groups`)."""
+    cols = _Columns(batch, columns or {})
     codes, firsts = _decision_groups(cols, playbook)
     decided = _Decisions(cols, [_decide_row(cols, playbook, settings, i) for i in firsts], codes)
     decided.run_fixes()
-    return _to_batch(decided, sequencer, settings)
+    return _to_batch(decided, sequencer, settings.run_id)
+
+
+#: The columns of a :class:`~spark_apps.dlq_replay.playbook.MatchInput` of the same names (the message last).
+_MATCH_COLUMNS = ("signature", "error_class", "origin_topic", "context_format", "error_message")
 
 
 def _decide_row(cols: _Columns, playbook: Playbook, settings: DecideSettings, i: int) -> _Row:
     """Row ``i``'s decision, a fix left pending (``outcome`` ``None``, ``pending`` the rule)."""
-    row = _Row(i)
+    row = _Row()
     parked = _parked(cols, i)
     if parked is not None:
         row.outcome, row.outcome_reason, row.quotes_row = parked
         return row
-    rule = _rule(cols, i, playbook, settings)
+    # The first rule the row matches, or the rule of its group's approved action (--group-actions).
+    values = {name: cols[name][i] for name in _MATCH_COLUMNS}
+    rule = playbook.first_match(MatchInput(**values, properties=cols.properties(i)))
+    approved = (settings.group_actions or {}).get(cols["signature"][i])
+    rule = rule if approved is None else override_rule(approved, rule)
     if rule is None:
         row.action, row.outcome, row.outcome_reason = oc.SKIP, oc.SKIPPED, "no playbook rule matched"
         return row
     row.rule, row.action = rule.name, rule.action
-    # Archive the payload? Not when the topic is payload-off, else as the rule says, else the run default.
-    if playbook.payload_off(cols["dlq_topic"][i], cols["origin_topic"][i]):
-        row.archive_payload = False
-    else:
-        row.archive_payload = (
-            settings.archive_payload if rule.archive_payload is None else rule.archive_payload
-        )
+    # Archive the payload as the rule says, else the run default, never for a payload-off topic.
+    wanted = settings.archive_payload if rule.archive_payload is None else rule.archive_payload
+    row.archive_payload = wanted and not playbook.payload_off(cols["dlq_topic"][i], cols["origin_topic"][i])
     if rule.action == oc.REPUBLISH:
         _decide_republish(row, rule, cols["replay_count"][i], cols["origin_topic"][i], settings)
     else:
@@ -208,31 +198,8 @@ def _decide_row(cols: _Columns, playbook: Playbook, settings: DecideSettings, i:
     return row
 
 
-def _rule(cols: _Columns, i: int, playbook: Playbook, settings: DecideSettings) -> Any:
-    """The first playbook rule row ``i`` matches, or the rule of its group's approved action when
-    ``--group-actions`` names one."""
-    from spark_apps.dlq_replay.group_actions import override_rule
-    from spark_apps.dlq_replay.playbook import MatchInput
-
-    matched = playbook.first_match(
-        MatchInput(
-            signature=cols["signature"][i],
-            error_class=cols["error_class"][i],
-            error_message=cols["error_message"][i],
-            origin_topic=cols["origin_topic"][i],
-            context_format=cols["context_format"][i],
-            properties=cols.properties(i),
-        )
-    )
-    approved = (settings.group_actions or {}).get(cols["signature"][i])
-    return matched if approved is None else override_rule(approved, matched)
-
-
 def _decide_republish(row: _Row, rule: Any, count: int, origin: str | None, settings: DecideSettings) -> None:
-    """A republish rule's decision: loop guard, archive-only mode and the origin checks, then republish
-    (a fix left pending)."""
-    from spark_apps.dlq_replay.topics import republish_target
-
+    """A republish rule's decision: loop guard, archive-only mode, origin checks, then republish or a fix."""
     row.fix = rule.fix_label or None
     if count >= settings.max_replays:
         row.outcome = oc.LOOP_GUARDED
@@ -259,42 +226,23 @@ def _decide_republish(row: _Row, rule: Any, count: int, origin: str | None, sett
     row.outcome, row.outcome_reason = oc.ORIGIN_REFUSED, refused
 
 
-#: What a decision reads of a row, besides the rule's inputs (see :func:`_decision_groups`).
-_DECISION_INPUTS = (
-    SCOPE_COLUMN,
-    UNDECODABLE,
-    "context_format",
-    "replay_count",
-    ORIGIN_CONFLICT,
-    "signature",
-    "error_class",
-    "origin_topic",
-    "dlq_topic",
-)
+#: What a decision reads of a row besides the match columns (the message only when a rule matches on it).
+_DECISION_INPUTS = (SCOPE_COLUMN, UNDECODABLE, ORIGIN_CONFLICT, "replay_count", "dlq_topic")
 
 
 def _decision_groups(cols: _Columns, playbook: Playbook) -> tuple[pa.Array, list[int]]:
     """``(group of each row, first row of each group)``: rows equal in every column a decision reads (the
     message when a rule matches on it, the value of each property a rule matches on) share a group
     (:func:`~spark_apps.dlq_replay.arrow_util.group_ids`)."""
-    import pyarrow.compute as pc
-
-    n = cols.batch.num_rows
-    if not n:
-        return pa.array([], pa.int64()), []
     rules = playbook.rules
-    inputs = [cols.array(name) for name in _DECISION_INPUTS]
+    inputs = [cols.array(name) for name in (*_DECISION_INPUTS, *_MATCH_COLUMNS[:-1])]
     if any(rule.error_message is not None for rule in rules):
         inputs.append(cols.array("error_message"))
     properties = cols.batch.column("properties")
     keys = dict.fromkeys(condition.key for rule in rules for condition in rule.properties)
     inputs += [pc.map_lookup(properties, key, "last") for key in keys]  # the value a dict of them keeps
-    codes = group_ids(inputs)
-    rows = pa.table({"group": codes, "row": row_numbers(n)})
-    firsts = rows.group_by("group", use_threads=False).aggregate([("row", "min")])
-    groups, rows_min = firsts.column("group").to_pylist(), firsts.column("row_min").to_pylist()
-    first_of = dict(zip(groups, rows_min, strict=True))
-    return codes, [first_of[g] for g in range(len(first_of))]
+    codes = group_ids(inputs)  # numbered 0, 1, ... in the order of their first rows
+    return codes, np.unique(codes.to_numpy(), return_index=True)[1].tolist()
 
 
 class _Decisions:
@@ -302,8 +250,6 @@ class _Decisions:
     parts (the reasons that quote a row's own values, the fixes' outcomes) put in."""
 
     def __init__(self, cols: _Columns, rows: list[_Row], codes: pa.Array) -> None:
-        import pyarrow.compute as pc
-
         self.cols = cols
         self.rows, self.codes = rows, codes
         self.columns: dict[str, pa.Array] = {
@@ -320,18 +266,11 @@ class _Decisions:
 
     def _put(self, name: str, mask: pa.Array, values: list[Any]) -> None:
         """Set column ``name`` at the rows of ``mask`` (ascending) to ``values``."""
-        import pyarrow.compute as pc
-
         column = self.columns[name]
         self.columns[name] = pc.replace_with_mask(column, mask, pa.array(values, column.type))
 
     def run_fixes(self) -> None:
-        """Run each pending fix on its rows (one call per fix reference, rows in batch order) and put
-        the outcomes in."""
-        import pyarrow.compute as pc
-
-        from spark_apps.dlq_replay.fixes import FixRecord, load_fix, run_fix
-
+        """Run each pending fix on its rows (one call per fix reference) and put the outcomes in."""
         by_fix: dict[str, list[int]] = {}
         for g, row in enumerate(self.rows):
             if row.pending is not None:
@@ -371,11 +310,7 @@ def _fix_outcome(rule: Any, result: FixOutcome) -> tuple[str, str, str | None]:
     return oc.FIX_FAILED, f"fix {rule.fix} failed", result.error
 
 
-def _to_batch(
-    decided: _Decisions, sequencer: ProducerSequencer | None, settings: DecideSettings
-) -> pa.RecordBatch:
-    import pyarrow.compute as pc
-
+def _to_batch(decided: _Decisions, sequencer: ProducerSequencer | None, run_id: str) -> pa.RecordBatch:
     cols, columns = decided.cols, decided.columns
     n = cols.batch.num_rows
     outcomes = columns["outcome"]
@@ -393,7 +328,7 @@ def _to_batch(
             properties,
             sending,
             cols.array("replay_id"),
-            settings.run_id,
+            run_id,
             cols.array("replay_count"),
             cols.array("dlq_topic"),
             pc.fill_null(columns["fix"], ""),
@@ -431,33 +366,26 @@ def run_decide(run: Run, snapshot: DataFrame, planned_at: datetime) -> DataFrame
     if run.step("decide"):
         started = time.monotonic()
         ledger = read_ledger(run.spark, run.storage, run.paths.ledger)
-        filters = Filters(opts.signatures, opts.error_class, opts.since, opts.until, opts.max_messages)
+        allowlist, group_actions = opts.allowlist_matcher(), opts.group_actions
         settings = DecideSettings(
-            run_id=opts.run_id,
-            mode=opts.mode,
-            max_replays=opts.max_replays,
-            allowlist=opts.allowlist_matcher(),
-            archive_payload=opts.archive_payload,
-            group_actions=opts.group_actions,
+            opts.run_id, opts.mode, opts.max_replays, allowlist, opts.archive_payload, group_actions
         )
-        identities = snapshot_identities(run)
         frame, decide_task = decide_tasks(
             snapshot,
             run.playbook,
             settings,
             run.buckets,
-            filters=filters,
+            filters=Filters(opts.signatures, opts.error_class, opts.since, opts.until, opts.max_messages),
             final_ids=final_ids(ledger, exclude_run_id=opts.run_id),
             reviewed_ids=reviewed_ids(run),
             snapshot_dir=run.paths.snapshot,
             marks_dir=run.paths.decide_marks,
             batch_rows=run.batch_rows,
-            identities=identities,
+            identities=snapshot_identities(run),
         )
         return_free_memory()  # the marks' working memory, before the driver waits out decide and apply
         # The archived rows are staged beside the decisions; apply moves them into the archive.
-        staged = opts.mode != oc.DRY_RUN
-        sides = [staged_output(run.paths.archive_staged, planned_at)] if staged else []
+        sides = [staged_output(run.paths.archive_staged, planned_at)] if opts.mode != oc.DRY_RUN else []
         run.progress.count_files(run.paths.decisions)
         tallies = task_parquet.write_in_tasks(
             frame,
@@ -469,44 +397,34 @@ def run_decide(run: Run, snapshot: DataFrame, planned_at: datetime) -> DataFrame
             sides,
             row_groups_by=wave_blocks(opts.wave_size or DEFAULT_WAVE_SIZE),  # each wave's own row groups
         )
-        lasts = [t[1] for t in tallies if t[1] is not None]
-        last = max(lasts, default=None)
+        last = max((int(t[1]) for t in tallies if t[1] is not None), default=-1)
         run.done(
             "decide",
             started,
             to_republish=sum(t[0] or 0 for t in tallies),
-            max_sequence_id=int(last) if last is not None else -1,
+            max_sequence_id=last,
             producers_per_target=run.buckets,
         )
     return task_parquet.read_frame(run.spark, run.paths.decisions, DECIDED_SCHEMA)
 
 
 def return_free_memory() -> None:
-    """Hand the memory the driver freed back to the system, else what one step frees stays resident: Arrow's
-    unused pool memory released, Python's garbage collected, then ``malloc_trim(0)`` (glibc; a no-op
-    where the C library lacks it)."""
+    """Hand the memory the driver freed back to the system (Arrow's pool, Python's garbage, then glibc's
+    ``malloc_trim(0)`` where the C library has it), else what one step frees stays resident."""
     import ctypes
     import ctypes.util
     import gc
 
     pa.default_memory_pool().release_unused()
     gc.collect()
-    name = ctypes.util.find_library("c")
-    try:
-        libc = ctypes.CDLL(name) if name else None
-    except OSError:
-        return
-    trim = getattr(libc, "malloc_trim", None)
-    if trim is not None:
-        trim(0)
+    with contextlib.suppress(OSError, AttributeError):  # no such C library or function
+        ctypes.CDLL(ctypes.util.find_library("c")).malloc_trim(0)
 
 
 def _sending_tally(batch: pa.RecordBatch) -> tuple[int, int | None]:
     """``(rows to republish, their highest sequence id or None)`` of a batch of decisions."""
-    import pyarrow.compute as pc
-
     sending = pc.equal(batch.column("outcome"), oc.TO_REPUBLISH)
-    n = int(pc.sum(sending.cast("int64")).as_py() or 0)
+    n = sending.true_count
     last = pc.max(pc.filter(batch.column("sequence_id"), sending)).as_py() if n else None
     return n, last
 
@@ -525,19 +443,10 @@ def decide_tasks(
     batch_rows: int = 10_000,
     identities: DataFrame | None = None,
 ) -> tuple[DataFrame, Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]]:
-    """The decide pass as its input frame (one row per producer bucket) and the function each task runs,
-    giving :data:`DECIDED_SCHEMA` batches.
-
-    A light Spark pass over the payload-free rows marks already-final and duplicate messages and the
-    ``--max-messages`` choice (:func:`~spark_apps.dlq_replay.scope.scope_marks`; ``identities``: the
-    snapshot's :func:`~spark_apps.dlq_replay.scope.identity_rows` when its read tasks wrote them) and
-    writes the marks to ``marks_dir``. Task ``b`` then reads its share of the snapshot's row groups at
-    ``snapshot_dir`` with the marks (:mod:`~spark_apps.dlq_replay.task_parquet`) and makes one Python
-    pass per batch: normalise, scope, decide, sending through producer bucket ``b``.
-    """
-    from spark_apps.dlq_replay.scope import MARKS_SCHEMA, repeated_ids
-    from spark_apps.dlq_replay.task_parquet import Marks, bucket_batches, row_group_units, write_frame
-
+    """The decide pass as its input frame (one row per producer bucket) and the function each task runs:
+    with the scope marks written to ``marks_dir`` (from ``identities`` when the snapshot's read tasks wrote
+    them), task ``b`` reads its share of the snapshot, normalises, scopes and decides each batch
+    (:data:`DECIDED_SCHEMA`), sending through producer bucket ``b``."""
     chosen_filters = filters or Filters()
     precedence = playbook.origin_precedence
     n = max(1, producers_per_target)
@@ -556,8 +465,6 @@ def decide_tasks(
     def run(_bucket_id: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
 
-        from spark_apps.dlq_replay.normalize import normalize_columns
-
         context = TaskContext.get()  # the input is this bucket's id: the task reads its share itself
         bucket = context.partitionId() if context else 0
         sequencer = ProducerSequencer(settings.run_id, bucket)
@@ -569,9 +476,6 @@ def decide_tasks(
             yield decide_batch(batch, playbook, settings, sequencer, columns)
 
     return snapshot.sparkSession.range(n, numPartitions=n), run
-
-
-# --------------------------------------------------------------------------- producers (executors)
 
 
 def run_hash(run_id: str) -> str:
@@ -601,9 +505,7 @@ class ProducerSequencer:
         seq = self.last_seq[target] = self.last_seq.get(target, -1) + 1
         return name, seq
 
-    def assign(
-        self, outcomes: Sequence[str | None], targets: Sequence[str | None]
-    ) -> tuple[pa.Array, pa.Array]:
+    def assign(self, outcomes: list[str | None], targets: list[str | None]) -> tuple[pa.Array, pa.Array]:
         pairs = [
             self._next(target) if outcome == oc.TO_REPUBLISH and target is not None else (None, None)
             for outcome, target in zip(outcomes, targets, strict=True)

@@ -2,15 +2,16 @@
 
 A fix (``module:function`` with a ``fix_version`` in the playbook) receives a :class:`FixRecord` and
 returns the new payload (``bytes``/``str``), a ``(payload, properties)`` tuple or a :class:`FixResult`; a
-:func:`batch_fix` takes the Arrow batch's records as a list and returns one result (or exception) each.
-Raising fails the record (``fix_failed``); :class:`MalformedRecord`, :class:`json.JSONDecodeError` or
-:class:`UnicodeDecodeError` mark it ``malformed``. A call longer than its rule's ``fix_timeout_seconds``,
-a payload over :data:`MAX_FIX_PAYLOAD_BYTES`, and ``sys.exit``/``os._exit``/``os.abort``/
-``KeyboardInterrupt`` (:class:`_ExitGuard`) fail the record and the batch goes on.
+:func:`batch_fix` takes the batch's records as a list and returns one result (or exception) each. Raising
+fails the record: ``malformed`` for :class:`MalformedRecord`, ``json.JSONDecodeError`` or
+``UnicodeDecodeError``, else ``fix_failed``, as do a call over its rule's ``fix_timeout_seconds``, a
+payload over :data:`MAX_FIX_PAYLOAD_BYTES` and ``sys.exit``/``os._exit``/``os.abort``/``KeyboardInterrupt``
+(:class:`_ExitGuard`); the batch goes on.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 import os
@@ -112,9 +113,7 @@ class FixRecord:
     ordering_key = _field("ordering_key", "The ordering key, or ``None``.")
     properties = _field("properties", "The message's properties (a copy of its own for each record).")
     event_time = _field("event_time", "The event time, or ``None``.")
-    context = _field(
-        "context", "The error context, as ``pulsar_dlq_consumer.context.CONTEXT_FIELDS`` names it."
-    )
+    context = _field("context", "The error context (``pulsar_dlq_consumer.context.CONTEXT_FIELDS``).")
     signature = _field("signature", "The error signature of the message's group.")
     dlq_topic = _field("dlq_topic", "The DLQ topic the message was read from.")
     dlq_message_id = _field("dlq_message_id", "Its message id in that topic.")
@@ -158,12 +157,7 @@ class FixOutcome(NamedTuple):
 
 
 FixFunction = Callable[..., Any]
-_MALFORMED_ERRORS: tuple[type[BaseException], ...] = (
-    MalformedRecord,
-    UnicodeDecodeError,
-    json.JSONDecodeError,
-)
-_LOADED: dict[str, FixFunction] = {}
+_MALFORMED_ERRORS = (MalformedRecord, UnicodeDecodeError, json.JSONDecodeError)
 
 
 def batch_fix(function: FixFunction) -> FixFunction:
@@ -172,14 +166,10 @@ def batch_fix(function: FixFunction) -> FixFunction:
     return function
 
 
+@functools.cache
 def load_fix(ref: str) -> FixFunction:
-    """Import ``module:function`` (cached per process). Raises :class:`FixLoadError` with the fix."""
-    found = _LOADED.get(ref)
-    if found is not None:
-        return found
+    """Import ``module:function`` once per process; raises :class:`FixLoadError` naming the fix."""
     module_name, _, function_name = ref.partition(":")
-    if not module_name or not function_name:
-        raise FixLoadError(f"fix {ref!r} must be `module:function`")
     try:
         with _ExitGuard():
             module = importlib.import_module(module_name)
@@ -196,17 +186,12 @@ def load_fix(ref: str) -> FixFunction:
     function = getattr(module, function_name, None)
     if not callable(function):
         raise FixLoadError(f"fix {ref!r}: module {module_name!r} has no function {function_name!r}")
-    _LOADED[ref] = function
     return function
 
 
 def _error_outcome(error: BaseException) -> FixOutcome:
     cls = type(error)
-    name = (
-        cls.__qualname__
-        if cls.__module__ in ("builtins", "__main__")
-        else f"{cls.__module__}.{cls.__qualname__}"
-    )
+    module = "" if cls.__module__ in ("builtins", "__main__") else f"{cls.__module__}."
     try:
         message = str(error)
     except Exception:
@@ -214,7 +199,7 @@ def _error_outcome(error: BaseException) -> FixOutcome:
     return FixOutcome(
         ok=False,
         malformed=isinstance(error, _MALFORMED_ERRORS),
-        error_class=name,
+        error_class=module + cls.__qualname__,
         error_message=message[:MAX_ERROR_CHARS],
     )
 
@@ -264,7 +249,7 @@ def to_outcome(result: Any) -> FixOutcome:
 
 
 class _TimeLimit:
-    """Raises :class:`FixTimeoutError` in a call (between :meth:`arm` and :meth:`disarm`) older than
+    """Raises :class:`FixTimeoutError` in a call (from :meth:`arm` until ``started`` is reset) older than
     ``seconds``: SIGALRM on the main thread (where Spark runs Python UDFs), else no limit. The timer is set
     once per :func:`run_fix`, not per call (two system calls per record cost as much as a small fix): when
     it fires, the handler raises, or sets it again for the rest of the current call's time."""
@@ -287,7 +272,7 @@ class _TimeLimit:
             self.ticking = False
             return
         left = started + seconds - time.monotonic()
-        if left > 0:
+        if left > 0:  # the timer outlived an earlier, shorter call: set it again
             signal.setitimer(signal.ITIMER_REAL, left)
             return
         self.ticking = False
@@ -305,15 +290,12 @@ class _TimeLimit:
             self.started, self.ticking = None, False
 
     def arm(self) -> None:
-        """Start the time limit of one call (:meth:`disarm` it when the call returns or raises)."""
+        """Start the time limit of one call (``started = None`` ends it when the call returns or raises)."""
         if self.usable:
             self.started = time.monotonic()
             if not self.ticking:
                 self.ticking = True
                 signal.setitimer(signal.ITIMER_REAL, float(self.seconds))  # type: ignore[arg-type]
-
-    def disarm(self) -> None:
-        self.started = None
 
 
 def _aborted_outcome(error: BaseException) -> FixOutcome:
@@ -429,7 +411,7 @@ def _call(function: FixFunction, argument: Any, limit: _TimeLimit, *, convert: b
         try:
             result = function(argument)
         finally:
-            limit.disarm()
+            limit.started = None
     except Exception as exc:
         return _error_outcome(exc)
     except BaseException as exc:

@@ -5,12 +5,15 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from pulsar_dlq_consumer.context import is_bookkeeping_property
+from spark_apps.dlq_replay.arrow_util import map_entries, per_distinct, prefix_counts
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
-
-    import pyarrow as pa
 
 REPLAY_ID = "REPLAY_ID"
 REPLAY_RUN_ID = "REPLAY_RUN_ID"
@@ -45,17 +48,9 @@ def lineage_maps(
     dlq_topics: pa.Array,
     fix_labels: pa.Array,
 ) -> pa.Array:
-    """The properties of each replayed message, for every row where the boolean ``rows`` is true, from the
-    row's own ``properties`` (a map column), as a map column (null in the other rows), built with Arrow
-    kernels: each row's kept properties in their order (DLQ bookkeeping and earlier lineage stripped),
-    then the lineage keys in :data:`LINEAGE_KEYS` order.
-    The other arguments are the rows' replay ids, previous ``REPLAY_COUNT`` and DLQ topics, and the
-    ``REPLAY_FIX`` label of each row."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    from spark_apps.dlq_replay.arrow_util import map_entries, per_distinct, prefix_counts, row_numbers
-
+    """The properties of the replayed message of each row where ``rows`` is true (null elsewhere), by Arrow
+    kernels: the row's ``properties`` in their order without DLQ bookkeeping and earlier lineage, then the
+    :data:`LINEAGE_KEYS` from the other (per row) arguments."""
     width = len(LINEAGE_KEYS)
     rows = pc.fill_null(rows, False)
     keys, items, parents, relative = map_entries(properties)
@@ -72,27 +67,19 @@ def lineage_maps(
     m = len(chosen)
     lineage_columns = [
         replay_ids.take(chosen),
-        pa.array([run_id] * m, pa.string()) if m else pa.array([], pa.string()),
+        pa.array([run_id] * m, pa.string()),
         pc.cast(pc.add(pc.cast(previous_counts.take(chosen), pa.int64()), 1), pa.string()),
         dlq_topics.take(chosen),
         fix_labels.take(chosen),
     ]
-    # Lineage entry t of the chosen rows' entries: row t // width, key t % width (row-major).
-    t = row_numbers(m * width)
-    key_of = pc.subtract(t, pc.multiply(pc.divide(t, width), width))
-    by_column = pc.add(pc.multiply(key_of, m), pc.divide(t, width))
+    # The lineage entries row-major (chosen row j's key k at j * width + k), each at the end of its map.
+    by_column = (np.arange(m)[:, None] + np.arange(width) * m).ravel()
     lineage_values = pa.concat_arrays([c.cast(pa.string()) for c in lineage_columns]).take(by_column)
-    lineage_keys = pa.array(list(LINEAGE_KEYS), pa.string()).take(key_of)
-    total = len(kept) + m * width
-    is_kept = pc.is_in(row_numbers(total), value_set=kept_slots)
-    before = prefix_counts(is_kept)
-    slots = row_numbers(total)
-    source = pc.if_else(
-        is_kept,
-        before.slice(0, total),
-        pc.add(pc.subtract(slots, before.slice(0, total)), len(kept)),
-    )
-    out_keys = pa.concat_arrays([keys.take(kept), lineage_keys]).take(source)
+    ends = out_offsets.take(pc.add(chosen, 1)).to_numpy()
+    lineage_slots = (ends[:, None] - width + np.arange(width)).ravel()
+    source = np.empty(len(kept) + m * width, np.int64)  # the entry of each output slot: kept, then lineage
+    source[np.concatenate([kept_slots.to_numpy(), lineage_slots])] = np.arange(len(source))
+    out_keys = pa.concat_arrays([keys.take(kept), pa.array(LINEAGE_KEYS * m, pa.string())]).take(source)
     out_items = pa.concat_arrays([items.take(kept), lineage_values]).take(source)
     valid_offsets = pc.cast(out_offsets, pa.int32())
     null_rows = pc.invert(rows)

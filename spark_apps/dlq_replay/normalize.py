@@ -1,9 +1,8 @@
 """Normalise: every snapshot row gets the one error-context schema, its template, signature and ids.
 
-Untrusted properties never raise, so no message is dropped (no convention: ``context_format = none``).
-When a message's conventions name different origin topics and the playbook's ``origin_precedence`` does
-not say which wins, nothing is guessed: the row carries the conflict (:data:`ORIGIN_CONFLICT`) and the
-decide step parks it as ``origin_conflict``.
+Untrusted properties never raise (no convention: ``context_format = none``). When a message's conventions
+name different origin topics and the playbook's ``origin_precedence`` does not say which wins, the row
+carries the conflict (:data:`ORIGIN_CONFLICT`) and the decide step parks it as ``origin_conflict``.
 """
 
 from __future__ import annotations
@@ -12,22 +11,32 @@ from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from pulsar_dlq_consumer.context import (
+    CONTEXT_FIELDS,
     OriginClaim,
     canonical_topic,
     conflicting_claims,
+    error_context_values,
     origin_claims,
     origin_identity,
     resolve_claims,
 )
-from spark_apps.dlq_replay.context_columns import INT_LIMITS, ORIGIN_CONFLICT
+from spark_apps.dlq_replay.context_columns import (
+    INT_LIMITS,
+    ORIGIN_CONFLICT,
+    REPLAY_COUNT,
+    REPLAY_ID,
+    context_columns,
+    origin_replay_ids,
+)
+from spark_apps.dlq_replay.lineage import previous_replay_count
 from spark_apps.dlq_replay.pulsar_io.source import UNDECODABLE_PROPERTY
-from spark_apps.dlq_replay.schemas import CARRIED_COLUMNS, NORMALIZED_SCHEMA, arrow_schema
-from spark_apps.dlq_replay.signatures import replay_id
+from spark_apps.dlq_replay.signatures import error_signatures, message_templates, replay_id
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterator, Sequence
 
 
 def origin_of(
@@ -37,20 +46,15 @@ def origin_of(
     the conflicting claims as text when its conventions disagree and ``origin_precedence`` does not
     settle it (the claim is then ``None``). Claims that agree give the first one with a message id."""
     claims = origin_claims(properties)
-    if not claims:
-        return None, None
-    conflict = conflicting_claims(claims) if len(claims) > 1 else ()
-    if conflict:
-        chosen = resolve_claims(claims, origin_precedence)
-        if chosen is None:
-            return None, ", ".join(f"{c.key}={c.topic!r}" for c in conflict)
-        return chosen, None
-    return next((c for c in claims if c.message_id), claims[0]), None
+    conflict = conflicting_claims(claims)
+    if not conflict:
+        return next((c for c in claims if c.message_id), claims[0] if claims else None), None
+    chosen = resolve_claims(claims, origin_precedence)
+    return chosen, None if chosen else ", ".join(f"{c.key}={c.topic!r}" for c in conflict)
 
 
 def row_replay_id(topic: str | None, message_id: str | None, claim: OriginClaim | None) -> str:
-    """The replay id of a snapshot row: from the origin claim when it names a topic and a message id,
-    else from the DLQ topic and message id."""
+    """The replay id of a snapshot row: from its origin claim's topic and message id, else its DLQ ones."""
     identity = origin_identity(claim.topic, claim.message_id) if claim is not None else None
     return replay_id(topic or "", message_id or "", identity)
 
@@ -60,54 +64,36 @@ def replay_ids(batch: pa.RecordBatch, origin_precedence: Sequence[str] = ()) -> 
     ``properties``): the ids :func:`normalize_columns` computes, by kernels where they settle the row's
     origin claims (:func:`~spark_apps.dlq_replay.context_columns.origin_replay_ids`), else (and for every
     row with ``origin_precedence``) by the scalar parser."""
-    import pyarrow.compute as pc
-
-    from spark_apps.dlq_replay.context_columns import origin_replay_ids
-
     if origin_precedence:
         ids, scalar = [""] * batch.num_rows, pa.array([True] * batch.num_rows)
     else:
         ids, settled = origin_replay_ids(batch, UNDECODABLE_PROPERTY)
         scalar = pc.invert(settled)
     if scalar.true_count:
-        chosen = batch.filter(scalar)
-        rows = zip(
-            chosen.column("topic").to_pylist(),
-            chosen.column("message_id_str").to_pylist(),
-            property_dicts(chosen.column("properties")),
-            strict=True,
-        )
-        parsed = (
-            row_replay_id(topic, mid, origin_of(props, origin_precedence)[0]) for topic, mid, props in rows
-        )
+        rows = _scalar_rows(batch, scalar)
+        parsed = (row_replay_id(t, m, origin_of(props, origin_precedence)[0]) for t, m, props in rows)
         ids = [next(parsed) if s else known for known, s in zip(ids, scalar.to_pylist(), strict=True)]
     return ids
 
 
-def property_dicts(column: pa.MapArray) -> list[dict[str, Any]]:
-    """Each row's properties as a dict (``{}`` for a null map), built from the flat key and value
-    arrays: no Python tuple per property, as ``to_pylist`` makes."""
-    offsets = column.offsets.to_pylist()
-    keys, values = column.keys.to_pylist(), column.items.to_pylist()
-    dicts = [dict(zip(keys[start:end], values[start:end], strict=True)) for start, end in pairwise(offsets)]
-    if column.null_count:
-        for i, valid in enumerate(column.is_valid().to_pylist()):
-            if not valid:
-                dicts[i] = {}
-    return dicts
+def _scalar_rows(batch: pa.RecordBatch, rows: pa.Array) -> Iterator[tuple[str, str, dict[str, Any]]]:
+    """``(topic, message id, properties)`` of the ``rows`` (a mask) of a batch of snapshot rows, the
+    properties built from the flat key and value arrays (no Python tuple per property, as ``to_pylist``
+    makes; ``{}`` for a null map)."""
+    chosen = batch.filter(rows)
+    column = chosen.column("properties")
+    keys, values, offsets = column.keys.to_pylist(), column.items.to_pylist(), column.offsets.to_pylist()
+    dicts = [dict(zip(keys[a:b], values[a:b], strict=True)) for a, b in pairwise(offsets)]
+    for i in pc.indices_nonzero(column.is_null()).to_pylist() if column.null_count else ():
+        dicts[i] = {}
+    topics, ids = chosen.column("topic").to_pylist(), chosen.column("message_id_str").to_pylist()
+    return zip(topics, ids, dicts, strict=True)
 
 
 def normalize_columns(batch: pa.RecordBatch, origin_precedence: Sequence[str] = ()) -> dict[str, pa.Array]:
-    """The computed columns of :func:`normalize_batch` as Arrow arrays, plus :data:`ORIGIN_CONFLICT` and
-    :data:`~spark_apps.dlq_replay.context_columns.UNDECODABLE`. The context comes from the kernels of
-    :func:`~spark_apps.dlq_replay.context_columns.context_columns`; the rows they do not settle, and every
-    row when ``origin_precedence`` (property keys, first wins) is given, from the scalar parser.
-    """
-    import pyarrow.compute as pc
-
-    from spark_apps.dlq_replay.context_columns import context_columns
-    from spark_apps.dlq_replay.signatures import error_signatures, message_templates
-
+    """The computed columns of the normalised rows (``NORMALIZED_SCHEMA``), plus :data:`ORIGIN_CONFLICT`
+    and ``UNDECODABLE``: from the kernels of :func:`~spark_apps.dlq_replay.context_columns.context_columns`,
+    the rows they do not settle (every row with an ``origin_precedence``) from the scalar parser."""
     columns, settled = context_columns(batch, UNDECODABLE_PROPERTY)
     scalar = pa.array([True] * batch.num_rows) if origin_precedence else pc.invert(settled)
     if scalar.true_count:
@@ -122,20 +108,10 @@ def normalize_columns(batch: pa.RecordBatch, origin_precedence: Sequence[str] = 
 def _parse_rows(
     batch: pa.RecordBatch, columns: dict[str, pa.Array], rows: pa.Array, origin_precedence: Sequence[str]
 ) -> None:
-    """Replace the context values of the ``rows`` (a mask) of ``columns`` with the scalar parser's."""
-    import pyarrow.compute as pc
-
-    from pulsar_dlq_consumer.context import CONTEXT_FIELDS, error_context_values
-    from spark_apps.dlq_replay.context_columns import REPLAY_COUNT, REPLAY_ID, UNDECODABLE
-    from spark_apps.dlq_replay.lineage import previous_replay_count
-
-    chosen = batch.filter(rows)
-    topics = chosen.column("topic").to_pylist()
-    ids = chosen.column("message_id_str").to_pylist()
-    names = [*CONTEXT_FIELDS[2:], REPLAY_ID, REPLAY_COUNT, ORIGIN_CONFLICT, UNDECODABLE]
+    """Replace the context values of the ``rows`` (a mask) by the parser's (``UNDECODABLE`` is exact)."""
+    names = [*CONTEXT_FIELDS[2:], REPLAY_ID, REPLAY_COUNT, ORIGIN_CONFLICT]
     values: dict[str, list[Any]] = {name: [] for name in names}
-    dicts = property_dicts(chosen.column("properties"))
-    for properties, topic, message_id in zip(dicts, topics, ids, strict=True):
+    for topic, message_id, properties in _scalar_rows(batch, rows):
         fields = dict(zip(CONTEXT_FIELDS, error_context_values(properties), strict=True))
         claim, conflict = origin_of(properties, origin_precedence)
         if (
@@ -152,27 +128,8 @@ def _parse_rows(
         fields[REPLAY_ID] = row_replay_id(topic, message_id, claim)
         fields[REPLAY_COUNT] = previous_replay_count(properties)
         fields[ORIGIN_CONFLICT] = conflict
-        fields[UNDECODABLE] = UNDECODABLE_PROPERTY in properties
         for name in names:
             values[name].append(fields[name])
     for name in names:
         column = columns[name]
         columns[name] = pc.replace_with_mask(column, rows, pa.array(values[name], column.type))
-
-
-def normalize_batch(
-    batch: pa.RecordBatch,
-    columns: dict[str, pa.Array] | None = None,
-    origin_precedence: Sequence[str] = (),
-) -> pa.RecordBatch:
-    """Normalise one Arrow batch of snapshot rows (pure function; see :data:`NORMALIZED_SCHEMA`).
-
-    ``columns`` are this batch's :func:`normalize_columns`, when the caller already has them.
-    """
-    computed = normalize_columns(batch, origin_precedence) if columns is None else columns
-    out_schema = arrow_schema(NORMALIZED_SCHEMA)
-    arrays = [
-        (batch.column(field.name) if field.name in CARRIED_COLUMNS else computed[field.name]).cast(field.type)
-        for field in out_schema
-    ]
-    return pa.RecordBatch.from_arrays(arrays, schema=out_schema)

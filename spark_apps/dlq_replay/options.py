@@ -1,9 +1,6 @@
-"""The replay run's options: the library's :class:`~pulsar_dlq_consumer.replay_options.ReplayOptions` (the
-contract the Airflow operator builds the command line from), with what only the app checks or derives.
-
-The fields, defaults, rules and the argv they map to are defined once, in the library; the app adds the
-checks that keep a secret typed in the wrong place out of its files and logs, compiles the origin
-allowlist, and knows which options a resumed run must keep (:meth:`ReplayOptions.fingerprint_options`).
+"""The replay run's options: the library's :class:`~pulsar_dlq_consumer.replay_options.ReplayOptions` (its
+fields, defaults, rules and argv), plus the app's checks that keep a secret typed in the wrong place out of
+its files and logs, the compiled origin allowlist and the options a resumed run must keep.
 """
 
 from __future__ import annotations

@@ -95,9 +95,8 @@ class Rule:
             yield "error_class"
         if self.error_message is not None and not self.error_message.search(record.error_message or ""):
             yield "error_message"
-        if self.origin_topic is not None and not self.origin_topic.matches(
-            qualify_topic(record.origin_topic) if record.origin_topic else None
-        ):
+        topics = self.origin_topic
+        if topics is not None and not topics.matches(qualify_topic(record.origin_topic)):
             yield "origin_topic"
         yield from (cond for cond in self.properties if not cond.matches(record.properties))
 
@@ -126,8 +125,7 @@ class Playbook:
         """True when the DLQ topic or the origin topic is listed under ``payload_off_topics``."""
         if self.payload_off_topics is None:
             return False
-        candidates = (qualify_topic(t) if t else None for t in (dlq_topic, origin_topic))
-        return any(self.payload_off_topics.matches(c) for c in candidates if c)
+        return any(self.payload_off_topics.matches(qualify_topic(t)) for t in (dlq_topic, origin_topic))
 
     def first_match(self, record: MatchInput) -> Rule | None:
         return next((rule for rule in self.rules if rule.matches(record)), None)
@@ -139,15 +137,12 @@ class Playbook:
 
 
 def load_playbook(path: str) -> Playbook:
-    """Read and validate a playbook file (local path); errors name file:line (not a path that could be a
-    token)."""
+    """Read and validate a playbook file; errors name file:line (never a path that could be a token)."""
     from spark_apps.dlq_replay.redaction import could_be_secret
 
-    where = (
-        "the file given as --playbook (path not shown, as it could be a token)"
-        if could_be_secret(path)
-        else path
-    )
+    where = path
+    if could_be_secret(path):
+        where = "the file given as --playbook (path not shown, as it could be a token)"
     if os.path.isdir(path):
         raise PlaybookError("is a directory; --playbook takes the path of the playbook YAML file", path=where)
     try:
@@ -211,13 +206,12 @@ def _parse(text: str) -> Playbook:
         precedence = tuple(_strings(top["origin_precedence"], "origin_precedence", _ORIGIN_PRECEDENCE))
     if len(set(precedence)) != len(precedence):
         raise _Invalid("origin_precedence lists a property twice", _line(top["origin_precedence"]))
+    off = top.get("payload_off_topics")
     return Playbook(
         _parse_rules(top["rules"]),
         tuple(_strings(top["fix_files"], "fix_files entry", empty_ok=True)) if "fix_files" in top else (),
         digest=hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest(),
-        payload_off_topics=_topics(top["payload_off_topics"], "payload_off_topics")
-        if "payload_off_topics" in top
-        else None,
+        payload_off_topics=None if off is None else _topics(off, "payload_off_topics"),
         origin_precedence=precedence,
     )
 
@@ -258,9 +252,6 @@ def _parse_rules(node: yaml.Node) -> tuple[Rule, ...]:
             )
         names[rule.name] = rule.line
     return tuple(rules)
-
-
-# --------------------------------------------------------------------------- YAML node helpers
 
 
 def _line(node: yaml.Node) -> int:
@@ -325,11 +316,15 @@ def _strings(
     return [parse(item, what) for item in items]
 
 
-def _regex(node: yaml.Node, what: str) -> re.Pattern[str]:
+def _compile(pattern: str, what: str, node: yaml.Node) -> re.Pattern[str]:
     try:
-        return re.compile("|".join(f"(?:{p})" for p in _strings(node, what)))
+        return re.compile(pattern)
     except re.error as exc:
         raise _Invalid(f"{what}: invalid regular expression: {exc}", _line(node)) from exc
+
+
+def _regex(node: yaml.Node, what: str) -> re.Pattern[str]:
+    return _compile("|".join(f"(?:{p})" for p in _strings(node, what)), what, node)
 
 
 def _topics(node: yaml.Node, what: str) -> TopicMatcher:
@@ -364,21 +359,17 @@ def _fix_timeout(node: yaml.Node, what: str) -> float:
     return float(value)
 
 
-def _property_condition(key: str, node: yaml.Node, what: str) -> PropertyCondition:
-    """``key: value`` (equal) or ``key: re:<regex>`` (full match)."""
-    value = _string(node, f"{what}.{key}")
-    if not value.startswith("re:"):
-        return PropertyCondition(key, value, None)
-    try:
-        return PropertyCondition(key, None, re.compile(value[3:]))
-    except re.error as exc:
-        raise _Invalid(f"{what}.{key}: invalid regular expression: {exc}", _line(node)) from exc
-
-
 def _properties(node: yaml.Node, what: str) -> tuple[PropertyCondition, ...]:
+    """Each ``key: value`` (equal) or ``key: re:<regex>`` (full match)."""
     if not isinstance(node, yaml.MappingNode) or not node.value:
         raise _Invalid(f"{what} must be a non-empty mapping of property: value", _line(node))
-    return tuple(_property_condition(_string(key, f"{what} key"), value, what) for key, value in node.value)
+    conditions = []
+    for key_node, value_node in node.value:
+        key = _string(key_node, f"{what} key")
+        value = _string(value_node, f"{what}.{key}")
+        regex = _compile(value[3:], f"{what}.{key}", value_node) if value.startswith("re:") else None
+        conditions.append(PropertyCondition(key, value if regex is None else None, regex))
+    return tuple(conditions)
 
 
 _ORIGIN_PRECEDENCE = _choice("origin topic property", ORIGIN_TOPIC_KEYS)

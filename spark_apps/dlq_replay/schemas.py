@@ -14,18 +14,10 @@ if TYPE_CHECKING:
 #: Columns of the snapshot: exactly the ``pulsar`` data source's.
 SNAPSHOT_SCHEMA = ddl_struct(SOURCE_SCHEMA)
 
-#: Message columns carried from the snapshot into the normalised rows.
-CARRIED_COLUMNS: tuple[str, ...] = (
-    "partition",
-    "key",
-    "ordering_key",
-    "value",
-    "properties",
-    "publish_time",
-    "event_time",
-    "redelivery_count",
-    "producer_name",
-)
+#: Message columns carried from the snapshot into the normalised rows (all but the DLQ position, which
+#: becomes ``dlq_topic`` and ``dlq_message_id``, and the entry's ``batch_size``).
+_NOT_CARRIED = ("topic", "message_id", "message_id_str", "batch_size")
+CARRIED_COLUMNS: tuple[str, ...] = tuple(f.name for f in SNAPSHOT_SCHEMA.fields if f.name not in _NOT_CARRIED)
 
 #: Error-context columns (``CONTEXT_FIELDS`` of the consumer library).
 _CONTEXT = ddl_struct(

@@ -6,9 +6,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark import StorageLevel
+from pyspark.sql import Window
+from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, StringType, StructField, StructType
 
 from spark_apps.dlq_replay import outcomes as oc
+from spark_apps.dlq_replay.arrow_util import local_frame
+from spark_apps.dlq_replay.normalize import normalize_columns
+from spark_apps.dlq_replay.normalize import replay_ids as origin_replay_ids
 from spark_apps.dlq_replay.schemas import IDENTITIES_SCHEMA, REPLAY_ID_MARK, SCOPE_COLUMN
 
 if TYPE_CHECKING:
@@ -24,9 +31,8 @@ SCOPE_REASON_COLUMN = "scope_reason"
 #: for the rest) and its reason.
 MARK, MARK_REASON = "_mark", "_mark_reason"
 #: The marked rows the decide step writes for its tasks (:func:`scope_marks`).
-MARKS_SCHEMA = StructType(
-    [StructField(name, StringType()) for name in ("topic", "message_id_str", MARK, MARK_REASON)]
-)
+_MARKED = ("topic", "message_id_str", MARK, MARK_REASON)
+MARKS_SCHEMA = StructType([StructField(name, StringType()) for name in _MARKED])
 _CHOSEN = "chosen"
 _OUT_OF_SCOPE = pa.array([oc.ALREADY_FINAL, oc.DUPLICATE, oc.FILTERED], pa.string())
 _RID = REPLAY_ID_MARK
@@ -47,10 +53,7 @@ class Filters:
 
 
 def filter_reasons(filters: Filters, columns: dict[str, pa.Array], times: pa.Array) -> pa.Array:
-    """The first filter each message fails (null when it passes them all), from its ``signature`` and
-    ``error_class`` columns and its publish ``times``."""
-    import pyarrow.compute as pc
-
+    """The first filter each message fails (null if none), by signature, error class and publish ``times``."""
     failed: list[tuple[Any, str]] = []
     if filters.signatures is not None:
         chosen = pc.is_in(columns["signature"], value_set=pa.array(filters.signatures, pa.string()))
@@ -79,28 +82,16 @@ def identity_rows(
     """What :func:`scope_marks` needs of each snapshot row (``IDENTITIES_SCHEMA``); ``replay_ids`` are
     computed from the origin properties unless given."""
     if replay_ids is None:
-        from spark_apps.dlq_replay.normalize import replay_ids as origin_replay_ids
-
         replay_ids = origin_replay_ids(batch, origin_precedence)
-    return pa.RecordBatch.from_arrays(
-        [
-            batch.column("topic"),
-            batch.column("message_id_str"),
-            batch.column("publish_time"),
-            replay_ids if isinstance(replay_ids, pa.Array) else pa.array(replay_ids, pa.string()),
-        ],
-        names=["topic", "message_id_str", "publish_time", _RID],
-    )
+    rows = batch.select(["topic", "message_id_str", "publish_time"])
+    return rows.append_column(_RID, pa.array(replay_ids, pa.string()))
 
 
 def _identities(snapshot: DataFrame, filters: Filters, origin_precedence: tuple[str, ...]) -> DataFrame:
     """One payload-free identity row per snapshot row, with ``--max-messages`` plus ``selected``."""
-
     limited = filters.max_messages is not None
 
     def ids(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from spark_apps.dlq_replay.normalize import normalize_columns
-
         for batch in batches:
             if not limited:  # the replay ids only need the origin
                 yield identity_rows(batch, origin_precedence)
@@ -137,18 +128,13 @@ def scope_marks(
     With ``repeated`` known (:func:`repeated_ids`), only those replay ids are ranked, and a snapshot
     without copies, earlier final rows or a reviewed scope has no marks (no Spark job).
     """
-    from pyspark import StorageLevel
-    from pyspark.sql import functions as F
-
     if identities is not None and filters.max_messages is None:
         ids = identities
     else:
         ids, repeated = _identities(snapshot, filters, origin_precedence), None
     if repeated is not None and not repeated and final_ids is None and reviewed_ids is None:
-        from spark_apps.dlq_replay.arrow_util import local_frame
-
-        names = ("topic", "message_id_str", MARK, MARK_REASON)  # no job, no Python worker
-        return local_frame(snapshot.sparkSession, [], ", ".join(f"{name} string" for name in names)), 0
+        ddl = ", ".join(f"{name} string" for name in _MARKED)
+        return local_frame(snapshot.sparkSession, [], ddl), 0  # no job, no Python worker
     if final_ids is not None:
         self_final = final_ids.groupBy(
             F.col("dlq_topic").alias("topic"), F.col("dlq_message_id").alias("message_id_str")
@@ -199,7 +185,7 @@ def scope_marks(
         marks = marks.join(chosen, ["topic", "message_id_str"], "left").withColumn(
             MARK, F.coalesce(F.col(MARK), F.col("_chosen"))
         )
-    marked = marks.filter(F.col(MARK).isNotNull()).select("topic", "message_id_str", MARK, MARK_REASON)
+    marked = marks.filter(F.col(MARK).isNotNull()).select(*_MARKED)
     marked = marked.persist(StorageLevel.MEMORY_AND_DISK)  # computed once, counted, joined
     return marked, marked.count()
 
@@ -211,8 +197,6 @@ REPEATED_LIMIT = 10_000
 
 def repeated_ids(identities: DataFrame, limit: int = REPEATED_LIMIT) -> set[str] | None:
     """The replay ids more than one row of ``identities`` carries, ``None`` when more than ``limit``."""
-    from pyspark.sql import functions as F
-
     rows = (
         identities.filter(F.col(_RID).isNotNull())
         .groupBy(_RID)
@@ -228,9 +212,6 @@ def repeated_ids(identities: DataFrame, limit: int = REPEATED_LIMIT) -> set[str]
 def _ranked(ids: DataFrame, repeated: set[str] | None) -> DataFrame:
     """``ids`` plus ``_rank`` (1 for an original's first copy) and ``_first`` (that copy's ids); with
     ``repeated`` known, only those replay ids are ranked."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
     order = Window.partitionBy(_RID).orderBy("publish_time", "topic", "message_id_str")
     rank, first = F.row_number().over(order), F.first(F.struct("topic", "message_id_str")).over(order)
     if repeated is None:
@@ -246,8 +227,6 @@ def _ranked(ids: DataFrame, repeated: set[str] | None) -> DataFrame:
 
 def add_scope_columns(batch: pa.RecordBatch, columns: dict[str, pa.Array], filters: Filters) -> None:
     """Add ``scope`` and ``scope_reason`` to the batch's ``columns`` from its marks and the filters."""
-    import pyarrow.compute as pc
-
     marks, mark_reasons = batch.column(MARK), batch.column(MARK_REASON)
     marked = pc.fill_null(pc.is_in(marks, value_set=_OUT_OF_SCOPE), False)
     reasons = filter_reasons(filters, columns, batch.column("publish_time"))

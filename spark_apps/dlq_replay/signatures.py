@@ -1,27 +1,23 @@
 """Error signatures and replay ids.
 
 A signature is a stable id per kind of failure, from error class + message template + origin topic +
-failure reason (``term``, ``max-redeliveries``, ``max-reconsumes`` or ``unknown``): messages that
-exhausted a retry topic and messages dead-lettered by a redelivery policy never share a group. The
-template masks what varies between two failures of the same kind: quoted values, e-mails, UUIDs, hex
-strings, identifiers containing digits and numbers. Masking is deterministic, so the same failure always
-gets the same signature, run after run and machine after machine.
-
-A replay id (``REPLAY_ID``) names the *original* message: every DLQ copy of one original gets the same
-one, so a run republishes each original once (see :func:`replay_id`).
+failure reason (so a retry topic's exhausted messages and a redelivery policy's never share a group).
+The template deterministically masks what varies between two failures of the same kind: quoted values,
+e-mails, UUIDs, hex strings, identifiers containing digits and numbers. A replay id (``REPLAY_ID``) names
+the *original* message, the same for every DLQ copy of it (:func:`replay_id`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from pulsar_dlq_consumer.context import base_topic
 from pulsar_dlq_consumer.conventions import REASON_UNKNOWN
-
-if TYPE_CHECKING:
-    import pyarrow as pa
+from spark_apps.dlq_replay.arrow_util import per_distinct
 
 MAX_TEMPLATE_CHARS = 512
 
@@ -43,10 +39,7 @@ _MASKS: tuple[tuple[re.Pattern[str], str], ...] = (
 
 
 def message_template(message: str | None) -> str:
-    """Return ``message`` with its variable parts masked (bounded to 512 characters).
-
-    ``None`` or an empty message gives ``""``.
-    """
+    """``message`` with its variable parts masked, at most 512 characters (``""`` for none)."""
     if not message:
         return ""
     text = message[: MAX_TEMPLATE_CHARS * 4]
@@ -56,12 +49,10 @@ def message_template(message: str | None) -> str:
     return " ".join(text.split())[:MAX_TEMPLATE_CHARS]
 
 
-#: :data:`_MASKS` as RE2 rewrites for pyarrow's ``replace_substring_regex``, exact for ASCII text (where
-#: ``\w`` and ``\b`` mean the same in both engines) without the sentinels ``\x01``/``\x02``, each group
-#: after a cheap test for what its matches contain (a quote, "@", "0x", ASCII digits...): a batch where
-#: no message passes it skips the group. RE2 has no lookaround, so the mixed-hex mask wraps every long hex
-#: run in sentinels, masks the wrapped runs holding a digit and a letter, then unwraps the rest; the
-#: number mask keeps the non-alphanumeric character before a number (its lookbehind) as a group.
+#: :data:`_MASKS` as RE2 rewrites, exact for ASCII text (where ``\w`` and ``\b`` mean the same in both
+#: engines) without the sentinels ``\x01``/``\x02``, each group skipped when no message of the batch passes
+#: its cheap test. RE2 has no lookaround: the mixed-hex mask wraps long hex runs in sentinels, masks those
+#: with a digit and a letter and unwraps the rest; the number mask keeps the character before as a group.
 _RE2_MASKS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
     ("['\"`]", ((r"'[^'\n]*'|\"[^\"\n]*\"|`[^`\n]*`", "<str>"),)),
     ("@", ((r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+", "<email>"),)),
@@ -87,9 +78,6 @@ _RE2_MASKS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
 def message_templates(messages: pa.Array) -> pa.Array:
     """:func:`message_template` of every value (null gives ``""``): RE2 kernels for ASCII messages,
     :func:`message_template` once per distinct other message."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
     text = pc.utf8_slice_codeunits(pc.fill_null(messages, ""), 0, MAX_TEMPLATE_CHARS * 4)
     for needs, rewrites in _RE2_MASKS:
         if pc.any(pc.match_substring_regex(text, needs)).as_py():
@@ -100,9 +88,8 @@ def message_templates(messages: pa.Array) -> pa.Array:
     other = pc.or_(pc.invert(pc.string_is_ascii(pc.fill_null(messages, ""))), sentinel)
     if not other.true_count:
         return text
-    rest = messages.filter(other).dictionary_encode()
-    done = pa.array([message_template(m) for m in rest.dictionary.to_pylist()], pa.string())
-    return pc.replace_with_mask(text, other, done.take(rest.indices))
+    done = per_distinct(messages.filter(other), message_template, pa.string())  # once per distinct message
+    return pc.replace_with_mask(text, other, done)
 
 
 def signature_topic(origin_topic: str | None) -> str:
@@ -114,7 +101,7 @@ def error_signature(
     error_class: str | None, template: str, origin_topic: str | None, reason: str | None
 ) -> str:
     """Stable 16-hex-digit id of (error class, template, origin topic without partition suffix, failure
-    reason). ``None`` reason counts as ``unknown``."""
+    reason, ``unknown`` when ``None``)."""
     material = (error_class or "", template, signature_topic(origin_topic), reason or REASON_UNKNOWN)
     return _digest("\x1f".join(material), 16)
 
@@ -123,11 +110,6 @@ def error_signatures(
     error_classes: pa.Array, templates: pa.Array, origin_topics: pa.Array, reasons: pa.Array
 ) -> pa.Array:
     """:func:`error_signature` of every row, hashed once per distinct material."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    from spark_apps.dlq_replay.arrow_util import per_distinct
-
     reasons = pc.fill_null(reasons, REASON_UNKNOWN)
     material = pc.binary_join_element_wise(
         pc.fill_null(error_classes, ""),
@@ -140,13 +122,9 @@ def error_signatures(
 
 
 def replay_id(dlq_topic: str, dlq_message_id: str, origin: str | None = None) -> str:
-    """Stable id of the original message behind a DLQ message (``REPLAY_ID``), 32 hex digits.
-
-    ``origin`` is the origin identity from the error context
-    (:func:`~pulsar_dlq_consumer.context.origin_identity`): every DLQ copy of one original,
-    in any DLQ topic and any convention, gets the same id. Without it the id is derived from the DLQ
-    topic and message id, so it is stable for that DLQ message only.
-    """
+    """Stable id (32 hex digits) of the original message behind a DLQ message (``REPLAY_ID``): from the
+    ``origin`` identity (:func:`~pulsar_dlq_consumer.context.origin_identity`), the same for every DLQ copy
+    in any topic and convention, else from the DLQ topic and message id (stable for that copy only)."""
     return _digest(f"origin\x1f{origin}" if origin else f"{dlq_topic}\x1f{dlq_message_id}", 32)
 
 

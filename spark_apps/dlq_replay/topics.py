@@ -12,32 +12,25 @@ from spark_apps.dlq_replay.errors import ReplayConfigError
 
 
 def republish_target(origin_topic: str | None) -> str | None:
-    """The topic a replayed message is sent to: the qualified origin without a ``-partition-N`` suffix.
-
-    Publishing to the partitioned topic (not one partition) lets the producer route by key again.
-    """
+    """The topic a replayed message is sent to: the qualified origin without a ``-partition-N`` suffix
+    (the partitioned topic, not one partition, so the producer routes by key again)."""
     qualified = qualify_topic(origin_topic)
     return base_topic(qualified) if qualified else None
 
 
 _GLOB_TOKEN = re.compile(r"\*\*|\*|\?|[^*?]+")
+#: A topic glob's tokens: ``*`` = any characters except ``/``, ``**`` = any characters, ``?`` = one.
 _GLOB_REGEX = {"**": ".*", "*": "[^/]*", "?": "[^/]"}
-
-
-def glob_to_regex(glob: str) -> str:
-    """Translate a topic glob: ``*`` = any characters except ``/``, ``**`` = any characters, ``?`` = one."""
-    return "".join(_GLOB_REGEX.get(token) or re.escape(token) for token in _GLOB_TOKEN.findall(glob))
+_GLOB_PREFIX = {0: "persistent://public/default/", 2: "persistent://"}
 
 
 def _qualify_glob(glob: str, what: str) -> str:
     """Qualify a glob like a topic name; one starting with ``**`` is used as it is."""
     if "://" in glob or glob.startswith("**"):
         return glob
-    slashes = glob.count("/")
-    if slashes == 0:
-        return f"persistent://public/default/{glob}"
-    if slashes == 2:
-        return f"persistent://{glob}"
+    prefix = _GLOB_PREFIX.get(glob.count("/"))
+    if prefix is not None:
+        return prefix + glob
     raise ReplayConfigError(
         f"{what}: pattern {glob!r} must look like a topic name: <topic>, <tenant>/<namespace>/<topic>, "
         "persistent://<tenant>/<namespace>/<topic>, or start with ** (any prefix)"
@@ -64,14 +57,16 @@ class TopicMatcher:
                     f"{what}: empty pattern in {list(patterns)!r}; remove the extra comma"
                 )
             if pattern.startswith("re:"):
-                try:
-                    compiled.append(re.compile(pattern[3:]))
-                except re.error as exc:
-                    raise ReplayConfigError(
-                        f"{what}: invalid regular expression {pattern[3:]!r}: {exc}; fix the pattern"
-                    ) from exc
-                continue
-            compiled.append(re.compile(glob_to_regex(_qualify_glob(pattern, what))))
+                regex = pattern[3:]
+            else:
+                tokens = _GLOB_TOKEN.findall(_qualify_glob(pattern, what))
+                regex = "".join(_GLOB_REGEX.get(t) or re.escape(t) for t in tokens)
+            try:  # a translated glob always compiles
+                compiled.append(re.compile(regex))
+            except re.error as exc:
+                raise ReplayConfigError(
+                    f"{what}: invalid regular expression {regex!r}: {exc}; fix the pattern"
+                ) from exc
         return cls(tuple(p.strip() for p in patterns), tuple(compiled))
 
     def matches(self, topic: str | None) -> bool:

@@ -10,10 +10,11 @@ import pyarrow as pa
 import pytest
 
 from spark_apps.dlq_replay import outcomes as oc
+from spark_apps.dlq_replay.context_columns import UNDECODABLE
 from spark_apps.dlq_replay.decide import DecideSettings, decide_batch
-from spark_apps.dlq_replay.normalize import normalize_batch
+from spark_apps.dlq_replay.normalize import normalize_columns
 from spark_apps.dlq_replay.playbook import parse_playbook
-from spark_apps.dlq_replay.schemas import SNAPSHOT_SCHEMA, arrow_schema
+from spark_apps.dlq_replay.schemas import CARRIED_COLUMNS, NORMALIZED_SCHEMA, SNAPSHOT_SCHEMA, arrow_schema
 from spark_apps.dlq_replay.signatures import replay_id
 from spark_apps.dlq_replay.topics import TopicMatcher
 
@@ -53,6 +54,18 @@ def snapshot_batch(rows: list[tuple[bytes, dict[str, str]]]) -> pa.RecordBatch:
         "batch_size": [1] * n,
     }
     return pa.RecordBatch.from_arrays([pa.array(data[f.name], type=f.type) for f in schema], schema=schema)
+
+
+def normalize_batch(batch: pa.RecordBatch, columns: dict[str, pa.Array] | None = None) -> pa.RecordBatch:
+    """A batch of normalised rows (``NORMALIZED_SCHEMA``, the carried columns and ``normalize_columns``)
+    and the ``UNDECODABLE`` flag the decide step reads."""
+    computed = normalize_columns(batch) if columns is None else columns
+    schema = arrow_schema(NORMALIZED_SCHEMA)
+    arrays = [
+        (batch.column(f.name) if f.name in CARRIED_COLUMNS else computed[f.name]).cast(f.type) for f in schema
+    ]
+    normalized = pa.RecordBatch.from_arrays(arrays, schema=schema)
+    return normalized.append_column(UNDECODABLE, computed[UNDECODABLE])
 
 
 def scoped(batch: pa.RecordBatch, scopes: list[str] | None = None) -> pa.RecordBatch:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_replay_decide_batch import by_key, ours, scoped, snapshot_batch
+from test_replay_decide_batch import by_key, normalize_batch, ours, scoped, snapshot_batch
 
 from spark_apps.dlq_replay import outcomes as oc
 from spark_apps.dlq_replay.cli import parse_options
@@ -16,7 +16,6 @@ from spark_apps.dlq_replay.group_actions import (
     parse_group_actions,
     reuse_window,
 )
-from spark_apps.dlq_replay.normalize import normalize_batch
 from spark_apps.dlq_replay.playbook import parse_playbook
 from spark_apps.dlq_replay.pulsar_io.window import PartitionWindow, windows_to_json
 from spark_apps.dlq_replay.topics import TopicMatcher

@@ -4,7 +4,7 @@ messages, on Arrow batches (pure functions, no Spark)."""
 from __future__ import annotations
 
 import pytest
-from test_replay_decide_batch import DLQ, ORDERS, by_key, ours, scoped, snapshot_batch
+from test_replay_decide_batch import DLQ, ORDERS, by_key, normalize_batch, ours, scoped, snapshot_batch
 
 from pulsar_dlq_consumer.context import (
     canonical_message_id,
@@ -15,7 +15,7 @@ from pulsar_dlq_consumer.context import (
 )
 from spark_apps.dlq_replay import outcomes as oc
 from spark_apps.dlq_replay.decide import DecideSettings, decide_batch
-from spark_apps.dlq_replay.normalize import ORIGIN_CONFLICT, normalize_batch, normalize_columns
+from spark_apps.dlq_replay.normalize import ORIGIN_CONFLICT, normalize_columns
 from spark_apps.dlq_replay.playbook import parse_playbook
 from spark_apps.dlq_replay.pulsar_io.source import UNDECODABLE_PROPERTY
 from spark_apps.dlq_replay.topics import TopicMatcher
