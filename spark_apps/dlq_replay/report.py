@@ -1,7 +1,5 @@
-"""Report step: per-signature groups, totals and timings as ``report.json`` and ``report.html``, their
-explanations and the printed summary (``docs/report.md``). The groups come from the record tasks' parts
-(:mod:`~spark_apps.dlq_replay.report_parts`), the explanations from small Spark queries and pyarrow reads:
-only aggregates reach the driver. An explanation that cannot be computed is logged and left out.
+"""Report step: ``report.json``, ``report.html`` and the printed summary (``docs/report.md``) from the record
+tasks' parts and small Spark queries (only aggregates reach the driver); a failed explanation is left out.
 """
 
 from __future__ import annotations
@@ -42,16 +40,9 @@ log = logging.getLogger("spark_apps.dlq_replay")
 REPORT_FORMAT = 1
 MAX_GROUPS = 200
 #: The totals in report order: the outcomes with the commit's and a resumed apply's counts among them.
-TOTAL_KEYS: tuple[str, ...] = (
-    "snapshot",
-    *oc.OUTCOMES[: oc.OUTCOMES.index(oc.FILTERED)],
-    "acked",
-    "left_pending",
-    oc.FILTERED,
-    oc.PUBLISH_FAILED,
-    "resent",
-    oc.CANARY_FAILED,
-)
+_AT = oc.OUTCOMES.index(oc.FILTERED)
+_TAIL = ("acked", "left_pending", *oc.OUTCOMES[_AT:-1], "resent", oc.CANARY_FAILED)
+TOTAL_KEYS: tuple[str, ...] = ("snapshot", *oc.OUTCOMES[:_AT], *_TAIL)
 #: Groups that get explanations (the largest first); the rest are listed with counts only.
 DETAIL_GROUPS = 50
 FIX_ERRORS = 3
@@ -170,14 +161,8 @@ def build_report(
     resend: dict[str, int] | None = None,
     canary: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The machine-readable report (stable schema, ``format`` 1; ``docs/report.md``).
-
-    ``parts``: what the record tasks gathered (``None``: an empty window). ``resend``: what a resumed
-    apply sent again (``resent``), of it what the broker dropped as duplicates (``resent_held``), and the
-    most that can reach the origins twice without deduplication (``resend_bound``). ``canary``: the
-    canary's size and per-group verdicts; the report adds the run's ``verdict``. :func:`add_details` adds
-    the explanations.
-    """
+    """The machine-readable report (stable schema, ``format`` 1; ``docs/report.md``) from the record tasks'
+    ``parts`` (``None``: an empty window); :func:`add_details` adds the explanations."""
     combos, samples = (parts.combos, parts.samples) if parts is not None else ([], {})
     groups, other = build_groups(combos, samples, mode)
     counts: Counter[str] = Counter()
@@ -186,13 +171,9 @@ def build_report(
     resend = {**dict.fromkeys(_RESEND_COUNTS, 0), **(resend or {})}
     snapshot = sum(counts.values())
     final = sum(n for name, n in counts.items() if name in oc.FINAL_OUTCOMES)
-    totals = {key: counts.get(key, 0) for key in TOTAL_KEYS}
-    totals.update(
-        snapshot=snapshot,
-        acked=commit.acked,
-        left_pending=snapshot if mode == oc.DRY_RUN else snapshot - final,
-        resent=resend["resent"],
-    )
+    pending = snapshot if mode == oc.DRY_RUN else snapshot - final
+    totals = {key: counts[key] for key in TOTAL_KEYS}
+    totals.update(snapshot=snapshot, acked=commit.acked, left_pending=pending, resent=resend["resent"])
     report = {
         "format": REPORT_FORMAT,
         "run_id": run_id,
@@ -215,7 +196,7 @@ def build_report(
         verdicts = canary.get("verdicts") or {}
         halted = halted_in(verdicts)
         verdict = "halted" if halted else "passed" if verdicts else "not judged"
-        held_back = counts.get(oc.CANARY_FAILED, 0)
+        held_back = counts[oc.CANARY_FAILED]
         report["canary"] = {**canary, "verdict": verdict, "halted": halted, "held_back": held_back}
     return report
 
@@ -244,15 +225,11 @@ def summary_text(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-# --------------------------------------------------------------------------- explanations
-
-
 def _read(
     spark: SparkSession, path: str, schema: StructType, other_than: str | None = None
 ) -> DataFrame | None:
-    """The dataset at ``path``; ``None`` when absent (e.g. no ledger before the first run), unreadable,
-    or, with ``other_than`` (a run id), holding no other run's partition (the first run's trend then
-    queries nothing)."""
+    """The dataset at ``path``; ``None`` when absent, unreadable or, with ``other_than`` (a run id), holding
+    no other run's partition (the first run's trend then queries nothing)."""
     from spark_apps.dlq_replay.storage import list_names
     from spark_apps.dlq_replay.task_parquet import partition_folder, read_frame
 
@@ -281,15 +258,12 @@ def _guarded(what: str, default: Any, compute: Callable[..., Any], *args: Any) -
 
 
 def spark_info(spark: SparkSession) -> dict[str, Any]:
-    """The application id and master (under Spark Connect: the server's application) the operator's
-    Spark link is built from; ``ui_url`` stays empty: no public API gives the live UI's address."""
+    """The application id and master the operator's Spark link is built from (``ui_url`` stays empty: no
+    public API gives the live UI's address)."""
     from spark_apps.dlq_replay.session import conf_value
 
-    return {
-        "application_id": conf_value(spark, "spark.app.id"),
-        "master": conf_value(spark, "spark.master"),
-        "ui_url": None,
-    }
+    app, master = conf_value(spark, "spark.app.id"), conf_value(spark, "spark.master")
+    return {"application_id": app, "master": master, "ui_url": None}
 
 
 def _errors(
@@ -356,22 +330,20 @@ def _fill_groups(
 ) -> None:
     """Add ``fix_errors``, ``sample_errors``, ``explanation`` (and ``payload_samples``) to ``shown``."""
     archive_payload = bool(getattr(ctx.options, "archive_payload", True))
+
+    def snippet(rep: Any, snap: Any) -> str:
+        if archive_payload and not ctx.playbook.payload_off(rep["dlq_topic"], rep["origin_topic"]):
+            return mask_payload(snap["value"])
+        return "(payload off for this topic)"
+
     for group in shown:
         sig, mine = group["signature"], reps.get(group["signature"], [])
         group["fix_errors"], group["sample_errors"] = errors[0].get(sig, []), errors[1].get(sig, [])
         if mine:
             group["explanation"] = _explanation(ctx.playbook, *mine[0])
         if ctx.payload_snippets:
-            group["payload_samples"] = [
-                {
-                    "message_id": rep["dlq_message_id"],
-                    "snippet": mask_payload(snap["value"])
-                    if archive_payload and not ctx.playbook.payload_off(rep["dlq_topic"], rep["origin_topic"])
-                    else "(payload off for this topic)",
-                }
-                for rep, snap in mine
-                if snap is not None
-            ]
+            samples = [(rep["dlq_message_id"], snippet(rep, snap)) for rep, snap in mine if snap is not None]
+            group["payload_samples"] = [{"message_id": i, "snippet": text} for i, text in samples]
 
 
 def refused_origins(decisions: DataFrame) -> list[dict[str, Any]]:
@@ -420,14 +392,11 @@ def trend(
             mine = earlier.filter(F.col("run_id").isin(ids) & F.col("signature").isin(signatures))
             for row in mine.groupBy("run_id", "signature").count().collect():
                 counts[(row["run_id"], row["signature"])] = int(row["count"])
-    if recorded_at is None:
-        at = report.get("finished_at")
-    else:  # as ``collect`` returns a timestamp: naive, in local time
+    at = report.get("finished_at")
+    if recorded_at is not None:  # as ``collect`` returns a timestamp: naive, in local time
         at = recorded_at.astimezone().replace(tzinfo=None).isoformat()
-    totals = report["totals"]
-    runs.append(
-        {"run_id": run_id, "at": at, "messages": totals.get("snapshot", 0), "mode": report.get("mode")}
-    )
+    messages = report["totals"].get("snapshot", 0)
+    runs.append({"run_id": run_id, "at": at, "messages": messages, "mode": report.get("mode")})
     if len(runs) < 2:
         return None
     counted = [
@@ -491,7 +460,7 @@ def run_report(run: Run, started_wall: datetime) -> dict[str, Any]:
     from spark_apps.dlq_replay.report_parts import read_parts
     from spark_apps.dlq_replay.session import conf_value
 
-    options, info = run.options, run.state.info
+    options, info, paths = run.options, run.state.info, run.paths
     started = time.monotonic()
     run.step("report")
     commit, apply = info("commit"), info("apply")
@@ -499,7 +468,7 @@ def run_report(run: Run, started_wall: datetime) -> dict[str, Any]:
     snapshot_reads = int(info("snapshot").get("dlq_reads", 0))
     failed = int(apply.get("publish_failed", 0)) or int(commit.get("unacked_final", 0))
     snippets = BOOLEAN_WORDS.get(str(conf_value(run.spark, CONF_PAYLOAD_SNIPPETS)).lower(), False)
-    parts = None if info("snapshot").get("empty_window") else read_parts(run.paths.report_parts)
+    parts = None if info("snapshot").get("empty_window") else read_parts(paths.report_parts)
     report = build_report(
         parts,
         run_id=options.run_id,
@@ -513,29 +482,20 @@ def run_report(run: Run, started_wall: datetime) -> dict[str, Any]:
             reads_per_message=float(commit.get("reads_per_message", 1.0 if snapshot_reads else 0.0)),
         ),
         timings=dict(run.state.timings),
-        paths=run.paths.public(),
+        paths=paths.public(),
         resend={key: int(apply.get(key, 0)) for key in _RESEND_COUNTS},
         canary={"size": options.canary.label, **(apply.get("canary") or {})} if options.canary else None,
     )
+    recorded = datetime.fromisoformat(str(recorded_at)) if recorded_at else None
     context = ReportContext(
-        options,
-        run.playbook,
-        run.paths.decisions,
-        run.paths.snapshot,
-        run.paths.ledger,
-        payload_snippets=snippets,
-        recorded_at=datetime.fromisoformat(str(recorded_at)) if recorded_at else None,
+        options, run.playbook, paths.decisions, paths.snapshot, paths.ledger, snippets, recorded
     )
     add_details(report, run.spark, context, parts)
     report["timings"]["report"] = round(time.monotonic() - started, 3)  # the aggregation included
-    run.storage.write_text(run.paths.report_json, json.dumps(report, indent=2, sort_keys=True))
-    run.storage.write_text(run.paths.report_html, render_html(report))
+    run.storage.write_text(paths.report_json, json.dumps(report, indent=2, sort_keys=True))
+    run.storage.write_text(paths.report_html, render_html(report))
     run.done("report", started, status=report["status"])
-    log.info(
-        "run %s %s in %.1fs: %s",
-        options.run_id,
-        report["status"],
-        (datetime.now(UTC) - started_wall).total_seconds(),
-        " ".join(f"{k}={v}" for k, v in report["totals"].items()),
-    )
+    elapsed = (datetime.now(UTC) - started_wall).total_seconds()
+    totals = " ".join(f"{k}={v}" for k, v in report["totals"].items())
+    log.info("run %s %s in %.1fs: %s", options.run_id, report["status"], elapsed, totals)
     return report

@@ -1,9 +1,6 @@
-"""The report as one self-contained HTML page: what to do next, totals, a chart of the groups by
-outcome, per-group explanations, the trend over earlier runs and the run's configuration.
-
-No scripts, no external assets (inline CSS only; collapsible parts use ``<details>``). Every value that
-came from a message or a file (templates, classes, topics, ids, errors, snippets) is HTML-escaped.
-Chart labels are HTML text beside CSS bars, so long labels wrap instead of being cut or overlapping.
+"""The report as one self-contained HTML page: no scripts, no external assets (inline CSS, ``<details>``);
+every value that came from a message or a file is HTML-escaped. Chart labels are HTML text beside CSS bars,
+so long labels wrap instead of being cut or overlapping.
 """
 
 from __future__ import annotations
@@ -23,21 +20,11 @@ CHART_GROUPS = 30
 LABEL_TEMPLATE_CHARS = 160
 LABEL_PART_CHARS = 100
 OPEN_DETAILS = 3
-COLORS: dict[str, str] = {
-    oc.REPUBLISHED: "#2e7d32",
-    oc.ARCHIVED: "#1565c0",
-    oc.DROPPED: "#6d4c41",
-    oc.SKIPPED: "#9e9e9e",
-    oc.FIX_FAILED: "#c62828",
-    oc.ORIGIN_REFUSED: "#ad1457",
-    oc.MALFORMED: "#ef6c00",
-    oc.LOOP_GUARDED: "#6a1b9a",
-    oc.ALREADY_FINAL: "#00838f",
-    oc.DUPLICATE: "#4dd0e1",
-    oc.ORIGIN_CONFLICT: "#f06292",
-    oc.FILTERED: "#b0bec5",
-    oc.PUBLISH_FAILED: "#b71c1c",
-}
+#: Each outcome's colour, in :data:`~spark_apps.dlq_replay.outcomes.OUTCOMES` order (``canary_failed``: grey).
+_PALETTE = (
+    "#2e7d32 #1565c0 #6d4c41 #9e9e9e #c62828 #ad1457 #f06292 #ef6c00 #6a1b9a #00838f #4dd0e1 #b0bec5 #b71c1c"
+)
+COLORS: dict[str, str] = dict(zip(oc.OUTCOMES, _PALETTE.split(), strict=False))
 _GROUP_HEAD = (
     "signature|template|error class|origin topic|format / reason|count|first / last seen|action|rules|"
     "outcomes|sample message ids"

@@ -1,17 +1,10 @@
-"""The report's group aggregates and representative messages, gathered by the record tasks
-(:mod:`~spark_apps.dlq_replay.record`; a dry run writes only these) from the ledger rows and decisions they
-already hold, in ``runs/<run>/report_parts/<kind>/part-<bucket>.parquet``:
-
-- ``combos``: per :data:`COMBO_KEYS`, the count, the smallest template, error class, origin topic and
-  reason, and the first and last publish time;
-- ``samples``: each signature's first :data:`SAMPLE_IDS` messages by (publish time, DLQ topic, id);
-- ``reps``: each signature's first :data:`REP_ROWS` decisions, preferring ones the playbook was applied to;
-- ``errors``: each signature's first :data:`SAMPLE_ERRORS` distinct error messages by (first publish
-  time, message). A message's first time is null (it comes first) when any of its copies lacks one: a
-  minimum that skipped nulls would not merge.
-
-Each part is bounded by the number of groups and merges exactly (a sum, minimum, maximum, or the first
-rows of a union: the first k of all are among the first k of each part).
+"""The report's group aggregates and representative messages, gathered by the record tasks from the ledger
+rows and decisions they hold, in ``runs/<run>/report_parts/<kind>/part-<bucket>.parquet``: ``combos`` (per
+:data:`COMBO_KEYS`: count, smallest template, class, origin and reason, first and last publish time), and
+each signature's first ``samples``, ``reps`` (preferring ones the playbook was applied to) and distinct
+``errors`` (by first publish time, null first when any copy lacks one: a minimum skipping nulls would not
+merge). Each part is bounded by the groups and merges exactly (a sum, minimum, maximum, or the first rows
+of a union: the first k of all are among the first k of each part).
 """
 
 from __future__ import annotations
@@ -63,16 +56,9 @@ _FIRST = {
     "reps": (("unscoped", "publish_time", "dlq_topic", "dlq_message_id"), REP_ROWS),
     "errors": (("first", "message"), SAMPLE_ERRORS),
 }
+_MINIMA = ("template", "error_class", "origin_topic", "reason", "first")
 #: A combination's aggregates of its ledger rows (``n`` of each is 1), merged by the same functions.
-_COMBO_AGGREGATES = (
-    ("n", "sum"),
-    ("template", "min"),
-    ("error_class", "min"),
-    ("origin_topic", "min"),
-    ("reason", "min"),
-    ("first", "min"),
-    ("last", "max"),
-)
+_COMBO_AGGREGATES = (("n", "sum"), *((name, "min") for name in _MINIMA), ("last", "max"))
 _COMBO_COLUMNS = (*COMBO_KEYS, "error_template", "error_class", "origin_topic", "reason")
 
 
