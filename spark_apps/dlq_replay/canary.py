@@ -32,9 +32,7 @@ HALTED_REASON = "halted: the group's canary failed again in the consumer"
 #: Read the watched topics from this long before the canary was sent (broker and driver clocks differ);
 #: matching on REPLAY_ID and REPLAY_RUN_ID keeps older messages out.
 CLOCK_MARGIN_MS = 120_000
-
-
-# --------------------------------------------------------------------------- selection (pure DataFrame)
+_VERDICT_LINE = "canary: group %s: %d sent, %d failed again (rate %.2f, max %.2f) -> %s"
 
 
 def canary_selection(decisions: DataFrame, spec: CanarySpec) -> DataFrame:
@@ -53,9 +51,6 @@ def canary_selection(decisions: DataFrame, spec: CanarySpec) -> DataFrame:
         "replay_id", "signature", (F.row_number().over(order) <= size).alias("_canary")
     )
     return ranked.filter("_canary").drop("_canary")
-
-
-# --------------------------------------------------------------------------- watching (driver)
 
 
 def watched_topics(dlq_topics: tuple[str, ...], spec: CanarySpec) -> list[str]:
@@ -143,17 +138,11 @@ def verdicts(sent: dict[str, list[str]], seen: set[str], spec: CanarySpec) -> di
     for signature, ids in sorted(sent.items()):
         failed = len(set(ids) & seen)
         rate = failed / len(ids) if ids else 1.0
-        halted = not ids or rate > spec.max_failure_rate
-        out[signature] = {
-            "canary_sent": len(ids),
-            "failed_again": failed,
-            "failure_rate": round(rate, 4),
-            "decision": "halted" if halted else "replay",
-        }
+        decision = "halted" if not ids or rate > spec.max_failure_rate else "replay"
+        out[signature] = dict(
+            canary_sent=len(ids), failed_again=failed, failure_rate=round(rate, 4), decision=decision
+        )
     return out
-
-
-# --------------------------------------------------------------------------- the apply-step hook
 
 
 def run_canary(run: Any, decisions: DataFrame, send: Callable[[SendFilter, str], None]) -> list[str]:
@@ -209,16 +198,9 @@ def run_canary(run: Any, decisions: DataFrame, send: Callable[[SendFilter, str],
         state["watched_topics"] = topics
         state["verdicts"] = verdicts(sent, seen, spec)
         run.save()
-        for signature, verdict in state["verdicts"].items():
-            log.info(
-                "canary: group %s: %d sent, %d failed again (rate %.2f, max %.2f) -> %s",
-                signature,
-                verdict["canary_sent"],
-                verdict["failed_again"],
-                verdict["failure_rate"],
-                spec.max_failure_rate,
-                verdict["decision"],
-            )
+        for signature, v in state["verdicts"].items():
+            counts = (v["canary_sent"], v["failed_again"], v["failure_rate"], spec.max_failure_rate)
+            log.info(_VERDICT_LINE, signature, *counts, v["decision"])
     return halted_groups(run)
 
 
