@@ -103,17 +103,10 @@ def expected_total(state: Any, step: str, expected_snapshot: int | None = None) 
     """The messages a step handles, from what earlier steps recorded in the run state."""
     if step == "snapshot":
         return expected_snapshot
-    earlier, key = _TOTALS.get(step, ("", ""))
-    value = (state.info(earlier) or {}).get(key) if earlier else None
+    # the earlier step and the count it recorded that is the step's total
+    earlier, key = {"apply": ("decide", "to_republish")}.get(step, ("snapshot", "messages"))
+    value = (state.info(earlier) or {}).get(key) if step in ("decide", "record", "apply") else None
     return value if isinstance(value, int) else None
-
-
-#: Step -> the earlier step and the count it recorded that is the step's total.
-_TOTALS = {
-    "decide": ("snapshot", "messages"),
-    "record": ("snapshot", "messages"),
-    "apply": ("decide", "to_republish"),
-}
 
 
 def files_rows(paths: Sequence[str]) -> int:

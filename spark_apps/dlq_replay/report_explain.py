@@ -1,7 +1,6 @@
-"""What a report says besides counts (pure functions): why a rule matched and the others did not,
-masked payload snippets, a suggested rule for unmatched groups, the run's configuration and what to do
-next. Property values are never shown (only whether they matched), and payloads only masked and only
-when the run opted in (see ``docs/report.md``).
+"""What a report says besides counts (pure functions): rule verdicts, masked payload snippets, suggested
+rules, the run's configuration and next steps. Property values are never shown, payloads only masked and only
+when the run opted in (``docs/report.md``).
 """
 
 from __future__ import annotations
@@ -110,13 +109,9 @@ def _mask_json(value: Any) -> Any:
         return {str(k): _mask_json(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_mask_json(v) for v in value[:5]] + (["…"] if len(value) > 5 else [])
-    if isinstance(value, bool):
-        return "<bool>"
-    if isinstance(value, (int, float)):
-        return "<number>"
     if isinstance(value, str):
         return f"<string {len(value)}>"
-    return value
+    return {bool: "<bool>", int: "<number>", float: "<number>"}.get(type(value), value)
 
 
 def mask_payload(payload: bytes | None, limit: int = SNIPPET_CHARS) -> str:

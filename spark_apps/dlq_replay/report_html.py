@@ -29,6 +29,7 @@ _GROUP_HEAD = (
     "signature|template|error class|origin topic|format / reason|count|first / last seen|action|rules|"
     "outcomes|sample message ids"
 )
+_ERROR_LISTS = (("fix_errors", "Fix errors", "error"), ("sample_errors", "Sample error messages", "message"))
 SEVERITY_COLORS = {"action": "#c62828", "info": "#1565c0", "ok": "#2e7d32"}
 _STYLE = """
 *{box-sizing:border-box}
@@ -108,11 +109,8 @@ def bar_chart(groups: list[dict[str, Any]]) -> str:
             f'title="{_e(o)}: {n}"></span>'
             for o, n in group["outcomes"].items()
         )
-        where = " · ".join(
-            _e(clipped(v, LABEL_PART_CHARS))
-            for v in (group.get("error_class"), group.get("origin_topic"))
-            if v
-        )
+        parts = (group.get("error_class"), group.get("origin_topic"))
+        where = " · ".join(_e(clipped(v, LABEL_PART_CHARS)) for v in parts if v)
         template = group["template"] or ""
         rows.append(
             f'<div class="bar-label" title="{_e(template)}"><code>{_e(group["signature"])}</code> '
@@ -199,8 +197,7 @@ def _group_table(groups: list[dict[str, Any]], other: dict[str, Any]) -> str:
     for index, g in enumerate(groups):
         samples = "<br>".join(f"<code>{_e(s)}</code>" for s in g["sample_message_ids"])
         name = f"<code>{_e(g['signature'])}</code>"
-        if "explanation" in g:
-            name = f'<a href="#g{index}">{name}</a>'
+        name = f'<a href="#g{index}">{name}</a>' if "explanation" in g else name
         rows.append(
             f"<td>{name}</td><td>{_e(g['template'])}</td><td>{_e(g['error_class'])}</td>"
             f"<td>{_e(g['origin_topic'])}</td><td>{_e(_formats(g))}<br>{_e(g.get('reason') or '')}</td>"
@@ -240,10 +237,7 @@ def _group_detail(index: int, g: dict[str, Any]) -> str:
         f"<code>{_e(g['error_class'] or '-')}</code> · origin <code>{_e(g['origin_topic'] or '-')}</code> "
         f"· format {_e(_formats(g))} · {_e(_outcome_text(g))}</p>"
     ]
-    for key, title, text in (
-        ("fix_errors", "Fix errors", "error"),
-        ("sample_errors", "Sample error messages", "message"),
-    ):
+    for key, title, text in _ERROR_LISTS:
         if g.get(key):
             items = "".join(f"<li><code>{_e(x[text])}</code> &times;{_fmt(x['count'])}</li>" for x in g[key])
             parts.append(f"<h3>{title}</h3><ul>{items}</ul>")

@@ -85,8 +85,7 @@ def first_k(table: pa.Table, keys: Sequence[str], order: Sequence[str], k: int) 
 
 
 def _sort_indices(table: pa.Table, names: Sequence[str]) -> pa.Array:
-    """Indices sorting ``table`` by ``names`` ascending, nulls first (per key from pyarrow 25, which
-    deprecates the option for all keys)."""
+    """Indices sorting ``table`` by ``names`` ascending, nulls first (per key from pyarrow 25 on)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -221,13 +220,11 @@ def read_parts(folder: str) -> ReportParts:
     }
     for row in merged["combos"]:
         row.update(first_seen=iso(row.pop("first")), last_seen=iso(row.pop("last")))
-    samples: dict[str, list[str]] = {}
-    errors: dict[str, list[str]] = {}
-    for row in merged["samples"]:  # sorted by signature, then order (as the errors)
-        samples.setdefault(row["signature"], []).append(row["dlq_message_id"])
-    for row in merged["errors"]:
-        errors.setdefault(row["signature"], []).append(row["message"])
-    return ReportParts(merged["combos"], samples, merged["reps"], errors)
+    listed: dict[str, dict[str, list[str]]] = {"samples": {}, "errors": {}}
+    for kind, column in (("samples", "dlq_message_id"), ("errors", "message")):
+        for row in merged[kind]:  # sorted by signature, then order
+            listed[kind].setdefault(row["signature"], []).append(row[column])
+    return ReportParts(merged["combos"], listed["samples"], merged["reps"], listed["errors"])
 
 
 def snapshot_messages(
@@ -265,9 +262,8 @@ def snapshot_messages(
 def error_counts(
     decisions_dir: str, wanted: dict[str, list[str]], signatures: Sequence[str]
 ) -> tuple[Counter[tuple[str, str]], Counter[tuple[str, str]]]:
-    """``(message counts, fix error counts)`` in one pass over the decisions' files: per signature in
-    ``wanted``, its decisions with each of its messages; per signature of ``signatures``, its decisions with
-    each fix error (both cut to :data:`ERROR_CHARS`)."""
+    """``(message counts, fix error counts)`` per ``(signature, text)`` in one pass over the decisions: of the
+    messages ``wanted``, and of every fix error of ``signatures`` (both cut to :data:`ERROR_CHARS`)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
