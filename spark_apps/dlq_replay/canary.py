@@ -58,24 +58,16 @@ def watched_topics(dlq_topics: tuple[str, ...], spec: CanarySpec) -> list[str]:
     from pulsar_dlq_consumer.topics import normalize_topic
 
     names: list[str] = []
-    for topic in dlq_topics:
-        full = normalize_topic(topic)
-        names.append(full)
-        if full.endswith("-DLQ"):
-            names.append(full[: -len("-DLQ")] + "-RETRY")
-    names.extend(normalize_topic(t) for t in spec.watch_topics)
+    for full in map(normalize_topic, dlq_topics):
+        names += [full, full.removesuffix("-DLQ") + "-RETRY"] if full.endswith("-DLQ") else [full]
+    names += map(normalize_topic, spec.watch_topics)
     return list(dict.fromkeys(names))
 
 
 def failed_again(
-    conf: PulsarConf,
-    topics: list[str],
-    since_ms: int,
-    run_id: str,
-    canary_ids: set[str],
-    optional: frozenset[str] = frozenset(),
+    conf: PulsarConf, topics: list[str], since_ms: int, run_id: str, ids: set[str], optional: frozenset[str]
 ) -> set[str]:
-    """The canary replay ids that reappeared on ``topics`` since ``since_ms``, read by non-durable Readers
+    """The canary replay ``ids`` that reappeared on ``topics`` since ``since_ms``, read by non-durable Readers
     (nothing acked); an unreadable topic in ``optional`` is skipped with a warning."""
     import pulsar
 
@@ -94,7 +86,7 @@ def failed_again(
                 continue
             try:
                 reader.seek(int(since_ms))
-                read += _read_canaries(reader, until_ms, run_id, canary_ids, seen)
+                read += _read_canaries(reader, until_ms, run_id, ids, seen)
             finally:
                 reader.close()
     log.info("canary: read %d messages on %d watched topics; %d failed again", read, len(topics), len(seen))
@@ -183,12 +175,9 @@ def run_canary(run: Any, decisions: DataFrame, send: Callable[[SendFilter, str],
         canaries = read_frame(run.spark, ids_path, CANARY_IDS_SCHEMA)
         results = read_frame(run.spark, path, RESULTS_SCHEMA)
         published = results.filter(F.col("published")).select("replay_id", F.lit(True).alias("ok"))
-        rows = (
-            canaries.join(published, on="replay_id", how="left")
-            .groupBy("signature")
-            .agg(F.collect_list(F.when(F.col("ok"), F.col("replay_id"))).alias("ids"))
-            .collect()
-        )  # canaries only: a few per group
+        ok_ids = F.collect_list(F.when(F.col("ok"), F.col("replay_id"))).alias("ids")
+        # canaries only: a few per group
+        rows = canaries.join(published, on="replay_id", how="left").groupBy("signature").agg(ok_ids).collect()
         sent = {r["signature"]: list(r["ids"]) for r in rows}
         topics = watched_topics(tuple(run.options.topics), spec)
         canary_ids = {i for ids in sent.values() for i in ids}

@@ -291,13 +291,11 @@ def _representatives(ctx: ReportContext, parts: ReportParts, signatures: list[st
     per_group = PAYLOAD_SAMPLES if ctx.payload_snippets else 1
     reps: dict[str, list[Any]] = {sig: [] for sig in signatures}
     for rep in parts.reps:  # sorted by signature, then order
-        if rep["signature"] in reps:
+        if len(reps.get(rep["signature"], ())) < per_group:
             reps[rep["signature"]].append(rep)
-    reps = {sig: mine[:per_group] for sig, mine in reps.items()}
     keys = sorted({(r["dlq_topic"], r["dlq_message_id"]) for mine in reps.values() for r in mine})
-    found = _guarded(
-        "snapshot samples", {}, snapshot_messages, ctx.snapshot_path, keys, ctx.payload_snippets
-    )()
+    query = _guarded("snapshot samples", {}, snapshot_messages, ctx.snapshot_path, keys, ctx.payload_snippets)
+    found = query()
     return {
         sig: [(r, found.get((r["dlq_topic"], r["dlq_message_id"]))) for r in mine]
         for sig, mine in reps.items()
@@ -350,14 +348,9 @@ def refused_origins(decisions: DataFrame) -> list[dict[str, Any]]:
     """Origin topics the allowlist refused, with counts (largest first)."""
     from pyspark.sql import functions as F
 
-    rows = (
-        decisions.filter(F.col("outcome") == oc.ORIGIN_REFUSED)
-        .groupBy(F.coalesce("target_topic", "origin_topic").alias("topic"), "outcome_reason")
-        .count()
-        .orderBy(F.desc("count"), "topic")
-        .limit(REFUSED_ORIGINS)
-        .collect()
-    )
+    topic = F.coalesce("target_topic", "origin_topic").alias("topic")
+    refused = decisions.filter(F.col("outcome") == oc.ORIGIN_REFUSED).groupBy(topic, "outcome_reason").count()
+    rows = refused.orderBy(F.desc("count"), "topic").limit(REFUSED_ORIGINS).collect()
     return [{"topic": r["topic"], "reason": r["outcome_reason"], "count": int(r["count"])} for r in rows]
 
 
@@ -376,13 +369,9 @@ def trend(
     runs: list[dict[str, Any]] = []
     if ledger is not None:
         earlier = ledger.filter(F.col("run_id") != F.lit(run_id))  # a partition filter: this run's not read
-        recent = (
-            earlier.groupBy("run_id")
-            .agg(F.max("recorded_at").alias("at"), F.count(F.lit(1)).alias("messages"), F.first("mode"))
-            .orderBy(F.desc("at"), F.desc("run_id"))
-            .limit(TREND_RUNS - 1)
-            .collect()
-        )
+        per_run = (F.max("recorded_at").alias("at"), F.count(F.lit(1)).alias("messages"), F.first("mode"))
+        latest = earlier.groupBy("run_id").agg(*per_run).orderBy(F.desc("at"), F.desc("run_id"))
+        recent = latest.limit(TREND_RUNS - 1).collect()
         runs = [
             {"run_id": r[0], "at": r[1].isoformat() if r[1] else None, "messages": int(r[2]), "mode": r[3]}
             for r in reversed(recent)
