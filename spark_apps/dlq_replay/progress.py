@@ -82,19 +82,16 @@ def _duration(value: float) -> str:
 
 def progress_line(step: str, done: int | None, total: int | None, elapsed: float) -> str:
     """``step decide: 12,000/50,000 messages (24%), 4,000/s, ETA 10s, 3s elapsed``."""
-    parts: list[str] = []
     if done is None:
-        parts.append("running")
-    else:
-        done = min(done, total) if total is not None else done
-        rate = done / elapsed if elapsed > 0 else 0.0
-        if total:
-            parts.append(f"{done:,}/{total:,} messages ({100 * done / total:.0f}%)")
-        else:
-            parts.append(f"{done:,} messages so far")
-        parts.append(f"{rate:,.0f}/s" if rate >= 10 else f"{rate:.1f}/s")
-        if total is not None and rate > 0:
-            parts.append(f"ETA {_duration((total - done) / rate)}")
+        return f"step {step}: running, {_duration(elapsed)} elapsed"
+    done = min(done, total) if total is not None else done
+    rate = done / elapsed if elapsed > 0 else 0.0
+    parts = [
+        f"{done:,}/{total:,} messages ({100 * done / total:.0f}%)" if total else f"{done:,} messages so far"
+    ]
+    parts.append(f"{rate:,.0f}/s" if rate >= 10 else f"{rate:.1f}/s")
+    if total is not None and rate > 0:
+        parts.append(f"ETA {_duration((total - done) / rate)}")
     parts.append(f"{_duration(elapsed)} elapsed")
     return f"step {step}: {', '.join(parts)}"
 
@@ -115,8 +112,7 @@ def files_rows(paths: Sequence[str]) -> int:
 
     total = 0
     for path in paths:
-        # A file removed while read, a store that does not answer: no count this time.
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(Exception):  # a file removed while read, a store that does not answer
             total += rows_written(path) or 0
     return total
 

@@ -235,6 +235,11 @@ _COUNTED = {
     ),
 }
 _URGENCY = {"action": 0, "info": 1, "ok": 2}
+_HALTED_DETAIL = (
+    "The consumer still fails these messages, so the rest of the group was not sent. Fix the consumer (or "
+    "the playbook's fix for this group, and raise its fix_version), then run again: the next run replays "
+    "the pending messages and the canaries the consumer dead-lettered again."
+)
 
 
 def next_steps(report: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -299,17 +304,15 @@ def _group_steps(report: Mapping[str, Any], totals: Mapping[str, Any]) -> Iterat
         )
 
 
-def _canary_steps(report: Mapping[str, Any]) -> list[dict[str, Any]]:
+def _canary_steps(report: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
     """One action per halted group, or one line saying every group's canary held."""
     canary = report.get("canary") or {}
     verdicts: Mapping[str, Mapping[str, Any]] = canary.get("verdicts") or {}
-    halted = canary.get("halted") or []
-    if canary.get("verdict") == "passed":
+    if canary.get("verdict") == "passed":  # no group halted
         title = f"Canary passed: no canary of {_plural(len(verdicts), 'group')} failed again"
-        return [_step("ok", title, "Every group was replayed in full after the canary wait.")]
+        yield _step("ok", title, "Every group was replayed in full after the canary wait.")
     groups = {str(g.get("signature")): g for g in report.get("groups") or []}
-    steps = []
-    for signature in halted[:5]:
+    for signature in (canary.get("halted") or [])[:5]:
         verdict, group = verdicts[signature], groups.get(signature, {})
         held = int((group.get("outcomes") or {}).get(oc.CANARY_FAILED, 0))
         title = (
@@ -317,13 +320,7 @@ def _canary_steps(report: Mapping[str, Any]) -> list[dict[str, Any]]:
             f"{verdict.get('failed_again', 0)} of {verdict.get('canary_sent', 0)} canaries failed again; "
             f"{_plural(held, 'message')} stay pending as canary_failed"
         )
-        detail = (
-            "The consumer still fails these messages, so the rest of the group was not sent. Fix the "
-            "consumer (or the playbook's fix for this group, and raise its fix_version), then run again: "
-            "the next run replays the pending messages and the canaries the consumer dead-lettered again."
-        )
-        steps.append(_step("action", title, detail))
-    return steps
+        yield _step("action", title, _HALTED_DETAIL)
 
 
 def _filtered_steps(report: Mapping[str, Any]) -> list[dict[str, Any]]:
