@@ -244,17 +244,13 @@ def _read(
         return None
 
 
-def _guarded(what: str, default: Any, compute: Callable[..., Any], *args: Any) -> Callable[[], Any]:
-    """``compute(*args)`` as a query that logs its error and returns ``default`` instead."""
-
-    def query() -> Any:
-        try:
-            return compute(*args)
-        except Exception as exc:
-            log.warning("report: could not compute %s (%s: %s); left out", what, type(exc).__name__, exc)
-            return default
-
-    return query
+def _guarded(what: str, default: Any, compute: Callable[..., Any], *args: Any) -> Any:
+    """``compute(*args)``, or ``default`` with the error logged."""
+    try:
+        return compute(*args)
+    except Exception as exc:
+        log.warning("report: could not compute %s (%s: %s); left out", what, type(exc).__name__, exc)
+        return default
 
 
 def spark_info(spark: SparkSession) -> dict[str, Any]:
@@ -294,8 +290,7 @@ def _representatives(ctx: ReportContext, parts: ReportParts, signatures: list[st
         if len(reps.get(rep["signature"], ())) < per_group:
             reps[rep["signature"]].append(rep)
     keys = sorted({(r["dlq_topic"], r["dlq_message_id"]) for mine in reps.values() for r in mine})
-    query = _guarded("snapshot samples", {}, snapshot_messages, ctx.snapshot_path, keys, ctx.payload_snippets)
-    found = query()
+    found = _guarded("snapshot samples", {}, snapshot_messages, ctx.snapshot_path, keys, ctx.payload_snippets)
     return {
         sig: [(r, found.get((r["dlq_topic"], r["dlq_message_id"]))) for r in mine]
         for sig, mine in reps.items()
@@ -427,13 +422,14 @@ def add_details(
     decisions = _read(spark, ctx.decisions_path, DECIDED_SCHEMA)
     shown = report["groups"][:DETAIL_GROUPS]
     signatures = [g["signature"] for g in shown]
-    queries = {"trend": _guarded("the trend", None, trend, spark, ctx.ledger_path, report, ctx.recorded_at)}
+    trend_args = (spark, ctx.ledger_path, report, ctx.recorded_at)
+    queries = {"trend": partial(_guarded, "the trend", None, trend, *trend_args)}
     if decisions is not None and signatures and parts is not None:
         errors = (parts, ctx.decisions_path, signatures)
-        queries["errors"] = _guarded("sample errors", ({}, {}), _errors, *errors)
+        queries["errors"] = partial(_guarded, "sample errors", ({}, {}), _errors, *errors)
         queries["reps"] = partial(_representatives, ctx, parts, signatures)
     if decisions is not None and report["totals"].get(oc.ORIGIN_REFUSED):
-        queries["refused"] = _guarded("refused origins", [], refused_origins, decisions)
+        queries["refused"] = partial(_guarded, "refused origins", [], refused_origins, decisions)
     results = dict(zip(queries, run_concurrently(spark, *queries.values()), strict=True))
     if "reps" in results:
         _fill_groups(ctx, shown, results["errors"], results["reps"])
