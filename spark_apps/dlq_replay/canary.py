@@ -36,8 +36,7 @@ _VERDICT_LINE = "canary: group %s: %d sent, %d failed again (rate %.2f, max %.2f
 
 
 def canary_selection(decisions: DataFrame, spec: CanarySpec) -> DataFrame:
-    """The canary rows (``replay_id``, ``signature``): the first messages of each group to republish by
-    (publish time, DLQ topic, replay id)."""
+    """The canary rows (``replay_id``, ``signature``): each group's first messages to republish."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -67,8 +66,7 @@ def watched_topics(dlq_topics: tuple[str, ...], spec: CanarySpec) -> list[str]:
 def failed_again(
     conf: PulsarConf, topics: list[str], since_ms: int, run_id: str, ids: set[str], optional: frozenset[str]
 ) -> set[str]:
-    """The canary replay ``ids`` that reappeared on ``topics`` since ``since_ms``, read by non-durable Readers
-    (nothing acked); an unreadable topic in ``optional`` is skipped with a warning."""
+    """The canary ``ids`` back on ``topics`` since ``since_ms`` (read, not acked; ``optional`` may fail)."""
     import pulsar
 
     from spark_apps.dlq_replay.pulsar_io.conf import get_client

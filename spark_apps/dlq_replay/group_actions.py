@@ -30,8 +30,7 @@ _SIGNATURE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
 
 def parse_group_actions(value: str) -> dict[str, str]:
-    """``--group-actions``: a JSON object ``{"<signature>": "replay" | "archive" | "leave"}``, inline or
-    ``@path`` of a file holding it. Raises :class:`ReplayConfigError` naming the bad entry."""
+    """``--group-actions``: a JSON object ``{"<signature>": "replay" | "archive" | "leave"}`` or ``@path``."""
     text = value.strip()
     where = "--group-actions"
     if text.startswith("@"):
@@ -111,8 +110,7 @@ def reuse_window(
 
 
 def reviewed_ids(run: Run) -> DataFrame | None:
-    """With ``--window-from``: ``replay_id`` of every message the reviewed run had in scope (its decisions,
-    minus ``filtered``); this run acts on nothing else."""
+    """With ``--window-from``: ``replay_id`` of what the reviewed run had in scope (not ``filtered``)."""
     from pyspark.sql import functions as F
 
     from spark_apps.dlq_replay.run_context import RunPaths

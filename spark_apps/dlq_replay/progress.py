@@ -150,8 +150,7 @@ class StepProgress:
         return int(text) if text.isdigit() else None
 
     def start(self, step: str, total: int | None) -> None:
-        """Tag the step's jobs and log its progress until :meth:`stop` (a count of messages for the
-        :data:`MESSAGE_STEPS`, that they run for the others)."""
+        """Tag the step's jobs and log its progress (of messages in :data:`MESSAGE_STEPS`) until stopped."""
         self.stop()
         self._folders = []
         if self.spark is not None:

@@ -161,8 +161,7 @@ def build_report(
     resend: dict[str, int] | None = None,
     canary: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The machine-readable report (stable schema, ``format`` 1; ``docs/report.md``) from the record tasks'
-    ``parts`` (``None``: an empty window); :func:`add_details` adds the explanations."""
+    """The machine-readable report (``docs/report.md``); ``parts`` is ``None`` for an empty window."""
     combos, samples = (parts.combos, parts.samples) if parts is not None else ([], {})
     groups, other = build_groups(combos, samples, mode)
     counts: Counter[str] = Counter()
@@ -202,8 +201,7 @@ def build_report(
 
 
 def summary_line(report: dict[str, Any]) -> str:
-    """The last stdout line of a run, ``DLQ_REPLAY_SUMMARY <json>``, also pushed to XCom: run_id, mode,
-    status, totals, paths (and the Spark application and canary when known)."""
+    """The last stdout line of a run, ``DLQ_REPLAY_SUMMARY <json>``, also pushed to XCom."""
     keys = ("run_id", "mode", "status", "totals", "paths", "spark", "canary")
     summary = {k: report[k] for k in keys if k in report}
     return SUMMARY_PREFIX + json.dumps(summary, sort_keys=True, separators=(",", ":"))
@@ -228,8 +226,7 @@ def summary_text(report: dict[str, Any]) -> str:
 def _read(
     spark: SparkSession, path: str, schema: StructType, other_than: str | None = None
 ) -> DataFrame | None:
-    """The dataset at ``path``; ``None`` when absent, unreadable or, with ``other_than`` (a run id), holding
-    no other run's partition (the first run's trend then queries nothing)."""
+    """The dataset at ``path``; ``None`` when absent, unreadable or holding no run but ``other_than``."""
     from spark_apps.dlq_replay.storage import list_names
     from spark_apps.dlq_replay.task_parquet import partition_folder, read_frame
 
@@ -254,8 +251,7 @@ def _guarded(what: str, default: Any, compute: Callable[..., Any], *args: Any) -
 
 
 def spark_info(spark: SparkSession) -> dict[str, Any]:
-    """The application id and master the operator's Spark link is built from (``ui_url`` stays empty: no
-    public API gives the live UI's address)."""
+    """The operator's Spark link (no public API gives the live UI's address: ``ui_url`` stays empty)."""
     from spark_apps.dlq_replay.session import conf_value
 
     app, master = conf_value(spark, "spark.app.id"), conf_value(spark, "spark.master")
@@ -265,8 +261,7 @@ def spark_info(spark: SparkSession) -> dict[str, Any]:
 def _errors(
     parts: ReportParts, decisions_path: str, signatures: list[str]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``(fix errors, sample errors)`` of the shown groups, counted in one pass over the decisions' files:
-    each group's :data:`FIX_ERRORS` most frequent fix errors, and the record tasks' sample messages."""
+    """``(fix errors, sample errors)`` of the shown groups, the most frequent fix errors first."""
     wanted = {sig: parts.errors[sig] for sig in signatures if sig in parts.errors}
     counts, fixes = error_counts(decisions_path, wanted, signatures)
     errors = {
@@ -282,8 +277,7 @@ def _errors(
 
 
 def _representatives(ctx: ReportContext, parts: ReportParts, signatures: list[str]) -> dict[str, list[Any]]:
-    """The shown groups' representatives (a group's first, preferring ones the playbook was applied to),
-    each paired with its snapshot row (properties, and the payload with snippets) or ``None``."""
+    """The shown groups' representatives, each paired with its snapshot row (or ``None``)."""
     per_group = PAYLOAD_SAMPLES if ctx.payload_snippets else 1
     reps: dict[str, list[Any]] = {sig: [] for sig in signatures}
     for rep in parts.reps:  # sorted by signature, then order
@@ -352,9 +346,8 @@ def refused_origins(decisions: DataFrame) -> list[dict[str, Any]]:
 def trend(
     spark: SparkSession, ledger_path: str, report: dict[str, Any], recorded_at: datetime | None = None
 ) -> dict[str, Any] | None:
-    """Count per group over the ledger's last :data:`TREND_RUNS` runs. This run comes last, from the
-    report itself (a dry-run is not in the ledger), at ``recorded_at`` (when its record step wrote its
-    ledger rows, as collected from the ledger) or else its finish."""
+    """Count per group over the ledger's last :data:`TREND_RUNS` runs; this run (maybe a dry-run) comes last,
+    from the report, at ``recorded_at`` (when its record step wrote its ledger rows) or else its finish."""
     from pyspark.sql import functions as F
 
     run_id, shown = report["run_id"], report["groups"][:TREND_GROUPS]
@@ -394,9 +387,8 @@ MAX_QUERY_THREADS = 4
 
 
 def run_concurrently(spark: SparkSession, *queries: Callable[[], Any]) -> list[Any]:
-    """Each query's result, in the order given, the queries run from driver threads (a short job's time goes
-    mostly to planning and scheduling on the driver, so run one after another they leave the cores idle);
-    each thread inherits the caller's job tags. The first error raised is raised here once all ended."""
+    """Each query's result, run from driver threads inheriting the caller's job tags (a short job's time goes
+    mostly to driver planning, leaving cores idle); the first error is raised once all ended."""
     if len(queries) <= 1:
         return [query() for query in queries]
     from concurrent.futures import ThreadPoolExecutor
@@ -415,8 +407,7 @@ def run_concurrently(spark: SparkSession, *queries: Callable[[], Any]) -> list[A
 def add_details(
     report: dict[str, Any], spark: SparkSession, ctx: ReportContext, parts: ReportParts | None
 ) -> None:
-    """Add ``config``, ``spark``, the first :data:`DETAIL_GROUPS` groups' explanations, ``refused_origins``,
-    ``trend`` and ``next_steps`` to ``report``; the queries behind them run side by side."""
+    """Add the configuration, explanations, refused origins, trend and next steps to ``report``."""
     report["config"] = run_config(ctx.options, ctx.playbook)
     report["spark"] = spark_info(spark)
     decisions = _read(spark, ctx.decisions_path, DECIDED_SCHEMA)

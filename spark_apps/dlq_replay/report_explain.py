@@ -88,8 +88,7 @@ def _miss(rule: Rule, record: MatchInput, failed: str | PropertyCondition) -> st
 
 
 def explain_rules(playbook: Playbook, record: MatchInput) -> list[dict[str, Any]]:
-    """Each rule in order with its verdict for ``record``: the first match wins, later rules are not
-    reached; a rule that does not match lists why."""
+    """Each rule in order with its verdict for ``record`` (first match wins) and why it did not match."""
     explained: list[dict[str, Any]] = []
     matched = False
     for rule in playbook.rules:
@@ -115,9 +114,8 @@ def _mask_json(value: Any) -> Any:
 
 
 def mask_payload(payload: bytes | None, limit: int = SNIPPET_CHARS) -> str:
-    """A payload's shape, not its content: JSON keeps its keys and structure, each value replaced by its
-    type (``<string 12>``); other text keeps punctuation and spacing, letters as ``x`` and digits as
-    ``9``; binary data shows only its size. At most ``limit`` characters."""
+    """A payload's shape, not its content: JSON values become their type (``<string 12>``), other text's
+    letters ``x`` and digits ``9``, binary data its size; at most ``limit`` characters."""
     if payload is None:
         return "(no payload)"
     try:

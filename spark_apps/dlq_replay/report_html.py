@@ -96,8 +96,7 @@ def _table(head: str, rows: Iterable[str]) -> str:
 
 
 def bar_chart(groups: list[dict[str, Any]]) -> str:
-    """One row per group: a wrapping label (signature, template, class, origin), a stacked bar split by
-    outcome (widths relative to the largest group) and the count."""
+    """One row per group: a wrapping label, a bar stacked by outcome (scaled to the largest), the count."""
     shown = groups[:CHART_GROUPS]
     if not shown:
         return '<p class="muted">No messages in this run.</p>'
