@@ -26,19 +26,8 @@ if TYPE_CHECKING:
 #: What a group of the report is counted by.
 COMBO_KEYS = ("signature", "outcome", "action", "rule", "context_format")
 #: The decisions' columns a representative keeps (its order adds ``unscoped``).
-REP_COLUMNS = (
-    "signature",
-    "dlq_topic",
-    "dlq_message_id",
-    "error_class",
-    "error_message",
-    "origin_topic",
-    "context_format",
-    "outcome",
-    "outcome_reason",
-    "rule",
-    "publish_time",
-)
+_REP_MESSAGE = ("signature", "dlq_topic", "dlq_message_id", "error_class", "error_message", "origin_topic")
+REP_COLUMNS = (*_REP_MESSAGE, "context_format", "outcome", "outcome_reason", "rule", "publish_time")
 #: Rows gathered before a bucket's parts are reduced (bounds a record task's memory).
 REDUCE_ROWS = 16_384
 #: Reduced chunks kept before they are merged into one.
@@ -59,6 +48,7 @@ _FIRST = {
 _MINIMA = ("template", "error_class", "origin_topic", "reason", "first")
 #: A combination's aggregates of its ledger rows (``n`` of each is 1), merged by the same functions.
 _COMBO_AGGREGATES = (("n", "sum"), *((name, "min") for name in _MINIMA), ("last", "max"))
+_ERRORS = ["signature", "message", "first"]
 _COMBO_COLUMNS = (*COMBO_KEYS, "error_template", "error_class", "origin_topic", "reason")
 
 
@@ -95,12 +85,6 @@ def _sort_indices(table: pa.Table, names: Sequence[str]) -> pa.Array:
     return pc.sort_indices(table, sort_keys=ascending, null_placement="at_start")
 
 
-def _reduce_combos(table: pa.Table) -> pa.Table:
-    grouped = table.group_by(list(COMBO_KEYS), use_threads=False).aggregate(list(_COMBO_AGGREGATES))
-    produced = [f"{name}_{function}" for name, function in _COMBO_AGGREGATES]
-    return grouped.select([*produced, *COMBO_KEYS]).rename_columns([*dict(_COMBO_AGGREGATES), *COMBO_KEYS])
-
-
 def merge(kind: str, tables: Sequence[pa.Table]) -> pa.Table:
     """One table of ``kind`` from several (of one bucket's chunks, or of every bucket)."""
     import pyarrow as pa
@@ -108,11 +92,14 @@ def merge(kind: str, tables: Sequence[pa.Table]) -> pa.Table:
 
     table = pa.concat_tables(tables, promote_options="permissive")
     if kind == "combos":
-        return _reduce_combos(table)
+        grouped = table.group_by(list(COMBO_KEYS), use_threads=False).aggregate(list(_COMBO_AGGREGATES))
+        produced = [f"{name}_{function}" for name, function in _COMBO_AGGREGATES]
+        names = [*dict(_COMBO_AGGREGATES), *COMBO_KEYS]
+        return grouped.select([*produced, *COMBO_KEYS]).rename_columns(names)
     if kind == "errors":  # each message at its earliest time, null first (see above)
         first = ("first", "min", pc.ScalarAggregateOptions(skip_nulls=False))
         earliest = table.group_by(["signature", "message"], use_threads=False).aggregate([first])
-        table = earliest.rename_columns(["signature", "message", "first"])
+        table = earliest.rename_columns(_ERRORS)
     order, k = _FIRST[kind]
     return first_k(table, ["signature"], order, k)
 
@@ -163,17 +150,16 @@ class BucketParts:
         rows.update(
             n=pa.repeat(1, ledger.num_rows), template=ledger["error_template"], first=times, last=times
         )
-        self.parts["combos"].append(_reduce_combos(pa.table(rows)))
-        self.parts["samples"].append(merge("samples", [ledger.select(["signature", *_FIRST["samples"][0]])]))
-        self.parts["reps"].append(merge("reps", [decided]))
-        rows = decided.filter(pc.is_valid(decided.column("error_message")))
-        messages = rows.select(["signature", "error_message", "publish_time"])
-        self.parts["errors"].append(
-            merge("errors", [messages.rename_columns(["signature", "message", "first"])])
-        )
-        for kind, tables in self.parts.items():
-            if len(tables) >= MERGE_EVERY:  # bounded by the groups, however many rows the bucket has
-                self.parts[kind] = [merge(kind, tables)]
+        errors = decided.filter(pc.is_valid(decided.column("error_message")))
+        fresh = {
+            "combos": pa.table(rows),
+            "samples": ledger.select(["signature", *_FIRST["samples"][0]]),
+            "reps": decided,
+            "errors": errors.select(["signature", "error_message", "publish_time"]).rename_columns(_ERRORS),
+        }
+        for kind, table in fresh.items():  # each part is bounded by the groups, however many rows come
+            tables = [*self.parts[kind], merge(kind, [table])]
+            self.parts[kind] = [merge(kind, tables)] if len(tables) >= MERGE_EVERY else tables
 
     def write(self) -> None:
         """Write each part, merged, to ``folder/<kind>/part-<bucket>.parquet`` after the last rows."""
