@@ -267,8 +267,7 @@ def _group_steps(report: Mapping[str, Any], totals: Mapping[str, Any]) -> Iterat
     """Failed fixes per group, refused origins, and the messages no rule matched (with a suggested rule)."""
     groups = list(report.get("groups") or [])
     for group in [g for g in groups if g.get("outcomes", {}).get(oc.FIX_FAILED)][:5]:
-        errors = group.get("fix_errors") or []
-        first = errors[0]["error"] if errors else "see the ledger's fix_error"
+        first = (group.get("fix_errors") or [{"error": "see the ledger's fix_error"}])[0]["error"]
         rules = ", ".join(group.get("rules") or []) or "?"
         count = group["outcomes"][oc.FIX_FAILED]
         yield _step(

@@ -265,19 +265,15 @@ def _trend(trend: dict[str, Any] | None, groups: list[dict[str, Any]]) -> str:
         f"<br><span class='muted'>{_e(clipped(r['run_id'], 28))} · {_e(r.get('mode') or '')}</span></th>"
         for r in runs
     )
-    rows = [
-        "<tr><th>all messages</th>"
-        + "".join(f"<td class='num'>{_fmt(r['messages'])}</td>" for r in runs)
-        + f"<td>{sparkline([int(r['messages']) for r in runs])}</td></tr>"
-    ]
+    series = [("all messages", [int(r["messages"]) for r in runs])]
     for g in trend["groups"]:
-        cells = "".join(f"<td class='num'>{_fmt(c)}</td>" for c in g["counts"])
         full = templates.get(g["signature"], "")
-        label = (
-            f"<code>{_e(g['signature'])}</code> <span class='small' title='{_e(full)}'>"
-            f"{_e(clipped(full, 60))}</span>"
-        )
-        rows.append(f"<tr><th>{label}</th>{cells}<td>{sparkline(g['counts'])}</td></tr>")
+        title = f"<span class='small' title='{_e(full)}'>{_e(clipped(full, 60))}</span>"
+        series.append((f"<code>{_e(g['signature'])}</code> {title}", g["counts"]))
+    rows = []
+    for label, counts in series:
+        cells = "".join(f"<td class='num'>{_fmt(c)}</td>" for c in counts)
+        rows.append(f"<tr><th>{label}</th>{cells}<td>{sparkline(counts)}</td></tr>")
     return (
         '<h2 id="trend">Trend over the last runs</h2><p class="muted small">Messages per group in each run '
         "recorded in the ledger (dry-runs are not recorded; this run is the last column).</p>"
