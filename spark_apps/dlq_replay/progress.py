@@ -144,9 +144,8 @@ class StepProgress:
 
     def expected_snapshot(self) -> int | None:
         """The backlog the caller expects the snapshot to read (``spark.dlq.progress.expectedMessages``)."""
-        if self.spark is None:
-            return None
-        text = str(self.spark.conf.get(CONF_EXPECTED_MESSAGES, "") or "").strip()
+        given = self.spark.conf.get(CONF_EXPECTED_MESSAGES, "") if self.spark is not None else ""
+        text = str(given or "").strip()
         return int(text) if text.isdigit() else None
 
     def start(self, step: str, total: int | None) -> None:
