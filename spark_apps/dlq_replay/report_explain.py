@@ -69,16 +69,11 @@ _CONDITIONS: dict[str, tuple[Callable[[Any], Any], str]] = {
 }
 
 
-def _condition(rule: Rule, key: str) -> Any:
-    """The rule's value of the ``match:`` condition ``key`` (``None``: not given)."""
-    return getattr(rule, MATCH_CONDITIONS[key][0])
-
-
 def _miss(rule: Rule, record: MatchInput, failed: str | PropertyCondition) -> str:
     """Why ``record`` fails one condition of ``rule`` (a property's value is never shown)."""
     if isinstance(failed, str):
         show, why = _CONDITIONS[failed]
-        shown = show(_condition(rule, failed))
+        shown = show(getattr(rule, MATCH_CONDITIONS[failed][0]))
         listed = _listed(shown) if isinstance(shown, list) else shown
         return why.format(value=getattr(record, failed) or "(none)", shown=shown, listed=listed)
     if record.properties.get(failed.key) is None:
@@ -154,7 +149,7 @@ _SHOWN_AS_SET = ("mode", "service_url", "subscription", "max_replays", "archive_
 
 
 def _rule_summary(rule: Rule) -> dict[str, Any]:
-    given = {key: _condition(rule, key) for key in _CONDITIONS}
+    given = {key: getattr(rule, MATCH_CONDITIONS[key][0]) for key in _CONDITIONS}  # None: not given
     match = {key: _CONDITIONS[key][0](value) for key, value in given.items() if value is not None}
     if rule.properties:
         match["properties"] = {
