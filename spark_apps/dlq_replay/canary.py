@@ -32,14 +32,11 @@ HALTED_REASON = "halted: the group's canary failed again in the consumer"
 #: Read the watched topics from this long before the canary was sent (broker and driver clocks differ);
 #: matching on REPLAY_ID and REPLAY_RUN_ID keeps older messages out.
 CLOCK_MARGIN_MS = 120_000
-
-
-# --------------------------------------------------------------------------- selection (pure DataFrame)
+_VERDICT_LINE = "canary: group %s: %d sent, %d failed again (rate %.2f, max %.2f) -> %s"
 
 
 def canary_selection(decisions: DataFrame, spec: CanarySpec) -> DataFrame:
-    """The canary rows (``replay_id``, ``signature``): the first messages of each group to republish by
-    (publish time, DLQ topic, replay id)."""
+    """The canary rows (``replay_id``, ``signature``): each group's first messages to republish."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -55,33 +52,21 @@ def canary_selection(decisions: DataFrame, spec: CanarySpec) -> DataFrame:
     return ranked.filter("_canary").drop("_canary")
 
 
-# --------------------------------------------------------------------------- watching (driver)
-
-
 def watched_topics(dlq_topics: tuple[str, ...], spec: CanarySpec) -> list[str]:
     """The DLQ topics, their ``-RETRY`` siblings and the extra watch topics (full names, no duplicates)."""
     from pulsar_dlq_consumer.topics import normalize_topic
 
     names: list[str] = []
-    for topic in dlq_topics:
-        full = normalize_topic(topic)
-        names.append(full)
-        if full.endswith("-DLQ"):
-            names.append(full[: -len("-DLQ")] + "-RETRY")
-    names.extend(normalize_topic(t) for t in spec.watch_topics)
+    for full in map(normalize_topic, dlq_topics):
+        names += [full, full.removesuffix("-DLQ") + "-RETRY"] if full.endswith("-DLQ") else [full]
+    names += map(normalize_topic, spec.watch_topics)
     return list(dict.fromkeys(names))
 
 
 def failed_again(
-    conf: PulsarConf,
-    topics: list[str],
-    since_ms: int,
-    run_id: str,
-    canary_ids: set[str],
-    optional: frozenset[str] = frozenset(),
+    conf: PulsarConf, topics: list[str], since_ms: int, run_id: str, ids: set[str], optional: frozenset[str]
 ) -> set[str]:
-    """The canary replay ids that reappeared on ``topics`` since ``since_ms``, read by non-durable Readers
-    (nothing acked); an unreadable topic in ``optional`` is skipped with a warning."""
+    """The canary ``ids`` back on ``topics`` since ``since_ms`` (read, not acked; ``optional`` may fail)."""
     import pulsar
 
     from spark_apps.dlq_replay.pulsar_io.conf import get_client
@@ -99,7 +84,7 @@ def failed_again(
                 continue
             try:
                 reader.seek(int(since_ms))
-                read += _read_canaries(reader, until_ms, run_id, canary_ids, seen)
+                read += _read_canaries(reader, until_ms, run_id, ids, seen)
             finally:
                 reader.close()
     log.info("canary: read %d messages on %d watched topics; %d failed again", read, len(topics), len(seen))
@@ -143,17 +128,11 @@ def verdicts(sent: dict[str, list[str]], seen: set[str], spec: CanarySpec) -> di
     for signature, ids in sorted(sent.items()):
         failed = len(set(ids) & seen)
         rate = failed / len(ids) if ids else 1.0
-        halted = not ids or rate > spec.max_failure_rate
-        out[signature] = {
-            "canary_sent": len(ids),
-            "failed_again": failed,
-            "failure_rate": round(rate, 4),
-            "decision": "halted" if halted else "replay",
-        }
+        decision = "halted" if not ids or rate > spec.max_failure_rate else "replay"
+        out[signature] = dict(
+            canary_sent=len(ids), failed_again=failed, failure_rate=round(rate, 4), decision=decision
+        )
     return out
-
-
-# --------------------------------------------------------------------------- the apply-step hook
 
 
 def run_canary(run: Any, decisions: DataFrame, send: Callable[[SendFilter, str], None]) -> list[str]:
@@ -194,12 +173,9 @@ def run_canary(run: Any, decisions: DataFrame, send: Callable[[SendFilter, str],
         canaries = read_frame(run.spark, ids_path, CANARY_IDS_SCHEMA)
         results = read_frame(run.spark, path, RESULTS_SCHEMA)
         published = results.filter(F.col("published")).select("replay_id", F.lit(True).alias("ok"))
-        rows = (
-            canaries.join(published, on="replay_id", how="left")
-            .groupBy("signature")
-            .agg(F.collect_list(F.when(F.col("ok"), F.col("replay_id"))).alias("ids"))
-            .collect()
-        )  # canaries only: a few per group
+        ok_ids = F.collect_list(F.when(F.col("ok"), F.col("replay_id"))).alias("ids")
+        # canaries only: a few per group
+        rows = canaries.join(published, on="replay_id", how="left").groupBy("signature").agg(ok_ids).collect()
         sent = {r["signature"]: list(r["ids"]) for r in rows}
         topics = watched_topics(tuple(run.options.topics), spec)
         canary_ids = {i for ids in sent.values() for i in ids}
@@ -209,16 +185,9 @@ def run_canary(run: Any, decisions: DataFrame, send: Callable[[SendFilter, str],
         state["watched_topics"] = topics
         state["verdicts"] = verdicts(sent, seen, spec)
         run.save()
-        for signature, verdict in state["verdicts"].items():
-            log.info(
-                "canary: group %s: %d sent, %d failed again (rate %.2f, max %.2f) -> %s",
-                signature,
-                verdict["canary_sent"],
-                verdict["failed_again"],
-                verdict["failure_rate"],
-                spec.max_failure_rate,
-                verdict["decision"],
-            )
+        for signature, v in state["verdicts"].items():
+            counts = (v["canary_sent"], v["failed_again"], v["failure_rate"], spec.max_failure_rate)
+            log.info(_VERDICT_LINE, signature, *counts, v["decision"])
     return halted_groups(run)
 
 

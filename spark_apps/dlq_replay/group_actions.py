@@ -1,15 +1,13 @@
-"""Per-group actions a reviewer approved (``--group-actions``) and the window of the run they reviewed.
-
-A reviewed replay acts only on what a person approved: each error signature maps to ``replay``,
-``archive`` or ``leave``, overriding the playbook for that group in this run, and the run reads the
-window that the reviewed dry-run froze (``--window-from``), so messages that reached the DLQ after the
-review wait for the next one. See ``docs/approval.md``.
+"""Per-group actions a reviewer approved (``--group-actions``: ``replay``, ``archive`` or ``leave`` per error
+signature, overriding the playbook) and the window of the dry-run they reviewed (``--window-from``), so
+messages that reached the DLQ after the review wait for the next run. See ``docs/approval.md``.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pulsar_dlq_consumer.replay_options import GROUP_ACTIONS
@@ -32,16 +30,14 @@ _SIGNATURE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
 
 def parse_group_actions(value: str) -> dict[str, str]:
-    """``--group-actions``: a JSON object ``{"<signature>": "replay" | "archive" | "leave"}``, inline or
-    ``@path`` of a file holding it. Raises :class:`ReplayConfigError` naming the bad entry."""
+    """``--group-actions``: a JSON object ``{"<signature>": "replay" | "archive" | "leave"}`` or ``@path``."""
     text = value.strip()
     where = "--group-actions"
     if text.startswith("@"):
         path = text[1:]
         where = f"--group-actions file {shown(path)}"
         try:
-            with open(path, encoding="utf-8") as handle:
-                text = handle.read()
+            text = Path(path).read_text(encoding="utf-8")
         except OSError as exc:
             raise ReplayConfigError(
                 f"{where} cannot be read ({exc.strerror}); give a readable JSON file"
@@ -56,8 +52,7 @@ def parse_group_actions(value: str) -> dict[str, str]:
     if not isinstance(data, dict):
         kind = type(data).__name__
         raise ReplayConfigError(f"{where} must be a JSON object of signature -> action; got {kind}")
-    actions: dict[str, str] = {}
-    for signature, action in data.items():
+    for signature, action in data.items():  # JSON object keys are strings
         if not _SIGNATURE.fullmatch(str(signature)):
             raise ReplayConfigError(
                 f"{where}: {shown(signature)} is not an error signature (copy them from a report's groups)"
@@ -67,8 +62,7 @@ def parse_group_actions(value: str) -> dict[str, str]:
                 f"{where}: action {shown(action)} of signature {shown(signature)} must be one of "
                 f"{', '.join(GROUP_ACTIONS)}"
             )
-        actions[str(signature)] = str(action)
-    return actions
+    return dict(data)
 
 
 #: The action and reason of the rule an approval stands for.
@@ -80,12 +74,8 @@ _APPROVED = {
 
 
 def override_rule(action: str, playbook_rule: Rule | None) -> Rule:
-    """The rule that decides a message of a group with an approved ``action`` (checked by
-    :func:`parse_group_actions`).
-
-    ``replay`` keeps a matching playbook ``republish`` rule (its fix still applies) and otherwise
-    republishes the original; ``archive`` archives; ``leave`` skips (the message stays pending).
-    """
+    """The rule for a message of a group approved for ``action``: ``replay`` keeps a matching playbook
+    ``republish`` rule (its fix still applies), else republishes the original; ``leave`` skips."""
     from spark_apps.dlq_replay.playbook import Rule
 
     if action == REPLAY and playbook_rule is not None and playbook_rule.action == oc.REPUBLISH:
@@ -97,11 +87,8 @@ def override_rule(action: str, playbook_rule: Rule | None) -> Rule:
 def reuse_window(
     storage: RunStorage, plan_path: str, run_id: str, topics: tuple[str, ...], subscription: str
 ) -> list[PartitionWindow]:
-    """The frozen window of the earlier run ``run_id`` (``--window-from``), read from its ``plan.json``.
-
-    The earlier run must have read the same topics through the same subscription; anything else is a
-    :class:`ReplayConfigError` raised before this run reads or sends anything.
-    """
+    """The frozen window of the earlier run ``run_id`` (``--window-from``) from its ``plan.json``; refused
+    (before anything is read or sent) unless it read the same topics through the same subscription."""
     from pulsar_dlq_consumer.topics import normalize_topic
     from spark_apps.dlq_replay.pulsar_io.window import windows_from_json
 
@@ -117,15 +104,13 @@ def reuse_window(
         raise ReplayConfigError(
             f"--window-from {shown(run_id)} read topics {plan.get('topics')} through subscription "
             f"{shown(plan.get('subscription'))}; this run reads {list(topics)} through "
-            f"{shown(subscription)}. "
-            "Use the same --topics and --subscription as the reviewed run"
+            f"{shown(subscription)}. Use the same --topics and --subscription as the reviewed run"
         )
     return windows_from_json(plan["window"])
 
 
 def reviewed_ids(run: Run) -> DataFrame | None:
-    """With ``--window-from``: ``replay_id`` of every message the reviewed run had in scope (its decisions,
-    minus ``filtered``); this run acts on nothing else."""
+    """With ``--window-from``: ``replay_id`` of what the reviewed run had in scope (not ``filtered``)."""
     from pyspark.sql import functions as F
 
     from spark_apps.dlq_replay.run_context import RunPaths

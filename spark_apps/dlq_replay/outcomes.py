@@ -7,7 +7,6 @@ from pulsar_dlq_consumer.replay_options import ARCHIVE_ONLY as ARCHIVE_ONLY
 from pulsar_dlq_consumer.replay_options import DRY_RUN as DRY_RUN
 from pulsar_dlq_consumer.replay_options import REPLAY as REPLAY
 
-# --------------------------------------------------------------------------- actions (playbook)
 REPUBLISH = "republish"
 ARCHIVE = "archive"
 DROP = "drop"
@@ -18,7 +17,6 @@ ON_FIX_ERROR_PENDING = "pending"
 ON_FIX_ERROR_ARCHIVE = "archive"
 ON_FIX_ERROR_CHOICES: tuple[str, ...] = (ON_FIX_ERROR_PENDING, ON_FIX_ERROR_ARCHIVE)
 
-# --------------------------------------------------------------------------- outcomes (ledger, report)
 REPUBLISHED = "republished"
 ARCHIVED = "archived"
 DROPPED = "dropped"

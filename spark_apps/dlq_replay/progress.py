@@ -1,8 +1,6 @@
-"""Progress of a running step, logged every few seconds: messages done / total, rate, ETA.
-
-The count sums the ``_progress-<partition>`` files the step's tasks keep in their output folders
-(:mod:`~spark_apps.dlq_replay.task_parquet`), so the same lines come on every deployment. The step's
-jobs carry the tag ``dlq-replay:<step>``, by which they can be told apart and interrupted.
+"""Progress of a running step, logged every few seconds: messages done / total, rate, ETA. The count sums the
+``_progress-<partition>`` files the step's tasks keep in their output folders, so the same lines come on every
+deployment; the step's jobs carry the tag ``dlq-replay:<step>`` (to tell them apart and interrupt them).
 """
 
 from __future__ import annotations
@@ -84,19 +82,16 @@ def _duration(value: float) -> str:
 
 def progress_line(step: str, done: int | None, total: int | None, elapsed: float) -> str:
     """``step decide: 12,000/50,000 messages (24%), 4,000/s, ETA 10s, 3s elapsed``."""
-    parts: list[str] = []
     if done is None:
-        parts.append("running")
-    else:
-        done = min(done, total) if total is not None else done
-        rate = done / elapsed if elapsed > 0 else 0.0
-        if total:
-            parts.append(f"{done:,}/{total:,} messages ({100 * done / total:.0f}%)")
-        else:
-            parts.append(f"{done:,} messages so far")
-        parts.append(f"{rate:,.0f}/s" if rate >= 10 else f"{rate:.1f}/s")
-        if total is not None and rate > 0:
-            parts.append(f"ETA {_duration((total - done) / rate)}")
+        return f"step {step}: running, {_duration(elapsed)} elapsed"
+    done = min(done, total) if total is not None else done
+    rate = done / elapsed if elapsed > 0 else 0.0
+    parts = [
+        f"{done:,}/{total:,} messages ({100 * done / total:.0f}%)" if total else f"{done:,} messages so far"
+    ]
+    parts.append(f"{rate:,.0f}/s" if rate >= 10 else f"{rate:.1f}/s")
+    if total is not None and rate > 0:
+        parts.append(f"ETA {_duration((total - done) / rate)}")
     parts.append(f"{_duration(elapsed)} elapsed")
     return f"step {step}: {', '.join(parts)}"
 
@@ -105,17 +100,10 @@ def expected_total(state: Any, step: str, expected_snapshot: int | None = None) 
     """The messages a step handles, from what earlier steps recorded in the run state."""
     if step == "snapshot":
         return expected_snapshot
-    earlier, key = _TOTALS.get(step, ("", ""))
-    value = (state.info(earlier) or {}).get(key) if earlier else None
+    # the earlier step and the count it recorded that is the step's total
+    earlier, key = {"apply": ("decide", "to_republish")}.get(step, ("snapshot", "messages"))
+    value = (state.info(earlier) or {}).get(key) if step in ("decide", "record", "apply") else None
     return value if isinstance(value, int) else None
-
-
-#: Step -> the earlier step and the count it recorded that is the step's total.
-_TOTALS = {
-    "decide": ("snapshot", "messages"),
-    "record": ("snapshot", "messages"),
-    "apply": ("decide", "to_republish"),
-}
 
 
 def files_rows(paths: Sequence[str]) -> int:
@@ -124,8 +112,7 @@ def files_rows(paths: Sequence[str]) -> int:
 
     total = 0
     for path in paths:
-        # A file removed while read, a store that does not answer: no count this time.
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(Exception):  # a file removed while read, a store that does not answer
             total += rows_written(path) or 0
     return total
 
@@ -157,14 +144,12 @@ class StepProgress:
 
     def expected_snapshot(self) -> int | None:
         """The backlog the caller expects the snapshot to read (``spark.dlq.progress.expectedMessages``)."""
-        if self.spark is None:
-            return None
-        text = str(self.spark.conf.get(CONF_EXPECTED_MESSAGES, "") or "").strip()
+        given = self.spark.conf.get(CONF_EXPECTED_MESSAGES, "") if self.spark is not None else ""
+        text = str(given or "").strip()
         return int(text) if text.isdigit() else None
 
     def start(self, step: str, total: int | None) -> None:
-        """Tag the step's jobs and log its progress until :meth:`stop` (a count of messages for the
-        :data:`MESSAGE_STEPS`, that they run for the others)."""
+        """Tag the step's jobs and log its progress (of messages in :data:`MESSAGE_STEPS`) until stopped."""
         self.stop()
         self._folders = []
         if self.spark is not None:

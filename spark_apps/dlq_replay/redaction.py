@@ -1,11 +1,6 @@
-"""The one rule for secrets in the replay app's output: what could be a token is never shown.
-
-:func:`could_be_secret` says whether a value could be a token (a JWT, a long hex string, or a run of 16+
-letters and digits mixing cases and digits the way random characters do); :func:`shown` quotes a value
-for a message unless it could be one; :func:`check_url` refuses a URL carrying credentials, a query or a
-fragment (secrets come only from ``PULSAR_AUTH_TOKEN``/``--auth-token-file`` and the OAuth2 equivalents)
-and :func:`safe_url` is a URL's printable form. :func:`scrub`, the last line of defence, removes every
-:func:`register`-ed secret, JWT and URL credential from the command line's errors and log lines.
+"""The one rule for secrets in the replay app's output: what could be a token is never shown. Secrets come
+only from ``PULSAR_AUTH_TOKEN``/``--auth-token-file`` and the OAuth2 equivalents, never from URLs;
+:func:`scrub`, the last line of defence, removes registered secrets, JWTs and URL credentials from logs.
 """
 
 from __future__ import annotations
@@ -48,6 +43,7 @@ def _random_looking(run: str) -> bool:
 
 
 def could_be_secret(value: object) -> bool:
+    """A JWT, a long hex string, or a run of 16+ letters and digits mixing classes as random ones do."""
     text = str(value)
     if _JWT.search(text) or _HEX.search(text):
         return True

@@ -1,7 +1,5 @@
-"""Report step: per-signature groups, totals and timings as ``report.json`` and ``report.html``, their
-explanations and the printed summary (``docs/report.md``). The groups come from the record tasks' parts
-(:mod:`~spark_apps.dlq_replay.report_parts`), the explanations from small Spark queries and pyarrow reads:
-only aggregates reach the driver. An explanation that cannot be computed is logged and left out.
+"""Report step: ``report.json``, ``report.html`` and the printed summary (``docs/report.md``) from the record
+tasks' parts and small Spark queries (only aggregates reach the driver); a failed explanation is left out.
 """
 
 from __future__ import annotations
@@ -42,16 +40,9 @@ log = logging.getLogger("spark_apps.dlq_replay")
 REPORT_FORMAT = 1
 MAX_GROUPS = 200
 #: The totals in report order: the outcomes with the commit's and a resumed apply's counts among them.
-TOTAL_KEYS: tuple[str, ...] = (
-    "snapshot",
-    *oc.OUTCOMES[: oc.OUTCOMES.index(oc.FILTERED)],
-    "acked",
-    "left_pending",
-    oc.FILTERED,
-    oc.PUBLISH_FAILED,
-    "resent",
-    oc.CANARY_FAILED,
-)
+_AT = oc.OUTCOMES.index(oc.FILTERED)
+_TAIL = ("acked", "left_pending", *oc.OUTCOMES[_AT:-1], "resent", oc.CANARY_FAILED)
+TOTAL_KEYS: tuple[str, ...] = ("snapshot", *oc.OUTCOMES[:_AT], *_TAIL)
 #: Groups that get explanations (the largest first); the rest are listed with counts only.
 DETAIL_GROUPS = 50
 FIX_ERRORS = 3
@@ -170,14 +161,7 @@ def build_report(
     resend: dict[str, int] | None = None,
     canary: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The machine-readable report (stable schema, ``format`` 1; ``docs/report.md``).
-
-    ``parts``: what the record tasks gathered (``None``: an empty window). ``resend``: what a resumed
-    apply sent again (``resent``), of it what the broker dropped as duplicates (``resent_held``), and the
-    most that can reach the origins twice without deduplication (``resend_bound``). ``canary``: the
-    canary's size and per-group verdicts; the report adds the run's ``verdict``. :func:`add_details` adds
-    the explanations.
-    """
+    """The machine-readable report (``docs/report.md``); ``parts`` is ``None`` for an empty window."""
     combos, samples = (parts.combos, parts.samples) if parts is not None else ([], {})
     groups, other = build_groups(combos, samples, mode)
     counts: Counter[str] = Counter()
@@ -186,13 +170,9 @@ def build_report(
     resend = {**dict.fromkeys(_RESEND_COUNTS, 0), **(resend or {})}
     snapshot = sum(counts.values())
     final = sum(n for name, n in counts.items() if name in oc.FINAL_OUTCOMES)
-    totals = {key: counts.get(key, 0) for key in TOTAL_KEYS}
-    totals.update(
-        snapshot=snapshot,
-        acked=commit.acked,
-        left_pending=snapshot if mode == oc.DRY_RUN else snapshot - final,
-        resent=resend["resent"],
-    )
+    pending = snapshot if mode == oc.DRY_RUN else snapshot - final
+    totals = {key: counts[key] for key in TOTAL_KEYS}
+    totals.update(snapshot=snapshot, acked=commit.acked, left_pending=pending, resent=resend["resent"])
     report = {
         "format": REPORT_FORMAT,
         "run_id": run_id,
@@ -215,14 +195,13 @@ def build_report(
         verdicts = canary.get("verdicts") or {}
         halted = halted_in(verdicts)
         verdict = "halted" if halted else "passed" if verdicts else "not judged"
-        held_back = counts.get(oc.CANARY_FAILED, 0)
+        held_back = counts[oc.CANARY_FAILED]
         report["canary"] = {**canary, "verdict": verdict, "halted": halted, "held_back": held_back}
     return report
 
 
 def summary_line(report: dict[str, Any]) -> str:
-    """The last stdout line of a run, ``DLQ_REPLAY_SUMMARY <json>``, also pushed to XCom: run_id, mode,
-    status, totals, paths (and the Spark application and canary when known)."""
+    """The last stdout line of a run, ``DLQ_REPLAY_SUMMARY <json>``, also pushed to XCom."""
     keys = ("run_id", "mode", "status", "totals", "paths", "spark", "canary")
     summary = {k: report[k] for k in keys if k in report}
     return SUMMARY_PREFIX + json.dumps(summary, sort_keys=True, separators=(",", ":"))
@@ -244,15 +223,10 @@ def summary_text(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-# --------------------------------------------------------------------------- explanations
-
-
 def _read(
     spark: SparkSession, path: str, schema: StructType, other_than: str | None = None
 ) -> DataFrame | None:
-    """The dataset at ``path``; ``None`` when absent (e.g. no ledger before the first run), unreadable,
-    or, with ``other_than`` (a run id), holding no other run's partition (the first run's trend then
-    queries nothing)."""
+    """The dataset at ``path``; ``None`` when absent, unreadable or holding no run but ``other_than``."""
     from spark_apps.dlq_replay.storage import list_names
     from spark_apps.dlq_replay.task_parquet import partition_folder, read_frame
 
@@ -267,36 +241,27 @@ def _read(
         return None
 
 
-def _guarded(what: str, default: Any, compute: Callable[..., Any], *args: Any) -> Callable[[], Any]:
-    """``compute(*args)`` as a query that logs its error and returns ``default`` instead."""
-
-    def query() -> Any:
-        try:
-            return compute(*args)
-        except Exception as exc:
-            log.warning("report: could not compute %s (%s: %s); left out", what, type(exc).__name__, exc)
-            return default
-
-    return query
+def _guarded(what: str, default: Any, compute: Callable[..., Any], *args: Any) -> Any:
+    """``compute(*args)``, or ``default`` with the error logged."""
+    try:
+        return compute(*args)
+    except Exception as exc:
+        log.warning("report: could not compute %s (%s: %s); left out", what, type(exc).__name__, exc)
+        return default
 
 
 def spark_info(spark: SparkSession) -> dict[str, Any]:
-    """The application id and master (under Spark Connect: the server's application) the operator's
-    Spark link is built from; ``ui_url`` stays empty: no public API gives the live UI's address."""
+    """The operator's Spark link (no public API gives the live UI's address: ``ui_url`` stays empty)."""
     from spark_apps.dlq_replay.session import conf_value
 
-    return {
-        "application_id": conf_value(spark, "spark.app.id"),
-        "master": conf_value(spark, "spark.master"),
-        "ui_url": None,
-    }
+    app, master = conf_value(spark, "spark.app.id"), conf_value(spark, "spark.master")
+    return {"application_id": app, "master": master, "ui_url": None}
 
 
 def _errors(
     parts: ReportParts, decisions_path: str, signatures: list[str]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``(fix errors, sample errors)`` of the shown groups, counted in one pass over the decisions' files:
-    each group's :data:`FIX_ERRORS` most frequent fix errors, and the record tasks' sample messages."""
+    """``(fix errors, sample errors)`` of the shown groups, the most frequent fix errors first."""
     wanted = {sig: parts.errors[sig] for sig in signatures if sig in parts.errors}
     counts, fixes = error_counts(decisions_path, wanted, signatures)
     errors = {
@@ -312,18 +277,14 @@ def _errors(
 
 
 def _representatives(ctx: ReportContext, parts: ReportParts, signatures: list[str]) -> dict[str, list[Any]]:
-    """The shown groups' representatives (a group's first, preferring ones the playbook was applied to),
-    each paired with its snapshot row (properties, and the payload with snippets) or ``None``."""
+    """The shown groups' representatives, each paired with its snapshot row (or ``None``)."""
     per_group = PAYLOAD_SAMPLES if ctx.payload_snippets else 1
     reps: dict[str, list[Any]] = {sig: [] for sig in signatures}
     for rep in parts.reps:  # sorted by signature, then order
-        if rep["signature"] in reps:
+        if len(reps.get(rep["signature"], ())) < per_group:
             reps[rep["signature"]].append(rep)
-    reps = {sig: mine[:per_group] for sig, mine in reps.items()}
     keys = sorted({(r["dlq_topic"], r["dlq_message_id"]) for mine in reps.values() for r in mine})
-    found = _guarded(
-        "snapshot samples", {}, snapshot_messages, ctx.snapshot_path, keys, ctx.payload_snippets
-    )()
+    found = _guarded("snapshot samples", {}, snapshot_messages, ctx.snapshot_path, keys, ctx.payload_snippets)
     return {
         sig: [(r, found.get((r["dlq_topic"], r["dlq_message_id"]))) for r in mine]
         for sig, mine in reps.items()
@@ -356,45 +317,37 @@ def _fill_groups(
 ) -> None:
     """Add ``fix_errors``, ``sample_errors``, ``explanation`` (and ``payload_samples``) to ``shown``."""
     archive_payload = bool(getattr(ctx.options, "archive_payload", True))
+
+    def snippet(rep: Any, snap: Any) -> str:
+        if archive_payload and not ctx.playbook.payload_off(rep["dlq_topic"], rep["origin_topic"]):
+            return mask_payload(snap["value"])
+        return "(payload off for this topic)"
+
     for group in shown:
         sig, mine = group["signature"], reps.get(group["signature"], [])
         group["fix_errors"], group["sample_errors"] = errors[0].get(sig, []), errors[1].get(sig, [])
         if mine:
             group["explanation"] = _explanation(ctx.playbook, *mine[0])
         if ctx.payload_snippets:
-            group["payload_samples"] = [
-                {
-                    "message_id": rep["dlq_message_id"],
-                    "snippet": mask_payload(snap["value"])
-                    if archive_payload and not ctx.playbook.payload_off(rep["dlq_topic"], rep["origin_topic"])
-                    else "(payload off for this topic)",
-                }
-                for rep, snap in mine
-                if snap is not None
-            ]
+            samples = [(rep["dlq_message_id"], snippet(rep, snap)) for rep, snap in mine if snap is not None]
+            group["payload_samples"] = [{"message_id": i, "snippet": text} for i, text in samples]
 
 
 def refused_origins(decisions: DataFrame) -> list[dict[str, Any]]:
     """Origin topics the allowlist refused, with counts (largest first)."""
     from pyspark.sql import functions as F
 
-    rows = (
-        decisions.filter(F.col("outcome") == oc.ORIGIN_REFUSED)
-        .groupBy(F.coalesce("target_topic", "origin_topic").alias("topic"), "outcome_reason")
-        .count()
-        .orderBy(F.desc("count"), "topic")
-        .limit(REFUSED_ORIGINS)
-        .collect()
-    )
+    topic = F.coalesce("target_topic", "origin_topic").alias("topic")
+    refused = decisions.filter(F.col("outcome") == oc.ORIGIN_REFUSED).groupBy(topic, "outcome_reason").count()
+    rows = refused.orderBy(F.desc("count"), "topic").limit(REFUSED_ORIGINS).collect()
     return [{"topic": r["topic"], "reason": r["outcome_reason"], "count": int(r["count"])} for r in rows]
 
 
 def trend(
     spark: SparkSession, ledger_path: str, report: dict[str, Any], recorded_at: datetime | None = None
 ) -> dict[str, Any] | None:
-    """Count per group over the ledger's last :data:`TREND_RUNS` runs. This run comes last, from the
-    report itself (a dry-run is not in the ledger), at ``recorded_at`` (when its record step wrote its
-    ledger rows, as collected from the ledger) or else its finish."""
+    """Count per group over the ledger's last :data:`TREND_RUNS` runs; this run (maybe a dry-run) comes last,
+    from the report, at ``recorded_at`` (when its record step wrote its ledger rows) or else its finish."""
     from pyspark.sql import functions as F
 
     run_id, shown = report["run_id"], report["groups"][:TREND_GROUPS]
@@ -404,13 +357,9 @@ def trend(
     runs: list[dict[str, Any]] = []
     if ledger is not None:
         earlier = ledger.filter(F.col("run_id") != F.lit(run_id))  # a partition filter: this run's not read
-        recent = (
-            earlier.groupBy("run_id")
-            .agg(F.max("recorded_at").alias("at"), F.count(F.lit(1)).alias("messages"), F.first("mode"))
-            .orderBy(F.desc("at"), F.desc("run_id"))
-            .limit(TREND_RUNS - 1)
-            .collect()
-        )
+        per_run = (F.max("recorded_at").alias("at"), F.count(F.lit(1)).alias("messages"), F.first("mode"))
+        latest = earlier.groupBy("run_id").agg(*per_run).orderBy(F.desc("at"), F.desc("run_id"))
+        recent = latest.limit(TREND_RUNS - 1).collect()
         runs = [
             {"run_id": r[0], "at": r[1].isoformat() if r[1] else None, "messages": int(r[2]), "mode": r[3]}
             for r in reversed(recent)
@@ -420,14 +369,11 @@ def trend(
             mine = earlier.filter(F.col("run_id").isin(ids) & F.col("signature").isin(signatures))
             for row in mine.groupBy("run_id", "signature").count().collect():
                 counts[(row["run_id"], row["signature"])] = int(row["count"])
-    if recorded_at is None:
-        at = report.get("finished_at")
-    else:  # as ``collect`` returns a timestamp: naive, in local time
+    at = report.get("finished_at")
+    if recorded_at is not None:  # as ``collect`` returns a timestamp: naive, in local time
         at = recorded_at.astimezone().replace(tzinfo=None).isoformat()
-    totals = report["totals"]
-    runs.append(
-        {"run_id": run_id, "at": at, "messages": totals.get("snapshot", 0), "mode": report.get("mode")}
-    )
+    messages = report["totals"].get("snapshot", 0)
+    runs.append({"run_id": run_id, "at": at, "messages": messages, "mode": report.get("mode")})
     if len(runs) < 2:
         return None
     counted = [
@@ -441,9 +387,8 @@ MAX_QUERY_THREADS = 4
 
 
 def run_concurrently(spark: SparkSession, *queries: Callable[[], Any]) -> list[Any]:
-    """Each query's result, in the order given, the queries run from driver threads (a short job's time goes
-    mostly to planning and scheduling on the driver, so run one after another they leave the cores idle);
-    each thread inherits the caller's job tags. The first error raised is raised here once all ended."""
+    """Each query's result, run from driver threads inheriting the caller's job tags (a short job's time goes
+    mostly to driver planning, leaving cores idle); the first error is raised once all ended."""
     if len(queries) <= 1:
         return [query() for query in queries]
     from concurrent.futures import ThreadPoolExecutor
@@ -462,20 +407,20 @@ def run_concurrently(spark: SparkSession, *queries: Callable[[], Any]) -> list[A
 def add_details(
     report: dict[str, Any], spark: SparkSession, ctx: ReportContext, parts: ReportParts | None
 ) -> None:
-    """Add ``config``, ``spark``, the first :data:`DETAIL_GROUPS` groups' explanations, ``refused_origins``,
-    ``trend`` and ``next_steps`` to ``report``; the queries behind them run side by side."""
+    """Add the configuration, explanations, refused origins, trend and next steps to ``report``."""
     report["config"] = run_config(ctx.options, ctx.playbook)
     report["spark"] = spark_info(spark)
     decisions = _read(spark, ctx.decisions_path, DECIDED_SCHEMA)
     shown = report["groups"][:DETAIL_GROUPS]
     signatures = [g["signature"] for g in shown]
-    queries = {"trend": _guarded("the trend", None, trend, spark, ctx.ledger_path, report, ctx.recorded_at)}
+    trend_args = (spark, ctx.ledger_path, report, ctx.recorded_at)
+    queries = {"trend": partial(_guarded, "the trend", None, trend, *trend_args)}
     if decisions is not None and signatures and parts is not None:
         errors = (parts, ctx.decisions_path, signatures)
-        queries["errors"] = _guarded("sample errors", ({}, {}), _errors, *errors)
+        queries["errors"] = partial(_guarded, "sample errors", ({}, {}), _errors, *errors)
         queries["reps"] = partial(_representatives, ctx, parts, signatures)
     if decisions is not None and report["totals"].get(oc.ORIGIN_REFUSED):
-        queries["refused"] = _guarded("refused origins", [], refused_origins, decisions)
+        queries["refused"] = partial(_guarded, "refused origins", [], refused_origins, decisions)
     results = dict(zip(queries, run_concurrently(spark, *queries.values()), strict=True))
     if "reps" in results:
         _fill_groups(ctx, shown, results["errors"], results["reps"])
@@ -491,7 +436,7 @@ def run_report(run: Run, started_wall: datetime) -> dict[str, Any]:
     from spark_apps.dlq_replay.report_parts import read_parts
     from spark_apps.dlq_replay.session import conf_value
 
-    options, info = run.options, run.state.info
+    options, info, paths = run.options, run.state.info, run.paths
     started = time.monotonic()
     run.step("report")
     commit, apply = info("commit"), info("apply")
@@ -499,7 +444,7 @@ def run_report(run: Run, started_wall: datetime) -> dict[str, Any]:
     snapshot_reads = int(info("snapshot").get("dlq_reads", 0))
     failed = int(apply.get("publish_failed", 0)) or int(commit.get("unacked_final", 0))
     snippets = BOOLEAN_WORDS.get(str(conf_value(run.spark, CONF_PAYLOAD_SNIPPETS)).lower(), False)
-    parts = None if info("snapshot").get("empty_window") else read_parts(run.paths.report_parts)
+    parts = None if info("snapshot").get("empty_window") else read_parts(paths.report_parts)
     report = build_report(
         parts,
         run_id=options.run_id,
@@ -513,29 +458,20 @@ def run_report(run: Run, started_wall: datetime) -> dict[str, Any]:
             reads_per_message=float(commit.get("reads_per_message", 1.0 if snapshot_reads else 0.0)),
         ),
         timings=dict(run.state.timings),
-        paths=run.paths.public(),
+        paths=paths.public(),
         resend={key: int(apply.get(key, 0)) for key in _RESEND_COUNTS},
         canary={"size": options.canary.label, **(apply.get("canary") or {})} if options.canary else None,
     )
+    recorded = datetime.fromisoformat(str(recorded_at)) if recorded_at else None
     context = ReportContext(
-        options,
-        run.playbook,
-        run.paths.decisions,
-        run.paths.snapshot,
-        run.paths.ledger,
-        payload_snippets=snippets,
-        recorded_at=datetime.fromisoformat(str(recorded_at)) if recorded_at else None,
+        options, run.playbook, paths.decisions, paths.snapshot, paths.ledger, snippets, recorded
     )
     add_details(report, run.spark, context, parts)
     report["timings"]["report"] = round(time.monotonic() - started, 3)  # the aggregation included
-    run.storage.write_text(run.paths.report_json, json.dumps(report, indent=2, sort_keys=True))
-    run.storage.write_text(run.paths.report_html, render_html(report))
+    run.storage.write_text(paths.report_json, json.dumps(report, indent=2, sort_keys=True))
+    run.storage.write_text(paths.report_html, render_html(report))
     run.done("report", started, status=report["status"])
-    log.info(
-        "run %s %s in %.1fs: %s",
-        options.run_id,
-        report["status"],
-        (datetime.now(UTC) - started_wall).total_seconds(),
-        " ".join(f"{k}={v}" for k, v in report["totals"].items()),
-    )
+    elapsed = (datetime.now(UTC) - started_wall).total_seconds()
+    totals = " ".join(f"{k}={v}" for k, v in report["totals"].items())
+    log.info("run %s %s in %.1fs: %s", options.run_id, report["status"], elapsed, totals)
     return report

@@ -1,7 +1,6 @@
-"""What a report says besides counts (pure functions): why a rule matched and the others did not,
-masked payload snippets, a suggested rule for unmatched groups, the run's configuration and what to do
-next. Property values are never shown (only whether they matched), and payloads only masked and only
-when the run opted in (see ``docs/report.md``).
+"""What a report says besides counts (pure functions): rule verdicts, masked payload snippets, suggested
+rules, the run's configuration and next steps. Property values are never shown, payloads only masked and only
+when the run opted in (``docs/report.md``).
 """
 
 from __future__ import annotations
@@ -70,16 +69,11 @@ _CONDITIONS: dict[str, tuple[Callable[[Any], Any], str]] = {
 }
 
 
-def _condition(rule: Rule, key: str) -> Any:
-    """The rule's value of the ``match:`` condition ``key`` (``None``: not given)."""
-    return getattr(rule, MATCH_CONDITIONS[key][0])
-
-
 def _miss(rule: Rule, record: MatchInput, failed: str | PropertyCondition) -> str:
     """Why ``record`` fails one condition of ``rule`` (a property's value is never shown)."""
     if isinstance(failed, str):
         show, why = _CONDITIONS[failed]
-        shown = show(_condition(rule, failed))
+        shown = show(getattr(rule, MATCH_CONDITIONS[failed][0]))
         listed = _listed(shown) if isinstance(shown, list) else shown
         return why.format(value=getattr(record, failed) or "(none)", shown=shown, listed=listed)
     if record.properties.get(failed.key) is None:
@@ -89,8 +83,7 @@ def _miss(rule: Rule, record: MatchInput, failed: str | PropertyCondition) -> st
 
 
 def explain_rules(playbook: Playbook, record: MatchInput) -> list[dict[str, Any]]:
-    """Each rule in order with its verdict for ``record``: the first match wins, later rules are not
-    reached; a rule that does not match lists why."""
+    """Each rule in order with its verdict for ``record`` (first match wins) and why it did not match."""
     explained: list[dict[str, Any]] = []
     matched = False
     for rule in playbook.rules:
@@ -110,19 +103,14 @@ def _mask_json(value: Any) -> Any:
         return {str(k): _mask_json(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_mask_json(v) for v in value[:5]] + (["…"] if len(value) > 5 else [])
-    if isinstance(value, bool):
-        return "<bool>"
-    if isinstance(value, (int, float)):
-        return "<number>"
     if isinstance(value, str):
         return f"<string {len(value)}>"
-    return value
+    return {bool: "<bool>", int: "<number>", float: "<number>"}.get(type(value), value)
 
 
 def mask_payload(payload: bytes | None, limit: int = SNIPPET_CHARS) -> str:
-    """A payload's shape, not its content: JSON keeps its keys and structure, each value replaced by its
-    type (``<string 12>``); other text keeps punctuation and spacing, letters as ``x`` and digits as
-    ``9``; binary data shows only its size. At most ``limit`` characters."""
+    """A payload's shape, not its content: JSON values become their type (``<string 12>``), other text's
+    letters ``x`` and digits ``9``, binary data its size; at most ``limit`` characters."""
     if payload is None:
         return "(no payload)"
     try:
@@ -161,7 +149,7 @@ _SHOWN_AS_SET = ("mode", "service_url", "subscription", "max_replays", "archive_
 
 
 def _rule_summary(rule: Rule) -> dict[str, Any]:
-    given = {key: _condition(rule, key) for key in _CONDITIONS}
+    given = {key: getattr(rule, MATCH_CONDITIONS[key][0]) for key in _CONDITIONS}  # None: not given
     match = {key: _CONDITIONS[key][0](value) for key, value in given.items() if value is not None}
     if rule.properties:
         match["properties"] = {
@@ -240,6 +228,11 @@ _COUNTED = {
     ),
 }
 _URGENCY = {"action": 0, "info": 1, "ok": 2}
+_HALTED_DETAIL = (
+    "The consumer still fails these messages, so the rest of the group was not sent. Fix the consumer (or "
+    "the playbook's fix for this group, and raise its fix_version), then run again: the next run replays "
+    "the pending messages and the canaries the consumer dead-lettered again."
+)
 
 
 def next_steps(report: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -269,8 +262,7 @@ def _group_steps(report: Mapping[str, Any], totals: Mapping[str, Any]) -> Iterat
     """Failed fixes per group, refused origins, and the messages no rule matched (with a suggested rule)."""
     groups = list(report.get("groups") or [])
     for group in [g for g in groups if g.get("outcomes", {}).get(oc.FIX_FAILED)][:5]:
-        errors = group.get("fix_errors") or []
-        first = errors[0]["error"] if errors else "see the ledger's fix_error"
+        first = (group.get("fix_errors") or [{"error": "see the ledger's fix_error"}])[0]["error"]
         rules = ", ".join(group.get("rules") or []) or "?"
         count = group["outcomes"][oc.FIX_FAILED]
         yield _step(
@@ -304,17 +296,15 @@ def _group_steps(report: Mapping[str, Any], totals: Mapping[str, Any]) -> Iterat
         )
 
 
-def _canary_steps(report: Mapping[str, Any]) -> list[dict[str, Any]]:
+def _canary_steps(report: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
     """One action per halted group, or one line saying every group's canary held."""
     canary = report.get("canary") or {}
     verdicts: Mapping[str, Mapping[str, Any]] = canary.get("verdicts") or {}
-    halted = canary.get("halted") or []
-    if canary.get("verdict") == "passed":
+    if canary.get("verdict") == "passed":  # no group halted
         title = f"Canary passed: no canary of {_plural(len(verdicts), 'group')} failed again"
-        return [_step("ok", title, "Every group was replayed in full after the canary wait.")]
+        yield _step("ok", title, "Every group was replayed in full after the canary wait.")
     groups = {str(g.get("signature")): g for g in report.get("groups") or []}
-    steps = []
-    for signature in halted[:5]:
+    for signature in (canary.get("halted") or [])[:5]:
         verdict, group = verdicts[signature], groups.get(signature, {})
         held = int((group.get("outcomes") or {}).get(oc.CANARY_FAILED, 0))
         title = (
@@ -322,13 +312,7 @@ def _canary_steps(report: Mapping[str, Any]) -> list[dict[str, Any]]:
             f"{verdict.get('failed_again', 0)} of {verdict.get('canary_sent', 0)} canaries failed again; "
             f"{_plural(held, 'message')} stay pending as canary_failed"
         )
-        detail = (
-            "The consumer still fails these messages, so the rest of the group was not sent. Fix the "
-            "consumer (or the playbook's fix for this group, and raise its fix_version), then run again: "
-            "the next run replays the pending messages and the canaries the consumer dead-lettered again."
-        )
-        steps.append(_step("action", title, detail))
-    return steps
+        yield _step("action", title, _HALTED_DETAIL)
 
 
 def _filtered_steps(report: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -1,9 +1,6 @@
-"""The report as one self-contained HTML page: what to do next, totals, a chart of the groups by
-outcome, per-group explanations, the trend over earlier runs and the run's configuration.
-
-No scripts, no external assets (inline CSS only; collapsible parts use ``<details>``). Every value that
-came from a message or a file (templates, classes, topics, ids, errors, snippets) is HTML-escaped.
-Chart labels are HTML text beside CSS bars, so long labels wrap instead of being cut or overlapping.
+"""The report as one self-contained HTML page: no scripts, no external assets (inline CSS, ``<details>``);
+every value that came from a message or a file is HTML-escaped. Chart labels are HTML text beside CSS bars,
+so long labels wrap instead of being cut or overlapping.
 """
 
 from __future__ import annotations
@@ -23,25 +20,16 @@ CHART_GROUPS = 30
 LABEL_TEMPLATE_CHARS = 160
 LABEL_PART_CHARS = 100
 OPEN_DETAILS = 3
-COLORS: dict[str, str] = {
-    oc.REPUBLISHED: "#2e7d32",
-    oc.ARCHIVED: "#1565c0",
-    oc.DROPPED: "#6d4c41",
-    oc.SKIPPED: "#9e9e9e",
-    oc.FIX_FAILED: "#c62828",
-    oc.ORIGIN_REFUSED: "#ad1457",
-    oc.MALFORMED: "#ef6c00",
-    oc.LOOP_GUARDED: "#6a1b9a",
-    oc.ALREADY_FINAL: "#00838f",
-    oc.DUPLICATE: "#4dd0e1",
-    oc.ORIGIN_CONFLICT: "#f06292",
-    oc.FILTERED: "#b0bec5",
-    oc.PUBLISH_FAILED: "#b71c1c",
-}
+#: Each outcome's colour, in :data:`~spark_apps.dlq_replay.outcomes.OUTCOMES` order (``canary_failed``: grey).
+_PALETTE = (
+    "#2e7d32 #1565c0 #6d4c41 #9e9e9e #c62828 #ad1457 #f06292 #ef6c00 #6a1b9a #00838f #4dd0e1 #b0bec5 #b71c1c"
+)
+COLORS: dict[str, str] = dict(zip(oc.OUTCOMES, _PALETTE.split(), strict=False))
 _GROUP_HEAD = (
     "signature|template|error class|origin topic|format / reason|count|first / last seen|action|rules|"
     "outcomes|sample message ids"
 )
+_ERROR_LISTS = (("fix_errors", "Fix errors", "error"), ("sample_errors", "Sample error messages", "message"))
 SEVERITY_COLORS = {"action": "#c62828", "info": "#1565c0", "ok": "#2e7d32"}
 _STYLE = """
 *{box-sizing:border-box}
@@ -108,8 +96,7 @@ def _table(head: str, rows: Iterable[str]) -> str:
 
 
 def bar_chart(groups: list[dict[str, Any]]) -> str:
-    """One row per group: a wrapping label (signature, template, class, origin), a stacked bar split by
-    outcome (widths relative to the largest group) and the count."""
+    """One row per group: a wrapping label, a bar stacked by outcome (scaled to the largest), the count."""
     shown = groups[:CHART_GROUPS]
     if not shown:
         return '<p class="muted">No messages in this run.</p>'
@@ -121,11 +108,8 @@ def bar_chart(groups: list[dict[str, Any]]) -> str:
             f'title="{_e(o)}: {n}"></span>'
             for o, n in group["outcomes"].items()
         )
-        where = " · ".join(
-            _e(clipped(v, LABEL_PART_CHARS))
-            for v in (group.get("error_class"), group.get("origin_topic"))
-            if v
-        )
+        parts = (group.get("error_class"), group.get("origin_topic"))
+        where = " · ".join(_e(clipped(v, LABEL_PART_CHARS)) for v in parts if v)
         template = group["template"] or ""
         rows.append(
             f'<div class="bar-label" title="{_e(template)}"><code>{_e(group["signature"])}</code> '
@@ -212,8 +196,7 @@ def _group_table(groups: list[dict[str, Any]], other: dict[str, Any]) -> str:
     for index, g in enumerate(groups):
         samples = "<br>".join(f"<code>{_e(s)}</code>" for s in g["sample_message_ids"])
         name = f"<code>{_e(g['signature'])}</code>"
-        if "explanation" in g:
-            name = f'<a href="#g{index}">{name}</a>'
+        name = f'<a href="#g{index}">{name}</a>' if "explanation" in g else name
         rows.append(
             f"<td>{name}</td><td>{_e(g['template'])}</td><td>{_e(g['error_class'])}</td>"
             f"<td>{_e(g['origin_topic'])}</td><td>{_e(_formats(g))}<br>{_e(g.get('reason') or '')}</td>"
@@ -253,10 +236,7 @@ def _group_detail(index: int, g: dict[str, Any]) -> str:
         f"<code>{_e(g['error_class'] or '-')}</code> · origin <code>{_e(g['origin_topic'] or '-')}</code> "
         f"· format {_e(_formats(g))} · {_e(_outcome_text(g))}</p>"
     ]
-    for key, title, text in (
-        ("fix_errors", "Fix errors", "error"),
-        ("sample_errors", "Sample error messages", "message"),
-    ):
+    for key, title, text in _ERROR_LISTS:
         if g.get(key):
             items = "".join(f"<li><code>{_e(x[text])}</code> &times;{_fmt(x['count'])}</li>" for x in g[key])
             parts.append(f"<h3>{title}</h3><ul>{items}</ul>")
@@ -285,19 +265,15 @@ def _trend(trend: dict[str, Any] | None, groups: list[dict[str, Any]]) -> str:
         f"<br><span class='muted'>{_e(clipped(r['run_id'], 28))} · {_e(r.get('mode') or '')}</span></th>"
         for r in runs
     )
-    rows = [
-        "<tr><th>all messages</th>"
-        + "".join(f"<td class='num'>{_fmt(r['messages'])}</td>" for r in runs)
-        + f"<td>{sparkline([int(r['messages']) for r in runs])}</td></tr>"
-    ]
+    series = [("all messages", [int(r["messages"]) for r in runs])]
     for g in trend["groups"]:
-        cells = "".join(f"<td class='num'>{_fmt(c)}</td>" for c in g["counts"])
         full = templates.get(g["signature"], "")
-        label = (
-            f"<code>{_e(g['signature'])}</code> <span class='small' title='{_e(full)}'>"
-            f"{_e(clipped(full, 60))}</span>"
-        )
-        rows.append(f"<tr><th>{label}</th>{cells}<td>{sparkline(g['counts'])}</td></tr>")
+        title = f"<span class='small' title='{_e(full)}'>{_e(clipped(full, 60))}</span>"
+        series.append((f"<code>{_e(g['signature'])}</code> {title}", g["counts"]))
+    rows = []
+    for label, counts in series:
+        cells = "".join(f"<td class='num'>{_fmt(c)}</td>" for c in counts)
+        rows.append(f"<tr><th>{label}</th>{cells}<td>{sparkline(counts)}</td></tr>")
     return (
         '<h2 id="trend">Trend over the last runs</h2><p class="muted small">Messages per group in each run '
         "recorded in the ledger (dry-runs are not recorded; this run is the last column).</p>"

@@ -1,17 +1,10 @@
-"""The report's group aggregates and representative messages, gathered by the record tasks
-(:mod:`~spark_apps.dlq_replay.record`; a dry run writes only these) from the ledger rows and decisions they
-already hold, in ``runs/<run>/report_parts/<kind>/part-<bucket>.parquet``:
-
-- ``combos``: per :data:`COMBO_KEYS`, the count, the smallest template, error class, origin topic and
-  reason, and the first and last publish time;
-- ``samples``: each signature's first :data:`SAMPLE_IDS` messages by (publish time, DLQ topic, id);
-- ``reps``: each signature's first :data:`REP_ROWS` decisions, preferring ones the playbook was applied to;
-- ``errors``: each signature's first :data:`SAMPLE_ERRORS` distinct error messages by (first publish
-  time, message). A message's first time is null (it comes first) when any of its copies lacks one: a
-  minimum that skipped nulls would not merge.
-
-Each part is bounded by the number of groups and merges exactly (a sum, minimum, maximum, or the first
-rows of a union: the first k of all are among the first k of each part).
+"""The report's group aggregates and representative messages, gathered by the record tasks from the ledger
+rows and decisions they hold, in ``runs/<run>/report_parts/<kind>/part-<bucket>.parquet``: ``combos`` (per
+:data:`COMBO_KEYS`: count, smallest template, class, origin and reason, first and last publish time), and
+each signature's first ``samples``, ``reps`` (preferring ones the playbook was applied to) and distinct
+``errors`` (by first publish time, null first when any copy lacks one: a minimum skipping nulls would not
+merge). Each part is bounded by the groups and merges exactly (a sum, minimum, maximum, or the first rows
+of a union: the first k of all are among the first k of each part).
 """
 
 from __future__ import annotations
@@ -33,19 +26,8 @@ if TYPE_CHECKING:
 #: What a group of the report is counted by.
 COMBO_KEYS = ("signature", "outcome", "action", "rule", "context_format")
 #: The decisions' columns a representative keeps (its order adds ``unscoped``).
-REP_COLUMNS = (
-    "signature",
-    "dlq_topic",
-    "dlq_message_id",
-    "error_class",
-    "error_message",
-    "origin_topic",
-    "context_format",
-    "outcome",
-    "outcome_reason",
-    "rule",
-    "publish_time",
-)
+_REP_MESSAGE = ("signature", "dlq_topic", "dlq_message_id", "error_class", "error_message", "origin_topic")
+REP_COLUMNS = (*_REP_MESSAGE, "context_format", "outcome", "outcome_reason", "rule", "publish_time")
 #: Rows gathered before a bucket's parts are reduced (bounds a record task's memory).
 REDUCE_ROWS = 16_384
 #: Reduced chunks kept before they are merged into one.
@@ -63,16 +45,10 @@ _FIRST = {
     "reps": (("unscoped", "publish_time", "dlq_topic", "dlq_message_id"), REP_ROWS),
     "errors": (("first", "message"), SAMPLE_ERRORS),
 }
+_MINIMA = ("template", "error_class", "origin_topic", "reason", "first")
 #: A combination's aggregates of its ledger rows (``n`` of each is 1), merged by the same functions.
-_COMBO_AGGREGATES = (
-    ("n", "sum"),
-    ("template", "min"),
-    ("error_class", "min"),
-    ("origin_topic", "min"),
-    ("reason", "min"),
-    ("first", "min"),
-    ("last", "max"),
-)
+_COMBO_AGGREGATES = (("n", "sum"), *((name, "min") for name in _MINIMA), ("last", "max"))
+_ERRORS = ["signature", "message", "first"]
 _COMBO_COLUMNS = (*COMBO_KEYS, "error_template", "error_class", "origin_topic", "reason")
 
 
@@ -99,8 +75,7 @@ def first_k(table: pa.Table, keys: Sequence[str], order: Sequence[str], k: int) 
 
 
 def _sort_indices(table: pa.Table, names: Sequence[str]) -> pa.Array:
-    """Indices sorting ``table`` by ``names`` ascending, nulls first (per key from pyarrow 25, which
-    deprecates the option for all keys)."""
+    """Indices sorting ``table`` by ``names`` ascending, nulls first (per key from pyarrow 25 on)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -110,12 +85,6 @@ def _sort_indices(table: pa.Table, names: Sequence[str]) -> pa.Array:
     return pc.sort_indices(table, sort_keys=ascending, null_placement="at_start")
 
 
-def _reduce_combos(table: pa.Table) -> pa.Table:
-    grouped = table.group_by(list(COMBO_KEYS), use_threads=False).aggregate(list(_COMBO_AGGREGATES))
-    produced = [f"{name}_{function}" for name, function in _COMBO_AGGREGATES]
-    return grouped.select([*produced, *COMBO_KEYS]).rename_columns([*dict(_COMBO_AGGREGATES), *COMBO_KEYS])
-
-
 def merge(kind: str, tables: Sequence[pa.Table]) -> pa.Table:
     """One table of ``kind`` from several (of one bucket's chunks, or of every bucket)."""
     import pyarrow as pa
@@ -123,11 +92,14 @@ def merge(kind: str, tables: Sequence[pa.Table]) -> pa.Table:
 
     table = pa.concat_tables(tables, promote_options="permissive")
     if kind == "combos":
-        return _reduce_combos(table)
+        grouped = table.group_by(list(COMBO_KEYS), use_threads=False).aggregate(list(_COMBO_AGGREGATES))
+        produced = [f"{name}_{function}" for name, function in _COMBO_AGGREGATES]
+        names = [*dict(_COMBO_AGGREGATES), *COMBO_KEYS]
+        return grouped.select([*produced, *COMBO_KEYS]).rename_columns(names)
     if kind == "errors":  # each message at its earliest time, null first (see above)
         first = ("first", "min", pc.ScalarAggregateOptions(skip_nulls=False))
         earliest = table.group_by(["signature", "message"], use_threads=False).aggregate([first])
-        table = earliest.rename_columns(["signature", "message", "first"])
+        table = earliest.rename_columns(_ERRORS)
     order, k = _FIRST[kind]
     return first_k(table, ["signature"], order, k)
 
@@ -178,17 +150,16 @@ class BucketParts:
         rows.update(
             n=pa.repeat(1, ledger.num_rows), template=ledger["error_template"], first=times, last=times
         )
-        self.parts["combos"].append(_reduce_combos(pa.table(rows)))
-        self.parts["samples"].append(merge("samples", [ledger.select(["signature", *_FIRST["samples"][0]])]))
-        self.parts["reps"].append(merge("reps", [decided]))
-        rows = decided.filter(pc.is_valid(decided.column("error_message")))
-        messages = rows.select(["signature", "error_message", "publish_time"])
-        self.parts["errors"].append(
-            merge("errors", [messages.rename_columns(["signature", "message", "first"])])
-        )
-        for kind, tables in self.parts.items():
-            if len(tables) >= MERGE_EVERY:  # bounded by the groups, however many rows the bucket has
-                self.parts[kind] = [merge(kind, tables)]
+        errors = decided.filter(pc.is_valid(decided.column("error_message")))
+        fresh = {
+            "combos": pa.table(rows),
+            "samples": ledger.select(["signature", *_FIRST["samples"][0]]),
+            "reps": decided,
+            "errors": errors.select(["signature", "error_message", "publish_time"]).rename_columns(_ERRORS),
+        }
+        for kind, table in fresh.items():  # each part is bounded by the groups, however many rows come
+            tables = [*self.parts[kind], merge(kind, [table])]
+            self.parts[kind] = [merge(kind, tables)] if len(tables) >= MERGE_EVERY else tables
 
     def write(self) -> None:
         """Write each part, merged, to ``folder/<kind>/part-<bucket>.parquet`` after the last rows."""
@@ -235,13 +206,11 @@ def read_parts(folder: str) -> ReportParts:
     }
     for row in merged["combos"]:
         row.update(first_seen=iso(row.pop("first")), last_seen=iso(row.pop("last")))
-    samples: dict[str, list[str]] = {}
-    errors: dict[str, list[str]] = {}
-    for row in merged["samples"]:  # sorted by signature, then order (as the errors)
-        samples.setdefault(row["signature"], []).append(row["dlq_message_id"])
-    for row in merged["errors"]:
-        errors.setdefault(row["signature"], []).append(row["message"])
-    return ReportParts(merged["combos"], samples, merged["reps"], errors)
+    listed: dict[str, dict[str, list[str]]] = {"samples": {}, "errors": {}}
+    for kind, column in (("samples", "dlq_message_id"), ("errors", "message")):
+        for row in merged[kind]:  # sorted by signature, then order
+            listed[kind].setdefault(row["signature"], []).append(row[column])
+    return ReportParts(merged["combos"], listed["samples"], merged["reps"], listed["errors"])
 
 
 def snapshot_messages(
@@ -279,9 +248,8 @@ def snapshot_messages(
 def error_counts(
     decisions_dir: str, wanted: dict[str, list[str]], signatures: Sequence[str]
 ) -> tuple[Counter[tuple[str, str]], Counter[tuple[str, str]]]:
-    """``(message counts, fix error counts)`` in one pass over the decisions' files: per signature in
-    ``wanted``, its decisions with each of its messages; per signature of ``signatures``, its decisions with
-    each fix error (both cut to :data:`ERROR_CHARS`)."""
+    """``(message counts, fix error counts)`` per ``(signature, text)`` in one pass over the decisions: of the
+    messages ``wanted``, and of every fix error of ``signatures`` (both cut to :data:`ERROR_CHARS`)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
