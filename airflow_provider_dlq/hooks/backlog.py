@@ -6,8 +6,6 @@ from __future__ import annotations
 import fnmatch
 import json
 import re
-import urllib.error
-import urllib.request
 from dataclasses import asdict, dataclass, field, replace
 from http.client import HTTPException
 from typing import TYPE_CHECKING, Any
@@ -66,18 +64,9 @@ class AdminHttp:
     timeout: float = 10.0
 
     def send(self, url: str, method: str = "GET") -> tuple[int, str]:
-        """``(status, body)`` of one request; one with no answer raises :class:`BacklogReadError`. A POST
-        has no body (the library's ``fetch`` would send a form, which the admin API refuses)."""
-        request = urllib.request.Request(
-            url, method=method, headers={"Accept": "application/json, text/plain"}
-        )
-        if self.token:
-            request.add_header("Authorization", f"Bearer {self.token}")
+        """``(status, body)`` of one bodiless request; one with no answer raises :class:`BacklogReadError`."""
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout, context=self.context) as response:
-                status, body = response.status, response.read()
-        except urllib.error.HTTPError as exc:
-            status, body = exc.code, exc.read()
+            status, body = admin.fetch(url, self.context, self.timeout, token=self.token, method=method)
         except (OSError, HTTPException) as exc:  # no answer: refused, unknown host, timeout, TLS failure
             cause = getattr(exc, "reason", None) or exc
             raise BacklogReadError(f"{method} {url} failed: {type(cause).__name__}: {cause}") from exc

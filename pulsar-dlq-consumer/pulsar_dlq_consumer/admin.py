@@ -1,6 +1,6 @@
 """What every Apache Pulsar admin REST caller shares: topic paths, TLS, bearer requests and OAuth2 tokens.
 
-The Airflow provider sends its requests with httpx instead of :func:`fetch`. Errors never show a secret.
+The replay app and the Airflow provider send their requests with :func:`fetch`. Errors never show a secret.
 """
 
 from __future__ import annotations
@@ -62,11 +62,13 @@ def fetch(
     *,
     token: str | None = None,
     form: Mapping[str, str] | None = None,
+    method: str | None = None,
 ) -> tuple[int, bytes]:
-    """``(status, body)`` of a GET, or of a POST of ``form``, bearing ``token``. HTTP errors are answers
-    too; no answer raises ``OSError`` (``urllib.error.URLError``, ``TimeoutError``, ...)."""
+    """``(status, body)`` of a GET, of a POST of ``form``, or of a bodiless ``method``, bearing ``token``.
+    HTTP errors are answers too; no answer raises ``OSError`` (``URLError``, ``TimeoutError``, ...)."""
     data = urlencode(form).encode() if form is not None else None
-    request = urllib.request.Request(url, data=data, headers={"Accept": "application/json"})
+    headers = {"Accept": "application/json, text/plain"}
+    request = urllib.request.Request(url, data=data, headers=headers, method=method)
     if token:
         request.add_header("Authorization", f"Bearer {token}")
     try:
