@@ -5,7 +5,6 @@ the task's sends (:class:`ProducerSequencer`). No step shuffles the messages the
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import time
 from dataclasses import dataclass
@@ -16,7 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark_apps.dlq_replay import outcomes as oc
-from spark_apps.dlq_replay.arrow_util import group_ids
+from spark_apps.dlq_replay.arrow_util import group_ids, return_free_memory
 from spark_apps.dlq_replay.context_columns import ORIGIN_CONFLICT, UNDECODABLE
 from spark_apps.dlq_replay.fixes import FixOutcome, FixRecord, load_fix, run_fix
 from spark_apps.dlq_replay.group_actions import override_rule
@@ -406,19 +405,6 @@ def run_decide(run: Run, snapshot: DataFrame, planned_at: datetime) -> DataFrame
             producers_per_target=run.buckets,
         )
     return task_parquet.read_frame(run.spark, run.paths.decisions, DECIDED_SCHEMA)
-
-
-def return_free_memory() -> None:
-    """Hand the memory the driver freed back to the system (Arrow's pool, Python's garbage, then glibc's
-    ``malloc_trim(0)`` where the C library has it), else what one step frees stays resident."""
-    import ctypes
-    import ctypes.util
-    import gc
-
-    pa.default_memory_pool().release_unused()
-    gc.collect()
-    with contextlib.suppress(OSError, AttributeError):  # no such C library or function
-        ctypes.CDLL(ctypes.util.find_library("c")).malloc_trim(0)
 
 
 def _sending_tally(batch: pa.RecordBatch) -> tuple[int, int | None]:
