@@ -152,26 +152,22 @@ def _count_resend(
     the most that can reach the origins twice without dedup)."""
     from pyspark.sql import functions as F
 
-    progress = run.state.progress("apply")
-    lo, hi = sequence_range
     from spark_apps.dlq_replay.schemas import RESULTS_SCHEMA
     from spark_apps.dlq_replay.task_parquet import read_frame
 
-    sent = read_frame(run.spark, results, RESULTS_SCHEMA).agg(
-        F.count(F.lit(1)).alias("n"),
-        F.count_if(F.col("published_message_id").startswith("-1:")).alias("held"),
-    )
-    counts = sent.first()
-    in_wave = (
-        (F.col("outcome") == oc.TO_REPUBLISH) & (F.col("sequence_id") >= lo) & (F.col("sequence_id") < hi)
-    )
-    producers = decisions.filter(in_wave).agg(F.count_distinct("replay_producer").alias("p")).first()
-    for key, n in (
-        ("resent", restarts * int(counts["n"] if counts else 0)),
-        ("resent_held", int(counts["held"] if counts else 0)),
-        ("resend_bound", restarts * (hi - lo) * int(producers["p"] if producers else 0)),
-    ):
-        progress[key] = int(progress.get(key, 0)) + n
+    lo, hi = sequence_range
+    held = F.count_if(F.col("published_message_id").startswith("-1:"))
+    sent, dropped = read_frame(run.spark, results, RESULTS_SCHEMA).agg(F.count(F.lit(1)), held).collect()[0]
+    in_wave = (F.col("outcome") == oc.TO_REPUBLISH) & F.col("sequence_id").between(lo, hi - 1)
+    producers = decisions.filter(in_wave).agg(F.count_distinct("replay_producer")).collect()[0][0]
+    progress = run.state.progress("apply")
+    added = {
+        "resent": restarts * sent,
+        "resent_held": dropped,
+        "resend_bound": restarts * (hi - lo) * producers,
+    }
+    for key, n in added.items():
+        progress[key] = int(progress.get(key, 0)) + int(n)
 
 
 def _wave_size(run: Run, last: int) -> int:

@@ -1,9 +1,7 @@
-"""Commit step: ack the run's final messages, from per-entry counts the tasks that hold the messages
-gathered: the snapshot's read tasks write each entry's messages and batch size (:func:`entry_rows`,
-``runs/<run>/snapshot_entries/``), each record task its bucket's final messages per entry
-(:class:`EntryFinals`, ``runs/<run>/commit_parts/``); :func:`entry_table` merges them. Reader mode acks
-an entry by id when all its messages are final; consumer mode (:class:`ConsumerCommit`) acks whole
-entries as received and takes only the final ids of mixed entries from the ledger.
+"""Commit step: ack the run's final messages, from per-entry counts: the snapshot's read tasks write each
+entry's messages and batch size (:func:`entry_rows`), each record task its bucket's final messages per
+entry (:class:`EntryFinals`); :func:`entry_table` merges them. Reader mode acks an entry by id when all
+its messages are final; consumer mode (:class:`ConsumerCommit`) acks whole entries as received.
 """
 
 from __future__ import annotations
@@ -213,10 +211,8 @@ def run_commit(run: Run, windows: list[PartitionWindow]) -> None:
         return
     started = time.monotonic()
     mode = read_mode_of(windows)
-    if mode == READER_MODE:
-        totals = _commit_by_ids(run, windows)
-    else:
-        totals = _commit_by_consumers(run, windows, resumed)
+    by_ids = mode == READER_MODE
+    totals = _commit_by_ids(run, windows) if by_ids else _commit_by_consumers(run, windows, resumed)
     if totals["unacked_final"]:
         log.warning(
             "commit: %d final messages could not be acked; they stay pending", totals["unacked_final"]
@@ -227,21 +223,13 @@ def run_commit(run: Run, windows: list[PartitionWindow]) -> None:
 
 def commit_info(totals: dict[str, int], snapshot_reads: int) -> dict[str, Any]:
     """The commit's counts as ``state.json`` records them (all zero for ``totals={}``: an empty window)."""
-    commit_reads = totals.get("messages_read", 0)
+    names = (*_TOTAL_COLUMNS, "acked_by_earlier_attempts", "final_in_whole_entries")
+    info: dict[str, Any] = {name: totals.get(name, 0) for name in names}
+    info["left_pending_seen"], commit_reads = info.pop("left_pending"), info.pop("messages_read")
     reads = snapshot_reads + commit_reads
-    return {
-        "acked": totals.get("acked", 0),
-        "acked_by_earlier_attempts": totals.get("acked_by_earlier_attempts", 0),
-        "left_pending_seen": totals.get("left_pending", 0),
-        "beyond_window": totals.get("beyond_window", 0),
-        "unacked_final": totals.get("unacked_final", 0),
-        "final_in_partial_entries": totals.get("final_in_partial_entries", 0),
-        "entries_acked": totals.get("entries_acked", 0),
-        "final_in_whole_entries": totals.get("final_in_whole_entries", 0),
-        "dlq_reads_snapshot": snapshot_reads,
-        "dlq_reads_commit": commit_reads,
-        "reads_per_message": round(reads / snapshot_reads, 3) if snapshot_reads else 0.0,
-    }
+    info.update(dlq_reads_snapshot=snapshot_reads, dlq_reads_commit=commit_reads)
+    info["reads_per_message"] = round(reads / snapshot_reads, 3) if snapshot_reads else 0.0
+    return info
 
 
 _TOTAL_COLUMNS = (

@@ -1,12 +1,9 @@
 """One replay at a time (``docs/reliability.md``): two runs at once would republish the same messages twice.
 
-* **the output lock** ``<output>/locks/replay.lock.<generation>`` (local roots only: it needs ``O_EXCL``),
-  refreshed every :data:`HEARTBEAT_S`, valid :data:`LOCK_TTL_S` after the last heartbeat; an expired lock,
-  or one whose process on this host is gone, is taken over by creating the next generation's file;
-* **a lease** per DLQ topic (``--subscription-lease on``): an Exclusive consumer on a message-less topic in
-  the DLQ's namespace, which the broker grants to one process at a time and drops when it dies.
-
-A heartbeat thread that finds either lost interrupts the run's Spark operations (a resumable error).
+The output lock ``<output>/locks/replay.lock.<generation>`` (local roots: it needs ``O_EXCL``) is valid
+:data:`LOCK_TTL_S` after its last heartbeat; an expired one, or one whose process on this host is gone,
+is taken over by creating the next generation. A lease per DLQ topic is an Exclusive consumer on a
+message-less topic, granted to one process at a time. Losing either interrupts the run's Spark jobs.
 """
 
 from __future__ import annotations
@@ -56,8 +53,7 @@ LEASE_GRACE_S = 30.0
 
 
 def check_guard(output_root: str, subscription_lease: bool) -> None:
-    """Refuse ``--subscription-lease off`` where no output lock can be held (only a local file system has an
-    atomic exclusive create): nothing would guard the run."""
+    """Refuse ``--subscription-lease off`` where no output lock can be held (not a local file system)."""
     if subscription_lease or is_local(qualify_root(output_root)):
         return
     raise ReplayConfigError(
@@ -185,13 +181,8 @@ class SubscriptionLease:
 
     def _subscribe(self, pulsar: Any, topic: str, lease: str, name: str, deadline: float) -> Any:
         """The Exclusive lease consumer on ``lease``, asking again while the broker does not answer."""
-        unanswered = (
-            pulsar.Timeout,
-            pulsar.ServiceUnitNotReady,
-            pulsar.TooManyLookupRequestException,
-            pulsar.ConnectError,
-            pulsar.NotConnected,
-        )
+        unanswered = (pulsar.Timeout, pulsar.ServiceUnitNotReady, pulsar.TooManyLookupRequestException)
+        unanswered += (pulsar.ConnectError, pulsar.NotConnected)
         pause = 1.0
         while True:
             try:
@@ -276,14 +267,11 @@ class SubscriptionLease:
         return None
 
     def release(self) -> None:
-        consumers, self._consumers = self._consumers, []
-        for _, consumer in consumers:
+        closing = [consumer for _, consumer in self._consumers] + [self._client] * (self._client is not None)
+        self._consumers, self._client = [], None
+        for each in closing:  # the consumers, then the client
             with contextlib.suppress(Exception):
-                consumer.close()
-        client, self._client = self._client, None
-        if client is not None:
-            with contextlib.suppress(Exception):
-                client.close()
+                each.close()
 
 
 class RunLock:
@@ -335,8 +323,7 @@ class RunLock:
                 return
 
     def interrupt(self) -> None:
-        """Interrupt all the session's operations (a classic session's tags belong to the thread that
-        added them, not to this one)."""
+        """Interrupt all the session's operations (not by tag: a classic session's tags are per thread)."""
         if self.spark is None:
             return
         try:

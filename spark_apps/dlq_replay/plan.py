@@ -1,9 +1,5 @@
-"""Plan step: freeze the window of messages the run acts on and write it to ``runs/<run>/plan.json``.
-
-Consumer mode reads every message up to each partition's last id; reader mode only the subscription's
-pending entries. ``--window-from`` reuses the window a reviewer approved (``docs/approval.md``). A
-partition whose last message an earlier run already made final ends at the ledger's last pending entry.
-"""
+"""Plan step: freeze the window of messages the run acts on and write it to ``runs/<run>/plan.json``
+(``--window-from``: the window a reviewer approved, ``docs/approval.md``)."""
 
 from __future__ import annotations
 
@@ -13,8 +9,8 @@ import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from spark_apps.dlq_replay.run_context import RunPaths, RunState, run_dir_name
-from spark_apps.dlq_replay.storage import join
+from spark_apps.dlq_replay.errors import RunStateError
+from spark_apps.dlq_replay.run_context import RunPaths, RunState
 
 if TYPE_CHECKING:
     from spark_apps.dlq_replay.pulsar_io.window import PartitionWindow
@@ -76,8 +72,6 @@ def run_plan(run: Run) -> tuple[list[PartitionWindow], datetime]:
         )
     text = run.storage.read_text(run.paths.plan)
     if text is None:
-        from spark_apps.dlq_replay.errors import RunStateError
-
         raise RunStateError(
             f"{run.paths.plan} is missing although the plan step is complete; use a new --run-id"
         )
@@ -88,9 +82,8 @@ def run_plan(run: Run) -> tuple[list[PartitionWindow], datetime]:
 def _settle_windows(
     run: Run, frozen: list[PartitionWindow]
 ) -> tuple[list[PartitionWindow], list[dict[str, Any]]]:
-    """End each partition whose last message an earlier run already made final at the last entry the
-    ledger knows pending (see :func:`~spark_apps.dlq_replay.ledger.settled_ends`): without it a read
-    would wait for a message it can never receive, twice the idle timeout per partition."""
+    """End each partition whose last message an earlier run made final at the last entry the ledger knows
+    pending (:func:`~spark_apps.dlq_replay.ledger.settled_ends`), not waiting for a message never received."""
     from dataclasses import asdict, replace
 
     from spark_apps.dlq_replay.ledger import read_ledger, settled_ends
@@ -100,7 +93,7 @@ def _settle_windows(
         return frozen, []
 
     def commit_done(run_id: str) -> bool:
-        path = join(run.paths.root, "runs", run_dir_name(run_id), "state.json")
+        path = RunPaths(run.options.output_dir, run_id).state
         text = run.storage.read_text(path)
         if not text:
             return False

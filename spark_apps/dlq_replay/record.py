@@ -1,10 +1,6 @@
-"""Record step: the run's ledger rows, written by one Python task per producer bucket, then moved into
-the ledger.
-
-The results of send bucket ``b`` are those of decisions file ``part-<b>``, so record task ``b`` indexes
-its bucket's results by replay id (:class:`ResultIndex`) and writes the ledger rows of its file: no
-shuffle, no join. The rows are staged, then moved to ``ledger/run_id=<run>/`` (:func:`publish_staged`),
-in the files Spark's writer would write.
+"""Record step: record task ``b`` indexes send bucket ``b``'s results by replay id (:class:`ResultIndex`)
+and writes the ledger rows of decisions file ``part-<b>`` (no shuffle, no join); the staged rows then move
+to ``ledger/run_id=<run>/`` (:func:`publish_staged`), in the files Spark's writer would write.
 """
 
 from __future__ import annotations
@@ -152,9 +148,8 @@ def ledger_batch(
 
 @dataclass(frozen=True)
 class RecordTask:
-    """The record task of :func:`record_in_tasks`, for each bucket id it gets: the ledger rows of the
-    bucket's decisions file, and its report parts (``parts_dir``) and final messages per entry
-    (``commit_dir``)."""
+    """For each bucket id: the ledger rows of its decisions file, its report parts (``parts_dir``) and its
+    final messages per entry (``commit_dir``)."""
 
     decisions: str
     results: str
@@ -196,8 +191,7 @@ class RecordTask:
 
 
 def record_in_tasks(spark: SparkSession, task: RecordTask, buckets: int, staged_path: str) -> int:
-    """Write the ledger rows of every decisions file to ``staged_path``, one Spark task per bucket; the
-    rows."""
+    """Write the ledger rows of every decisions file to ``staged_path``, one task per bucket; the rows."""
     from spark_apps.dlq_replay.report_parts import clear_parts
 
     clear_parts(task.parts_dir)

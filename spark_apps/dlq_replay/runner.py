@@ -1,7 +1,5 @@
-"""The steps of a replay run, each in the module named for it (``docs/replay-app.md``): plan -> snapshot ->
-decide -> [dry-run: record's report parts] -> apply -> record -> commit -> report. A step is recorded
-complete in ``state.json`` only after its output is durable; a re-run of the run id skips complete steps.
-"""
+"""The steps of a replay run, each in its module (``docs/replay-app.md``); a step is recorded complete in
+``state.json`` only after its output is durable, and a re-run of the run id skips complete steps."""
 
 from __future__ import annotations
 
@@ -36,9 +34,8 @@ log = logging.getLogger("spark_apps.dlq_replay")
 def run_replay(
     spark: SparkSession, options: ReplayOptions, *, checked: Playbook | None = None
 ) -> dict[str, Any]:
-    """Run (or resume) the run ``options.run_id`` under its lock; returns the report (also written as
-    JSON/HTML). Everything is checked before anything is written; ``checked`` is the playbook of a caller
-    that ran :func:`~spark_apps.dlq_replay.preflight.check_local` and the broker checks itself."""
+    """Run (or resume) the run ``options.run_id`` under its lock; returns the report. ``checked``: the
+    playbook of a caller that ran :func:`~spark_apps.dlq_replay.preflight.check_local` and broker checks."""
     from spark_apps.dlq_replay.arrow_util import use_system_allocator
     from spark_apps.dlq_replay.lock import run_lock
     from spark_apps.dlq_replay.preflight import check_local, ship_and_load_fixes
@@ -51,12 +48,10 @@ def run_replay(
     paths = RunPaths(options.output_dir, options.run_id)
     storage = RunStorage()
     state = load_state(storage, paths, options, playbook)  # a resume with changed options stops here
-    if state.is_complete("report"):
-        text = storage.read_text(paths.report_json)
-        if text:
-            log.info("run %s is already complete; nothing to do", options.run_id)
-            report: dict[str, Any] = json.loads(text)
-            return report
+    text = storage.read_text(paths.report_json) if state.is_complete("report") else None
+    if text:
+        log.info("run %s is already complete; nothing to do", options.run_id)
+        return dict(json.loads(text))
     if checked is None:  # before any file or lock is created
         from spark_apps.dlq_replay.broker_checks import check_broker
 
@@ -84,8 +79,8 @@ def run_replay(
 
 
 def _remove_created(storage: RunStorage, run_dir: str, created: list[str]) -> None:
-    """Remove what a refused first attempt created under the output root, so that exit code 2 leaves
-    nothing: its run directory, then the other parts it created if left empty."""
+    """Remove what a refused first attempt created (its run directory, other parts if empty): exit 2 leaves
+    nothing."""
     for path in created:
         try:
             if path == run_dir or not storage.list_names(path):
@@ -123,9 +118,8 @@ _MESSAGE_STEPS = ("snapshot", "decide", "apply", "record", "commit")
 
 
 def _skip_empty_window(run: Run, windows: list[PartitionWindow]) -> bool:
-    """The empty-DLQ fast path, when no message step has started and the frozen window holds no message
-    to read (every partition empty when frozen, or in reader mode without a pending entry): record the
-    message steps complete with zero counts, without a Spark job; the report then has no group."""
+    """The empty-DLQ fast path: when no message step has started and the window holds no message to read,
+    record the message steps complete with zero counts, without a Spark job."""
     from spark_apps.dlq_replay.pulsar_io.window import READER_MODE, read_mode_of
 
     if any(s in run.state.steps for s in _MESSAGE_STEPS) or not all(

@@ -1,9 +1,6 @@
-"""The run's storage: every file a run reads or writes, on the driver and in its tasks, through pyarrow.fs.
-
-The output root is a local path, a ``file:`` URI or an object store / Hadoop URI (``s3://``, ``s3a://``,
-``gs://``, ``hdfs://``...). S3 takes its settings from the standard AWS environment variables where the
-file is opened (``AWS_ENDPOINT_URL_S3``/``AWS_ENDPOINT_URL`` for an S3-compatible server); keys never
-travel in arguments. Writes are whole: a local file is renamed into place, an object shows once uploaded.
+"""Every file a run reads or writes, on the driver and in its tasks, through pyarrow.fs: a local path,
+``file:`` URI or object store / Hadoop URI (``s3://``, ``s3a://``, ``gs://``, ``hdfs://``...). S3 takes its
+settings from the standard AWS environment variables (keys never travel in arguments). Writes are whole.
 """
 
 from __future__ import annotations
@@ -65,13 +62,10 @@ def qualify_root(root: str) -> str:
 def _s3(endpoint: str | None, region: str | None) -> pafs.FileSystem:
     import pyarrow.fs as pafs
 
-    options: dict[str, object] = {}
+    options: dict[str, object] = {"region": region} if region else {}
     if endpoint:
         parsed = urlparse(endpoint)
-        options["endpoint_override"] = parsed.netloc or parsed.path
-        options["scheme"] = parsed.scheme or "https"
-    if region:
-        options["region"] = region
+        options.update(endpoint_override=parsed.netloc or parsed.path, scheme=parsed.scheme or "https")
     return pafs.S3FileSystem(**options)
 
 
@@ -90,15 +84,14 @@ def filesystem(path: str) -> tuple[pafs.FileSystem, str]:
         return pafs.LocalFileSystem(), os.path.abspath(local_path(path) or path)
     parsed = urlparse(path)
     scheme = parsed.scheme.lower()
+    # Hadoop-style stores address a path inside the named cluster; the others (s3, gs, abfs...) a bucket.
+    inner = parsed.path if scheme in _PATH_ONLY_SCHEMES else f"{parsed.netloc}{parsed.path}"
     if scheme in S3_SCHEMES:
         env = os.environ
         endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or None
         region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None
-        return _s3(endpoint, region), f"{parsed.netloc}{parsed.path}".rstrip("/")
-    fs = _from_uri(f"{scheme}://{parsed.netloc}")
-    # Hadoop-style stores address a path inside the named cluster; the others (gs, abfs...) a bucket.
-    inner = parsed.path if scheme in _PATH_ONLY_SCHEMES else f"{parsed.netloc}{parsed.path}"
-    return fs, inner.rstrip("/") or "/"
+        return _s3(endpoint, region), inner.rstrip("/")
+    return _from_uri(f"{scheme}://{parsed.netloc}"), inner.rstrip("/") or "/"
 
 
 def check_root(root: str) -> None:

@@ -1,12 +1,8 @@
 """Every Parquet dataset of a run, written and read by the run's Python tasks (pyarrow), on any store.
 
-Each task writes ``_tmp-...`` and moves it to ``part-<partition>.parquet`` once closed (readers skip
-names starting with ``_``), keeps ``_progress-<partition>`` up to date for the progress lines, and sends
-back one small row of tallies; the driver then writes ``_SUCCESS`` (``rows=<n>``). The JVM never opens
-the output root, so a run behaves the same on ``local[n]``, a cluster and Spark Connect.
-
-The decide tasks read the snapshot's files themselves: task ``b`` of ``n`` reads row groups
-``b, b + n, ...`` and adds each row's scope mark (:class:`Marks`); no JVM scan, join or shuffle.
+Each task writes ``_tmp-...``, moves it to ``part-<partition>.parquet`` once closed and keeps
+``_progress-<partition>`` up to date; the driver then writes ``_SUCCESS`` (``rows=<n>``). The JVM never
+opens the output root, so a run behaves the same on ``local[n]``, a cluster and Spark Connect.
 """
 
 from __future__ import annotations
@@ -148,8 +144,7 @@ class TaskFile:
             self._flush()
 
     def _key_changes(self, keys: pa.Array) -> list[int]:
-        """The rows where the row group key changes (a null key is the row before's), this batch's
-        first row included when it differs from the last written row's."""
+        """The rows where the row group key changes (a null key continues the row before's)."""
         import pyarrow.compute as pc
 
         keys = pc.fill_null_forward(keys)
@@ -201,10 +196,8 @@ def partition_folder(column: str, value: str | None) -> str:
 
 @dataclass(frozen=True)
 class SideOutput:
-    """A dataset the tasks of :func:`write_in_tasks` write at ``path`` from ``rows(batch)`` (``None``: the
-    task's own output rows): with ``partition_by``, one folder per value of that column; with
-    ``row_groups_by``, a row group ends where that key changes (once it holds
-    :data:`KEYED_GROUP_MIN_BYTES`), so a reader skips other keys' groups."""
+    """A dataset :func:`write_in_tasks` writes at ``path`` from ``rows(batch)`` (``None``: the task's own
+    rows), one folder per value of ``partition_by``, a row group per key of ``row_groups_by``."""
 
     path: str
     schema: StructType
@@ -270,6 +263,7 @@ class _TaskWrites:
     names: Sequence[str]
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import pyarrow as pa
         from pyspark import TaskContext
 
         from spark_apps.dlq_replay.arrow_util import use_system_allocator
@@ -277,11 +271,6 @@ class _TaskWrites:
         use_system_allocator()
         context = TaskContext.get()
         partition, attempt = (context.partitionId(), context.attemptNumber()) if context else (0, 0)
-        yield self.run(batches, partition, attempt)
-
-    def run(self, batches: Iterator[pa.RecordBatch], partition: int, attempt: int) -> pa.RecordBatch:
-        import pyarrow as pa
-
         files: _Files = {}
         tallies: list[Tally] = []
         folder = self.outputs[0].path
@@ -309,7 +298,7 @@ class _TaskWrites:
             # or the workers keep them until the run ends (they count toward its peak memory).
             pa.default_memory_pool().release_unused()
         columns = list(zip(*tallies, strict=True)) if tallies else [() for _ in self.names]
-        return pa.RecordBatch.from_arrays([pa.array(c, pa.int64()) for c in columns], names=list(self.names))
+        yield pa.RecordBatch.from_arrays([pa.array(c, pa.int64()) for c in columns], names=list(self.names))
 
     def _write(self, batch: pa.RecordBatch, files: _Files, partition: int, attempt: int) -> None:
         """Write ``batch`` to every output: split by the partition column's values, a file opened for each."""
@@ -413,9 +402,7 @@ def read_frame(spark: SparkSession, path: str, schema: StructType) -> DataFrame:
 
 def write_frame(frame: DataFrame, path: str, schema: StructType, *, int96_timestamps: bool = False) -> int:
     """Write ``frame``'s rows (``schema``'s columns) to ``path`` from its tasks; returns the rows written."""
-    tallies = write_in_tasks(
-        frame, lambda batches: batches, schema, path, row_tally, ("n",), int96_timestamps=int96_timestamps
-    )
+    tallies = write_in_tasks(frame, iter, schema, path, row_tally, ("n",), int96_timestamps=int96_timestamps)
     return sum(int(t[0] or 0) for t in tallies)
 
 
@@ -447,7 +434,8 @@ class Marks:
         import pyarrow as pa
 
         tables = [storage.read_table(path) for path in part_files(folder)]
-        return cls(pa.concat_tables(tables) if tables else _no_marks())
+        empty = pa.schema([(name, pa.string()) for name in ("topic", "message_id_str", "m", "r")])
+        return cls(pa.concat_tables(tables) if tables else empty.empty_table())
 
     def columns(self, batch: pa.RecordBatch) -> list[pa.Array]:
         """The mark and reason of each row of ``batch`` (null where it has none)."""
@@ -459,12 +447,6 @@ def _keys(rows: pa.Table | pa.RecordBatch) -> pa.Array:
     import pyarrow.compute as pc
 
     return pc.binary_join_element_wise(rows.column("topic"), rows.column("message_id_str"), "\x1f")
-
-
-def _no_marks() -> pa.Table:
-    import pyarrow as pa
-
-    return pa.table({name: pa.array([], pa.string()) for name in ("topic", "message_id_str", "m", "r")})
 
 
 def bucket_batches(

@@ -1,8 +1,6 @@
-"""Sends read straight from the decide tasks' own files: no shuffle, no sort, no copy of the rows to send.
-
-Decide task ``b`` writes ``part-<b>.parquet`` with every row of the producers it numbers, sequence ids
-ascending, row groups cut at wave blocks (:func:`wave_blocks`); send task ``b`` reads the wave's row
-groups of that file and sends them in file order, each producer's sequence order.
+"""Sends read straight from the decide tasks' files: decide task ``b`` writes ``part-<b>.parquet`` with its
+producers' rows, sequence ids ascending, row groups cut at wave blocks (:func:`wave_blocks`); send task
+``b`` reads the wave's row groups of that file and sends them in file order (no shuffle, sort or copy).
 """
 
 from __future__ import annotations
@@ -52,8 +50,8 @@ def _sequence_blocks(batch: pa.RecordBatch, size: int) -> pa.Array:
 
 @dataclass(frozen=True)
 class SendFilter:
-    """With ``canary``, only the replay ids saved at ``ids_path``, by ``<producer>-canary``; else every row
-    but those and the ``halted`` groups'."""
+    """With ``canary``, only the replay ids at ``ids_path`` (by ``<producer>-canary``); else all rows but
+    those and the ``halted`` groups'."""
 
     ids_path: str
     canary: bool
@@ -66,11 +64,8 @@ class SendFilter:
         from spark_apps.dlq_replay import storage
         from spark_apps.dlq_replay.task_parquet import data_files
 
-        files = data_files(self.ids_path)
-        ids = pa.concat_arrays(
-            [pa.array([], pa.string())]
-            + [c for f in files for c in storage.read_table(f, columns=["replay_id"]).column(0).chunks]
-        )
+        tables = [storage.read_table(f, columns=["replay_id"]) for f in data_files(self.ids_path)]
+        ids = pa.chunked_array([c for t in tables for c in t.column(0).chunks], pa.string()).combine_chunks()
         return partial(self._choose, ids=ids)
 
     def _choose(self, batch: pa.RecordBatch, ids: pa.Array) -> pa.RecordBatch:
@@ -116,10 +111,9 @@ def wave_rows(
     held = 0
     # One decoding thread, as in task_parquet.bucket_batches (less memory kept per worker).
     columns = [*_READ, *extra_columns]
-    batches = source.iter_batches(
+    for batch in source.iter_batches(
         batch_size=batch_rows, row_groups=groups, columns=columns, use_threads=False
-    )
-    for batch in batches:
+    ):
         rows = _in_wave(batch, lo, hi)
         if chosen is not None:
             rows = chosen(rows)
