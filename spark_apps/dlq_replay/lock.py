@@ -181,8 +181,13 @@ class SubscriptionLease:
 
     def _subscribe(self, pulsar: Any, topic: str, lease: str, name: str, deadline: float) -> Any:
         """The Exclusive lease consumer on ``lease``, asking again while the broker does not answer."""
-        unanswered = (pulsar.Timeout, pulsar.ServiceUnitNotReady, pulsar.TooManyLookupRequestException)
-        unanswered += (pulsar.ConnectError, pulsar.NotConnected)
+        unanswered = (
+            pulsar.Timeout,
+            pulsar.ServiceUnitNotReady,
+            pulsar.TooManyLookupRequestException,
+            pulsar.ConnectError,
+            pulsar.NotConnected,
+        )
         pause = 1.0
         while True:
             try:
