@@ -7,9 +7,18 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
+import pyarrow.compute as pc
+from pyspark.sql import functions as F
+
 from pulsar_dlq_consumer.replay_options import DEDUP_WAVE_SIZE, DEFAULT_WAVE_SIZE
 from spark_apps.dlq_replay import outcomes as oc
-from spark_apps.dlq_replay.storage import join
+from spark_apps.dlq_replay.archive_files import publish_staged
+from spark_apps.dlq_replay.canary import run_canary, unsent_halted
+from spark_apps.dlq_replay.pulsar_io.dedup import deduplication
+from spark_apps.dlq_replay.schemas import RESULTS_SCHEMA
+from spark_apps.dlq_replay.storage import join, open_parquet
+from spark_apps.dlq_replay.task_parquet import data_files, read_frame
+from spark_apps.dlq_replay.task_sends import SendFilter, send_wave, sending_targets
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -17,7 +26,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
     from spark_apps.dlq_replay.run_context import Run
-    from spark_apps.dlq_replay.task_sends import SendFilter
 
 log = logging.getLogger("spark_apps.dlq_replay")
 
@@ -29,8 +37,6 @@ def run_apply(run: Run, decisions: DataFrame, planned_at: datetime) -> None:
         started = time.monotonic()
         progress = run.state.progress("apply")
         if not progress.get("archive_written"):
-            from spark_apps.dlq_replay.archive_files import publish_staged
-
             date = planned_at.strftime("%Y-%m-%d")
             publish_staged(run.paths.archive_staged, run.paths.archive, date, run.options.run_id)
             progress["archive_written"] = True
@@ -41,9 +47,6 @@ def run_apply(run: Run, decisions: DataFrame, planned_at: datetime) -> None:
             around: SendFilter | None = None
             unsent = 0
             if run.options.canary:  # canary first; halted groups are not sent (docs/canary.md)
-                from spark_apps.dlq_replay.canary import run_canary, unsent_halted
-                from spark_apps.dlq_replay.task_sends import SendFilter
-
                 every_id = (0, int(run.state.info("decide").get("max_sequence_id", -1)) + 1)
                 halted = run_canary(
                     run, decisions, lambda chosen, path: _send_wave(run, every_id, path, chosen)
@@ -68,11 +71,6 @@ def run_apply(run: Run, decisions: DataFrame, planned_at: datetime) -> None:
 
 def _published(run: Run) -> int:
     """Messages the waves saved as published (one column read in the driver, batch by batch)."""
-    import pyarrow.compute as pc
-
-    from spark_apps.dlq_replay.storage import open_parquet
-    from spark_apps.dlq_replay.task_parquet import data_files
-
     total = 0
     for path in data_files(run.paths.republish_results):
         for batch in open_parquet(path).iter_batches(
@@ -83,8 +81,6 @@ def _published(run: Run) -> int:
 
 
 def _send_wave(run: Run, sequence_range: tuple[int, int], path: str, chosen: SendFilter | None) -> None:
-    from spark_apps.dlq_replay.task_sends import send_wave
-
     send_wave(
         run.spark,
         run.paths.decisions,
@@ -150,11 +146,6 @@ def _count_resend(
     """Count a wave ``restarts`` killed attempts had started: ``resent`` (its messages per attempt),
     ``resent_held`` (dropped by broker dedup) and ``resend_bound`` (wave size x its producers per attempt:
     the most that can reach the origins twice without dedup)."""
-    from pyspark.sql import functions as F
-
-    from spark_apps.dlq_replay.schemas import RESULTS_SCHEMA
-    from spark_apps.dlq_replay.task_parquet import read_frame
-
     lo, hi = sequence_range
     held = F.count_if(F.col("published_message_id").startswith("-1:"))
     sent, dropped = read_frame(run.spark, results, RESULTS_SCHEMA).agg(F.count(F.lit(1)), held).collect()[0]
@@ -173,9 +164,6 @@ def _count_resend(
 def _wave_size(run: Run, last: int) -> int:
     """``--wave-size``, else ``DEDUP_WAVE_SIZE`` when the broker deduplicates every target topic, else the
     small default that bounds a re-send after a kill (``docs/reliability.md``)."""
-    from spark_apps.dlq_replay.pulsar_io.dedup import deduplication
-    from spark_apps.dlq_replay.task_sends import sending_targets
-
     if run.options.wave_size is not None:
         return run.options.wave_size
     if last < DEFAULT_WAVE_SIZE:

@@ -5,9 +5,12 @@ by apply to ``archive/dlq_topic=<topic>/date=<date>/run_id=<run>/`` (:func:`publ
 from __future__ import annotations
 
 import functools
+import hashlib
 import logging
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.types import BinaryType, BooleanType, StringType, StructField, StructType, TimestampType
 
 from spark_apps.dlq_replay import outcomes as oc
@@ -17,8 +20,6 @@ from spark_apps.dlq_replay.task_parquet import SideOutput, partition_folder
 
 if TYPE_CHECKING:
     from datetime import datetime
-
-    import pyarrow as pa
 
 log = logging.getLogger("spark_apps.dlq_replay")
 
@@ -49,19 +50,12 @@ ARCHIVE_FILE_SCHEMA = StructType(
 @functools.cache
 def _batch_schema() -> pa.Schema:
     """:data:`ARCHIVE_FILE_SCHEMA` in Arrow, with ``dlq_topic`` (the folder it is written to) last."""
-    import pyarrow as pa
-
     return arrow_schema(ARCHIVE_FILE_SCHEMA).append(pa.field("dlq_topic", pa.string()))
 
 
 def archive_batch(batch: pa.RecordBatch, archived_at: datetime) -> pa.RecordBatch:
     """The archived rows of a batch of decisions: :data:`ARCHIVE_FILE_SCHEMA`'s columns and ``dlq_topic``,
     (``payload`` null where the payload is not archived)."""
-    import hashlib
-
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
     rows = batch.filter(pc.is_in(batch.column("outcome"), pa.array(sorted(oc.ARCHIVE_OUTCOMES))))
     n = rows.num_rows
     value = rows.column("value")

@@ -13,6 +13,9 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from spark_apps.dlq_replay.storage import read_table, write_table
+from spark_apps.dlq_replay.task_parquet import part_file, part_files
+
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Sequence
 
@@ -70,9 +73,6 @@ class EntryFinals:
 
     def write(self, folder: str, bucket: int) -> None:
         """Write the bucket's counts to ``folder/part-<bucket>.parquet`` (renamed into place)."""
-        from spark_apps.dlq_replay.storage import write_table
-        from spark_apps.dlq_replay.task_parquet import part_file
-
         table = _sum_finals(pa.concat_tables(self._parts)) if self._parts else _FINALS.empty_table()
         write_table(table.cast(_FINALS), part_file(folder, bucket))
 
@@ -95,8 +95,6 @@ def _sum_finals(table: pa.Table) -> pa.Table:
 def entry_table(snapshot_entries: str, commit_parts: str, topic: str | None = None) -> pa.Table:
     """Per entry of the snapshot (of partition ``topic`` only, when given): its messages, final messages
     and batch size, from the read tasks' entries and the record tasks' counts."""
-    from spark_apps.dlq_replay.task_parquet import part_files
-
     read = [_of_topic(path, topic) for path in part_files(snapshot_entries)]
     if not read:
         return _ENTRY_TABLE.empty_table()
@@ -119,8 +117,6 @@ def entry_table(snapshot_entries: str, commit_parts: str, topic: str | None = No
 
 
 def _of_topic(path: str, topic: str | None) -> pa.Table:
-    from spark_apps.dlq_replay.storage import read_table
-
     table = read_table(path)
     return table if topic is None else table.filter(pc.equal(table.column("dlq_topic"), topic))
 

@@ -7,6 +7,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from pyspark.sql import functions as F
+
+from spark_apps.dlq_replay.schemas import LEDGER_SCHEMA
+from spark_apps.dlq_replay.task_parquet import read_frame
+
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
@@ -20,9 +25,6 @@ def read_ledger(spark: SparkSession, storage: RunStorage, ledger_root: str) -> D
     """The whole ledger, or ``None`` before the first recorded run."""
     if not storage.has_data(ledger_root):
         return None
-    from spark_apps.dlq_replay.schemas import LEDGER_SCHEMA
-    from spark_apps.dlq_replay.task_parquet import read_frame
-
     return read_frame(spark, ledger_root, LEDGER_SCHEMA)
 
 
@@ -30,8 +32,6 @@ def final_ids(ledger: DataFrame | None, *, exclude_run_id: str) -> DataFrame | N
     """``replay_id, dlq_topic, dlq_message_id, run_id`` of the final rows of runs but ``exclude_run_id``."""
     if ledger is None:
         return None
-    from pyspark.sql import functions as F
-
     return ledger.filter(F.col("final") & (F.col("run_id") != F.lit(exclude_run_id))).select(
         "replay_id", "dlq_topic", "dlq_message_id", "run_id"
     )
@@ -54,8 +54,6 @@ def settled_ends(
     """The partitions of ``windows`` whose last message an earlier run made final and acked
     (``commit_done(run_id)``): a Shared consumer never receives it, so a reader waiting for it would stop
     only after idle timeouts. The window ends at the last message earlier runs left pending instead."""
-    from pyspark.sql import functions as F
-
     ends = {w.topic: key for w in windows if (key := w.end_key) is not None}
     if not ends:
         return []

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.types import StructType
 
 from spark_apps.dlq_replay import outcomes as oc
@@ -23,7 +25,6 @@ from spark_apps.dlq_replay.task_parquet import SUCCESS, part_file, partition_fol
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    import pyarrow as pa
     from pyspark.sql import SparkSession
 
     from spark_apps.dlq_replay.run_context import Run
@@ -40,8 +41,6 @@ _DERIVED = frozenset({"final", "published_message_id", "mode", "recorded_at"})
 
 def _sending(decided: pa.RecordBatch | pa.Table) -> pa.Array:
     """True for the rows to republish (the ones with a send result)."""
-    import pyarrow.compute as pc
-
     return pc.fill_null(pc.equal(decided.column("outcome"), oc.TO_REPUBLISH), False)
 
 
@@ -57,8 +56,6 @@ def decided_columns() -> list[str]:
 
 def bucket_results(results_dir: str, bucket: int) -> pa.RecordBatch | None:
     """The send results of producer bucket ``bucket`` from every wave, in wave order (``None``: none)."""
-    import pyarrow as pa
-
     waves = []
     for name in storage.list_names(results_dir):
         path = part_file(storage.join(results_dir, name), bucket)
@@ -82,9 +79,6 @@ class ResultIndex:
 
     def positions(self, decided: pa.RecordBatch | pa.Table) -> pa.Array:
         """Each row's send result position (null for a row not to republish or without a result)."""
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
         none = pa.nulls(decided.num_rows, pa.string())
         return self.keys.positions(pc.if_else(_sending(decided), decided.column("replay_id"), none))
 
@@ -100,9 +94,6 @@ def ledger_batch(
     """The ledger rows of a batch of decisions with their send results (``positions``, from
     :class:`ResultIndex`): a row to republish becomes ``republished`` or ``publish_failed`` (with the
     reason), or ``canary_failed`` in a ``halted`` group without a result; a dry run keeps its outcomes."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
     n = decided.num_rows
     outcome = decided.column("outcome")
     sending = pa.repeat(False, n) if mode == oc.DRY_RUN else _sending(decided)

@@ -11,10 +11,16 @@ from typing import TYPE_CHECKING, Any
 
 from spark_apps.dlq_replay import outcomes as oc
 from spark_apps.dlq_replay.apply import run_apply
+from spark_apps.dlq_replay.arrow_util import use_system_allocator
+from spark_apps.dlq_replay.broker_checks import check_broker
 from spark_apps.dlq_replay.commit import commit_info, run_commit
 from spark_apps.dlq_replay.decide import run_decide
 from spark_apps.dlq_replay.errors import ReplayConfigError
+from spark_apps.dlq_replay.lock import run_lock
 from spark_apps.dlq_replay.plan import run_plan
+from spark_apps.dlq_replay.preflight import check_local, ship_and_load_fixes
+from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf
+from spark_apps.dlq_replay.pulsar_io.window import READER_MODE, read_mode_of
 from spark_apps.dlq_replay.record import run_record
 from spark_apps.dlq_replay.report import run_report
 from spark_apps.dlq_replay.run_context import Run, RunPaths, load_state
@@ -36,11 +42,6 @@ def run_replay(
 ) -> dict[str, Any]:
     """Run (or resume) the run ``options.run_id`` under its lock; returns the report. ``checked``: the
     playbook of a caller that ran :func:`~spark_apps.dlq_replay.preflight.check_local` and broker checks."""
-    from spark_apps.dlq_replay.arrow_util import use_system_allocator
-    from spark_apps.dlq_replay.lock import run_lock
-    from spark_apps.dlq_replay.preflight import check_local, ship_and_load_fixes
-    from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf
-
     use_system_allocator()  # the driver's report reads, like the tasks' batches, free what they used
     playbook = checked if checked is not None else check_local(options)
     ship_and_load_fixes(spark, playbook)
@@ -53,8 +54,6 @@ def run_replay(
         log.info("run %s is already complete; nothing to do", options.run_id)
         return dict(json.loads(text))
     if checked is None:  # before any file or lock is created
-        from spark_apps.dlq_replay.broker_checks import check_broker
-
         check_broker(conf, options.topics)
     parts = (paths.run, join(paths.root, "locks"), join(paths.root, "runs"), paths.root)
     created = [path for path in parts if not storage.exists(path)]
@@ -120,8 +119,6 @@ _MESSAGE_STEPS = ("snapshot", "decide", "apply", "record", "commit")
 def _skip_empty_window(run: Run, windows: list[PartitionWindow]) -> bool:
     """The empty-DLQ fast path: when no message step has started and the window holds no message to read,
     record the message steps complete with zero counts, without a Spark job."""
-    from spark_apps.dlq_replay.pulsar_io.window import READER_MODE, read_mode_of
-
     if any(s in run.state.steps for s in _MESSAGE_STEPS) or not all(
         w.end_message_id is None or (w.read_mode == READER_MODE and w.pending_entries == 0) for w in windows
     ):

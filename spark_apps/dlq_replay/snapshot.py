@@ -11,6 +11,14 @@ import time
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from spark_apps.dlq_replay import task_parquet
+from spark_apps.dlq_replay.commit import entry_rows, snapshot_entries_schema
+from spark_apps.dlq_replay.pulsar_io.source import ENTRY_FIRST, read_tasks
+from spark_apps.dlq_replay.pulsar_io.window import READER_MODE, read_mode_of, windows_to_json
+from spark_apps.dlq_replay.schemas import IDENTITIES_SCHEMA, SNAPSHOT_SCHEMA
+from spark_apps.dlq_replay.scope import identity_rows
+from spark_apps.dlq_replay.task_parquet import read_frame
+
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame
@@ -23,16 +31,7 @@ log = logging.getLogger("spark_apps.dlq_replay")
 
 def run_snapshot(run: Run, windows: list[PartitionWindow]) -> DataFrame:
     """Read the window in Spark tasks that write the snapshot (and its entries and identities) themselves."""
-    from spark_apps.dlq_replay.pulsar_io.window import READER_MODE, read_mode_of, windows_to_json
-    from spark_apps.dlq_replay.schemas import IDENTITIES_SCHEMA, SNAPSHOT_SCHEMA
-    from spark_apps.dlq_replay.task_parquet import read_frame
-
     if run.step("snapshot"):
-        from spark_apps.dlq_replay import task_parquet
-        from spark_apps.dlq_replay.commit import entry_rows, snapshot_entries_schema
-        from spark_apps.dlq_replay.pulsar_io.source import read_tasks
-        from spark_apps.dlq_replay.scope import identity_rows
-
         started = time.monotonic()
         mode = read_mode_of(windows)
         # Readers split a partition's pending entries into contiguous shares: by default enough of them to
@@ -83,8 +82,6 @@ def run_snapshot(run: Run, windows: list[PartitionWindow]) -> DataFrame:
 
 def _entries_tally(batch: pa.RecordBatch) -> tuple[int, int]:
     """``(rows, entries)`` of a batch of snapshot rows marked with their entries' first rows."""
-    from spark_apps.dlq_replay.pulsar_io.source import ENTRY_FIRST
-
     return batch.num_rows, batch.column(ENTRY_FIRST).true_count
 
 
@@ -92,7 +89,4 @@ def snapshot_identities(run: Run) -> DataFrame | None:
     """The identities the snapshot's read tasks wrote beside it, or ``None`` (not written)."""
     if not run.state.info("snapshot").get("identities_written"):
         return None
-    from spark_apps.dlq_replay.schemas import IDENTITIES_SCHEMA
-    from spark_apps.dlq_replay.task_parquet import read_frame
-
     return read_frame(run.spark, run.paths.identities, IDENTITIES_SCHEMA)
