@@ -16,13 +16,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, cast
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    import numpy as np
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
@@ -35,8 +35,6 @@ def use_system_allocator() -> None:
 
 def row_numbers(n: int) -> pa.Array:
     """``0, 1, ... n - 1`` as int64."""
-    import numpy as np
-
     return pa.array(np.arange(n, dtype=np.int64))
 
 
@@ -90,16 +88,12 @@ class SortedKeys:
     several times answers with its first position, as a hash lookup would."""
 
     def __init__(self, keys: pa.Array | pa.ChunkedArray) -> None:
-        import numpy as np
-
         values = _byte_keys(keys)
         self.order = np.argsort(values, kind="stable")
         self.sorted = values[self.order]
 
     def positions(self, wanted: pa.Array | pa.ChunkedArray) -> pa.Array:
         """The position of each of ``wanted`` among the keys (int64; null when absent or null)."""
-        import numpy as np
-
         if not len(self.sorted):
             return pa.nulls(len(wanted), pa.int64())
         keys = _byte_keys(wanted)
@@ -112,8 +106,6 @@ def _byte_keys(keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """``keys`` as a NumPy bytes array (null: empty), ordered and compared byte by byte: each key padded
     with NUL bytes to the longest in Arrow, then the data buffer viewed as fixed-width values (no Python
     object per key)."""
-    import numpy as np
-
     values = pc.fill_null(keys.cast(pa.binary()), b"")
     if isinstance(values, pa.ChunkedArray):
         values = values.combine_chunks()

@@ -6,10 +6,21 @@ from __future__ import annotations
 import json
 import logging
 import time
+from dataclasses import asdict, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from spark_apps.dlq_replay.errors import RunStateError
+from spark_apps.dlq_replay.group_actions import reuse_window
+from spark_apps.dlq_replay.ledger import read_ledger, settled_ends
+from spark_apps.dlq_replay.pulsar_io.window import (
+    CONSUMER_MODE,
+    FrozenWindows,
+    freeze,
+    read_mode_of,
+    windows_from_json,
+    windows_to_json,
+)
 from spark_apps.dlq_replay.run_context import RunPaths, RunState
 
 if TYPE_CHECKING:
@@ -20,20 +31,11 @@ log = logging.getLogger("spark_apps.dlq_replay")
 
 
 def run_plan(run: Run) -> tuple[list[PartitionWindow], datetime]:
-    from spark_apps.dlq_replay.pulsar_io.window import (
-        CONSUMER_MODE,
-        freeze,
-        windows_from_json,
-        windows_to_json,
-    )
-
+    """Freeze (or reuse) the window once; the windows and plan time of the run."""
     if run.step("plan"):
         started = time.monotonic()
         settled: list[dict[str, Any]] = []
         if run.options.window_from:  # the window a reviewer saw (docs/approval.md)
-            from spark_apps.dlq_replay.group_actions import reuse_window
-            from spark_apps.dlq_replay.pulsar_io.window import FrozenWindows, read_mode_of
-
             earlier = RunPaths(run.options.output_dir, run.options.window_from).plan
             reused = reuse_window(
                 run.storage, earlier, run.options.window_from, run.options.topics, run.options.subscription
@@ -84,10 +86,6 @@ def _settle_windows(
 ) -> tuple[list[PartitionWindow], list[dict[str, Any]]]:
     """End each partition whose last message an earlier run made final at the last entry the ledger knows
     pending (:func:`~spark_apps.dlq_replay.ledger.settled_ends`), not waiting for a message never received."""
-    from dataclasses import asdict, replace
-
-    from spark_apps.dlq_replay.ledger import read_ledger, settled_ends
-
     ledger = read_ledger(run.spark, run.storage, run.paths.ledger)
     if ledger is None:
         return frozen, []

@@ -9,15 +9,13 @@ import os
 import posixpath
 import uuid
 from functools import lru_cache
-from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlparse
 
-from spark_apps.dlq_replay.errors import ReplayConfigError
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 
-if TYPE_CHECKING:
-    import pyarrow as pa
-    import pyarrow.fs as pafs
-    import pyarrow.parquet as pq
+from spark_apps.dlq_replay.errors import ReplayConfigError
 
 #: Schemes served by pyarrow's S3 file system (Hadoop's names included).
 S3_SCHEMES = frozenset({"s3", "s3a", "s3n"})
@@ -60,8 +58,6 @@ def qualify_root(root: str) -> str:
 
 @lru_cache(maxsize=8)
 def _s3(endpoint: str | None, region: str | None) -> pafs.FileSystem:
-    import pyarrow.fs as pafs
-
     options: dict[str, object] = {"region": region} if region else {}
     if endpoint:
         parsed = urlparse(endpoint)
@@ -71,16 +67,12 @@ def _s3(endpoint: str | None, region: str | None) -> pafs.FileSystem:
 
 @lru_cache(maxsize=8)
 def _from_uri(base: str) -> pafs.FileSystem:
-    import pyarrow.fs as pafs
-
     return pafs.FileSystem.from_uri(base)[0]
 
 
 def filesystem(path: str) -> tuple[pafs.FileSystem, str]:
     """``(file system, path inside it)`` for a local path or URI; file systems are cached per process."""
     if is_local(path):
-        import pyarrow.fs as pafs
-
         return pafs.LocalFileSystem(), os.path.abspath(local_path(path) or path)
     parsed = urlparse(path)
     scheme = parsed.scheme.lower()
@@ -96,8 +88,6 @@ def filesystem(path: str) -> tuple[pafs.FileSystem, str]:
 
 def check_root(root: str) -> None:
     """Fail at once, naming the fix, when ``root`` cannot be opened (unknown scheme, missing bucket)."""
-    import pyarrow.fs as pafs
-
     try:
         fs, inner = filesystem(root)
         bucket = inner.split("/", 1)[0] if urlparse(root).scheme.lower() in S3_SCHEMES else None
@@ -124,8 +114,6 @@ def writable(path: str) -> tuple[pafs.FileSystem, str]:
 
 
 def exists(path: str) -> bool:
-    import pyarrow.fs as pafs
-
     fs, inner = filesystem(path)
     return bool(fs.get_file_info(inner).type != pafs.FileType.NotFound)
 
@@ -159,8 +147,6 @@ def write_bytes(path: str, data: bytes) -> None:
 
 def list_names(path: str) -> list[str]:
     """Names of the entries directly under ``path`` (empty when it does not exist)."""
-    import pyarrow.fs as pafs
-
     fs, inner = filesystem(path)
     infos = fs.get_file_info(pafs.FileSelector(inner, allow_not_found=True))
     return sorted(info.base_name for info in infos)
@@ -168,8 +154,6 @@ def list_names(path: str) -> list[str]:
 
 def list_files(path: str) -> list[str]:
     """Paths (as ``path``'s scheme writes them) of the files under ``path``, sorted; none if missing."""
-    import pyarrow.fs as pafs
-
     fs, inner = filesystem(path)
     infos = fs.get_file_info(pafs.FileSelector(inner, recursive=True, allow_not_found=True))
     return sorted(join(path, info.path[len(inner) :]) for info in infos if info.type == pafs.FileType.File)
@@ -177,8 +161,6 @@ def list_files(path: str) -> list[str]:
 
 def delete(path: str) -> None:
     """Delete a file or a directory tree; nothing when it does not exist."""
-    import pyarrow.fs as pafs
-
     fs, inner = filesystem(path)
     kind = fs.get_file_info(inner).type
     if kind == pafs.FileType.Directory:
@@ -262,8 +244,6 @@ _MOVING = "_MOVING"
 
 def open_parquet(path: str, **options: object) -> pq.ParquetFile:
     """A Parquet file for reading (its metadata, row groups, batches) on any store."""
-    import pyarrow.parquet as pq
-
     fs, inner = filesystem(path)
     return pq.ParquetFile(fs.open_input_file(inner), **options)
 
@@ -275,8 +255,6 @@ def read_table(path: str, columns: list[str] | None = None) -> pa.Table:
 
 def write_table(table: pa.Table, path: str) -> None:
     """Write ``table`` as one Parquet file, whole (a temporary name, then :func:`move`)."""
-    import pyarrow.parquet as pq
-
     temp = join(posixpath.dirname(path), f"_tmp-{uuid.uuid4().hex}.parquet")
     fs, inner = writable(temp)
     pq.write_table(table, inner, filesystem=fs)

@@ -13,12 +13,17 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
 from spark_apps.dlq_replay import storage
+from spark_apps.dlq_replay.arrow_util import SortedKeys, local_frame, row_numbers, use_system_allocator
+from spark_apps.dlq_replay.schemas import arrow_schema
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
 
-    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
@@ -67,8 +72,6 @@ def part_file(folder: str, partition: int) -> str:
 
 def dictionary_columns(schema: pa.Schema) -> list[str]:
     """The Parquet leaf paths of ``schema`` that keep dictionary encoding (all but the per-message ones)."""
-    import pyarrow as pa
-
     paths: list[str] = []
     for field in schema:
         if pa.types.is_map(field.type):
@@ -91,8 +94,6 @@ class TaskFile:
         int96_timestamps: bool = False,
         group_key: Callable[[pa.RecordBatch], pa.Array] | None = None,
     ) -> None:
-        import pyarrow.parquet as pq
-
         self.schema = schema
         self.group_key = group_key
         self._last_key: object = None
@@ -132,8 +133,6 @@ class TaskFile:
         if start < n:
             rest = batch.slice(start)
             if start:  # the rows left pending as a copy: the whole batch is not held until they are written
-                from spark_apps.dlq_replay.arrow_util import row_numbers
-
                 rest = rest.take(row_numbers(n - start))
             self._add(rest, (n - start) * row_bytes)
 
@@ -145,8 +144,6 @@ class TaskFile:
 
     def _key_changes(self, keys: pa.Array) -> list[int]:
         """The rows where the row group key changes (a null key continues the row before's)."""
-        import pyarrow.compute as pc
-
         keys = pc.fill_null_forward(keys)
         valid = keys.is_valid()
         if not valid.true_count:
@@ -161,8 +158,6 @@ class TaskFile:
         return cuts
 
     def _flush(self) -> None:
-        import pyarrow as pa
-
         if self._pending:
             table = pa.Table.from_batches(self._pending, self.schema)
             self._writer.write_table(table, row_group_size=table.num_rows)
@@ -263,10 +258,7 @@ class _TaskWrites:
     names: Sequence[str]
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        import pyarrow as pa
         from pyspark import TaskContext
-
-        from spark_apps.dlq_replay.arrow_util import use_system_allocator
 
         use_system_allocator()
         context = TaskContext.get()
@@ -302,8 +294,6 @@ class _TaskWrites:
 
     def _write(self, batch: pa.RecordBatch, files: _Files, partition: int, attempt: int) -> None:
         """Write ``batch`` to every output: split by the partition column's values, a file opened for each."""
-        import pyarrow.compute as pc
-
         for i, output in enumerate(self.outputs):
             rows = batch if output.rows is None else output.rows(batch)
             if output.partition_by is None:
@@ -332,8 +322,6 @@ def write_in_tasks(
     """Run ``transform`` over ``frame``'s partitions as ``mapInArrow`` would, write its rows (``schema``'s
     columns) to ``path`` and each of ``sides`` to its own; returns ``tally`` of every batch. The folders
     are emptied first; at the end leftover temporary and progress files go and ``_SUCCESS`` is written."""
-    from spark_apps.dlq_replay.schemas import arrow_schema
-
     main = SideOutput(path, schema, int96_timestamps=int96_timestamps, row_groups_by=row_groups_by)
     outputs = [main, *sides]
     for output in outputs:
@@ -370,10 +358,7 @@ class _ReadFiles:
     schema: pa.Schema
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        import pyarrow as pa
         import pyarrow.dataset as ds
-
-        from spark_apps.dlq_replay.arrow_util import use_system_allocator
 
         use_system_allocator()
         fs, root = storage.filesystem(self.root)
@@ -390,9 +375,6 @@ class _ReadFiles:
 def read_frame(spark: SparkSession, path: str, schema: StructType) -> DataFrame:
     """The dataset at ``path`` as a DataFrame with ``schema``, read by Python tasks (a column missing from
     a file comes from its ``column=value`` folders, else is null)."""
-    from spark_apps.dlq_replay.arrow_util import local_frame
-    from spark_apps.dlq_replay.schemas import arrow_schema
-
     files = data_files(path)
     if not files:
         return spark.createDataFrame([], schema)
@@ -424,15 +406,11 @@ class Marks:
     """The scope marks read once per task, indexed by ``topic`` and message id."""
 
     def __init__(self, table: pa.Table) -> None:
-        from spark_apps.dlq_replay.arrow_util import SortedKeys
-
         self.values = table.select([2, 3]).combine_chunks()
         self.keys = SortedKeys(_keys(table))
 
     @classmethod
     def read(cls, folder: str) -> Marks:
-        import pyarrow as pa
-
         tables = [storage.read_table(path) for path in part_files(folder)]
         empty = pa.schema([(name, pa.string()) for name in ("topic", "message_id_str", "m", "r")])
         return cls(pa.concat_tables(tables) if tables else empty.empty_table())
@@ -444,8 +422,6 @@ class Marks:
 
 
 def _keys(rows: pa.Table | pa.RecordBatch) -> pa.Array:
-    import pyarrow.compute as pc
-
     return pc.binary_join_element_wise(rows.column("topic"), rows.column("message_id_str"), "\x1f")
 
 
@@ -475,7 +451,5 @@ def bucket_batches(
 
 def with_marks(batch: pa.RecordBatch, marks: Marks | None, names: tuple[str, str]) -> pa.RecordBatch:
     """``batch`` plus its rows' mark and reason columns (``names``; all null without ``marks``)."""
-    import pyarrow as pa
-
     columns = marks.columns(batch) if marks else [pa.nulls(batch.num_rows, pa.string())] * 2
     return pa.RecordBatch.from_arrays([*batch.columns, *columns], names=[*batch.schema.names, *names])

@@ -9,12 +9,18 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from spark_apps.dlq_replay import outcomes as oc
+from spark_apps.dlq_replay import storage, task_parquet
+from spark_apps.dlq_replay.schemas import RESULTS_SCHEMA
+from spark_apps.dlq_replay.storage import open_parquet
+from spark_apps.dlq_replay.task_parquet import data_files, part_files
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
 
-    import pyarrow as pa
     import pyarrow.parquet as pq
     from pyspark.sql import SparkSession
 
@@ -43,8 +49,6 @@ def wave_blocks(size: int) -> Callable[[pa.RecordBatch], pa.Array]:
 
 
 def _sequence_blocks(batch: pa.RecordBatch, size: int) -> pa.Array:
-    import pyarrow.compute as pc
-
     return pc.divide(batch.column("sequence_id"), size)  # integer division: ids are never negative
 
 
@@ -59,19 +63,11 @@ class SendFilter:
 
     def chooser(self) -> Callable[[pa.RecordBatch], pa.RecordBatch]:
         """The filter of one task (the canary ids read once)."""
-        import pyarrow as pa
-
-        from spark_apps.dlq_replay import storage
-        from spark_apps.dlq_replay.task_parquet import data_files
-
         tables = [storage.read_table(f, columns=["replay_id"]) for f in data_files(self.ids_path)]
         ids = pa.chunked_array([c for t in tables for c in t.column(0).chunks], pa.string()).combine_chunks()
         return partial(self._choose, ids=ids)
 
     def _choose(self, batch: pa.RecordBatch, ids: pa.Array) -> pa.RecordBatch:
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
         listed = pc.is_in(batch.column("replay_id"), value_set=ids)
         if self.canary:
             chosen = batch.filter(listed)
@@ -101,8 +97,6 @@ def wave_rows(
 ) -> Iterator[pa.RecordBatch]:
     """The rows to republish of the decisions file ``path`` with a sequence id in ``[lo, hi)``, in file
     order, as republish input batches of about ``batch_rows`` (``chosen``: a :class:`SendFilter`)."""
-    from spark_apps.dlq_replay.storage import open_parquet
-
     source = open_parquet(path)
     groups = _row_groups(source.metadata, lo, hi)
     if not groups:
@@ -145,8 +139,6 @@ def _row_groups(meta: pq.FileMetaData, lo: int, hi: int) -> list[int]:
 
 def _in_wave(batch: pa.RecordBatch, lo: int, hi: int) -> pa.RecordBatch:
     """The rows of ``batch`` to republish with a sequence id in ``[lo, hi)`` (no copy when all are)."""
-    import pyarrow.compute as pc
-
     seq = batch.column("sequence_id")
     keep = pc.equal(batch.column("outcome"), oc.TO_REPUBLISH)
     bounds = pc.min_max(seq)
@@ -160,8 +152,6 @@ def _in_wave(batch: pa.RecordBatch, lo: int, hi: int) -> pa.RecordBatch:
 
 def _renamed(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
     """The republish input columns of ``batches``, merged into one batch."""
-    import pyarrow as pa
-
     if len(batches) == 1:
         merged = batches[0]
     else:
@@ -183,9 +173,6 @@ def send_wave(
     only: SendFilter | None = None,
 ) -> int:
     """Send one wave, one Spark task per bucket, writing the results to ``results_path``; the rows sent."""
-    from spark_apps.dlq_replay import task_parquet
-    from spark_apps.dlq_replay.schemas import RESULTS_SCHEMA
-
     lo, hi = sequence_range
     per_task = rate_limit_per_s / max(1, buckets) if rate_limit_per_s else None
 
@@ -209,11 +196,6 @@ def send_wave(
 
 def sending_targets(decisions_dir: str) -> set[str]:
     """The target topics of the rows to republish (two dictionary-encoded columns read in the driver)."""
-    import pyarrow.compute as pc
-
-    from spark_apps.dlq_replay.storage import open_parquet
-    from spark_apps.dlq_replay.task_parquet import part_files
-
     targets: set[str] = set()
     columns = ["outcome", "target_topic"]
     for path in part_files(decisions_dir):
