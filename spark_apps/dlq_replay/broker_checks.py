@@ -13,6 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 from pulsar_dlq_consumer.client import connect_errors
 from spark_apps.dlq_replay.errors import ReplayConfigError, ReplayError
+from spark_apps.dlq_replay.pulsar_io.admin import AdminUnavailable, PulsarAdmin
+from spark_apps.dlq_replay.pulsar_io.conf import client_auth_kwargs, client_logger
+from spark_apps.dlq_replay.pulsar_io.window import parse_topics
 from spark_apps.dlq_replay.redaction import NOT_SHOWN, could_be_secret, register, safe_url
 
 if TYPE_CHECKING:
@@ -73,7 +76,6 @@ def lookup_partitions(
     import pulsar
 
     from pulsar_dlq_consumer.client import create_client
-    from spark_apps.dlq_replay.pulsar_io.conf import client_auth_kwargs, client_logger
 
     kwargs = client_auth_kwargs(conf, operation_timeout_seconds=timeout_s)
     register([kwargs.get("token")])  # never printed, whatever prints the client's errors
@@ -148,8 +150,6 @@ def _named(topic: str) -> str:
 def check_topics_exist(conf: PulsarConf, topics: Sequence[str], partitioned: dict[str, bool]) -> None:
     """Refuse a DLQ topic the admin REST does not know; without ``conf.admin_url`` a non-partitioned name
     is taken on trust."""
-    from spark_apps.dlq_replay.pulsar_io.admin import AdminUnavailable, PulsarAdmin
-
     missing = [t for t in topics if not partitioned.get(t)]
     if not missing:
         return
@@ -177,8 +177,6 @@ def check_topics_exist(conf: PulsarConf, topics: Sequence[str], partitioned: dic
 
 def check_broker(conf: PulsarConf, topics: Sequence[str]) -> None:
     """The checks of the module docstring, in order."""
-    from spark_apps.dlq_replay.pulsar_io.window import parse_topics
-
     names = parse_topics(list(topics))
     check_listening(conf.service_url)
     check_topics_exist(conf, names, lookup_partitions(conf, names))

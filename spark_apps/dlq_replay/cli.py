@@ -12,10 +12,14 @@ import sys
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from pulsar_dlq_consumer.replay_options import FLAGS, SUMMARY_PREFIX, ReplayOptionsError
+from spark_apps.dlq_replay.broker_checks import check_broker
 from spark_apps.dlq_replay.errors import ReplayConfigError, ReplayError, RunLockedError
 from spark_apps.dlq_replay.group_actions import parse_group_actions
 from spark_apps.dlq_replay.options import ReplayOptions
+from spark_apps.dlq_replay.preflight import check_local
+from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf, close_own_clients
 from spark_apps.dlq_replay.redaction import names_secret, register_argv, scrub
+from spark_apps.dlq_replay.session import conf_value, default_parallelism, remove_local_copies, ship_code
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -135,8 +139,6 @@ def _fail(message: str) -> None:
 def apply_session_defaults(spark: SparkSession) -> dict[str, str]:
     """Set the shuffle partitions (per core, at least 2) and Arrow batch rows where neither the setting nor
     its ``spark.hadoop.`` form was given, unless the session refuses it; returns what was set."""
-    from spark_apps.dlq_replay.session import conf_value, default_parallelism
-
     defaults = {
         "spark.sql.shuffle.partitions": str(max(2, SHUFFLE_PARTITIONS_PER_CORE * default_parallelism(spark))),
         "spark.sql.execution.arrow.maxRecordsPerBatch": str(ARROW_BATCH_ROWS),
@@ -158,8 +160,6 @@ def build_session(run_id: str) -> SparkSession:
     """The run's session (classic or Spark Connect) with the app's defaults and, under Connect, its code."""
     from pyspark.sql import SparkSession
 
-    from spark_apps.dlq_replay.session import ship_code
-
     spark = (
         SparkSession.builder.appName(f"dlq-replay {run_id}")
         .config("spark.sql.session.timeZone", "UTC")
@@ -177,11 +177,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the app; returns the process exit code (see the module docstring)."""
     configure_logging()
     register_argv(sys.argv[1:] if argv is None else argv)  # never printed, whatever option they were in
-    from spark_apps.dlq_replay.broker_checks import check_broker
-    from spark_apps.dlq_replay.preflight import check_local
-    from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf, close_own_clients
-    from spark_apps.dlq_replay.session import remove_local_copies
-
     run_id = None  # set once the checks before Spark passed
     try:
         options = parse_options(argv)

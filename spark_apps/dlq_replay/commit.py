@@ -13,6 +13,10 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from spark_apps.dlq_replay.arrow_util import arrow_frame, local_frame
+from spark_apps.dlq_replay.pulsar_io.errors import WindowError
+from spark_apps.dlq_replay.pulsar_io.window import READER_MODE, read_mode_of
+from spark_apps.dlq_replay.schemas import ddl_struct
 from spark_apps.dlq_replay.storage import read_table, write_table
 from spark_apps.dlq_replay.task_parquet import part_file, part_files
 
@@ -32,8 +36,6 @@ ENTRY_KEYS = ("dlq_topic", "ledger_id", "entry_id")
 
 def snapshot_entries_schema() -> StructType:
     """What :func:`entry_rows` gives: one row per entry of a batch of snapshot rows."""
-    from spark_apps.dlq_replay.schemas import ddl_struct
-
     return ddl_struct("dlq_topic string, ledger_id long, entry_id long, messages long, batch_size long")
 
 
@@ -127,7 +129,6 @@ _ENTRY_TABLE = _entry_schema("messages", "final_messages", "batch_size")
 def _commit_by_ids(run: Run, windows: Sequence[PartitionWindow]) -> dict[str, int]:
     """Reader mode: one Spark task per partition merges that partition's counts, acks its fully final
     entries by id and verifies them on the cursor; no DLQ read."""
-    from spark_apps.dlq_replay.arrow_util import local_frame
     from spark_apps.dlq_replay.pulsar_io.commit import COMMIT_RESULT_SCHEMA, EntryCommitFn
 
     committer = EntryCommitFn(run.conf, windows, run.options.subscription)  # a bad setting fails here
@@ -150,8 +151,6 @@ class ConsumerCommit:
     ``unread`` messages of partitions without a final one (not read again)."""
 
     def __init__(self, table: pa.Table, windows: Sequence[PartitionWindow]) -> None:
-        from spark_apps.dlq_replay.pulsar_io.errors import WindowError
-
         ends = {w.topic: w.end_key for w in windows}
         unknown = set(pc.unique(table.column("dlq_topic")).to_pylist()) - set(ends)
         if unknown:
@@ -200,8 +199,6 @@ def _inside(table: pa.Table, ends: dict[str, Any]) -> Any:
 def run_commit(run: Run, windows: list[PartitionWindow]) -> None:
     """Ack the final messages: reader mode by entry id in one task per partition, consumer mode by reading
     the window again; what cannot be acked stays pending for the next run."""
-    from spark_apps.dlq_replay.pulsar_io.window import READER_MODE, read_mode_of
-
     resumed = "commit" in run.state.steps  # an earlier attempt may already have acked some of them
     if not run.step("commit"):
         return
@@ -248,7 +245,6 @@ def _commit_by_consumers(run: Run, windows: list[PartitionWindow], resumed: bool
     """Consumer mode: read the window again and ack the final messages of whole entries from the receiving
     consumer. The final messages of an entry that also holds a pending one stay pending with it: without
     batch-index acks the broker removes a batch only whole (``final_in_partial_entries``)."""
-    from spark_apps.dlq_replay.arrow_util import arrow_frame
     from spark_apps.dlq_replay.pulsar_io.commit import (
         COMMIT_RESULT_SCHEMA,
         ENTRIES_COMMIT_INPUT_SCHEMA,

@@ -29,6 +29,8 @@ from pulsar_dlq_consumer.replay_lock import (
     utc_iso,
 )
 from spark_apps.dlq_replay.errors import LockLostError, ReplayConfigError, RunLockedError
+from spark_apps.dlq_replay.pulsar_io.admin import PulsarAdmin
+from spark_apps.dlq_replay.redaction import shown
 from spark_apps.dlq_replay.storage import RunStorage, is_local, join, qualify_root
 
 if TYPE_CHECKING:
@@ -244,13 +246,9 @@ class SubscriptionLease:
 
     def _holder(self, lease: str) -> str:
         """The run holding ``lease``, from its consumer's properties in the admin REST ``stats``."""
-        from spark_apps.dlq_replay.redaction import shown
-
         if not self.conf.admin_url:
             return "another run (give --admin-url to see which)"
         try:
-            from spark_apps.dlq_replay.pulsar_io.admin import PulsarAdmin
-
             stats = PulsarAdmin(self.conf, timeout_s=5.0).stats(lease)
             consumers = stats["subscriptions"][LEASE_SUBSCRIPTION]["consumers"]
             meta = dict(consumers[0].get("metadata") or {})

@@ -15,15 +15,20 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from spark_apps.dlq_replay.arrow_util import require_arrow_udfs
 from spark_apps.dlq_replay.errors import ReplayConfigError
-from spark_apps.dlq_replay.run_context import run_dir_name
+from spark_apps.dlq_replay.fixes import load_fix
+from spark_apps.dlq_replay.group_actions import reuse_window
+from spark_apps.dlq_replay.lock import check_guard
+from spark_apps.dlq_replay.playbook import Playbook, load_playbook
+from spark_apps.dlq_replay.run_context import RunPaths, run_dir_name
+from spark_apps.dlq_replay.session import add_pyfile
 from spark_apps.dlq_replay.storage import RunStorage, check_root, join, local_path, qualify_root
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from spark_apps.dlq_replay.options import ReplayOptions
-    from spark_apps.dlq_replay.playbook import Playbook
 
 log = logging.getLogger("spark_apps.dlq_replay")
 #: A token or OAuth2 credentials file larger than this holds more than a secret.
@@ -139,10 +144,6 @@ def check_output_dir(output_dir: str, run_dir: str) -> None:
 
 def check_local(options: ReplayOptions) -> Playbook:
     """Every check that needs no Spark; returns the validated playbook."""
-    from spark_apps.dlq_replay.arrow_util import require_arrow_udfs
-    from spark_apps.dlq_replay.lock import check_guard
-    from spark_apps.dlq_replay.playbook import Playbook, load_playbook
-
     check_files(options)
     if options.playbook:
         playbook = load_playbook(options.playbook)
@@ -155,9 +156,6 @@ def check_local(options: ReplayOptions) -> Playbook:
     check_guard(options.output_dir, options.subscription_lease)
     check_output_dir(options.output_dir, join("runs", run_dir_name(options.run_id)))
     if options.window_from:  # the reviewed run's plan: same topics and subscription
-        from spark_apps.dlq_replay.group_actions import reuse_window
-        from spark_apps.dlq_replay.run_context import RunPaths
-
         earlier = RunPaths(options.output_dir, options.window_from).plan
         reuse_window(RunStorage(), earlier, options.window_from, options.topics, options.subscription)
     return playbook
@@ -165,9 +163,6 @@ def check_local(options: ReplayOptions) -> Playbook:
 
 def ship_and_load_fixes(spark: SparkSession, playbook: Playbook) -> None:
     """Ship the playbook's fix files to the session's Python workers and import every fix on the driver."""
-    from spark_apps.dlq_replay.fixes import load_fix
-    from spark_apps.dlq_replay.session import add_pyfile
-
     for fix_file in playbook.fix_files:
         try:
             add_pyfile(spark, fix_file)

@@ -18,7 +18,10 @@ from pyspark.sql.types import StructType
 
 from spark_apps.dlq_replay import outcomes as oc
 from spark_apps.dlq_replay import storage
-from spark_apps.dlq_replay.canary import HALTED_REASON
+from spark_apps.dlq_replay.arrow_util import SortedKeys
+from spark_apps.dlq_replay.canary import HALTED_REASON, halted_groups
+from spark_apps.dlq_replay.commit import EntryFinals
+from spark_apps.dlq_replay.report_parts import REP_COLUMNS, BucketParts, clear_parts
 from spark_apps.dlq_replay.schemas import LEDGER_SCHEMA, arrow_schema
 from spark_apps.dlq_replay.task_parquet import SUCCESS, part_file, partition_folder, row_tally, write_in_tasks
 
@@ -73,8 +76,6 @@ class ResultIndex:
     """A bucket's send results indexed once by replay id (a repeated id gets its first result)."""
 
     def __init__(self, results: pa.RecordBatch) -> None:
-        from spark_apps.dlq_replay.arrow_util import SortedKeys
-
         self.keys = SortedKeys(results.column("replay_id"))
 
     def positions(self, decided: pa.RecordBatch | pa.Table) -> pa.Array:
@@ -157,9 +158,6 @@ class RecordTask:
                 yield from self.bucket(bucket)
 
     def bucket(self, bucket: int) -> Iterator[pa.RecordBatch]:
-        from spark_apps.dlq_replay.commit import EntryFinals
-        from spark_apps.dlq_replay.report_parts import REP_COLUMNS, BucketParts
-
         path = part_file(self.decisions, bucket)
         if not storage.exists(path):
             return  # no decisions in this bucket
@@ -183,8 +181,6 @@ class RecordTask:
 
 def record_in_tasks(spark: SparkSession, task: RecordTask, buckets: int, staged_path: str) -> int:
     """Write the ledger rows of every decisions file to ``staged_path``, one task per bucket; the rows."""
-    from spark_apps.dlq_replay.report_parts import clear_parts
-
     clear_parts(task.parts_dir)
     storage.delete(task.commit_dir)  # every bucket writes its counts again
     storage.make_dirs(task.commit_dir)
@@ -209,8 +205,6 @@ def publish_staged(staged: str, ledger_root: str, run_id: str) -> bool:
 
 def run_record(run: Run) -> None:
     """Write the run's ledger rows (a dry run writes the report's parts only)."""
-    from spark_apps.dlq_replay.canary import halted_groups
-
     if run.step("record"):
         started = time.monotonic()
         recorded_at = datetime.now(UTC)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from spark_apps.dlq_replay.errors import OptionsChangedError, RunStateError
 from spark_apps.dlq_replay.progress import StepProgress, expected_total
+from spark_apps.dlq_replay.session import default_parallelism
 from spark_apps.dlq_replay.storage import RunStorage, join, qualify_root
 
 if TYPE_CHECKING:
@@ -212,8 +213,6 @@ class Run:
 
     @property
     def buckets(self) -> int:
-        from spark_apps.dlq_replay.session import default_parallelism
-
         return max(1, self.options.parallelism or default_parallelism(self.spark))
 
     @property
