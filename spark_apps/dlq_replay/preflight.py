@@ -1,8 +1,5 @@
-"""Checks that run before a replay writes anything: bad input exits 2 and leaves no run directory.
-
-:func:`check_local` needs no Spark (the command line runs it first); :func:`ship_and_load_fixes` then
-ships and imports the playbook's fixes. Values that could be a secret (the token file path) are never echoed.
-"""
+"""Checks that run before a replay writes anything (:func:`check_local` needs no Spark): bad input exits 2
+and leaves no run directory. Values that could be a secret (the token file path) are never echoed."""
 
 from __future__ import annotations
 
@@ -34,16 +31,12 @@ log = logging.getLogger("spark_apps.dlq_replay")
 #: A token or OAuth2 credentials file larger than this holds more than a secret.
 MAX_TOKEN_FILE_BYTES = 64 * 1024
 _PEM_CERT = (b"-----BEGIN CERTIFICATE-----", "PEM certificate (-----BEGIN CERTIFICATE-----)")
+_PEM_KEY = (b"PRIVATE KEY-----", "PEM private key (-----BEGIN ... PRIVATE KEY-----)")
 #: The PEM files an option names: the option, the marker the file must hold, what that is, and the fix.
 _PEM_FILES = (
     ("--tls-trust-certs-file", *_PEM_CERT, "give the CA bundle in PEM format"),
     ("--tls-cert-file", *_PEM_CERT, "give the client certificate in PEM format"),
-    (
-        "--tls-key-file",
-        b"PRIVATE KEY-----",
-        "PEM private key (-----BEGIN ... PRIVATE KEY-----)",
-        "give the key in PEM format",
-    ),
+    ("--tls-key-file", *_PEM_KEY, "give the key in PEM format"),
 )
 
 
