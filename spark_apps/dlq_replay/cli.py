@@ -9,7 +9,7 @@ import argparse
 import logging
 import re
 import sys
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from pulsar_dlq_consumer.replay_options import FLAGS, SUMMARY_PREFIX, ReplayOptionsError
 from spark_apps.dlq_replay.broker_checks import check_broker
@@ -107,13 +107,9 @@ def parse_options(argv: Sequence[str] | None = None) -> ReplayOptions:
 class _StderrHandler(logging.StreamHandler):
     """Writes to the current ``sys.stderr``, without what could be a secret (tracebacks included)."""
 
-    @property
-    def stream(self) -> Any:
-        return sys.stderr
-
-    @stream.setter
-    def stream(self, value: object) -> None:
-        pass
+    def emit(self, record: logging.LogRecord) -> None:
+        self.stream = sys.stderr  # as it is now: a swapped one is honoured
+        super().emit(record)
 
     def format(self, record: logging.LogRecord) -> str:
         return scrub(super().format(record))
@@ -149,10 +145,9 @@ def apply_session_defaults(spark: SparkSession) -> dict[str, str]:
             continue
         try:
             spark.conf.set(key, value)
+            applied[key] = value
         except Exception as exc:
             log.info("session setting %s left as it is: the session refuses it (%s)", key, type(exc).__name__)
-            continue
-        applied[key] = value
     return applied
 
 
