@@ -16,7 +16,7 @@ from spark_apps.dlq_replay.archive_files import publish_staged
 from spark_apps.dlq_replay.canary import run_canary, unsent_halted
 from spark_apps.dlq_replay.pulsar_io.dedup import deduplication
 from spark_apps.dlq_replay.schemas import RESULTS_SCHEMA
-from spark_apps.dlq_replay.storage import join, open_parquet
+from spark_apps.dlq_replay.storage import join, read_table
 from spark_apps.dlq_replay.task_parquet import data_files, read_frame
 from spark_apps.dlq_replay.task_sends import SendFilter, send_wave, sending_targets
 
@@ -70,14 +70,9 @@ def run_apply(run: Run, decisions: DataFrame, planned_at: datetime) -> None:
 
 
 def _published(run: Run) -> int:
-    """Messages the waves saved as published (one column read in the driver, batch by batch)."""
-    total = 0
-    for path in data_files(run.paths.republish_results):
-        for batch in open_parquet(path).iter_batches(
-            batch_size=65_536, columns=["published"], use_threads=False
-        ):
-            total += pc.fill_null(batch.column(0), False).true_count
-    return total
+    """Messages the waves saved as published (one boolean column read in the driver)."""
+    files = data_files(run.paths.republish_results)
+    return sum(int(pc.sum(read_table(path, ["published"]).column(0)).as_py() or 0) for path in files)
 
 
 def _send_wave(run: Run, sequence_range: tuple[int, int], path: str, chosen: SendFilter | None) -> None:
@@ -99,8 +94,7 @@ def _republish_in_waves(run: Run, decisions: DataFrame, to_send: int, around: Se
     rows and halted groups). A saved wave (``_SUCCESS``) is never sent again; one an earlier attempt
     started but did not save is sent again whole and counted as ``resent`` (exact under broker dedup)."""
     progress = run.state.progress("apply")
-    decided = run.state.info("decide")
-    last = int(decided.get("max_sequence_id", -1))
+    last = int(run.state.info("decide").get("max_sequence_id", -1))
     if not progress.get("wave_size"):
         progress["wave_size"] = _wave_size(run, last)
         run.save()

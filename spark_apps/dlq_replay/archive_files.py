@@ -1,6 +1,5 @@
 """The archive, written by the decide tasks to ``runs/<run>/archive_staged/dlq_topic=<topic>/`` and moved
-by apply to ``archive/dlq_topic=<topic>/date=<date>/run_id=<run>/`` (:func:`publish_staged`).
-"""
+by apply to ``archive/dlq_topic=<topic>/date=<date>/run_id=<run>/`` (:func:`publish_staged`)."""
 
 from __future__ import annotations
 
@@ -54,8 +53,7 @@ def _batch_schema() -> pa.Schema:
 
 
 def archive_batch(batch: pa.RecordBatch, archived_at: datetime) -> pa.RecordBatch:
-    """The archived rows of a batch of decisions: :data:`ARCHIVE_FILE_SCHEMA`'s columns and ``dlq_topic``,
-    (``payload`` null where the payload is not archived)."""
+    """The archived rows of a batch of decisions (:data:`ARCHIVE_FILE_SCHEMA`'s columns and ``dlq_topic``)."""
     rows = batch.filter(pc.is_in(batch.column("outcome"), pa.array(sorted(oc.ARCHIVE_OUTCOMES))))
     n = rows.num_rows
     value = rows.column("value")
@@ -85,8 +83,7 @@ def staged_output(path: str, archived_at: datetime) -> SideOutput:
 
 
 def publish_staged(staged: str, archive_root: str, date: str, run_id: str) -> int:
-    """Move each staged topic folder to its archive partition; the folders moved (a call again finishes
-    an interrupted one)."""
+    """Move each staged topic folder to its archive partition (again: finishes an interrupted call)."""
     tail = join(partition_folder("date", date), partition_folder("run_id", run_id))
     topics = [name for name in list_names(staged) if name.startswith("dlq_topic=")]  # not _SUCCESS
     for name in topics:

@@ -143,8 +143,7 @@ def _named(topic: str) -> str:
 
 
 def check_topics_exist(conf: PulsarConf, topics: Sequence[str], partitioned: dict[str, bool]) -> None:
-    """Refuse a DLQ topic the admin REST does not know; without ``conf.admin_url`` a non-partitioned name
-    is taken on trust."""
+    """Refuse a DLQ topic the admin REST does not know (without ``--admin-url``, partitioned ones only)."""
     missing = [t for t in topics if not partitioned.get(t)]
     if not missing:
         return

@@ -1,7 +1,6 @@
 """Command line of the replay app (contract in ``docs/replay-app.md``): exit code 0 done, 2 invalid input
 found before anything is written, 1 failed or locked; progress and errors on stderr, stdout a summary
-ending with ``DLQ_REPLAY_SUMMARY {json}``. Tokens are never accepted as arguments, nor printed.
-"""
+ending with ``DLQ_REPLAY_SUMMARY {json}``. Tokens are never accepted as arguments, nor printed."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""Commit step: ack the run's final messages, from per-entry counts: the snapshot's read tasks write each
-entry's messages and batch size (:func:`entry_rows`), each record task its bucket's final messages per
-entry (:class:`EntryFinals`); :func:`entry_table` merges them. Reader mode acks an entry by id when all
-its messages are final; consumer mode (:class:`ConsumerCommit`) acks whole entries as received.
-"""
+"""Commit step: ack the run's final messages, from the per-entry counts of the read tasks (:func:`entry_rows`)
+and the record tasks (:class:`EntryFinals`), merged by :func:`entry_table`: reader mode by entry id,
+consumer mode (:class:`ConsumerCommit`) whole entries as received."""
 
 from __future__ import annotations
 
@@ -95,8 +93,7 @@ def _sum_finals(table: pa.Table) -> pa.Table:
 
 
 def entry_table(snapshot_entries: str, commit_parts: str, topic: str | None = None) -> pa.Table:
-    """Per entry of the snapshot (of partition ``topic`` only, when given): its messages, final messages
-    and batch size, from the read tasks' entries and the record tasks' counts."""
+    """Per entry of the snapshot (of partition ``topic`` only): messages, final messages and batch size."""
     read = [_of_topic(path, topic) for path in part_files(snapshot_entries)]
     if not read:
         return _ENTRY_TABLE.empty_table()
@@ -197,8 +194,7 @@ def _inside(table: pa.Table, ends: dict[str, Any]) -> Any:
 
 
 def run_commit(run: Run, windows: list[PartitionWindow]) -> None:
-    """Ack the final messages: reader mode by entry id in one task per partition, consumer mode by reading
-    the window again; what cannot be acked stays pending for the next run."""
+    """Ack the final messages (reader mode by entry id, consumer mode by reading the window again)."""
     resumed = "commit" in run.state.steps  # an earlier attempt may already have acked some of them
     if not run.step("commit"):
         return

@@ -36,8 +36,7 @@ class OptionsChangedError(RunStateError, ReplayConfigError):
 
 
 class RunLockedError(ReplayError):
-    """Another replay run holds the output directory lock or a subscription lease (exit code 1: retry
-    when it has finished)."""
+    """Another replay run holds the output directory lock or a subscription lease (exit code 1)."""
 
 
 class LockLostError(ReplayError):

@@ -1,6 +1,5 @@
 """The ledger: Parquet, one row per DLQ message per run with its outcome, partitioned by ``run_id``;
-the source of truth for re-runs (``already_final``, ``duplicate``) and for the commit.
-"""
+the source of truth for re-runs (``already_final``, ``duplicate``) and for the commit."""
 
 from __future__ import annotations
 
@@ -51,9 +50,8 @@ class SettledEnd:
 def settled_ends(
     ledger: DataFrame, windows: Sequence[PartitionWindow], commit_done: Callable[[str], bool]
 ) -> list[SettledEnd]:
-    """The partitions of ``windows`` whose last message an earlier run made final and acked
-    (``commit_done(run_id)``): a Shared consumer never receives it, so a reader waiting for it would stop
-    only after idle timeouts. The window ends at the last message earlier runs left pending instead."""
+    """The partitions of ``windows`` whose last message an earlier run made final and acked (``commit_done``),
+    which a Shared consumer never receives: they end at the last message earlier runs left pending."""
     ends = {w.topic: key for w in windows if (key := w.end_key) is not None}
     if not ends:
         return []

@@ -32,28 +32,27 @@ log = logging.getLogger("spark_apps.dlq_replay")
 
 def run_plan(run: Run) -> tuple[list[PartitionWindow], datetime]:
     """Freeze (or reuse) the window once; the windows and plan time of the run."""
+    opts = run.options
     if run.step("plan"):
         started = time.monotonic()
         settled: list[dict[str, Any]] = []
-        if run.options.window_from:  # the window a reviewer saw (docs/approval.md)
-            earlier = RunPaths(run.options.output_dir, run.options.window_from).plan
-            reused = reuse_window(
-                run.storage, earlier, run.options.window_from, run.options.topics, run.options.subscription
-            )
-            reason = f"the window of the reviewed run {run.options.window_from}"
+        if opts.window_from:  # the window a reviewer saw (docs/approval.md)
+            earlier = RunPaths(opts.output_dir, opts.window_from).plan
+            reused = reuse_window(run.storage, earlier, opts.window_from, opts.topics, opts.subscription)
+            reason = f"the window of the reviewed run {opts.window_from}"
             frozen = FrozenWindows(reused, read_mode_of(reused), reason)
         else:
-            frozen = freeze(run.conf, list(run.options.topics), run.options.subscription)
+            frozen = freeze(run.conf, list(opts.topics), opts.subscription)
         windows = frozen.windows
-        if frozen.read_mode == CONSUMER_MODE and not run.options.window_from:
+        if frozen.read_mode == CONSUMER_MODE and not opts.window_from:
             windows, settled = _settle_windows(run, windows)  # reader mode reads only pending entries
         planned_at = datetime.now(UTC)
         plan = {
-            "run_id": run.options.run_id,
-            "mode": run.options.mode,
+            "run_id": opts.run_id,
+            "mode": opts.mode,
             "planned_at": planned_at.isoformat(timespec="milliseconds"),
-            "topics": list(run.options.topics),
-            "subscription": run.options.subscription,
+            "topics": list(opts.topics),
+            "subscription": opts.subscription,
             "read_mode": frozen.read_mode,
             "read_mode_reason": frozen.reason,
             "window": windows_to_json(windows),

@@ -55,8 +55,7 @@ def _read_head(path: str, option: str, limit: int) -> bytes:
 
 
 def check_files(options: ReplayOptions) -> None:
-    """The token, OAuth2 credentials and TLS files are readable and hold what they should (never echoed).
-    A certificate without its key is refused by ``PulsarConf``."""
+    """The token, OAuth2 credentials and TLS files are readable and hold what they should (never echoed)."""
     if options.auth_token_file:
         data = _read_head(options.auth_token_file, "--auth-token-file", MAX_TOKEN_FILE_BYTES + 1)
         if not data.strip():

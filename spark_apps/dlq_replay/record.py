@@ -1,7 +1,6 @@
 """Record step: record task ``b`` indexes send bucket ``b``'s results by replay id (:class:`ResultIndex`)
 and writes the ledger rows of decisions file ``part-<b>`` (no shuffle, no join); the staged rows then move
-to ``ledger/run_id=<run>/`` (:func:`publish_staged`), in the files Spark's writer would write.
-"""
+to ``ledger/run_id=<run>/`` (:func:`publish_staged`), in the files Spark's writer would write."""
 
 from __future__ import annotations
 
@@ -192,8 +191,7 @@ def record_in_tasks(spark: SparkSession, task: RecordTask, buckets: int, staged_
 
 
 def publish_staged(staged: str, ledger_root: str, run_id: str) -> bool:
-    """Move the staged ledger files to this run's partition, replacing an earlier attempt's; ``False``
-    when nothing is staged."""
+    """Move the staged ledger files to this run's partition, replacing an earlier attempt's; False: none."""
     if not storage.list_names(staged):
         return False
     storage.delete(storage.join(staged, SUCCESS))  # the ledger root holds the one marker, as Spark leaves it

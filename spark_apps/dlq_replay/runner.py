@@ -78,8 +78,7 @@ def run_replay(
 
 
 def _remove_created(storage: RunStorage, run_dir: str, created: list[str]) -> None:
-    """Remove what a refused first attempt created (its run directory, other parts if empty): exit 2 leaves
-    nothing."""
+    """Remove what a refused first attempt created (its run dir, other parts if empty): exit 2 leaves none."""
     for path in created:
         try:
             if path == run_dir or not storage.list_names(path):

@@ -1,8 +1,5 @@
-"""Snapshot step: read the window in Spark tasks that write the snapshot's Parquet files themselves.
-
-Beside the rows the read tasks write each batch's entries (the commit's counts) and, unless
-``--max-messages`` needs the whole context, the rows' replay identities (decide's duplicate marks).
-"""
+"""Snapshot step: read the window in Spark tasks that write the snapshot's Parquet files themselves, beside
+it each batch's entries (the commit's counts) and the rows' replay identities (decide's duplicate marks)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """Every file a run reads or writes, on the driver and in its tasks, through pyarrow.fs: a local path,
 ``file:`` URI or object store / Hadoop URI (``s3://``, ``s3a://``, ``gs://``, ``hdfs://``...). S3 takes its
-settings from the standard AWS environment variables (keys never travel in arguments). Writes are whole.
-"""
+settings from the standard AWS environment variables (keys never travel in arguments). Writes are whole."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""Every Parquet dataset of a run, written and read by the run's Python tasks (pyarrow), on any store.
-
-Each task writes ``_tmp-...``, moves it to ``part-<partition>.parquet`` once closed and keeps
-``_progress-<partition>`` up to date; the driver then writes ``_SUCCESS`` (``rows=<n>``). The JVM never
-opens the output root, so a run behaves the same on ``local[n]``, a cluster and Spark Connect.
-"""
+"""Every Parquet dataset of a run, written and read by the run's Python tasks (pyarrow), on any store: a
+task writes ``_tmp-...``, moved to ``part-<partition>.parquet`` once closed; the driver then writes
+``_SUCCESS``. The JVM never opens the output root: the same on ``local[n]``, a cluster and Spark Connect."""
 
 from __future__ import annotations
 
@@ -249,8 +246,7 @@ _Files = dict[tuple[int, str | None], TaskFile]
 
 @dataclass(frozen=True)
 class _TaskWrites:
-    """One task of :func:`write_in_tasks`: writes ``transform(batches)`` to ``outputs`` (the main dataset
-    first) and returns its tallies, one row per batch."""
+    """One task of :func:`write_in_tasks`: writes ``transform(batches)`` to ``outputs``; yields tallies."""
 
     transform: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
     outputs: Sequence[SideOutput]
@@ -374,8 +370,7 @@ class _ReadFiles:
 
 
 def read_frame(spark: SparkSession, path: str, schema: StructType) -> DataFrame:
-    """The dataset at ``path`` as a DataFrame with ``schema``, read by Python tasks (a column missing from
-    a file comes from its ``column=value`` folders, else is null)."""
+    """The dataset at ``path`` with ``schema``, read by Python tasks (``column=value`` folders fill in)."""
     files = data_files(path)
     if not files:
         return spark.createDataFrame([], schema)

@@ -1,7 +1,6 @@
 """Sends read straight from the decide tasks' files: decide task ``b`` writes ``part-<b>.parquet`` with its
 producers' rows, sequence ids ascending, row groups cut at wave blocks (:func:`wave_blocks`); send task
-``b`` reads the wave's row groups of that file and sends them in file order (no shuffle, sort or copy).
-"""
+``b`` reads the wave's row groups of that file and sends them in file order (no shuffle, sort or copy)."""
 
 from __future__ import annotations
 
