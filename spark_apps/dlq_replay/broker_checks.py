@@ -115,14 +115,12 @@ def lookup_partitions(conf: PulsarConf, topics: Sequence[str]) -> dict[str, bool
             "was written, re-run when the broker answers"
         ) from None
     finally:
-        # shutdown() after close(): a client refused in the handshake still has reconnect work pending;
-        # none of it should outlive the check (the entry point also leaves with os._exit, see there).
+        # shutdown() after close(): a client refused in the handshake still has reconnect work pending.
         with contextlib.suppress(Exception):
             client.close()
         with contextlib.suppress(Exception):
             client.shutdown()
-        # The error raised from here keeps this frame alive through its traceback: drop the client now,
-        # so it is destroyed here and not during interpreter shutdown.
+        # The error's traceback keeps this frame: drop the client here, not during interpreter shutdown.
         client = None
         logger.removeHandler(events)
         logger.setLevel(level)

@@ -157,8 +157,7 @@ def build_session(run_id: str) -> SparkSession:
     spark = (
         SparkSession.builder.appName(f"dlq-replay {run_id}")
         .config("spark.sql.session.timeZone", "UTC")
-        # Spark's own log at WARN, so our progress lines stay readable in the task log (a classic
-        # session applies it as it starts; a Spark Connect server keeps its own).
+        # Spark's own log at WARN, so our progress lines stay readable (a Connect server keeps its own).
         .config("spark.log.level", "WARN")
         .getOrCreate()
     )

@@ -264,11 +264,9 @@ def _commit_by_consumers(run: Run, windows: list[PartitionWindow], resumed: bool
         fn = make_commit_fn(run.conf, windows, run.options.subscription, run.options.idle_timeout_ms)
         grouped = final.repartition(max(1, len(windows)), "dlq_topic").groupBy("dlq_topic")
         totals.update(_sum_rows(grouped.applyInArrow(fn, COMMIT_RESULT_SCHEMA).collect()))
-    # Every final message of a first commit attempt was pending (the snapshot read it unacked): any not
-    # acked now was missed (e.g. a broker stall) and stays pending until the next run acks it. In a
-    # resumed commit, final messages not received were acked by the killed attempt (one run at a time
-    # holds the subscription): they count as acked too, so the total is exact across attempts.
-    # Partitions without a final message are not read: all their messages of this run stay pending.
+    # A first attempt's final messages not acked now were missed and stay pending for the next run; in a
+    # resumed commit, those not received were acked by the killed attempt (one run holds the subscription)
+    # and count as acked. Partitions without a final message are not read: their messages stay pending.
     acked_this_attempt = totals["acked"]
     totals["acked_by_earlier_attempts"] = max(0, expected - acked_this_attempt) if resumed else 0
     totals["acked"] = acked_this_attempt + totals["acked_by_earlier_attempts"]

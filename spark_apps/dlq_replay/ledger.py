@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 def read_ledger(spark: SparkSession, storage: RunStorage, ledger_root: str) -> DataFrame | None:
     """The whole ledger, or ``None`` before the first recorded run."""
-    if not storage.has_data(ledger_root):
+    if not storage.list_names(ledger_root):
         return None
     return read_frame(spark, ledger_root, LEDGER_SCHEMA)
 

@@ -158,7 +158,6 @@ class SubscriptionLease:
         from pulsar_dlq_consumer.client import create_client
         from spark_apps.dlq_replay.pulsar_io.conf import client_auth_kwargs, client_logger
 
-        # The run's own authentication (token, OAuth2 or client certificate), with the lease's timeout.
         self._client = create_client(
             self.conf.service_url,
             logger=client_logger(),

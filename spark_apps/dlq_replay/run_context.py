@@ -63,9 +63,8 @@ class RunState:
     def mark_complete(self, step: str, seconds: float, **info: Any) -> None:
         if step not in STEPS:
             raise ValueError(f"unknown step {step!r}; steps are {', '.join(STEPS)}")
-        entry = self.steps.setdefault(step, {})
-        entry.update(info)
-        entry.update(status="complete", finished_at=utc_now(), seconds=round(seconds, 3))
+        done = {"status": "complete", "finished_at": utc_now(), "seconds": round(seconds, 3)}
+        self.steps.setdefault(step, {}).update(info, **done)
 
     def progress(self, step: str) -> dict[str, Any]:
         """Mutable per-step progress (e.g. the DLQ topics already committed)."""

@@ -31,9 +31,8 @@ def run_snapshot(run: Run, windows: list[PartitionWindow]) -> DataFrame:
     if run.step("snapshot"):
         started = time.monotonic()
         mode = read_mode_of(windows)
-        # Readers split a partition's pending entries into contiguous shares: by default enough of them to
-        # keep every core busy (the source gives each share a minimum of entries). Consumer mode reads each
-        # partition with one consumer, which drops a redelivered copy by its id.
+        # Readers split a partition's pending entries into shares, by default enough to keep every core busy;
+        # consumer mode reads each partition with one consumer, which drops a redelivered copy by its id.
         parallelism = 1
         if mode == READER_MODE:
             busy = max(1, sum(1 for w in windows if w.pending))

@@ -196,10 +196,6 @@ class RunStorage:
         """Write ``text`` atomically (see :func:`write_bytes`)."""
         write_bytes(path, text.encode("utf-8"))
 
-    def has_data(self, path: str) -> bool:
-        """True when ``path`` is a directory holding any entry."""
-        return bool(list_names(path))
-
     def create_exclusive(self, path: str, text: str) -> bool:
         """Create ``path`` holding ``text`` unless it exists (local files only); True when this call did."""
         if not is_local(path):

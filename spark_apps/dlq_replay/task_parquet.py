@@ -283,8 +283,7 @@ class _TaskWrites:
                 out.discard()
             raise
         finally:
-            # Python workers are reused by later steps: hand the freed Arrow buffers back to the system,
-            # or the workers keep them until the run ends (they count toward its peak memory).
+            # Python workers are reused by later steps: hand the freed Arrow buffers back to the system.
             pa.default_memory_pool().release_unused()
         columns = list(zip(*tallies, strict=True)) if tallies else [() for _ in self.names]
         yield pa.RecordBatch.from_arrays([pa.array(c, pa.int64()) for c in columns], names=list(self.names))
@@ -436,8 +435,7 @@ def bucket_batches(
         by_file.setdefault(path, []).append(group)
     for path, groups in by_file.items():
         source = storage.open_parquet(path)
-        # One decoding thread: the task shares the cores with the others, and each thread's allocator
-        # keeps memory of its own (about 25 MiB more per worker with threads).
+        # One decoding thread: each thread's allocator keeps memory of its own (about 25 MiB per worker).
         batches = source.iter_batches(
             batch_size=batch_rows, row_groups=groups, columns=list(columns), use_threads=False
         )

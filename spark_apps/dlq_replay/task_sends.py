@@ -144,19 +144,13 @@ def _in_wave(batch: pa.RecordBatch, lo: int, hi: int) -> pa.RecordBatch:
     lowest, highest = bounds["min"].as_py(), bounds["max"].as_py()
     if seq.null_count or lowest is None or lowest < lo or highest >= hi:  # not every row in the wave
         keep = pc.and_(keep, pc.and_(pc.greater_equal(seq, lo), pc.less(seq, hi)))
-    if keep.true_count == batch.num_rows:
-        return batch
-    return batch.filter(keep)
+    return batch if keep.true_count == batch.num_rows else batch.filter(keep)
 
 
 def _renamed(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
     """The republish input columns of ``batches``, merged into one batch."""
-    if len(batches) == 1:
-        merged = batches[0]
-    else:
-        merged = pa.Table.from_batches(batches).select(list(SEND_COLUMNS)).combine_chunks().to_batches()[0]
-    columns = [merged.column(name) for name in SEND_COLUMNS]
-    return pa.RecordBatch.from_arrays(columns, names=list(SEND_COLUMNS.values()))
+    merged = pa.Table.from_batches(batches).select(list(SEND_COLUMNS)).combine_chunks().to_batches()[0]
+    return pa.RecordBatch.from_arrays(merged.columns, names=list(SEND_COLUMNS.values()))
 
 
 def send_wave(
