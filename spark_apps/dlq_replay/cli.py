@@ -173,8 +173,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     run_id = None  # set once the checks before Spark passed
     try:
         options = parse_options(argv)
-        playbook = check_local(options)  # files, permissions, playbook: before Spark starts, nothing written
-        # listening, credentials, DLQ topics: before Spark starts too
+        # files, permissions, playbook, then the broker and topics: before Spark starts, nothing written
+        playbook = check_local(options)
         check_broker(PulsarConf.from_app_options(options), options.topics)
         from spark_apps.dlq_replay.report import summary_line, summary_text
         from spark_apps.dlq_replay.runner import run_replay
@@ -200,7 +200,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Not in atexit hooks: the app leaves with os._exit (see dlq_replay_main), which runs none.
         close_own_clients()
         remove_local_copies()
-    print(summary_text(report), flush=True)
-    print(summary_line(report), flush=True)
+    print(summary_text(report), summary_line(report), sep="\n", flush=True)
     spark.stop()
     return EXIT_OK

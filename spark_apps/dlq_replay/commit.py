@@ -21,8 +21,6 @@ from spark_apps.dlq_replay.task_parquet import part_file, part_files
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Sequence
 
-    from pyspark.sql.types import StructType
-
     from spark_apps.dlq_replay.pulsar_io.window import PartitionWindow
     from spark_apps.dlq_replay.run_context import Run
 
@@ -32,9 +30,10 @@ log = logging.getLogger("spark_apps.dlq_replay")
 ENTRY_KEYS = ("dlq_topic", "ledger_id", "entry_id")
 
 
-def snapshot_entries_schema() -> StructType:
-    """What :func:`entry_rows` gives: one row per entry of a batch of snapshot rows."""
-    return ddl_struct("dlq_topic string, ledger_id long, entry_id long, messages long, batch_size long")
+#: What :func:`entry_rows` gives: one row per entry of a batch of snapshot rows.
+SNAPSHOT_ENTRIES_SCHEMA = ddl_struct(
+    "dlq_topic string, ledger_id long, entry_id long, messages long, batch_size long"
+)
 
 
 def _entry_columns(topics: pa.Array, message_ids: pa.Array) -> dict[str, pa.Array]:

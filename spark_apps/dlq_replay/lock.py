@@ -113,8 +113,7 @@ class OutputLock:
             )
         self.owner, self.name = owner, name
         for old in self.storage.list_names(self.directory):
-            gen = lock_generation(old)
-            if gen is not None and gen <= generation:
+            if (gen := lock_generation(old)) is not None and gen <= generation:
                 self.storage.delete(self._path(old))
 
     def heartbeat(self) -> str | None:

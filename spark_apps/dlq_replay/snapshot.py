@@ -9,7 +9,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from spark_apps.dlq_replay import task_parquet
-from spark_apps.dlq_replay.commit import entry_rows, snapshot_entries_schema
+from spark_apps.dlq_replay.commit import SNAPSHOT_ENTRIES_SCHEMA, entry_rows
 from spark_apps.dlq_replay.pulsar_io.source import ENTRY_FIRST, read_tasks
 from spark_apps.dlq_replay.pulsar_io.window import READER_MODE, read_mode_of, windows_to_json
 from spark_apps.dlq_replay.schemas import IDENTITIES_SCHEMA, SNAPSHOT_SCHEMA
@@ -48,7 +48,7 @@ def run_snapshot(run: Run, windows: list[PartitionWindow]) -> DataFrame:
         frame, read_task, _, _ = read_tasks(run.spark, source_options, mark_entries=True)
         with_identities = run.options.max_messages is None
         run.progress.count_files(run.paths.snapshot)
-        sides = [task_parquet.SideOutput(run.paths.snapshot_entries, snapshot_entries_schema(), entry_rows)]
+        sides = [task_parquet.SideOutput(run.paths.snapshot_entries, SNAPSHOT_ENTRIES_SCHEMA, entry_rows)]
         if with_identities:  # decide's duplicate marks read these few columns
             identities = partial(identity_rows, origin_precedence=run.playbook.origin_precedence)
             sides.append(task_parquet.SideOutput(run.paths.identities, IDENTITIES_SCHEMA, identities))
