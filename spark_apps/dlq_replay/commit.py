@@ -12,6 +12,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark_apps.dlq_replay.arrow_util import arrow_frame, local_frame
+from spark_apps.dlq_replay.pulsar_io.commit import (
+    COMMIT_RESULT_SCHEMA,
+    ENTRIES_COMMIT_INPUT_SCHEMA,
+    EntryCommitFn,
+    make_commit_fn,
+)
 from spark_apps.dlq_replay.pulsar_io.errors import WindowError
 from spark_apps.dlq_replay.pulsar_io.window import READER_MODE, read_mode_of
 from spark_apps.dlq_replay.schemas import ddl_struct
@@ -125,8 +131,6 @@ _ENTRY_TABLE = _entry_schema("messages", "final_messages", "batch_size")
 def _commit_by_ids(run: Run, windows: Sequence[PartitionWindow]) -> dict[str, int]:
     """Reader mode: one Spark task per partition merges that partition's counts, acks its fully final
     entries by id and verifies them on the cursor; no DLQ read."""
-    from spark_apps.dlq_replay.pulsar_io.commit import COMMIT_RESULT_SCHEMA, EntryCommitFn
-
     committer = EntryCommitFn(run.conf, windows, run.options.subscription)  # a bad setting fails here
     entries, parts = run.paths.snapshot_entries, run.paths.commit_parts
 
@@ -155,11 +159,8 @@ class ConsumerCommit:
                 f"(known: {sorted(ends)}); start a new run"
             )
         final, messages, size = (table.column(c) for c in ("final_messages", "messages", "batch_size"))
-        counted = pc.and_(
-            pc.and_(pc.equal(final, messages), pc.equal(messages, pc.fill_null(size, -1))),
-            pc.greater(messages, 0),
-        )
-        whole = pc.and_(counted, _inside(table, ends))
+        counted = pc.and_(pc.equal(final, messages), pc.equal(messages, pc.fill_null(size, -1)))
+        whole = pc.and_(pc.and_(counted, pc.greater(messages, 0)), _inside(table, ends))
         kept = table.filter(whole).select(["dlq_topic", "ledger_id", "entry_id", "batch_size"])
         self.whole = kept.add_column(1, "dlq_message_id", pa.nulls(len(kept), pa.string()))
         partial = pc.and_(pc.invert(whole), pc.greater(final, 0))
@@ -182,10 +183,9 @@ def _inside(table: pa.Table, ends: dict[str, Any]) -> Any:
         if end is None:
             continue
         end_ledger, end_entry, _, end_batch = end
-        before = pc.or_(
-            pc.less(ledger, end_ledger), pc.and_(pc.equal(ledger, end_ledger), pc.less(entry, end_entry))
-        )
-        at_end = pc.and_(pc.equal(ledger, end_ledger), pc.equal(entry, end_entry))
+        same_ledger = pc.equal(ledger, end_ledger)
+        before = pc.or_(pc.less(ledger, end_ledger), pc.and_(same_ledger, pc.less(entry, end_entry)))
+        at_end = pc.and_(same_ledger, pc.equal(entry, end_entry))
         if end_batch >= 0:  # the end names a message of a batch: the entry's last one must be inside
             at_end = pc.and_(at_end, pc.less_equal(pc.subtract(size, 1), end_batch))
         inside = pc.or_(inside, pc.and_(pc.equal(topics, topic), pc.or_(before, at_end)))
@@ -240,12 +240,6 @@ def _commit_by_consumers(run: Run, windows: list[PartitionWindow], resumed: bool
     """Consumer mode: read the window again and ack the final messages of whole entries from the receiving
     consumer. The final messages of an entry that also holds a pending one stay pending with it: without
     batch-index acks the broker removes a batch only whole (``final_in_partial_entries``)."""
-    from spark_apps.dlq_replay.pulsar_io.commit import (
-        COMMIT_RESULT_SCHEMA,
-        ENTRIES_COMMIT_INPUT_SCHEMA,
-        make_commit_fn,
-    )
-
     split = ConsumerCommit(entry_table(run.paths.snapshot_entries, run.paths.commit_parts), windows)
     log.info(
         "step commit: %d final messages, %d in %d whole entries, the rest in %d entries with a pending "

@@ -58,15 +58,11 @@ def decided_columns() -> list[str]:
 
 def bucket_results(results_dir: str, bucket: int) -> pa.RecordBatch | None:
     """The send results of producer bucket ``bucket`` from every wave, in wave order (``None``: none)."""
-    waves = []
-    for name in storage.list_names(results_dir):
-        path = part_file(storage.join(results_dir, name), bucket)
-        if name.startswith("wave=") and storage.exists(path):
-            waves.append((int(name[len("wave=") :]), path))
-    waves.sort()
-    if not waves:
+    waves = sorted(int(name[5:]) for name in storage.list_names(results_dir) if name.startswith("wave="))
+    paths = [part_file(storage.join(results_dir, f"wave={wave}"), bucket) for wave in waves]
+    if not (paths := [path for path in paths if storage.exists(path)]):
         return None
-    table = pa.concat_tables([storage.read_table(path, columns=_RESULT_COLUMNS) for _, path in waves])
+    table = pa.concat_tables([storage.read_table(path, columns=_RESULT_COLUMNS) for path in paths])
     columns = [table.column(name).combine_chunks() for name in _RESULT_COLUMNS]
     return pa.RecordBatch.from_arrays(columns, _RESULT_COLUMNS)
 

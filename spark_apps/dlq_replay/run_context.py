@@ -142,13 +142,8 @@ class RunPaths:
         self.report_parts = join(self.run, "report_parts")
 
     def public(self) -> dict[str, str]:
-        return {
-            "report_json": self.report_json,
-            "report_html": self.report_html,
-            "archive": self.archive,
-            "ledger": self.ledger,
-            "snapshot": self.snapshot,
-        }
+        names = ("report_json", "report_html", "archive", "ledger", "snapshot")
+        return {name: getattr(self, name) for name in names}
 
 
 def load_state(storage: RunStorage, paths: RunPaths, options: ReplayOptions, playbook: Playbook) -> RunState:
