@@ -8,6 +8,7 @@ import os
 import posixpath
 import uuid
 from functools import lru_cache
+from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
@@ -136,8 +137,7 @@ def write_bytes(path: str, data: bytes) -> None:
     fs, inner = writable(path)
     if is_local(path):
         tmp = f"{inner}.tmp-{uuid.uuid4().hex}"
-        with open(tmp, "wb") as handle:
-            handle.write(data)
+        Path(tmp).write_bytes(data)
         os.replace(tmp, inner)  # atomic: a killed process leaves the old file or the new one
         return
     with fs.open_output_stream(inner) as out:
@@ -205,11 +205,10 @@ class RunStorage:
             )
         _, local = writable(path)
         try:
-            fd = os.open(local, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            with open(local, "x", encoding="utf-8") as handle:  # O_CREAT | O_EXCL
+                handle.write(text)
         except FileExistsError:
             return False
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
         return True
 
 
