@@ -137,9 +137,8 @@ def _republish_in_waves(run: Run, decisions: DataFrame, to_send: int, around: Se
 def _count_resend(
     run: Run, decisions: DataFrame, results: str, sequence_range: tuple[int, int], restarts: int
 ) -> None:
-    """Count a wave ``restarts`` killed attempts had started: ``resent`` (its messages per attempt),
-    ``resent_held`` (dropped by broker dedup) and ``resend_bound`` (wave size x its producers per attempt:
-    the most that can reach the origins twice without dedup)."""
+    """Count a wave ``restarts`` killed attempts had started: ``resent``, ``resent_held`` (dropped by broker
+    dedup) and ``resend_bound`` (wave size x producers per attempt: the most sent twice without dedup)."""
     lo, hi = sequence_range
     held = F.count_if(F.col("published_message_id").startswith("-1:"))
     sent, dropped = read_frame(run.spark, results, RESULTS_SCHEMA).agg(F.count(F.lit(1)), held).collect()[0]

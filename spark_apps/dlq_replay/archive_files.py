@@ -22,8 +22,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("spark_apps.dlq_replay")
 
-#: Archive file column -> the decided column it is copied from, in the archive's order (``payload`` and
-#: ``payload_sha256`` are derived from ``value``; ``archived_at`` is the run's plan time).
+#: Archive file column -> the decided column it is copied from, in the archive's order.
 COPIED_COLUMNS = {
     **{name: name for name, _ in CONTEXT_COLUMNS if name != "dlq_topic"},
     **{name: name for name in ("replay_id", "signature", "error_template", "rule", "outcome")},

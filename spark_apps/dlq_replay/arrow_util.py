@@ -29,8 +29,7 @@ def row_numbers(n: int) -> pa.Array:
 
 
 def prefix_counts(flags: pa.Array) -> pa.Array:
-    """``[0, f0, f0 + f1, ...]`` of a boolean array: the true values before each position, then all of
-    them (one more value than ``flags``)."""
+    """``[0, f0, f0 + f1, ...]``: the true ``flags`` before each position, then all of them."""
     counts = pc.cumulative_sum(pc.cast(flags, pa.int64())) if len(flags) else pa.array([], pa.int64())
     return pa.concat_arrays([pa.array([0], pa.int64()), counts])
 
@@ -66,9 +65,8 @@ def group_ids(columns: Sequence[pa.Array]) -> pa.Array:
 
 
 class SortedKeys:
-    """String keys indexed once by a sort: each lookup is a binary search per wanted key, so a task that
-    looks up many batches against the same keys never rebuilds a hash table per batch. A key present
-    several times answers with its first position, as a hash lookup would."""
+    """String keys indexed once by a sort: a lookup is a binary search per wanted key (no hash table per
+    batch); a key present several times answers with its first position, as a hash lookup would."""
 
     def __init__(self, keys: pa.Array | pa.ChunkedArray) -> None:
         values = _byte_keys(keys)
@@ -86,9 +84,8 @@ class SortedKeys:
 
 
 def _byte_keys(keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    """``keys`` as a NumPy bytes array (null: empty), ordered and compared byte by byte: each key padded
-    with NUL bytes to the longest in Arrow, then the data buffer viewed as fixed-width values (no Python
-    object per key)."""
+    """``keys`` as a NumPy bytes array (null: empty): each key padded with NUL bytes to the longest, then
+    the data buffer viewed as fixed-width values (no Python object per key)."""
     values = pc.fill_null(keys.cast(pa.binary()), b"")
     if isinstance(values, pa.ChunkedArray):
         values = values.combine_chunks()

@@ -39,8 +39,7 @@ _SECRET_OPTIONS = (
     "--oauth2-client-secret",
     "--client-secret",
 )
-#: Shuffle partitions per core, unless given with --conf: Spark's 200 made every shuffle of a small run
-#: 200 tiny tasks (adaptive execution still coalesces or splits them).
+#: Shuffle partitions per core, unless given with --conf (Spark's 200 made a small run's shuffles tiny tasks).
 SHUFFLE_PARTITIONS_PER_CORE = 2
 #: Rows per Arrow batch to the Python workers, unless given with --conf: Spark's 10,000 rows of 1 KiB
 #: payloads kept about 800 MiB in two workers at 100k messages; 2,000 keep about 510 MiB at the same speed.

@@ -38,8 +38,7 @@ def final_ids(ledger: DataFrame | None, *, exclude_run_id: str) -> DataFrame | N
 
 @dataclass(frozen=True)
 class SettledEnd:
-    """A partition whose window end an earlier run made final and acked: read only up to
-    ``end_message_id``, the last entry the ledger knows pending (``None``: nothing is)."""
+    """A partition whose window end an earlier run made final: read up to ``end_message_id`` (or nothing)."""
 
     topic: str
     frozen_end: str

@@ -47,8 +47,7 @@ HEARTBEAT_S = 10.0
 LOCK_TTL_S = 60.0
 #: How long one request for a lease may take (pulsar-lite answers a busy one only by timing out).
 LEASE_TIMEOUT_S = 10
-#: How long to keep asking for a lease the broker does not answer (restarting, loading the lease topic
-#: after a crash, overloaded). Apache Pulsar refuses a held lease at once (``ConsumerBusy``).
+#: How long to ask again for a lease the broker does not answer (Apache Pulsar refuses a held one at once).
 LEASE_WAIT_S = 60.0
 #: A lease that stays disconnected this long is treated as lost.
 LEASE_GRACE_S = 30.0

@@ -76,8 +76,7 @@ def _range_partitions(spark: SparkSession) -> int:
 
 
 def default_parallelism(spark: SparkSession) -> int:
-    """``spark.default.parallelism``, else what a ``local`` master says, else the partitions of a
-    ``range`` (asked at each call: a cluster's executors may still be registering)."""
+    """``spark.default.parallelism``, else a ``local`` master's, else a ``range``'s (asked at each call)."""
     given = conf_value(spark, "spark.default.parallelism")
     if given and given.isdigit() and int(given) > 0:
         return int(given)

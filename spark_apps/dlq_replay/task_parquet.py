@@ -46,11 +46,9 @@ PER_MESSAGE_COLUMNS = (
     "out_properties.key_value.value",
 )
 
-#: Buffered output per task before it is written as one row group (Spark's writer uses 128 MiB; the
-#: Python workers' memory counts toward the run's peak, so less here).
+#: Output a task buffers into one row group (less than Spark's 128 MiB: it counts toward the run's peak).
 ROW_GROUP_BYTES = 8 * 1024 * 1024
-#: With a row group key (:class:`SideOutput`), a row group ends where the key changes once it holds
-#: this much; rows whose keys alternate faster still make row groups of at least this size.
+#: With a row group key (:class:`SideOutput`), a row group ends where the key changes once this big.
 KEYED_GROUP_MIN_BYTES = 1024 * 1024
 _TEMP_PREFIX = "_tmp-"
 SUCCESS = "_SUCCESS"
@@ -315,9 +313,8 @@ def write_in_tasks(
     int96_timestamps: bool = False,
     row_groups_by: Callable[[pa.RecordBatch], pa.Array] | None = None,
 ) -> list[Tally]:
-    """Run ``transform`` over ``frame``'s partitions as ``mapInArrow`` would, write its rows (``schema``'s
-    columns) to ``path`` and each of ``sides`` to its own; returns ``tally`` of every batch. The folders
-    are emptied first; at the end leftover temporary and progress files go and ``_SUCCESS`` is written."""
+    """Run ``transform`` over ``frame``'s partitions (as ``mapInArrow``), write its rows to ``path`` and
+    ``sides`` to theirs (emptied first, ``_SUCCESS`` at the end); returns ``tally`` of every batch."""
     main = SideOutput(path, schema, int96_timestamps=int96_timestamps, row_groups_by=row_groups_by)
     outputs = [main, *sides]
     for output in outputs:
