@@ -8,7 +8,7 @@ import contextlib
 import logging
 from typing import TYPE_CHECKING, Any
 
-from pulsar_dlq_consumer.client import connect_errors
+from pulsar_dlq_consumer.client import connect_errors, create_client
 from spark_apps.dlq_replay.errors import ReplayConfigError, ReplayError
 from spark_apps.dlq_replay.pulsar_io.admin import AdminUnavailable, PulsarAdmin
 from spark_apps.dlq_replay.pulsar_io.conf import client_auth_kwargs, client_logger
@@ -69,8 +69,6 @@ def lookup_partitions(conf: PulsarConf, topics: Sequence[str]) -> dict[str, bool
     """Whether each topic is partitioned (so exists), looked up with the run's credentials; a refused
     handshake (retried by the client until the timeout) is a ``ReplayConfigError``."""
     import pulsar
-
-    from pulsar_dlq_consumer.client import create_client
 
     kwargs = client_auth_kwargs(conf, operation_timeout_seconds=LOOKUP_TIMEOUT_S)
     register([kwargs.get("token")])  # never printed, whatever prints the client's errors
