@@ -58,15 +58,8 @@ def run_apply(run: Run, decisions: DataFrame, planned_at: datetime) -> None:
             failed = to_send - published - unsent
             if failed:
                 log.warning("step apply: %d messages could not be published; they stay pending", failed)
-        run.done(
-            "apply",
-            started,
-            published=published,
-            publish_failed=failed,
-            resent=int(progress.get("resent", 0)),
-            resent_held=int(progress.get("resent_held", 0)),
-            resend_bound=int(progress.get("resend_bound", 0)),
-        )
+        resends = {key: int(progress.get(key, 0)) for key in ("resent", "resent_held", "resend_bound")}
+        run.done("apply", started, published=published, publish_failed=failed, **resends)
 
 
 def _published(run: Run) -> int:

@@ -67,8 +67,7 @@ def run_snapshot(run: Run, windows: list[PartitionWindow]) -> DataFrame:
             info.update(pending_entries=planned, entries_read=entries, unread_entries=planned - entries)
             if planned != entries:
                 log.warning(
-                    "step snapshot: %d of %d pending entries were not read; they stay pending for the next "
-                    "run",
+                    "step snapshot: %d of %d pending entries not read; they stay pending for the next run",
                     planned - entries,
                     planned,
                 )
