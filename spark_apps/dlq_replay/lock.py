@@ -267,7 +267,8 @@ class SubscriptionLease:
         return None
 
     def release(self) -> None:
-        closing = [consumer for _, consumer in self._consumers] + [self._client] * (self._client is not None)
+        closing = [consumer for _, consumer in self._consumers]
+        closing += [self._client] if self._client is not None else []
         self._consumers, self._client = [], None
         for each in closing:  # the consumers, then the client
             with contextlib.suppress(Exception):

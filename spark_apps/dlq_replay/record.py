@@ -58,7 +58,8 @@ def decided_columns() -> list[str]:
 
 def bucket_results(results_dir: str, bucket: int) -> pa.RecordBatch | None:
     """The send results of producer bucket ``bucket`` from every wave, in wave order (``None``: none)."""
-    waves = sorted(int(name[5:]) for name in storage.list_names(results_dir) if name.startswith("wave="))
+    names = [name for name in storage.list_names(results_dir) if name.startswith("wave=")]
+    waves = sorted(int(name.removeprefix("wave=")) for name in names)
     paths = [part_file(storage.join(results_dir, f"wave={wave}"), bucket) for wave in waves]
     if not (paths := [path for path in paths if storage.exists(path)]):
         return None

@@ -1,6 +1,7 @@
 """Every file a run reads or writes, on the driver and in its tasks, through pyarrow.fs: a local path,
 ``file:`` URI or object store / Hadoop URI (``s3://``, ``s3a://``, ``gs://``, ``hdfs://``...). S3 takes its
-settings from the standard AWS environment variables (keys never travel in arguments). Writes are whole."""
+settings from the standard AWS environment variables (``AWS_ENDPOINT_URL_S3``/``AWS_ENDPOINT_URL`` for an
+S3-compatible server; keys never travel in arguments). Writes are whole."""
 
 from __future__ import annotations
 

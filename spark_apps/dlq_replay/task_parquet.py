@@ -93,9 +93,8 @@ class TaskFile:
         self.group_key = group_key
         self._last_key: object = None
         self.final = part_file(folder, partition)
-        self.temp = storage.join(
-            folder, f"{_TEMP_PREFIX}{partition:05d}-{attempt}-{uuid.uuid4().hex}.parquet"
-        )
+        temp = f"{_TEMP_PREFIX}{partition:05d}-{attempt}-{uuid.uuid4().hex}.parquet"
+        self.temp = storage.join(folder, temp)
         fs, inner = storage.writable(self.temp)
         self._writer = pq.ParquetWriter(
             inner,
