@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql.types import BinaryType, BooleanType, StringType, StructField, StructType, TimestampType
+from pyspark.sql.types import StructField, StructType, TimestampType
 
 from spark_apps.dlq_replay import outcomes as oc
-from spark_apps.dlq_replay.schemas import CONTEXT_COLUMNS, DECIDED_SCHEMA, arrow_schema
+from spark_apps.dlq_replay.schemas import CONTEXT_COLUMNS, DECIDED_SCHEMA, arrow_schema, ddl_struct
 from spark_apps.dlq_replay.storage import join, list_names, move_tree
 from spark_apps.dlq_replay.task_parquet import SideOutput, partition_folder
 
@@ -31,17 +31,14 @@ COPIED_COLUMNS = {
 }
 _DECIDED = {field.name: field.dataType for field in DECIDED_SCHEMA.fields}
 
+_DERIVED = ddl_struct(
+    "payload binary, payload_sha256 string, payload_archived boolean, publish_time timestamp"
+)
 #: The columns of an archive file (the partition columns are its folders), as Spark's writer stores them.
 ARCHIVE_FILE_SCHEMA = StructType(
     [StructField(name, _DECIDED[source]) for name, source in COPIED_COLUMNS.items()]
-    + [
-        StructField("payload", BinaryType()),
-        StructField("payload_sha256", StringType()),
-        StructField("payload_archived", BooleanType()),
-        StructField("publish_time", TimestampType()),
-        StructField("event_time", TimestampType()),
-        StructField("archived_at", TimestampType(), nullable=False),
-    ]
+    + [*_DERIVED.fields, StructField("event_time", TimestampType())]
+    + [StructField("archived_at", TimestampType(), nullable=False)]
 )
 
 

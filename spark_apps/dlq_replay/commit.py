@@ -220,15 +220,8 @@ def commit_info(totals: dict[str, int], snapshot_reads: int) -> dict[str, Any]:
     return info
 
 
-_TOTAL_COLUMNS = (
-    "acked",
-    "left_pending",
-    "beyond_window",
-    "final_in_partial_entries",
-    "unacked_final",
-    "entries_acked",
-    "messages_read",
-)
+#: The commit results' counts: every column but ``dlq_topic``.
+_TOTAL_COLUMNS = tuple(part.split()[0] for part in COMMIT_RESULT_SCHEMA.split(", ")[1:])
 
 
 def _sum_rows(rows: Iterable[Any]) -> dict[str, int]:
