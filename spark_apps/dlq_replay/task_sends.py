@@ -13,6 +13,7 @@ import pyarrow.compute as pc
 
 from spark_apps.dlq_replay import outcomes as oc
 from spark_apps.dlq_replay import storage, task_parquet
+from spark_apps.dlq_replay.pulsar_io.republish import REPUBLISH_INPUT_COLUMNS, republish_batches
 from spark_apps.dlq_replay.schemas import RESULTS_SCHEMA
 from spark_apps.dlq_replay.storage import open_parquet
 from spark_apps.dlq_replay.task_parquet import data_files, part_files
@@ -25,18 +26,10 @@ if TYPE_CHECKING:
 
     from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf
 
-#: Decided column -> republish input column (``REPUBLISH_INPUT_COLUMNS``), in that order.
-SEND_COLUMNS = {
-    "replay_id": "replay_id",
-    "target_topic": "target_topic",
-    "replay_producer": "producer_name",
-    "sequence_id": "sequence_id",
-    "out_value": "value",
-    "key": "key",
-    "ordering_key": "ordering_key",
-    "event_time": "event_time",
-    "out_properties": "properties",
-}
+#: Republish input column -> the decided column it is read from, where their names differ.
+_SOURCES = {"producer_name": "replay_producer", "value": "out_value", "properties": "out_properties"}
+#: Decided column -> republish input column, in ``REPUBLISH_INPUT_COLUMNS``' order.
+SEND_COLUMNS = {_SOURCES.get(name, name): name for name in REPUBLISH_INPUT_COLUMNS}
 _READ = [*SEND_COLUMNS, "outcome"]
 #: Appended to a producer's name for the canary rows it sends first (``docs/canary.md``).
 CANARY_SUFFIX = "-canary"
@@ -170,8 +163,6 @@ def send_wave(
     per_task = rate_limit_per_s / max(1, buckets) if rate_limit_per_s else None
 
     def send(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from spark_apps.dlq_replay.pulsar_io.republish import republish_batches
-
         chosen = None if only is None else only.chooser()
         extra = [] if only is None else only.columns
         for batch in batches:
