@@ -20,7 +20,7 @@ from spark_apps.dlq_replay.pulsar_io.commit import (
 )
 from spark_apps.dlq_replay.pulsar_io.errors import WindowError
 from spark_apps.dlq_replay.pulsar_io.window import READER_MODE, read_mode_of
-from spark_apps.dlq_replay.schemas import ddl_struct
+from spark_apps.dlq_replay.schemas import arrow_schema, ddl_struct
 from spark_apps.dlq_replay.storage import read_table, write_table
 from spark_apps.dlq_replay.task_parquet import part_file, part_files
 
@@ -34,12 +34,9 @@ log = logging.getLogger("spark_apps.dlq_replay")
 
 #: The entry columns, from a message id ``ledger:entry:partition:batch_index``.
 ENTRY_KEYS = ("dlq_topic", "ledger_id", "entry_id")
-
-
+_ENTRY = "dlq_topic string, ledger_id long, entry_id long"
 #: What :func:`entry_rows` gives: one row per entry of a batch of snapshot rows.
-SNAPSHOT_ENTRIES_SCHEMA = ddl_struct(
-    "dlq_topic string, ledger_id long, entry_id long, messages long, batch_size long"
-)
+SNAPSHOT_ENTRIES_SCHEMA = ddl_struct(f"{_ENTRY}, messages long, batch_size long")
 
 
 def _entry_columns(topics: pa.Array, message_ids: pa.Array) -> dict[str, pa.Array]:
@@ -82,14 +79,7 @@ class EntryFinals:
         write_table(table.cast(_FINALS), part_file(folder, bucket))
 
 
-def _entry_schema(*counts: str) -> pa.Schema:
-    """``dlq_topic`` and the int64 columns ``ledger_id``, ``entry_id`` and ``counts``."""
-    return pa.schema(
-        [("dlq_topic", pa.string())] + [(n, pa.int64()) for n in ("ledger_id", "entry_id", *counts)]
-    )
-
-
-_FINALS = _entry_schema("final_messages")
+_FINALS = arrow_schema(ddl_struct(f"{_ENTRY}, final_messages long"))
 
 
 def _sum_finals(table: pa.Table) -> pa.Table:
@@ -125,7 +115,7 @@ def _of_topic(path: str, topic: str | None) -> pa.Table:
     return table if topic is None else table.filter(pc.equal(table.column("dlq_topic"), topic))
 
 
-_ENTRY_TABLE = _entry_schema("messages", "final_messages", "batch_size")
+_ENTRY_TABLE = arrow_schema(ddl_struct(f"{_ENTRY}, messages long, final_messages long, batch_size long"))
 
 
 def _commit_by_ids(run: Run, windows: Sequence[PartitionWindow]) -> dict[str, int]:
