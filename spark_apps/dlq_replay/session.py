@@ -102,15 +102,10 @@ def source_bundle(directory: str | None = None) -> str:
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
         for package in CODE_PACKAGES:
-            base = os.path.dirname(os.path.abspath(str(importlib.import_module(package).__file__)))
-            for folder, dirs, files in os.walk(base):
-                dirs[:] = sorted(d for d in dirs if d != "__pycache__")
-                for name in sorted(name for name in files if name.endswith(".py")):
-                    path = os.path.join(folder, name)
-                    rel = os.path.relpath(path, os.path.dirname(base)).replace(os.sep, "/")
-                    archive.writestr(
-                        zipfile.ZipInfo(rel, _ZIP_DATE), Path(path).read_bytes(), zipfile.ZIP_DEFLATED
-                    )
+            base = Path(os.path.abspath(str(importlib.import_module(package).__file__))).parent
+            for path in sorted(base.rglob("*.py")):  # no __pycache__ entry: those end in .pyc
+                rel = path.relative_to(base.parent).as_posix()
+                archive.writestr(zipfile.ZipInfo(rel, _ZIP_DATE), path.read_bytes(), zipfile.ZIP_DEFLATED)
     data = buffer.getvalue()
     digest = hashlib.sha256(data).hexdigest()[:16]
     target = os.path.join(directory or tempfile.gettempdir(), f"dlq_replay_code-{digest}.zip")
