@@ -51,10 +51,8 @@ def prefer_compiled(path: list[str] | None = None, folder: str | None = None) ->
         if zips is None:
             continue
         positions = [i for i, entry in enumerate(entries) if os.path.basename(entry) in zips]
-        names = {os.path.basename(entries[i]) for i in positions}
-        if names != set(zips) or not all(
-            _same_file(entries[i], zips[os.path.basename(entries[i])]) for i in positions
-        ):
+        found = [(entries[i], zips[os.path.basename(entries[i])]) for i in positions]
+        if {os.path.basename(p) for p, _ in found} != set(zips) or not all(_same_file(*f) for f in found):
             continue
         if candidate in entries:
             if entries.index(candidate) < positions[0]:
