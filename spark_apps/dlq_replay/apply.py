@@ -83,9 +83,8 @@ def _send_wave(run: Run, sequence_range: tuple[int, int], path: str, chosen: Sen
 
 
 def _republish_in_waves(run: Run, decisions: DataFrame, to_send: int, around: SendFilter | None) -> None:
-    """Send in waves of ``--wave-size`` sequence ids per producer (after a canary, ``around`` the canary
-    rows and halted groups). A saved wave (``_SUCCESS``) is never sent again; one an earlier attempt
-    started but did not save is sent again whole and counted as ``resent`` (exact under broker dedup)."""
+    """Send in waves of ``--wave-size`` sequence ids per producer (``around`` a canary): a saved wave is never
+    sent again, one an earlier attempt started but did not save is sent again whole (``resent``)."""
     progress = run.state.progress("apply")
     last = int(run.state.info("decide").get("max_sequence_id", -1))
     if not progress.get("wave_size"):

@@ -220,9 +220,8 @@ def _sum_rows(rows: Iterable[Any]) -> dict[str, int]:
 
 
 def _commit_by_consumers(run: Run, windows: list[PartitionWindow], resumed: bool) -> dict[str, int]:
-    """Consumer mode: read the window again and ack the final messages of whole entries from the receiving
-    consumer. The final messages of an entry that also holds a pending one stay pending with it: without
-    batch-index acks the broker removes a batch only whole (``final_in_partial_entries``)."""
+    """Consumer mode: read the window again and ack the final messages of whole entries; those of an entry
+    with a pending message stay pending (the broker removes a batch only whole)."""
     split = ConsumerCommit(entry_table(run.paths.snapshot_entries, run.paths.commit_parts), windows)
     log.info(
         "step commit: %d final messages, %d in %d whole entries, the rest in %d entries with a pending "

@@ -96,8 +96,7 @@ def _probe(directory: Path, output_dir: str, cannot: str, fix: str) -> None:
 
 
 def check_output_dir(output_dir: str, run_dir: str) -> None:
-    """The output root (existing or not) and the parts of it the run writes can be created and written,
-    without creating anything: a local root by a probe directory, any other by a probe file."""
+    """The output root and the parts of it the run writes can be created and written (probed, not made)."""
     root = qualify_root(output_dir)
     local = local_path(root)
     if local is None:

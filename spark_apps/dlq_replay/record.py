@@ -88,9 +88,8 @@ def ledger_batch(
     recorded_at: datetime,
     halted: tuple[str, ...] = (),
 ) -> pa.RecordBatch:
-    """The ledger rows of a batch of decisions with their send results (``positions``, from
-    :class:`ResultIndex`): a row to republish becomes ``republished`` or ``publish_failed`` (with the
-    reason), or ``canary_failed`` in a ``halted`` group without a result; a dry run keeps its outcomes."""
+    """The ledger rows of a batch of decisions with their send results (at ``positions``): a row to
+    republish becomes ``republished``, ``publish_failed`` or (``halted``) ``canary_failed``."""
     n = decided.num_rows
     outcome = decided.column("outcome")
     sending = pa.repeat(False, n) if mode == oc.DRY_RUN else _sending(decided)
