@@ -189,8 +189,9 @@ def run_commit(run: Run, windows: list[PartitionWindow]) -> None:
         return
     started = time.monotonic()
     mode = read_mode_of(windows)
-    by_ids = mode == READER_MODE
-    totals = _commit_by_ids(run, windows) if by_ids else _commit_by_consumers(run, windows, resumed)
+    totals = (
+        _commit_by_ids(run, windows) if mode == READER_MODE else _commit_by_consumers(run, windows, resumed)
+    )
     if totals["unacked_final"]:
         log.warning(
             "commit: %d final messages could not be acked; they stay pending", totals["unacked_final"]
@@ -232,8 +233,7 @@ def _commit_by_consumers(run: Run, windows: list[PartitionWindow], resumed: bool
         len(split.partial),
     )
     expected = split.in_whole
-    totals = dict.fromkeys(_TOTAL_COLUMNS, 0)
-    totals["final_in_whole_entries"] = expected
+    totals = {**dict.fromkeys(_TOTAL_COLUMNS, 0), "final_in_whole_entries": expected}
     if len(split.whole):
         final = arrow_frame(run.spark, split.whole, ENTRIES_COMMIT_INPUT_SCHEMA)
         fn = make_commit_fn(run.conf, windows, run.options.subscription, run.options.idle_timeout_ms)

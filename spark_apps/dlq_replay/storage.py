@@ -125,9 +125,7 @@ def read_bytes(path: str) -> bytes | None:
     try:
         with fs.open_input_stream(inner) as stream:
             return bytes(stream.read())
-    except FileNotFoundError:
-        return None
-    except OSError:
+    except OSError:  # FileNotFoundError, or a store's own error for a missing object
         if not exists(path):
             return None
         raise
