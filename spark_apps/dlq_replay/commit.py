@@ -189,9 +189,8 @@ def run_commit(run: Run, windows: list[PartitionWindow]) -> None:
         return
     started = time.monotonic()
     mode = read_mode_of(windows)
-    totals = (
-        _commit_by_ids(run, windows) if mode == READER_MODE else _commit_by_consumers(run, windows, resumed)
-    )
+    by_ids = mode == READER_MODE
+    totals = _commit_by_ids(run, windows) if by_ids else _commit_by_consumers(run, windows, resumed)
     if totals["unacked_final"]:
         log.warning(
             "commit: %d final messages could not be acked; they stay pending", totals["unacked_final"]
