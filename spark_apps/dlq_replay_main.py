@@ -18,6 +18,5 @@ if __name__ == "__main__":
     code = main()
     sys.stdout.flush()
     sys.stderr.flush()
-    # pulsar-client can abort the interpreter's shutdown when a Python logger is attached
-    # (apache/pulsar-client-python#256): a finished run would exit 134. Leave without finalisers.
+    # pulsar-client can abort the interpreter's shutdown (a finished run would exit 134): no finalisers.
     os._exit(code)

@@ -1,11 +1,9 @@
 """Import PySpark from a compiled copy of spark-submit's zips when the run has one: a faster start.
 
-Python caches no bytecode for the ``pyspark.zip`` and ``py4j-*-src.zip`` spark-submit puts first on every
-Python path, so each driver and worker compiles what it imports (about 1 s per process on 2 cores). For a
-local master ``airflow_provider_dlq.compiled_pyspark`` keeps a compiled copy: the driver finds it in
-:data:`FOLDER_ENV`, the workers on their ``PYTHONPATH``, and :func:`prefer_compiled` puts it ahead of the
-zips it was made from (else nothing changes). The workers' daemon (``spark.python.daemon.module``) is
-this module, run from a copy in the folder. Standard library only: nothing imports PySpark before.
+Python caches no bytecode for spark-submit's ``pyspark.zip`` and ``py4j-*-src.zip``, so each process
+compiles what it imports (about 1 s). ``airflow_provider_dlq.compiled_pyspark`` keeps a compiled copy for
+a local master (:data:`FOLDER_ENV` for the driver, ``PYTHONPATH`` for the workers, whose daemon is this
+module). Standard library only: nothing imports PySpark before.
 """
 
 from __future__ import annotations
@@ -42,11 +40,8 @@ def _same_file(path: str, expected: Any) -> bool:
 
 def prefer_compiled(path: list[str] | None = None, folder: str | None = None) -> str | None:
     """Put the compiled copy ``folder`` (default: :data:`FOLDER_ENV`'s), or the first one on ``path``
-    (default ``sys.path``), ahead of the zips on ``path`` it was made from.
-
-    Returns the copy's folder, or ``None`` when PySpark is imported already, there is no compiled copy,
-    or the zips on the path are not the ones the copy was made from (then ``path`` stays as it is).
-    """
+    (default ``sys.path``), ahead of the zips on ``path`` it was made from; returns its folder, or ``None``
+    (PySpark imported already, no copy, or other zips: ``path`` stays as it is)."""
     entries = sys.path if path is None else path
     if "pyspark" in sys.modules:
         return None
@@ -56,10 +51,8 @@ def prefer_compiled(path: list[str] | None = None, folder: str | None = None) ->
         if zips is None:
             continue
         positions = [i for i, entry in enumerate(entries) if os.path.basename(entry) in zips]
-        names = {os.path.basename(entries[i]) for i in positions}
-        if names != set(zips) or not all(
-            _same_file(entries[i], zips[os.path.basename(entries[i])]) for i in positions
-        ):
+        found = [(entries[i], zips[os.path.basename(entries[i])]) for i in positions]
+        if {os.path.basename(p) for p, _ in found} != set(zips) or not all(_same_file(*f) for f in found):
             continue
         if candidate in entries:
             if entries.index(candidate) < positions[0]:

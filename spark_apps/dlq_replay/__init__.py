@@ -1,7 +1,4 @@
-"""The DLQ replay Spark application: plan, snapshot, decide, apply, record, commit and report.
-
-Nothing in this package imports Airflow: it runs from the ``--py-files`` bundle on any Python that has
-pyspark, pyarrow and pulsar-client.
-"""
+"""The DLQ replay Spark application (plan, snapshot, decide, apply, record, commit, report); it imports
+no Airflow, so it runs from the ``--py-files`` bundle on any Python with pyspark, pyarrow, pulsar-client."""
 
 from __future__ import annotations

@@ -7,9 +7,18 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
+import pyarrow.compute as pc
+from pyspark.sql import functions as F
+
 from pulsar_dlq_consumer.replay_options import DEDUP_WAVE_SIZE, DEFAULT_WAVE_SIZE
 from spark_apps.dlq_replay import outcomes as oc
-from spark_apps.dlq_replay.storage import join
+from spark_apps.dlq_replay.archive_files import publish_staged
+from spark_apps.dlq_replay.canary import run_canary, unsent_halted
+from spark_apps.dlq_replay.pulsar_io.dedup import deduplication
+from spark_apps.dlq_replay.schemas import RESULTS_SCHEMA
+from spark_apps.dlq_replay.storage import join, read_table
+from spark_apps.dlq_replay.task_parquet import data_files, read_frame
+from spark_apps.dlq_replay.task_sends import SendFilter, send_wave, sending_targets
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -17,7 +26,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
     from spark_apps.dlq_replay.run_context import Run
-    from spark_apps.dlq_replay.task_sends import SendFilter
 
 log = logging.getLogger("spark_apps.dlq_replay")
 
@@ -29,8 +37,6 @@ def run_apply(run: Run, decisions: DataFrame, planned_at: datetime) -> None:
         started = time.monotonic()
         progress = run.state.progress("apply")
         if not progress.get("archive_written"):
-            from spark_apps.dlq_replay.archive_files import publish_staged
-
             date = planned_at.strftime("%Y-%m-%d")
             publish_staged(run.paths.archive_staged, run.paths.archive, date, run.options.run_id)
             progress["archive_written"] = True
@@ -41,9 +47,6 @@ def run_apply(run: Run, decisions: DataFrame, planned_at: datetime) -> None:
             around: SendFilter | None = None
             unsent = 0
             if run.options.canary:  # canary first; halted groups are not sent (docs/canary.md)
-                from spark_apps.dlq_replay.canary import run_canary, unsent_halted
-                from spark_apps.dlq_replay.task_sends import SendFilter
-
                 every_id = (0, int(run.state.info("decide").get("max_sequence_id", -1)) + 1)
                 halted = run_canary(
                     run, decisions, lambda chosen, path: _send_wave(run, every_id, path, chosen)
@@ -55,36 +58,17 @@ def run_apply(run: Run, decisions: DataFrame, planned_at: datetime) -> None:
             failed = to_send - published - unsent
             if failed:
                 log.warning("step apply: %d messages could not be published; they stay pending", failed)
-        run.done(
-            "apply",
-            started,
-            published=published,
-            publish_failed=failed,
-            resent=int(progress.get("resent", 0)),
-            resent_held=int(progress.get("resent_held", 0)),
-            resend_bound=int(progress.get("resend_bound", 0)),
-        )
+        resends = {key: int(progress.get(key, 0)) for key in ("resent", "resent_held", "resend_bound")}
+        run.done("apply", started, published=published, publish_failed=failed, **resends)
 
 
 def _published(run: Run) -> int:
-    """Messages the waves saved as published (one column read in the driver, batch by batch)."""
-    import pyarrow.compute as pc
-
-    from spark_apps.dlq_replay.storage import open_parquet
-    from spark_apps.dlq_replay.task_parquet import data_files
-
-    total = 0
-    for path in data_files(run.paths.republish_results):
-        for batch in open_parquet(path).iter_batches(
-            batch_size=65_536, columns=["published"], use_threads=False
-        ):
-            total += pc.fill_null(batch.column(0), False).true_count
-    return total
+    """Messages the waves saved as published (one boolean column read in the driver)."""
+    files = data_files(run.paths.republish_results)
+    return sum(int(pc.sum(read_table(path, ["published"]).column(0)).as_py() or 0) for path in files)
 
 
 def _send_wave(run: Run, sequence_range: tuple[int, int], path: str, chosen: SendFilter | None) -> None:
-    from spark_apps.dlq_replay.task_sends import send_wave
-
     send_wave(
         run.spark,
         run.paths.decisions,
@@ -99,12 +83,10 @@ def _send_wave(run: Run, sequence_range: tuple[int, int], path: str, chosen: Sen
 
 
 def _republish_in_waves(run: Run, decisions: DataFrame, to_send: int, around: SendFilter | None) -> None:
-    """Send in waves of ``--wave-size`` sequence ids per producer (after a canary, ``around`` the canary
-    rows and halted groups). A saved wave (``_SUCCESS``) is never sent again; one an earlier attempt
-    started but did not save is sent again whole and counted as ``resent`` (exact under broker dedup)."""
+    """Send in waves of ``--wave-size`` sequence ids per producer (``around`` a canary): a saved wave is never
+    sent again, one an earlier attempt started but did not save is sent again whole (``resent``)."""
     progress = run.state.progress("apply")
-    decided = run.state.info("decide")
-    last = int(decided.get("max_sequence_id", -1))
+    last = int(run.state.info("decide").get("max_sequence_id", -1))
     if not progress.get("wave_size"):
         progress["wave_size"] = _wave_size(run, last)
         run.save()
@@ -147,39 +129,26 @@ def _republish_in_waves(run: Run, decisions: DataFrame, to_send: int, around: Se
 def _count_resend(
     run: Run, decisions: DataFrame, results: str, sequence_range: tuple[int, int], restarts: int
 ) -> None:
-    """Count a wave ``restarts`` killed attempts had started: ``resent`` (its messages per attempt),
-    ``resent_held`` (dropped by broker dedup) and ``resend_bound`` (wave size x its producers per attempt:
-    the most that can reach the origins twice without dedup)."""
-    from pyspark.sql import functions as F
-
-    progress = run.state.progress("apply")
+    """Count a wave ``restarts`` killed attempts had started: ``resent``, ``resent_held`` (dropped by broker
+    dedup) and ``resend_bound`` (wave size x producers per attempt: the most sent twice without dedup)."""
     lo, hi = sequence_range
-    from spark_apps.dlq_replay.schemas import RESULTS_SCHEMA
-    from spark_apps.dlq_replay.task_parquet import read_frame
-
-    sent = read_frame(run.spark, results, RESULTS_SCHEMA).agg(
-        F.count(F.lit(1)).alias("n"),
-        F.count_if(F.col("published_message_id").startswith("-1:")).alias("held"),
-    )
-    counts = sent.first()
-    in_wave = (
-        (F.col("outcome") == oc.TO_REPUBLISH) & (F.col("sequence_id") >= lo) & (F.col("sequence_id") < hi)
-    )
-    producers = decisions.filter(in_wave).agg(F.count_distinct("replay_producer").alias("p")).first()
-    for key, n in (
-        ("resent", restarts * int(counts["n"] if counts else 0)),
-        ("resent_held", int(counts["held"] if counts else 0)),
-        ("resend_bound", restarts * (hi - lo) * int(producers["p"] if producers else 0)),
-    ):
-        progress[key] = int(progress.get(key, 0)) + n
+    held = F.count_if(F.col("published_message_id").startswith("-1:"))
+    sent, dropped = read_frame(run.spark, results, RESULTS_SCHEMA).agg(F.count(F.lit(1)), held).collect()[0]
+    in_wave = (F.col("outcome") == oc.TO_REPUBLISH) & F.col("sequence_id").between(lo, hi - 1)
+    producers = decisions.filter(in_wave).agg(F.count_distinct("replay_producer")).collect()[0][0]
+    progress = run.state.progress("apply")
+    added = {
+        "resent": restarts * sent,
+        "resent_held": dropped,
+        "resend_bound": restarts * (hi - lo) * producers,
+    }
+    for key, n in added.items():
+        progress[key] = int(progress.get(key, 0)) + int(n)
 
 
 def _wave_size(run: Run, last: int) -> int:
     """``--wave-size``, else ``DEDUP_WAVE_SIZE`` when the broker deduplicates every target topic, else the
     small default that bounds a re-send after a kill (``docs/reliability.md``)."""
-    from spark_apps.dlq_replay.pulsar_io.dedup import deduplication
-    from spark_apps.dlq_replay.task_sends import sending_targets
-
     if run.options.wave_size is not None:
         return run.options.wave_size
     if last < DEFAULT_WAVE_SIZE:

@@ -1,29 +1,28 @@
 """The archive, written by the decide tasks to ``runs/<run>/archive_staged/dlq_topic=<topic>/`` and moved
-by apply to ``archive/dlq_topic=<topic>/date=<date>/run_id=<run>/`` (:func:`publish_staged`).
-"""
+by apply to ``archive/dlq_topic=<topic>/date=<date>/run_id=<run>/`` (:func:`publish_staged`)."""
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import logging
 from typing import TYPE_CHECKING
 
-from pyspark.sql.types import BinaryType, BooleanType, StringType, StructField, StructType, TimestampType
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.types import StructField, StructType, TimestampType
 
 from spark_apps.dlq_replay import outcomes as oc
-from spark_apps.dlq_replay.schemas import CONTEXT_COLUMNS, DECIDED_SCHEMA, arrow_schema
+from spark_apps.dlq_replay.schemas import CONTEXT_COLUMNS, DECIDED_SCHEMA, arrow_schema, ddl_struct
 from spark_apps.dlq_replay.storage import join, list_names, move_tree
 from spark_apps.dlq_replay.task_parquet import SideOutput, partition_folder
 
 if TYPE_CHECKING:
     from datetime import datetime
 
-    import pyarrow as pa
-
 log = logging.getLogger("spark_apps.dlq_replay")
 
-#: Archive file column -> the decided column it is copied from, in the archive's order (``payload`` and
-#: ``payload_sha256`` are derived from ``value``; ``archived_at`` is the run's plan time).
+#: Archive file column -> the decided column it is copied from, in the archive's order.
 COPIED_COLUMNS = {
     **{name: name for name, _ in CONTEXT_COLUMNS if name != "dlq_topic"},
     **{name: name for name in ("replay_id", "signature", "error_template", "rule", "outcome")},
@@ -32,36 +31,25 @@ COPIED_COLUMNS = {
 }
 _DECIDED = {field.name: field.dataType for field in DECIDED_SCHEMA.fields}
 
+_DERIVED = ddl_struct(
+    "payload binary, payload_sha256 string, payload_archived boolean, publish_time timestamp"
+)
 #: The columns of an archive file (the partition columns are its folders), as Spark's writer stores them.
 ARCHIVE_FILE_SCHEMA = StructType(
     [StructField(name, _DECIDED[source]) for name, source in COPIED_COLUMNS.items()]
-    + [
-        StructField("payload", BinaryType()),
-        StructField("payload_sha256", StringType()),
-        StructField("payload_archived", BooleanType()),
-        StructField("publish_time", TimestampType()),
-        StructField("event_time", TimestampType()),
-        StructField("archived_at", TimestampType(), nullable=False),
-    ]
+    + [*_DERIVED.fields, StructField("event_time", TimestampType())]
+    + [StructField("archived_at", TimestampType(), nullable=False)]
 )
 
 
 @functools.cache
 def _batch_schema() -> pa.Schema:
     """:data:`ARCHIVE_FILE_SCHEMA` in Arrow, with ``dlq_topic`` (the folder it is written to) last."""
-    import pyarrow as pa
-
     return arrow_schema(ARCHIVE_FILE_SCHEMA).append(pa.field("dlq_topic", pa.string()))
 
 
 def archive_batch(batch: pa.RecordBatch, archived_at: datetime) -> pa.RecordBatch:
-    """The archived rows of a batch of decisions: :data:`ARCHIVE_FILE_SCHEMA`'s columns and ``dlq_topic``,
-    (``payload`` null where the payload is not archived)."""
-    import hashlib
-
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
+    """The archived rows of a batch of decisions (:data:`ARCHIVE_FILE_SCHEMA`'s columns and ``dlq_topic``)."""
     rows = batch.filter(pc.is_in(batch.column("outcome"), pa.array(sorted(oc.ARCHIVE_OUTCOMES))))
     n = rows.num_rows
     value = rows.column("value")
@@ -91,8 +79,7 @@ def staged_output(path: str, archived_at: datetime) -> SideOutput:
 
 
 def publish_staged(staged: str, archive_root: str, date: str, run_id: str) -> int:
-    """Move each staged topic folder to its archive partition; the folders moved (a call again finishes
-    an interrupted one)."""
+    """Move each staged topic folder to its archive partition (again: finishes an interrupted call)."""
     tail = join(partition_folder("date", date), partition_folder("run_id", run_id))
     topics = [name for name in list_names(staged) if name.startswith("dlq_topic=")]  # not _SUCCESS
     for name in topics:

@@ -1,15 +1,5 @@
 """Small pyarrow helpers: the batch kernels' shared array functions (no Python object per value), and
 Arrow UDFs and small driver-side frames through the public DataFrame API (classic and Spark Connect).
-
-PySpark builds ``df.mapInArrow`` and ``grouped.applyInArrow`` on ``pandas_udf``, which checks that pandas
-is installed on the driver although Arrow-only UDFs never use it on the driver or the executors;
-:func:`require_arrow_udfs` makes that check before a run starts, naming the fix (a Spark Connect client
-needs pandas anyway).
-
-:func:`local_frame` and :func:`arrow_frame` build a DataFrame from a few driver-side rows through Arrow:
-a local relation, on a classic session and under Spark Connect alike. From a Python list a classic
-session would convert the rows in a Python RDD, whose workers Spark keeps in a pool of their own, so
-the run would start a second Python daemon and two more workers for a handful of rows.
 """
 
 from __future__ import annotations
@@ -17,13 +7,13 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, Any, cast
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    import numpy as np
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
@@ -75,14 +65,11 @@ _MAPPED_BLOCK_BYTES = 1 << 20
 
 def row_numbers(n: int) -> pa.Array:
     """``0, 1, ... n - 1`` as int64."""
-    import numpy as np
-
     return pa.array(np.arange(n, dtype=np.int64))
 
 
 def prefix_counts(flags: pa.Array) -> pa.Array:
-    """``[0, f0, f0 + f1, ...]`` of a boolean array: the true values before each position, then all of
-    them (one more value than ``flags``)."""
+    """``[0, f0, f0 + f1, ...]``: the true ``flags`` before each position, then all of them."""
     counts = pc.cumulative_sum(pc.cast(flags, pa.int64())) if len(flags) else pa.array([], pa.int64())
     return pa.concat_arrays([pa.array([0], pa.int64()), counts])
 
@@ -107,39 +94,27 @@ def map_entries(properties: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array, pa.
 
 def group_ids(columns: Sequence[pa.Array]) -> pa.Array:
     """An int64 id per row, the same for rows equal in every one of ``columns`` (nulls equal to nulls),
-    below the number of rows: each column dictionary-encoded and the codes combined, renumbered after
-    each column, so no two different rows can share an id."""
-    ids: pa.Array | None = None
+    below the number of rows: each column's dictionary codes combined with the ids so far, renumbered."""
+    ids = pa.repeat(pa.scalar(0, pa.int64()), len(columns[0]))
     for column in columns:
         values = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
         encoded = values.dictionary_encode(null_encoding="encode")
-        codes = pc.cast(encoded.indices, pa.int64())
-        if ids is None:
-            ids = codes
-        else:
-            combined = pc.add(pc.multiply(ids, len(encoded.dictionary)), codes)
-            ids = pc.cast(combined.dictionary_encode().indices, pa.int64())
-    if ids is None:
-        raise ValueError("group_ids needs at least one column")
+        combined = pc.add(pc.multiply(ids, len(encoded.dictionary)), pc.cast(encoded.indices, pa.int64()))
+        ids = pc.cast(combined.dictionary_encode().indices, pa.int64())
     return ids
 
 
 class SortedKeys:
-    """String keys indexed once by a sort: each lookup is a binary search per wanted key, so a task that
-    looks up many batches against the same keys never rebuilds a hash table per batch. A key present
-    several times answers with its first position, as a hash lookup would."""
+    """String keys indexed once by a sort: a lookup is a binary search per wanted key (no hash table per
+    batch); a key present several times answers with its first position, as a hash lookup would."""
 
     def __init__(self, keys: pa.Array | pa.ChunkedArray) -> None:
-        import numpy as np
-
         values = _byte_keys(keys)
         self.order = np.argsort(values, kind="stable")
         self.sorted = values[self.order]
 
     def positions(self, wanted: pa.Array | pa.ChunkedArray) -> pa.Array:
         """The position of each of ``wanted`` among the keys (int64; null when absent or null)."""
-        import numpy as np
-
         if not len(self.sorted):
             return pa.nulls(len(wanted), pa.int64())
         keys = _byte_keys(wanted)
@@ -149,11 +124,8 @@ class SortedKeys:
 
 
 def _byte_keys(keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    """``keys`` as a NumPy bytes array (null: empty), ordered and compared byte by byte: each key padded
-    with NUL bytes to the longest in Arrow, then the data buffer viewed as fixed-width values (no Python
-    object per key)."""
-    import numpy as np
-
+    """``keys`` as a NumPy bytes array (null: empty): each key padded with NUL bytes to the longest, then
+    the data buffer viewed as fixed-width values (no Python object per key)."""
     values = pc.fill_null(keys.cast(pa.binary()), b"")
     if isinstance(values, pa.ChunkedArray):
         values = values.combine_chunks()
@@ -167,8 +139,8 @@ def _byte_keys(keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
 
 
 def require_arrow_udfs() -> None:
-    """Raise :class:`~spark_apps.dlq_replay.errors.ReplayConfigError` naming the fix when this Python
-    cannot create PySpark's Arrow UDFs (the pandas check of ``mapInArrow``/``applyInArrow``)."""
+    """Refuse, naming the fix, a driver without pandas: PySpark's ``mapInArrow``/``applyInArrow`` check it
+    although Arrow UDFs never use it."""
     from spark_apps.dlq_replay.errors import ReplayConfigError
 
     try:
@@ -183,7 +155,8 @@ def require_arrow_udfs() -> None:
 
 
 def local_frame(spark: SparkSession, rows: Sequence[Sequence[Any]], schema: str) -> DataFrame:
-    """``spark.createDataFrame(rows, schema)`` (``schema`` in DDL) through Arrow: no Python worker runs."""
+    """``spark.createDataFrame(rows, schema)`` (``schema`` in DDL) through Arrow: a local relation, where a
+    Python list would start a second Python daemon and workers on a classic session."""
     struct, arrow = _schemas(schema)
     table = pa.Table.from_pylist([dict(zip(struct.names, row, strict=True)) for row in rows], arrow)
     return spark.createDataFrame(table, schema=struct)

@@ -1,9 +1,6 @@
-"""Checks against the broker before a replay writes anything or takes its lock, each in seconds: something
-listens at the service URL (else :class:`BrokerUnreachableError`, exit 1), the broker accepts the
-credentials (a partitioned-metadata lookup, which creates nothing; else exit 2), and every DLQ topic exists
-(asked of the admin REST; without ``--admin-url`` only partitioned topics are known to exist, as the binary
-protocol cannot tell a missing topic from an empty one without creating it).
-"""
+"""Checks against the broker before a replay writes anything, each in seconds: something listens at the
+service URL (exit 1), the broker accepts the credentials (a partitioned-metadata lookup, which creates
+nothing; exit 2), and every DLQ topic exists (asked of the admin REST, when given)."""
 
 from __future__ import annotations
 
@@ -11,8 +8,11 @@ import contextlib
 import logging
 from typing import TYPE_CHECKING, Any
 
-from pulsar_dlq_consumer.client import connect_errors
+from pulsar_dlq_consumer.client import connect_errors, create_client
 from spark_apps.dlq_replay.errors import ReplayConfigError, ReplayError
+from spark_apps.dlq_replay.pulsar_io.admin import AdminUnavailable, PulsarAdmin
+from spark_apps.dlq_replay.pulsar_io.conf import client_auth_kwargs, client_logger
+from spark_apps.dlq_replay.pulsar_io.window import parse_topics
 from spark_apps.dlq_replay.redaction import NOT_SHOWN, could_be_secret, register, safe_url
 
 if TYPE_CHECKING:
@@ -33,10 +33,10 @@ class BrokerUnreachableError(ReplayError):
     """Nothing answers at the service URL (exit code 1: nothing was written; re-run when it is up)."""
 
 
-def check_listening(service_url: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+def check_listening(service_url: str) -> None:
     """Raise :class:`BrokerUnreachableError` unless some ``host:port`` of ``service_url`` accepts TCP."""
     failures = []
-    for host, port, error in connect_errors(service_url, timeout_s):
+    for host, port, error in connect_errors(service_url, CONNECT_TIMEOUT_S):
         if error is None:
             return
         failures.append(f"{host}:{port} ({error.strerror or type(error).__name__})")
@@ -65,17 +65,12 @@ class _ConnectionLog(logging.Handler):
             self.tls_failures.append(text[-200:])
 
 
-def lookup_partitions(
-    conf: PulsarConf, topics: Sequence[str], timeout_s: int = LOOKUP_TIMEOUT_S
-) -> dict[str, bool]:
+def lookup_partitions(conf: PulsarConf, topics: Sequence[str]) -> dict[str, bool]:
     """Whether each topic is partitioned (so exists), looked up with the run's credentials; a refused
-    handshake (retried by the client until ``timeout_s``) is a ``ReplayConfigError``."""
+    handshake (retried by the client until the timeout) is a ``ReplayConfigError``."""
     import pulsar
 
-    from pulsar_dlq_consumer.client import create_client
-    from spark_apps.dlq_replay.pulsar_io.conf import client_auth_kwargs, client_logger
-
-    kwargs = client_auth_kwargs(conf, operation_timeout_seconds=timeout_s)
+    kwargs = client_auth_kwargs(conf, operation_timeout_seconds=LOOKUP_TIMEOUT_S)
     register([kwargs.get("token")])  # never printed, whatever prints the client's errors
     # The C++ client takes the Python logger of the first client of the process for every client: this
     # one uses the app's client logger like the others, listened to (and kept quiet) during the check.
@@ -113,19 +108,17 @@ def lookup_partitions(
             raise _refused(conf, topic, how) from None
         raise BrokerUnreachableError(
             f"the broker at {safe_url(conf.service_url)} accepted the connection but did not answer a "
-            f"topic lookup within {timeout_s} s ({type(exc).__name__}): check that --service-url is the "
-            "binary-protocol port (6650, or 6651 for pulsar+ssl://; not the admin port 8080); nothing was "
-            "written, re-run when the broker answers"
+            f"topic lookup within {LOOKUP_TIMEOUT_S} s ({type(exc).__name__}): check that --service-url is "
+            "the binary-protocol port (6650, or 6651 for pulsar+ssl://; not the admin port 8080); nothing "
+            "was written, re-run when the broker answers"
         ) from None
     finally:
-        # shutdown() after close(): a client refused in the handshake still has reconnect work pending;
-        # none of it should outlive the check (the entry point also leaves with os._exit, see there).
+        # shutdown() after close(): a client refused in the handshake still has reconnect work pending.
         with contextlib.suppress(Exception):
             client.close()
         with contextlib.suppress(Exception):
             client.shutdown()
-        # The error raised from here keeps this frame alive through its traceback: drop the client now,
-        # so it is destroyed here and not during interpreter shutdown.
+        # The error's traceback keeps this frame: drop the client here, not during interpreter shutdown.
         client = None
         logger.removeHandler(events)
         logger.setLevel(level)
@@ -146,10 +139,7 @@ def _named(topic: str) -> str:
 
 
 def check_topics_exist(conf: PulsarConf, topics: Sequence[str], partitioned: dict[str, bool]) -> None:
-    """Refuse a DLQ topic the admin REST does not know; without ``conf.admin_url`` a non-partitioned name
-    is taken on trust."""
-    from spark_apps.dlq_replay.pulsar_io.admin import AdminUnavailable, PulsarAdmin
-
+    """Refuse a DLQ topic the admin REST does not know (without ``--admin-url``, partitioned ones only)."""
     missing = [t for t in topics if not partitioned.get(t)]
     if not missing:
         return
@@ -177,8 +167,6 @@ def check_topics_exist(conf: PulsarConf, topics: Sequence[str], partitioned: dic
 
 def check_broker(conf: PulsarConf, topics: Sequence[str]) -> None:
     """The checks of the module docstring, in order."""
-    from spark_apps.dlq_replay.pulsar_io.window import parse_topics
-
     names = parse_topics(list(topics))
     check_listening(conf.service_url)
     check_topics_exist(conf, names, lookup_partitions(conf, names))

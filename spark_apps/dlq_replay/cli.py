@@ -1,11 +1,6 @@
-"""Command line of the replay app: ``spark-submit --py-files <bundle.zip> dlq_replay_main.py --help``.
-
-The contract is in ``docs/replay-app.md``: exit code 0 done, 2 invalid input found before anything is
-written, 1 failed or locked (re-run the same ``--run-id`` to resume); progress and errors on stderr;
-stdout a human summary, then as its last line ``DLQ_REPLAY_SUMMARY {json}``. The driver uses the public
-``SparkSession`` API only, so the same program runs on ``local[n]``, a cluster and Spark Connect. Tokens
-are never accepted as arguments, and no value that could be one is ever printed.
-"""
+"""Command line of the replay app (contract in ``docs/replay-app.md``): exit code 0 done, 2 invalid input
+found before anything is written, 1 failed or locked; progress and errors on stderr, stdout a summary
+ending with ``DLQ_REPLAY_SUMMARY {json}``. Tokens are never accepted as arguments, nor printed."""
 
 from __future__ import annotations
 
@@ -13,13 +8,17 @@ import argparse
 import logging
 import re
 import sys
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from pulsar_dlq_consumer.replay_options import FLAGS, SUMMARY_PREFIX, ReplayOptionsError
+from spark_apps.dlq_replay.broker_checks import check_broker
 from spark_apps.dlq_replay.errors import ReplayConfigError, ReplayError, RunLockedError
 from spark_apps.dlq_replay.group_actions import parse_group_actions
 from spark_apps.dlq_replay.options import ReplayOptions
+from spark_apps.dlq_replay.preflight import check_local
+from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf, close_own_clients
 from spark_apps.dlq_replay.redaction import names_secret, register_argv, scrub
+from spark_apps.dlq_replay.session import conf_value, default_parallelism, remove_local_copies, ship_code
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -40,9 +39,7 @@ _SECRET_OPTIONS = (
     "--oauth2-client-secret",
     "--client-secret",
 )
-#: Shuffle partitions per core, unless given with --conf: Spark's 200 made every shuffle of a small run
-#: 200 tiny tasks; a run's shuffles carry light rows (ids, counts) and adaptive execution still coalesces
-#: or splits them.
+#: Shuffle partitions per core, unless given with --conf (Spark's 200 made a small run's shuffles tiny tasks).
 SHUFFLE_PARTITIONS_PER_CORE = 2
 #: Rows per Arrow batch to the Python workers, unless given with --conf: Spark's 10,000 rows of 1 KiB
 #: payloads kept about 800 MiB in two workers at 100k messages; 2,000 keep about 510 MiB at the same speed.
@@ -51,8 +48,7 @@ _QUOTED_VALUE = re.compile(r"(invalid [a-z ]*?(?:value|choice)): '.*?'(?=$| \()"
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse that never echoes argument values in its errors (one could be a secret typed in the wrong
-    place)."""
+    """argparse that never echoes argument values in its errors (one could be a misplaced secret)."""
 
     def error(self, message: str) -> NoReturn:
         if "unrecognized arguments" in message:
@@ -79,8 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def secret_option_given(args: Sequence[str]) -> bool:
-    """True when an argument looks like an option carrying a secret (``--auth-token``, ``--token=...``,
-    ``--auth_tok``, ``--password``...); ``--auth-token-file`` is fine."""
+    """True when an argument looks like an option carrying a secret (``--token=...``, ``--auth_tok``...)."""
     for arg in args:
         name = arg.partition("=")[0].lower().replace("_", "-")
         prefix = len(name) >= 5 and any(option.startswith(name) for option in _SECRET_OPTIONS)
@@ -90,8 +85,7 @@ def secret_option_given(args: Sequence[str]) -> bool:
 
 
 def parse_options(argv: Sequence[str] | None = None) -> ReplayOptions:
-    """Parse and validate the command line. Raises :class:`ReplayConfigError`, or ``SystemExit(2)`` on
-    usage errors (never echoing a value)."""
+    """Parse and validate the command line (:class:`ReplayConfigError`, or ``SystemExit(2)`` on usage)."""
     args_list = list(sys.argv[1:] if argv is None else argv)
     if secret_option_given(args_list):
         raise ReplayConfigError(
@@ -109,16 +103,11 @@ def parse_options(argv: Sequence[str] | None = None) -> ReplayOptions:
 
 
 class _StderrHandler(logging.StreamHandler):
-    """Writes to ``sys.stderr`` as it is at the time of each record (a swapped one is honoured), without
-    what could be a secret, tracebacks included (:func:`~spark_apps.dlq_replay.redaction.scrub`)."""
+    """Writes to the current ``sys.stderr``, without what could be a secret (tracebacks included)."""
 
-    @property
-    def stream(self) -> Any:
-        return sys.stderr
-
-    @stream.setter
-    def stream(self, value: object) -> None:
-        pass
+    def emit(self, record: logging.LogRecord) -> None:
+        self.stream = sys.stderr  # as it is now: a swapped one is honoured
+        super().emit(record)
 
     def format(self, record: logging.LogRecord) -> str:
         return scrub(super().format(record))
@@ -142,12 +131,8 @@ def _fail(message: str) -> None:
 
 
 def apply_session_defaults(spark: SparkSession) -> dict[str, str]:
-    """Set :data:`SHUFFLE_PARTITIONS_PER_CORE` shuffle partitions per core (at least 2) and
-    :data:`ARROW_BATCH_ROWS` where neither the setting nor its ``spark.hadoop.`` form was given (``--conf``,
-    the cluster's defaults); a setting the session refuses (e.g. a Spark Connect server's) is left as it
-    is. Returns what was set."""
-    from spark_apps.dlq_replay.session import conf_value, default_parallelism
-
+    """Set the shuffle partitions (per core, at least 2) and Arrow batch rows where neither the setting nor
+    its ``spark.hadoop.`` form was given, unless the session refuses it; returns what was set."""
     defaults = {
         "spark.sql.shuffle.partitions": str(max(2, SHUFFLE_PARTITIONS_PER_CORE * default_parallelism(spark))),
         "spark.sql.execution.arrow.maxRecordsPerBatch": str(ARROW_BATCH_ROWS),
@@ -158,25 +143,20 @@ def apply_session_defaults(spark: SparkSession) -> dict[str, str]:
             continue
         try:
             spark.conf.set(key, value)
+            applied[key] = value
         except Exception as exc:
             log.info("session setting %s left as it is: the session refuses it (%s)", key, type(exc).__name__)
-            continue
-        applied[key] = value
     return applied
 
 
 def build_session(run_id: str) -> SparkSession:
-    """The run's session (classic or Spark Connect, as spark-submit set it up) with the app's defaults
-    and, under Spark Connect, the app's code added for the server's Python workers."""
+    """The run's session (classic or Spark Connect) with the app's defaults and, under Connect, its code."""
     from pyspark.sql import SparkSession
-
-    from spark_apps.dlq_replay.session import ship_code
 
     spark = (
         SparkSession.builder.appName(f"dlq-replay {run_id}")
         .config("spark.sql.session.timeZone", "UTC")
-        # Spark's own log at WARN, so our progress lines stay readable in the task log (a classic
-        # session applies it as it starts; a Spark Connect server keeps its own).
+        # Spark's own log at WARN, so our progress lines stay readable (a Connect server keeps its own).
         .config("spark.log.level", "WARN")
         .getOrCreate()
     )
@@ -189,16 +169,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the app; returns the process exit code (see the module docstring)."""
     configure_logging()
     register_argv(sys.argv[1:] if argv is None else argv)  # never printed, whatever option they were in
-    from spark_apps.dlq_replay.broker_checks import check_broker
-    from spark_apps.dlq_replay.preflight import check_local
-    from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf, close_own_clients
-    from spark_apps.dlq_replay.session import remove_local_copies
-
     run_id = None  # set once the checks before Spark passed
     try:
         options = parse_options(argv)
-        playbook = check_local(options)  # files, permissions, playbook: before Spark starts, nothing written
-        # listening, credentials, DLQ topics: before Spark starts too
+        # files, permissions, playbook, then the broker and topics: before Spark starts, nothing written
+        playbook = check_local(options)
         check_broker(PulsarConf.from_app_options(options), options.topics)
         from spark_apps.dlq_replay.report import summary_line, summary_text
         from spark_apps.dlq_replay.runner import run_replay
@@ -221,12 +196,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.exception("run %s failed; re-run the same --run-id to resume", run_id)
         return EXIT_FAILED
     finally:
-        # Close the Pulsar clients now, not in an atexit hook: closing a client that has a Python logger
-        # during interpreter shutdown can abort the process (apache/pulsar-client-python#256). The fix
-        # files' local copies go too: the app leaves with os._exit, which runs no exit handlers.
+        # Not in atexit hooks: the app leaves with os._exit (see dlq_replay_main), which runs none.
         close_own_clients()
         remove_local_copies()
-    print(summary_text(report), flush=True)
-    print(summary_line(report), flush=True)
+    print(summary_text(report), summary_line(report), sep="\n", flush=True)
     spark.stop()
     return EXIT_OK

@@ -1,10 +1,6 @@
-"""Commit step: ack the run's final messages, from per-entry counts the tasks that hold the messages
-gathered: the snapshot's read tasks write each entry's messages and batch size (:func:`entry_rows`,
-``runs/<run>/snapshot_entries/``), each record task its bucket's final messages per entry
-(:class:`EntryFinals`, ``runs/<run>/commit_parts/``); :func:`entry_table` merges them. Reader mode acks
-an entry by id when all its messages are final; consumer mode (:class:`ConsumerCommit`) acks whole
-entries as received and takes only the final ids of mixed entries from the ledger.
-"""
+"""Commit step: ack the run's final messages, from the per-entry counts of the read tasks (:func:`entry_rows`)
+and the record tasks (:class:`EntryFinals`), merged by :func:`entry_table`: reader mode by entry id,
+consumer mode (:class:`ConsumerCommit`) whole entries as received."""
 
 from __future__ import annotations
 
@@ -15,10 +11,21 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from spark_apps.dlq_replay.arrow_util import arrow_frame, local_frame
+from spark_apps.dlq_replay.pulsar_io.commit import (
+    COMMIT_RESULT_SCHEMA,
+    ENTRIES_COMMIT_INPUT_SCHEMA,
+    EntryCommitFn,
+    make_commit_fn,
+)
+from spark_apps.dlq_replay.pulsar_io.errors import WindowError
+from spark_apps.dlq_replay.pulsar_io.window import READER_MODE, read_mode_of
+from spark_apps.dlq_replay.schemas import arrow_schema, ddl_struct
+from spark_apps.dlq_replay.storage import read_table, write_table
+from spark_apps.dlq_replay.task_parquet import part_file, part_files
+
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Sequence
-
-    from pyspark.sql.types import StructType
 
     from spark_apps.dlq_replay.pulsar_io.window import PartitionWindow
     from spark_apps.dlq_replay.run_context import Run
@@ -27,13 +34,9 @@ log = logging.getLogger("spark_apps.dlq_replay")
 
 #: The entry columns, from a message id ``ledger:entry:partition:batch_index``.
 ENTRY_KEYS = ("dlq_topic", "ledger_id", "entry_id")
-
-
-def snapshot_entries_schema() -> StructType:
-    """What :func:`entry_rows` gives: one row per entry of a batch of snapshot rows."""
-    from spark_apps.dlq_replay.schemas import ddl_struct
-
-    return ddl_struct("dlq_topic string, ledger_id long, entry_id long, messages long, batch_size long")
+_ENTRY = "dlq_topic string, ledger_id long, entry_id long"
+#: What :func:`entry_rows` gives: one row per entry of a batch of snapshot rows.
+SNAPSHOT_ENTRIES_SCHEMA = ddl_struct(f"{_ENTRY}, messages long, batch_size long")
 
 
 def _entry_columns(topics: pa.Array, message_ids: pa.Array) -> dict[str, pa.Array]:
@@ -72,21 +75,11 @@ class EntryFinals:
 
     def write(self, folder: str, bucket: int) -> None:
         """Write the bucket's counts to ``folder/part-<bucket>.parquet`` (renamed into place)."""
-        from spark_apps.dlq_replay.storage import write_table
-        from spark_apps.dlq_replay.task_parquet import part_file
-
         table = _sum_finals(pa.concat_tables(self._parts)) if self._parts else _FINALS.empty_table()
         write_table(table.cast(_FINALS), part_file(folder, bucket))
 
 
-def _entry_schema(*counts: str) -> pa.Schema:
-    """``dlq_topic`` and the int64 columns ``ledger_id``, ``entry_id`` and ``counts``."""
-    return pa.schema(
-        [("dlq_topic", pa.string())] + [(n, pa.int64()) for n in ("ledger_id", "entry_id", *counts)]
-    )
-
-
-_FINALS = _entry_schema("final_messages")
+_FINALS = arrow_schema(ddl_struct(f"{_ENTRY}, final_messages long"))
 
 
 def _sum_finals(table: pa.Table) -> pa.Table:
@@ -95,10 +88,7 @@ def _sum_finals(table: pa.Table) -> pa.Table:
 
 
 def entry_table(snapshot_entries: str, commit_parts: str, topic: str | None = None) -> pa.Table:
-    """Per entry of the snapshot (of partition ``topic`` only, when given): its messages, final messages
-    and batch size, from the read tasks' entries and the record tasks' counts."""
-    from spark_apps.dlq_replay.task_parquet import part_files
-
+    """Per entry of the snapshot (of partition ``topic`` only): messages, final messages and batch size."""
     read = [_of_topic(path, topic) for path in part_files(snapshot_entries)]
     if not read:
         return _ENTRY_TABLE.empty_table()
@@ -121,21 +111,16 @@ def entry_table(snapshot_entries: str, commit_parts: str, topic: str | None = No
 
 
 def _of_topic(path: str, topic: str | None) -> pa.Table:
-    from spark_apps.dlq_replay.storage import read_table
-
     table = read_table(path)
     return table if topic is None else table.filter(pc.equal(table.column("dlq_topic"), topic))
 
 
-_ENTRY_TABLE = _entry_schema("messages", "final_messages", "batch_size")
+_ENTRY_TABLE = arrow_schema(ddl_struct(f"{_ENTRY}, messages long, final_messages long, batch_size long"))
 
 
 def _commit_by_ids(run: Run, windows: Sequence[PartitionWindow]) -> dict[str, int]:
     """Reader mode: one Spark task per partition merges that partition's counts, acks its fully final
     entries by id and verifies them on the cursor; no DLQ read."""
-    from spark_apps.dlq_replay.arrow_util import local_frame
-    from spark_apps.dlq_replay.pulsar_io.commit import COMMIT_RESULT_SCHEMA, EntryCommitFn
-
     committer = EntryCommitFn(run.conf, windows, run.options.subscription)  # a bad setting fails here
     entries, parts = run.paths.snapshot_entries, run.paths.commit_parts
 
@@ -156,8 +141,6 @@ class ConsumerCommit:
     ``unread`` messages of partitions without a final one (not read again)."""
 
     def __init__(self, table: pa.Table, windows: Sequence[PartitionWindow]) -> None:
-        from spark_apps.dlq_replay.pulsar_io.errors import WindowError
-
         ends = {w.topic: w.end_key for w in windows}
         unknown = set(pc.unique(table.column("dlq_topic")).to_pylist()) - set(ends)
         if unknown:
@@ -166,11 +149,8 @@ class ConsumerCommit:
                 f"(known: {sorted(ends)}); start a new run"
             )
         final, messages, size = (table.column(c) for c in ("final_messages", "messages", "batch_size"))
-        counted = pc.and_(
-            pc.and_(pc.equal(final, messages), pc.equal(messages, pc.fill_null(size, -1))),
-            pc.greater(messages, 0),
-        )
-        whole = pc.and_(counted, _inside(table, ends))
+        counted = pc.and_(pc.equal(final, messages), pc.equal(messages, pc.fill_null(size, -1)))
+        whole = pc.and_(pc.and_(counted, pc.greater(messages, 0)), _inside(table, ends))
         kept = table.filter(whole).select(["dlq_topic", "ledger_id", "entry_id", "batch_size"])
         self.whole = kept.add_column(1, "dlq_message_id", pa.nulls(len(kept), pa.string()))
         partial = pc.and_(pc.invert(whole), pc.greater(final, 0))
@@ -193,10 +173,9 @@ def _inside(table: pa.Table, ends: dict[str, Any]) -> Any:
         if end is None:
             continue
         end_ledger, end_entry, _, end_batch = end
-        before = pc.or_(
-            pc.less(ledger, end_ledger), pc.and_(pc.equal(ledger, end_ledger), pc.less(entry, end_entry))
-        )
-        at_end = pc.and_(pc.equal(ledger, end_ledger), pc.equal(entry, end_entry))
+        same_ledger = pc.equal(ledger, end_ledger)
+        before = pc.or_(pc.less(ledger, end_ledger), pc.and_(same_ledger, pc.less(entry, end_entry)))
+        at_end = pc.and_(same_ledger, pc.equal(entry, end_entry))
         if end_batch >= 0:  # the end names a message of a batch: the entry's last one must be inside
             at_end = pc.and_(at_end, pc.less_equal(pc.subtract(size, 1), end_batch))
         inside = pc.or_(inside, pc.and_(pc.equal(topics, topic), pc.or_(before, at_end)))
@@ -204,19 +183,14 @@ def _inside(table: pa.Table, ends: dict[str, Any]) -> Any:
 
 
 def run_commit(run: Run, windows: list[PartitionWindow]) -> None:
-    """Ack the final messages: reader mode by entry id in one task per partition, consumer mode by reading
-    the window again; what cannot be acked stays pending for the next run."""
-    from spark_apps.dlq_replay.pulsar_io.window import READER_MODE, read_mode_of
-
+    """Ack the final messages (reader mode by entry id, consumer mode by reading the window again)."""
     resumed = "commit" in run.state.steps  # an earlier attempt may already have acked some of them
     if not run.step("commit"):
         return
     started = time.monotonic()
     mode = read_mode_of(windows)
-    if mode == READER_MODE:
-        totals = _commit_by_ids(run, windows)
-    else:
-        totals = _commit_by_consumers(run, windows, resumed)
+    by_ids = mode == READER_MODE
+    totals = _commit_by_ids(run, windows) if by_ids else _commit_by_consumers(run, windows, resumed)
     if totals["unacked_final"]:
         log.warning(
             "commit: %d final messages could not be acked; they stay pending", totals["unacked_final"]
@@ -227,32 +201,17 @@ def run_commit(run: Run, windows: list[PartitionWindow]) -> None:
 
 def commit_info(totals: dict[str, int], snapshot_reads: int) -> dict[str, Any]:
     """The commit's counts as ``state.json`` records them (all zero for ``totals={}``: an empty window)."""
-    commit_reads = totals.get("messages_read", 0)
+    names = (*_TOTAL_COLUMNS, "acked_by_earlier_attempts", "final_in_whole_entries")
+    info: dict[str, Any] = {name: totals.get(name, 0) for name in names}
+    info["left_pending_seen"], commit_reads = info.pop("left_pending"), info.pop("messages_read")
     reads = snapshot_reads + commit_reads
-    return {
-        "acked": totals.get("acked", 0),
-        "acked_by_earlier_attempts": totals.get("acked_by_earlier_attempts", 0),
-        "left_pending_seen": totals.get("left_pending", 0),
-        "beyond_window": totals.get("beyond_window", 0),
-        "unacked_final": totals.get("unacked_final", 0),
-        "final_in_partial_entries": totals.get("final_in_partial_entries", 0),
-        "entries_acked": totals.get("entries_acked", 0),
-        "final_in_whole_entries": totals.get("final_in_whole_entries", 0),
-        "dlq_reads_snapshot": snapshot_reads,
-        "dlq_reads_commit": commit_reads,
-        "reads_per_message": round(reads / snapshot_reads, 3) if snapshot_reads else 0.0,
-    }
+    info.update(dlq_reads_snapshot=snapshot_reads, dlq_reads_commit=commit_reads)
+    info["reads_per_message"] = round(reads / snapshot_reads, 3) if snapshot_reads else 0.0
+    return info
 
 
-_TOTAL_COLUMNS = (
-    "acked",
-    "left_pending",
-    "beyond_window",
-    "final_in_partial_entries",
-    "unacked_final",
-    "entries_acked",
-    "messages_read",
-)
+#: The commit results' counts: every column but ``dlq_topic``.
+_TOTAL_COLUMNS = tuple(part.split()[0] for part in COMMIT_RESULT_SCHEMA.split(", ")[1:])
 
 
 def _sum_rows(rows: Iterable[Any]) -> dict[str, int]:
@@ -261,16 +220,8 @@ def _sum_rows(rows: Iterable[Any]) -> dict[str, int]:
 
 
 def _commit_by_consumers(run: Run, windows: list[PartitionWindow], resumed: bool) -> dict[str, int]:
-    """Consumer mode: read the window again and ack the final messages of whole entries from the receiving
-    consumer. The final messages of an entry that also holds a pending one stay pending with it: without
-    batch-index acks the broker removes a batch only whole (``final_in_partial_entries``)."""
-    from spark_apps.dlq_replay.arrow_util import arrow_frame
-    from spark_apps.dlq_replay.pulsar_io.commit import (
-        COMMIT_RESULT_SCHEMA,
-        ENTRIES_COMMIT_INPUT_SCHEMA,
-        make_commit_fn,
-    )
-
+    """Consumer mode: read the window again and ack the final messages of whole entries; those of an entry
+    with a pending message stay pending (the broker removes a batch only whole)."""
     split = ConsumerCommit(entry_table(run.paths.snapshot_entries, run.paths.commit_parts), windows)
     log.info(
         "step commit: %d final messages, %d in %d whole entries, the rest in %d entries with a pending "
@@ -281,18 +232,15 @@ def _commit_by_consumers(run: Run, windows: list[PartitionWindow], resumed: bool
         len(split.partial),
     )
     expected = split.in_whole
-    totals = dict.fromkeys(_TOTAL_COLUMNS, 0)
-    totals["final_in_whole_entries"] = expected
+    totals = {**dict.fromkeys(_TOTAL_COLUMNS, 0), "final_in_whole_entries": expected}
     if len(split.whole):
         final = arrow_frame(run.spark, split.whole, ENTRIES_COMMIT_INPUT_SCHEMA)
         fn = make_commit_fn(run.conf, windows, run.options.subscription, run.options.idle_timeout_ms)
         grouped = final.repartition(max(1, len(windows)), "dlq_topic").groupBy("dlq_topic")
         totals.update(_sum_rows(grouped.applyInArrow(fn, COMMIT_RESULT_SCHEMA).collect()))
-    # Every final message of a first commit attempt was pending (the snapshot read it unacked): any not
-    # acked now was missed (e.g. a broker stall) and stays pending until the next run acks it. In a
-    # resumed commit, final messages not received were acked by the killed attempt (one run at a time
-    # holds the subscription): they count as acked too, so the total is exact across attempts.
-    # Partitions without a final message are not read: all their messages of this run stay pending.
+    # A first attempt's final messages not acked now were missed and stay pending for the next run; in a
+    # resumed commit, those not received were acked by the killed attempt (one run holds the subscription)
+    # and count as acked. Partitions without a final message are not read: their messages stay pending.
     acked_this_attempt = totals["acked"]
     totals["acked_by_earlier_attempts"] = max(0, expected - acked_this_attempt) if resumed else 0
     totals["acked"] = acked_this_attempt + totals["acked_by_earlier_attempts"]

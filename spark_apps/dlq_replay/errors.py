@@ -16,9 +16,7 @@ class PlaybookError(ReplayConfigError):
     """The playbook YAML is invalid; the message names the file (``path``, as shown) and the line."""
 
     def __init__(self, message: str, *, path: str | None = None, line: int | None = None) -> None:
-        where = path or "<playbook>"
-        if line is not None:
-            where = f"{where}:{line}"
+        where = (path or "<playbook>") + ("" if line is None else f":{line}")
         super().__init__(f"{where}: {message}")
         self.line = line
 
@@ -36,8 +34,7 @@ class OptionsChangedError(RunStateError, ReplayConfigError):
 
 
 class RunLockedError(ReplayError):
-    """Another replay run holds the output directory lock or a subscription lease (exit code 1: retry
-    when it has finished)."""
+    """Another replay run holds the output directory lock or a subscription lease (exit code 1)."""
 
 
 class LockLostError(ReplayError):

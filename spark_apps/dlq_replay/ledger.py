@@ -1,11 +1,15 @@
 """The ledger: Parquet, one row per DLQ message per run with its outcome, partitioned by ``run_id``;
-the source of truth for re-runs (``already_final``, ``duplicate``) and for the commit.
-"""
+the source of truth for re-runs (``already_final``, ``duplicate``) and for the commit."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from pyspark.sql import functions as F
+
+from spark_apps.dlq_replay.schemas import LEDGER_SCHEMA
+from spark_apps.dlq_replay.task_parquet import read_frame
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -18,11 +22,8 @@ if TYPE_CHECKING:
 
 def read_ledger(spark: SparkSession, storage: RunStorage, ledger_root: str) -> DataFrame | None:
     """The whole ledger, or ``None`` before the first recorded run."""
-    if not storage.has_data(ledger_root):
+    if not storage.list_names(ledger_root):
         return None
-    from spark_apps.dlq_replay.schemas import LEDGER_SCHEMA
-    from spark_apps.dlq_replay.task_parquet import read_frame
-
     return read_frame(spark, ledger_root, LEDGER_SCHEMA)
 
 
@@ -30,8 +31,6 @@ def final_ids(ledger: DataFrame | None, *, exclude_run_id: str) -> DataFrame | N
     """``replay_id, dlq_topic, dlq_message_id, run_id`` of the final rows of runs but ``exclude_run_id``."""
     if ledger is None:
         return None
-    from pyspark.sql import functions as F
-
     return ledger.filter(F.col("final") & (F.col("run_id") != F.lit(exclude_run_id))).select(
         "replay_id", "dlq_topic", "dlq_message_id", "run_id"
     )
@@ -39,8 +38,7 @@ def final_ids(ledger: DataFrame | None, *, exclude_run_id: str) -> DataFrame | N
 
 @dataclass(frozen=True)
 class SettledEnd:
-    """A partition whose window end an earlier run made final and acked: read only up to
-    ``end_message_id``, the last entry the ledger knows pending (``None``: nothing is)."""
+    """A partition whose window end an earlier run made final: read up to ``end_message_id`` (or nothing)."""
 
     topic: str
     frozen_end: str
@@ -51,11 +49,8 @@ class SettledEnd:
 def settled_ends(
     ledger: DataFrame, windows: Sequence[PartitionWindow], commit_done: Callable[[str], bool]
 ) -> list[SettledEnd]:
-    """The partitions of ``windows`` whose last message an earlier run made final and acked
-    (``commit_done(run_id)``): a Shared consumer never receives it, so a reader waiting for it would stop
-    only after idle timeouts. The window ends at the last message earlier runs left pending instead."""
-    from pyspark.sql import functions as F
-
+    """The partitions of ``windows`` whose last message an earlier run made final and acked (``commit_done``),
+    which a Shared consumer never receives: they end at the last message earlier runs left pending."""
     ends = {w.topic: key for w in windows if (key := w.end_key) is not None}
     if not ends:
         return []

@@ -1,12 +1,9 @@
 """One replay at a time (``docs/reliability.md``): two runs at once would republish the same messages twice.
 
-* **the output lock** ``<output>/locks/replay.lock.<generation>`` (local roots only: it needs ``O_EXCL``),
-  refreshed every :data:`HEARTBEAT_S`, valid :data:`LOCK_TTL_S` after the last heartbeat; an expired lock,
-  or one whose process on this host is gone, is taken over by creating the next generation's file;
-* **a lease** per DLQ topic (``--subscription-lease on``): an Exclusive consumer on a message-less topic in
-  the DLQ's namespace, which the broker grants to one process at a time and drops when it dies.
-
-A heartbeat thread that finds either lost interrupts the run's Spark operations (a resumable error).
+The output lock ``<output>/locks/replay.lock.<generation>`` (local roots: it needs ``O_EXCL``) is valid
+:data:`LOCK_TTL_S` after its last heartbeat; an expired one, or one whose process on this host is gone,
+is taken over by creating the next generation. A lease per DLQ topic is an Exclusive consumer on a
+message-less topic, granted to one process at a time. Losing either interrupts the run's Spark jobs.
 """
 
 from __future__ import annotations
@@ -32,6 +29,8 @@ from pulsar_dlq_consumer.replay_lock import (
     utc_iso,
 )
 from spark_apps.dlq_replay.errors import LockLostError, ReplayConfigError, RunLockedError
+from spark_apps.dlq_replay.pulsar_io.admin import PulsarAdmin
+from spark_apps.dlq_replay.redaction import shown
 from spark_apps.dlq_replay.storage import RunStorage, is_local, join, qualify_root
 
 if TYPE_CHECKING:
@@ -48,16 +47,14 @@ HEARTBEAT_S = 10.0
 LOCK_TTL_S = 60.0
 #: How long one request for a lease may take (pulsar-lite answers a busy one only by timing out).
 LEASE_TIMEOUT_S = 10
-#: How long to keep asking for a lease the broker does not answer (restarting, loading the lease topic
-#: after a crash, overloaded). Apache Pulsar refuses a held lease at once (``ConsumerBusy``).
+#: How long to ask again for a lease the broker does not answer (Apache Pulsar refuses a held one at once).
 LEASE_WAIT_S = 60.0
 #: A lease that stays disconnected this long is treated as lost.
 LEASE_GRACE_S = 30.0
 
 
 def check_guard(output_root: str, subscription_lease: bool) -> None:
-    """Refuse ``--subscription-lease off`` where no output lock can be held (only a local file system has an
-    atomic exclusive create): nothing would guard the run."""
+    """Refuse ``--subscription-lease off`` where no output lock can be held (not a local file system)."""
     if subscription_lease or is_local(qualify_root(output_root)):
         return
     raise ReplayConfigError(
@@ -115,8 +112,7 @@ class OutputLock:
             )
         self.owner, self.name = owner, name
         for old in self.storage.list_names(self.directory):
-            gen = lock_generation(old)
-            if gen is not None and gen <= generation:
+            if (gen := lock_generation(old)) is not None and gen <= generation:
                 self.storage.delete(self._path(old))
 
     def heartbeat(self) -> str | None:
@@ -160,7 +156,6 @@ class SubscriptionLease:
         from pulsar_dlq_consumer.client import create_client
         from spark_apps.dlq_replay.pulsar_io.conf import client_auth_kwargs, client_logger
 
-        # The run's own authentication (token, OAuth2 or client certificate), with the lease's timeout.
         self._client = create_client(
             self.conf.service_url,
             logger=client_logger(),
@@ -248,13 +243,9 @@ class SubscriptionLease:
 
     def _holder(self, lease: str) -> str:
         """The run holding ``lease``, from its consumer's properties in the admin REST ``stats``."""
-        from spark_apps.dlq_replay.redaction import shown
-
         if not self.conf.admin_url:
             return "another run (give --admin-url to see which)"
         try:
-            from spark_apps.dlq_replay.pulsar_io.admin import PulsarAdmin
-
             stats = PulsarAdmin(self.conf, timeout_s=5.0).stats(lease)
             consumers = stats["subscriptions"][LEASE_SUBSCRIPTION]["consumers"]
             meta = dict(consumers[0].get("metadata") or {})
@@ -276,14 +267,12 @@ class SubscriptionLease:
         return None
 
     def release(self) -> None:
-        consumers, self._consumers = self._consumers, []
-        for _, consumer in consumers:
+        closing = [consumer for _, consumer in self._consumers]
+        closing += [self._client] if self._client is not None else []
+        self._consumers, self._client = [], None
+        for each in closing:  # the consumers, then the client
             with contextlib.suppress(Exception):
-                consumer.close()
-        client, self._client = self._client, None
-        if client is not None:
-            with contextlib.suppress(Exception):
-                client.close()
+                each.close()
 
 
 class RunLock:
@@ -335,8 +324,7 @@ class RunLock:
                 return
 
     def interrupt(self) -> None:
-        """Interrupt all the session's operations (a classic session's tags belong to the thread that
-        added them, not to this one)."""
+        """Interrupt all the session's operations (not by tag: a classic session's tags are per thread)."""
         if self.spark is None:
             return
         try:

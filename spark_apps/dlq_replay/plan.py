@@ -1,20 +1,27 @@
-"""Plan step: freeze the window of messages the run acts on and write it to ``runs/<run>/plan.json``.
-
-Consumer mode reads every message up to each partition's last id; reader mode only the subscription's
-pending entries. ``--window-from`` reuses the window a reviewer approved (``docs/approval.md``). A
-partition whose last message an earlier run already made final ends at the ledger's last pending entry.
-"""
+"""Plan step: freeze the window of messages the run acts on and write it to ``runs/<run>/plan.json``
+(``--window-from``: the window a reviewer approved, ``docs/approval.md``)."""
 
 from __future__ import annotations
 
 import json
 import logging
 import time
+from dataclasses import asdict, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from spark_apps.dlq_replay.run_context import RunPaths, RunState, run_dir_name
-from spark_apps.dlq_replay.storage import join
+from spark_apps.dlq_replay.errors import RunStateError
+from spark_apps.dlq_replay.group_actions import reuse_window
+from spark_apps.dlq_replay.ledger import read_ledger, settled_ends
+from spark_apps.dlq_replay.pulsar_io.window import (
+    CONSUMER_MODE,
+    FrozenWindows,
+    freeze,
+    read_mode_of,
+    windows_from_json,
+    windows_to_json,
+)
+from spark_apps.dlq_replay.run_context import RunPaths, RunState
 
 if TYPE_CHECKING:
     from spark_apps.dlq_replay.pulsar_io.window import PartitionWindow
@@ -24,38 +31,28 @@ log = logging.getLogger("spark_apps.dlq_replay")
 
 
 def run_plan(run: Run) -> tuple[list[PartitionWindow], datetime]:
-    from spark_apps.dlq_replay.pulsar_io.window import (
-        CONSUMER_MODE,
-        freeze,
-        windows_from_json,
-        windows_to_json,
-    )
-
+    """Freeze (or reuse) the window once; the windows and plan time of the run."""
+    opts = run.options
     if run.step("plan"):
         started = time.monotonic()
         settled: list[dict[str, Any]] = []
-        if run.options.window_from:  # the window a reviewer saw (docs/approval.md)
-            from spark_apps.dlq_replay.group_actions import reuse_window
-            from spark_apps.dlq_replay.pulsar_io.window import FrozenWindows, read_mode_of
-
-            earlier = RunPaths(run.options.output_dir, run.options.window_from).plan
-            reused = reuse_window(
-                run.storage, earlier, run.options.window_from, run.options.topics, run.options.subscription
-            )
-            reason = f"the window of the reviewed run {run.options.window_from}"
+        if opts.window_from:  # the window a reviewer saw (docs/approval.md)
+            earlier = RunPaths(opts.output_dir, opts.window_from).plan
+            reused = reuse_window(run.storage, earlier, opts.window_from, opts.topics, opts.subscription)
+            reason = f"the window of the reviewed run {opts.window_from}"
             frozen = FrozenWindows(reused, read_mode_of(reused), reason)
         else:
-            frozen = freeze(run.conf, list(run.options.topics), run.options.subscription)
+            frozen = freeze(run.conf, list(opts.topics), opts.subscription)
         windows = frozen.windows
-        if frozen.read_mode == CONSUMER_MODE and not run.options.window_from:
+        if frozen.read_mode == CONSUMER_MODE and not opts.window_from:
             windows, settled = _settle_windows(run, windows)  # reader mode reads only pending entries
         planned_at = datetime.now(UTC)
         plan = {
-            "run_id": run.options.run_id,
-            "mode": run.options.mode,
+            "run_id": opts.run_id,
+            "mode": opts.mode,
             "planned_at": planned_at.isoformat(timespec="milliseconds"),
-            "topics": list(run.options.topics),
-            "subscription": run.options.subscription,
+            "topics": list(opts.topics),
+            "subscription": opts.subscription,
             "read_mode": frozen.read_mode,
             "read_mode_reason": frozen.reason,
             "window": windows_to_json(windows),
@@ -76,8 +73,6 @@ def run_plan(run: Run) -> tuple[list[PartitionWindow], datetime]:
         )
     text = run.storage.read_text(run.paths.plan)
     if text is None:
-        from spark_apps.dlq_replay.errors import RunStateError
-
         raise RunStateError(
             f"{run.paths.plan} is missing although the plan step is complete; use a new --run-id"
         )
@@ -88,19 +83,14 @@ def run_plan(run: Run) -> tuple[list[PartitionWindow], datetime]:
 def _settle_windows(
     run: Run, frozen: list[PartitionWindow]
 ) -> tuple[list[PartitionWindow], list[dict[str, Any]]]:
-    """End each partition whose last message an earlier run already made final at the last entry the
-    ledger knows pending (see :func:`~spark_apps.dlq_replay.ledger.settled_ends`): without it a read
-    would wait for a message it can never receive, twice the idle timeout per partition."""
-    from dataclasses import asdict, replace
-
-    from spark_apps.dlq_replay.ledger import read_ledger, settled_ends
-
+    """End each partition whose last message an earlier run made final at the last entry the ledger knows
+    pending (:func:`~spark_apps.dlq_replay.ledger.settled_ends`), not waiting for a message never received."""
     ledger = read_ledger(run.spark, run.storage, run.paths.ledger)
     if ledger is None:
         return frozen, []
 
     def commit_done(run_id: str) -> bool:
-        path = join(run.paths.root, "runs", run_dir_name(run_id), "state.json")
+        path = RunPaths(run.options.output_dir, run_id).state
         text = run.storage.read_text(path)
         if not text:
             return False

@@ -1,8 +1,5 @@
-"""Checks that run before a replay writes anything: bad input exits 2 and leaves no run directory.
-
-:func:`check_local` needs no Spark (the command line runs it first); :func:`ship_and_load_fixes` then
-ships and imports the playbook's fixes. Values that could be a secret (the token file path) are never echoed.
-"""
+"""Checks that run before a replay writes anything (:func:`check_local` needs no Spark): bad input exits 2
+and leaves no run directory. Values that could be a secret (the token file path) are never echoed."""
 
 from __future__ import annotations
 
@@ -15,30 +12,31 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from spark_apps.dlq_replay.arrow_util import require_arrow_udfs
 from spark_apps.dlq_replay.errors import ReplayConfigError
-from spark_apps.dlq_replay.run_context import run_dir_name
+from spark_apps.dlq_replay.fixes import load_fix
+from spark_apps.dlq_replay.group_actions import reuse_window
+from spark_apps.dlq_replay.lock import check_guard
+from spark_apps.dlq_replay.playbook import Playbook, load_playbook
+from spark_apps.dlq_replay.run_context import RunPaths, run_dir_name
+from spark_apps.dlq_replay.session import add_pyfile
 from spark_apps.dlq_replay.storage import RunStorage, check_root, join, local_path, qualify_root
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from spark_apps.dlq_replay.options import ReplayOptions
-    from spark_apps.dlq_replay.playbook import Playbook
 
 log = logging.getLogger("spark_apps.dlq_replay")
 #: A token or OAuth2 credentials file larger than this holds more than a secret.
 MAX_TOKEN_FILE_BYTES = 64 * 1024
 _PEM_CERT = (b"-----BEGIN CERTIFICATE-----", "PEM certificate (-----BEGIN CERTIFICATE-----)")
+_PEM_KEY = (b"PRIVATE KEY-----", "PEM private key (-----BEGIN ... PRIVATE KEY-----)")
 #: The PEM files an option names: the option, the marker the file must hold, what that is, and the fix.
 _PEM_FILES = (
     ("--tls-trust-certs-file", *_PEM_CERT, "give the CA bundle in PEM format"),
     ("--tls-cert-file", *_PEM_CERT, "give the client certificate in PEM format"),
-    (
-        "--tls-key-file",
-        b"PRIVATE KEY-----",
-        "PEM private key (-----BEGIN ... PRIVATE KEY-----)",
-        "give the key in PEM format",
-    ),
+    ("--tls-key-file", *_PEM_KEY, "give the key in PEM format"),
 )
 
 
@@ -57,8 +55,7 @@ def _read_head(path: str, option: str, limit: int) -> bytes:
 
 
 def check_files(options: ReplayOptions) -> None:
-    """The token, OAuth2 credentials and TLS files are readable and hold what they should (never echoed).
-    A certificate without its key is refused by ``PulsarConf``."""
+    """The token, OAuth2 credentials and TLS files are readable and hold what they should (never echoed)."""
     if options.auth_token_file:
         data = _read_head(options.auth_token_file, "--auth-token-file", MAX_TOKEN_FILE_BYTES + 1)
         if not data.strip():
@@ -99,8 +96,7 @@ def _probe(directory: Path, output_dir: str, cannot: str, fix: str) -> None:
 
 
 def check_output_dir(output_dir: str, run_dir: str) -> None:
-    """The output root (existing or not) and the parts of it the run writes can be created and written,
-    without creating anything: a local root by a probe directory, any other by a probe file."""
+    """The output root and the parts of it the run writes can be created and written (probed, not made)."""
     root = qualify_root(output_dir)
     local = local_path(root)
     if local is None:
@@ -139,10 +135,6 @@ def check_output_dir(output_dir: str, run_dir: str) -> None:
 
 def check_local(options: ReplayOptions) -> Playbook:
     """Every check that needs no Spark; returns the validated playbook."""
-    from spark_apps.dlq_replay.arrow_util import require_arrow_udfs
-    from spark_apps.dlq_replay.lock import check_guard
-    from spark_apps.dlq_replay.playbook import Playbook, load_playbook
-
     check_files(options)
     if options.playbook:
         playbook = load_playbook(options.playbook)
@@ -155,9 +147,6 @@ def check_local(options: ReplayOptions) -> Playbook:
     check_guard(options.output_dir, options.subscription_lease)
     check_output_dir(options.output_dir, join("runs", run_dir_name(options.run_id)))
     if options.window_from:  # the reviewed run's plan: same topics and subscription
-        from spark_apps.dlq_replay.group_actions import reuse_window
-        from spark_apps.dlq_replay.run_context import RunPaths
-
         earlier = RunPaths(options.output_dir, options.window_from).plan
         reuse_window(RunStorage(), earlier, options.window_from, options.topics, options.subscription)
     return playbook
@@ -165,9 +154,6 @@ def check_local(options: ReplayOptions) -> Playbook:
 
 def ship_and_load_fixes(spark: SparkSession, playbook: Playbook) -> None:
     """Ship the playbook's fix files to the session's Python workers and import every fix on the driver."""
-    from spark_apps.dlq_replay.fixes import load_fix
-    from spark_apps.dlq_replay.session import add_pyfile
-
     for fix_file in playbook.fix_files:
         try:
             add_pyfile(spark, fix_file)

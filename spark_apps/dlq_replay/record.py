@@ -1,11 +1,6 @@
-"""Record step: the run's ledger rows, written by one Python task per producer bucket, then moved into
-the ledger.
-
-The results of send bucket ``b`` are those of decisions file ``part-<b>``, so record task ``b`` indexes
-its bucket's results by replay id (:class:`ResultIndex`) and writes the ledger rows of its file: no
-shuffle, no join. The rows are staged, then moved to ``ledger/run_id=<run>/`` (:func:`publish_staged`),
-in the files Spark's writer would write.
-"""
+"""Record step: record task ``b`` indexes send bucket ``b``'s results by replay id (:class:`ResultIndex`)
+and writes the ledger rows of decisions file ``part-<b>`` (no shuffle, no join); the staged rows then move
+to ``ledger/run_id=<run>/`` (:func:`publish_staged`), in the files Spark's writer would write."""
 
 from __future__ import annotations
 
@@ -16,18 +11,22 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.types import StructType
 
 from spark_apps.dlq_replay import outcomes as oc
 from spark_apps.dlq_replay import storage
-from spark_apps.dlq_replay.canary import HALTED_REASON
+from spark_apps.dlq_replay.arrow_util import SortedKeys
+from spark_apps.dlq_replay.canary import HALTED_REASON, halted_groups
+from spark_apps.dlq_replay.commit import EntryFinals
+from spark_apps.dlq_replay.report_parts import REP_COLUMNS, BucketParts, clear_parts
 from spark_apps.dlq_replay.schemas import LEDGER_SCHEMA, arrow_schema
 from spark_apps.dlq_replay.task_parquet import SUCCESS, part_file, partition_folder, row_tally, write_in_tasks
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    import pyarrow as pa
     from pyspark.sql import SparkSession
 
     from spark_apps.dlq_replay.run_context import Run
@@ -44,8 +43,6 @@ _DERIVED = frozenset({"final", "published_message_id", "mode", "recorded_at"})
 
 def _sending(decided: pa.RecordBatch | pa.Table) -> pa.Array:
     """True for the rows to republish (the ones with a send result)."""
-    import pyarrow.compute as pc
-
     return pc.fill_null(pc.equal(decided.column("outcome"), oc.TO_REPUBLISH), False)
 
 
@@ -61,17 +58,12 @@ def decided_columns() -> list[str]:
 
 def bucket_results(results_dir: str, bucket: int) -> pa.RecordBatch | None:
     """The send results of producer bucket ``bucket`` from every wave, in wave order (``None``: none)."""
-    import pyarrow as pa
-
-    waves = []
-    for name in storage.list_names(results_dir):
-        path = part_file(storage.join(results_dir, name), bucket)
-        if name.startswith("wave=") and storage.exists(path):
-            waves.append((int(name[len("wave=") :]), path))
-    waves.sort()
-    if not waves:
+    names = [name for name in storage.list_names(results_dir) if name.startswith("wave=")]
+    waves = sorted(int(name.removeprefix("wave=")) for name in names)
+    paths = [part_file(storage.join(results_dir, f"wave={wave}"), bucket) for wave in waves]
+    if not (paths := [path for path in paths if storage.exists(path)]):
         return None
-    table = pa.concat_tables([storage.read_table(path, columns=_RESULT_COLUMNS) for _, path in waves])
+    table = pa.concat_tables([storage.read_table(path, columns=_RESULT_COLUMNS) for path in paths])
     columns = [table.column(name).combine_chunks() for name in _RESULT_COLUMNS]
     return pa.RecordBatch.from_arrays(columns, _RESULT_COLUMNS)
 
@@ -80,15 +72,10 @@ class ResultIndex:
     """A bucket's send results indexed once by replay id (a repeated id gets its first result)."""
 
     def __init__(self, results: pa.RecordBatch) -> None:
-        from spark_apps.dlq_replay.arrow_util import SortedKeys
-
         self.keys = SortedKeys(results.column("replay_id"))
 
     def positions(self, decided: pa.RecordBatch | pa.Table) -> pa.Array:
         """Each row's send result position (null for a row not to republish or without a result)."""
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
         none = pa.nulls(decided.num_rows, pa.string())
         return self.keys.positions(pc.if_else(_sending(decided), decided.column("replay_id"), none))
 
@@ -101,12 +88,8 @@ def ledger_batch(
     recorded_at: datetime,
     halted: tuple[str, ...] = (),
 ) -> pa.RecordBatch:
-    """The ledger rows of a batch of decisions with their send results (``positions``, from
-    :class:`ResultIndex`): a row to republish becomes ``republished`` or ``publish_failed`` (with the
-    reason), or ``canary_failed`` in a ``halted`` group without a result; a dry run keeps its outcomes."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
+    """The ledger rows of a batch of decisions with their send results (at ``positions``): a row to
+    republish becomes ``republished``, ``publish_failed`` or (``halted``) ``canary_failed``."""
     n = decided.num_rows
     outcome = decided.column("outcome")
     sending = pa.repeat(False, n) if mode == oc.DRY_RUN else _sending(decided)
@@ -152,9 +135,8 @@ def ledger_batch(
 
 @dataclass(frozen=True)
 class RecordTask:
-    """The record task of :func:`record_in_tasks`, for each bucket id it gets: the ledger rows of the
-    bucket's decisions file, and its report parts (``parts_dir``) and final messages per entry
-    (``commit_dir``)."""
+    """For each bucket id: the ledger rows of its decisions file, its report parts (``parts_dir``) and its
+    final messages per entry (``commit_dir``)."""
 
     decisions: str
     results: str
@@ -171,9 +153,6 @@ class RecordTask:
                 yield from self.bucket(bucket)
 
     def bucket(self, bucket: int) -> Iterator[pa.RecordBatch]:
-        from spark_apps.dlq_replay.commit import EntryFinals
-        from spark_apps.dlq_replay.report_parts import REP_COLUMNS, BucketParts
-
         path = part_file(self.decisions, bucket)
         if not storage.exists(path):
             return  # no decisions in this bucket
@@ -196,10 +175,7 @@ class RecordTask:
 
 
 def record_in_tasks(spark: SparkSession, task: RecordTask, buckets: int, staged_path: str) -> int:
-    """Write the ledger rows of every decisions file to ``staged_path``, one Spark task per bucket; the
-    rows."""
-    from spark_apps.dlq_replay.report_parts import clear_parts
-
+    """Write the ledger rows of every decisions file to ``staged_path``, one task per bucket; the rows."""
     clear_parts(task.parts_dir)
     storage.delete(task.commit_dir)  # every bucket writes its counts again
     storage.make_dirs(task.commit_dir)
@@ -211,8 +187,7 @@ def record_in_tasks(spark: SparkSession, task: RecordTask, buckets: int, staged_
 
 
 def publish_staged(staged: str, ledger_root: str, run_id: str) -> bool:
-    """Move the staged ledger files to this run's partition, replacing an earlier attempt's; ``False``
-    when nothing is staged."""
+    """Move the staged ledger files to this run's partition, replacing an earlier attempt's; False: none."""
     if not storage.list_names(staged):
         return False
     storage.delete(storage.join(staged, SUCCESS))  # the ledger root holds the one marker, as Spark leaves it
@@ -224,8 +199,6 @@ def publish_staged(staged: str, ledger_root: str, run_id: str) -> bool:
 
 def run_record(run: Run) -> None:
     """Write the run's ledger rows (a dry run writes the report's parts only)."""
-    from spark_apps.dlq_replay.canary import halted_groups
-
     if run.step("record"):
         started = time.monotonic()
         recorded_at = datetime.now(UTC)

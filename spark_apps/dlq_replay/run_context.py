@@ -1,10 +1,6 @@
-"""One invocation of a replay run id: where it writes (:class:`RunPaths`), its state and the lock it holds
-(:class:`Run`), shared by the steps (``plan``, ``snapshot``, ``decide``, ``apply``, ``record``,
-``commit``, ``report``) that :mod:`~spark_apps.dlq_replay.runner` runs in order.
-
-The run state (``runs/<run>/state.json``, :class:`RunState`) records which steps of a run id are complete,
-so a re-run resumes from the first incomplete step; a re-run must use the same options (the state keeps
-their fingerprint)."""
+"""One invocation of a replay run id (:class:`Run`): where it writes (:class:`RunPaths`) and its state
+(``runs/<run>/state.json``, :class:`RunState`), which records the complete steps, so a re-run with the
+same options (their fingerprint is kept) resumes from the first incomplete one."""
 
 from __future__ import annotations
 
@@ -19,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from spark_apps.dlq_replay.errors import OptionsChangedError, RunStateError
 from spark_apps.dlq_replay.progress import StepProgress, expected_total
+from spark_apps.dlq_replay.session import default_parallelism
 from spark_apps.dlq_replay.storage import RunStorage, join, qualify_root
 
 if TYPE_CHECKING:
@@ -66,9 +63,8 @@ class RunState:
     def mark_complete(self, step: str, seconds: float, **info: Any) -> None:
         if step not in STEPS:
             raise ValueError(f"unknown step {step!r}; steps are {', '.join(STEPS)}")
-        entry = self.steps.setdefault(step, {})
-        entry.update(info)
-        entry.update(status="complete", finished_at=utc_now(), seconds=round(seconds, 3))
+        done = {"status": "complete", "finished_at": utc_now(), "seconds": round(seconds, 3)}
+        self.steps.setdefault(step, {}).update(info, **done)
 
     def progress(self, step: str) -> dict[str, Any]:
         """Mutable per-step progress (e.g. the DLQ topics already committed)."""
@@ -99,8 +95,7 @@ class RunState:
 
 
 def resume_or_start(existing: RunState | None, run_id: str, mode: str, options: dict[str, Any]) -> RunState:
-    """Return the state to continue with; refuse a run id reused with different options (``options``: the
-    ones that shape its results, kept as a stable hash)."""
+    """The state to continue with; refuses a run id reused with different ``options`` (kept as a hash)."""
     digest = hashlib.sha256(json.dumps(options, sort_keys=True, default=str).encode("utf-8")).hexdigest()
     if existing is None:
         return RunState(run_id=run_id, mode=mode, fingerprint=digest, options=options)
@@ -147,18 +142,12 @@ class RunPaths:
         self.report_parts = join(self.run, "report_parts")
 
     def public(self) -> dict[str, str]:
-        return {
-            "report_json": self.report_json,
-            "report_html": self.report_html,
-            "archive": self.archive,
-            "ledger": self.ledger,
-            "snapshot": self.snapshot,
-        }
+        names = ("report_json", "report_html", "archive", "ledger", "snapshot")
+        return {name: getattr(self, name) for name in names}
 
 
 def load_state(storage: RunStorage, paths: RunPaths, options: ReplayOptions, playbook: Playbook) -> RunState:
-    """The state to continue with (read only): a new one, or the existing one when the options match;
-    raises :class:`~spark_apps.dlq_replay.errors.OptionsChangedError` otherwise."""
+    """The state to continue with (read only): a new one, or the existing one when the options match."""
     text = storage.read_text(paths.state)
     existing = RunState.from_json(text, where=paths.state) if text else None
     fingerprint = options.fingerprint_options(playbook.digest)
@@ -191,7 +180,7 @@ class Run:
         self.storage.write_text(self.paths.state, self.state.to_json())
 
     def check_lock(self) -> None:
-        """Stop when another run took the lock or lease over (never interleave two runs)."""
+        """Stop when another run took the lock or lease over."""
         if self.lock is not None:
             self.lock.check()
 
@@ -218,8 +207,6 @@ class Run:
 
     @property
     def buckets(self) -> int:
-        from spark_apps.dlq_replay.session import default_parallelism
-
         return max(1, self.options.parallelism or default_parallelism(self.spark))
 
     @property

@@ -1,7 +1,5 @@
-"""The steps of a replay run, each in the module named for it (``docs/replay-app.md``): plan -> snapshot ->
-decide -> [dry-run: record's report parts] -> apply -> record -> commit -> report. A step is recorded
-complete in ``state.json`` only after its output is durable; a re-run of the run id skips complete steps.
-"""
+"""The steps of a replay run, each in its module (``docs/replay-app.md``); a step is recorded complete in
+``state.json`` only after its output is durable, and a re-run of the run id skips complete steps."""
 
 from __future__ import annotations
 
@@ -13,10 +11,16 @@ from typing import TYPE_CHECKING, Any
 
 from spark_apps.dlq_replay import outcomes as oc
 from spark_apps.dlq_replay.apply import run_apply
+from spark_apps.dlq_replay.arrow_util import use_system_allocator
+from spark_apps.dlq_replay.broker_checks import check_broker
 from spark_apps.dlq_replay.commit import commit_info, run_commit
 from spark_apps.dlq_replay.decide import run_decide
 from spark_apps.dlq_replay.errors import ReplayConfigError
+from spark_apps.dlq_replay.lock import run_lock
 from spark_apps.dlq_replay.plan import run_plan
+from spark_apps.dlq_replay.preflight import check_local, ship_and_load_fixes
+from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf
+from spark_apps.dlq_replay.pulsar_io.window import READER_MODE, read_mode_of
 from spark_apps.dlq_replay.record import run_record
 from spark_apps.dlq_replay.report import run_report
 from spark_apps.dlq_replay.run_context import Run, RunPaths, load_state
@@ -36,14 +40,8 @@ log = logging.getLogger("spark_apps.dlq_replay")
 def run_replay(
     spark: SparkSession, options: ReplayOptions, *, checked: Playbook | None = None
 ) -> dict[str, Any]:
-    """Run (or resume) the run ``options.run_id`` under its lock; returns the report (also written as
-    JSON/HTML). Everything is checked before anything is written; ``checked`` is the playbook of a caller
-    that ran :func:`~spark_apps.dlq_replay.preflight.check_local` and the broker checks itself."""
-    from spark_apps.dlq_replay.arrow_util import use_system_allocator
-    from spark_apps.dlq_replay.lock import run_lock
-    from spark_apps.dlq_replay.preflight import check_local, ship_and_load_fixes
-    from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf
-
+    """Run (or resume) the run ``options.run_id`` under its lock; returns the report. ``checked``: the
+    playbook of a caller that ran :func:`~spark_apps.dlq_replay.preflight.check_local` and broker checks."""
     use_system_allocator()  # the driver's report reads, like the tasks' batches, free what they used
     playbook = checked if checked is not None else check_local(options)
     ship_and_load_fixes(spark, playbook)
@@ -51,15 +49,11 @@ def run_replay(
     paths = RunPaths(options.output_dir, options.run_id)
     storage = RunStorage()
     state = load_state(storage, paths, options, playbook)  # a resume with changed options stops here
-    if state.is_complete("report"):
-        text = storage.read_text(paths.report_json)
-        if text:
-            log.info("run %s is already complete; nothing to do", options.run_id)
-            report: dict[str, Any] = json.loads(text)
-            return report
+    text = storage.read_text(paths.report_json) if state.is_complete("report") else None
+    if text:
+        log.info("run %s is already complete; nothing to do", options.run_id)
+        return dict(json.loads(text))
     if checked is None:  # before any file or lock is created
-        from spark_apps.dlq_replay.broker_checks import check_broker
-
         check_broker(conf, options.topics)
     parts = (paths.run, join(paths.root, "locks"), join(paths.root, "runs"), paths.root)
     created = [path for path in parts if not storage.exists(path)]
@@ -84,8 +78,7 @@ def run_replay(
 
 
 def _remove_created(storage: RunStorage, run_dir: str, created: list[str]) -> None:
-    """Remove what a refused first attempt created under the output root, so that exit code 2 leaves
-    nothing: its run directory, then the other parts it created if left empty."""
+    """Remove what a refused first attempt created (its run dir, other parts if empty): exit 2 leaves none."""
     for path in created:
         try:
             if path == run_dir or not storage.list_names(path):
@@ -123,11 +116,8 @@ _MESSAGE_STEPS = ("snapshot", "decide", "apply", "record", "commit")
 
 
 def _skip_empty_window(run: Run, windows: list[PartitionWindow]) -> bool:
-    """The empty-DLQ fast path, when no message step has started and the frozen window holds no message
-    to read (every partition empty when frozen, or in reader mode without a pending entry): record the
-    message steps complete with zero counts, without a Spark job; the report then has no group."""
-    from spark_apps.dlq_replay.pulsar_io.window import READER_MODE, read_mode_of
-
+    """The empty-DLQ fast path: when no message step has started and the window holds no message to read,
+    record the message steps complete with zero counts, without a Spark job."""
     if any(s in run.state.steps for s in _MESSAGE_STEPS) or not all(
         w.end_message_id is None or (w.read_mode == READER_MODE and w.pending_entries == 0) for w in windows
     ):

@@ -1,7 +1,5 @@
-"""The Spark session of a run, through the public ``SparkSession`` API only, so the driver runs on
-``local[n]``, a cluster and Spark Connect: the default parallelism, and the app's code and fix files
-shipped to a Connect server's Python workers as artifacts.
-"""
+"""The run's Spark session through the public ``SparkSession`` API only (``local[n]``, a cluster, Spark
+Connect): its default parallelism, and the app's code and fix files shipped to a Connect server."""
 
 from __future__ import annotations
 
@@ -17,6 +15,7 @@ import tempfile
 import threading
 import weakref
 import zipfile
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -61,12 +60,9 @@ def _cores() -> int:
 
 def master_parallelism(master: str | None, cores: int | None) -> int | None:
     """The default parallelism a ``local[n|*]`` master implies, else ``None`` (asked of Spark)."""
-    match = _LOCAL.fullmatch((master or "").strip())
-    if match is None:
+    if (match := _LOCAL.fullmatch((master or "").strip())) is None:
         return None
-    threads = match.group(1)
-    if threads is None:
-        return 1
+    threads = match.group(1) or "1"
     return cores if threads == "*" else max(1, int(threads))
 
 
@@ -75,14 +71,12 @@ def _range_partitions(spark: SparkSession) -> int:
     from pyspark.sql import functions as F
 
     ids = spark.range(0, PROBE_ROWS).select(F.spark_partition_id().alias("p"))  # not inside an aggregate
-    row = ids.agg(F.max("p").alias("p")).first()
-    last = row["p"] if row is not None else None
+    last = ids.agg(F.max("p")).collect()[0][0]
     return 1 if last is None else int(last) + 1
 
 
 def default_parallelism(spark: SparkSession) -> int:
-    """``spark.default.parallelism``, else what a ``local`` master says, else the partitions of a
-    ``range`` (asked at each call: a cluster's executors may still be registering)."""
+    """``spark.default.parallelism``, else a ``local`` master's, else a ``range``'s (asked at each call)."""
     given = conf_value(spark, "spark.default.parallelism")
     if given and given.isdigit() and int(given) > 0:
         return int(given)
@@ -91,12 +85,8 @@ def default_parallelism(spark: SparkSession) -> int:
     return master_parallelism(conf_value(spark, "spark.master"), cores) or _range_partitions(spark)
 
 
-# --------------------------------------------------------------------------- code for the Python workers
-
-
 def loaded_from_zip() -> str | None:
-    """The zip the app was imported from (``--py-files`` bundle: a module's path runs through it), or
-    ``None`` (a source checkout)."""
+    """The zip the app was imported from (``--py-files``), or ``None`` (a source checkout)."""
     import spark_apps
 
     path = os.path.abspath(str(spark_apps.__file__))
@@ -112,16 +102,10 @@ def source_bundle(directory: str | None = None) -> str:
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
         for package in CODE_PACKAGES:
-            base = os.path.dirname(os.path.abspath(str(importlib.import_module(package).__file__)))
-            for folder, dirs, files in os.walk(base):
-                dirs[:] = sorted(d for d in dirs if d != "__pycache__")
-                for name in sorted(files):
-                    if not name.endswith(".py"):
-                        continue
-                    path = os.path.join(folder, name)
-                    rel = os.path.relpath(path, os.path.dirname(base)).replace(os.sep, "/")
-                    with open(path, "rb") as source:
-                        archive.writestr(zipfile.ZipInfo(rel, _ZIP_DATE), source.read(), zipfile.ZIP_DEFLATED)
+            base = Path(os.path.abspath(str(importlib.import_module(package).__file__))).parent
+            for path in sorted(base.rglob("*.py")):  # no __pycache__ entry: those end in .pyc
+                rel = path.relative_to(base.parent).as_posix()
+                archive.writestr(zipfile.ZipInfo(rel, _ZIP_DATE), path.read_bytes(), zipfile.ZIP_DEFLATED)
     data = buffer.getvalue()
     digest = hashlib.sha256(data).hexdigest()[:16]
     target = os.path.join(directory or tempfile.gettempdir(), f"dlq_replay_code-{digest}.zip")
@@ -146,8 +130,7 @@ def _ship_once(spark: SparkSession, path: str) -> bool:
 
 
 def ship_code(spark: SparkSession) -> str | None:
-    """Under Spark Connect, ship the app's code to the server's Python workers; what was shipped (``None``
-    on a classic session, whose ``--py-files`` reach the executors already)."""
+    """Under Spark Connect, ship the app's code to the server's Python workers; what was shipped."""
     if not is_connect(spark):
         return None
     path = loaded_from_zip() or source_bundle()

@@ -1,8 +1,5 @@
-"""Snapshot step: read the window in Spark tasks that write the snapshot's Parquet files themselves.
-
-Beside the rows the read tasks write each batch's entries (the commit's counts) and, unless
-``--max-messages`` needs the whole context, the rows' replay identities (decide's duplicate marks).
-"""
+"""Snapshot step: read the window in Spark tasks that write the snapshot's Parquet files themselves, beside
+it each batch's entries (the commit's counts) and the rows' replay identities (decide's duplicate marks)."""
 
 from __future__ import annotations
 
@@ -10,6 +7,14 @@ import logging
 import time
 from functools import partial
 from typing import TYPE_CHECKING, Any
+
+from spark_apps.dlq_replay import task_parquet
+from spark_apps.dlq_replay.commit import SNAPSHOT_ENTRIES_SCHEMA, entry_rows
+from spark_apps.dlq_replay.pulsar_io.source import ENTRY_FIRST, read_tasks
+from spark_apps.dlq_replay.pulsar_io.window import READER_MODE, read_mode_of, windows_to_json
+from spark_apps.dlq_replay.schemas import IDENTITIES_SCHEMA, SNAPSHOT_SCHEMA
+from spark_apps.dlq_replay.scope import identity_rows
+from spark_apps.dlq_replay.task_parquet import read_frame
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -23,21 +28,11 @@ log = logging.getLogger("spark_apps.dlq_replay")
 
 def run_snapshot(run: Run, windows: list[PartitionWindow]) -> DataFrame:
     """Read the window in Spark tasks that write the snapshot (and its entries and identities) themselves."""
-    from spark_apps.dlq_replay.pulsar_io.window import READER_MODE, read_mode_of, windows_to_json
-    from spark_apps.dlq_replay.schemas import IDENTITIES_SCHEMA, SNAPSHOT_SCHEMA
-    from spark_apps.dlq_replay.task_parquet import read_frame
-
     if run.step("snapshot"):
-        from spark_apps.dlq_replay import task_parquet
-        from spark_apps.dlq_replay.commit import entry_rows, snapshot_entries_schema
-        from spark_apps.dlq_replay.pulsar_io.source import read_tasks
-        from spark_apps.dlq_replay.scope import identity_rows
-
         started = time.monotonic()
         mode = read_mode_of(windows)
-        # Readers split a partition's pending entries into contiguous shares: by default enough of them to
-        # keep every core busy (the source gives each share a minimum of entries). Consumer mode reads each
-        # partition with one consumer, which drops a redelivered copy by its id.
+        # Readers split a partition's pending entries into shares, by default enough to keep every core busy;
+        # consumer mode reads each partition with one consumer, which drops a redelivered copy by its id.
         parallelism = 1
         if mode == READER_MODE:
             busy = max(1, sum(1 for w in windows if w.pending))
@@ -53,7 +48,7 @@ def run_snapshot(run: Run, windows: list[PartitionWindow]) -> DataFrame:
         frame, read_task, _, _ = read_tasks(run.spark, source_options, mark_entries=True)
         with_identities = run.options.max_messages is None
         run.progress.count_files(run.paths.snapshot)
-        sides = [task_parquet.SideOutput(run.paths.snapshot_entries, snapshot_entries_schema(), entry_rows)]
+        sides = [task_parquet.SideOutput(run.paths.snapshot_entries, SNAPSHOT_ENTRIES_SCHEMA, entry_rows)]
         if with_identities:  # decide's duplicate marks read these few columns
             identities = partial(identity_rows, origin_precedence=run.playbook.origin_precedence)
             sides.append(task_parquet.SideOutput(run.paths.identities, IDENTITIES_SCHEMA, identities))
@@ -72,8 +67,7 @@ def run_snapshot(run: Run, windows: list[PartitionWindow]) -> DataFrame:
             info.update(pending_entries=planned, entries_read=entries, unread_entries=planned - entries)
             if planned != entries:
                 log.warning(
-                    "step snapshot: %d of %d pending entries were not read; they stay pending for the next "
-                    "run",
+                    "step snapshot: %d of %d pending entries not read; they stay pending for the next run",
                     planned - entries,
                     planned,
                 )
@@ -83,8 +77,6 @@ def run_snapshot(run: Run, windows: list[PartitionWindow]) -> DataFrame:
 
 def _entries_tally(batch: pa.RecordBatch) -> tuple[int, int]:
     """``(rows, entries)`` of a batch of snapshot rows marked with their entries' first rows."""
-    from spark_apps.dlq_replay.pulsar_io.source import ENTRY_FIRST
-
     return batch.num_rows, batch.column(ENTRY_FIRST).true_count
 
 
@@ -92,7 +84,4 @@ def snapshot_identities(run: Run) -> DataFrame | None:
     """The identities the snapshot's read tasks wrote beside it, or ``None`` (not written)."""
     if not run.state.info("snapshot").get("identities_written"):
         return None
-    from spark_apps.dlq_replay.schemas import IDENTITIES_SCHEMA
-    from spark_apps.dlq_replay.task_parquet import read_frame
-
     return read_frame(run.spark, run.paths.identities, IDENTITIES_SCHEMA)

@@ -1,10 +1,7 @@
-"""The run's storage: every file a run reads or writes, on the driver and in its tasks, through pyarrow.fs.
-
-The output root is a local path, a ``file:`` URI or an object store / Hadoop URI (``s3://``, ``s3a://``,
-``gs://``, ``hdfs://``...). S3 takes its settings from the standard AWS environment variables where the
-file is opened (``AWS_ENDPOINT_URL_S3``/``AWS_ENDPOINT_URL`` for an S3-compatible server); keys never
-travel in arguments. Writes are whole: a local file is renamed into place, an object shows once uploaded.
-"""
+"""Every file a run reads or writes, on the driver and in its tasks, through pyarrow.fs: a local path,
+``file:`` URI or object store / Hadoop URI (``s3://``, ``s3a://``, ``gs://``, ``hdfs://``...). S3 takes its
+settings from the standard AWS environment variables (``AWS_ENDPOINT_URL_S3``/``AWS_ENDPOINT_URL`` for an
+S3-compatible server; keys never travel in arguments). Writes are whole."""
 
 from __future__ import annotations
 
@@ -12,15 +9,14 @@ import os
 import posixpath
 import uuid
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from spark_apps.dlq_replay.errors import ReplayConfigError
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 
-if TYPE_CHECKING:
-    import pyarrow as pa
-    import pyarrow.fs as pafs
-    import pyarrow.parquet as pq
+from spark_apps.dlq_replay.errors import ReplayConfigError
 
 #: Schemes served by pyarrow's S3 file system (Hadoop's names included).
 S3_SCHEMES = frozenset({"s3", "s3a", "s3n"})
@@ -63,48 +59,36 @@ def qualify_root(root: str) -> str:
 
 @lru_cache(maxsize=8)
 def _s3(endpoint: str | None, region: str | None) -> pafs.FileSystem:
-    import pyarrow.fs as pafs
-
-    options: dict[str, object] = {}
+    options: dict[str, object] = {"region": region} if region else {}
     if endpoint:
         parsed = urlparse(endpoint)
-        options["endpoint_override"] = parsed.netloc or parsed.path
-        options["scheme"] = parsed.scheme or "https"
-    if region:
-        options["region"] = region
+        options.update(endpoint_override=parsed.netloc or parsed.path, scheme=parsed.scheme or "https")
     return pafs.S3FileSystem(**options)
 
 
 @lru_cache(maxsize=8)
 def _from_uri(base: str) -> pafs.FileSystem:
-    import pyarrow.fs as pafs
-
     return pafs.FileSystem.from_uri(base)[0]
 
 
 def filesystem(path: str) -> tuple[pafs.FileSystem, str]:
     """``(file system, path inside it)`` for a local path or URI; file systems are cached per process."""
     if is_local(path):
-        import pyarrow.fs as pafs
-
         return pafs.LocalFileSystem(), os.path.abspath(local_path(path) or path)
     parsed = urlparse(path)
     scheme = parsed.scheme.lower()
+    # Hadoop-style stores address a path inside the named cluster; the others (s3, gs, abfs...) a bucket.
+    inner = parsed.path if scheme in _PATH_ONLY_SCHEMES else f"{parsed.netloc}{parsed.path}"
     if scheme in S3_SCHEMES:
         env = os.environ
         endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or None
         region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None
-        return _s3(endpoint, region), f"{parsed.netloc}{parsed.path}".rstrip("/")
-    fs = _from_uri(f"{scheme}://{parsed.netloc}")
-    # Hadoop-style stores address a path inside the named cluster; the others (gs, abfs...) a bucket.
-    inner = parsed.path if scheme in _PATH_ONLY_SCHEMES else f"{parsed.netloc}{parsed.path}"
-    return fs, inner.rstrip("/") or "/"
+        return _s3(endpoint, region), inner.rstrip("/")
+    return _from_uri(f"{scheme}://{parsed.netloc}"), inner.rstrip("/") or "/"
 
 
 def check_root(root: str) -> None:
     """Fail at once, naming the fix, when ``root`` cannot be opened (unknown scheme, missing bucket)."""
-    import pyarrow.fs as pafs
-
     try:
         fs, inner = filesystem(root)
         bucket = inner.split("/", 1)[0] if urlparse(root).scheme.lower() in S3_SCHEMES else None
@@ -131,8 +115,6 @@ def writable(path: str) -> tuple[pafs.FileSystem, str]:
 
 
 def exists(path: str) -> bool:
-    import pyarrow.fs as pafs
-
     fs, inner = filesystem(path)
     return bool(fs.get_file_info(inner).type != pafs.FileType.NotFound)
 
@@ -143,9 +125,7 @@ def read_bytes(path: str) -> bytes | None:
     try:
         with fs.open_input_stream(inner) as stream:
             return bytes(stream.read())
-    except FileNotFoundError:
-        return None
-    except OSError:
+    except OSError:  # FileNotFoundError, or a store's own error for a missing object
         if not exists(path):
             return None
         raise
@@ -156,8 +136,7 @@ def write_bytes(path: str, data: bytes) -> None:
     fs, inner = writable(path)
     if is_local(path):
         tmp = f"{inner}.tmp-{uuid.uuid4().hex}"
-        with open(tmp, "wb") as handle:
-            handle.write(data)
+        Path(tmp).write_bytes(data)
         os.replace(tmp, inner)  # atomic: a killed process leaves the old file or the new one
         return
     with fs.open_output_stream(inner) as out:
@@ -166,8 +145,6 @@ def write_bytes(path: str, data: bytes) -> None:
 
 def list_names(path: str) -> list[str]:
     """Names of the entries directly under ``path`` (empty when it does not exist)."""
-    import pyarrow.fs as pafs
-
     fs, inner = filesystem(path)
     infos = fs.get_file_info(pafs.FileSelector(inner, allow_not_found=True))
     return sorted(info.base_name for info in infos)
@@ -175,8 +152,6 @@ def list_names(path: str) -> list[str]:
 
 def list_files(path: str) -> list[str]:
     """Paths (as ``path``'s scheme writes them) of the files under ``path``, sorted; none if missing."""
-    import pyarrow.fs as pafs
-
     fs, inner = filesystem(path)
     infos = fs.get_file_info(pafs.FileSelector(inner, recursive=True, allow_not_found=True))
     return sorted(join(path, info.path[len(inner) :]) for info in infos if info.type == pafs.FileType.File)
@@ -184,8 +159,6 @@ def list_files(path: str) -> list[str]:
 
 def delete(path: str) -> None:
     """Delete a file or a directory tree; nothing when it does not exist."""
-    import pyarrow.fs as pafs
-
     fs, inner = filesystem(path)
     kind = fs.get_file_info(inner).type
     if kind == pafs.FileType.Directory:
@@ -222,10 +195,6 @@ class RunStorage:
         """Write ``text`` atomically (see :func:`write_bytes`)."""
         write_bytes(path, text.encode("utf-8"))
 
-    def has_data(self, path: str) -> bool:
-        """True when ``path`` is a directory holding any entry."""
-        return bool(list_names(path))
-
     def create_exclusive(self, path: str, text: str) -> bool:
         """Create ``path`` holding ``text`` unless it exists (local files only); True when this call did."""
         if not is_local(path):
@@ -235,11 +204,10 @@ class RunStorage:
             )
         _, local = writable(path)
         try:
-            fd = os.open(local, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            with open(local, "x", encoding="utf-8") as handle:  # O_CREAT | O_EXCL
+                handle.write(text)
         except FileExistsError:
             return False
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
         return True
 
 
@@ -269,8 +237,6 @@ _MOVING = "_MOVING"
 
 def open_parquet(path: str, **options: object) -> pq.ParquetFile:
     """A Parquet file for reading (its metadata, row groups, batches) on any store."""
-    import pyarrow.parquet as pq
-
     fs, inner = filesystem(path)
     return pq.ParquetFile(fs.open_input_file(inner), **options)
 
@@ -282,8 +248,6 @@ def read_table(path: str, columns: list[str] | None = None) -> pa.Table:
 
 def write_table(table: pa.Table, path: str) -> None:
     """Write ``table`` as one Parquet file, whole (a temporary name, then :func:`move`)."""
-    import pyarrow.parquet as pq
-
     temp = join(posixpath.dirname(path), f"_tmp-{uuid.uuid4().hex}.parquet")
     fs, inner = writable(temp)
     pq.write_table(table, inner, filesystem=fs)

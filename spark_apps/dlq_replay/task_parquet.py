@@ -1,13 +1,6 @@
-"""Every Parquet dataset of a run, written and read by the run's Python tasks (pyarrow), on any store.
-
-Each task writes ``_tmp-...`` and moves it to ``part-<partition>.parquet`` once closed (readers skip
-names starting with ``_``), keeps ``_progress-<partition>`` up to date for the progress lines, and sends
-back one small row of tallies; the driver then writes ``_SUCCESS`` (``rows=<n>``). The JVM never opens
-the output root, so a run behaves the same on ``local[n]``, a cluster and Spark Connect.
-
-The decide tasks read the snapshot's files themselves: task ``b`` of ``n`` reads row groups
-``b, b + n, ...`` and adds each row's scope mark (:class:`Marks`); no JVM scan, join or shuffle.
-"""
+"""Every Parquet dataset of a run, written and read by the run's Python tasks (pyarrow), on any store: a
+task writes ``_tmp-...``, moved to ``part-<partition>.parquet`` once closed; the driver then writes
+``_SUCCESS``. The JVM never opens the output root: the same on ``local[n]``, a cluster and Spark Connect."""
 
 from __future__ import annotations
 
@@ -17,12 +10,17 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
 from spark_apps.dlq_replay import storage
+from spark_apps.dlq_replay.arrow_util import SortedKeys, local_frame, row_numbers, use_system_allocator
+from spark_apps.dlq_replay.schemas import arrow_schema
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
 
-    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
@@ -48,11 +46,9 @@ PER_MESSAGE_COLUMNS = (
     "out_properties.key_value.value",
 )
 
-#: Buffered output per task before it is written as one row group (Spark's writer uses 128 MiB; the
-#: Python workers' memory counts toward the run's peak, so less here).
+#: Output a task buffers into one row group (less than Spark's 128 MiB: it counts toward the run's peak).
 ROW_GROUP_BYTES = 8 * 1024 * 1024
-#: With a row group key (:class:`SideOutput`), a row group ends where the key changes once it holds
-#: this much; rows whose keys alternate faster still make row groups of at least this size.
+#: With a row group key (:class:`SideOutput`), a row group ends where the key changes once this big.
 KEYED_GROUP_MIN_BYTES = 1024 * 1024
 _TEMP_PREFIX = "_tmp-"
 SUCCESS = "_SUCCESS"
@@ -71,8 +67,6 @@ def part_file(folder: str, partition: int) -> str:
 
 def dictionary_columns(schema: pa.Schema) -> list[str]:
     """The Parquet leaf paths of ``schema`` that keep dictionary encoding (all but the per-message ones)."""
-    import pyarrow as pa
-
     paths: list[str] = []
     for field in schema:
         if pa.types.is_map(field.type):
@@ -95,8 +89,6 @@ class TaskFile:
         int96_timestamps: bool = False,
         group_key: Callable[[pa.RecordBatch], pa.Array] | None = None,
     ) -> None:
-        import pyarrow.parquet as pq
-
         self.schema = schema
         self.group_key = group_key
         self._last_key: object = None
@@ -136,8 +128,6 @@ class TaskFile:
         if start < n:
             rest = batch.slice(start)
             if start:  # the rows left pending as a copy: the whole batch is not held until they are written
-                from spark_apps.dlq_replay.arrow_util import row_numbers
-
                 rest = rest.take(row_numbers(n - start))
             self._add(rest, (n - start) * row_bytes)
 
@@ -148,10 +138,7 @@ class TaskFile:
             self._flush()
 
     def _key_changes(self, keys: pa.Array) -> list[int]:
-        """The rows where the row group key changes (a null key is the row before's), this batch's
-        first row included when it differs from the last written row's."""
-        import pyarrow.compute as pc
-
+        """The rows where the row group key changes (a null key continues the row before's)."""
         keys = pc.fill_null_forward(keys)
         valid = keys.is_valid()
         if not valid.true_count:
@@ -166,8 +153,6 @@ class TaskFile:
         return cuts
 
     def _flush(self) -> None:
-        import pyarrow as pa
-
         if self._pending:
             table = pa.Table.from_batches(self._pending, self.schema)
             self._writer.write_table(table, row_group_size=table.num_rows)
@@ -201,10 +186,8 @@ def partition_folder(column: str, value: str | None) -> str:
 
 @dataclass(frozen=True)
 class SideOutput:
-    """A dataset the tasks of :func:`write_in_tasks` write at ``path`` from ``rows(batch)`` (``None``: the
-    task's own output rows): with ``partition_by``, one folder per value of that column; with
-    ``row_groups_by``, a row group ends where that key changes (once it holds
-    :data:`KEYED_GROUP_MIN_BYTES`), so a reader skips other keys' groups."""
+    """A dataset :func:`write_in_tasks` writes at ``path`` from ``rows(batch)`` (``None``: the task's own
+    rows), one folder per value of ``partition_by``, a row group per key of ``row_groups_by``."""
 
     path: str
     schema: StructType
@@ -260,8 +243,7 @@ _Files = dict[tuple[int, str | None], TaskFile]
 
 @dataclass(frozen=True)
 class _TaskWrites:
-    """One task of :func:`write_in_tasks`: writes ``transform(batches)`` to ``outputs`` (the main dataset
-    first) and returns its tallies, one row per batch."""
+    """One task of :func:`write_in_tasks`: writes ``transform(batches)`` to ``outputs``; yields tallies."""
 
     transform: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
     outputs: Sequence[SideOutput]
@@ -272,16 +254,9 @@ class _TaskWrites:
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
 
-        from spark_apps.dlq_replay.arrow_util import use_system_allocator
-
         use_system_allocator()
         context = TaskContext.get()
         partition, attempt = (context.partitionId(), context.attemptNumber()) if context else (0, 0)
-        yield self.run(batches, partition, attempt)
-
-    def run(self, batches: Iterator[pa.RecordBatch], partition: int, attempt: int) -> pa.RecordBatch:
-        import pyarrow as pa
-
         files: _Files = {}
         tallies: list[Tally] = []
         folder = self.outputs[0].path
@@ -305,16 +280,13 @@ class _TaskWrites:
                 out.discard()
             raise
         finally:
-            # Python workers are reused by later steps: hand the freed Arrow buffers back to the system,
-            # or the workers keep them until the run ends (they count toward its peak memory).
+            # Python workers are reused by later steps: hand the freed Arrow buffers back to the system.
             pa.default_memory_pool().release_unused()
         columns = list(zip(*tallies, strict=True)) if tallies else [() for _ in self.names]
-        return pa.RecordBatch.from_arrays([pa.array(c, pa.int64()) for c in columns], names=list(self.names))
+        yield pa.RecordBatch.from_arrays([pa.array(c, pa.int64()) for c in columns], names=list(self.names))
 
     def _write(self, batch: pa.RecordBatch, files: _Files, partition: int, attempt: int) -> None:
         """Write ``batch`` to every output: split by the partition column's values, a file opened for each."""
-        import pyarrow.compute as pc
-
         for i, output in enumerate(self.outputs):
             rows = batch if output.rows is None else output.rows(batch)
             if output.partition_by is None:
@@ -340,11 +312,8 @@ def write_in_tasks(
     int96_timestamps: bool = False,
     row_groups_by: Callable[[pa.RecordBatch], pa.Array] | None = None,
 ) -> list[Tally]:
-    """Run ``transform`` over ``frame``'s partitions as ``mapInArrow`` would, write its rows (``schema``'s
-    columns) to ``path`` and each of ``sides`` to its own; returns ``tally`` of every batch. The folders
-    are emptied first; at the end leftover temporary and progress files go and ``_SUCCESS`` is written."""
-    from spark_apps.dlq_replay.schemas import arrow_schema
-
+    """Run ``transform`` over ``frame``'s partitions (as ``mapInArrow``), write its rows to ``path`` and
+    ``sides`` to theirs (emptied first, ``_SUCCESS`` at the end); returns ``tally`` of every batch."""
     main = SideOutput(path, schema, int96_timestamps=int96_timestamps, row_groups_by=row_groups_by)
     outputs = [main, *sides]
     for output in outputs:
@@ -381,10 +350,7 @@ class _ReadFiles:
     schema: pa.Schema
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        import pyarrow as pa
         import pyarrow.dataset as ds
-
-        from spark_apps.dlq_replay.arrow_util import use_system_allocator
 
         use_system_allocator()
         fs, root = storage.filesystem(self.root)
@@ -399,11 +365,7 @@ class _ReadFiles:
 
 
 def read_frame(spark: SparkSession, path: str, schema: StructType) -> DataFrame:
-    """The dataset at ``path`` as a DataFrame with ``schema``, read by Python tasks (a column missing from
-    a file comes from its ``column=value`` folders, else is null)."""
-    from spark_apps.dlq_replay.arrow_util import local_frame
-    from spark_apps.dlq_replay.schemas import arrow_schema
-
+    """The dataset at ``path`` with ``schema``, read by Python tasks (``column=value`` folders fill in)."""
     files = data_files(path)
     if not files:
         return spark.createDataFrame([], schema)
@@ -413,9 +375,7 @@ def read_frame(spark: SparkSession, path: str, schema: StructType) -> DataFrame:
 
 def write_frame(frame: DataFrame, path: str, schema: StructType, *, int96_timestamps: bool = False) -> int:
     """Write ``frame``'s rows (``schema``'s columns) to ``path`` from its tasks; returns the rows written."""
-    tallies = write_in_tasks(
-        frame, lambda batches: batches, schema, path, row_tally, ("n",), int96_timestamps=int96_timestamps
-    )
+    tallies = write_in_tasks(frame, iter, schema, path, row_tally, ("n",), int96_timestamps=int96_timestamps)
     return sum(int(t[0] or 0) for t in tallies)
 
 
@@ -437,17 +397,14 @@ class Marks:
     """The scope marks read once per task, indexed by ``topic`` and message id."""
 
     def __init__(self, table: pa.Table) -> None:
-        from spark_apps.dlq_replay.arrow_util import SortedKeys
-
         self.values = table.select([2, 3]).combine_chunks()
         self.keys = SortedKeys(_keys(table))
 
     @classmethod
     def read(cls, folder: str) -> Marks:
-        import pyarrow as pa
-
         tables = [storage.read_table(path) for path in part_files(folder)]
-        return cls(pa.concat_tables(tables) if tables else _no_marks())
+        empty = pa.schema([(name, pa.string()) for name in ("topic", "message_id_str", "m", "r")])
+        return cls(pa.concat_tables(tables) if tables else empty.empty_table())
 
     def columns(self, batch: pa.RecordBatch) -> list[pa.Array]:
         """The mark and reason of each row of ``batch`` (null where it has none)."""
@@ -456,15 +413,7 @@ class Marks:
 
 
 def _keys(rows: pa.Table | pa.RecordBatch) -> pa.Array:
-    import pyarrow.compute as pc
-
     return pc.binary_join_element_wise(rows.column("topic"), rows.column("message_id_str"), "\x1f")
-
-
-def _no_marks() -> pa.Table:
-    import pyarrow as pa
-
-    return pa.table({name: pa.array([], pa.string()) for name in ("topic", "message_id_str", "m", "r")})
 
 
 def bucket_batches(
@@ -482,8 +431,7 @@ def bucket_batches(
         by_file.setdefault(path, []).append(group)
     for path, groups in by_file.items():
         source = storage.open_parquet(path)
-        # One decoding thread: the task shares the cores with the others, and each thread's allocator
-        # keeps memory of its own (about 25 MiB more per worker with threads).
+        # One decoding thread: each thread's allocator keeps memory of its own (about 25 MiB per worker).
         batches = source.iter_batches(
             batch_size=batch_rows, row_groups=groups, columns=list(columns), use_threads=False
         )
@@ -493,7 +441,5 @@ def bucket_batches(
 
 def with_marks(batch: pa.RecordBatch, marks: Marks | None, names: tuple[str, str]) -> pa.RecordBatch:
     """``batch`` plus its rows' mark and reason columns (``names``; all null without ``marks``)."""
-    import pyarrow as pa
-
     columns = marks.columns(batch) if marks else [pa.nulls(batch.num_rows, pa.string())] * 2
     return pa.RecordBatch.from_arrays([*batch.columns, *columns], names=[*batch.schema.names, *names])

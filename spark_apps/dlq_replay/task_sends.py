@@ -1,9 +1,6 @@
-"""Sends read straight from the decide tasks' own files: no shuffle, no sort, no copy of the rows to send.
-
-Decide task ``b`` writes ``part-<b>.parquet`` with every row of the producers it numbers, sequence ids
-ascending, row groups cut at wave blocks (:func:`wave_blocks`); send task ``b`` reads the wave's row
-groups of that file and sends them in file order, each producer's sequence order.
-"""
+"""Sends read straight from the decide tasks' files: decide task ``b`` writes ``part-<b>.parquet`` with its
+producers' rows, sequence ids ascending, row groups cut at wave blocks (:func:`wave_blocks`); send task
+``b`` reads the wave's row groups of that file and sends them in file order (no shuffle, sort or copy)."""
 
 from __future__ import annotations
 
@@ -11,29 +8,28 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from spark_apps.dlq_replay import outcomes as oc
+from spark_apps.dlq_replay import storage, task_parquet
+from spark_apps.dlq_replay.pulsar_io.republish import REPUBLISH_INPUT_COLUMNS, republish_batches
+from spark_apps.dlq_replay.schemas import RESULTS_SCHEMA
+from spark_apps.dlq_replay.storage import open_parquet
+from spark_apps.dlq_replay.task_parquet import data_files, part_files
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
 
-    import pyarrow as pa
     import pyarrow.parquet as pq
     from pyspark.sql import SparkSession
 
     from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf
 
-#: Decided column -> republish input column (``REPUBLISH_INPUT_COLUMNS``), in that order.
-SEND_COLUMNS = {
-    "replay_id": "replay_id",
-    "target_topic": "target_topic",
-    "replay_producer": "producer_name",
-    "sequence_id": "sequence_id",
-    "out_value": "value",
-    "key": "key",
-    "ordering_key": "ordering_key",
-    "event_time": "event_time",
-    "out_properties": "properties",
-}
+#: Republish input column -> the decided column it is read from, where their names differ.
+_SOURCES = {"producer_name": "replay_producer", "value": "out_value", "properties": "out_properties"}
+#: Decided column -> republish input column, in ``REPUBLISH_INPUT_COLUMNS``' order.
+SEND_COLUMNS = {_SOURCES.get(name, name): name for name in REPUBLISH_INPUT_COLUMNS}
 _READ = [*SEND_COLUMNS, "outcome"]
 #: Appended to a producer's name for the canary rows it sends first (``docs/canary.md``).
 CANARY_SUFFIX = "-canary"
@@ -45,15 +41,13 @@ def wave_blocks(size: int) -> Callable[[pa.RecordBatch], pa.Array]:
 
 
 def _sequence_blocks(batch: pa.RecordBatch, size: int) -> pa.Array:
-    import pyarrow.compute as pc
-
     return pc.divide(batch.column("sequence_id"), size)  # integer division: ids are never negative
 
 
 @dataclass(frozen=True)
 class SendFilter:
-    """With ``canary``, only the replay ids saved at ``ids_path``, by ``<producer>-canary``; else every row
-    but those and the ``halted`` groups'."""
+    """With ``canary``, only the replay ids at ``ids_path`` (by ``<producer>-canary``); else all rows but
+    those and the ``halted`` groups'."""
 
     ids_path: str
     canary: bool
@@ -61,22 +55,11 @@ class SendFilter:
 
     def chooser(self) -> Callable[[pa.RecordBatch], pa.RecordBatch]:
         """The filter of one task (the canary ids read once)."""
-        import pyarrow as pa
-
-        from spark_apps.dlq_replay import storage
-        from spark_apps.dlq_replay.task_parquet import data_files
-
-        files = data_files(self.ids_path)
-        ids = pa.concat_arrays(
-            [pa.array([], pa.string())]
-            + [c for f in files for c in storage.read_table(f, columns=["replay_id"]).column(0).chunks]
-        )
+        tables = [storage.read_table(f, columns=["replay_id"]) for f in data_files(self.ids_path)]
+        ids = pa.chunked_array([c for t in tables for c in t.column(0).chunks], pa.string()).combine_chunks()
         return partial(self._choose, ids=ids)
 
     def _choose(self, batch: pa.RecordBatch, ids: pa.Array) -> pa.RecordBatch:
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
         listed = pc.is_in(batch.column("replay_id"), value_set=ids)
         if self.canary:
             chosen = batch.filter(listed)
@@ -106,8 +89,6 @@ def wave_rows(
 ) -> Iterator[pa.RecordBatch]:
     """The rows to republish of the decisions file ``path`` with a sequence id in ``[lo, hi)``, in file
     order, as republish input batches of about ``batch_rows`` (``chosen``: a :class:`SendFilter`)."""
-    from spark_apps.dlq_replay.storage import open_parquet
-
     source = open_parquet(path)
     groups = _row_groups(source.metadata, lo, hi)
     if not groups:
@@ -116,10 +97,9 @@ def wave_rows(
     held = 0
     # One decoding thread, as in task_parquet.bucket_batches (less memory kept per worker).
     columns = [*_READ, *extra_columns]
-    batches = source.iter_batches(
+    for batch in source.iter_batches(
         batch_size=batch_rows, row_groups=groups, columns=columns, use_threads=False
-    )
-    for batch in batches:
+    ):
         rows = _in_wave(batch, lo, hi)
         if chosen is not None:
             rows = chosen(rows)
@@ -151,29 +131,19 @@ def _row_groups(meta: pq.FileMetaData, lo: int, hi: int) -> list[int]:
 
 def _in_wave(batch: pa.RecordBatch, lo: int, hi: int) -> pa.RecordBatch:
     """The rows of ``batch`` to republish with a sequence id in ``[lo, hi)`` (no copy when all are)."""
-    import pyarrow.compute as pc
-
     seq = batch.column("sequence_id")
     keep = pc.equal(batch.column("outcome"), oc.TO_REPUBLISH)
     bounds = pc.min_max(seq)
     lowest, highest = bounds["min"].as_py(), bounds["max"].as_py()
     if seq.null_count or lowest is None or lowest < lo or highest >= hi:  # not every row in the wave
         keep = pc.and_(keep, pc.and_(pc.greater_equal(seq, lo), pc.less(seq, hi)))
-    if keep.true_count == batch.num_rows:
-        return batch
-    return batch.filter(keep)
+    return batch if keep.true_count == batch.num_rows else batch.filter(keep)
 
 
 def _renamed(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
     """The republish input columns of ``batches``, merged into one batch."""
-    import pyarrow as pa
-
-    if len(batches) == 1:
-        merged = batches[0]
-    else:
-        merged = pa.Table.from_batches(batches).select(list(SEND_COLUMNS)).combine_chunks().to_batches()[0]
-    columns = [merged.column(name) for name in SEND_COLUMNS]
-    return pa.RecordBatch.from_arrays(columns, names=list(SEND_COLUMNS.values()))
+    merged = pa.Table.from_batches(batches).select(list(SEND_COLUMNS)).combine_chunks().to_batches()[0]
+    return pa.RecordBatch.from_arrays(merged.columns, names=list(SEND_COLUMNS.values()))
 
 
 def send_wave(
@@ -189,15 +159,10 @@ def send_wave(
     only: SendFilter | None = None,
 ) -> int:
     """Send one wave, one Spark task per bucket, writing the results to ``results_path``; the rows sent."""
-    from spark_apps.dlq_replay import task_parquet
-    from spark_apps.dlq_replay.schemas import RESULTS_SCHEMA
-
     lo, hi = sequence_range
     per_task = rate_limit_per_s / max(1, buckets) if rate_limit_per_s else None
 
     def send(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from spark_apps.dlq_replay.pulsar_io.republish import republish_batches
-
         chosen = None if only is None else only.chooser()
         extra = [] if only is None else only.columns
         for batch in batches:
@@ -215,11 +180,6 @@ def send_wave(
 
 def sending_targets(decisions_dir: str) -> set[str]:
     """The target topics of the rows to republish (two dictionary-encoded columns read in the driver)."""
-    import pyarrow.compute as pc
-
-    from spark_apps.dlq_replay.storage import open_parquet
-    from spark_apps.dlq_replay.task_parquet import part_files
-
     targets: set[str] = set()
     columns = ["outcome", "target_topic"]
     for path in part_files(decisions_dir):

@@ -38,7 +38,7 @@ def test_small_files_and_listings(root: str) -> None:
     assert store.read_text(state) == "again"
     assert store.list_names(storage.join(root, "runs")) == ["r1"]
     assert storage.list_files(root) == [state]
-    assert store.has_data(storage.join(root, "runs", "r1"))
+    assert store.list_names(storage.join(root, "runs", "r1"))
     store.delete(storage.join(root, "runs"))
     assert not store.exists(state)
     assert store.list_names(storage.join(root, "runs")) == []
