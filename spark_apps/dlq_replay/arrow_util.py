@@ -124,15 +124,20 @@ class SortedKeys:
 
 
 def _byte_keys(keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    """``keys`` as a NumPy bytes array (null: empty): each key padded with NUL bytes to the longest, then
-    the data buffer viewed as fixed-width values (no Python object per key)."""
+    """``keys`` as a NumPy bytes array (null: empty): the data buffer viewed as fixed-width values (no
+    Python object per key; no copy when every key has one length, as replay ids do), else each key padded
+    with NUL bytes to the longest first."""
     values = pc.fill_null(keys.cast(pa.binary()), b"")
     if isinstance(values, pa.ChunkedArray):
         values = values.combine_chunks()
     if not len(values):
         return np.array([], dtype="S1")
     lengths = pc.binary_length(values)
-    width = max(1, pc.max(lengths).as_py())
+    shortest, width = pc.min_max(lengths).values()
+    width = max(1, width.as_py())
+    if shortest.as_py() == width:
+        start = pa.Array.from_buffers(pa.int32(), 1, [None, values.buffers()[1]], offset=values.offset)[0]
+        return np.frombuffer(values.buffers()[2], dtype=f"S{width}", count=len(values), offset=start.as_py())
     pads = pc.binary_repeat(pa.scalar(b"\x00"), pc.subtract(pa.scalar(width, lengths.type), lengths))
     padded = pc.binary_join_element_wise(values, pads, pa.scalar(b""))
     return np.frombuffer(padded.buffers()[2], dtype=f"S{width}", count=len(padded))
