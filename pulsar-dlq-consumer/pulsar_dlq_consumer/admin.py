@@ -71,11 +71,23 @@ def fetch(
     request = urllib.request.Request(url, data=data, headers=headers, method=method)
     if token:
         request.add_header("Authorization", f"Bearer {token}")
+    opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=context), _KeepMethod())
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s, context=context) as response:
+        with opener.open(request, timeout=timeout_s) as response:
             return response.status, response.read()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read()
+
+
+class _KeepMethod(urllib.request.HTTPRedirectHandler):
+    """Follows a 307/308 of a bodiless request with its method and headers, as a broker that does not own
+    a topic redirects its admin calls (``analyzeBacklog`` is a POST) to the owner."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # type: ignore[no-untyped-def]
+        if code in (307, 308) and req.data is None:
+            kept = dict(req.header_items())
+            return urllib.request.Request(newurl, headers=kept, method=req.get_method(), unverifiable=True)
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
 
 
 class ClientCredentials:

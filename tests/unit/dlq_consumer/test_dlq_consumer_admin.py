@@ -14,7 +14,7 @@ from urllib.parse import parse_qs
 
 import pytest
 
-from pulsar_dlq_consumer.admin import ClientCredentials, OAuth2Error, admin_path, ssl_context
+from pulsar_dlq_consumer.admin import ClientCredentials, OAuth2Error, admin_path, fetch, ssl_context
 
 SECRET = "s3cr3t-client-secret"
 
@@ -101,3 +101,35 @@ def test_errors_name_the_url_and_the_fix_never_the_secret(issuer: str, tmp_path:
         ClientCredentials(
             {"issuer_url": f"http://127.0.0.1:{gone}", "client_id": "c", "client_secret": "s"}
         ).access_token()
+
+
+class _Broker(BaseHTTPRequestHandler):
+    """``/elsewhere`` redirects (307) to ``/owner``, which answers with the request's method and token."""
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        if self.path == "/elsewhere":
+            self.send_response(307)
+            self.send_header("Location", "/owner")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        data = json.dumps({"method": self.command, "auth": self.headers.get("Authorization")}).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+def test_a_bodiless_post_follows_a_307_to_the_topic_owner_with_its_method_and_token() -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Broker)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/elsewhere"
+        status, body = fetch(url, token="t-1", method="POST", timeout_s=5)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert (status, json.loads(body)) == (200, {"method": "POST", "auth": "Bearer t-1"})
