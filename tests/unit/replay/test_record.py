@@ -176,3 +176,9 @@ def test_a_halted_group_s_unsent_rows_are_canary_failed_and_its_canaries_keep_th
     # A bucket none of whose rows was sent: every halted row is canary_failed.
     alone = ledger_batch(decided.slice(2, 1), None, None, oc.REPLAY, T0, halted=("bad",)).to_pylist()
     assert alone[0]["outcome"] == oc.CANARY_FAILED
+
+
+def test_result_index_over_a_slice_of_one_width_ids_reads_from_the_slice_s_first_id():
+    results = _results([(r, True, None, None) for r in ("zz", "a0", "b0", "a1")]).slice(1)
+    rows = _sending([("a1", 0), ("zz", 0), ("a0", 0)])
+    assert ResultIndex(results).positions(rows).to_pylist() == [2, None, 0]
