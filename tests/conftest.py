@@ -12,9 +12,11 @@ import logging
 import os
 import sys
 import tempfile
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -150,6 +152,23 @@ def session_pulsar_version() -> str:
     from pulsar_standalone import PULSAR_NEWEST_VERSION
 
     return os.environ.get("DLQ_TEST_PULSAR_VERSION") or PULSAR_NEWEST_VERSION
+
+
+@pytest.fixture
+def http_server() -> Iterator[Callable[[type[BaseHTTPRequestHandler]], str]]:
+    """Starts a loopback HTTP server for a handler class and gives its base URL; stopped after the test."""
+    servers: list[ThreadingHTTPServer] = []
+
+    def start(handler: type[BaseHTTPRequestHandler]) -> str:
+        server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return f"http://127.0.0.1:{server.server_address[1]}"
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
 
 
 @pytest.fixture(scope="session")

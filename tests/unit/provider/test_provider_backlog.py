@@ -314,10 +314,9 @@ def test_topic_backlog_round_trips_through_json():
     assert TopicBacklog(**json.loads(json.dumps(item.to_dict()))) == item
 
 
-def test_admin_http_sends_the_token_and_posts_no_body():
+def test_admin_http_sends_the_token_and_posts_no_body(http_server):
     """The admin API refuses a POST with a form body (HTTP 415); a failed request names the URL only."""
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from http.server import BaseHTTPRequestHandler
 
     seen = []
 
@@ -332,14 +331,8 @@ def test_admin_http_sends_the_token_and_posts_no_body():
             self.end_headers()
             self.wfile.write(b"gone")
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Answers)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_address[1]}/analyzeBacklog"
-    try:
-        assert AdminHttp(None, "tok-1", 5).send(url, "POST") == (404, "gone")
-    finally:
-        server.shutdown()
-        server.server_close()
+    url = f"{http_server(Answers)}/analyzeBacklog"
+    assert AdminHttp(None, "tok-1", 5).send(url, "POST") == (404, "gone")
     assert seen[0]["Authorization"] == "Bearer tok-1"
     assert seen[0]["Content-Length"] == "0"
     assert "Content-Type" not in seen[0]

@@ -275,9 +275,8 @@ def test_airflows_test_route_still_has_the_shape_the_lookup_reads():
     assert "connection_id" in ConnectionBody.model_fields
 
 
-def test_the_test_button_checks_the_admin_and_metrics_urls_and_lists_what_passed(monkeypatch):
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+def test_the_test_button_checks_the_admin_and_metrics_urls_and_lists_what_passed(monkeypatch, http_server):
+    from http.server import BaseHTTPRequestHandler
 
     from airflow_provider_dlq.hooks import connection_check
 
@@ -291,19 +290,13 @@ def test_the_test_button_checks_the_admin_and_metrics_urls_and_lists_what_passed
             self.end_headers()
             self.wfile.write(b"[]")
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Answers)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_address[1]}"
+    url = http_server(Answers)
     conn = {"conn_type": "pulsar", "host": "pulsar://127.0.0.1:6650",
             "extra": {"admin_url": url, "metrics_url": f"{url}/metrics"}}  # fmt: skip
     monkeypatch.setenv("AIRFLOW_CONN_CHECKED", json.dumps(conn))
     monkeypatch.setattr(connection_check, "check_reachable", lambda service_url: [])
     monkeypatch.setattr(connection_check, "check_broker", lambda hook, config: "broker ok")
-    try:
-        ok, message = PulsarHook("checked").test_connection()
-    finally:
-        server.shutdown()
-        server.server_close()
+    ok, message = PulsarHook("checked").test_connection()
     assert not ok
     assert message == (
         f"the metrics endpoint {url}/metrics returned HTTP 403 (passed: broker ok; admin API ok)"
