@@ -131,11 +131,12 @@ if __name__ == "__main__":
 
 
 def _uv_python(dest: Path) -> Path | None:
-    """A fresh virtualenv with pyspark, pulsar-client, pyarrow and pandas only; ``None`` when uv cannot make
-    it."""
+    """A fresh virtualenv with the Spark Python's packages only (pyspark, pulsar-client, pyarrow, pandas,
+    pyyaml); ``None`` when uv cannot make it."""
     import pandas
     import pyarrow
     import pyspark
+    import yaml
 
     uv = shutil.which("uv")
     if uv is None:
@@ -147,6 +148,7 @@ def _uv_python(dest: Path) -> Path | None:
         "pulsar-client==3.13.0",
         f"pyarrow=={pyarrow.__version__}",
         f"pandas=={pandas.__version__}",
+        f"pyyaml=={yaml.__version__}",  # the Spark Python's documented packages (docs/replay-app.md)
     ]
     started = time.monotonic()
     try:
@@ -228,7 +230,7 @@ def _spark_submit(python: Path, env: dict[str, str], zip_path: Path, main: Path,
     # Run outside the checkout: Python workers put their working directory on sys.path, and the
     # repository's own spark_apps/ would shadow the bundle.
     done = subprocess.run(cmd, env=env, cwd=main.parent, capture_output=True, text=True, timeout=400)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, done.stderr[-3000:] + "\nSTDOUT:" + done.stdout[-3000:]
     return done.stdout
 
 
