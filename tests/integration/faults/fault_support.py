@@ -362,12 +362,14 @@ def kill_in_step(
     """SIGKILL the spark-submit tree while ``step`` runs; returns the step's status at the kill.
 
     Polls ``state.json`` until the step is running (and ``ready(step's progress)`` holds, e.g. a wave is
-    in flight), freezes the whole tree (SIGSTOP) so nothing moves while the state is read again, then
-    kills it. A status other than ``running`` means the step ended before the freeze (the caller fails
-    the case: the kill did not land where it was meant to).
+    in flight), freezes the launch's process group in one call, then the rest of its tree (SIGSTOP), so
+    nothing moves while the state is read again, then kills it. A status other than ``running`` means the
+    step ended before the freeze (the caller fails the case: the kill did not land where it was meant to).
     """
     wait_for_step(proc, out, run_id, step, ready, timeout)
-    procs = tree(proc)
+    with contextlib.suppress(ProcessLookupError):  # the launch's process group at once (start_new_session)
+        os.killpg(proc.pid, signal.SIGSTOP)
+    procs = tree(proc)  # and any process that left the group
     signal_tree(procs, signal.SIGSTOP)
     status = step_status(out, run_id, step) or "missing"
     signal_tree(procs, signal.SIGKILL)
