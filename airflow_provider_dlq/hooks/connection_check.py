@@ -150,12 +150,13 @@ def check_connection(hook: PulsarHook, config: PulsarConnectionConfig) -> tuple[
     notes: list[str] = []
     try:
         notes += check_reachable(config.service_url)
+        http = None
         if config.oauth2 is not None:  # first: a dead issuer is not the broker refusing the credentials
-            admin_http(hook, config)
+            http = admin_http(hook, config)
             notes.append(f"OAuth2 issuer {config.oauth2.issuer_url} ok (token issued)")
         notes.append(check_broker(hook, config))
         if config.admin_url or config.metrics_url:
-            http = admin_http(hook, config)
+            http = http or admin_http(hook, config)
             if config.admin_url:
                 url = _admin_check_url(config)
                 notes.append(check_http(http, url, "admin API", forbidden_ok=not config.test_topic))
