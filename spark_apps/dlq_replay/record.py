@@ -1,6 +1,7 @@
-"""Record step: record task ``b`` indexes send bucket ``b``'s results by replay id (:class:`ResultIndex`)
-and writes the ledger rows of decisions file ``part-<b>`` (no shuffle, no join); the staged rows then move
-to ``ledger/run_id=<run>/`` (:func:`publish_staged`), in the files Spark's writer would write."""
+"""Record step: record task ``b`` places send bucket ``b``'s results at their rows of decisions file
+``part-<b>`` (:func:`result_positions`) and writes that file's ledger rows (no shuffle, no join); the staged
+rows then move to ``ledger/run_id=<run>/`` (:func:`publish_staged`), in the files Spark's writer would
+write."""
 
 from __future__ import annotations
 
@@ -11,13 +12,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.types import StructType
 
 from spark_apps.dlq_replay import outcomes as oc
 from spark_apps.dlq_replay import storage
-from spark_apps.dlq_replay.arrow_util import SortedKeys
 from spark_apps.dlq_replay.canary import HALTED_REASON, halted_groups
 from spark_apps.dlq_replay.commit import EntryFinals
 from spark_apps.dlq_replay.report_parts import REP_COLUMNS, BucketParts, clear_parts
@@ -36,7 +37,7 @@ log = logging.getLogger("spark_apps.dlq_replay")
 #: The columns of a ledger file (``run_id`` is its folder), in Spark's order.
 LEDGER_FILE_SCHEMA = StructType([field for field in LEDGER_SCHEMA.fields if field.name != "run_id"])
 #: The send results' columns the ledger needs.
-_RESULT_COLUMNS = ["replay_id", "published", "published_message_id", "error"]
+_RESULT_COLUMNS = ["row", "published", "published_message_id", "error"]
 #: Ledger columns computed here, not copied from the decisions.
 _DERIVED = frozenset({"final", "published_message_id", "mode", "recorded_at"})
 
@@ -68,16 +69,12 @@ def bucket_results(results_dir: str, bucket: int) -> pa.RecordBatch | None:
     return pa.RecordBatch.from_arrays(columns, _RESULT_COLUMNS)
 
 
-class ResultIndex:
-    """A bucket's send results indexed once by replay id (a repeated id gets its first result)."""
-
-    def __init__(self, results: pa.RecordBatch) -> None:
-        self.keys = SortedKeys(results.column("replay_id"))
-
-    def positions(self, decided: pa.RecordBatch | pa.Table) -> pa.Array:
-        """Each row's send result position (null for a row not to republish or without a result)."""
-        none = pa.nulls(decided.num_rows, pa.string())
-        return self.keys.positions(pc.if_else(_sending(decided), decided.column("replay_id"), none))
+def result_positions(results: pa.RecordBatch, rows: int) -> np.ndarray:
+    """For each of the ``rows`` rows of a decisions file, the position of its send result (-1: none; a row
+    is sent in one wave only, so it has at most one)."""
+    at = np.full(rows, -1, np.int64)
+    at[results.column("row").to_numpy()] = np.arange(results.num_rows)
+    return at
 
 
 def ledger_batch(
@@ -156,14 +153,17 @@ class RecordTask:
         path = part_file(self.decisions, bucket)
         if not storage.exists(path):
             return  # no decisions in this bucket
+        source = storage.open_parquet(path)
         sent = bucket_results(self.results, bucket)
-        index = None if sent is None else ResultIndex(sent)
+        at = None if sent is None else result_positions(sent, source.metadata.num_rows)
         recorded = self.mode != oc.DRY_RUN  # a dry run's ledger rows only make the report's parts
         parts, finals = BucketParts(bucket, self.parts_dir), EntryFinals() if recorded else None
         columns = list(dict.fromkeys([*decided_columns(), "sequence_id", *REP_COLUMNS]))
-        source = storage.open_parquet(path)
+        start = 0
         for rows in source.iter_batches(batch_size=self.batch_rows, columns=columns, use_threads=False):
-            mine = None if index is None else index.positions(rows)
+            here = None if at is None else at[start : start + rows.num_rows]
+            start += rows.num_rows
+            mine = None if here is None else pa.array(here, pa.int64(), mask=here < 0)
             ledger = ledger_batch(rows, sent, mine, self.mode, self.recorded_at, self.halted)
             parts.add(ledger, rows)
             if finals is not None:

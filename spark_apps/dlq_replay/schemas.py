@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from pyspark.sql.types import StructType
 
+from spark_apps.dlq_replay.pulsar_io.republish import REPUBLISH_RESULT_SCHEMA
 from spark_apps.dlq_replay.pulsar_io.source import SOURCE_SCHEMA, ddl_struct
 
 if TYPE_CHECKING:
@@ -74,7 +75,7 @@ LEDGER_SCHEMA = ddl_struct(
 )
 
 #: One send result per message republished (``REPUBLISH_RESULT_SCHEMA`` of the Pulsar I/O layer).
-RESULTS_SCHEMA = ddl_struct("replay_id string, published boolean, published_message_id string, error string")
+RESULTS_SCHEMA = ddl_struct(REPUBLISH_RESULT_SCHEMA)
 
 
 def arrow_schema(schema: StructType) -> pa.Schema:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -28,9 +29,10 @@ if TYPE_CHECKING:
 
 #: Republish input column -> the decided column it is read from, where their names differ.
 _SOURCES = {"producer_name": "replay_producer", "value": "out_value", "properties": "out_properties"}
-#: Decided column -> republish input column, in ``REPUBLISH_INPUT_COLUMNS``' order.
+#: Decided column -> republish input column, in ``REPUBLISH_INPUT_COLUMNS``' order (``row``: the row's
+#: place in its decisions file, numbered on reading).
 SEND_COLUMNS = {_SOURCES.get(name, name): name for name in REPUBLISH_INPUT_COLUMNS}
-_READ = [*SEND_COLUMNS, "outcome"]
+_READ = [name for name in SEND_COLUMNS if name != "row"] + ["outcome"]
 #: Appended to a producer's name for the canary rows it sends first (``docs/canary.md``).
 CANARY_SUFFIX = "-canary"
 
@@ -88,18 +90,11 @@ def wave_rows(
     extra_columns: Sequence[str] = (),
 ) -> Iterator[pa.RecordBatch]:
     """The rows to republish of the decisions file ``path`` with a sequence id in ``[lo, hi)``, in file
-    order, as republish input batches of about ``batch_rows`` (``chosen``: a :class:`SendFilter`)."""
-    source = open_parquet(path)
-    groups = _row_groups(source.metadata, lo, hi)
-    if not groups:
-        return
+    order, each with its row number in the file, as republish input batches of about ``batch_rows``
+    (``chosen``: a :class:`SendFilter`)."""
     pending: list[pa.RecordBatch] = []
     held = 0
-    # One decoding thread, as in task_parquet.bucket_batches (less memory kept per worker).
-    columns = [*_READ, *extra_columns]
-    for batch in source.iter_batches(
-        batch_size=batch_rows, row_groups=groups, columns=columns, use_threads=False
-    ):
+    for batch in _numbered_batches(path, lo, hi, batch_rows, [*_READ, *extra_columns]):
         rows = _in_wave(batch, lo, hi)
         if chosen is not None:
             rows = chosen(rows)
@@ -111,6 +106,25 @@ def wave_rows(
             pending, held = [], 0
     if pending:
         yield _renamed(pending)
+
+
+def _numbered_batches(
+    path: str, lo: int, hi: int, batch_rows: int, columns: list[str]
+) -> Iterator[pa.RecordBatch]:
+    """The batches of the row groups of ``path`` that may hold the wave ``[lo, hi)``, numbered (``row``)."""
+    source = open_parquet(path)
+    meta = source.metadata
+    starts = [0]
+    for group in range(meta.num_row_groups):
+        starts.append(starts[-1] + meta.row_group(group).num_rows)
+    for group in _row_groups(meta, lo, hi):
+        row = starts[group]
+        # One decoding thread, as in task_parquet.bucket_batches (less memory kept per worker).
+        for batch in source.iter_batches(
+            batch_size=batch_rows, row_groups=[group], columns=columns, use_threads=False
+        ):
+            yield batch.append_column("row", pa.array(np.arange(row, row + batch.num_rows)))
+            row += batch.num_rows
 
 
 def _row_groups(meta: pq.FileMetaData, lo: int, hi: int) -> list[int]:

@@ -29,12 +29,15 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: ``row``: the caller's number for the row, returned with its result (e.g. its place in a file).
 REPUBLISH_INPUT_SCHEMA = (
     "replay_id string, target_topic string, producer_name string, sequence_id long, value binary, "
-    "key string, ordering_key string, event_time timestamp, properties map<string,string>"
+    "key string, ordering_key string, event_time timestamp, properties map<string,string>, row long"
 )
 REPUBLISH_INPUT_COLUMNS = tuple(part.split()[0] for part in REPUBLISH_INPUT_SCHEMA.split(", "))
-REPUBLISH_RESULT_SCHEMA = "replay_id string, published boolean, published_message_id string, error string"
+REPUBLISH_RESULT_SCHEMA = (
+    "replay_id string, published boolean, published_message_id string, error string, row long"
+)
 
 
 #: A producer's batches never span two blocks of this many sequence ids (see the module docstring).
@@ -81,8 +84,10 @@ class _ProducerState:
     block: int | None = None  # the block of sequence ids of the batch being filled
 
 
-#: A sent row awaiting its receipt: replay id, sequence id, producer.
-_Send = tuple[str, int, _ProducerState]
+#: A row's result key: its replay id and row number.
+_Key = tuple[str, int]
+#: A sent row awaiting its receipt: its key, sequence id, producer.
+_Send = tuple[_Key, int, _ProducerState]
 
 
 #: ``(pid, thread id)`` of the client threads whose Python thread state is kept.
@@ -195,8 +200,8 @@ class _Publisher:
         self.awaiting: dict[int, _Send] = {}  # slot -> sent row without its result yet
         self.receipts: dict[int, tuple[Any, Any]] = {}  # slot -> (result, message id), from the client
         self.next_slot = 0
-        # results ready to emit: replay id, message id text (None: not published), error
-        self.ready: tuple[list[str], list[str | None], list[str | None]] = ([], [], [])
+        # results ready to emit: row key, message id text (None: not published), error
+        self.ready: tuple[list[_Key], list[str | None], list[str | None]] = ([], [], [])
         self.sent = 0
         self.failed = 0
 
@@ -250,9 +255,9 @@ class _Publisher:
         errors: list[str | None] = [None] * batch.num_rows
         groups = [(self._producer(*key), rows) for key, rows in _by_producer(batch, errors).items()]
         col = batch.column
-        replay_ids = col("replay_id").cast("string").to_pylist()
+        keys = list(zip(col("replay_id").cast("string").to_pylist(), col("row").to_pylist(), strict=True))
         columns = (
-            replay_ids,
+            keys,
             col("sequence_id").to_pylist(),
             col("value").to_pylist(),
             _properties(col("properties")),
@@ -264,7 +269,7 @@ class _Publisher:
             self._send(state, rows, errors, columns)  # a producer that failed only reports its rows
         for i, error in enumerate(errors):
             if error is not None:
-                self._result(replay_ids[i], None, error)
+                self._result(keys[i], None, error)
         self._collect()
         return self._emit()
 
@@ -279,9 +284,9 @@ class _Publisher:
         if self.awaiting:
             log.warning("%d sends unconfirmed", len(self.awaiting))
             error = f"send not confirmed within {self.send_timeout_ms} ms"
-            for replay_id, _, state in self.awaiting.values():
+            for key, _, state in self.awaiting.values():
                 state.error = state.error or error
-                self._result(replay_id, None, error)
+                self._result(key, None, error)
             self.failed += len(self.awaiting)
             self.awaiting.clear()
         return self._emit()
@@ -290,7 +295,7 @@ class _Publisher:
         """Send ``rows`` (indexes into ``columns``, as :meth:`publish` builds them) through one producer."""
         import _pulsar
 
-        replay_ids, sequences, values, props, keys, ordering, events = columns
+        row_keys, sequences, values, props, keys, ordering, events = columns
         new_builder = _pulsar.MessageBuilder
         raw: Any = state.producer._producer if state.producer is not None else None
         rate = self.rate
@@ -326,7 +331,7 @@ class _Publisher:
             if rate is not None:  # sleep until this send is due
                 time.sleep(max(0.0, self.started + (slot + 1) / rate - time.monotonic()))
             self.next_slot = slot + 1
-            self.awaiting[slot] = (replay_ids[i], seq, state)
+            self.awaiting[slot] = (row_keys[i], seq, state)
             raw.send_async(builder.build(), partial(on_sent, slot))
             on_sent = self._on_sent
 
@@ -359,21 +364,28 @@ class _Publisher:
             self.failed += 1
             self._result(send[0], None, error)
 
-    def _result(self, replay_id: str, msg_id: str | None, error: str | None) -> None:
-        ids, msg_ids, errors = self.ready
-        ids.append(replay_id)
+    def _result(self, key: _Key, msg_id: str | None, error: str | None) -> None:
+        keys, msg_ids, errors = self.ready
+        keys.append(key)
         msg_ids.append(msg_id)
         errors.append(error)
 
     def _emit(self) -> Any:
         import pyarrow as pa
 
-        replay_ids, msg_ids, errors = self.ready
+        keys, msg_ids, errors = self.ready
         self.ready = ([], [], [])
         ids = _id_texts(msg_ids)
+        replay_ids, rows = zip(*keys, strict=True) if keys else ((), ())
         return pa.RecordBatch.from_arrays(
-            [pa.array(replay_ids, pa.string()), ids.is_valid(), ids, pa.array(errors, pa.string())],
-            names=["replay_id", "published", "published_message_id", "error"],
+            [
+                pa.array(replay_ids, pa.string()),
+                ids.is_valid(),
+                ids,
+                pa.array(errors, pa.string()),
+                pa.array(rows, pa.int64()),
+            ],
+            names=["replay_id", "published", "published_message_id", "error", "row"],
         )
 
     def _each_producer(self, action: str) -> None:

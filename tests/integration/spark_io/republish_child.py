@@ -42,6 +42,7 @@ def task_rows(spec: dict[str, Any]) -> list[dict[str, Any]]:
                     "ordering_key": None,
                     "event_time": None,
                     "properties": [("REPLAY_ID", rid)],
+                    "row": len(rows),
                 }
             )
     return rows

@@ -103,7 +103,7 @@ def main():
         for r in rows
     })
     to_send = spark.createDataFrame(
-        [(f"r{i}", target, "bundle-producer", i, bytes(r.value), r.key, None, None, {"REPLAY_ID": f"r{i}"})
+        [(f"r{i}", target, "bundle-producer", i, bytes(r.value), r.key, None, None, {"REPLAY_ID": f"r{i}"}, i)
          for i, r in enumerate(rows)],
         REPUBLISH_INPUT_SCHEMA,
     ).coalesce(1).sortWithinPartitions("producer_name", "sequence_id")

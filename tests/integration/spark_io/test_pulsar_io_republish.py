@@ -43,6 +43,7 @@ def rows_for(target: str, producer: str, count: int) -> list[tuple]:
                 f"ok-{seq % 3}" if seq % 3 == 0 else None,
                 EVENT0 + dt.timedelta(milliseconds=seq) if seq % 4 else None,
                 {"seq": str(seq), "REPLAY_ID": f"{producer}-r{seq}", "REPLAY_COUNT": "1"},
+                seq,
             )
         )
     return rows

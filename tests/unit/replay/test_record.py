@@ -1,5 +1,5 @@
-"""record: a bucket's send results gathered from every wave, and the ledger rows of its decisions
-with those results applied (the Arrow counterpart of ``with_publish_results`` and ``ledger_rows``)."""
+"""record: a bucket's send results gathered from every wave, placed at their decisions rows, and the
+ledger rows of its decisions with those results applied."""
 
 from __future__ import annotations
 
@@ -12,17 +12,17 @@ from spark_apps.dlq_replay import outcomes as oc
 from spark_apps.dlq_replay.canary import HALTED_REASON
 from spark_apps.dlq_replay.record import (
     LEDGER_FILE_SCHEMA,
-    ResultIndex,
     bucket_results,
     decided_columns,
     ledger_batch,
+    result_positions,
 )
 from spark_apps.dlq_replay.task_parquet import part_file
 
 T0 = datetime(2024, 5, 1, tzinfo=UTC)
 RESULT_TYPES = pa.schema(
     [("replay_id", pa.string()), ("published", pa.bool_()), ("published_message_id", pa.string()),
-     ("error", pa.string())]
+     ("error", pa.string()), ("row", pa.int64())]
 )  # fmt: skip
 
 
@@ -40,15 +40,18 @@ def _decided(rows: list[tuple[str, str, str | None]]) -> pa.RecordBatch:
     return pa.RecordBatch.from_pydict(columns)
 
 
-def _results(rows: list[tuple[str, bool, str | None, str | None]]) -> pa.RecordBatch:
+def _results(rows: list[tuple[str, bool, str | None, str | None, int]]) -> pa.RecordBatch:
     return pa.RecordBatch.from_pylist(
         [dict(zip(RESULT_TYPES.names, r, strict=True)) for r in rows], RESULT_TYPES
     )
 
 
-def result_positions(decided, results):
+def positions_of(decided, results):
     """Each row's send result position, as a record task finds it (``None`` without results)."""
-    return None if results is None or results.num_rows == 0 else ResultIndex(results).positions(decided)
+    if results is None or results.num_rows == 0:
+        return None
+    at = result_positions(results, decided.num_rows)
+    return pa.array(at, pa.int64(), mask=at < 0)
 
 
 def test_ledger_rows_apply_the_buckets_send_results():
@@ -62,10 +65,10 @@ def test_ledger_rows_apply_the_buckets_send_results():
             ("e", oc.SKIPPED, "rule says skip"),
         ]
     )
-    results = _results([("b", False, None, "topic terminated"), ("a", True, "7:3:-1:0", None)])
-    positions = result_positions(decided, results)
+    results = _results([("b", False, None, "topic terminated", 1), ("a", True, "7:3:-1:0", None, 0)])
+    positions = positions_of(decided, results)
     assert positions is not None
-    assert positions.to_pylist() == [1, 0, None, None, None, None]  # only rows to republish look up
+    assert positions.to_pylist() == [1, 0, None, None, None, None]  # only rows sent have a result
     rows = ledger_batch(decided, results, positions, oc.REPLAY, T0).to_pylist()
     # A batch gets its slice of the bucket's positions.
     tail = ledger_batch(decided.slice(1), results, positions.slice(1), oc.REPLAY, T0).to_pylist()
@@ -95,7 +98,7 @@ def test_ledger_rows_apply_the_buckets_send_results():
 def test_ledger_rows_of_a_bucket_that_sent_nothing():
     decided = _decided([("a", oc.TO_REPUBLISH, None), ("d", oc.ARCHIVED, "archived")])
     for results in (None, _results([])):
-        positions = result_positions(decided, results)
+        positions = positions_of(decided, results)
         assert positions is None
         rows = ledger_batch(decided, results, positions, oc.REPLAY, T0).to_pylist()
         assert [r["outcome"] for r in rows] == [oc.PUBLISH_FAILED, oc.ARCHIVED]
@@ -107,46 +110,22 @@ def test_bucket_results_gather_every_wave_of_that_bucket_only(tmp_path):
     for wave, bucket, ids in ((0, 0, "ab"), (0, 1, "x"), (2, 0, "c"), (3, 1, "y")):
         folder = tmp_path / "republish [x]" / f"wave={wave}"  # glob characters in the path are literal
         folder.mkdir(parents=True, exist_ok=True)
-        table = pa.Table.from_batches([_results([(i, True, f"1:{i}", None) for i in ids])])
+        table = pa.Table.from_batches([_results([(i, True, f"1:{i}", None, ord(i)) for i in ids])])
         pq.write_table(table, part_file(str(folder), bucket))
     results = bucket_results(str(tmp_path / "republish [x]"), 0)
     assert results is not None
-    assert results.column("replay_id").to_pylist() == ["a", "b", "c"]  # wave by wave
+    assert results.column("row").to_pylist() == [ord(i) for i in "abc"]  # wave by wave
     assert bucket_results(str(tmp_path / "republish [x]"), 5) is None
     assert bucket_results(str(tmp_path / "missing"), 0) is None
 
 
-def _sending(rows: list[tuple[str, int | None]]) -> pa.RecordBatch:
-    """Decisions ``(replay_id, sequence_id)``; a row with a sequence id is to republish."""
-    return pa.RecordBatch.from_pydict(
-        {
-            "replay_id": [r for r, _ in rows],
-            "outcome": [oc.ARCHIVED if s is None else oc.TO_REPUBLISH for _, s in rows],
-            "sequence_id": pa.array([s for _, s in rows], pa.int64()),
-        }
-    )
-
-
-def test_result_index_finds_each_batch_s_results_by_replay_id():
-    # Results in the order the brokers confirmed them (producers interleaved), not the file's order.
-    rows = [("a0", 0), ("b0", 0), ("x", None), ("a1", 1), ("a2", 2), ("b1", 1), ("b2", 2), ("c9", 9)]
-    results = _results([(r, True, f"m-{r}", None) for r in ("b1", "a0", "b0", "a2", "b2", "a1")])
-    index = ResultIndex(results)
-    first, second = _sending(rows[:4]), _sending(rows[4:])  # batches of one bucket's file
-    assert index.positions(first).to_pylist() == [1, 2, None, 5]  # "x" is not sent
-    assert index.positions(second).to_pylist() == [3, 0, 4, None]  # "c9": its wave saved no result
-    # The same answers as one hash lookup over all the results.
-    whole = _sending(rows)
-    assert index.positions(whole).to_pylist() == result_positions(whole, results).to_pylist()
-
-
-def test_result_index_gives_the_first_of_repeated_ids_and_handles_odd_ids():
-    results = _results([("dup", False, None, "x"), ("", True, None, None), ("dup", True, None, None),
-                        ("é-long-id", True, None, None)])  # fmt: skip
-    index = ResultIndex(results)
-    rows = _sending([("dup", 0), ("", 0), ("é-long-id", 0), ("é", 0), ("dup-longer", 0)])
-    assert index.positions(rows).to_pylist() == [0, 1, 3, None, None]
-    assert ResultIndex(_results([])).positions(rows).to_pylist() == [None] * 5
+def test_result_positions_place_each_result_at_its_row_whatever_the_receipt_order():
+    # Results in the order the brokers confirmed them (producers interleaved), not the file's order;
+    # row 2 is not sent and row 7's wave saved no result.
+    results = _results([(f"r{row}", True, f"m-{row}", None, row) for row in (5, 0, 1, 4, 6, 3)])
+    assert result_positions(results, 8).tolist() == [1, 2, -1, 5, 3, 0, 4, -1]
+    # A results batch that is a slice reads its rows from the slice's first one.
+    assert result_positions(results.slice(2), 8).tolist() == [-1, 0, -1, 3, 1, -1, 2, -1]
 
 
 def test_a_halted_group_s_unsent_rows_are_canary_failed_and_its_canaries_keep_their_result():
@@ -164,8 +143,10 @@ def test_a_halted_group_s_unsent_rows_are_canary_failed_and_its_canaries_keep_th
     decided = decided.set_column(
         decided.schema.get_field_index("signature"), "signature", pa.array(signatures)
     )
-    results = _results([("c1", True, "1:1", None), ("c2", False, None, "timeout"), ("k1", True, "1:2", None)])
-    positions = result_positions(decided, results)
+    results = _results(
+        [("c1", True, "1:1", None, 0), ("c2", False, None, "timeout", 1), ("k1", True, "1:2", None, 3)]
+    )
+    positions = positions_of(decided, results)
     rows = ledger_batch(decided, results, positions, oc.REPLAY, T0, halted=("bad",)).to_pylist()
     assert [r["outcome"] for r in rows] == [
         oc.REPUBLISHED, oc.PUBLISH_FAILED, oc.CANARY_FAILED, oc.REPUBLISHED, oc.PUBLISH_FAILED, oc.ARCHIVED
@@ -176,9 +157,3 @@ def test_a_halted_group_s_unsent_rows_are_canary_failed_and_its_canaries_keep_th
     # A bucket none of whose rows was sent: every halted row is canary_failed.
     alone = ledger_batch(decided.slice(2, 1), None, None, oc.REPLAY, T0, halted=("bad",)).to_pylist()
     assert alone[0]["outcome"] == oc.CANARY_FAILED
-
-
-def test_result_index_over_a_slice_of_one_width_ids_reads_from_the_slice_s_first_id():
-    results = _results([(r, True, None, None) for r in ("zz", "a0", "b0", "a1")]).slice(1)
-    rows = _sending([("a1", 0), ("zz", 0), ("a0", 0)])
-    assert ResultIndex(results).positions(rows).to_pylist() == [2, None, 0]

@@ -66,9 +66,11 @@ def test_the_waves_rows_in_file_order_with_the_republish_columns(tmp_path):
     sent = pa.Table.from_batches(batches)
 
     assert sent.column_names == list(REPUBLISH_INPUT_COLUMNS)
-    sending = [row for row in table.to_pylist() if row["outcome"] == oc.TO_REPUBLISH]
+    numbered = [{**row, "row": i} for i, row in enumerate(table.to_pylist())]
+    sending = [row for row in numbered if row["outcome"] == oc.TO_REPUBLISH]
     expected = [row for row in sending if 100 <= row["sequence_id"] < 200]
     assert sent.column("replay_id").to_pylist() == [row["replay_id"] for row in expected]
+    assert sent.column("row").to_pylist() == [row["row"] for row in expected]  # its place in the file
     assert sent.num_rows == 200  # 100 sequence ids of each of the two producers
     for producer in PRODUCERS:  # each producer's sequence ids ascend, as the broker's deduplication needs
         pairs = zip(sent["producer_name"].to_pylist(), sent["sequence_id"].to_pylist(), strict=True)
