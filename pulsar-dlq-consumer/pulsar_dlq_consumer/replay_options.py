@@ -292,14 +292,10 @@ class Flag:
     def option(self) -> str:
         return "--" + self.name.replace("_", "-")
 
-    @property
-    def help(self) -> str:
-        return _HELP[self.name]
-
     def argparse_kwargs(self) -> dict[str, Any]:
         """``argparse.add_argument`` keywords: the type or choices, ``required`` and the help."""
         return {
-            "help": self.help,
+            "help": _HELP[self.name],
             "required": self.required,
             "type": {"int": int, "float": float}.get(self.kind),
             "choices": {"switch": ("on", "off"), "mode": MODES}.get(self.kind),
