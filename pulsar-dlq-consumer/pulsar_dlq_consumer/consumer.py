@@ -79,10 +79,6 @@ class _Scheduler:
                 return
         action()
 
-    def pending(self) -> int:
-        with self._cond:
-            return len(self._heap)
-
     def _run(self) -> None:
         while True:
             with self._cond:
@@ -212,11 +208,6 @@ class DlqConsumer:
     def consumer_name(self) -> str:
         """Name of the underlying consumer, as ``pulsar.Consumer.consumer_name()``."""
         return str(self._consumer.consumer_name())
-
-    @property
-    def pending_nacks(self) -> int:
-        """Messages waiting for their backoff delay (and acks waiting for an async send)."""
-        return self._scheduler.pending()
 
     def _check_open(self) -> None:
         if self._closed:
