@@ -10,7 +10,7 @@ import ssl
 import time
 import urllib.error
 import urllib.request
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING
 from urllib.parse import quote, urlencode
 
 from pulsar_dlq_consumer.errors import DlqConsumerError
@@ -94,18 +94,11 @@ class ClientCredentials:
     """OAuth2 access tokens of one client (client-credentials grant after issuer discovery), cached until
     near expiry. ``oauth2``: the settings :func:`~pulsar_dlq_consumer.client.create_client` takes."""
 
-    #: The error raised; a caller may raise its own subclass.
-    error: ClassVar[type[OAuth2Error]] = OAuth2Error
-
     def __init__(self, oauth2: Mapping[str, str | None]) -> None:
         self.oauth2 = dict(oauth2)
         self.discovery_url = str(oauth2["issuer_url"]).rstrip("/") + DISCOVERY_PATH
         self._token: str | None = None
         self._expires = 0.0
-
-    def cached(self) -> str | None:
-        """The cached token while it is fresh, else ``None``."""
-        return self._token if self._token and time.monotonic() < self._expires else None
 
     def form(self) -> dict[str, str]:
         """The token request (it holds the secret: never log it); credentials from a key file if given."""
@@ -116,41 +109,42 @@ class ClientCredentials:
                 with open(path, encoding="utf-8") as handle:
                     creds = json.load(handle)
             except (OSError, ValueError) as exc:
-                raise self.error(f"cannot read the OAuth2 credentials file {path!r} as JSON: {exc}") from None
+                raise OAuth2Error(
+                    f"cannot read the OAuth2 credentials file {path!r} as JSON: {exc}"
+                ) from None
         if not isinstance(creds, dict) or not creds.get("client_id") or not creds.get("client_secret"):
             where = (
                 f"the OAuth2 credentials file {path!r}" if path else "the settings (or a credentials file)"
             )
-            raise self.error(f"OAuth2 needs client_id and client_secret in {where}")
-        form = {"grant_type": "client_credentials", "client_id": str(creds["client_id"])}
-        form["client_secret"] = str(creds["client_secret"])
-        form.update({k: str(self.oauth2[k]) for k in ("audience", "scope") if self.oauth2.get(k)})
-        return form
+            raise OAuth2Error(f"OAuth2 needs client_id and client_secret in {where}")
+        secret = {"client_id": str(creds["client_id"]), "client_secret": str(creds["client_secret"])}
+        extra = {k: str(self.oauth2[k]) for k in ("audience", "scope") if self.oauth2.get(k)}
+        return {"grant_type": "client_credentials", **secret, **extra}
 
     def answer(self, url: str, status: int, body: bytes, key: str) -> str:
         """``key`` (``token_endpoint`` or ``access_token``, which is cached) of the JSON answer of ``url``."""
         what = "OAuth2 discovery" if key == "token_endpoint" else "OAuth2 token request to"
         if status != 200:
-            raise self.error(f"{what} {url} returned HTTP {status}; {_FIXES[key]}")
+            raise OAuth2Error(f"{what} {url} returned HTTP {status}; {_FIXES[key]}")
         try:
             answer = json.loads(body)
             value = str(answer[key])
             expires_in = float(answer.get("expires_in") or 3600)
         except (ValueError, KeyError, TypeError) as exc:
-            raise self.error(f"{what} {url} answered with no {key}; {_FIXES[key]}") from exc
+            raise OAuth2Error(f"{what} {url} answered with no {key}; {_FIXES[key]}") from exc
         if key == "access_token":
             self._token, self._expires = value, time.monotonic() + max(0.0, expires_in - EXPIRY_MARGIN)
         return value
 
     def access_token(self, context: ssl.SSLContext | None = None, timeout_s: float = 30.0) -> str:
         """An access token, fetched with :func:`fetch` when none is cached."""
-        if cached := self.cached():
-            return cached
+        if self._token and time.monotonic() < self._expires:
+            return self._token
         try:
             status, body = fetch(self.discovery_url, context, timeout_s)
             endpoint = self.answer(self.discovery_url, status, body, "token_endpoint")
             status, body = fetch(endpoint, context, timeout_s, form=self.form())
         except OSError as exc:  # no answer: refused, unknown host, timeout, TLS failure
             cause = getattr(exc, "reason", None) or exc
-            raise self.error(f"OAuth2 issuer {self.oauth2['issuer_url']} unreachable: {cause}") from exc
+            raise OAuth2Error(f"OAuth2 issuer {self.oauth2['issuer_url']} unreachable: {cause}") from exc
         return self.answer(endpoint, status, body, "access_token")

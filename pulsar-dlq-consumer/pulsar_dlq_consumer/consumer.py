@@ -79,10 +79,6 @@ class _Scheduler:
                 return
         action()
 
-    def pending(self) -> int:
-        with self._cond:
-            return len(self._heap)
-
     def _run(self) -> None:
         while True:
             with self._cond:
@@ -150,7 +146,12 @@ class DlqConsumer:
         self.backoff = backoff
         self._metrics = metrics if metrics is not None else ConsumerMetrics()
         self._attributes = topic_attributes(self._topic, self._subscription)
-        self._producer_options = dict(producer_options or {})
+        self._producer_options = {
+            "batching_enabled": True,
+            "batching_max_publish_delay_ms": 5,
+            **(producer_options or {}),
+            "block_if_queue_full": True,
+        }
         self._send_timeout_s = float(send_timeout_s)
         self._lock = threading.Lock()
         self._producers: dict[str, Any] = {}
@@ -212,11 +213,6 @@ class DlqConsumer:
     def consumer_name(self) -> str:
         """Name of the underlying consumer, as ``pulsar.Consumer.consumer_name()``."""
         return str(self._consumer.consumer_name())
-
-    @property
-    def pending_nacks(self) -> int:
-        """Messages waiting for their backoff delay (and acks waiting for an async send)."""
-        return self._scheduler.pending()
 
     def _check_open(self) -> None:
         if self._closed:
@@ -413,13 +409,7 @@ class DlqConsumer:
                     consumer_type=self._pulsar.ConsumerType.Shared,
                     initial_position=self._pulsar.InitialPosition.Earliest,
                 ).close()
-            options: dict[str, Any] = {
-                "batching_enabled": True,
-                "batching_max_publish_delay_ms": 5,
-                **self._producer_options,
-                "block_if_queue_full": True,
-            }
-            self._producers[topic] = self._client.create_producer(topic, **options)
+            self._producers[topic] = self._client.create_producer(topic, **self._producer_options)
             return self._producers[topic]
 
     def _send(

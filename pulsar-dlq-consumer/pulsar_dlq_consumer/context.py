@@ -172,21 +172,8 @@ def _error_properties(
     }
     if include_stacktrace and error.__traceback__ is not None:
         stack = "".join(traceback.format_exception(cls, error, error.__traceback__))
-        props[KEY_EXCEPTION_STACKTRACE] = _truncate_stack(stack, max_stack_bytes)
+        props[KEY_EXCEPTION_STACKTRACE] = truncate_utf8(stack, max_stack_bytes, keep_tail=True)
     return props
-
-
-def _truncate_stack(stack: str, max_bytes: int) -> str:
-    """Keep the head and the tail of a long stack (the innermost frames are at the end)."""
-    text = safe_str(stack)
-    raw = text.encode("utf-8")
-    if len(raw) <= max_bytes:
-        return text
-    marker = "\n" + TRUNCATION_MARKER + "\n"
-    budget = max(0, max_bytes - len(marker.encode("utf-8")))
-    head = raw[: budget // 4].decode("utf-8", "ignore")
-    tail = raw[len(raw) - (budget - budget // 4) :].decode("utf-8", "ignore")
-    return head + marker + tail
 
 
 #: The fields a convention's readers give (all but the DLQ position and the format).

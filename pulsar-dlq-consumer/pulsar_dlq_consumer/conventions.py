@@ -96,14 +96,19 @@ def safe_str(value: str) -> str:
     return value if value.isascii() else _SURROGATES.sub("\ufffd", value)
 
 
-def truncate_utf8(value: str, max_bytes: int) -> str:
-    """Bound ``value`` to ``max_bytes`` UTF-8 bytes, ending with a marker when cut (never splits a char)."""
+def truncate_utf8(value: str, max_bytes: int, *, keep_tail: bool = False) -> str:
+    """Bound ``value`` to ``max_bytes`` UTF-8 bytes, ending with a marker when cut (never splits a char);
+    ``keep_tail`` keeps a quarter head, the marker on its own line and the tail (a stack's last frames)."""
     if len(value) <= max_bytes and value.isascii():  # one byte per character: nothing to cut
         return value
     text = safe_str(value)
     raw = text.encode("utf-8")
     if len(raw) <= max_bytes:
         return text
+    if keep_tail:
+        budget = max(0, max_bytes - len(TRUNCATION_MARKER) - 2)  # the marker is ASCII, plus two newlines
+        head, tail = raw[: budget // 4], raw[len(raw) - (budget - budget // 4) :]
+        return f"{head.decode('utf-8', 'ignore')}\n{TRUNCATION_MARKER}\n{tail.decode('utf-8', 'ignore')}"
     marker = TRUNCATION_MARKER.encode("utf-8")
     keep = max(0, max_bytes - len(marker))
     return raw[:keep].decode("utf-8", "ignore") + (TRUNCATION_MARKER if max_bytes >= len(marker) else "")

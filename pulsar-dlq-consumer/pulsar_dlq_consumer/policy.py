@@ -121,11 +121,6 @@ class RetryPolicy:
             object.__setattr__(self, "delay_levels", DelayLevels.parse(self.delay_levels))
         validate_delay(self.default_delay, what="default_delay", error=ConfigurationError)
 
-    @property
-    def levels(self) -> DelayLevels:
-        assert isinstance(self.delay_levels, DelayLevels)
-        return self.delay_levels
-
     def resolve_delay(
         self,
         reconsume_times: int,
@@ -139,10 +134,12 @@ class RetryPolicy:
             raise InvalidDelayError("give reconsume_later either delay= or level=, not both")
         if delay is not None:
             return validate_delay(delay)
+        levels = self.delay_levels
+        assert isinstance(levels, DelayLevels)  # __post_init__ parsed it
         if level == LEVEL_INCREMENT or (level is None and self.level_increment):
-            return self.levels.delay_for_level(self.levels.level_for_retry(reconsume_times))
+            return levels.delay_for_level(levels.level_for_retry(reconsume_times))
         if level is not None:
-            return self.levels.delay_for_level(level)
+            return levels.delay_for_level(level)
         return validate_delay(self.default_delay, what="default_delay")
 
 

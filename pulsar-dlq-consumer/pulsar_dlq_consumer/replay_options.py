@@ -266,14 +266,12 @@ class ReplayOptions:
             for f in FLAGS
             if f.name not in _CANARY_FLAGS and f.name not in fields and values[f.name] is not None
         }
-        size = values["canary"]
-        if size is not None:
-            wait, rate = values["canary_wait_seconds"], values["canary_max_failure_rate"]
+        if values["canary"] is not None:  # settings not given keep CanarySpec.parse's defaults
+            given = {name: values[f"canary_{name}"] for name in ("wait_seconds", "max_failure_rate")}
             kwargs["canary"] = CanarySpec.parse(
-                size,
-                DEFAULT_CANARY_WAIT_SECONDS if wait is None else wait,
-                0.0 if rate is None else rate,
-                split_list(values["canary_watch_topics"]) or (),
+                values["canary"],
+                watch_topics=split_list(values["canary_watch_topics"]) or (),
+                **{name: value for name, value in given.items() if value is not None},
             )
         return cls(**{**kwargs, **fields})
 
@@ -292,14 +290,10 @@ class Flag:
     def option(self) -> str:
         return "--" + self.name.replace("_", "-")
 
-    @property
-    def help(self) -> str:
-        return _HELP[self.name]
-
     def argparse_kwargs(self) -> dict[str, Any]:
         """``argparse.add_argument`` keywords: the type or choices, ``required`` and the help."""
         return {
-            "help": self.help,
+            "help": _HELP[self.name],
             "required": self.required,
             "type": {"int": int, "float": float}.get(self.kind),
             "choices": {"switch": ("on", "off"), "mode": MODES}.get(self.kind),

@@ -10,11 +10,10 @@ import re
 
 from pulsar_dlq_consumer.errors import ConfigurationError
 
-PERSISTENT = "persistent://"
-DOMAINS = ("persistent", "non-persistent")
 _PART = re.compile(r"[A-Za-z0-9._\-=:]+")
 _GLOB_PART = re.compile(r"[A-Za-z0-9._\-=:*?\[\]!]+")
 _FORMS = "persistent://tenant/namespace/topic, tenant/namespace/topic or a short name (public/default)"
+_WILDCARDS = "; wildcards are allowed only in the topic name, e.g. persistent://acme/orders/*-DLQ"
 
 
 def qualify_topic(topic: object, *, pattern: bool = False) -> str | None:
@@ -22,7 +21,7 @@ def qualify_topic(topic: object, *, pattern: bool = False) -> str | None:
     if not isinstance(topic, str) or not topic or len(topic) > 1024:
         return None
     domain, rest = topic.split("://", 1) if "://" in topic else ("persistent", topic)
-    if domain not in DOMAINS:
+    if domain not in ("persistent", "non-persistent"):
         return None
     parts = rest.split("/")
     if len(parts) == 1:
@@ -40,13 +39,9 @@ def normalize_topic(topic: str, *, persistent_only: bool = False, pattern: bool 
         raise ConfigurationError(f"Empty topic name; give names like {_FORMS}.")
     full = qualify_topic(topic, pattern=pattern)
     if full is None:
-        where = (
-            "; wildcards are allowed only in the topic name, e.g. persistent://acme/orders/*-DLQ"
-            if pattern
-            else ""
-        )
+        where = _WILDCARDS if pattern else ""
         raise ConfigurationError(f"Topic {topic!r} is not a valid topic name; use {_FORMS}{where}.")
-    if persistent_only and not full.startswith(PERSISTENT):
+    if persistent_only and not full.startswith("persistent://"):
         raise ConfigurationError(
             f"Topic {topic!r} is not persistent; DLQ topics must be persistent://tenant/namespace/topic "
             "(a non-persistent topic loses data)."
