@@ -407,8 +407,7 @@ def _sending_tally(batch: pa.RecordBatch) -> tuple[int, int | None]:
     """``(rows to republish, their highest sequence id or None)`` of a batch of decisions."""
     sending = pc.equal(batch.column("outcome"), oc.TO_REPUBLISH)
     n = sending.true_count
-    last = pc.max(pc.filter(batch.column("sequence_id"), sending)).as_py() if n else None
-    return n, last
+    return n, pc.max(pc.filter(batch.column("sequence_id"), sending)).as_py() if n else None
 
 
 def decide_tasks(

@@ -430,9 +430,8 @@ def _parse_match(node: yaml.Node, what: str) -> dict[str, Any]:
     if isinstance(node, yaml.ScalarNode) and _scalar(node) is None:
         return {}
     conditions = _mapping(node, f"{what} match", MATCH_CONDITIONS)
-    parsers = MATCH_CONDITIONS.items()
     return {
         name: parse(conditions[key], f"{what} match.{key}")
-        for key, (name, parse) in parsers
+        for key, (name, parse) in MATCH_CONDITIONS.items()
         if key in conditions
     }
