@@ -82,8 +82,7 @@ class _Lookups:
         encoded = flat_keys.dictionary_encode()
         self._codes, self._unique = encoded.indices, encoded.dictionary.to_pylist()
         self.values: dict[str, pa.Array] = {}
-        wanted = pa.array(list(keys), pa.string())
-        which = pc.index_in(flat_keys, value_set=wanted)
+        which = pc.index_in(flat_keys, value_set=pa.array(list(keys), pa.string()))
         present = pc.is_valid(which)
         which, found_rows, found_items = which.filter(present), parents.filter(present), items.filter(present)
         empty = pa.nulls(n, pa.string())
@@ -324,5 +323,4 @@ def origin_replay_ids(batch: pa.RecordBatch, undecodable_key: str) -> tuple[list
     """``(replay ids, settled)`` of a batch of snapshot rows: :func:`context_columns`' replay ids alone."""
     look = _Lookups(batch.column("properties"), ORIGIN_PROPERTY_KEYS, undecodable_key)
     topic, message_id, settled = _origin(look, _Kernels(look))
-    topics, ids = batch.column("topic"), batch.column("message_id_str")
-    return replay_ids(topics, ids, topic, message_id), settled
+    return replay_ids(batch.column("topic"), batch.column("message_id_str"), topic, message_id), settled

@@ -392,12 +392,11 @@ def run_decide(run: Run, snapshot: DataFrame, planned_at: datetime) -> DataFrame
             sides,
             row_groups_by=wave_blocks(opts.wave_size or DEFAULT_WAVE_SIZE),  # each wave's own row groups
         )
-        last = max((int(t[1]) for t in tallies if t[1] is not None), default=-1)
         run.done(
             "decide",
             started,
             to_republish=sum(t[0] or 0 for t in tallies),
-            max_sequence_id=last,
+            max_sequence_id=max((int(t[1]) for t in tallies if t[1] is not None), default=-1),
             producers_per_target=run.buckets,
         )
     return task_parquet.read_frame(run.spark, run.paths.decisions, DECIDED_SCHEMA)
