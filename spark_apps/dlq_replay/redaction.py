@@ -66,8 +66,7 @@ def safe_url(url: str) -> str:
         return NOT_SHOWN
     netloc = f"[{host}]" if ":" in host else host
     netloc = f"{netloc}:{port}" if port is not None else netloc
-    path = "" if could_be_secret(parts.path) else parts.path
-    return f"{parts.scheme}://{netloc}{path}"
+    return f"{parts.scheme}://{netloc}{'' if could_be_secret(parts.path) else parts.path}"
 
 
 def check_url(option: str, url: str, schemes: tuple[str, ...], example: str, what: str = "URL") -> None:
