@@ -78,13 +78,11 @@ class _Lookups:
         if properties.null_count:  # a null map is no properties, as the scalar parser reads it
             keep = properties.is_valid().take(parents)
             flat_keys, items, parents = flat_keys.filter(keep), items.filter(keep), parents.filter(keep)
-        self._rows = row_numbers(n)
-        self._parents = parents
+        self._rows, self._parents = row_numbers(n), parents
         encoded = flat_keys.dictionary_encode()
         self._codes, self._unique = encoded.indices, encoded.dictionary.to_pylist()
         self.values: dict[str, pa.Array] = {}
-        wanted = pa.array(list(keys), pa.string())
-        which = pc.index_in(flat_keys, value_set=wanted)
+        which = pc.index_in(flat_keys, value_set=pa.array(list(keys), pa.string()))
         present = pc.is_valid(which)
         which, found_rows, found_items = which.filter(present), parents.filter(present), items.filter(present)
         empty = pa.nulls(n, pa.string())
@@ -100,11 +98,10 @@ class _Lookups:
             return empty
         if len(rows) == self.n and pc.all(pc.equal(rows, self._rows)).as_py():  # one in each row, in order
             return values
-        if len(rows) > 1:
-            last = pc.not_equal(rows.slice(0, len(rows) - 1), rows.slice(1))
-            if last.false_count:
-                keep = pa.concat_arrays([last, pa.array([True])])
-                rows, values = rows.filter(keep), values.filter(keep)
+        last = pc.not_equal(rows.slice(0, len(rows) - 1), rows.slice(1))
+        if last.false_count:
+            keep = pa.concat_arrays([last, pa.array([True])])
+            rows, values = rows.filter(keep), values.filter(keep)
         return pc.replace_with_mask(empty, pc.is_in(self._rows, value_set=rows), values)
 
     def has(self, test: Callable[[str], bool]) -> pa.Array:
@@ -142,13 +139,8 @@ class _Kernels(dict[Reader, _Result]):
         self.n, self.by_key = look.n, look.values  # each key's value per row
 
     def __missing__(self, reader: Reader) -> _Result:
-        self[reader] = result = _KERNELS.get(type(reader), _unsettled)(self, reader)
+        self[reader] = result = _KERNELS[type(reader)](self, reader)
         return result
-
-
-def _unsettled(kernels: _Kernels, reader: Reader) -> _Result:
-    """A reader kind without a kernel: the scalar parser reads every row that uses it."""
-    return pa.nulls(kernels.n, pa.string()), pa.array([False] * kernels.n, pa.bool_())
 
 
 def _text_kernel(kernels: _Kernels, reader: Text) -> _Result:
@@ -299,8 +291,7 @@ def replay_ids(dlq_topics: pa.Array, dlq_ids: pa.Array, topic: pa.Array, message
     material = pc.if_else(
         pc.is_valid(identity), pc.binary_join_element_wise(pa.scalar("origin"), identity, "\x1f"), own
     )
-    sha = hashlib.sha256
-    return [sha(raw).hexdigest()[:32] for raw in material.cast(pa.binary()).to_pylist()]
+    return [hashlib.sha256(raw).hexdigest()[:32] for raw in material.cast(pa.binary()).to_pylist()]
 
 
 def context_columns(batch: pa.RecordBatch, undecodable_key: str) -> tuple[dict[str, pa.Array], pa.Array]:
@@ -332,5 +323,4 @@ def origin_replay_ids(batch: pa.RecordBatch, undecodable_key: str) -> tuple[list
     """``(replay ids, settled)`` of a batch of snapshot rows: :func:`context_columns`' replay ids alone."""
     look = _Lookups(batch.column("properties"), ORIGIN_PROPERTY_KEYS, undecodable_key)
     topic, message_id, settled = _origin(look, _Kernels(look))
-    topics, ids = batch.column("topic"), batch.column("message_id_str")
-    return replay_ids(topics, ids, topic, message_id), settled
+    return replay_ids(batch.column("topic"), batch.column("message_id_str"), topic, message_id), settled

@@ -89,8 +89,7 @@ class _Columns(dict[str, list[Any]]):
         self.batch, self.arrays = batch, arrays
 
     def array(self, name: str) -> pa.Array:
-        found = self.arrays.get(name)
-        return self.batch.column(name) if found is None else found
+        return self.arrays[name] if name in self.arrays else self.batch.column(name)
 
     def properties(self, i: int) -> dict[str, str]:
         return dict(self.batch.column("properties")[i].as_py() or [])
@@ -114,6 +113,10 @@ _QUOTE_CHARS = 120
 _UNDECODABLE_REASON = (
     "message properties or key are not valid UTF-8, so the error context cannot be read; "
     "inspect the message with a client that shows raw bytes"
+)
+_CONFLICT = (
+    "the error context names different origin topics: {}; add `origin_precedence` to the playbook to say "
+    "which property wins"
 )
 _NO_CONVENTION = (
     "no known DLQ property convention: none of REAL_TOPIC, ORIGIN_MESSAGE_ID, RECONSUMETIMES, "
@@ -141,11 +144,7 @@ def _parked(cols: _Columns, i: int) -> tuple[str, str | None, bool] | None:
         return oc.MALFORMED, f"REPLAY_COUNT property {_quote(raw)} is not a non-negative integer", True
     conflicts = cols[ORIGIN_CONFLICT][i]
     if conflicts:
-        reason = (
-            f"the error context names different origin topics: {conflicts}; add `origin_precedence` to "
-            "the playbook to say which property wins"
-        )
-        return oc.ORIGIN_CONFLICT, reason, False
+        return oc.ORIGIN_CONFLICT, _CONFLICT.format(conflicts), False
     return None
 
 
@@ -249,8 +248,7 @@ class _Decisions:
     parts (the reasons that quote a row's own values, the fixes' outcomes) put in."""
 
     def __init__(self, cols: _Columns, rows: list[_Row], codes: pa.Array) -> None:
-        self.cols = cols
-        self.rows, self.codes = rows, codes
+        self.cols, self.rows, self.codes = cols, rows, codes
         self.columns: dict[str, pa.Array] = {
             name: pa.array([getattr(row, name) for row in rows], dtype).take(codes)
             for name, dtype in _FIELDS.items()
@@ -281,14 +279,12 @@ class _Decisions:
             indices = pc.indices_nonzero(mask)
             rules = [self.rows[g].pending for g in self.codes.take(indices).to_pylist()]
             indices = indices.to_pylist()
-            payloads = cols["value"]
             # The records' other fields are looked up only by a fix that reads them.
-            records = [FixRecord.lazy(cols, i, payloads[i] or b"") for i in indices]
+            records = [FixRecord.lazy(cols, i, cols["value"][i] or b"") for i in indices]
             results = run_fix(load_fix(fix_ref), records, timeout_s=rules[0].fix_timeout_seconds)
             updates = [_fix_outcome(rule, result) for rule, result in zip(rules, results, strict=True)]
-            columns = zip(*updates, strict=True)
-            for name, values in zip(("outcome", "outcome_reason", "fix_error"), columns, strict=True):
-                self._put(name, mask, list(values))
+            for k, name in enumerate(("outcome", "outcome_reason", "fix_error")):
+                self._put(name, mask, [update[k] for update in updates])
             fixed = [result.payload if result.ok else None for result in results]
             self.out_values = pc.replace_with_mask(self.out_values, mask, pa.array(fixed, pa.binary()))
             for i, result in zip(indices, results, strict=True):
@@ -396,12 +392,11 @@ def run_decide(run: Run, snapshot: DataFrame, planned_at: datetime) -> DataFrame
             sides,
             row_groups_by=wave_blocks(opts.wave_size or DEFAULT_WAVE_SIZE),  # each wave's own row groups
         )
-        last = max((int(t[1]) for t in tallies if t[1] is not None), default=-1)
         run.done(
             "decide",
             started,
             to_republish=sum(t[0] or 0 for t in tallies),
-            max_sequence_id=last,
+            max_sequence_id=max((int(t[1]) for t in tallies if t[1] is not None), default=-1),
             producers_per_target=run.buckets,
         )
     return task_parquet.read_frame(run.spark, run.paths.decisions, DECIDED_SCHEMA)
@@ -411,8 +406,7 @@ def _sending_tally(batch: pa.RecordBatch) -> tuple[int, int | None]:
     """``(rows to republish, their highest sequence id or None)`` of a batch of decisions."""
     sending = pc.equal(batch.column("outcome"), oc.TO_REPUBLISH)
     n = sending.true_count
-    last = pc.max(pc.filter(batch.column("sequence_id"), sending)).as_py() if n else None
-    return n, last
+    return n, pc.max(pc.filter(batch.column("sequence_id"), sending)).as_py() if n else None
 
 
 def decide_tasks(
@@ -433,20 +427,16 @@ def decide_tasks(
     with the scope marks written to ``marks_dir`` (from ``identities`` when the snapshot's read tasks wrote
     them), task ``b`` reads its share of the snapshot, normalises, scopes and decides each batch
     (:data:`DECIDED_SCHEMA`), sending through producer bucket ``b``."""
-    chosen_filters = filters or Filters()
+    filters = filters or Filters()
     precedence = playbook.origin_precedence
     n = max(1, producers_per_target)
-    repeated = None
-    if identities is not None and chosen_filters.max_messages is None:
-        repeated = repeated_ids(identities)
-    marked, count = scope_marks(
-        snapshot, chosen_filters, final_ids, precedence, reviewed_ids, identities, repeated
-    )
+    repeated = repeated_ids(identities) if identities is not None and filters.max_messages is None else None
+    marked, count = scope_marks(snapshot, filters, final_ids, precedence, reviewed_ids, identities, repeated)
     if count:
         write_frame(marked, marks_dir, MARKS_SCHEMA)
     marked.unpersist()
     units = row_group_units(snapshot_dir)
-    snapshot_columns = [field.name for field in snapshot.schema.fields]
+    names = snapshot.columns  # the snapshot columns each task reads
 
     def run(_bucket_id: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
@@ -455,10 +445,9 @@ def decide_tasks(
         bucket = context.partitionId() if context else 0
         sequencer = ProducerSequencer(settings.run_id, bucket)
         marks = Marks.read(marks_dir) if count else None
-        batches = bucket_batches(units, bucket, n, snapshot_columns, marks, (MARK, MARK_REASON), batch_rows)
-        for batch in batches:
+        for batch in bucket_batches(units, bucket, n, names, marks, (MARK, MARK_REASON), batch_rows):
             columns = normalize_columns(batch, precedence)
-            add_scope_columns(batch, columns, chosen_filters)
+            add_scope_columns(batch, columns, filters)
             yield decide_batch(batch, playbook, settings, sequencer, columns)
 
     return snapshot.sparkSession.range(n, numPartitions=n), run

@@ -267,11 +267,10 @@ class _TimeLimit:
 
     def _expired(self, signum: int, frame: Any) -> None:
         seconds = float(self.seconds)  # type: ignore[arg-type]
-        started = self.started
-        if started is None:
+        if self.started is None:
             self.ticking = False
             return
-        left = started + seconds - time.monotonic()
+        left = self.started + seconds - time.monotonic()
         if left > 0:  # the timer outlived an earlier, shorter call: set it again
             signal.setitimer(signal.ITIMER_REAL, left)
             return
@@ -344,16 +343,13 @@ class _ExitGuard:
         self.handles_sigint = self.previous not in (None, signal.SIG_IGN)
 
     @staticmethod
-    def _exit(code: int) -> None:
-        if os.getpid() != _ExitGuard._pid:  # a forked child: end it for real
-            _ExitGuard._real[(os, "_exit")](code)
-        raise FixExit(f"os._exit({code!r})")
+    def _stand_in(name: str) -> Callable[..., None]:
+        def call(*args: Any) -> None:
+            if os.getpid() != _ExitGuard._pid:  # a forked child: end it for real
+                _ExitGuard._real[(os, name)](*args)
+            raise FixExit(f"os.{name}({', '.join(map(repr, args))})")
 
-    @staticmethod
-    def _abort() -> None:
-        if os.getpid() != _ExitGuard._pid:
-            _ExitGuard._real[(os, "abort")]()
-        raise FixExit("os.abort()")
+        return call
 
     @staticmethod
     def _interrupted(signum: int, frame: Any) -> None:
@@ -365,9 +361,9 @@ class _ExitGuard:
             if cls._depth == 0:
                 cls._pid = os.getpid()
                 for module in cls._MODULES:
-                    for name, replacement in (("_exit", cls._exit), ("abort", cls._abort)):
+                    for name in ("_exit", "abort"):
                         cls._real[(module, name)] = getattr(module, name)
-                        setattr(module, name, replacement)
+                        setattr(module, name, cls._stand_in(name))
             cls._depth += 1
         if self.handles_sigint:
             signal.signal(signal.SIGINT, self._interrupted)
@@ -385,12 +381,10 @@ class _ExitGuard:
 
 
 def run_fix(
-    function: FixFunction | None, records: list[FixRecord], *, timeout_s: float | None = None
+    function: FixFunction, records: list[FixRecord], *, timeout_s: float | None = None
 ) -> list[FixOutcome]:
-    """Run ``function`` (``None``: unchanged) over ``records``, once per record or once for a batch fix;
-    what a call raises, or a call longer than ``timeout_s``, fails its records and the others go on."""
-    if function is None:
-        return [FixOutcome(True, r.payload) for r in records]
+    """Run ``function`` over ``records``, once per record or once for a batch fix; what a call raises, or a
+    call longer than ``timeout_s``, fails its records and the others go on."""
     with _TimeLimit(timeout_s) as limit, _ExitGuard():
         if not getattr(function, "__dlq_batch_fix__", False):
             return [_call(function, record, limit) for record in records]

@@ -131,5 +131,4 @@ def _parse_rows(
         for name in names:
             values[name].append(fields[name])
     for name in names:
-        column = columns[name]
-        columns[name] = pc.replace_with_mask(column, rows, pa.array(values[name], column.type))
+        columns[name] = pc.replace_with_mask(columns[name], rows, pa.array(values[name], columns[name].type))

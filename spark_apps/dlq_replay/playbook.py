@@ -374,7 +374,6 @@ def _properties(node: yaml.Node, what: str) -> tuple[PropertyCondition, ...]:
 
 _ORIGIN_PRECEDENCE = _choice("origin topic property", ORIGIN_TOPIC_KEYS)
 _CONTEXT_FORMAT = _choice("context_format", _CONTEXT_FORMATS)
-_ACTION = _choice("action", outcomes.ACTIONS)
 
 #: Per ``match:`` condition, in the order they are checked: the ``Rule`` field it sets and its parser.
 MATCH_CONDITIONS: dict[str, tuple[str, Callable[[yaml.Node, str], Any]]] = {
@@ -407,7 +406,7 @@ def _parse_rule(node: yaml.Node, index: int) -> Rule:
     what = f"rule {name!r}"
     if "action" not in fields:
         raise _Invalid(f"{what} has no `action`; use one of {', '.join(outcomes.ACTIONS)}", line)
-    action = _ACTION(fields["action"], what)
+    action = _choice("action", outcomes.ACTIONS)(fields["action"], what)
     kwargs: dict[str, Any] = {"name": name, "action": action, "line": line}
     for key, (parse, actions) in _RULE_FIELDS.items():
         if key not in fields:
@@ -430,9 +429,8 @@ def _parse_match(node: yaml.Node, what: str) -> dict[str, Any]:
     if isinstance(node, yaml.ScalarNode) and _scalar(node) is None:
         return {}
     conditions = _mapping(node, f"{what} match", MATCH_CONDITIONS)
-    parsers = MATCH_CONDITIONS.items()
     return {
         name: parse(conditions[key], f"{what} match.{key}")
-        for key, (name, parse) in parsers
+        for key, (name, parse) in MATCH_CONDITIONS.items()
         if key in conditions
     }

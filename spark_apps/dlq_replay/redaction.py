@@ -38,8 +38,7 @@ def _random_looking(run: str) -> bool:
     classes = [0 if c.isdigit() else 1 if c.isupper() else 2 for c in run]
     if min(classes.count(0), classes.count(1), classes.count(2)) < 2:
         return False
-    switches = sum(a != b for a, b in itertools.pairwise(classes))
-    return switches >= _MIN_SWITCH_RATE * (len(run) - 1)
+    return sum(a != b for a, b in itertools.pairwise(classes)) >= _MIN_SWITCH_RATE * (len(run) - 1)
 
 
 def could_be_secret(value: object) -> bool:
@@ -67,8 +66,7 @@ def safe_url(url: str) -> str:
         return NOT_SHOWN
     netloc = f"[{host}]" if ":" in host else host
     netloc = f"{netloc}:{port}" if port is not None else netloc
-    path = "" if could_be_secret(parts.path) else parts.path
-    return f"{parts.scheme}://{netloc}{path}"
+    return f"{parts.scheme}://{netloc}{'' if could_be_secret(parts.path) else parts.path}"
 
 
 def check_url(option: str, url: str, schemes: tuple[str, ...], example: str, what: str = "URL") -> None:
@@ -81,8 +79,7 @@ def check_url(option: str, url: str, schemes: tuple[str, ...], example: str, wha
         raise ReplayConfigError(
             f"{option} must start with {' or '.join(schemes)}: the {what}, e.g. {example} (value not shown)"
         )
-    hosts = url.split("://", 1)[1].split("/", 1)[0]
-    if "@" in hosts:
+    if "@" in url.split("://", 1)[1].split("/", 1)[0]:  # user:password@ before the host
         raise ReplayConfigError(
             f"{option} must not carry credentials (user:password@ before the host; value not shown): {fix}"
         )

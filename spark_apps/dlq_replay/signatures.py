@@ -97,19 +97,11 @@ def signature_topic(origin_topic: str | None) -> str:
     return base_topic(origin_topic) if origin_topic else ""
 
 
-def error_signature(
-    error_class: str | None, template: str, origin_topic: str | None, reason: str | None
-) -> str:
-    """Stable 16-hex-digit id of (error class, template, origin topic without partition suffix, failure
-    reason, ``unknown`` when ``None``)."""
-    material = (error_class or "", template, signature_topic(origin_topic), reason or REASON_UNKNOWN)
-    return _digest("\x1f".join(material), 16)
-
-
 def error_signatures(
     error_classes: pa.Array, templates: pa.Array, origin_topics: pa.Array, reasons: pa.Array
 ) -> pa.Array:
-    """:func:`error_signature` of every row, hashed once per distinct material."""
+    """Stable 16-hex-digit id of each row's (error class, template, origin topic without partition suffix,
+    failure reason, ``unknown`` when null or empty), hashed once per distinct material."""
     reasons = pc.fill_null(reasons, REASON_UNKNOWN)
     material = pc.binary_join_element_wise(
         pc.fill_null(error_classes, ""),

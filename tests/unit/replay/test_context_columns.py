@@ -4,6 +4,7 @@ signatures, and the lineage properties."""
 
 from __future__ import annotations
 
+import hashlib
 import random
 
 import pyarrow as pa
@@ -30,11 +31,18 @@ from spark_apps.dlq_replay.normalize import (
 )
 from spark_apps.dlq_replay.pulsar_io.source import UNDECODABLE_PROPERTY
 from spark_apps.dlq_replay.signatures import (
-    error_signature,
     error_signatures,
     message_template,
     message_templates,
+    signature_topic,
 )
+
+
+def error_signature(cls: str | None, template: str, origin_topic: str | None, reason: str | None) -> str:
+    """The signature's definition, one row at a time: the reference for the batch signatures."""
+    material = (cls or "", template, signature_topic(origin_topic), reason or C.REASON_UNKNOWN)
+    return hashlib.sha256("\x1f".join(material).encode("utf-8", "replace")).hexdigest()[:16]
+
 
 PROPS = pa.map_(pa.string(), pa.string())
 SCHEMA = pa.schema([("topic", pa.string()), ("message_id_str", pa.string()), ("properties", PROPS)])

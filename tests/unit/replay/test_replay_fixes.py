@@ -44,11 +44,6 @@ def test_return_types():
     assert (out.payload, out.properties) == (b"z", {"c": "3"})
 
 
-def test_none_republishes_unchanged():
-    out = run_fix(None, [rec(b"raw", a="1")])[0]
-    assert (out.ok, out.payload, out.properties) == (True, b"raw", None)
-
-
 class _Rows:
     """A record source that counts what it was asked for."""
 

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import pyarrow as pa
 import pytest
 
-from spark_apps.dlq_replay.signatures import error_signature, message_template, replay_id
+from spark_apps.dlq_replay.signatures import error_signatures, message_template, replay_id
+
+
+def error_signature(*row: str | None) -> str:
+    """The signature of one row, by the batch function the decide step runs."""
+    return error_signatures(*(pa.array([value], pa.string()) for value in row))[0].as_py()
 
 
 @pytest.mark.parametrize(
