@@ -25,7 +25,7 @@ from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf, get_client
 from spark_apps.dlq_replay.pulsar_io.errors import RepublishError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterator, Sequence
 
 log = logging.getLogger(__name__)
 
@@ -170,7 +170,7 @@ def _by_producer(batch: Any, errors: list[str | None]) -> dict[tuple[str, str], 
     return {key: rows for key, rows in groups.items() if rows}
 
 
-def _id_texts(ids: list[str | None]) -> Any:
+def _id_texts(ids: Sequence[str | None]) -> Any:
     """``ledger:entry:partition:batch_index`` of the client's ``(ledger,entry,partition,batch)`` texts."""
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -195,8 +195,8 @@ class _Publisher:
         self.awaiting: dict[int, _Send] = {}  # slot -> sent row without its result yet
         self.receipts: dict[int, tuple[Any, Any]] = {}  # slot -> (result, message id), from the client
         self.next_slot = 0
-        # results ready to emit: replay id, message id text (None: not published), error
-        self.ready: tuple[list[str], list[str | None], list[str | None]] = ([], [], [])
+        # results ready to emit: (replay id, message id text (None: not published), error)
+        self.ready: list[tuple[str, str | None, str | None]] = []
         self.sent = 0
         self.failed = 0
 
@@ -264,7 +264,7 @@ class _Publisher:
             self._send(state, rows, errors, columns)  # a producer that failed only reports its rows
         for i, error in enumerate(errors):
             if error is not None:
-                self._result(replay_ids[i], None, error)
+                self.ready.append((replay_ids[i], None, error))
         self._collect()
         return self._emit()
 
@@ -281,7 +281,7 @@ class _Publisher:
             error = f"send not confirmed within {self.send_timeout_ms} ms"
             for replay_id, _, state in self.awaiting.values():
                 state.error = state.error or error
-                self._result(replay_id, None, error)
+                self.ready.append((replay_id, None, error))
             self.failed += len(self.awaiting)
             self.awaiting.clear()
         return self._emit()
@@ -310,17 +310,13 @@ class _Publisher:
             # Raw builder: pulsar.Producer.send_async ignores sequence_id 0, which would let the client
             # pick another id and defeat broker deduplication.
             builder.sequence_id(seq)
-            properties = props[i]
-            if properties:
+            if properties := props[i]:
                 builder.properties(properties)
-            key = keys[i]
-            if key:
+            if key := keys[i]:
                 builder.partition_key(key)
-            ordering_key = ordering[i]
-            if ordering_key:
+            if ordering_key := ordering[i]:
                 builder.ordering_key(ordering_key)
-            event_ms = events[i]
-            if event_ms:
+            if event_ms := events[i]:
                 builder.event_timestamp(event_ms)
             slot = self.next_slot
             if rate is not None:  # sleep until this send is due
@@ -349,7 +345,7 @@ class _Publisher:
                 error = _unheld_drop(send, text)
                 if error is None:
                     self.sent += 1
-                    self._result(send[0], text, None)
+                    self.ready.append((send[0], text, None))
                     continue
             elif result.name in _MESSAGE_REFUSALS:
                 error = f"send refused: {result}"
@@ -357,19 +353,13 @@ class _Publisher:
                 error = f"send failed: {result}"
                 send[2].error = send[2].error or f"an earlier send failed ({result})"
             self.failed += 1
-            self._result(send[0], None, error)
-
-    def _result(self, replay_id: str, msg_id: str | None, error: str | None) -> None:
-        ids, msg_ids, errors = self.ready
-        ids.append(replay_id)
-        msg_ids.append(msg_id)
-        errors.append(error)
+            self.ready.append((send[0], None, error))
 
     def _emit(self) -> Any:
         import pyarrow as pa
 
-        replay_ids, msg_ids, errors = self.ready
-        self.ready = ([], [], [])
+        replay_ids, msg_ids, errors = zip(*self.ready, strict=True) if self.ready else ((), (), ())
+        self.ready = []
         ids = _id_texts(msg_ids)
         return pa.RecordBatch.from_arrays(
             [pa.array(replay_ids, pa.string()), ids.is_valid(), ids, pa.array(errors, pa.string())],
