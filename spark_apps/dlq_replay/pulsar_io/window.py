@@ -197,11 +197,7 @@ def windows_to_json(windows: Sequence[PartitionWindow]) -> str:
     """Serialise windows for the ``window`` data-source option and ``plan.json``."""
     items = []
     for w in windows:
-        item: dict[str, Any] = {
-            "topic": w.topic,
-            "partition": w.partition,
-            "end_message_id": w.end_message_id,
-        }
+        item: dict[str, Any] = dict(topic=w.topic, partition=w.partition, end_message_id=w.end_message_id)
         if w.pending is not None:
             item["pending"] = [r.to_list() for r in w.pending]
             item["mark_delete"] = w.mark_delete
