@@ -25,7 +25,7 @@ from spark_apps.dlq_replay.pulsar_io.cursor import (
 )
 from spark_apps.dlq_replay.pulsar_io.errors import PulsarConfigError, WindowError
 from spark_apps.dlq_replay.pulsar_io.ids import MessageIdKey, in_window, message_id_key
-from spark_apps.dlq_replay.pulsar_io.read import DEFAULT_IDLE_TIMEOUT_MS, WindowPasses
+from spark_apps.dlq_replay.pulsar_io.read import DEFAULT_IDLE_TIMEOUT_MS, SeenIds, WindowPasses
 from spark_apps.dlq_replay.pulsar_io.window import subscribe_shared
 
 if TYPE_CHECKING:
@@ -207,7 +207,7 @@ class FinalIds:
     def __init__(self, ledgers: array[int], entries: array[int], batches: array[int]) -> None:
         self._ledgers, self._entries, self._batches = ledgers, entries, batches
         self._received = bytearray(len(ledgers))
-        self._others: set[str] = set()
+        self._others = SeenIds()  # the ids that are not final, by their readable id
         self._hint = 0
         #: Index of the id the last :meth:`first` call looked up, -1 when it was not a final id.
         self.last_index = -1
@@ -262,10 +262,7 @@ class FinalIds:
         """Whether this is the first time the read returns the id; sets :attr:`last_index`."""
         i = self.last_index = self.index(ledger, entry, batch)
         if i < 0:
-            if id_str in self._others:
-                return False
-            self._others.add(id_str)
-            return True
+            return self._others.first(ledger, entry, batch, id_str)
         self._hint = i + 1
         if self._received[i]:
             return False
