@@ -231,14 +231,13 @@ class _Publisher:
                 return state
             except pulsar.PulsarException as exc:
                 reason = f"{type(exc).__name__}: {exc}"
-                if type(exc).__name__ in _TRANSIENT_CREATE_ERRORS and time.monotonic() + pause < deadline:
-                    log.info("producer %r on %r: %s; retrying in %.1f s", name, target, reason, pause)
-                    time.sleep(pause)
-                    pause = min(pause * 2, 5.0)
-                    continue
-                state.error = f"cannot create producer {name!r} on {target!r}: {reason}"
-                log.warning("%s", state.error)
-                return state
+                if type(exc).__name__ not in _TRANSIENT_CREATE_ERRORS or time.monotonic() + pause >= deadline:
+                    state.error = f"cannot create producer {name!r} on {target!r}: {reason}"
+                    log.warning("%s", state.error)
+                    return state
+                log.info("producer %r on %r: %s; retrying in %.1f s", name, target, reason, pause)
+                time.sleep(pause)
+                pause = min(pause * 2, 5.0)
 
     def publish(self, batch: Any) -> Any:
         missing = [c for c in REPUBLISH_INPUT_COLUMNS if c not in batch.schema.names]

@@ -404,7 +404,6 @@ def read_tasks(
             for index in batch.column(0).to_pylist():
                 yield from reader.read(parts[index], mark_entries)
 
-    # One id per Spark partition: task i reads input partition i.
     schema = SOURCE_SCHEMA + (f", {ENTRY_FIRST} boolean" if mark_entries else "")
     return spark.range(len(parts), numPartitions=len(parts)), read, schema, len(parts)
 
