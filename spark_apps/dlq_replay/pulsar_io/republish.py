@@ -261,9 +261,7 @@ class _Publisher:
         )
         for state, rows in groups:
             self._send(state, rows, errors, columns)  # a producer that failed only reports its rows
-        for i, error in enumerate(errors):
-            if error is not None:
-                self.ready.append((replay_ids[i], None, error))
+        self.ready += [(replay_ids[i], None, error) for i, error in enumerate(errors) if error is not None]
         self._collect()
         return self._emit()
 
