@@ -410,7 +410,6 @@ def read_tasks(
 
 def register(spark: SparkSession) -> None:
     """Register the ``pulsar`` format on ``spark``; calling it again for the same session does nothing."""
-    if spark in _registered:
-        return
-    spark.dataSource.register(PulsarDataSource)
-    _registered.add(spark)
+    if spark not in _registered:
+        spark.dataSource.register(PulsarDataSource)
+        _registered.add(spark)
