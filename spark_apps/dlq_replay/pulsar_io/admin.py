@@ -18,7 +18,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-DEFAULT_TIMEOUT_S = 30.0
 _ATTEMPTS = 3
 
 
@@ -52,7 +51,7 @@ def _not_found(url: str, body: bytes) -> AdminUnavailable:
 class PulsarAdmin:
     """Read-only admin REST calls for one :class:`~.conf.PulsarConf` (its ``admin_url`` must be set)."""
 
-    def __init__(self, conf: PulsarConf, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+    def __init__(self, conf: PulsarConf, *, timeout_s: float = 30.0) -> None:
         if not conf.admin_url:
             raise PulsarConfigError("no admin URL: set PulsarConf(admin_url=...) or the 'admin.url' option")
         self.base = conf.admin_url.rstrip("/")

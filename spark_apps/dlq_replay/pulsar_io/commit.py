@@ -25,7 +25,7 @@ from spark_apps.dlq_replay.pulsar_io.cursor import (
 )
 from spark_apps.dlq_replay.pulsar_io.errors import PulsarConfigError, WindowError
 from spark_apps.dlq_replay.pulsar_io.ids import MessageIdKey, in_window, message_id_key
-from spark_apps.dlq_replay.pulsar_io.read import DEFAULT_IDLE_TIMEOUT_MS, WindowPasses
+from spark_apps.dlq_replay.pulsar_io.read import DEFAULT_IDLE_TIMEOUT_MS, SeenIds, WindowPasses
 from spark_apps.dlq_replay.pulsar_io.window import subscribe_shared
 
 if TYPE_CHECKING:
@@ -89,12 +89,11 @@ def make_commit_fn(
     if idle_timeout_ms <= 0:
         raise PulsarConfigError(f"idle_timeout_ms must be > 0; got {idle_timeout_ms}")
     by_topic = {w.topic: w for w in windows}
-    options: dict[str, Any] = {"idle_timeout_ms": int(idle_timeout_ms), "batch_index_ack": batch_index_ack}
-
-    def read_again(window: PartitionWindow, final: FinalIds | FinalEntries) -> WindowPasses:
-        # At the window end, final ids not seen were acked by an earlier commit; an idle stop may be a
-        # stall (read again while that finds more). Redeliveries are skipped by the received flags.
-        return WindowPasses(get_client(conf), window, subscription, role="commit", seen=final, **options)
+    passes = {
+        "subscription": subscription,
+        "idle_timeout_ms": int(idle_timeout_ms),
+        "batch_index_ack": batch_index_ack,
+    }
 
     # A plain one-argument function: Spark picks the ``pyarrow.Table -> pyarrow.Table`` form by arity
     # (a callable object would count ``self`` and receive the grouping key too).
@@ -115,16 +114,14 @@ def make_commit_fn(
                     f"dlq_topic {topic!r} is not in the run's frozen window; commit only messages read from "
                     f"that window (known: {sorted(by_topic)})"
                 )
-            rows.append(_commit_topic(window, final, read_again))
+            rows.append(_commit_topic(conf, window, final, passes))
         return _result_table(rows)
 
     return commit
 
 
 def _commit_topic(
-    window: PartitionWindow,
-    final: FinalIds | FinalEntries,
-    read_again: Callable[[PartitionWindow, FinalIds | FinalEntries], WindowPasses],
+    conf: PulsarConf, window: PartitionWindow, final: FinalIds | FinalEntries, passes: dict[str, Any]
 ) -> dict[str, Any]:
     """Ack the ``final`` ids of one partition from the consumers that receive them; its result row."""
     topic = window.topic
@@ -133,7 +130,9 @@ def _commit_topic(
         log.warning("commit %s: %d ids lie beyond the window end and are not acked", topic, outside)
     if not len(final):
         return {"dlq_topic": topic}
-    reader = read_again(window, final)
+    # At the window end, final ids not seen were acked by an earlier commit; an idle stop may be a stall
+    # (read again while that finds more). Redeliveries are skipped by the received flags.
+    reader = WindowPasses(get_client(conf), window, role="commit", seen=final, **passes)
     acked = left = 0
     for _, msg, _, consumer in reader.messages():
         if final.last_index >= 0:  # the message just returned is a final one, received once
@@ -208,7 +207,7 @@ class FinalIds:
     def __init__(self, ledgers: array[int], entries: array[int], batches: array[int]) -> None:
         self._ledgers, self._entries, self._batches = ledgers, entries, batches
         self._received = bytearray(len(ledgers))
-        self._others: set[str] = set()
+        self._others = SeenIds()  # the ids that are not final, by their readable id
         self._hint = 0
         #: Index of the id the last :meth:`first` call looked up, -1 when it was not a final id.
         self.last_index = -1
@@ -263,10 +262,7 @@ class FinalIds:
         """Whether this is the first time the read returns the id; sets :attr:`last_index`."""
         i = self.last_index = self.index(ledger, entry, batch)
         if i < 0:
-            if id_str in self._others:
-                return False
-            self._others.add(id_str)
-            return True
+            return self._others.first(ledger, entry, batch, id_str)
         self._hint = i + 1
         if self._received[i]:
             return False

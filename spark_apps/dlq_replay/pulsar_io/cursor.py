@@ -191,8 +191,7 @@ def split_for_readers(
     target = -(-total // shares)  # ceil
     out: list[list[EntryRange]] = [[]]
     room = target
-    for r in ranges:
-        current = r
+    for current in ranges:
         while current.entries > room:
             head = EntryRange(current.ledger, current.first, current.first + room - 1, current.skipped_before)
             out[-1].append(head)

@@ -7,10 +7,9 @@ from typing import Any
 MessageIdKey = tuple[int, int, int, int]
 
 
-def message_id_str(msg_id: Any, partition: int | None = None) -> str:
-    """The readable id of a ``pulsar.MessageId`` (``partition`` overrides its own, which may be -1)."""
-    part = msg_id.partition() if partition is None else partition
-    return f"{msg_id.ledger_id()}:{msg_id.entry_id()}:{part}:{msg_id.batch_index()}"
+def message_id_str(msg_id: Any, partition: int) -> str:
+    """The readable id of a ``pulsar.MessageId`` in ``partition`` (the id's own may be -1)."""
+    return f"{msg_id.ledger_id()}:{msg_id.entry_id()}:{partition}:{msg_id.batch_index()}"
 
 
 def message_id_key(text: str) -> MessageIdKey:

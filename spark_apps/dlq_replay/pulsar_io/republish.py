@@ -25,7 +25,7 @@ from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf, get_client
 from spark_apps.dlq_replay.pulsar_io.errors import RepublishError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterator, Sequence
 
 log = logging.getLogger(__name__)
 
@@ -175,7 +175,7 @@ def _by_producer(batch: Any, errors: list[str | None]) -> dict[tuple[str, str], 
     return {key: rows for key, rows in groups.items() if rows}
 
 
-def _id_texts(ids: list[str | None]) -> Any:
+def _id_texts(ids: Sequence[str | None]) -> Any:
     """``ledger:entry:partition:batch_index`` of the client's ``(ledger,entry,partition,batch)`` texts."""
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -200,8 +200,8 @@ class _Publisher:
         self.awaiting: dict[int, _Send] = {}  # slot -> sent row without its result yet
         self.receipts: dict[int, tuple[Any, Any]] = {}  # slot -> (result, message id), from the client
         self.next_slot = 0
-        # results ready to emit: row key, message id text (None: not published), error
-        self.ready: tuple[list[_Key], list[str | None], list[str | None]] = ([], [], [])
+        # results ready to emit: (row key, message id text (None: not published), error)
+        self.ready: list[tuple[_Key, str | None, str | None]] = []
         self.sent = 0
         self.failed = 0
 
@@ -236,14 +236,13 @@ class _Publisher:
                 return state
             except pulsar.PulsarException as exc:
                 reason = f"{type(exc).__name__}: {exc}"
-                if type(exc).__name__ in _TRANSIENT_CREATE_ERRORS and time.monotonic() + pause < deadline:
-                    log.info("producer %r on %r: %s; retrying in %.1f s", name, target, reason, pause)
-                    time.sleep(pause)
-                    pause = min(pause * 2, 5.0)
-                    continue
-                state.error = f"cannot create producer {name!r} on {target!r}: {reason}"
-                log.warning("%s", state.error)
-                return state
+                if type(exc).__name__ not in _TRANSIENT_CREATE_ERRORS or time.monotonic() + pause >= deadline:
+                    state.error = f"cannot create producer {name!r} on {target!r}: {reason}"
+                    log.warning("%s", state.error)
+                    return state
+                log.info("producer %r on %r: %s; retrying in %.1f s", name, target, reason, pause)
+                time.sleep(pause)
+                pause = min(pause * 2, 5.0)
 
     def publish(self, batch: Any) -> Any:
         missing = [c for c in REPUBLISH_INPUT_COLUMNS if c not in batch.schema.names]
@@ -267,9 +266,7 @@ class _Publisher:
         )
         for state, rows in groups:
             self._send(state, rows, errors, columns)  # a producer that failed only reports its rows
-        for i, error in enumerate(errors):
-            if error is not None:
-                self._result(keys[i], None, error)
+        self.ready += [(keys[i], None, error) for i, error in enumerate(errors) if error is not None]
         self._collect()
         return self._emit()
 
@@ -286,7 +283,7 @@ class _Publisher:
             error = f"send not confirmed within {self.send_timeout_ms} ms"
             for key, _, state in self.awaiting.values():
                 state.error = state.error or error
-                self._result(key, None, error)
+                self.ready.append((key, None, error))
             self.failed += len(self.awaiting)
             self.awaiting.clear()
         return self._emit()
@@ -315,17 +312,13 @@ class _Publisher:
             # Raw builder: pulsar.Producer.send_async ignores sequence_id 0, which would let the client
             # pick another id and defeat broker deduplication.
             builder.sequence_id(seq)
-            properties = props[i]
-            if properties:
+            if properties := props[i]:
                 builder.properties(properties)
-            key = keys[i]
-            if key:
+            if key := keys[i]:
                 builder.partition_key(key)
-            ordering_key = ordering[i]
-            if ordering_key:
+            if ordering_key := ordering[i]:
                 builder.ordering_key(ordering_key)
-            event_ms = events[i]
-            if event_ms:
+            if event_ms := events[i]:
                 builder.event_timestamp(event_ms)
             slot = self.next_slot
             if rate is not None:  # sleep until this send is due
@@ -354,7 +347,7 @@ class _Publisher:
                 error = _unheld_drop(send, text)
                 if error is None:
                     self.sent += 1
-                    self._result(send[0], text, None)
+                    self.ready.append((send[0], text, None))
                     continue
             elif result.name in _MESSAGE_REFUSALS:
                 error = f"send refused: {result}"
@@ -362,19 +355,13 @@ class _Publisher:
                 error = f"send failed: {result}"
                 send[2].error = send[2].error or f"an earlier send failed ({result})"
             self.failed += 1
-            self._result(send[0], None, error)
-
-    def _result(self, key: _Key, msg_id: str | None, error: str | None) -> None:
-        keys, msg_ids, errors = self.ready
-        keys.append(key)
-        msg_ids.append(msg_id)
-        errors.append(error)
+            self.ready.append((send[0], None, error))
 
     def _emit(self) -> Any:
         import pyarrow as pa
 
-        keys, msg_ids, errors = self.ready
-        self.ready = ([], [], [])
+        keys, msg_ids, errors = zip(*self.ready, strict=True) if self.ready else ((), (), ())
+        self.ready = []
         ids = _id_texts(msg_ids)
         replay_ids, rows = zip(*keys, strict=True) if keys else ((), ())
         return pa.RecordBatch.from_arrays(

@@ -77,10 +77,6 @@ def ddl_struct(ddl: str) -> StructType:
     return T.StructType([T.StructField(name, types[kind]) for name, kind in map(str.split, ddl.split(", "))])
 
 
-def source_struct() -> StructType:
-    return ddl_struct(SOURCE_SCHEMA)
-
-
 def _int_option(opts: Mapping[str, str], name: str, default: int, minimum: int) -> int:
     raw = opts.get(name)
     if raw is None or str(raw).strip() == "":
@@ -184,7 +180,6 @@ class PulsarDataSourceReader(DataSourceReader):
         from pyspark.sql.pandas.types import to_arrow_schema
 
         builder = _BatchBuilder(window, to_arrow_schema(self.schema, timezone="UTC"), mark_entries)
-        limit, add = self.max_batch_rows, builder.add_entry
         started = time.monotonic()
         reader: ShareReader | WindowPasses
         if partition.share is not None:
@@ -195,9 +190,7 @@ class PulsarDataSourceReader(DataSourceReader):
                 idle_timeout_ms=self.idle_timeout_ms,
                 receiver_queue_size=self.reader_queue_size,
             )
-            for entry in reader.entries():
-                if add(entry.messages, entry.size) >= limit:
-                    yield builder.flush()
+            entries = ((entry.messages, entry.size) for entry in reader.entries())
         else:
             # Only the sole consumer of a partition resumes after an idle stop (else others hold the rest).
             reader = WindowPasses(
@@ -209,9 +202,10 @@ class PulsarDataSourceReader(DataSourceReader):
                 receiver_queue_size=self.receiver_queue_size,
                 resume=self.parallelism == 1,
             )
-            for group in _by_entry(reader.messages()):
-                if add(group, _batch_size(group)) >= limit:
-                    yield builder.flush()
+            entries = ((group, _batch_size(group)) for group in _by_entry(reader.messages()))
+        for messages, batch_size in entries:
+            if builder.add_entry(messages, batch_size) >= self.max_batch_rows:
+                yield builder.flush()
         if builder.rows:
             yield builder.flush()
         how = "reader" if isinstance(reader, ShareReader) else f"consumer, {reader.passes} pass(es)"
@@ -402,7 +396,7 @@ def read_tasks(
 ) -> tuple[DataFrame, Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]], str, int]:
     """``(input frame, task function, output schema DDL, tasks)``: task i of a ``mapInArrow`` over
     ``spark.range`` reads input partition i, planned here in the driver (no Python planner process)."""
-    reader = PulsarDataSourceReader(options, source_struct())
+    reader = PulsarDataSourceReader(options, ddl_struct(SOURCE_SCHEMA))
     parts = reader.partitions()
 
     def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -410,14 +404,12 @@ def read_tasks(
             for index in batch.column(0).to_pylist():
                 yield from reader.read(parts[index], mark_entries)
 
-    # One id per Spark partition: task i reads input partition i.
     schema = SOURCE_SCHEMA + (f", {ENTRY_FIRST} boolean" if mark_entries else "")
     return spark.range(len(parts), numPartitions=len(parts)), read, schema, len(parts)
 
 
 def register(spark: SparkSession) -> None:
     """Register the ``pulsar`` format on ``spark``; calling it again for the same session does nothing."""
-    if spark in _registered:
-        return
-    spark.dataSource.register(PulsarDataSource)
-    _registered.add(spark)
+    if spark not in _registered:
+        spark.dataSource.register(PulsarDataSource)
+        _registered.add(spark)

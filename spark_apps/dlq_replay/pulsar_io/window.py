@@ -48,8 +48,6 @@ class PartitionWindow:
             raise WindowError(f"window topic must be a full topic name; got {self.topic!r}")
         if self.end_message_id is not None:
             message_id_key(self.end_message_id)  # raises with the expected format
-        if self.pending is not None:
-            object.__setattr__(self, "pending", tuple(self.pending))
 
     @property
     def read_mode(self) -> str:
@@ -138,9 +136,7 @@ def _last_message_id(client: Any, topic: str, partition: int, subscription: str)
         return None
     finally:
         consumer.close()
-    if last.ledger_id() < 0 or last.entry_id() < 0:
-        return None
-    return message_id_str(last, partition=partition)
+    return None if last.ledger_id() < 0 or last.entry_id() < 0 else message_id_str(last, partition)
 
 
 @dataclass(frozen=True)
@@ -197,11 +193,7 @@ def windows_to_json(windows: Sequence[PartitionWindow]) -> str:
     """Serialise windows for the ``window`` data-source option and ``plan.json``."""
     items = []
     for w in windows:
-        item: dict[str, Any] = {
-            "topic": w.topic,
-            "partition": w.partition,
-            "end_message_id": w.end_message_id,
-        }
+        item: dict[str, Any] = dict(topic=w.topic, partition=w.partition, end_message_id=w.end_message_id)
         if w.pending is not None:
             item["pending"] = [r.to_list() for r in w.pending]
             item["mark_delete"] = w.mark_delete

@@ -7,7 +7,13 @@ import pytest
 from pulsar_io_helpers import produce
 
 from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf
-from spark_apps.dlq_replay.pulsar_io.source import SOURCE_COLUMNS, read_in_tasks, register, source_struct
+from spark_apps.dlq_replay.pulsar_io.source import (
+    SOURCE_COLUMNS,
+    SOURCE_SCHEMA,
+    ddl_struct,
+    read_in_tasks,
+    register,
+)
 from spark_apps.dlq_replay.pulsar_io.window import (
     CONSUMER_MODE,
     READER_MODE,
@@ -59,7 +65,7 @@ def test_read_in_tasks_gives_the_data_source_rows(spark, pulsar_broker, pulsar_c
     source_df = spark.read.format("pulsar").options(**options).load()
     by_source = rows(source_df)
 
-    assert df.schema.simpleString() == source_struct().simpleString()
+    assert df.schema.simpleString() == ddl_struct(SOURCE_SCHEMA).simpleString()
     assert df.rdd.getNumPartitions() == source_df.rdd.getNumPartitions() >= 3  # one task per input partition
     # Consumer mode with 2 consumers per partition can hand one message to both: the replay drops such
     # duplicates by id; compare the distinct rows there.

@@ -11,7 +11,7 @@ from pulsar_io_helpers import EVENT_BASE_MS, expected_message, produce
 
 from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf
 from spark_apps.dlq_replay.pulsar_io.errors import PulsarConfigError, WindowError
-from spark_apps.dlq_replay.pulsar_io.source import SOURCE_SCHEMA, register, source_struct
+from spark_apps.dlq_replay.pulsar_io.source import SOURCE_SCHEMA, ddl_struct, register
 from spark_apps.dlq_replay.pulsar_io.window import (
     CONSUMER_MODE,
     READER_MODE,
@@ -53,7 +53,7 @@ def test_reads_20k_messages_of_two_topics_exactly_without_acking(
     print(f"read {len(rows)} rows in {elapsed:.2f}s")
 
     assert df.schema.simpleString() == spark.createDataFrame([], SOURCE_SCHEMA).schema.simpleString()
-    assert df.schema.simpleString() == source_struct().simpleString()
+    assert df.schema.simpleString() == ddl_struct(SOURCE_SCHEMA).simpleString()
     assert len(rows) == 20_000
     assert sum(r.topic == batched for r in rows) == 12_000
     assert sum(r.topic == single for r in rows) == 8_000

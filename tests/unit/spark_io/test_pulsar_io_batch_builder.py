@@ -15,17 +15,18 @@ from spark_apps.dlq_replay.pulsar_io import source
 from spark_apps.dlq_replay.pulsar_io.cursor import EntryRange
 from spark_apps.dlq_replay.pulsar_io.source import (
     ENTRY_FIRST,
+    SOURCE_SCHEMA,
     UNDECODABLE_PROPERTY,
     PulsarDataSourceReader,
     PulsarInputPartition,
     _BatchBuilder,
     _by_entry,
-    source_struct,
+    ddl_struct,
 )
 from spark_apps.dlq_replay.pulsar_io.window import PartitionWindow, windows_to_json
 
 TOPIC = "persistent://t/n/orders-DLQ"
-SCHEMA = to_arrow_schema(source_struct(), timezone="UTC")
+SCHEMA = to_arrow_schema(ddl_struct(SOURCE_SCHEMA), timezone="UTC")
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 UNDECODABLE = (UNDECODABLE_PROPERTY, "properties or key are not valid UTF-8")
 
@@ -238,7 +239,7 @@ def test_reader_mode_read_batches_with_and_without_marks(monkeypatch):
         "max.batch.rows": "4",
         "idle.timeout.ms": "10",
     }
-    reader = PulsarDataSourceReader(options, source_struct())
+    reader = PulsarDataSourceReader(options, ddl_struct(SOURCE_SCHEMA))
     part = PulsarInputPartition(TOPIC, -1, end, 0, [[5, 0, 2, 0]])
 
     marked = list(reader.read(part, mark_entries=True))

@@ -40,7 +40,7 @@ class FakeId:
 
 
 def test_message_id_str_and_key_round_trip():
-    assert message_id_str(FakeId(12, 345, -1, -1)) == "12:345:-1:-1"
+    assert message_id_str(FakeId(12, 345, -1, -1), -1) == "12:345:-1:-1"
     assert message_id_str(FakeId(12, 345, -1, 7), partition=3) == "12:345:3:7"
     assert message_id_key("12:345:3:7") == (12, 345, 3, 7)
 

@@ -179,9 +179,14 @@ class _Id:
 def test_undecodable_text_keeps_the_message_flagged():
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    from spark_apps.dlq_replay.pulsar_io.source import UNDECODABLE_PROPERTY, _BatchBuilder, source_struct
+    from spark_apps.dlq_replay.pulsar_io.source import (
+        SOURCE_SCHEMA,
+        UNDECODABLE_PROPERTY,
+        _BatchBuilder,
+        ddl_struct,
+    )
 
-    schema = to_arrow_schema(source_struct(), timezone="UTC")
+    schema = to_arrow_schema(ddl_struct(SOURCE_SCHEMA), timezone="UTC")
     builder = _BatchBuilder(PartitionWindow("persistent://t/n/dlq", -1, "1:1:-1:-1"), schema)
     assert builder.add_entry([("1:1:-1:-1", _UndecodableMessage(), _Id())], 1) == 1
     row = builder.flush().to_pylist()[0]

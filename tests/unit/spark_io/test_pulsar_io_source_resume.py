@@ -7,9 +7,10 @@ import pytest
 
 from spark_apps.dlq_replay.pulsar_io import source
 from spark_apps.dlq_replay.pulsar_io.source import (
+    SOURCE_SCHEMA,
     PulsarDataSourceReader,
     PulsarInputPartition,
-    source_struct,
+    ddl_struct,
 )
 from spark_apps.dlq_replay.pulsar_io.window import PartitionWindow, windows_to_json
 
@@ -101,7 +102,7 @@ def read_keys(monkeypatch: pytest.MonkeyPatch, passes: list[list[int]], parallel
         "parallelism": str(parallelism),
         "idle.timeout.ms": "10",
     }
-    reader = PulsarDataSourceReader(options, source_struct())
+    reader = PulsarDataSourceReader(options, ddl_struct(SOURCE_SCHEMA))
     batches = list(reader.read(PulsarInputPartition(TOPIC, -1, END, 0)))
     keys = [k for batch in batches for k in batch.column("key").to_pylist()]
     return keys, client.subscribed
