@@ -180,6 +180,7 @@ def rows(
                         "ordering_key": "o" if seq % 3 == 0 else None,
                         "event_time": EVENT0 + dt.timedelta(milliseconds=seq) if seq % 4 else None,
                         "properties": [("REPLAY_ID", f"{name}-{seq}"), ("n", str(seq))],
+                        "row": 1000 * seq + list(producers).index(name),  # the caller's number
                     }
                 )
     return pa.RecordBatch.from_pylist(out, schema=SCHEMA)
@@ -206,6 +207,7 @@ def test_every_row_gets_its_own_receipt(client: FakeClient) -> None:
         "published",
         "published_message_id",
         "error",
+        "row",
     ]
     assert by_id == {
         f"{name}-{seq}": {
@@ -213,8 +215,9 @@ def test_every_row_gets_its_own_receipt(client: FakeClient) -> None:
             "published": True,
             "published_message_id": f"{ledger}:0:-1:{seq}",
             "error": None,
+            "row": 1000 * seq + index,  # each result carries its row's number back
         }
-        for name, ledger, count in (("a", 10, 3), ("b", 11, 2))
+        for index, (name, ledger, count) in enumerate((("a", 10, 3), ("b", 11, 2)))
         for seq in range(count)
     }
     sent = client.producers["a"].sent
@@ -304,6 +307,7 @@ def test_a_failed_send_stops_its_producers_later_rows_only(client: FakeClient) -
         "published": False,
         "published_message_id": None,
         "error": "send failed: Result.Timeout",
+        "row": 2000,
     }
     assert first["a-3"]["published"] is True  # already sent in the same batch: its own receipt
     for seq in (4, 5):
