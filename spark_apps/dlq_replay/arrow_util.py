@@ -123,6 +123,19 @@ class SortedKeys:
         return pa.array(self.order[at], pa.int64(), mask=~hit)
 
 
+_FNV_OFFSET, _FNV_PRIME = np.uint64(0xCBF29CE484222325), np.uint64(0x100000001B3)
+
+
+def key_hashes(keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """A 64-bit FNV-1a hash of each key, over its bytes padded with NUL to the longest (null: empty)."""
+    values = _byte_keys(keys)
+    hashes = np.full(len(values), _FNV_OFFSET, np.uint64)
+    for column in values.view(np.uint8).reshape(len(values), values.dtype.itemsize).T:
+        hashes ^= column
+        hashes *= _FNV_PRIME
+    return hashes
+
+
 def _byte_keys(keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """``keys`` as a NumPy bytes array (null: empty): the data buffer viewed as fixed-width values (no
     Python object per key; no copy when every key has one length, as replay ids do), else each key padded

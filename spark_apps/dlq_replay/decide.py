@@ -22,7 +22,13 @@ from spark_apps.dlq_replay.group_actions import override_rule
 from spark_apps.dlq_replay.lineage import lineage_maps
 from spark_apps.dlq_replay.normalize import normalize_columns
 from spark_apps.dlq_replay.playbook import MatchInput, Playbook
-from spark_apps.dlq_replay.schemas import CONTEXT_COLUMNS, DECIDED_SCHEMA, SCOPE_COLUMN, arrow_schema
+from spark_apps.dlq_replay.schemas import (
+    CONTEXT_COLUMNS,
+    DECIDED_SCHEMA,
+    IDENTITIES_SCHEMA,
+    SCOPE_COLUMN,
+    arrow_schema,
+)
 from spark_apps.dlq_replay.scope import (
     MARK,
     MARK_REASON,
@@ -34,7 +40,7 @@ from spark_apps.dlq_replay.scope import (
     repeated_ids,
     scope_marks,
 )
-from spark_apps.dlq_replay.task_parquet import Marks, bucket_batches, row_group_units, write_frame
+from spark_apps.dlq_replay.task_parquet import Marks, bucket_batches, read_frame, row_group_units, write_frame
 from spark_apps.dlq_replay.topics import TopicMatcher, republish_target
 
 if TYPE_CHECKING:
@@ -354,7 +360,7 @@ def run_decide(run: Run, snapshot: DataFrame, planned_at: datetime) -> DataFrame
     from spark_apps.dlq_replay.archive_files import staged_output
     from spark_apps.dlq_replay.group_actions import reviewed_ids
     from spark_apps.dlq_replay.ledger import final_ids, read_ledger
-    from spark_apps.dlq_replay.snapshot import snapshot_identities
+    from spark_apps.dlq_replay.snapshot import identities_dir
     from spark_apps.dlq_replay.task_sends import wave_blocks
 
     opts = run.options
@@ -376,7 +382,7 @@ def run_decide(run: Run, snapshot: DataFrame, planned_at: datetime) -> DataFrame
             snapshot_dir=run.paths.snapshot,
             marks_dir=run.paths.decide_marks,
             batch_rows=run.batch_rows,
-            identities=snapshot_identities(run),
+            identities_dir=identities_dir(run),
         )
         return_free_memory()  # the marks' working memory, before the driver waits out decide and apply
         # The archived rows are staged beside the decisions; apply moves them into the archive.
@@ -421,16 +427,20 @@ def decide_tasks(
     final_ids: DataFrame | None = None,
     reviewed_ids: DataFrame | None = None,
     batch_rows: int = 10_000,
-    identities: DataFrame | None = None,
+    identities_dir: str | None = None,
 ) -> tuple[DataFrame, Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]]:
     """The decide pass as its input frame (one row per producer bucket) and the function each task runs:
-    with the scope marks written to ``marks_dir`` (from ``identities`` when the snapshot's read tasks wrote
-    them), task ``b`` reads its share of the snapshot, normalises, scopes and decides each batch
-    (:data:`DECIDED_SCHEMA`), sending through producer bucket ``b``."""
+    with the scope marks written to ``marks_dir`` (from the identities at ``identities_dir`` when the
+    snapshot's read tasks wrote them), task ``b`` reads its share of the snapshot, normalises, scopes and
+    decides each batch (:data:`DECIDED_SCHEMA`), sending through producer bucket ``b``."""
     filters = filters or Filters()
     precedence = playbook.origin_precedence
     n = max(1, producers_per_target)
-    repeated = repeated_ids(identities) if identities is not None and filters.max_messages is None else None
+    identities: DataFrame | None = None
+    repeated: set[str] | None = None
+    if identities_dir is not None and filters.max_messages is None:
+        identities = read_frame(snapshot.sparkSession, identities_dir, IDENTITIES_SCHEMA)
+        repeated = repeated_ids(snapshot.sparkSession, identities_dir, n)
     marked, count = scope_marks(snapshot, filters, final_ids, precedence, reviewed_ids, identities, repeated)
     if count:
         write_frame(marked, marks_dir, MARKS_SCHEMA)

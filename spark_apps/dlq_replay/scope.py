@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark import StorageLevel
@@ -13,16 +14,18 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, StringType, StructField, StructType
 
 from spark_apps.dlq_replay import outcomes as oc
-from spark_apps.dlq_replay.arrow_util import local_frame
+from spark_apps.dlq_replay.arrow_util import key_hashes, local_frame
 from spark_apps.dlq_replay.normalize import normalize_columns
 from spark_apps.dlq_replay.normalize import replay_ids as origin_replay_ids
 from spark_apps.dlq_replay.schemas import IDENTITIES_SCHEMA, REPLAY_ID_MARK, SCOPE_COLUMN
+from spark_apps.dlq_replay.storage import open_parquet
+from spark_apps.dlq_replay.task_parquet import part_files
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
     from datetime import datetime
 
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
 
 #: Scope of a row in the decide step: ``in``, or the outcome it is out of scope with.
 SCOPE_IN = "in"
@@ -193,25 +196,63 @@ def scope_marks(
 #: At most this many replay ids carried by more than one snapshot row reach the driver and are ranked by
 #: themselves; more, and the scope marks rank every row.
 REPEATED_LIMIT = 10_000
+_REPEATED_DDL = f"{_RID} string, more boolean"
 
 
-def repeated_ids(identities: DataFrame, limit: int = REPEATED_LIMIT) -> set[str] | None:
-    """The replay ids more than one row of ``identities`` carries, ``None`` when more than ``limit``.
-
-    The rows are counted by a 64-bit hash of the id (a small aggregation, not one of every id), then
-    exactly for the hashes seen twice."""
-    ids = identities.filter(F.col(_RID).isNotNull()).select(_RID, F.xxhash64(_RID).alias("_hash"))
-    twice = [row[0] for row in _held_twice(ids, "_hash").limit(limit + 1).collect()]
-    if len(twice) > limit:
+def repeated_ids(
+    spark: SparkSession, identities_dir: str, tasks: int, limit: int = REPEATED_LIMIT
+) -> set[str] | None:
+    """The replay ids more than one identity row (written at ``identities_dir``) carries, ``None`` when more
+    than ``limit``: Python task ``k`` of ``tasks`` counts the ids whose 64-bit hash is ``k`` modulo
+    ``tasks`` (8 bytes each), then exactly those of the hashes seen twice; no shuffle, nothing per row in
+    the JVM or the driver."""
+    task = _RepeatedIds(identities_dir, max(1, tasks), limit)
+    rows = spark.range(task.tasks, numPartitions=task.tasks).mapInArrow(task, _REPEATED_DDL).collect()
+    if any(row["more"] for row in rows):
         return None
-    if not twice:
-        return set()
-    return {row[0] for row in _held_twice(ids.filter(F.col("_hash").isin(twice)), _RID).collect()}
+    found = {row[_RID] for row in rows}
+    return None if len(found) > limit else found
 
 
-def _held_twice(rows: DataFrame, column: str) -> DataFrame:
-    """The values of ``column`` that more than one of ``rows`` holds."""
-    return rows.groupBy(column).count().filter(F.col("count") > 1).select(column)
+@dataclass(frozen=True)
+class _RepeatedIds:
+    """One task of :func:`repeated_ids` per id in its input (its share of the hashes)."""
+
+    folder: str
+    tasks: int
+    limit: int
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for share in batch.column(0).to_pylist():
+                yield self.repeated(share)
+
+    def _ids(self, share: int) -> Iterator[tuple[pa.Array, np.ndarray]]:
+        """The non-null ids of every identities file whose hash is this share's, batch by batch, hashed."""
+        for path in part_files(self.folder):
+            source = open_parquet(path)
+            for batch in source.iter_batches(batch_size=65_536, columns=[_RID], use_threads=False):
+                ids = batch.column(0).drop_null()
+                hashes = key_hashes(ids)
+                mine = hashes % np.uint64(self.tasks) == share
+                yield ids.filter(mine), hashes[mine]
+
+    def repeated(self, share: int) -> pa.RecordBatch:
+        """This share's ids held twice (one ``more`` row instead when their hashes exceed the limit)."""
+        hashes, counts = np.unique(
+            np.concatenate([np.array([], np.uint64), *(h for _, h in self._ids(share))]), return_counts=True
+        )
+        twice = hashes[counts > 1]
+        if len(twice) > self.limit:
+            return pa.RecordBatch.from_pydict({_RID: [None], "more": [True]})
+        held: list[str] = []
+        if len(twice):
+            copies = pa.chunked_array(
+                [ids.filter(np.isin(h, twice)) for ids, h in self._ids(share)], pa.string()
+            )
+            counted = pc.value_counts(copies)
+            held = counted.field("values").filter(pc.greater(counted.field("counts"), 1)).to_pylist()
+        return pa.RecordBatch.from_pydict({_RID: pa.array(held, pa.string()), "more": [False] * len(held)})
 
 
 def _ranked(ids: DataFrame, repeated: set[str] | None) -> DataFrame:

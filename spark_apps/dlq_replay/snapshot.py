@@ -80,8 +80,6 @@ def _entries_tally(batch: pa.RecordBatch) -> tuple[int, int]:
     return batch.num_rows, batch.column(ENTRY_FIRST).true_count
 
 
-def snapshot_identities(run: Run) -> DataFrame | None:
-    """The identities the snapshot's read tasks wrote beside it, or ``None`` (not written)."""
-    if not run.state.info("snapshot").get("identities_written"):
-        return None
-    return read_frame(run.spark, run.paths.identities, IDENTITIES_SCHEMA)
+def identities_dir(run: Run) -> str | None:
+    """Where the snapshot's read tasks wrote its rows' identities, or ``None`` (not written)."""
+    return run.paths.identities if run.state.info("snapshot").get("identities_written") else None

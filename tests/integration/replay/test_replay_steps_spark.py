@@ -366,13 +366,14 @@ def test_identities_written_beside_the_snapshot_give_the_same_decisions(spark, t
         r["replay_id"] for r in decide(snap, PLAYBOOK, settings(), 2).collect()
     )
     computed_df = decide(snap, PLAYBOOK, settings(), 2)
-    read_df = decide(snap, PLAYBOOK, settings(), 2, identities=identities)
+    read_df = decide(snap, PLAYBOOK, settings(), 2, identities_dir=side)
     # Ranking only the copies' rows (read) decides as ranking every row (computed, no identities).
     assertDataFrameEqual(read_df, computed_df)
     computed, read = by_key(computed_df), by_key(read_df)
-    # A Spark aggregation finds the replay ids of copies; only their rows are ranked.
-    assert repeated_ids(identities) == {computed[k]["replay_id"] for k in ("a-old", "b-1")}
-    assert repeated_ids(identities, limit=1) is None  # more than the limit: every row is ranked
+    # Python tasks find the replay ids of copies (by hash share); only their rows are ranked.
+    for tasks in (1, 3):
+        assert repeated_ids(spark, side, tasks) == {computed[k]["replay_id"] for k in ("a-old", "b-1")}
+    assert repeated_ids(spark, side, 2, limit=1) is None  # more than the limit: every row is ranked
     # Ranking only the copies' rows (read) decides as ranking every row (computed, no identities).
     assert {k: (r["outcome"], r["outcome_reason"]) for k, r in read.items()} == {
         k: (r["outcome"], r["outcome_reason"]) for k, r in computed.items()
@@ -395,7 +396,7 @@ def test_a_snapshot_without_copies_needs_no_marks(spark, tmp_path):
         ("n",),
     )
     identities = spark.read.schema(IDENTITIES_SCHEMA).parquet(side)
-    assert repeated_ids(identities) == set()
+    assert repeated_ids(spark, side, 2) == set()
     jobs = spark.sparkContext.statusTracker()
     before = len(jobs.getJobIdsForGroup(None))
     marked, count = scope_marks(snap, Filters(), None, identities=identities, repeated=set())
@@ -403,7 +404,7 @@ def test_a_snapshot_without_copies_needs_no_marks(spark, tmp_path):
     assert count == 0
     assert marked.collect() == []
     expected = by_key(decide(snap, PLAYBOOK, settings(), 2))
-    fast = by_key(decide(snap, PLAYBOOK, settings(), 2, identities=identities))
+    fast = by_key(decide(snap, PLAYBOOK, settings(), 2, identities_dir=side))
     assert {k: r["outcome"] for k, r in fast.items()} == {k: r["outcome"] for k, r in expected.items()} == {
         "a-old": oc.TO_REPUBLISH, "b-2": oc.TO_REPUBLISH, "c": oc.TO_REPUBLISH,
     }  # fmt: skip
@@ -419,7 +420,7 @@ def test_a_snapshot_without_copies_needs_no_marks(spark, tmp_path):
         ledger_rows(with_publish_results(first, sent), "run-1", oc.REPLAY, T0), tmp_path, ledger_root
     )
     earlier = final_ids(read_ledger(spark, RunStorage(), ledger_root), exclude_run_id="run-2")
-    second = by_key(decide(snap, PLAYBOOK, settings(), 2, final_ids=earlier, identities=identities))
+    second = by_key(decide(snap, PLAYBOOK, settings(), 2, final_ids=earlier, identities_dir=side))
     assert {k: r["outcome"] for k, r in second.items()} == {
         "a-old": oc.ALREADY_FINAL, "b-2": oc.TO_REPUBLISH, "c": oc.TO_REPUBLISH,
     }  # fmt: skip
