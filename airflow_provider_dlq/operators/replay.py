@@ -535,14 +535,13 @@ class DlqReplayOperator(BaseOperator):
         context: Context | None = None,
     ) -> str | None:
         """spark-submit the app (or reattach to an earlier try's cluster driver); its summary line, if any."""
-        archive: ArchivePlan | None = None
+        target = spark_target(self.spark_conn_id, self.spark_submit_kwargs.get("deploy_mode"))
+        master = target.master
+        env = self.spark_env(pulsar, master)
+        self._check_env_stays_off_argv(target, env)
+        archive = self.class_data_plan(target.deploy_mode, env)
         submitted = False
         try:
-            target = spark_target(self.spark_conn_id, self.spark_submit_kwargs.get("deploy_mode"))
-            master = target.master
-            env = self.spark_env(pulsar, master)
-            self._check_env_stays_off_argv(target, env)
-            archive = self.class_data_plan(target.deploy_mode, env)
             compiled = self.compiled_pyspark_copy(master, env)
             if compiled is not None:
                 env = compiled.env(env)
