@@ -68,9 +68,6 @@ class WatchState:
     rearmed_at: float | None = None
     rearmed_by: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
     @classmethod
     def from_json(cls, value: Any) -> WatchState:
         """The stored state; a missing or unreadable one is a fresh, armed watch."""
@@ -238,7 +235,7 @@ class DlqBacklogEventTrigger(BaseEventTrigger):
         if current != read:
             self.log.info("The watch state changed meanwhile (re-armed at %s); re-read", current.rearmed_at)
             return False
-        await store.aset(STATE_KEY, state.to_json())
+        await store.aset(STATE_KEY, asdict(state))
         return True
 
     def shared_stream_key(self) -> Hashable:
