@@ -198,8 +198,7 @@ class ClassDataArchive:
 
 
 def tidy_cache(directory: Path, prefix: str, key: str) -> None:
-    """Remove the ``prefix*`` entries of ``directory`` that are stale temporaries or of another ``key``
-    and unused for :data:`UNUSED_ARCHIVE_S`."""
+    """Remove stale temporaries and long unused entries of other keys among ``directory``'s ``prefix*``."""
     now = time.time()
     for entry in directory.glob(f"{prefix}*"):
         with contextlib.suppress(OSError):

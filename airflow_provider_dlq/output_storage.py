@@ -116,8 +116,7 @@ def arrow_filesystem(scheme: str, location: str, conn_id: str | None) -> tuple[F
     if scheme in S3_SCHEMES:
         parts = urlsplit(location)
         return fs.S3FileSystem(**s3_options(conn_id)), f"{parts.netloc}{parts.path}"
-    filesystem, path = fs.FileSystem.from_uri(location)
-    return filesystem, path
+    return fs.FileSystem.from_uri(location)
 
 
 def _read_arrow(scheme: str, location: str, conn_id: str | None, max_bytes: int | None) -> bytes:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
+from airflow.sdk.log import mask_secret
 
 from airflow_provider_dlq.hooks.backlog import (
     AdminHttp,
@@ -77,11 +78,8 @@ class PulsarHook(BaseHook):
             password=conn.password,
             extra=conn.extra_dejson,
         )
-        if config.secrets:
-            from airflow.sdk.log import mask_secret
-
-            for secret in config.secrets:
-                mask_secret(secret)
+        for secret in config.secrets:
+            mask_secret(secret)
         if config.ignored_extras:
             self.log.warning(
                 "Connection %r: ignoring unknown extras %s", self.pulsar_conn_id, list(config.ignored_extras)

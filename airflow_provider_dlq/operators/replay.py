@@ -454,6 +454,7 @@ class DlqReplayOperator(BaseOperator):
             conf = archive.conf(conf)
         if compiled is not None:
             conf = compiled.conf(conf)
+            env = compiled.env(env)
         if expected is not None:
             conf.setdefault(CONF_EXPECTED_MESSAGES, str(expected))
         if self.report_payload_snippets:
@@ -543,8 +544,6 @@ class DlqReplayOperator(BaseOperator):
         submitted = False
         try:
             compiled = self.compiled_pyspark_copy(master, env)
-            if compiled is not None:
-                env = compiled.env(env)
             expected, exact = self.expected_messages(args)
             quick = quick_jit_chosen(self.quick_jit, master, expected, exact)
             if quick:

@@ -165,8 +165,7 @@ def client_env(
     bundle_zip: str,
     conf: Mapping[str, str],
 ) -> dict[str, str]:
-    """The client's environment: ``base`` with ``extra``, the server's URL, the bundle first on
-    ``PYTHONPATH`` and ``conf`` as the session's initial settings."""
+    """``base`` and ``extra`` with the server URL, the bundle first on ``PYTHONPATH``, ``conf`` to apply."""
     env = {**base, **extra}
     for name in [*CLEARED_ENV, *(n for n in env if n.startswith("PYSPARK_REMOTE_INIT_CONF_"))]:
         env.pop(name, None)
@@ -227,10 +226,8 @@ class ConnectClient:
             "run, which a retry resumes; a negative code, the signal that ended it."
         )
 
-    def stop(self) -> int:
+    def stop(self) -> None:
         """Stop the client and anything it started, by PID."""
         self.stopped = True
-        process = self.process
-        if process is None or process.poll() is not None:
-            return 0
-        return stop_process_tree(process.pid, self.log, "the Spark Connect client")
+        if self.process is not None and self.process.poll() is None:
+            stop_process_tree(self.process.pid, self.log, "the Spark Connect client")

@@ -59,8 +59,7 @@ def report_location(summary: Any) -> str:
 def check_shape(location: str) -> None:
     """Refuse anything but ``.../runs/<run id>/report.html`` (no ``..``)."""
     _, path = split_location(location)
-    normalised = posixpath.normpath(urlsplit(path).path if "://" in path else path)
-    parts = normalised.split("/")
+    parts = posixpath.normpath(urlsplit(path).path if "://" in path else path).split("/")
     if parts[-1:] != [REPORT_NAME] or len(parts) < 3 or parts[-3] != "runs" or ".." in path.split("/"):
         raise ReportUnavailable(
             f"refusing to serve {location!r}: only <output dir>/runs/<run id>/{REPORT_NAME} files are served",
