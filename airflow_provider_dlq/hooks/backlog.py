@@ -131,8 +131,7 @@ def parse_prometheus_backlog(text: str, subscription: str) -> dict[str, int]:
             continue
         topic = labels["topic"]
         if "://" not in topic:
-            namespace = labels.get("namespace", "public/default")
-            topic = f"persistent://{namespace}/{topic}"
+            topic = f"persistent://{labels.get('namespace', 'public/default')}/{topic}"
         if not topic.startswith("persistent://"):
             continue
         try:

@@ -259,7 +259,6 @@ def parse_pulsar_connection(
         )
     login = (login or "").strip() or None
     oauth2 = _oauth2(conn_id, extra, login, password or None)
-    test_topic = _text(conn_id, extra, "test_topic")
     return PulsarConnectionConfig(
         conn_id=conn_id,
         service_url=service_url,
@@ -271,7 +270,7 @@ def parse_pulsar_connection(
         tls_cert_file_path=cert,
         tls_key_file_path=key,
         oauth2=oauth2,
-        test_topic=test_topic,
+        test_topic=_text(conn_id, extra, "test_topic"),
         ignored_extras=tuple(sorted(set(extra) - KNOWN_EXTRAS)),
         ignored_login=bool(login) and oauth2 is None,
     )

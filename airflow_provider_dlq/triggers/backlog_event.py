@@ -84,14 +84,13 @@ class WatchState:
 
 @dataclass(frozen=True)
 class Decision:
-    """One poll's verdict: the total backlog, the part above the baseline (``new``) and its age."""
+    """One poll's verdict: the total backlog, the part above the state's baseline (``new``) and its age."""
 
     fire: bool
     reason: str | None
     state: WatchState
     total: int
     new: int
-    baseline: int
     oldest_new_age_seconds: float | None
 
 
@@ -123,7 +122,7 @@ def evaluate(
         updated = replace(
             updated, armed=False, new_since=None, fired_at=now, fires=state.fires + 1, fired_backlog=total
         )
-    return Decision(reason is not None, reason, updated, total, new, baseline, age)
+    return Decision(reason is not None, reason, updated, total, new, age)
 
 
 def rearmed(state: WatchState, baseline: int, by: str, now: float) -> WatchState:
@@ -145,7 +144,7 @@ def event_payload(
         "subscription": subscription,
         "backlog": decision.total,
         "new_backlog": decision.new,
-        "baseline": decision.baseline,
+        "baseline": decision.state.baseline,
         "oldest_new_age_seconds": None if age is None else round(age, 3),
         "topics": {
             topic: {"backlog": b.backlog, "oldest_age_seconds": b.oldest_age_seconds, "source": b.source}
@@ -283,7 +282,7 @@ class DlqBacklogEventTrigger(BaseEventTrigger):
                         "DLQ backlog %d (new %d, baseline %d) fires the watch (%s)",
                         decision.total,
                         decision.new,
-                        decision.baseline,
+                        decision.state.baseline,
                         decision.reason,
                     )
                     yield TriggerEvent(event_payload(decision, poll.backlogs, self.subscription, poll.at))
