@@ -178,13 +178,10 @@ class ClassDataArchive:
         try:
             home = spark_home(env)
             key = archive_key(java, None if home is None else home / "jars")
-            self.directory.mkdir(parents=True, exist_ok=True)
-            tidy_cache(self.directory, _PREFIX, key)
-            path = self.directory / f"{_PREFIX}{key}.jsa"
+            path, writing = cache_entry(self.directory, _PREFIX, key, ".jsa")
             if path.is_file():
-                os.utime(path)  # in use: kept by tidy_cache
+                os.utime(path)  # in use: kept by cache_entry
                 return ArchivePlan(java, path)
-            writing = self.directory / f"{_PREFIX}{key}.{uuid.uuid4().hex[:12]}.tmp"
         except OSError as exc:
             log.info(
                 "JVM class-data archive dir %s not usable (%s: %s); starting without one",
@@ -197,8 +194,10 @@ class ClassDataArchive:
         return ArchivePlan(java, path, writing)
 
 
-def tidy_cache(directory: Path, prefix: str, key: str) -> None:
-    """Remove stale temporaries and long unused entries of other keys among ``directory``'s ``prefix*``."""
+def cache_entry(directory: Path, prefix: str, key: str, suffix: str = "") -> tuple[Path, Path]:
+    """``(entry, temporary)`` paths of ``key`` in ``directory`` (created), whose stale temporaries and long
+    unused entries of other keys are removed first; an entry is written as the temporary, then renamed."""
+    directory.mkdir(parents=True, exist_ok=True)
     now = time.time()
     for entry in directory.glob(f"{prefix}*"):
         with contextlib.suppress(OSError):
@@ -211,3 +210,4 @@ def tidy_cache(directory: Path, prefix: str, key: str) -> None:
                     shutil.rmtree(entry)
                 else:
                     entry.unlink()
+    return directory / f"{prefix}{key}{suffix}", directory / f"{prefix}{key}.{uuid.uuid4().hex[:12]}.tmp"

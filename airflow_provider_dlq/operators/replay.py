@@ -601,7 +601,7 @@ class DlqReplayOperator(BaseOperator):
                 driver_id,
                 state,
             )
-            hook.reattach(str(driver_id), state)
+            hook.reattach(str(driver_id))
             return True
         if state == "FINISHED":
             self.log.info("Spark driver %s of an earlier try has finished: reading its report", driver_id)
