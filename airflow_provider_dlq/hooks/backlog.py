@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from airflow_provider_dlq.errors import DlqProviderError
-from pulsar_dlq_consumer import admin, topics
+from pulsar_dlq_consumer import admin
 from pulsar_dlq_consumer.context import base_topic
 from pulsar_dlq_consumer.errors import ConfigurationError
+from pulsar_dlq_consumer.topics import normalize_topic
 
 if TYPE_CHECKING:
     import ssl
@@ -70,14 +71,6 @@ class AdminHttp:
         return status, body.decode("utf-8", "replace")
 
 
-def normalize_topic(topic: str, *, pattern: bool = False) -> str:
-    """The library's :func:`~pulsar_dlq_consumer.topics.normalize_topic`, persistent topics only."""
-    try:
-        return topics.normalize_topic(topic.strip(), persistent_only=True, pattern=pattern)
-    except ConfigurationError as exc:
-        raise BacklogConfigError(str(exc)) from None
-
-
 def is_pattern(topic: str) -> bool:
     return any(ch in _GLOB_CHARS for ch in topic)
 
@@ -89,10 +82,13 @@ def split_topics(topics: str | Sequence[str]) -> list[str]:
 
 
 def prepare_topics(topics: Iterable[str]) -> list[str]:
-    """Normalise names and patterns, keep order, drop duplicates."""
+    """Names and patterns normalised by the library (persistent topics only), in order, without duplicates."""
     seen: dict[str, None] = {}
     for topic in topics:
-        seen[normalize_topic(topic, pattern=is_pattern(topic))] = None
+        try:
+            seen[normalize_topic(topic.strip(), persistent_only=True, pattern=is_pattern(topic))] = None
+        except ConfigurationError as exc:
+            raise BacklogConfigError(str(exc)) from None
     if not seen:
         raise BacklogConfigError("No topics given; pass at least one DLQ topic or topic pattern.")
     return list(seen)

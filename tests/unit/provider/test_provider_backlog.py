@@ -15,7 +15,6 @@ from airflow_provider_dlq.hooks.backlog import (
     TopicBacklog,
     admin_backlog,
     metrics_backlog,
-    normalize_topic,
     parse_prometheus_backlog,
     prepare_topics,
 )
@@ -94,7 +93,7 @@ def fake_get(responses):
     ],
 )
 def test_normalize_topic(given, expected):
-    assert normalize_topic(given) == expected
+    assert prepare_topics([given]) == [expected]
 
 
 @pytest.mark.parametrize(
@@ -107,7 +106,7 @@ def test_normalize_topic(given, expected):
 )
 def test_bad_topic_names_say_how_to_write_them(given, fragment):
     with pytest.raises(BacklogConfigError, match=fragment):
-        normalize_topic(given)
+        prepare_topics([given])
 
 
 def test_patterns_allow_wildcards_only_in_the_topic_part():
