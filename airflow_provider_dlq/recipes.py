@@ -138,11 +138,7 @@ def databricks_run(
 
 
 def emr_serverless_job(
-    files: AppFiles,
-    argv: Sequence[str],
-    *,
-    python_env: str,
-    conf: Mapping[str, str] | None = None,
+    files: AppFiles, argv: Sequence[str], *, python_env: str, conf: Mapping[str, str] | None = None
 ) -> dict[str, Any]:
     """The ``job_driver`` of ``EmrServerlessStartJobOperator``; ``python_env`` is a venv-pack archive."""
     settings = {
