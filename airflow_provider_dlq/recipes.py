@@ -201,5 +201,4 @@ def read_replay_report(output_dir: str, run_id: str, conn_id: str | None = None)
     from airflow_provider_dlq.operators.run_report import read_run_report
 
     location = f"{output_dir.rstrip('/')}/runs/{run_id}/report.json"
-    report = read_run_report(location, run_id, None, conn_id, logging.getLogger(__name__))
-    return compact_summary(report)
+    return compact_summary(read_run_report(location, run_id, None, conn_id, logging.getLogger(__name__)))

@@ -490,8 +490,7 @@ class DlqReplayOperator(BaseOperator):
         actions = parse_group_actions(self.group_actions)
         if actions is not None and all(action == "leave" for action in actions.values()):
             raise AirflowSkipException("The approval left every group pending; nothing to replay.")
-        run_id = self.resolve_run_id(context)
-        pulsar, args, remote = self.usage_checked(run_id)
+        pulsar, args, remote = self.usage_checked(self.resolve_run_id(context))
         if pulsar.tls_allow_insecure_connection:
             self.log.warning(
                 "Connection %r allows insecure TLS; the replay app does not support that setting and will "

@@ -177,8 +177,7 @@ def create_app() -> FastAPI:
     )
     def report(dag_id: str, run_id: str, task_id: str, map_index: int) -> Response:
         try:
-            location = report_location(task_summary(dag_id, run_id, task_id, map_index))
-            content = read_report(location)
+            content = read_report(report_location(task_summary(dag_id, run_id, task_id, map_index)))
         except ReportUnavailable as exc:
             return problem_page(exc.status, str(exc))
         return HTMLResponse(content, headers=SECURITY_HEADERS)

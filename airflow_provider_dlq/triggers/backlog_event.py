@@ -209,11 +209,9 @@ class DlqBacklogEventTrigger(BaseEventTrigger):
 
     def _store(self) -> Any:
         """The watched asset's state store accessor, or ``None`` (outside an asset watcher)."""
-        store = getattr(self, "asset_state_store", None)
-        if store is None:
-            return None
-        try:
-            store._single_accessor()  # one watched asset; shared by several assets there is no one state
+        store: Any = getattr(self, "asset_state_store", None)
+        try:  # AttributeError: no store; ValueError: shared by several assets, so there is no one state
+            store._single_accessor()
         except (AttributeError, ValueError):
             return None
         return store
