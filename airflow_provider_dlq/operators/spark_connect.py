@@ -74,17 +74,11 @@ class SparkRemote:
         return _URL_SECRET.sub(lambda m: f"{m.group(1)}={_REDACTED}", text)
 
 
-def missing_client_packages() -> list[str]:
-    """The ``pyspark[connect]`` packages this Python cannot import."""
-    missing = []
-    for module, package in CLIENT_MODULES:
-        try:
-            found = importlib.util.find_spec(module) is not None
-        except (ImportError, ValueError):
-            found = False
-        if not found:
-            missing.append(package)
-    return missing
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent package (google of google.rpc) is missing
+        return False
 
 
 def _secrets(login: str | None, password: str | None) -> tuple[str, ...]:
@@ -143,7 +137,7 @@ def spark_remote(conn_id: str) -> SparkRemote | None:
 
 
 def check_client_installed(remote: SparkRemote) -> None:
-    missing = missing_client_packages()
+    missing = [package for module, package in CLIENT_MODULES if not _importable(module)]
     if missing:
         raise SparkConnectConfigError(
             f"Spark connection {remote.conn_id!r} is a Spark Connect server, but the worker's Python "
