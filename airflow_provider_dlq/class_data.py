@@ -65,8 +65,7 @@ def java_binary(env: Mapping[str, str] | None = None) -> str | None:
 
 def spark_home(env: Mapping[str, str] | None = None) -> Path | None:
     """``$SPARK_HOME``, else the installed PySpark's folder (as PySpark's own ``spark-submit`` finds it)."""
-    environ = os.environ if env is None else env
-    home = environ.get("SPARK_HOME")
+    home = (os.environ if env is None else env).get("SPARK_HOME")
     if home:
         return Path(home)
     import importlib.util
