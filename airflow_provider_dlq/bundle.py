@@ -88,9 +88,7 @@ def build_bundle(
     dest = Path(dest_dir)
     dest.mkdir(parents=True, exist_ok=True)
     files = _bundle_files(app, lib)
-    offending: list[str] = []
-    for rel, path in files:
-        offending += airflow_imports(path.read_text(encoding="utf-8"), rel)
+    offending = [hit for rel, path in files for hit in airflow_imports(path.read_text(encoding="utf-8"), rel)]
     if offending:
         raise BundleError(
             "the Spark bundle must not import Airflow, but these modules do: "
@@ -112,9 +110,8 @@ def build_bundle(
     main_src = app / MAIN_NAME
     if not main_src.is_file():
         raise BundleError(f"the app's main file {main_src} is missing")
-    main_path = dest / MAIN_NAME
-    shutil.copyfile(main_src, main_path)
-    return BundlePaths(zip_path=zip_path, main_path=main_path)
+    shutil.copyfile(main_src, dest / MAIN_NAME)
+    return BundlePaths(zip_path=zip_path, main_path=dest / MAIN_NAME)
 
 
 def _add(archive: zipfile.ZipFile, name: str, data: bytes) -> None:

@@ -65,8 +65,7 @@ def java_binary(env: Mapping[str, str] | None = None) -> str | None:
 
 def spark_home(env: Mapping[str, str] | None = None) -> Path | None:
     """``$SPARK_HOME``, else the installed PySpark's folder (as PySpark's own ``spark-submit`` finds it)."""
-    environ = os.environ if env is None else env
-    home = environ.get("SPARK_HOME")
+    home = (os.environ if env is None else env).get("SPARK_HOME")
     if home:
         return Path(home)
     import importlib.util
@@ -178,13 +177,10 @@ class ClassDataArchive:
         try:
             home = spark_home(env)
             key = archive_key(java, None if home is None else home / "jars")
-            self.directory.mkdir(parents=True, exist_ok=True)
-            tidy_cache(self.directory, _PREFIX, key)
-            path = self.directory / f"{_PREFIX}{key}.jsa"
+            path, writing = cache_entry(self.directory, _PREFIX, key, ".jsa")
             if path.is_file():
-                os.utime(path)  # in use: kept by tidy_cache
+                os.utime(path)  # in use: kept by cache_entry
                 return ArchivePlan(java, path)
-            writing = self.directory / f"{_PREFIX}{key}.{uuid.uuid4().hex[:12]}.tmp"
         except OSError as exc:
             log.info(
                 "JVM class-data archive dir %s not usable (%s: %s); starting without one",
@@ -197,9 +193,10 @@ class ClassDataArchive:
         return ArchivePlan(java, path, writing)
 
 
-def tidy_cache(directory: Path, prefix: str, key: str) -> None:
-    """Remove the ``prefix*`` entries of ``directory`` that are stale temporaries or of another ``key``
-    and unused for :data:`UNUSED_ARCHIVE_S`."""
+def cache_entry(directory: Path, prefix: str, key: str, suffix: str = "") -> tuple[Path, Path]:
+    """``(entry, temporary)`` paths of ``key`` in ``directory`` (created), whose stale temporaries and long
+    unused entries of other keys are removed first; an entry is written as the temporary, then renamed."""
+    directory.mkdir(parents=True, exist_ok=True)
     now = time.time()
     for entry in directory.glob(f"{prefix}*"):
         with contextlib.suppress(OSError):
@@ -212,3 +209,4 @@ def tidy_cache(directory: Path, prefix: str, key: str) -> None:
                     shutil.rmtree(entry)
                 else:
                     entry.unlink()
+    return directory / f"{prefix}{key}{suffix}", directory / f"{prefix}{key}.{uuid.uuid4().hex[:12]}.tmp"

@@ -12,13 +12,12 @@ import os
 import shutil
 import subprocess
 import time
-import uuid
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from airflow_provider_dlq.class_data import cache_root, files_key, spark_home, tidy_cache
+from airflow_provider_dlq.class_data import cache_entry, cache_root, files_key, spark_home
 from airflow_provider_dlq.driver_footprint import local_cores
 
 if TYPE_CHECKING:
@@ -100,12 +99,10 @@ class CompiledPySpark:
             return None
         try:
             key = files_key(Path(python), *zips)
-            self.directory.mkdir(parents=True, exist_ok=True)
-            tidy_cache(self.directory, _PREFIX, key)
-            folder = self.directory / f"{_PREFIX}{key}"
+            folder, making = cache_entry(self.directory, _PREFIX, key)
             if not (folder / MARKER).is_file():
-                self._make(folder, python, zips)
-            os.utime(folder)  # in use: kept by tidy_cache
+                self._make(folder, making, python, zips)
+            os.utime(folder)  # in use: kept by cache_entry
         except (OSError, subprocess.SubprocessError, zipfile.BadZipFile) as exc:
             log.info(
                 "Compiled PySpark not made in %s (%s: %s); the run imports PySpark from spark-submit's zips",
@@ -116,12 +113,11 @@ class CompiledPySpark:
             return None
         return CompiledCopy(folder)
 
-    def _make(self, folder: Path, python: str, zips: list[Path]) -> None:
-        """Extract and compile ``zips`` into a temporary folder, then move it into place (marker last)."""
+    def _make(self, folder: Path, making: Path, python: str, zips: list[Path]) -> None:
+        """Extract and compile ``zips`` into ``making``, then rename it ``folder`` (marker last)."""
         from airflow_provider_dlq.resources import spark_app_dir
 
         started = time.monotonic()
-        making = self.directory / f"{folder.name}.{uuid.uuid4().hex[:12]}.tmp"
         try:
             for path in zips:
                 with zipfile.ZipFile(path) as archive:

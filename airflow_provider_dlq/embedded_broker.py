@@ -78,8 +78,7 @@ def start_embedded_broker(
     lines += ["", "[metrics]", "enabled = true", f'addr = "127.0.0.1:{metrics_port}"', ""]
     (directory / "pulsar-lite.toml").write_text("\n".join(lines))
 
-    db_path = str(directory / "data.db")
-    handle = pm.start_broker(db_path)
+    handle = pm.start_broker(str(directory / "data.db"))
     process = pm.process_manager._processes[handle.db_path][0]
     broker = EmbeddedBroker(
         service_url=f"pulsar://127.0.0.1:{handle.port}",

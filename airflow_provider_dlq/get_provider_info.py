@@ -13,5 +13,4 @@ PROVIDER_YAML = Path(__file__).resolve().parent / "provider.yaml"
 
 def get_provider_info() -> dict[str, Any]:
     """The provider description of ``provider.yaml``: package, versions, connection type, links, modules."""
-    info: dict[str, Any] = yaml.safe_load(PROVIDER_YAML.read_text(encoding="utf-8"))
-    return info
+    return dict(yaml.safe_load(PROVIDER_YAML.read_text(encoding="utf-8")))

@@ -80,8 +80,7 @@ def _read_airflow(scheme: str, location: str, conn_id: str | None, max_bytes: in
     path = ObjectStoragePath(location, conn_id=conn_id)
     _check_size(location, path.stat().st_size, max_bytes)
     with path.open("rb") as handle:
-        data: bytes = handle.read()
-    return data
+        return bytes(handle.read())
 
 
 def s3_options(conn_id: str | None, environ: dict[str, str] | None = None) -> dict[str, Any]:
@@ -116,8 +115,7 @@ def arrow_filesystem(scheme: str, location: str, conn_id: str | None) -> tuple[F
     if scheme in S3_SCHEMES:
         parts = urlsplit(location)
         return fs.S3FileSystem(**s3_options(conn_id)), f"{parts.netloc}{parts.path}"
-    filesystem, path = fs.FileSystem.from_uri(location)
-    return filesystem, path
+    return fs.FileSystem.from_uri(location)
 
 
 def _read_arrow(scheme: str, location: str, conn_id: str | None, max_bytes: int | None) -> bytes:
@@ -127,5 +125,4 @@ def _read_arrow(scheme: str, location: str, conn_id: str | None, max_bytes: int 
         raise FileNotFoundError(location)
     _check_size(location, info.size, max_bytes)
     with filesystem.open_input_stream(path) as handle:
-        data: bytes = handle.read()
-    return data
+        return bytes(handle.read())

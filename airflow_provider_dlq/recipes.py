@@ -138,11 +138,7 @@ def databricks_run(
 
 
 def emr_serverless_job(
-    files: AppFiles,
-    argv: Sequence[str],
-    *,
-    python_env: str,
-    conf: Mapping[str, str] | None = None,
+    files: AppFiles, argv: Sequence[str], *, python_env: str, conf: Mapping[str, str] | None = None
 ) -> dict[str, Any]:
     """The ``job_driver`` of ``EmrServerlessStartJobOperator``; ``python_env`` is a venv-pack archive."""
     settings = {
@@ -162,6 +158,11 @@ def emr_serverless_job(
     }
 
 
+def _dataproc_files(files: AppFiles, argv: Sequence[str]) -> dict[str, Any]:
+    """The app's files and arguments as Dataproc's PySpark jobs and batches name them."""
+    return {"main_python_file_uri": files.main, "python_file_uris": [files.bundle], "args": list(argv)}
+
+
 def dataproc_pyspark_job(
     files: AppFiles,
     argv: Sequence[str],
@@ -174,12 +175,7 @@ def dataproc_pyspark_job(
     return {
         "reference": {"project_id": project_id},
         "placement": {"cluster_name": cluster_name},
-        "pyspark_job": {
-            "main_python_file_uri": files.main,
-            "python_file_uris": [files.bundle],
-            "args": list(argv),
-            "properties": _conf(conf),
-        },
+        "pyspark_job": {**_dataproc_files(files, argv), "properties": _conf(conf)},
     }
 
 
@@ -195,14 +191,7 @@ def dataproc_batch(
     runtime: dict[str, Any] = {"version": runtime_version, "properties": _conf(conf)}
     if container_image:
         runtime["container_image"] = container_image
-    return {
-        "pyspark_batch": {
-            "main_python_file_uri": files.main,
-            "python_file_uris": [files.bundle],
-            "args": list(argv),
-        },
-        "runtime_config": runtime,
-    }
+    return {"pyspark_batch": _dataproc_files(files, argv), "runtime_config": runtime}
 
 
 def read_replay_report(output_dir: str, run_id: str, conn_id: str | None = None) -> dict[str, Any]:
@@ -212,5 +201,4 @@ def read_replay_report(output_dir: str, run_id: str, conn_id: str | None = None)
     from airflow_provider_dlq.operators.run_report import read_run_report
 
     location = f"{output_dir.rstrip('/')}/runs/{run_id}/report.json"
-    report = read_run_report(location, run_id, None, conn_id, logging.getLogger(__name__))
-    return compact_summary(report)
+    return compact_summary(read_run_report(location, run_id, None, conn_id, logging.getLogger(__name__)))

@@ -6,15 +6,16 @@ from __future__ import annotations
 import fnmatch
 import json
 import re
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from http.client import HTTPException
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from airflow_provider_dlq.errors import DlqProviderError
-from pulsar_dlq_consumer import admin, topics
+from pulsar_dlq_consumer import admin
 from pulsar_dlq_consumer.context import base_topic
 from pulsar_dlq_consumer.errors import ConfigurationError
+from pulsar_dlq_consumer.topics import normalize_topic
 
 if TYPE_CHECKING:
     import ssl
@@ -51,9 +52,6 @@ class TopicBacklog:
     entries: int | None = None
     exact: bool = False
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
 class AdminHttp:
@@ -73,21 +71,8 @@ class AdminHttp:
         return status, body.decode("utf-8", "replace")
 
 
-def normalize_topic(topic: str, *, pattern: bool = False) -> str:
-    """The library's :func:`~pulsar_dlq_consumer.topics.normalize_topic`, persistent topics only."""
-    try:
-        return topics.normalize_topic(topic.strip(), persistent_only=True, pattern=pattern)
-    except ConfigurationError as exc:
-        raise BacklogConfigError(str(exc)) from None
-
-
 def is_pattern(topic: str) -> bool:
     return any(ch in _GLOB_CHARS for ch in topic)
-
-
-def admin_path(admin_url: str, topic: str, parts: int = 3) -> str:
-    """``<admin_url>/admin/v2/<domain>/<tenant>/<namespace>[/<topic>]`` of a full topic name or glob."""
-    return admin_url + admin.admin_path(topic, parts)
 
 
 def split_topics(topics: str | Sequence[str]) -> list[str]:
@@ -97,10 +82,13 @@ def split_topics(topics: str | Sequence[str]) -> list[str]:
 
 
 def prepare_topics(topics: Iterable[str]) -> list[str]:
-    """Normalise names and patterns, keep order, drop duplicates."""
+    """Names and patterns normalised by the library (persistent topics only), in order, without duplicates."""
     seen: dict[str, None] = {}
     for topic in topics:
-        seen[normalize_topic(topic, pattern=is_pattern(topic))] = None
+        try:
+            seen[normalize_topic(topic.strip(), persistent_only=True, pattern=is_pattern(topic))] = None
+        except ConfigurationError as exc:
+            raise BacklogConfigError(str(exc)) from None
     if not seen:
         raise BacklogConfigError("No topics given; pass at least one DLQ topic or topic pattern.")
     return list(seen)
@@ -139,8 +127,7 @@ def parse_prometheus_backlog(text: str, subscription: str) -> dict[str, int]:
             continue
         topic = labels["topic"]
         if "://" not in topic:
-            namespace = labels.get("namespace", "public/default")
-            topic = f"persistent://{namespace}/{topic}"
+            topic = f"persistent://{labels.get('namespace', 'public/default')}/{topic}"
         if not topic.startswith("persistent://"):
             continue
         try:
@@ -234,15 +221,15 @@ def _partition_entries(stats: Any, topic: str, partitions: int, subscription: st
 
 
 def count_messages(
-    http: AdminHttp, admin_url: str, topic: str, subscription: str, entries: int, max_entries: int
+    http: AdminHttp, admin_url: str, topic: str, subscription: str, entries: int
 ) -> tuple[int, bool]:
     """``(messages, exact)`` for ``entries`` pending entries of one (partition) topic, counted by
-    ``analyzeBacklog`` up to ``max_entries``; any refusal gives ``(entries, False)``, a lower bound."""
+    ``analyzeBacklog`` up to :data:`COUNT_MAX_ENTRIES`; a refusal gives ``(entries, False)``, a minimum."""
     if entries <= 0:
         return 0, True
-    if entries > max_entries:
+    if entries > COUNT_MAX_ENTRIES:
         return entries, False
-    url = f"{admin_path(admin_url, topic)}/subscription/{quote(subscription, safe='')}/analyzeBacklog"
+    url = f"{admin_url}{admin.admin_path(topic)}/subscription/{quote(subscription, safe='')}/analyzeBacklog"
     try:
         status, text = http.send(url, "POST")
         doc = json.loads(text) if status == 200 else None
@@ -260,42 +247,29 @@ def count_messages(
 
 
 def admin_backlog(
-    http: AdminHttp,
-    admin_url: str,
-    topics: Sequence[str],
-    subscription: str,
-    now_ms: float,
-    *,
-    count_max_entries: int = COUNT_MAX_ENTRIES,
+    http: AdminHttp, admin_url: str, topics: Sequence[str], subscription: str, now_ms: float
 ) -> dict[str, TopicBacklog]:
     """Expand patterns by listing namespaces, read each topic's stats, count batched messages."""
     listed: set[str] = set()
-    for url in sorted({admin_path(admin_url, t, parts=2) for t in topics if is_pattern(t)}):
+    for url in sorted({admin_url + admin.admin_path(t, parts=2) for t in topics if is_pattern(t)}):
         names = _get_json(http, url)
         if names is not None and not isinstance(names, list):
             raise BacklogReadError(f"GET {url} did not return a list of topics.")
         listed.update(base_topic(str(n)) for n in names or () if str(n).startswith("persistent://"))
     backlogs: dict[str, TopicBacklog] = {}
     for topic in _expand(topics, listed):
-        base = admin_path(admin_url, topic)
+        base = admin_url + admin.admin_path(topic)
         meta = _get_json(http, f"{base}/partitions")
         partitions = int(meta.get("partitions", 0)) if isinstance(meta, dict) else 0
         suffix = "partitioned-stats?perPartition=true&" if partitions > 0 else "stats?"
         stats = _get_json(http, f"{base}/{suffix}getEarliestTimeInBacklog=true")
         item = parse_admin_stats(stats, topic, subscription, now_ms)
         if item.found and not item.exact:
-            parts = (
-                _partition_entries(stats, topic, partitions, subscription)
-                if partitions > 0
-                else {topic: item.backlog}
-            )
-            messages, exact = 0, True
-            for part, entries in parts.items():
-                counted, part_exact = count_messages(
-                    http, admin_url, part, subscription, entries, count_max_entries
-                )
-                messages += counted
-                exact = exact and part_exact
+            parts = {topic: item.backlog}
+            if partitions > 0:
+                parts = _partition_entries(stats, topic, partitions, subscription)
+            counted = [count_messages(http, admin_url, p, subscription, n) for p, n in parts.items()]
+            messages, exact = sum(n for n, _ in counted), all(ok for _, ok in counted)
             # Partition stats that do not add up to the total (a race, or an odd broker): keep the total.
             if sum(parts.values()) != item.backlog:
                 messages, exact = max(messages, item.backlog), False
@@ -309,6 +283,6 @@ def consumer_properties(
 ) -> list[dict[str, str]]:
     """The properties of each consumer of ``subscription`` on a non-partitioned ``topic`` (``[]``
     when the topic or the subscription does not exist)."""
-    sub = _subscription(_get_json(http, f"{admin_path(admin_url, topic)}/stats"), subscription)
+    sub = _subscription(_get_json(http, f"{admin_url}{admin.admin_path(topic)}/stats"), subscription)
     consumers = (sub or {}).get("consumers") or []
     return [{str(k): str(v) for k, v in (c.get("metadata") or {}).items()} for c in consumers]

@@ -182,15 +182,11 @@ def _text(conn_id: str, extra: Mapping[str, Any], name: str, kind: str = "a stri
     return value.strip()
 
 
-def _path(conn_id: str, extra: Mapping[str, Any], name: str) -> str | None:
-    return _text(conn_id, extra, name, "a file path")
-
-
 def _oauth2(
     conn_id: str, extra: Mapping[str, Any], login: str | None, password: str | None
 ) -> OAuth2Settings | None:
     issuer = _http_url(conn_id, extra, "oauth2_issuer_url", "https://auth.example.com/")
-    credentials_file = _path(conn_id, extra, "oauth2_credentials_file")
+    credentials_file = _text(conn_id, extra, "oauth2_credentials_file", "a file path")
     others = [k for k in ("oauth2_audience", "oauth2_scope", "oauth2_credentials_file") if extra.get(k)]
     if issuer is None:
         if others:
@@ -249,8 +245,8 @@ def parse_pulsar_connection(
             f"Connection {conn_id!r}: extra use_tls is true but Service URL is {host!r}; "
             "use a pulsar+ssl:// URL or give only the host name."
         )
-    cert = _path(conn_id, extra, "tls_cert_file_path")
-    key = _path(conn_id, extra, "tls_key_file_path")
+    cert = _text(conn_id, extra, "tls_cert_file_path", "a file path")
+    key = _text(conn_id, extra, "tls_key_file_path", "a file path")
     if bool(cert) != bool(key):
         raise PulsarConnectionError(
             f"Connection {conn_id!r}: a TLS client certificate needs both extras 'tls_cert_file_path' and "
@@ -263,19 +259,18 @@ def parse_pulsar_connection(
         )
     login = (login or "").strip() or None
     oauth2 = _oauth2(conn_id, extra, login, password or None)
-    test_topic = _text(conn_id, extra, "test_topic")
     return PulsarConnectionConfig(
         conn_id=conn_id,
         service_url=service_url,
         admin_url=_http_url(conn_id, extra, "admin_url", "http://localhost:8080"),
         metrics_url=_http_url(conn_id, extra, "metrics_url", "http://localhost:8080/metrics"),
         token=None if oauth2 is not None else (password or None),
-        tls_trust_certs_file_path=_path(conn_id, extra, "tls_trust_certs_file_path"),
+        tls_trust_certs_file_path=_text(conn_id, extra, "tls_trust_certs_file_path", "a file path"),
         tls_allow_insecure_connection=_as_bool(conn_id, extra, "tls_allow_insecure_connection"),
         tls_cert_file_path=cert,
         tls_key_file_path=key,
         oauth2=oauth2,
-        test_topic=test_topic,
+        test_topic=_text(conn_id, extra, "test_topic"),
         ignored_extras=tuple(sorted(set(extra) - KNOWN_EXTRAS)),
         ignored_login=bool(login) and oauth2 is None,
     )

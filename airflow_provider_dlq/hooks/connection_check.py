@@ -9,7 +9,8 @@ import socket
 from typing import TYPE_CHECKING
 
 from airflow_provider_dlq.errors import DlqProviderError
-from airflow_provider_dlq.hooks.backlog import AdminHttp, BacklogReadError, admin_path
+from airflow_provider_dlq.hooks.backlog import AdminHttp, BacklogReadError
+from pulsar_dlq_consumer import admin
 from pulsar_dlq_consumer.client import connect_errors
 
 if TYPE_CHECKING:
@@ -103,7 +104,7 @@ def _admin_check_url(config: PulsarConnectionConfig) -> str:
     assert config.admin_url is not None
     topic = config.test_topic or ""
     if "://" in topic and len(topic.partition("://")[2].split("/")) == 3:
-        return admin_path(config.admin_url, topic, parts=2)
+        return config.admin_url + admin.admin_path(topic, parts=2)
     return f"{config.admin_url}/admin/v2/clusters"
 
 

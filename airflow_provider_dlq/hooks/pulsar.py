@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
+from airflow.sdk.log import mask_secret
 
 from airflow_provider_dlq.hooks.backlog import (
     AdminHttp,
@@ -77,11 +78,8 @@ class PulsarHook(BaseHook):
             password=conn.password,
             extra=conn.extra_dejson,
         )
-        if config.secrets:
-            from airflow.sdk.log import mask_secret
-
-            for secret in config.secrets:
-                mask_secret(secret)
+        for secret in config.secrets:
+            mask_secret(secret)
         if config.ignored_extras:
             self.log.warning(
                 "Connection %r: ignoring unknown extras %s", self.pulsar_conn_id, list(config.ignored_extras)
@@ -112,15 +110,13 @@ class PulsarHook(BaseHook):
 
     async def aget_config(self) -> PulsarConnectionConfig:
         """Async variant of :attr:`config` for triggers."""
-        if "config" in self.__dict__:
-            return self.config
-        try:
-            conn = await self.aget_connection(self.pulsar_conn_id)
-        except AirflowNotFoundException as exc:
-            raise self._not_found(exc) from exc
-        config = self._config_from(conn)
-        self.__dict__["config"] = config
-        return config
+        if "config" not in self.__dict__:
+            try:
+                conn = await self.aget_connection(self.pulsar_conn_id)
+            except AirflowNotFoundException as exc:
+                raise self._not_found(exc) from exc
+            self.__dict__["config"] = self._config_from(conn)
+        return self.config
 
     @staticmethod
     def client_auth_kwargs(config: PulsarConnectionConfig) -> dict[str, Any]:
@@ -170,10 +166,10 @@ class PulsarHook(BaseHook):
                 raise BacklogReadError(str(exc)) from exc
         return AdminHttp(context, token, self.http_timeout)
 
-    def _backlog(
-        self, config: PulsarConnectionConfig, topics: Sequence[str], subscription: str
-    ) -> dict[str, TopicBacklog]:
-        """From the admin API when an admin URL is set, else from the metrics; raises if neither is set."""
+    def get_backlog(self, topics: Sequence[str], subscription: str) -> dict[str, TopicBacklog]:
+        """Backlog of ``subscription`` per topic, from the admin API when an admin URL is set, else from the
+        metrics; topic globs (``persistent://t/ns/*-DLQ``) are expanded."""
+        config = self.config
         if not subscription:
             raise BacklogConfigError("subscription must be a non-empty name, e.g. 'dlq-replayer'.")
         prepared = prepare_topics(topics)
@@ -188,13 +184,11 @@ class PulsarHook(BaseHook):
             return admin_backlog(http, config.admin_url, prepared, subscription, time.time() * 1000)
         return metrics_backlog(http, str(config.metrics_url), prepared, subscription)
 
-    def get_backlog(self, topics: Sequence[str], subscription: str) -> dict[str, TopicBacklog]:
-        """Backlog of ``subscription`` per topic; topic globs (``persistent://t/ns/*-DLQ``) are expanded."""
-        return self._backlog(self.config, topics, subscription)
-
     async def aget_backlog(self, topics: Sequence[str], subscription: str) -> dict[str, TopicBacklog]:
-        """Async variant of :meth:`get_backlog` (for triggers): the requests run in a thread."""
-        return await asyncio.to_thread(self._backlog, await self.aget_config(), topics, subscription)
+        """Async variant of :meth:`get_backlog` (for triggers): the connection is read first, the requests
+        run in a thread."""
+        await self.aget_config()
+        return await asyncio.to_thread(self.get_backlog, topics, subscription)
 
     def subscription_consumers(self, topic: str, subscription: str) -> list[dict[str, str]]:
         """The properties of each consumer of ``subscription`` on a non-partitioned ``topic``."""

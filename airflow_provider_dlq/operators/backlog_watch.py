@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Asset, BaseOperator
@@ -59,7 +60,7 @@ class DlqBacklogRearmOperator(BaseOperator):
         before = WatchState.from_json(store.get(STATE_KEY))
         ti = context["ti"]
         state = rearmed(before, baseline, by=f"{ti.dag_id}/{ti.run_id}", now=time.time())
-        store.set(STATE_KEY, state.to_json())
+        store.set(STATE_KEY, asdict(state))
         self.log.info(
             "Re-armed the backlog watch of asset %r (it fired %d times, last at %s); baseline %d "
             "messages left pending by the replay",
@@ -68,4 +69,4 @@ class DlqBacklogRearmOperator(BaseOperator):
             iso(state.fired_at),
             baseline,
         )
-        return state.to_json()
+        return asdict(state)

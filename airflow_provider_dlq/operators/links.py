@@ -42,9 +42,9 @@ class DlqReplayReportLink(BaseOperatorLink):
         template = getattr(operator, "report_url", None)
         if template:
             return str(template).replace("{report_html}", str(report_html))
-        map_index = getattr(ti_key, "map_index", -1)
-        map_index = -1 if map_index is None else int(map_index)
-        return report_endpoint(ti_key.dag_id, ti_key.run_id, ti_key.task_id, map_index, base=api_base_url())
+        return report_endpoint(
+            ti_key.dag_id, ti_key.run_id, ti_key.task_id, ti_key.map_index, base=api_base_url()
+        )
 
 
 class SparkApplicationLink(BaseOperatorLink):

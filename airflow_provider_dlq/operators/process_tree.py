@@ -16,16 +16,15 @@ TERMINATE_WAIT_S = 10.0
 
 def stop_process_tree(
     pid: int, log: Logger | logging.Logger, name: str, wait_s: float = TERMINATE_WAIT_S
-) -> int:
-    """SIGTERM the process ``pid`` and its descendants, wait up to ``wait_s``, SIGKILL what is left.
-    Returns how many processes were signalled (0 when ``pid`` has already exited)."""
+) -> None:
+    """SIGTERM the process ``pid`` and its descendants, wait up to ``wait_s``, SIGKILL what is left."""
     import psutil
 
     try:
         parent = psutil.Process(pid)
         procs = [parent, *parent.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return 0
+    except psutil.NoSuchProcess:  # already exited
+        return
     for proc in procs:
         with contextlib.suppress(psutil.NoSuchProcess):
             proc.terminate()
@@ -34,4 +33,3 @@ def stop_process_tree(
         with contextlib.suppress(psutil.NoSuchProcess):
             proc.kill()
     log.info("Stopped %s (pid %s) and %d child processes", name, pid, len(procs) - 1)
-    return len(procs)

@@ -22,9 +22,7 @@ from pulsar_dlq_consumer.replay_lock import (
     lock_generation,
     pid_alive,
 )
-from pulsar_dlq_consumer.replay_lock import (
-    lease_holder as describe_lease_holder,
-)
+from pulsar_dlq_consumer.replay_lock import lease_holder as describe_lease_holder
 
 if TYPE_CHECKING:
     import logging

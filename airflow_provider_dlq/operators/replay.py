@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
 import tempfile
 from datetime import timedelta
@@ -371,25 +370,23 @@ class DlqReplayOperator(BaseOperator):
 
     def replay_args(self, run_id: str, pulsar: PulsarConnectionConfig) -> ReplayOptions:
         """Validate the rendered fields into the app's arguments (file paths only, never a secret)."""
-        oauth2 = pulsar.oauth2
         values = {name: getattr(self, name) for name in _APP_FIELDS}
-        return build_replay_args(
-            {
-                **values,
-                "run_id": run_id,
-                "service_url": pulsar.service_url,
-                "admin_url": pulsar.admin_url,
-                "tls_trust_certs_file": pulsar.tls_trust_certs_file_path,
-                "tls_cert_file": pulsar.tls_cert_file_path,
-                "tls_key_file": pulsar.tls_key_file_path,
-                "oauth2_issuer_url": oauth2.issuer_url if oauth2 else None,
-                "oauth2_audience": oauth2.audience if oauth2 else None,
-                "oauth2_scope": oauth2.scope if oauth2 else None,
-                "oauth2_credentials_file": (
-                    (self.oauth2_credentials_file or oauth2.credentials_file) if oauth2 else None
-                ),
-            }
+        values.update(
+            run_id=run_id,
+            service_url=pulsar.service_url,
+            admin_url=pulsar.admin_url,
+            tls_trust_certs_file=pulsar.tls_trust_certs_file_path,
+            tls_cert_file=pulsar.tls_cert_file_path,
+            tls_key_file=pulsar.tls_key_file_path,
         )
+        if oauth2 := pulsar.oauth2:
+            values.update(
+                oauth2_issuer_url=oauth2.issuer_url,
+                oauth2_audience=oauth2.audience,
+                oauth2_scope=oauth2.scope,
+                oauth2_credentials_file=self.oauth2_credentials_file or oauth2.credentials_file,
+            )
+        return build_replay_args(values)
 
     def spark_env(self, pulsar: PulsarConnectionConfig, master: str) -> dict[str, str]:
         """spark-submit's extra environment: user ``env_vars`` and the secrets not given as files."""
@@ -454,6 +451,7 @@ class DlqReplayOperator(BaseOperator):
             conf = archive.conf(conf)
         if compiled is not None:
             conf = compiled.conf(conf)
+            env = compiled.env(env)
         if expected is not None:
             conf.setdefault(CONF_EXPECTED_MESSAGES, str(expected))
         if self.report_payload_snippets:
@@ -492,16 +490,14 @@ class DlqReplayOperator(BaseOperator):
         actions = parse_group_actions(self.group_actions)
         if actions is not None and all(action == "leave" for action in actions.values()):
             raise AirflowSkipException("The approval left every group pending; nothing to replay.")
-        run_id = self.resolve_run_id(context)
-        pulsar, args, remote = self.usage_checked(run_id)
+        pulsar, args, remote = self.usage_checked(self.resolve_run_id(context))
         if pulsar.tls_allow_insecure_connection:
             self.log.warning(
                 "Connection %r allows insecure TLS; the replay app does not support that setting and will "
                 "verify certificates (give tls_trust_certs_file_path instead).",
                 self.pulsar_conn_id,
             )
-        workdir = tempfile.mkdtemp(prefix="dlq-replay-bundle-")
-        try:
+        with tempfile.TemporaryDirectory(prefix="dlq-replay-bundle-", ignore_cleanup_errors=True) as workdir:
             zip_path, main_path = self._locate_bundle(workdir)
             if remote is None:
                 summary_line = self._run_spark_submit(args, pulsar, zip_path, main_path, context)
@@ -522,8 +518,6 @@ class DlqReplayOperator(BaseOperator):
             report = read_run_report(
                 report_json(args), args.run_id, summary_line, self.storage_conn_id, self.log
             )
-        finally:
-            shutil.rmtree(workdir, ignore_errors=True)
         return self._publish(context, args, report)
 
     def _run_spark_submit(
@@ -535,17 +529,14 @@ class DlqReplayOperator(BaseOperator):
         context: Context | None = None,
     ) -> str | None:
         """spark-submit the app (or reattach to an earlier try's cluster driver); its summary line, if any."""
-        archive: ArchivePlan | None = None
+        target = spark_target(self.spark_conn_id, self.spark_submit_kwargs.get("deploy_mode"))
+        master = target.master
+        env = self.spark_env(pulsar, master)
+        self._check_env_stays_off_argv(target, env)
+        archive = self.class_data_plan(target.deploy_mode, env)
         submitted = False
         try:
-            target = spark_target(self.spark_conn_id, self.spark_submit_kwargs.get("deploy_mode"))
-            master = target.master
-            env = self.spark_env(pulsar, master)
-            self._check_env_stays_off_argv(target, env)
-            archive = self.class_data_plan(target.deploy_mode, env)
             compiled = self.compiled_pyspark_copy(master, env)
-            if compiled is not None:
-                env = compiled.env(env)
             expected, exact = self.expected_messages(args)
             quick = quick_jit_chosen(self.quick_jit, master, expected, exact)
             if quick:
@@ -609,7 +600,7 @@ class DlqReplayOperator(BaseOperator):
                 driver_id,
                 state,
             )
-            hook.reattach(str(driver_id), state)
+            hook.reattach(str(driver_id))
             return True
         if state == "FINISHED":
             self.log.info("Spark driver %s of an earlier try has finished: reading its report", driver_id)

@@ -20,17 +20,12 @@ class ReportNotFound(OutputStorageError, RuntimeError):
 
 
 def read_run_report(
-    location: str,
-    run_id: str,
-    summary_line: str | None,
-    conn_id: str | None,
-    log: Logger | logging.Logger,
+    location: str, run_id: str, summary_line: str | None, conn_id: str | None, log: Logger | logging.Logger
 ) -> dict[str, Any]:
     """The report at ``location``; else the summary line; else :class:`ReportNotFound` naming the fix."""
     problem = "it does not exist"
     try:
-        report: dict[str, Any] = json.loads(read_bytes(location, conn_id))
-        return report
+        return dict(json.loads(read_bytes(location, conn_id)))
     except FileNotFoundError:
         pass
     except OutputStorageError as exc:
@@ -38,8 +33,7 @@ def read_run_report(
         log.warning("report.json of run %s is not readable from the worker: %s", run_id, problem)
     if summary_line:
         log.info("Using the app's summary line for run %s (report.json at %s not read)", run_id, location)
-        summary: dict[str, Any] = json.loads(summary_line[len(SUMMARY_PREFIX) :])
-        return summary
+        return dict(json.loads(summary_line[len(SUMMARY_PREFIX) :]))
     raise ReportNotFound(
         f"spark-submit finished but no report was found at {location} ({problem}) and the app printed no "
         f"{SUMMARY_PREFIX.strip()} line; check the Spark driver log of run {run_id!r}, and that "

@@ -74,17 +74,11 @@ class SparkRemote:
         return _URL_SECRET.sub(lambda m: f"{m.group(1)}={_REDACTED}", text)
 
 
-def missing_client_packages() -> list[str]:
-    """The ``pyspark[connect]`` packages this Python cannot import."""
-    missing = []
-    for module, package in CLIENT_MODULES:
-        try:
-            found = importlib.util.find_spec(module) is not None
-        except (ImportError, ValueError):
-            found = False
-        if not found:
-            missing.append(package)
-    return missing
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent package (google of google.rpc) is missing
+        return False
 
 
 def _secrets(login: str | None, password: str | None) -> tuple[str, ...]:
@@ -143,7 +137,7 @@ def spark_remote(conn_id: str) -> SparkRemote | None:
 
 
 def check_client_installed(remote: SparkRemote) -> None:
-    missing = missing_client_packages()
+    missing = [package for module, package in CLIENT_MODULES if not _importable(module)]
     if missing:
         raise SparkConnectConfigError(
             f"Spark connection {remote.conn_id!r} is a Spark Connect server, but the worker's Python "
@@ -165,8 +159,7 @@ def client_env(
     bundle_zip: str,
     conf: Mapping[str, str],
 ) -> dict[str, str]:
-    """The client's environment: ``base`` with ``extra``, the server's URL, the bundle first on
-    ``PYTHONPATH`` and ``conf`` as the session's initial settings."""
+    """``base`` and ``extra`` with the server URL, the bundle first on ``PYTHONPATH``, ``conf`` to apply."""
     env = {**base, **extra}
     for name in [*CLEARED_ENV, *(n for n in env if n.startswith("PYSPARK_REMOTE_INIT_CONF_"))]:
         env.pop(name, None)
@@ -227,10 +220,8 @@ class ConnectClient:
             "run, which a retry resumes; a negative code, the signal that ended it."
         )
 
-    def stop(self) -> int:
+    def stop(self) -> None:
         """Stop the client and anything it started, by PID."""
         self.stopped = True
-        process = self.process
-        if process is None or process.poll() is not None:
-            return 0
-        return stop_process_tree(process.pid, self.log, "the Spark Connect client")
+        if self.process is not None and self.process.poll() is None:
+            stop_process_tree(self.process.pid, self.log, "the Spark Connect client")

@@ -104,11 +104,10 @@ class ReplaySubmitHook(SparkSubmitHook):
         state = self._driver_status
         return str(state) if state else None
 
-    def reattach(self, driver_id: str, state: str) -> None:
+    def reattach(self, driver_id: str) -> None:
         """Poll an earlier try's running driver until it ends; :class:`SparkDriverError` unless FINISHED."""
         self._driver_id = driver_id
         self._driver_status = "SUBMITTED"  # the hook's poll loop stops at once on UNKNOWN
-        self.log.debug("reattaching to driver %s in state %s", driver_id, state)
         self._track_driver()
 
     def _track_driver(self) -> None:

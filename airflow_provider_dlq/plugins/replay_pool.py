@@ -22,18 +22,17 @@ def replay_pool_name() -> str:
     return os.environ.get("DLQ_REPLAY_POOL", "").strip() or DEFAULT_POOL
 
 
-def ensure_replay_pool(name: str | None = None) -> bool:
-    """Create the replay pool with one slot unless it exists; ``True`` when it was created."""
+def ensure_replay_pool() -> None:
+    """Create the replay pool with one slot unless it exists."""
     from airflow.models.pool import Pool
     from airflow.utils.session import create_session
 
-    pool_name = name or replay_pool_name()
+    pool_name = replay_pool_name()
     with create_session() as session:
         if Pool.get_pool(pool_name, session=session) is not None:
-            return False
+            return
         session.add(Pool(pool=pool_name, slots=1, description=DESCRIPTION, include_deferred=False))
     log.info("Created the pool %r (1 slot) for the DLQ replay DAGs", pool_name)
-    return True
 
 
 @hookimpl

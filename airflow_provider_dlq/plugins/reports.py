@@ -59,8 +59,7 @@ def report_location(summary: Any) -> str:
 def check_shape(location: str) -> None:
     """Refuse anything but ``.../runs/<run id>/report.html`` (no ``..``)."""
     _, path = split_location(location)
-    normalised = posixpath.normpath(urlsplit(path).path if "://" in path else path)
-    parts = normalised.split("/")
+    parts = posixpath.normpath(urlsplit(path).path if "://" in path else path).split("/")
     if parts[-1:] != [REPORT_NAME] or len(parts) < 3 or parts[-3] != "runs" or ".." in path.split("/"):
         raise ReportUnavailable(
             f"refusing to serve {location!r}: only <output dir>/runs/<run id>/{REPORT_NAME} files are served",
@@ -178,8 +177,7 @@ def create_app() -> FastAPI:
     )
     def report(dag_id: str, run_id: str, task_id: str, map_index: int) -> Response:
         try:
-            location = report_location(task_summary(dag_id, run_id, task_id, map_index))
-            content = read_report(location)
+            content = read_report(report_location(task_summary(dag_id, run_id, task_id, map_index)))
         except ReportUnavailable as exc:
             return problem_page(exc.status, str(exc))
         return HTMLResponse(content, headers=SECURITY_HEADERS)

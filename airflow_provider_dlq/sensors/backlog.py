@@ -99,17 +99,16 @@ class DlqBacklogSensor(BaseSensorOperator):
         if self.deferrable:
             # The trigger enforces the deadline itself (and reports the last reading); the defer timeout
             # is only a backstop in case the triggerer loses the trigger.
-            trigger = DlqBacklogTrigger(
-                topics=self.topic_list,
-                subscription=self.subscription,
-                pulsar_conn_id=self.pulsar_conn_id,
-                min_backlog=self.min_backlog,
-                min_age_seconds=self.min_age_seconds,
-                poll_interval=self.poll_interval,
-                deadline=time.time() + self.timeout,
-            )
             self.defer(
-                trigger=trigger,
+                trigger=DlqBacklogTrigger(
+                    topics=self.topic_list,
+                    subscription=self.subscription,
+                    pulsar_conn_id=self.pulsar_conn_id,
+                    min_backlog=self.min_backlog,
+                    min_age_seconds=self.min_age_seconds,
+                    poll_interval=self.poll_interval,
+                    deadline=time.time() + self.timeout,
+                ),
                 method_name="execute_complete",
                 timeout=timedelta(seconds=self.timeout + 2 * self.poll_interval + 60),
             )

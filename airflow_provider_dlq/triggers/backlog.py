@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
@@ -61,7 +61,7 @@ def topic_names(topics: str | Sequence[str]) -> list[str]:
 
 def as_xcom(backlogs: Mapping[str, TopicBacklog]) -> dict[str, dict[str, Any]]:
     """The sensor's XCom (and its trigger's event ``backlog``): each topic's backlog as a dict."""
-    return {topic: item.to_dict() for topic, item in backlogs.items()}
+    return {topic: asdict(item) for topic, item in backlogs.items()}
 
 
 def topics_from_backlog(value: Mapping[str, Mapping[str, Any]] | None, min_backlog: int = 0) -> str:
@@ -108,18 +108,9 @@ class DlqBacklogTrigger(BaseTrigger):
         self.deadline = None if deadline is None else float(deadline)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (
-            f"{type(self).__module__}.{type(self).__qualname__}",
-            {
-                "topics": list(self.topics),
-                "subscription": self.subscription,
-                "pulsar_conn_id": self.pulsar_conn_id,
-                "min_backlog": self.min_backlog,
-                "min_age_seconds": self.min_age_seconds,
-                "poll_interval": self.poll_interval,
-                "deadline": self.deadline,
-            },
-        )
+        names = ("topics", "subscription", "pulsar_conn_id", "min_backlog", "min_age_seconds")
+        kwargs = {name: getattr(self, name) for name in (*names, "poll_interval", "deadline")}
+        return f"{type(self).__module__}.{type(self).__qualname__}", kwargs
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         last: Mapping[str, TopicBacklog] = {}

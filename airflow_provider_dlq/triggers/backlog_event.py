@@ -68,9 +68,6 @@ class WatchState:
     rearmed_at: float | None = None
     rearmed_by: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
     @classmethod
     def from_json(cls, value: Any) -> WatchState:
         """The stored state; a missing or unreadable one is a fresh, armed watch."""
@@ -87,14 +84,13 @@ class WatchState:
 
 @dataclass(frozen=True)
 class Decision:
-    """One poll's verdict: the total backlog, the part above the baseline (``new``) and its age."""
+    """One poll's verdict: the total backlog, the part above the state's baseline (``new``) and its age."""
 
     fire: bool
     reason: str | None
     state: WatchState
     total: int
     new: int
-    baseline: int
     oldest_new_age_seconds: float | None
 
 
@@ -126,7 +122,7 @@ def evaluate(
         updated = replace(
             updated, armed=False, new_since=None, fired_at=now, fires=state.fires + 1, fired_backlog=total
         )
-    return Decision(reason is not None, reason, updated, total, new, baseline, age)
+    return Decision(reason is not None, reason, updated, total, new, age)
 
 
 def rearmed(state: WatchState, baseline: int, by: str, now: float) -> WatchState:
@@ -148,7 +144,7 @@ def event_payload(
         "subscription": subscription,
         "backlog": decision.total,
         "new_backlog": decision.new,
-        "baseline": decision.baseline,
+        "baseline": decision.state.baseline,
         "oldest_new_age_seconds": None if age is None else round(age, 3),
         "topics": {
             topic: {"backlog": b.backlog, "oldest_age_seconds": b.oldest_age_seconds, "source": b.source}
@@ -213,11 +209,9 @@ class DlqBacklogEventTrigger(BaseEventTrigger):
 
     def _store(self) -> Any:
         """The watched asset's state store accessor, or ``None`` (outside an asset watcher)."""
-        store = getattr(self, "asset_state_store", None)
-        if store is None:
-            return None
-        try:
-            store._single_accessor()  # one watched asset; shared by several assets there is no one state
+        store: Any = getattr(self, "asset_state_store", None)
+        try:  # AttributeError: no store; ValueError: shared by several assets, so there is no one state
+            store._single_accessor()
         except (AttributeError, ValueError):
             return None
         return store
@@ -238,7 +232,7 @@ class DlqBacklogEventTrigger(BaseEventTrigger):
         if current != read:
             self.log.info("The watch state changed meanwhile (re-armed at %s); re-read", current.rearmed_at)
             return False
-        await store.aset(STATE_KEY, state.to_json())
+        await store.aset(STATE_KEY, asdict(state))
         return True
 
     def shared_stream_key(self) -> Hashable:
@@ -286,7 +280,7 @@ class DlqBacklogEventTrigger(BaseEventTrigger):
                         "DLQ backlog %d (new %d, baseline %d) fires the watch (%s)",
                         decision.total,
                         decision.new,
-                        decision.baseline,
+                        decision.state.baseline,
                         decision.reason,
                     )
                     yield TriggerEvent(event_payload(decision, poll.backlogs, self.subscription, poll.at))

@@ -19,7 +19,7 @@ from airflow.sdk import DAG
 
 from airflow_provider_dlq.hooks.pulsar import PulsarHook
 from airflow_provider_dlq.sensors.backlog import DlqBacklogSensor
-from airflow_provider_dlq.triggers.backlog import DlqBacklogTrigger
+from airflow_provider_dlq.triggers.backlog import DlqBacklogTrigger, as_xcom
 from airflow_provider_dlq.triggers.backlog_event import REASON_MIN_BACKLOG, DlqBacklogEventTrigger
 
 pytestmark = [pytest.mark.integration, pytest.mark.real_pulsar]
@@ -118,7 +118,7 @@ def test_hook_counts_messages_for_batched_and_unbatched_producers(
     assert (e.backlog, e.entries, e.exact, e.found, e.oldest_age_seconds) == (0, 0, True, True, None)
     missing = backlog[f"persistent://{namespace}/never-created-DLQ"]
     assert (missing.backlog, missing.found) == (0, False)
-    json.dumps({t: item.to_dict() for t, item in backlog.items()})  # XCom-safe
+    json.dumps(as_xcom(backlog))  # XCom-safe
 
 
 def test_partitions_are_summed_and_globs_expand_in_a_tenant_namespace(

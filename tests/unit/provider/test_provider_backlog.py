@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 
 import pytest
 
+from airflow_provider_dlq.hooks import backlog as backlog_module
 from airflow_provider_dlq.hooks.backlog import (
     AdminHttp,
     BacklogConfigError,
@@ -13,7 +15,6 @@ from airflow_provider_dlq.hooks.backlog import (
     TopicBacklog,
     admin_backlog,
     metrics_backlog,
-    normalize_topic,
     parse_prometheus_backlog,
     prepare_topics,
 )
@@ -92,7 +93,7 @@ def fake_get(responses):
     ],
 )
 def test_normalize_topic(given, expected):
-    assert normalize_topic(given) == expected
+    assert prepare_topics([given]) == [expected]
 
 
 @pytest.mark.parametrize(
@@ -105,7 +106,7 @@ def test_normalize_topic(given, expected):
 )
 def test_bad_topic_names_say_how_to_write_them(given, fragment):
     with pytest.raises(BacklogConfigError, match=fragment):
-        normalize_topic(given)
+        prepare_topics([given])
 
 
 def test_patterns_allow_wildcards_only_in_the_topic_part():
@@ -264,7 +265,7 @@ def test_admin_plan_counts_batched_messages_or_falls_back_to_entries(count_respo
     assert calls[-1] == T_COUNT
 
 
-def test_admin_plan_does_not_scan_a_large_backlog():
+def test_admin_plan_does_not_scan_a_large_backlog(monkeypatch):
     get, calls = fake_get(
         {
             f"{T_BASE}/partitions": (200, {"partitions": 0}),
@@ -280,7 +281,8 @@ def test_admin_plan_does_not_scan_a_large_backlog():
             T_STATS: (200, {"subscriptions": {SUB: {"msgBacklog": 3}}}),
         }
     )
-    result = admin_backlog(get, ADMIN, [T], SUB, now_ms=NOW_MS, count_max_entries=2)
+    monkeypatch.setattr(backlog_module, "COUNT_MAX_ENTRIES", 2)
+    result = admin_backlog(get, ADMIN, [T], SUB, now_ms=NOW_MS)
     assert (result[T].backlog, result[T].exact) == (3, False)
     assert T_COUNT not in calls
 
@@ -311,7 +313,7 @@ def test_admin_plan_missing_topic_is_not_found_and_auth_errors_say_how_to_fix():
 
 def test_topic_backlog_round_trips_through_json():
     item = TopicBacklog("persistent://a/b/c", SUB, 40, "admin", True, 12.5, entries=4, exact=True)
-    assert TopicBacklog(**json.loads(json.dumps(item.to_dict()))) == item
+    assert TopicBacklog(**json.loads(json.dumps(asdict(item)))) == item
 
 
 def test_admin_http_sends_the_token_and_posts_no_body(http_server):

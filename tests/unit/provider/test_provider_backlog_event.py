@@ -7,6 +7,7 @@ triggerer and Apache Pulsar are in tests/integration/ui/test_event_driven_replay
 from __future__ import annotations
 
 import asyncio
+from dataclasses import asdict
 
 import pytest
 
@@ -107,7 +108,7 @@ def test_backlog_is_summed_over_topics_and_state_json_round_trips():
     d = evaluate(WatchState(), both, 5.0, Thresholds(min_backlog=5))
     assert d.fire
     assert d.total == 5
-    assert WatchState.from_json(d.state.to_json()) == d.state
+    assert WatchState.from_json(asdict(d.state)) == d.state
     assert WatchState.from_json(None) == WatchState()
     assert WatchState.from_json({"baseline": "x"}) == WatchState()
 
@@ -206,7 +207,7 @@ def test_trigger_fires_once_stores_state_first_and_a_restart_does_not_fire_again
     # A new trigger instance (a restarted triggerer) reads the state: the same backlog never fires again.
     assert run_polls(make_trigger(store), [backlog(9), backlog(12)], monkeypatch) == []
     # The replay DAG re-arms it with what it left pending (2): 3 new messages fire it again.
-    store.values[STATE_KEY] = rearmed(stored, 2, by="d/r", now=1.0).to_json()
+    store.values[STATE_KEY] = asdict(rearmed(stored, 2, by="d/r", now=1.0))
     events = run_polls(make_trigger(store), [backlog(4), backlog(5)], monkeypatch)
     assert [e["new_backlog"] for e in events] == [3]
     assert events[0]["baseline"] == 2

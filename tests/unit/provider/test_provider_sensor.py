@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import asdict
 from datetime import timedelta
 
 import pytest
@@ -72,14 +73,14 @@ def test_sensor_defers_with_a_deadline_by_default():
 
 def test_sensor_execute_complete_success_returns_per_topic_backlog():
     sensor = DlqBacklogSensor(task_id="wait", topics=[T1])
-    payload = {T1: backlog(T1, 3).to_dict(), T2: backlog(T2, 0).to_dict()}
+    payload = {T1: asdict(backlog(T1, 3)), T2: asdict(backlog(T2, 0))}
     event = {"status": "success", "backlog": payload, "ready": [T1]}
     assert sensor.execute_complete(context={}, event=event) == payload
 
 
 def test_sensor_timeout_event_raises_sensor_timeout_with_the_last_reading():
     sensor = DlqBacklogSensor(task_id="wait", topics=[T1], min_backlog=10, timeout=60)
-    event = {"status": "timeout", "backlog": {T1: backlog(T1, 3).to_dict()}, "last_error": None}
+    event = {"status": "timeout", "backlog": {T1: asdict(backlog(T1, 3))}, "last_error": None}
     with pytest.raises(AirflowSensorTimeout, match=r"backlog of 10 within 60s.*orders-DLQ': 3"):
         sensor.execute_complete(context={}, event=event)
 
@@ -134,7 +135,7 @@ def test_ready_topics_min_backlog_and_min_age():
 
 
 def test_topics_from_backlog_filter():
-    value = {T2: backlog(T2, 2).to_dict(), T1: backlog(T1, 0).to_dict()}
+    value = {T2: asdict(backlog(T2, 2)), T1: asdict(backlog(T1, 0))}
     assert topics_from_backlog(value) == f"{T1},{T2}"
     assert topics_from_backlog(value, 1) == T2
     assert topics_from_backlog(value, 3) == ""
@@ -159,7 +160,7 @@ def test_trigger_fires_once_backlog_is_ready(monkeypatch):
 
     monkeypatch.setattr(PulsarHook, "aget_backlog", fake)
     event = _run_trigger(DlqBacklogTrigger(topics=[T1], subscription="dlq-replayer", poll_interval=0.01))
-    assert event.payload == {"status": "success", "backlog": {T1: backlog(T1, 4).to_dict()}, "ready": [T1]}
+    assert event.payload == {"status": "success", "backlog": {T1: asdict(backlog(T1, 4))}, "ready": [T1]}
 
 
 def test_trigger_times_out_at_its_deadline(monkeypatch):
@@ -169,7 +170,7 @@ def test_trigger_times_out_at_its_deadline(monkeypatch):
     monkeypatch.setattr(PulsarHook, "aget_backlog", fake)
     trigger = DlqBacklogTrigger(topics=[T1], subscription="s", poll_interval=0.05, deadline=time.time() + 0.2)
     event = _run_trigger(trigger)
-    expected = {"status": "timeout", "backlog": {T1: backlog(T1, 0).to_dict()}, "last_error": None}
+    expected = {"status": "timeout", "backlog": {T1: asdict(backlog(T1, 0))}, "last_error": None}
     assert event.payload == expected
 
 

@@ -186,7 +186,7 @@ class Hook:
     def driver_state(self, driver_id: str) -> str | None:
         return self.state
 
-    def reattach(self, driver_id: str, state: str) -> None:
+    def reattach(self, driver_id: str) -> None:
         self.reattached.append(driver_id)
 
 

@@ -24,9 +24,9 @@ from airflow_provider_dlq.operators.spark_connect import (
     SparkConnectClientError,
     SparkConnectConfigError,
     SparkRemote,
+    check_client_installed,
     client_env,
     init_conf,
-    missing_client_packages,
     spark_remote,
 )
 from pulsar_dlq_consumer.replay_options import TOKEN_ENV
@@ -145,7 +145,8 @@ def test_a_missing_connect_client_is_named_with_the_install(conns, tmp_path, mon
     absent = {"grpc", "zstandard"}
     with monkeypatch.context() as patched:
         patched.setattr("importlib.util.find_spec", lambda m: None if m in absent else object())
-        assert missing_client_packages() == ["grpcio", "zstandard"]
+        with pytest.raises(SparkConnectConfigError, match=r"client: grpcio, zstandard not installed"):
+            check_client_installed(spark_remote_for_test())
 
     def no_grpc(module: str) -> object | None:
         return None if module == "grpc_status" else object()
