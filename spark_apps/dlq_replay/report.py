@@ -1,6 +1,5 @@
 """Report step: ``report.json``, ``report.html`` and the printed summary (``docs/report.md``) from the record
-tasks' parts and small Spark queries (only aggregates reach the driver); a failed explanation is left out.
-"""
+tasks' parts and small Spark queries (only aggregates reach the driver); a failed explanation is left out."""
 
 from __future__ import annotations
 
@@ -169,8 +168,7 @@ def build_report(
         counts[_label(combo["outcome"], mode)] += int(combo["n"])
     resend = {**dict.fromkeys(_RESEND_COUNTS, 0), **(resend or {})}
     snapshot = sum(counts.values())
-    final = sum(n for name, n in counts.items() if name in oc.FINAL_OUTCOMES)
-    pending = snapshot if mode == oc.DRY_RUN else snapshot - final
+    pending = snapshot - (0 if mode == oc.DRY_RUN else sum(counts[name] for name in oc.FINAL_OUTCOMES))
     totals = {key: counts[key] for key in TOTAL_KEYS}
     totals.update(snapshot=snapshot, acked=commit.acked, left_pending=pending, resent=resend["resent"])
     report = {
@@ -382,13 +380,9 @@ def trend(
     return {"runs": runs, "groups": counted}
 
 
-#: Report queries in flight at once: enough to overlap the driver's planning with the tasks of another job.
-MAX_QUERY_THREADS = 4
-
-
 def run_concurrently(spark: SparkSession, *queries: Callable[[], Any]) -> list[Any]:
-    """Each query's result, run from driver threads inheriting the caller's job tags (a short job's time goes
-    mostly to driver planning, leaving cores idle); the first error is raised once all ended."""
+    """Each query's result, from a driver thread of its own inheriting the caller's job tags (a short job's
+    time goes mostly to driver planning, leaving cores idle); the first error is raised once all ended."""
     if len(queries) <= 1:
         return [query() for query in queries]
     from concurrent.futures import ThreadPoolExecutor
@@ -398,8 +392,7 @@ def run_concurrently(spark: SparkSession, *queries: Callable[[], Any]) -> list[A
     # Wrapped now, in the caller's thread: that is when the job group and description are captured.
     inherit = inheritable_thread_target(spark)
     targets = [inherit(query) for query in queries]
-    workers = min(MAX_QUERY_THREADS, len(targets))
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dlq-query") as pool:
+    with ThreadPoolExecutor(max_workers=len(targets), thread_name_prefix="dlq-query") as pool:
         futures = [pool.submit(target) for target in targets]
     return [future.result() for future in futures]
 
