@@ -7,13 +7,19 @@ import json
 import logging
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from pyspark.sql import functions as F
+from pyspark.util import inheritable_thread_target
+
 from pulsar_dlq_consumer.replay_options import BOOLEAN_WORDS, CONF_PAYLOAD_SNIPPETS, SUMMARY_PREFIX
 from spark_apps.dlq_replay import outcomes as oc
+from spark_apps.dlq_replay.canary import halted as halted_in
+from spark_apps.dlq_replay.playbook import MatchInput
 from spark_apps.dlq_replay.report_explain import (
     explain_rules,
     mask_payload,
@@ -21,8 +27,12 @@ from spark_apps.dlq_replay.report_explain import (
     outcome_order,
     run_config,
 )
+from spark_apps.dlq_replay.report_html import render_html
 from spark_apps.dlq_replay.report_parts import error_counts, snapshot_messages
 from spark_apps.dlq_replay.schemas import DECIDED_SCHEMA, LEDGER_SCHEMA
+from spark_apps.dlq_replay.session import conf_value
+from spark_apps.dlq_replay.storage import list_names
+from spark_apps.dlq_replay.task_parquet import partition_folder, read_frame
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -188,8 +198,6 @@ def build_report(
         "paths": paths,
     }
     if canary is not None:  # halted: some group's canary failed again (its other messages stay pending)
-        from spark_apps.dlq_replay.canary import halted as halted_in
-
         verdicts = canary.get("verdicts") or {}
         halted = halted_in(verdicts)
         verdict = "halted" if halted else "passed" if verdicts else "not judged"
@@ -225,9 +233,6 @@ def _read(
     spark: SparkSession, path: str, schema: StructType, other_than: str | None = None
 ) -> DataFrame | None:
     """The dataset at ``path``; ``None`` when absent, unreadable or holding no run but ``other_than``."""
-    from spark_apps.dlq_replay.storage import list_names
-    from spark_apps.dlq_replay.task_parquet import partition_folder, read_frame
-
     try:
         names = list_names(path)
         if other_than is not None:
@@ -250,8 +255,6 @@ def _guarded(what: str, default: Any, compute: Callable[..., Any], *args: Any) -
 
 def spark_info(spark: SparkSession) -> dict[str, Any]:
     """The operator's Spark link (no public API gives the live UI's address: ``ui_url`` stays empty)."""
-    from spark_apps.dlq_replay.session import conf_value
-
     app, master = conf_value(spark, "spark.app.id"), conf_value(spark, "spark.master")
     return {"application_id": app, "master": master, "ui_url": None}
 
@@ -291,8 +294,6 @@ def _representatives(ctx: ReportContext, parts: ReportParts, signatures: list[st
 
 def _explanation(playbook: Playbook, rep: Any, snap: Any) -> dict[str, Any]:
     """Each rule's verdict for a representative message (property values never shown)."""
-    from spark_apps.dlq_replay.playbook import MatchInput
-
     explained = {
         "message_id": rep["dlq_message_id"],
         "outcome": rep["outcome"],
@@ -333,8 +334,6 @@ def _fill_groups(
 
 def refused_origins(decisions: DataFrame) -> list[dict[str, Any]]:
     """Origin topics the allowlist refused, with counts (largest first)."""
-    from pyspark.sql import functions as F
-
     topic = F.coalesce("target_topic", "origin_topic").alias("topic")
     refused = decisions.filter(F.col("outcome") == oc.ORIGIN_REFUSED).groupBy(topic, "outcome_reason").count()
     rows = refused.orderBy(F.desc("count"), "topic").limit(REFUSED_ORIGINS).collect()
@@ -346,8 +345,6 @@ def trend(
 ) -> dict[str, Any] | None:
     """Count per group over the ledger's last :data:`TREND_RUNS` runs; this run (maybe a dry-run) comes last,
     from the report, at ``recorded_at`` (when its record step wrote its ledger rows) or else its finish."""
-    from pyspark.sql import functions as F
-
     run_id, shown = report["run_id"], report["groups"][:TREND_GROUPS]
     signatures = [g["signature"] for g in shown]
     counts = {(run_id, g["signature"]): int(g["count"]) for g in shown}
@@ -385,10 +382,6 @@ def run_concurrently(spark: SparkSession, *queries: Callable[[], Any]) -> list[A
     time goes mostly to driver planning, leaving cores idle); the first error is raised once all ended."""
     if len(queries) <= 1:
         return [query() for query in queries]
-    from concurrent.futures import ThreadPoolExecutor
-
-    from pyspark.util import inheritable_thread_target
-
     # Wrapped now, in the caller's thread: that is when the job group and description are captured.
     inherit = inheritable_thread_target(spark)
     targets = [inherit(query) for query in queries]
@@ -425,9 +418,7 @@ def add_details(
 
 def run_report(run: Run, started_wall: datetime) -> dict[str, Any]:
     """Write ``report.json`` and ``report.html`` from the record tasks' parts and the steps' counts."""
-    from spark_apps.dlq_replay.report_html import render_html
     from spark_apps.dlq_replay.report_parts import read_parts
-    from spark_apps.dlq_replay.session import conf_value
 
     options, info, paths = run.options, run.state.info, run.paths
     started = time.monotonic()
