@@ -349,28 +349,27 @@ def trend(
     signatures = [g["signature"] for g in shown]
     counts = {(run_id, g["signature"]): int(g["count"]) for g in shown}
     ledger = _read(spark, ledger_path, LEDGER_SCHEMA, other_than=run_id)
-    runs: list[dict[str, Any]] = []
-    if ledger is not None:
-        earlier = ledger.filter(F.col("run_id") != F.lit(run_id))  # a partition filter: this run's not read
-        per_run = (F.max("recorded_at").alias("at"), F.count(F.lit(1)).alias("messages"), F.first("mode"))
-        latest = earlier.groupBy("run_id").agg(*per_run).orderBy(F.desc("at"), F.desc("run_id"))
-        recent = latest.limit(TREND_RUNS - 1).collect()
-        runs = [
-            {"run_id": r[0], "at": r[1].isoformat() if r[1] else None, "messages": int(r[2]), "mode": r[3]}
-            for r in reversed(recent)
-        ]
-        if runs and signatures:
-            ids = [r["run_id"] for r in runs]
-            mine = earlier.filter(F.col("run_id").isin(ids) & F.col("signature").isin(signatures))
-            for row in mine.groupBy("run_id", "signature").count().collect():
-                counts[(row["run_id"], row["signature"])] = int(row["count"])
+    if ledger is None:
+        return None
+    earlier = ledger.filter(F.col("run_id") != F.lit(run_id))  # a partition filter: this run's not read
+    per_run = (F.max("recorded_at").alias("at"), F.count(F.lit(1)).alias("messages"), F.first("mode"))
+    latest = earlier.groupBy("run_id").agg(*per_run).orderBy(F.desc("at"), F.desc("run_id"))
+    runs = [
+        {"run_id": r[0], "at": r[1].isoformat() if r[1] else None, "messages": int(r[2]), "mode": r[3]}
+        for r in reversed(latest.limit(TREND_RUNS - 1).collect())
+    ]
+    if not runs:
+        return None
+    if signatures:
+        ids = [r["run_id"] for r in runs]
+        mine = earlier.filter(F.col("run_id").isin(ids) & F.col("signature").isin(signatures))
+        for row in mine.groupBy("run_id", "signature").count().collect():
+            counts[(row["run_id"], row["signature"])] = int(row["count"])
     at = report.get("finished_at")
     if recorded_at is not None:  # as ``collect`` returns a timestamp: naive, in local time
         at = recorded_at.astimezone().replace(tzinfo=None).isoformat()
     messages = report["totals"].get("snapshot", 0)
     runs.append({"run_id": run_id, "at": at, "messages": messages, "mode": report.get("mode")})
-    if len(runs) < 2:
-        return None
     counted = [
         {"signature": s, "counts": [counts.get((r["run_id"], s), 0) for r in runs]} for s in signatures
     ]
