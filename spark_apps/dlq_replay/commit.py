@@ -37,6 +37,10 @@ ENTRY_KEYS = ("dlq_topic", "ledger_id", "entry_id")
 _ENTRY = "dlq_topic string, ledger_id long, entry_id long"
 #: What :func:`entry_rows` gives: one row per entry of a batch of snapshot rows.
 SNAPSHOT_ENTRIES_SCHEMA = ddl_struct(f"{_ENTRY}, messages long, batch_size long")
+_FINALS = arrow_schema(ddl_struct(f"{_ENTRY}, final_messages long"))
+_ENTRY_TABLE = arrow_schema(ddl_struct(f"{_ENTRY}, messages long, final_messages long, batch_size long"))
+#: An entry's messages and its batch size, from its rows (one per message, or one per batch of rows).
+_MESSAGES = (("messages", "sum"), ("batch_size", "max"))
 
 
 def _entry_columns(topics: pa.Array, message_ids: pa.Array) -> dict[str, pa.Array]:
@@ -48,17 +52,27 @@ def _entry_columns(topics: pa.Array, message_ids: pa.Array) -> dict[str, pa.Arra
     }
 
 
+def _per_entry(table: pa.Table, aggregations: Sequence[tuple[str, str]]) -> pa.Table:
+    """``table`` grouped by entry: the entry columns, then each aggregated column under its own name."""
+    grouped = table.group_by(list(ENTRY_KEYS), use_threads=False).aggregate(list(aggregations))
+    columns = grouped.select([*ENTRY_KEYS, *(f"{name}_{how}" for name, how in aggregations)])
+    return columns.rename_columns([*ENTRY_KEYS, *(name for name, _ in aggregations)])
+
+
 def entry_rows(batch: pa.RecordBatch) -> pa.RecordBatch:
     """Per entry of a batch of snapshot rows: the messages read of it and its batch size."""
     columns = _entry_columns(batch.column("topic"), batch.column("message_id_str"))
-    table = pa.table({**columns, "batch_size": pc.cast(batch.column("batch_size"), pa.int64())})
-    grouped = table.group_by(list(ENTRY_KEYS), use_threads=False).aggregate(
-        [([], "count_all"), ("batch_size", "max")]
-    )
-    out = grouped.select([*ENTRY_KEYS, "count_all", "batch_size_max"]).rename_columns(
-        [*ENTRY_KEYS, "messages", "batch_size"]
-    )
+    size = pc.cast(batch.column("batch_size"), pa.int64())
+    table = pa.table({**columns, "messages": pa.repeat(1, len(batch)), "batch_size": size})
+    out = _per_entry(table, _MESSAGES)
     return pa.record_batch([column.combine_chunks() for column in out.columns], schema=out.schema)
+
+
+def _sum_finals(tables: list[pa.Table]) -> pa.Table:
+    """The final messages per entry of ``tables`` (rows with ``final_messages``)."""
+    if not tables:
+        return _FINALS.empty_table()
+    return _per_entry(pa.concat_tables(tables), [("final_messages", "sum")])
 
 
 class EntryFinals:
@@ -71,20 +85,11 @@ class EntryFinals:
         """Count the final rows of a batch of ledger rows (``dlq_topic``, ``dlq_message_id``, ``final``)."""
         columns = _entry_columns(ledger.column("dlq_topic"), ledger.column("dlq_message_id"))
         final = pc.cast(pc.fill_null(ledger.column("final"), False), pa.int64())
-        self._parts.append(_sum_finals(pa.table({**columns, "final_messages": final})))
+        self._parts.append(_sum_finals([pa.table({**columns, "final_messages": final})]))
 
     def write(self, folder: str, bucket: int) -> None:
         """Write the bucket's counts to ``folder/part-<bucket>.parquet`` (renamed into place)."""
-        table = _sum_finals(pa.concat_tables(self._parts)) if self._parts else _FINALS.empty_table()
-        write_table(table.cast(_FINALS), part_file(folder, bucket))
-
-
-_FINALS = arrow_schema(ddl_struct(f"{_ENTRY}, final_messages long"))
-
-
-def _sum_finals(table: pa.Table) -> pa.Table:
-    grouped = table.group_by(list(ENTRY_KEYS), use_threads=False).aggregate([("final_messages", "sum")])
-    return grouped.select([*ENTRY_KEYS, "final_messages_sum"]).rename_columns(_FINALS.names)
+        write_table(_sum_finals(self._parts).cast(_FINALS), part_file(folder, bucket))
 
 
 def entry_table(snapshot_entries: str, commit_parts: str, topic: str | None = None) -> pa.Table:
@@ -92,30 +97,17 @@ def entry_table(snapshot_entries: str, commit_parts: str, topic: str | None = No
     read = [_of_topic(path, topic) for path in part_files(snapshot_entries)]
     if not read:
         return _ENTRY_TABLE.empty_table()
-    entries = (
-        pa.concat_tables(read)
-        .group_by(list(ENTRY_KEYS), use_threads=False)
-        .aggregate([("messages", "sum"), ("batch_size", "max")])
-    )
-    counted = [_of_topic(path, topic) for path in part_files(commit_parts)]
-    finals = _sum_finals(pa.concat_tables(counted)) if counted else _FINALS.empty_table()
+    finals = _sum_finals([_of_topic(path, topic) for path in part_files(commit_parts)])
+    entries = _per_entry(pa.concat_tables(read), _MESSAGES)
     joined = entries.join(finals, list(ENTRY_KEYS), join_type="left outer", use_threads=False)
-    return pa.table(
-        {
-            **{name: joined.column(name) for name in ENTRY_KEYS},
-            "messages": joined.column("messages_sum"),
-            "final_messages": pc.fill_null(joined.column("final_messages"), 0),
-            "batch_size": joined.column("batch_size_max"),
-        }
-    ).cast(_ENTRY_TABLE)
+    columns = {name: joined.column(name) for name in _ENTRY_TABLE.names}
+    columns["final_messages"] = pc.fill_null(columns["final_messages"], 0)
+    return pa.table(columns).cast(_ENTRY_TABLE)
 
 
 def _of_topic(path: str, topic: str | None) -> pa.Table:
     table = read_table(path)
     return table if topic is None else table.filter(pc.equal(table.column("dlq_topic"), topic))
-
-
-_ENTRY_TABLE = arrow_schema(ddl_struct(f"{_ENTRY}, messages long, final_messages long, batch_size long"))
 
 
 def _commit_by_ids(run: Run, windows: Sequence[PartitionWindow]) -> dict[str, int]:
@@ -153,15 +145,13 @@ class ConsumerCommit:
         whole = pc.and_(pc.and_(counted, pc.greater(messages, 0)), _inside(table, ends))
         kept = table.filter(whole).select(["dlq_topic", "ledger_id", "entry_id", "batch_size"])
         self.whole = kept.add_column(1, "dlq_message_id", pa.nulls(len(kept), pa.string()))
-        partial = pc.and_(pc.invert(whole), pc.greater(final, 0))
-        self.partial = table.select(list(ENTRY_KEYS)).filter(partial)
+        has_final = pc.greater(final, 0)
+        self.partial = table.select(list(ENTRY_KEYS)).filter(pc.and_(pc.invert(whole), has_final))
         self.expected = int(pc.sum(final).as_py() or 0)
         self.in_whole = int(pc.sum(self.whole.column("batch_size")).as_py() or 0)
-        per_topic = table.group_by("dlq_topic", use_threads=False).aggregate(
-            [("final_messages", "sum"), ("messages", "sum")]
-        )
-        none_final = pc.equal(per_topic.column("final_messages_sum"), 0)
-        self.unread = int(pc.sum(per_topic.column("messages_sum").filter(none_final)).as_py() or 0)
+        topics = table.column("dlq_topic")
+        read_again = pc.is_in(topics, pc.unique(topics.filter(has_final)))  # partitions with a final message
+        self.unread = int(pc.sum(messages.filter(pc.invert(read_again))).as_py() or 0)
 
 
 def _inside(table: pa.Table, ends: dict[str, Any]) -> Any:
@@ -191,10 +181,8 @@ def run_commit(run: Run, windows: list[PartitionWindow]) -> None:
     mode = read_mode_of(windows)
     by_ids = mode == READER_MODE
     totals = _commit_by_ids(run, windows) if by_ids else _commit_by_consumers(run, windows, resumed)
-    if totals["unacked_final"]:
-        log.warning(
-            "commit: %d final messages could not be acked; they stay pending", totals["unacked_final"]
-        )
+    if unacked := totals["unacked_final"]:
+        log.warning("commit: %d final messages could not be acked; they stay pending", unacked)
     snapshot_reads = int(run.state.info("snapshot").get("dlq_reads", 0))
     run.done("commit", started, read_mode=mode, **commit_info(totals, snapshot_reads))
 
@@ -231,8 +219,7 @@ def _commit_by_consumers(run: Run, windows: list[PartitionWindow], resumed: bool
         len(split.whole),
         len(split.partial),
     )
-    expected = split.in_whole
-    totals = {**dict.fromkeys(_TOTAL_COLUMNS, 0), "final_in_whole_entries": expected}
+    totals = {**dict.fromkeys(_TOTAL_COLUMNS, 0), "final_in_whole_entries": split.in_whole}
     if len(split.whole):
         final = arrow_frame(run.spark, split.whole, ENTRIES_COMMIT_INPUT_SCHEMA)
         fn = make_commit_fn(run.conf, windows, run.options.subscription, run.options.idle_timeout_ms)
@@ -241,10 +228,9 @@ def _commit_by_consumers(run: Run, windows: list[PartitionWindow], resumed: bool
     # A first attempt's final messages not acked now were missed and stay pending for the next run; in a
     # resumed commit, those not received were acked by the killed attempt (one run holds the subscription)
     # and count as acked. Partitions without a final message are not read: their messages stay pending.
-    acked_this_attempt = totals["acked"]
-    totals["acked_by_earlier_attempts"] = max(0, expected - acked_this_attempt) if resumed else 0
-    totals["acked"] = acked_this_attempt + totals["acked_by_earlier_attempts"]
+    missed = max(0, split.in_whole - totals["acked"])
+    totals.update(acked_by_earlier_attempts=missed if resumed else 0, unacked_final=0 if resumed else missed)
+    totals["acked"] += totals["acked_by_earlier_attempts"]
     totals["left_pending"] += split.unread
     totals["final_in_partial_entries"] += split.expected - split.in_whole
-    totals["unacked_final"] = 0 if resumed else max(0, expected - acked_this_attempt)
     return totals

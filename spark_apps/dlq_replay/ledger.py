@@ -95,12 +95,10 @@ def settled_ends(
         .agg(F.max(F.struct("_ledger", "_entry")).alias("last"))
         .collect()
     )
-    found = {r["dlq_topic"]: (r["last"]["_ledger"], r["last"]["_entry"]) for r in last_pending}
+    found = {r["dlq_topic"]: f"{r['last']['_ledger']}:{r['last']['_entry']}" for r in last_pending}
     out = []
-    for window in windows:
-        if window.topic not in settled or window.end_message_id is None:
-            continue
-        last = found.get(window.topic)
-        end = None if last is None else f"{last[0]}:{last[1]}:{window.partition}:-1"
-        out.append(SettledEnd(window.topic, window.end_message_id, end, tuple(sorted(settled[window.topic]))))
+    for w in windows:
+        if w.topic in settled and w.end_message_id is not None:  # never None once settled (for the type)
+            end = f"{found[w.topic]}:{w.partition}:-1" if w.topic in found else None
+            out.append(SettledEnd(w.topic, w.end_message_id, end, tuple(sorted(settled[w.topic]))))
     return out

@@ -1,6 +1,5 @@
 """Report step: ``report.json``, ``report.html`` and the printed summary (``docs/report.md``) from the record
-tasks' parts and small Spark queries (only aggregates reach the driver); a failed explanation is left out.
-"""
+tasks' parts and small Spark queries (only aggregates reach the driver); a failed explanation is left out."""
 
 from __future__ import annotations
 
@@ -8,13 +7,19 @@ import json
 import logging
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from pyspark.sql import functions as F
+from pyspark.util import inheritable_thread_target
+
 from pulsar_dlq_consumer.replay_options import BOOLEAN_WORDS, CONF_PAYLOAD_SNIPPETS, SUMMARY_PREFIX
 from spark_apps.dlq_replay import outcomes as oc
+from spark_apps.dlq_replay.canary import halted as halted_in
+from spark_apps.dlq_replay.playbook import MatchInput
 from spark_apps.dlq_replay.report_explain import (
     explain_rules,
     mask_payload,
@@ -22,8 +27,12 @@ from spark_apps.dlq_replay.report_explain import (
     outcome_order,
     run_config,
 )
+from spark_apps.dlq_replay.report_html import render_html
 from spark_apps.dlq_replay.report_parts import error_counts, snapshot_messages
 from spark_apps.dlq_replay.schemas import DECIDED_SCHEMA, LEDGER_SCHEMA
+from spark_apps.dlq_replay.session import conf_value
+from spark_apps.dlq_replay.storage import list_names
+from spark_apps.dlq_replay.task_parquet import partition_folder, read_frame
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -169,8 +178,7 @@ def build_report(
         counts[_label(combo["outcome"], mode)] += int(combo["n"])
     resend = {**dict.fromkeys(_RESEND_COUNTS, 0), **(resend or {})}
     snapshot = sum(counts.values())
-    final = sum(n for name, n in counts.items() if name in oc.FINAL_OUTCOMES)
-    pending = snapshot if mode == oc.DRY_RUN else snapshot - final
+    pending = snapshot - (0 if mode == oc.DRY_RUN else sum(counts[name] for name in oc.FINAL_OUTCOMES))
     totals = {key: counts[key] for key in TOTAL_KEYS}
     totals.update(snapshot=snapshot, acked=commit.acked, left_pending=pending, resent=resend["resent"])
     report = {
@@ -190,8 +198,6 @@ def build_report(
         "paths": paths,
     }
     if canary is not None:  # halted: some group's canary failed again (its other messages stay pending)
-        from spark_apps.dlq_replay.canary import halted as halted_in
-
         verdicts = canary.get("verdicts") or {}
         halted = halted_in(verdicts)
         verdict = "halted" if halted else "passed" if verdicts else "not judged"
@@ -227,9 +233,6 @@ def _read(
     spark: SparkSession, path: str, schema: StructType, other_than: str | None = None
 ) -> DataFrame | None:
     """The dataset at ``path``; ``None`` when absent, unreadable or holding no run but ``other_than``."""
-    from spark_apps.dlq_replay.storage import list_names
-    from spark_apps.dlq_replay.task_parquet import partition_folder, read_frame
-
     try:
         names = list_names(path)
         if other_than is not None:
@@ -252,8 +255,6 @@ def _guarded(what: str, default: Any, compute: Callable[..., Any], *args: Any) -
 
 def spark_info(spark: SparkSession) -> dict[str, Any]:
     """The operator's Spark link (no public API gives the live UI's address: ``ui_url`` stays empty)."""
-    from spark_apps.dlq_replay.session import conf_value
-
     app, master = conf_value(spark, "spark.app.id"), conf_value(spark, "spark.master")
     return {"application_id": app, "master": master, "ui_url": None}
 
@@ -293,8 +294,6 @@ def _representatives(ctx: ReportContext, parts: ReportParts, signatures: list[st
 
 def _explanation(playbook: Playbook, rep: Any, snap: Any) -> dict[str, Any]:
     """Each rule's verdict for a representative message (property values never shown)."""
-    from spark_apps.dlq_replay.playbook import MatchInput
-
     explained = {
         "message_id": rep["dlq_message_id"],
         "outcome": rep["outcome"],
@@ -335,8 +334,6 @@ def _fill_groups(
 
 def refused_origins(decisions: DataFrame) -> list[dict[str, Any]]:
     """Origin topics the allowlist refused, with counts (largest first)."""
-    from pyspark.sql import functions as F
-
     topic = F.coalesce("target_topic", "origin_topic").alias("topic")
     refused = decisions.filter(F.col("outcome") == oc.ORIGIN_REFUSED).groupBy(topic, "outcome_reason").count()
     rows = refused.orderBy(F.desc("count"), "topic").limit(REFUSED_ORIGINS).collect()
@@ -348,58 +345,46 @@ def trend(
 ) -> dict[str, Any] | None:
     """Count per group over the ledger's last :data:`TREND_RUNS` runs; this run (maybe a dry-run) comes last,
     from the report, at ``recorded_at`` (when its record step wrote its ledger rows) or else its finish."""
-    from pyspark.sql import functions as F
-
     run_id, shown = report["run_id"], report["groups"][:TREND_GROUPS]
     signatures = [g["signature"] for g in shown]
     counts = {(run_id, g["signature"]): int(g["count"]) for g in shown}
     ledger = _read(spark, ledger_path, LEDGER_SCHEMA, other_than=run_id)
-    runs: list[dict[str, Any]] = []
-    if ledger is not None:
-        earlier = ledger.filter(F.col("run_id") != F.lit(run_id))  # a partition filter: this run's not read
-        per_run = (F.max("recorded_at").alias("at"), F.count(F.lit(1)).alias("messages"), F.first("mode"))
-        latest = earlier.groupBy("run_id").agg(*per_run).orderBy(F.desc("at"), F.desc("run_id"))
-        recent = latest.limit(TREND_RUNS - 1).collect()
-        runs = [
-            {"run_id": r[0], "at": r[1].isoformat() if r[1] else None, "messages": int(r[2]), "mode": r[3]}
-            for r in reversed(recent)
-        ]
-        if runs and signatures:
-            ids = [r["run_id"] for r in runs]
-            mine = earlier.filter(F.col("run_id").isin(ids) & F.col("signature").isin(signatures))
-            for row in mine.groupBy("run_id", "signature").count().collect():
-                counts[(row["run_id"], row["signature"])] = int(row["count"])
+    if ledger is None:
+        return None
+    earlier = ledger.filter(F.col("run_id") != F.lit(run_id))  # a partition filter: this run's not read
+    per_run = (F.max("recorded_at").alias("at"), F.count(F.lit(1)).alias("messages"), F.first("mode"))
+    latest = earlier.groupBy("run_id").agg(*per_run).orderBy(F.desc("at"), F.desc("run_id"))
+    runs = [
+        {"run_id": r[0], "at": r[1].isoformat() if r[1] else None, "messages": int(r[2]), "mode": r[3]}
+        for r in reversed(latest.limit(TREND_RUNS - 1).collect())
+    ]
+    if not runs:
+        return None
+    if signatures:
+        ids = [r["run_id"] for r in runs]
+        mine = earlier.filter(F.col("run_id").isin(ids) & F.col("signature").isin(signatures))
+        for row in mine.groupBy("run_id", "signature").count().collect():
+            counts[(row["run_id"], row["signature"])] = int(row["count"])
     at = report.get("finished_at")
     if recorded_at is not None:  # as ``collect`` returns a timestamp: naive, in local time
         at = recorded_at.astimezone().replace(tzinfo=None).isoformat()
     messages = report["totals"].get("snapshot", 0)
     runs.append({"run_id": run_id, "at": at, "messages": messages, "mode": report.get("mode")})
-    if len(runs) < 2:
-        return None
     counted = [
         {"signature": s, "counts": [counts.get((r["run_id"], s), 0) for r in runs]} for s in signatures
     ]
     return {"runs": runs, "groups": counted}
 
 
-#: Report queries in flight at once: enough to overlap the driver's planning with the tasks of another job.
-MAX_QUERY_THREADS = 4
-
-
 def run_concurrently(spark: SparkSession, *queries: Callable[[], Any]) -> list[Any]:
-    """Each query's result, run from driver threads inheriting the caller's job tags (a short job's time goes
-    mostly to driver planning, leaving cores idle); the first error is raised once all ended."""
+    """Each query's result, from a driver thread of its own inheriting the caller's job tags (a short job's
+    time goes mostly to driver planning, leaving cores idle); the first error is raised once all ended."""
     if len(queries) <= 1:
         return [query() for query in queries]
-    from concurrent.futures import ThreadPoolExecutor
-
-    from pyspark.util import inheritable_thread_target
-
     # Wrapped now, in the caller's thread: that is when the job group and description are captured.
     inherit = inheritable_thread_target(spark)
     targets = [inherit(query) for query in queries]
-    workers = min(MAX_QUERY_THREADS, len(targets))
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dlq-query") as pool:
+    with ThreadPoolExecutor(max_workers=len(targets), thread_name_prefix="dlq-query") as pool:
         futures = [pool.submit(target) for target in targets]
     return [future.result() for future in futures]
 
@@ -432,9 +417,7 @@ def add_details(
 
 def run_report(run: Run, started_wall: datetime) -> dict[str, Any]:
     """Write ``report.json`` and ``report.html`` from the record tasks' parts and the steps' counts."""
-    from spark_apps.dlq_replay.report_html import render_html
     from spark_apps.dlq_replay.report_parts import read_parts
-    from spark_apps.dlq_replay.session import conf_value
 
     options, info, paths = run.options, run.state.info, run.paths
     started = time.monotonic()

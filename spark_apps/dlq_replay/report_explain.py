@@ -1,7 +1,6 @@
 """What a report says besides counts (pure functions): rule verdicts, masked payload snippets, suggested
 rules, the run's configuration and next steps. Property values are never shown, payloads only masked and only
-when the run opted in (``docs/report.md``).
-"""
+when the run opted in (``docs/report.md``)."""
 
 from __future__ import annotations
 
@@ -251,8 +250,7 @@ def next_steps(report: Mapping[str, Any]) -> list[dict[str, Any]]:
         return sorted(steps, key=lambda step: _URGENCY[step["severity"]])
     if not snapshot:
         return [_step("ok", "Nothing to do: the DLQ window was empty")]
-    pending = int(totals.get("left_pending", 0))
-    if pending:
+    if pending := int(totals.get("left_pending", 0)):
         detail = "The groups above say why; the next run reads them again."
         return [_step("info", f"{_plural(pending, 'message')} stay pending", detail)]
     return [_step("ok", "Nothing to do: every message reached a final outcome")]
@@ -271,8 +269,7 @@ def _group_steps(report: Mapping[str, Any], totals: Mapping[str, Any]) -> Iterat
             f"{first}. Correct the fix function, raise its fix_version and run again; these messages stay "
             "pending until then.",
         )
-    n = int(totals.get(oc.ORIGIN_REFUSED, 0))
-    if n:
+    if n := int(totals.get(oc.ORIGIN_REFUSED, 0)):
         refused = report.get("refused_origins") or []
         where = ", ".join(
             f"{clipped(r['topic'] or '(none)', MAX_TOPIC_CHARS)} ({r['count']})" for r in refused[:5]
@@ -285,8 +282,7 @@ def _group_steps(report: Mapping[str, Any], totals: Mapping[str, Any]) -> Iterat
             f"Origins: {where or 'see the groups'}. The allowlist is {allowed}. Add an origin to the "
             "allowlist only if it is a topic replays may write to; refused messages stay pending.",
         )
-    unmatched = [g for g in groups if int(g.get("no_rule", 0))]
-    if unmatched:
+    if unmatched := [g for g in groups if int(g.get("no_rule", 0))]:
         total = sum(int(g["no_rule"]) for g in unmatched)
         yield _step(
             "action",

@@ -1,7 +1,6 @@
 """The report as one self-contained HTML page: no scripts, no external assets (inline CSS, ``<details>``);
 every value that came from a message or a file is HTML-escaped. Chart labels are HTML text beside CSS bars,
-so long labels wrap instead of being cut or overlapping.
-"""
+so long labels wrap instead of being cut or overlapping."""
 
 from __future__ import annotations
 

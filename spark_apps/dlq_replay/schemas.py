@@ -15,10 +15,9 @@ if TYPE_CHECKING:
 #: Columns of the snapshot: exactly the ``pulsar`` data source's.
 SNAPSHOT_SCHEMA = ddl_struct(SOURCE_SCHEMA)
 
-#: Message columns carried from the snapshot into the normalised rows (all but the DLQ position, which
-#: becomes ``dlq_topic`` and ``dlq_message_id``, and the entry's ``batch_size``).
+#: Snapshot columns not carried into the normalised rows: the DLQ position (it becomes ``dlq_topic`` and
+#: ``dlq_message_id``) and the entry's ``batch_size``.
 _NOT_CARRIED = ("topic", "message_id", "message_id_str", "batch_size")
-CARRIED_COLUMNS: tuple[str, ...] = tuple(f.name for f in SNAPSHOT_SCHEMA.fields if f.name not in _NOT_CARRIED)
 
 #: Error-context columns (``CONTEXT_FIELDS`` of the consumer library).
 _CONTEXT = ddl_struct(
@@ -33,7 +32,7 @@ CONTEXT_COLUMNS = tuple((field.name, field.dataType) for field in _CONTEXT.field
 #: (``replay_count``: the REPLAY_COUNT the message carries, null when not a number; ``origin_conflict``:
 #: the origin claims when the conventions disagree, else null).
 NORMALIZED_SCHEMA = StructType(
-    [f for f in SNAPSHOT_SCHEMA.fields if f.name in CARRIED_COLUMNS]
+    [f for f in SNAPSHOT_SCHEMA.fields if f.name not in _NOT_CARRIED]
     + _CONTEXT.fields
     + ddl_struct(
         "error_template string, signature string, replay_id string, replay_count int, origin_conflict string"

@@ -14,7 +14,7 @@ from spark_apps.dlq_replay.context_columns import UNDECODABLE
 from spark_apps.dlq_replay.decide import DecideSettings, decide_batch
 from spark_apps.dlq_replay.normalize import normalize_columns
 from spark_apps.dlq_replay.playbook import parse_playbook
-from spark_apps.dlq_replay.schemas import CARRIED_COLUMNS, NORMALIZED_SCHEMA, SNAPSHOT_SCHEMA, arrow_schema
+from spark_apps.dlq_replay.schemas import NORMALIZED_SCHEMA, SNAPSHOT_SCHEMA, arrow_schema
 from spark_apps.dlq_replay.signatures import replay_id
 from spark_apps.dlq_replay.topics import TopicMatcher
 
@@ -62,7 +62,8 @@ def normalize_batch(batch: pa.RecordBatch, columns: dict[str, pa.Array] | None =
     computed = normalize_columns(batch) if columns is None else columns
     schema = arrow_schema(NORMALIZED_SCHEMA)
     arrays = [
-        (batch.column(f.name) if f.name in CARRIED_COLUMNS else computed[f.name]).cast(f.type) for f in schema
+        (batch.column(f.name) if f.name in SNAPSHOT_SCHEMA.names else computed[f.name]).cast(f.type)
+        for f in schema
     ]
     normalized = pa.RecordBatch.from_arrays(arrays, schema=schema)
     return normalized.append_column(UNDECODABLE, computed[UNDECODABLE])
