@@ -319,8 +319,7 @@ def write_in_tasks(
     for output in outputs:
         storage.delete(output.path)
         storage.make_dirs(output.path)
-    schemas = [arrow_schema(output.schema) for output in outputs]
-    task = _TaskWrites(transform, outputs, schemas, tally, tally_names)
+    task = _TaskWrites(transform, outputs, [arrow_schema(o.schema) for o in outputs], tally, tally_names)
     tally_schema = ", ".join(f"{name} long" for name in tally_names)
     tallies = [tuple(row) for row in frame.mapInArrow(task, tally_schema).collect()]
     for folder in (output.path for output in outputs):
@@ -373,10 +372,9 @@ def read_frame(spark: SparkSession, path: str, schema: StructType) -> DataFrame:
     return paths.mapInArrow(_ReadFiles(path.rstrip("/"), arrow_schema(schema)), schema)
 
 
-def write_frame(frame: DataFrame, path: str, schema: StructType, *, int96_timestamps: bool = False) -> int:
+def write_frame(frame: DataFrame, path: str, schema: StructType) -> int:
     """Write ``frame``'s rows (``schema``'s columns) to ``path`` from its tasks; returns the rows written."""
-    tallies = write_in_tasks(frame, iter, schema, path, row_tally, ("n",), int96_timestamps=int96_timestamps)
-    return sum(int(t[0] or 0) for t in tallies)
+    return sum(int(t[0] or 0) for t in write_in_tasks(frame, iter, schema, path, row_tally, ("n",)))
 
 
 def part_files(folder: str) -> list[str]:
@@ -430,16 +428,12 @@ def bucket_batches(
     for path, group in units[bucket::buckets]:
         by_file.setdefault(path, []).append(group)
     for path, groups in by_file.items():
-        source = storage.open_parquet(path)
         # One decoding thread: each thread's allocator keeps memory of its own (about 25 MiB per worker).
-        batches = source.iter_batches(
+        batches = storage.open_parquet(path).iter_batches(
             batch_size=batch_rows, row_groups=groups, columns=list(columns), use_threads=False
         )
-        for batch in batches:
-            yield with_marks(batch, marks, mark_names)
-
-
-def with_marks(batch: pa.RecordBatch, marks: Marks | None, names: tuple[str, str]) -> pa.RecordBatch:
-    """``batch`` plus its rows' mark and reason columns (``names``; all null without ``marks``)."""
-    columns = marks.columns(batch) if marks else [pa.nulls(batch.num_rows, pa.string())] * 2
-    return pa.RecordBatch.from_arrays([*batch.columns, *columns], names=[*batch.schema.names, *names])
+        for batch in batches:  # with the mark and reason columns (all null without ``marks``)
+            added = marks.columns(batch) if marks else [pa.nulls(batch.num_rows, pa.string())] * 2
+            yield pa.RecordBatch.from_arrays(
+                [*batch.columns, *added], names=[*batch.schema.names, *mark_names]
+            )
