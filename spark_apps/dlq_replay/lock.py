@@ -363,7 +363,6 @@ def run_lock(
     subscription: str | None = None,
 ) -> Iterator[RunLock]:
     """Hold the output lock (where possible) and, with ``conf``, the leases of ``topics`` for the block."""
-    check_guard(output_root, conf is not None)
     local = is_local(qualify_root(output_root))
     if not local:
         log.info(
