@@ -130,23 +130,20 @@ def _fail(message: str) -> None:
     sys.stderr.flush()
 
 
-def apply_session_defaults(spark: SparkSession) -> dict[str, str]:
+def apply_session_defaults(spark: SparkSession) -> None:
     """Set the shuffle partitions (per core, at least 2) and Arrow batch rows where neither the setting nor
-    its ``spark.hadoop.`` form was given, unless the session refuses it; returns what was set."""
+    its ``spark.hadoop.`` form was given, unless the session refuses it."""
     defaults = {
         "spark.sql.shuffle.partitions": str(max(2, SHUFFLE_PARTITIONS_PER_CORE * default_parallelism(spark))),
         "spark.sql.execution.arrow.maxRecordsPerBatch": str(ARROW_BATCH_ROWS),
     }
-    applied: dict[str, str] = {}
     for key, value in defaults.items():
         if conf_value(spark, key) is not None or conf_value(spark, f"spark.hadoop.{key}") is not None:
             continue
         try:
             spark.conf.set(key, value)
-            applied[key] = value
         except Exception as exc:
             log.info("session setting %s left as it is: the session refuses it (%s)", key, type(exc).__name__)
-    return applied
 
 
 def build_session(run_id: str) -> SparkSession:
