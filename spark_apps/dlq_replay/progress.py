@@ -12,6 +12,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from pulsar_dlq_consumer.replay_options import CONF_EXPECTED_MESSAGES
+from spark_apps.dlq_replay.session import conf_value
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
@@ -102,7 +103,7 @@ def expected_total(state: Any, step: str, expected_snapshot: int | None = None) 
         return expected_snapshot
     # the earlier step and the count it recorded that is the step's total
     earlier, key = {"apply": ("decide", "to_republish")}.get(step, ("snapshot", "messages"))
-    value = (state.info(earlier) or {}).get(key) if step in ("decide", "record", "apply") else None
+    value = state.info(earlier).get(key) if step in ("decide", "record", "apply") else None
     return value if isinstance(value, int) else None
 
 
@@ -128,9 +129,8 @@ class StepProgress:
         rows: Callable[[Sequence[str]], int | None] = files_rows,
     ) -> None:
         self.spark = spark
-        if interval is None and spark is not None:
-            interval = float(spark.conf.get(CONF_INTERVAL, None) or DEFAULT_INTERVAL)
-        self.interval = max(0.05, float(interval or DEFAULT_INTERVAL))
+        given = interval or (conf_value(spark, CONF_INTERVAL) if spark is not None else None)
+        self.interval = max(0.05, float(given or DEFAULT_INTERVAL))
         self.rows = rows
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
@@ -144,9 +144,8 @@ class StepProgress:
 
     def expected_snapshot(self) -> int | None:
         """The backlog the caller expects the snapshot to read (``spark.dlq.progress.expectedMessages``)."""
-        given = self.spark.conf.get(CONF_EXPECTED_MESSAGES, "") if self.spark is not None else ""
-        text = str(given or "").strip()
-        return int(text) if text.isdigit() else None
+        text = conf_value(self.spark, CONF_EXPECTED_MESSAGES) if self.spark is not None else None
+        return int(text) if text and text.isdigit() else None
 
     def start(self, step: str, total: int | None) -> None:
         """Tag the step's jobs and log its progress (of messages in :data:`MESSAGE_STEPS`) until stopped."""
