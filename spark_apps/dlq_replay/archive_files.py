@@ -3,7 +3,6 @@ by apply to ``archive/dlq_topic=<topic>/date=<date>/run_id=<run>/`` (:func:`publ
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import logging
 from typing import TYPE_CHECKING
@@ -40,12 +39,8 @@ ARCHIVE_FILE_SCHEMA = StructType(
     + [*_DERIVED.fields, StructField("event_time", TimestampType())]
     + [StructField("archived_at", TimestampType(), nullable=False)]
 )
-
-
-@functools.cache
-def _batch_schema() -> pa.Schema:
-    """:data:`ARCHIVE_FILE_SCHEMA` in Arrow, with ``dlq_topic`` (the folder it is written to) last."""
-    return arrow_schema(ARCHIVE_FILE_SCHEMA).append(pa.field("dlq_topic", pa.string()))
+#: :data:`ARCHIVE_FILE_SCHEMA` in Arrow, with ``dlq_topic`` (the folder it is written to) last.
+_BATCH_SCHEMA = arrow_schema(ARCHIVE_FILE_SCHEMA).append(pa.field("dlq_topic", pa.string()))
 
 
 def archive_batch(batch: pa.RecordBatch, archived_at: datetime) -> pa.RecordBatch:
@@ -64,7 +59,7 @@ def archive_batch(batch: pa.RecordBatch, archived_at: datetime) -> pa.RecordBatc
         pa.repeat(pa.scalar(archived_at, pa.timestamp("us", tz="UTC")), n),
         rows.column("dlq_topic"),
     ]
-    return pa.RecordBatch.from_arrays(columns, schema=_batch_schema())
+    return pa.RecordBatch.from_arrays(columns, schema=_BATCH_SCHEMA)
 
 
 def staged_output(path: str, archived_at: datetime) -> SideOutput:

@@ -163,7 +163,7 @@ class Run:
         options: ReplayOptions,
         playbook: Playbook,
         conf: PulsarConf,
-        lock: RunLock | None = None,
+        lock: RunLock,
     ) -> None:
         self.spark = spark
         self.progress = StepProgress(spark)
@@ -181,8 +181,7 @@ class Run:
 
     def check_lock(self) -> None:
         """Stop when another run took the lock or lease over."""
-        if self.lock is not None:
-            self.lock.check()
+        self.lock.check()
 
     def step(self, name: str) -> bool:
         """True when ``name`` must run now (logs the skip otherwise)."""
