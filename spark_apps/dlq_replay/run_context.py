@@ -158,12 +158,7 @@ class Run:
     """One invocation of a run id: options, state, the lock it holds and the step helpers."""
 
     def __init__(
-        self,
-        spark: SparkSession,
-        options: ReplayOptions,
-        playbook: Playbook,
-        conf: PulsarConf,
-        lock: RunLock,
+        self, spark: SparkSession, options: ReplayOptions, playbook: Playbook, conf: PulsarConf, lock: RunLock
     ) -> None:
         self.spark = spark
         self.progress = StepProgress(spark)

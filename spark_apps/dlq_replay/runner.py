@@ -58,14 +58,7 @@ def run_replay(
     parts = (paths.run, join(paths.root, "locks"), join(paths.root, "runs"), paths.root)
     created = [path for path in parts if not storage.exists(path)]
     try:
-        with run_lock(
-            spark,
-            paths.root,
-            options.run_id,
-            conf=conf if options.subscription_lease else None,
-            topics=options.topics,
-            subscription=options.subscription,
-        ) as lock:
+        with run_lock(spark, paths.root, options, conf) as lock:
             run = Run(spark, options, playbook, conf, lock)
             try:
                 return _run_steps(run)

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -308,9 +309,12 @@ def test_an_object_store_root_needs_the_lease_and_holds_no_lock_file(monkeypatch
 
     monkeypatch.setattr(lock, "SubscriptionLease", Lease)
     conf = PulsarConf(service_url="pulsar://127.0.0.1:1")
+    options = SimpleNamespace(
+        run_id="run-a", topics=("orders-DLQ",), subscription="s", subscription_lease=True
+    )
     with (
         caplog.at_level(logging.INFO, logger="spark_apps.dlq_replay"),
-        lock.run_lock(None, "s3://bucket/dlq", "run-a", conf=conf, topics=("orders-DLQ",)) as held,
+        lock.run_lock(None, "s3://bucket/dlq", options, conf) as held,
     ):
         assert held.output is None  # no exclusive create on an object store: the lease alone
         assert Lease.acquired
