@@ -114,9 +114,6 @@ class TaskFile:
             return
         cuts = self._key_changes(self.group_key(batch)) if self.group_key is not None else []
         batch = batch.select(self.schema.names).cast(self.schema)
-        if not cuts:
-            self._add(batch, batch.nbytes)
-            return
         row_bytes = batch.nbytes / n
         start = 0
         for cut in cuts:
