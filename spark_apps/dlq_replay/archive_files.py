@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from functools import partial
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -64,13 +65,8 @@ def archive_batch(batch: pa.RecordBatch, archived_at: datetime) -> pa.RecordBatc
 
 def staged_output(path: str, archived_at: datetime) -> SideOutput:
     """The decide tasks' side dataset of archived rows at ``path``, one folder per DLQ topic."""
-    return SideOutput(
-        path,
-        ARCHIVE_FILE_SCHEMA,
-        lambda batch: archive_batch(batch, archived_at),
-        partition_by="dlq_topic",
-        int96_timestamps=True,
-    )
+    rows = partial(archive_batch, archived_at=archived_at)
+    return SideOutput(path, ARCHIVE_FILE_SCHEMA, rows, partition_by="dlq_topic", int96_timestamps=True)
 
 
 def publish_staged(staged: str, archive_root: str, date: str, run_id: str) -> int:

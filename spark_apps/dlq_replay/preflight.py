@@ -40,7 +40,7 @@ _PEM_FILES = (
 )
 
 
-def _read_head(path: str, option: str, limit: int) -> bytes:
+def _read_head(path: str, option: str, limit: int = MAX_TOKEN_FILE_BYTES + 1) -> bytes:
     """The first ``limit`` bytes of ``path``; the error never shows the path (it could be a token)."""
     if os.path.isdir(path):
         raise ReplayConfigError(f"the path given as {option} is a directory (path not shown); give a file")
@@ -57,7 +57,7 @@ def _read_head(path: str, option: str, limit: int) -> bytes:
 def check_files(options: ReplayOptions) -> None:
     """The token, OAuth2 credentials and TLS files are readable and hold what they should (never echoed)."""
     if options.auth_token_file:
-        data = _read_head(options.auth_token_file, "--auth-token-file", MAX_TOKEN_FILE_BYTES + 1)
+        data = _read_head(options.auth_token_file, "--auth-token-file")
         if not data.strip():
             raise ReplayConfigError(
                 "the file given as --auth-token-file is empty; write the JWT token into it"
@@ -72,9 +72,7 @@ def check_files(options: ReplayOptions) -> None:
         if path and marker not in _read_head(path, option, 4 * 1024 * 1024):
             raise ReplayConfigError(f"the file given as {option} holds no {what}; {fix}")
     if options.oauth2_credentials_file:
-        data = _read_head(
-            options.oauth2_credentials_file, "--oauth2-credentials-file", MAX_TOKEN_FILE_BYTES + 1
-        )
+        data = _read_head(options.oauth2_credentials_file, "--oauth2-credentials-file")
         try:
             parsed = json.loads(data.decode("utf-8")) if len(data) <= MAX_TOKEN_FILE_BYTES else None
         except (UnicodeDecodeError, ValueError):
