@@ -382,10 +382,8 @@ def part_files(folder: str) -> list[str]:
 
 def row_group_units(folder: str) -> list[tuple[str, int]]:
     """``(file, row group)`` of every row group of the ``part-*.parquet`` files in ``folder``, in order."""
-    units: list[tuple[str, int]] = []
-    for path in part_files(folder):
-        units += [(path, group) for group in range(storage.open_parquet(path).metadata.num_row_groups)]
-    return units
+    files = part_files(folder)
+    return [(f, group) for f in files for group in range(storage.open_parquet(f).metadata.num_row_groups)]
 
 
 class Marks:
