@@ -126,8 +126,7 @@ def configure_logging() -> None:
 
 
 def _fail(message: str) -> None:
-    sys.stderr.write(f"dlq-replay: error: {scrub(message)}\n")
-    sys.stderr.flush()
+    print(f"dlq-replay: error: {scrub(message)}", file=sys.stderr, flush=True)
 
 
 def apply_session_defaults(spark: SparkSession) -> None:
