@@ -130,8 +130,7 @@ def _fail(message: str) -> None:
 
 
 def apply_session_defaults(spark: SparkSession) -> None:
-    """Set the shuffle partitions (per core, at least 2) and Arrow batch rows where neither the setting nor
-    its ``spark.hadoop.`` form was given, unless the session refuses it."""
+    """Size the shuffles to the cores and the Arrow batches to the workers, unless given or refused."""
     defaults = {
         "spark.sql.shuffle.partitions": str(max(2, SHUFFLE_PARTITIONS_PER_CORE * default_parallelism(spark))),
         "spark.sql.execution.arrow.maxRecordsPerBatch": str(ARROW_BATCH_ROWS),

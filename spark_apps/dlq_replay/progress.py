@@ -123,14 +123,13 @@ class StepProgress:
 
     def __init__(
         self,
-        spark: SparkSession | None,
+        spark: SparkSession,
         *,
         interval: float | None = None,
         rows: Callable[[Sequence[str]], int | None] = files_rows,
     ) -> None:
         self.spark = spark
-        given = interval or (conf_value(spark, CONF_INTERVAL) if spark is not None else None)
-        self.interval = max(0.05, float(given or DEFAULT_INTERVAL))
+        self.interval = max(0.05, float(interval or conf_value(spark, CONF_INTERVAL) or DEFAULT_INTERVAL))
         self.rows = rows
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
@@ -144,19 +143,18 @@ class StepProgress:
 
     def expected_snapshot(self) -> int | None:
         """The backlog the caller expects the snapshot to read (``spark.dlq.progress.expectedMessages``)."""
-        text = conf_value(self.spark, CONF_EXPECTED_MESSAGES) if self.spark is not None else None
+        text = conf_value(self.spark, CONF_EXPECTED_MESSAGES)
         return int(text) if text and text.isdigit() else None
 
     def start(self, step: str, total: int | None) -> None:
         """Tag the step's jobs and log its progress (of messages in :data:`MESSAGE_STEPS`) until stopped."""
         self.stop()
         self._folders = []
-        if self.spark is not None:
-            try:
-                self.spark.addTag(step_tag(step))
-                self._tags.append(step_tag(step))
-            except Exception as exc:  # untagged jobs run all the same
-                log.debug("could not tag step %s's jobs: %s", step, exc)
+        try:
+            self.spark.addTag(step_tag(step))
+            self._tags.append(step_tag(step))
+        except Exception as exc:  # untagged jobs run all the same
+            log.debug("could not tag step %s's jobs: %s", step, exc)
         self._stop = stop = threading.Event()
         started = time.monotonic()
         count_rows = step in MESSAGE_STEPS
@@ -193,4 +191,4 @@ class StepProgress:
         tags, self._tags = self._tags, []
         for tag in tags:
             with contextlib.suppress(Exception):
-                self.spark.removeTag(tag)  # type: ignore[union-attr]
+                self.spark.removeTag(tag)

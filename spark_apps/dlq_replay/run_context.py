@@ -124,8 +124,7 @@ class RunPaths:
 
 
 def load_state(storage: RunStorage, paths: RunPaths, options: ReplayOptions, playbook: Playbook) -> RunState:
-    """The state to continue with (read only): a new one, or the existing one; refuses a run id reused with
-    different options (kept as a hash)."""
+    """The state to continue with (read only): a new one, or the existing one if its options are the same."""
     run_id, given = options.run_id, options.fingerprint_options(playbook.digest)
     digest = hashlib.sha256(json.dumps(given, sort_keys=True, default=str).encode("utf-8")).hexdigest()
     text = storage.read_text(paths.state)
