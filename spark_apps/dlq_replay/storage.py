@@ -30,10 +30,8 @@ class StorageError(ReplayConfigError):
 
 def join(root: str, *parts: str) -> str:
     """Join path parts onto a local path or URI with ``/``."""
-    out = root if root == "/" else root.rstrip("/")
-    for part in parts:
-        out = posixpath.join(out, part.strip("/"))
-    return out
+    base = root if root == "/" else root.rstrip("/")
+    return posixpath.join(base, *(part.strip("/") for part in parts))
 
 
 def local_path(path: str) -> str | None:
