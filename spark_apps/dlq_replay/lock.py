@@ -18,6 +18,7 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from pulsar_dlq_consumer.client import create_client
 from pulsar_dlq_consumer.replay_lock import (
     LEASE_SUBSCRIPTION,
     LOCK_PREFIX,
@@ -30,6 +31,7 @@ from pulsar_dlq_consumer.replay_lock import (
 )
 from spark_apps.dlq_replay.errors import LockLostError, ReplayConfigError, RunLockedError
 from spark_apps.dlq_replay.pulsar_io.admin import PulsarAdmin
+from spark_apps.dlq_replay.pulsar_io.conf import client_auth_kwargs, client_logger
 from spark_apps.dlq_replay.redaction import shown
 from spark_apps.dlq_replay.storage import RunStorage, is_local, join, qualify_root
 
@@ -153,9 +155,6 @@ class SubscriptionLease:
 
     def acquire(self) -> None:
         import pulsar
-
-        from pulsar_dlq_consumer.client import create_client
-        from spark_apps.dlq_replay.pulsar_io.conf import client_auth_kwargs, client_logger
 
         self._client = create_client(
             self.conf.service_url,

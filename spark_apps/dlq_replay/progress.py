@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from pulsar_dlq_consumer.replay_options import CONF_EXPECTED_MESSAGES
 from spark_apps.dlq_replay.session import conf_value
+from spark_apps.dlq_replay.task_parquet import rows_written
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
@@ -109,8 +110,6 @@ def expected_total(state: Any, step: str, expected_snapshot: int | None = None) 
 
 def files_rows(paths: Sequence[str]) -> int:
     """The rows the tasks have written to ``paths`` so far (a folder without a count yet counts 0)."""
-    from spark_apps.dlq_replay.task_parquet import rows_written
-
     total = 0
     for path in paths:
         with contextlib.suppress(Exception):  # a file removed while read, a store that does not answer

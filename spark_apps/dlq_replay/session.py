@@ -18,6 +18,7 @@ import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import spark_apps
 from spark_apps.dlq_replay.storage import write_bytes
 
 if TYPE_CHECKING:
@@ -88,8 +89,6 @@ def default_parallelism(spark: SparkSession) -> int:
 
 def loaded_from_zip() -> str | None:
     """The zip the app was imported from (``--py-files``), or ``None`` (a source checkout)."""
-    import spark_apps
-
     path = os.path.abspath(str(spark_apps.__file__))
     while os.path.dirname(path) != path:
         if os.path.isfile(path) and zipfile.is_zipfile(path):

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from pyspark import TaskContext
 
 from spark_apps.dlq_replay import storage
 from spark_apps.dlq_replay.arrow_util import SortedKeys, local_frame, row_numbers, use_system_allocator
@@ -249,8 +250,6 @@ class _TaskWrites:
     names: Sequence[str]
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from pyspark import TaskContext
-
         use_system_allocator()
         context = TaskContext.get()
         partition, attempt = (context.partitionId(), context.attemptNumber()) if context else (0, 0)

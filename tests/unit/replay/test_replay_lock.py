@@ -139,13 +139,12 @@ class _LeaseClient:
 
 
 def _lease(monkeypatch, errors, wait_s=60.0):
-    import pulsar_dlq_consumer.client
     from spark_apps.dlq_replay import lock
     from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf
 
     clock = [0.0]
     client = _LeaseClient(errors, clock)
-    monkeypatch.setattr(pulsar_dlq_consumer.client, "create_client", lambda *a, **k: client)
+    monkeypatch.setattr(lock, "create_client", lambda *a, **k: client)
     monkeypatch.setattr(lock.time, "monotonic", lambda: clock[0])
     monkeypatch.setattr(lock.time, "sleep", lambda seconds: clock.__setitem__(0, clock[0] + seconds))
     monkeypatch.setattr(lock, "LEASE_WAIT_S", wait_s)
