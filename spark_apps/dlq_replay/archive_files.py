@@ -31,13 +31,11 @@ COPIED_COLUMNS = {
 }
 _DECIDED = {field.name: field.dataType for field in DECIDED_SCHEMA.fields}
 
-_DERIVED = ddl_struct(
-    "payload binary, payload_sha256 string, payload_archived boolean, publish_time timestamp"
-)
+_ADDED = ddl_struct("payload binary, payload_sha256 string, payload_archived boolean, publish_time timestamp")
 #: The columns of an archive file (the partition columns are its folders), as Spark's writer stores them.
 ARCHIVE_FILE_SCHEMA = StructType(
     [StructField(name, _DECIDED[source]) for name, source in COPIED_COLUMNS.items()]
-    + [*_DERIVED.fields, StructField("event_time", TimestampType())]
+    + [*_ADDED.fields, StructField("event_time", TimestampType())]
     + [StructField("archived_at", TimestampType(), nullable=False)]
 )
 #: :data:`ARCHIVE_FILE_SCHEMA` in Arrow, with ``dlq_topic`` (the folder it is written to) last.

@@ -124,29 +124,26 @@ class RunPaths:
 
 
 def load_state(storage: RunStorage, paths: RunPaths, options: ReplayOptions, playbook: Playbook) -> RunState:
-    """The state to continue with (read only): a new one, or the existing one if its options are the same."""
+    """The state to continue with (read only): a new one, or the saved one if its options are the same."""
     run_id, given = options.run_id, options.fingerprint_options(playbook.digest)
     digest = hashlib.sha256(json.dumps(given, sort_keys=True, default=str).encode("utf-8")).hexdigest()
     text = storage.read_text(paths.state)
     if not text:
         return RunState(run_id=run_id, mode=options.mode, fingerprint=digest, options=given)
-    existing = RunState.from_json(text, where=paths.state)
-    if existing.run_id != run_id:
+    saved = RunState.from_json(text, where=paths.state)
+    if saved.run_id != run_id:
         raise RunStateError(
-            f"the run directory belongs to run id {existing.run_id!r}, not {run_id!r}; "
-            "use another --output-dir"
+            f"the run directory belongs to run id {saved.run_id!r}, not {run_id!r}; use another --output-dir"
         )
-    if existing.fingerprint != digest:
-        changed = sorted(
-            k for k in set(given) | set(existing.options) if given.get(k) != existing.options.get(k)
-        )
+    if saved.fingerprint != digest:
+        changed = sorted(k for k in set(given) | set(saved.options) if given.get(k) != saved.options.get(k))
         raise OptionsChangedError(
             f"run id {run_id!r} was started with different options "
             f"(changed: {', '.join(changed) or 'unknown'}); "
             "re-run it with the same options to resume, or use a new --run-id"
         )
-    existing.attempts += 1
-    return existing
+    saved.attempts += 1
+    return saved
 
 
 class Run:

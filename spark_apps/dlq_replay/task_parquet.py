@@ -350,12 +350,10 @@ class _ReadFiles:
         use_system_allocator()
         fs, root = storage.filesystem(self.root)
         strings = pa.schema([field for field in self.schema if field.type == pa.string()])
-        folders = ds.partitioning(strings, flavor="hive")  # column=value, decoded as Spark names them
+        hive = ds.partitioning(strings, flavor="hive")  # column=value, decoded as Spark names them
         for batch in batches:
             files = [storage.filesystem(path)[1] for path in batch.column(0).to_pylist()]
-            data = ds.dataset(
-                files, self.schema, "parquet", fs, partitioning=folders, partition_base_dir=root
-            )
+            data = ds.dataset(files, self.schema, "parquet", fs, partitioning=hive, partition_base_dir=root)
             yield from data.to_batches(batch_size=65_536, use_threads=False)
 
 
@@ -414,7 +412,7 @@ def bucket_batches(
     buckets: int,
     columns: Sequence[str],
     marks: Marks | None,
-    mark_names: tuple[str, str],
+    names: tuple[str, str],
     batch_rows: int,
 ) -> Iterator[pa.RecordBatch]:
     """Bucket ``bucket``'s share of ``units`` (every ``buckets``-th row group) with the mark columns."""
@@ -428,6 +426,4 @@ def bucket_batches(
         )
         for batch in batches:  # with the mark and reason columns (all null without ``marks``)
             added = marks.columns(batch) if marks else [pa.nulls(batch.num_rows, pa.string())] * 2
-            yield pa.RecordBatch.from_arrays(
-                [*batch.columns, *added], names=[*batch.schema.names, *mark_names]
-            )
+            yield pa.RecordBatch.from_arrays([*batch.columns, *added], names=[*batch.schema.names, *names])
