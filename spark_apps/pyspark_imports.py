@@ -38,15 +38,14 @@ def _same_file(path: str, expected: Any) -> bool:
         return False
 
 
-def prefer_compiled(path: list[str] | None = None, folder: str | None = None) -> str | None:
-    """Put the compiled copy ``folder`` (default: :data:`FOLDER_ENV`'s), or the first one on ``path``
-    (default ``sys.path``), ahead of the zips on ``path`` it was made from; returns its folder, or ``None``
-    (PySpark imported already, no copy, or other zips: ``path`` stays as it is)."""
+def prefer_compiled(path: list[str] | None = None) -> str | None:
+    """Put the compiled copy :data:`FOLDER_ENV` names, or the first one on ``path`` (default ``sys.path``),
+    ahead of the zips on ``path`` it was made from; returns its folder, or ``None`` (PySpark imported
+    already, no copy, or other zips: ``path`` stays as it is)."""
     entries = sys.path if path is None else path
     if "pyspark" in sys.modules:
         return None
-    named = folder if folder is not None else os.environ.get(FOLDER_ENV)
-    for candidate in [*([named] if named else []), *entries]:
+    for candidate in [os.environ.get(FOLDER_ENV, ""), *entries]:
         zips = _made_from(os.path.join(candidate, MARKER)) if candidate else None
         if zips is None:
             continue

@@ -3,9 +3,9 @@ by apply to ``archive/dlq_topic=<topic>/date=<date>/run_id=<run>/`` (:func:`publ
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import logging
+from functools import partial
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -31,21 +31,15 @@ COPIED_COLUMNS = {
 }
 _DECIDED = {field.name: field.dataType for field in DECIDED_SCHEMA.fields}
 
-_DERIVED = ddl_struct(
-    "payload binary, payload_sha256 string, payload_archived boolean, publish_time timestamp"
-)
+_ADDED = ddl_struct("payload binary, payload_sha256 string, payload_archived boolean, publish_time timestamp")
 #: The columns of an archive file (the partition columns are its folders), as Spark's writer stores them.
 ARCHIVE_FILE_SCHEMA = StructType(
     [StructField(name, _DECIDED[source]) for name, source in COPIED_COLUMNS.items()]
-    + [*_DERIVED.fields, StructField("event_time", TimestampType())]
+    + [*_ADDED.fields, StructField("event_time", TimestampType())]
     + [StructField("archived_at", TimestampType(), nullable=False)]
 )
-
-
-@functools.cache
-def _batch_schema() -> pa.Schema:
-    """:data:`ARCHIVE_FILE_SCHEMA` in Arrow, with ``dlq_topic`` (the folder it is written to) last."""
-    return arrow_schema(ARCHIVE_FILE_SCHEMA).append(pa.field("dlq_topic", pa.string()))
+#: :data:`ARCHIVE_FILE_SCHEMA` in Arrow, with ``dlq_topic`` (the folder it is written to) last.
+_BATCH_SCHEMA = arrow_schema(ARCHIVE_FILE_SCHEMA).append(pa.field("dlq_topic", pa.string()))
 
 
 def archive_batch(batch: pa.RecordBatch, archived_at: datetime) -> pa.RecordBatch:
@@ -64,18 +58,13 @@ def archive_batch(batch: pa.RecordBatch, archived_at: datetime) -> pa.RecordBatc
         pa.repeat(pa.scalar(archived_at, pa.timestamp("us", tz="UTC")), n),
         rows.column("dlq_topic"),
     ]
-    return pa.RecordBatch.from_arrays(columns, schema=_batch_schema())
+    return pa.RecordBatch.from_arrays(columns, schema=_BATCH_SCHEMA)
 
 
 def staged_output(path: str, archived_at: datetime) -> SideOutput:
     """The decide tasks' side dataset of archived rows at ``path``, one folder per DLQ topic."""
-    return SideOutput(
-        path,
-        ARCHIVE_FILE_SCHEMA,
-        lambda batch: archive_batch(batch, archived_at),
-        partition_by="dlq_topic",
-        int96_timestamps=True,
-    )
+    rows = partial(archive_batch, archived_at=archived_at)
+    return SideOutput(path, ARCHIVE_FILE_SCHEMA, rows, partition_by="dlq_topic", int96_timestamps=True)
 
 
 def publish_staged(staged: str, archive_root: str, date: str, run_id: str) -> int:

@@ -126,27 +126,22 @@ def configure_logging() -> None:
 
 
 def _fail(message: str) -> None:
-    sys.stderr.write(f"dlq-replay: error: {scrub(message)}\n")
-    sys.stderr.flush()
+    print(f"dlq-replay: error: {scrub(message)}", file=sys.stderr, flush=True)
 
 
-def apply_session_defaults(spark: SparkSession) -> dict[str, str]:
-    """Set the shuffle partitions (per core, at least 2) and Arrow batch rows where neither the setting nor
-    its ``spark.hadoop.`` form was given, unless the session refuses it; returns what was set."""
+def apply_session_defaults(spark: SparkSession) -> None:
+    """Size the shuffles to the cores and the Arrow batches to the workers, unless given or refused."""
     defaults = {
         "spark.sql.shuffle.partitions": str(max(2, SHUFFLE_PARTITIONS_PER_CORE * default_parallelism(spark))),
         "spark.sql.execution.arrow.maxRecordsPerBatch": str(ARROW_BATCH_ROWS),
     }
-    applied: dict[str, str] = {}
     for key, value in defaults.items():
         if conf_value(spark, key) is not None or conf_value(spark, f"spark.hadoop.{key}") is not None:
             continue
         try:
             spark.conf.set(key, value)
-            applied[key] = value
         except Exception as exc:
             log.info("session setting %s left as it is: the session refuses it (%s)", key, type(exc).__name__)
-    return applied
 
 
 def build_session(run_id: str) -> SparkSession:

@@ -18,6 +18,7 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from pulsar_dlq_consumer.client import create_client
 from pulsar_dlq_consumer.replay_lock import (
     LEASE_SUBSCRIPTION,
     LOCK_PREFIX,
@@ -30,6 +31,7 @@ from pulsar_dlq_consumer.replay_lock import (
 )
 from spark_apps.dlq_replay.errors import LockLostError, ReplayConfigError, RunLockedError
 from spark_apps.dlq_replay.pulsar_io.admin import PulsarAdmin
+from spark_apps.dlq_replay.pulsar_io.conf import client_auth_kwargs, client_logger
 from spark_apps.dlq_replay.redaction import shown
 from spark_apps.dlq_replay.storage import RunStorage, is_local, join, qualify_root
 
@@ -38,6 +40,7 @@ if TYPE_CHECKING:
 
     from pyspark.sql import SparkSession
 
+    from spark_apps.dlq_replay.options import ReplayOptions
     from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf
 
 log = logging.getLogger("spark_apps.dlq_replay")
@@ -152,9 +155,6 @@ class SubscriptionLease:
 
     def acquire(self) -> None:
         import pulsar
-
-        from pulsar_dlq_consumer.client import create_client
-        from spark_apps.dlq_replay.pulsar_io.conf import client_auth_kwargs, client_logger
 
         self._client = create_client(
             self.conf.service_url,
@@ -354,25 +354,19 @@ class RunLock:
 
 @contextlib.contextmanager
 def run_lock(
-    spark: SparkSession | None,
-    output_root: str,
-    run_id: str,
-    *,
-    conf: PulsarConf | None = None,
-    topics: tuple[str, ...] = (),
-    subscription: str | None = None,
+    spark: SparkSession | None, root: str, options: ReplayOptions, conf: PulsarConf
 ) -> Iterator[RunLock]:
-    """Hold the output lock (where possible) and, with ``conf``, the leases of ``topics`` for the block."""
-    check_guard(output_root, conf is not None)
-    local = is_local(qualify_root(output_root))
+    """Hold the output lock on ``root`` (where possible) and the leases of the run's topics (unless off)."""
+    local = is_local(qualify_root(root))
     if not local:
         log.info(
             "output dir %s is not on a local file system: no output lock file there (an object store "
             "offers no exclusive create); the subscription leases guard this run",
-            output_root,
+            root,
         )
-    lease = SubscriptionLease(conf, topics, subscription or "", run_id) if conf is not None else None
-    lock = RunLock(OutputLock(output_root, run_id) if local else None, lease, spark)
+    lease = SubscriptionLease(conf, options.topics, options.subscription, options.run_id)
+    output = OutputLock(root, options.run_id) if local else None
+    lock = RunLock(output, lease if options.subscription_lease else None, spark)
     lock.acquire()
     try:
         yield lock

@@ -6,15 +6,13 @@ its files and logs, the compiled origin allowlist and the options a resumed run 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pulsar_dlq_consumer import replay_options as contract
 from pulsar_dlq_consumer.replay_options import ReplayOptionsError
 from spark_apps.dlq_replay.errors import ReplayConfigError
 from spark_apps.dlq_replay.redaction import check_name, check_url
-
-if TYPE_CHECKING:
-    from spark_apps.dlq_replay.topics import TopicMatcher
+from spark_apps.dlq_replay.topics import TopicMatcher
 
 _HTTP = ("http://", "https://")
 #: Option -> the schemes it takes, an example and what the URL is.
@@ -50,11 +48,7 @@ class ReplayOptions(contract.ReplayOptions):
 
     def allowlist_matcher(self) -> TopicMatcher | None:
         """The compiled ``--origin-allowlist`` (``None`` when not given)."""
-        if not self.origin_allowlist:
-            return None
-        from spark_apps.dlq_replay.topics import TopicMatcher
-
-        return TopicMatcher.parse(list(self.origin_allowlist))
+        return TopicMatcher.parse(list(self.origin_allowlist)) if self.origin_allowlist else None
 
     def fingerprint_options(self, playbook_digest: str) -> dict[str, Any]:
         """The options that shape results: a run id must be resumed with the same ones."""

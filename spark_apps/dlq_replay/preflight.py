@@ -40,7 +40,7 @@ _PEM_FILES = (
 )
 
 
-def _read_head(path: str, option: str, limit: int) -> bytes:
+def _read_head(path: str, option: str, limit: int = MAX_TOKEN_FILE_BYTES + 1) -> bytes:
     """The first ``limit`` bytes of ``path``; the error never shows the path (it could be a token)."""
     if os.path.isdir(path):
         raise ReplayConfigError(f"the path given as {option} is a directory (path not shown); give a file")
@@ -57,7 +57,7 @@ def _read_head(path: str, option: str, limit: int) -> bytes:
 def check_files(options: ReplayOptions) -> None:
     """The token, OAuth2 credentials and TLS files are readable and hold what they should (never echoed)."""
     if options.auth_token_file:
-        data = _read_head(options.auth_token_file, "--auth-token-file", MAX_TOKEN_FILE_BYTES + 1)
+        data = _read_head(options.auth_token_file, "--auth-token-file")
         if not data.strip():
             raise ReplayConfigError(
                 "the file given as --auth-token-file is empty; write the JWT token into it"
@@ -72,9 +72,7 @@ def check_files(options: ReplayOptions) -> None:
         if path and marker not in _read_head(path, option, 4 * 1024 * 1024):
             raise ReplayConfigError(f"the file given as {option} holds no {what}; {fix}")
     if options.oauth2_credentials_file:
-        data = _read_head(
-            options.oauth2_credentials_file, "--oauth2-credentials-file", MAX_TOKEN_FILE_BYTES + 1
-        )
+        data = _read_head(options.oauth2_credentials_file, "--oauth2-credentials-file")
         try:
             parsed = json.loads(data.decode("utf-8")) if len(data) <= MAX_TOKEN_FILE_BYTES else None
         except (UnicodeDecodeError, ValueError):
@@ -95,9 +93,9 @@ def _probe(directory: Path, output_dir: str, cannot: str, fix: str) -> None:
         raise ReplayConfigError(f"--output-dir {output_dir}: {cannot} ({exc.strerror}); {fix}") from exc
 
 
-def check_output_dir(output_dir: str, run_dir: str) -> None:
+def check_output_dir(given: str, run_dir: str) -> None:
     """The output root and the parts of it the run writes can be created and written (probed, not made)."""
-    root = qualify_root(output_dir)
+    root = qualify_root(given)
     local = local_path(root)
     if local is None:
         check_root(root)  # a StorageError is a ReplayConfigError
@@ -106,7 +104,7 @@ def check_output_dir(output_dir: str, run_dir: str) -> None:
             storage.write_text(probe, "probe")
         except Exception as exc:  # the store's error names the cause (permissions, credentials, bucket)
             raise ReplayConfigError(
-                f"--output-dir {output_dir}: cannot write there ({type(exc).__name__}: {str(exc)[:300]}); "
+                f"--output-dir {given}: cannot write there ({type(exc).__name__}: {str(exc)[:300]}); "
                 "check the URI, credentials and permissions"
             ) from exc
         with contextlib.suppress(Exception):
@@ -116,21 +114,17 @@ def check_output_dir(output_dir: str, run_dir: str) -> None:
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
     if not existing.is_dir():
-        raise ReplayConfigError(
-            f"--output-dir {output_dir}: {existing} is not a directory; give a directory path"
-        )
+        raise ReplayConfigError(f"--output-dir {given}: {existing} is not a directory; give a directory path")
     if existing != Path(local):
-        _probe(existing, output_dir, f"cannot create it in {existing}", "give a writable location")
+        _probe(existing, given, f"cannot create it in {existing}", "give a writable location")
         return
     for part in ("", "runs", "ledger", "archive", "locks", run_dir):
         directory = existing / part
         if directory.exists():
             if not directory.is_dir():
-                raise ReplayConfigError(
-                    f"--output-dir {output_dir}: {directory} is not a directory; move it away"
-                )
+                raise ReplayConfigError(f"--output-dir {given}: {directory} is not a directory; move it away")
             fix = "give a directory this user can write to, or fix its permissions"
-            _probe(directory, output_dir, f"cannot write in {directory}", fix)
+            _probe(directory, given, f"cannot write in {directory}", fix)
 
 
 def check_local(options: ReplayOptions) -> Playbook:

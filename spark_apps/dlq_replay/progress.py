@@ -12,6 +12,8 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from pulsar_dlq_consumer.replay_options import CONF_EXPECTED_MESSAGES
+from spark_apps.dlq_replay.session import conf_value
+from spark_apps.dlq_replay.task_parquet import rows_written
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
@@ -102,14 +104,12 @@ def expected_total(state: Any, step: str, expected_snapshot: int | None = None) 
         return expected_snapshot
     # the earlier step and the count it recorded that is the step's total
     earlier, key = {"apply": ("decide", "to_republish")}.get(step, ("snapshot", "messages"))
-    value = (state.info(earlier) or {}).get(key) if step in ("decide", "record", "apply") else None
+    value = state.info(earlier).get(key) if step in ("decide", "record", "apply") else None
     return value if isinstance(value, int) else None
 
 
 def files_rows(paths: Sequence[str]) -> int:
     """The rows the tasks have written to ``paths`` so far (a folder without a count yet counts 0)."""
-    from spark_apps.dlq_replay.task_parquet import rows_written
-
     total = 0
     for path in paths:
         with contextlib.suppress(Exception):  # a file removed while read, a store that does not answer
@@ -122,15 +122,13 @@ class StepProgress:
 
     def __init__(
         self,
-        spark: SparkSession | None,
+        spark: SparkSession,
         *,
         interval: float | None = None,
         rows: Callable[[Sequence[str]], int | None] = files_rows,
     ) -> None:
         self.spark = spark
-        if interval is None and spark is not None:
-            interval = float(spark.conf.get(CONF_INTERVAL, None) or DEFAULT_INTERVAL)
-        self.interval = max(0.05, float(interval or DEFAULT_INTERVAL))
+        self.interval = max(0.05, float(interval or conf_value(spark, CONF_INTERVAL) or DEFAULT_INTERVAL))
         self.rows = rows
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
@@ -144,20 +142,18 @@ class StepProgress:
 
     def expected_snapshot(self) -> int | None:
         """The backlog the caller expects the snapshot to read (``spark.dlq.progress.expectedMessages``)."""
-        given = self.spark.conf.get(CONF_EXPECTED_MESSAGES, "") if self.spark is not None else ""
-        text = str(given or "").strip()
-        return int(text) if text.isdigit() else None
+        text = conf_value(self.spark, CONF_EXPECTED_MESSAGES)
+        return int(text) if text and text.isdigit() else None
 
     def start(self, step: str, total: int | None) -> None:
         """Tag the step's jobs and log its progress (of messages in :data:`MESSAGE_STEPS`) until stopped."""
         self.stop()
         self._folders = []
-        if self.spark is not None:
-            try:
-                self.spark.addTag(step_tag(step))
-                self._tags.append(step_tag(step))
-            except Exception as exc:  # untagged jobs run all the same
-                log.debug("could not tag step %s's jobs: %s", step, exc)
+        try:
+            self.spark.addTag(step_tag(step))
+            self._tags.append(step_tag(step))
+        except Exception as exc:  # untagged jobs run all the same
+            log.debug("could not tag step %s's jobs: %s", step, exc)
         self._stop = stop = threading.Event()
         started = time.monotonic()
         count_rows = step in MESSAGE_STEPS
@@ -194,4 +190,4 @@ class StepProgress:
         tags, self._tags = self._tags, []
         for tag in tags:
             with contextlib.suppress(Exception):
-                self.spark.removeTag(tag)  # type: ignore[union-attr]
+                self.spark.removeTag(tag)

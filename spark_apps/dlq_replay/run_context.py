@@ -94,29 +94,6 @@ class RunState:
             ) from exc
 
 
-def resume_or_start(existing: RunState | None, run_id: str, mode: str, options: dict[str, Any]) -> RunState:
-    """The state to continue with; refuses a run id reused with different ``options`` (kept as a hash)."""
-    digest = hashlib.sha256(json.dumps(options, sort_keys=True, default=str).encode("utf-8")).hexdigest()
-    if existing is None:
-        return RunState(run_id=run_id, mode=mode, fingerprint=digest, options=options)
-    if existing.run_id != run_id:
-        raise RunStateError(
-            f"the run directory belongs to run id {existing.run_id!r}, not {run_id!r}; "
-            "use another --output-dir"
-        )
-    if existing.fingerprint != digest:
-        changed = sorted(
-            k for k in set(options) | set(existing.options) if options.get(k) != existing.options.get(k)
-        )
-        raise OptionsChangedError(
-            f"run id {run_id!r} was started with different options "
-            f"(changed: {', '.join(changed) or 'unknown'}); "
-            "re-run it with the same options to resume, or use a new --run-id"
-        )
-    existing.attempts += 1
-    return existing
-
-
 class RunPaths:
     """Where a run writes (see ``docs/replay-app.md``)."""
 
@@ -147,23 +124,33 @@ class RunPaths:
 
 
 def load_state(storage: RunStorage, paths: RunPaths, options: ReplayOptions, playbook: Playbook) -> RunState:
-    """The state to continue with (read only): a new one, or the existing one when the options match."""
+    """The state to continue with (read only): a new one, or the saved one if its options are the same."""
+    run_id, given = options.run_id, options.fingerprint_options(playbook.digest)
+    digest = hashlib.sha256(json.dumps(given, sort_keys=True, default=str).encode("utf-8")).hexdigest()
     text = storage.read_text(paths.state)
-    existing = RunState.from_json(text, where=paths.state) if text else None
-    fingerprint = options.fingerprint_options(playbook.digest)
-    return resume_or_start(existing, options.run_id, options.mode, fingerprint)
+    if not text:
+        return RunState(run_id=run_id, mode=options.mode, fingerprint=digest, options=given)
+    saved = RunState.from_json(text, where=paths.state)
+    if saved.run_id != run_id:
+        raise RunStateError(
+            f"the run directory belongs to run id {saved.run_id!r}, not {run_id!r}; use another --output-dir"
+        )
+    if saved.fingerprint != digest:
+        changed = sorted(k for k in set(given) | set(saved.options) if given.get(k) != saved.options.get(k))
+        raise OptionsChangedError(
+            f"run id {run_id!r} was started with different options "
+            f"(changed: {', '.join(changed) or 'unknown'}); "
+            "re-run it with the same options to resume, or use a new --run-id"
+        )
+    saved.attempts += 1
+    return saved
 
 
 class Run:
     """One invocation of a run id: options, state, the lock it holds and the step helpers."""
 
     def __init__(
-        self,
-        spark: SparkSession,
-        options: ReplayOptions,
-        playbook: Playbook,
-        conf: PulsarConf,
-        lock: RunLock | None = None,
+        self, spark: SparkSession, options: ReplayOptions, playbook: Playbook, conf: PulsarConf, lock: RunLock
     ) -> None:
         self.spark = spark
         self.progress = StepProgress(spark)
@@ -181,8 +168,7 @@ class Run:
 
     def check_lock(self) -> None:
         """Stop when another run took the lock or lease over."""
-        if self.lock is not None:
-            self.lock.check()
+        self.lock.check()
 
     def step(self, name: str) -> bool:
         """True when ``name`` must run now (logs the skip otherwise)."""

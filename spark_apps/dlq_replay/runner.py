@@ -58,14 +58,7 @@ def run_replay(
     parts = (paths.run, join(paths.root, "locks"), join(paths.root, "runs"), paths.root)
     created = [path for path in parts if not storage.exists(path)]
     try:
-        with run_lock(
-            spark,
-            paths.root,
-            options.run_id,
-            conf=conf if options.subscription_lease else None,
-            topics=options.topics,
-            subscription=options.subscription,
-        ) as lock:
+        with run_lock(spark, paths.root, options, conf) as lock:
             run = Run(spark, options, playbook, conf, lock)
             try:
                 return _run_steps(run)
@@ -116,8 +109,7 @@ _MESSAGE_STEPS = ("snapshot", "decide", "apply", "record", "commit")
 
 
 def _skip_empty_window(run: Run, windows: list[PartitionWindow]) -> bool:
-    """The empty-DLQ fast path: when no message step has started and the window holds no message to read,
-    record the message steps complete with zero counts, without a Spark job."""
+    """The empty-DLQ fast path: the message steps recorded complete with zero counts, without a Spark job."""
     if any(s in run.state.steps for s in _MESSAGE_STEPS) or not all(
         w.end_message_id is None or (w.read_mode == READER_MODE and w.pending_entries == 0) for w in windows
     ):

@@ -18,6 +18,9 @@ import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import spark_apps
+from spark_apps.dlq_replay.storage import write_bytes
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -47,8 +50,7 @@ def conf_value(spark: SparkSession, key: str) -> str | None:
         value = spark.conf.get(key, None)
     except Exception:  # a key the server will not show
         return None
-    text = str(value).strip() if value is not None else ""
-    return text or None
+    return (str(value).strip() or None) if value is not None else None
 
 
 def _cores() -> int:
@@ -87,8 +89,6 @@ def default_parallelism(spark: SparkSession) -> int:
 
 def loaded_from_zip() -> str | None:
     """The zip the app was imported from (``--py-files``), or ``None`` (a source checkout)."""
-    import spark_apps
-
     path = os.path.abspath(str(spark_apps.__file__))
     while os.path.dirname(path) != path:
         if os.path.isfile(path) and zipfile.is_zipfile(path):
@@ -110,10 +110,7 @@ def source_bundle(directory: str | None = None) -> str:
     digest = hashlib.sha256(data).hexdigest()[:16]
     target = os.path.join(directory or tempfile.gettempdir(), f"dlq_replay_code-{digest}.zip")
     if not os.path.isfile(target):
-        handle, tmp = tempfile.mkstemp(prefix=".dlq_replay_code-", suffix=".zip", dir=os.path.dirname(target))
-        with os.fdopen(handle, "wb") as out:
-            out.write(data)
-        os.replace(tmp, target)
+        write_bytes(target, data)
     return target
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import time
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from spark_apps.dlq_replay import task_parquet
 from spark_apps.dlq_replay.commit import SNAPSHOT_ENTRIES_SCHEMA, entry_rows
@@ -56,11 +56,7 @@ def run_snapshot(run: Run, windows: list[PartitionWindow]) -> DataFrame:
             frame, read_task, SNAPSHOT_SCHEMA, run.paths.snapshot, _entries_tally, ("n", "entries"), sides
         )
         count = sum(t[0] or 0 for t in tallies)
-        info: dict[str, Any] = {
-            "read_mode": mode,
-            "readers_per_partition": parallelism,
-            "identities_written": with_identities,
-        }
+        info = dict(read_mode=mode, readers_per_partition=parallelism, identities_written=with_identities)
         if mode == READER_MODE:
             entries = sum(t[1] or 0 for t in tallies)
             planned = sum(w.pending_entries for w in windows)

@@ -30,10 +30,8 @@ class StorageError(ReplayConfigError):
 
 def join(root: str, *parts: str) -> str:
     """Join path parts onto a local path or URI with ``/``."""
-    out = root if root == "/" else root.rstrip("/")
-    for part in parts:
-        out = posixpath.join(out, part.strip("/"))
-    return out
+    base = root if root == "/" else root.rstrip("/")
+    return posixpath.join(base, *(part.strip("/") for part in parts))
 
 
 def local_path(path: str) -> str | None:
@@ -80,9 +78,8 @@ def filesystem(path: str) -> tuple[pafs.FileSystem, str]:
     # Hadoop-style stores address a path inside the named cluster; the others (s3, gs, abfs...) a bucket.
     inner = parsed.path if scheme in _PATH_ONLY_SCHEMES else f"{parsed.netloc}{parsed.path}"
     if scheme in S3_SCHEMES:
-        env = os.environ
-        endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or None
-        region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None
+        endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or None
+        region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or None
         return _s3(endpoint, region), inner.rstrip("/")
     return _from_uri(f"{scheme}://{parsed.netloc}"), inner.rstrip("/") or "/"
 
@@ -146,8 +143,7 @@ def write_bytes(path: str, data: bytes) -> None:
 def list_names(path: str) -> list[str]:
     """Names of the entries directly under ``path`` (empty when it does not exist)."""
     fs, inner = filesystem(path)
-    infos = fs.get_file_info(pafs.FileSelector(inner, allow_not_found=True))
-    return sorted(info.base_name for info in infos)
+    return sorted(info.base_name for info in fs.get_file_info(pafs.FileSelector(inner, allow_not_found=True)))
 
 
 def list_files(path: str) -> list[str]:
@@ -169,9 +165,8 @@ def delete(path: str) -> None:
 
 def move(src: str, dst: str) -> None:
     """Rename a file, replacing ``dst`` (atomic on a local disk; a copy then a delete on object stores)."""
-    fs, inner_src = filesystem(src)
-    _, inner_dst = writable(dst)
-    fs.move(inner_src, inner_dst)
+    fs, inner = filesystem(src)
+    fs.move(inner, writable(dst)[1])
 
 
 def make_dirs(path: str) -> None:
@@ -202,9 +197,8 @@ class RunStorage:
                 f"{path}: an exclusive create is not available on this store; keep --subscription-lease on "
                 "(the default), which guards the run on object storage"
             )
-        _, local = writable(path)
         try:
-            with open(local, "x", encoding="utf-8") as handle:  # O_CREAT | O_EXCL
+            with open(writable(path)[1], "x", encoding="utf-8") as handle:  # O_CREAT | O_EXCL
                 handle.write(text)
         except FileExistsError:
             return False

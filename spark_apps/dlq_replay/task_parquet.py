@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from pyspark import TaskContext
 
 from spark_apps.dlq_replay import storage
 from spark_apps.dlq_replay.arrow_util import SortedKeys, local_frame, row_numbers, use_system_allocator
@@ -114,9 +115,6 @@ class TaskFile:
             return
         cuts = self._key_changes(self.group_key(batch)) if self.group_key is not None else []
         batch = batch.select(self.schema.names).cast(self.schema)
-        if not cuts:
-            self._add(batch, batch.nbytes)
-            return
         row_bytes = batch.nbytes / n
         start = 0
         for cut in cuts:
@@ -252,8 +250,6 @@ class _TaskWrites:
     names: Sequence[str]
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from pyspark import TaskContext
-
         use_system_allocator()
         context = TaskContext.get()
         partition, attempt = (context.partitionId(), context.attemptNumber()) if context else (0, 0)
@@ -319,8 +315,7 @@ def write_in_tasks(
     for output in outputs:
         storage.delete(output.path)
         storage.make_dirs(output.path)
-    schemas = [arrow_schema(output.schema) for output in outputs]
-    task = _TaskWrites(transform, outputs, schemas, tally, tally_names)
+    task = _TaskWrites(transform, outputs, [arrow_schema(o.schema) for o in outputs], tally, tally_names)
     tally_schema = ", ".join(f"{name} long" for name in tally_names)
     tallies = [tuple(row) for row in frame.mapInArrow(task, tally_schema).collect()]
     for folder in (output.path for output in outputs):
@@ -355,12 +350,10 @@ class _ReadFiles:
         use_system_allocator()
         fs, root = storage.filesystem(self.root)
         strings = pa.schema([field for field in self.schema if field.type == pa.string()])
-        folders = ds.partitioning(strings, flavor="hive")  # column=value, decoded as Spark names them
+        hive = ds.partitioning(strings, flavor="hive")  # column=value, decoded as Spark names them
         for batch in batches:
             files = [storage.filesystem(path)[1] for path in batch.column(0).to_pylist()]
-            data = ds.dataset(
-                files, self.schema, "parquet", fs, partitioning=folders, partition_base_dir=root
-            )
+            data = ds.dataset(files, self.schema, "parquet", fs, partitioning=hive, partition_base_dir=root)
             yield from data.to_batches(batch_size=65_536, use_threads=False)
 
 
@@ -373,10 +366,9 @@ def read_frame(spark: SparkSession, path: str, schema: StructType) -> DataFrame:
     return paths.mapInArrow(_ReadFiles(path.rstrip("/"), arrow_schema(schema)), schema)
 
 
-def write_frame(frame: DataFrame, path: str, schema: StructType, *, int96_timestamps: bool = False) -> int:
+def write_frame(frame: DataFrame, path: str, schema: StructType) -> int:
     """Write ``frame``'s rows (``schema``'s columns) to ``path`` from its tasks; returns the rows written."""
-    tallies = write_in_tasks(frame, iter, schema, path, row_tally, ("n",), int96_timestamps=int96_timestamps)
-    return sum(int(t[0] or 0) for t in tallies)
+    return sum(int(t[0] or 0) for t in write_in_tasks(frame, iter, schema, path, row_tally, ("n",)))
 
 
 def part_files(folder: str) -> list[str]:
@@ -387,10 +379,8 @@ def part_files(folder: str) -> list[str]:
 
 def row_group_units(folder: str) -> list[tuple[str, int]]:
     """``(file, row group)`` of every row group of the ``part-*.parquet`` files in ``folder``, in order."""
-    units: list[tuple[str, int]] = []
-    for path in part_files(folder):
-        units += [(path, group) for group in range(storage.open_parquet(path).metadata.num_row_groups)]
-    return units
+    files = part_files(folder)
+    return [(f, group) for f in files for group in range(storage.open_parquet(f).metadata.num_row_groups)]
 
 
 class Marks:
@@ -422,7 +412,7 @@ def bucket_batches(
     buckets: int,
     columns: Sequence[str],
     marks: Marks | None,
-    mark_names: tuple[str, str],
+    names: tuple[str, str],
     batch_rows: int,
 ) -> Iterator[pa.RecordBatch]:
     """Bucket ``bucket``'s share of ``units`` (every ``buckets``-th row group) with the mark columns."""
@@ -430,16 +420,10 @@ def bucket_batches(
     for path, group in units[bucket::buckets]:
         by_file.setdefault(path, []).append(group)
     for path, groups in by_file.items():
-        source = storage.open_parquet(path)
         # One decoding thread: each thread's allocator keeps memory of its own (about 25 MiB per worker).
-        batches = source.iter_batches(
+        batches = storage.open_parquet(path).iter_batches(
             batch_size=batch_rows, row_groups=groups, columns=list(columns), use_threads=False
         )
-        for batch in batches:
-            yield with_marks(batch, marks, mark_names)
-
-
-def with_marks(batch: pa.RecordBatch, marks: Marks | None, names: tuple[str, str]) -> pa.RecordBatch:
-    """``batch`` plus its rows' mark and reason columns (``names``; all null without ``marks``)."""
-    columns = marks.columns(batch) if marks else [pa.nulls(batch.num_rows, pa.string())] * 2
-    return pa.RecordBatch.from_arrays([*batch.columns, *columns], names=[*batch.schema.names, *names])
+        for batch in batches:  # with the mark and reason columns (all null without ``marks``)
+            added = marks.columns(batch) if marks else [pa.nulls(batch.num_rows, pa.string())] * 2
+            yield pa.RecordBatch.from_arrays([*batch.columns, *added], names=[*batch.schema.names, *names])

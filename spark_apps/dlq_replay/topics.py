@@ -45,17 +45,13 @@ class TopicMatcher:
     compiled: tuple[re.Pattern[str], ...]
 
     @classmethod
-    def parse(
-        cls, patterns: list[str] | tuple[str, ...], *, what: str = "--origin-allowlist"
-    ) -> TopicMatcher:
+    def parse(cls, patterns: list[str], *, what: str = "--origin-allowlist") -> TopicMatcher:
         """Compile ``patterns``; globs without ``://`` are qualified like topic names."""
         compiled: list[re.Pattern[str]] = []
         for raw in patterns:
             pattern = raw.strip()
             if not pattern:
-                raise ReplayConfigError(
-                    f"{what}: empty pattern in {list(patterns)!r}; remove the extra comma"
-                )
+                raise ReplayConfigError(f"{what}: empty pattern in {patterns!r}; remove the extra comma")
             if pattern.startswith("re:"):
                 regex = pattern[3:]
             else:

@@ -76,6 +76,7 @@ def write_ledger(rows: DataFrame, staged: str) -> int:
     """Write ledger rows to ``staged`` as the record step stages its own (moved into the ledger by
     :func:`~spark_apps.dlq_replay.record.publish_staged`); returns the rows written."""
     from spark_apps.dlq_replay.record import LEDGER_FILE_SCHEMA
-    from spark_apps.dlq_replay.task_parquet import write_frame
+    from spark_apps.dlq_replay.task_parquet import row_tally, write_in_tasks
 
-    return write_frame(rows, staged, LEDGER_FILE_SCHEMA, int96_timestamps=True)
+    tallies = write_in_tasks(rows, iter, LEDGER_FILE_SCHEMA, staged, row_tally, ("n",), int96_timestamps=True)
+    return sum(t[0] or 0 for t in tallies)

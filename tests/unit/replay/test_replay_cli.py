@@ -253,9 +253,10 @@ def test_session_defaults_size_shuffles_to_the_cores(master, partitions):
 
     from spark_apps.dlq_replay.cli import apply_session_defaults
 
-    applied = apply_session_defaults(SimpleNamespace(conf=_Conf({"spark.master": master})))
-    assert applied["spark.sql.shuffle.partitions"] == partitions
-    assert applied["spark.sql.execution.arrow.maxRecordsPerBatch"] == "2000"
+    conf = _Conf({"spark.master": master})
+    apply_session_defaults(SimpleNamespace(conf=conf))
+    assert conf.values["spark.sql.shuffle.partitions"] == partitions
+    assert conf.values["spark.sql.execution.arrow.maxRecordsPerBatch"] == "2000"
 
 
 def test_session_defaults_are_set_unless_given_or_refused(caplog):
@@ -267,7 +268,9 @@ def test_session_defaults_are_set_unless_given_or_refused(caplog):
     from spark_apps.dlq_replay.cli import apply_session_defaults
 
     fresh = _Conf({"spark.master": "local[3]"})
-    assert apply_session_defaults(SimpleNamespace(conf=fresh)) == {
+    apply_session_defaults(SimpleNamespace(conf=fresh))
+    assert fresh.values == {
+        "spark.master": "local[3]",
         "spark.sql.shuffle.partitions": "6",
         "spark.sql.execution.arrow.maxRecordsPerBatch": "2000",
     }
@@ -276,9 +279,8 @@ def test_session_defaults_are_set_unless_given_or_refused(caplog):
         refused={"spark.sql.shuffle.partitions"},
     )
     with caplog.at_level(logging.INFO, logger="spark_apps.dlq_replay"):
-        applied = apply_session_defaults(SimpleNamespace(conf=conf))
-    assert applied == {}
-    assert conf.values["spark.sql.execution.arrow.maxRecordsPerBatch"] == "500"
+        apply_session_defaults(SimpleNamespace(conf=conf))
+    assert conf.values == {"spark.master": "local[3]", "spark.sql.execution.arrow.maxRecordsPerBatch": "500"}
     assert any("shuffle.partitions left as it is" in r.getMessage() for r in caplog.records)
 
 

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -138,13 +139,12 @@ class _LeaseClient:
 
 
 def _lease(monkeypatch, errors, wait_s=60.0):
-    import pulsar_dlq_consumer.client
     from spark_apps.dlq_replay import lock
     from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf
 
     clock = [0.0]
     client = _LeaseClient(errors, clock)
-    monkeypatch.setattr(pulsar_dlq_consumer.client, "create_client", lambda *a, **k: client)
+    monkeypatch.setattr(lock, "create_client", lambda *a, **k: client)
     monkeypatch.setattr(lock.time, "monotonic", lambda: clock[0])
     monkeypatch.setattr(lock.time, "sleep", lambda seconds: clock.__setitem__(0, clock[0] + seconds))
     monkeypatch.setattr(lock, "LEASE_WAIT_S", wait_s)
@@ -290,11 +290,6 @@ def test_an_object_store_root_needs_the_lease_and_holds_no_lock_file(monkeypatch
         lock.check_guard("s3://bucket/dlq", subscription_lease=False)
     lock.check_guard("s3://bucket/dlq", subscription_lease=True)
     lock.check_guard("relative/out", subscription_lease=False)  # local: the output lock guards it
-    with (
-        pytest.raises(ReplayConfigError, match="Keep --subscription-lease on"),
-        lock.run_lock(None, "s3://bucket/dlq", "run-a"),
-    ):
-        pass
 
     class Lease:
         acquired = released = False
@@ -313,9 +308,12 @@ def test_an_object_store_root_needs_the_lease_and_holds_no_lock_file(monkeypatch
 
     monkeypatch.setattr(lock, "SubscriptionLease", Lease)
     conf = PulsarConf(service_url="pulsar://127.0.0.1:1")
+    options = SimpleNamespace(
+        run_id="run-a", topics=("orders-DLQ",), subscription="s", subscription_lease=True
+    )
     with (
         caplog.at_level(logging.INFO, logger="spark_apps.dlq_replay"),
-        lock.run_lock(None, "s3://bucket/dlq", "run-a", conf=conf, topics=("orders-DLQ",)) as held,
+        lock.run_lock(None, "s3://bucket/dlq", options, conf) as held,
     ):
         assert held.output is None  # no exclusive create on an object store: the lease alone
         assert Lease.acquired

@@ -62,7 +62,7 @@ def test_rows_written_sums_the_tasks_progress_files(tmp_path):
 def test_thread_logs_every_interval_and_stops(caplog):
     counts = iter([10, 20] + [30] * 1000)
     seen = threading.Event()
-    progress = StepProgress(None, interval=0.05, rows=lambda folders: next(counts))
+    progress = StepProgress(_TaggingSession(), interval=0.05, rows=lambda folders: next(counts))
     with caplog.at_level(logging.INFO, logger="spark_apps.dlq_replay"):
         progress.start("decide", 30)
         progress.count_files("/nowhere")
@@ -78,7 +78,9 @@ def test_thread_logs_every_interval_and_stops(caplog):
 
 def test_a_step_without_files_or_message_rows_says_it_runs():
     asked: list[tuple[str, ...]] = []
-    progress = StepProgress(None, interval=0.02, rows=lambda folders: asked.append(tuple(folders)) or 5)
+    progress = StepProgress(
+        _TaggingSession(), interval=0.02, rows=lambda folders: asked.append(tuple(folders)) or 5
+    )
     progress.start("snapshot", 100)  # no count_files yet: nothing to count
     threading.Event().wait(0.15)
     progress.start("commit", None)
@@ -94,7 +96,7 @@ def test_a_failing_count_never_breaks_the_step():
     def broken(folders):
         raise RuntimeError("the store is gone")
 
-    progress = StepProgress(None, interval=0.01, rows=broken)
+    progress = StepProgress(_TaggingSession(), interval=0.01, rows=broken)
     progress.start("snapshot", None)
     progress.count_files("s3://bucket/out")
     threading.Event().wait(0.1)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from spark_apps.dlq_replay.task_parquet import Marks, bucket_batches, row_group_units, with_marks
+from spark_apps.dlq_replay.task_parquet import Marks, bucket_batches, row_group_units
 
 MARKS = ("_mark", "_mark_reason")
 
@@ -64,16 +64,10 @@ def test_marks_are_read_from_their_files_and_looked_up_by_topic_and_message_id(t
         {"topic": ["a", "a", "b", "a\x1f2"], "message_id_str": ["1", "2", "1", ""]}
     )
 
-    marked = with_marks(batch, Marks.read(str(tmp_path)), MARKS)
+    mark, reason = Marks.read(str(tmp_path)).columns(batch)
 
-    assert marked.column("_mark").to_pylist() == [None, "duplicate", "already_final", None]
-    assert marked.column("_mark_reason").to_pylist() == [None, "another copy ...", None, None]
-
-
-def test_without_marks_every_row_is_unmarked():
-    batch = pa.RecordBatch.from_pydict({"topic": ["a"], "message_id_str": ["1"]})
-    marked = with_marks(batch, None, MARKS)
-    assert marked.column("_mark").to_pylist() == marked.column("_mark_reason").to_pylist() == [None]
+    assert mark.to_pylist() == [None, "duplicate", "already_final", None]
+    assert reason.to_pylist() == [None, "another copy ...", None, None]
 
 
 def test_no_files_give_no_units(tmp_path):
