@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Iterator, Sequence
 
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
@@ -178,6 +178,29 @@ def local_frame(spark: SparkSession, rows: Sequence[Sequence[Any]], schema: str)
     struct, arrow = _schemas(schema)
     table = pa.Table.from_pylist([dict(zip(struct.names, row, strict=True)) for row in rows], arrow)
     return spark.createDataFrame(table, schema=struct)
+
+
+def in_tasks(
+    spark: SparkSession, work: Callable[[int], Iterator[pa.RecordBatch]], tasks: int, schema: StructType
+) -> pa.Table:
+    """The rows (``schema``) of ``work(i)`` for each ``i`` below ``tasks``, each run in its own Python task:
+    the driver reads no file row by row, it gets the small result."""
+    if tasks < 1:
+        return schema_table(schema)
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for i in batch.column(0).to_pylist():
+                yield from work(i)
+
+    return spark.range(tasks, numPartitions=tasks).mapInArrow(run, schema).toArrow()
+
+
+def schema_table(schema: StructType) -> pa.Table:
+    """An empty table of ``schema`` (as Spark's Arrow collection types it)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(schema, timezone="UTC").empty_table()
 
 
 def arrow_frame(spark: SparkSession, table: pa.Table, schema: str) -> DataFrame:

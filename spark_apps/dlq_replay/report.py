@@ -260,11 +260,11 @@ def spark_info(spark: SparkSession) -> dict[str, Any]:
 
 
 def _errors(
-    parts: ReportParts, decisions_path: str, signatures: list[str]
+    spark: SparkSession, parts: ReportParts, decisions_path: str, signatures: list[str]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """``(fix errors, sample errors)`` of the shown groups, the most frequent fix errors first."""
     wanted = {sig: parts.errors[sig] for sig in signatures if sig in parts.errors}
-    counts, fixes = error_counts(decisions_path, wanted, signatures)
+    counts, fixes = error_counts(spark, decisions_path, wanted, signatures)
     errors = {
         sig: [{"message": message, "count": counts[(sig, message)]} for message in messages]
         for sig, messages in wanted.items()
@@ -277,7 +277,9 @@ def _errors(
     return fix_errors, errors
 
 
-def _representatives(ctx: ReportContext, parts: ReportParts, signatures: list[str]) -> dict[str, list[Any]]:
+def _representatives(
+    spark: SparkSession, ctx: ReportContext, parts: ReportParts, signatures: list[str]
+) -> dict[str, list[Any]]:
     """The shown groups' representatives, each paired with its snapshot row (or ``None``)."""
     per_group = PAYLOAD_SAMPLES if ctx.payload_snippets else 1
     reps: dict[str, list[Any]] = {sig: [] for sig in signatures}
@@ -285,7 +287,8 @@ def _representatives(ctx: ReportContext, parts: ReportParts, signatures: list[st
         if len(reps.get(rep["signature"], ())) < per_group:
             reps[rep["signature"]].append(rep)
     keys = sorted({(r["dlq_topic"], r["dlq_message_id"]) for mine in reps.values() for r in mine})
-    found = _guarded("snapshot samples", {}, snapshot_messages, ctx.snapshot_path, keys, ctx.payload_snippets)
+    args = (spark, ctx.snapshot_path, keys, ctx.payload_snippets)
+    found = _guarded("snapshot samples", {}, snapshot_messages, *args)
     return {
         sig: [(r, found.get((r["dlq_topic"], r["dlq_message_id"]))) for r in mine]
         for sig, mine in reps.items()
@@ -401,9 +404,9 @@ def add_details(
     trend_args = (spark, ctx.ledger_path, report, ctx.recorded_at)
     queries = {"trend": partial(_guarded, "the trend", None, trend, *trend_args)}
     if decisions is not None and signatures and parts is not None:
-        errors = (parts, ctx.decisions_path, signatures)
+        errors = (spark, parts, ctx.decisions_path, signatures)
         queries["errors"] = partial(_guarded, "sample errors", ({}, {}), _errors, *errors)
-        queries["reps"] = partial(_representatives, ctx, parts, signatures)
+        queries["reps"] = partial(_representatives, spark, ctx, parts, signatures)
     if decisions is not None and report["totals"].get(oc.ORIGIN_REFUSED):
         queries["refused"] = partial(_guarded, "refused origins", [], refused_origins, decisions)
     results = dict(zip(queries, run_concurrently(spark, *queries.values()), strict=True))

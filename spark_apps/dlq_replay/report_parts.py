@@ -12,16 +12,20 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC
+from functools import partial
 from typing import TYPE_CHECKING, Any
+
+from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType
 
 from spark_apps.dlq_replay.arrow_util import group_ids, row_numbers
 from spark_apps.dlq_replay.outcomes import UNSCOPED
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterator, Sequence
     from datetime import datetime
 
     import pyarrow as pa
+    from pyspark.sql import SparkSession
 
 #: What a group of the report is counted by.
 COMBO_KEYS = ("signature", "outcome", "action", "rule", "context_format")
@@ -214,10 +218,26 @@ def read_parts(folder: str) -> ReportParts:
 
 
 def snapshot_messages(
-    snapshot_dir: str, keys: Sequence[tuple[str, str]], with_payload: bool
+    spark: SparkSession, snapshot_dir: str, keys: Sequence[tuple[str, str]], with_payload: bool
 ) -> dict[tuple[str, str], Any]:
-    """``topic``, ``message_id_str``, ``properties`` (and ``value``) of the snapshot messages ``keys``: per
-    row group its ids, then the wanted rows; stops once all are found (representatives come early)."""
+    """``topic``, ``message_id_str``, ``properties`` (and ``value``) of the snapshot messages ``keys``, read
+    in one Python task (:func:`snapshot_rows`)."""
+    if not keys:
+        return {}
+    from spark_apps.dlq_replay.arrow_util import in_tasks
+    from spark_apps.dlq_replay.schemas import SNAPSHOT_SCHEMA
+
+    columns = ["topic", "message_id_str", "properties"] + (["value"] if with_payload else [])
+    schema = StructType([SNAPSHOT_SCHEMA[name] for name in columns])
+    rows = in_tasks(spark, partial(snapshot_rows, snapshot_dir, tuple(keys), columns), 1, schema).to_pylist()
+    return {(row["topic"], row["message_id_str"]): row for row in rows}
+
+
+def snapshot_rows(
+    snapshot_dir: str, keys: Sequence[tuple[str, str]], columns: list[str], _task: int = 0
+) -> Iterator[pa.RecordBatch]:
+    """The snapshot rows ``keys`` (their ``columns``): per row group its ids, then the wanted rows; stops
+    once all are found (representatives come early)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -225,11 +245,8 @@ def snapshot_messages(
     from spark_apps.dlq_replay.task_parquet import part_files
 
     wanted = {f"{topic}\x1f{message_id}" for topic, message_id in keys}
-    if not wanted:
-        return {}
     value_set = pa.array(sorted(wanted), pa.string())
-    columns = ["topic", "message_id_str", "properties"] + (["value"] if with_payload else [])
-    found: dict[tuple[str, str], Any] = {}
+    found: set[str] = set()
     for path in part_files(snapshot_dir):
         source = open_parquet(path)
         for group in range(source.metadata.num_row_groups):
@@ -238,40 +255,72 @@ def snapshot_messages(
             rows = pc.indices_nonzero(pc.fill_null(pc.is_in(key, value_set=value_set), False))
             if len(rows) == 0:
                 continue
-            for row in source.read_row_group(group, columns=columns).take(rows).to_pylist():
-                found[(row["topic"], row["message_id_str"])] = row
+            yield from source.read_row_group(group, columns=columns).take(rows).to_batches()
+            found.update(key.take(rows).to_pylist())
             if len(found) == len(wanted):
-                return found
-    return found
+                return
+
+
+#: A count of :func:`error_counts`: of a message text (``fix`` false) or of a fix error.
+_COUNT_SCHEMA = StructType(
+    [
+        StructField("fix", BooleanType()),
+        StructField("signature", StringType()),
+        StructField("text", StringType()),
+        StructField("n", LongType()),
+    ]
+)
 
 
 def error_counts(
-    decisions_dir: str, wanted: dict[str, list[str]], signatures: Sequence[str]
+    spark: SparkSession, decisions_dir: str, wanted: dict[str, list[str]], signatures: Sequence[str]
 ) -> tuple[Counter[tuple[str, str]], Counter[tuple[str, str]]]:
-    """``(message counts, fix error counts)`` per ``(signature, text)`` in one pass over the decisions: of the
-    messages ``wanted``, and of every fix error of ``signatures`` (both cut to :data:`ERROR_CHARS`)."""
+    """``(message counts, fix error counts)`` per ``(signature, text)``: of the messages ``wanted``, and of
+    every fix error of ``signatures`` (both cut to :data:`ERROR_CHARS`), one Python task per decisions
+    file (:func:`error_count_rows`)."""
+    from spark_apps.dlq_replay.arrow_util import in_tasks
+    from spark_apps.dlq_replay.task_parquet import part_files
+
+    files = part_files(decisions_dir)
+    work = partial(error_count_rows, files, wanted, tuple(signatures))
+    counts: dict[bool, Counter[tuple[str, str]]] = {False: Counter(), True: Counter()}
+    for row in in_tasks(spark, work, len(files), _COUNT_SCHEMA).to_pylist():
+        counts[row["fix"]][(row["signature"], row["text"])] += row["n"]
+    return counts[False], counts[True]
+
+
+def error_count_rows(
+    files: Sequence[str], wanted: dict[str, list[str]], signatures: Sequence[str], task: int
+) -> Iterator[pa.RecordBatch]:
+    """The counts of :func:`error_counts` in decisions file ``files[task]``, in one pass."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    from spark_apps.dlq_replay.arrow_util import schema_table
     from spark_apps.dlq_replay.storage import open_parquet
-    from spark_apps.dlq_replay.task_parquet import part_files
 
     texts = [f"{sig}\x1f{message}" for sig, messages in wanted.items() for message in messages]
     keys = pa.array(texts, pa.string())  # typed: an empty list would make a null array
     shown = pa.array(sorted(signatures), pa.string())
-    counts: Counter[tuple[str, str]] = Counter()
-    fixes: Counter[tuple[str, str]] = Counter()
+    counts: dict[bool, Counter[tuple[str, str]]] = {False: Counter(), True: Counter()}
     columns = ["signature", "error_message", "fix_error"]
-    for path in part_files(decisions_dir):
-        for batch in open_parquet(path).iter_batches(batch_size=65_536, columns=columns, use_threads=False):
-            signature = batch.column("signature")
-            message = pc.utf8_slice_codeunits(batch.column("error_message"), 0, ERROR_CHARS)
-            fix = pc.utf8_slice_codeunits(batch.column("fix_error"), 0, ERROR_CHARS)
-            key = pc.binary_join_element_wise(signature, message, "\x1f")
-            _tally(counts, key.filter(pc.fill_null(pc.is_in(key, value_set=keys), False)))
-            key = pc.binary_join_element_wise(signature, fix, "\x1f")
-            _tally(fixes, key.filter(pc.fill_null(pc.is_in(signature, value_set=shown), False)))
-    return counts, fixes
+    for batch in open_parquet(files[task]).iter_batches(
+        batch_size=65_536, columns=columns, use_threads=False
+    ):
+        signature = batch.column("signature")
+        message = pc.utf8_slice_codeunits(batch.column("error_message"), 0, ERROR_CHARS)
+        fix = pc.utf8_slice_codeunits(batch.column("fix_error"), 0, ERROR_CHARS)
+        key = pc.binary_join_element_wise(signature, message, "\x1f")
+        _tally(counts[False], key.filter(pc.fill_null(pc.is_in(key, value_set=keys), False)))
+        key = pc.binary_join_element_wise(signature, fix, "\x1f")
+        _tally(counts[True], key.filter(pc.fill_null(pc.is_in(signature, value_set=shown), False)))
+    rows = [
+        {"fix": fix, "signature": sig, "text": text, "n": n}
+        for fix, counted in counts.items()
+        for (sig, text), n in counted.items()
+    ]
+    if rows:
+        yield pa.RecordBatch.from_pylist(rows, schema=schema_table(_COUNT_SCHEMA).schema)
 
 
 def _tally(counts: Counter[tuple[str, str]], keys: pa.Array) -> None:

@@ -499,16 +499,18 @@ def recorded_inputs(spark, tmp_path):
     )
     result_type = pa.schema(
         [("replay_id", pa.string()), ("published", pa.bool_()), ("published_message_id", pa.string()),
-         ("error", pa.string())]
+         ("error", pa.string()), ("row", pa.int64())]
     )  # fmt: skip
     for bucket in (0, 1):  # what the send tasks save, in waves of 3 sequence ids per producer
         columns = ["replay_id", "outcome", "sequence_id"]
         rows = pq.read_table(task_parquet.part_file(str(decisions), bucket), columns=columns).to_pylist()
-        sent = [r for r in rows if r["outcome"] == oc.TO_REPUBLISH]
+        sent = [{**r, "row": n} for n, r in enumerate(rows) if r["outcome"] == oc.TO_REPUBLISH]
         assert sent, "each bucket sends something"
-        saved = [(r, (r["replay_id"], True, f"{bucket}:{i}:-1:-1", None)) for i, r in enumerate(sent)]
+        saved = [
+            (r, (r["replay_id"], True, f"{bucket}:{i}:-1:-1", None, r["row"])) for i, r in enumerate(sent)
+        ]
         if bucket == 0:
-            saved[0] = (sent[0], (sent[0]["replay_id"], False, None, "topic terminated"))
+            saved[0] = (sent[0], (sent[0]["replay_id"], False, None, "topic terminated", sent[0]["row"]))
         else:
             saved.pop()  # its wave was cut short: no result
         for wave in sorted({r["sequence_id"] // 3 for r in sent}):

@@ -23,7 +23,7 @@ from spark_apps.dlq_replay.report_parts import (
     first_k,
     iso,
     read_parts,
-    snapshot_messages,
+    snapshot_rows,
 )
 
 T0 = datetime(2024, 5, 1, tzinfo=UTC)
@@ -210,19 +210,23 @@ def test_snapshot_messages_reads_only_the_wanted_rows(tmp_path):
         )
     (folder / "_SUCCESS").write_text("")
     keys = [("t0", "0:4"), ("t1", "1:9"), ("t0", "1:9")]
-    found = snapshot_messages(str(folder), keys, with_payload=True)
-    assert sorted(found) == [("t0", "0:4"), ("t1", "1:9")]
-    assert found[("t1", "1:9")]["properties"] == [("k", "9")]
-    assert found[("t0", "0:4")]["value"] == b"v4"
-    assert "value" not in snapshot_messages(str(folder), keys[:1], with_payload=False)[("t0", "0:4")]
-    assert snapshot_messages(str(folder), [], with_payload=False) == {}
+
+    def found(keys, columns):  # what the task yields, by message
+        rows = [row for batch in snapshot_rows(str(folder), keys, columns) for row in batch.to_pylist()]
+        return {(row["topic"], row["message_id_str"]): row for row in rows}
+
+    everything = ["topic", "message_id_str", "properties", "value"]
+    assert sorted(found(keys, everything)) == [("t0", "0:4"), ("t1", "1:9")]
+    assert found(keys, everything)[("t1", "1:9")]["properties"] == [("k", "9")]
+    assert found(keys, everything)[("t0", "0:4")]["value"] == b"v4"
+    assert list(found(keys[:1], everything[:3])[("t0", "0:4")]) == everything[:3]
 
 
 def test_sample_errors_from_the_parts_and_one_counting_pass(tmp_path, monkeypatch):
     """Each signature's first messages by (earliest time, message), kept in 7-row chunks merged every 3
     chunks in two buckets, are those of all rows together; :func:`error_counts` counts them over the
     decisions' files (cut to 500 characters, as the report cuts them) and counts the fix errors."""
-    from spark_apps.dlq_replay.report_parts import SAMPLE_ERRORS, error_counts
+    from spark_apps.dlq_replay.report_parts import SAMPLE_ERRORS, error_count_rows
     from spark_apps.dlq_replay.task_parquet import part_file
 
     monkeypatch.setattr(report_parts, "REDUCE_ROWS", 7)
@@ -260,7 +264,12 @@ def test_sample_errors_from_the_parts_and_one_counting_pass(tmp_path, monkeypatc
         mine = sorted((t, m) for (s, m), t in earliest.items() if s == sig)
         assert merged.errors.get(sig, []) == [m for _, m in mine[:SAMPLE_ERRORS]], sig
     wanted = {sig: messages for sig, messages in merged.errors.items() if sig is not None}
-    counts, fixes = error_counts(str(decisions), wanted, sorted(wanted))
+    files = [part_file(str(decisions), bucket) for bucket in (0, 1)]
+    counts: Counter = Counter()
+    fixes: Counter = Counter()
+    for task in (0, 1):  # each decisions file in its own task, summed as error_counts sums them
+        for row in (r for b in error_count_rows(files, wanted, sorted(wanted), task) for r in b.to_pylist()):
+            (fixes if row["fix"] else counts)[(row["signature"], row["text"])] += row["n"]
     cut = [(r["signature"], r["error_message"] and r["error_message"][:500]) for r in everything]
     for sig, messages in wanted.items():
         for message in messages:
