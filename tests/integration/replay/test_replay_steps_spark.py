@@ -636,3 +636,30 @@ def test_report_from_record_parts_is_sparks_report(spark, tmp_path, snippets):
     assert with_props, "the playbook was applied to some representative"
     if snippets:
         assert all(len(g["payload_samples"]) == min(2, g["count"]) for g in groups)
+
+
+def test_fix_errors_are_a_groups_most_frequent_first_counted_over_the_decisions(spark, tmp_path):
+    """Per shown group, its FIX_ERRORS most frequent fix errors (ties by text), cut to ERROR_CHARS; groups
+    not shown are not counted (in Python tasks, one per decisions file)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from spark_apps.dlq_replay.report import _errors
+    from spark_apps.dlq_replay.report_parts import ERROR_CHARS, ReportParts
+    from spark_apps.dlq_replay.task_parquet import part_file
+
+    fixes = [("s", "e2")] * 3 + [("s", "e1")] * 3 + [("s", "e3")] * 2 + [("s", "e4"), ("s", None)]
+    fixes += [("t", "y" * 600), ("u", "z")]
+    (tmp_path / "decisions").mkdir()
+    for bucket, rows in enumerate((fixes[:5], fixes[5:])):
+        signatures, errors = zip(*rows, strict=True)
+        messages = pa.nulls(len(rows), pa.string())
+        table = pa.table({"signature": signatures, "error_message": messages, "fix_error": errors})
+        pq.write_table(table, part_file(str(tmp_path / "decisions"), bucket))
+    parts = ReportParts([], {}, [], {})
+    fix_errors, sample_errors = _errors(spark, parts, str(tmp_path / "decisions"), ["s", "t"])
+    assert fix_errors == {
+        "s": [{"error": "e1", "count": 3}, {"error": "e2", "count": 3}, {"error": "e3", "count": 2}],
+        "t": [{"error": "y" * ERROR_CHARS, "count": 1}],
+    }
+    assert sample_errors == {}

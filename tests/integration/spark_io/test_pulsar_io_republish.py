@@ -208,6 +208,7 @@ def test_one_producer_name_for_two_targets_is_a_pipeline_error(pulsar_broker, to
                 "ordering_key": None,
                 "event_time": None,
                 "properties": None,
+                "row": 0,
             },
             {
                 "replay_id": "2",
@@ -219,6 +220,7 @@ def test_one_producer_name_for_two_targets_is_a_pipeline_error(pulsar_broker, to
                 "ordering_key": None,
                 "event_time": None,
                 "properties": None,
+                "row": 1,
             },
         ]
     )
@@ -243,6 +245,7 @@ def test_missing_columns_and_rate_limit(pulsar_broker, pulsar_client, topic_fact
             "ordering_key": None,
             "event_time": None,
             "properties": None,
+            "row": i,
         }
         for i in range(60)
     ]
