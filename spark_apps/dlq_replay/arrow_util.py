@@ -186,7 +186,9 @@ def in_tasks(
     """The rows (``schema``) of ``work(i)`` for each ``i`` below ``tasks``, each run in its own Python task:
     the driver reads no file row by row, it gets the small result."""
     if tasks < 1:
-        return schema_table(schema)
+        from spark_apps.dlq_replay.schemas import arrow_schema
+
+        return arrow_schema(schema).empty_table()
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
@@ -194,13 +196,6 @@ def in_tasks(
                 yield from work(i)
 
     return spark.range(tasks, numPartitions=tasks).mapInArrow(run, schema).toArrow()
-
-
-def schema_table(schema: StructType) -> pa.Table:
-    """An empty table of ``schema`` (as Spark's Arrow collection types it)."""
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    return to_arrow_schema(schema, timezone="UTC").empty_table()
 
 
 def arrow_frame(spark: SparkSession, table: pa.Table, schema: str) -> DataFrame:

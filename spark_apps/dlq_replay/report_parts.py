@@ -296,7 +296,7 @@ def error_count_rows(
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from spark_apps.dlq_replay.arrow_util import schema_table
+    from spark_apps.dlq_replay.schemas import arrow_schema
     from spark_apps.dlq_replay.storage import open_parquet
 
     texts = [f"{sig}\x1f{message}" for sig, messages in wanted.items() for message in messages]
@@ -320,7 +320,7 @@ def error_count_rows(
         for (sig, text), n in counted.items()
     ]
     if rows:
-        yield pa.RecordBatch.from_pylist(rows, schema=schema_table(_COUNT_SCHEMA).schema)
+        yield pa.RecordBatch.from_pylist(rows, schema=arrow_schema(_COUNT_SCHEMA))
 
 
 def _tally(counts: Counter[tuple[str, str]], keys: pa.Array) -> None:
