@@ -13,7 +13,6 @@ from pyspark.sql import functions as F
 from pulsar_dlq_consumer.replay_options import DEDUP_WAVE_SIZE, DEFAULT_WAVE_SIZE
 from spark_apps.dlq_replay import outcomes as oc
 from spark_apps.dlq_replay.archive_files import publish_staged
-from spark_apps.dlq_replay.arrow_util import return_free_memory
 from spark_apps.dlq_replay.canary import run_canary, unsent_halted
 from spark_apps.dlq_replay.pulsar_io.dedup import deduplication
 from spark_apps.dlq_replay.schemas import RESULTS_SCHEMA
@@ -154,9 +153,7 @@ def _wave_size(run: Run, last: int) -> int:
         return run.options.wave_size
     if last < DEFAULT_WAVE_SIZE:
         return DEFAULT_WAVE_SIZE  # one wave either way: no need to ask the broker
-    targets = sorted(sending_targets(run.paths.decisions))  # the decide tasks' files, read in the driver
-    return_free_memory()  # what reading them took, before the driver waits out the waves
-    dedup = deduplication(run.conf, targets)
+    dedup = deduplication(run.conf, sending_targets(run.spark, run.paths.decisions))
     size = DEDUP_WAVE_SIZE if dedup.on else DEFAULT_WAVE_SIZE
     log.info("step apply: waves of %d sequence ids per producer (%s)", size, dedup.reason)
     return size

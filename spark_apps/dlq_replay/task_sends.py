@@ -14,8 +14,9 @@ import pyarrow.compute as pc
 
 from spark_apps.dlq_replay import outcomes as oc
 from spark_apps.dlq_replay import storage, task_parquet
+from spark_apps.dlq_replay.arrow_util import in_tasks
 from spark_apps.dlq_replay.pulsar_io.republish import REPUBLISH_INPUT_COLUMNS, republish_batches
-from spark_apps.dlq_replay.schemas import RESULTS_SCHEMA
+from spark_apps.dlq_replay.schemas import RESULTS_SCHEMA, ddl_struct
 from spark_apps.dlq_replay.storage import open_parquet
 from spark_apps.dlq_replay.task_parquet import data_files, part_files
 
@@ -33,6 +34,7 @@ _SOURCES = {"producer_name": "replay_producer", "value": "out_value", "propertie
 #: place in its decisions file, numbered on reading).
 SEND_COLUMNS = {_SOURCES.get(name, name): name for name in REPUBLISH_INPUT_COLUMNS}
 _READ = [name for name in SEND_COLUMNS if name != "row"] + ["outcome"]
+_TARGETS_SCHEMA = ddl_struct("target_topic string")
 #: Appended to a producer's name for the canary rows it sends first (``docs/canary.md``).
 CANARY_SUFFIX = "-canary"
 
@@ -192,13 +194,24 @@ def send_wave(
     return sum(t[0] or 0 for t in tallies)
 
 
-def sending_targets(decisions_dir: str) -> set[str]:
-    """The target topics of the rows to republish (two dictionary-encoded columns read in the driver)."""
+def sending_targets(spark: SparkSession, decisions_dir: str) -> set[str]:
+    """The target topics of the rows to republish: one Python task per decisions file reads them
+    (:func:`file_targets`), the driver gets the topics only."""
+    files = part_files(decisions_dir)
+
+    def targets(index: int) -> Iterator[pa.RecordBatch]:
+        yield pa.record_batch([pa.array(list(file_targets(files[index])), pa.string())], ["target_topic"])
+
+    return set(in_tasks(spark, targets, len(files), _TARGETS_SCHEMA).column(0).to_pylist())
+
+
+def file_targets(path: str) -> set[str]:
+    """The target topics of the rows to republish in the decisions file ``path`` (two dictionary-encoded
+    columns, one batch at a time)."""
     targets: set[str] = set()
     columns = ["outcome", "target_topic"]
-    for path in part_files(decisions_dir):
-        source = open_parquet(path, read_dictionary=columns)
-        for batch in source.iter_batches(batch_size=65_536, columns=columns, use_threads=False):
-            sending = batch.filter(pc.equal(batch.column("outcome"), oc.TO_REPUBLISH))
-            targets.update(t for t in pc.unique(sending.column("target_topic")).to_pylist() if t)
+    source = open_parquet(path, read_dictionary=columns)
+    for batch in source.iter_batches(batch_size=65_536, columns=columns, use_threads=False):
+        sending = batch.filter(pc.equal(batch.column("outcome"), oc.TO_REPUBLISH))
+        targets.update(t for t in pc.unique(sending.column("target_topic")).to_pylist() if t)
     return targets

@@ -663,3 +663,27 @@ def test_fix_errors_are_a_groups_most_frequent_first_counted_over_the_decisions(
         "t": [{"error": "y" * ERROR_CHARS, "count": 1}],
     }
     assert sample_errors == {}
+
+
+def test_sending_targets_are_read_by_tasks_over_every_decisions_file(spark, tmp_path):
+    """The distinct targets of rows to republish over all decisions files (a refused row's is not one)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from spark_apps.dlq_replay.task_parquet import part_file
+    from spark_apps.dlq_replay.task_sends import sending_targets
+
+    files = [
+        [(oc.TO_REPUBLISH, "persistent://t/n/a"), (oc.ORIGIN_REFUSED, "persistent://t/n/admin")],
+        [
+            (oc.TO_REPUBLISH, "persistent://t/n/b"),
+            (oc.TO_REPUBLISH, "persistent://t/n/a"),
+            (oc.ARCHIVED, None),
+        ],
+    ]
+    for bucket, rows in enumerate(files):
+        outcomes, targets = zip(*rows, strict=True)
+        table = pa.table({"outcome": outcomes, "target_topic": pa.array(targets, pa.string())})
+        pq.write_table(table, part_file(str(tmp_path), bucket))
+    assert sending_targets(spark, str(tmp_path)) == {"persistent://t/n/a", "persistent://t/n/b"}
+    assert sending_targets(spark, str(tmp_path / "none")) == set()

@@ -107,8 +107,8 @@ def test_a_group_with_only_archived_rows_is_skipped_and_an_empty_file_yields_not
     assert list(wave_rows(path, 0, 2_000, batch_rows=10)) == []
 
 
-def test_sending_targets_are_the_targets_of_rows_to_republish_only(tmp_path):
-    from spark_apps.dlq_replay.task_sends import sending_targets
+def test_file_targets_are_the_targets_of_rows_to_republish_only(tmp_path):
+    from spark_apps.dlq_replay.task_sends import file_targets
 
     table = _decisions(40)
     refused = table.slice(0, 5).set_column(  # a refused row keeps its target but is not sent
@@ -119,7 +119,8 @@ def test_sending_targets_are_the_targets_of_rows_to_republish_only(tmp_path):
     )
     pq.write_table(table, part_file(str(tmp_path), 0), row_group_size=7)
     pq.write_table(refused, part_file(str(tmp_path), 1))
-    assert sending_targets(str(tmp_path)) == {"persistent://t/n/t0", "persistent://t/n/t1"}
+    assert file_targets(part_file(str(tmp_path), 0)) == {"persistent://t/n/t0", "persistent://t/n/t1"}
+    assert file_targets(part_file(str(tmp_path), 1)) == set()
 
 
 def _blocked_decisions(per_producer: int) -> pa.Table:
