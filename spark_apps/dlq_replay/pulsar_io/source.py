@@ -93,21 +93,11 @@ def _int_option(opts: Mapping[str, str], name: str, default: int, minimum: int) 
 @dataclass
 class PulsarInputPartition(InputPartition):
     """One task's part of a partition window (picklable): a consumer ``slot``, or in the reader mode the
-    ``share`` of ``[ledger, first, last, skipped_before]`` entry ranges to read."""
+    ``share`` of pending entry ranges to read."""
 
-    topic: str
-    partition: int
-    end_message_id: str | None
+    window: PartitionWindow
     slot: int
-    share: list[list[int]] | None = None
-
-    @property
-    def window(self) -> PartitionWindow:
-        return PartitionWindow(self.topic, self.partition, self.end_message_id)
-
-    @property
-    def ranges(self) -> list[EntryRange]:
-        return [EntryRange.from_list(r) for r in self.share or ()]
+    share: list[EntryRange] | None = None
 
 
 class PulsarDataSourceReader(DataSourceReader):
@@ -160,16 +150,13 @@ class PulsarDataSourceReader(DataSourceReader):
         for w in self._windows():
             if w.end_message_id is None:
                 continue
-            shares: list[list[list[int]] | None] = [None] * self.parallelism  # consumer slots
+            bare = PartitionWindow(w.topic, w.partition, w.end_message_id)  # its share is all a task needs
+            shares: Sequence[list[EntryRange] | None] = [None] * self.parallelism  # consumer slots
             if w.pending is not None:
-                split = split_for_readers(w.pending, self.parallelism, self.reader_min_entries)
-                shares = [[r.to_list() for r in share] for share in split]
-            parts += [
-                PulsarInputPartition(w.topic, w.partition, w.end_message_id, slot, share)
-                for slot, share in enumerate(shares)
-            ]
+                shares = split_for_readers(w.pending, self.parallelism, self.reader_min_entries)
+            parts += [PulsarInputPartition(bare, slot, share) for slot, share in enumerate(shares)]
         # Spark needs at least one partition; an empty window reads nothing.
-        return parts or [PulsarInputPartition("persistent://public/default/-", -1, None, 0)]
+        return parts or [PulsarInputPartition(PartitionWindow("persistent://public/default/-", -1, None), 0)]
 
     def read(self, partition: InputPartition, mark_entries: bool = False) -> Iterator[pa.RecordBatch]:
         """One input partition's Arrow batches of whole entries (``mark_entries``: :data:`ENTRY_FIRST`)."""
@@ -186,7 +173,7 @@ class PulsarDataSourceReader(DataSourceReader):
             reader = ShareReader(
                 get_client(self.conf),
                 window,
-                partition.ranges,
+                partition.share,
                 idle_timeout_ms=self.idle_timeout_ms,
                 receiver_queue_size=self.reader_queue_size,
             )
