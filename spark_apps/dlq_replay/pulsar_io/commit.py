@@ -241,9 +241,8 @@ class FinalIds:
         ledgers, entries, batches = self._ledgers, self._entries, self._batches
         # in_window holds for a prefix of the sorted ids: find where it stops
         lo = bisect_left(range(n), True, key=lambda i: not in_window(ledgers[i], entries[i], batches[i], end))
-        for column in (self._ledgers, self._entries, self._batches):
+        for column in (ledgers, entries, batches, self._received):
             del column[lo:]
-        del self._received[lo:]
         return n - lo
 
     def index(self, ledger: int, entry: int, batch: int) -> int:

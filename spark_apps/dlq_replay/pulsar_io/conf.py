@@ -42,8 +42,7 @@ CLIENT_LOGGER_NAME = "spark_apps.dlq_replay.pulsar_client"
 class PulsarConf:
     """How to reach Pulsar: where the credentials are, never their values, so it can travel in options,
     plans and logs (``docs/pulsar-data-source.md``). Clients log natively at WARN to stdout (the executor
-    log) or to ``client_log_file`` (``{pid}`` replaced).
-    """
+    log) or to ``client_log_file`` (``{pid}`` replaced)."""
 
     service_url: str
     token_env: str | None = TOKEN_ENV

@@ -104,9 +104,6 @@ class EntryRange:
     def stop(self) -> Position:
         return self.ledger, self.last
 
-    def to_list(self) -> list[int]:
-        return [self.ledger, self.first, self.last, self.skipped_before]
-
     @classmethod
     def from_list(cls, item: Sequence[Any]) -> EntryRange:
         if not isinstance(item, (list, tuple)) or len(item) != 4:

@@ -1,12 +1,7 @@
 """Read a frozen partition window: Readers in the reader mode, Shared consumers in the consumer mode.
 
-Reader mode (:class:`ShareReader`): non-durable Readers read a share of the pending entries, each once,
-acking nothing; acked entries in a short gap are read through and dropped, a longer gap starts a new
-Reader. Consumer mode (:class:`WindowPasses`): Shared consumers on the replayer subscription, for the
-data source (never acks) and the commit (acks final messages from the consumer that received them); one
-stops at the window's last entry (entries come in order), messages past it are neither returned nor
-acked, redeliveries are returned once. A read stops after ``idle_timeout_ms`` without a message; as that
-may be a broker stall, a new Reader or consumer resumes while passes make progress.
+A read stops after ``idle_timeout_ms`` without a message; as that may be a broker stall, a new Reader or
+consumer resumes while passes make progress. How each mode stops: ``docs/pulsar-data-source.md``.
 """
 
 from __future__ import annotations
@@ -59,12 +54,8 @@ class SeenIds(set[str]):
 
 @dataclass
 class WindowPasses:
-    """Reads a window through one Shared consumer after another, each id once over all passes.
-
-    :meth:`messages` yields ``(message_id_str, message, message_id, consumer)`` (ack through that
-    consumer while iterating). Another pass starts only with ``resume``, after an idle stop that found
-    messages. ``stats`` sums the passes (``beyond_window``: the largest pass's).
-    """
+    """Reads a window through one Shared consumer after another (``resume``: after an idle stop that
+    found messages), each id once; ``stats`` sums the passes (``beyond_window``: the largest pass's)."""
 
     client: Any
     window: PartitionWindow
@@ -80,6 +71,7 @@ class WindowPasses:
     stats: ConsumeStats = field(default_factory=ConsumeStats, init=False)
 
     def messages(self) -> Iterator[tuple[str, Any, Any, Any]]:
+        """``(message_id_str, message, message_id, consumer)``: ack through that consumer while iterating."""
         end = self.window.end_key
         if end is None:
             self.stats.stopped_by = "empty-window"
@@ -169,7 +161,7 @@ class ReadStats:
     readers: int = 0
     resumes: int = 0
     unread_entries: int = 0  # pending entries not read (idle stops without progress)
-    stopped_by: str = "not-started"  # end-reached | idle-timeout | empty
+    stopped_by: str = "not-started"  # end-reached | idle-timeout
 
 
 @dataclass
@@ -185,9 +177,6 @@ class ShareReader:
     stats: ReadStats = field(default_factory=ReadStats, init=False)
 
     def entries(self) -> Iterator[Entry]:
-        if self.window.end_message_id is None or not self.share:
-            self.stats.stopped_by = "empty"
-            return
         self.stats.stopped_by = "end-reached"
         for segment in reader_segments(self.share):
             for entry in self._segment(segment):

@@ -107,10 +107,6 @@ def _keep_thread_state() -> None:
         pythonapi.PyGILState_Ensure()
 
 
-def _ignore_flush_result(result: Any) -> None:
-    """A block's flush: each message's own receipt carries its outcome."""
-
-
 def _epoch_ms(column: Any) -> list[int | None]:
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -305,7 +301,8 @@ class _Publisher:
             block = seq // BATCH_BLOCK
             if block != state.block:
                 if state.block is not None:
-                    raw.flush_async(_ignore_flush_result)  # the block's last batch ends here
+                    # the block's last batch ends here; each message's own receipt carries its outcome
+                    raw.flush_async(lambda result: None)
                 state.block = block
             builder = new_builder()
             builder.content(values[i])

@@ -93,21 +93,11 @@ def _int_option(opts: Mapping[str, str], name: str, default: int, minimum: int) 
 @dataclass
 class PulsarInputPartition(InputPartition):
     """One task's part of a partition window (picklable): a consumer ``slot``, or in the reader mode the
-    ``share`` of ``[ledger, first, last, skipped_before]`` entry ranges to read."""
+    ``share`` of pending entry ranges to read."""
 
-    topic: str
-    partition: int
-    end_message_id: str | None
+    window: PartitionWindow
     slot: int
-    share: list[list[int]] | None = None
-
-    @property
-    def window(self) -> PartitionWindow:
-        return PartitionWindow(self.topic, self.partition, self.end_message_id)
-
-    @property
-    def ranges(self) -> list[EntryRange]:
-        return [EntryRange.from_list(r) for r in self.share or ()]
+    share: list[EntryRange] | None = None
 
 
 class PulsarDataSourceReader(DataSourceReader):
@@ -124,13 +114,12 @@ class PulsarDataSourceReader(DataSourceReader):
             )
         topics_text = opts.get("topics", "").strip()
         self.topics = parse_topics(topics_text) if topics_text else []
-        self.window_json = opts.get("window") or None
-        if not self.topics and not self.window_json:
+        if not self.topics and not opts.get("window"):
             raise PulsarConfigError(
                 "option 'topics' is required unless 'window' is given, e.g. .option('topics', 'orders-DLQ')"
             )
-        if self.window_json:
-            windows_from_json(self.window_json)  # fail at load time on a bad window
+        # parsed at load time: a bad window fails before any read
+        self.windows = windows_from_json(opts["window"]) if opts.get("window") else None
         self.parallelism = _int_option(opts, "parallelism", 1, 1)
         self.idle_timeout_ms = _int_option(opts, "idle.timeout.ms", DEFAULT_IDLE_TIMEOUT_MS, 1)
         self.receiver_queue_size = _int_option(opts, "receiver.queue.size", DEFAULT_RECEIVER_QUEUE_SIZE, 1)
@@ -141,9 +130,9 @@ class PulsarDataSourceReader(DataSourceReader):
         self.schema = schema
 
     def _windows(self) -> list[PartitionWindow]:
-        if not self.window_json:
+        windows = self.windows
+        if windows is None:
             return freeze(self.conf, self.topics, self.subscription).windows
-        windows = windows_from_json(self.window_json)
         if not self.topics:
             return windows
         chosen = [w for w in windows if w.parent_topic in self.topics or w.topic in self.topics]
@@ -160,16 +149,13 @@ class PulsarDataSourceReader(DataSourceReader):
         for w in self._windows():
             if w.end_message_id is None:
                 continue
-            shares: list[list[list[int]] | None] = [None] * self.parallelism  # consumer slots
+            bare = PartitionWindow(w.topic, w.partition, w.end_message_id)  # its share is all a task needs
+            shares: Sequence[list[EntryRange] | None] = [None] * self.parallelism  # consumer slots
             if w.pending is not None:
-                split = split_for_readers(w.pending, self.parallelism, self.reader_min_entries)
-                shares = [[r.to_list() for r in share] for share in split]
-            parts += [
-                PulsarInputPartition(w.topic, w.partition, w.end_message_id, slot, share)
-                for slot, share in enumerate(shares)
-            ]
+                shares = split_for_readers(w.pending, self.parallelism, self.reader_min_entries)
+            parts += [PulsarInputPartition(bare, slot, share) for slot, share in enumerate(shares)]
         # Spark needs at least one partition; an empty window reads nothing.
-        return parts or [PulsarInputPartition("persistent://public/default/-", -1, None, 0)]
+        return parts or [PulsarInputPartition(PartitionWindow("persistent://public/default/-", -1, None), 0)]
 
     def read(self, partition: InputPartition, mark_entries: bool = False) -> Iterator[pa.RecordBatch]:
         """One input partition's Arrow batches of whole entries (``mark_entries``: :data:`ENTRY_FIRST`)."""
@@ -186,7 +172,7 @@ class PulsarDataSourceReader(DataSourceReader):
             reader = ShareReader(
                 get_client(self.conf),
                 window,
-                partition.ranges,
+                partition.share,
                 idle_timeout_ms=self.idle_timeout_ms,
                 receiver_queue_size=self.reader_queue_size,
             )
@@ -235,11 +221,8 @@ def _batch_size(group: list[tuple[str, Any, Any]]) -> int:
 
 
 class _BatchBuilder:
-    """Accumulates whole entries' messages and emits one Arrow record batch at a time.
-
-    Messages are read :data:`_CHUNK_ROWS` at a time, one list comprehension per column: fewer Python
-    steps per message, while the chunk is still in the CPU cache.
-    """
+    """Accumulates whole entries' messages into Arrow record batches, reading :data:`_CHUNK_ROWS` at a time
+    with one list comprehension per column (fewer Python steps per message, the chunk still in cache)."""
 
     def __init__(self, window: PartitionWindow, arrow_schema: pa.Schema, mark_entries: bool = False) -> None:
         self.window = window

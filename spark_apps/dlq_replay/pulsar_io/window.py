@@ -11,7 +11,7 @@ import logging
 import os
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from typing import TYPE_CHECKING, Any
 
 from pulsar_dlq_consumer.context import base_topic, partition_index
@@ -153,16 +153,6 @@ def read_mode_of(windows: Sequence[PartitionWindow]) -> str:
     return READER_MODE if windows and all(w.pending is not None for w in windows) else CONSUMER_MODE
 
 
-def freeze_pending(admin: Any, window: PartitionWindow, subscription: str) -> PartitionWindow:
-    """``window`` with the subscription's pending entries up to its end, from ``internalStats``."""
-    stats = admin.internal_stats(window.topic)
-    cursor = CursorState.from_internal_stats(stats, subscription, topic=window.topic)
-    mark_delete = f"{cursor.mark_delete[0]}:{cursor.mark_delete[1]}"
-    end = window.end_key
-    pending = () if end is None else tuple(pending_ranges(ledger_sizes(stats), cursor, end[:2]))
-    return PartitionWindow(window.topic, window.partition, window.end_message_id, pending, mark_delete)
-
-
 def freeze(conf: PulsarConf, topics: str | Sequence[str], subscription: str) -> FrozenWindows:
     """Freeze the window of every partition of ``topics``, creating the Shared ``subscription`` from the
     earliest message if missing (nothing is received or acked), and choose the read mode."""
@@ -179,8 +169,15 @@ def freeze(conf: PulsarConf, topics: str | Sequence[str], subscription: str) -> 
     if not conf.admin_url:
         return FrozenWindows(windows, CONSUMER_MODE, f"no admin URL: {consumers}")
     admin = PulsarAdmin(conf)
+    frozen = []
     try:
-        frozen = [freeze_pending(admin, w, subscription) for w in windows]
+        for w in windows:  # each with the subscription's pending entries up to its end
+            stats = admin.internal_stats(w.topic)
+            cursor = CursorState.from_internal_stats(stats, subscription, topic=w.topic)
+            end = w.end_key
+            pending = () if end is None else tuple(pending_ranges(ledger_sizes(stats), cursor, end[:2]))
+            mark_delete = f"{cursor.mark_delete[0]}:{cursor.mark_delete[1]}"
+            frozen.append(PartitionWindow(w.topic, w.partition, w.end_message_id, pending, mark_delete))
     except AdminUnavailable as exc:
         reason = f"the admin URL {conf.admin_url} is not Apache Pulsar's admin REST ({exc}): {consumers}"
         log.warning("read mode consumer: %s", reason)
@@ -195,7 +192,7 @@ def windows_to_json(windows: Sequence[PartitionWindow]) -> str:
     for w in windows:
         item: dict[str, Any] = dict(topic=w.topic, partition=w.partition, end_message_id=w.end_message_id)
         if w.pending is not None:
-            item["pending"] = [r.to_list() for r in w.pending]
+            item["pending"] = [astuple(r) for r in w.pending]  # [ledger, first, last, skipped_before]
             item["mark_delete"] = w.mark_delete
         items.append(item)
     return json.dumps({"format": WINDOW_FORMAT, "windows": items}, sort_keys=True)

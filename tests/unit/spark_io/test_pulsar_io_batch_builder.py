@@ -240,7 +240,7 @@ def test_reader_mode_read_batches_with_and_without_marks(monkeypatch):
         "idle.timeout.ms": "10",
     }
     reader = PulsarDataSourceReader(options, ddl_struct(SOURCE_SCHEMA))
-    part = PulsarInputPartition(TOPIC, -1, end, 0, [[5, 0, 2, 0]])
+    part = PulsarInputPartition(PartitionWindow(TOPIC, -1, end), 0, [EntryRange(5, 0, 2, 0)])
 
     marked = list(reader.read(part, mark_entries=True))
     plain = list(reader.read(part))

@@ -47,7 +47,7 @@ def test_reader_plans_parallelism_slots_per_partition_and_skips_empty_windows():
     ]
     r = reader(topics="", window=windows_to_json(windows), parallelism="2")
     parts = r.partitions()
-    assert [(p.topic, p.slot) for p in parts] == [
+    assert [(p.window.topic, p.slot) for p in parts] == [
         ("persistent://public/default/a-DLQ", 0),
         ("persistent://public/default/a-DLQ", 1),
         ("persistent://public/default/b-DLQ-partition-0", 0),
@@ -60,13 +60,13 @@ def test_reader_plans_parallelism_slots_per_partition_and_skips_empty_windows():
     assert clone.window == windows[1]
     # A topic filter keeps its partitions; a topic missing from the window is an error.
     only_b = reader(topics="b-DLQ", window=windows_to_json(windows)).partitions()
-    assert [p.topic for p in only_b] == ["persistent://public/default/b-DLQ-partition-0"]
+    assert [p.window.topic for p in only_b] == ["persistent://public/default/b-DLQ-partition-0"]
     with pytest.raises(WindowError, match="no entry in the 'window' option"):
         reader(topics="c-DLQ", window=windows_to_json(windows)).partitions()
     # Nothing to read still plans one (empty) partition, as Spark needs one.
     empty = reader(topics="", window=windows_to_json(windows[2:])).partitions()
     assert len(empty) == 1
-    assert empty[0].end_message_id is None
+    assert empty[0].window.end_message_id is None
 
 
 def test_epoch_ms_handles_units_and_nulls():
@@ -209,10 +209,10 @@ def test_reader_mode_windows_plan_disjoint_shares_of_the_pending_entries():
     r = reader(topics="", window=windows_to_json(windows), parallelism="3", **{"reader.min.entries": "1000"})
     parts = r.partitions()
     # The fully acked partition-1 gets no task; partition-0's 9,900 pending entries get 3 shares.
-    assert [(p.topic, p.slot) for p in parts] == [(windows[0].topic, s) for s in range(3)]
-    assert [sum(x.entries for x in p.ranges) for p in parts] == [3300, 3300, 3300]
-    assert parts[0].ranges[0].start == (3, 0)
-    assert parts[-1].ranges[-1].stop == (3, 9999)
+    assert [(p.window.topic, p.slot) for p in parts] == [(windows[0].topic, s) for s in range(3)]
+    assert [sum(x.entries for x in p.share) for p in parts] == [3300, 3300, 3300]
+    assert parts[0].share[0].start == (3, 0)
+    assert parts[-1].share[-1].stop == (3, 9999)
 
 
 def test_admin_url_option_and_conf_validation():

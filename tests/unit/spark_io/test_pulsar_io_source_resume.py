@@ -103,7 +103,7 @@ def read_keys(monkeypatch: pytest.MonkeyPatch, passes: list[list[int]], parallel
         "idle.timeout.ms": "10",
     }
     reader = PulsarDataSourceReader(options, ddl_struct(SOURCE_SCHEMA))
-    batches = list(reader.read(PulsarInputPartition(TOPIC, -1, END, 0)))
+    batches = list(reader.read(PulsarInputPartition(PartitionWindow(TOPIC, -1, END), 0)))
     keys = [k for batch in batches for k in batch.column("key").to_pylist()]
     return keys, client.subscribed
 
