@@ -251,9 +251,7 @@ def _aborted_outcome(error: BaseException) -> FixOutcome:
         detail = f" ({outcome.error_message[:200]})" if outcome.error_message else ""
         message = f"the fix raised {outcome.error_class}{detail}"
     return outcome._replace(
-        malformed=False,
-        error_message=f"{message}; a fix must return a result or raise an Exception",
-        aborted=True,
+        error_message=f"{message}; a fix must return a result or raise an Exception", aborted=True
     )
 
 
