@@ -1,12 +1,7 @@
 """Fixes: plain Python functions that turn a failed record into a fixed payload and properties.
 
-A fix (``module:function`` with a ``fix_version`` in the playbook) receives a :class:`FixRecord` and
-returns the new payload (``bytes``/``str``), a ``(payload, properties)`` tuple or a :class:`FixResult`; a
-:func:`batch_fix` takes the batch's records as a list and returns one result (or exception) each. Raising
-fails the record: ``malformed`` for :class:`MalformedRecord`, ``json.JSONDecodeError`` or
-``UnicodeDecodeError``, else ``fix_failed``, as do a call over its rule's ``fix_timeout_seconds``, a
-payload over :data:`MAX_FIX_PAYLOAD_BYTES` and ``sys.exit``/``os._exit``/``os.abort``/``KeyboardInterrupt``
-(:class:`_ExitGuard`); the batch goes on.
+What a fix receives and returns, and which failures mark its record ``malformed`` or ``fix_failed`` (the
+batch goes on), is the contract of ``docs/playbook.md`` (Fixes); :func:`run_fix` enforces it.
 """
 
 from __future__ import annotations
@@ -20,7 +15,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
@@ -130,8 +124,7 @@ class FixRecord:
             raise MalformedRecord(f"payload is not UTF-8 JSON: {exc}") from exc
 
 
-@dataclass(frozen=True)
-class FixResult:
+class FixResult(NamedTuple):
     """What a fix returns: the new payload and, optionally, the new properties (``None`` = unchanged)."""
 
     payload: bytes | str
@@ -171,7 +164,7 @@ def load_fix(ref: str) -> FixFunction:
     """Import ``module:function`` once per process; raises :class:`FixLoadError` naming the fix."""
     module_name, _, function_name = ref.partition(":")
     try:
-        with _ExitGuard():
+        with _FixGuard():
             module = importlib.import_module(module_name)
     except Exception as exc:
         raise FixLoadError(
@@ -238,63 +231,11 @@ def to_outcome(result: Any) -> FixOutcome:
         return FixOutcome(True, result)
     if isinstance(result, BaseException):
         return _error_outcome(result)
-    try:
-        if isinstance(result, FixResult):
-            result = (result.payload, result.properties)
-        if isinstance(result, tuple) and len(result) == 2:
-            return FixOutcome(True, _as_bytes(result[0]), _as_properties(result[1]))
-        return FixOutcome(True, _as_bytes(result))
+    payload, properties = result if isinstance(result, tuple) and len(result) == 2 else (result, None)
+    try:  # a FixResult is a (payload, properties) tuple
+        return FixOutcome(True, _as_bytes(payload), _as_properties(properties))
     except (TypeError, ValueError) as exc:
         return _error_outcome(exc)
-
-
-class _TimeLimit:
-    """Raises :class:`FixTimeoutError` in a call (from :meth:`arm` until ``started`` is reset) older than
-    ``seconds``: SIGALRM on the main thread (where Spark runs Python UDFs), else no limit. The timer is set
-    once per :func:`run_fix`, not per call (two system calls per record cost as much as a small fix): when
-    it fires, the handler raises, or sets it again for the rest of the current call's time."""
-
-    def __init__(self, seconds: float | None) -> None:
-        self.seconds = seconds
-        self.usable = (
-            seconds is not None
-            and hasattr(signal, "setitimer")
-            and threading.current_thread() is threading.main_thread()
-        )
-        self.previous: Any = None
-        self.started: float | None = None  # when the current call began (None between calls)
-        self.ticking = False
-
-    def _expired(self, signum: int, frame: Any) -> None:
-        seconds = float(self.seconds)  # type: ignore[arg-type]
-        if self.started is None:
-            self.ticking = False
-            return
-        left = self.started + seconds - time.monotonic()
-        if left > 0:  # the timer outlived an earlier, shorter call: set it again
-            signal.setitimer(signal.ITIMER_REAL, left)
-            return
-        self.ticking = False
-        raise FixTimeoutError(f"the fix ran longer than fix_timeout_seconds ({seconds:g} s) and was stopped")
-
-    def __enter__(self) -> _TimeLimit:
-        if self.usable:
-            self.previous = signal.signal(signal.SIGALRM, self._expired)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.usable:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, self.previous)
-            self.started, self.ticking = None, False
-
-    def arm(self) -> None:
-        """Start the time limit of one call (``started = None`` ends it when the call returns or raises)."""
-        if self.usable:
-            self.started = time.monotonic()
-            if not self.ticking:
-                self.ticking = True
-                signal.setitimer(signal.ITIMER_REAL, float(self.seconds))  # type: ignore[arg-type]
 
 
 def _aborted_outcome(error: BaseException) -> FixOutcome:
@@ -310,9 +251,7 @@ def _aborted_outcome(error: BaseException) -> FixOutcome:
         detail = f" ({outcome.error_message[:200]})" if outcome.error_message else ""
         message = f"the fix raised {outcome.error_class}{detail}"
     return outcome._replace(
-        malformed=False,
-        error_message=f"{message}; a fix must return a result or raise an Exception",
-        aborted=True,
+        error_message=f"{message}; a fix must return a result or raise an Exception", aborted=True
     )
 
 
@@ -323,11 +262,15 @@ def _exit_call(error: SystemExit | FixExit) -> str:
     return f"sys.exit({'' if error.code is None else repr(error.code)[:200]})"
 
 
-class _ExitGuard:
-    """While fixes run, ``os._exit`` and ``os.abort`` (in ``os`` and ``posix``) raise :class:`FixExit`, and
-    a SIGINT on the main thread raises :class:`WorkerInterrupt` (told from a fix's own
-    ``KeyboardInterrupt``). A forked child still exits for real; a fix that bound the real function
-    before, signals its own process or crashes in native code is not contained."""
+class _FixGuard:
+    """While fixes run, ``os._exit`` and ``os.abort`` (in ``os`` and ``posix``) raise :class:`FixExit`, a
+    SIGINT on the main thread raises :class:`WorkerInterrupt` (told from a fix's own ``KeyboardInterrupt``),
+    and a call (from :meth:`arm` until ``started`` is reset) older than ``seconds`` raises
+    :class:`FixTimeoutError` (SIGALRM on the main thread, where Spark runs Python UDFs; else no limit). A
+    forked child still exits for real; a fix that bound the real function before, signals its own process
+    or crashes in native code is not contained. The timer is set once per :func:`run_fix`, not per call
+    (two system calls per record cost as much as a small fix): when it fires, the handler raises, or sets
+    it again for the rest of the current call's time."""
 
     _lock = threading.Lock()
     _depth = 0
@@ -335,18 +278,23 @@ class _ExitGuard:
     _pid = 0
     _MODULES = tuple(m for m in (os, sys.modules.get(os.name)) if m is not None)
 
-    def __init__(self) -> None:
-        # A SIGINT is handled on the main thread alone; one that is ignored (or handled outside Python)
-        # stays so, and any KeyboardInterrupt is then the fix's own.
+    def __init__(self, seconds: float | None = None) -> None:
+        # Signals are handled on the main thread alone; a SIGINT that is ignored (or handled outside
+        # Python) stays so, and any KeyboardInterrupt is then the fix's own.
         on_main = threading.current_thread() is threading.main_thread()
-        self.previous: Any = signal.getsignal(signal.SIGINT) if on_main else None
-        self.handles_sigint = self.previous not in (None, signal.SIG_IGN)
+        self.previous_sigint: Any = signal.getsignal(signal.SIGINT) if on_main else None
+        self.handles_sigint = self.previous_sigint not in (None, signal.SIG_IGN)
+        self.seconds = seconds
+        self.timed = on_main and seconds is not None and hasattr(signal, "setitimer")
+        self.previous_alarm: Any = None
+        self.started: float | None = None  # when the current call began (None between calls)
+        self.ticking = False
 
     @staticmethod
     def _stand_in(name: str) -> Callable[..., None]:
         def call(*args: Any) -> None:
-            if os.getpid() != _ExitGuard._pid:  # a forked child: end it for real
-                _ExitGuard._real[(os, name)](*args)
+            if os.getpid() != _FixGuard._pid:  # a forked child: end it for real
+                _FixGuard._real[(os, name)](*args)
             raise FixExit(f"os.{name}({', '.join(map(repr, args))})")
 
         return call
@@ -355,8 +303,22 @@ class _ExitGuard:
     def _interrupted(signum: int, frame: Any) -> None:
         raise WorkerInterrupt("SIGINT")
 
-    def __enter__(self) -> _ExitGuard:
-        cls = _ExitGuard
+    def _expired(self, signum: int, frame: Any) -> None:
+        seconds = float(self.seconds)  # type: ignore[arg-type]
+        if self.started is None:
+            self.ticking = False
+            return
+        left = self.started + seconds - time.monotonic()
+        if left > 0:  # the timer outlived an earlier, shorter call: set it again
+            signal.setitimer(signal.ITIMER_REAL, left)
+            return
+        self.ticking = False
+        raise FixTimeoutError(f"the fix ran longer than fix_timeout_seconds ({seconds:g} s) and was stopped")
+
+    def __enter__(self) -> _FixGuard:
+        cls = _FixGuard
+        if self.timed:
+            self.previous_alarm = signal.signal(signal.SIGALRM, self._expired)
         with cls._lock:
             if cls._depth == 0:
                 cls._pid = os.getpid()
@@ -370,14 +332,26 @@ class _ExitGuard:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        cls = _ExitGuard
+        cls = _FixGuard
         if self.handles_sigint:
-            signal.signal(signal.SIGINT, self.previous)
+            signal.signal(signal.SIGINT, self.previous_sigint)
         with cls._lock:
             cls._depth -= 1
             if cls._depth == 0:
                 for (module, name), real in cls._real.items():
                     setattr(module, name, real)
+        if self.timed:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self.previous_alarm)
+            self.started, self.ticking = None, False
+
+    def arm(self) -> None:
+        """Start the time limit of one call (``started = None`` ends it when the call returns or raises)."""
+        if self.timed:
+            self.started = time.monotonic()
+            if not self.ticking:
+                self.ticking = True
+                signal.setitimer(signal.ITIMER_REAL, float(self.seconds))  # type: ignore[arg-type]
 
 
 def run_fix(
@@ -385,10 +359,10 @@ def run_fix(
 ) -> list[FixOutcome]:
     """Run ``function`` over ``records``, once per record or once for a batch fix; what a call raises, or a
     call longer than ``timeout_s``, fails its records and the others go on."""
-    with _TimeLimit(timeout_s) as limit, _ExitGuard():
+    with _FixGuard(timeout_s) as guard:
         if not getattr(function, "__dlq_batch_fix__", False):
-            return [_call(function, record, limit) for record in records]
-        results = _call(lambda batch: list(function(batch)), records, limit, convert=False)
+            return [_call(function, record, guard) for record in records]
+        results = _call(lambda batch: list(function(batch)), records, guard, convert=False)
         if isinstance(results, FixOutcome):  # the call raised: every record fails
             return [results] * len(records)
         if len(results) != len(records):
@@ -397,15 +371,15 @@ def run_fix(
         return [to_outcome(result) for result in results]
 
 
-def _call(function: FixFunction, argument: Any, limit: _TimeLimit, *, convert: bool = True) -> Any:
-    """``function(argument)`` within ``limit``: its :func:`to_outcome` (``convert``) or result, or the
-    outcome of what it raised."""
+def _call(function: FixFunction, argument: Any, guard: _FixGuard, *, convert: bool = True) -> Any:
+    """``function(argument)`` within ``guard``'s time limit: its :func:`to_outcome` (``convert``) or result,
+    or the outcome of what it raised."""
     try:
-        limit.arm()
+        guard.arm()
         try:
             result = function(argument)
         finally:
-            limit.started = None
+            guard.started = None
     except Exception as exc:
         return _error_outcome(exc)
     except BaseException as exc:
