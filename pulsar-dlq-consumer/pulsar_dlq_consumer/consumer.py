@@ -269,7 +269,7 @@ class DlqConsumer:
         except InvalidDelayError:
             owner.negative_acknowledge(msg)
             raise
-        self._metrics.nack(self._attributes)
+        self._metrics.nacks.add(1, self._attributes)
         self._scheduler.schedule(delay, lambda: owner.negative_acknowledge(msg))
 
     def term(self, msg: pulsar.Message, error: Failure = None) -> pulsar.MessageId:
@@ -348,7 +348,7 @@ class DlqConsumer:
             RETRY_TOPIC: retry_topic,
         }
         sent = self._send(msg, retry_topic, msg.data(), props, timedelta(seconds=seconds))
-        return self._complete(msg, sent, wait, lambda: self._metrics.retry(self._attributes))
+        return self._complete(msg, sent, wait, lambda: self._metrics.retries.add(1, self._attributes))
 
     def _dead_letter(self, msg: pulsar.Message, reason: str, error: Failure, *, wait: bool) -> Future[Any]:
         assert self.dead_letter_policy is not None
@@ -357,9 +357,9 @@ class DlqConsumer:
         payload = msg.data() if self.dead_letter_policy.copy_payload else b""
 
         def done() -> None:
-            self._metrics.dead_lettered(self._attributes, reason)
+            self._metrics.dlq_messages.add(1, {**self._attributes, "reason": reason})
             if reason == REASON_TERM:
-                self._metrics.term(self._attributes)
+                self._metrics.terms.add(1, self._attributes)
 
         return self._complete(msg, self._send(msg, self.dead_letter_topic, payload, props, None), wait, done)
 

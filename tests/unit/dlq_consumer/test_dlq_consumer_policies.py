@@ -262,10 +262,10 @@ def test_metrics_names_and_attributes() -> None:
         "pulsar_tenant": "acme",
         "pulsar_namespace": "acme/eu",
     }
-    metrics.term(attrs)
-    metrics.dead_lettered(attrs, "term")
-    metrics.retry(attrs)
-    metrics.nack(attrs)
+    metrics.terms.add(1, attrs)
+    metrics.dlq_messages.add(1, {**attrs, "reason": "term"})
+    metrics.retries.add(1, attrs)
+    metrics.nacks.add(1, attrs)
     assert [p[0] for p in recorder.points] == [
         "pulsar_client_consumer_terms",
         "pulsar_client_consumer_dlq_messages",
@@ -274,7 +274,7 @@ def test_metrics_names_and_attributes() -> None:
     ]
     assert recorder.points[1][2]["reason"] == "term"
     assert recorder.meter_name == "pulsar_dlq_consumer"
-    ConsumerMetrics().term(attrs)  # the global (no-op) provider works without an SDK
+    ConsumerMetrics().terms.add(1, attrs)  # the global (no-op) provider works without an SDK
 
 
 # --------------------------------------------------------------------------- classification (fake consumer)
