@@ -193,11 +193,6 @@ class DlqConsumer:
         """The underlying ``pulsar.Consumer`` of the topic (with retry, do not call its ``receive``)."""
         return self._consumer
 
-    @property
-    def retry_consumer(self) -> pulsar.Consumer | None:
-        """The underlying ``pulsar.Consumer`` of the retry topic, if retry is enabled."""
-        return self._retry_consumer
-
     def _owner(self, msg: pulsar.Message) -> Any:
         """The underlying consumer that received ``msg``: the only one that may ack or nack it."""
         return self._retry_consumer if self.is_retry_message(msg) else self._consumer

@@ -10,7 +10,7 @@ import hashlib
 import re
 import traceback
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, cast
 
@@ -73,9 +73,6 @@ class ErrorContext:
     failed_at: int | None
     consumer: str | None
     context_format: str
-
-    def as_dict(self) -> dict[str, object]:
-        return asdict(self)
 
 
 #: The fields of :class:`ErrorContext`, in order.

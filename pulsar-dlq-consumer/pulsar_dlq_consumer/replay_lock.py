@@ -91,13 +91,11 @@ class LockOwner:
         except (ValueError, KeyError, TypeError):
             return None
 
-    def stale_reason(
-        self, now: float, host: str | None = None, alive: Callable[[int, str | None], bool] = pid_alive
-    ) -> str | None:
-        """Why this lock no longer holds (``None`` while it does), seen from ``host`` (default: this one)."""
+    def stale_reason(self, now: float, alive: Callable[[int, str | None], bool] = pid_alive) -> str | None:
+        """Why this lock no longer holds (``None`` while it does), seen from this host."""
         if now > self.heartbeat_at + self.ttl_s:
             return f"its last heartbeat was {now - self.heartbeat_at:.0f} s ago (expiry {self.ttl_s:g} s)"
-        if self.host == (host or socket.gethostname()) and not alive(self.pid, self.pid_start):
+        if self.host == socket.gethostname() and not alive(self.pid, self.pid_start):
             return f"its process {self.pid} on this host is gone"
         return None
 

@@ -33,7 +33,7 @@ from pulsar_dlq_consumer.policy import normalize_topic, resolve_topics
 
 def test_default_ladder_is_the_tdmq_ladder() -> None:
     assert DEFAULT_LEVELS.describe() == "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
-    assert len(DEFAULT_LEVELS) == 18
+    assert len(DEFAULT_LEVELS.delays) == 18
     assert DEFAULT_LEVELS.delay_for_level(1) == 1
     assert DEFAULT_LEVELS.delay_for_level(3) == 10
     assert DEFAULT_LEVELS.delay_for_level(18) == 7200
