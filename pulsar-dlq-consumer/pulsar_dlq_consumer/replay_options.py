@@ -102,15 +102,18 @@ class CanarySpec:
     max_failure_rate: float = 0.0
     watch_topics: tuple[str, ...] = ()
 
+    def __post_init__(self) -> None:
+        if not self.wait_seconds >= 0:
+            raise ReplayOptionsError(f"--canary-wait-seconds must be >= 0; got {self.wait_seconds}")
+        if not 0 <= self.max_failure_rate < 1:
+            raise ReplayOptionsError(
+                "--canary-max-failure-rate must be in [0, 1) (0: any failure halts); "
+                f"got {self.max_failure_rate}"
+            )
+
     @classmethod
-    def parse(
-        cls,
-        size: str,
-        wait_seconds: float = DEFAULT_CANARY_WAIT_SECONDS,
-        max_failure_rate: float = 0.0,
-        watch_topics: tuple[str, ...] = (),
-    ) -> CanarySpec:
-        """``--canary``: ``N`` messages or ``P%`` of each group."""
+    def parse(cls, size: str, **settings: Any) -> CanarySpec:
+        """``--canary``: ``N`` messages or ``P%`` of each group; ``settings`` are the other fields."""
         match = _CANARY_SIZE.fullmatch(str(size or ""))
         if not match:
             raise ReplayOptionsError(
@@ -121,14 +124,7 @@ class CanarySpec:
             raise ReplayOptionsError(f"--canary percentage must be in (0, 100]; got {size!r}")
         if not pct and (number < 1 or number != int(number)):
             raise ReplayOptionsError(f"--canary count must be an integer >= 1; got {size!r}")
-        if not wait_seconds >= 0:
-            raise ReplayOptionsError(f"--canary-wait-seconds must be >= 0; got {wait_seconds}")
-        if not 0 <= max_failure_rate < 1:
-            raise ReplayOptionsError(
-                f"--canary-max-failure-rate must be in [0, 1) (0: any failure halts); got {max_failure_rate}"
-            )
-        count, percent = (None, number) if pct else (int(number), None)
-        return cls(count, percent, float(wait_seconds), float(max_failure_rate), tuple(watch_topics))
+        return cls(None, number, **settings) if pct else cls(int(number), None, **settings)
 
     @property
     def label(self) -> str:
@@ -266,7 +262,7 @@ class ReplayOptions:
             for f in FLAGS
             if f.name not in _CANARY_FLAGS and f.name not in fields and values[f.name] is not None
         }
-        if values["canary"] is not None:  # settings not given keep CanarySpec.parse's defaults
+        if values["canary"] is not None:  # settings not given keep CanarySpec's defaults
             given = {name: values[f"canary_{name}"] for name in ("wait_seconds", "max_failure_rate")}
             kwargs["canary"] = CanarySpec.parse(
                 values["canary"],
