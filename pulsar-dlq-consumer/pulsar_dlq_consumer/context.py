@@ -48,7 +48,7 @@ from pulsar_dlq_consumer.conventions import (
 from pulsar_dlq_consumer.topics import qualify_topic
 
 if TYPE_CHECKING:
-    from pulsar_dlq_consumer.conventions import Convention, Reader
+    from pulsar_dlq_consumer.conventions import Reader
 
 
 @dataclass(frozen=True)
@@ -176,24 +176,19 @@ def _error_properties(
 #: The fields a convention's readers give (all but the DLQ position and the format).
 _READ_FIELDS = CONTEXT_FIELDS[2:-1]
 #: Per convention, its reader of each of :data:`_READ_FIELDS` (``None``: the field's default).
-_READERS: dict[ContextFormat | None, tuple[Reader | None, ...]] = {
+_READERS: dict[ContextFormat, tuple[Reader | None, ...]] = {
     c.format: tuple(c.fields.get(name) for name in _READ_FIELDS) for c in CONVENTIONS
-} | {None: (None,) * len(_READ_FIELDS)}
+} | {ContextFormat.NONE: (None,) * len(_READ_FIELDS)}
 _DEFAULTS = tuple(FIELD_DEFAULTS.get(name) for name in _READ_FIELDS)
 _DELIVERY_COUNT = _READ_FIELDS.index("delivery_count")
 
 
-def _convention(properties: object) -> Convention | None:
-    if not isinstance(properties, Mapping) or not properties:
-        return None
-    keys = {k for k in properties if isinstance(k, str)}
-    return next((c for c in CONVENTIONS if c.matches(keys)), None)
-
-
 def detect_format(properties: Mapping[str, str] | None) -> ContextFormat:
     """Return the richest convention present in ``properties`` (the first match in the table)."""
-    convention = _convention(properties)
-    return ContextFormat.NONE if convention is None else convention.format
+    if not isinstance(properties, Mapping) or not properties:
+        return ContextFormat.NONE
+    keys = {k for k in properties if isinstance(k, str)}
+    return next((c.format for c in CONVENTIONS if c.matches(keys)), ContextFormat.NONE)
 
 
 def parse_error_context(
@@ -224,8 +219,7 @@ def error_context_values(
 ) -> tuple[Any, ...]:
     """:func:`parse_error_context` as a tuple in :data:`CONTEXT_FIELDS` order (for column builders)."""
     props: Mapping[str, str] = properties if isinstance(properties, Mapping) else {}
-    convention = _convention(props)
-    fmt = None if convention is None else convention.format
+    fmt = detect_format(props)
     values = [
         default if reader is None or (value := reader.read(props)) is None else value
         for reader, default in zip(_READERS[fmt], _DEFAULTS, strict=True)
@@ -236,7 +230,7 @@ def error_context_values(
         dlq_topic if isinstance(dlq_topic, str) else None,
         dlq_message_id if isinstance(dlq_message_id, str) else None,
         *values,
-        (fmt or ContextFormat.NONE).value,
+        fmt.value,
     )
 
 
