@@ -141,8 +141,7 @@ class CanarySpec:
 
 @dataclass(frozen=True)
 class ReplayOptions:
-    """Everything a replay run needs: one field per option of :data:`FLAGS` (its ``--help`` says what the
-    field is), the canary's settings gathered in :class:`CanarySpec`."""
+    """Everything a replay run needs: a field per option of :data:`FLAGS` (canary settings: a CanarySpec)."""
 
     run_id: str
     output_dir: str
@@ -237,18 +236,14 @@ class ReplayOptions:
             raise ReplayOptionsError(f"--rate-limit must be > 0 messages/s; got {self.rate_limit}")
 
     def to_argv(self) -> list[str]:
-        """The app's command line for these options (:data:`FLAGS`; the inverse of :func:`from_arguments`).
-        Holds no secret: secrets are never options."""
+        """The app's command line for these options (:data:`FLAGS`; the inverse of :func:`from_arguments`)."""
         argv: list[str] = []
         for flag in FLAGS:
             if flag.name not in _CANARY_FLAGS:
                 value = getattr(self, flag.name)
-            elif self.canary is None:
-                value = None
-            elif flag.name == "canary":
-                value = self.canary.label
-            else:  # --canary-X: the canary's attribute X
-                value = getattr(self.canary, flag.name.removeprefix("canary_"))
+            else:  # --canary is the canary's label, --canary-X its attribute X
+                name = "label" if flag.name == "canary" else flag.name.removeprefix("canary_")
+                value = getattr(self.canary, name) if self.canary else None
             if text := flag.text(value):
                 argv += [flag.option, text]
         return argv
@@ -274,8 +269,7 @@ class ReplayOptions:
 
 @dataclass(frozen=True)
 class Flag:
-    """One option of the app's command line: the :class:`ReplayOptions` field (or canary setting) it
-    sets and the kind of its value."""
+    """One option of the app's command line: the field (or canary setting) it sets and its value's kind."""
 
     name: str
     kind: str = "text"  # text, name, url, list, int, float, time, switch, mode, json
