@@ -1,8 +1,4 @@
-"""A Pulsar consumer wrapper with Term, retry topics, delay levels, nack backoff and DLQ error context.
-
-A failed message is copied to the retry or DLQ topic *before* the original is acked (a crash duplicates,
-never loses). Nack backoff is client-side (PIP-106): a timer thread nacks each message when due.
-"""
+"""A Pulsar consumer wrapper with Term, retry topics, delay levels, nack backoff and DLQ error context."""
 
 from __future__ import annotations
 
@@ -60,7 +56,8 @@ _MANAGED_OPTIONS = ("consumer_type", "consumer_name", "negative_ack_redelivery_d
 
 
 class _Scheduler:
-    """One daemon thread that runs actions when due: delayed nacks, and acks after async sends."""
+    """One daemon thread that runs actions when due: delayed nacks (client-side backoff, as PIP-106), and
+    acks after async sends."""
 
     def __init__(self, name: str) -> None:
         self._heap: list[tuple[float, int, Callable[[], None]]] = []
@@ -218,8 +215,7 @@ class DlqConsumer:
         return self.retry_topic is not None and base_topic(msg.topic_name()) == self.retry_topic
 
     def receive(self, timeout_millis: int | None = None) -> pulsar.Message:
-        """Receive the next message (``pulsar.Timeout`` when none arrives in time); one redelivered past
-        ``max_redeliver_count`` goes to the DLQ instead."""
+        """Receive the next message; one redelivered past ``max_redeliver_count`` goes to the DLQ instead."""
         self._check_open()
         deadline = None if timeout_millis is None else time.monotonic() + timeout_millis / 1000
         while True:
@@ -410,8 +406,7 @@ class DlqConsumer:
     def _send(
         self, msg: pulsar.Message, topic: str, payload: bytes, props: dict[str, str], after: timedelta | None
     ) -> Future[Any]:
-        """Copy ``msg`` to ``topic`` (delivered ``after`` a delay) without waiting; the future holds the new
-        id or a PublishError."""
+        """Copy ``msg`` to ``topic`` (``after``: a delivery delay); a future of the new id or PublishError."""
         sent: Future[Any] = Future()
 
         def failed(detail: object) -> PublishError:
@@ -446,8 +441,9 @@ class DlqConsumer:
     def _complete(
         self, msg: pulsar.Message, sent: Future[Any], wait: bool, on_done: Callable[[], None]
     ) -> Future[Any]:
-        """Ack ``msg`` once ``sent`` succeeded, or nack it at once if the send failed; with ``wait`` on the
-        caller's thread (raising the send's :class:`PublishError`), else on the scheduler thread."""
+        """Ack ``msg`` only once ``sent`` succeeded (a crash in between duplicates, never loses), else nack it
+        at once; with ``wait`` on the caller's thread (raising the send's :class:`PublishError`), else on the
+        scheduler thread."""
         owner = self._owner(msg)
         done: Future[Any] = Future()
 

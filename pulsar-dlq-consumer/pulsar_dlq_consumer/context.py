@@ -1,8 +1,4 @@
-"""The error-context schema, its writer (:func:`build_context_properties`) and the scalar parser.
-
-The parser interprets the table of :mod:`pulsar_dlq_consumer.conventions` one message at a time, as the
-replay's Arrow kernels do a batch at a time. Properties are untrusted: it never raises, junk becomes ``None``.
-"""
+"""The error-context schema, its writer and the scalar parser of the :mod:`~.conventions` table."""
 
 from __future__ import annotations
 
@@ -198,11 +194,9 @@ def parse_error_context(
     dlq_message_id: str | None = None,
     redelivery_count: int | None = None,
 ) -> ErrorContext:
-    """Normalise the properties of a DLQ (or retry) message into an :class:`ErrorContext`; never raises.
-
-    Junk values become ``None``, an unknown reason ``"unknown"``, no known convention ``"none"``.
-    ``redelivery_count`` (the origin subscription's) gives ``delivery_count`` when the properties carry none.
-    """
+    """Normalise the properties of a DLQ (or retry) message into an :class:`ErrorContext`; never raises
+    (junk: ``None``, unknown reason: ``"unknown"``, no convention: ``"none"``). ``redelivery_count`` (the
+    origin subscription's) gives ``delivery_count`` when the properties carry none."""
     return ErrorContext(
         *error_context_values(
             properties, dlq_topic=dlq_topic, dlq_message_id=dlq_message_id, redelivery_count=redelivery_count

@@ -1,8 +1,4 @@
-"""Who holds a replay run: the app's output lock record and broker lease names, and the staleness rule.
-
-The Spark app takes them (``spark_apps/dlq_replay/lock.py``) and the Airflow operator reads them to find
-an earlier attempt of the same run (``airflow_provider_dlq/operators/reattach.py``): one definition here.
-"""
+"""Who holds a replay run: the output lock record and lease names the app takes and the operator reads."""
 
 from __future__ import annotations
 
