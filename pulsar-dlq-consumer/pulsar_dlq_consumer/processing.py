@@ -140,9 +140,8 @@ class MessageProcessor:
             if outcome is Outcome.TERM:
                 self.consumer.term(msg, error)
             elif outcome is Outcome.RETRY:
-                delay = error.delay if isinstance(error, RetryableError) else None
-                level = error.level if isinstance(error, RetryableError) else None
-                self.consumer.reconsume_later(msg, delay, level=level, error=error)
+                hint = error if isinstance(error, RetryableError) else RetryableError()
+                self.consumer.reconsume_later(msg, hint.delay, level=hint.level, error=error)
             else:
                 self.consumer.negative_acknowledge(msg, error)
         except PublishError:
