@@ -98,13 +98,11 @@ class _Scheduler:
 
 
 class DlqConsumer:
-    """Consume a topic with Term, retry topics, nack backoff and DLQ error context.
+    """Consume a topic with Term, retry topics, nack backoff and DLQ error context (names as in ``pulsar``).
 
-    Arguments and accessors are named as in ``pulsar.Client.subscribe`` and ``pulsar.Consumer``. Without
-    ``dead_letter_policy`` ``term`` raises and nacks retry forever; ``retry_policy`` (which needs one)
-    enables ``reconsume_later``. ``nack_precision_ms`` is the underlying consumer's fixed nack delay (added
-    to every backoff delay); ``send_timeout_s`` how long ``term`` and ``reconsume_later`` wait for the
-    broker to confirm the copy.
+    Without ``dead_letter_policy`` ``term`` raises and nacks retry forever; ``retry_policy`` (which needs
+    one) enables ``reconsume_later``. ``nack_precision_ms`` is the underlying consumer's fixed nack delay
+    (added to every backoff delay); ``send_timeout_s`` how long a copy's confirmation is awaited.
     """
 
     def __init__(
@@ -291,12 +289,10 @@ class DlqConsumer:
         properties: Properties = None,
         error: Failure = None,
     ) -> pulsar.MessageId:
-        """Redeliver ``msg`` later through the retry topic, then ack it; returns the id written.
-
-        Give ``delay`` (1 s to 864,000 s), ``level`` (1-based, or ``"increment"``) or neither (the
-        policy's default). ``properties`` are added (standard keys win). Past ``max_reconsumes`` the
-        message goes to the DLQ (``max-reconsumes``). Raises ``RetryNotConfiguredError``,
-        ``InvalidDelayError`` (before sending) or ``PublishError`` (the message is nacked)."""
+        """Redeliver ``msg`` later through the retry topic, then ack it; returns the id written. Give
+        ``delay`` (1 s to 864,000 s), ``level`` (1-based, or ``"increment"``) or neither (the policy's
+        default); ``properties`` are added (standard keys win). Past ``max_reconsumes`` it goes to the DLQ.
+        Raises ``RetryNotConfiguredError``, ``InvalidDelayError`` (before sending) or ``PublishError``."""
         return self._reconsume(msg, delay, level, properties, error, wait=True).result()
 
     def reconsume_later_async(

@@ -1,8 +1,4 @@
-"""Consumer metrics through the OpenTelemetry API, named after PIP-372 (no-op unless an SDK is installed).
-
-Counters of messages with attributes ``topic``, ``subscription``, ``pulsar_tenant``, ``pulsar_namespace``
-(and ``reason`` on ``dlq_messages``).
-"""
+"""Consumer metrics through the OpenTelemetry API, named after PIP-372 (no-op unless an SDK is installed)."""
 
 from __future__ import annotations
 
@@ -37,7 +33,8 @@ class _NoOp:
 
 
 class ConsumerMetrics:
-    """Counters ``NAME_PREFIX + <attribute>`` from ``meter_provider`` (default: OpenTelemetry's global)."""
+    """Counters ``NAME_PREFIX + <attribute>`` of messages (attributes: :func:`topic_attributes`, and the
+    ``reason`` of ``dlq_messages``) from ``meter_provider`` (default: OpenTelemetry's global provider)."""
 
     def __init__(self, meter_provider: MeterProvider | None = None) -> None:
         if meter_provider is None:
