@@ -49,11 +49,9 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class ErrorContext:
-    """The one error-context schema every part of the project reads a DLQ message into.
-
-    ``origin_message_id`` is a Pulsar message id or Kafka's ``"<partition>:<offset>"``; ``delivery_count``
-    counts deliveries on the origin subscription (first = 1); ``failed_at`` is epoch milliseconds.
-    """
+    """The one error-context schema every part of the project reads a DLQ message into: ``origin_message_id``
+    is a Pulsar message id or Kafka's ``"<partition>:<offset>"``, ``delivery_count`` counts deliveries on the
+    origin subscription (first = 1), ``failed_at`` is epoch milliseconds."""
 
     dlq_topic: str | None
     dlq_message_id: str | None

@@ -120,8 +120,7 @@ def read_text(props: Mapping[str, Any], key: str) -> str | None:
 
 
 def read_int(props: Mapping[str, Any], key: str, minimum: int = 0) -> int | None:
-    """The value of ``key`` as a decimal of at most 19 ASCII digits (optional sign, surrounding spaces),
-    at least ``minimum``; else ``None``."""
+    """``key`` as a decimal of at most 19 ASCII digits (sign, spaces allowed) >= ``minimum``, else None."""
     value = props.get(key)
     if not isinstance(value, str):
         return None
