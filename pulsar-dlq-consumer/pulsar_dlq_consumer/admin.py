@@ -1,7 +1,4 @@
-"""What every Apache Pulsar admin REST caller shares: topic paths, TLS, bearer requests and OAuth2 tokens.
-
-The replay app and the Airflow provider send their requests with :func:`fetch`. Errors never show a secret.
-"""
+"""What every Apache Pulsar admin REST caller shares: topic paths, TLS, bearer requests and OAuth2 tokens."""
 
 from __future__ import annotations
 

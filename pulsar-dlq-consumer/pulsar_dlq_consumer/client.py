@@ -72,12 +72,9 @@ def create_client(
     oauth2: Mapping[str, str | None] | None = None,
     **client_options: Any,
 ) -> Any:
-    """A ``pulsar.Client`` for ``service_url`` that logs through ``logger`` (default ``"pulsar"``).
-
-    Authentication: a JWT ``token``, ``oauth2`` client credentials (:func:`oauth2_params`), or a client
-    certificate alone; with a token or OAuth2 the certificate is presented for mutual TLS.
-    ``client_options`` go to ``pulsar.Client``.
-    """
+    """A ``pulsar.Client`` for ``service_url`` that logs through ``logger`` (default ``"pulsar"``), with a JWT
+    ``token``, ``oauth2`` client credentials or a client certificate alone (with a token or OAuth2, presented
+    for mutual TLS); ``client_options`` go to ``pulsar.Client``."""
     import pulsar
 
     given = [name for name, value in (("token", token), ("oauth2", oauth2)) if value]

@@ -1,8 +1,4 @@
-"""A Pulsar consumer wrapper with Term, retry topics, delay levels, nack backoff and DLQ error context.
-
-A failed message is copied to the retry or DLQ topic *before* the original is acked (a crash duplicates,
-never loses). Nack backoff is client-side (PIP-106): a timer thread nacks each message when due.
-"""
+"""A Pulsar consumer wrapper with Term, retry topics, delay levels, nack backoff and DLQ error context."""
 
 from __future__ import annotations
 
@@ -60,7 +56,8 @@ _MANAGED_OPTIONS = ("consumer_type", "consumer_name", "negative_ack_redelivery_d
 
 
 class _Scheduler:
-    """One daemon thread that runs actions when due: delayed nacks, and acks after async sends."""
+    """One daemon thread that runs actions when due: delayed nacks (client-side backoff, as PIP-106), and
+    acks after async sends."""
 
     def __init__(self, name: str) -> None:
         self._heap: list[tuple[float, int, Callable[[], None]]] = []
@@ -101,13 +98,11 @@ class _Scheduler:
 
 
 class DlqConsumer:
-    """Consume a topic with Term, retry topics, nack backoff and DLQ error context.
+    """Consume a topic with Term, retry topics, nack backoff and DLQ error context (names as in ``pulsar``).
 
-    Arguments and accessors are named as in ``pulsar.Client.subscribe`` and ``pulsar.Consumer``. Without
-    ``dead_letter_policy`` ``term`` raises and nacks retry forever; ``retry_policy`` (which needs one)
-    enables ``reconsume_later``. ``nack_precision_ms`` is the underlying consumer's fixed nack delay (added
-    to every backoff delay); ``send_timeout_s`` how long ``term`` and ``reconsume_later`` wait for the
-    broker to confirm the copy.
+    Without ``dead_letter_policy`` ``term`` raises and nacks retry forever; ``retry_policy`` (which needs
+    one) enables ``reconsume_later``. ``nack_precision_ms`` is the underlying consumer's fixed nack delay
+    (added to every backoff delay); ``send_timeout_s`` how long a copy's confirmation is awaited.
     """
 
     def __init__(
@@ -193,11 +188,6 @@ class DlqConsumer:
         """The underlying ``pulsar.Consumer`` of the topic (with retry, do not call its ``receive``)."""
         return self._consumer
 
-    @property
-    def retry_consumer(self) -> pulsar.Consumer | None:
-        """The underlying ``pulsar.Consumer`` of the retry topic, if retry is enabled."""
-        return self._retry_consumer
-
     def _owner(self, msg: pulsar.Message) -> Any:
         """The underlying consumer that received ``msg``: the only one that may ack or nack it."""
         return self._retry_consumer if self.is_retry_message(msg) else self._consumer
@@ -223,8 +213,7 @@ class DlqConsumer:
         return self.retry_topic is not None and base_topic(msg.topic_name()) == self.retry_topic
 
     def receive(self, timeout_millis: int | None = None) -> pulsar.Message:
-        """Receive the next message (``pulsar.Timeout`` when none arrives in time); one redelivered past
-        ``max_redeliver_count`` goes to the DLQ instead."""
+        """Receive the next message; one redelivered past ``max_redeliver_count`` goes to the DLQ instead."""
         self._check_open()
         deadline = None if timeout_millis is None else time.monotonic() + timeout_millis / 1000
         while True:
@@ -269,7 +258,7 @@ class DlqConsumer:
         except InvalidDelayError:
             owner.negative_acknowledge(msg)
             raise
-        self._metrics.nack(self._attributes)
+        self._metrics.nacks.add(1, self._attributes)
         self._scheduler.schedule(delay, lambda: owner.negative_acknowledge(msg))
 
     def term(self, msg: pulsar.Message, error: Failure = None) -> pulsar.MessageId:
@@ -300,12 +289,10 @@ class DlqConsumer:
         properties: Properties = None,
         error: Failure = None,
     ) -> pulsar.MessageId:
-        """Redeliver ``msg`` later through the retry topic, then ack it; returns the id written.
-
-        Give ``delay`` (1 s to 864,000 s), ``level`` (1-based, or ``"increment"``) or neither (the
-        policy's default). ``properties`` are added (standard keys win). Past ``max_reconsumes`` the
-        message goes to the DLQ (``max-reconsumes``). Raises ``RetryNotConfiguredError``,
-        ``InvalidDelayError`` (before sending) or ``PublishError`` (the message is nacked)."""
+        """Redeliver ``msg`` later through the retry topic, then ack it; returns the id written. Give
+        ``delay`` (1 s to 864,000 s), ``level`` (1-based, or ``"increment"``) or neither (the policy's
+        default); ``properties`` are added (standard keys win). Past ``max_reconsumes`` it goes to the DLQ.
+        Raises ``RetryNotConfiguredError``, ``InvalidDelayError`` (before sending) or ``PublishError``."""
         return self._reconsume(msg, delay, level, properties, error, wait=True).result()
 
     def reconsume_later_async(
@@ -348,7 +335,7 @@ class DlqConsumer:
             RETRY_TOPIC: retry_topic,
         }
         sent = self._send(msg, retry_topic, msg.data(), props, timedelta(seconds=seconds))
-        return self._complete(msg, sent, wait, lambda: self._metrics.retry(self._attributes))
+        return self._complete(msg, sent, wait, lambda: self._metrics.retries.add(1, self._attributes))
 
     def _dead_letter(self, msg: pulsar.Message, reason: str, error: Failure, *, wait: bool) -> Future[Any]:
         assert self.dead_letter_policy is not None
@@ -357,9 +344,9 @@ class DlqConsumer:
         payload = msg.data() if self.dead_letter_policy.copy_payload else b""
 
         def done() -> None:
-            self._metrics.dead_lettered(self._attributes, reason)
+            self._metrics.dlq_messages.add(1, {**self._attributes, "reason": reason})
             if reason == REASON_TERM:
-                self._metrics.term(self._attributes)
+                self._metrics.terms.add(1, self._attributes)
 
         return self._complete(msg, self._send(msg, self.dead_letter_topic, payload, props, None), wait, done)
 
@@ -415,8 +402,7 @@ class DlqConsumer:
     def _send(
         self, msg: pulsar.Message, topic: str, payload: bytes, props: dict[str, str], after: timedelta | None
     ) -> Future[Any]:
-        """Copy ``msg`` to ``topic`` (delivered ``after`` a delay) without waiting; the future holds the new
-        id or a PublishError."""
+        """Copy ``msg`` to ``topic`` (``after``: a delivery delay); a future of the new id or PublishError."""
         sent: Future[Any] = Future()
 
         def failed(detail: object) -> PublishError:
@@ -451,8 +437,9 @@ class DlqConsumer:
     def _complete(
         self, msg: pulsar.Message, sent: Future[Any], wait: bool, on_done: Callable[[], None]
     ) -> Future[Any]:
-        """Ack ``msg`` once ``sent`` succeeded, or nack it at once if the send failed; with ``wait`` on the
-        caller's thread (raising the send's :class:`PublishError`), else on the scheduler thread."""
+        """Ack ``msg`` only once ``sent`` succeeded (a crash in between duplicates, never loses), else nack it
+        at once; with ``wait`` on the caller's thread (raising the send's :class:`PublishError`), else on the
+        scheduler thread."""
         owner = self._owner(msg)
         done: Future[Any] = Future()
 

@@ -1,8 +1,4 @@
-"""The error-context schema, its writer (:func:`build_context_properties`) and the scalar parser.
-
-The parser interprets the table of :mod:`pulsar_dlq_consumer.conventions` one message at a time, as the
-replay's Arrow kernels do a batch at a time. Properties are untrusted: it never raises, junk becomes ``None``.
-"""
+"""The error-context schema, its writer and the scalar parser of the :mod:`~.conventions` table."""
 
 from __future__ import annotations
 
@@ -10,7 +6,7 @@ import hashlib
 import re
 import traceback
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, cast
 
@@ -48,16 +44,14 @@ from pulsar_dlq_consumer.conventions import (
 from pulsar_dlq_consumer.topics import qualify_topic
 
 if TYPE_CHECKING:
-    from pulsar_dlq_consumer.conventions import Convention, Reader
+    from pulsar_dlq_consumer.conventions import Reader
 
 
 @dataclass(frozen=True)
 class ErrorContext:
-    """The one error-context schema every part of the project reads a DLQ message into.
-
-    ``origin_message_id`` is a Pulsar message id or Kafka's ``"<partition>:<offset>"``; ``delivery_count``
-    counts deliveries on the origin subscription (first = 1); ``failed_at`` is epoch milliseconds.
-    """
+    """The one error-context schema every part of the project reads a DLQ message into: ``origin_message_id``
+    is a Pulsar message id or Kafka's ``"<partition>:<offset>"``, ``delivery_count`` counts deliveries on the
+    origin subscription (first = 1), ``failed_at`` is epoch milliseconds."""
 
     dlq_topic: str | None
     dlq_message_id: str | None
@@ -73,9 +67,6 @@ class ErrorContext:
     failed_at: int | None
     consumer: str | None
     context_format: str
-
-    def as_dict(self) -> dict[str, object]:
-        return asdict(self)
 
 
 #: The fields of :class:`ErrorContext`, in order.
@@ -179,24 +170,19 @@ def _error_properties(
 #: The fields a convention's readers give (all but the DLQ position and the format).
 _READ_FIELDS = CONTEXT_FIELDS[2:-1]
 #: Per convention, its reader of each of :data:`_READ_FIELDS` (``None``: the field's default).
-_READERS: dict[ContextFormat | None, tuple[Reader | None, ...]] = {
+_READERS: dict[ContextFormat, tuple[Reader | None, ...]] = {
     c.format: tuple(c.fields.get(name) for name in _READ_FIELDS) for c in CONVENTIONS
-} | {None: (None,) * len(_READ_FIELDS)}
+} | {ContextFormat.NONE: (None,) * len(_READ_FIELDS)}
 _DEFAULTS = tuple(FIELD_DEFAULTS.get(name) for name in _READ_FIELDS)
 _DELIVERY_COUNT = _READ_FIELDS.index("delivery_count")
 
 
-def _convention(properties: object) -> Convention | None:
-    if not isinstance(properties, Mapping) or not properties:
-        return None
-    keys = {k for k in properties if isinstance(k, str)}
-    return next((c for c in CONVENTIONS if c.matches(keys)), None)
-
-
 def detect_format(properties: Mapping[str, str] | None) -> ContextFormat:
     """Return the richest convention present in ``properties`` (the first match in the table)."""
-    convention = _convention(properties)
-    return ContextFormat.NONE if convention is None else convention.format
+    if not isinstance(properties, Mapping) or not properties:
+        return ContextFormat.NONE
+    keys = {k for k in properties if isinstance(k, str)}
+    return next((c.format for c in CONVENTIONS if c.matches(keys)), ContextFormat.NONE)
 
 
 def parse_error_context(
@@ -206,11 +192,9 @@ def parse_error_context(
     dlq_message_id: str | None = None,
     redelivery_count: int | None = None,
 ) -> ErrorContext:
-    """Normalise the properties of a DLQ (or retry) message into an :class:`ErrorContext`; never raises.
-
-    Junk values become ``None``, an unknown reason ``"unknown"``, no known convention ``"none"``.
-    ``redelivery_count`` (the origin subscription's) gives ``delivery_count`` when the properties carry none.
-    """
+    """Normalise the properties of a DLQ (or retry) message into an :class:`ErrorContext`; never raises
+    (junk: ``None``, unknown reason: ``"unknown"``, no convention: ``"none"``). ``redelivery_count`` (the
+    origin subscription's) gives ``delivery_count`` when the properties carry none."""
     return ErrorContext(
         *error_context_values(
             properties, dlq_topic=dlq_topic, dlq_message_id=dlq_message_id, redelivery_count=redelivery_count
@@ -227,8 +211,7 @@ def error_context_values(
 ) -> tuple[Any, ...]:
     """:func:`parse_error_context` as a tuple in :data:`CONTEXT_FIELDS` order (for column builders)."""
     props: Mapping[str, str] = properties if isinstance(properties, Mapping) else {}
-    convention = _convention(props)
-    fmt = None if convention is None else convention.format
+    fmt = detect_format(props)
     values = [
         default if reader is None or (value := reader.read(props)) is None else value
         for reader, default in zip(_READERS[fmt], _DEFAULTS, strict=True)
@@ -239,7 +222,7 @@ def error_context_values(
         dlq_topic if isinstance(dlq_topic, str) else None,
         dlq_message_id if isinstance(dlq_message_id, str) else None,
         *values,
-        (fmt or ContextFormat.NONE).value,
+        fmt.value,
     )
 
 

@@ -109,9 +109,8 @@ def truncate_utf8(value: str, max_bytes: int, *, keep_tail: bool = False) -> str
         budget = max(0, max_bytes - len(TRUNCATION_MARKER) - 2)  # the marker is ASCII, plus two newlines
         head, tail = raw[: budget // 4], raw[len(raw) - (budget - budget // 4) :]
         return f"{head.decode('utf-8', 'ignore')}\n{TRUNCATION_MARKER}\n{tail.decode('utf-8', 'ignore')}"
-    marker = TRUNCATION_MARKER.encode("utf-8")
-    keep = max(0, max_bytes - len(marker))
-    return raw[:keep].decode("utf-8", "ignore") + (TRUNCATION_MARKER if max_bytes >= len(marker) else "")
+    keep = max_bytes - len(TRUNCATION_MARKER)  # the marker is ASCII: one byte per character
+    return raw[: max(0, keep)].decode("utf-8", "ignore") + (TRUNCATION_MARKER if keep >= 0 else "")
 
 
 def read_text(props: Mapping[str, Any], key: str) -> str | None:
@@ -121,8 +120,7 @@ def read_text(props: Mapping[str, Any], key: str) -> str | None:
 
 
 def read_int(props: Mapping[str, Any], key: str, minimum: int = 0) -> int | None:
-    """The value of ``key`` as a decimal of at most 19 ASCII digits (optional sign, surrounding spaces),
-    at least ``minimum``; else ``None``."""
+    """``key`` as a decimal of at most 19 ASCII digits (sign, spaces allowed) >= ``minimum``, else None."""
     value = props.get(key)
     if not isinstance(value, str):
         return None

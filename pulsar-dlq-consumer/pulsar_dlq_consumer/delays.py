@@ -74,9 +74,6 @@ class DelayLevels:
             raise ConfigurationError(f"invalid delay ladder {spec!r}: {exc}") from None
         return cls(delays)
 
-    def __len__(self) -> int:
-        return len(self.delays)
-
     def delay_for_level(self, level: int) -> float:
         """Seconds for 1-based ``level`` (``InvalidDelayError`` out of range)."""
         if not isinstance(level, int) or isinstance(level, bool) or not 1 <= level <= len(self.delays):

@@ -1,7 +1,4 @@
-"""Consumer metrics through the OpenTelemetry API, named after PIP-372 (no-op unless an SDK is installed).
-
-Counters of messages with attributes ``topic``, ``subscription``, ``pulsar_tenant``, ``pulsar_namespace``.
-"""
+"""Consumer metrics through the OpenTelemetry API, named after PIP-372 (no-op unless an SDK is installed)."""
 
 from __future__ import annotations
 
@@ -12,10 +9,7 @@ if TYPE_CHECKING:
     from opentelemetry.metrics import MeterProvider
 
 METER_NAME = "pulsar_dlq_consumer"
-TERMS = "pulsar_client_consumer_terms"
-DLQ_MESSAGES = "pulsar_client_consumer_dlq_messages"
-RETRIES = "pulsar_client_consumer_retries"
-NACKS = "pulsar_client_consumer_nacks"
+NAME_PREFIX = "pulsar_client_consumer_"
 
 
 def topic_attributes(topic: str, subscription: str) -> dict[str, str]:
@@ -39,7 +33,8 @@ class _NoOp:
 
 
 class ConsumerMetrics:
-    """The library's counters, from ``meter_provider`` or the global OpenTelemetry provider."""
+    """Counters ``NAME_PREFIX + <attribute>`` of messages (attributes: :func:`topic_attributes`, and the
+    ``reason`` of ``dlq_messages``) from ``meter_provider`` (default: OpenTelemetry's global provider)."""
 
     def __init__(self, meter_provider: MeterProvider | None = None) -> None:
         if meter_provider is None:
@@ -50,21 +45,9 @@ class ConsumerMetrics:
         meter: Any = _NoOp() if meter_provider is None else meter_provider.get_meter(METER_NAME)
 
         def counter(name: str, description: str) -> Any:
-            return meter.create_counter(name, unit="{message}", description=description)
+            return meter.create_counter(NAME_PREFIX + name, unit="{message}", description=description)
 
-        self._terms = counter(TERMS, "Messages termed by the client")
-        self._dlq = counter(DLQ_MESSAGES, "Messages written to the dead-letter topic")
-        self._retries = counter(RETRIES, "Messages sent to the retry topic by reconsume_later")
-        self._nacks = counter(NACKS, "Negative acknowledgements scheduled with backoff")
-
-    def term(self, attributes: dict[str, str]) -> None:
-        self._terms.add(1, attributes)
-
-    def dead_lettered(self, attributes: dict[str, str], reason: str) -> None:
-        self._dlq.add(1, {**attributes, "reason": reason})
-
-    def retry(self, attributes: dict[str, str]) -> None:
-        self._retries.add(1, attributes)
-
-    def nack(self, attributes: dict[str, str]) -> None:
-        self._nacks.add(1, attributes)
+        self.terms = counter("terms", "Messages termed by the client")
+        self.dlq_messages = counter("dlq_messages", "Messages written to the dead-letter topic")
+        self.retries = counter("retries", "Messages sent to the retry topic by reconsume_later")
+        self.nacks = counter("nacks", "Negative acknowledgements scheduled with backoff")

@@ -69,14 +69,9 @@ def check_count(name: str, value: int, minimum: int) -> None:
 @dataclass(frozen=True)
 class DeadLetterPolicy:
     """Where and how failed messages are dead-lettered (first three arguments as in
-    ``pulsar.ConsumerDeadLetterPolicy``).
-
-    A handler sees a message at most ``max_redeliver_count + 1`` times before the DLQ (reason
-    ``max-redeliveries``); ``dead_letter_topic`` defaults to ``<topic>-<subscription>-DLQ``;
-    ``initial_subscription_name`` is created on the DLQ before the first write, so DLQ messages are
-    retained. Without ``copy_payload`` the DLQ copy is empty, with the payload's SHA-256; the byte bounds
-    are UTF-8 bytes of the exception message and stack trace properties.
-    """
+    ``pulsar.ConsumerDeadLetterPolicy``): after ``max_redeliver_count + 1`` deliveries, to
+    ``dead_letter_topic`` (default ``<topic>-<subscription>-DLQ``), on which ``initial_subscription_name`` is
+    created first so DLQ messages are retained. Without ``copy_payload`` the copy is empty, with a SHA-256."""
 
     max_redeliver_count: int = 16
     dead_letter_topic: str | None = None
@@ -100,12 +95,10 @@ class DeadLetterPolicy:
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """Retry through a retry topic with delayed delivery (Java ``enableRetry``/TDMQ ``reconsumeLater``).
-
-    ``max_reconsumes`` trips through ``topic`` (default ``<topic>-<subscription>-RETRY``) before the DLQ
-    (reason ``max-reconsumes``). ``delay_levels`` is the ladder for ``level=``; without ``delay`` or
-    ``level``, retry ``n`` uses level ``n`` (``level_increment``, default) or else ``default_delay``.
-    """
+    """Retry through a retry topic with delayed delivery (Java ``enableRetry``/TDMQ ``reconsumeLater``):
+    ``max_reconsumes`` trips through ``topic`` (default ``<topic>-<subscription>-RETRY``) before the DLQ;
+    without ``delay`` or ``level=`` (of ``delay_levels``), retry ``n`` uses level ``n`` (``level_increment``)
+    or else ``default_delay``."""
 
     max_reconsumes: int = 16
     topic: str | None = None

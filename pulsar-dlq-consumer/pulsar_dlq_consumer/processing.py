@@ -1,8 +1,4 @@
-"""A processing loop: run a handler per message and turn its outcome into ack, nack, retry or term.
-
-A ``BaseException`` that is no ``Exception`` propagates, the message left unacked. Misuse found while
-settling a failure nacks the message, then raises.
-"""
+"""A processing loop: run a handler per message and turn its outcome into ack, nack, retry or term."""
 
 from __future__ import annotations
 
@@ -75,7 +71,7 @@ class MessageProcessor:
     """Run ``handler(msg)`` for each message of a :class:`DlqConsumer` and settle it: a normal return
     acks; an exception of a ``terminal`` class (or :class:`TerminalError`) terms, of a ``retryable`` one
     (or :class:`RetryableError`) retries, first match wins; ``default`` (``nack``, ``retry`` or ``term``)
-    settles any other."""
+    settles any other. A ``BaseException`` that is no ``Exception`` propagates, the message left unacked."""
 
     def __init__(
         self,
@@ -140,9 +136,8 @@ class MessageProcessor:
             if outcome is Outcome.TERM:
                 self.consumer.term(msg, error)
             elif outcome is Outcome.RETRY:
-                delay = error.delay if isinstance(error, RetryableError) else None
-                level = error.level if isinstance(error, RetryableError) else None
-                self.consumer.reconsume_later(msg, delay, level=level, error=error)
+                hint = error if isinstance(error, RetryableError) else RetryableError()
+                self.consumer.reconsume_later(msg, hint.delay, level=hint.level, error=error)
             else:
                 self.consumer.negative_acknowledge(msg, error)
         except PublishError:

@@ -1,8 +1,4 @@
-"""Who holds a replay run: the app's output lock record and broker lease names, and the staleness rule.
-
-The Spark app takes them (``spark_apps/dlq_replay/lock.py``) and the Airflow operator reads them to find
-an earlier attempt of the same run (``airflow_provider_dlq/operators/reattach.py``): one definition here.
-"""
+"""Who holds a replay run: the output lock record and lease names the app takes and the operator reads."""
 
 from __future__ import annotations
 
@@ -91,13 +87,11 @@ class LockOwner:
         except (ValueError, KeyError, TypeError):
             return None
 
-    def stale_reason(
-        self, now: float, host: str | None = None, alive: Callable[[int, str | None], bool] = pid_alive
-    ) -> str | None:
-        """Why this lock no longer holds (``None`` while it does), seen from ``host`` (default: this one)."""
+    def stale_reason(self, now: float, alive: Callable[[int, str | None], bool] = pid_alive) -> str | None:
+        """Why this lock no longer holds (``None`` while it does), seen from this host."""
         if now > self.heartbeat_at + self.ttl_s:
             return f"its last heartbeat was {now - self.heartbeat_at:.0f} s ago (expiry {self.ttl_s:g} s)"
-        if self.host == (host or socket.gethostname()) and not alive(self.pid, self.pid_start):
+        if self.host == socket.gethostname() and not alive(self.pid, self.pid_start):
             return f"its process {self.pid} on this host is gone"
         return None
 

@@ -102,15 +102,18 @@ class CanarySpec:
     max_failure_rate: float = 0.0
     watch_topics: tuple[str, ...] = ()
 
+    def __post_init__(self) -> None:
+        if not self.wait_seconds >= 0:
+            raise ReplayOptionsError(f"--canary-wait-seconds must be >= 0; got {self.wait_seconds}")
+        if not 0 <= self.max_failure_rate < 1:
+            raise ReplayOptionsError(
+                "--canary-max-failure-rate must be in [0, 1) (0: any failure halts); "
+                f"got {self.max_failure_rate}"
+            )
+
     @classmethod
-    def parse(
-        cls,
-        size: str,
-        wait_seconds: float = DEFAULT_CANARY_WAIT_SECONDS,
-        max_failure_rate: float = 0.0,
-        watch_topics: tuple[str, ...] = (),
-    ) -> CanarySpec:
-        """``--canary``: ``N`` messages or ``P%`` of each group."""
+    def parse(cls, size: str, **settings: Any) -> CanarySpec:
+        """``--canary``: ``N`` messages or ``P%`` of each group; ``settings`` are the other fields."""
         match = _CANARY_SIZE.fullmatch(str(size or ""))
         if not match:
             raise ReplayOptionsError(
@@ -121,14 +124,7 @@ class CanarySpec:
             raise ReplayOptionsError(f"--canary percentage must be in (0, 100]; got {size!r}")
         if not pct and (number < 1 or number != int(number)):
             raise ReplayOptionsError(f"--canary count must be an integer >= 1; got {size!r}")
-        if not wait_seconds >= 0:
-            raise ReplayOptionsError(f"--canary-wait-seconds must be >= 0; got {wait_seconds}")
-        if not 0 <= max_failure_rate < 1:
-            raise ReplayOptionsError(
-                f"--canary-max-failure-rate must be in [0, 1) (0: any failure halts); got {max_failure_rate}"
-            )
-        count, percent = (None, number) if pct else (int(number), None)
-        return cls(count, percent, float(wait_seconds), float(max_failure_rate), tuple(watch_topics))
+        return cls(None, number, **settings) if pct else cls(int(number), None, **settings)
 
     @property
     def label(self) -> str:
@@ -145,8 +141,7 @@ class CanarySpec:
 
 @dataclass(frozen=True)
 class ReplayOptions:
-    """Everything a replay run needs: one field per option of :data:`FLAGS` (its ``--help`` says what the
-    field is), the canary's settings gathered in :class:`CanarySpec`."""
+    """Everything a replay run needs: a field per option of :data:`FLAGS` (canary settings: a CanarySpec)."""
 
     run_id: str
     output_dir: str
@@ -241,18 +236,14 @@ class ReplayOptions:
             raise ReplayOptionsError(f"--rate-limit must be > 0 messages/s; got {self.rate_limit}")
 
     def to_argv(self) -> list[str]:
-        """The app's command line for these options (:data:`FLAGS`; the inverse of :func:`from_arguments`).
-        Holds no secret: secrets are never options."""
+        """The app's command line for these options (:data:`FLAGS`; the inverse of :func:`from_arguments`)."""
         argv: list[str] = []
         for flag in FLAGS:
             if flag.name not in _CANARY_FLAGS:
                 value = getattr(self, flag.name)
-            elif self.canary is None:
-                value = None
-            elif flag.name == "canary":
-                value = self.canary.label
-            else:  # --canary-X: the canary's attribute X
-                value = getattr(self.canary, flag.name.removeprefix("canary_"))
+            else:  # --canary is the canary's label, --canary-X its attribute X
+                name = "label" if flag.name == "canary" else flag.name.removeprefix("canary_")
+                value = getattr(self.canary, name) if self.canary else None
             if text := flag.text(value):
                 argv += [flag.option, text]
         return argv
@@ -266,7 +257,7 @@ class ReplayOptions:
             for f in FLAGS
             if f.name not in _CANARY_FLAGS and f.name not in fields and values[f.name] is not None
         }
-        if values["canary"] is not None:  # settings not given keep CanarySpec.parse's defaults
+        if values["canary"] is not None:  # settings not given keep CanarySpec's defaults
             given = {name: values[f"canary_{name}"] for name in ("wait_seconds", "max_failure_rate")}
             kwargs["canary"] = CanarySpec.parse(
                 values["canary"],
@@ -278,8 +269,7 @@ class ReplayOptions:
 
 @dataclass(frozen=True)
 class Flag:
-    """One option of the app's command line: the :class:`ReplayOptions` field (or canary setting) it
-    sets and the kind of its value."""
+    """One option of the app's command line: the field (or canary setting) it sets and its value's kind."""
 
     name: str
     kind: str = "text"  # text, name, url, list, int, float, time, switch, mode, json

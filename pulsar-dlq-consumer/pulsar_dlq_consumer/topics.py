@@ -1,8 +1,4 @@
-"""What a Pulsar topic name is: the one rule shared by the library, the Airflow provider and the replay app.
-
-Each part of a name is non-empty and made of ``A-Z a-z 0-9 . _ - = :``, as the Pulsar clients accept. A
-topic *pattern* (a glob, as the backlog sensor takes) may also use ``* ? [ ] !`` in its last part.
-"""
+"""What a Pulsar topic name is (parts of ``A-Za-z0-9._-=:``, as the clients accept; a pattern may glob)."""
 
 from __future__ import annotations
 

@@ -222,7 +222,7 @@ CASES: list[tuple[str, dict[str, str], dict[str, object]]] = [
 @pytest.mark.parametrize(("props", "expected"), [(p, e) for _, p, e in CASES], ids=[n for n, _, _ in CASES])
 def test_parse_every_format(props: dict[str, str], expected: dict[str, object]) -> None:
     ctx = parse_error_context(props, dlq_topic="dlq-t", dlq_message_id="(1,1,-1,-1)")
-    got = ctx.as_dict()
+    got = dataclasses.asdict(ctx)
     assert got["dlq_topic"] == "dlq-t"
     assert got["dlq_message_id"] == "(1,1,-1,-1)"
     for field, value in expected.items():
@@ -232,7 +232,7 @@ def test_parse_every_format(props: dict[str, str], expected: dict[str, object]) 
 
 def test_schema_fields_are_exactly_context_fields_in_order() -> None:
     assert tuple(f.name for f in dataclasses.fields(ErrorContext)) == CONTEXT_FIELDS
-    assert tuple(parse_error_context(None).as_dict()) == CONTEXT_FIELDS
+    assert tuple(dataclasses.asdict(parse_error_context(None))) == CONTEXT_FIELDS
 
 
 MIXED: list[tuple[str, dict[str, str], str]] = [

@@ -24,7 +24,7 @@ SCRIPT = textwrap.dedent(
     ctx = parse_error_context({"REAL_TOPIC": "t", "ORIGIN_MESSAGE_ID": "(1,2,-1,-1)"})
     assert ctx.context_format == "pulsar_dlq_policy", ctx
     assert RetryPolicy().resolve_delay(2) == 5.0
-    ConsumerMetrics().term({"topic": "t"})  # no-op without OpenTelemetry
+    ConsumerMetrics().terms.add(1, {"topic": "t"})  # no-op without OpenTelemetry
     print(sorted(m for m in sys.modules if m.split(".")[0] in BLOCKED))
     """
 )

@@ -33,7 +33,7 @@ from pulsar_dlq_consumer.policy import normalize_topic, resolve_topics
 
 def test_default_ladder_is_the_tdmq_ladder() -> None:
     assert DEFAULT_LEVELS.describe() == "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
-    assert len(DEFAULT_LEVELS) == 18
+    assert len(DEFAULT_LEVELS.delays) == 18
     assert DEFAULT_LEVELS.delay_for_level(1) == 1
     assert DEFAULT_LEVELS.delay_for_level(3) == 10
     assert DEFAULT_LEVELS.delay_for_level(18) == 7200
@@ -262,10 +262,10 @@ def test_metrics_names_and_attributes() -> None:
         "pulsar_tenant": "acme",
         "pulsar_namespace": "acme/eu",
     }
-    metrics.term(attrs)
-    metrics.dead_lettered(attrs, "term")
-    metrics.retry(attrs)
-    metrics.nack(attrs)
+    metrics.terms.add(1, attrs)
+    metrics.dlq_messages.add(1, {**attrs, "reason": "term"})
+    metrics.retries.add(1, attrs)
+    metrics.nacks.add(1, attrs)
     assert [p[0] for p in recorder.points] == [
         "pulsar_client_consumer_terms",
         "pulsar_client_consumer_dlq_messages",
@@ -274,7 +274,7 @@ def test_metrics_names_and_attributes() -> None:
     ]
     assert recorder.points[1][2]["reason"] == "term"
     assert recorder.meter_name == "pulsar_dlq_consumer"
-    ConsumerMetrics().term(attrs)  # the global (no-op) provider works without an SDK
+    ConsumerMetrics().terms.add(1, attrs)  # the global (no-op) provider works without an SDK
 
 
 # --------------------------------------------------------------------------- classification (fake consumer)

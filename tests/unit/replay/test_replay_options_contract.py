@@ -49,7 +49,9 @@ FULL = ReplayOptions(
     subscription_lease=False,
     group_actions={SIG: "replay"},
     window_from="dry-1",
-    canary=CanarySpec.parse("10%", 30.0, 0.2, ("acme/orders/extra",)),
+    canary=CanarySpec.parse(
+        "10%", wait_seconds=30.0, max_failure_rate=0.2, watch_topics=("acme/orders/extra",)
+    ),
     admin_url="https://broker:8443",
 )
 
