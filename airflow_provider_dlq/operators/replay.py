@@ -49,7 +49,6 @@ from airflow_provider_dlq.operators.replay_cli import (
     parse_group_actions,
     report_json,
 )
-from airflow_provider_dlq.operators.run_report import read_run_report
 from airflow_provider_dlq.operators.spark_connect import (
     ConnectClient,
     SparkConnectConfigError,
@@ -66,6 +65,7 @@ from airflow_provider_dlq.operators.spark_submit import (
     SparkTarget,
     spark_target,
 )
+from airflow_provider_dlq.output_storage import read_run_report
 from airflow_provider_dlq.recipes import APP_CONF
 from pulsar_dlq_consumer.replay_options import (
     CONF_EXPECTED_MESSAGES,
