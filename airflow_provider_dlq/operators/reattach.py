@@ -82,8 +82,7 @@ def lease_holder(
     """The first run holding a lease of ``topics``; ``consumers`` reads the lease consumers' properties."""
     for topic in topics:
         for meta in consumers(lease_topic(topic), LEASE_SUBSCRIPTION):
-            who = describe_lease_holder(meta)
-            if who:
+            if who := describe_lease_holder(meta):
                 return RunHolder(meta["run_id"], who, f"the lease on DLQ topic {topic}")
     return None
 

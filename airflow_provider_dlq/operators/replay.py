@@ -292,8 +292,7 @@ class DlqReplayOperator(BaseOperator):
                 raise ReplayArgumentError(str(exc)) from None
         archive_flag(archive_payload)
         forbidden = {"application_args", "py_files", "conn_id", "env_vars", "conf", "application"}
-        clash = sorted(forbidden & set(spark_submit_kwargs or {}))
-        if clash:
+        if clash := sorted(forbidden & set(spark_submit_kwargs or {})):
             raise ReplayArgumentError(
                 f"spark_submit_kwargs must not set {clash}: the operator builds them (use the operator's "
                 "own conf/env_vars/bundle_path/application arguments)."
