@@ -687,10 +687,8 @@ class DlqReplayOperator(BaseOperator):
         self._killed = True
         if self._client is not None:
             self._client.stop()
-        hook = self._hook
-        if hook is None:
+        if (hook := self._hook) is None:
             return
-        process = hook.process
-        if process is not None and process.poll() is None:
-            stop_process_tree(process.pid, self.log, "spark-submit")
+        if hook.process is not None and hook.process.poll() is None:
+            stop_process_tree(hook.process.pid, self.log, "spark-submit")
         hook.on_kill()
