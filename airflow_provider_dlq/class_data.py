@@ -56,8 +56,7 @@ def cache_root() -> Path:
 def java_binary(env: Mapping[str, str] | None = None) -> str | None:
     """The ``java`` spark-submit starts: ``$JAVA_HOME/bin/java``, else ``java`` on ``PATH``."""
     environ = os.environ if env is None else env
-    home = environ.get("JAVA_HOME")
-    if home:
+    if home := environ.get("JAVA_HOME"):
         candidate = Path(home) / "bin" / "java"
         return str(candidate) if candidate.is_file() else None
     return shutil.which("java", path=environ.get("PATH"))
@@ -65,8 +64,7 @@ def java_binary(env: Mapping[str, str] | None = None) -> str | None:
 
 def spark_home(env: Mapping[str, str] | None = None) -> Path | None:
     """``$SPARK_HOME``, else the installed PySpark's folder (as PySpark's own ``spark-submit`` finds it)."""
-    home = (os.environ if env is None else env).get("SPARK_HOME")
-    if home:
+    if home := (os.environ if env is None else env).get("SPARK_HOME"):
         return Path(home)
     import importlib.util
 
@@ -99,12 +97,6 @@ class ArchivePlan:
     path: Path
     writing: Path | None = None
 
-    @property
-    def archive_option(self) -> str:
-        if self.writing is not None:
-            return f"-XX:ArchiveClassesAtExit={self.writing}"
-        return f"-XX:SharedArchiveFile={self.path}"
-
     def java_options(self, current: str = "") -> str:
         """The archive option after the JVM's logging to stderr (the summary line must be the last on
         stdout; the writing run keeps only class-data errors), unless ``current`` sets the logging."""
@@ -113,7 +105,9 @@ class ArchivePlan:
             options += ["-Xlog:disable", "-Xlog:all=warning:stderr:uptime,level,tags"]
             if self.writing is not None:
                 options.append("-Xlog:cds*=error:stderr")
-        return " ".join([*options, self.archive_option])
+        if self.writing is not None:
+            return " ".join([*options, f"-XX:ArchiveClassesAtExit={self.writing}"])
+        return " ".join([*options, f"-XX:SharedArchiveFile={self.path}"])
 
     def conf(self, conf: Mapping[str, str]) -> dict[str, str]:
         """``conf`` with :meth:`java_options`; unchanged when the user manages class data sharing."""

@@ -81,17 +81,14 @@ class CompiledPySpark:
     def __init__(self, directory: str | os.PathLike[str] | None = None) -> None:
         self.directory = Path(directory) if directory else cache_root() / "compiled-pyspark"
 
-    def prepare(
-        self, master: str, env: Mapping[str, str] | None = None, conf: Mapping[str, str] | None = None
-    ) -> CompiledCopy | None:
+    def prepare(self, master: str, env: Mapping[str, str], conf: Mapping[str, str]) -> CompiledCopy | None:
         """The compiled copy for a local run, made now when missing; ``None`` for a cluster master, a daemon
         the user chose, or when the zips, the Python or the folder are not usable."""
-        settings = conf or {}
-        if local_cores(master) is None or DAEMON_MODULE_CONF in settings:
+        if local_cores(master) is None or DAEMON_MODULE_CONF in conf:
             return None
-        environ = {**os.environ, **(env or {})}
+        environ = {**os.environ, **env}
         zips = spark_python_zips(environ)
-        python = workers_python(environ, settings)
+        python = workers_python(environ, conf)
         if not zips or python is None:
             log.info(
                 "No PySpark zips or worker Python found; the run imports PySpark from spark-submit's zips"

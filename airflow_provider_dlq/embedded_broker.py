@@ -42,13 +42,13 @@ class EmbeddedBroker:
     pid: int
     data_dir: Path
 
-    def stop(self, timeout: float = 10.0) -> None:
+    def stop(self) -> None:
         """Stop the broker by PID (SIGTERM, then SIGKILL). Safe to call twice."""
         from pulsar_lite import process_manager as pm
 
         with contextlib.suppress(Exception):
             pm.process_manager._processes.pop(str((self.data_dir / "data.db").absolute()), None)
-        stop_process_tree(self.pid, log, "the embedded broker", timeout)
+        stop_process_tree(self.pid, log, "the embedded broker")
 
     def __enter__(self) -> EmbeddedBroker:
         return self

@@ -9,32 +9,13 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_dlq.operators.replay_cli import (
-    ReplayArgumentError,
-    build_replay_args,
-    compact_summary,
-    default_run_id,
-)
-from pulsar_dlq_consumer.replay_options import ReplayOptions
+from airflow_provider_dlq.operators.replay_cli import ReplayArgumentError as ReplayArgumentError
+from airflow_provider_dlq.operators.replay_cli import build_replay_args, compact_summary
+from airflow_provider_dlq.operators.replay_cli import default_run_id as default_run_id
+from pulsar_dlq_consumer.replay_options import ReplayOptions as ReplayOptions
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
-
-__all__ = [
-    "AppFiles",
-    "ReplayArgumentError",
-    "ReplayOptions",
-    "build_replay_args",
-    "databricks_run",
-    "dataproc_batch",
-    "dataproc_pyspark_job",
-    "default_run_id",
-    "emr_serverless_job",
-    "kubernetes_name",
-    "read_replay_report",
-    "replay_argv",
-    "spark_application",
-]
 
 #: Spark settings the app relies on (DlqReplayOperator adds a quieter log level).
 APP_CONF: dict[str, str] = {"spark.sql.session.timeZone": "UTC", "spark.ui.showConsoleProgress": "false"}
@@ -198,7 +179,7 @@ def read_replay_report(output_dir: str, run_id: str, conn_id: str | None = None)
     """The run's summary, as ``DlqReplayOperator`` returns it, from its ``report.json``."""
     import logging
 
-    from airflow_provider_dlq.operators.run_report import read_run_report
+    from airflow_provider_dlq.output_storage import read_run_report
 
     location = f"{output_dir.rstrip('/')}/runs/{run_id}/report.json"
     return compact_summary(read_run_report(location, run_id, None, conn_id, logging.getLogger(__name__)))

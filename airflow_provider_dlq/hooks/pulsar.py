@@ -103,19 +103,17 @@ class PulsarHook(BaseHook):
     def config(self) -> PulsarConnectionConfig:
         """The validated connection (fetched once per hook)."""
         try:
-            conn = self.get_connection(self.pulsar_conn_id)
+            return self._config_from(self.get_connection(self.pulsar_conn_id))
         except AirflowNotFoundException as exc:
             raise self._not_found(exc) from exc
-        return self._config_from(conn)
 
     async def aget_config(self) -> PulsarConnectionConfig:
         """Async variant of :attr:`config` for triggers."""
         if "config" not in self.__dict__:
             try:
-                conn = await self.aget_connection(self.pulsar_conn_id)
+                self.__dict__["config"] = self._config_from(await self.aget_connection(self.pulsar_conn_id))
             except AirflowNotFoundException as exc:
                 raise self._not_found(exc) from exc
-            self.__dict__["config"] = self._config_from(conn)
         return self.config
 
     @staticmethod

@@ -204,9 +204,7 @@ class DlqGroupApprovalOperator(HITLOperator, SkipMixin):
         shown = groups[: self.max_groups]
         if not shown:
             self.log.info("Dry-run %s found no pending messages: nothing to approve.", summary["run_id"])
-            return self._skip_downstream(
-                context, self._result(summary, {}, {}, responded_by=None, timed_out=False)
-            )
+            return self._skip_downstream(context, self._result(summary, {}, {}))
         self.params = ParamsDict(group_params(shown))
         self.body = approval_body(summary, groups, len(shown), self._report_link(context))
         self.log.info(
@@ -229,8 +227,7 @@ class DlqGroupApprovalOperator(HITLOperator, SkipMixin):
 
     def validate_params_input(self, params_input: Mapping[str, Any]) -> None:
         """Each answered group must hold one of the actions (groups left out count as ``leave``)."""
-        bad = {k: v for k, v in params_input.items() if v not in GROUP_ACTIONS}
-        if bad:
+        if bad := {k: v for k, v in params_input.items() if v not in GROUP_ACTIONS}:
             raise ValueError(f"Group actions {bad} must each be one of {', '.join(GROUP_ACTIONS)}.")
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
@@ -242,8 +239,7 @@ class DlqGroupApprovalOperator(HITLOperator, SkipMixin):
         answered = dict(response.get("params_input") or {})
         apply = self.NOTHING not in response["chosen_options"]
         actions = {sig: (answered.get(sig, LEAVE) if apply else LEAVE) for sig in counts}
-        unknown = sorted(set(answered) - set(counts))
-        if unknown:
+        if unknown := sorted(set(answered) - set(counts)):
             self.log.warning("Ignoring answers for groups the dry-run did not show: %s", unknown)
         user = response.get("responded_by_user")
         result = self._result(
@@ -270,9 +266,8 @@ class DlqGroupApprovalOperator(HITLOperator, SkipMixin):
         summary: Mapping[str, Any],
         actions: dict[str, str],
         counts: dict[str, int],
-        *,
-        responded_by: str | None,
-        timed_out: bool,
+        responded_by: str | None = None,
+        timed_out: bool = False,
     ) -> dict[str, Any]:
         approved = {a: sorted(s for s, act in actions.items() if act == a) for a in (REPLAY, ARCHIVE)}
         return {
@@ -288,8 +283,7 @@ class DlqGroupApprovalOperator(HITLOperator, SkipMixin):
 
     def _skip_downstream(self, context: Context, result: dict[str, Any]) -> dict[str, Any]:
         """Skip the replay; the decision is pushed first (the SDK's ``skip`` ends the task by raising)."""
-        tasks = [t for t in context["task"].get_direct_relatives(upstream=False) if not t.is_teardown]
-        if tasks:
+        if tasks := [t for t in context["task"].get_direct_relatives(upstream=False) if not t.is_teardown]:
             context["ti"].xcom_push(key="return_value", value=result)
             self.log.info("Nothing approved: skipping %s", [t.task_id for t in tasks])
             self.skip(ti=context["ti"], tasks=tasks)

@@ -39,8 +39,7 @@ class DlqReplayReportLink(BaseOperatorLink):
         report_html = getattr(operator, "report_html_uri", None)
         if not report_html:
             return ""
-        template = getattr(operator, "report_url", None)
-        if template:
+        if template := getattr(operator, "report_url", None):
             return str(template).replace("{report_html}", str(report_html))
         return report_endpoint(
             ti_key.dag_id, ti_key.run_id, ti_key.task_id, ti_key.map_index, base=api_base_url()

@@ -14,10 +14,8 @@ if TYPE_CHECKING:
 TERMINATE_WAIT_S = 10.0
 
 
-def stop_process_tree(
-    pid: int, log: Logger | logging.Logger, name: str, wait_s: float = TERMINATE_WAIT_S
-) -> None:
-    """SIGTERM the process ``pid`` and its descendants, wait up to ``wait_s``, SIGKILL what is left."""
+def stop_process_tree(pid: int, log: Logger | logging.Logger, name: str) -> None:
+    """SIGTERM ``pid`` and its descendants, wait up to :data:`TERMINATE_WAIT_S`, SIGKILL what is left."""
     import psutil
 
     try:
@@ -28,7 +26,7 @@ def stop_process_tree(
     for proc in procs:
         with contextlib.suppress(psutil.NoSuchProcess):
             proc.terminate()
-    _, alive = psutil.wait_procs(procs, timeout=wait_s)
+    _, alive = psutil.wait_procs(procs, timeout=TERMINATE_WAIT_S)
     for proc in alive:
         with contextlib.suppress(psutil.NoSuchProcess):
             proc.kill()

@@ -82,8 +82,7 @@ def lease_holder(
     """The first run holding a lease of ``topics``; ``consumers`` reads the lease consumers' properties."""
     for topic in topics:
         for meta in consumers(lease_topic(topic), LEASE_SUBSCRIPTION):
-            who = describe_lease_holder(meta)
-            if who:
+            if who := describe_lease_holder(meta):
                 return RunHolder(meta["run_id"], who, f"the lease on DLQ topic {topic}")
     return None
 
@@ -110,7 +109,6 @@ def wait_for_earlier_attempt(
     find: Callable[[], RunHolder | None],
     timeout_s: float,
     log: Logger | logging.Logger,
-    poll_s: float = POLL_S,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
 ) -> RunHolder | None:
@@ -145,7 +143,7 @@ def wait_for_earlier_attempt(
                 "report",
                 run_id,
                 holder.describe(),
-                poll_s,
+                POLL_S,
                 timeout_s,
             )
         elif clock() - said >= PROGRESS_EVERY_S:
@@ -158,4 +156,4 @@ def wait_for_earlier_attempt(
                 f"(reattach_timeout {timeout_s:.0f} s): {holder.describe()}. The next try waits for it "
                 "again; to stop it instead, end that process (or kill its Spark driver), then clear the task."
             )
-        sleep(max(0.0, min(poll_s, timeout_s - waited)))
+        sleep(max(0.0, min(POLL_S, timeout_s - waited)))

@@ -49,7 +49,6 @@ from airflow_provider_dlq.operators.replay_cli import (
     parse_group_actions,
     report_json,
 )
-from airflow_provider_dlq.operators.run_report import read_run_report
 from airflow_provider_dlq.operators.spark_connect import (
     ConnectClient,
     SparkConnectConfigError,
@@ -66,6 +65,7 @@ from airflow_provider_dlq.operators.spark_submit import (
     SparkTarget,
     spark_target,
 )
+from airflow_provider_dlq.output_storage import read_run_report
 from airflow_provider_dlq.recipes import APP_CONF
 from pulsar_dlq_consumer.replay_options import (
     CONF_EXPECTED_MESSAGES,
@@ -292,8 +292,7 @@ class DlqReplayOperator(BaseOperator):
                 raise ReplayArgumentError(str(exc)) from None
         archive_flag(archive_payload)
         forbidden = {"application_args", "py_files", "conn_id", "env_vars", "conf", "application"}
-        clash = sorted(forbidden & set(spark_submit_kwargs or {}))
-        if clash:
+        if clash := sorted(forbidden & set(spark_submit_kwargs or {})):
             raise ReplayArgumentError(
                 f"spark_submit_kwargs must not set {clash}: the operator builds them (use the operator's "
                 "own conf/env_vars/bundle_path/application arguments)."
@@ -688,10 +687,8 @@ class DlqReplayOperator(BaseOperator):
         self._killed = True
         if self._client is not None:
             self._client.stop()
-        hook = self._hook
-        if hook is None:
+        if (hook := self._hook) is None:
             return
-        process = hook.process
-        if process is not None and process.poll() is None:
-            stop_process_tree(process.pid, self.log, "spark-submit")
+        if hook.process is not None and hook.process.poll() is None:
+            stop_process_tree(hook.process.pid, self.log, "spark-submit")
         hook.on_kill()

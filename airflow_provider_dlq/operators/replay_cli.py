@@ -198,8 +198,7 @@ def compact_summary(report: Mapping[str, Any], max_groups: int = 20) -> dict[str
     }
     if report.get("spark"):
         summary["spark"] = dict(report["spark"])
-    canary = report.get("canary")
-    if canary:
+    if canary := report.get("canary"):
         keys = ("size", "verdict", "halted", "held_back", "verdicts")
         summary["canary"] = {k: canary[k] for k in keys if k in canary}
     return summary

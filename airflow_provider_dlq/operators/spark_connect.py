@@ -137,8 +137,7 @@ def spark_remote(conn_id: str) -> SparkRemote | None:
 
 
 def check_client_installed(remote: SparkRemote) -> None:
-    missing = [package for module, package in CLIENT_MODULES if not _importable(module)]
-    if missing:
+    if missing := [package for module, package in CLIENT_MODULES if not _importable(module)]:
         raise SparkConnectConfigError(
             f"Spark connection {remote.conn_id!r} is a Spark Connect server, but the worker's Python "
             f"({sys.executable}) has no Spark Connect client: {', '.join(missing)} not installed. Install "

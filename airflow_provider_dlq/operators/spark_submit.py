@@ -115,8 +115,7 @@ class ReplaySubmitHook(SparkSubmitHook):
             self._start_driver_status_tracking()
         finally:
             # 6.x defers the hook's post-submit commands to whoever waits for the driver.
-            post_submit = getattr(self, "_run_post_submit_commands", None)
-            if post_submit is not None:
+            if (post_submit := getattr(self, "_run_post_submit_commands", None)) is not None:
                 post_submit()
         if self._driver_status != "FINISHED":
             raise SparkDriverError(

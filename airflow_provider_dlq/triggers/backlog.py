@@ -121,8 +121,7 @@ class DlqBacklogTrigger(BaseTrigger):
                 if poll.error is not None:
                     raise poll.error
                 last = poll.backlogs
-                ready = ready_topics(last, self.min_backlog, self.min_age_seconds)
-                if ready:
+                if ready := ready_topics(last, self.min_backlog, self.min_age_seconds):
                     yield TriggerEvent({"status": STATUS_SUCCESS, "backlog": as_xcom(last), "ready": ready})
                     return
                 waiting = {t: b.backlog for t, b in last.items()}

@@ -201,10 +201,8 @@ class DlqBacklogEventTrigger(BaseEventTrigger):
         self._announced = False
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        kwargs: dict[str, Any] = {"topics": list(self.topics), "subscription": self.subscription}
-        kwargs.update(
-            pulsar_conn_id=self.pulsar_conn_id, **asdict(self.thresholds), poll_interval=self.poll_interval
-        )
+        kwargs = {name: getattr(self, name) for name in ("topics", "subscription", "pulsar_conn_id")}
+        kwargs.update(asdict(self.thresholds), poll_interval=self.poll_interval)  # key order is hashed
         return f"{type(self).__module__}.{type(self).__qualname__}", kwargs
 
     def _store(self) -> Any:

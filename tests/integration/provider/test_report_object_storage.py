@@ -20,7 +20,7 @@ from types import SimpleNamespace
 import pytest
 
 from airflow_provider_dlq.operators.replay import DlqReplayOperator
-from airflow_provider_dlq.operators.run_report import ReportNotFound, read_run_report
+from airflow_provider_dlq.output_storage import ReportNotFound, read_run_report
 
 pytestmark = pytest.mark.integration
 

@@ -44,7 +44,7 @@ def test_first_run_writes_the_archive_and_later_runs_map_it(tmp_path, java):
     first = cache.plan()
     assert first is not None
     assert first.writing is not None
-    assert first.archive_option == f"-XX:ArchiveClassesAtExit={first.writing}"
+    assert first.java_options().split()[-1] == f"-XX:ArchiveClassesAtExit={first.writing}"
     write_real_archive(java, first.writing)
     assert first.finish(succeeded=True)
     assert first.path.is_file()
@@ -54,7 +54,7 @@ def test_first_run_writes_the_archive_and_later_runs_map_it(tmp_path, java):
     assert later is not None
     assert later.writing is None
     assert later.path == first.path
-    assert later.archive_option == f"-XX:SharedArchiveFile={first.path}"
+    assert later.java_options().split()[-1] == f"-XX:SharedArchiveFile={first.path}"
     started = subprocess.run(
         [java, *later.java_options().split(), "-version"], capture_output=True, check=False
     )

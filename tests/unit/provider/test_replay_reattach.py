@@ -128,7 +128,7 @@ def test_an_earlier_attempt_of_the_same_run_is_polled_until_it_ends(caplog: pyte
     earlier = RunHolder("r1", "run 'r1' (host h, pid 7)", "the output directory lock of /o")
     answers = [earlier, earlier, earlier, None]
     with caplog.at_level(logging.INFO):
-        got = wait_for_earlier_attempt("r1", lambda: answers.pop(0), 600, LOG, 5.0, clock.sleep, clock)
+        got = wait_for_earlier_attempt("r1", lambda: answers.pop(0), 600, LOG, clock.sleep, clock)
     assert got == earlier
     assert clock.sleeps == [5.0, 5.0, 5.0]  # polls, never a busy loop
     assert "An earlier attempt of replay run r1 is still running: run 'r1' (host h, pid 7)" in caplog.text
@@ -147,10 +147,10 @@ def test_the_wait_is_bounded_by_the_timeout() -> None:
     clock = Clock()
     earlier = RunHolder("r1", "run 'r1' (host h, pid 7)", "the lock")
     with pytest.raises(ReattachTimeoutError, match="still runs after 12 s"):
-        wait_for_earlier_attempt("r1", lambda: earlier, 12, LOG, 5.0, clock.sleep, clock)
+        wait_for_earlier_attempt("r1", lambda: earlier, 12, LOG, clock.sleep, clock)
     assert clock.sleeps == [5.0, 5.0, 2.0]
     with pytest.raises(ReattachTimeoutError):  # 0: no wait at all
-        wait_for_earlier_attempt("r1", lambda: earlier, 0, LOG, 5.0, clock.sleep, clock)
+        wait_for_earlier_attempt("r1", lambda: earlier, 0, LOG, clock.sleep, clock)
 
 
 def test_reattach_timeout_is_checked() -> None:
