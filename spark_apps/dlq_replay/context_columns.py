@@ -90,8 +90,7 @@ class _Lookups:
         self.undecodable = self.has(lambda key: key == undecodable_key)
 
     def _scatter(self, rows: pa.Array, values: pa.Array, empty: pa.Array) -> pa.Array:
-        """A column of ``n`` rows holding ``values`` at ``rows`` (ascending; the last of a row's repeated
-        key wins, as in a dict built from the map), null elsewhere."""
+        """``values`` at ``rows`` (ascending; a repeated key's last value wins, as in a dict), else null."""
         if not len(rows):
             return empty
         if len(rows) == self.n and pc.all(pc.equal(rows, self._rows)).as_py():  # one in each row, in order
@@ -115,8 +114,7 @@ def _text(values: pa.Array) -> pa.Array:
 
 
 def _int(values: pa.Array, minimum: int = 0, form: str = _PLAIN_INT) -> tuple[pa.Array, pa.Array]:
-    """``(numbers, settled)``: ``read_int`` of each plain value (``form``; null when absent or below
-    ``minimum``), and whether the kernels settled the row (absent or plain)."""
+    """``(numbers, settled)``: ``read_int`` of each plain value (``form``), settled where absent or plain."""
     plain = pc.match_substring_regex(values, form)
     numbers = pc.cast(pc.if_else(plain, values, _NULL_TEXT), pa.int64())
     if minimum:
@@ -124,8 +122,7 @@ def _int(values: pa.Array, minimum: int = 0, form: str = _PLAIN_INT) -> tuple[pa
     return numbers, pc.or_kleene(pc.is_null(values), plain)
 
 
-#: A reader's values for every row (an array, or one scalar for all) and the rows it settles (``None``:
-#: every row).
+#: A reader's values for every row (an array, or one scalar for all) and the rows it settles (``None``: all).
 _Result = tuple[Any, pa.Array | None]
 
 
@@ -192,8 +189,7 @@ def _formats(look: _Lookups) -> pa.Array:
 
 
 def _field(fmt: pa.Array, kernels: _Kernels, name: str, settled: list[pa.Array]) -> pa.Array:
-    """One field of ``error_context_values`` per row, from its convention's reader (null for a format
-    without one; appends to ``settled`` the rows each reader settles)."""
+    """One field of ``error_context_values`` per row by its convention's reader (adds to ``settled``)."""
     cases: dict[str, Any] = {}
     for convention in CONVENTIONS:
         reader = convention.fields.get(name)
@@ -256,8 +252,7 @@ def _canonical_ids(message_ids: pa.Array) -> pa.Array:
 
 
 def replay_ids(dlq_topics: pa.Array, dlq_ids: pa.Array, topic: pa.Array, message_id: pa.Array) -> list[str]:
-    """The replay id of each row from its origin claim (``topic``, ``message_id``; null: no claim), as
-    :func:`~spark_apps.dlq_replay.normalize.row_replay_id` computes it."""
+    """:func:`~spark_apps.dlq_replay.normalize.row_replay_id` of each row's origin claim (null: no claim)."""
     canonical = per_distinct(topic, canonical_topic, pa.string())
     identity = pc.binary_join_element_wise(canonical, _canonical_ids(message_id), "|")
     own = pc.binary_join_element_wise(pc.fill_null(dlq_topics, ""), pc.fill_null(dlq_ids, ""), "\x1f")
@@ -268,10 +263,8 @@ def replay_ids(dlq_topics: pa.Array, dlq_ids: pa.Array, topic: pa.Array, message
 
 
 def context_columns(batch: pa.RecordBatch, undecodable_key: str) -> tuple[dict[str, pa.Array], pa.Array]:
-    """``(columns, settled)`` of a batch of snapshot rows (``topic``, ``message_id_str``,
-    ``properties``): every context column of ``error_context_values`` (``CONTEXT_FIELDS``), the replay
-    id, the previous replay count and the :data:`UNDECODABLE` flag, as the scalar parser gives them
-    wherever ``settled`` is true. The caller parses the other rows with the scalar parser."""
+    """``(columns, settled)`` of a batch of snapshot rows: the context columns (``CONTEXT_FIELDS``), replay
+    id, previous replay count and :data:`UNDECODABLE`, as the scalar parser gives them where ``settled``."""
     look = _Lookups(batch.column("properties"), _KEYS, undecodable_key)
     kernels = _Kernels(look)
     fmt = _formats(look)

@@ -1,10 +1,8 @@
 """Error signatures and replay ids.
 
-A signature is a stable id per kind of failure, from error class + message template + origin topic +
-failure reason (so a retry topic's exhausted messages and a redelivery policy's never share a group).
-The template deterministically masks what varies between two failures of the same kind: quoted values,
-e-mails, UUIDs, hex strings, identifiers containing digits and numbers. A replay id (``REPLAY_ID``) names
-the *original* message, the same for every DLQ copy of it (:func:`replay_id`).
+A signature is a stable id per kind of failure: error class, message template (what varies between two
+failures of one kind masked), origin topic and failure reason (so a retry topic's exhausted messages and a
+redelivery policy's never share a group). A replay id (``REPLAY_ID``) names the *original* message.
 """
 
 from __future__ import annotations
@@ -76,8 +74,7 @@ _RE2_MASKS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
 
 
 def message_templates(messages: pa.Array) -> pa.Array:
-    """:func:`message_template` of every value (null gives ``""``): RE2 kernels for ASCII messages,
-    :func:`message_template` once per distinct other message."""
+    """:func:`message_template` of every value (null gives ``""``), by RE2 kernels for ASCII messages."""
     text = pc.utf8_slice_codeunits(pc.fill_null(messages, ""), 0, MAX_TEMPLATE_CHARS * 4)
     for needs, rewrites in _RE2_MASKS:
         if pc.any(pc.match_substring_regex(text, needs)).as_py():
@@ -100,8 +97,7 @@ def signature_topic(origin_topic: str | None) -> str:
 def error_signatures(
     error_classes: pa.Array, templates: pa.Array, origin_topics: pa.Array, reasons: pa.Array
 ) -> pa.Array:
-    """Stable 16-hex-digit id of each row's (error class, template, origin topic without partition suffix,
-    failure reason, ``unknown`` when null or empty), hashed once per distinct material."""
+    """Stable 16-hex-digit id of each row's error class, template, origin topic (no partition) and reason."""
     reasons = pc.fill_null(reasons, REASON_UNKNOWN)
     material = pc.binary_join_element_wise(
         pc.fill_null(error_classes, ""),
@@ -114,9 +110,8 @@ def error_signatures(
 
 
 def replay_id(dlq_topic: str, dlq_message_id: str, origin: str | None = None) -> str:
-    """Stable id (32 hex digits) of the original message behind a DLQ message (``REPLAY_ID``): from the
-    ``origin`` identity (:func:`~pulsar_dlq_consumer.context.origin_identity`), the same for every DLQ copy
-    in any topic and convention, else from the DLQ topic and message id (stable for that copy only)."""
+    """Stable id (32 hex digits) of the original message behind a DLQ message: from the ``origin`` identity
+    (the same for every DLQ copy), else from the DLQ topic and message id (stable for that copy only)."""
     return _digest(f"origin\x1f{origin}" if origin else f"{dlq_topic}\x1f{dlq_message_id}", 32)
 
 
