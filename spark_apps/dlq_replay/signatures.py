@@ -18,20 +18,19 @@ from pulsar_dlq_consumer.conventions import REASON_UNKNOWN
 from spark_apps.dlq_replay.arrow_util import per_distinct
 
 MAX_TEMPLATE_CHARS = 512
+_UUID = r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b"
+#: Identifiers with a run of 2+ digits: ORD-000123, user_42, cust:17, A12345 (not utf-8).
+_ID = r"\b[A-Za-z][A-Za-z0-9]*(?:[-_:#/.][A-Za-z0-9]+)*?[-_:#/.]?[0-9]{2,}[A-Za-z0-9]*\b"
 
 # Order matters: earlier masks protect their matches from later ones.
 _MASKS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"'[^'\n]*'|\"[^\"\n]*\"|`[^`\n]*`"), "<str>"),  # quoted, no newlines inside
     (re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+"), "<email>"),
-    (
-        re.compile(r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b"),
-        "<uuid>",
-    ),
+    (re.compile(_UUID), "<uuid>"),
     # 0x-prefixed hex, or 8+ hex characters with at least one digit and one letter a-f (hashes, ids).
     (re.compile(r"\b0[xX][0-9a-fA-F]+\b"), "<hex>"),
     (re.compile(r"\b(?=[0-9a-fA-F]*[0-9])(?=[0-9a-fA-F]*[a-fA-F])[0-9a-fA-F]{8,}\b"), "<hex>"),
-    # Identifiers with a run of 2+ digits: ORD-000123, user_42, cust:17, A12345 (not utf-8).
-    (re.compile(r"\b[A-Za-z][A-Za-z0-9]*(?:[-_:#/.][A-Za-z0-9]+)*?[-_:#/.]?[0-9]{2,}[A-Za-z0-9]*\b"), "<id>"),
+    (re.compile(_ID), "<id>"),
     (re.compile(r"(?<![A-Za-z0-9])[-+]?[0-9]+(?:[.,][0-9]+)*"), "<num>"),
 )
 
@@ -54,7 +53,7 @@ def message_template(message: str | None) -> str:
 _RE2_MASKS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
     ("['\"`]", ((r"'[^'\n]*'|\"[^\"\n]*\"|`[^`\n]*`", "<str>"),)),
     ("@", ((r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+", "<email>"),)),
-    ("-", ((r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b", "<uuid>"),)),
+    ("-", ((_UUID, "<uuid>"),)),
     ("0[xX]", ((r"\b0[xX][0-9a-fA-F]+\b", "<hex>"),)),
     (
         "[0-9a-fA-F]{8}",
@@ -64,10 +63,7 @@ _RE2_MASKS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
             ("\x01([0-9a-fA-F]*)\x02", r"\1"),
         ),
     ),
-    (
-        "[A-Za-z_:#/.-][0-9]{2}",
-        ((r"\b[A-Za-z][A-Za-z0-9]*(?:[-_:#/.][A-Za-z0-9]+)*?[-_:#/.]?[0-9]{2,}[A-Za-z0-9]*\b", "<id>"),),
-    ),
+    ("[A-Za-z_:#/.-][0-9]{2}", ((_ID, "<id>"),)),
     ("[0-9]", ((r"(^|[^A-Za-z0-9])[-+]?[0-9]+(?:[.,][0-9]+)*", r"\1<num>"),)),
     ("[\t\n\x0b\x0c\r\x1c-\x1f]| {2}", (("[\t\n\x0b\x0c\r\x1c-\x1f ]+", " "),)),  # str.split()'s
 )
