@@ -70,7 +70,7 @@ _KEYS: tuple[str, ...] = (*PROPERTY_KEYS, lineage.REPLAY_COUNT)
 class _Lookups:
     """The batch's properties as one value column per key read, plus per-row key-class flags."""
 
-    def __init__(self, properties: pa.Array, keys: Sequence[str], undecodable_key: str) -> None:
+    def __init__(self, properties: pa.Array, keys: Sequence[str]) -> None:
         self.n = n = len(properties)
         flat_keys, items, parents, _ = map_entries(properties)
         if properties.null_count:  # a null map is no properties, as the scalar parser reads it
@@ -87,7 +87,6 @@ class _Lookups:
         for j, key in enumerate(keys):
             hit = pc.equal(which, j)
             self.values[key] = self._scatter(found_rows.filter(hit), found_items.filter(hit), empty)
-        self.undecodable = self.has(lambda key: key == undecodable_key)
 
     def _scatter(self, rows: pa.Array, values: pa.Array, empty: pa.Array) -> pa.Array:
         """``values`` at ``rows`` (ascending; a repeated key's last value wins, as in a dict), else null."""
@@ -265,7 +264,7 @@ def replay_ids(dlq_topics: pa.Array, dlq_ids: pa.Array, topic: pa.Array, message
 def context_columns(batch: pa.RecordBatch, undecodable_key: str) -> tuple[dict[str, pa.Array], pa.Array]:
     """``(columns, settled)`` of a batch of snapshot rows: the context columns (``CONTEXT_FIELDS``), replay
     id, previous replay count and :data:`UNDECODABLE`, as the scalar parser gives them where ``settled``."""
-    look = _Lookups(batch.column("properties"), _KEYS, undecodable_key)
+    look = _Lookups(batch.column("properties"), _KEYS)
     kernels = _Kernels(look)
     fmt = _formats(look)
     settled: list[pa.Array] = []
@@ -283,13 +282,13 @@ def context_columns(batch: pa.RecordBatch, undecodable_key: str) -> tuple[dict[s
         REPLAY_ID: pa.array(replay_ids(topics, ids, topic, message_id), pa.string()),
         REPLAY_COUNT: pc.fill_null(counts, 0),  # previous_replay_count: 0 when absent
         ORIGIN_CONFLICT: pa.nulls(look.n, pa.string()),
-        UNDECODABLE: look.undecodable,
+        UNDECODABLE: look.has(undecodable_key.__eq__),
     }
     return columns, _all([*settled, claims_settled, counts_settled], look.n)
 
 
-def origin_replay_ids(batch: pa.RecordBatch, undecodable_key: str) -> tuple[list[str], pa.Array]:
+def origin_replay_ids(batch: pa.RecordBatch) -> tuple[list[str], pa.Array]:
     """``(replay ids, settled)`` of a batch of snapshot rows: :func:`context_columns`' replay ids alone."""
-    look = _Lookups(batch.column("properties"), ORIGIN_PROPERTY_KEYS, undecodable_key)
+    look = _Lookups(batch.column("properties"), ORIGIN_PROPERTY_KEYS)
     topic, message_id, settled = _origin(look, _Kernels(look))
     return replay_ids(batch.column("topic"), batch.column("message_id_str"), topic, message_id), settled

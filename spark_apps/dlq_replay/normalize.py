@@ -63,7 +63,7 @@ def replay_ids(batch: pa.RecordBatch, origin_precedence: Sequence[str] = ()) -> 
     if origin_precedence:
         ids, scalar = [""] * batch.num_rows, pa.array([True] * batch.num_rows)
     else:
-        ids, settled = origin_replay_ids(batch, UNDECODABLE_PROPERTY)
+        ids, settled = origin_replay_ids(batch)
         scalar = pc.invert(settled)
     if scalar.true_count:
         rows = _scalar_rows(batch, scalar)
