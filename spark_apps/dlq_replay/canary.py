@@ -1,8 +1,7 @@
 """Canary replay with auto-halt: replay a few messages of each group first, watch them, halt bad groups.
 
-Each stage (watch start, canary sent, verdicts) is recorded in ``state.json`` before the next, so a run
-killed during the wait resumes it without sending the canary twice. See ``docs/canary.md``.
-"""
+Each stage is recorded in ``state.json`` before the next: a run killed during the wait resumes it without
+sending the canary twice (``docs/canary.md``)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,8 @@
 """The error context of a whole Arrow batch at once, with pyarrow kernels instead of a parse per row.
 
-:func:`context_columns` reads the library's convention table (``CONVENTIONS``) with one kernel per
-kind of reader (:data:`_KERNELS`), so a convention added to the table needs nothing here. The kernels
-settle the forms writers send (plain decimals, texts within their bounds, claims that agree); the caller
-parses the other rows with the scalar parser, so each row gets exactly the scalar result, at about a
-quarter of its cost.
+:func:`context_columns` reads the library's convention table (``CONVENTIONS``) with one kernel per kind of
+reader (:class:`_Kernels`), so a new convention needs nothing here. The kernels settle the forms writers
+send; the caller parses the other rows with the scalar parser: each row gets exactly the scalar result.
 """
 
 from __future__ import annotations
@@ -72,7 +70,7 @@ _KEYS: tuple[str, ...] = (*PROPERTY_KEYS, lineage.REPLAY_COUNT)
 class _Lookups:
     """The batch's properties as one value column per key read, plus per-row key-class flags."""
 
-    def __init__(self, properties: pa.Array, keys: Sequence[str], undecodable_key: str) -> None:
+    def __init__(self, properties: pa.Array, keys: Sequence[str]) -> None:
         self.n = n = len(properties)
         flat_keys, items, parents, _ = map_entries(properties)
         if properties.null_count:  # a null map is no properties, as the scalar parser reads it
@@ -89,11 +87,9 @@ class _Lookups:
         for j, key in enumerate(keys):
             hit = pc.equal(which, j)
             self.values[key] = self._scatter(found_rows.filter(hit), found_items.filter(hit), empty)
-        self.undecodable = self.has(lambda key: key == undecodable_key)
 
     def _scatter(self, rows: pa.Array, values: pa.Array, empty: pa.Array) -> pa.Array:
-        """A column of ``n`` rows holding ``values`` at ``rows`` (ascending; the last of a row's repeated
-        key wins, as in a dict built from the map), null elsewhere."""
+        """``values`` at ``rows`` (ascending; a repeated key's last value wins, as in a dict), else null."""
         if not len(rows):
             return empty
         if len(rows) == self.n and pc.all(pc.equal(rows, self._rows)).as_py():  # one in each row, in order
@@ -117,8 +113,7 @@ def _text(values: pa.Array) -> pa.Array:
 
 
 def _int(values: pa.Array, minimum: int = 0, form: str = _PLAIN_INT) -> tuple[pa.Array, pa.Array]:
-    """``(numbers, settled)``: ``read_int`` of each plain value (``form``; null when absent or below
-    ``minimum``), and whether the kernels settled the row (absent or plain)."""
+    """``(numbers, settled)``: ``read_int`` of each plain value (``form``), settled where absent or plain."""
     plain = pc.match_substring_regex(values, form)
     numbers = pc.cast(pc.if_else(plain, values, _NULL_TEXT), pa.int64())
     if minimum:
@@ -126,76 +121,59 @@ def _int(values: pa.Array, minimum: int = 0, form: str = _PLAIN_INT) -> tuple[pa
     return numbers, pc.or_kleene(pc.is_null(values), plain)
 
 
-#: A reader's values for every row (an array, or one scalar for all) and the rows it settles (``None``:
-#: every row).
+#: A reader's values for every row (an array, or one scalar for all) and the rows it settles (``None``: all).
 _Result = tuple[Any, pa.Array | None]
 
 
 class _Kernels(dict[Reader, _Result]):
-    """The table's readers over one batch, each evaluated once (several conventions share readers)."""
+    """The table's readers over one batch, each evaluated once (several conventions share readers) by the
+    method named after its kind of reader (:mod:`pulsar_dlq_consumer.conventions`)."""
 
     def __init__(self, look: _Lookups) -> None:
         super().__init__()
         self.n, self.by_key = look.n, look.values  # each key's value per row
 
     def __missing__(self, reader: Reader) -> _Result:
-        self[reader] = result = _KERNELS[type(reader)](self, reader)
+        self[reader] = result = getattr(self, f"of_{type(reader).__name__.lower()}")(reader)
         return result
 
+    def of_text(self, reader: Text) -> _Result:
+        """Settled where the text is within its bound, if any (the scalar parser cuts the others)."""
+        texts = _text(self.by_key[reader.key])
+        if reader.max_bytes is None:
+            return texts, None
+        return texts, pc.fill_null(pc.less_equal(pc.binary_length(texts), reader.max_bytes), True)
 
-def _text_kernel(kernels: _Kernels, reader: Text) -> _Result:
-    """Settled where the text is within its bound, if any (the scalar parser cuts the others)."""
-    texts = _text(kernels.by_key[reader.key])
-    if reader.max_bytes is None:
-        return texts, None
-    return texts, pc.fill_null(pc.less_equal(pc.binary_length(texts), reader.max_bytes), True)
+    def of_number(self, reader: Number) -> _Result:
+        return _int(self.by_key[reader.key], reader.minimum)
 
+    def of_position(self, reader: Position) -> _Result:
+        """``"<partition or 0>:<offset>"`` of plain decimals (binary ones are not plain: scalar parser)."""
+        partition, partition_ok = _int(self.by_key[reader.partition])
+        offset, offset_ok = _int(self.by_key[reader.offset])
+        part = pc.cast(pc.fill_null(partition, 0), pa.string())
+        position = pc.binary_join_element_wise(part, pc.cast(offset, pa.string()), ":")
+        return position, pc.and_(partition_ok, offset_ok)
 
-def _number_kernel(kernels: _Kernels, reader: Number) -> _Result:
-    return _int(kernels.by_key[reader.key], reader.minimum)
+    def of_const(self, reader: Const) -> _Result:
+        return pa.scalar(reader.value), None
 
+    def of_choice(self, reader: Choice) -> _Result:
+        texts = _text(self.by_key[reader.key])
+        allowed = pc.fill_null(
+            pc.is_in(texts, value_set=pa.array(sorted(reader.allowed), pa.string())), False
+        )
+        return pc.if_else(allowed, texts, pa.scalar(reader.default)), None
 
-def _position_kernel(kernels: _Kernels, reader: Position) -> _Result:
-    """``"<partition or 0>:<offset>"`` of plain decimals (binary ones are not plain: scalar parser)."""
-    partition, partition_ok = _int(kernels.by_key[reader.partition])
-    offset, offset_ok = _int(kernels.by_key[reader.offset])
-    part = pc.cast(pc.fill_null(partition, 0), pa.string())
-    position = pc.binary_join_element_wise(part, pc.cast(offset, pa.string()), ":")
-    return position, pc.and_(partition_ok, offset_ok)
+    def of_joined(self, reader: Joined) -> _Result:
+        first, second = _text(self.by_key[reader.first]), _text(self.by_key[reader.second])
+        both = pc.and_(pc.is_valid(first), pc.is_valid(second))
+        return pc.if_else(both, pc.binary_join_element_wise(first, second, reader.sep), first), None
 
-
-def _const_kernel(kernels: _Kernels, reader: Const) -> _Result:
-    return pa.scalar(reader.value), None
-
-
-def _choice_kernel(kernels: _Kernels, reader: Choice) -> _Result:
-    texts = _text(kernels.by_key[reader.key])
-    allowed = pc.fill_null(pc.is_in(texts, value_set=pa.array(sorted(reader.allowed), pa.string())), False)
-    return pc.if_else(allowed, texts, pa.scalar(reader.default)), None
-
-
-def _joined_kernel(kernels: _Kernels, reader: Joined) -> _Result:
-    first, second = _text(kernels.by_key[reader.first]), _text(kernels.by_key[reader.second])
-    both = pc.and_(pc.is_valid(first), pc.is_valid(second))
-    return pc.if_else(both, pc.binary_join_element_wise(first, second, reader.sep), first), None
-
-
-def _first_kernel(kernels: _Kernels, reader: First) -> _Result:
-    results = [kernels[each] for each in reader.readers]
-    settled = [ok for _, ok in results if ok is not None]
-    return pc.coalesce(*(values for values, _ in results)), _all(settled, kernels.n) if settled else None
-
-
-#: One kernel per kind of reader of :mod:`pulsar_dlq_consumer.conventions`.
-_KERNELS: dict[type[Reader], Callable[[_Kernels, Any], _Result]] = {
-    Text: _text_kernel,
-    Number: _number_kernel,
-    Position: _position_kernel,
-    Const: _const_kernel,
-    Choice: _choice_kernel,
-    Joined: _joined_kernel,
-    First: _first_kernel,
-}
+    def of_first(self, reader: First) -> _Result:
+        results = [self[each] for each in reader.readers]
+        settled = [ok for _, ok in results if ok is not None]
+        return pc.coalesce(*(values for values, _ in results)), _all(settled, self.n) if settled else None
 
 
 def _formats(look: _Lookups) -> pa.Array:
@@ -210,8 +188,7 @@ def _formats(look: _Lookups) -> pa.Array:
 
 
 def _field(fmt: pa.Array, kernels: _Kernels, name: str, settled: list[pa.Array]) -> pa.Array:
-    """One field of ``error_context_values`` per row, from its convention's reader (null for a format
-    without one; appends to ``settled`` the rows each reader settles)."""
+    """One field of ``error_context_values`` per row by its convention's reader (adds to ``settled``)."""
     cases: dict[str, Any] = {}
     for convention in CONVENTIONS:
         reader = convention.fields.get(name)
@@ -226,15 +203,6 @@ def _field(fmt: pa.Array, kernels: _Kernels, name: str, settled: list[pa.Array])
     conditions = pc.make_struct(*(pc.equal(fmt, name) for name in cases), field_names=list(cases))
     column = pc.case_when(conditions, *(pc.cast(v, out_type) for v in cases.values()))
     return column if FIELD_DEFAULTS.get(name) is None else pc.fill_null(column, FIELD_DEFAULTS[name])
-
-
-def _context(fmt: pa.Array, kernels: _Kernels) -> tuple[dict[str, pa.Array], pa.Array]:
-    """``(fields, settled)``: the read fields of ``error_context_values`` per row, and the rows settled."""
-    settled: list[pa.Array] = []
-    fields = {name: _field(fmt, kernels, name, settled) for name in _READ_FIELDS}
-    for name, limit in INT_LIMITS.items():
-        fields[name] = pc.if_else(pc.greater(fields[name], limit), pa.scalar(None, pa.int64()), fields[name])
-    return fields, _all(settled, kernels.n)
 
 
 def _all(conditions: Sequence[pa.Array], n: int) -> pa.Array:
@@ -283,8 +251,7 @@ def _canonical_ids(message_ids: pa.Array) -> pa.Array:
 
 
 def replay_ids(dlq_topics: pa.Array, dlq_ids: pa.Array, topic: pa.Array, message_id: pa.Array) -> list[str]:
-    """The replay id of each row from its origin claim (``topic``, ``message_id``; null: no claim), as
-    :func:`~spark_apps.dlq_replay.normalize.row_replay_id` computes it."""
+    """:func:`~spark_apps.dlq_replay.normalize.row_replay_id` of each row's origin claim (null: no claim)."""
     canonical = per_distinct(topic, canonical_topic, pa.string())
     identity = pc.binary_join_element_wise(canonical, _canonical_ids(message_id), "|")
     own = pc.binary_join_element_wise(pc.fill_null(dlq_topics, ""), pc.fill_null(dlq_ids, ""), "\x1f")
@@ -295,14 +262,15 @@ def replay_ids(dlq_topics: pa.Array, dlq_ids: pa.Array, topic: pa.Array, message
 
 
 def context_columns(batch: pa.RecordBatch, undecodable_key: str) -> tuple[dict[str, pa.Array], pa.Array]:
-    """``(columns, settled)`` of a batch of snapshot rows (``topic``, ``message_id_str``,
-    ``properties``): every context column of ``error_context_values`` (``CONTEXT_FIELDS``), the replay
-    id, the previous replay count and the :data:`UNDECODABLE` flag, as the scalar parser gives them
-    wherever ``settled`` is true. The caller parses the other rows with the scalar parser."""
-    look = _Lookups(batch.column("properties"), _KEYS, undecodable_key)
+    """``(columns, settled)`` of a batch of snapshot rows: the context columns (``CONTEXT_FIELDS``), replay
+    id, previous replay count and :data:`UNDECODABLE`, as the scalar parser gives them where ``settled``."""
+    look = _Lookups(batch.column("properties"), _KEYS)
     kernels = _Kernels(look)
     fmt = _formats(look)
-    fields, settled = _context(fmt, kernels)
+    settled: list[pa.Array] = []
+    fields = {name: _field(fmt, kernels, name, settled) for name in _READ_FIELDS}
+    for name, limit in INT_LIMITS.items():
+        fields[name] = pc.if_else(pc.greater(fields[name], limit), pa.scalar(None, pa.int64()), fields[name])
     topic, message_id, claims_settled = _origin(look, kernels)
     counts, counts_settled = _int(look.values[lineage.REPLAY_COUNT], form=_PLAIN_COUNT)
     topics, ids = batch.column("topic"), batch.column("message_id_str")
@@ -314,13 +282,13 @@ def context_columns(batch: pa.RecordBatch, undecodable_key: str) -> tuple[dict[s
         REPLAY_ID: pa.array(replay_ids(topics, ids, topic, message_id), pa.string()),
         REPLAY_COUNT: pc.fill_null(counts, 0),  # previous_replay_count: 0 when absent
         ORIGIN_CONFLICT: pa.nulls(look.n, pa.string()),
-        UNDECODABLE: look.undecodable,
+        UNDECODABLE: look.has(undecodable_key.__eq__),
     }
-    return columns, pc.and_(pc.and_(settled, claims_settled), counts_settled)
+    return columns, _all([*settled, claims_settled, counts_settled], look.n)
 
 
-def origin_replay_ids(batch: pa.RecordBatch, undecodable_key: str) -> tuple[list[str], pa.Array]:
+def origin_replay_ids(batch: pa.RecordBatch) -> tuple[list[str], pa.Array]:
     """``(replay ids, settled)`` of a batch of snapshot rows: :func:`context_columns`' replay ids alone."""
-    look = _Lookups(batch.column("properties"), ORIGIN_PROPERTY_KEYS, undecodable_key)
+    look = _Lookups(batch.column("properties"), ORIGIN_PROPERTY_KEYS)
     topic, message_id, settled = _origin(look, _Kernels(look))
     return replay_ids(batch.column("topic"), batch.column("message_id_str"), topic, message_id), settled

@@ -1,8 +1,7 @@
 """Normalise: every snapshot row gets the one error-context schema, its template, signature and ids.
 
-Untrusted properties never raise (no convention: ``context_format = none``). When a message's conventions
-name different origin topics and the playbook's ``origin_precedence`` does not say which wins, the row
-carries the conflict (:data:`ORIGIN_CONFLICT`) and the decide step parks it as ``origin_conflict``.
+Untrusted properties never raise (no convention: ``context_format = none``). A row whose conventions name
+different origin topics that ``origin_precedence`` does not settle carries the conflict (``origin_conflict``).
 """
 
 from __future__ import annotations
@@ -42,9 +41,8 @@ if TYPE_CHECKING:
 def origin_of(
     properties: dict[str, str], origin_precedence: Sequence[str] = ()
 ) -> tuple[OriginClaim | None, str | None]:
-    """``(claim, conflict)``: the origin claim a message's identity and republish target come from, and
-    the conflicting claims as text when its conventions disagree and ``origin_precedence`` does not
-    settle it (the claim is then ``None``). Claims that agree give the first one with a message id."""
+    """``(claim, conflict)``: the origin claim a message's identity and republish target come from, or
+    ``None`` and the conflicting claims as text when ``origin_precedence`` does not settle them."""
     claims = origin_claims(properties)
     conflict = conflicting_claims(claims)
     if not conflict:
@@ -60,14 +58,12 @@ def row_replay_id(topic: str | None, message_id: str | None, claim: OriginClaim 
 
 
 def replay_ids(batch: pa.RecordBatch, origin_precedence: Sequence[str] = ()) -> list[str]:
-    """:func:`row_replay_id` of every row of a batch of snapshot rows (``topic``, ``message_id_str``,
-    ``properties``): the ids :func:`normalize_columns` computes, by kernels where they settle the row's
-    origin claims (:func:`~spark_apps.dlq_replay.context_columns.origin_replay_ids`), else (and for every
-    row with ``origin_precedence``) by the scalar parser."""
+    """:func:`row_replay_id` of every row of a batch of snapshot rows, by kernels where they settle the row's
+    origin claims, else (and for every row with ``origin_precedence``) by the scalar parser."""
     if origin_precedence:
         ids, scalar = [""] * batch.num_rows, pa.array([True] * batch.num_rows)
     else:
-        ids, settled = origin_replay_ids(batch, UNDECODABLE_PROPERTY)
+        ids, settled = origin_replay_ids(batch)
         scalar = pc.invert(settled)
     if scalar.true_count:
         rows = _scalar_rows(batch, scalar)
@@ -78,8 +74,7 @@ def replay_ids(batch: pa.RecordBatch, origin_precedence: Sequence[str] = ()) -> 
 
 def _scalar_rows(batch: pa.RecordBatch, rows: pa.Array) -> Iterator[tuple[str, str, dict[str, Any]]]:
     """``(topic, message id, properties)`` of the ``rows`` (a mask) of a batch of snapshot rows, the
-    properties built from the flat key and value arrays (no Python tuple per property, as ``to_pylist``
-    makes; ``{}`` for a null map)."""
+    properties built from the flat arrays (``to_pylist`` would make a Python tuple per property)."""
     chosen = batch.filter(rows)
     column = chosen.column("properties")
     keys, values, offsets = column.keys.to_pylist(), column.items.to_pylist(), column.offsets.to_pylist()
@@ -91,9 +86,8 @@ def _scalar_rows(batch: pa.RecordBatch, rows: pa.Array) -> Iterator[tuple[str, s
 
 
 def normalize_columns(batch: pa.RecordBatch, origin_precedence: Sequence[str] = ()) -> dict[str, pa.Array]:
-    """The computed columns of the normalised rows (``NORMALIZED_SCHEMA``), plus :data:`ORIGIN_CONFLICT`
-    and ``UNDECODABLE``: from the kernels of :func:`~spark_apps.dlq_replay.context_columns.context_columns`,
-    the rows they do not settle (every row with an ``origin_precedence``) from the scalar parser."""
+    """The computed columns of the normalised rows (``NORMALIZED_SCHEMA``), :data:`ORIGIN_CONFLICT` and
+    ``UNDECODABLE``: by kernels; by the scalar parser where they do not settle (or ``origin_precedence``)."""
     columns, settled = context_columns(batch, UNDECODABLE_PROPERTY)
     scalar = pa.array([True] * batch.num_rows) if origin_precedence else pc.invert(settled)
     if scalar.true_count:

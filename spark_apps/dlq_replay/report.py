@@ -18,6 +18,7 @@ from pyspark.util import inheritable_thread_target
 
 from pulsar_dlq_consumer.replay_options import BOOLEAN_WORDS, CONF_PAYLOAD_SNIPPETS, SUMMARY_PREFIX
 from spark_apps.dlq_replay import outcomes as oc
+from spark_apps.dlq_replay.arrow_util import in_tasks
 from spark_apps.dlq_replay.canary import halted as halted_in
 from spark_apps.dlq_replay.playbook import MatchInput
 from spark_apps.dlq_replay.report_explain import (
@@ -28,11 +29,11 @@ from spark_apps.dlq_replay.report_explain import (
     run_config,
 )
 from spark_apps.dlq_replay.report_html import render_html
-from spark_apps.dlq_replay.report_parts import error_counts, snapshot_messages
+from spark_apps.dlq_replay.report_parts import COUNT_SCHEMA, error_count_rows, snapshot_messages
 from spark_apps.dlq_replay.schemas import DECIDED_SCHEMA, LEDGER_SCHEMA
 from spark_apps.dlq_replay.session import conf_value
 from spark_apps.dlq_replay.storage import list_names
-from spark_apps.dlq_replay.task_parquet import partition_folder, read_frame
+from spark_apps.dlq_replay.task_parquet import part_files, partition_folder, read_frame
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -100,8 +101,7 @@ def _label(outcome: str | None, mode: str) -> str:
 
 
 def display_template(error_class: str | None, template: str) -> str:
-    """``missing key <str>`` for a ``KeyError`` whose message is only the key (``str(KeyError("coupon"))``
-    is ``'coupon'``); the signature keeps the plain template."""
+    """``missing key <str>`` for a ``KeyError`` whose message is only the key."""
     if str(error_class or "").rsplit(".", 1)[-1] != "KeyError" or not template or "missing key" in template:
         return template
     return f"missing key {template}"
@@ -262,15 +262,20 @@ def spark_info(spark: SparkSession) -> dict[str, Any]:
 def _errors(
     spark: SparkSession, parts: ReportParts, decisions_path: str, signatures: list[str]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``(fix errors, sample errors)`` of the shown groups, the most frequent fix errors first."""
+    """``(fix errors, sample errors)`` of the shown groups, the most frequent fix errors first (counted in one
+    Python task per decisions file)."""
     wanted = {sig: parts.errors[sig] for sig in signatures if sig in parts.errors}
-    counts, fixes = error_counts(spark, decisions_path, wanted, signatures)
+    files = part_files(decisions_path)
+    work = partial(error_count_rows, files, wanted, tuple(signatures))
+    counts: dict[bool, Counter[tuple[str, str]]] = {False: Counter(), True: Counter()}
+    for row in in_tasks(spark, work, len(files), COUNT_SCHEMA).to_pylist():
+        counts[row["fix"]][(row["signature"], row["text"])] += row["n"]
     errors = {
-        sig: [{"message": message, "count": counts[(sig, message)]} for message in messages]
+        sig: [{"message": message, "count": counts[False][(sig, message)]} for message in messages]
         for sig, messages in wanted.items()
     }
     fix_errors: dict[str, list[dict[str, Any]]] = {}
-    for (sig, error), n in sorted(fixes.items(), key=lambda item: (-item[1], item[0][1])):
+    for (sig, error), n in sorted(counts[True].items(), key=lambda item: (-item[1], item[0][1])):
         mine = fix_errors.setdefault(sig, [])
         if len(mine) < FIX_ERRORS:
             mine.append({"error": error, "count": n})
@@ -318,9 +323,9 @@ def _fill_groups(
     ctx: ReportContext, shown: list[dict[str, Any]], errors: tuple[dict[str, Any], dict[str, Any]], reps: Any
 ) -> None:
     """Add ``fix_errors``, ``sample_errors``, ``explanation`` (and ``payload_samples``) to ``shown``."""
-    archive_payload = bool(getattr(ctx.options, "archive_payload", True))
 
     def snippet(rep: Any, snap: Any) -> str:
+        archive_payload = getattr(ctx.options, "archive_payload", True)
         if archive_payload and not ctx.playbook.payload_off(rep["dlq_topic"], rep["origin_topic"]):
             return mask_payload(snap["value"])
         return "(payload off for this topic)"
@@ -343,15 +348,13 @@ def refused_origins(decisions: DataFrame) -> list[dict[str, Any]]:
     return [{"topic": r["topic"], "reason": r["outcome_reason"], "count": int(r["count"])} for r in rows]
 
 
-def trend(
-    spark: SparkSession, ledger_path: str, report: dict[str, Any], recorded_at: datetime | None = None
-) -> dict[str, Any] | None:
+def trend(spark: SparkSession, ctx: ReportContext, report: dict[str, Any]) -> dict[str, Any] | None:
     """Count per group over the ledger's last :data:`TREND_RUNS` runs; this run (maybe a dry-run) comes last,
-    from the report, at ``recorded_at`` (when its record step wrote its ledger rows) or else its finish."""
+    from the report, at ``ctx.recorded_at`` (when the record step wrote its ledger rows), else its end."""
     run_id, shown = report["run_id"], report["groups"][:TREND_GROUPS]
     signatures = [g["signature"] for g in shown]
     counts = {(run_id, g["signature"]): int(g["count"]) for g in shown}
-    ledger = _read(spark, ledger_path, LEDGER_SCHEMA, other_than=run_id)
+    ledger = _read(spark, ctx.ledger_path, LEDGER_SCHEMA, other_than=run_id)
     if ledger is None:
         return None
     earlier = ledger.filter(F.col("run_id") != F.lit(run_id))  # a partition filter: this run's not read
@@ -369,8 +372,8 @@ def trend(
         for row in mine.groupBy("run_id", "signature").count().collect():
             counts[(row["run_id"], row["signature"])] = int(row["count"])
     at = report.get("finished_at")
-    if recorded_at is not None:  # as ``collect`` returns a timestamp: naive, in local time
-        at = recorded_at.astimezone().replace(tzinfo=None).isoformat()
+    if ctx.recorded_at is not None:  # as ``collect`` returns a timestamp: naive, in local time
+        at = ctx.recorded_at.astimezone().replace(tzinfo=None).isoformat()
     messages = report["totals"].get("snapshot", 0)
     runs.append({"run_id": run_id, "at": at, "messages": messages, "mode": report.get("mode")})
     counted = [
@@ -401,8 +404,7 @@ def add_details(
     decisions = _read(spark, ctx.decisions_path, DECIDED_SCHEMA)
     shown = report["groups"][:DETAIL_GROUPS]
     signatures = [g["signature"] for g in shown]
-    trend_args = (spark, ctx.ledger_path, report, ctx.recorded_at)
-    queries = {"trend": partial(_guarded, "the trend", None, trend, *trend_args)}
+    queries = {"trend": partial(_guarded, "the trend", None, trend, spark, ctx, report)}
     if decisions is not None and signatures and parts is not None:
         errors = (spark, parts, ctx.decisions_path, signatures)
         queries["errors"] = partial(_guarded, "sample errors", ({}, {}), _errors, *errors)

@@ -108,8 +108,7 @@ def _mask_json(value: Any) -> Any:
 
 
 def mask_payload(payload: bytes | None, limit: int = SNIPPET_CHARS) -> str:
-    """A payload's shape, not its content: JSON values become their type (``<string 12>``), other text's
-    letters ``x`` and digits ``9``, binary data its size; at most ``limit`` characters."""
+    """A payload's shape, not its content: JSON values their type, text ``x`` and ``9``, binary its size."""
     if payload is None:
         return "(no payload)"
     try:

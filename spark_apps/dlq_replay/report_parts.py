@@ -1,10 +1,8 @@
-"""The report's group aggregates and representative messages, gathered by the record tasks from the ledger
-rows and decisions they hold, in ``runs/<run>/report_parts/<kind>/part-<bucket>.parquet``: ``combos`` (per
-:data:`COMBO_KEYS`: count, smallest template, class, origin and reason, first and last publish time), and
-each signature's first ``samples``, ``reps`` (preferring ones the playbook was applied to) and distinct
-``errors`` (by first publish time, null first when any copy lacks one: a minimum skipping nulls would not
-merge). Each part is bounded by the groups and merges exactly (a sum, minimum, maximum, or the first rows
-of a union: the first k of all are among the first k of each part).
+"""The report's group aggregates and representative messages, gathered by the record tasks from their ledger
+rows and decisions in ``runs/<run>/report_parts/<kind>/part-<bucket>.parquet``: ``combos`` (per
+:data:`COMBO_KEYS`), and each signature's first ``samples``, ``reps`` and distinct ``errors``. Each part is
+bounded by the groups and merges exactly (a sum, minimum, maximum, or the first rows of a union: the first k
+of all are among the first k of each part).
 """
 
 from __future__ import annotations
@@ -100,7 +98,7 @@ def merge(kind: str, tables: Sequence[pa.Table]) -> pa.Table:
         produced = [f"{name}_{function}" for name, function in _COMBO_AGGREGATES]
         names = [*dict(_COMBO_AGGREGATES), *COMBO_KEYS]
         return grouped.select([*produced, *COMBO_KEYS]).rename_columns(names)
-    if kind == "errors":  # each message at its earliest time, null first (see above)
+    if kind == "errors":  # each message at its earliest time, null first (skipping nulls would not merge)
         first = ("first", "min", pc.ScalarAggregateOptions(skip_nulls=False))
         earliest = table.group_by(["signature", "message"], use_threads=False).aggregate([first])
         table = earliest.rename_columns(_ERRORS)
@@ -220,8 +218,7 @@ def read_parts(folder: str) -> ReportParts:
 def snapshot_messages(
     spark: SparkSession, snapshot_dir: str, keys: Sequence[tuple[str, str]], with_payload: bool
 ) -> dict[tuple[str, str], Any]:
-    """``topic``, ``message_id_str``, ``properties`` (and ``value``) of the snapshot messages ``keys``, read
-    in one Python task (:func:`snapshot_rows`)."""
+    """The snapshot messages ``keys`` (and their payloads ``with_payload``), read in one Python task."""
     if not keys:
         return {}
     from spark_apps.dlq_replay.arrow_util import in_tasks
@@ -236,8 +233,7 @@ def snapshot_messages(
 def snapshot_rows(
     snapshot_dir: str, keys: Sequence[tuple[str, str]], columns: list[str], _task: int = 0
 ) -> Iterator[pa.RecordBatch]:
-    """The snapshot rows ``keys`` (their ``columns``): per row group its ids, then the wanted rows; stops
-    once all are found (representatives come early)."""
+    """The snapshot rows ``keys`` by row group, stopping once all are found (representatives come early)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -261,8 +257,8 @@ def snapshot_rows(
                 return
 
 
-#: A count of :func:`error_counts`: of a message text (``fix`` false) or of a fix error.
-_COUNT_SCHEMA = StructType(
+#: A count of :func:`error_count_rows`: of a message text (``fix`` false) or of a fix error.
+COUNT_SCHEMA = StructType(
     [
         StructField("fix", BooleanType()),
         StructField("signature", StringType()),
@@ -272,27 +268,11 @@ _COUNT_SCHEMA = StructType(
 )
 
 
-def error_counts(
-    spark: SparkSession, decisions_dir: str, wanted: dict[str, list[str]], signatures: Sequence[str]
-) -> tuple[Counter[tuple[str, str]], Counter[tuple[str, str]]]:
-    """``(message counts, fix error counts)`` per ``(signature, text)``: of the messages ``wanted``, and of
-    every fix error of ``signatures`` (both cut to :data:`ERROR_CHARS`), one Python task per decisions
-    file (:func:`error_count_rows`)."""
-    from spark_apps.dlq_replay.arrow_util import in_tasks
-    from spark_apps.dlq_replay.task_parquet import part_files
-
-    files = part_files(decisions_dir)
-    work = partial(error_count_rows, files, wanted, tuple(signatures))
-    counts: dict[bool, Counter[tuple[str, str]]] = {False: Counter(), True: Counter()}
-    for row in in_tasks(spark, work, len(files), _COUNT_SCHEMA).to_pylist():
-        counts[row["fix"]][(row["signature"], row["text"])] += row["n"]
-    return counts[False], counts[True]
-
-
 def error_count_rows(
     files: Sequence[str], wanted: dict[str, list[str]], signatures: Sequence[str], task: int
 ) -> Iterator[pa.RecordBatch]:
-    """The counts of :func:`error_counts` in decisions file ``files[task]``, in one pass."""
+    """Per ``(signature, text)``, the count of each message ``wanted`` and of each fix error of ``signatures``
+    (cut to :data:`ERROR_CHARS`) in decisions file ``files[task]``, in one pass."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -320,7 +300,7 @@ def error_count_rows(
         for (sig, text), n in counted.items()
     ]
     if rows:
-        yield pa.RecordBatch.from_pylist(rows, schema=arrow_schema(_COUNT_SCHEMA))
+        yield pa.RecordBatch.from_pylist(rows, schema=arrow_schema(COUNT_SCHEMA))
 
 
 def _tally(counts: Counter[tuple[str, str]], keys: pa.Array) -> None:

@@ -1,10 +1,8 @@
 """Error signatures and replay ids.
 
-A signature is a stable id per kind of failure, from error class + message template + origin topic +
-failure reason (so a retry topic's exhausted messages and a redelivery policy's never share a group).
-The template deterministically masks what varies between two failures of the same kind: quoted values,
-e-mails, UUIDs, hex strings, identifiers containing digits and numbers. A replay id (``REPLAY_ID``) names
-the *original* message, the same for every DLQ copy of it (:func:`replay_id`).
+A signature is a stable id per kind of failure: error class, message template (what varies between two
+failures of one kind masked), origin topic and failure reason (so a retry topic's exhausted messages and a
+redelivery policy's never share a group). A replay id (``REPLAY_ID``) names the *original* message.
 """
 
 from __future__ import annotations
@@ -20,20 +18,19 @@ from pulsar_dlq_consumer.conventions import REASON_UNKNOWN
 from spark_apps.dlq_replay.arrow_util import per_distinct
 
 MAX_TEMPLATE_CHARS = 512
+_UUID = r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b"
+#: Identifiers with a run of 2+ digits: ORD-000123, user_42, cust:17, A12345 (not utf-8).
+_ID = r"\b[A-Za-z][A-Za-z0-9]*(?:[-_:#/.][A-Za-z0-9]+)*?[-_:#/.]?[0-9]{2,}[A-Za-z0-9]*\b"
 
 # Order matters: earlier masks protect their matches from later ones.
 _MASKS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"'[^'\n]*'|\"[^\"\n]*\"|`[^`\n]*`"), "<str>"),  # quoted, no newlines inside
     (re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+"), "<email>"),
-    (
-        re.compile(r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b"),
-        "<uuid>",
-    ),
+    (re.compile(_UUID), "<uuid>"),
     # 0x-prefixed hex, or 8+ hex characters with at least one digit and one letter a-f (hashes, ids).
     (re.compile(r"\b0[xX][0-9a-fA-F]+\b"), "<hex>"),
     (re.compile(r"\b(?=[0-9a-fA-F]*[0-9])(?=[0-9a-fA-F]*[a-fA-F])[0-9a-fA-F]{8,}\b"), "<hex>"),
-    # Identifiers with a run of 2+ digits: ORD-000123, user_42, cust:17, A12345 (not utf-8).
-    (re.compile(r"\b[A-Za-z][A-Za-z0-9]*(?:[-_:#/.][A-Za-z0-9]+)*?[-_:#/.]?[0-9]{2,}[A-Za-z0-9]*\b"), "<id>"),
+    (re.compile(_ID), "<id>"),
     (re.compile(r"(?<![A-Za-z0-9])[-+]?[0-9]+(?:[.,][0-9]+)*"), "<num>"),
 )
 
@@ -56,7 +53,7 @@ def message_template(message: str | None) -> str:
 _RE2_MASKS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
     ("['\"`]", ((r"'[^'\n]*'|\"[^\"\n]*\"|`[^`\n]*`", "<str>"),)),
     ("@", ((r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+", "<email>"),)),
-    ("-", ((r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b", "<uuid>"),)),
+    ("-", ((_UUID, "<uuid>"),)),
     ("0[xX]", ((r"\b0[xX][0-9a-fA-F]+\b", "<hex>"),)),
     (
         "[0-9a-fA-F]{8}",
@@ -66,18 +63,14 @@ _RE2_MASKS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
             ("\x01([0-9a-fA-F]*)\x02", r"\1"),
         ),
     ),
-    (
-        "[A-Za-z_:#/.-][0-9]{2}",
-        ((r"\b[A-Za-z][A-Za-z0-9]*(?:[-_:#/.][A-Za-z0-9]+)*?[-_:#/.]?[0-9]{2,}[A-Za-z0-9]*\b", "<id>"),),
-    ),
+    ("[A-Za-z_:#/.-][0-9]{2}", ((_ID, "<id>"),)),
     ("[0-9]", ((r"(^|[^A-Za-z0-9])[-+]?[0-9]+(?:[.,][0-9]+)*", r"\1<num>"),)),
     ("[\t\n\x0b\x0c\r\x1c-\x1f]| {2}", (("[\t\n\x0b\x0c\r\x1c-\x1f ]+", " "),)),  # str.split()'s
 )
 
 
 def message_templates(messages: pa.Array) -> pa.Array:
-    """:func:`message_template` of every value (null gives ``""``): RE2 kernels for ASCII messages,
-    :func:`message_template` once per distinct other message."""
+    """:func:`message_template` of every value (null gives ``""``), by RE2 kernels for ASCII messages."""
     text = pc.utf8_slice_codeunits(pc.fill_null(messages, ""), 0, MAX_TEMPLATE_CHARS * 4)
     for needs, rewrites in _RE2_MASKS:
         if pc.any(pc.match_substring_regex(text, needs)).as_py():
@@ -100,8 +93,7 @@ def signature_topic(origin_topic: str | None) -> str:
 def error_signatures(
     error_classes: pa.Array, templates: pa.Array, origin_topics: pa.Array, reasons: pa.Array
 ) -> pa.Array:
-    """Stable 16-hex-digit id of each row's (error class, template, origin topic without partition suffix,
-    failure reason, ``unknown`` when null or empty), hashed once per distinct material."""
+    """Stable 16-hex-digit id of each row's error class, template, origin topic (no partition) and reason."""
     reasons = pc.fill_null(reasons, REASON_UNKNOWN)
     material = pc.binary_join_element_wise(
         pc.fill_null(error_classes, ""),
@@ -114,9 +106,8 @@ def error_signatures(
 
 
 def replay_id(dlq_topic: str, dlq_message_id: str, origin: str | None = None) -> str:
-    """Stable id (32 hex digits) of the original message behind a DLQ message (``REPLAY_ID``): from the
-    ``origin`` identity (:func:`~pulsar_dlq_consumer.context.origin_identity`), the same for every DLQ copy
-    in any topic and convention, else from the DLQ topic and message id (stable for that copy only)."""
+    """Stable id (32 hex digits) of the original message behind a DLQ message: from the ``origin`` identity
+    (the same for every DLQ copy), else from the DLQ topic and message id (stable for that copy only)."""
     return _digest(f"origin\x1f{origin}" if origin else f"{dlq_topic}\x1f{dlq_message_id}", 32)
 
 

@@ -224,7 +224,7 @@ def test_snapshot_messages_reads_only_the_wanted_rows(tmp_path):
 
 def test_sample_errors_from_the_parts_and_one_counting_pass(tmp_path, monkeypatch):
     """Each signature's first messages by (earliest time, message), kept in 7-row chunks merged every 3
-    chunks in two buckets, are those of all rows together; :func:`error_counts` counts them over the
+    chunks in two buckets, are those of all rows together; the report's ``_errors`` counts them over the
     decisions' files (cut to 500 characters, as the report cuts them) and counts the fix errors."""
     from spark_apps.dlq_replay.report_parts import SAMPLE_ERRORS, error_count_rows
     from spark_apps.dlq_replay.task_parquet import part_file
@@ -267,7 +267,7 @@ def test_sample_errors_from_the_parts_and_one_counting_pass(tmp_path, monkeypatc
     files = [part_file(str(decisions), bucket) for bucket in (0, 1)]
     counts: Counter = Counter()
     fixes: Counter = Counter()
-    for task in (0, 1):  # each decisions file in its own task, summed as error_counts sums them
+    for task in (0, 1):  # each decisions file in its own task, summed as the report sums them
         for row in (r for b in error_count_rows(files, wanted, sorted(wanted), task) for r in b.to_pylist()):
             (fixes if row["fix"] else counts)[(row["signature"], row["text"])] += row["n"]
     cut = [(r["signature"], r["error_message"] and r["error_message"][:500]) for r in everything]
