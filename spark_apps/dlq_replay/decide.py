@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark_apps.dlq_replay import outcomes as oc
-from spark_apps.dlq_replay.arrow_util import group_ids, return_free_memory
+from spark_apps.dlq_replay.arrow_util import each_id, group_ids, return_free_memory
 from spark_apps.dlq_replay.context_columns import ORIGIN_CONFLICT, UNDECODABLE
 from spark_apps.dlq_replay.fixes import FixOutcome, FixRecord, load_fix, run_fix
 from spark_apps.dlq_replay.group_actions import override_rule
@@ -405,7 +405,7 @@ def run_decide(run: Run, snapshot: DataFrame, planned_at: datetime) -> DataFrame
             max_sequence_id=max((int(t[1]) for t in tallies if t[1] is not None), default=-1),
             producers_per_target=run.buckets,
         )
-    return task_parquet.read_frame(run.spark, run.paths.decisions, DECIDED_SCHEMA)
+    return read_frame(run.spark, run.paths.decisions, DECIDED_SCHEMA)
 
 
 def _sending_tally(batch: pa.RecordBatch) -> tuple[int, int | None]:
@@ -448,11 +448,7 @@ def decide_tasks(
     units = row_group_units(snapshot_dir)
     names = snapshot.columns  # the snapshot columns each task reads
 
-    def run(_bucket_id: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from pyspark import TaskContext
-
-        context = TaskContext.get()  # the input is this bucket's id: the task reads its share itself
-        bucket = context.partitionId() if context else 0
+    def run(bucket: int) -> Iterator[pa.RecordBatch]:  # the task reads its bucket's share itself
         sequencer = ProducerSequencer(settings.run_id, bucket)
         marks = Marks.read(marks_dir) if count else None
         for batch in bucket_batches(units, bucket, n, names, marks, (MARK, MARK_REASON), batch_rows):
@@ -460,7 +456,7 @@ def decide_tasks(
             add_scope_columns(batch, columns, filters)
             yield decide_batch(batch, playbook, settings, sequencer, columns)
 
-    return snapshot.sparkSession.range(n, numPartitions=n), run
+    return snapshot.sparkSession.range(n, numPartitions=n), each_id(run)
 
 
 def run_hash(run_id: str) -> str:

@@ -19,6 +19,7 @@ from pyspark.sql.types import StructType
 
 from spark_apps.dlq_replay import outcomes as oc
 from spark_apps.dlq_replay import storage
+from spark_apps.dlq_replay.arrow_util import each_id
 from spark_apps.dlq_replay.canary import HALTED_REASON, halted_groups
 from spark_apps.dlq_replay.commit import EntryFinals
 from spark_apps.dlq_replay.report_parts import REP_COLUMNS, BucketParts, clear_parts
@@ -144,11 +145,6 @@ class RecordTask:
     batch_rows: int
     halted: tuple[str, ...] = ()
 
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            for bucket in batch.column(0).to_pylist():
-                yield from self.bucket(bucket)
-
     def bucket(self, bucket: int) -> Iterator[pa.RecordBatch]:
         path = part_file(self.decisions, bucket)
         if not storage.exists(path):
@@ -181,7 +177,7 @@ def record_in_tasks(spark: SparkSession, task: RecordTask, buckets: int, staged_
     storage.make_dirs(task.commit_dir)
     frame = spark.range(buckets, numPartitions=buckets)
     tallies = write_in_tasks(
-        frame, task, LEDGER_FILE_SCHEMA, staged_path, row_tally, ("n",), int96_timestamps=True
+        frame, each_id(task.bucket), LEDGER_FILE_SCHEMA, staged_path, row_tally, ("n",), int96_timestamps=True
     )
     return sum(t[0] or 0 for t in tallies)
 

@@ -14,10 +14,10 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, StringType, StructField, StructType
 
 from spark_apps.dlq_replay import outcomes as oc
-from spark_apps.dlq_replay.arrow_util import key_hashes, local_frame
+from spark_apps.dlq_replay.arrow_util import in_tasks, key_hashes, local_frame
 from spark_apps.dlq_replay.normalize import normalize_columns
 from spark_apps.dlq_replay.normalize import replay_ids as origin_replay_ids
-from spark_apps.dlq_replay.schemas import IDENTITIES_SCHEMA, REPLAY_ID_MARK, SCOPE_COLUMN
+from spark_apps.dlq_replay.schemas import IDENTITIES_SCHEMA, REPLAY_ID_MARK, SCOPE_COLUMN, ddl_struct
 from spark_apps.dlq_replay.storage import open_parquet
 from spark_apps.dlq_replay.task_parquet import part_files
 
@@ -196,7 +196,7 @@ def scope_marks(
 #: At most this many replay ids carried by more than one snapshot row reach the driver and are ranked by
 #: themselves; more, and the scope marks rank every row.
 REPEATED_LIMIT = 10_000
-_REPEATED_DDL = f"{_RID} string, more boolean"
+_REPEATED_SCHEMA = ddl_struct(f"{_RID} string, more boolean")
 
 
 def repeated_ids(
@@ -207,7 +207,7 @@ def repeated_ids(
     ``tasks`` (8 bytes each), then exactly those of the hashes seen twice; no shuffle, nothing per row in
     the JVM or the driver."""
     task = _RepeatedIds(identities_dir, max(1, tasks), limit)
-    rows = spark.range(task.tasks, numPartitions=task.tasks).mapInArrow(task, _REPEATED_DDL).collect()
+    rows = in_tasks(spark, lambda share: [task.repeated(share)], task.tasks, _REPEATED_SCHEMA).to_pylist()
     if any(row["more"] for row in rows):
         return None
     found = {row[_RID] for row in rows}
@@ -216,16 +216,11 @@ def repeated_ids(
 
 @dataclass(frozen=True)
 class _RepeatedIds:
-    """One task of :func:`repeated_ids` per id in its input (its share of the hashes)."""
+    """The work of the tasks of :func:`repeated_ids` (task ``k``: share ``k`` of the hashes)."""
 
     folder: str
     tasks: int
     limit: int
-
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            for share in batch.column(0).to_pylist():
-                yield self.repeated(share)
 
     def _ids(self, share: int) -> Iterator[tuple[pa.Array, np.ndarray]]:
         """The non-null ids of every identities file whose hash is this share's, batch by batch, hashed."""
