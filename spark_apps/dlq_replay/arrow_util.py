@@ -24,7 +24,9 @@ def use_system_allocator() -> None:
     With glibc, blocks of 1 MiB and more are mapped on their own, so a freed batch goes back to the
     system (glibc's moving threshold would otherwise keep later batches' blocks in its heap)."""
     pa.set_memory_pool(pa.system_memory_pool())
-    _map_large_blocks()
+    libc = _glibc()
+    if libc is not None:
+        libc.mallopt(_M_MMAP_THRESHOLD, _MAPPED_BLOCK_BYTES)
 
 
 def return_free_memory() -> None:
@@ -37,13 +39,6 @@ def return_free_memory() -> None:
     libc = _glibc()
     if libc is not None:
         libc.malloc_trim(0)
-
-
-@functools.cache
-def _map_large_blocks() -> None:
-    libc = _glibc()
-    if libc is not None:
-        libc.mallopt(_M_MMAP_THRESHOLD, _MAPPED_BLOCK_BYTES)
 
 
 @functools.cache
