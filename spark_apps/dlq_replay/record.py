@@ -5,7 +5,6 @@ write."""
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
 from dataclasses import dataclass
@@ -37,15 +36,11 @@ log = logging.getLogger("spark_apps.dlq_replay")
 
 #: The columns of a ledger file (``run_id`` is its folder), in Spark's order.
 LEDGER_FILE_SCHEMA = StructType([field for field in LEDGER_SCHEMA.fields if field.name != "run_id"])
+_FILE_SCHEMA = arrow_schema(LEDGER_FILE_SCHEMA)
 #: The send results' columns the ledger needs.
 _RESULT_COLUMNS = ["row", "published", "published_message_id", "error"]
 #: Ledger columns computed here, not copied from the decisions.
 _DERIVED = frozenset({"final", "published_message_id", "mode", "recorded_at"})
-
-
-@functools.cache
-def _file_schema() -> pa.Schema:
-    return arrow_schema(LEDGER_FILE_SCHEMA)
 
 
 def decided_columns() -> list[str]:
@@ -115,9 +110,8 @@ def ledger_batch(
         "mode": pa.repeat(pa.scalar(mode), n),
         "recorded_at": pa.repeat(pa.scalar(recorded_at, pa.timestamp("us", tz="UTC")), n),
     }
-    schema = _file_schema()
-    columns = [derived[name] if name in derived else decided.column(name) for name in schema.names]
-    return pa.RecordBatch.from_arrays(columns, schema=schema)
+    columns = [derived[name] if name in derived else decided.column(name) for name in _FILE_SCHEMA.names]
+    return pa.RecordBatch.from_arrays(columns, schema=_FILE_SCHEMA)
 
 
 @dataclass(frozen=True)
