@@ -11,7 +11,7 @@ import pyarrow.compute as pc
 from pyspark import StorageLevel
 from pyspark.sql import Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import BooleanType, StringType, StructField, StructType
+from pyspark.sql.types import BooleanType, StructField, StructType
 
 from spark_apps.dlq_replay import outcomes as oc
 from spark_apps.dlq_replay.arrow_util import in_tasks, key_hashes, local_frame
@@ -35,7 +35,8 @@ SCOPE_REASON_COLUMN = "scope_reason"
 MARK, MARK_REASON = "_mark", "_mark_reason"
 #: The marked rows the decide step writes for its tasks (:func:`scope_marks`).
 _MARKED = ("topic", "message_id_str", MARK, MARK_REASON)
-MARKS_SCHEMA = StructType([StructField(name, StringType()) for name in _MARKED])
+_MARKS_DDL = ", ".join(f"{name} string" for name in _MARKED)
+MARKS_SCHEMA = ddl_struct(_MARKS_DDL)
 _CHOSEN = "chosen"
 _OUT_OF_SCOPE = pa.array([oc.ALREADY_FINAL, oc.DUPLICATE, oc.FILTERED], pa.string())
 _RID = REPLAY_ID_MARK
@@ -136,8 +137,7 @@ def scope_marks(
     else:
         ids, repeated = _identities(snapshot, filters, origin_precedence), None
     if repeated is not None and not repeated and final_ids is None and reviewed_ids is None:
-        ddl = ", ".join(f"{name} string" for name in _MARKED)
-        return local_frame(snapshot.sparkSession, [], ddl), 0  # no job, no Python worker
+        return local_frame(snapshot.sparkSession, [], _MARKS_DDL), 0  # no job, no Python worker
     if final_ids is not None:
         self_final = final_ids.groupBy(
             F.col("dlq_topic").alias("topic"), F.col("dlq_message_id").alias("message_id_str")
