@@ -162,8 +162,7 @@ def decide_batch(
     columns: dict[str, pa.Array] | None = None,
 ) -> pa.RecordBatch:
     """Decide every row of one Arrow batch of scoped rows (:data:`DECIDED_SCHEMA`), reading ``columns`` (its
-    normalised and scope columns) before ``batch``; without a ``sequencer`` the producer columns stay null.
-    Rows equal in all a decision reads are decided once (:func:`_decision_groups`)."""
+    normalised and scope columns) before ``batch``; without a ``sequencer`` the producer columns stay null."""
     cols = _Columns(batch, columns or {})
     codes, firsts = _decision_groups(cols, playbook)
     decided = _Decisions(cols, [_decide_row(cols, playbook, settings, i) for i in firsts], codes)
@@ -236,8 +235,7 @@ _DECISION_INPUTS = (SCOPE_COLUMN, UNDECODABLE, ORIGIN_CONFLICT, "replay_count", 
 
 def _decision_groups(cols: _Columns, playbook: Playbook) -> tuple[pa.Array, list[int]]:
     """``(group of each row, first row of each group)``: rows equal in every column a decision reads (the
-    message when a rule matches on it, the value of each property a rule matches on) share a group
-    (:func:`~spark_apps.dlq_replay.arrow_util.group_ids`)."""
+    message when a rule matches on it, the value of each property a rule matches on) share a group."""
     rules = playbook.rules
     inputs = [cols.array(name) for name in (*_DECISION_INPUTS, *_MATCH_COLUMNS[:-1])]
     if any(rule.error_message is not None for rule in rules):
@@ -278,8 +276,8 @@ class _Decisions:
         for g, row in enumerate(self.rows):
             if row.pending is not None:
                 by_fix.setdefault(row.pending.fix, []).append(g)
-        cols, n = self.cols, self.cols.batch.num_rows
-        given: list[list[tuple[str, str]] | None] = [None] * n
+        cols = self.cols
+        given: list[list[tuple[str, str]] | None] = [None] * cols.batch.num_rows
         for fix_ref, groups in by_fix.items():
             mask = pc.is_in(self.codes, value_set=pa.array(groups, pa.int64()))
             indices = pc.indices_nonzero(mask)
