@@ -153,13 +153,11 @@ def scope_marks(
     if reviewed_ids is not None:
         reviewed = reviewed_ids.select(F.col("replay_id").alias(_RID)).distinct()
         ids = ids.join(reviewed.withColumn("_reviewed", F.lit(True)), _RID, "left")
-    else:
-        ids = ids.withColumn("_reviewed", F.lit(True))
     ids = _ranked(ids, repeated)
     already = F.col("_self_run").isNotNull()
     other = F.col("_other").isNotNull()
     beaten = F.col("_rank") > 1
-    unreviewed = F.col("_reviewed").isNull()
+    unreviewed = F.col("_reviewed").isNull() if reviewed_ids is not None else F.lit(False)
     marks = ids.select(
         "topic",
         "message_id_str",
