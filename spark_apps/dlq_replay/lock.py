@@ -126,9 +126,8 @@ class OutputLock:
         if holder is None or f"{LOCK_PREFIX}{generation}" != self.name:
             who = holder.describe() if holder else "another run"
             return f"the output directory lock was taken over by {who}"
-        owner = replace(self.owner, heartbeat_at=time.time())
-        self.storage.write_text(self._path(self.name), owner.to_json())  # atomic: a temporary file, renamed
-        self.owner = owner
+        self.owner = replace(self.owner, heartbeat_at=time.time())
+        self.storage.write_text(self._path(self.name), self.owner.to_json())  # atomic: written, then renamed
         return None
 
     def release(self) -> None:
