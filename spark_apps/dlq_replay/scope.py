@@ -197,19 +197,17 @@ REPEATED_LIMIT = 10_000
 _REPEATED_SCHEMA = ddl_struct(f"{_RID} string, more boolean")
 
 
-def repeated_ids(
-    spark: SparkSession, identities_dir: str, tasks: int, limit: int = REPEATED_LIMIT
-) -> set[str] | None:
+def repeated_ids(spark: SparkSession, identities_dir: str, tasks: int) -> set[str] | None:
     """The replay ids more than one identity row (written at ``identities_dir``) carries, ``None`` when more
-    than ``limit``: Python task ``k`` of ``tasks`` counts the ids whose 64-bit hash is ``k`` modulo
-    ``tasks`` (8 bytes each), then exactly those of the hashes seen twice; no shuffle, nothing per row in
-    the JVM or the driver."""
-    task = _RepeatedIds(identities_dir, max(1, tasks), limit)
+    than :data:`REPEATED_LIMIT`: Python task ``k`` of ``tasks`` counts the ids whose 64-bit hash is ``k``
+    modulo ``tasks`` (8 bytes each), then exactly those of the hashes seen twice; no shuffle, nothing per row
+    in the JVM or the driver."""
+    task = _RepeatedIds(identities_dir, max(1, tasks), REPEATED_LIMIT)
     rows = in_tasks(spark, lambda share: [task.repeated(share)], task.tasks, _REPEATED_SCHEMA).to_pylist()
     if any(row["more"] for row in rows):
         return None
     found = {row[_RID] for row in rows}
-    return None if len(found) > limit else found
+    return None if len(found) > task.limit else found
 
 
 @dataclass(frozen=True)
