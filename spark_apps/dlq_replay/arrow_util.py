@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Sequence
+    from collections.abc import Callable, Iterable, Iterator, Sequence
 
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
@@ -24,7 +24,9 @@ def use_system_allocator() -> None:
     With glibc, blocks of 1 MiB and more are mapped on their own, so a freed batch goes back to the
     system (glibc's moving threshold would otherwise keep later batches' blocks in its heap)."""
     pa.set_memory_pool(pa.system_memory_pool())
-    _map_large_blocks()
+    libc = _glibc()
+    if libc is not None:
+        libc.mallopt(_M_MMAP_THRESHOLD, _MAPPED_BLOCK_BYTES)
 
 
 def return_free_memory() -> None:
@@ -37,13 +39,6 @@ def return_free_memory() -> None:
     libc = _glibc()
     if libc is not None:
         libc.malloc_trim(0)
-
-
-@functools.cache
-def _map_large_blocks() -> None:
-    libc = _glibc()
-    if libc is not None:
-        libc.mallopt(_M_MMAP_THRESHOLD, _MAPPED_BLOCK_BYTES)
 
 
 @functools.cache
@@ -181,7 +176,7 @@ def local_frame(spark: SparkSession, rows: Sequence[Sequence[Any]], schema: str)
 
 
 def in_tasks(
-    spark: SparkSession, work: Callable[[int], Iterator[pa.RecordBatch]], tasks: int, schema: StructType
+    spark: SparkSession, work: Callable[[int], Iterable[pa.RecordBatch]], tasks: int, schema: StructType
 ) -> pa.Table:
     """The rows (``schema``) of ``work(i)`` for each ``i`` below ``tasks``, each run in its own Python task:
     the driver reads no file row by row, it gets the small result."""
@@ -189,13 +184,20 @@ def in_tasks(
         from spark_apps.dlq_replay.schemas import arrow_schema
 
         return arrow_schema(schema).empty_table()
+    return spark.range(tasks, numPartitions=tasks).mapInArrow(each_id(work), schema).toArrow()
+
+
+def each_id(
+    work: Callable[[int], Iterable[pa.RecordBatch]],
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The ``mapInArrow`` function over ``spark.range`` rows that yields ``work(i)`` for each id ``i``."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for i in batch.column(0).to_pylist():
                 yield from work(i)
 
-    return spark.range(tasks, numPartitions=tasks).mapInArrow(run, schema).toArrow()
+    return run
 
 
 def arrow_frame(spark: SparkSession, table: pa.Table, schema: str) -> DataFrame:

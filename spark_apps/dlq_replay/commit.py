@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spark_apps.dlq_replay.arrow_util import arrow_frame, local_frame
+from spark_apps.dlq_replay.arrow_util import arrow_frame, in_tasks
 from spark_apps.dlq_replay.pulsar_io.commit import (
     COMMIT_RESULT_SCHEMA,
     ENTRIES_COMMIT_INPUT_SCHEMA,
@@ -25,7 +25,7 @@ from spark_apps.dlq_replay.storage import read_table, write_table
 from spark_apps.dlq_replay.task_parquet import part_file, part_files
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator, Sequence
+    from collections.abc import Iterable, Sequence
 
     from spark_apps.dlq_replay.pulsar_io.window import PartitionWindow
     from spark_apps.dlq_replay.run_context import Run
@@ -114,16 +114,13 @@ def _commit_by_ids(run: Run, windows: Sequence[PartitionWindow]) -> dict[str, in
     """Reader mode: one Spark task per partition merges that partition's counts, acks its fully final
     entries by id and verifies them on the cursor; no DLQ read."""
     committer = EntryCommitFn(run.conf, windows, run.options.subscription)  # a bad setting fails here
-    entries, parts = run.paths.snapshot_entries, run.paths.commit_parts
+    entries, parts, topics = run.paths.snapshot_entries, run.paths.commit_parts, [w.topic for w in windows]
 
-    def commit(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            for topic in batch.column(0).to_pylist():
-                yield from committer.commit_table(entry_table(entries, parts, topic), [topic]).to_batches()
+    def commit(i: int) -> list[pa.RecordBatch]:
+        return committer.commit_table(entry_table(entries, parts, topics[i]), [topics[i]]).to_batches()
 
-    topics = [(w.topic,) for w in windows]
-    frame = local_frame(run.spark, topics, "dlq_topic string").repartition(max(1, len(topics)))
-    return _sum_rows(frame.mapInArrow(commit, COMMIT_RESULT_SCHEMA).collect())
+    results = in_tasks(run.spark, commit, len(topics), ddl_struct(COMMIT_RESULT_SCHEMA))
+    return _sum_rows(results.to_pylist())
 
 
 class ConsumerCommit:

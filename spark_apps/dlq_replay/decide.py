@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark_apps.dlq_replay import outcomes as oc
-from spark_apps.dlq_replay.arrow_util import group_ids, return_free_memory
+from spark_apps.dlq_replay.arrow_util import each_id, group_ids, return_free_memory
 from spark_apps.dlq_replay.context_columns import ORIGIN_CONFLICT, UNDECODABLE
 from spark_apps.dlq_replay.fixes import FixOutcome, FixRecord, load_fix, run_fix
 from spark_apps.dlq_replay.group_actions import override_rule
@@ -162,8 +162,7 @@ def decide_batch(
     columns: dict[str, pa.Array] | None = None,
 ) -> pa.RecordBatch:
     """Decide every row of one Arrow batch of scoped rows (:data:`DECIDED_SCHEMA`), reading ``columns`` (its
-    normalised and scope columns) before ``batch``; without a ``sequencer`` the producer columns stay null.
-    Rows equal in all a decision reads are decided once (:func:`_decision_groups`)."""
+    normalised and scope columns) before ``batch``; without a ``sequencer`` the producer columns stay null."""
     cols = _Columns(batch, columns or {})
     codes, firsts = _decision_groups(cols, playbook)
     decided = _Decisions(cols, [_decide_row(cols, playbook, settings, i) for i in firsts], codes)
@@ -236,8 +235,7 @@ _DECISION_INPUTS = (SCOPE_COLUMN, UNDECODABLE, ORIGIN_CONFLICT, "replay_count", 
 
 def _decision_groups(cols: _Columns, playbook: Playbook) -> tuple[pa.Array, list[int]]:
     """``(group of each row, first row of each group)``: rows equal in every column a decision reads (the
-    message when a rule matches on it, the value of each property a rule matches on) share a group
-    (:func:`~spark_apps.dlq_replay.arrow_util.group_ids`)."""
+    message when a rule matches on it, the value of each property a rule matches on) share a group."""
     rules = playbook.rules
     inputs = [cols.array(name) for name in (*_DECISION_INPUTS, *_MATCH_COLUMNS[:-1])]
     if any(rule.error_message is not None for rule in rules):
@@ -278,8 +276,8 @@ class _Decisions:
         for g, row in enumerate(self.rows):
             if row.pending is not None:
                 by_fix.setdefault(row.pending.fix, []).append(g)
-        cols, n = self.cols, self.cols.batch.num_rows
-        given: list[list[tuple[str, str]] | None] = [None] * n
+        cols = self.cols
+        given: list[list[tuple[str, str]] | None] = [None] * cols.batch.num_rows
         for fix_ref, groups in by_fix.items():
             mask = pc.is_in(self.codes, value_set=pa.array(groups, pa.int64()))
             indices = pc.indices_nonzero(mask)
@@ -405,7 +403,7 @@ def run_decide(run: Run, snapshot: DataFrame, planned_at: datetime) -> DataFrame
             max_sequence_id=max((int(t[1]) for t in tallies if t[1] is not None), default=-1),
             producers_per_target=run.buckets,
         )
-    return task_parquet.read_frame(run.spark, run.paths.decisions, DECIDED_SCHEMA)
+    return read_frame(run.spark, run.paths.decisions, DECIDED_SCHEMA)
 
 
 def _sending_tally(batch: pa.RecordBatch) -> tuple[int, int | None]:
@@ -448,11 +446,7 @@ def decide_tasks(
     units = row_group_units(snapshot_dir)
     names = snapshot.columns  # the snapshot columns each task reads
 
-    def run(_bucket_id: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from pyspark import TaskContext
-
-        context = TaskContext.get()  # the input is this bucket's id: the task reads its share itself
-        bucket = context.partitionId() if context else 0
+    def run(bucket: int) -> Iterator[pa.RecordBatch]:  # the task reads its bucket's share itself
         sequencer = ProducerSequencer(settings.run_id, bucket)
         marks = Marks.read(marks_dir) if count else None
         for batch in bucket_batches(units, bucket, n, names, marks, (MARK, MARK_REASON), batch_rows):
@@ -460,7 +454,7 @@ def decide_tasks(
             add_scope_columns(batch, columns, filters)
             yield decide_batch(batch, playbook, settings, sequencer, columns)
 
-    return snapshot.sparkSession.range(n, numPartitions=n), run
+    return snapshot.sparkSession.range(n, numPartitions=n), each_id(run)
 
 
 def run_hash(run_id: str) -> str:

@@ -68,21 +68,19 @@ def settled_ends(
         is_end = is_end | (
             (F.col("dlq_topic") == topic) & (F.col("_ledger") == key[0]) & (F.col("_entry") == key[1])
         )
-    end_rows = (
+    end_rows = (  # per partition: all its end entry's messages final, and the runs that made them so
         rows.filter(is_end)
         .groupBy("dlq_topic", "dlq_message_id")
         .agg(
-            F.max("final").alias("final"),
+            F.max(F.coalesce("final", F.lit(0))).alias("final"),  # 0: not final in any run
             F.collect_set(F.when(F.col("final") == 1, F.col("run_id"))).alias("runs"),
         )
+        .groupBy("dlq_topic")
+        .agg(F.min("final").alias("final"), F.array_distinct(F.flatten(F.collect_list("runs"))).alias("runs"))
     )
-    candidates: dict[str, set[str]] = {}
-    unsettled: set[str] = set()
-    for row in end_rows.collect():  # the messages of at most one entry per partition
-        if not row["final"]:
-            unsettled.add(row["dlq_topic"])
-        candidates.setdefault(row["dlq_topic"], set()).update(row["runs"] or [])
-    settled = {t: runs for t, runs in candidates.items() if t not in unsettled and runs}
+    settled = {
+        row["dlq_topic"]: set(row["runs"]) for row in end_rows.collect() if row["final"] and row["runs"]
+    }
     settled = {t: runs for t, runs in settled.items() if all(commit_done(r) for r in runs)}
     if not settled:
         return []

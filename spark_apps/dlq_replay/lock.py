@@ -15,7 +15,7 @@ import os
 import socket
 import threading
 import time
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from pulsar_dlq_consumer.client import create_client
@@ -126,9 +126,8 @@ class OutputLock:
         if holder is None or f"{LOCK_PREFIX}{generation}" != self.name:
             who = holder.describe() if holder else "another run"
             return f"the output directory lock was taken over by {who}"
-        owner = replace(self.owner, heartbeat_at=time.time())
-        self.storage.write_text(self._path(self.name), owner.to_json())  # atomic: a temporary file, renamed
-        self.owner = owner
+        self.owner = replace(self.owner, heartbeat_at=time.time())
+        self.storage.write_text(self._path(self.name), self.owner.to_json())  # atomic: written, then renamed
         return None
 
     def release(self) -> None:
@@ -140,18 +139,18 @@ class OutputLock:
         self.name = self.owner = None
 
 
+@dataclass(eq=False, repr=False)  # no repr: the conf holds credentials
 class SubscriptionLease:
     """Exclusive consumers on the lease topics of the run's DLQ topics (see the module docstring)."""
 
-    def __init__(self, conf: PulsarConf, topics: tuple[str, ...], subscription: str, run_id: str) -> None:
-        self.conf = conf
-        self.topics = tuple(dict.fromkeys(topics))
-        self.subscription = subscription
-        self.run_id = run_id
-        self._client: Any = None
-        self._consumers: list[tuple[str, Any]] = []
-        self._down_since: dict[str, float] = {}
-        self._properties: dict[str, str] = {}
+    conf: PulsarConf
+    topics: tuple[str, ...]
+    subscription: str
+    run_id: str
+    _client: Any = field(default=None, init=False)
+    _consumers: list[tuple[str, Any]] = field(default_factory=list, init=False)
+    _down_since: dict[str, float] = field(default_factory=dict, init=False)
+    _properties: dict[str, str] = field(default_factory=dict, init=False)
 
     def acquire(self) -> None:
         import pulsar
@@ -171,7 +170,7 @@ class SubscriptionLease:
         }
         deadline = time.monotonic() + LEASE_WAIT_S
         try:
-            for topic in self.topics:
+            for topic in dict.fromkeys(self.topics):
                 lease = lease_topic(topic)
                 self._consumers.append((lease, self._subscribe(pulsar, topic, lease, name, deadline)))
         except BaseException:
@@ -275,23 +274,17 @@ class SubscriptionLease:
                 each.close()
 
 
+@dataclass(eq=False, repr=False)  # no repr: the conf holds credentials
 class RunLock:
     """The output lock and the subscription leases of one run (either may be absent), with their heartbeat."""
 
-    def __init__(
-        self,
-        output: OutputLock | None,
-        lease: SubscriptionLease | None,
-        spark: SparkSession | None = None,
-        heartbeat_s: float = HEARTBEAT_S,
-    ) -> None:
-        self.output = output
-        self.lease = lease
-        self.spark = spark
-        self.heartbeat_s = heartbeat_s
-        self.lost: str | None = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+    output: OutputLock | None
+    lease: SubscriptionLease | None
+    spark: SparkSession | None = None
+    heartbeat_s: float = HEARTBEAT_S
+    lost: str | None = field(default=None, init=False)  # why the lock was lost
+    _stop: threading.Event = field(default_factory=threading.Event, init=False)
+    _thread: threading.Thread | None = field(default=None, init=False)
 
     def acquire(self) -> None:
         if self.output is not None:

@@ -5,7 +5,6 @@ write."""
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from pyspark.sql.types import StructType
 
 from spark_apps.dlq_replay import outcomes as oc
 from spark_apps.dlq_replay import storage
+from spark_apps.dlq_replay.arrow_util import each_id
 from spark_apps.dlq_replay.canary import HALTED_REASON, halted_groups
 from spark_apps.dlq_replay.commit import EntryFinals
 from spark_apps.dlq_replay.report_parts import REP_COLUMNS, BucketParts, clear_parts
@@ -36,20 +36,11 @@ log = logging.getLogger("spark_apps.dlq_replay")
 
 #: The columns of a ledger file (``run_id`` is its folder), in Spark's order.
 LEDGER_FILE_SCHEMA = StructType([field for field in LEDGER_SCHEMA.fields if field.name != "run_id"])
+_FILE_SCHEMA = arrow_schema(LEDGER_FILE_SCHEMA)
 #: The send results' columns the ledger needs.
 _RESULT_COLUMNS = ["row", "published", "published_message_id", "error"]
 #: Ledger columns computed here, not copied from the decisions.
 _DERIVED = frozenset({"final", "published_message_id", "mode", "recorded_at"})
-
-
-def _sending(decided: pa.RecordBatch | pa.Table) -> pa.Array:
-    """True for the rows to republish (the ones with a send result)."""
-    return pc.fill_null(pc.equal(decided.column("outcome"), oc.TO_REPUBLISH), False)
-
-
-@functools.cache
-def _file_schema() -> pa.Schema:
-    return arrow_schema(LEDGER_FILE_SCHEMA)
 
 
 def decided_columns() -> list[str]:
@@ -69,12 +60,12 @@ def bucket_results(results_dir: str, bucket: int) -> pa.RecordBatch | None:
     return pa.RecordBatch.from_arrays(columns, _RESULT_COLUMNS)
 
 
-def result_positions(results: pa.RecordBatch, rows: int) -> np.ndarray:
-    """For each of the ``rows`` rows of a decisions file, the position of its send result (-1: none; a row
-    is sent in one wave only, so it has at most one)."""
+def result_positions(results: pa.RecordBatch, rows: int) -> pa.Array:
+    """For each of the ``rows`` rows of a decisions file, the position of its send result (null: none; a
+    row is sent in one wave only, so it has at most one)."""
     at = np.full(rows, -1, np.int64)
     at[results.column("row").to_numpy()] = np.arange(results.num_rows)
-    return at
+    return pa.array(at, pa.int64(), mask=at < 0)
 
 
 def ledger_batch(
@@ -88,8 +79,8 @@ def ledger_batch(
     """The ledger rows of a batch of decisions with their send results (at ``positions``): a row to
     republish becomes ``republished``, ``publish_failed`` or (``halted``) ``canary_failed``."""
     n = decided.num_rows
-    outcome = decided.column("outcome")
-    sending = pa.repeat(False, n) if mode == oc.DRY_RUN else _sending(decided)
+    to_send = pc.fill_null(pc.equal(decided.column("outcome"), oc.TO_REPUBLISH), False)
+    sending = pa.repeat(False, n) if mode == oc.DRY_RUN else to_send
     if results is None or positions is None:
         published = pa.nulls(n, pa.bool_())
         message_id = error = pa.nulls(n, pa.string())
@@ -99,21 +90,15 @@ def ledger_batch(
         error = results.column("error").take(positions)
     ok = pc.and_(sending, pc.fill_null(published, False))
     held = pa.repeat(False, n)
-    if halted:
-        unsent = pc.is_null(published) if positions is not None else pa.repeat(True, n)
-        held = pc.and_(pc.and_(sending, unsent), pc.is_in(decided.column("signature"), pa.array(halted)))
+    if halted:  # unsent rows of a halted group
+        unsent = pc.and_(sending, pc.is_null(published))
+        held = pc.and_(unsent, pc.is_in(decided.column("signature"), pa.array(halted)))
     failed = pc.and_(pc.and_(sending, pc.invert(ok)), pc.invert(held))
-    new_outcome = pc.if_else(
-        ok,
-        pa.scalar(oc.REPUBLISHED),
-        pc.if_else(
-            held, pa.scalar(oc.CANARY_FAILED), pc.if_else(sending, pa.scalar(oc.PUBLISH_FAILED), outcome)
-        ),
-    )
-    reason = pc.if_else(
-        failed,
-        pc.binary_join_element_wise("publish failed: ", pc.fill_null(error, "no send result"), ""),
-        pc.if_else(held, pa.scalar(HALTED_REASON), decided.column("outcome_reason")),
+    outcomes = (oc.REPUBLISHED, oc.CANARY_FAILED, oc.PUBLISH_FAILED, decided.column("outcome"))
+    new_outcome = pc.case_when(pc.make_struct(ok, held, sending), *outcomes)
+    failure = pc.binary_join_element_wise("publish failed: ", pc.fill_null(error, "no send result"), "")
+    reason = pc.case_when(
+        pc.make_struct(failed, held), failure, HALTED_REASON, decided.column("outcome_reason")
     )
     is_final = pc.is_in(new_outcome, pa.array(sorted(oc.FINAL_OUTCOMES)))
     final = pc.if_else(pc.is_valid(new_outcome), is_final, None)  # null as Spark's isin gives it
@@ -125,9 +110,8 @@ def ledger_batch(
         "mode": pa.repeat(pa.scalar(mode), n),
         "recorded_at": pa.repeat(pa.scalar(recorded_at, pa.timestamp("us", tz="UTC")), n),
     }
-    schema = _file_schema()
-    columns = [derived[name] if name in derived else decided.column(name) for name in schema.names]
-    return pa.RecordBatch.from_arrays(columns, schema=schema)
+    columns = [derived[name] if name in derived else decided.column(name) for name in _FILE_SCHEMA.names]
+    return pa.RecordBatch.from_arrays(columns, schema=_FILE_SCHEMA)
 
 
 @dataclass(frozen=True)
@@ -144,11 +128,6 @@ class RecordTask:
     batch_rows: int
     halted: tuple[str, ...] = ()
 
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            for bucket in batch.column(0).to_pylist():
-                yield from self.bucket(bucket)
-
     def bucket(self, bucket: int) -> Iterator[pa.RecordBatch]:
         path = part_file(self.decisions, bucket)
         if not storage.exists(path):
@@ -161,9 +140,8 @@ class RecordTask:
         columns = list(dict.fromkeys([*decided_columns(), "sequence_id", *REP_COLUMNS]))
         start = 0
         for rows in source.iter_batches(batch_size=self.batch_rows, columns=columns, use_threads=False):
-            here = None if at is None else at[start : start + rows.num_rows]
+            mine = None if at is None else at.slice(start, rows.num_rows)
             start += rows.num_rows
-            mine = None if here is None else pa.array(here, pa.int64(), mask=here < 0)
             ledger = ledger_batch(rows, sent, mine, self.mode, self.recorded_at, self.halted)
             parts.add(ledger, rows)
             if finals is not None:
@@ -181,7 +159,7 @@ def record_in_tasks(spark: SparkSession, task: RecordTask, buckets: int, staged_
     storage.make_dirs(task.commit_dir)
     frame = spark.range(buckets, numPartitions=buckets)
     tallies = write_in_tasks(
-        frame, task, LEDGER_FILE_SCHEMA, staged_path, row_tally, ("n",), int96_timestamps=True
+        frame, each_id(task.bucket), LEDGER_FILE_SCHEMA, staged_path, row_tally, ("n",), int96_timestamps=True
     )
     return sum(t[0] or 0 for t in tallies)
 

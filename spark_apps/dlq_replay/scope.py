@@ -11,13 +11,13 @@ import pyarrow.compute as pc
 from pyspark import StorageLevel
 from pyspark.sql import Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import BooleanType, StringType, StructField, StructType
+from pyspark.sql.types import BooleanType, StructField, StructType
 
 from spark_apps.dlq_replay import outcomes as oc
-from spark_apps.dlq_replay.arrow_util import key_hashes, local_frame
+from spark_apps.dlq_replay.arrow_util import in_tasks, key_hashes, local_frame
 from spark_apps.dlq_replay.normalize import normalize_columns
 from spark_apps.dlq_replay.normalize import replay_ids as origin_replay_ids
-from spark_apps.dlq_replay.schemas import IDENTITIES_SCHEMA, REPLAY_ID_MARK, SCOPE_COLUMN
+from spark_apps.dlq_replay.schemas import IDENTITIES_SCHEMA, REPLAY_ID_MARK, SCOPE_COLUMN, ddl_struct
 from spark_apps.dlq_replay.storage import open_parquet
 from spark_apps.dlq_replay.task_parquet import part_files
 
@@ -35,7 +35,8 @@ SCOPE_REASON_COLUMN = "scope_reason"
 MARK, MARK_REASON = "_mark", "_mark_reason"
 #: The marked rows the decide step writes for its tasks (:func:`scope_marks`).
 _MARKED = ("topic", "message_id_str", MARK, MARK_REASON)
-MARKS_SCHEMA = StructType([StructField(name, StringType()) for name in _MARKED])
+_MARKS_DDL = ", ".join(f"{name} string" for name in _MARKED)
+MARKS_SCHEMA = ddl_struct(_MARKS_DDL)
 _CHOSEN = "chosen"
 _OUT_OF_SCOPE = pa.array([oc.ALREADY_FINAL, oc.DUPLICATE, oc.FILTERED], pa.string())
 _RID = REPLAY_ID_MARK
@@ -136,8 +137,7 @@ def scope_marks(
     else:
         ids, repeated = _identities(snapshot, filters, origin_precedence), None
     if repeated is not None and not repeated and final_ids is None and reviewed_ids is None:
-        ddl = ", ".join(f"{name} string" for name in _MARKED)
-        return local_frame(snapshot.sparkSession, [], ddl), 0  # no job, no Python worker
+        return local_frame(snapshot.sparkSession, [], _MARKS_DDL), 0  # no job, no Python worker
     if final_ids is not None:
         self_final = final_ids.groupBy(
             F.col("dlq_topic").alias("topic"), F.col("dlq_message_id").alias("message_id_str")
@@ -153,13 +153,11 @@ def scope_marks(
     if reviewed_ids is not None:
         reviewed = reviewed_ids.select(F.col("replay_id").alias(_RID)).distinct()
         ids = ids.join(reviewed.withColumn("_reviewed", F.lit(True)), _RID, "left")
-    else:
-        ids = ids.withColumn("_reviewed", F.lit(True))
     ids = _ranked(ids, repeated)
     already = F.col("_self_run").isNotNull()
     other = F.col("_other").isNotNull()
     beaten = F.col("_rank") > 1
-    unreviewed = F.col("_reviewed").isNull()
+    unreviewed = F.col("_reviewed").isNull() if reviewed_ids is not None else F.lit(False)
     marks = ids.select(
         "topic",
         "message_id_str",
@@ -196,36 +194,29 @@ def scope_marks(
 #: At most this many replay ids carried by more than one snapshot row reach the driver and are ranked by
 #: themselves; more, and the scope marks rank every row.
 REPEATED_LIMIT = 10_000
-_REPEATED_DDL = f"{_RID} string, more boolean"
+_REPEATED_SCHEMA = ddl_struct(f"{_RID} string, more boolean")
 
 
-def repeated_ids(
-    spark: SparkSession, identities_dir: str, tasks: int, limit: int = REPEATED_LIMIT
-) -> set[str] | None:
+def repeated_ids(spark: SparkSession, identities_dir: str, tasks: int) -> set[str] | None:
     """The replay ids more than one identity row (written at ``identities_dir``) carries, ``None`` when more
-    than ``limit``: Python task ``k`` of ``tasks`` counts the ids whose 64-bit hash is ``k`` modulo
-    ``tasks`` (8 bytes each), then exactly those of the hashes seen twice; no shuffle, nothing per row in
-    the JVM or the driver."""
-    task = _RepeatedIds(identities_dir, max(1, tasks), limit)
-    rows = spark.range(task.tasks, numPartitions=task.tasks).mapInArrow(task, _REPEATED_DDL).collect()
+    than :data:`REPEATED_LIMIT`: Python task ``k`` of ``tasks`` counts the ids whose 64-bit hash is ``k``
+    modulo ``tasks`` (8 bytes each), then exactly those of the hashes seen twice; no shuffle, nothing per row
+    in the JVM or the driver."""
+    task = _RepeatedIds(identities_dir, max(1, tasks), REPEATED_LIMIT)
+    rows = in_tasks(spark, lambda share: [task.repeated(share)], task.tasks, _REPEATED_SCHEMA).to_pylist()
     if any(row["more"] for row in rows):
         return None
     found = {row[_RID] for row in rows}
-    return None if len(found) > limit else found
+    return None if len(found) > task.limit else found
 
 
 @dataclass(frozen=True)
 class _RepeatedIds:
-    """One task of :func:`repeated_ids` per id in its input (its share of the hashes)."""
+    """The work of the tasks of :func:`repeated_ids` (task ``k``: share ``k`` of the hashes)."""
 
     folder: str
     tasks: int
     limit: int
-
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            for share in batch.column(0).to_pylist():
-                yield self.repeated(share)
 
     def _ids(self, share: int) -> Iterator[tuple[pa.Array, np.ndarray]]:
         """The non-null ids of every identities file whose hash is this share's, batch by batch, hashed."""

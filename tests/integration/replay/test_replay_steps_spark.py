@@ -11,7 +11,7 @@ from pyspark.testing import assertDataFrameEqual
 from report_reference import OUTCOME_COLUMNS, aggregate, dry_run_outcomes, spark_parts
 
 from spark_apps.dlq_replay import outcomes as oc
-from spark_apps.dlq_replay import task_parquet
+from spark_apps.dlq_replay import scope, task_parquet
 from spark_apps.dlq_replay.decide import DecideSettings, decide_tasks
 from spark_apps.dlq_replay.ledger import final_ids, read_ledger
 from spark_apps.dlq_replay.playbook import parse_playbook
@@ -373,7 +373,9 @@ def test_identities_written_beside_the_snapshot_give_the_same_decisions(spark, t
     # Python tasks find the replay ids of copies (by hash share); only their rows are ranked.
     for tasks in (1, 3):
         assert repeated_ids(spark, side, tasks) == {computed[k]["replay_id"] for k in ("a-old", "b-1")}
-    assert repeated_ids(spark, side, 2, limit=1) is None  # more than the limit: every row is ranked
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(scope, "REPEATED_LIMIT", 1)
+        assert repeated_ids(spark, side, 2) is None  # more than the limit: every row is ranked
     # Ranking only the copies' rows (read) decides as ranking every row (computed, no identities).
     assert {k: (r["outcome"], r["outcome_reason"]) for k, r in read.items()} == {
         k: (r["outcome"], r["outcome_reason"]) for k, r in computed.items()

@@ -50,8 +50,7 @@ def positions_of(decided, results):
     """Each row's send result position, as a record task finds it (``None`` without results)."""
     if results is None or results.num_rows == 0:
         return None
-    at = result_positions(results, decided.num_rows)
-    return pa.array(at, pa.int64(), mask=at < 0)
+    return result_positions(results, decided.num_rows)
 
 
 def test_ledger_rows_apply_the_buckets_send_results():
@@ -123,9 +122,9 @@ def test_result_positions_place_each_result_at_its_row_whatever_the_receipt_orde
     # Results in the order the brokers confirmed them (producers interleaved), not the file's order;
     # row 2 is not sent and row 7's wave saved no result.
     results = _results([(f"r{row}", True, f"m-{row}", None, row) for row in (5, 0, 1, 4, 6, 3)])
-    assert result_positions(results, 8).tolist() == [1, 2, -1, 5, 3, 0, 4, -1]
+    assert result_positions(results, 8).to_pylist() == [1, 2, None, 5, 3, 0, 4, None]
     # A results batch that is a slice reads its rows from the slice's first one.
-    assert result_positions(results.slice(2), 8).tolist() == [-1, 0, -1, 3, 1, -1, 2, -1]
+    assert result_positions(results.slice(2), 8).to_pylist() == [None, 0, None, 3, 1, None, 2, None]
 
 
 def test_a_halted_group_s_unsent_rows_are_canary_failed_and_its_canaries_keep_their_result():
