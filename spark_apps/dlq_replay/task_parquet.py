@@ -16,7 +16,13 @@ import pyarrow.parquet as pq
 from pyspark import TaskContext
 
 from spark_apps.dlq_replay import storage
-from spark_apps.dlq_replay.arrow_util import SortedKeys, local_frame, row_numbers, use_system_allocator
+from spark_apps.dlq_replay.arrow_util import (
+    SortedKeys,
+    local_frame,
+    rare_collections,
+    row_numbers,
+    use_system_allocator,
+)
 from spark_apps.dlq_replay.schemas import arrow_schema
 
 if TYPE_CHECKING:
@@ -256,28 +262,29 @@ class _TaskWrites:
         files: _Files = {}
         tallies: list[Tally] = []
         folder = self.outputs[0].path
-        try:
-            for i, output in enumerate(self.outputs):
-                if output.partition_by is None:  # a task without rows leaves an empty file
-                    files[i, None] = output.open(self.schemas[i], partition, attempt)
-            written, recorded = 0, time.monotonic()
-            for batch in self.transform(batches):
-                tallies.append(self.tally(batch))
-                self._write(batch, files, partition, attempt)
-                written += batch.num_rows
-                if time.monotonic() - recorded >= PROGRESS_EVERY_S:
-                    _record_rows(folder, partition, written)
-                    recorded = time.monotonic()
-            for out in files.values():
-                out.commit()
-            _record_rows(folder, partition, written)
-        except BaseException:
-            for out in files.values():  # each file opened so far
-                out.discard()
-            raise
-        finally:
-            # Python workers are reused by later steps: hand the freed Arrow buffers back to the system.
-            pa.default_memory_pool().release_unused()
+        with rare_collections():
+            try:
+                for i, output in enumerate(self.outputs):
+                    if output.partition_by is None:  # a task without rows leaves an empty file
+                        files[i, None] = output.open(self.schemas[i], partition, attempt)
+                written, recorded = 0, time.monotonic()
+                for batch in self.transform(batches):
+                    tallies.append(self.tally(batch))
+                    self._write(batch, files, partition, attempt)
+                    written += batch.num_rows
+                    if time.monotonic() - recorded >= PROGRESS_EVERY_S:
+                        _record_rows(folder, partition, written)
+                        recorded = time.monotonic()
+                for out in files.values():
+                    out.commit()
+                _record_rows(folder, partition, written)
+            except BaseException:
+                for out in files.values():  # each file opened so far
+                    out.discard()
+                raise
+            finally:
+                # Python workers are reused by later steps: hand the freed Arrow buffers back to the system.
+                pa.default_memory_pool().release_unused()
         columns = list(zip(*tallies, strict=True)) if tallies else [() for _ in self.names]
         yield pa.RecordBatch.from_arrays([pa.array(c, pa.int64()) for c in columns], names=list(self.names))
 
