@@ -22,8 +22,11 @@ command -v java >/dev/null 2>&1 || {
   exit 1
 }
 
-echo "[setup] uv sync --frozen (venv: $PROJECT_ROOT/.venv)" >&2
-uv sync --frozen --all-extras --quiet
+# --compile-bytecode: every Python process of a run (the driver, each Spark worker) imports pandas, pyarrow
+# and pulsar-client from this venv; uv installs no .pyc files, and where PYTHONDONTWRITEBYTECODE is set
+# (as in many container images) each process would compile them again at every start.
+echo "[setup] uv sync --frozen --compile-bytecode (venv: $PROJECT_ROOT/.venv)" >&2
+uv sync --frozen --all-extras --quiet --compile-bytecode
 
 VENV="$PROJECT_ROOT/.venv"
 export VIRTUAL_ENV="$VENV"
