@@ -11,6 +11,7 @@ import hashlib
 from functools import reduce
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.types import IntegerType, LongType
@@ -80,13 +81,17 @@ class _Lookups:
         encoded = flat_keys.dictionary_encode()
         self._codes, self._unique = encoded.indices, encoded.dictionary.to_pylist()
         self.values: dict[str, pa.Array] = {}
-        which = pc.index_in(flat_keys, value_set=pa.array(list(keys), pa.string()))
-        present = pc.is_valid(which)
-        which, found_rows, found_items = which.filter(present), parents.filter(present), items.filter(present)
+        # Each entry's place in ``keys`` (len(keys): not read) through its key's code, then the entries
+        # of each key together: a stable radix sort keeps every key's rows ascending.
+        place = {key: j for j, key in enumerate(keys)}
+        of_code = np.array([place.get(key, len(keys)) for key in self._unique], np.int16)
+        which = of_code[np.asarray(self._codes)] if len(self._codes) else np.zeros(0, np.int16)
+        order = np.argsort(which, kind="stable")
+        bounds = np.searchsorted(which[order], np.arange(len(keys) + 1))
         empty = pa.nulls(n, pa.string())
         for j, key in enumerate(keys):
-            hit = pc.equal(which, j)
-            self.values[key] = self._scatter(found_rows.filter(hit), found_items.filter(hit), empty)
+            at = pa.array(order[bounds[j] : bounds[j + 1]])
+            self.values[key] = self._scatter(parents.take(at), items.take(at), empty)
 
     def _scatter(self, rows: pa.Array, values: pa.Array, empty: pa.Array) -> pa.Array:
         """``values`` at ``rows`` (ascending; a repeated key's last value wins, as in a dict), else null."""
