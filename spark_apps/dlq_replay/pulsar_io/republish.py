@@ -137,7 +137,7 @@ def _properties(column: Any) -> list[dict[str, str] | None]:
         raise RepublishError(f"republish column properties must be a map<string,string>; got {column.type}")
     # offsets index the unsliced key/item children, also for a sliced column
     offsets = column.offsets.to_pylist()
-    keys = column.keys.to_pylist()
+    keys = _few_strings(column.keys)
     values = column.items.to_pylist()
     spans = zip(offsets, islice(offsets, 1, None), strict=False)  # (start, end) of each row's entries
     out: list[dict[str, str] | None]
@@ -148,6 +148,16 @@ def _properties(column: Any) -> list[dict[str, str] | None]:
     if column.null_count:
         out = [row if valid else None for row, valid in zip(out, column.is_valid().to_pylist(), strict=True)]
     return out
+
+
+def _few_strings(values: Any) -> list[str]:
+    """``values.to_pylist()`` for a column of few distinct strings (property keys): one ``str`` each."""
+    import numpy as np
+
+    encoded = values.dictionary_encode()
+    distinct = np.array(encoded.dictionary.to_pylist(), dtype=object)
+    strings: list[str] = distinct[encoded.indices.to_numpy()].tolist()
+    return strings
 
 
 def _by_producer(batch: Any, errors: list[str | None]) -> dict[tuple[str, str], list[int]]:
