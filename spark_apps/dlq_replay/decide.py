@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pulsar_dlq_consumer.context import canonical_topic
+from pulsar_dlq_consumer.replay_lock import run_hash
 from spark_apps.dlq_replay import outcomes as oc
 from spark_apps.dlq_replay.arrow_util import each_id, group_ids, return_free_memory
 from spark_apps.dlq_replay.context_columns import ORIGIN_CONFLICT, UNDECODABLE
@@ -457,10 +458,6 @@ def decide_tasks(
             yield decide_batch(batch, playbook, settings, sequencer, columns)
 
     return snapshot.sparkSession.range(n, numPartitions=n), each_id(run)
-
-
-def run_hash(run_id: str) -> str:
-    return hashlib.sha256(run_id.encode("utf-8")).hexdigest()[:12]
 
 
 class ProducerSequencer:
