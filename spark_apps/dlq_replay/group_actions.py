@@ -52,15 +52,10 @@ def parse_group_actions(value: str) -> dict[str, str]:
     if not isinstance(data, dict):
         kind = type(data).__name__
         raise ReplayConfigError(f"{where} must be a JSON object of signature -> action; got {kind}")
-    for signature, action in data.items():  # JSON object keys are strings
+    for signature in data:  # JSON object keys are strings; the options check the actions
         if not _SIGNATURE.fullmatch(str(signature)):
             raise ReplayConfigError(
                 f"{where}: {shown(signature)} is not an error signature (copy them from a report's groups)"
-            )
-        if action not in GROUP_ACTIONS:
-            raise ReplayConfigError(
-                f"{where}: action {shown(action)} of signature {shown(signature)} must be one of "
-                f"{', '.join(GROUP_ACTIONS)}"
             )
     return dict(data)
 

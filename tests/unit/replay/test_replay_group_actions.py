@@ -46,7 +46,6 @@ def test_parse_inline_and_file(tmp_path):
     [
         ("not json", "not valid JSON"),
         ('["a"]', "must be a JSON object"),
-        ('{"a": "republish"}', "must be one of replay, archive, leave"),
         ('{"bad sig!": "replay"}', "is not an error signature"),
         ("@/nonexistent/actions.json", "cannot be read"),
     ],
@@ -67,6 +66,8 @@ def test_cli_options_and_fingerprint():
     assert "group_actions" not in parse_options(BASE).fingerprint_options("d")
     with pytest.raises(ReplayConfigError, match="earlier run"):
         parse_options([*BASE, "--window-from", "r2"])
+    with pytest.raises(ReplayConfigError, match="must each be one of replay, archive, leave"):
+        parse_options([*BASE, "--group-actions", '{"a": "republish"}'])
 
 
 def test_decide_override_acts_only_on_the_approved_action():
