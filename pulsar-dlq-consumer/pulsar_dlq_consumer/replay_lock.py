@@ -32,6 +32,11 @@ def lease_topic(dlq_topic: str) -> str:
     return f"{namespace}/dlq-replay-lease-{digest}"
 
 
+def run_hash(run_id: str) -> str:
+    """The short hash of a run id that names the run's producers and lease consumers."""
+    return hashlib.sha256(run_id.encode("utf-8")).hexdigest()[:12]
+
+
 def lock_generation(name: str) -> int | None:
     """The generation of an output lock file's name, ``None`` for any other file."""
     tail = name[len(LOCK_PREFIX) :] if name.startswith(LOCK_PREFIX) else ""

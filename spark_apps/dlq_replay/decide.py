@@ -14,6 +14,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pulsar_dlq_consumer.context import canonical_topic
+from pulsar_dlq_consumer.replay_lock import run_hash
 from spark_apps.dlq_replay import outcomes as oc
 from spark_apps.dlq_replay.arrow_util import each_id, group_ids, return_free_memory
 from spark_apps.dlq_replay.context_columns import ORIGIN_CONFLICT, UNDECODABLE
@@ -41,7 +43,6 @@ from spark_apps.dlq_replay.scope import (
     scope_marks,
 )
 from spark_apps.dlq_replay.task_parquet import Marks, bucket_batches, read_frame, row_group_units, write_frame
-from spark_apps.dlq_replay.topics import TopicMatcher, republish_target
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -50,6 +51,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
     from spark_apps.dlq_replay.run_context import Run
+    from spark_apps.dlq_replay.topics import TopicMatcher
 
 
 @dataclass(frozen=True)
@@ -211,7 +213,8 @@ def _decide_republish(row: _Row, rule: Any, count: int, origin: str | None, sett
     if settings.mode == oc.ARCHIVE_ONLY:
         row.outcome, row.outcome_reason = oc.SKIPPED, "republish is disabled in archive-only mode"
         return
-    row.target_topic = target = republish_target(origin)
+    # The partitioned topic, not one partition, so the producer routes by key again.
+    row.target_topic = target = canonical_topic(origin)
     if not origin:
         refused = "the error context names no origin topic"
     elif target is None:
@@ -455,10 +458,6 @@ def decide_tasks(
             yield decide_batch(batch, playbook, settings, sequencer, columns)
 
     return snapshot.sparkSession.range(n, numPartitions=n), each_id(run)
-
-
-def run_hash(run_id: str) -> str:
-    return hashlib.sha256(run_id.encode("utf-8")).hexdigest()[:12]
 
 
 class ProducerSequencer:

@@ -9,7 +9,6 @@ message-less topic, granted to one process at a time. Losing either interrupts t
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import os
 import socket
@@ -27,6 +26,7 @@ from pulsar_dlq_consumer.replay_lock import (
     lease_topic,
     lock_generation,
     process_start,
+    run_hash,
     utc_iso,
 )
 from spark_apps.dlq_replay.errors import LockLostError, ReplayConfigError, RunLockedError
@@ -160,7 +160,7 @@ class SubscriptionLease:
             logger=client_logger(),
             **client_auth_kwargs(self.conf, operation_timeout_seconds=LEASE_TIMEOUT_S),
         )
-        name = f"dlq-replay-lease-{hashlib.sha256(self.run_id.encode()).hexdigest()[:12]}-{os.getpid()}"
+        name = f"dlq-replay-lease-{run_hash(self.run_id)}-{os.getpid()}"
         self._properties = {
             "run_id": self.run_id,
             "subscription": self.subscription,

@@ -37,8 +37,7 @@ def run_plan(run: Run) -> tuple[list[PartitionWindow], datetime]:
         started = time.monotonic()
         settled: list[dict[str, Any]] = []
         if opts.window_from:  # the window a reviewer saw (docs/approval.md)
-            earlier = RunPaths(opts.output_dir, opts.window_from).plan
-            reused = reuse_window(run.storage, earlier, opts.window_from, opts.topics, opts.subscription)
+            reused = reuse_window(opts)
             reason = f"the window of the reviewed run {opts.window_from}"
             frozen = FrozenWindows(reused, read_mode_of(reused), reason)
         else:

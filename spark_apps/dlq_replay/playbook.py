@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from pulsar_dlq_consumer.conventions import ORIGIN_TOPIC_KEYS, ContextFormat
+from pulsar_dlq_consumer.topics import qualify_topic
 from spark_apps.dlq_replay import outcomes
 from spark_apps.dlq_replay.errors import PlaybookError, ReplayConfigError
-from spark_apps.dlq_replay.topics import TopicMatcher, qualify_topic
+from spark_apps.dlq_replay.topics import TopicMatcher
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Mapping

@@ -18,7 +18,7 @@ from spark_apps.dlq_replay.fixes import load_fix
 from spark_apps.dlq_replay.group_actions import reuse_window
 from spark_apps.dlq_replay.lock import check_guard
 from spark_apps.dlq_replay.playbook import Playbook, load_playbook
-from spark_apps.dlq_replay.run_context import RunPaths, run_dir_name
+from spark_apps.dlq_replay.run_context import run_dir_name
 from spark_apps.dlq_replay.session import add_pyfile
 from spark_apps.dlq_replay.storage import RunStorage, check_root, join, local_path, qualify_root
 
@@ -141,8 +141,7 @@ def check_local(options: ReplayOptions) -> Playbook:
     check_guard(options.output_dir, options.subscription_lease)
     check_output_dir(options.output_dir, join("runs", run_dir_name(options.run_id)))
     if options.window_from:  # the reviewed run's plan: same topics and subscription
-        earlier = RunPaths(options.output_dir, options.window_from).plan
-        reuse_window(RunStorage(), earlier, options.window_from, options.topics, options.subscription)
+        reuse_window(options)
     return playbook
 
 

@@ -21,7 +21,7 @@ from spark_apps.dlq_replay import storage
 from spark_apps.dlq_replay.arrow_util import each_id
 from spark_apps.dlq_replay.canary import HALTED_REASON, halted_groups
 from spark_apps.dlq_replay.commit import EntryFinals
-from spark_apps.dlq_replay.report_parts import REP_COLUMNS, BucketParts, clear_parts
+from spark_apps.dlq_replay.report_parts import REP_COLUMNS, BucketParts
 from spark_apps.dlq_replay.schemas import LEDGER_SCHEMA, arrow_schema
 from spark_apps.dlq_replay.task_parquet import SUCCESS, part_file, partition_folder, row_tally, write_in_tasks
 
@@ -154,8 +154,8 @@ class RecordTask:
 
 def record_in_tasks(spark: SparkSession, task: RecordTask, buckets: int, staged_path: str) -> int:
     """Write the ledger rows of every decisions file to ``staged_path``, one task per bucket; the rows."""
-    clear_parts(task.parts_dir)
-    storage.delete(task.commit_dir)  # every bucket writes its counts again
+    storage.delete(task.parts_dir)  # every bucket writes its parts and counts again
+    storage.delete(task.commit_dir)
     storage.make_dirs(task.commit_dir)
     frame = spark.range(buckets, numPartitions=buckets)
     tallies = write_in_tasks(

@@ -174,13 +174,6 @@ class BucketParts:
                 write_table(merge(kind, tables), part_file(join(self.folder, kind), self.bucket))
 
 
-def clear_parts(folder: str) -> None:
-    """Delete an earlier attempt's parts (every bucket writes its parts again; writing makes the folders)."""
-    from spark_apps.dlq_replay.storage import delete
-
-    delete(folder)
-
-
 @dataclass(frozen=True)
 class ReportParts:
     """The buckets' parts merged, as :func:`read_parts` returns them."""

@@ -45,7 +45,7 @@ def run_snapshot(run: Run, windows: list[PartitionWindow]) -> DataFrame:
             "parallelism": str(parallelism),
             "idle.timeout.ms": str(run.options.idle_timeout_ms),
         }
-        frame, read_task, _, _ = read_tasks(run.spark, source_options, mark_entries=True)
+        frame, read_task, _ = read_tasks(run.spark, source_options, mark_entries=True)
         with_identities = run.options.max_messages is None
         run.progress.count_files(run.paths.snapshot)
         sides = [task_parquet.SideOutput(run.paths.snapshot_entries, SNAPSHOT_ENTRIES_SCHEMA, entry_rows)]

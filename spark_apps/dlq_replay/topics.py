@@ -1,22 +1,12 @@
-"""The origin allowlist and where a replayed message goes (origin topics come from untrusted message
-properties); what a topic name is, is the library's rule (:mod:`pulsar_dlq_consumer.topics`)."""
+"""The origin allowlist (origin topics come from untrusted message properties); what a topic name is and
+where a replayed message goes are the library's rules (``pulsar_dlq_consumer.context.canonical_topic``)."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 
-from pulsar_dlq_consumer.context import base_topic
-from pulsar_dlq_consumer.topics import qualify_topic
 from spark_apps.dlq_replay.errors import ReplayConfigError
-
-
-def republish_target(origin_topic: str | None) -> str | None:
-    """The topic a replayed message is sent to: the qualified origin without a ``-partition-N`` suffix
-    (the partitioned topic, not one partition, so the producer routes by key again)."""
-    qualified = qualify_topic(origin_topic)
-    return base_topic(qualified) if qualified else None
-
 
 _GLOB_TOKEN = re.compile(r"\*\*|\*|\?|[^*?]+")
 #: A topic glob's tokens: ``*`` = any characters except ``/``, ``**`` = any characters, ``?`` = one.

@@ -8,6 +8,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from pulsar_dlq_consumer.admin import ClientCredentials, OAuth2Error, admin_path, fetch, ssl_context
+from pulsar_dlq_consumer.topics import qualify_topic
 from spark_apps.dlq_replay.pulsar_io.errors import PulsarConfigError, PulsarIOError
 from spark_apps.dlq_replay.redaction import safe_url
 
@@ -31,11 +32,10 @@ class AdminNotFound(AdminUnavailable):
 
 def topic_path(topic: str) -> str:
     """``persistent://t/ns/name`` -> ``/admin/v2/persistent/t/ns/name`` (each part URL-quoted)."""
-    scheme, sep, rest = topic.partition("://")
-    parts = rest.split("/")
-    if not sep or scheme not in ("persistent", "non-persistent") or len(parts) != 3 or not all(parts):
+    full = qualify_topic(topic)
+    if full is None:
         raise PulsarConfigError(f"invalid topic {topic!r}: expected persistent://<tenant>/<namespace>/<name>")
-    return admin_path(topic)
+    return admin_path(full)
 
 
 def _not_found(url: str, body: bytes) -> AdminUnavailable:

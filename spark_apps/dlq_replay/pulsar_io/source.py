@@ -370,14 +370,14 @@ _registered: weakref.WeakSet[SparkSession] = weakref.WeakSet()
 
 def read_in_tasks(spark: SparkSession, options: Mapping[str, str], mark_entries: bool = False) -> DataFrame:
     """The rows of ``spark.read.format("pulsar")``, read by the tasks of :func:`read_tasks`."""
-    frame, read, schema, _ = read_tasks(spark, options, mark_entries)
+    frame, read, schema = read_tasks(spark, options, mark_entries)
     return frame.mapInArrow(read, schema)
 
 
 def read_tasks(
     spark: SparkSession, options: Mapping[str, str], mark_entries: bool = False
-) -> tuple[DataFrame, Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]], str, int]:
-    """``(input frame, task function, output schema DDL, tasks)``: task i of a ``mapInArrow`` over
+) -> tuple[DataFrame, Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]], str]:
+    """``(input frame, task function, output schema DDL)``: task i of a ``mapInArrow`` over
     ``spark.range`` reads input partition i, planned here in the driver (no Python planner process)."""
     reader = PulsarDataSourceReader(options, ddl_struct(SOURCE_SCHEMA))
     parts = reader.partitions()
@@ -388,7 +388,7 @@ def read_tasks(
                 yield from reader.read(parts[index], mark_entries)
 
     schema = SOURCE_SCHEMA + (f", {ENTRY_FIRST} boolean" if mark_entries else "")
-    return spark.range(len(parts), numPartitions=len(parts)), read, schema, len(parts)
+    return spark.range(len(parts), numPartitions=len(parts)), read, schema
 
 
 def register(spark: SparkSession) -> None:

@@ -268,7 +268,8 @@ def test_payload_off_by_rule_topic_and_run_default():
 
 
 def test_sequencer_numbers_sends_per_target_across_batches():
-    from spark_apps.dlq_replay.decide import ProducerSequencer, run_hash
+    from pulsar_dlq_consumer.replay_lock import run_hash
+    from spark_apps.dlq_replay.decide import ProducerSequencer
 
     pb = parse_playbook(PLAYBOOK)
     settings = DecideSettings("run-9", oc.REPLAY, allowlist=TopicMatcher.parse(["orders", "payments"]))

@@ -18,6 +18,8 @@ from spark_apps.dlq_replay.group_actions import (
 )
 from spark_apps.dlq_replay.playbook import parse_playbook
 from spark_apps.dlq_replay.pulsar_io.window import PartitionWindow, windows_to_json
+from spark_apps.dlq_replay.run_context import RunPaths
+from spark_apps.dlq_replay.storage import RunStorage
 from spark_apps.dlq_replay.topics import TopicMatcher
 
 BASE = ["--run-id", "r2", "--service-url", "pulsar://x:6650", "--topics", "a-DLQ", "--output-dir", "/o"]
@@ -44,7 +46,6 @@ def test_parse_inline_and_file(tmp_path):
     [
         ("not json", "not valid JSON"),
         ('["a"]', "must be a JSON object"),
-        ('{"a": "republish"}', "must be one of replay, archive, leave"),
         ('{"bad sig!": "replay"}', "is not an error signature"),
         ("@/nonexistent/actions.json", "cannot be read"),
     ],
@@ -65,6 +66,8 @@ def test_cli_options_and_fingerprint():
     assert "group_actions" not in parse_options(BASE).fingerprint_options("d")
     with pytest.raises(ReplayConfigError, match="earlier run"):
         parse_options([*BASE, "--window-from", "r2"])
+    with pytest.raises(ReplayConfigError, match="must each be one of replay, archive, leave"):
+        parse_options([*BASE, "--group-actions", '{"a": "republish"}'])
 
 
 def test_decide_override_acts_only_on_the_approved_action():
@@ -96,23 +99,17 @@ def test_decide_override_acts_only_on_the_approved_action():
     assert dict(out["k2"]["out_properties"])["REPLAY_RUN_ID"] == "r"
 
 
-class _Storage:
-    def __init__(self, files: dict[str, str]) -> None:
-        self.files = files
-
-    def read_text(self, path: str) -> str | None:
-        return self.files.get(path)
-
-
-def test_reuse_window_reads_the_reviewed_plan_and_refuses_other_topics():
+def test_reuse_window_reads_the_reviewed_plan_and_refuses_other_topics(tmp_path):
     window = [PartitionWindow("persistent://public/default/a-DLQ", -1, "1:2:-1:-1")]
     plan = {"topics": ["a-DLQ"], "subscription": "dlq-replayer", "window": windows_to_json(window)}
-    storage = _Storage({"/o/runs/dry-1/plan.json": json.dumps(plan)})
-    got = reuse_window(
-        storage, "/o/runs/dry-1/plan.json", "dry-1", ("persistent://public/default/a-DLQ",), "dlq-replayer"
-    )
-    assert got == window
+    RunStorage().write_text(RunPaths(str(tmp_path), "dry-1").plan, json.dumps(plan))
+    args = ["--run-id", "r2", "--service-url", "pulsar://x:6650", "--output-dir", str(tmp_path)]
+
+    def reuse(topics: str, window_from: str) -> list[PartitionWindow]:
+        return reuse_window(parse_options([*args, "--topics", topics, "--window-from", window_from]))
+
+    assert reuse("persistent://public/default/a-DLQ", "dry-1") == window
     with pytest.raises(ReplayConfigError, match="Use the same --topics"):
-        reuse_window(storage, "/o/runs/dry-1/plan.json", "dry-1", ("b-DLQ",), "dlq-replayer")
+        reuse("b-DLQ", "dry-1")
     with pytest.raises(ReplayConfigError, match="does not exist"):
-        reuse_window(storage, "/o/runs/nope/plan.json", "nope", ("a-DLQ",), "dlq-replayer")
+        reuse("a-DLQ", "nope")

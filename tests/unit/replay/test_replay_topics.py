@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from pulsar_dlq_consumer.context import canonical_topic
+from pulsar_dlq_consumer.topics import qualify_topic
 from spark_apps.dlq_replay.errors import ReplayConfigError
-from spark_apps.dlq_replay.topics import TopicMatcher, qualify_topic, republish_target
+from spark_apps.dlq_replay.topics import TopicMatcher
 
 
 @pytest.mark.parametrize(
@@ -28,9 +30,9 @@ def test_qualify_topic(topic, qualified):
 
 
 def test_republish_target_strips_the_partition_suffix():
-    assert republish_target("orders-partition-2") == "persistent://public/default/orders"
-    assert republish_target(None) is None
-    assert republish_target("bad topic") is None
+    assert canonical_topic("orders-partition-2") == "persistent://public/default/orders"
+    assert canonical_topic(None) is None
+    assert canonical_topic("bad topic") is None
 
 
 def test_globs_and_regexes():

@@ -13,13 +13,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from spark_apps.dlq_replay import outcomes as oc
-from spark_apps.dlq_replay import report_parts
+from spark_apps.dlq_replay import report_parts, storage
 from spark_apps.dlq_replay.report_parts import (
     COMBO_KEYS,
     REP_COLUMNS,
     SAMPLE_IDS,
     BucketParts,
-    clear_parts,
     first_k,
     iso,
     read_parts,
@@ -117,7 +116,7 @@ def test_parts_of_two_buckets_merge_into_sparks_aggregates(tmp_path, monkeypatch
     monkeypatch.setattr(report_parts, "MERGE_EVERY", 3)
     rng = random.Random(5)
     folder = str(tmp_path / "parts")
-    clear_parts(folder)
+    storage.delete(folder)
     everything = []
     for bucket in (0, 1):
         rows = _rows(bucket, 60, rng)
@@ -163,15 +162,15 @@ def test_parts_of_two_buckets_merge_into_sparks_aggregates(tmp_path, monkeypatch
             assert rep["error_message"] == (None if message is None else message[:500])
 
 
-def test_clear_parts_drops_an_earlier_attempts_parts(tmp_path):
+def test_deleting_the_folder_drops_an_earlier_attempts_parts(tmp_path):
     folder = str(tmp_path / "parts")
-    clear_parts(folder)
+    storage.delete(folder)
     parts = BucketParts(3, folder)
     rows = _rows(3, 5, random.Random(1))
     parts.add(_batch(rows, LEDGER_COLUMNS), _batch(rows, REP_COLUMNS))
     parts.write()
     assert sum(c["n"] for c in read_parts(folder).combos) == 5
-    clear_parts(folder)
+    storage.delete(folder)
     empty = read_parts(folder)
     assert (empty.combos, empty.samples, empty.reps) == ([], {}, [])
 
@@ -233,7 +232,7 @@ def test_sample_errors_from_the_parts_and_one_counting_pass(tmp_path, monkeypatc
     monkeypatch.setattr(report_parts, "MERGE_EVERY", 3)
     rng = random.Random(11)
     folder, decisions = str(tmp_path / "parts"), tmp_path / "decisions"
-    clear_parts(folder)
+    storage.delete(folder)
     decisions.mkdir()
     everything = []
     for bucket in (0, 1):
