@@ -93,7 +93,7 @@ def _republish_in_waves(run: Run, decisions: DataFrame, to_send: int, around: Se
     size = int(progress["wave_size"])
     waves = last // size + 1
     for wave in range(waves):
-        run.check_lock()
+        run.lock.check()
         path = join(run.paths.republish_results, f"wave={wave}")
         if run.storage.exists(join(path, "_SUCCESS")):
             run.progress.count_files(path)  # its messages count as done

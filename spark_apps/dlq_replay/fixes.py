@@ -1,8 +1,5 @@
-"""Fixes: plain Python functions that turn a failed record into a fixed payload and properties.
-
-What a fix receives and returns, and which failures mark its record ``malformed`` or ``fix_failed`` (the
-batch goes on), is the contract of ``docs/playbook.md`` (Fixes); :func:`run_fix` enforces it.
-"""
+"""Fixes: plain Python functions that turn a failed record into a fixed payload and properties; their
+contract is ``docs/playbook.md`` (Fixes), which :func:`run_fix` enforces."""
 
 from __future__ import annotations
 
@@ -263,14 +260,11 @@ def _exit_call(error: SystemExit | FixExit) -> str:
 
 
 class _FixGuard:
-    """While fixes run, ``os._exit`` and ``os.abort`` (in ``os`` and ``posix``) raise :class:`FixExit`, a
-    SIGINT on the main thread raises :class:`WorkerInterrupt` (told from a fix's own ``KeyboardInterrupt``),
-    and a call (from :meth:`arm` until ``started`` is reset) older than ``seconds`` raises
-    :class:`FixTimeoutError` (SIGALRM on the main thread, where Spark runs Python UDFs; else no limit). A
-    forked child still exits for real; a fix that bound the real function before, signals its own process
-    or crashes in native code is not contained. The timer is set once per :func:`run_fix`, not per call
-    (two system calls per record cost as much as a small fix): when it fires, the handler raises, or sets
-    it again for the rest of the current call's time."""
+    """While fixes run (what is contained: ``docs/playbook.md``), ``os._exit`` and ``os.abort`` raise
+    :class:`FixExit`, a SIGINT :class:`WorkerInterrupt` and a call (from :meth:`arm` until ``started`` is
+    reset) older than ``seconds`` :class:`FixTimeoutError` (SIGALRM: on the main thread, where Spark runs
+    Python UDFs, only). The timer is set once per :func:`run_fix`, not per call (two system calls per
+    record cost as much as a small fix): when it fires, the handler raises or sets it again."""
 
     _lock = threading.Lock()
     _depth = 0

@@ -1,10 +1,5 @@
 """One replay at a time (``docs/reliability.md``): two runs at once would republish the same messages twice.
-
-The output lock ``<output>/locks/replay.lock.<generation>`` (local roots: it needs ``O_EXCL``) is valid
-:data:`LOCK_TTL_S` after its last heartbeat; an expired one, or one whose process on this host is gone,
-is taken over by creating the next generation. A lease per DLQ topic is an Exclusive consumer on a
-message-less topic, granted to one process at a time. Losing either interrupts the run's Spark jobs.
-"""
+A run holds the output directory lock and a lease per DLQ topic; losing either interrupts its Spark jobs."""
 
 from __future__ import annotations
 
@@ -69,7 +64,8 @@ def check_guard(output_root: str, subscription_lease: bool) -> None:
 
 
 class OutputLock:
-    """The lock on one output root (see the module docstring)."""
+    """``<output>/locks/replay.lock.<generation>`` (``O_EXCL``: local roots), valid :data:`LOCK_TTL_S` after
+    its last heartbeat; a stale one is taken over by creating the next generation."""
 
     def __init__(self, output_root: str, run_id: str, ttl_s: float = LOCK_TTL_S) -> None:
         self.output_root = output_root
@@ -141,7 +137,7 @@ class OutputLock:
 
 @dataclass(eq=False, repr=False)  # no repr: the conf holds credentials
 class SubscriptionLease:
-    """Exclusive consumers on the lease topics of the run's DLQ topics (see the module docstring)."""
+    """Exclusive consumers on the (message-less) lease topics of the run's DLQ topics."""
 
     conf: PulsarConf
     topics: tuple[str, ...]

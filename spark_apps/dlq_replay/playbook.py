@@ -1,8 +1,5 @@
-"""The playbook: ordered YAML rules from match conditions to an action (default: skip).
-
-Loading validates the whole file and every error names the file and the line of the bad value. The
-schema is documented in ``docs/playbook.md``. Matching is pure Python and runs on executors.
-"""
+"""The playbook (``docs/playbook.md``): ordered YAML rules from match conditions to an action (default:
+skip), validated whole, every error naming the file and line. Matching is pure Python (on executors)."""
 
 from __future__ import annotations
 
@@ -386,10 +383,8 @@ MATCH_CONDITIONS: dict[str, tuple[str, Callable[[yaml.Node, str], Any]]] = {
     "properties": ("properties", _properties),
 }
 
-#: Per rule key (but ``name``, ``action`` and ``match``): its parser and the actions it applies to
-#: (``None``: every action; ``description`` is free text the parser does not read).
+#: Per ``Rule`` field a rule may set: its parser and the actions it applies to (``None``: every action).
 _RULE_FIELDS: dict[str, tuple[Callable[[yaml.Node, str], Any], tuple[str, ...] | None]] = {
-    "description": (lambda node, what: None, None),
     "reason": (_string, None),
     "fix": (_fix, (outcomes.REPUBLISH,)),
     "fix_version": (_string, (outcomes.REPUBLISH,)),
@@ -397,7 +392,7 @@ _RULE_FIELDS: dict[str, tuple[Callable[[yaml.Node, str], Any], tuple[str, ...] |
     "fix_timeout_seconds": (_fix_timeout, (outcomes.REPUBLISH,)),
     "archive_payload": (_bool, (outcomes.ARCHIVE,)),
 }
-_RULE_KEYS = ("name", "match", "action", *_RULE_FIELDS)
+_RULE_KEYS = ("name", "match", "action", "description", *_RULE_FIELDS)  # description: free text, not read
 
 
 def _parse_rule(node: yaml.Node, index: int) -> Rule:
@@ -414,8 +409,7 @@ def _parse_rule(node: yaml.Node, index: int) -> Rule:
             continue
         if actions is not None and action not in actions:
             raise _Invalid(f"{what}: `{key}` does not apply to action {action!r}", _line(fields[key]))
-        if key != "description":
-            kwargs[key] = parse(fields[key], f"{what} {key}")
+        kwargs[key] = parse(fields[key], f"{what} {key}")
     if "fix_version" in kwargs and "fix" not in kwargs:
         raise _Invalid(f"{what}: `fix_version` without `fix`", _line(fields["fix_version"]))
     if "fix" in kwargs and "fix_version" not in kwargs:

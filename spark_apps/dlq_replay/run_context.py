@@ -166,13 +166,9 @@ class Run:
     def save(self) -> None:
         self.storage.write_text(self.paths.state, self.state.to_json())
 
-    def check_lock(self) -> None:
-        """Stop when another run took the lock or lease over."""
-        self.lock.check()
-
     def step(self, name: str) -> bool:
         """True when ``name`` must run now (logs the skip otherwise)."""
-        self.check_lock()
+        self.lock.check()  # stops when another run took the lock or lease over
         if self.state.is_complete(name):
             log.info("step %s: already complete in an earlier attempt, skipped", name)
             return False
@@ -184,7 +180,7 @@ class Run:
 
     def done(self, name: str, started: float, **info: Any) -> None:
         self.progress.stop()
-        self.check_lock()  # a step whose jobs were cancelled must not be recorded complete
+        self.lock.check()  # a step whose jobs were cancelled must not be recorded complete
         seconds = time.monotonic() - started
         self.state.mark_complete(name, seconds, **info)
         self.save()

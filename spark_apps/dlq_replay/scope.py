@@ -121,17 +121,9 @@ def scope_marks(
     repeated: set[str] | None = None,
 ) -> tuple[DataFrame, int]:
     """``(rows, count)``: ``topic, message_id_str`` and the mark of the snapshot rows the decide step must
-    not treat as new (persisted), computed on payload-free identity rows:
-
-    * ``already_final``: final in the ledger of an earlier run (``final_ids``);
-    * ``duplicate``: another copy of the same original is final in an earlier run, or is in this
-      snapshot and was published first (then DLQ topic, then message id: the same on resume);
-    * ``filtered``: not among ``reviewed_ids`` (the reviewed run's scope, ``--window-from``);
-    * ``chosen``: among the first ``max_messages`` of the rest that pass the filters.
-
-    With ``repeated`` known (:func:`repeated_ids`), only those replay ids are ranked, and a snapshot
-    without copies, earlier final rows or a reviewed scope has no marks (no Spark job).
-    """
+    not treat as new (persisted), from payload-free identity rows: ``already_final`` (in ``final_ids``),
+    ``duplicate`` (``docs/reliability.md``), ``filtered`` (not in ``reviewed_ids``) or ``chosen`` (among
+    the first ``max_messages``). With ``repeated`` known (:func:`repeated_ids`), only those are ranked."""
     if identities is not None and filters.max_messages is None:
         ids = identities
     else:
@@ -199,9 +191,7 @@ _REPEATED_SCHEMA = ddl_struct(f"{_RID} string, more boolean")
 
 def repeated_ids(spark: SparkSession, identities_dir: str, tasks: int) -> set[str] | None:
     """The replay ids more than one identity row (written at ``identities_dir``) carries, ``None`` when more
-    than :data:`REPEATED_LIMIT`: Python task ``k`` of ``tasks`` counts the ids whose 64-bit hash is ``k``
-    modulo ``tasks`` (8 bytes each), then exactly those of the hashes seen twice; no shuffle, nothing per row
-    in the JVM or the driver."""
+    than :data:`REPEATED_LIMIT`; ``tasks`` Python tasks each count a share of the ids' hashes, no shuffle."""
     task = _RepeatedIds(identities_dir, max(1, tasks), REPEATED_LIMIT)
     rows = in_tasks(spark, lambda share: [task.repeated(share)], task.tasks, _REPEATED_SCHEMA).to_pylist()
     if any(row["more"] for row in rows):

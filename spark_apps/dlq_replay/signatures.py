@@ -1,9 +1,5 @@
-"""Error signatures and replay ids.
-
-A signature is a stable id per kind of failure: error class, message template (what varies between two
-failures of one kind masked), origin topic and failure reason (so a retry topic's exhausted messages and a
-redelivery policy's never share a group). A replay id (``REPLAY_ID``) names the *original* message.
-"""
+"""Error signatures (one per kind of failure; with the failure reason, so a retry topic's exhausted
+messages and a redelivery policy's never share a group) and replay ids (``REPLAY_ID``: the original's)."""
 
 from __future__ import annotations
 

@@ -57,6 +57,4 @@ class TopicMatcher:
 
     def matches(self, topic: str | None) -> bool:
         """True if the qualified ``topic`` fully matches one of the patterns."""
-        if not topic:
-            return False
-        return any(p.fullmatch(topic) for p in self.compiled)
+        return bool(topic) and any(p.fullmatch(topic) for p in self.compiled)
