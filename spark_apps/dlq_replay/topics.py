@@ -57,4 +57,4 @@ class TopicMatcher:
 
     def matches(self, topic: str | None) -> bool:
         """True if the qualified ``topic`` fully matches one of the patterns."""
-        return bool(topic) and any(p.fullmatch(topic) for p in self.compiled)
+        return bool(topic and any(p.fullmatch(topic) for p in self.compiled))
