@@ -41,7 +41,6 @@ def run_apply(run: Run, decisions: DataFrame, planned_at: datetime) -> None:
             publish_staged(run.paths.archive_staged, run.paths.archive, date, run.options.run_id)
             progress["archive_written"] = True
             run.save()
-            log.info("step apply: archive written to %s", run.paths.archive)
         published = failed = 0
         if to_send:
             around: SendFilter | None = None

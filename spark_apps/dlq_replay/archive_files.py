@@ -73,5 +73,5 @@ def publish_staged(staged: str, archive_root: str, date: str, run_id: str) -> in
     topics = [name for name in list_names(staged) if name.startswith("dlq_topic=")]  # not _SUCCESS
     for name in topics:
         move_tree(join(staged, name), join(archive_root, name, tail))  # this run's partition
-    log.info("step apply: %d archive partition(s) moved from %s", len(topics), staged)
+    log.info("step apply: %d archive partition(s) moved from %s to %s", len(topics), staged, archive_root)
     return len(topics)

@@ -75,7 +75,7 @@ def check_files(options: ReplayOptions) -> None:
         data = _read_head(options.oauth2_credentials_file, "--oauth2-credentials-file")
         try:
             parsed = json.loads(data.decode("utf-8")) if len(data) <= MAX_TOKEN_FILE_BYTES else None
-        except (UnicodeDecodeError, ValueError):
+        except ValueError:  # UnicodeDecodeError and JSONDecodeError too
             parsed = None
         if not isinstance(parsed, dict) or not parsed.get("client_id") or not parsed.get("client_secret"):
             raise ReplayConfigError(
