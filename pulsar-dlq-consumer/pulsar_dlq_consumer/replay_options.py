@@ -69,10 +69,9 @@ def check_run_id(run_id: object, option: str = "--run-id") -> str:
     return run_id
 
 
-def check_mode(mode: object) -> str:
+def check_mode(mode: object) -> None:
     if mode not in MODES:
         raise ReplayOptionsError(f"--mode must be one of {', '.join(MODES)}; got {mode!r}")
-    return str(mode)
 
 
 def parse_time(value: str, option: str) -> datetime:
