@@ -282,10 +282,8 @@ class DlqConsumer:
         properties: Properties = None,
         error: Failure = None,
     ) -> pulsar.MessageId:
-        """Redeliver ``msg`` later through the retry topic, then ack it; returns the id written. Give
-        ``delay`` (1 s to 864,000 s), ``level`` (1-based, or ``"increment"``) or neither (the policy's
-        default); ``properties`` are added (standard keys win). Past ``max_reconsumes`` it goes to the DLQ.
-        Raises ``RetryNotConfiguredError``, ``InvalidDelayError`` (before sending) or ``PublishError``."""
+        """Redeliver ``msg`` later through the retry topic, then ack it; returns the id written. ``delay``
+        (seconds or a timedelta) or ``level`` (1-based, or ``"increment"``); neither: the policy's default."""
         return self._reconsume(msg, delay, level, properties, error, wait=True).result()
 
     def reconsume_later_async(

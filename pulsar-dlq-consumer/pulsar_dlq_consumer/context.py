@@ -275,7 +275,7 @@ def resolve_claims(claims: tuple[OriginClaim, ...], precedence: Sequence[str]) -
 def canonical_message_id(message_id: str | None) -> str | None:
     """A message id in one spelling, ``ledger:entry:partition:batch`` (batch -1 when absent), whichever
     client wrote it; Kafka ``partition:offset`` stays; anything else gives ``None``."""
-    if not message_id or not isinstance(message_id, str) or not _MESSAGE_ID.fullmatch(message_id.strip()):
+    if not isinstance(message_id, str) or not _MESSAGE_ID.fullmatch(message_id.strip()):
         return None
     parts = _ID_PART.findall(message_id)
     if len(parts) == 3:
