@@ -98,12 +98,8 @@ class _Scheduler:
 
 
 class DlqConsumer:
-    """Consume a topic with Term, retry topics, nack backoff and DLQ error context (names as in ``pulsar``).
-
-    Without ``dead_letter_policy`` ``term`` raises and nacks retry forever; ``retry_policy`` (which needs
-    one) enables ``reconsume_later``. ``nack_precision_ms`` is the underlying consumer's fixed nack delay
-    (added to every backoff delay); ``send_timeout_s`` how long a copy's confirmation is awaited.
-    """
+    """Consume a topic with Term, retry topics, nack backoff and DLQ error context (names as in ``pulsar``;
+    docs/consumer-library.md); ``send_timeout_s``: how long a copy's confirmation is awaited."""
 
     def __init__(
         self,
@@ -158,12 +154,11 @@ class DlqConsumer:
             "negative_ack_redelivery_delay_ms": nack_precision_ms,
             **subscribe_options,
         }
-        self._inbox: queue.Queue[Any] | None = None
+        # With retry, two single-topic consumers feed one bounded inbox (pulsar-client's multi-topic consumer
+        # logs payloads); the listener blocks while the inbox is full.
+        self._inbox: queue.Queue[Any] = queue.Queue(maxsize=int(options.get("receiver_queue_size", 1000)))
         self._retry_consumer: Any = None
         if self.retry_topic is not None:
-            # Two single-topic consumers feed one bounded inbox (pulsar-client's multi-topic consumer logs
-            # payloads); the listener blocks while the inbox is full.
-            self._inbox = queue.Queue(maxsize=int(options.get("receiver_queue_size", 1000)))
             options["message_listener"] = self._listen
         self._consumer = client.subscribe(self._topic, subscription_name, **options)
         if self.retry_topic is not None:
@@ -177,7 +172,6 @@ class DlqConsumer:
 
     def _listen(self, consumer: Any, msg: Any) -> None:
         """Put ``msg`` in the inbox (listener thread); once closed it stays unacked for redelivery."""
-        assert self._inbox is not None
         while not self._closed:
             with contextlib.suppress(queue.Full):
                 self._inbox.put(msg, timeout=0.2)
@@ -218,7 +212,7 @@ class DlqConsumer:
         deadline = None if timeout_millis is None else time.monotonic() + timeout_millis / 1000
         while True:
             remaining = None if deadline is None else max(0, int((deadline - time.monotonic()) * 1000))
-            msg = self._consumer.receive(remaining) if self._inbox is None else self._take(remaining)
+            msg = self._consumer.receive(remaining) if self._retry_consumer is None else self._take(remaining)
             policy = self.dead_letter_policy
             if policy is None or msg.redelivery_count() <= policy.max_redeliver_count:
                 return msg
@@ -226,7 +220,6 @@ class DlqConsumer:
 
     def _take(self, timeout_millis: int | None) -> pulsar.Message:
         """The next message of the inbox; without a timeout, wait until one arrives or the consumer closes."""
-        assert self._inbox is not None
         try:
             while timeout_millis is None:
                 with contextlib.suppress(queue.Empty):
@@ -289,10 +282,8 @@ class DlqConsumer:
         properties: Properties = None,
         error: Failure = None,
     ) -> pulsar.MessageId:
-        """Redeliver ``msg`` later through the retry topic, then ack it; returns the id written. Give
-        ``delay`` (1 s to 864,000 s), ``level`` (1-based, or ``"increment"``) or neither (the policy's
-        default); ``properties`` are added (standard keys win). Past ``max_reconsumes`` it goes to the DLQ.
-        Raises ``RetryNotConfiguredError``, ``InvalidDelayError`` (before sending) or ``PublishError``."""
+        """Redeliver ``msg`` later through the retry topic, then ack it; returns the id written. ``delay``
+        (seconds or a timedelta) or ``level`` (1-based, or ``"increment"``); neither: the policy's default."""
         return self._reconsume(msg, delay, level, properties, error, wait=True).result()
 
     def reconsume_later_async(

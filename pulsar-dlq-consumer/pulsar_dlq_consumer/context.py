@@ -49,9 +49,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class ErrorContext:
-    """The one error-context schema every part of the project reads a DLQ message into: ``origin_message_id``
-    is a Pulsar message id or Kafka's ``"<partition>:<offset>"``, ``delivery_count`` counts deliveries on the
-    origin subscription (first = 1), ``failed_at`` is epoch milliseconds."""
+    """The one error-context schema every part of the project reads a DLQ message into."""
 
     dlq_topic: str | None
     dlq_message_id: str | None
@@ -192,9 +190,7 @@ def parse_error_context(
     dlq_message_id: str | None = None,
     redelivery_count: int | None = None,
 ) -> ErrorContext:
-    """Normalise the properties of a DLQ (or retry) message into an :class:`ErrorContext`; never raises
-    (junk: ``None``, unknown reason: ``"unknown"``, no convention: ``"none"``). ``redelivery_count`` (the
-    origin subscription's) gives ``delivery_count`` when the properties carry none."""
+    """The :class:`ErrorContext` of a DLQ (or retry) message's properties (never raises)."""
     return ErrorContext(
         *error_context_values(
             properties, dlq_topic=dlq_topic, dlq_message_id=dlq_message_id, redelivery_count=redelivery_count
@@ -279,7 +275,7 @@ def resolve_claims(claims: tuple[OriginClaim, ...], precedence: Sequence[str]) -
 def canonical_message_id(message_id: str | None) -> str | None:
     """A message id in one spelling, ``ledger:entry:partition:batch`` (batch -1 when absent), whichever
     client wrote it; Kafka ``partition:offset`` stays; anything else gives ``None``."""
-    if not message_id or not isinstance(message_id, str) or not _MESSAGE_ID.fullmatch(message_id.strip()):
+    if not isinstance(message_id, str) or not _MESSAGE_ID.fullmatch(message_id.strip()):
         return None
     parts = _ID_PART.findall(message_id)
     if len(parts) == 3:

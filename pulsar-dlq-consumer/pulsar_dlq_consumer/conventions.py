@@ -8,7 +8,7 @@ kernels (``context_columns.py``). A reader never raises.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, TypeAlias
 
@@ -277,11 +277,11 @@ class Convention:
     requires: frozenset[str] = frozenset()
     namespace: str = ""
     claim: Claim | None = None
-    keys: tuple[str, ...] = field(init=False)
 
-    def __post_init__(self) -> None:
+    @property
+    def keys(self) -> tuple[str, ...]:
         read = (key for reader in self.fields.values() for key in reader.keys)
-        object.__setattr__(self, "keys", tuple(dict.fromkeys((*sorted(self.markers), *self.requires, *read))))
+        return tuple(dict.fromkeys((*sorted(self.markers), *self.requires, *read)))
 
     def marks(self, key: str) -> bool:
         """Does ``key`` mark a message as written in this convention (with :attr:`requires`)?"""

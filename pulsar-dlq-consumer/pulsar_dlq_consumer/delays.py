@@ -23,7 +23,7 @@ _DURATION = re.compile(r"(?P<num>\d+(?:\.\d+)?)(?P<unit>ms|s|m|h|d)")
 
 def parse_duration(text: str) -> float:
     """Parse ``"500ms"``, ``"5s"``, ``"2m"``, ``"1h"`` or ``"1d"`` into seconds (or ``InvalidDelayError``)."""
-    match = _DURATION.fullmatch(text.strip()) if isinstance(text, str) else None
+    match = _DURATION.fullmatch(text.strip())
     if match is None:
         raise InvalidDelayError(
             f"cannot parse delay {text!r}: write a number and a unit (ms, s, m, h, d), e.g. '5s' or '2m'"

@@ -68,10 +68,7 @@ def check_count(name: str, value: int, minimum: int) -> None:
 
 @dataclass(frozen=True)
 class DeadLetterPolicy:
-    """Where and how failed messages are dead-lettered (first three arguments as in
-    ``pulsar.ConsumerDeadLetterPolicy``): after ``max_redeliver_count + 1`` deliveries, to
-    ``dead_letter_topic`` (default ``<topic>-<subscription>-DLQ``), on which ``initial_subscription_name`` is
-    created first so DLQ messages are retained. Without ``copy_payload`` the copy is empty, with a SHA-256."""
+    """Where and how failed messages are dead-lettered (the parameters: docs/consumer-library.md)."""
 
     max_redeliver_count: int = 16
     dead_letter_topic: str | None = None
@@ -95,10 +92,7 @@ class DeadLetterPolicy:
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """Retry through a retry topic with delayed delivery (Java ``enableRetry``/TDMQ ``reconsumeLater``):
-    ``max_reconsumes`` trips through ``topic`` (default ``<topic>-<subscription>-RETRY``) before the DLQ;
-    without ``delay`` or ``level=`` (of ``delay_levels``), retry ``n`` uses level ``n`` (``level_increment``)
-    or else ``default_delay``."""
+    """Retry through a retry topic with delayed delivery, as Java ``enableRetry``/TDMQ ``reconsumeLater``."""
 
     max_reconsumes: int = 16
     topic: str | None = None
@@ -154,10 +148,9 @@ def resolve_topics(
         named = dead_letter.dead_letter_topic
         dlq = normalize_topic(named) if named else f"{full}-{subscription}-DLQ"
         dead_letter.name_guard.check(dlq, role="DLQ")
-    if retry is not None:
-        assert dead_letter is not None
-        retry_topic = normalize_topic(retry.topic) if retry.topic else f"{full}-{subscription}-RETRY"
-        dead_letter.name_guard.check(retry_topic, role="retry")
+        if retry is not None:
+            retry_topic = normalize_topic(retry.topic) if retry.topic else f"{full}-{subscription}-RETRY"
+            dead_letter.name_guard.check(retry_topic, role="retry")
     names = [n for n in (full, dlq, retry_topic) if n is not None]
     if len(set(names)) != len(names):
         raise ConfigurationError(

@@ -68,10 +68,8 @@ def _check_classes(name: str, classes: Iterable[type[BaseException]]) -> tuple[t
 
 
 class MessageProcessor:
-    """Run ``handler(msg)`` for each message of a :class:`DlqConsumer` and settle it: a normal return
-    acks; an exception of a ``terminal`` class (or :class:`TerminalError`) terms, of a ``retryable`` one
-    (or :class:`RetryableError`) retries, first match wins; ``default`` (``nack``, ``retry`` or ``term``)
-    settles any other. A ``BaseException`` that is no ``Exception`` propagates, the message left unacked."""
+    """Run ``handler(msg)`` for each message of a :class:`DlqConsumer` and ack, term, retry or nack it by
+    the outcome (docs/consumer-library.md); a ``BaseException`` that is no ``Exception`` propagates."""
 
     def __init__(
         self,

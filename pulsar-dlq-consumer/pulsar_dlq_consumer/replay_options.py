@@ -69,10 +69,9 @@ def check_run_id(run_id: object, option: str = "--run-id") -> str:
     return run_id
 
 
-def check_mode(mode: object) -> str:
+def check_mode(mode: object) -> None:
     if mode not in MODES:
         raise ReplayOptionsError(f"--mode must be one of {', '.join(MODES)}; got {mode!r}")
-    return str(mode)
 
 
 def parse_time(value: str, option: str) -> datetime:
@@ -214,12 +213,11 @@ class ReplayOptions:
     def _check_selection(self) -> None:
         if bad := {k: v for k, v in (self.group_actions or {}).items() if v not in GROUP_ACTIONS}:
             raise ReplayOptionsError(f"--group-actions: {bad} must each be one of {', '.join(GROUP_ACTIONS)}")
-        for signature in self.signatures or ():
-            if not _SIGNATURE.fullmatch(signature):
-                raise ReplayOptionsError(
-                    "--signatures: a signature is 16 lower-case hex digits, as in the `signature` of a "
-                    "report group (e.g. 3f1c9a0b2d4e6f81)"
-                )
+        if not all(_SIGNATURE.fullmatch(signature) for signature in self.signatures or ()):
+            raise ReplayOptionsError(
+                "--signatures: a signature is 16 lower-case hex digits, as in the `signature` of a "
+                "report group (e.g. 3f1c9a0b2d4e6f81)"
+            )
         if self.error_class is not None and not self.error_class:
             raise ReplayOptionsError("--error-class must not be empty; give a class name such as ValueError")
         if self.since and self.until and self.since >= self.until:
