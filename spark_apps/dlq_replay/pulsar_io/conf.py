@@ -90,11 +90,9 @@ class PulsarConf:
     @classmethod
     def from_app_options(cls, options: Any) -> PulsarConf:
         """The conf of a replay run (``ReplayOptions``: service and admin URLs, token file, TLS, OAuth2)."""
-        names = [name for name in _OPTIONS if name not in ("token_file", "client_log_file")]
-        shared: dict[str, Any] = {name: getattr(options, name, None) for name in names}
-        return cls(
-            service_url=options.service_url, token_file=getattr(options, "auth_token_file", None), **shared
-        )
+        settings: dict[str, Any] = {name: getattr(options, name, None) for name in _OPTIONS}
+        settings["token_file"] = getattr(options, "auth_token_file", None)
+        return cls(service_url=options.service_url, **settings)
 
     def to_options(self) -> dict[str, str]:
         """Data-source options for this conf. Holds where the token is, never its value."""
