@@ -13,8 +13,6 @@ from spark_apps.dlq_replay.pulsar_io.errors import PulsarConfigError, PulsarIOEr
 from spark_apps.dlq_replay.redaction import safe_url
 
 if TYPE_CHECKING:
-    import ssl
-
     from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf
 
 log = logging.getLogger(__name__)
@@ -46,10 +44,9 @@ class PulsarAdmin:
             raise PulsarConfigError("no admin URL: set PulsarConf(admin_url=...) or the 'admin.url' option")
         self.base = conf.admin_url.rstrip("/")
         self.timeout_s = timeout_s
-        self._context: ssl.SSLContext | None = None
-        if self.base.startswith("https://") or conf.oauth2_issuer_url:
-            tls = (conf.tls_trust_certs_file, conf.tls_allow_insecure, conf.tls_cert_file, conf.tls_key_file)
-            self._context = ssl_context(*tls)
+        secure = self.base.startswith("https://") or conf.oauth2_issuer_url
+        tls = (conf.tls_trust_certs_file, conf.tls_allow_insecure, conf.tls_cert_file, conf.tls_key_file)
+        self._context = ssl_context(*tls) if secure else None
         oauth2 = conf.read_oauth2()
         self._token = None if oauth2 else conf.read_token()
         try:

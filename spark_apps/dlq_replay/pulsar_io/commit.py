@@ -349,11 +349,11 @@ class EntryCommitFn:
                 f"dlq_topic {topic!r} has no reader-mode window in this run (known: {sorted(self.windows)}); "
                 "commit only entries read from the run's frozen window"
             )
-        end = window.end_key
+        end = None if window.end_key is None else window.end_key[:2]
         ackable: dict[Position, int] = {}
         left = partial = 0
         for position, messages, final, size in entries:
-            if end is None or position > end[:2]:
+            if end is None or position > end:
                 raise WindowError(
                     f"entry {position} of {topic} lies beyond the window end {window.end_message_id}"
                 )
@@ -369,13 +369,10 @@ class EntryCommitFn:
         if todo:
             todo = self._ack(admin, window, todo)
         cursor, stats = self._cursor(admin, topic)
-        beyond = 0
-        last = stats.get("lastConfirmedEntry")
-        if last:  # pending entries that reached the partition after its window end (all, if it was empty)
-            after = None if end is None else end[:2]
-            beyond = count_entries(
-                pending_ranges(ledger_sizes(stats), cursor, parse_position(last), after=after)
-            )
+        beyond = 0  # pending entries after the window end (all of them if the window is empty)
+        if last := stats.get("lastConfirmedEntry"):
+            ranges = pending_ranges(ledger_sizes(stats), cursor, parse_position(last), after=end)
+            beyond = count_entries(ranges)
         unacked = sum(ackable[p] for p in todo)
         acked, entries_acked = sum(ackable.values()) - unacked, len(ackable) - len(todo)
         if unacked:

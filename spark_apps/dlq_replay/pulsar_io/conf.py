@@ -151,11 +151,9 @@ class PulsarConf:
         """The OAuth2 settings for :func:`create_client`, or ``None`` without an issuer URL."""
         if not self.oauth2_issuer_url:
             return None
-        settings: dict[str, str | None] = {
-            "issuer_url": self.oauth2_issuer_url,
-            "audience": self.oauth2_audience,
-            "scope": self.oauth2_scope,
-        }
+        settings: dict[str, str | None] = dict(
+            issuer_url=self.oauth2_issuer_url, audience=self.oauth2_audience, scope=self.oauth2_scope
+        )
         if self.oauth2_credentials_file:
             if not os.path.isfile(self.oauth2_credentials_file):
                 raise PulsarConfigError(
@@ -228,18 +226,14 @@ def get_client(conf: PulsarConf) -> Any:
     """This process's ``pulsar.Client`` for ``conf``, opened on first use and kept (Spark reuses workers)."""
     key = (os.getpid(), replace(conf, admin_url=None))  # the admin URL does not shape the client
     with _lock:
-        client = _clients.get(key)
-        if client is not None:
-            return client
-        import pulsar
+        if key not in _clients:
+            import pulsar
 
-        # A native logger: a Python one takes the GIL on the client's I/O threads, which log while they
-        # hold a producer's lock, so a task thread calling that producer with the GIL held would deadlock.
-        logger: Any = pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn)
-        if conf.client_log_file:
-            path = conf.client_log_file.replace("{pid}", str(key[0]))
-            logger = pulsar.FileLogger(pulsar.LoggerLevel.Warn, path)
-        client = create_client(conf.service_url, logger=logger, **client_auth_kwargs(conf))
-        # Clients inherited across fork() stay referenced and untouched: closing or destroying one hangs.
-        _clients[key] = client
-        return client
+            # A native logger: a Python one takes the GIL on the client's I/O threads, which log while they
+            # hold a producer's lock, so a task thread calling that producer with the GIL held would deadlock.
+            path = conf.client_log_file and conf.client_log_file.replace("{pid}", str(key[0]))
+            level = pulsar.LoggerLevel.Warn
+            logger = pulsar.FileLogger(level, path) if path else pulsar.ConsoleLogger(level)
+            # Clients inherited across fork() stay referenced and untouched: closing or destroying one hangs.
+            _clients[key] = create_client(conf.service_url, logger=logger, **client_auth_kwargs(conf))
+        return _clients[key]
