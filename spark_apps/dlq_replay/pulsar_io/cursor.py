@@ -154,9 +154,8 @@ def pending_ranges(
         i = bisect.bisect_left(his, (ledger, lo))
         while i < len(deleted) and deleted[i][0] < (ledger, hi):
             d_lo, d_hi = deleted[i]
-            acked_first = d_lo[1] + 1 if d_lo[0] == ledger else lo
-            acked_last = d_hi[1] if d_hi[0] == ledger else hi
-            acked_first, acked_last = max(acked_first, cursor_at), min(acked_last, hi)
+            acked_first = max(d_lo[1] + 1 if d_lo[0] == ledger else lo, cursor_at)
+            acked_last = min(d_hi[1], hi) if d_hi[0] == ledger else hi
             if acked_first <= acked_last:
                 if acked_first > cursor_at:
                     out.append(EntryRange(ledger, cursor_at, acked_first - 1, skipped))
@@ -180,9 +179,7 @@ def split_for_readers(
     """Split ordered pending ranges into at most ``readers`` contiguous shares of about equal entries,
     each of at least ``min_entries`` (a range may be cut in two)."""
     total = count_entries(ranges)
-    if total == 0:
-        return []
-    shares = max(1, min(int(readers), total // max(1, int(min_entries)) or 1))
+    shares = min(readers, total // min_entries or 1)
     target = -(-total // shares)  # ceil
     out: list[list[EntryRange]] = [[]]
     room = target
