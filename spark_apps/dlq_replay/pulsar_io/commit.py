@@ -254,10 +254,9 @@ class FinalIds:
         if i < 0:
             return self._others.first(ledger, entry, batch, id_str)
         self._hint = i + 1
-        if self._received[i]:
-            return False
+        first = not self._received[i]
         self._received[i] = 1
-        return True
+        return first
 
 
 class FinalEntries:
@@ -304,10 +303,9 @@ class FinalEntries:
         if slot is not None and max(batch, 0) < slot[1]:
             i = self.last_index = slot[0] + max(batch, 0)
             at = i - self._offset
-            if self._received[at]:
-                return False
+            first = not self._received[at]
             self._received[at] = 1
-            return True
+            return first
         seen = self._ids.first(ledger, entry, batch, id_str)
         self.last_index = self._ids.last_index
         return seen
