@@ -13,8 +13,6 @@ from spark_apps.dlq_replay.pulsar_io.errors import PulsarConfigError, PulsarIOEr
 from spark_apps.dlq_replay.redaction import safe_url
 
 if TYPE_CHECKING:
-    import ssl
-
     from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf
 
 log = logging.getLogger(__name__)
@@ -38,16 +36,6 @@ def topic_path(topic: str) -> str:
     return admin_path(full)
 
 
-def _not_found(url: str, body: bytes) -> AdminUnavailable:
-    try:
-        answer = json.loads(body or b"null")
-    except ValueError:
-        answer = None
-    if isinstance(answer, dict) and "reason" in answer:
-        return AdminNotFound(f"GET {url}: HTTP 404 ({str(answer['reason'])[:200]})")
-    return AdminUnavailable(f"GET {url}: HTTP 404")
-
-
 class PulsarAdmin:
     """Read-only admin REST calls for one :class:`~.conf.PulsarConf` (its ``admin_url`` must be set)."""
 
@@ -56,10 +44,9 @@ class PulsarAdmin:
             raise PulsarConfigError("no admin URL: set PulsarConf(admin_url=...) or the 'admin.url' option")
         self.base = conf.admin_url.rstrip("/")
         self.timeout_s = timeout_s
-        self._context: ssl.SSLContext | None = None
-        if self.base.startswith("https://") or conf.oauth2_issuer_url:
-            tls = (conf.tls_trust_certs_file, conf.tls_allow_insecure, conf.tls_cert_file, conf.tls_key_file)
-            self._context = ssl_context(*tls)
+        secure = self.base.startswith("https://") or conf.oauth2_issuer_url
+        tls = (conf.tls_trust_certs_file, conf.tls_allow_insecure, conf.tls_cert_file, conf.tls_key_file)
+        self._context = ssl_context(*tls) if secure else None
         oauth2 = conf.read_oauth2()
         self._token = None if oauth2 else conf.read_token()
         try:
@@ -80,25 +67,28 @@ class PulsarAdmin:
                     f"cannot reach the Pulsar admin REST at {safe_url(self.base)} ({reason}); check the "
                     "admin URL (e.g. http://broker:8080), or remove it to use the two-read consumer mode"
                 ) from exc
-            if status == 404:
-                raise _not_found(url, raw)
-            if status in (401, 403):
-                raise PulsarConfigError(
-                    f"GET {url}: HTTP {status}; the admin REST refused the token. Give the replay's "
-                    "role permission to read topic stats (consume permission on the DLQ namespace), "
-                    "or remove the admin URL to use the two-read consumer mode"
-                )
-            if status >= 500 and attempt < _ATTEMPTS:
-                log.warning("GET %s: HTTP %d, retrying", url, status)
-                time.sleep(0.5 * attempt)
-                continue
-            if status >= 300:
-                raise PulsarIOError(f"GET {url}: HTTP {status}")
+            if status < 500 or attempt == _ATTEMPTS:
+                break
+            log.warning("GET %s: HTTP %d, retrying", url, status)
+            time.sleep(0.5 * attempt)
+        if status == 404:  # Apache Pulsar's names what is missing: {"reason": ...}
             try:
-                return json.loads(raw)
-            except ValueError as exc:
-                raise AdminUnavailable(f"GET {url} did not answer JSON") from exc
-        raise AssertionError("unreachable")  # pragma: no cover
+                reason = json.loads(raw or b"null")["reason"]
+            except (ValueError, TypeError, KeyError):
+                raise AdminUnavailable(f"GET {url}: HTTP 404") from None
+            raise AdminNotFound(f"GET {url}: HTTP 404 ({str(reason)[:200]})")
+        if status in (401, 403):
+            raise PulsarConfigError(
+                f"GET {url}: HTTP {status}; the admin REST refused the token. Give the replay's "
+                "role permission to read topic stats (consume permission on the DLQ namespace), "
+                "or remove the admin URL to use the two-read consumer mode"
+            )
+        if status >= 300:
+            raise PulsarIOError(f"GET {url}: HTTP {status}")
+        try:
+            return json.loads(raw)
+        except ValueError as exc:
+            raise AdminUnavailable(f"GET {url} did not answer JSON") from exc
 
     def _object(self, topic: str, what: str, *keys: str) -> dict[str, Any]:
         """The JSON object ``what`` of ``topic``, which must hold ``keys``."""

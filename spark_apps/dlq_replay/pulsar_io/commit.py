@@ -1,9 +1,5 @@
-"""Commit: ack exactly the DLQ messages whose disposition is final, never one beyond the window end.
-
-Reader mode (:class:`EntryCommitFn`): entries whose messages are all final are acked by id from a
-consumer that receives nothing, and the acks verified on the cursor. Consumer mode
-(:func:`make_commit_fn`): the window is received again and final messages acked from the consumer that
-received them. Input and result columns: ``docs/pulsar-data-source.md``.
+"""Commit: ack exactly the DLQ messages whose disposition is final, never one beyond the window end
+(reader mode: :class:`EntryCommitFn`; consumer mode: :func:`make_commit_fn`; ``docs/pulsar-data-source.md``).
 """
 
 from __future__ import annotations
@@ -89,11 +85,7 @@ def make_commit_fn(
     if idle_timeout_ms <= 0:
         raise PulsarConfigError(f"idle_timeout_ms must be > 0; got {idle_timeout_ms}")
     by_topic = {w.topic: w for w in windows}
-    passes = {
-        "subscription": subscription,
-        "idle_timeout_ms": int(idle_timeout_ms),
-        "batch_index_ack": batch_index_ack,
-    }
+    passes = dict(subscription=subscription, idle_timeout_ms=idle_timeout_ms, batch_index_ack=batch_index_ack)
 
     # A plain one-argument function: Spark picks the ``pyarrow.Table -> pyarrow.Table`` form by arity
     # (a callable object would count ``self`` and receive the grouping key too).
@@ -219,10 +211,9 @@ class FinalIds:
         import pyarrow.compute as pc
 
         try:
-            keys = pa.table(dict(zip("leb", _parse(ids), strict=True)))
-            keys = keys.take(pc.sort_indices(keys, [(c, "ascending") for c in "leb"]))
-            columns = [keys.column(c).combine_chunks() for c in "leb"]
-            del keys
+            order = [(c, "ascending") for c in "leb"]
+            keys = pa.table(dict(zip("leb", _parse(ids), strict=True))).sort_by(order)
+            columns = [column.combine_chunks() for column in keys.columns]
             if len(columns[0]) > 1:
                 repeated = [pc.equal(c[1:], c[:-1]) for c in columns]
                 first = pc.invert(pc.and_(pc.and_(repeated[0], repeated[1]), repeated[2]))
@@ -263,10 +254,9 @@ class FinalIds:
         if i < 0:
             return self._others.first(ledger, entry, batch, id_str)
         self._hint = i + 1
-        if self._received[i]:
-            return False
+        first = not self._received[i]
         self._received[i] = 1
-        return True
+        return first
 
 
 class FinalEntries:
@@ -313,10 +303,9 @@ class FinalEntries:
         if slot is not None and max(batch, 0) < slot[1]:
             i = self.last_index = slot[0] + max(batch, 0)
             at = i - self._offset
-            if self._received[at]:
-                return False
+            first = not self._received[at]
             self._received[at] = 1
-            return True
+            return first
         seen = self._ids.first(ledger, entry, batch, id_str)
         self.last_index = self._ids.last_index
         return seen
@@ -358,11 +347,11 @@ class EntryCommitFn:
                 f"dlq_topic {topic!r} has no reader-mode window in this run (known: {sorted(self.windows)}); "
                 "commit only entries read from the run's frozen window"
             )
-        end = window.end_key
+        end = None if window.end_key is None else window.end_key[:2]
         ackable: dict[Position, int] = {}
         left = partial = 0
         for position, messages, final, size in entries:
-            if end is None or position > end[:2]:
+            if end is None or position > end:
                 raise WindowError(
                     f"entry {position} of {topic} lies beyond the window end {window.end_message_id}"
                 )
@@ -378,16 +367,12 @@ class EntryCommitFn:
         if todo:
             todo = self._ack(admin, window, todo)
         cursor, stats = self._cursor(admin, topic)
-        beyond = 0
-        last = stats.get("lastConfirmedEntry")
-        if last:  # pending entries that reached the partition after its window end (all, if it was empty)
-            after = None if end is None else end[:2]
-            beyond = count_entries(
-                pending_ranges(ledger_sizes(stats), cursor, parse_position(last), after=after)
-            )
-        missing = set(todo)
-        done = [p for p in ackable if p not in missing]
-        acked, unacked = sum(ackable[p] for p in done), sum(ackable[p] for p in todo)
+        beyond = 0  # pending entries after the window end (all of them if the window is empty)
+        if last := stats.get("lastConfirmedEntry"):
+            ranges = pending_ranges(ledger_sizes(stats), cursor, parse_position(last), after=end)
+            beyond = count_entries(ranges)
+        unacked = sum(ackable[p] for p in todo)
+        acked, entries_acked = sum(ackable.values()) - unacked, len(ackable) - len(todo)
         if unacked:
             log.warning(
                 "commit %s: %d entries (%d final messages) could not be verified acked; they stay pending",
@@ -400,14 +385,14 @@ class EntryCommitFn:
             "entries, %d left pending, %d pending entries beyond the window%s",
             topic,
             acked,
-            len(done),
+            entries_acked,
             partial,
             left,
             beyond,
             "" if sent else " (nothing to send: already acked)",
         )
         counts = dict(acked=acked, left_pending=left, beyond_window=beyond, final_in_partial_entries=partial)
-        return dict(dlq_topic=topic, unacked_final=unacked, entries_acked=len(done), **counts)
+        return dict(dlq_topic=topic, unacked_final=unacked, entries_acked=entries_acked, **counts)
 
     def _cursor(self, admin: Any, topic: str) -> tuple[CursorState, dict[str, Any]]:
         stats = admin.internal_stats(topic)
@@ -422,9 +407,8 @@ class EntryCommitFn:
         part = max(window.partition, -1)
         try:
             for attempt in range(1, MAX_ACK_ATTEMPTS + 1):
-                ack = consumer.acknowledge
                 for ledger, entry in todo:
-                    ack(pulsar.MessageId(part, ledger, entry, -1))
+                    consumer.acknowledge(pulsar.MessageId(part, ledger, entry, -1))
                 todo = self._wait_acked(admin, window.topic, todo)
                 if not todo:
                     break

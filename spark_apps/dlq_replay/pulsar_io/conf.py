@@ -90,11 +90,9 @@ class PulsarConf:
     @classmethod
     def from_app_options(cls, options: Any) -> PulsarConf:
         """The conf of a replay run (``ReplayOptions``: service and admin URLs, token file, TLS, OAuth2)."""
-        names = [name for name in _OPTIONS if name not in ("token_file", "client_log_file")]
-        shared: dict[str, Any] = {name: getattr(options, name, None) for name in names}
-        return cls(
-            service_url=options.service_url, token_file=getattr(options, "auth_token_file", None), **shared
-        )
+        settings: dict[str, Any] = {name: getattr(options, name, None) for name in _OPTIONS}
+        settings["token_file"] = getattr(options, "auth_token_file", None)
+        return cls(service_url=options.service_url, **settings)
 
     def to_options(self) -> dict[str, str]:
         """Data-source options for this conf. Holds where the token is, never its value."""
@@ -153,11 +151,9 @@ class PulsarConf:
         """The OAuth2 settings for :func:`create_client`, or ``None`` without an issuer URL."""
         if not self.oauth2_issuer_url:
             return None
-        settings: dict[str, str | None] = {
-            "issuer_url": self.oauth2_issuer_url,
-            "audience": self.oauth2_audience,
-            "scope": self.oauth2_scope,
-        }
+        settings: dict[str, str | None] = dict(
+            issuer_url=self.oauth2_issuer_url, audience=self.oauth2_audience, scope=self.oauth2_scope
+        )
         if self.oauth2_credentials_file:
             if not os.path.isfile(self.oauth2_credentials_file):
                 raise PulsarConfigError(
@@ -230,18 +226,14 @@ def get_client(conf: PulsarConf) -> Any:
     """This process's ``pulsar.Client`` for ``conf``, opened on first use and kept (Spark reuses workers)."""
     key = (os.getpid(), replace(conf, admin_url=None))  # the admin URL does not shape the client
     with _lock:
-        client = _clients.get(key)
-        if client is not None:
-            return client
-        import pulsar
+        if key not in _clients:
+            import pulsar
 
-        # A native logger: a Python one takes the GIL on the client's I/O threads, which log while they
-        # hold a producer's lock, so a task thread calling that producer with the GIL held would deadlock.
-        logger: Any = pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn)
-        if conf.client_log_file:
-            path = conf.client_log_file.replace("{pid}", str(key[0]))
-            logger = pulsar.FileLogger(pulsar.LoggerLevel.Warn, path)
-        client = create_client(conf.service_url, logger=logger, **client_auth_kwargs(conf))
-        # Clients inherited across fork() stay referenced and untouched: closing or destroying one hangs.
-        _clients[key] = client
-        return client
+            # A native logger: a Python one takes the GIL on the client's I/O threads, which log while they
+            # hold a producer's lock, so a task thread calling that producer with the GIL held would deadlock.
+            path = conf.client_log_file and conf.client_log_file.replace("{pid}", str(key[0]))
+            level = pulsar.LoggerLevel.Warn
+            logger = pulsar.FileLogger(level, path) if path else pulsar.ConsoleLogger(level)
+            # Clients inherited across fork() stay referenced and untouched: closing or destroying one hangs.
+            _clients[key] = create_client(conf.service_url, logger=logger, **client_auth_kwargs(conf))
+        return _clients[key]

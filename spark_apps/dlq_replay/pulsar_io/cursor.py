@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import bisect
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -136,7 +136,7 @@ def pending_ranges(
 ) -> list[EntryRange]:
     """The entries after the cursor's mark-delete (or ``after``, if later) up to ``end`` not acked, in
     order, one ledger per range (``sizes``: :func:`ledger_sizes`)."""
-    start = max(cursor.mark_delete, after) if after is not None else cursor.mark_delete
+    start = max(cursor.mark_delete, after or cursor.mark_delete)
     if end <= start:
         return []
     known = dict(sizes)
@@ -145,9 +145,7 @@ def pending_ranges(
     skipped = 0
     deleted = cursor.deleted
     his = cursor.upper_bounds
-    for ledger in sorted(known):
-        if ledger < start[0] or ledger > end[0]:
-            continue
+    for ledger in sorted(lid for lid in known if start[0] <= lid <= end[0]):
         lo = start[1] + 1 if ledger == start[0] else 0
         hi = end[1] if ledger == end[0] else known[ledger] - 1
         if hi < lo:
@@ -156,9 +154,8 @@ def pending_ranges(
         i = bisect.bisect_left(his, (ledger, lo))
         while i < len(deleted) and deleted[i][0] < (ledger, hi):
             d_lo, d_hi = deleted[i]
-            acked_first = d_lo[1] + 1 if d_lo[0] == ledger else lo
-            acked_last = d_hi[1] if d_hi[0] == ledger else hi
-            acked_first, acked_last = max(acked_first, cursor_at), min(acked_last, hi)
+            acked_first = max(d_lo[1] + 1 if d_lo[0] == ledger else lo, cursor_at)
+            acked_last = min(d_hi[1], hi) if d_hi[0] == ledger else hi
             if acked_first <= acked_last:
                 if acked_first > cursor_at:
                     out.append(EntryRange(ledger, cursor_at, acked_first - 1, skipped))
@@ -182,18 +179,16 @@ def split_for_readers(
     """Split ordered pending ranges into at most ``readers`` contiguous shares of about equal entries,
     each of at least ``min_entries`` (a range may be cut in two)."""
     total = count_entries(ranges)
-    if total == 0:
-        return []
-    shares = max(1, min(int(readers), total // max(1, int(min_entries)) or 1))
+    shares = min(readers, total // min_entries or 1)
     target = -(-total // shares)  # ceil
     out: list[list[EntryRange]] = [[]]
     room = target
     for current in ranges:
         while current.entries > room:
-            head = EntryRange(current.ledger, current.first, current.first + room - 1, current.skipped_before)
+            head = replace(current, last=current.first + room - 1)
             out[-1].append(head)
             out.append([])
-            current = EntryRange(current.ledger, head.last + 1, current.last, 0)
+            current = replace(current, first=head.last + 1, skipped_before=0)
             room = target
         out[-1].append(current)
         room -= current.entries
