@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import importlib.util
 import shutil
 import sys
 import tempfile
@@ -15,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from airflow_provider_dlq.errors import DlqProviderError
-from airflow_provider_dlq.resources import spark_app_dir
+from airflow_provider_dlq.resources import installed_package_dir, spark_app_dir
 
 ZIP_NAME = "dlq_replay.zip"
 MAIN_NAME = "dlq_replay_main.py"
@@ -42,13 +41,13 @@ class BundlePaths:
 
 def library_dir() -> Path:
     """The folder of the installed ``pulsar_dlq_consumer`` package (found without importing it)."""
-    spec = importlib.util.find_spec(LIBRARY_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
+    found = installed_package_dir(LIBRARY_PACKAGE)
+    if found is None:
         raise BundleError(
             f"the consumer library {LIBRARY_PACKAGE} is not installed; pip install pulsar-dlq-consumer "
             "(airflow-provider-dlq depends on it)"
         )
-    return Path(next(iter(spec.submodule_search_locations)))
+    return found
 
 
 def _bundle_files(app_dir: Path, lib_dir: Path) -> list[tuple[str, Path]]:

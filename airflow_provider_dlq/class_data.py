@@ -1,8 +1,6 @@
 """A managed JVM class-data archive (AppCDS) for the replay's Spark driver: a faster start.
 
-Per JVM build and set of Spark jars, the first run's driver writes an archive when it exits
-(``-XX:ArchiveClassesAtExit``), installed only after spark-submit exited 0 and a JVM starts on it;
-later runs map it (``-XX:SharedArchiveFile``). See ``docs/operator.md`` ("Faster start-up")."""
+The first run per JVM and Spark jars writes it, later runs map it: see ``docs/operator.md``."""
 
 from __future__ import annotations
 
@@ -18,6 +16,8 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from airflow_provider_dlq.resources import installed_package_dir
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -66,12 +66,7 @@ def spark_home(env: Mapping[str, str] | None = None) -> Path | None:
     """``$SPARK_HOME``, else the installed PySpark's folder (as PySpark's own ``spark-submit`` finds it)."""
     if home := (os.environ if env is None else env).get("SPARK_HOME"):
         return Path(home)
-    import importlib.util
-
-    spec = importlib.util.find_spec("pyspark")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(next(iter(spec.submodule_search_locations)))
+    return installed_package_dir("pyspark")
 
 
 def files_key(*paths: Path) -> str:
@@ -100,14 +95,12 @@ class ArchivePlan:
     def java_options(self, current: str = "") -> str:
         """The archive option after the JVM's logging to stderr (the summary line must be the last on
         stdout; the writing run keeps only class-data errors), unless ``current`` sets the logging."""
-        options = []
-        if "-Xlog" not in current:
-            options += ["-Xlog:disable", "-Xlog:all=warning:stderr:uptime,level,tags"]
-            if self.writing is not None:
-                options.append("-Xlog:cds*=error:stderr")
-        if self.writing is not None:
-            return " ".join([*options, f"-XX:ArchiveClassesAtExit={self.writing}"])
-        return " ".join([*options, f"-XX:SharedArchiveFile={self.path}"])
+        quiet = "-Xlog" not in current
+        options = ["-Xlog:disable", "-Xlog:all=warning:stderr:uptime,level,tags"] if quiet else []
+        if self.writing is None:
+            return " ".join([*options, f"-XX:SharedArchiveFile={self.path}"])
+        cds_errors = ["-Xlog:cds*=error:stderr"] if quiet else []
+        return " ".join([*options, *cds_errors, f"-XX:ArchiveClassesAtExit={self.writing}"])
 
     def conf(self, conf: Mapping[str, str]) -> dict[str, str]:
         """``conf`` with :meth:`java_options`; unchanged when the user manages class data sharing."""
@@ -141,7 +134,6 @@ class ArchivePlan:
 
 
 def _jvm_starts_on(java: str, archive: Path) -> bool:
-    """True when ``java -XX:SharedArchiveFile=<archive> -version`` exits 0."""
     with tempfile.TemporaryDirectory(prefix="dlq-cds-check-") as scratch:
         try:
             done = subprocess.run(
@@ -157,7 +149,7 @@ def _jvm_starts_on(java: str, archive: Path) -> bool:
 
 
 class ClassDataArchive:
-    """The archives of one cache ``directory`` (see the module docstring)."""
+    """The class-data archives of one cache ``directory``."""
 
     def __init__(self, directory: str | os.PathLike[str] | None = None) -> None:
         self.directory = Path(directory) if directory else cache_root() / "jvm-class-data"

@@ -1,8 +1,6 @@
-"""A compiled copy of PySpark for a local replay's Python processes: a faster start.
+"""A compiled copy of spark-submit's PySpark zips for a local replay's Python processes: a faster start.
 
-Python caches no bytecode for spark-submit's ``pyspark.zip`` and ``py4j`` zip; :class:`CompiledPySpark`
-keeps them extracted and compiled per Spark and Python, found by the driver through :data:`FOLDER_ENV`
-and by the workers through their path and daemon. See ``docs/operator.md`` ("Faster start-up")."""
+Made once per Spark and Python, found by the driver and the workers' daemon: see ``docs/operator.md``."""
 
 from __future__ import annotations
 
@@ -76,7 +74,7 @@ class CompiledCopy:
 
 
 class CompiledPySpark:
-    """The compiled copies of one cache ``directory`` (see the module docstring)."""
+    """The compiled PySpark copies of one cache ``directory``."""
 
     def __init__(self, directory: str | os.PathLike[str] | None = None) -> None:
         self.directory = Path(directory) if directory else cache_root() / "compiled-pyspark"

@@ -46,15 +46,10 @@ _LOCAL_MASTER = re.compile(r"local(?:\[\s*(\*|\d+)\s*(?:,\s*\d+\s*)?\])?")
 
 def local_cores(master: str) -> int | None:
     """Cores of a ``local``, ``local[N]``, ``local[*]`` or ``local[N,F]`` master; else ``None``."""
-    found = _LOCAL_MASTER.fullmatch(master.strip())
-    if found is None:
+    if (found := _LOCAL_MASTER.fullmatch(master.strip())) is None:
         return None
-    cores = found.group(1)
-    if cores is None:
-        return 1
-    if cores == "*":
-        return os.cpu_count() or 1
-    return max(1, int(cores))
+    cores = found.group(1) or "1"
+    return (os.cpu_count() or 1) if cores == "*" else max(1, int(cores))
 
 
 def lean_driver_conf(conf: Mapping[str, str], master: str) -> dict[str, str]:

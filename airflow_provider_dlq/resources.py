@@ -5,6 +5,7 @@ checkout they stay at the repository's top level. Nothing is imported from them.
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 from airflow_provider_dlq.errors import DlqProviderError
@@ -15,6 +16,14 @@ _CHECKOUT = PACKAGE_DIR.parent
 
 class ResourceNotFoundError(DlqProviderError, FileNotFoundError):
     """A part of the provider is missing from both the installed package and a source checkout."""
+
+
+def installed_package_dir(name: str) -> Path | None:
+    """The folder of the installed package ``name`` (found without importing it), else ``None``."""
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
 
 
 def _find(what: str, packaged: str, checkout: str, marker: str, hint: str = "") -> Path:

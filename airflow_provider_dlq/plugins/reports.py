@@ -1,8 +1,6 @@
 """``DlqReplayPlugin``: serves replay reports and the guides from the Airflow API server (``/dlq-replay``).
 
-A report is found through the task's XCom (``paths.report_html``), served only as
-``runs/<run id>/report.html`` (under ``[dlq_replay] report_roots`` when set), to users who may read the
-DAG's XComs, with a Content-Security-Policy that forbids scripts. The app is built on the first request."""
+Who may read which report, and from where: see ``docs/report.md``. The app is built on the first request."""
 
 from __future__ import annotations
 
@@ -83,8 +81,7 @@ def read_report(location: str) -> bytes:
     from airflow.configuration import conf
 
     check_shape(location)
-    roots = [r.strip() for r in (conf.get("dlq_replay", "report_roots", fallback="") or "").split(",")]
-    roots = [r for r in roots if r]
+    roots = [r.strip() for r in conf.get("dlq_replay", "report_roots", fallback="").split(",") if r.strip()]
     if roots and not any(_under(location, root) for root in roots):
         raise ReportUnavailable(
             f"refusing to serve {location!r}: it is under none of [dlq_replay] report_roots "
@@ -203,7 +200,6 @@ def create_app() -> FastAPI:
 
 
 async def _lazy_app(scope: Scope, receive: Receive, send: Send) -> None:
-    """An ASGI app that builds :func:`create_app` on its first request."""
     await _built_app()(scope, receive, send)
 
 
