@@ -186,11 +186,9 @@ def cache_entry(directory: Path, prefix: str, key: str, suffix: str = "") -> tup
     now = time.time()
     for entry in directory.glob(f"{prefix}*"):
         with contextlib.suppress(OSError):
-            age = now - entry.stat().st_mtime
             temporary = entry.suffix == ".tmp"
-            stale = temporary and age > STALE_TEMP_S
-            unused = not temporary and key not in entry.name and age > UNUSED_ARCHIVE_S
-            if stale or unused:
+            max_age = STALE_TEMP_S if temporary else UNUSED_ARCHIVE_S
+            if (temporary or key not in entry.name) and now - entry.stat().st_mtime > max_age:
                 if entry.is_dir():
                     shutil.rmtree(entry)
                 else:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from airflow_provider_dlq.class_data import cache_entry, cache_root, files_key, spark_home
 from airflow_provider_dlq.driver_footprint import local_cores
+from airflow_provider_dlq.resources import spark_app_dir
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -110,8 +111,6 @@ class CompiledPySpark:
 
     def _make(self, folder: Path, making: Path, python: str, zips: list[Path]) -> None:
         """Extract and compile ``zips`` into ``making``, then rename it ``folder`` (marker last)."""
-        from airflow_provider_dlq.resources import spark_app_dir
-
         started = time.monotonic()
         try:
             for path in zips:
