@@ -24,7 +24,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: Spark setting that carries the driver JVM's options.
 DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 #: JVM options that show the user manages class data sharing already (then nothing is added).
 _USER_CDS_OPTIONS = ("SharedArchiveFile", "ArchiveClassesAtExit", "-Xshare", "AutoCreateSharedArchive")

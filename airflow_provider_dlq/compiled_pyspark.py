@@ -24,14 +24,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: Spark setting naming the Python workers' daemon module.
 DAEMON_MODULE_CONF = "spark.python.daemon.module"
 PYTHON_CONF = "spark.pyspark.python"
+WORKERS_PYTHONPATH_CONF = "spark.executorEnv.PYTHONPATH"
 #: As in ``spark_apps/pyspark_imports.py`` (data in the wheel, not imported; a test checks they agree).
 MARKER = "dlq-compiled-pyspark.json"
 DAEMON_MODULE = "dlq_pyspark_daemon"
 FOLDER_ENV = "DLQ_COMPILED_PYSPARK"
-WORKERS_PYTHONPATH_CONF = "spark.executorEnv.PYTHONPATH"
 _PREFIX = "pyspark-"
 _COMPILE_TIMEOUT_S = 600.0
 #: PySpark's own tests are never imported by a run: not compiled (they are a third of the zip).

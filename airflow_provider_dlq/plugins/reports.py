@@ -76,8 +76,7 @@ def _under(location: str, root: str) -> bool:
 
 
 def read_report(location: str) -> bytes:
-    """The bytes of the report at ``location``, checked against the ``[dlq_replay]`` options, or
-    :class:`ReportUnavailable` with the fix."""
+    """The report at ``location`` if ``[dlq_replay]`` allows it; else :class:`ReportUnavailable`."""
     from airflow.configuration import conf
 
     check_shape(location)
@@ -207,8 +206,7 @@ _built_app = functools.cache(create_app)
 
 
 class DlqReplayPlugin(AirflowPlugin):
-    """Registers the report endpoint with the API server (entry point ``airflow.plugins``), and the
-    listener that creates the replay pool (:mod:`airflow_provider_dlq.plugins.replay_pool`)."""
+    """The report endpoint of the API server, and the listener that creates the replay pool."""
 
     name = "dlq_replay"
     fastapi_apps = [{"app": _lazy_app, "url_prefix": PLUGIN_PREFIX, "name": "DLQ replay reports"}]
