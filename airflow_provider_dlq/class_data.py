@@ -139,7 +139,6 @@ def _jvm_starts_on(java: str, archive: Path) -> bool:
                 [java, f"-XX:SharedArchiveFile={archive}", f"-XX:ErrorFile={scratch}/hs_err.log", "-version"],
                 capture_output=True,
                 timeout=_CHECK_TIMEOUT_S,
-                check=False,
                 cwd=scratch,
             )
         except (OSError, subprocess.SubprocessError):
