@@ -21,9 +21,8 @@ class ResourceNotFoundError(DlqProviderError, FileNotFoundError):
 def installed_package_dir(name: str) -> Path | None:
     """The folder of the installed package ``name`` (found without importing it), else ``None``."""
     spec = importlib.util.find_spec(name)
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(next(iter(spec.submodule_search_locations)))
+    locations = spec.submodule_search_locations if spec is not None else None
+    return Path(next(iter(locations))) if locations else None
 
 
 def _find(what: str, packaged: str, checkout: str, marker: str, hint: str = "") -> Path:
