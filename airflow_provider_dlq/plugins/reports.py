@@ -67,7 +67,7 @@ def check_shape(location: str) -> None:
 
 def _under(location: str, root: str) -> bool:
     scheme, path = split_location(location)
-    root_scheme, root_path = split_location(root.strip())
+    root_scheme, root_path = split_location(root)
     if scheme != root_scheme:
         return False
     if not scheme:
