@@ -66,8 +66,7 @@ class CompiledCopy:
 
     def conf(self, conf: Mapping[str, str]) -> dict[str, str]:
         """``conf`` with the folder first on the workers' path and its daemon as theirs."""
-        merged = {str(k): str(v) for k, v in conf.items()}
-        merged.setdefault(DAEMON_MODULE_CONF, DAEMON_MODULE)
+        merged = {DAEMON_MODULE_CONF: DAEMON_MODULE, **{str(k): str(v) for k, v in conf.items()}}
         current = merged.get(WORKERS_PYTHONPATH_CONF, "")
         merged[WORKERS_PYTHONPATH_CONF] = os.pathsep.join(p for p in (str(self.folder), current) if p)
         return merged
@@ -113,8 +112,7 @@ class CompiledPySpark:
         started = time.monotonic()
         try:
             for path in zips:
-                with zipfile.ZipFile(path) as archive:
-                    archive.extractall(making)
+                shutil.unpack_archive(path, making)
             shutil.copyfile(spark_app_dir() / "pyspark_imports.py", making / f"{DAEMON_MODULE}.py")
             subprocess.run(
                 [python, "-m", "compileall", "-q", "-j", "0", "-x", _SKIP_COMPILE, str(making)],
