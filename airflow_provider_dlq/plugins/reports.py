@@ -24,6 +24,7 @@ from airflow_provider_dlq.output_storage import (
     split_location,
 )
 from airflow_provider_dlq.plugins import replay_pool
+from airflow_provider_dlq.resources import docs_dir
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -161,8 +162,6 @@ def create_app() -> FastAPI:
     from airflow.api_fastapi.core_api.security import requires_access_dag
     from fastapi import Depends, FastAPI
     from fastapi.responses import HTMLResponse, PlainTextResponse, Response
-
-    from airflow_provider_dlq.resources import docs_dir
 
     app = FastAPI(title="DLQ replay reports", docs_url=None, redoc_url=None, openapi_url=None)
 
