@@ -108,9 +108,8 @@ class ArchivePlan:
 
     def finish(self, succeeded: bool) -> bool:
         """Install the archive the run wrote if it ``succeeded`` and a JVM starts on it; else remove it."""
-        if self.writing is None:
+        if (written := self.writing) is None:
             return False
-        written = self.writing
         try:
             if not succeeded or not written.is_file():
                 return False
