@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 import ast
-import importlib.util
+import py_compile
 import shutil
 import sys
 import tempfile
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from airflow_provider_dlq.errors import DlqProviderError
-from airflow_provider_dlq.resources import spark_app_dir
+from airflow_provider_dlq.resources import installed_package_dir, spark_app_dir
 
 ZIP_NAME = "dlq_replay.zip"
 MAIN_NAME = "dlq_replay_main.py"
@@ -23,7 +23,6 @@ MAIN_NAME = "dlq_replay_main.py"
 #: ``pulsar_dlq_consumer...``.
 APP_PACKAGE = "spark_apps"
 LIBRARY_PACKAGE = "pulsar_dlq_consumer"
-_FORBIDDEN_TOP_LEVEL = "airflow"
 # Fixed timestamp: the same sources give a byte-identical zip.
 _ZIP_DATE = (2020, 1, 1, 0, 0, 0)
 
@@ -42,13 +41,13 @@ class BundlePaths:
 
 def library_dir() -> Path:
     """The folder of the installed ``pulsar_dlq_consumer`` package (found without importing it)."""
-    spec = importlib.util.find_spec(LIBRARY_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
+    found = installed_package_dir(LIBRARY_PACKAGE)
+    if found is None:
         raise BundleError(
             f"the consumer library {LIBRARY_PACKAGE} is not installed; pip install pulsar-dlq-consumer "
             "(airflow-provider-dlq depends on it)"
         )
-    return Path(next(iter(spec.submodule_search_locations)))
+    return found
 
 
 def _bundle_files(app_dir: Path, lib_dir: Path) -> list[tuple[str, Path]]:
@@ -73,7 +72,7 @@ def airflow_imports(source: str, filename: str) -> list[str]:
             names = [node.module]
         else:
             continue
-        if any(n.split(".")[0] == _FORBIDDEN_TOP_LEVEL for n in names):
+        if any(n.split(".")[0] == "airflow" for n in names):
             hits.append(f"{filename}:{node.lineno}")
     return hits
 
@@ -98,7 +97,7 @@ def build_bundle(
     zip_path = dest / ZIP_NAME
     tmp = zip_path.with_suffix(".zip.tmp")
     with (
-        zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as archive,
+        zipfile.ZipFile(tmp, "w") as archive,
         tempfile.TemporaryDirectory(prefix="dlq-bundle-pyc-") as scratch,
     ):
         for rel, path in files:
@@ -116,15 +115,12 @@ def build_bundle(
 
 def _add(archive: zipfile.ZipFile, name: str, data: bytes) -> None:
     info = zipfile.ZipInfo(name, date_time=_ZIP_DATE)
-    info.compress_type = zipfile.ZIP_DEFLATED
     info.external_attr = 0o644 << 16
-    archive.writestr(info, data)
+    archive.writestr(info, data, zipfile.ZIP_DEFLATED)
 
 
 def _compiled(source: Path, name: str, scratch: Path) -> bytes:
     """``source`` as a checked-hash ``.pyc`` (PEP 552) named ``name`` in tracebacks."""
-    import py_compile
-
     out = scratch / "module.pyc"
     py_compile.compile(
         str(source),

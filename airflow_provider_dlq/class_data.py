@@ -1,8 +1,6 @@
 """A managed JVM class-data archive (AppCDS) for the replay's Spark driver: a faster start.
 
-Per JVM build and set of Spark jars, the first run's driver writes an archive when it exits
-(``-XX:ArchiveClassesAtExit``), installed only after spark-submit exited 0 and a JVM starts on it;
-later runs map it (``-XX:SharedArchiveFile``). See ``docs/operator.md`` ("Faster start-up")."""
+The first run per JVM and Spark jars writes it, later runs map it: see ``docs/operator.md``."""
 
 from __future__ import annotations
 
@@ -19,12 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from airflow_provider_dlq.resources import installed_package_dir
+
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
 log = logging.getLogger(__name__)
 
-#: Spark setting that carries the driver JVM's options.
 DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 #: JVM options that show the user manages class data sharing already (then nothing is added).
 _USER_CDS_OPTIONS = ("SharedArchiveFile", "ArchiveClassesAtExit", "-Xshare", "AutoCreateSharedArchive")
@@ -66,12 +65,7 @@ def spark_home(env: Mapping[str, str] | None = None) -> Path | None:
     """``$SPARK_HOME``, else the installed PySpark's folder (as PySpark's own ``spark-submit`` finds it)."""
     if home := (os.environ if env is None else env).get("SPARK_HOME"):
         return Path(home)
-    import importlib.util
-
-    spec = importlib.util.find_spec("pyspark")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(next(iter(spec.submodule_search_locations)))
+    return installed_package_dir("pyspark")
 
 
 def files_key(*paths: Path) -> str:
@@ -100,14 +94,12 @@ class ArchivePlan:
     def java_options(self, current: str = "") -> str:
         """The archive option after the JVM's logging to stderr (the summary line must be the last on
         stdout; the writing run keeps only class-data errors), unless ``current`` sets the logging."""
-        options = []
-        if "-Xlog" not in current:
-            options += ["-Xlog:disable", "-Xlog:all=warning:stderr:uptime,level,tags"]
-            if self.writing is not None:
-                options.append("-Xlog:cds*=error:stderr")
-        if self.writing is not None:
-            return " ".join([*options, f"-XX:ArchiveClassesAtExit={self.writing}"])
-        return " ".join([*options, f"-XX:SharedArchiveFile={self.path}"])
+        quiet = "-Xlog" not in current
+        options = ["-Xlog:disable", "-Xlog:all=warning:stderr:uptime,level,tags"] if quiet else []
+        if self.writing is None:
+            return " ".join([*options, f"-XX:SharedArchiveFile={self.path}"])
+        cds_errors = ["-Xlog:cds*=error:stderr"] if quiet else []
+        return " ".join([*options, *cds_errors, f"-XX:ArchiveClassesAtExit={self.writing}"])
 
     def conf(self, conf: Mapping[str, str]) -> dict[str, str]:
         """``conf`` with :meth:`java_options`; unchanged when the user manages class data sharing."""
@@ -116,9 +108,8 @@ class ArchivePlan:
 
     def finish(self, succeeded: bool) -> bool:
         """Install the archive the run wrote if it ``succeeded`` and a JVM starts on it; else remove it."""
-        if self.writing is None:
+        if (written := self.writing) is None:
             return False
-        written = self.writing
         try:
             if not succeeded or not written.is_file():
                 return False
@@ -141,14 +132,12 @@ class ArchivePlan:
 
 
 def _jvm_starts_on(java: str, archive: Path) -> bool:
-    """True when ``java -XX:SharedArchiveFile=<archive> -version`` exits 0."""
     with tempfile.TemporaryDirectory(prefix="dlq-cds-check-") as scratch:
         try:
             done = subprocess.run(
                 [java, f"-XX:SharedArchiveFile={archive}", f"-XX:ErrorFile={scratch}/hs_err.log", "-version"],
                 capture_output=True,
                 timeout=_CHECK_TIMEOUT_S,
-                check=False,
                 cwd=scratch,
             )
         except (OSError, subprocess.SubprocessError):
@@ -157,7 +146,7 @@ def _jvm_starts_on(java: str, archive: Path) -> bool:
 
 
 class ClassDataArchive:
-    """The archives of one cache ``directory`` (see the module docstring)."""
+    """The class-data archives of one cache ``directory``."""
 
     def __init__(self, directory: str | os.PathLike[str] | None = None) -> None:
         self.directory = Path(directory) if directory else cache_root() / "jvm-class-data"
@@ -194,11 +183,9 @@ def cache_entry(directory: Path, prefix: str, key: str, suffix: str = "") -> tup
     now = time.time()
     for entry in directory.glob(f"{prefix}*"):
         with contextlib.suppress(OSError):
-            age = now - entry.stat().st_mtime
             temporary = entry.suffix == ".tmp"
-            stale = temporary and age > STALE_TEMP_S
-            unused = not temporary and key not in entry.name and age > UNUSED_ARCHIVE_S
-            if stale or unused:
+            max_age = STALE_TEMP_S if temporary else UNUSED_ARCHIVE_S
+            if (temporary or key not in entry.name) and now - entry.stat().st_mtime > max_age:
                 if entry.is_dir():
                     shutil.rmtree(entry)
                 else:

@@ -1,8 +1,6 @@
-"""A compiled copy of PySpark for a local replay's Python processes: a faster start.
+"""A compiled copy of spark-submit's PySpark zips for a local replay's Python processes: a faster start.
 
-Python caches no bytecode for spark-submit's ``pyspark.zip`` and ``py4j`` zip; :class:`CompiledPySpark`
-keeps them extracted and compiled per Spark and Python, found by the driver through :data:`FOLDER_ENV`
-and by the workers through their path and daemon. See ``docs/operator.md`` ("Faster start-up")."""
+Made once per Spark and Python, found by the driver and the workers' daemon: see ``docs/operator.md``."""
 
 from __future__ import annotations
 
@@ -19,20 +17,20 @@ from typing import TYPE_CHECKING
 
 from airflow_provider_dlq.class_data import cache_entry, cache_root, files_key, spark_home
 from airflow_provider_dlq.driver_footprint import local_cores
+from airflow_provider_dlq.resources import spark_app_dir
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
 log = logging.getLogger(__name__)
 
-#: Spark setting naming the Python workers' daemon module.
 DAEMON_MODULE_CONF = "spark.python.daemon.module"
 PYTHON_CONF = "spark.pyspark.python"
+WORKERS_PYTHONPATH_CONF = "spark.executorEnv.PYTHONPATH"
 #: As in ``spark_apps/pyspark_imports.py`` (data in the wheel, not imported; a test checks they agree).
 MARKER = "dlq-compiled-pyspark.json"
 DAEMON_MODULE = "dlq_pyspark_daemon"
 FOLDER_ENV = "DLQ_COMPILED_PYSPARK"
-WORKERS_PYTHONPATH_CONF = "spark.executorEnv.PYTHONPATH"
 _PREFIX = "pyspark-"
 _COMPILE_TIMEOUT_S = 600.0
 #: PySpark's own tests are never imported by a run: not compiled (they are a third of the zip).
@@ -68,15 +66,14 @@ class CompiledCopy:
 
     def conf(self, conf: Mapping[str, str]) -> dict[str, str]:
         """``conf`` with the folder first on the workers' path and its daemon as theirs."""
-        merged = {str(k): str(v) for k, v in conf.items()}
-        merged.setdefault(DAEMON_MODULE_CONF, DAEMON_MODULE)
+        merged = {DAEMON_MODULE_CONF: DAEMON_MODULE, **{str(k): str(v) for k, v in conf.items()}}
         current = merged.get(WORKERS_PYTHONPATH_CONF, "")
         merged[WORKERS_PYTHONPATH_CONF] = os.pathsep.join(p for p in (str(self.folder), current) if p)
         return merged
 
 
 class CompiledPySpark:
-    """The compiled copies of one cache ``directory`` (see the module docstring)."""
+    """The compiled PySpark copies of one cache ``directory``."""
 
     def __init__(self, directory: str | os.PathLike[str] | None = None) -> None:
         self.directory = Path(directory) if directory else cache_root() / "compiled-pyspark"
@@ -112,13 +109,10 @@ class CompiledPySpark:
 
     def _make(self, folder: Path, making: Path, python: str, zips: list[Path]) -> None:
         """Extract and compile ``zips`` into ``making``, then rename it ``folder`` (marker last)."""
-        from airflow_provider_dlq.resources import spark_app_dir
-
         started = time.monotonic()
         try:
             for path in zips:
-                with zipfile.ZipFile(path) as archive:
-                    archive.extractall(making)
+                shutil.unpack_archive(path, making)
             shutil.copyfile(spark_app_dir() / "pyspark_imports.py", making / f"{DAEMON_MODULE}.py")
             subprocess.run(
                 [python, "-m", "compileall", "-q", "-j", "0", "-x", _SKIP_COMPILE, str(making)],

@@ -46,15 +46,10 @@ _LOCAL_MASTER = re.compile(r"local(?:\[\s*(\*|\d+)\s*(?:,\s*\d+\s*)?\])?")
 
 def local_cores(master: str) -> int | None:
     """Cores of a ``local``, ``local[N]``, ``local[*]`` or ``local[N,F]`` master; else ``None``."""
-    found = _LOCAL_MASTER.fullmatch(master.strip())
-    if found is None:
+    if (found := _LOCAL_MASTER.fullmatch(master.strip())) is None:
         return None
-    cores = found.group(1)
-    if cores is None:
-        return 1
-    if cores == "*":
-        return os.cpu_count() or 1
-    return max(1, int(cores))
+    cores = found.group(1) or "1"
+    return (os.cpu_count() or 1) if cores == "*" else max(1, int(cores))
 
 
 def lean_driver_conf(conf: Mapping[str, str], master: str) -> dict[str, str]:
@@ -65,18 +60,15 @@ def lean_driver_conf(conf: Mapping[str, str], master: str) -> dict[str, str]:
     merged = with_driver_java_option(conf, SERIAL_GC_OPTION, _USER_GC_OPTIONS)
     if merged.get(DRIVER_JAVA_OPTIONS) != conf.get(DRIVER_JAVA_OPTIONS):  # the serial collector was added
         merged = with_driver_java_option(merged, LEAN_YOUNG_OPTION, _USER_YOUNG_OPTIONS)
-    merged.setdefault(DRIVER_MEMORY, f"{max(LEAN_HEAP_MIN_MIB, LEAN_HEAP_MIB_PER_CORE * cores)}m")
-    for name in STAGE_THREAD_CONFS:
-        merged.setdefault(name, LEAN_STAGE_THREADS)
-    return merged
+    heap = f"{max(LEAN_HEAP_MIN_MIB, LEAN_HEAP_MIB_PER_CORE * cores)}m"
+    return {DRIVER_MEMORY: heap, **dict.fromkeys(STAGE_THREAD_CONFS, LEAN_STAGE_THREADS), **merged}
 
 
 def lean_driver_env(env: Mapping[str, str], master: str) -> dict[str, str]:
     """``env`` with :data:`LEAN_MALLOC_ARENAS` malloc arenas for a local ``master``, unless set already."""
-    merged = dict(env)
-    if local_cores(master) is not None and MALLOC_ARENA_MAX not in os.environ:
-        merged.setdefault(MALLOC_ARENA_MAX, LEAN_MALLOC_ARENAS)
-    return merged
+    if local_cores(master) is None or MALLOC_ARENA_MAX in os.environ:
+        return dict(env)
+    return {MALLOC_ARENA_MAX: LEAN_MALLOC_ARENAS, **env}
 
 
 QUICK_JIT_OPTION = "-XX:TieredStopAtLevel=1"

@@ -90,7 +90,7 @@ def start_embedded_broker(
     while True:
         try:
             with urllib.request.urlopen(broker.metrics_url, timeout=1):
-                break
+                return broker
         except OSError as exc:
             if time.monotonic() > deadline:
                 broker.stop()
@@ -99,4 +99,3 @@ def start_embedded_broker(
                     f"check {directory / 'pulsar-lite.toml'}"
                 ) from exc
             time.sleep(0.1)
-    return broker

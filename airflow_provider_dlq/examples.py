@@ -63,8 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     except FileExistsError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    for path in written:
-        print(path)
+    print(*written, sep="\n")
     return 0
 
 

@@ -7,10 +7,7 @@ from typing import Any
 
 import yaml
 
-#: The provider's one metadata source, shipped inside the package.
-PROVIDER_YAML = Path(__file__).resolve().parent / "provider.yaml"
-
 
 def get_provider_info() -> dict[str, Any]:
     """The provider description of ``provider.yaml``: package, versions, connection type, links, modules."""
-    return dict(yaml.safe_load(PROVIDER_YAML.read_text(encoding="utf-8")))
+    return dict(yaml.safe_load((Path(__file__).parent / "provider.yaml").read_text(encoding="utf-8")))

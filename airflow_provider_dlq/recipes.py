@@ -5,6 +5,7 @@ file paths the service mounts from its secret store. See ``docs/managed-spark.md
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -12,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_provider_dlq.operators.replay_cli import ReplayArgumentError as ReplayArgumentError
 from airflow_provider_dlq.operators.replay_cli import build_replay_args, compact_summary
 from airflow_provider_dlq.operators.replay_cli import default_run_id as default_run_id
+from airflow_provider_dlq.output_storage import read_run_report
 from pulsar_dlq_consumer.replay_options import ReplayOptions as ReplayOptions
 
 if TYPE_CHECKING:
@@ -177,9 +179,5 @@ def dataproc_batch(
 
 def read_replay_report(output_dir: str, run_id: str, conn_id: str | None = None) -> dict[str, Any]:
     """The run's summary, as ``DlqReplayOperator`` returns it, from its ``report.json``."""
-    import logging
-
-    from airflow_provider_dlq.output_storage import read_run_report
-
     location = f"{output_dir.rstrip('/')}/runs/{run_id}/report.json"
     return compact_summary(read_run_report(location, run_id, None, conn_id, logging.getLogger(__name__)))

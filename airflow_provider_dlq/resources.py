@@ -5,6 +5,7 @@ checkout they stay at the repository's top level. Nothing is imported from them.
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 from airflow_provider_dlq.errors import DlqProviderError
@@ -15,6 +16,13 @@ _CHECKOUT = PACKAGE_DIR.parent
 
 class ResourceNotFoundError(DlqProviderError, FileNotFoundError):
     """A part of the provider is missing from both the installed package and a source checkout."""
+
+
+def installed_package_dir(name: str) -> Path | None:
+    """The folder of the installed package ``name`` (found without importing it), else ``None``."""
+    spec = importlib.util.find_spec(name)
+    locations = spec.submodule_search_locations if spec is not None else None
+    return Path(next(iter(locations))) if locations else None
 
 
 def _find(what: str, packaged: str, checkout: str, marker: str, hint: str = "") -> Path:

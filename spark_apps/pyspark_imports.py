@@ -1,10 +1,7 @@
 """Import PySpark from a compiled copy of spark-submit's zips when the run has one: a faster start.
 
-Python caches no bytecode for spark-submit's ``pyspark.zip`` and ``py4j-*-src.zip``, so each process
-compiles what it imports (about 1 s). ``airflow_provider_dlq.compiled_pyspark`` keeps a compiled copy for
-a local master (:data:`FOLDER_ENV` for the driver, ``PYTHONPATH`` for the workers, whose daemon is this
-module). Standard library only: nothing imports PySpark before.
-"""
+The copy is made by ``airflow_provider_dlq.compiled_pyspark`` (see ``docs/operator.md``); this module is
+the workers' daemon too. Standard library only: nothing imports PySpark before."""
 
 from __future__ import annotations
 

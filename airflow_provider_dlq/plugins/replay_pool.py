@@ -1,7 +1,4 @@
-"""The one-slot ``dlq_replay`` pool the example DAGs' replay tasks run in, created by the provider.
-
-Airflow never schedules a task whose pool is missing, so this listener creates the pool (named by
-``DLQ_REPLAY_POOL``) when a component with database access starts; an existing pool is left as it is."""
+"""The listener that creates the one-slot pool the example DAGs' replay tasks run in (``docs/dags.md``)."""
 
 from __future__ import annotations
 

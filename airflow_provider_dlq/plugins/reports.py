@@ -1,8 +1,6 @@
 """``DlqReplayPlugin``: serves replay reports and the guides from the Airflow API server (``/dlq-replay``).
 
-A report is found through the task's XCom (``paths.report_html``), served only as
-``runs/<run id>/report.html`` (under ``[dlq_replay] report_roots`` when set), to users who may read the
-DAG's XComs, with a Content-Security-Policy that forbids scripts. The app is built on the first request."""
+Who may read which report, and from where: see ``docs/report.md``. The app is built on the first request."""
 
 from __future__ import annotations
 
@@ -26,6 +24,7 @@ from airflow_provider_dlq.output_storage import (
     split_location,
 )
 from airflow_provider_dlq.plugins import replay_pool
+from airflow_provider_dlq.resources import docs_dir
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -69,7 +68,7 @@ def check_shape(location: str) -> None:
 
 def _under(location: str, root: str) -> bool:
     scheme, path = split_location(location)
-    root_scheme, root_path = split_location(root.strip())
+    root_scheme, root_path = split_location(root)
     if scheme != root_scheme:
         return False
     if not scheme:
@@ -78,13 +77,11 @@ def _under(location: str, root: str) -> bool:
 
 
 def read_report(location: str) -> bytes:
-    """The bytes of the report at ``location``, checked against the ``[dlq_replay]`` options, or
-    :class:`ReportUnavailable` with the fix."""
+    """The report at ``location`` if ``[dlq_replay]`` allows it; else :class:`ReportUnavailable`."""
     from airflow.configuration import conf
 
     check_shape(location)
-    roots = [r.strip() for r in (conf.get("dlq_replay", "report_roots", fallback="") or "").split(",")]
-    roots = [r for r in roots if r]
+    roots = [r.strip() for r in conf.get("dlq_replay", "report_roots", fallback="").split(",") if r.strip()]
     if roots and not any(_under(location, root) for root in roots):
         raise ReportUnavailable(
             f"refusing to serve {location!r}: it is under none of [dlq_replay] report_roots "
@@ -166,8 +163,6 @@ def create_app() -> FastAPI:
     from fastapi import Depends, FastAPI
     from fastapi.responses import HTMLResponse, PlainTextResponse, Response
 
-    from airflow_provider_dlq.resources import docs_dir
-
     app = FastAPI(title="DLQ replay reports", docs_url=None, redoc_url=None, openapi_url=None)
 
     @app.get(
@@ -203,7 +198,6 @@ def create_app() -> FastAPI:
 
 
 async def _lazy_app(scope: Scope, receive: Receive, send: Send) -> None:
-    """An ASGI app that builds :func:`create_app` on its first request."""
     await _built_app()(scope, receive, send)
 
 
@@ -211,8 +205,7 @@ _built_app = functools.cache(create_app)
 
 
 class DlqReplayPlugin(AirflowPlugin):
-    """Registers the report endpoint with the API server (entry point ``airflow.plugins``), and the
-    listener that creates the replay pool (:mod:`airflow_provider_dlq.plugins.replay_pool`)."""
+    """The report endpoint of the API server, and the listener that creates the replay pool."""
 
     name = "dlq_replay"
     fastapi_apps = [{"app": _lazy_app, "url_prefix": PLUGIN_PREFIX, "name": "DLQ replay reports"}]
