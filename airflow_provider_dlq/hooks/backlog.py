@@ -24,7 +24,6 @@ if TYPE_CHECKING:
 BACKLOG_METRIC = "pulsar_subscription_back_log"
 _SAMPLE = re.compile(rf"^{BACKLOG_METRIC}(?:\{{(?P<labels>.*)\}})?\s+(?P<value>\S+)")
 _LABEL = re.compile(r'(?P<key>[a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"(?P<value>(?:[^"\\]|\\.)*)"')
-_GLOB_CHARS = set("*?[")
 
 #: Largest entry backlog (per topic or partition) whose messages ``analyzeBacklog`` counts (it reads them).
 COUNT_MAX_ENTRIES = 10_000
@@ -72,7 +71,7 @@ class AdminHttp:
 
 
 def is_pattern(topic: str) -> bool:
-    return any(ch in _GLOB_CHARS for ch in topic)
+    return any(ch in topic for ch in "*?[")
 
 
 def split_topics(topics: str | Sequence[str]) -> list[str]:

@@ -1,7 +1,5 @@
-"""The connection form's Test button: reach the broker, authenticate, and check the admin/metrics URLs.
-
-Failures name the URL and the cause, never a secret. The broker check looks up extra ``test_topic``, or a
-topic in ``public/default``, where an authorisation refusal still proves the credentials were accepted."""
+"""The connection form's Test button: reach the broker, authenticate, and check the admin/metrics URLs
+(``docs/connection.md``); failures name the URL and the cause, never a secret."""
 
 from __future__ import annotations
 

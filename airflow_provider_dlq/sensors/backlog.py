@@ -32,8 +32,7 @@ class DlqBacklogSensor(BaseSensorOperator):
     topic's backlog as XCom. A backlog that could not be read fails the task, even with ``soft_fail``.
 
     :param topics: DLQ topics: a list or a comma-separated string; names or globs over a namespace such
-        as ``persistent://acme/orders/*-DLQ`` (expanded through the admin API, or among the topics the
-        metrics report for the subscription). (templated)
+        as ``persistent://acme/orders/*-DLQ``. (templated)
     :param subscription: The subscription whose backlog counts (default ``dlq-replayer``). (templated)
     :param pulsar_conn_id: The ``pulsar`` connection (default ``pulsar_default``).
     :param min_backlog: Pending messages a topic needs to be ready (default 1).
