@@ -22,9 +22,8 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
 BACKLOG_METRIC = "pulsar_subscription_back_log"
-_SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>.*)\})?\s+(?P<value>\S+)")
+_SAMPLE = re.compile(rf"^{BACKLOG_METRIC}(?:\{{(?P<labels>.*)\}})?\s+(?P<value>\S+)")
 _LABEL = re.compile(r'(?P<key>[a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"(?P<value>(?:[^"\\]|\\.)*)"')
-_GLOB_CHARS = set("*?[")
 
 #: Largest entry backlog (per topic or partition) whose messages ``analyzeBacklog`` counts (it reads them).
 COUNT_MAX_ENTRIES = 10_000
@@ -72,7 +71,7 @@ class AdminHttp:
 
 
 def is_pattern(topic: str) -> bool:
-    return any(ch in _GLOB_CHARS for ch in topic)
+    return any(ch in topic for ch in "*?[")
 
 
 def split_topics(topics: str | Sequence[str]) -> list[str]:
@@ -99,12 +98,8 @@ def _expand(requested: Sequence[str], available: Iterable[str]) -> list[str]:
     available = sorted(set(available))
     out: dict[str, None] = {}
     for item in requested:
-        if is_pattern(item):
-            for topic in available:
-                if fnmatch.fnmatchcase(topic, item):
-                    out[topic] = None
-        else:
-            out[item] = None
+        matches = [t for t in available if fnmatch.fnmatchcase(t, item)] if is_pattern(item) else [item]
+        out.update(dict.fromkeys(matches))
     return list(out)
 
 
@@ -117,10 +112,8 @@ def parse_prometheus_backlog(text: str, subscription: str) -> dict[str, int]:
     Apache Pulsar's (``topic="persistent://..."``) or pulsar-lite's (``namespace=..., topic=...``) labels."""
     totals: dict[str, int] = {}
     for line in text.splitlines():
-        if not line.startswith(BACKLOG_METRIC):
-            continue
         match = _SAMPLE.match(line)
-        if not match or match.group("name") != BACKLOG_METRIC:
+        if not match:
             continue
         labels = {m.group("key"): _unescape(m.group("value")) for m in _LABEL.finditer(match["labels"] or "")}
         if labels.get("subscription") != subscription or not labels.get("topic"):
@@ -131,11 +124,11 @@ def parse_prometheus_backlog(text: str, subscription: str) -> dict[str, int]:
         if not topic.startswith("persistent://"):
             continue
         try:
-            value = float(match.group("value"))
-        except ValueError:
+            value = int(float(match["value"]))
+        except (ValueError, OverflowError):  # NaN, +Inf
             continue
         key = base_topic(topic)
-        totals[key] = totals.get(key, 0) + int(value)
+        totals[key] = totals.get(key, 0) + value
     return totals
 
 
@@ -193,10 +186,8 @@ def parse_admin_stats(stats: Any, topic: str, subscription: str, now_ms: float) 
     if sub is None:
         return TopicBacklog(topic, subscription, backlog=0, source="admin", found=False)
     entries = _count(sub.get("msgBacklog")) or 0
-    earliest = sub.get("earliestMsgPublishTimeInBacklog")
-    age: float | None = None
-    if isinstance(earliest, (int, float)) and earliest > 0 and entries > 0:
-        age = max(0.0, (now_ms - float(earliest)) / 1000.0)
+    earliest = _count(sub.get("earliestMsgPublishTimeInBacklog"))
+    age = max(0.0, (now_ms - earliest) / 1000.0) if earliest and entries else None
     return TopicBacklog(topic, subscription, entries, "admin", True, age, entries, exact=entries == 0)
 
 
@@ -207,15 +198,12 @@ def _count(value: Any) -> int | None:
     return int(value)
 
 
-def _partition_entries(stats: Any, topic: str, partitions: int, subscription: str) -> dict[str, int]:
+def _partition_entries(stats: dict[str, Any], subscription: str) -> dict[str, int]:
     """Entry backlog of ``subscription`` per partition topic, from ``partitioned-stats?perPartition=true``."""
-    per = stats.get("partitions") if isinstance(stats, dict) else None
+    per = stats.get("partitions")
     out: dict[str, int] = {}
-    for index in range(partitions):
-        name = f"{topic}-partition-{index}"
-        sub = _subscription(per.get(name) if isinstance(per, dict) else None, subscription)
-        entries = _count(sub.get("msgBacklog")) if sub is not None else None
-        if entries:
+    for name, part in per.items() if isinstance(per, dict) else ():
+        if entries := _count((_subscription(part, subscription) or {}).get("msgBacklog")):
             out[name] = entries
     return out
 
@@ -225,8 +213,6 @@ def count_messages(
 ) -> tuple[int, bool]:
     """``(messages, exact)`` for ``entries`` pending entries of one (partition) topic, counted by
     ``analyzeBacklog`` up to :data:`COUNT_MAX_ENTRIES`; a refusal gives ``(entries, False)``, a minimum."""
-    if entries <= 0:
-        return 0, True
     if entries > COUNT_MAX_ENTRIES:
         return entries, False
     url = f"{admin_url}{admin.admin_path(topic)}/subscription/{quote(subscription, safe='')}/analyzeBacklog"
@@ -265,9 +251,7 @@ def admin_backlog(
         stats = _get_json(http, f"{base}/{suffix}getEarliestTimeInBacklog=true")
         item = parse_admin_stats(stats, topic, subscription, now_ms)
         if item.found and not item.exact:
-            parts = {topic: item.backlog}
-            if partitions > 0:
-                parts = _partition_entries(stats, topic, partitions, subscription)
+            parts = _partition_entries(stats, subscription) if partitions > 0 else {topic: item.backlog}
             counted = [count_messages(http, admin_url, p, subscription, n) for p, n in parts.items()]
             messages, exact = sum(n for n, _ in counted), all(ok for _, ok in counted)
             # Partition stats that do not add up to the total (a race, or an odd broker): keep the total.

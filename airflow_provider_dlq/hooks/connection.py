@@ -19,7 +19,6 @@ DEFAULT_TLS_PORT = 6651
 SERVICE_SCHEMES = ("pulsar", "pulsar+ssl")
 #: The extras the connection form declares (``conn-fields`` in ``provider.yaml``).
 KNOWN_EXTRAS = frozenset(get_provider_info()["connection-types"][0]["conn-fields"])
-AUTH_NONE, AUTH_TOKEN, AUTH_OAUTH2, AUTH_TLS = "none", "token", "oauth2", "tls"
 
 _EXAMPLE = (
     'AIRFLOW_CONN_PULSAR_DEFAULT=\'{"conn_type":"pulsar","host":"pulsar://localhost:6650",'
@@ -67,13 +66,12 @@ class PulsarConnectionConfig:
 
     @property
     def auth_method(self) -> str:
+        """``oauth2``, ``token``, ``tls`` (client certificate) or ``none``."""
         if self.oauth2 is not None:
-            return AUTH_OAUTH2
+            return "oauth2"
         if self.token:
-            return AUTH_TOKEN
-        if self.tls_cert_file_path:
-            return AUTH_TLS
-        return AUTH_NONE
+            return "token"
+        return "tls" if self.tls_cert_file_path else "none"
 
     @property
     def secrets(self) -> tuple[str, ...]:
@@ -108,14 +106,14 @@ def _http_url(conn_id: str, extra: Mapping[str, Any], name: str, example: str) -
 
 
 def _service_url(conn_id: str, conn_type: str | None, host: str, port: int | None, use_tls: bool) -> str:
-    if "://" in host:
-        scheme = host.split("://", 1)[0].lower()
+    scheme, sep, rest = host.partition("://")
+    if sep:
+        scheme, rest = scheme.lower(), rest.strip("/")
         if scheme not in SERVICE_SCHEMES:
             raise PulsarConnectionError(
                 f"Connection {conn_id!r}: Service URL {host!r} has scheme {scheme!r}; use pulsar://host:6650 "
                 "or pulsar+ssl://host:6651 (http:// URLs belong in the extras admin_url / metrics_url)."
             )
-        rest = host.split("://", 1)[1].strip("/")
         if not rest:
             raise PulsarConnectionError(
                 f"Connection {conn_id!r}: Service URL {host!r} names no broker; use e.g. "
@@ -162,7 +160,7 @@ def _with_ports(conn_id: str, host: str, rest: str, port: int | None) -> str:
 
 def _port(conn_id: str, port: Any) -> int | None:
     """A port of 1-65535, or ``None`` (``None``, ``""`` or 0: what an empty form field posts)."""
-    if port is None or port == "" or port == 0:
+    if port in (None, "", 0):
         return None
     try:
         number = int(port)

@@ -1,7 +1,5 @@
-"""The connection form's Test button: reach the broker, authenticate, and check the admin/metrics URLs.
-
-Failures name the URL and the cause, never a secret. The broker check looks up extra ``test_topic``, or a
-topic in ``public/default``, where an authorisation refusal still proves the credentials were accepted."""
+"""The connection form's Test button: reach the broker, authenticate, and check the admin/metrics URLs
+(``docs/connection.md``); failures name the URL and the cause, never a secret."""
 
 from __future__ import annotations
 
@@ -96,16 +94,14 @@ def check_broker(hook: PulsarHook, config: PulsarConnectionConfig) -> str:
         raise CheckFailed(f"{url}: looking up {topic} failed: {type(exc).__name__}: {exc}") from exc
     finally:
         client.close()
-    return f"broker {url} ok ({AUTH_LABELS.get(config.auth_method, config.auth_method)}, looked up {topic})"
+    return f"broker {url} ok ({AUTH_LABELS[config.auth_method]}, looked up {topic})"
 
 
-def _admin_check_url(config: PulsarConnectionConfig) -> str:
+def _admin_check_url(admin_url: str, test_topic: str | None) -> str:
     """With ``test_topic``: its namespace's topic list (as the sensor reads globs); else ``clusters``."""
-    assert config.admin_url is not None
-    topic = config.test_topic or ""
-    if "://" in topic and len(topic.partition("://")[2].split("/")) == 3:
-        return config.admin_url + admin.admin_path(topic, parts=2)
-    return f"{config.admin_url}/admin/v2/clusters"
+    if test_topic and "://" in test_topic and len(test_topic.partition("://")[2].split("/")) == 3:
+        return admin_url + admin.admin_path(test_topic, parts=2)
+    return f"{admin_url}/admin/v2/clusters"
 
 
 def check_http(http: AdminHttp, url: str, what: str, *, forbidden_ok: bool) -> str:
@@ -159,7 +155,7 @@ def check_connection(hook: PulsarHook, config: PulsarConnectionConfig) -> tuple[
         if config.admin_url or config.metrics_url:
             http = http or admin_http(hook, config)
             if config.admin_url:
-                url = _admin_check_url(config)
+                url = _admin_check_url(config.admin_url, config.test_topic)
                 notes.append(check_http(http, url, "admin API", forbidden_ok=not config.test_topic))
             if config.metrics_url:
                 notes.append(check_http(http, config.metrics_url, "metrics endpoint", forbidden_ok=False))

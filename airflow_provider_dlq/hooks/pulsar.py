@@ -45,9 +45,6 @@ CLIENT_LOGGER_NAME = "airflow_provider_dlq.pulsar_client"
 class PulsarHook(BaseHook):
     """Interact with Apache Pulsar through an Airflow ``pulsar`` connection.
 
-    Authentication (token, OAuth2 client credentials, TLS client certificate) applies to the broker
-    client and to the admin/metrics HTTP calls alike; see ``docs/connection.md``.
-
     :param pulsar_conn_id: The ``pulsar`` connection to use (default ``pulsar_default``).
     :param http_timeout: Seconds allowed for each admin/metrics HTTP request.
 
@@ -200,8 +197,7 @@ class PulsarHook(BaseHook):
         from airflow_provider_dlq.hooks.connection_check import check_connection, tested_connection_id
 
         try:
-            config = self.config
-            ok, message = check_connection(self, config)
+            ok, message = check_connection(self, self.config)
         except (PulsarConnectionError, AirflowNotFoundException) as exc:
             ok, message = False, str(exc)
         # The UI's Test button tests a copy under a random id; name the user's connection instead.

@@ -31,10 +31,8 @@ def left_pending(summary: Any) -> int:
 
 
 class DlqBacklogRearmOperator(BaseOperator):
-    """Re-arm the backlog watch of ``asset`` with what the replay left pending as the new baseline.
-
-    Put it after the replay: from then on the watch fires only for messages above that baseline, so
-    messages a replay skips on purpose do not start the next run.
+    """After the replay, re-arm the backlog watch of ``asset`` with what the replay left pending as the
+    new baseline (the watch then fires only for messages above it).
 
     :param asset: The watched asset (the DAG's schedule); it becomes this task's inlet.
     :param replay_summary: The replay's summary (``DlqReplayOperator`` XCom, e.g. ``replay.output``).

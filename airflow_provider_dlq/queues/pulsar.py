@@ -1,6 +1,5 @@
-"""The ``pulsar`` scheme of ``MessageQueueTrigger``: it takes the arguments of
-:class:`~airflow_provider_dlq.triggers.backlog_event.DlqBacklogEventTrigger` and watches a backlog, never
-consuming. See ``docs/event-driven.md``."""
+"""The ``pulsar`` scheme of ``MessageQueueTrigger``: a ``DlqBacklogEventTrigger``, never consuming
+(``docs/event-driven.md``)."""
 
 from __future__ import annotations
 

@@ -13,7 +13,6 @@ from airflow_provider_dlq.hooks.backlog import BacklogReadError
 from airflow_provider_dlq.hooks.pulsar import PulsarHook
 from airflow_provider_dlq.triggers.backlog import (
     STATUS_ERROR,
-    STATUS_SUCCESS,
     STATUS_TIMEOUT,
     DlqBacklogTrigger,
     as_xcom,
@@ -29,18 +28,11 @@ if TYPE_CHECKING:
 
 
 class DlqBacklogSensor(BaseSensorOperator):
-    """Wait until the replayer subscription has a backlog on one or more DLQ topics.
-
-    The backlog comes from the admin REST API (``admin_url``: counts and the oldest message's age), else
-    from the Prometheus gauge at ``metrics_url``. The sensor succeeds as soon as one topic holds
-    ``min_backlog`` messages (aged ``min_age``) and returns every watched topic's backlog as XCom
-    (``{topic: {"backlog", "exact", "oldest_age_seconds", "source", "found", ...}}``; ``docs/sensor.md``).
-    With ``soft_fail=True`` a run that finds nothing before ``timeout`` is skipped; a backlog that could
-    not be read is never taken for an empty DLQ: if the last read failed, the task fails.
+    """Wait until the replayer subscription has a backlog on one or more DLQ topics; return every watched
+    topic's backlog as XCom. A backlog that could not be read fails the task, even with ``soft_fail``.
 
     :param topics: DLQ topics: a list or a comma-separated string; names or globs over a namespace such
-        as ``persistent://acme/orders/*-DLQ`` (expanded through the admin API, or among the topics the
-        metrics report for the subscription). (templated)
+        as ``persistent://acme/orders/*-DLQ``. (templated)
     :param subscription: The subscription whose backlog counts (default ``dlq-replayer``). (templated)
     :param pulsar_conn_id: The ``pulsar`` connection (default ``pulsar_default``).
     :param min_backlog: Pending messages a topic needs to be ready (default 1).
@@ -49,6 +41,8 @@ class DlqBacklogSensor(BaseSensorOperator):
     :param poll_interval: Seconds between backlog reads (default 60).
     :param deferrable: Wait in the triggerer (default) instead of holding a worker slot.
     :param timeout: Give up after this many seconds (inherited); with ``soft_fail`` the task is skipped.
+
+    .. seealso:: ``docs/sensor.md``
     """
 
     template_fields: Sequence[str] = ("topics", "subscription")
@@ -136,26 +130,21 @@ class DlqBacklogSensor(BaseSensorOperator):
         self._log_backlog(xcom, ready)
         return PokeReturnValue(is_done=bool(ready), xcom_value=xcom)
 
-    def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> Any:
-        if not event:
-            raise AirflowSensorTimeout(f"{self.task_id}: the backlog trigger ended without an event.")
-        status = event.get("status")
-        if status == STATUS_SUCCESS:
-            self._log_backlog(event["backlog"], event.get("ready", []))
-            return event["backlog"]
-        if status == STATUS_ERROR:
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
+        if event["status"] == STATUS_ERROR:
             # A configuration error: fail (never soft-fail), the message names the fix.
-            raise ValueError(f"{self.task_id}: {event.get('message')}")
-        if status == STATUS_TIMEOUT:
-            if event.get("last_error"):
+            raise ValueError(f"{self.task_id}: {event['message']}")
+        if event["status"] == STATUS_TIMEOUT:
+            if event["last_error"]:
                 raise self._read_failed(event["last_error"])
-            seen = {t: b.get("backlog") for t, b in (event.get("backlog") or {}).items()}
+            seen = {t: b["backlog"] for t, b in event["backlog"].items()}
             raise AirflowSensorTimeout(
                 f"{self.task_id}: no DLQ topic reached a backlog of {self.min_backlog}"
                 f"{f' aged {self.min_age_seconds:g}s' if self.min_age_seconds is not None else ''} "
                 f"within {self.timeout:g}s on subscription {self.subscription!r}; last backlog: {seen}"
             )
-        raise ValueError(f"{self.task_id}: unexpected trigger event {event!r}")
+        self._log_backlog(event["backlog"], event["ready"])
+        return event["backlog"]
 
     def _log_backlog(self, backlogs: Mapping[str, Mapping[str, Any]], ready: Sequence[str]) -> None:
         for topic, item in sorted(backlogs.items()):

@@ -67,9 +67,7 @@ def as_xcom(backlogs: Mapping[str, TopicBacklog]) -> dict[str, dict[str, Any]]:
 def topics_from_backlog(value: Mapping[str, Mapping[str, Any]] | None, min_backlog: int = 0) -> str:
     """Comma-separated topics of a backlog sensor's XCom with at least ``min_backlog`` pending (default:
     every watched topic); the example DAGs' Jinja filter."""
-    if not value:
-        return ""
-    return ",".join(t for t, item in sorted(value.items()) if int(item.get("backlog", 0)) >= min_backlog)
+    return ",".join(t for t, item in sorted((value or {}).items()) if int(item["backlog"]) >= min_backlog)
 
 
 class DlqBacklogTrigger(BaseTrigger):

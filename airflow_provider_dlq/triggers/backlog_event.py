@@ -154,12 +154,8 @@ def event_payload(
 
 
 class DlqBacklogEventTrigger(BaseEventTrigger):
-    """Fire an asset event when the backlog of ``subscription`` on ``topics`` crosses a threshold.
-
-    An armed watch fires when the backlog (summed over ``topics``) above what the last replay left
-    pending reaches ``min_backlog``, or its oldest message is ``max_age_seconds`` old; then it stays quiet
-    until ``DlqBacklogRearmOperator`` re-arms it (or ``refire_after_seconds`` pass). Read errors are
-    logged and retried at the next poll, never fired.
+    """Fire an asset event when the backlog of ``subscription`` on ``topics``, above what the last replay
+    left pending, crosses a threshold; then stay quiet until ``DlqBacklogRearmOperator`` re-arms the watch.
 
     :param topics: DLQ topics (full names, or globs over one namespace such as
         ``persistent://acme/orders/*-DLQ``).
@@ -170,6 +166,8 @@ class DlqBacklogEventTrigger(BaseEventTrigger):
     :param refire_after_seconds: Fire again when no replay re-armed the watch this long after it fired
         and the backlog is still there (``None``, the default: never).
     :param poll_interval: Seconds between backlog reads.
+
+    .. seealso:: ``docs/event-driven.md``
     """
 
     def __init__(
