@@ -127,8 +127,8 @@ def verdicts(sent: dict[str, list[str]], seen: set[str], spec: CanarySpec) -> di
     out: dict[str, dict[str, Any]] = {}
     for signature, ids in sorted(sent.items()):
         failed = len(set(ids) & seen)
-        rate = failed / len(ids) if ids else 1.0
-        decision = "halted" if not ids or rate > spec.max_failure_rate else "replay"
+        rate = failed / len(ids) if ids else 1.0  # none published: above any allowed rate (< 1), halted
+        decision = "halted" if rate > spec.max_failure_rate else "replay"
         out[signature] = dict(
             canary_sent=len(ids), failed_again=failed, failure_rate=round(rate, 4), decision=decision
         )
@@ -161,11 +161,9 @@ def run_canary(run: Any, decisions: DataFrame, send: Callable[[SendFilter, str],
             log.info("canary: watching for re-failures for %.0f s", remaining)
             with waiting("canary watch", remaining):
                 time.sleep(remaining)
-        canaries = read_frame(run.spark, ids_path, CANARY_IDS_SCHEMA)
-        results = read_frame(run.spark, path, RESULTS_SCHEMA)
-        published = results.filter(F.col("published")).select("replay_id", F.lit(True).alias("ok"))
-        ok_ids = F.collect_list(F.when(F.col("ok"), F.col("replay_id"))).alias("ids")
-        # canaries only: a few per group
+        canaries = read_frame(run.spark, ids_path, CANARY_IDS_SCHEMA)  # a few per group
+        published = read_frame(run.spark, path, RESULTS_SCHEMA).select("replay_id", "published")
+        ok_ids = F.collect_list(F.when(F.col("published"), F.col("replay_id"))).alias("ids")
         rows = canaries.join(published, on="replay_id", how="left").groupBy("signature").agg(ok_ids).collect()
         sent = {r["signature"]: list(r["ids"]) for r in rows}
         topics = watched_topics(tuple(run.options.topics), spec)
