@@ -13,11 +13,12 @@ from datetime import UTC
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType
 
-from spark_apps.dlq_replay.arrow_util import group_ids, in_tasks, row_numbers
+from spark_apps.dlq_replay.arrow_util import group_ids, in_tasks
 from spark_apps.dlq_replay.outcomes import UNSCOPED
 from spark_apps.dlq_replay.schemas import SNAPSHOT_SCHEMA, arrow_schema
 from spark_apps.dlq_replay.storage import join, open_parquet, read_table, write_table
@@ -66,14 +67,10 @@ def first_k(table: pa.Table, keys: Sequence[str], order: Sequence[str], k: int) 
     group = group_ids([table.column(name) for name in keys])
     ranked = pa.table({"_group": group, **{name: table.column(name) for name in order}})
     indices = _sort_indices(ranked, ["_group", *order])
-    sorted_group = group.take(indices)
-    n = len(indices)
-    starts_here = pa.concat_arrays(
-        [pa.array([True]), pc.not_equal(sorted_group.slice(1), sorted_group.slice(0, n - 1))]
-    )
-    run = pc.subtract(pc.cumulative_sum(starts_here.cast(pa.int64())), 1)
-    start = pc.indices_nonzero(starts_here).take(run).cast(pa.int64())
-    kept = table.take(indices.filter(pc.less(pc.subtract(row_numbers(n), start), k)))
+    sorted_group = group.take(indices).to_numpy()
+    starts = np.flatnonzero(np.r_[True, sorted_group[1:] != sorted_group[:-1]])  # each group's first row
+    rank = np.arange(len(indices)) - np.repeat(starts, np.diff(starts, append=len(indices)))
+    kept = table.take(indices.filter(pa.array(rank < k)))
     return kept.take(_sort_indices(kept, [*keys, *order]))
 
 
