@@ -87,9 +87,7 @@ def merge(kind: str, tables: Sequence[pa.Table]) -> pa.Table:
     table = pa.concat_tables(tables, promote_options="permissive")
     if kind == "combos":
         grouped = table.group_by(list(COMBO_KEYS), use_threads=False).aggregate(list(_COMBO_AGGREGATES))
-        produced = [f"{name}_{function}" for name, function in _COMBO_AGGREGATES]
-        names = [*dict(_COMBO_AGGREGATES), *COMBO_KEYS]
-        return grouped.select([*produced, *COMBO_KEYS]).rename_columns(names)
+        return grouped.rename_columns({f"{name}_{function}": name for name, function in _COMBO_AGGREGATES})
     if kind == "errors":  # each message at its earliest time, null first (skipping nulls would not merge)
         first = ("first", "min", pc.ScalarAggregateOptions(skip_nulls=False))
         earliest = table.group_by(["signature", "message"], use_threads=False).aggregate([first])
