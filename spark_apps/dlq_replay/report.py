@@ -110,7 +110,6 @@ def display_template(error_class: str | None, template: str) -> str:
 
 
 def _extreme(combos: list[dict[str, Any]], key: str, pick: Callable[..., Any] = min) -> Any:
-    """The smallest (or largest) value of ``key`` among ``combos``, whatever order they come in."""
     return pick((combo[key] for combo in combos if combo.get(key) is not None), default=None)
 
 
@@ -247,7 +246,6 @@ def _read(
 
 
 def _guarded(what: str, default: Any, compute: Callable[..., Any], *args: Any) -> Any:
-    """``compute(*args)``, or ``default`` with the error logged."""
     try:
         return compute(*args)
     except Exception as exc:

@@ -260,7 +260,6 @@ def error_count_rows(
 
 
 def _tally(counts: Counter[tuple[str, str]], keys: pa.Array) -> None:
-    """Count each ``signature\\x1ftext`` key of ``keys`` (nulls skipped) under ``(signature, text)``."""
     for row in pc.value_counts(keys.drop_null()).to_pylist():
         sig, _, text = row["values"].partition("\x1f")
         counts[(sig, text)] += row["counts"]
