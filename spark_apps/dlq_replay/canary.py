@@ -10,8 +10,20 @@ import time
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from pyspark.sql import Window
+from pyspark.sql import functions as F
+
+from pulsar_dlq_consumer.topics import normalize_topic
 from spark_apps.dlq_replay import outcomes as oc
+from spark_apps.dlq_replay.lineage import REPLAY_ID, REPLAY_RUN_ID
+from spark_apps.dlq_replay.progress import waiting
+from spark_apps.dlq_replay.pulsar_io.conf import get_client
 from spark_apps.dlq_replay.pulsar_io.source import ddl_struct
+from spark_apps.dlq_replay.pulsar_io.window import expand_partitions
+from spark_apps.dlq_replay.schemas import RESULTS_SCHEMA
+from spark_apps.dlq_replay.storage import join
+from spark_apps.dlq_replay.task_parquet import read_frame, write_frame
+from spark_apps.dlq_replay.task_sends import SendFilter
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -20,7 +32,6 @@ if TYPE_CHECKING:
 
     from pulsar_dlq_consumer.replay_options import CanarySpec
     from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf
-    from spark_apps.dlq_replay.task_sends import SendFilter
 
 log = logging.getLogger("spark_apps.dlq_replay")
 CANARY_WAVE = -1  # results saved under apply/republish/wave=-1
@@ -36,9 +47,6 @@ _VERDICT_LINE = "canary: group %s: %d sent, %d failed again (rate %.2f, max %.2f
 
 def canary_selection(decisions: DataFrame, spec: CanarySpec) -> DataFrame:
     """The canary rows (``replay_id``, ``signature``): each group's first messages to republish."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
     order = Window.partitionBy("signature").orderBy("publish_time", "dlq_topic", "replay_id")
     group = Window.partitionBy("signature")
     if spec.percent is not None:
@@ -53,8 +61,6 @@ def canary_selection(decisions: DataFrame, spec: CanarySpec) -> DataFrame:
 
 def watched_topics(dlq_topics: tuple[str, ...], spec: CanarySpec) -> list[str]:
     """The DLQ topics, their ``-RETRY`` siblings and the extra watch topics (full names, no duplicates)."""
-    from pulsar_dlq_consumer.topics import normalize_topic
-
     names: list[str] = []
     for full in map(normalize_topic, dlq_topics):
         names += [full, full.removesuffix("-DLQ") + "-RETRY"] if full.endswith("-DLQ") else [full]
@@ -66,10 +72,7 @@ def failed_again(
     conf: PulsarConf, topics: list[str], since_ms: int, run_id: str, ids: set[str], optional: frozenset[str]
 ) -> set[str]:
     """The canary ``ids`` back on ``topics`` since ``since_ms`` (read, not acked; ``optional`` may fail)."""
-    import pulsar
-
-    from spark_apps.dlq_replay.pulsar_io.conf import get_client
-    from spark_apps.dlq_replay.pulsar_io.window import expand_partitions
+    import pulsar  # the driver's alone: record tasks import this module too
 
     client = get_client(conf)
     until_ms = int(time.time() * 1000)
@@ -105,8 +108,6 @@ def _read_canaries(reader: Any, until_ms: int, run_id: str, canary_ids: set[str]
     """Read until idle or past ``until_ms``, adding this run's canary ids to ``seen``; the messages read."""
     import pulsar
 
-    from spark_apps.dlq_replay.lineage import REPLAY_ID, REPLAY_RUN_ID
-
     read = 0
     while True:
         try:
@@ -126,8 +127,8 @@ def verdicts(sent: dict[str, list[str]], seen: set[str], spec: CanarySpec) -> di
     out: dict[str, dict[str, Any]] = {}
     for signature, ids in sorted(sent.items()):
         failed = len(set(ids) & seen)
-        rate = failed / len(ids) if ids else 1.0
-        decision = "halted" if not ids or rate > spec.max_failure_rate else "replay"
+        rate = failed / len(ids) if ids else 1.0  # none published: above any allowed rate (< 1), halted
+        decision = "halted" if rate > spec.max_failure_rate else "replay"
         out[signature] = dict(
             canary_sent=len(ids), failed_again=failed, failure_rate=round(rate, 4), decision=decision
         )
@@ -136,13 +137,6 @@ def verdicts(sent: dict[str, list[str]], seen: set[str], spec: CanarySpec) -> di
 
 def run_canary(run: Any, decisions: DataFrame, send: Callable[[SendFilter, str], None]) -> list[str]:
     """Send the canary (``send(chosen, path)``), wait, judge each group; the halted groups."""
-    from pyspark.sql import functions as F
-
-    from spark_apps.dlq_replay.schemas import RESULTS_SCHEMA
-    from spark_apps.dlq_replay.storage import join
-    from spark_apps.dlq_replay.task_parquet import read_frame, write_frame
-    from spark_apps.dlq_replay.task_sends import SendFilter
-
     spec: CanarySpec = run.options.canary
     state = run.state.progress("apply").setdefault("canary", {})
     ids_path = run.paths.canary_ids
@@ -164,16 +158,12 @@ def run_canary(run: Any, decisions: DataFrame, send: Callable[[SendFilter, str],
     if "verdicts" not in state:
         remaining = float(state["sent_at"]) + spec.wait_seconds - time.time()
         if remaining > 0:
-            from spark_apps.dlq_replay.progress import waiting
-
             log.info("canary: watching for re-failures for %.0f s", remaining)
             with waiting("canary watch", remaining):
                 time.sleep(remaining)
-        canaries = read_frame(run.spark, ids_path, CANARY_IDS_SCHEMA)
-        results = read_frame(run.spark, path, RESULTS_SCHEMA)
-        published = results.filter(F.col("published")).select("replay_id", F.lit(True).alias("ok"))
-        ok_ids = F.collect_list(F.when(F.col("ok"), F.col("replay_id"))).alias("ids")
-        # canaries only: a few per group
+        canaries = read_frame(run.spark, ids_path, CANARY_IDS_SCHEMA)  # a few per group
+        published = read_frame(run.spark, path, RESULTS_SCHEMA).select("replay_id", "published")
+        ok_ids = F.collect_list(F.when(F.col("published"), F.col("replay_id"))).alias("ids")
         rows = canaries.join(published, on="replay_id", how="left").groupBy("signature").agg(ok_ids).collect()
         sent = {r["signature"]: list(r["ids"]) for r in rows}
         topics = watched_topics(tuple(run.options.topics), spec)
@@ -192,10 +182,6 @@ def run_canary(run: Any, decisions: DataFrame, send: Callable[[SendFilter, str],
 
 def unsent_halted(run: Any, decisions: DataFrame, halted: list[str]) -> int:
     """Messages of halted groups that were not sent (``canary_failed``): all but their canaries."""
-    from pyspark.sql import functions as F
-
-    from spark_apps.dlq_replay.task_parquet import read_frame
-
     if not halted:
         return 0
     in_halted = F.col("signature").isin(*halted)

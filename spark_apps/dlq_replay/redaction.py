@@ -142,8 +142,7 @@ def scrub(text: str) -> str:
     with _LOCK:
         registered = sorted(_REGISTERED, key=len, reverse=True)
     for secret in registered:
-        if secret in text:
-            text = text.replace(secret, MASK)
+        text = text.replace(secret, MASK)
     text = _JWT.sub(MASK, text)
     text = _URL_USERINFO.sub(lambda m: f"{m.group('scheme')}{MASK}@", text)
     return _URL_QUERY.sub(lambda m: f"{m.group('url')}?{MASK}", text)

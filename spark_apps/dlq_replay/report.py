@@ -11,6 +11,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from functools import partial
+from itertools import groupby
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import functions as F
@@ -29,7 +31,7 @@ from spark_apps.dlq_replay.report_explain import (
     run_config,
 )
 from spark_apps.dlq_replay.report_html import render_html
-from spark_apps.dlq_replay.report_parts import COUNT_SCHEMA, error_count_rows, snapshot_messages
+from spark_apps.dlq_replay.report_parts import COUNT_SCHEMA, error_count_rows, read_parts, snapshot_messages
 from spark_apps.dlq_replay.schemas import DECIDED_SCHEMA, LEDGER_SCHEMA
 from spark_apps.dlq_replay.session import conf_value
 from spark_apps.dlq_replay.storage import list_names
@@ -108,7 +110,6 @@ def display_template(error_class: str | None, template: str) -> str:
 
 
 def _extreme(combos: list[dict[str, Any]], key: str, pick: Callable[..., Any] = min) -> Any:
-    """The smallest (or largest) value of ``key`` among ``combos``, whatever order they come in."""
     return pick((combo[key] for combo in combos if combo.get(key) is not None), default=None)
 
 
@@ -245,7 +246,6 @@ def _read(
 
 
 def _guarded(what: str, default: Any, compute: Callable[..., Any], *args: Any) -> Any:
-    """``compute(*args)``, or ``default`` with the error logged."""
     try:
         return compute(*args)
     except Exception as exc:
@@ -287,10 +287,8 @@ def _representatives(
 ) -> dict[str, list[Any]]:
     """The shown groups' representatives, each paired with its snapshot row (or ``None``)."""
     per_group = PAYLOAD_SAMPLES if ctx.payload_snippets else 1
-    reps: dict[str, list[Any]] = {sig: [] for sig in signatures}
-    for rep in parts.reps:  # sorted by signature, then order
-        if len(reps.get(rep["signature"], ())) < per_group:
-            reps[rep["signature"]].append(rep)
+    first = {sig: list(rows)[:per_group] for sig, rows in groupby(parts.reps, itemgetter("signature"))}
+    reps = {sig: first.get(sig, []) for sig in signatures}  # parts.reps: sorted by signature, then order
     keys = sorted({(r["dlq_topic"], r["dlq_message_id"]) for mine in reps.values() for r in mine})
     args = (spark, ctx.snapshot_path, keys, ctx.payload_snippets)
     found = _guarded("snapshot samples", {}, snapshot_messages, *args)
@@ -325,10 +323,9 @@ def _fill_groups(
     """Add ``fix_errors``, ``sample_errors``, ``explanation`` (and ``payload_samples``) to ``shown``."""
 
     def snippet(rep: Any, snap: Any) -> str:
-        archive_payload = getattr(ctx.options, "archive_payload", True)
-        if archive_payload and not ctx.playbook.payload_off(rep["dlq_topic"], rep["origin_topic"]):
-            return mask_payload(snap["value"])
-        return "(payload off for this topic)"
+        if not ctx.options.archive_payload or ctx.playbook.payload_off(rep["dlq_topic"], rep["origin_topic"]):
+            return "(payload off for this topic)"
+        return mask_payload(snap["value"])
 
     for group in shown:
         sig, mine = group["signature"], reps.get(group["signature"], [])
@@ -422,8 +419,6 @@ def add_details(
 
 def run_report(run: Run, started_wall: datetime) -> dict[str, Any]:
     """Write ``report.json`` and ``report.html`` from the record tasks' parts and the steps' counts."""
-    from spark_apps.dlq_replay.report_parts import read_parts
-
     options, info, paths = run.options, run.state.info, run.paths
     started = time.monotonic()
     run.step("report")

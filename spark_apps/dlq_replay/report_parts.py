@@ -13,16 +13,21 @@ from datetime import UTC
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType
 
-from spark_apps.dlq_replay.arrow_util import group_ids, row_numbers
+from spark_apps.dlq_replay.arrow_util import group_ids, in_tasks
 from spark_apps.dlq_replay.outcomes import UNSCOPED
+from spark_apps.dlq_replay.schemas import SNAPSHOT_SCHEMA, arrow_schema
+from spark_apps.dlq_replay.storage import join, open_parquet, read_table, write_table
+from spark_apps.dlq_replay.task_parquet import part_file, part_files
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
     from datetime import datetime
 
-    import pyarrow as pa
     from pyspark.sql import SparkSession
 
 #: What a group of the report is counted by.
@@ -57,30 +62,20 @@ _COMBO_COLUMNS = (*COMBO_KEYS, "error_template", "error_class", "origin_topic", 
 def first_k(table: pa.Table, keys: Sequence[str], order: Sequence[str], k: int) -> pa.Table:
     """The rows of ``table`` among the first ``k`` of their ``keys`` by ``order`` (ascending, nulls first as
     in Spark), sorted by keys then order; ranked by an integer group id, so only kept rows compare keys."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
     if table.num_rows == 0:
         return table
     group = group_ids([table.column(name) for name in keys])
     ranked = pa.table({"_group": group, **{name: table.column(name) for name in order}})
     indices = _sort_indices(ranked, ["_group", *order])
-    sorted_group = group.take(indices)
-    n = len(indices)
-    starts_here = pa.concat_arrays(
-        [pa.array([True]), pc.not_equal(sorted_group.slice(1), sorted_group.slice(0, n - 1))]
-    )
-    run = pc.subtract(pc.cumulative_sum(starts_here.cast(pa.int64())), 1)
-    start = pc.indices_nonzero(starts_here).take(run).cast(pa.int64())
-    kept = table.take(indices.filter(pc.less(pc.subtract(row_numbers(n), start), k)))
+    sorted_group = group.take(indices).to_numpy()
+    starts = np.flatnonzero(np.r_[True, sorted_group[1:] != sorted_group[:-1]])  # each group's first row
+    rank = np.arange(len(indices)) - np.repeat(starts, np.diff(starts, append=len(indices)))
+    kept = table.take(indices.filter(pa.array(rank < k)))
     return kept.take(_sort_indices(kept, [*keys, *order]))
 
 
 def _sort_indices(table: pa.Table, names: Sequence[str]) -> pa.Array:
     """Indices sorting ``table`` by ``names`` ascending, nulls first (per key from pyarrow 25 on)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
     if int(pa.__version__.split(".")[0]) >= 25:
         return pc.sort_indices(table, sort_keys=[(name, "ascending", "at_start") for name in names])
     ascending = [(name, "ascending") for name in names]
@@ -89,15 +84,10 @@ def _sort_indices(table: pa.Table, names: Sequence[str]) -> pa.Array:
 
 def merge(kind: str, tables: Sequence[pa.Table]) -> pa.Table:
     """One table of ``kind`` from several (of one bucket's chunks, or of every bucket)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
     table = pa.concat_tables(tables, promote_options="permissive")
     if kind == "combos":
         grouped = table.group_by(list(COMBO_KEYS), use_threads=False).aggregate(list(_COMBO_AGGREGATES))
-        produced = [f"{name}_{function}" for name, function in _COMBO_AGGREGATES]
-        names = [*dict(_COMBO_AGGREGATES), *COMBO_KEYS]
-        return grouped.select([*produced, *COMBO_KEYS]).rename_columns(names)
+        return grouped.rename_columns({f"{name}_{function}": name for name, function in _COMBO_AGGREGATES})
     if kind == "errors":  # each message at its earliest time, null first (skipping nulls would not merge)
         first = ("first", "min", pc.ScalarAggregateOptions(skip_nulls=False))
         earliest = table.group_by(["signature", "message"], use_threads=False).aggregate([first])
@@ -121,9 +111,6 @@ class BucketParts:
 
     def add(self, ledger: pa.RecordBatch, decided: pa.RecordBatch) -> None:
         """Take a batch of ledger rows and the decisions they were made from (the file's next rows)."""
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
         self._ledger.append(ledger.select([*_COMBO_COLUMNS, "dlq_topic", "dlq_message_id", "publish_time"]))
         outcome = decided.column("outcome")
         unscoped = pc.if_else(
@@ -139,9 +126,6 @@ class BucketParts:
             self._reduce()
 
     def _reduce(self) -> None:
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
         if not self._pending:
             return
         ledger = pa.Table.from_batches(self._ledger)
@@ -165,9 +149,6 @@ class BucketParts:
 
     def write(self) -> None:
         """Write each part, merged, to ``folder/<kind>/part-<bucket>.parquet`` after the last rows."""
-        from spark_apps.dlq_replay.storage import join, write_table
-        from spark_apps.dlq_replay.task_parquet import part_file
-
         self._reduce()
         for kind, tables in self.parts.items():
             if tables:
@@ -191,9 +172,6 @@ def iso(value: datetime | None) -> str | None:
 
 def read_parts(folder: str) -> ReportParts:
     """Merge every bucket's parts in ``folder`` (written by :meth:`BucketParts.write`)."""
-    from spark_apps.dlq_replay.storage import join, read_table
-    from spark_apps.dlq_replay.task_parquet import part_files
-
     files = {kind: part_files(join(folder, kind)) for kind in KINDS}
     merged = {
         kind: merge(kind, [read_table(path) for path in paths]).to_pylist() if paths else []
@@ -214,9 +192,6 @@ def snapshot_messages(
     """The snapshot messages ``keys`` (and their payloads ``with_payload``), read in one Python task."""
     if not keys:
         return {}
-    from spark_apps.dlq_replay.arrow_util import in_tasks
-    from spark_apps.dlq_replay.schemas import SNAPSHOT_SCHEMA
-
     columns = ["topic", "message_id_str", "properties"] + (["value"] if with_payload else [])
     schema = StructType([SNAPSHOT_SCHEMA[name] for name in columns])
     rows = in_tasks(spark, partial(snapshot_rows, snapshot_dir, tuple(keys), columns), 1, schema).to_pylist()
@@ -227,12 +202,6 @@ def snapshot_rows(
     snapshot_dir: str, keys: Sequence[tuple[str, str]], columns: list[str], _task: int = 0
 ) -> Iterator[pa.RecordBatch]:
     """The snapshot rows ``keys`` by row group, stopping once all are found (representatives come early)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    from spark_apps.dlq_replay.storage import open_parquet
-    from spark_apps.dlq_replay.task_parquet import part_files
-
     wanted = {f"{topic}\x1f{message_id}" for topic, message_id in keys}
     value_set = pa.array(sorted(wanted), pa.string())
     found: set[str] = set()
@@ -266,12 +235,6 @@ def error_count_rows(
 ) -> Iterator[pa.RecordBatch]:
     """Per ``(signature, text)``, the count of each message ``wanted`` and of each fix error of ``signatures``
     (cut to :data:`ERROR_CHARS`) in decisions file ``files[task]``, in one pass."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    from spark_apps.dlq_replay.schemas import arrow_schema
-    from spark_apps.dlq_replay.storage import open_parquet
-
     texts = [f"{sig}\x1f{message}" for sig, messages in wanted.items() for message in messages]
     keys = pa.array(texts, pa.string())  # typed: an empty list would make a null array
     shown = pa.array(sorted(signatures), pa.string())
@@ -297,9 +260,6 @@ def error_count_rows(
 
 
 def _tally(counts: Counter[tuple[str, str]], keys: pa.Array) -> None:
-    """Count each ``signature\\x1ftext`` key of ``keys`` (nulls skipped) under ``(signature, text)``."""
-    import pyarrow.compute as pc
-
     for row in pc.value_counts(keys.drop_null()).to_pylist():
         sig, _, text = row["values"].partition("\x1f")
         counts[(sig, text)] += row["counts"]

@@ -168,3 +168,17 @@ def test_a_key_error_template_says_a_key_is_missing():
     )
     assert display_template("ValueError", "<str>") == "<str>"
     assert display_template("KeyError", "missing key <str>") == "missing key <str>"
+
+
+def test_representatives_of_groups_past_the_detailed_ones_are_left_out(monkeypatch):
+    from types import SimpleNamespace
+
+    from spark_apps.dlq_replay import report
+
+    monkeypatch.setattr(report, "snapshot_messages", lambda *args: {})
+    reps = [
+        {"signature": sig, "dlq_topic": "t", "dlq_message_id": f"{sig}{i}"} for sig in "ab" for i in (1, 2)
+    ]
+    ctx = SimpleNamespace(payload_snippets=False, snapshot_path="/nowhere")
+    got = report._representatives(None, ctx, ReportParts([], {}, reps), ["a", "c"])
+    assert got == {"a": [(reps[0], None)], "c": []}  # b is not shown; one representative without snippets
