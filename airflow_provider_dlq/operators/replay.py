@@ -7,7 +7,7 @@ import os
 import sys
 import tempfile
 from datetime import timedelta
-from functools import cached_property
+from functools import cached_property, partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -151,14 +151,10 @@ def canary_halt_message(summary: Mapping[str, Any]) -> str | None:
 class DlqReplayOperator(BaseOperator):
     """Replay (or dry-run, or archive) Pulsar DLQ topics with the Spark replay app.
 
-    The task builds the app bundle (or uses ``bundle_path``), runs ``dlq_replay_main.py`` through the
-    ``SparkSubmitHook`` of ``spark_conn_id`` (or, for a ``spark_connect`` connection, as a Spark Connect
-    client of that server), reads ``<output_dir>/runs/<run_id>/report.json`` and returns its summary
-    (XCom), also recorded as the ``extra`` of an asset event on every outlet (default: the asset of
-    ``output_dir``). The default run id is the same on every try, so a retry **resumes** the run. The
-    Pulsar credentials reach the app only through the environment or files, never the command line. Extra
-    links: *DLQ replay report* and *Spark application*. Usage errors (no topics, ``replay`` without an
-    allowlist, a missing connection, bad arguments) fail the task at once, without retries.
+    Runs ``dlq_replay_main.py`` with spark-submit (or as a Spark Connect client) and returns the summary
+    of its ``report.json`` (XCom and every outlet's asset event); a retry resumes the same run. Usage
+    errors (no topics, ``replay`` without an allowlist, a missing connection, bad arguments) fail the task
+    at once, without retries.
 
     :param topics: DLQ topics to replay: list or comma-separated string. (templated)
     :param output_dir: Root of ``runs/``, ``archive/`` and ``ledger/``: local path, file:// or a Hadoop
@@ -364,8 +360,7 @@ class DlqReplayOperator(BaseOperator):
         if self.run_id:
             return str(self.run_id)
         ti = context["ti"]
-        map_index = getattr(ti, "map_index", -1)
-        return default_run_id(ti.dag_id, ti.task_id, ti.run_id, -1 if map_index is None else map_index)
+        return default_run_id(ti.dag_id, ti.task_id, ti.run_id, ti.map_index)
 
     def replay_args(self, run_id: str, pulsar: PulsarConnectionConfig) -> ReplayOptions:
         """Validate the rendered fields into the app's arguments (file paths only, never a secret)."""
@@ -547,7 +542,7 @@ class DlqReplayOperator(BaseOperator):
                 return None
             self.wait_for_earlier_attempt(args)
             self._log_start(args, f"on Spark {master}")
-            hook.run(main_path, on_submitted=None if store is None else self._keep_driver_id(store))
+            hook.run(main_path, on_submitted=None if store is None else partial(self._keep_driver_id, store))
             submitted = not self._killed
         finally:
             if archive is not None:
@@ -579,12 +574,9 @@ class DlqReplayOperator(BaseOperator):
             self.log.info("No task state store (Airflow 3.3+): a next try cannot reattach by driver id")
         return store
 
-    def _keep_driver_id(self, store: Any) -> Any:
-        def keep(driver_id: str) -> None:
-            store.set(DRIVER_ID_KEY, driver_id)
-            self.log.info("Spark driver %s kept in the task state store for a next try", driver_id)
-
-        return keep
+    def _keep_driver_id(self, store: Any, driver_id: str) -> None:
+        store.set(DRIVER_ID_KEY, driver_id)
+        self.log.info("Spark driver %s kept in the task state store for a next try", driver_id)
 
     def reattach_driver(self, hook: ReplaySubmitHook, store: Any) -> bool:
         """Wait for the earlier try's standalone cluster driver; True when it ended ``FINISHED``, False
@@ -653,11 +645,9 @@ class DlqReplayOperator(BaseOperator):
         if halt:
             self.log.warning("%s", halt)
         extra = {k: summary[k] for k in ("run_id", "mode", "status", "totals", "paths", "group_count")}
-        outlet_events = context.get("outlet_events")
-        if outlet_events is not None:
-            for outlet in self.outlets:
-                if isinstance(outlet, Asset):
-                    outlet_events[outlet].extra = extra
+        for outlet in self.outlets:
+            if isinstance(outlet, Asset):
+                context["outlet_events"][outlet].extra = extra
         return summary
 
     def usage_checked(self, run_id: str) -> tuple[PulsarConnectionConfig, ReplayOptions, SparkRemote | None]:
