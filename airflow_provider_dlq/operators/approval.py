@@ -21,7 +21,6 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
 REPLAY, ARCHIVE, LEAVE = GROUP_ACTIONS
-DEFAULT_MAX_GROUPS = 50
 #: What the playbook proposed for a group (the report's action), as a suggestion for the reviewer.
 _SUGGESTION = {"republish": REPLAY, "archive": ARCHIVE, "drop": ARCHIVE, "skip": LEAVE}
 
@@ -89,8 +88,7 @@ def approval_body(
         )
     if len(groups) > shown:
         rest = sum(int(g.get("count") or 0) for g in groups[shown:])
-        lines.append("")
-        lines.append(f"{len(groups) - shown} smaller groups ({rest} messages) are not shown, stay pending.")
+        lines += ["", f"{len(groups) - shown} smaller groups ({rest} messages) are not shown, stay pending."]
     return "\n".join(lines)
 
 
@@ -143,7 +141,7 @@ class DlqGroupApprovalOperator(HITLOperator, SkipMixin):
         *,
         dry_run_summary: Any,
         response_timeout_seconds: float | str = 86400.0,
-        max_groups: int = DEFAULT_MAX_GROUPS,
+        max_groups: int = 50,
         subject: str = "Approve the DLQ replay, group by group",
         **kwargs: Any,
     ) -> None:

@@ -30,8 +30,6 @@ if TYPE_CHECKING:
 
     from airflow.sdk.types import Logger
 
-#: How long the next try waits for an earlier attempt of its run by default (``reattach_timeout``).
-DEFAULT_REATTACH_TIMEOUT_S = 3600.0
 #: Seconds between two looks at the lock and the lease while waiting (the app's heartbeat is 10 s).
 POLL_S = 5.0
 #: How often (seconds) a long wait says it is still waiting.

@@ -33,12 +33,7 @@ from airflow_provider_dlq.hooks.connection import PulsarConnectionError
 from airflow_provider_dlq.hooks.pulsar import PulsarHook
 from airflow_provider_dlq.operators.links import DlqReplayReportLink, SparkApplicationLink
 from airflow_provider_dlq.operators.process_tree import stop_process_tree
-from airflow_provider_dlq.operators.reattach import (
-    DEFAULT_REATTACH_TIMEOUT_S,
-    RunHolder,
-    find_holder,
-    wait_for_earlier_attempt,
-)
+from airflow_provider_dlq.operators.reattach import find_holder, wait_for_earlier_attempt
 from airflow_provider_dlq.operators.replay_cli import (
     ReplayArgumentError,
     archive_flag,
@@ -162,8 +157,7 @@ class DlqReplayOperator(BaseOperator):
     :param mode: ``dry-run`` (default; decide and report only), ``replay`` or ``archive-only``. (templated)
     :param run_id: Replay run id; default ``<dag_id>.<task_id>.<run_id>`` of the DAG run. (templated)
     :param subscription: The replayer's durable subscription (default ``dlq-replayer``). (templated)
-    :param playbook: Playbook YAML path readable by the Spark driver; none means skip everything.
-        (templated)
+    :param playbook: Playbook YAML path readable by the Spark driver; none: skip everything. (templated)
     :param origin_allowlist: Globs (or ``re:`` regexes) of topics messages may be republished to;
         required for ``replay``. (templated)
     :param signatures: Only act on these error signatures. (templated)
@@ -190,10 +184,8 @@ class DlqReplayOperator(BaseOperator):
     :param report_payload_snippets: Show masked payload snippets per group in the report (default off).
     :param bundle_path: A prebuilt ``dlq_replay.zip``; default: built per run. (templated)
     :param application: The app's main file; default the one next to the bundle. (templated)
-    :param conf: Extra Spark configuration, merged over :data:`DEFAULT_CONF` (a local master's driver also
-        gets a lean heap and the serial collector unless ``conf`` sets them). (templated)
-    :param env_vars: Extra environment for spark-submit (never secrets: it is rendered and stored).
-        (templated)
+    :param conf: Extra Spark configuration, merged over :data:`DEFAULT_CONF`. (templated)
+    :param env_vars: Extra spark-submit environment (never secrets: it is rendered and stored). (templated)
     :param spark_submit_kwargs: Further ``SparkSubmitHook`` arguments (``driver_memory``, ``deploy_mode``...).
     :param group_actions: Approved action per error signature (``replay``, ``archive`` or ``leave``), a
         mapping or its JSON; without ``signatures`` only the approved groups are acted on, and approving
@@ -273,7 +265,7 @@ class DlqReplayOperator(BaseOperator):
         compiled_pyspark: bool | str = True,
         fail_on_canary_halt: bool = True,
         storage_conn_id: str | None = None,
-        reattach_timeout: float | timedelta = DEFAULT_REATTACH_TIMEOUT_S,
+        reattach_timeout: float | timedelta = 3600.0,
         durable: bool = True,
         **kwargs: Any,
     ) -> None:
@@ -520,7 +512,7 @@ class DlqReplayOperator(BaseOperator):
         pulsar: PulsarConnectionConfig,
         zip_path: str,
         main_path: str,
-        context: Context | None = None,
+        context: Context,
     ) -> str | None:
         """spark-submit the app (or reattach to an earlier try's cluster driver); its summary line, if any."""
         target = spark_target(self.spark_conn_id, self.spark_submit_kwargs.get("deploy_mode"))
@@ -555,19 +547,19 @@ class DlqReplayOperator(BaseOperator):
             "Replay run %s (%s) of %s %s; output %s", args.run_id, args.mode, topics, where, args.output_dir
         )
 
-    def wait_for_earlier_attempt(self, args: ReplayOptions) -> RunHolder | None:
+    def wait_for_earlier_attempt(self, args: ReplayOptions) -> None:
         """Wait up to ``reattach_timeout`` for a live earlier attempt of this run id to end."""
         consumers = self.pulsar_hook.subscription_consumers if self.pulsar_hook.config.admin_url else None
-        return wait_for_earlier_attempt(
+        wait_for_earlier_attempt(
             args.run_id,
             lambda: find_holder(args.output_dir, args.topics, consumers, self.log),
             self.reattach_timeout,
             self.log,
         )
 
-    def driver_store(self, hook: ReplaySubmitHook, context: Context | None) -> Any:
+    def driver_store(self, hook: ReplaySubmitHook, context: Context) -> Any:
         """The task state store keeping a standalone cluster driver's id across tries, or ``None``."""
-        if not (self.durable and hook.tracks_driver and context is not None):
+        if not (self.durable and hook.tracks_driver):
             return None
         store = context.get("task_state_store")
         if store is None:

@@ -211,13 +211,12 @@ class ConnectClient:
                 f"The replay's Spark Connect client (pid {self.process.pid}) was stopped before it finished; "
                 "re-running the task resumes the same run id."
             )
-        if code == 0:
-            return
-        raise SparkConnectClientError(
-            f"The replay app, a Spark Connect client of {self.remote.address}, exited with code {code}; its "
-            "error is in the log lines above. Exit code 2 is a usage error (fix the arguments); 1 a failed "
-            "run, which a retry resumes; a negative code, the signal that ended it."
-        )
+        if code != 0:
+            raise SparkConnectClientError(
+                f"The replay app, a Spark Connect client of {self.remote.address}, exited with code {code}; "
+                "its error is in the log lines above. Exit code 2 is a usage error (fix the arguments); 1 a "
+                "failed run, which a retry resumes; a negative code, the signal that ended it."
+            )
 
     def stop(self) -> None:
         """Stop the client and anything it started, by PID."""
