@@ -204,7 +204,7 @@ class DlqGroupApprovalOperator(HITLOperator, SkipMixin):
             self.log.info("Dry-run %s found no pending messages: nothing to approve.", summary["run_id"])
             return self._skip_downstream(context, self._result(summary, {}, {}))
         self.params = ParamsDict(group_params(shown))
-        self.body = approval_body(summary, groups, len(shown), self._report_link(context))
+        self.body = approval_body(summary, groups, len(shown), self._report_link(context, summary))
         self.log.info(
             "Asking for approval of %d error groups (%d messages) of dry-run %s; timeout %s",
             len(shown),
@@ -214,9 +214,9 @@ class DlqGroupApprovalOperator(HITLOperator, SkipMixin):
         )
         return super().execute(context)
 
-    def _report_link(self, context: Context) -> str | None:
+    def _report_link(self, context: Context, summary: Mapping[str, Any]) -> str | None:
         """The dry-run's report on the provider's API-server endpoint (the task's extra link)."""
-        if not self.dry_run_task_id or not (self._summary().get("paths") or {}).get("report_html"):
+        if not self.dry_run_task_id or not (summary.get("paths") or {}).get("report_html"):
             return None
         from airflow_provider_dlq.operators.links import api_base_url, report_endpoint
 
@@ -255,9 +255,7 @@ class DlqGroupApprovalOperator(HITLOperator, SkipMixin):
             result["approved"][ARCHIVE],
             sum(1 for a in actions.values() if a == LEAVE),
         )
-        if result["decision"] != "approved":
-            return self._skip_downstream(context, result)
-        return result
+        return result if result["decision"] == "approved" else self._skip_downstream(context, result)
 
     @staticmethod
     def _result(

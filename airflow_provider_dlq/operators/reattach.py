@@ -114,18 +114,8 @@ def wait_for_earlier_attempt(
     when a different run holds it, or after ``timeout_s``."""
     started = clock()
     waited_for: RunHolder | None = None
-    said = started
-    while True:
-        holder = find()
-        if holder is None:
-            if waited_for is not None:
-                log.info(
-                    "The earlier attempt of replay run %s ended after %.0f s of waiting; running the same "
-                    "run id again: it resumes where that attempt stopped, or returns its report",
-                    run_id,
-                    clock() - started,
-                )
-            return waited_for
+    said = 0.0
+    while (holder := find()) is not None:
         if holder.run_id != run_id:
             raise OtherRunHoldsError(
                 f"Another replay run holds what run {run_id!r} needs: {holder.describe()}. This task does "
@@ -144,8 +134,8 @@ def wait_for_earlier_attempt(
                 POLL_S,
                 timeout_s,
             )
-        elif clock() - said >= PROGRESS_EVERY_S:
-            said = clock()
+        elif waited - said >= PROGRESS_EVERY_S:
+            said = waited
             log.info("Still waiting for %s (%.0f s so far)", holder.describe(), waited)
         waited_for = holder
         if waited >= timeout_s:
@@ -155,3 +145,11 @@ def wait_for_earlier_attempt(
                 "again; to stop it instead, end that process (or kill its Spark driver), then clear the task."
             )
         sleep(max(0.0, min(POLL_S, timeout_s - waited)))
+    if waited_for is not None:
+        log.info(
+            "The earlier attempt of replay run %s ended after %.0f s of waiting; running the same run id "
+            "again: it resumes where that attempt stopped, or returns its report",
+            run_id,
+            clock() - started,
+        )
+    return waited_for

@@ -446,7 +446,7 @@ class DlqReplayOperator(BaseOperator):
             conf=conf,
             conn_id=self.spark_conn_id,
             py_files=py_files,
-            name=f"dlq-replay-{args.run_id}"[:200],
+            name=f"dlq-replay-{args.run_id}",
             application_args=args.to_argv(),
             env_vars=dict(env) or None,
             **self.spark_submit_kwargs,
@@ -669,8 +669,7 @@ class DlqReplayOperator(BaseOperator):
         self._killed = True
         if self._client is not None:
             self._client.stop()
-        if (hook := self._hook) is None:
-            return
-        if hook.process is not None and hook.process.poll() is None:
-            stop_process_tree(hook.process.pid, self.log, "spark-submit")
-        hook.on_kill()
+        if (hook := self._hook) is not None:
+            if hook.process is not None and hook.process.poll() is None:
+                stop_process_tree(hook.process.pid, self.log, "spark-submit")
+            hook.on_kill()

@@ -1,8 +1,4 @@
-"""The replay app as a Spark Connect client of a ``spark_connect`` connection's server.
-
-The server's URL carries the token and user id, so it goes only into the client's ``SPARK_REMOTE``,
-never on the command line, in a log line or in XCom; only ``conf``'s ``spark.sql.*`` keys reach the session.
-"""
+"""The replay app as a Spark Connect client of a ``spark_connect`` connection's server."""
 
 from __future__ import annotations
 
