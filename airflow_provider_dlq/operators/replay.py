@@ -403,8 +403,7 @@ class DlqReplayOperator(BaseOperator):
         except Exception as exc:  # only a progress estimate: never fail the run for it
             self.log.info("Backlog not read for the progress estimate (%s)", type(exc).__name__)
             return None, False
-        items = backlog.values()
-        return sum(item.backlog for item in items), all(item.exact for item in items)
+        return sum(item.backlog for item in backlog.values()), all(item.exact for item in backlog.values())
 
     def class_data_plan(self, deploy_mode: str | None, env: Mapping[str, str]) -> ArchivePlan | None:
         if self.class_data_archive is False or deploy_mode == "cluster":
@@ -524,8 +523,7 @@ class DlqReplayOperator(BaseOperator):
         try:
             compiled = self.compiled_pyspark_copy(master, env)
             expected, exact = self.expected_messages(args)
-            quick = quick_jit_chosen(self.quick_jit, master, expected, exact)
-            if quick:
+            if quick := quick_jit_chosen(self.quick_jit, master, expected, exact):
                 self.log.info("Driver JVM: C1-only JIT (quick_jit=%r, %s messages)", self.quick_jit, expected)
             hook = self.make_hook(args, env, zip_path, expected, archive, quick, master, compiled)
             self._hook = hook

@@ -24,8 +24,6 @@ if TYPE_CHECKING:
 
     from airflow.sdk.types import Logger
 
-#: The Apache Spark provider's connection type of a Spark Connect server (``SparkConnectHook.conn_type``).
-CONNECT_CONN_TYPE = "spark_connect"
 SPARK_REMOTE_ENV = "SPARK_REMOTE"
 INIT_CONF_LEN_ENV = "PYSPARK_REMOTE_INIT_CONF_LEN"
 INIT_CONF_ENV = "PYSPARK_REMOTE_INIT_CONF_0"
@@ -103,11 +101,11 @@ def spark_remote(conn_id: str) -> SparkRemote | None:
     except AirflowNotFoundException:
         return None
     host = (conn.host or "").strip()
-    if conn.conn_type != CONNECT_CONN_TYPE:
+    if conn.conn_type != SparkConnectHook.conn_type:
         if host.startswith("sc://"):
             raise SparkConnectConfigError(
                 f"Spark connection {conn_id!r} is of type {conn.conn_type!r} but its Host is a Spark "
-                f"Connect URL (sc://...); make it a connection of type {CONNECT_CONN_TYPE!r} (Host: the "
+                "Connect URL (sc://...); make it a connection of type 'spark_connect' (Host: the "
                 "server, Port: 15002, Login: user id, Password: token) to run the replay as a Spark Connect "
                 "client."
             )
