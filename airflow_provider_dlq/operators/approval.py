@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 REPLAY, ARCHIVE, LEAVE = GROUP_ACTIONS
 #: What the playbook proposed for a group (the report's action), as a suggestion for the reviewer.
 _SUGGESTION = {"republish": REPLAY, "archive": ARCHIVE, "drop": ARCHIVE, "skip": LEAVE}
+_MARKDOWN_ESCAPES = str.maketrans({"`": "'", "<": "&lt;"} | {char: "\\" + char for char in "\\|[]*_"})
 
 
 def load_groups(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -39,10 +40,7 @@ def _plain(value: Any, limit: int = 120) -> str:
 
 def _cell(value: Any, limit: int = 120) -> str:
     """Text safe inside a Markdown table cell (values come from DLQ messages: untrusted)."""
-    text = _plain(value, limit)
-    for char in "\\|[]*_":
-        text = text.replace(char, "\\" + char)
-    return text.replace("`", "'").replace("<", "&lt;")
+    return _plain(value, limit).translate(_MARKDOWN_ESCAPES)
 
 
 def proposal(group: Mapping[str, Any]) -> str:

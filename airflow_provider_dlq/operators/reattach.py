@@ -1,7 +1,4 @@
-"""The next try of a killed replay task waits for the earlier attempt of the same run, then runs it again.
-
-An orphaned driver holds the run's output directory lock and its DLQ topics' leases: an earlier attempt
-of the **same** run id is waited for (up to ``reattach_timeout``); a **different** run fails the task."""
+"""The next try of a killed replay task waits for the earlier attempt of the same run, then runs it again."""
 
 from __future__ import annotations
 

@@ -386,8 +386,7 @@ class DlqReplayOperator(BaseOperator):
                 )
         if pulsar.token and not self.auth_token_file:
             env[TOKEN_ENV] = pulsar.token
-        oauth2 = pulsar.oauth2
-        if oauth2 and oauth2.client_secret and not self.oauth2_credentials_file:
+        if (oauth2 := pulsar.oauth2) and oauth2.client_secret and not self.oauth2_credentials_file:
             env[OAUTH2_CREDENTIALS_ENV] = json.dumps(
                 {"client_id": oauth2.client_id, "client_secret": oauth2.client_secret}
             )
@@ -452,8 +451,7 @@ class DlqReplayOperator(BaseOperator):
         )
 
     def _check_env_stays_off_argv(self, target: SparkTarget, env: Mapping[str, str]) -> None:
-        secrets = [name for name in SECRET_ENVS if name in env]
-        if secrets and target.env_goes_on_argv:
+        if target.env_goes_on_argv and (secrets := [name for name in SECRET_ENVS if name in env]):
             raise ReplayArgumentError(
                 f"Spark master {target.master!r} (deploy mode {target.deploy_mode!r}) "
                 f"would put {', '.join(secrets)} on the spark-submit command line; set auth_token_file "
@@ -635,9 +633,10 @@ class DlqReplayOperator(BaseOperator):
         if halt:
             self.log.warning("%s", halt)
         extra = {k: summary[k] for k in ("run_id", "mode", "status", "totals", "paths", "group_count")}
-        for outlet in self.outlets:
-            if isinstance(outlet, Asset):
-                context["outlet_events"][outlet].extra = extra
+        if (outlet_events := context.get("outlet_events")) is not None:
+            for outlet in self.outlets:
+                if isinstance(outlet, Asset):
+                    outlet_events[outlet].extra = extra
         return summary
 
     def usage_checked(self, run_id: str) -> tuple[PulsarConnectionConfig, ReplayOptions, SparkRemote | None]:

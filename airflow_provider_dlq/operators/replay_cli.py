@@ -1,6 +1,5 @@
 """The operator's rendered arguments as the app's options (the library's ``ReplayOptions``, whose checks
-run here too, so a bad argument fails the task before Spark starts), and the run's summary. Secrets never
-appear here: the app reads them from its environment or from files."""
+run here too, so a bad argument fails the task before Spark starts), and the run's summary."""
 
 from __future__ import annotations
 

@@ -56,8 +56,7 @@ class ReplaySubmitHook(SparkSubmitHook):
 
     @property
     def target(self) -> SparkTarget:
-        connection = self._connection
-        return SparkTarget(str(connection["master"]), connection.get("deploy_mode"))
+        return SparkTarget(str(self._connection["master"]), self._connection.get("deploy_mode"))
 
     @property
     def process(self) -> subprocess.Popen[str] | None:

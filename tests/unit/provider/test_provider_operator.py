@@ -450,7 +450,7 @@ def test_the_driver_jvm_gets_a_class_data_archive_written_once_then_mapped(conns
     def run(**kwargs) -> list[str]:
         seen.unlink(missing_ok=True)
         op = make_operator(tmp_path, bundle_path=str(bundle), application=str(tmp_path / "main.py"), **kwargs)
-        op.execute({"ti": ti, "outlet_events": defaultdict(lambda: SimpleNamespace(extra={}))})
+        op.execute({"ti": ti})
         return seen.read_text().splitlines() if seen.exists() else []
 
     first = run(class_data_archive=str(cds))
