@@ -237,12 +237,11 @@ class DlqGroupApprovalOperator(HITLOperator, SkipMixin):
         actions = {sig: (answered.get(sig, LEAVE) if apply else LEAVE) for sig in counts}
         if unknown := sorted(set(answered) - set(counts)):
             self.log.warning("Ignoring answers for groups the dry-run did not show: %s", unknown)
-        user = response.get("responded_by_user")
         result = self._result(
             summary,
             actions,
             counts,
-            responded_by=user.get("name") if isinstance(user, dict) else None,
+            responded_by=(response.get("responded_by_user") or {}).get("name"),
             timed_out=bool(event.get("timedout")),
         )
         self.log.info(

@@ -569,17 +569,16 @@ class DlqReplayOperator(BaseOperator):
     def reattach_driver(self, hook: ReplaySubmitHook, store: Any) -> bool:
         """Wait for the earlier try's standalone cluster driver; True when it ended ``FINISHED``, False
         when there is none or it failed (then the run is submitted again and resumes)."""
-        driver_id = store.get(DRIVER_ID_KEY)
-        if not driver_id:
+        if not (driver_id := str(store.get(DRIVER_ID_KEY) or "")):
             return False
-        state = hook.driver_state(str(driver_id))
+        state = hook.driver_state(driver_id)
         if state in DRIVER_ACTIVE:
             self.log.info(
                 "Reattaching to Spark driver %s of an earlier try (state %s): waiting for it to end",
                 driver_id,
                 state,
             )
-            hook.reattach(str(driver_id))
+            hook.reattach(driver_id)
             return True
         if state == "FINISHED":
             self.log.info("Spark driver %s of an earlier try has finished: reading its report", driver_id)
