@@ -113,11 +113,8 @@ def group_params(groups: Sequence[Mapping[str, Any]]) -> dict[str, Param]:
 class DlqGroupApprovalOperator(HITLOperator, SkipMixin):
     """Ask a person which error groups of a dry-run to replay, archive or leave pending.
 
-    The task returns (XCom) ``{"decision", "actions", "approved", "approved_messages", "counts",
-    "dry_run_id", "responded_by", "timed_out"}``; give ``actions`` to ``DlqReplayOperator(group_actions=
-    ...)`` and ``dry_run_id`` to its ``window_from``, so the replay acts on exactly what was approved.
-    When nothing is approved (the "Approve nothing" option, every group left, or the timeout), the
-    downstream tasks are skipped.
+    The task returns (XCom) the decision: give its ``actions`` to ``DlqReplayOperator(group_actions=...)``
+    and its ``dry_run_id`` to ``window_from``. When nothing is approved, the downstream tasks are skipped.
 
     :param dry_run_summary: The dry-run's summary, i.e. the ``DlqReplayOperator`` XCom (``dry_run.output``).
     :param response_timeout_seconds: How long the request waits; then nothing is approved. A number or a

@@ -89,8 +89,7 @@ def find_holder(
     log: Logger | logging.Logger,
 ) -> RunHolder | None:
     """The live run holding the output lock or (with ``consumers``) a lease of ``topics``, or ``None``."""
-    holder = output_lock_holder(output_dir)
-    if holder is not None or consumers is None:
+    if (holder := output_lock_holder(output_dir)) is not None or consumers is None:
         return holder
     try:
         return lease_holder(topics, consumers)
