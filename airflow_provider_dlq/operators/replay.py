@@ -557,8 +557,7 @@ class DlqReplayOperator(BaseOperator):
         """The task state store keeping a standalone cluster driver's id across tries, or ``None``."""
         if not (self.durable and hook.tracks_driver):
             return None
-        store = context.get("task_state_store")
-        if store is None:
+        if (store := context.get("task_state_store")) is None:
             self.log.info("No task state store (Airflow 3.3+): a next try cannot reattach by driver id")
         return store
 
