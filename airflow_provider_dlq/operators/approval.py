@@ -21,9 +21,9 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
 REPLAY, ARCHIVE, LEAVE = GROUP_ACTIONS
-DEFAULT_MAX_GROUPS = 50
 #: What the playbook proposed for a group (the report's action), as a suggestion for the reviewer.
 _SUGGESTION = {"republish": REPLAY, "archive": ARCHIVE, "drop": ARCHIVE, "skip": LEAVE}
+_MARKDOWN_ESCAPES = str.maketrans({"`": "'", "<": "&lt;"} | {char: "\\" + char for char in "\\|[]*_"})
 
 
 def load_groups(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -40,10 +40,7 @@ def _plain(value: Any, limit: int = 120) -> str:
 
 def _cell(value: Any, limit: int = 120) -> str:
     """Text safe inside a Markdown table cell (values come from DLQ messages: untrusted)."""
-    text = _plain(value, limit)
-    for char in "\\|[]*_":
-        text = text.replace(char, "\\" + char)
-    return text.replace("`", "'").replace("<", "&lt;")
+    return _plain(value, limit).translate(_MARKDOWN_ESCAPES)
 
 
 def proposal(group: Mapping[str, Any]) -> str:
@@ -89,8 +86,7 @@ def approval_body(
         )
     if len(groups) > shown:
         rest = sum(int(g.get("count") or 0) for g in groups[shown:])
-        lines.append("")
-        lines.append(f"{len(groups) - shown} smaller groups ({rest} messages) are not shown, stay pending.")
+        lines += ["", f"{len(groups) - shown} smaller groups ({rest} messages) are not shown, stay pending."]
     return "\n".join(lines)
 
 
@@ -117,11 +113,8 @@ def group_params(groups: Sequence[Mapping[str, Any]]) -> dict[str, Param]:
 class DlqGroupApprovalOperator(HITLOperator, SkipMixin):
     """Ask a person which error groups of a dry-run to replay, archive or leave pending.
 
-    The task returns (XCom) ``{"decision", "actions", "approved", "approved_messages", "counts",
-    "dry_run_id", "responded_by", "timed_out"}``; give ``actions`` to ``DlqReplayOperator(group_actions=
-    ...)`` and ``dry_run_id`` to its ``window_from``, so the replay acts on exactly what was approved.
-    When nothing is approved (the "Approve nothing" option, every group left, or the timeout), the
-    downstream tasks are skipped.
+    The task returns (XCom) the decision: give its ``actions`` to ``DlqReplayOperator(group_actions=...)``
+    and its ``dry_run_id`` to ``window_from``. When nothing is approved, the downstream tasks are skipped.
 
     :param dry_run_summary: The dry-run's summary, i.e. the ``DlqReplayOperator`` XCom (``dry_run.output``).
     :param response_timeout_seconds: How long the request waits; then nothing is approved. A number or a
@@ -143,7 +136,7 @@ class DlqGroupApprovalOperator(HITLOperator, SkipMixin):
         *,
         dry_run_summary: Any,
         response_timeout_seconds: float | str = 86400.0,
-        max_groups: int = DEFAULT_MAX_GROUPS,
+        max_groups: int = 50,
         subject: str = "Approve the DLQ replay, group by group",
         **kwargs: Any,
     ) -> None:
@@ -206,7 +199,7 @@ class DlqGroupApprovalOperator(HITLOperator, SkipMixin):
             self.log.info("Dry-run %s found no pending messages: nothing to approve.", summary["run_id"])
             return self._skip_downstream(context, self._result(summary, {}, {}))
         self.params = ParamsDict(group_params(shown))
-        self.body = approval_body(summary, groups, len(shown), self._report_link(context))
+        self.body = approval_body(summary, groups, len(shown), self._report_link(context, summary))
         self.log.info(
             "Asking for approval of %d error groups (%d messages) of dry-run %s; timeout %s",
             len(shown),
@@ -216,9 +209,9 @@ class DlqGroupApprovalOperator(HITLOperator, SkipMixin):
         )
         return super().execute(context)
 
-    def _report_link(self, context: Context) -> str | None:
+    def _report_link(self, context: Context, summary: Mapping[str, Any]) -> str | None:
         """The dry-run's report on the provider's API-server endpoint (the task's extra link)."""
-        if not self.dry_run_task_id or not (self._summary().get("paths") or {}).get("report_html"):
+        if not self.dry_run_task_id or not (summary.get("paths") or {}).get("report_html"):
             return None
         from airflow_provider_dlq.operators.links import api_base_url, report_endpoint
 
@@ -241,12 +234,11 @@ class DlqGroupApprovalOperator(HITLOperator, SkipMixin):
         actions = {sig: (answered.get(sig, LEAVE) if apply else LEAVE) for sig in counts}
         if unknown := sorted(set(answered) - set(counts)):
             self.log.warning("Ignoring answers for groups the dry-run did not show: %s", unknown)
-        user = response.get("responded_by_user")
         result = self._result(
             summary,
             actions,
             counts,
-            responded_by=user.get("name") if isinstance(user, dict) else None,
+            responded_by=(response.get("responded_by_user") or {}).get("name"),
             timed_out=bool(event.get("timedout")),
         )
         self.log.info(
@@ -257,9 +249,7 @@ class DlqGroupApprovalOperator(HITLOperator, SkipMixin):
             result["approved"][ARCHIVE],
             sum(1 for a in actions.values() if a == LEAVE),
         )
-        if result["decision"] != "approved":
-            return self._skip_downstream(context, result)
-        return result
+        return result if result["decision"] == "approved" else self._skip_downstream(context, result)
 
     @staticmethod
     def _result(

@@ -36,8 +36,7 @@ class DlqReplayReportLink(BaseOperatorLink):
     name = "DLQ replay report"
 
     def get_link(self, operator: BaseOperator, *, ti_key: TaskInstanceKey) -> str:
-        report_html = getattr(operator, "report_html_uri", None)
-        if not report_html:
+        if not (report_html := getattr(operator, "report_html_uri", None)):
             return ""
         if template := getattr(operator, "report_url", None):
             return str(template).replace("{report_html}", str(report_html))

@@ -1,7 +1,4 @@
-"""The next try of a killed replay task waits for the earlier attempt of the same run, then runs it again.
-
-An orphaned driver holds the run's output directory lock and its DLQ topics' leases: an earlier attempt
-of the **same** run id is waited for (up to ``reattach_timeout``); a **different** run fails the task."""
+"""The next try of a killed replay task waits for the earlier attempt of the same run, then runs it again."""
 
 from __future__ import annotations
 
@@ -30,8 +27,6 @@ if TYPE_CHECKING:
 
     from airflow.sdk.types import Logger
 
-#: How long the next try waits for an earlier attempt of its run by default (``reattach_timeout``).
-DEFAULT_REATTACH_TIMEOUT_S = 3600.0
 #: Seconds between two looks at the lock and the lease while waiting (the app's heartbeat is 10 s).
 POLL_S = 5.0
 #: How often (seconds) a long wait says it is still waiting.
@@ -94,8 +89,7 @@ def find_holder(
     log: Logger | logging.Logger,
 ) -> RunHolder | None:
     """The live run holding the output lock or (with ``consumers``) a lease of ``topics``, or ``None``."""
-    holder = output_lock_holder(output_dir)
-    if holder is not None or consumers is None:
+    if (holder := output_lock_holder(output_dir)) is not None or consumers is None:
         return holder
     try:
         return lease_holder(topics, consumers)
@@ -116,18 +110,8 @@ def wait_for_earlier_attempt(
     when a different run holds it, or after ``timeout_s``."""
     started = clock()
     waited_for: RunHolder | None = None
-    said = started
-    while True:
-        holder = find()
-        if holder is None:
-            if waited_for is not None:
-                log.info(
-                    "The earlier attempt of replay run %s ended after %.0f s of waiting; running the same "
-                    "run id again: it resumes where that attempt stopped, or returns its report",
-                    run_id,
-                    clock() - started,
-                )
-            return waited_for
+    said = 0.0
+    while (holder := find()) is not None:
         if holder.run_id != run_id:
             raise OtherRunHoldsError(
                 f"Another replay run holds what run {run_id!r} needs: {holder.describe()}. This task does "
@@ -146,8 +130,8 @@ def wait_for_earlier_attempt(
                 POLL_S,
                 timeout_s,
             )
-        elif clock() - said >= PROGRESS_EVERY_S:
-            said = clock()
+        elif waited - said >= PROGRESS_EVERY_S:
+            said = waited
             log.info("Still waiting for %s (%.0f s so far)", holder.describe(), waited)
         waited_for = holder
         if waited >= timeout_s:
@@ -157,3 +141,11 @@ def wait_for_earlier_attempt(
                 "again; to stop it instead, end that process (or kill its Spark driver), then clear the task."
             )
         sleep(max(0.0, min(POLL_S, timeout_s - waited)))
+    if waited_for is not None:
+        log.info(
+            "The earlier attempt of replay run %s ended after %.0f s of waiting; running the same run id "
+            "again: it resumes where that attempt stopped, or returns its report",
+            run_id,
+            clock() - started,
+        )
+    return waited_for

@@ -7,7 +7,7 @@ import os
 import sys
 import tempfile
 from datetime import timedelta
-from functools import cached_property
+from functools import cached_property, partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,12 +33,7 @@ from airflow_provider_dlq.hooks.connection import PulsarConnectionError
 from airflow_provider_dlq.hooks.pulsar import PulsarHook
 from airflow_provider_dlq.operators.links import DlqReplayReportLink, SparkApplicationLink
 from airflow_provider_dlq.operators.process_tree import stop_process_tree
-from airflow_provider_dlq.operators.reattach import (
-    DEFAULT_REATTACH_TIMEOUT_S,
-    RunHolder,
-    find_holder,
-    wait_for_earlier_attempt,
-)
+from airflow_provider_dlq.operators.reattach import find_holder, wait_for_earlier_attempt
 from airflow_provider_dlq.operators.replay_cli import (
     ReplayArgumentError,
     archive_flag,
@@ -151,14 +146,10 @@ def canary_halt_message(summary: Mapping[str, Any]) -> str | None:
 class DlqReplayOperator(BaseOperator):
     """Replay (or dry-run, or archive) Pulsar DLQ topics with the Spark replay app.
 
-    The task builds the app bundle (or uses ``bundle_path``), runs ``dlq_replay_main.py`` through the
-    ``SparkSubmitHook`` of ``spark_conn_id`` (or, for a ``spark_connect`` connection, as a Spark Connect
-    client of that server), reads ``<output_dir>/runs/<run_id>/report.json`` and returns its summary
-    (XCom), also recorded as the ``extra`` of an asset event on every outlet (default: the asset of
-    ``output_dir``). The default run id is the same on every try, so a retry **resumes** the run. The
-    Pulsar credentials reach the app only through the environment or files, never the command line. Extra
-    links: *DLQ replay report* and *Spark application*. Usage errors (no topics, ``replay`` without an
-    allowlist, a missing connection, bad arguments) fail the task at once, without retries.
+    Runs ``dlq_replay_main.py`` with spark-submit (or as a Spark Connect client) and returns the summary
+    of its ``report.json`` (XCom and every outlet's asset event); a retry resumes the same run. Usage
+    errors (no topics, ``replay`` without an allowlist, a missing connection, bad arguments) fail the task
+    at once, without retries.
 
     :param topics: DLQ topics to replay: list or comma-separated string. (templated)
     :param output_dir: Root of ``runs/``, ``archive/`` and ``ledger/``: local path, file:// or a Hadoop
@@ -166,8 +157,7 @@ class DlqReplayOperator(BaseOperator):
     :param mode: ``dry-run`` (default; decide and report only), ``replay`` or ``archive-only``. (templated)
     :param run_id: Replay run id; default ``<dag_id>.<task_id>.<run_id>`` of the DAG run. (templated)
     :param subscription: The replayer's durable subscription (default ``dlq-replayer``). (templated)
-    :param playbook: Playbook YAML path readable by the Spark driver; none means skip everything.
-        (templated)
+    :param playbook: Playbook YAML path readable by the Spark driver; none: skip everything. (templated)
     :param origin_allowlist: Globs (or ``re:`` regexes) of topics messages may be republished to;
         required for ``replay``. (templated)
     :param signatures: Only act on these error signatures. (templated)
@@ -194,10 +184,8 @@ class DlqReplayOperator(BaseOperator):
     :param report_payload_snippets: Show masked payload snippets per group in the report (default off).
     :param bundle_path: A prebuilt ``dlq_replay.zip``; default: built per run. (templated)
     :param application: The app's main file; default the one next to the bundle. (templated)
-    :param conf: Extra Spark configuration, merged over :data:`DEFAULT_CONF` (a local master's driver also
-        gets a lean heap and the serial collector unless ``conf`` sets them). (templated)
-    :param env_vars: Extra environment for spark-submit (never secrets: it is rendered and stored).
-        (templated)
+    :param conf: Extra Spark configuration, merged over :data:`DEFAULT_CONF`. (templated)
+    :param env_vars: Extra spark-submit environment (never secrets: it is rendered and stored). (templated)
     :param spark_submit_kwargs: Further ``SparkSubmitHook`` arguments (``driver_memory``, ``deploy_mode``...).
     :param group_actions: Approved action per error signature (``replay``, ``archive`` or ``leave``), a
         mapping or its JSON; without ``signatures`` only the approved groups are acted on, and approving
@@ -277,7 +265,7 @@ class DlqReplayOperator(BaseOperator):
         compiled_pyspark: bool | str = True,
         fail_on_canary_halt: bool = True,
         storage_conn_id: str | None = None,
-        reattach_timeout: float | timedelta = DEFAULT_REATTACH_TIMEOUT_S,
+        reattach_timeout: float | timedelta = 3600.0,
         durable: bool = True,
         **kwargs: Any,
     ) -> None:
@@ -364,8 +352,7 @@ class DlqReplayOperator(BaseOperator):
         if self.run_id:
             return str(self.run_id)
         ti = context["ti"]
-        map_index = getattr(ti, "map_index", -1)
-        return default_run_id(ti.dag_id, ti.task_id, ti.run_id, -1 if map_index is None else map_index)
+        return default_run_id(ti.dag_id, ti.task_id, ti.run_id, ti.map_index)
 
     def replay_args(self, run_id: str, pulsar: PulsarConnectionConfig) -> ReplayOptions:
         """Validate the rendered fields into the app's arguments (file paths only, never a secret)."""
@@ -399,8 +386,7 @@ class DlqReplayOperator(BaseOperator):
                 )
         if pulsar.token and not self.auth_token_file:
             env[TOKEN_ENV] = pulsar.token
-        oauth2 = pulsar.oauth2
-        if oauth2 and oauth2.client_secret and not self.oauth2_credentials_file:
+        if (oauth2 := pulsar.oauth2) and oauth2.client_secret and not self.oauth2_credentials_file:
             env[OAUTH2_CREDENTIALS_ENV] = json.dumps(
                 {"client_id": oauth2.client_id, "client_secret": oauth2.client_secret}
             )
@@ -416,8 +402,7 @@ class DlqReplayOperator(BaseOperator):
         except Exception as exc:  # only a progress estimate: never fail the run for it
             self.log.info("Backlog not read for the progress estimate (%s)", type(exc).__name__)
             return None, False
-        items = backlog.values()
-        return sum(item.backlog for item in items), all(item.exact for item in items)
+        return sum(item.backlog for item in backlog.values()), all(item.exact for item in backlog.values())
 
     def class_data_plan(self, deploy_mode: str | None, env: Mapping[str, str]) -> ArchivePlan | None:
         if self.class_data_archive is False or deploy_mode == "cluster":
@@ -459,15 +444,14 @@ class DlqReplayOperator(BaseOperator):
             conf=conf,
             conn_id=self.spark_conn_id,
             py_files=py_files,
-            name=f"dlq-replay-{args.run_id}"[:200],
+            name=f"dlq-replay-{args.run_id}",
             application_args=args.to_argv(),
             env_vars=dict(env) or None,
             **self.spark_submit_kwargs,
         )
 
     def _check_env_stays_off_argv(self, target: SparkTarget, env: Mapping[str, str]) -> None:
-        secrets = [name for name in SECRET_ENVS if name in env]
-        if secrets and target.env_goes_on_argv:
+        if target.env_goes_on_argv and (secrets := [name for name in SECRET_ENVS if name in env]):
             raise ReplayArgumentError(
                 f"Spark master {target.master!r} (deploy mode {target.deploy_mode!r}) "
                 f"would put {', '.join(secrets)} on the spark-submit command line; set auth_token_file "
@@ -525,7 +509,7 @@ class DlqReplayOperator(BaseOperator):
         pulsar: PulsarConnectionConfig,
         zip_path: str,
         main_path: str,
-        context: Context | None = None,
+        context: Context,
     ) -> str | None:
         """spark-submit the app (or reattach to an earlier try's cluster driver); its summary line, if any."""
         target = spark_target(self.spark_conn_id, self.spark_submit_kwargs.get("deploy_mode"))
@@ -537,8 +521,7 @@ class DlqReplayOperator(BaseOperator):
         try:
             compiled = self.compiled_pyspark_copy(master, env)
             expected, exact = self.expected_messages(args)
-            quick = quick_jit_chosen(self.quick_jit, master, expected, exact)
-            if quick:
+            if quick := quick_jit_chosen(self.quick_jit, master, expected, exact):
                 self.log.info("Driver JVM: C1-only JIT (quick_jit=%r, %s messages)", self.quick_jit, expected)
             hook = self.make_hook(args, env, zip_path, expected, archive, quick, master, compiled)
             self._hook = hook
@@ -547,7 +530,7 @@ class DlqReplayOperator(BaseOperator):
                 return None
             self.wait_for_earlier_attempt(args)
             self._log_start(args, f"on Spark {master}")
-            hook.run(main_path, on_submitted=None if store is None else self._keep_driver_id(store))
+            hook.run(main_path, on_submitted=None if store is None else partial(self._keep_driver_id, store))
             submitted = not self._killed
         finally:
             if archive is not None:
@@ -560,46 +543,41 @@ class DlqReplayOperator(BaseOperator):
             "Replay run %s (%s) of %s %s; output %s", args.run_id, args.mode, topics, where, args.output_dir
         )
 
-    def wait_for_earlier_attempt(self, args: ReplayOptions) -> RunHolder | None:
+    def wait_for_earlier_attempt(self, args: ReplayOptions) -> None:
         """Wait up to ``reattach_timeout`` for a live earlier attempt of this run id to end."""
         consumers = self.pulsar_hook.subscription_consumers if self.pulsar_hook.config.admin_url else None
-        return wait_for_earlier_attempt(
+        wait_for_earlier_attempt(
             args.run_id,
             lambda: find_holder(args.output_dir, args.topics, consumers, self.log),
             self.reattach_timeout,
             self.log,
         )
 
-    def driver_store(self, hook: ReplaySubmitHook, context: Context | None) -> Any:
+    def driver_store(self, hook: ReplaySubmitHook, context: Context) -> Any:
         """The task state store keeping a standalone cluster driver's id across tries, or ``None``."""
-        if not (self.durable and hook.tracks_driver and context is not None):
+        if not (self.durable and hook.tracks_driver):
             return None
-        store = context.get("task_state_store")
-        if store is None:
+        if (store := context.get("task_state_store")) is None:
             self.log.info("No task state store (Airflow 3.3+): a next try cannot reattach by driver id")
         return store
 
-    def _keep_driver_id(self, store: Any) -> Any:
-        def keep(driver_id: str) -> None:
-            store.set(DRIVER_ID_KEY, driver_id)
-            self.log.info("Spark driver %s kept in the task state store for a next try", driver_id)
-
-        return keep
+    def _keep_driver_id(self, store: Any, driver_id: str) -> None:
+        store.set(DRIVER_ID_KEY, driver_id)
+        self.log.info("Spark driver %s kept in the task state store for a next try", driver_id)
 
     def reattach_driver(self, hook: ReplaySubmitHook, store: Any) -> bool:
         """Wait for the earlier try's standalone cluster driver; True when it ended ``FINISHED``, False
         when there is none or it failed (then the run is submitted again and resumes)."""
-        driver_id = store.get(DRIVER_ID_KEY)
-        if not driver_id:
+        if not (driver_id := str(store.get(DRIVER_ID_KEY) or "")):
             return False
-        state = hook.driver_state(str(driver_id))
+        state = hook.driver_state(driver_id)
         if state in DRIVER_ACTIVE:
             self.log.info(
                 "Reattaching to Spark driver %s of an earlier try (state %s): waiting for it to end",
                 driver_id,
                 state,
             )
-            hook.reattach(str(driver_id))
+            hook.reattach(driver_id)
             return True
         if state == "FINISHED":
             self.log.info("Spark driver %s of an earlier try has finished: reading its report", driver_id)
@@ -653,8 +631,7 @@ class DlqReplayOperator(BaseOperator):
         if halt:
             self.log.warning("%s", halt)
         extra = {k: summary[k] for k in ("run_id", "mode", "status", "totals", "paths", "group_count")}
-        outlet_events = context.get("outlet_events")
-        if outlet_events is not None:
+        if (outlet_events := context.get("outlet_events")) is not None:
             for outlet in self.outlets:
                 if isinstance(outlet, Asset):
                     outlet_events[outlet].extra = extra
@@ -687,8 +664,7 @@ class DlqReplayOperator(BaseOperator):
         self._killed = True
         if self._client is not None:
             self._client.stop()
-        if (hook := self._hook) is None:
-            return
-        if hook.process is not None and hook.process.poll() is None:
-            stop_process_tree(hook.process.pid, self.log, "spark-submit")
-        hook.on_kill()
+        if (hook := self._hook) is not None:
+            if hook.process is not None and hook.process.poll() is None:
+                stop_process_tree(hook.process.pid, self.log, "spark-submit")
+            hook.on_kill()

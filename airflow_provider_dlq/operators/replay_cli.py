@@ -1,6 +1,5 @@
 """The operator's rendered arguments as the app's options (the library's ``ReplayOptions``, whose checks
-run here too, so a bad argument fails the task before Spark starts), and the run's summary. Secrets never
-appear here: the app reads them from its environment or from files."""
+run here too, so a bad argument fails the task before Spark starts), and the run's summary."""
 
 from __future__ import annotations
 
@@ -44,10 +43,10 @@ class ReplayArgumentError(DlqProviderError, ValueError):
     """An argument of ``DlqReplayOperator`` is invalid; the message names it, the value and the fix."""
 
 
-def default_run_id(dag_id: str, task_id: str, run_id: str, map_index: int = -1) -> str:
+def default_run_id(dag_id: str, task_id: str, run_id: str, map_index: int | None = -1) -> str:
     """``dag_id.task_id.run_id[.map_index]``, made safe and at most 120 characters: the same on every try,
     so a retry resumes."""
-    raw = f"{dag_id}.{task_id}.{run_id}" + (f".{map_index}" if map_index >= 0 else "")
+    raw = f"{dag_id}.{task_id}.{run_id}" + ("" if map_index in (None, -1) else f".{map_index}")
     safe = _UNSAFE.sub("_", raw).strip("._-") or "run"
     if len(safe) > 120:
         safe = f"{safe[:103]}-{hashlib.sha256(raw.encode()).hexdigest()[:16]}"

@@ -1,8 +1,4 @@
-"""The replay app as a Spark Connect client of a ``spark_connect`` connection's server.
-
-The server's URL carries the token and user id, so it goes only into the client's ``SPARK_REMOTE``,
-never on the command line, in a log line or in XCom; only ``conf``'s ``spark.sql.*`` keys reach the session.
-"""
+"""The replay app as a Spark Connect client of a ``spark_connect`` connection's server."""
 
 from __future__ import annotations
 
@@ -28,8 +24,6 @@ if TYPE_CHECKING:
 
     from airflow.sdk.types import Logger
 
-#: The Apache Spark provider's connection type of a Spark Connect server (``SparkConnectHook.conn_type``).
-CONNECT_CONN_TYPE = "spark_connect"
 SPARK_REMOTE_ENV = "SPARK_REMOTE"
 INIT_CONF_LEN_ENV = "PYSPARK_REMOTE_INIT_CONF_LEN"
 INIT_CONF_ENV = "PYSPARK_REMOTE_INIT_CONF_0"
@@ -107,11 +101,11 @@ def spark_remote(conn_id: str) -> SparkRemote | None:
     except AirflowNotFoundException:
         return None
     host = (conn.host or "").strip()
-    if conn.conn_type != CONNECT_CONN_TYPE:
+    if conn.conn_type != SparkConnectHook.conn_type:
         if host.startswith("sc://"):
             raise SparkConnectConfigError(
                 f"Spark connection {conn_id!r} is of type {conn.conn_type!r} but its Host is a Spark "
-                f"Connect URL (sc://...); make it a connection of type {CONNECT_CONN_TYPE!r} (Host: the "
+                "Connect URL (sc://...); make it a connection of type 'spark_connect' (Host: the "
                 "server, Port: 15002, Login: user id, Password: token) to run the replay as a Spark Connect "
                 "client."
             )
@@ -211,13 +205,12 @@ class ConnectClient:
                 f"The replay's Spark Connect client (pid {self.process.pid}) was stopped before it finished; "
                 "re-running the task resumes the same run id."
             )
-        if code == 0:
-            return
-        raise SparkConnectClientError(
-            f"The replay app, a Spark Connect client of {self.remote.address}, exited with code {code}; its "
-            "error is in the log lines above. Exit code 2 is a usage error (fix the arguments); 1 a failed "
-            "run, which a retry resumes; a negative code, the signal that ended it."
-        )
+        if code != 0:
+            raise SparkConnectClientError(
+                f"The replay app, a Spark Connect client of {self.remote.address}, exited with code {code}; "
+                "its error is in the log lines above. Exit code 2 is a usage error (fix the arguments); 1 a "
+                "failed run, which a retry resumes; a negative code, the signal that ended it."
+            )
 
     def stop(self) -> None:
         """Stop the client and anything it started, by PID."""

@@ -56,8 +56,7 @@ class ReplaySubmitHook(SparkSubmitHook):
 
     @property
     def target(self) -> SparkTarget:
-        connection = self._connection
-        return SparkTarget(str(connection["master"]), connection.get("deploy_mode"))
+        return SparkTarget(str(self._connection["master"]), self._connection.get("deploy_mode"))
 
     @property
     def process(self) -> subprocess.Popen[str] | None:
@@ -85,32 +84,28 @@ class ReplaySubmitHook(SparkSubmitHook):
             return
         if on_submitted is not None and self._driver_id:
             on_submitted(self._driver_id)
-        self._driver_status = "SUBMITTED"
         self._track_driver()
 
     def driver_state(self, driver_id: str) -> str | None:
         """One look at the state of standalone cluster driver ``driver_id`` (``None``: unknown)."""
         self._driver_id = driver_id
         self._driver_status = None
-        status = subprocess.Popen(
+        status = subprocess.run(
             self._build_track_driver_status_command(),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
-            universal_newlines=True,
+            text=True,
         )
-        if status.stdout is not None:
-            self._process_spark_status_log(iter(status.stdout))
-        status.wait()
-        state = self._driver_status
-        return str(state) if state else None
+        self._process_spark_status_log(iter(status.stdout.splitlines()))
+        return str(self._driver_status) if self._driver_status else None
 
     def reattach(self, driver_id: str) -> None:
         """Poll an earlier try's running driver until it ends; :class:`SparkDriverError` unless FINISHED."""
         self._driver_id = driver_id
-        self._driver_status = "SUBMITTED"  # the hook's poll loop stops at once on UNKNOWN
         self._track_driver()
 
     def _track_driver(self) -> None:
+        self._driver_status = "SUBMITTED"  # the hook's poll loop stops at once on UNKNOWN
         try:
             self._start_driver_status_tracking()
         finally:

@@ -119,7 +119,9 @@ def test_the_operator_replays_as_a_spark_connect_client(
         spark_conn_id="dlq_spark_connect",
         conf={"spark.sql.shuffle.partitions": "4"},
     )
-    ti = SimpleNamespace(dag_id="dlq_connect", task_id="replay", run_id=f"manual__{uuid.uuid4().hex[:6]}")
+    ti = SimpleNamespace(
+        dag_id="dlq_connect", task_id="replay", run_id=f"manual__{uuid.uuid4().hex[:6]}", map_index=-1
+    )
     events: defaultdict[object, SimpleNamespace] = defaultdict(lambda: SimpleNamespace(extra={}))
     with caplog.at_level(logging.INFO):
         summary = op.execute({"ti": ti, "outlet_events": events})

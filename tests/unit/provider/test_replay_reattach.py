@@ -208,7 +208,7 @@ def test_no_stored_driver_submits_and_the_driver_id_is_kept() -> None:
     op = DlqReplayOperator(task_id="t", topics="d", output_dir="/o")
     store = Store()
     assert op.reattach_driver(Hook("RUNNING"), store) is False  # type: ignore[arg-type]
-    op._keep_driver_id(store)("driver-20240501-0001")
+    op._keep_driver_id(store, "driver-20240501-0001")
     assert store.values == {DRIVER_ID_KEY: "driver-20240501-0001"}
 
 
