@@ -27,8 +27,9 @@ DEFAULT_IDLE_TIMEOUT_MS = 3000
 DEFAULT_CANARY_WAIT_SECONDS = 60.0
 #: Sequence ids per producer and wave (``--wave-size``; ``docs/reliability.md`` has the measured costs).
 DEFAULT_WAVE_SIZE = 2_000
-#: The wave size when every target topic deduplicates: a re-sent wave costs only the time to send it.
-DEDUP_WAVE_SIZE = 50_000
+#: The wave size when every target topic deduplicates: a re-sent wave costs only the time to send it, and
+#: each wave is a Spark job that waits for its slowest task (1M messages on 8 producers: one wave).
+DEDUP_WAVE_SIZE = 250_000
 #: The app's last stdout line starts with this, followed by the run's summary as JSON.
 SUMMARY_PREFIX = "DLQ_REPLAY_SUMMARY "
 #: Spark setting that opts a run in to masked payload snippets in its report (default false).

@@ -18,7 +18,13 @@ from spark_apps.dlq_replay.options import ReplayOptions
 from spark_apps.dlq_replay.preflight import check_local
 from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf, close_own_clients
 from spark_apps.dlq_replay.redaction import names_secret, register_argv, scrub
-from spark_apps.dlq_replay.session import conf_value, default_parallelism, remove_local_copies, ship_code
+from spark_apps.dlq_replay.session import (
+    conf_value,
+    default_parallelism,
+    is_connect,
+    remove_local_copies,
+    ship_code,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -195,5 +201,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         close_own_clients()
         remove_local_copies()
     print(summary_text(report), summary_line(report), sep="\n", flush=True)
-    spark.stop()
+    if is_connect(spark):  # releases the server's session
+        spark.stop()
+    # A classic context is stopped by spark-submit's JVM as the driver exits (Spark's shutdown hook):
+    # PySpark's own stop() would first wait up to a second for its accumulator server to shut down.
     return EXIT_OK

@@ -52,7 +52,7 @@ def test_defaults():
     assert opts.topics == ("a-DLQ", "b-DLQ")
     assert opts.archive_payload is True
     assert opts.playbook is None
-    assert opts.wave_size is None  # 2000, or 50000 under broker deduplication (decided at apply)
+    assert opts.wave_size is None  # 2000, or 250000 under broker deduplication (decided at apply)
     assert opts.subscription_lease is True
 
 
