@@ -98,8 +98,7 @@ def _expand(requested: Sequence[str], available: Iterable[str]) -> list[str]:
     available = sorted(set(available))
     out: dict[str, None] = {}
     for item in requested:
-        matches = [t for t in available if fnmatch.fnmatchcase(t, item)] if is_pattern(item) else [item]
-        out.update(dict.fromkeys(matches))
+        out.update(dict.fromkeys(fnmatch.filter(available, item) if is_pattern(item) else [item]))
     return list(out)
 
 
@@ -265,8 +264,7 @@ def admin_backlog(
 def consumer_properties(
     http: AdminHttp, admin_url: str, topic: str, subscription: str
 ) -> list[dict[str, str]]:
-    """The properties of each consumer of ``subscription`` on a non-partitioned ``topic`` (``[]``
-    when the topic or the subscription does not exist)."""
+    """Each consumer's properties on ``subscription`` of a non-partitioned ``topic`` (``[]``: none)."""
     sub = _subscription(_get_json(http, f"{admin_url}{admin.admin_path(topic)}/stats"), subscription)
     consumers = (sub or {}).get("consumers") or []
     return [{str(k): str(v) for k, v in (c.get("metadata") or {}).items()} for c in consumers]

@@ -167,14 +167,12 @@ class DlqReplayOperator(BaseOperator):
     :param parallelism: Consumers per DLQ partition / producers per origin topic.
     :param archive_payload: Archive payloads (True/"on", default) or only their hash (False/"off").
     :param pulsar_conn_id: The ``pulsar`` connection (service URL, token, TLS trust file).
-    :param spark_conn_id: The Spark connection (``spark_default``), or a ``spark_connect`` connection
-        (Host/Port of the server, Login user id, Password token).
+    :param spark_conn_id: The Spark connection (``spark_default``), or a ``spark_connect`` one (of a server).
     :param auth_token_file: Token file the driver and executors read, instead of a token env. (templated)
-    :param oauth2_credentials_file: OAuth2 key file the driver and executors read, instead of the client
-        secret by environment. (templated)
+    :param oauth2_credentials_file: OAuth2 key file the driver and executors read, instead of an env secret.
+        (templated)
     :param storage_conn_id: Connection reading ``report.json`` from an object store (default: environment).
-    :param report_url: Link the *DLQ replay report* button here instead of the API server's endpoint;
-        ``{report_html}`` is replaced by the report's URI. (templated)
+    :param report_url: The *DLQ replay report* link; ``{report_html}`` becomes the report's URI. (templated)
     :param spark_history_url: Spark history server base URL for the *Spark application* link. (templated)
     :param report_payload_snippets: Show masked payload snippets per group in the report (default off).
     :param bundle_path: A prebuilt ``dlq_replay.zip``; default: built per run. (templated)
