@@ -6,6 +6,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import re
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from http.client import HTTPException
 from typing import TYPE_CHECKING, Any
@@ -109,10 +110,9 @@ def _unescape(value: str) -> str:
 def parse_prometheus_backlog(text: str, subscription: str) -> dict[str, int]:
     """Sum ``pulsar_subscription_back_log`` per (partition-collapsed) topic for one subscription, in
     Apache Pulsar's (``topic="persistent://..."``) or pulsar-lite's (``namespace=..., topic=...``) labels."""
-    totals: dict[str, int] = {}
+    totals: Counter[str] = Counter()
     for line in text.splitlines():
-        match = _SAMPLE.match(line)
-        if not match:
+        if not (match := _SAMPLE.match(line)):
             continue
         labels = {m.group("key"): _unescape(m.group("value")) for m in _LABEL.finditer(match["labels"] or "")}
         if labels.get("subscription") != subscription or not labels.get("topic"):
@@ -126,9 +126,8 @@ def parse_prometheus_backlog(text: str, subscription: str) -> dict[str, int]:
             value = int(float(match["value"]))
         except (ValueError, OverflowError):  # NaN, +Inf
             continue
-        key = base_topic(topic)
-        totals[key] = totals.get(key, 0) + value
-    return totals
+        totals[base_topic(topic)] += value
+    return dict(totals)
 
 
 def metrics_backlog(
