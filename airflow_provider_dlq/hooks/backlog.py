@@ -6,6 +6,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import re
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from http.client import HTTPException
 from typing import TYPE_CHECKING, Any
@@ -98,8 +99,7 @@ def _expand(requested: Sequence[str], available: Iterable[str]) -> list[str]:
     available = sorted(set(available))
     out: dict[str, None] = {}
     for item in requested:
-        matches = [t for t in available if fnmatch.fnmatchcase(t, item)] if is_pattern(item) else [item]
-        out.update(dict.fromkeys(matches))
+        out.update(dict.fromkeys(fnmatch.filter(available, item) if is_pattern(item) else [item]))
     return list(out)
 
 
@@ -110,10 +110,9 @@ def _unescape(value: str) -> str:
 def parse_prometheus_backlog(text: str, subscription: str) -> dict[str, int]:
     """Sum ``pulsar_subscription_back_log`` per (partition-collapsed) topic for one subscription, in
     Apache Pulsar's (``topic="persistent://..."``) or pulsar-lite's (``namespace=..., topic=...``) labels."""
-    totals: dict[str, int] = {}
+    totals: Counter[str] = Counter()
     for line in text.splitlines():
-        match = _SAMPLE.match(line)
-        if not match:
+        if not (match := _SAMPLE.match(line)):
             continue
         labels = {m.group("key"): _unescape(m.group("value")) for m in _LABEL.finditer(match["labels"] or "")}
         if labels.get("subscription") != subscription or not labels.get("topic"):
@@ -127,9 +126,8 @@ def parse_prometheus_backlog(text: str, subscription: str) -> dict[str, int]:
             value = int(float(match["value"]))
         except (ValueError, OverflowError):  # NaN, +Inf
             continue
-        key = base_topic(topic)
-        totals[key] = totals.get(key, 0) + value
-    return totals
+        totals[base_topic(topic)] += value
+    return dict(totals)
 
 
 def metrics_backlog(
@@ -265,8 +263,7 @@ def admin_backlog(
 def consumer_properties(
     http: AdminHttp, admin_url: str, topic: str, subscription: str
 ) -> list[dict[str, str]]:
-    """The properties of each consumer of ``subscription`` on a non-partitioned ``topic`` (``[]``
-    when the topic or the subscription does not exist)."""
+    """Each consumer's properties on ``subscription`` of a non-partitioned ``topic`` (``[]``: none)."""
     sub = _subscription(_get_json(http, f"{admin_url}{admin.admin_path(topic)}/stats"), subscription)
     consumers = (sub or {}).get("consumers") or []
     return [{str(k): str(v) for k, v in (c.get("metadata") or {}).items()} for c in consumers]

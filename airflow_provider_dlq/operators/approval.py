@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from contextlib import suppress
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -180,15 +181,12 @@ class DlqGroupApprovalOperator(HITLOperator, SkipMixin):
         return summary
 
     def _timeout(self) -> timedelta:
-        try:
-            seconds = float(self.response_timeout_seconds)
-        except (TypeError, ValueError):
-            seconds = -1.0
-        if seconds <= 0:
-            raise ValueError(
-                f"response_timeout_seconds must be a positive number; got {self.response_timeout_seconds!r}."
-            )
-        return timedelta(seconds=seconds)
+        with suppress(TypeError, ValueError):
+            if (seconds := float(self.response_timeout_seconds)) > 0:
+                return timedelta(seconds=seconds)
+        raise ValueError(
+            f"response_timeout_seconds must be a positive number; got {self.response_timeout_seconds!r}."
+        )
 
     def execute(self, context: Context) -> Any:
         summary = self._summary()

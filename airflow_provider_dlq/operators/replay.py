@@ -146,14 +146,11 @@ def canary_halt_message(summary: Mapping[str, Any]) -> str | None:
 class DlqReplayOperator(BaseOperator):
     """Replay (or dry-run, or archive) Pulsar DLQ topics with the Spark replay app.
 
-    Runs ``dlq_replay_main.py`` with spark-submit (or as a Spark Connect client) and returns the summary
-    of its ``report.json`` (XCom and every outlet's asset event); a retry resumes the same run. Usage
-    errors (no topics, ``replay`` without an allowlist, a missing connection, bad arguments) fail the task
-    at once, without retries.
+    Returns the summary of the run's ``report.json`` (XCom and every outlet's asset event); a retry
+    resumes the same run. Usage errors (bad arguments, a missing connection) fail at once, without retries.
 
     :param topics: DLQ topics to replay: list or comma-separated string. (templated)
-    :param output_dir: Root of ``runs/``, ``archive/`` and ``ledger/``: local path, file:// or a Hadoop
-        URI (s3a://, hdfs://). (templated)
+    :param output_dir: Root of ``runs/``, ``archive/`` and ``ledger/``: a path, file://, s3a://... (templated)
     :param mode: ``dry-run`` (default; decide and report only), ``replay`` or ``archive-only``. (templated)
     :param run_id: Replay run id; default ``<dag_id>.<task_id>.<run_id>`` of the DAG run. (templated)
     :param subscription: The replayer's durable subscription (default ``dlq-replayer``). (templated)
@@ -170,16 +167,12 @@ class DlqReplayOperator(BaseOperator):
     :param parallelism: Consumers per DLQ partition / producers per origin topic.
     :param archive_payload: Archive payloads (True/"on", default) or only their hash (False/"off").
     :param pulsar_conn_id: The ``pulsar`` connection (service URL, token, TLS trust file).
-    :param spark_conn_id: The Spark connection (``spark_default``), or a ``spark_connect`` connection
-        (Host/Port of the server, Login user id, Password token).
-    :param auth_token_file: Token file readable by the driver and executors, instead of passing the token
-        by environment (required on YARN/Kubernetes). (templated)
-    :param oauth2_credentials_file: OAuth2 key file (``{"client_id", "client_secret"}``) readable by the
-        driver and executors, instead of passing the client secret by environment. (templated)
-    :param storage_conn_id: Connection that reads ``report.json`` from an object-store ``output_dir``
-        (e.g. an ``aws`` connection); default: the worker's environment.
-    :param report_url: Link the *DLQ replay report* button here instead of the API server's endpoint;
-        ``{report_html}`` is replaced by the report's URI. (templated)
+    :param spark_conn_id: The Spark connection (``spark_default``), or a ``spark_connect`` one (of a server).
+    :param auth_token_file: Token file the driver and executors read, instead of a token env. (templated)
+    :param oauth2_credentials_file: OAuth2 key file the driver and executors read, instead of an env secret.
+        (templated)
+    :param storage_conn_id: Connection reading ``report.json`` from an object store (default: environment).
+    :param report_url: The *DLQ replay report* link; ``{report_html}`` becomes the report's URI. (templated)
     :param spark_history_url: Spark history server base URL for the *Spark application* link. (templated)
     :param report_payload_snippets: Show masked payload snippets per group in the report (default off).
     :param bundle_path: A prebuilt ``dlq_replay.zip``; default: built per run. (templated)
@@ -188,23 +181,15 @@ class DlqReplayOperator(BaseOperator):
     :param env_vars: Extra spark-submit environment (never secrets: it is rendered and stored). (templated)
     :param spark_submit_kwargs: Further ``SparkSubmitHook`` arguments (``driver_memory``, ``deploy_mode``...).
     :param group_actions: Approved action per error signature (``replay``, ``archive`` or ``leave``), a
-        mapping or its JSON; without ``signatures`` only the approved groups are acted on, and approving
-        none skips the task. (templated)
+        mapping or its JSON; only approved groups are acted on, approving none skips the task. (templated)
     :param window_from: Read the window frozen by this earlier run id (the reviewed dry-run). (templated)
-    :param canary: Replay ``N`` messages (or ``"P%"``) of each group first, wait ``canary_wait_seconds``
-        and halt groups whose canaries fail more often than ``canary_max_failure_rate``. (templated)
-    :param class_data_archive: Start the driver JVM from a class-data archive the first run writes
-        (``True``: default cache folder; a path; ``False``: off).
-    :param quick_jit: C1-only JIT for the driver JVM: ``"auto"`` (local master, exact backlog of at most
-        100,000 messages), ``True`` or ``False``.
-    :param compiled_pyspark: For a local master, import PySpark from a compiled copy the first run makes
-        (``True``: default cache folder; a path; ``False``: off).
-    :param reattach_timeout: Seconds (or a ``timedelta``) a try waits for a still-running earlier attempt
-        of the same run id before running it again; default 3600, ``0``: do not wait.
-    :param durable: In standalone cluster deploy mode, keep the driver's id in the task state store
-        (Airflow 3.3+) so that the next try reattaches to that driver (default ``True``).
-    :param fail_on_canary_halt: Fail the task without retrying when the canary halts a group (default
-        ``True``); ``False``: succeed and log a warning.
+    :param canary: Replay ``N`` (or ``"P%"``) per group first; halt groups whose canaries fail. (templated)
+    :param class_data_archive: Driver JVM class-data archive: ``True`` (default folder), a path or ``False``.
+    :param quick_jit: C1-only JIT for the driver JVM: ``"auto"`` (small local runs), ``True`` or ``False``.
+    :param compiled_pyspark: Local master's compiled PySpark: ``True`` (default folder), a path or ``False``.
+    :param reattach_timeout: Seconds (or a ``timedelta``) to wait for a live earlier attempt (``0``: none).
+    :param durable: Standalone cluster mode: the next try reattaches to the driver by id (default ``True``).
+    :param fail_on_canary_halt: Fail, not retried, when the canary halts a group (``False``: only warn).
 
     .. seealso:: ``docs/operator.md``
     """
@@ -377,13 +362,12 @@ class DlqReplayOperator(BaseOperator):
     def spark_env(self, pulsar: PulsarConnectionConfig, master: str) -> dict[str, str]:
         """spark-submit's extra environment: user ``env_vars`` and the secrets not given as files."""
         env = {str(k): str(v) for k, v in (self.env_vars or {}).items()}
-        for name in SECRET_ENVS:
-            if name in env:
-                raise ReplayArgumentError(
-                    f"env_vars must not carry {name} (rendered fields are stored); put the secret in "
-                    f"connection {self.pulsar_conn_id!r} (Password) or use auth_token_file / "
-                    "oauth2_credentials_file."
-                )
+        if secrets := [name for name in SECRET_ENVS if name in env]:
+            raise ReplayArgumentError(
+                f"env_vars must not carry {', '.join(secrets)} (rendered fields are stored); put the secret "
+                f"in connection {self.pulsar_conn_id!r} (Password) or use auth_token_file / "
+                "oauth2_credentials_file."
+            )
         if pulsar.token and not self.auth_token_file:
             env[TOKEN_ENV] = pulsar.token
         if (oauth2 := pulsar.oauth2) and oauth2.client_secret and not self.oauth2_credentials_file:
@@ -566,8 +550,7 @@ class DlqReplayOperator(BaseOperator):
         self.log.info("Spark driver %s kept in the task state store for a next try", driver_id)
 
     def reattach_driver(self, hook: ReplaySubmitHook, store: Any) -> bool:
-        """Wait for the earlier try's standalone cluster driver; True when it ended ``FINISHED``, False
-        when there is none or it failed (then the run is submitted again and resumes)."""
+        """Wait for an earlier try's cluster driver: True when it ended ``FINISHED``, else False."""
         if not (driver_id := str(store.get(DRIVER_ID_KEY) or "")):
             return False
         state = hook.driver_state(driver_id)
@@ -623,8 +606,7 @@ class DlqReplayOperator(BaseOperator):
             json.dumps(summary["totals"], sort_keys=True),
             summary["paths"].get("report_json", report_json(args)),
         )
-        halt = canary_halt_message(summary)
-        if halt and self.fail_on_canary_halt:
+        if (halt := canary_halt_message(summary)) and self.fail_on_canary_halt:
             context["ti"].xcom_push(key="return_value", value=summary)
             self.log.error("%s", halt)
             raise AirflowFailException(halt)
@@ -644,14 +626,13 @@ class DlqReplayOperator(BaseOperator):
             check_topics(self.topics)  # before the connection: the trigger form's first field
             pulsar = self.pulsar_hook.config
             args = self.replay_args(run_id, pulsar)
-            remote = spark_remote(self.spark_conn_id)
-            if remote is not None and self.spark_submit_kwargs:
-                raise SparkConnectConfigError(
-                    f"spark_submit_kwargs ({', '.join(sorted(self.spark_submit_kwargs))}) apply to "
-                    f"spark-submit, but Spark connection {self.spark_conn_id!r} is a Spark Connect server, "
-                    "where the server's configuration sets them; drop spark_submit_kwargs."
-                )
-            if remote is not None:
+            if (remote := spark_remote(self.spark_conn_id)) is not None:
+                if self.spark_submit_kwargs:
+                    raise SparkConnectConfigError(
+                        f"spark_submit_kwargs ({', '.join(sorted(self.spark_submit_kwargs))}) apply to "
+                        f"spark-submit, but Spark connection {self.spark_conn_id!r} is a Spark Connect "
+                        "server, where the server's configuration sets them; drop spark_submit_kwargs."
+                    )
                 check_client_installed(remote)
         except _USAGE_ERRORS as exc:
             message = f"{exc} (not retried: fix the configuration, then clear the task)"
