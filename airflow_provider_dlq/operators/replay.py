@@ -454,7 +454,10 @@ class DlqReplayOperator(BaseOperator):
         return str(paths.zip_path), str(self.application or paths.main_path)
 
     def execute(self, context: Context) -> dict[str, Any]:
-        actions = parse_group_actions(self.group_actions)
+        try:
+            actions = parse_group_actions(self.group_actions)
+        except ReplayArgumentError as exc:
+            raise self._not_retried(exc) from exc
         if actions is not None and all(action == "leave" for action in actions.values()):
             raise AirflowSkipException("The approval left every group pending; nothing to replay.")
         pulsar, args, remote = self.usage_checked(self.resolve_run_id(context))
@@ -635,10 +638,13 @@ class DlqReplayOperator(BaseOperator):
                     )
                 check_client_installed(remote)
         except _USAGE_ERRORS as exc:
-            message = f"{exc} (not retried: fix the configuration, then clear the task)"
-            self.log.error("%s", message)  # a log line of its own, not only the exception's detail
-            raise AirflowFailException(message) from exc
+            raise self._not_retried(exc) from exc
         return pulsar, args, remote
+
+    def _not_retried(self, exc: Exception) -> AirflowFailException:
+        message = f"{exc} (not retried: fix the configuration, then clear the task)"
+        self.log.error("%s", message)  # a log line of its own, not only the exception's detail
+        return AirflowFailException(message)
 
     def on_kill(self) -> None:
         """Stop spark-submit and everything it started, or the Spark Connect client, by PID."""

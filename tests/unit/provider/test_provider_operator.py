@@ -521,6 +521,15 @@ def test_a_halted_canary_fails_the_task_after_pushing_the_summary():
     assert canary_halt_message({}) is None
 
 
+def test_malformed_group_actions_fail_the_task_without_retries(tmp_path):
+    """A bad approval value fails every try alike: the task fails at once, as other usage errors do."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    op = make_operator(tmp_path, group_actions="[not json")
+    with pytest.raises(AirflowFailException, match=r"group_actions must be a mapping.*not retried"):
+        op.execute({})
+
+
 def test_an_approval_that_leaves_every_group_skips_the_task(tmp_path):
     from airflow.sdk.exceptions import AirflowSkipException
 
