@@ -31,19 +31,20 @@ CONFIG_ERRORS = (PulsarConnectionError, BacklogConfigError)
 def ready_topics(
     backlogs: Mapping[str, TopicBacklog], min_backlog: int, min_age_seconds: float | None
 ) -> list[str]:
-    """Topics with at least ``min_backlog`` pending and, if set, an oldest message old enough (admin only)."""
+    """Topics with at least ``min_backlog`` pending and, if set, an oldest message old enough (admin only:
+    refused at the first poll, whatever the backlog)."""
+    if min_age_seconds is not None and any(item.source != "admin" for item in backlogs.values()):
+        raise BacklogConfigError(
+            "min_age needs the age of the oldest message, which only the Pulsar admin REST API "
+            "reports; set the extra 'admin_url' on the connection, or drop min_age."
+        )
     ready = []
     for topic, item in backlogs.items():
         if item.backlog < min_backlog:
             continue
-        if min_age_seconds is not None:
-            if item.source != "admin":
-                raise BacklogConfigError(
-                    "min_age needs the age of the oldest message, which only the Pulsar admin REST API "
-                    "reports; set the extra 'admin_url' on the connection, or drop min_age."
-                )
-            if item.oldest_age_seconds is None or item.oldest_age_seconds < min_age_seconds:
-                continue
+        age = item.oldest_age_seconds
+        if min_age_seconds is not None and (age is None or age < min_age_seconds):
+            continue
         ready.append(topic)
     return ready
 

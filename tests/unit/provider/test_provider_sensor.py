@@ -132,6 +132,8 @@ def test_ready_topics_min_backlog_and_min_age():
     assert ready_topics(items, 10, 60) == []
     with pytest.raises(BacklogConfigError, match="only the Pulsar admin REST API"):
         ready_topics({T1: backlog(T1, 5)}, 1, 60)
+    with pytest.raises(BacklogConfigError, match="only the Pulsar admin REST API"):  # at once, not once full
+        ready_topics({T1: backlog(T1, 0)}, 1, 60)
 
 
 def test_topics_from_backlog_filter():
