@@ -1,7 +1,6 @@
 """Progress of a running step, logged every few seconds: messages done / total, rate, ETA. The count sums the
 ``_progress-<partition>`` files the step's tasks keep in their output folders, so the same lines come on every
-deployment; the step's jobs carry the tag ``dlq-replay:<step>`` (to tell them apart and interrupt them).
-"""
+deployment; the step's jobs carry the tag ``dlq-replay:<step>`` (to tell them apart and interrupt them)."""
 
 from __future__ import annotations
 

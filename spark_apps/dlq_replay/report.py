@@ -117,11 +117,9 @@ def build_groups(
     combos: list[dict[str, Any]], samples: dict[str, list[str]], mode: str, max_groups: int = MAX_GROUPS
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Merge aggregates into report groups (largest first); groups past ``max_groups`` are summed."""
-    by_signature: dict[str, list[dict[str, Any]]] = {}
-    for combo in combos:
-        by_signature.setdefault(combo["signature"], []).append(combo)
     groups = []
-    for sig, mine in by_signature.items():
+    for sig, rows in groupby(sorted(combos, key=itemgetter("signature")), itemgetter("signature")):
+        mine = list(rows)
         error_class = _extreme(mine, "error_class")
         actions: Counter[str] = Counter()
         outcomes: Counter[str] = Counter()
@@ -262,8 +260,7 @@ def spark_info(spark: SparkSession) -> dict[str, Any]:
 def _errors(
     spark: SparkSession, parts: ReportParts, decisions_path: str, signatures: list[str]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``(fix errors, sample errors)`` of the shown groups, the most frequent fix errors first (counted in one
-    Python task per decisions file)."""
+    """``(fix errors, sample errors)`` of the shown groups, the most frequent fix errors first."""
     wanted = {sig: parts.errors[sig] for sig in signatures if sig in parts.errors}
     files = part_files(decisions_path)
     work = partial(error_count_rows, files, wanted, tuple(signatures))
@@ -346,8 +343,7 @@ def refused_origins(decisions: DataFrame) -> list[dict[str, Any]]:
 
 
 def trend(spark: SparkSession, ctx: ReportContext, report: dict[str, Any]) -> dict[str, Any] | None:
-    """Count per group over the ledger's last :data:`TREND_RUNS` runs; this run (maybe a dry-run) comes last,
-    from the report, at ``ctx.recorded_at`` (when the record step wrote its ledger rows), else its end."""
+    """Count per group over the ledger's last :data:`TREND_RUNS` runs; this run (maybe a dry-run) last."""
     run_id, shown = report["run_id"], report["groups"][:TREND_GROUPS]
     signatures = [g["signature"] for g in shown]
     counts = {(run_id, g["signature"]): int(g["count"]) for g in shown}
@@ -384,11 +380,10 @@ def run_concurrently(spark: SparkSession, *queries: Callable[[], Any]) -> list[A
     time goes mostly to driver planning, leaving cores idle); the first error is raised once all ended."""
     if len(queries) <= 1:
         return [query() for query in queries]
-    # Wrapped now, in the caller's thread: that is when the job group and description are captured.
+    # Wrapped in the caller's thread: that is when the job group and description are captured.
     inherit = inheritable_thread_target(spark)
-    targets = [inherit(query) for query in queries]
-    with ThreadPoolExecutor(max_workers=len(targets), thread_name_prefix="dlq-query") as pool:
-        futures = [pool.submit(target) for target in targets]
+    with ThreadPoolExecutor(max_workers=len(queries), thread_name_prefix="dlq-query") as pool:
+        futures = [pool.submit(inherit(query)) for query in queries]
     return [future.result() for future in futures]
 
 

@@ -48,7 +48,6 @@ color:#fff;background:#59636e}
 padding:8px 12px;margin:8px 0;overflow-wrap:anywhere}.steps b{display:block}
 .chips{display:flex;flex-wrap:wrap;gap:8px}.chip{border:1px solid #d8dee4;border-radius:6px;padding:6px 10px;
 min-width:110px}.chip b{display:block;font-size:18px;font-variant-numeric:tabular-nums}
-.chip span{font-size:12px;color:#59636e}
 .legend{margin:6px 0 10px}.legend span{display:inline-block;margin-right:14px;font-size:12px}
 .legend i{display:inline-block;width:10px;height:10px;margin-right:4px;vertical-align:middle;
 border-radius:2px}
@@ -56,7 +55,6 @@ border-radius:2px}
 .bar-label{font-size:12px;overflow-wrap:anywhere}.bar-label code{font-weight:600}
 .bar-track{display:flex;height:18px;background:#f6f8fa;border-radius:3px;overflow:hidden}
 .bar-track span{display:block;height:100%}
-.bar-count{font-size:12px;text-align:right;font-variant-numeric:tabular-nums}
 details{border:1px solid #d8dee4;border-radius:6px;padding:6px 12px;margin:10px 0}
 summary{cursor:pointer;font-weight:600;overflow-wrap:anywhere}
 .yes{color:#2e7d32;font-weight:600}.no{color:#59636e}.skip{color:#8c959f}
@@ -114,7 +112,7 @@ def bar_chart(groups: list[dict[str, Any]]) -> str:
             f'<div class="bar-label" title="{_e(template)}"><code>{_e(group["signature"])}</code> '
             f'{_e(clipped(template, LABEL_TEMPLATE_CHARS))}<br><span class="muted">{where}</span></div>'
             f'<div class="bar-track" role="img" aria-label="{_e(_outcome_text(group))}">{segments}</div>'
-            f'<div class="bar-count">{_fmt(group["count"])}</div>'
+            f'<div class="num small">{_fmt(group["count"])}</div>'
         )
     more = len(groups) - len(shown)
     note = f'<p class="muted small">{more} smaller groups are not charted.</p>' if more > 0 else ""
@@ -122,13 +120,9 @@ def bar_chart(groups: list[dict[str, Any]]) -> str:
 
 
 def sparkline(counts: list[int], *, width: int = 120, height: int = 24) -> str:
-    """A tiny inline SVG line of ``counts`` (oldest left), the last point marked."""
-    top = max(counts) or 1
-    step = width / max(1, len(counts) - 1)
-    points = [
-        (i * step if len(counts) > 1 else width / 2, height - 3 - (height - 6) * c / top)
-        for i, c in enumerate(counts)
-    ]
+    """A tiny inline SVG line of ``counts`` (two or more, oldest left), the last point marked."""
+    top, step = max(counts) or 1, width / (len(counts) - 1)
+    points = [(i * step, height - 3 - (height - 6) * c / top) for i, c in enumerate(counts)]
     path = " ".join(f"{x:.1f},{y:.1f}" for x, y in points)
     x, y = points[-1]
     return (
@@ -174,7 +168,7 @@ def _canary(canary: dict[str, Any] | None, groups: list[dict[str, Any]]) -> str:
 def _totals(totals: dict[str, Any], resend: dict[str, int] | None) -> str:
     """The totals, and what a resumed apply sent again with the bound it was held to (when it did)."""
     chips = "".join(
-        f'<div class="chip"><b>{_fmt(v)}</b><span>{_e(k.replace("_", " "))}</span></div>'
+        f'<div class="chip"><b>{_fmt(v)}</b><span class="small muted">{_e(k.replace("_", " "))}</span></div>'
         for k, v in totals.items()
         if v or k in ("snapshot", "left_pending")
     )

@@ -16,10 +16,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType
+from pyspark.sql.types import StructType
 
 from spark_apps.dlq_replay.arrow_util import group_ids, in_tasks
 from spark_apps.dlq_replay.outcomes import UNSCOPED
+from spark_apps.dlq_replay.pulsar_io.source import ddl_struct
 from spark_apps.dlq_replay.schemas import SNAPSHOT_SCHEMA, arrow_schema
 from spark_apps.dlq_replay.storage import join, open_parquet, read_table, write_table
 from spark_apps.dlq_replay.task_parquet import part_file, part_files
@@ -210,7 +211,7 @@ def snapshot_rows(
         for group in range(source.metadata.num_row_groups):
             keyed = source.read_row_group(group, columns=["topic", "message_id_str"])
             key = pc.binary_join_element_wise(keyed["topic"], keyed["message_id_str"], "\x1f")
-            rows = pc.indices_nonzero(pc.fill_null(pc.is_in(key, value_set=value_set), False))
+            rows = pc.indices_nonzero(pc.is_in(key, value_set=value_set))
             if len(rows) == 0:
                 continue
             yield from source.read_row_group(group, columns=columns).take(rows).to_batches()
@@ -220,14 +221,7 @@ def snapshot_rows(
 
 
 #: A count of :func:`error_count_rows`: of a message text (``fix`` false) or of a fix error.
-COUNT_SCHEMA = StructType(
-    [
-        StructField("fix", BooleanType()),
-        StructField("signature", StringType()),
-        StructField("text", StringType()),
-        StructField("n", LongType()),
-    ]
-)
+COUNT_SCHEMA = ddl_struct("fix boolean, signature string, text string, n long")
 
 
 def error_count_rows(
@@ -240,16 +234,14 @@ def error_count_rows(
     shown = pa.array(sorted(signatures), pa.string())
     counts: dict[bool, Counter[tuple[str, str]]] = {False: Counter(), True: Counter()}
     columns = ["signature", "error_message", "fix_error"]
-    for batch in open_parquet(files[task]).iter_batches(
-        batch_size=65_536, columns=columns, use_threads=False
-    ):
+    for batch in open_parquet(files[task]).iter_batches(columns=columns, use_threads=False):
         signature = batch.column("signature")
         message = pc.utf8_slice_codeunits(batch.column("error_message"), 0, ERROR_CHARS)
         fix = pc.utf8_slice_codeunits(batch.column("fix_error"), 0, ERROR_CHARS)
         key = pc.binary_join_element_wise(signature, message, "\x1f")
-        _tally(counts[False], key.filter(pc.fill_null(pc.is_in(key, value_set=keys), False)))
+        _tally(counts[False], key.filter(pc.is_in(key, value_set=keys)))
         key = pc.binary_join_element_wise(signature, fix, "\x1f")
-        _tally(counts[True], key.filter(pc.fill_null(pc.is_in(signature, value_set=shown), False)))
+        _tally(counts[True], key.filter(pc.is_in(signature, value_set=shown)))
     rows = [
         {"fix": fix, "signature": sig, "text": text, "n": n}
         for fix, counted in counts.items()
