@@ -138,8 +138,7 @@ def _quote(value: object) -> str:
 
 
 def _parked(cols: _Columns, i: int) -> tuple[str, str | None, bool] | None:
-    """``(outcome, reason, quotes the row)`` of a row not matched against the playbook, else ``None``:
-    out of scope (its scope is the outcome, its mark's reason the reason), or parked with a reason."""
+    """``(outcome, reason, quotes the row)`` of a row out of scope or parked, else ``None``."""
     scope = cols[SCOPE_COLUMN][i]
     if scope != SCOPE_IN:
         return scope, cols[SCOPE_REASON_COLUMN][i], True
@@ -412,8 +411,7 @@ def run_decide(run: Run, snapshot: DataFrame, planned_at: datetime) -> DataFrame
 def _sending_tally(batch: pa.RecordBatch) -> tuple[int, int | None]:
     """``(rows to republish, their highest sequence id or None)`` of a batch of decisions."""
     sending = pc.equal(batch.column("outcome"), oc.TO_REPUBLISH)
-    n = sending.true_count
-    return n, pc.max(pc.filter(batch.column("sequence_id"), sending)).as_py() if n else None
+    return sending.true_count, pc.max(pc.filter(batch.column("sequence_id"), sending)).as_py()
 
 
 def decide_tasks(
@@ -431,14 +429,12 @@ def decide_tasks(
     identities_dir: str | None = None,
 ) -> tuple[DataFrame, Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]]:
     """The decide pass as its input frame (one row per producer bucket) and the function each task runs:
-    with the scope marks written to ``marks_dir`` (from the identities at ``identities_dir`` when the
-    snapshot's read tasks wrote them), task ``b`` reads its share of the snapshot, normalises, scopes and
-    decides each batch (:data:`DECIDED_SCHEMA`), sending through producer bucket ``b``."""
+    with the scope marks written to ``marks_dir`` (from the identities at ``identities_dir``, if given),
+    task ``b`` decides its share of the snapshot (:data:`DECIDED_SCHEMA`), sending through producer ``b``."""
     filters = filters or Filters()
     precedence = playbook.origin_precedence
-    n = max(1, producers_per_target)
-    identities: DataFrame | None = None
-    repeated: set[str] | None = None
+    n = producers_per_target
+    identities = repeated = None
     if identities_dir is not None and filters.max_messages is None:
         identities = read_frame(snapshot.sparkSession, identities_dir, IDENTITIES_SCHEMA)
         repeated = repeated_ids(snapshot.sparkSession, identities_dir, n)
@@ -461,13 +457,9 @@ def decide_tasks(
 
 
 class ProducerSequencer:
-    """Names the producer of each ``to_republish`` row of one decide task and numbers its sends.
-
-    ``dlq-replay-<hash(run_id)>-<hash(target)>-<bucket>``, where ``bucket`` is the decide task, with
-    sequence ids 0, 1, 2 ... per producer in the task's row order. The decisions are persisted before
-    anything is sent, so a retried apply sends the same (producer, sequence) pairs: exact under Pulsar
-    broker deduplication. One task per bucket means one producer name is never numbered twice.
-    """
+    """Names the producer of each ``to_republish`` row of one decide task and numbers its sends:
+    ``dlq-replay-<hash(run_id)>-<hash(target)>-<bucket>``, ``bucket`` the decide task (so no producer name
+    is numbered twice), with sequence ids 0, 1, 2 ... per producer in the task's row order."""
 
     def __init__(self, run_id: str, bucket: int) -> None:
         self.prefix = f"dlq-replay-{run_hash(run_id)}-"
