@@ -6,6 +6,7 @@ the task's sends (:class:`ProducerSequencer`). No step shuffles the messages the
 from __future__ import annotations
 
 import hashlib
+import itertools
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -462,18 +463,15 @@ class ProducerSequencer:
     is numbered twice), with sequence ids 0, 1, 2 ... per producer in the task's row order."""
 
     def __init__(self, run_id: str, bucket: int) -> None:
-        self.prefix = f"dlq-replay-{run_hash(run_id)}-"
-        self.suffix = f"-{bucket}"
-        self.names: dict[str, str] = {}  # per target
-        self.last_seq: dict[str, int] = {}  # per target
+        self.run, self.bucket = run_hash(run_id), bucket
+        self.producers: dict[str, tuple[str, Iterator[int]]] = {}  # per target: name, sequence ids
 
     def _next(self, target: str) -> tuple[str, int]:
-        name = self.names.get(target)
-        if name is None:
+        if target not in self.producers:
             digest = hashlib.sha256(target.encode("utf-8")).hexdigest()[:8]
-            name = self.names[target] = f"{self.prefix}{digest}{self.suffix}"
-        seq = self.last_seq[target] = self.last_seq.get(target, -1) + 1
-        return name, seq
+            self.producers[target] = (f"dlq-replay-{self.run}-{digest}-{self.bucket}", itertools.count())
+        name, numbers = self.producers[target]
+        return name, next(numbers)
 
     def assign(self, outcomes: list[str | None], targets: list[str | None]) -> tuple[pa.Array, pa.Array]:
         pairs = [
