@@ -62,10 +62,6 @@ INT_LIMITS: dict[str, int] = {
     if isinstance(dtype, (IntegerType, LongType))
 }
 _NULL_TEXT = pa.scalar(None, pa.string())
-#: The fields the table's readers give (all but the DLQ position and the format).
-_READ_FIELDS = CONTEXT_FIELDS[2:-1]
-#: Every property key the kernels read.
-_KEYS: tuple[str, ...] = (*PROPERTY_KEYS, lineage.REPLAY_COUNT)
 
 
 class _Lookups:
@@ -228,11 +224,11 @@ def _origin(look: _Lookups, kernels: _Kernels) -> tuple[pa.Array, pa.Array, pa.A
         claims.append((topic, pc.if_else(claimed, message_id, _NULL_TEXT)))
     keys = [per_distinct(topic, _claim_key, pa.string()) for topic, _ in claims]
     first_key = pc.coalesce(*keys)
-    agree = reduce(pc.and_, [pc.fill_null(pc.equal(key, first_key), True) for key in keys])
+    settled += [pc.fill_null(pc.equal(key, first_key), True) for key in keys]  # the claims agree
     with_id = [pc.if_else(pc.is_valid(mid), topic, _NULL_TEXT) for topic, mid in claims]
     topic = pc.coalesce(*with_id, *(t for t, _ in claims))
     message_id = pc.coalesce(*(mid for _, mid in claims))
-    return topic, message_id, reduce(pc.and_, [*settled, agree])
+    return topic, message_id, reduce(pc.and_, settled)
 
 
 def _canonical_ids(message_ids: pa.Array) -> pa.Array:
@@ -263,11 +259,12 @@ def replay_ids(dlq_topics: pa.Array, dlq_ids: pa.Array, topic: pa.Array, message
 def context_columns(batch: pa.RecordBatch, undecodable_key: str) -> tuple[dict[str, pa.Array], pa.Array]:
     """``(columns, settled)`` of a batch of snapshot rows: the context columns (``CONTEXT_FIELDS``), replay
     id, previous replay count and :data:`UNDECODABLE`, as the scalar parser gives them where ``settled``."""
-    look = _Lookups(batch.column("properties"), _KEYS)
+    look = _Lookups(batch.column("properties"), (*PROPERTY_KEYS, lineage.REPLAY_COUNT))
     kernels = _Kernels(look)
     fmt = _formats(look)
     settled: list[pa.Array] = []
-    fields = {name: _field(fmt, kernels, name, settled) for name in _READ_FIELDS}
+    # The fields the table's readers give: all but the DLQ position and the format.
+    fields = {name: _field(fmt, kernels, name, settled) for name in CONTEXT_FIELDS[2:-1]}
     for name, limit in INT_LIMITS.items():
         fields[name] = pc.if_else(pc.greater(fields[name], limit), pa.scalar(None, pa.int64()), fields[name])
     topic, message_id, claims_settled = _origin(look, kernels)
