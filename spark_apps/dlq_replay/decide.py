@@ -269,7 +269,6 @@ class _Decisions:
             self._put("outcome_reason", mask, [parked[1] if parked else None for parked in reasons])
 
     def _put(self, name: str, mask: pa.Array, values: list[Any]) -> None:
-        """Set column ``name`` at the rows of ``mask`` (ascending) to ``values``."""
         column = self.columns[name]
         self.columns[name] = pc.replace_with_mask(column, mask, pa.array(values, column.type))
 
