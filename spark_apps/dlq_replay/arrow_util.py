@@ -83,8 +83,7 @@ def row_numbers(n: int) -> pa.Array:
 
 def prefix_counts(flags: pa.Array) -> pa.Array:
     """``[0, f0, f0 + f1, ...]``: the true ``flags`` before each position, then all of them."""
-    counts = pc.cumulative_sum(pc.cast(flags, pa.int64())) if len(flags) else pa.array([], pa.int64())
-    return pa.concat_arrays([pa.array([0], pa.int64()), counts])
+    return pa.concat_arrays([pa.array([0], pa.int64()), pc.cumulative_sum(pc.cast(flags, pa.int64()))])
 
 
 def per_distinct(values: pa.Array, function: Callable[[Any], Any], out_type: pa.DataType) -> pa.Array:

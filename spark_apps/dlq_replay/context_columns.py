@@ -62,10 +62,6 @@ INT_LIMITS: dict[str, int] = {
     if isinstance(dtype, (IntegerType, LongType))
 }
 _NULL_TEXT = pa.scalar(None, pa.string())
-#: The fields the table's readers give (all but the DLQ position and the format).
-_READ_FIELDS = CONTEXT_FIELDS[2:-1]
-#: Every property key the kernels read.
-_KEYS: tuple[str, ...] = (*PROPERTY_KEYS, lineage.REPLAY_COUNT)
 
 
 class _Lookups:
@@ -136,7 +132,7 @@ class _Kernels(dict[Reader, _Result]):
 
     def __init__(self, look: _Lookups) -> None:
         super().__init__()
-        self.n, self.by_key = look.n, look.values  # each key's value per row
+        self.by_key = look.values  # each key's value per row
 
     def __missing__(self, reader: Reader) -> _Result:
         self[reader] = result = getattr(self, f"of_{type(reader).__name__.lower()}")(reader)
@@ -178,13 +174,13 @@ class _Kernels(dict[Reader, _Result]):
     def of_first(self, reader: First) -> _Result:
         results = [self[each] for each in reader.readers]
         settled = [ok for _, ok in results if ok is not None]
-        return pc.coalesce(*(values for values, _ in results)), _all(settled, self.n) if settled else None
+        return pc.coalesce(*(values for values, _ in results)), reduce(pc.and_, settled) if settled else None
 
 
 def _formats(look: _Lookups) -> pa.Array:
     """``detect_format`` of every row: the first convention of the table whose keys it carries."""
     conditions = [
-        _all([look.has(c.marks), *(look.has(key.__eq__) for key in sorted(c.requires))], look.n)
+        reduce(pc.and_, [look.has(c.marks), *(look.has(key.__eq__) for key in sorted(c.requires))])
         for c in CONVENTIONS
     ]
     names = [convention.format.value for convention in CONVENTIONS]
@@ -202,16 +198,10 @@ def _field(fmt: pa.Array, kernels: _Kernels, name: str, settled: list[pa.Array])
             cases[convention.format.value] = values
             if ok is not None:
                 settled.append(pc.or_(pc.not_equal(fmt, convention.format.value), ok))
-    if not cases:
-        return pa.nulls(len(fmt), pa.string())
     out_type = next(iter(cases.values())).type
     conditions = pc.make_struct(*(pc.equal(fmt, name) for name in cases), field_names=list(cases))
     column = pc.case_when(conditions, *(pc.cast(v, out_type) for v in cases.values()))
     return column if FIELD_DEFAULTS.get(name) is None else pc.fill_null(column, FIELD_DEFAULTS[name])
-
-
-def _all(conditions: Sequence[pa.Array], n: int) -> pa.Array:
-    return reduce(pc.and_, conditions[1:], conditions[0]) if conditions else pa.array([True] * n)
 
 
 def _claim_key(topic: str | None) -> str | None:
@@ -234,11 +224,11 @@ def _origin(look: _Lookups, kernels: _Kernels) -> tuple[pa.Array, pa.Array, pa.A
         claims.append((topic, pc.if_else(claimed, message_id, _NULL_TEXT)))
     keys = [per_distinct(topic, _claim_key, pa.string()) for topic, _ in claims]
     first_key = pc.coalesce(*keys)
-    agree = _all([pc.fill_null(pc.equal(key, first_key), True) for key in keys], look.n)
+    settled += [pc.fill_null(pc.equal(key, first_key), True) for key in keys]  # the claims agree
     with_id = [pc.if_else(pc.is_valid(mid), topic, _NULL_TEXT) for topic, mid in claims]
     topic = pc.coalesce(*with_id, *(t for t, _ in claims))
     message_id = pc.coalesce(*(mid for _, mid in claims))
-    return topic, message_id, _all([*settled, agree], look.n)
+    return topic, message_id, reduce(pc.and_, settled)
 
 
 def _canonical_ids(message_ids: pa.Array) -> pa.Array:
@@ -269,11 +259,12 @@ def replay_ids(dlq_topics: pa.Array, dlq_ids: pa.Array, topic: pa.Array, message
 def context_columns(batch: pa.RecordBatch, undecodable_key: str) -> tuple[dict[str, pa.Array], pa.Array]:
     """``(columns, settled)`` of a batch of snapshot rows: the context columns (``CONTEXT_FIELDS``), replay
     id, previous replay count and :data:`UNDECODABLE`, as the scalar parser gives them where ``settled``."""
-    look = _Lookups(batch.column("properties"), _KEYS)
+    look = _Lookups(batch.column("properties"), (*PROPERTY_KEYS, lineage.REPLAY_COUNT))
     kernels = _Kernels(look)
     fmt = _formats(look)
     settled: list[pa.Array] = []
-    fields = {name: _field(fmt, kernels, name, settled) for name in _READ_FIELDS}
+    # The fields the table's readers give: all but the DLQ position and the format.
+    fields = {name: _field(fmt, kernels, name, settled) for name in CONTEXT_FIELDS[2:-1]}
     for name, limit in INT_LIMITS.items():
         fields[name] = pc.if_else(pc.greater(fields[name], limit), pa.scalar(None, pa.int64()), fields[name])
     topic, message_id, claims_settled = _origin(look, kernels)
@@ -289,7 +280,7 @@ def context_columns(batch: pa.RecordBatch, undecodable_key: str) -> tuple[dict[s
         ORIGIN_CONFLICT: pa.nulls(look.n, pa.string()),
         UNDECODABLE: look.has(undecodable_key.__eq__),
     }
-    return columns, _all([*settled, claims_settled, counts_settled], look.n)
+    return columns, reduce(pc.and_, [*settled, claims_settled, counts_settled])
 
 
 def origin_replay_ids(batch: pa.RecordBatch) -> tuple[list[str], pa.Array]:

@@ -6,6 +6,7 @@ the task's sends (:class:`ProducerSequencer`). No step shuffles the messages the
 from __future__ import annotations
 
 import hashlib
+import itertools
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -138,8 +139,7 @@ def _quote(value: object) -> str:
 
 
 def _parked(cols: _Columns, i: int) -> tuple[str, str | None, bool] | None:
-    """``(outcome, reason, quotes the row)`` of a row not matched against the playbook, else ``None``:
-    out of scope (its scope is the outcome, its mark's reason the reason), or parked with a reason."""
+    """``(outcome, reason, quotes the row)`` of a row out of scope or parked, else ``None``."""
     scope = cols[SCOPE_COLUMN][i]
     if scope != SCOPE_IN:
         return scope, cols[SCOPE_REASON_COLUMN][i], True
@@ -269,7 +269,6 @@ class _Decisions:
             self._put("outcome_reason", mask, [parked[1] if parked else None for parked in reasons])
 
     def _put(self, name: str, mask: pa.Array, values: list[Any]) -> None:
-        """Set column ``name`` at the rows of ``mask`` (ascending) to ``values``."""
         column = self.columns[name]
         self.columns[name] = pc.replace_with_mask(column, mask, pa.array(values, column.type))
 
@@ -412,8 +411,7 @@ def run_decide(run: Run, snapshot: DataFrame, planned_at: datetime) -> DataFrame
 def _sending_tally(batch: pa.RecordBatch) -> tuple[int, int | None]:
     """``(rows to republish, their highest sequence id or None)`` of a batch of decisions."""
     sending = pc.equal(batch.column("outcome"), oc.TO_REPUBLISH)
-    n = sending.true_count
-    return n, pc.max(pc.filter(batch.column("sequence_id"), sending)).as_py() if n else None
+    return sending.true_count, pc.max(pc.filter(batch.column("sequence_id"), sending)).as_py()
 
 
 def decide_tasks(
@@ -431,14 +429,12 @@ def decide_tasks(
     identities_dir: str | None = None,
 ) -> tuple[DataFrame, Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]]:
     """The decide pass as its input frame (one row per producer bucket) and the function each task runs:
-    with the scope marks written to ``marks_dir`` (from the identities at ``identities_dir`` when the
-    snapshot's read tasks wrote them), task ``b`` reads its share of the snapshot, normalises, scopes and
-    decides each batch (:data:`DECIDED_SCHEMA`), sending through producer bucket ``b``."""
+    with the scope marks written to ``marks_dir`` (from the identities at ``identities_dir``, if given),
+    task ``b`` decides its share of the snapshot (:data:`DECIDED_SCHEMA`), sending through producer ``b``."""
     filters = filters or Filters()
     precedence = playbook.origin_precedence
-    n = max(1, producers_per_target)
-    identities: DataFrame | None = None
-    repeated: set[str] | None = None
+    n = producers_per_target
+    identities = repeated = None
     if identities_dir is not None and filters.max_messages is None:
         identities = read_frame(snapshot.sparkSession, identities_dir, IDENTITIES_SCHEMA)
         repeated = repeated_ids(snapshot.sparkSession, identities_dir, n)
@@ -461,27 +457,20 @@ def decide_tasks(
 
 
 class ProducerSequencer:
-    """Names the producer of each ``to_republish`` row of one decide task and numbers its sends.
-
-    ``dlq-replay-<hash(run_id)>-<hash(target)>-<bucket>``, where ``bucket`` is the decide task, with
-    sequence ids 0, 1, 2 ... per producer in the task's row order. The decisions are persisted before
-    anything is sent, so a retried apply sends the same (producer, sequence) pairs: exact under Pulsar
-    broker deduplication. One task per bucket means one producer name is never numbered twice.
-    """
+    """Names the producer of each ``to_republish`` row of one decide task and numbers its sends:
+    ``dlq-replay-<hash(run_id)>-<hash(target)>-<bucket>``, ``bucket`` the decide task (so no producer name
+    is numbered twice), with sequence ids 0, 1, 2 ... per producer in the task's row order."""
 
     def __init__(self, run_id: str, bucket: int) -> None:
-        self.prefix = f"dlq-replay-{run_hash(run_id)}-"
-        self.suffix = f"-{bucket}"
-        self.names: dict[str, str] = {}  # per target
-        self.last_seq: dict[str, int] = {}  # per target
+        self.run, self.bucket = run_hash(run_id), bucket
+        self.producers: dict[str, tuple[str, Iterator[int]]] = {}  # per target: name, sequence ids
 
     def _next(self, target: str) -> tuple[str, int]:
-        name = self.names.get(target)
-        if name is None:
+        if target not in self.producers:
             digest = hashlib.sha256(target.encode("utf-8")).hexdigest()[:8]
-            name = self.names[target] = f"{self.prefix}{digest}{self.suffix}"
-        seq = self.last_seq[target] = self.last_seq.get(target, -1) + 1
-        return name, seq
+            self.producers[target] = (f"dlq-replay-{self.run}-{digest}-{self.bucket}", itertools.count())
+        name, numbers = self.producers[target]
+        return name, next(numbers)
 
     def assign(self, outcomes: list[str | None], targets: list[str | None]) -> tuple[pa.Array, pa.Array]:
         pairs = [

@@ -103,8 +103,7 @@ def _parse_rows(
     batch: pa.RecordBatch, columns: dict[str, pa.Array], rows: pa.Array, origin_precedence: Sequence[str]
 ) -> None:
     """Replace the context values of the ``rows`` (a mask) by the parser's (``UNDECODABLE`` is exact)."""
-    names = [*CONTEXT_FIELDS[2:], REPLAY_ID, REPLAY_COUNT, ORIGIN_CONFLICT]
-    values: dict[str, list[Any]] = {name: [] for name in names}
+    parsed: list[dict[str, Any]] = []
     for topic, message_id, properties in _scalar_rows(batch, rows):
         fields = dict(zip(CONTEXT_FIELDS, error_context_values(properties), strict=True))
         claim, conflict = origin_of(properties, origin_precedence)
@@ -122,7 +121,7 @@ def _parse_rows(
         fields[REPLAY_ID] = row_replay_id(topic, message_id, claim)
         fields[REPLAY_COUNT] = previous_replay_count(properties)
         fields[ORIGIN_CONFLICT] = conflict
-        for name in names:
-            values[name].append(fields[name])
-    for name in names:
-        columns[name] = pc.replace_with_mask(columns[name], rows, pa.array(values[name], columns[name].type))
+        parsed.append(fields)
+    for name in (*CONTEXT_FIELDS[2:], REPLAY_ID, REPLAY_COUNT, ORIGIN_CONFLICT):
+        values = pa.array([fields[name] for fields in parsed], columns[name].type)
+        columns[name] = pc.replace_with_mask(columns[name], rows, values)
