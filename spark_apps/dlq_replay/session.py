@@ -73,8 +73,7 @@ def _range_partitions(spark: SparkSession) -> int:
     from pyspark.sql import functions as F
 
     ids = spark.range(0, PROBE_ROWS).select(F.spark_partition_id().alias("p"))  # not inside an aggregate
-    last = ids.agg(F.max("p")).collect()[0][0]
-    return 1 if last is None else int(last) + 1
+    return int(ids.agg(F.max("p")).collect()[0][0]) + 1
 
 
 def default_parallelism(spark: SparkSession) -> int:

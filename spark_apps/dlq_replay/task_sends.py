@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import partial
+from itertools import accumulate
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -41,11 +42,7 @@ CANARY_SUFFIX = "-canary"
 
 def wave_blocks(size: int) -> Callable[[pa.RecordBatch], pa.Array]:
     """The decisions' row group key: each row's block of ``size`` sequence ids (null: not sent)."""
-    return partial(_sequence_blocks, size=size)
-
-
-def _sequence_blocks(batch: pa.RecordBatch, size: int) -> pa.Array:
-    return pc.divide(batch.column("sequence_id"), size)  # integer division: ids are never negative
+    return lambda batch: pc.divide(batch.column("sequence_id"), size)  # integer division: ids are >= 0
 
 
 @dataclass(frozen=True)
@@ -70,12 +67,9 @@ class SendFilter:
             producers = pc.binary_join_element_wise(chosen.column("replay_producer"), CANARY_SUFFIX, "")
             at = chosen.schema.get_field_index("replay_producer")
             return chosen.set_column(at, "replay_producer", producers)
-        keep = pc.invert(listed)
         if self.halted:
-            keep = pc.and_(
-                keep, pc.invert(pc.is_in(batch.column("signature"), value_set=pa.array(self.halted)))
-            )
-        return batch.filter(keep)
+            listed = pc.or_(listed, pc.is_in(batch.column("signature"), value_set=pa.array(self.halted)))
+        return batch.filter(pc.invert(listed))
 
     @property
     def columns(self) -> list[str]:
@@ -116,9 +110,8 @@ def _numbered_batches(
     """The batches of the row groups of ``path`` that may hold the wave ``[lo, hi)``, numbered (``row``)."""
     source = open_parquet(path)
     meta = source.metadata
-    starts = [0]
-    for group in range(meta.num_row_groups):
-        starts.append(starts[-1] + meta.row_group(group).num_rows)
+    sizes = (meta.row_group(group).num_rows for group in range(meta.num_row_groups))
+    starts = list(accumulate(sizes, initial=0))
     for group in _row_groups(meta, lo, hi):
         row = starts[group]
         # One decoding thread, as in task_parquet.bucket_batches (less memory kept per worker).

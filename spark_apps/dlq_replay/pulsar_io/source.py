@@ -130,19 +130,17 @@ class PulsarDataSourceReader(DataSourceReader):
         self.schema = schema
 
     def _windows(self) -> list[PartitionWindow]:
-        windows = self.windows
-        if windows is None:
+        if self.windows is None:
             return freeze(self.conf, self.topics, self.subscription).windows
         if not self.topics:
-            return windows
-        chosen = [w for w in windows if w.parent_topic in self.topics or w.topic in self.topics]
-        missing = [t for t in self.topics if not any(t in (w.parent_topic, w.topic) for w in windows)]
+            return self.windows
+        missing = [t for t in self.topics if not any(t in (w.parent_topic, w.topic) for w in self.windows)]
         if missing:
             raise WindowError(
                 f"topics {missing} have no entry in the 'window' option; freeze a window that covers "
                 "them (window.freeze) or drop the 'topics' option"
             )
-        return chosen
+        return [w for w in self.windows if w.parent_topic in self.topics or w.topic in self.topics]
 
     def partitions(self) -> list[PulsarInputPartition]:
         parts: list[PulsarInputPartition] = []
