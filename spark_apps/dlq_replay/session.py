@@ -28,8 +28,6 @@ log = logging.getLogger("spark_apps.dlq_replay")
 
 #: The packages the app's Python workers import: the app and the vendored consumer library.
 CODE_PACKAGES = ("spark_apps", "pulsar_dlq_consumer")
-#: Rows of the ``range`` whose partitions tell the default parallelism of a non-local master.
-PROBE_ROWS = 1 << 20
 _LOCAL = re.compile(r"local(?:\[(\d+|\*)(?:,\s*\d+)?\])?")
 #: Fixed timestamp of the source bundle's entries: the same sources give the same zip (and name).
 _ZIP_DATE = (2020, 1, 1, 0, 0, 0)
@@ -72,7 +70,7 @@ def _range_partitions(spark: SparkSession) -> int:
     """The partitions Spark gives a ``range`` without a partition count: its default parallelism."""
     from pyspark.sql import functions as F
 
-    ids = spark.range(0, PROBE_ROWS).select(F.spark_partition_id().alias("p"))  # not inside an aggregate
+    ids = spark.range(0, 1 << 20).select(F.spark_partition_id().alias("p"))  # not inside an aggregate
     return int(ids.agg(F.max("p")).collect()[0][0]) + 1
 
 

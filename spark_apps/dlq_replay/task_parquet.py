@@ -375,7 +375,7 @@ def read_frame(spark: SparkSession, path: str, schema: StructType) -> DataFrame:
 
 def write_frame(frame: DataFrame, path: str, schema: StructType) -> int:
     """Write ``frame``'s rows (``schema``'s columns) to ``path`` from its tasks; returns the rows written."""
-    return sum(int(t[0] or 0) for t in write_in_tasks(frame, iter, schema, path, row_tally, ("n",)))
+    return sum(t[0] or 0 for t in write_in_tasks(frame, iter, schema, path, row_tally, ("n",)))
 
 
 def part_files(folder: str) -> list[str]:
@@ -399,9 +399,7 @@ class Marks:
 
     @classmethod
     def read(cls, folder: str) -> Marks:
-        tables = [storage.read_table(path) for path in part_files(folder)]
-        empty = pa.schema([(name, pa.string()) for name in ("topic", "message_id_str", "m", "r")])
-        return cls(pa.concat_tables(tables) if tables else empty.empty_table())
+        return cls(pa.concat_tables([storage.read_table(path) for path in part_files(folder)]))
 
     def columns(self, batch: pa.RecordBatch) -> list[pa.Array]:
         """The mark and reason of each row of ``batch`` (null where it has none)."""

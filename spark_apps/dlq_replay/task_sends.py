@@ -14,12 +14,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark_apps.dlq_replay import outcomes as oc
-from spark_apps.dlq_replay import storage, task_parquet
+from spark_apps.dlq_replay import storage
 from spark_apps.dlq_replay.arrow_util import in_tasks
 from spark_apps.dlq_replay.pulsar_io.republish import REPUBLISH_INPUT_COLUMNS, republish_batches
 from spark_apps.dlq_replay.schemas import RESULTS_SCHEMA, ddl_struct
 from spark_apps.dlq_replay.storage import open_parquet
-from spark_apps.dlq_replay.task_parquet import data_files, part_files
+from spark_apps.dlq_replay.task_parquet import data_files, part_file, part_files, row_tally, write_in_tasks
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
@@ -176,14 +176,11 @@ def send_wave(
         extra = [] if only is None else only.columns
         for batch in batches:
             for bucket in batch.column(0).to_pylist():
-                path = task_parquet.part_file(decisions_dir, bucket)
-                rows = wave_rows(path, lo, hi, batch_rows, chosen, extra)
+                rows = wave_rows(part_file(decisions_dir, bucket), lo, hi, batch_rows, chosen, extra)
                 yield from republish_batches(rows, conf=conf, rate_limit_per_s=per_task)
 
     frame = spark.range(buckets, numPartitions=buckets)
-    tallies = task_parquet.write_in_tasks(
-        frame, send, RESULTS_SCHEMA, results_path, task_parquet.row_tally, ("n",)
-    )
+    tallies = write_in_tasks(frame, send, RESULTS_SCHEMA, results_path, row_tally, ("n",))
     return sum(t[0] or 0 for t in tallies)
 
 

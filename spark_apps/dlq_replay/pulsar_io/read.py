@@ -213,7 +213,6 @@ class _ReaderPass:
 
     def __init__(self, owner: ShareReader, ranges: list[EntryRange], last: Position | None) -> None:
         self.owner = owner
-        self.stats = owner.stats
         self.ranges = ranges
         self.stop = ranges[-1].stop
         self.last = last  # the last entry returned or skipped
@@ -249,7 +248,7 @@ class _ReaderPass:
     def _read(self, read: Callable[[int], Any]) -> Iterator[Entry]:
         import pulsar
 
-        stats, part, end = self.stats, self.owner.window.partition, self.owner.window.end_key
+        stats, part, end = self.owner.stats, self.owner.window.partition, self.owner.window.end_key
         assert end is not None
         end_pos, end_batch = end[:2], end[3]
         timeout = self.timeout
@@ -302,7 +301,7 @@ class _ReaderPass:
         in a short gap, or past the share). Every pass's first message comes here: progress."""
         self.progress = True
         if self.last is not None and pos <= self.last:
-            self.stats.duplicates += 1
+            self.owner.stats.duplicates += 1
             return None
         if pos > self.stop:
             self.done = True
@@ -311,7 +310,7 @@ class _ReaderPass:
         while ranges[self.index].stop < pos:
             self.index += 1
         if pos < ranges[self.index].start:
-            self.stats.skipped_entries += 1
+            self.owner.stats.skipped_entries += 1
             self.skipping = self.last = pos
             return None
         if pos == self.stop:  # the share's last entry

@@ -148,8 +148,7 @@ def _few_strings(values: Any) -> list[str]:
 
     encoded = values.dictionary_encode()
     distinct = np.array(encoded.dictionary.to_pylist(), dtype=object)
-    strings: list[str] = distinct[encoded.indices.to_numpy()].tolist()
-    return strings
+    return distinct[encoded.indices.to_numpy()].tolist()
 
 
 def _by_producer(batch: Any, errors: list[str | None]) -> dict[tuple[str, str], list[int]]:
