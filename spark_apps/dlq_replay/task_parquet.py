@@ -182,10 +182,8 @@ _ESCAPED = frozenset("\"#%'*/:=?\\\x7f{[]^")
 
 def partition_folder(column: str, value: str | None) -> str:
     """``<column>=<value>`` as Spark's partitioned writer names the folder (and its reader decodes it)."""
-    if not value:
-        return f"{column}={DEFAULT_PARTITION}"
-    escaped = "".join(f"%{ord(c):02X}" if c in _ESCAPED or "\x01" <= c <= "\x1f" else c for c in value)
-    return f"{column}={escaped}"
+    escaped = "".join(f"%{ord(c):02X}" if c in _ESCAPED or "\x01" <= c <= "\x1f" else c for c in value or "")
+    return f"{column}={escaped or DEFAULT_PARTITION}"
 
 
 @dataclass(frozen=True)

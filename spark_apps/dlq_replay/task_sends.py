@@ -125,7 +125,7 @@ def _numbered_batches(
 def _row_groups(meta: pq.FileMetaData, lo: int, hi: int) -> list[int]:
     """The row groups whose ``sequence_id`` statistics may hold a value in ``[lo, hi)``."""
     groups: list[int] = []
-    leaf = [meta.schema.column(i).path for i in range(meta.num_columns)].index("sequence_id")
+    leaf = meta.schema.names.index("sequence_id")
     for group in range(meta.num_row_groups):
         columns = meta.row_group(group)
         stats = columns.column(leaf).statistics

@@ -107,12 +107,10 @@ def _epoch_ms(column: Any) -> list[int | None]:
         return [None] * len(column)
     if not pa.types.is_timestamp(column.type):
         raise RepublishError(f"republish column event_time must be a timestamp; got {column.type}")
-    raw = column.cast(pa.int64())
     unit = column.type.unit
-    if unit == "ms":
-        return raw.to_pylist()
-    if unit == "s":
-        return pc.multiply_checked(raw, 1000).to_pylist()
+    if unit in ("s", "ms"):  # exact in milliseconds (a cast that overflows raises)
+        return column.cast(pa.timestamp("ms", column.type.tz)).cast(pa.int64()).to_pylist()
+    raw = column.cast(pa.int64())
     per_ms = 1000 if unit == "us" else 1_000_000
     lowest = pc.min(raw).as_py()
     if lowest is None or lowest >= 0:  # Arrow's integer division truncates: the floor from 0 up
