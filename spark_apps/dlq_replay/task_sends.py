@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 
 from spark_apps.dlq_replay import outcomes as oc
 from spark_apps.dlq_replay import storage
-from spark_apps.dlq_replay.arrow_util import in_tasks
+from spark_apps.dlq_replay.arrow_util import each_id, in_tasks
 from spark_apps.dlq_replay.pulsar_io.republish import REPUBLISH_INPUT_COLUMNS, republish_batches
 from spark_apps.dlq_replay.schemas import RESULTS_SCHEMA, ddl_struct
 from spark_apps.dlq_replay.storage import open_parquet
@@ -171,16 +171,14 @@ def send_wave(
     lo, hi = sequence_range
     per_task = rate_limit_per_s / max(1, buckets) if rate_limit_per_s else None
 
-    def send(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def send(bucket: int) -> Iterator[pa.RecordBatch]:  # one bucket per task
         chosen = None if only is None else only.chooser()
         extra = [] if only is None else only.columns
-        for batch in batches:
-            for bucket in batch.column(0).to_pylist():
-                rows = wave_rows(part_file(decisions_dir, bucket), lo, hi, batch_rows, chosen, extra)
-                yield from republish_batches(rows, conf=conf, rate_limit_per_s=per_task)
+        rows = wave_rows(part_file(decisions_dir, bucket), lo, hi, batch_rows, chosen, extra)
+        return republish_batches(rows, conf=conf, rate_limit_per_s=per_task)
 
     frame = spark.range(buckets, numPartitions=buckets)
-    tallies = write_in_tasks(frame, send, RESULTS_SCHEMA, results_path, row_tally, ("n",))
+    tallies = write_in_tasks(frame, each_id(send), RESULTS_SCHEMA, results_path, row_tally, ("n",))
     return sum(t[0] or 0 for t in tallies)
 
 
