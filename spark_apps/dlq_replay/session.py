@@ -86,12 +86,8 @@ def default_parallelism(spark: SparkSession) -> int:
 
 def loaded_from_zip() -> str | None:
     """The zip the app was imported from (``--py-files``), or ``None`` (a source checkout)."""
-    path = os.path.abspath(str(spark_apps.__file__))
-    while os.path.dirname(path) != path:
-        if os.path.isfile(path) and zipfile.is_zipfile(path):
-            return path
-        path = os.path.dirname(path)
-    return None
+    path = Path(os.path.abspath(str(spark_apps.__file__)))
+    return next((str(p) for p in [path, *path.parents] if p.is_file() and zipfile.is_zipfile(p)), None)
 
 
 def source_bundle(directory: str | None = None) -> str:
