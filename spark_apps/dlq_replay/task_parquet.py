@@ -1,6 +1,5 @@
-"""Every Parquet dataset of a run, written and read by the run's Python tasks (pyarrow), on any store: a
-task writes ``_tmp-...``, moved to ``part-<partition>.parquet`` once closed; the driver then writes
-``_SUCCESS``. The JVM never opens the output root: the same on ``local[n]``, a cluster and Spark Connect."""
+"""Every Parquet dataset of a run, written and read by the run's Python tasks (pyarrow), on any store; the
+JVM never opens the output root. Files and their names: ``docs/replay-app.md`` (one data plane)."""
 
 from __future__ import annotations
 

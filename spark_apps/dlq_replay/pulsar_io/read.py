@@ -1,7 +1,6 @@
 """Read a frozen partition window: Readers in the reader mode, Shared consumers in the consumer mode.
 
-A read stops after ``idle_timeout_ms`` without a message; as that may be a broker stall, a new Reader or
-consumer resumes while passes make progress. How each mode stops: ``docs/pulsar-data-source.md``.
+How each mode stops, and resumes after an idle stop: ``docs/pulsar-data-source.md``.
 """
 
 from __future__ import annotations
