@@ -28,8 +28,6 @@ log = logging.getLogger("spark_apps.dlq_replay")
 
 #: The packages the app's Python workers import: the app and the vendored consumer library.
 CODE_PACKAGES = ("spark_apps", "pulsar_dlq_consumer")
-#: Rows of the ``range`` whose partitions tell the default parallelism of a non-local master.
-PROBE_ROWS = 1 << 20
 _LOCAL = re.compile(r"local(?:\[(\d+|\*)(?:,\s*\d+)?\])?")
 #: Fixed timestamp of the source bundle's entries: the same sources give the same zip (and name).
 _ZIP_DATE = (2020, 1, 1, 0, 0, 0)
@@ -72,9 +70,8 @@ def _range_partitions(spark: SparkSession) -> int:
     """The partitions Spark gives a ``range`` without a partition count: its default parallelism."""
     from pyspark.sql import functions as F
 
-    ids = spark.range(0, PROBE_ROWS).select(F.spark_partition_id().alias("p"))  # not inside an aggregate
-    last = ids.agg(F.max("p")).collect()[0][0]
-    return 1 if last is None else int(last) + 1
+    ids = spark.range(0, 1 << 20).select(F.spark_partition_id().alias("p"))  # not inside an aggregate
+    return int(ids.agg(F.max("p")).collect()[0][0]) + 1
 
 
 def default_parallelism(spark: SparkSession) -> int:
@@ -89,12 +86,8 @@ def default_parallelism(spark: SparkSession) -> int:
 
 def loaded_from_zip() -> str | None:
     """The zip the app was imported from (``--py-files``), or ``None`` (a source checkout)."""
-    path = os.path.abspath(str(spark_apps.__file__))
-    while os.path.dirname(path) != path:
-        if os.path.isfile(path) and zipfile.is_zipfile(path):
-            return path
-        path = os.path.dirname(path)
-    return None
+    path = Path(os.path.abspath(str(spark_apps.__file__)))
+    return next((str(p) for p in [path, *path.parents] if p.is_file() and zipfile.is_zipfile(p)), None)
 
 
 def source_bundle(directory: str | None = None) -> str:

@@ -1,6 +1,5 @@
-"""Every Parquet dataset of a run, written and read by the run's Python tasks (pyarrow), on any store: a
-task writes ``_tmp-...``, moved to ``part-<partition>.parquet`` once closed; the driver then writes
-``_SUCCESS``. The JVM never opens the output root: the same on ``local[n]``, a cluster and Spark Connect."""
+"""Every Parquet dataset of a run, written and read by the run's Python tasks (pyarrow), on any store; the
+JVM never opens the output root. Files and their names: ``docs/replay-app.md`` (one data plane)."""
 
 from __future__ import annotations
 
@@ -182,10 +181,8 @@ _ESCAPED = frozenset("\"#%'*/:=?\\\x7f{[]^")
 
 def partition_folder(column: str, value: str | None) -> str:
     """``<column>=<value>`` as Spark's partitioned writer names the folder (and its reader decodes it)."""
-    if not value:
-        return f"{column}={DEFAULT_PARTITION}"
-    escaped = "".join(f"%{ord(c):02X}" if c in _ESCAPED or "\x01" <= c <= "\x1f" else c for c in value)
-    return f"{column}={escaped}"
+    escaped = "".join(f"%{ord(c):02X}" if c in _ESCAPED or "\x01" <= c <= "\x1f" else c for c in value or "")
+    return f"{column}={escaped or DEFAULT_PARTITION}"
 
 
 @dataclass(frozen=True)
@@ -375,7 +372,7 @@ def read_frame(spark: SparkSession, path: str, schema: StructType) -> DataFrame:
 
 def write_frame(frame: DataFrame, path: str, schema: StructType) -> int:
     """Write ``frame``'s rows (``schema``'s columns) to ``path`` from its tasks; returns the rows written."""
-    return sum(int(t[0] or 0) for t in write_in_tasks(frame, iter, schema, path, row_tally, ("n",)))
+    return sum(t[0] or 0 for t in write_in_tasks(frame, iter, schema, path, row_tally, ("n",)))
 
 
 def part_files(folder: str) -> list[str]:
@@ -399,9 +396,7 @@ class Marks:
 
     @classmethod
     def read(cls, folder: str) -> Marks:
-        tables = [storage.read_table(path) for path in part_files(folder)]
-        empty = pa.schema([(name, pa.string()) for name in ("topic", "message_id_str", "m", "r")])
-        return cls(pa.concat_tables(tables) if tables else empty.empty_table())
+        return cls(pa.concat_tables([storage.read_table(path) for path in part_files(folder)]))
 
     def columns(self, batch: pa.RecordBatch) -> list[pa.Array]:
         """The mark and reason of each row of ``batch`` (null where it has none)."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import partial
+from itertools import accumulate
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -13,12 +14,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark_apps.dlq_replay import outcomes as oc
-from spark_apps.dlq_replay import storage, task_parquet
-from spark_apps.dlq_replay.arrow_util import in_tasks
+from spark_apps.dlq_replay import storage
+from spark_apps.dlq_replay.arrow_util import each_id, in_tasks
 from spark_apps.dlq_replay.pulsar_io.republish import REPUBLISH_INPUT_COLUMNS, republish_batches
 from spark_apps.dlq_replay.schemas import RESULTS_SCHEMA, ddl_struct
 from spark_apps.dlq_replay.storage import open_parquet
-from spark_apps.dlq_replay.task_parquet import data_files, part_files
+from spark_apps.dlq_replay.task_parquet import data_files, part_file, part_files, row_tally, write_in_tasks
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
@@ -41,11 +42,7 @@ CANARY_SUFFIX = "-canary"
 
 def wave_blocks(size: int) -> Callable[[pa.RecordBatch], pa.Array]:
     """The decisions' row group key: each row's block of ``size`` sequence ids (null: not sent)."""
-    return partial(_sequence_blocks, size=size)
-
-
-def _sequence_blocks(batch: pa.RecordBatch, size: int) -> pa.Array:
-    return pc.divide(batch.column("sequence_id"), size)  # integer division: ids are never negative
+    return lambda batch: pc.divide(batch.column("sequence_id"), size)  # integer division: ids are >= 0
 
 
 @dataclass(frozen=True)
@@ -70,12 +67,9 @@ class SendFilter:
             producers = pc.binary_join_element_wise(chosen.column("replay_producer"), CANARY_SUFFIX, "")
             at = chosen.schema.get_field_index("replay_producer")
             return chosen.set_column(at, "replay_producer", producers)
-        keep = pc.invert(listed)
         if self.halted:
-            keep = pc.and_(
-                keep, pc.invert(pc.is_in(batch.column("signature"), value_set=pa.array(self.halted)))
-            )
-        return batch.filter(keep)
+            listed = pc.or_(listed, pc.is_in(batch.column("signature"), value_set=pa.array(self.halted)))
+        return batch.filter(pc.invert(listed))
 
     @property
     def columns(self) -> list[str]:
@@ -116,9 +110,8 @@ def _numbered_batches(
     """The batches of the row groups of ``path`` that may hold the wave ``[lo, hi)``, numbered (``row``)."""
     source = open_parquet(path)
     meta = source.metadata
-    starts = [0]
-    for group in range(meta.num_row_groups):
-        starts.append(starts[-1] + meta.row_group(group).num_rows)
+    sizes = (meta.row_group(group).num_rows for group in range(meta.num_row_groups))
+    starts = list(accumulate(sizes, initial=0))
     for group in _row_groups(meta, lo, hi):
         row = starts[group]
         # One decoding thread, as in task_parquet.bucket_batches (less memory kept per worker).
@@ -132,7 +125,7 @@ def _numbered_batches(
 def _row_groups(meta: pq.FileMetaData, lo: int, hi: int) -> list[int]:
     """The row groups whose ``sequence_id`` statistics may hold a value in ``[lo, hi)``."""
     groups: list[int] = []
-    leaf = [meta.schema.column(i).path for i in range(meta.num_columns)].index("sequence_id")
+    leaf = meta.schema.names.index("sequence_id")
     for group in range(meta.num_row_groups):
         columns = meta.row_group(group)
         stats = columns.column(leaf).statistics
@@ -178,19 +171,14 @@ def send_wave(
     lo, hi = sequence_range
     per_task = rate_limit_per_s / max(1, buckets) if rate_limit_per_s else None
 
-    def send(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def send(bucket: int) -> Iterator[pa.RecordBatch]:  # one bucket per task
         chosen = None if only is None else only.chooser()
         extra = [] if only is None else only.columns
-        for batch in batches:
-            for bucket in batch.column(0).to_pylist():
-                path = task_parquet.part_file(decisions_dir, bucket)
-                rows = wave_rows(path, lo, hi, batch_rows, chosen, extra)
-                yield from republish_batches(rows, conf=conf, rate_limit_per_s=per_task)
+        rows = wave_rows(part_file(decisions_dir, bucket), lo, hi, batch_rows, chosen, extra)
+        return republish_batches(rows, conf=conf, rate_limit_per_s=per_task)
 
     frame = spark.range(buckets, numPartitions=buckets)
-    tallies = task_parquet.write_in_tasks(
-        frame, send, RESULTS_SCHEMA, results_path, task_parquet.row_tally, ("n",)
-    )
+    tallies = write_in_tasks(frame, each_id(send), RESULTS_SCHEMA, results_path, row_tally, ("n",))
     return sum(t[0] or 0 for t in tallies)
 
 

@@ -1,7 +1,6 @@
 """Read a frozen partition window: Readers in the reader mode, Shared consumers in the consumer mode.
 
-A read stops after ``idle_timeout_ms`` without a message; as that may be a broker stall, a new Reader or
-consumer resumes while passes make progress. How each mode stops: ``docs/pulsar-data-source.md``.
+How each mode stops, and resumes after an idle stop: ``docs/pulsar-data-source.md``.
 """
 
 from __future__ import annotations
@@ -213,7 +212,6 @@ class _ReaderPass:
 
     def __init__(self, owner: ShareReader, ranges: list[EntryRange], last: Position | None) -> None:
         self.owner = owner
-        self.stats = owner.stats
         self.ranges = ranges
         self.stop = ranges[-1].stop
         self.last = last  # the last entry returned or skipped
@@ -249,7 +247,7 @@ class _ReaderPass:
     def _read(self, read: Callable[[int], Any]) -> Iterator[Entry]:
         import pulsar
 
-        stats, part, end = self.stats, self.owner.window.partition, self.owner.window.end_key
+        stats, part, end = self.owner.stats, self.owner.window.partition, self.owner.window.end_key
         assert end is not None
         end_pos, end_batch = end[:2], end[3]
         timeout = self.timeout
@@ -302,7 +300,7 @@ class _ReaderPass:
         in a short gap, or past the share). Every pass's first message comes here: progress."""
         self.progress = True
         if self.last is not None and pos <= self.last:
-            self.stats.duplicates += 1
+            self.owner.stats.duplicates += 1
             return None
         if pos > self.stop:
             self.done = True
@@ -311,7 +309,7 @@ class _ReaderPass:
         while ranges[self.index].stop < pos:
             self.index += 1
         if pos < ranges[self.index].start:
-            self.stats.skipped_entries += 1
+            self.owner.stats.skipped_entries += 1
             self.skipping = self.last = pos
             return None
         if pos == self.stop:  # the share's last entry

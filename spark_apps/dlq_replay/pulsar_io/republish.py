@@ -1,12 +1,8 @@
 """Republish final rows to their origin topics from ``df.mapInArrow``, every send confirmed.
 
-Rows arrive sorted by ``(producer_name, sequence_id)``; each name gets one producer and every message
-its explicit sequence id. The broker deduplicates a batch by its first sequence id, so batches are cut
-at the same places on every attempt: at each block of :data:`BATCH_BLOCK` sequence ids, by count and at
-a task's end, never by the client's timer. A re-sent batch is then one the broker holds (dropped,
-ledger -1: it must start at or below the broker's last sequence id for the name, or the row is not
-counted as published) or lacks (stored). ``MessageTooBig`` fails only its row; any other failure stops
-its producer, so a retry resends the rest in order.
+Each producer name gets one producer and each message its explicit sequence id; batches are cut at the
+same places on every attempt, so the broker's deduplication holds or drops a re-sent batch whole. Why, and
+what a receipt proves: ``docs/reliability.md`` (one republish per original).
 """
 
 from __future__ import annotations
@@ -39,8 +35,7 @@ REPUBLISH_RESULT_SCHEMA = (
     "replay_id string, published boolean, published_message_id string, error string, row long"
 )
 
-
-#: A producer's batches never span two blocks of this many sequence ids (see the module docstring).
+#: A producer's batches never span two blocks of this many sequence ids.
 BATCH_BLOCK = 2000
 #: Messages per batch at most; a block holds a whole number of full batches.
 BATCH_MAX_MESSAGES = 1000
@@ -63,9 +58,6 @@ _TRANSIENT_CREATE_ERRORS = frozenset(
         "NotConnected",
     }
 )
-#: Send results that refuse one message only (the client checks before sending): the producer goes on.
-_MESSAGE_REFUSALS = frozenset({"MessageTooBig"})
-_RECEIPT_POLL_S = 0.005
 #: The client's text of a message id, ``(ledger,entry,partition,batch_index)``.
 _ID_TEXT_RE = re.compile(r"^\(-?[0-9]+,-?[0-9]+,-?[0-9]+,-?[0-9]+\)$")
 
@@ -115,12 +107,10 @@ def _epoch_ms(column: Any) -> list[int | None]:
         return [None] * len(column)
     if not pa.types.is_timestamp(column.type):
         raise RepublishError(f"republish column event_time must be a timestamp; got {column.type}")
-    raw = column.cast(pa.int64())
     unit = column.type.unit
-    if unit == "ms":
-        return raw.to_pylist()
-    if unit == "s":
-        return pc.multiply_checked(raw, 1000).to_pylist()
+    if unit in ("s", "ms"):  # exact in milliseconds (a cast that overflows raises)
+        return column.cast(pa.timestamp("ms", column.type.tz)).cast(pa.int64()).to_pylist()
+    raw = column.cast(pa.int64())
     per_ms = 1000 if unit == "us" else 1_000_000
     lowest = pc.min(raw).as_py()
     if lowest is None or lowest >= 0:  # Arrow's integer division truncates: the floor from 0 up
@@ -156,8 +146,7 @@ def _few_strings(values: Any) -> list[str]:
 
     encoded = values.dictionary_encode()
     distinct = np.array(encoded.dictionary.to_pylist(), dtype=object)
-    strings: list[str] = distinct[encoded.indices.to_numpy()].tolist()
-    return strings
+    return distinct[encoded.indices.to_numpy()].tolist()
 
 
 def _by_producer(batch: Any, errors: list[str | None]) -> dict[tuple[str, str], list[int]]:
@@ -282,7 +271,7 @@ class _Publisher:
         # A flush returns once its sends completed, callbacks included; else wait up to the timeout.
         deadline = time.monotonic() + self.send_timeout_ms / 1000 + _CONFIRM_GRACE_S
         while len(self.receipts) < len(self.awaiting) and time.monotonic() < deadline:
-            time.sleep(_RECEIPT_POLL_S)
+            time.sleep(0.005)
         self._collect()
         if self.awaiting:
             log.warning("%d sends unconfirmed", len(self.awaiting))
@@ -356,7 +345,7 @@ class _Publisher:
                     self.sent += 1
                     self.ready.append((send[0], text, None))
                     continue
-            elif result.name in _MESSAGE_REFUSALS:
+            elif result.name == "MessageTooBig":  # refused before sending: the producer goes on
                 error = f"send refused: {result}"
             else:
                 error = f"send failed: {result}"
@@ -434,12 +423,9 @@ def republish_batches(
     publisher = _Publisher(conf, rate_limit_per_s, send_timeout_ms)
     try:
         for batch in batches:
-            if batch.num_rows:
-                results = publisher.publish(batch)
-                if results.num_rows:
-                    yield results
-        results = publisher.finish()
-        if results.num_rows:
+            if batch.num_rows and (results := publisher.publish(batch)).num_rows:
+                yield results
+        if (results := publisher.finish()).num_rows:
             yield results
     finally:
         publisher.close()

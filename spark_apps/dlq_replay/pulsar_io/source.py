@@ -77,16 +77,16 @@ def ddl_struct(ddl: str) -> StructType:
     return T.StructType([T.StructField(name, types[kind]) for name, kind in map(str.split, ddl.split(", "))])
 
 
-def _int_option(opts: Mapping[str, str], name: str, default: int, minimum: int) -> int:
-    raw = opts.get(name)
-    if raw is None or str(raw).strip() == "":
+def _int_option(opts: Mapping[str, str], name: str, default: int) -> int:
+    raw = opts.get(name, "").strip()
+    if not raw:
         return default
     try:
-        value = int(str(raw).strip())
+        value = int(raw)
     except ValueError:
-        raise PulsarConfigError(f"option {name!r} must be an integer >= {minimum}; got {raw!r}") from None
-    if value < minimum:
-        raise PulsarConfigError(f"option {name!r} must be >= {minimum}; got {value}")
+        raise PulsarConfigError(f"option {name!r} must be an integer >= 1; got {raw!r}") from None
+    if value < 1:
+        raise PulsarConfigError(f"option {name!r} must be >= 1; got {value}")
     return value
 
 
@@ -120,29 +120,27 @@ class PulsarDataSourceReader(DataSourceReader):
             )
         # parsed at load time: a bad window fails before any read
         self.windows = windows_from_json(opts["window"]) if opts.get("window") else None
-        self.parallelism = _int_option(opts, "parallelism", 1, 1)
-        self.idle_timeout_ms = _int_option(opts, "idle.timeout.ms", DEFAULT_IDLE_TIMEOUT_MS, 1)
-        self.receiver_queue_size = _int_option(opts, "receiver.queue.size", DEFAULT_RECEIVER_QUEUE_SIZE, 1)
+        self.parallelism = _int_option(opts, "parallelism", 1)
+        self.idle_timeout_ms = _int_option(opts, "idle.timeout.ms", DEFAULT_IDLE_TIMEOUT_MS)
+        self.receiver_queue_size = _int_option(opts, "receiver.queue.size", DEFAULT_RECEIVER_QUEUE_SIZE)
         # Readers prefetch more by default (fewer flow round trips); consumers keep 1000 (pulsar-lite).
-        self.reader_queue_size = _int_option(opts, "receiver.queue.size", DEFAULT_READER_QUEUE_SIZE, 1)
-        self.max_batch_rows = _int_option(opts, "max.batch.rows", DEFAULT_MAX_BATCH_ROWS, 1)
-        self.reader_min_entries = _int_option(opts, "reader.min.entries", DEFAULT_MIN_ENTRIES_PER_READER, 1)
+        self.reader_queue_size = _int_option(opts, "receiver.queue.size", DEFAULT_READER_QUEUE_SIZE)
+        self.max_batch_rows = _int_option(opts, "max.batch.rows", DEFAULT_MAX_BATCH_ROWS)
+        self.reader_min_entries = _int_option(opts, "reader.min.entries", DEFAULT_MIN_ENTRIES_PER_READER)
         self.schema = schema
 
     def _windows(self) -> list[PartitionWindow]:
-        windows = self.windows
-        if windows is None:
+        if self.windows is None:
             return freeze(self.conf, self.topics, self.subscription).windows
         if not self.topics:
-            return windows
-        chosen = [w for w in windows if w.parent_topic in self.topics or w.topic in self.topics]
-        missing = [t for t in self.topics if not any(t in (w.parent_topic, w.topic) for w in windows)]
+            return self.windows
+        missing = [t for t in self.topics if not any(t in (w.parent_topic, w.topic) for w in self.windows)]
         if missing:
             raise WindowError(
                 f"topics {missing} have no entry in the 'window' option; freeze a window that covers "
                 "them (window.freeze) or drop the 'topics' option"
             )
-        return chosen
+        return [w for w in self.windows if w.parent_topic in self.topics or w.topic in self.topics]
 
     def partitions(self) -> list[PulsarInputPartition]:
         parts: list[PulsarInputPartition] = []
