@@ -203,6 +203,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(summary_text(report), summary_line(report), sep="\n", flush=True)
     if is_connect(spark):  # releases the server's session
         spark.stop()
-    # A classic context is stopped by spark-submit's JVM as the driver exits (Spark's shutdown hook):
-    # PySpark's own stop() would first wait up to a second for its accumulator server to shut down.
+    # A classic session is stopped by spark-submit's JVM as the driver exits (Spark's shutdown hook), which
+    # is up to a second sooner than stop() from Python, whose shutdown waits on a server of its own.
     return EXIT_OK

@@ -17,7 +17,6 @@ from spark_apps.dlq_replay.pulsar_io.window import (
     CONSUMER_MODE,
     FrozenWindows,
     freeze,
-    read_mode_of,
     windows_from_json,
     windows_to_json,
 )
@@ -39,7 +38,7 @@ def run_plan(run: Run) -> tuple[list[PartitionWindow], datetime]:
         if opts.window_from:  # the window a reviewer saw (docs/approval.md)
             reused = reuse_window(opts)
             reason = f"the window of the reviewed run {opts.window_from}"
-            frozen = FrozenWindows(reused, read_mode_of(reused), reason)
+            frozen = FrozenWindows(reused, reason)
         else:
             frozen = freeze(run.conf, list(opts.topics), opts.subscription)
         windows = frozen.windows

@@ -141,11 +141,14 @@ def _last_message_id(client: Any, topic: str, partition: int, subscription: str)
 
 @dataclass(frozen=True)
 class FrozenWindows:
-    """The windows of a run and the read mode the broker allows (with the reason for it)."""
+    """The windows of a run and why they allow the read mode they do (:attr:`read_mode`)."""
 
     windows: list[PartitionWindow]
-    read_mode: str
     reason: str
+
+    @property
+    def read_mode(self) -> str:
+        return read_mode_of(self.windows)
 
 
 def read_mode_of(windows: Sequence[PartitionWindow]) -> str:
@@ -167,7 +170,7 @@ def freeze(conf: PulsarConf, topics: str | Sequence[str], subscription: str) -> 
             windows.append(PartitionWindow(name, index, _last_message_id(client, name, index, subscription)))
     consumers = "Shared consumers read the window, and the commit reads it again to ack"
     if not conf.admin_url:
-        return FrozenWindows(windows, CONSUMER_MODE, f"no admin URL: {consumers}")
+        return FrozenWindows(windows, f"no admin URL: {consumers}")
     admin = PulsarAdmin(conf)
     frozen = []
     try:
@@ -181,9 +184,9 @@ def freeze(conf: PulsarConf, topics: str | Sequence[str], subscription: str) -> 
     except AdminUnavailable as exc:
         reason = f"the admin URL {conf.admin_url} is not Apache Pulsar's admin REST ({exc}): {consumers}"
         log.warning("read mode consumer: %s", reason)
-        return FrozenWindows(windows, CONSUMER_MODE, reason)
+        return FrozenWindows(windows, reason)
     reason = "admin REST answers internalStats: Readers read each pending entry once; commit acks ledger ids"
-    return FrozenWindows(frozen, READER_MODE, reason)
+    return FrozenWindows(frozen, reason)
 
 
 def windows_to_json(windows: Sequence[PartitionWindow]) -> str:
