@@ -1,3 +1,1 @@
 """Operators of the provider."""
-
-from __future__ import annotations

@@ -31,12 +31,10 @@ def left_pending(summary: Any) -> int:
 
 
 class DlqBacklogRearmOperator(BaseOperator):
-    """After the replay, re-arm the backlog watch of ``asset`` with what the replay left pending as the
-    new baseline (the watch then fires only for messages above it).
+    """After the replay, re-arm ``asset``'s backlog watch with what the replay left pending as the baseline.
 
     :param asset: The watched asset (the DAG's schedule); it becomes this task's inlet.
-    :param replay_summary: The replay's summary (``DlqReplayOperator`` XCom, e.g. ``replay.output``).
-        (templated)
+    :param replay_summary: The ``DlqReplayOperator``'s summary (its XCom, e.g. ``replay.output``). (templated)
 
     .. seealso:: ``docs/event-driven.md``
     """

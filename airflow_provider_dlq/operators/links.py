@@ -1,5 +1,4 @@
-"""Extra links of ``DlqReplayOperator`` (computed on the worker when the task ends): the run's HTML report
-and the Spark application."""
+"""Extra links of ``DlqReplayOperator`` (computed on the worker when the task ends)."""
 
 from __future__ import annotations
 
@@ -30,8 +29,7 @@ def report_endpoint(dag_id: str, run_id: str, task_id: str, map_index: int = -1,
 
 
 class DlqReplayReportLink(BaseOperatorLink):
-    """Opens the replay run's HTML report on the provider's API-server endpoint, or the operator's
-    ``report_url``; no report, no link."""
+    """The run's HTML report on the provider's API-server endpoint, or the operator's ``report_url``."""
 
     name = "DLQ replay report"
 
@@ -46,8 +44,7 @@ class DlqReplayReportLink(BaseOperatorLink):
 
 
 class SparkApplicationLink(BaseOperatorLink):
-    """Opens the replay's Spark application in the Spark history server (``spark_history_url``); no link
-    without one (the live UI of a finished application is gone)."""
+    """The Spark application in the history server at ``spark_history_url`` (a live UI ends with the app)."""
 
     name = "Spark application"
 

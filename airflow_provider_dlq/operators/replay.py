@@ -155,8 +155,7 @@ class DlqReplayOperator(BaseOperator):
     :param run_id: Replay run id; default ``<dag_id>.<task_id>.<run_id>`` of the DAG run. (templated)
     :param subscription: The replayer's durable subscription (default ``dlq-replayer``). (templated)
     :param playbook: Playbook YAML path readable by the Spark driver; none: skip everything. (templated)
-    :param origin_allowlist: Globs (or ``re:`` regexes) of topics messages may be republished to;
-        required for ``replay``. (templated)
+    :param origin_allowlist: Topic globs (or ``re:`` regexes) to republish to; needed to replay. (templated)
     :param signatures: Only act on these error signatures. (templated)
     :param error_class: Only act on this error class. (templated)
     :param since: Only messages published at/after this ISO 8601 time. (templated)
@@ -169,8 +168,7 @@ class DlqReplayOperator(BaseOperator):
     :param pulsar_conn_id: The ``pulsar`` connection (service URL, token, TLS trust file).
     :param spark_conn_id: The Spark connection (``spark_default``), or a ``spark_connect`` one (of a server).
     :param auth_token_file: Token file the driver and executors read, instead of a token env. (templated)
-    :param oauth2_credentials_file: OAuth2 key file the driver and executors read, instead of an env secret.
-        (templated)
+    :param oauth2_credentials_file: OAuth2 key file the driver and executors read, not an env. (templated)
     :param storage_conn_id: Connection reading ``report.json`` from an object store (default: environment).
     :param report_url: The *DLQ replay report* link; ``{report_html}`` becomes the report's URI. (templated)
     :param spark_history_url: Spark history server base URL for the *Spark application* link. (templated)
@@ -180,8 +178,7 @@ class DlqReplayOperator(BaseOperator):
     :param conf: Extra Spark configuration, merged over :data:`DEFAULT_CONF`. (templated)
     :param env_vars: Extra spark-submit environment (never secrets: it is rendered and stored). (templated)
     :param spark_submit_kwargs: Further ``SparkSubmitHook`` arguments (``driver_memory``, ``deploy_mode``...).
-    :param group_actions: Approved action per error signature (``replay``, ``archive`` or ``leave``), a
-        mapping or its JSON; only approved groups are acted on, approving none skips the task. (templated)
+    :param group_actions: ``replay``/``archive``/``leave`` per error signature (mapping or JSON). (templated)
     :param window_from: Read the window frozen by this earlier run id (the reviewed dry-run). (templated)
     :param canary: Replay ``N`` (or ``"P%"``) per group first; halt groups whose canaries fail. (templated)
     :param class_data_archive: Driver JVM class-data archive: ``True`` (default folder), a path or ``False``.
@@ -623,8 +620,7 @@ class DlqReplayOperator(BaseOperator):
         return summary
 
     def usage_checked(self, run_id: str) -> tuple[PulsarConnectionConfig, ReplayOptions, SparkRemote | None]:
-        """The connection, the app's options and the Spark Connect server (``None``: spark-submit runs the
-        app). A usage error fails the task without retries: the same configuration fails every try."""
+        """The connection, app options and Connect server (``None``: spark-submit); usage errors: no retry."""
         try:
             check_topics(self.topics)  # before the connection: the trigger form's first field
             pulsar = self.pulsar_hook.config

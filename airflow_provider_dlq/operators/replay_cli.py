@@ -1,5 +1,4 @@
-"""The operator's rendered arguments as the app's options (the library's ``ReplayOptions``, whose checks
-run here too, so a bad argument fails the task before Spark starts), and the run's summary."""
+"""The operator's arguments as the app's ``ReplayOptions`` (checked before Spark starts); the run summary."""
 
 from __future__ import annotations
 
@@ -44,8 +43,7 @@ class ReplayArgumentError(DlqProviderError, ValueError):
 
 
 def default_run_id(dag_id: str, task_id: str, run_id: str, map_index: int | None = -1) -> str:
-    """``dag_id.task_id.run_id[.map_index]``, made safe and at most 120 characters: the same on every try,
-    so a retry resumes."""
+    """``dag_id.task_id.run_id[.map_index]``, made safe, at most 120 characters: a retry resumes it."""
     raw = f"{dag_id}.{task_id}.{run_id}" + ("" if map_index in (None, -1) else f".{map_index}")
     safe = _UNSAFE.sub("_", raw).strip("._-") or "run"
     if len(safe) > 120:

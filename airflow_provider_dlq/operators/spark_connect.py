@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
-from airflow.sdk.exceptions import AirflowException
+from airflow.sdk.exceptions import AirflowException, AirflowNotFoundException
 
 from airflow_provider_dlq.errors import DlqProviderError
 from airflow_provider_dlq.operators.process_tree import stop_process_tree
@@ -53,8 +53,7 @@ class SparkConnectClientError(DlqProviderError, AirflowException):
 
 @dataclass(frozen=True)
 class SparkRemote:
-    """The Spark Connect server of a ``spark_connect`` connection. ``url`` (with the token and user id)
-    goes to the client's ``SPARK_REMOTE`` only; ``address`` is what logs show."""
+    """A ``spark_connect`` server: ``url`` (with secrets) for ``SPARK_REMOTE`` only; ``address`` for logs."""
 
     conn_id: str
     address: str
@@ -93,7 +92,6 @@ def spark_remote(conn_id: str) -> SparkRemote | None:
     """The server of a ``spark_connect`` connection; ``None`` for another type or a missing connection."""
     from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
     from airflow.sdk import BaseHook
-    from airflow.sdk.exceptions import AirflowNotFoundException
     from airflow.sdk.log import mask_secret
 
     try:

@@ -1,8 +1,5 @@
-"""The one adapter around the Spark provider's ``SparkSubmitHook`` internals.
-
-Every touch of a private member of the hook (resolved connection, spark-submit process and output, the
-standalone cluster driver's wait) is here; ``tests/unit/provider/test_spark_submit_contract.py`` checks
-each against the installed Spark provider."""
+"""The one adapter touching ``SparkSubmitHook``'s private members (connection, process, output, driver wait);
+``tests/unit/provider/test_spark_submit_contract.py`` checks each against the installed Spark provider."""
 
 from __future__ import annotations
 
