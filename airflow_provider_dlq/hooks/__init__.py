@@ -1,3 +1,1 @@
 """Hooks of the provider: the ``pulsar`` connection, Pulsar clients and DLQ backlog reads."""
-
-from __future__ import annotations

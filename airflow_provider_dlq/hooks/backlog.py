@@ -1,5 +1,4 @@
-"""Read a subscription's backlog per topic: admin REST ``msgBacklog`` (entries, counted as messages by
-``analyzeBacklog`` when few enough) and ages, else the Prometheus gauge ``pulsar_subscription_back_log``."""
+"""A subscription's backlog per topic, from the admin REST API or Prometheus metrics (``docs/sensor.md``)."""
 
 from __future__ import annotations
 

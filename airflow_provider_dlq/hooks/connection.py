@@ -1,5 +1,4 @@
-"""Parse an Airflow ``pulsar`` connection (Host: service URL; token, OAuth2 or TLS client certificate
-auth) into a validated, secret-safe configuration (pure: no network, no Airflow); ``docs/connection.md``."""
+"""A ``pulsar`` connection as a validated, secret-safe configuration (pure: no network, no Airflow)."""
 
 from __future__ import annotations
 
@@ -134,8 +133,7 @@ def _service_url(conn_id: str, conn_type: str | None, host: str, port: int | Non
 
 
 def _with_ports(conn_id: str, host: str, rest: str, port: int | None) -> str:
-    """The brokers of a service URL, each port checked, with Port added to those that name none (and equal
-    to those that do)."""
+    """The brokers of a service URL, each port checked, with Port added to those that name none."""
     brokers, slash, path = rest.partition("/")
     parts = []
     for broker in (b.strip() for b in brokers.split(",")):

@@ -1,5 +1,4 @@
-"""The connection form's Test button: reach the broker, authenticate, and check the admin/metrics URLs
-(``docs/connection.md``); failures name the URL and the cause, never a secret."""
+"""The connection form's Test button (``docs/connection.md``): failures name the URL and cause, no secret."""
 
 from __future__ import annotations
 
@@ -18,7 +17,6 @@ if TYPE_CHECKING:
 FALLBACK_TOPIC = "persistent://public/default/__airflow_dlq_connection_check"
 TCP_TIMEOUT = 5.0
 OPERATION_TIMEOUT = 10
-
 
 AUTH_LABELS = {
     "none": "no authentication",
@@ -119,14 +117,6 @@ def check_http(http: AdminHttp, url: str, what: str, *, forbidden_ok: bool) -> s
     return f"{what} ok"
 
 
-def admin_http(hook: PulsarHook, config: PulsarConnectionConfig) -> AdminHttp:
-    """The hook's credentials; with OAuth2 its token is fetched here, so a dead issuer is named as such."""
-    try:
-        return hook.admin_http(config)
-    except BacklogReadError as exc:
-        raise CheckFailed(f"{exc}; check extra oauth2_issuer_url and the client ID / secret") from exc
-
-
 def tested_connection_id() -> str | None:
     """The connection id the UI's Test button tests, or ``None``: Airflow tests a copy under a random id;
     the real one is the ``connection_id`` of ``test_body`` in its route's frame, in this thread."""
@@ -149,11 +139,14 @@ def check_connection(hook: PulsarHook, config: PulsarConnectionConfig) -> tuple[
         notes += check_reachable(config.service_url)
         http = None
         if config.oauth2 is not None:  # first: a dead issuer is not the broker refusing the credentials
-            http = admin_http(hook, config)
+            try:
+                http = hook.admin_http(config)  # fetches the OAuth2 token
+            except BacklogReadError as exc:
+                raise CheckFailed(f"{exc}; check extra oauth2_issuer_url and the client ID / secret") from exc
             notes.append(f"OAuth2 issuer {config.oauth2.issuer_url} ok (token issued)")
         notes.append(check_broker(hook, config))
         if config.admin_url or config.metrics_url:
-            http = http or admin_http(hook, config)
+            http = http or hook.admin_http(config)
             if config.admin_url:
                 url = _admin_check_url(config.admin_url, config.test_topic)
                 notes.append(check_http(http, url, "admin API", forbidden_ok=not config.test_topic))

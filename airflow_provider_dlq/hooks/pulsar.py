@@ -104,15 +104,6 @@ class PulsarHook(BaseHook):
         except AirflowNotFoundException as exc:
             raise self._not_found(exc) from exc
 
-    async def aget_config(self) -> PulsarConnectionConfig:
-        """Async variant of :attr:`config` for triggers."""
-        if "config" not in self.__dict__:
-            try:
-                self.__dict__["config"] = self._config_from(await self.aget_connection(self.pulsar_conn_id))
-            except AirflowNotFoundException as exc:
-                raise self._not_found(exc) from exc
-        return self.config
-
     @staticmethod
     def client_auth_kwargs(config: PulsarConnectionConfig) -> dict[str, Any]:
         """TLS and authentication arguments of ``create_client`` (they hold secrets: never log them)."""
@@ -128,8 +119,7 @@ class PulsarHook(BaseHook):
         return kwargs
 
     def get_client(self, **client_kwargs: Any) -> pulsar.Client:
-        """A ``pulsar.Client`` for the connection, logging through Python logging; extra keyword arguments
-        go to ``pulsar.Client`` (e.g. ``operation_timeout_seconds``)."""
+        """A ``pulsar.Client`` for the connection, logging via Python logging; keyword arguments go to it."""
         logger = logging.getLogger(CLIENT_LOGGER_NAME)
         if logger.level == logging.NOTSET:
             # The C++ client is chatty at INFO (every connect/lookup); configure this logger to see it.
@@ -143,8 +133,7 @@ class PulsarHook(BaseHook):
         return self.get_client()
 
     def admin_http(self, config: PulsarConnectionConfig) -> AdminHttp:
-        """The TLS context and credentials of admin/metrics requests (an OAuth2 token is fetched, blocking,
-        and cached until near expiry)."""
+        """TLS context and credentials of admin/metrics requests (an OAuth2 token is fetched and cached)."""
         insecure = config.tls_allow_insecure_connection
         context = admin.ssl_context(
             config.tls_trust_certs_file_path, insecure, config.tls_cert_file_path, config.tls_key_file_path
@@ -162,8 +151,7 @@ class PulsarHook(BaseHook):
         return AdminHttp(context, token, self.http_timeout)
 
     def get_backlog(self, topics: Sequence[str], subscription: str) -> dict[str, TopicBacklog]:
-        """Backlog of ``subscription`` per topic, from the admin API when an admin URL is set, else from the
-        metrics; topic globs (``persistent://t/ns/*-DLQ``) are expanded."""
+        """Backlog of ``subscription`` per topic (globs expanded), from admin_url, else from metrics_url."""
         config = self.config
         if not subscription:
             raise BacklogConfigError("subscription must be a non-empty name, e.g. 'dlq-replayer'.")
@@ -180,9 +168,12 @@ class PulsarHook(BaseHook):
         return metrics_backlog(http, str(config.metrics_url), prepared, subscription)
 
     async def aget_backlog(self, topics: Sequence[str], subscription: str) -> dict[str, TopicBacklog]:
-        """Async variant of :meth:`get_backlog` (for triggers): the connection is read first, the requests
-        run in a thread."""
-        await self.aget_config()
+        """:meth:`get_backlog` for triggers: the connection read asynchronously, the requests in a thread."""
+        if "config" not in self.__dict__:  # the cached :attr:`config`
+            try:
+                self.__dict__["config"] = self._config_from(await self.aget_connection(self.pulsar_conn_id))
+            except AirflowNotFoundException as exc:
+                raise self._not_found(exc) from exc
         return await asyncio.to_thread(self.get_backlog, topics, subscription)
 
     def subscription_consumers(self, topic: str, subscription: str) -> list[dict[str, str]]:

@@ -39,9 +39,9 @@ def _plain(value: Any, limit: int = 120) -> str:
     return " ".join(str(value if value is not None else "-").split())[:limit]
 
 
-def _cell(value: Any, limit: int = 120) -> str:
+def _cell(value: Any) -> str:
     """Text safe inside a Markdown table cell (values come from DLQ messages: untrusted)."""
-    return _plain(value, limit).translate(_MARKDOWN_ESCAPES)
+    return _plain(value).translate(_MARKDOWN_ESCAPES)
 
 
 def proposal(group: Mapping[str, Any]) -> str:

@@ -1,3 +1,1 @@
 """Sensors of the provider."""
-
-from __future__ import annotations

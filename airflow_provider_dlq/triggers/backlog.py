@@ -31,8 +31,7 @@ CONFIG_ERRORS = (PulsarConnectionError, BacklogConfigError)
 def ready_topics(
     backlogs: Mapping[str, TopicBacklog], min_backlog: int, min_age_seconds: float | None
 ) -> list[str]:
-    """Topics with at least ``min_backlog`` pending and, if set, an oldest message old enough (admin only:
-    refused at the first poll, whatever the backlog)."""
+    """Topics with at least ``min_backlog`` pending and, if given, the oldest ``min_age_seconds`` old."""
     if min_age_seconds is not None and any(item.source != "admin" for item in backlogs.values()):
         raise BacklogConfigError(
             "min_age needs the age of the oldest message, which only the Pulsar admin REST API "
@@ -66,24 +65,15 @@ def as_xcom(backlogs: Mapping[str, TopicBacklog]) -> dict[str, dict[str, Any]]:
 
 
 def topics_from_backlog(value: Mapping[str, Mapping[str, Any]] | None, min_backlog: int = 0) -> str:
-    """Comma-separated topics of a backlog sensor's XCom with at least ``min_backlog`` pending (default:
-    every watched topic); the example DAGs' Jinja filter."""
+    """The example DAGs' Jinja filter: a backlog XCom's topics with ``min_backlog`` pending, comma-joined."""
     return ",".join(t for t, item in sorted((value or {}).items()) if int(item["backlog"]) >= min_backlog)
 
 
 class DlqBacklogTrigger(BaseTrigger):
-    """Poll the backlog of ``subscription`` on ``topics`` until it is ready or ``deadline`` passes.
+    """Poll the backlog of ``subscription`` on ``topics`` (read-only) until it is ready or ``deadline`` (Unix
+    time; ``None``: never) passes, then fire one ``success``, ``timeout`` or ``error`` event.
 
-    Read-only, so the triggerer may run it more than once. Fires one event with ``status`` ``success``
-    (``backlog``, ``ready``), ``timeout`` (``backlog``, ``last_error``) or ``error`` (``message``).
-
-    :param topics: DLQ topic names or globs (``persistent://t/ns/*-DLQ``).
-    :param subscription: Subscription whose backlog counts (the replayer's).
-    :param pulsar_conn_id: The ``pulsar`` connection.
-    :param min_backlog: Pending messages a topic needs to be ready.
-    :param min_age_seconds: Optional minimum age of the oldest pending message (needs an admin URL).
-    :param poll_interval: Seconds between reads.
-    :param deadline: Unix time after which a ``timeout`` event fires; ``None`` waits forever.
+    .. seealso:: ``docs/sensor.md`` (the parameters as the sensor's, the events' keys)
     """
 
     def __init__(

@@ -1,5 +1,4 @@
-"""``DlqBacklogEventTrigger``: an ``AssetWatcher`` event trigger that fires when a DLQ fills up (directly or
-through ``MessageQueueTrigger(scheme="pulsar")``); its state lives in the watched asset's state store."""
+"""``DlqBacklogEventTrigger``: an ``AssetWatcher`` event trigger that fires when a DLQ fills up."""
 
 from __future__ import annotations
 
@@ -157,17 +156,7 @@ class DlqBacklogEventTrigger(BaseEventTrigger):
     """Fire an asset event when the backlog of ``subscription`` on ``topics``, above what the last replay
     left pending, crosses a threshold; then stay quiet until ``DlqBacklogRearmOperator`` re-arms the watch.
 
-    :param topics: DLQ topics (full names, or globs over one namespace such as
-        ``persistent://acme/orders/*-DLQ``).
-    :param subscription: The subscription whose backlog counts (the replayer's, default ``dlq-replayer``).
-    :param pulsar_conn_id: The ``pulsar`` connection; ``max_age_seconds`` needs its ``admin_url``.
-    :param min_backlog: New pending messages that fire the watch (``None``: age only).
-    :param max_age_seconds: Fire when the oldest new message is at least this old (``None``: count only).
-    :param refire_after_seconds: Fire again when no replay re-armed the watch this long after it fired
-        and the backlog is still there (``None``, the default: never).
-    :param poll_interval: Seconds between backlog reads.
-
-    .. seealso:: ``docs/event-driven.md``
+    .. seealso:: ``docs/event-driven.md`` (its arguments' table)
     """
 
     def __init__(
@@ -220,15 +209,13 @@ class DlqBacklogEventTrigger(BaseEventTrigger):
 
     async def _save(self, state: WatchState, read: WatchState) -> bool:
         """Store ``state`` unless the stored state changed since it was ``read`` (a re-arm)."""
-        store = self._store()
-        if store is None:
-            self._memory = state
-            return True
-        current = WatchState.from_json(await store.aget(STATE_KEY))
-        if current != read:
+        if (current := await self._load()) != read:
             self.log.info("The watch state changed meanwhile (re-armed at %s); re-read", current.rearmed_at)
             return False
-        await store.aset(STATE_KEY, asdict(state))
+        if (store := self._store()) is None:
+            self._memory = state
+        else:
+            await store.aset(STATE_KEY, asdict(state))
         return True
 
     def shared_stream_key(self) -> Hashable:
