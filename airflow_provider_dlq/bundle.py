@@ -1,6 +1,5 @@
-"""Build the ``--py-files`` bundle of the replay app: the Spark app and a vendored copy of the installed
-consumer library, compiled, checked not to import Airflow (``python -m airflow_provider_dlq.bundle --dest
-DIR``). Native code (pulsar-client, pyarrow) must be installed in the Spark Python environment."""
+"""Build the replay app's ``--py-files`` bundle: the Spark app and a vendored copy of the consumer library,
+compiled and checked not to import Airflow (``docs/architecture.md``)."""
 
 from __future__ import annotations
 
@@ -19,8 +18,7 @@ from airflow_provider_dlq.resources import installed_package_dir, spark_app_dir
 
 ZIP_NAME = "dlq_replay.zip"
 MAIN_NAME = "dlq_replay_main.py"
-#: Package names inside the zip: the app's modules import ``spark_apps.dlq_replay...`` and
-#: ``pulsar_dlq_consumer...``.
+#: Package names inside the zip, as the app's modules import them.
 APP_PACKAGE = "spark_apps"
 LIBRARY_PACKAGE = "pulsar_dlq_consumer"
 # Fixed timestamp: the same sources give a byte-identical zip.
@@ -146,8 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     except BundleError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(f"zip={paths.zip_path}")
-    print(f"main={paths.main_path}")
+    print(f"zip={paths.zip_path}", f"main={paths.main_path}", sep="\n")
     return 0
 
 

@@ -1,6 +1,4 @@
-"""A managed JVM class-data archive (AppCDS) for the replay's Spark driver: a faster start.
-
-The first run per JVM and Spark jars writes it, later runs map it: see ``docs/operator.md``."""
+"""A managed JVM class-data archive (AppCDS) for a faster Spark driver start (``docs/operator.md``)."""
 
 from __future__ import annotations
 
@@ -28,6 +26,11 @@ DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 #: JVM options that show the user manages class data sharing already (then nothing is added).
 _USER_CDS_OPTIONS = ("SharedArchiveFile", "ArchiveClassesAtExit", "-Xshare", "AutoCreateSharedArchive")
 _PREFIX = "dlq-replay-driver-"
+#: A temporary archive older than this was left by a killed run: removed.
+STALE_TEMP_S = 2 * 3600
+#: An archive of another key (an older JVM or Spark) unused this long is removed.
+UNUSED_ARCHIVE_S = 14 * 86400
+_CHECK_TIMEOUT_S = 60.0
 
 
 def with_driver_java_option(conf: Mapping[str, str], option: str, unless: tuple[str, ...]) -> dict[str, str]:
@@ -37,13 +40,6 @@ def with_driver_java_option(conf: Mapping[str, str], option: str, unless: tuple[
     if not any(marker in current for marker in unless):
         merged[DRIVER_JAVA_OPTIONS] = f"{current} {option}".strip()
     return merged
-
-
-#: A temporary archive older than this was left by a killed run: removed.
-STALE_TEMP_S = 2 * 3600
-#: An archive of another key (an older JVM or Spark) unused this long is removed.
-UNUSED_ARCHIVE_S = 14 * 86400
-_CHECK_TIMEOUT_S = 60.0
 
 
 def cache_root() -> Path:

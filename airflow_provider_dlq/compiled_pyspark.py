@@ -1,6 +1,4 @@
-"""A compiled copy of spark-submit's PySpark zips for a local replay's Python processes: a faster start.
-
-Made once per Spark and Python, found by the driver and the workers' daemon: see ``docs/operator.md``."""
+"""A compiled copy of spark-submit's PySpark zips: a local replay starts faster (``docs/operator.md``)."""
 
 from __future__ import annotations
 
@@ -48,12 +46,6 @@ def spark_python_zips(env: Mapping[str, str] | None = None) -> list[Path]:
     return [pyspark, py4j[-1]] if pyspark.is_file() and py4j else []
 
 
-def workers_python(env: Mapping[str, str], conf: Mapping[str, str]) -> str | None:
-    """The workers' Python as Spark chooses it: ``PYSPARK_PYTHON``, the setting, else ``python3``."""
-    chosen = env.get("PYSPARK_PYTHON") or conf.get(PYTHON_CONF) or "python3"
-    return shutil.which(chosen, path=env.get("PATH"))
-
-
 @dataclass(frozen=True)
 class CompiledCopy:
     """A ready compiled copy: what a run adds to spark-submit's environment and settings."""
@@ -85,7 +77,9 @@ class CompiledPySpark:
             return None
         environ = {**os.environ, **env}
         zips = spark_python_zips(environ)
-        python = workers_python(environ, conf)
+        # The workers' Python as Spark chooses it: PYSPARK_PYTHON, the setting, else python3.
+        chosen = environ.get("PYSPARK_PYTHON") or conf.get(PYTHON_CONF) or "python3"
+        python = shutil.which(chosen, path=environ.get("PATH"))
         if not zips or python is None:
             log.info(
                 "No PySpark zips or worker Python found; the run imports PySpark from spark-submit's zips"

@@ -42,6 +42,11 @@ _USER_GC_OPTIONS = (
     "UseConcMarkSweepGC",
 )
 _LOCAL_MASTER = re.compile(r"local(?:\[\s*(\*|\d+)\s*(?:,\s*\d+\s*)?\])?")
+QUICK_JIT_OPTION = "-XX:TieredStopAtLevel=1"
+#: Largest run (messages) for which ``"auto"`` chooses the quick JIT: faster at 10k and 100k, slower at 1M.
+QUICK_JIT_MAX_MESSAGES = 100_000
+#: JVM options that show the user chose the JIT already (then nothing is added).
+_USER_JIT_OPTIONS = ("TieredStopAtLevel", "TieredCompilation")
 
 
 def local_cores(master: str) -> int | None:
@@ -69,13 +74,6 @@ def lean_driver_env(env: Mapping[str, str], master: str) -> dict[str, str]:
     if local_cores(master) is None or MALLOC_ARENA_MAX in os.environ:
         return dict(env)
     return {MALLOC_ARENA_MAX: LEAN_MALLOC_ARENAS, **env}
-
-
-QUICK_JIT_OPTION = "-XX:TieredStopAtLevel=1"
-#: Largest run (messages) for which ``"auto"`` chooses the quick JIT: faster at 10k and 100k, slower at 1M.
-QUICK_JIT_MAX_MESSAGES = 100_000
-#: JVM options that show the user chose the JIT already (then nothing is added).
-_USER_JIT_OPTIONS = ("TieredStopAtLevel", "TieredCompilation")
 
 
 def quick_jit_chosen(setting: QuickJit, master: str, messages: int | None, exact: bool) -> bool:

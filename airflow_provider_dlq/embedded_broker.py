@@ -1,6 +1,4 @@
-"""Start and stop the embedded ``pulsar-lite`` broker (extra ``embedded``) of the demo, tests and benchmark.
-
-Each broker gets a private data directory and metrics port; :meth:`EmbeddedBroker.stop` stops it by PID."""
+"""Start and stop the embedded ``pulsar-lite`` broker (extra ``embedded``) of the demo, tests and bench."""
 
 from __future__ import annotations
 
@@ -34,7 +32,7 @@ def free_port() -> int:
 
 
 @dataclass
-class EmbeddedBroker:
+class EmbeddedBroker(contextlib.AbstractContextManager["EmbeddedBroker"]):
     """A running pulsar-lite broker."""
 
     service_url: str
@@ -49,9 +47,6 @@ class EmbeddedBroker:
         with contextlib.suppress(Exception):
             pm.process_manager._processes.pop(str((self.data_dir / "data.db").absolute()), None)
         stop_process_tree(self.pid, log, "the embedded broker")
-
-    def __enter__(self) -> EmbeddedBroker:
-        return self
 
     def __exit__(self, *exc: object) -> None:
         self.stop()

@@ -1,6 +1,4 @@
-"""The provider's error root: every error it raises on purpose is a :class:`DlqProviderError`.
-
-Each also keeps its built-in kind (``ValueError``, ``RuntimeError``), so ``except ValueError`` still works."""
+"""The provider's error root; each error also keeps its built-in kind, so ``except ValueError`` works."""
 
 from __future__ import annotations
 

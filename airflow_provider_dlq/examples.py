@@ -1,8 +1,4 @@
-"""The example DAGs, playbook and fix that ship with the provider.
-
-python -m airflow_provider_dlq.examples                 # print the folder of the example DAGs
-python -m airflow_provider_dlq.examples --dest dags/    # copy DAGs, playbooks/ and fixes/ there
-"""
+"""Show or copy the example DAGs, playbook and fix that ship with the provider (``docs/installation.md``)."""
 
 from __future__ import annotations
 
@@ -15,8 +11,7 @@ from airflow_provider_dlq.resources import ResourceNotFoundError, example_dags_d
 
 
 def example_files() -> dict[str, Path]:
-    """Every example file by its path relative to the example DAGs folder (in a source checkout the
-    playbooks and fixes are in ``examples/``)."""
+    """Every example file by its path relative to the example DAGs folder."""
     dags = example_dags_dir()
     base = dags if (dags / "playbooks").is_dir() else dags.parent / "examples"
     files = {f"{sub}/{p.name}": p for sub in ("playbooks", "fixes") for p in sorted((base / sub).glob("*.*"))}
@@ -36,13 +31,10 @@ def copy_examples(dest: str | Path, *, overwrite: bool = False) -> list[Path]:
         raise FileExistsError(
             f"{target} already has {', '.join(sorted(existing))}; pass --overwrite to replace them"
         )
-    written = []
     for rel, src in files.items():
-        out = target / rel
-        out.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(src, out)
-        written.append(out)
-    return written
+        (target / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, target / rel)
+    return [target / rel for rel in files]
 
 
 def main(argv: list[str] | None = None) -> int:

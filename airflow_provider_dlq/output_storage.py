@@ -1,6 +1,5 @@
-"""Read a file under a replay run's output root: a local path, a scheme an Airflow provider registers
-(``ObjectStoragePath``), else pyarrow's file systems (S3 with an ``aws`` connection or the AWS
-environment, GCS, HDFS, ABFS). Credentials are never logged or returned."""
+"""Read a file under a replay run's output root: local, Airflow object storage, else pyarrow's file systems
+(``docs/object-storage.md``). Credentials are never logged or returned."""
 
 from __future__ import annotations
 

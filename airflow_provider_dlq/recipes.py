@@ -142,7 +142,6 @@ def emr_serverless_job(
 
 
 def _dataproc_files(files: AppFiles, argv: Sequence[str]) -> dict[str, Any]:
-    """The app's files and arguments as Dataproc's PySpark jobs and batches name them."""
     return {"main_python_file_uri": files.main, "python_file_uris": [files.bundle], "args": list(argv)}
 
 

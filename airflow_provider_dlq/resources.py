@@ -1,7 +1,4 @@
-"""Where the provider's non-Python parts are: the Spark app, the example DAGs and the guides.
-
-In the wheel they are inside the package (``spark_apps/``, ``example_dags/``, ``docs/``); in a source
-checkout they stay at the repository's top level. Nothing is imported from them."""
+"""Where the provider's Spark app, example DAGs and guides are: in the package, else in a source checkout."""
 
 from __future__ import annotations
 
