@@ -15,7 +15,6 @@ from pulsar_dlq_consumer.errors import DlqConsumerError
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-DISCOVERY_PATH = "/.well-known/openid-configuration"
 #: Seconds before expiry at which a cached token is renewed.
 EXPIRY_MARGIN = 30.0
 _FIXES = {
@@ -41,8 +40,7 @@ def ssl_context(
     cert_file: str | None = None,
     key_file: str | None = None,
 ) -> ssl.SSLContext:
-    """Trust ``trust_certs_file`` (else the system's CAs), or nothing when ``allow_insecure`` (tests only);
-    present the client certificate when given."""
+    """Trust ``trust_certs_file`` or system CAs (``allow_insecure``: none, tests only); client cert if any."""
     if allow_insecure:
         context = ssl._create_unverified_context()
     else:
@@ -93,7 +91,7 @@ class ClientCredentials:
 
     def __init__(self, oauth2: Mapping[str, str | None]) -> None:
         self.oauth2 = dict(oauth2)
-        self.discovery_url = str(oauth2["issuer_url"]).rstrip("/") + DISCOVERY_PATH
+        self.discovery_url = str(oauth2["issuer_url"]).rstrip("/") + "/.well-known/openid-configuration"
         self._token: str | None = None
         self._expires = 0.0
 

@@ -25,8 +25,7 @@ def _check_seconds(name: str, value: float) -> float:
 
 @dataclass(frozen=True)
 class ExponentialBackoff:
-    """``min_delay * multiplier ** redelivery_count`` capped at ``max_delay``: Java's
-    ``MultiplierRedeliveryBackoff`` (1 s, 2 s, 4 s, ... 60 s by default)."""
+    """``min_delay * multiplier ** redelivery_count`` up to ``max_delay`` (MultiplierRedeliveryBackoff)."""
 
     min_delay: float = 1.0
     max_delay: float = 60.0

@@ -16,21 +16,19 @@ if TYPE_CHECKING:
 #: Keys of the ``oauth2`` mapping :func:`create_client` accepts.
 OAUTH2_KEYS = frozenset({"issuer_url", "audience", "scope", "client_id", "client_secret", "credentials_file"})
 
-_DEFAULT_PORTS = {"pulsar": 6650, "pulsar+ssl": 6651}
 _ENDPOINT = re.compile(r"(?:\[(?P<v6>[^\]]+)\]|(?P<host>[^:\[\]]+))(?::(?P<port>\d+))?")
 
 
 def service_endpoints(service_url: str) -> list[tuple[str, int]]:
     """``pulsar://h1:6650,h2`` -> ``[("h1", 6650), ("h2", 6650)]`` (the scheme's default port)."""
     scheme, _, rest = service_url.partition("://")
-    default = _DEFAULT_PORTS.get(scheme, 6650)
+    default = 6651 if scheme == "pulsar+ssl" else 6650
     matches = (_ENDPOINT.fullmatch(item.strip()) for item in rest.split("/", 1)[0].split(","))
     return [(m["v6"] or m["host"], int(m["port"]) if m["port"] else default) for m in matches if m]
 
 
 def connect_errors(service_url: str, timeout_s: float) -> Iterator[tuple[str, int, OSError | None]]:
-    """Each broker ``(host, port, error)`` of ``service_url`` after opening a TCP connection to it (error
-    ``None``: it accepted); lazily, so a caller may stop at the first that accepts."""
+    """``(host, port, error)`` per broker of ``service_url``, after a TCP connect (``None``: accepted)."""
     for host, port in service_endpoints(service_url):
         try:
             socket.create_connection((host, port), timeout=timeout_s).close()

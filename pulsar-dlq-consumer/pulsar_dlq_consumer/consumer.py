@@ -56,8 +56,7 @@ _MANAGED_OPTIONS = ("consumer_type", "consumer_name", "negative_ack_redelivery_d
 
 
 class _Scheduler:
-    """One daemon thread that runs actions when due: delayed nacks (client-side backoff, as PIP-106), and
-    acks after async sends."""
+    """A daemon thread running actions when due: delayed nacks (PIP-106 backoff), acks after async sends."""
 
     def __init__(self, name: str) -> None:
         self._heap: list[tuple[float, int, Callable[[], None]]] = []
@@ -113,7 +112,6 @@ class DlqConsumer:
         consumer_type: pulsar.ConsumerType | None = None,
         consumer_name: str | None = None,
         metrics: ConsumerMetrics | None = None,
-        producer_options: Mapping[str, Any] | None = None,
         nack_precision_ms: int = 10,
         send_timeout_s: float = 30.0,
         **subscribe_options: Any,
@@ -137,12 +135,6 @@ class DlqConsumer:
         self.backoff = backoff
         self._metrics = metrics if metrics is not None else ConsumerMetrics()
         self._attributes = topic_attributes(self._topic, self._subscription)
-        self._producer_options = {
-            "batching_enabled": True,
-            "batching_max_publish_delay_ms": 5,
-            **(producer_options or {}),
-            "block_if_queue_full": True,
-        }
         self._send_timeout_s = float(send_timeout_s)
         self._lock = threading.Lock()
         self._producers: dict[str, Any] = {}
@@ -237,8 +229,7 @@ class DlqConsumer:
 
     def negative_acknowledge(self, msg: pulsar.Message, error: Failure = None) -> None:
         """Redeliver ``msg`` after ``backoff.next(redelivery_count)`` seconds, or past ``max_redeliver_count``
-        send it to the DLQ (``max-redeliveries``, with ``error``'s context). On ``InvalidDelayError`` or
-        ``PublishError`` the message is nacked at once first."""
+        send it to the DLQ with ``error``'s context (``InvalidDelayError``/``PublishError``: nacked first)."""
         self._check_open()
         count = msg.redelivery_count()
         policy = self.dead_letter_policy
@@ -387,7 +378,9 @@ class DlqConsumer:
                     consumer_type=self._pulsar.ConsumerType.Shared,
                     initial_position=self._pulsar.InitialPosition.Earliest,
                 ).close()
-            self._producers[topic] = self._client.create_producer(topic, **self._producer_options)
+            self._producers[topic] = self._client.create_producer(
+                topic, batching_enabled=True, batching_max_publish_delay_ms=5, block_if_queue_full=True
+            )
             return self._producers[topic]
 
     def _send(

@@ -230,8 +230,7 @@ _ID_PART = re.compile(r"-?\d{1,20}")
 
 @dataclass(frozen=True)
 class OriginClaim:
-    """What one convention says the origin was: the topic ``key``, its value (bounded to
-    :data:`MAX_CLAIM_CHARS`) and the same convention's origin message id."""
+    """A convention's origin: the topic ``key``, its value (cut at :data:`MAX_CLAIM_CHARS`) and message id."""
 
     key: str
     topic: str

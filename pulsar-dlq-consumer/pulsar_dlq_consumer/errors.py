@@ -49,8 +49,7 @@ class TerminalError(Exception):
 
 
 class RetryableError(Exception):
-    """Raise from a handler to send the message to the retry topic, with at most one of ``delay`` and
-    ``level`` (neither: the retry policy's default)."""
+    """Raise from a handler to retry the message after ``delay`` or ``level`` (neither: the policy's)."""
 
     def __init__(
         self, *args: object, delay: float | timedelta | None = None, level: int | None = None

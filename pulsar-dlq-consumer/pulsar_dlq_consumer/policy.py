@@ -20,8 +20,7 @@ LEVEL_INCREMENT: Literal["increment"] = "increment"
 
 @dataclass(frozen=True)
 class TopicNameGuard:
-    """Refuse unsafe DLQ and retry topic names (KIP-1191): a local name without ``required_prefix``, a full
-    name that does not match ``pattern`` entirely, or an internal ``__`` name unless ``allow_internal``."""
+    """Refuse unsafe DLQ and retry topic names, as KIP-1191 (the parameters: docs/consumer-library.md)."""
 
     required_prefix: str | None = None
     pattern: str | None = None
@@ -115,8 +114,7 @@ class RetryPolicy:
         delay: float | timedelta | None = None,
         level: int | Literal["increment"] | None = None,
     ) -> float:
-        """Seconds to delay the ``reconsume_times``-th retry (1-based); ``InvalidDelayError`` if both
-        ``delay`` and ``level`` are given or either is out of range."""
+        """Seconds to delay the ``reconsume_times``-th retry (1-based), else ``InvalidDelayError``."""
         if delay is not None and level is not None:
             raise InvalidDelayError("give reconsume_later either delay= or level=, not both")
         if delay is not None:
@@ -133,8 +131,7 @@ class RetryPolicy:
 def resolve_topics(
     topic: str, subscription: str, dead_letter: DeadLetterPolicy | None, retry: RetryPolicy | None
 ) -> tuple[str, str | None, str | None]:
-    """The topic, DLQ topic and retry topic (``None`` without their policy) a consumer uses, after the
-    naming defaults and the name guard (``ConfigurationError``, ``TopicNameGuardError``)."""
+    """The topic, DLQ topic and retry topic (``None`` without its policy), defaulted and name-guarded."""
     full = normalize_topic(topic)
     if not isinstance(subscription, str) or not subscription.strip():
         raise ConfigurationError(f"subscription must be a non-empty string; got {subscription!r}")

@@ -156,8 +156,7 @@ class MessageProcessor:
         receive_timeout_ms: int = 500,
         stop: threading.Event | None = None,
     ) -> ProcessingStats:
-        """Receive and process messages until ``max_messages``, ``idle_timeout_s`` without a message, or
-        ``stop`` is set. Returns the counts per outcome."""
+        """Process messages until ``max_messages``, ``idle_timeout_s`` idle or ``stop``; outcome counts."""
         import pulsar
 
         stats = ProcessingStats()

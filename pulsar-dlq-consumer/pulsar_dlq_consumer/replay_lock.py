@@ -109,8 +109,7 @@ class LockOwner:
 
 
 def lease_holder(properties: Mapping[str, str], shown: Callable[[object], str] = repr) -> str | None:
-    """The run a lease consumer's ``properties`` name (``shown`` quotes what may be a secret), or ``None``
-    when they name none."""
+    """The run a lease consumer's ``properties`` name, else ``None`` (``shown`` quotes what may be secret)."""
     if not properties.get("run_id"):
         return None
     return (
