@@ -1,7 +1,4 @@
-"""Canary replay with auto-halt: replay a few messages of each group first, watch them, halt bad groups.
-
-Each stage is recorded in ``state.json`` before the next: a run killed during the wait resumes it without
-sending the canary twice (``docs/canary.md``)."""
+"""Canary replay with auto-halt, each stage saved in ``state.json`` before the next (``docs/canary.md``)."""
 
 from __future__ import annotations
 

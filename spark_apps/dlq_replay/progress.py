@@ -1,6 +1,4 @@
-"""Progress of a running step, logged every few seconds: messages done / total, rate, ETA. The count sums the
-``_progress-<partition>`` files the step's tasks keep in their output folders, so the same lines come on every
-deployment; the step's jobs carry the tag ``dlq-replay:<step>`` (to tell them apart and interrupt them)."""
+"""A running step's progress lines (done / total, rate, ETA) and its jobs' tag (``docs/report.md``)."""
 
 from __future__ import annotations
 

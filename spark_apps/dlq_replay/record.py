@@ -1,7 +1,5 @@
-"""Record step: record task ``b`` places send bucket ``b``'s results at their rows of decisions file
-``part-<b>`` (:func:`result_positions`) and writes that file's ledger rows (no shuffle, no join); the staged
-rows then move to ``ledger/run_id=<run>/`` (:func:`publish_staged`), in the files Spark's writer would
-write."""
+"""Record step: each bucket's ledger rows, its send results applied, staged then moved into the ledger
+(``docs/replay-app.md``)."""
 
 from __future__ import annotations
 
@@ -41,11 +39,8 @@ _FILE_SCHEMA = arrow_schema(LEDGER_FILE_SCHEMA)
 _RESULT_COLUMNS = ["row", "published", "published_message_id", "error"]
 #: Ledger columns computed here, not copied from the decisions.
 _DERIVED = frozenset({"final", "published_message_id", "mode", "recorded_at"})
-
-
-def decided_columns() -> list[str]:
-    """The decisions' columns a ledger row copies (the outcome and its reason are rewritten)."""
-    return [name for name in LEDGER_FILE_SCHEMA.names if name not in _DERIVED]
+#: The decisions' columns a ledger row copies (the outcome and its reason are rewritten).
+DECIDED_COLUMNS = [name for name in LEDGER_FILE_SCHEMA.names if name not in _DERIVED]
 
 
 def bucket_results(results_dir: str, bucket: int) -> pa.RecordBatch | None:
@@ -61,8 +56,7 @@ def bucket_results(results_dir: str, bucket: int) -> pa.RecordBatch | None:
 
 
 def result_positions(results: pa.RecordBatch, rows: int) -> pa.Array:
-    """For each of the ``rows`` rows of a decisions file, the position of its send result (null: none; a
-    row is sent in one wave only, so it has at most one)."""
+    """Each decisions row's position in ``results`` (null: not sent; a row is sent in one wave at most)."""
     at = np.full(rows, -1, np.int64)
     at[results.column("row").to_numpy()] = np.arange(results.num_rows)
     return pa.array(at, pa.int64(), mask=at < 0)
@@ -76,8 +70,7 @@ def ledger_batch(
     recorded_at: datetime,
     halted: tuple[str, ...] = (),
 ) -> pa.RecordBatch:
-    """The ledger rows of a batch of decisions with their send results (at ``positions``): a row to
-    republish becomes ``republished``, ``publish_failed`` or (``halted``) ``canary_failed``."""
+    """The ledger rows of a batch of decisions, with their send results (at ``positions``) applied."""
     n = decided.num_rows
     to_send = pc.fill_null(pc.equal(decided.column("outcome"), oc.TO_REPUBLISH), False)
     sending = pa.repeat(False, n) if mode == oc.DRY_RUN else to_send
@@ -116,8 +109,7 @@ def ledger_batch(
 
 @dataclass(frozen=True)
 class RecordTask:
-    """For each bucket id: the ledger rows of its decisions file, its report parts (``parts_dir``) and its
-    final messages per entry (``commit_dir``)."""
+    """A bucket's ledger rows, report parts (``parts_dir``) and final messages per entry (``commit_dir``)."""
 
     decisions: str
     results: str
@@ -137,7 +129,7 @@ class RecordTask:
         at = None if sent is None else result_positions(sent, source.metadata.num_rows)
         recorded = self.mode != oc.DRY_RUN  # a dry run's ledger rows only make the report's parts
         parts, finals = BucketParts(bucket, self.parts_dir), EntryFinals() if recorded else None
-        columns = list(dict.fromkeys([*decided_columns(), "sequence_id", *REP_COLUMNS]))
+        columns = list(dict.fromkeys([*DECIDED_COLUMNS, "sequence_id", *REP_COLUMNS]))
         start = 0
         for rows in source.iter_batches(batch_size=self.batch_rows, columns=columns, use_threads=False):
             mine = None if at is None else at.slice(start, rows.num_rows)

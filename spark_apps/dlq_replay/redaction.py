@@ -1,7 +1,5 @@
-"""The one rule for secrets in the replay app's output: what could be a token is never shown. Secrets come
-only from ``PULSAR_AUTH_TOKEN``/``--auth-token-file`` and the OAuth2 equivalents, never from URLs;
-:func:`scrub`, the last line of defence, removes registered secrets, JWTs and URL credentials from logs.
-"""
+"""What could be a token is never shown in the replay app's output (``docs/reliability.md#secrets``);
+:func:`scrub`, the last line of defence, removes registered secrets, JWTs and URL credentials from logs."""
 
 from __future__ import annotations
 

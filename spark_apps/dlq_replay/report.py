@@ -1,5 +1,4 @@
-"""Report step: ``report.json``, ``report.html`` and the printed summary (``docs/report.md``) from the record
-tasks' parts and small Spark queries (only aggregates reach the driver); a failed explanation is left out."""
+"""Report step: ``report.json``, ``report.html`` and the printed summary (``docs/report.md``)."""
 
 from __future__ import annotations
 
@@ -317,8 +316,6 @@ def _explanation(playbook: Playbook, rep: Any, snap: Any) -> dict[str, Any]:
 def _fill_groups(
     ctx: ReportContext, shown: list[dict[str, Any]], errors: tuple[dict[str, Any], dict[str, Any]], reps: Any
 ) -> None:
-    """Add ``fix_errors``, ``sample_errors``, ``explanation`` (and ``payload_samples``) to ``shown``."""
-
     def snippet(rep: Any, snap: Any) -> str:
         if not ctx.options.archive_payload or ctx.playbook.payload_off(rep["dlq_topic"], rep["origin_topic"]):
             return "(payload off for this topic)"

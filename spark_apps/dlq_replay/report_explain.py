@@ -1,6 +1,5 @@
 """What a report says besides counts (pure functions): rule verdicts, masked payload snippets, suggested
-rules, the run's configuration and next steps. Property values are never shown, payloads only masked and only
-when the run opted in (``docs/report.md``)."""
+rules, the run's configuration and next steps; never a property's value (``docs/report.md``)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""The report as one self-contained HTML page: no scripts, no external assets (inline CSS, ``<details>``);
-every value that came from a message or a file is HTML-escaped. Chart labels are HTML text beside CSS bars,
-so long labels wrap instead of being cut or overlapping."""
+"""The report as one self-contained HTML page: no scripts, no external assets, every value HTML-escaped
+(``docs/report.md``); chart labels are text beside CSS bars, so long labels wrap instead of overlapping."""
 
 from __future__ import annotations
 
@@ -14,8 +13,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
 
 CHART_GROUPS = 30
-#: Chart labels stay a few lines high: the template, error class and origin topic are cut to these
-#: lengths (start and end kept; the whole template is the label's tooltip and in the group's details).
+#: A chart label's template, and its error class and origin topic, are cut to these (``docs/report.md``).
 LABEL_TEMPLATE_CHARS = 160
 LABEL_PART_CHARS = 100
 OPEN_DETAILS = 3
@@ -82,7 +80,6 @@ def _outcome_text(group: dict[str, Any]) -> str:
 
 
 def _formats(group: dict[str, Any]) -> str:
-    """The group's context formats: all of them for a group that mixes several."""
     return ", ".join(group.get("context_formats") or [group.get("context_format") or ""])
 
 
@@ -144,7 +141,6 @@ def _next_steps(steps: list[dict[str, Any]]) -> str:
 
 
 def _canary(canary: dict[str, Any] | None, groups: list[dict[str, Any]]) -> str:
-    """The canary's verdict and one row per judged group (sent, failed again, decision)."""
     if not canary:
         return ""
     verdict = str(canary.get("verdict") or "not judged")
@@ -166,7 +162,6 @@ def _canary(canary: dict[str, Any] | None, groups: list[dict[str, Any]]) -> str:
 
 
 def _totals(totals: dict[str, Any], resend: dict[str, int] | None) -> str:
-    """The totals, and what a resumed apply sent again with the bound it was held to (when it did)."""
     chips = "".join(
         f'<div class="chip"><b>{_fmt(v)}</b><span class="small muted">{_e(k.replace("_", " "))}</span></div>'
         for k, v in totals.items()

@@ -1,9 +1,6 @@
-"""The report's group aggregates and representative messages, gathered by the record tasks from their ledger
-rows and decisions in ``runs/<run>/report_parts/<kind>/part-<bucket>.parquet``: ``combos`` (per
-:data:`COMBO_KEYS`), and each signature's first ``samples``, ``reps`` and distinct ``errors``. Each part is
-bounded by the groups and merges exactly (a sum, minimum, maximum, or the first rows of a union: the first k
-of all are among the first k of each part).
-"""
+"""The report's group aggregates and representative messages the record tasks gather (``docs/replay-app.md``).
+Each part is bounded by the groups and merges exactly (a sum, minimum, maximum, or the first rows of a union:
+the first k of all are among the first k of each part)."""
 
 from __future__ import annotations
 
@@ -103,12 +100,10 @@ class BucketParts:
 
     bucket: int
     folder: str  # where the parts are written (:meth:`write`)
-
-    def __post_init__(self) -> None:
-        self._ledger: list[pa.RecordBatch] = []
-        self._decided: list[pa.RecordBatch] = []
-        self._pending = 0
-        self.parts: dict[str, list[pa.Table]] = {kind: [] for kind in KINDS}
+    parts: dict[str, list[pa.Table]] = field(init=False, default_factory=lambda: {kind: [] for kind in KINDS})
+    _ledger: list[pa.RecordBatch] = field(init=False, default_factory=list)
+    _decided: list[pa.RecordBatch] = field(init=False, default_factory=list)
+    _pending: int = field(init=False, default=0)
 
     def add(self, ledger: pa.RecordBatch, decided: pa.RecordBatch) -> None:
         """Take a batch of ledger rows and the decisions they were made from (the file's next rows)."""

@@ -11,9 +11,9 @@ import pyarrow.parquet as pq
 from spark_apps.dlq_replay import outcomes as oc
 from spark_apps.dlq_replay.canary import HALTED_REASON
 from spark_apps.dlq_replay.record import (
+    DECIDED_COLUMNS,
     LEDGER_FILE_SCHEMA,
     bucket_results,
-    decided_columns,
     ledger_batch,
     result_positions,
 )
@@ -29,7 +29,7 @@ RESULT_TYPES = pa.schema(
 def _decided(rows: list[tuple[str, str, str | None]]) -> pa.RecordBatch:
     """Decisions ``(replay_id, outcome, outcome_reason)``; the other copied columns are per-row text."""
     columns: dict[str, pa.Array] = {}
-    for name in decided_columns():
+    for name in DECIDED_COLUMNS:
         if name == "publish_time":
             columns[name] = pa.array([T0] * len(rows), pa.timestamp("us", "UTC"))
         elif name in ("replay_id", "outcome", "outcome_reason"):
