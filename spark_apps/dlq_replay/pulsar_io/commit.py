@@ -1,6 +1,4 @@
-"""Commit: ack exactly the DLQ messages whose disposition is final, never one beyond the window end
-(reader mode: :class:`EntryCommitFn`; consumer mode: :func:`make_commit_fn`; ``docs/pulsar-data-source.md``).
-"""
+"""Commit: ack exactly the final DLQ messages, none past the window end (``docs/pulsar-data-source.md``)."""
 
 from __future__ import annotations
 
@@ -77,9 +75,8 @@ def make_commit_fn(
     *,
     batch_index_ack: bool = False,
 ) -> Callable[[Any], Any]:
-    """Consumer mode: the function for ``df.groupBy("dlq_topic").applyInArrow(fn, COMMIT_RESULT_SCHEMA)``
-    over :data:`COMMIT_INPUT_SCHEMA` or :data:`ENTRIES_COMMIT_INPUT_SCHEMA` rows, one output row per topic
-    (``batch_index_ack`` needs ``acknowledgmentAtBatchIndexLevelEnabled``; not on pulsar-lite)."""
+    """Consumer mode: the ``groupBy("dlq_topic").applyInArrow`` function over :data:`COMMIT_INPUT_SCHEMA`
+    or :data:`ENTRIES_COMMIT_INPUT_SCHEMA` rows, a :data:`COMMIT_RESULT_SCHEMA` row per topic."""
     if not subscription:
         raise PulsarConfigError("subscription is required, e.g. 'dlq-replayer'")
     if idle_timeout_ms <= 0:
@@ -188,8 +185,7 @@ def _parse(ids: Any) -> tuple[Any, ...]:
 def _int64s(column: Any) -> array[int]:
     """An ``array('q')`` copy of a null-free ``pyarrow`` int64 array."""
     out = array("q")
-    start = column.offset * out.itemsize
-    out.frombytes(memoryview(column.buffers()[1])[start : start + len(column) * out.itemsize])
+    out.frombytes(column.to_numpy().data.cast("B"))  # zero-copy view of the (sliced) values, copied once
     return out
 
 
@@ -260,8 +256,7 @@ class FinalIds:
 
 
 class FinalEntries:
-    """Whole final entries (any message received of one is acked, no id to look up) plus the single
-    final ids of other entries; the same interface as :class:`FinalIds`."""
+    """Whole final entries (any message received of one is acked) plus :class:`FinalIds`; same interface."""
 
     def __init__(self, entries: list[tuple[int, int, int]], ids: FinalIds) -> None:
         self._ids = ids
@@ -312,8 +307,7 @@ class FinalEntries:
 
 
 class EntryCommitFn:
-    """Reader mode: acks the entries of a ``pyarrow.Table`` (:data:`ENTRY_COMMIT_INPUT_SCHEMA`) whose
-    ``final_messages == messages == batch_size``; one output row per ``dlq_topic``."""
+    """Reader mode: acks the entries with ``final_messages == messages == batch_size``; a row per topic."""
 
     def __init__(self, conf: PulsarConf, windows: Sequence[PartitionWindow], subscription: str) -> None:
         if not subscription:

@@ -1,7 +1,4 @@
-"""Connection settings for Pulsar (:class:`PulsarConf`) and one client per (process, conf).
-
-Spark's Python workers are forked, and a ``pulsar.Client`` must never cross a ``fork()``.
-"""
+"""Connection settings (:class:`PulsarConf`) and one client per (process, conf), never used across fork()."""
 
 from __future__ import annotations
 
@@ -41,8 +38,7 @@ CLIENT_LOGGER_NAME = "spark_apps.dlq_replay.pulsar_client"
 @dataclass(frozen=True)
 class PulsarConf:
     """How to reach Pulsar: where the credentials are, never their values, so it can travel in options,
-    plans and logs (``docs/pulsar-data-source.md``). Clients log natively at WARN to stdout (the executor
-    log) or to ``client_log_file`` (``{pid}`` replaced)."""
+    plans and logs (``docs/pulsar-data-source.md``)."""
 
     service_url: str
     token_env: str | None = TOKEN_ENV

@@ -1,7 +1,4 @@
-"""A subscription's cursor on one partition (admin REST ``internalStats``): acked and pending entries.
-
-A cursor acks *entries*: up to ``markDeletePosition`` plus the ``individuallyDeletedMessages`` ranges.
-"""
+"""A subscription's cursor on one partition (admin REST ``internalStats``): its acked and pending entries."""
 
 from __future__ import annotations
 

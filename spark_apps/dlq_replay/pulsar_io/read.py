@@ -1,7 +1,4 @@
-"""Read a frozen partition window: Readers in the reader mode, Shared consumers in the consumer mode.
-
-How each mode stops, and resumes after an idle stop: ``docs/pulsar-data-source.md``.
-"""
+"""Read a frozen partition window with Readers or Shared consumers (``docs/pulsar-data-source.md``)."""
 
 from __future__ import annotations
 

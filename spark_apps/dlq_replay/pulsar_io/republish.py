@@ -1,9 +1,5 @@
-"""Republish final rows to their origin topics from ``df.mapInArrow``, every send confirmed.
-
-Each producer name gets one producer and each message its explicit sequence id; batches are cut at the
-same places on every attempt, so the broker's deduplication holds or drops a re-sent batch whole. Why, and
-what a receipt proves: ``docs/reliability.md`` (one republish per original).
-"""
+"""Republish final rows to their origin topics from ``df.mapInArrow``, every send confirmed; batches are
+cut alike on every attempt, so deduplication holds or drops a re-sent one whole (``docs/reliability.md``)."""
 
 from __future__ import annotations
 
@@ -21,7 +17,7 @@ from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf, get_client
 from spark_apps.dlq_replay.pulsar_io.errors import RepublishError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
+    from collections.abc import Iterator
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +115,7 @@ def _epoch_ms(column: Any) -> list[int | None]:
 
 
 def _properties(column: Any) -> list[dict[str, str] | None]:
+    import numpy as np
     import pyarrow as pa
 
     if pa.types.is_null(column.type):
@@ -127,7 +124,9 @@ def _properties(column: Any) -> list[dict[str, str] | None]:
         raise RepublishError(f"republish column properties must be a map<string,string>; got {column.type}")
     # offsets index the unsliced key/item children, also for a sliced column
     offsets = column.offsets.to_pylist()
-    keys = _few_strings(column.keys)
+    # one Python str per distinct key (property names are few), indexed by the dictionary-encoded keys
+    encoded = column.keys.dictionary_encode()
+    keys = np.array(encoded.dictionary.to_pylist(), dtype=object)[encoded.indices.to_numpy()].tolist()
     values = column.items.to_pylist()
     spans = zip(offsets, islice(offsets, 1, None), strict=False)  # (start, end) of each row's entries
     out: list[dict[str, str] | None]
@@ -138,15 +137,6 @@ def _properties(column: Any) -> list[dict[str, str] | None]:
     if column.null_count:
         out = [row if valid else None for row, valid in zip(out, column.is_valid().to_pylist(), strict=True)]
     return out
-
-
-def _few_strings(values: Any) -> list[str]:
-    """``values.to_pylist()`` for a column of few distinct strings (property keys): one ``str`` each."""
-    import numpy as np
-
-    encoded = values.dictionary_encode()
-    distinct = np.array(encoded.dictionary.to_pylist(), dtype=object)
-    return distinct[encoded.indices.to_numpy()].tolist()
 
 
 def _by_producer(batch: Any, errors: list[str | None]) -> dict[tuple[str, str], list[int]]:
@@ -168,15 +158,6 @@ def _by_producer(batch: Any, errors: list[str | None]) -> dict[tuple[str, str], 
             errors[i] = lacking
         groups = {key: [i for i in rows if complete[i]] for key, rows in groups.items()}
     return {key: rows for key, rows in groups.items() if rows}
-
-
-def _id_texts(ids: Sequence[str | None]) -> Any:
-    """``ledger:entry:partition:batch_index`` of the client's ``(ledger,entry,partition,batch)`` texts."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    texts = pa.array(ids, pa.string())  # all of the form _id_text() returns
-    return pc.replace_substring(pc.utf8_slice_codeunits(texts, 1, -1), ",", ":")
 
 
 class _Publisher:
@@ -355,10 +336,12 @@ class _Publisher:
 
     def _emit(self) -> Any:
         import pyarrow as pa
+        import pyarrow.compute as pc
 
         keys, msg_ids, errors = zip(*self.ready, strict=True) if self.ready else ((), (), ())
         self.ready = []
-        ids = _id_texts(msg_ids)
+        # the client's "(ledger,entry,partition,batch)" texts (as _id_text returns them) as readable ids
+        ids = pc.replace_substring(pc.utf8_slice_codeunits(pa.array(msg_ids, pa.string()), 1, -1), ",", ":")
         replay_ids, rows = zip(*keys, strict=True) if keys else ((), ())
         return pa.RecordBatch.from_arrays(
             [

@@ -1,8 +1,4 @@
-"""``spark.read.format("pulsar")``: the messages of a frozen window the subscription has not acked.
-
-Nothing is acked, so reading twice gives the same rows. Options, schema and the ``parallelism`` of
-each read mode: ``docs/pulsar-data-source.md``.
-"""
+"""``spark.read.format("pulsar")``: a frozen window's unacked messages (``docs/pulsar-data-source.md``)."""
 
 from __future__ import annotations
 
@@ -92,8 +88,7 @@ def _int_option(opts: Mapping[str, str], name: str, default: int) -> int:
 
 @dataclass
 class PulsarInputPartition(InputPartition):
-    """One task's part of a partition window (picklable): a consumer ``slot``, or in the reader mode the
-    ``share`` of pending entry ranges to read."""
+    """One task's part of a partition window (picklable): a consumer ``slot`` or a reader ``share``."""
 
     window: PartitionWindow
     slot: int

@@ -1,8 +1,4 @@
-"""Frozen read windows: the last message id of every DLQ partition at the start of a run (invariant I3).
-
-The broker chooses the read mode: ``reader`` (Apache Pulsar's admin REST answers: the cursor's pending
-entry ranges are frozen too) or ``consumer`` (the commit reads the window again to ack).
-"""
+"""Frozen read windows (invariant I3) and the read mode the broker allows (``docs/pulsar-data-source.md``)."""
 
 from __future__ import annotations
 
@@ -11,7 +7,7 @@ import logging
 import os
 import time
 import uuid
-from dataclasses import astuple, dataclass
+from dataclasses import astuple, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from pulsar_dlq_consumer.context import base_topic, partition_index
@@ -179,8 +175,7 @@ def freeze(conf: PulsarConf, topics: str | Sequence[str], subscription: str) -> 
             cursor = CursorState.from_internal_stats(stats, subscription, topic=w.topic)
             end = w.end_key
             pending = () if end is None else tuple(pending_ranges(ledger_sizes(stats), cursor, end[:2]))
-            mark_delete = f"{cursor.mark_delete[0]}:{cursor.mark_delete[1]}"
-            frozen.append(PartitionWindow(w.topic, w.partition, w.end_message_id, pending, mark_delete))
+            frozen.append(replace(w, pending=pending, mark_delete=":".join(map(str, cursor.mark_delete))))
     except AdminUnavailable as exc:
         reason = f"the admin URL {conf.admin_url} is not Apache Pulsar's admin REST ({exc}): {consumers}"
         log.warning("read mode consumer: %s", reason)

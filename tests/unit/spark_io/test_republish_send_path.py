@@ -19,7 +19,6 @@ from spark_apps.dlq_replay.pulsar_io.republish import (
     REPUBLISH_INPUT_SCHEMA,
     _by_producer,
     _epoch_ms,
-    _id_texts,
     _properties,
 )
 from spark_apps.dlq_replay.pulsar_io.source import ddl_struct
@@ -376,9 +375,14 @@ def test_by_producer_groups_rows_in_row_order() -> None:
     assert set(REPUBLISH_INPUT_COLUMNS) == set(batch.schema.names)
 
 
-def test_id_texts() -> None:
-    assert _id_texts(["(1,2,-1,0)", None, "(-1,-1,-1,-1)"]).to_pylist() == ["1:2:-1:0", None, "-1:-1:-1:-1"]
-    assert _id_texts([None]).to_pylist() == [None]
+def test_results_carry_readable_ids(client: FakeClient) -> None:
+    pub = publisher()
+    pub.ready = [(("a", 0), "(1,2,-1,0)", None), (("b", 1), None, "no"), (("c", 2), "(-1,-1,-1,-1)", None)]
+    batch = pub._emit()
+    assert batch.column("published_message_id").to_pylist() == ["1:2:-1:0", None, "-1:-1:-1:-1"]
+    assert batch.column("published").to_pylist() == [True, False, True]
+    pub.ready = [(("d", 3), None, "failed")]
+    assert pub._emit().column("published_message_id").to_pylist() == [None]
 
 
 def test_properties_without_values_and_null_maps() -> None:
