@@ -2,8 +2,7 @@
 
 :func:`context_columns` reads the library's convention table (``CONVENTIONS``) with one kernel per kind of
 reader (:class:`_Kernels`), so a new convention needs nothing here. The kernels settle the forms writers
-send; the caller parses the other rows with the scalar parser: each row gets exactly the scalar result.
-"""
+send; the caller parses the other rows with the scalar parser: each row gets exactly the scalar result."""
 
 from __future__ import annotations
 
@@ -62,6 +61,8 @@ INT_LIMITS: dict[str, int] = {
     if isinstance(dtype, (IntegerType, LongType))
 }
 _NULL_TEXT = pa.scalar(None, pa.string())
+#: A reader's values for every row (an array, or one scalar for all) and the rows it settles (``None``: all).
+_Result = tuple[Any, pa.Array | None]
 
 
 class _Lookups:
@@ -120,10 +121,6 @@ def _int(values: pa.Array, minimum: int = 0, form: str = _PLAIN_INT) -> tuple[pa
     if minimum:
         numbers = pc.if_else(pc.less(numbers, minimum), pa.scalar(None, pa.int64()), numbers)
     return numbers, pc.or_kleene(pc.is_null(values), plain)
-
-
-#: A reader's values for every row (an array, or one scalar for all) and the rows it settles (``None``: all).
-_Result = tuple[Any, pa.Array | None]
 
 
 class _Kernels(dict[Reader, _Result]):

@@ -1,7 +1,6 @@
-"""Decide step: scope marks in Spark SQL, then one Python pass per Arrow batch in each decide task:
-normalise, scope, match the playbook (once per group of equal rows), run the fixes (per batch) and number
-the task's sends (:class:`ProducerSequencer`). No step shuffles the messages themselves.
-"""
+"""Decide step: scope marks in Spark SQL, then per Arrow batch of each decide task: normalise, scope, match
+the playbook (once per group of equal rows), run the fixes and number the sends (:class:`ProducerSequencer`).
+No step shuffles the messages themselves."""
 
 from __future__ import annotations
 
@@ -84,11 +83,6 @@ class _Row:
     quotes_row: bool = False  # the reason quotes the row's own values (its mark's, its REPLAY_COUNT)
 
 
-#: Decided column (a :class:`_Row` field of the same name) -> Arrow type.
-_TEXTS = ("rule", "action", "outcome", "outcome_reason", "target_topic", "fix", "fix_error")
-_FIELDS: dict[str, pa.DataType] = {**dict.fromkeys(_TEXTS, pa.string()), "archive_payload": pa.bool_()}
-
-
 class _Columns(dict[str, list[Any]]):
     """Columns of one Arrow batch, and of the arrays computed beside it, as Python lists, each converted
     on first use. Also the :class:`~spark_apps.dlq_replay.fixes.RecordSource` of the batch's records."""
@@ -115,8 +109,16 @@ class _Columns(dict[str, list[Any]]):
         return values
 
 
+#: Decided column (a :class:`_Row` field of the same name) -> Arrow type.
+_TEXTS = ("rule", "action", "outcome", "outcome_reason", "target_topic", "fix", "fix_error")
+_FIELDS: dict[str, pa.DataType] = {**dict.fromkeys(_TEXTS, pa.string()), "archive_payload": pa.bool_()}
 #: Outcome of a rule's action (republish is decided by :func:`_decide_republish`).
 _RULE_OUTCOMES = {oc.SKIP: oc.SKIPPED, oc.DROP: oc.DROPPED, oc.ARCHIVE: oc.ARCHIVED}
+_ARCHIVE_OUTCOMES = pa.array(sorted(oc.ARCHIVE_OUTCOMES), pa.string())
+#: The columns of a :class:`~spark_apps.dlq_replay.playbook.MatchInput` of the same names (the message last).
+_MATCH_COLUMNS = ("signature", "error_class", "origin_topic", "context_format", "error_message")
+#: What a decision reads of a row besides the match columns (the message only when a rule matches on it).
+_DECISION_INPUTS = (SCOPE_COLUMN, UNDECODABLE, ORIGIN_CONFLICT, "replay_count", "dlq_topic")
 #: Longest piece of a message (a topic, a property value) quoted in an outcome reason.
 _QUOTE_CHARS = 120
 _UNDECODABLE_REASON = (
@@ -172,10 +174,6 @@ def decide_batch(
     return _to_batch(decided, sequencer, settings.run_id)
 
 
-#: The columns of a :class:`~spark_apps.dlq_replay.playbook.MatchInput` of the same names (the message last).
-_MATCH_COLUMNS = ("signature", "error_class", "origin_topic", "context_format", "error_message")
-
-
 def _decide_row(cols: _Columns, playbook: Playbook, settings: DecideSettings, i: int) -> _Row:
     """Row ``i``'s decision, a fix left pending (``outcome`` ``None``, ``pending`` the rule)."""
     row = _Row()
@@ -183,7 +181,6 @@ def _decide_row(cols: _Columns, playbook: Playbook, settings: DecideSettings, i:
     if parked is not None:
         row.outcome, row.outcome_reason, row.quotes_row = parked
         return row
-    # The first rule the row matches, or the rule of its group's approved action (--group-actions).
     values = {name: cols[name][i] for name in _MATCH_COLUMNS}
     rule = playbook.first_match(MatchInput(**values, properties=cols.properties(i)))
     approved = (settings.group_actions or {}).get(cols["signature"][i])
@@ -192,7 +189,6 @@ def _decide_row(cols: _Columns, playbook: Playbook, settings: DecideSettings, i:
         row.action, row.outcome, row.outcome_reason = oc.SKIP, oc.SKIPPED, "no playbook rule matched"
         return row
     row.rule, row.action = rule.name, rule.action
-    # Archive the payload as the rule says, else the run default, never for a payload-off topic.
     wanted = settings.archive_payload if rule.archive_payload is None else rule.archive_payload
     row.archive_payload = wanted and not playbook.payload_off(cols["dlq_topic"][i], cols["origin_topic"][i])
     if rule.action == oc.REPUBLISH:
@@ -230,10 +226,6 @@ def _decide_republish(row: _Row, rule: Any, count: int, origin: str | None, sett
         row.outcome, row.outcome_reason = oc.TO_REPUBLISH, f"rule {rule.name!r} says republish"
         return
     row.outcome, row.outcome_reason = oc.ORIGIN_REFUSED, refused
-
-
-#: What a decision reads of a row besides the match columns (the message only when a rule matches on it).
-_DECISION_INPUTS = (SCOPE_COLUMN, UNDECODABLE, ORIGIN_CONFLICT, "replay_count", "dlq_topic")
 
 
 def _decision_groups(cols: _Columns, playbook: Playbook) -> tuple[pa.Array, list[int]]:
@@ -285,7 +277,6 @@ class _Decisions:
             indices = pc.indices_nonzero(mask)
             rules = [self.rows[g].pending for g in self.codes.take(indices).to_pylist()]
             indices = indices.to_pylist()
-            # The records' other fields are looked up only by a fix that reads them.
             records = [FixRecord.lazy(cols, i, cols["value"][i] or b"") for i in indices]
             results = run_fix(load_fix(fix_ref), records, timeout_s=rules[0].fix_timeout_seconds)
             updates = [_fix_outcome(rule, result) for rule, result in zip(rules, results, strict=True)]
@@ -323,7 +314,6 @@ def _to_batch(decided: _Decisions, sequencer: ProducerSequencer | None, run_id: 
     computed: dict[str, pa.Array] = {
         **columns,
         "archive_payload": pc.if_else(archive, columns["archive_payload"], pa.nulls(n, pa.bool_())),
-        # Payloads stay in Arrow: the fix's output where a fix ran, else the original.
         "out_value": pc.if_else(sending, pc.coalesce(decided.out_values, original), pa.nulls(n, pa.binary())),
         "out_properties": lineage_maps(
             properties,
@@ -337,7 +327,6 @@ def _to_batch(decided: _Decisions, sequencer: ProducerSequencer | None, run_id: 
         "replay_producer": pa.nulls(n, pa.string()),
         "sequence_id": pa.nulls(n, pa.int64()),
     }
-    # The original payload, properties and stack are kept only where the archive needs them.
     for name in ("value", "properties", "error_stack"):
         column = cols.array(name)
         computed[name] = pc.if_else(archive, column, pa.nulls(n, column.type))
@@ -347,9 +336,6 @@ def _to_batch(decided: _Decisions, sequencer: ProducerSequencer | None, run_id: 
     schema = arrow_schema(DECIDED_SCHEMA)
     arrays = [(computed[f.name] if f.name in computed else cols.array(f.name)).cast(f.type) for f in schema]
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
-
-
-_ARCHIVE_OUTCOMES = pa.array(sorted(oc.ARCHIVE_OUTCOMES), pa.string())
 
 
 def run_decide(run: Run, snapshot: DataFrame, planned_at: datetime) -> DataFrame:

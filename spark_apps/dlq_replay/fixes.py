@@ -366,8 +366,7 @@ def run_fix(
 
 
 def _call(function: FixFunction, argument: Any, guard: _FixGuard, *, convert: bool = True) -> Any:
-    """``function(argument)`` within ``guard``'s time limit: its :func:`to_outcome` (``convert``) or result,
-    or the outcome of what it raised."""
+    """``function(argument)`` in ``guard``'s time limit, as an outcome (the raw result if not ``convert``)."""
     try:
         guard.arm()
         try:

@@ -1,7 +1,5 @@
-"""Per-group actions a reviewer approved (``--group-actions``: ``replay``, ``archive`` or ``leave`` per error
-signature, overriding the playbook) and the window of the dry-run they reviewed (``--window-from``), so
-messages that reached the DLQ after the review wait for the next run. See ``docs/approval.md``.
-"""
+"""Per-group actions a reviewer approved (``--group-actions``, overriding the playbook) and the window of the
+dry-run they reviewed (``--window-from``): see ``docs/approval.md``."""
 
 from __future__ import annotations
 

@@ -25,11 +25,6 @@ LINEAGE_KEYS: tuple[str, ...] = (REPLAY_ID, REPLAY_RUN_ID, REPLAY_COUNT, REPLAYE
 _COUNT = re.compile(r"[0-9]{1,9}")
 
 
-def _stripped(key: str) -> bool:
-    """Is ``key`` removed from a replayed message (DLQ bookkeeping or a lineage key set anew)?"""
-    return is_bookkeeping_property(key) or key in LINEAGE_KEYS
-
-
 def previous_replay_count(properties: Mapping[str, str] | None) -> int | None:
     """The ``REPLAY_COUNT`` a message already carries: 0 when absent, ``None`` when not a number."""
     raw = (properties or {}).get(REPLAY_COUNT)
@@ -55,7 +50,8 @@ def lineage_maps(
     rows = pc.fill_null(rows, False)
     keys, items, parents, relative = map_entries(properties)
     own = pc.and_(rows, properties.is_valid()).take(parents)
-    keep = pc.and_(own, pc.invert(per_distinct(keys, _stripped, pa.bool_())))
+    stripped = per_distinct(keys, lambda key: is_bookkeeping_property(key) or key in LINEAGE_KEYS, pa.bool_())
+    keep = pc.and_(own, pc.invert(stripped))
     kept_before = prefix_counts(keep)  # entry e: kept entries before it; [E]: all kept
     rows_before = prefix_counts(rows)  # row r: chosen rows before it; [n]: all chosen
     # Each chosen row's map holds its kept entries, then `width` lineage entries: the entries of the

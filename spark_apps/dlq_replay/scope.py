@@ -43,6 +43,10 @@ _RID = REPLAY_ID_MARK
 _FIRST_TYPE = "struct<topic:string,message_id_str:string>"
 _COPY_FINAL = "another copy of the same original (%s %s) is final in the ledger of run %s"
 _COPY_FIRST = "another copy of the same original (%s %s) is in this run and was published first"
+#: At most this many replay ids carried by more than one snapshot row reach the driver and are ranked by
+#: themselves; more, and the scope marks rank every row.
+REPEATED_LIMIT = 10_000
+_REPEATED_SCHEMA = ddl_struct(f"{_RID} string, more boolean")
 
 
 @dataclass(frozen=True)
@@ -181,12 +185,6 @@ def scope_marks(
     marked = marks.filter(F.col(MARK).isNotNull()).select(*_MARKED)
     marked = marked.persist(StorageLevel.MEMORY_AND_DISK)  # computed once, counted, joined
     return marked, marked.count()
-
-
-#: At most this many replay ids carried by more than one snapshot row reach the driver and are ranked by
-#: themselves; more, and the scope marks rank every row.
-REPEATED_LIMIT = 10_000
-_REPEATED_SCHEMA = ddl_struct(f"{_RID} string, more boolean")
 
 
 def repeated_ids(spark: SparkSession, identities_dir: str, tasks: int) -> set[str] | None:

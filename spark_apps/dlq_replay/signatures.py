@@ -30,18 +30,6 @@ _MASKS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"(?<![A-Za-z0-9])[-+]?[0-9]+(?:[.,][0-9]+)*"), "<num>"),
 )
 
-
-def message_template(message: str | None) -> str:
-    """``message`` with its variable parts masked, at most 512 characters (``""`` for none)."""
-    if not message:
-        return ""
-    text = message[: MAX_TEMPLATE_CHARS * 4]
-    for pattern, mask in _MASKS:
-        text = pattern.sub(mask, text)
-    # Runs of whitespace become one space, none at the ends (str.split's whitespace is re's \s).
-    return " ".join(text.split())[:MAX_TEMPLATE_CHARS]
-
-
 #: :data:`_MASKS` as RE2 rewrites, exact for ASCII text (where ``\w`` and ``\b`` mean the same in both
 #: engines) without the sentinels ``\x01``/``\x02``, each group skipped when no message of the batch passes
 #: its cheap test. RE2 has no lookaround: the mixed-hex mask wraps long hex runs in sentinels, masks those
@@ -65,6 +53,17 @@ _RE2_MASKS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
 )
 
 
+def message_template(message: str | None) -> str:
+    """``message`` with its variable parts masked, at most 512 characters (``""`` for none)."""
+    if not message:
+        return ""
+    text = message[: MAX_TEMPLATE_CHARS * 4]
+    for pattern, mask in _MASKS:
+        text = pattern.sub(mask, text)
+    # Runs of whitespace become one space, none at the ends (str.split's whitespace is re's \s).
+    return " ".join(text.split())[:MAX_TEMPLATE_CHARS]
+
+
 def message_templates(messages: pa.Array) -> pa.Array:
     """:func:`message_template` of every value (null gives ``""``), by RE2 kernels for ASCII messages."""
     text = pc.utf8_slice_codeunits(pc.fill_null(messages, ""), 0, MAX_TEMPLATE_CHARS * 4)
@@ -81,11 +80,6 @@ def message_templates(messages: pa.Array) -> pa.Array:
     return pc.replace_with_mask(text, other, done)
 
 
-def signature_topic(origin_topic: str | None) -> str:
-    """The origin topic as used in signatures: partitions of one topic share a signature."""
-    return base_topic(origin_topic) if origin_topic else ""
-
-
 def error_signatures(
     error_classes: pa.Array, templates: pa.Array, origin_topics: pa.Array, reasons: pa.Array
 ) -> pa.Array:
@@ -94,7 +88,7 @@ def error_signatures(
     material = pc.binary_join_element_wise(
         pc.fill_null(error_classes, ""),
         pc.fill_null(templates, ""),
-        per_distinct(origin_topics, signature_topic, pa.string()),
+        per_distinct(origin_topics, lambda topic: base_topic(topic) if topic else "", pa.string()),
         pc.if_else(pc.equal(reasons, ""), pa.scalar(REASON_UNKNOWN), reasons),
         "\x1f",
     )

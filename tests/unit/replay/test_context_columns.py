@@ -34,13 +34,17 @@ from spark_apps.dlq_replay.signatures import (
     error_signatures,
     message_template,
     message_templates,
-    signature_topic,
 )
 
 
 def error_signature(cls: str | None, template: str, origin_topic: str | None, reason: str | None) -> str:
     """The signature's definition, one row at a time: the reference for the batch signatures."""
-    material = (cls or "", template, signature_topic(origin_topic), reason or C.REASON_UNKNOWN)
+    material = (
+        cls or "",
+        template,
+        context.base_topic(origin_topic) if origin_topic else "",
+        reason or C.REASON_UNKNOWN,
+    )
     return hashlib.sha256("\x1f".join(material).encode("utf-8", "replace")).hexdigest()[:16]
 
 
