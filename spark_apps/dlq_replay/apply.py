@@ -82,8 +82,7 @@ def _send_wave(run: Run, sequence_range: tuple[int, int], path: str, chosen: Sen
 
 
 def _republish_in_waves(run: Run, decisions: DataFrame, to_send: int, around: SendFilter | None) -> None:
-    """Send in waves of ``--wave-size`` sequence ids per producer (``around`` a canary): a saved wave is never
-    sent again, one an earlier attempt started but did not save is sent again whole (``resent``)."""
+    """Send the waves of ``--wave-size`` sequence ids per producer not saved yet (``around`` a canary)."""
     progress = run.state.progress("apply")
     last = int(run.state.info("decide").get("max_sequence_id", -1))
     if not progress.get("wave_size"):
@@ -128,8 +127,7 @@ def _republish_in_waves(run: Run, decisions: DataFrame, to_send: int, around: Se
 def _count_resend(
     run: Run, decisions: DataFrame, results: str, sequence_range: tuple[int, int], restarts: int
 ) -> None:
-    """Count a wave ``restarts`` killed attempts had started: ``resent``, ``resent_held`` (dropped by broker
-    dedup) and ``resend_bound`` (wave size x producers per attempt: the most sent twice without dedup)."""
+    """Add a wave ``restarts`` killed attempts had started to the resend counts (``docs/reliability.md``)."""
     lo, hi = sequence_range
     held = F.count_if(F.col("published_message_id").startswith("-1:"))
     sent, dropped = read_frame(run.spark, results, RESULTS_SCHEMA).agg(F.count(F.lit(1)), held).collect()[0]
@@ -146,8 +144,7 @@ def _count_resend(
 
 
 def _wave_size(run: Run, last: int) -> int:
-    """``--wave-size``, else ``DEDUP_WAVE_SIZE`` when the broker deduplicates every target topic, else the
-    small default that bounds a re-send after a kill (``docs/reliability.md``)."""
+    """``--wave-size``, else the wave size for the target topics' deduplication (``docs/reliability.md``)."""
     if run.options.wave_size is not None:
         return run.options.wave_size
     if last < DEFAULT_WAVE_SIZE:

@@ -1,6 +1,5 @@
 """Small pyarrow helpers: the batch kernels' shared array functions (no Python object per value), and
-Arrow UDFs and small driver-side frames through the public DataFrame API (classic and Spark Connect).
-"""
+Arrow UDFs and small driver-side frames through the public DataFrame API (classic and Spark Connect)."""
 
 from __future__ import annotations
 
@@ -21,10 +20,9 @@ if TYPE_CHECKING:
 
 
 def use_system_allocator() -> None:
-    """Allocate this process's Arrow buffers with the C library's ``malloc``: pyarrow's default pool
-    (mimalloc) keeps what a batch freed resident, about 60 MiB more per Python worker in a long task.
-    With glibc, blocks of 1 MiB and more are mapped on their own, so a freed batch goes back to the
-    system (glibc's moving threshold would otherwise keep later batches' blocks in its heap)."""
+    """Allocate this process's Arrow buffers with ``malloc``, glibc mapping blocks of 1 MiB and more on their
+    own, so a freed batch goes back to the system: pyarrow's default pool (mimalloc) kept it resident, about
+    60 MiB more per Python worker in a long task, and so would glibc's moving threshold."""
     pa.set_memory_pool(pa.system_memory_pool())
     libc = _glibc()
     if libc is not None:
@@ -33,10 +31,8 @@ def use_system_allocator() -> None:
 
 @contextlib.contextmanager
 def rare_collections() -> Iterator[None]:
-    """Run a Python task with the cyclic garbage collector seldom: what is alive already (the worker's
-    modules) is frozen out of its scans, and a young collection waits for :data:`TASK_GC_THRESHOLD` new
-    objects. Per-message work makes and drops millions of objects, few of them in cycles: with Python's
-    defaults a send task spent a tenth of its time collecting. The worker's own settings come back after."""
+    """Run a Python task with the cyclic garbage collector seldom (its live objects frozen, thresholds
+    :data:`TASK_GC_THRESHOLD`): with Python's defaults a send task spent a tenth of its time collecting."""
     threshold = gc.get_threshold()
     gc.freeze()
     gc.set_threshold(*TASK_GC_THRESHOLD)
@@ -48,8 +44,7 @@ def rare_collections() -> Iterator[None]:
 
 
 def return_free_memory() -> None:
-    """Hand the memory the driver freed back to the system (Arrow's pool, Python's garbage, then glibc's
-    ``malloc_trim(0)`` where the C library has it), else what one step frees stays resident."""
+    """Hand the memory the driver freed back to the system, else what one step frees stays resident."""
     pa.default_memory_pool().release_unused()
     gc.collect()
     libc = _glibc()
@@ -105,8 +100,7 @@ def map_entries(properties: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array, pa.
 
 
 def group_ids(columns: Sequence[pa.Array]) -> pa.Array:
-    """An int64 id per row, the same for rows equal in every one of ``columns`` (nulls equal to nulls),
-    below the number of rows: each column's dictionary codes combined with the ids so far, renumbered."""
+    """An int64 id per row, below the number of rows, the same for rows equal in every one of ``columns``."""
     ids = pa.repeat(pa.scalar(0, pa.int64()), len(columns[0]))
     for column in columns:
         values = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
@@ -149,9 +143,8 @@ def key_hashes(keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
 
 
 def _byte_keys(keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    """``keys`` as a NumPy bytes array (null: empty): the data buffer viewed as fixed-width values (no
-    Python object per key; no copy when every key has one length, as replay ids do), else each key padded
-    with NUL bytes to the longest first."""
+    """``keys`` as a NumPy bytes array (null: empty), no Python object per key: the data buffer as it is when
+    every key has one length (replay ids do), else the keys padded with NUL bytes to the longest."""
     values = pc.fill_null(keys.cast(pa.binary()), b"")
     if isinstance(values, pa.ChunkedArray):
         values = values.combine_chunks()
@@ -195,8 +188,7 @@ def local_frame(spark: SparkSession, rows: Sequence[Sequence[Any]], schema: str)
 def in_tasks(
     spark: SparkSession, work: Callable[[int], Iterable[pa.RecordBatch]], tasks: int, schema: StructType
 ) -> pa.Table:
-    """The rows (``schema``) of ``work(i)`` for each ``i`` below ``tasks``, each run in its own Python task:
-    the driver reads no file row by row, it gets the small result."""
+    """The rows (``schema``) of ``work(i)`` for each ``i`` below ``tasks``, each in its own Python task."""
     if tasks < 1:
         from spark_apps.dlq_replay.schemas import arrow_schema
 

@@ -66,8 +66,7 @@ class _ConnectionLog(logging.Handler):
 
 
 def lookup_partitions(conf: PulsarConf, topics: Sequence[str]) -> dict[str, bool]:
-    """Whether each topic is partitioned (so exists), looked up with the run's credentials; a refused
-    handshake (retried by the client until the timeout) is a ``ReplayConfigError``."""
+    """Whether each topic is partitioned (so exists), looked up with the run's credentials."""
     import pulsar
 
     kwargs = client_auth_kwargs(conf, operation_timeout_seconds=LOOKUP_TIMEOUT_S)

@@ -1,6 +1,4 @@
-"""Command line of the replay app (contract in ``docs/replay-app.md``): exit code 0 done, 2 invalid input
-found before anything is written, 1 failed or locked; progress and errors on stderr, stdout a summary
-ending with ``DLQ_REPLAY_SUMMARY {json}``. Tokens are never accepted as arguments, nor printed."""
+"""Command line of the replay app (exit codes, output, secrets: ``docs/replay-app.md`` and ``--help``)."""
 
 from __future__ import annotations
 
@@ -167,13 +165,12 @@ def build_session(run_id: str) -> SparkSession:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the app; returns the process exit code (see the module docstring)."""
+    """Run the app; returns the process exit code (``EXIT_OK``, ``EXIT_FAILED`` or ``EXIT_USAGE``)."""
     configure_logging()
     register_argv(sys.argv[1:] if argv is None else argv)  # never printed, whatever option they were in
     run_id = None  # set once the checks before Spark passed
     try:
         options = parse_options(argv)
-        # files, permissions, playbook, then the broker and topics: before Spark starts, nothing written
         playbook = check_local(options)
         check_broker(PulsarConf.from_app_options(options), options.topics)
         from spark_apps.dlq_replay.report import summary_line, summary_text

@@ -1,6 +1,5 @@
-"""Commit step: ack the run's final messages, from the per-entry counts of the read tasks (:func:`entry_rows`)
-and the record tasks (:class:`EntryFinals`), merged by :func:`entry_table`: reader mode by entry id,
-consumer mode (:class:`ConsumerCommit`) whole entries as received."""
+"""Commit step: ack the final messages by the per-entry counts (:func:`entry_table`) of the read and record
+tasks: reader mode by entry id, consumer mode (:class:`ConsumerCommit`) whole entries as received."""
 
 from __future__ import annotations
 
@@ -69,7 +68,6 @@ def entry_rows(batch: pa.RecordBatch) -> pa.RecordBatch:
 
 
 def _sum_finals(tables: list[pa.Table]) -> pa.Table:
-    """The final messages per entry of ``tables`` (rows with ``final_messages``)."""
     if not tables:
         return _FINALS.empty_table()
     return _per_entry(pa.concat_tables(tables), [("final_messages", "sum")])
@@ -200,7 +198,6 @@ _TOTAL_COLUMNS = tuple(part.split()[0] for part in COMMIT_RESULT_SCHEMA.split(",
 
 
 def _sum_rows(rows: Iterable[Any]) -> dict[str, int]:
-    """The commit results' totals (one row per DLQ partition)."""
     return {name: sum(int(row[name] or 0) for row in rows) for name in _TOTAL_COLUMNS}
 
 

@@ -1,7 +1,5 @@
-"""The replay run's options: the library's :class:`~pulsar_dlq_consumer.replay_options.ReplayOptions` (its
-fields, defaults, rules and argv), plus the app's checks that keep a secret typed in the wrong place out of
-its files and logs, the compiled origin allowlist and the options a resumed run must keep.
-"""
+"""The library's :class:`~pulsar_dlq_consumer.replay_options.ReplayOptions`, plus the app's checks that keep a
+misplaced secret out of files and logs, the compiled origin allowlist and the options a resume must keep."""
 
 from __future__ import annotations
 

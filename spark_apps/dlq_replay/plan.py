@@ -36,9 +36,7 @@ def run_plan(run: Run) -> tuple[list[PartitionWindow], datetime]:
         started = time.monotonic()
         settled: list[dict[str, Any]] = []
         if opts.window_from:  # the window a reviewer saw (docs/approval.md)
-            reused = reuse_window(opts)
-            reason = f"the window of the reviewed run {opts.window_from}"
-            frozen = FrozenWindows(reused, reason)
+            frozen = FrozenWindows(reuse_window(opts), f"the window of the reviewed run {opts.window_from}")
         else:
             frozen = freeze(run.conf, list(opts.topics), opts.subscription)
         windows = frozen.windows
@@ -81,8 +79,7 @@ def run_plan(run: Run) -> tuple[list[PartitionWindow], datetime]:
 def _settle_windows(
     run: Run, frozen: list[PartitionWindow]
 ) -> tuple[list[PartitionWindow], list[dict[str, Any]]]:
-    """End each partition whose last message an earlier run made final at the last entry the ledger knows
-    pending (:func:`~spark_apps.dlq_replay.ledger.settled_ends`), not waiting for a message never received."""
+    """End the partitions :func:`~spark_apps.dlq_replay.ledger.settled_ends` names at their settled ends."""
     ledger = read_ledger(run.spark, run.storage, run.paths.ledger)
     if ledger is None:
         return frozen, []

@@ -1,6 +1,5 @@
 """One invocation of a replay run id (:class:`Run`): where it writes (:class:`RunPaths`) and its state
-(``runs/<run>/state.json``, :class:`RunState`), which records the complete steps, so a re-run with the
-same options (their fingerprint is kept) resumes from the first incomplete one."""
+(:class:`RunState`: the complete steps, where a re-run with the same options resumes)."""
 
 from __future__ import annotations
 

@@ -26,8 +26,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("spark_apps.dlq_replay")
 
-#: The packages the app's Python workers import: the app and the vendored consumer library.
-CODE_PACKAGES = ("spark_apps", "pulsar_dlq_consumer")
 _LOCAL = re.compile(r"local(?:\[(\d+|\*)(?:,\s*\d+)?\])?")
 #: Fixed timestamp of the source bundle's entries: the same sources give the same zip (and name).
 _ZIP_DATE = (2020, 1, 1, 0, 0, 0)
@@ -94,7 +92,7 @@ def source_bundle(directory: str | None = None) -> str:
     """A zip of the app and the vendored library from a source checkout, named by its content."""
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-        for package in CODE_PACKAGES:
+        for package in ("spark_apps", "pulsar_dlq_consumer"):  # the app and the vendored library
             base = Path(os.path.abspath(str(importlib.import_module(package).__file__))).parent
             for path in sorted(base.rglob("*.py")):  # no __pycache__ entry: those end in .pyc
                 rel = path.relative_to(base.parent).as_posix()
@@ -108,7 +106,6 @@ def source_bundle(directory: str | None = None) -> str:
 
 
 def _ship_once(spark: SparkSession, path: str) -> bool:
-    """``spark.addArtifacts(path, pyfile=True)`` unless this session has it already; True when shipped."""
     key = os.path.abspath(path)
     with _lock:
         done = _shipped.setdefault(spark, set())

@@ -1,7 +1,5 @@
-"""Every file a run reads or writes, on the driver and in its tasks, through pyarrow.fs: a local path,
-``file:`` URI or object store / Hadoop URI (``s3://``, ``s3a://``, ``gs://``, ``hdfs://``...). S3 takes its
-settings from the standard AWS environment variables (``AWS_ENDPOINT_URL_S3``/``AWS_ENDPOINT_URL`` for an
-S3-compatible server; keys never travel in arguments). Writes are whole."""
+"""Every file a run reads or writes, on the driver and in its tasks, through pyarrow.fs: a local path or any
+URI pyarrow opens, S3's settings from the AWS environment (``docs/object-storage.md``). Writes are whole."""
 
 from __future__ import annotations
 
@@ -20,8 +18,6 @@ from spark_apps.dlq_replay.errors import ReplayConfigError
 
 #: Schemes served by pyarrow's S3 file system (Hadoop's names included).
 S3_SCHEMES = frozenset({"s3", "s3a", "s3n"})
-#: Schemes whose URI's host names a cluster, not a bucket: the path inside it is the URI's path alone.
-_PATH_ONLY_SCHEMES = frozenset({"hdfs", "viewfs"})
 
 
 class StorageError(ReplayConfigError):
@@ -76,7 +72,7 @@ def filesystem(path: str) -> tuple[pafs.FileSystem, str]:
     parsed = urlparse(path)
     scheme = parsed.scheme.lower()
     # Hadoop-style stores address a path inside the named cluster; the others (s3, gs, abfs...) a bucket.
-    inner = parsed.path if scheme in _PATH_ONLY_SCHEMES else f"{parsed.netloc}{parsed.path}"
+    inner = parsed.path if scheme in ("hdfs", "viewfs") else f"{parsed.netloc}{parsed.path}"
     if scheme in S3_SCHEMES:
         endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or None
         region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or None
@@ -215,7 +211,7 @@ def move_tree(src: str, dst: str) -> None:
     files = list_files(src)
     if not files:
         return  # moved whole by an earlier call
-    started = join(src, _MOVING)
+    started = join(src, "_MOVING")  # marks a folder begun to move file by file
     if started not in files:
         delete(dst)
         write_bytes(started, b"")
@@ -223,10 +219,6 @@ def move_tree(src: str, dst: str) -> None:
         if path != started:
             move(path, join(dst, path[len(src.rstrip("/")) :]))
     delete(src)
-
-
-#: Marks a folder :func:`move_tree` has begun to move file by file.
-_MOVING = "_MOVING"
 
 
 def open_parquet(path: str, **options: object) -> pq.ParquetFile:

@@ -173,8 +173,6 @@ class TaskFile:
             storage.delete(self.temp)
 
 
-#: The folder name Spark gives a null or empty partition value.
-DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 #: The characters Spark escapes in a partition folder name (besides the control characters): ``%XX``.
 _ESCAPED = frozenset("\"#%'*/:=?\\\x7f{[]^")
 
@@ -182,7 +180,7 @@ _ESCAPED = frozenset("\"#%'*/:=?\\\x7f{[]^")
 def partition_folder(column: str, value: str | None) -> str:
     """``<column>=<value>`` as Spark's partitioned writer names the folder (and its reader decodes it)."""
     escaped = "".join(f"%{ord(c):02X}" if c in _ESCAPED or "\x01" <= c <= "\x1f" else c for c in value or "")
-    return f"{column}={escaped or DEFAULT_PARTITION}"
+    return f"{column}={escaped or '__HIVE_DEFAULT_PARTITION__'}"  # Spark's name for a null or empty value
 
 
 @dataclass(frozen=True)
@@ -286,7 +284,6 @@ class _TaskWrites:
         yield pa.RecordBatch.from_arrays([pa.array(c, pa.int64()) for c in columns], names=list(self.names))
 
     def _write(self, batch: pa.RecordBatch, files: _Files, partition: int, attempt: int) -> None:
-        """Write ``batch`` to every output: split by the partition column's values, a file opened for each."""
         for i, output in enumerate(self.outputs):
             rows = batch if output.rows is None else output.rows(batch)
             if output.partition_by is None:

@@ -18,7 +18,6 @@ from spark_apps.dlq_replay import storage
 from spark_apps.dlq_replay.arrow_util import each_id, in_tasks
 from spark_apps.dlq_replay.pulsar_io.republish import REPUBLISH_INPUT_COLUMNS, republish_batches
 from spark_apps.dlq_replay.schemas import RESULTS_SCHEMA, ddl_struct
-from spark_apps.dlq_replay.storage import open_parquet
 from spark_apps.dlq_replay.task_parquet import data_files, part_file, part_files, row_tally, write_in_tasks
 
 if TYPE_CHECKING:
@@ -35,7 +34,6 @@ _SOURCES = {"producer_name": "replay_producer", "value": "out_value", "propertie
 #: place in its decisions file, numbered on reading).
 SEND_COLUMNS = {_SOURCES.get(name, name): name for name in REPUBLISH_INPUT_COLUMNS}
 _READ = [name for name in SEND_COLUMNS if name != "row"] + ["outcome"]
-_TARGETS_SCHEMA = ddl_struct("target_topic string")
 #: Appended to a producer's name for the canary rows it sends first (``docs/canary.md``).
 CANARY_SUFFIX = "-canary"
 
@@ -85,9 +83,8 @@ def wave_rows(
     chosen: Callable[[pa.RecordBatch], pa.RecordBatch] | None = None,
     extra_columns: Sequence[str] = (),
 ) -> Iterator[pa.RecordBatch]:
-    """The rows to republish of the decisions file ``path`` with a sequence id in ``[lo, hi)``, in file
-    order, each with its row number in the file, as republish input batches of about ``batch_rows``
-    (``chosen``: a :class:`SendFilter`)."""
+    """The rows of ``path`` to republish with a sequence id in ``[lo, hi)``, in file order and numbered, as
+    republish input batches of about ``batch_rows`` (``chosen``: a :class:`SendFilter`'s filter)."""
     pending: list[pa.RecordBatch] = []
     held = 0
     for batch in _numbered_batches(path, lo, hi, batch_rows, [*_READ, *extra_columns]):
@@ -108,7 +105,7 @@ def _numbered_batches(
     path: str, lo: int, hi: int, batch_rows: int, columns: list[str]
 ) -> Iterator[pa.RecordBatch]:
     """The batches of the row groups of ``path`` that may hold the wave ``[lo, hi)``, numbered (``row``)."""
-    source = open_parquet(path)
+    source = storage.open_parquet(path)
     meta = source.metadata
     sizes = (meta.row_group(group).num_rows for group in range(meta.num_row_groups))
     starts = list(accumulate(sizes, initial=0))
@@ -150,7 +147,6 @@ def _in_wave(batch: pa.RecordBatch, lo: int, hi: int) -> pa.RecordBatch:
 
 
 def _renamed(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
-    """The republish input columns of ``batches``, merged into one batch."""
     merged = pa.Table.from_batches(batches).select(list(SEND_COLUMNS)).combine_chunks().to_batches()[0]
     return pa.RecordBatch.from_arrays(merged.columns, names=list(SEND_COLUMNS.values()))
 
@@ -166,8 +162,8 @@ def send_wave(
     batch_rows: int,
     rate_limit_per_s: float | None = None,
     only: SendFilter | None = None,
-) -> int:
-    """Send one wave, one Spark task per bucket, writing the results to ``results_path``; the rows sent."""
+) -> None:
+    """Send one wave, one Spark task per bucket, writing the results to ``results_path``."""
     lo, hi = sequence_range
     per_task = rate_limit_per_s / max(1, buckets) if rate_limit_per_s else None
 
@@ -178,27 +174,24 @@ def send_wave(
         return republish_batches(rows, conf=conf, rate_limit_per_s=per_task)
 
     frame = spark.range(buckets, numPartitions=buckets)
-    tallies = write_in_tasks(frame, each_id(send), RESULTS_SCHEMA, results_path, row_tally, ("n",))
-    return sum(t[0] or 0 for t in tallies)
+    write_in_tasks(frame, each_id(send), RESULTS_SCHEMA, results_path, row_tally, ("n",))
 
 
 def sending_targets(spark: SparkSession, decisions_dir: str) -> set[str]:
-    """The target topics of the rows to republish: one Python task per decisions file reads them
-    (:func:`file_targets`), the driver gets the topics only."""
+    """The target topics of the rows to republish, read by one Python task per decisions file."""
     files = part_files(decisions_dir)
 
     def targets(index: int) -> Iterator[pa.RecordBatch]:
         yield pa.record_batch([pa.array(list(file_targets(files[index])), pa.string())], ["target_topic"])
 
-    return set(in_tasks(spark, targets, len(files), _TARGETS_SCHEMA).column(0).to_pylist())
+    return set(in_tasks(spark, targets, len(files), ddl_struct("target_topic string")).column(0).to_pylist())
 
 
 def file_targets(path: str) -> set[str]:
-    """The target topics of the rows to republish in the decisions file ``path`` (two dictionary-encoded
-    columns, one batch at a time)."""
+    """The target topics of the rows to republish in the decisions file ``path``."""
     targets: set[str] = set()
     columns = ["outcome", "target_topic"]
-    source = open_parquet(path, read_dictionary=columns)
+    source = storage.open_parquet(path, read_dictionary=columns)
     for batch in source.iter_batches(batch_size=65_536, columns=columns, use_threads=False):
         sending = batch.filter(pc.equal(batch.column("outcome"), oc.TO_REPUBLISH))
         targets.update(t for t in pc.unique(sending.column("target_topic")).to_pylist() if t)
