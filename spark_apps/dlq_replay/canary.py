@@ -65,6 +65,12 @@ def watched_topics(dlq_topics: tuple[str, ...], spec: CanarySpec) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def derived_retry_topics(topics: list[str], spec: CanarySpec) -> frozenset[str]:
+    """The watched ``-RETRY`` siblings not named in the watch topics: they may not exist (a warning)."""
+    named = set(map(normalize_topic, spec.watch_topics))
+    return frozenset(t for t in topics if t.endswith("-RETRY") and t not in named)
+
+
 def failed_again(
     conf: PulsarConf, topics: list[str], since_ms: int, run_id: str, ids: set[str], optional: frozenset[str]
 ) -> set[str]:
@@ -165,7 +171,7 @@ def run_canary(run: Any, decisions: DataFrame, send: Callable[[SendFilter, str],
         sent = {r["signature"]: list(r["ids"]) for r in rows}
         topics = watched_topics(tuple(run.options.topics), spec)
         canary_ids = {i for ids in sent.values() for i in ids}
-        derived = frozenset(t for t in topics if t.endswith("-RETRY") and t not in spec.watch_topics)
+        derived = derived_retry_topics(topics, spec)
         since = int(state["watch_from_ms"])
         seen = failed_again(run.conf, topics, since, run.options.run_id, canary_ids, derived)
         state["watched_topics"] = topics

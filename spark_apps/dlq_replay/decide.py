@@ -265,20 +265,20 @@ class _Decisions:
         self.columns[name] = pc.replace_with_mask(column, mask, pa.array(values, column.type))
 
     def run_fixes(self) -> None:
-        """Run each pending fix on its rows (one call per fix reference) and put the outcomes in."""
-        by_fix: dict[str, list[int]] = {}
+        """Run each pending fix on its rows (one call per fix and time limit) and put the outcomes in."""
+        by_fix: dict[tuple[str, float], list[int]] = {}
         for g, row in enumerate(self.rows):
             if row.pending is not None:
-                by_fix.setdefault(row.pending.fix, []).append(g)
+                by_fix.setdefault((row.pending.fix, row.pending.fix_timeout_seconds), []).append(g)
         cols = self.cols
         given: list[list[tuple[str, str]] | None] = [None] * cols.batch.num_rows
-        for fix_ref, groups in by_fix.items():
+        for (fix_ref, timeout_s), groups in by_fix.items():
             mask = pc.is_in(self.codes, value_set=pa.array(groups, pa.int64()))
             indices = pc.indices_nonzero(mask)
             rules = [self.rows[g].pending for g in self.codes.take(indices).to_pylist()]
             indices = indices.to_pylist()
             records = [FixRecord.lazy(cols, i, cols["value"][i] or b"") for i in indices]
-            results = run_fix(load_fix(fix_ref), records, timeout_s=rules[0].fix_timeout_seconds)
+            results = run_fix(load_fix(fix_ref), records, timeout_s=timeout_s)
             updates = [_fix_outcome(rule, result) for rule, result in zip(rules, results, strict=True)]
             for k, name in enumerate(("outcome", "outcome_reason", "fix_error")):
                 self._put(name, mask, [update[k] for update in updates])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pulsar_dlq_consumer.replay_options import CanarySpec, ReplayOptionsError
-from spark_apps.dlq_replay.canary import verdicts, watched_topics
+from spark_apps.dlq_replay.canary import derived_retry_topics, verdicts, watched_topics
 from spark_apps.dlq_replay.cli import parse_options
 
 BASE = ["--run-id", "r", "--service-url", "pulsar://x:6650", "--topics", "o-s-DLQ", "--output-dir", "/o"]
@@ -56,3 +56,10 @@ def test_watched_topics_are_the_dlqs_and_their_retry_topics():
         "persistent://public/default/o-s-RETRY",
         "persistent://acme/orders/extra",
     ]
+
+
+def test_a_retry_topic_named_in_short_is_watched_not_derived():
+    # Only the -RETRY siblings the run derived may be missing; one the user named must open.
+    spec = CanarySpec(count=1, watch_topics=("a-s-RETRY",))
+    topics = watched_topics(("o-s-DLQ", "a-s-DLQ"), spec)
+    assert derived_retry_topics(topics, spec) == {"persistent://public/default/o-s-RETRY"}

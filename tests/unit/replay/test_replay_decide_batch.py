@@ -374,3 +374,24 @@ def test_a_fix_sees_each_rows_own_fields(tmp_path, monkeypatch):
         assert (key, ordering, tenant, error_class) == (f"k{i}", None, f"t{i}", "E")
         assert event == (later.isoformat() if i == 1 else None)
         assert (signature, dlq, dlq_id) == (row["signature"], DLQ, row["dlq_message_id"])
+
+
+def test_each_rule_keeps_its_own_fix_timeout(tmp_path, monkeypatch):
+    # Two rules with one fix and different time limits: each row is held to its own rule's limit.
+    slow = "import time\ndef slow(r):\n    time.sleep(0.3)\n    return r.payload\n"
+    (tmp_path / "unit_slow_fix.py").write_text(slow)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    rule = "    action: republish\n    fix: unit_slow_fix:slow\n    fix_version: '1'\n"
+    playbook = parse_playbook(
+        f"rules:\n  - name: patient\n    match: {{error_class: Patient}}\n{rule}    fix_timeout_seconds: 5\n"
+        f"  - name: hasty\n    match: {{error_class: Hasty}}\n{rule}    fix_timeout_seconds: 0.1\n"
+    )
+    batch = snapshot_batch([(b"{}", ours("Patient", "a")), (b"{}", ours("Hasty", "b"))])
+    settings = DecideSettings(run_id="r", mode=oc.REPLAY, allowlist=TopicMatcher.parse(["orders"]))
+    try:
+        out = by_key(decide_batch(scoped(normalize_batch(batch)), playbook, settings))
+    finally:
+        sys.modules.pop("unit_slow_fix", None)
+    assert out["k0"]["outcome"] == oc.TO_REPUBLISH
+    assert out["k1"]["outcome"] == oc.FIX_FAILED
+    assert "fix_timeout_seconds (0.1 s)" in out["k1"]["fix_error"]
