@@ -99,7 +99,6 @@ def expected_total(state: Any, step: str, expected_snapshot: int | None = None) 
     """The messages a step handles, from what earlier steps recorded in the run state."""
     if step == "snapshot":
         return expected_snapshot
-    # the earlier step and the count it recorded that is the step's total
     earlier, key = {"apply": ("decide", "to_republish")}.get(step, ("snapshot", "messages"))
     value = state.info(earlier).get(key) if step in ("decide", "record", "apply") else None
     return value if isinstance(value, int) else None

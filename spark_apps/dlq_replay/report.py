@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from functools import partial
-from itertools import groupby
+from itertools import groupby, islice
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
@@ -126,7 +126,6 @@ def build_groups(
             if combo["action"]:
                 actions[combo["action"]] += int(combo["n"])
             outcomes[_label(combo["outcome"], mode)] += int(combo["n"])
-        # Every format the group's messages came in; one label only when they all agree.
         formats = sorted({combo["context_format"] for combo in mine} - {None})
         groups.append(
             {
@@ -270,11 +269,11 @@ def _errors(
         sig: [{"message": message, "count": counts[False][(sig, message)]} for message in messages]
         for sig, messages in wanted.items()
     }
-    fix_errors: dict[str, list[dict[str, Any]]] = {}
-    for (sig, error), n in sorted(counts[True].items(), key=lambda item: (-item[1], item[0][1])):
-        mine = fix_errors.setdefault(sig, [])
-        if len(mine) < FIX_ERRORS:
-            mine.append({"error": error, "count": n})
+    ranked = sorted(counts[True].items(), key=lambda item: (item[0][0], -item[1], item[0][1]))
+    fix_errors = {
+        sig: [{"error": error, "count": n} for (_, error), n in islice(mine, FIX_ERRORS)]
+        for sig, mine in groupby(ranked, key=lambda item: item[0][0])
+    }
     return fix_errors, errors
 
 
@@ -366,10 +365,8 @@ def trend(spark: SparkSession, ctx: ReportContext, report: dict[str, Any]) -> di
         at = ctx.recorded_at.astimezone().replace(tzinfo=None).isoformat()
     messages = report["totals"].get("snapshot", 0)
     runs.append({"run_id": run_id, "at": at, "messages": messages, "mode": report.get("mode")})
-    counted = [
-        {"signature": s, "counts": [counts.get((r["run_id"], s), 0) for r in runs]} for s in signatures
-    ]
-    return {"runs": runs, "groups": counted}
+    groups = [{"signature": s, "counts": [counts.get((r["run_id"], s), 0) for r in runs]} for s in signatures]
+    return {"runs": runs, "groups": groups}
 
 
 def run_concurrently(spark: SparkSession, *queries: Callable[[], Any]) -> list[Any]:

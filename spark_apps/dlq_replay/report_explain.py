@@ -83,15 +83,13 @@ def _miss(rule: Rule, record: MatchInput, failed: str | PropertyCondition) -> st
 def explain_rules(playbook: Playbook, record: MatchInput) -> list[dict[str, Any]]:
     """Each rule in order with its verdict for ``record`` (first match wins) and why it did not match."""
     explained: list[dict[str, Any]] = []
-    matched = False
     for rule in playbook.rules:
         entry: dict[str, Any] = {"rule": rule.name, "action": rule.action, "line": rule.line}
-        if matched:
+        if explained and explained[-1]["verdict"] != NO_MATCH:  # an earlier rule matched
             entry.update(verdict=NOT_REACHED, reasons=["an earlier rule matched first"])
         else:
             misses = [_miss(rule, record, failed) for failed in rule.failed_conditions(record)]
             entry.update(verdict=NO_MATCH if misses else MATCHED, reasons=misses)
-            matched = not misses
         explained.append(entry)
     return explained
 

@@ -58,8 +58,7 @@ _COMBO_COLUMNS = (*COMBO_KEYS, "error_template", "error_class", "origin_topic", 
 
 
 def first_k(table: pa.Table, keys: Sequence[str], order: Sequence[str], k: int) -> pa.Table:
-    """The rows of ``table`` among the first ``k`` of their ``keys`` by ``order`` (ascending, nulls first as
-    in Spark), sorted by keys then order; ranked by an integer group id, so only kept rows compare keys."""
+    """The first ``k`` rows per ``keys`` by ``order`` (ascending, nulls first as in Spark), sorted by both."""
     if table.num_rows == 0:
         return table
     group = group_ids([table.column(name) for name in keys])
@@ -127,11 +126,10 @@ class BucketParts:
         ledger = pa.Table.from_batches(self._ledger)
         decided = pa.Table.from_batches(self._decided)
         self._ledger, self._decided, self._pending = [], [], 0
-        rows = {name: ledger[name] for name in (*COMBO_KEYS, "error_class", "origin_topic", "reason")}
+        rows = {name: ledger[name] for name in _COMBO_COLUMNS}
+        rows["template"] = rows.pop("error_template")
         times = ledger["publish_time"]
-        rows.update(
-            n=pa.repeat(1, ledger.num_rows), template=ledger["error_template"], first=times, last=times
-        )
+        rows.update(n=pa.repeat(1, ledger.num_rows), first=times, last=times)
         errors = decided.filter(pc.is_valid(decided.column("error_message")))
         fresh = {
             "combos": pa.table(rows),
@@ -222,8 +220,7 @@ COUNT_SCHEMA = ddl_struct("fix boolean, signature string, text string, n long")
 def error_count_rows(
     files: Sequence[str], wanted: dict[str, list[str]], signatures: Sequence[str], task: int
 ) -> Iterator[pa.RecordBatch]:
-    """Per ``(signature, text)``, the count of each message ``wanted`` and of each fix error of ``signatures``
-    (cut to :data:`ERROR_CHARS`) in decisions file ``files[task]``, in one pass."""
+    """Counts of the messages ``wanted`` and the fix errors of ``signatures`` in decisions ``files[task]``."""
     texts = [f"{sig}\x1f{message}" for sig, messages in wanted.items() for message in messages]
     keys = pa.array(texts, pa.string())  # typed: an empty list would make a null array
     shown = pa.array(sorted(signatures), pa.string())
