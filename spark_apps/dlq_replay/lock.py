@@ -76,15 +76,10 @@ class OutputLock:
         self.owner: LockOwner | None = None
         self.name: str | None = None
 
-    def _path(self, name: str) -> str:
-        return join(self.directory, name)
-
     def _current(self) -> tuple[int, LockOwner | None]:
         names = self.storage.list_names(self.directory)
-        latest = max((g for g in map(lock_generation, names) if g is not None), default=None)
-        if latest is None:
-            return 0, None
-        text = self.storage.read_text(self._path(f"{LOCK_PREFIX}{latest}"))
+        latest = max((g for g in map(lock_generation, names) if g is not None), default=0)
+        text = self.storage.read_text(join(self.directory, f"{LOCK_PREFIX}{latest}"))  # None: no lock yet
         return latest, LockOwner.from_json(text) if text else None
 
     def acquire(self) -> None:
@@ -102,7 +97,7 @@ class OutputLock:
         now, pid = time.time(), os.getpid()
         owner = LockOwner(self.run_id, socket.gethostname(), pid, process_start(pid), now, now, self.ttl_s)
         name = f"{LOCK_PREFIX}{generation + 1}"
-        if not self.storage.create_exclusive(self._path(name), owner.to_json()):
+        if not self.storage.create_exclusive(join(self.directory, name), owner.to_json()):
             _, winner = self._current()
             raise RunLockedError(
                 f"another replay run took the output directory {self.output_root} at the same moment"
@@ -112,7 +107,7 @@ class OutputLock:
         self.owner, self.name = owner, name
         for old in self.storage.list_names(self.directory):
             if (gen := lock_generation(old)) is not None and gen <= generation:
-                self.storage.delete(self._path(old))
+                self.storage.delete(join(self.directory, old))
 
     def heartbeat(self) -> str | None:
         """Refresh the heartbeat; returns why the lock is lost, or ``None`` while it is held."""
@@ -123,7 +118,7 @@ class OutputLock:
             who = holder.describe() if holder else "another run"
             return f"the output directory lock was taken over by {who}"
         self.owner = replace(self.owner, heartbeat_at=time.time())
-        self.storage.write_text(self._path(self.name), self.owner.to_json())  # atomic: written, then renamed
+        self.storage.write_text(join(self.directory, self.name), self.owner.to_json())  # atomic: a rename
         return None
 
     def release(self) -> None:
@@ -131,7 +126,7 @@ class OutputLock:
             return
         generation, holder = self._current()
         if f"{LOCK_PREFIX}{generation}" == self.name and holder is not None and holder.pid == os.getpid():
-            self.storage.delete(self._path(self.name))
+            self.storage.delete(join(self.directory, self.name))
         self.name = self.owner = None
 
 
