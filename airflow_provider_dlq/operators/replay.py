@@ -451,12 +451,6 @@ class DlqReplayOperator(BaseOperator):
         return str(paths.zip_path), str(self.application or paths.main_path)
 
     def execute(self, context: Context) -> dict[str, Any]:
-        try:
-            actions = parse_group_actions(self.group_actions)
-        except ReplayArgumentError as exc:
-            raise self._not_retried(exc) from exc
-        if actions is not None and all(action == "leave" for action in actions.values()):
-            raise AirflowSkipException("The approval left every group pending; nothing to replay.")
         pulsar, args, remote = self.usage_checked(self.resolve_run_id(context))
         if pulsar.tls_allow_insecure_connection:
             self.log.warning(
@@ -622,6 +616,9 @@ class DlqReplayOperator(BaseOperator):
     def usage_checked(self, run_id: str) -> tuple[PulsarConnectionConfig, ReplayOptions, SparkRemote | None]:
         """The connection, app options and Connect server (``None``: spark-submit); usage errors: no retry."""
         try:
+            actions = parse_group_actions(self.group_actions)
+            if actions is not None and all(action == "leave" for action in actions.values()):
+                raise AirflowSkipException("The approval left every group pending; nothing to replay.")
             check_topics(self.topics)  # before the connection: the trigger form's first field
             pulsar = self.pulsar_hook.config
             args = self.replay_args(run_id, pulsar)

@@ -126,16 +126,6 @@ def _signatures(values: Mapping[str, Any], actions: dict[str, str] | None) -> tu
     return signatures
 
 
-def _run_id(value: Any) -> str:
-    run_id = str(value)
-    if not _SAFE_RUN_ID.fullmatch(run_id) or run_id in (".", ".."):
-        raise ReplayArgumentError(
-            f"run_id must be 1-120 characters of [A-Za-z0-9._-] (it names runs/<run_id>/); got {run_id!r}. "
-            "Leave it unset to derive it from the DAG run."
-        )
-    return run_id
-
-
 def _output_dir(value: Any) -> str:
     """Local relative paths become absolute (the driver, executors and this task must agree)."""
     text = "" if _blank(value) else str(value).strip()
@@ -158,10 +148,16 @@ def build_replay_args(values: Mapping[str, Any]) -> ReplayOptions:
     actions = parse_group_actions(values.get("group_actions"))
     parsed = {flag.name: _flag_value(flag, values.get(flag.name)) for flag in FLAGS}
     parsed["archive_payload"] = "on" if archive_flag(values.get("archive_payload", "on")) else "off"
+    run_id = str(values["run_id"])
+    if not _SAFE_RUN_ID.fullmatch(run_id) or run_id in (".", ".."):
+        raise ReplayArgumentError(
+            f"run_id must be 1-120 characters of [A-Za-z0-9._-] (it names runs/<run_id>/); got {run_id!r}. "
+            "Leave it unset to derive it from the DAG run."
+        )
     try:
         return ReplayOptions.from_arguments(
             parsed,
-            run_id=_run_id(values["run_id"]),
+            run_id=run_id,
             service_url=str(values["service_url"]),
             topics=tuple(as_list("topics", values.get("topics"))),
             output_dir=_output_dir(values.get("output_dir")),

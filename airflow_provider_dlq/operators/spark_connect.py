@@ -79,15 +79,6 @@ def _secrets(login: str | None, password: str | None) -> tuple[str, ...]:
     return tuple(sorted(values, key=len, reverse=True))
 
 
-def _slashes_quoted(url: str, login: str | None, password: str | None) -> str:
-    """``url`` with a ``/`` in the user id or token percent-encoded: ``SparkConnectHook`` quotes them
-    keeping ``/``, and PySpark then reads ``sc://host/;token=a/b`` as a path and refuses the URL."""
-    for key, value in (("user_id", login), ("token", password)):
-        if value and "/" in value:
-            url = url.replace(f"{key}={quote(value)}", f"{key}={quote(value, safe='')}", 1)
-    return url
-
-
 def spark_remote(conn_id: str) -> SparkRemote | None:
     """The server of a ``spark_connect`` connection; ``None`` for another type or a missing connection."""
     from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
@@ -121,7 +112,10 @@ def spark_remote(conn_id: str) -> SparkRemote | None:
             "the port in Port): no path or ;parameters. Put the token in Password, the user id in Login and "
             "use_ssl in Extra."
         ) from None
-    url = _slashes_quoted(url, conn.login, conn.password)
+    # SparkConnectHook keeps a "/" of the user id or token, and PySpark reads sc://host/;token=a/b as a path.
+    for key, value in (("user_id", conn.login), ("token", conn.password)):
+        if value and "/" in value:
+            url = url.replace(f"{key}={quote(value)}", f"{key}={quote(value, safe='')}", 1)
     remote = SparkRemote(conn_id, url.split("/;", 1)[0].rstrip("/"), url, _secrets(conn.login, conn.password))
     for secret in remote.secrets:
         mask_secret(secret)  # every log line of the task is masked too

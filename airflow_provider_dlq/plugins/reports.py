@@ -55,17 +55,6 @@ def report_location(summary: Any) -> str:
     return location.strip()
 
 
-def check_shape(location: str) -> None:
-    """Refuse anything but ``.../runs/<run id>/report.html`` (no ``..``)."""
-    _, path = split_location(location)
-    parts = posixpath.normpath(urlsplit(path).path if "://" in path else path).split("/")
-    if parts[-1:] != [REPORT_NAME] or len(parts) < 3 or parts[-3] != "runs" or ".." in path.split("/"):
-        raise ReportUnavailable(
-            f"refusing to serve {location!r}: only <output dir>/runs/<run id>/{REPORT_NAME} files are served",
-            status=403,
-        )
-
-
 def _under(location: str, root: str) -> bool:
     scheme, path = split_location(location)
     root_scheme, root_path = split_location(root)
@@ -80,7 +69,13 @@ def read_report(location: str) -> bytes:
     """The report at ``location`` if ``[dlq_replay]`` allows it; else :class:`ReportUnavailable`."""
     from airflow.configuration import conf
 
-    check_shape(location)
+    scheme, path = split_location(location)
+    parts = posixpath.normpath(urlsplit(path).path if "://" in path else path).split("/")
+    if parts[-1:] != [REPORT_NAME] or len(parts) < 3 or parts[-3] != "runs" or ".." in path.split("/"):
+        raise ReportUnavailable(
+            f"refusing to serve {location!r}: only <output dir>/runs/<run id>/{REPORT_NAME} files are served",
+            status=403,
+        )
     roots = [r.strip() for r in conf.get("dlq_replay", "report_roots", fallback="").split(",") if r.strip()]
     if roots and not any(_under(location, root) for root in roots):
         raise ReportUnavailable(
@@ -94,7 +89,7 @@ def read_report(location: str) -> bytes:
             location, conn_id, conf.getint("dlq_replay", "report_max_bytes", fallback=MAX_BYTES)
         )
     except FileNotFoundError as exc:
-        if split_location(location)[0]:
+        if scheme:
             raise ReportUnavailable(f"the report {location} does not exist (yet)") from exc
         raise ReportUnavailable(
             f"the report {location} is not on the API server's file system; the Spark driver wrote it "

@@ -525,7 +525,7 @@ def test_malformed_group_actions_fail_the_task_without_retries(tmp_path):
     """A bad approval value fails every try alike: the task fails at once, as other usage errors do."""
     from airflow.sdk.exceptions import AirflowFailException
 
-    op = make_operator(tmp_path, group_actions="[not json")
+    op = make_operator(tmp_path, group_actions="[not json", run_id="r1")
     with pytest.raises(AirflowFailException, match=r"group_actions must be a mapping.*not retried"):
         op.execute({})
 
@@ -533,6 +533,6 @@ def test_malformed_group_actions_fail_the_task_without_retries(tmp_path):
 def test_an_approval_that_leaves_every_group_skips_the_task(tmp_path):
     from airflow.sdk.exceptions import AirflowSkipException
 
-    op = make_operator(tmp_path, group_actions='{"3f1c9a0b2d4e6f81": "leave"}')
+    op = make_operator(tmp_path, group_actions='{"3f1c9a0b2d4e6f81": "leave"}', run_id="r1")
     with pytest.raises(AirflowSkipException, match="left every group pending"):
         op.execute({})
