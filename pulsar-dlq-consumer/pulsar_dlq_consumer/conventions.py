@@ -268,7 +268,7 @@ class Claim:
 class Convention:
     """One DLQ convention: a message is in it when a key is in ``markers`` or starts with ``marker_prefix``
     and it carries every key of ``requires``; ``fields`` maps context fields to readers (others: the
-    :data:`FIELD_DEFAULTS` value or ``None``), ``claim`` is its origin claim."""
+    :data:`FIELD_DEFAULTS` value or ``None``), ``claim`` its origin claim (default: what ``fields`` read)."""
 
     format: ContextFormat
     fields: Mapping[str, Reader]
@@ -295,14 +295,9 @@ class Convention:
 
 
 _STD_ORIGIN_ID = first(Text(ORIGIN_MESSAGE_ID), Text(LEGACY_ORIGIN_MESSAGE_ID))
-_PULSAR_CLAIM = Claim(REAL_TOPIC, _STD_ORIGIN_ID)
-_CONNECT_POSITION = Position(CONNECT_PREFIX + "partition", CONNECT_PREFIX + "offset")
-_SPRING_POSITION = Position(
-    SPRING_PREFIX + "original-partition", SPRING_PREFIX + "original-offset", binary=True
-)
+_PULSAR_ORIGIN = {"origin_topic": Text(REAL_TOPIC), "origin_message_id": _STD_ORIGIN_ID}
 _RETRIED = {
-    "origin_topic": Text(REAL_TOPIC),
-    "origin_message_id": _STD_ORIGIN_ID,
+    **_PULSAR_ORIGIN,
     "reconsume_times": Number(RECONSUMETIMES),
     "reason": Const(REASON_MAX_RECONSUMES),
 }
@@ -346,10 +341,9 @@ CONVENTIONS: tuple[Convention, ...] = (
         ContextFormat.KAFKA_CONNECT,
         marker_prefix=CONNECT_PREFIX,
         namespace=CONNECT_PREFIX,
-        claim=Claim(CONNECT_TOPIC, _CONNECT_POSITION),
         fields={
             "origin_topic": Text(CONNECT_TOPIC),
-            "origin_message_id": _CONNECT_POSITION,
+            "origin_message_id": Position(CONNECT_PREFIX + "partition", CONNECT_PREFIX + "offset"),
             "subscription": Text(CONNECT_PREFIX + "connector.name"),
             "error_class": Text(CONNECT_PREFIX + "exception.class.name"),
             "error_message": Text(CONNECT_PREFIX + "exception.message", MAX_ERROR_MESSAGE_BYTES),
@@ -361,10 +355,11 @@ CONVENTIONS: tuple[Convention, ...] = (
         ContextFormat.SPRING,
         marker_prefix=SPRING_PREFIX,
         namespace=SPRING_PREFIX,
-        claim=Claim(SPRING_ORIGINAL_TOPIC, _SPRING_POSITION),
         fields={
             "origin_topic": Text(SPRING_ORIGINAL_TOPIC),
-            "origin_message_id": _SPRING_POSITION,
+            "origin_message_id": Position(
+                SPRING_PREFIX + "original-partition", SPRING_PREFIX + "original-offset", binary=True
+            ),
             "subscription": Text(SPRING_PREFIX + "original-consumer-group"),
             "error_class": first(
                 Text(SPRING_PREFIX + "exception-cause-fqcn"), Text(SPRING_PREFIX + "exception-fqcn")
@@ -379,7 +374,6 @@ CONVENTIONS: tuple[Convention, ...] = (
             {KEY_TOPIC, KEY_PARTITION, KIP1191_OFFSET, KIP1191_GROUP, KEY_DELIVERY_COUNT, KIP1191_MESSAGE}
         ),
         namespace=CONTEXT_PREFIX,
-        claim=Claim(KEY_TOPIC, Position(KEY_PARTITION, KIP1191_OFFSET)),
         fields={
             "origin_topic": Text(KEY_TOPIC),
             "origin_message_id": Position(KEY_PARTITION, KIP1191_OFFSET),
@@ -392,24 +386,17 @@ CONVENTIONS: tuple[Convention, ...] = (
         ContextFormat.JAVA_RETRY,
         markers=frozenset({RECONSUMETIMES, RETRY_TOPIC, DELAY_TIME}),
         requires=frozenset({REAL_TOPIC}),
-        claim=_PULSAR_CLAIM,
         fields=_RETRIED,
     ),
     Convention(  # TDMQ for Pulsar's retry topic: no REAL_TOPIC
         ContextFormat.TDMQ,
         markers=frozenset({RECONSUMETIMES, RETRY_TOPIC}),
-        claim=_PULSAR_CLAIM,
         fields=_RETRIED,
     ),
     Convention(  # the official clients' DeadLetterPolicy / ConsumerDeadLetterPolicy
         ContextFormat.PULSAR_DLQ_POLICY,
         markers=frozenset({REAL_TOPIC, ORIGIN_MESSAGE_ID, LEGACY_ORIGIN_MESSAGE_ID}),
-        claim=_PULSAR_CLAIM,
-        fields={
-            "origin_topic": Text(REAL_TOPIC),
-            "origin_message_id": _STD_ORIGIN_ID,
-            "reason": Const(REASON_MAX_REDELIVERIES),
-        },
+        fields={**_PULSAR_ORIGIN, "reason": Const(REASON_MAX_REDELIVERIES)},
     ),
 )
 
@@ -420,7 +407,8 @@ FIELD_DEFAULTS: Mapping[str, Any] = {"reason": REASON_UNKNOWN}
 def _origin_claims() -> tuple[Claim, ...]:
     """One claim per topic key, in table order (a shared key reads the id the first way that gives one)."""
     readers: dict[str, dict[Reader, None]] = {}
-    for claim in (c.claim for c in CONVENTIONS if c.claim is not None):
+    for c in CONVENTIONS:
+        claim = c.claim or Claim(c.fields["origin_topic"].keys[0], c.fields["origin_message_id"])
         readers.setdefault(claim.topic_key, {})[claim.message_id] = None
     return tuple(Claim(key, first(*found)) for key, found in readers.items())
 

@@ -58,12 +58,11 @@ class ProcessingStats:
 
 def _check_classes(name: str, classes: Iterable[type[BaseException]]) -> tuple[type[BaseException], ...]:
     result = tuple(classes)
-    for cls in result:
-        if not (isinstance(cls, type) and issubclass(cls, Exception)):
-            raise ConfigurationError(
-                f"{name} must be Exception subclasses (BaseException-only types such as KeyboardInterrupt "
-                f"always propagate); got {cls!r}"
-            )
+    if bad := [cls for cls in result if not (isinstance(cls, type) and issubclass(cls, Exception))]:
+        raise ConfigurationError(
+            f"{name} must be Exception subclasses (BaseException-only types such as KeyboardInterrupt "
+            f"always propagate); got {bad[0]!r}"
+        )
     return result
 
 
