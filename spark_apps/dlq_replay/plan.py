@@ -34,14 +34,11 @@ def run_plan(run: Run) -> tuple[list[PartitionWindow], datetime]:
     opts = run.options
     if run.step("plan"):
         started = time.monotonic()
-        settled: list[dict[str, Any]] = []
         if opts.window_from:  # the window a reviewer saw (docs/approval.md)
             frozen = FrozenWindows(reuse_window(opts), f"the window of the reviewed run {opts.window_from}")
         else:
             frozen = freeze(run.conf, list(opts.topics), opts.subscription)
-        windows = frozen.windows
-        if frozen.read_mode == CONSUMER_MODE and not opts.window_from:
-            windows, settled = _settle_windows(run, windows)  # reader mode reads only pending entries
+        windows, settled = _settle_windows(run, frozen)
         planned_at = datetime.now(UTC)
         plan = {
             "run_id": opts.run_id,
@@ -76,13 +73,13 @@ def run_plan(run: Run) -> tuple[list[PartitionWindow], datetime]:
     return windows_from_json(plan["window"]), datetime.fromisoformat(plan["planned_at"])
 
 
-def _settle_windows(
-    run: Run, frozen: list[PartitionWindow]
-) -> tuple[list[PartitionWindow], list[dict[str, Any]]]:
-    """End the partitions :func:`~spark_apps.dlq_replay.ledger.settled_ends` names at their settled ends."""
-    ledger = read_ledger(run.spark, run.storage, run.paths.ledger)
+def _settle_windows(run: Run, frozen: FrozenWindows) -> tuple[list[PartitionWindow], list[dict[str, Any]]]:
+    """End the partitions :func:`~spark_apps.dlq_replay.ledger.settled_ends` names at their settled ends
+    (consumer mode only: the reader mode reads only pending entries; a reviewed window is kept as is)."""
+    settle = frozen.read_mode == CONSUMER_MODE and not run.options.window_from
+    ledger = read_ledger(run.spark, run.storage, run.paths.ledger) if settle else None
     if ledger is None:
-        return frozen, []
+        return frozen.windows, []
 
     def commit_done(run_id: str) -> bool:
         path = RunPaths(run.options.output_dir, run_id).state
@@ -92,7 +89,7 @@ def _settle_windows(
         state = RunState.from_json(text, where=path)
         return state.is_complete("commit") and not int(state.info("commit").get("unacked_final", 0))
 
-    ends = {e.topic: e for e in settled_ends(ledger, frozen, commit_done)}
+    ends = {e.topic: e for e in settled_ends(ledger, frozen.windows, commit_done)}
     for end in ends.values():
         log.info(
             "plan: the last message of %s is final in run(s) %s; reading it up to %s",
@@ -101,6 +98,7 @@ def _settle_windows(
             end.end_message_id or "nothing (no message left pending there)",
         )
     windows = [
-        replace(w, end_message_id=ends[w.topic].end_message_id) if w.topic in ends else w for w in frozen
+        replace(w, end_message_id=ends[w.topic].end_message_id) if w.topic in ends else w
+        for w in frozen.windows
     ]
     return windows, [asdict(e) for e in ends.values()]

@@ -20,8 +20,6 @@ _RANGE = re.compile(r"\((-?\d+):(-?\d+)\.\.(-?\d+):(-?\d+)\]")
 _POSITION = re.compile(r"^\s*(-?\d+):(-?\d+)\s*$")
 #: Entries a Reader reads through (and skips) rather than starting a new Reader after them.
 DEFAULT_SEEK_GAP = 500
-#: A Reader gets at least this many entries before a partition's window is split further.
-DEFAULT_MIN_ENTRIES_PER_READER = 5000
 
 
 def parse_position(text: str) -> Position:
@@ -170,9 +168,7 @@ def count_entries(ranges: Iterable[EntryRange]) -> int:
     return sum(r.entries for r in ranges)
 
 
-def split_for_readers(
-    ranges: Sequence[EntryRange], readers: int, min_entries: int = DEFAULT_MIN_ENTRIES_PER_READER
-) -> list[list[EntryRange]]:
+def split_for_readers(ranges: Sequence[EntryRange], readers: int, min_entries: int) -> list[list[EntryRange]]:
     """Split ordered pending ranges into at most ``readers`` contiguous shares of about equal entries,
     each of at least ``min_entries`` (a range may be cut in two)."""
     total = count_entries(ranges)

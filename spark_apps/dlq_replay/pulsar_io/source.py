@@ -12,11 +12,7 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf, get_client
-from spark_apps.dlq_replay.pulsar_io.cursor import (
-    DEFAULT_MIN_ENTRIES_PER_READER,
-    EntryRange,
-    split_for_readers,
-)
+from spark_apps.dlq_replay.pulsar_io.cursor import EntryRange, split_for_readers
 from spark_apps.dlq_replay.pulsar_io.errors import PulsarConfigError, WindowError
 from spark_apps.dlq_replay.pulsar_io.read import (
     DEFAULT_IDLE_TIMEOUT_MS,
@@ -48,6 +44,8 @@ SOURCE_SCHEMA = (
 )
 SOURCE_COLUMNS = [part.split()[0] for part in SOURCE_SCHEMA.split(", ")]
 DEFAULT_MAX_BATCH_ROWS = 2_000  # as the app's Arrow batches (cli.ARROW_BATCH_ROWS)
+#: A Reader gets at least this many entries before a partition's window is split further.
+DEFAULT_MIN_ENTRIES_PER_READER = 5000
 #: The column :func:`read_in_tasks` adds with ``mark_entries``: true on the first row of each entry.
 ENTRY_FIRST = "_entry_first"
 # Set on a row whose properties or key could not be decoded as UTF-8 (the message is kept, never dropped).

@@ -31,13 +31,12 @@ CONSUMER_MODE = "consumer"
 @dataclass(frozen=True)
 class PartitionWindow:
     """The frozen end of one topic partition (``partition`` -1: not partitioned; ``end_message_id``
-    ``None``: empty). Reader mode only: ``pending`` entries and the cursor's ``mark_delete``."""
+    ``None``: empty; ``pending``: the entries the reader mode reads, ``None`` in the consumer mode)."""
 
     topic: str
     partition: int
     end_message_id: str | None
     pending: tuple[EntryRange, ...] | None = None
-    mark_delete: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.topic, str) or "://" not in self.topic:
@@ -175,7 +174,7 @@ def freeze(conf: PulsarConf, topics: str | Sequence[str], subscription: str) -> 
             cursor = CursorState.from_internal_stats(stats, subscription, topic=w.topic)
             end = w.end_key
             pending = () if end is None else tuple(pending_ranges(ledger_sizes(stats), cursor, end[:2]))
-            frozen.append(replace(w, pending=pending, mark_delete=":".join(map(str, cursor.mark_delete))))
+            frozen.append(replace(w, pending=pending))
     except AdminUnavailable as exc:
         reason = f"the admin URL {conf.admin_url} is not Apache Pulsar's admin REST ({exc}): {consumers}"
         log.warning("read mode consumer: %s", reason)
@@ -185,14 +184,12 @@ def freeze(conf: PulsarConf, topics: str | Sequence[str], subscription: str) -> 
 
 
 def windows_to_json(windows: Sequence[PartitionWindow]) -> str:
-    """Serialise windows for the ``window`` data-source option and ``plan.json``."""
-    items = []
-    for w in windows:
-        item: dict[str, Any] = dict(topic=w.topic, partition=w.partition, end_message_id=w.end_message_id)
-        if w.pending is not None:
-            item["pending"] = [astuple(r) for r in w.pending]  # [ledger, first, last, skipped_before]
-            item["mark_delete"] = w.mark_delete
-        items.append(item)
+    """Windows as JSON for the ``window`` option and ``plan.json`` (see :meth:`EntryRange.from_list`)."""
+    items = [
+        {"topic": w.topic, "partition": w.partition, "end_message_id": w.end_message_id}
+        | ({} if w.pending is None else {"pending": [astuple(r) for r in w.pending]})
+        for w in windows
+    ]
     return json.dumps({"format": WINDOW_FORMAT, "windows": items}, sort_keys=True)
 
 
@@ -211,15 +208,15 @@ def windows_from_json(text: str) -> list[PartitionWindow]:
     windows = []
     base = {"topic", "partition", "end_message_id"}
     for i, item in enumerate(items):
-        if not isinstance(item, dict) or set(item) not in (base, base | {"pending", "mark_delete"}):
+        if not isinstance(item, dict) or set(item) not in (base, base | {"pending"}):
             raise WindowError(
-                f"window entry {i} must have exactly topic, partition, end_message_id (and pending, "
-                f"mark_delete in the reader mode); got {str(item)[:300]}"
+                f"window entry {i} must have exactly topic, partition, end_message_id (and pending in the "
+                f"reader mode); got {str(item)[:300]}"
             )
         pending = item.get("pending")
         if pending is not None and not isinstance(pending, list):
             raise WindowError(f"window entry {i}: pending must be a list of [ledger, first, last, skipped]")
         ranges = None if pending is None else tuple(EntryRange.from_list(r) for r in pending)
         topic, partition, end = str(item["topic"]), int(item["partition"]), item["end_message_id"]
-        windows.append(PartitionWindow(topic, partition, end, ranges, item.get("mark_delete")))
+        windows.append(PartitionWindow(topic, partition, end, ranges))
     return windows

@@ -235,7 +235,7 @@ def test_reader_mode_read_batches_with_and_without_marks(monkeypatch):
     options = {
         "service.url": "pulsar://127.0.0.1:6650",
         "subscription": "dlq-replayer",
-        "window": windows_to_json([PartitionWindow(TOPIC, -1, end, (EntryRange(5, 0, 2),), "5:-1")]),
+        "window": windows_to_json([PartitionWindow(TOPIC, -1, end, (EntryRange(5, 0, 2),))]),
         "max.batch.rows": "4",
         "idle.timeout.ms": "10",
     }

@@ -203,8 +203,8 @@ def test_reader_mode_windows_plan_disjoint_shares_of_the_pending_entries():
 
     pending = (EntryRange(3, 0, 5999, 0), EntryRange(3, 6100, 9999, 100))
     windows = [
-        PartitionWindow("persistent://public/default/a-DLQ-partition-0", 0, "3:9999:0:-1", pending, "2:7"),
-        PartitionWindow("persistent://public/default/a-DLQ-partition-1", 1, "4:0:1:-1", (), "4:0"),
+        PartitionWindow("persistent://public/default/a-DLQ-partition-0", 0, "3:9999:0:-1", pending),
+        PartitionWindow("persistent://public/default/a-DLQ-partition-1", 1, "4:0:1:-1", ()),
     ]
     r = reader(topics="", window=windows_to_json(windows), parallelism="3", **{"reader.min.entries": "1000"})
     parts = r.partitions()
@@ -229,7 +229,7 @@ def test_entry_commit_fn_checks_its_input_before_touching_the_broker():
     from spark_apps.dlq_replay.pulsar_io.cursor import EntryRange
 
     conf = PulsarConf("pulsar://127.0.0.1:1", token_env=None, admin_url="http://127.0.0.1:1")
-    window = PartitionWindow("persistent://t/n/a", -1, "1:9:-1:-1", (EntryRange(1, 0, 9, 0),), "1:-1")
+    window = PartitionWindow("persistent://t/n/a", -1, "1:9:-1:-1", (EntryRange(1, 0, 9, 0),))
     fn = EntryCommitFn(conf, [window], "sub").commit_table
     row = {"ledger_id": [1], "entry_id": [3], "messages": [1], "final_messages": [1], "batch_size": [1]}
     with pytest.raises(WindowError, match="no reader-mode window"):
