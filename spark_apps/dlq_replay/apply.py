@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
+from functools import partial
 from typing import TYPE_CHECKING
 
 import pyarrow.compute as pc
@@ -47,24 +48,17 @@ def run_apply(run: Run, decisions: DataFrame, planned_at: datetime) -> None:
             unsent = 0
             if run.options.canary:  # canary first; halted groups are not sent (docs/canary.md)
                 every_id = (0, int(run.state.info("decide").get("max_sequence_id", -1)) + 1)
-                halted = run_canary(
-                    run, decisions, lambda chosen, path: _send_wave(run, every_id, path, chosen)
-                )
+                halted = run_canary(run, decisions, partial(_send_wave, run, every_id))
                 around = SendFilter(run.paths.canary_ids, canary=False, halted=tuple(halted))
                 unsent = unsent_halted(run, decisions, halted)
             _republish_in_waves(run, decisions, to_send, around)
-            published = _published(run)
+            files = data_files(run.paths.republish_results)  # one boolean column of each, read in the driver
+            published = sum(int(pc.sum(read_table(f, ["published"]).column(0)).as_py() or 0) for f in files)
             failed = to_send - published - unsent
             if failed:
                 log.warning("step apply: %d messages could not be published; they stay pending", failed)
         resends = {key: int(progress.get(key, 0)) for key in ("resent", "resent_held", "resend_bound")}
         run.done("apply", started, published=published, publish_failed=failed, **resends)
-
-
-def _published(run: Run) -> int:
-    """Messages the waves saved as published (one boolean column read in the driver)."""
-    files = data_files(run.paths.republish_results)
-    return sum(int(pc.sum(read_table(path, ["published"]).column(0)).as_py() or 0) for path in files)
 
 
 def _send_wave(run: Run, sequence_range: tuple[int, int], path: str, chosen: SendFilter | None) -> None:

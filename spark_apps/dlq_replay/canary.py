@@ -138,8 +138,8 @@ def verdicts(sent: dict[str, list[str]], seen: set[str], spec: CanarySpec) -> di
     return out
 
 
-def run_canary(run: Any, decisions: DataFrame, send: Callable[[SendFilter, str], None]) -> list[str]:
-    """Send the canary (``send(chosen, path)``), wait, judge each group; the halted groups."""
+def run_canary(run: Any, decisions: DataFrame, send: Callable[[str, SendFilter], None]) -> list[str]:
+    """Send the canary (``send(path, chosen)``), wait, judge each group; the halted groups."""
     spec: CanarySpec = run.options.canary
     state = run.state.progress("apply").setdefault("canary", {})
     ids_path = run.paths.canary_ids
@@ -151,7 +151,7 @@ def run_canary(run: Any, decisions: DataFrame, send: Callable[[SendFilter, str],
         log.info("canary: republishing %s messages of each group first", spec.label)
         if not run.storage.exists(join(ids_path, "_SUCCESS")):
             write_frame(canary_selection(decisions, spec), ids_path, CANARY_IDS_SCHEMA)
-        send(SendFilter(ids_path, canary=True), path)
+        send(path, SendFilter(ids_path, canary=True))
         state.pop("sent_at", None)
     else:
         log.info("canary: sent by an earlier attempt, not sending again")

@@ -183,35 +183,32 @@ class _Invalid(ReplayConfigError):
 def parse_playbook(text: str, *, path: str | None = None) -> Playbook:
     """Validate playbook YAML text. Raises :class:`PlaybookError` naming the line of the problem."""
     try:
-        return replace(_parse(text), path=path)
+        root = _compose(text)
+        top = _mapping(root, "the playbook", _TOP_KEYS)
+        version = _scalar(top["version"]) if "version" in top else PLAYBOOK_VERSION
+        if str(version) != str(PLAYBOOK_VERSION):
+            raise _Invalid(
+                f"unsupported version {version!r}; this app reads version {PLAYBOOK_VERSION}",
+                _line(top["version"]),
+            )
+        if "rules" not in top:
+            raise _Invalid("missing `rules:` (a list of rules; an empty list skips everything)", _line(root))
+        precedence: tuple[str, ...] = ()
+        if "origin_precedence" in top:
+            precedence = tuple(_strings(top["origin_precedence"], "origin_precedence", _ORIGIN_PRECEDENCE))
+        if len(set(precedence)) != len(precedence):
+            raise _Invalid("origin_precedence lists a property twice", _line(top["origin_precedence"]))
+        off = top.get("payload_off_topics")
+        return Playbook(
+            _parse_rules(top["rules"]),
+            tuple(_strings(top["fix_files"], "fix_files entry", empty_ok=True)) if "fix_files" in top else (),
+            digest=hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest(),
+            payload_off_topics=None if off is None else _topics(off, "payload_off_topics"),
+            origin_precedence=precedence,
+            path=path,
+        )
     except _Invalid as invalid:
         raise PlaybookError(invalid.args[0], path=path, line=invalid.line) from invalid.__cause__
-
-
-def _parse(text: str) -> Playbook:
-    root = _compose(text)
-    top = _mapping(root, "the playbook", _TOP_KEYS)
-    version = _scalar(top["version"]) if "version" in top else PLAYBOOK_VERSION
-    if str(version) != str(PLAYBOOK_VERSION):
-        raise _Invalid(
-            f"unsupported version {version!r}; this app reads version {PLAYBOOK_VERSION}",
-            _line(top["version"]),
-        )
-    if "rules" not in top:
-        raise _Invalid("missing `rules:` (a list of rules; an empty list skips everything)", _line(root))
-    precedence: tuple[str, ...] = ()
-    if "origin_precedence" in top:
-        precedence = tuple(_strings(top["origin_precedence"], "origin_precedence", _ORIGIN_PRECEDENCE))
-    if len(set(precedence)) != len(precedence):
-        raise _Invalid("origin_precedence lists a property twice", _line(top["origin_precedence"]))
-    off = top.get("payload_off_topics")
-    return Playbook(
-        _parse_rules(top["rules"]),
-        tuple(_strings(top["fix_files"], "fix_files entry", empty_ok=True)) if "fix_files" in top else (),
-        digest=hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest(),
-        payload_off_topics=None if off is None else _topics(off, "payload_off_topics"),
-        origin_precedence=precedence,
-    )
 
 
 def _compose(text: str) -> yaml.Node:

@@ -77,10 +77,8 @@ def ledger_batch(
     if results is None or positions is None:
         published = pa.nulls(n, pa.bool_())
         message_id = error = pa.nulls(n, pa.string())
-    else:
-        published = results.column("published").take(positions)
-        message_id = results.column("published_message_id").take(positions)
-        error = results.column("error").take(positions)
+    else:  # the columns after ``row``
+        published, message_id, error = (results.column(name).take(positions) for name in _RESULT_COLUMNS[1:])
     ok = pc.and_(sending, pc.fill_null(published, False))
     held = pa.repeat(False, n)
     if halted:  # unsent rows of a halted group
