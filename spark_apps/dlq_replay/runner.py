@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from spark_apps.dlq_replay import outcomes as oc
 from spark_apps.dlq_replay.apply import run_apply
-from spark_apps.dlq_replay.arrow_util import use_system_allocator
+from spark_apps.dlq_replay.arrow_util import use_jemalloc_pool
 from spark_apps.dlq_replay.broker_checks import check_broker
 from spark_apps.dlq_replay.commit import commit_info, run_commit
 from spark_apps.dlq_replay.decide import run_decide
@@ -42,7 +42,7 @@ def run_replay(
 ) -> dict[str, Any]:
     """Run (or resume) the run ``options.run_id`` under its lock; returns the report. ``checked``: the
     playbook of a caller that ran :func:`~spark_apps.dlq_replay.preflight.check_local` and broker checks."""
-    use_system_allocator()  # the driver's report reads, like the tasks' batches, free what they used
+    use_jemalloc_pool()  # the driver's report reads, like the tasks' batches, free what they used
     playbook = checked if checked is not None else check_local(options)
     ship_and_load_fixes(spark, playbook)
     conf = PulsarConf.from_app_options(options)

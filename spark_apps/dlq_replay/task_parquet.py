@@ -20,7 +20,7 @@ from spark_apps.dlq_replay.arrow_util import (
     local_frame,
     rare_collections,
     row_numbers,
-    use_system_allocator,
+    use_jemalloc_pool,
 )
 from spark_apps.dlq_replay.schemas import arrow_schema
 
@@ -251,7 +251,7 @@ class _TaskWrites:
     names: Sequence[str]
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        use_system_allocator()
+        use_jemalloc_pool()
         context = TaskContext.get()
         partition, attempt = (context.partitionId(), context.attemptNumber()) if context else (0, 0)
         files: _Files = {}
@@ -348,7 +348,7 @@ class _ReadFiles:
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow.dataset as ds
 
-        use_system_allocator()
+        use_jemalloc_pool()
         fs, root = storage.filesystem(self.root)
         strings = pa.schema([field for field in self.schema if field.type == pa.string()])
         hive = ds.partitioning(strings, flavor="hive")  # column=value, decoded as Spark names them
