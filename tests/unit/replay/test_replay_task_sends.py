@@ -168,6 +168,22 @@ def test_decisions_keyed_by_wave_blocks_give_each_wave_its_own_row_groups(tmp_pa
     assert sorted(rows.column("sequence_id").to_pylist()) == sorted([*range(20, 40)] * 2)
 
 
+def test_a_task_file_writes_the_statistics_of_fixed_width_columns_only(tmp_path):
+    from spark_apps.dlq_replay import task_parquet
+
+    table = _blocked_decisions(30)
+    out = task_parquet.TaskFile(str(tmp_path), 1, 0, table.schema)
+    out.write(table.to_batches()[0])
+    out.commit()
+    meta = pq.ParquetFile(part_file(str(tmp_path), 1)).metadata
+    columns = [meta.row_group(0).column(i) for i in range(meta.num_columns)]
+    with_stats = {column.path_in_schema for column in columns if column.is_stats_set}
+    assert "sequence_id" in with_stats  # a wave's row groups are chosen by its bounds
+    fixed = (pa.types.is_integer, pa.types.is_timestamp, pa.types.is_boolean)
+    assert with_stats == {f.name for f in table.schema if any(kind(f.type) for kind in fixed)}
+    assert {"outcome", "value"}.isdisjoint(with_stats)
+
+
 def test_row_groups_keep_a_minimum_size_when_the_key_changes_on_every_row(tmp_path, monkeypatch):
     from spark_apps.dlq_replay import task_parquet
     from spark_apps.dlq_replay.task_sends import wave_blocks
