@@ -253,9 +253,12 @@ def replay_ids(dlq_topics: pa.Array, dlq_ids: pa.Array, topic: pa.Array, message
     return [hashlib.sha256(raw).hexdigest()[:32] for raw in material.cast(pa.binary()).to_pylist()]
 
 
-def context_columns(batch: pa.RecordBatch, undecodable_key: str) -> tuple[dict[str, pa.Array], pa.Array]:
+def context_columns(
+    batch: pa.RecordBatch, undecodable_key: str, known_ids: pa.Array | None = None
+) -> tuple[dict[str, pa.Array], pa.Array]:
     """``(columns, settled)`` of a batch of snapshot rows: the context columns (``CONTEXT_FIELDS``), replay
-    id, previous replay count and :data:`UNDECODABLE`, as the scalar parser gives them where ``settled``."""
+    id (``known_ids`` when given), previous replay count and :data:`UNDECODABLE`, as the scalar parser gives
+    them where ``settled``."""
     look = _Lookups(batch.column("properties"), (*PROPERTY_KEYS, lineage.REPLAY_COUNT))
     kernels = _Kernels(look)
     fmt = _formats(look)
@@ -272,7 +275,9 @@ def context_columns(batch: pa.RecordBatch, undecodable_key: str) -> tuple[dict[s
         "dlq_message_id": ids,
         **fields,
         "context_format": fmt,
-        REPLAY_ID: pa.array(replay_ids(topics, ids, topic, message_id), pa.string()),
+        REPLAY_ID: pa.array(replay_ids(topics, ids, topic, message_id), pa.string())
+        if known_ids is None
+        else known_ids,
         REPLAY_COUNT: pc.fill_null(counts, 0),  # previous_replay_count: 0 when absent
         ORIGIN_CONFLICT: pa.nulls(look.n, pa.string()),
         UNDECODABLE: look.has(undecodable_key.__eq__),

@@ -28,6 +28,7 @@ from spark_apps.dlq_replay.schemas import (
     CONTEXT_COLUMNS,
     DECIDED_SCHEMA,
     IDENTITIES_SCHEMA,
+    REPLAY_ID_MARK,
     SCOPE_COLUMN,
     arrow_schema,
 )
@@ -346,7 +347,6 @@ def run_decide(run: Run, snapshot: DataFrame, planned_at: datetime) -> DataFrame
     from spark_apps.dlq_replay.archive_files import staged_output
     from spark_apps.dlq_replay.group_actions import reviewed_ids
     from spark_apps.dlq_replay.ledger import final_ids, read_ledger
-    from spark_apps.dlq_replay.snapshot import identities_dir
     from spark_apps.dlq_replay.task_sends import wave_blocks
 
     opts = run.options
@@ -368,7 +368,6 @@ def run_decide(run: Run, snapshot: DataFrame, planned_at: datetime) -> DataFrame
             snapshot_dir=run.paths.snapshot,
             marks_dir=run.paths.decide_marks,
             batch_rows=run.batch_rows,
-            identities_dir=identities_dir(run),
         )
         return_free_memory()  # the marks' working memory, before the driver waits out decide and apply
         # The archived rows are staged beside the decisions; apply moves them into the archive.
@@ -412,30 +411,30 @@ def decide_tasks(
     final_ids: DataFrame | None = None,
     reviewed_ids: DataFrame | None = None,
     batch_rows: int = 10_000,
-    identities_dir: str | None = None,
 ) -> tuple[DataFrame, Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]]:
     """The decide pass as its input frame (one row per producer bucket) and the function each task runs:
-    with the scope marks written to ``marks_dir`` (from the identities at ``identities_dir``, if given),
-    task ``b`` decides its share of the snapshot (:data:`DECIDED_SCHEMA`), sending through producer ``b``."""
+    with the scope marks written to ``marks_dir`` (from the replay ids of the snapshot's files at
+    ``snapshot_dir``), task ``b`` decides its share of the snapshot (:data:`DECIDED_SCHEMA`), sending
+    through producer ``b``."""
     filters = filters or Filters()
     precedence = playbook.origin_precedence
     n = producers_per_target
     identities = repeated = None
-    if identities_dir is not None and filters.max_messages is None:
-        identities = read_frame(snapshot.sparkSession, identities_dir, IDENTITIES_SCHEMA)
-        repeated = repeated_ids(snapshot.sparkSession, identities_dir, n)
+    if filters.max_messages is None:  # else the marks choose the first messages from the whole context
+        identities = read_frame(snapshot.sparkSession, snapshot_dir, IDENTITIES_SCHEMA)
+        repeated = repeated_ids(snapshot.sparkSession, snapshot_dir, n)
     marked, count = scope_marks(snapshot, filters, final_ids, precedence, reviewed_ids, identities, repeated)
     if count:
         write_frame(marked, marks_dir, MARKS_SCHEMA)
     marked.unpersist()
     units = row_group_units(snapshot_dir)
-    names = snapshot.columns  # the snapshot columns each task reads
+    names = [*snapshot.columns, REPLAY_ID_MARK]  # the snapshot columns each task reads
 
     def run(bucket: int) -> Iterator[pa.RecordBatch]:  # the task reads its bucket's share itself
         sequencer = ProducerSequencer(settings.run_id, bucket)
         marks = Marks.read(marks_dir) if count else None
         for batch in bucket_batches(units, bucket, n, names, marks, (MARK, MARK_REASON), batch_rows):
-            columns = normalize_columns(batch, precedence)
+            columns = normalize_columns(batch, precedence, batch.column(REPLAY_ID_MARK))
             add_scope_columns(batch, columns, filters)
             yield decide_batch(batch, playbook, settings, sequencer, columns)
 

@@ -85,10 +85,13 @@ def _scalar_rows(batch: pa.RecordBatch, rows: pa.Array) -> Iterator[tuple[str, s
     return zip(topics, ids, dicts, strict=True)
 
 
-def normalize_columns(batch: pa.RecordBatch, origin_precedence: Sequence[str] = ()) -> dict[str, pa.Array]:
+def normalize_columns(
+    batch: pa.RecordBatch, origin_precedence: Sequence[str] = (), known_ids: pa.Array | None = None
+) -> dict[str, pa.Array]:
     """The computed columns of the normalised rows (``NORMALIZED_SCHEMA``), :data:`ORIGIN_CONFLICT` and
-    ``UNDECODABLE``: by kernels; by the scalar parser where they do not settle (or ``origin_precedence``)."""
-    columns, settled = context_columns(batch, UNDECODABLE_PROPERTY)
+    ``UNDECODABLE``: by kernels; by the scalar parser where they do not settle (or ``origin_precedence``).
+    ``known_ids``: the rows' replay ids as :func:`replay_ids` gave them (the snapshot's files hold them)."""
+    columns, settled = context_columns(batch, UNDECODABLE_PROPERTY, known_ids)
     scalar = pa.array([True] * batch.num_rows) if origin_precedence else pc.invert(settled)
     if scalar.true_count:
         _parse_rows(batch, columns, scalar, origin_precedence)

@@ -102,7 +102,6 @@ class RunPaths:
         self.plan = join(self.run, "plan.json")
         self.state = join(self.run, "state.json")
         self.snapshot = join(self.run, "snapshot")
-        self.identities = join(self.run, "snapshot_identities")
         self.snapshot_entries = join(self.run, "snapshot_entries")
         self.commit_parts = join(self.run, "commit_parts")
         self.decisions = join(self.run, "decisions")

@@ -50,11 +50,13 @@ DECIDED_SCHEMA = StructType(
     ).fields
 )
 
-#: Replay id of a snapshot row in the decide step's scope marks (not a column of any dataset but this).
+#: Replay id of a snapshot row, as its read task found it (duplicate marks and decide read it).
 REPLAY_ID_MARK = "_rid"
 
-#: What the decide step's scope marks need of every snapshot row (written beside the snapshot by its
-#: read tasks on a local output root: ``snapshot_identities/``).
+#: The snapshot's files: its rows and their replay ids.
+SNAPSHOT_FILE_SCHEMA = StructType(SNAPSHOT_SCHEMA.fields + ddl_struct(f"{REPLAY_ID_MARK} string").fields)
+
+#: What the decide step's scope marks read of every row of the snapshot's files.
 IDENTITIES_SCHEMA = ddl_struct(
     f"topic string, message_id_str string, publish_time timestamp, {REPLAY_ID_MARK} string"
 )

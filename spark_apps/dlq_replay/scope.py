@@ -16,13 +16,12 @@ from pyspark.sql.types import BooleanType, StructField, StructType
 from spark_apps.dlq_replay import outcomes as oc
 from spark_apps.dlq_replay.arrow_util import in_tasks, key_hashes, local_frame
 from spark_apps.dlq_replay.normalize import normalize_columns
-from spark_apps.dlq_replay.normalize import replay_ids as origin_replay_ids
 from spark_apps.dlq_replay.schemas import IDENTITIES_SCHEMA, REPLAY_ID_MARK, SCOPE_COLUMN, ddl_struct
 from spark_apps.dlq_replay.storage import open_parquet
 from spark_apps.dlq_replay.task_parquet import part_files
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
+    from collections.abc import Iterator
     from datetime import datetime
 
     from pyspark.sql import DataFrame, SparkSession
@@ -82,37 +81,21 @@ def filter_reasons(filters: Filters, columns: dict[str, pa.Array], times: pa.Arr
     return reasons
 
 
-def identity_rows(
-    batch: pa.RecordBatch,
-    origin_precedence: Sequence[str] = (),
-    replay_ids: Sequence[str] | pa.Array | None = None,
-) -> pa.RecordBatch:
-    """What :func:`scope_marks` needs of each snapshot row (``IDENTITIES_SCHEMA``); ``replay_ids`` are
-    computed from the origin properties unless given."""
-    if replay_ids is None:
-        replay_ids = origin_replay_ids(batch, origin_precedence)
-    rows = batch.select(["topic", "message_id_str", "publish_time"])
-    return rows.append_column(_RID, pa.array(replay_ids, pa.string()))
-
-
-def _identities(snapshot: DataFrame, filters: Filters, origin_precedence: tuple[str, ...]) -> DataFrame:
-    """One payload-free identity row per snapshot row, with ``--max-messages`` plus ``selected``."""
-    limited = filters.max_messages is not None
+def _chosen_identities(snapshot: DataFrame, filters: Filters, precedence: tuple[str, ...]) -> DataFrame:
+    """One payload-free identity row per snapshot row and whether it passes the filters (``selected``), from
+    which ``--max-messages`` chooses."""
 
     def ids(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
-            if not limited:  # the replay ids only need the origin
-                yield identity_rows(batch, origin_precedence)
-                continue
-            # The filters of --max-messages need the whole context.
-            columns = normalize_columns(batch, origin_precedence)
-            rows = identity_rows(batch, replay_ids=columns["replay_id"])
+            columns = normalize_columns(batch, precedence)  # the filters need the whole context
+            rows = batch.select(["topic", "message_id_str", "publish_time"])
+            rows = rows.append_column(_RID, columns["replay_id"])
             reasons = filter_reasons(filters, columns, batch.column("publish_time"))
             yield rows.append_column("selected", reasons.is_null())
 
     light = snapshot.select("topic", "message_id_str", "publish_time", "properties")
-    selected = [StructField("selected", BooleanType())] if limited else []
-    return light.mapInArrow(ids, StructType(IDENTITIES_SCHEMA.fields + selected))
+    selected = StructField("selected", BooleanType())
+    return light.mapInArrow(ids, StructType([*IDENTITIES_SCHEMA.fields, selected]))
 
 
 def scope_marks(
@@ -127,11 +110,12 @@ def scope_marks(
     """``(rows, count)``: ``topic, message_id_str`` and the mark of the snapshot rows the decide step must
     not treat as new (persisted), from payload-free identity rows: ``already_final`` (in ``final_ids``),
     ``duplicate`` (``docs/reliability.md``), ``filtered`` (not in ``reviewed_ids``) or ``chosen`` (among
-    the first ``max_messages``). With ``repeated`` known (:func:`repeated_ids`), only those are ranked."""
-    if identities is not None and filters.max_messages is None:
-        ids = identities
+    the first ``max_messages``), from ``identities`` (the snapshot's files) unless ``max_messages`` is set.
+    With ``repeated`` known (:func:`repeated_ids`), only those are ranked."""
+    if filters.max_messages is not None or identities is None:
+        ids, repeated = _chosen_identities(snapshot, filters, origin_precedence), None
     else:
-        ids, repeated = _identities(snapshot, filters, origin_precedence), None
+        ids = identities
     if repeated is not None and not repeated and final_ids is None and reviewed_ids is None:
         return local_frame(snapshot.sparkSession, [], _MARKS_DDL), 0  # no job, no Python worker
     if final_ids is not None:
@@ -187,10 +171,11 @@ def scope_marks(
     return marked, marked.count()
 
 
-def repeated_ids(spark: SparkSession, identities_dir: str, tasks: int) -> set[str] | None:
-    """The replay ids more than one identity row (written at ``identities_dir``) carries, ``None`` when more
-    than :data:`REPEATED_LIMIT`; ``tasks`` Python tasks each count a share of the ids' hashes, no shuffle."""
-    task = _RepeatedIds(identities_dir, max(1, tasks), REPEATED_LIMIT)
+def repeated_ids(spark: SparkSession, folder: str, tasks: int) -> set[str] | None:
+    """The replay ids more than one row of the files at ``folder`` (the snapshot's) carries, ``None`` when
+    more than :data:`REPEATED_LIMIT`; ``tasks`` Python tasks each count a share of the ids' hashes (no
+    shuffle)."""
+    task = _RepeatedIds(folder, max(1, tasks), REPEATED_LIMIT)
     rows = in_tasks(spark, lambda share: [task.repeated(share)], task.tasks, _REPEATED_SCHEMA).to_pylist()
     if any(row["more"] for row in rows):
         return None
@@ -207,7 +192,7 @@ class _RepeatedIds:
     limit: int
 
     def _ids(self, share: int) -> Iterator[tuple[pa.Array, np.ndarray]]:
-        """The non-null ids of every identities file whose hash is this share's, batch by batch, hashed."""
+        """The non-null ids of every file whose hash is this share's, batch by batch, hashed."""
         for path in part_files(self.folder):
             source = open_parquet(path)
             for batch in source.iter_batches(batch_size=65_536, columns=[_RID], use_threads=False):

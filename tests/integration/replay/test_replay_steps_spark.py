@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import itertools
 from datetime import UTC, datetime, timedelta
+from functools import partial
 
+import pyarrow.parquet as pq
 import pytest
 from ledger_reference import ledger_rows, with_publish_results, write_ledger
 from pyspark.testing import assertDataFrameEqual
@@ -14,6 +16,7 @@ from spark_apps.dlq_replay import outcomes as oc
 from spark_apps.dlq_replay import scope, task_parquet
 from spark_apps.dlq_replay.decide import DecideSettings, decide_tasks
 from spark_apps.dlq_replay.ledger import final_ids, read_ledger
+from spark_apps.dlq_replay.normalize import normalize_columns
 from spark_apps.dlq_replay.playbook import parse_playbook
 from spark_apps.dlq_replay.report import CommitTotals, build_report
 from spark_apps.dlq_replay.schemas import (
@@ -21,9 +24,11 @@ from spark_apps.dlq_replay.schemas import (
     IDENTITIES_SCHEMA,
     LEDGER_SCHEMA,
     REPLAY_ID_MARK,
+    SNAPSHOT_FILE_SCHEMA,
     SNAPSHOT_SCHEMA,
 )
-from spark_apps.dlq_replay.scope import Filters, identity_rows, repeated_ids, scope_marks
+from spark_apps.dlq_replay.scope import Filters, repeated_ids, scope_marks
+from spark_apps.dlq_replay.snapshot import with_replay_ids
 from spark_apps.dlq_replay.storage import RunStorage
 from spark_apps.dlq_replay.topics import TopicMatcher
 
@@ -81,7 +86,7 @@ def decide(snapshot, playbook, settings, producers_per_target, **options):
     returned as a DataFrame instead of written."""
     folder = _WORK[0] / f"call-{next(_CALLS)}"
     snapshot_dir = str(folder / "snapshot")
-    task_parquet.write_frame(snapshot, snapshot_dir, SNAPSHOT_SCHEMA)
+    write_snapshot(snapshot, snapshot_dir, playbook.origin_precedence)
     written = task_parquet.read_frame(snapshot.sparkSession, snapshot_dir, SNAPSHOT_SCHEMA)
     frame, task = decide_tasks(
         written,
@@ -93,6 +98,17 @@ def decide(snapshot, playbook, settings, producers_per_target, **options):
         **options,
     )
     return frame.mapInArrow(task, DECIDED_SCHEMA)
+
+
+def write_snapshot(snapshot, folder, origin_precedence=()):
+    """Write ``snapshot``'s rows to ``folder`` as the read tasks write them: each with its replay id."""
+
+    def rows(batches):  # defined here: the tasks get it by value
+        yield from batches
+
+    read = partial(with_replay_ids, rows, origin_precedence)
+    tally = task_parquet.row_tally
+    return task_parquet.write_in_tasks(snapshot, read, SNAPSHOT_FILE_SCHEMA, folder, tally, ("n",))
 
 
 def settings(mode=oc.REPLAY):
@@ -342,63 +358,42 @@ def test_one_republish_per_original_within_a_run_across_topics_and_across_runs(s
     assert recorded.filter("outcome = 'duplicate' AND final").count() == 3
 
 
-def test_identities_written_beside_the_snapshot_give_the_same_decisions(spark, tmp_path):
-    snapshot, side = str(tmp_path / "snapshot"), str(tmp_path / "snapshot_identities")
-
-    def through(batches):
-        yield from batches
-
-    # As the read tasks write them: the snapshot and, from the same batches, its rows' identities.
-    tallies = task_parquet.write_in_tasks(
-        copies_df(spark, COPIES).repartition(3),
-        through,
-        SNAPSHOT_SCHEMA,
-        snapshot,
-        lambda batch: (batch.num_rows,),
-        ("n",),
-        sides=[task_parquet.SideOutput(side, IDENTITIES_SCHEMA, identity_rows)],
-    )
-    snap = spark.read.schema(SNAPSHOT_SCHEMA).parquet(snapshot)
-    identities = spark.read.schema(IDENTITIES_SCHEMA).parquet(side)
-
+def test_the_replay_ids_in_the_snapshot_files_are_the_normalised_ones_and_copies_rank_alone(spark, tmp_path):
+    snapshot = str(tmp_path / "snapshot")
+    tallies = write_snapshot(copies_df(spark, COPIES).repartition(3), snapshot)
+    identities = spark.read.schema(IDENTITIES_SCHEMA).parquet(snapshot)
     assert sum(t[0] for t in tallies) == identities.count() == len(COPIES)
-    assert sorted(r[REPLAY_ID_MARK] for r in identities.collect()) == sorted(
-        r["replay_id"] for r in decide(snap, PLAYBOOK, settings(), 2).collect()
-    )
-    computed_df = decide(snap, PLAYBOOK, settings(), 2)
-    read_df = decide(snap, PLAYBOOK, settings(), 2, identities_dir=side)
-    # Ranking only the copies' rows (read) decides as ranking every row (computed, no identities).
-    assertDataFrameEqual(read_df, computed_df)
-    computed, read = by_key(computed_df), by_key(read_df)
+    # Each row's id as the read task wrote it is the one the context parser gives the row.
+    for path in task_parquet.part_files(snapshot):
+        for batch in pq.read_table(path).to_batches():
+            found = normalize_columns(batch)["replay_id"]
+            assert batch.column(REPLAY_ID_MARK).to_pylist() == found.to_pylist()
+    snap = spark.read.schema(SNAPSHOT_SCHEMA).parquet(snapshot)
+    read_df = decide(snap, PLAYBOOK, settings(), 2)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(scope, "REPEATED_LIMIT", 0)  # every row is ranked
+        ranked_df = decide(snap, PLAYBOOK, settings(), 2)
+    # Ranking only the copies' rows decides as ranking every row.
+    assertDataFrameEqual(read_df, ranked_df)
+    read = by_key(read_df)
     # Python tasks find the replay ids of copies (by hash share); only their rows are ranked.
     for tasks in (1, 3):
-        assert repeated_ids(spark, side, tasks) == {computed[k]["replay_id"] for k in ("a-old", "b-1")}
+        assert repeated_ids(spark, snapshot, tasks) == {read[k]["replay_id"] for k in ("a-old", "b-1")}
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(scope, "REPEATED_LIMIT", 1)
-        assert repeated_ids(spark, side, 2) is None  # more than the limit: every row is ranked
-    # Ranking only the copies' rows (read) decides as ranking every row (computed, no identities).
-    assert {k: (r["outcome"], r["outcome_reason"]) for k, r in read.items()} == {
-        k: (r["outcome"], r["outcome_reason"]) for k, r in computed.items()
-    }
+        assert repeated_ids(spark, snapshot, 2) is None  # more than the limit: every row is ranked
     assert sorted(r["outcome"] for r in read.values()).count(oc.DUPLICATE) == 3
 
 
 def test_a_snapshot_without_copies_needs_no_marks(spark, tmp_path):
-    """Identities without a repeated replay id: no scope marks and no Spark job for them; with an earlier
-    run's final rows the ledger still marks its messages (already final, or another copy final)."""
-    side = str(tmp_path / "snapshot_identities")
+    """Replay ids without a repeated one: no scope marks and no Spark job for them; with an earlier run's
+    final rows the ledger still marks its messages (already final, or another copy final)."""
+    snapshot = str(tmp_path / "snapshot")
     single = [c for c in COPIES if c[0] in ("a-old", "b-2", "c")]
     snap = copies_df(spark, single)
-    task_parquet.write_in_tasks(
-        snap.repartition(2),
-        lambda batches: (identity_rows(b) for b in batches),
-        IDENTITIES_SCHEMA,
-        side,
-        lambda batch: (batch.num_rows,),
-        ("n",),
-    )
-    identities = spark.read.schema(IDENTITIES_SCHEMA).parquet(side)
-    assert repeated_ids(spark, side, 2) == set()
+    write_snapshot(snap.repartition(2), snapshot)
+    identities = spark.read.schema(IDENTITIES_SCHEMA).parquet(snapshot)
+    assert repeated_ids(spark, snapshot, 2) == set()
     jobs = spark.sparkContext.statusTracker()
     before = len(jobs.getJobIdsForGroup(None))
     marked, count = scope_marks(snap, Filters(), None, identities=identities, repeated=set())
@@ -406,8 +401,7 @@ def test_a_snapshot_without_copies_needs_no_marks(spark, tmp_path):
     assert count == 0
     assert marked.collect() == []
     expected = by_key(decide(snap, PLAYBOOK, settings(), 2))
-    fast = by_key(decide(snap, PLAYBOOK, settings(), 2, identities_dir=side))
-    assert {k: r["outcome"] for k, r in fast.items()} == {k: r["outcome"] for k, r in expected.items()} == {
+    assert {k: r["outcome"] for k, r in expected.items()} == {
         "a-old": oc.TO_REPUBLISH, "b-2": oc.TO_REPUBLISH, "c": oc.TO_REPUBLISH,
     }  # fmt: skip
     # An earlier run made a-old final: with the ledger, it is already final and a new copy of it a
@@ -422,7 +416,7 @@ def test_a_snapshot_without_copies_needs_no_marks(spark, tmp_path):
         ledger_rows(with_publish_results(first, sent), "run-1", oc.REPLAY, T0), tmp_path, ledger_root
     )
     earlier = final_ids(read_ledger(spark, RunStorage(), ledger_root), exclude_run_id="run-2")
-    second = by_key(decide(snap, PLAYBOOK, settings(), 2, final_ids=earlier, identities_dir=side))
+    second = by_key(decide(snap, PLAYBOOK, settings(), 2, final_ids=earlier))
     assert {k: r["outcome"] for k, r in second.items()} == {
         "a-old": oc.ALREADY_FINAL, "b-2": oc.TO_REPUBLISH, "c": oc.TO_REPUBLISH,
     }  # fmt: skip
