@@ -43,8 +43,6 @@ _USER_GC_OPTIONS = (
 )
 _LOCAL_MASTER = re.compile(r"local(?:\[\s*(\*|\d+)\s*(?:,\s*\d+\s*)?\])?")
 QUICK_JIT_OPTION = "-XX:TieredStopAtLevel=1"
-#: Largest run (messages) for which ``"auto"`` chooses the quick JIT: faster at 10k and 100k, slower at 1M.
-QUICK_JIT_MAX_MESSAGES = 100_000
 #: JVM options that show the user chose the JIT already (then nothing is added).
 _USER_JIT_OPTIONS = ("TieredStopAtLevel", "TieredCompilation")
 
@@ -76,12 +74,12 @@ def lean_driver_env(env: Mapping[str, str], master: str) -> dict[str, str]:
     return {MALLOC_ARENA_MAX: LEAN_MALLOC_ARENAS, **env}
 
 
-def quick_jit_chosen(setting: QuickJit, master: str, messages: int | None, exact: bool) -> bool:
-    """``setting`` when a bool; for ``"auto"``, a local ``master`` and an exact, small enough count."""
+def quick_jit_chosen(setting: QuickJit, master: str) -> bool:
+    """``setting`` when a bool; for ``"auto"``, whether ``master`` is local (its driver JVM runs the tasks,
+    whose work is in Python: C2's compiling costs more than it wins at every size measured)."""
     if isinstance(setting, bool):
         return setting
-    small = messages is not None and messages <= QUICK_JIT_MAX_MESSAGES
-    return master.startswith("local") and exact and small
+    return local_cores(master) is not None
 
 
 def with_quick_jit(conf: Mapping[str, str]) -> dict[str, str]:

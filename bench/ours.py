@@ -161,7 +161,7 @@ def run_ours(
     run_id = f"bench-{n}"
     archive = ClassDataArchive().plan(spark_env()) if class_data_archive else None
     conf = with_conf(list(spark_conf or []), lambda given: lean_driver_conf(given, master))
-    quick = quick_jit_chosen(quick_jit, master, n, exact=True)
+    quick = quick_jit_chosen(quick_jit, master)
     if quick:
         conf = with_conf(conf, with_quick_jit)
     if archive is not None:

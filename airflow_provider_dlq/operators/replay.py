@@ -22,7 +22,6 @@ from airflow.sdk.exceptions import (
 from airflow_provider_dlq.class_data import ArchivePlan, ClassDataArchive
 from airflow_provider_dlq.compiled_pyspark import CompiledCopy, CompiledPySpark
 from airflow_provider_dlq.driver_footprint import (
-    QUICK_JIT_MAX_MESSAGES,
     QuickJit,
     lean_driver_conf,
     lean_driver_env,
@@ -310,7 +309,7 @@ class DlqReplayOperator(BaseOperator):
         if not (quick_jit is True or quick_jit is False or quick_jit == "auto"):
             raise ReplayArgumentError(
                 f"quick_jit must be True, False or 'auto'; got {quick_jit!r}. 'auto' uses the C1-only JIT "
-                f"for local runs of at most {QUICK_JIT_MAX_MESSAGES:,} messages."
+                "for the driver JVM of a local master."
             )
         self.quick_jit: QuickJit = quick_jit
         timeout = (
@@ -498,8 +497,8 @@ class DlqReplayOperator(BaseOperator):
         submitted = False
         try:
             compiled = self.compiled_pyspark_copy(master, env)
-            expected, exact = self.expected_messages(args)
-            if quick := quick_jit_chosen(self.quick_jit, master, expected, exact):
+            expected, _ = self.expected_messages(args)
+            if quick := quick_jit_chosen(self.quick_jit, master):
                 self.log.info("Driver JVM: C1-only JIT (quick_jit=%r, %s messages)", self.quick_jit, expected)
             hook = self.make_hook(args, env, zip_path, expected, archive, quick, master, compiled)
             self._hook = hook

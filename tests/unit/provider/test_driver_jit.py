@@ -1,39 +1,34 @@
-"""The C1-only JIT for a small replay's driver JVM: when ``"auto"`` chooses it, and how it joins the
+"""The C1-only JIT for a local replay's driver JVM: when ``"auto"`` chooses it, and how it joins the
 driver's JVM options."""
 
 from __future__ import annotations
 
 import pytest
 
-from airflow_provider_dlq.driver_footprint import (
-    QUICK_JIT_MAX_MESSAGES,
-    QUICK_JIT_OPTION,
-    quick_jit_chosen,
-    with_quick_jit,
-)
+from airflow_provider_dlq.driver_footprint import QUICK_JIT_OPTION, quick_jit_chosen, with_quick_jit
 
 OPTIONS = "spark.driver.extraJavaOptions"
 
 
 @pytest.mark.parametrize(
-    ("master", "messages", "exact", "chosen"),
+    ("master", "chosen"),
     [
-        ("local[2]", 10_000, True, True),
-        ("local[*]", QUICK_JIT_MAX_MESSAGES, True, True),
-        ("local[2]", QUICK_JIT_MAX_MESSAGES + 1, True, False),  # a large run keeps C2's faster code
-        ("local[2]", 10_000, False, False),  # entries only: a lower bound, the run may be large
-        ("local[2]", None, False, False),  # backlog unknown
-        ("spark://127.0.0.1:7077", 10_000, True, False),  # the executors do the work, not the driver
-        ("yarn", 0, True, False),
+        ("local", True),
+        ("local[2]", True),
+        ("local[*]", True),
+        ("local[2,3]", True),
+        ("spark://127.0.0.1:7077", False),  # the executors do the work, not the driver
+        ("yarn", False),
+        ("k8s://https://127.0.0.1:6443", False),
     ],
 )
-def test_auto_chooses_it_for_small_local_runs_of_a_known_size(master, messages, exact, chosen):
-    assert quick_jit_chosen("auto", master, messages, exact) is chosen
+def test_auto_chooses_it_for_every_local_master_whatever_the_backlog(master, chosen):
+    assert quick_jit_chosen("auto", master) is chosen
 
 
-def test_true_and_false_override_the_size():
-    assert quick_jit_chosen(True, "yarn", None, False) is True
-    assert quick_jit_chosen(False, "local[2]", 10, True) is False
+def test_true_and_false_override_the_master():
+    assert quick_jit_chosen(True, "yarn") is True
+    assert quick_jit_chosen(False, "local[2]") is False
 
 
 def test_the_option_follows_the_users_jvm_options_unless_they_choose_the_jit():

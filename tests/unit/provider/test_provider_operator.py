@@ -460,10 +460,11 @@ def test_the_driver_jvm_gets_a_class_data_archive_written_once_then_mapped(conns
     assert len(installed) == 1
     assert not list(cds.glob("*.tmp"))
     (mapped,) = run(class_data_archive=str(cds))
-    # The lean driver's collector (a local master) comes first, the archive's options after it.
-    assert mapped.startswith("spark.driver.extraJavaOptions=-XX:+UseSerialGC -XX:NewRatio=7 -Xlog:disable ")
+    # The lean driver's collector and the C1-only JIT (a local master) come first, the archive's after them.
+    lean = "-XX:+UseSerialGC -XX:NewRatio=7 -XX:TieredStopAtLevel=1"
+    assert mapped.startswith(f"spark.driver.extraJavaOptions={lean} -Xlog:disable ")
     assert mapped.endswith(f" -XX:SharedArchiveFile={installed[0]}")
-    assert run(class_data_archive=False) == ["spark.driver.extraJavaOptions=-XX:+UseSerialGC -XX:NewRatio=7"]
+    assert run(class_data_archive=False) == [f"spark.driver.extraJavaOptions={lean}"]
     assert (
         run(
             class_data_archive=str(cds),
