@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
+import logging
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -20,12 +21,26 @@ if TYPE_CHECKING:
 
 
 def use_jemalloc_pool() -> None:
-    """Allocate this process's Arrow buffers with jemalloc: it reuses what a batch freed for the next one
-    and hands it back to the system within seconds. mimalloc (pyarrow's default) kept it, about 60 MiB more
-    per Python worker in a long task; malloc mapping each large block on its own paid page faults on every
-    batch, 10% of a replay's time. Where pyarrow has no jemalloc, its default pool stays."""
-    with contextlib.suppress(NotImplementedError):
-        pa.set_memory_pool(pa.jemalloc_memory_pool())
+    """Allocate this process's Arrow buffers with jemalloc, which reuses a freed batch's pages for the next
+    and returns them within seconds (mimalloc kept them; malloc mapping large blocks paid page faults on
+    every batch). A pyarrow without jemalloc keeps its default pool, said once."""
+    try:
+        pool = pa.jemalloc_memory_pool()
+    except NotImplementedError:
+        _warn_no_jemalloc()
+        return
+    pa.set_memory_pool(pool)
+
+
+@functools.cache
+def _warn_no_jemalloc() -> None:
+    """Say once per process that this pyarrow has no jemalloc, what that costs and how to get it."""
+    logging.getLogger("spark_apps.dlq_replay").warning(
+        "this pyarrow (%s) was built without jemalloc: Arrow buffers stay in its %s pool, which keeps "
+        "freed batches resident (more memory per Python worker); install pyarrow's wheel from PyPI",
+        pa.__version__,
+        pa.default_memory_pool().backend_name,
+    )
 
 
 @contextlib.contextmanager

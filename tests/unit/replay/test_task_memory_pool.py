@@ -35,3 +35,24 @@ def test_a_freed_batch_goes_back_to_the_system_within_seconds():
     backend, returned_mib = out.split()
     assert backend == "jemalloc"
     assert int(returned_mib) >= 100
+
+
+def test_a_pyarrow_without_jemalloc_keeps_its_pool_and_says_so_once(monkeypatch, caplog):
+    import pyarrow as pa
+
+    from spark_apps.dlq_replay import arrow_util
+
+    def missing():
+        raise pa.ArrowNotImplementedError("This Arrow build does not enable jemalloc")
+
+    monkeypatch.setattr(pa, "jemalloc_memory_pool", missing)
+    arrow_util._warn_no_jemalloc.cache_clear()
+    before = pa.default_memory_pool().backend_name
+    with caplog.at_level("WARNING", logger="spark_apps.dlq_replay"):
+        arrow_util.use_jemalloc_pool()
+        arrow_util.use_jemalloc_pool()
+    assert pa.default_memory_pool().backend_name == before
+    warnings = [r.getMessage() for r in caplog.records if "without jemalloc" in r.getMessage()]
+    assert len(warnings) == 1
+    assert "install pyarrow's wheel from PyPI" in warnings[0]
+    arrow_util._warn_no_jemalloc.cache_clear()
