@@ -1,16 +1,14 @@
 """Republish final rows to their origin topics from ``df.mapInArrow``, every send confirmed; batches are
-cut alike on every attempt, so deduplication holds or drops a re-sent one whole (``docs/reliability.md``)."""
+cut alike on every attempt, so deduplication holds or drops a re-sent one whole (``docs/reliability.md``).
+The publisher cuts them itself, one receipt each: a Python callback per message costs more than the send."""
 
 from __future__ import annotations
 
 import logging
-import os
-import re
-import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
-from itertools import islice
+from itertools import count, islice
 from typing import TYPE_CHECKING, Any
 
 from spark_apps.dlq_replay.pulsar_io.conf import PulsarConf, get_client
@@ -35,6 +33,11 @@ REPUBLISH_RESULT_SCHEMA = (
 BATCH_BLOCK = 2000
 #: Messages per batch at most; a block holds a whole number of full batches.
 BATCH_MAX_MESSAGES = 1000
+#: Payload bytes per batch: a batch ends with the message that reaches this, or before one that would
+#: pass it (the client's own default cut); a larger message is a batch of its own.
+BATCH_MAX_BYTES = 128 * 1024
+#: The client's batch limit, beyond any batch the publisher cuts, so that only the publisher cuts them.
+_CLIENT_BATCH_BYTES = 64 * 1024 * 1024
 #: The client's batch timer, set beyond any run (a timer cuts batches differently on each attempt).
 _NO_BATCH_TIMER_MS = 24 * 3600 * 1000
 _CONFIRM_GRACE_S = 10.0
@@ -54,8 +57,12 @@ _TRANSIENT_CREATE_ERRORS = frozenset(
         "NotConnected",
     }
 )
-#: The client's text of a message id, ``(ledger,entry,partition,batch_index)``.
-_ID_TEXT_RE = re.compile(r"^\(-?[0-9]+,-?[0-9]+,-?[0-9]+,-?[0-9]+\)$")
+
+
+#: A row's result key: its replay id and row number.
+_Key = tuple[str, int]
+#: A row in a batch: its key, sequence id and message.
+_Row = tuple[_Key, int, Any]
 
 
 @dataclass
@@ -70,29 +77,8 @@ class _ProducerState:
     held: int = -1
     error: str | None = None  # first failure: later rows of this producer are not sent
     block: int | None = None  # the block of sequence ids of the batch being filled
-
-
-#: A row's result key: its replay id and row number.
-_Key = tuple[str, int]
-#: A sent row awaiting its receipt: its key, sequence id, producer.
-_Send = tuple[_Key, int, _ProducerState]
-
-
-#: ``(pid, thread id)`` of the client threads whose Python thread state is kept.
-_KEPT_THREADS: set[tuple[int, int]] = set()
-
-
-def _keep_thread_state() -> None:
-    """Keep the Python thread state of the client's C++ thread running this send callback: one
-    ``PyGILState_Ensure`` never released, else each callback creates and drops one (most of the CPU)."""
-    thread = (os.getpid(), threading.get_ident())
-    if thread in _KEPT_THREADS:
-        return
-    _KEPT_THREADS.add(thread)
-    from ctypes import pythonapi  # pulsar-client is a CPython extension
-
-    if pythonapi.PyGILState_Check():
-        pythonapi.PyGILState_Ensure()
+    batch: list[_Row] = field(default_factory=list)  # the open batch
+    batch_bytes: int = 0
 
 
 def _epoch_ms(column: Any) -> list[int | None]:
@@ -173,9 +159,10 @@ class _Publisher:
         self.started = time.monotonic()
         self.send_timeout_ms = int(send_timeout_ms)
         self.producers: dict[str, _ProducerState] = {}
-        self.awaiting: dict[int, _Send] = {}  # slot -> sent row without its result yet
-        self.receipts: dict[int, tuple[Any, Any]] = {}  # slot -> (result, message id), from the client
-        self.next_slot = 0
+        self.awaiting: dict[int, tuple[list[_Row], _ProducerState]] = {}  # slot -> sent batch, no receipt yet
+        self.receipts: dict[int, tuple[Any, Any]] = {}  # slot -> (result, last message's id), from the client
+        self.slots = count()  # each sent batch's receipt slot
+        self.next_row = 0  # sends so far (the rate limit's clock)
         # results ready to emit: (row key, message id text (None: not published), error)
         self.ready: list[tuple[_Key, str | None, str | None]] = []
         self.sent = 0
@@ -205,6 +192,7 @@ class _Publisher:
                     block_if_queue_full=True,
                     batching_enabled=True,
                     batching_max_messages=BATCH_MAX_MESSAGES,
+                    batching_max_allowed_size_in_bytes=_CLIENT_BATCH_BYTES,
                     batching_max_publish_delay_ms=_NO_BATCH_TIMER_MS,
                     max_pending_messages=5000,
                 )
@@ -240,14 +228,20 @@ class _Publisher:
             col("ordering_key").to_pylist(),
             _epoch_ms(col("event_time")),
         )
-        for state, rows in groups:
-            self._send(state, rows, errors, columns)  # a producer that failed only reports its rows
+        for state, rows in groups:  # a producer that failed only reports its rows
+            if state.error is None:
+                self._send(state, rows, columns)
+            else:
+                for i in rows:
+                    errors[i] = f"not sent: {state.error}"
         self.ready += [(keys[i], None, error) for i, error in enumerate(errors) if error is not None]
         self._collect()
         return self._emit()
 
     def finish(self) -> Any:
-        """Flush the producers and wait for the receipts (up to the send timeout); the remaining results."""
+        """Send the open batches, flush and wait for the receipts (up to the send timeout); the rest."""
+        for state in self.producers.values():
+            self._send_batch(state)
         self._each_producer("flush")  # a failure's cause is in the receipts
         # A flush returns once its sends completed, callbacks included; else wait up to the timeout.
         deadline = time.monotonic() + self.send_timeout_ms / 1000 + _CONFIRM_GRACE_S
@@ -255,37 +249,32 @@ class _Publisher:
             time.sleep(0.005)
         self._collect()
         if self.awaiting:
-            log.warning("%d sends unconfirmed", len(self.awaiting))
+            rows = [row for batch, _ in self.awaiting.values() for row in batch]
+            log.warning("%d sends unconfirmed", len(rows))
             error = f"send not confirmed within {self.send_timeout_ms} ms"
-            for key, _, state in self.awaiting.values():
+            for _, state in self.awaiting.values():
                 state.error = state.error or error
-                self.ready.append((key, None, error))
-            self.failed += len(self.awaiting)
+            self.ready += [(key, None, error) for key, _, _ in rows]
+            self.failed += len(rows)
             self.awaiting.clear()
         return self._emit()
 
-    def _send(self, state: _ProducerState, rows: list[int], errors: list[str | None], columns: Any) -> None:
-        """Send ``rows`` (indexes into ``columns``, as :meth:`publish` builds them) through one producer."""
+    def _send(self, state: _ProducerState, rows: list[int], columns: Any) -> None:
+        """Add ``rows`` (indexes into ``columns``, as :meth:`publish` builds them) to the batches of one
+        producer, sending each batch once it is cut: by block, count or bytes, never where ``rows`` end."""
         import _pulsar
 
         row_keys, sequences, values, props, keys, ordering, events = columns
         new_builder = _pulsar.MessageBuilder
-        raw: Any = state.producer._producer if state.producer is not None else None
         rate = self.rate
-        on_sent = self._on_first_sent
         for i in rows:
-            if state.error is not None:  # set here or by a failed receipt on a client thread
-                errors[i] = f"not sent: {state.error}"
-                continue
-            seq = sequences[i]
+            seq, value = sequences[i], values[i]
             block = seq // BATCH_BLOCK
-            if block != state.block:
-                if state.block is not None:
-                    # the block's last batch ends here; each message's own receipt carries its outcome
-                    raw.flush_async(lambda result: None)
+            if block != state.block or state.batch_bytes + len(value) > BATCH_MAX_BYTES:
+                self._send_batch(state)  # a block's last batch ends here, and one with no room for it
                 state.block = block
             builder = new_builder()
-            builder.content(values[i])
+            builder.content(value)
             # Raw builder: pulsar.Producer.send_async ignores sequence_id 0, which would let the client
             # pick another id and defeat broker deduplication.
             builder.sequence_id(seq)
@@ -297,17 +286,29 @@ class _Publisher:
                 builder.ordering_key(ordering_key)
             if event_ms := events[i]:
                 builder.event_timestamp(event_ms)
-            slot = self.next_slot
             if rate is not None:  # sleep until this send is due
-                time.sleep(max(0.0, self.started + (slot + 1) / rate - time.monotonic()))
-            self.next_slot = slot + 1
-            self.awaiting[slot] = (row_keys[i], seq, state)
-            raw.send_async(builder.build(), partial(on_sent, slot))
-            on_sent = self._on_sent
+                time.sleep(max(0.0, self.started + (self.next_row + 1) / rate - time.monotonic()))
+            self.next_row += 1
+            state.batch.append((row_keys[i], seq, builder.build()))
+            state.batch_bytes += len(value)
+            if len(state.batch) >= BATCH_MAX_MESSAGES or state.batch_bytes >= BATCH_MAX_BYTES:
+                self._send_batch(state)
 
-    def _on_first_sent(self, slot: int, result: Any, msg_id: Any) -> None:
-        self.receipts[slot] = (result, msg_id)
-        _keep_thread_state()
+    def _send_batch(self, state: _ProducerState) -> None:
+        """Send the producer's open batch as one batch of the client: the receipt on its last message."""
+        batch, state.batch, state.batch_bytes = state.batch, [], 0
+        if not batch:
+            return
+        if state.error is not None:  # a receipt failed while the batch was filling
+            self.ready += [(key, None, f"not sent: {state.error}") for key, _, _ in batch]
+            return
+        raw = state.producer._producer
+        for _, _, message in islice(batch, len(batch) - 1):
+            raw.send_async(message, None)
+        slot = next(self.slots)
+        self.awaiting[slot] = (batch, state)
+        raw.send_async(batch[-1][2], partial(self._on_sent, slot))
+        raw.flush_async(lambda result: None)  # the batch goes now; its outcome comes with its receipt
 
     def _on_sent(self, slot: int, result: Any, msg_id: Any) -> None:
         self.receipts[slot] = (result, msg_id)
@@ -317,22 +318,40 @@ class _Publisher:
 
         ok = _pulsar.Result.Ok.value
         for slot in [slot for slot in self.awaiting if slot in self.receipts]:
-            send = self.awaiting.pop(slot)
+            rows, state = self.awaiting.pop(slot)
             result, msg_id = self.receipts.pop(slot)
             if result.value == ok:
-                text = _id_text(msg_id)
-                error = _unheld_drop(send, text)
-                if error is None:
-                    self.sent += 1
-                    self.ready.append((send[0], text, None))
-                    continue
-            elif result.name == "MessageTooBig":  # refused before sending: the producer goes on
+                self._stored(rows, state, msg_id)
+                continue
+            if result.name == "MessageTooBig":  # refused before sending: the producer goes on
                 error = f"send refused: {result}"
             else:
                 error = f"send failed: {result}"
-                send[2].error = send[2].error or f"an earlier send failed ({result})"
-            self.failed += 1
-            self.ready.append((send[0], None, error))
+                state.error = state.error or f"an earlier send failed ({result})"
+            self.failed += len(rows)
+            self.ready += [(key, None, error) for key, _, _ in rows]
+
+    def _stored(self, rows: list[_Row], state: _ProducerState, msg_id: Any) -> None:
+        """The results of a batch the broker stored or dropped as a duplicate: its last message's id is
+        ``msg_id``; the others differ in their batch index only."""
+        last = msg_id.batch_index()
+        entry = f"({msg_id.ledger_id()},{msg_id.entry_id()},{msg_id.partition()},"
+        if len(rows) > 1 and last != len(rows) - 1:
+            raise RepublishError(
+                f"producer {state.name!r}: {len(rows)} messages sent as one batch came back as batch index "
+                f"{last}, so the others' ids are unknown: the broker refused one under {BATCH_MAX_BYTES} "
+                "bytes (raise its maxMessageSize, 5 MB by default) or this pulsar-client cuts batches "
+                "otherwise; re-run the same --run-id once fixed to resume"
+            )
+        first = last - len(rows) + 1
+        for index, (key, seq, _) in enumerate(rows, first):
+            error = _unheld_drop(seq, index, state) if entry.startswith("(-1,") else None
+            if error is None:
+                self.sent += 1
+                self.ready.append((key, f"{entry}{index})", None))
+            else:
+                self.failed += 1
+                self.ready.append((key, None, error))
 
     def _emit(self) -> Any:
         import pyarrow as pa
@@ -340,7 +359,7 @@ class _Publisher:
 
         keys, msg_ids, errors = zip(*self.ready, strict=True) if self.ready else ((), (), ())
         self.ready = []
-        # the client's "(ledger,entry,partition,batch)" texts (as _id_text returns them) as readable ids
+        # the "(ledger,entry,partition,batch)" texts of :meth:`_stored` as readable ids
         ids = pc.replace_substring(pc.utf8_slice_codeunits(pa.array(msg_ids, pa.string()), 1, -1), ",", ":")
         replay_ids, rows = zip(*keys, strict=True) if keys else ((), ())
         return pa.RecordBatch.from_arrays(
@@ -372,21 +391,9 @@ class _Publisher:
         )
 
 
-def _id_text(msg_id: Any) -> str:
-    """The client's text of a message id, ``(ledger,entry,partition,batch_index)``, whatever its ``str``."""
-    text = str(msg_id)
-    if _ID_TEXT_RE.match(text):
-        return text
-    return f"({msg_id.ledger_id()},{msg_id.entry_id()},{msg_id.partition()},{msg_id.batch_index()})"
-
-
-def _unheld_drop(send: _Send, text: str) -> str | None:
-    """Why a duplicate drop (ledger -1) does not prove the message stored, else ``None``."""
-    if not text.startswith("(-1,"):
-        return None
-    _, seq, state = send
-    first = seq - max(0, int(text[text.rindex(",") + 1 : -1]))
-    if first <= state.held:
+def _unheld_drop(seq: int, batch_index: int, state: _ProducerState) -> str | None:
+    """Why the duplicate drop (ledger -1) of ``seq`` does not prove it stored, else ``None``."""
+    if seq - max(0, batch_index) <= state.held:  # its batch starts where the broker holds
         return None
     return (
         f"the broker dropped sequence id {seq} as a duplicate, but reported holding sequence ids of "

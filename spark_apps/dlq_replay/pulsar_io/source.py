@@ -46,7 +46,7 @@ SOURCE_COLUMNS = [part.split()[0] for part in SOURCE_SCHEMA.split(", ")]
 DEFAULT_MAX_BATCH_ROWS = 2_000  # as the app's Arrow batches (cli.ARROW_BATCH_ROWS)
 #: A Reader gets at least this many entries before a partition's window is split further.
 DEFAULT_MIN_ENTRIES_PER_READER = 5000
-#: The column :func:`read_in_tasks` adds with ``mark_entries``: true on the first row of each entry.
+#: The column :func:`read_tasks` adds with ``mark_entries``: true on the first row of each entry.
 ENTRY_FIRST = "_entry_first"
 # Set on a row whose properties or key could not be decoded as UTF-8 (the message is kept, never dropped).
 UNDECODABLE_PROPERTY = "__dlq.replay.undecodable"
@@ -357,12 +357,6 @@ class PulsarDataSource(DataSource):
 
 
 _registered: weakref.WeakSet[SparkSession] = weakref.WeakSet()
-
-
-def read_in_tasks(spark: SparkSession, options: Mapping[str, str], mark_entries: bool = False) -> DataFrame:
-    """The rows of ``spark.read.format("pulsar")``, read by the tasks of :func:`read_tasks`."""
-    frame, read, schema = read_tasks(spark, options, mark_entries)
-    return frame.mapInArrow(read, schema)
 
 
 def read_tasks(

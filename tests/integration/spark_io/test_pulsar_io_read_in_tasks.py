@@ -1,4 +1,4 @@
-"""``read_in_tasks`` (the replay's snapshot read) returns exactly the rows of ``spark.read.format("pulsar")``
+"""``read_tasks`` (the replay's snapshot read) returns exactly the rows of ``spark.read.format("pulsar")``
 over the same frozen window, on Apache Pulsar in both read modes, with several readers per partition."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from spark_apps.dlq_replay.pulsar_io.source import (
     SOURCE_COLUMNS,
     SOURCE_SCHEMA,
     ddl_struct,
-    read_in_tasks,
+    read_tasks,
     register,
 )
 from spark_apps.dlq_replay.pulsar_io.window import (
@@ -25,6 +25,12 @@ from spark_apps.dlq_replay.pulsar_io.window import (
 pytestmark = pytest.mark.integration
 
 SUB = "dlq-replayer"
+
+
+def read_in_tasks(spark, options, mark_entries=False):
+    """The rows the tasks of :func:`read_tasks` read, as the snapshot step runs them."""
+    frame, read, schema = read_tasks(spark, options, mark_entries)
+    return frame.mapInArrow(read, schema)
 
 
 def rows(df) -> list[tuple]:

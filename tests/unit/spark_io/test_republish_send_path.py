@@ -1,6 +1,6 @@
-"""The republish send path without a broker: rows grouped by producer, each send's receipt taken for its
-own row, batches cut at the same places on every attempt, a refused message failing alone, a failed or
-unconfirmed send stopping its producer."""
+"""The republish send path without a broker: rows grouped by producer, batches cut by the publisher at the
+same places on every attempt with one receipt each, every row's result and id taken from its batch's, a
+refused message failing alone, a failed or unconfirmed batch stopping its producer."""
 
 from __future__ import annotations
 
@@ -50,21 +50,26 @@ class FakeId:
 
 
 class FakeRawProducer:
-    """``_pulsar.Producer`` as the C++ client behaves with the publisher's settings: messages collect in
-    a batch that is sent when it holds ``batching_max_messages`` or on a flush (no timer); a message
-    larger than the broker takes is refused at once; a sent batch completes its callbacks in order on a
-    client thread. The broker deduplicates: a batch whose first sequence id is at most ``held`` is
+    """``_pulsar.Producer`` as the C++ client behaves with the publisher's settings: a message larger than
+    the broker takes is refused at once; the others collect in a batch, sent before a message that does
+    not fit (``max_bytes`` of payload), once it holds ``max_messages``, or on a flush (no timer). A sent
+    batch completes the callbacks it has (a send may have none) in order on a client thread, all with the
+    batch's one result. The broker deduplicates: a batch whose first sequence id is at most ``held`` is
     dropped (receipts with ledger -1)."""
 
-    def __init__(self, owner: FakeProducer, max_messages: int) -> None:
+    def __init__(self, owner: FakeProducer, max_messages: int, max_bytes: int) -> None:
         self.owner = owner
-        self.max_messages = max_messages
+        self.max_messages, self.max_bytes = max_messages, max_bytes
         self.open: list[tuple[Any, Any]] = []
 
     def send_async(self, message: Any, callback: Any) -> None:
-        if len(message.data()) > MAX_SIZE:
-            callback(_pulsar.Result.MessageTooBig, FakeId(-1, -1, -1))
+        size = len(message.data())
+        if size > MAX_SIZE:
+            if callback is not None:
+                callback(_pulsar.Result.MessageTooBig, FakeId(-1, -1, -1))
             return
+        if self.open and sum(len(m.data()) for m, _ in self.open) + size > self.max_bytes:
+            self.send_batch()
         self.open.append((message, callback))
         if len(self.open) >= self.max_messages:
             self.send_batch()
@@ -79,23 +84,24 @@ class FakeRawProducer:
             return
         owner = self.owner
         owner.batches.append([m.data() for m, _ in batch])
-        number0 = len(owner.sent)
+        owner.callbacks.append(sum(callback is not None for _, callback in batch))
+        numbers = range(len(owner.sent), len(owner.sent) + len(batch))
         owner.sent.extend(m for m, _ in batch)
-        first = int(batch[0][0].data().split(b":")[1])
+        first = int(batch[0][0].data().split(b":")[1].split(b".")[0])
         dropped = first <= owner.held
         if not dropped:
             owner.held = first
         entry = owner.entry
         owner.entry += 1
+        if owner.lose_from is not None and numbers[-1] >= owner.lose_from:
+            return
+        result = next((owner.fail[n] for n in numbers if n in owner.fail), _pulsar.Result.Ok)
+        ledger, at = (-1, -1) if dropped else (owner.ledger, entry)
 
         def complete() -> None:
             for batch_index, (_, callback) in enumerate(batch):
-                number = number0 + batch_index
-                if owner.lose_from is not None and number >= owner.lose_from:
-                    continue
-                result = owner.fail.get(number, _pulsar.Result.Ok)
-                ledger, at = (-1, -1) if dropped else (owner.ledger, entry)
-                callback(result, FakeId(ledger, at, batch_index, owner.id_text))
+                if callback is not None:
+                    callback(result, FakeId(ledger, at, batch_index, owner.id_text))
 
         thread = threading.Thread(target=complete)
         thread.start()
@@ -103,15 +109,16 @@ class FakeRawProducer:
 
 
 class FakeProducer:
-    """``pulsar.Producer`` over :class:`FakeRawProducer`; ``fail``: send number -> result, ``lose_from``:
-    send number from which no receipt comes."""
+    """``pulsar.Producer`` over :class:`FakeRawProducer`; ``fail``: send number -> result of its batch,
+    ``lose_from``: send number from whose batch on no receipt comes."""
 
-    def __init__(self, name: str, ledger: int, held: int, max_messages: int) -> None:
+    def __init__(self, name: str, ledger: int, held: int, max_messages: int, max_bytes: int) -> None:
         self.name, self.ledger, self.held = name, ledger, held
         self.held_at_creation = held
-        self._producer = FakeRawProducer(self, max_messages)
+        self._producer = FakeRawProducer(self, max_messages, max_bytes)
         self.sent: list[Any] = []
         self.batches: list[list[bytes]] = []
+        self.callbacks: list[int] = []  # per batch: the sends in it that asked for a receipt
         self.fail: dict[int, Any] = {}
         self.lose_from: int | None = None
         self.id_text: str | None = None
@@ -127,7 +134,8 @@ class FakeProducer:
         pass
 
 
-MAX_SIZE = 1000
+#: The broker's largest message in these tests: above the publisher's batch bytes, as 5 MB is.
+MAX_SIZE = 2 * republish.BATCH_MAX_BYTES
 
 
 class FakeClient:
@@ -142,7 +150,13 @@ class FakeClient:
         earlier = self.producers.get(producer_name)
         held = earlier.held if earlier else -1
         ledger = earlier.ledger if earlier else 10 + len(self.producers)
-        producer = FakeProducer(producer_name, ledger, held, options["batching_max_messages"])
+        producer = FakeProducer(
+            producer_name,
+            ledger,
+            held,
+            options["batching_max_messages"],
+            options["batching_max_allowed_size_in_bytes"],
+        )
         self.producers[producer_name] = producer
         return producer
 
@@ -159,10 +173,13 @@ def publisher(send_timeout_ms: int = 30_000) -> Any:
 
 
 def rows(
-    producers: dict[str, int], start: int = 0, big: frozenset[tuple[str, int]] = frozenset()
+    producers: dict[str, int],
+    start: int = 0,
+    big: frozenset[tuple[str, int]] = frozenset(),
+    size: int = 0,
 ) -> pa.RecordBatch:
     """``producers`` -> rows each (sequence ids from ``start``), interleaved as a decide file holds them;
-    the rows ``big`` have a payload larger than the broker takes."""
+    the rows ``big`` have a payload larger than the broker takes, the others at least ``size`` bytes."""
     out = []
     for seq in range(start, start + max(producers.values())):
         for name, count in producers.items():
@@ -174,7 +191,7 @@ def rows(
                         "target_topic": f"persistent://t/n/{name}",
                         "producer_name": name,
                         "sequence_id": seq,
-                        "value": value.ljust(MAX_SIZE + 1, b".") if (name, seq) in big else value,
+                        "value": value.ljust(MAX_SIZE + 1 if (name, seq) in big else size, b"."),
                         "key": f"k{seq}" if seq % 2 else None,
                         "ordering_key": "o" if seq % 3 == 0 else None,
                         "event_time": EVENT0 + dt.timedelta(milliseconds=seq) if seq % 4 else None,
@@ -197,7 +214,7 @@ def slices(batch: pa.RecordBatch, size: int) -> list[pa.RecordBatch]:
     return [batch.slice(i, size) for i in range(0, batch.num_rows, size)]
 
 
-def test_every_row_gets_its_own_receipt(client: FakeClient) -> None:
+def test_every_row_gets_its_result_and_the_id_its_batch_gives_it(client: FakeClient) -> None:
     pub = publisher()
     by_id = send_all(pub, rows({"a": 3, "b": 2}))
 
@@ -237,15 +254,41 @@ def test_batches_are_cut_by_blocks_and_counts_never_where_an_input_batch_ends(cl
     for name in ("whole", "cut"):
         firsts = [int(b[0].split(b":")[1]) for b in client.producers[name].batches]
         assert firsts == list(range(0, count, per_batch)), name
-    # a block that holds fewer rows (a refused one) still ends its batch at the block's end
+    # a message too big for a batch goes alone (here refused); a block still ends its batch at its end
     send_all(publisher(), rows({"gap": count}, big=frozenset({("gap", 5)})))
-    assert [int(b[-1].split(b":")[1]) for b in client.producers["gap"].batches] == [
-        per_batch,
+    assert [int(b[-1].split(b":")[1].split(b".")[0]) for b in client.producers["gap"].batches] == [
+        4,
+        5 + per_batch,
         block - 1,
         block + per_batch - 1,
         2 * block - 1,
         count - 1,
     ]
+
+
+def test_batches_are_cut_by_payload_bytes_and_each_asks_for_one_receipt(client: FakeClient) -> None:
+    third = republish.BATCH_MAX_BYTES // 3 + 1  # two fit in a batch, a third would not
+    by_id = send_all(publisher(), *slices(rows({"a": 7}, size=third), 3))
+
+    assert [len(b) for b in client.producers["a"].batches] == [2, 2, 2, 1]
+    assert client.producers["a"].callbacks == [1, 1, 1, 1]  # one Python callback per batch
+    assert [by_id[f"a-{seq}"]["published_message_id"] for seq in range(7)] == [
+        "10:0:-1:0",
+        "10:0:-1:1",
+        "10:1:-1:0",
+        "10:1:-1:1",
+        "10:2:-1:0",
+        "10:2:-1:1",
+        "10:3:-1:0",
+    ]
+
+
+def test_a_batch_the_client_cuts_elsewhere_fails_the_task_naming_the_cause(
+    client: FakeClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(republish, "_CLIENT_BATCH_BYTES", 10)  # a client cutting before the publisher
+    with pytest.raises(republish.RepublishError, match="maxMessageSize"):
+        send_all(publisher(), rows({"a": 4}, size=8))
 
 
 def test_a_refused_message_fails_alone_wherever_it_is_in_its_batch(client: FakeClient) -> None:
@@ -285,34 +328,33 @@ def test_a_drop_the_broker_does_not_account_for_is_not_counted_as_published(clie
     pub = publisher()
     state = pub._producer("a", "persistent://t/n/a")
     state.held = 999  # the broker said it holds batches up to the one starting at 999
-    dropped = ("a-1500", 1500, state)
-    assert republish._unheld_drop(dropped, "(-1,-1,-1,501)") is None  # batch starts at 999: held
-    error = republish._unheld_drop(dropped, "(-1,-1,-1,2)")  # batch starts at 1498: not held
+    assert republish._unheld_drop(1500, 501, state) is None  # batch starts at 999: held
+    error = republish._unheld_drop(1500, 2, state)  # batch starts at 1498: not held
     assert error is not None
     assert "not counted as published" in error
-    assert republish._unheld_drop(dropped, "(5,3,-1,2)") is None  # stored
 
 
-def test_a_failed_send_stops_its_producers_later_rows_only(client: FakeClient) -> None:
+def test_a_failed_batch_fails_whole_and_stops_its_producers_later_rows_only(client: FakeClient) -> None:
     pub = publisher()
-    pub.publish(rows({"a": 1, "b": 1}))  # creates the producers
-    client.producers["a"].fail = {2: _pulsar.Result.Timeout}  # a's 3rd send
-    first = send_all(pub, rows({"a": 3, "b": 3}, start=1))
-    second = send_all(pub, rows({"a": 2, "b": 2}, start=4))
+    pub._producer("a", "persistent://t/n/a")
+    client.producers["a"].fail = {1: _pulsar.Result.Timeout}  # the batch of a's 2nd send fails
+    first = send_all(pub, rows({"a": 3, "b": 3}))
+    second = send_all(pub, rows({"a": 2, "b": 2}, start=3))
 
-    assert first["a-1"]["published"] is True
-    assert first["a-2"] == {
-        "replay_id": "a-2",
+    assert first["a-1"] == {
+        "replay_id": "a-1",
         "published": False,
         "published_message_id": None,
         "error": "send failed: Result.Timeout",
-        "row": 2000,
+        "row": 1000,
     }
-    assert first["a-3"]["published"] is True  # already sent in the same batch: its own receipt
-    for seq in (4, 5):
+    assert {first[f"a-{seq}"]["error"] for seq in range(3)} == {"send failed: Result.Timeout"}
+    for seq in (3, 4):
         assert second[f"a-{seq}"]["error"] == "not sent: an earlier send failed (Result.Timeout)"
         assert second[f"b-{seq}"]["published"] is True
-    assert len(client.producers["a"].sent) == 4
+    assert all(first[f"b-{seq}"]["published"] for seq in range(3))
+    assert len(client.producers["a"].sent) == 3
+    assert (pub.sent, pub.failed) == (5, 3)
 
 
 def test_unconfirmed_sends_are_reported_after_the_timeout(
@@ -320,14 +362,14 @@ def test_unconfirmed_sends_are_reported_after_the_timeout(
 ) -> None:
     monkeypatch.setattr(republish, "_CONFIRM_GRACE_S", 0.0)
     pub = publisher(send_timeout_ms=50)
-    pub.publish(rows({"a": 1, "b": 1}))
-    client.producers["a"].lose_from = 2
+    before = send_all(pub, rows({"a": 1, "b": 1}))
+    client.producers["a"].lose_from = 1  # no receipt for a's batches from its 2nd send on
 
     first = send_all(pub, rows({"a": 2, "b": 2}, start=1))
     second = send_all(pub, rows({"a": 1, "b": 1}, start=3))
 
-    assert first["a-1"]["published"] is True
-    assert first["a-2"]["error"] == "send not confirmed within 50 ms"
+    assert before["a-0"]["published"] is True
+    assert {first[f"a-{seq}"]["error"] for seq in (1, 2)} == {"send not confirmed within 50 ms"}
     assert second["a-3"]["error"] == "not sent: send not confirmed within 50 ms"
     assert all(r["published"] for rid, r in {**first, **second}.items() if rid.startswith("b"))
 
