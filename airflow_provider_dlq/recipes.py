@@ -114,7 +114,7 @@ def databricks_run(
                 "task_key": "dlq_replay",
                 "new_cluster": cluster,
                 "spark_python_task": {"python_file": files.main, "parameters": list(argv)},
-                "libraries": [{"pypi": {"package": "pulsar-client>=3.5"}}],
+                "libraries": [{"pypi": {"package": "pulsar-client>=3.9"}}],
             }
         ],
     }

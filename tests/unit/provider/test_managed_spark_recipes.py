@@ -164,7 +164,7 @@ def test_databricks_spark_python_task(module):
                     "spark_env_vars": {"PYTHONPATH": FILES.bundle},
                 },
                 "spark_python_task": {"python_file": FILES.main, "parameters": ARGV},
-                "libraries": [{"pypi": {"package": "pulsar-client>=3.5"}}],
+                "libraries": [{"pypi": {"package": "pulsar-client>=3.9"}}],
             }
         ],
     }
