@@ -375,14 +375,14 @@ class DlqReplayOperator(BaseOperator):
             env.setdefault("PYSPARK_PYTHON", sys.executable)
         return lean_driver_env(env, master)
 
-    def expected_messages(self, args: ReplayOptions) -> tuple[int | None, bool]:
-        """``(backlog, exact)`` of the run's topics for the progress total; ``(None, False)`` if unread."""
+    def expected_messages(self, args: ReplayOptions) -> int | None:
+        """The backlog of the run's topics, for the progress total; ``None`` if unread."""
         try:
             backlog = self.pulsar_hook.get_backlog(list(args.topics), args.subscription)
         except Exception as exc:  # only a progress estimate: never fail the run for it
             self.log.info("Backlog not read for the progress estimate (%s)", type(exc).__name__)
-            return None, False
-        return sum(item.backlog for item in backlog.values()), all(item.exact for item in backlog.values())
+            return None
+        return sum(item.backlog for item in backlog.values())
 
     def class_data_plan(self, deploy_mode: str | None, env: Mapping[str, str]) -> ArchivePlan | None:
         if self.class_data_archive is False or deploy_mode == "cluster":
@@ -497,7 +497,7 @@ class DlqReplayOperator(BaseOperator):
         submitted = False
         try:
             compiled = self.compiled_pyspark_copy(master, env)
-            expected, _ = self.expected_messages(args)
+            expected = self.expected_messages(args)
             if quick := quick_jit_chosen(self.quick_jit, master):
                 self.log.info("Driver JVM: C1-only JIT (quick_jit=%r, %s messages)", self.quick_jit, expected)
             hook = self.make_hook(args, env, zip_path, expected, archive, quick, master, compiled)
